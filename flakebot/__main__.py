@@ -1,0 +1,3 @@
+from flakebot.cli import main
+
+main()

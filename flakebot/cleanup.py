@@ -1,0 +1,59 @@
+"""Removing what runs created: workspaces, target dirs, processes, temp files, whole run directories."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from flakebot.fsutil import remove_tree
+from flakebot.run import Run, find_run_dir, runs_dir
+
+logger = logging.getLogger(__name__)
+
+# Kept after a run for audit: the flake, manifest, transcript, state and logs.
+KEPT = {"flake", "state.json", "transcript.jsonl", "events.jsonl", "run.log", "manifest.json", "USAGE.md", ".lock"}
+
+
+def clean_run(run: Run, extra: list[dict[str, Any]] | None = None) -> list[str]:
+    """End the run's processes and remove what it created, keeping the audit record. Returns what was removed."""
+    removed = []
+    for resource in list(run.state.get("resources", [])) + (extra or []):
+        if _release(resource):
+            removed.append(f"{resource['kind']}:{resource.get('path') or resource.get('pid') or resource.get('url')}")
+    for child in sorted(run.dir.iterdir()):
+        if child.name not in KEPT and remove_tree(child):
+            removed.append(f"path:{child}")
+    return removed
+
+
+def _release(resource: dict[str, Any]) -> bool:
+    kind = resource.get("kind")
+    if kind == "path":
+        return remove_tree(Path(resource["path"]))
+    if kind == "process":
+        return _kill_group(int(resource["pid"]))
+    return False  # other kinds (forks) are released by the stage that knows how
+
+
+def _kill_group(pid: int) -> bool:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    logger.info("killed process group %d", pid)
+    return True
+
+
+def remove_runs(workdir: Path, run_id: str | None) -> list[Path]:
+    """Remove one run directory (by id) or all of them (run_id None), releasing their resources first."""
+    directories = [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
+    for directory in directories:
+        try:
+            clean_run(Run.load(workdir, directory.name))
+        except Exception as exc:  # a corrupt run is still removed; say why its resources were not read
+            logger.warning("could not read %s before removing it: %s", directory, exc)
+        remove_tree(directory)
+    return directories

@@ -1,0 +1,183 @@
+"""Settings: defaults, then ~/.config/flakebot/flakebot.toml, then ./flakebot.toml,
+then FLAKEBOT_* environment variables, then command-line flags (last wins).
+
+Every tunable is one field below with its default and a one-line docstring (`doc`).
+Unknown keys fail at start-up, not halfway through a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+
+from flakebot.errors import ConfigError
+
+ENV_PREFIX = "FLAKEBOT_"
+# Environment variables with the prefix that are not settings.
+NON_SETTING_ENV = {"FLAKEBOT_RAISE_ERRORS"}
+
+
+def _setting(default: Any, doc: str, choices: tuple[str, ...] = ()) -> Any:
+    return field(default=default, metadata={"doc": doc, "choices": choices})
+
+
+def config_home() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "flakebot"
+
+
+def data_home() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "flakebot"
+
+
+def cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flakebot"
+
+
+@dataclass
+class Settings:
+    """Every setting flakebot reads, with its default."""
+
+    workdir: str = _setting("scratch", "Directory holding runs/ (relative paths are from the current directory).")
+    catalog_dir: str = _setting("", "Catalog of crafted tools; empty means $XDG_DATA_HOME/flakebot.")
+    cache_dir: str = _setting("", "HTTP and index caches; empty means $XDG_CACHE_HOME/flakebot.")
+    model: str = _setting("", "Model as provider:name (groq:..., openai:..., ollama:..., scripted:FILE); empty picks from API keys.")
+    groq_model: str = _setting("llama-3.3-70b-versatile", "Model used for groq when --model names only the provider.")
+    openai_model: str = _setting("gpt-4.1-mini", "Model used for openai when --model names only the provider.")
+    model_timeout: float = _setting(120.0, "Seconds to wait for one model reply.")
+    model_retries: int = _setting(2, "Retries the SDKs make on 429/5xx/connection errors.")
+    max_iterations: int = _setting(30, "Edit-loop iterations (model calls) before the loop stops.")
+    max_cost: float = _setting(2.0, "USD a run may spend on model calls.")
+    max_tokens: int = _setting(2_000_000, "Tokens (prompt + completion) a run may use.")
+    max_wall_seconds: float = _setting(1800.0, "Wall-clock seconds the edit loop may take.")
+    registry: str = _setting("auto", "Where to search crates: auto, crates-io, local, or a directory source path.")
+    local_registry: str = _setting("/usr/share/cargo/registry", "Cargo directory source used offline (Debian's packaged crates).")
+    offline: bool = _setting(False, "Never contact crates.io; use the local registry and cargo --offline.")
+    cratesio_api_url: str = _setting("https://crates.io", "crates.io API base URL.")
+    cratesio_static_url: str = _setting("https://static.crates.io", "Base URL for .crate downloads.")
+    cratesio_index_url: str = _setting("https://index.crates.io", "Sparse index base URL.")
+    contact: str = _setting("https://github.com/flakebot/flakebot", "Contact put in the User-Agent sent to crates.io.")
+    http_cache_ttl: float = _setting(3600.0, "Seconds a cached crates.io answer stays fresh.")
+    connect_timeout: float = _setting(3.0, "Seconds to wait when first connecting to crates.io before falling back.")
+    github_api_url: str = _setting("https://api.github.com", "GitHub REST API base URL (for --fork).")
+    sandbox: str = _setting("auto", "Sandbox for model-written code: auto (bubblewrap if present), required, or off.", ("auto", "required", "off"))
+    command_timeout: float = _setting(600.0, "Seconds one sandboxed command (cargo test, ...) may run.")
+    output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
+    nixpkgs: str = _setting("auto", "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.", ("auto", "pinned", "host"))
+    smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")
+    nix_build_timeout: float = _setting(1800.0, "Seconds one nix build may take.")
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def describe(cls, key: str) -> str:
+        return _field(key).metadata["doc"]
+
+    def get(self, key: str) -> Any:
+        _field(key)
+        return getattr(self, key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def path(self, key: str) -> Path:
+        """A path setting, with its XDG default filled in and ~ expanded."""
+        value = getattr(self, key)
+        if not value:
+            value = {"catalog_dir": data_home(), "cache_dir": cache_home()}[key]
+        return Path(value).expanduser().resolve()
+
+
+def _field(key: str) -> dataclasses.Field[Any]:
+    for f in dataclasses.fields(Settings):
+        if f.name == key:
+            return f
+    raise ConfigError(
+        f"unknown config key '{key}'",
+        fix=f"use one of: {', '.join(Settings.keys())}",
+    )
+
+
+def coerce(key: str, value: Any, source: str) -> Any:
+    """Turn a raw value from TOML, the environment or a flag into the field's type."""
+    f = _field(key)
+    kind = type(f.default)
+    try:
+        if kind is bool:
+            value = _to_bool(value)
+        elif kind in (int, float):
+            value = kind(value)
+        else:
+            value = str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{source}: '{key}' must be {kind.__name__}, got {value!r}",
+            fix=f"set {key} to a {kind.__name__}",
+        ) from None
+    choices = f.metadata["choices"]
+    if choices and value not in choices:
+        raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}", fix=f"set {key} to one of {', '.join(choices)}")
+    return value
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(value)
+
+
+def config_files() -> list[Path]:
+    """The config files read, lowest precedence first."""
+    return [config_home() / "flakebot.toml", Path.cwd() / "flakebot.toml"]
+
+
+def read_toml(path: Path) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(path.read_text())
+    except tomlkit.exceptions.ParseError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc})", fix=f"correct or remove {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", fix=f"check the permissions of {path}") from None
+
+
+def load(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Settings from files, then environment, then `overrides` (flags; None values ignored)."""
+    values: dict[str, Any] = {}
+    for path in config_files():
+        if path.is_file():
+            for key, raw in read_toml(path).unwrap().items():
+                values[key] = coerce(key, raw, str(path))
+    environ = os.environ if environ is None else environ
+    for name, raw in environ.items():
+        if name.startswith(ENV_PREFIX) and name not in NON_SETTING_ENV:
+            key = name[len(ENV_PREFIX) :].lower()
+            values[key] = coerce(key, raw, f"environment variable {name}")
+    for key, raw in (overrides or {}).items():
+        if raw is not None:
+            values[key] = coerce(key, raw, f"--{key.replace('_', '-')}")
+    return Settings(**values)
+
+
+def set_value(key: str, raw: str, path: Path | None = None) -> Path:
+    """Write one setting into a config file, keeping its comments. Returns the file written."""
+    value = coerce(key, raw, "config set")
+    path = path or config_home() / "flakebot.toml"
+    doc = read_toml(path) if path.exists() else tomlkit.document()
+    doc[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from flakebot.fsutil import atomic_write_text
+
+    atomic_write_text(path, tomlkit.dumps(doc))
+    return path

@@ -1,0 +1,41 @@
+"""Events a pipeline emits; the CLI renders them (rich) or prints them as JSON lines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+EVENT_KINDS = (
+    "run_started",
+    "stage_started",
+    "stage_skipped",
+    "progress",
+    "stage_finished",
+    "stage_failed",
+    "run_finished",
+    "run_failed",
+)
+
+
+@dataclass
+class Event:
+    """One thing that happened in a run."""
+
+    kind: str
+    run_id: str
+    stage: str | None = None
+    message: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, **{k: v for k, v in asdict(self).items() if k != "kind"}}
+
+
+EventSink = Callable[[Event], None]
+
+
+def ignore(_event: Event) -> None:
+    """An EventSink that drops everything."""

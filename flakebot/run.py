@@ -1,0 +1,215 @@
+"""A Run: one directory holding everything one craft (or package) produced.
+
+    <workdir>/runs/<id>/
+        state.json        versioned; rewritten atomically after every stage
+        events.jsonl      every event the pipeline emitted
+        run.log           the library's log records for this run
+        transcript.jsonl  every model request/reply and tool call (secrets redacted)
+        workspace/        the crate being edited (removed by clean)
+        target/           the run's one cargo target directory (removed by clean)
+        flake/            the generated flake (kept)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from flakebot.errors import RunError
+from flakebot.fsutil import atomic_write_json
+
+logger = logging.getLogger(__name__)
+
+STATE_FORMAT = 1
+
+
+def runs_dir(workdir: Path) -> Path:
+    return Path(workdir) / "runs"
+
+
+def new_run_id() -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+class Run:
+    """A run's directory and its state.json, loaded or created."""
+
+    def __init__(self, directory: Path, state: dict[str, Any]) -> None:
+        self.dir = directory
+        self.state = state
+
+    @property
+    def id(self) -> str:
+        return str(self.state["id"])
+
+    @property
+    def workspace(self) -> Path:
+        return self.dir / "workspace"
+
+    @property
+    def target_dir(self) -> Path:
+        return self.dir / "target"
+
+    @property
+    def flake_dir(self) -> Path:
+        return self.dir / "flake"
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.dir / "transcript.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "run.log"
+
+    @property
+    def events_path(self) -> Path:
+        return self.dir / "events.jsonl"
+
+    @property
+    def status(self) -> str:
+        status = str(self.state.get("status", "unknown"))
+        if status == "running" and not _alive(self.state.get("pid")):
+            return "interrupted"
+        return status
+
+    @classmethod
+    def create(cls, workdir: Path, pipeline: str, need: str = "", options: dict[str, Any] | None = None) -> Run:
+        root = runs_dir(workdir)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            directory = root / new_run_id()
+            directory.mkdir()
+        except OSError as exc:
+            raise RunError(
+                f"work directory {workdir} is not writable ({exc.strerror})",
+                fix="pass --workdir DIR with a writable directory or fix its permissions",
+            ) from None
+        now = time.time()
+        state = {
+            "format": STATE_FORMAT,
+            "id": directory.name,
+            "pipeline": pipeline,
+            "need": need,
+            "options": options or {},
+            "created": now,
+            "updated": now,
+            "status": "created",
+            "pid": os.getpid(),
+            "stages": {},
+            "outputs": {},
+            "resources": [],
+        }
+        run = cls(directory, state)
+        run.save()
+        return run
+
+    @classmethod
+    def load(cls, workdir: Path, run_id: str) -> Run:
+        directory = find_run_dir(workdir, run_id)
+        path = directory / "state.json"
+        try:
+            state = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise RunError(f"run {run_id} has no state.json", fix=f"remove {directory} with 'flakebot clean {run_id}'") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RunError(
+                f"state.json of run {run_id} is corrupt ({exc})",
+                fix=f"restore {path} or start a new run; 'flakebot clean {run_id}' removes it",
+            ) from None
+        _check_state(state, path)
+        return cls(directory, state)
+
+    def save(self) -> None:
+        """Write state.json atomically (temp file, fsync, rename)."""
+        self.state["updated"] = time.time()
+        atomic_write_json(self.dir / "state.json", self.state)
+
+    def output(self, stage: str) -> dict[str, Any]:
+        """What a finished stage produced; {} if it has not run."""
+        return dict(self.state["outputs"].get(stage) or {})
+
+    def register(self, kind: str, **data: Any) -> None:
+        """Remember something this run created (a path, a process, a fork) so clean can remove it."""
+        entry = {"kind": kind, **data}
+        if entry not in self.state["resources"]:
+            self.state["resources"].append(entry)
+            self.save()
+
+    def stage_status(self, stage: str) -> str:
+        return str(self.state["stages"].get(stage, {}).get("status", "pending"))
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run's lock: two processes never drive one run at once."""
+        handle = open(self.dir / ".lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise RunError(f"run {self.id} is being driven by another process", fix="wait for it to finish, or stop it first") from None
+        try:
+            yield
+        finally:
+            handle.close()
+
+
+def _check_state(state: Any, path: Path) -> None:
+    required = {"format": int, "id": str, "pipeline": str, "stages": dict, "outputs": dict, "resources": list}
+    problems = [key for key, kind in required.items() if not isinstance(state, dict) or not isinstance(state.get(key), kind)]
+    if problems:
+        raise RunError(
+            f"{path} is corrupt: missing or wrong {', '.join(problems)}",
+            fix="restore the file from its last good copy or start a new run",
+        )
+    if state["format"] > STATE_FORMAT:
+        raise RunError(f"{path} was written by a newer flakebot (format {state['format']})", fix="upgrade flakebot")
+
+
+def find_run_dir(workdir: Path, run_id: str) -> Path:
+    """The directory of a run, given its id or a unique prefix of it."""
+    root = runs_dir(workdir)
+    if run_id and (root / run_id).is_dir():
+        return root / run_id
+    matches = [p for p in root.glob(f"{run_id}*") if p.is_dir()] if run_id and root.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise RunError(f"run id '{run_id}' is ambiguous ({len(matches)} runs match)", fix="give more of the id")
+    raise RunError(f"no run '{run_id}' in {root}", fix="list runs with 'flakebot runs' (or pass the --workdir the run used)")
+
+
+def list_runs(workdir: Path) -> list[Run]:
+    """All readable runs, newest first; unreadable ones are logged and skipped."""
+    runs = []
+    root = runs_dir(workdir)
+    for directory in sorted(root.iterdir(), reverse=True) if root.is_dir() else []:
+        if not directory.is_dir():
+            continue
+        try:
+            runs.append(Run.load(workdir, directory.name))
+        except RunError as exc:
+            logger.warning("skipping %s: %s", directory, exc.message)
+    return runs
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,107 @@
+"""Rendering pipeline events for people (rich, live per-stage status) or programs (JSON lines)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from flakebot.events import Event
+
+STATUS_STYLE = {
+    "pending": ("·", "dim"),
+    "running": ("▶", "bold cyan"),
+    "finished": ("✔", "green"),
+    "skipped": ("↷", "dim green"),
+    "failed": ("✘", "bold red"),
+}
+
+console = Console(stderr=True)
+out = Console()
+
+
+def json_line(payload: dict[str, Any]) -> None:
+    """One JSON object on one line of stdout."""
+    sys.stdout.write(json.dumps(payload, default=str) + "\n")
+    sys.stdout.flush()
+
+
+class JsonEvents:
+    """An EventSink printing each event as a JSON line."""
+
+    def __call__(self, event: Event) -> None:
+        json_line(event.to_dict())
+
+    def __enter__(self) -> JsonEvents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class LiveStages:
+    """An EventSink drawing a live table: one row per stage with status, elapsed time and latest progress."""
+
+    def __init__(self, title: str = "") -> None:
+        self.title = title
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
+
+    def __enter__(self) -> LiveStages:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.update(self._render())
+        self.live.__exit__(None, None, None)
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "run_started":
+            for name in event.data.get("stages", []):
+                self.rows.setdefault(name, {"status": "pending", "note": ""})
+        elif event.stage:
+            row = self.rows.setdefault(event.stage, {"status": "pending", "note": ""})
+            self._update(row, event)
+        self.live.update(self._render())
+
+    def _update(self, row: dict[str, Any], event: Event) -> None:
+        if event.kind == "stage_started":
+            row.update(status="running", started=event.time, note="")
+        elif event.kind == "stage_skipped":
+            row.update(status="skipped", note=event.message)
+        elif event.kind == "progress":
+            row["note"] = event.message
+        elif event.kind == "stage_finished":
+            row.update(status="finished", seconds=event.data.get("seconds"))
+        elif event.kind == "stage_failed":
+            row.update(status="failed", note=event.message, seconds=time.time() - row.get("started", event.time))
+
+    def _render(self) -> Group:
+        table = Table.grid(padding=(0, 2))
+        for name, row in self.rows.items():
+            mark, style = STATUS_STYLE[row["status"]]
+            seconds = row.get("seconds")
+            if seconds is None and row["status"] == "running":
+                seconds = time.time() - row["started"]
+            elapsed = f"{seconds:6.1f}s" if seconds is not None else " " * 7
+            table.add_row(Text(mark, style=style), Text(name, style=style), Text(elapsed, style="dim"), Text(str(row["note"])[:100]))
+        parts: list[Any] = [Text(self.title, style="bold")] if self.title else []
+        return Group(*parts, table)
+
+
+def event_sink(as_json: bool, title: str = "") -> JsonEvents | LiveStages:
+    return JsonEvents() if as_json else LiveStages(title)
+
+
+def age(seconds_ago: float) -> str:
+    """A short human age: 42s, 5m, 3h, 2d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds_ago >= size:
+            return f"{int(seconds_ago // size)}{unit}"
+    return f"{int(seconds_ago)}s"

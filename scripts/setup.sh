@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: system packages (nix, bubblewrap, Debian's Rust crates),
+# a virtualenv with flakebot installed editable, and Nix settings for this machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  nix-bin bubblewrap git
+  librust-csv-dev librust-clap-dev librust-serde-dev librust-serde-json-dev librust-anyhow-dev
+  librust-regex-dev librust-tempfile-dev librust-hexyl-dev librust-assert-cmd-dev librust-predicates-dev
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo_cmd apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+# Nix as root with no daemon: builders run as root so they can reach the host toolchain.
+if [ "$(id -u)" -eq 0 ] && [ -f /etc/nix/nix.conf ] && ! grep -q '^build-users-group *= *$' /etc/nix/nix.conf; then
+  sed -i '/^build-users-group/d' /etc/nix/nix.conf
+  echo 'build-users-group =' >> /etc/nix/nix.conf
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.flakebot-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+echo "setup: ready (.venv/bin/flakebot)"

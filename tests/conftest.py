@@ -1,0 +1,62 @@
+"""Shared fixtures: every test gets its own flakebot home, catalog, cache and work directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
+FLAKEBOT = [sys.executable, "-m", "flakebot"]
+
+
+@pytest.fixture(autouse=True)
+def flakebot_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point config, data (catalog), cache and work directories at a fresh tmp dir."""
+    home = tmp_path_factory.mktemp("home")
+    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+        (home / sub).mkdir()
+        monkeypatch.setenv(var, str(home / sub))
+    monkeypatch.setenv("FLAKEBOT_WORKDIR", str(home / "work"))
+    for name in list(os.environ):
+        if name.startswith("FLAKEBOT_") and name not in ("FLAKEBOT_WORKDIR",):
+            monkeypatch.delenv(name)
+    for key in ("GROQ_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(home)
+    return home
+
+
+@pytest.fixture
+def workdir(flakebot_home: Path) -> Path:
+    return flakebot_home / "work"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600, check: bool = False, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real `flakebot` CLI in a subprocess."""
+    result = subprocess.run(
+        [*FLAKEBOT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        input=input,
+        cwd=os.getcwd(),
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"flakebot {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def require(*programs: str) -> None:
+    """Fail (not skip) when a program the suite needs is missing: `make setup` installs it."""
+    for program in programs:
+        if shutil.which(program) is None:
+            pytest.fail(f"{program} is not installed; run 'make setup'")
