@@ -193,7 +193,15 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def start(pipeline: str, workdir: Path, settings: Settings, need: str = "", options: dict[str, Any] | None = None, sink: EventSink = ignore, stop_after: str | None = None) -> Run:
+def start(
+    pipeline: str,
+    workdir: Path,
+    settings: Settings,
+    need: str = "",
+    options: dict[str, Any] | None = None,
+    sink: EventSink = ignore,
+    stop_after: str | None = None,
+) -> Run:
     """Create a run for `pipeline` and drive it."""
     load_stages(pipeline)  # fail before creating a directory for an unknown pipeline
     run = Run.create(workdir, pipeline, need, options)

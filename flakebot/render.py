@@ -24,7 +24,9 @@ def print_run(report: dict[str, Any]) -> None:
     for stage in report["stages"]:
         mark, style = STATUS_STYLE.get(stage["status"], ("?", ""))
         seconds = stage.get("seconds")
-        table.add_row(mark, stage["name"], f"[{style}]{stage['status']}[/{style}]", f"{seconds:.1f}" if seconds is not None else "", str(stage.get("attempts", "")))
+        table.add_row(
+            mark, stage["name"], f"[{style}]{stage['status']}[/{style}]", f"{seconds:.1f}" if seconds is not None else "", str(stage.get("attempts", ""))
+        )
     out.print(table)
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error'].get('message')}  [dim]{report['error'].get('fix') or ''}[/dim]")

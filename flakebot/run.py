@@ -1,13 +1,13 @@
 """A Run: one directory holding everything one craft (or package) produced.
 
-    <workdir>/runs/<id>/
-        state.json        versioned; rewritten atomically after every stage
-        events.jsonl      every event the pipeline emitted
-        run.log           the library's log records for this run
-        transcript.jsonl  every model request/reply and tool call (secrets redacted)
-        workspace/        the crate being edited (removed by clean)
-        target/           the run's one cargo target directory (removed by clean)
-        flake/            the generated flake (kept)
+<workdir>/runs/<id>/
+    state.json        versioned; rewritten atomically after every stage
+    events.jsonl      every event the pipeline emitted
+    run.log           the library's log records for this run
+    transcript.jsonl  every model request/reply and tool call (secrets redacted)
+    workspace/        the crate being edited (removed by clean)
+    target/           the run's one cargo target directory (removed by clean)
+    flake/            the generated flake (kept)
 """
 
 from __future__ import annotations

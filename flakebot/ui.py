@@ -52,16 +52,20 @@ class LiveStages:
         self.title = title
         self.rows: dict[str, dict[str, Any]] = {}
         self.live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
+        self.started = False
 
     def __enter__(self) -> LiveStages:
-        self.live.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.live.update(self._render())
-        self.live.__exit__(None, None, None)
+        if self.started:
+            self.live.update(self._render())
+            self.live.__exit__(None, None, None)
 
     def __call__(self, event: Event) -> None:
+        if not self.started:  # draw nothing until the run really starts, so early errors stay one line
+            self.started = True
+            self.live.__enter__()
         if event.kind == "run_started":
             for name in event.data.get("stages", []):
                 self.rows.setdefault(name, {"status": "pending", "note": ""})

@@ -39,7 +39,9 @@ def workdir(flakebot_home: Path) -> Path:
     return flakebot_home / "work"
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600, check: bool = False, input: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600, check: bool = False, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real `flakebot` CLI in a subprocess."""
     result = subprocess.run(
         [*FLAKEBOT, *args],

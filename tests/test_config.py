@@ -1,0 +1,64 @@
+"""Settings: precedence, types, unknown keys, bad TOML, comment-preserving writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from flakebot import config
+from flakebot.errors import ConfigError
+
+
+def test_precedence_file_then_env_then_flags(flakebot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (flakebot_home / "config" / "flakebot").mkdir()
+    (flakebot_home / "config" / "flakebot" / "flakebot.toml").write_text("max_iterations = 7\nmax_cost = 1.5\noffline = true\n")
+    (flakebot_home / "flakebot.toml").write_text("max_cost = 0.5\n")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "false")
+    settings = config.load({"max_iterations": "9", "model": None})
+    assert (settings.max_iterations, settings.max_cost, settings.offline) == (9, 0.5, False)
+    assert settings.model == ""
+
+
+def test_unknown_key_in_file_fails_at_start(flakebot_home: Path) -> None:
+    (flakebot_home / "flakebot.toml").write_text("max_iteratoins = 3\n")
+    result = run_cli("config", "show")
+    assert result.returncode == ConfigError.exit_code
+    assert "unknown config key 'max_iteratoins'" in result.stderr
+
+
+def test_invalid_toml_names_the_file(flakebot_home: Path) -> None:
+    bad = flakebot_home / "flakebot.toml"
+    bad.write_text("max_cost = = 2\n")
+    result = run_cli("runs")
+    assert result.returncode == ConfigError.exit_code
+    assert str(bad) in result.stderr and "not valid TOML" in result.stderr
+    assert bad.read_text() == "max_cost = = 2\n"
+
+
+def test_wrong_type_and_bad_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="must be int"):
+        config.load({"max_iterations": "many"})
+    monkeypatch.setenv("FLAKEBOT_SANDBOX", "maybe")
+    with pytest.raises(ConfigError, match="FLAKEBOT_SANDBOX.*one of auto, required, off"):
+        config.load()
+
+
+def test_config_set_keeps_comments_and_show_reflects_it(flakebot_home: Path) -> None:
+    path = flakebot_home / "config" / "flakebot" / "flakebot.toml"
+    path.parent.mkdir()
+    path.write_text("# my settings\nmax_cost = 1.0  # dollars\n")
+    result = run_cli("config", "set", "max_iterations", "12")
+    assert result.returncode == 0, result.stderr
+    text = path.read_text()
+    assert "# my settings" in text and "# dollars" in text and "max_iterations = 12" in text
+    shown = json.loads(run_cli("config", "show", "--json").stdout)
+    assert shown["max_iterations"] == 12 and shown["max_cost"] == 1.0
+
+
+def test_config_set_refuses_unknown_key_and_writes_nothing(flakebot_home: Path) -> None:
+    result = run_cli("config", "set", "colour", "blue")
+    assert result.returncode == ConfigError.exit_code
+    assert not (flakebot_home / "config" / "flakebot" / "flakebot.toml").exists()
