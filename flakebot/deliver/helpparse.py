@@ -1,0 +1,148 @@
+"""clap `--help` text -> parameters -> JSON Schema, and JSON arguments -> argv.
+
+Understands clap 4 ("Usage:", "Arguments:", "Options:") and clap 2/3 ("USAGE:", "ARGS:", "FLAGS:",
+"OPTIONS:") layouts, short and long help (descriptions on following indented lines).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SKIPPED = {"help", "version"}
+ENTRY = re.compile(
+    r"^\s{1,8}(?:(?P<short>-[A-Za-z0-9])(?:,\s*)?)?(?P<long>--[A-Za-z0-9][\w-]*)?"
+    r"(?:[ =](?P<value>[<\[][^>\]]+[>\]](?:\.\.\.)?))?(?P<rest>.*)$"
+)
+POSITIONAL = re.compile(r"^\s{1,8}(?P<open>[<\[])(?P<name>[^>\]]+)[>\]](?P<many>\.\.\.)?(?P<rest>.*)$")
+
+
+@dataclass
+class Param:
+    """One thing the command line accepts."""
+
+    name: str  # JSON property name
+    kind: str  # "flag" | "option" | "positional"
+    flag: str = ""  # --long or -s, for flags and options
+    value_name: str = ""
+    description: str = ""
+    required: bool = False
+    multiple: bool = False
+    choices: list[str] = field(default_factory=list)
+    default: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_help(text: str) -> list[Param]:
+    """The parameters a clap help text describes, in order (help/version left out)."""
+    usage = _usage_line(text)
+    params: list[Param] = []
+    section = ""
+    for line in text.splitlines():
+        header = re.match(r"^([A-Za-z][A-Za-z ]*):\s*(.*)$", line)
+        if header and not line.startswith(" "):
+            section = header.group(1).lower()
+            continue
+        if section in ("arguments", "args", "positional arguments") and POSITIONAL.match(line):
+            params.append(_positional(POSITIONAL.match(line), usage))  # type: ignore[arg-type]
+        elif section in ("options", "flags") and re.match(r"^\s{1,8}-", line):
+            param = _option(ENTRY.match(line))
+            if param:
+                params.append(param)
+        elif params and line.strip() and re.match(r"^\s{9,}", line):
+            _extend(params[-1], line.strip())
+    return [p for p in params if p.name not in SKIPPED]
+
+
+def _usage_line(text: str) -> str:
+    match = re.search(r"(?im)^usage:\s*(.*)$", text) or re.search(r"(?im)^USAGE:\s*\n\s*(.*)$", text)
+    return match.group(1) if match else ""
+
+
+def _positional(match: re.Match[str], usage: str) -> Param:
+    name = match.group("name")
+    required = match.group("open") == "<" and f"[{name}]" not in usage and f"[{name}]..." not in usage
+    param = Param(name=_json_name(name), kind="positional", value_name=name, required=required, multiple=bool(match.group("many")))
+    _extend(param, match.group("rest").strip())
+    return param
+
+
+def _option(match: re.Match[str] | None) -> Param | None:
+    if match is None or not (match.group("long") or match.group("short")):
+        return None
+    flag = match.group("long") or match.group("short")
+    value = match.group("value") or ""
+    param = Param(
+        name=_json_name(flag.lstrip("-")),
+        kind="option" if value else "flag",
+        flag=flag,
+        value_name=value.strip("<>[].").rstrip(">]"),
+        multiple=value.endswith("..."),
+    )
+    _extend(param, match.group("rest").strip())
+    return param
+
+
+def _extend(param: Param, text: str) -> None:
+    """Add description text, picking out clap's [default: ..] and [possible values: ..]."""
+    default = re.search(r"\[default: ([^\]]*)\]", text)
+    if default:
+        param.default = default.group(1)
+    choices = re.search(r"\[possible values: ([^\]]*)\]", text)
+    if choices:
+        param.choices = [c.strip() for c in choices.group(1).split(",")]
+    cleaned = re.sub(r"\[(default|possible values): [^\]]*\]", "", text).strip()
+    if cleaned:
+        param.description = f"{param.description} {cleaned}".strip()
+
+
+def _json_name(raw: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", raw.lower().strip("<>[].")).strip("_") or "arg"
+
+
+def json_schema(params: list[Param], *, with_stdin: bool = True) -> dict[str, Any]:
+    """A JSON Schema object for the parameters (usable for OpenAI tools and MCP inputSchema)."""
+    properties: dict[str, Any] = {}
+    for p in params:
+        prop: dict[str, Any] = {"type": "boolean"} if p.kind == "flag" else {"type": "string"}
+        if p.choices:
+            prop["enum"] = p.choices
+        if p.multiple and p.kind != "flag":
+            prop = {"type": "array", "items": prop}
+        label = p.flag or f"<{p.value_name}>"
+        prop["description"] = f"{p.description} ({label})".strip() if p.description else label
+        if p.default is not None:
+            prop["description"] += f" Default: {p.default}."
+        properties[p.name] = prop
+    if with_stdin:
+        properties["stdin"] = {"type": "string", "description": "Text passed to the tool on standard input."}
+    return {"type": "object", "properties": properties, "required": [p.name for p in params if p.required]}
+
+
+def to_argv(params: list[Param], arguments: dict[str, Any]) -> list[str]:
+    """Command-line arguments for a JSON call: options and flags first, then positionals in order."""
+    known = {p.name for p in params} | {"stdin"}
+    unknown = sorted(set(arguments) - known)
+    if unknown:
+        raise ValueError(f"unknown argument(s): {', '.join(unknown)}")
+    argv: list[str] = []
+    positionals: list[str] = []
+    for p in params:
+        value = arguments.get(p.name)
+        if value is None or value is False:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if p.kind == "flag":
+            argv.append(p.flag)
+        elif p.kind == "option":
+            for item in values:
+                argv += [p.flag, str(item)]
+        else:
+            positionals += [str(item) for item in values]
+    missing = [p.name for p in params if p.required and arguments.get(p.name) in (None, "", [])]
+    if missing:
+        raise ValueError(f"missing required argument(s): {', '.join(missing)}")
+    return argv + positionals
