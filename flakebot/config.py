@@ -64,6 +64,8 @@ class Settings:
     contact: str = _setting("https://github.com/flakebot/flakebot", "Contact put in the User-Agent sent to crates.io.")
     http_cache_ttl: float = _setting(3600.0, "Seconds a cached crates.io answer stays fresh.")
     connect_timeout: float = _setting(3.0, "Seconds to wait when first connecting to crates.io before falling back.")
+    cratesio_interval: float = _setting(1.0, "Seconds between crates.io API requests, shared by the whole process (their policy: at most 1 per second).")
+    cratesio_details: int = _setting(3, "Top crates.io search results whose version details (binaries, licence, yanked) refine the ranking; 1 request each.")
     github_api_url: str = _setting("https://api.github.com", "GitHub REST API base URL (for --fork).")
     git_timeout: float = _setting(300.0, "Seconds one git clone or push may take.")
     fork_timeout: float = _setting(120.0, "Seconds to wait for GitHub to finish copying a new fork's git objects.")

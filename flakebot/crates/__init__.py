@@ -35,6 +35,7 @@ class CrateInfo:
     checksum: str = ""
     source: str = ""  # "local" or "crates-io"
     path: str = ""  # directory of the crate in a local directory source
+    proc_macro: bool = False  # a compiler plugin: rarely where a tool starts
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
