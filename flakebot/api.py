@@ -46,11 +46,15 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
     try:
         return show_run(name, settings)
     except RunError as run_error:
-        try:
-            from flakebot.deliver import catalog
-        except ImportError:
-            raise run_error from None
+        if run_error.details.get("reason") != "not_found":
+            raise
+    from flakebot.deliver import catalog
+    from flakebot.errors import CatalogError
+
+    try:
         return catalog.show_tool(name, settings)
+    except CatalogError:
+        raise RunError(f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'") from None
 
 
 def _workdir(settings: config.Settings) -> Any:

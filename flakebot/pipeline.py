@@ -8,6 +8,7 @@ is skipped on resume, so a crash costs at most the stage it interrupted. Stages 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -85,6 +86,8 @@ def execute(run: Run, settings: Settings, sink: EventSink = ignore, stop_after: 
     """Drive `run` through its pipeline's stages, skipping finished ones. Raises on failure."""
     stages = load_stages(run.state["pipeline"])
     names = [s.name for s in stages]
+    # Settings the run was started with (flags) hold on resume too.
+    settings = dataclasses.replace(settings, **(run.state.get("options") or {}).get("settings", {}))
     if stop_after and stop_after not in names:
         raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
     with run.lock(), _run_log(run), _sigterm_as_interrupt():

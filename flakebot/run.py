@@ -186,7 +186,7 @@ def find_run_dir(workdir: Path, run_id: str) -> Path:
         return matches[0]
     if len(matches) > 1:
         raise RunError(f"run id '{run_id}' is ambiguous ({len(matches)} runs match)", fix="give more of the id")
-    raise RunError(f"no run '{run_id}' in {root}", fix="list runs with 'flakebot runs' (or pass the --workdir the run used)")
+    raise RunError(f"no run '{run_id}' in {root}", fix="list runs with 'flakebot runs' (or pass the --workdir the run used)", reason="not_found")
 
 
 def list_runs(workdir: Path) -> list[Run]:

@@ -1,0 +1,83 @@
+"""The craft pipeline: need -> spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
+
+Stage functions live with their role (crates/, source.py, agent/, packaging.py, deliver/) and are
+imported only when their stage runs, so listing or showing runs stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from flakebot.pipeline import Stage, StageContext
+
+logger = logging.getLogger(__name__)
+
+
+def _lazy(target: str) -> Callable[[StageContext], dict[str, Any] | None]:
+    module, _, name = target.partition(":")
+
+    def stage(ctx: StageContext) -> dict[str, Any] | None:
+        return getattr(importlib.import_module(module), name)(ctx)  # type: ignore[no-any-return]
+
+    stage.__name__ = name
+    return stage
+
+
+STAGES = [
+    Stage("spec", _lazy("flakebot.spec_stage:spec_stage")),
+    Stage("search", _lazy("flakebot.crates.stage:search_stage")),
+    Stage("choose", _lazy("flakebot.choose:choose_stage")),
+    Stage("acquire", _lazy("flakebot.source:acquire_stage")),
+    Stage("edit", _lazy("flakebot.agent.loop:edit_stage")),
+    Stage("package", _lazy("flakebot.packaging:package_stage")),
+    Stage("instruct", _lazy("flakebot.deliver.instruct:instruct_stage")),
+    Stage("clean", _lazy("flakebot.craft:clean_stage"), always=True),
+]
+
+
+@contextmanager
+def stage_model(ctx: StageContext) -> Iterator[Any]:
+    """The run's model for this stage: transcript in the run, one budget carried across stages and resumes."""
+    from flakebot.llm.base import Usage
+    from flakebot.llm.providers import Budget, Transcript, resolve_model
+
+    spent = Usage(**ctx.run.state.get("usage", {}))
+    budget = Budget(ctx.settings.max_tokens, ctx.settings.max_cost, spent=spent)
+    transcript = Transcript(ctx.run.transcript_path)
+    model = resolve_model(ctx.options.get("model"), ctx.settings, stage=ctx.stage, transcript=transcript, budget=budget)
+    try:
+        yield model
+    finally:
+        model.close()
+        ctx.run.state["usage"] = asdict(budget.spent)
+        ctx.run.save()
+
+
+def clean_stage(ctx: StageContext) -> dict[str, Any]:
+    """Remove the workspace, target dir and temp files; end the run's processes; delete a fork when asked.
+
+    Keeps flake, manifest, transcript and state for audit. Runs after failures and Ctrl-C too.
+    """
+    from flakebot.cleanup import clean_run
+
+    if ctx.options.get("keep"):
+        ctx.progress("--keep: leaving the workspace in place")
+        return {"kept": True, "removed": []}
+    released = _release_fork(ctx)
+    removed = clean_run(ctx.run)
+    ctx.progress(f"removed {len(removed)} item(s)")
+    return {"kept": False, "removed": removed, "fork": released}
+
+
+def _release_fork(ctx: StageContext) -> str | None:
+    origin = ctx.output("acquire").get("origin") or ctx.output("acquire")
+    if not (ctx.options.get("delete_fork") and origin.get("method") == "fork"):
+        return None
+    from flakebot.source import release_fork
+
+    return str(release_fork(origin, ctx.settings))

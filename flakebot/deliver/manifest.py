@@ -1,0 +1,72 @@
+"""The usage instructions a calling agent gets: built from facts flakebot observed, not from model prose."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import Any
+
+from flakebot.deliver.helpparse import Param, json_schema, parse_help
+from flakebot.templates import render
+
+MANIFEST_FORMAT = 1
+
+
+def tool_schemas(name: str, summary: str, params: list[Param]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(OpenAI function-calling tool, MCP tool definition) for the tool's command line."""
+    schema = json_schema(params)
+    openai_tool = {"type": "function", "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema}}
+    mcp_tool = {"name": name, "description": summary, "inputSchema": schema}
+    return openai_tool, mcp_tool
+
+
+def shell_command(nix_run: list[str], args: list[str], stdin: str = "") -> str:
+    """A copy-pasteable shell command running the tool with `args` (and `stdin` piped in)."""
+    command = shlex.join([*nix_run, "--", *args])
+    return f"printf %s {shlex.quote(stdin)} | {command}" if stdin else command
+
+
+def build_manifest(
+    *,
+    spec: dict[str, Any],
+    need: str,
+    package: dict[str, Any],
+    flake_ref: str,
+    nix_run: list[str],
+    help_text: str,
+    examples: list[dict[str, Any]],
+    verification: dict[str, Any],
+    origin: dict[str, Any],
+    run_id: str,
+) -> dict[str, Any]:
+    params = parse_help(help_text)
+    openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params)
+    return {
+        "format": MANIFEST_FORMAT,
+        "name": spec["name"],
+        "summary": spec["summary"],
+        "need": need,
+        "version": package.get("version", ""),
+        "usage": spec.get("usage", ""),
+        "flake_ref": flake_ref,
+        "nix_run": shlex.join(nix_run) + " -- ARGS",
+        "nix_run_argv": nix_run,
+        "installation_command": shlex.join(["nix", "profile", "install", *nix_run[2:]]),
+        "verification_command": verification,
+        "help_text": help_text,
+        "parameters": [p.to_dict() for p in params],
+        "examples": examples,
+        "openai_tool": openai_tool,
+        "mcp_tool": mcp_tool,
+        "store_path": package.get("store_path", ""),
+        "main_program": package.get("main_program", spec["name"]),
+        "nixpkgs_mode": package.get("nixpkgs_mode", ""),
+        "origin": origin,
+        "run_id": run_id,
+        "built_at": time.time(),
+    }
+
+
+def usage_markdown(manifest: dict[str, Any]) -> str:
+    """USAGE.md: the manifest for a reader."""
+    return render("usage.md.j2", m=manifest)
