@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flakebot import config
-from flakebot.errors import RunError
+from flakebot.crates import Candidate
+from flakebot.errors import CatalogError, RunError, UsageError
+from flakebot.events import EventSink, ignore
 from flakebot.run import Run
 
 
@@ -57,7 +62,151 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
         raise RunError(f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'") from None
 
 
-def _workdir(settings: config.Settings) -> Any:
-    from pathlib import Path
+def search(
+    query: str, *, registry: str | None = None, limit: int = 10, offline: bool | None = None, settings: config.Settings | None = None
+) -> list[Candidate]:
+    """Crates for `query`, best first; registry: crates-io, local, a path, or auto."""
+    import dataclasses
 
+    from flakebot.crates.stage import search as search_crates
+
+    settings = _settings(settings)
+    if offline is not None:
+        settings = dataclasses.replace(settings, offline=offline)
+    return search_crates(query, settings, registry, limit)[1]
+
+
+def _workdir(settings: config.Settings) -> Path:
     return Path(settings.workdir).expanduser().resolve()
+
+
+# ------------------------------------------------------------------ craft
+
+
+@dataclass
+class CraftResult:
+    """What a craft hands back to its caller."""
+
+    status: str  # "crafted" | "cached" | "stopped"
+    name: str
+    run_id: str
+    manifest: dict[str, Any] = field(default_factory=dict)
+    usage_markdown: str = ""
+    choice: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def from_catalog(self) -> bool:
+        return self.status == "cached"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "from_catalog": self.from_catalog}
+
+
+def craft(
+    need: str,
+    *,
+    model: str | None = None,
+    registry: str | None = None,
+    crate: str | None = None,
+    mode: str | None = None,
+    spec_file: str | None = None,
+    max_iterations: int | None = None,
+    max_cost: float | None = None,
+    max_tokens: int | None = None,
+    offline: bool | None = None,
+    keep: bool = False,
+    fresh: bool = False,
+    fork: bool = False,
+    push: bool = False,
+    delete_fork: bool = False,
+    stop_after: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> CraftResult:
+    """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need)."""
+    from flakebot import pipeline
+    from flakebot.deliver.catalog import Catalog
+
+    if not need.strip():
+        raise UsageError("the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"')
+    overrides = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens, "offline": offline}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    settings = dataclasses.replace(_settings(settings), **overrides)
+    started = time.monotonic()
+    if not fresh and stop_after is None:
+        hit = Catalog.open(settings).find_need(need)
+        if hit is not None:
+            return _cached(hit, settings, started)
+    from flakebot.llm.providers import check_model
+
+    check_model(model, settings)  # fail before any work when no model can be used
+    options = {
+        "model": model,
+        "registry": registry,
+        "crate": crate,
+        "mode": mode,
+        "spec_file": str(Path(spec_file).resolve()) if spec_file else None,
+        "keep": keep,
+        "fork": fork,
+        "push": push,
+        "delete_fork": delete_fork,
+        "settings": overrides,
+    }
+    run = pipeline.start("craft", _workdir(settings), settings, need, options, sink, stop_after)
+    return craft_result(run, time.monotonic() - started)
+
+
+def craft_result(run: Run, seconds: float = 0.0) -> CraftResult:
+    """The CraftResult of a finished (or stopped) craft run."""
+    instruct = run.output("instruct")
+    return CraftResult(
+        status="crafted" if instruct else "stopped",
+        name=run.output("spec").get("name", ""),
+        run_id=run.id,
+        manifest=instruct.get("manifest", {}),
+        usage_markdown=instruct.get("usage_markdown", ""),
+        choice={k: v for k, v in run.output("choose").items() if k != "crate"} | {"crate": run.output("choose").get("crate", {}).get("name", "")},
+        usage=dict(run.state.get("usage") or {}),
+        seconds=round(seconds, 3),
+    )
+
+
+def _cached(entry: dict[str, Any], settings: config.Settings, started: float) -> CraftResult:
+    from flakebot.deliver.catalog import show_tool
+
+    tool = show_tool(entry["name"], settings)
+    return CraftResult(
+        status="cached",
+        name=entry["name"],
+        run_id=entry.get("run_id", ""),
+        manifest=tool["manifest"],
+        usage_markdown=tool["usage_markdown"],
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+# ------------------------------------------------------------------ catalog
+
+
+def list_tools(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    from flakebot.deliver.catalog import Catalog
+
+    return sorted(Catalog.open(_settings(settings)).tools().values(), key=lambda e: e["name"])
+
+
+def tool_command(name: str, args: list[str], settings: config.Settings | None = None) -> list[str]:
+    """The argv that runs a catalogued tool with `args` (through `nix run`, as its manifest says)."""
+    from flakebot.deliver.catalog import show_tool
+
+    manifest = show_tool(name, _settings(settings))["manifest"]
+    if not manifest.get("nix_run_argv"):
+        raise CatalogError(f"tool '{name}' has no manifest", fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {name}'")
+    return [*manifest["nix_run_argv"], "--", *args]
+
+
+def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    from flakebot.deliver.catalog import Catalog
+
+    return Catalog.open(_settings(settings)).remove(name)

@@ -33,7 +33,7 @@ STAGES = [
     Stage("search", _lazy("flakebot.crates.stage:search_stage")),
     Stage("choose", _lazy("flakebot.choose:choose_stage")),
     Stage("acquire", _lazy("flakebot.source:acquire_stage")),
-    Stage("edit", _lazy("flakebot.agent.loop:edit_stage")),
+    Stage("edit", _lazy("flakebot.agent.edit_stage:edit_stage")),
     Stage("package", _lazy("flakebot.packaging:package_stage")),
     Stage("instruct", _lazy("flakebot.deliver.instruct:instruct_stage")),
     Stage("clean", _lazy("flakebot.craft:clean_stage"), always=True),

@@ -35,3 +35,46 @@ def print_run(report: dict[str, Any]) -> None:
 
 def print_tool(report: dict[str, Any]) -> None:
     out.print(report.get("usage_markdown") or report)
+
+
+def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
+    """The final summary of a craft: the tool, how it was made, how to use it."""
+    from flakebot.ui import json_line
+
+    if as_json:
+        json_line({"result": result})
+        return
+    if result["status"] == "stopped":
+        out.print(f"[yellow]run {result['run_id']} stopped as asked[/yellow]; continue with 'flakebot resume {result['run_id']}'")
+        return
+    manifest = result["manifest"]
+    origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
+    out.print(f"[bold green]✔ {result['name']}[/bold green] {manifest.get('summary', '')} ({origin})")
+    if result.get("choice", {}).get("crate"):
+        choice = result["choice"]
+        out.print(f"  started from [bold]{choice['crate']}[/bold] ({choice.get('mode')}): {choice.get('reason', '')}")
+    usage = result.get("usage") or {}
+    if usage:
+        cost = usage.get("cost_usd")
+        out.print(f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens" + (f", ${cost:.4f}" if cost else ""))
+    out.print(f"  run:     {manifest.get('nix_run', '')}")
+    out.print(f"  install: {manifest.get('installation_command', '')}")
+    verification = manifest.get("verification_command") or {}
+    out.print(f"  verified: {verification.get('command', '')} [green](passed)[/green]" if verification.get("passed") else "  verified: no")
+    out.print(f"  usage:   {manifest.get('catalog_dir', '')}/USAGE.md")
+
+
+def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
+    from flakebot.ui import json_line
+
+    if as_json:
+        for tool in tools:
+            json_line(tool)
+        return
+    if not tools:
+        out.print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")
+        return
+    table = Table("tool", "summary", "need", "run")
+    for tool in tools:
+        table.add_row(tool["name"], tool.get("summary", ""), tool.get("need", ""), tool.get("run_id", ""))
+    out.print(table)

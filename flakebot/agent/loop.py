@@ -1,0 +1,191 @@
+"""The edit loop: a bounded agent that edits a crate until flakebot's own test run is green.
+
+    run -> step -> query -> execute -> verdict
+      limits (iterations, wall time, tokens/cost) are checked before every model call;
+      after a step that changed files flakebot runs the tests itself and shows the model the result;
+      a state no worse than the best so far is committed, and the best is restored at the end;
+      the same edit or the same failures three times in a row stops the loop;
+      `done` is not trusted: only flakebot's verdict ends the loop green.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from flakebot.errors import BudgetExceeded, ModelError
+
+logger = logging.getLogger(__name__)
+
+REPEAT_LIMIT = 3
+FORMAT_ERROR_LIMIT = 3
+EDIT_TOOLS = {"write_file", "edit_file", "add_dependency"}
+
+
+@dataclass
+class Verdict:
+    """flakebot's own judgement of the workspace, from one test run."""
+
+    green: bool
+    failures: int  # failing tests; compile failure counts as worse than any number of failing tests
+    summary: str  # what the model is shown
+    key: str  # identity of the failure set, for loop detection
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoopResult:
+    """How the loop ended (the shape the seed Bot design asks of `run`: status, result, error, log)."""
+
+    status: str  # green | iterations | time | budget | loop_detected | format_errors | model_error
+    summary: str = ""
+    error: str | None = None
+    iterations: int = 0
+    best_failures: int | None = None
+    best_commit: str = ""
+    verdict: dict[str, Any] = field(default_factory=dict)
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def green(self) -> bool:
+        return self.status == "green"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StopLoop(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Limits:
+    max_iterations: int
+    max_wall_seconds: float
+
+
+class EditLoop:
+    """Drive a model with a toolbox until the verdict is green or a limit is reached."""
+
+    def __init__(
+        self,
+        model: Any,
+        toolbox: Any,
+        verdict: Callable[[], Verdict],
+        commit: Callable[[str], str],
+        restore: Callable[[str], None],
+        limits: Limits,
+        on_step: Callable[[int, LoopResult, Verdict | None], None] = lambda *_: None,
+        record: Callable[..., None] = lambda *_, **__: None,
+    ) -> None:
+        self.model, self.toolbox, self.verdict = model, toolbox, verdict
+        self.commit, self.restore, self.limits = commit, restore, limits
+        self.on_step, self.record = on_step, record
+        self.result = LoopResult(status="running")
+        self.messages: list[dict[str, Any]] = []
+        self._recent_edits: list[str] = []
+        self._recent_failures: list[str] = []
+        self._format_errors = 0
+        self._started = 0.0
+
+    def run(self, system: str, task: str, baseline: Verdict) -> LoopResult:
+        self._started = time.monotonic()
+        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": f"{task}\n\nCurrent test result:\n{baseline.summary}"}]
+        self._remember(baseline, self.commit("flakebot: baseline"))
+        try:
+            while True:
+                self._check_limits()
+                if self.step():
+                    self.result.status = "green"
+                    break
+        except StopLoop as stop:
+            self.result.status, self.result.error = stop.status, str(stop)
+        except BudgetExceeded as exc:
+            self.result.status, self.result.error = "budget", exc.message
+        except ModelError as exc:
+            self.result.status, self.result.error = "model_error", exc.one_line()
+        finally:
+            if not self.result.green and self.result.best_commit:
+                self.restore(self.result.best_commit)
+        return self.result
+
+    def _check_limits(self) -> None:
+        if self.result.iterations >= self.limits.max_iterations:
+            raise StopLoop("iterations", f"stopped after {self.result.iterations} iterations without green tests")
+        if time.monotonic() - self._started > self.limits.max_wall_seconds:
+            raise StopLoop("time", f"stopped after {self.limits.max_wall_seconds:.0f}s without green tests")
+
+    def step(self) -> bool:
+        """One model call and its tool calls; True when flakebot's verdict is green after `done`."""
+        self.result.iterations += 1
+        reply = self.model.complete(self.messages, self.toolbox.schemas())
+        self.messages.append(reply.to_message())
+        self.record("model_reply", iteration=self.result.iterations, text=reply.text, tool_calls=[c.name for c in reply.tool_calls])
+        if not reply.tool_calls:
+            self.messages.append({"role": "user", "content": "Use the tools to change the code; call done when the tests pass."})
+            self.on_step(self.result.iterations, self.result, None)
+            return False
+        changed, finished = False, False
+        for call in reply.tool_calls:
+            text, edited, finished_now = self._execute(call)
+            changed |= edited
+            finished |= finished_now
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        verdict = self._judge() if changed or finished else None
+        self.on_step(self.result.iterations, self.result, verdict)
+        if verdict is None:
+            return False
+        if verdict.green:  # flakebot's verdict ends the loop, with or without the model's `done`
+            self.result.summary = self.result.summary or f"tests green after {self.result.iterations} iterations"
+            return True
+        self.messages.append({"role": "user", "content": f"flakebot ran the tests; they are not green yet:\n{verdict.summary}"})
+        return False
+
+    def _execute(self, call: Any) -> tuple[str, bool, bool]:
+        """Run one tool call; returns (text for the model, whether files may have changed, whether it was done)."""
+        if call.error:
+            self._format_errors += 1
+            if self._format_errors >= FORMAT_ERROR_LIMIT:
+                raise StopLoop("format_errors", f"{self._format_errors} malformed tool calls in a row: {call.error}")
+            return f"error: your tool call could not be parsed: {call.error}. Send valid JSON arguments.", False, False
+        self._format_errors = 0
+        if call.name == "done":
+            self.result.summary = str(call.arguments.get("summary", ""))
+            return "flakebot is running the tests to check.", False, True
+        if call.name in EDIT_TOOLS:
+            self._note_edit(call)
+        outcome = self.toolbox.call(call.name, call.arguments)
+        restored = self.toolbox.enforce_frozen()
+        text = outcome.text
+        if restored:
+            text += f"\nflakebot restored {', '.join(restored)}: acceptance tests are frozen and must not be edited."
+        self.record("tool_call", iteration=self.result.iterations, name=call.name, arguments=call.arguments, ok=outcome.ok, result=text[:4000])
+        self.result.log.append({"iteration": self.result.iterations, "tool": call.name, "ok": outcome.ok})
+        return text, call.name in EDIT_TOOLS and outcome.ok, False
+
+    def _note_edit(self, call: Any) -> None:
+        digest = hashlib.sha256(json.dumps([call.name, call.arguments], sort_keys=True).encode()).hexdigest()
+        self._recent_edits = (self._recent_edits + [digest])[-REPEAT_LIMIT:]
+        if len(self._recent_edits) == REPEAT_LIMIT and len(set(self._recent_edits)) == 1:
+            raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
+
+    def _judge(self) -> Verdict:
+        verdict = self.verdict()
+        self.record("verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key)
+        if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
+            self._remember(verdict, self.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"))
+        self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
+        if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:
+            raise StopLoop("loop_detected", f"the same failures {REPEAT_LIMIT} times in a row")
+        return verdict
+
+    def _remember(self, verdict: Verdict, commit: str) -> None:
+        self.result.best_failures, self.result.best_commit = verdict.failures, commit
+        self.result.verdict = {"green": verdict.green, "failures": verdict.failures, **verdict.data}
