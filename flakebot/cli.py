@@ -157,6 +157,41 @@ def clean_cmd(
     out.print(f"removed {len(removed)} run(s)")
 
 
+# ---------------------------------------------------------------- search
+
+
+@app.command("search")
+def search_cmd(
+    query: Annotated[str, typer.Argument(help="What the tool should do or work on, e.g. 'csv dedupe'.")],
+    registry: Annotated[str | None, typer.Option(help="crates-io, local, or a cargo directory source PATH (default: crates.io, falling back to local).")] = None,
+    limit: Annotated[int, typer.Option(help="How many crates to show.")] = 10,
+    offline: Annotated[bool, typer.Option("--offline", help="Never contact crates.io; search the local registry.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find crates a tool could start from, ranked for tool-making."""
+    from flakebot import api
+    from flakebot.ui import json_line, out
+
+    found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
+    if as_json:
+        for candidate in found:
+            json_line(candidate.to_dict())
+        return
+    if not found:
+        out.print(f"No crate matches '{query}'.")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{found[0].crate.source}: {query}")
+    for column in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
+        table.add_column(column, no_wrap=column in ("crate", "version"), justify="right" if column == "downloads" else "left")
+    for c in found:
+        info = c.crate
+        downloads = "" if info.downloads is None else f"{info.downloads:,}"
+        table.add_row(info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why, info.description)
+    out.print(table)
+
+
 # ---------------------------------------------------------------- config
 
 
@@ -189,6 +224,80 @@ def config_set(
 
     path = config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)
     out.print(f"{key} = {value!r} written to {path}")
+
+
+# ---------------------------------------------------------------- craft and the catalog
+
+
+@app.command("craft")
+def craft_cmd(
+    need: Annotated[str, typer.Argument(help='What the tool should do, in plain words: "need a CSV deduper".')],
+    model: Annotated[str | None, typer.Option(help="provider:model: groq:llama-3.3-70b-versatile, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE.")] = None,
+    registry: Annotated[str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")] = None,
+    crate: Annotated[str | None, typer.Option(help="Start from this crate (skips the model's choice).")] = None,
+    mode: Annotated[str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")] = None,
+    spec: Annotated[Path | None, typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model.")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens the run may use.")] = None,
+    offline: Annotated[bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")] = False,
+    fresh: Annotated[bool, typer.Option(help="Craft again even if the catalog has a tool for this need.")] = False,
+    fork: Annotated[bool, typer.Option(help="Fork the crate's GitHub repository (needs GITHUB_TOKEN).")] = False,
+    push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
+    delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
+    stop_after: Annotated[str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
+
+    Stages: spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
+    Resume an interrupted craft with 'flakebot resume RUN'.
+    """
+    from flakebot import api
+    from flakebot.ui import event_sink
+
+    with event_sink(as_json, f"craft: {need}") as sink:
+        result = api.craft(
+            need, model=model, registry=registry, crate=crate, mode=mode, spec_file=str(spec) if spec else None,
+            max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
+            fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sink=sink, settings=G.settings,
+        )  # fmt: skip
+    from flakebot.render import print_craft_result
+
+    print_craft_result(result.to_dict(), as_json)
+
+
+@app.command("list")
+def list_cmd(as_json: JsonOpt = False) -> None:
+    """List the tools in the catalog."""
+    from flakebot import api
+    from flakebot.render import print_tools
+
+    print_tools(api.list_tools(G.settings), as_json)
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_cmd(
+    tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
+    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the tool (put them after --).")] = None,
+) -> None:
+    """Run a catalogued tool through nix run: flakebot run csv-dedup -- --key id data.csv"""
+    from flakebot import api
+
+    argv = api.tool_command(tool, list(args or []), G.settings)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+
+
+@app.command("rm")
+def rm_cmd(tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")]) -> None:
+    """Remove a tool from the catalog (its flake, manifest and GC root)."""
+    from flakebot import api
+    from flakebot.ui import out
+
+    entry = api.remove_tool(tool, G.settings)
+    out.print(f"removed {entry['name']} (store path {entry.get('store_path', '?')} is no longer held)")
 
 
 # ---------------------------------------------------------------- entry point
