@@ -163,7 +163,7 @@ def clean_cmd(
 @app.command("search")
 def search_cmd(
     query: Annotated[str, typer.Argument(help="What the tool should do or work on, e.g. 'csv dedupe'.")],
-    registry: Annotated[str | None, typer.Option(help="crates-io, local, or a cargo directory source PATH (default: crates.io, falling back to local).")] = None,
+    registry: Annotated[str | None, typer.Option(help="crates-io, local, or a cargo directory source PATH (default: crates.io, else local).")] = None,
     limit: Annotated[int, typer.Option(help="How many crates to show.")] = 10,
     offline: Annotated[bool, typer.Option("--offline", help="Never contact crates.io; search the local registry.")] = False,
     as_json: JsonOpt = False,
