@@ -20,6 +20,8 @@ class ToolCall:
 
 @dataclass
 class Usage:
+    """Tokens one reply (or a whole run) used; `cached_tokens` is the part of the prompt the provider served from cache."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
@@ -36,6 +38,14 @@ class Usage:
         if other.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Usage:
+        """A Usage from to_dict() output (unknown keys, such as total_tokens, are ignored)."""
+        return cls(**{k: data[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd") if k in data})
+
 
 @dataclass
 class Reply:
@@ -45,8 +55,9 @@ class Reply:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = ""
     usage: Usage = field(default_factory=Usage)
-    latency: float = 0.0
+    latency: float = 0.0  # seconds, including the SDK's own retries
     model: str = ""
+    shrunk: int = 0  # history messages elided in place to fit the context window during this call
 
     def to_message(self) -> dict[str, Any]:
         """This reply as the assistant message to append to the history."""
@@ -73,3 +84,5 @@ class Model(Protocol):
     name: str  # "provider:model", as chosen
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, temperature: float = 0.0) -> Reply: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,46 @@
+"""Secret redaction for transcripts, logs and error messages: keys never leave the process."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+REDACTED = "[REDACTED]"
+# Environment variables whose values are secrets.
+SECRET_ENV = re.compile(r".*(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+# Strings that look like keys even when no environment variable holds them.
+SECRET_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bgsk_[A-Za-z0-9]{8,}"),
+    re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{8,}"),
+)
+SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey"}
+MIN_SECRET_LENGTH = 6  # shorter values ("1", "yes") would redact ordinary text
+
+
+def secret_values() -> list[str]:
+    """Values of secret-looking environment variables, longest first (so overlaps redact whole)."""
+    values = {v for k, v in os.environ.items() if SECRET_ENV.match(k.upper()) and len(v) >= MIN_SECRET_LENGTH}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_text(text: str, secrets: list[str] | None = None) -> str:
+    """`text` with every known secret and key-looking string replaced by [REDACTED]."""
+    for secret in secret_values() if secrets is None else secrets:
+        text = text.replace(secret, REDACTED)
+    for pattern in SECRET_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
+def redact(value: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of `value` (JSON-like data) with secrets redacted, including Authorization-like keys."""
+    secrets = secret_values() if secrets is None else secrets
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, dict):
+        return {k: REDACTED if str(k).lower() in SECRET_KEYS else redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, secrets) for v in value]
+    return value
