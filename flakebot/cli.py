@@ -300,6 +300,14 @@ def rm_cmd(tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")
     out.print(f"removed {entry['name']} (store path {entry.get('store_path', '?')} is no longer held)")
 
 
+@app.command("mcp")
+def mcp_cmd() -> None:
+    """Serve flakebot as an MCP server over stdio (tools: craft, search, list, run)."""
+    from flakebot.mcp_server import serve
+
+    serve()
+
+
 # ---------------------------------------------------------------- entry point
 
 
