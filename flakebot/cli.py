@@ -308,6 +308,30 @@ def mcp_cmd() -> None:
     serve()
 
 
+# ---------------------------------------------------------------- models
+
+
+@app.command("models")
+def models_cmd(as_json: JsonOpt = False) -> None:
+    """List model providers, the default model and whether each API key is set (keys are never shown)."""
+    from flakebot.llm.providers import describe
+    from flakebot.ui import json_line, out
+
+    report = describe(G.settings)
+    if as_json:
+        json_line(report)
+        return
+    from rich.table import Table
+
+    table = Table("use as", "default model", "API key", "base URL")
+    for p in report["providers"]:
+        key = f"{p['key_env']} {'set' if p['key_present'] else 'NOT SET'}" if p["key_required"] else "not needed"
+        table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
+    out.print(table)
+    default = report["default"]
+    out.print(f"default: {default['model']} (from {default['source']})" if default["model"] else f"default: none. {default['error']}", highlight=False)
+
+
 # ---------------------------------------------------------------- entry point
 
 
