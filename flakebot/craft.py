@@ -10,7 +10,6 @@ import importlib
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import Any
 
 from flakebot.pipeline import Stage, StageContext
@@ -43,18 +42,18 @@ STAGES = [
 @contextmanager
 def stage_model(ctx: StageContext) -> Iterator[Any]:
     """The run's model for this stage: transcript in the run, one budget carried across stages and resumes."""
-    from flakebot.llm.base import Usage
-    from flakebot.llm.providers import Budget, Transcript, resolve_model
+    from flakebot.llm.budget import Budget
+    from flakebot.llm.providers import resolve_model
+    from flakebot.llm.transcript import Transcript
 
-    spent = Usage(**ctx.run.state.get("usage", {}))
-    budget = Budget(ctx.settings.max_tokens, ctx.settings.max_cost, spent=spent)
+    budget = Budget.from_settings(ctx.settings, spent=ctx.run.state.get("usage") or None)
     transcript = Transcript(ctx.run.transcript_path)
     model = resolve_model(ctx.options.get("model"), ctx.settings, stage=ctx.stage, transcript=transcript, budget=budget)
     try:
         yield model
     finally:
         model.close()
-        ctx.run.state["usage"] = asdict(budget.spent)
+        ctx.run.state["usage"] = budget.spent.to_dict()
         ctx.run.save()
 
 

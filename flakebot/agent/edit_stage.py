@@ -90,16 +90,17 @@ def _restore(repo: Any, sha: str) -> None:
 
 
 def _on_step(ctx: StageContext, model: Any, iteration: int, verdict: Verdict | None) -> None:
-    usage = getattr(model, "budget", None)
-    spent = usage.spent if usage is not None else None
-    data: dict[str, Any] = {"iteration": iteration}
-    if spent is not None:
-        data.update(tokens=spent.total_tokens, cost_usd=spent.cost_usd)
-        ctx.run.state["usage"] = {"prompt_tokens": spent.prompt_tokens, "completion_tokens": spent.completion_tokens, "cached_tokens": spent.cached_tokens, "cost_usd": spent.cost_usd}
-        ctx.run.save()
+    spent = model.budget.spent
+    data: dict[str, Any] = {"iteration": iteration, "tokens": spent.total_tokens, "cost_usd": spent.cost_usd}
+    ctx.run.state["usage"] = spent.to_dict()  # saved every step: a killed run keeps what it spent
+    ctx.run.save()
     if verdict is not None:
         data.update(failures=verdict.failures, green=verdict.green, **{k: v for k, v in verdict.data.items() if k in ("passed", "failed")})
-    note = "no test run" if verdict is None else ("green" if verdict.green else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing")
+    note = (
+        "no test run"
+        if verdict is None
+        else ("green" if verdict.green else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing")
+    )
     ctx.progress(f"iteration {iteration}: {note}", **data)
 
 
@@ -127,4 +128,11 @@ def _outcome(result: LoopResult, spec: ToolSpec) -> dict[str, Any]:
             iterations=result.iterations,
             best_failures=result.best_failures,
         )
-    return {"status": "green", "summary": result.summary, "iterations": result.iterations, "commit": result.best_commit, "verdict": result.verdict, "binary": spec.name}
+    return {
+        "status": "green",
+        "summary": result.summary,
+        "iterations": result.iterations,
+        "commit": result.best_commit,
+        "verdict": result.verdict,
+        "binary": spec.name,
+    }
