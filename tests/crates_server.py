@@ -54,8 +54,7 @@ class CratesServer:
         self.route("/api/v1/crates/foo/1.0.0", Reply(body=(CRATES_IO / "version-lib-and-bin.json").read_bytes()))
         self.route("/se/rd/serde", Reply(body=(CRATES_IO / "sparse-index-serde.jsonl").read_bytes()))
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -90,6 +89,7 @@ class CratesServer:
 def _handler(server: CratesServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 5  # an idle keep-alive connection ends, so server_close() can join its thread
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             reply = server.answer(self.path, {k.lower(): v for k, v in self.headers.items()})

@@ -136,7 +136,7 @@ class CratesIo:
 
     def get(self, name: str, version: str | None = None) -> CrateInfo:
         """A crate's details, for its default version or for `version`."""
-        data = self._api_json(f"/api/v1/crates/{quote(name)}", what=f"crate '{name}'")
+        data = self._api_json(f"/api/v1/crates/{quote(name)}", what=f"crate '{name}'", expect=("crate", dict))
         crate = _crate_info(_field(data, "crate", dict))
         versions = [v for v in data.get("versions") or [] if isinstance(v, dict)]
         wanted = version or crate.version
@@ -147,7 +147,7 @@ class CratesIo:
 
     def version(self, name: str, version: str) -> CrateInfo:
         """One version's details: licence, bin_names, has_lib, checksum, yanked."""
-        data = self._api_json(f"/api/v1/crates/{quote(name)}/{quote(version)}", what=f"crate '{name}' version {version}")
+        data = self._api_json(f"/api/v1/crates/{quote(name)}/{quote(version)}", what=f"crate '{name}' version {version}", expect=("version", dict))
         return _version_info(_field(data, "version", dict))
 
     def index_versions(self, name: str) -> list[dict[str, Any]]:
@@ -197,7 +197,7 @@ class CratesIo:
         path = "/api/v1/crates"
         crates: list[CrateInfo] = []
         for _ in range(MAX_PAGES):
-            data = self._api_json(path, params, what=f"search for '{text}'")
+            data = self._api_json(path, params, what=f"search for '{text}'", expect=("crates", list))
             crates += [_crate_info(c) for c in _field(data, "crates", list) if isinstance(c, dict)]
             next_page = (data.get("meta") or {}).get("next_page")
             if len(crates) >= want or not next_page:
@@ -215,12 +215,17 @@ class CratesIo:
             return crate
 
     def _index_checksum(self, name: str, version: str) -> str:
-        for record in self.index_versions(name):
+        try:
+            records = self.index_versions(name)
+        except SearchError as exc:
+            raise AcquireError(exc.message, fix=exc.fix, crate=name) from None
+        for record in records:
             if record.get("vers") == version and record.get("cksum"):
                 return str(record["cksum"])
         raise AcquireError(f"crate '{name}' version {version} is not in the crates.io index", fix="check the name and version with 'flakebot search'")
 
-    def _api_json(self, path: str, params: dict[str, Any] | None = None, *, what: str) -> dict[str, Any]:
+    def _api_json(self, path: str, params: dict[str, Any] | None = None, *, what: str, expect: tuple[str, type]) -> dict[str, Any]:
+        """The JSON object at `path`, from the cache or the API; it must hold `expect` = (key, type) to be cached."""
         url = self.api_url + path
         key = f"{url}?{urlencode(params)}" if params else url
         cached = self.cache.get(key)
@@ -234,6 +239,7 @@ class CratesIo:
             raise SearchError(f"crates.io sent malformed JSON for {what} ({response.url})", fix="try again later; " + OFFLINE_FIX) from None
         if not isinstance(data, dict):
             raise SearchError(f"crates.io sent unexpected JSON for {what} ({response.url})", fix="try again later; " + OFFLINE_FIX)
+        _field(data, *expect)
         self.cache.put(key, data)
         return data
 
@@ -241,7 +247,7 @@ class CratesIo:
         for attempt in range(self.retries + 1):
             if limited:
                 self.limiter.wait()
-            response = self._send(lambda client: client.get(url, params=params, headers=self.headers, timeout=self.timeout))
+            response = self._send(lambda client: client.get(url, params=params or None, headers=self.headers, timeout=self.timeout))
             if response.status_code not in RETRY_STATUSES or attempt == self.retries:
                 break
             delay = self._retry_delay(response, attempt, what)
