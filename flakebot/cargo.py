@@ -30,6 +30,12 @@ def cargo_program() -> str:
     return str(Path(found).resolve()) if "rustup" not in Path(found).resolve().name else found
 
 
+def registry_dir(settings: Settings) -> Path:
+    """The directory source cargo uses offline: `registry` when it names a directory, else `local_registry`."""
+    named = settings.registry not in ("auto", "local", "crates-io")
+    return Path(settings.registry if named else settings.local_registry).expanduser().resolve()
+
+
 @dataclass
 class Cargo:
     """How to call cargo for one run."""
@@ -42,8 +48,7 @@ class Cargo:
     @classmethod
     def for_run(cls, settings: Settings, target_dir: Path) -> Cargo:
         offline = settings.offline or settings.registry != "crates-io"
-        registry = Path(settings.local_registry) if offline else None
-        return cls(target_dir=target_dir, offline=offline, registry_dir=registry)
+        return cls(target_dir=target_dir, offline=offline, registry_dir=registry_dir(settings) if offline else None)
 
     def config_args(self) -> list[str]:
         """Global cargo flags: the crate source and --offline."""
