@@ -58,10 +58,7 @@ class AutoRegistry:
 
         self.settings = settings
         self.active: Registry = CratesIo(settings)
-
-    @property
-    def name(self) -> str:
-        return self.active.name
+        self.name = self.active.name  # the registry that answers: "crates-io", then "local" after a fallback
 
     def search(self, query: str, limit: int = 10) -> list[Candidate]:
         return self._call(lambda registry: registry.search(query, limit))
@@ -79,7 +76,7 @@ class AutoRegistry:
                 raise
             fallback = local_registry(self.settings)
             logger.warning("%s; searching the local registry %s instead", exc.message, fallback.path)
-            self.active = fallback
+            self.active, self.name = fallback, fallback.name
             return call(fallback)
 
 
