@@ -1,0 +1,12 @@
+"""Nix: wrap a crate as a pinned flake, build it, smoke-run it, and run it with `nix run`.
+
+    flake.py     package_crate (render → git add → nix build → smoke run → GC root), nix_run, flake_check
+    crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary
+    deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does)
+    licenses.py  SPDX expressions → nixpkgs lib.licenses names
+    lock.py      the pinned nixpkgs (nixos-25.05) and flake.lock
+    standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)
+    command.py   nix command lines for Nix 2.8, the nixpkgs mode, bounded runs keeping the log tail
+
+May import flakebot.config, flakebot.errors, flakebot.fsutil, flakebot.cargo, flakebot.templates.
+"""

@@ -1,0 +1,200 @@
+"""Calling nix: the command lines (Nix 2.8 flags), the nixpkgs mode, and bounded runs that keep the log tail."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from flakebot.config import Settings
+from flakebot.errors import NixError
+
+logger = logging.getLogger(__name__)
+
+FEATURES = ["--extra-experimental-features", "nix-command flakes"]
+LOG_TAIL_LINES = 30
+INSTALL_FIX = "install Nix: 'apt-get install nix-bin' on Debian/Ubuntu (then scripts/setup.sh), or see https://nixos.org/download"
+# Hosts a pinned (real nixpkgs) build needs: the nixpkgs tarball and the binary cache.
+NETWORK_PROBES = (("github.com", 443), ("cache.nixos.org", 443))
+
+
+def nix_program(name: str = "nix") -> str:
+    """Absolute path of a nix program, or a NixError saying how to install Nix."""
+    found = shutil.which(name)
+    if found is None:
+        raise NixError(f"nix is not installed (no '{name}' on PATH)", fix=INSTALL_FIX)
+    return found
+
+
+def machine_options(mode: str) -> list[str]:
+    """Options this machine needs for builds: root without a daemon, and the host stand-in's needs."""
+    options: list[str] = []
+    if os.geteuid() == 0:
+        # Builders run as root (no nixbld group without a daemon), so they can reach the host toolchain.
+        options += ["--option", "build-users-group", ""]
+    if mode == "host":
+        # The stand-in builds with the host's cargo and crate directory: no sandbox, no binary cache.
+        options += ["--offline", "--option", "sandbox", "false"]
+    return options
+
+
+def override_options(mode: str, standin: Path | None) -> list[str]:
+    """`--override-input nixpkgs path:<stand-in>` in host mode; nothing when pinned."""
+    if mode != "host":
+        return []
+    if standin is None:
+        raise NixError("host mode needs the nixpkgs stand-in", fix="call flakebot.nix.standin.ensure_standin first")
+    return ["--override-input", "nixpkgs", f"path:{standin}"]
+
+
+def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | None) -> list[str]:
+    """A full nix command line: features, the (sub)command, machine options, the nixpkgs override, then args."""
+    return [nix_program(), *FEATURES, *command, *machine_options(mode), *override_options(mode, standin), *args]
+
+
+def resolve_mode(settings: Settings) -> tuple[str, str]:
+    """(mode, notice): pinned or host. `auto` picks host when neither the network nor a cached nixpkgs is there."""
+    if settings.nixpkgs in ("pinned", "host"):
+        return settings.nixpkgs, ""
+    if settings.offline:
+        return "host", "offline is set: building with the host-toolchain stand-in for nixpkgs (--nixpkgs host)"
+    if _reachable(settings.connect_timeout) or pinned_nixpkgs_cached():
+        return "pinned", ""
+    return "host", "no network to github.com/cache.nixos.org and no cached nixpkgs: building with the host-toolchain stand-in (--nixpkgs host)"
+
+
+def _reachable(timeout: float) -> bool:
+    for host, port in NETWORK_PROBES:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError:
+            return False
+    return True
+
+
+def pinned_nixpkgs_cached() -> bool:
+    """Whether the pinned nixpkgs source is already in the Nix store (so pinned needs no download)."""
+    import base64
+
+    from flakebot.nix.lock import PINNED_NIXPKGS
+
+    digest = base64.b64decode(PINNED_NIXPKGS["narHash"].removeprefix("sha256-")).hex()
+    try:
+        argv = [nix_program("nix-store"), "--print-fixed-path", "--recursive", "sha256", digest, "source"]
+        path = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(path) and Path(path).exists()
+
+
+@dataclass
+class Outcome:
+    """How a bounded command ended."""
+
+    returncode: int
+    stdout: str
+    tail: list[str]
+    seconds: float
+    timed_out: bool
+
+
+def run_streaming(argv: list[str], timeout: float, on_line: Callable[[str], None] | None = None, cwd: Path | None = None) -> Outcome:
+    """Run argv in its own process group, passing stderr lines to on_line; kill the group at the timeout."""
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+    tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+    stdout_parts: list[str] = []
+    readers = [
+        threading.Thread(target=_pump, args=(proc.stderr, lines), daemon=True),
+        threading.Thread(target=_collect, args=(proc.stdout, stdout_parts), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        timed_out = _drain(lines, tail, on_line, started + timeout)
+        if timed_out:
+            kill_group(proc)
+        proc.wait()
+    except BaseException:
+        kill_group(proc)  # interrupted (Ctrl-C, SIGTERM): never leave nix running
+        raise
+    finally:
+        _close(proc, readers)
+    while not lines.empty():
+        line = lines.get()
+        if line is not None:
+            tail.append(line)
+    return Outcome(proc.returncode, "".join(stdout_parts), list(tail), time.monotonic() - started, timed_out)
+
+
+def _close(proc: subprocess.Popen[str], readers: list[threading.Thread]) -> None:
+    for reader in readers:
+        reader.join(timeout=5)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _drain(lines: queue.Queue[str | None], tail: collections.deque[str], on_line: Callable[[str], None] | None, deadline: float) -> bool:
+    """Consume stderr lines until EOF (False) or the deadline (True)."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True
+        try:
+            line = lines.get(timeout=min(remaining, 1.0))
+        except queue.Empty:
+            continue
+        if line is None:
+            return False
+        tail.append(line)
+        if on_line is not None:
+            on_line(line)
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    try:
+        for raw in stream:
+            lines.put(raw.rstrip("\n"))
+    except (OSError, ValueError):  # the stream was closed under us after a kill
+        pass
+    lines.put(None)
+
+
+def _collect(stream: IO[str], parts: list[str]) -> None:
+    try:
+        parts.append(stream.read())
+    except (OSError, ValueError):
+        pass
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM the process group, give it a few seconds, then SIGKILL whatever is left of it."""
+    signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        pass
+    signal_group(proc, signal.SIGKILL)
+    proc.wait()
+
+
+def signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    """Send sig to proc's process group (proc was started with start_new_session=True)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,151 @@
+"""What a flake needs to know about a crate: its Cargo.lock, its packages and binaries (asked of cargo)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.errors import NixError, UsageError
+from flakebot.nix import deps
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CrateFacts:
+    """The chosen binary and the package it belongs to, plus what Cargo.lock says about dependencies."""
+
+    pname: str
+    version: str
+    bin_name: str
+    description: str = ""
+    license: str = ""
+    homepage: str = ""
+    cargo_build_flags: list[str] = field(default_factory=list)
+    cargo_test_flags: list[str] = field(default_factory=list)
+    lock_crates: list[str] = field(default_factory=list)
+    git_dependencies: list[str] = field(default_factory=list)  # "name-version" keys for cargoLock.outputHashes
+    placeholder_checksums: bool = False  # Debian's directory source wrote checksums a networked build rejects
+    lock_generated: bool = False
+
+
+def _cargo(settings: Settings, scratch: Path) -> Any:
+    from flakebot.cargo import Cargo
+
+    return Cargo.for_run(settings, scratch / "target")
+
+
+def _first_error(stderr: str) -> str:
+    """Cargo's first `error:` line (plus its detail), or the last line of output."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if line.startswith("error"):
+            detail = lines[index + 1] if index + 1 < len(lines) and not lines[index + 1].startswith(("Caused by", "error")) else ""
+            return f"{line} {detail}".strip()
+    return lines[-1] if lines else "no output"
+
+
+def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path) -> bool:
+    """Make sure crate_dir has a Cargo.lock, generating one (offline when configured). True if generated."""
+    if (crate_dir / "Cargo.lock").is_file():
+        return False
+    result = _cargo(settings, scratch).run(["generate-lockfile"], cwd=crate_dir, timeout=settings.command_timeout)
+    if result.returncode != 0:
+        raise NixError(
+            f"cannot produce Cargo.lock for {crate_dir.name} offline: {_first_error(result.stderr)}",
+            fix="add a Cargo.lock to the crate, or install the missing crates into the local registry (apt-get install librust-<name>-dev)",
+        )
+    logger.info("generated Cargo.lock in %s", crate_dir)
+    return True
+
+
+def metadata(crate_dir: Path, settings: Settings, scratch: Path) -> dict[str, Any]:
+    """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source."""
+    result = _cargo(settings, scratch).run(["metadata", "--format-version", "1", "--locked"], cwd=crate_dir, timeout=settings.command_timeout)
+    if result.returncode != 0:
+        raise NixError(
+            f"cargo cannot resolve {crate_dir.name} from its Cargo.lock: {_first_error(result.stderr)}",
+            fix="remove Cargo.lock so flakebot regenerates it from the local registry, or install the missing crates (apt-get install librust-<name>-dev)",
+        )
+    try:
+        return dict(json.loads(result.stdout))
+    except json.JSONDecodeError as exc:
+        raise NixError(f"cargo metadata printed something that is not JSON ({exc})", fix="check the crate's Cargo.toml with 'cargo metadata'") from None
+
+
+def inspect_crate(crate_dir: Path, settings: Settings, bin_name: str | None = None) -> CrateFacts:
+    """Lock, ask cargo, and pick the binary (`bin_name`, or the crate's only/default one)."""
+    with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
+        generated = ensure_lock(crate_dir, settings, Path(scratch))
+        meta = metadata(crate_dir, settings, Path(scratch))
+    members = [p for p in meta["packages"] if p["id"] in set(meta["workspace_members"])]
+    root_id = (meta.get("resolve") or {}).get("root")
+    package, target = choose_binary(members, root_id, bin_name, crate_dir.name)
+    facts = CrateFacts(
+        pname=package["name"],
+        version=package["version"],
+        bin_name=target["name"],
+        description=package.get("description") or "",
+        license=package.get("license") or "",
+        homepage=package.get("homepage") or package.get("repository") or "",
+        lock_generated=generated,
+    )
+    _selection_flags(facts, members, package)
+    _read_lock(facts, crate_dir / "Cargo.lock")
+    return facts
+
+
+def binaries(members: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(package, target) for every binary target of the workspace members."""
+    return [(p, t) for p in members for t in p.get("targets", []) if "bin" in t.get("kind", [])]
+
+
+def choose_binary(members: list[dict[str, Any]], root_id: str | None, bin_name: str | None, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The binary to package: the one asked for, the only one, or the root package's default."""
+    found = binaries(members)
+    names = ", ".join(sorted(t["name"] for _, t in found))
+    if bin_name:
+        for package, target in found:
+            if target["name"] == bin_name:
+                return package, target
+        raise UsageError(
+            f"{label} has no binary named '{bin_name}' (binaries: {names or 'none'})",
+            fix=f"pass --bin with one of: {names}" if names else "pick a crate with a binary target",
+        )
+    if not found:
+        raise UsageError(
+            f"{label} has no binary target (it is a library crate)", fix="package a crate that ships a command-line tool (src/main.rs or a [[bin]] section)"
+        )
+    if len(found) == 1:
+        return found[0]
+    root = next((p for p in members if p["id"] == root_id), None)
+    if root is not None:
+        default = root.get("default_run") or root["name"]
+        for package, target in found:
+            if package is root and target["name"] == default:
+                return package, target
+    raise UsageError(f"{label} has several binaries ({names})", fix="choose one with --bin NAME")
+
+
+def _selection_flags(facts: CrateFacts, members: list[dict[str, Any]], package: dict[str, Any]) -> None:
+    """cargoBuildFlags/cargoTestFlags selecting the chosen binary when the workspace has more than one."""
+    if len(members) > 1:
+        facts.cargo_build_flags += ["-p", package["name"]]
+        facts.cargo_test_flags += ["-p", package["name"]]
+    if len(binaries(members)) > 1:
+        facts.cargo_build_flags += ["--bin", facts.bin_name]
+
+
+def _read_lock(facts: CrateFacts, lock_file: Path) -> None:
+    for entry in deps.lock_packages(lock_file):
+        name, version, source = str(entry.get("name", "")), str(entry.get("version", "")), str(entry.get("source", ""))
+        facts.lock_crates.append(name)
+        if source.startswith("git+"):
+            facts.git_dependencies.append(f"{name}-{version}")
+        if "Could not get crate checksum" in str(entry.get("checksum", "")):
+            facts.placeholder_checksums = True

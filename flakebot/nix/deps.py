@@ -1,0 +1,113 @@
+"""Native build inputs a crate needs, read from the crate names in its Cargo.lock (as nix-init does).
+
+Names are nixpkgs attribute paths. Under `strictDeps` (which buildRustPackage sets) tools that run
+at build time (pkg-config, protobuf, cmake) go in nativeBuildInputs; libraries linked into the
+binary (openssl, sqlite, zlib, ...) go in buildInputs.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flakebot.errors import NixError
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one -sys (or build helper) crate needs from nixpkgs."""
+
+    native: tuple[str, ...] = ()
+    build: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+# Crate name in Cargo.lock -> nixpkgs inputs. The `pkg-config` crate itself brings pkg-config.
+NATIVE_INPUTS: dict[str, Needs] = {
+    "alsa-sys": Needs(build=("alsa-lib",)),
+    "bindgen": Needs(native=("rustPlatform.bindgenHook",)),
+    "bzip2-sys": Needs(build=("bzip2",)),
+    "cmake": Needs(native=("cmake",)),
+    "curl-sys": Needs(build=("curl",)),
+    "expat-sys": Needs(build=("expat",)),
+    "freetype-sys": Needs(build=("freetype",)),
+    "gpgme-sys": Needs(native=("gpgme",), build=("gpgme",)),
+    "libdbus-sys": Needs(build=("dbus",)),
+    "libgit2-sys": Needs(build=("libgit2",)),
+    "libsodium-sys": Needs(build=("libsodium",)),
+    "libsqlite3-sys": Needs(build=("sqlite",)),
+    "libssh2-sys": Needs(build=("libssh2",)),
+    "libudev-sys": Needs(build=("udev",)),
+    "libusb1-sys": Needs(build=("libusb1",)),
+    "libz-sys": Needs(build=("zlib",)),
+    "lzma-sys": Needs(build=("xz",)),
+    "ncurses": Needs(build=("ncurses",)),
+    "onig_sys": Needs(build=("oniguruma",), env=(("RUSTONIG_SYSTEM_LIBONIG", "true"),)),
+    "openssl-sys": Needs(build=("openssl",)),
+    "pkg-config": Needs(native=("pkg-config",)),
+    "pq-sys": Needs(build=("postgresql",)),
+    "prost-build": Needs(native=("protobuf",)),
+    "servo-fontconfig-sys": Needs(build=("fontconfig",)),
+    "yeslogic-fontconfig-sys": Needs(build=("fontconfig",)),
+    "zmq-sys": Needs(build=("zeromq",)),
+}
+
+
+@dataclass
+class NativeInputs:
+    """nativeBuildInputs, buildInputs and env for a generated flake, and which crates asked for them."""
+
+    native_build_inputs: list[str] = field(default_factory=list)
+    build_inputs: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    because: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"nativeBuildInputs": self.native_build_inputs, "buildInputs": self.build_inputs, "env": self.env, "because": self.because}
+
+
+def lock_packages(lock_file: Path) -> list[dict[str, object]]:
+    """The [[package]] entries of a Cargo.lock."""
+    try:
+        data = tomllib.loads(lock_file.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise NixError(
+            f"cannot read {lock_file}: {exc}", fix=f"remove {lock_file} so flakebot regenerates it, or fix it with 'cargo generate-lockfile'"
+        ) from None
+    packages = data.get("package", [])
+    return [p for p in packages if isinstance(p, dict)]
+
+
+def native_inputs(crate_names: list[str]) -> NativeInputs:
+    """The nixpkgs inputs the given crates (from Cargo.lock) need, in a stable order."""
+    result = NativeInputs()
+    for crate in sorted(set(crate_names)):
+        needs = NATIVE_INPUTS.get(crate)
+        if needs is None:
+            continue
+        for name in needs.native:
+            _add(result.native_build_inputs, result.because, name, crate)
+        for name in needs.build:
+            _add(result.build_inputs, result.because, name, crate)
+        result.env.update(dict(needs.env))
+    if result.build_inputs and "pkg-config" not in result.native_build_inputs:
+        # -sys crates find their libraries through pkg-config; nix-init adds it whenever a library is needed.
+        _add(result.native_build_inputs, result.because, "pkg-config", "buildInputs")
+    return result
+
+
+def all_attribute_paths() -> list[str]:
+    """Every nixpkgs attribute this table can emit (the host stand-in provides each one)."""
+    names = {"pkg-config"}
+    for needs in NATIVE_INPUTS.values():
+        names.update(needs.native + needs.build)
+    return sorted(names)
+
+
+def _add(target: list[str], because: dict[str, list[str]], name: str, crate: str) -> None:
+    if name not in target:
+        target.append(name)
+    because.setdefault(name, [])
+    if crate not in because[name]:
+        because[name].append(crate)

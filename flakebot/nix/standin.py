@@ -1,0 +1,92 @@
+"""The host-toolchain stand-in for nixpkgs: a flake rendered for this machine, for offline builds.
+
+Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
+`--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
+(flakebot/templates/standin/); only host.json (absolute paths to the toolchain, RUSTUP_HOME and the
+local crate directory source) and licenses.json are rendered. Files are rewritten only when their
+content changes, so the stand-in keeps its store hash and builds stay cached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.errors import NixError
+from flakebot.fsutil import atomic_write_text
+from flakebot.nix import deps, licenses
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "standin"
+STATIC_FILES = ("flake.nix", "lib.nix", "pkgs.nix", "rust.nix", "cargo-build.sh", "host-input.sh")
+
+
+def standin_dir(settings: Settings) -> Path:
+    """Where this machine's stand-in lives (inside flakebot's cache directory)."""
+    return settings.path("cache_dir") / "nixpkgs-host"
+
+
+def ensure_standin(settings: Settings) -> Path:
+    """Render (or refresh) the stand-in flake for this machine and return its directory."""
+    directory = standin_dir(settings)
+    files = {name: (TEMPLATE_DIR / name).read_text() for name in STATIC_FILES}
+    files["host.json"] = json.dumps(host_facts(settings), indent=2, sort_keys=True) + "\n"
+    files["licenses.json"] = json.dumps(licenses.license_table(), indent=2, sort_keys=True) + "\n"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            path = directory / name
+            if not path.is_file() or path.read_text() != text:
+                atomic_write_text(path, text)
+    except OSError as exc:
+        raise NixError(
+            f"cannot write the nixpkgs stand-in in {directory}: {exc.strerror}", fix="make flakebot's cache directory writable (setting cache_dir)"
+        ) from None
+    return directory
+
+
+def host_facts(settings: Settings) -> dict[str, Any]:
+    """This machine's toolchain as the stand-in needs it: absolute paths only (builders get an empty PATH)."""
+    toolchain_bin = rust_toolchain_bin()
+    registry = Path(settings.local_registry).expanduser().resolve()
+    if not registry.is_dir():
+        raise NixError(
+            f"the local crate registry {registry} does not exist",
+            fix="install Debian's Rust crates (apt-get install librust-<name>-dev) or set local_registry to a cargo directory source",
+        )
+    bash = shutil.which("bash") or "/bin/bash"
+    path_dirs = [str(toolchain_bin), "/usr/local/bin", "/usr/bin", "/bin"]
+    return {
+        "bash": bash,
+        "toolchainBin": str(toolchain_bin),
+        "rustupHome": os.environ.get("RUSTUP_HOME") or str(Path.home() / ".rustup"),
+        "registry": str(registry),
+        "path": ":".join(dict.fromkeys(path_dirs)),
+        "nativeInputs": deps.all_attribute_paths(),
+    }
+
+
+def rust_toolchain_bin() -> Path:
+    """The directory holding the real cargo and rustc (not rustup's proxies), from `rustc --print sysroot`."""
+    from flakebot.cargo import Cargo, cargo_program
+
+    cargo = Path(cargo_program())
+    rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
+    env = {**os.environ, **Cargo(target_dir=Path(os.devnull)).env()}
+    try:
+        sysroot = subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True, env=env, timeout=60, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NixError(
+            f"cannot ask rustc for its sysroot ({exc})", fix="install Rust (https://rustup.rs) and check that 'rustc --print sysroot' works"
+        ) from None
+    bin_dir = Path(sysroot) / "bin"
+    if not (bin_dir / "cargo").exists():
+        raise NixError(f"no cargo next to rustc in {bin_dir}", fix="install cargo for the active toolchain (rustup component add cargo)")
+    return bin_dir

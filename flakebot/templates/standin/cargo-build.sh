@@ -1,0 +1,66 @@
+# Builder of the stand-in's buildRustPackage (run as `bash -e cargo-build.sh`): the host's cargo,
+# offline, against the local directory source; installs every executable cargo built into $out/bin.
+set -euo pipefail
+
+export HOME="$NIX_BUILD_TOP/home"
+export CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
+export CARGO_TARGET_DIR="$NIX_BUILD_TOP/target"
+export CARGO_TERM_COLOR=never
+mkdir -p "$HOME" "$CARGO_HOME"
+cat > "$CARGO_HOME/config.toml" <<TOML
+[source.crates-io]
+replace-with = "flakebot-local"
+
+[source.flakebot-local]
+directory = "$flakebotRegistry"
+
+[net]
+offline = true
+TOML
+
+cp -r "$src" "$NIX_BUILD_TOP/source"
+chmod -R u+w "$NIX_BUILD_TOP/source"
+cd "$NIX_BUILD_TOP/source"
+if [ -n "$cargoLockFile" ]; then cp "$cargoLockFile" Cargo.lock; chmod u+w Cargo.lock; fi
+if [ -n "$cargoLockContents" ]; then printf '%s' "$cargoLockContents" > Cargo.lock; fi
+eval "$postPatch"
+
+case "$buildType" in
+  release) profile=(--release); profileDir=release ;;
+  debug) profile=(); profileDir=debug ;;
+  *) profile=(--profile "$buildType"); profileDir="$buildType" ;;
+esac
+
+mapfile -t buildFlags < <(printf '%s' "$cargoBuildFlags")
+mapfile -t testFlags < <(printf '%s' "$cargoTestFlags")
+mapfile -t testArgs < <(printf '%s' "$checkFlags")
+features=()
+if [ -n "$buildNoDefaultFeatures" ]; then features+=(--no-default-features); fi
+if [ -n "$buildFeatures" ]; then features+=(--features "$buildFeatures"); fi
+checkFeatureFlags=()
+if [ -n "$checkNoDefaultFeatures" ]; then checkFeatureFlags+=(--no-default-features); fi
+if [ -n "$checkFeatures" ]; then checkFeatureFlags+=(--features "$checkFeatures"); fi
+
+if [ -n "$buildAndTestSubdir" ]; then cd "$buildAndTestSubdir"; fi
+
+eval "$preBuild"
+echo "flakebot stand-in: cargo build ${profile[*]} ${features[*]} ${buildFlags[*]}"
+cargo build --frozen "${profile[@]}" "${features[@]}" "${buildFlags[@]}"
+eval "$postBuild"
+
+if [ -n "$doCheck" ]; then
+  eval "$preCheck"
+  echo "flakebot stand-in: cargo test ${profile[*]} ${checkFeatureFlags[*]} ${testFlags[*]}"
+  cargo test --frozen "${profile[@]}" "${checkFeatureFlags[@]}" "${testFlags[@]}" -- "${testArgs[@]}"
+  eval "$postCheck"
+fi
+
+eval "$preInstall"
+mkdir -p "$out/bin"
+for file in "$CARGO_TARGET_DIR/$profileDir"/*; do
+  case "$file" in *.so | *.so.* | *.a | *.rlib | *.d | *.dylib) continue ;; esac
+  if [ -f "$file" ] && [ -x "$file" ]; then cp "$file" "$out/bin/"; fi
+done
+eval "$postInstall"
+# End with a builtin: see DESIGN.md (Nix kills a builder whose last command closed its output early).
+exit 0

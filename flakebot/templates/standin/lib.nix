@@ -1,0 +1,37 @@
+# The subset of nixpkgs' `lib` that generated flakes use.
+{ host }:
+let
+  licenses = builtins.mapAttrs (name: entry: entry // { url = "https://spdx.org/licenses/${entry.spdxId}.html"; })
+    (builtins.fromJSON (builtins.readFile ./licenses.json));
+in
+rec {
+  inherit licenses;
+
+  systems.flakeExposed = [ "x86_64-linux" "aarch64-linux" "x86_64-darwin" "aarch64-darwin" ];
+
+  genAttrs = names: f: builtins.listToAttrs (map (name: { inherit name; value = f name; }) names);
+
+  concatStringsSep = builtins.concatStringsSep;
+
+  subtractLists = remove: builtins.filter (x: !(builtins.elem x remove));
+
+  optionalAttrs = cond: attrs: if cond then attrs else { };
+
+  setAttrByPath = path: value:
+    if path == [ ] then value
+    else { ${builtins.head path} = setAttrByPath (builtins.tail path) value; };
+
+  isDerivation = value: builtins.isAttrs value && (value.type or null) == "derivation";
+
+  # Merge nested attribute sets (not derivations), right side winning.
+  recursiveUpdate = left: right:
+    left // builtins.mapAttrs
+      (name: value:
+        if left ? ${name} && builtins.isAttrs value && builtins.isAttrs left.${name}
+          && !(isDerivation value) && !(isDerivation left.${name})
+        then recursiveUpdate left.${name} value
+        else value)
+      right;
+
+  fakeHash = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+}

@@ -1,0 +1,57 @@
+# legacyPackages.<system> of the stand-in: rustPlatform, mkShell, host tools and native-input placeholders.
+{ lib, host, system }:
+let
+  # A derivation standing for a nixpkgs package the build takes from the host instead.
+  hostInput = name: derivation {
+    name = "${name}-host";
+    inherit system;
+    builder = host.bash;
+    args = [ "-e" ./host-input.sh ];
+    PATH = host.path;
+    note = "flakebot host stand-in for nixpkgs' ${name}: builds use the host's own ${name}";
+    tools = "";
+    toolDir = "";
+  };
+
+  # A derivation whose bin/ links the host toolchain's programs (for devShells).
+  hostTool = name: tools: derivation {
+    name = "${name}-host";
+    inherit system;
+    builder = host.bash;
+    args = [ "-e" ./host-input.sh ];
+    PATH = host.path;
+    note = "flakebot host stand-in for nixpkgs' ${name}: links to the host toolchain";
+    tools = lib.concatStringsSep " " tools;
+    toolDir = host.toolchainBin;
+  };
+
+  placeholders = builtins.foldl'
+    (acc: path: lib.recursiveUpdate acc (lib.setAttrByPath (builtins.filter builtins.isString (builtins.split "\\." path)) (hostInput path)))
+    { }
+    host.nativeInputs;
+
+  mkShell = { name ? "nix-shell", packages ? [ ], inputsFrom ? [ ], nativeBuildInputs ? [ ], buildInputs ? [ ], shellHook ? "", ... }@args:
+    derivation {
+      inherit name system;
+      builder = host.bash;
+      args = [ "-e" ./host-input.sh ];
+      PATH = lib.concatStringsSep ":" (map (p: "${p}/bin") packages ++ [ host.path ]);
+      note = "flakebot host stand-in mkShell";
+      tools = "";
+      toolDir = "";
+      # inputsFrom is accepted (generated devShells pass the package) but not merged: the host PATH already has its tools.
+      inherit packages nativeBuildInputs buildInputs shellHook;
+    };
+in
+lib.recursiveUpdate placeholders {
+  inherit lib mkShell;
+  stdenv = { hostPlatform = { inherit system; }; buildPlatform = { inherit system; }; };
+  rustPlatform = {
+    buildRustPackage = import ./rust.nix { inherit lib host system; };
+  };
+  cargo = hostTool "cargo" [ "cargo" ];
+  rustc = hostTool "rustc" [ "rustc" "rustdoc" ];
+  clippy = hostTool "clippy" [ "cargo-clippy" "clippy-driver" ];
+  rustfmt = hostTool "rustfmt" [ "rustfmt" "cargo-fmt" ];
+  rust-analyzer = hostTool "rust-analyzer" [ "rust-analyzer" ];
+}
