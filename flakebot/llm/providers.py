@@ -21,7 +21,7 @@ from flakebot.errors import ModelError
 from flakebot.llm.budget import Budget
 from flakebot.llm.chat import ChatModel, Endpoint
 from flakebot.llm.prices import price_for
-from flakebot.llm.script import load_script
+from flakebot.llm.script import check_script, load_script
 from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import Transcript
 
@@ -109,9 +109,14 @@ def _self_hosted(provider: str, rest: str, spec: str) -> Endpoint:
 
 
 def check_model(spec: str | None, settings: Settings, *, stage: str | None = None) -> str:
-    """Validate the model choice without network (provider known, key present, script parses); its "provider:model" name."""
+    """Validate the model choice without network (provider known, key present, script parses); its "provider:model" name.
+
+    With `stage`, a script must also have turns for that stage; without, every stage of it is checked.
+    """
     endpoint = endpoint_for(choose(spec, settings)[0], settings)
-    if endpoint.provider == "scripted":
+    if endpoint.provider == "scripted" and stage is None:
+        check_script(_script_path(endpoint))
+    elif endpoint.provider == "scripted":
         load_script(_script_path(endpoint), stage)
     return endpoint.name
 

@@ -45,20 +45,35 @@ class ScriptError(ModelError):
 
 def load_script(path: Path | str, stage: str | None = None) -> Script:
     """Read and validate a script file; with `stage`, serve that stage's turns (else the flat "turns")."""
+    return parse_script(read_script(path), str(path), stage)
+
+
+def check_script(path: Path | str) -> None:
+    """Validate every stage and turn of a script file, without choosing a stage."""
+    validate(read_script(path), str(path))
+
+
+def read_script(path: Path | str) -> Any:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScriptError(f"cannot read model script {path}: {exc.strerror}", fix="pass an existing file: --model scripted:FILE") from None
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ScriptError(f"model script {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", fix=f"correct {path}; {DOCS}") from None
-    return parse_script(data, str(path), stage)
 
 
 def parse_script(data: Any, source: str = "<script>", stage: str | None = None) -> Script:
     """Validate script data (every stage, not only the one served) and select the turns for `stage`."""
+    validate(data, source)
+    price = data.get("price", {"input": 0.0, "output": 0.0})
+    return Script(_select(data, stage, source), data.get("sdk", "openai"), data.get("model", "scripted"), price, source)
+
+
+def validate(data: Any, source: str) -> None:
+    """Raise ScriptError naming the first problem anywhere in the script."""
     _check(isinstance(data, dict), source, "", "the top level must be a JSON object")
     _check_keys(data, SCRIPT_KEYS, source, "")
     _check(data.get("format", SCRIPT_FORMAT) == SCRIPT_FORMAT, source, "format", f"must be {SCRIPT_FORMAT}")
@@ -69,12 +84,9 @@ def parse_script(data: Any, source: str = "<script>", stage: str | None = None) 
         _check_turns(turns, source, f"stages.{name}")
     if "turns" in data:
         _check_turns(data["turns"], source, "turns")
-    sdk = data.get("sdk", "openai")
-    _check(sdk in SDKS, source, "sdk", f"must be one of {', '.join(SDKS)}")
+    _check(data.get("sdk", "openai") in SDKS, source, "sdk", f"must be one of {', '.join(SDKS)}")
     _check(isinstance(data.get("model", "scripted"), str), source, "model", "must be a string")
-    price = data.get("price", {"input": 0.0, "output": 0.0})
-    _check(_is_price(price), source, "price", 'must be {"input": USD, "output": USD} per 1M tokens')
-    return Script(_select(data, stage, source), sdk, data.get("model", "scripted"), price, source)
+    _check(_is_price(data.get("price", {"input": 0.0, "output": 0.0})), source, "price", 'must be {"input": USD, "output": USD} per 1M tokens')
 
 
 def _select(data: dict[str, Any], stage: str | None, source: str) -> list[dict[str, Any]]:
@@ -85,7 +97,8 @@ def _select(data: dict[str, Any], stage: str | None, source: str) -> list[dict[s
         return list(data["turns"])
     names = ", ".join(stages) or "none"
     if stage is None:
-        raise ScriptError(f"model script {source} has only per-stage turns ({names}) and no stage was named", fix='add a flat "turns" list')
+        problem = f"model script {source} has only per-stage turns ({names}) and no stage was named"
+        raise ScriptError(problem, fix='name a stage (--stage NAME for the stub server) or add a flat "turns" list')
     raise ScriptError(f"model script {source} has no turns for stage '{stage}' (stages: {names})", fix=f'add "stages": {{"{stage}": [...]}} to {source}')
 
 
