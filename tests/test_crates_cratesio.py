@@ -91,6 +91,14 @@ def test_next_page_is_followed(server: CratesServer) -> None:
     assert [r.path for r in server.requests("/api/v1/crates")] == ["/api/v1/crates?q=csv&per_page=30", "/api/v1/crates?q=csv&page=2&per_page=30"]
 
 
+def test_crates_io_matches_without_visible_text_come_last(server: CratesServer) -> None:
+    body = search_body("csv-a")
+    body["crates"].insert(0, {"name": "tablekit", "max_version": "2.0.0", "description": "Spreadsheets, quickly"})
+    server.route("/api/v1/crates", Reply(body=body))
+    found = CratesIo(settings_for(server)).search("csv")
+    assert [(c.crate.name, c.why) for c in found][1:] == [("tablekit", "matched by crates.io")]
+
+
 def test_query_without_matches_for_all_words_tries_each_word(server: CratesServer) -> None:
     server.route("/api/v1/crates?q=csv+dedupe&per_page=30", Reply(body={"crates": [], "meta": {"total": 0}}))
     server.route("/api/v1/crates?q=csv&per_page=20", Reply(body=search_body("csv")))

@@ -26,7 +26,7 @@ import httpx
 from flakebot import __version__
 from flakebot.config import Settings
 from flakebot.crates import Candidate, CrateInfo
-from flakebot.crates.rank import query_terms, rank, stop_words_removed
+from flakebot.crates.rank import newest_per_name, query_terms, rank, stop_words_removed
 from flakebot.errors import AcquireError, SearchError
 from flakebot.fsutil import atomic_write_text
 
@@ -132,7 +132,7 @@ class CratesIo:
         if self.details and ranked:
             enriched = {c.crate.name: self._enrich(c.crate) for c in ranked[: self.details]}
             ranked = rank(query, [enriched.get(c.crate.name, c.crate) for c in ranked], limit=len(ranked))
-        return ranked[:limit]
+        return (ranked + _unmatched(crates, ranked))[:limit]
 
     def get(self, name: str, version: str | None = None) -> CrateInfo:
         """A crate's details, for its default version or for `version`."""
@@ -304,6 +304,12 @@ class CratesIo:
             error = _status_error(response, f"download of {what}", self.retries)
             raise AcquireError(error.message, fix=error.fix, crate=what)
         return digest.hexdigest()
+
+
+def _unmatched(crates: list[CrateInfo], ranked: list[Candidate]) -> list[Candidate]:
+    """crates.io's matches that our text ranking cannot see (it also searches READMEs), in crates.io's order."""
+    seen = {c.crate.name for c in ranked}
+    return [Candidate(c, 0.0, "matched by crates.io") for c in newest_per_name(crates) if c.name not in seen]
 
 
 def sparse_path(name: str) -> str:
