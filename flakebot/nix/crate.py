@@ -50,26 +50,28 @@ def _first_error(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path) -> bool:
+def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> bool:
     """Make sure crate_dir has a Cargo.lock, generating one (offline when configured). True if generated."""
     if (crate_dir / "Cargo.lock").is_file():
         return False
-    result = _cargo(settings, scratch).run(["generate-lockfile"], cwd=crate_dir, timeout=settings.command_timeout)
+    cargo = _cargo(settings, scratch)
+    result = cargo.run(["generate-lockfile"], cwd=crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
+        where = " offline" if cargo.offline else ""
         raise NixError(
-            f"cannot produce Cargo.lock for {crate_dir.name} offline: {_first_error(result.stderr)}",
+            f"cannot produce Cargo.lock for {label}{where}: {_first_error(result.stderr)}",
             fix="add a Cargo.lock to the crate, or install the missing crates into the local registry (apt-get install librust-<name>-dev)",
         )
     logger.info("generated Cargo.lock in %s", crate_dir)
     return True
 
 
-def metadata(crate_dir: Path, settings: Settings, scratch: Path) -> dict[str, Any]:
+def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> dict[str, Any]:
     """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source."""
     result = _cargo(settings, scratch).run(["metadata", "--format-version", "1", "--locked"], cwd=crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
         raise NixError(
-            f"cargo cannot resolve {crate_dir.name} from its Cargo.lock: {_first_error(result.stderr)}",
+            f"cargo cannot resolve {label} from its Cargo.lock: {_first_error(result.stderr)}",
             fix="remove Cargo.lock so flakebot regenerates it from the local registry, or install the missing crates (apt-get install librust-<name>-dev)",
         )
     try:
@@ -78,14 +80,17 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path) -> dict[str, An
         raise NixError(f"cargo metadata printed something that is not JSON ({exc})", fix="check the crate's Cargo.toml with 'cargo metadata'") from None
 
 
-def inspect_crate(crate_dir: Path, settings: Settings, bin_name: str | None = None) -> CrateFacts:
-    """Lock, ask cargo, and pick the binary (`bin_name`, or the crate's only/default one)."""
+def inspect_crate(crate_dir: Path, settings: Settings, bin_name: str | None = None, *, prefer_bin: str | None = None, label: str = "") -> CrateFacts:
+    """Lock, ask cargo, and pick the binary (`bin_name`; else `prefer_bin` if present; else the only/default one)."""
+    label = label or crate_dir.name
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
-        generated = ensure_lock(crate_dir, settings, Path(scratch))
-        meta = metadata(crate_dir, settings, Path(scratch))
+        generated = ensure_lock(crate_dir, settings, Path(scratch), label)
+        meta = metadata(crate_dir, settings, Path(scratch), label)
     members = [p for p in meta["packages"] if p["id"] in set(meta["workspace_members"])]
     root_id = (meta.get("resolve") or {}).get("root")
-    package, target = choose_binary(members, root_id, bin_name, crate_dir.name)
+    if bin_name is None and prefer_bin and any(t["name"] == prefer_bin for _, t in binaries(members)):
+        bin_name = prefer_bin
+    package, target = choose_binary(members, root_id, bin_name, label)
     facts = CrateFacts(
         pname=package["name"],
         version=package["version"],

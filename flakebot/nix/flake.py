@@ -35,6 +35,14 @@ SMOKE_OUTPUT_HEAD = 2000
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Which binary to package: exactly `bin_name`, or `prefer_bin` when present."""
+
+    bin_name: str | None = None
+    prefer_bin: str | None = None
+
+
 @dataclass
 class PackageResult:
     """What package_crate produced: the flake, the built store path, and how to run the tool."""
@@ -50,6 +58,7 @@ class PackageResult:
     nix_run_command: dict[str, Any]
     build_seconds: float
     smoke: dict[str, Any]
+    nix_run_argv: list[str] = field(default_factory=list)  # the same argv as nix_run_command["argv"]
     gc_root: str = ""
     notices: list[str] = field(default_factory=list)
     native_inputs: dict[str, Any] = field(default_factory=dict)
@@ -68,8 +77,13 @@ def package_crate(
     description: str = "",
     progress: Progress | None = None,
     gc_root: Path | None = None,
+    prefer_bin: str | None = None,
 ) -> PackageResult:
-    """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root."""
+    """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
+
+    `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
+    otherwise falls back to the crate's only (or default) binary.
+    """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
     source_dir, out_dir = Path(source_dir).resolve(), Path(out_dir).resolve()
@@ -80,19 +94,19 @@ def package_crate(
         report(notice)
     _claim_out_dir(out_dir)
     try:
-        return _package(source_dir, out_dir, settings, mode, notice, bin_name, description, report, gc_root)
+        return _package(source_dir, out_dir, settings, mode, notice, Choice(bin_name, prefer_bin), description, report, gc_root)
     except BaseException:
         remove_tree(out_dir)  # nothing half-written is left behind
         raise
 
 
 def _package(
-    source_dir: Path, out_dir: Path, settings: Settings, mode: str, notice: str, bin_name: str | None, description: str, report: Progress, gc_root: Path | None
+    source_dir: Path, out_dir: Path, settings: Settings, mode: str, notice: str, choice: Choice, description: str, report: Progress, gc_root: Path | None
 ) -> PackageResult:
     report(f"copying {source_dir.name} into {out_dir}")
     copy_sources(source_dir, out_dir)
     report("asking cargo for the crate's packages and binaries")
-    facts = inspect_crate(out_dir, settings, bin_name)
+    facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, label=source_dir.name)
     native = deps.native_inputs(facts.lock_crates)
     nix_names, unknown = licenses.nix_licenses(facts.license)
     (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, native, nix_names, unknown))
@@ -111,7 +125,7 @@ def _package(
     report(f"smoke run: {facts.bin_name} --help")
     smoke = smoke_run(bin_path, settings.smoke_timeout)
     root = make_gc_root(store_path, gc_root or out_dir / "result")
-    argv = command.nix_argv(["run"], [str(out_dir), "--"], mode, standin)
+    argv = command.nix_argv(["run"], [str(out_dir)], mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
         flake_dir=str(out_dir),
         flake_ref=str(out_dir),
@@ -121,7 +135,8 @@ def _package(
         pname=facts.pname,
         version=facts.version,
         nixpkgs_mode=mode,
-        nix_run_command={"argv": argv, "shell": shlex.join(argv) + " ARGS"},
+        nix_run_command={"argv": argv, "shell": shlex.join(argv) + " -- ARGS"},
+        nix_run_argv=argv,
         build_seconds=round(seconds, 3),
         smoke=smoke,
         gc_root=str(root),
@@ -201,9 +216,11 @@ def _walk_files(source: Path) -> list[str]:
 
 
 def _skipped(rel: Path) -> bool:
-    """Build output and VCS data never go into the flake."""
+    """Build output, VCS data and registry artefacts (see flakebot.source.tree) never go into the flake."""
+    from flakebot.source.tree import NOT_COPIED
+
     first = rel.parts[0]
-    return ".git" in rel.parts or first == "target" or (len(rel.parts) == 1 and first.startswith("result"))
+    return ".git" in rel.parts or first in NOT_COPIED or (len(rel.parts) == 1 and first.startswith("result"))
 
 
 def nix_str(value: str) -> str:
@@ -353,11 +370,12 @@ def nix_run(
     input: str | None = None,
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the packaged tool with `nix run`, exactly as the result's nix_run_command says."""
+    """Run the packaged tool with `nix run ... -- ARGS`, exactly as the result's nix_run_command says."""
     argv = _run_argv(result_or_flake_dir, settings)
-    logger.info("nix run: %s", shlex.join(argv + args))
+    argv = [*argv, "--", *args]
+    logger.info("nix run: %s", shlex.join(argv))
     return subprocess.run(
-        argv + list(args),
+        argv,
         input=input,
         stdin=None if input is not None else subprocess.DEVNULL,
         capture_output=True,
@@ -374,7 +392,7 @@ def _run_argv(target: PackageResult | dict[str, Any] | Path | str, settings: Set
             _standin(settings, "host")  # re-render if the cache was cleaned; identical content keeps its hash
         return list(target["nix_run_command"]["argv"])
     mode, _ = command.resolve_mode(settings)
-    return command.nix_argv(["run"], [str(Path(target).resolve()), "--"], mode, _standin(settings, mode))
+    return command.nix_argv(["run"], [str(Path(target).resolve())], mode, _standin(settings, mode))
 
 
 def flake_check(flake_dir: Path | str, settings: Settings, *, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
