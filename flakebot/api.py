@@ -187,6 +187,34 @@ def _cached(entry: dict[str, Any], settings: config.Settings, started: float) ->
     )
 
 
+# ------------------------------------------------------------------ package
+
+
+def package(
+    target: str,
+    *,
+    registry: str | None = None,
+    bin_name: str | None = None,
+    nixpkgs: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> dict[str, Any]:
+    """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
+
+    Returns the package stage's result (flakebot.nix.flake.PackageResult as a dict) plus the run id.
+    """
+    from flakebot import pipeline
+
+    if not str(target).strip():
+        raise UsageError("nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE")
+    overrides = {"nixpkgs": config.coerce("nixpkgs", nixpkgs, "--nixpkgs")} if nixpkgs else {}
+    settings = dataclasses.replace(_settings(settings), **overrides)
+    path = Path(target).expanduser()
+    options = {"target": str(path.resolve()) if path.exists() else target, "registry": registry, "bin": bin_name, "settings": overrides}
+    run = pipeline.start("package", _workdir(settings), settings, f"package {target}", options, sink)
+    return {"run_id": run.id, **run.output("package")}
+
+
 # ------------------------------------------------------------------ catalog
 
 

@@ -332,6 +332,35 @@ def models_cmd(as_json: JsonOpt = False) -> None:
     out.print(f"default: {default['model']} (from {default['source']})" if default["model"] else f"default: none. {default['error']}", highlight=False)
 
 
+# ---------------------------------------------------------------- package
+
+
+@app.command("package")
+def package_cmd(
+    target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name (CRATE) from the registry.")],
+    registry: Annotated[str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")] = None,
+    bin_name: Annotated[str | None, typer.Option("--bin", help="The binary to package when the crate has several.")] = None,
+    nixpkgs: Annotated[str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
+    from flakebot import api
+    from flakebot.ui import event_sink, json_line, out
+
+    with event_sink(as_json, f"package {target}") as sink:
+        result = api.package(target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, sink=sink, settings=G.settings)
+    if as_json:
+        json_line({"result": result})
+        return
+    from rich.markup import escape
+
+    out.print(f"[green]{escape(result['pname'])} {escape(result['version'])}[/green] built ({result['nixpkgs_mode']} nixpkgs): {result['store_path']}")
+    for notice in result.get("notices", []):
+        out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    out.print(f"flake: {escape(result['flake_dir'])}")
+    out.print(f"run it: {escape(result['nix_run_command']['shell'])}", soft_wrap=True)
+
+
 # ---------------------------------------------------------------- entry point
 
 
