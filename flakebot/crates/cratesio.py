@@ -166,7 +166,7 @@ class CratesIo:
 
     def download(self, name: str, version: str, dest: Path, checksum: str | None = None) -> Path:
         """Fetch `{name}-{version}.crate` into directory `dest`, refusing it unless its sha256 matches."""
-        expected = checksum or self._index_checksum(name, version)
+        expected = (checksum or self._index_checksum(name, version)).lower()
         created = not dest.exists()
         dest.mkdir(parents=True, exist_ok=True)
         target = dest / f"{name}-{version}.crate"
