@@ -1,0 +1,576 @@
+"""The tools the model calls during the edit loop, kept inside the workspace.
+
+`Toolbox.schemas()` gives the OpenAI function-tool definitions; `Toolbox.call(name, arguments)` runs one
+and always returns a ToolResult (an unknown tool, bad arguments, a path leading out of the workspace or an
+edit to a frozen file become `ok=False` with the exact problem, never an exception). File tools act in
+flakebot's own process on paths it has checked; every command (cargo) runs in the sandbox.
+
+Frozen files (the acceptance test) are refused to the file tools and, since a build script or a test could
+still change them, checked after every call: `enforce_frozen()` restores them and says which.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flakebot.agent.cargo import CargoReport, run_cargo
+from flakebot.agent.sandbox import CommandResult, Sandbox, execute
+from flakebot.cargo import Cargo
+from flakebot.errors import EditError, FlakebotError
+from flakebot.fsutil import remove_tree
+
+SKIP_DIRS = {".git", "target", "node_modules"}
+MAX_LIST = 400  # entries list_files returns
+MAX_READ_LINES = 400  # lines read_file returns per call
+MAX_LINE_CHARS = 1000
+MAX_SEARCH_RESULTS = 100
+MAX_FILE_BYTES = 1_000_000  # larger files are neither searched nor written
+CRATE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+VERSION_REQ = re.compile(r"^[=^~<>]*\s*[0-9][0-9A-Za-z.+*-]*$")
+FEATURE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_+./-]*$")
+_COMMENT = r"^\s*(?://+!?|#|/\*+|\*|<!--)\s*"
+PLACEHOLDERS = [
+    re.compile(_COMMENT + r"(\.{3}|…)"),  # "// ... existing code", "/* ... */", "# ..."
+    re.compile(  # "// existing code here", "// rest of the file unchanged"; not "// existing tests cover the edge cases"
+        _COMMENT + r"(keep(ing)? )?(the )?(existing|remaining|rest of( the)?|previous|other|unchanged) "
+        r"(code|implementation|functions?|methods?|tests?|file|content|items?|imports?)\b(\W+\w+){0,3}\W*$",
+        re.I,
+    ),
+    re.compile(r"^\s*(\.{3}|…)\s*((rest|existing|remaining|unchanged)\b.*)?$", re.I),  # a bare "..." line, "...rest of file"
+]
+
+
+@dataclass
+class ToolResult:
+    """One tool call's outcome. `ok`: the tool did what was asked (for cargo_check and run_tests: cargo ran;
+    whether the build or tests passed is data["green"]). `text` goes to the model; `data` is for the log."""
+
+    ok: bool
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    report: CargoReport | None = field(default=None, repr=False)  # cargo tools: the full report
+
+
+@dataclass
+class Param:
+    name: str
+    type: str  # JSON Schema type: string, integer, boolean, array (of strings)
+    description: str
+    required: bool = True
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    params: list[Param]
+    writes: bool = False  # refused in read-only mode
+
+    def schema(self) -> dict[str, Any]:
+        properties = {p.name: _json_type(p) for p in self.params}
+        parameters = {"type": "object", "properties": properties, "required": [p.name for p in self.params if p.required], "additionalProperties": False}
+        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": parameters}}
+
+
+def _json_type(param: Param) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": param.type, "description": param.description}
+    if param.type == "array":
+        schema["items"] = {"type": "string"}
+    return schema
+
+
+TOOLS = [
+    Tool(
+        "list_files",
+        "List the files under a directory of the workspace (recursively; .git and target are skipped).",
+        [Param("path", "string", "Directory relative to the workspace root; default '.'.", False)],
+    ),
+    Tool(
+        "read_file",
+        f"Read a text file with line numbers (the numbers are not part of the file). At most {MAX_READ_LINES} lines per call.",
+        [
+            Param("path", "string", "File path relative to the workspace root, e.g. src/main.rs."),
+            Param("start_line", "integer", "First line to show (1-based); default 1.", False),
+            Param("end_line", "integer", "Last line to show (inclusive); default the end of the file.", False),
+        ],
+    ),
+    Tool(
+        "search",
+        f"Search the workspace's text files for a Python regular expression; returns path:line: text (at most {MAX_SEARCH_RESULTS} matches).",
+        [
+            Param("pattern", "string", "Regular expression, e.g. 'fn main' or 'struct \\w+Config'."),
+            Param("path", "string", "Directory or file to search; default '.'.", False),
+        ],
+    ),
+    Tool(
+        "write_file",
+        "Create or overwrite a file with the complete content given. Write the whole file: placeholders such as '// ... existing code' are refused.",
+        [Param("path", "string", "File path relative to the workspace root."), Param("content", "string", "The complete new content of the file.")],
+        writes=True,
+    ),
+    Tool(
+        "edit_file",
+        "Replace one exact occurrence of `search` in a file by `replace`. `search` must match the file exactly, whitespace included, "
+        "and only once (add surrounding lines to make it unique). Write real code in `replace`, never placeholders such as '// ... existing code'.",
+        [
+            Param("path", "string", "File path relative to the workspace root."),
+            Param("search", "string", "The exact text to find (copied from read_file output, without the line numbers)."),
+            Param("replace", "string", "The text to put in its place (may be empty to delete)."),
+        ],
+        writes=True,
+    ),
+    Tool("cargo_check", "Run `cargo check --all-targets` in the sandbox; returns the compiler errors (deduplicated, first errors first).", []),
+    Tool(
+        "run_tests",
+        "Run `cargo test` in the sandbox (all tests, the frozen acceptance tests included); "
+        "returns compiler errors or failing tests with their panic messages.",
+        [Param("filter", "string", "Only run tests whose name contains this text; default all.", False)],
+    ),
+    Tool(
+        "add_dependency",
+        "Add a crate to [dependencies] with `cargo add` (from the configured crate source; offline when flakebot is offline).",
+        [
+            Param("name", "string", "Crate name, e.g. anyhow."),
+            Param("version", "string", "Version requirement, e.g. 1.0; default the newest available.", False),
+            Param("features", "array", "Features to enable.", False),
+        ],
+        writes=True,
+    ),
+    Tool(
+        "done",
+        "Say the work is finished. flakebot then runs the tests itself; the loop ends only if they pass.",
+        [Param("summary", "string", "What you changed and how the tool is used.")],
+    ),
+]
+
+
+class Refused(Exception):
+    """A tool call flakebot will not carry out; the message tells the model why and what to do instead."""
+
+
+class Toolbox:
+    """The model's tools over one workspace: file tools checked to stay inside it, cargo in the sandbox."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        sandbox: Sandbox,
+        cargo: Cargo,
+        *,
+        crate_dir: str = "",
+        frozen: dict[str, str] | None = None,
+        read_only: bool = False,
+        command_timeout: float | None = None,
+    ) -> None:
+        self.workspace = Path(workspace).resolve()
+        self.sandbox = sandbox
+        self.cargo = cargo
+        self.crate_dir = self.workspace / crate_dir
+        self.read_only = read_only
+        self.command_timeout = command_timeout
+        self.tools = {t.name: t for t in TOOLS if not (read_only and t.writes)}
+        self._frozen = {self._frozen_key(rel): (digest, self._frozen_content(rel, digest)) for rel, digest in (frozen or {}).items()}
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """OpenAI function-tool definitions of the available tools."""
+        return [tool.schema() for tool in self.tools.values()]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run one tool; every problem comes back as ToolResult(ok=False) with the exact reason."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return ToolResult(False, f"unknown tool '{name}'; available tools: {', '.join(self.tools)}", {"tool": name, "error": "unknown_tool"})
+        try:
+            args = _check_arguments(tool, arguments)
+        except Refused as exc:
+            return ToolResult(False, f"bad arguments for {name}: {exc}", {"tool": name, "error": "bad_arguments"})
+        result = self._dispatch(name, args)
+        result.data["tool"] = name
+        restored = self.enforce_frozen()
+        if restored:
+            names = ", ".join(restored)
+            result.text += f"\n\nNote: {names} is frozen (acceptance tests written from the need); it was changed and has been restored. Do not modify it."
+            result.data["restored_frozen"] = restored
+        return result
+
+    def _dispatch(self, name: str, args: dict[str, Any]) -> ToolResult:
+        handler: Callable[..., ToolResult] = getattr(self, f"_{name}")
+        try:
+            return handler(**args)
+        except Refused as exc:
+            return ToolResult(False, str(exc), {"error": "refused"})
+        except UnicodeDecodeError:
+            return ToolResult(False, f"{args.get('path', 'the file')} is not UTF-8 text", {"error": "failed"})
+        except OSError as exc:
+            return ToolResult(False, f"{name} failed: {exc.strerror or exc} ({exc.filename or ''})", {"error": "failed"})
+        except FlakebotError as exc:
+            return ToolResult(False, f"{name} failed: {exc.one_line()}", {"error": "failed"})
+
+    # --- frozen files -------------------------------------------------------------------------------
+
+    def enforce_frozen(self) -> list[str]:
+        """Put back every frozen file whose content changed (or that was removed); returns their paths."""
+        restored = []
+        for rel, (digest, content) in self._frozen.items():
+            path = self.workspace / rel
+            if path.is_file() and not path.is_symlink() and _sha256(path.read_bytes()) == digest:
+                continue
+            _replace_file(path, content)
+            restored.append(rel)
+        return restored
+
+    restore_frozen = enforce_frozen
+
+    def _frozen_key(self, rel: str) -> str:
+        try:
+            return str(self._inside(rel).relative_to(self.workspace))
+        except Refused as exc:
+            raise EditError(
+                f"frozen file {rel!r} is not a path inside the workspace: {exc}", fix="record frozen files relative to the workspace root"
+            ) from None
+
+    def _frozen_content(self, rel: str, digest: str) -> bytes:
+        path = self.workspace / rel
+        content = path.read_bytes() if path.is_file() else b""
+        if _sha256(content) != digest:
+            raise EditError(
+                f"frozen file {rel} does not match its recorded sha256", fix="write the acceptance tests again (re-run the spec stage) before editing"
+            )
+        return content
+
+    # --- paths --------------------------------------------------------------------------------------
+
+    def _inside(self, raw: str) -> Path:
+        """`raw` resolved inside the workspace; absolute paths, '..' and symlinks leading out are refused."""
+        if not raw or "\0" in raw:
+            raise Refused("the path is empty; give a path relative to the workspace root, such as src/main.rs")
+        if os.path.isabs(raw) or raw.startswith("~"):
+            raise Refused(f"absolute path '{raw}' refused; give a path relative to the workspace root, such as src/main.rs")
+        if ".." in Path(raw).parts:
+            raise Refused(f"path '{raw}' contains '..'; paths must stay inside the workspace")
+        path = (self.workspace / raw).resolve()
+        if not path.is_relative_to(self.workspace):
+            raise Refused(f"path '{raw}' leads outside the workspace (through a symbolic link)")
+        return path
+
+    def _writable(self, raw: str) -> Path:
+        path = self._inside(raw)
+        rel = path.relative_to(self.workspace)
+        if rel.parts and rel.parts[0] == ".git":
+            raise Refused(f"'{raw}' is inside .git; flakebot manages the repository itself")
+        if str(rel) in self._frozen:
+            raise Refused(f"{rel} is frozen: it holds the acceptance tests written from the need. Change the code so that they pass instead")
+        if path.is_dir():
+            raise Refused(f"'{raw}' is a directory")
+        return path
+
+    def _rel(self, path: Path) -> str:
+        return str(path.relative_to(self.workspace)) or "."
+
+    # --- the tools ----------------------------------------------------------------------------------
+
+    def _list_files(self, path: str = ".") -> ToolResult:
+        base = self._inside(path)
+        if not base.exists():
+            raise Refused(f"'{path}' does not exist")
+        files = [self._rel(p) for p in _walk(base, self.workspace)]
+        shown = files[:MAX_LIST]
+        text = "\n".join(shown) or "(no files)"
+        if len(files) > MAX_LIST:
+            text += f"\n(... {len(files) - MAX_LIST} more files; list a subdirectory to see them)"
+        return ToolResult(True, text, {"path": path, "count": len(files)})
+
+    def _read_file(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
+        file = self._existing_file(path)
+        lines = _text(file).splitlines()
+        if not lines:
+            return ToolResult(True, f"{self._rel(file)} is empty", {"path": self._rel(file), "start": 0, "end": 0})
+        if end_line is not None and end_line < start_line:
+            raise Refused(f"end_line {end_line} is before start_line {start_line}")
+        start = max(start_line, 1)
+        end = min(end_line or len(lines), len(lines), start + MAX_READ_LINES - 1)
+        if start > len(lines):
+            raise Refused(f"{path} has {len(lines)} lines; start_line {start_line} is past the end")
+        body = "\n".join(_numbered(lines, start, end))
+        more = f" (more: call read_file with start_line={end + 1})" if end < len(lines) else ""
+        return ToolResult(True, f"{self._rel(file)}: lines {start}-{end} of {len(lines)}{more}\n{body}", {"path": self._rel(file), "start": start, "end": end})
+
+    def _search(self, pattern: str, path: str = ".") -> ToolResult:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise Refused(f"invalid regular expression {pattern!r}: {exc}") from None
+        base = self._inside(path)
+        hits: list[str] = []
+        total = 0
+        for file in _walk(base, self.workspace):
+            for number, line in _search_file(file, regex):
+                total += 1
+                if len(hits) < MAX_SEARCH_RESULTS:
+                    hits.append(f"{self._rel(file)}:{number}: {line.strip()[:200]}")
+        text = "\n".join(hits) or f"no match for {pattern!r}"
+        if total > len(hits):
+            text += f"\n(... {total - len(hits)} more matches; narrow the pattern or the path)"
+        return ToolResult(True, text, {"pattern": pattern, "matches": total})
+
+    def _write_file(self, path: str, content: str) -> ToolResult:
+        file = self._writable(path)
+        _refuse_placeholder(content, "")
+        if len(content.encode()) > MAX_FILE_BYTES:
+            raise Refused(f"content is larger than {MAX_FILE_BYTES} bytes; split it into modules")
+        created = not file.exists()
+        file.parent.mkdir(parents=True, exist_ok=True)
+        _replace_file(file, content.encode())
+        lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
+        verb = "created" if created else "overwrote"
+        return ToolResult(True, f"{verb} {self._rel(file)} ({lines} lines)", {"path": self._rel(file), "lines": lines, "created": created})
+
+    def _edit_file(self, path: str, search: str, replace: str) -> ToolResult:
+        file = self._writable(path)
+        if not file.is_file():
+            raise Refused(f"'{path}' does not exist; use write_file to create it")
+        if not search:
+            raise Refused("`search` is empty; copy the exact lines to replace from read_file output")
+        text = _text(file)
+        _refuse_placeholder(replace, search)
+        count = text.count(search)
+        if count == 0:
+            raise Refused(_no_match(self._rel(file), text, search))
+        if count > 1:
+            starts = _match_lines(text, search)
+            raise Refused(
+                f"`search` matches {count} times in {self._rel(file)} (at lines {', '.join(map(str, starts))}); "
+                "include more surrounding lines to make it unique"
+            )
+        offset = text.index(search)
+        new = text[:offset] + replace + text[offset + len(search) :]
+        _replace_file(file, new.encode())
+        first = text.count("\n", 0, offset) + 1
+        return ToolResult(
+            True,
+            _edit_report(self._rel(file), new, first, replace),
+            {"path": self._rel(file), "line": first, "removed": search.count("\n") + 1, "added": replace.count("\n") + 1},
+        )
+
+    def _cargo_check(self) -> ToolResult:
+        return self._cargo("check", ["--all-targets"])
+
+    def _run_tests(self, filter: str | None = None) -> ToolResult:
+        return self._cargo("test", [filter] if filter else [])
+
+    def _cargo(self, subcommand: str, extra: list[str]) -> ToolResult:
+        report = run_cargo(self.sandbox, self.cargo, subcommand, cwd=self.crate_dir, extra=extra, timeout=self.command_timeout)
+        data = {
+            "green": report.ok,
+            "failure_key": sorted(report.failure_key()),
+            "errors": report.error_count,
+            "tests_passed": report.passed,
+            "tests_failed": report.failed,
+            "timed_out": report.timed_out,
+            "seconds": round(report.seconds, 3),
+            "argv": report.result.argv if report.result else [],
+        }
+        return ToolResult(True, report.summary(), data, report)
+
+    def _add_dependency(self, name: str, version: str | None = None, features: list[str] | None = None) -> ToolResult:
+        spec = _dependency_spec(name, version, features or [])
+        manifest = self.crate_dir / "Cargo.toml"
+        if not manifest.is_file():
+            raise Refused(f"no Cargo.toml in {self._rel(self.crate_dir)}")
+        if self.cargo.offline:
+            result = self.sandbox.run(self.cargo.argv("add", *spec), cwd=self.crate_dir, env=self.cargo.env(), timeout=self.command_timeout or 120)
+        else:
+            result = _cargo_add_online(self.cargo, manifest, spec)
+        output = (result.stderr + result.stdout).strip()
+        if not result.ok:
+            return ToolResult(
+                False, f"cargo add {' '.join(spec)} failed:\n{output[-3000:]}", {"error": "failed", "argv": result.argv, "returncode": result.returncode}
+            )
+        return ToolResult(True, output or f"added {name}", {"crate": name, "version": version, "features": features or [], "argv": result.argv})
+
+    def _done(self, summary: str) -> ToolResult:
+        return ToolResult(True, "Noted. flakebot now runs the tests itself; the work ends only if they pass.", {"done": True, "summary": summary})
+
+    def _existing_file(self, path: str) -> Path:
+        file = self._inside(path)
+        if not file.is_file():
+            raise Refused(f"'{path}' is {'a directory' if file.is_dir() else 'not a file in the workspace'}; call list_files to see the files")
+        return file
+
+
+def _check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
+    """The arguments with their types checked (nulls dropped, integer strings accepted); Refused naming the problem."""
+    if not isinstance(arguments, dict):
+        raise Refused(f"arguments must be a JSON object, got {type(arguments).__name__}")
+    params = {p.name: p for p in tool.params}
+    unknown = sorted(set(arguments) - set(params))
+    if unknown:
+        raise Refused(f"unexpected argument {', '.join(map(repr, unknown))} (accepted: {', '.join(params) or 'none'})")
+    args = {k: v for k, v in arguments.items() if v is not None}
+    missing = [p.name for p in tool.params if p.required and p.name not in args]
+    if missing:
+        raise Refused(f"missing required argument {', '.join(map(repr, missing))}")
+    return {k: _typed(params[k], v) for k, v in args.items()}
+
+
+def _typed(param: Param, value: Any) -> Any:
+    if param.type == "integer" and isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    ok = {
+        "string": isinstance(value, str),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "array": isinstance(value, list) and all(isinstance(v, str) for v in value),
+    }[param.type]
+    if not ok:
+        expected = "an array of strings" if param.type == "array" else f"a {param.type}"
+        raise Refused(f"'{param.name}' must be {expected}, got {type(value).__name__} {str(value)[:60]!r}")
+    return value
+
+
+def _walk(base: Path, workspace: Path) -> Iterator[Path]:
+    """Regular files under `base` (sorted), skipping .git/target and anything leading out of the workspace."""
+    if base.is_file():
+        yield base
+        return
+    for root, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            path = Path(root) / name
+            if path.is_file() and path.resolve().is_relative_to(workspace):
+                yield path
+
+
+def _search_file(file: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+    if file.stat().st_size > MAX_FILE_BYTES:
+        return
+    data = file.read_bytes()
+    if b"\0" in data[:8192]:
+        return
+    for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
+        if regex.search(line):
+            yield number, line
+
+
+def _text(file: Path) -> str:
+    data = file.read_bytes()
+    if b"\0" in data[:8192]:
+        raise Refused(f"{file.name} is a binary file")
+    return data.decode()
+
+
+def _numbered(lines: list[str], start: int, end: int) -> list[str]:
+    out = []
+    for number in range(start, end + 1):
+        line = lines[number - 1]
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" [... {len(line) - MAX_LINE_CHARS} more characters]"
+        out.append(f"{number:6}\t{line}")
+    return out
+
+
+def _refuse_placeholder(text: str, search: str) -> None:
+    """Refuse '// ... existing code' and the like, unless the same line is in the text being replaced."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip() and line.strip() not in search and any(p.search(line) for p in PLACEHOLDERS):
+            raise Refused(
+                f"line {number} of the new text is a placeholder ({line.strip()[:80]!r}). Write the real code: "
+                "edit_file replaces only the `search` text, so unchanged code need not be repeated; write_file needs the complete file"
+            )
+
+
+def _no_match(rel: str, text: str, search: str) -> str:
+    """The refusal for a search text that is not in the file, showing the most similar lines."""
+    lines = text.splitlines()
+    target = search.splitlines() or [search]
+    start, ratio = _closest(lines, target)
+    if not lines or ratio < 0.3:
+        return f"`search` was not found in {rel} and nothing in it is similar; read_file {rel} and copy the exact text"
+    end = min(start + len(target), len(lines))
+    hint = ""
+    if [s.strip() for s in lines[start:end]] == [s.strip() for s in target]:
+        hint = " They differ from `search` only in whitespace or indentation."
+    shown = "\n".join(_numbered(lines, max(start - 1, 1), min(end + 2, len(lines))))
+    return (
+        f"`search` was not found in {rel}. The closest lines ({ratio:.0%} similar) are {start + 1}-{end}:{hint}\n{shown}\n"
+        "Copy the text exactly, whitespace included, without the line numbers."
+    )
+
+
+def _closest(lines: list[str], target: list[str]) -> tuple[int, float]:
+    """Index of the window of len(target) lines most similar to `target` (difflib), and the similarity."""
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2("\n".join(target))
+    best = (0, 0.0)
+    for i in range(max(len(lines) - len(target) + 1, 1)):
+        matcher.set_seq1("\n".join(lines[i : i + len(target)]))
+        if matcher.real_quick_ratio() > best[1] and matcher.quick_ratio() > best[1]:
+            ratio = matcher.ratio()
+            if ratio > best[1]:
+                best = (i, ratio)
+    return best
+
+
+def _match_lines(text: str, search: str) -> list[int]:
+    starts, offset = [], text.find(search)
+    while offset >= 0:
+        starts.append(text.count("\n", 0, offset) + 1)
+        offset = text.find(search, offset + len(search))
+    return starts
+
+
+def _edit_report(rel: str, new: str, first: int, replace: str) -> str:
+    lines = new.splitlines()
+    last = first + max(replace.count("\n"), 0)
+    shown = "\n".join(_numbered(lines, max(first - 2, 1), min(last + 2, len(lines)))) if lines else ""
+    return f"edited {rel} at line {first}; the lines around the change now read:\n{shown}"
+
+
+def _dependency_spec(name: str, version: str | None, features: list[str]) -> list[str]:
+    if not CRATE_NAME.match(name):
+        raise Refused(f"'{name}' is not a crate name (letters, digits, '-' and '_')")
+    if version is not None and not VERSION_REQ.match(version.strip()):
+        raise Refused(f"'{version}' is not a version requirement such as 1.0 or ^0.4.2")
+    bad = [f for f in features if not FEATURE.match(f)]
+    if bad:
+        raise Refused(f"invalid feature name(s): {', '.join(bad)}")
+    spec = [f"{name}@{version.strip()}" if version else name]
+    return spec + (["--features", ",".join(features)] if features else [])
+
+
+def _cargo_add_online(cargo: Cargo, manifest: Path, spec: list[str]) -> CommandResult:
+    """`cargo add` with network, outside the sandbox: run from an empty directory with --manifest-path, so no
+    configuration from the workspace (model-written .cargo/config.toml) is read. It resolves versions, runs no crate code."""
+    with tempfile.TemporaryDirectory(prefix="flakebot-cargo-add-") as neutral:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), **cargo.env()}
+        argv = cargo.argv("add", "--manifest-path", str(manifest), *spec)
+        return execute(argv, argv, cwd=Path(neutral), env=env, timeout=300, stdin=None, output_cap=200_000)
+
+
+def _replace_file(path: Path, content: bytes) -> None:
+    """Write `content` to `path` atomically, replacing whatever is there (a file, a symlink, a directory)."""
+    if path.is_dir() and not path.is_symlink():
+        remove_tree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.is_file() and not path.is_symlink() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
