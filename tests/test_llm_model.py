@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, REPO
 
 from flakebot import config
 from flakebot.errors import ModelError
 from flakebot.llm.chat import ChatModel
-from flakebot.llm.providers import resolve_model
+from flakebot.llm.providers import check_model, resolve_model
 from flakebot.llm.transcript import Transcript
 
 SDKS = ["openai", "groq"]
@@ -230,3 +230,27 @@ def test_close_leaves_no_threads_and_stops_the_server(tmp_path: Path) -> None:
 
     with pytest.raises(httpx.ConnectError):
         httpx.get(url + "/v1/models", timeout=1)
+
+
+def test_a_closed_model_refuses_to_complete(tmp_path: Path) -> None:
+    model = scripted(tmp_path, [{"content": "hi"}])
+    model.close()
+    with pytest.raises(ModelError, match="used after close"):
+        model.complete(ASK)
+
+
+def test_the_shipped_fault_script_replays_as_documented(tmp_path: Path) -> None:
+    settings = config.load({"model_timeout": 0.5, "model_retries": 2})
+    with resolve_model(f"scripted:{REPO / 'flakebot/data/scripts/faults.json'}", settings) as model:
+        texts = [model.complete(ASK).text for _ in range(5)]
+        call = model.complete(ASK, TOOLS).tool_calls[0]
+        last = model.complete(long_history(2))
+        assert model.server.turns_left == 0
+    assert texts == [f"answered after {what}" for what in ("the rate limit", "a server error", "a connection reset", "a timeout", "a malformed body")]
+    assert call.arguments == {"path": "src/main.rs"} and last.text == "answered after the history was shrunk" and last.shrunk == 1
+
+
+@pytest.mark.parametrize("name", ["hello-tool.json", "edit-fix-e0425.json", "faults.json"])
+def test_shipped_scripts_pass_check_model(name: str) -> None:
+    path = REPO / "flakebot/data/scripts" / name
+    assert check_model(f"scripted:{path}", config.load()) == f"scripted:{path}"

@@ -104,6 +104,8 @@ class ChatModel:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, temperature: float = 0.0) -> Reply:
         """One assistant turn for `messages` (shrunk in place if the context overflows)."""
+        if self._closed:
+            raise ModelError(f"{self.name} was used after close()", fix="make a new model with resolve_model()")
         try:
             return self._complete(messages, tools, temperature)
         except ModelError as exc:

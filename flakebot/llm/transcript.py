@@ -23,7 +23,8 @@ class Transcript:
     def record(self, kind: str, **data: Any) -> None:
         """Append one line: {"format", "time", "kind", **data}; keys and Authorization headers are redacted."""
         secrets = secret_values()
-        entry = {"format": TRANSCRIPT_FORMAT, "time": round(time.time(), 3), "kind": kind, **redact(data, secrets)}
+        entry: dict[str, Any] = {"format": TRANSCRIPT_FORMAT, "time": round(time.time(), 3), "kind": kind}
+        entry.update((key, value) for key, value in redact(data, secrets).items() if key not in entry)  # the header always wins
         # A second pass over the encoded line catches secrets split by JSON escaping of the first.
         line = redact_text(json.dumps(entry, default=str, ensure_ascii=False), secrets)
         with self._lock:
