@@ -170,9 +170,13 @@ def test_context_overflow_elides_the_oldest_tool_outputs_and_retries(tmp_path: P
     assert retries_recorded(tmp_path) == ["context_overflow"]
 
 
-def test_openais_context_message_without_a_code_is_recognised(tmp_path: Path) -> None:
-    message = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens. Please reduce the length of the messages."
-    overflow = {"status": 400, "response": {"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": None}}}
+OPENAI_OVERFLOW = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens. Please reduce the length of the messages."
+GROQ_413 = "Request too large for model `llama-3.3-70b-versatile` on tokens per minute (TPM): Limit 12000, Requested 13431, please reduce your message size."
+
+
+@pytest.mark.parametrize(("status", "message", "code"), [(400, OPENAI_OVERFLOW, None), (413, GROQ_413, "rate_limit_exceeded")])
+def test_providers_context_messages_are_recognised(tmp_path: Path, status: int, message: str, code: str | None) -> None:
+    overflow = {"status": status, "response": {"error": {"message": message, "type": "invalid_request_error", "param": "messages", "code": code}}}
     with scripted(tmp_path, [overflow, {"content": "ok"}]) as model:
         assert model.complete(long_history(1)).shrunk == 1
 

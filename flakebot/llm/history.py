@@ -15,6 +15,7 @@ OVERFLOW_MARKERS = (
     "too many tokens",
     "input is too long",
     "context size",
+    "request too large",  # Groq 413: the request alone exceeds the tokens-per-minute limit
 )
 ELIDED = "[elided by flakebot to fit the context window: {n} characters of {what}]"
 KEEP_CHARS = 400  # head and tail kept of a long non-tool message
