@@ -170,7 +170,9 @@ def test_context_overflow_elides_the_oldest_tool_outputs_and_retries(tmp_path: P
     assert retries_recorded(tmp_path) == ["context_overflow"]
 
 
-OPENAI_OVERFLOW = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens. Please reduce the length of the messages."
+OPENAI_OVERFLOW = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in 9120 tokens. Please reduce the length of the messages."
+)
 GROQ_413 = "Request too large for model `llama-3.3-70b-versatile` on tokens per minute (TPM): Limit 12000, Requested 13431, please reduce your message size."
 
 
