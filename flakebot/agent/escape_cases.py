@@ -189,13 +189,13 @@ CASES = [
 ]
 
 
-def run_escape_cases(sandbox_factory: Callable[[Path, list[Path]], Sandbox]) -> list[dict[str, Any]]:
-    """Run every case in a sandbox from `sandbox_factory(workspace, writable)`; one result dict per case."""
+def run_escape_cases(sandbox_factory: Callable[[Path, list[Path]], Sandbox], names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Run every case (or those in `names`) in a sandbox from `sandbox_factory(workspace, writable)`; one dict per case."""
     with tempfile.TemporaryDirectory(prefix="flakebot-escape-") as tmp:
         scene = _stage(Path(tmp))
         try:
             sandbox = sandbox_factory(scene.workspace, [scene.target])
-            return [_run_case(sandbox, scene, case) for case in CASES]
+            return [_run_case(sandbox, scene, case) for case in CASES if names is None or case.name in names]
         finally:
             _tear_down(scene)
 
@@ -249,10 +249,10 @@ def _run_case(sandbox: Sandbox, scene: Scene, case: Case) -> dict[str, Any]:
 def _leftovers(marker: str, wait: float = 2.0) -> int:
     """Processes still carrying `marker` after the command returned (given `wait` seconds to die); all are killed."""
     deadline = time.monotonic() + wait
-    pids = _marked(marker)
+    pids = marked_processes(marker)
     while pids and time.monotonic() < deadline:
         time.sleep(0.05)
-        pids = _marked(marker)
+        pids = marked_processes(marker)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -261,7 +261,8 @@ def _leftovers(marker: str, wait: float = 2.0) -> int:
     return len(pids)
 
 
-def _marked(marker: str) -> list[int]:
+def marked_processes(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds MARKER_VAR=marker (every command of a case gets it)."""
     needle = f"{MARKER_VAR}={marker}\0".encode()
     found = []
     for entry in Path("/proc").iterdir():

@@ -110,7 +110,7 @@ def open_sandbox(
     sandbox = BwrapSandbox(bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable)
     problem = sandbox.probe()
     if problem:
-        return _without_bwrap(mode, limits, f"bubblewrap is installed but cannot create a sandbox here ({problem})", _userns_fix())
+        return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())
     return sandbox
 
 
@@ -129,7 +129,7 @@ def open_for_run(settings: Any, *, workspace: Path, target_dir: Path, permission
 
 def _without_bwrap(mode: str, limits: Limits, problem: str, fix: str) -> Sandbox:
     if mode == "required":
-        raise SandboxError(f"sandbox required but {problem}", fix=f"{fix}, or pass --sandbox auto to run without isolation")
+        raise SandboxError(f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox auto to run without isolation")
     logger.warning("%s: commands run as plain processes (timeout and output cap only, no isolation). Fix: %s", problem, fix)
     return PlainSandbox(limits, name="plain")
 
