@@ -1,0 +1,89 @@
+"""Small crates written by the nix tests (real Cargo.toml + sources; cargo and nix build them for real)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from flakebot.config import Settings
+
+NIX = ["nix", "--extra-experimental-features", "nix-command flakes"]
+
+GREETER_MAIN = """\
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help") {
+        println!("greeter: says hello to NAME\\n\\nUSAGE: greeter NAME");
+        return Ok(());
+    }
+    let name = args.first().ok_or_else(|| anyhow::anyhow!("give a NAME"))?;
+    println!("hello, {name}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn greets() {
+        assert_eq!(format!("hello, {}", "x"), "hello, x");
+    }
+}
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def manifest(name: str, extra: str = "", deps: str = "") -> str:
+    return f'[package]\nname = "{name}"\nversion = "0.3.1"\nedition = "2021"\n{extra}\n[dependencies]\n{deps}'
+
+
+def greeter(root: Path) -> Path:
+    """A binary crate with a dependency from Debian's registry (anyhow) and one unit test."""
+    cargo = manifest("greeter", 'description = "Says \\"hello\\" to ${NAME}"\nlicense = "MIT OR Apache-2.0"\n', 'anyhow = "1"\n')
+    return write(root, {"Cargo.toml": cargo, "src/main.rs": GREETER_MAIN, ".gitignore": "/target\nCargo.lock\n"})
+
+
+def two_binaries(root: Path) -> Path:
+    """A virtual workspace with two member crates, each shipping one binary (alpha and beta)."""
+    files = {"Cargo.toml": '[workspace]\nmembers = ["alpha", "beta"]\nresolver = "2"\n'}
+    for name in ("alpha", "beta"):
+        files[f"{name}/Cargo.toml"] = manifest(name, 'license = "MIT"\n')
+        files[f"{name}/src/main.rs"] = f'fn main() {{ let a: Vec<String> = std::env::args().skip(1).collect(); println!("{name} says {{}}", a.join(" ")); }}\n'
+    return write(root, files)
+
+
+def library(root: Path) -> Path:
+    return write(root, {"Cargo.toml": manifest("just-a-lib"), "src/lib.rs": "pub fn answer() -> u32 { 42 }\n"})
+
+
+def unresolvable(root: Path) -> Path:
+    """A binary crate depending on a crate that no local registry has."""
+    return write(root, {"Cargo.toml": manifest("needs-missing", deps='flakebot-no-such-crate = "1"\n'), "src/main.rs": "fn main() {}\n"})
+
+
+def broken(root: Path) -> Path:
+    """A binary crate that does not compile."""
+    return write(root, {"Cargo.toml": manifest("broken"), "src/main.rs": 'fn main() {\n    let x: u32 = undefined_value;\n    println!("{x}");\n}\n'})
+
+
+def host_settings(home: Path) -> Settings:
+    """Settings for building offline with the stand-in, everything under `home`."""
+    return Settings(workdir=str(home / "work"), cache_dir=str(home / "cache"), catalog_dir=str(home / "catalog"), nixpkgs="host", registry="local")
+
+
+def standin_eval(standin: Path, expression: str) -> subprocess.CompletedProcess[str]:
+    """`nix eval --json` of `expression` with `pkgs` bound to the stand-in's legacyPackages.x86_64-linux."""
+    expr = f'let pkgs = (builtins.getFlake "path:{standin}").legacyPackages.x86_64-linux; lib = pkgs.lib; in {expression}'
+    return subprocess.run([*NIX, "eval", "--impure", "--json", "--expr", expr], capture_output=True, text=True, timeout=120)
+
+
+def json_of(result: subprocess.CompletedProcess[str]) -> object:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
