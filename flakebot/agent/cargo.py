@@ -30,6 +30,7 @@ TEST_LINE = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)")
 BLOCK_START = re.compile(r"^---- (.+?) std(?:out|err) ----$")
 RESULT_LINE = re.compile(r"^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored")
 TARGET_FAILED = re.compile(r"^error: (test failed, to rerun pass|\d+ targets? failed)")
+STATUS_LINE = re.compile(r"^\s*(Compiling|Checking|Running|Finished|Doc-tests|Fresh|Locking|Adding|Updating|Blocking|Building|Documenting|Downloaded)\b")
 BACKTRACE_NOTE = "note: run with `RUST_BACKTRACE=1`"
 
 
@@ -102,6 +103,8 @@ class CargoReport:
         keys = {f"error[{d.code}] {d.message} @ {d.file}" for d in self.errors}
         keys |= {f"test {t.name}" for t in self.failed_tests}
         keys |= {f"cargo {e.splitlines()[0]}" for e in self.cargo_errors}
+        if self.error_count > len(self.errors):
+            keys.add(f"errors: {self.error_count}")  # errors beyond the cap still count
         if self.timed_out:
             keys.add("timeout")
         if not self.ok and not keys:
@@ -260,10 +263,10 @@ def _cargo_errors(stderr: str, report: CargoReport) -> list[str]:
     for line in stderr.splitlines():
         if line.startswith("error"):
             blocks.append([line])
-        elif blocks and (line.startswith((" ", "\t")) or not line.strip() or line.startswith("Caused by")):
+        elif STATUS_LINE.match(line) or line.startswith("warning"):
+            blocks.append([])  # cargo moved on: the error block ended
+        elif blocks:
             blocks[-1].append(line)
-        elif blocks and not blocks[-1][-1].strip():
-            blocks.append([])  # a non-error line after a blank one ends the block
     texts = ["\n".join(b).strip() for b in blocks if b and b[0].startswith("error")]
     return [cut_middle(t, RENDERED_LINES) for t in texts if not _redundant(t, report)]
 
