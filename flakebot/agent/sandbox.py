@@ -11,7 +11,9 @@ kept), a minimal environment (no API keys), and leaves no process behind.
 Process limit: RLIMIT_NPROC is not enforced for real root (the kernel exempts uid 0, even inside a user
 namespace mapped to it). So as root the command drops to an unused uid keeping only CAP_DAC_OVERRIDE
 (it can still write the root-owned workspace) under `prlimit --nproc`; as a normal user, bubblewrap's
-user namespace plus `prlimit --nproc` inside it limits the sandbox alone.
+user namespace plus `prlimit --nproc` inside it limits the sandbox alone. One wrinkle of the root case:
+access(2) ignores capabilities for a non-root uid, so a program asking "may I write the workspace?"
+hears no (writing works); /tmp and HOME are mode 1777 so compilers find a temporary directory.
 """
 
 from __future__ import annotations
@@ -191,7 +193,8 @@ class BwrapSandbox:
         if os.geteuid() != 0:
             args.append("--unshare-user")
         args += _system_mounts()
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", str(self.home)]
+        # 1777: as root the command runs as an unprivileged uid whose access(2) checks ignore CAP_DAC_OVERRIDE (cc picks TMPDIR so)
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", str(self.home)]
         for path in _readable_paths(self.readable):
             args += ["--ro-bind", str(path), str(path)]
         workspace = self.workspace.resolve()
