@@ -1,0 +1,109 @@
+"""Packaging cost: `nix build` of a fresh flake against `cargo build --release` of the same crate, in the same run.
+
+Also a no-op rebuild (the flake built again, unchanged) against a no-op `cargo build --release`.
+The crate comes from the local registry (hexyl by default); nix builds offline with the host stand-in
+unless --nixpkgs pinned is given. Figures are ratios over the raw cargo work (goal: fresh <= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flakebot.cargo import Cargo
+from flakebot.config import Settings
+from flakebot.nix import command
+from flakebot.nix.flake import package_crate
+from flakebot.nix.standin import standin_dir
+from flakebot.source.tree import copy_crate
+
+GOAL_FRESH_RATIO = 1.2
+
+
+def _timed(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def _cargo_builds(crate: Path, settings: Settings, target: Path) -> tuple[float, float]:
+    """(fresh, no-op) seconds of `cargo build --release` in a new target directory."""
+    cargo = Cargo.for_run(settings, target)
+    argv = cargo.argv("build", "--release", "--locked")
+    return _timed(argv, crate, cargo.env()), _timed(argv, crate, cargo.env())
+
+
+def _nix_noop(flake_dir: Path, mode: str, standin: Path | None) -> float:
+    return _timed(command.nix_argv(["build"], ["--json", "--no-link", str(flake_dir)], mode, standin), flake_dir)
+
+
+def run(crate: str = "hexyl", nixpkgs: str = "host") -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="flakebot-bench-nix-") as tmp:
+        root = Path(tmp)
+        settings = Settings(workdir=str(root / "work"), cache_dir=str(root / "cache"), nixpkgs=nixpkgs, registry="local")
+        source = _crate_source(crate, settings, root / "src")
+        cargo_fresh, cargo_noop = _cargo_builds(source, settings, root / "target")
+        started = time.perf_counter()
+        inner: list[float] = []
+        # A unique description gives the flake a new source hash, so nix really builds it from scratch.
+        result = package_crate(source, root / "flake", settings, description=f"benchmark {secrets.token_hex(4)}", progress=_inner_cargo(inner))
+        package_total = time.perf_counter() - started
+        standin = standin_dir(settings) if result.nixpkgs_mode == "host" else None
+        nix_noop = _nix_noop(Path(result.flake_dir), result.nixpkgs_mode, standin)
+    return {
+        "crate": f"{result.pname} {result.version}",
+        "nixpkgs_mode": result.nixpkgs_mode,
+        "cargo_build_release_s": round(cargo_fresh, 3),
+        "nix_build_fresh_s": result.build_seconds,
+        "fresh_ratio": round(result.build_seconds / cargo_fresh, 3),
+        # cargo's own time inside the nix build: separates nix's overhead from machine noise (shared cores)
+        "cargo_inside_nix_s": inner[0] if inner else None,
+        "nix_overhead_s": round(result.build_seconds - inner[0], 3) if inner else None,
+        "package_crate_total_s": round(package_total, 3),
+        "package_total_ratio": round(package_total / cargo_fresh, 3),
+        "cargo_noop_s": round(cargo_noop, 3),
+        "nix_noop_s": round(nix_noop, 3),
+        "noop_ratio": round(nix_noop / cargo_noop, 3),
+        "goal_fresh_ratio": GOAL_FRESH_RATIO,
+        "met": result.build_seconds / cargo_fresh <= GOAL_FRESH_RATIO,
+    }
+
+
+def _inner_cargo(found: list[float]) -> Callable[[str], None]:
+    """A progress callback keeping the seconds of cargo's "Finished `release` profile ... in 17.5s" line."""
+
+    def on_progress(message: str) -> None:
+        match = re.search(r"Finished .* in ([0-9.]+)s", message)
+        if match:
+            found.append(float(match.group(1)))
+
+    return on_progress
+
+
+def _crate_source(name: str, settings: Settings, dest: Path) -> Path:
+    """The registry crate as a plain source tree with a Cargo.lock (both builds then use the same lock)."""
+    from flakebot.crates.stage import local_registry
+
+    info = local_registry(settings).get(name)
+    dest.mkdir(parents=True)
+    copy_crate(Path(info.path), dest)
+    cargo = Cargo.for_run(settings, dest / "target")
+    subprocess.run(cargo.argv("generate-lockfile"), cwd=dest, env={**os.environ, **cargo.env()}, capture_output=True, check=True)
+    return dest
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--crate", default="hexyl")
+    parser.add_argument("--nixpkgs", default="host", choices=("host", "pinned"))
+    options = parser.parse_args()
+    print(json.dumps(run(options.crate, options.nixpkgs), indent=2))
