@@ -50,6 +50,9 @@ def test_missing_import_and_type_mismatch(tmp_path: Path, target: Path) -> None:
         assert f"error[{code}]" in summary
     assert "src/lib.rs:3:21" in summary and "expected `String`, found integer" in summary  # rendered, with the source line
     assert summary.count("error[E0308]") == 1, "deduplicated"
+    assert summary.count("cannot find type `HashMap`") == 1, "a repeated message is rendered once"
+    assert "  also at src/lib.rs:2:32 (error[E0433]): let m: HashMap<i32, i32> = HashMap::new();" in summary
+    assert not [line for line in summary.splitlines() if line.strip() in ("", "|")], "no empty gutter lines"
     assert raw_json_count(tmp_path / "demo", target, "E0308") >= 2, "cargo itself reports it for lib and lib test"
     assert [d.level for d in report.diagnostics] == ["error"] * 4
     assert report.diagnostics[0].location == "src/lib.rs:2:12", "first errors first"

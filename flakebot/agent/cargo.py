@@ -21,7 +21,7 @@ from flakebot.errors import UsageError
 
 SUBCOMMANDS = ("check", "build", "test")
 MAX_DIAGNOSTICS = 20  # kept in the report (errors first)
-FULL_ERRORS = 5  # errors shown with their rendered source; the rest as one line each
+FULL_ERRORS = 5  # distinct error messages shown rendered; repeats and the rest as one line each
 SHOWN_WARNINGS = 3  # warning one-liners shown when there is no error
 RENDERED_LINES = 40  # lines kept of one rendered diagnostic or one panic message
 SUMMARY_CHARS = 6000
@@ -31,6 +31,7 @@ BLOCK_START = re.compile(r"^---- (.+?) std(?:out|err) ----$")
 RESULT_LINE = re.compile(r"^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored")
 TARGET_FAILED = re.compile(r"^error: (test failed, to rerun pass|\d+ targets? failed)")
 STATUS_LINE = re.compile(r"^\s*(Compiling|Checking|Running|Finished|Doc-tests|Fresh|Locking|Adding|Updating|Blocking|Building|Documenting|Downloaded)\b")
+GUTTER = re.compile(r"^\s*\|?\s*$")
 BACKTRACE_NOTE = "note: run with `RUST_BACKTRACE=1`"
 
 
@@ -45,6 +46,7 @@ class Diagnostic:
     line: int
     column: int
     rendered: str
+    source: str = ""  # the primary span's source line, stripped
 
     @property
     def location(self) -> str:
@@ -130,12 +132,20 @@ class CargoReport:
         return f"cargo {self.subcommand}: {verdict}" + (f" ({'; '.join(facts)})" if facts else "")
 
     def _error_parts(self) -> list[str]:
-        errors = self.errors
-        parts = [cut_middle(d.rendered.strip() or d.one_line(), RENDERED_LINES) for d in errors[:FULL_ERRORS]]
-        parts += [d.one_line() for d in errors[FULL_ERRORS:]]
-        if self.error_count > len(errors):
-            parts.append(f"(... {self.error_count - len(errors)} more errors not shown)")
-        if not errors:
+        """Each distinct error message rendered once (compacted), its repeats as `also at` lines, then the overflow."""
+        groups: dict[str, list[Diagnostic]] = {}
+        for d in self.errors:
+            groups.setdefault(d.message, []).append(d)
+        parts = []
+        for number, (_, group) in enumerate(groups.items()):
+            if number >= FULL_ERRORS:
+                parts += [d.one_line() for d in group]
+                continue
+            parts.append(cut_middle(_compact(group[0].rendered) or group[0].one_line(), RENDERED_LINES))
+            parts += [f"  also at {d.location}{_code_if_other(d, group[0])}: {d.source}" for d in group[1:]]
+        if self.error_count > len(self.errors):
+            parts.append(f"(... {self.error_count - len(self.errors)} more errors not shown)")
+        if not self.errors:
             parts += [d.one_line() for d in self.warnings[:SHOWN_WARNINGS]]
         return parts
 
@@ -221,7 +231,17 @@ def _diagnostic(message: dict[str, Any]) -> Diagnostic | None:
     primary = next((s for s in spans if s.get("is_primary")), spans[0] if spans else {})
     code = (message.get("code") or {}).get("code") or ""
     rendered = message.get("rendered") or ""
-    return Diagnostic(level, code, text, primary.get("file_name", ""), primary.get("line_start", 0), primary.get("column_start", 0), rendered)
+    source = ((primary.get("text") or [{}])[0].get("text") or "").strip()
+    return Diagnostic(level, code, text, primary.get("file_name", ""), primary.get("line_start", 0), primary.get("column_start", 0), rendered, source)
+
+
+def _code_if_other(diagnostic: Diagnostic, first: Diagnostic) -> str:
+    return f" (error[{diagnostic.code}])" if diagnostic.code != first.code else ""
+
+
+def _compact(rendered: str) -> str:
+    """rustc's rendering without its empty gutter lines (`   |`), which carry no information."""
+    return "\n".join(line for line in rendered.strip().splitlines() if not GUTTER.match(line))
 
 
 @dataclass
