@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,13 +10,14 @@ from pathlib import Path
 import git as gitpython
 import pytest
 from github_server import GitHubStub
-from gitserve import GitDaemon, git, make_crate_repo
+from gitserve import GitDaemon, free_port, git, make_crate_repo
 
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.run import Run
 from flakebot.source import acquire, push_branch, release_fork, release_run_forks
+from flakebot.source.gitrepo import git_env
 
 TOKEN = "ghp_test_token_never_logged_0123456789"
 BRANCH = "flakebot/demo-tool"
@@ -103,8 +105,6 @@ def test_fork_needs_a_github_repository(tmp_path: Path, token: str) -> None:
 
 
 def test_an_unreachable_api_is_reported(tmp_path: Path, token: str) -> None:
-    from gitserve import free_port
-
     with pytest.raises(AcquireError, match=r"cannot reach the GitHub API at http://127\.0\.0\.1:\d+ \(ConnectError"):
         acquire(DEMO, tmp_path / "ws", branch=BRANCH, settings=Settings(github_api_url=f"http://127.0.0.1:{free_port()}"), fork=True)
 
@@ -165,3 +165,21 @@ def test_clean_deletes_the_forks_of_a_run_that_asked_for_it(served: tuple[GitDae
         acquire(DEMO, drop.workspace, branch=BRANCH, settings=settings_for(stub), fork=True, run=drop)
         assert release_run_forks(drop, settings_for(stub)) == [{"fork": "flakebot-user/demo", "deleted": True}]
         assert not stub.fork_path("flakebot-user/demo").exists()
+
+
+def test_the_token_travels_only_as_a_header_for_the_https_host(token: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    env = git_env("https://github.com/flakebot-user/demo.git", TOKEN)
+    assert env["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraHeader"
+    assert base64.b64decode(env["GIT_CONFIG_VALUE_0"].removeprefix("Authorization: Basic ")).decode() == f"x-access-token:{TOKEN}"
+    assert "GIT_CONFIG_KEY_0" not in git_env("git://127.0.0.1/demo.git", TOKEN)  # never in clear over git:// or http://
+    assert "GIT_CONFIG_KEY_0" not in git_env("http://127.0.0.1/demo.git", TOKEN)
+
+    caplog.set_level(logging.DEBUG)
+    bare = make_crate_repo(tmp_path / "repos", "demo", ["0.2.0"])
+    origin = acquire(CrateInfo(name="demo", version="0.2.0", repository=bare.as_uri()), tmp_path / "ws", branch=BRANCH, settings=Settings())
+    unreachable = {**origin, "method": "fork", "url": f"https://127.0.0.1:{free_port()}/flakebot-user/demo.git"}
+    with pytest.raises(AcquireError, match=r"^cannot push demo: git push to https://127\.0\.0\.1:\d+/flakebot-user/demo\.git failed") as caught:
+        push_branch(tmp_path / "ws", unreachable, Settings(git_timeout=30))
+    assert TOKEN not in caught.value.one_line()
+    assert TOKEN not in caplog.text
+    assert TOKEN not in (tmp_path / "ws/.git/config").read_text()
