@@ -107,3 +107,9 @@ def test_new_crate_errors_name_the_crate_and_leave_nothing(tmp_path: Path, name:
         new_crate(name, tmp_path / "ws", library=library, settings=OFFLINE)
     assert caught.value.message.startswith(f"cannot start new crate {name}: {cause}")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_git_without_a_repository_url_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(AcquireError, match=r"^cannot acquire csv 1\.1\.6: it has no repository URL to clone"):
+        acquire(CrateInfo(name="csv", version="1.1.6"), tmp_path / "ws", branch="flakebot/x", settings=OFFLINE, method="git")
+    assert list(tmp_path.iterdir()) == []

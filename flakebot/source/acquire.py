@@ -156,6 +156,8 @@ def commit_unpacked(job: Job, tmp: Path, url: str, extra: dict[str, Any]) -> dic
 
 
 def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, Any]:
+    if not (url or job.crate.repository):
+        raise AcquireError("it has no repository URL to clone", fix="use --method archive (crates.io) or a crate from the local registry")
     url = gitrepo.check_url(url or job.crate.repository)
     name, wanted = job.crate.name, job.crate.version
     notes = []

@@ -38,8 +38,10 @@ def provenance(crate_dir: Path) -> dict[str, Any]:
         found["upstream_revision"] = str(vcs["git"]["sha1"])
         if vcs.get("path_in_vcs"):
             found["upstream_path"] = str(vcs["path_in_vcs"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # provenance is a nicety: note it, carry on
+        logger.debug("unreadable .cargo_vcs_info.json in %s: %s", crate_dir, exc)
     series = crate_dir / "debian" / "patches" / "series"
     if series.is_file():
         patches = [line.split()[0] for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
