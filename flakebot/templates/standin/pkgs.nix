@@ -13,8 +13,8 @@ let
     toolDir = "";
   };
 
-  # A derivation whose bin/ links the host toolchain's programs (for devShells).
-  hostTool = name: tools: derivation {
+  # A derivation whose bin/ links host programs from `dir` (for devShells).
+  hostTool = name: dir: tools: derivation {
     name = "${name}-host";
     inherit system;
     builder = host.bash;
@@ -22,7 +22,7 @@ let
     PATH = host.path;
     note = "flakebot host stand-in for nixpkgs' ${name}: links to the host toolchain";
     tools = lib.concatStringsSep " " tools;
-    toolDir = host.toolchainBin;
+    toolDir = dir;
   };
 
   placeholders = builtins.foldl'
@@ -33,6 +33,8 @@ let
   mkShell = { name ? "nix-shell", packages ? [ ], inputsFrom ? [ ], nativeBuildInputs ? [ ], buildInputs ? [ ], shellHook ? "", ... }@args:
     derivation {
       inherit name system;
+      # `nix develop` runs its get-env.sh with this builder; it writes the environment to each of $outputs.
+      outputs = [ "out" ];
       builder = host.bash;
       args = [ "-e" ./host-input.sh ];
       PATH = lib.concatStringsSep ":" (map (p: "${p}/bin") packages ++ [ host.path ]);
@@ -49,9 +51,11 @@ lib.recursiveUpdate placeholders {
   rustPlatform = {
     buildRustPackage = import ./rust.nix { inherit lib host system; };
   };
-  cargo = hostTool "cargo" [ "cargo" ];
-  rustc = hostTool "rustc" [ "rustc" "rustdoc" ];
-  clippy = hostTool "clippy" [ "cargo-clippy" "clippy-driver" ];
-  rustfmt = hostTool "rustfmt" [ "rustfmt" "cargo-fmt" ];
-  rust-analyzer = hostTool "rust-analyzer" [ "rust-analyzer" ];
+  cargo = hostTool "cargo" host.toolchainBin [ "cargo" ];
+  rustc = hostTool "rustc" host.toolchainBin [ "rustc" "rustdoc" ];
+  clippy = hostTool "clippy" host.toolchainBin [ "cargo-clippy" "clippy-driver" ];
+  rustfmt = hostTool "rustfmt" host.toolchainBin [ "rustfmt" "cargo-fmt" ];
+  rust-analyzer = hostTool "rust-analyzer" host.toolchainBin [ "rust-analyzer" ];
+  # `nix develop` starts its shell from bashInteractive.
+  bashInteractive = hostTool "bash-interactive" (dirOf host.bash) [ "bash" ];
 }
