@@ -193,3 +193,16 @@ def test_off_mode_warns(ws: Path, caplog: pytest.LogCaptureFixture) -> None:
         sandbox = open_sandbox("off", workspace=ws, writable=[])
     assert sandbox.name == "off" and "sandbox off" in caplog.text
     assert sandbox.run(["bash", "-c", "echo $HOME"], cwd=ws).stdout.strip() == str(Path.home())
+
+
+def test_listing_the_workspace_as_writable_changes_nothing(ws: Path, target: Path) -> None:
+    """Callers may list the workspace among the writable dirs: .git stays read-only, READ_ONLY stays read-only."""
+    require("bwrap")
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    rw = open_sandbox("required", workspace=ws, writable=[ws, target])
+    result = rw.run(["bash", "-c", "echo a > made.txt; echo hook > .git/hooks/pre-commit"], cwd=ws)
+    assert (ws / "made.txt").exists() and not (ws / ".git/hooks/pre-commit").exists()
+    assert "Read-only file system" in result.stderr
+    ro = open_sandbox("required", workspace=ws, writable=[ws, target], permission="READ_ONLY")
+    ro.run(["bash", "-c", "echo b > other.txt"], cwd=ws)
+    assert not (ws / "other.txt").exists()

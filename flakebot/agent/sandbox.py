@@ -190,7 +190,7 @@ class BwrapSandbox:
         """The bubblewrap command line up to the command itself; order matters (later mounts cover earlier ones)."""
         args = [self.bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "flakebot-sandbox"]
         args += ["--die-with-parent", "--new-session"]
-        if os.geteuid() != 0:
+        if not real_root():
             args.append("--unshare-user")
         args += _system_mounts()
         # 1777: as root the command runs as an unprivileged uid whose access(2) checks ignore CAP_DAC_OVERRIDE (cc picks TMPDIR so)
@@ -199,11 +199,12 @@ class BwrapSandbox:
             args += ["--ro-bind", str(path), str(path)]
         workspace = self.workspace.resolve()
         args += ["--ro-bind" if self.read_only else "--bind", str(workspace), str(workspace)]
-        if (workspace / ".git").is_dir():  # git hooks/config written here would run later outside the sandbox
-            args += ["--ro-bind", str(workspace / ".git"), str(workspace / ".git")]
         for path in self.writable:
             path.mkdir(parents=True, exist_ok=True)
-            args += ["--bind", str(path.resolve()), str(path.resolve())]
+            if path.resolve() != workspace:  # the workspace's mode (read-only or not) is the permission's
+                args += ["--bind", str(path.resolve()), str(path.resolve())]
+        if (workspace / ".git").is_dir():  # last: git hooks/config written here would run later outside the sandbox
+            args += ["--ro-bind", str(workspace / ".git"), str(workspace / ".git")]
         return [*args, "--chdir", str(cwd), "--"]
 
     def limit_argv(self) -> list[str]:
@@ -211,12 +212,12 @@ class BwrapSandbox:
         limit = []
         if shutil.which("prlimit"):
             limit = ["prlimit", f"--nproc={self.limits.max_processes}:{self.limits.max_processes}", "--"]
-        if os.geteuid() != 0:
+        if not real_root():
             return limit
-        if not shutil.which("setpriv"):
-            logger.warning("setpriv (util-linux) missing: sandboxed commands run as root and the process limit is not enforced")
+        uid = SANDBOX_UID_BASE + os.getpid()
+        if not shutil.which("setpriv") or not _uid_mapped(uid):
+            logger.warning("setpriv missing or uid %d unmapped: sandboxed commands run as root and the process limit is not enforced", uid)
             return limit
-        uid = str(SANDBOX_UID_BASE + os.getpid())
         caps = ["--inh-caps=-all,+dac_override", "--ambient-caps=+dac_override", "--bounding-set=-all,+dac_override"]
         return [*limit, "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *caps, "--no-new-privs", "--"]
 
@@ -235,6 +236,26 @@ class BwrapSandbox:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "isolated": True, "read_only": self.read_only, "start_overhead_s": self.start_overhead, **asdict(self.limits)}
+
+
+def real_root() -> bool:
+    """Whether we are uid 0 of the initial user namespace: the one uid the kernel exempts from RLIMIT_NPROC.
+    (Root in a rootless container maps to an ordinary uid outside and is treated like any user.)"""
+    if os.geteuid() != 0:
+        return False
+    for line in Path("/proc/self/uid_map").read_text().splitlines():
+        inside, outside, _count = (int(field) for field in line.split())
+        if inside == 0:
+            return outside == 0
+    return False
+
+
+def _uid_mapped(uid: int) -> bool:
+    for line in Path("/proc/self/uid_map").read_text().splitlines():
+        inside, _outside, count = (int(field) for field in line.split())
+        if inside <= uid < inside + count:
+            return True
+    return False
 
 
 def _sandbox_home() -> Path:
