@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from flakebot.errors import FlakebotError
 from flakebot.fsutil import remove_tree
 from flakebot.run import Run, find_run_dir, runs_dir
 
@@ -47,13 +48,22 @@ def _kill_group(pid: int) -> bool:
     return True
 
 
+def _release_forks(run: Run) -> None:
+    from flakebot import config
+    from flakebot.source import release_run_forks
+
+    release_run_forks(run, config.load())
+
+
 def remove_runs(workdir: Path, run_id: str | None) -> list[Path]:
     """Remove one run directory (by id) or all of them (run_id None), releasing their resources first."""
     directories = [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
     for directory in directories:
         try:
-            clean_run(Run.load(workdir, directory.name))
-        except Exception as exc:  # a corrupt run is still removed; say why its resources were not read
-            logger.warning("could not read %s before removing it: %s", directory, exc)
+            run = Run.load(workdir, directory.name)
+            _release_forks(run)
+            clean_run(run)
+        except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
+            logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
         remove_tree(directory)
     return directories

@@ -58,25 +58,19 @@ def stage_model(ctx: StageContext) -> Iterator[Any]:
 
 
 def clean_stage(ctx: StageContext) -> dict[str, Any]:
-    """Remove the workspace, target dir and temp files; end the run's processes; delete a fork when asked.
-
-    Keeps flake, manifest, transcript and state for audit. Runs after failures and Ctrl-C too.
-    """
+    """Push the branch when asked, remove the workspace, target dir and temp files, end the run's
+    processes, delete a fork when asked. Keeps flake, manifest, transcript and state for audit.
+    Runs after failures and Ctrl-C too."""
     from flakebot.cleanup import clean_run
+    from flakebot.source import push_branch, release_run_forks
 
+    pushed = None
+    if ctx.options.get("push") and ctx.failed is None and ctx.run.workspace.is_dir():
+        pushed = push_branch(ctx.run.workspace, ctx.output("acquire").get("origin", {}), ctx.settings)
     if ctx.options.get("keep"):
         ctx.progress("--keep: leaving the workspace in place")
-        return {"kept": True, "removed": []}
-    released = _release_fork(ctx)
+        return {"kept": True, "removed": [], "pushed": pushed}
+    forks = release_run_forks(ctx.run, ctx.settings)  # registered before the fork was polled: failed acquisitions too
     removed = clean_run(ctx.run)
     ctx.progress(f"removed {len(removed)} item(s)")
-    return {"kept": False, "removed": removed, "fork": released}
-
-
-def _release_fork(ctx: StageContext) -> str | None:
-    origin = ctx.output("acquire").get("origin") or ctx.output("acquire")
-    if not (ctx.options.get("delete_fork") and origin.get("method") == "fork"):
-        return None
-    from flakebot.source import release_fork
-
-    return str(release_fork(origin, ctx.settings))
+    return {"kept": False, "removed": removed, "forks": forks, "pushed": pushed}
