@@ -198,6 +198,21 @@ def test_frozen_file_is_refused_and_restored(ws: Path) -> None:
     assert tools.enforce_frozen() == []
 
 
+def test_restoring_never_follows_a_symlink_out(ws: Path) -> None:
+    """Sandboxed code can swap tests/ for a link to a directory outside; the restore must not write there."""
+    tools = toolbox(ws)
+    outside = ws.parent / "elsewhere"
+    outside.mkdir()
+    (outside / "acceptance.rs").write_text(ACCEPTANCE)  # same content: a check following the link would be fooled
+    (ws / "tests/acceptance.rs").unlink()
+    (ws / "tests").rmdir()
+    (ws / "tests").symlink_to(outside)
+    assert tools.enforce_frozen() == ["tests/acceptance.rs"]
+    assert (ws / "tests").is_dir() and not (ws / "tests").is_symlink()
+    assert (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE
+    assert sorted(p.name for p in outside.iterdir()) == ["acceptance.rs"]
+
+
 def test_frozen_hash_mismatch_is_an_error(ws: Path) -> None:
     require("bwrap")
     sandbox = open_sandbox("required", workspace=ws, writable=[])

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from flakebot.config import Settings
 from flakebot.errors import SandboxError
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ def open_sandbox(
     return sandbox
 
 
-def open_for_run(settings: Any, *, workspace: Path, target_dir: Path, permission: str = "READ_WRITE") -> Sandbox:
+def open_for_run(settings: Settings, *, workspace: Path, target_dir: Path, permission: str = "READ_WRITE") -> Sandbox:
     """open_sandbox() configured from Settings (sandbox, command_timeout, output_cap, local_registry) for one run."""
     return open_sandbox(
         settings.sandbox,

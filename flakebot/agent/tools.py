@@ -221,8 +221,9 @@ class Toolbox:
         restored = []
         for rel, (digest, content) in self._frozen.items():
             path = self.workspace / rel
-            if path.is_file() and not path.is_symlink() and _sha256(path.read_bytes()) == digest:
+            if _real_dirs(self.workspace, rel) and path.is_file() and not path.is_symlink() and _sha256(path.read_bytes()) == digest:
                 continue
+            _make_real_dirs(self.workspace, rel)
             _replace_file(path, content)
             restored.append(rel)
         return restored
@@ -570,6 +571,26 @@ def _replace_file(path: Path, content: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _real_dirs(workspace: Path, rel: str) -> bool:
+    """Whether every directory on the way to `rel` is a real directory (a symlink could lead the restore outside)."""
+    current = workspace
+    for part in Path(rel).parent.parts:
+        current = current / part
+        if current.is_symlink() or not current.is_dir():
+            return False
+    return True
+
+
+def _make_real_dirs(workspace: Path, rel: str) -> None:
+    """Replace symlinks or files on the way to `rel` by real directories, so restoring writes inside the workspace."""
+    current = workspace
+    for part in Path(rel).parent.parts:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            current.unlink()
+        current.mkdir(exist_ok=True)
 
 
 def _sha256(content: bytes) -> str:
