@@ -80,14 +80,19 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> 
         raise NixError(f"cargo metadata printed something that is not JSON ({exc})", fix="check the crate's Cargo.toml with 'cargo metadata'") from None
 
 
-def inspect_crate(crate_dir: Path, settings: Settings, bin_name: str | None = None, *, prefer_bin: str | None = None, label: str = "") -> CrateFacts:
-    """Lock, ask cargo, and pick the binary (`bin_name`; else `prefer_bin` if present; else the only/default one)."""
+def inspect_crate(
+    crate_dir: Path, settings: Settings, bin_name: str | None = None, *, prefer_bin: str | None = None, label: str = "", member: str = ""
+) -> CrateFacts:
+    """Lock, ask cargo, and pick the binary: `bin_name`; else `prefer_bin` if present; else the only/default one
+    (of the workspace member at `member`, a path relative to crate_dir, when given)."""
     label = label or crate_dir.name
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
         generated = ensure_lock(crate_dir, settings, Path(scratch), label)
         meta = metadata(crate_dir, settings, Path(scratch), label)
     members = [p for p in meta["packages"] if p["id"] in set(meta["workspace_members"])]
     root_id = (meta.get("resolve") or {}).get("root")
+    if member and bin_name is None:
+        root_id = _member_id(members, crate_dir / member) or root_id
     if bin_name is None and prefer_bin and any(t["name"] == prefer_bin for _, t in binaries(members)):
         bin_name = prefer_bin
     package, target = choose_binary(members, root_id, bin_name, label)
@@ -130,11 +135,30 @@ def choose_binary(members: list[dict[str, Any]], root_id: str | None, bin_name: 
         return found[0]
     root = next((p for p in members if p["id"] == root_id), None)
     if root is not None:
+        own = [(p, t) for p, t in found if p is root]
         default = root.get("default_run") or root["name"]
-        for package, target in found:
-            if package is root and target["name"] == default:
+        for package, target in own:
+            if target["name"] == default or len(own) == 1:
                 return package, target
     raise UsageError(f"{label} has several binaries ({names})", fix="choose one with --bin NAME")
+
+
+def _member_id(members: list[dict[str, Any]], directory: Path) -> str | None:
+    """The id of the workspace member whose Cargo.toml is in `directory`."""
+    for package in members:
+        if Path(package["manifest_path"]).resolve().parent == directory.resolve():
+            return str(package["id"])
+    return None
+
+
+def workspace_root(crate_dir: Path, settings: Settings) -> Path:
+    """The root of the cargo workspace crate_dir is a member of (crate_dir itself when it stands alone)."""
+    with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
+        result = _cargo(settings, Path(scratch)).run(["locate-project", "--workspace", "--message-format", "plain"], cwd=crate_dir, timeout=120)
+    if result.returncode != 0 or not result.stdout.strip():
+        return crate_dir  # cargo reports a broken manifest better later, with the metadata call
+    root = Path(result.stdout.strip()).parent.resolve()
+    return root if crate_dir.resolve().is_relative_to(root) else crate_dir
 
 
 def _selection_flags(facts: CrateFacts, members: list[dict[str, Any]], package: dict[str, Any]) -> None:

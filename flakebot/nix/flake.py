@@ -24,7 +24,7 @@ from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import command, deps, licenses
-from flakebot.nix.crate import CrateFacts, inspect_crate
+from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
 from flakebot.nix.lock import flake_lock_text
 
 logger = logging.getLogger(__name__)
@@ -103,10 +103,12 @@ def package_crate(
 def _package(
     source_dir: Path, out_dir: Path, settings: Settings, mode: str, notice: str, choice: Choice, description: str, report: Progress, gc_root: Path | None
 ) -> PackageResult:
-    report(f"copying {source_dir.name} into {out_dir}")
-    copy_sources(source_dir, out_dir)
+    root = workspace_root(source_dir, settings)  # a workspace member is packaged with its whole workspace
+    member = str(source_dir.relative_to(root)) if root != source_dir else ""
+    report(f"copying {root.name} into {out_dir}")
+    copy_sources(root, out_dir)
     report("asking cargo for the crate's packages and binaries")
-    facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, label=source_dir.name)
+    facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, label=source_dir.name, member=member)
     native = deps.native_inputs(facts.lock_crates)
     nix_names, unknown = licenses.nix_licenses(facts.license)
     (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, native, nix_names, unknown))
