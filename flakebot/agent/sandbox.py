@@ -362,9 +362,11 @@ def execute(shown: list[str], argv: list[str], *, cwd: Path, env: dict[str, str]
     except OSError as exc:
         return CommandResult(shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start)
     out, err = _Capture(output_cap), _Capture(output_cap)
-    timed_out = _pump(proc, out, err, (stdin or "").encode() if stdin is not None else None, start + timeout)
-    _kill_group(proc.pid)
-    returncode = proc.wait()
+    try:
+        timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout)
+    finally:  # also on Ctrl-C: nothing outlives the call
+        _kill_group(proc.pid)
+        returncode = proc.wait()
     seconds = time.perf_counter() - start
     if timed_out:
         logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])
