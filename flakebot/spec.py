@@ -183,7 +183,7 @@ def render_acceptance_test(spec: ToolSpec) -> str:
 
     examples = [
         {
-            "fn": f"example_{i}_{_slug(e.description or ' '.join(e.args) or 'no_args')}",
+            "fn": fn,
             "description": e.description,
             "args": ", ".join(rust_str(a) for a in e.args),
             "stdin": rust_str(e.stdin),
@@ -191,9 +191,14 @@ def render_acceptance_test(spec: ToolSpec) -> str:
             "stdout": rust_str(e.stdout),
             "exit_code": e.exit_code,
         }
-        for i, e in enumerate(spec.examples, 1)
+        for fn, e in zip(acceptance_test_names(spec), spec.examples, strict=True)
     ]
     return render("acceptance.rs.j2", name=spec.name, summary=spec.summary, examples=examples)
+
+
+def acceptance_test_names(spec: ToolSpec) -> list[str]:
+    """The #[test] function names of the acceptance test, one per example."""
+    return [f"example_{i}_{_slug(e.description or ' '.join(e.args) or 'no_args')}" for i, e in enumerate(spec.examples, 1)]
 
 
 def _slug(text: str) -> str:
