@@ -119,7 +119,7 @@ def test_timeout_is_reported(tmp_path: Path, target: Path) -> None:
     (crate / "Cargo.toml").write_text(MANIFEST)
     (crate / "src/lib.rs").write_text("#[test]\nfn slow() { std::thread::sleep(std::time::Duration::from_secs(600)); }\n")
     sandbox = open_sandbox("required", workspace=crate, writable=[target])
-    report = run_cargo(sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), "test", cwd=crate, timeout=8)
+    report = run_cargo(sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), "test", cwd=crate, timeout=3)
     assert report.timed_out and not report.ok
     assert report.summary().startswith("cargo test: timed out (killed)")
     assert "timeout" in report.failure_key()

@@ -53,6 +53,7 @@ def test_escape_attempts_are_contained_by_bubblewrap() -> None:
     assert not escaped, escaped
 
 
+@pytest.mark.slow
 def test_the_same_attempts_escape_a_plain_process() -> None:
     """The judges detect escapes: without bubblewrap these attempts succeed (the fork bomb is left out)."""
     names = ["network", "write-outside", "git-hook", "read-home", "daemon", "kill-host-process"]
