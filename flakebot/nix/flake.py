@@ -332,6 +332,8 @@ def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
     drv = next((m.group(1) for line in tail if (m := re.search(r"(/nix/store/[^' ]+\.drv)", line))), "")
     summary = errors[0] if errors else (tail[-1].strip() if tail else f"exit code {returncode}")
     fix = f"read the whole log with 'nix log {drv}'" if drv else "run the nix build command by hand to read the whole log"
+    if "unable to download" in summary:
+        fix = "without network, build offline with the host-toolchain stand-in: --nixpkgs host"
     return NixError(f"nix build of {pname} failed: {summary}", fix=fix, log_tail="\n".join(tail), drv=drv)
 
 
