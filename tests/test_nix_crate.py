@@ -41,9 +41,12 @@ def test_prefer_bin_falls_back_to_the_crates_own_binary(tmp_path: Path) -> None:
 
 def test_copy_leaves_out_build_output_vcs_and_registry_files(tmp_path: Path) -> None:
     crate = greeter(tmp_path / "greeter")
-    write(crate, {"target/release/old": "x", ".cargo-checksum.json": "{}", "debian/patches/series": "", "result": "link?", "sub/result": "kept"})
+    write(
+        crate,
+        {"target/release/old": "x", ".cargo-checksum.json": "{}", "debian/patches/series": "", "result": "link?", "results.csv": "kept", "sub/result": "kept"},
+    )
     dest = tmp_path / "dest"
     dest.mkdir()
     copy_sources(crate, dest)
     copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
-    assert copied == [".gitignore", "Cargo.toml", "src/main.rs", "sub/result"]
+    assert copied == [".gitignore", "Cargo.toml", "results.csv", "src/main.rs", "sub/result"]

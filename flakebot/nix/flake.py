@@ -213,7 +213,7 @@ def copy_sources(source: Path, dest: Path) -> int:
         files = _walk_files(source)
     for rel in files:
         src, dst = source / rel, dest / rel
-        if not (src.exists() or src.is_symlink()) or src.is_dir():
+        if not (src.exists() or src.is_symlink()) or (src.is_dir() and not src.is_symlink()):
             continue  # deleted in the work tree, or a submodule
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst, follow_symlinks=False)
@@ -243,7 +243,8 @@ def _skipped(rel: Path) -> bool:
     from flakebot.source.tree import NOT_COPIED
 
     first = rel.parts[0]
-    return ".git" in rel.parts or first in NOT_COPIED or (len(rel.parts) == 1 and first.startswith("result"))
+    out_link = len(rel.parts) == 1 and (first == "result" or first.startswith("result-"))  # `nix build` links
+    return ".git" in rel.parts or first in NOT_COPIED or out_link
 
 
 def nix_str(value: str) -> str:
