@@ -13,7 +13,7 @@ let
     "logLevel" "buildInputs" "nativeBuildInputs" "cargoUpdateHook" "cargoDepsHook" "buildType" "meta"
     "cargoDeps" "cargoLock" "cargoVendorDir" "cargoHash" "checkType" "buildNoDefaultFeatures"
     "checkNoDefaultFeatures" "buildFeatures" "checkFeatures" "useNextest" "auditable" "depsExtraArgs"
-    "buildAndTestSubdir" "RUSTFLAGS" "env"
+    "buildAndTestSubdir" "RUSTFLAGS" "env" "useFetchCargoVendor"
     "cargoBuildFlags" "cargoTestFlags" "checkFlags" "dontCargoBuild" "dontCargoCheck" "dontCargoInstall"
     "dontUseCargoParallelTests"
     "doCheck" "doInstallCheck" "nativeCheckInputs" "checkInputs" "nativeInstallCheckInputs" "installCheckInputs"
@@ -30,6 +30,7 @@ let
     "nativeCheckInputs" "checkInputs" "buildType" "buildNoDefaultFeatures" "checkNoDefaultFeatures" "buildFeatures"
     "checkFeatures" "buildAndTestSubdir" "RUSTFLAGS" "env" "cargoBuildFlags" "cargoTestFlags" "checkFlags" "doCheck"
     "strictDeps" "postPatch" "preBuild" "postBuild" "preCheck" "postCheck" "preInstall" "postInstall"
+    "useFetchCargoVendor" # deprecated in 25.05 (always on); nothing is vendored here
   ];
 
   cargoLockAccepted = [ "lockFile" "lockFileContents" "outputHashes" "allowBuiltinFetchGit" ];
