@@ -7,7 +7,7 @@ from pathlib import Path
 from nix_crates import greeter, host_settings, two_binaries, write
 
 from flakebot.nix.crate import inspect_crate, workspace_root
-from flakebot.nix.flake import copy_sources
+from flakebot.nix.render import copy_sources
 
 
 def test_single_binary_crate_needs_no_selection_flags(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from nix_crates import broken, greeter, host_settings, library, two_binaries, un
 
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
+from flakebot.nix.build import smoke_run
 from flakebot.nix.command import resolve_mode
-from flakebot.nix.flake import package_crate, smoke_run
+from flakebot.nix.flake import package_crate
 
 
 def _script(path: Path, body: str) -> Path:

@@ -11,8 +11,8 @@ from conftest import FIXTURES, require
 
 from flakebot.nix import deps, licenses
 from flakebot.nix.crate import CrateFacts
-from flakebot.nix.flake import nix_str, render_flake
 from flakebot.nix.lock import PINNED_NIXPKGS, flake_lock
+from flakebot.nix.render import nix_str, render_flake
 
 
 @pytest.mark.parametrize(

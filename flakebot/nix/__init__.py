@@ -1,6 +1,8 @@
 """Nix: wrap a crate as a pinned flake, build it, smoke-run it, and run it with `nix run`.
 
     flake.py     package_crate (render → git add → nix build → smoke run → GC root), nix_run, flake_check
+    render.py    the flake's files: sources copied in, flake.nix from templates/flake.nix.j2, git commit
+    build.py     nix build --json with the log tail on failure, the bounded smoke run, the GC root
     crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary
     deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does)
     licenses.py  SPDX expressions → nixpkgs lib.licenses names

@@ -1,0 +1,109 @@
+"""Proving a flake: `nix build --json` (Nix 2.8 has no --print-out-paths), a bounded smoke run, a GC root."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.errors import NixError
+from flakebot.nix import command
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+SMOKE_OUTPUT_HEAD = 2000
+
+
+def build(flake_dir: Path, mode: str, standin: Path | None, settings: Settings, pname: str, report: Progress) -> tuple[str, float]:
+    """`nix build --json --no-link` of the flake's default package; returns (store path, seconds)."""
+    argv = command.nix_argv(["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin)
+    logger.info("nix build: %s", shlex.join(argv))
+    outcome = command.run_streaming(argv, settings.nix_build_timeout, _build_progress(report), cwd=flake_dir)
+    log_tail = "\n".join(outcome.tail)
+    if outcome.timed_out:
+        raise NixError(
+            f"nix build of {pname} timed out after {settings.nix_build_timeout:g} s",
+            fix="raise nix_build_timeout ('flakebot config set nix_build_timeout 3600')",
+            log_tail=log_tail,
+        )
+    if outcome.returncode != 0:
+        raise _build_failed(pname, outcome.returncode, outcome.tail)
+    try:
+        return str(json.loads(outcome.stdout)[0]["outputs"]["out"]), outcome.seconds
+    except (json.JSONDecodeError, LookupError, TypeError):
+        raise NixError(f"nix build of {pname} printed no store path", fix="run the nix build command by hand to see why", log_tail=log_tail) from None
+
+
+def _build_progress(report: Progress) -> Callable[[str], None]:
+    def on_line(line: str) -> None:
+        text = line.split("> ", 1)[-1].strip()
+        if text.startswith(("Compiling ", "Finished ", "Running ", "flakebot stand-in:")) or line.startswith(("building '", "copying ")):
+            report(text)
+
+    return on_line
+
+
+def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
+    """A NixError naming the first compiler/cargo error, carrying the last lines of the nix log."""
+    errors = [line.split("> ", 1)[-1].strip() for line in tail if re.search(r"(^|> )error(\[E\d+\])?:", line)]
+    drv = next((m.group(1) for line in tail if (m := re.search(r"(/nix/store/[^' ]+\.drv)", line))), "")
+    summary = errors[0] if errors else (tail[-1].strip() if tail else f"exit code {returncode}")
+    fix = f"read the whole log with 'nix log {drv}'" if drv else "run the nix build command by hand to read the whole log"
+    if "unable to download" in summary:
+        fix = "without network, build offline with the host-toolchain stand-in: --nixpkgs host"
+    return NixError(f"nix build of {pname} failed: {summary}", fix=fix, log_tail="\n".join(tail), drv=drv)
+
+
+def smoke_run(bin_path: Path, timeout: float) -> dict[str, Any]:
+    """Run `<bin> --help` (then `--version`) with stdin closed; exit 0 within `timeout` seconds or a NixError."""
+    attempts: list[dict[str, Any]] = []
+    for flag in ("--help", "--version"):
+        argv = [str(bin_path), flag]
+        code, output, timed_out = _bounded(argv, timeout)
+        record = {"argv": argv, "exit_code": code, "output_head": output[:SMOKE_OUTPUT_HEAD]}
+        if timed_out:
+            raise NixError(
+                f"smoke run '{bin_path.name} {flag}' hung and was killed after {timeout:g} s",
+                fix="make the tool exit after printing --help, or raise smoke_timeout",
+                smoke={**record, "timed_out": True},
+            )
+        if code == 0:
+            return record
+        attempts.append(record)
+    codes = " and ".join(f"'{bin_path.name} {a['argv'][1]}' exited {a['exit_code']}" for a in attempts)
+    raise NixError(f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1])
+
+
+def _bounded(argv: list[str], timeout: float) -> tuple[int, str, bool]:
+    """(exit code, combined output, timed out) of argv, its process group killed at the timeout."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out.decode(errors="replace"), False
+    except subprocess.TimeoutExpired:
+        command.signal_group(proc, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return proc.returncode, out.decode(errors="replace"), True
+
+
+def make_gc_root(store_path: str, link: Path) -> Path:
+    """An indirect GC root at `link` (a symlink to the store path) so nix-collect-garbage keeps the tool."""
+    link = Path(link)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.parent.mkdir(parents=True, exist_ok=True)
+    argv = [command.nix_program("nix-store"), "--add-root", str(link), "--realise", store_path]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise NixError(
+            f"cannot add a GC root at {link}: {result.stderr.strip().splitlines()[-1:] or result.returncode}", fix="check that the directory is writable"
+        )
+    return link
