@@ -148,7 +148,7 @@ def _stage_failed(run: Run, sink: EventSink, name: str, record: dict[str, Any], 
     record.update(status="failed", finished=time.time(), error=exc.to_dict())
     record["seconds"] = round(record["finished"] - record["started"], 3)
     run.save()
-    logger.error("stage %s failed: %s", name, exc.one_line())
+    logger.info("stage %s failed: %s", name, exc.one_line())  # the caller reports it; run.log keeps it
     _emit(run, sink, Event("stage_failed", run.id, name, exc.one_line(), exc.to_dict()))
     return exc
 

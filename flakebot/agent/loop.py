@@ -110,7 +110,7 @@ class EditLoop:
         except BudgetExceeded as exc:
             self.result.status, self.result.error = "budget", exc.message
         except ModelError as exc:
-            self.result.status, self.result.error = "model_error", exc.one_line()
+            self.result.status, self.result.error = "model_error", exc.message
         finally:
             if not self.result.green and self.result.best_commit:
                 self.restore(self.result.best_commit)

@@ -90,8 +90,10 @@ def search(query: str, settings: Settings, registry: str | None = None, limit: i
 
 
 def search_stage(ctx: StageContext) -> dict[str, Any]:
-    """Pipeline stage: rank crates for the spec's search query (or the need) and keep the top 10."""
-    query = ctx.output("spec").get("search_query") or ctx.run.state.get("need", "")
+    """Pipeline stage: rank crates for the spec's search query (or the need) and keep the top 10.
+
+    With --crate NAME the query is that name: the chosen crate is looked up, not searched for."""
+    query = ctx.options.get("crate") or ctx.output("spec").get("search_query") or ctx.run.state.get("need", "")
     registry = ctx.options.get("registry")
     ctx.progress(f"searching {registry or ctx.settings.registry} for '{query}'")
     name, found = search(query, ctx.settings, registry, STAGE_LIMIT)
