@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import queue
@@ -37,16 +38,24 @@ def nix_program(name: str = "nix") -> str:
     return found
 
 
-def machine_options(mode: str) -> list[str]:
+def machine_options(mode: str, standin: Path | None = None) -> list[str]:
     """Options this machine needs for builds: root without a daemon, and the host stand-in's needs."""
     options: list[str] = []
     if os.geteuid() == 0:
-        # Builders run as root (no nixbld group without a daemon), so they can reach the host toolchain.
+        # No nixbld group without a daemon: Nix's sandbox maps the builder to an unprivileged uid instead.
         options += ["--option", "build-users-group", ""]
     if mode == "host":
-        # The stand-in builds with the host's cargo and crate directory: no sandbox, no binary cache.
-        options += ["--offline", "--option", "sandbox", "false"]
+        # Builds run model-written code (build.rs, proc-macros, tests): keep Nix's sandbox on (no network,
+        # no home directory) and let only the host toolchain and the crate directory source in, read-only.
+        options += ["--offline", "--option", "sandbox", "true", "--option", "extra-sandbox-paths", " ".join(sandbox_paths(standin))]
     return options
+
+
+def sandbox_paths(standin: Path | None) -> list[str]:
+    """Host paths a stand-in build reads: system directories, the rust toolchain, the crate registry."""
+    facts = json.loads((standin / "host.json").read_text()) if standin is not None and (standin / "host.json").is_file() else {}
+    wanted = ["/usr", "/bin", "/lib", "/lib32", "/lib64", "/etc/alternatives", facts.get("rustupHome", ""), facts.get("registry", "")]
+    return [path for path in dict.fromkeys(wanted) if path and Path(path).exists()]
 
 
 def override_options(mode: str, standin: Path | None) -> list[str]:
@@ -60,7 +69,7 @@ def override_options(mode: str, standin: Path | None) -> list[str]:
 
 def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | None) -> list[str]:
     """A full nix command line: features, the (sub)command, machine options, the nixpkgs override, then args."""
-    return [nix_program(), *FEATURES, *command, *machine_options(mode), *override_options(mode, standin), *args]
+    return [nix_program(), *FEATURES, *command, *machine_options(mode, standin), *override_options(mode, standin), *args]
 
 
 def resolve_mode(settings: Settings) -> tuple[str, str]:
