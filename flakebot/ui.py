@@ -61,6 +61,7 @@ class LiveStages:
         if self.started:
             self.live.update(self._render())
             self.live.__exit__(None, None, None)
+            console.print()
 
     def __call__(self, event: Event) -> None:
         if not self.started:  # draw nothing until the run really starts, so early errors stay one line

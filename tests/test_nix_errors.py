@@ -71,24 +71,26 @@ def test_not_a_crate_and_a_foreign_output_directory(tmp_path: Path) -> None:
 
 
 def test_smoke_run_that_hangs_is_killed_at_its_timeout(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
-    tool = _script(tmp_path / "hangs", f"sleep 600 &\necho $! > {pid_file}\nwait\n")
+    marker = f"600.{os.getpid()}"  # a sleep nobody else runs, to find leftovers by
+    tool = _script(tmp_path / "hangs", f"sleep {marker} &\nwait\n")
     started = time.monotonic()
     with pytest.raises(NixError) as caught:
         smoke_run(tool, timeout=1.0)
     assert time.monotonic() - started < 10
     assert caught.value.message == "smoke run 'hangs --help' hung and was killed after 1 s"
     assert caught.value.details["smoke"]["timed_out"] is True
-    assert not _running(int(pid_file.read_text())), "the tool's children are killed too"
+    assert not _running(marker), "the tool's children are killed too"
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status").read_text()
-    return "State:\tZ" not in status  # a zombie is dead, only not yet reaped
+def _running(marker: str) -> bool:
+    """Whether a live (not zombie) process has `marker` in its command line."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "cmdline").read_text() and "State:\tZ" not in (proc / "status").read_text():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:

@@ -95,8 +95,12 @@ def open_sandbox(
     output_cap: int = 200_000,
     readable: Sequence[Path] = (),
     max_processes: int = MAX_PROCESSES,
+    keep_root: bool = False,
 ) -> Sandbox:
-    """The sandbox for commands in `workspace`: bubblewrap when usable, else (mode "auto") a logged plain fallback."""
+    """The sandbox for commands in `workspace`: bubblewrap when usable, else (mode "auto") a logged plain fallback.
+
+    `keep_root` (for running nix itself, which refuses a root-owned store under another uid) keeps uid 0
+    without capabilities: still no network, private home and /tmp, read-only system; no process limit."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
     if permission not in PERMISSIONS:
@@ -110,7 +114,9 @@ def open_sandbox(
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return _without_bwrap(mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)")
-    sandbox = BwrapSandbox(bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable)
+    sandbox = BwrapSandbox(
+        bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable, keep_root=keep_root
+    )
     problem = sandbox.probe()
     if problem:
         return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())
@@ -169,6 +175,7 @@ class BwrapSandbox:
     limits: Limits
     read_only: bool = False
     readable: Sequence[Path] = ()
+    keep_root: bool = False
     name: str = "bubblewrap"
     start_overhead: float | None = None  # seconds bubblewrap adds to starting a process (measured by probe())
     home: Path = field(default_factory=lambda: _sandbox_home())
@@ -213,7 +220,7 @@ class BwrapSandbox:
         limit = []
         if shutil.which("prlimit"):
             limit = ["prlimit", f"--nproc={self.limits.max_processes}:{self.limits.max_processes}", "--"]
-        if not real_root():
+        if not real_root() or self.keep_root:
             return limit
         uid = SANDBOX_UID_BASE + os.getpid()
         if not shutil.which("setpriv") or not _uid_mapped(uid):

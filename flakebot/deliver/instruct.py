@@ -65,17 +65,24 @@ def package_run(package: dict[str, Any], flake_ref: str) -> list[str]:
     return [flake_ref if arg == package["flake_ref"] else arg for arg in argv]
 
 
-def observe(ctx: StageContext, argv: list[str], stdin: str = "", files: dict[str, str] | None = None) -> Any:
-    """Run the built tool inside the sandbox, in a scratch directory holding `files`."""
+def observe(ctx: StageContext, argv: list[str], stdin: str = "", files: dict[str, str] | None = None, *, through_nix: bool = False) -> Any:
+    """Run the built tool (model-written code) inside the sandbox, in a scratch directory holding `files`.
+
+    `through_nix`: argv is a `nix run` command; nix needs the store writable and its own uid, so the
+    sandbox keeps uid 0 without capabilities, still with no network and a private home and /tmp."""
     from flakebot.agent.sandbox import open_sandbox
+    from flakebot.nix.standin import standin_dir
 
     with tempfile.TemporaryDirectory(prefix="flakebot-observe-") as tmp:
         cwd = Path(tmp)
         for name, content in (files or {}).items():
             (cwd / name).parent.mkdir(parents=True, exist_ok=True)
             (cwd / name).write_text(content)
-        sandbox = open_sandbox(ctx.settings.sandbox, workspace=cwd, writable=[cwd], timeout=ctx.settings.smoke_timeout)
-        return sandbox.run(argv, cwd=cwd, stdin=stdin, timeout=ctx.settings.smoke_timeout)
+        writable = [cwd, Path("/nix")] if through_nix else [cwd]
+        readable = [ctx.settings.path("catalog_dir"), standin_dir(ctx.settings)] if through_nix else []
+        timeout = ctx.settings.nix_build_timeout if through_nix else ctx.settings.smoke_timeout
+        sandbox = open_sandbox(ctx.settings.sandbox, workspace=cwd, writable=writable, readable=readable, timeout=timeout, keep_root=through_nix)
+        return sandbox.run(argv, cwd=cwd, stdin=stdin, timeout=timeout)
 
 
 def run_example(ctx: StageContext, binary: str, example: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
@@ -97,15 +104,11 @@ def run_example(ctx: StageContext, binary: str, example: dict[str, Any], nix_run
 def verify(ctx: StageContext, spec: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
     """Run the tool through `nix run` from the catalog, as a caller would, and check the output.
 
-    The first example that needs no files is used; with none, `--help` must exit 0.
-    """
-    from flakebot.nix.flake import run_nix_command
-
+    The first example that needs no files and succeeds is used; with none, `--help` must exit 0."""
     example = next((e for e in spec["examples"] if not e.get("files") and e.get("exit_code", 0) == 0), None)
     args, stdin, expected = (example["args"], example.get("stdin", ""), example["stdout"]) if example else (["--help"], "", None)
-    result = run_nix_command([*nix_run, "--", *args], ctx.settings, stdin=stdin)
+    result = observe(ctx, [*nix_run, "--", *args], stdin, through_nix=True)
     passed = result.returncode == 0 and (expected is None or result.stdout == expected)
-    outcome = {"command": shell_command(nix_run, args, stdin), "exit_code": result.returncode, "passed": passed, "stdout_head": result.stdout[:2000]}
     if not passed:
         raise NixError(
             f"verification through nix run failed (exit {result.returncode})",
@@ -113,4 +116,4 @@ def verify(ctx: StageContext, spec: dict[str, Any], nix_run: list[str]) -> dict[
             command=shlex.join([*nix_run, "--", *args]),
             log_tail=(result.stderr or "")[-3000:],
         )
-    return outcome
+    return {"command": shell_command(nix_run, args, stdin), "exit_code": result.returncode, "passed": True, "stdout_head": result.stdout[:2000]}

@@ -21,9 +21,19 @@ def tool_schemas(name: str, summary: str, params: list[Param]) -> tuple[dict[str
 
 
 def shell_command(nix_run: list[str], args: list[str], stdin: str = "") -> str:
-    """A copy-pasteable shell command running the tool with `args` (and `stdin` piped in)."""
+    """A copy-pasteable one-line shell command running the tool with `args` (and `stdin` piped in)."""
     command = shlex.join([*nix_run, "--", *args])
-    return f"printf %s {shlex.quote(stdin)} | {command}" if stdin else command
+    if not stdin:
+        return command
+    # printf turns \n back into newlines, so the input stays on one line; % and \ are escaped for it.
+    escaped = stdin.replace("\\", "\\\\").replace("%", "%%").replace("\n", "\\n").replace("\t", "\\t")
+    return f"printf {shlex.quote(escaped)} | {command}"
+
+
+def install_command(nix_run: list[str]) -> list[str]:
+    """`nix profile install` of the same flake, with the same options as the run command."""
+    at = nix_run.index("run")
+    return [*nix_run[:at], "profile", "install", *nix_run[at + 1 :]]
 
 
 def build_manifest(
@@ -51,7 +61,7 @@ def build_manifest(
         "flake_ref": flake_ref,
         "nix_run": shlex.join(nix_run) + " -- ARGS",
         "nix_run_argv": nix_run,
-        "installation_command": shlex.join(["nix", "profile", "install", *nix_run[2:]]),
+        "installation_command": shlex.join(install_command(nix_run)),
         "verification_command": verification,
         "help_text": help_text,
         "parameters": [p.to_dict() for p in params],

@@ -6,8 +6,8 @@ import json
 import logging
 import re
 import shlex
-import signal
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,36 +62,34 @@ def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
     return NixError(f"nix build of {pname} failed: {summary}", fix=fix, log_tail="\n".join(tail), drv=drv)
 
 
-def smoke_run(bin_path: Path, timeout: float) -> dict[str, Any]:
-    """Run `<bin> --help` (then `--version`) with stdin closed; exit 0 within `timeout` seconds or a NixError."""
+def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dict[str, Any]:
+    """Run `<bin> --help` (then `--version`) in the sandbox with stdin empty; exit 0 within `timeout` seconds or a NixError."""
     attempts: list[dict[str, Any]] = []
     for flag in ("--help", "--version"):
         argv = [str(bin_path), flag]
-        code, output, timed_out = _bounded(argv, timeout)
-        record = {"argv": argv, "exit_code": code, "output_head": output[:SMOKE_OUTPUT_HEAD]}
-        if timed_out:
+        result = _sandboxed(argv, timeout, sandbox_mode)
+        record = {"argv": argv, "exit_code": result.returncode, "output_head": (result.stdout + result.stderr)[:SMOKE_OUTPUT_HEAD]}
+        if result.timed_out:
             raise NixError(
                 f"smoke run '{bin_path.name} {flag}' hung and was killed after {timeout:g} s",
                 fix="make the tool exit after printing --help, or raise smoke_timeout",
                 smoke={**record, "timed_out": True},
             )
-        if code == 0:
+        if result.returncode == 0:
             return record
         attempts.append(record)
     codes = " and ".join(f"'{bin_path.name} {a['argv'][1]}' exited {a['exit_code']}" for a in attempts)
     raise NixError(f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1])
 
 
-def _bounded(argv: list[str], timeout: float) -> tuple[int, str, bool]:
-    """(exit code, combined output, timed out) of argv, its process group killed at the timeout."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return proc.returncode, out.decode(errors="replace"), False
-    except subprocess.TimeoutExpired:
-        command.signal_group(proc, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return proc.returncode, out.decode(errors="replace"), True
+def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
+    """The built tool may hold model-written code: run it like every such command, in the sandbox."""
+    from flakebot.agent.sandbox import open_sandbox
+
+    with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
+        tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is
+        sandbox = open_sandbox(sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout)
+        return sandbox.run(argv, cwd=Path(tmp), stdin="", timeout=timeout)
 
 
 def make_gc_root(store_path: str, link: Path) -> Path:

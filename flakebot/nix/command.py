@@ -72,6 +72,12 @@ def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | Non
     return [nix_program(), *FEATURES, *command, *machine_options(mode, standin), *override_options(mode, standin), *args]
 
 
+def run_argv(flake: Path | str, mode: str, standin: Path | None) -> list[str]:
+    """`nix run` of a built flake as a caller types it: no build options (the GC root keeps the output),
+    only the features flag and, in host mode, the stand-in override. Callers append `--` and arguments."""
+    return [nix_program(), *FEATURES, "run", *override_options(mode, standin), str(flake)]
+
+
 def resolve_mode(settings: Settings) -> tuple[str, str]:
     """(mode, notice): pinned or host. `auto` picks host when neither the network nor a cached nixpkgs is there."""
     if settings.nixpkgs in ("pinned", "host"):

@@ -117,9 +117,9 @@ def _package(
     store_path, seconds = build(out_dir, mode, standin, settings, facts.pname, report)
     bin_path = _built_binary(store_path, facts)
     report(f"smoke run: {facts.bin_name} --help")
-    smoke = smoke_run(bin_path, settings.smoke_timeout)
+    smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
     root = make_gc_root(store_path, gc_root or out_dir / "result")
-    argv = command.nix_argv(["run"], [str(out_dir)], mode, standin)  # callers append "--" and the tool's arguments
+    argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
         flake_dir=str(out_dir),
         flake_ref=str(out_dir),
@@ -233,7 +233,7 @@ def _run_argv(target: PackageResult | dict[str, Any] | Path | str, settings: Set
             _standin(settings, "host")  # re-render if the cache was cleaned; identical content keeps its hash
         return list(target["nix_run_command"]["argv"])
     mode, _ = command.resolve_mode(settings)
-    return command.nix_argv(["run"], [str(Path(target).resolve())], mode, _standin(settings, mode))
+    return command.run_argv(Path(target).resolve(), mode, _standin(settings, mode))
 
 
 def flake_check(flake_dir: Path | str, settings: Settings, *, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
