@@ -151,7 +151,7 @@ def test_four_concurrent_crafts_leave_a_consistent_catalog(workdir: Path, tmp_pa
     catalog_dir = flakebot_home / "data/flakebot"
     index = json.loads((catalog_dir / "catalog.json").read_text())
     assert sorted(index["tools"]) == ["shout-0", "shout-1", "shout-2", "shout-3"]
-    for name, entry in index["tools"].items():
+    for entry in index["tools"].values():
         tool = Path(entry["dir"])
         assert (tool / "manifest.json").is_file() and (tool / "flake/flake.nix").is_file()
         assert Path(entry["store_path"]).is_dir() and os.readlink(tool / "gcroot") == entry["store_path"]
