@@ -57,7 +57,7 @@ def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) ->
         "from pathlib import Path; from flakebot import config, pipeline; "
         f"pipeline.start('pipelines_for_tests:SLOW', Path({str(workdir)!r}), config.load(), need='slow need')"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         run_dir = _wait_for(lambda: next((workdir / "runs").glob("*/slow-started"), None)).parent
         proc.send_signal(signal.SIGKILL)
