@@ -234,6 +234,37 @@ def tool_command(name: str, args: list[str], settings: config.Settings | None = 
     return [*manifest["nix_run_argv"], "--", *args]
 
 
+def run_tool(name: str, args: list[str], settings: config.Settings | None = None) -> int:
+    """Run a catalogued tool with the caller's stdin and stdout; returns its exit code.
+
+    In host mode nix warns on every run that it will not write the overridden lock file; that one
+    warning is dropped from stderr, everything else passes through as it comes."""
+    import subprocess
+    import sys
+    import threading
+
+    proc = subprocess.Popen(tool_command(name, args, settings), stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, sys.stderr), daemon=True)
+    relay.start()
+    code = proc.wait()
+    relay.join(timeout=5)
+    return code
+
+
+def _relay_stderr(source: Any, sink: Any) -> None:
+    skipping = False
+    for line in source:
+        if line.startswith("warning: not writing modified lock file of flake"):
+            skipping = True
+            continue
+        if skipping and line.startswith(("•", " ")):
+            continue
+        skipping = False
+        sink.write(line)
+        sink.flush()
+
+
 def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
     from flakebot.deliver.catalog import Catalog
 

@@ -285,9 +285,7 @@ def run_cmd(
     """Run a catalogued tool through nix run: flakebot run csv-dedup -- --key id data.csv"""
     from flakebot import api
 
-    argv = api.tool_command(tool, list(args or []), G.settings)
-    sys.stdout.flush()
-    os.execvp(argv[0], argv)
+    raise typer.Exit(api.run_tool(tool, list(args or []), G.settings))
 
 
 @app.command("rm")
@@ -365,28 +363,19 @@ def package_cmd(
 
 
 def main() -> None:
-    """Console-script entry: run the app, turning FlakebotErrors into one red line and an exit code."""
+    """Console-script entry: run the app, turning FlakebotErrors into one red line and an exit code.
+
+    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself."""
     try:
-        app(standalone_mode=False)
+        app(prog_name="flakebot")
     except FlakebotError as exc:
         if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":
             raise
         _print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _print_error(FlakebotError("interrupted"))
+        _print_error(FlakebotError("interrupted", fix="continue an interrupted craft with 'flakebot resume RUN'"))
         sys.exit(130)
-    except Exception as exc:  # click's own usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
 
 
 def _print_error(exc: FlakebotError) -> None:

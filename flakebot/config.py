@@ -122,10 +122,8 @@ def coerce(key: str, value: Any, source: str) -> Any:
         else:
             value = str(value)
     except (TypeError, ValueError):
-        raise ConfigError(
-            f"{source}: '{key}' must be {kind.__name__}, got {value!r}",
-            fix=f"set {key} to a {kind.__name__}",
-        ) from None
+        wanted = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "a string")
+        raise ConfigError(f"{source}: '{key}' must be {wanted}, got {value!r}", fix=f"set {key} to {wanted}") from None
     choices = f.metadata["choices"]
     if choices and value not in choices:
         raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}", fix=f"set {key} to one of {', '.join(choices)}")

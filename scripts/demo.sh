@@ -1,5 +1,44 @@
 #!/usr/bin/env bash
-# make demo: run the main job end to end.
+# make demo: craft "need a CSV deduper" end to end, then use the tool it made.
+# With GROQ_API_KEY or OPENAI_API_KEY set, a real model does the work (crates.io when reachable).
+# Without, a recorded session is replayed through flakebot's local chat-completions stub server,
+# so the whole real pipeline still runs offline: registry search, acquire, sandboxed cargo test
+# loop, flake, nix build, nix run, manifest, cleanup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/flakebot --help
+flakebot=.venv/bin/flakebot
+need="need a CSV deduper"
+
+if [ -n "${GROQ_API_KEY:-}" ] || [ -n "${OPENAI_API_KEY:-}" ]; then
+  echo "demo: using your model ($($flakebot models --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["default"]["model"])'))"
+  args=()
+else
+  echo "demo: no GROQ_API_KEY or OPENAI_API_KEY set: replaying the recorded session"
+  echo "      flakebot/data/sessions/csv-dedup.json through a local stub server (the real openai SDK talks to it)."
+  echo "      Set a key to watch a real model craft the tool instead."
+  args=(--model scripted:flakebot/data/sessions/csv-dedup.json --registry local --offline)
+fi
+
+echo
+echo "\$ flakebot craft \"$need\" --fresh ${args[*]}"
+result=$(mktemp)
+trap 'rm -f "$result"' EXIT
+$flakebot craft "$need" --fresh "${args[@]}" --json > "$result" || { tail -n 3 "$result"; exit 1; }
+.venv/bin/python - "$result" <<'PY'
+import json, sys
+from flakebot.render import print_craft_result
+print_craft_result(json.loads(open(sys.argv[1]).read().splitlines()[-1])["result"], as_json=False)
+PY
+
+echo
+echo "\$ flakebot run csv-dedup -- --key name demo/people.csv      (nix run under the hood)"
+$flakebot run csv-dedup -- --key name demo/people.csv
+echo
+echo "\$ flakebot run csv-dedup -- demo/people.csv"
+$flakebot run csv-dedup -- demo/people.csv
+
+run_id=$(.venv/bin/python -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["result"]["run_id"])' "$result")
+echo
+echo "Usage instructions for the calling agent: $($flakebot show csv-dedup --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["dir"])')/USAGE.md"
+echo "Kept for audit in scratch/runs/$run_id: $(ls -A "scratch/runs/$run_id" | tr '\n' ' ')"
+echo "(the workspace and the cargo target directory were removed by the clean stage)"

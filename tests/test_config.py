@@ -39,7 +39,7 @@ def test_invalid_toml_names_the_file(flakebot_home: Path) -> None:
 
 
 def test_wrong_type_and_bad_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match="must be int"):
+    with pytest.raises(ConfigError, match="must be an integer"):
         config.load({"max_iterations": "many"})
     monkeypatch.setenv("FLAKEBOT_SANDBOX", "maybe")
     with pytest.raises(ConfigError, match="FLAKEBOT_SANDBOX.*one of auto, required, off"):
@@ -62,3 +62,9 @@ def test_config_set_refuses_unknown_key_and_writes_nothing(flakebot_home: Path) 
     result = run_cli("config", "set", "colour", "blue")
     assert result.returncode == ConfigError.exit_code
     assert not (flakebot_home / "config" / "flakebot" / "flakebot.toml").exists()
+
+
+def test_usage_errors_are_one_message_and_exit_2() -> None:
+    result = run_cli("runs", "--bogus")
+    assert result.returncode == 2
+    assert "No such option: --bogus" in result.stderr and "Traceback" not in result.stderr

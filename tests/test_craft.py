@@ -71,6 +71,9 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path) -> Non
     assert [json.loads(line)["name"] for line in run_cli("list", "--json").stdout.splitlines()] == ["csv-dedup"]
     ran = run_cli("run", "csv-dedup", "--", "--key", "name", input="id,name\n1,a\n2,a\n")
     assert (ran.returncode, ran.stdout) == (0, "id,name\n1,a\n"), ran.stderr
+    refused = run_cli("run", "csv-dedup", "--", "--key", "zip", input="id,name\n1,a\n")
+    assert refused.returncode == 1 and "no column named 'zip'" in refused.stderr
+    assert "not writing modified lock file" not in refused.stderr + ran.stderr
     mcp = asyncio.run(_mcp_call("run", {"tool": "csv-dedup", "args": [], "stdin": CSV}))
     assert mcp["ok"] and mcp["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
     removed = run_cli("rm", "csv-dedup")
