@@ -152,9 +152,13 @@ def craft(
         "fork": fork,
         "push": push,
         "delete_fork": delete_fork,
+        "fresh": fresh,
         "settings": overrides,
     }
     run = pipeline.start("craft", _workdir(settings), settings, need, options, sink, stop_after)
+    reused = run.output("spec").get("reuse")
+    if reused:  # the model judged a catalogued tool equivalent to this need
+        return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
 
 

@@ -1,7 +1,8 @@
 """The ordered stages of a run and the machinery that drives them.
 
 A stage is a plain function `stage(ctx) -> dict | None`; what it returns is stored under
-state["outputs"][name] and state.json is rewritten atomically when it finishes. A finished stage
+state["outputs"][name] and state.json is rewritten atomically when it finishes. An output with
+"end_run": true finishes the run there (only `always` stages still run). A finished stage
 is skipped on resume, so a crash costs at most the stage it interrupted. Stages marked `always`
 (clean) also run after a failure or Ctrl-C.
 """
@@ -95,18 +96,21 @@ def execute(run: Run, settings: Settings, sink: EventSink = ignore, stop_after: 
         run.save()
         _emit(run, sink, Event("run_started", run.id, data={"stages": names, "need": run.state.get("need", "")}))
         failure: FlakebotError | None = None
-        stopped_early = False
+        stopped_early = False  # --stop-after: later stages wait for a resume
+        done_early = False  # a stage said the run's work is done (e.g. an existing tool reused)
         for stage in stages:
-            if failure is not None or stopped_early:
-                if stage.always and not stopped_early:
+            if stopped_early:
+                continue
+            if failure is not None or done_early:
+                if stage.always:
                     _run_stage(run, settings, stage, sink, failed=failure)
                 continue
             if run.stage_status(stage.name) == "finished" and not stage.always:
                 _emit(run, sink, Event("stage_skipped", run.id, stage.name, "already finished"))
             else:
                 failure = _run_stage(run, settings, stage, sink)
-            if stop_after == stage.name:
-                stopped_early = True
+            done_early = failure is None and bool(run.output(stage.name).get("end_run"))
+            stopped_early = stop_after == stage.name and not done_early
         return _finish(run, sink, failure, stopped_early)
 
 

@@ -139,16 +139,49 @@ def load_spec_file(path: Path) -> ToolSpec:
     return ToolSpec.from_dict(data, source=str(path))
 
 
-def spec_from_model(model: Any, need: str, system_prompt: str, attempts: int = 3) -> ToolSpec:
-    """Ask the model for a spec; retry with the exact problem when its answer is unusable."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": f"Need: {need}"}]
+def use_existing_tool(existing: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tool offered when the catalog already holds tools: reuse one instead of crafting anew."""
+    return {
+        "type": "function",
+        "function": {
+            "name": "use_existing",
+            "description": "Reuse a tool flakebot already crafted when it meets the need exactly.",
+            "parameters": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "enum": [e["name"] for e in existing]}, "reason": {"type": "string"}},
+                "required": ["name", "reason"],
+            },
+        },
+    }
+
+
+@dataclass
+class Reuse:
+    """The model's judgement that a catalogued tool already meets the need."""
+
+    name: str
+    reason: str
+
+
+def spec_from_model(model: Any, need: str, system_prompt: str, attempts: int = 3, existing: list[dict[str, Any]] | None = None) -> ToolSpec | Reuse:
+    """Ask the model for a spec (or, given `existing` catalogued tools, which one to reuse); retry with the
+    exact problem when its answer is unusable."""
+    prompt = f"Need: {need}"
+    tools = [SUBMIT_SPEC, REJECT_NEED]
+    if existing:
+        listing = "\n".join(f"- {e['name']}: {e.get('summary', '')} (crafted for: {e.get('need', '')})" for e in existing)
+        prompt += f"\n\nTools already crafted (call use_existing if one of them meets the need exactly):\n{listing}"
+        tools.append(use_existing_tool(existing))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
     for _ in range(attempts):
-        reply = model.complete(messages, [SUBMIT_SPEC, REJECT_NEED])
+        reply = model.complete(messages, tools)
         messages.append(reply.to_message())
         call = reply.tool_calls[0] if reply.tool_calls else None
         if call is None:
             messages.append({"role": "user", "content": "Answer by calling submit_spec or reject_need."})
             continue
+        if call.name == "use_existing" and existing and call.arguments.get("name") in {e["name"] for e in existing}:
+            return Reuse(str(call.arguments["name"]), str(call.arguments.get("reason", "")))
         if call.name == "reject_need":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
             raise SpecError(f"the model declined the need: {reason}", fix="describe a command-line tool: what goes in, what comes out")

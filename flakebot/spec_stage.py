@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.pipeline import StageContext
-from flakebot.spec import ToolSpec, load_spec_file, spec_from_model
+from flakebot.spec import Reuse, ToolSpec, load_spec_file, spec_from_model
 from flakebot.templates import render
 
 
@@ -18,11 +18,21 @@ def spec_stage(ctx: StageContext) -> dict[str, Any]:
     else:
         from flakebot.craft import stage_model
 
+        existing = [] if ctx.options.get("fresh") else _catalogued(ctx)
         with stage_model(ctx) as model:
-            spec = spec_from_model(model, ctx.run.state["need"], render("prompts/spec.j2"))
-        source = "model"
+            answer = spec_from_model(model, ctx.run.state["need"], render("prompts/spec.j2"), existing=existing)
+        if isinstance(answer, Reuse):
+            ctx.progress(f"reusing catalogued {answer.name}: {answer.reason}")
+            return {"reuse": answer.name, "reason": answer.reason, "name": answer.name, "end_run": True}
+        spec, source = answer, "model"
     ctx.progress(f"{spec.name}: {spec.summary} ({len(spec.examples)} examples, from {source})")
     return {**spec.to_dict(), "source": source}
+
+
+def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:
+    from flakebot.deliver.catalog import Catalog
+
+    return [entry for entry in Catalog.open(ctx.settings).tools().values() if Path(entry.get("store_path", "/nonexistent")).exists()]
 
 
 def spec_of(ctx: StageContext) -> ToolSpec:

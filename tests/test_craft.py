@@ -31,7 +31,7 @@ def result_of(stdout: str) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path) -> None:
+def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_path: Path) -> None:
     require("bwrap", "cargo", "nix")
     crafted = run_cli("craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", *OFFLINE, "--json")
     assert crafted.returncode == 0, crafted.stderr
@@ -65,7 +65,21 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path) -> Non
     assert again.returncode == 0, again.stderr
     cached = result_of(again.stdout)
     assert cached["status"] == "cached" and cached["from_catalog"] is True and cached["run_id"] == result["run_id"]
-    assert len(list_runs(workdir)) == 1
+    assert len(list_runs(workdir)) == 1  # no run was started
+
+    # Differently worded, so not the same normalized need: the model judges the catalogued tool equivalent.
+    reuse = tmp_path / "reuse.json"
+    turn = {
+        "expect": {"tools_include": ["use_existing"], "last_user_contains": "csv-dedup"},
+        "tool_calls": [{"name": "use_existing", "arguments": {"name": "csv-dedup", "reason": "same job"}}],
+    }
+    reuse.write_text(json.dumps({"format": 1, "stages": {"spec": [turn]}}))
+    judged = run_cli("craft", "drop repeated rows from comma separated files", "--model", f"scripted:{reuse}", *OFFLINE, "--json")
+    assert judged.returncode == 0, judged.stderr
+    assert result_of(judged.stdout)["status"] == "cached" and result_of(judged.stdout)["name"] == "csv-dedup"
+    reused_run = Run.load(workdir, result_of(judged.stdout)["run_id"])
+    assert reused_run.output("spec")["reuse"] == "csv-dedup" and reused_run.stage_status("search") == "pending"
+    assert reused_run.state["status"] == "succeeded" and reused_run.stage_status("clean") == "finished"
 
     # The catalog commands and the MCP server use the same tool.
     assert [json.loads(line)["name"] for line in run_cli("list", "--json").stdout.splitlines()] == ["csv-dedup"]
