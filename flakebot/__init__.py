@@ -1,6 +1,6 @@
 """flakebot: a tool factory for agents.
 
-    from flakebot import craft, search, package
+from flakebot import craft, search, package
 """
 
 from __future__ import annotations

@@ -131,8 +131,8 @@ def craft(
 
     if not need.strip():
         raise UsageError("the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"')
-    overrides = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens, "offline": offline}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    given: dict[str, Any] = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens, "offline": offline}
+    overrides = {k: v for k, v in given.items() if v is not None}
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     if not fresh and stop_after is None:

@@ -76,6 +76,8 @@ class Settings:
     nixpkgs: str = _setting("auto", "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.", ("auto", "pinned", "host"))
     smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")
     nix_build_timeout: float = _setting(1800.0, "Seconds one nix build may take.")
+    nix_builders: str = _setting("", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone.")
+    nix_copy_timeout: float = _setting(1800.0, "Seconds one nix copy (flakebot publish) may take.")
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -113,7 +115,7 @@ def _field(key: str) -> dataclasses.Field[Any]:
 def coerce(key: str, value: Any, source: str) -> Any:
     """Turn a raw value from TOML, the environment or a flag into the field's type."""
     f = _field(key)
-    kind = type(f.default)
+    kind: type[Any] = type(f.default)
     try:
         if kind is bool:
             value = _to_bool(value)
@@ -162,8 +164,7 @@ def load(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None
         if path.is_file():
             for key, raw in read_toml(path).unwrap().items():
                 values[key] = coerce(key, raw, str(path))
-    environ = os.environ if environ is None else environ
-    for name, raw in environ.items():
+    for name, raw in (os.environ if environ is None else environ).items():
         if name.startswith(ENV_PREFIX) and name not in NON_SETTING_ENV:
             key = name[len(ENV_PREFIX) :].lower()
             values[key] = coerce(key, raw, f"environment variable {name}")

@@ -24,7 +24,7 @@ def _server_class() -> Any:
 
         return MCPServer
     except ImportError:  # mcp 1.x
-        from mcp.server.fastmcp import FastMCP
+        from mcp.server.fastmcp import FastMCP  # type: ignore[attr-defined]
 
         return FastMCP
 

@@ -23,7 +23,13 @@ SHOUT_SPEC = {
         {"description": "empty input", "args": [], "stdin": "", "stdout": "", "exit_code": 0},
     ],
 }
-SHOUT_RS = 'use std::io::Read;\nfn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n    print!("{}", s.to_uppercase());\n}\n'
+SHOUT_RS = """use std::io::Read;
+fn main() {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).unwrap();
+    print!("{}", s.to_uppercase());
+}
+"""
 BROKEN_RS = 'fn main() {\n    print!("{}", shouted_text);\n}\n'
 
 

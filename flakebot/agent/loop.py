@@ -1,11 +1,11 @@
 """The edit loop: a bounded agent that edits a crate until flakebot's own test run is green.
 
-    run -> step -> query -> execute -> verdict
-      limits (iterations, wall time, tokens/cost) are checked before every model call;
-      after a step that changed files flakebot runs the tests itself and shows the model the result;
-      a state no worse than the best so far is committed, and the best is restored at the end;
-      the same edit or the same failures three times in a row stops the loop;
-      `done` is not trusted: only flakebot's verdict ends the loop green.
+run -> step -> query -> execute -> verdict
+  limits (iterations, wall time, tokens/cost) are checked before every model call;
+  after a step that changed files flakebot runs the tests itself and shows the model the result;
+  a state no worse than the best so far is committed, and the best is restored at the end;
+  the same edit or the same failures three times in a row stops the loop;
+  `done` is not trusted: only flakebot's verdict ends the loop green.
 """
 
 from __future__ import annotations
