@@ -273,3 +273,13 @@ def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str,
     from flakebot.deliver.catalog import Catalog
 
     return Catalog.open(_settings(settings)).remove(name)
+
+
+# ------------------------------------------------------------------ publish
+
+
+def publish(tool: str, *, to: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Copy a catalogued tool's closure to a binary cache or Nix store (`nix copy`); returns what was copied and how to fetch it."""
+    from flakebot.nix.publish import publish as publish_tool
+
+    return publish_tool(tool, to, _settings(settings))

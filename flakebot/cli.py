@@ -359,6 +359,32 @@ def package_cmd(
     out.print(f"run it: {escape(result['nix_run_command']['shell'])}", soft_wrap=True)
 
 
+# ---------------------------------------------------------------- publish
+
+
+@app.command("publish")
+def publish_cmd(
+    tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
+    to: Annotated[str, typer.Option("--to", help="Binary cache or store URL: file:///DIR, https://..., s3://..., ssh-ng://HOST, /CHROOT-STORE.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a tool's closure to a binary cache or another Nix store (nix copy); caches are signed with flakebot's key."""
+    from rich.markup import escape
+
+    from flakebot import api
+    from flakebot.ui import json_line, out
+
+    result = api.publish(tool, to=to, settings=G.settings)
+    if as_json:
+        json_line(result)
+        return
+    out.print(f"[green]published[/green] {escape(result['store_path'])} ({result['paths']} paths, {result['closure_size']:,} bytes) to {escape(result['to'])}")
+    if result["public_key"]:
+        out.print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
+    out.print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)
+    out.print(f"then run: {escape(result['run_command']['shell'])}", soft_wrap=True)
+
+
 # ---------------------------------------------------------------- entry point
 
 

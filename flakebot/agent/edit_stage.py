@@ -106,7 +106,8 @@ def _on_step(ctx: StageContext, model: Any, iteration: int, verdict: Verdict | N
         if verdict is None
         else ("green" if verdict.green else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing")
     )
-    ctx.progress(f"iteration {iteration}: {note}", **data)
+    cost = f", ${spent.cost_usd:.4f}" if spent.cost_usd else ""
+    ctx.progress(f"iteration {iteration}: {note} ({spent.total_tokens:,} tokens{cost})", **data)
 
 
 def judge(report: Any, spec: ToolSpec) -> Verdict:

@@ -155,6 +155,17 @@ class Catalog:
         finally:
             remove_tree(staging)
 
+    def update(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Change fields of a tool's entry under the lock. A dict value is merged into the entry's dict of that
+        name, so concurrent updates of different keys (say, two publications) both land."""
+        with self.locked() as index:
+            entry = index["tools"].get(name)
+            if entry is None:
+                raise CatalogError(f"no tool '{name}' in the catalog", fix="list tools with 'flakebot list'")
+            for key, value in fields.items():
+                entry[key] = {**entry[key], **value} if isinstance(value, dict) and isinstance(entry.get(key), dict) else value
+            return dict(entry)
+
     def remove(self, name: str) -> dict[str, Any]:
         """Drop a tool: its entry, its directory and so its GC root."""
         with self.locked() as index:

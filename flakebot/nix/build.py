@@ -24,7 +24,7 @@ SMOKE_OUTPUT_HEAD = 2000
 
 def build(flake_dir: Path, mode: str, standin: Path | None, settings: Settings, pname: str, report: Progress) -> tuple[str, float]:
     """`nix build --json --no-link` of the flake's default package; returns (store path, seconds)."""
-    argv = command.nix_argv(["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin)
+    argv = command.nix_argv(["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin, settings.nix_builders)
     logger.info("nix build: %s", shlex.join(argv))
     outcome = command.run_streaming(argv, settings.nix_build_timeout, _build_progress(report), cwd=flake_dir)
     log_tail = "\n".join(outcome.tail)

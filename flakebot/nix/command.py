@@ -38,8 +38,8 @@ def nix_program(name: str = "nix") -> str:
     return found
 
 
-def machine_options(mode: str, standin: Path | None = None) -> list[str]:
-    """Options this machine needs for builds: root without a daemon, and the host stand-in's needs."""
+def machine_options(mode: str, standin: Path | None = None, builders: str = "") -> list[str]:
+    """Options this machine needs for builds: root without a daemon, the host stand-in's needs, remote builders."""
     options: list[str] = []
     if os.geteuid() == 0:
         # No nixbld group without a daemon: Nix's sandbox maps the builder to an unprivileged uid instead.
@@ -48,7 +48,20 @@ def machine_options(mode: str, standin: Path | None = None) -> list[str]:
         # Builds run model-written code (build.rs, proc-macros, tests): keep Nix's sandbox on (no network,
         # no home directory) and let only the host toolchain and the crate directory source in, read-only.
         options += ["--offline", "--option", "sandbox", "true", "--option", "extra-sandbox-paths", " ".join(sandbox_paths(standin))]
-    return options
+    return options + builder_options(mode, builders)
+
+
+def builder_options(mode: str, builders: str) -> list[str]:
+    """`--option builders` for the nix_builders setting; empty leaves Nix's own `builders` (nix.conf, NIX_CONFIG) alone.
+
+    Host mode always builds here: the stand-in's builders read this machine's toolchain and registry through
+    extra-sandbox-paths, which a remote builder does not have.
+    """
+    if mode == "host":
+        if builders:
+            logger.warning("nix_builders is ignored with the host stand-in (--nixpkgs host): its builds need this machine's toolchain")
+        return ["--option", "builders", ""]
+    return ["--option", "builders", builders] if builders else []
 
 
 def sandbox_paths(standin: Path | None) -> list[str]:
@@ -67,9 +80,9 @@ def override_options(mode: str, standin: Path | None) -> list[str]:
     return ["--override-input", "nixpkgs", f"path:{standin}"]
 
 
-def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | None) -> list[str]:
+def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | None, builders: str = "") -> list[str]:
     """A full nix command line: features, the (sub)command, machine options, the nixpkgs override, then args."""
-    return [nix_program(), *FEATURES, *command, *machine_options(mode, standin), *override_options(mode, standin), *args]
+    return [nix_program(), *FEATURES, *command, *machine_options(mode, standin, builders), *override_options(mode, standin), *args]
 
 
 def run_argv(flake: Path | str, mode: str, standin: Path | None) -> list[str]:

@@ -239,6 +239,6 @@ def _run_argv(target: PackageResult | dict[str, Any] | Path | str, settings: Set
 def flake_check(flake_dir: Path | str, settings: Settings, *, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """`nix flake check` of a generated flake (builds checks.<system>.default: the package with its tests)."""
     mode, _ = command.resolve_mode(settings)
-    argv = command.nix_argv(["flake", "check"], ["-L", str(Path(flake_dir).resolve())], mode, _standin(settings, mode))
+    argv = command.nix_argv(["flake", "check"], ["-L", str(Path(flake_dir).resolve())], mode, _standin(settings, mode), settings.nix_builders)
     logger.info("nix flake check: %s", shlex.join(argv))
     return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout or settings.nix_build_timeout)
