@@ -34,7 +34,10 @@ def print_run(report: dict[str, Any]) -> None:
 
 
 def print_tool(report: dict[str, Any]) -> None:
-    out.print(report.get("usage_markdown") or report)
+    from rich.markdown import Markdown
+
+    out.print(Markdown(report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"))
+    out.print(f"[dim]{report.get('dir', '')}[/dim]")
 
 
 def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
