@@ -68,6 +68,17 @@ class StageContext:
     def options(self) -> dict[str, Any]:
         return dict(self.run.state.get("options") or {})
 
+    def pin_setting(self, key: str, value: Any) -> None:
+        """Fix a setting for the rest of the run, resumes included (e.g. the registry search resolved)."""
+        self.run.state.setdefault("options", {}).setdefault("settings", {})[key] = value
+        self.run.save()
+
+
+def run_settings(run: Run, settings: Settings) -> Settings:
+    """`settings` with what the run pinned: the flags it started with and what earlier stages resolved
+    (so a resume, or a later stage, sees the same values)."""
+    return dataclasses.replace(settings, **(run.state.get("options") or {}).get("settings", {}))
+
 
 def load_stages(pipeline: str) -> list[Stage]:
     target = PIPELINES.get(pipeline, pipeline)
@@ -87,8 +98,6 @@ def execute(run: Run, settings: Settings, sink: EventSink = ignore, stop_after: 
     """Drive `run` through its pipeline's stages, skipping finished ones. Raises on failure."""
     stages = load_stages(run.state["pipeline"])
     names = [s.name for s in stages]
-    # Settings the run was started with (flags) hold on resume too.
-    settings = dataclasses.replace(settings, **(run.state.get("options") or {}).get("settings", {}))
     if stop_after and stop_after not in names:
         raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
     with run.lock(), _run_log(run), _sigterm_as_interrupt():
@@ -132,7 +141,7 @@ def _run_stage(run: Run, settings: Settings, stage: Stage, sink: EventSink, fail
     record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
     run.save()
     _emit(run, sink, Event("stage_started", run.id, stage.name))
-    ctx = StageContext(run, settings, stage.name, sink, failed)
+    ctx = StageContext(run, run_settings(run, settings), stage.name, sink, failed)
     try:
         output = stage.func(ctx) or {}
     except FlakebotError as exc:

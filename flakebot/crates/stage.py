@@ -101,4 +101,7 @@ def search_stage(ctx: StageContext) -> dict[str, Any]:
         raise SearchError(f"no crate in {name} matches '{query}'", fix="reword the need, or try another registry with --registry")
     best = found[0].crate
     ctx.progress(f"best of {len(found)}: {best.name} {best.version} ({found[0].why})", registry=name)
+    # Later stages (cargo in acquire, edit, package) use the source that answered: crates.io online,
+    # or the directory source (a given PATH, else the local registry) offline.
+    ctx.pin_setting("registry", "crates-io" if name == "crates-io" else (registry if registry not in (None, "auto", "local") else "local"))
     return {"registry": name, "query": query, "candidates": [c.to_dict() for c in found]}
