@@ -378,7 +378,8 @@ def publish_cmd(
     if as_json:
         json_line(result)
         return
-    out.print(f"[green]published[/green] {escape(result['store_path'])} ({result['paths']} paths, {result['closure_size']:,} bytes) to {escape(result['to'])}")
+    size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
+    out.print(f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True)
     if result["public_key"]:
         out.print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
     out.print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)

@@ -1,0 +1,214 @@
+"""Sharing a catalogued tool beyond this machine: `nix copy` of its closure to a binary cache or another store.
+
+publish(tool, to, settings) -> dict   copy, sign (binary caches), record the publication in the catalog
+
+Binary caches (file://, http(s)://, s3://) get narinfos signed with flakebot's own key, generated once
+with `nix key generate-secret` and kept in <catalog_dir>/keys/; consumers trust its public key. Other
+stores (a chroot store path, local?root=, ssh://, ssh-ng://, daemon) check signatures against their own
+trusted-public-keys on the way in, which a key flakebot generated is not in: the copy passes
+--no-check-sigs for paths this machine built itself.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import re
+import shlex
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.deliver.catalog import Catalog
+from flakebot.errors import CatalogError, NixError, UsageError
+from flakebot.fsutil import atomic_write_text
+from flakebot.nix import command
+
+logger = logging.getLogger(__name__)
+
+BINARY_CACHE_SCHEMES = ("file", "http", "https", "s3")
+STORE_SCHEMES = ("ssh", "ssh-ng", "unix")
+STORE_NAMES = ("local", "daemon", "auto")
+URL_EXAMPLES = "file:///srv/cache, https://cache.example.org, s3://bucket, ssh-ng://host, /path/to/chroot-store"
+UNREACHABLE = ("unable to download", "cannot connect", "Couldn't connect", "Could not resolve", "Connection refused", "No such file or directory")
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a publication goes: the URL as given, and whether it is a binary cache (signed narinfos)."""
+
+    url: str
+    binary_cache: bool
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """flakebot's signing key pair: the secret key file and the public key consumers trust."""
+
+    name: str
+    secret_file: Path
+    public: str
+
+
+def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
+    """Copy a catalogued tool's closure to `to` with `nix copy` and record it in the catalog entry."""
+    destination = parse_destination(to)
+    catalog = Catalog.open(settings)
+    store_path = _live_store_path(tool, catalog.get(tool))
+    command.nix_program()  # fail before generating a key when nix is missing
+    key = signing_key(settings) if destination.binary_cache and "secret-key=" not in to else None
+    seconds = _copy(store_path, destination, key, settings.nix_copy_timeout)
+    record = _record(store_path, destination, key)
+    catalog.update(tool, published={destination.url: record})
+    logger.info("published %s (%d paths, %d bytes) to %s in %.1f s", store_path, record["paths"], record["closure_size"], destination.url, seconds)
+    helps = consumer_help(destination, key, store_path, _main_program(catalog.tool_dir(tool), tool))
+    return {"kind": "publication", "tool": tool, **record, "binary_cache": destination.binary_cache, "seconds": round(seconds, 3), **helps}
+
+
+def _record(store_path: str, destination: Destination, key: SigningKey | None) -> dict[str, Any]:
+    """What the catalog keeps about one publication."""
+    paths, size, nar_hash = closure(store_path)
+    return {
+        "to": destination.url,
+        "store_path": store_path,
+        "nar_hash": nar_hash,
+        "paths": paths,
+        "closure_size": size,
+        "signed_by": key.name if key else ("the secret-key given in the URL" if "secret-key=" in destination.url else None),
+        "public_key": key.public if key else None,
+        "published_at": time.time(),
+    }
+
+
+def parse_destination(to: str) -> Destination:
+    """A Nix store URL flakebot can copy to, or a UsageError naming what is wrong with it."""
+    url = to.strip()
+    if url.startswith("/"):
+        return Destination(url, binary_cache=False)  # a chroot store: its store lives under <path>/nix/store
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in BINARY_CACHE_SCHEMES:
+        if scheme == "file" and not rest.startswith("/"):
+            raise UsageError(f"'{to}' is not an absolute file:// URL", fix="give the cache directory as file:///absolute/path")
+        return Destination(url, binary_cache=True)
+    if (sep and scheme in STORE_SCHEMES and rest) or (not sep and url.split("?", 1)[0] in STORE_NAMES):
+        return Destination(url, binary_cache=False)
+    raise UsageError(f"'{to}' is not a Nix store URL", fix=f"give --to a binary cache or store URL such as {URL_EXAMPLES}")
+
+
+def _live_store_path(tool: str, entry: dict[str, Any]) -> str:
+    store_path = str(entry.get("store_path") or "")
+    if not store_path or not Path(store_path).exists():
+        raise CatalogError(
+            f"tool '{tool}' has no built store path on this machine ({store_path or 'none recorded'})",
+            fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {tool}'",
+        )
+    return store_path
+
+
+# ---------------------------------------------------------------- the signing key
+
+
+def signing_key(settings: Settings) -> SigningKey:
+    """flakebot's key pair in <catalog_dir>/keys/, generated with `nix key generate-secret` on first use."""
+    keys = settings.path("catalog_dir") / "keys"
+    name = f"flakebot-{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())}-1"
+    secret_file, public_file = keys / f"{name}.secret", keys / f"{name}.public"
+    keys.mkdir(parents=True, exist_ok=True)
+    with open(keys / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two first publishes must not make two different keys
+        if not secret_file.exists():
+            logger.info("generating flakebot's signing key %s in %s", name, keys)
+            atomic_write_text(secret_file, _nix_key(["generate-secret", "--key-name", name]))  # mkstemp: mode 0600
+        if not public_file.exists():
+            atomic_write_text(public_file, _nix_key(["convert-secret-to-public"], stdin=secret_file.read_text()))
+            public_file.chmod(0o644)
+    return SigningKey(name, secret_file, public_file.read_text().strip())
+
+
+def _nix_key(args: list[str], stdin: str | None = None) -> str:
+    argv = [command.nix_program(), *command.FEATURES, "key", *args]
+    result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    if result.returncode != 0 or not result.stdout.strip():
+        raise NixError(f"'nix key {args[0]}' failed: {_last_error(result.stderr.splitlines())}", fix="check that 'nix key --help' works (Nix 2.4 or later)")
+    return result.stdout.strip() + "\n"
+
+
+# ---------------------------------------------------------------- nix copy
+
+
+def copy_argv(store_path: str, destination: Destination, key: SigningKey | None) -> list[str]:
+    """The `nix copy` command line: binary caches sign with the key; other stores take our own paths unsigned."""
+    url = destination.url
+    if key is not None:
+        url += f"{'&' if '?' in url else '?'}secret-key={key.secret_file}"
+    checks = [] if destination.binary_cache else ["--no-check-sigs"]
+    return [command.nix_program(), *command.FEATURES, "copy", "--to", url, *checks, store_path]
+
+
+def _copy(store_path: str, destination: Destination, key: SigningKey | None, timeout: float) -> float:
+    argv = copy_argv(store_path, destination, key)
+    logger.info("nix copy of %s to %s", store_path, destination.url)
+    outcome = command.run_streaming(argv, timeout)
+    if outcome.timed_out:
+        fix = "raise nix_copy_timeout ('flakebot config set nix_copy_timeout 3600')"
+        raise NixError(f"nix copy to {destination.url} timed out after {timeout:g} s", fix=fix)
+    if outcome.returncode != 0:
+        raise _copy_failed(destination, outcome.tail)
+    return outcome.seconds
+
+
+def _copy_failed(destination: Destination, tail: list[str]) -> NixError:
+    error = _last_error(tail)
+    ping = f"nix store ping --store {shlex.quote(destination.url)}"
+    fix = f"check the URL and your rights there ({ping})"
+    if any(marker in error for marker in UNREACHABLE):
+        fix = f"check that {destination.url} is reachable and writable from this machine ({ping})"
+    return NixError(f"nix copy to {destination.url} failed: {error}", fix=fix, log_tail="\n".join(tail))
+
+
+def _last_error(lines: list[str]) -> str:
+    errors = [line.strip() for line in lines if line.strip().startswith("error:")]
+    text = errors[-1] if errors else (lines[-1].strip() if lines else "no output")
+    return text.removeprefix("error:").strip()
+
+
+def closure(store_path: str) -> tuple[int, int, str]:
+    """(number of paths, total NAR bytes, NAR hash of the path itself) of a store path's closure."""
+    argv = [command.nix_program(), *command.FEATURES, "path-info", "--json", "--offline", "--recursive", "--closure-size", store_path]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise NixError(f"nix path-info of {store_path} failed: {_last_error(result.stderr.splitlines())}", fix="check the path with 'nix path-info'")
+    infos = {info["path"]: info for info in json.loads(result.stdout)}
+    top = infos.get(store_path, {"valid": False})
+    if top.get("valid") is False:  # path-info exits 0 for a path the store does not hold
+        raise NixError(f"{store_path} is not a valid path in the Nix store", fix="build the tool again ('flakebot craft --fresh')")
+    return len(infos), int(top.get("closureSize", 0)), str(top.get("narHash", ""))
+
+
+# ---------------------------------------------------------------- what a consumer runs
+
+
+def consumer_help(destination: Destination, key: SigningKey | None, store_path: str, main_program: str) -> dict[str, Any]:
+    """How another machine gets the tool: the copy command, the nix.conf lines of a cache, the binary to run."""
+    trust = ["--option", "extra-trusted-public-keys", key.public] if key else []
+    checks = [] if destination.binary_cache else ["--no-check-sigs"]
+    substitute = ["nix", *command.FEATURES, "copy", "--from", destination.url, *trust, *checks, store_path]
+    nix_conf = f"extra-substituters = {destination.url}\n" + (f"extra-trusted-public-keys = {key.public}\n" if key else "")
+    run = [f"{store_path}/bin/{main_program}"]
+    return {
+        "substitute_command": {"argv": substitute, "shell": shlex.join(substitute)},
+        "nix_conf": nix_conf if destination.binary_cache else "",
+        "run_command": {"argv": run, "shell": shlex.join(run) + " ARGS"},
+    }
+
+
+def _main_program(tool_dir: Path, tool: str) -> str:
+    try:
+        return str(json.loads((tool_dir / "manifest.json").read_text()).get("main_program") or tool)
+    except (OSError, json.JSONDecodeError):
+        return tool
