@@ -47,13 +47,16 @@ def choose_stage(ctx: StageContext) -> dict[str, Any]:
     candidates = ctx.output("search").get("candidates", [])
     wanted = ctx.options.get("crate")
     if wanted:
-        return _by_option(ctx, wanted, candidates)
-    if not candidates:
+        choice = _by_option(ctx, wanted, candidates)
+    elif not candidates:
         raise SearchError("search found no crate to start from", fix="describe the need differently, or name a crate with --crate NAME")
-    from flakebot.craft import stage_model
+    else:
+        from flakebot.craft import stage_model
 
-    with stage_model(ctx) as model:
-        return choose_with_model(model, ctx.output("spec"), candidates[:TOP])
+        with stage_model(ctx) as model:
+            choice = choose_with_model(model, ctx.output("spec"), candidates[:TOP])
+    ctx.progress(f"{choice['crate']['name']} ({choice['mode']}): {choice['reason']}")
+    return choice
 
 
 def _by_option(ctx: StageContext, wanted: str, candidates: list[dict[str, Any]]) -> dict[str, Any]:

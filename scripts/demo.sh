@@ -21,15 +21,7 @@ fi
 
 echo
 echo "\$ flakebot craft \"$need\" --fresh ${args[*]}"
-result=$(mktemp)
-trap 'rm -f "$result"' EXIT
-$flakebot craft "$need" --fresh "${args[@]}" --json > "$result" || { tail -n 3 "$result"; exit 1; }
-.venv/bin/python - "$result" <<'PY'
-import json, sys
-from flakebot.render import print_craft_result
-print_craft_result(json.loads(open(sys.argv[1]).read().splitlines()[-1])["result"], as_json=False)
-PY
-
+$flakebot craft "$need" --fresh "${args[@]}"
 echo
 echo "\$ flakebot run csv-dedup -- --key name demo/people.csv      (nix run under the hood)"
 $flakebot run csv-dedup -- --key name demo/people.csv
@@ -37,7 +29,7 @@ echo
 echo "\$ flakebot run csv-dedup -- demo/people.csv"
 $flakebot run csv-dedup -- demo/people.csv
 
-run_id=$(.venv/bin/python -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["result"]["run_id"])' "$result")
+run_id=$($flakebot runs --json | .venv/bin/python -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[0])["id"])')
 echo
 echo "Usage instructions for the calling agent: $($flakebot show csv-dedup --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["dir"])')/USAGE.md"
 echo "Kept for audit in scratch/runs/$run_id: $(ls -A "scratch/runs/$run_id" | tr '\n' ' ')"

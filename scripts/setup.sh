@@ -33,8 +33,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.flakebot-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]'
+  log=.venv/pip-install.log
+  if ! { .venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q -e '.[test]'; } > "$log" 2>&1; then
+    tail -n 30 "$log"
+    echo "setup: pip install failed (full log: $log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
 echo "setup: ready (.venv/bin/flakebot)"
