@@ -6,7 +6,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +57,17 @@ def run_cli(
     if check and result.returncode != 0:
         raise AssertionError(f"flakebot {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def wait_for(probe: Any, timeout: float = 60.0, interval: float = 0.05) -> Any:
+    """Poll `probe` until it returns something truthy (returned), or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {getattr(probe, '__name__', 'a condition')}")
 
 
 def require(*programs: str) -> None:

@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, run_cli
+from conftest import REPO, require, run_cli, wait_for
 from test_edit_loop import SHOUT_RS, SHOUT_SPEC, write_file
 
 from flakebot.errors import EditError
@@ -110,8 +109,8 @@ def test_sigkill_during_edit_then_resume_completes(workdir: Path) -> None:
     argv = [sys.executable, "-m", "flakebot", "craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", *OFFLINE, "--json"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        events = _wait_for(lambda: next(workdir.glob("runs/*/events.jsonl"), None))
-        _wait_for(lambda: '"stage": "edit", "message": "running the tests' in events.read_text(), timeout=120)
+        events = wait_for(lambda: next(workdir.glob("runs/*/events.jsonl"), None))
+        wait_for(lambda: '"stage": "edit", "message": "running the tests' in events.read_text(), timeout=120)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
@@ -124,16 +123,6 @@ def test_sigkill_during_edit_then_resume_completes(workdir: Path) -> None:
     assert done.state["status"] == "succeeded"
     assert [done.state["stages"][s]["attempts"] for s in ("spec", "search", "choose", "acquire", "edit")] == [1, 1, 1, 1, 2]
     assert done.output("instruct")["manifest"]["verification_command"]["passed"] is True
-
-
-def _wait_for(probe: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 @pytest.mark.slow

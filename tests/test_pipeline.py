@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, run_cli, wait_for
 
 from flakebot import config, pipeline
 from flakebot.errors import FlakebotError, RunError
@@ -59,7 +58,7 @@ def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) ->
     )
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        run_dir = _wait_for(lambda: next((workdir / "runs").glob("*/slow-started"), None)).parent
+        run_dir = wait_for(lambda: next((workdir / "runs").glob("*/slow-started"), None)).parent
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=10)
@@ -78,16 +77,6 @@ def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) ->
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert {"event": "stage_skipped", "stage": "first"}.items() <= lines[1].items()
     assert lines[-1]["result"]["status"] == "succeeded"
-
-
-def _wait_for(probe, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting")
 
 
 def test_corrupt_state_gives_clear_error_and_keeps_the_file(workdir: Path) -> None:
