@@ -3,6 +3,8 @@
 Also a no-op rebuild (the flake built again, unchanged) against a no-op `cargo build --release`.
 The crate comes from the local registry (hexyl by default); nix builds offline with the host stand-in
 unless --nixpkgs pinned is given. Figures are ratios over the raw cargo work (goal: fresh <= 1.2).
+CPU seconds (user + system of the finished child processes, nix's builders included) are set side by side too:
+on a shared machine they move far less with the load than wall seconds do.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import secrets
 import subprocess
 import tempfile
@@ -35,11 +38,20 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> flo
     return time.perf_counter() - started
 
 
-def _cargo_builds(crate: Path, settings: Settings, target: Path) -> tuple[float, float]:
-    """(fresh, no-op) seconds of `cargo build --release` in a new target directory."""
+def children_cpu() -> float:
+    """CPU seconds (user + system) of every child process reaped so far, with their own reaped children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cargo_builds(crate: Path, settings: Settings, target: Path) -> tuple[float, float, float]:
+    """(fresh, no-op) seconds of `cargo build --release` in a new target directory, and the fresh build's CPU seconds."""
     cargo = Cargo.for_run(settings, target)
     argv = cargo.argv("build", "--release", "--locked")
-    return _timed(argv, crate, cargo.env()), _timed(argv, crate, cargo.env())
+    cpu = children_cpu()
+    fresh = _timed(argv, crate, cargo.env())
+    cpu = children_cpu() - cpu
+    return fresh, _timed(argv, crate, cargo.env()), cpu
 
 
 def _nix_noop(flake_dir: Path, mode: str, standin: Path | None) -> float:
@@ -51,12 +63,12 @@ def run(crate: str = "hexyl", nixpkgs: str = "host") -> dict[str, Any]:
         root = Path(tmp)
         settings = Settings(workdir=str(root / "work"), cache_dir=str(root / "cache"), nixpkgs=nixpkgs, registry="local")
         source = _crate_source(crate, settings, root / "src")
-        cargo_fresh, cargo_noop = _cargo_builds(source, settings, root / "target")
-        started = time.perf_counter()
+        cargo_fresh, cargo_noop, cargo_cpu = _cargo_builds(source, settings, root / "target")
+        cpu, started = children_cpu(), time.perf_counter()
         inner: list[float] = []
         # A unique description gives the flake a new source hash, so nix really builds it from scratch.
         result = package_crate(source, root / "flake", settings, description=f"benchmark {secrets.token_hex(4)}", progress=_inner_cargo(inner))
-        package_total = time.perf_counter() - started
+        package_total, package_cpu = time.perf_counter() - started, children_cpu() - cpu
         standin = standin_dir(settings) if result.nixpkgs_mode == "host" else None
         nix_noop = _nix_noop(Path(result.flake_dir), result.nixpkgs_mode, standin)
     return {
@@ -70,6 +82,9 @@ def run(crate: str = "hexyl", nixpkgs: str = "host") -> dict[str, Any]:
         "nix_overhead_s": round(result.build_seconds - inner[0], 3) if inner else None,
         "package_crate_total_s": round(package_total, 3),
         "package_total_ratio": round(package_total / cargo_fresh, 3),
+        "cargo_build_release_cpu_s": round(cargo_cpu, 2),
+        "package_crate_cpu_s": round(package_cpu, 2),  # the nix build with its builder, and package_crate's few cargo/nix calls
+        "cpu_ratio": round(package_cpu / cargo_cpu, 3),
         "cargo_noop_s": round(cargo_noop, 3),
         "nix_noop_s": round(nix_noop, 3),
         "noop_ratio": round(nix_noop / cargo_noop, 3),

@@ -1,0 +1,219 @@
+"""P2 (issue 6): one edit-loop iteration against the raw `cargo test` it runs, after the same one-line edit, warm target dir.
+
+The crate: a small binary tool (bench_diagnostics' textstat as a binary crate, so there is no doc-test phase and
+`cargo test` and the verdict's `cargo test --tests` build and run the same tests), with flakebot's acceptance test
+written from a ToolSpec, in a git workspace, in the bubblewrap sandbox, with a warm target dir.
+
+Each sample, raw and iteration interleaved:
+  raw        Python writes a one-line edit into src/main.rs, then `cargo test --no-fail-fast` runs in the same sandbox
+  iteration  `EditLoop.step()`: the scripted model (behind the stub server, through the real openai SDK) sends
+             edit_file with the same kind of one-line edit; the toolbox applies it and checks the frozen test;
+             flakebot's verdict (`judge` of the edit stage: `cargo test --tests` as JSON, then the full `cargo test`
+             once green) runs; the state is committed; the run's state.json is saved
+Two kinds of iteration, as a craft has them:
+  red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
+  green  everything passes (the last iteration): the verdict runs cargo a second time, for the doc tests
+
+Ratio = median iteration / median raw (goal <= 1.05); the iteration's own seconds are split into model call,
+tools, cargo (the verdict's cargo commands) and the git commit, so the overhead has a name.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import git
+
+from benchmarks.bench_diagnostics import LIB, MAIN, REGISTRY
+from flakebot.agent.cargo import run_cargo
+from flakebot.agent.edit_stage import judge
+from flakebot.agent.loop import EditLoop, Limits, Verdict
+from flakebot.agent.sandbox import Sandbox, open_sandbox
+from flakebot.agent.tools import Toolbox
+from flakebot.cargo import Cargo
+from flakebot.config import Settings
+from flakebot.llm.providers import resolve_model
+from flakebot.llm.transcript import Transcript
+from flakebot.run import Run
+from flakebot.spec import ToolSpec, write_acceptance_test
+
+GOAL_RATIO = 1.05
+MANIFEST = '[package]\nname = "textstat"\nversion = "0.1.0"\nedition = "2021"\n'
+ANCHOR = "fn main() {"
+EXAMPLES = [
+    {"description": "counts words", "args": [], "stdin": "a b a\n", "stdout": "words: 3\nunique: 2\n"},
+    {"description": "dedups lines", "args": ["dedup"], "stdin": "x\ny\nx\n", "stdout": "x\ny\n"},
+    {"description": "longest word", "args": ["longest"], "stdin": "a bbb cc", "stdout": "bbb\n"},
+]
+NOT_YET = {"description": "counts one word", "args": ["count", "a"], "stdin": "a b a\n", "stdout": "2\n"}  # textstat has no `count`
+
+
+class Timed:
+    """A proxy that adds the seconds spent in one method of the object it wraps to `spent[key]`."""
+
+    def __init__(self, inner: Any, method: str, spent: dict[str, float], key: str) -> None:
+        self._inner, self._method, self._spent, self._key = inner, method, spent, key
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._inner, name)
+        if name != self._method:
+            return attribute
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return attribute(*args, **kwargs)
+            finally:
+                self._spent[self._key] = self._spent.get(self._key, 0.0) + time.perf_counter() - start
+
+        return timed
+
+
+def write_crate(crate: Path, spec: ToolSpec) -> None:
+    crate.mkdir(parents=True, exist_ok=True)
+    (crate / "src").mkdir(exist_ok=True)
+    (crate / "Cargo.toml").write_text(MANIFEST)
+    (crate / "src/textstat.rs").write_text(LIB)
+    (crate / "src/main.rs").write_text("mod textstat;\n" + MAIN)
+
+
+def spec_with(examples: list[dict[str, Any]]) -> ToolSpec:
+    return ToolSpec.from_dict({"name": "textstat", "summary": "Text statistics", "usage": "textstat [dedup|longest]", "examples": examples})
+
+
+class Bench:
+    """One workspace, sandbox, cargo and run, shared by every sample."""
+
+    def __init__(self, root: Path) -> None:
+        self.crate, self.target = root / "textstat", root / "target"
+        self.run = Run.create(root / "work", "bench")
+        self.script = root / "script.json"
+        self.settings = Settings(offline=True, registry="local")
+        self.edits = 0
+
+    def open(self, spec: ToolSpec) -> None:
+        self.spec = spec
+        write_crate(self.crate, spec)
+        self.frozen = write_acceptance_test(spec, self.crate)  # rel path -> digest, as the edit stage freezes it
+        self.repo = git.Repo.init(self.crate)
+        self.sandbox: Sandbox = open_sandbox("required", workspace=self.crate, writable=[self.crate, self.target], timeout=600)
+        self.cargo = Cargo(target_dir=self.target, offline=True, registry_dir=REGISTRY)
+        self.commit("bench: crate")
+        run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)  # warm target dir, as in the loop
+
+    def commit(self, message: str) -> str:
+        """The edit stage's commit: everything, only when something changed."""
+        self.repo.git.add("-A")
+        if self.repo.is_dirty(index=True):
+            self.repo.index.commit(message)
+        return str(self.repo.head.commit.hexsha)
+
+    def next_edit(self) -> tuple[str, str]:
+        self.edits += 1
+        return ANCHOR, f"{ANCHOR}\n    // edit {self.edits}: the agent's one-line change"
+
+    def raw(self) -> float:
+        search, replace = self.next_edit()
+        main = self.crate / "src/main.rs"
+        main.write_text(main.read_text().replace(search, replace, 1))
+        start = time.perf_counter()
+        result = self.sandbox.run(self.cargo.argv("test", "--no-fail-fast"), cwd=self.crate, env=self.cargo.env())
+        seconds = time.perf_counter() - start
+        if result.timed_out or "test result" not in result.stdout:
+            raise RuntimeError(f"raw cargo test did not run the tests:\n{result.stderr[-2000:]}")
+        return seconds
+
+    def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
+        """The edit stage's verdict: `cargo test --tests`, and the full `cargo test` once that is green."""
+
+        def verdict() -> Verdict:
+            quick = self._judged(spent, ["--tests"])
+            return quick if not quick.green else self._judged(spent, [])
+
+        return verdict
+
+    def _judged(self, spent: dict[str, float], extra: list[str]) -> Verdict:
+        report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
+        spent["cargo"] = spent.get("cargo", 0.0) + report.seconds
+        spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
+        return judge(report, self.spec)
+
+    def iteration(self) -> dict[str, Any]:
+        """One real EditLoop step; its wall seconds and where they went."""
+        search, replace = self.next_edit()
+        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
+        turn = {"tool_calls": [call], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
+        self.script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
+        transcript = Transcript(self.run.transcript_path)
+        spent: dict[str, float] = {}
+        model = resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
+        try:
+            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=self.frozen)
+            loop = EditLoop(
+                Timed(model, "complete", spent, "model"),
+                Timed(toolbox, "call", spent, "tools"),
+                self.verdict(spent),
+                Timed(self, "commit", spent, "commit").commit,
+                lambda sha: None,
+                Limits(5, 600),
+                on_step=lambda *_: self.run.save(),
+                record=transcript.record,
+            )
+            loop.messages = [{"role": "system", "content": "Edit the crate."}, {"role": "user", "content": "Make the tests pass."}]
+            start = time.perf_counter()
+            green = loop.step()
+            seconds = time.perf_counter() - start
+        finally:
+            model.close()
+        return {"seconds": seconds, "green": green, **spent}
+
+
+def _phase(bench: Bench, spec: ToolSpec, samples: int, want_green: bool) -> dict[str, Any]:
+    bench.open(spec)
+    raws, iterations = [], []
+    for _ in range(samples):
+        raws.append(bench.raw())
+        iterations.append(bench.iteration())
+        if iterations[-1]["green"] != want_green:
+            raise RuntimeError(f"expected a {'green' if want_green else 'red'} iteration, got {iterations[-1]}")
+    return _figures(raws, iterations)
+
+
+def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, Any]:
+    raw, whole = statistics.median(raws), statistics.median(i["seconds"] for i in iterations)
+    parts = {key: round(statistics.median(i.get(key, 0.0) for i in iterations), 4) for key in ("model", "tools", "cargo", "commit")}
+    parts["other"] = round(whole - sum(parts.values()), 4)
+    return {
+        "raw_cargo_test_s": round(raw, 3),
+        "iteration_s": round(whole, 3),
+        "ratio": round(whole / raw, 3),
+        "overhead_s": round(whole - raw, 3),
+        "verdict_cargo_runs": iterations[0].get("cargo_runs", 0),
+        "iteration_parts_s": parts,
+        "samples": len(raws),
+        "raw_samples_s": [round(r, 3) for r in raws],
+        "iteration_samples_s": [round(i["seconds"], 3) for i in iterations],
+    }
+
+
+def run(samples: int = 5) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="flakebot-bench-loop-") as tmp:
+        red = _phase(Bench(Path(tmp) / "red"), spec_with([*EXAMPLES, NOT_YET]), samples, want_green=False)
+        green = _phase(Bench(Path(tmp) / "green"), spec_with(EXAMPLES), samples, want_green=True)
+    return {
+        "red": red,
+        "green": green,
+        "ratio": red["ratio"],
+        "goal_ratio": GOAL_RATIO,
+        "met": red["ratio"] <= GOAL_RATIO,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

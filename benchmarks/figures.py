@@ -1,0 +1,200 @@
+"""The published figures (P1-P7 of issue 8 and those folded in from issues 2, 4, 6 and 7), read from the benchmarks' results.
+
+Each figure: id, title, value and unit, goal (or none), whether it is met, what was measured (generated from the
+numbers), and for a missed goal the gap and where it comes from (also generated from the measured breakdown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Results = dict[str, dict[str, Any]]
+
+
+def figure(id: str, title: str, value: float | None, unit: str, goal: float | None, op: str, measured: str, gap: str = "", bench: str = "") -> dict[str, Any]:
+    met = None if goal is None or value is None else (value <= goal if op == "<=" else value < goal)
+    return {
+        "id": id,
+        "title": title,
+        "value": value,
+        "unit": unit,
+        "goal": goal,
+        "op": op,
+        "met": met,
+        "measured": measured,
+        "gap": gap if met is False else "",
+        "bench": bench,
+    }
+
+
+def _top(items: dict[str, float], n: int = 3) -> str:
+    ranked = sorted(((k, v) for k, v in items.items() if v > 0), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k} {v:.2f} s" for k, v in ranked)
+
+
+def craft_overhead(r: Results) -> dict[str, Any]:
+    c = r["craft"]
+    chart = c["runs"][c["chart_run"]]
+    measured = (
+        f"`flakebot craft` wall {c['wall_s']:.2f} s against {c['raw_s']:.2f} s in cargo and `nix build` "
+        f"(of which nix build {chart['nix_build_s']:.2f} s); overhead {c['overhead_s']:.2f} s = {c['other_processes_s']:.2f} s other processes "
+        f"+ {c['own_s']:.2f} s flakebot itself. Ratios of the {c['crafts']} crafts: {', '.join(f'{x:.3f}' for x in c['ratios'])} (the median shown)."
+    )
+    own = {row["stage"]: row["own_s"] for row in chart["stages"]}
+    others = {kind: p["seconds"] for kind, p in chart["processes"].items() if not (kind.startswith("cargo ") or kind == "nix build")}
+    gap = (
+        f"{c['overhead_s']:.2f} s over the raw work. flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
+        f"These are per-craft and per-iteration costs (interpreter start-up and exit, the model client, git, sandbox probes, example runs), "
+        f"not proportional to compile time: here the cargo and nix work took only {c['raw_s']:.1f} s, so they weigh "
+        f"{100 * c['overhead_s'] / c['raw_s']:.0f}%; a tool with a longer build has a smaller ratio."
+    )
+    return figure("P1", "craft overhead (wall / cargo + nix build)", c["ratio"], "x", c["goal_ratio"], "<=", measured, gap, "craft")
+
+
+def loop_iteration(r: Results) -> dict[str, Any]:
+    red, green = r["loop"]["red"], r["loop"]["green"]
+    parts = red["iteration_parts_s"]
+    measured = (
+        f"EditLoop iteration {red['iteration_s']:.3f} s against raw `cargo test` {red['raw_cargo_test_s']:.3f} s after the same one-line edit "
+        f"(median of {red['samples']}; iteration with tests still failing, verdict = {red['verdict_cargo_runs']} cargo run). "
+        f"The last, green iteration: {green['iteration_s']:.3f} s against {green['raw_cargo_test_s']:.3f} s = {green['ratio']:.3f}x "
+        f"({green['verdict_cargo_runs']} cargo runs)."
+    )
+    extra_cargo = parts["cargo"] - red["raw_cargo_test_s"]
+    gap = (
+        f"{red['overhead_s']:.3f} s per iteration: the verdict's cargo {extra_cargo:+.3f} s against raw (JSON messages, no-fail-fast), "
+        f"git commit {parts['commit']:.3f} s, model call through the stub server {parts['model']:.3f} s, tools {parts['tools']:.3f} s, "
+        f"the rest (frozen-file check, state.json, transcript) {parts['other']:.3f} s. Against a `cargo test` of only {red['raw_cargo_test_s']:.2f} s "
+        f"these fixed costs weigh {100 * red['overhead_s'] / red['raw_cargo_test_s']:.0f}%. The green iteration also runs cargo a second time "
+        "(doc tests run only once the rest is green)."
+    )
+    return figure("P2", "edit-loop iteration / raw cargo test (issue 6)", red["ratio"], "x", r["loop"]["goal_ratio"], "<=", measured, gap, "loop")
+
+
+def nix_fresh(r: Results) -> dict[str, Any]:
+    n = r["nix"]
+    measured = (
+        f"`nix build` of a fresh flake {n['nix_build_fresh_s']:.1f} s against `cargo build --release` {n['cargo_build_release_s']:.1f} s of {n['crate']} "
+        f"({n['nixpkgs_mode']} nixpkgs); cargo inside the nix build {n['cargo_inside_nix_s']} s, nix's own part {n['nix_overhead_s']} s. "
+        f"CPU seconds: package {n.get('package_crate_cpu_s')} against cargo {n.get('cargo_build_release_cpu_s')} = {n.get('cpu_ratio')}x."
+    )
+    gap = (
+        f"nix's own part of the build is {n['nix_overhead_s']} s; the rest of the gap is cargo itself running "
+        f"{n['cargo_inside_nix_s']} s inside the build against {n['cargo_build_release_s']:.1f} s outside, the same work "
+        f"(CPU ratio {n.get('cpu_ratio')}x), so it follows the machine's load during each build."
+    )
+    return figure("P3", "nix build / cargo build --release (issue 7)", n["fresh_ratio"], "x", n["goal_fresh_ratio"], "<=", measured, gap, "nix")
+
+
+def nix_noop(r: Results) -> dict[str, Any]:
+    n = r["nix"]
+    measured = f"no-op `nix build` of the built flake {n['nix_noop_s']:.3f} s against a no-op `cargo build --release` {n['cargo_noop_s']:.3f} s."
+    return figure("I7", "no-op nix build / no-op cargo build (issue 7)", n["noop_ratio"], "x", None, "", measured, bench="nix")
+
+
+def search_figure(key: str, id: str, title: str) -> Callable[[Results], dict[str, Any]]:
+    def make(r: Results) -> dict[str, Any]:
+        s = r["search"][key]
+        if "skipped" in s:
+            return figure(id, title, None, "ms", None, "", f"not measured: {s['skipped']}", bench="search")
+        if key == "cratesio":
+            measured = f"warm (HTTP cache) {s['median_query_ms']:.2f} ms against the first, uncached query over HTTP to 127.0.0.1 {s['cold_query_ms']:.1f} ms."
+        else:
+            measured = (
+                f"{s['crates']} crates: median query {s['median_query_ms']:.3f} ms; index build {s['index_build_s']:.2f} s "
+                f"({s['build_over_raw_read']}x reading every Cargo.toml), cached load {s['cached_load_s']:.3f} s."
+            )
+        gap = f"median query {s['median_query_ms']:.1f} ms against {s.get('goal_query_ms')} ms."
+        named = title.format(crates=f"{s.get('crates', 0):,}")
+        return figure(id, named, s["median_query_ms"], "ms", s.get("goal_query_ms"), "<", measured, gap, "search")
+
+    return make
+
+
+def catalog_hit(r: Results) -> dict[str, Any]:
+    h = r["craft"]["catalog_hit"]
+    measured = (
+        f"the same `flakebot craft` again, answered from the catalog: {h['wall_s']:.3f} s wall (median of {len(h['samples_s'])}), "
+        f"{h['api_s']:.4f} s inside the API."
+    )
+    gap = f"{h['wall_s']:.2f} s, of which the library call is {h['api_s']:.3f} s: the rest is the process start-up (see P7)."
+    return figure("P5", "catalog hit (re-craft of a known need)", h["wall_s"], "s", h["goal_s"], "<", measured, gap, "craft")
+
+
+def tokens(r: Results) -> dict[str, Any]:
+    d = r["diagnostics"]
+    cases = ", ".join(f"{name} {c['ratio']:.2f}" for name, c in d["cases"].items())
+    measured = (
+        f"{d['summary_tokens']} prompt tokens of compact diagnostics against {d['raw_tokens']} of raw `cargo test` output "
+        f"over {len(d['cases'])} cases ({cases}); estimator {d['token_estimator']}."
+    )
+    worst = max(d["cases"].items(), key=lambda kv: kv[1]["ratio"])
+    gap = f"the summary keeps the failing tests and first errors with source lines; the worst case is {worst[0]} ({worst[1]['ratio']:.2f})."
+    return figure("P6", "tokens: compact diagnostics / raw cargo output", d["ratio"], "x", d["goal_ratio"], "<=", measured, gap, "diagnostics")
+
+
+def sandbox_cost(r: Results) -> dict[str, Any]:
+    s = r["diagnostics"]["sandbox_overhead"]
+    measured = f"`cargo test` after a one-line edit: {s['sandboxed_cargo_test_s']:.3f} s in bubblewrap against {s['raw_cargo_test_s']:.3f} s unsandboxed."
+    return figure("I6", "bubblewrap / plain cargo test", s["ratio"], "x", None, "", measured, bench="diagnostics")
+
+
+def startup_help(r: Results) -> dict[str, Any]:
+    s = r["startup"]
+    value = s["commands_s"]["--help"]
+    measured = f"`flakebot --help` {value:.3f} s (median), a bare `python -c pass` {s['python_startup_s']:.3f} s."
+    gap = f"{value - s['python_startup_s']:.3f} s of imports and app set-up on top of the interpreter's start-up."
+    return figure("P7", "CLI start-up: flakebot --help", value, "s", 0.3, "<", measured, gap, "startup")
+
+
+def startup_commands(r: Results) -> dict[str, Any]:
+    s = r["startup"]
+    slowest = max(s["commands_s"].items(), key=lambda kv: kv[1])
+    measured = ", ".join(f"`flakebot {name}` {v:.3f} s" for name, v in s["commands_s"].items()) + " (medians)."
+    gap = f"`flakebot {slowest[0]}` takes {slowest[1]:.3f} s."
+    return figure("I2", "slowest of --help, runs, config show (issue 2)", slowest[1], "s", s["goal_s"], "<", measured, gap, "startup")
+
+
+def acquire_incremental(r: Results) -> dict[str, Any]:
+    a = r["acquire"]
+    measured = (
+        f"{a['crate']}: second `cargo test` {a['cargo_test_second_s']:.1f} s against the first {a['cargo_test_first_s']:.1f} s in the acquired "
+        f"workspace; the build alone {a['build_second_s']:.2f} s against {a['build_first_s']:.1f} s ({a['build_incremental_ratio']}x): the rest of a "
+        f"second `cargo test` is running the tests, doc tests included (rustdoc compiles them every time). "
+        f"After a one-line edit: {a['cargo_test_after_edit_s']:.1f} s."
+    )
+    return figure(
+        "I4", "second / first cargo test in an acquired workspace (issue 4)", a["cargo_test_incremental_ratio"], "x", None, "", measured, bench="acquire"
+    )
+
+
+FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
+    ("P1", craft_overhead, "craft"),
+    ("P2", loop_iteration, "loop"),
+    ("P3", nix_fresh, "nix"),
+    ("I7", nix_noop, "nix"),
+    ("P4a", search_figure("debian", "P4a", "search: Debian registry, median query"), "search"),
+    ("P4b", search_figure("synthetic", "P4b", "search: {crates}-crate generated source, median query"), "search"),
+    ("P4c", search_figure("cratesio", "P4c", "search: crates.io client, warm cache"), "search"),
+    ("P5", catalog_hit, "craft"),
+    ("P6", tokens, "diagnostics"),
+    ("I6", sandbox_cost, "diagnostics"),
+    ("P7", startup_help, "startup"),
+    ("I2", startup_commands, "startup"),
+    ("I4", acquire_incremental, "acquire"),
+]
+
+
+def all_figures(results: Results) -> list[dict[str, Any]]:
+    """Every figure whose benchmark ran; a benchmark that failed gives its figures as not measured, with its error."""
+    found = []
+    for id, make, bench in FIGURES:
+        result = results.get(bench)
+        if result is None:
+            continue
+        if "error" in result:
+            found.append(figure(id, id, None, "", None, "", f"not measured: {bench} failed: {result['error']}", bench=bench))
+            continue
+        found.append(make(results))
+    return found

@@ -1,0 +1,218 @@
+"""Run the benchmarks and publish them: bench/report.json, bench/report.md, bench/stages.png and the README's
+Performance section, every number generated from one run (`flakebot bench`, `make bench`, `python -m benchmarks.report`).
+
+    measure(profile, only)  -> results of each benchmark's run(), with its seconds and the load around it
+    build(...)              -> the report: machine, figures (benchmarks.figures), results
+    write(report, out_dir)  -> the three files;  update_readme(readme, report) -> the section between the markers
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import chart, machine
+from benchmarks.figures import all_figures
+
+logger = logging.getLogger(__name__)
+
+REPORT_FORMAT = 1
+REPO = Path(__file__).resolve().parent.parent
+ORDER = ["startup", "search", "diagnostics", "loop", "craft", "nix", "acquire"]
+# Arguments of each benchmark's run(). "full" is what `make bench` publishes (about 7 minutes on 2 cores);
+# "quick" needs no cargo and no nix and runs in seconds: it proves the report is generated, not how fast anything is.
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {
+    "full": {
+        "startup": {"repeat": 7},
+        "search": {"crates": 20_000, "repeat": 5},
+        "diagnostics": {"edits": 5},
+        "loop": {"samples": 7},
+        "craft": {"crafts": 2, "hits": 5},
+        "nix": {},
+        "acquire": {},
+    },
+    "quick": {"startup": {"repeat": 2}, "search": {"crates": 300, "repeat": 1}},
+}
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def measure(profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the profile's benchmarks (or `only` those), one after another: (results by name, seconds and load of each)."""
+    plan = PROFILES[profile]
+    results: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    for name in [n for n in ORDER if n in plan and (not only or n in only)]:
+        progress(f"bench {name} ...")
+        load, start = machine.load()[0], time.perf_counter()
+        try:
+            results[name] = importlib.import_module(f"benchmarks.bench_{name}").run(**plan[name])
+        except Exception as exc:  # one failed benchmark is reported as such; the others still publish
+            logger.exception("benchmark %s failed", name)
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"[:600]}
+        runs[name] = {"seconds": round(time.perf_counter() - start, 1), "load_before": load, "load_after": machine.load()[0], "args": plan[name]}
+        progress(f"bench {name}: {runs[name]['seconds']} s" + (f" FAILED: {results[name]['error']}" if "error" in results[name] else ""))
+    return results, runs
+
+
+def build(results: dict[str, Any], runs: dict[str, Any], about: dict[str, Any], profile: str, seconds: float) -> dict[str, Any]:
+    return {
+        "format": REPORT_FORMAT,
+        "generated": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "profile": profile,
+        "total_seconds": round(seconds, 1),
+        "machine": {**about, "load_at_end": machine.load()},
+        "figures": all_figures(results),
+        "benchmarks": runs,
+        "results": results,
+    }
+
+
+def run(profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Measure and build the report (nothing written)."""
+    about, start = machine.describe(), time.perf_counter()
+    results, runs = measure(profile, only, progress)
+    return build(results, runs, about, profile, time.perf_counter() - start)
+
+
+def write(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """report.json, report.md and stages.png in out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "report.json", "markdown": out_dir / "report.md", "chart": out_dir / "stages.png"}
+    paths["json"].write_text(json.dumps(report, indent=1) + "\n")
+    paths["markdown"].write_text(markdown(report))
+    chart.draw(report, paths["chart"])
+    return paths
+
+
+# ------------------------------------------------------------------ text
+
+
+def value_text(f: dict[str, Any]) -> str:
+    if f["value"] is None:
+        return "not measured"
+    return f"{f['value']:g}x" if f["unit"] == "x" else f"{f['value']:g} {f['unit']}"
+
+
+def goal_text(f: dict[str, Any]) -> str:
+    if f["goal"] is None:
+        return "-"
+    return f"{f['op']} {f['goal']:g}" + ("x" if f["unit"] == "x" else f" {f['unit']}")
+
+
+def met_text(f: dict[str, Any]) -> str:
+    return {True: "met", False: "**not met**", None: "-"}[f["met"]]
+
+
+def figure_table(figures: list[dict[str, Any]]) -> list[str]:
+    lines = ["| id | figure | value | goal | |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {f['id']} | {f['title']} | {value_text(f)} | {goal_text(f)} | {met_text(f)} |" for f in figures]
+    return lines
+
+
+def machine_line(about: dict[str, Any]) -> str:
+    return (
+        f"{about['cpu']}, {about['cores']} cores, {about['memory_gib']} GiB, Linux {about['kernel']}; "
+        f"Python {about['python']}, {about['cargo']}, {about['nix']}, {about['bwrap']}"
+    )
+
+
+def markdown(report: dict[str, Any]) -> str:
+    about, figures = report["machine"], report["figures"]
+    gaps = [f"- **{f['id']} {f['title']}**: {value_text(f)} against {goal_text(f)}. {f['gap']}" for f in figures if f["met"] is False]
+    methods = [
+        f"| {name} | {b['seconds']} | {b['load_before']} | {b['load_after']} | `benchmarks/bench_{name}.py`: {_summary(name)} |"
+        for name, b in report["benchmarks"].items()
+    ]
+    lines = [
+        "# flakebot benchmarks",
+        "",
+        f"Generated by `flakebot bench` (profile `{report['profile']}`) at {report['generated']} in {report['total_seconds']:.0f} s. "
+        "Every number here was measured in that one run and written by `benchmarks/report.py`; none is typed by hand. "
+        "Raw numbers: [report.json](report.json).",
+        "",
+        "## Machine",
+        "",
+        machine_line(about) + ".",
+        "",
+        f"Load average (1 min) at the start {about['load_at_start'][0]}, at the end {about['load_at_end'][0]}: the machine is shared, so wall "
+        "times carry the noise of other work; every figure sets flakebot beside the raw work measured in the same run, "
+        "and medians are taken where a sample is cheap.",
+        "",
+        "## Figures",
+        "",
+        *figure_table(figures),
+        "",
+        "## Goals not met",
+        "",
+        *(gaps or ["Every goal is met."]),
+        "",
+        "## What each figure measured",
+        "",
+        *[f"- **{f['id']}** {f['measured']}" for f in figures],
+        "",
+        "![where one craft's time goes, and the figures against their goals](stages.png)",
+        "",
+        "## Benchmarks",
+        "",
+        "| benchmark | seconds | load before | load after | method |",
+        "| --- | --- | --- | --- | --- |",
+        *methods,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _summary(name: str) -> str:
+    doc = importlib.import_module(f"benchmarks.bench_{name}").__doc__ or ""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def readme_section(report: dict[str, Any], link: str = "bench/report.md") -> str:
+    """The README's Performance section body: the latest figures and the machine, from report.json."""
+    lines = [
+        START,
+        f"Latest `make bench` ({report['generated'][:10]}, profile `{report['profile']}`) on {machine_line(report['machine'])}. "
+        f"Generated from `bench/report.json`; how each figure is measured, and why a missed goal is missed: [{link}]({link}).",
+        "",
+        *figure_table(report["figures"]),
+        "",
+        "![stage timings](bench/stages.png)",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, report: dict[str, Any]) -> None:
+    """Replace the text between the bench markers (adding a Performance section at the end when there are none)."""
+    text = readme.read_text()
+    section = readme_section(report)
+    if START in text and END in text.split(START, 1)[1]:
+        head, rest = text.split(START, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n## Performance\n\n" + section + "\n"
+    readme.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    parser.add_argument("--only", help="comma-separated benchmarks: " + ", ".join(ORDER))
+    parser.add_argument("--out", type=Path, default=REPO / "bench")
+    parser.add_argument("--readme", type=Path, default=None, help="README whose Performance section to rewrite")
+    args = parser.parse_args()
+    report = run(args.profile, args.only.split(",") if args.only else None, progress=lambda m: print(m, flush=True))
+    print(json.dumps({k: str(v) for k, v in write(report, args.out).items()}))
+    if args.readme:
+        update_readme(args.readme, report)
+
+
+if __name__ == "__main__":
+    main()
