@@ -386,6 +386,36 @@ def publish_cmd(
     out.print(f"then run: {escape(result['run_command']['shell'])}", soft_wrap=True)
 
 
+# ---------------------------------------------------------------- bench
+
+
+@app.command("bench")
+def bench_cmd(
+    quick: Annotated[bool, typer.Option("--quick", help="Start-up and search on small sizes only (no cargo, no nix): checks the report, not speed.")] = False,
+    only: Annotated[str | None, typer.Option(help="Comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where report.md, report.json and stages.png go (default: bench/ in the checkout).")] = None,
+    readme: Annotated[bool | None, typer.Option("--readme/--no-readme", help="Rewrite the README's Performance section (default: for a full run).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure flakebot against the raw cargo and nix work it runs; write the benchmark report (needs a source checkout)."""
+    from flakebot import bench
+    from flakebot.ui import console, json_line, out
+
+    names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+    if readme is None:
+        readme = not quick and not names
+    result = bench.run(
+        profile="quick" if quick else "full", only=names, out_dir=out_dir, readme=bench.default_readme() if readme else None, progress=console.print
+    )
+    if as_json:
+        json_line({"figures": result["report"]["figures"], "paths": result["paths"]})
+        return
+    for figure in result["report"]["figures"]:
+        verdict = {True: "[green]met[/green]", False: "[red]not met[/red]", None: ""}[figure["met"]]
+        out.print(f"{figure['id']:>4}  {figure['title']}: {figure['value']} {figure['unit']} {verdict}", highlight=False)
+    out.print("report: " + ", ".join(result["paths"].values()))
+
+
 # ---------------------------------------------------------------- entry point
 
 
