@@ -103,6 +103,25 @@ def stage_rows(state: dict[str, Any], procs: list[dict[str, Any]], window: Inter
     return rows
 
 
+def model_times(transcript: Path, state: dict[str, Any]) -> dict[str, float]:
+    """From the run's transcript: seconds from the first model-using stage's start until its model client was ready
+    (the SDK imported, the stub server started: the transcript's first model_start; later stages reuse the import),
+    and seconds inside all model requests."""
+    records = [json.loads(line) for line in transcript.read_text().splitlines() if line.strip()]
+    first = next(r for r in records if r["kind"] == "model_start")
+    calls, asked = 0.0, None
+    for record in records:
+        if record["kind"] == "model_request":
+            asked = record["time"]
+        elif record["kind"] == "model_reply" and asked is not None:
+            calls, asked = calls + record["time"] - asked, None
+    return {
+        "first_client_s": round(first["time"] - state["stages"][first["stage"]]["started"], 3),
+        "first_client_stage": first["stage"],
+        "calls_s": round(calls, 3),
+    }
+
+
 def session_with_nonce(dest: Path) -> Path:
     """The recorded session, its spec summary made unique (a new flake source, so nix builds for real)."""
     data = json.loads(SESSION.read_text())
@@ -156,6 +175,7 @@ def one_craft(root: Path, name: str) -> tuple[dict[str, Any], dict[str, str]]:
         "nix_build_s_by_flakebot": state["outputs"]["package"]["build_seconds"],
         "edit_iterations": state["outputs"]["edit"]["iterations"],
         "stages": stage_rows(state, procs, (started, ended), trace["main_returned"]),
+        "model": model_times(run_dir / "transcript.jsonl", state),
         "processes": by_kind(procs),
     }, env
 

@@ -1,8 +1,11 @@
 """P2 (issue 6): one edit-loop iteration against the raw `cargo test` it runs, after the same one-line edit, warm target dir.
 
-The crate: a small binary tool (bench_diagnostics' textstat as a binary crate, so there is no doc-test phase and
-`cargo test` and the verdict's `cargo test --tests` build and run the same tests), with flakebot's acceptance test
-written from a ToolSpec, in a git workspace, in the bubblewrap sandbox, with a warm target dir.
+The crate is the demo's own tool, as the recorded session (flakebot/data/sessions/csv-dedup.json) builds it:
+a new binary crate depending on csv and clap (flakebot's new_crate, then `cargo add clap`), the acceptance
+test flakebot writes from the session's spec, and src/main.rs as the model wrote it in the session's first
+edit (red: --key is missing, two acceptance tests fail) or its second (green). A binary crate has no doc-test
+phase, so `cargo test` and the verdict's `cargo test --tests` build and run the same tests.
+Everything runs in the bubblewrap sandbox with one warm target dir.
 
 Each sample, raw and iteration interleaved:
   raw        Python writes a one-line edit into src/main.rs, then `cargo test --no-fail-fast` runs in the same sandbox
@@ -12,10 +15,11 @@ Each sample, raw and iteration interleaved:
              once green) runs; the state is committed; the run's state.json is saved
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
-  green  everything passes (the last iteration): the verdict runs cargo a second time, for the doc tests
+  green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
+         a crate with a library would need for its doc tests)
 
-Ratio = median iteration / median raw (goal <= 1.05); the iteration's own seconds are split into model call,
-tools, cargo (the verdict's cargo commands) and the git commit, so the overhead has a name.
+Ratio = median iteration / median raw (goal <= 1.05). The median iteration's seconds are split into model call,
+tools, cargo (the verdict's cargo commands), the git commit and the rest, so the overhead has a name.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from typing import Any
 
 import git
 
-from benchmarks.bench_diagnostics import LIB, MAIN, REGISTRY
 from flakebot.agent.cargo import run_cargo
 from flakebot.agent.edit_stage import judge
 from flakebot.agent.loop import EditLoop, Limits, Verdict
@@ -38,20 +41,23 @@ from flakebot.agent.sandbox import Sandbox, open_sandbox
 from flakebot.agent.tools import Toolbox
 from flakebot.cargo import Cargo
 from flakebot.config import Settings
+from flakebot.crates.stage import local_registry
 from flakebot.llm.providers import resolve_model
 from flakebot.llm.transcript import Transcript
 from flakebot.run import Run
+from flakebot.source.newcrate import new_crate
 from flakebot.spec import ToolSpec, write_acceptance_test
 
 GOAL_RATIO = 1.05
-MANIFEST = '[package]\nname = "textstat"\nversion = "0.1.0"\nedition = "2021"\n'
-ANCHOR = "fn main() {"
-EXAMPLES = [
-    {"description": "counts words", "args": [], "stdin": "a b a\n", "stdout": "words: 3\nunique: 2\n"},
-    {"description": "dedups lines", "args": ["dedup"], "stdin": "x\ny\nx\n", "stdout": "x\ny\n"},
-    {"description": "longest word", "args": ["longest"], "stdin": "a bbb cc", "stdout": "bbb\n"},
-]
-NOT_YET = {"description": "counts one word", "args": ["count", "a"], "stdin": "a b a\n", "stdout": "2\n"}  # textstat has no `count`
+SESSION = Path(__file__).resolve().parent.parent / "flakebot/data/sessions/csv-dedup.json"
+
+
+def session_parts() -> tuple[ToolSpec, str, str]:
+    """The session's spec, and src/main.rs after its first (red) and second (green) edit."""
+    stages = json.loads(SESSION.read_text())["stages"]
+    spec = ToolSpec.from_dict(stages["spec"][0]["tool_calls"][0]["arguments"])
+    writes = [c["arguments"]["content"] for turn in stages["edit"] for c in turn["tool_calls"] if c["name"] == "write_file"]
+    return spec, writes[0], writes[1]
 
 
 class Timed:
@@ -75,37 +81,34 @@ class Timed:
         return timed
 
 
-def write_crate(crate: Path, spec: ToolSpec) -> None:
-    crate.mkdir(parents=True, exist_ok=True)
-    (crate / "src").mkdir(exist_ok=True)
-    (crate / "Cargo.toml").write_text(MANIFEST)
-    (crate / "src/textstat.rs").write_text(LIB)
-    (crate / "src/main.rs").write_text("mod textstat;\n" + MAIN)
-
-
-def spec_with(examples: list[dict[str, Any]]) -> ToolSpec:
-    return ToolSpec.from_dict({"name": "textstat", "summary": "Text statistics", "usage": "textstat [dedup|longest]", "examples": examples})
-
-
 class Bench:
     """One workspace, sandbox, cargo and run, shared by every sample."""
 
     def __init__(self, root: Path) -> None:
-        self.crate, self.target = root / "textstat", root / "target"
+        self.spec, self.red_main, self.green_main = session_parts()
+        self.anchor = self.red_main.splitlines()[0]  # the same first line in both versions
+        self.crate, self.target = root / "workspace", root / "target"
         self.run = Run.create(root / "work", "bench")
         self.script = root / "script.json"
-        self.settings = Settings(offline=True, registry="local")
+        self.settings = Settings(offline=True, registry="local", cache_dir=str(root / "cache"))
         self.edits = 0
 
-    def open(self, spec: ToolSpec) -> None:
-        self.spec = spec
-        write_crate(self.crate, spec)
-        self.frozen = write_acceptance_test(spec, self.crate)  # rel path -> digest, as the edit stage freezes it
-        self.repo = git.Repo.init(self.crate)
+    def create(self) -> None:
+        """The session's crate: new binary crate on csv, clap added as the model asked, the frozen acceptance test."""
+        new_crate(self.spec.name, self.crate, library=local_registry(self.settings).get("csv"), settings=self.settings)
+        self.repo = git.Repo(self.crate)
         self.sandbox: Sandbox = open_sandbox("required", workspace=self.crate, writable=[self.crate, self.target], timeout=600)
-        self.cargo = Cargo(target_dir=self.target, offline=True, registry_dir=REGISTRY)
-        self.commit("bench: crate")
-        run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)  # warm target dir, as in the loop
+        self.cargo = Cargo.for_run(self.settings, self.target)
+        added = Toolbox(self.crate, self.sandbox, self.cargo).call("add_dependency", {"name": "clap"})
+        if not added.ok:
+            raise RuntimeError(f"cargo add clap failed: {added.text}")
+        self.frozen = write_acceptance_test(self.spec, self.crate)  # rel path -> digest, as the edit stage freezes it
+
+    def use(self, main_rs: str) -> None:
+        """src/main.rs as the model wrote it, committed, and the target dir warmed by a first `cargo test`."""
+        (self.crate / "src/main.rs").write_text(main_rs)
+        self.commit("bench: the model's version")
+        run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)
 
     def commit(self, message: str) -> str:
         """The edit stage's commit: everything, only when something changed."""
@@ -116,7 +119,7 @@ class Bench:
 
     def next_edit(self) -> tuple[str, str]:
         self.edits += 1
-        return ANCHOR, f"{ANCHOR}\n    // edit {self.edits}: the agent's one-line change"
+        return self.anchor, f"{self.anchor}\n// edit {self.edits}: the agent's one-line change"
 
     def raw(self) -> float:
         search, replace = self.next_edit()
@@ -174,8 +177,8 @@ class Bench:
         return {"seconds": seconds, "green": green, **spent}
 
 
-def _phase(bench: Bench, spec: ToolSpec, samples: int, want_green: bool) -> dict[str, Any]:
-    bench.open(spec)
+def _phase(bench: Bench, main_rs: str, samples: int, want_green: bool) -> dict[str, Any]:
+    bench.use(main_rs)
     raws, iterations = [], []
     for _ in range(samples):
         raws.append(bench.raw())
@@ -187,14 +190,15 @@ def _phase(bench: Bench, spec: ToolSpec, samples: int, want_green: bool) -> dict
 
 def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, Any]:
     raw, whole = statistics.median(raws), statistics.median(i["seconds"] for i in iterations)
-    parts = {key: round(statistics.median(i.get(key, 0.0) for i in iterations), 4) for key in ("model", "tools", "cargo", "commit")}
-    parts["other"] = round(whole - sum(parts.values()), 4)
+    middle = sorted(iterations, key=lambda i: i["seconds"])[len(iterations) // 2]  # the median sample (odd counts)
+    parts = {key: round(middle.get(key, 0.0), 4) for key in ("model", "tools", "cargo", "commit")}
+    parts["other"] = round(middle["seconds"] - sum(parts.values()), 4)
     return {
         "raw_cargo_test_s": round(raw, 3),
         "iteration_s": round(whole, 3),
         "ratio": round(whole / raw, 3),
         "overhead_s": round(whole - raw, 3),
-        "verdict_cargo_runs": iterations[0].get("cargo_runs", 0),
+        "verdict_cargo_runs": middle.get("cargo_runs", 0),
         "iteration_parts_s": parts,
         "samples": len(raws),
         "raw_samples_s": [round(r, 3) for r in raws],
@@ -202,11 +206,14 @@ def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, A
     }
 
 
-def run(samples: int = 5) -> dict[str, Any]:
+def run(samples: int = 7) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-loop-") as tmp:
-        red = _phase(Bench(Path(tmp) / "red"), spec_with([*EXAMPLES, NOT_YET]), samples, want_green=False)
-        green = _phase(Bench(Path(tmp) / "green"), spec_with(EXAMPLES), samples, want_green=True)
+        bench = Bench(Path(tmp))
+        bench.create()
+        red = _phase(bench, bench.red_main, samples, want_green=False)
+        green = _phase(bench, bench.green_main, samples, want_green=True)
     return {
+        "crate": f"{bench.spec.name} (the recorded session's tool, on csv and clap)",
         "red": red,
         "green": green,
         "ratio": red["ratio"],

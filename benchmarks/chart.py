@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmarks.figures import goal_text, value_text
+
 PARTS = [
     ("cargo_s", "cargo", "#d9822b"),
     ("nix_build_s", "nix build", "#5b7bd5"),
@@ -62,7 +64,7 @@ def _goals(ax: Any, figures: list[dict[str, Any]]) -> None:
     figures = figures[::-1]
     shares = [f["value"] / f["goal"] for f in figures]
     colours = ["#2e9e5b" if f["met"] else "#c0392b" for f in figures]
-    labels = [f"{f['id']} {f['value']:g}{'' if f['unit'] == 'x' else ' ' + f['unit']} (goal {f['op']} {f['goal']:g})" for f in figures]
+    labels = [f"{f['id']} {value_text(f)} (goal {goal_text(f)})" for f in figures]
     ax.barh(labels, shares, color=colours)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")

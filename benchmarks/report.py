@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import chart, machine
-from benchmarks.figures import all_figures
+from benchmarks.figures import all_figures, goal_text, value_text
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def build(results: dict[str, Any], runs: dict[str, Any], about: dict[str, Any], 
         "profile": profile,
         "total_seconds": round(seconds, 1),
         "machine": {**about, "load_at_end": machine.load()},
-        "figures": all_figures(results),
+        "figures": all_figures(results, {name: round((b["load_before"] + b["load_after"]) / 2, 2) for name, b in runs.items()}, about["cores"]),
         "benchmarks": runs,
         "results": results,
     }
@@ -92,18 +92,6 @@ def write(report: dict[str, Any], out_dir: Path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------ text
-
-
-def value_text(f: dict[str, Any]) -> str:
-    if f["value"] is None:
-        return "not measured"
-    return f"{f['value']:g}x" if f["unit"] == "x" else f"{f['value']:g} {f['unit']}"
-
-
-def goal_text(f: dict[str, Any]) -> str:
-    if f["goal"] is None:
-        return "-"
-    return f"{f['op']} {f['goal']:g}" + ("x" if f["unit"] == "x" else f" {f['unit']}")
 
 
 def met_text(f: dict[str, Any]) -> str:
