@@ -142,6 +142,8 @@ def craft(
     from flakebot.llm.providers import check_model
 
     check_model(model, settings)  # fail before any work when no model can be used
+    _check_craft_options(crate, mode, spec_file, stop_after)
+    _check_limits(settings)
     options = {
         "model": model,
         "registry": registry,
@@ -160,6 +162,32 @@ def craft(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
+
+
+def _check_craft_options(crate: str | None, mode: str | None, spec_file: str | None, stop_after: str | None) -> None:
+    """Bad options, an unreadable spec file and a missing nix fail before a run exists (and before any model call)."""
+    from flakebot.choose import MODES
+
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"unknown --mode '{mode}'", fix=f"use one of: {', '.join(MODES)} (with --crate)")
+    if mode is not None and not crate:
+        raise UsageError("--mode needs --crate", fix="name the crate to start from with --crate NAME, or leave --mode out")
+    if spec_file:
+        from flakebot.spec import load_spec_file
+
+        load_spec_file(Path(spec_file))
+    if stop_after not in ("spec", "search", "choose", "acquire", "edit"):  # the run will reach the package stage
+        from flakebot.nix.command import nix_program
+
+        nix_program()
+
+
+def _check_limits(settings: config.Settings) -> None:
+    """Limits that would stop a craft before its first edit fail at once instead."""
+    for key, least in (("max_iterations", 1), ("max_tokens", 1), ("max_cost", 0)):
+        if settings.get(key) < least:
+            flag = f"--{key.replace('_', '-')}"
+            raise UsageError(f"{key} must be at least {least}, got {settings.get(key)}", fix=f"pass {flag} with a larger value (or set {key} in flakebot.toml)")
 
 
 def craft_result(run: Run, seconds: float = 0.0) -> CraftResult:

@@ -436,9 +436,12 @@ def main() -> None:
 
 
 def _print_error(exc: FlakebotError) -> None:
+    from rich.markup import escape
+
     from flakebot.ui import console
 
-    console.print(f"[bold red]error:[/bold red] {exc.one_line()}", highlight=False, soft_wrap=True)
+    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup.
+    console.print(f"[bold red]error:[/bold red] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

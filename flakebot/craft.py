@@ -31,7 +31,7 @@ STAGES = [
     Stage("spec", _lazy("flakebot.spec_stage:spec_stage")),
     Stage("search", _lazy("flakebot.crates.stage:search_stage")),
     Stage("choose", _lazy("flakebot.choose:choose_stage")),
-    Stage("acquire", _lazy("flakebot.source:acquire_stage")),
+    Stage("acquire", _lazy("flakebot.source:acquire_stage"), valid=lambda run: run.workspace.is_dir()),
     Stage("edit", _lazy("flakebot.agent.edit_stage:edit_stage")),
     Stage("package", _lazy("flakebot.packaging:package_stage")),
     Stage("instruct", _lazy("flakebot.deliver.instruct:instruct_stage")),

@@ -43,6 +43,9 @@ class Stage:
     name: str
     func: Callable[[StageContext], dict[str, Any] | None]
     always: bool = False  # runs even after an earlier stage failed (cleanup)
+    # For a finished stage: is what it made still there? When not (clean removed it after a failure or
+    # Ctrl-C), a resume runs the stage again, and every stage after it, since they built on its work.
+    valid: Callable[[Run], bool] | None = None
 
 
 @dataclass
@@ -107,20 +110,30 @@ def execute(run: Run, settings: Settings, sink: EventSink = ignore, stop_after: 
         failure: FlakebotError | None = None
         stopped_early = False  # --stop-after: later stages wait for a resume
         done_early = False  # a stage said the run's work is done (e.g. an existing tool reused)
-        for stage in stages:
+        stale = _first_stale(run, stages)
+        for index, stage in enumerate(stages):
             if stopped_early:
                 continue
             if failure is not None or done_early:
                 if stage.always:
                     _run_stage(run, settings, stage, sink, failed=failure)
                 continue
-            if run.stage_status(stage.name) == "finished" and not stage.always:
+            if run.stage_status(stage.name) == "finished" and not stage.always and index < stale:
                 _emit(run, sink, Event("stage_skipped", run.id, stage.name, "already finished"))
             else:
                 failure = _run_stage(run, settings, stage, sink)
             done_early = failure is None and bool(run.output(stage.name).get("end_run"))
             stopped_early = stop_after == stage.name and not done_early
         return _finish(run, sink, failure, stopped_early)
+
+
+def _first_stale(run: Run, stages: list[Stage]) -> int:
+    """Index of the first finished stage whose work is gone (len(stages) if none): it and all later stages run again."""
+    for index, stage in enumerate(stages):
+        if stage.valid is not None and run.stage_status(stage.name) == "finished" and not stage.valid(run):
+            logger.info("stage %s runs again: what it made was removed", stage.name)
+            return index
+    return len(stages)
 
 
 def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_early: bool) -> Run:
@@ -219,7 +232,9 @@ def start(
     stop_after: str | None = None,
 ) -> Run:
     """Create a run for `pipeline` and drive it."""
-    load_stages(pipeline)  # fail before creating a directory for an unknown pipeline
+    names = stage_names(pipeline)  # fail before creating a directory for an unknown pipeline or stage
+    if stop_after and stop_after not in names:
+        raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
     run = Run.create(workdir, pipeline, need, options)
     return execute(run, settings, sink, stop_after)
 

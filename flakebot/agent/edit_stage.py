@@ -145,7 +145,7 @@ def _outcome(result: LoopResult, spec: ToolSpec) -> dict[str, Any]:
     if not result.green:
         raise EditError(
             f"the edit loop stopped ({result.status}): {result.error or 'tests not green'}",
-            fix="raise --max-iterations/--max-cost, give a clearer need, or inspect the workspace with --keep",
+            fix=result.fix or "raise --max-iterations/--max-cost, give a clearer need, or inspect the workspace with --keep",
             status=result.status,
             iterations=result.iterations,
             best_failures=result.best_failures,

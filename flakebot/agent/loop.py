@@ -45,6 +45,7 @@ class LoopResult:
     status: str  # green | iterations | time | budget | loop_detected | format_errors | model_error
     summary: str = ""
     error: str | None = None
+    fix: str | None = None  # the remedy the model error or budget named, when one ended the loop
     iterations: int = 0
     best_failures: int | None = None
     best_commit: str = ""
@@ -108,9 +109,9 @@ class EditLoop:
         except StopLoop as stop:
             self.result.status, self.result.error = stop.status, str(stop)
         except BudgetExceeded as exc:
-            self.result.status, self.result.error = "budget", exc.message
+            self.result.status, self.result.error, self.result.fix = "budget", exc.message, exc.fix
         except ModelError as exc:
-            self.result.status, self.result.error = "model_error", exc.message
+            self.result.status, self.result.error, self.result.fix = "model_error", exc.message, exc.fix
         finally:
             if not self.result.green and self.result.best_commit:
                 self.restore(self.result.best_commit)

@@ -141,6 +141,7 @@ class Outcome:
 def run_streaming(argv: list[str], timeout: float, on_line: Callable[[str], None] | None = None, cwd: Path | None = None) -> Outcome:
     """Run argv in its own process group, passing stderr lines to on_line; kill the group at the timeout."""
     started = time.monotonic()
+    argv = dies_with_parent(argv)
     proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines: queue.Queue[str | None] = queue.Queue()
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -166,6 +167,13 @@ def run_streaming(argv: list[str], timeout: float, on_line: Callable[[str], None
         if line is not None:
             tail.append(line)
     return Outcome(proc.returncode, "".join(stdout_parts), list(tail), time.monotonic() - started, timed_out)
+
+
+def dies_with_parent(argv: list[str]) -> list[str]:
+    """argv run through `setpriv --pdeathsig KILL` when setpriv exists: in its own session the command would
+    otherwise outlive a flakebot killed with SIGKILL (kill -9 of the craft's process group), building on for nobody."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
 def _close(proc: subprocess.Popen[str], readers: list[threading.Thread]) -> None:

@@ -34,6 +34,7 @@ def acquire_stage(ctx: Any) -> dict[str, Any]:
     if workspace.exists():  # left by an attempt that failed part-way: its state is unknown, start over
         ctx.progress("removing the workspace of an earlier attempt")
         remove_tree(workspace)
+    run.state.pop("edit_base", None)  # a new workspace: the edit stage starts from what this acquisition commits
     run.register("path", path=str(workspace))
     run.register("path", path=str(run.target_dir))
     if mode == "new":

@@ -1,0 +1,163 @@
+"""Crash points: SIGKILL a real craft's whole process group inside each stage, then `flakebot resume` it.
+
+The kill is timed from the run's events.jsonl: the stage's stage_started event (or a progress message
+inside it), plus a delay. Stages that finish in milliseconds get the kill at once; the model stages get a
+slow reply (a `slow` fault on their first turn) so the kill lands while the model call is in flight.
+Where the kill really landed is read back, not assumed: the stage's status in state.json, its last
+progress message, and the processes that were running under the craft at that moment.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.reliability_env import OFFLINE, Home, descendants, session, survivors, wait_for, write_json
+from flakebot.run import Run
+
+STAGES = ("spec", "search", "choose", "acquire", "edit", "package", "instruct")
+NEED = "need a CSV deduper"
+
+
+@dataclass
+class CrashPoint:
+    """Kill `delay` seconds after the stage starts (or after its progress message starting with `message`)."""
+
+    stage: str
+    message: str | None = None
+    delay: float = 0.0
+    slow: float | None = None  # a slow fault of this many seconds on the stage's first model turn
+    fresh_name: bool = False  # a tool name never built before, so nix really builds (no cached store path)
+
+    def trigger(self) -> str:
+        start = f"progress '{self.message}...'" if self.message else "stage_started"
+        return f"{start} + {self.delay:g} s" + (f" (model reply slowed to {self.slow:g} s)" if self.slow else "")
+
+
+POINTS = [
+    CrashPoint("spec", delay=1.0, slow=4),
+    CrashPoint("search"),
+    CrashPoint("choose", delay=1.0, slow=4),
+    CrashPoint("acquire", message="starting new crate"),
+    CrashPoint("edit", message="running the tests before any edit", delay=1.5),
+    CrashPoint("package", message="nix build", delay=0.5, fresh_name=True),
+    CrashPoint("instruct"),
+]
+
+
+def script_for(point: CrashPoint, home: Home) -> Path:
+    """The recorded session, with the point's slow fault and tool name."""
+    script = session()
+    if point.slow and point.stage in script["stages"]:
+        first = script["stages"][point.stage][0]
+        first["fault"] = {"kind": "slow", "seconds": point.slow}
+    if point.fresh_name:
+        arguments = script["stages"]["spec"][0]["tool_calls"][0]["arguments"]
+        arguments["name"] = f"csv-dedup-{secrets.token_hex(3)}"
+    return write_json(home.root / "script.json", script)
+
+
+def run_point(point: CrashPoint, home: Home) -> dict[str, Any]:
+    script = script_for(point, home)
+    argv = ("craft", NEED, "--model", f"scripted:{script}", *OFFLINE, "--json")
+    started = time.monotonic()
+    proc = home.popen(*argv)
+    try:
+        fired = wait_for(lambda: _triggered(home, point), timeout=300)
+        time.sleep(point.delay)
+        running = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    run_id = (home.run_ids() or [""])[-1]
+    row: dict[str, Any] = {"stage": point.stage, "trigger": point.trigger(), "triggered": bool(fired), "killed_after_s": round(killed_at, 3)}
+    row.update(_landing(home, run_id, point, list(running.values())))
+    # Anything that outlived the kill: processes that were running under the craft, and any other process of this home.
+    row["strays_after_kill"] = survivors(running) + home.strays()
+    row["resume"] = _resume(home, run_id)
+    row["strays_after_resume"] = home.strays()
+    row["ok"] = (
+        bool(fired) and row["landed_inside"] and row["resume"]["status"] == "succeeded" and not row["strays_after_kill"] and not row["strays_after_resume"]
+    )
+    return row
+
+
+def _triggered(home: Home, point: CrashPoint) -> bool:
+    run_ids = home.run_ids()
+    if not run_ids:
+        return False
+    for event in home.events(run_ids[-1]):
+        if event.get("stage") != point.stage:
+            continue
+        if point.message is None and event["event"] == "stage_started":
+            return True
+        if point.message and event["event"] == "progress" and str(event.get("message", "")).startswith(point.message):
+            return True
+    return False
+
+
+def _landing(home: Home, run_id: str, point: CrashPoint, running: list[str]) -> dict[str, Any]:
+    """Where the kill landed, as the run's own record says."""
+    run = Run.load(home.workdir, run_id)
+    stages = run.state["stages"]
+    inside = [name for name, record in stages.items() if record.get("status") == "running"]
+    progress = [e["message"] for e in home.events(run_id) if e["event"] == "progress" and e.get("stage") == point.stage]
+    return {
+        "run_id": run_id,
+        "status_after_kill": run.status,
+        "stage_status_after_kill": run.stage_status(point.stage),
+        "landed_inside": inside == [point.stage],
+        "landed_in": inside[0] if inside else "between stages",
+        "last_progress": progress[-1] if progress else "",
+        "running_at_kill": _programs(running),
+    }
+
+
+def _programs(commands: list[str]) -> list[str]:
+    """Short names of what was running (the program and its subcommand), in order, without repeats."""
+    names = []
+    for command in commands:
+        words = command.split()
+        if not words:
+            continue
+        name = os.path.basename(words[0])
+        if name.startswith("python"):
+            continue  # flakebot itself
+        plain = (w for w in words[1:] if not w.startswith("-") and "/" not in w and "=" not in w and len(w) < 24)
+        sub = next((w for w in plain if w not in ("nix-command", "flakes")), "")  # nix's feature flag values are not its subcommand
+        label = f"{name} {sub}".strip()
+        if label not in names:
+            names.append(label)
+    return names[:8]
+
+
+def _resume(home: Home, run_id: str) -> dict[str, Any]:
+    before = Run.load(home.workdir, run_id).state["stages"]
+    finished_before = [name for name, record in before.items() if record.get("status") == "finished"]
+    resumed = home.cli("resume", run_id, "--json")
+    state = home.state(run_id)
+    attempts = {name: record.get("attempts") for name, record in state["stages"].items()}
+    manifest = state["outputs"].get("instruct", {}).get("manifest", {})
+    return {
+        "exit_code": resumed.returncode,
+        "status": state["status"],
+        "error_line": "" if resumed.returncode == 0 else resumed.error_line,
+        "seconds": resumed.seconds,
+        "finished_before": finished_before,
+        "reran": [name for name in STAGES if (attempts.get(name) or 0) > 1],
+        "attempts": attempts,
+        "verified": bool(manifest.get("verification_command", {}).get("passed")),
+        "in_catalog": run_id in {e.get("run_id") for e in home.catalog().values()},
+    }
+
+
+def run(root: Path, cache: Path, stages: list[str] | None = None) -> list[dict[str, Any]]:
+    return [run_point(point, Home(root / f"crash-{point.stage}", cache)) for point in POINTS if stages is None or point.stage in stages]

@@ -1,0 +1,194 @@
+"""Model-server faults during a real offline craft: which ones a craft survives, who retried, and what it cost.
+
+Each case crafts "need a CSV deduper" from the recorded session, served by flakebot's stub server
+(in this process, on 127.0.0.1) to the real groq SDK in the craft's process (GROQ_BASE_URL points at
+the stub), with fault turns inserted before one turn of one stage. A fault answers one request; the
+retry is answered by the next turn (docs/scripts.md). The stub's request log says how many HTTP
+requests came and when; the run's transcript says how many calls flakebot made and why it retried:
+more HTTP requests than transcript requests means the SDK retried on its own.
+
+Faults that cannot be survived (more than the retries allow) must end the craft with one error line
+and exit code; then the provider "recovers" (a new stub without the faults) and `flakebot resume` must
+finish the run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.reliability_env import OFFLINE, Home, session, write_json
+from flakebot.llm.chat import MAX_FORMAT_ERRORS
+from flakebot.llm.script import load_script
+from flakebot.llm.stub_server import StubServer
+
+STAGES = ("spec", "choose", "edit")
+MODEL = "groq:recorded-csv-dedup"
+FAKE_KEY = "gsk_reliability_stub_not_a_real_key"
+RETRIES = 2  # the default model_retries; set explicitly so the cases do not depend on a user's config
+NEED = "need a CSV deduper"
+
+
+@dataclass
+class FaultCase:
+    """Fault turns inserted in a row before turn `before` of `stage`."""
+
+    name: str
+    faults: list[dict[str, Any]]
+    stage: str = "edit"
+    before: int = 0
+    settings: dict[str, str] = field(default_factory=dict)  # FLAKEBOT_* for this case
+    survivable: bool = True
+
+    @property
+    def kind(self) -> str:
+        return self.faults[0]["kind"] if self.faults else "none"
+
+    def describe(self) -> str:
+        if not self.faults:
+            return "no fault (baseline)"
+        count = f"{len(self.faults)} x " if len(self.faults) > 1 else ""
+        extra = {k: v for k, v in self.faults[0].items() if k != "kind"}
+        detail = f" ({', '.join(f'{k}={v}' for k, v in extra.items())})" if extra else ""
+        return f"{count}{self.kind}{detail} before {self.stage} turn {self.before}"
+
+
+CASES = [
+    FaultCase("baseline", []),
+    FaultCase("429", [{"kind": "429", "retry_after": 1}]),
+    FaultCase("429-in-spec", [{"kind": "429", "retry_after": 1}], stage="spec"),
+    FaultCase("500", [{"kind": "500"}]),
+    FaultCase("tool_use_failed", [{"kind": "tool_use_failed"}]),
+    FaultCase("reset", [{"kind": "reset"}]),
+    FaultCase("malformed_json", [{"kind": "malformed_json"}]),
+    FaultCase("slow", [{"kind": "slow", "seconds": 6}], settings={"FLAKEBOT_MODEL_TIMEOUT": "2"}),
+    FaultCase("context_overflow", [{"kind": "context_overflow"}], before=1),
+    FaultCase("500-beyond-retries", [{"kind": "500"}] * (RETRIES + 1), survivable=False),
+    FaultCase("tool_use_failed-in-a-row", [{"kind": "tool_use_failed"}] * MAX_FORMAT_ERRORS, survivable=False),
+]
+
+
+def script_turns(case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults: bool = True) -> tuple[list[dict[str, Any]], list[int]]:
+    """The session's turns for `stages` in order, with the case's fault turns inserted; and the faults' indices."""
+    recorded = session()["stages"]
+    turns: list[dict[str, Any]] = []
+    indices: list[int] = []
+    for stage in stages:
+        for i, turn in enumerate(recorded[stage]):
+            if with_faults and stage == case.stage and i == case.before:
+                indices += range(len(turns), len(turns) + len(case.faults))
+                turns += [{"fault": fault, "note": f"reliability: {case.name}"} for fault in case.faults]
+            turns.append(turn)
+    return turns, indices
+
+
+def serve(home: Home, turns: list[dict[str, Any]], name: str) -> StubServer:
+    """A stub server for `turns` (validated as a script file would be)."""
+    path = write_json(home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "recorded-csv-dedup", "turns": turns})
+    return StubServer(load_script(path)).start()
+
+
+def model_env(case: FaultCase, server: StubServer) -> dict[str, str]:
+    return {"GROQ_API_KEY": FAKE_KEY, "GROQ_BASE_URL": server.url, "FLAKEBOT_MODEL_RETRIES": str(RETRIES), **case.settings}
+
+
+def run_case(case: FaultCase, home: Home) -> dict[str, Any]:
+    """Craft with the case's faults; for an unsurvivable one, resume once the faults are gone."""
+    turns, fault_turns = script_turns(case)
+    server = serve(home, turns, "script")
+    try:
+        crafted = home.cli("craft", NEED, "--model", MODEL, *OFFLINE, "--json", env=model_env(case, server))
+    finally:
+        server.close()
+    run_id = (home.run_ids() or [""])[-1]
+    row: dict[str, Any] = {
+        "case": case.name,
+        "kind": case.kind,
+        "fault": case.describe(),
+        "survivable": case.survivable,
+        "exit_code": crafted.returncode,
+        "survived": crafted.returncode == 0 and crafted.result().get("status") == "crafted",
+        "craft_s": crafted.seconds,
+        "error_line": "" if crafted.returncode == 0 else crafted.error_line,
+        "traceback": crafted.traceback,
+        "run_id": run_id,
+        **retry_figures(home, run_id, server, fault_turns),
+    }
+    if run_id:
+        state = home.state(run_id)
+        row["run_status"] = state["status"]
+        row["stage_seconds"] = {name: s.get("seconds") for name, s in state["stages"].items()}
+    if not case.survivable and run_id:
+        row["resume"] = resume_without_faults(case, home, run_id)
+    row["strays"] = home.strays()
+    row["ok"] = _ok(case, row)
+    return row
+
+
+def retry_figures(home: Home, run_id: str, server: StubServer, fault_turns: list[int]) -> dict[str, Any]:
+    """Who retried and how long the fault cost, from the stub's request log and the run's transcript."""
+    transcript = home.transcript(run_id) if run_id else []
+    calls = sum(1 for t in transcript if t["kind"] == "model_request")
+    reasons = [str(t.get("reason")) for t in transcript if t["kind"] == "model_retry"]
+    answered = [(r["turn"], r["time"]) for r in server.requests]
+    figures: dict[str, Any] = {"http_requests": len(answered), "flakebot_calls": calls, "sdk_retries": len(answered) - calls, "flakebot_retries": reasons}
+    if fault_turns:
+        first = next((t for turn, t in answered if turn == fault_turns[0]), None)
+        after = next((t for turn, t in answered if turn == fault_turns[-1] + 1), None)
+        figures["faults_answered"] = sum(1 for turn, _ in answered if turn in fault_turns)
+        figures["recovery_s"] = round(after - first, 3) if first is not None and after is not None else None
+    figures["how"] = _how(figures, bool(fault_turns))
+    return figures
+
+
+def _how(figures: dict[str, Any], faulted: bool) -> str:
+    parts = []
+    if figures["sdk_retries"] > 0:
+        parts.append(f"the SDK retried {figures['sdk_retries']} time(s)")
+    if figures["flakebot_retries"]:
+        counts = {r: figures["flakebot_retries"].count(r) for r in dict.fromkeys(figures["flakebot_retries"])}
+        parts.append("flakebot retried: " + ", ".join(f"{r} x{n}" for r, n in counts.items()))
+    if not parts:
+        return "no retry was needed" if not faulted else "no retry"
+    return "; ".join(parts)
+
+
+def resume_without_faults(case: FaultCase, home: Home, run_id: str) -> dict[str, Any]:
+    """The provider is healthy again: a stub with the session's turns from the failed stage on, then `flakebot resume`."""
+    failed = next((name for name, s in home.state(run_id)["stages"].items() if s.get("status") == "failed"), "")
+    stages = STAGES[STAGES.index(failed) :] if failed in STAGES else STAGES
+    turns, _ = script_turns(case, stages, with_faults=False)
+    server = serve(home, turns, "recovered")
+    started = time.monotonic()
+    try:
+        resumed = home.cli("resume", run_id, "--json", env=model_env(case, server))
+    finally:
+        server.close()
+    state = home.state(run_id)
+    return {
+        "failed_stage": failed,
+        "served_stages": list(stages),
+        "exit_code": resumed.returncode,
+        "status": state["status"],
+        "error_line": "" if resumed.returncode == 0 else resumed.error_line,
+        "attempts": {name: s.get("attempts") for name, s in state["stages"].items()},
+        "seconds": round(time.monotonic() - started, 3),
+        "in_catalog": run_id in {e.get("run_id") for e in home.catalog().values()},
+    }
+
+
+def _ok(case: FaultCase, row: dict[str, Any]) -> bool:
+    if row["strays"] or row["traceback"]:
+        return False
+    if case.survivable:
+        return bool(row["survived"]) and (not case.faults or row.get("faults_answered") == len(case.faults))
+    resume = row.get("resume") or {}
+    clean_failure = row["exit_code"] != 0 and row["error_line"].startswith("error:") and row.get("run_status") == "failed"
+    return clean_failure and resume.get("status") == "succeeded"
+
+
+def run(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every fault case (or those named), each in its own home under `root`."""
+    return [run_case(case, Home(root / f"fault-{case.name}", cache)) for case in CASES if names is None or case.name in names]
