@@ -54,7 +54,6 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
         if run_error.details.get("reason") != "not_found":
             raise
     from flakebot.deliver import catalog
-    from flakebot.errors import CatalogError
 
     try:
         return catalog.show_tool(name, settings)
@@ -66,8 +65,6 @@ def search(
     query: str, *, registry: str | None = None, limit: int = 10, offline: bool | None = None, settings: config.Settings | None = None
 ) -> list[Candidate]:
     """Crates for `query`, best first; registry: crates-io, local, a path, or auto."""
-    import dataclasses
-
     from flakebot.crates.stage import search as search_crates
 
     settings = _settings(settings)
