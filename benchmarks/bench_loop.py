@@ -18,8 +18,11 @@ Two kinds of iteration, as a craft has them:
   green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
          a crate with a library would need for its doc tests)
 
-Ratio = median iteration / median raw (goal <= 1.05). The median iteration's seconds are split into model call,
-tools, cargo (the verdict's cargo commands), the git commit and the rest, so the overhead has a name.
+Ratio (goal <= 1.05): per iteration, its seconds against the seconds of the (first) cargo test it ran, measured in the same
+moment (on a shared machine consecutive `cargo test` runs differ by more than flakebot's overhead, so two separate
+medians cannot resolve it); the median over the samples. The median sample's seconds are split into model call,
+tools, cargo, the git commit and the rest, so the overhead has a name. The raw `cargo test` after the same edit
+is set beside the verdict's cargo (median and range): it checks that the verdict's cargo is the same work.
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ class Bench:
 
     def _judged(self, spent: dict[str, float], extra: list[str]) -> Verdict:
         report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
+        spent.setdefault("cargo_first", report.seconds)  # the one `cargo test` a person would run; a second run is flakebot's choice
         spent["cargo"] = spent.get("cargo", 0.0) + report.seconds
         spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
         return judge(report, self.spec)
@@ -189,17 +193,23 @@ def _phase(bench: Bench, main_rs: str, samples: int, want_green: bool) -> dict[s
 
 
 def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, Any]:
-    raw, whole = statistics.median(raws), statistics.median(i["seconds"] for i in iterations)
-    middle = sorted(iterations, key=lambda i: i["seconds"])[len(iterations) // 2]  # the median sample (odd counts)
+    """Per iteration, its seconds against the seconds of the cargo tests it ran (same moment, same machine load);
+    the raw `cargo test` after the same edit beside it (a separate run: its spread shows the machine's noise)."""
+    ratios = [i["seconds"] / i["cargo_first"] for i in iterations]
+    middle = sorted(iterations, key=lambda i: i["seconds"] / i["cargo_first"])[len(iterations) // 2]  # the median sample (odd counts)
     parts = {key: round(middle.get(key, 0.0), 4) for key in ("model", "tools", "cargo", "commit")}
     parts["other"] = round(middle["seconds"] - sum(parts.values()), 4)
     return {
-        "raw_cargo_test_s": round(raw, 3),
-        "iteration_s": round(whole, 3),
-        "ratio": round(whole / raw, 3),
-        "overhead_s": round(whole - raw, 3),
+        "iteration_s": round(statistics.median(i["seconds"] for i in iterations), 3),
+        "verdict_cargo_s": round(statistics.median(i["cargo_first"] for i in iterations), 3),
+        "ratio": round(statistics.median(ratios), 3),
+        "overhead_s": round(statistics.median(i["seconds"] - i["cargo_first"] for i in iterations), 4),
+        "second_cargo_s": round(statistics.median(i["cargo"] - i["cargo_first"] for i in iterations), 4),
         "verdict_cargo_runs": middle.get("cargo_runs", 0),
         "iteration_parts_s": parts,
+        "raw_cargo_test_s": round(statistics.median(raws), 3),
+        "raw_range_s": [round(min(raws), 3), round(max(raws), 3)],
+        "iteration_over_raw": round(statistics.median(i["seconds"] for i in iterations) / statistics.median(raws), 3),
         "samples": len(raws),
         "raw_samples_s": [round(r, 3) for r in raws],
         "iteration_samples_s": [round(i["seconds"], 3) for i in iterations],
@@ -218,7 +228,7 @@ def run(samples: int = 7) -> dict[str, Any]:
         "green": green,
         "ratio": red["ratio"],
         "goal_ratio": GOAL_RATIO,
-        "met": red["ratio"] <= GOAL_RATIO,
+        "met": red["ratio"] <= GOAL_RATIO and green["ratio"] <= GOAL_RATIO,
     }
 
 

@@ -69,24 +69,35 @@ def craft_overhead(r: Results) -> dict[str, Any]:
 
 
 def loop_iteration(r: Results) -> dict[str, Any]:
-    red, green = r["loop"]["red"], r["loop"]["green"]
+    red = r["loop"]["red"]
     parts = red["iteration_parts_s"]
     measured = (
-        f"On {r['loop']['crate']}: EditLoop iteration {red['iteration_s']:.3f} s against raw `cargo test` {red['raw_cargo_test_s']:.3f} s "
-        "after the same one-line edit "
-        f"(median of {red['samples']}; iteration with tests still failing, verdict = {red['verdict_cargo_runs']} cargo run). "
-        f"The last, green iteration: {green['iteration_s']:.3f} s against {green['raw_cargo_test_s']:.3f} s = {green['ratio']:.3f}x "
-        f"({green['verdict_cargo_runs']} cargo runs)."
+        f"On {r['loop']['crate']}, median of {red['samples']} iterations whose tests still fail: an EditLoop iteration "
+        f"{red['iteration_s']:.3f} s, of which the `cargo test` it ran {red['verdict_cargo_s']:.3f} s "
+        f"({red['verdict_cargo_runs']} run); flakebot's own part {red['overhead_s']:.3f} s. Beside it, a raw `cargo test` after the same "
+        f"one-line edit: {red['raw_cargo_test_s']:.3f} s (samples {red['raw_range_s'][0]:.3f} to {red['raw_range_s'][1]:.3f} s)."
     )
-    extra_cargo = parts["cargo"] - red["raw_cargo_test_s"]
     gap = (
-        f"{red['overhead_s']:.3f} s per iteration: the verdict's cargo {extra_cargo:+.3f} s against raw (its JSON messages), "
-        f"git commit {parts['commit']:.3f} s, model call through the stub server {parts['model']:.3f} s, tools {parts['tools']:.3f} s, "
-        f"the rest (frozen-file check, state.json, transcript) {parts['other']:.3f} s. Against a `cargo test` of only {red['raw_cargo_test_s']:.2f} s "
-        f"these fixed costs weigh {100 * red['overhead_s'] / red['raw_cargo_test_s']:.0f}%. The green iteration also runs cargo a second time "
-        "(doc tests run only once the rest is green)."
+        f"{red['overhead_s']:.3f} s per iteration outside cargo: git commit {parts['commit']:.3f} s, model call through the stub server "
+        f"{parts['model']:.3f} s, tools {parts['tools']:.3f} s, the rest (reading cargo's JSON, the frozen-file check, state.json, transcript) "
+        f"{parts['other']:.3f} s. Against a `cargo test` of only {red['verdict_cargo_s']:.2f} s these fixed costs weigh "
+        f"{100 * red['overhead_s'] / red['verdict_cargo_s']:.0f}%."
     )
-    return figure("P2", "edit-loop iteration / raw cargo test (issue 6)", red["ratio"], "x", r["loop"]["goal_ratio"], "<=", measured, gap, "loop")
+    return figure("P2", "edit-loop iteration / its cargo test (issue 6)", red["ratio"], "x", r["loop"]["goal_ratio"], "<=", measured, gap, "loop")
+
+
+def loop_green(r: Results) -> dict[str, Any]:
+    green = r["loop"]["green"]
+    measured = (
+        f"The last iteration, whose tests pass: {green['iteration_s']:.3f} s against its first `cargo test` {green['verdict_cargo_s']:.3f} s "
+        f"(median of {green['samples']}); the verdict then runs the full `cargo test` again: {green['second_cargo_s']:.3f} s."
+    )
+    gap = (
+        f"the verdict runs `cargo test --tests` and, once that is green, the full `cargo test` ({green['second_cargo_s']:.3f} s here), "
+        f"so that doc tests (rustdoc compiles them anew every run) wait until the rest passes; {r['loop']['crate']} has no library, "
+        f"so it has no doc tests and the second run only re-runs the same tests."
+    )
+    return figure("P2g", "last (green) edit-loop iteration / its cargo test", green["ratio"], "x", r["loop"]["goal_ratio"], "<=", measured, gap, "loop")
 
 
 def nix_fresh(r: Results) -> dict[str, Any]:
@@ -206,6 +217,7 @@ def acquire_incremental(r: Results) -> dict[str, Any]:
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P2", loop_iteration, "loop"),
+    ("P2g", loop_green, "loop"),
     ("P3", nix_fresh, "nix"),
     ("I7", nix_noop, "nix"),
     ("P4a", search_figure("debian", "P4a", "search: Debian registry, median query"), "search"),

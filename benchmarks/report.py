@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 REPORT_FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent
 ORDER = ["startup", "search", "diagnostics", "loop", "craft", "nix", "acquire"]
-# Arguments of each benchmark's run(). "full" is what `make bench` publishes (about 7 minutes on 2 cores);
+# Arguments of each benchmark's run(). "full" is what `make bench` publishes (4 to 5 minutes on 2 cores);
 # "quick" needs no cargo and no nix and runs in seconds: it proves the report is generated, not how fast anything is.
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "full": {
@@ -34,7 +34,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "search": {"crates": 20_000, "repeat": 5},
         "diagnostics": {"edits": 5},
         "loop": {"samples": 7},
-        "craft": {"crafts": 2, "hits": 5},
+        "craft": {"crafts": 3, "hits": 5},
         "nix": {},
         "acquire": {},
     },
