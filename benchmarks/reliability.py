@@ -33,7 +33,7 @@ QUICK = {
     "inputs": ["empty need", "unknown run id", "unknown --stop-after stage", "registry path that is not a directory source"],
     "escapes": ["network", "write-outside"],
     "faults": ["429"],
-    "crashes": ["search"],
+    "crashes": ["choose"],
     "concurrency": (2,),
 }
 

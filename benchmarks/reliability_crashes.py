@@ -70,9 +70,10 @@ def run_point(point: CrashPoint, home: Home) -> dict[str, Any]:
     try:
         fired = wait_for(lambda: _triggered(home, point), timeout=300)
         time.sleep(point.delay)
+        os.killpg(proc.pid, signal.SIGSTOP)  # frozen at the trigger while we look at what was running
+        killed_at = time.monotonic() - started
         running = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)
-        killed_at = time.monotonic() - started
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

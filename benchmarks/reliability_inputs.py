@@ -200,7 +200,7 @@ def run_case(case: BadInput, home: Home) -> dict[str, Any]:
     row = {
         "case": case.name,
         "command": "flakebot " + shlex.join(_shown(a, home) for a in argv),
-        "env": {k: _shown(v, home) for k, v in case.env.items()},
+        "env": {k: _shown(v, home) for k, v in env.items()},
         "exit_code": outcome.returncode,
         "expected_exit": case.expect_exit,
         "error_line": _shown(outcome.error_line, home),

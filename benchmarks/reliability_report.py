@@ -139,7 +139,8 @@ def cell(value: Any) -> str:
 
 
 def code(value: Any) -> str:
-    text = cell(value)
+    """A code span keeping the text exact (spaces included); only line breaks and table pipes are escaped."""
+    text = str(value).replace("\n", "\\n").replace("|", "\\|")
     return f"`{text}`" if text else ""
 
 
@@ -283,10 +284,16 @@ def _escapes(rows: list[dict[str, Any]]) -> list[str]:
     body = []
     for results in by_case.values():
         first = next(iter(results.values()))
-        contained = [yes(results[label]["contained"]) if label in results else "" for label in labels]
+        contained = [_contained(results[label]) if label in results else "" for label in labels]
         outcomes = [results[label]["outcome"] if label in results else "" for label in labels]
         body.append([first["attempt"], first["expected"], *contained, *outcomes])
     return lines + table(header, body)
+
+
+def _contained(row: dict[str, Any]) -> str:
+    if row["contained"]:
+        return "yes"
+    return "**NO**" if row["mode"] == "required" else "no: escaped"
 
 
 def _inputs(rows: list[dict[str, Any]]) -> list[str]:
