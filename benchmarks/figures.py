@@ -108,9 +108,9 @@ def nix_fresh(r: Results) -> dict[str, Any]:
         f"CPU seconds: package {n.get('package_crate_cpu_s')} against cargo {n.get('cargo_build_release_cpu_s')} = {n.get('cpu_ratio')}x."
     )
     gap = (
-        f"nix's own part of the build is {n['nix_overhead_s']} s; the rest of the gap is cargo itself running "
-        f"{n['cargo_inside_nix_s']} s inside the build against {n['cargo_build_release_s']:.1f} s outside, the same work "
-        f"(CPU ratio {n.get('cpu_ratio')}x), so it follows the machine's load during each build."
+        f"nix's own part of the build (its time outside cargo) is {n['nix_overhead_s']} s; the rest of the gap is cargo itself taking "
+        f"{n['cargo_inside_nix_s']} s inside the build against {n['cargo_build_release_s']:.1f} s outside "
+        f"(CPU seconds {n.get('package_crate_cpu_s')} against {n.get('cargo_build_release_cpu_s')}), measured one after the other on a shared machine."
     )
     return figure("P3", "nix build / cargo build --release (issue 7)", n["fresh_ratio"], "x", n["goal_fresh_ratio"], "<=", measured, gap, "nix")
 

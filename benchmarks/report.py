@@ -62,16 +62,39 @@ def measure(profile: str = "full", only: list[str] | None = None, progress: Call
 
 
 def build(results: dict[str, Any], runs: dict[str, Any], about: dict[str, Any], profile: str, seconds: float) -> dict[str, Any]:
-    return {
+    report = {
         "format": REPORT_FORMAT,
         "generated": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "profile": profile,
         "total_seconds": round(seconds, 1),
         "machine": {**about, "load_at_end": machine.load()},
-        "figures": all_figures(results, {name: round((b["load_before"] + b["load_after"]) / 2, 2) for name, b in runs.items()}, about["cores"]),
         "benchmarks": runs,
         "results": results,
     }
+    return with_figures(report)
+
+
+def with_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """The report with its figures (re)made from its results, loads and machine."""
+    loads = {name: round((b["load_before"] + b["load_after"]) / 2, 2) for name, b in report["benchmarks"].items()}
+    figures = all_figures(report["results"], loads, report["machine"]["cores"])
+    ordered: dict[str, Any] = {}
+    for key, value in report.items():
+        if key != "figures":
+            ordered[key] = value
+        if key == "machine":  # figures first after the machine, so report.json reads like report.md
+            ordered["figures"] = figures
+    return ordered
+
+
+def rerender(path: Path, readme: Path | None = None) -> dict[str, Path]:
+    """Write the report again from the results in an existing report.json (after a change to how figures are
+    explained): the same measurements, nothing run again."""
+    report = with_figures(json.loads(path.read_text()))
+    paths = write(report, path.parent)
+    if readme is not None:
+        update_readme(readme, report)
+    return paths
 
 
 def run(profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -166,7 +189,8 @@ def readme_section(report: dict[str, Any], link: str = "bench/report.md") -> str
     """The README's Performance section body: the latest figures and the machine, from report.json."""
     lines = [
         START,
-        f"Latest `make bench` ({report['generated'][:10]}, profile `{report['profile']}`) on {machine_line(report['machine'])}. "
+        f"Latest `make bench` ({report['generated'][:10]}, profile `{report['profile']}`) on {machine_line(report['machine'])}; "
+        f"load average {report['machine']['load_at_start'][0]} at its start and {report['machine']['load_at_end'][0]} at its end (a shared machine). "
         f"Generated from `bench/report.json`; how each figure is measured, and why a missed goal is missed: [{link}]({link}).",
         "",
         *figure_table(report["figures"]),
@@ -195,7 +219,11 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated benchmarks: " + ", ".join(ORDER))
     parser.add_argument("--out", type=Path, default=REPO / "bench")
     parser.add_argument("--readme", type=Path, default=None, help="README whose Performance section to rewrite")
+    parser.add_argument("--rerender", type=Path, metavar="REPORT_JSON", help="only write the report again from this report.json's results")
     args = parser.parse_args()
+    if args.rerender:
+        print(json.dumps({k: str(v) for k, v in rerender(args.rerender, args.readme).items()}))
+        return
     report = run(args.profile, args.only.split(",") if args.only else None, progress=lambda m: print(m, flush=True))
     print(json.dumps({k: str(v) for k, v in write(report, args.out).items()}))
     if args.readme:

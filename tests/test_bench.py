@@ -39,6 +39,10 @@ def test_quick_bench_writes_report_json_markdown_and_chart(tmp_path: Path) -> No
     markdown = (tmp_path / "out/report.md").read_text()
     assert data["machine"]["cpu"] in markdown and all(f"| {f['id']} |" in markdown for f in data["figures"])
     assert (tmp_path / "out/stages.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "out/report.md").unlink()
+    report.rerender(tmp_path / "out/report.json")  # the same results written again: same figures, same text
+    assert json.loads((tmp_path / "out/report.json").read_text())["figures"] == data["figures"]
+    assert (tmp_path / "out/report.md").read_text() == markdown
 
 
 def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: Path) -> None:
