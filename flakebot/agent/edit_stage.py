@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -47,8 +48,9 @@ def edit_stage(ctx: StageContext) -> dict[str, Any]:
 
     def verdict() -> Verdict:
         # Doc tests (slow: rustdoc recompiles them every time) run only once everything else is green.
-        quick = judge(run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=["--tests"], timeout=settings.command_timeout), spec)
-        if not quick.green:
+        report = run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=["--tests"], timeout=settings.command_timeout)
+        quick = judge(report, spec)
+        if not quick.green or not has_doctests(report, workspace):
             return quick
         return judge(run_cargo(sandbox, cargo, "test", cwd=crate_dir, timeout=settings.command_timeout), spec)
 
@@ -124,6 +126,18 @@ def judge(report: Any, spec: ToolSpec) -> Verdict:
     return Verdict(
         green=report.ok and not missing, failures=max(failures, 0 if report.ok and not missing else 1), summary=summary, key=_key(report, missing), data=data
     )
+
+
+def has_doctests(report: Any, workspace: Path) -> bool:
+    """Whether cargo built a target of the workspace's own crates that has doc tests (a library)."""
+    for line in report.result.stdout.splitlines() if report.result else []:
+        if '"doctest":true' not in line:
+            continue
+        message = json.loads(line)
+        if message.get("reason") == "compiler-artifact" and message.get("target", {}).get("doctest"):
+            if Path(message.get("manifest_path", "/")).resolve().is_relative_to(workspace.resolve()):
+                return True
+    return False
 
 
 def acceptance_missing(report: Any, spec: ToolSpec) -> list[str]:
