@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import REPO, require, run_cli
 
-from flakebot.errors import EditError, SpecError
+from flakebot.errors import BudgetExceeded, EditError, SpecError
 from flakebot.run import Run, list_runs
 
 SHOUT_SPEC = {
@@ -119,7 +119,7 @@ def test_repeating_the_same_edit_stops_the_loop(workdir: Path, tmp_path: Path) -
 def test_exhausted_token_budget_stops_with_its_status(workdir: Path, tmp_path: Path) -> None:
     turn = {"tool_calls": [write_file("src/main.rs", BROKEN_RS)], "usage": {"prompt_tokens": 600, "completion_tokens": 100}}
     result = craft(tmp_path, [turn, turn, turn], "--max-tokens", "1000")
-    assert result.returncode == EditError.exit_code
+    assert result.returncode == BudgetExceeded.exit_code
     run = only_run(workdir)
     error = run.state["stages"]["edit"]["error"]
     assert error["details"]["status"] == "budget" and "token budget spent" in error["message"]

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, require, run_cli
 
 from flakebot import config, pipeline
-from flakebot.errors import EditError, NixError, UsageError
+from flakebot.errors import ModelError, NixError, UsageError
 from flakebot.pipeline import Stage, StageContext
 from flakebot.run import Run, list_runs
 
@@ -172,7 +172,7 @@ def test_resume_after_a_failed_craft_whose_workspace_clean_removed(workdir: Path
     script.write_text(json.dumps({"format": 1, "stages": {"edit": [{"fault": {"kind": "500"}}] * 2 + [write]}}))
     args = ["craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", "--registry", "local", "--offline"]
     failed = run_cli(*args, env={"FLAKEBOT_MODEL_RETRIES": "1"})
-    assert failed.returncode == EditError.exit_code
+    assert failed.returncode == ModelError.exit_code  # the provider's trouble, not the loop's
     assert "failed with 500 (2 attempt(s))" in failed.stderr and "Fix: try again later; 'flakebot resume RUN' continues a run" in failed.stderr
     (run,) = list_runs(workdir)
     assert not run.workspace.exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.agent.loop import EditLoop, Limits, LoopResult, Verdict
-from flakebot.errors import EditError
+from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
 from flakebot.pipeline import StageContext
 from flakebot.spec import ACCEPTANCE_TEST, ToolSpec, acceptance_test_names, write_acceptance_test
@@ -155,9 +155,14 @@ def _key(report: Any, missing: list[str]) -> str:
     return "|".join(sorted(report.failure_key() | {f"acceptance {m}" for m in missing}))
 
 
+# How a loop that ended without green tests is reported: a spent budget or a failing provider is
+# the model's trouble (exit 31 / 30), everything else the edit loop's (exit 41).
+STOP_ERRORS: dict[str, type[FlakebotError]] = {"budget": BudgetExceeded, "model_error": ModelError}
+
+
 def _outcome(result: LoopResult, spec: ToolSpec) -> dict[str, Any]:
     if not result.green:
-        raise EditError(
+        raise STOP_ERRORS.get(result.status, EditError)(
             f"the edit loop stopped ({result.status}): {result.error or 'tests not green'}",
             fix=result.fix or "raise --max-iterations/--max-cost, give a clearer need, or inspect the workspace with --keep",
             status=result.status,
