@@ -38,7 +38,7 @@ from typing import Any
 import git
 
 from flakebot.agent.cargo import run_cargo
-from flakebot.agent.edit_stage import judge
+from flakebot.agent.edit_stage import make_verdict
 from flakebot.agent.loop import EditLoop, Limits, Verdict
 from flakebot.agent.sandbox import Sandbox, open_sandbox
 from flakebot.agent.tools import Toolbox
@@ -136,20 +136,15 @@ class Bench:
         return seconds
 
     def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
-        """The edit stage's verdict: `cargo test --tests`, and the full `cargo test` once that is green."""
+        """The edit stage's own verdict (make_verdict), its cargo runs timed."""
+        return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate)
 
-        def verdict() -> Verdict:
-            quick = self._judged(spent, ["--tests"])
-            return quick if not quick.green else self._judged(spent, [])
-
-        return verdict
-
-    def _judged(self, spent: dict[str, float], extra: list[str]) -> Verdict:
+    def _cargo_test(self, spent: dict[str, float], extra: list[str]) -> Any:
         report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
         spent.setdefault("cargo_first", report.seconds)  # the one `cargo test` a person would run; a second run is flakebot's choice
         spent["cargo"] = spent.get("cargo", 0.0) + report.seconds
         spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
-        return judge(report, self.spec)
+        return report
 
     def iteration(self) -> dict[str, Any]:
         """One real EditLoop step; its wall seconds and where they went."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +47,7 @@ def edit_stage(ctx: StageContext) -> dict[str, Any]:
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
-    def verdict() -> Verdict:
-        # Doc tests (slow: rustdoc recompiles them every time) run only once everything else is green.
-        report = run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=["--tests"], timeout=settings.command_timeout)
-        quick = judge(report, spec)
-        if not quick.green or not has_doctests(report, workspace):
-            return quick
-        return judge(run_cargo(sandbox, cargo, "test", cwd=crate_dir, timeout=settings.command_timeout), spec)
-
+    verdict = make_verdict(lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout), spec, workspace)
     ctx.progress("running the tests before any edit")
     baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
@@ -110,6 +104,21 @@ def _on_step(ctx: StageContext, model: Any, iteration: int, verdict: Verdict | N
     )
     cost = f", ${spent.cost_usd:.4f}" if spent.cost_usd else ""
     ctx.progress(f"iteration {iteration}: {note} ({spent.total_tokens:,} tokens{cost})", **data)
+
+
+def make_verdict(cargo_test: Callable[[list[str]], Any], spec: ToolSpec, workspace: Path) -> Callable[[], Verdict]:
+    """flakebot's verdict on the workspace: `cargo test --tests`, then, once that is green and the
+    workspace has doc tests (slow: rustdoc compiles them anew every run), the full `cargo test`.
+    `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport."""
+
+    def verdict() -> Verdict:
+        report = cargo_test(["--tests"])
+        quick = judge(report, spec)
+        if not quick.green or not has_doctests(report, workspace):
+            return quick
+        return judge(cargo_test([]), spec)
+
+    return verdict
 
 
 def judge(report: Any, spec: ToolSpec) -> Verdict:
