@@ -9,18 +9,18 @@ setup:
 demo: setup
 	@bash scripts/demo.sh
 
-test: setup
+test: setup lint
 	$(VENV)/pytest -W error -q
 
 test-fast: setup
 	$(VENV)/pytest -W error -q -m "not slow"
 
 lint: setup
-	$(VENV)/ruff format --check flakebot tests benchmarks
-	$(VENV)/ruff check flakebot tests benchmarks
+	$(VENV)/ruff format --check -q flakebot tests benchmarks
+	$(VENV)/ruff check -q flakebot tests benchmarks
 	$(VENV)/mypy flakebot
 
-check: lint test
+check: test
 
 bench: setup
 	$(VENV)/flakebot bench
