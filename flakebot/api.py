@@ -187,9 +187,11 @@ def _check_limits(settings: config.Settings) -> None:
             raise UsageError(f"{key} must be at least {least}, got {settings.get(key)}", fix=f"pass {flag} with a larger value (or set {key} in flakebot.toml)")
 
 
-def craft_result(run: Run, seconds: float = 0.0) -> CraftResult:
-    """The CraftResult of a finished (or stopped) craft run."""
+def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
+    """The CraftResult of a finished (or stopped) craft run; `seconds` defaults to the time its stages took."""
     instruct = run.output("instruct")
+    if seconds is None:
+        seconds = sum(stage.get("seconds") or 0.0 for stage in run.state["stages"].values())
     return CraftResult(
         status="crafted" if instruct else "stopped",
         name=run.output("spec").get("name", ""),

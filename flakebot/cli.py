@@ -137,6 +137,11 @@ def _finish_run(run: Any, as_json: bool) -> None:
 
     if as_json:
         json_line({"result": {"run_id": run.id, "status": run.state["status"], "outputs": run.state["outputs"]}})
+    elif run.state["pipeline"] == "craft" and run.output("instruct"):
+        from flakebot.api import craft_result
+        from flakebot.render import print_craft_result
+
+        print_craft_result(craft_result(run).to_dict(), as_json=False)
     else:
         out.print(f"[green]run {run.id} {run.state['status']}[/green]")
 
