@@ -92,15 +92,17 @@ def test_overlapping_processes_are_counted_once() -> None:
 
 @pytest.mark.slow
 def test_loop_benchmark_times_red_and_green_iterations() -> None:
-    """One sample of P2 on the session's tool: a red iteration runs cargo once, the green one twice; the parts add up."""
+    """One sample of P2 on the session's tool: each iteration runs cargo once (csv-dedup has no library, so
+    the green verdict needs no doc-test run); the parts add up."""
     require("bwrap", "cargo")
     figures = bench_loop.run(samples=1)
     red, green = figures["red"], figures["green"]
     assert red["verdict_cargo_runs"] == 1 and red["second_cargo_s"] == 0
-    assert green["verdict_cargo_runs"] == 2 and green["second_cargo_s"] > 0
+    assert green["verdict_cargo_runs"] == 1 and green["second_cargo_s"] == 0
     for phase in (red, green):
         parts = phase["iteration_parts_s"]
-        assert parts["model"] > 0 and parts["commit"] > 0 and parts["cargo"] >= phase["verdict_cargo_s"] > 0
+        # cargo's part (rounded to 0.1 ms) holds at least the verdict's first cargo run (rounded to 1 ms)
+        assert parts["model"] > 0 and parts["commit"] > 0 and parts["cargo"] >= phase["verdict_cargo_s"] - 0.001 > 0
         assert sum(parts.values()) == pytest.approx(phase["iteration_s"], abs=0.01)
         assert phase["ratio"] == pytest.approx(phase["iteration_s"] / phase["verdict_cargo_s"], rel=0.01)
         assert phase["raw_cargo_test_s"] > 0
