@@ -13,23 +13,9 @@ from conftest import REPO, require, run_cli
 from flakebot.errors import BudgetExceeded, EditError, SpecError
 from flakebot.run import Run, list_runs
 
-SHOUT_SPEC = {
-    "name": "shout",
-    "summary": "Upper-case standard input",
-    "usage": "shout",
-    "examples": [
-        {"description": "upper-cases a line", "args": [], "stdin": "hi\n", "stdout": "HI\n", "exit_code": 0},
-        {"description": "keeps lines apart", "args": [], "stdin": "a\nb\n", "stdout": "A\nB\n", "exit_code": 0},
-        {"description": "empty input", "args": [], "stdin": "", "stdout": "", "exit_code": 0},
-    ],
-}
-SHOUT_RS = """use std::io::Read;
-fn main() {
-    let mut s = String::new();
-    std::io::stdin().read_to_string(&mut s).unwrap();
-    print!("{}", s.to_uppercase());
-}
-"""
+# A small spec and a program that meets it (flakebot/data/sessions/shout.*), for crafts whose model work is beside the point.
+SHOUT_SPEC = json.loads((REPO / "flakebot/data/sessions/shout.spec.json").read_text())
+SHOUT_RS = (REPO / "flakebot/data/sessions/shout.rs").read_text()
 BROKEN_RS = 'fn main() {\n    print!("{}", shouted_text);\n}\n'
 
 
