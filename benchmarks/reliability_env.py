@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from flakebot.agent.escape_cases import reap
 
 REPO = Path(__file__).resolve().parent.parent
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -137,17 +138,14 @@ class Home:
     def strays(self, wait: float = 3.0) -> list[str]:
         """Processes still running for this home (its marker in their environment, or its root in their command
         line or working directory), given `wait` seconds to end. They are killed, and listed."""
-        deadline = time.monotonic() + wait
-        found = processes_of(self.marker, self.root)
-        while found and time.monotonic() < deadline:
-            time.sleep(0.1)
-            found = processes_of(self.marker, self.root)
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return [f"{pid} {found[pid]}" for pid in found]
+        found: dict[int, str] = {}
+
+        def find() -> list[int]:
+            found.clear()
+            found.update(processes_of(self.marker, self.root))
+            return list(found)
+
+        return [f"{pid} {found[pid]}" for pid in reap(find, wait, interval=0.1)]
 
 
 def processes_of(marker: str, root: Path) -> dict[int, str]:
@@ -194,17 +192,7 @@ def descendants(pid: int) -> dict[int, str]:
 
 def survivors(snapshot: dict[int, str], wait: float = 3.0) -> list[str]:
     """Processes of `snapshot` still running (same pid, same command line) after `wait` seconds; they are killed, and listed."""
-    deadline = time.monotonic() + wait
-    alive = _alive(snapshot)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = _alive(snapshot)
-    for pid in alive:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return [f"{pid} {snapshot[pid][:160]}" for pid in alive]
+    return [f"{pid} {snapshot[pid][:160]}" for pid in reap(lambda: _alive(snapshot), wait, interval=0.1)]
 
 
 def _alive(snapshot: dict[int, str]) -> list[int]:

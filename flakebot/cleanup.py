@@ -1,10 +1,11 @@
-"""Removing what runs created: workspaces, target dirs, processes, temp files, whole run directories."""
+"""Removing what runs created: workspaces, target dirs, temp files, whole run directories.
+
+Processes need no record here: sandboxed commands die with flakebot (bubblewrap --die-with-parent, the
+whole group killed at their end) and nix builds get a parent-death signal."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,12 @@ logger = logging.getLogger(__name__)
 KEPT = {"flake", "state.json", "transcript.jsonl", "events.jsonl", "run.log", "manifest.json", "USAGE.md", ".lock"}
 
 
-def clean_run(run: Run, extra: list[dict[str, Any]] | None = None) -> list[str]:
-    """End the run's processes and remove what it created, keeping the audit record. Returns what was removed."""
+def clean_run(run: Run) -> list[str]:
+    """Remove what the run created, keeping the audit record. Returns what was removed."""
     removed = []
-    for resource in list(run.state.get("resources", [])) + (extra or []):
+    for resource in run.state.get("resources", []):
         if _release(resource):
-            removed.append(f"{resource['kind']}:{resource.get('path') or resource.get('pid') or resource.get('url')}")
+            removed.append(f"{resource['kind']}:{resource.get('path')}")
     for child in sorted(run.dir.iterdir()):
         if child.name not in KEPT and remove_tree(child):
             removed.append(f"path:{child}")
@@ -34,18 +35,7 @@ def _release(resource: dict[str, Any]) -> bool:
     kind = resource.get("kind")
     if kind == "path":
         return remove_tree(Path(resource["path"]))
-    if kind == "process":
-        return _kill_group(int(resource["pid"]))
     return False  # other kinds (forks) are released by the stage that knows how
-
-
-def _kill_group(pid: int) -> bool:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return False
-    logger.info("killed process group %d", pid)
-    return True
 
 
 def _release_forks(run: Run) -> None:

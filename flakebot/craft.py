@@ -58,9 +58,9 @@ def stage_model(ctx: StageContext) -> Iterator[Any]:
 
 
 def clean_stage(ctx: StageContext) -> dict[str, Any]:
-    """Push the branch when asked, remove the workspace, target dir and temp files, end the run's
-    processes, delete a fork when asked. Keeps flake, manifest, transcript and state for audit.
-    Runs after failures and Ctrl-C too."""
+    """Push the branch when asked, remove the workspace, target dir and temp files, delete a fork when
+    asked (the run's processes end with their commands). Keeps flake, manifest, transcript and state for
+    audit. Runs after failures and Ctrl-C too."""
     from flakebot.cleanup import clean_run
     from flakebot.source import push_branch, release_run_forks
 

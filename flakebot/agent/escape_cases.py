@@ -248,17 +248,22 @@ def _run_case(sandbox: Sandbox, scene: Scene, case: Case) -> dict[str, Any]:
 
 def _leftovers(marker: str, wait: float = 2.0) -> int:
     """Processes still carrying `marker` after the command returned (given `wait` seconds to die); all are killed."""
+    return len(reap(lambda: marked_processes(marker), wait))
+
+
+def reap(find: Callable[[], list[int]], wait: float, interval: float = 0.05) -> list[int]:
+    """Give the processes `find()` names `wait` seconds to end, then SIGKILL those left; returns the ones killed."""
     deadline = time.monotonic() + wait
-    pids = marked_processes(marker)
-    while pids and time.monotonic() < deadline:
-        time.sleep(0.05)
-        pids = marked_processes(marker)
-    for pid in pids:
+    left = find()
+    while left and time.monotonic() < deadline:
+        time.sleep(interval)
+        left = find()
+    for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return len(pids)
+    return left
 
 
 def marked_processes(marker: str) -> list[int]:
