@@ -23,7 +23,7 @@ lint: setup
 check: test
 
 bench: setup
-	$(VENV)/flakebot bench
+	$(VENV)/python -m benchmarks
 
 reliability: setup
 	$(VENV)/python -m benchmarks.reliability

@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flakebot.cargo import Cargo
+from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
-from flakebot.run import Run
-from flakebot.source import acquire, prepare_cargo
+from flakebot.pipeline.run import Run
+from flakebot.source.acquisition import acquire
+from flakebot.stages.acquire import prepare_cargo
 
 REGISTRY = Path("/usr/share/cargo/registry")
 

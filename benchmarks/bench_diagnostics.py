@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.cargo import run_cargo
-from flakebot.agent.sandbox import BwrapSandbox, open_sandbox
-from flakebot.cargo import Cargo
+from flakebot.cargo.diagnostics import run_cargo
+from flakebot.cargo.runner import Cargo
+from flakebot.sandbox import BwrapSandbox, open_sandbox
 
 GOAL_RATIO = 0.3
 REGISTRY = Path("/usr/share/cargo/registry")

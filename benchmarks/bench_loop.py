@@ -37,19 +37,20 @@ from typing import Any
 
 import git
 
-from flakebot.agent.cargo import run_cargo
-from flakebot.agent.edit_stage import make_verdict
+from flakebot.agent.acceptance import write_acceptance_test
 from flakebot.agent.loop import EditLoop, Limits, Verdict
-from flakebot.agent.sandbox import Sandbox, open_sandbox
 from flakebot.agent.tools import Toolbox
-from flakebot.cargo import Cargo
+from flakebot.cargo.diagnostics import run_cargo
+from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
-from flakebot.crates.stage import local_registry
+from flakebot.crates.registries import local_registry
 from flakebot.llm.providers import resolve_model
 from flakebot.llm.transcript import Transcript
-from flakebot.run import Run
+from flakebot.pipeline.run import Run
+from flakebot.sandbox import Sandbox, open_sandbox
 from flakebot.source.newcrate import new_crate
-from flakebot.spec import ToolSpec, write_acceptance_test
+from flakebot.stages.edit import make_verdict
+from flakebot.toolspec import ToolSpec
 
 GOAL_RATIO = 1.05
 SESSION = Path(__file__).resolve().parent.parent / "flakebot/data/sessions/csv-dedup.json"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flakebot.cargo import Cargo
+from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.nix import command
 from flakebot.nix.flake import package_crate
@@ -106,7 +106,7 @@ def _inner_cargo(found: list[float]) -> Callable[[str], None]:
 
 def _crate_source(name: str, settings: Settings, dest: Path) -> Path:
     """The registry crate as a plain source tree with a Cargo.lock (both builds then use the same lock)."""
-    from flakebot.crates.stage import local_registry
+    from flakebot.crates.registries import local_registry
 
     info = local_registry(settings).get(name)
     dest.mkdir(parents=True)

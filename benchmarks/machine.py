@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flakebot.cargo import cargo_program
+from flakebot.cargo.runner import cargo_program
 
 
 def cpu_model() -> str:

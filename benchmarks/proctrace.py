@@ -94,7 +94,7 @@ def main() -> None:
     log, args = Path(sys.argv[1]), sys.argv[2:]
     install()
     sys.argv = ["flakebot", *args]
-    from flakebot.cli import main as cli_main
+    from flakebot.cli.app import main as cli_main
 
     try:
         cli_main()

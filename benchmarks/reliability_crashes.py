@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.reliability_env import OFFLINE, Home, descendants, session, survivors, wait_for, write_json
-from flakebot.run import Run
+from flakebot.pipeline.run import Run
 
 STAGES = ("spec", "search", "choose", "acquire", "edit", "package", "instruct")
 NEED = "need a CSV deduper"

@@ -17,16 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.escape_cases import reap
+from tests.fakes.escape_cases import reap
 
 REPO = Path(__file__).resolve().parent.parent
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 OFFLINE = ["--registry", "local", "--offline"]
 MARKER_VAR = "RELIABILITY_MARKER"  # no FLAKEBOT_ prefix: those are settings, and unknown ones are refused
-# A small spec and a program that meets it (flakebot/data/sessions/shout.*), for crafts whose model work is beside the point.
-SHOUT_SPEC = json.loads((REPO / "flakebot/data/sessions/shout.spec.json").read_text())
-SHOUT_RS = (REPO / "flakebot/data/sessions/shout.rs").read_text()
 SCRUBBED = ("GROQ_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "GROQ_BASE_URL", "OPENAI_BASE_URL", "OPENAI_COMPATIBLE_API_KEY")
 
 

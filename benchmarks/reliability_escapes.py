@@ -1,4 +1,4 @@
-"""Sandbox escape attempts (flakebot.agent.escape_cases) under bubblewrap, and the same attempts in a plain process for contrast."""
+"""Sandbox escape attempts (tests.fakes.escape_cases) under bubblewrap, and the same attempts in a plain process for contrast."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.escape_cases import run_escape_cases
-from flakebot.agent.sandbox import Sandbox, open_sandbox
+from flakebot.sandbox import Sandbox, open_sandbox
+from tests.fakes.escape_cases import run_escape_cases
 
 SANDBOXES = {"bubblewrap": "required", "plain process": "off"}
 

@@ -1,3 +1,3 @@
-from flakebot.cli import main
+from flakebot.cli.app import main
 
 main()

@@ -12,7 +12,7 @@ from flakebot import config
 from flakebot.crates import Candidate
 from flakebot.errors import CatalogError, RunError, UsageError
 from flakebot.events import EventSink, ignore
-from flakebot.run import Run
+from flakebot.pipeline.run import Run
 
 
 def _settings(settings: config.Settings | None) -> config.Settings:
@@ -23,7 +23,7 @@ def show_run(run_id: str, settings: config.Settings | None = None) -> dict[str, 
     """A run's stage timeline and outcome."""
     settings = _settings(settings)
     run = Run.load(_workdir(settings), run_id)
-    from flakebot.pipeline import stage_names
+    from flakebot.pipeline.engine import stage_names
 
     try:
         names = stage_names(run.state["pipeline"])
@@ -65,7 +65,7 @@ def search(
     query: str, *, registry: str | None = None, limit: int = 10, offline: bool | None = None, settings: config.Settings | None = None
 ) -> list[Candidate]:
     """Crates for `query`, best first; registry: crates-io, local, a path, or auto."""
-    from flakebot.crates.stage import search as search_crates
+    from flakebot.crates.registries import search as search_crates
 
     settings = _settings(settings)
     if offline is not None:
@@ -123,8 +123,8 @@ def craft(
     settings: config.Settings | None = None,
 ) -> CraftResult:
     """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need)."""
-    from flakebot import pipeline
     from flakebot.deliver.catalog import Catalog
+    from flakebot.pipeline import engine as pipeline
 
     if not need.strip():
         raise UsageError("the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"')
@@ -163,14 +163,14 @@ def craft(
 
 def _check_craft_options(crate: str | None, mode: str | None, spec_file: str | None, stop_after: str | None) -> None:
     """Bad options, an unreadable spec file and a missing nix fail before a run exists (and before any model call)."""
-    from flakebot.choose import MODES
+    from flakebot.stages.choose import MODES
 
     if mode is not None and mode not in MODES:
         raise UsageError(f"unknown --mode '{mode}'", fix=f"use one of: {', '.join(MODES)} (with --crate)")
     if mode is not None and not crate:
         raise UsageError("--mode needs --crate", fix="name the crate to start from with --crate NAME, or leave --mode out")
     if spec_file:
-        from flakebot.spec import load_spec_file
+        from flakebot.toolspec import load_spec_file
 
         load_spec_file(Path(spec_file))
     if stop_after not in ("spec", "search", "choose", "acquire", "edit"):  # the run will reach the package stage
@@ -234,7 +234,7 @@ def package(
 
     Returns the package stage's result (flakebot.nix.flake.PackageResult as a dict) plus the run id.
     """
-    from flakebot import pipeline
+    from flakebot.pipeline import engine as pipeline
 
     if not str(target).strip():
         raise UsageError("nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE")

@@ -1,4 +1,4 @@
-"""`flakebot bench`: the report is generated end to end (a quick profile), the README section is rewritten in
+"""`python -m benchmarks` (make bench): the report is generated end to end (a quick profile), the README section is rewritten in
 place, and the pieces the published figures rest on (process classification, interval accounting, the loop
 benchmark) do what the report says they do. Speed itself is never asserted."""
 
@@ -6,25 +6,31 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require, run_cli
 
-from flakebot import bench
-from flakebot.agent.sandbox import BwrapSandbox, open_sandbox
-from flakebot.cargo import Cargo
+from flakebot.cargo.runner import Cargo
 from flakebot.errors import UsageError
+from flakebot.sandbox import BwrapSandbox, open_sandbox
+from tests.conftest import REPO, require
 
-report = bench.report_module()  # benchmarks/ is not installed: found in the checkout, as `flakebot bench` finds it
+bench = importlib.import_module("benchmarks.__main__")
+report = importlib.import_module("benchmarks.report")
 bench_craft = importlib.import_module("benchmarks.bench_craft")
 bench_loop = importlib.import_module("benchmarks.bench_loop")
 classify = importlib.import_module("benchmarks.proctrace").classify
 
 
+def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
 def test_quick_bench_writes_report_json_markdown_and_chart(tmp_path: Path) -> None:
-    """The real CLI, run outside the checkout (benchmarks/ found beside the package), writes all three files."""
-    result = run_cli("bench", "--quick", "--out", str(tmp_path / "out"), "--json", timeout=300)
+    """`python -m benchmarks --quick`, as make bench runs it from the checkout, writes all three files."""
+    result = run_benchmarks("--quick", "--out", str(tmp_path / "out"), "--json")
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout.splitlines()[-1])
     data = json.loads((tmp_path / "out/report.json").read_text())
@@ -60,7 +66,7 @@ def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: P
 
 
 def test_unknown_benchmark_is_a_usage_error() -> None:
-    result = run_cli("bench", "--only", "startup,warp-drive")
+    result = run_benchmarks("--only", "startup,warp-drive")
     assert result.returncode == UsageError.exit_code
     assert "no benchmark named warp-drive" in result.stderr and "choose from: startup, search" in result.stderr
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from flakebot import config
 from flakebot.errors import ConfigError
+from tests.conftest import run_cli
 
 
 def test_precedence_file_then_env_then_flags(flakebot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

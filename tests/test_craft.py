@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, run_cli, wait_for
-from test_edit_loop import SHOUT_RS, SHOUT_SPEC, write_file
 
 from flakebot.errors import EditError
-from flakebot.run import Run, list_runs
+from flakebot.pipeline.run import Run, list_runs
+from tests.conftest import REPO, require, run_cli, wait_for
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 OFFLINE = ["--registry", "local", "--offline"]

@@ -12,17 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, require, run_cli
 
-from flakebot import config, pipeline
+from flakebot import config
 from flakebot.errors import ModelError, NixError, UsageError
-from flakebot.pipeline import Stage, StageContext
-from flakebot.run import Run, list_runs
+from flakebot.pipeline import engine as pipeline
+from flakebot.pipeline.engine import Stage, StageContext
+from flakebot.pipeline.run import Run, list_runs
+from tests.conftest import REPO, require, run_cli
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
-# A small spec and a program that meets it (flakebot/data/sessions/shout.*), for crafts whose model work is beside the point.
-SHOUT_SPEC = json.loads((REPO / "flakebot/data/sessions/shout.spec.json").read_text())
-SHOUT_RS = (REPO / "flakebot/data/sessions/shout.rs").read_text()
 
 
 @pytest.mark.slow
@@ -119,7 +118,7 @@ def test_a_stage_whose_work_was_removed_runs_again_with_every_later_stage(workdi
     flag = tmp_path / "fail-once"
     flag.write_text("")
     with pytest.raises(UsageError):
-        pipeline.start("test_reliability:REMOVABLE", workdir, config.load(), options={"flag": str(flag)})
+        pipeline.start(f"{__name__}:REMOVABLE", workdir, config.load(), options={"flag": str(flag)})
     (run,) = list_runs(workdir)
     assert run.stage_status("use") == "failed" and not (run.dir / "made").exists()
     done = pipeline.resume(workdir, run.id, config.load())

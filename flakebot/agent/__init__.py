@@ -5,5 +5,5 @@
     tools.py    the tools the model calls (read/edit/write/search/test/...), paths kept in the workspace
     loop.py     the loop: limits, best-state commits, loop detection, flakebot's own verdict
 
-May import flakebot.llm, flakebot.config, flakebot.errors, flakebot.cargo.
+May import flakebot.llm, flakebot.config, flakebot.errors, flakebot.cargo.runner.
 """

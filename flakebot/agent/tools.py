@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.cargo import CargoReport, run_cargo
-from flakebot.agent.sandbox import CommandResult, Sandbox, execute
-from flakebot.cargo import Cargo
+from flakebot.cargo.diagnostics import CargoReport, run_cargo
+from flakebot.cargo.runner import Cargo
 from flakebot.errors import EditError, FlakebotError
 from flakebot.fsutil import remove_tree
+from flakebot.sandbox import CommandResult, Sandbox, execute
 
 SKIP_DIRS = {".git", "target", "node_modules"}
 MAX_LIST = 400  # entries list_files returns

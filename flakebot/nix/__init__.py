@@ -10,5 +10,5 @@
     standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)
     command.py   nix command lines for Nix 2.8, the nixpkgs mode, bounded runs keeping the log tail
 
-May import flakebot.config, flakebot.errors, flakebot.fsutil, flakebot.cargo, flakebot.templates.
+May import flakebot.config, flakebot.errors, flakebot.fsutil, flakebot.cargo.runner, flakebot.templates.
 """

@@ -84,7 +84,7 @@ def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dic
 
 def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
     """The built tool may hold model-written code: run it like every such command, in the sandbox."""
-    from flakebot.agent.sandbox import open_sandbox
+    from flakebot.sandbox import open_sandbox
 
     with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
         tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is

@@ -35,7 +35,7 @@ class CrateFacts:
 
 
 def _cargo(settings: Settings, scratch: Path) -> Any:
-    from flakebot.cargo import Cargo
+    from flakebot.cargo.runner import Cargo
 
     return Cargo.for_run(settings, scratch / "target")
 

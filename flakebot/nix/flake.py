@@ -22,8 +22,8 @@ from flakebot.fsutil import remove_tree
 from flakebot.nix import command, deps, licenses
 from flakebot.nix.build import build, make_gc_root, smoke_run
 from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
+from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import flake_lock_text
-from flakebot.nix.render import MARKER, commit_flake, copy_sources, render_flake
 
 logger = logging.getLogger(__name__)
 

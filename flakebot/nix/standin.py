@@ -75,7 +75,7 @@ def host_facts(settings: Settings) -> dict[str, Any]:
 
 def rust_toolchain_bin() -> Path:
     """The directory holding the real cargo and rustc (not rustup's proxies), from `rustc --print sysroot`."""
-    from flakebot.cargo import Cargo, cargo_program
+    from flakebot.cargo.runner import Cargo, cargo_program
 
     cargo = Path(cargo_program())
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))

@@ -7,13 +7,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flakebot.cargo import Cargo
+from flakebot.cargo.metadata import cargo_error, locate
+from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.source import gitrepo
-from flakebot.source.acquire import os_cause, staging
-from flakebot.source.layout import cargo_error, locate
+from flakebot.source.acquisition import os_cause, staging
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,426 @@
+"""The `flakebot` command: parse, load settings, call the library, render. No logic lives here."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flakebot import config
+from flakebot.errors import FlakebotError
+
+app = typer.Typer(
+    help="flakebot: a tool factory for agents. Describe a need; get back a tested Rust CLI built by Nix.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app = typer.Typer(help="Show or change settings (flakebot.toml).", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+class Globals:
+    """Options given before the command, shared by every command."""
+
+    def __init__(self) -> None:
+        self.overrides: dict[str, Any] = {}
+        self._settings: config.Settings | None = None
+
+    @property
+    def settings(self) -> config.Settings:
+        if self._settings is None:
+            self._settings = config.load(self.overrides)
+        return self._settings
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self.settings.workdir).expanduser().resolve()
+
+
+G = Globals()
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
+
+
+@app.callback()
+def main_options(
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output (-vv for debug).")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors.")] = False,
+    log_file: Annotated[Path | None, typer.Option(help="Also write the log to this file.")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Directory holding runs/ (default: ./scratch).")] = None,
+) -> None:
+    _setup_logging(verbose, quiet, log_file)
+    G.overrides["workdir"] = str(workdir) if workdir else None
+
+
+def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
+    level = logging.ERROR if quiet else [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    from rich.logging import RichHandler
+
+    from flakebot.cli.live import console
+
+    handler = RichHandler(console=console, show_path=False, show_time=verbose > 1)
+    handler.setLevel(level)
+    root = logging.getLogger("flakebot")
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.DEBUG if log_file else level))
+    if log_file:
+        file_handler = logging.FileHandler(log_file)
+        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(file_handler)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@app.command("runs")
+def runs_cmd(as_json: JsonOpt = False) -> None:
+    """List runs, newest first, with status, age and need."""
+    from flakebot.cli.live import age, json_line, out
+    from flakebot.pipeline import run as runmod
+
+    runs = runmod.list_runs(G.workdir)
+    if as_json:
+        for r in runs:
+            json_line({"id": r.id, "status": r.status, "pipeline": r.state["pipeline"], "need": r.state.get("need", ""), "created": r.state.get("created")})
+        return
+    if not runs:
+        out.print(f"No runs in {runmod.runs_dir(G.workdir)}.")
+        return
+    from rich.table import Table
+
+    table = Table("run", "status", "age", "pipeline", "need")
+    now = time.time()
+    for r in runs:
+        table.add_row(r.id, r.status, age(now - r.state.get("created", now)), r.state["pipeline"], r.state.get("need", ""))
+    out.print(table)
+
+
+@app.command("show")
+def show_cmd(name: Annotated[str, typer.Argument(help="A run id (or unique prefix) or a catalogued tool name.")], as_json: JsonOpt = False) -> None:
+    """Show a run's stage timeline and outcome, or a catalogued tool's usage."""
+    from flakebot import api
+
+    report = api.show(name, G.settings)
+    if as_json:
+        from flakebot.cli.live import json_line
+
+        json_line(report)
+        return
+    from flakebot.cli.display import print_report
+
+    print_report(report)
+
+
+@app.command("resume")
+def resume_cmd(
+    run_id: Annotated[str, typer.Argument(help="The run to continue (id or unique prefix).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Continue a run from its first unfinished stage (after a crash, Ctrl-C or failure)."""
+    from flakebot.cli.live import event_sink
+    from flakebot.pipeline import engine as pipeline
+
+    with event_sink(as_json, f"resume {run_id}") as sink:
+        run = pipeline.resume(G.workdir, run_id, G.settings, sink)
+    _finish_run(run, as_json)
+
+
+def _finish_run(run: Any, as_json: bool) -> None:
+    from flakebot.cli.live import json_line, out
+
+    if as_json:
+        json_line({"result": {"run_id": run.id, "status": run.state["status"], "outputs": run.state["outputs"]}})
+    elif run.state["pipeline"] == "craft" and run.output("instruct"):
+        from flakebot.api import craft_result
+        from flakebot.cli.display import print_craft_result
+
+        print_craft_result(craft_result(run).to_dict(), as_json=False)
+    else:
+        out.print(f"[green]run {run.id} {run.state['status']}[/green]")
+
+
+@app.command("clean")
+def clean_cmd(
+    run_id: Annotated[str | None, typer.Argument(help="The run whose directory to remove.")] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Remove every run directory.")] = False,
+) -> None:
+    """Remove run directories and everything the runs created."""
+    from flakebot.cli.live import out
+    from flakebot.errors import UsageError
+    from flakebot.pipeline import cleanup
+
+    if bool(run_id) == all_runs:
+        raise UsageError("give either a RUN id or --all", fix="run 'flakebot clean RUN' or 'flakebot clean --all'")
+    removed = cleanup.remove_runs(G.workdir, None if all_runs else run_id)
+    out.print(f"removed {len(removed)} run(s)")
+
+
+# ---------------------------------------------------------------- search
+
+
+@app.command("search")
+def search_cmd(
+    query: Annotated[str, typer.Argument(help="What the tool should do or work on, e.g. 'csv dedupe'.")],
+    registry: Annotated[str | None, typer.Option(help="crates-io, local, or a cargo directory source PATH (default: crates.io, else local).")] = None,
+    limit: Annotated[int, typer.Option(help="How many crates to show.")] = 10,
+    offline: Annotated[bool, typer.Option("--offline", help="Never contact crates.io; search the local registry.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find crates a tool could start from, ranked for tool-making."""
+    from flakebot import api
+    from flakebot.cli.live import json_line, out
+
+    found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
+    if as_json:
+        for candidate in found:
+            json_line(candidate.to_dict())
+        return
+    if not found:
+        out.print(f"No crate matches '{query}'.")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{found[0].crate.source}: {query}")
+    for column in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
+        table.add_column(column, no_wrap=column in ("crate", "version"), justify="right" if column == "downloads" else "left")
+    for c in found:
+        info = c.crate
+        downloads = "" if info.downloads is None else f"{info.downloads:,}"
+        table.add_row(info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why, info.description)
+    out.print(table)
+
+
+# ---------------------------------------------------------------- config
+
+
+@config_app.command("show")
+def config_show(as_json: JsonOpt = False) -> None:
+    """Print every setting, its value and what it is for."""
+    from flakebot.cli.live import json_line, out
+
+    settings = G.settings
+    if as_json:
+        json_line(settings.as_dict())
+        return
+    from rich.table import Table
+
+    table = Table("key", "value", "meaning")
+    for key in config.Settings.keys():
+        table.add_row(key, repr(settings.get(key)), config.Settings.describe(key))
+    out.print(table)
+    out.print("files read: " + ", ".join(str(p) for p in config.config_files() if p.is_file()) or "none")
+
+
+@config_app.command("set")
+def config_set(
+    key: Annotated[str, typer.Argument(help="Setting name (see 'flakebot config show').")],
+    value: Annotated[str, typer.Argument(help="New value.")],
+    local: Annotated[bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file.")] = False,
+) -> None:
+    """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
+    from flakebot.cli.live import out
+
+    path = config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)
+    out.print(f"{key} = {value!r} written to {path}")
+
+
+# ---------------------------------------------------------------- craft and the catalog
+
+
+@app.command("craft")
+def craft_cmd(
+    need: Annotated[str, typer.Argument(help='What the tool should do, in plain words: "need a CSV deduper".')],
+    model: Annotated[str | None, typer.Option(help="provider:model: groq:llama-3.3-70b-versatile, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE.")] = None,
+    registry: Annotated[str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")] = None,
+    crate: Annotated[str | None, typer.Option(help="Start from this crate (skips the model's choice).")] = None,
+    mode: Annotated[str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")] = None,
+    spec: Annotated[Path | None, typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model.")] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens the run may use.")] = None,
+    offline: Annotated[bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")] = False,
+    fresh: Annotated[bool, typer.Option(help="Craft again even if the catalog has a tool for this need.")] = False,
+    fork: Annotated[bool, typer.Option(help="Fork the crate's GitHub repository (needs GITHUB_TOKEN).")] = False,
+    push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
+    delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
+    stop_after: Annotated[str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
+
+    Stages: spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
+    Resume an interrupted craft with 'flakebot resume RUN'.
+    """
+    from flakebot import api
+    from flakebot.cli.live import event_sink
+
+    with event_sink(as_json, f"craft: {need}") as sink:
+        result = api.craft(
+            need, model=model, registry=registry, crate=crate, mode=mode, spec_file=str(spec) if spec else None,
+            max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
+            fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sink=sink, settings=G.settings,
+        )  # fmt: skip
+    from flakebot.cli.display import print_craft_result
+
+    print_craft_result(result.to_dict(), as_json)
+
+
+@app.command("list")
+def list_cmd(as_json: JsonOpt = False) -> None:
+    """List the tools in the catalog."""
+    from flakebot import api
+    from flakebot.cli.display import print_tools
+
+    print_tools(api.list_tools(G.settings), as_json)
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run_cmd(
+    tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
+    args: Annotated[list[str] | None, typer.Argument(help="Arguments for the tool (put them after --).")] = None,
+) -> None:
+    """Run a catalogued tool through nix run: flakebot run csv-dedup -- --key id data.csv"""
+    from flakebot import api
+
+    raise typer.Exit(api.run_tool(tool, list(args or []), G.settings))
+
+
+@app.command("rm")
+def rm_cmd(tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")]) -> None:
+    """Remove a tool from the catalog (its flake, manifest and GC root)."""
+    from flakebot import api
+    from flakebot.cli.live import out
+
+    entry = api.remove_tool(tool, G.settings)
+    out.print(f"removed {entry['name']} (store path {entry.get('store_path', '?')} is no longer held)")
+
+
+@app.command("mcp")
+def mcp_cmd() -> None:
+    """Serve flakebot as an MCP server over stdio (tools: craft, search, list, run)."""
+    from flakebot.mcp_server import serve
+
+    serve()
+
+
+# ---------------------------------------------------------------- models
+
+
+@app.command("models")
+def models_cmd(as_json: JsonOpt = False) -> None:
+    """List model providers, the default model and whether each API key is set (keys are never shown)."""
+    from flakebot.cli.live import json_line, out
+    from flakebot.llm.providers import describe
+
+    report = describe(G.settings)
+    if as_json:
+        json_line(report)
+        return
+    from rich.table import Table
+
+    table = Table("use as", "default model", "API key", "base URL")
+    for p in report["providers"]:
+        key = f"{p['key_env']} {'set' if p['key_present'] else 'NOT SET'}" if p["key_required"] else "not needed"
+        table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
+    out.print(table)
+    default = report["default"]
+    out.print(f"default: {default['model']} (from {default['source']})" if default["model"] else f"default: none. {default['error']}", highlight=False)
+
+
+# ---------------------------------------------------------------- package
+
+
+@app.command("package")
+def package_cmd(
+    target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name (CRATE) from the registry.")],
+    registry: Annotated[str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")] = None,
+    bin_name: Annotated[str | None, typer.Option("--bin", help="The binary to package when the crate has several.")] = None,
+    nixpkgs: Annotated[str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
+    from flakebot import api
+    from flakebot.cli.live import event_sink, json_line, out
+
+    with event_sink(as_json, f"package {target}") as sink:
+        result = api.package(target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, sink=sink, settings=G.settings)
+    if as_json:
+        json_line({"result": result})
+        return
+    from rich.markup import escape
+
+    out.print(f"[green]{escape(result['pname'])} {escape(result['version'])}[/green] built ({result['nixpkgs_mode']} nixpkgs): {result['store_path']}")
+    for notice in result.get("notices", []):
+        out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    out.print(f"flake: {escape(result['flake_dir'])}")
+    out.print(f"run it: {escape(result['nix_run_command']['shell'])}", soft_wrap=True)
+
+
+# ---------------------------------------------------------------- publish
+
+
+@app.command("publish")
+def publish_cmd(
+    tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
+    to: Annotated[str, typer.Option("--to", help="Binary cache or store URL: file:///DIR, https://..., s3://..., ssh-ng://HOST, /CHROOT-STORE.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy a tool's closure to a binary cache or another Nix store (nix copy); caches are signed with flakebot's key."""
+    from rich.markup import escape
+
+    from flakebot import api
+    from flakebot.cli.live import json_line, out
+
+    result = api.publish(tool, to=to, settings=G.settings)
+    if as_json:
+        json_line(result)
+        return
+    size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
+    out.print(f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True)
+    if result["public_key"]:
+        out.print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
+    out.print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)
+    out.print(f"then run: {escape(result['run_command']['shell'])}", soft_wrap=True)
+
+
+# ---------------------------------------------------------------- bench
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def main() -> None:
+    """Console-script entry: run the app, turning FlakebotErrors into one red line and an exit code.
+
+    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself."""
+    try:
+        app(prog_name="flakebot")
+    except FlakebotError as exc:
+        if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":
+            raise
+        _print_error(exc)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        _print_error(FlakebotError("interrupted", fix="continue an interrupted craft with 'flakebot resume RUN'"))
+        sys.exit(130)
+
+
+def _print_error(exc: FlakebotError) -> None:
+    from rich.markup import escape
+
+    from flakebot.cli.live import console
+
+    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup.
+    console.print(f"[bold red]error:[/bold red] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Printing reports (a run's timeline, a tool's usage) for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from flakebot.cli.live import STATUS_STYLE, out
+
+
+def print_report(report: dict[str, Any]) -> None:
+    if report.get("kind") == "run":
+        print_run(report)
+    else:
+        print_tool(report)
+
+
+def print_run(report: dict[str, Any]) -> None:
+    out.print(f"[bold]run {report['id']}[/bold]  {report['status']}  ({report['pipeline']})")
+    if report.get("need"):
+        out.print(f"need: {report['need']}")
+    table = Table("", "stage", "status", "seconds", "attempts")
+    for stage in report["stages"]:
+        mark, style = STATUS_STYLE.get(stage["status"], ("?", ""))
+        seconds = stage.get("seconds")
+        table.add_row(
+            mark, stage["name"], f"[{style}]{stage['status']}[/{style}]", f"{seconds:.1f}" if seconds is not None else "", str(stage.get("attempts", ""))
+        )
+    out.print(table)
+    if report.get("error"):
+        out.print(f"[red]error:[/red] {report['error'].get('message')}  [dim]{report['error'].get('fix') or ''}[/dim]")
+    out.print(f"[dim]{report['dir']}[/dim]")
+
+
+def print_tool(report: dict[str, Any]) -> None:
+    from rich.markdown import Markdown
+
+    out.print(Markdown(report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"))
+    out.print(f"[dim]{report.get('dir', '')}[/dim]")
+
+
+def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
+    """The final summary of a craft: the tool, how it was made, how to use it."""
+    from flakebot.cli.live import json_line
+
+    if as_json:
+        json_line({"result": result})
+        return
+    if result["status"] == "stopped":
+        out.print(f"[yellow]run {result['run_id']} stopped as asked[/yellow]; continue with 'flakebot resume {result['run_id']}'")
+        return
+    manifest = result["manifest"]
+    origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
+    out.print(f"[bold green]✔ {result['name']}[/bold green] {manifest.get('summary', '')} ({origin})")
+    if result.get("choice", {}).get("crate"):
+        choice = result["choice"]
+        out.print(f"  started from [bold]{choice['crate']}[/bold] ({choice.get('mode')}): {choice.get('reason', '')}")
+    usage = result.get("usage") or {}
+    if usage:
+        cost = usage.get("cost_usd")
+        out.print(f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens" + (f", ${cost:.4f}" if cost else ""))
+    out.print(f"  run:     {manifest.get('nix_run', '')}")
+    out.print(f"  install: {manifest.get('installation_command', '')}")
+    verification = manifest.get("verification_command") or {}
+    out.print(f"  verified: {verification.get('command', '')} [green](passed)[/green]" if verification.get("passed") else "  verified: no")
+    out.print(f"  usage:   {manifest.get('catalog_dir', '')}/USAGE.md")
+
+
+def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
+    from flakebot.cli.live import json_line
+
+    if as_json:
+        for tool in tools:
+            json_line(tool)
+        return
+    if not tools:
+        out.print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")
+        return
+    table = Table("tool", "summary", "need", "run")
+    for tool in tools:
+        table.add_row(tool["name"], tool.get("summary", ""), tool.get("need", ""), tool.get("run_id", ""))
+    out.print(table)

@@ -1,0 +1,9 @@
+"""Runs and the machinery that drives them through their stages.
+
+    engine.py   Stage, StageContext, execute/start/resume: the ordered stages, checkpoints, events
+    run.py      a Run: its directory, state.json (versioned, atomic), the run lock, resources
+    cleanup.py  what clean removes from a run directory, and `flakebot clean`
+    models.py   the run's model for a stage (one transcript, one budget across stages and resumes)
+
+May import flakebot.config, errors, events, fsutil, llm (models.py only). Never stages/ (they import this).
+"""

@@ -1,0 +1,247 @@
+"""The ordered stages of a run and the machinery that drives them.
+
+A stage is a plain function `stage(ctx) -> dict | None`; what it returns is stored under
+state["outputs"][name] and state.json is rewritten atomically when it finishes. An output with
+"end_run": true finishes the run there (only `always` stages still run). A finished stage
+is skipped on resume, so a crash costs at most the stage it interrupted. Stages marked `always`
+(clean) also run after a failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.errors import FlakebotError, Interrupted, RunError, UsageError
+from flakebot.events import Event, EventSink, ignore
+from flakebot.pipeline.run import Run
+
+logger = logging.getLogger(__name__)
+
+# Pipelines by name; a name may also be a "module:attribute" import path to a list of Stages.
+PIPELINES = {
+    "craft": "flakebot.stages:CRAFT",
+    "package": "flakebot.stages:PACKAGE",
+}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named step of a pipeline."""
+
+    name: str
+    func: Callable[[StageContext], dict[str, Any] | None]
+    always: bool = False  # runs even after an earlier stage failed (cleanup)
+    # For a finished stage: is what it made still there? When not (clean removed it after a failure or
+    # Ctrl-C), a resume runs the stage again, and every stage after it, since they built on its work.
+    valid: Callable[[Run], bool] | None = None
+
+
+@dataclass
+class StageContext:
+    """What a stage sees: its run, the settings, and a way to report progress."""
+
+    run: Run
+    settings: Settings
+    stage: str
+    sink: EventSink = ignore
+    failed: FlakebotError | None = None  # set for `always` stages running after a failure
+    services: dict[str, Any] = field(default_factory=dict)
+
+    def progress(self, message: str, **data: Any) -> None:
+        """Report progress within the stage (the CLI shows the latest message)."""
+        logger.info("%s: %s", self.stage, message)
+        _emit(self.run, self.sink, Event("progress", self.run.id, self.stage, message, data))
+
+    def output(self, stage: str) -> dict[str, Any]:
+        return self.run.output(stage)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.run.state.get("options") or {})
+
+    def pin_setting(self, key: str, value: Any) -> None:
+        """Fix a setting for the rest of the run, resumes included (e.g. the registry search resolved)."""
+        self.run.state.setdefault("options", {}).setdefault("settings", {})[key] = value
+        self.run.save()
+
+
+def run_settings(run: Run, settings: Settings) -> Settings:
+    """`settings` with what the run pinned: the flags it started with and what earlier stages resolved
+    (so a resume, or a later stage, sees the same values)."""
+    return dataclasses.replace(settings, **(run.state.get("options") or {}).get("settings", {}))
+
+
+def load_stages(pipeline: str) -> list[Stage]:
+    target = PIPELINES.get(pipeline, pipeline)
+    module_name, _, attr = target.partition(":")
+    try:
+        stages = getattr(importlib.import_module(module_name), attr or "STAGES")
+    except (ImportError, AttributeError) as exc:
+        raise RunError(f"unknown pipeline '{pipeline}' ({exc})", fix=f"use one of: {', '.join(PIPELINES)}") from None
+    return list(stages)
+
+
+def stage_names(pipeline: str) -> list[str]:
+    return [stage.name for stage in load_stages(pipeline)]
+
+
+def execute(run: Run, settings: Settings, sink: EventSink = ignore, stop_after: str | None = None) -> Run:
+    """Drive `run` through its pipeline's stages, skipping finished ones. Raises on failure."""
+    stages = load_stages(run.state["pipeline"])
+    names = [s.name for s in stages]
+    if stop_after and stop_after not in names:
+        raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
+    with run.lock(), _run_log(run), _sigterm_as_interrupt():
+        run.state.update(status="running", pid=os.getpid(), stop_after=stop_after)
+        run.save()
+        _emit(run, sink, Event("run_started", run.id, data={"stages": names, "need": run.state.get("need", "")}))
+        failure: FlakebotError | None = None
+        stopped_early = False  # --stop-after: later stages wait for a resume
+        done_early = False  # a stage said the run's work is done (e.g. an existing tool reused)
+        stale = _first_stale(run, stages)
+        for index, stage in enumerate(stages):
+            if stopped_early:
+                continue
+            if failure is not None or done_early:
+                if stage.always:
+                    _run_stage(run, settings, stage, sink, failed=failure)
+                continue
+            if run.stage_status(stage.name) == "finished" and not stage.always and index < stale:
+                _emit(run, sink, Event("stage_skipped", run.id, stage.name, "already finished"))
+            else:
+                failure = _run_stage(run, settings, stage, sink)
+            done_early = failure is None and bool(run.output(stage.name).get("end_run"))
+            stopped_early = stop_after == stage.name and not done_early
+        return _finish(run, sink, failure, stopped_early)
+
+
+def _first_stale(run: Run, stages: list[Stage]) -> int:
+    """Index of the first finished stage whose work is gone (len(stages) if none): it and all later stages run again."""
+    for index, stage in enumerate(stages):
+        if stage.valid is not None and run.stage_status(stage.name) == "finished" and not stage.valid(run):
+            logger.info("stage %s runs again: what it made was removed", stage.name)
+            return index
+    return len(stages)
+
+
+def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_early: bool) -> Run:
+    if failure is not None:
+        run.state.update(status="interrupted" if isinstance(failure, Interrupted) else "failed", error=failure.to_dict())
+        run.save()
+        _emit(run, sink, Event("run_failed", run.id, failure.stage, failure.one_line(), failure.to_dict()))
+        raise failure
+    run.state.update(status="stopped" if stopped_early else "succeeded", error=None)
+    run.save()
+    _emit(run, sink, Event("run_finished", run.id, data={"status": run.state["status"]}))
+    return run
+
+
+def _run_stage(run: Run, settings: Settings, stage: Stage, sink: EventSink, failed: FlakebotError | None = None) -> FlakebotError | None:
+    """Run one stage and record its outcome; returns the error that ended it, if any."""
+    record = run.state["stages"].setdefault(stage.name, {})
+    record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
+    run.save()
+    _emit(run, sink, Event("stage_started", run.id, stage.name))
+    ctx = StageContext(run, run_settings(run, settings), stage.name, sink, failed)
+    try:
+        output = stage.func(ctx) or {}
+    except FlakebotError as exc:
+        exc.stage = exc.stage or stage.name
+        return _stage_failed(run, sink, stage.name, record, exc)
+    except KeyboardInterrupt:
+        return _stage_failed(run, sink, stage.name, record, Interrupted("interrupted", fix=f"continue with 'flakebot resume {run.id}'", stage=stage.name))
+    record.update(status="finished", finished=time.time())
+    record["seconds"] = round(record["finished"] - record["started"], 3)
+    run.state["outputs"][stage.name] = output
+    run.save()
+    _emit(run, sink, Event("stage_finished", run.id, stage.name, data={"seconds": record["seconds"]}))
+    return None
+
+
+def _stage_failed(run: Run, sink: EventSink, name: str, record: dict[str, Any], exc: FlakebotError) -> FlakebotError:
+    record.update(status="failed", finished=time.time(), error=exc.to_dict())
+    record["seconds"] = round(record["finished"] - record["started"], 3)
+    run.save()
+    logger.info("stage %s failed: %s", name, exc.one_line())  # the caller reports it; run.log keeps it
+    _emit(run, sink, Event("stage_failed", run.id, name, exc.one_line(), exc.to_dict()))
+    return exc
+
+
+def _emit(run: Run, sink: EventSink, event: Event) -> None:
+    with open(run.events_path, "a") as handle:
+        handle.write(json.dumps(event.to_dict(), default=str) + "\n")
+    sink(event)
+
+
+@contextmanager
+def _run_log(run: Run) -> Iterator[None]:
+    """Send the library's log records to the run's run.log while it is driven."""
+    handler = logging.FileHandler(run.log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger("flakebot")
+    previous = root.level
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.DEBUG:
+        root.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+        handler.close()
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends a run like Ctrl-C: the stage is marked interrupted and clean runs."""
+
+    def raise_interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def start(
+    pipeline: str,
+    workdir: Path,
+    settings: Settings,
+    need: str = "",
+    options: dict[str, Any] | None = None,
+    sink: EventSink = ignore,
+    stop_after: str | None = None,
+) -> Run:
+    """Create a run for `pipeline` and drive it."""
+    names = stage_names(pipeline)  # fail before creating a directory for an unknown pipeline or stage
+    if stop_after and stop_after not in names:
+        raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
+    run = Run.create(workdir, pipeline, need, options)
+    return execute(run, settings, sink, stop_after)
+
+
+def resume(workdir: Path, run_id: str, settings: Settings, sink: EventSink = ignore, stop_after: str | None = None) -> Run:
+    """Continue a run from its first unfinished stage."""
+    run = Run.load(workdir, run_id)
+    if run.status == "succeeded":
+        return run
+    return execute(run, settings, sink, stop_after)

@@ -1,0 +1,107 @@
+"""The sandbox every command that runs model-written code goes through (cargo build and test, the built tool).
+
+    process.py     Sandbox protocol, CommandResult, limits, running one command (timeout, output cap, no leftovers)
+    bubblewrap.py  BwrapSandbox: the bubblewrap command line, mounts, the unprivileged uid for root
+    __init__.py    open_sandbox(): the kind of sandbox a mode asks for
+
+May import flakebot.config, flakebot.errors.
+
+    open_sandbox(mode, workspace=..., writable=[...]) -> Sandbox
+        BwrapSandbox   bubblewrap: read-only system and toolchain, writable workspace + target dir only,
+                       private /tmp and HOME, no network, own PID/IPC/UTS namespaces, a process limit
+        PlainSandbox   a plain process with the same timeout and output cap (bubblewrap missing, or mode "off")
+
+Every command gets a wall-clock timeout (the whole process tree is killed), an output cap (head + tail
+kept), a minimal environment (no API keys), and leaves no process behind.
+
+Process limit: RLIMIT_NPROC is not enforced for real root (the kernel exempts uid 0, even inside a user
+namespace mapped to it). So as root the command drops to an unused uid keeping only CAP_DAC_OVERRIDE
+(it can still write the root-owned workspace) under `prlimit --nproc`; as a normal user, bubblewrap's
+user namespace plus `prlimit --nproc` inside it limits the sandbox alone. One wrinkle of the root case:
+access(2) ignores capabilities for a non-root uid, so a program asking "may I write the workspace?"
+hears no (writing works); /tmp and HOME are mode 1777 so compilers find a temporary directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from flakebot.config import Settings
+from flakebot.errors import SandboxError
+from flakebot.sandbox.bubblewrap import BwrapSandbox, real_root
+from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, Limits, PlainSandbox, Sandbox, execute
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MODES", "BwrapSandbox", "CommandResult", "PlainSandbox", "Sandbox", "execute", "open_sandbox", "real_root"]
+
+MODES = ("auto", "required", "off")
+PERMISSIONS = ("READ_WRITE", "READ_ONLY")
+
+
+def open_sandbox(
+    mode: str,
+    *,
+    workspace: Path,
+    writable: list[Path],
+    permission: str = "READ_WRITE",
+    timeout: float = 600,
+    output_cap: int = 200_000,
+    readable: Sequence[Path] = (),
+    max_processes: int = MAX_PROCESSES,
+    keep_root: bool = False,
+) -> Sandbox:
+    """The sandbox for commands in `workspace`: bubblewrap when usable, else (mode "auto") a logged plain fallback.
+
+    `keep_root` (for running nix itself, which refuses a root-owned store under another uid) keeps uid 0
+    without capabilities: still no network, private home and /tmp, read-only system; no process limit."""
+    if mode not in MODES:
+        raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
+    if permission not in PERMISSIONS:
+        raise SandboxError(f"unknown sandbox permission '{permission}'", fix=f"use one of: {', '.join(PERMISSIONS)}")
+    limits = Limits(timeout=timeout, output_cap=output_cap, max_processes=max_processes)
+    if not Path(workspace).is_dir():
+        raise SandboxError(f"workspace {workspace} is not a directory", fix="acquire the crate first (flakebot craft ... runs the acquire stage)")
+    if mode == "off":
+        logger.warning("sandbox off: model-written code runs as a plain process with full access to this machine and the network")
+        return PlainSandbox(limits, name="off")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return _without_bwrap(mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)")
+    sandbox = BwrapSandbox(
+        bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable, keep_root=keep_root
+    )
+    problem = sandbox.probe()
+    if problem:
+        return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())
+    return sandbox
+
+
+def open_for_run(settings: Settings, *, workspace: Path, target_dir: Path, permission: str = "READ_WRITE") -> Sandbox:
+    """open_sandbox() configured from Settings (sandbox, command_timeout, output_cap, local_registry) for one run."""
+    return open_sandbox(
+        settings.sandbox,
+        workspace=workspace,
+        writable=[target_dir],
+        permission=permission,
+        timeout=settings.command_timeout,
+        output_cap=settings.output_cap,
+        readable=[Path(settings.local_registry)],
+    )
+
+
+def _without_bwrap(mode: str, limits: Limits, problem: str, fix: str) -> Sandbox:
+    if mode == "required":
+        raise SandboxError(f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox auto to run without isolation")
+    logger.warning("%s: commands run as plain processes (timeout and output cap only, no isolation). Fix: %s", problem, fix)
+    return PlainSandbox(limits, name="plain")
+
+
+def _userns_fix() -> str:
+    return (
+        "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, "
+        "or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)"
+    )

@@ -1,0 +1,206 @@
+"""Running one command with limits: timeout (the whole process tree is killed), output cap, minimal environment."""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+
+MAX_PROCESSES = 512  # tasks (threads count too); cargo + rustc + a test binary stay far below
+EXIT_GRACE = 1.0  # seconds to keep reading pipes after the command ended or was killed
+
+
+@dataclass
+class CommandResult:
+    """What one command did: exit code, captured output (capped), time, and whether it was cut short."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Sandbox(Protocol):
+    """Runs one command with limits. `name` says which kind ("bubblewrap", "plain", "off")."""
+
+    name: str
+
+    def run(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: str | None = None
+    ) -> CommandResult: ...
+
+
+@dataclass
+class Limits:
+    """Per-command limits shared by every sandbox kind."""
+
+    timeout: float = 600.0
+    output_cap: int = 200_000  # bytes kept per stream (stdout, stderr): half from the start, half from the end
+    max_processes: int = MAX_PROCESSES
+
+
+class PlainSandbox:
+    """A plain process in its own process group: timeout, output cap and a minimal environment, no isolation."""
+
+    def __init__(self, limits: Limits, *, name: str = "plain") -> None:
+        self.name = name
+        self.limits = limits
+
+    def run(self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
+        full_env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
+        return execute(argv, argv, cwd=Path(cwd), env=full_env, timeout=timeout or self.limits.timeout, stdin=stdin, output_cap=self.limits.output_cap)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "isolated": False, **asdict(self.limits)}
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    """The environment every command starts from: nothing secret from flakebot's own environment."""
+    env = {"HOME": str(home), "LANG": "C.UTF-8", "TERM": "dumb", "TMPDIR": "/tmp", "USER": "sandbox"}
+    env["RUSTUP_HOME"] = str(_rustup_home())
+    for key in ("RUSTUP_TOOLCHAIN", "CARGO_HOME"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def _rustup_home() -> Path:
+    return Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup")
+
+
+class _Capture:
+    """Keeps the first and last `cap // 2` bytes of a stream and counts the bytes dropped between them."""
+
+    def __init__(self, cap: int) -> None:
+        self.half = max(cap // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        excess = len(self.tail) - self.half
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        if not self.dropped:
+            return (self.head + self.tail).decode(errors="replace")
+        marker = f"\n[... {self.dropped} bytes dropped by the output cap ...]\n"
+        return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
+
+
+def execute(shown: list[str], argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, stdin: str | None, output_cap: int) -> CommandResult:
+    """Run `argv` in a new session: capped output, stdin fed, the whole group killed at `timeout` and at the end."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return CommandResult(shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start)
+    out, err = _Capture(output_cap), _Capture(output_cap)
+    try:
+        timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout)
+    finally:  # also on Ctrl-C: nothing outlives the call
+        _kill_group(proc.pid)
+        returncode = proc.wait()
+    seconds = time.perf_counter() - start
+    if timed_out:
+        logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])
+    return CommandResult(shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped))
+
+
+def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, data: bytes | None, deadline: float) -> bool:
+    """Move bytes between the pipes and the captures until both close. True if the deadline killed the command."""
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    if data is not None and proc.stdin is not None:
+        os.set_blocking(proc.stdin.fileno(), False)
+        sel.register(proc.stdin, selectors.EVENT_WRITE, memoryview(data))
+    timed_out, stop = False, deadline
+    try:
+        while sel.get_map():
+            now = time.perf_counter()
+            if now >= stop:
+                if timed_out or _exited(proc.pid):
+                    break  # pipes held open by processes that escaped the group: stop waiting for them
+                timed_out = True
+                _kill_group(proc.pid)
+                stop = now + EXIT_GRACE
+            elif stop > now + EXIT_GRACE and _exited(proc.pid):
+                stop = now + EXIT_GRACE
+            for key, _ in sel.select(timeout=max(min(stop - now, 0.2), 0.0)):
+                _transfer(sel, key)
+    finally:
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        sel.close()
+    return timed_out
+
+
+def _transfer(sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+    fd = key.fd
+    if isinstance(key.data, _Capture):
+        chunk = os.read(fd, 65536)
+        if chunk:
+            key.data.add(chunk)
+            return
+    else:
+        try:
+            written = os.write(fd, key.data[:65536])
+        except BlockingIOError:
+            written = 0
+        except BrokenPipeError:
+            written = len(key.data)  # the command stopped reading stdin: drop the rest
+        rest = key.data[written:]
+        if rest:
+            sel.modify(key.fileobj, selectors.EVENT_WRITE, rest)
+            return
+    sel.unregister(key.fileobj)
+    key.fileobj.close()  # type: ignore[union-attr]
+
+
+def _exited(pid: int) -> bool:
+    """Whether the command ended, without reaping it: its pid keeps the process group id from being reused."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the command's process group; for bubblewrap this takes the whole PID namespace with it."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,46 @@
+"""The stages of flakebot's two pipelines, in order, one module per stage.
+
+    craft:    spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean
+    package:  locate -> package -> clean
+
+Each stage is `stage(ctx: StageContext) -> <Out>` with its output type from outputs.py. Stage modules
+are imported only when their stage runs, so listing or showing runs stays fast.
+
+May import every other folder of flakebot except cli/ and api.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from flakebot.pipeline.engine import Stage, StageContext
+
+
+def _lazy(target: str) -> Callable[[StageContext], Any]:
+    module, _, name = target.partition(":")
+
+    def stage(ctx: StageContext) -> Any:
+        return getattr(importlib.import_module(module), name)(ctx)
+
+    stage.__name__ = name
+    return stage
+
+
+CRAFT = [
+    Stage("spec", _lazy("flakebot.stages.spec:spec_stage")),
+    Stage("search", _lazy("flakebot.stages.search:search_stage")),
+    Stage("choose", _lazy("flakebot.stages.choose:choose_stage")),
+    Stage("acquire", _lazy("flakebot.stages.acquire:acquire_stage"), valid=lambda run: run.workspace.is_dir()),
+    Stage("edit", _lazy("flakebot.stages.edit:edit_stage")),
+    Stage("package", _lazy("flakebot.stages.package:package_stage")),
+    Stage("instruct", _lazy("flakebot.stages.instruct:instruct_stage")),
+    Stage("clean", _lazy("flakebot.stages.clean:clean_stage"), always=True),
+]
+
+PACKAGE = [
+    Stage("source", _lazy("flakebot.stages.locate:locate_stage")),
+    Stage("package", _lazy("flakebot.stages.package:package_only_stage")),
+    Stage("clean", _lazy("flakebot.stages.clean:package_clean_stage"), always=True),
+]

@@ -1,0 +1,69 @@
+"""The pipeline's acquire stage, and the fork/push steps that end a craft."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from flakebot.cargo.metadata import cargo_error, workspace_root
+from flakebot.cargo.runner import Cargo
+from flakebot.crates import CrateInfo
+from flakebot.errors import AcquireError
+from flakebot.fsutil import remove_tree
+from flakebot.source import gitrepo
+from flakebot.source.acquisition import acquire
+from flakebot.source.newcrate import new_crate
+
+logger = logging.getLogger(__name__)
+
+
+def acquire_stage(ctx: Any) -> dict[str, Any]:
+    """Acquire the chosen crate (or start a new one) into the run's workspace, ready for offline cargo."""
+    choose, tool = ctx.output("choose"), str(ctx.output("spec").get("name") or "")
+    if not tool:
+        raise AcquireError("the spec stage gave the tool no name", fix="run the spec stage again (flakebot resume)")
+    mode = choose.get("mode", "fork")
+    crate = CrateInfo.from_dict(choose["crate"]) if choose.get("crate") else None
+    if crate is None and mode != "new":
+        raise AcquireError("no crate was chosen to start from", fix="run the search stage again, or start a new crate")
+    run, workspace, branch = ctx.run, ctx.run.workspace, f"flakebot/{tool}"
+    if workspace.exists():  # left by an attempt that failed part-way: its state is unknown, start over
+        ctx.progress("removing the workspace of an earlier attempt")
+        remove_tree(workspace)
+    run.state.pop("edit_base", None)  # a new workspace: the edit stage starts from what this acquisition commits
+    run.register("path", path=str(workspace))
+    run.register("path", path=str(run.target_dir))
+    if mode == "new":
+        ctx.progress(f"starting new crate {tool}" + (f" using {crate.name} {crate.version}" if crate else ""))
+        origin = new_crate(tool, workspace, library=crate, settings=ctx.settings)
+    else:
+        assert crate is not None
+        ctx.progress(f"acquiring {crate.name} {crate.version}")
+        method, fork = ctx.options.get("method") or "auto", bool(ctx.options.get("fork"))
+        origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run)
+    if origin.get("notice"):
+        ctx.progress(origin["notice"], notice=True)
+    cargo = prepare_cargo(workspace, origin["crate_dir"], Cargo.for_run(ctx.settings, run.target_dir))
+    if not cargo["metadata_ok"]:
+        ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
+    options = {key: bool(ctx.options.get(key)) for key in ("fork", "push", "delete_fork")}
+    return {"origin": origin, "workspace": str(workspace), "branch": branch, "target_dir": str(run.target_dir), **cargo, **options}
+
+
+def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, Any]:
+    """Give the workspace a committed Cargo.lock (generated against the configured source) and check that cargo resolves it."""
+    crate_path = workspace / crate_dir
+    report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": ""}
+    lock = workspace_root(cargo, crate_path) / "Cargo.lock"
+    if not lock.exists():
+        result = cargo.run(["generate-lockfile"], cwd=crate_path, timeout=300)
+        if result.returncode == 0:
+            gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
+            report["lockfile"] = "generated"
+        else:
+            report.update(lockfile="failed", cargo_error=cargo_error(result.stderr))
+    resolved = cargo.run(["metadata", "--format-version", "1"], cwd=crate_path, timeout=300)
+    if resolved.returncode != 0:
+        report.update(metadata_ok=False, cargo_error=cargo_error(resolved.stderr))
+    return report

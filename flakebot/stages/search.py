@@ -1,0 +1,35 @@
+"""The search stage: rank crates for the spec's search query (or the need) and keep the top ten."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from flakebot.crates.registries import search
+from flakebot.errors import SearchError
+
+if TYPE_CHECKING:
+    from flakebot.pipeline.engine import StageContext
+
+logger = logging.getLogger(__name__)
+
+
+STAGE_LIMIT = 10
+
+
+def search_stage(ctx: StageContext) -> dict[str, Any]:
+    """Pipeline stage: rank crates for the spec's search query (or the need) and keep the top 10.
+
+    With --crate NAME the query is that name: the chosen crate is looked up, not searched for."""
+    query = ctx.options.get("crate") or ctx.output("spec").get("search_query") or ctx.run.state.get("need", "")
+    registry = ctx.options.get("registry")
+    ctx.progress(f"searching {registry or ctx.settings.registry} for '{query}'")
+    name, found = search(query, ctx.settings, registry, STAGE_LIMIT)
+    if not found:
+        raise SearchError(f"no crate in {name} matches '{query}'", fix="reword the need, or try another registry with --registry")
+    best = found[0].crate
+    ctx.progress(f"best of {len(found)}: {best.name} {best.version} ({found[0].why})", registry=name)
+    # Later stages (cargo in acquire, edit, package) use the source that answered: crates.io online,
+    # or the directory source (a given PATH, else the local registry) offline.
+    ctx.pin_setting("registry", "crates-io" if name == "crates-io" else (registry if registry not in (None, "auto", "local") else "local"))
+    return {"registry": name, "query": query, "candidates": [c.to_dict() for c in found]}

@@ -1,0 +1,152 @@
+"""The spec stage of the craft pipeline: from `--spec FILE` or from the model.
+
+The model answers with submit_spec (name, summary, examples) or reject_need, or use_existing_tool when a
+catalogued tool already meets the need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot.errors import SpecError
+from flakebot.pipeline.engine import StageContext
+from flakebot.templates import render
+from flakebot.toolspec import ToolSpec, load_spec_file
+
+
+def spec_stage(ctx: StageContext) -> dict[str, Any]:
+    spec_file = ctx.options.get("spec_file")
+    if spec_file:
+        spec = load_spec_file(Path(spec_file))
+        source = f"file {spec_file}"
+    else:
+        from flakebot.pipeline.models import stage_model
+
+        existing = [] if ctx.options.get("fresh") else _catalogued(ctx)
+        with stage_model(ctx) as model:
+            answer = spec_from_model(model, ctx.run.state["need"], render("prompts/spec.j2"), existing=existing)
+        if isinstance(answer, Reuse):
+            ctx.progress(f"reusing catalogued {answer.name}: {answer.reason}")
+            return {"reuse": answer.name, "reason": answer.reason, "name": answer.name, "end_run": True}
+        spec, source = answer, "model"
+    ctx.progress(f"{spec.name}: {spec.summary} ({len(spec.examples)} examples, from {source})")
+    return {**spec.to_dict(), "source": source}
+
+
+def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:
+    from flakebot.deliver.catalog import Catalog
+
+    return [entry for entry in Catalog.open(ctx.settings).tools().values() if Path(entry.get("store_path", "/nonexistent")).exists()]
+
+
+def spec_of(ctx: StageContext) -> ToolSpec:
+    """The run's ToolSpec, as the spec stage stored it."""
+    return ToolSpec.from_dict(ctx.output("spec"))
+
+
+SUBMIT_SPEC = {
+    "type": "function",
+    "function": {
+        "name": "submit_spec",
+        "description": "Describe the command-line tool that meets the need, with 3 to 6 acceptance examples.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "binary name, kebab-case, e.g. csv-dedup"},
+                "summary": {"type": "string", "description": "one line: what the tool does"},
+                "usage": {"type": "string", "description": "the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'"},
+                "search_query": {"type": "string", "description": "a few keywords to find a Rust crate to start from"},
+                "examples": {
+                    "type": "array",
+                    "minItems": 3,
+                    "maxItems": 6,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "description": {"type": "string"},
+                            "args": {"type": "array", "items": {"type": "string"}},
+                            "stdin": {"type": "string"},
+                            "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "files created in the working directory"},
+                            "stdout": {"type": "string", "description": "exact expected standard output"},
+                            "exit_code": {"type": "integer"},
+                        },
+                        "required": ["args", "stdout", "exit_code"],
+                    },
+                },
+            },
+            "required": ["name", "summary", "usage", "examples"],
+        },
+    },
+}
+
+REJECT_NEED = {
+    "type": "function",
+    "function": {
+        "name": "reject_need",
+        "description": "Refuse a need that is empty, nonsensical or not a command-line tool, saying why.",
+        "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
+    },
+}
+
+
+def use_existing_tool(existing: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tool offered when the catalog already holds tools: reuse one instead of crafting anew."""
+    return {
+        "type": "function",
+        "function": {
+            "name": "use_existing",
+            "description": "Reuse a tool flakebot already crafted when it meets the need exactly.",
+            "parameters": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "enum": [e["name"] for e in existing]}, "reason": {"type": "string"}},
+                "required": ["name", "reason"],
+            },
+        },
+    }
+
+
+@dataclass
+class Reuse:
+    """The model's judgement that a catalogued tool already meets the need."""
+
+    name: str
+    reason: str
+
+
+def spec_from_model(model: Any, need: str, system_prompt: str, attempts: int = 3, existing: list[dict[str, Any]] | None = None) -> ToolSpec | Reuse:
+    """Ask the model for a spec (or, given `existing` catalogued tools, which one to reuse); retry with the
+    exact problem when its answer is unusable."""
+    prompt = f"Need: {need}"
+    tools = [SUBMIT_SPEC, REJECT_NEED]
+    if existing:
+        listing = "\n".join(f"- {e['name']}: {e.get('summary', '')} (crafted for: {e.get('need', '')})" for e in existing)
+        prompt += f"\n\nTools already crafted (call use_existing if one of them meets the need exactly):\n{listing}"
+        tools.append(use_existing_tool(existing))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+    for _ in range(attempts):
+        reply = model.complete(messages, tools)
+        messages.append(reply.to_message())
+        call = reply.tool_calls[0] if reply.tool_calls else None
+        if call is None:
+            messages.append({"role": "user", "content": "Answer by calling submit_spec or reject_need."})
+            continue
+        if call.name == "use_existing" and existing and call.arguments.get("name") in {e["name"] for e in existing}:
+            return Reuse(str(call.arguments["name"]), str(call.arguments.get("reason", "")))
+        if call.name == "reject_need":
+            reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
+            raise SpecError(f"the model declined the need: {reason}", fix="describe a command-line tool: what goes in, what comes out")
+        problem = call.error or _spec_problem(call.arguments)
+        if problem is None:
+            return ToolSpec.from_dict(call.arguments)
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": f"error: {problem}. Call submit_spec again, corrected."})
+    raise SpecError(f"no usable spec after {attempts} attempts", fix="write the spec yourself and pass it with --spec FILE")
+
+
+def _spec_problem(arguments: dict[str, Any]) -> str | None:
+    try:
+        ToolSpec.from_dict(arguments)
+    except SpecError as exc:
+        return exc.message
+    return None

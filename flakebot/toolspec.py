@@ -1,0 +1,96 @@
+"""The spec stage: a need in plain words -> a ToolSpec, and the ToolSpec -> a frozen acceptance test.
+
+The model answers through one of two tools: `submit_spec` (name, summary, usage, 3-6 examples)
+or `reject_need` (the need is empty or makes no sense; its explanation ends the craft cleanly).
+`--spec FILE` supplies the spec instead (JSON or TOML of the same shape).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flakebot.errors import SpecError, UsageError
+
+logger = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+@dataclass
+class Example:
+    """One acceptance example: run the tool with these inputs, expect this output."""
+
+    args: list[str]
+    stdout: str
+    exit_code: int = 0
+    stdin: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass
+class ToolSpec:
+    """What the tool is: its binary name, what it does, how it is called, and how to check it."""
+
+    name: str
+    summary: str
+    usage: str
+    examples: list[Example]
+    search_query: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "spec") -> ToolSpec:
+        try:
+            examples = [Example(**{k: v for k, v in e.items() if k in Example.__dataclass_fields__}) for e in data["examples"]]
+            spec = cls(
+                name=str(data["name"]),
+                summary=str(data["summary"]),
+                usage=str(data.get("usage", "")),
+                examples=examples,
+                search_query=str(data.get("search_query", "")),
+            )
+        except (KeyError, TypeError) as exc:
+            raise SpecError(f"{source}: missing or malformed field {exc}", fix="give name, summary, usage and 3-6 examples (args, stdout, exit_code)") from None
+        problems = spec.problems()
+        if problems:
+            raise SpecError(f"{source}: {'; '.join(problems)}", fix="correct the spec")
+        return spec
+
+    def problems(self) -> list[str]:
+        """What makes this spec unusable, if anything."""
+        found = []
+        if not NAME_RE.match(self.name):
+            found.append(f"name '{self.name}' is not kebab-case (like csv-dedup)")
+        if not 3 <= len(self.examples) <= 6:
+            found.append(f"{len(self.examples)} examples given; 3 to 6 are needed")
+        for i, example in enumerate(self.examples, 1):
+            if not isinstance(example.args, list) or not all(isinstance(a, str) for a in example.args):
+                found.append(f"example {i}: args must be a list of strings")
+            if any(Path(name).is_absolute() or ".." in Path(name).parts for name in example.files):
+                found.append(f"example {i}: file names must be relative")
+        return found
+
+
+def load_spec_file(path: Path) -> ToolSpec:
+    """A spec supplied by a person or agent (JSON or TOML)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read spec file {path}: {exc.strerror}", fix="pass --spec with a readable JSON or TOML file") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"spec file {path} does not parse ({exc})", fix="fix the JSON/TOML syntax") from None
+    return ToolSpec.from_dict(data, source=str(path))
+
+
+# ------------------------------------------------------------------ the acceptance test

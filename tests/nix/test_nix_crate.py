@@ -1,0 +1,51 @@
+"""What the flake learns from cargo (real cargo, offline against Debian's registry): binaries, workspaces, the lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flakebot.nix.crate import inspect_crate, workspace_root
+from flakebot.nix.flake_files import copy_sources
+from tests.fakes.nix_crates import greeter, host_settings, two_binaries, write
+
+
+def test_single_binary_crate_needs_no_selection_flags(tmp_path: Path) -> None:
+    crate = greeter(tmp_path / "greeter")
+    facts = inspect_crate(crate, host_settings(tmp_path))
+    assert (facts.pname, facts.version, facts.bin_name, facts.license) == ("greeter", "0.3.1", "greeter", "MIT OR Apache-2.0")
+    assert facts.cargo_build_flags == [] and facts.cargo_test_flags == []
+    assert facts.lock_generated and (crate / "Cargo.lock").is_file() and "anyhow" in facts.lock_crates
+    assert inspect_crate(crate, host_settings(tmp_path)).lock_generated is False  # an existing lock is kept
+
+
+def test_workspace_member_directory_packages_the_whole_workspace(tmp_path: Path) -> None:
+    ws = two_binaries(tmp_path / "ws")
+    settings = host_settings(tmp_path)
+    assert workspace_root(ws / "beta", settings) == ws.resolve()
+    assert workspace_root(ws, settings) == ws
+    facts = inspect_crate(ws, settings, member="beta")
+    assert (facts.pname, facts.bin_name) == ("beta", "beta")
+    assert facts.cargo_build_flags == ["-p", "beta", "--bin", "beta"] and facts.cargo_test_flags == ["-p", "beta"]
+
+
+def test_prefer_bin_falls_back_to_the_crates_own_binary(tmp_path: Path) -> None:
+    crate = greeter(tmp_path / "greeter")
+    assert inspect_crate(crate, host_settings(tmp_path), prefer_bin="not-a-binary").bin_name == "greeter"
+    extra = write(tmp_path / "two", {"Cargo.toml": '[package]\nname = "two"\nversion = "1.0.0"\nedition = "2021"\n'})
+    write(extra, {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"})
+    facts = inspect_crate(extra, host_settings(tmp_path), prefer_bin="helper")
+    assert facts.bin_name == "helper" and facts.cargo_build_flags == ["--bin", "helper"]
+    assert inspect_crate(extra, host_settings(tmp_path)).bin_name == "two"  # the package's own name is its default binary
+
+
+def test_copy_leaves_out_build_output_vcs_and_registry_files(tmp_path: Path) -> None:
+    crate = greeter(tmp_path / "greeter")
+    write(
+        crate,
+        {"target/release/old": "x", ".cargo-checksum.json": "{}", "debian/patches/series": "", "result": "link?", "results.csv": "kept", "sub/result": "kept"},
+    )
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    copy_sources(crate, dest)
+    copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert copied == [".gitignore", "Cargo.toml", "results.csv", "src/main.rs", "sub/result"]

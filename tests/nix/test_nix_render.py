@@ -1,0 +1,110 @@
+"""Flake rendering: licences, native inputs, the pinned lock, and a rendered flake.nix that real nix parses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flakebot.nix import deps, licenses
+from flakebot.nix.crate import CrateFacts
+from flakebot.nix.flake_files import nix_str, render_flake
+from flakebot.nix.lock import PINNED_NIXPKGS, flake_lock
+from tests.conftest import FIXTURES, require
+
+
+@pytest.mark.parametrize(
+    ("expression", "names", "unknown"),
+    [
+        ("MIT OR Apache-2.0", ["mit", "asl20"], []),
+        ("MIT/Apache-2.0", ["mit", "asl20"], []),
+        ("(MIT OR Apache-2.0) AND Unicode-DFS-2016", ["mit", "asl20", "unicode-dfs-2016"], []),
+        ("GPL-3.0+", ["gpl3Plus"], []),
+        ("GPL-2.0", ["gpl2Only"], []),
+        ("Apache-2.0 WITH LLVM-exception", ["asl20", "llvm-exception"], []),
+        ("mit or unlicense", ["mit", "unlicense"], []),
+        ("LicenseRef-Proprietary", [], ["LicenseRef-Proprietary"]),
+        ("", [], []),
+    ],
+)
+def test_spdx_expressions_map_to_lib_licenses(expression: str, names: list[str], unknown: list[str]) -> None:
+    assert licenses.nix_licenses(expression) == (names, unknown)
+
+
+def test_native_inputs_follow_the_crates_in_the_lock() -> None:
+    found = deps.native_inputs(["libc", "openssl-sys", "pkg-config", "libgit2-sys", "onig_sys", "prost-build"])
+    assert found.native_build_inputs == ["pkg-config", "protobuf"]
+    assert found.build_inputs == ["libgit2", "oniguruma", "openssl"]
+    assert found.env == {"RUSTONIG_SYSTEM_LIBONIG": "true"}
+    assert found.because["openssl"] == ["openssl-sys"]
+    assert deps.native_inputs(["serde", "clap"]).to_dict() == {"nativeBuildInputs": [], "buildInputs": [], "env": {}, "because": {}}
+
+
+def test_a_library_alone_still_gets_pkg_config() -> None:
+    # libsqlite3-sys finds sqlite through pkg-config even when the pkg-config crate is not in the lock.
+    assert deps.native_inputs(["libsqlite3-sys"]).native_build_inputs == ["pkg-config"]
+
+
+def test_flake_lock_pins_the_real_nixos_25_05_node() -> None:
+    fixture = json.loads((FIXTURES / "nixpkgs-pins.json").read_text())["nixos-25.05"]
+    lock = flake_lock()
+    assert PINNED_NIXPKGS == fixture
+    assert lock["nodes"]["nixpkgs"]["locked"] == fixture
+    assert lock["nodes"]["nixpkgs"]["original"] == {"owner": "NixOS", "repo": "nixpkgs", "ref": "nixos-25.05", "type": "github"}
+    assert lock["nodes"]["root"] == {"inputs": {"nixpkgs": "nixpkgs"}} and lock["version"] == 7
+
+
+def _facts(**extra: object) -> CrateFacts:
+    base = {"pname": "tool", "version": "1.2.3", "bin_name": "tool-cli", "description": "", "license": "MIT", "homepage": "https://example.org/t"}
+    return CrateFacts(**{**base, **extra})  # type: ignore[arg-type]
+
+
+def _parse(text: str, tmp_path: Path) -> str:
+    require("nix-instantiate")
+    path = tmp_path / "flake.nix"
+    path.write_text(text)
+    result = subprocess.run(["nix-instantiate", "--parse", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
+    facts = _facts(
+        cargo_build_flags=["-p", "tool", "--bin", "tool-cli"],
+        cargo_test_flags=["-p", "tool"],
+        git_dependencies=["gitdep-0.1.0"],
+    )
+    native = deps.native_inputs(["openssl-sys", "onig_sys", "bindgen"])
+    text = render_flake(facts, 'Prints "quotes", ${interpolation} and \\ backslashes', native, ["mit", "asl20"], ["LicenseRef-X"])
+    parsed = _parse(text, tmp_path)
+    assert "rustPlatform" in parsed and "buildRustPackage" in parsed
+    for needle in (
+        'cargoBuildFlags = [ "-p" "tool" "--bin" "tool-cli" ];',
+        'cargoTestFlags = [ "-p" "tool" ];',
+        "nativeBuildInputs = with pkgs; [ rustPlatform.bindgenHook pkg-config ];",
+        "buildInputs = with pkgs; [ oniguruma openssl ];",
+        '"RUSTONIG_SYSTEM_LIBONIG" = "true";',
+        '"gitdep-0.1.0" = lib.fakeHash;',
+        "license = with lib.licenses; [ mit asl20 ];",
+        'mainProgram = "tool-cli";',
+        'program = "${self.packages.${system}.default}/bin/tool-cli";',
+        'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.05";',
+        '"Prints \\"quotes\\", \\${interpolation} and \\\\ backslashes"',
+    ):
+        assert needle in text, needle
+
+
+def test_minimal_flake_parses_and_omits_empty_sections(tmp_path: Path) -> None:
+    text = render_flake(_facts(homepage=""), "", deps.native_inputs([]), [], [])
+    _parse(text, tmp_path)
+    for absent in ("cargoBuildFlags", "nativeBuildInputs", "buildInputs", "outputHashes", "env =", "license =", "homepage"):
+        assert absent not in text
+    assert 'description = "tool 1.2.3";' in text
+
+
+def test_nix_str_escapes_what_nix_interprets() -> None:
+    assert nix_str('a"b') == '"a\\"b"'
+    assert nix_str("${x}") == '"\\${x}"'
+    assert nix_str("a\nb\\") == '"a\\nb\\\\"'

@@ -1,0 +1,134 @@
+"""The run/pipeline core: order, checkpoints, resume after SIGKILL, failures, corrupt state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flakebot import config
+from flakebot.errors import FlakebotError, RunError
+from flakebot.events import Event
+from flakebot.pipeline import engine as pipeline
+from flakebot.pipeline.run import Run
+from tests.conftest import REPO, run_cli, wait_for
+
+TESTS = str(REPO)  # subprocesses import tests.fakes.pipelines from the checkout
+
+
+def calls(run: Run) -> list[str]:
+    return (run.dir / "calls").read_text().split()
+
+
+def test_stages_run_in_order_and_checkpoint(workdir: Path) -> None:
+    events: list[Event] = []
+    settings = config.load()
+    run = pipeline.start("tests.fakes.pipelines:FAILING", workdir, settings, need="n", sink=events.append, stop_after="first")
+    assert run.state["status"] == "stopped"
+    saved = json.loads((run.dir / "state.json").read_text())
+    assert saved["stages"]["first"]["status"] == "finished"
+    assert saved["outputs"]["first"] == {"value": 1}
+    assert "broken" not in saved["stages"]
+    kinds = [e.kind for e in events]
+    assert kinds == ["run_started", "stage_started", "stage_finished", "run_finished"]
+    assert [json.loads(line)["event"] for line in run.events_path.read_text().splitlines()] == kinds
+
+
+def test_failure_is_recorded_and_cleanup_still_runs(workdir: Path) -> None:
+    with pytest.raises(FlakebotError) as caught:
+        pipeline.start("tests.fakes.pipelines:FAILING", workdir, config.load())
+    assert caught.value.stage == "broken"
+    run = Run.load(workdir, os.listdir(workdir / "runs")[0])
+    assert calls(run) == ["first", "broken", "cleanup"]
+    assert run.state["status"] == "failed"
+    assert run.state["stages"]["broken"]["error"]["message"] == "the broken stage broke"
+    assert run.state["outputs"]["cleanup"] == {"after_failure": True}
+    assert "last" not in run.state["stages"]
+
+
+def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": TESTS}
+    code = (
+        "from pathlib import Path; from flakebot import config; from flakebot.pipeline import engine as pipeline; "
+        f"pipeline.start('tests.fakes.pipelines:SLOW', Path({str(workdir)!r}), config.load(), need='slow need')"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run_dir = wait_for(lambda: next((workdir / "runs").glob("*/slow-started"), None)).parent
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    killed = Run.load(workdir, run_dir.name)
+    assert killed.status == "interrupted"
+    assert killed.stage_status("first") == "finished"
+    assert killed.stage_status("slow") == "running"
+
+    result = run_cli("resume", run_dir.name, "--json", env={"PYTHONPATH": TESTS})
+    assert result.returncode == 0, result.stderr
+    done = Run.load(workdir, run_dir.name)
+    assert done.state["status"] == "succeeded"
+    assert calls(done) == ["first", "slow", "slow", "last"]
+    assert done.output("last") == {"value": 3}
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {"event": "stage_skipped", "stage": "first"}.items() <= lines[1].items()
+    assert lines[-1]["result"]["status"] == "succeeded"
+
+
+def test_corrupt_state_gives_clear_error_and_keeps_the_file(workdir: Path) -> None:
+    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", "need")
+    state = run.dir / "state.json"
+    state.write_text('{"format": 1, "id": "x", "stages": ')
+    for command in (["show", run.id], ["resume", run.id]):
+        result = run_cli(*command, env={"PYTHONPATH": TESTS})
+        assert result.returncode == RunError.exit_code
+        assert "corrupt" in result.stderr and "Fix:" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert state.read_text() == '{"format": 1, "id": "x", "stages": '
+
+
+def test_hand_edited_state_with_wrong_types_is_refused(workdir: Path) -> None:
+    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", "need")
+    data = json.loads((run.dir / "state.json").read_text())
+    data["stages"] = []
+    (run.dir / "state.json").write_text(json.dumps(data))
+    with pytest.raises(RunError, match="stages"):
+        Run.load(workdir, run.id)
+
+
+def test_unknown_run_id(workdir: Path) -> None:
+    result = run_cli("resume", "no-such-run")
+    assert result.returncode == RunError.exit_code
+    assert "no run 'no-such-run'" in result.stderr and "flakebot runs" in result.stderr
+
+
+def test_workdir_that_is_a_file_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = run_cli("--workdir", str(blocker), "runs")
+    assert result.returncode == 0  # listing a workdir with no runs is fine
+    with pytest.raises(RunError, match="not writable"):
+        Run.create(blocker, "craft")
+    assert blocker.read_text() == "not a directory"
+
+
+def test_runs_and_show_list_the_run(workdir: Path) -> None:
+    run = pipeline.start("tests.fakes.pipelines:FAILING", workdir, config.load(), need="list me", stop_after="first")
+    listing = run_cli("runs", "--json", env={"PYTHONPATH": TESTS})
+    rows = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert rows == [{"id": run.id, "status": "stopped", "pipeline": "tests.fakes.pipelines:FAILING", "need": "list me", "created": rows[0]["created"]}]
+    shown = json.loads(run_cli("show", run.id[:12], "--json", env={"PYTHONPATH": TESTS}).stdout)
+    assert [s["status"] for s in shown["stages"]] == ["finished", "pending", "pending", "pending"]
+
+
+def test_a_second_driver_of_the_same_run_is_refused(workdir: Path) -> None:
+    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", "need")
+    with run.lock():
+        with pytest.raises(RunError, match="another process"):
+            with Run.load(workdir, run.id).lock():
+                pass
