@@ -6,13 +6,16 @@ import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flakebot import config
 from flakebot.crates import Candidate
 from flakebot.errors import CatalogError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.pipeline.run import Run
+
+if TYPE_CHECKING:
+    from flakebot.stages.outputs import PackageOut
 
 
 def _settings(settings: config.Settings | None) -> config.Settings:
@@ -229,12 +232,13 @@ def package(
     nixpkgs: str | None = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
-) -> dict[str, Any]:
+) -> PackageOut:
     """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
 
-    Returns the package stage's result (flakebot.nix.flake.PackageResult as a dict) plus the run id.
+    Returns the package stage's output (flake, store path, how to run it) with the run id.
     """
     from flakebot.pipeline import engine as pipeline
+    from flakebot.stages.outputs import PackageOut
 
     if not str(target).strip():
         raise UsageError("nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE")
@@ -243,7 +247,7 @@ def package(
     path = Path(target).expanduser()
     options = {"target": str(path.resolve()) if path.exists() else target, "registry": registry, "bin": bin_name, "settings": overrides}
     run = pipeline.start("package", _workdir(settings), settings, f"package {target}", options, sink)
-    return {"run_id": run.id, **run.output("package")}
+    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
 
 
 # ------------------------------------------------------------------ catalog

@@ -353,15 +353,15 @@ def package_cmd(
     with event_sink(as_json, f"package {target}") as sink:
         result = api.package(target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, sink=sink, settings=G.settings)
     if as_json:
-        json_line({"result": result})
+        json_line({"result": result.to_dict()})
         return
     from rich.markup import escape
 
-    out.print(f"[green]{escape(result['pname'])} {escape(result['version'])}[/green] built ({result['nixpkgs_mode']} nixpkgs): {result['store_path']}")
-    for notice in result.get("notices", []):
+    out.print(f"[green]{escape(result.pname)} {escape(result.version)}[/green] built ({result.nixpkgs_mode} nixpkgs): {result.store_path}")
+    for notice in result.notices:
         out.print(f"[yellow]note:[/yellow] {escape(notice)}")
-    out.print(f"flake: {escape(result['flake_dir'])}")
-    out.print(f"run it: {escape(result['nix_run_command']['shell'])}", soft_wrap=True)
+    out.print(f"flake: {escape(result.flake_dir)}")
+    out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
 
 
 # ---------------------------------------------------------------- publish

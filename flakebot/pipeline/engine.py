@@ -1,8 +1,8 @@
 """The ordered stages of a run and the machinery that drives them.
 
-A stage is a plain function `stage(ctx) -> dict | None`; what it returns is stored under
-state["outputs"][name] and state.json is rewritten atomically when it finishes. An output with
-"end_run": true finishes the run there (only `always` stages still run). A finished stage
+A stage is a plain function `stage(ctx) -> Out` (a dataclass from flakebot.stages.outputs, or a dict);
+its `to_dict()` is stored under state["outputs"][name] and state.json is rewritten atomically when it
+finishes. An output with "end_run": true finishes the run there (only `always` stages still run). A finished stage
 is skipped on resume, so a crash costs at most the stage it interrupted. Stages marked `always`
 (clean) also run after a failure or Ctrl-C.
 """
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, Interrupted, RunError, UsageError
@@ -28,6 +28,8 @@ from flakebot.events import Event, EventSink, ignore
 from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")  # a stage output type from flakebot.stages.outputs (it has STAGE and from_dict)
 
 # Pipelines by name; a name may also be a "module:attribute" import path to a list of Stages.
 PIPELINES = {
@@ -41,7 +43,7 @@ class Stage:
     """One named step of a pipeline."""
 
     name: str
-    func: Callable[[StageContext], dict[str, Any] | None]
+    func: Callable[[StageContext], Any]  # returns a stage output (outputs.py), a dict, or None
     always: bool = False  # runs even after an earlier stage failed (cleanup)
     # For a finished stage: is what it made still there? When not (clean removed it after a failure or
     # Ctrl-C), a resume runs the stage again, and every stage after it, since they built on its work.
@@ -65,7 +67,12 @@ class StageContext:
         _emit(self.run, self.sink, Event("progress", self.run.id, self.stage, message, data))
 
     def output(self, stage: str) -> dict[str, Any]:
+        """An earlier stage's output as stored (a dict); prefer `get` with the stage's Out type."""
         return self.run.output(stage)
+
+    def get(self, out: type[T]) -> T:
+        """An earlier stage's output, typed: ctx.get(AcquireOut)."""
+        return out.from_dict(self.run.output(out.STAGE))  # type: ignore[attr-defined, no-any-return]
 
     @property
     def options(self) -> dict[str, Any]:
@@ -156,7 +163,7 @@ def _run_stage(run: Run, settings: Settings, stage: Stage, sink: EventSink, fail
     _emit(run, sink, Event("stage_started", run.id, stage.name))
     ctx = StageContext(run, run_settings(run, settings), stage.name, sink, failed)
     try:
-        output = stage.func(ctx) or {}
+        output = _stored(stage.func(ctx))
     except FlakebotError as exc:
         exc.stage = exc.stage or stage.name
         return _stage_failed(run, sink, stage.name, record, exc)
@@ -168,6 +175,13 @@ def _run_stage(run: Run, settings: Settings, stage: Stage, sink: EventSink, fail
     run.save()
     _emit(run, sink, Event("stage_finished", run.id, stage.name, data={"seconds": record["seconds"]}))
     return None
+
+
+def _stored(output: Any) -> dict[str, Any]:
+    """What state.json keeps of a stage's output."""
+    if output is None:
+        return {}
+    return dict(output) if isinstance(output, dict) else dict(output.to_dict())
 
 
 def _stage_failed(run: Run, sink: EventSink, name: str, record: dict[str, Any], exc: FlakebotError) -> FlakebotError:

@@ -29,7 +29,7 @@ from flakebot.fsutil import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: stage outputs are typed (flakebot.stages.outputs); acquire stores crate_dir at the top
 
 
 def runs_dir(workdir: Path) -> Path:

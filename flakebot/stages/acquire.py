@@ -11,20 +11,22 @@ from flakebot.cargo.runner import Cargo
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.fsutil import remove_tree
+from flakebot.pipeline.engine import StageContext
 from flakebot.source import gitrepo
 from flakebot.source.acquisition import acquire
 from flakebot.source.newcrate import new_crate
+from flakebot.stages.outputs import AcquireOut, ChoiceOut, SpecOut
 
 logger = logging.getLogger(__name__)
 
 
-def acquire_stage(ctx: Any) -> dict[str, Any]:
+def acquire_stage(ctx: StageContext) -> AcquireOut:
     """Acquire the chosen crate (or start a new one) into the run's workspace, ready for offline cargo."""
-    choose, tool = ctx.output("choose"), str(ctx.output("spec").get("name") or "")
+    choice, tool = ctx.get(ChoiceOut), ctx.get(SpecOut).name
     if not tool:
         raise AcquireError("the spec stage gave the tool no name", fix="run the spec stage again (flakebot resume)")
-    mode = choose.get("mode", "fork")
-    crate = CrateInfo.from_dict(choose["crate"]) if choose.get("crate") else None
+    mode = choice.mode or "fork"
+    crate = CrateInfo.from_dict(choice.crate) if choice.crate else None
     if crate is None and mode != "new":
         raise AcquireError("no crate was chosen to start from", fix="run the search stage again, or start a new crate")
     run, workspace, branch = ctx.run, ctx.run.workspace, f"flakebot/{tool}"
@@ -47,8 +49,20 @@ def acquire_stage(ctx: Any) -> dict[str, Any]:
     cargo = prepare_cargo(workspace, origin["crate_dir"], Cargo.for_run(ctx.settings, run.target_dir))
     if not cargo["metadata_ok"]:
         ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
-    options = {key: bool(ctx.options.get(key)) for key in ("fork", "push", "delete_fork")}
-    return {"origin": origin, "workspace": str(workspace), "branch": branch, "target_dir": str(run.target_dir), **cargo, **options}
+    options = ctx.options
+    return AcquireOut(
+        origin=origin,
+        crate_dir=origin["crate_dir"],
+        workspace=str(workspace),
+        branch=branch,
+        target_dir=str(run.target_dir),
+        lockfile=cargo["lockfile"],
+        metadata_ok=cargo["metadata_ok"],
+        cargo_error=cargo["cargo_error"],
+        fork=bool(options.get("fork")),
+        push=bool(options.get("push")),
+        delete_fork=bool(options.get("delete_fork")),
+    )
 
 
 def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from flakebot.errors import SearchError, SpecError
 from flakebot.pipeline.engine import StageContext
+from flakebot.stages.outputs import ChoiceOut, SearchOut, SpecOut
 from flakebot.templates import render
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,8 @@ NO_CANDIDATE = {
 }
 
 
-def choose_stage(ctx: StageContext) -> dict[str, Any]:
-    candidates = ctx.output("search").get("candidates", [])
+def choose_stage(ctx: StageContext) -> ChoiceOut:
+    candidates = ctx.get(SearchOut).candidates
     wanted = ctx.options.get("crate")
     if wanted:
         choice = _by_option(ctx, wanted, candidates)
@@ -54,9 +55,9 @@ def choose_stage(ctx: StageContext) -> dict[str, Any]:
         from flakebot.pipeline.models import stage_model
 
         with stage_model(ctx) as model:
-            choice = choose_with_model(model, ctx.output("spec"), candidates[:TOP])
+            choice = choose_with_model(model, ctx.get(SpecOut).to_dict(), candidates[:TOP])
     ctx.progress(f"{choice['crate']['name']} ({choice['mode']}): {choice['reason']}")
-    return choice
+    return ChoiceOut.from_dict(choice)
 
 
 def _by_option(ctx: StageContext, wanted: str, candidates: list[dict[str, Any]]) -> dict[str, Any]:

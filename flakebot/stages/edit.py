@@ -12,13 +12,14 @@ from flakebot.agent.verdict import make_verdict
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
 from flakebot.pipeline.engine import StageContext
+from flakebot.stages.outputs import AcquireOut, EditOut, SpecOut
 from flakebot.templates import render
 from flakebot.toolspec import ToolSpec
 
 logger = logging.getLogger(__name__)
 
 
-def edit_stage(ctx: StageContext) -> dict[str, Any]:
+def edit_stage(ctx: StageContext) -> EditOut:
     import git
 
     from flakebot.agent.tools import Toolbox
@@ -28,8 +29,8 @@ def edit_stage(ctx: StageContext) -> dict[str, Any]:
     from flakebot.pipeline.models import stage_model
     from flakebot.sandbox import open_sandbox
 
-    spec = ToolSpec.from_dict(ctx.output("spec"))
-    workspace, crate_rel = ctx.run.workspace, ctx.output("acquire").get("crate_dir", "")
+    spec, acquired = ctx.get(SpecOut).tool_spec(), ctx.get(AcquireOut)
+    workspace, crate_rel = ctx.run.workspace, acquired.crate_dir
     crate_dir = workspace / crate_rel
     repo = git.Repo(workspace)
     _start_clean(ctx, repo)
@@ -59,7 +60,7 @@ def edit_stage(ctx: StageContext) -> dict[str, Any]:
             on_step=lambda i, result, v: _on_step(ctx, model, i, v),
             record=transcript.record,
         )
-        task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=ctx.output("acquire"), files=toolbox.call("list_files", {}).text)
+        task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
         result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
     atomic_write_json(ctx.run.dir / "edit.json", result.to_dict())
     return _outcome(result, spec)
@@ -108,7 +109,7 @@ def _on_step(ctx: StageContext, model: Any, iteration: int, verdict: Verdict | N
 STOP_ERRORS: dict[str, type[FlakebotError]] = {"budget": BudgetExceeded, "model_error": ModelError}
 
 
-def _outcome(result: LoopResult, spec: ToolSpec) -> dict[str, Any]:
+def _outcome(result: LoopResult, spec: ToolSpec) -> EditOut:
     if not result.green:
         raise STOP_ERRORS.get(result.status, EditError)(
             f"the edit loop stopped ({result.status}): {result.error or 'tests not green'}",
@@ -117,11 +118,4 @@ def _outcome(result: LoopResult, spec: ToolSpec) -> dict[str, Any]:
             iterations=result.iterations,
             best_failures=result.best_failures,
         )
-    return {
-        "status": "green",
-        "summary": result.summary,
-        "iterations": result.iterations,
-        "commit": result.best_commit,
-        "verdict": result.verdict,
-        "binary": spec.name,
-    }
+    return EditOut(status="green", summary=result.summary, iterations=result.iterations, commit=result.best_commit, verdict=result.verdict, binary=spec.name)

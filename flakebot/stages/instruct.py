@@ -14,15 +14,17 @@ from flakebot.deliver.manifest import build_manifest, shell_command, usage_markd
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_json
 from flakebot.pipeline.engine import StageContext
+from flakebot.stages.outputs import AcquireOut, InstructOut, PackageOut, SpecOut
 
 logger = logging.getLogger(__name__)
 
 
-def instruct_stage(ctx: StageContext) -> dict[str, Any]:
-    spec, package = ctx.output("spec"), ctx.output("package")
+def instruct_stage(ctx: StageContext) -> InstructOut:
+    spec, built = ctx.get(SpecOut).to_dict(), ctx.get(PackageOut)
+    package = built.to_dict()
     catalog = Catalog.open(ctx.settings)
     flake_ref = str(catalog.tool_dir(spec["name"]) / "flake")
-    binary = str(Path(package["store_path"]) / "bin" / package.get("main_program", spec["name"]))
+    binary = str(Path(built.store_path) / "bin" / (built.main_program or spec["name"]))
     ctx.progress("reading --help and running the examples against the built tool")
     help_text = observe(ctx, [binary, "--help"]).stdout
     examples = [run_example(ctx, binary, example, package_run(package, flake_ref)) for example in spec["examples"]]
@@ -36,7 +38,7 @@ def instruct_stage(ctx: StageContext) -> dict[str, Any]:
         help_text=help_text,
         examples=examples,
         verification={"command": "", "exit_code": None, "passed": False},
-        origin=ctx.output("acquire").get("origin") or ctx.output("acquire"),
+        origin=ctx.get(AcquireOut).origin,
         run_id=ctx.run.id,
     )
     usage_md = usage_markdown(manifest_in_run)
@@ -56,7 +58,7 @@ def instruct_stage(ctx: StageContext) -> dict[str, Any]:
     for directory in (ctx.run.dir, Path(entry["dir"])):
         atomic_write_json(directory / "manifest.json", manifest)
         (directory / "USAGE.md").write_text(usage_md)
-    return {"manifest": manifest, "usage_markdown": usage_md, "catalog": entry}
+    return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
 def package_run(package: dict[str, Any], flake_ref: str) -> list[str]:

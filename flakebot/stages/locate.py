@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from flakebot.errors import UsageError
 from flakebot.pipeline.engine import StageContext
+from flakebot.stages.outputs import LocateOut
 
 logger = logging.getLogger(__name__)
 
 
-def locate_stage(ctx: StageContext) -> dict[str, Any]:
+def locate_stage(ctx: StageContext) -> LocateOut:
     """Where the crate to package is: the PATH given, or CRATE acquired from the registry into the workspace."""
     target = str(ctx.options.get("target") or "")
     if not target:
         raise UsageError("nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE")
     path = Path(target).expanduser()
     if path.is_dir():
-        return {"kind": "path", "source_dir": str(path.resolve())}
+        return LocateOut(kind="path", source_dir=str(path.resolve()))
     if "/" in target or target.startswith("."):
         raise UsageError(f"{target} is not a directory", fix="give the directory holding the crate's Cargo.toml, or a crate name")
     return _acquire(ctx, target)
 
 
-def _acquire(ctx: StageContext, name: str) -> dict[str, Any]:
+def _acquire(ctx: StageContext, name: str) -> LocateOut:
     from flakebot.crates.registries import open_registry
     from flakebot.fsutil import remove_tree
     from flakebot.source.acquisition import acquire
@@ -36,4 +36,4 @@ def _acquire(ctx: StageContext, name: str) -> dict[str, Any]:
     if workspace.exists():  # left by an attempt that failed part-way
         remove_tree(workspace)
     origin = acquire(crate, workspace, branch=f"flakebot/package-{crate.name}", settings=ctx.settings, run=ctx.run)
-    return {"kind": "crate", "source_dir": str(workspace / origin.get("crate_dir", "")), "origin": origin, "workspace": str(workspace)}
+    return LocateOut(kind="crate", source_dir=str(workspace / origin.get("crate_dir", "")), origin=origin, workspace=str(workspace))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flakebot.crates.registries import search
 from flakebot.errors import SearchError
+from flakebot.stages.outputs import SearchOut, SpecOut
 
 if TYPE_CHECKING:
     from flakebot.pipeline.engine import StageContext
@@ -17,11 +18,11 @@ logger = logging.getLogger(__name__)
 STAGE_LIMIT = 10
 
 
-def search_stage(ctx: StageContext) -> dict[str, Any]:
+def search_stage(ctx: StageContext) -> SearchOut:
     """Pipeline stage: rank crates for the spec's search query (or the need) and keep the top 10.
 
     With --crate NAME the query is that name: the chosen crate is looked up, not searched for."""
-    query = ctx.options.get("crate") or ctx.output("spec").get("search_query") or ctx.run.state.get("need", "")
+    query = ctx.options.get("crate") or ctx.get(SpecOut).search_query or ctx.run.state.get("need", "")
     registry = ctx.options.get("registry")
     ctx.progress(f"searching {registry or ctx.settings.registry} for '{query}'")
     name, found = search(query, ctx.settings, registry, STAGE_LIMIT)
@@ -32,4 +33,4 @@ def search_stage(ctx: StageContext) -> dict[str, Any]:
     # Later stages (cargo in acquire, edit, package) use the source that answered: crates.io online,
     # or the directory source (a given PATH, else the local registry) offline.
     ctx.pin_setting("registry", "crates-io" if name == "crates-io" else (registry if registry not in (None, "auto", "local") else "local"))
-    return {"registry": name, "query": query, "candidates": [c.to_dict() for c in found]}
+    return SearchOut(registry=name, query=query, candidates=[c.to_dict() for c in found])

@@ -12,11 +12,12 @@ from typing import Any
 
 from flakebot.errors import SpecError
 from flakebot.pipeline.engine import StageContext
+from flakebot.stages.outputs import SpecOut
 from flakebot.templates import render
 from flakebot.toolspec import ToolSpec, load_spec_file
 
 
-def spec_stage(ctx: StageContext) -> dict[str, Any]:
+def spec_stage(ctx: StageContext) -> SpecOut:
     spec_file = ctx.options.get("spec_file")
     if spec_file:
         spec = load_spec_file(Path(spec_file))
@@ -29,21 +30,16 @@ def spec_stage(ctx: StageContext) -> dict[str, Any]:
             answer = spec_from_model(model, ctx.run.state["need"], render("prompts/spec.j2"), existing=existing)
         if isinstance(answer, Reuse):
             ctx.progress(f"reusing catalogued {answer.name}: {answer.reason}")
-            return {"reuse": answer.name, "reason": answer.reason, "name": answer.name, "end_run": True}
+            return SpecOut(name=answer.name, reuse=answer.name, reason=answer.reason, end_run=True)
         spec, source = answer, "model"
     ctx.progress(f"{spec.name}: {spec.summary} ({len(spec.examples)} examples, from {source})")
-    return {**spec.to_dict(), "source": source}
+    return SpecOut.of(spec, source)
 
 
 def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:
     from flakebot.deliver.catalog import Catalog
 
     return [entry for entry in Catalog.open(ctx.settings).tools().values() if Path(entry.get("store_path", "/nonexistent")).exists()]
-
-
-def spec_of(ctx: StageContext) -> ToolSpec:
-    """The run's ToolSpec, as the spec stage stored it."""
-    return ToolSpec.from_dict(ctx.output("spec"))
 
 
 SUBMIT_SPEC = {

@@ -1,0 +1,149 @@
+"""What each stage hands to the next: one dataclass per stage, stored in state.json as a plain dict.
+
+A stage returns its Out; the engine stores `to_dict()` under state["outputs"][STAGE]; a later stage
+reads it back with `ctx.get(AcquireOut)`. `from_dict` ignores keys it does not know and fills
+missing ones with defaults, so runs written by an earlier format still load (see `_migrate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from flakebot.nix.flake import PackageResult
+from flakebot.toolspec import ToolSpec
+
+T = TypeVar("T", bound="StageOut")
+
+
+@dataclass
+class StageOut:
+    """Common to every stage output: the stage it belongs to, and the way to and from state.json."""
+
+    STAGE: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in _migrate(cls.STAGE, data).items() if k in known})
+
+
+@dataclass
+class SpecOut(StageOut):
+    """The tool to build (from the model or --spec FILE), or the catalogued tool that already meets the need."""
+
+    STAGE: ClassVar[str] = "spec"
+    name: str = ""
+    summary: str = ""
+    usage: str = ""
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    search_query: str = ""
+    source: str = ""  # "model" or "file PATH"
+    reuse: str = ""  # a catalogued tool's name, when the model judged it equivalent
+    reason: str = ""
+    end_run: bool = False  # set with reuse: the run's work is done, only `always` stages follow
+
+    @classmethod
+    def of(cls, spec: ToolSpec, source: str) -> SpecOut:
+        return cls.from_dict({**spec.to_dict(), "source": source})
+
+    def tool_spec(self) -> ToolSpec:
+        return ToolSpec.from_dict(self.to_dict())
+
+
+@dataclass
+class SearchOut(StageOut):
+    STAGE: ClassVar[str] = "search"
+    registry: str = ""
+    query: str = ""
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # Candidate.to_dict(), best first
+
+
+@dataclass
+class ChoiceOut(StageOut):
+    STAGE: ClassVar[str] = "choose"
+    crate: dict[str, Any] = field(default_factory=dict)  # CrateInfo.to_dict()
+    mode: str = ""  # "fork" (edit the crate) or "new" (a new crate depending on it)
+    reason: str = ""
+    by: str = ""  # "model" or "option"
+
+
+@dataclass
+class AcquireOut(StageOut):
+    """The workspace: a git repository on the run's branch; the crate is at `crate_dir` (relative, "" at the top)."""
+
+    STAGE: ClassVar[str] = "acquire"
+    origin: dict[str, Any] = field(default_factory=dict)  # how the source was acquired (method, url, revision, ...)
+    crate_dir: str = ""
+    workspace: str = ""
+    branch: str = ""
+    target_dir: str = ""
+    lockfile: str = ""  # "existing", "generated" or "failed"
+    metadata_ok: bool = True
+    cargo_error: str = ""
+    fork: bool = False
+    push: bool = False
+    delete_fork: bool = False
+
+
+@dataclass
+class EditOut(StageOut):
+    STAGE: ClassVar[str] = "edit"
+    status: str = ""
+    summary: str = ""
+    iterations: int = 0
+    commit: str = ""
+    verdict: dict[str, Any] = field(default_factory=dict)
+    binary: str = ""
+
+
+@dataclass
+class LocateOut(StageOut):
+    """The package pipeline's crate: a directory given by the user, or a crate acquired into the workspace."""
+
+    STAGE: ClassVar[str] = "source"
+    kind: str = ""  # "path" or "crate"
+    source_dir: str = ""
+    origin: dict[str, Any] = field(default_factory=dict)
+    workspace: str = ""
+
+
+@dataclass
+class InstructOut(StageOut):
+    STAGE: ClassVar[str] = "instruct"
+    manifest: dict[str, Any] = field(default_factory=dict)
+    usage_markdown: str = ""
+    catalog: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CleanOut(StageOut):
+    STAGE: ClassVar[str] = "clean"
+    kept: bool = False
+    removed: list[str] = field(default_factory=list)
+    forks: list[dict[str, Any]] = field(default_factory=list)
+    pushed: dict[str, Any] | None = None
+
+
+@dataclass
+class PackageOut(StageOut, PackageResult):
+    """The flake, the built store path and how to run the tool: what package_crate produced."""
+
+    STAGE: ClassVar[str] = "package"
+    run_id: str = ""  # set by flakebot.api.package for its caller
+
+    @classmethod
+    def of(cls, result: PackageResult) -> PackageOut:
+        return cls(**dataclasses.asdict(result))
+
+
+def _migrate(stage: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Outputs as format 1 stored them, in today's shape."""
+    if stage == "acquire" and "crate_dir" not in data:
+        # format 1 kept crate_dir only inside origin (and the edit stage then looked for it at the top)
+        return {**data, "crate_dir": (data.get("origin") or {}).get("crate_dir", "")}
+    return data
