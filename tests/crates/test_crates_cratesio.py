@@ -141,7 +141,10 @@ def test_one_request_per_interval_across_four_threads(server: CratesServer) -> N
     times = sorted(r.time for r in server.requests("/api/v1/crates"))
     assert len(times) == 8
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert min(gaps) >= 0.18, gaps
+    # The limiter spaces sends; the server sees arrivals, which scheduling on a loaded machine can move a little
+    # closer. Without the limiter all eight arrive within milliseconds of each other.
+    assert times[-1] - times[0] >= 7 * 0.2 * 0.95, gaps
+    assert min(gaps) >= 0.1, gaps
 
 
 def test_repeat_search_is_served_from_the_disk_cache(server: CratesServer) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DEBIAN_REGISTRY, require
+from tests.conftest import DEBIAN_REGISTRY, require
 
 from flakebot.config import Settings
 from flakebot.crates.cratesio import CratesIo
