@@ -38,7 +38,7 @@ from typing import Any
 import git
 
 from flakebot.agent.acceptance import write_acceptance_test
-from flakebot.agent.loop import EditLoop, Limits, Verdict
+from flakebot.agent.loop import EditLoop, LoopLimits, Verdict
 from flakebot.agent.tools import Toolbox
 from flakebot.cargo.diagnostics import run_cargo
 from flakebot.cargo.runner import Cargo
@@ -164,7 +164,7 @@ class Bench:
                 self.verdict(spent),
                 Timed(self, "commit", spent, "commit").commit,
                 lambda sha: None,
-                Limits(5, 600),
+                LoopLimits(5, 600),
                 on_step=lambda *_: self.run.save(),
                 record=transcript.record,
             )

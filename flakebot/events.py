@@ -1,4 +1,8 @@
-"""Events a pipeline emits; the CLI renders them (rich) or prints them as JSON lines."""
+"""Events a pipeline emits; the CLI renders them (rich) or prints them as JSON lines.
+
+Kinds, in the order a run emits them: run_started, stage_started | stage_skipped, progress (any number),
+stage_finished | stage_failed, and last run_finished | run_failed.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-EVENT_KINDS = (
-    "run_started",
-    "stage_started",
-    "stage_skipped",
-    "progress",
-    "stage_finished",
-    "stage_failed",
-    "run_finished",
-    "run_failed",
-)
-
 
 @dataclass
 class Event:

@@ -67,7 +67,7 @@ class StopLoop(Exception):
 
 
 @dataclass
-class Limits:
+class LoopLimits:
     max_iterations: int
     max_wall_seconds: float
 
@@ -82,7 +82,7 @@ class EditLoop:
         verdict: Callable[[], Verdict],
         commit: Callable[[str], str],
         restore: Callable[[str], None],
-        limits: Limits,
+        limits: LoopLimits,
         on_step: Callable[[int, LoopResult, Verdict | None], None] = lambda *_: None,
         record: Callable[..., None] = lambda *_, **__: None,
     ) -> None:

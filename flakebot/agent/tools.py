@@ -60,7 +60,7 @@ class ToolResult:
 
 
 @dataclass
-class Param:
+class ToolParam:
     name: str
     type: str  # JSON Schema type: string, integer, boolean, array (of strings)
     description: str
@@ -71,7 +71,7 @@ class Param:
 class Tool:
     name: str
     description: str
-    params: list[Param]
+    params: list[ToolParam]
     writes: bool = False  # refused in read-only mode
 
     def schema(self) -> dict[str, Any]:
@@ -80,7 +80,7 @@ class Tool:
         return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": parameters}}
 
 
-def _json_type(param: Param) -> dict[str, Any]:
+def _json_type(param: ToolParam) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": param.type, "description": param.description}
     if param.type == "array":
         schema["items"] = {"type": "string"}
@@ -91,29 +91,29 @@ TOOLS = [
     Tool(
         "list_files",
         "List the files under a directory of the workspace (recursively; .git and target are skipped).",
-        [Param("path", "string", "Directory relative to the workspace root; default '.'.", False)],
+        [ToolParam("path", "string", "Directory relative to the workspace root; default '.'.", False)],
     ),
     Tool(
         "read_file",
         f"Read a text file with line numbers (the numbers are not part of the file). At most {MAX_READ_LINES} lines per call.",
         [
-            Param("path", "string", "File path relative to the workspace root, e.g. src/main.rs."),
-            Param("start_line", "integer", "First line to show (1-based); default 1.", False),
-            Param("end_line", "integer", "Last line to show (inclusive); default the end of the file.", False),
+            ToolParam("path", "string", "File path relative to the workspace root, e.g. src/main.rs."),
+            ToolParam("start_line", "integer", "First line to show (1-based); default 1.", False),
+            ToolParam("end_line", "integer", "Last line to show (inclusive); default the end of the file.", False),
         ],
     ),
     Tool(
         "search",
         f"Search the workspace's text files for a Python regular expression; returns path:line: text (at most {MAX_SEARCH_RESULTS} matches).",
         [
-            Param("pattern", "string", "Regular expression, e.g. 'fn main' or 'struct \\w+Config'."),
-            Param("path", "string", "Directory or file to search; default '.'.", False),
+            ToolParam("pattern", "string", "Regular expression, e.g. 'fn main' or 'struct \\w+Config'."),
+            ToolParam("path", "string", "Directory or file to search; default '.'.", False),
         ],
     ),
     Tool(
         "write_file",
         "Create or overwrite a file with the complete content given. Write the whole file: placeholders such as '// ... existing code' are refused.",
-        [Param("path", "string", "File path relative to the workspace root."), Param("content", "string", "The complete new content of the file.")],
+        [ToolParam("path", "string", "File path relative to the workspace root."), ToolParam("content", "string", "The complete new content of the file.")],
         writes=True,
     ),
     Tool(
@@ -121,9 +121,9 @@ TOOLS = [
         "Replace one exact occurrence of `search` in a file by `replace`. `search` must match the file exactly, whitespace included, "
         "and only once (add surrounding lines to make it unique). Write real code in `replace`, never placeholders such as '// ... existing code'.",
         [
-            Param("path", "string", "File path relative to the workspace root."),
-            Param("search", "string", "The exact text to find (copied from read_file output, without the line numbers)."),
-            Param("replace", "string", "The text to put in its place (may be empty to delete)."),
+            ToolParam("path", "string", "File path relative to the workspace root."),
+            ToolParam("search", "string", "The exact text to find (copied from read_file output, without the line numbers)."),
+            ToolParam("replace", "string", "The text to put in its place (may be empty to delete)."),
         ],
         writes=True,
     ),
@@ -132,22 +132,22 @@ TOOLS = [
         "run_tests",
         "Run `cargo test` in the sandbox (all tests, the frozen acceptance tests included); "
         "returns compiler errors or failing tests with their panic messages.",
-        [Param("filter", "string", "Only run tests whose name contains this text; default all.", False)],
+        [ToolParam("filter", "string", "Only run tests whose name contains this text; default all.", False)],
     ),
     Tool(
         "add_dependency",
         "Add a crate to [dependencies] with `cargo add` (from the configured crate source; offline when flakebot is offline).",
         [
-            Param("name", "string", "Crate name, e.g. anyhow."),
-            Param("version", "string", "Version requirement, e.g. 1.0; default the newest available.", False),
-            Param("features", "array", "Features to enable.", False),
+            ToolParam("name", "string", "Crate name, e.g. anyhow."),
+            ToolParam("version", "string", "Version requirement, e.g. 1.0; default the newest available.", False),
+            ToolParam("features", "array", "Features to enable.", False),
         ],
         writes=True,
     ),
     Tool(
         "done",
         "Say the work is finished. flakebot then runs the tests itself; the loop ends only if they pass.",
-        [Param("summary", "string", "What you changed and how the tool is used.")],
+        [ToolParam("summary", "string", "What you changed and how the tool is used.")],
     ),
 ]
 
@@ -227,8 +227,6 @@ class Toolbox:
             _replace_file(path, content)
             restored.append(rel)
         return restored
-
-    restore_frozen = enforce_frozen
 
     def _frozen_key(self, rel: str) -> str:
         try:
@@ -422,7 +420,7 @@ def _check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     return {k: _typed(params[k], v) for k, v in args.items()}
 
 
-def _typed(param: Param, value: Any) -> Any:
+def _typed(param: ToolParam, value: Any) -> Any:
     if param.type == "integer" and isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     ok = {

@@ -19,7 +19,7 @@ POSITIONAL = re.compile(r"^\s{1,8}(?P<open>[<\[])(?P<name>[^>\]]+)[>\]](?P<many>
 
 
 @dataclass
-class Param:
+class CliParam:
     """One thing the command line accepts."""
 
     name: str  # JSON property name
@@ -36,10 +36,10 @@ class Param:
         return asdict(self)
 
 
-def parse_help(text: str) -> list[Param]:
+def parse_help(text: str) -> list[CliParam]:
     """The parameters a clap help text describes, in order (help/version left out)."""
     usage = _usage_line(text)
-    params: list[Param] = []
+    params: list[CliParam] = []
     section = ""
     for line in text.splitlines():
         header = re.match(r"^([A-Za-z][A-Za-z ]*):\s*(.*)$", line)
@@ -62,20 +62,20 @@ def _usage_line(text: str) -> str:
     return match.group(1) if match else ""
 
 
-def _positional(match: re.Match[str], usage: str) -> Param:
+def _positional(match: re.Match[str], usage: str) -> CliParam:
     name = match.group("name")
     required = match.group("open") == "<" and f"[{name}]" not in usage and f"[{name}]..." not in usage
-    param = Param(name=_json_name(name), kind="positional", value_name=name, required=required, multiple=bool(match.group("many")))
+    param = CliParam(name=_json_name(name), kind="positional", value_name=name, required=required, multiple=bool(match.group("many")))
     _extend(param, match.group("rest").strip())
     return param
 
 
-def _option(match: re.Match[str] | None) -> Param | None:
+def _option(match: re.Match[str] | None) -> CliParam | None:
     if match is None or not (match.group("long") or match.group("short")):
         return None
     flag = match.group("long") or match.group("short")
     value = match.group("value") or ""
-    param = Param(
+    param = CliParam(
         name=_json_name(flag.lstrip("-")),
         kind="option" if value else "flag",
         flag=flag,
@@ -86,7 +86,7 @@ def _option(match: re.Match[str] | None) -> Param | None:
     return param
 
 
-def _extend(param: Param, text: str) -> None:
+def _extend(param: CliParam, text: str) -> None:
     """Add description text, picking out clap's [default: ..] and [possible values: ..]."""
     default = re.search(r"\[default: ([^\]]*)\]", text)
     if default:
@@ -103,7 +103,7 @@ def _json_name(raw: str) -> str:
     return re.sub(r"[^a-z0-9_]", "_", raw.lower().strip("<>[].")).strip("_") or "arg"
 
 
-def json_schema(params: list[Param], *, with_stdin: bool = True) -> dict[str, Any]:
+def json_schema(params: list[CliParam], *, with_stdin: bool = True) -> dict[str, Any]:
     """A JSON Schema object for the parameters (usable for OpenAI tools and MCP inputSchema)."""
     properties: dict[str, Any] = {}
     for p in params:
@@ -122,7 +122,7 @@ def json_schema(params: list[Param], *, with_stdin: bool = True) -> dict[str, An
     return {"type": "object", "properties": properties, "required": [p.name for p in params if p.required]}
 
 
-def to_argv(params: list[Param], arguments: dict[str, Any]) -> list[str]:
+def to_argv(params: list[CliParam], arguments: dict[str, Any]) -> list[str]:
     """Command-line arguments for a JSON call: options and flags first, then positionals in order."""
     known = {p.name for p in params} | {"stdin"}
     unknown = sorted(set(arguments) - known)

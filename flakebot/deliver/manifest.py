@@ -6,13 +6,13 @@ import shlex
 import time
 from typing import Any
 
-from flakebot.deliver.helpparse import Param, json_schema, parse_help
+from flakebot.deliver.helpparse import CliParam, json_schema, parse_help
 from flakebot.templates import render
 
 MANIFEST_FORMAT = 1
 
 
-def tool_schemas(name: str, summary: str, params: list[Param]) -> tuple[dict[str, Any], dict[str, Any]]:
+def tool_schemas(name: str, summary: str, params: list[CliParam]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(OpenAI function-calling tool, MCP tool definition) for the tool's command line."""
     schema = json_schema(params)
     openai_tool = {"type": "function", "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema}}

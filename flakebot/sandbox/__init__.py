@@ -29,10 +29,9 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from flakebot.config import Settings
 from flakebot.errors import SandboxError
 from flakebot.sandbox.bubblewrap import BwrapSandbox, real_root
-from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, Limits, PlainSandbox, Sandbox, execute
+from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, PlainSandbox, Sandbox, SandboxLimits, execute
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ def open_sandbox(
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
     if permission not in PERMISSIONS:
         raise SandboxError(f"unknown sandbox permission '{permission}'", fix=f"use one of: {', '.join(PERMISSIONS)}")
-    limits = Limits(timeout=timeout, output_cap=output_cap, max_processes=max_processes)
+    limits = SandboxLimits(timeout=timeout, output_cap=output_cap, max_processes=max_processes)
     if not Path(workspace).is_dir():
         raise SandboxError(f"workspace {workspace} is not a directory", fix="acquire the crate first (flakebot craft ... runs the acquire stage)")
     if mode == "off":
@@ -80,20 +79,7 @@ def open_sandbox(
     return sandbox
 
 
-def open_for_run(settings: Settings, *, workspace: Path, target_dir: Path, permission: str = "READ_WRITE") -> Sandbox:
-    """open_sandbox() configured from Settings (sandbox, command_timeout, output_cap, local_registry) for one run."""
-    return open_sandbox(
-        settings.sandbox,
-        workspace=workspace,
-        writable=[target_dir],
-        permission=permission,
-        timeout=settings.command_timeout,
-        output_cap=settings.output_cap,
-        readable=[Path(settings.local_registry)],
-    )
-
-
-def _without_bwrap(mode: str, limits: Limits, problem: str, fix: str) -> Sandbox:
+def _without_bwrap(mode: str, limits: SandboxLimits, problem: str, fix: str) -> Sandbox:
     if mode == "required":
         raise SandboxError(f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox auto to run without isolation")
     logger.warning("%s: commands run as plain processes (timeout and output cap only, no isolation). Fix: %s", problem, fix)

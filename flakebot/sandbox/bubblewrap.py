@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import SandboxError
-from flakebot.sandbox.process import CommandResult, Limits, _base_env, _rustup_home, execute
+from flakebot.sandbox.process import CommandResult, SandboxLimits, _base_env, _rustup_home, execute
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class BwrapSandbox:
     bwrap: str
     workspace: Path
     writable: list[Path]
-    limits: Limits
+    limits: SandboxLimits
     read_only: bool = False
     readable: Sequence[Path] = ()
     keep_root: bool = False

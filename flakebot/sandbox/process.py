@@ -50,7 +50,7 @@ class Sandbox(Protocol):
 
 
 @dataclass
-class Limits:
+class SandboxLimits:
     """Per-command limits shared by every sandbox kind."""
 
     timeout: float = 600.0
@@ -61,7 +61,7 @@ class Limits:
 class PlainSandbox:
     """A plain process in its own process group: timeout, output cap and a minimal environment, no isolation."""
 
-    def __init__(self, limits: Limits, *, name: str = "plain") -> None:
+    def __init__(self, limits: SandboxLimits, *, name: str = "plain") -> None:
         self.name = name
         self.limits = limits
 

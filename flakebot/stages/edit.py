@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, write_acceptance_test
-from flakebot.agent.loop import EditLoop, Limits, LoopResult, Verdict
+from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
 from flakebot.agent.verdict import make_verdict
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
@@ -56,7 +56,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
             verdict,
             commit,
             lambda sha: _restore(repo, sha),
-            Limits(settings.max_iterations, settings.max_wall_seconds),
+            LoopLimits(settings.max_iterations, settings.max_wall_seconds),
             on_step=lambda i, result, v: _on_step(ctx, model, i, v),
             record=transcript.record,
         )

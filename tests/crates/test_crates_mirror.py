@@ -16,12 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from tests.conftest import DEBIAN_REGISTRY, require
 
 from flakebot.config import Settings
 from flakebot.crates.cratesio import CratesIo
 from flakebot.crates.mirror import Mirror, pack_crate, serve_mirror
 from flakebot.errors import AcquireError
+from tests.conftest import DEBIAN_REGISTRY, require
 
 CRATES_IO_SOURCE = "registry+https://github.com/rust-lang/crates.io-index"
 
