@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+
 @dataclass
 class Event:
     """One thing that happened in a run."""
