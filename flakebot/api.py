@@ -111,6 +111,7 @@ def craft(
     registry: str | None = None,
     crate: str | None = None,
     mode: str | None = None,
+    method: str | None = None,
     spec_file: str | None = None,
     max_iterations: int | None = None,
     max_cost: float | None = None,
@@ -143,12 +144,14 @@ def craft(
 
     check_model(model, settings)  # fail before any work when no model can be used
     _check_craft_options(crate, mode, spec_file, stop_after)
+    _check_method(method)
     _check_limits(settings)
     options = {
         "model": model,
         "registry": registry,
         "crate": crate,
         "mode": mode,
+        "method": method,
         "spec_file": str(Path(spec_file).resolve()) if spec_file else None,
         "keep": keep,
         "fork": fork,
@@ -162,6 +165,13 @@ def craft(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
+
+
+def _check_method(method: str | None) -> None:
+    from flakebot.source.acquisition import METHODS
+
+    if method is not None and method not in METHODS:
+        raise UsageError(f"unknown acquisition method '{method}'", fix=f"use one of: {', '.join(METHODS)}")
 
 
 def _check_craft_options(crate: str | None, mode: str | None, spec_file: str | None, stop_after: str | None) -> None:

@@ -241,6 +241,10 @@ def craft_cmd(
     registry: Annotated[str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")] = None,
     crate: Annotated[str | None, typer.Option(help="Start from this crate (skips the model's choice).")] = None,
     mode: Annotated[str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")] = None,
+    method: Annotated[
+        str | None,
+        typer.Option(help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."),
+    ] = None,
     spec: Annotated[Path | None, typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model.")] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
@@ -264,7 +268,7 @@ def craft_cmd(
 
     with event_sink(as_json, f"craft: {need}") as sink:
         result = api.craft(
-            need, model=model, registry=registry, crate=crate, mode=mode, spec_file=str(spec) if spec else None,
+            need, model=model, registry=registry, crate=crate, mode=mode, method=method, spec_file=str(spec) if spec else None,
             max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
             fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sink=sink, settings=G.settings,
         )  # fmt: skip
