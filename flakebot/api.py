@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -10,9 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from flakebot import config
 from flakebot.crates import Candidate
-from flakebot.errors import CatalogError, RunError, UsageError
+from flakebot.errors import CatalogError, FlakebotError, RunError, UsageError
 from flakebot.events import EventSink, ignore
+from flakebot.fsutil import remove_tree
 from flakebot.pipeline.run import Run
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from flakebot.stages.outputs import PackageOut
@@ -316,11 +320,31 @@ def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str,
     return Catalog.open(_settings(settings)).remove(name)
 
 
+def remove_runs(run_id: str | None, settings: config.Settings | None = None) -> list[Path]:
+    """`flakebot clean RUN|--all`: remove one run directory (or all), releasing its forks and paths first."""
+    from flakebot.pipeline.cleanup import clean_run
+    from flakebot.pipeline.run import Run, find_run_dir, runs_dir
+    from flakebot.source.remote import release_run_forks
+
+    settings = _settings(settings)
+    workdir = _workdir(settings)
+    directories = [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
+    for directory in directories:
+        try:
+            run = Run.load(workdir, directory.name)
+            release_run_forks(run, settings)
+            clean_run(run)
+        except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
+            logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
+        remove_tree(directory)
+    return directories
+
+
 # ------------------------------------------------------------------ publish
 
 
 def publish(tool: str, *, to: str, settings: config.Settings | None = None) -> dict[str, Any]:
     """Copy a catalogued tool's closure to a binary cache or Nix store (`nix copy`); returns what was copied and how to fetch it."""
-    from flakebot.nix.publish import publish as publish_tool
+    from flakebot.deliver.publish import publish as publish_tool
 
     return publish_tool(tool, to, _settings(settings))

@@ -1,9 +1,9 @@
-"""The edit loop: a bounded agent editing a crate until `cargo test` is green.
+"""The edit loop: a bounded agent editing a crate until flakebot's own verdict is green.
 
-    sandbox.py  bubblewrap (plain process where unavailable): every command the loop runs
-    cargo.py    cargo with --message-format=json, turned into compact diagnostics for the model
-    tools.py    the tools the model calls (read/edit/write/search/test/...), paths kept in the workspace
-    loop.py     the loop: limits, best-state commits, loop detection, flakebot's own verdict
+    loop.py        EditLoop: limits, best-state commits, loop detection; the model only proposes
+    tools.py       the tools the model calls (read/edit/write/search/test/...), paths kept in the workspace
+    verdict.py     flakebot's verdict: `cargo test` in the sandbox, every acceptance example run and passed
+    acceptance.py  the acceptance test written from the spec before any edit, frozen by hash
 
-May import flakebot.llm, flakebot.config, flakebot.errors, flakebot.cargo.runner.
+May import flakebot.cargo, config, errors, fsutil, llm (types), sandbox, templates, toolspec.
 """

@@ -152,13 +152,13 @@ def clean_cmd(
     all_runs: Annotated[bool, typer.Option("--all", help="Remove every run directory.")] = False,
 ) -> None:
     """Remove run directories and everything the runs created."""
+    from flakebot import api
     from flakebot.cli.live import out
     from flakebot.errors import UsageError
-    from flakebot.pipeline import cleanup
 
     if bool(run_id) == all_runs:
         raise UsageError("give either a RUN id or --all", fix="run 'flakebot clean RUN' or 'flakebot clean --all'")
-    removed = cleanup.remove_runs(G.workdir, None if all_runs else run_id)
+    removed = api.remove_runs(None if all_runs else run_id, G.settings)
     out.print(f"removed {len(removed)} run(s)")
 
 

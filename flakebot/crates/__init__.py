@@ -3,9 +3,10 @@
     cratesio.py  crates.io API + sparse index + .crate downloads (httpx, rate-limited, cached)
     local.py     a cargo directory source (Debian's /usr/share/cargo/registry, a `cargo vendor` dir)
     rank.py      one ranking for both backends, every result with a short `why`
-    stage.py     the pipeline's search stage
+    registries.py open_registry(): a registry by name (crates-io, local, a directory source, auto)
+    mirror.py    a local crates.io made of real crates (sparse index, API, .crate files) on 127.0.0.1
 
-May import flakebot.config, flakebot.errors, flakebot.fsutil; nothing from llm/, agent/, nix/.
+May import flakebot.config, errors, fsutil; nothing from llm/, agent/, nix/.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Nix: wrap a crate as a pinned flake, build it, smoke-run it, and run it with `nix run`.
 
-    flake.py     package_crate (render → git add → nix build → smoke run → GC root), nix_run, flake_check
-    render.py    the flake's files: sources copied in, flake.nix from templates/flake.nix.j2, git commit
+    flake.py     package_crate (files → git add → nix build → smoke run → GC root), nix_run, flake_check
+    flake_files.py the flake's files: sources copied in, flake.nix from templates/flake.nix.j2, git commit
     build.py     nix build --json with the log tail on failure, the bounded smoke run, the GC root
     crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary
     deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does)
@@ -10,5 +10,5 @@
     standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)
     command.py   nix command lines for Nix 2.8, the nixpkgs mode, bounded runs keeping the log tail
 
-May import flakebot.config, flakebot.errors, flakebot.fsutil, flakebot.cargo.runner, flakebot.templates.
+May import flakebot.config, errors, fsutil, cargo, sandbox, templates, and source.tree (what a copy leaves out).
 """

@@ -1,4 +1,4 @@
-"""Removing what runs created: workspaces, target dirs, temp files, whole run directories.
+"""Removing what a run created (workspace, target dir, temp files), keeping its audit record.
 
 Processes need no record here: sandboxed commands die with flakebot (bubblewrap --die-with-parent, the
 whole group killed at their end) and nix builds get a parent-death signal."""
@@ -9,14 +9,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from flakebot.errors import FlakebotError
 from flakebot.fsutil import remove_tree
-from flakebot.pipeline.run import Run, find_run_dir, runs_dir
+from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
 
 # Kept after a run for audit: the flake, manifest, transcript, state and logs.
-KEPT = {"flake", "state.json", "transcript.jsonl", "events.jsonl", "run.log", "manifest.json", "USAGE.md", ".lock"}
+KEPT = {"flake", "state.json", "transcript.jsonl", "events.jsonl", "run.log", "edit.json", "manifest.json", "USAGE.md", ".lock"}
 
 
 def clean_run(run: Run) -> list[str]:
@@ -36,24 +35,3 @@ def _release(resource: dict[str, Any]) -> bool:
     if kind == "path":
         return remove_tree(Path(resource["path"]))
     return False  # other kinds (forks) are released by the stage that knows how
-
-
-def _release_forks(run: Run) -> None:
-    from flakebot import config
-    from flakebot.source.remote import release_run_forks
-
-    release_run_forks(run, config.load())
-
-
-def remove_runs(workdir: Path, run_id: str | None) -> list[Path]:
-    """Remove one run directory (by id) or all of them (run_id None), releasing their resources first."""
-    directories = [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
-    for directory in directories:
-        try:
-            run = Run.load(workdir, directory.name)
-            _release_forks(run)
-            clean_run(run)
-        except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
-            logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
-        remove_tree(directory)
-    return directories
