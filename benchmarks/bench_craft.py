@@ -123,7 +123,7 @@ def model_times(transcript: Path, state: dict[str, Any]) -> dict[str, float]:
 
 
 def session_with_nonce(dest: Path) -> Path:
-    """The recorded session, its spec summary made unique (a new flake source, so nix builds for real)."""
+    """The hand-written session, its spec summary made unique (a new flake source, so nix builds for real)."""
     data = json.loads(SESSION.read_text())
     arguments = data["stages"]["spec"][0]["tool_calls"][0]["arguments"]
     arguments["summary"] += f" (benchmark {secrets.token_hex(4)})"

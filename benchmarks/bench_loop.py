@@ -1,6 +1,6 @@
 """P2 (issue 6): one edit-loop iteration against the raw `cargo test` it runs, after the same one-line edit, warm target dir.
 
-The crate is the demo's own tool, as the recorded session (flakebot/data/sessions/csv-dedup.json) builds it:
+The crate is the demo's own tool, as the hand-written session (flakebot/data/sessions/csv-dedup.json) builds it:
 a new binary crate depending on csv and clap (flakebot's new_crate, then `cargo add clap`), the acceptance
 test flakebot writes from the session's spec, and src/main.rs as the model wrote it in the session's first
 edit (red: --key is missing, two acceptance tests fail) or its second (green). A binary crate has no doc-test
@@ -219,7 +219,7 @@ def run(samples: int = 7) -> dict[str, Any]:
         red = _phase(bench, bench.red_main, samples, want_green=False)
         green = _phase(bench, bench.green_main, samples, want_green=True)
     return {
-        "crate": f"{bench.spec.name} (the recorded session's tool, on csv and clap)",
+        "crate": f"{bench.spec.name} (the hand-written session's tool, on csv and clap)",
         "red": red,
         "green": green,
         "ratio": red["ratio"],

@@ -51,7 +51,7 @@ POINTS = [
 
 
 def script_for(point: CrashPoint, home: Home) -> Path:
-    """The recorded session, with the point's slow fault and tool name."""
+    """The hand-written session, with the point's slow fault and tool name."""
     script = session()
     if point.slow and point.stage in script["stages"]:
         first = script["stages"][point.stage][0]

@@ -1,6 +1,6 @@
 """Model-server faults during a real offline craft: which ones a craft survives, who retried, and what it cost.
 
-Each case crafts "need a CSV deduper" from the recorded session, served by flakebot's stub server
+Each case crafts "need a CSV deduper" from the hand-written session, served by flakebot's stub server
 (in this process, on 127.0.0.1) to the real groq SDK in the craft's process (GROQ_BASE_URL points at
 the stub), with fault turns inserted before one turn of one stage. A fault answers one request; the
 retry is answered by the next turn (docs/scripts.md). The stub's request log says how many HTTP
@@ -25,7 +25,7 @@ from flakebot.llm.script import load_script
 from flakebot.llm.stub_server import StubServer
 
 STAGES = ("spec", "choose", "edit")
-MODEL = "groq:recorded-csv-dedup"
+MODEL = "groq:hand-written-csv-dedup"
 FAKE_KEY = "gsk_reliability_stub_not_a_real_key"
 RETRIES = 2  # the default model_retries; set explicitly so the cases do not depend on a user's config
 NEED = "need a CSV deduper"
@@ -86,7 +86,7 @@ def script_turns(case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults:
 
 def serve(home: Home, turns: list[dict[str, Any]], name: str) -> StubServer:
     """A stub server for `turns` (validated as a script file would be)."""
-    path = write_json(home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "recorded-csv-dedup", "turns": turns})
+    path = write_json(home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "hand-written-csv-dedup", "turns": turns})
     return StubServer(load_script(path)).start()
 
 

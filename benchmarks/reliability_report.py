@@ -236,7 +236,7 @@ def _faults(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "## Model-server faults",
         "",
-        'A real offline craft of "need a CSV deduper" from the recorded session, served by flakebot\'s stub server to the real groq SDK '
+        'A real offline craft of "need a CSV deduper" from the hand-written session, served by flakebot\'s stub server to the real groq SDK '
         "(`GROQ_BASE_URL`), with fault turns inserted before one turn of a stage. *HTTP* counts the requests the server answered, *calls* the "
         "model calls in the run's transcript: the difference is retries the SDK made on its own. *recovery* is the time from the first fault "
         "to the request that the next turn answered.",
@@ -330,7 +330,7 @@ def _crashes(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "## Crash points",
         "",
-        '`craft "need a CSV deduper"` (recorded session, offline) is started in its own process group and the whole group gets SIGKILL at the '
+        '`craft "need a CSV deduper"` (hand-written session, offline) is started in its own process group and the whole group gets SIGKILL at the '
         "trigger; then `flakebot resume RUN`. *landed in* is the stage state.json shows running after the kill; *running* lists the programs "
         "that were running under the craft at that moment; *left behind* counts processes alive 3 s after the kill or after the resume.",
         "",

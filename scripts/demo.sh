@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: craft "need a CSV deduper" end to end, then use the tool it made.
 # With GROQ_API_KEY or OPENAI_API_KEY set, a real model does the work (crates.io when reachable).
-# Without, a recorded session is replayed through flakebot's local chat-completions stub server,
+# Without, a hand-written session is replayed through flakebot's local chat-completions stub server,
 # so the whole real pipeline still runs offline: registry search, acquire, sandboxed cargo test
 # loop, flake, nix build, nix run, manifest, cleanup.
 set -euo pipefail
@@ -13,7 +13,7 @@ if [ -n "${GROQ_API_KEY:-}" ] || [ -n "${OPENAI_API_KEY:-}" ]; then
   echo "demo: using your model ($($flakebot models --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["default"]["model"])'))"
   args=()
 else
-  echo "demo: no GROQ_API_KEY or OPENAI_API_KEY set: replaying the recorded session"
+  echo "demo: no GROQ_API_KEY or OPENAI_API_KEY set: replaying the hand-written session"
   echo "      flakebot/data/sessions/csv-dedup.json through a local stub server (the real openai SDK talks to it)."
   echo "      Set a key to watch a real model craft the tool instead."
   args=(--model scripted:flakebot/data/sessions/csv-dedup.json --registry local --offline)

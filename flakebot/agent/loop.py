@@ -40,7 +40,7 @@ class Verdict:
 
 @dataclass
 class LoopResult:
-    """How the loop ended (the shape the seed Bot design asks of `run`: status, result, error, log)."""
+    """How the loop ended: its status, a summary, the error if any, the best commit and a log of tool calls."""
 
     status: str  # green | iterations | time | budget | loop_detected | format_errors | model_error
     summary: str = ""

@@ -36,7 +36,7 @@ def only_run(workdir: Path) -> Run:
 
 @pytest.mark.slow
 def test_scripted_session_turns_csv_into_csv_dedup(workdir: Path) -> None:
-    """The recorded demo session: spec, choice and edits all come from the model script."""
+    """The demo's hand-written session: spec, choice and edits all come from the model script."""
     require("bwrap", "cargo")
     session = REPO / "flakebot/data/sessions/csv-dedup.json"
     result = run_cli(
