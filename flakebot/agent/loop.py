@@ -16,9 +16,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flakebot.errors import BudgetExceeded, ModelError
+from flakebot.llm.base import Model, ToolCall
+
+if TYPE_CHECKING:
+    from flakebot.agent.tools import Toolbox
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +81,8 @@ class EditLoop:
 
     def __init__(
         self,
-        model: Any,
-        toolbox: Any,
+        model: Model,
+        toolbox: Toolbox,
         verdict: Callable[[], Verdict],
         commit: Callable[[str], str],
         restore: Callable[[str], None],
@@ -149,7 +153,7 @@ class EditLoop:
         self.messages.append({"role": "user", "content": f"flakebot ran the tests; they are not green yet:\n{verdict.summary}"})
         return False
 
-    def _execute(self, call: Any) -> tuple[str, bool, bool]:
+    def _execute(self, call: ToolCall) -> tuple[str, bool, bool]:
         """Run one tool call; returns (text for the model, whether files may have changed, whether it was done)."""
         if call.error:
             self._format_errors += 1
@@ -171,7 +175,7 @@ class EditLoop:
         self.result.log.append({"iteration": self.result.iterations, "tool": call.name, "ok": outcome.ok})
         return text, call.name in EDIT_TOOLS and outcome.ok, False
 
-    def _note_edit(self, call: Any) -> None:
+    def _note_edit(self, call: ToolCall) -> None:
         digest = hashlib.sha256(json.dumps([call.name, call.arguments], sort_keys=True).encode()).hexdigest()
         self._recent_edits = (self._recent_edits + [digest])[-REPEAT_LIMIT:]
         if len(self._recent_edits) == REPEAT_LIMIT and len(set(self._recent_edits)) == 1:

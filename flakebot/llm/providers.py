@@ -64,7 +64,7 @@ def choose(spec: str | None, settings: Settings) -> tuple[str, str]:
             return provider, env
     raise ModelError(
         "no model chosen: no --model, no 'model' in the config, and neither GROQ_API_KEY nor OPENAI_API_KEY is set",
-        fix="export GROQ_API_KEY=... (https://console.groq.com/keys), or pass --model ollama:<model> (local) or --model scripted:FILE (a hand-written or recorded script)",
+        fix="export GROQ_API_KEY=... (https://console.groq.com/keys), or pass --model ollama:<model> (local) or --model scripted:FILE (a model script)",
     )
 
 

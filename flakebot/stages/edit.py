@@ -11,6 +11,7 @@ from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
 from flakebot.agent.verdict import make_verdict
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
+from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import AcquireOut, EditOut, SpecOut
 from flakebot.templates import render
@@ -26,7 +27,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.cargo.diagnostics import run_cargo
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
-    from flakebot.pipeline.models import stage_model
+    from flakebot.pipeline.models import run_budget, stage_model
     from flakebot.sandbox import open_sandbox
 
     spec, acquired = ctx.get(SpecOut).tool_spec(), ctx.get(AcquireOut)
@@ -49,7 +50,8 @@ def edit_stage(ctx: StageContext) -> EditOut:
     ctx.progress("running the tests before any edit")
     baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
-    with stage_model(ctx) as model:
+    budget = run_budget(ctx)
+    with stage_model(ctx, budget) as model:
         loop = EditLoop(
             model,
             toolbox,
@@ -57,7 +59,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
             commit,
             lambda sha: _restore(repo, sha),
             LoopLimits(settings.max_iterations, settings.max_wall_seconds),
-            on_step=lambda i, result, v: _on_step(ctx, model, i, v),
+            on_step=lambda i, result, v: _on_step(ctx, budget, i, v),
             record=transcript.record,
         )
         task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
@@ -88,8 +90,8 @@ def _restore(repo: Any, sha: str) -> None:
     repo.git.clean("-fd")
 
 
-def _on_step(ctx: StageContext, model: Any, iteration: int, verdict: Verdict | None) -> None:
-    spent = model.budget.spent
+def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict | None) -> None:
+    spent = budget.spent
     data: dict[str, Any] = {"iteration": iteration, "tokens": spent.total_tokens, "cost_usd": spent.cost_usd}
     ctx.run.state["usage"] = spent.to_dict()  # saved every step: a killed run keeps what it spent
     ctx.run.save()
