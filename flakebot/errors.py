@@ -69,55 +69,91 @@ def _jsonable(value: Any) -> bool:
 
 
 class UsageError(FlakebotError):
+    """Bad arguments or input."""
+
     exit_code = 2
 
 
 class ConfigError(FlakebotError):
+    """Configuration: unknown key, invalid TOML, bad value."""
+
     exit_code = 3
 
 
 class RunError(FlakebotError):
+    """Run unknown, state.json corrupt, work directory unusable."""
+
     exit_code = 4
 
 
 class SearchError(FlakebotError):
+    """Search: registry unusable, query empty, crates.io failing."""
+
     exit_code = 10
 
 
 class AcquireError(FlakebotError):
+    """Acquiring the crate: clone, fork, archive, workspace layout."""
+
     exit_code = 20
 
 
 class ModelError(FlakebotError):
+    """Model provider: key, transport, script."""
+
     exit_code = 30
 
 
 class BudgetExceeded(ModelError):
+    """Budget spent: tokens, cost or time."""
+
     exit_code = 31
 
 
 class SandboxError(FlakebotError):
+    """Sandbox required but unavailable, or a command failed to start."""
+
     exit_code = 40
 
 
 class EditError(FlakebotError):
+    """The edit loop ended without green tests."""
+
     exit_code = 41
 
 
 class SpecError(FlakebotError):
+    """The need could not become a spec."""
+
     exit_code = 42
 
 
 class NixError(FlakebotError):
+    """Nix: missing, flake build or smoke run failed."""
+
     exit_code = 50
 
 
 class CatalogError(FlakebotError):
+    """Catalog: tool unknown, catalog unusable."""
+
     exit_code = 60
 
 
 class Interrupted(FlakebotError):
+    """Interrupted (Ctrl-C, SIGTERM)."""
+
     exit_code = 130
 
 
-EXIT_CODES = {cls.__name__: cls.exit_code for cls in FlakebotError.__subclasses__()}
+def exit_code_table() -> str:
+    """The README's exit-code table, generated from the classes above (tests/test_errors.py keeps them in step)."""
+    rows = ["| code | error | meaning |", "| --- | --- | --- |", "| 0 | | success |"]
+    for cls in sorted(error_classes(FlakebotError), key=lambda c: c.exit_code):
+        rows.append(f"| {cls.exit_code} | {cls.__name__} | {(cls.__doc__ or '').strip().rstrip('.')} |")
+    return "\n".join(rows) + "\n"
+
+
+def error_classes(cls: type[FlakebotError]) -> list[type[FlakebotError]]:
+    """Every subclass of `cls`, depth first."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *error_classes(sub))]

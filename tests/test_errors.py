@@ -1,0 +1,23 @@
+"""The error tree: every error has its own exit code, and the README's table is the one the code generates."""
+
+from __future__ import annotations
+
+import re
+
+from flakebot.errors import FlakebotError, exit_code_table
+from tests.conftest import REPO
+
+
+def test_every_error_has_a_distinct_exit_code_and_a_meaning() -> None:
+    errors = error_classes(FlakebotError)
+    codes = [cls.exit_code for cls in errors]
+    assert len(codes) == len(set(codes)) and FlakebotError.exit_code not in codes
+    assert all((cls.__doc__ or "").strip() for cls in errors)
+
+
+def test_readme_exit_code_table_is_generated_from_the_error_tree() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = re.search(r"<!-- exit codes: .*? -->\n(.*?)<!-- end exit codes -->", readme, re.S)
+    assert section is not None
+    fix = "regenerate it: python -c 'from flakebot.errors import exit_code_table; print(exit_code_table())'"
+    assert section.group(1) == exit_code_table(), fix
