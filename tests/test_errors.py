@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from flakebot.errors import FlakebotError, exit_code_table
+from flakebot.errors import FlakebotError, error_classes, exit_code_table
 from tests.conftest import REPO
 
 
