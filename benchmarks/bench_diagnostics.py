@@ -10,7 +10,8 @@ Token estimate: ceil(characters / 4), the usual rule of thumb for English and co
 (no tokenizer is installed here; both sides use the same estimator, so the ratio is what counts).
 
 Also measured: bubblewrap's cost per command, as sandboxed / unsandboxed `cargo test` after a one-line edit.
-Goal: summary/raw token ratio <= 0.3 over all cases.
+Goal: the median of the per-case summary/raw token ratios <= 0.3 (each case is reported too; a pooled ratio
+would let one long raw output hide the cases where the summary saves little).
 """
 
 from __future__ import annotations
@@ -235,14 +236,17 @@ def run(edits: int = 5) -> dict[str, Any]:
         shutil.rmtree(target, ignore_errors=True)
     raw = sum(c["raw_tokens"] for c in cases.values())
     summary = sum(c["summary_tokens"] for c in cases.values())
+    median = statistics.median(c["ratio"] for c in cases.values())
     return {
         "token_estimator": "ceil(chars / 4)",
         "cases": cases,
         "raw_tokens": raw,
         "summary_tokens": summary,
-        "ratio": round(summary / raw, 3),
+        "pooled_ratio": round(summary / raw, 3),
+        "ratio": round(median, 3),  # the figure: median of the per-case ratios
+        "cases_over_goal": sorted(name for name, c in cases.items() if c["ratio"] > GOAL_RATIO),
         "goal_ratio": GOAL_RATIO,
-        "met": summary / raw <= GOAL_RATIO,
+        "met": median <= GOAL_RATIO,
         "sandbox_overhead": overhead,
     }
 
