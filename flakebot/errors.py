@@ -149,9 +149,14 @@ class Interrupted(FlakebotError):
 def exit_code_table() -> str:
     """The README's exit-code table, generated from the classes above (tests/test_errors.py keeps them in step)."""
     rows = ["| code | error | meaning |", "| --- | --- | --- |", "| 0 | | success |"]
-    for cls in sorted(error_classes(FlakebotError), key=lambda c: c.exit_code):
+    for cls in sorted(exit_code_classes(), key=lambda c: c.exit_code):
         rows.append(f"| {cls.exit_code} | {cls.__name__} | {(cls.__doc__ or '').strip().rstrip('.')} |")
     return "\n".join(rows) + "\n"
+
+
+def exit_code_classes() -> list[type[FlakebotError]]:
+    """The errors that own an exit code (subclasses elsewhere, such as ScriptError, share their parent's)."""
+    return [cls for cls in error_classes(FlakebotError) if "exit_code" in vars(cls)]
 
 
 def error_classes(cls: type[FlakebotError]) -> list[type[FlakebotError]]:
