@@ -16,7 +16,7 @@ import pytest
 
 from flakebot.errors import EditError
 from flakebot.pipeline.run import Run, list_runs
-from tests.conftest import REPO, require, run_cli, wait_for
+from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -81,7 +81,7 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     assert reused_run.state["status"] == "succeeded" and reused_run.stage_status("clean") == "finished"
 
     # The catalog commands and the MCP server use the same tool.
-    assert [json.loads(line)["name"] for line in run_cli("list", "--json").stdout.splitlines()] == ["csv-dedup"]
+    assert [tool["name"] for tool in json_result(run_cli("list", "--json"))["tools"]] == ["csv-dedup"]
     ran = run_cli("run", "csv-dedup", "--", "--key", "name", input="id,name\n1,a\n2,a\n")
     assert (ran.returncode, ran.stdout) == (0, "id,name\n1,a\n"), ran.stderr
     refused = run_cli("run", "csv-dedup", "--", "--key", "zip", input="id,name\n1,a\n")
@@ -90,7 +90,7 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     mcp = asyncio.run(_mcp_call("run", {"tool": "csv-dedup", "args": [], "stdin": CSV}))
     assert mcp["ok"] and mcp["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
     removed = run_cli("rm", "csv-dedup")
-    assert removed.returncode == 0 and run_cli("list", "--json").stdout == ""
+    assert removed.returncode == 0 and json_result(run_cli("list", "--json")) == {"tools": []}
 
 
 async def _mcp_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

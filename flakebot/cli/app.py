@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from flakebot import config
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, Interrupted, UsageError
 
 app = typer.Typer(
     help="flakebot: a tool factory for agents. Describe a need; get back a tested Rust CLI built by Nix.",
@@ -82,13 +82,13 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
 @app.command("runs")
 def runs_cmd(as_json: JsonOpt = False) -> None:
     """List runs, newest first, with status, age and need."""
-    from flakebot.cli.live import age, json_line, out
+    from flakebot.cli.live import age, json_result, out
     from flakebot.pipeline import run as runmod
 
     runs = runmod.list_runs(G.workdir)
     if as_json:
-        for r in runs:
-            json_line({"id": r.id, "status": r.status, "pipeline": r.state["pipeline"], "need": r.state.get("need", ""), "created": r.state.get("created")})
+        keys = ("pipeline", "need", "created")
+        json_result({"runs": [{"id": r.id, "status": r.status, **{k: r.state.get(k) for k in keys}} for r in runs]})
         return
     if not runs:
         out.print(f"No runs in {runmod.runs_dir(G.workdir)}.")
@@ -109,9 +109,9 @@ def show_cmd(name: Annotated[str, typer.Argument(help="A run id (or unique prefi
 
     report = api.show(name, G.settings)
     if as_json:
-        from flakebot.cli.live import json_line
+        from flakebot.cli.live import json_result
 
-        json_line(report)
+        json_result(report)
         return
     from flakebot.cli.display import print_report
 
@@ -175,12 +175,11 @@ def search_cmd(
 ) -> None:
     """Find crates a tool could start from, ranked for tool-making."""
     from flakebot import api
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
 
     found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
     if as_json:
-        for candidate in found:
-            json_line(candidate.to_dict())
+        json_result({"candidates": [candidate.to_dict() for candidate in found]})
         return
     if not found:
         out.print(f"No crate matches '{query}'.")
@@ -203,11 +202,11 @@ def search_cmd(
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False) -> None:
     """Print every setting, its value and what it is for."""
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
 
     settings = G.settings
     if as_json:
-        json_line(settings.as_dict())
+        json_result(settings.as_dict())
         return
     from rich.table import Table
 
@@ -321,12 +320,12 @@ def mcp_cmd() -> None:
 @app.command("models")
 def models_cmd(as_json: JsonOpt = False) -> None:
     """List model providers, the default model and whether each API key is set (keys are never shown)."""
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
     from flakebot.llm.providers import describe
 
     report = describe(G.settings)
     if as_json:
-        json_line(report)
+        json_result(report)
         return
     from rich.table import Table
 
@@ -381,11 +380,11 @@ def publish_cmd(
     from rich.markup import escape
 
     from flakebot import api
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
 
     result = api.publish(tool, to=to, settings=G.settings)
     if as_json:
-        json_line(result)
+        json_result(result)
         return
     size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
     out.print(f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True)
@@ -404,26 +403,48 @@ def publish_cmd(
 def main() -> None:
     """Console-script entry: run the app, turning FlakebotErrors into one red line and an exit code.
 
-    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself."""
+    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself; with --json it is
+    off, so a usage error becomes the same error object on stdout as any other failure."""
+    as_json = _wants_json(sys.argv[1:])
     try:
-        app(prog_name="flakebot")
+        code = app(prog_name="flakebot", standalone_mode=not as_json)
+    except _click_exception() as exc:  # reached only with --json
+        _print_error(UsageError(exc.format_message(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"))
+        sys.exit(exc.exit_code)
     except FlakebotError as exc:
         if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":
             raise
         _print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _print_error(FlakebotError("interrupted", fix="continue an interrupted craft with 'flakebot resume RUN'"))
+        _print_error(Interrupted("interrupted", fix="continue an interrupted craft with 'flakebot resume RUN'"))
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _print_error(exc: FlakebotError) -> None:
+    """The human line on stderr; with --json also the error object, last on stdout, for programs."""
     from rich.markup import escape
 
-    from flakebot.cli.live import console
+    from flakebot.cli.live import console, json_line
 
     # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup.
     console.print(f"[bold red]error:[/bold red] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
+    if _wants_json(sys.argv[1:]):
+        json_line(exc.result())
+
+
+def _click_exception() -> type[Exception]:
+    try:  # typer 0.2x carries its own copy of click
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click import ClickException
+    return ClickException
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """--json among flakebot's own arguments (those after `--` belong to a tool)."""
+    return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
 
 
 if __name__ == "__main__":
