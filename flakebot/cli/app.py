@@ -409,8 +409,8 @@ def main() -> None:
     try:
         code = app(prog_name="flakebot", standalone_mode=not as_json)
     except _click_exception() as exc:  # reached only with --json
-        _print_error(UsageError(exc.format_message(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"))
-        sys.exit(exc.exit_code)
+        _print_error(UsageError(getattr(exc, "format_message", exc.__str__)(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"))
+        sys.exit(getattr(exc, "exit_code", 2))
     except FlakebotError as exc:
         if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":
             raise
@@ -435,11 +435,15 @@ def _print_error(exc: FlakebotError) -> None:
 
 
 def _click_exception() -> type[Exception]:
-    try:  # typer 0.2x carries its own copy of click
-        from typer._click.exceptions import ClickException
-    except ImportError:
-        from click import ClickException
-    return ClickException
+    """Click's usage-error base class: typer >= 0.2x carries its own copy of click."""
+    import importlib
+
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            return getattr(importlib.import_module(module), "ClickException")  # type: ignore[no-any-return]
+        except ImportError:
+            continue
+    return Exception
 
 
 def _wants_json(argv: list[str]) -> bool:
