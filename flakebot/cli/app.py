@@ -440,7 +440,7 @@ def _click_exception() -> type[Exception]:
 
     for module in ("typer._click.exceptions", "click.exceptions"):
         try:
-            return getattr(importlib.import_module(module), "ClickException")  # type: ignore[no-any-return]
+            return importlib.import_module(module).ClickException  # type: ignore[no-any-return]
         except ImportError:
             continue
     return Exception
