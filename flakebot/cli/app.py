@@ -82,23 +82,22 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
 @app.command("runs")
 def runs_cmd(as_json: JsonOpt = False) -> None:
     """List runs, newest first, with status, age and need."""
+    from flakebot import api
     from flakebot.cli.live import age, json_result, out
-    from flakebot.pipeline import run as runmod
 
-    runs = runmod.list_runs(G.workdir)
+    runs = api.list_runs(G.settings)
     if as_json:
-        keys = ("pipeline", "need", "created")
-        json_result({"runs": [{"id": r.id, "status": r.status, **{k: r.state.get(k) for k in keys}} for r in runs]})
+        json_result({"runs": runs})
         return
     if not runs:
-        out.print(f"No runs in {runmod.runs_dir(G.workdir)}.")
+        out.print(f"No runs in {G.workdir / 'runs'}.")
         return
     from rich.table import Table
 
     table = Table("run", "status", "age", "pipeline", "need")
     now = time.time()
     for r in runs:
-        table.add_row(r.id, r.status, age(now - r.state.get("created", now)), r.state["pipeline"], r.state.get("need", ""))
+        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], r.get("need") or "")
     out.print(table)
 
 
@@ -244,6 +243,11 @@ def craft_cmd(
         str | None,
         typer.Option(help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."),
     ] = None,
+    from_source: Annotated[
+        str | None, typer.Option("--from", help="Start from this git repository (URL, or URL#REF) or local crate directory: no search, no choice.")
+    ] = None,
+    ref: Annotated[str | None, typer.Option(help="With --from URL: the branch, tag or commit to start from.")] = None,
+    name: Annotated[str | None, typer.Option(help="The tool's name (default: the spec's; a name taken by another need gets a suffix).")] = None,
     spec: Annotated[Path | None, typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model.")] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
@@ -267,7 +271,8 @@ def craft_cmd(
 
     with event_sink(as_json, f"craft: {need}") as sink:
         result = api.craft(
-            need, model=model, registry=registry, crate=crate, mode=mode, method=method, spec_file=str(spec) if spec else None,
+            need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_source=from_source, ref=ref, name=name,
+            spec_file=str(spec) if spec else None,
             max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
             fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sink=sink, settings=G.settings,
         )  # fmt: skip
@@ -289,11 +294,39 @@ def list_cmd(as_json: JsonOpt = False) -> None:
 def run_cmd(
     tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
     args: Annotated[list[str] | None, typer.Argument(help="Arguments for the tool (put them after --).")] = None,
+    args_json: Annotated[
+        str | None,
+        typer.Option("--args-json", help='The tool\'s schema arguments as JSON, as a function-calling agent passes them: \'{"key": "id", "stdin": "..."}\'.'),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object.")] = False,
 ) -> None:
-    """Run a catalogued tool through nix run: flakebot run csv-dedup -- --key id data.csv"""
+    """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'"""
     from flakebot import api
 
-    raise typer.Exit(api.run_tool(tool, list(args or []), G.settings))
+    arguments = _json_arguments(args_json) if args_json is not None else None
+    if arguments is not None and args:
+        from flakebot.errors import UsageError
+
+        raise UsageError("give the tool's arguments either after -- or as --args-json, not both", fix="move them all into the --args-json object")
+    if as_json:
+        from flakebot.cli.live import json_result
+
+        call = api.call_tool(tool, arguments if arguments is not None else {}, G.settings) if not args else api.call_tool_argv(tool, list(args), G.settings)
+        json_result(call.to_dict())
+        raise typer.Exit(call.exit_code)
+    argv, stdin = api.tool_arguments(tool, arguments, G.settings) if arguments is not None else (list(args or []), None)
+    raise typer.Exit(api.run_tool(tool, argv, G.settings, stdin=stdin))
+
+
+def _json_arguments(text: str) -> Any:
+    import json
+
+    from flakebot.errors import UsageError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\'') from None
 
 
 @app.command("rm")
@@ -308,7 +341,7 @@ def rm_cmd(tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")
 
 @app.command("mcp")
 def mcp_cmd() -> None:
-    """Serve flakebot as an MCP server over stdio (tools: craft, search, list, run)."""
+    """Serve flakebot as an MCP server over stdio: its own tools (craft, status, resume, ...) and every crafted tool."""
     from flakebot.mcp_server import serve
 
     serve()
@@ -347,6 +380,7 @@ def package_cmd(
     registry: Annotated[str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")] = None,
     bin_name: Annotated[str | None, typer.Option("--bin", help="The binary to package when the crate has several.")] = None,
     nixpkgs: Annotated[str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
@@ -354,7 +388,9 @@ def package_cmd(
     from flakebot.cli.live import event_sink, json_line, out
 
     with event_sink(as_json, f"package {target}") as sink:
-        result = api.package(target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, sink=sink, settings=G.settings)
+        result = api.package(
+            target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, out=str(out_dir) if out_dir else None, sink=sink, settings=G.settings
+        )
     if as_json:
         json_line({"result": result.to_dict()})
         return
