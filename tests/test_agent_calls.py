@@ -12,7 +12,6 @@ import pytest
 
 from flakebot import config
 from flakebot.deliver.catalog import Catalog
-from flakebot.errors import EditError
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, json_result, require, run_cli
 from tests.fakes.gitserve import GitDaemon, crate_manifest, make_crate_repo
@@ -56,19 +55,6 @@ def test_json_failures_before_a_run_exists(tmp_path: Path) -> None:
     usage = error_object(run_cli("craft", "x", "--no-such-option", "--json"))
     assert usage["exit_code"] == 2 and "No such option" in usage["error"]
     assert list_runs(Path(config.load().workdir)) == []
-
-
-@pytest.mark.slow
-def test_json_failure_of_a_failing_edit_loop_names_the_run(workdir: Path, tmp_path: Path) -> None:
-    require("bwrap", "cargo")
-    spec, script = shout_files(tmp_path)
-    same = {"tool_calls": [write_file("src/main.rs", "fn main() { broken }")]}
-    script.write_text(json.dumps({"format": 1, "stages": {"edit": [same, same, same]}}))
-    failed = run_cli("craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE, "--json")
-    error = error_object(failed)
-    (run,) = list_runs(workdir)
-    assert (error["exit_code"], error["stage"], error["run_id"]) == (EditError.exit_code, "edit", run.id)
-    assert json.loads(failed.stdout.splitlines()[-2])["event"] == "run_failed"  # the events come first, the error object last
 
 
 def test_a_name_held_by_another_need_is_never_taken(tmp_path: Path, workdir: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
+TS_CLIENT = REPO / "tests/mcp_ts"
 CRAFT_STAGES = ["spec", "search", "choose", "acquire", "edit", "package", "instruct", "clean"]
 
 
@@ -173,3 +175,25 @@ def test_mcp_craft_without_waiting_then_status_until_done(flakebot_home: Path, t
     assert seen["changes"] >= 1  # the job's craft changed the catalog
     assert seen["shout"][0]["stdout"] == "ABC\n"
     assert seen["resumed"][0]["status"] == "crafted"  # resuming a finished run returns its result
+
+
+@pytest.mark.slow
+def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second, independent MCP client: the official TypeScript SDK's, run by node (tests/mcp_ts/client.mjs)."""
+    if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
+        pytest.skip("the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry")
+    require("node", "bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv", "registry": "local"}
+    done = subprocess.run(["node", str(TS_CLIENT / "client.mjs"), sys.executable, json.dumps(arguments)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["server"]["name"] == "flakebot" and seen["capabilities"]["tools"]["listChanged"] is True
+    assert not seen["craft"]["isError"] and seen["craft"]["result"]["status"] == "crafted", seen["craft"]
+    progress = [p["progress"] for p in seen["progress"]]
+    assert progress == sorted(progress) and any(p["message"] == "edit: started" for p in seen["progress"])
+    assert seen["changesAfterCraft"] >= 1 and "shout" not in seen["before"]
+    assert seen["tool"]["name"] == "shout" and "stdin" in seen["tool"]["inputSchema"]["properties"]
+    assert seen["call"] == {"result": {"tool": "shout", "argv": [], "exit_code": 0, "stdout": "HELLO FROM TYPESCRIPT\n", "stderr": ""}, "isError": False}
+    assert seen["badCall"]["isError"] and seen["badCall"]["result"]["exit_code"] == 2
+    assert not seen["rm"]["isError"] and seen["changesAfterRm"] > seen["changesAfterCraft"] and "shout" not in seen["after"]
