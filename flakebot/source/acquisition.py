@@ -163,7 +163,9 @@ def commit_unpacked(job: Job, tmp: Path, url: str, extra: dict[str, Any]) -> dic
     name = job.crate.name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
     revision = gitrepo.init_commit(tmp, f"upstream {name} {version}", job.branch)
-    origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, "package": name, **extra}
+    origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, **extra}
+    if not job.crate.name:  # craft --from: the package found in the tree
+        origin["package"] = name
     if job.crate.version and version != job.crate.version:
         origin["notice"] = f"the source holds {name} {version}, not {job.crate.version}"
     return origin
@@ -186,7 +188,9 @@ def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, A
     crate_dir, version = locate(job.cargo, tmp, name)
     if wanted and version != wanted:
         notes.append(f"the checked-out {name} is version {version}, not {wanted}")
-    origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, "tag": tag, "package": name}
+    origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, "tag": tag}
+    if not job.crate.name:  # craft --from: the package found in the tree
+        origin["package"] = name
     if job.ref:
         origin["ref"] = job.ref
     if notes:
