@@ -1,6 +1,6 @@
 """flakebot: a tool factory for agents.
 
-from flakebot import craft, search, package
+from flakebot import craft, search, package, status, resume, call_tool
 """
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["craft", "search", "package", "__version__"]
+PUBLIC = ("craft", "search", "package", "status", "resume", "call_tool", "list_tools")
+__all__ = [*PUBLIC, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     # The API imports SDKs lazily; keep `import flakebot` cheap.
-    if name in ("craft", "search", "package"):
+    if name in PUBLIC:
         from flakebot import api
 
         return getattr(api, name)

@@ -19,6 +19,7 @@ from flakebot.pipeline.run import Run
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from flakebot.deliver.toolcall import ToolCall
     from flakebot.stages.outputs import PackageOut
 
 
@@ -52,6 +53,35 @@ def show_run(run_id: str, settings: config.Settings | None = None) -> dict[str, 
     }
 
 
+def status(run_id: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """What a caller polling a run needs: its status, the stage timeline and, once it succeeded, its result (a craft's manifest)."""
+    settings = _settings(settings)
+    report = show_run(run_id, settings)
+    stages = [{k: stage.get(k) for k in ("name", "status", "seconds", "attempts")} for stage in report["stages"]]
+    answer = {"run_id": report["id"], "pipeline": report["pipeline"], "need": report["need"], "status": report["status"], "stages": stages}
+    answer["error"] = report["error"]
+    if report["status"] in ("succeeded", "stopped"):
+        answer["result"] = run_result(Run.load(_workdir(settings), report["id"]))
+    return answer
+
+
+def resume(run_id: str, *, sink: EventSink = ignore, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Continue a run from its first unfinished stage; returns its result as `status` gives it."""
+    from flakebot.pipeline import engine as pipeline
+
+    settings = _settings(settings)
+    return run_result(pipeline.resume(_workdir(settings), run_id, settings, sink))
+
+
+def run_result(run: Run) -> dict[str, Any]:
+    """A finished run's result: a craft's CraftResult, a package run's PackageOut, else its stage outputs."""
+    if run.state["pipeline"] == "craft":
+        return craft_result(run).to_dict()
+    if run.state["pipeline"] == "package" and run.output("package"):
+        return {**run.output("package"), "run_id": run.id}
+    return {"run_id": run.id, "status": run.state.get("status"), "outputs": run.state["outputs"]}
+
+
 def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
     """A run (by id) or, failing that, a catalogued tool (by name)."""
     settings = _settings(settings)
@@ -78,6 +108,14 @@ def search(
     if offline is not None:
         settings = dataclasses.replace(settings, offline=offline)
     return search_crates(query, settings, registry, limit)[1]
+
+
+def list_runs(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every readable run, newest first: id, status, pipeline, need, created."""
+    from flakebot.pipeline.run import list_runs as runs
+
+    keys = ("pipeline", "need", "created")
+    return [{"id": r.id, "status": r.status, **{k: r.state.get(k) for k in keys}} for r in runs(_workdir(_settings(settings)))]
 
 
 def _workdir(settings: config.Settings) -> Path:
@@ -116,6 +154,9 @@ def craft(
     crate: str | None = None,
     mode: str | None = None,
     method: str | None = None,
+    from_source: str | None = None,
+    ref: str | None = None,
+    name: str | None = None,
     spec_file: str | None = None,
     max_iterations: int | None = None,
     max_cost: float | None = None,
@@ -130,7 +171,10 @@ def craft(
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> CraftResult:
-    """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need)."""
+    """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need).
+
+    `from_source`: start from a git repository (URL, URL#ref, or `ref`) or a local crate directory instead of
+    searching; `name`: the tool's name (refused before any work when a tool for another need holds it)."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.pipeline import engine as pipeline
 
@@ -150,12 +194,16 @@ def craft(
     _check_craft_options(crate, mode, spec_file, stop_after)
     _check_method(method)
     _check_limits(settings)
+    _check_name(name, need, settings)
+    start = _start_point(from_source, ref, crate, mode)
     options = {
         "model": model,
         "registry": registry,
         "crate": crate,
         "mode": mode,
         "method": method,
+        "name": name,
+        **start,
         "spec_file": str(Path(spec_file).resolve()) if spec_file else None,
         "keep": keep,
         "fork": fork,
@@ -194,6 +242,39 @@ def _check_craft_options(crate: str | None, mode: str | None, spec_file: str | N
         from flakebot.nix.command import nix_program
 
         nix_program()
+
+
+def _check_name(name: str | None, need: str, settings: config.Settings) -> None:
+    """--name must be a binary name, and not one the catalog holds for another need."""
+    if name is None:
+        return
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.toolspec import NAME_RE
+
+    if not NAME_RE.match(name):
+        raise UsageError(f"--name '{name}' is not kebab-case", fix="pass a name like csv-dedup (lower-case words joined by -)")
+    catalog = Catalog.open(settings)
+    holder = catalog.name_holder(name, need)
+    if holder is not None:
+        free = catalog.free_name(name, need)
+        raise UsageError(
+            f"the catalog holds a tool named {name} for another need ({holder.get('need', '')!r})",
+            fix=f"pass --name {free}, or remove the old one with 'flakebot rm {name}'",
+        )
+
+
+def _start_point(from_source: str | None, ref: str | None, crate: str | None, mode: str | None) -> dict[str, Any]:
+    """Run options for --from: the crate to start at (a local directory or a repository URL) and the git ref."""
+    if from_source is None:
+        if ref:
+            raise UsageError("--ref needs --from", fix="pass --from URL with --ref, or write URL#REF")
+        return {}
+    if mode == "new":
+        raise UsageError("--from edits the given crate; --mode new does not apply", fix="leave --mode out with --from")
+    from flakebot.source.acquisition import start_point
+
+    start, resolved_ref = start_point(from_source, ref, name=crate or "")
+    return {"from": start.to_dict(), "from_location": from_source, "ref": resolved_ref}
 
 
 def _check_limits(settings: config.Settings) -> None:
@@ -244,11 +325,13 @@ def package(
     registry: str | None = None,
     bin_name: str | None = None,
     nixpkgs: str | None = None,
+    out: str | None = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> PackageOut:
     """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
 
+    The flake goes to `out` when given (kept by `flakebot clean`), else into the run directory.
     Returns the package stage's output (flake, store path, how to run it) with the run id.
     """
     from flakebot.pipeline import engine as pipeline
@@ -260,6 +343,7 @@ def package(
     settings = dataclasses.replace(_settings(settings), **overrides)
     path = Path(target).expanduser()
     options = {"target": str(path.resolve()) if path.exists() else target, "registry": registry, "bin": bin_name, "settings": overrides}
+    options["out"] = str(Path(out).expanduser().resolve()) if out else None
     run = pipeline.start("package", _workdir(settings), settings, f"package {target}", options, sink)
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
 
@@ -273,18 +357,60 @@ def list_tools(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     return sorted(Catalog.open(_settings(settings)).tools().values(), key=lambda e: e["name"])
 
 
-def tool_command(name: str, args: list[str], settings: config.Settings | None = None) -> list[str]:
-    """The argv that runs a catalogued tool with `args` (through `nix run`, as its manifest says)."""
+def tool_manifest(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """A catalogued tool's manifest (its schemas, how to run it)."""
     from flakebot.deliver.catalog import show_tool
 
-    manifest = show_tool(name, _settings(settings))["manifest"]
+    manifest: dict[str, Any] = show_tool(name, _settings(settings))["manifest"]
     if not manifest.get("nix_run_argv"):
         raise CatalogError(f"tool '{name}' has no manifest", fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {name}'")
-    return [*manifest["nix_run_argv"], "--", *args]
+    return manifest
 
 
-def run_tool(name: str, args: list[str], settings: config.Settings | None = None) -> int:
-    """Run a catalogued tool with the caller's stdin and stdout; returns its exit code.
+def tool_command(name: str, args: list[str], settings: config.Settings | None = None) -> list[str]:
+    """The argv that runs a catalogued tool with `args` (through `nix run`, as its manifest says)."""
+    return [*tool_manifest(name, settings)["nix_run_argv"], "--", *args]
+
+
+def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every catalogued tool as an MCP tool definition (name, description, inputSchema); tools without a manifest are left out."""
+    from flakebot.deliver.toolcall import mcp_definition
+
+    settings = _settings(settings)
+    definitions = []
+    for entry in list_tools(settings):
+        try:
+            definitions.append(mcp_definition(tool_manifest(entry["name"], settings)))
+        except (CatalogError, OSError, ValueError) as exc:  # one broken entry must not hide the others
+            logger.warning("tool %s left out of the tool list: %s", entry["name"], exc)
+    return definitions
+
+
+def tool_arguments(name: str, arguments: Any, settings: config.Settings | None = None) -> tuple[list[str], str | None]:
+    """(argv, stdin or None) for a catalogued tool called with its schema's JSON arguments."""
+    from flakebot.deliver.toolcall import arguments_to_argv
+
+    return arguments_to_argv(tool_manifest(name, settings), arguments)
+
+
+def call_tool(name: str, arguments: Any, settings: config.Settings | None = None) -> ToolCall:
+    """Run a catalogued tool's built program with JSON arguments; its output and exit code come back as data."""
+    from flakebot.deliver.toolcall import call
+
+    settings = _settings(settings)
+    return call(tool_manifest(name, settings), arguments, timeout=settings.tool_timeout)
+
+
+def call_tool_argv(name: str, args: list[str], settings: config.Settings | None = None) -> ToolCall:
+    """Run a catalogued tool's built program with command-line `args` and the caller's stdin, capturing its output."""
+    from flakebot.deliver.toolcall import run_captured
+
+    settings = _settings(settings)
+    return run_captured(tool_manifest(name, settings), args, None, timeout=settings.tool_timeout)
+
+
+def run_tool(name: str, args: list[str], settings: config.Settings | None = None, stdin: str | None = None) -> int:
+    """Run a catalogued tool with the caller's stdin (or `stdin`) and stdout; returns its exit code.
 
     In host mode nix warns on every run that it will not write the overridden lock file; that one
     warning is dropped from stderr, everything else passes through as it comes."""
@@ -292,13 +418,24 @@ def run_tool(name: str, args: list[str], settings: config.Settings | None = None
     import sys
     import threading
 
-    proc = subprocess.Popen(tool_command(name, args, settings), stderr=subprocess.PIPE, text=True)
+    piped = subprocess.PIPE if stdin is not None else None
+    proc = subprocess.Popen(tool_command(name, args, settings), stdin=piped, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, sys.stderr), daemon=True)
     relay.start()
+    if proc.stdin is not None:
+        _feed(proc.stdin, stdin or "")
     code = proc.wait()
     relay.join(timeout=5)
     return code
+
+
+def _feed(pipe: Any, text: str) -> None:
+    try:
+        pipe.write(text)
+        pipe.close()
+    except BrokenPipeError:  # the tool stopped reading: its exit code says how it ended
+        pass
 
 
 def _relay_stderr(source: Any, sink: Any) -> None:

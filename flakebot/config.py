@@ -75,6 +75,7 @@ class Settings:
     output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
     nixpkgs: str = _setting("auto", "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.", ("auto", "pinned", "host"))
     smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")
+    tool_timeout: float = _setting(120.0, "Seconds one call of a crafted tool from JSON arguments (MCP, run --args-json) may take.")
     nix_build_timeout: float = _setting(1800.0, "Seconds one nix build may take.")
     nix_builders: str = _setting("", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone.")
     nix_copy_timeout: float = _setting(1800.0, "Seconds one nix copy (flakebot publish) may take.")

@@ -16,8 +16,9 @@
     └── Interrupted                    exit 130 Ctrl-C / SIGTERM
 
 Every error carries a one-line `message` naming the problem and a `fix` naming the remedy.
-Errors that end a run also carry `stage` and any data useful to a caller (`details`).
-Only the CLI turns these into a red line and an exit code.
+Errors that end a run also carry `stage`, the `run_id` (set by the pipeline) and any data useful to a
+caller (`details`). Only the CLI turns these into a red line and an exit code; `result()` is the object
+`--json` and the MCP server hand to programs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class FlakebotError(Exception):
         self.fix = fix
         self.stage = stage
         self.details = details
+        self.run_id: str | None = None  # set by the pipeline when the error ends a run
 
     def one_line(self) -> str:
         """The message and its fix as one line, as the CLI prints it."""
@@ -61,6 +63,18 @@ class FlakebotError(Exception):
             "stage": self.stage,
             "exit_code": self.exit_code,
             "details": {k: v for k, v in self.details.items() if _jsonable(v)},
+        }
+
+    def result(self) -> dict[str, Any]:
+        """The one object a program gets for this error: `--json` prints it on stdout, MCP returns it."""
+        return {
+            "error": self.message,
+            "fix": self.fix,
+            "exit_code": self.exit_code,
+            "run_id": self.run_id,
+            "stage": self.stage,
+            "type": type(self).__name__,
+            "details": self.to_dict()["details"],
         }
 
 

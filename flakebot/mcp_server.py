@@ -1,73 +1,336 @@
-"""flakebot as an MCP server (stdio): agents call craft, search, list and run as tools."""
+"""flakebot as an MCP server (stdio), on the MCP SDK's low-level Server.
+
+Two kinds of tool:
+- flakebot's own: craft, status, resume, search, list, show, package, runs, run, rm;
+- every catalogued tool under its own name, with the input schema read from its clap --help. A call
+  maps the arguments to argv (deliver.toolcall, the same mapping as `flakebot run --args-json`), runs
+  the built program (a `stdin` argument is its standard input) and returns stdout, stderr and the exit
+  code; a non-zero exit sets isError.
+
+Long work runs in worker threads: `craft`, `package` and `resume` send notifications/progress for every
+stage and edit iteration when the client gave a progress token; `craft` with wait=false returns the run
+id at once and the craft goes on in this process (poll `status`). A craft or `rm` that changes the
+catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
+(and as structuredContent); a failure is flakebot's error object with isError set.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
-import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
 from flakebot import api, config
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, UsageError
+from flakebot.events import Event, EventSink
 
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
-    "flakebot crafts tested command-line tools from a need in plain words. Call `list` to see tools "
-    "already crafted, `craft` to make a new one (minutes: it edits, tests and builds a Rust crate), "
-    "then `run` it with arguments. Each crafted tool's manifest gives its exact parameters."
+    "flakebot crafts tested command-line tools from a need in plain words. Every tool it has crafted is listed "
+    "here as a tool of its own: call it with the arguments its schema names (and `stdin`). `craft` makes a new "
+    "one (minutes: it edits, tests and builds a Rust crate; pass wait=false to get a run id at once and poll "
+    "`status`). `list` and `show` describe the catalog; `runs`, `status` and `resume` follow crafts."
 )
 
 
-def _server_class() -> Any:
-    try:  # mcp >= 2
-        from mcp.server.mcpserver import MCPServer
-
-        return MCPServer
-    except ImportError:  # mcp 1.x
-        from mcp.server.fastmcp import FastMCP  # type: ignore[attr-defined]
-
-        return FastMCP
+def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> dict[str, Any]:
+    """A JSON Schema object from name=(type, description) pairs."""
+    props: dict[str, dict[str, Any]] = {name: {"type": kind, "description": text} for name, (kind, text) in properties.items()}
+    for prop in props.values():
+        if prop["type"] == "array":
+            prop["items"] = {"type": "string"}
+    return {"type": "object", "properties": props, "required": list(required)}
 
 
-def _errors_as_results(call: Any) -> dict[str, Any]:
-    """Run `call`; a FlakebotError becomes a result the agent can read instead of a protocol error."""
-    try:
-        return {"ok": True, **call()}
-    except FlakebotError as exc:
-        return {"ok": False, "error": exc.one_line(), "exit_code": exc.exit_code}
+WAIT = ("boolean", "true (default): answer when done, with progress notifications; false: answer at once with the run id, then poll status.")
+OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "craft": (
+        "Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for the same need); "
+        "returns its manifest. Start from a git repository or local crate with `from`.",
+        _schema(
+            ("need",),
+            need=("string", "What the tool should do, in plain words."),
+            model=("string", "provider:model, e.g. groq:llama-3.3-70b-versatile; default from flakebot's config."),
+            crate=("string", "Start from this crate (skips the search)."),
+            registry=("string", "auto, crates-io, local, or a cargo directory-source path."),
+            name=("string", "The tool's name, when the one the spec picks is taken."),
+            fresh=("boolean", "Craft again even if the catalog has a tool for this need."),
+            wait=WAIT,
+            **{"from": ("string", "A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from.")},
+        ),
+    ),
+    "status": (
+        "A run's status and stage timeline; once it succeeded, its result (a craft's manifest).",
+        _schema(("run_id",), run_id=("string", "The run id craft returned.")),
+    ),
+    "resume": (
+        "Continue an interrupted or failed run from its first unfinished stage.",
+        _schema(("run_id",), run_id=("string", "The run to continue."), wait=WAIT),
+    ),
+    "search": (
+        "Search Rust crates a tool could start from, ranked for tool-making.",
+        _schema(
+            ("query",),
+            query=("string", "What the tool should do or work on."),
+            registry=("string", "auto, crates-io or local."),
+            limit=("integer", "How many."),
+        ),
+    ),
+    "list": ("List the crafted tools in flakebot's catalog with their summaries.", _schema()),
+    "show": ("Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.", _schema(("name",), name=("string", "A run id or a tool name."))),
+    "package": (
+        "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model.",
+        _schema(
+            ("target",),
+            target=("string", "A crate directory or a crate name."),
+            registry=("string", "Where to find a crate name."),
+            bin=("string", "The binary, when the crate has several."),
+            out=("string", "Write the flake to this directory (kept after the run)."),
+        ),
+    ),
+    "runs": ("List runs, newest first, with status and need.", _schema()),
+    "run": (
+        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead).",
+        _schema(("tool",), tool=("string", "The tool's name."), args=("array", "Command-line arguments."), stdin=("string", "Standard input.")),
+    ),
+    "rm": ("Remove a crafted tool from the catalog.", _schema(("tool",), tool=("string", "The tool's name."))),
+}
 
 
-def build_server(settings: config.Settings | None = None) -> Any:
-    """The MCP server with flakebot's tools registered."""
-    server = _server_class()("flakebot", instructions=INSTRUCTIONS)
+@dataclass
+class Job:
+    """One piece of long work in a worker thread: it started a run (run_id), or ended (result or error) first."""
 
-    def settings_now() -> config.Settings:
-        return settings or config.load()
+    run_id: str | None = None
+    result: dict[str, Any] | None = None
+    error: FlakebotError | None = None
+    known: anyio.Event = field(default_factory=anyio.Event)  # run_id, result or error is set
 
-    @server.tool(description="Craft a tested, Nix-built command-line tool from a need in plain words; returns its usage manifest.")
-    def craft(need: str, model: str | None = None, crate: str | None = None, registry: str | None = None, fresh: bool = False) -> dict[str, Any]:
-        return _errors_as_results(lambda: api.craft(need, model=model, crate=crate, registry=registry, fresh=fresh, settings=settings_now()).to_dict())
 
-    @server.tool(description="Search Rust crates a tool could start from, ranked for tool-making.")
-    def search(query: str, registry: str | None = None, limit: int = 10) -> dict[str, Any]:
-        return _errors_as_results(lambda: {"candidates": [c.to_dict() for c in api.search(query, registry=registry, limit=limit, settings=settings_now())]})
+class FlakebotMCP:
+    """The server's state: settings, and the task group holding jobs that outlive their request."""
 
-    @server.tool(name="list", description="List the crafted tools in flakebot's catalog with their summaries.")
-    def list_tools() -> dict[str, Any]:
-        return _errors_as_results(lambda: {"tools": [{k: e.get(k) for k in ("name", "summary", "need", "run_id")} for e in api.list_tools(settings_now())]})
+    def __init__(self, settings: config.Settings | None = None) -> None:
+        self._settings = settings
+        self.jobs: anyio.abc.TaskGroup | None = None
 
-    @server.tool(description="Run a crafted tool with command-line arguments (and optional stdin); returns exit code, stdout and stderr.")
-    def run(tool: str, args: list[str] | None = None, stdin: str = "", timeout: float = 120.0) -> dict[str, Any]:
-        def call() -> dict[str, Any]:
-            argv = api.tool_command(tool, list(args or []), settings_now())
-            done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
+    def settings(self) -> config.Settings:
+        return self._settings or config.load()
+
+    def server(self) -> Any:
+        from mcp.server.lowlevel import Server
+
+        return Server("flakebot", instructions=INSTRUCTIONS, on_list_tools=self.list_tools, on_call_tool=self.call_tool)
+
+    async def list_tools(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        own = [types.Tool(name=name, description=text, input_schema=schema) for name, (text, schema) in OWN_TOOLS.items()]
+        crafted = await anyio.to_thread.run_sync(lambda: api.tool_definitions(self.settings()))
+        shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
+        if shadowed:  # still callable through `run`
+            logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
+        tools = own + [types.Tool(name=d["name"], description=d["description"], input_schema=d["inputSchema"]) for d in crafted if d["name"] not in OWN_TOOLS]
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(self, ctx: Any, params: Any) -> Any:
+        arguments = dict(params.arguments or {})
+        try:
+            if params.name in OWN_TOOLS:
+                return _result(await getattr(self, f"_tool_{params.name}")(ctx, arguments))
+            call = await anyio.to_thread.run_sync(lambda: api.call_tool(params.name, arguments, self.settings()))
+        except FlakebotError as exc:
+            return _result({"ok": False, **exc.result()}, error=True)
+        return _result(call.to_dict(), error=call.exit_code != 0)
+
+    # ------------------------------------------------------------ flakebot's own tools
+
+    async def _tool_craft(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        _known(args, OWN_TOOLS["craft"][1])
+        settings, need = self.settings(), str(args.get("need", ""))
+        given = {k: str(args[k]) if args.get(k) else None for k in ("model", "crate", "registry", "name", "from")}
+
+        def work(sink: EventSink) -> dict[str, Any]:
+            result = api.craft(
+                need, model=given["model"], crate=given["crate"], registry=given["registry"], name=given["name"], from_source=given["from"],
+                fresh=bool(args.get("fresh")), sink=sink, settings=settings,
+            )  # fmt: skip
+            return result.to_dict()
+
+        return await self._long(ctx, work, wait=args.get("wait", True) is not False, changes_catalog=True)
+
+    async def _tool_resume(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        settings = self.settings()
+        run_id = _required(args, "run_id")
+        return await self._long(
+            ctx, lambda sink: api.resume(run_id, sink=sink, settings=settings), wait=args.get("wait", True) is not False, changes_catalog=True
+        )
+
+    async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        settings, target = self.settings(), _required(args, "target")
+
+        def work(sink: EventSink) -> dict[str, Any]:
+            out = api.package(target, registry=args.get("registry"), bin_name=args.get("bin"), out=args.get("out"), sink=sink, settings=settings)
+            return out.to_dict()
+
+        return await self._long(ctx, work, wait=True, changes_catalog=False)
+
+    async def _tool_status(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await _threaded(lambda: api.status(_required(args, "run_id"), self.settings()))
+
+    async def _tool_search(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        query, limit = _required(args, "query"), int(args.get("limit") or 10)
+        found = await anyio.to_thread.run_sync(lambda: api.search(query, registry=args.get("registry"), limit=limit, settings=self.settings()))
+        return {"ok": True, "candidates": [c.to_dict() for c in found]}
+
+    async def _tool_list(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        tools = await anyio.to_thread.run_sync(lambda: api.list_tools(self.settings()))
+        return {"ok": True, "tools": [{k: e.get(k) for k in ("name", "summary", "need", "run_id")} for e in tools]}
+
+    async def _tool_show(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await _threaded(lambda: api.show(_required(args, "name"), self.settings()))
+
+    async def _tool_runs(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await _threaded(lambda: {"runs": api.list_runs(self.settings())})
+
+    async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        import subprocess
+
+        tool, settings = _required(args, "tool"), self.settings()
+
+        def run() -> dict[str, Any]:
+            argv = api.tool_command(tool, [str(a) for a in args.get("args") or []], settings)
+            done = subprocess.run(argv, input=str(args.get("stdin") or ""), capture_output=True, text=True, timeout=settings.tool_timeout)
             return {"exit_code": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-4000:]}
 
-        return _errors_as_results(call)
+        return await _threaded(run)
 
-    return server
+    async def _tool_rm(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        removed = await _threaded(lambda: api.remove_tool(_required(args, "tool"), self.settings()))
+        await _tools_changed(ctx)
+        return removed
+
+    # ------------------------------------------------------------ long work
+
+    async def _long(self, ctx: Any, work: Callable[[EventSink], dict[str, Any]], *, wait: bool, changes_catalog: bool) -> dict[str, Any]:
+        """Run `work` in a worker thread: to its end with progress notifications, or (wait=False) until its run exists."""
+        job = Job()
+        if wait:
+            await self._job(job, work, _progress_sink(ctx, job), ctx if changes_catalog else None)
+        else:
+            assert self.jobs is not None, "serve() runs the server inside a task group"
+            self.jobs.start_soon(self._job, job, work, _run_id_sink(job), ctx if changes_catalog else None)
+            await job.known.wait()
+        if job.error is not None:
+            raise job.error
+        if job.result is not None:
+            return {"ok": True, **job.result}
+        return {"ok": True, "run_id": job.run_id, "status": "running", "next": f"poll status with run_id {job.run_id}"}
+
+    async def _job(self, job: Job, work: Callable[[EventSink], dict[str, Any]], sink: EventSink, notify: Any) -> None:
+        try:
+            job.result = await anyio.to_thread.run_sync(lambda: work(sink), abandon_on_cancel=True)
+        except FlakebotError as exc:
+            job.error = exc
+        finally:
+            job.known.set()
+        if notify is not None and job.result is not None and job.result.get("status") in ("crafted", "succeeded"):
+            await _tools_changed(notify)
 
 
-def serve() -> None:
-    """Serve over stdio until the client disconnects."""
-    build_server().run()
+def _progress_sink(ctx: Any, job: Job) -> EventSink:
+    """An EventSink (called in the worker thread) sending each event as a progress notification, in order."""
+    count = 0
+
+    def sink(event: Event) -> None:
+        nonlocal count
+        job.run_id = job.run_id or event.run_id
+        message = progress_message(event)
+        if message:
+            count += 1
+            anyio.from_thread.run(ctx.session.report_progress, float(count), None, message)
+
+    return sink
+
+
+def _run_id_sink(job: Job) -> EventSink:
+    """For wait=false: the first event names the run; the caller is answered then, and polls status after."""
+
+    def sink(event: Event) -> None:
+        if job.run_id is None and event.run_id:
+            job.run_id = event.run_id
+            anyio.from_thread.run_sync(job.known.set)
+
+    return sink
+
+
+def progress_message(event: Event) -> str | None:
+    """One line for a client's progress display: the stage, then what happened (edit iterations say passing/failing, tokens, cost)."""
+    seconds = event.data.get("seconds")
+    texts = {
+        "run_started": f"run {event.run_id} started: {' -> '.join(event.data.get('stages', []))}",
+        "stage_started": f"{event.stage}: started",
+        "stage_skipped": f"{event.stage}: skipped ({event.message})",
+        "progress": f"{event.stage}: {event.message}",
+        "stage_finished": f"{event.stage}: finished" + (f" in {seconds:.1f}s" if isinstance(seconds, (int, float)) else ""),
+        "stage_failed": f"{event.stage}: failed: {event.message}",
+        "run_finished": f"run {event.run_id} {event.data.get('status', 'finished')}",
+        "run_failed": f"run {event.run_id} failed",
+    }
+    return texts.get(event.kind)
+
+
+async def _tools_changed(ctx: Any) -> None:
+    """Tell the client the tool list changed (a tool was crafted or removed)."""
+    try:
+        await ctx.session.send_tool_list_changed()
+    except Exception as exc:  # noqa: BLE001 - the client may be gone; the catalog change stands
+        logger.info("could not send tools/list_changed: %s", exc)
+
+
+async def _threaded(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    return {"ok": True, **await anyio.to_thread.run_sync(call)}
+
+
+def _required(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
+    return value
+
+
+def _known(args: dict[str, Any], schema: dict[str, Any]) -> None:
+    unknown = sorted(set(args) - set(schema["properties"]))
+    if unknown:
+        raise UsageError(f"unknown argument(s): {', '.join(unknown)}", fix=f"use: {', '.join(schema['properties'])}")
+
+
+def _result(payload: dict[str, Any], *, error: bool = False) -> Any:
+    import mcp_types as types
+
+    text = json.dumps(payload, default=str)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=json.loads(text), is_error=error)
+
+
+def serve(settings: config.Settings | None = None) -> None:
+    """Serve over stdio until the client disconnects; jobs still running then are interrupted (resume them later)."""
+    anyio.run(_serve, FlakebotMCP(settings))
+
+
+async def _serve(state: FlakebotMCP) -> None:
+    from mcp.server.lowlevel.server import NotificationOptions
+    from mcp.server.stdio import stdio_server
+
+    server = state.server()
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    async with stdio_server() as (read, write), anyio.create_task_group() as jobs:
+        state.jobs = jobs
+        await server.run(read, write, options)
+        jobs.cancel_scope.cancel()

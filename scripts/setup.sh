@@ -41,4 +41,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   fi
   touch "$stamp"
 fi
+# The official MCP TypeScript SDK, for tests/test_mcp.py's second, independent client (node over stdio).
+# Its test is skipped, saying why, when npm cannot reach its registry.
+if command -v npm >/dev/null && [ ! -d tests/mcp_ts/node_modules/@modelcontextprotocol/sdk ]; then
+  if ! (cd tests/mcp_ts && npm ci --no-audit --no-fund --silent) > .venv/npm-install.log 2>&1; then
+    echo "setup: npm could not install the MCP TypeScript SDK (log: .venv/npm-install.log); its client test will be skipped"
+  fi
+fi
 echo "setup: ready (.venv/bin/flakebot)"

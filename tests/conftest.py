@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -57,6 +58,13 @@ def run_cli(
     if check and result.returncode != 0:
         raise AssertionError(f"flakebot {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def json_result(completed: subprocess.CompletedProcess[str]) -> Any:
+    """The result object a `--json` command printed last on stdout (fails on an error object)."""
+    last = json.loads(completed.stdout.splitlines()[-1])
+    assert "result" in last, f"no result object: {last}\n{completed.stderr}"
+    return last["result"]
 
 
 def wait_for(probe: Any, timeout: float = 60.0, interval: float = 0.05) -> Any:

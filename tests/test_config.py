@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from flakebot import config
 from flakebot.errors import ConfigError
-from tests.conftest import run_cli
+from tests.conftest import json_result, run_cli
 
 
 def test_precedence_file_then_env_then_flags(flakebot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,7 +53,7 @@ def test_config_set_keeps_comments_and_show_reflects_it(flakebot_home: Path) -> 
     assert result.returncode == 0, result.stderr
     text = path.read_text()
     assert "# my settings" in text and "# dollars" in text and "max_iterations = 12" in text
-    shown = json.loads(run_cli("config", "show", "--json").stdout)
+    shown = json_result(run_cli("config", "show", "--json"))
     assert shown["max_iterations"] == 12 and shown["max_cost"] == 1.0
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from flakebot.errors import EditError
 from flakebot.pipeline.run import Run, list_runs
-from tests.conftest import REPO, require, run_cli, wait_for
+from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -81,16 +81,19 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     assert reused_run.state["status"] == "succeeded" and reused_run.stage_status("clean") == "finished"
 
     # The catalog commands and the MCP server use the same tool.
-    assert [json.loads(line)["name"] for line in run_cli("list", "--json").stdout.splitlines()] == ["csv-dedup"]
+    assert [tool["name"] for tool in json_result(run_cli("list", "--json"))["tools"]] == ["csv-dedup"]
     ran = run_cli("run", "csv-dedup", "--", "--key", "name", input="id,name\n1,a\n2,a\n")
     assert (ran.returncode, ran.stdout) == (0, "id,name\n1,a\n"), ran.stderr
+    # The tool's schema arguments, as a function-calling agent passes them: the same mapping as MCP.
+    by_schema = run_cli("run", "csv-dedup", "--args-json", json.dumps({"key": "name", "stdin": "id,name\n1,a\n2,a\n"}))
+    assert (by_schema.returncode, by_schema.stdout) == (0, "id,name\n1,a\n"), by_schema.stderr
     refused = run_cli("run", "csv-dedup", "--", "--key", "zip", input="id,name\n1,a\n")
     assert refused.returncode == 1 and "no column named 'zip'" in refused.stderr
     assert "not writing modified lock file" not in refused.stderr + ran.stderr
     mcp = asyncio.run(_mcp_call("run", {"tool": "csv-dedup", "args": [], "stdin": CSV}))
     assert mcp["ok"] and mcp["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
     removed = run_cli("rm", "csv-dedup")
-    assert removed.returncode == 0 and run_cli("list", "--json").stdout == ""
+    assert removed.returncode == 0 and json_result(run_cli("list", "--json")) == {"tools": []}
 
 
 async def _mcp_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +136,13 @@ def test_a_failed_craft_leaves_only_the_run_record(workdir: Path, tmp_path: Path
     script.write_text(json.dumps({"format": 1, "stages": {"edit": [same, same, same]}}))
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(SHOUT_SPEC))
-    failed = run_cli("craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE)
+    failed = run_cli("craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE, "--json")
     assert failed.returncode == EditError.exit_code
     (run,) = list_runs(workdir)
+    # --json: the events, then one error object naming the run, on stdout; the human line on stderr.
+    error = json.loads(failed.stdout.splitlines()[-1])
+    assert (error["exit_code"], error["stage"], error["run_id"]) == (EditError.exit_code, "edit", run.id) and error["fix"]
+    assert json.loads(failed.stdout.splitlines()[-2])["event"] == "run_failed" and "error: [edit]" in failed.stderr
     assert run.state["status"] == "failed" and run.stage_status("clean") == "finished"
     assert {p.name for p in run.dir.iterdir()} <= AUDIT_FILES
     assert not run.workspace.exists() and not run.target_dir.exists()

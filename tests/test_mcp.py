@@ -1,31 +1,199 @@
-"""The MCP server, driven by the official MCP SDK's own client over stdio."""
+"""The MCP server, driven by the official MCP SDK's own client over stdio (and crafts through it, offline:
+scripted model, Debian's registry, real cargo in bubblewrap, real nix with the host stand-in)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import subprocess
 import sys
+import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from tests.conftest import REPO, require
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
-async def _session_calls(calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[Any]]:
+SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
+CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
+TS_CLIENT = REPO / "tests/mcp_ts"
+CRAFT_STAGES = ["spec", "search", "choose", "acquire", "edit", "package", "instruct", "clean"]
+
+
+class Client:
+    """An MCP client session on `flakebot mcp` that records the server's notifications."""
+
+    def __init__(self, session: ClientSession, notices: list[Any]) -> None:
+        self.session = session
+        self.notices = notices
+
+    async def tool_names(self) -> list[str]:
+        return [tool.name for tool in (await self.session.list_tools()).tools]
+
+    async def call(self, name: str, arguments: dict[str, Any], **options: Any) -> tuple[dict[str, Any], bool]:
+        """(the JSON result, isError)."""
+        result = await self.session.call_tool(name, arguments, **options)
+        assert isinstance(result, types.CallToolResult)
+        return json.loads(result.content[0].text), bool(result.is_error)
+
+    def list_changes(self) -> int:
+        return sum(isinstance(n, types.ToolListChangedNotification) for n in self.notices)
+
+
+@asynccontextmanager
+async def mcp_client() -> Any:
+    notices: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notices.append(message)
+
     params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=dict(os.environ))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=on_message) as session:
         await session.initialize()
-        names = [tool.name for tool in (await session.list_tools()).tools]
-        results = []
-        for name, arguments in calls:
-            result = await session.call_tool(name, arguments)
-            results.append(json.loads(result.content[0].text))
-        return names, results
+        yield Client(session, notices)
+
+
+def shout_script(tmp_path: Path) -> Path:
+    """A scripted model for the shout tool: the spec from tests/fixtures, one edit writing the program."""
+    spec_turn = {"tool_calls": [{"name": "submit_spec", "arguments": SHOUT_SPEC}]}
+    script = tmp_path / "shout-script.json"
+    script.write_text(json.dumps({"format": 1, "stages": {"spec": [spec_turn], "edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}}))
+    return script
 
 
 def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
-    names, (listing, unknown) = asyncio.run(_session_calls([("list", {}), ("run", {"tool": "nope", "args": []})]))
-    assert {"craft", "search", "list", "run"} <= set(names)
-    assert listing == {"ok": True, "tools": []}
-    assert unknown["ok"] is False and "no tool 'nope'" in unknown["error"]
+    async def session() -> tuple[list[str], Any, Any, Any]:
+        async with mcp_client() as client:
+            names = await client.tool_names()
+            return names, await client.call("list", {}), await client.call("run", {"tool": "nope", "args": []}), await client.call("status", {"run_id": "nope"})
+
+    names, listing, unknown, no_run = asyncio.run(session())
+    assert {"craft", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(names)
+    assert listing == ({"ok": True, "tools": []}, False)
+    assert unknown[1] is True and unknown[0]["ok"] is False and "no tool 'nope'" in unknown[0]["error"]
+    assert no_run[1] is True and no_run[0]["exit_code"] == 4 and no_run[0]["fix"]
+
+
+@pytest.mark.slow
+def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(flakebot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+
+    async def session() -> dict[str, Any]:
+        seen: dict[str, Any] = {"progress": []}
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen["progress"].append((progress, message))
+
+        async with mcp_client() as client:
+            before = await client.tool_names()
+            arguments = {"need": "need a CSV deduper", "model": f"scripted:{SESSION}", "registry": "local"}
+            seen["craft"] = await client.call("craft", arguments, progress_callback=on_progress)
+            seen["changes_after_craft"] = client.list_changes()
+            tools = {tool.name: tool for tool in (await client.session.list_tools()).tools}
+            seen["new_tools"] = sorted(set(tools) - set(before))
+            seen["schema"] = tools["csv-dedup"].input_schema if "csv-dedup" in tools else None
+            seen["description"] = tools["csv-dedup"].description if "csv-dedup" in tools else None
+            seen["dedup"] = await client.call("csv-dedup", {"stdin": CSV})
+            seen["by_key"] = await client.call("csv-dedup", {"key": "name", "stdin": "id,name\n1,a\n2,a\n"})
+            seen["refused"] = await client.call("csv-dedup", {"key": "zip", "stdin": "id,name\n1,a\n"})
+            seen["bad_args"] = await client.call("csv-dedup", {"colour": "red"})
+            seen["rm"] = await client.call("rm", {"tool": "csv-dedup"})
+            await asyncio.sleep(0.2)  # the notification may trail the result
+            seen["changes_after_rm"] = client.list_changes()
+            seen["after_rm"] = await client.tool_names()
+        return seen
+
+    seen = asyncio.run(session())
+
+    result, is_error = seen["craft"]
+    assert not is_error and result["status"] == "crafted" and result["name"] == "csv-dedup", result
+    # Progress: numbered in order, every stage in pipeline order, edit iterations with tests and tokens.
+    numbers = [p for p, _ in seen["progress"]]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    messages = [m or "" for _, m in seen["progress"]]
+    started = [m.split(":")[0] for m in messages if m.endswith(": started")]
+    assert started == CRAFT_STAGES
+    iterations = [m for m in messages if m.startswith("edit: iteration")]
+    assert iterations and "tokens" in iterations[-1] and "green" in iterations[-1]
+    assert any("passing" in m and "failing" in m for m in iterations)
+
+    assert seen["changes_after_craft"] >= 1 and seen["new_tools"] == ["csv-dedup"]
+    assert {"file", "key", "no_header", "stdin"} <= set(seen["schema"]["properties"])
+    assert "Usage: csv-dedup" in seen["description"]
+    assert seen["dedup"] == ({"tool": "csv-dedup", "argv": [], "exit_code": 0, "stdout": "id,name\n1,ann\n2,bob\n3,cy\n", "stderr": ""}, False)
+    assert seen["by_key"][0]["argv"] == ["--key", "name"] and seen["by_key"][0]["stdout"] == "id,name\n1,a\n"
+    refused, refused_error = seen["refused"]
+    assert refused_error and refused["exit_code"] == 1 and "no column named 'zip'" in refused["stderr"]
+    assert seen["bad_args"][1] and "unknown argument(s): colour" in seen["bad_args"][0]["error"]
+    assert seen["rm"][1] is False and seen["changes_after_rm"] > seen["changes_after_craft"]
+    assert "csv-dedup" not in seen["after_rm"]
+
+
+@pytest.mark.slow
+def test_mcp_craft_without_waiting_then_status_until_done(flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    script = shout_script(tmp_path)
+
+    async def session() -> dict[str, Any]:
+        seen: dict[str, Any] = {"polls": []}
+        async with mcp_client() as client:
+            arguments = {"need": "upper-case my input", "model": f"scripted:{script}", "crate": "csv", "registry": "local", "wait": False}
+            started = time.monotonic()
+            seen["job"] = await client.call("craft", arguments)
+            seen["answered_in"] = time.monotonic() - started
+            run_id = seen["job"][0].get("run_id")
+            for _ in range(600):
+                status, _ = await client.call("status", {"run_id": run_id})
+                seen["polls"].append(status["status"])
+                if status["status"] not in ("created", "running"):
+                    break
+                await asyncio.sleep(0.5)
+            seen["status"] = status
+            await asyncio.sleep(0.2)
+            seen["changes"] = client.list_changes()
+            seen["shout"] = await client.call("shout", {"stdin": "abc\n"})
+            seen["resumed"] = await client.call("resume", {"run_id": run_id})
+        return seen
+
+    seen = asyncio.run(session())
+    job, is_error = seen["job"]
+    assert not is_error and job["status"] == "running" and job["run_id"], job
+    assert seen["answered_in"] < 15  # the run id comes back while the craft goes on
+    status = seen["status"]
+    assert status["status"] == "succeeded", status
+    assert "running" in seen["polls"]
+    assert [s["name"] for s in status["stages"]] == CRAFT_STAGES and all(s["status"] == "finished" for s in status["stages"])
+    assert status["result"]["manifest"]["name"] == "shout" and status["result"]["manifest"]["verification_command"]["passed"]
+    assert seen["changes"] >= 1  # the job's craft changed the catalog
+    assert seen["shout"][0]["stdout"] == "ABC\n"
+    assert seen["resumed"][0]["status"] == "crafted"  # resuming a finished run returns its result
+
+
+@pytest.mark.slow
+def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second, independent MCP client: the official TypeScript SDK's, run by node (tests/mcp_ts/client.mjs)."""
+    if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
+        pytest.skip("the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry")
+    require("node", "bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv", "registry": "local"}
+    done = subprocess.run(["node", str(TS_CLIENT / "client.mjs"), sys.executable, json.dumps(arguments)], capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["server"]["name"] == "flakebot" and seen["capabilities"]["tools"]["listChanged"] is True
+    assert not seen["craft"]["isError"] and seen["craft"]["result"]["status"] == "crafted", seen["craft"]
+    progress = [p["progress"] for p in seen["progress"]]
+    assert progress == sorted(progress) and any(p["message"] == "edit: started" for p in seen["progress"])
+    assert seen["changesAfterCraft"] >= 1 and "shout" not in seen["before"]
+    assert seen["tool"]["name"] == "shout" and "stdin" in seen["tool"]["inputSchema"]["properties"]
+    assert seen["call"] == {"result": {"tool": "shout", "argv": [], "exit_code": 0, "stdout": "HELLO FROM TYPESCRIPT\n", "stderr": ""}, "isError": False}
+    assert seen["badCall"]["isError"] and seen["badCall"]["result"]["exit_code"] == 2
+    assert not seen["rm"]["isError"] and seen["changesAfterRm"] > seen["changesAfterCraft"] and "shout" not in seen["after"]

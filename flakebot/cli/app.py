@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from flakebot import config
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, Interrupted, UsageError
 
 app = typer.Typer(
     help="flakebot: a tool factory for agents. Describe a need; get back a tested Rust CLI built by Nix.",
@@ -82,23 +82,22 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
 @app.command("runs")
 def runs_cmd(as_json: JsonOpt = False) -> None:
     """List runs, newest first, with status, age and need."""
-    from flakebot.cli.live import age, json_line, out
-    from flakebot.pipeline import run as runmod
+    from flakebot import api
+    from flakebot.cli.live import age, json_result, out
 
-    runs = runmod.list_runs(G.workdir)
+    runs = api.list_runs(G.settings)
     if as_json:
-        for r in runs:
-            json_line({"id": r.id, "status": r.status, "pipeline": r.state["pipeline"], "need": r.state.get("need", ""), "created": r.state.get("created")})
+        json_result({"runs": runs})
         return
     if not runs:
-        out.print(f"No runs in {runmod.runs_dir(G.workdir)}.")
+        out.print(f"No runs in {G.workdir / 'runs'}.")
         return
     from rich.table import Table
 
     table = Table("run", "status", "age", "pipeline", "need")
     now = time.time()
     for r in runs:
-        table.add_row(r.id, r.status, age(now - r.state.get("created", now)), r.state["pipeline"], r.state.get("need", ""))
+        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], r.get("need") or "")
     out.print(table)
 
 
@@ -109,9 +108,9 @@ def show_cmd(name: Annotated[str, typer.Argument(help="A run id (or unique prefi
 
     report = api.show(name, G.settings)
     if as_json:
-        from flakebot.cli.live import json_line
+        from flakebot.cli.live import json_result
 
-        json_line(report)
+        json_result(report)
         return
     from flakebot.cli.display import print_report
 
@@ -175,12 +174,11 @@ def search_cmd(
 ) -> None:
     """Find crates a tool could start from, ranked for tool-making."""
     from flakebot import api
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
 
     found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
     if as_json:
-        for candidate in found:
-            json_line(candidate.to_dict())
+        json_result({"candidates": [candidate.to_dict() for candidate in found]})
         return
     if not found:
         out.print(f"No crate matches '{query}'.")
@@ -203,11 +201,11 @@ def search_cmd(
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False) -> None:
     """Print every setting, its value and what it is for."""
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
 
     settings = G.settings
     if as_json:
-        json_line(settings.as_dict())
+        json_result(settings.as_dict())
         return
     from rich.table import Table
 
@@ -245,6 +243,11 @@ def craft_cmd(
         str | None,
         typer.Option(help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."),
     ] = None,
+    from_source: Annotated[
+        str | None, typer.Option("--from", help="Start from this git repository (URL, or URL#REF) or local crate directory: no search, no choice.")
+    ] = None,
+    ref: Annotated[str | None, typer.Option(help="With --from URL: the branch, tag or commit to start from.")] = None,
+    name: Annotated[str | None, typer.Option(help="The tool's name (default: the spec's; a name taken by another need gets a suffix).")] = None,
     spec: Annotated[Path | None, typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model.")] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
@@ -268,7 +271,8 @@ def craft_cmd(
 
     with event_sink(as_json, f"craft: {need}") as sink:
         result = api.craft(
-            need, model=model, registry=registry, crate=crate, mode=mode, method=method, spec_file=str(spec) if spec else None,
+            need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_source=from_source, ref=ref, name=name,
+            spec_file=str(spec) if spec else None,
             max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
             fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sink=sink, settings=G.settings,
         )  # fmt: skip
@@ -290,11 +294,39 @@ def list_cmd(as_json: JsonOpt = False) -> None:
 def run_cmd(
     tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
     args: Annotated[list[str] | None, typer.Argument(help="Arguments for the tool (put them after --).")] = None,
+    args_json: Annotated[
+        str | None,
+        typer.Option("--args-json", help='The tool\'s schema arguments as JSON, as a function-calling agent passes them: \'{"key": "id", "stdin": "..."}\'.'),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object.")] = False,
 ) -> None:
-    """Run a catalogued tool through nix run: flakebot run csv-dedup -- --key id data.csv"""
+    """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'"""
     from flakebot import api
 
-    raise typer.Exit(api.run_tool(tool, list(args or []), G.settings))
+    arguments = _json_arguments(args_json) if args_json is not None else None
+    if arguments is not None and args:
+        from flakebot.errors import UsageError
+
+        raise UsageError("give the tool's arguments either after -- or as --args-json, not both", fix="move them all into the --args-json object")
+    if as_json:
+        from flakebot.cli.live import json_result
+
+        call = api.call_tool(tool, arguments if arguments is not None else {}, G.settings) if not args else api.call_tool_argv(tool, list(args), G.settings)
+        json_result(call.to_dict())
+        raise typer.Exit(call.exit_code)
+    argv, stdin = api.tool_arguments(tool, arguments, G.settings) if arguments is not None else (list(args or []), None)
+    raise typer.Exit(api.run_tool(tool, argv, G.settings, stdin=stdin))
+
+
+def _json_arguments(text: str) -> Any:
+    import json
+
+    from flakebot.errors import UsageError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\'') from None
 
 
 @app.command("rm")
@@ -309,7 +341,7 @@ def rm_cmd(tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")
 
 @app.command("mcp")
 def mcp_cmd() -> None:
-    """Serve flakebot as an MCP server over stdio (tools: craft, search, list, run)."""
+    """Serve flakebot as an MCP server over stdio: its own tools (craft, status, resume, ...) and every crafted tool."""
     from flakebot.mcp_server import serve
 
     serve()
@@ -321,12 +353,12 @@ def mcp_cmd() -> None:
 @app.command("models")
 def models_cmd(as_json: JsonOpt = False) -> None:
     """List model providers, the default model and whether each API key is set (keys are never shown)."""
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
     from flakebot.llm.providers import describe
 
     report = describe(G.settings)
     if as_json:
-        json_line(report)
+        json_result(report)
         return
     from rich.table import Table
 
@@ -348,6 +380,7 @@ def package_cmd(
     registry: Annotated[str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")] = None,
     bin_name: Annotated[str | None, typer.Option("--bin", help="The binary to package when the crate has several.")] = None,
     nixpkgs: Annotated[str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
@@ -355,7 +388,9 @@ def package_cmd(
     from flakebot.cli.live import event_sink, json_line, out
 
     with event_sink(as_json, f"package {target}") as sink:
-        result = api.package(target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, sink=sink, settings=G.settings)
+        result = api.package(
+            target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, out=str(out_dir) if out_dir else None, sink=sink, settings=G.settings
+        )
     if as_json:
         json_line({"result": result.to_dict()})
         return
@@ -381,11 +416,11 @@ def publish_cmd(
     from rich.markup import escape
 
     from flakebot import api
-    from flakebot.cli.live import json_line, out
+    from flakebot.cli.live import json_result, out
 
     result = api.publish(tool, to=to, settings=G.settings)
     if as_json:
-        json_line(result)
+        json_result(result)
         return
     size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
     out.print(f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True)
@@ -404,26 +439,52 @@ def publish_cmd(
 def main() -> None:
     """Console-script entry: run the app, turning FlakebotErrors into one red line and an exit code.
 
-    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself."""
+    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself; with --json it is
+    off, so a usage error becomes the same error object on stdout as any other failure."""
+    as_json = _wants_json(sys.argv[1:])
     try:
-        app(prog_name="flakebot")
+        code = app(prog_name="flakebot", standalone_mode=not as_json)
+    except _click_exception() as exc:  # reached only with --json
+        _print_error(UsageError(getattr(exc, "format_message", exc.__str__)(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"))
+        sys.exit(getattr(exc, "exit_code", 2))
     except FlakebotError as exc:
         if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":
             raise
         _print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _print_error(FlakebotError("interrupted", fix="continue an interrupted craft with 'flakebot resume RUN'"))
+        _print_error(Interrupted("interrupted", fix="continue an interrupted craft with 'flakebot resume RUN'"))
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _print_error(exc: FlakebotError) -> None:
+    """The human line on stderr; with --json also the error object, last on stdout, for programs."""
     from rich.markup import escape
 
-    from flakebot.cli.live import console
+    from flakebot.cli.live import console, json_line
 
     # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup.
     console.print(f"[bold red]error:[/bold red] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
+    if _wants_json(sys.argv[1:]):
+        json_line(exc.result())
+
+
+def _click_exception() -> type[Exception]:
+    """Click's usage-error base class: typer >= 0.2x carries its own copy of click."""
+    import importlib
+
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            return importlib.import_module(module).ClickException  # type: ignore[no-any-return]
+        except ImportError:
+            continue
+    return Exception
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """--json among flakebot's own arguments (those after `--` belong to a tool)."""
+    return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
 
 
 if __name__ == "__main__":

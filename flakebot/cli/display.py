@@ -68,11 +68,10 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
 
 
 def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
-    from flakebot.cli.live import json_line
+    from flakebot.cli.live import json_result
 
     if as_json:
-        for tool in tools:
-            json_line(tool)
+        json_result({"tools": tools})
         return
     if not tools:
         out.print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")

@@ -32,6 +32,11 @@ def json_line(payload: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def json_result(result: Any) -> None:
+    """The one result object every --json command prints last (a failure prints an error object instead)."""
+    json_line({"result": result})
+
+
 class JsonEvents:
     """An EventSink printing each event as a JSON line."""
 

@@ -121,16 +121,33 @@ class Catalog:
                 return entry
         return None
 
+    def name_holder(self, name: str, need: str) -> dict[str, Any] | None:
+        """The entry holding `name` for a different need (None when the name is free or holds the same need)."""
+        entry = self.tools().get(name)
+        return entry if entry is not None and entry.get("need_key") != normalize_need(need) else None
+
+    def free_name(self, name: str, need: str) -> str:
+        """`name`, or when a different need holds it, the first free `name-2`, `name-3`, ..."""
+        taken = self.tools()
+        for candidate in (name, *(f"{name}-{n}" for n in range(2, 1000))):
+            entry = taken.get(candidate)
+            if entry is None or entry.get("need_key") == normalize_need(need):
+                return candidate
+        raise CatalogError(f"every name like {name} is taken", fix="pass --name with a name of your own")
+
     def add(
         self, name: str, *, need: str, flake_dir: Path, manifest: dict[str, Any], usage_md: str, store_path: str, run_id: str, origin: dict[str, Any]
     ) -> dict[str, Any]:
-        """Copy a built tool into the catalog (replacing an older one of the same name) and hold its store path."""
+        """Copy a built tool into the catalog (replacing an older one of the same name and need) and hold its store path.
+
+        A tool of the same name crafted for a different need is never replaced silently: that is an error."""
         staging = Path(tempfile.mkdtemp(dir=self._staging_root(), prefix=f"{name}."))
         try:
             shutil.copytree(flake_dir, staging / "flake", symlinks=True, ignore=shutil.ignore_patterns("result", "result-*"))
             atomic_write_json(staging / "manifest.json", manifest)
             (staging / "USAGE.md").write_text(usage_md)
             with self.locked() as index:
+                _refuse_other_need(index["tools"].get(name), need)
                 final = self.tool_dir(name)
                 old = final.with_name(f".{name}.old")
                 remove_tree(old)
@@ -179,6 +196,15 @@ class Catalog:
         staging = self.root / "tools" / ".staging"
         staging.mkdir(parents=True, exist_ok=True)
         return staging
+
+
+def _refuse_other_need(entry: dict[str, Any] | None, need: str) -> None:
+    if entry is not None and entry.get("need_key") != normalize_need(need):
+        raise CatalogError(
+            f"the catalog already has a tool named {entry['name']} for another need ({entry.get('need', '')!r})",
+            fix=f"craft again with --name {entry['name']}-2 (or another free name), or remove the old one with 'flakebot rm {entry['name']}'",
+            name=entry["name"],
+        )
 
 
 def add_gc_root(link: Path, store_path: str) -> Path:

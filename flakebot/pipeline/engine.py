@@ -105,7 +105,15 @@ def stage_names(pipeline: str) -> list[str]:
 
 
 def execute(run: Run, settings: Settings, sink: EventSink = ignore, stop_after: str | None = None) -> Run:
-    """Drive `run` through its pipeline's stages, skipping finished ones. Raises on failure."""
+    """Drive `run` through its pipeline's stages, skipping finished ones. Raises on failure, naming the run."""
+    try:
+        return _drive(run, settings, sink, stop_after)
+    except FlakebotError as exc:
+        exc.run_id = exc.run_id or run.id  # so a caller can inspect or resume the run that failed
+        raise
+
+
+def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None) -> Run:
     stages = load_stages(run.state["pipeline"])
     names = [s.name for s in stages]
     if stop_after and stop_after not in names:

@@ -1,9 +1,12 @@
 """acquire(): the chosen crate's source as a git workspace on the run's branch, by one of four methods.
 
     local    a crate directory (a local directory source): copy, git init, commit "upstream NAME VERSION"
-    git      its repository URL: clone, check out the version's tag (else the default branch, with a notice)
+    git      its repository URL: clone, check out the given ref, else the version's tag (else the default branch, with a notice)
     fork     fork on GitHub (REST, polled until ready), then clone the fork
     archive  the published .crate (checksum-verified), unpacked, git init, commit
+
+`craft --from URL|PATH` starts here directly (start_point): a crate with no name or version yet, only
+where it is; the package at the top of the tree (or the workspace's only one) is the crate.
 
 Every method builds the workspace in a hidden sibling directory and renames it into place only
 when it is complete, so a failure (unreachable host, full disk, ...) leaves nothing behind.
@@ -21,11 +24,11 @@ from typing import Any
 
 import git
 
-from flakebot.cargo.metadata import locate
+from flakebot.cargo.metadata import locate, root_package
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
-from flakebot.errors import AcquireError
+from flakebot.errors import AcquireError, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.pipeline.run import Run
 from flakebot.source import archive, gitrepo
@@ -46,16 +49,25 @@ class Job:
     settings: Settings
     cargo: Cargo
     run: Run | None
+    ref: str | None = None  # a branch, tag or commit to check out instead of the version's tag
 
 
 def acquire(
-    crate: CrateInfo, dest: Path, *, branch: str, settings: Settings, method: str = "auto", fork: bool = False, run: Run | None = None
+    crate: CrateInfo,
+    dest: Path,
+    *,
+    branch: str,
+    settings: Settings,
+    method: str = "auto",
+    fork: bool = False,
+    run: Run | None = None,
+    ref: str | None = None,
 ) -> dict[str, Any]:
     """Make `dest` a git repository on `branch` holding `crate`'s source; returns the origin record."""
     chosen = choose_method(crate, method, fork)
     # cargo metadata (the only cargo call here) reads the target dir's name but never writes to it.
     target = run.target_dir if run is not None else Path(tempfile.gettempdir()) / "flakebot-target"
-    job = Job(crate, branch, settings, Cargo.for_run(settings, target), run)
+    job = Job(crate, branch, settings, Cargo.for_run(settings, target), run, ref)
     if run is not None:
         run.register("path", path=str(dest))
     try:
@@ -84,7 +96,8 @@ def choose_method(crate: CrateInfo, method: str, fork: bool) -> str:
 
 def named(crate: CrateInfo, exc: AcquireError) -> AcquireError:
     """The same error with the crate named first, as every acquisition error is."""
-    return AcquireError(f"cannot acquire {crate.name} {crate.version}: {exc.message}", fix=exc.fix, crate=crate.name, version=crate.version, cause=exc.message)
+    what = f"{crate.name} {crate.version}" if crate.name else (crate.repository or crate.path)
+    return AcquireError(f"cannot acquire {what}: {exc.message}", fix=exc.fix, crate=crate.name, version=crate.version, cause=exc.message)
 
 
 def acquire_by(method: str, dest: Path, job: Job) -> dict[str, Any]:
@@ -147,11 +160,14 @@ def from_archive(job: Job, tmp: Path) -> dict[str, Any]:
 
 def commit_unpacked(job: Job, tmp: Path, url: str, extra: dict[str, Any]) -> dict[str, Any]:
     """Find the crate in an unpacked tree, then make the tree a repository with one upstream commit."""
-    crate_dir, version = locate(job.cargo, tmp, job.crate.name)
-    revision = gitrepo.init_commit(tmp, f"upstream {job.crate.name} {version}", job.branch)
+    name = job.crate.name or root_package(job.cargo, tmp)
+    crate_dir, version = locate(job.cargo, tmp, name)
+    revision = gitrepo.init_commit(tmp, f"upstream {name} {version}", job.branch)
     origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, **extra}
-    if version != job.crate.version:
-        origin["notice"] = f"the source holds {job.crate.name} {version}, not {job.crate.version}"
+    if not job.crate.name:  # craft --from: the package found in the tree
+        origin["package"] = name
+    if job.crate.version and version != job.crate.version:
+        origin["notice"] = f"the source holds {name} {version}, not {job.crate.version}"
     return origin
 
 
@@ -162,18 +178,48 @@ def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, A
     name, wanted = job.crate.name, job.crate.version
     notes = []
     with gitrepo.clone(url, tmp, job.settings.git_timeout, token) as repo:
-        tag = gitrepo.find_tag(repo, name, wanted)
-        if tag is None:
+        tag = gitrepo.find_tag(repo, name, wanted) if wanted and not job.ref else None
+        if tag is None and wanted and not job.ref:
             tried = ", ".join(gitrepo.version_tags(name, wanted))
             notes.append(f"no tag for version {wanted} (looked for {tried}); using the default branch {gitrepo.default_branch(repo)}")
-        revision = gitrepo.checkout_branch(repo, job.branch, tag or "HEAD")
+        start = gitrepo.resolve_ref(repo, job.ref) if job.ref else tag or "HEAD"
+        revision = gitrepo.checkout_branch(repo, job.branch, start)
+    name = name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
-    if version != wanted:
+    if wanted and version != wanted:
         notes.append(f"the checked-out {name} is version {version}, not {wanted}")
     origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, "tag": tag}
+    if not job.crate.name:  # craft --from: the package found in the tree
+        origin["package"] = name
+    if job.ref:
+        origin["ref"] = job.ref
     if notes:
         origin["notice"] = "; ".join(notes)
     return origin
+
+
+def start_point(location: str, ref: str | None = None, *, name: str = "") -> tuple[CrateInfo, str | None]:
+    """The crate `craft --from` starts at, and the git ref to check out: a local crate directory, or a
+    repository URL (URL#ref names the ref; `ref` may too). `name` picks a package of a workspace."""
+    path = Path(location).expanduser()
+    if path.is_dir():
+        if ref or "#" in location:
+            raise UsageError("a ref applies to a git repository, not a local directory", fix="leave out --ref (or #REF) for a directory")
+        if not (path / "Cargo.toml").is_file():
+            raise UsageError(f"{path} has no Cargo.toml", fix="give the directory of a cargo package or workspace")
+        return CrateInfo(name=name, version="", path=str(path.resolve()), source="from"), None
+    url, _, fragment = location.partition("#")
+    if fragment and ref and fragment != ref:
+        raise UsageError(f"two refs given: #{fragment} and --ref {ref}", fix="give the ref once")
+    if "://" not in url and not url.startswith("git@"):
+        raise UsageError(
+            f"{location} is neither a directory nor a repository URL", fix="pass an existing crate directory or a git URL (https://, git://, ssh://, file://)"
+        )
+    try:
+        url = gitrepo.check_url(url)
+    except AcquireError as exc:
+        raise UsageError(exc.message, fix=exc.fix) from None
+    return CrateInfo(name=name, version="", repository=url, source="from"), fragment or ref or None
 
 
 def from_fork(job: Job, tmp: Path) -> dict[str, Any]:

@@ -89,6 +89,17 @@ def default_branch(repo: git.Repo) -> str:
     return repo.active_branch.name if not repo.head.is_detached else "HEAD"
 
 
+def resolve_ref(repo: git.Repo, ref: str) -> str:
+    """`ref` as something to check out in a fresh clone: a tag, a commit, or a branch (only the default one is local)."""
+    for candidate in (ref, f"origin/{ref}"):
+        try:
+            repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+            return candidate
+        except git.GitCommandError:
+            continue
+    raise AcquireError(f"the repository has no branch, tag or commit '{ref}'", fix="check the ref after # (or --ref)")
+
+
 def checkout_branch(repo: git.Repo, branch: str, start: str) -> str:
     """Create (or reset) `branch` at `start` and check it out; returns the commit."""
     try:

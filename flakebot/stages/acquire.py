@@ -41,9 +41,9 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         origin = new_crate(tool, workspace, library=crate, settings=ctx.settings)
     else:
         assert crate is not None
-        ctx.progress(f"acquiring {crate.name} {crate.version}")
+        ctx.progress(f"acquiring {crate.name} {crate.version}" if crate.name else f"acquiring {crate.repository or crate.path}")
         method, fork = ctx.options.get("method") or "auto", bool(ctx.options.get("fork"))
-        origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run)
+        origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run, ref=ctx.options.get("ref"))
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
     cargo = prepare_cargo(workspace, origin["crate_dir"], Cargo.for_run(ctx.settings, run.target_dir))

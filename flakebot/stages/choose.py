@@ -47,7 +47,9 @@ NO_CANDIDATE = {
 def choose_stage(ctx: StageContext) -> ChoiceOut:
     candidates = ctx.get(SearchOut).candidates
     wanted = ctx.options.get("crate")
-    if wanted:
+    if ctx.options.get("from"):  # craft --from: the caller chose; the crate is edited in place of a fork
+        choice = {"crate": ctx.options["from"], "mode": "fork", "reason": f"--from {ctx.options.get('from_location')}", "by": "option"}
+    elif wanted:
         choice = _by_option(ctx, wanted, candidates)
     elif not candidates:
         raise SearchError("search found no crate to start from", fix="describe the need differently, or name a crate with --crate NAME")
@@ -56,7 +58,7 @@ def choose_stage(ctx: StageContext) -> ChoiceOut:
 
         with stage_model(ctx) as model:
             choice = choose_with_model(model, ctx.get(SpecOut).to_dict(), candidates[:TOP])
-    ctx.progress(f"{choice['crate']['name']} ({choice['mode']}): {choice['reason']}")
+    ctx.progress(f"{choice['crate']['name'] or 'the given crate'} ({choice['mode']}): {choice['reason']}")
     return ChoiceOut.from_dict(choice)
 
 

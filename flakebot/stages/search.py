@@ -21,7 +21,10 @@ STAGE_LIMIT = 10
 def search_stage(ctx: StageContext) -> SearchOut:
     """Pipeline stage: rank crates for the spec's search query (or the need) and keep the top 10.
 
-    With --crate NAME the query is that name: the chosen crate is looked up, not searched for."""
+    With --crate NAME the query is that name: the chosen crate is looked up, not searched for.
+    With --from the start is given: nothing is searched, only the registry cargo will use is fixed."""
+    if ctx.options.get("from"):
+        return _given_start(ctx)
     query = ctx.options.get("crate") or ctx.get(SpecOut).search_query or ctx.run.state.get("need", "")
     registry = ctx.options.get("registry")
     ctx.progress(f"searching {registry or ctx.settings.registry} for '{query}'")
@@ -34,3 +37,12 @@ def search_stage(ctx: StageContext) -> SearchOut:
     # or the directory source (a given PATH, else the local registry) offline.
     ctx.pin_setting("registry", "crates-io" if name == "crates-io" else (registry if registry not in (None, "auto", "local") else "local"))
     return SearchOut(registry=name, query=query, candidates=[c.to_dict() for c in found])
+
+
+def _given_start(ctx: StageContext) -> SearchOut:
+    """--from URL|PATH: no search. Dependencies still come from a registry: the one given, crates.io online, else the local one."""
+    given = ctx.options.get("registry") or ctx.settings.registry
+    registry = "local" if ctx.settings.offline or given == "local" else ("crates-io" if given in ("auto", "crates-io") else given)
+    ctx.pin_setting("registry", registry)
+    ctx.progress(f"starting from {ctx.options.get('from_location')}: no search")
+    return SearchOut(registry=registry, query="", candidates=[])

@@ -6,6 +6,7 @@ catalogued tool already meets the need.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,22 @@ def spec_stage(ctx: StageContext) -> SpecOut:
             ctx.progress(f"reusing catalogued {answer.name}: {answer.reason}")
             return SpecOut(name=answer.name, reuse=answer.name, reason=answer.reason, end_run=True)
         spec, source = answer, "model"
+    spec = _named(ctx, spec)
     ctx.progress(f"{spec.name}: {spec.summary} ({len(spec.examples)} examples, from {source})")
     return SpecOut.of(spec, source)
+
+
+def _named(ctx: StageContext, spec: ToolSpec) -> ToolSpec:
+    """The tool's name: --name when given (checked before the run); else the spec's, or its first free
+    variant when the catalog holds that name for another need: a tool never silently replaces another."""
+    from flakebot.deliver.catalog import Catalog
+
+    if ctx.options.get("name"):
+        return dataclasses.replace(spec, name=str(ctx.options["name"]))
+    free = Catalog.open(ctx.settings).free_name(spec.name, ctx.run.state["need"])
+    if free != spec.name:
+        ctx.progress(f"the name {spec.name} is taken by a tool crafted for another need; this tool is {free}", notice=True)
+    return dataclasses.replace(spec, name=free)
 
 
 def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:

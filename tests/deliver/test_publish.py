@@ -20,7 +20,7 @@ from flakebot import config
 from flakebot.deliver.catalog import Catalog
 from flakebot.nix import command
 from flakebot.nix.flake import PackageResult, package_crate
-from tests.conftest import require, run_cli
+from tests.conftest import json_result, require, run_cli
 from tests.fakes.nix_crates import NIX, greeter, host_settings, json_of
 
 
@@ -58,7 +58,7 @@ def note_tool(tmp_path: Path) -> dict[str, Any]:
 def publish(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     done = run_cli("publish", *args, "--json", env=env)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return dict(json_result(done))
 
 
 def path_info(store_path: str, *store: str) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def test_publish_to_a_file_cache_then_a_second_store_fetches_and_runs_it(greeter
     assert result["run_command"]["argv"] == [f"{store_path}/bin/greeter"]
 
     # The catalog remembers the publication; publishing again reuses the same key.
-    shown = json.loads(run_cli("show", "greeter", "--json", check=True).stdout)
+    shown = json_result(run_cli("show", "greeter", "--json", check=True))
     assert shown["published"][f"file://{cache}"]["nar_hash"] == result["nar_hash"]
     again = publish("greeter", "--to", f"file://{cache}")
     assert again["public_key"] == result["public_key"] and sorted(p.name for p in keys_dir(flakebot_home).glob("*.secret")) == [secret.name]

@@ -12,7 +12,7 @@ from flakebot import config
 from flakebot.errors import ModelError
 from flakebot.llm.providers import check_model, resolve_model
 from flakebot.llm.stub_server import StubServer
-from tests.conftest import run_cli
+from tests.conftest import json_result, run_cli
 
 ASK = [{"role": "user", "content": "hi"}]
 FAKE_GROQ_KEY = "gsk_" + "f4ke" * 12
@@ -141,7 +141,7 @@ def test_a_rejected_key_names_the_variable_to_check(monkeypatch: pytest.MonkeyPa
 
 def test_models_command_shows_keys_as_present_never_their_values() -> None:
     result = run_cli("models", "--json", env={"GROQ_API_KEY": FAKE_GROQ_KEY}, check=True)
-    report = json.loads(result.stdout)
+    report = json_result(result)
     assert report["default"] == {"model": "groq:llama-3.3-70b-versatile", "source": "GROQ_API_KEY"}
     keys = {p["provider"]: p["key_present"] for p in report["providers"]}
     assert keys == {"groq": True, "openai": False, "openai-compatible": False, "ollama": False, "scripted": False}

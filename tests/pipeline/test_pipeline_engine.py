@@ -16,7 +16,7 @@ from flakebot.errors import FlakebotError, RunError
 from flakebot.events import Event
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.run import Run
-from tests.conftest import REPO, run_cli, wait_for
+from tests.conftest import REPO, json_result, run_cli, wait_for
 
 TESTS = str(REPO)  # subprocesses import tests.fakes.pipelines from the checkout
 
@@ -120,9 +120,9 @@ def test_workdir_that_is_a_file_is_reported(tmp_path: Path) -> None:
 def test_runs_and_show_list_the_run(workdir: Path) -> None:
     run = pipeline.start("tests.fakes.pipelines:FAILING", workdir, config.load(), need="list me", stop_after="first")
     listing = run_cli("runs", "--json", env={"PYTHONPATH": TESTS})
-    rows = [json.loads(line) for line in listing.stdout.splitlines()]
+    rows = json_result(listing)["runs"]
     assert rows == [{"id": run.id, "status": "stopped", "pipeline": "tests.fakes.pipelines:FAILING", "need": "list me", "created": rows[0]["created"]}]
-    shown = json.loads(run_cli("show", run.id[:12], "--json", env={"PYTHONPATH": TESTS}).stdout)
+    shown = json_result(run_cli("show", run.id[:12], "--json", env={"PYTHONPATH": TESTS}))
     assert [s["status"] for s in shown["stages"]] == ["finished", "pending", "pending", "pending"]
 
 

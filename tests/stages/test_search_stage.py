@@ -18,7 +18,7 @@ from flakebot.errors import SearchError
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
 from flakebot.stages.search import search_stage
-from tests.conftest import DEBIAN_REGISTRY, run_cli
+from tests.conftest import DEBIAN_REGISTRY, json_result, run_cli
 from tests.fakes.crates_server import CratesServer
 
 CLOSED = "http://127.0.0.1:9"  # nothing listens: connection refused, instantly
@@ -122,7 +122,7 @@ def test_search_stage_fails_when_nothing_matches(workdir: Path) -> None:
 @pytest.mark.parametrize(("query", "expected", "within"), [("csv", "csv", 1), ("hex dump viewer", "hexyl", 3), ("parse command line arguments", "clap", 3)])
 def test_cli_search_local_json(query: str, expected: str, within: int) -> None:
     result = run_cli("search", query, "--registry", "local", "--json", check=True)
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    rows = json_result(result)["candidates"]
     assert expected in [r["name"] for r in rows[:within]]
     assert all(r["why"] and r["source"] == "local" and "score" in r for r in rows)
 
@@ -136,14 +136,14 @@ def test_cli_search_table() -> None:
 
 def test_cli_search_falls_back_with_a_notice() -> None:
     result = run_cli("search", "csv", "--json", "--limit", "1", check=True, env={"FLAKEBOT_CRATESIO_API_URL": CLOSED})
-    assert json.loads(result.stdout)["name"] == "csv"
+    assert json_result(result)["candidates"][0]["name"] == "csv"
     assert "searching the local registry /usr/share/cargo/registry instead" in " ".join(result.stderr.split())  # rich wraps at 80 columns
 
 
 def test_cli_search_crates_io(server: CratesServer) -> None:
     env = {"FLAKEBOT_CRATESIO_API_URL": server.url, "FLAKEBOT_CRATESIO_DETAILS": "0"}
     result = run_cli("search", "postgres", "--registry", "crates-io", "--json", check=True, env=env)
-    assert json.loads(result.stdout)["downloads"] == 535491
+    assert json_result(result)["candidates"][0]["downloads"] == 535491
     assert run_cli("search", "postgres", "--registry", "crates-io", "--json", check=True, env=env).stdout == result.stdout
     assert len(server.requests()) == 1  # the second process was answered from the disk cache
 

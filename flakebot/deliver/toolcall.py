@@ -1,0 +1,113 @@
+"""Calling a catalogued tool with JSON arguments, the shape its OpenAI/MCP schema describes.
+
+One mapping serves every caller: the MCP server's tools/call and `flakebot run TOOL --args-json`.
+The arguments become argv with helpparse.to_argv; a `stdin` argument is the tool's standard input.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot.deliver.helpparse import CliParam, json_schema, to_argv
+from flakebot.errors import CatalogError, UsageError
+
+logger = logging.getLogger(__name__)
+
+TIMED_OUT = 124
+
+
+@dataclass
+class ToolCall:
+    """What one call of a crafted tool did."""
+
+    tool: str
+    argv: list[str]
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parameters(manifest: dict[str, Any]) -> list[CliParam]:
+    """The tool's command-line parameters, as the manifest recorded them from its --help."""
+    return [CliParam(**param) for param in manifest.get("parameters") or []]
+
+
+def mcp_definition(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The MCP tool a catalogued tool is: its name, its clap-derived input schema, its summary and usage."""
+    usage = manifest.get("usage", "")
+    description = manifest.get("summary", "") + (f"\n\nUsage: {usage}" if usage else "")
+    description += "\n\nPass standard input as the `stdin` argument; the result holds stdout, stderr and the exit code."
+    schema = (manifest.get("mcp_tool") or {}).get("inputSchema") or json_schema(parameters(manifest))
+    return {"name": manifest["name"], "description": description, "inputSchema": schema}
+
+
+def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[str], str | None]:
+    """(the tool's arguments, its stdin or None) for JSON `arguments`; bad arguments are a UsageError."""
+    name = manifest.get("name", "the tool")
+    if not isinstance(arguments, dict):
+        raise UsageError(f"arguments for {name} must be a JSON object, got {type(arguments).__name__}", fix='pass an object such as {"stdin": "..."}')
+    params = parameters(manifest)
+    problem = _type_problem(params, arguments)
+    try:
+        if problem:
+            raise ValueError(problem)
+        argv = to_argv(params, arguments)
+    except ValueError as exc:
+        fields = ", ".join(p.name for p in params) or "none"
+        raise UsageError(f"bad arguments for {name}: {exc}", fix=f"use the tool's schema (parameters: {fields}, and stdin)") from None
+    stdin = arguments.get("stdin")
+    return argv, None if stdin is None else str(stdin)
+
+
+def _type_problem(params: list[CliParam], arguments: dict[str, Any]) -> str | None:
+    """Flags take booleans and the rest strings (or lists of them): say which argument breaks that."""
+    for param in params:
+        value = arguments.get(param.name)
+        if value is None:
+            continue
+        if param.kind == "flag" and not isinstance(value, bool):
+            return f"{param.name} is a flag: pass true or false"
+        if param.kind != "flag" and isinstance(value, (dict, bool)):
+            return f"{param.name} takes a string" + (" or a list of strings" if param.multiple else "")
+    return None
+
+
+def program(manifest: dict[str, Any]) -> list[str]:
+    """The command that runs the tool: its built store path, or `nix run` of its flake when the path is gone."""
+    binary = Path(manifest.get("store_path") or "/nonexistent") / "bin" / (manifest.get("main_program") or manifest.get("name", ""))
+    if binary.is_file():
+        return [str(binary)]
+    if manifest.get("nix_run_argv"):
+        logger.info("%s is not in the store; running the tool through nix run", binary)
+        return [*manifest["nix_run_argv"], "--"]
+    raise CatalogError(f"tool '{manifest.get('name')}' has no built program", fix="craft it again with 'flakebot craft --fresh'")
+
+
+def call(manifest: dict[str, Any], arguments: Any, *, timeout: float, cwd: Path | None = None) -> ToolCall:
+    """Run the tool with JSON arguments and capture what it printed; a non-zero exit is a result, not an error.
+
+    Without a `stdin` argument the tool reads an empty input (never the caller's: an MCP server's stdin is its protocol)."""
+    args, stdin = arguments_to_argv(manifest, arguments)
+    return run_captured(manifest, args, stdin or "", timeout=timeout, cwd=cwd)
+
+
+def run_captured(manifest: dict[str, Any], args: list[str], stdin: str | None, *, timeout: float, cwd: Path | None = None) -> ToolCall:
+    """Run the tool with command-line `args` and capture its output; `stdin` None passes the caller's own."""
+    argv = [*program(manifest), *args]
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired as expired:  # exit 124, as coreutils' timeout reports it
+        note = f"\n[flakebot: stopped after {timeout:g}s; raise tool_timeout to allow more]\n"
+        return ToolCall(manifest["name"], args, TIMED_OUT, _text(expired.stdout), _text(expired.stderr) + note)
+    return ToolCall(manifest["name"], args, done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
