@@ -38,11 +38,14 @@ class FlakebotError(Exception):
         stage: str | None = None,
         **details: Any,
     ) -> None:
+        from flakebot.redact import redact, redact_text
+
+        message = redact_text(message)  # error messages quote logs and commands: a key must not reach a terminal or state.json
         super().__init__(message)
         self.message = message
-        self.fix = fix
+        self.fix = redact_text(fix) if fix else fix
         self.stage = stage
-        self.details = details
+        self.details = redact(details)
 
     def one_line(self) -> str:
         """The message and its fix as one line, as the CLI prints it."""

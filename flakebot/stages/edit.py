@@ -1,4 +1,7 @@
-"""The edit stage of the craft pipeline: freeze the acceptance tests, then run the loop in the sandbox."""
+"""The edit stage of the craft pipeline: freeze the acceptance tests, then run the loop in the sandbox.
+
+The acceptance test is frozen (agent.acceptance.Frozen): bound read-only in the sandbox, refused to the
+file tools, and hashed after every tool call and verdict; a change ends the loop as `tampered`."""
 
 from __future__ import annotations
 
@@ -6,9 +9,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TEST, write_acceptance_test
+from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, run_example, write_acceptance_test
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
-from flakebot.agent.verdict import make_verdict
+from flakebot.agent.verdict import ExampleRunner, make_verdict
+from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
 from flakebot.pipeline.engine import StageContext
@@ -27,25 +31,25 @@ def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
     from flakebot.pipeline.models import stage_model
-    from flakebot.sandbox import open_sandbox
+    from flakebot.sandbox import limits_for, open_sandbox
 
     spec, acquired = ctx.get(SpecOut).tool_spec(), ctx.get(AcquireOut)
     workspace, crate_rel = ctx.run.workspace, acquired.crate_dir
     crate_dir = workspace / crate_rel
     repo = git.Repo(workspace)
     _start_clean(ctx, repo)
-    frozen = {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()}
+    frozen = Frozen(workspace, {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()})
     commit = _committer(repo)
     commit(f"flakebot: acceptance tests for {spec.name}")
 
     settings = ctx.settings
-    sandbox = open_sandbox(
-        settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], timeout=settings.command_timeout, output_cap=settings.output_cap
-    )
+    limits = limits_for(settings)
+    sandbox = open_sandbox(settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], frozen=frozen.paths(), limits=limits)
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
-    verdict = make_verdict(lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout), spec, workspace)
+    cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
+    verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings))
     ctx.progress("running the tests before any edit")
     baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
@@ -59,11 +63,20 @@ def edit_stage(ctx: StageContext) -> EditOut:
             LoopLimits(settings.max_iterations, settings.max_wall_seconds),
             on_step=lambda i, result, v: _on_step(ctx, model, i, v),
             record=transcript.record,
+            guard=frozen.check,
         )
         task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
         result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
     atomic_write_json(ctx.run.dir / "edit.json", result.to_dict())
     return _outcome(result, spec)
+
+
+def example_runner(settings: Settings) -> ExampleRunner:
+    """Runs one example on a built binary in the sandbox the settings ask for (the smoke timeout per example)."""
+    from flakebot.sandbox import limits_for
+
+    limits = limits_for(settings, timeout=settings.smoke_timeout)
+    return lambda binary, example: run_example(binary, example, settings.sandbox, limits)
 
 
 def _start_clean(ctx: StageContext, repo: Any) -> None:
