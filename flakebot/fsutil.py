@@ -54,3 +54,15 @@ def remove_tree(path: Path) -> bool:
     else:
         path.unlink()
     return True
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes held by the files under `path` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue  # removed meanwhile
+    return total

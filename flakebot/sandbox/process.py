@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,7 +116,18 @@ def _base_env(home: Path) -> dict[str, str]:
     for key in ("RUSTUP_TOOLCHAIN", "CARGO_HOME"):
         if key in os.environ:
             env[key] = os.environ[key]
+    toolchain = env.get("RUSTUP_TOOLCHAIN") or _default_toolchain()
+    if toolchain:  # pinned: a rust-toolchain.toml the model plants must not make rustup pick (or fetch) another one
+        env["RUSTUP_TOOLCHAIN"] = toolchain
     return env
+
+
+def _default_toolchain() -> str:
+    """rustup's default toolchain (its settings.toml), or '' without rustup."""
+    try:
+        return str(tomllib.loads((_rustup_home() / "settings.toml").read_text()).get("default_toolchain") or "")
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
 
 
 def _rustup_home() -> Path:

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, run_example, write_acceptance_test
-from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
+from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, StopLoop, Verdict
 from flakebot.agent.verdict import ExampleRunner, make_verdict
 from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
-from flakebot.fsutil import atomic_write_json
+from flakebot.fsutil import atomic_write_json, tree_bytes
 from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import AcquireOut, EditOut, SpecOut
 from flakebot.templates import render
@@ -63,7 +63,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
             LoopLimits(settings.max_iterations, settings.max_wall_seconds),
             on_step=lambda i, result, v: _on_step(ctx, model, i, v),
             record=transcript.record,
-            guard=frozen.check,
+            guard=lambda: _guard(frozen, [workspace, ctx.run.target_dir], settings.sandbox_disk_mb),
         )
         task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
         result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
@@ -77,6 +77,16 @@ def example_runner(settings: Settings) -> ExampleRunner:
 
     limits = limits_for(settings, timeout=settings.smoke_timeout)
     return lambda binary, example: run_example(binary, example, settings.sandbox, limits)
+
+
+def _guard(frozen: Frozen, paths: list[Path], limit_mb: int) -> None:
+    """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the
+    workspace and target dir hold no more than the limit (else `disk`; the sandbox kills one command that
+    writes too much, this bounds what many commands leave)."""
+    frozen.check()
+    used = sum(tree_bytes(p) for p in paths) // (1024 * 1024)
+    if used > limit_mb:
+        raise StopLoop("disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({limit_mb} MiB)")
 
 
 def _start_clean(ctx: StageContext, repo: Any) -> None:
