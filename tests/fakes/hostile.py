@@ -66,8 +66,10 @@ class Scene:
         return next(iter(sorted((self.workdir / "runs").glob("*"))), None)
 
     def files_left(self) -> list[Path]:
-        """Every file the run left: run directory (workspace and target too, with --keep), catalog, cache, config."""
-        return [p for p in self.root.rglob("*") if p.is_file() and not p.is_symlink()]
+        """Every file the run left: run directory (workspace and target too, with --keep), catalog, cache, config
+        (not the case's own inputs: the script quotes the key as the model does)."""
+        inputs = {self.root / "script.json", self.root / "spec.json"}
+        return [p for p in self.root.rglob("*") if p.is_file() and not p.is_symlink() and p not in inputs]
 
     def holding(self, needle: str) -> list[str]:
         """Files left by the run whose bytes contain `needle`."""
