@@ -20,6 +20,7 @@ from flakebot.deliver.manifest import build_manifest, shell_command, usage_markd
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_json, atomic_write_text
 from flakebot.pipeline.engine import StageContext
+from flakebot.redact import redact_text
 from flakebot.sandbox import CommandResult, limits_for, open_sandbox
 from flakebot.stages.outputs import AcquireOut, InstructOut, PackageOut, SpecOut
 from flakebot.toolspec import Example
@@ -54,7 +55,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         sandbox=ctx.settings.sandbox,
     )
     manifest["catalog_dir"] = str(catalog.tool_dir(spec.name))
-    usage_md = usage_markdown(manifest)
+    usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output; JSON records are redacted as written
     entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
