@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.reliability_env import OFFLINE, SHOUT_RS, SHOUT_SPEC, Home, write_json
+from benchmarks.reliability_env import OFFLINE, Home, write_json
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC
 
 TOOL_FILES = ("manifest.json", "USAGE.md", "flake/flake.nix", "flake/flake.lock")
 

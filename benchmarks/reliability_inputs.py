@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.reliability_env import DEBIAN_REGISTRY, OFFLINE, SESSION, SHOUT_SPEC, Home, write_json
+from benchmarks.reliability_env import DEBIAN_REGISTRY, OFFLINE, SESSION, Home, write_json
 from flakebot.errors import CatalogError, ConfigError, ModelError, NixError, RunError, SearchError, UsageError
+from tests.fakes.shout import SHOUT_SPEC
 
 AUDIT_FILES = {".lock", "events.jsonl", "run.log", "state.json", "transcript.jsonl", "flake", "edit.json", "manifest.json", "USAGE.md"}
 CSV_NEED = "need a CSV deduper"
