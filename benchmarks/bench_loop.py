@@ -37,9 +37,10 @@ from typing import Any
 
 import git
 
-from flakebot.agent.acceptance import write_acceptance_test
+from flakebot.agent.acceptance import Frozen, write_acceptance_test
 from flakebot.agent.loop import EditLoop, LoopLimits, Verdict
 from flakebot.agent.tools import Toolbox
+from flakebot.agent.verdict import make_verdict
 from flakebot.cargo.diagnostics import run_cargo
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -49,7 +50,7 @@ from flakebot.llm.transcript import Transcript
 from flakebot.pipeline.run import Run
 from flakebot.sandbox import Sandbox, open_sandbox
 from flakebot.source.newcrate import new_crate
-from flakebot.stages.edit import make_verdict
+from flakebot.stages.edit import example_runner
 from flakebot.toolspec import ToolSpec
 
 GOAL_RATIO = 1.05
@@ -138,7 +139,7 @@ class Bench:
 
     def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
-        return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate)
+        return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, example_runner(self.settings))
 
     def _cargo_test(self, spent: dict[str, float], extra: list[str]) -> Any:
         report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
@@ -157,7 +158,7 @@ class Bench:
         spent: dict[str, float] = {}
         model = resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
         try:
-            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=self.frozen)
+            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
             loop = EditLoop(
                 Timed(model, "complete", spent, "model"),
                 Timed(toolbox, "call", spent, "tools"),

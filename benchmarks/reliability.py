@@ -31,7 +31,7 @@ REPORT_FORMAT = 1
 # --quick: a few rows of each section, enough to prove the generator end to end in about a minute.
 QUICK: dict[str, Any] = {
     "inputs": ["empty need", "unknown run id", "unknown --stop-after stage", "registry path that is not a directory source"],
-    "escapes": ["network", "write-outside"],
+    "escapes": ["network", "write-outside", "symlink-out"],
     "faults": ["429"],
     "crashes": ["choose"],
     "concurrency": (1,),
@@ -42,7 +42,7 @@ def runners(root: Path, cache: Path, quick: bool) -> dict[str, Callable[[], list
     pick: Callable[[str], Any] = (lambda name: QUICK[name]) if quick else (lambda name: None)
     return {
         "inputs": lambda: reliability_inputs.run(root, cache, pick("inputs")),
-        "escapes": lambda: reliability_escapes.run(pick("escapes")),
+        "escapes": lambda: reliability_escapes.run(root, pick("escapes")),
         "faults": lambda: reliability_faults.run(root, cache, pick("faults")),
         "crashes": lambda: reliability_crashes.run(root, cache, pick("crashes")),
         "concurrency": lambda: reliability_concurrency.run(root, cache, QUICK["concurrency"] if quick else (1, 4, 8)),

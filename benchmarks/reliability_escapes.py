@@ -1,4 +1,5 @@
-"""Sandbox escape attempts (tests.fakes.escape_cases) under bubblewrap, and the same attempts in a plain process for contrast."""
+"""Sandbox escape attempts (tests.fakes.escape_cases) under bubblewrap, the same attempts in a plain process for
+contrast, and hostile model sessions through the real pipeline (tests.fakes.hostile)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ from typing import Any
 
 from flakebot.sandbox import Sandbox, open_sandbox
 from tests.fakes.escape_cases import run_escape_cases
+from tests.fakes.hostile import CASES as HOSTILE_CASES
+from tests.fakes.hostile import run_hostile
 
 SANDBOXES = {"bubblewrap": "required", "plain process": "off"}
 
 
-def run(names: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every case (or those named) in each sandbox; one row per (case, sandbox)."""
+def run(root: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every case (or those named) in each sandbox, then the hostile sessions (or those named); one row each."""
     rows = []
     for label, mode in SANDBOXES.items():
         results = run_escape_cases(_factory(mode), names)
         rows += [{**result, "sandbox": label, "mode": mode} for result in results]
-    return rows
+    hostile = [c.name for c in HOSTILE_CASES if names is None or c.name in names]
+    return rows + (run_hostile(root / "hostile", hostile) if hostile else [])
 
 
 def _factory(mode: str) -> Callable[[Path, list[Path]], Sandbox]:

@@ -275,11 +275,16 @@ def _faults(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+HOSTILE = "hostile session (pipeline)"
+
+
 def _escapes(rows: list[dict[str, Any]]) -> list[str]:
+    hostile = [r for r in rows if r["sandbox"] == HOSTILE]
+    rows = [r for r in rows if r["sandbox"] != HOSTILE]
     lines = [
         "## Sandbox escapes",
         "",
-        "Each attempt from `flakebot/agent/escape_cases.py` runs as `bash -c SCRIPT` in the sandbox the edit loop uses "
+        "Each attempt from `tests/fakes/escape_cases.py` runs as `bash -c SCRIPT` in the sandbox the edit loop uses "
         '(`open_sandbox("required")`: bubblewrap), and for contrast in a plain process (`open_sandbox("off")`). The outcome is judged from outside.',
         "",
     ]
@@ -294,7 +299,21 @@ def _escapes(rows: list[dict[str, Any]]) -> list[str]:
         contained = [_contained(results[label]) if label in results else "" for label in labels]
         outcomes = [results[label]["outcome"] if label in results else "" for label in labels]
         body.append([first["attempt"], first["expected"], *contained, *outcomes])
-    return lines + table(header, body)
+    return lines + table(header, body) + (_hostile(hostile) if hostile else [])
+
+
+def _hostile(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "",
+        "### Hostile model sessions",
+        "",
+        "Each is a scripted model session run through the real pipeline (`flakebot craft --model scripted:FILE`, "
+        "`tests/fakes/hostile.py`): the model writes the tool and a build script (or a tool) that attacks the host, with a key "
+        "in flakebot's environment since start. The outcome is judged from outside.",
+        "",
+    ]
+    body = [[r["attempt"], r["expected"], _contained(r), r["outcome"], f"{r['seconds']:.0f} s"] for r in rows]
+    return lines + table(["attempt", "expected", "contained", "outcome", "time"], body)
 
 
 def _contained(row: dict[str, Any]) -> str:

@@ -168,6 +168,7 @@ def craft(
     push: bool = False,
     delete_fork: bool = False,
     stop_after: str | None = None,
+    sandbox: str | None = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> CraftResult:
@@ -180,8 +181,8 @@ def craft(
 
     if not need.strip():
         raise UsageError("the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"')
-    given: dict[str, Any] = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens, "offline": offline}
-    overrides = {k: v for k, v in given.items() if v is not None}
+    given: dict[str, Any] = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens, "offline": offline, "sandbox": sandbox}
+    overrides = {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     if not fresh and stop_after is None:

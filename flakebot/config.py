@@ -70,8 +70,17 @@ class Settings:
     git_timeout: float = _setting(300.0, "Seconds one git clone or push may take.")
     fork_timeout: float = _setting(120.0, "Seconds to wait for GitHub to finish copying a new fork's git objects.")
     fork_poll_interval: float = _setting(2.0, "Seconds between checks that a new fork is ready.")
-    sandbox: str = _setting("auto", "Sandbox for model-written code: auto (bubblewrap if present), required, or off.", ("auto", "required", "off"))
+    sandbox: str = _setting(
+        "required",
+        "Sandbox for model-written code: required (bubblewrap or stop), auto (bubblewrap, else an unisolated process with a warning), or off (unsafe).",
+        ("required", "auto", "off"),
+    )
     command_timeout: float = _setting(600.0, "Seconds one sandboxed command (cargo test, ...) may run.")
+    sandbox_memory_mb: int = _setting(4096, "MiB of data memory (RLIMIT_DATA) one sandboxed process may use; rustc needs 1-2 GiB on large crates.")
+    sandbox_file_mb: int = _setting(2048, "MiB: the largest file a sandboxed process may write (RLIMIT_FSIZE).")
+    sandbox_disk_mb: int = _setting(
+        10240, "MiB a run's workspace and target dir may hold: a sandboxed command is killed when the disk grows past it, the edit loop stops beyond it."
+    )
     output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
     nixpkgs: str = _setting("auto", "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.", ("auto", "pinned", "host"))
     smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")

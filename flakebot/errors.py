@@ -39,11 +39,14 @@ class FlakebotError(Exception):
         stage: str | None = None,
         **details: Any,
     ) -> None:
+        from flakebot.redact import redact, redact_text
+
+        message = redact_text(message)  # error messages quote logs and commands: a key must not reach a terminal or state.json
         super().__init__(message)
         self.message = message
-        self.fix = fix
+        self.fix = redact_text(fix) if fix else fix
         self.stage = stage
-        self.details = details
+        self.details = redact(details)
         self.run_id: str | None = None  # set by the pipeline when the error ends a run
 
     def one_line(self) -> str:

@@ -27,7 +27,11 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Write a JSON record (state.json, manifest.json, edit.json, catalog.json, ...) atomically, secrets redacted."""
+    from flakebot.redact import redact
+
+    text = json.dumps(data, indent=2, sort_keys=True, default=str)
+    atomic_write_text(path, json.dumps(redact(json.loads(text)), indent=2, sort_keys=True) + "\n")
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -50,3 +54,15 @@ def remove_tree(path: Path) -> bool:
     else:
         path.unlink()
     return True
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes held by the files under `path` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue  # removed meanwhile
+    return total

@@ -41,7 +41,7 @@ def test_wrong_type_and_bad_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="must be an integer"):
         config.load({"max_iterations": "many"})
     monkeypatch.setenv("FLAKEBOT_SANDBOX", "maybe")
-    with pytest.raises(ConfigError, match="FLAKEBOT_SANDBOX.*one of auto, required, off"):
+    with pytest.raises(ConfigError, match="FLAKEBOT_SANDBOX.*one of required, auto, off"):
         config.load()
 
 
@@ -67,3 +67,8 @@ def test_usage_errors_are_one_message_and_exit_2() -> None:
     result = run_cli("runs", "--bogus")
     assert result.returncode == 2
     assert "No such option: --bogus" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_sandbox_is_required_unless_asked_otherwise() -> None:
+    assert config.load().sandbox == "required"
+    assert config.load({"sandbox": "off"}).sandbox == "off"

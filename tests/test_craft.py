@@ -171,3 +171,16 @@ def test_four_concurrent_crafts_leave_a_consistent_catalog(workdir: Path, tmp_pa
     assert not any((catalog_dir / "tools/.staging").iterdir())
     shouted = run_cli("run", "shout-2", input="abc\n")
     assert shouted.stdout == "ABC\n"
+
+
+def test_sandbox_off_is_only_by_request_and_warned_on_every_run(workdir: Path, tmp_path: Path) -> None:
+    spec, script = tmp_path / "spec.json", tmp_path / "script.json"
+    spec.write_text(json.dumps(SHOUT_SPEC))
+    script.write_text(json.dumps({"format": 1, "stages": {}}))
+    args = ["craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE, "--stop-after", "spec"]
+    default = run_cli(*args)
+    assert default.returncode == 0 and "sandbox off" not in default.stderr, default.stderr
+    off = run_cli(*args, "--sandbox", "off")
+    assert off.returncode == 0 and "sandbox off (asked for)" in off.stderr, off.stderr
+    started = [json.loads(line) for run in list_runs(workdir) for line in run.events_path.read_text().splitlines() if '"run_started"' in line]
+    assert sorted(e["data"]["sandbox"] for e in started) == ["off", "required"]

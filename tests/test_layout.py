@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "flakebot"
-LEAVES = {"config", "errors", "events", "fsutil", "templates", "toolspec", "__version__"}  # shared by every folder
+LEAVES = {"config", "errors", "events", "fsutil", "redact", "templates", "toolspec", "trust", "__version__"}  # shared by every folder
 # What each folder may import besides the leaves (as each folder's __init__ docstring says).
 ALLOWED = {
     "sandbox": set(),

@@ -43,7 +43,11 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
     assert all(sections.values()), "every section produced rows"
     # The rows say what happened; the subset is one where everything must hold.
     assert all(row["ok"] for name in ("faults", "inputs", "crashes") for row in sections[name]), sections
-    assert {(r["sandbox"], r["contained"]) for r in sections["escapes"]} == {("bubblewrap", True), ("plain process", False)}
+    assert {(r["sandbox"], r["contained"]) for r in sections["escapes"]} == {
+        ("bubblewrap", True),
+        ("plain process", False),
+        ("hostile session (pipeline)", True),
+    }
     assert all(batch["consistent"] for batch in sections["concurrency"])
     fault = sections["faults"][0]
     assert fault["http_requests"] == fault["flakebot_calls"] + 1 and fault["how"] == "the SDK retried 1 time(s)"

@@ -1,13 +1,24 @@
-"""The acceptance test written from the spec before any edit: rendered, named, written and frozen by hash."""
+"""The acceptance test written from the spec before any edit: rendered, named, written, and frozen.
+
+`Frozen` is the one owner of "frozen": the toolbox asks it which paths it must refuse to write, the
+sandbox binds its paths read-only over the writable workspace, and the edit loop calls `check()` after
+every tool call and every verdict; a changed, removed or replaced file ends the loop as `tampered`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import re
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from flakebot.toolspec import ToolSpec
+from flakebot.agent.loop import StopLoop
+from flakebot.errors import EditError
+from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
+from flakebot.toolspec import Example, ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +68,94 @@ def write_acceptance_test(spec: ToolSpec, crate_dir: Path) -> dict[str, str]:
     text = render_acceptance_test(spec)
     path.write_text(text)
     return {ACCEPTANCE_TEST: hashlib.sha256(text.encode()).hexdigest()}
+
+
+@dataclass
+class Frozen:
+    """Files of the workspace nothing may change (the acceptance test), by sha256 of their content."""
+
+    workspace: Path
+    digests: dict[str, str]  # path relative to the workspace -> sha256
+
+    def __post_init__(self) -> None:
+        self.workspace = self.workspace.resolve()
+        for rel in self.digests:
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise EditError(f"frozen file {rel!r} is not a path inside the workspace", fix="record frozen files relative to the workspace root")
+        if self.changed():
+            raise EditError(
+                f"frozen file {', '.join(self.changed())} does not match its recorded sha256",
+                fix="write the acceptance tests again (re-run the spec stage) before editing",
+            )
+
+    def paths(self) -> list[Path]:
+        """Absolute paths, for the sandbox's read-only binds."""
+        return [self.workspace / rel for rel in self.digests]
+
+    def covers(self, path: Path) -> bool:
+        """Whether `path` (absolute, resolved) is a frozen file."""
+        return any(path == self.workspace / rel for rel in self.digests)
+
+    def changed(self) -> list[str]:
+        """Frozen files whose content differs from the recorded hash, or that are gone or replaced by a link."""
+        return [rel for rel, digest in self.digests.items() if _digest(self.workspace, rel) != digest]
+
+    def check(self) -> None:
+        """Stop the edit loop as `tampered` if any frozen file changed."""
+        changed = self.changed()
+        if changed:
+            logger.warning("frozen file changed: %s", ", ".join(changed))
+            raise StopLoop("tampered", f"{', '.join(changed)} was changed (it is frozen: the acceptance tests written from the need)")
+
+
+def _digest(workspace: Path, rel: str) -> str:
+    """sha256 of the regular file at `rel`, reached through real directories only; '' otherwise."""
+    current = workspace
+    for part in Path(rel).parts:
+        current = current / part
+        if current.is_symlink():
+            return ""
+    return hashlib.sha256(current.read_bytes()).hexdigest() if current.is_file() else ""
+
+
+def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits) -> tuple[bool, CommandResult]:
+    """Run one acceptance example on a built binary, in a fresh sandbox holding the example's files; (passed, result).
+
+    flakebot's own check, beside the test harness: it needs nothing from the workspace, so no rewrite
+    of the acceptance test (and no trick inside `cargo test`) can make it pass."""
+    with tempfile.TemporaryDirectory(prefix="flakebot-example-") as tmp:
+        cwd = Path(tmp)
+        for name, content in example.files.items():
+            path = (cwd / name).resolve()
+            if not path.is_relative_to(cwd.resolve()):
+                raise EditError(f"example file {name!r} leaves the example's directory", fix="give example files relative names")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+        sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits)
+        result = sandbox.run([str(binary), *example.args], cwd=cwd, stdin=example.stdin)
+    return result.stdout == example.stdout and result.returncode == example.exit_code and not result.timed_out, result
+
+
+def example_failure(number: int, example: Example, result: CommandResult) -> str:
+    """What the model is shown when flakebot's own run of an example on the built binary fails."""
+    got = f"exit {result.returncode}" + (" (timed out)" if result.timed_out else "")
+    return (
+        f"example {number} ({example.description or ' '.join(example.args)}) run by flakebot on the built binary: "
+        f"expected exit {example.exit_code} and stdout {example.stdout[:300]!r}; got {got} and stdout {result.stdout[:300]!r}"
+        + (f", stderr {result.stderr[-300:]!r}" if result.stderr.strip() else "")
+    )
+
+
+def example_record(example: Example, passed: bool, result: CommandResult) -> dict[str, Any]:
+    """One example's outcome as the manifest keeps it."""
+    return {
+        "description": example.description,
+        "args": example.args,
+        "stdin": example.stdin,
+        "files": sorted(example.files),
+        "stdout": result.stdout,
+        "exit_code": result.returncode,
+        "expected_stdout": example.stdout,
+        "expected_exit_code": example.exit_code,
+        "passed": passed,
+    }

@@ -5,6 +5,7 @@ run -> step -> query -> execute -> verdict
   after a step that changed files flakebot runs the tests itself and shows the model the result;
   a state no worse than the best so far is committed, and the best is restored at the end;
   the same edit or the same failures three times in a row stops the loop;
+  `guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
 """
 
@@ -46,7 +47,7 @@ class Verdict:
 class LoopResult:
     """How the loop ended: its status, a summary, the error if any, the best commit and a log of tool calls."""
 
-    status: str  # green | iterations | time | budget | loop_detected | format_errors | model_error
+    status: str  # green | iterations | time | budget | loop_detected | format_errors | model_error | tampered
     summary: str = ""
     error: str | None = None
     fix: str | None = None  # the remedy the model error or budget named, when one ended the loop
@@ -89,10 +90,11 @@ class EditLoop:
         limits: LoopLimits,
         on_step: Callable[[int, LoopResult, Verdict | None], None] = lambda *_: None,
         record: Callable[..., None] = lambda *_, **__: None,
+        guard: Callable[[], None] = lambda: None,
     ) -> None:
         self.model, self.toolbox, self.verdict = model, toolbox, verdict
         self.commit, self.restore, self.limits = commit, restore, limits
-        self.on_step, self.record = on_step, record
+        self.on_step, self.record, self.guard = on_step, record, guard
         self.result = LoopResult(status="running")
         self.messages: list[dict[str, Any]] = []
         self._recent_edits: list[str] = []
@@ -167,10 +169,8 @@ class EditLoop:
         if call.name in EDIT_TOOLS:
             self._note_edit(call)
         outcome = self.toolbox.call(call.name, call.arguments)
-        restored = self.toolbox.enforce_frozen()
         text = outcome.text
-        if restored:
-            text += f"\nflakebot restored {', '.join(restored)}: acceptance tests are frozen and must not be edited."
+        self.guard()  # a tool's cargo run executes model code: check before anything is committed
         self.record("tool_call", iteration=self.result.iterations, name=call.name, arguments=call.arguments, ok=outcome.ok, result=text[:4000])
         self.result.log.append({"iteration": self.result.iterations, "tool": call.name, "ok": outcome.ok})
         return text, call.name in EDIT_TOOLS and outcome.ok, False
@@ -183,6 +183,7 @@ class EditLoop:
 
     def _judge(self) -> Verdict:
         verdict = self.verdict()
+        self.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
         self.record("verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key)
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
             self._remember(verdict, self.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"))

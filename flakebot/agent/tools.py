@@ -5,14 +5,13 @@ and always returns a ToolResult (an unknown tool, bad arguments, a path leading 
 edit to a frozen file become `ok=False` with the exact problem, never an exception). File tools act in
 flakebot's own process on paths it has checked; every command (cargo) runs in the sandbox.
 
-Frozen files (the acceptance test) are refused to the file tools and, since a build script or a test could
-still change them, checked after every call: `enforce_frozen()` restores them and says which.
+Frozen files (the acceptance test, flakebot.agent.acceptance.Frozen) and the files that would steer
+cargo or rustup (flakebot.trust.steering_reason: `.cargo/`, `rust-toolchain*`) are refused to the file tools.
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import os
 import re
 import tempfile
@@ -21,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flakebot.agent.acceptance import Frozen
 from flakebot.cargo.diagnostics import CargoReport, run_cargo
 from flakebot.cargo.runner import Cargo
-from flakebot.errors import EditError, FlakebotError
+from flakebot.errors import FlakebotError
 from flakebot.fsutil import remove_tree
 from flakebot.sandbox import CommandResult, Sandbox, execute
+from flakebot.trust import steering_reason
 
 SKIP_DIRS = {".git", "target", "node_modules"}
 MAX_LIST = 400  # entries list_files returns
@@ -166,7 +167,7 @@ class Toolbox:
         cargo: Cargo,
         *,
         crate_dir: str = "",
-        frozen: dict[str, str] | None = None,
+        frozen: Frozen | None = None,
         read_only: bool = False,
         command_timeout: float | None = None,
     ) -> None:
@@ -177,7 +178,7 @@ class Toolbox:
         self.read_only = read_only
         self.command_timeout = command_timeout
         self.tools = {t.name: t for t in TOOLS if not (read_only and t.writes)}
-        self._frozen = {self._frozen_key(rel): (digest, self._frozen_content(rel, digest)) for rel, digest in (frozen or {}).items()}
+        self.frozen = frozen or Frozen(self.workspace, {})
 
     def schemas(self) -> list[dict[str, Any]]:
         """OpenAI function-tool definitions of the available tools."""
@@ -194,11 +195,6 @@ class Toolbox:
             return ToolResult(False, f"bad arguments for {name}: {exc}", {"tool": name, "error": "bad_arguments"})
         result = self._dispatch(name, args)
         result.data["tool"] = name
-        restored = self.enforce_frozen()
-        if restored:
-            names = ", ".join(restored)
-            result.text += f"\n\nNote: {names} is frozen (acceptance tests written from the need); it was changed and has been restored. Do not modify it."
-            result.data["restored_frozen"] = restored
         return result
 
     def _dispatch(self, name: str, args: dict[str, Any]) -> ToolResult:
@@ -213,37 +209,6 @@ class Toolbox:
             return ToolResult(False, f"{name} failed: {exc.strerror or exc} ({exc.filename or ''})", {"error": "failed"})
         except FlakebotError as exc:
             return ToolResult(False, f"{name} failed: {exc.one_line()}", {"error": "failed"})
-
-    # --- frozen files -------------------------------------------------------------------------------
-
-    def enforce_frozen(self) -> list[str]:
-        """Put back every frozen file whose content changed (or that was removed); returns their paths."""
-        restored = []
-        for rel, (digest, content) in self._frozen.items():
-            path = self.workspace / rel
-            if _real_dirs(self.workspace, rel) and path.is_file() and not path.is_symlink() and _sha256(path.read_bytes()) == digest:
-                continue
-            _make_real_dirs(self.workspace, rel)
-            _replace_file(path, content)
-            restored.append(rel)
-        return restored
-
-    def _frozen_key(self, rel: str) -> str:
-        try:
-            return str(self._inside(rel).relative_to(self.workspace))
-        except Refused as exc:
-            raise EditError(
-                f"frozen file {rel!r} is not a path inside the workspace: {exc}", fix="record frozen files relative to the workspace root"
-            ) from None
-
-    def _frozen_content(self, rel: str, digest: str) -> bytes:
-        path = self.workspace / rel
-        content = path.read_bytes() if path.is_file() else b""
-        if _sha256(content) != digest:
-            raise EditError(
-                f"frozen file {rel} does not match its recorded sha256", fix="write the acceptance tests again (re-run the spec stage) before editing"
-            )
-        return content
 
     # --- paths --------------------------------------------------------------------------------------
 
@@ -265,8 +230,11 @@ class Toolbox:
         rel = path.relative_to(self.workspace)
         if rel.parts and rel.parts[0] == ".git":
             raise Refused(f"'{raw}' is inside .git; flakebot manages the repository itself")
-        if str(rel) in self._frozen:
+        if self.frozen.covers(path):
             raise Refused(f"{rel} is frozen: it holds the acceptance tests written from the need. Change the code so that they pass instead")
+        steering = steering_reason(rel)
+        if steering:
+            raise Refused(f"'{raw}' refused: {steering}. Put settings in Cargo.toml instead")
         if path.is_dir():
             raise Refused(f"'{raw}' is a directory")
         return path
@@ -569,27 +537,3 @@ def _replace_file(path: Path, content: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _real_dirs(workspace: Path, rel: str) -> bool:
-    """Whether every directory on the way to `rel` is a real directory (a symlink could lead the restore outside)."""
-    current = workspace
-    for part in Path(rel).parent.parts:
-        current = current / part
-        if current.is_symlink() or not current.is_dir():
-            return False
-    return True
-
-
-def _make_real_dirs(workspace: Path, rel: str) -> None:
-    """Replace symlinks or files on the way to `rel` by real directories, so restoring writes inside the workspace."""
-    current = workspace
-    for part in Path(rel).parent.parts:
-        current = current / part
-        if current.is_symlink() or (current.exists() and not current.is_dir()):
-            current.unlink()
-        current.mkdir(exist_ok=True)
-
-
-def _sha256(content: bytes) -> str:
-    return hashlib.sha256(content).hexdigest()

@@ -64,15 +64,18 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
     from rich.logging import RichHandler
 
     from flakebot.cli.live import console
+    from flakebot.redact import RedactFilter
 
     handler = RichHandler(console=console, show_path=False, show_time=verbose > 1)
     handler.setLevel(level)
+    handler.addFilter(RedactFilter())
     root = logging.getLogger("flakebot")
     root.addHandler(handler)
     root.setLevel(min(level, logging.DEBUG if log_file else level))
     if log_file:
         file_handler = logging.FileHandler(log_file)
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        file_handler.addFilter(RedactFilter())
         root.addHandler(file_handler)
 
 
@@ -259,6 +262,9 @@ def craft_cmd(
     push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
     delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
     stop_after: Annotated[str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")] = None,
+    sandbox: Annotated[
+        str | None, typer.Option(help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
@@ -274,7 +280,7 @@ def craft_cmd(
             need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_source=from_source, ref=ref, name=name,
             spec_file=str(spec) if spec else None,
             max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
-            fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sink=sink, settings=G.settings,
+            fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sandbox=sandbox, sink=sink, settings=G.settings,
         )  # fmt: skip
     from flakebot.cli.display import print_craft_result
 

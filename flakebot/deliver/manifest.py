@@ -48,6 +48,7 @@ def build_manifest(
     verification: dict[str, Any],
     origin: dict[str, Any],
     run_id: str,
+    sandbox: str = "required",
 ) -> dict[str, Any]:
     params = parse_help(help_text)
     openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params)
@@ -73,6 +74,7 @@ def build_manifest(
         "nixpkgs_mode": package.get("nixpkgs_mode", ""),
         "origin": origin,
         "run_id": run_id,
+        "sandbox": sandbox,  # "off": the tool's code ran unisolated while it was crafted
         "built_at": time.time(),
     }
 

@@ -4,7 +4,7 @@
     providers.py    provider:model strings -> Model: resolve_model(), check_model(), describe()
     chat.py         ChatModel: the groq/openai SDK call plus retries, format errors, context overflow
     budget.py       Budget: token and cost limits, charged after every reply
-    transcript.py   Transcript: transcript.jsonl records, secrets redacted (redact.py)
+    transcript.py   Transcript: transcript.jsonl records, secrets redacted (flakebot.redact)
     prices.py       cost of a reply from flakebot/data/prices.json
     history.py      recognising context overflow; shrinking a history to fit
     script.py       the script format the stub server replays (docs/scripts.md)

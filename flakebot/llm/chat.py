@@ -27,9 +27,9 @@ from flakebot.llm.base import Reply, ToolCall, Usage
 from flakebot.llm.budget import Budget
 from flakebot.llm.history import is_overflow, shrink
 from flakebot.llm.prices import Price, cost
-from flakebot.llm.redact import redact_text
 from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import Transcript
+from flakebot.redact import redact_text
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flakebot.llm.redact import redact, redact_text, secret_values
+from flakebot.redact import redact, redact_text, secret_values
 
 TRANSCRIPT_FORMAT = 1
 

@@ -6,11 +6,13 @@ import collections
 import json
 import logging
 import os
+import platform
 import queue
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +91,25 @@ def run_argv(flake: Path | str, mode: str, standin: Path | None) -> list[str]:
     """`nix run` of a built flake as a caller types it: no build options (the GC root keeps the output),
     only the features flag and, in host mode, the stand-in override. Callers append `--` and arguments."""
     return [nix_program(), *FEATURES, "run", *override_options(mode, standin), str(flake)]
+
+
+def resolved_program(run: list[str], timeout: float) -> str:
+    """The program a `nix run` command line (as run_argv makes it) would start, found by evaluating the
+    flake's default app: nothing built, nothing of the tool run. A trusted host step (flakebot.trust)."""
+    at = run.index("run")
+    flake = run[-1]
+    argv = [*run[:at], "eval", "--raw", *run[at + 1 : -1], f"{flake}#apps.{nix_system()}.default.program"]
+    result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        tail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+        raise NixError(f"cannot evaluate what 'nix run {flake}' runs: {tail[0]}", fix="inspect the flake in the run directory", log_tail=result.stderr[-3000:])
+    return result.stdout.strip()
+
+
+def nix_system() -> str:
+    """This machine's Nix system name, such as x86_64-linux."""
+    machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    return f"{machine}-{'darwin' if sys.platform == 'darwin' else 'linux'}"
 
 
 def resolve_mode(settings: Settings) -> tuple[str, str]:

@@ -154,7 +154,10 @@ def _member_id(members: list[dict[str, Any]], directory: Path) -> str | None:
 def workspace_root(crate_dir: Path, settings: Settings) -> Path:
     """The root of the cargo workspace crate_dir is a member of (crate_dir itself when it stands alone)."""
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
-        result = _cargo(settings, Path(scratch)).run(["locate-project", "--workspace", "--message-format", "plain"], cwd=crate_dir, timeout=120)
+        # From the scratch dir with --manifest-path: cargo and rustup read .cargo/ and rust-toolchain* from the cwd up, and
+        # crate_dir is the model-edited workspace.
+        args = ["locate-project", "--workspace", "--message-format", "plain", "--manifest-path", str(crate_dir / "Cargo.toml")]
+        result = _cargo(settings, Path(scratch)).run(args, cwd=Path(scratch), timeout=120)
     if result.returncode != 0 or not result.stdout.strip():
         return crate_dir  # cargo reports a broken manifest better later, with the metadata call
     root = Path(result.stdout.strip()).parent.resolve()

@@ -26,6 +26,7 @@ from flakebot.config import Settings
 from flakebot.errors import FlakebotError, Interrupted, RunError, UsageError
 from flakebot.events import Event, EventSink, ignore
 from flakebot.pipeline.run import Run
+from flakebot.redact import RedactFilter, redact, redact_text
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,10 @@ def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None
     with run.lock(), _run_log(run), _sigterm_as_interrupt():
         run.state.update(status="running", pid=os.getpid(), stop_after=stop_after)
         run.save()
-        _emit(run, sink, Event("run_started", run.id, data={"stages": names, "need": run.state.get("need", "")}))
+        mode = run_settings(run, settings).sandbox
+        _emit(run, sink, Event("run_started", run.id, data={"stages": names, "need": run.state.get("need", ""), "sandbox": mode}))
+        if mode == "off":
+            logger.warning("sandbox off (asked for): model-written code runs unisolated on this machine, with network and your files")
         failure: FlakebotError | None = None
         stopped_early = False  # --stop-after: later stages wait for a resume
         done_early = False  # a stage said the run's work is done (e.g. an existing tool reused)
@@ -202,6 +206,7 @@ def _stage_failed(run: Run, sink: EventSink, name: str, record: dict[str, Any], 
 
 
 def _emit(run: Run, sink: EventSink, event: Event) -> None:
+    event = dataclasses.replace(event, message=redact_text(event.message), data=redact(event.data))
     with open(run.events_path, "a") as handle:
         handle.write(json.dumps(event.to_dict(), default=str) + "\n")
     sink(event)
@@ -212,6 +217,7 @@ def _run_log(run: Run) -> Iterator[None]:
     """Send the library's log records to the run's run.log while it is driven."""
     handler = logging.FileHandler(run.log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactFilter())
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger("flakebot")
     previous = root.level

@@ -12,7 +12,11 @@ May import flakebot.config, flakebot.errors.
         PlainSandbox   a plain process with the same timeout and output cap (bubblewrap missing, or mode "off")
 
 Every command gets a wall-clock timeout (the whole process tree is killed), an output cap (head + tail
-kept), a minimal environment (no API keys), and leaves no process behind.
+kept), a minimal environment (no API keys), per-process limits through prlimit (processes, data memory,
+file size; in plain mode too), a disk watch (killed when the workspace's file system grows by more than
+`disk_mb` while it runs), and leaves no process behind. Under bubblewrap /tmp and HOME are size-limited
+tmpfs, /nix/store is read-only, the sandbox never holds capabilities beyond CAP_DAC_OVERRIDE, and
+`frozen` files (the acceptance test) are bound read-only over the writable workspace.
 
 Process limit: RLIMIT_NPROC is not enforced for real root (the kernel exempts uid 0, even inside a user
 namespace mapped to it). So as root the command drops to an unused uid keeping only CAP_DAC_OVERRIDE
@@ -29,13 +33,14 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from flakebot.config import Settings
 from flakebot.errors import SandboxError
 from flakebot.sandbox.bubblewrap import BwrapSandbox, real_root
 from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, PlainSandbox, Sandbox, SandboxLimits, execute
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODES", "BwrapSandbox", "CommandResult", "PlainSandbox", "Sandbox", "execute", "open_sandbox", "real_root"]
+__all__ = ["MODES", "BwrapSandbox", "CommandResult", "PlainSandbox", "Sandbox", "SandboxLimits", "execute", "limits_for", "open_sandbox", "real_root"]
 
 MODES = ("auto", "required", "off")
 PERMISSIONS = ("READ_WRITE", "READ_ONLY")
@@ -51,17 +56,17 @@ def open_sandbox(
     output_cap: int = 200_000,
     readable: Sequence[Path] = (),
     max_processes: int = MAX_PROCESSES,
-    keep_root: bool = False,
+    frozen: Sequence[Path] = (),
+    limits: SandboxLimits | None = None,
 ) -> Sandbox:
-    """The sandbox for commands in `workspace`: bubblewrap when usable, else (mode "auto") a logged plain fallback.
-
-    `keep_root` (for running nix itself, which refuses a root-owned store under another uid) keeps uid 0
-    without capabilities: still no network, private home and /tmp, read-only system; no process limit."""
+    """The sandbox for commands in `workspace`: bubblewrap when usable; "auto" falls back to a plain process
+    with a warning, "off" is a plain process by request (warned on every call). `limits` (see limits_for)
+    replaces timeout, output_cap and max_processes when given."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
     if permission not in PERMISSIONS:
         raise SandboxError(f"unknown sandbox permission '{permission}'", fix=f"use one of: {', '.join(PERMISSIONS)}")
-    limits = SandboxLimits(timeout=timeout, output_cap=output_cap, max_processes=max_processes)
+    limits = limits or SandboxLimits(timeout=timeout, output_cap=output_cap, max_processes=max_processes)
     if not Path(workspace).is_dir():
         raise SandboxError(f"workspace {workspace} is not a directory", fix="acquire the crate first (flakebot craft ... runs the acquire stage)")
     if mode == "off":
@@ -70,18 +75,27 @@ def open_sandbox(
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return _without_bwrap(mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)")
-    sandbox = BwrapSandbox(
-        bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable, keep_root=keep_root
-    )
+    sandbox = BwrapSandbox(bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable, frozen=frozen)
     problem = sandbox.probe()
     if problem:
         return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())
     return sandbox
 
 
+def limits_for(settings: Settings, timeout: float | None = None) -> SandboxLimits:
+    """The sandbox limits the settings ask for (`timeout` overrides command_timeout)."""
+    return SandboxLimits(
+        timeout=timeout or settings.command_timeout,
+        output_cap=settings.output_cap,
+        memory_mb=settings.sandbox_memory_mb,
+        file_mb=settings.sandbox_file_mb,
+        disk_mb=settings.sandbox_disk_mb,
+    )
+
+
 def _without_bwrap(mode: str, limits: SandboxLimits, problem: str, fix: str) -> Sandbox:
     if mode == "required":
-        raise SandboxError(f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox auto to run without isolation")
+        raise SandboxError(f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox off to run without isolation (unsafe)")
     logger.warning("%s: commands run as plain processes (timeout and output cap only, no isolation). Fix: %s", problem, fix)
     return PlainSandbox(limits, name="plain")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import SandboxError
-from flakebot.sandbox.process import CommandResult, SandboxLimits, _base_env, _rustup_home, execute
+from flakebot.sandbox.process import MIB, CommandResult, SandboxLimits, _base_env, _rustup_home, execute
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class BwrapSandbox:
     limits: SandboxLimits
     read_only: bool = False
     readable: Sequence[Path] = ()
-    keep_root: bool = False
+    frozen: Sequence[Path] = ()  # files inside the workspace bound read-only over it (the acceptance test)
     name: str = "bubblewrap"
     start_overhead: float | None = None  # seconds bubblewrap adds to starting a process (measured by probe())
     home: Path = field(default_factory=lambda: _sandbox_home())
@@ -49,7 +49,9 @@ class BwrapSandbox:
         if not any(cwd.is_relative_to(p.resolve()) for p in [self.workspace, *self.writable]):
             raise SandboxError(f"working directory {cwd} is outside the sandbox", fix=f"run commands inside {self.workspace}")
         full = [*self.bwrap_argv(cwd), *self.limit_argv(), *argv]
-        return execute(argv, full, cwd=cwd, env=self.env(env), timeout=timeout or self.limits.timeout, stdin=stdin, output_cap=self.limits.output_cap)
+        timeout = timeout or self.limits.timeout
+        watch = self.limits.disk_watch(self.workspace)
+        return execute(argv, full, cwd=cwd, env=self.env(env), timeout=timeout, stdin=stdin, output_cap=self.limits.output_cap, watch=watch)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The command's environment: minimal, the caller's additions, HOME and CARGO_HOME inside the sandbox."""
@@ -66,7 +68,9 @@ class BwrapSandbox:
             args.append("--unshare-user")
         args += _system_mounts()
         # 1777: as root the command runs as an unprivileged uid whose access(2) checks ignore CAP_DAC_OVERRIDE (cc picks TMPDIR so)
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", str(self.home)]
+        size = str(self.limits.tmp_mb * MIB)
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
+        args += ["--perms", "1777", "--size", size, "--tmpfs", str(self.home)]
         for path in _readable_paths(self.readable):
             args += ["--ro-bind", str(path), str(path)]
         workspace = self.workspace.resolve()
@@ -77,14 +81,14 @@ class BwrapSandbox:
                 args += ["--bind", str(path.resolve()), str(path.resolve())]
         if (workspace / ".git").is_dir():  # last: git hooks/config written here would run later outside the sandbox
             args += ["--ro-bind", str(workspace / ".git"), str(workspace / ".git")]
+        for path in _frozen_paths(self.frozen, workspace):  # over the writable workspace: a build script or test cannot rewrite them
+            args += ["--ro-bind", str(path), str(path)]
         return [*args, "--chdir", str(cwd), "--"]
 
     def limit_argv(self) -> list[str]:
         """prlimit (and, as root, setpriv to an unprivileged uid) so the process limit is really enforced."""
-        limit = []
-        if shutil.which("prlimit"):
-            limit = ["prlimit", f"--nproc={self.limits.max_processes}:{self.limits.max_processes}", "--"]
-        if not real_root() or self.keep_root:
+        limit = self.limits.prlimit_argv()
+        if not real_root():
             return limit
         uid = SANDBOX_UID_BASE + os.getpid()
         if not shutil.which("setpriv") or not _uid_mapped(uid):
@@ -107,7 +111,14 @@ class BwrapSandbox:
         return ""
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "isolated": True, "read_only": self.read_only, "start_overhead_s": self.start_overhead, **asdict(self.limits)}
+        return {
+            "name": self.name,
+            "isolated": True,
+            "read_only": self.read_only,
+            "frozen": [str(p) for p in self.frozen],
+            "start_overhead_s": self.start_overhead,
+            **asdict(self.limits),
+        }
 
 
 def real_root() -> bool:
@@ -156,6 +167,14 @@ def _readable_paths(extra: Sequence[Path]) -> list[Path]:
     covered = [Path(d) for d in SYSTEM_DIRS]
     keep = [p.resolve() for p in paths if p.exists()]
     return [p for p in dict.fromkeys(keep) if not any(p.is_relative_to(c) for c in covered)]
+
+
+def _frozen_paths(frozen: Sequence[Path], workspace: Path) -> list[Path]:
+    paths = [Path(p).resolve() for p in frozen]
+    for path in paths:
+        if not path.is_file() or not path.is_relative_to(workspace):
+            raise SandboxError(f"frozen file {path} is not a file inside the workspace {workspace}", fix="write the acceptance test again (flakebot resume)")
+    return paths
 
 
 def _system_mounts() -> list[str]:

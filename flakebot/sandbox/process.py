@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import time
+import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +20,8 @@ logger = logging.getLogger(__name__)
 
 MAX_PROCESSES = 512  # tasks (threads count too); cargo + rustc + a test binary stay far below
 EXIT_GRACE = 1.0  # seconds to keep reading pipes after the command ended or was killed
+WATCH_INTERVAL = 0.5  # seconds between checks of the disk limit while a command runs
+MIB = 1024 * 1024
 
 
 @dataclass
@@ -30,10 +35,11 @@ class CommandResult:
     seconds: float
     timed_out: bool = False
     truncated: bool = False
+    limit: str = ""  # the limit that killed the command ("disk"), when one did
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.limit
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,10 +62,37 @@ class SandboxLimits:
     timeout: float = 600.0
     output_cap: int = 200_000  # bytes kept per stream (stdout, stderr): half from the start, half from the end
     max_processes: int = MAX_PROCESSES
+    memory_mb: int = 4096  # RLIMIT_DATA per process: heap and private mappings; rustc on a large crate stays under 2 GiB
+    file_mb: int = 2048  # RLIMIT_FSIZE: the largest file one process may write
+    disk_mb: int = 10240  # growth of the workspace's file system while one command runs; past it the command is killed
+    tmp_mb: int = 1024  # size of the private /tmp and HOME tmpfs (bubblewrap only)
+
+    def prlimit_argv(self) -> list[str]:
+        """`prlimit` with the per-process limits, or nothing when prlimit is missing (logged)."""
+        if not shutil.which("prlimit"):
+            logger.warning("prlimit is missing: sandboxed commands run without process, memory and file-size limits")
+            return []
+        limits = {"nproc": self.max_processes, "data": self.memory_mb * MIB, "fsize": self.file_mb * MIB}
+        return ["prlimit", *(f"--{name}={value}:{value}" for name, value in limits.items()), "--"]
+
+    def disk_watch(self, path: Path) -> Callable[[], str]:
+        """A check run while a command runs: '' while the file system holding `path` grew by less than disk_mb."""
+        start = _used_bytes(path)
+
+        def watch() -> str:
+            grown = (_used_bytes(path) - start) // MIB
+            return f"disk: the command wrote more than {self.disk_mb} MiB and was killed" if grown > self.disk_mb else ""
+
+        return watch
+
+
+def _used_bytes(path: Path) -> int:
+    stat = os.statvfs(path)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
 
 
 class PlainSandbox:
-    """A plain process in its own process group: timeout, output cap and a minimal environment, no isolation."""
+    """A plain process in its own process group: timeout, output cap, per-process limits and a minimal environment, no isolation."""
 
     def __init__(self, limits: SandboxLimits, *, name: str = "plain") -> None:
         self.name = name
@@ -67,7 +100,10 @@ class PlainSandbox:
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
         full_env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
-        return execute(argv, argv, cwd=Path(cwd), env=full_env, timeout=timeout or self.limits.timeout, stdin=stdin, output_cap=self.limits.output_cap)
+        full = [*self.limits.prlimit_argv(), *argv]
+        timeout = timeout or self.limits.timeout
+        watch = self.limits.disk_watch(Path(cwd))
+        return execute(argv, full, cwd=Path(cwd), env=full_env, timeout=timeout, stdin=stdin, output_cap=self.limits.output_cap, watch=watch)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "isolated": False, **asdict(self.limits)}
@@ -80,7 +116,18 @@ def _base_env(home: Path) -> dict[str, str]:
     for key in ("RUSTUP_TOOLCHAIN", "CARGO_HOME"):
         if key in os.environ:
             env[key] = os.environ[key]
+    toolchain = env.get("RUSTUP_TOOLCHAIN") or _default_toolchain()
+    if toolchain:  # pinned: a rust-toolchain.toml the model plants must not make rustup pick (or fetch) another one
+        env["RUSTUP_TOOLCHAIN"] = toolchain
     return env
+
+
+def _default_toolchain() -> str:
+    """rustup's default toolchain (its settings.toml), or '' without rustup."""
+    try:
+        return str(tomllib.loads((_rustup_home() / "settings.toml").read_text()).get("default_toolchain") or "")
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
 
 
 def _rustup_home() -> Path:
@@ -114,8 +161,19 @@ class _Capture:
         return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
 
 
-def execute(shown: list[str], argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, stdin: str | None, output_cap: int) -> CommandResult:
-    """Run `argv` in a new session: capped output, stdin fed, the whole group killed at `timeout` and at the end."""
+def execute(
+    shown: list[str],
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    stdin: str | None,
+    output_cap: int,
+    watch: Callable[[], str] | None = None,
+) -> CommandResult:
+    """Run `argv` in a new session: capped output, stdin fed, the whole group killed at `timeout`, when
+    `watch()` names a limit it passed, and at the end."""
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(
@@ -130,18 +188,36 @@ def execute(shown: list[str], argv: list[str], *, cwd: Path, env: dict[str, str]
     except OSError as exc:
         return CommandResult(shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start)
     out, err = _Capture(output_cap), _Capture(output_cap)
+    breach = _Breach(watch)
     try:
-        timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout)
+        timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
     finally:  # also on Ctrl-C: nothing outlives the call
         _kill_group(proc.pid)
         returncode = proc.wait()
     seconds = time.perf_counter() - start
     if timed_out:
         logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])
-    return CommandResult(shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped))
+    if breach.reason:
+        logger.warning("%s: %s", breach.reason, " ".join(shown)[:200])
+        err.add(f"\nflakebot: {breach.reason}\n".encode())
+    return CommandResult(shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason)
 
 
-def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, data: bytes | None, deadline: float) -> bool:
+class _Breach:
+    """Calls a limit check at most every WATCH_INTERVAL seconds; remembers the first limit passed."""
+
+    def __init__(self, watch: Callable[[], str] | None) -> None:
+        self.watch, self.reason, self.next = watch, "", 0.0
+
+    def check(self) -> bool:
+        now = time.perf_counter()
+        if self.watch is not None and not self.reason and now >= self.next:
+            self.next = now + WATCH_INTERVAL
+            self.reason = self.watch()
+        return bool(self.reason)
+
+
+def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, data: bytes | None, deadline: float, breach: _Breach) -> bool:
     """Move bytes between the pipes and the captures until both close. True if the deadline killed the command."""
     sel = selectors.DefaultSelector()
     assert proc.stdout is not None and proc.stderr is not None
@@ -160,7 +236,8 @@ def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, data: byt
                 timed_out = True
                 _kill_group(proc.pid)
                 stop = now + EXIT_GRACE
-            elif stop > now + EXIT_GRACE and _exited(proc.pid):
+            elif stop > now + EXIT_GRACE and (_exited(proc.pid) or breach.check()):
+                _kill_group(proc.pid)  # a no-op when it ended by itself
                 stop = now + EXIT_GRACE
             for key, _ in sel.select(timeout=max(min(stop - now, 0.2), 0.0)):
                 _transfer(sel, key)

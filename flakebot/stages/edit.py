@@ -1,4 +1,7 @@
-"""The edit stage of the craft pipeline: freeze the acceptance tests, then run the loop in the sandbox."""
+"""The edit stage of the craft pipeline: freeze the acceptance tests, then run the loop in the sandbox.
+
+The acceptance test is frozen (agent.acceptance.Frozen): bound read-only in the sandbox, refused to the
+file tools, and hashed after every tool call and verdict; a change ends the loop as `tampered`."""
 
 from __future__ import annotations
 
@@ -6,11 +9,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TEST, write_acceptance_test
-from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
-from flakebot.agent.verdict import make_verdict
+from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, run_example, write_acceptance_test
+from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, StopLoop, Verdict
+from flakebot.agent.verdict import ExampleRunner, make_verdict
+from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
-from flakebot.fsutil import atomic_write_json
+from flakebot.fsutil import atomic_write_json, tree_bytes
 from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import AcquireOut, EditOut, SpecOut
@@ -28,25 +32,25 @@ def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
     from flakebot.pipeline.models import run_budget, stage_model
-    from flakebot.sandbox import open_sandbox
+    from flakebot.sandbox import limits_for, open_sandbox
 
     spec, acquired = ctx.get(SpecOut).tool_spec(), ctx.get(AcquireOut)
     workspace, crate_rel = ctx.run.workspace, acquired.crate_dir
     crate_dir = workspace / crate_rel
     repo = git.Repo(workspace)
     _start_clean(ctx, repo)
-    frozen = {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()}
+    frozen = Frozen(workspace, {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()})
     commit = _committer(repo)
     commit(f"flakebot: acceptance tests for {spec.name}")
 
     settings = ctx.settings
-    sandbox = open_sandbox(
-        settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], timeout=settings.command_timeout, output_cap=settings.output_cap
-    )
+    limits = limits_for(settings)
+    sandbox = open_sandbox(settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], frozen=frozen.paths(), limits=limits)
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
-    verdict = make_verdict(lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout), spec, workspace)
+    cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
+    verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings))
     ctx.progress("running the tests before any edit")
     baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
@@ -61,11 +65,30 @@ def edit_stage(ctx: StageContext) -> EditOut:
             LoopLimits(settings.max_iterations, settings.max_wall_seconds),
             on_step=lambda i, result, v: _on_step(ctx, budget, i, v),
             record=transcript.record,
+            guard=lambda: _guard(frozen, [workspace, ctx.run.target_dir], settings.sandbox_disk_mb),
         )
         task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
         result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
     atomic_write_json(ctx.run.dir / "edit.json", result.to_dict())
     return _outcome(result, spec)
+
+
+def example_runner(settings: Settings) -> ExampleRunner:
+    """Runs one example on a built binary in the sandbox the settings ask for (the smoke timeout per example)."""
+    from flakebot.sandbox import limits_for
+
+    limits = limits_for(settings, timeout=settings.smoke_timeout)
+    return lambda binary, example: run_example(binary, example, settings.sandbox, limits)
+
+
+def _guard(frozen: Frozen, paths: list[Path], limit_mb: int) -> None:
+    """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the
+    workspace and target dir hold no more than the limit (else `disk`; the sandbox kills one command that
+    writes too much, this bounds what many commands leave)."""
+    frozen.check()
+    used = sum(tree_bytes(p) for p in paths) // (1024 * 1024)
+    if used > limit_mb:
+        raise StopLoop("disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({limit_mb} MiB)")
 
 
 def _start_clean(ctx: StageContext, repo: Any) -> None:

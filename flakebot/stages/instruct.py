@@ -1,64 +1,86 @@
-"""The instruct stage: observe the built tool (help text, every example, a verification command),
-write manifest.json and USAGE.md, and put the tool in the catalog."""
+"""The instruct stage: observe the built tool (help text, every example), check what `nix run` would run,
+write manifest.json and USAGE.md, and only then put the tool in the catalog.
+
+Every run of the built tool (model-written code) is in the normal sandbox: no privilege, /nix/store
+read-only, nothing of the catalog bound. `nix run` itself is not executed here: flakebot evaluates what
+it would start (flakebot.nix.command.resolved_program) and requires the store path it just tested.
+One failing example, or a `nix run` that resolves elsewhere, means no catalog entry.
+"""
 
 from __future__ import annotations
 
 import logging
-import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from flakebot.agent.acceptance import example_record, run_example
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import NixError
-from flakebot.fsutil import atomic_write_json
+from flakebot.fsutil import atomic_write_json, atomic_write_text
 from flakebot.pipeline.engine import StageContext
+from flakebot.redact import redact_text
+from flakebot.sandbox import CommandResult, limits_for, open_sandbox
 from flakebot.stages.outputs import AcquireOut, InstructOut, PackageOut, SpecOut
+from flakebot.toolspec import Example
 
 logger = logging.getLogger(__name__)
 
 
 def instruct_stage(ctx: StageContext) -> InstructOut:
-    spec, built = ctx.get(SpecOut).to_dict(), ctx.get(PackageOut)
+    spec, built = ctx.get(SpecOut), ctx.get(PackageOut)
     package = built.to_dict()
     catalog = Catalog.open(ctx.settings)
-    flake_ref = str(catalog.tool_dir(spec["name"]) / "flake")
-    binary = str(Path(built.store_path) / "bin" / (built.main_program or spec["name"]))
-    ctx.progress("reading --help and running the examples against the built tool")
-    help_text = observe(ctx, [binary, "--help"]).stdout
-    examples = [run_example(ctx, binary, example, package_run(package, flake_ref)) for example in spec["examples"]]
+    flake_ref = str(catalog.tool_dir(spec.name) / "flake")
+    binary = Path(built.store_path) / "bin" / (built.main_program or spec.name)
     nix_run = package_run(package, flake_ref)
-    manifest_in_run = build_manifest(
-        spec=spec,
+    ctx.progress("reading --help and running every example on the built tool (sandboxed)")
+    help_text = observe(ctx, [str(binary), "--help"]).stdout
+    examples = [_example(ctx, binary, example, nix_run) for example in spec.tool_spec().examples]
+    _require_all_passed(examples)
+    ctx.progress("checking that nix run resolves to the tested store path")
+    verification = verify(ctx, package, nix_run, examples)
+    manifest = build_manifest(
+        spec=spec.to_dict(),
         need=ctx.run.state["need"],
         package=package,
         flake_ref=flake_ref,
         nix_run=nix_run,
         help_text=help_text,
         examples=examples,
-        verification={"command": "", "exit_code": None, "passed": False},
+        verification=verification,
         origin=ctx.get(AcquireOut).origin,
         run_id=ctx.run.id,
+        sandbox=ctx.settings.sandbox,
     )
-    usage_md = usage_markdown(manifest_in_run)
+    manifest["catalog_dir"] = str(catalog.tool_dir(spec.name))
+    usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output; JSON records are redacted as written
+    entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md)
+    return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
+
+
+def _catalogue(ctx: StageContext, catalog: Catalog, name: str, package: dict[str, Any], manifest: dict[str, Any], usage_md: str) -> dict[str, Any]:
+    """Put the verified tool in the catalog (atomically), then write the run's copies; on any failure
+    after the entry exists it is removed again, so a failed craft never leaves a runnable tool."""
     entry = catalog.add(
-        spec["name"],
+        name,
         need=ctx.run.state["need"],
         flake_dir=Path(package["flake_dir"]),
-        manifest=manifest_in_run,
+        manifest=manifest,
         usage_md=usage_md,
         store_path=package["store_path"],
         run_id=ctx.run.id,
-        origin=manifest_in_run["origin"],
+        origin=manifest["origin"],
     )
-    ctx.progress("verifying the catalogued flake with nix run")
-    manifest = {**manifest_in_run, "verification_command": verify(ctx, spec, nix_run), "catalog_dir": entry["dir"]}
-    usage_md = usage_markdown(manifest)
-    for directory in (ctx.run.dir, Path(entry["dir"])):
-        atomic_write_json(directory / "manifest.json", manifest)
-        (directory / "USAGE.md").write_text(usage_md)
-    return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
+    try:
+        atomic_write_json(ctx.run.dir / "manifest.json", manifest)
+        atomic_write_text(ctx.run.dir / "USAGE.md", usage_md)
+    except BaseException:
+        logger.warning("removing %s from the catalog: the craft failed after it was added", name)
+        catalog.remove(name)
+        raise
+    return entry
 
 
 def package_run(package: dict[str, Any], flake_ref: str) -> list[str]:
@@ -67,55 +89,53 @@ def package_run(package: dict[str, Any], flake_ref: str) -> list[str]:
     return [flake_ref if arg == package["flake_ref"] else arg for arg in argv]
 
 
-def observe(ctx: StageContext, argv: list[str], stdin: str = "", files: dict[str, str] | None = None, *, through_nix: bool = False) -> Any:
-    """Run the built tool (model-written code) inside the sandbox, in a scratch directory holding `files`.
-
-    `through_nix`: argv is a `nix run` command; nix needs the store writable and its own uid, so the
-    sandbox keeps uid 0 without capabilities, still with no network and a private home and /tmp."""
-    from flakebot.nix.standin import standin_dir
-    from flakebot.sandbox import open_sandbox
-
+def observe(ctx: StageContext, argv: list[str]) -> CommandResult:
+    """Run the built tool (model-written code) in the sandbox, in an empty scratch directory, stdin empty."""
     with tempfile.TemporaryDirectory(prefix="flakebot-observe-") as tmp:
         cwd = Path(tmp)
-        for name, content in (files or {}).items():
-            (cwd / name).parent.mkdir(parents=True, exist_ok=True)
-            (cwd / name).write_text(content)
-        writable = [cwd, Path("/nix")] if through_nix else [cwd]
-        readable = [ctx.settings.path("catalog_dir"), standin_dir(ctx.settings)] if through_nix else []
-        timeout = ctx.settings.nix_build_timeout if through_nix else ctx.settings.smoke_timeout
-        sandbox = open_sandbox(ctx.settings.sandbox, workspace=cwd, writable=writable, readable=readable, timeout=timeout, keep_root=through_nix)
-        return sandbox.run(argv, cwd=cwd, stdin=stdin, timeout=timeout)
+        limits = limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
+        sandbox = open_sandbox(ctx.settings.sandbox, workspace=cwd, writable=[cwd], readable=[Path(argv[0]).parent], limits=limits)
+        return sandbox.run(argv, cwd=cwd, stdin="")
 
 
-def run_example(ctx: StageContext, binary: str, example: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
-    result = observe(ctx, [binary, *example["args"]], example.get("stdin", ""), example.get("files"))
-    return {
-        "description": example.get("description", ""),
-        "args": example["args"],
-        "stdin": example.get("stdin", ""),
-        "files": sorted(example.get("files") or {}),
-        "command": shell_command(nix_run, example["args"], example.get("stdin", "")),
-        "stdout": result.stdout,
-        "exit_code": result.returncode,
-        "expected_stdout": example["stdout"],
-        "expected_exit_code": example.get("exit_code", 0),
-        "passed": result.stdout == example["stdout"] and result.returncode == example.get("exit_code", 0),
-    }
+def _example(ctx: StageContext, binary: Path, example: Example, nix_run: list[str]) -> dict[str, Any]:
+    passed, result = run_example(binary, example, ctx.settings.sandbox, limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout))
+    return {**example_record(example, passed, result), "command": shell_command(nix_run, example.args, example.stdin)}
 
 
-def verify(ctx: StageContext, spec: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
-    """Run the tool through `nix run` from the catalog, as a caller would, and check the output.
-
-    The first example that needs no files and succeeds is used; with none, `--help` must exit 0."""
-    example = next((e for e in spec["examples"] if not e.get("files") and e.get("exit_code", 0) == 0), None)
-    args, stdin, expected = (example["args"], example.get("stdin", ""), example["stdout"]) if example else (["--help"], "", None)
-    result = observe(ctx, [*nix_run, "--", *args], stdin, through_nix=True)
-    passed = result.returncode == 0 and (expected is None or result.stdout == expected)
-    if not passed:
+def _require_all_passed(examples: list[dict[str, Any]]) -> None:
+    failed = [(n, e) for n, e in enumerate(examples, 1) if not e["passed"]]
+    if failed:
+        n, first = failed[0]
+        got, wanted = f"{first['stdout'][:200]!r} with exit {first['exit_code']}", f"{first['expected_stdout'][:200]!r} with exit {first['expected_exit_code']}"
         raise NixError(
-            f"verification through nix run failed (exit {result.returncode})",
-            fix="inspect the flake in the run directory; the log tail is in the error details",
-            command=shlex.join([*nix_run, "--", *args]),
-            log_tail=(result.stderr or "")[-3000:],
+            f"{len(failed)} of {len(examples)} examples fail on the built tool; example {n} ({first['description'] or ' '.join(first['args'])}) "
+            f"printed {got}, expected {wanted}",
+            fix="the tests passed in the workspace but the built tool disagrees: inspect the run with --keep",
+            failed_examples=[n for n, _ in failed],
         )
-    return {"command": shell_command(nix_run, args, stdin), "exit_code": result.returncode, "passed": True, "stdout_head": result.stdout[:2000]}
+
+
+def verify(ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Check the `nix run` command a caller will use: it must start the binary every example just passed on.
+
+    The run's own flake is evaluated (the catalog's copy is the same files, so the same store path)."""
+    from flakebot.nix.command import resolved_program
+
+    expected = str(Path(package["store_path"]) / "bin" / (package.get("main_program") or ""))
+    program = resolved_program(package["nix_run_argv"], timeout=ctx.settings.nix_build_timeout)
+    if program != expected:
+        raise NixError(
+            f"nix run would start {program}, not the tested {expected}",
+            fix="the flake's apps.default does not point at the built package: inspect flake.nix in the run directory",
+        )
+    shown = next((e for e in examples if not e["files"] and e["expected_exit_code"] == 0), None)
+    args, stdin = (shown["args"], shown["stdin"]) if shown else (["--help"], "")
+    return {
+        "command": shell_command(nix_run, args, stdin),
+        "exit_code": shown["exit_code"] if shown else 0,
+        "passed": True,
+        "stdout_head": shown["stdout"][:2000] if shown else "",
+        "resolves_to": program,
+        "how": "every example ran on this store path in the sandbox; nix run was evaluated (not executed) and resolves to it",
+    }

@@ -1,14 +1,15 @@
-"""The model's tools on a real workspace: paths kept inside, edits checked, frozen files restored, cargo in bubblewrap."""
+"""The model's tools on a real workspace: paths kept inside, edits checked, frozen and steering files refused, cargo in bubblewrap."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
 
+from flakebot.agent.acceptance import Frozen
+from flakebot.agent.loop import StopLoop
 from flakebot.agent.tools import Toolbox
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import EditError
@@ -43,8 +44,8 @@ def ws(tmp_path: Path) -> Path:
 def toolbox(ws: Path, **kwargs: object) -> Toolbox:
     require("bwrap")
     target = ws.parent / "target"
-    sandbox = open_sandbox("required", workspace=ws, writable=[target], timeout=300)
-    frozen = {"tests/acceptance.rs": hashlib.sha256(ACCEPTANCE.encode()).hexdigest()}
+    frozen = Frozen(ws, {"tests/acceptance.rs": hashlib.sha256(ACCEPTANCE.encode()).hexdigest()})
+    sandbox = open_sandbox("required", workspace=ws, writable=[target], timeout=300, frozen=frozen.paths())
     return Toolbox(ws, sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), frozen=frozen, **kwargs)  # type: ignore[arg-type]
 
 
@@ -181,43 +182,43 @@ def test_real_comments_and_existing_placeholders_are_allowed(ws: Path) -> None:
     assert comment.ok and comment.data["created"] and (ws / "src/new.rs").exists()
 
 
-def test_frozen_file_is_refused_and_restored(ws: Path) -> None:
+def test_frozen_file_is_refused_and_a_change_is_tampering(ws: Path) -> None:
     tools = toolbox(ws)
     refused = tools.call("edit_file", {"path": "tests/acceptance.rs", "search": "4", "replace": "5"})
     assert not refused.ok and "tests/acceptance.rs is frozen" in refused.text
     (ws / "alias.rs").symlink_to(ws / "tests/acceptance.rs")
     via_link = tools.call("write_file", {"path": "alias.rs", "content": "fn nothing() {}\n"})
     assert not via_link.ok and "frozen" in via_link.text
+    tools.frozen.check()  # unchanged: nothing happens
     (ws / "tests/acceptance.rs").write_text("// emptied by a build script\n")
-    result = tools.call("list_files", {"path": "src"})
-    assert result.ok and result.data["restored_frozen"] == ["tests/acceptance.rs"]
-    assert "tests/acceptance.rs is frozen" in result.text and "has been restored" in result.text
-    assert (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE
-    (ws / "tests/acceptance.rs").unlink()
-    assert tools.enforce_frozen() == ["tests/acceptance.rs"] and (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE
-    assert tools.enforce_frozen() == []
+    with pytest.raises(StopLoop, match="tests/acceptance.rs was changed") as stop:
+        tools.frozen.check()
+    assert stop.value.status == "tampered"
 
 
-def test_restoring_never_follows_a_symlink_out(ws: Path) -> None:
-    """Sandboxed code can swap tests/ for a link to a directory outside; the restore must not write there."""
+def test_a_tests_dir_swapped_for_a_link_counts_as_changed(ws: Path) -> None:
+    """Sandboxed code could swap tests/ for a link to an identical copy outside; the check does not follow it."""
     tools = toolbox(ws)
     outside = ws.parent / "elsewhere"
     outside.mkdir()
-    (outside / "acceptance.rs").write_text(ACCEPTANCE)  # same content: a check following the link would be fooled
+    (outside / "acceptance.rs").write_text(ACCEPTANCE)
     (ws / "tests/acceptance.rs").unlink()
     (ws / "tests").rmdir()
     (ws / "tests").symlink_to(outside)
-    assert tools.enforce_frozen() == ["tests/acceptance.rs"]
-    assert (ws / "tests").is_dir() and not (ws / "tests").is_symlink()
-    assert (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE
-    assert sorted(p.name for p in outside.iterdir()) == ["acceptance.rs"]
+    assert tools.frozen.changed() == ["tests/acceptance.rs"]
+
+
+def test_files_that_steer_cargo_or_rustup_are_refused(ws: Path) -> None:
+    tools = toolbox(ws)
+    for path in (".cargo/config.toml", "sub/.cargo/config", "rust-toolchain.toml", "rust-toolchain"):
+        refused = tools.call("write_file", {"path": path, "content": "[build]\nrustc-wrapper = '/tmp/x'\n"})
+        assert not refused.ok and "refused" in refused.text, path
+        assert not (ws / path).exists()
 
 
 def test_frozen_hash_mismatch_is_an_error(ws: Path) -> None:
-    require("bwrap")
-    sandbox = open_sandbox("required", workspace=ws, writable=[])
     with pytest.raises(EditError, match="frozen file tests/acceptance.rs does not match its recorded sha256"):
-        Toolbox(ws, sandbox, Cargo(target_dir=ws.parent / "t"), frozen={"tests/acceptance.rs": "0" * 64})
+        Frozen(ws, {"tests/acceptance.rs": "0" * 64})
 
 
 def test_done_and_bad_dependency_names(ws: Path) -> None:
@@ -253,14 +254,12 @@ def test_cargo_tools_and_add_dependency_offline(ws: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_test_that_rewrites_the_frozen_file_is_undone(ws: Path) -> None:
-    """Code run by cargo test inside the sandbox can write the workspace; the toolbox puts the frozen file back."""
+def test_a_test_cannot_rewrite_the_frozen_file(ws: Path) -> None:
+    """Code run by cargo test inside the sandbox can write the workspace, but not the frozen file bound read-only over it."""
     require("cargo")
     tools = toolbox(ws)
     sneaky = LIB + '\n#[test]\nfn sneaky() {\n    std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/acceptance.rs"), "").unwrap();\n}\n'
     assert tools.call("write_file", {"path": "src/lib.rs", "content": sneaky}).ok
     result = tools.call("run_tests", {"filter": "sneaky"})
-    assert result.data["green"], result.text
-    assert result.data["restored_frozen"] == ["tests/acceptance.rs"]
-    assert (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE
-    assert os.stat(ws / "tests/acceptance.rs").st_size == len(ACCEPTANCE)
+    assert not result.data["green"] and "Read-only file system" in result.text, result.text
+    assert (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE and tools.frozen.changed() == []

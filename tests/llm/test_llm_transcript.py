@@ -12,12 +12,12 @@ import pytest
 from flakebot import config
 from flakebot.errors import FlakebotError, ModelError
 from flakebot.llm.providers import resolve_model
-from flakebot.llm.redact import REDACTED, redact
 from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import TRANSCRIPT_FORMAT, Transcript
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
 from flakebot.pipeline.run import list_runs
+from flakebot.redact import REDACTED, redact
 
 FAKE_KEY = "gsk_" + "S3cr3tV4lue" * 4
 

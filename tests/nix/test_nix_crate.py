@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from flakebot.errors import NixError
 from flakebot.nix.crate import inspect_crate, workspace_root
 from flakebot.nix.flake_files import copy_sources
 from tests.fakes.nix_crates import greeter, host_settings, two_binaries, write
@@ -49,3 +52,25 @@ def test_copy_leaves_out_build_output_vcs_and_registry_files(tmp_path: Path) -> 
     copy_sources(crate, dest)
     copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     assert copied == [".gitignore", "Cargo.toml", "results.csv", "src/main.rs", "sub/result"]
+
+
+def test_copy_drops_what_steers_cargo_and_refuses_links_leaving_the_tree(tmp_path: Path) -> None:
+    crate = greeter(tmp_path / "greeter")
+    write(
+        crate,
+        {".cargo/config.toml": "[build]\nrustc-wrapper = '/tmp/pwn'\n", "rust-toolchain.toml": "[toolchain]\nchannel = 'nightly'\n", "sub/rust-toolchain": "x"},
+    )
+    (crate / "docs").mkdir()
+    (crate / "docs/readme.txt").write_text("inside")
+    (crate / "link-inside").symlink_to("docs/readme.txt")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    copy_sources(crate, dest)
+    assert not (dest / ".cargo").exists() and not (dest / "rust-toolchain.toml").exists() and not (dest / "sub/rust-toolchain").exists()
+    assert (dest / "link-inside").is_symlink()
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("host secret")
+    (crate / "notes.txt").symlink_to(secret)
+    with pytest.raises(NixError, match="notes.txt is a symbolic link to .*id_ed25519, outside the crate"):
+        copy_sources(crate, tmp_path / "dest2")
+    assert "host secret" not in "".join(p.read_text() for p in (tmp_path / "dest2").rglob("*") if p.is_file() and not p.is_symlink())

@@ -133,7 +133,7 @@ def test_missing_program_and_bad_cwd(ws: Path, target: Path, tmp_path: Path) -> 
         sandbox.run(["true"], cwd=tmp_path)
     plain = PlainSandbox(sandbox.limits)
     result = plain.run(["no-such-program-xyz"], cwd=ws)
-    assert result.returncode == 127 and "cannot run no-such-program-xyz" in result.stderr
+    assert result.returncode == 127 and "no-such-program-xyz" in result.stderr
 
 
 def test_without_bwrap_auto_falls_back_and_required_refuses(
@@ -207,3 +207,58 @@ def test_listing_the_workspace_as_writable_changes_nothing(ws: Path, target: Pat
     ro = open_sandbox("required", workspace=ws, writable=[ws, target], permission="READ_ONLY")
     ro.run(["bash", "-c", "echo b > other.txt"], cwd=ws)
     assert not (ws / "other.txt").exists()
+
+
+HOG = """
+import sys
+what, mib = sys.argv[1], int(sys.argv[2])
+if what == "memory":
+    block = bytearray(mib * 1024 * 1024)
+    print("allocated", len(block))
+else:
+    with open(what, "wb") as handle:
+        for _ in range(mib):
+            handle.write(b"x" * 1024 * 1024)
+    print("wrote", mib)
+"""
+
+
+def test_memory_file_size_and_tmp_limits_hold(ws: Path, target: Path) -> None:
+    from flakebot.sandbox import SandboxLimits
+
+    sandbox = bwrap_sandbox(ws, target, limits=SandboxLimits(timeout=60, memory_mb=256, file_mb=16, tmp_mb=8))
+    memory = sandbox.run(["/usr/bin/python3", "-c", HOG, "memory", "512"], cwd=ws)
+    assert memory.returncode != 0 and "MemoryError" in memory.stderr
+    big_file = sandbox.run(["/usr/bin/python3", "-c", HOG, str(ws / "big"), "64"], cwd=ws)
+    assert big_file.returncode != 0 and (ws / "big").stat().st_size <= 16 * 1024 * 1024
+    tmp = sandbox.run(["/usr/bin/python3", "-c", HOG, "/tmp/big", "12"], cwd=ws)
+    assert tmp.returncode != 0 and "No space left on device" in tmp.stderr
+
+
+def test_the_disk_watch_kills_a_command_filling_the_disk(ws: Path, target: Path) -> None:
+    from flakebot.sandbox import SandboxLimits
+
+    sandbox = bwrap_sandbox(ws, target, limits=SandboxLimits(timeout=60, file_mb=64, disk_mb=100))
+    script = 'i=0; while true; do head -c 33554432 /dev/zero > "f$i" || exit 1; i=$((i+1)); done'
+    result = sandbox.run(["bash", "-c", script], cwd=ws)
+    written = sum(p.stat().st_size for p in ws.iterdir()) // (1024 * 1024)
+    assert result.limit.startswith("disk") and not result.ok and "more than 100 MiB" in result.stderr
+    assert written < 1024, written  # stopped within a second or so of passing the limit
+
+
+def test_plain_mode_keeps_the_per_process_limits(ws: Path) -> None:
+    from flakebot.sandbox import SandboxLimits
+
+    plain = open_sandbox("off", workspace=ws, writable=[], limits=SandboxLimits(timeout=60, memory_mb=256))
+    result = plain.run([sys.executable, "-c", HOG, "memory", "512"], cwd=ws)
+    assert result.returncode != 0 and "MemoryError" in result.stderr
+
+
+def test_a_frozen_file_is_read_only_inside_the_writable_workspace(ws: Path, target: Path) -> None:
+    (ws / "tests").mkdir()
+    frozen = ws / "tests/acceptance.rs"
+    frozen.write_text("fn frozen() {}\n")
+    sandbox = bwrap_sandbox(ws, target, frozen=[frozen])
+    result = sandbox.run(["bash", "-c", "echo x > tests/acceptance.rs; rm tests/acceptance.rs; echo y > tests/other.rs"], cwd=ws)
+    assert "Read-only file system" in result.stderr and frozen.read_text() == "fn frozen() {}\n"
+    assert (ws / "tests/other.rs").read_text() == "y\n"

@@ -1,21 +1,30 @@
-"""Secret redaction for transcripts, logs and error messages: keys never leave the process."""
+"""Secret redaction at every sink: run.log (RedactFilter), events, state.json, manifests, edit.json
+(flakebot.fsutil.atomic_write_json), transcripts, and error messages (FlakebotError). Keys never leave the process.
+
+A secret is the value of an environment variable whose name looks secret (*_KEY, *_APIKEY, *_SECRET,
+*_PASSWORD, *_TOKEN, ...), or a string shaped like a key (sk-..., gsk_..., a bearer token, the
+password of a user:pass@ URL) wherever it appears.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
 
 REDACTED = "[REDACTED]"
 # Environment variables whose values are secrets.
-SECRET_ENV = re.compile(r".*(_API_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+SECRET_ENV = re.compile(r"(.*_|^)(KEY|APIKEY|SECRET|PASSWORD|PASSWD|PASS|TOKEN|CREDENTIALS?|AUTH)$")
 # Strings that look like keys even when no environment variable holds them.
 SECRET_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
     re.compile(r"\bgsk_[A-Za-z0-9]{8,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
     re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{8,}"),
+    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@host in a URL
 )
-SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey"}
+SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey", "password", "token"}
 MIN_SECRET_LENGTH = 6  # shorter values ("1", "yes") would redact ordinary text
 
 
@@ -40,7 +49,20 @@ def redact(value: Any, secrets: list[str] | None = None) -> Any:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, dict):
-        return {k: REDACTED if str(k).lower() in SECRET_KEYS else redact(v, secrets) for k, v in value.items()}
+        return {k: REDACTED if str(k).lower() in SECRET_KEYS and isinstance(v, str) else redact(v, secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
     return value
+
+
+class RedactFilter(logging.Filter):
+    """A handler filter that redacts each record's final message (arguments merged in) before it is written."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        record.msg, record.args = redact_text(message), None
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        return True
