@@ -22,9 +22,9 @@ def cargo_error(stderr: str) -> str:
 
 
 def metadata(cargo: Cargo, cwd: Path, no_deps: bool = True) -> dict[str, Any]:
-    """`cargo metadata --format-version 1` of the package or workspace at `cwd`."""
+    """`cargo metadata --format-version 1` of the package or workspace whose Cargo.toml is in `cwd` (a host call)."""
     args = ["metadata", "--format-version", "1"] + (["--no-deps"] if no_deps else [])
-    result = cargo.run(args, cwd=cwd, timeout=300)
+    result = cargo.run(args, cwd, timeout=300)
     if result.returncode != 0:
         raise AcquireError(f"cargo metadata failed: {cargo_error(result.stderr)}", fix="check the crate's Cargo.toml")
     return dict(json.loads(result.stdout))

@@ -52,11 +52,13 @@ def open_sandbox(
     readable: Sequence[Path] = (),
     max_processes: int = MAX_PROCESSES,
     keep_root: bool = False,
+    cargo_home: Path | None = None,
 ) -> Sandbox:
     """The sandbox for commands in `workspace`: bubblewrap when usable, else (mode "auto") a logged plain fallback.
 
     `keep_root` (for running nix itself, which refuses a root-owned store under another uid) keeps uid 0
-    without capabilities: still no network, private home and /tmp, read-only system; no process limit."""
+    without capabilities: still no network, private home and /tmp, read-only system; no process limit.
+    `cargo_home`: flakebot's CARGO_HOME, whose fetched crates (registry/, git/) the sandbox reads for offline builds."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
     if permission not in PERMISSIONS:
@@ -71,7 +73,14 @@ def open_sandbox(
     if bwrap is None:
         return _without_bwrap(mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)")
     sandbox = BwrapSandbox(
-        bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable, keep_root=keep_root
+        bwrap,
+        Path(workspace),
+        [Path(p) for p in writable],
+        limits,
+        read_only=permission == "READ_ONLY",
+        readable=readable,
+        keep_root=keep_root,
+        cargo_home=cargo_home,
     )
     problem = sandbox.probe()
     if problem:

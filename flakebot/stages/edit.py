@@ -39,10 +39,16 @@ def edit_stage(ctx: StageContext) -> EditOut:
     commit(f"flakebot: acceptance tests for {spec.name}")
 
     settings = ctx.settings
-    sandbox = open_sandbox(
-        settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], timeout=settings.command_timeout, output_cap=settings.output_cap
-    )
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
+    sandbox = open_sandbox(
+        settings.sandbox,
+        workspace=workspace,
+        writable=[workspace, ctx.run.target_dir],
+        readable=[cargo.registry_dir] if cargo.registry_dir else [],
+        cargo_home=cargo.home,
+        timeout=settings.command_timeout,
+        output_cap=settings.output_cap,
+    )
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
     verdict = make_verdict(lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout), spec, workspace)

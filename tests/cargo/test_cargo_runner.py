@@ -25,7 +25,7 @@ def test_settings_reach_cargo_without_touching_the_crate(tmp_path: Path) -> None
     crate = tmp_path / "c"
     subprocess.run(["cargo", "init", "--bin", "--vcs", "none", "--name", "c", str(crate)], check=True, capture_output=True)
     cargo = Cargo.for_run(Settings(registry="local"), tmp_path / "target")
-    added = cargo.run(["add", "anyhow"], cwd=crate, timeout=120)
+    added = cargo.run(["add", "anyhow"], crate, timeout=120)
     assert added.returncode == 0, added.stderr
     assert 'anyhow = "1' in (crate / "Cargo.toml").read_text()
     assert not (crate / ".cargo").exists()  # flakebot's source settings are flags, not files in the tool's tree
