@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -53,13 +54,49 @@ def _build_progress(report: Progress) -> Callable[[str], None]:
 
 def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
     """A NixError naming the first compiler/cargo error, carrying the last lines of the nix log."""
+    mismatch = _hash_mismatch(pname, tail)
+    if mismatch is not None:
+        return mismatch
     errors = [line.split("> ", 1)[-1].strip() for line in tail if re.search(r"(^|> )error(\[E\d+\])?:", line)]
     drv = next((m.group(1) for line in tail if (m := re.search(r"(/nix/store/[^' ]+\.drv)", line))), "")
     summary = errors[0] if errors else (tail[-1].strip() if tail else f"exit code {returncode}")
     fix = f"read the whole log with 'nix log {drv}'" if drv else "run the nix build command by hand to read the whole log"
     if "unable to download" in summary:
         fix = "without network, build offline with the host-toolchain stand-in: --nixpkgs host"
+        if ".crate'" in summary:  # the stand-in's fetch of a crate Cargo.lock pins by checksum
+            fix = "check that the crate server (setting cratesio_static_url) is reachable and serves this crate"
     return NixError(f"nix build of {pname} failed: {summary}", fix=fix, log_tail="\n".join(tail), drv=drv)
+
+
+def _hash_mismatch(pname: str, tail: list[str]) -> NixError | None:
+    """Nix's 'hash mismatch in fixed-output derivation' (its next lines say `specified:` and `got:`) as one line;
+    for the stand-in's crate fetches (crate-NAME-VERSION.tar.gz): which crate, and the sha256 Cargo.lock expects."""
+    for index, line in enumerate(tail):
+        if (mismatch := re.search(r"hash mismatch in fixed-output derivation '([^']+)'", line)) is None:
+            continue
+        drv = mismatch.group(1)
+        hashes = dict(re.findall(r"(specified|got):\s*(\S+)", "\n".join(tail[index + 1 : index + 3])))
+        expected, got = _hex_sha256(hashes.get("specified", "?")), _hex_sha256(hashes.get("got", "?"))
+        crate = re.fullmatch(r"[a-z0-9]{32}-crate-(.+)-(\d+\.\d+\.\d+\S*)\.tar\.gz\.drv", Path(drv).name)
+        what = f"crate {crate.group(1)} {crate.group(2)} does not match its Cargo.lock checksum" if crate else f"{Path(drv).name} fetched other bytes"
+        fix = (
+            "the crate server (setting cratesio_static_url) sent other bytes than the registry Cargo.lock was written against: "
+            "point the setting at that registry, or regenerate Cargo.lock"
+            if crate
+            else "the source changed since its hash was recorded: check the URL and the hash in the flake"
+        )
+        return NixError(f"nix build of {pname} failed: {what}: expected sha256 {expected}, got {got}", fix=fix, log_tail="\n".join(tail), drv=drv)
+    return None
+
+
+def _hex_sha256(printed: str) -> str:
+    """A hash as nix prints it (SRI `sha256-<base64>` in Nix 2.8) in hex, as Cargo.lock writes checksums."""
+    if not printed.startswith("sha256-"):
+        return printed
+    try:
+        return base64.b64decode(printed.removeprefix("sha256-"), validate=True).hex()
+    except ValueError:
+        return printed
 
 
 def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dict[str, Any]:

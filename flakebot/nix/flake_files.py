@@ -20,6 +20,10 @@ def copy_sources(source: Path, dest: Path) -> int:
     files = _tracked_files(source)
     if "Cargo.toml" not in files:
         files = _walk_files(source)
+    elif (source / "Cargo.lock").is_file() and "Cargo.lock" not in files:
+        # Keep a lock the crate's .gitignore hides: flake.nix pins it (cargoLock.lockFile), and when cargo wrote it
+        # against crates.io its checksums are what nix fetches by. Dropped, it would be regenerated from the local source.
+        files.append("Cargo.lock")
     for rel in files:
         src, dst = source / rel, dest / rel
         if not (src.exists() or src.is_symlink()) or (src.is_dir() and not src.is_symlink()):

@@ -3,8 +3,9 @@
 Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
 `--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
 (flakebot/templates/standin/); only host.json (absolute paths to the toolchain, RUSTUP_HOME and the
-local crate directory source) and licenses.json are rendered. Files are rewritten only when their
-content changes, so the stand-in keeps its store hash and builds stay cached.
+local crate directory source, the checksums that source vouches for, the URL .crate files are fetched from)
+and licenses.json are rendered. Files are rewritten only when their content changes, so the stand-in keeps
+its store hash and builds stay cached.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,7 +27,7 @@ from flakebot.nix import deps, licenses
 logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "standin"
-STATIC_FILES = ("flake.nix", "lib.nix", "pkgs.nix", "rust.nix", "cargo-build.sh", "host-input.sh")
+STATIC_FILES = ("flake.nix", "lib.nix", "pkgs.nix", "rust.nix", "cargo-build.sh", "vendor-crates.sh", "host-input.sh")
 
 
 def standin_dir(settings: Settings) -> Path:
@@ -68,9 +70,25 @@ def host_facts(settings: Settings) -> dict[str, Any]:
         "toolchainBin": str(toolchain_bin),
         "rustupHome": os.environ.get("RUSTUP_HOME") or str(Path.home() / ".rustup"),
         "registry": str(registry),
+        "registryChecksums": registry_checksums(registry),
+        "cratesioStaticUrl": settings.cratesio_static_url.rstrip("/"),  # .crate downloads for locks with checksums
         "path": ":".join(dict.fromkeys(path_dirs)),
         "nativeInputs": deps.all_attribute_paths(),
     }
+
+
+def registry_checksums(registry: Path) -> dict[str, str]:
+    """NAME-VERSION -> sha256 for the crates of the directory source that name a real package checksum: a lock whose
+    crates all match these builds from the directory source, without fetching (see templates/standin/rust.nix)."""
+    found: dict[str, str] = {}
+    for entry in sorted(registry.glob("*/.cargo-checksum.json")):
+        try:
+            package = json.loads(entry.read_text()).get("package")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(package, str) and re.fullmatch(r"[0-9a-f]{64}", package):
+            found[entry.parent.name] = package
+    return found
 
 
 def rust_toolchain_bin() -> Path:

@@ -1,5 +1,6 @@
-# Builder of the stand-in's buildRustPackage (run as `bash -e cargo-build.sh`): the host's cargo,
-# offline, against the local directory source; installs every executable cargo built into $out/bin.
+# Builder of the stand-in's buildRustPackage (run as `bash -e cargo-build.sh`): the host's cargo, offline,
+# against the crates nix fetched by the lock's checksums ($flakebotVendorDir) or else the local directory
+# source ($flakebotRegistry); installs every executable cargo built into $out/bin.
 set -euo pipefail
 
 export HOME="$NIX_BUILD_TOP/home"
@@ -7,7 +8,20 @@ export CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
 export CARGO_TARGET_DIR="$NIX_BUILD_TOP/target"
 export CARGO_TERM_COLOR=never
 mkdir -p "$HOME" "$CARGO_HOME"
-cat > "$CARGO_HOME/config.toml" <<TOML
+if [ -n "$flakebotVendorDir" ]; then
+  # The source configuration nixpkgs' cargoSetupHook writes for importCargoLock's vendor directory.
+  cat > "$CARGO_HOME/config.toml" <<TOML
+[source.crates-io]
+replace-with = "vendored-sources"
+
+[source.vendored-sources]
+directory = "$flakebotVendorDir"
+
+[net]
+offline = true
+TOML
+else
+  cat > "$CARGO_HOME/config.toml" <<TOML
 [source.crates-io]
 replace-with = "flakebot-local"
 
@@ -17,6 +31,7 @@ directory = "$flakebotRegistry"
 [net]
 offline = true
 TOML
+fi
 
 cp -r "$src" "$NIX_BUILD_TOP/source"
 chmod -R u+w "$NIX_BUILD_TOP/source"
