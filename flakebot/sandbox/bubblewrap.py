@@ -89,7 +89,12 @@ class BwrapSandbox:
         if self.cargo_home is None:
             return []
         inside = self.home / ".cargo"
-        return [arg for sub in CARGO_CACHE_DIRS if (self.cargo_home / sub).is_dir() for arg in ("--ro-bind", str((self.cargo_home / sub).resolve()), str(inside / sub))]
+        return [
+            arg
+            for sub in CARGO_CACHE_DIRS
+            if (self.cargo_home / sub).is_dir()
+            for arg in ("--ro-bind", str((self.cargo_home / sub).resolve()), str(inside / sub))
+        ]
 
     def limit_argv(self) -> list[str]:
         """prlimit (and, as root, setpriv to an unprivileged uid) so the process limit is really enforced."""
