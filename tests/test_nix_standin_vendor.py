@@ -19,16 +19,16 @@ from pathlib import Path
 
 import git
 import pytest
-from conftest import DEBIAN_REGISTRY, require
-from nix_crates import greeter, host_settings, json_of, manifest, standin_eval, write
 
-from flakebot.cargo import Cargo
+from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates.mirror import Mirror, serve_mirror
 from flakebot.errors import NixError
 from flakebot.nix import deps
 from flakebot.nix.flake import nix_run, package_crate
 from flakebot.nix.standin import ensure_standin
+from tests.conftest import DEBIAN_REGISTRY, require
+from tests.fakes.nix_crates import greeter, host_settings, json_of, manifest, standin_eval, write
 
 CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 CSV_ROWS_MAIN = """\
