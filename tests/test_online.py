@@ -138,6 +138,8 @@ def test_add_dependency_online_fetches_on_the_host_and_reports_what_it_cannot_ad
     assert "itoa-1.0.1" in mirror.downloads and "downloaded 1 crate(s): itoa v1.0.1" in added.text
     tested = tools.call("run_tests", {})
     assert tested.data["green"], tested.text  # offline in the sandbox, from what the host fetched
+    planted = sandbox.run(["sh", "-c", 'touch "$CARGO_HOME/registry/planted"'], cwd=workspace)
+    assert not planted.ok and not (cargo.home / "registry/planted").exists()  # the fetched crates are read-only inside
 
     manifest = (workspace / "Cargo.toml").read_text()
     missing = tools.call("add_dependency", {"name": "no-such-crate-xyz"})
