@@ -431,7 +431,7 @@ class Toolbox:
             self._manifests.restore(before)
             return ToolResult(False, f"cargo add {' '.join(spec)} was undone: {fetched.summary()}", {"error": "failed", "fetch_error": fetched.error})
         self._manifests.changed()  # fetched already: no second fetch after this call
-        output = "\n".join(line.strip() for line in added.stderr.splitlines() if line.strip())
+        output = "\n".join(line.strip() for line in added.stderr.splitlines() if line.strip() and not line.strip().startswith("Updating "))
         return ToolResult(True, f"{output or 'added ' + name}\n{fetched.summary()}", {"crate": name, "spec": spec, "downloaded": fetched.downloaded})
 
     def _done(self, summary: str) -> ToolResult:

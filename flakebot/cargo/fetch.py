@@ -43,8 +43,7 @@ class FetchReport:
     def summary(self) -> str:
         """One line for the model and the log."""
         if not self.ok:
-            what = "resolve the dependencies" if self.stage == "lock" else "download the dependencies"
-            return f"cargo could not {what} on the host: {self.error}"
+            return f"cargo {'generate-lockfile' if self.stage == 'lock' else 'fetch'} failed on the host: {self.error}"
         got = f"downloaded {len(self.downloaded)} crate(s): {', '.join(self.downloaded[:12])}" if self.downloaded else "nothing new to download"
         return f"dependencies fetched on the host ({got})"
 

@@ -154,7 +154,13 @@ class Cargo:
     def host_env(self) -> dict[str, str]:
         """The whole environment of a host call: PATH, a HOME of flakebot's own, and `env()`; nothing else of ours."""
         home = self.home.parent / "cargo-host-home"  # not the user's: no ~/.gitconfig, ~/.cargo/credentials or ~/.netrc
-        home.mkdir(parents=True, exist_ok=True)
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FlakebotError(
+                f"cannot create flakebot's cargo home {self.home}: {exc.strerror}", fix="make flakebot's cache directory writable (setting cache_dir)"
+            ) from None
         return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(home), "LANG": "C.UTF-8", **self.env()}
 
     def host_argv(self, args: list[str], crate_dir: Path | None) -> list[str]:
@@ -165,7 +171,7 @@ class Cargo:
     def run(self, args: list[str], crate_dir: Path | None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         """A trusted host call (no sandbox, network when online) on the crate at `crate_dir`; see the module docstring."""
         argv = self.host_argv(args, crate_dir)
-        self.home.mkdir(parents=True, exist_ok=True)
+        env = self.host_env()
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
         with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral:
-            return subprocess.run(argv, cwd=neutral, env=self.host_env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            return subprocess.run(argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
