@@ -32,7 +32,7 @@ REGISTRY = Path("/usr/share/cargo/registry")
 
 def _timed(cargo: Cargo, cwd: Path, *args: str) -> float:
     start = time.perf_counter()
-    result = cargo.run(["test", "--quiet", *args], cwd=cwd, timeout=1800)
+    result = cargo.run(["test", "--quiet", *args], cwd, timeout=1800)
     if result.returncode != 0:
         raise RuntimeError(f"cargo test failed in {cwd}:\n{result.stderr[-2000:]}")
     return time.perf_counter() - start

@@ -10,6 +10,10 @@ summary carries a nonce: the flake's source is then new and `nix build` really b
   own       wall - every process: flakebot's Python (start-up, the stub model's HTTP, git objects, JSON, waits)
   ratio     wall / raw (goal <= 1.10); the stage chart splits each stage (state.json's started/finished) the same way.
 P5. The same command again for the same need in the same catalog: a catalog hit (goal < 1 s), median of `hits` runs.
+P1-online. The same craft online (`--registry crates-io`), in the same benchmark run, against a local crates.io on
+127.0.0.1 (flakebot.crates.mirror serving Debian's crates; flakebot's CARGO_HOME empty, so the host-side fetch
+really downloads): wall / (cargo + nix build), cargo now including the host-side `cargo fetch` / `cargo add`
+(given apart as host_fetch_s) and nix build its fixed-output fetches of the lock's crates.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from benchmarks.proctrace import classify
 
 REPO = Path(__file__).resolve().parent.parent
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
+DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 NEED = "need a CSV deduper"
 GOAL_RATIO = 1.10
 GOAL_HIT_S = 1.0
@@ -64,9 +69,13 @@ def processes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
+HOST_FETCH = ("cargo fetch", "cargo add", "cargo generate-lockfile")  # online, these reach the registry (on the host)
+
+
 def attribute(procs: list[dict[str, Any]], window: Interval) -> dict[str, float]:
     """Seconds of `window` in raw commands (cargo, nix build), in other processes, and in flakebot itself."""
     cargo = union([(p["start"], p["end"]) for p in procs if p["kind"].startswith("cargo ")])
+    fetch = union([(p["start"], p["end"]) for p in procs if p["kind"] in HOST_FETCH])
     nix = union([(p["start"], p["end"]) for p in procs if p["kind"] == "nix build"])
     raw = union(cargo + nix)
     every = union([(p["start"], p["end"]) for p in procs])
@@ -76,6 +85,7 @@ def attribute(procs: list[dict[str, Any]], window: Interval) -> dict[str, float]
         "seconds": round(total, 3),
         "raw_s": round(raw_s, 3),
         "cargo_s": round(covered(cargo, window), 3),
+        "host_fetch_s": round(covered(fetch, window), 3),
         "nix_build_s": round(covered(nix, window), 3),
         "other_processes_s": round(all_s - raw_s, 3),
         "own_s": round(total - all_s, 3),
@@ -131,8 +141,19 @@ def session_with_nonce(dest: Path) -> Path:
     return dest
 
 
-def craft_argv(session: Path) -> list[str]:
-    return ["craft", NEED, "--model", f"scripted:{session}", "--registry", "local", "--offline", "--json"]
+def craft_argv(session: Path, online: bool = False) -> list[str]:
+    where = ["--registry", "crates-io"] if online else ["--registry", "local", "--offline"]
+    return ["craft", NEED, "--model", f"scripted:{session}", *where, "--json"]
+
+
+def mirror_env(url: str) -> dict[str, str]:
+    """Settings making the local crates.io at `url` flakebot's crates.io (API, static files, sparse index)."""
+    return {
+        "FLAKEBOT_CRATESIO_API_URL": url,
+        "FLAKEBOT_CRATESIO_STATIC_URL": url,
+        "FLAKEBOT_CRATESIO_INDEX_URL": f"{url}/index",
+        "FLAKEBOT_CRATESIO_INTERVAL": "0",
+    }
 
 
 def homes(root: Path, name: str) -> dict[str, str]:
@@ -152,11 +173,13 @@ def _result(stdout: str, what: str) -> dict[str, Any]:
     return dict(results[-1])
 
 
-def one_craft(root: Path, name: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """One traced craft in its own homes: its figures, and the environment (for catalog hits)."""
-    env = homes(root, name)
+def one_craft(root: Path, name: str, mirror_url: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """One traced craft in its own homes (online against the crates.io at `mirror_url` if given): its figures, and the
+    environment (for catalog hits)."""
+    env = {**homes(root, name), **(mirror_env(mirror_url) if mirror_url else {})}
     log = root / name / "processes.json"
-    argv = [sys.executable, "-m", "benchmarks.proctrace", str(log), *craft_argv(session_with_nonce(root / name / "session.json"))]
+    session = session_with_nonce(root / name / "session.json")
+    argv = [sys.executable, "-m", "benchmarks.proctrace", str(log), *craft_argv(session, online=mirror_url is not None)]
     started = time.time()
     done = subprocess.run(argv, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800)
     ended = time.time()
@@ -202,7 +225,17 @@ def catalog_hits(env: dict[str, str], cwd: Path, hits: int) -> dict[str, Any]:
     }
 
 
-def run(crafts: int = 3, hits: int = 5) -> dict[str, Any]:
+def online_craft(root: Path) -> dict[str, Any]:
+    """P1-online: one craft against a local crates.io, its CARGO_HOME empty (its own cache dir), so the host fetch downloads."""
+    from flakebot.crates.mirror import serve_mirror
+
+    with serve_mirror([DEBIAN_REGISTRY]) as mirror:
+        figures, _ = one_craft(root, "online", mirror.url)
+        downloads = len(mirror.downloads)
+    return {**figures, "downloads": downloads, "goal_ratio": GOAL_RATIO, "met": figures["ratio"] <= GOAL_RATIO}
+
+
+def run(crafts: int = 3, hits: int = 5, online: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-craft-") as tmp:
         root = Path(tmp)
         runs, env = [], {}
@@ -210,6 +243,7 @@ def run(crafts: int = 3, hits: int = 5) -> dict[str, Any]:
             figures, env = one_craft(root, f"craft-{i}")
             runs.append(figures)
         hit = catalog_hits(env, root, hits)
+        online_run = online_craft(root) if online else None
     chosen = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2]  # the median run (of an even number, the higher)
     return {
         "need": NEED,
@@ -226,6 +260,7 @@ def run(crafts: int = 3, hits: int = 5) -> dict[str, Any]:
         "runs": runs,
         "chart_run": runs.index(chosen),
         "catalog_hit": hit,
+        **({"online": online_run} if online_run else {}),
     }
 
 

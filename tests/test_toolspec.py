@@ -50,7 +50,7 @@ def make_crate(root: Path, main_rs: str) -> Path:
 
 
 def cargo_test(crate: Path, target: Path) -> subprocess.CompletedProcess[str]:
-    return Cargo(target, offline=True).run(["test", "--test", "flakebot_acceptance"], cwd=crate, timeout=300)
+    return Cargo(target, offline=True).run(["test", "--test", "flakebot_acceptance"], crate, timeout=300)
 
 
 @pytest.mark.slow

@@ -7,6 +7,11 @@ flakebot's own process on paths it has checked; every command (cargo) runs in th
 
 Frozen files (the acceptance test, flakebot.agent.acceptance.Frozen) and the files that would steer
 cargo or rustup (flakebot.trust.steering_reason: `.cargo/`, `rust-toolchain*`) are refused to the file tools.
+
+Online, the sandbox has no network and cargo in it runs --offline: after any call that changed a Cargo.toml
+or Cargo.lock, the toolbox fetches on the host (cargo/fetch.py) and says so in the result. `add_dependency`
+online is `cargo add` on the host, then that fetch; a crate that cannot be added or fetched leaves the
+manifests as they were and comes back as the tool's result.
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ from typing import Any
 
 from flakebot.agent.acceptance import Frozen
 from flakebot.cargo.diagnostics import CargoReport, run_cargo
+from flakebot.cargo.fetch import ManifestWatch, sync
+from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import FlakebotError
 from flakebot.fsutil import remove_tree
-from flakebot.sandbox import CommandResult, Sandbox, execute
+from flakebot.sandbox import Sandbox
 from flakebot.trust import steering_reason
 
 SKIP_DIRS = {".git", "target", "node_modules"}
+READ_ONLY_TOOLS = {"list_files", "read_file", "search", "done"}  # cannot change a manifest: no manifest check after them
 MAX_LIST = 400  # entries list_files returns
 MAX_READ_LINES = 400  # lines read_file returns per call
 MAX_LINE_CHARS = 1000
@@ -137,7 +145,7 @@ TOOLS = [
     ),
     Tool(
         "add_dependency",
-        "Add a crate to [dependencies] with `cargo add` (from the configured crate source; offline when flakebot is offline).",
+        "Add a crate to [dependencies] with `cargo add` from the configured crate registry, and fetch it for the (offline) builds.",
         [
             ToolParam("name", "string", "Crate name, e.g. anyhow."),
             ToolParam("version", "string", "Version requirement, e.g. 1.0; default the newest available.", False),
@@ -179,6 +187,7 @@ class Toolbox:
         self.command_timeout = command_timeout
         self.tools = {t.name: t for t in TOOLS if not (read_only and t.writes)}
         self.frozen = frozen or Frozen(self.workspace, {})
+        self._manifests = ManifestWatch(self.workspace) if cargo.online else None
 
     def schemas(self) -> list[dict[str, Any]]:
         """OpenAI function-tool definitions of the available tools."""
@@ -195,6 +204,8 @@ class Toolbox:
             return ToolResult(False, f"bad arguments for {name}: {exc}", {"tool": name, "error": "bad_arguments"})
         result = self._dispatch(name, args)
         result.data["tool"] = name
+        if name not in READ_ONLY_TOOLS:
+            self._fetch_if_manifests_changed(result)
         return result
 
     def _dispatch(self, name: str, args: dict[str, Any]) -> ToolResult:
@@ -209,6 +220,19 @@ class Toolbox:
             return ToolResult(False, f"{name} failed: {exc.strerror or exc} ({exc.filename or ''})", {"error": "failed"})
         except FlakebotError as exc:
             return ToolResult(False, f"{name} failed: {exc.one_line()}", {"error": "failed"})
+
+    # --- host fetch ---------------------------------------------------------------------------------
+
+    def _fetch_if_manifests_changed(self, result: ToolResult) -> None:
+        """Online: a changed Cargo.toml/Cargo.lock may name crates the offline sandbox lacks; fetch them on the host."""
+        if self._manifests is None or not self._manifests.changed():
+            return
+        fetched = sync(self.cargo, self.crate_dir, timeout=self.command_timeout or 600)
+        self._manifests.changed()  # the fetch may have rewritten Cargo.lock: that is the new baseline
+        result.text += f"\n\nCargo.toml or Cargo.lock changed: {fetched.summary()}"
+        if not fetched.ok:
+            result.text += ". Builds in the sandbox are offline: only crates fetched here can be used; fix the manifest."
+        result.data["fetch"] = {"ok": fetched.ok, "downloaded": fetched.downloaded, "error": fetched.error, "seconds": round(fetched.seconds, 3)}
 
     # --- paths --------------------------------------------------------------------------------------
 
@@ -349,19 +373,34 @@ class Toolbox:
 
     def _add_dependency(self, name: str, version: str | None = None, features: list[str] | None = None) -> ToolResult:
         spec = _dependency_spec(name, version, features or [])
-        manifest = self.crate_dir / "Cargo.toml"
-        if not manifest.is_file():
+        if not (self.crate_dir / "Cargo.toml").is_file():
             raise Refused(f"no Cargo.toml in {self._rel(self.crate_dir)}")
-        if self.cargo.offline:
-            result = self.sandbox.run(self.cargo.argv("add", *spec), cwd=self.crate_dir, env=self.cargo.env(), timeout=self.command_timeout or 120)
-        else:
-            result = _cargo_add_online(self.cargo, manifest, spec)
+        if self._manifests is not None:
+            return self._add_online(name, spec)
+        result = self.sandbox.run(self.cargo.argv("add", *spec), cwd=self.crate_dir, env=self.cargo.env(), timeout=self.command_timeout or 120)
         output = (result.stderr + result.stdout).strip()
         if not result.ok:
             return ToolResult(
                 False, f"cargo add {' '.join(spec)} failed:\n{output[-3000:]}", {"error": "failed", "argv": result.argv, "returncode": result.returncode}
             )
         return ToolResult(True, output or f"added {name}", {"crate": name, "version": version, "features": features or [], "argv": result.argv})
+
+    def _add_online(self, name: str, spec: list[str]) -> ToolResult:
+        """`cargo add` as a trusted host call (it resolves against the registry, runs no crate code), then the host fetch;
+        when either fails the manifests are put back and cargo's error is the result."""
+        assert self._manifests is not None
+        before = self._manifests.snapshot()
+        added = self.cargo.run(["add", *spec], self.crate_dir, timeout=self.command_timeout or 300)
+        if added.returncode != 0:
+            self._manifests.restore(before)
+            return ToolResult(False, f"cargo add {' '.join(spec)} failed: {cargo_error(added.stderr)}", {"error": "failed", "returncode": added.returncode})
+        fetched = sync(self.cargo, self.crate_dir, timeout=self.command_timeout or 600)
+        if not fetched.ok:
+            self._manifests.restore(before)
+            return ToolResult(False, f"cargo add {' '.join(spec)} was undone: {fetched.summary()}", {"error": "failed", "fetch_error": fetched.error})
+        self._manifests.changed()  # fetched already: no second fetch after this call
+        output = "\n".join(line.strip() for line in added.stderr.splitlines() if line.strip() and not line.strip().startswith("Updating "))
+        return ToolResult(True, f"{output or 'added ' + name}\n{fetched.summary()}", {"crate": name, "spec": spec, "downloaded": fetched.downloaded})
 
     def _done(self, summary: str) -> ToolResult:
         return ToolResult(True, "Noted. flakebot now runs the tests itself; the work ends only if they pass.", {"done": True, "summary": summary})
@@ -511,15 +550,6 @@ def _dependency_spec(name: str, version: str | None, features: list[str]) -> lis
         raise Refused(f"invalid feature name(s): {', '.join(bad)}")
     spec = [f"{name}@{version.strip()}" if version else name]
     return spec + (["--features", ",".join(features)] if features else [])
-
-
-def _cargo_add_online(cargo: Cargo, manifest: Path, spec: list[str]) -> CommandResult:
-    """`cargo add` with network, outside the sandbox: run from an empty directory with --manifest-path, so no
-    configuration from the workspace (model-written .cargo/config.toml) is read. It resolves versions, runs no crate code."""
-    with tempfile.TemporaryDirectory(prefix="flakebot-cargo-add-") as neutral:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), **cargo.env()}
-        argv = cargo.argv("add", "--manifest-path", str(manifest), *spec)
-        return execute(argv, argv, cwd=Path(neutral), env=env, timeout=300, stdin=None, output_cap=200_000)
 
 
 def _replace_file(path: Path, content: bytes) -> None:

@@ -1,6 +1,8 @@
 """cargo, as flakebot calls it.
 
-    runner.py       Cargo: the command line and environment for a run (crate source, --offline, target dir)
+    runner.py       Cargo: the command line and environment for a run (crate source, --offline, target dir);
+                    trusted host calls (neutral cwd, --manifest-path, minimal env, flakebot's CARGO_HOME)
+    fetch.py        the host-side fetch (generate-lockfile, fetch) before offline builds; ManifestWatch
     metadata.py     `cargo metadata` / `locate-project` / lock generation: where packages sit, what they build
     diagnostics.py  `cargo --message-format=json` in the sandbox turned into compact diagnostics for the model
 

@@ -15,16 +15,18 @@ logger = logging.getLogger(__name__)
 
 
 def cargo_error(stderr: str) -> str:
-    """The part of cargo's stderr that says what went wrong, on one line."""
+    """The part of cargo's stderr that says what went wrong, on one line: its error and the causes cargo gives,
+    "failed to download ...: failed to verify the checksum of `csv v1.1.6 ...`"."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     first = next((i for i, line in enumerate(lines) if line.startswith("error")), max(len(lines) - 3, 0))
-    return " ".join(lines[first : first + 4])[:400]
+    parts = [line.removeprefix("error:").strip() for line in lines[first : first + 6] if line != "Caused by:"]
+    return ": ".join(part for part in parts if part)[:400]
 
 
 def metadata(cargo: Cargo, cwd: Path, no_deps: bool = True) -> dict[str, Any]:
-    """`cargo metadata --format-version 1` of the package or workspace at `cwd`."""
+    """`cargo metadata --format-version 1` of the package or workspace whose Cargo.toml is in `cwd` (a host call)."""
     args = ["metadata", "--format-version", "1"] + (["--no-deps"] if no_deps else [])
-    result = cargo.run(args, cwd=cwd, timeout=300)
+    result = cargo.run(args, cwd, timeout=300)
     if result.returncode != 0:
         raise AcquireError(f"cargo metadata failed: {cargo_error(result.stderr)}", fix="check the crate's Cargo.toml")
     return dict(json.loads(result.stdout))

@@ -1,25 +1,43 @@
-"""flakebot's cargo runner: every cargo call of a run goes through here.
+"""flakebot's cargo: the command line and environment of every cargo call of a run.
 
-It points cargo at the configured crate source without writing anything into the tool's own tree
-(`--config` flags, not .cargo/config.toml), adds `--offline` when offline, and gives every call of
-a run the same target directory so repeated builds are incremental.
+Two kinds of call, and nothing in between (DESIGN.md, "The trust boundary"):
+
+- **host calls** (`Cargo.run`): flakebot's trusted steps that never compile or run crate code
+  (`metadata`, `generate-lockfile`, `fetch`, `add`, `locate-project`, `init`). They may use the network.
+  Each runs from a fresh empty directory with `--manifest-path`, so no `.cargo/config.toml` or
+  `rust-toolchain.toml` from the tree is read; with a minimal environment (nothing of flakebot's own but
+  PATH and rustup's home: no API keys or tokens); with flakebot's own CARGO_HOME (shared by every run, so a
+  crate is downloaded once) and the active toolchain pinned through RUSTUP_TOOLCHAIN.
+- **sandboxed calls** (`Cargo.argv` + `Cargo.env`, given to a Sandbox): everything that builds or tests.
+  Always `--offline`: they read only what host calls fetched into CARGO_HOME's registry/ (bound read-only
+  into the sandbox) or a local directory source.
+
+The crate source is always given as `--config` flags, never written into the tool's tree: a directory
+source (Debian's registry, a `cargo vendor` folder) when offline, else crates.io or the sparse index of
+the `cratesio_index_url` setting as crates.io's replacement (so Cargo.lock keeps crates.io's identity
+and checksums).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flakebot.config import Settings
+from flakebot.config import Settings, cache_home
 from flakebot.errors import FlakebotError
 
 logger = logging.getLogger(__name__)
 
 LOCAL_SOURCE = "flakebot-local"
+MIRROR_SOURCE = "flakebot-mirror"
+DEFAULT_INDEX_URL = "https://index.crates.io"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def cargo_program() -> str:
@@ -36,54 +54,124 @@ def registry_dir(settings: Settings) -> Path:
     return Path(settings.registry if named else settings.local_registry).expanduser().resolve()
 
 
+def flakebot_cargo_home(settings: Settings | None = None) -> Path:
+    """flakebot's own CARGO_HOME, shared by every run: the registry cache host calls fetch into."""
+    return (settings.path("cache_dir") if settings is not None else cache_home()) / "cargo-home"
+
+
+def mirror_index(settings: Settings) -> str | None:
+    """The sparse index replacing crates.io (`sparse+URL/`), or None for crates.io itself."""
+    url = settings.cratesio_index_url.rstrip("/")
+    if url == DEFAULT_INDEX_URL:
+        return None
+    return url if url.startswith("sparse+") else f"sparse+{url}/"
+
+
+def rustup_home() -> Path:
+    return Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup")
+
+
+@functools.cache
+def active_toolchain() -> str | None:
+    """The rustup toolchain flakebot itself would use (None without rustup): pinned so a tree's rust-toolchain.toml is ignored."""
+    if os.environ.get("RUSTUP_TOOLCHAIN"):
+        return os.environ["RUSTUP_TOOLCHAIN"]
+    rustup = shutil.which("rustup")
+    if rustup is None:
+        return None
+    env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "RUSTUP_HOME": str(rustup_home()), "HOME": str(Path.home())}
+    with tempfile.TemporaryDirectory(prefix="flakebot-rustup-") as neutral:  # no toolchain file can be in an empty directory
+        try:
+            shown = subprocess.run([rustup, "show", "active-toolchain"], cwd=neutral, env=env, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as exc:
+            logger.warning("cannot ask rustup for the active toolchain (%s); the toolchain is not pinned", exc)
+            return None
+    words = shown.stdout.split()
+    if shown.returncode != 0 or not words:
+        logger.warning("rustup show active-toolchain failed (%s); the toolchain is not pinned", shown.stderr.strip()[-200:])
+        return None
+    return words[0]
+
+
 @dataclass
 class Cargo:
-    """How to call cargo for one run."""
+    """How to call cargo for one run: the crate source, the network mode, the target dir and CARGO_HOME."""
 
     target_dir: Path
     offline: bool = False
     registry_dir: Path | None = None  # a cargo directory source replacing crates-io (offline)
+    index_url: str | None = None  # a sparse index replacing crates-io (online), e.g. sparse+http://127.0.0.1:8080/index/
+    home: Path = field(default_factory=flakebot_cargo_home)  # CARGO_HOME of host calls; its registry/ is read-only in the sandbox
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def for_run(cls, settings: Settings, target_dir: Path) -> Cargo:
         offline = settings.offline or settings.registry != "crates-io"
-        return cls(target_dir=target_dir, offline=offline, registry_dir=registry_dir(settings) if offline else None)
+        return cls(
+            target_dir=target_dir,
+            offline=offline,
+            registry_dir=registry_dir(settings) if offline else None,
+            index_url=None if offline else mirror_index(settings),
+            home=flakebot_cargo_home(settings),
+        )
+
+    @property
+    def online(self) -> bool:
+        return not self.offline
+
+    def source_args(self) -> list[str]:
+        """`--config` flags naming the crate source: a directory source, or a sparse index standing in for crates.io."""
+        if self.registry_dir is not None:
+            return ["--config", f"source.crates-io.replace-with='{LOCAL_SOURCE}'", "--config", f"source.{LOCAL_SOURCE}.directory='{self.registry_dir}'"]
+        if self.index_url is not None:
+            return ["--config", f"source.crates-io.replace-with='{MIRROR_SOURCE}'", "--config", f"source.{MIRROR_SOURCE}.registry='{self.index_url}'"]
+        return []
 
     def config_args(self) -> list[str]:
-        """Global cargo flags: the crate source and --offline."""
-        args: list[str] = []
-        if self.registry_dir is not None:
-            args += [
-                "--config",
-                f"source.crates-io.replace-with='{LOCAL_SOURCE}'",
-                "--config",
-                f"source.{LOCAL_SOURCE}.directory='{self.registry_dir}'",
-            ]
-        if self.offline:
-            args.append("--offline")
-        return args
+        """Global flags of a host call: the crate source, and --offline when offline."""
+        return [*self.source_args(), *(["--offline"] if self.offline else [])]
 
     def argv(self, *args: str) -> list[str]:
-        """The full command line for `cargo ARGS`."""
-        return [cargo_program(), *self.config_args(), *args]
+        """A sandboxed `cargo ARGS`: the crate source, and always --offline (the sandbox has no network)."""
+        return [cargo_program(), *self.source_args(), "--offline", *args]
 
     def env(self) -> dict[str, str]:
-        """Environment for a cargo call: the run's target dir, no terminal colours, rustup's home."""
+        """Environment for a cargo call: target dir, no colours, rustup's home and the pinned toolchain, flakebot's CARGO_HOME.
+        (A bubblewrap sandbox replaces CARGO_HOME by its own, with this one's registry/ bound read-only.)"""
         env = {
             "CARGO_TARGET_DIR": str(self.target_dir),
             "CARGO_TERM_COLOR": "never",
             "CARGO_TERM_PROGRESS_WHEN": "never",
+            "CARGO_HOME": str(self.home),
+            "RUSTUP_HOME": str(rustup_home()),
             **self.extra_env,
         }
-        for key in ("RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN"):
-            if key in os.environ:
-                env[key] = os.environ[key]
-        env.setdefault("RUSTUP_HOME", str(Path.home() / ".rustup"))
+        toolchain = active_toolchain()
+        if toolchain:
+            env["RUSTUP_TOOLCHAIN"] = toolchain
         return env
 
-    def run(self, args: list[str], cwd: Path, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-        """Run cargo directly (no sandbox): for flakebot's own trusted steps such as `cargo metadata`."""
-        argv = self.argv(*args)
-        logger.debug("cargo: %s (in %s)", " ".join(args), cwd)
-        return subprocess.run(argv, cwd=cwd, env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=timeout)
+    def host_env(self) -> dict[str, str]:
+        """The whole environment of a host call: PATH, a HOME of flakebot's own, and `env()`; nothing else of ours."""
+        home = self.home.parent / "cargo-host-home"  # not the user's: no ~/.gitconfig, ~/.cargo/credentials or ~/.netrc
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FlakebotError(
+                f"cannot create flakebot's cargo home {self.home}: {exc.strerror}", fix="make flakebot's cache directory writable (setting cache_dir)"
+            ) from None
+        return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(home), "LANG": "C.UTF-8", **self.env()}
+
+    def host_argv(self, args: list[str], crate_dir: Path | None) -> list[str]:
+        """`cargo [source flags] SUBCOMMAND --manifest-path CRATE_DIR/Cargo.toml ARGS...` (no manifest for `init PATH`)."""
+        manifest = ["--manifest-path", str(Path(crate_dir).resolve() / "Cargo.toml")] if crate_dir is not None else []
+        return [cargo_program(), *self.config_args(), args[0], *manifest, *args[1:]]
+
+    def run(self, args: list[str], crate_dir: Path | None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """A trusted host call (no sandbox, network when online) on the crate at `crate_dir`; see the module docstring."""
+        argv = self.host_argv(args, crate_dir)
+        env = self.host_env()
+        logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
+        with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral:
+            return subprocess.run(argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

@@ -55,7 +55,7 @@ def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str) 
     if (crate_dir / "Cargo.lock").is_file():
         return False
     cargo = _cargo(settings, scratch)
-    result = cargo.run(["generate-lockfile"], cwd=crate_dir, timeout=settings.command_timeout)
+    result = cargo.run(["generate-lockfile"], crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
         where = " offline" if cargo.offline else ""
         raise NixError(
@@ -68,7 +68,7 @@ def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str) 
 
 def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> dict[str, Any]:
     """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source."""
-    result = _cargo(settings, scratch).run(["metadata", "--format-version", "1", "--locked"], cwd=crate_dir, timeout=settings.command_timeout)
+    result = _cargo(settings, scratch).run(["metadata", "--format-version", "1", "--locked"], crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
         raise NixError(
             f"cargo cannot resolve {label} from its Cargo.lock: {_first_error(result.stderr)}",
@@ -154,10 +154,7 @@ def _member_id(members: list[dict[str, Any]], directory: Path) -> str | None:
 def workspace_root(crate_dir: Path, settings: Settings) -> Path:
     """The root of the cargo workspace crate_dir is a member of (crate_dir itself when it stands alone)."""
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
-        # From the scratch dir with --manifest-path: cargo and rustup read .cargo/ and rust-toolchain* from the cwd up, and
-        # crate_dir is the model-edited workspace.
-        args = ["locate-project", "--workspace", "--message-format", "plain", "--manifest-path", str(crate_dir / "Cargo.toml")]
-        result = _cargo(settings, Path(scratch)).run(args, cwd=Path(scratch), timeout=120)
+        result = _cargo(settings, Path(scratch)).run(["locate-project", "--workspace", "--message-format", "plain"], crate_dir, timeout=120)
     if result.returncode != 0 or not result.stdout.strip():
         return crate_dir  # cargo reports a broken manifest better later, with the metadata call
     root = Path(result.stdout.strip()).parent.resolve()

@@ -7,7 +7,6 @@ flake_check(flake_dir, settings)                  -> CompletedProcess (`nix flak
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shlex
 import subprocess
@@ -108,9 +107,9 @@ class Written:
 def _package(
     source_dir: Path, out_dir: Path, settings: Settings, mode: str, notice: str, choice: Choice, description: str, report: Progress, gc_root: Path | None
 ) -> PackageResult:
-    # The stand-in builds against the local directory source: lock and check the crate against that same source.
-    cargo_settings = dataclasses.replace(settings, offline=True) if mode == "host" else settings
-    flake = write_flake(source_dir, out_dir, cargo_settings, choice, description, report)
+    # Lock and check the crate against the run's crate source: online a checksummed crates.io lock (the stand-in
+    # fetches it by checksum from cratesio_static_url, as importCargoLock does), offline the local directory source.
+    flake = write_flake(source_dir, out_dir, settings, choice, description, report)
     facts = flake.facts
     standin = _standin(settings, mode)
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")

@@ -58,10 +58,12 @@ def open_sandbox(
     max_processes: int = MAX_PROCESSES,
     frozen: Sequence[Path] = (),
     limits: SandboxLimits | None = None,
+    cargo_home: Path | None = None,
 ) -> Sandbox:
     """The sandbox for commands in `workspace`: bubblewrap when usable; "auto" falls back to a plain process
     with a warning, "off" is a plain process by request (warned on every call). `limits` (see limits_for)
-    replaces timeout, output_cap and max_processes when given."""
+    replaces timeout, output_cap and max_processes when given. `cargo_home`: flakebot's CARGO_HOME, whose
+    fetched crates (registry/, git/) the sandbox reads, read-only, for offline builds."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
     if permission not in PERMISSIONS:
@@ -75,7 +77,16 @@ def open_sandbox(
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return _without_bwrap(mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)")
-    sandbox = BwrapSandbox(bwrap, Path(workspace), [Path(p) for p in writable], limits, read_only=permission == "READ_ONLY", readable=readable, frozen=frozen)
+    sandbox = BwrapSandbox(
+        bwrap,
+        Path(workspace),
+        [Path(p) for p in writable],
+        limits,
+        read_only=permission == "READ_ONLY",
+        readable=readable,
+        frozen=frozen,
+        cargo_home=cargo_home,
+    )
     problem = sandbox.probe()
     if problem:
         return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())

@@ -26,6 +26,8 @@ SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", 
 
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 
+CARGO_CACHE_DIRS = ("registry", "git")  # what host-side `cargo fetch` fills in CARGO_HOME
+
 SANDBOX_UID_BASE = 1_500_000_000  # as root: commands run as BASE + our pid, a uid nothing else uses
 
 
@@ -40,6 +42,7 @@ class BwrapSandbox:
     read_only: bool = False
     readable: Sequence[Path] = ()
     frozen: Sequence[Path] = ()  # files inside the workspace bound read-only over it (the acceptance test)
+    cargo_home: Path | None = None  # flakebot's CARGO_HOME: its registry/ and git/ are bound read-only into the sandbox's own
     name: str = "bubblewrap"
     start_overhead: float | None = None  # seconds bubblewrap adds to starting a process (measured by probe())
     home: Path = field(default_factory=lambda: _sandbox_home())
@@ -73,6 +76,7 @@ class BwrapSandbox:
         args += ["--perms", "1777", "--size", size, "--tmpfs", str(self.home)]
         for path in _readable_paths(self.readable):
             args += ["--ro-bind", str(path), str(path)]
+        args += self._cargo_cache_binds()
         workspace = self.workspace.resolve()
         args += ["--ro-bind" if self.read_only else "--bind", str(workspace), str(workspace)]
         for path in self.writable:
@@ -84,6 +88,19 @@ class BwrapSandbox:
         for path in _frozen_paths(self.frozen, workspace):  # over the writable workspace: a build script or test cannot rewrite them
             args += ["--ro-bind", str(path), str(path)]
         return [*args, "--chdir", str(cwd), "--"]
+
+    def _cargo_cache_binds(self) -> list[str]:
+        """The crates fetched on the host, read-only at the sandbox's CARGO_HOME (a tmpfs: cargo takes its lock files there).
+        Nothing else of that CARGO_HOME is visible (its config.toml and credentials stay outside)."""
+        if self.cargo_home is None:
+            return []
+        inside = self.home / ".cargo"
+        return [
+            arg
+            for sub in CARGO_CACHE_DIRS
+            if (self.cargo_home / sub).is_dir()
+            for arg in ("--ro-bind", str((self.cargo_home / sub).resolve()), str(inside / sub))
+        ]
 
     def limit_argv(self) -> list[str]:
         """prlimit (and, as root, setpriv to an unprivileged uid) so the process limit is really enforced."""

@@ -35,12 +35,12 @@ def new_crate(name: str, dest: Path, *, library: CrateInfo | None, settings: Set
 
 def _create(cargo: Cargo, name: str, tmp: Path, library: CrateInfo | None, branch: str) -> dict[str, Any]:
     # `cargo init` fills the existing staging directory (`cargo new` insists on creating its own).
-    _cargo(cargo, ["init", "--bin", "--vcs", "none", "--name", name, "."], tmp)
+    _cargo(cargo, ["init", "--bin", "--vcs", "none", "--name", name, str(tmp)], None)
     (tmp / ".gitignore").write_text("/target\n")
     message = f"new {name}"
     if library is not None:
         # The version the registry (the local directory source offline) holds for the library.
-        _cargo(cargo, ["add", f"{library.name}@{library.version}"], tmp)
+        _cargo(cargo, ["add", f"{library.name}@{library.version}"], tmp)  # online: resolves against the index, runs no crate code
         message += f" using {library.name} {library.version}"
     _, version = locate(cargo, tmp, name)
     revision = gitrepo.init_commit(tmp, message, branch)
@@ -50,8 +50,8 @@ def _create(cargo: Cargo, name: str, tmp: Path, library: CrateInfo | None, branc
     return origin
 
 
-def _cargo(cargo: Cargo, args: list[str], cwd: Path) -> None:
-    result = cargo.run(args, cwd=cwd, timeout=300)
+def _cargo(cargo: Cargo, args: list[str], crate_dir: Path | None) -> None:
+    result = cargo.run(args, crate_dir, timeout=300)
     if result.returncode != 0:
         fix = "check that the tool name is a valid crate name and that the library is in the registry"
         raise AcquireError(f"cargo {' '.join(args[:2])} failed: {cargo_error(result.stderr)}", fix=fix)

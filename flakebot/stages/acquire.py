@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from flakebot.cargo.fetch import sync
 from flakebot.cargo.metadata import cargo_error, workspace_root
 from flakebot.cargo.runner import Cargo
 from flakebot.crates import CrateInfo
@@ -18,6 +20,11 @@ from flakebot.source.newcrate import new_crate
 from flakebot.stages.outputs import AcquireOut, ChoiceOut, SpecOut
 
 logger = logging.getLogger(__name__)
+
+FETCH_FIX = (
+    "check that the crate registry (settings cratesio_index_url, cratesio_static_url) is reachable and serves the crates "
+    "its index lists with matching checksums, or work offline with --registry local"
+)
 
 
 def acquire_stage(ctx: StageContext) -> AcquireOut:
@@ -46,7 +53,10 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run, ref=ctx.options.get("ref"))
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
-    cargo = prepare_cargo(workspace, origin["crate_dir"], Cargo.for_run(ctx.settings, run.target_dir))
+    host_cargo = Cargo.for_run(ctx.settings, run.target_dir)
+    if host_cargo.online:
+        ctx.progress("fetching the crate's dependencies on the host (builds and tests run offline in the sandbox)")
+    cargo = prepare_cargo(workspace, origin["crate_dir"], host_cargo)
     if not cargo["metadata_ok"]:
         ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
     options = ctx.options
@@ -59,6 +69,7 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         lockfile=cargo["lockfile"],
         metadata_ok=cargo["metadata_ok"],
         cargo_error=cargo["cargo_error"],
+        fetch=cargo.get("fetch", {}),
         fork=bool(options.get("fork")),
         push=bool(options.get("push")),
         delete_fork=bool(options.get("delete_fork")),
@@ -66,18 +77,23 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
 
 
 def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, Any]:
-    """Give the workspace a committed Cargo.lock (generated against the configured source) and check that cargo resolves it."""
+    """Give the workspace a committed Cargo.lock and, online, fetch what it names on the host (sandboxed cargo is offline).
+
+    A lock cargo cannot make is reported (the model may still fix the manifest); a failed download ends the run."""
     crate_path = workspace / crate_dir
-    report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": ""}
     lock = workspace_root(cargo, crate_path) / "Cargo.lock"
-    if not lock.exists():
-        result = cargo.run(["generate-lockfile"], cwd=crate_path, timeout=300)
-        if result.returncode == 0:
-            gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
-            report["lockfile"] = "generated"
-        else:
-            report.update(lockfile="failed", cargo_error=cargo_error(result.stderr))
-    resolved = cargo.run(["metadata", "--format-version", "1"], cwd=crate_path, timeout=300)
-    if resolved.returncode != 0:
-        report.update(metadata_ok=False, cargo_error=cargo_error(resolved.stderr))
+    fetched = sync(cargo, crate_path, lock)
+    report: dict[str, Any] = {"lockfile": "generated" if fetched.lock_generated else "existing", "metadata_ok": True, "cargo_error": ""}
+    if fetched.lock_generated:
+        gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
+    if cargo.online:
+        report["fetch"] = asdict(fetched)
+    if not fetched.ok and fetched.stage == "fetch":
+        raise AcquireError(f"cannot fetch the crate's dependencies: {fetched.error}", fix=FETCH_FIX, cause=fetched.error)
+    if not fetched.ok:
+        return {**report, "lockfile": "failed", "metadata_ok": False, "cargo_error": fetched.error}
+    if cargo.offline:  # online, `cargo fetch` has just resolved the whole graph
+        resolved = cargo.run(["metadata", "--format-version", "1"], crate_path, timeout=300)
+        if resolved.returncode != 0:
+            report.update(metadata_ok=False, cargo_error=cargo_error(resolved.stderr))
     return report

@@ -44,9 +44,16 @@ def edit_stage(ctx: StageContext) -> EditOut:
     commit(f"flakebot: acceptance tests for {spec.name}")
 
     settings = ctx.settings
-    limits = limits_for(settings)
-    sandbox = open_sandbox(settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], frozen=frozen.paths(), limits=limits)
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
+    sandbox = open_sandbox(
+        settings.sandbox,
+        workspace=workspace,
+        writable=[workspace, ctx.run.target_dir],
+        readable=[cargo.registry_dir] if cargo.registry_dir else [],
+        cargo_home=cargo.home,
+        frozen=frozen.paths(),
+        limits=limits_for(settings),
+    )
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
     cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731

@@ -30,7 +30,10 @@ def _acquire(ctx: StageContext, name: str) -> LocateOut:
     from flakebot.fsutil import remove_tree
     from flakebot.source.acquisition import acquire
 
-    crate = open_registry(ctx.settings, ctx.options.get("registry")).get(name)
+    registry = open_registry(ctx.settings, ctx.options.get("registry"))
+    crate = registry.get(name)
+    if registry.name == "crates-io":  # lock and build it against crates.io (checksummed Cargo.lock), as a craft does
+        ctx.pin_setting("registry", "crates-io")
     ctx.progress(f"acquiring {crate.name} {crate.version}")
     workspace = ctx.run.workspace
     if workspace.exists():  # left by an attempt that failed part-way

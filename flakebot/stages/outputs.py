@@ -85,6 +85,7 @@ class AcquireOut(StageOut):
     lockfile: str = ""  # "existing", "generated" or "failed"
     metadata_ok: bool = True
     cargo_error: str = ""
+    fetch: dict[str, Any] = field(default_factory=dict)  # the host-side fetch (cargo/fetch.py FetchReport), online
     fork: bool = False
     push: bool = False
     delete_fork: bool = False

@@ -36,7 +36,7 @@ def cargo_on(crate: Path, target: Path, subcommand: str, lib: str, *, manifest: 
 def raw_json_count(crate: Path, target: Path, code: str) -> int:
     """How often cargo's own JSON output repeats a diagnostic code (outside any sandbox)."""
     cargo = Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY)
-    result = cargo.run(["test", "--no-run", "--message-format=json"], cwd=crate)
+    result = cargo.run(["test", "--no-run", "--message-format=json"], crate)
     return result.stdout.count(f'"code":"{code}"')
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -25,7 +28,62 @@ def test_settings_reach_cargo_without_touching_the_crate(tmp_path: Path) -> None
     crate = tmp_path / "c"
     subprocess.run(["cargo", "init", "--bin", "--vcs", "none", "--name", "c", str(crate)], check=True, capture_output=True)
     cargo = Cargo.for_run(Settings(registry="local"), tmp_path / "target")
-    added = cargo.run(["add", "anyhow"], cwd=crate, timeout=120)
+    added = cargo.run(["add", "anyhow"], crate, timeout=120)
     assert added.returncode == 0, added.stderr
     assert 'anyhow = "1' in (crate / "Cargo.toml").read_text()
     assert not (crate / ".cargo").exists()  # flakebot's source settings are flags, not files in the tool's tree
+
+
+def test_host_calls_ignore_the_trees_cargo_config_and_toolchain_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tree planted with .cargo/config.toml (a bogus crate source, a rustc wrapper) and rust-toolchain.toml (a
+    toolchain that does not exist): flakebot's host calls resolve against its own source and toolchain, run nothing planted."""
+    marker = tmp_path / "wrapper-ran"
+    crate = tmp_path / "planted"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text('[package]\nname = "planted"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nitoa = "1"\n')
+    (crate / "src/main.rs").write_text("fn main() {}\n")
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\ntouch {marker}\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    (crate / ".cargo").mkdir()
+    (crate / ".cargo/config.toml").write_text(
+        f'[source.crates-io]\nreplace-with = "evil"\n\n[source.evil]\ndirectory = "/nonexistent"\n\n[build]\nrustc-wrapper = "{wrapper}"\n'
+    )
+    (crate / "rust-toolchain.toml").write_text('[toolchain]\nchannel = "1.2.3"\n')
+    in_tree = subprocess.run(["cargo", "metadata", "--format-version", "1"], cwd=crate, capture_output=True, text=True, timeout=120)
+    assert in_tree.returncode != 0  # control: run from the tree, cargo obeys the planted files
+
+    monkeypatch.setenv("GROQ_API_KEY", "gsk_planted_secret")
+    cargo = Cargo.for_run(Settings(registry="local"), tmp_path / "target")
+    locked = cargo.run(["generate-lockfile"], crate, timeout=120)
+    assert locked.returncode == 0, locked.stderr
+    resolved = cargo.run(["metadata", "--format-version", "1"], crate, timeout=120)
+    assert resolved.returncode == 0, resolved.stderr
+    assert "itoa" in {p["name"] for p in json.loads(resolved.stdout)["packages"]}
+    assert not marker.exists()
+    env = cargo.host_env()
+    assert "GROQ_API_KEY" not in env and env["CARGO_HOME"] == str(Settings().path("cache_dir") / "cargo-home")
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "CARGO_HOME",
+        "CARGO_TARGET_DIR",
+        "CARGO_TERM_COLOR",
+        "CARGO_TERM_PROGRESS_WHEN",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+    }
+    assert env["HOME"] != str(Path.home()) and env.get("RUSTUP_TOOLCHAIN")
+
+
+def test_a_sparse_index_setting_replaces_crates_io_by_name() -> None:
+    cargo = Cargo.for_run(Settings(registry="crates-io", cratesio_index_url="http://127.0.0.1:9/index"), Path("/t"))
+    assert cargo.online and cargo.config_args() == [
+        "--config",
+        "source.crates-io.replace-with='flakebot-mirror'",
+        "--config",
+        "source.flakebot-mirror.registry='sparse+http://127.0.0.1:9/index/'",
+    ]
+    assert cargo.argv("test")[1:] == [*cargo.config_args(), "--offline", "test"]  # sandboxed calls are always offline
+    assert Cargo.for_run(Settings(registry="crates-io"), Path("/t")).config_args() == []

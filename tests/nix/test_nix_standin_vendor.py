@@ -55,7 +55,7 @@ class Crates:
 def _dependencies(crate: Path, dest: Path) -> None:
     """Copy the crates csv-rows locks to from Debian's registry, each with a stamp file: this run's .crate files are
     then new to the nix store, which never fetches (or rebuilds from) a fixed-output path it already has."""
-    result = Cargo(dest / "target", offline=True, registry_dir=DEBIAN_REGISTRY).run(["generate-lockfile"], cwd=crate, timeout=300)
+    result = Cargo(dest / "target", offline=True, registry_dir=DEBIAN_REGISTRY).run(["generate-lockfile"], crate, timeout=300)
     assert result.returncode == 0, result.stderr
     stamp = f"{time.time_ns()} {os.getpid()}\n"
     for package in deps.lock_packages(crate / "Cargo.lock"):

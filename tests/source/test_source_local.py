@@ -99,8 +99,8 @@ def test_new_crate_without_a_library(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "library", "cause"),
     [
-        ("bad name!", None, "cargo init --bin failed: error: invalid character"),
-        ("tool", CrateInfo(name="no-such-crate", version="1.0.0"), "cargo add no-such-crate@1.0.0 failed: error: the crate `no-such-crate@1.0.0` could not"),
+        ("bad name!", None, "cargo init --bin failed: invalid character"),
+        ("tool", CrateInfo(name="no-such-crate", version="1.0.0"), "cargo add no-such-crate@1.0.0 failed: the crate `no-such-crate@1.0.0` could not"),
     ],
 )
 def test_new_crate_errors_name_the_crate_and_leave_nothing(tmp_path: Path, name: str, library: CrateInfo | None, cause: str) -> None:

@@ -60,7 +60,7 @@ def events(run: Run, kind: str) -> list[dict[str, Any]]:
 
 def cargo_test(run: Run, cwd: Path) -> tuple[list[dict[str, Any]], str]:
     """`cargo test` through flakebot's runner: (the compiler-artifact messages, the test harness output)."""
-    result = Cargo.for_run(OFFLINE, run.target_dir).run(["test", "--message-format=json"], cwd=cwd, timeout=900)
+    result = Cargo.for_run(OFFLINE, run.target_dir).run(["test", "--message-format=json"], cwd, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     artifacts = [m for m in (json.loads(x) for x in lines if x.startswith("{")) if m.get("reason") == "compiler-artifact"]
@@ -118,7 +118,7 @@ def test_a_new_crate_using_csv_builds_offline(workdir: Path) -> None:
     assert out["origin"]["library"] == {"name": "csv", "version": "1.1.6"}
     assert (out["lockfile"], out["metadata_ok"]) == ("existing", True)  # cargo add wrote it
     (run.workspace / "src/main.rs").write_text('fn main() {\n    let _ = csv::ReaderBuilder::new();\n    println!("ok");\n}\n')
-    result = Cargo.for_run(OFFLINE, run.target_dir).run(["run", "--quiet"], cwd=run.workspace, timeout=900)
+    result = Cargo.for_run(OFFLINE, run.target_dir).run(["run", "--quiet"], run.workspace, timeout=900)
     assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr[-2000:]
 
 

@@ -1,0 +1,115 @@
+"""The host-side fetch: what a crate's Cargo.lock names, downloaded into flakebot's CARGO_HOME before any sandboxed build.
+
+This is how nixpkgs builds Rust (fixed-output fetches, then an offline build): `sync(cargo, crate_dir)`
+runs `cargo generate-lockfile` when there is no Cargo.lock, then `cargo fetch`, both as trusted host
+calls (Cargo.run). Sandboxed cargo is always --offline and finds the crates in that CARGO_HOME.
+Offline (a directory source) there is nothing to download: the lock is made when missing, no more.
+
+`ManifestWatch` tells when a Cargo.toml or Cargo.lock of the workspace changed (a model edit, `cargo add`,
+a build script), so the edit loop fetches again before the next offline build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flakebot.cargo.metadata import cargo_error
+from flakebot.cargo.runner import Cargo
+
+logger = logging.getLogger(__name__)
+
+MANIFESTS = ("Cargo.toml", "Cargo.lock")
+SKIP_DIRS = {".git", "target"}
+DOWNLOADED = re.compile(r"^\s*Downloaded (\S+ v\S+)")
+
+
+@dataclass
+class FetchReport:
+    """What a host fetch did. `stage` says where it failed: "lock" (cargo cannot resolve the manifest) or "fetch" (a download)."""
+
+    ok: bool = True
+    lock_generated: bool = False
+    downloaded: list[str] = field(default_factory=list)  # "csv v1.1.6", as cargo prints them
+    error: str = ""  # cargo's error, on one line
+    stage: str = ""
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line for the model and the log."""
+        if not self.ok:
+            return f"cargo {'generate-lockfile' if self.stage == 'lock' else 'fetch'} failed on the host: {self.error}"
+        got = f"downloaded {len(self.downloaded)} crate(s): {', '.join(self.downloaded[:12])}" if self.downloaded else "nothing new to download"
+        return f"dependencies fetched on the host ({got})"
+
+
+def sync(cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float = 600) -> FetchReport:
+    """Make sure the crate has a Cargo.lock (at `lock`, the workspace root's) and, online, that every crate it names is fetched."""
+    start, report = time.perf_counter(), FetchReport()
+    if lock is not None and not lock.exists():
+        made = cargo.run(["generate-lockfile"], crate_dir, timeout=timeout)
+        if made.returncode != 0:
+            return _failed(report, "lock", made.stderr, start)
+        report.lock_generated = True
+    if cargo.online:
+        fetched = cargo.run(["fetch"], crate_dir, timeout=timeout)
+        if fetched.returncode != 0:
+            return _failed(report, "fetch", fetched.stderr, start)
+        report.downloaded = [m.group(1) for line in fetched.stderr.splitlines() if (m := DOWNLOADED.match(line))]
+    report.seconds = time.perf_counter() - start
+    logger.info("host fetch for %s: %s (%.1f s)", crate_dir, report.summary(), report.seconds)
+    return report
+
+
+def _failed(report: FetchReport, stage: str, stderr: str, start: float) -> FetchReport:
+    report.ok, report.stage, report.error, report.seconds = False, stage, cargo_error(stderr), time.perf_counter() - start
+    logger.info("host fetch failed at %s: %s", stage, report.error)
+    return report
+
+
+class ManifestWatch:
+    """A digest of every Cargo.toml and Cargo.lock under a workspace; `changed()` says whether it moved since the last look."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = Path(workspace)
+        self.digest = self.current()
+
+    def current(self) -> str:
+        digest = hashlib.sha256()
+        for path in self._manifests():
+            digest.update(str(path.relative_to(self.workspace)).encode() + b"\0")
+            digest.update(path.read_bytes() if path.is_file() and not path.is_symlink() else b"<not a file>")
+            digest.update(b"\0")
+        return digest.hexdigest()
+
+    def changed(self) -> bool:
+        now = self.current()
+        moved, self.digest = now != self.digest, now
+        return moved
+
+    def snapshot(self) -> dict[Path, bytes]:
+        """The content of every manifest, to put back with `restore` when a change must be undone."""
+        return {path: path.read_bytes() for path in self._manifests() if path.is_file() and not path.is_symlink()}
+
+    def restore(self, snapshot: dict[Path, bytes]) -> None:
+        for path in self._manifests():
+            if path not in snapshot:
+                path.unlink()  # created since the snapshot (a new Cargo.lock)
+        for path, content in snapshot.items():
+            if path.is_symlink():  # never write through a link a build script left
+                path.unlink()
+            if not path.is_file() or path.read_bytes() != content:
+                path.write_bytes(content)
+        self.digest = self.current()
+
+    def _manifests(self) -> list[Path]:
+        found = []
+        for root, dirs, files in os.walk(self.workspace):  # does not follow symlinked directories
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            found += [Path(root, name) for name in sorted(files) if name in MANIFESTS]
+        return found
