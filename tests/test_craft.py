@@ -54,6 +54,10 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     assert {"file", "key", "no_header", "stdin"} <= set(properties)
     assert manifest["mcp_tool"]["inputSchema"] == manifest["openai_tool"]["function"]["parameters"]
 
+    # Built with the host stand-in: the manifest says the commands are for this machine only, and show says so.
+    assert manifest["portable"] is False and "stand-in for nixpkgs" in manifest["portable_reason"]
+    assert "portable: no" in run_cli("show", "csv-dedup").stdout
+
     # Clean kept only the audit record.
     run = Run.load(workdir, result["run_id"])
     assert {p.name for p in run.dir.iterdir()} <= AUDIT_FILES

@@ -37,6 +37,10 @@ def print_tool(report: dict[str, Any]) -> None:
     from rich.markdown import Markdown
 
     out.print(Markdown(report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"))
+    manifest = report.get("manifest") or {}
+    if manifest and not manifest.get("portable"):
+        reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
+        out.print(f"[yellow]portable: no[/yellow] ({reason})")
     out.print(f"[dim]{report.get('dir', '')}[/dim]")
 
 
@@ -65,6 +69,8 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     verification = manifest.get("verification_command") or {}
     out.print(f"  verified: {verification.get('command', '')} [green](passed)[/green]" if verification.get("passed") else "  verified: no")
     out.print(f"  usage:   {manifest.get('catalog_dir', '')}/USAGE.md")
+    if not manifest.get("portable", True):
+        out.print(f"  [yellow]host-only:[/yellow] {manifest.get('portable_reason', '')}")
 
 
 def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:

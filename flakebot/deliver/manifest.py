@@ -72,6 +72,8 @@ def build_manifest(
         "store_path": package.get("store_path", ""),
         "main_program": package.get("main_program", spec["name"]),
         "nixpkgs_mode": package.get("nixpkgs_mode", ""),
+        "portable": bool(package.get("portable", False)),  # false: the commands above work only on this machine
+        "portable_reason": package.get("portable_reason", ""),
         "origin": origin,
         "run_id": run_id,
         "sandbox": sandbox,  # "off": the tool's code ran unisolated while it was crafted

@@ -89,8 +89,10 @@ def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | Non
 
 def run_argv(flake: Path | str, mode: str, standin: Path | None) -> list[str]:
     """`nix run` of a built flake as a caller types it: no build options (the GC root keeps the output),
-    only the features flag and, in host mode, the stand-in override. Callers append `--` and arguments."""
-    return [nix_program(), *FEATURES, "run", *override_options(mode, standin), str(flake)]
+    only the features flag and, in host mode, the stand-in override. Callers append `--` and arguments.
+    A pinned flake's command names plain `nix` (found on PATH): it carries no path of this machine's but the flake's."""
+    program = nix_program() if mode == "host" else (nix_program() and "nix")
+    return [program, *FEATURES, "run", *override_options(mode, standin), str(flake)]
 
 
 def resolved_program(run: list[str], timeout: float) -> str:

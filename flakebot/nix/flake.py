@@ -57,6 +57,8 @@ class PackageResult:
     notices: list[str] = field(default_factory=list)
     native_inputs: dict[str, Any] = field(default_factory=dict)
     licenses: list[str] = field(default_factory=list)
+    portable: bool = False  # the flake builds on another machine with real nixpkgs as it is
+    portable_reason: str = ""  # why not, when it does not
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,6 +138,7 @@ def _package(
         notices=_notices(notice, facts, flake.unknown_licenses),
         native_inputs=flake.native.to_dict(),
         licenses=flake.licenses,
+        **_portability(mode, facts),
     )
 
 
@@ -163,6 +166,18 @@ def _built_binary(store_path: str, facts: CrateFacts) -> Path:
             fix="pass --bin with one of the crate's binaries",
         )
     return bin_path
+
+
+def _portability(mode: str, facts: CrateFacts) -> dict[str, Any]:
+    """Whether the flake builds elsewhere as it is, and if not, why (item by item, for `flakebot show`)."""
+    reasons = []
+    if mode == "host":
+        reasons.append("built with this machine's stand-in for nixpkgs (--nixpkgs host); its nix run command works only here")
+    if facts.placeholder_checksums:
+        reasons.append("Cargo.lock comes from a local directory source with placeholder checksums, which real nixpkgs rejects")
+    if facts.git_dependencies:
+        reasons.append("git dependencies still carry lib.fakeHash in cargoLock.outputHashes")
+    return {"portable": not reasons, "portable_reason": "; ".join(reasons)}
 
 
 def _notices(notice: str, facts: CrateFacts, unknown_licenses: list[str]) -> list[str]:

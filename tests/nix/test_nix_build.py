@@ -65,6 +65,8 @@ def _flake_eval(result: PackageResult, attr: str) -> Any:
 
 def test_result_names_the_build_and_how_to_run_it(built: PackageResult) -> None:
     assert (built.pname, built.version, built.main_program, built.nixpkgs_mode) == ("greeter", "0.3.1", "greeter", "host")
+    assert not built.portable and "stand-in for nixpkgs" in built.portable_reason  # the stand-in override is a path of this machine
+    assert built.nix_run_argv[0].startswith("/") and "--override-input" in built.nix_run_argv
     assert built.bin_path == f"{built.store_path}/bin/greeter" and Path(built.bin_path).is_file()
     assert built.smoke["argv"] == [built.bin_path, "--help"] and built.smoke["exit_code"] == 0
     assert "says hello to NAME" in built.smoke["output_head"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.nix import deps, licenses
+from flakebot.nix import command, deps, licenses
 from flakebot.nix.crate import CrateFacts
 from flakebot.nix.flake_files import nix_str, render_flake
 from flakebot.nix.lock import PINNED_NIXPKGS, flake_lock
@@ -108,3 +108,10 @@ def test_nix_str_escapes_what_nix_interprets() -> None:
     assert nix_str('a"b') == '"a\\"b"'
     assert nix_str("${x}") == '"\\${x}"'
     assert nix_str("a\nb\\") == '"a\\nb\\\\"'
+
+
+def test_a_pinned_flake_is_run_with_plain_nix_and_no_machine_paths(tmp_path: Path) -> None:
+    """The command a pinned build's manifest hands on names `nix` from PATH and the flake, nothing else of this machine."""
+    require("nix")
+    argv = command.run_argv(tmp_path / "flake", "pinned", None)
+    assert argv[0] == "nix" and "--override-input" not in argv and argv[-1] == str(tmp_path / "flake")
