@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, write_acceptance_test
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
-from flakebot.agent.verdict import make_verdict
+from flakebot.agent.verdict import ForkVerdict, make_verdict
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
 from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
-from flakebot.stages.outputs import AcquireOut, EditOut, SpecOut
+from flakebot.stages.outputs import AcquireOut, ChoiceOut, EditOut, SpecOut
 from flakebot.templates import render
 from flakebot.toolspec import ToolSpec
 
@@ -46,10 +47,16 @@ def edit_stage(ctx: StageContext) -> EditOut:
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
-    verdict = make_verdict(lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout), spec, workspace)
-    ctx.progress("running the tests before any edit")
-    baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
+    cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
+    ctx.progress("running the tests before any edit")
+    if ctx.get(ChoiceOut).mode == "fork":  # an existing suite: fast steps, the full suite at the baseline and before green
+        fork = ForkVerdict(cargo_test, spec, crate_dir, lambda: changed_files(repo, ctx.run.state["edit_base"], crate_rel), transcript.record)
+        verdict: Callable[[], Verdict] = fork
+        baseline = fork.full()
+    else:
+        verdict = make_verdict(cargo_test, spec, workspace)
+        baseline = verdict()
     budget = run_budget(ctx)
     with stage_model(ctx, budget) as model:
         loop = EditLoop(
@@ -74,6 +81,13 @@ def _start_clean(ctx: StageContext, repo: Any) -> None:
     ctx.run.save()
     repo.git.reset("--hard", base)
     repo.git.clean("-fdx")
+
+
+def changed_files(repo: Any, base: str, crate_rel: str) -> list[str]:
+    """Files changed (or added) since `base`, relative to the crate directory."""
+    paths = repo.git.diff("--name-only", base).splitlines() + list(repo.untracked_files)
+    prefix = f"{crate_rel.rstrip('/')}/" if crate_rel else ""
+    return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})
 
 
 def _committer(repo: Any) -> Any:
