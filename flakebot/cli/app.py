@@ -283,13 +283,17 @@ def eval_cmd(
     model: Annotated[str | None, typer.Option(help="Give every need to this model (provider:model); default: replay each need's hand-written session.")] = None,
     only: Annotated[list[str] | None, typer.Option(help="Evaluate only this need (repeatable).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for eval.md and eval.json.")] = Path("bench"),
+    record: Annotated[Path | None, typer.Option(help="Write each need's session as a replayable model script (DIR/NEED.json).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Craft every need of a suite and score the tools on held-out checks; writes bench/eval.md and bench/eval.json."""
-    from flakebot.cli.live import console, json_line, out as stdout
-    from flakebot.evaluate.runner import markdown, run_eval
+    from flakebot.cli.live import console, json_line
+    from flakebot.cli.live import out as stdout
+    from flakebot.evaluate.harness import markdown, run_eval
 
-    report, paths = run_eval(suite, model=model, only=only, out_dir=out, settings=G.settings, progress=lambda line: console.print(line, markup=False))
+    report, paths = run_eval(
+        suite, model=model, only=only, out_dir=out, record=record, settings=G.settings, progress=lambda line: console.print(line, markup=False)
+    )
     if as_json:
         json_line(report.to_dict())
     else:

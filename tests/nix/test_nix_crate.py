@@ -49,3 +49,10 @@ def test_copy_leaves_out_build_output_vcs_and_registry_files(tmp_path: Path) -> 
     copy_sources(crate, dest)
     copied = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     assert copied == [".gitignore", "Cargo.toml", "results.csv", "src/main.rs", "sub/result"]
+
+
+def test_all_bins_installs_every_binary_of_the_package_with_the_preferred_one_as_main(tmp_path: Path) -> None:
+    crate = write(tmp_path / "two", {"Cargo.toml": '[package]\nname = "two"\nversion = "1.0.0"\nedition = "2021"\n'})
+    write(crate, {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"})
+    facts = inspect_crate(crate, host_settings(tmp_path), prefer_bin="two", all_bins=True)
+    assert facts.bin_name == "two" and facts.cargo_build_flags == []

@@ -78,8 +78,17 @@ class EvalReport:
         return {"format": FORMAT, "suite": self.suite, "model": self.model, "totals": self.totals(), "results": [asdict(r) for r in self.results]}
 
 
-def evaluate(suite: Suite, *, model: str | None, settings: Settings, root: Path, progress: Callable[[str], None] = lambda _: None) -> EvalReport:
-    """Craft each need of `suite` under `root` (emptied first) and score it."""
+def evaluate(
+    suite: Suite,
+    *,
+    model: str | None,
+    settings: Settings,
+    root: Path,
+    record: Path | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> EvalReport:
+    """Craft each need of `suite` under `root` (emptied first) and score it; with `record`, write each need's
+    session as a replayable script there (DIR/<need id>.json)."""
     remove_tree(root)
     root.mkdir(parents=True)
     started = time.monotonic()
@@ -87,6 +96,8 @@ def evaluate(suite: Suite, *, model: str | None, settings: Settings, root: Path,
     for number, need in enumerate(suite.needs, 1):
         progress(f"[{number}/{len(suite.needs)}] {need.id}: {need.need}")
         result = evaluate_need(need, suite, model, settings, root / need.id)
+        if record is not None and result.run_id:
+            _record(root / need.id, result, record / f"{need.id}.json")
         progress(f"[{number}/{len(suite.needs)}] {need.id}: {'passed' if result.passed else 'FAILED'} ({_outcome_line(result)})")
         results.append(result)
     return EvalReport(suite.name, model or "hand-written sessions", results, time.monotonic() - started)
@@ -117,6 +128,13 @@ def evaluate_need(need: Need, suite: Suite, model: str | None, settings: Setting
         _add_usage(result, run)
     result.passed = outcome == need.expect and result.heldout_passed == result.heldout_total
     return result
+
+
+def _record(root: Path, result: NeedResult, dest: Path) -> None:
+    from flakebot.evaluate.record import write_recording
+
+    run = Run.load(root, result.run_id)
+    write_recording(run.transcript_path, dest, result.model, result.need)
 
 
 def _only_run(root: Path) -> Run | None:
@@ -195,6 +213,7 @@ def run_eval(
     model: str | None = None,
     only: list[str] | None = None,
     out_dir: Path = Path("bench"),
+    record: Path | None = None,
     settings: Settings,
     progress: Callable[[str], None] = lambda _: None,
 ) -> tuple[EvalReport, dict[str, Path]]:
@@ -206,5 +225,5 @@ def run_eval(
         check_model(model, settings)  # a missing key fails before the first craft
     suite = load_suite(suite_name).select(only or [])
     root = Path(settings.workdir).expanduser().resolve() / "eval" / suite.name
-    report = evaluate(suite, model=model, settings=settings, root=root, progress=progress)
+    report = evaluate(suite, model=model, settings=settings, root=root, record=record, progress=progress)
     return report, write_report(report, out_dir)
