@@ -228,6 +228,10 @@ class Toolbox:
             restored.append(rel)
         return restored
 
+    def refreeze(self, rel: str, digest: str) -> None:
+        """Freeze the file's current content (flakebot rewrote it, e.g. after a corrected acceptance example)."""
+        self._frozen[self._frozen_key(rel)] = (digest, self._frozen_content(rel, digest))
+
     def _frozen_key(self, rel: str) -> str:
         try:
             return str(self._inside(rel).relative_to(self.workspace))

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, write_acceptance_test
+from flakebot.agent.disputes import DisputeDesk, refreezer
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
 from flakebot.agent.verdict import ForkVerdict, make_verdict
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json
+from flakebot.llm.base import Model
 from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import AcquireOut, ChoiceOut, EditOut, SpecOut
@@ -58,10 +63,12 @@ def edit_stage(ctx: StageContext) -> EditOut:
         verdict = make_verdict(cargo_test, spec, workspace)
         baseline = verdict()
     budget = run_budget(ctx)
-    with stage_model(ctx, budget) as model:
+    with stage_model(ctx, budget) as model, ExitStack() as later:
+        spec_model = _lazy_model(ctx, budget, transcript, later)
+        desk = DisputeDesk(toolbox, spec, ctx.run.state["need"], spec_model, refreezer(toolbox, crate_dir, crate_rel), transcript.record)
         loop = EditLoop(
             model,
-            toolbox,
+            desk,
             verdict,
             commit,
             lambda sha: _restore(repo, sha),
@@ -71,8 +78,26 @@ def edit_stage(ctx: StageContext) -> EditOut:
         )
         task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
         result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
-    atomic_write_json(ctx.run.dir / "edit.json", result.to_dict())
-    return _outcome(result, spec)
+    if desk.corrected:  # later stages (examples run on the built tool, USAGE.md) see the corrected spec
+        ctx.run.state["outputs"]["spec"]["examples"] = [asdict(e) for e in spec.examples]
+    atomic_write_json(ctx.run.dir / "edit.json", {**result.to_dict(), "disputes": desk.disputes})
+    return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes)
+
+
+def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitStack) -> Callable[[], Model]:
+    """The spec model for disputes, made on the first dispute (stage "dispute" in the transcript and in model scripts)."""
+    made: list[Model] = []
+
+    def get() -> Model:
+        if not made:
+            from flakebot.llm.providers import resolve_model
+
+            model = resolve_model(ctx.options.get("model"), ctx.settings, stage="dispute", transcript=transcript, budget=budget)
+            stack.callback(model.close)
+            made.append(model)
+        return made[0]
+
+    return get
 
 
 def _start_clean(ctx: StageContext, repo: Any) -> None:

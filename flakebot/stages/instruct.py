@@ -14,7 +14,7 @@ from flakebot.deliver.manifest import build_manifest, shell_command, usage_markd
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_json
 from flakebot.pipeline.engine import StageContext
-from flakebot.stages.outputs import AcquireOut, InstructOut, PackageOut, SpecOut
+from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut, SpecOut
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         verification={"command": "", "exit_code": None, "passed": False},
         origin=ctx.get(AcquireOut).origin,
         run_id=ctx.run.id,
+        corrected_examples=[d for d in ctx.get(EditOut).disputes if d["outcome"] == "corrected"],
     )
     usage_md = usage_markdown(manifest_in_run)
     entry = catalog.add(
