@@ -112,8 +112,8 @@ def evaluate_need(need: Need, suite: Suite, model: str | None, settings: Setting
     try:
         api.craft(need.need, model=chosen, registry=registry, method=need.method, fresh=True, settings=settings)
         outcome = "crafted"
-    except SpecError as exc:
-        outcome, error = "rejected", exc.one_line()
+    except SpecError as exc:  # only the model's reject_need is a rejection; an unusable spec is a failure
+        outcome, error = ("rejected" if exc.message.startswith("the model declined the need") else "failed"), exc.one_line()
     except FlakebotError as exc:
         outcome, error = "failed", exc.one_line()
     seconds = time.monotonic() - started
