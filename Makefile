@@ -1,5 +1,5 @@
 # Two commands matter on a fresh machine: `make demo` and `make test`. Both set up first.
-.PHONY: setup demo test test-fast check lint bench reliability clean
+.PHONY: setup demo test test-fast check lint bench eval reliability clean
 
 VENV := .venv/bin
 
@@ -24,6 +24,9 @@ check: test
 
 bench: setup
 	$(VENV)/python -m benchmarks
+
+eval: setup
+	$(VENV)/flakebot eval
 
 reliability: setup
 	$(VENV)/python -m benchmarks.reliability

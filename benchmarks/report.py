@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 REPORT_FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent
-ORDER = ["startup", "search", "diagnostics", "loop", "craft", "nix", "acquire"]
+ORDER = ["startup", "search", "diagnostics", "loop", "fork", "craft", "nix", "acquire"]
 # Arguments of each benchmark's run(). "full" is what `make bench` publishes (4 to 5 minutes on 2 cores);
 # "quick" needs no cargo and no nix and runs in seconds: it proves the report is generated, not how fast anything is.
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -34,6 +34,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "search": {"crates": 20_000, "repeat": 5},
         "diagnostics": {"edits": 5},
         "loop": {"samples": 7},
+        "fork": {"samples": 3},
         "craft": {"crafts": 3, "hits": 5},
         "nix": {},
         "acquire": {},

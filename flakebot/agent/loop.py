@@ -17,19 +17,26 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flakebot.errors import BudgetExceeded, ModelError
 from flakebot.llm.base import Model, ToolCall
 
 if TYPE_CHECKING:
-    from flakebot.agent.tools import Toolbox
+    from flakebot.agent.tools import ToolResult
 
 logger = logging.getLogger(__name__)
 
 REPEAT_LIMIT = 3
 FORMAT_ERROR_LIMIT = 3
 EDIT_TOOLS = {"write_file", "edit_file", "add_dependency"}
+
+
+class Tools(Protocol):
+    """What the loop needs of its tools (a Toolbox, or a Toolbox with more tools such as disputes.DisputeDesk)."""
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult: ...
 
 
 @dataclass
@@ -83,7 +90,7 @@ class EditLoop:
     def __init__(
         self,
         model: Model,
-        toolbox: Toolbox,
+        toolbox: Tools,
         verdict: Callable[[], Verdict],
         commit: Callable[[str], str],
         restore: Callable[[str], None],

@@ -234,6 +234,10 @@ class Toolbox:
             result.text += ". Builds in the sandbox are offline: only crates fetched here can be used; fix the manifest."
         result.data["fetch"] = {"ok": fetched.ok, "downloaded": fetched.downloaded, "error": fetched.error, "seconds": round(fetched.seconds, 3)}
 
+    def refreeze(self, rel: str, digest: str) -> None:
+        """Freeze the file's new content: flakebot rewrote it (a corrected acceptance example)."""
+        self.frozen.digests[rel] = digest
+
     # --- paths --------------------------------------------------------------------------------------
 
     def _inside(self, raw: str) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,123 @@ def acceptance_missing(report: Any, spec: ToolSpec) -> list[str]:
 
 def _key(report: Any, missing: list[str]) -> str:
     return "|".join(sorted(report.failure_key() | {f"acceptance {m}" for m in missing}))
+
+
+# ------------------------------------------------------------------ fork mode: fast steps, complete verdict
+
+
+class ForkVerdict:
+    """flakebot's verdict on a fork, fast per step and complete when it counts.
+
+    full()      the whole `cargo test` (doc tests included): the baseline
+    __call__()  a step: the acceptance test binary first; once it passes, the unit tests and the
+                integration tests the change can affect; once those pass, the whole `cargo test`,
+                so a green verdict always comes from the complete suite.
+    Each cargo run is recorded (scope, arguments, seconds) so a run shows where the full suite ran."""
+
+    def __init__(
+        self,
+        cargo_test: Callable[[list[str]], Any],
+        spec: ToolSpec,
+        crate_dir: Path,
+        changed: Callable[[], list[str]],
+        run_example: ExampleRunner,
+        record: Callable[..., None] = lambda *_, **__: None,
+    ) -> None:
+        self.cargo_test, self.spec, self.crate_dir = cargo_test, spec, crate_dir
+        self.changed, self.run_example, self.record = changed, run_example, record
+
+    def full(self) -> Verdict:
+        return self._scoped(self._complete(), ["full"])
+
+    def _complete(self) -> Verdict:
+        """The whole `cargo test`; when green, held to every example run on the built binary (as make_verdict does)."""
+        report = self._run("full", [])
+        verdict = judge(report, self.spec)
+        return on_binary(verdict, report, self.spec, self.run_example) if verdict.green else verdict
+
+    def __call__(self) -> Verdict:
+        acceptance = judge(self._run("acceptance", ["--test", Path(ACCEPTANCE_TEST).stem]), self.spec)
+        if not acceptance.green:
+            return self._scoped(acceptance, ["acceptance"])
+        targets = affected_targets(self.crate_dir, self.changed())
+        if targets:
+            affected = _partial(self._run("affected", targets))
+            if not affected.green:
+                return self._scoped(affected, ["acceptance", "affected"])
+        return self._scoped(self._complete(), ["acceptance", "affected", "full"] if targets else ["acceptance", "full"])
+
+    def _run(self, scope: str, args: list[str]) -> Any:
+        report = self.cargo_test(args)
+        self.record("cargo_test", scope=scope, args=args, ok=report.ok, seconds=round(report.seconds, 3))
+        return report
+
+    @staticmethod
+    def _scoped(verdict: Verdict, scopes: list[str]) -> Verdict:
+        verdict.data["scopes"] = scopes
+        if scopes[-1] != "full":
+            verdict.summary += f"\n(flakebot ran {' and '.join(scopes)} tests only; the whole suite runs once these pass.)"
+        return verdict
+
+
+def _partial(report: Any) -> Verdict:
+    """The verdict of a run without the acceptance binary (it passed just before)."""
+    compiled = not report.errors and not report.timed_out
+    failures = report.failed if compiled else COMPILE_FAILURE + report.error_count
+    data = {"passed": report.passed, "failed": report.failed, "compiled": compiled, "acceptance_missing": []}
+    return Verdict(green=report.ok, failures=max(failures, 0 if report.ok else 1), summary=report.summary(), key=_key(report, []), data=data)
+
+
+def affected_targets(crate_dir: Path, changed: list[str]) -> list[str]:
+    """`cargo test` arguments selecting the tests a change to `changed` (paths relative to the crate) can affect:
+    the unit tests of the library and binaries when their sources or the manifest changed, and each integration
+    test whose own files changed or whose source names the library or a binary. Doc tests are left to the full run."""
+    targets = _targets(crate_dir)
+    code_changed = any(p == "Cargo.toml" or p == "build.rs" or p.startswith("src/") for p in changed)
+    args = []
+    if code_changed and targets["lib"]:
+        args.append("--lib")
+    if code_changed and targets["bins"]:
+        args.append("--bins")
+    for name, files in targets["tests"].items():
+        if any(_owns(file, path) for file in files for path in changed) or (code_changed and _uses_crate(crate_dir, files, targets)):
+            args += ["--test", name]
+    return args
+
+
+def _owns(test_file: str, path: str) -> bool:
+    """Whether `path` is part of the integration test whose root is `test_file` (tests/x.rs, or tests/x/**)."""
+    return path == test_file or (test_file.endswith("/main.rs") and path.startswith(test_file.removesuffix("main.rs")))
+
+
+def _targets(crate_dir: Path) -> dict[str, Any]:
+    """The library, binaries and integration tests of the crate (cargo's auto-discovery plus [[bin]]/[[test]])."""
+    manifest = tomllib.loads((crate_dir / "Cargo.toml").read_text())
+    package = manifest.get("package", {}).get("name", "")
+    lib = manifest.get("lib", {}).get("name") or (package.replace("-", "_") if (crate_dir / "src/lib.rs").is_file() or "lib" in manifest else "")
+    bins = {b.get("name", "") for b in manifest.get("bin", [])}
+    bins |= {package} if (crate_dir / "src/main.rs").is_file() else set()
+    bins |= {p.stem for p in (crate_dir / "src/bin").glob("*.rs")}
+    tests: dict[str, list[str]] = {}
+    for path in sorted((crate_dir / "tests").glob("*.rs")):
+        tests[path.stem] = [f"tests/{path.name}"]
+    for path in sorted((crate_dir / "tests").glob("*/main.rs")):
+        tests[path.parent.name] = [f"tests/{path.parent.name}/main.rs"]
+    for entry in manifest.get("test", []):
+        if entry.get("name"):
+            tests[entry["name"]] = [entry.get("path", f"tests/{entry['name']}.rs")]
+    tests.pop(Path(ACCEPTANCE_TEST).stem, None)  # already ran first
+    return {"lib": lib, "bins": sorted(b for b in bins if b), "tests": tests}
+
+
+def _uses_crate(crate_dir: Path, files: list[str], targets: dict[str, Any]) -> bool:
+    """Whether an integration test's source names the library (`lib::`, `use lib`) or runs one of the binaries."""
+    names = [rf"\b{re.escape(targets['lib'])}::", rf"\buse {re.escape(targets['lib'])}\b"] if targets["lib"] else []
+    names += [rf"CARGO_BIN_EXE_{re.escape(b)}\b|cargo_bin\(\"{re.escape(b)}\"\)" for b in targets["bins"]]
+    pattern = re.compile("|".join(names)) if names else None
+    for rel in files:
+        directory = (crate_dir / rel).parent if rel.endswith("/main.rs") else None
+        sources = list(directory.rglob("*.rs")) if directory else [crate_dir / rel]
+        if pattern and any(p.is_file() and pattern.search(p.read_text(errors="replace")) for p in sources):
+            return True
+    return False

@@ -287,6 +287,32 @@ def craft_cmd(
     print_craft_result(result.to_dict(), as_json)
 
 
+@app.command("eval")
+def eval_cmd(
+    suite: Annotated[str, typer.Argument(help="A shipped suite's name or a directory holding suite.json.")] = "default",
+    model: Annotated[str | None, typer.Option(help="Give every need to this model (provider:model); default: replay each need's hand-written session.")] = None,
+    only: Annotated[list[str] | None, typer.Option(help="Evaluate only this need (repeatable).")] = None,
+    out: Annotated[Path, typer.Option(help="Directory for eval.md and eval.json.")] = Path("bench"),
+    record: Annotated[Path | None, typer.Option(help="Write each need's session as a replayable model script (DIR/NEED.json).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Craft every need of a suite and score the tools on held-out checks; writes bench/eval.md and bench/eval.json."""
+    from flakebot.cli.live import console, json_line
+    from flakebot.cli.live import out as stdout
+    from flakebot.evaluate.harness import markdown, run_eval
+
+    report, paths = run_eval(
+        suite, model=model, only=only, out_dir=out, record=record, settings=G.settings, progress=lambda line: console.print(line, markup=False)
+    )
+    if as_json:
+        json_line(report.to_dict())
+    else:
+        stdout.print(markdown(report), markup=False, soft_wrap=True)
+        stdout.print(f"written: {paths['markdown']} {paths['json']}", markup=False)
+    if report.totals()["passed"] < len(report.results):
+        raise typer.Exit(1)
+
+
 @app.command("list")
 def list_cmd(as_json: JsonOpt = False) -> None:
     """List the tools in the catalog."""

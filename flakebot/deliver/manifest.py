@@ -49,6 +49,7 @@ def build_manifest(
     origin: dict[str, Any],
     run_id: str,
     sandbox: str = "required",
+    corrected_examples: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     params = parse_help(help_text)
     openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params)
@@ -67,6 +68,7 @@ def build_manifest(
         "help_text": help_text,
         "parameters": [p.to_dict() for p in params],
         "examples": examples,
+        "corrected_examples": corrected_examples or [],  # examples the spec model corrected after a dispute in the edit loop
         "openai_tool": openai_tool,
         "mcp_tool": mcp_tool,
         "store_path": package.get("store_path", ""),

@@ -81,7 +81,14 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> 
 
 
 def inspect_crate(
-    crate_dir: Path, settings: Settings, bin_name: str | None = None, *, prefer_bin: str | None = None, label: str = "", member: str = ""
+    crate_dir: Path,
+    settings: Settings,
+    bin_name: str | None = None,
+    *,
+    prefer_bin: str | None = None,
+    all_bins: bool = False,
+    label: str = "",
+    member: str = "",
 ) -> CrateFacts:
     """Lock, ask cargo, and pick the binary: `bin_name`; else `prefer_bin` if present; else the only/default one
     (of the workspace member at `member`, a path relative to crate_dir, when given)."""
@@ -105,7 +112,7 @@ def inspect_crate(
         homepage=package.get("homepage") or package.get("repository") or "",
         lock_generated=generated,
     )
-    _selection_flags(facts, members, package)
+    _selection_flags(facts, members, package, all_bins)
     _read_lock(facts, crate_dir / "Cargo.lock")
     return facts
 
@@ -161,12 +168,12 @@ def workspace_root(crate_dir: Path, settings: Settings) -> Path:
     return root if crate_dir.resolve().is_relative_to(root) else crate_dir
 
 
-def _selection_flags(facts: CrateFacts, members: list[dict[str, Any]], package: dict[str, Any]) -> None:
-    """cargoBuildFlags/cargoTestFlags selecting the chosen binary when the workspace has more than one."""
+def _selection_flags(facts: CrateFacts, members: list[dict[str, Any]], package: dict[str, Any], all_bins: bool = False) -> None:
+    """cargoBuildFlags/cargoTestFlags selecting the chosen binary (every binary of its package with `all_bins`)."""
     if len(members) > 1:
         facts.cargo_build_flags += ["-p", package["name"]]
         facts.cargo_test_flags += ["-p", package["name"]]
-    if len(binaries(members)) > 1:
+    if len(binaries(members)) > 1 and not all_bins:  # `-p` above already keeps to the package
         facts.cargo_build_flags += ["--bin", facts.bin_name]
 
 

@@ -35,6 +35,7 @@ class Choice:
 
     bin_name: str | None = None
     prefer_bin: str | None = None
+    all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
 
 
 @dataclass
@@ -74,6 +75,7 @@ def package_crate(
     progress: Progress | None = None,
     gc_root: Path | None = None,
     prefer_bin: str | None = None,
+    all_bins: bool = False,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
@@ -90,7 +92,7 @@ def package_crate(
         report(notice)
     _claim_out_dir(out_dir)
     try:
-        return _package(source_dir, out_dir, settings, mode, notice, Choice(bin_name, prefer_bin), description, report, gc_root)
+        return _package(source_dir, out_dir, settings, mode, notice, Choice(bin_name, prefer_bin, all_bins), description, report, gc_root)
     except BaseException:
         remove_tree(out_dir)  # nothing half-written is left behind
         raise
@@ -149,7 +151,7 @@ def write_flake(source_dir: Path, out_dir: Path, settings: Settings, choice: Cho
     report(f"copying {root.name} into {out_dir}")
     copy_sources(root, out_dir)
     report("asking cargo for the crate's packages and binaries")
-    facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, label=source_dir.name, member=member)
+    facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, all_bins=choice.all_bins, label=source_dir.name, member=member)
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses))
     (out_dir / "flake.lock").write_text(flake_lock_text())

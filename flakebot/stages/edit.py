@@ -5,19 +5,25 @@ file tools, and hashed after every tool call and verdict; a change ends the loop
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, run_example, write_acceptance_test
+from flakebot.agent.disputes import DisputeDesk, refreezer
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, StopLoop, Verdict
-from flakebot.agent.verdict import ExampleRunner, make_verdict
+from flakebot.agent.verdict import ExampleRunner, ForkVerdict, make_verdict
 from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
 from flakebot.fsutil import atomic_write_json, tree_bytes
+from flakebot.llm.base import Model
 from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
-from flakebot.stages.outputs import AcquireOut, EditOut, SpecOut
+from flakebot.stages.outputs import AcquireOut, ChoiceOut, EditOut, SpecOut
 from flakebot.templates import render
 from flakebot.toolspec import ToolSpec
 
@@ -56,16 +62,24 @@ def edit_stage(ctx: StageContext) -> EditOut:
     )
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
 
-    cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
-    verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings))
-    ctx.progress("running the tests before any edit")
-    baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
+    cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
+    ctx.progress("running the tests before any edit")
+    if ctx.get(ChoiceOut).mode == "fork":  # an existing suite: fast steps, the full suite at the baseline and before green
+        changed = lambda: changed_files(repo, ctx.run.state["edit_base"], crate_rel)  # noqa: E731
+        fork = ForkVerdict(cargo_test, spec, crate_dir, changed, example_runner(settings), transcript.record)
+        verdict: Callable[[], Verdict] = fork
+        baseline = fork.full()
+    else:
+        verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings))
+        baseline = verdict()
     budget = run_budget(ctx)
-    with stage_model(ctx, budget) as model:
+    with stage_model(ctx, budget) as model, ExitStack() as later:
+        spec_model = _lazy_model(ctx, budget, transcript, later)
+        desk = DisputeDesk(toolbox, spec, ctx.run.state["need"], spec_model, refreezer(toolbox, crate_dir, crate_rel), transcript.record)
         loop = EditLoop(
             model,
-            toolbox,
+            desk,
             verdict,
             commit,
             lambda sha: _restore(repo, sha),
@@ -76,8 +90,26 @@ def edit_stage(ctx: StageContext) -> EditOut:
         )
         task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
         result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
-    atomic_write_json(ctx.run.dir / "edit.json", result.to_dict())
-    return _outcome(result, spec)
+    if desk.corrected:  # later stages (examples run on the built tool, USAGE.md) see the corrected spec
+        ctx.run.state["outputs"]["spec"]["examples"] = [asdict(e) for e in spec.examples]
+    atomic_write_json(ctx.run.dir / "edit.json", {**result.to_dict(), "disputes": desk.disputes})
+    return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes)
+
+
+def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitStack) -> Callable[[], Model]:
+    """The spec model for disputes, made on the first dispute (stage "dispute" in the transcript and in model scripts)."""
+    made: list[Model] = []
+
+    def get() -> Model:
+        if not made:
+            from flakebot.llm.providers import resolve_model
+
+            model = resolve_model(ctx.options.get("model"), ctx.settings, stage="dispute", transcript=transcript, budget=budget)
+            stack.callback(model.close)
+            made.append(model)
+        return made[0]
+
+    return get
 
 
 def example_runner(settings: Settings) -> ExampleRunner:
@@ -104,6 +136,13 @@ def _start_clean(ctx: StageContext, repo: Any) -> None:
     ctx.run.save()
     repo.git.reset("--hard", base)
     repo.git.clean("-fdx")
+
+
+def changed_files(repo: Any, base: str, crate_rel: str) -> list[str]:
+    """Files changed (or added) since `base`, relative to the crate directory."""
+    paths = repo.git.diff("--name-only", base).splitlines() + list(repo.untracked_files)
+    prefix = f"{crate_rel.rstrip('/')}/" if crate_rel else ""
+    return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})
 
 
 def _committer(repo: Any) -> Any:

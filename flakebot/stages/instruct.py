@@ -22,7 +22,7 @@ from flakebot.fsutil import atomic_write_json, atomic_write_text
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
 from flakebot.sandbox import CommandResult, limits_for, open_sandbox
-from flakebot.stages.outputs import AcquireOut, InstructOut, PackageOut, SpecOut
+from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut, SpecOut
 from flakebot.toolspec import Example
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         origin=ctx.get(AcquireOut).origin,
         run_id=ctx.run.id,
         sandbox=ctx.settings.sandbox,
+        corrected_examples=[d for d in ctx.get(EditOut).disputes if d["outcome"] == "corrected"],
     )
     manifest["catalog_dir"] = str(catalog.tool_dir(spec.name))
     usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output; JSON records are redacted as written

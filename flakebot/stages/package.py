@@ -39,6 +39,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
         ctx.run.flake_dir,
         ctx.settings,
         prefer_bin=spec.name,
+        all_bins=True,  # the tool's package is the tool: a second binary the spec asked for ships too
         description=spec.summary,
         progress=ctx.progress,
     )

@@ -74,3 +74,10 @@ def test_copy_drops_what_steers_cargo_and_refuses_links_leaving_the_tree(tmp_pat
     with pytest.raises(NixError, match="notes.txt is a symbolic link to .*id_ed25519, outside the crate"):
         copy_sources(crate, tmp_path / "dest2")
     assert "host secret" not in "".join(p.read_text() for p in (tmp_path / "dest2").rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def test_all_bins_installs_every_binary_of_the_package_with_the_preferred_one_as_main(tmp_path: Path) -> None:
+    crate = write(tmp_path / "two", {"Cargo.toml": '[package]\nname = "two"\nversion = "1.0.0"\nedition = "2021"\n'})
+    write(crate, {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"})
+    facts = inspect_crate(crate, host_settings(tmp_path), prefer_bin="two", all_bins=True)
+    assert facts.bin_name == "two" and facts.cargo_build_flags == []

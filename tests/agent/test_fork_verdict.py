@@ -1,0 +1,42 @@
+"""Which tests a fork-mode step runs after a change: `affected_targets` on real crate layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flakebot.agent.verdict import affected_targets
+
+
+def crate(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in {"Cargo.toml": '[package]\nname = "demo-tool"\nversion = "0.1.0"\n', **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_source_change_selects_unit_tests_and_the_integration_tests_that_use_the_crate(tmp_path: Path) -> None:
+    root = crate(
+        tmp_path,
+        {
+            "src/lib.rs": "",
+            "src/main.rs": "",
+            "tests/api.rs": "use demo_tool::parse;\n",
+            "tests/cli.rs": 'let exe = env!("CARGO_BIN_EXE_demo-tool");\n',
+            "tests/unrelated.rs": "#[test]\nfn arithmetic() {}\n",
+            "tests/flakebot_acceptance.rs": "",
+        },
+    )
+    assert affected_targets(root, ["src/lib.rs"]) == ["--lib", "--bins", "--test", "api", "--test", "cli"]
+
+
+def test_a_changed_test_file_selects_only_that_test(tmp_path: Path) -> None:
+    root = crate(tmp_path, {"src/lib.rs": "", "tests/unrelated.rs": "", "tests/suite/main.rs": "mod cases;\n", "tests/suite/cases.rs": ""})
+    assert affected_targets(root, ["tests/unrelated.rs"]) == ["--test", "unrelated"]
+    assert affected_targets(root, ["tests/suite/cases.rs"]) == ["--test", "suite"]
+    assert affected_targets(root, ["README.md"]) == []
+
+
+def test_declared_binaries_and_tests_count(tmp_path: Path) -> None:
+    manifest = '[package]\nname = "x"\nversion = "0.1.0"\n\n[[bin]]\nname = "tool"\npath = "src/tool.rs"\n\n[[test]]\nname = "e2e"\npath = "checks/e2e.rs"\n'
+    root = crate(tmp_path, {"Cargo.toml": manifest, "src/tool.rs": "", "checks/e2e.rs": 'Command::cargo_bin("tool")'})
+    assert affected_targets(root, ["Cargo.toml"]) == ["--bins", "--test", "e2e"]
