@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REPEAT_LIMIT = 3
-FORMAT_ERROR_LIMIT = 3
 EDIT_TOOLS = {"write_file", "edit_file", "add_dependency"}
 
 
@@ -54,7 +53,7 @@ class Verdict:
 class LoopResult:
     """How the loop ended: its status, a summary, the error if any, the best commit and a log of tool calls."""
 
-    status: str  # green | iterations | time | budget | loop_detected | format_errors | model_error | tampered
+    status: str  # green | iterations | time | budget | loop_detected | model_error | tampered | disk
     summary: str = ""
     error: str | None = None
     fix: str | None = None  # the remedy the model error or budget named, when one ended the loop
@@ -106,7 +105,6 @@ class EditLoop:
         self.messages: list[dict[str, Any]] = []
         self._recent_edits: list[str] = []
         self._recent_failures: list[str] = []
-        self._format_errors = 0
         self._started = 0.0
 
     def run(self, system: str, task: str, baseline: Verdict) -> LoopResult:
@@ -164,12 +162,8 @@ class EditLoop:
 
     def _execute(self, call: ToolCall) -> tuple[str, bool, bool]:
         """Run one tool call; returns (text for the model, whether files may have changed, whether it was done)."""
-        if call.error:
-            self._format_errors += 1
-            if self._format_errors >= FORMAT_ERROR_LIMIT:
-                raise StopLoop("format_errors", f"{self._format_errors} malformed tool calls in a row: {call.error}")
+        if call.error:  # the model client counts malformed calls in a row and ends the run as a model error (llm/chat.py)
             return f"error: your tool call could not be parsed: {call.error}. Send valid JSON arguments.", False, False
-        self._format_errors = 0
         if call.name == "done":
             self.result.summary = str(call.arguments.get("summary", ""))
             return "flakebot is running the tests to check.", False, True
