@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TEST, acceptance_test_names
+from flakebot.agent.acceptance import ACCEPTANCE_TARGET, ACCEPTANCE_TEST, acceptance_test_names
 from flakebot.agent.loop import Verdict
 from flakebot.toolspec import ToolSpec
 
@@ -19,15 +19,16 @@ logger = logging.getLogger(__name__)
 COMPILE_FAILURE = 10_000  # a crate that does not build is worse than any number of failing tests
 
 
-def make_verdict(cargo_test: Callable[[list[str]], Any], spec: ToolSpec, workspace: Path) -> Callable[[], Verdict]:
+def make_verdict(cargo_test: Callable[[list[str]], Any], spec: ToolSpec, workspace: Path, *, only_acceptance: bool = False) -> Callable[[], Verdict]:
     """flakebot's verdict on the workspace: `cargo test --tests`, then, once that is green and the
     workspace has doc tests (slow: rustdoc compiles them anew every run), the full `cargo test`.
-    `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport."""
+    `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport.
+    `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone."""
 
     def verdict() -> Verdict:
-        report = cargo_test(["--tests"])
+        report = cargo_test(ACCEPTANCE_TARGET if only_acceptance else ["--tests"])
         quick = judge(report, spec)
-        if not quick.green or not has_doctests(report, workspace):
+        if only_acceptance or not quick.green or not has_doctests(report, workspace):
             return quick
         return judge(cargo_test([]), spec)
 

@@ -44,6 +44,7 @@ class Cargo:
     offline: bool = False
     registry_dir: Path | None = None  # a cargo directory source replacing crates-io (offline)
     extra_env: dict[str, str] = field(default_factory=dict)
+    features: list[str] = field(default_factory=list)  # for check/build/test: the tool's binary needs them (required-features)
 
     @classmethod
     def for_run(cls, settings: Settings, target_dir: Path) -> Cargo:

@@ -63,7 +63,7 @@ def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str, 
     cargo = _cargo(settings, scratch)
     result = cargo.run(["generate-lockfile"], cwd=crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
-        left_out = _drop_dev_dependencies(cargo, crate_dir, settings) if dropped is not None else None
+        left_out = devdeps.lock_without_unresolvable(cargo, crate_dir, settings.command_timeout) if dropped is not None else None
         if left_out is None or dropped is None:
             where = " offline" if cargo.offline else ""
             raise NixError(
@@ -73,19 +73,6 @@ def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str, 
         dropped.extend(left_out)
     logger.info("generated Cargo.lock in %s", crate_dir)
     return True
-
-
-def _drop_dev_dependencies(cargo: Any, crate_dir: Path, settings: Settings) -> list[Dropped] | None:
-    """Ask cargo whether dev-dependencies alone stop the lock; if so, leave out those that do (see devdeps)."""
-    listed = cargo.run(["metadata", "--format-version", "1", "--no-deps"], cwd=crate_dir, timeout=settings.command_timeout)
-    if listed.returncode != 0:
-        return None
-
-    def resolve() -> str:
-        result = cargo.run(["generate-lockfile"], cwd=crate_dir, timeout=settings.command_timeout)
-        return "" if result.returncode == 0 else _first_error(result.stderr)
-
-    return devdeps.drop_unresolvable(crate_dir, devdeps.member_manifests(json.loads(listed.stdout), crate_dir), resolve)
 
 
 def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> dict[str, Any]:

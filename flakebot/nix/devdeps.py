@@ -12,6 +12,7 @@ back, one at a time, and kept when cargo still resolves; the rest stay out, each
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -55,6 +56,30 @@ class Dropped:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def lock_without_unresolvable(cargo: Any, root: Path, timeout: float) -> list[Dropped] | None:
+    """After `cargo generate-lockfile` failed at `root` (a copy flakebot owns): generate it without the
+    dev-dependencies that stop it. Returns those left out, or None when they were not the trouble."""
+    listed = cargo.run(["metadata", "--format-version", "1", "--no-deps"], cwd=root, timeout=timeout)
+    if listed.returncode != 0:
+        return None
+
+    def resolve() -> str:
+        result = cargo.run(["generate-lockfile"], cwd=root, timeout=timeout)
+        return "" if result.returncode == 0 else cargo_reason(result.stderr)
+
+    return drop_unresolvable(root, member_manifests(json.loads(listed.stdout), root), resolve)
+
+
+def cargo_reason(stderr: str) -> str:
+    """cargo's first error line with the line after it (the candidates it found), without the `error: ` prefix."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    first = next((i for i, line in enumerate(lines) if line.startswith("error")), None)
+    if first is None:
+        return lines[-1] if lines else "cargo failed without a message"
+    detail = lines[first + 1] if first + 1 < len(lines) and not lines[first + 1].startswith(("location searched", "required by", "Caused by")) else ""
+    return f"{lines[first].removeprefix('error: ')} {detail}".strip()
 
 
 def member_manifests(metadata: dict[str, Any], root: Path) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
-from flakebot.nix import command, deps, licenses
+from flakebot.nix import command, deps, evidence, licenses
 from flakebot.nix.build import build, make_gc_root, smoke_run
 from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
@@ -118,7 +118,7 @@ def _package(
     facts = flake.facts
     standin = _standin(settings, mode)
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
-    store_path, seconds = build(out_dir, mode, standin, settings, facts.pname, report)
+    store_path, seconds = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report)
     bin_path = _built_binary(store_path, facts)
     report(f"smoke run: {facts.bin_name} --help")
     smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
@@ -155,10 +155,32 @@ def write_flake(source_dir: Path, out_dir: Path, settings: Settings, choice: Cho
     report("asking cargo for the crate's packages and binaries")
     facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, label=source_dir.name, member=member)
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
-    (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses))
+    _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
     commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
     return flake
+
+
+def _render(out_dir: Path, flake: Written, description: str) -> None:
+    facts = flake.facts
+    (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses))
+
+
+def _build_with_evidence(
+    out_dir: Path, flake: Written, mode: str, standin: Path | None, settings: Settings, description: str, report: Progress
+) -> tuple[str, float]:
+    """nix build; when it fails on a pkg-config module or library the flake does not give, add it and build once more."""
+    try:
+        return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+    except NixError as exc:
+        found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
+        added = flake.native.add_evidence({name: line for name, line in found.items() if name not in flake.native.build_inputs})
+        if not added:
+            raise
+    report(f"the build asked for {', '.join(added)}: added to buildInputs, building again")
+    _render(out_dir, flake, description)
+    commit_flake(out_dir, f"flakebot: {', '.join(added)} from the build log")
+    return build(out_dir, mode, standin, settings, flake.facts.pname, report)
 
 
 def _built_binary(store_path: str, facts: CrateFacts) -> Path:

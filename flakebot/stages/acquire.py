@@ -6,11 +6,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from flakebot.cargo.metadata import cargo_error, workspace_root
+from flakebot.cargo.metadata import cargo_error, metadata, workspace_root
 from flakebot.cargo.runner import Cargo
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.fsutil import remove_tree
+from flakebot.nix.devdeps import Dropped, lock_without_unresolvable
 from flakebot.pipeline.engine import StageContext
 from flakebot.source import gitrepo
 from flakebot.source.acquisition import acquire
@@ -46,7 +47,10 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run)
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
-    cargo = prepare_cargo(workspace, origin["crate_dir"], Cargo.for_run(ctx.settings, run.target_dir))
+    cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir)
+    cargo = prepare_cargo(workspace, origin["crate_dir"], cargo_for_run)
+    for dropped in cargo["dropped"]:
+        ctx.progress(Dropped(**dropped).notice(), notice=True)
     if not cargo["metadata_ok"]:
         ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
     options = ctx.options
@@ -62,22 +66,56 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         fork=bool(options.get("fork")),
         push=bool(options.get("push")),
         delete_fork=bool(options.get("delete_fork")),
+        dropped_dev_dependencies=cargo["dropped"],
+        untested=untested_note(cargo["dropped"]),
+        features=binary_features(cargo_for_run, workspace / origin["crate_dir"], tool),
     )
 
 
 def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, Any]:
     """Give the workspace a committed Cargo.lock (generated against the configured source) and check that cargo resolves it."""
     crate_path = workspace / crate_dir
-    report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": ""}
-    lock = workspace_root(cargo, crate_path) / "Cargo.lock"
+    report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": "", "dropped": []}
+    root = workspace_root(cargo, crate_path)
+    lock = root / "Cargo.lock"
     if not lock.exists():
         result = cargo.run(["generate-lockfile"], cwd=crate_path, timeout=300)
-        if result.returncode == 0:
-            gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
-            report["lockfile"] = "generated"
+        # The workspace is flakebot's clone: like a packaged copy, it may leave out dev-dependencies that do not resolve.
+        dropped = None if result.returncode == 0 else lock_without_unresolvable(cargo, root, 300)
+        if result.returncode == 0 or dropped is not None:
+            _commit_lock(workspace, lock, dropped or [])
+            report.update(lockfile="generated", dropped=[d.to_dict() for d in dropped or []])
         else:
             report.update(lockfile="failed", cargo_error=cargo_error(result.stderr))
     resolved = cargo.run(["metadata", "--format-version", "1"], cwd=crate_path, timeout=300)
     if resolved.returncode != 0:
         report.update(metadata_ok=False, cargo_error=cargo_error(resolved.stderr))
     return report
+
+
+def _commit_lock(workspace: Path, lock: Path, dropped: list[Dropped]) -> None:
+    """Commit Cargo.lock, and the manifests that lost dev-dependencies (so the edit loop starts from them)."""
+    if not dropped:
+        gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
+        return
+    root = lock.parent.resolve().relative_to(workspace.resolve())
+    files = [str(lock.relative_to(workspace.resolve()))] + sorted({str(root / d.manifest) for d in dropped})
+    names = ", ".join(d.name for d in dropped)
+    gitrepo.commit_files(workspace, files, f"flakebot: leave out dev-dependencies the crate source cannot satisfy ({names}); Cargo.lock")
+
+
+def untested_note(dropped: list[dict[str, Any]]) -> str:
+    """For the manifest: which of the crate's own tests could not run, and why."""
+    if not dropped:
+        return ""
+    names = ", ".join(f"{d['name']} ({d['reason']})" for d in dropped)
+    return f"the crate's own tests did not run (only the acceptance tests did): they need dev-dependencies left out: {names}"
+
+
+def binary_features(cargo: Cargo, crate_path: Path, tool: str) -> list[str]:
+    """required-features of the crate's binary named like the tool (the one the acceptance test runs)."""
+    for package in metadata(cargo, crate_path)["packages"]:
+        for target in package.get("targets", []):
+            if target["name"] == tool and "bin" in target.get("kind", []):
+                return list(target.get("required-features") or [])
+    return []

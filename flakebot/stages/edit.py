@@ -44,9 +44,12 @@ def edit_stage(ctx: StageContext) -> EditOut:
         settings.sandbox, workspace=workspace, writable=[workspace, ctx.run.target_dir], timeout=settings.command_timeout, output_cap=settings.output_cap
     )
     cargo = Cargo.for_run(settings, ctx.run.target_dir)
-    toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
+    cargo.features = acquired.features
+    alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
+    toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
-    verdict = make_verdict(lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout), spec, workspace)
+    test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
+    verdict = make_verdict(test, spec, workspace, only_acceptance=alone)
     ctx.progress("running the tests before any edit")
     baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
