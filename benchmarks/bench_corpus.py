@@ -45,14 +45,14 @@ def measure(name: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"flakebot-bench-corpus-{name}-") as tmp:
         root = Path(tmp)
         settings = Settings(workdir=str(root / "work"), cache_dir=str(root / "cache"), catalog_dir=str(root / "catalog"), nixpkgs="host", registry="local")
-        row: dict[str, Any] = {"crate": name, **_package(name, settings)}
+        row: dict[str, Any] = {"crate": name, **package_one(name, settings)}
         row.update(_cargo_build(name, row, settings, root))
         if row["packaged"] and row.get("cargo_build_release_s"):
             row["ratio"] = round(row["package_s"] / row["cargo_build_release_s"], 3)
     return row
 
 
-def _package(name: str, settings: Settings) -> dict[str, Any]:
+def package_one(name: str, settings: Settings) -> dict[str, Any]:
     from flakebot import api
 
     started = time.perf_counter()
