@@ -48,6 +48,7 @@ def build_manifest(
     verification: dict[str, Any],
     origin: dict[str, Any],
     run_id: str,
+    untested: str = "",
 ) -> dict[str, Any]:
     params = parse_help(help_text)
     openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params)
@@ -71,10 +72,21 @@ def build_manifest(
         "store_path": package.get("store_path", ""),
         "main_program": package.get("main_program", spec["name"]),
         "nixpkgs_mode": package.get("nixpkgs_mode", ""),
+        "build": build_facts(package, untested),
         "origin": origin,
         "run_id": run_id,
         "built_at": time.time(),
     }
+
+
+def build_facts(package: dict[str, Any], untested: str = "") -> dict[str, Any]:
+    """How the flake builds the tool: native inputs with the reason for each, features turned on, tests that could not run.
+
+    `untested` comes from the acquire stage (fork mode); a packaged copy says it through its dropped dev-dependencies."""
+    dropped = package.get("dropped_dev_dependencies") or []
+    if dropped and not untested:
+        untested = "the crate's own tests did not run: they need dev-dependencies left out: " + ", ".join(f"{d['name']} ({d['reason']})" for d in dropped)
+    return {"native_inputs": package.get("native_inputs", {}), "features": package.get("build_features", []), "untested": untested}
 
 
 def usage_markdown(manifest: dict[str, Any]) -> str:

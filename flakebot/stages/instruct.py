@@ -40,6 +40,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         verification={"command": "", "exit_code": None, "passed": False},
         origin=ctx.get(AcquireOut).origin,
         run_id=ctx.run.id,
+        untested=ctx.get(AcquireOut).untested,
     )
     usage_md = usage_markdown(manifest_in_run)
     entry = catalog.add(
