@@ -48,8 +48,10 @@ def edit_stage(ctx: StageContext) -> EditOut:
     alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
-    test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
-    verdict = make_verdict(test, spec, workspace, only_acceptance=alone)
+    def cargo_test(extra: list[str]) -> Any:
+        return run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)
+
+    verdict = make_verdict(cargo_test, spec, workspace, only_acceptance=alone)
     ctx.progress("running the tests before any edit")
     baseline = verdict()
     transcript = Transcript(ctx.run.transcript_path)
