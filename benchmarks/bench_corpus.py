@@ -1,7 +1,7 @@
 """P8: `flakebot package CRATE` over real binary crates of Debian's registry, each beside a plain `cargo build --release`.
 
-For each crate (installed by scripts/bench-setup.sh, which `make bench` runs): `flakebot package` through the
-library API (offline, host stand-in), which must build it with nix and smoke-run it (`--help` or `--version`
+For each crate (installed by scripts/bench-setup.sh, which `make bench` runs): `flakebot package PATH` of a fresh
+copy of it, through the library API (offline, host stand-in), which must build it with nix and smoke-run it (`--help` or `--version`
 exits 0); then `cargo build --release` of the same source in a fresh target directory: the flake's copy
 (its Cargo.lock, with any dev-dependency flakebot left out and the binary's required features), or the
 registry's own source when flakebot failed. Every failure is kept with its reason.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -61,11 +62,13 @@ def measure(name: str) -> dict[str, Any]:
 
 
 def package_one(name: str, settings: Settings) -> dict[str, Any]:
+    """`flakebot package` of a fresh copy of the registry crate (a unique file in it: nix builds it anew, no cached store path)."""
     from flakebot import api
 
+    source = _fresh_copy(name, settings, Path(settings.workdir) / f"src-{name}")
     started = time.perf_counter()
     try:
-        out = api.package(name, registry="local", nixpkgs="host", settings=settings)
+        out = api.package(str(source), nixpkgs="host", settings=settings)
     except FlakebotError as exc:
         return {"packaged": False, "package_s": round(time.perf_counter() - started, 1), "reason": exc.one_line()}
     return {
@@ -83,6 +86,16 @@ def package_one(name: str, settings: Settings) -> dict[str, Any]:
     }
 
 
+def _fresh_copy(name: str, settings: Settings, dest: Path) -> Path:
+    from flakebot.crates.registries import local_registry
+    from flakebot.source.tree import copy_crate
+
+    dest.mkdir(parents=True)
+    copy_crate(Path(local_registry(settings).get(name).path), dest)
+    (dest / ".flakebot-bench").write_text(secrets.token_hex(8) + "\n")
+    return dest
+
+
 def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path) -> dict[str, Any]:
     """`cargo build --release` in a fresh target directory, of a copy of the flake's source (or the registry's)."""
     source = root / "plain"
@@ -90,11 +103,7 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
         shutil.copytree(row["flake_dir"], source, ignore=shutil.ignore_patterns(".git", "result"))
         features = row["build_features"]
     else:
-        from flakebot.crates.registries import local_registry
-        from flakebot.source.tree import copy_crate
-
-        source.mkdir()
-        copy_crate(Path(local_registry(settings).get(name).path), source)
+        _fresh_copy(name, settings, source)
         features: list[str] = []
     cargo = Cargo.for_run(settings, root / "plain-target")
     argv = cargo.argv("build", "--release", *(["--features", ",".join(features)] if features else []))

@@ -3,5 +3,7 @@
 # (benchmarks/bench_corpus.py CORPUS; a test keeps the two lists in step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BENCH_APT_PACKAGES="librust-hexyl-dev librust-bat-dev librust-cbindgen-dev librust-grcov-dev librust-sniffglue-dev librust-bindgen-dev librust-sequoia-sop-dev" \
+# The host stand-in links the host's own C libraries: libonig-dev is bat's oniguruma (nixpkgs' `oniguruma`
+# in a pinned build); Debian's onig_sys crate brings only the runtime library.
+BENCH_APT_PACKAGES="librust-hexyl-dev librust-bat-dev librust-cbindgen-dev librust-grcov-dev librust-sniffglue-dev librust-bindgen-dev librust-sequoia-sop-dev libonig-dev" \
   exec bash scripts/setup.sh
