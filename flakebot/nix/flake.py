@@ -175,12 +175,26 @@ def _build_with_evidence(
     except NixError as exc:
         found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
         added = flake.native.add_evidence({name: line for name, line in found.items() if name not in flake.native.build_inputs})
+        if not added and found:
+            raise _library_missing(exc, flake.facts.pname, found, mode) from None
         if not added:
             raise
     report(f"the build asked for {', '.join(added)}: added to buildInputs, building again")
     _render(out_dir, flake, description)
     commit_flake(out_dir, f"flakebot: {', '.join(added)} from the build log")
     return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+
+
+def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str) -> NixError:
+    """The build lacks a library the flake already gives: with the host stand-in, the host itself lacks it."""
+    names = ", ".join(found)
+    fix = (
+        f"the host stand-in links this machine's own libraries: install the development package of {names} "
+        "(on Debian: apt-get install lib<name>-dev), or build with real nixpkgs (--nixpkgs pinned)"
+        if mode == "host"
+        else exc.fix
+    )
+    return NixError(f"nix build of {pname} failed: it found no {names} ({next(iter(found.values()))})", fix=fix, **exc.details)
 
 
 def _built_binary(store_path: str, facts: CrateFacts) -> Path:

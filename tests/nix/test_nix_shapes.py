@@ -13,12 +13,22 @@ from flakebot.errors import NixError
 from flakebot.nix import devdeps, evidence
 from flakebot.nix.crate import inspect_crate
 from flakebot.nix.flake import PackageResult, package_crate
-from tests.fakes.nix_crates import dev_mismatch, dev_missing, directory_source, needs_features, needs_zlib, source_settings, unresolvable
+from tests.fakes.nix_crates import (
+    dev_mismatch,
+    dev_missing,
+    directory_source,
+    manifest,
+    needs_features,
+    needs_zlib,
+    source_settings,
+    unresolvable,
+    write,
+)
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return directory_source(tmp_path_factory.mktemp("source"), {"helper": "0.9.0", "okhelper": "1.0.0"})
+    return directory_source(tmp_path_factory.mktemp("source"), {"helper": "0.9.0", "okhelper": "1.0.0", "pcap-sys": "0.1.0"})
 
 
 def test_a_missing_dev_dependency_is_left_out_and_one_that_resolves_is_kept(tmp_path: Path, source: Path) -> None:
@@ -121,3 +131,15 @@ def test_a_library_the_build_log_asks_for_is_added_and_built_again(tmp_path: Pat
     assert result.native_inputs["buildInputs"] == ["zlib"]
     assert result.native_inputs["because"]["zlib"] == ["build log: Package zlib was not found in the pkg-config search path."]
     assert "buildInputs = with pkgs; [ zlib ];" in (Path(result.flake_dir) / "flake.nix").read_text()
+
+
+@pytest.mark.slow
+def test_a_library_the_flake_gives_but_the_host_lacks_is_named_with_the_fix(tmp_path: Path, source: Path) -> None:
+    build_rs = 'fn main() { eprintln!("Package libpcap was not found in the pkg-config search path."); std::process::exit(1); }\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("pcapuser", deps='pcap-sys = "0.1"\n'), "build.rs": build_rs, "src/main.rs": "fn main() {}\n"})
+    with pytest.raises(NixError) as caught:
+        _package(crate, tmp_path, source)
+    assert caught.value.message == "nix build of pcapuser failed: it found no libpcap (Package libpcap was not found in the pkg-config search path.)"
+    assert caught.value.fix is not None and caught.value.fix.startswith(
+        "the host stand-in links this machine's own libraries: install the development package of libpcap"
+    )
