@@ -250,6 +250,7 @@ def corpus_share(r: Results) -> dict[str, Any]:
         f"{c['packaged']} of {c['total']} binary crates from Debian's registry packaged by `flakebot package` (offline, host stand-in): "
         + "; ".join(rows)
         + "."
+        + (f" {c['note']}" if c.get("note") else "")
     )
     failed = [row for row in c["crates"] if not row["packaged"]]
     gap = "Not packaged: " + "; ".join(_corpus_row(row) for row in failed) + "." if failed else ""
