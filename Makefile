@@ -1,5 +1,5 @@
 # Two commands matter on a fresh machine: `make demo` and `make test`. Both set up first.
-.PHONY: setup demo test test-fast check lint bench eval reliability clean
+.PHONY: setup bench-setup demo test test-fast check lint bench eval reliability clean
 
 VENV := .venv/bin
 
@@ -22,7 +22,10 @@ lint: setup
 
 check: test
 
-bench: setup
+bench-setup:
+	@bash scripts/bench-setup.sh
+
+bench: bench-setup
 	$(VENV)/python -m benchmarks
 
 eval: setup

@@ -62,7 +62,7 @@ def _check(report: ModuleType, profile: str, only: list[str] | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="start-up and search on small sizes only: checks the report, not speed")
-    parser.add_argument("--only", help="comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire")
+    parser.add_argument("--only", help="comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire, corpus")
     parser.add_argument("--out", type=Path, help="where report.md, report.json and stages.png go (default: bench/)")
     parser.add_argument("--readme", action=argparse.BooleanOptionalAction, help="rewrite the README's Performance section")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")

@@ -62,7 +62,8 @@ def _stages(ax: Any, rows: list[dict[str, Any]]) -> None:
 def _goals(ax: Any, figures: list[dict[str, Any]]) -> None:
     """Each figure as value / goal on a log scale: left of 1 the goal is met."""
     figures = figures[::-1]
-    shares = [f["value"] / f["goal"] for f in figures]
+    # A share to reach (op ">=", P8) is drawn as goal / value, so that left of 1 is met for every figure.
+    shares = [(f["goal"] / max(f["value"], 1e-3)) if f["op"] == ">=" else f["value"] / f["goal"] for f in figures]
     colours = ["#2e9e5b" if f["met"] else "#c0392b" for f in figures]
     labels = [f"{f['id']} {value_text(f)} (goal {goal_text(f)})" for f in figures]
     ax.barh(labels, shares, color=colours)

@@ -8,7 +8,11 @@ APT_PACKAGES=(
   nix-bin bubblewrap git
   librust-csv-dev librust-clap-dev librust-serde-dev librust-serde-json-dev librust-anyhow-dev
   librust-regex-dev librust-tempfile-dev librust-hexyl-dev librust-assert-cmd-dev librust-predicates-dev
+  librust-cbindgen-dev
 )
+# scripts/bench-setup.sh adds the benchmark's crate corpus (make bench), not needed by make test.
+read -r -a extra <<< "${BENCH_APT_PACKAGES:-}"
+APT_PACKAGES+=("${extra[@]}")
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

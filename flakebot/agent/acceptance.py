@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 ACCEPTANCE_TEST = "tests/flakebot_acceptance.rs"
+ACCEPTANCE_TARGET = ["--test", "flakebot_acceptance"]  # cargo's selection of that test alone
 
 
 def rust_str(text: str) -> str:

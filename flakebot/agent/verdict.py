@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TEST, acceptance_test_names, example_failure
+from flakebot.agent.acceptance import ACCEPTANCE_TARGET, ACCEPTANCE_TEST, acceptance_test_names, example_failure
 from flakebot.agent.loop import Verdict
 from flakebot.sandbox import CommandResult
 from flakebot.toolspec import Example, ToolSpec
@@ -24,17 +24,20 @@ logger = logging.getLogger(__name__)
 COMPILE_FAILURE = 10_000  # a crate that does not build is worse than any number of failing tests
 
 
-def make_verdict(cargo_test: Callable[[list[str]], Any], spec: ToolSpec, workspace: Path, run_example: ExampleRunner) -> Callable[[], Verdict]:
+def make_verdict(
+    cargo_test: Callable[[list[str]], Any], spec: ToolSpec, workspace: Path, run_example: ExampleRunner, *, only_acceptance: bool = False
+) -> Callable[[], Verdict]:
     """flakebot's verdict on the workspace: `cargo test --tests`, then, once that is green and the
     workspace has doc tests (slow: rustdoc compiles them anew every run), the full `cargo test`; once
     green, every example run by flakebot on the binary cargo built.
     `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport;
-    `run_example(binary, example)` runs one example (in the sandbox): (passed, result)."""
+    `run_example(binary, example)` runs one example (in the sandbox): (passed, result).
+    `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone."""
 
     def verdict() -> Verdict:
-        report = cargo_test(["--tests"])
+        report = cargo_test(ACCEPTANCE_TARGET if only_acceptance else ["--tests"])
         result = judge(report, spec)
-        if result.green and has_doctests(report, workspace):
+        if result.green and not only_acceptance and has_doctests(report, workspace):
             report = cargo_test([])
             result = judge(report, spec)
         return on_binary(result, report, spec, run_example) if result.green else result

@@ -157,7 +157,7 @@ def run_cargo(sandbox: Sandbox, cargo: Cargo, subcommand: str, *, cwd: Path, ext
     """Run `cargo SUBCOMMAND --message-format=json EXTRA` in the sandbox and read what it says."""
     if subcommand not in SUBCOMMANDS:
         raise UsageError(f"unsupported cargo subcommand '{subcommand}'", fix=f"use one of: {', '.join(SUBCOMMANDS)}")
-    args = [subcommand, "--message-format=json"]
+    args = [subcommand, "--message-format=json", *(["--features", ",".join(cargo.features)] if cargo.features else [])]
     if subcommand == "test":
         args.append("--no-fail-fast")  # every test binary runs, so unit and acceptance failures both show
     result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout)

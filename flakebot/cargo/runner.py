@@ -103,6 +103,7 @@ class Cargo:
     index_url: str | None = None  # a sparse index replacing crates-io (online), e.g. sparse+http://127.0.0.1:8080/index/
     home: Path = field(default_factory=flakebot_cargo_home)  # CARGO_HOME of host calls; its registry/ is read-only in the sandbox
     extra_env: dict[str, str] = field(default_factory=dict)
+    features: list[str] = field(default_factory=list)  # for check/build/test: the tool's binary needs them (required-features)
 
     @classmethod
     def for_run(cls, settings: Settings, target_dir: Path) -> Cargo:

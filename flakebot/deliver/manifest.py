@@ -50,6 +50,7 @@ def build_manifest(
     run_id: str,
     sandbox: str = "required",
     corrected_examples: list[dict[str, Any]] | None = None,
+    untested: str = "",
 ) -> dict[str, Any]:
     params = parse_help(help_text)
     openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params)
@@ -76,11 +77,22 @@ def build_manifest(
         "nixpkgs_mode": package.get("nixpkgs_mode", ""),
         "portable": bool(package.get("portable", False)),  # false: the commands above work only on this machine
         "portable_reason": package.get("portable_reason", ""),
+        "build": build_facts(package, untested),
         "origin": origin,
         "run_id": run_id,
         "sandbox": sandbox,  # "off": the tool's code ran unisolated while it was crafted
         "built_at": time.time(),
     }
+
+
+def build_facts(package: dict[str, Any], untested: str = "") -> dict[str, Any]:
+    """How the flake builds the tool: native inputs with the reason for each, features turned on, tests that could not run.
+
+    `untested` comes from the acquire stage (fork mode); a packaged copy says it through its dropped dev-dependencies."""
+    dropped = package.get("dropped_dev_dependencies") or []
+    if dropped and not untested:
+        untested = "the crate's own tests did not run: they need dev-dependencies left out: " + ", ".join(f"{d['name']} ({d['reason']})" for d in dropped)
+    return {"native_inputs": package.get("native_inputs", {}), "features": package.get("build_features", []), "untested": untested}
 
 
 def usage_markdown(manifest: dict[str, Any]) -> str:

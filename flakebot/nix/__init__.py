@@ -3,8 +3,10 @@
     flake.py     package_crate (files → git add → nix build → smoke run → GC root), nix_run, flake_check
     flake_files.py the flake's files: sources copied in, flake.nix from templates/flake.nix.j2, git commit
     build.py     nix build --json with the log tail on failure, the bounded smoke run, the GC root
-    crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary
+    crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary and its required-features
+    devdeps.py   dev-dependencies cargo cannot resolve, left out of the copy (asked of cargo, never read from its text)
     deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does)
+    evidence.py  native inputs a failed build's log asks for (pkg-config modules, -lNAME)
     licenses.py  SPDX expressions → nixpkgs lib.licenses names
     lock.py      the pinned nixpkgs (nixos-25.05) and flake.lock
     standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)

@@ -11,7 +11,8 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
-from flakebot.nix import deps
+from flakebot.nix import deps, devdeps
+from flakebot.nix.devdeps import Dropped
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ class CrateFacts:
     git_dependencies: list[str] = field(default_factory=list)  # "name-version" keys for cargoLock.outputHashes
     placeholder_checksums: bool = False  # Debian's directory source wrote checksums a networked build rejects
     lock_generated: bool = False
+    build_features: list[str] = field(default_factory=list)  # the chosen binary's required-features
+    dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)  # devdeps.Dropped.to_dict(): tests cannot run
 
 
 def _cargo(settings: Settings, scratch: Path) -> Any:
@@ -50,18 +53,24 @@ def _first_error(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> bool:
-    """Make sure crate_dir has a Cargo.lock, generating one (offline when configured). True if generated."""
+def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str, dropped: list[Dropped] | None = None) -> bool:
+    """Make sure crate_dir has a Cargo.lock, generating one (offline when configured). True if generated.
+
+    When cargo resolves only without some dev-dependencies, crate_dir's manifests (a copy) lose them and
+    `dropped` (when given) receives them."""
     if (crate_dir / "Cargo.lock").is_file():
         return False
     cargo = _cargo(settings, scratch)
     result = cargo.run(["generate-lockfile"], crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
-        where = " offline" if cargo.offline else ""
-        raise NixError(
-            f"cannot produce Cargo.lock for {label}{where}: {_first_error(result.stderr)}",
-            fix="add a Cargo.lock to the crate, or install the missing crates into the local registry (apt-get install librust-<name>-dev)",
-        )
+        left_out = devdeps.lock_without_unresolvable(cargo, crate_dir, settings.command_timeout) if dropped is not None else None
+        if left_out is None or dropped is None:
+            where = " offline" if cargo.offline else ""
+            raise NixError(
+                f"cannot produce Cargo.lock for {label}{where}: {_first_error(result.stderr)}",
+                fix="add a Cargo.lock to the crate, or install the missing crates into the local registry (apt-get install librust-<name>-dev)",
+            )
+        dropped.extend(left_out)
     logger.info("generated Cargo.lock in %s", crate_dir)
     return True
 
@@ -94,7 +103,8 @@ def inspect_crate(
     (of the workspace member at `member`, a path relative to crate_dir, when given)."""
     label = label or crate_dir.name
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
-        generated = ensure_lock(crate_dir, settings, Path(scratch), label)
+        dropped: list[Dropped] = []
+        generated = ensure_lock(crate_dir, settings, Path(scratch), label, dropped)
         meta = metadata(crate_dir, settings, Path(scratch), label)
     members = [p for p in meta["packages"] if p["id"] in set(meta["workspace_members"])]
     root_id = (meta.get("resolve") or {}).get("root")
@@ -111,6 +121,8 @@ def inspect_crate(
         license=package.get("license") or "",
         homepage=package.get("homepage") or package.get("repository") or "",
         lock_generated=generated,
+        build_features=list(target.get("required-features") or []),
+        dropped_dev_dependencies=[d.to_dict() for d in dropped],
     )
     _selection_flags(facts, members, package, all_bins)
     _read_lock(facts, crate_dir / "Cargo.lock")

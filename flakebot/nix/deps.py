@@ -43,11 +43,14 @@ NATIVE_INPUTS: dict[str, Needs] = {
     "libz-sys": Needs(build=("zlib",)),
     "lzma-sys": Needs(build=("xz",)),
     "ncurses": Needs(build=("ncurses",)),
+    "nettle-sys": Needs(build=("nettle",)),
     "onig_sys": Needs(build=("oniguruma",), env=(("RUSTONIG_SYSTEM_LIBONIG", "true"),)),
     "openssl-sys": Needs(build=("openssl",)),
+    "pcap-sys": Needs(build=("libpcap",)),
     "pkg-config": Needs(native=("pkg-config",)),
     "pq-sys": Needs(build=("postgresql",)),
     "prost-build": Needs(native=("protobuf",)),
+    "seccomp-sys": Needs(build=("libseccomp",)),
     "servo-fontconfig-sys": Needs(build=("fontconfig",)),
     "yeslogic-fontconfig-sys": Needs(build=("fontconfig",)),
     "zmq-sys": Needs(build=("zeromq",)),
@@ -62,6 +65,14 @@ class NativeInputs:
     build_inputs: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     because: dict[str, list[str]] = field(default_factory=dict)
+
+    def add_evidence(self, found: dict[str, str]) -> list[str]:
+        """Add libraries a failed build asked for ({attribute: log line}) to buildInputs; returns those added."""
+        for name, line in found.items():
+            _add(self.build_inputs, self.because, name, f"build log: {line}")
+        if found and "pkg-config" not in self.native_build_inputs:
+            _add(self.native_build_inputs, self.because, "pkg-config", "buildInputs")
+        return list(found)
 
     def to_dict(self) -> dict[str, object]:
         return {"nativeBuildInputs": self.native_build_inputs, "buildInputs": self.build_inputs, "env": self.env, "because": self.because}
@@ -99,7 +110,9 @@ def native_inputs(crate_names: list[str]) -> NativeInputs:
 
 def all_attribute_paths() -> list[str]:
     """Every nixpkgs attribute this table can emit (the host stand-in provides each one)."""
-    names = {"pkg-config"}
+    from flakebot.nix.evidence import attribute_paths
+
+    names = {"pkg-config", *attribute_paths()}
     for needs in NATIVE_INPUTS.values():
         names.update(needs.native + needs.build)
     return sorted(names)

@@ -18,9 +18,10 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
-from flakebot.nix import command, deps, licenses
+from flakebot.nix import command, deps, evidence, licenses
 from flakebot.nix.build import build, make_gc_root, smoke_run
 from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
+from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import flake_lock_text
 
@@ -60,6 +61,9 @@ class PackageResult:
     licenses: list[str] = field(default_factory=list)
     portable: bool = False  # the flake builds on another machine with real nixpkgs as it is
     portable_reason: str = ""  # why not, when it does not
+    build_features: list[str] = field(default_factory=list)  # turned on for the binary's required-features
+    # Dev-dependencies left out of the flake's copy (devdeps.Dropped.to_dict()): the crate's own tests could not run.
+    dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,7 +121,7 @@ def _package(
     facts = flake.facts
     standin = _standin(settings, mode)
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
-    store_path, seconds = build(out_dir, mode, standin, settings, facts.pname, report)
+    store_path, seconds = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report)
     bin_path = _built_binary(store_path, facts)
     report(f"smoke run: {facts.bin_name} --help")
     smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
@@ -141,6 +145,8 @@ def _package(
         native_inputs=flake.native.to_dict(),
         licenses=flake.licenses,
         **_portability(mode, facts),
+        build_features=facts.build_features,
+        dropped_dev_dependencies=facts.dropped_dev_dependencies,
     )
 
 
@@ -153,10 +159,46 @@ def write_flake(source_dir: Path, out_dir: Path, settings: Settings, choice: Cho
     report("asking cargo for the crate's packages and binaries")
     facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, all_bins=choice.all_bins, label=source_dir.name, member=member)
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
-    (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses))
+    _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
     commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
     return flake
+
+
+def _render(out_dir: Path, flake: Written, description: str) -> None:
+    facts = flake.facts
+    (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses))
+
+
+def _build_with_evidence(
+    out_dir: Path, flake: Written, mode: str, standin: Path | None, settings: Settings, description: str, report: Progress
+) -> tuple[str, float]:
+    """nix build; when it fails on a pkg-config module or library the flake does not give, add it and build once more."""
+    try:
+        return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+    except NixError as exc:
+        found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
+        added = flake.native.add_evidence({name: line for name, line in found.items() if name not in flake.native.build_inputs})
+        if not added and found:
+            raise _library_missing(exc, flake.facts.pname, found, mode) from None
+        if not added:
+            raise
+    report(f"the build asked for {', '.join(added)}: added to buildInputs, building again")
+    _render(out_dir, flake, description)
+    commit_flake(out_dir, f"flakebot: {', '.join(added)} from the build log")
+    return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+
+
+def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str) -> NixError:
+    """The build lacks a library the flake already gives: with the host stand-in, the host itself lacks it."""
+    names = ", ".join(found)
+    fix = (
+        f"the host stand-in links this machine's own libraries: install the development package of {names} "
+        "(on Debian: apt-get install lib<name>-dev), or build with real nixpkgs (--nixpkgs pinned)"
+        if mode == "host"
+        else exc.fix
+    )
+    return NixError(f"nix build of {pname} failed: it found no {names} ({next(iter(found.values()))})", fix=fix, **exc.details)
 
 
 def _built_binary(store_path: str, facts: CrateFacts) -> Path:
@@ -186,6 +228,11 @@ def _notices(notice: str, facts: CrateFacts, unknown_licenses: list[str]) -> lis
     notes = [notice] if notice else []
     if facts.lock_generated:
         notes.append("Cargo.lock was generated by flakebot (the crate had none)")
+    notes += [Dropped(**d).notice() for d in facts.dropped_dev_dependencies]
+    if facts.dropped_dev_dependencies:
+        notes.append("the crate's own tests were not run and the flake has no checks: they need the dev-dependencies left out")
+    if facts.build_features:
+        notes.append(f"{facts.bin_name} needs --features {','.join(facts.build_features)}: turned on (buildFeatures)")
     if facts.placeholder_checksums:
         notes.append("Cargo.lock has placeholder checksums from a local directory source: real nixpkgs (--nixpkgs pinned) needs a crates.io lock")
     if facts.git_dependencies:

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.cargo.fetch import sync
-from flakebot.cargo.metadata import cargo_error, workspace_root
+from flakebot.cargo.metadata import cargo_error, metadata, workspace_root
 from flakebot.cargo.runner import Cargo
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.fsutil import remove_tree
+from flakebot.nix.devdeps import Dropped, lock_without_unresolvable
 from flakebot.pipeline.engine import StageContext
 from flakebot.source import gitrepo
 from flakebot.source.acquisition import acquire
@@ -53,10 +54,12 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run, ref=ctx.options.get("ref"))
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
-    host_cargo = Cargo.for_run(ctx.settings, run.target_dir)
-    if host_cargo.online:
+    cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir)
+    if cargo_for_run.online:
         ctx.progress("fetching the crate's dependencies on the host (builds and tests run offline in the sandbox)")
-    cargo = prepare_cargo(workspace, origin["crate_dir"], host_cargo)
+    cargo = prepare_cargo(workspace, origin["crate_dir"], cargo_for_run)
+    for dropped in cargo["dropped"]:
+        ctx.progress(Dropped(**dropped).notice(), notice=True)
     if not cargo["metadata_ok"]:
         ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
     options = ctx.options
@@ -73,6 +76,9 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         fork=bool(options.get("fork")),
         push=bool(options.get("push")),
         delete_fork=bool(options.get("delete_fork")),
+        dropped_dev_dependencies=cargo["dropped"],
+        untested=untested_note(cargo["dropped"]),
+        features=binary_features(cargo_for_run, workspace / origin["crate_dir"], tool),
     )
 
 
@@ -81,11 +87,20 @@ def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, An
 
     A lock cargo cannot make is reported (the model may still fix the manifest); a failed download ends the run."""
     crate_path = workspace / crate_dir
-    lock = workspace_root(cargo, crate_path) / "Cargo.lock"
+    report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": "", "dropped": []}
+    root = workspace_root(cargo, crate_path)
+    lock = root / "Cargo.lock"
     fetched = sync(cargo, crate_path, lock)
-    report: dict[str, Any] = {"lockfile": "generated" if fetched.lock_generated else "existing", "metadata_ok": True, "cargo_error": ""}
-    if fetched.lock_generated:
-        gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
+    if not fetched.ok and fetched.stage == "lock":
+        # The workspace is flakebot's clone: like a packaged copy, it may leave out dev-dependencies that do not resolve.
+        dropped = lock_without_unresolvable(cargo, root, 300)
+        if dropped is not None:
+            _commit_lock(workspace, lock, dropped)
+            report.update(lockfile="generated", dropped=[d.to_dict() for d in dropped])
+            fetched = sync(cargo, crate_path, lock)  # online: fetch what the new lock names
+    elif fetched.lock_generated:
+        _commit_lock(workspace, lock, [])
+        report["lockfile"] = "generated"
     if cargo.online:
         report["fetch"] = asdict(fetched)
     if not fetched.ok and fetched.stage == "fetch":
@@ -97,3 +112,31 @@ def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, An
         if resolved.returncode != 0:
             report.update(metadata_ok=False, cargo_error=cargo_error(resolved.stderr))
     return report
+
+
+def _commit_lock(workspace: Path, lock: Path, dropped: list[Dropped]) -> None:
+    """Commit Cargo.lock, and the manifests that lost dev-dependencies (so the edit loop starts from them)."""
+    if not dropped:
+        gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
+        return
+    root = lock.parent.resolve().relative_to(workspace.resolve())
+    files = [str(lock.relative_to(workspace.resolve()))] + sorted({str(root / d.manifest) for d in dropped})
+    names = ", ".join(d.name for d in dropped)
+    gitrepo.commit_files(workspace, files, f"flakebot: leave out dev-dependencies the crate source cannot satisfy ({names}); Cargo.lock")
+
+
+def untested_note(dropped: list[dict[str, Any]]) -> str:
+    """For the manifest: which of the crate's own tests could not run, and why."""
+    if not dropped:
+        return ""
+    names = ", ".join(f"{d['name']} ({d['reason']})" for d in dropped)
+    return f"the crate's own tests did not run (only the acceptance tests did): they need dev-dependencies left out: {names}"
+
+
+def binary_features(cargo: Cargo, crate_path: Path, tool: str) -> list[str]:
+    """required-features of the crate's binary named like the tool (the one the acceptance test runs)."""
+    for package in metadata(cargo, crate_path)["packages"]:
+        for target in package.get("targets", []):
+            if target["name"] == tool and "bin" in target.get("kind", []):
+                return list(target.get("required-features") or [])
+    return []

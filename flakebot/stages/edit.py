@@ -60,18 +60,20 @@ def edit_stage(ctx: StageContext) -> EditOut:
         frozen=frozen.paths(),
         limits=limits_for(settings),
     )
-    toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen)
+    cargo.features = acquired.features
+    alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
+    toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
     transcript = Transcript(ctx.run.transcript_path)
     cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
     ctx.progress("running the tests before any edit")
-    if ctx.get(ChoiceOut).mode == "fork":  # an existing suite: fast steps, the full suite at the baseline and before green
+    if ctx.get(ChoiceOut).mode == "fork" and not alone:  # an existing suite: fast steps, the full suite at the baseline and before green
         changed = lambda: changed_files(repo, ctx.run.state["edit_base"], crate_rel)  # noqa: E731
         fork = ForkVerdict(cargo_test, spec, crate_dir, changed, example_runner(settings), transcript.record)
         verdict: Callable[[], Verdict] = fork
         baseline = fork.full()
     else:
-        verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings))
+        verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings), only_acceptance=alone)
         baseline = verdict()
     budget = run_budget(ctx)
     with stage_model(ctx, budget) as model, ExitStack() as later:

@@ -54,6 +54,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         run_id=ctx.run.id,
         sandbox=ctx.settings.sandbox,
         corrected_examples=[d for d in ctx.get(EditOut).disputes if d["outcome"] == "corrected"],
+        untested=ctx.get(AcquireOut).untested,
     )
     manifest["catalog_dir"] = str(catalog.tool_dir(spec.name))
     usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output; JSON records are redacted as written

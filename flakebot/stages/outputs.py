@@ -89,6 +89,11 @@ class AcquireOut(StageOut):
     fork: bool = False
     push: bool = False
     delete_fork: bool = False
+    # Dev-dependencies the crate source cannot satisfy, left out in a workspace commit (devdeps.Dropped.to_dict()):
+    # the crate's own tests cannot build, so the loop runs the acceptance test alone.
+    dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
+    untested: str = ""  # which of the crate's own tests could not run, and why (for the manifest)
+    features: list[str] = field(default_factory=list)  # required-features of the tool's binary: cargo gets --features
 
 
 @dataclass

@@ -87,3 +87,65 @@ def standin_eval(standin: Path, expression: str) -> subprocess.CompletedProcess[
 def json_of(result: subprocess.CompletedProcess[str]) -> object:
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+# ---------------------------------------------------------------- crates whose shape flakebot must work around
+
+HELP_MAIN = 'fn main() {{ println!("{name}: a small tool\\n\\nUSAGE: {name} [--help]"); }}\n'
+
+
+def directory_source(root: Path, crates: dict[str, str]) -> Path:
+    """A cargo directory source holding library crates {name: version}, as Debian's registry holds its crates."""
+    for name, version in crates.items():
+        crate = root / f"{name}-{version}"
+        write(crate, {"Cargo.toml": f'[package]\nname = "{name}"\nversion = "{version}"\nedition = "2021"\n', "src/lib.rs": "pub fn help() {}\n"})
+        (crate / ".cargo-checksum.json").write_text(json.dumps({"package": "0" * 64, "files": {}}))
+    return root
+
+
+def source_settings(home: Path, source: Path) -> Settings:
+    """host_settings, with `source` as the crate directory source (for cargo and the stand-in alike)."""
+    return Settings(
+        workdir=str(home / "work"),
+        cache_dir=str(home / "cache"),
+        catalog_dir=str(home / "catalog"),
+        nixpkgs="host",
+        registry="local",
+        local_registry=str(source),
+    )
+
+
+def dev_missing(root: Path) -> Path:
+    """A tool whose dev-dependency no registry has (its test uses it); `okhelper` resolves and stays."""
+    dev = '\n[dev-dependencies]\nflakebot-no-such-crate = "1"\nokhelper = "1"\n'
+    files = {"Cargo.toml": manifest("devmissing", deps='helper = "0.9"\n') + dev, "src/main.rs": HELP_MAIN.format(name="devmissing")}
+    files["tests/cli.rs"] = "#[test]\nfn uses_it() { flakebot_no_such_crate::help(); }\n"
+    return write(root, files)
+
+
+def dev_mismatch(root: Path) -> Path:
+    """A tool whose dev-dependency asks for helper 0.6 where the source has only 0.9."""
+    dev = "\n[target.'cfg(unix)'.dev-dependencies]\nhelper = \"0.6\"\n"
+    return write(root, {"Cargo.toml": manifest("devmismatch") + dev, "src/main.rs": HELP_MAIN.format(name="devmismatch")})
+
+
+def needs_features(root: Path) -> Path:
+    """A crate whose only binary has required-features = ["cli"]."""
+    extra = '\n[features]\ncli = []\n\n[[bin]]\nname = "featured"\npath = "src/main.rs"\nrequired-features = ["cli"]\n'
+    return write(root, {"Cargo.toml": manifest("featured") + extra, "src/lib.rs": "", "src/main.rs": HELP_MAIN.format(name="featured")})
+
+
+# What pkg-config prints for a missing module; the build script fails with it until the flake gives zlib.
+ZLIB_BUILD_RS = """\
+fn main() {
+    if !std::env::var("buildInputs").unwrap_or_default().contains("zlib") {
+        eprintln!("Package zlib was not found in the pkg-config search path.");
+        std::process::exit(1);
+    }
+}
+"""
+
+
+def needs_zlib(root: Path) -> Path:
+    """A crate whose build fails as a -sys crate's does when pkg-config cannot find zlib (no crate name says so)."""
+    return write(root, {"Cargo.toml": manifest("zlibuser"), "build.rs": ZLIB_BUILD_RS, "src/main.rs": HELP_MAIN.format(name="zlibuser")})

@@ -1,0 +1,38 @@
+"""make test's slice of the P8 corpus (make bench runs it whole): hexyl, and cbindgen, whose dev-dependency
+serial_test is not in Debian's registry and whose binary needs --features clap. Both through `flakebot package`
+(the library API) as the benchmark runs them, without the benchmark's plain cargo build beside each."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from flakebot.config import Settings
+from tests.conftest import DEBIAN_REGISTRY, REPO
+
+bench_corpus = importlib.import_module("benchmarks.bench_corpus")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hexyl", "cbindgen"])
+def test_corpus_crate_is_packaged_and_smoke_runs(name: str, tmp_path: Path) -> None:
+    assert any(DEBIAN_REGISTRY.glob(f"{name}-*")), f"{name} is not in Debian's registry: run 'make setup'"
+    settings = Settings(
+        workdir=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"), catalog_dir=str(tmp_path / "catalog"), nixpkgs="host", registry="local"
+    )
+    row = bench_corpus.package_one(name, settings)
+    assert row["packaged"], row.get("reason")
+    assert row["smoke"] == f"{row['binary']} --help"
+    if name == "cbindgen":
+        assert row["dropped_dev_dependencies"] == ["serial_test"] and row["build_features"] == ["clap"]
+        assert any(n.startswith("dev-dependency serial_test (Cargo.toml) left out: no matching package named `serial_test` found") for n in row["notices"])
+        assert "cbindgen needs --features clap: turned on (buildFeatures)" in row["notices"]
+
+
+def test_bench_setup_installs_exactly_the_corpus() -> None:
+    script = (REPO / "scripts/bench-setup.sh").read_text()
+    listed = re.findall(r"librust-([a-z0-9-]+)-dev", script)
+    assert listed == [name.replace("_", "-") for name in bench_corpus.CORPUS]

@@ -1,0 +1,145 @@
+"""Crate shapes that once stopped `flakebot package` (issue 16), made here against a small directory source:
+dev-dependencies the source cannot satisfy, a binary with required-features, a build that needs a library
+no crate name announces. Real cargo decides what resolves; the slow tests build each with nix and run it."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from flakebot.errors import NixError
+from flakebot.nix import devdeps, evidence
+from flakebot.nix.crate import inspect_crate
+from flakebot.nix.flake import PackageResult, package_crate
+from tests.fakes.nix_crates import (
+    dev_mismatch,
+    dev_missing,
+    directory_source,
+    manifest,
+    needs_features,
+    needs_zlib,
+    source_settings,
+    unresolvable,
+    write,
+)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return directory_source(tmp_path_factory.mktemp("source"), {"helper": "0.9.0", "okhelper": "1.0.0", "pcap-sys": "0.1.0"})
+
+
+def test_a_missing_dev_dependency_is_left_out_and_one_that_resolves_is_kept(tmp_path: Path, source: Path) -> None:
+    crate = dev_missing(tmp_path / "crate")
+    facts = inspect_crate(crate, source_settings(tmp_path, source))
+    [dropped] = facts.dropped_dev_dependencies
+    assert (dropped["name"], dropped["manifest"], dropped["table"]) == ("flakebot-no-such-crate", "Cargo.toml", "dev-dependencies")
+    assert "no matching package named `flakebot-no-such-crate` found" in dropped["reason"]  # cargo's own words
+    manifest = tomllib.loads((crate / "Cargo.toml").read_text())
+    assert manifest["dev-dependencies"] == {"okhelper": "1"} and manifest["dependencies"] == {"helper": "0.9"}
+    assert {"helper", "okhelper"} <= set(facts.lock_crates) and facts.lock_generated
+
+
+def test_a_dev_dependency_requirement_the_source_cannot_meet_is_left_out(tmp_path: Path, source: Path) -> None:
+    crate = dev_mismatch(tmp_path / "crate")
+    [dropped] = inspect_crate(crate, source_settings(tmp_path, source)).dropped_dev_dependencies
+    assert (dropped["name"], dropped["table"]) == ("helper", "target.cfg(unix).dev-dependencies")
+    assert 'failed to select a version for the requirement `helper = "^0.6"`' in dropped["reason"]
+    assert "helper" not in (crate / "Cargo.toml").read_text()
+
+
+def test_a_missing_normal_dependency_still_fails_and_the_manifest_is_restored(tmp_path: Path, source: Path) -> None:
+    crate = unresolvable(tmp_path / "crate")
+    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text() + '\n[dev-dependencies]\nokhelper = "1"\n')
+    before = (crate / "Cargo.toml").read_text()
+    with pytest.raises(NixError, match="cannot produce Cargo.lock.*flakebot-no-such-crate"):
+        inspect_crate(crate, source_settings(tmp_path, source))
+    assert (crate / "Cargo.toml").read_text() == before
+
+
+def test_required_features_of_the_chosen_binary_are_turned_on(tmp_path: Path, source: Path) -> None:
+    facts = inspect_crate(needs_features(tmp_path / "crate"), source_settings(tmp_path, source))
+    assert (facts.bin_name, facts.build_features) == ("featured", ["cli"])
+
+
+def test_dev_dependency_tables_are_found_plain_old_spelling_and_per_target() -> None:
+    text = '[dev-dependencies]\na = "1"\n[dev_dependencies]\nb = "1"\n[target."cfg(windows)".dev-dependencies]\nc = { version = "1" }\n'
+    found = devdeps.dev_dependencies("x/Cargo.toml", text)
+    assert [(d.table, d.name) for d in found] == [
+        (("dev-dependencies",), "a"),
+        (("dev_dependencies",), "b"),
+        (("target", "cfg(windows)", "dev-dependencies"), "c"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "attribute"),
+    [
+        ("pcap-sys> Package libpcap was not found in the pkg-config search path.", "libpcap"),
+        ("  The system library `nettle` required by crate `nettle-sys` was not found.", "nettle"),
+        ("Package 'sqlite3', required by 'virtual:world', not found", "sqlite"),
+        ("          /usr/bin/ld: cannot find -lz: No such file or directory", "zlib"),
+        ("rust-lld: error: unable to find library -lssl", "openssl"),
+    ],
+)
+def test_build_log_lines_map_to_nixpkgs_attributes(line: str, attribute: str) -> None:
+    assert evidence.missing_inputs(["compiling", line]) == {attribute: line.split("> ", 1)[-1].strip()}
+
+
+def test_unknown_libraries_in_a_build_log_add_nothing() -> None:
+    assert evidence.missing_inputs(["/usr/bin/ld: cannot find -lflakebotnothing", "error: could not compile"]) == {}
+
+
+# ---------------------------------------------------------------- built with nix and run
+
+
+def _package(crate: Path, home: Path, source: Path) -> PackageResult:
+    return package_crate(crate, home / "flake", source_settings(home, source))
+
+
+@pytest.mark.slow
+def test_crate_with_a_missing_dev_dependency_builds_runs_and_says_what_was_left_out(tmp_path: Path, source: Path) -> None:
+    result = _package(dev_missing(tmp_path / "crate"), tmp_path, source)
+    assert result.smoke["exit_code"] == 0 and "devmissing: a small tool" in result.smoke["output_head"]
+    assert any(n.startswith("dev-dependency flakebot-no-such-crate (Cargo.toml) left out: ") and "no matching package" in n for n in result.notices)
+    assert [d["name"] for d in result.dropped_dev_dependencies] == ["flakebot-no-such-crate"]
+    flake = (Path(result.flake_dir) / "flake.nix").read_text()
+    assert "checks = " not in flake and "no checks: the crate's tests need dev-dependencies left out of this copy: flakebot-no-such-crate" in flake
+
+
+@pytest.mark.slow
+def test_crate_with_a_mismatched_dev_dependency_builds_and_runs(tmp_path: Path, source: Path) -> None:
+    result = _package(dev_mismatch(tmp_path / "crate"), tmp_path, source)
+    assert result.smoke["exit_code"] == 0
+    assert any(n.startswith("dev-dependency helper (Cargo.toml) left out: ") and "^0.6" in n for n in result.notices)
+
+
+@pytest.mark.slow
+def test_binary_with_required_features_is_built_with_them(tmp_path: Path, source: Path) -> None:
+    result = _package(needs_features(tmp_path / "crate"), tmp_path, source)
+    assert result.main_program == "featured" and result.smoke["exit_code"] == 0
+    assert "featured needs --features cli: turned on (buildFeatures)" in result.notices and result.build_features == ["cli"]
+    assert 'buildFeatures = [ "cli" ];' in (Path(result.flake_dir) / "flake.nix").read_text()
+
+
+@pytest.mark.slow
+def test_a_library_the_build_log_asks_for_is_added_and_built_again(tmp_path: Path, source: Path) -> None:
+    result = _package(needs_zlib(tmp_path / "crate"), tmp_path, source)
+    assert result.smoke["exit_code"] == 0
+    assert result.native_inputs["buildInputs"] == ["zlib"]
+    assert result.native_inputs["because"]["zlib"] == ["build log: Package zlib was not found in the pkg-config search path."]
+    assert "buildInputs = with pkgs; [ zlib ];" in (Path(result.flake_dir) / "flake.nix").read_text()
+
+
+@pytest.mark.slow
+def test_a_library_the_flake_gives_but_the_host_lacks_is_named_with_the_fix(tmp_path: Path, source: Path) -> None:
+    build_rs = 'fn main() { eprintln!("Package libpcap was not found in the pkg-config search path."); std::process::exit(1); }\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("pcapuser", deps='pcap-sys = "0.1"\n'), "build.rs": build_rs, "src/main.rs": "fn main() {}\n"})
+    with pytest.raises(NixError) as caught:
+        _package(crate, tmp_path, source)
+    assert caught.value.message == "nix build of pcapuser failed: it found no libpcap (Package libpcap was not found in the pkg-config search path.)"
+    assert caught.value.fix is not None and caught.value.fix.startswith(
+        "the host stand-in links this machine's own libraries: install the development package of libpcap"
+    )
