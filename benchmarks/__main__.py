@@ -41,7 +41,11 @@ def run(
         report.update_readme(readme, built)
         paths["readme"] = readme
     if failed:
-        raise FlakebotError(f"benchmark(s) failed: {', '.join(failed)}", fix=f"read the errors in {paths['markdown']} (and the log with -v)", failed=failed)
+        raise FlakebotError(
+            f"benchmark(s) failed: {', '.join(failed)}",
+            fix=f"read the errors in {paths['markdown']} (and the log with -v)",
+            failed=failed,
+        )
     return {"report": built, "paths": {k: str(v) for k, v in paths.items()}}
 
 
@@ -61,16 +65,28 @@ def _check(report: ModuleType, profile: str, only: list[str] | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="start-up and search on small sizes only: checks the report, not speed")
-    parser.add_argument("--only", help="comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire, corpus")
+    parser.add_argument(
+        "--quick", action="store_true", help="start-up and search on small sizes only: checks the report, not speed"
+    )
+    parser.add_argument(
+        "--only", help="comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire, corpus"
+    )
     parser.add_argument("--out", type=Path, help="where report.md, report.json and stages.png go (default: bench/)")
-    parser.add_argument("--readme", action=argparse.BooleanOptionalAction, help="rewrite the README's Performance section")
+    parser.add_argument(
+        "--readme", action=argparse.BooleanOptionalAction, help="rewrite the README's Performance section"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     readme = (not args.quick and not names) if args.readme is None else args.readme
     try:
-        result = run(profile="quick" if args.quick else "full", only=names, out_dir=args.out, readme=default_readme() if readme else None, progress=print)
+        result = run(
+            profile="quick" if args.quick else "full",
+            only=names,
+            out_dir=args.out,
+            readme=default_readme() if readme else None,
+            progress=print,
+        )
     except FlakebotError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code

@@ -46,14 +46,25 @@ def _measure_or_say_why(name: str) -> dict[str, Any]:
     try:
         return measure(name)
     except Exception as exc:  # noqa: BLE001 - reported in the figure with its type and message
-        return {"crate": name, "packaged": False, "package_s": 0.0, "reason": f"benchmark error: {type(exc).__name__}: {exc}"[:400]}
+        return {
+            "crate": name,
+            "packaged": False,
+            "package_s": 0.0,
+            "reason": f"benchmark error: {type(exc).__name__}: {exc}"[:400],
+        }
 
 
 def measure(name: str) -> dict[str, Any]:
     """One crate: flakebot package (build + smoke run), then cargo build --release of the same source."""
     with tempfile.TemporaryDirectory(prefix=f"flakebot-bench-corpus-{name}-") as tmp:
         root = Path(tmp)
-        settings = Settings(workdir=str(root / "work"), cache_dir=str(root / "cache"), catalog_dir=str(root / "catalog"), nixpkgs="host", registry="local")
+        settings = Settings(
+            workdir=str(root / "work"),
+            cache_dir=str(root / "cache"),
+            catalog_dir=str(root / "catalog"),
+            nixpkgs="host",
+            registry="local",
+        )
         row: dict[str, Any] = {"crate": name, **package_one(name, settings)}
         row.update(_cargo_build(name, row, settings, root))
         if row["packaged"] and row.get("cargo_build_release_s"):
@@ -111,7 +122,9 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
     result = subprocess.run(argv, cwd=source, env={**os.environ, **cargo.env()}, capture_output=True, text=True)
     seconds = round(time.perf_counter() - started, 1)
     if result.returncode != 0:
-        error = next((line for line in result.stderr.splitlines() if line.startswith("error")), f"exit code {result.returncode}")
+        error = next(
+            (line for line in result.stderr.splitlines() if line.startswith("error")), f"exit code {result.returncode}"
+        )
         return {"cargo_build_release_s": None, "cargo_error": error[:300]}
     return {"cargo_build_release_s": seconds, "cargo_features": features}
 

@@ -65,7 +65,14 @@ def processes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         kind = classify(record["argv"])
         if record["seconds"] is None or (kind == "git" and " ".join(record["argv"][1:3]).startswith("cat-file")):
             continue
-        found.append({"kind": kind, "start": record["start"], "end": record["start"] + record["seconds"], "seconds": record["seconds"]})
+        found.append(
+            {
+                "kind": kind,
+                "start": record["start"],
+                "end": record["start"] + record["seconds"],
+                "seconds": record["seconds"],
+            }
+        )
     return found
 
 
@@ -101,10 +108,14 @@ def by_kind(procs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return dict(sorted(kinds.items(), key=lambda item: -item[1]["seconds"]))
 
 
-def stage_rows(state: dict[str, Any], procs: list[dict[str, Any]], window: Interval, main_returned: float) -> list[dict[str, Any]]:
+def stage_rows(
+    state: dict[str, Any], procs: list[dict[str, Any]], window: Interval, main_returned: float
+) -> list[dict[str, Any]]:
     """Each stage's seconds split into raw/other/own; before the first stage: start-up (interpreter, imports, settings);
     after the last: printing the result, then the interpreter's own shutdown (after flakebot's main returned)."""
-    stages = [(name, record) for name, record in state["stages"].items() if record.get("started") and record.get("finished")]
+    stages = [
+        (name, record) for name, record in state["stages"].items() if record.get("started") and record.get("finished")
+    ]
     stages.sort(key=lambda item: item[1]["started"])
     rows = [{"stage": "start-up", **attribute(procs, (window[0], stages[0][1]["started"]))}]
     rows += [{"stage": name, **attribute(procs, (record["started"], record["finished"]))} for name, record in stages]
@@ -159,10 +170,18 @@ def mirror_env(url: str) -> dict[str, str]:
 def homes(root: Path, name: str) -> dict[str, str]:
     """Environment for one craft: its own config, catalog and work directory; the cache shared (nix stand-in, indexes)."""
     own = root / name
-    dirs = {"XDG_CONFIG_HOME": own / "config", "XDG_DATA_HOME": own / "data", "XDG_CACHE_HOME": root / "cache", "FLAKEBOT_WORKDIR": own / "work"}
+    dirs = {
+        "XDG_CONFIG_HOME": own / "config",
+        "XDG_DATA_HOME": own / "data",
+        "XDG_CACHE_HOME": root / "cache",
+        "FLAKEBOT_WORKDIR": own / "work",
+    }
     for directory in dirs.values():
         directory.mkdir(parents=True, exist_ok=True)
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("FLAKEBOT_")}, **{k: str(v) for k, v in dirs.items()}}
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLAKEBOT_")},
+        **{k: str(v) for k, v in dirs.items()},
+    }
 
 
 def _result(stdout: str, what: str) -> dict[str, Any]:
@@ -181,7 +200,9 @@ def one_craft(root: Path, name: str, mirror_url: str | None = None) -> tuple[dic
     session = session_with_nonce(root / name / "session.json")
     argv = [sys.executable, "-m", "benchmarks.proctrace", str(log), *craft_argv(session, online=mirror_url is not None)]
     started = time.time()
-    done = subprocess.run(argv, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        argv, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800
+    )
     ended = time.time()
     if done.returncode != 0:
         raise RuntimeError(f"craft failed ({done.returncode}): {done.stderr[-2000:]}")

@@ -150,7 +150,11 @@ CASES: dict[str, tuple[str, str, str]] = {
         "            out.push(line.to_string());",
         "            let owned = line.to_string();\n            out.push(owned);\n            seen.insert(owned);",
     ),
-    "failing_assertions": ("src/lib.rs", "if seen.insert(line.to_string()) {", 'if seen.insert(line.to_string()) || line.is_empty() || line == "x" {'),
+    "failing_assertions": (
+        "src/lib.rs",
+        "if seen.insert(line.to_string()) {",
+        'if seen.insert(line.to_string()) || line.is_empty() || line == "x" {',
+    ),
     "renamed_function": ("src/lib.rs", "pub fn words(", "pub fn tokens("),
 }
 
@@ -161,7 +165,12 @@ def estimate_tokens(text: str) -> int:
 
 
 def write_crate(root: Path) -> None:
-    for rel, text in {"Cargo.toml": MANIFEST, "src/lib.rs": LIB, "src/main.rs": MAIN, "tests/acceptance.rs": ACCEPTANCE}.items():
+    for rel, text in {
+        "Cargo.toml": MANIFEST,
+        "src/lib.rs": LIB,
+        "src/main.rs": MAIN,
+        "tests/acceptance.rs": ACCEPTANCE,
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
 

@@ -41,7 +41,11 @@ SPEC = ToolSpec(
     name="p2-echo",
     summary="prints its arguments",
     usage="p2-echo [WORDS]...",
-    examples=[Example(args=["a"], stdout="a\n"), Example(args=["a", "b"], stdout="a b\n"), Example(args=[], stdout="\n")],
+    examples=[
+        Example(args=["a"], stdout="a\n"),
+        Example(args=["a", "b"], stdout="a b\n"),
+        Example(args=[], stdout="\n"),
+    ],
 )
 RED_BIN = 'fn main() {\n    println!("not yet");\n}\n'
 

@@ -61,7 +61,9 @@ def session_parts() -> tuple[ToolSpec, str, str]:
     """The session's spec, and src/main.rs after its first (red) and second (green) edit."""
     stages = json.loads(SESSION.read_text())["stages"]
     spec = ToolSpec.from_dict(stages["spec"][0]["tool_calls"][0]["arguments"])
-    writes = [c["arguments"]["content"] for turn in stages["edit"] for c in turn["tool_calls"] if c["name"] == "write_file"]
+    writes = [
+        c["arguments"]["content"] for turn in stages["edit"] for c in turn["tool_calls"] if c["name"] == "write_file"
+    ]
     return spec, writes[0], writes[1]
 
 
@@ -102,7 +104,9 @@ class Bench:
         """The session's crate: new binary crate on csv, clap added as the model asked, the frozen acceptance test."""
         new_crate(self.spec.name, self.crate, library=local_registry(self.settings).get("csv"), settings=self.settings)
         self.repo = git.Repo(self.crate)
-        self.sandbox: Sandbox = open_sandbox("required", workspace=self.crate, writable=[self.crate, self.target], timeout=600)
+        self.sandbox: Sandbox = open_sandbox(
+            "required", workspace=self.crate, writable=[self.crate, self.target], timeout=600
+        )
         self.cargo = Cargo.for_run(self.settings, self.target)
         added = Toolbox(self.crate, self.sandbox, self.cargo).call("add_dependency", {"name": "clap"})
         if not added.ok:
@@ -139,11 +143,14 @@ class Bench:
 
     def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
-        return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, example_runner(self.settings))
+        return make_verdict(
+            lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, example_runner(self.settings)
+        )
 
     def _cargo_test(self, spent: dict[str, float], extra: list[str]) -> Any:
         report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
-        spent.setdefault("cargo_first", report.seconds)  # the one `cargo test` a person would run; a second run is flakebot's choice
+        # the one `cargo test` a person would run; a second run is flakebot's choice
+        spent.setdefault("cargo_first", report.seconds)
         spent["cargo"] = spent.get("cargo", 0.0) + report.seconds
         spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
         return report
@@ -169,7 +176,10 @@ class Bench:
                 on_step=lambda *_: self.run.save(),
                 record=transcript.record,
             )
-            loop.messages = [{"role": "system", "content": "Edit the crate."}, {"role": "user", "content": "Make the tests pass."}]
+            loop.messages = [
+                {"role": "system", "content": "Edit the crate."},
+                {"role": "user", "content": "Make the tests pass."},
+            ]
             start = time.perf_counter()
             green = loop.step()
             seconds = time.perf_counter() - start
@@ -193,7 +203,8 @@ def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, A
     """Per iteration, its seconds against the seconds of the cargo tests it ran (same moment, same machine load);
     the raw `cargo test` after the same edit beside it (a separate run: its spread shows the machine's noise)."""
     ratios = [i["seconds"] / i["cargo_first"] for i in iterations]
-    middle = sorted(iterations, key=lambda i: i["seconds"] / i["cargo_first"])[len(iterations) // 2]  # the median sample (odd counts)
+    # the median sample (odd counts)
+    middle = sorted(iterations, key=lambda i: i["seconds"] / i["cargo_first"])[len(iterations) // 2]
     parts = {key: round(middle.get(key, 0.0), 4) for key in ("model", "tools", "cargo", "commit")}
     parts["other"] = round(middle["seconds"] - sum(parts.values()), 4)
     return {

@@ -61,13 +61,21 @@ def _nix_noop(flake_dir: Path, mode: str, standin: Path | None) -> float:
 def run(crate: str = "hexyl", nixpkgs: str = "host") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-nix-") as tmp:
         root = Path(tmp)
-        settings = Settings(workdir=str(root / "work"), cache_dir=str(root / "cache"), nixpkgs=nixpkgs, registry="local")
+        settings = Settings(
+            workdir=str(root / "work"), cache_dir=str(root / "cache"), nixpkgs=nixpkgs, registry="local"
+        )
         source = _crate_source(crate, settings, root / "src")
         cargo_fresh, cargo_noop, cargo_cpu = _cargo_builds(source, settings, root / "target")
         cpu, started = children_cpu(), time.perf_counter()
         inner: list[float] = []
         # A unique description gives the flake a new source hash, so nix really builds it from scratch.
-        result = package_crate(source, root / "flake", settings, description=f"benchmark {secrets.token_hex(4)}", progress=_inner_cargo(inner))
+        result = package_crate(
+            source,
+            root / "flake",
+            settings,
+            description=f"benchmark {secrets.token_hex(4)}",
+            progress=_inner_cargo(inner),
+        )
         package_total, package_cpu = time.perf_counter() - started, children_cpu() - cpu
         standin = standin_dir(settings) if result.nixpkgs_mode == "host" else None
         nix_noop = _nix_noop(Path(result.flake_dir), result.nixpkgs_mode, standin)
@@ -83,7 +91,9 @@ def run(crate: str = "hexyl", nixpkgs: str = "host") -> dict[str, Any]:
         "package_crate_total_s": round(package_total, 3),
         "package_total_ratio": round(package_total / cargo_fresh, 3),
         "cargo_build_release_cpu_s": round(cargo_cpu, 2),
-        "package_crate_cpu_s": round(package_cpu, 2),  # the nix build with its builder, and package_crate's few cargo/nix calls
+        "package_crate_cpu_s": round(
+            package_cpu, 2
+        ),  # the nix build with its builder, and package_crate's few cargo/nix calls
         "cpu_ratio": round(package_cpu / cargo_cpu, 3),
         "cargo_noop_s": round(cargo_noop, 3),
         "nix_noop_s": round(nix_noop, 3),
@@ -112,7 +122,9 @@ def _crate_source(name: str, settings: Settings, dest: Path) -> Path:
     dest.mkdir(parents=True)
     copy_crate(Path(info.path), dest)
     cargo = Cargo.for_run(settings, dest / "target")
-    subprocess.run(cargo.argv("generate-lockfile"), cwd=dest, env={**os.environ, **cargo.env()}, capture_output=True, check=True)
+    subprocess.run(
+        cargo.argv("generate-lockfile"), cwd=dest, env={**os.environ, **cargo.env()}, capture_output=True, check=True
+    )
     return dest
 
 

@@ -74,9 +74,7 @@ def generate_source(root: Path, count: int, seed: int = 3) -> None:
         (directory / "src").mkdir(parents=True)
         description = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(4, 16)))
         keywords = json.dumps(rng.sample(WORDS, rng.randint(0, 5)))
-        manifest = (
-            f'[package]\nname = "{name}"\nversion = "{version}"\ndescription = "{description}"\nkeywords = {keywords}\nlicense = "{rng.choice(LICENSES)}"\n'
-        )
+        manifest = f'[package]\nname = "{name}"\nversion = "{version}"\ndescription = "{description}"\nkeywords = {keywords}\nlicense = "{rng.choice(LICENSES)}"\n'
         if rng.random() < 0.5:
             manifest += f'repository = "https://example.org/{name}"\n'
         manifest += '\n[dependencies]\nserde = "1"\n'
@@ -125,7 +123,9 @@ def measure(root: Path, cache: Path, queries: list[str], repeat: int) -> dict[st
         "cached_load_s": round(cached, 4),
         "ranker_build_s": round(ranker, 4),
         "median_query_ms": round(query_ms, 3),
-        "new_process_search_s": round(cached + ranker + query_ms / 1000, 4),  # what one `flakebot search` pays beyond start-up
+        "new_process_search_s": round(
+            cached + ranker + query_ms / 1000, 4
+        ),  # what one `flakebot search` pays beyond start-up
     }
 
 
@@ -136,7 +136,12 @@ def search_page(template: dict[str, Any], query: str, size: int) -> dict[str, An
     for i in range(size):
         crate = copy.deepcopy(template)
         words = [rng.choice(WORDS) for _ in range(rng.randint(1, 2))] + query.split()[:1]
-        crate.update(id=f"{'-'.join(words)}-{i}", name=f"{'-'.join(words)}-{i}", downloads=rng.randint(0, 10**7), exact_match=False)
+        crate.update(
+            id=f"{'-'.join(words)}-{i}",
+            name=f"{'-'.join(words)}-{i}",
+            downloads=rng.randint(0, 10**7),
+            exact_match=False,
+        )
         crate["description"] = " ".join([*query.split(), *(rng.choice(WORDS) for _ in range(8))])
         crates.append(crate)
     return {"crates": crates, "meta": {"total": size, "next_page": None}}
@@ -150,7 +155,9 @@ def fake_cratesio(template: dict[str, Any]) -> Iterator[str]:
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
             target = urlsplit(self.path)
             query = parse_qs(target.query)
-            body = json.dumps(search_page(template, query.get("q", [""])[0], int(query.get("per_page", ["10"])[0]))).encode()
+            body = json.dumps(
+                search_page(template, query.get("q", [""])[0], int(query.get("per_page", ["10"])[0]))
+            ).encode()
             self.send_response(200 if target.path == "/api/v1/crates" else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -205,8 +212,19 @@ def run(crates: int = 20_000, repeat: int = 5) -> dict[str, Any]:
         start = time.perf_counter()
         generate_source(source, crates)
         generated = time.perf_counter() - start
-        synthetic_queries = ["parse json", "http client", "command line argument", "zenka", "a fast csv parser", "async network socket server", "log"]
-        results["synthetic"] = {"generate_s": round(generated, 2), **measure(source, Path(tmp) / "cache-synthetic", synthetic_queries, repeat)}
+        synthetic_queries = [
+            "parse json",
+            "http client",
+            "command line argument",
+            "zenka",
+            "a fast csv parser",
+            "async network socket server",
+            "log",
+        ]
+        results["synthetic"] = {
+            "generate_s": round(generated, 2),
+            **measure(source, Path(tmp) / "cache-synthetic", synthetic_queries, repeat),
+        }
         results["cratesio"] = cratesio(Path(tmp) / "cache-cratesio", repeat)
     for name, goal in GOALS_MS.items():
         if name in results:

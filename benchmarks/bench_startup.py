@@ -36,18 +36,28 @@ def _once(argv: list[str], cwd: Path) -> tuple[float, float]:
 
 def import_profile(cwd: Path, top: int = 6) -> dict[str, Any]:
     """Seconds `flakebot --help` spends importing, and the top-level imports that take most of it."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "flakebot", "--help"], cwd=cwd, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flakebot", "--help"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     modules: dict[str, float] = {}
     for line in done.stderr.splitlines():
         parts = line.removeprefix("import time:").split("|")
-        if len(parts) == 3 and parts[1].strip().isdigit() and not parts[2].startswith("  "):  # one space: a top-level import
+        # one space: a top-level import
+        if len(parts) == 3 and parts[1].strip().isdigit() and not parts[2].startswith("  "):
             modules[parts[2].strip()] = int(parts[1]) / 1e6
     ranked = sorted(modules.items(), key=lambda kv: -kv[1])[:top]
     return {"imports_s": round(sum(modules.values()), 4), "top_imports_s": {name: round(s, 4) for name, s in ranked}}
 
 
 def run(repeat: int = 7) -> dict[str, Any]:
-    argvs = {"python": [sys.executable, "-c", "pass"], **{name: [sys.executable, "-m", "flakebot", *args] for name, args in COMMANDS.items()}}
+    argvs = {
+        "python": [sys.executable, "-c", "pass"],
+        **{name: [sys.executable, "-m", "flakebot", *args] for name, args in COMMANDS.items()},
+    }
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in argvs}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeat):

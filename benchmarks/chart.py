@@ -29,7 +29,10 @@ def draw(report: dict[str, Any], path: Path) -> Path:
     for ax, panel in zip(axes[0], panels, strict=False):
         _stages(ax, stages) if panel == "stages" else _goals(ax, goals)
     machine = report["machine"]
-    fig.suptitle(f"make bench, {report['generated'][:10]}: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB", fontsize=11)
+    fig.suptitle(
+        f"make bench, {report['generated'][:10]}: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB",
+        fontsize=11,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

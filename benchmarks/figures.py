@@ -12,7 +12,17 @@ from typing import Any
 Results = dict[str, dict[str, Any]]
 
 
-def figure(id: str, title: str, value: float | None, unit: str, goal: float | None, op: str, measured: str, gap: str = "", bench: str = "") -> dict[str, Any]:
+def figure(
+    id: str,
+    title: str,
+    value: float | None,
+    unit: str,
+    goal: float | None,
+    op: str,
+    measured: str,
+    gap: str = "",
+    bench: str = "",
+) -> dict[str, Any]:
     met = None if goal is None or value is None else {"<=": value <= goal, "<": value < goal, ">=": value >= goal}[op]
     return {
         "id": id,
@@ -55,7 +65,11 @@ def craft_overhead(r: Results) -> dict[str, Any]:
         f"+ {c['own_s']:.2f} s flakebot itself. Ratios of the {c['crafts']} crafts: {', '.join(f'{x:.3f}' for x in c['ratios'])} (the median shown)."
     )
     own = {row["stage"]: row["own_s"] for row in chart["stages"]}
-    others = {kind: p["seconds"] for kind, p in chart["processes"].items() if not (kind.startswith("cargo ") or kind == "nix build")}
+    others = {
+        kind: p["seconds"]
+        for kind, p in chart["processes"].items()
+        if not (kind.startswith("cargo ") or kind == "nix build")
+    }
     model = chart["model"]
     gap = (
         f"{c['overhead_s']:.2f} s over the raw work. flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
@@ -65,14 +79,32 @@ def craft_overhead(r: Results) -> dict[str, Any]:
         f"not proportional to compile time: here the cargo and nix work took only {c['raw_s']:.1f} s, so they weigh "
         f"{100 * c['overhead_s'] / c['raw_s']:.0f}%; a tool with a longer build has a smaller ratio."
     )
-    return figure("P1", "craft overhead (wall / cargo + nix build)", c["ratio"], "x", c["goal_ratio"], "<=", measured, gap, "craft")
+    return figure(
+        "P1",
+        "craft overhead (wall / cargo + nix build)",
+        c["ratio"],
+        "x",
+        c["goal_ratio"],
+        "<=",
+        measured,
+        gap,
+        "craft",
+    )
 
 
 def craft_online_overhead(r: Results) -> dict[str, Any]:
     c = r["craft"]
     o = c.get("online")
     if o is None:
-        return figure("P1-online", "online craft overhead (wall / cargo + nix build + host fetch)", None, "x", None, "", "not measured (online=False)")
+        return figure(
+            "P1-online",
+            "online craft overhead (wall / cargo + nix build + host fetch)",
+            None,
+            "x",
+            None,
+            "",
+            "not measured (online=False)",
+        )
     measured = (
         f"The same craft with `--registry crates-io` against a local crates.io on 127.0.0.1 (Debian's crates, {o['downloads']} .crate downloads, "
         f"flakebot's CARGO_HOME empty at the start): wall {o['seconds']:.2f} s against {o['raw_s']:.2f} s in cargo and `nix build`, of which "
@@ -81,12 +113,26 @@ def craft_online_overhead(r: Results) -> dict[str, Any]:
         f"Offline (P1, same benchmark run): {c['ratio']:.3f}x."
     )
     own = {row["stage"]: row["own_s"] for row in o["stages"]}
-    others = {kind: p["seconds"] for kind, p in o["processes"].items() if not (kind.startswith("cargo ") or kind == "nix build")}
+    others = {
+        kind: p["seconds"]
+        for kind, p in o["processes"].items()
+        if not (kind.startswith("cargo ") or kind == "nix build")
+    }
     gap = (
         f"{o['seconds'] - o['raw_s']:.2f} s over the raw work: flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
         f"The host fetch itself counts as raw work, as in a hand-made online build."
     )
-    return figure("P1-online", "online craft overhead (wall / cargo + nix build + host fetch)", o["ratio"], "x", o["goal_ratio"], "<=", measured, gap, "craft")
+    return figure(
+        "P1-online",
+        "online craft overhead (wall / cargo + nix build + host fetch)",
+        o["ratio"],
+        "x",
+        o["goal_ratio"],
+        "<=",
+        measured,
+        gap,
+        "craft",
+    )
 
 
 def loop_iteration(r: Results) -> dict[str, Any]:
@@ -104,7 +150,17 @@ def loop_iteration(r: Results) -> dict[str, Any]:
         f"{parts['other']:.3f} s. Against a `cargo test` of only {red['verdict_cargo_s']:.2f} s these fixed costs weigh "
         f"{100 * red['overhead_s'] / red['verdict_cargo_s']:.0f}%."
     )
-    return figure("P2", "edit-loop iteration / its cargo test (issue 6)", red["ratio"], "x", r["loop"]["goal_ratio"], "<=", measured, gap, "loop")
+    return figure(
+        "P2",
+        "edit-loop iteration / its cargo test (issue 6)",
+        red["ratio"],
+        "x",
+        r["loop"]["goal_ratio"],
+        "<=",
+        measured,
+        gap,
+        "loop",
+    )
 
 
 def loop_green(r: Results) -> dict[str, Any]:
@@ -125,7 +181,17 @@ def loop_green(r: Results) -> dict[str, Any]:
         else f"{green['overhead_s']:.3f} s per iteration outside cargo (git commit, model call, tools, state) against a `cargo test` "
         f"of {green['verdict_cargo_s']:.2f} s."
     )
-    return figure("P2g", "last (green) edit-loop iteration / its cargo test", green["ratio"], "x", r["loop"]["goal_ratio"], "<=", measured, gap, "loop")
+    return figure(
+        "P2g",
+        "last (green) edit-loop iteration / its cargo test",
+        green["ratio"],
+        "x",
+        r["loop"]["goal_ratio"],
+        "<=",
+        measured,
+        gap,
+        "loop",
+    )
 
 
 def fork_iteration(r: Results) -> dict[str, Any]:
@@ -164,13 +230,25 @@ def nix_fresh(r: Results) -> dict[str, Any]:
         f"{n['cargo_inside_nix_s']} s inside the build against {n['cargo_build_release_s']:.1f} s outside "
         f"(CPU seconds {n.get('package_crate_cpu_s')} against {n.get('cargo_build_release_cpu_s')}), measured one after the other on a shared machine."
     )
-    return figure("P3", "nix build / cargo build --release (issue 7)", n["fresh_ratio"], "x", n["goal_fresh_ratio"], "<=", measured, gap, "nix")
+    return figure(
+        "P3",
+        "nix build / cargo build --release (issue 7)",
+        n["fresh_ratio"],
+        "x",
+        n["goal_fresh_ratio"],
+        "<=",
+        measured,
+        gap,
+        "nix",
+    )
 
 
 def nix_noop(r: Results) -> dict[str, Any]:
     n = r["nix"]
     measured = f"no-op `nix build` of the built flake {n['nix_noop_s']:.3f} s against a no-op `cargo build --release` {n['cargo_noop_s']:.3f} s."
-    return figure("I7", "no-op nix build / no-op cargo build (issue 7)", n["noop_ratio"], "x", None, "", measured, bench="nix")
+    return figure(
+        "I7", "no-op nix build / no-op cargo build (issue 7)", n["noop_ratio"], "x", None, "", measured, bench="nix"
+    )
 
 
 def search_figure(key: str, id: str, title: str) -> Callable[[Results], dict[str, Any]]:
@@ -199,7 +277,9 @@ def catalog_hit(r: Results) -> dict[str, Any]:
         f"{h['api_s']:.4f} s inside the API."
     )
     gap = f"{h['wall_s']:.2f} s, of which the library call is {h['api_s']:.3f} s: the rest is the process start-up (see P7)."
-    return figure("P5", "catalog hit (re-craft of a known need)", h["wall_s"], "s", h["goal_s"], "<", measured, gap, "craft")
+    return figure(
+        "P5", "catalog hit (re-craft of a known need)", h["wall_s"], "s", h["goal_s"], "<", measured, gap, "craft"
+    )
 
 
 def tokens(r: Results) -> dict[str, Any]:
@@ -251,9 +331,16 @@ def startup_help(r: Results) -> dict[str, Any]:
 def startup_commands(r: Results) -> dict[str, Any]:
     s = r["startup"]
     name, value = max(s["commands_s"].items(), key=lambda kv: kv[1])
-    measured = ", ".join(f"`flakebot {n}` {v:.3f} s ({s['commands_cpu_s'][n]:.3f} s CPU)" for n, v in s["commands_s"].items()) + " (medians)."
-    gap = f"`flakebot {name}` takes {value:.3f} s." + _waiting(value, s["commands_cpu_s"][name], s["goal_s"], r, "startup")
-    return figure("I2", "slowest of --help, runs, config show (issue 2)", value, "s", s["goal_s"], "<", measured, gap, "startup")
+    measured = (
+        ", ".join(f"`flakebot {n}` {v:.3f} s ({s['commands_cpu_s'][n]:.3f} s CPU)" for n, v in s["commands_s"].items())
+        + " (medians)."
+    )
+    gap = f"`flakebot {name}` takes {value:.3f} s." + _waiting(
+        value, s["commands_cpu_s"][name], s["goal_s"], r, "startup"
+    )
+    return figure(
+        "I2", "slowest of --help, runs, config show (issue 2)", value, "s", s["goal_s"], "<", measured, gap, "startup"
+    )
 
 
 def acquire_incremental(r: Results) -> dict[str, Any]:
@@ -265,7 +352,14 @@ def acquire_incremental(r: Results) -> dict[str, Any]:
         f"After a one-line edit: {a['cargo_test_after_edit_s']:.1f} s."
     )
     return figure(
-        "I4", "second / first cargo test in an acquired workspace (issue 4)", a["cargo_test_incremental_ratio"], "x", None, "", measured, bench="acquire"
+        "I4",
+        "second / first cargo test in an acquired workspace (issue 4)",
+        a["cargo_test_incremental_ratio"],
+        "x",
+        None,
+        "",
+        measured,
+        bench="acquire",
     )
 
 
@@ -274,14 +368,22 @@ UPSTREAM: dict[str, str] = {}
 
 
 def _corpus_row(row: dict[str, Any]) -> str:
-    cargo = f"{row['cargo_build_release_s']:.0f} s" if row.get("cargo_build_release_s") else f"fails ({row.get('cargo_error', '?')})"
+    cargo = (
+        f"{row['cargo_build_release_s']:.0f} s"
+        if row.get("cargo_build_release_s")
+        else f"fails ({row.get('cargo_error', '?')})"
+    )
     if not row["packaged"]:
         why = UPSTREAM.get(row["crate"], "")
         return f"{row['crate']}: **not packaged** after {row['package_s']:.0f} s: {row['reason']}{' ' + why if why else ''} (cargo build --release: {cargo})"
     extras = [f"features {','.join(row['build_features'])} turned on"] if row.get("build_features") else []
     if row.get("dropped_dev_dependencies"):
         extras.append(f"dev-dependencies left out: {', '.join(row['dropped_dev_dependencies'])}")
-    added = [name for name, why in row.get("native_inputs", {}).get("because", {}).items() if any(str(w).startswith("build log") for w in why)]
+    added = [
+        name
+        for name, why in row.get("native_inputs", {}).get("because", {}).items()
+        if any(str(w).startswith("build log") for w in why)
+    ]
     extras += [f"{', '.join(added)} added from the build log"] if added else []
     note = f" ({'; '.join(extras)})" if extras else ""
     done = f"packaged and `{row['smoke']}` exits 0 in {row['package_s']:.0f} s (nix build {row['nix_build_s']:.0f} s)"
@@ -299,7 +401,17 @@ def corpus_share(r: Results) -> dict[str, Any]:
     )
     failed = [row for row in c["crates"] if not row["packaged"]]
     gap = "Not packaged: " + "; ".join(_corpus_row(row) for row in failed) + "." if failed else ""
-    return figure("P8", "corpus: real binary crates packaged and smoke-run", c["share_percent"], "%", c["goal_percent"], ">=", measured, gap, "corpus")
+    return figure(
+        "P8",
+        "corpus: real binary crates packaged and smoke-run",
+        c["share_percent"],
+        "%",
+        c["goal_percent"],
+        ">=",
+        measured,
+        gap,
+        "corpus",
+    )
 
 
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
@@ -323,7 +435,9 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
 ]
 
 
-def all_figures(results: Results, loads: dict[str, float] | None = None, cores: int | None = None) -> list[dict[str, Any]]:
+def all_figures(
+    results: Results, loads: dict[str, float] | None = None, cores: int | None = None
+) -> list[dict[str, Any]]:
     """Every figure whose benchmark ran; a benchmark that failed gives its figures as not measured, with its error.
     `loads`: the load average during each benchmark, `cores`: the machine's, for explaining waits."""
     found = []
@@ -333,7 +447,9 @@ def all_figures(results: Results, loads: dict[str, float] | None = None, cores: 
         if result is None:
             continue
         if "error" in result:
-            found.append(figure(id, id, None, "", None, "", f"not measured: {bench} failed: {result['error']}", bench=bench))
+            found.append(
+                figure(id, id, None, "", None, "", f"not measured: {bench} failed: {result['error']}", bench=bench)
+            )
             continue
         found.append(make(results))
     return found

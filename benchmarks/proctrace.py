@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 RECORDS: list[dict[str, Any]] = []
-WRAPPERS = {"bwrap", "prlimit", "setpriv"}  # sandbox layers in front of the real command (each ends its options with --)
+# sandbox layers in front of the real command (each ends its options with --)
+WRAPPERS = {
+    "bwrap",
+    "prlimit",
+    "setpriv",
+}
 
 
 class TimedPopen(subprocess.Popen):  # type: ignore[type-arg]

@@ -23,14 +23,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import reliability_concurrency, reliability_crashes, reliability_escapes, reliability_faults, reliability_inputs, reliability_report
+from benchmarks import (
+    reliability_concurrency,
+    reliability_crashes,
+    reliability_escapes,
+    reliability_faults,
+    reliability_inputs,
+    reliability_report,
+)
 from benchmarks.reliability_env import REPO
 
 SECTIONS = ("faults", "escapes", "inputs", "crashes", "concurrency")
 REPORT_FORMAT = 1
 # --quick: a few rows of each section, enough to prove the generator end to end in about a minute.
 QUICK: dict[str, Any] = {
-    "inputs": ["empty need", "unknown run id", "unknown --stop-after stage", "registry path that is not a directory source"],
+    "inputs": [
+        "empty need",
+        "unknown run id",
+        "unknown --stop-after stage",
+        "registry path that is not a directory source",
+    ],
     "escapes": ["network", "write-outside", "symlink-out"],
     "faults": ["429"],
     "crashes": ["choose"],
@@ -49,7 +61,9 @@ def runners(root: Path, cache: Path, quick: bool) -> dict[str, Callable[[], list
     }
 
 
-def run(sections: tuple[str, ...] = SECTIONS, quick: bool = False, scratch: Path | None = None, keep: bool = False) -> dict[str, Any]:
+def run(
+    sections: tuple[str, ...] = SECTIONS, quick: bool = False, scratch: Path | None = None, keep: bool = False
+) -> dict[str, Any]:
     """Run the sections; the report as a dict (JSON-ready)."""
     root = Path(scratch or tempfile.mkdtemp(prefix="flakebot-reliability-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -84,8 +98,13 @@ def run(sections: tuple[str, ...] = SECTIONS, quick: bool = False, scratch: Path
 
 
 def _commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip() or "unknown"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "flakebot"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    head = (
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        or "unknown"
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "flakebot"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     return f"{head}+changes" if dirty else head
 
 
@@ -102,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="a small subset of each section")
     parser.add_argument("--out", type=Path, default=REPO / "bench", help="where reliability.json and reliability.md go")
-    parser.add_argument("--readme", type=Path, default=REPO / "README.md", help="README whose Reliability section is refreshed")
+    parser.add_argument(
+        "--readme", type=Path, default=REPO / "README.md", help="README whose Reliability section is refreshed"
+    )
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     parser.add_argument("--scratch", type=Path, help="scratch directory for the scenarios (default: a new temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")

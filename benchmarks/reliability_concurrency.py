@@ -35,7 +35,20 @@ def run_batch(n: int, home: Home, nonce: str) -> dict[str, Any]:
     procs = {}
     for name in names:
         spec = write_json(home.root / f"{name}.json", {**SHOUT_SPEC, "name": name})
-        argv = ("craft", f"shout {name}", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE, "--json")
+        argv = (
+            "craft",
+            f"shout {name}",
+            "--model",
+            f"scripted:{script}",
+            "--spec",
+            str(spec),
+            "--crate",
+            "csv",
+            "--mode",
+            "new",
+            *OFFLINE,
+            "--json",
+        )
         procs[name] = home.popen(*argv, log=name)
     finished = _wait_all(procs, started, timeout=1500)
     wall = time.monotonic() - started
@@ -78,7 +91,9 @@ def _wait_all(procs: dict[str, subprocess.Popen[str]], started: float, timeout: 
 
 def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> dict[str, Any]:
     out = (home.root / f"{name}.out").read_text()
-    result: dict[str, Any] = next((json.loads(line)["result"] for line in reversed(out.splitlines()) if line.startswith('{"result"')), {})
+    result: dict[str, Any] = next(
+        (json.loads(line)["result"] for line in reversed(out.splitlines()) if line.startswith('{"result"')), {}
+    )
     run_id = result.get("run_id", "")
     stages = home.state(run_id)["stages"] if run_id else {}
     error = [line for line in (home.root / f"{name}.err").read_text().splitlines() if line.startswith("error:")]
@@ -109,10 +124,13 @@ def check_catalog(home: Home, names: list[str]) -> dict[str, bool]:
     roots = nix_roots()
     return {
         "catalog lists every tool, and only them": sorted(index) == sorted(names),
-        "each tool directory is complete": all(all((Path(e.get("dir", "/nonexistent")) / f).is_file() for f in TOOL_FILES) for e in entries),
+        "each tool directory is complete": all(
+            all((Path(e.get("dir", "/nonexistent")) / f).is_file() for f in TOOL_FILES) for e in entries
+        ),
         "each GC root links to its entry's store path": all(_gcroot_target(e) == e.get("store_path") for e in entries),
         "each store path exists": all(Path(e.get("store_path", "/nonexistent")).is_dir() for e in entries),
-        "Nix lists each GC root": roots is not None and all(str(Path(e.get("dir", "")) / "gcroot") in roots for e in entries),
+        "Nix lists each GC root": roots is not None
+        and all(str(Path(e.get("dir", "")) / "gcroot") in roots for e in entries),
         "no staging leftovers": not staging.exists() or not any(staging.iterdir()),
         "each run succeeded": all(_run_status(home, e.get("run_id", "")) == "succeeded" for e in entries),
         "each tool runs (flakebot run)": all(_runs(home, name) for name in names),

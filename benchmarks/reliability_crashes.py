@@ -79,14 +79,23 @@ def run_point(point: CrashPoint, home: Home) -> dict[str, Any]:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     run_id = (home.run_ids() or [""])[-1]
-    row: dict[str, Any] = {"stage": point.stage, "trigger": point.trigger(), "triggered": bool(fired), "killed_after_s": round(killed_at, 3)}
+    row: dict[str, Any] = {
+        "stage": point.stage,
+        "trigger": point.trigger(),
+        "triggered": bool(fired),
+        "killed_after_s": round(killed_at, 3),
+    }
     row.update(_landing(home, run_id, point, list(running.values())))
     # Anything that outlived the kill: processes that were running under the craft, and any other process of this home.
     row["strays_after_kill"] = survivors(running) + home.strays()
     row["resume"] = _resume(home, run_id)
     row["strays_after_resume"] = home.strays()
     row["ok"] = (
-        bool(fired) and row["landed_inside"] and row["resume"]["status"] == "succeeded" and not row["strays_after_kill"] and not row["strays_after_resume"]
+        bool(fired)
+        and row["landed_inside"]
+        and row["resume"]["status"] == "succeeded"
+        and not row["strays_after_kill"]
+        and not row["strays_after_resume"]
     )
     return row
 
@@ -133,7 +142,8 @@ def _programs(commands: list[str]) -> list[str]:
         if name.startswith("python"):
             continue  # flakebot itself
         plain = (w for w in words[1:] if not w.startswith("-") and "/" not in w and "=" not in w and len(w) < 24)
-        sub = next((w for w in plain if w not in ("nix-command", "flakes")), "")  # nix's feature flag values are not its subcommand
+        # nix's feature flag values are not its subcommand
+        sub = next((w for w in plain if w not in ("nix-command", "flakes")), "")
         label = f"{name} {sub}".strip()
         if label not in names:
             names.append(label)
@@ -161,4 +171,8 @@ def _resume(home: Home, run_id: str) -> dict[str, Any]:
 
 
 def run(root: Path, cache: Path, stages: list[str] | None = None) -> list[dict[str, Any]]:
-    return [run_point(point, Home(root / f"crash-{point.stage}", cache)) for point in POINTS if stages is None or point.stage in stages]
+    return [
+        run_point(point, Home(root / f"crash-{point.stage}", cache))
+        for point in POINTS
+        if stages is None or point.stage in stages
+    ]

@@ -24,7 +24,14 @@ SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 OFFLINE = ["--registry", "local", "--offline"]
 MARKER_VAR = "RELIABILITY_MARKER"  # no FLAKEBOT_ prefix: those are settings, and unknown ones are refused
-SCRUBBED = ("GROQ_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN", "GROQ_BASE_URL", "OPENAI_BASE_URL", "OPENAI_COMPATIBLE_API_KEY")
+SCRUBBED = (
+    "GROQ_API_KEY",
+    "OPENAI_API_KEY",
+    "GITHUB_TOKEN",
+    "GROQ_BASE_URL",
+    "OPENAI_BASE_URL",
+    "OPENAI_COMPATIBLE_API_KEY",
+)
 
 
 @dataclass
@@ -94,10 +101,20 @@ class Home:
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "flakebot", *args]
 
-    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = 900, input: str | None = None) -> Outcome:
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 900, input: str | None = None
+    ) -> Outcome:
         """Run the real CLI to completion."""
         started = time.monotonic()
-        proc = subprocess.run(self.argv(*args), cwd=self.root, env=self.env(env), capture_output=True, text=True, timeout=timeout, input=input)
+        proc = subprocess.run(
+            self.argv(*args),
+            cwd=self.root,
+            env=self.env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+        )
         return Outcome(list(args), proc.returncode, proc.stdout, proc.stderr, round(time.monotonic() - started, 3))
 
     def popen(self, *args: str, env: dict[str, str] | None = None, log: str = "craft") -> subprocess.Popen[str]:
@@ -105,7 +122,15 @@ class Home:
         out = open(self.root / f"{log}.out", "w")  # noqa: SIM115 - the child has its own copy; ours is closed below
         err = open(self.root / f"{log}.err", "w")  # noqa: SIM115
         try:
-            return subprocess.Popen(self.argv(*args), cwd=self.root, env=self.env(env), stdout=out, stderr=err, text=True, start_new_session=True)
+            return subprocess.Popen(
+                self.argv(*args),
+                cwd=self.root,
+                env=self.env(env),
+                stdout=out,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
         finally:
             out.close()
             err.close()

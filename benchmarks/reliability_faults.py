@@ -70,7 +70,9 @@ CASES = [
 ]
 
 
-def script_turns(case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults: bool = True) -> tuple[list[dict[str, Any]], list[int]]:
+def script_turns(
+    case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults: bool = True
+) -> tuple[list[dict[str, Any]], list[int]]:
     """The session's turns for `stages` in order, with the case's fault turns inserted; and the faults' indices."""
     recorded = session()["stages"]
     turns: list[dict[str, Any]] = []
@@ -86,12 +88,19 @@ def script_turns(case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults:
 
 def serve(home: Home, turns: list[dict[str, Any]], name: str) -> StubServer:
     """A stub server for `turns` (validated as a script file would be)."""
-    path = write_json(home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "hand-written-csv-dedup", "turns": turns})
+    path = write_json(
+        home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "hand-written-csv-dedup", "turns": turns}
+    )
     return StubServer(load_script(path)).start()
 
 
 def model_env(case: FaultCase, server: StubServer) -> dict[str, str]:
-    return {"GROQ_API_KEY": FAKE_KEY, "GROQ_BASE_URL": server.url, "FLAKEBOT_MODEL_RETRIES": str(RETRIES), **case.settings}
+    return {
+        "GROQ_API_KEY": FAKE_KEY,
+        "GROQ_BASE_URL": server.url,
+        "FLAKEBOT_MODEL_RETRIES": str(RETRIES),
+        **case.settings,
+    }
 
 
 def run_case(case: FaultCase, home: Home) -> dict[str, Any]:
@@ -133,7 +142,12 @@ def retry_figures(home: Home, run_id: str, server: StubServer, fault_turns: list
     calls = sum(1 for t in transcript if t["kind"] == "model_request")
     reasons = [str(t.get("reason")) for t in transcript if t["kind"] == "model_retry"]
     answered = [(r["turn"], r["time"]) for r in server.requests]
-    figures: dict[str, Any] = {"http_requests": len(answered), "flakebot_calls": calls, "sdk_retries": len(answered) - calls, "flakebot_retries": reasons}
+    figures: dict[str, Any] = {
+        "http_requests": len(answered),
+        "flakebot_calls": calls,
+        "sdk_retries": len(answered) - calls,
+        "flakebot_retries": reasons,
+    }
     if fault_turns:
         first = next((t for turn, t in answered if turn == fault_turns[0]), None)
         after = next((t for turn, t in answered if turn == fault_turns[-1] + 1), None)
@@ -185,10 +199,16 @@ def _ok(case: FaultCase, row: dict[str, Any]) -> bool:
     if case.survivable:
         return bool(row["survived"]) and (not case.faults or row.get("faults_answered") == len(case.faults))
     resume = row.get("resume") or {}
-    clean_failure = row["exit_code"] != 0 and row["error_line"].startswith("error:") and row.get("run_status") == "failed"
+    clean_failure = (
+        row["exit_code"] != 0 and row["error_line"].startswith("error:") and row.get("run_status") == "failed"
+    )
     return clean_failure and resume.get("status") == "succeeded"
 
 
 def run(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
     """Every fault case (or those named), each in its own home under `root`."""
-    return [run_case(case, Home(root / f"fault-{case.name}", cache)) for case in CASES if names is None or case.name in names]
+    return [
+        run_case(case, Home(root / f"fault-{case.name}", cache))
+        for case in CASES
+        if names is None or case.name in names
+    ]

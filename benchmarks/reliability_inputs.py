@@ -22,7 +22,17 @@ from benchmarks.reliability_env import DEBIAN_REGISTRY, OFFLINE, SESSION, Home, 
 from flakebot.errors import CatalogError, ConfigError, ModelError, NixError, RunError, SearchError, UsageError
 from tests.fakes.shout import SHOUT_SPEC
 
-AUDIT_FILES = {".lock", "events.jsonl", "run.log", "state.json", "transcript.jsonl", "flake", "edit.json", "manifest.json", "USAGE.md"}
+AUDIT_FILES = {
+    ".lock",
+    "events.jsonl",
+    "run.log",
+    "state.json",
+    "transcript.jsonl",
+    "flake",
+    "edit.json",
+    "manifest.json",
+    "USAGE.md",
+}
 CSV_NEED = "need a CSV deduper"
 SCRIPTED = ["--model", f"scripted:{SESSION}"]
 
@@ -117,15 +127,35 @@ CASES = [
     BadInput("show an unknown run or tool", ["show", "no-such-thing"], RunError.exit_code),
     BadInput("corrupt state.json", ["resume", "{RUN}"], RunError.exit_code, setup=_corrupt_state),
     BadInput(
-        "unknown config key (user flakebot.toml)", ["craft", CSV_NEED, *SCRIPTED, *OFFLINE], ConfigError.exit_code, setup=_config_file('colour = "red"\n')
+        "unknown config key (user flakebot.toml)",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        ConfigError.exit_code,
+        setup=_config_file('colour = "red"\n'),
     ),
-    BadInput("invalid TOML (./flakebot.toml)", ["craft", CSV_NEED, *SCRIPTED, *OFFLINE], ConfigError.exit_code, setup=_config_file("model = \n", "local")),
-    BadInput("unknown FLAKEBOT_ variable", ["craft", CSV_NEED, *SCRIPTED, *OFFLINE], ConfigError.exit_code, env={"FLAKEBOT_COLOUR": "red"}),
-    BadInput("setting of the wrong type", ["craft", CSV_NEED, *SCRIPTED, *OFFLINE], ConfigError.exit_code, env={"FLAKEBOT_MAX_COST": "lots"}),
+    BadInput(
+        "invalid TOML (./flakebot.toml)",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        ConfigError.exit_code,
+        setup=_config_file("model = \n", "local"),
+    ),
+    BadInput(
+        "unknown FLAKEBOT_ variable",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        ConfigError.exit_code,
+        env={"FLAKEBOT_COLOUR": "red"},
+    ),
+    BadInput(
+        "setting of the wrong type",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        ConfigError.exit_code,
+        env={"FLAKEBOT_MAX_COST": "lots"},
+    ),
     BadInput("config set of an unknown key", ["config", "set", "colour", "red"], ConfigError.exit_code),
     BadInput("unknown provider prefix", ["craft", CSV_NEED, "--model", "foo:bar", *OFFLINE], ModelError.exit_code),
     BadInput("no key and no --model", ["craft", CSV_NEED, *OFFLINE], ModelError.exit_code),
-    BadInput("groq chosen without GROQ_API_KEY", ["craft", CSV_NEED, "--model", "groq", *OFFLINE], ModelError.exit_code),
+    BadInput(
+        "groq chosen without GROQ_API_KEY", ["craft", CSV_NEED, "--model", "groq", *OFFLINE], ModelError.exit_code
+    ),
     BadInput(
         "unreachable model base URL",
         ["craft", CSV_NEED, "--model", "openai-compatible:m@http://127.0.0.1:{PORT}/v1", *OFFLINE],
@@ -135,7 +165,10 @@ CASES = [
         setup=_closed_port,
     ),
     BadInput(
-        "script that is not JSON", ["craft", CSV_NEED, "--model", "scripted:{BROKEN_JSON}", *OFFLINE], ModelError.exit_code, setup=_files(broken_json="{\n")
+        "script that is not JSON",
+        ["craft", CSV_NEED, "--model", "scripted:{BROKEN_JSON}", *OFFLINE],
+        ModelError.exit_code,
+        setup=_files(broken_json="{\n"),
     ),
     BadInput(
         "script with an unknown key",
@@ -143,8 +176,17 @@ CASES = [
         ModelError.exit_code,
         setup=_files(odd_json=json.dumps({"format": 1, "turns": [{"bogus": 1}]})),
     ),
-    BadInput("script file missing", ["craft", CSV_NEED, "--model", "scripted:/nonexistent/script.json", *OFFLINE], ModelError.exit_code),
-    BadInput("registry path that is not a directory source", ["search", "csv", "--registry", "{DIR}"], SearchError.exit_code, setup=_empty_dir),
+    BadInput(
+        "script file missing",
+        ["craft", CSV_NEED, "--model", "scripted:/nonexistent/script.json", *OFFLINE],
+        ModelError.exit_code,
+    ),
+    BadInput(
+        "registry path that is not a directory source",
+        ["search", "csv", "--registry", "{DIR}"],
+        SearchError.exit_code,
+        setup=_empty_dir,
+    ),
     BadInput("empty search query", ["search", "", "--registry", "local"], SearchError.exit_code),
     BadInput("stopword-only search query", ["search", "the a of", "--registry", "local"], SearchError.exit_code),
     BadInput(
@@ -161,20 +203,56 @@ CASES = [
         setup=_shout_spec,
     ),
     BadInput("--mode without --crate", ["craft", CSV_NEED, *SCRIPTED, "--mode", "new", *OFFLINE], UsageError.exit_code),
-    BadInput("unknown --stop-after stage", ["craft", CSV_NEED, *SCRIPTED, "--stop-after", "bogus", *OFFLINE], UsageError.exit_code),
-    BadInput("--max-iterations 0", ["craft", CSV_NEED, *SCRIPTED, "--max-iterations", "0", *OFFLINE], UsageError.exit_code),
-    BadInput("--spec file missing", ["craft", "shout it", *SCRIPTED, "--spec", "/nonexistent/spec.json", *OFFLINE], UsageError.exit_code),
+    BadInput(
+        "unknown --stop-after stage",
+        ["craft", CSV_NEED, *SCRIPTED, "--stop-after", "bogus", *OFFLINE],
+        UsageError.exit_code,
+    ),
+    BadInput(
+        "--max-iterations 0", ["craft", CSV_NEED, *SCRIPTED, "--max-iterations", "0", *OFFLINE], UsageError.exit_code
+    ),
+    BadInput(
+        "--spec file missing",
+        ["craft", "shout it", *SCRIPTED, "--spec", "/nonexistent/spec.json", *OFFLINE],
+        UsageError.exit_code,
+    ),
     BadInput(
         "--spec file without examples",
         ["craft", "shout it", *SCRIPTED, "--spec", "{SPEC_JSON}", *OFFLINE],
         42,
         setup=_files(spec_json=json.dumps({"name": "shout"})),
     ),
-    BadInput("unwritable --workdir", ["--workdir", "/proc/flakebot-runs", "craft", CSV_NEED, *SCRIPTED, *OFFLINE], RunError.exit_code),
-    BadInput("package of a crate with no binary", ["package", "csv", "--registry", "local"], UsageError.exit_code, leaves="failed"),
-    BadInput("package of a crate not in the registry", ["package", "no-such-crate", "--registry", "local"], SearchError.exit_code, leaves="failed"),
-    BadInput("package of a directory without Cargo.toml", ["package", "{DIR}"], UsageError.exit_code, leaves="failed", setup=_empty_dir),
-    BadInput("craft without nix on PATH", ["craft", CSV_NEED, *SCRIPTED, *OFFLINE], NixError.exit_code, env={"PATH": "{NOPATH}"}, setup=_path_without_nix),
+    BadInput(
+        "unwritable --workdir",
+        ["--workdir", "/proc/flakebot-runs", "craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        RunError.exit_code,
+    ),
+    BadInput(
+        "package of a crate with no binary",
+        ["package", "csv", "--registry", "local"],
+        UsageError.exit_code,
+        leaves="failed",
+    ),
+    BadInput(
+        "package of a crate not in the registry",
+        ["package", "no-such-crate", "--registry", "local"],
+        SearchError.exit_code,
+        leaves="failed",
+    ),
+    BadInput(
+        "package of a directory without Cargo.toml",
+        ["package", "{DIR}"],
+        UsageError.exit_code,
+        leaves="failed",
+        setup=_empty_dir,
+    ),
+    BadInput(
+        "craft without nix on PATH",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        NixError.exit_code,
+        env={"PATH": "{NOPATH}"},
+        setup=_path_without_nix,
+    ),
     BadInput(
         "package without nix on PATH",
         ["package", str(DEBIAN_REGISTRY / "hexyl-0.8.0")],
@@ -213,7 +291,12 @@ def run_case(case: BadInput, home: Home) -> dict[str, Any]:
         "strays": strays,
     }
     row["clean"] = _clean(case, row)
-    row["ok"] = row["clean"] and outcome.returncode == case.expect_exit and outcome.error_line.startswith("error: ") and not outcome.traceback
+    row["ok"] = (
+        row["clean"]
+        and outcome.returncode == case.expect_exit
+        and outcome.error_line.startswith("error: ")
+        and not outcome.traceback
+    )
     return row
 
 
@@ -233,7 +316,9 @@ def _clean(case: BadInput, row: dict[str, Any]) -> bool:
         return False
     if case.leaves == "none":
         return not row["new_runs"]
-    return len(row["new_runs"]) == 1 and row["new_runs"][0]["status"] == "failed" and not row["new_runs"][0]["extra_files"]
+    return (
+        len(row["new_runs"]) == 1 and row["new_runs"][0]["status"] == "failed" and not row["new_runs"][0]["extra_files"]
+    )
 
 
 def _shown(text: str, home: Home) -> str:

@@ -95,7 +95,10 @@ def summarize(sections: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         rows = sections["escapes"]
         for label in dict.fromkeys(r["sandbox"] for r in rows):
             mine = [r for r in rows if r["sandbox"] == label]
-            summary.setdefault("escapes", {})[label] = {"attempts": len(mine), "contained": sum(1 for r in mine if r["contained"])}
+            summary.setdefault("escapes", {})[label] = {
+                "attempts": len(mine),
+                "contained": sum(1 for r in mine if r["contained"]),
+            }
     if "inputs" in sections:
         rows = sections["inputs"]
         summary["inputs"] = {
@@ -187,7 +190,13 @@ def render(report: dict[str, Any]) -> str:
         *summary_lines(report["summary"]),
         "",
     ]
-    renderers = {"faults": _faults, "escapes": _escapes, "inputs": _inputs, "crashes": _crashes, "concurrency": _concurrency}
+    renderers = {
+        "faults": _faults,
+        "escapes": _escapes,
+        "inputs": _inputs,
+        "crashes": _crashes,
+        "concurrency": _concurrency,
+    }
     for name, rows in sections.items():
         lines += renderers[name](rows) if rows else []
     return "\n".join(lines).rstrip() + "\n"
@@ -224,7 +233,11 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             f"{c['strays']} processes outlived a kill or a resume."
         )
     for batch in summary.get("concurrency", []):
-        ratio = f", {batch['vs_sequential']} x the time of as many crafts one after another" if batch["vs_sequential"] and batch["crafts"] > 1 else ""
+        ratio = (
+            f", {batch['vs_sequential']} x the time of as many crafts one after another"
+            if batch["vs_sequential"] and batch["crafts"] > 1
+            else ""
+        )
         lines.append(
             f"- **{batch['crafts']} concurrent craft(s)**: {batch['succeeded']} succeeded, catalog consistent: {yes(batch['consistent'])}, "
             f"{batch['wall_s']:.1f} s wall{ratio}."
@@ -263,13 +276,23 @@ def _faults(rows: list[dict[str, Any]]) -> list[str]:
     lines += table(["case", "fault", "survived", "outcome", "how", "HTTP", "calls", "recovery", "craft", "ok"], body)
     fatal = [r for r in rows if not r["survivable"]]
     if fatal:
-        lines += ["Faults beyond what retries can absorb, then `flakebot resume` once the server is healthy again (a new stub without the faults):", ""]
+        lines += [
+            "Faults beyond what retries can absorb, then `flakebot resume` once the server is healthy again (a new stub without the faults):",
+            "",
+        ]
         body = []
         for r in fatal:
             resume = r.get("resume") or {}
             reran = ", ".join(k for k, v in resume.get("attempts", {}).items() if (v or 0) > 1 and k != "clean")
             body.append(
-                [r["case"], f"exit {r['exit_code']}", code(r["error_line"]), resume.get("status", "not resumed"), reran, f"{resume.get('seconds', 0):.1f} s"]
+                [
+                    r["case"],
+                    f"exit {r['exit_code']}",
+                    code(r["error_line"]),
+                    resume.get("status", "not resumed"),
+                    reran,
+                    f"{resume.get('seconds', 0):.1f} s",
+                ]
             )
         lines += table(["case", "craft", "error line", "resume", "stages run again", "resume time"], body)
     return lines
@@ -292,7 +315,11 @@ def _escapes(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         by_case.setdefault(r["case"], {})[r["sandbox"]] = r
     labels = list(dict.fromkeys(r["sandbox"] for r in rows))
-    header = ["attempt", "expected"] + [f"{label}: contained" for label in labels] + [f"{label}: outcome" for label in labels]
+    header = (
+        ["attempt", "expected"]
+        + [f"{label}: contained" for label in labels]
+        + [f"{label}: outcome" for label in labels]
+    )
     body = []
     for results in by_case.values():
         first = next(iter(results.values()))
@@ -338,9 +365,15 @@ def _inputs(rows: list[dict[str, Any]]) -> list[str]:
         left = (
             "nothing"
             if not r["new_runs"]
-            else ", ".join(f"1 {n['status']} run" + (f" + {n['extra_files']}" if n["extra_files"] else "") for n in r["new_runs"])
+            else ", ".join(
+                f"1 {n['status']} run" + (f" + {n['extra_files']}" if n["extra_files"] else "") for n in r["new_runs"]
+            )
         )
-        exit_cell = str(r["exit_code"]) if r["exit_code"] == r["expected_exit"] else f"**{r['exit_code']}** (expected {r['expected_exit']})"
+        exit_cell = (
+            str(r["exit_code"])
+            if r["exit_code"] == r["expected_exit"]
+            else f"**{r['exit_code']}** (expected {r['expected_exit']})"
+        )
         body.append([r["case"], code(command), exit_cell, code(r["error_line"]), left, yes(r["ok"])])
     return lines + table(["bad input", "command", "exit", "stderr line", "left", "ok"], body)
 
@@ -415,9 +448,14 @@ def _concurrency(rows: list[dict[str, Any]]) -> list[str]:
                 yes(r["consistent"]),
             ]
         )
-    lines += table(["crafts", "succeeded", "wall", "wall / (N x one craft)", "each craft", "mean stage time", "consistent"], body)
+    lines += table(
+        ["crafts", "succeeded", "wall", "wall / (N x one craft)", "each craft", "mean stage time", "consistent"], body
+    )
     checks = list(rows[0]["checks"]) if rows else []
-    lines += table(["check"] + [f"{r['crafts']} craft(s)" for r in rows], [[check] + [yes(r["checks"][check]) for r in rows] for check in checks])
+    lines += table(
+        ["check"] + [f"{r['crafts']} craft(s)" for r in rows],
+        [[check] + [yes(r["checks"][check]) for r in rows] for check in checks],
+    )
     return lines
 
 

@@ -45,7 +45,9 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
-def measure(profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None) -> tuple[dict[str, Any], dict[str, Any]]:
+def measure(
+    profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the profile's benchmarks (or `only` those), one after another: (results by name, seconds and load of each)."""
     plan = PROFILES[profile]
     results: dict[str, Any] = {}
@@ -58,12 +60,22 @@ def measure(profile: str = "full", only: list[str] | None = None, progress: Call
         except Exception as exc:  # one failed benchmark is reported as such; the others still publish
             logger.exception("benchmark %s failed", name)
             results[name] = {"error": f"{type(exc).__name__}: {exc}"[:600]}
-        runs[name] = {"seconds": round(time.perf_counter() - start, 1), "load_before": load, "load_after": machine.load()[0], "args": plan[name]}
-        progress(f"bench {name}: {runs[name]['seconds']} s" + (f" FAILED: {results[name]['error']}" if "error" in results[name] else ""))
+        runs[name] = {
+            "seconds": round(time.perf_counter() - start, 1),
+            "load_before": load,
+            "load_after": machine.load()[0],
+            "args": plan[name],
+        }
+        progress(
+            f"bench {name}: {runs[name]['seconds']} s"
+            + (f" FAILED: {results[name]['error']}" if "error" in results[name] else "")
+        )
     return results, runs
 
 
-def build(results: dict[str, Any], runs: dict[str, Any], about: dict[str, Any], profile: str, seconds: float) -> dict[str, Any]:
+def build(
+    results: dict[str, Any], runs: dict[str, Any], about: dict[str, Any], profile: str, seconds: float
+) -> dict[str, Any]:
     report = {
         "format": REPORT_FORMAT,
         "generated": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -99,7 +111,9 @@ def rerender(path: Path, readme: Path | None = None) -> dict[str, Path]:
     return paths
 
 
-def run(profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run(
+    profile: str = "full", only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Measure and build the report (nothing written)."""
     about, start = machine.describe(), time.perf_counter()
     results, runs = measure(profile, only, progress)
@@ -138,7 +152,11 @@ def machine_line(about: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     about, figures = report["machine"], report["figures"]
-    gaps = [f"- **{f['id']} {f['title']}**: {value_text(f)} against {goal_text(f)}. {f['gap']}" for f in figures if f["met"] is False]
+    gaps = [
+        f"- **{f['id']} {f['title']}**: {value_text(f)} against {goal_text(f)}. {f['gap']}"
+        for f in figures
+        if f["met"] is False
+    ]
     methods = [
         f"| {name} | {b['seconds']} | {b['load_before']} | {b['load_after']} | `benchmarks/bench_{name}.py`: {_summary(name)} |"
         for name, b in report["benchmarks"].items()
@@ -222,7 +240,12 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated benchmarks: " + ", ".join(ORDER))
     parser.add_argument("--out", type=Path, default=REPO / "bench")
     parser.add_argument("--readme", type=Path, default=None, help="README whose Performance section to rewrite")
-    parser.add_argument("--rerender", type=Path, metavar="REPORT_JSON", help="only write the report again from this report.json's results")
+    parser.add_argument(
+        "--rerender",
+        type=Path,
+        metavar="REPORT_JSON",
+        help="only write the report again from this report.json's results",
+    )
     args = parser.parse_args()
     if args.rerender:
         print(json.dumps({k: str(v) for k, v in rerender(args.rerender, args.readme).items()}))

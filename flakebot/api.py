@@ -58,7 +58,13 @@ def status(run_id: str, settings: config.Settings | None = None) -> dict[str, An
     settings = _settings(settings)
     report = show_run(run_id, settings)
     stages = [{k: stage.get(k) for k in ("name", "status", "seconds", "attempts")} for stage in report["stages"]]
-    answer = {"run_id": report["id"], "pipeline": report["pipeline"], "need": report["need"], "status": report["status"], "stages": stages}
+    answer = {
+        "run_id": report["id"],
+        "pipeline": report["pipeline"],
+        "need": report["need"],
+        "status": report["status"],
+        "stages": stages,
+    }
     answer["error"] = report["error"]
     if report["status"] in ("succeeded", "stopped"):
         answer["result"] = run_result(Run.load(_workdir(settings), report["id"]))
@@ -95,11 +101,18 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
     try:
         return catalog.show_tool(name, settings)
     except CatalogError:
-        raise RunError(f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'") from None
+        raise RunError(
+            f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'"
+        ) from None
 
 
 def search(
-    query: str, *, registry: str | None = None, limit: int = 10, offline: bool | None = None, settings: config.Settings | None = None
+    query: str,
+    *,
+    registry: str | None = None,
+    limit: int = 10,
+    offline: bool | None = None,
+    settings: config.Settings | None = None,
 ) -> list[Candidate]:
     """Crates for `query`, best first; registry: crates-io, local, a path, or auto."""
     from flakebot.crates.registries import search as search_crates
@@ -115,7 +128,10 @@ def list_runs(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     from flakebot.pipeline.run import list_runs as runs
 
     keys = ("pipeline", "need", "created")
-    return [{"id": r.id, "status": r.status, **{k: r.state.get(k) for k in keys}} for r in runs(_workdir(_settings(settings)))]
+    return [
+        {"id": r.id, "status": r.status, **{k: r.state.get(k) for k in keys}}
+        for r in runs(_workdir(_settings(settings)))
+    ]
 
 
 def _workdir(settings: config.Settings) -> Path:
@@ -180,8 +196,16 @@ def craft(
     from flakebot.pipeline import engine as pipeline
 
     if not need.strip():
-        raise UsageError("the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"')
-    given: dict[str, Any] = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens, "offline": offline, "sandbox": sandbox}
+        raise UsageError(
+            "the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"'
+        )
+    given: dict[str, Any] = {
+        "max_iterations": max_iterations,
+        "max_cost": max_cost,
+        "max_tokens": max_tokens,
+        "offline": offline,
+        "sandbox": sandbox,
+    }
     overrides = {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
@@ -234,7 +258,9 @@ def _check_craft_options(crate: str | None, mode: str | None, spec_file: str | N
     if mode is not None and mode not in MODES:
         raise UsageError(f"unknown --mode '{mode}'", fix=f"use one of: {', '.join(MODES)} (with --crate)")
     if mode is not None and not crate:
-        raise UsageError("--mode needs --crate", fix="name the crate to start from with --crate NAME, or leave --mode out")
+        raise UsageError(
+            "--mode needs --crate", fix="name the crate to start from with --crate NAME, or leave --mode out"
+        )
     if spec_file:
         from flakebot.toolspec import load_spec_file
 
@@ -253,7 +279,9 @@ def _check_name(name: str | None, need: str, settings: config.Settings) -> None:
     from flakebot.toolspec import NAME_RE
 
     if not NAME_RE.match(name):
-        raise UsageError(f"--name '{name}' is not kebab-case", fix="pass a name like csv-dedup (lower-case words joined by -)")
+        raise UsageError(
+            f"--name '{name}' is not kebab-case", fix="pass a name like csv-dedup (lower-case words joined by -)"
+        )
     catalog = Catalog.open(settings)
     holder = catalog.name_holder(name, need)
     if holder is not None:
@@ -283,7 +311,10 @@ def _check_limits(settings: config.Settings) -> None:
     for key, least in (("max_iterations", 1), ("max_tokens", 1), ("max_cost", 0)):
         if settings.get(key) < least:
             flag = f"--{key.replace('_', '-')}"
-            raise UsageError(f"{key} must be at least {least}, got {settings.get(key)}", fix=f"pass {flag} with a larger value (or set {key} in flakebot.toml)")
+            raise UsageError(
+                f"{key} must be at least {least}, got {settings.get(key)}",
+                fix=f"pass {flag} with a larger value (or set {key} in flakebot.toml)",
+            )
 
 
 def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
@@ -297,7 +328,8 @@ def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
         run_id=run.id,
         manifest=instruct.get("manifest", {}),
         usage_markdown=instruct.get("usage_markdown", ""),
-        choice={k: v for k, v in run.output("choose").items() if k != "crate"} | {"crate": run.output("choose").get("crate", {}).get("name", "")},
+        choice={k: v for k, v in run.output("choose").items() if k != "crate"}
+        | {"crate": run.output("choose").get("crate", {}).get("name", "")},
         usage=dict(run.state.get("usage") or {}),
         seconds=round(seconds, 3),
     )
@@ -339,11 +371,18 @@ def package(
     from flakebot.stages.outputs import PackageOut
 
     if not str(target).strip():
-        raise UsageError("nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE")
+        raise UsageError(
+            "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
+        )
     overrides = {"nixpkgs": config.coerce("nixpkgs", nixpkgs, "--nixpkgs")} if nixpkgs else {}
     settings = dataclasses.replace(_settings(settings), **overrides)
     path = Path(target).expanduser()
-    options = {"target": str(path.resolve()) if path.exists() else target, "registry": registry, "bin": bin_name, "settings": overrides}
+    options = {
+        "target": str(path.resolve()) if path.exists() else target,
+        "registry": registry,
+        "bin": bin_name,
+        "settings": overrides,
+    }
     options["out"] = str(Path(out).expanduser().resolve()) if out else None
     run = pipeline.start("package", _workdir(settings), settings, f"package {target}", options, sink)
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
@@ -364,7 +403,10 @@ def tool_manifest(name: str, settings: config.Settings | None = None) -> dict[st
 
     manifest: dict[str, Any] = show_tool(name, _settings(settings))["manifest"]
     if not manifest.get("nix_run_argv"):
-        raise CatalogError(f"tool '{name}' has no manifest", fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {name}'")
+        raise CatalogError(
+            f"tool '{name}' has no manifest",
+            fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {name}'",
+        )
     return manifest
 
 
@@ -466,7 +508,9 @@ def remove_runs(run_id: str | None, settings: config.Settings | None = None) -> 
 
     settings = _settings(settings)
     workdir = _workdir(settings)
-    directories = [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
+    directories = (
+        [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
+    )
     for directory in directories:
         try:
             run = Run.load(workdir, directory.name)

@@ -46,7 +46,9 @@ class Settings:
     workdir: str = _setting("scratch", "Directory holding runs/ (relative paths are from the current directory).")
     catalog_dir: str = _setting("", "Catalog of crafted tools; empty means $XDG_DATA_HOME/flakebot.")
     cache_dir: str = _setting("", "HTTP and index caches; empty means $XDG_CACHE_HOME/flakebot.")
-    model: str = _setting("", "Model as provider:name (groq:..., openai:..., ollama:..., scripted:FILE); empty picks from API keys.")
+    model: str = _setting(
+        "", "Model as provider:name (groq:..., openai:..., ollama:..., scripted:FILE); empty picks from API keys."
+    )
     groq_model: str = _setting("llama-3.3-70b-versatile", "Model used for groq when --model names only the provider.")
     openai_model: str = _setting("gpt-4.1-mini", "Model used for openai when --model names only the provider.")
     model_timeout: float = _setting(120.0, "Seconds to wait for one model reply.")
@@ -56,7 +58,9 @@ class Settings:
     max_tokens: int = _setting(2_000_000, "Tokens (prompt + completion) a run may use.")
     max_wall_seconds: float = _setting(1800.0, "Wall-clock seconds the edit loop may take.")
     registry: str = _setting("auto", "Where to search crates: auto, crates-io, local, or a directory source path.")
-    local_registry: str = _setting("/usr/share/cargo/registry", "Cargo directory source used offline (Debian's packaged crates).")
+    local_registry: str = _setting(
+        "/usr/share/cargo/registry", "Cargo directory source used offline (Debian's packaged crates)."
+    )
     offline: bool = _setting(False, "Never contact crates.io; use the local registry and cargo --offline.")
     cratesio_api_url: str = _setting("https://crates.io", "crates.io API base URL.")
     cratesio_static_url: str = _setting("https://static.crates.io", "Base URL for .crate downloads.")
@@ -64,8 +68,13 @@ class Settings:
     contact: str = _setting("https://github.com/flakebot/flakebot", "Contact put in the User-Agent sent to crates.io.")
     http_cache_ttl: float = _setting(3600.0, "Seconds a cached crates.io answer stays fresh.")
     connect_timeout: float = _setting(3.0, "Seconds to wait when first connecting to crates.io before falling back.")
-    cratesio_interval: float = _setting(1.0, "Seconds between crates.io API requests, shared by the whole process (their policy: at most 1 per second).")
-    cratesio_details: int = _setting(3, "Top crates.io search results whose version details (binaries, licence, yanked) refine the ranking; 1 request each.")
+    cratesio_interval: float = _setting(
+        1.0, "Seconds between crates.io API requests, shared by the whole process (their policy: at most 1 per second)."
+    )
+    cratesio_details: int = _setting(
+        3,
+        "Top crates.io search results whose version details (binaries, licence, yanked) refine the ranking; 1 request each.",
+    )
     github_api_url: str = _setting("https://api.github.com", "GitHub REST API base URL (for --fork).")
     git_timeout: float = _setting(300.0, "Seconds one git clone or push may take.")
     fork_timeout: float = _setting(120.0, "Seconds to wait for GitHub to finish copying a new fork's git objects.")
@@ -76,17 +85,28 @@ class Settings:
         ("required", "auto", "off"),
     )
     command_timeout: float = _setting(600.0, "Seconds one sandboxed command (cargo test, ...) may run.")
-    sandbox_memory_mb: int = _setting(4096, "MiB of data memory (RLIMIT_DATA) one sandboxed process may use; rustc needs 1-2 GiB on large crates.")
+    sandbox_memory_mb: int = _setting(
+        4096, "MiB of data memory (RLIMIT_DATA) one sandboxed process may use; rustc needs 1-2 GiB on large crates."
+    )
     sandbox_file_mb: int = _setting(2048, "MiB: the largest file a sandboxed process may write (RLIMIT_FSIZE).")
     sandbox_disk_mb: int = _setting(
-        10240, "MiB a run's workspace and target dir may hold: a sandboxed command is killed when the disk grows past it, the edit loop stops beyond it."
+        10240,
+        "MiB a run's workspace and target dir may hold: a sandboxed command is killed when the disk grows past it, the edit loop stops beyond it.",
     )
     output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
-    nixpkgs: str = _setting("auto", "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.", ("auto", "pinned", "host"))
+    nixpkgs: str = _setting(
+        "auto",
+        "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.",
+        ("auto", "pinned", "host"),
+    )
     smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")
-    tool_timeout: float = _setting(120.0, "Seconds one call of a crafted tool from JSON arguments (MCP, run --args-json) may take.")
+    tool_timeout: float = _setting(
+        120.0, "Seconds one call of a crafted tool from JSON arguments (MCP, run --args-json) may take."
+    )
     nix_build_timeout: float = _setting(1800.0, "Seconds one nix build may take.")
-    nix_builders: str = _setting("", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone.")
+    nix_builders: str = _setting(
+        "", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone."
+    )
     nix_copy_timeout: float = _setting(1800.0, "Seconds one nix copy (flakebot publish) may take.")
 
     @classmethod
@@ -138,7 +158,10 @@ def coerce(key: str, value: Any, source: str) -> Any:
         raise ConfigError(f"{source}: '{key}' must be {wanted}, got {value!r}", fix=f"set {key} to {wanted}") from None
     choices = f.metadata["choices"]
     if choices and value not in choices:
-        raise ConfigError(f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}", fix=f"set {key} to one of {', '.join(choices)}")
+        raise ConfigError(
+            f"{source}: '{key}' must be one of {', '.join(choices)}, got {value!r}",
+            fix=f"set {key} to one of {', '.join(choices)}",
+        )
     return value
 
 

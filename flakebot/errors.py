@@ -41,7 +41,8 @@ class FlakebotError(Exception):
     ) -> None:
         from flakebot.redact import redact, redact_text
 
-        message = redact_text(message)  # error messages quote logs and commands: a key must not reach a terminal or state.json
+        # error messages quote logs and commands: a key must not reach a terminal or state.json
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
         self.fix = redact_text(fix) if fix else fix

@@ -42,14 +42,19 @@ INSTRUCTIONS = (
 
 def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> dict[str, Any]:
     """A JSON Schema object from name=(type, description) pairs."""
-    props: dict[str, dict[str, Any]] = {name: {"type": kind, "description": text} for name, (kind, text) in properties.items()}
+    props: dict[str, dict[str, Any]] = {
+        name: {"type": kind, "description": text} for name, (kind, text) in properties.items()
+    }
     for prop in props.values():
         if prop["type"] == "array":
             prop["items"] = {"type": "string"}
     return {"type": "object", "properties": props, "required": list(required)}
 
 
-WAIT = ("boolean", "true (default): answer when done, with progress notifications; false: answer at once with the run id, then poll status.")
+WAIT = (
+    "boolean",
+    "true (default): answer when done, with progress notifications; false: answer at once with the run id, then poll status.",
+)
 OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "craft": (
         "Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for the same need); "
@@ -63,7 +68,12 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
             name=("string", "The tool's name, when the one the spec picks is taken."),
             fresh=("boolean", "Craft again even if the catalog has a tool for this need."),
             wait=WAIT,
-            **{"from": ("string", "A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from.")},
+            **{
+                "from": (
+                    "string",
+                    "A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from.",
+                )
+            },
         ),
     ),
     "status": (
@@ -84,7 +94,10 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "list": ("List the crafted tools in flakebot's catalog with their summaries.", _schema()),
-    "show": ("Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.", _schema(("name",), name=("string", "A run id or a tool name."))),
+    "show": (
+        "Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.",
+        _schema(("name",), name=("string", "A run id or a tool name.")),
+    ),
     "package": (
         "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model.",
         _schema(
@@ -98,7 +111,12 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "runs": ("List runs, newest first, with status and need.", _schema()),
     "run": (
         "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead).",
-        _schema(("tool",), tool=("string", "The tool's name."), args=("array", "Command-line arguments."), stdin=("string", "Standard input.")),
+        _schema(
+            ("tool",),
+            tool=("string", "The tool's name."),
+            args=("array", "Command-line arguments."),
+            stdin=("string", "Standard input."),
+        ),
     ),
     "rm": ("Remove a crafted tool from the catalog.", _schema(("tool",), tool=("string", "The tool's name."))),
 }
@@ -132,12 +150,18 @@ class FlakebotMCP:
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
 
-        own = [types.Tool(name=name, description=text, input_schema=schema) for name, (text, schema) in OWN_TOOLS.items()]
+        own = [
+            types.Tool(name=name, description=text, input_schema=schema) for name, (text, schema) in OWN_TOOLS.items()
+        ]
         crafted = await anyio.to_thread.run_sync(lambda: api.tool_definitions(self.settings()))
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
-        tools = own + [types.Tool(name=d["name"], description=d["description"], input_schema=d["inputSchema"]) for d in crafted if d["name"] not in OWN_TOOLS]
+        tools = own + [
+            types.Tool(name=d["name"], description=d["description"], input_schema=d["inputSchema"])
+            for d in crafted
+            if d["name"] not in OWN_TOOLS
+        ]
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
@@ -170,14 +194,24 @@ class FlakebotMCP:
         settings = self.settings()
         run_id = _required(args, "run_id")
         return await self._long(
-            ctx, lambda sink: api.resume(run_id, sink=sink, settings=settings), wait=args.get("wait", True) is not False, changes_catalog=True
+            ctx,
+            lambda sink: api.resume(run_id, sink=sink, settings=settings),
+            wait=args.get("wait", True) is not False,
+            changes_catalog=True,
         )
 
     async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         settings, target = self.settings(), _required(args, "target")
 
         def work(sink: EventSink) -> dict[str, Any]:
-            out = api.package(target, registry=args.get("registry"), bin_name=args.get("bin"), out=args.get("out"), sink=sink, settings=settings)
+            out = api.package(
+                target,
+                registry=args.get("registry"),
+                bin_name=args.get("bin"),
+                out=args.get("out"),
+                sink=sink,
+                settings=settings,
+            )
             return out.to_dict()
 
         return await self._long(ctx, work, wait=True, changes_catalog=False)
@@ -187,7 +221,9 @@ class FlakebotMCP:
 
     async def _tool_search(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         query, limit = _required(args, "query"), int(args.get("limit") or 10)
-        found = await anyio.to_thread.run_sync(lambda: api.search(query, registry=args.get("registry"), limit=limit, settings=self.settings()))
+        found = await anyio.to_thread.run_sync(
+            lambda: api.search(query, registry=args.get("registry"), limit=limit, settings=self.settings())
+        )
         return {"ok": True, "candidates": [c.to_dict() for c in found]}
 
     async def _tool_list(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +243,9 @@ class FlakebotMCP:
 
         def run() -> dict[str, Any]:
             argv = api.tool_command(tool, [str(a) for a in args.get("args") or []], settings)
-            done = subprocess.run(argv, input=str(args.get("stdin") or ""), capture_output=True, text=True, timeout=settings.tool_timeout)
+            done = subprocess.run(
+                argv, input=str(args.get("stdin") or ""), capture_output=True, text=True, timeout=settings.tool_timeout
+            )
             return {"exit_code": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-4000:]}
 
         return await _threaded(run)
@@ -219,7 +257,9 @@ class FlakebotMCP:
 
     # ------------------------------------------------------------ long work
 
-    async def _long(self, ctx: Any, work: Callable[[EventSink], dict[str, Any]], *, wait: bool, changes_catalog: bool) -> dict[str, Any]:
+    async def _long(
+        self, ctx: Any, work: Callable[[EventSink], dict[str, Any]], *, wait: bool, changes_catalog: bool
+    ) -> dict[str, Any]:
         """Run `work` in a worker thread: to its end with progress notifications, or (wait=False) until its run exists."""
         job = Job()
         if wait:
@@ -279,7 +319,8 @@ def progress_message(event: Event) -> str | None:
         "stage_started": f"{event.stage}: started",
         "stage_skipped": f"{event.stage}: skipped ({event.message})",
         "progress": f"{event.stage}: {event.message}",
-        "stage_finished": f"{event.stage}: finished" + (f" in {seconds:.1f}s" if isinstance(seconds, (int, float)) else ""),
+        "stage_finished": f"{event.stage}: finished"
+        + (f" in {seconds:.1f}s" if isinstance(seconds, (int, float)) else ""),
         "stage_failed": f"{event.stage}: failed: {event.message}",
         "run_finished": f"run {event.run_id} {event.data.get('status', 'finished')}",
         "run_failed": f"run {event.run_id} failed",
@@ -316,7 +357,9 @@ def _result(payload: dict[str, Any], *, error: bool = False) -> Any:
     import mcp_types as types
 
     text = json.dumps(payload, default=str)
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=json.loads(text), is_error=error)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=json.loads(text), is_error=error
+    )
 
 
 def serve(settings: config.Settings | None = None) -> None:

@@ -49,7 +49,10 @@ def redact(value: Any, secrets: list[str] | None = None) -> Any:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, dict):
-        return {k: REDACTED if str(k).lower() in SECRET_KEYS and isinstance(v, str) else redact(v, secrets) for k, v in value.items()}
+        return {
+            k: REDACTED if str(k).lower() in SECRET_KEYS and isinstance(v, str) else redact(v, secrets)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [redact(v, secrets) for v in value]
     return value

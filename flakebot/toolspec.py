@@ -50,7 +50,9 @@ class ToolSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "spec") -> ToolSpec:
         try:
-            examples = [Example(**{k: v for k, v in e.items() if k in Example.__dataclass_fields__}) for e in data["examples"]]
+            examples = [
+                Example(**{k: v for k, v in e.items() if k in Example.__dataclass_fields__}) for e in data["examples"]
+            ]
             spec = cls(
                 name=str(data["name"]),
                 summary=str(data["summary"]),
@@ -59,7 +61,10 @@ class ToolSpec:
                 search_query=str(data.get("search_query", "")),
             )
         except (KeyError, TypeError) as exc:
-            raise SpecError(f"{source}: missing or malformed field {exc}", fix="give name, summary, usage and 3-6 examples (args, stdout, exit_code)") from None
+            raise SpecError(
+                f"{source}: missing or malformed field {exc}",
+                fix="give name, summary, usage and 3-6 examples (args, stdout, exit_code)",
+            ) from None
         problems = spec.problems()
         if problems:
             raise SpecError(f"{source}: {'; '.join(problems)}", fix="correct the spec")
@@ -85,7 +90,9 @@ def load_spec_file(path: Path) -> ToolSpec:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise UsageError(f"cannot read spec file {path}: {exc.strerror}", fix="pass --spec with a readable JSON or TOML file") from None
+        raise UsageError(
+            f"cannot read spec file {path}: {exc.strerror}", fix="pass --spec with a readable JSON or TOML file"
+        ) from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

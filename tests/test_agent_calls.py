@@ -34,7 +34,9 @@ def shout_files(tmp_path: Path) -> tuple[Path, Path]:
     """(spec file, scripted model writing the shout program in one edit)."""
     spec, script = tmp_path / "spec.json", tmp_path / "script.json"
     spec.write_text(json.dumps(SHOUT_SPEC))
-    script.write_text(json.dumps({"format": 1, "stages": {"edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}}))
+    script.write_text(
+        json.dumps({"format": 1, "stages": {"edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}})
+    )
     return spec, script
 
 
@@ -45,7 +47,17 @@ def test_json_failures_before_a_run_exists(tmp_path: Path) -> None:
     unknown_model = error_object(run_cli("craft", "need a CSV deduper", "--model", "nope:zz", "--json"))
     assert unknown_model["exit_code"] == 30 and "unknown model provider" in unknown_model["error"]
 
-    no_nix = error_object(run_cli("craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", *OFFLINE, "--json", env={"PATH": str(tmp_path)}))
+    no_nix = error_object(
+        run_cli(
+            "craft",
+            "need a CSV deduper",
+            "--model",
+            f"scripted:{SESSION}",
+            *OFFLINE,
+            "--json",
+            env={"PATH": str(tmp_path)},
+        )
+    )
     assert no_nix["exit_code"] == 50 and "nix is not installed" in no_nix["error"] and no_nix["run_id"] is None
 
     for command in (("resume", "no-such-run"), ("show", "no-such-run"), ("run", "no-such-tool", "--args-json", "{}")):
@@ -62,7 +74,16 @@ def test_a_name_held_by_another_need_is_never_taken(tmp_path: Path, workdir: Pat
     flake = tmp_path / "flake"
     flake.mkdir()
     (flake / "flake.nix").write_text("{ }\n")
-    catalog.add("shout", need="shout at me", flake_dir=flake, manifest={}, usage_md="", store_path="/nonexistent", run_id="r1", origin={})
+    catalog.add(
+        "shout",
+        need="shout at me",
+        flake_dir=flake,
+        manifest={},
+        usage_md="",
+        store_path="/nonexistent",
+        run_id="r1",
+        origin={},
+    )
     spec, script = shout_files(tmp_path)
     args = ("--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", *OFFLINE, "--json")
 
@@ -74,7 +95,16 @@ def test_a_name_held_by_another_need_is_never_taken(tmp_path: Path, workdir: Pat
     assert Run.load(workdir, json_result(renamed)["run_id"]).output("spec")["name"] == "shout-2"
 
     with pytest.raises(Exception, match="already has a tool named shout for another need"):
-        catalog.add("shout", need="upper-case my input", flake_dir=flake, manifest={}, usage_md="", store_path="/nonexistent", run_id="r2", origin={})
+        catalog.add(
+            "shout",
+            need="upper-case my input",
+            flake_dir=flake,
+            manifest={},
+            usage_md="",
+            store_path="/nonexistent",
+            run_id="r2",
+            origin={},
+        )
     assert catalog.get("shout")["run_id"] == "r1"
 
 
@@ -85,12 +115,30 @@ def test_craft_from_a_local_directory_skips_search_and_choice(tmp_path: Path, wo
     (crate / "Cargo.toml").write_text(crate_manifest("shout", "0.3.0"))
     (crate / "src/lib.rs").write_text("pub fn x() {}\n")
     spec, script = shout_files(tmp_path)
-    done = run_cli("craft", "shout", "--from", str(crate), "--model", f"scripted:{script}", "--spec", str(spec), *OFFLINE, "--stop-after", "acquire", "--json")
+    done = run_cli(
+        "craft",
+        "shout",
+        "--from",
+        str(crate),
+        "--model",
+        f"scripted:{script}",
+        "--spec",
+        str(spec),
+        *OFFLINE,
+        "--stop-after",
+        "acquire",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     run = Run.load(workdir, json_result(done)["run_id"])
     assert run.output("search")["candidates"] == [] and run.output("choose")["by"] == "option"
     origin = run.output("acquire")["origin"]
-    assert (origin["method"], origin["package"], origin["version"], origin["crate_dir"]) == ("local", "shout", "0.3.0", "")
+    assert (origin["method"], origin["package"], origin["version"], origin["crate_dir"]) == (
+        "local",
+        "shout",
+        "0.3.0",
+        "",
+    )
     assert (run.workspace / "src/lib.rs").is_file()
 
 
@@ -101,7 +149,9 @@ def test_craft_from_a_git_repository_at_a_ref(tmp_path: Path, workdir: Path) -> 
     spec, script = shout_files(tmp_path)
     with GitDaemon(tmp_path / "repos") as daemon:
         url = daemon.url("shout.git") + "#v0.1.0"
-        crafted = run_cli("craft", "shout", "--from", url, "--model", f"scripted:{script}", "--spec", str(spec), *OFFLINE, "--json")
+        crafted = run_cli(
+            "craft", "shout", "--from", url, "--model", f"scripted:{script}", "--spec", str(spec), *OFFLINE, "--json"
+        )
     assert crafted.returncode == 0, crafted.stderr
     result = json_result(crafted)
     origin = result["manifest"]["origin"]
@@ -121,5 +171,7 @@ def test_package_out_writes_the_flake_where_asked_and_clean_keeps_it(tmp_path: P
     assert Path(result["flake_dir"]) == out and (out / "flake.nix").is_file() and (out / "flake.lock").is_file()
     assert run_cli("clean", result["run_id"]).returncode == 0
     assert not (workdir / "runs" / result["run_id"]).exists() and (out / "flake.nix").is_file()
-    ran = subprocess.run([str(Path(result["store_path"]) / "bin" / result["main_program"]), "bob"], capture_output=True, text=True)
+    ran = subprocess.run(
+        [str(Path(result["store_path"]) / "bin" / result["main_program"]), "bob"], capture_output=True, text=True
+    )
     assert (ran.returncode, ran.stdout) == (0, "hello, bob\n"), ran.stderr

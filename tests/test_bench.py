@@ -25,7 +25,9 @@ classify = importlib.import_module("benchmarks.proctrace").classify
 
 
 def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_quick_bench_writes_report_json_markdown_and_chart(tmp_path: Path) -> None:
@@ -80,7 +82,10 @@ def test_sandboxed_cargo_is_classified_by_its_own_command() -> None:
     argv = [*sandbox.bwrap_argv(REPO), *sandbox.limit_argv(), *cargo.argv("test", "--message-format=json")]
     assert classify(argv) == "cargo test"
     assert classify(cargo.argv("metadata", "--format-version", "1")) == "cargo metadata"
-    assert classify(["/usr/bin/nix", "--extra-experimental-features", "nix-command flakes", "build", "--json", "."]) == "nix build"
+    assert (
+        classify(["/usr/bin/nix", "--extra-experimental-features", "nix-command flakes", "build", "--json", "."])
+        == "nix build"
+    )
     assert classify([*sandbox.bwrap_argv(REPO), "true"]) == "sandbox probe"
 
 
@@ -92,7 +97,15 @@ def test_overlapping_processes_are_counted_once() -> None:
         {"kind": "git", "start": 17.5, "end": 19.0, "seconds": 1.5},  # half inside the nix build
     ]
     split = bench_craft.attribute(procs, (9.0, 20.0))
-    assert split == {"seconds": 11.0, "raw_s": 7.0, "cargo_s": 5.0, "host_fetch_s": 0.0, "nix_build_s": 2.0, "other_processes_s": 1.0, "own_s": 3.0}
+    assert split == {
+        "seconds": 11.0,
+        "raw_s": 7.0,
+        "cargo_s": 5.0,
+        "host_fetch_s": 0.0,
+        "nix_build_s": 2.0,
+        "other_processes_s": 1.0,
+        "own_s": 3.0,
+    }
     assert bench_craft.attribute(procs, (12.0, 13.5))["raw_s"] == 1.5
 
 

@@ -13,7 +13,9 @@ from tests.conftest import json_result, run_cli
 
 def test_precedence_file_then_env_then_flags(flakebot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (flakebot_home / "config" / "flakebot").mkdir()
-    (flakebot_home / "config" / "flakebot" / "flakebot.toml").write_text("max_iterations = 7\nmax_cost = 1.5\noffline = true\n")
+    (flakebot_home / "config" / "flakebot" / "flakebot.toml").write_text(
+        "max_iterations = 7\nmax_cost = 1.5\noffline = true\n"
+    )
     (flakebot_home / "flakebot.toml").write_text("max_cost = 0.5\n")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "false")
     settings = config.load({"max_iterations": "9", "model": None})

@@ -21,7 +21,17 @@ from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 OFFLINE = ["--registry", "local", "--offline"]
-AUDIT_FILES = {".lock", "events.jsonl", "run.log", "state.json", "transcript.jsonl", "flake", "edit.json", "manifest.json", "USAGE.md"}
+AUDIT_FILES = {
+    ".lock",
+    "events.jsonl",
+    "run.log",
+    "state.json",
+    "transcript.jsonl",
+    "flake",
+    "edit.json",
+    "manifest.json",
+    "USAGE.md",
+}
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
 
 
@@ -40,7 +50,9 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     assert result["choice"] == {"crate": "csv", "mode": "new", "reason": result["choice"]["reason"], "by": "model"}
 
     # nix run of the produced tool, exactly as the manifest says, dedupes a CSV.
-    deduped = subprocess.run([*manifest["nix_run_argv"], "--", "--key", "id"], input=CSV, capture_output=True, text=True, timeout=300)
+    deduped = subprocess.run(
+        [*manifest["nix_run_argv"], "--", "--key", "id"], input=CSV, capture_output=True, text=True, timeout=300
+    )
     assert (deduped.returncode, deduped.stdout) == (0, "id,name\n1,ann\n2,bob\n3,cy\n"), deduped.stderr
     # The verification command flakebot ran passes when run here, as printed.
     verification = manifest["verification_command"]
@@ -77,7 +89,9 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
         "tool_calls": [{"name": "use_existing", "arguments": {"name": "csv-dedup", "reason": "same job"}}],
     }
     reuse.write_text(json.dumps({"format": 1, "stages": {"spec": [turn]}}))
-    judged = run_cli("craft", "drop repeated rows from comma separated files", "--model", f"scripted:{reuse}", *OFFLINE, "--json")
+    judged = run_cli(
+        "craft", "drop repeated rows from comma separated files", "--model", f"scripted:{reuse}", *OFFLINE, "--json"
+    )
     assert judged.returncode == 0, judged.stderr
     assert result_of(judged.stdout)["status"] == "cached" and result_of(judged.stdout)["name"] == "csv-dedup"
     reused_run = Run.load(workdir, result_of(judged.stdout)["run_id"])
@@ -113,7 +127,17 @@ async def _mcp_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.slow
 def test_sigkill_during_edit_then_resume_completes(workdir: Path) -> None:
     require("bwrap", "cargo", "nix")
-    argv = [sys.executable, "-m", "flakebot", "craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", *OFFLINE, "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "flakebot",
+        "craft",
+        "need a CSV deduper",
+        "--model",
+        f"scripted:{SESSION}",
+        *OFFLINE,
+        "--json",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         events = wait_for(lambda: next(workdir.glob("runs/*/events.jsonl"), None))
@@ -128,7 +152,13 @@ def test_sigkill_during_edit_then_resume_completes(workdir: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     done = Run.load(workdir, run.id)
     assert done.state["status"] == "succeeded"
-    assert [done.state["stages"][s]["attempts"] for s in ("spec", "search", "choose", "acquire", "edit")] == [1, 1, 1, 1, 2]
+    assert [done.state["stages"][s]["attempts"] for s in ("spec", "search", "choose", "acquire", "edit")] == [
+        1,
+        1,
+        1,
+        1,
+        2,
+    ]
     assert done.output("instruct")["manifest"]["verification_command"]["passed"] is True
 
 
@@ -140,12 +170,27 @@ def test_a_failed_craft_leaves_only_the_run_record(workdir: Path, tmp_path: Path
     script.write_text(json.dumps({"format": 1, "stages": {"edit": [same, same, same]}}))
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(SHOUT_SPEC))
-    failed = run_cli("craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE, "--json")
+    failed = run_cli(
+        "craft",
+        "shout",
+        "--model",
+        f"scripted:{script}",
+        "--spec",
+        str(spec),
+        "--crate",
+        "csv",
+        "--mode",
+        "new",
+        *OFFLINE,
+        "--json",
+    )
     assert failed.returncode == EditError.exit_code
     (run,) = list_runs(workdir)
     # --json: the events, then one error object naming the run, on stdout; the human line on stderr.
     error = json.loads(failed.stdout.splitlines()[-1])
-    assert (error["exit_code"], error["stage"], error["run_id"]) == (EditError.exit_code, "edit", run.id) and error["fix"]
+    assert (error["exit_code"], error["stage"], error["run_id"]) == (EditError.exit_code, "edit", run.id) and error[
+        "fix"
+    ]
     assert json.loads(failed.stdout.splitlines()[-2])["event"] == "run_failed" and "error: [edit]" in failed.stderr
     assert run.state["status"] == "failed" and run.stage_status("clean") == "finished"
     assert {p.name for p in run.dir.iterdir()} <= AUDIT_FILES
@@ -156,13 +201,34 @@ def test_a_failed_craft_leaves_only_the_run_record(workdir: Path, tmp_path: Path
 def test_four_concurrent_crafts_leave_a_consistent_catalog(workdir: Path, tmp_path: Path, flakebot_home: Path) -> None:
     require("bwrap", "cargo", "nix")
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"format": 1, "stages": {"edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}}))
+    script.write_text(
+        json.dumps({"format": 1, "stages": {"edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}})
+    )
     procs = []
     for i in range(4):
         spec = tmp_path / f"spec{i}.json"
         spec.write_text(json.dumps({**SHOUT_SPEC, "name": f"shout-{i}"}))
-        argv = ["craft", f"shout number {i}", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE]
-        procs.append(subprocess.Popen([sys.executable, "-m", "flakebot", *argv, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        argv = [
+            "craft",
+            f"shout number {i}",
+            "--model",
+            f"scripted:{script}",
+            "--spec",
+            str(spec),
+            "--crate",
+            "csv",
+            "--mode",
+            "new",
+            *OFFLINE,
+        ]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "flakebot", *argv, "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outcomes = [p.communicate(timeout=900) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in outcomes]
     catalog_dir = flakebot_home / "data/flakebot"
@@ -181,10 +247,29 @@ def test_sandbox_off_is_only_by_request_and_warned_on_every_run(workdir: Path, t
     spec, script = tmp_path / "spec.json", tmp_path / "script.json"
     spec.write_text(json.dumps(SHOUT_SPEC))
     script.write_text(json.dumps({"format": 1, "stages": {}}))
-    args = ["craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", *OFFLINE, "--stop-after", "spec"]
+    args = [
+        "craft",
+        "shout",
+        "--model",
+        f"scripted:{script}",
+        "--spec",
+        str(spec),
+        "--crate",
+        "csv",
+        "--mode",
+        "new",
+        *OFFLINE,
+        "--stop-after",
+        "spec",
+    ]
     default = run_cli(*args)
     assert default.returncode == 0 and "sandbox off" not in default.stderr, default.stderr
     off = run_cli(*args, "--sandbox", "off")
     assert off.returncode == 0 and "sandbox off (asked for)" in off.stderr, off.stderr
-    started = [json.loads(line) for run in list_runs(workdir) for line in run.events_path.read_text().splitlines() if '"run_started"' in line]
+    started = [
+        json.loads(line)
+        for run in list_runs(workdir)
+        for line in run.events_path.read_text().splitlines()
+        if '"run_started"' in line
+    ]
     assert sorted(e["data"]["sandbox"] for e in started) == ["off", "required"]

@@ -63,7 +63,14 @@ def shout_script(tmp_path: Path) -> Path:
     """A scripted model for the shout tool: the spec from tests/fixtures, one edit writing the program."""
     spec_turn = {"tool_calls": [{"name": "submit_spec", "arguments": SHOUT_SPEC}]}
     script = tmp_path / "shout-script.json"
-    script.write_text(json.dumps({"format": 1, "stages": {"spec": [spec_turn], "edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}}))
+    script.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "stages": {"spec": [spec_turn], "edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]},
+            }
+        )
+    )
     return script
 
 
@@ -71,7 +78,12 @@ def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
     async def session() -> tuple[list[str], Any, Any, Any]:
         async with mcp_client() as client:
             names = await client.tool_names()
-            return names, await client.call("list", {}), await client.call("run", {"tool": "nope", "args": []}), await client.call("status", {"run_id": "nope"})
+            return (
+                names,
+                await client.call("list", {}),
+                await client.call("run", {"tool": "nope", "args": []}),
+                await client.call("status", {"run_id": "nope"}),
+            )
 
     names, listing, unknown, no_run = asyncio.run(session())
     assert {"craft", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(names)
@@ -81,7 +93,9 @@ def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
 
 
 @pytest.mark.slow
-def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(flakebot_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(
+    flakebot_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require("bwrap", "cargo", "nix")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
 
@@ -127,7 +141,10 @@ def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(flakebot_home: 
     assert seen["changes_after_craft"] >= 1 and seen["new_tools"] == ["csv-dedup"]
     assert {"file", "key", "no_header", "stdin"} <= set(seen["schema"]["properties"])
     assert "Usage: csv-dedup" in seen["description"]
-    assert seen["dedup"] == ({"tool": "csv-dedup", "argv": [], "exit_code": 0, "stdout": "id,name\n1,ann\n2,bob\n3,cy\n", "stderr": ""}, False)
+    assert seen["dedup"] == (
+        {"tool": "csv-dedup", "argv": [], "exit_code": 0, "stdout": "id,name\n1,ann\n2,bob\n3,cy\n", "stderr": ""},
+        False,
+    )
     assert seen["by_key"][0]["argv"] == ["--key", "name"] and seen["by_key"][0]["stdout"] == "id,name\n1,a\n"
     refused, refused_error = seen["refused"]
     assert refused_error and refused["exit_code"] == 1 and "no column named 'zip'" in refused["stderr"]
@@ -137,7 +154,9 @@ def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(flakebot_home: 
 
 
 @pytest.mark.slow
-def test_mcp_craft_without_waiting_then_status_until_done(flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mcp_craft_without_waiting_then_status_until_done(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     require("bwrap", "cargo", "nix")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     script = shout_script(tmp_path)
@@ -145,7 +164,13 @@ def test_mcp_craft_without_waiting_then_status_until_done(flakebot_home: Path, t
     async def session() -> dict[str, Any]:
         seen: dict[str, Any] = {"polls": []}
         async with mcp_client() as client:
-            arguments = {"need": "upper-case my input", "model": f"scripted:{script}", "crate": "csv", "registry": "local", "wait": False}
+            arguments = {
+                "need": "upper-case my input",
+                "model": f"scripted:{script}",
+                "crate": "csv",
+                "registry": "local",
+                "wait": False,
+            }
             started = time.monotonic()
             seen["job"] = await client.call("craft", arguments)
             seen["answered_in"] = time.monotonic() - started
@@ -170,22 +195,41 @@ def test_mcp_craft_without_waiting_then_status_until_done(flakebot_home: Path, t
     status = seen["status"]
     assert status["status"] == "succeeded", status
     assert "running" in seen["polls"]
-    assert [s["name"] for s in status["stages"]] == CRAFT_STAGES and all(s["status"] == "finished" for s in status["stages"])
-    assert status["result"]["manifest"]["name"] == "shout" and status["result"]["manifest"]["verification_command"]["passed"]
+    assert [s["name"] for s in status["stages"]] == CRAFT_STAGES and all(
+        s["status"] == "finished" for s in status["stages"]
+    )
+    assert (
+        status["result"]["manifest"]["name"] == "shout"
+        and status["result"]["manifest"]["verification_command"]["passed"]
+    )
     assert seen["changes"] >= 1  # the job's craft changed the catalog
     assert seen["shout"][0]["stdout"] == "ABC\n"
     assert seen["resumed"][0]["status"] == "crafted"  # resuming a finished run returns its result
 
 
 @pytest.mark.slow
-def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A second, independent MCP client: the official TypeScript SDK's, run by node (tests/mcp_ts/client.mjs)."""
     if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
-        pytest.skip("the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry")
+        pytest.skip(
+            "the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry"
+        )
     require("node", "bwrap", "cargo", "nix")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
-    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv", "registry": "local"}
-    done = subprocess.run(["node", str(TS_CLIENT / "client.mjs"), sys.executable, json.dumps(arguments)], capture_output=True, text=True, timeout=1800)
+    arguments = {
+        "need": "upper-case my input",
+        "model": f"scripted:{shout_script(tmp_path)}",
+        "crate": "csv",
+        "registry": "local",
+    }
+    done = subprocess.run(
+        ["node", str(TS_CLIENT / "client.mjs"), sys.executable, json.dumps(arguments)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen["server"]["name"] == "flakebot" and seen["capabilities"]["tools"]["listChanged"] is True
@@ -194,6 +238,13 @@ def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(tmp_path: Pat
     assert progress == sorted(progress) and any(p["message"] == "edit: started" for p in seen["progress"])
     assert seen["changesAfterCraft"] >= 1 and "shout" not in seen["before"]
     assert seen["tool"]["name"] == "shout" and "stdin" in seen["tool"]["inputSchema"]["properties"]
-    assert seen["call"] == {"result": {"tool": "shout", "argv": [], "exit_code": 0, "stdout": "HELLO FROM TYPESCRIPT\n", "stderr": ""}, "isError": False}
+    assert seen["call"] == {
+        "result": {"tool": "shout", "argv": [], "exit_code": 0, "stdout": "HELLO FROM TYPESCRIPT\n", "stderr": ""},
+        "isError": False,
+    }
     assert seen["badCall"]["isError"] and seen["badCall"]["result"]["exit_code"] == 2
-    assert not seen["rm"]["isError"] and seen["changesAfterRm"] > seen["changesAfterCraft"] and "shout" not in seen["after"]
+    assert (
+        not seen["rm"]["isError"]
+        and seen["changesAfterRm"] > seen["changesAfterCraft"]
+        and "shout" not in seen["after"]
+    )

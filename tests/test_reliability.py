@@ -28,9 +28,20 @@ SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -> None:
     require("bwrap", "cargo", "nix")
     readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n## Reliability\n\n<!-- reliability:start -->\nold figures\n<!-- reliability:end -->\n\n## After\n")
+    readme.write_text(
+        "# x\n\n## Reliability\n\n<!-- reliability:start -->\nold figures\n<!-- reliability:end -->\n\n## After\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.reliability", "--quick", "--out", str(tmp_path / "bench"), "--readme", str(readme)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.reliability",
+            "--quick",
+            "--out",
+            str(tmp_path / "bench"),
+            "--readme",
+            str(readme),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -53,7 +64,13 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
     assert fault["http_requests"] == fault["flakebot_calls"] + 1 and fault["how"] == "the SDK retried 1 time(s)"
     # The Markdown and the README carry the JSON's figures, not typed ones.
     markdown = (tmp_path / "bench/reliability.md").read_text()
-    for heading in ("## Model-server faults", "## Sandbox escapes", "## Bad input", "## Crash points", "## Concurrent crafts"):
+    for heading in (
+        "## Model-server faults",
+        "## Sandbox escapes",
+        "## Bad input",
+        "## Crash points",
+        "## Concurrent crafts",
+    ):
         assert heading in markdown
     assert sections["inputs"][0]["error_line"] in markdown
     text = readme.read_text()
@@ -68,7 +85,16 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
 def test_an_error_with_a_stage_keeps_its_brackets(tmp_path: Path) -> None:
     """Rich markup used to swallow "[spec]" (and "[[bin]]") in the red error line."""
     with_closed_port = f"openai-compatible:m@http://127.0.0.1:{_closed_port()}/v1"
-    failed = run_cli("craft", "need a CSV deduper", "--model", with_closed_port, "--registry", "local", "--offline", env={"FLAKEBOT_MODEL_RETRIES": "0"})
+    failed = run_cli(
+        "craft",
+        "need a CSV deduper",
+        "--model",
+        with_closed_port,
+        "--registry",
+        "local",
+        "--offline",
+        env={"FLAKEBOT_MODEL_RETRIES": "0"},
+    )
     assert failed.returncode == 30
     assert failed.stderr.strip().splitlines()[-1].startswith("error: [spec] cannot reach openai-compatible:m@http")
 
@@ -85,7 +111,9 @@ def test_an_error_with_a_stage_keeps_its_brackets(tmp_path: Path) -> None:
     ],
 )
 def test_bad_craft_options_fail_before_a_run_exists(workdir: Path, args: list[str]) -> None:
-    failed = run_cli("craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", "--registry", "local", "--offline", *args)
+    failed = run_cli(
+        "craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", "--registry", "local", "--offline", *args
+    )
     assert failed.returncode == UsageError.exit_code, failed.stderr
     assert failed.stderr.startswith("error: ") and "Fix: " in failed.stderr
     assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())
@@ -98,7 +126,16 @@ def test_craft_without_nix_fails_before_any_model_call(workdir: Path, tmp_path: 
         found = shutil.which(program)
         if found:
             (shim / program).symlink_to(found)
-    failed = run_cli("craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", "--registry", "local", "--offline", env={"PATH": str(shim)})
+    failed = run_cli(
+        "craft",
+        "need a CSV deduper",
+        "--model",
+        f"scripted:{SESSION}",
+        "--registry",
+        "local",
+        "--offline",
+        env={"PATH": str(shim)},
+    )
     assert failed.returncode == NixError.exit_code and "nix is not installed" in failed.stderr
     assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())
 
@@ -109,7 +146,11 @@ def test_nix_started_by_flakebot_dies_with_it(tmp_path: Path) -> None:
     code = "import sys; from flakebot.nix.command import run_streaming; run_streaming(['sh', '-c', 'echo $$ > ' + sys.argv[1] + '; exec sleep 300'], 600)"
     parent = subprocess.Popen([sys.executable, "-c", code, str(pid_file)])
     try:
-        child = int(_wait_for(lambda: pid_file.read_text().strip() if pid_file.exists() and pid_file.read_text().strip() else None))
+        child = int(
+            _wait_for(
+                lambda: pid_file.read_text().strip() if pid_file.exists() and pid_file.read_text().strip() else None
+            )
+        )
         assert _alive(child)
         parent.kill()
     finally:
@@ -127,7 +168,11 @@ def test_a_stage_whose_work_was_removed_runs_again_with_every_later_stage(workdi
     assert run.stage_status("use") == "failed" and not (run.dir / "made").exists()
     done = pipeline.resume(workdir, run.id, config.load())
     assert done.state["status"] == "succeeded"
-    assert {name: record["attempts"] for name, record in done.state["stages"].items()} == {"make": 2, "use": 2, "clean": 2}
+    assert {name: record["attempts"] for name, record in done.state["stages"].items()} == {
+        "make": 2,
+        "use": 2,
+        "clean": 2,
+    }
 
 
 def _make(ctx: StageContext) -> dict[str, Any]:
@@ -148,7 +193,11 @@ def _clean(ctx: StageContext) -> dict[str, Any]:
     return {}
 
 
-REMOVABLE = [Stage("make", _make, valid=lambda run: (run.dir / "made").exists()), Stage("use", _use), Stage("clean", _clean, always=True)]
+REMOVABLE = [
+    Stage("make", _make, valid=lambda run: (run.dir / "made").exists()),
+    Stage("use", _use),
+    Stage("clean", _clean, always=True),
+]
 
 
 @pytest.mark.slow
@@ -159,10 +208,27 @@ def test_resume_after_a_failed_craft_whose_workspace_clean_removed(workdir: Path
     spec.write_text(json.dumps({**SHOUT_SPEC, "name": "shout-resumed"}))
     write = {"tool_calls": [{"name": "write_file", "arguments": {"path": "src/main.rs", "content": SHOUT_RS}}]}
     script.write_text(json.dumps({"format": 1, "stages": {"edit": [{"fault": {"kind": "500"}}] * 2 + [write]}}))
-    args = ["craft", "shout", "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new", "--registry", "local", "--offline"]
+    args = [
+        "craft",
+        "shout",
+        "--model",
+        f"scripted:{script}",
+        "--spec",
+        str(spec),
+        "--crate",
+        "csv",
+        "--mode",
+        "new",
+        "--registry",
+        "local",
+        "--offline",
+    ]
     failed = run_cli(*args, env={"FLAKEBOT_MODEL_RETRIES": "1"})
     assert failed.returncode == ModelError.exit_code  # the provider's trouble, not the loop's
-    assert "failed with 500 (2 attempt(s))" in failed.stderr and "Fix: try again later; 'flakebot resume RUN' continues a run" in failed.stderr
+    assert (
+        "failed with 500 (2 attempt(s))" in failed.stderr
+        and "Fix: try again later; 'flakebot resume RUN' continues a run" in failed.stderr
+    )
     (run,) = list_runs(workdir)
     assert not run.workspace.exists()
 
@@ -171,7 +237,9 @@ def test_resume_after_a_failed_craft_whose_workspace_clean_removed(workdir: Path
     assert resumed.returncode == 0, resumed.stderr
     done = Run.load(workdir, run.id)
     assert done.state["status"] == "succeeded"
-    assert [done.state["stages"][s]["attempts"] for s in ("spec", "search", "choose", "acquire", "edit", "package")] == [1, 1, 1, 2, 2, 1]
+    assert [
+        done.state["stages"][s]["attempts"] for s in ("spec", "search", "choose", "acquire", "edit", "package")
+    ] == [1, 1, 1, 2, 2, 1]
 
 
 def _closed_port() -> int:

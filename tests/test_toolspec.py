@@ -20,7 +20,12 @@ UPPER_SPEC = {
     "examples": [
         {"args": [], "stdin": "hi there\n", "stdout": "HI THERE\n", "exit_code": 0},
         {"args": ["--exclaim"], "stdin": 'a "quoted"\tline\n', "stdout": 'A "QUOTED"\tLINE!\n', "exit_code": 0},
-        {"args": ["in.txt"], "files": {"in.txt": "from ünïcode file\n"}, "stdout": "FROM ÜNÏCODE FILE\n", "exit_code": 0},
+        {
+            "args": ["in.txt"],
+            "files": {"in.txt": "from ünïcode file\n"},
+            "stdout": "FROM ÜNÏCODE FILE\n",
+            "exit_code": 0,
+        },
         {"args": ["missing.txt"], "stdout": "", "exit_code": 2},
     ],
 }
@@ -80,7 +85,10 @@ def test_spec_validation_names_every_problem() -> None:
     with pytest.raises(SpecError) as caught:
         ToolSpec.from_dict(bad)
     assert "kebab-case" in caught.value.message and "3 to 6" in caught.value.message
-    escaping = dict(UPPER_SPEC, examples=[*UPPER_SPEC["examples"][:3], {"args": [], "files": {"../x": ""}, "stdout": "", "exit_code": 0}])
+    escaping = dict(
+        UPPER_SPEC,
+        examples=[*UPPER_SPEC["examples"][:3], {"args": [], "files": {"../x": ""}, "stdout": "", "exit_code": 0}],
+    )
     with pytest.raises(SpecError, match="relative"):
         ToolSpec.from_dict(escaping)
 
@@ -90,7 +98,10 @@ def test_spec_file_json_and_toml(tmp_path: Path) -> None:
     path.write_text(json.dumps(UPPER_SPEC))
     assert load_spec_file(path).name == "shout"
     toml = tmp_path / "spec.toml"
-    toml.write_text('name = "shout"\nsummary = "s"\nusage = "u"\n' + "".join('[[examples]]\nargs = []\nstdout = ""\nexit_code = 0\n' for _ in range(3)))
+    toml.write_text(
+        'name = "shout"\nsummary = "s"\nusage = "u"\n'
+        + "".join('[[examples]]\nargs = []\nstdout = ""\nexit_code = 0\n' for _ in range(3))
+    )
     assert len(load_spec_file(toml).examples) == 3
     broken = tmp_path / "broken.json"
     broken.write_text("{")

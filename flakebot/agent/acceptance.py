@@ -55,7 +55,9 @@ def render_acceptance_test(spec: ToolSpec) -> str:
 
 def acceptance_test_names(spec: ToolSpec) -> list[str]:
     """The #[test] function names of the acceptance test, one per example."""
-    return [f"example_{i}_{_slug(e.description or ' '.join(e.args) or 'no_args')}" for i, e in enumerate(spec.examples, 1)]
+    return [
+        f"example_{i}_{_slug(e.description or ' '.join(e.args) or 'no_args')}" for i, e in enumerate(spec.examples, 1)
+    ]
 
 
 def _slug(text: str) -> str:
@@ -82,7 +84,10 @@ class Frozen:
         self.workspace = self.workspace.resolve()
         for rel in self.digests:
             if Path(rel).is_absolute() or ".." in Path(rel).parts:
-                raise EditError(f"frozen file {rel!r} is not a path inside the workspace", fix="record frozen files relative to the workspace root")
+                raise EditError(
+                    f"frozen file {rel!r} is not a path inside the workspace",
+                    fix="record frozen files relative to the workspace root",
+                )
         if self.changed():
             raise EditError(
                 f"frozen file {', '.join(self.changed())} does not match its recorded sha256",
@@ -106,7 +111,10 @@ class Frozen:
         changed = self.changed()
         if changed:
             logger.warning("frozen file changed: %s", ", ".join(changed))
-            raise StopLoop("tampered", f"{', '.join(changed)} was changed (it is frozen: the acceptance tests written from the need)")
+            raise StopLoop(
+                "tampered",
+                f"{', '.join(changed)} was changed (it is frozen: the acceptance tests written from the need)",
+            )
 
 
 def _digest(workspace: Path, rel: str) -> str:
@@ -129,7 +137,9 @@ def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits
         for name, content in example.files.items():
             path = (cwd / name).resolve()
             if not path.is_relative_to(cwd.resolve()):
-                raise EditError(f"example file {name!r} leaves the example's directory", fix="give example files relative names")
+                raise EditError(
+                    f"example file {name!r} leaves the example's directory", fix="give example files relative names"
+                )
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
         sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits)

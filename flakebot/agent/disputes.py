@@ -68,7 +68,11 @@ RULING_TOOLS = [
         "function": {
             "name": "correct_example",
             "description": "The example is wrong: give the whole corrected example.",
-            "parameters": {"type": "object", "properties": {"example": _EXAMPLE_SCHEMA, "reason": {"type": "string"}}, "required": ["example", "reason"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"example": _EXAMPLE_SCHEMA, "reason": {"type": "string"}},
+                "required": ["example", "reason"],
+            },
         },
     },
 ]
@@ -118,19 +122,36 @@ class DisputeDesk:
         try:
             ruling, why, new = self._ask(n, reason)
         except FlakebotError as exc:
-            return ToolResult(False, f"the spec's author could not be asked ({exc.one_line()}); the example stands", {"error": "failed"})
+            return ToolResult(
+                False,
+                f"the spec's author could not be asked ({exc.one_line()}); the example stands",
+                {"error": "failed"},
+            )
         if ruling == "corrected" and new is not None:
             self.spec.examples[n - 1] = new
             self.refreeze(self.spec)
-        entry = {"n": n, "reason": reason, "outcome": ruling, "ruling": why, "old": old, "new": asdict(new) if new and ruling == "corrected" else None}
+        entry = {
+            "n": n,
+            "reason": reason,
+            "outcome": ruling,
+            "ruling": why,
+            "old": old,
+            "new": asdict(new) if new and ruling == "corrected" else None,
+        }
         self.disputes.append(entry)
         self.record("dispute", **entry)
         logger.info("dispute over example %d: %s (%s)", n, ruling, why)
         if ruling == "corrected":
             return ToolResult(
-                True, f"example {n} corrected by the spec's author ({why}); the acceptance test was rewritten and frozen again.", {"dispute": entry}
+                True,
+                f"example {n} corrected by the spec's author ({why}); the acceptance test was rewritten and frozen again.",
+                {"dispute": entry},
             )
-        return ToolResult(True, f"example {n} stands: the spec's author confirmed it ({why}). Make the code pass it.", {"dispute": entry})
+        return ToolResult(
+            True,
+            f"example {n} stands: the spec's author confirmed it ({why}). Make the code pass it.",
+            {"dispute": entry},
+        )
 
     def _ask(self, n: int, reason: str) -> tuple[str, str, Example | None]:
         """The spec model's ruling: ("corrected", why, example) or ("confirmed", why, None)."""
@@ -150,7 +171,10 @@ class DisputeDesk:
 
     def _example(self, data: Any) -> Example:
         fields = {k: v for k, v in (data or {}).items() if k in EXAMPLE_FIELDS} if isinstance(data, dict) else {}
-        trial = ToolSpec.from_dict({**self.spec.to_dict(), "examples": [fields, *(asdict(e) for e in self.spec.examples[1:])]}, source="correction")
+        trial = ToolSpec.from_dict(
+            {**self.spec.to_dict(), "examples": [fields, *(asdict(e) for e in self.spec.examples[1:])]},
+            source="correction",
+        )
         return trial.examples[0]
 
     def _question(self, n: int, reason: str) -> str:

@@ -109,7 +109,10 @@ class EditLoop:
 
     def run(self, system: str, task: str, baseline: Verdict) -> LoopResult:
         self._started = time.monotonic()
-        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": f"{task}\n\nCurrent test result:\n{baseline.summary}"}]
+        self.messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"{task}\n\nCurrent test result:\n{baseline.summary}"},
+        ]
         self._remember(baseline, self.commit("flakebot: baseline"))
         try:
             while True:
@@ -139,9 +142,16 @@ class EditLoop:
         self.result.iterations += 1
         reply = self.model.complete(self.messages, self.toolbox.schemas())
         self.messages.append(reply.to_message())
-        self.record("model_reply", iteration=self.result.iterations, text=reply.text, tool_calls=[c.name for c in reply.tool_calls])
+        self.record(
+            "model_reply",
+            iteration=self.result.iterations,
+            text=reply.text,
+            tool_calls=[c.name for c in reply.tool_calls],
+        )
         if not reply.tool_calls:
-            self.messages.append({"role": "user", "content": "Use the tools to change the code; call done when the tests pass."})
+            self.messages.append(
+                {"role": "user", "content": "Use the tools to change the code; call done when the tests pass."}
+            )
             self.on_step(self.result.iterations, self.result, None)
             return False
         changed, finished = False, False
@@ -157,12 +167,15 @@ class EditLoop:
         if verdict.green:  # flakebot's verdict ends the loop, with or without the model's `done`
             self.result.summary = self.result.summary or f"tests green after {self.result.iterations} iterations"
             return True
-        self.messages.append({"role": "user", "content": f"flakebot ran the tests; they are not green yet:\n{verdict.summary}"})
+        self.messages.append(
+            {"role": "user", "content": f"flakebot ran the tests; they are not green yet:\n{verdict.summary}"}
+        )
         return False
 
     def _execute(self, call: ToolCall) -> tuple[str, bool, bool]:
         """Run one tool call; returns (text for the model, whether files may have changed, whether it was done)."""
-        if call.error:  # the model client counts malformed calls in a row and ends the run as a model error (llm/chat.py)
+        # the model client counts malformed calls in a row and ends the run as a model error (llm/chat.py)
+        if call.error:
             return f"error: your tool call could not be parsed: {call.error}. Send valid JSON arguments.", False, False
         if call.name == "done":
             self.result.summary = str(call.arguments.get("summary", ""))
@@ -172,7 +185,14 @@ class EditLoop:
         outcome = self.toolbox.call(call.name, call.arguments)
         text = outcome.text
         self.guard()  # a tool's cargo run executes model code: check before anything is committed
-        self.record("tool_call", iteration=self.result.iterations, name=call.name, arguments=call.arguments, ok=outcome.ok, result=text[:4000])
+        self.record(
+            "tool_call",
+            iteration=self.result.iterations,
+            name=call.name,
+            arguments=call.arguments,
+            ok=outcome.ok,
+            result=text[:4000],
+        )
         self.result.log.append({"iteration": self.result.iterations, "tool": call.name, "ok": outcome.ok})
         return text, call.name in EDIT_TOOLS and outcome.ok, False
 
@@ -185,9 +205,13 @@ class EditLoop:
     def _judge(self) -> Verdict:
         verdict = self.verdict()
         self.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
-        self.record("verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key)
+        self.record(
+            "verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key
+        )
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
-            self._remember(verdict, self.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"))
+            self._remember(
+                verdict, self.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing")
+            )
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
         if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:
             raise StopLoop("loop_detected", f"the same failures {REPEAT_LIMIT} times in a row")

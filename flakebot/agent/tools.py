@@ -36,7 +36,13 @@ from flakebot.sandbox import Sandbox
 from flakebot.trust import steering_reason
 
 SKIP_DIRS = {".git", "target", "node_modules"}
-READ_ONLY_TOOLS = {"list_files", "read_file", "search", "done"}  # cannot change a manifest: no manifest check after them
+# cannot change a manifest: no manifest check after them
+READ_ONLY_TOOLS = {
+    "list_files",
+    "read_file",
+    "search",
+    "done",
+}
 MAX_LIST = 400  # entries list_files returns
 MAX_READ_LINES = 400  # lines read_file returns per call
 MAX_LINE_CHARS = 1000
@@ -53,7 +59,9 @@ PLACEHOLDERS = [
         r"(code|implementation|functions?|methods?|tests?|file|content|items?|imports?)\b(\W+\w+){0,3}\W*$",
         re.I,
     ),
-    re.compile(r"^\s*(\.{3}|…)\s*((rest|existing|remaining|unchanged)\b.*)?$", re.I),  # a bare "..." line, "...rest of file"
+    re.compile(
+        r"^\s*(\.{3}|…)\s*((rest|existing|remaining|unchanged)\b.*)?$", re.I
+    ),  # a bare "..." line, "...rest of file"
 ]
 
 
@@ -85,8 +93,16 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         properties = {p.name: _json_type(p) for p in self.params}
-        parameters = {"type": "object", "properties": properties, "required": [p.name for p in self.params if p.required], "additionalProperties": False}
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": parameters}}
+        parameters = {
+            "type": "object",
+            "properties": properties,
+            "required": [p.name for p in self.params if p.required],
+            "additionalProperties": False,
+        }
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
+        }
 
 
 def _json_type(param: ToolParam) -> dict[str, Any]:
@@ -122,7 +138,10 @@ TOOLS = [
     Tool(
         "write_file",
         "Create or overwrite a file with the complete content given. Write the whole file: placeholders such as '// ... existing code' are refused.",
-        [ToolParam("path", "string", "File path relative to the workspace root."), ToolParam("content", "string", "The complete new content of the file.")],
+        [
+            ToolParam("path", "string", "File path relative to the workspace root."),
+            ToolParam("content", "string", "The complete new content of the file."),
+        ],
         writes=True,
     ),
     Tool(
@@ -131,12 +150,18 @@ TOOLS = [
         "and only once (add surrounding lines to make it unique). Write real code in `replace`, never placeholders such as '// ... existing code'.",
         [
             ToolParam("path", "string", "File path relative to the workspace root."),
-            ToolParam("search", "string", "The exact text to find (copied from read_file output, without the line numbers)."),
+            ToolParam(
+                "search", "string", "The exact text to find (copied from read_file output, without the line numbers)."
+            ),
             ToolParam("replace", "string", "The text to put in its place (may be empty to delete)."),
         ],
         writes=True,
     ),
-    Tool("cargo_check", "Run `cargo check --all-targets` in the sandbox; returns the compiler errors (deduplicated, first errors first).", []),
+    Tool(
+        "cargo_check",
+        "Run `cargo check --all-targets` in the sandbox; returns the compiler errors (deduplicated, first errors first).",
+        [],
+    ),
     Tool(
         "run_tests",
         "Run `cargo test` in the sandbox (all tests, the frozen acceptance tests included); "
@@ -186,7 +211,9 @@ class Toolbox:
         self.crate_dir = self.workspace / crate_dir
         self.read_only = read_only
         self.command_timeout = command_timeout
-        self.only_acceptance = only_acceptance  # the crate's own tests cannot build: cargo sees the binaries and the acceptance test
+        self.only_acceptance = (
+            only_acceptance  # the crate's own tests cannot build: cargo sees the binaries and the acceptance test
+        )
         self.tools = {t.name: t for t in TOOLS if not (read_only and t.writes)}
         self.frozen = frozen or Frozen(self.workspace, {})
         self._manifests = ManifestWatch(self.workspace) if cargo.online else None
@@ -199,7 +226,11 @@ class Toolbox:
         """Run one tool; every problem comes back as ToolResult(ok=False) with the exact reason."""
         tool = self.tools.get(name)
         if tool is None:
-            return ToolResult(False, f"unknown tool '{name}'; available tools: {', '.join(self.tools)}", {"tool": name, "error": "unknown_tool"})
+            return ToolResult(
+                False,
+                f"unknown tool '{name}'; available tools: {', '.join(self.tools)}",
+                {"tool": name, "error": "unknown_tool"},
+            )
         try:
             args = _check_arguments(tool, arguments)
         except Refused as exc:
@@ -219,7 +250,9 @@ class Toolbox:
         except UnicodeDecodeError:
             return ToolResult(False, f"{args.get('path', 'the file')} is not UTF-8 text", {"error": "failed"})
         except OSError as exc:
-            return ToolResult(False, f"{name} failed: {exc.strerror or exc} ({exc.filename or ''})", {"error": "failed"})
+            return ToolResult(
+                False, f"{name} failed: {exc.strerror or exc} ({exc.filename or ''})", {"error": "failed"}
+            )
         except FlakebotError as exc:
             return ToolResult(False, f"{name} failed: {exc.one_line()}", {"error": "failed"})
 
@@ -233,8 +266,15 @@ class Toolbox:
         self._manifests.changed()  # the fetch may have rewritten Cargo.lock: that is the new baseline
         result.text += f"\n\nCargo.toml or Cargo.lock changed: {fetched.summary()}"
         if not fetched.ok:
-            result.text += ". Builds in the sandbox are offline: only crates fetched here can be used; fix the manifest."
-        result.data["fetch"] = {"ok": fetched.ok, "downloaded": fetched.downloaded, "error": fetched.error, "seconds": round(fetched.seconds, 3)}
+            result.text += (
+                ". Builds in the sandbox are offline: only crates fetched here can be used; fix the manifest."
+            )
+        result.data["fetch"] = {
+            "ok": fetched.ok,
+            "downloaded": fetched.downloaded,
+            "error": fetched.error,
+            "seconds": round(fetched.seconds, 3),
+        }
 
     def refreeze(self, rel: str, digest: str) -> None:
         """Freeze the file's new content: flakebot rewrote it (a corrected acceptance example)."""
@@ -247,7 +287,9 @@ class Toolbox:
         if not raw or "\0" in raw:
             raise Refused("the path is empty; give a path relative to the workspace root, such as src/main.rs")
         if os.path.isabs(raw) or raw.startswith("~"):
-            raise Refused(f"absolute path '{raw}' refused; give a path relative to the workspace root, such as src/main.rs")
+            raise Refused(
+                f"absolute path '{raw}' refused; give a path relative to the workspace root, such as src/main.rs"
+            )
         if ".." in Path(raw).parts:
             raise Refused(f"path '{raw}' contains '..'; paths must stay inside the workspace")
         path = (self.workspace / raw).resolve()
@@ -261,7 +303,9 @@ class Toolbox:
         if rel.parts and rel.parts[0] == ".git":
             raise Refused(f"'{raw}' is inside .git; flakebot manages the repository itself")
         if self.frozen.covers(path):
-            raise Refused(f"{rel} is frozen: it holds the acceptance tests written from the need. Change the code so that they pass instead")
+            raise Refused(
+                f"{rel} is frozen: it holds the acceptance tests written from the need. Change the code so that they pass instead"
+            )
         steering = steering_reason(rel)
         if steering:
             raise Refused(f"'{raw}' refused: {steering}. Put settings in Cargo.toml instead")
@@ -298,7 +342,11 @@ class Toolbox:
             raise Refused(f"{path} has {len(lines)} lines; start_line {start_line} is past the end")
         body = "\n".join(_numbered(lines, start, end))
         more = f" (more: call read_file with start_line={end + 1})" if end < len(lines) else ""
-        return ToolResult(True, f"{self._rel(file)}: lines {start}-{end} of {len(lines)}{more}\n{body}", {"path": self._rel(file), "start": start, "end": end})
+        return ToolResult(
+            True,
+            f"{self._rel(file)}: lines {start}-{end} of {len(lines)}{more}\n{body}",
+            {"path": self._rel(file), "start": start, "end": end},
+        )
 
     def _search(self, pattern: str, path: str = ".") -> ToolResult:
         try:
@@ -328,7 +376,11 @@ class Toolbox:
         _replace_file(file, content.encode())
         lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
         verb = "created" if created else "overwrote"
-        return ToolResult(True, f"{verb} {self._rel(file)} ({lines} lines)", {"path": self._rel(file), "lines": lines, "created": created})
+        return ToolResult(
+            True,
+            f"{verb} {self._rel(file)} ({lines} lines)",
+            {"path": self._rel(file), "lines": lines, "created": created},
+        )
 
     def _edit_file(self, path: str, search: str, replace: str) -> ToolResult:
         file = self._writable(path)
@@ -354,7 +406,12 @@ class Toolbox:
         return ToolResult(
             True,
             _edit_report(self._rel(file), new, first, replace),
-            {"path": self._rel(file), "line": first, "removed": search.count("\n") + 1, "added": replace.count("\n") + 1},
+            {
+                "path": self._rel(file),
+                "line": first,
+                "removed": search.count("\n") + 1,
+                "added": replace.count("\n") + 1,
+            },
         )
 
     def _cargo_check(self) -> ToolResult:
@@ -364,7 +421,9 @@ class Toolbox:
         return self._cargo("test", (ACCEPTANCE_TARGET if self.only_acceptance else []) + ([filter] if filter else []))
 
     def _cargo(self, subcommand: str, extra: list[str]) -> ToolResult:
-        report = run_cargo(self.sandbox, self.cargo, subcommand, cwd=self.crate_dir, extra=extra, timeout=self.command_timeout)
+        report = run_cargo(
+            self.sandbox, self.cargo, subcommand, cwd=self.crate_dir, extra=extra, timeout=self.command_timeout
+        )
         data = {
             "green": report.ok,
             "failure_key": sorted(report.failure_key()),
@@ -383,13 +442,21 @@ class Toolbox:
             raise Refused(f"no Cargo.toml in {self._rel(self.crate_dir)}")
         if self._manifests is not None:
             return self._add_online(name, spec)
-        result = self.sandbox.run(self.cargo.argv("add", *spec), cwd=self.crate_dir, env=self.cargo.env(), timeout=self.command_timeout or 120)
+        result = self.sandbox.run(
+            self.cargo.argv("add", *spec), cwd=self.crate_dir, env=self.cargo.env(), timeout=self.command_timeout or 120
+        )
         output = (result.stderr + result.stdout).strip()
         if not result.ok:
             return ToolResult(
-                False, f"cargo add {' '.join(spec)} failed:\n{output[-3000:]}", {"error": "failed", "argv": result.argv, "returncode": result.returncode}
+                False,
+                f"cargo add {' '.join(spec)} failed:\n{output[-3000:]}",
+                {"error": "failed", "argv": result.argv, "returncode": result.returncode},
             )
-        return ToolResult(True, output or f"added {name}", {"crate": name, "version": version, "features": features or [], "argv": result.argv})
+        return ToolResult(
+            True,
+            output or f"added {name}",
+            {"crate": name, "version": version, "features": features or [], "argv": result.argv},
+        )
 
     def _add_online(self, name: str, spec: list[str]) -> ToolResult:
         """`cargo add` as a trusted host call (it resolves against the registry, runs no crate code), then the host fetch;
@@ -399,22 +466,44 @@ class Toolbox:
         added = self.cargo.run(["add", *spec], self.crate_dir, timeout=self.command_timeout or 300)
         if added.returncode != 0:
             self._manifests.restore(before)
-            return ToolResult(False, f"cargo add {' '.join(spec)} failed: {cargo_error(added.stderr)}", {"error": "failed", "returncode": added.returncode})
+            return ToolResult(
+                False,
+                f"cargo add {' '.join(spec)} failed: {cargo_error(added.stderr)}",
+                {"error": "failed", "returncode": added.returncode},
+            )
         fetched = sync(self.cargo, self.crate_dir, timeout=self.command_timeout or 600)
         if not fetched.ok:
             self._manifests.restore(before)
-            return ToolResult(False, f"cargo add {' '.join(spec)} was undone: {fetched.summary()}", {"error": "failed", "fetch_error": fetched.error})
+            return ToolResult(
+                False,
+                f"cargo add {' '.join(spec)} was undone: {fetched.summary()}",
+                {"error": "failed", "fetch_error": fetched.error},
+            )
         self._manifests.changed()  # fetched already: no second fetch after this call
-        output = "\n".join(line.strip() for line in added.stderr.splitlines() if line.strip() and not line.strip().startswith("Updating "))
-        return ToolResult(True, f"{output or 'added ' + name}\n{fetched.summary()}", {"crate": name, "spec": spec, "downloaded": fetched.downloaded})
+        output = "\n".join(
+            line.strip()
+            for line in added.stderr.splitlines()
+            if line.strip() and not line.strip().startswith("Updating ")
+        )
+        return ToolResult(
+            True,
+            f"{output or 'added ' + name}\n{fetched.summary()}",
+            {"crate": name, "spec": spec, "downloaded": fetched.downloaded},
+        )
 
     def _done(self, summary: str) -> ToolResult:
-        return ToolResult(True, "Noted. flakebot now runs the tests itself; the work ends only if they pass.", {"done": True, "summary": summary})
+        return ToolResult(
+            True,
+            "Noted. flakebot now runs the tests itself; the work ends only if they pass.",
+            {"done": True, "summary": summary},
+        )
 
     def _existing_file(self, path: str) -> Path:
         file = self._inside(path)
         if not file.is_file():
-            raise Refused(f"'{path}' is {'a directory' if file.is_dir() else 'not a file in the workspace'}; call list_files to see the files")
+            raise Refused(
+                f"'{path}' is {'a directory' if file.is_dir() else 'not a file in the workspace'}; call list_files to see the files"
+            )
         return file
 
 

@@ -25,7 +25,12 @@ COMPILE_FAILURE = 10_000  # a crate that does not build is worse than any number
 
 
 def make_verdict(
-    cargo_test: Callable[[list[str]], Any], spec: ToolSpec, workspace: Path, run_example: ExampleRunner, *, only_acceptance: bool = False
+    cargo_test: Callable[[list[str]], Any],
+    spec: ToolSpec,
+    workspace: Path,
+    run_example: ExampleRunner,
+    *,
+    only_acceptance: bool = False,
 ) -> Callable[[], Verdict]:
     """flakebot's verdict on the workspace: `cargo test --tests`, then, once that is green and the
     workspace has doc tests (slow: rustdoc compiles them anew every run), the full `cargo test`; once
@@ -55,9 +60,17 @@ def on_binary(verdict: Verdict, report: Any, spec: ToolSpec, run_example: Exampl
         failures = [example_failure(n, e, result) for n, e, passed, result in outcomes if not passed]
     if not failures:
         return verdict
-    summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of the examples did not:\n" + "\n".join(failures)
+    summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of the examples did not:\n" + "\n".join(
+        failures
+    )
     data = {**verdict.data, "examples_failed": len(failures)}
-    return Verdict(green=False, failures=len(failures), summary=summary, key="|".join(sorted(f.split(":")[0] for f in failures)), data=data)
+    return Verdict(
+        green=False,
+        failures=len(failures),
+        summary=summary,
+        key="|".join(sorted(f.split(":")[0] for f in failures)),
+        data=data,
+    )
 
 
 def built_binary(report: Any, name: str) -> Path | None:
@@ -67,7 +80,8 @@ def built_binary(report: Any, name: str) -> Path | None:
             continue
         message = json.loads(line)
         target, as_test = message.get("target", {}), message.get("profile", {}).get("test")
-        if message.get("executable") and "bin" in target.get("kind", []) and target.get("name") == name and not as_test:  # not its unit-test harness
+        # not its unit-test harness
+        if message.get("executable") and "bin" in target.get("kind", []) and target.get("name") == name and not as_test:
             return Path(message["executable"])
     return None
 
@@ -84,7 +98,11 @@ def judge(report: Any, spec: ToolSpec) -> Verdict:
     if compiled and missing:
         summary += f"\nAcceptance tests not passing in {ACCEPTANCE_TEST}: {', '.join(missing)}."
     return Verdict(
-        green=report.ok and not missing, failures=max(failures, 0 if report.ok and not missing else 1), summary=summary, key=_key(report, missing), data=data
+        green=report.ok and not missing,
+        failures=max(failures, 0 if report.ok and not missing else 1),
+        summary=summary,
+        key=_key(report, missing),
+        data=data,
     )
 
 
@@ -168,7 +186,9 @@ class ForkVerdict:
     def _scoped(verdict: Verdict, scopes: list[str]) -> Verdict:
         verdict.data["scopes"] = scopes
         if scopes[-1] != "full":
-            verdict.summary += f"\n(flakebot ran {' and '.join(scopes)} tests only; the whole suite runs once these pass.)"
+            verdict.summary += (
+                f"\n(flakebot ran {' and '.join(scopes)} tests only; the whole suite runs once these pass.)"
+            )
         return verdict
 
 
@@ -177,7 +197,13 @@ def _partial(report: Any) -> Verdict:
     compiled = not report.errors and not report.timed_out
     failures = report.failed if compiled else COMPILE_FAILURE + report.error_count
     data = {"passed": report.passed, "failed": report.failed, "compiled": compiled, "acceptance_missing": []}
-    return Verdict(green=report.ok, failures=max(failures, 0 if report.ok else 1), summary=report.summary(), key=_key(report, []), data=data)
+    return Verdict(
+        green=report.ok,
+        failures=max(failures, 0 if report.ok else 1),
+        summary=report.summary(),
+        key=_key(report, []),
+        data=data,
+    )
 
 
 def affected_targets(crate_dir: Path, changed: list[str]) -> list[str]:
@@ -192,7 +218,9 @@ def affected_targets(crate_dir: Path, changed: list[str]) -> list[str]:
     if code_changed and targets["bins"]:
         args.append("--bins")
     for name, files in targets["tests"].items():
-        if any(_owns(file, path) for file in files for path in changed) or (code_changed and _uses_crate(crate_dir, files, targets)):
+        if any(_owns(file, path) for file in files for path in changed) or (
+            code_changed and _uses_crate(crate_dir, files, targets)
+        ):
             args += ["--test", name]
     return args
 
@@ -206,7 +234,9 @@ def _targets(crate_dir: Path) -> dict[str, Any]:
     """The library, binaries and integration tests of the crate (cargo's auto-discovery plus [[bin]]/[[test]])."""
     manifest = tomllib.loads((crate_dir / "Cargo.toml").read_text())
     package = manifest.get("package", {}).get("name", "")
-    lib = manifest.get("lib", {}).get("name") or (package.replace("-", "_") if (crate_dir / "src/lib.rs").is_file() or "lib" in manifest else "")
+    lib = manifest.get("lib", {}).get("name") or (
+        package.replace("-", "_") if (crate_dir / "src/lib.rs").is_file() or "lib" in manifest else ""
+    )
     bins = {b.get("name", "") for b in manifest.get("bin", [])}
     bins |= {package} if (crate_dir / "src/main.rs").is_file() else set()
     bins |= {p.stem for p in (crate_dir / "src/bin").glob("*.rs")}

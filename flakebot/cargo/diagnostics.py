@@ -25,12 +25,16 @@ FULL_ERRORS = 5  # distinct error messages shown rendered; repeats and the rest 
 SHOWN_WARNINGS = 3  # warning one-liners shown when there is no error
 RENDERED_LINES = 40  # lines kept of one rendered diagnostic or one panic message
 SUMMARY_CHARS = 6000
-NOISE = re.compile(r"^(aborting due to|Some errors have detailed explanations|For more information about|\d+ warnings? emitted|.* generated \d+ warnings?)")
+NOISE = re.compile(
+    r"^(aborting due to|Some errors have detailed explanations|For more information about|\d+ warnings? emitted|.* generated \d+ warnings?)"
+)
 TEST_LINE = re.compile(r"^test (.+?) \.\.\. (ok|FAILED|ignored)")
 BLOCK_START = re.compile(r"^---- (.+?) std(?:out|err) ----$")
 RESULT_LINE = re.compile(r"^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored")
 TARGET_FAILED = re.compile(r"^error: (test failed, to rerun pass|\d+ targets? failed)")
-STATUS_LINE = re.compile(r"^\s*(Compiling|Checking|Running|Finished|Doc-tests|Fresh|Locking|Adding|Updating|Blocking|Building|Documenting|Downloaded)\b")
+STATUS_LINE = re.compile(
+    r"^\s*(Compiling|Checking|Running|Finished|Doc-tests|Fresh|Locking|Adding|Updating|Blocking|Building|Documenting|Downloaded)\b"
+)
 GUTTER = re.compile(r"^\s*\|?\s*$")
 BACKTRACE_NOTE = "note: run with `RUST_BACKTRACE=1`"
 
@@ -80,7 +84,8 @@ class CargoReport:
     passed: int = 0
     failed: int = 0
     ignored: int = 0
-    cargo_errors: list[str] = field(default_factory=list)  # cargo's own errors: manifest, resolution, crashed test binaries
+    # cargo's own errors: manifest, resolution, crashed test binaries
+    cargo_errors: list[str] = field(default_factory=list)
     raw_output_lines: int = 0
     truncated: bool = False  # the sandbox's output cap cut cargo's output
     result: CommandResult | None = field(default=None, repr=False)
@@ -153,7 +158,15 @@ class CargoReport:
         return [f"---- {t.name} ----\n{t.message or '(no output)'}" for t in self.failed_tests]
 
 
-def run_cargo(sandbox: Sandbox, cargo: Cargo, subcommand: str, *, cwd: Path, extra: list[str] | None = None, timeout: float | None = None) -> CargoReport:
+def run_cargo(
+    sandbox: Sandbox,
+    cargo: Cargo,
+    subcommand: str,
+    *,
+    cwd: Path,
+    extra: list[str] | None = None,
+    timeout: float | None = None,
+) -> CargoReport:
     """Run `cargo SUBCOMMAND --message-format=json EXTRA` in the sandbox and read what it says."""
     if subcommand not in SUBCOMMANDS:
         raise UsageError(f"unsupported cargo subcommand '{subcommand}'", fix=f"use one of: {', '.join(SUBCOMMANDS)}")
@@ -217,7 +230,14 @@ def _diagnostics(messages: list[dict[str, Any]]) -> list[Diagnostic]:
         diagnostic = _diagnostic(message.get("message") or {})
         if diagnostic is None:
             continue
-        key = (diagnostic.level, diagnostic.code, diagnostic.message, diagnostic.file, diagnostic.line, diagnostic.column)
+        key = (
+            diagnostic.level,
+            diagnostic.code,
+            diagnostic.message,
+            diagnostic.file,
+            diagnostic.line,
+            diagnostic.column,
+        )
         seen.setdefault(key, diagnostic)
     return list(seen.values())
 
@@ -232,7 +252,16 @@ def _diagnostic(message: dict[str, Any]) -> Diagnostic | None:
     code = (message.get("code") or {}).get("code") or ""
     rendered = message.get("rendered") or ""
     source = ((primary.get("text") or [{}])[0].get("text") or "").strip()
-    return Diagnostic(level, code, text, primary.get("file_name", ""), primary.get("line_start", 0), primary.get("column_start", 0), rendered, source)
+    return Diagnostic(
+        level,
+        code,
+        text,
+        primary.get("file_name", ""),
+        primary.get("line_start", 0),
+        primary.get("column_start", 0),
+        rendered,
+        source,
+    )
 
 
 def _code_if_other(diagnostic: Diagnostic, first: Diagnostic) -> str:
@@ -273,7 +302,9 @@ def _parse_harness(lines: list[str]) -> _Harness:
             current = None
         elif current is not None and not line.startswith(BACKTRACE_NOTE):
             current.append(line)
-    harness.failures = [FailedTest(name, cut_middle("\n".join(blocks.get(name, [])).strip(), RENDERED_LINES)) for name in failing]
+    harness.failures = [
+        FailedTest(name, cut_middle("\n".join(blocks.get(name, [])).strip(), RENDERED_LINES)) for name in failing
+    ]
     return harness
 
 

@@ -44,7 +44,11 @@ class FetchReport:
         """One line for the model and the log."""
         if not self.ok:
             return f"cargo {'generate-lockfile' if self.stage == 'lock' else 'fetch'} failed on the host: {self.error}"
-        got = f"downloaded {len(self.downloaded)} crate(s): {', '.join(self.downloaded[:12])}" if self.downloaded else "nothing new to download"
+        got = (
+            f"downloaded {len(self.downloaded)} crate(s): {', '.join(self.downloaded[:12])}"
+            if self.downloaded
+            else "nothing new to download"
+        )
         return f"dependencies fetched on the host ({got})"
 
 
@@ -67,7 +71,12 @@ def sync(cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float
 
 
 def _failed(report: FetchReport, stage: str, stderr: str, start: float) -> FetchReport:
-    report.ok, report.stage, report.error, report.seconds = False, stage, cargo_error(stderr), time.perf_counter() - start
+    report.ok, report.stage, report.error, report.seconds = (
+        False,
+        stage,
+        cargo_error(stderr),
+        time.perf_counter() - start,
+    )
     logger.info("host fetch failed at %s: %s", stage, report.error)
     return report
 

@@ -35,7 +35,10 @@ def metadata(cargo: Cargo, cwd: Path, no_deps: bool = True) -> dict[str, Any]:
 def locate(cargo: Cargo, root: Path, name: str) -> tuple[str, str]:
     """(directory of package `name` relative to `root`, "" at the root; its version)."""
     if not (root / "Cargo.toml").is_file():
-        raise AcquireError("there is no Cargo.toml at the top of the source", fix="choose a crate whose repository is a cargo package or workspace")
+        raise AcquireError(
+            "there is no Cargo.toml at the top of the source",
+            fix="choose a crate whose repository is a cargo package or workspace",
+        )
     packages = metadata(cargo, root)["packages"]
     for package in packages:
         if package["name"] == name:
@@ -51,14 +54,18 @@ def locate(cargo: Cargo, root: Path, name: str) -> tuple[str, str]:
 def root_package(cargo: Cargo, root: Path) -> str:
     """The name of the package a tree stands for: the one at its top, else the workspace's only member."""
     if not (root / "Cargo.toml").is_file():
-        raise AcquireError("there is no Cargo.toml at the top of the source", fix="start from a cargo package or workspace")
+        raise AcquireError(
+            "there is no Cargo.toml at the top of the source", fix="start from a cargo package or workspace"
+        )
     packages = metadata(cargo, root)["packages"]
     local = [p for p in packages if p.get("source") is None]  # path packages: the tree's own, not dependencies
     top = [p for p in local if Path(p["manifest_path"]).resolve().parent == root.resolve()]
     if len(top) == 1 or len(local) == 1:
         return str((top or local)[0]["name"])
     members = ", ".join(sorted(p["name"] for p in local)) or "none"
-    raise AcquireError(f"the workspace has several packages ({members})", fix="name the one to start from with --crate NAME")
+    raise AcquireError(
+        f"the workspace has several packages ({members})", fix="name the one to start from with --crate NAME"
+    )
 
 
 def workspace_root(cargo: Cargo, crate_path: Path) -> Path:

@@ -44,7 +44,9 @@ def cargo_program() -> str:
     """Absolute path of cargo (rustup's proxy or a plain install)."""
     found = shutil.which("cargo") or str(Path.home() / ".cargo/bin/cargo")
     if not Path(found).exists():
-        raise FlakebotError("cargo is not installed", fix="install Rust (https://rustup.rs) or your distribution's cargo package")
+        raise FlakebotError(
+            "cargo is not installed", fix="install Rust (https://rustup.rs) or your distribution's cargo package"
+        )
     return str(Path(found).resolve()) if "rustup" not in Path(found).resolve().name else found
 
 
@@ -80,15 +82,21 @@ def active_toolchain() -> str | None:
     if rustup is None:
         return None
     env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "RUSTUP_HOME": str(rustup_home()), "HOME": str(Path.home())}
-    with tempfile.TemporaryDirectory(prefix="flakebot-rustup-") as neutral:  # no toolchain file can be in an empty directory
+    with tempfile.TemporaryDirectory(
+        prefix="flakebot-rustup-"
+    ) as neutral:  # no toolchain file can be in an empty directory
         try:
-            shown = subprocess.run([rustup, "show", "active-toolchain"], cwd=neutral, env=env, capture_output=True, text=True, timeout=60)
+            shown = subprocess.run(
+                [rustup, "show", "active-toolchain"], cwd=neutral, env=env, capture_output=True, text=True, timeout=60
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             logger.warning("cannot ask rustup for the active toolchain (%s); the toolchain is not pinned", exc)
             return None
     words = shown.stdout.split()
     if shown.returncode != 0 or not words:
-        logger.warning("rustup show active-toolchain failed (%s); the toolchain is not pinned", shown.stderr.strip()[-200:])
+        logger.warning(
+            "rustup show active-toolchain failed (%s); the toolchain is not pinned", shown.stderr.strip()[-200:]
+        )
         return None
     return words[0]
 
@@ -100,10 +108,14 @@ class Cargo:
     target_dir: Path
     offline: bool = False
     registry_dir: Path | None = None  # a cargo directory source replacing crates-io (offline)
-    index_url: str | None = None  # a sparse index replacing crates-io (online), e.g. sparse+http://127.0.0.1:8080/index/
-    home: Path = field(default_factory=flakebot_cargo_home)  # CARGO_HOME of host calls; its registry/ is read-only in the sandbox
+    index_url: str | None = (
+        None  # a sparse index replacing crates-io (online), e.g. sparse+http://127.0.0.1:8080/index/
+    )
+    # CARGO_HOME of host calls; its registry/ is read-only in the sandbox
+    home: Path = field(default_factory=flakebot_cargo_home)
     extra_env: dict[str, str] = field(default_factory=dict)
-    features: list[str] = field(default_factory=list)  # for check/build/test: the tool's binary needs them (required-features)
+    # for check/build/test: the tool's binary needs them (required-features)
+    features: list[str] = field(default_factory=list)
 
     @classmethod
     def for_run(cls, settings: Settings, target_dir: Path) -> Cargo:
@@ -123,9 +135,19 @@ class Cargo:
     def source_args(self) -> list[str]:
         """`--config` flags naming the crate source: a directory source, or a sparse index standing in for crates.io."""
         if self.registry_dir is not None:
-            return ["--config", f"source.crates-io.replace-with='{LOCAL_SOURCE}'", "--config", f"source.{LOCAL_SOURCE}.directory='{self.registry_dir}'"]
+            return [
+                "--config",
+                f"source.crates-io.replace-with='{LOCAL_SOURCE}'",
+                "--config",
+                f"source.{LOCAL_SOURCE}.directory='{self.registry_dir}'",
+            ]
         if self.index_url is not None:
-            return ["--config", f"source.crates-io.replace-with='{MIRROR_SOURCE}'", "--config", f"source.{MIRROR_SOURCE}.registry='{self.index_url}'"]
+            return [
+                "--config",
+                f"source.crates-io.replace-with='{MIRROR_SOURCE}'",
+                "--config",
+                f"source.{MIRROR_SOURCE}.registry='{self.index_url}'",
+            ]
         return []
 
     def config_args(self) -> list[str]:
@@ -160,7 +182,8 @@ class Cargo:
             self.home.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise FlakebotError(
-                f"cannot create flakebot's cargo home {self.home}: {exc.strerror}", fix="make flakebot's cache directory writable (setting cache_dir)"
+                f"cannot create flakebot's cargo home {self.home}: {exc.strerror}",
+                fix="make flakebot's cache directory writable (setting cache_dir)",
             ) from None
         return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(home), "LANG": "C.UTF-8", **self.env()}
 
@@ -169,10 +192,14 @@ class Cargo:
         manifest = ["--manifest-path", str(Path(crate_dir).resolve() / "Cargo.toml")] if crate_dir is not None else []
         return [cargo_program(), *self.config_args(), args[0], *manifest, *args[1:]]
 
-    def run(self, args: list[str], crate_dir: Path | None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: list[str], crate_dir: Path | None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """A trusted host call (no sandbox, network when online) on the crate at `crate_dir`; see the module docstring."""
         argv = self.host_argv(args, crate_dir)
         env = self.host_env()
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
         with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral:
-            return subprocess.run(argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )

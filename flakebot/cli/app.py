@@ -105,7 +105,10 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
 
 
 @app.command("show")
-def show_cmd(name: Annotated[str, typer.Argument(help="A run id (or unique prefix) or a catalogued tool name.")], as_json: JsonOpt = False) -> None:
+def show_cmd(
+    name: Annotated[str, typer.Argument(help="A run id (or unique prefix) or a catalogued tool name.")],
+    as_json: JsonOpt = False,
+) -> None:
     """Show a run's stage timeline and outcome, or a catalogued tool's usage."""
     from flakebot import api
 
@@ -170,9 +173,14 @@ def clean_cmd(
 @app.command("search")
 def search_cmd(
     query: Annotated[str, typer.Argument(help="What the tool should do or work on, e.g. 'csv dedupe'.")],
-    registry: Annotated[str | None, typer.Option(help="crates-io, local, or a cargo directory source PATH (default: crates.io, else local).")] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(help="crates-io, local, or a cargo directory source PATH (default: crates.io, else local)."),
+    ] = None,
     limit: Annotated[int, typer.Option(help="How many crates to show.")] = 10,
-    offline: Annotated[bool, typer.Option("--offline", help="Never contact crates.io; search the local registry.")] = False,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never contact crates.io; search the local registry.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Find crates a tool could start from, ranked for tool-making."""
@@ -190,11 +198,15 @@ def search_cmd(
 
     table = Table(title=f"{found[0].crate.source}: {query}")
     for column in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
-        table.add_column(column, no_wrap=column in ("crate", "version"), justify="right" if column == "downloads" else "left")
+        table.add_column(
+            column, no_wrap=column in ("crate", "version"), justify="right" if column == "downloads" else "left"
+        )
     for c in found:
         info = c.crate
         downloads = "" if info.downloads is None else f"{info.downloads:,}"
-        table.add_row(info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why, info.description)
+        table.add_row(
+            info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why, info.description
+        )
     out.print(table)
 
 
@@ -238,32 +250,60 @@ def config_set(
 @app.command("craft")
 def craft_cmd(
     need: Annotated[str, typer.Argument(help='What the tool should do, in plain words: "need a CSV deduper".')],
-    model: Annotated[str | None, typer.Option(help="provider:model: groq:llama-3.3-70b-versatile, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE.")] = None,
-    registry: Annotated[str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="provider:model: groq:llama-3.3-70b-versatile, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE."
+        ),
+    ] = None,
+    registry: Annotated[
+        str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")
+    ] = None,
     crate: Annotated[str | None, typer.Option(help="Start from this crate (skips the model's choice).")] = None,
-    mode: Annotated[str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")
+    ] = None,
     method: Annotated[
         str | None,
-        typer.Option(help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."),
+        typer.Option(
+            help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."
+        ),
     ] = None,
     from_source: Annotated[
-        str | None, typer.Option("--from", help="Start from this git repository (URL, or URL#REF) or local crate directory: no search, no choice.")
+        str | None,
+        typer.Option(
+            "--from",
+            help="Start from this git repository (URL, or URL#REF) or local crate directory: no search, no choice.",
+        ),
     ] = None,
     ref: Annotated[str | None, typer.Option(help="With --from URL: the branch, tag or commit to start from.")] = None,
-    name: Annotated[str | None, typer.Option(help="The tool's name (default: the spec's; a name taken by another need gets a suffix).")] = None,
-    spec: Annotated[Path | None, typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="The tool's name (default: the spec's; a name taken by another need gets a suffix)."),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model."),
+    ] = None,
     max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Tokens the run may use.")] = None,
-    offline: Annotated[bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")] = None,
+    offline: Annotated[
+        bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
+    ] = None,
     keep: Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")] = False,
     fresh: Annotated[bool, typer.Option(help="Craft again even if the catalog has a tool for this need.")] = False,
     fork: Annotated[bool, typer.Option(help="Fork the crate's GitHub repository (needs GITHUB_TOKEN).")] = False,
     push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
     delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
-    stop_after: Annotated[str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")] = None,
+    stop_after: Annotated[
+        str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
+    ] = None,
     sandbox: Annotated[
-        str | None, typer.Option(help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe).")
+        str | None,
+        typer.Option(
+            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe)."
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -290,10 +330,17 @@ def craft_cmd(
 @app.command("eval")
 def eval_cmd(
     suite: Annotated[str, typer.Argument(help="A shipped suite's name or a directory holding suite.json.")] = "default",
-    model: Annotated[str | None, typer.Option(help="Give every need to this model (provider:model); default: replay each need's hand-written session.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Give every need to this model (provider:model); default: replay each need's hand-written session."
+        ),
+    ] = None,
     only: Annotated[list[str] | None, typer.Option(help="Evaluate only this need (repeatable).")] = None,
     out: Annotated[Path, typer.Option(help="Directory for eval.md and eval.json.")] = Path("bench"),
-    record: Annotated[Path | None, typer.Option(help="Write each need's session as a replayable model script (DIR/NEED.json).")] = None,
+    record: Annotated[
+        Path | None, typer.Option(help="Write each need's session as a replayable model script (DIR/NEED.json).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Craft every need of a suite and score the tools on held-out checks; writes bench/eval.md and bench/eval.json."""
@@ -302,7 +349,13 @@ def eval_cmd(
     from flakebot.evaluate.harness import markdown, run_eval
 
     report, paths = run_eval(
-        suite, model=model, only=only, out_dir=out, record=record, settings=G.settings, progress=lambda line: console.print(line, markup=False)
+        suite,
+        model=model,
+        only=only,
+        out_dir=out,
+        record=record,
+        settings=G.settings,
+        progress=lambda line: console.print(line, markup=False),
     )
     if as_json:
         json_line(report.to_dict())
@@ -328,9 +381,15 @@ def run_cmd(
     args: Annotated[list[str] | None, typer.Argument(help="Arguments for the tool (put them after --).")] = None,
     args_json: Annotated[
         str | None,
-        typer.Option("--args-json", help='The tool\'s schema arguments as JSON, as a function-calling agent passes them: \'{"key": "id", "stdin": "..."}\'.'),
+        typer.Option(
+            "--args-json",
+            help='The tool\'s schema arguments as JSON, as a function-calling agent passes them: \'{"key": "id", "stdin": "..."}\'.',
+        ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object."),
+    ] = False,
 ) -> None:
     """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'"""
     from flakebot import api
@@ -339,11 +398,18 @@ def run_cmd(
     if arguments is not None and args:
         from flakebot.errors import UsageError
 
-        raise UsageError("give the tool's arguments either after -- or as --args-json, not both", fix="move them all into the --args-json object")
+        raise UsageError(
+            "give the tool's arguments either after -- or as --args-json, not both",
+            fix="move them all into the --args-json object",
+        )
     if as_json:
         from flakebot.cli.live import json_result
 
-        call = api.call_tool(tool, arguments if arguments is not None else {}, G.settings) if not args else api.call_tool_argv(tool, list(args), G.settings)
+        call = (
+            api.call_tool(tool, arguments if arguments is not None else {}, G.settings)
+            if not args
+            else api.call_tool_argv(tool, list(args), G.settings)
+        )
         json_result(call.to_dict())
         raise typer.Exit(call.exit_code)
     argv, stdin = api.tool_arguments(tool, arguments, G.settings) if arguments is not None else (list(args or []), None)
@@ -358,7 +424,9 @@ def _json_arguments(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\'') from None
+        raise UsageError(
+            f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\''
+        ) from None
 
 
 @app.command("rm")
@@ -400,7 +468,12 @@ def models_cmd(as_json: JsonOpt = False) -> None:
         table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
     out.print(table)
     default = report["default"]
-    out.print(f"default: {default['model']} (from {default['source']})" if default["model"] else f"default: none. {default['error']}", highlight=False)
+    out.print(
+        f"default: {default['model']} (from {default['source']})"
+        if default["model"]
+        else f"default: none. {default['error']}",
+        highlight=False,
+    )
 
 
 # ---------------------------------------------------------------- package
@@ -409,10 +482,19 @@ def models_cmd(as_json: JsonOpt = False) -> None:
 @app.command("package")
 def package_cmd(
     target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name (CRATE) from the registry.")],
-    registry: Annotated[str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")] = None,
-    bin_name: Annotated[str | None, typer.Option("--bin", help="The binary to package when the crate has several.")] = None,
-    nixpkgs: Annotated[str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it.")] = None,
+    registry: Annotated[
+        str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")
+    ] = None,
+    bin_name: Annotated[
+        str | None, typer.Option("--bin", help="The binary to package when the crate has several.")
+    ] = None,
+    nixpkgs: Annotated[
+        str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
@@ -421,14 +503,22 @@ def package_cmd(
 
     with event_sink(as_json, f"package {target}") as sink:
         result = api.package(
-            target, registry=registry, bin_name=bin_name, nixpkgs=nixpkgs, out=str(out_dir) if out_dir else None, sink=sink, settings=G.settings
+            target,
+            registry=registry,
+            bin_name=bin_name,
+            nixpkgs=nixpkgs,
+            out=str(out_dir) if out_dir else None,
+            sink=sink,
+            settings=G.settings,
         )
     if as_json:
         json_line({"result": result.to_dict()})
         return
     from rich.markup import escape
 
-    out.print(f"[green]{escape(result.pname)} {escape(result.version)}[/green] built ({result.nixpkgs_mode} nixpkgs): {result.store_path}")
+    out.print(
+        f"[green]{escape(result.pname)} {escape(result.version)}[/green] built ({result.nixpkgs_mode} nixpkgs): {result.store_path}"
+    )
     for notice in result.notices:
         out.print(f"[yellow]note:[/yellow] {escape(notice)}")
     out.print(f"flake: {escape(result.flake_dir)}")
@@ -441,7 +531,12 @@ def package_cmd(
 @app.command("publish")
 def publish_cmd(
     tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
-    to: Annotated[str, typer.Option("--to", help="Binary cache or store URL: file:///DIR, https://..., s3://..., ssh-ng://HOST, /CHROOT-STORE.")],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="Binary cache or store URL: file:///DIR, https://..., s3://..., ssh-ng://HOST, /CHROOT-STORE."
+        ),
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """Copy a tool's closure to a binary cache or another Nix store (nix copy); caches are signed with flakebot's key."""
@@ -455,7 +550,9 @@ def publish_cmd(
         json_result(result)
         return
     size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
-    out.print(f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True)
+    out.print(
+        f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True
+    )
     if result["public_key"]:
         out.print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
     out.print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)
@@ -477,7 +574,11 @@ def main() -> None:
     try:
         code = app(prog_name="flakebot", standalone_mode=not as_json)
     except _click_exception() as exc:  # reached only with --json
-        _print_error(UsageError(getattr(exc, "format_message", exc.__str__)(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"))
+        _print_error(
+            UsageError(
+                getattr(exc, "format_message", exc.__str__)(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"
+            )
+        )
         sys.exit(getattr(exc, "exit_code", 2))
     except FlakebotError as exc:
         if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":

@@ -25,7 +25,11 @@ def print_run(report: dict[str, Any]) -> None:
         mark, style = STATUS_STYLE.get(stage["status"], ("?", ""))
         seconds = stage.get("seconds")
         table.add_row(
-            mark, stage["name"], f"[{style}]{stage['status']}[/{style}]", f"{seconds:.1f}" if seconds is not None else "", str(stage.get("attempts", ""))
+            mark,
+            stage["name"],
+            f"[{style}]{stage['status']}[/{style}]",
+            f"{seconds:.1f}" if seconds is not None else "",
+            str(stage.get("attempts", "")),
         )
     out.print(table)
     if report.get("error"):
@@ -36,7 +40,9 @@ def print_run(report: dict[str, Any]) -> None:
 def print_tool(report: dict[str, Any]) -> None:
     from rich.markdown import Markdown
 
-    out.print(Markdown(report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"))
+    out.print(
+        Markdown(report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)")
+    )
     manifest = report.get("manifest") or {}
     if manifest and not manifest.get("portable"):
         reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
@@ -52,7 +58,9 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         json_line({"result": result})
         return
     if result["status"] == "stopped":
-        out.print(f"[yellow]run {result['run_id']} stopped as asked[/yellow]; continue with 'flakebot resume {result['run_id']}'")
+        out.print(
+            f"[yellow]run {result['run_id']} stopped as asked[/yellow]; continue with 'flakebot resume {result['run_id']}'"
+        )
         return
     manifest = result["manifest"]
     origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
@@ -63,11 +71,18 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     usage = result.get("usage") or {}
     if usage:
         cost = usage.get("cost_usd")
-        out.print(f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens" + (f", ${cost:.4f}" if cost else ""))
+        out.print(
+            f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens"
+            + (f", ${cost:.4f}" if cost else "")
+        )
     out.print(f"  run:     {manifest.get('nix_run', '')}")
     out.print(f"  install: {manifest.get('installation_command', '')}")
     verification = manifest.get("verification_command") or {}
-    out.print(f"  verified: {verification.get('command', '')} [green](passed)[/green]" if verification.get("passed") else "  verified: no")
+    out.print(
+        f"  verified: {verification.get('command', '')} [green](passed)[/green]"
+        if verification.get("passed")
+        else "  verified: no"
+    )
     out.print(f"  usage:   {manifest.get('catalog_dir', '')}/USAGE.md")
     if not manifest.get("portable", True):
         out.print(f"  [yellow]host-only:[/yellow] {manifest.get('portable_reason', '')}")

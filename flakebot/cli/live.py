@@ -100,7 +100,12 @@ class LiveStages:
             if seconds is None and row["status"] == "running":
                 seconds = time.time() - row["started"]
             elapsed = f"{seconds:6.1f}s" if seconds is not None else " " * 7
-            table.add_row(Text(mark, style=style), Text(name, style=style), Text(elapsed, style="dim"), Text(str(row["note"])[:100]))
+            table.add_row(
+                Text(mark, style=style),
+                Text(name, style=style),
+                Text(elapsed, style="dim"),
+                Text(str(row["note"])[:100]),
+            )
         parts: list[Any] = [Text(self.title, style="bold")] if self.title else []
         return Group(*parts, table)
 

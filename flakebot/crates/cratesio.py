@@ -104,7 +104,15 @@ class CratesIo:
 
     name = "crates-io"
 
-    def __init__(self, settings: Settings, client: httpx.Client | None = None, *, retries: int = 3, backoff: float = 0.5, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: httpx.Client | None = None,
+        *,
+        retries: int = 3,
+        backoff: float = 0.5,
+        timeout: float = 30.0,
+    ) -> None:
         self.api_url = settings.cratesio_api_url.rstrip("/")
         self.static_url = settings.cratesio_static_url.rstrip("/")
         self.index_url = settings.cratesio_index_url.rstrip("/")
@@ -147,7 +155,11 @@ class CratesIo:
 
     def version(self, name: str, version: str) -> CrateInfo:
         """One version's details: licence, bin_names, has_lib, checksum, yanked."""
-        data = self._api_json(f"/api/v1/crates/{quote(name)}/{quote(version)}", what=f"crate '{name}' version {version}", expect=("version", dict))
+        data = self._api_json(
+            f"/api/v1/crates/{quote(name)}/{quote(version)}",
+            what=f"crate '{name}' version {version}",
+            expect=("version", dict),
+        )
         return _version_info(_field(data, "version", dict))
 
     def index_versions(self, name: str) -> list[dict[str, Any]]:
@@ -160,7 +172,9 @@ class CratesIo:
         try:
             records = [json.loads(line) for line in response.text.splitlines() if line.strip()]
         except ValueError:
-            raise SearchError(f"the sparse index sent malformed JSON for '{name}' ({url})", fix="try again later") from None
+            raise SearchError(
+                f"the sparse index sent malformed JSON for '{name}' ({url})", fix="try again later"
+            ) from None
         self.cache.put(url, records)
         return records
 
@@ -222,9 +236,14 @@ class CratesIo:
         for record in records:
             if record.get("vers") == version and record.get("cksum"):
                 return str(record["cksum"])
-        raise AcquireError(f"crate '{name}' version {version} is not in the crates.io index", fix="check the name and version with 'flakebot search'")
+        raise AcquireError(
+            f"crate '{name}' version {version} is not in the crates.io index",
+            fix="check the name and version with 'flakebot search'",
+        )
 
-    def _api_json(self, path: str, params: dict[str, Any] | None = None, *, what: str, expect: tuple[str, type]) -> dict[str, Any]:
+    def _api_json(
+        self, path: str, params: dict[str, Any] | None = None, *, what: str, expect: tuple[str, type]
+    ) -> dict[str, Any]:
         """The JSON object at `path`, from the cache or the API; it must hold `expect` = (key, type) to be cached."""
         url = self.api_url + path
         key = f"{url}?{urlencode(params)}" if params else url
@@ -236,9 +255,13 @@ class CratesIo:
         try:
             data = response.json()
         except ValueError:
-            raise SearchError(f"crates.io sent malformed JSON for {what} ({response.url})", fix="try again later; " + OFFLINE_FIX) from None
+            raise SearchError(
+                f"crates.io sent malformed JSON for {what} ({response.url})", fix="try again later; " + OFFLINE_FIX
+            ) from None
         if not isinstance(data, dict):
-            raise SearchError(f"crates.io sent unexpected JSON for {what} ({response.url})", fix="try again later; " + OFFLINE_FIX)
+            raise SearchError(
+                f"crates.io sent unexpected JSON for {what} ({response.url})", fix="try again later; " + OFFLINE_FIX
+            )
         _field(data, *expect)
         self.cache.put(key, data)
         return data
@@ -247,7 +270,9 @@ class CratesIo:
         for attempt in range(self.retries + 1):
             if limited:
                 self.limiter.wait()
-            response = self._send(lambda client: client.get(url, params=params or None, headers=self.headers, timeout=self.timeout))
+            response = self._send(
+                lambda client: client.get(url, params=params or None, headers=self.headers, timeout=self.timeout)
+            )
             if response.status_code not in RETRY_STATUSES or attempt == self.retries:
                 break
             delay = self._retry_delay(response, attempt, what)
@@ -268,17 +293,22 @@ class CratesIo:
             raise Unreachable(f"cannot connect to {_host(exc)}: {exc}", fix=OFFLINE_FIX) from None
         except httpx.TimeoutException as exc:
             raise SearchError(
-                f"crates.io did not answer in time ({_host(exc)}, read timeout {self.timeout.read}s)", fix="try again later; " + OFFLINE_FIX
+                f"crates.io did not answer in time ({_host(exc)}, read timeout {self.timeout.read}s)",
+                fix="try again later; " + OFFLINE_FIX,
             ) from None
         except httpx.HTTPError as exc:
-            raise SearchError(f"crates.io request failed ({type(exc).__name__}: {exc})", fix="try again later; " + OFFLINE_FIX) from None
+            raise SearchError(
+                f"crates.io request failed ({type(exc).__name__}: {exc})", fix="try again later; " + OFFLINE_FIX
+            ) from None
 
     def _retry_delay(self, response: httpx.Response, attempt: int, what: str) -> float:
         wait = _retry_after(response.headers.get("Retry-After"))
         if wait is None:
             return self.backoff * 2**attempt
         if wait > MAX_RETRY_WAIT:
-            raise SearchError(f"crates.io asks flakebot to wait {wait:.0f}s before the {what}", fix="try again later; " + OFFLINE_FIX)
+            raise SearchError(
+                f"crates.io asks flakebot to wait {wait:.0f}s before the {what}", fix="try again later; " + OFFLINE_FIX
+            )
         return wait
 
     def _stream(self, url: str, handle: Any, what: str) -> str:
@@ -324,7 +354,13 @@ def sparse_path(name: str) -> str:
 
 def _crate_info(data: dict[str, Any]) -> CrateInfo:
     """A search result or `crate` object (fields absent in old answers are tolerated)."""
-    version = data.get("default_version") or data.get("max_stable_version") or data.get("max_version") or data.get("newest_version") or ""
+    version = (
+        data.get("default_version")
+        or data.get("max_stable_version")
+        or data.get("max_version")
+        or data.get("newest_version")
+        or ""
+    )
     return CrateInfo(
         name=str(data.get("name") or data.get("id") or ""),
         version=str(version),
@@ -391,7 +427,9 @@ def _status_error(response: httpx.Response, what: str, retries: int) -> SearchEr
     detail = _error_detail(response)
     said = f": {detail}" if detail else ""
     if code == 404:
-        return SearchError(f"crates.io has no {what} (404{said})", fix="check the spelling, or search with 'flakebot search'")
+        return SearchError(
+            f"crates.io has no {what} (404{said})", fix="check the spelling, or search with 'flakebot search'"
+        )
     if code == 403:
         fix = "set a contact crates.io accepts with 'flakebot config set contact you@example.com', or use '--registry local'"
         return SearchError(f"crates.io refused the {what} (403{said})", fix=fix)

@@ -37,10 +37,13 @@ class LocalRegistry:
         self.cache_dir = Path(cache_dir)
         if not self.path.exists():
             raise SearchError(
-                f"registry path {self.path} does not exist", fix="give a cargo directory source (e.g. /usr/share/cargo/registry or a 'cargo vendor' folder)"
+                f"registry path {self.path} does not exist",
+                fix="give a cargo directory source (e.g. /usr/share/cargo/registry or a 'cargo vendor' folder)",
             )
         if not self.path.is_dir():
-            raise SearchError(f"registry path {self.path} is not a directory", fix="give a cargo directory source folder, not a file")
+            raise SearchError(
+                f"registry path {self.path} is not a directory", fix="give a cargo directory source folder, not a file"
+            )
         self._entries: list[CrateInfo] | None = None
         self._ranker: Ranker | None = None
 
@@ -72,7 +75,9 @@ class LocalRegistry:
             if crate.version == version:
                 return crate
         have = ", ".join(sorted((c.version for c in versions), key=version_key))
-        raise SearchError(f"crate '{name}' has no version {version} in {self.path} (have {have})", fix=f"pick one of: {have}")
+        raise SearchError(
+            f"crate '{name}' has no version {version} in {self.path} (have {have})", fix=f"pick one of: {have}"
+        )
 
     def _cache_file(self) -> Path:
         digest = hashlib.sha256(str(self.path).encode()).hexdigest()[:16]
@@ -90,7 +95,10 @@ class LocalRegistry:
             return cached
         entries = build_index(self.path, names)
         atomic_write_text(
-            self._cache_file(), json.dumps({"format": INDEX_FORMAT, "path": str(self.path), "key": key, "entries": [e.to_dict() for e in entries]})
+            self._cache_file(),
+            json.dumps(
+                {"format": INDEX_FORMAT, "path": str(self.path), "key": key, "entries": [e.to_dict() for e in entries]}
+            ),
         )
         logger.info("indexed %d crates in %s", len(entries), self.path)
         return entries
@@ -134,7 +142,11 @@ def read_crate(directory: Path) -> CrateInfo | None:
         logger.warning("skipping %s: unreadable Cargo.toml (%s)", directory.name, exc)
         return None
     package = manifest.get("package")
-    if not isinstance(package, dict) or not isinstance(package.get("name"), str) or not isinstance(package.get("version"), str):
+    if (
+        not isinstance(package, dict)
+        or not isinstance(package.get("name"), str)
+        or not isinstance(package.get("version"), str)
+    ):
         logger.warning("skipping %s: Cargo.toml has no [package] name and version", directory.name)
         return None
     lib = manifest.get("lib") if isinstance(manifest.get("lib"), dict) else None

@@ -28,7 +28,9 @@ STOPWORDS = frozenset(
 WEIGHTS = {"name": 3.0, "keywords": 2.0, "categories": 0.5, "description": 1.0}
 K1 = 1.2
 B = 0.75
-PERMISSIVE = frozenset("mit apache-2.0 bsd-2-clause bsd-3-clause 0bsd isc zlib unlicense cc0-1.0 bsl-1.0 mit-0 wtfpl".split())
+PERMISSIVE = frozenset(
+    "mit apache-2.0 bsd-2-clause bsd-3-clause 0bsd isc zlib unlicense cc0-1.0 bsl-1.0 mit-0 wtfpl".split()
+)
 _WORD = re.compile(r"[a-z0-9]+")
 _LICENSE_ID = re.compile(r"[A-Za-z0-9.+-]+")
 
@@ -69,10 +71,16 @@ def stop_words_removed(query: str) -> list[str]:
 def query_terms(query: str) -> list[str]:
     """The distinct terms of a search query; SearchError when there are none."""
     if not query or not query.strip():
-        raise SearchError("the search query is empty", fix="describe the tool or crate you need, e.g. 'flakebot search \"csv dedupe\"'")
+        raise SearchError(
+            "the search query is empty",
+            fix="describe the tool or crate you need, e.g. 'flakebot search \"csv dedupe\"'",
+        )
     found = list(dict.fromkeys(terms(query)))
     if not found:
-        raise SearchError(f"the search query '{query.strip()}' has only common words", fix="name what the tool works on or does, e.g. 'csv', 'hex dump viewer'")
+        raise SearchError(
+            f"the search query '{query.strip()}' has only common words",
+            fix="name what the tool works on or does, e.g. 'csv', 'hex dump viewer'",
+        )
     return found
 
 
@@ -161,7 +169,9 @@ class Ranker:
             if normal_name(crate.name) in roots:
                 score *= 1.15
                 reasons.insert(0, "family root")
-            scored.append(Candidate(crate, score, _why([spelled.get(t, t) for t in matched[doc]], reasons, doc == exact)))
+            scored.append(
+                Candidate(crate, score, _why([spelled.get(t, t) for t in matched[doc]], reasons, doc == exact))
+            )
         return heapq.nlargest(limit, scored, key=lambda c: (c.score, version_key(c.crate.version), c.crate.name))
 
     def _bm25(self, wanted: list[str]) -> tuple[dict[int, float], dict[int, list[str]]]:

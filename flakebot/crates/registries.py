@@ -37,14 +37,19 @@ def open_registry(settings: Settings, registry: str | None = None) -> Registry:
         return local_registry(settings)
     if choice in ("crates-io", "crates.io"):
         if settings.offline:
-            raise SearchError("--registry crates-io cannot be searched offline", fix="drop --offline (or the offline setting), or use '--registry local'")
+            raise SearchError(
+                "--registry crates-io cannot be searched offline",
+                fix="drop --offline (or the offline setting), or use '--registry local'",
+            )
         from flakebot.crates.cratesio import CratesIo
 
         return CratesIo(settings)
     if choice == "auto":
         return local_registry(settings) if settings.offline else AutoRegistry(settings)
     if not Path(choice).expanduser().exists():
-        raise SearchError(f"unknown registry '{choice}'", fix="use crates-io, local, auto or the path of a cargo directory source")
+        raise SearchError(
+            f"unknown registry '{choice}'", fix="use crates-io, local, auto or the path of a cargo directory source"
+        )
     return local_registry(settings, choice)
 
 

@@ -83,7 +83,9 @@ class Catalog:
             self.root.mkdir(parents=True, exist_ok=True)
             handle = open(self.root / ".lock", "w")
         except OSError as exc:
-            raise CatalogError(f"catalog {self.root} is not writable ({exc.strerror})", fix="set catalog_dir to a writable directory") from None
+            raise CatalogError(
+                f"catalog {self.root} is not writable ({exc.strerror})", fix="set catalog_dir to a writable directory"
+            ) from None
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             index = self._read()
@@ -98,7 +100,9 @@ class Catalog:
         try:
             index = json.loads(self.index_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CatalogError(f"{self.index_path} is corrupt ({exc})", fix=f"restore or remove {self.index_path}") from None
+            raise CatalogError(
+                f"{self.index_path} is corrupt ({exc})", fix=f"restore or remove {self.index_path}"
+            ) from None
         if not isinstance(index, dict) or not isinstance(index.get("tools"), dict):
             raise CatalogError(f"{self.index_path} has no tools table", fix=f"restore or remove {self.index_path}")
         return index
@@ -110,7 +114,9 @@ class Catalog:
         tools = self.tools()
         if name not in tools:
             known = ", ".join(sorted(tools)) or "none yet"
-            raise CatalogError(f"no tool '{name}' in the catalog", fix=f"list tools with 'flakebot list' (known: {known})")
+            raise CatalogError(
+                f"no tool '{name}' in the catalog", fix=f"list tools with 'flakebot list' (known: {known})"
+            )
         return tools[name]
 
     def find_need(self, need: str) -> dict[str, Any] | None:
@@ -136,14 +142,25 @@ class Catalog:
         raise CatalogError(f"every name like {name} is taken", fix="pass --name with a name of your own")
 
     def add(
-        self, name: str, *, need: str, flake_dir: Path, manifest: dict[str, Any], usage_md: str, store_path: str, run_id: str, origin: dict[str, Any]
+        self,
+        name: str,
+        *,
+        need: str,
+        flake_dir: Path,
+        manifest: dict[str, Any],
+        usage_md: str,
+        store_path: str,
+        run_id: str,
+        origin: dict[str, Any],
     ) -> dict[str, Any]:
         """Copy a built tool into the catalog (replacing an older one of the same name and need) and hold its store path.
 
         A tool of the same name crafted for a different need is never replaced silently: that is an error."""
         staging = Path(tempfile.mkdtemp(dir=self._staging_root(), prefix=f"{name}."))
         try:
-            shutil.copytree(flake_dir, staging / "flake", symlinks=True, ignore=shutil.ignore_patterns("result", "result-*"))
+            shutil.copytree(
+                flake_dir, staging / "flake", symlinks=True, ignore=shutil.ignore_patterns("result", "result-*")
+            )
             atomic_write_json(staging / "manifest.json", manifest)
             (staging / "USAGE.md").write_text(usage_md)
             with self.locked() as index:
@@ -180,7 +197,9 @@ class Catalog:
             if entry is None:
                 raise CatalogError(f"no tool '{name}' in the catalog", fix="list tools with 'flakebot list'")
             for key, value in fields.items():
-                entry[key] = {**entry[key], **value} if isinstance(value, dict) and isinstance(entry.get(key), dict) else value
+                entry[key] = (
+                    {**entry[key], **value} if isinstance(value, dict) and isinstance(entry.get(key), dict) else value
+                )
             return dict(entry)
 
     def remove(self, name: str) -> dict[str, Any]:
@@ -210,7 +229,11 @@ def _refuse_other_need(entry: dict[str, Any] | None, need: str) -> None:
 def add_gc_root(link: Path, store_path: str) -> Path:
     """Register `link` as an indirect Nix GC root for `store_path` (plain symlink when nix-store is absent)."""
     if shutil.which("nix-store"):
-        result = subprocess.run(["nix-store", "--add-root", str(link), "--indirect", "--realise", store_path], capture_output=True, text=True)
+        result = subprocess.run(
+            ["nix-store", "--add-root", str(link), "--indirect", "--realise", store_path],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode == 0:
             return link
         logger.warning("nix-store --add-root failed (%s); keeping a plain link", result.stderr.strip()[-200:])

@@ -65,7 +65,9 @@ def _usage_line(text: str) -> str:
 def _positional(match: re.Match[str], usage: str) -> CliParam:
     name = match.group("name")
     required = match.group("open") == "<" and f"[{name}]" not in usage and f"[{name}]..." not in usage
-    param = CliParam(name=_json_name(name), kind="positional", value_name=name, required=required, multiple=bool(match.group("many")))
+    param = CliParam(
+        name=_json_name(name), kind="positional", value_name=name, required=required, multiple=bool(match.group("many"))
+    )
     _extend(param, match.group("rest").strip())
     return param
 

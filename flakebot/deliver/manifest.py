@@ -15,7 +15,10 @@ MANIFEST_FORMAT = 1
 def tool_schemas(name: str, summary: str, params: list[CliParam]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(OpenAI function-calling tool, MCP tool definition) for the tool's command line."""
     schema = json_schema(params)
-    openai_tool = {"type": "function", "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema}}
+    openai_tool = {
+        "type": "function",
+        "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema},
+    }
     mcp_tool = {"name": name, "description": summary, "inputSchema": schema}
     return openai_tool, mcp_tool
 
@@ -69,7 +72,8 @@ def build_manifest(
         "help_text": help_text,
         "parameters": [p.to_dict() for p in params],
         "examples": examples,
-        "corrected_examples": corrected_examples or [],  # examples the spec model corrected after a dispute in the edit loop
+        "corrected_examples": corrected_examples
+        or [],  # examples the spec model corrected after a dispute in the edit loop
         "openai_tool": openai_tool,
         "mcp_tool": mcp_tool,
         "store_path": package.get("store_path", ""),
@@ -91,8 +95,14 @@ def build_facts(package: dict[str, Any], untested: str = "") -> dict[str, Any]:
     `untested` comes from the acquire stage (fork mode); a packaged copy says it through its dropped dev-dependencies."""
     dropped = package.get("dropped_dev_dependencies") or []
     if dropped and not untested:
-        untested = "the crate's own tests did not run: they need dev-dependencies left out: " + ", ".join(f"{d['name']} ({d['reason']})" for d in dropped)
-    return {"native_inputs": package.get("native_inputs", {}), "features": package.get("build_features", []), "untested": untested}
+        untested = "the crate's own tests did not run: they need dev-dependencies left out: " + ", ".join(
+            f"{d['name']} ({d['reason']})" for d in dropped
+        )
+    return {
+        "native_inputs": package.get("native_inputs", {}),
+        "features": package.get("build_features", []),
+        "untested": untested,
+    }
 
 
 def usage_markdown(manifest: dict[str, Any]) -> str:

@@ -35,7 +35,14 @@ BINARY_CACHE_SCHEMES = ("file", "http", "https", "s3")
 STORE_SCHEMES = ("ssh", "ssh-ng", "unix")
 STORE_NAMES = ("local", "daemon", "auto")
 URL_EXAMPLES = "file:///srv/cache, https://cache.example.org, s3://bucket, ssh-ng://host, /path/to/chroot-store"
-UNREACHABLE = ("unable to download", "cannot connect", "Couldn't connect", "Could not resolve", "Connection refused", "No such file or directory")
+UNREACHABLE = (
+    "unable to download",
+    "cannot connect",
+    "Couldn't connect",
+    "Could not resolve",
+    "Connection refused",
+    "No such file or directory",
+)
 
 
 @dataclass(frozen=True)
@@ -65,9 +72,23 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     seconds = _copy(store_path, destination, key, settings.nix_copy_timeout)
     record = _record(store_path, destination, key)
     catalog.update(tool, published={destination.url: record})
-    logger.info("published %s (%d paths, %d bytes) to %s in %.1f s", store_path, record["paths"], record["closure_size"], destination.url, seconds)
+    logger.info(
+        "published %s (%d paths, %d bytes) to %s in %.1f s",
+        store_path,
+        record["paths"],
+        record["closure_size"],
+        destination.url,
+        seconds,
+    )
     helps = consumer_help(destination, key, store_path, _main_program(catalog.tool_dir(tool), tool))
-    return {"kind": "publication", "tool": tool, **record, "binary_cache": destination.binary_cache, "seconds": round(seconds, 3), **helps}
+    return {
+        "kind": "publication",
+        "tool": tool,
+        **record,
+        "binary_cache": destination.binary_cache,
+        "seconds": round(seconds, 3),
+        **helps,
+    }
 
 
 def _record(store_path: str, destination: Destination, key: SigningKey | None) -> dict[str, Any]:
@@ -79,7 +100,9 @@ def _record(store_path: str, destination: Destination, key: SigningKey | None) -
         "nar_hash": nar_hash,
         "paths": paths,
         "closure_size": size,
-        "signed_by": key.name if key else ("the secret-key given in the URL" if "secret-key=" in destination.url else None),
+        "signed_by": key.name
+        if key
+        else ("the secret-key given in the URL" if "secret-key=" in destination.url else None),
         "public_key": key.public if key else None,
         "published_at": time.time(),
     }
@@ -93,11 +116,15 @@ def parse_destination(to: str) -> Destination:
     scheme, sep, rest = url.partition("://")
     if sep and scheme in BINARY_CACHE_SCHEMES:
         if scheme == "file" and not rest.startswith("/"):
-            raise UsageError(f"'{to}' is not an absolute file:// URL", fix="give the cache directory as file:///absolute/path")
+            raise UsageError(
+                f"'{to}' is not an absolute file:// URL", fix="give the cache directory as file:///absolute/path"
+            )
         return Destination(url, binary_cache=True)
     if (sep and scheme in STORE_SCHEMES and rest) or (not sep and url.split("?", 1)[0] in STORE_NAMES):
         return Destination(url, binary_cache=False)
-    raise UsageError(f"'{to}' is not a Nix store URL", fix=f"give --to a binary cache or store URL such as {URL_EXAMPLES}")
+    raise UsageError(
+        f"'{to}' is not a Nix store URL", fix=f"give --to a binary cache or store URL such as {URL_EXAMPLES}"
+    )
 
 
 def _live_store_path(tool: str, entry: dict[str, Any]) -> str:
@@ -134,7 +161,10 @@ def _nix_key(args: list[str], stdin: str | None = None) -> str:
     argv = [command.nix_program(), *command.FEATURES, "key", *args]
     result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
     if result.returncode != 0 or not result.stdout.strip():
-        raise NixError(f"'nix key {args[0]}' failed: {_last_error(result.stderr.splitlines())}", fix="check that 'nix key --help' works (Nix 2.4 or later)")
+        raise NixError(
+            f"'nix key {args[0]}' failed: {_last_error(result.stderr.splitlines())}",
+            fix="check that 'nix key --help' works (Nix 2.4 or later)",
+        )
     return result.stdout.strip() + "\n"
 
 
@@ -179,26 +209,44 @@ def _last_error(lines: list[str]) -> str:
 
 def closure(store_path: str) -> tuple[int, int, str]:
     """(number of paths, total NAR bytes, NAR hash of the path itself) of a store path's closure."""
-    argv = [command.nix_program(), *command.FEATURES, "path-info", "--json", "--offline", "--recursive", "--closure-size", store_path]
+    argv = [
+        command.nix_program(),
+        *command.FEATURES,
+        "path-info",
+        "--json",
+        "--offline",
+        "--recursive",
+        "--closure-size",
+        store_path,
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
-        raise NixError(f"nix path-info of {store_path} failed: {_last_error(result.stderr.splitlines())}", fix="check the path with 'nix path-info'")
+        raise NixError(
+            f"nix path-info of {store_path} failed: {_last_error(result.stderr.splitlines())}",
+            fix="check the path with 'nix path-info'",
+        )
     infos = {info["path"]: info for info in json.loads(result.stdout)}
     top = infos.get(store_path, {"valid": False})
     if top.get("valid") is False:  # path-info exits 0 for a path the store does not hold
-        raise NixError(f"{store_path} is not a valid path in the Nix store", fix="build the tool again ('flakebot craft --fresh')")
+        raise NixError(
+            f"{store_path} is not a valid path in the Nix store", fix="build the tool again ('flakebot craft --fresh')"
+        )
     return len(infos), int(top.get("closureSize", 0)), str(top.get("narHash", ""))
 
 
 # ---------------------------------------------------------------- what a consumer runs
 
 
-def consumer_help(destination: Destination, key: SigningKey | None, store_path: str, main_program: str) -> dict[str, Any]:
+def consumer_help(
+    destination: Destination, key: SigningKey | None, store_path: str, main_program: str
+) -> dict[str, Any]:
     """How another machine gets the tool: the copy command, the nix.conf lines of a cache, the binary to run."""
     trust = ["--option", "extra-trusted-public-keys", key.public] if key else []
     checks = [] if destination.binary_cache else ["--no-check-sigs"]
     substitute = ["nix", *command.FEATURES, "copy", "--from", destination.url, *trust, *checks, store_path]
-    nix_conf = f"extra-substituters = {destination.url}\n" + (f"extra-trusted-public-keys = {key.public}\n" if key else "")
+    nix_conf = f"extra-substituters = {destination.url}\n" + (
+        f"extra-trusted-public-keys = {key.public}\n" if key else ""
+    )
     run = [f"{store_path}/bin/{main_program}"]
     return {
         "substitute_command": {"argv": substitute, "shell": shlex.join(substitute)},

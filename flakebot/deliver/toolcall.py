@@ -52,7 +52,10 @@ def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[st
     """(the tool's arguments, its stdin or None) for JSON `arguments`; bad arguments are a UsageError."""
     name = manifest.get("name", "the tool")
     if not isinstance(arguments, dict):
-        raise UsageError(f"arguments for {name} must be a JSON object, got {type(arguments).__name__}", fix='pass an object such as {"stdin": "..."}')
+        raise UsageError(
+            f"arguments for {name} must be a JSON object, got {type(arguments).__name__}",
+            fix='pass an object such as {"stdin": "..."}',
+        )
     params = parameters(manifest)
     problem = _type_problem(params, arguments)
     try:
@@ -61,7 +64,9 @@ def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[st
         argv = to_argv(params, arguments)
     except ValueError as exc:
         fields = ", ".join(p.name for p in params) or "none"
-        raise UsageError(f"bad arguments for {name}: {exc}", fix=f"use the tool's schema (parameters: {fields}, and stdin)") from None
+        raise UsageError(
+            f"bad arguments for {name}: {exc}", fix=f"use the tool's schema (parameters: {fields}, and stdin)"
+        ) from None
     stdin = arguments.get("stdin")
     return argv, None if stdin is None else str(stdin)
 
@@ -81,13 +86,19 @@ def _type_problem(params: list[CliParam], arguments: dict[str, Any]) -> str | No
 
 def program(manifest: dict[str, Any]) -> list[str]:
     """The command that runs the tool: its built store path, or `nix run` of its flake when the path is gone."""
-    binary = Path(manifest.get("store_path") or "/nonexistent") / "bin" / (manifest.get("main_program") or manifest.get("name", ""))
+    binary = (
+        Path(manifest.get("store_path") or "/nonexistent")
+        / "bin"
+        / (manifest.get("main_program") or manifest.get("name", ""))
+    )
     if binary.is_file():
         return [str(binary)]
     if manifest.get("nix_run_argv"):
         logger.info("%s is not in the store; running the tool through nix run", binary)
         return [*manifest["nix_run_argv"], "--"]
-    raise CatalogError(f"tool '{manifest.get('name')}' has no built program", fix="craft it again with 'flakebot craft --fresh'")
+    raise CatalogError(
+        f"tool '{manifest.get('name')}' has no built program", fix="craft it again with 'flakebot craft --fresh'"
+    )
 
 
 def call(manifest: dict[str, Any], arguments: Any, *, timeout: float, cwd: Path | None = None) -> ToolCall:
@@ -98,7 +109,9 @@ def call(manifest: dict[str, Any], arguments: Any, *, timeout: float, cwd: Path 
     return run_captured(manifest, args, stdin or "", timeout=timeout, cwd=cwd)
 
 
-def run_captured(manifest: dict[str, Any], args: list[str], stdin: str | None, *, timeout: float, cwd: Path | None = None) -> ToolCall:
+def run_captured(
+    manifest: dict[str, Any], args: list[str], stdin: str | None, *, timeout: float, cwd: Path | None = None
+) -> ToolCall:
     """Run the tool with command-line `args` and capture its output; `stdin` None passes the caller's own."""
     argv = [*program(manifest), *args]
     try:

@@ -31,7 +31,9 @@ def prepare_fixture(source: Path, root: Path) -> Path:
     """Make the fixture at `source` under `root`; returns the directory source to search."""
     info_file = source / "fixture.json"
     if not info_file.is_file():
-        raise UsageError(f"fixture {source} has no fixture.json", fix="add fixture.json naming crate, version, member and tag")
+        raise UsageError(
+            f"fixture {source} has no fixture.json", fix="add fixture.json naming crate, version, member and tag"
+        )
     info = json.loads(info_file.read_text())
     repository = _commit_repo(source / "repo", root / "repos" / source.name, info["tag"])
     return _directory_source(repository / info["member"], root / "registry", info, repository.as_uri())

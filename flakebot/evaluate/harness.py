@@ -75,7 +75,13 @@ class EvalReport:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "suite": self.suite, "model": self.model, "totals": self.totals(), "results": [asdict(r) for r in self.results]}
+        return {
+            "format": FORMAT,
+            "suite": self.suite,
+            "model": self.model,
+            "totals": self.totals(),
+            "results": [asdict(r) for r in self.results],
+        }
 
 
 def evaluate(
@@ -98,14 +104,20 @@ def evaluate(
         result = evaluate_need(need, suite, model, settings, root / need.id)
         if record is not None and result.run_id:
             _record(root / need.id, result, record / f"{need.id}.json")
-        progress(f"[{number}/{len(suite.needs)}] {need.id}: {'passed' if result.passed else 'FAILED'} ({_outcome_line(result)})")
+        progress(
+            f"[{number}/{len(suite.needs)}] {need.id}: {'passed' if result.passed else 'FAILED'} ({_outcome_line(result)})"
+        )
         results.append(result)
     return EvalReport(suite.name, model or "hand-written sessions", results, time.monotonic() - started)
 
 
 def evaluate_need(need: Need, suite: Suite, model: str | None, settings: Settings, root: Path) -> NeedResult:
-    registry = str(prepare_fixture(suite.directory / "fixtures" / need.fixture, root)) if need.fixture else need.registry
-    settings = dataclasses.replace(settings, workdir=str(root), catalog_dir=str(root / "catalog"), offline=settings.offline or model is None)
+    registry = (
+        str(prepare_fixture(suite.directory / "fixtures" / need.fixture, root)) if need.fixture else need.registry
+    )
+    settings = dataclasses.replace(
+        settings, workdir=str(root), catalog_dir=str(root / "catalog"), offline=settings.offline or model is None
+    )
     chosen = model or f"scripted:{need.session}"
     started = time.monotonic()
     error = ""
@@ -113,7 +125,10 @@ def evaluate_need(need: Need, suite: Suite, model: str | None, settings: Setting
         api.craft(need.need, model=chosen, registry=registry, method=need.method, fresh=True, settings=settings)
         outcome = "crafted"
     except SpecError as exc:  # only the model's reject_need is a rejection; an unusable spec is a failure
-        outcome, error = ("rejected" if exc.message.startswith("the model declined the need") else "failed"), exc.one_line()
+        outcome, error = (
+            ("rejected" if exc.message.startswith("the model declined the need") else "failed"),
+            exc.one_line(),
+        )
     except FlakebotError as exc:
         outcome, error = "failed", exc.one_line()
     seconds = time.monotonic() - started
@@ -144,7 +159,12 @@ def _only_run(root: Path) -> Run | None:
 
 def _held_out(need: Need, run: Run, settings: Settings) -> list[dict[str, Any]]:
     package = run.output("package")
-    return run_checks(need.heldout, Path(package["store_path"]) / "bin", package.get("main_program") or run.output("spec")["name"], settings)
+    return run_checks(
+        need.heldout,
+        Path(package["store_path"]) / "bin",
+        package.get("main_program") or run.output("spec")["name"],
+        settings,
+    )
 
 
 def _add_usage(result: NeedResult, run: Run) -> None:
@@ -189,7 +209,13 @@ def markdown(report: EvalReport) -> str:
     ]
     failed = [r for r in report.results if not r.passed]
     for result in failed:
-        lines += ["", f"## {result.id}: not passed", "", f"- outcome: {result.outcome} (expected {result.expect})", f"- error: {result.error or 'none'}"]
+        lines += [
+            "",
+            f"## {result.id}: not passed",
+            "",
+            f"- outcome: {result.outcome} (expected {result.expect})",
+            f"- error: {result.error or 'none'}",
+        ]
         lines += [
             f"- check failed: `{c['bin']} {' '.join(c['args'])}`: exit {c['exit_code']}, stdout {json.dumps(c['stdout'][:200])}"
             for c in result.checks

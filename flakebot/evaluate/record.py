@@ -35,7 +35,9 @@ def _turn(reply: dict[str, Any]) -> dict[str, Any]:
     if reply.get("text"):
         turn["content"] = reply["text"]
     if reply.get("tool_calls"):
-        turn["tool_calls"] = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in reply["tool_calls"]]
+        turn["tool_calls"] = [
+            {"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in reply["tool_calls"]
+        ]
     usage = reply.get("usage") or {}
     turn["usage"] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens") if k in usage}
     if not turn.get("content") and not turn.get("tool_calls"):

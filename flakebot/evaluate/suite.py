@@ -70,7 +70,10 @@ class Suite:
         """The suite reduced to `ids` (all when empty)."""
         unknown = sorted(set(ids) - {n.id for n in self.needs})
         if unknown:
-            raise UsageError(f"no need {', '.join(unknown)} in suite '{self.name}'", fix=f"choose from: {', '.join(n.id for n in self.needs)}")
+            raise UsageError(
+                f"no need {', '.join(unknown)} in suite '{self.name}'",
+                fix=f"choose from: {', '.join(n.id for n in self.needs)}",
+            )
         return Suite(self.name, self.description, self.directory, [n for n in self.needs if not ids or n.id in ids])
 
 
@@ -86,17 +89,23 @@ def load_suite(name_or_path: str = "default") -> Suite:
     file = directory / "suite.json"
     if not file.is_file():
         shipped = ", ".join(sorted(p.name for p in shipped_suites().iterdir() if (p / "suite.json").is_file()))
-        raise UsageError(f"no suite '{name_or_path}'", fix=f"name a shipped suite ({shipped}) or a directory holding suite.json")
+        raise UsageError(
+            f"no suite '{name_or_path}'", fix=f"name a shipped suite ({shipped}) or a directory holding suite.json"
+        )
     try:
         data = json.loads(file.read_text())
         return _suite(data, directory.resolve())
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise UsageError(f"suite file {file} is malformed: {exc}", fix="follow the format in flakebot/evaluate/suite.py") from None
+        raise UsageError(
+            f"suite file {file} is malformed: {exc}", fix="follow the format in flakebot/evaluate/suite.py"
+        ) from None
 
 
 def _suite(data: dict[str, Any], directory: Path) -> Suite:
     if data.get("format", FORMAT) > FORMAT:
-        raise UsageError(f"suite format {data['format']} is newer than this flakebot reads ({FORMAT})", fix="upgrade flakebot")
+        raise UsageError(
+            f"suite format {data['format']} is newer than this flakebot reads ({FORMAT})", fix="upgrade flakebot"
+        )
     needs = [_need(entry, directory) for entry in data["needs"]]
     ids = [n.id for n in needs]
     if len(set(ids)) != len(ids):
@@ -110,5 +119,7 @@ def _need(entry: dict[str, Any], directory: Path) -> Need:
     if need.expect not in EXPECTS:
         raise UsageError(f"need {need.id}: expect must be one of {', '.join(EXPECTS)}", fix="correct suite.json")
     if need.expect == "crafted" and not checks:
-        raise UsageError(f"need {need.id} has no held-out checks", fix="add at least one held-out check the model never sees")
+        raise UsageError(
+            f"need {need.id} has no held-out checks", fix="add at least one held-out check the model never sees"
+        )
     return need

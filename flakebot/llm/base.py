@@ -44,7 +44,9 @@ class Usage:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Usage:
         """A Usage from to_dict() output (unknown keys, such as total_tokens, are ignored)."""
-        return cls(**{k: data[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd") if k in data})
+        return cls(
+            **{k: data[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd") if k in data}
+        )
 
 
 @dataclass
@@ -64,7 +66,12 @@ class Reply:
         message: dict[str, Any] = {"role": "assistant", "content": self.text or None}
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments or _dumps(c.arguments)}} for c in self.tool_calls
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments or _dumps(c.arguments)},
+                }
+                for c in self.tool_calls
             ]
         return message
 
@@ -83,6 +90,8 @@ class Model(Protocol):
 
     name: str  # "provider:model", as chosen
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, temperature: float = 0.0) -> Reply: ...
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, temperature: float = 0.0
+    ) -> Reply: ...
 
     def close(self) -> None: ...

@@ -15,7 +15,9 @@ logger = logging.getLogger(__name__)
 class Budget:
     """What a run may spend (None: no limit) and what it has spent; `spent` is persisted by the caller."""
 
-    def __init__(self, max_tokens: int | None = None, max_cost: float | None = None, spent: Usage | None = None) -> None:
+    def __init__(
+        self, max_tokens: int | None = None, max_cost: float | None = None, spent: Usage | None = None
+    ) -> None:
         self.max_tokens = max_tokens
         self.max_cost = max_cost
         self.spent = spent if spent is not None else Usage()
@@ -40,7 +42,9 @@ class Budget:
         self.spent.add(usage)
         if usage.cost_usd is None and self.max_cost is not None and not self._warned_unknown_price:
             self._warned_unknown_price = True
-            logger.warning("the model's price is unknown: the cost budget of $%.2f counts only priced calls", self.max_cost)
+            logger.warning(
+                "the model's price is unknown: the cost budget of $%.2f counts only priced calls", self.max_cost
+            )
         if self.max_tokens is not None and self.spent.total_tokens > self.max_tokens:
             raise self._tokens_error()
         if self.max_cost is not None and (self.spent.cost_usd or 0.0) > self.max_cost:

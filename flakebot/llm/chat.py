@@ -102,7 +102,9 @@ class ChatModel:
     def base_url(self) -> str:
         return str(self._client.base_url)
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, temperature: float = 0.0) -> Reply:
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, temperature: float = 0.0
+    ) -> Reply:
         """One assistant turn for `messages` (shrunk in place if the context overflows)."""
         if self._closed:
             raise ModelError(f"{self.name} was used after close()", fix="make a new model with resolve_model()")
@@ -112,7 +114,9 @@ class ChatModel:
             self._record("model_error", error=exc.to_dict())
             raise
 
-    def _complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float) -> Reply:
+    def _complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float
+    ) -> Reply:
         extra: list[dict[str, Any]] = []  # corrections after tool_use_failed, for this call only
         bad_bodies = shrunk = 0
         while True:
@@ -156,7 +160,9 @@ class ChatModel:
         reply.usage.cost_usd = cost(self.endpoint.price, reply.usage)
         self._record("model_reply", reply=reply.to_dict())
         tokens = f"{reply.usage.prompt_tokens}+{reply.usage.completion_tokens}"
-        logger.debug("%s replied in %.2fs: %s tokens, %d tool call(s)", self.name, reply.latency, tokens, len(reply.tool_calls))
+        logger.debug(
+            "%s replied in %.2fs: %s tokens, %d tool call(s)", self.name, reply.latency, tokens, len(reply.tool_calls)
+        )
         if self.budget is not None:
             self.budget.charge(reply.usage)
         broken = [call.error for call in reply.tool_calls if call.error]
@@ -167,7 +173,9 @@ class ChatModel:
 
     def _correction(self, exc: _FormatError) -> list[dict[str, Any]]:
         self._format_error(exc.message)
-        self._record("model_retry", reason="tool_use_failed", error=exc.message, failed_generation=exc.failed_generation)
+        self._record(
+            "model_retry", reason="tool_use_failed", error=exc.message, failed_generation=exc.failed_generation
+        )
         logger.info("%s sent a tool call the provider could not parse; asking again", self.name)
         return [
             {"role": "assistant", "content": exc.failed_generation or "(empty reply)"},
@@ -228,13 +236,26 @@ class ChatModel:
             fix="check that the server is running and the base URL is right",
         )
 
-    def _record_request(self, messages: list[dict[str, Any]], extra: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float) -> None:
+    def _record_request(
+        self,
+        messages: list[dict[str, Any]],
+        extra: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        temperature: float,
+    ) -> None:
         # Only the messages added since the last request: a transcript stays linear in the conversation's length.
         last_id, last_len = self._recorded
         offset = last_len if id(messages) == last_id and len(messages) >= last_len else 0
         self._recorded = (id(messages), len(messages))
         names = [(t.get("function") or {}).get("name") for t in tools or []]
-        self._record("model_request", offset=offset, messages=messages[offset:], extra=extra, tools=names, temperature=temperature)
+        self._record(
+            "model_request",
+            offset=offset,
+            messages=messages[offset:],
+            extra=extra,
+            tools=names,
+            temperature=temperature,
+        )
 
     def _record(self, kind: str, **data: Any) -> None:
         if self.transcript is not None:
@@ -263,13 +284,25 @@ def status_error(model: ChatModel, status: int, code: Any, message: str) -> Mode
         return ModelError(message, fix="correct the model script (format: docs/scripts.md)", status=status)
     tried = f"{model.retries + 1} attempt(s)"
     if status in (401, 403):
-        problem, fix = f"{model.endpoint.provider} rejected the API key ({status})", f"check {model.endpoint.key_env or 'the API key'}"
+        problem, fix = (
+            f"{model.endpoint.provider} rejected the API key ({status})",
+            f"check {model.endpoint.key_env or 'the API key'}",
+        )
     elif status == 404:
-        problem, fix = f"{model.name} was not found at {model.base_url} (404)", "check the model name and base URL ('flakebot models')"
+        problem, fix = (
+            f"{model.name} was not found at {model.base_url} (404)",
+            "check the model name and base URL ('flakebot models')",
+        )
     elif status == 429:
-        problem, fix = f"{model.name} is rate limited (429, {tried})", "wait a minute and resume the run, or raise model_retries"
+        problem, fix = (
+            f"{model.name} is rate limited (429, {tried})",
+            "wait a minute and resume the run, or raise model_retries",
+        )
     elif status >= 500:
-        problem, fix = f"{model.name} failed with {status} ({tried})", "try again later; 'flakebot resume RUN' continues a run"
+        problem, fix = (
+            f"{model.name} failed with {status} ({tried})",
+            "try again later; 'flakebot resume RUN' continues a run",
+        )
     else:
         problem, fix = f"{model.name} refused the request ({status})", "see the run's transcript.jsonl for the request"
     return ModelError(f"{problem}: {_clip(message)}", fix=fix, status=status)
@@ -309,7 +342,10 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return {}, f"arguments are not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (got {_clip(raw, 120)!r})"
+        return (
+            {},
+            f"arguments are not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (got {_clip(raw, 120)!r})",
+        )
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__} ({_clip(raw, 120)!r})"
     return value, None
@@ -329,10 +365,14 @@ def _make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[Modu
     if endpoint.sdk == "groq":
         import groq
 
-        return groq, groq.Groq(api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries)
+        return groq, groq.Groq(
+            api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries
+        )
     import openai
 
-    return openai, openai.OpenAI(api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries)
+    return openai, openai.OpenAI(
+        api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries
+    )
 
 
 def _clip(text: str, limit: int = 300) -> str:

@@ -38,7 +38,11 @@ def shrink(messages: list[dict[str, Any]]) -> int:
         for i in chosen:
             messages[i] = {**messages[i], "content": ELIDED.format(n=len(_text(messages[i])), what="tool output")}
         return len(chosen)
-    long = [i for i, m in enumerate(messages[:-1]) if m.get("role") != "system" and len(_text(m)) > 4 * KEEP_CHARS and not _elided(m)]
+    long = [
+        i
+        for i, m in enumerate(messages[:-1])
+        if m.get("role") != "system" and len(_text(m)) > 4 * KEEP_CHARS and not _elided(m)
+    ]
     for i in long:
         text = _text(messages[i])
         cut = ELIDED.format(n=len(text) - 2 * KEEP_CHARS, what=str(messages[i].get("role")))

@@ -34,5 +34,9 @@ def cost(price: Price | None, usage: Usage) -> float | None:
     if price is None:
         return None
     cached = min(usage.cached_tokens, usage.prompt_tokens)
-    total = (usage.prompt_tokens - cached) * price["input"] + cached * price.get("cached_input", price["input"]) + usage.completion_tokens * price["output"]
+    total = (
+        (usage.prompt_tokens - cached) * price["input"]
+        + cached * price.get("cached_input", price["input"])
+        + usage.completion_tokens * price["output"]
+    )
     return total / 1_000_000

@@ -73,13 +73,18 @@ def endpoint_for(spec: str, settings: Settings) -> Endpoint:
     provider, _, rest = spec.partition(":")
     if provider not in PROVIDERS:
         known = ", ".join(f"{name}:" for name in PROVIDERS)
-        raise ModelError(f"unknown model provider '{provider}' in '{spec}'", fix=f"use one of {known} (e.g. groq:{settings.groq_model})")
+        raise ModelError(
+            f"unknown model provider '{provider}' in '{spec}'",
+            fix=f"use one of {known} (e.g. groq:{settings.groq_model})",
+        )
     rest = rest.strip()
     if provider in ("groq", "openai"):
         return _hosted(PROVIDERS[provider], rest or settings.get(f"{provider}_model"))
     if provider == "scripted":
         if not rest:
-            raise ModelError("'scripted:' needs a script file", fix="pass --model scripted:FILE (format: docs/scripts.md)")
+            raise ModelError(
+                "'scripted:' needs a script file", fix="pass --model scripted:FILE (format: docs/scripts.md)"
+            )
         return Endpoint(f"scripted:{rest}", "scripted", "scripted", "openai", "scripted-no-key")
     return _self_hosted(provider, rest, spec)
 
@@ -94,18 +99,26 @@ def _hosted(provider: Provider, model: str) -> Endpoint:
         )
     base_url = os.environ.get(provider.base_url_env or "") or None
     name = f"{provider.name}:{model}"
-    return Endpoint(name, provider.name, model, provider.sdk, key, base_url, provider.key_env, price_for(provider.name, model))
+    return Endpoint(
+        name, provider.name, model, provider.sdk, key, base_url, provider.key_env, price_for(provider.name, model)
+    )
 
 
 def _self_hosted(provider: str, rest: str, spec: str) -> Endpoint:
     model, at, url = rest.rpartition("@") if "@" in rest else (rest, "", "")
     if provider == "ollama" and not at:
         url = OLLAMA_URL
-    example = "openai-compatible:qwen2.5-coder@http://localhost:8000/v1" if provider == "openai-compatible" else "ollama:qwen2.5-coder"
+    example = (
+        "openai-compatible:qwen2.5-coder@http://localhost:8000/v1"
+        if provider == "openai-compatible"
+        else "ollama:qwen2.5-coder"
+    )
     if not model or not url.startswith(("http://", "https://")):
         raise ModelError(f"'{spec}' is not {PROVIDERS[provider].usage}", fix=f"write it like {example}")
     key = os.environ.get(COMPATIBLE_KEY_ENV) or "not-needed"
-    return Endpoint(f"{provider}:{rest}", provider, model, "openai", key, url, COMPATIBLE_KEY_ENV, price_for(provider, model))
+    return Endpoint(
+        f"{provider}:{rest}", provider, model, "openai", key, url, COMPATIBLE_KEY_ENV, price_for(provider, model)
+    )
 
 
 def check_model(spec: str | None, settings: Settings, *, stage: str | None = None) -> str:
@@ -170,7 +183,13 @@ def describe(settings: Settings) -> dict[str, Any]:
     providers = []
     for p in PROVIDERS.values():
         key_env = p.key_env or (COMPATIBLE_KEY_ENV if p.name in ("openai-compatible", "ollama") else None)
-        entry = {"provider": p.name, "usage": p.usage, "sdk": p.sdk, "key_env": key_env, "key_required": p.key_env is not None}
+        entry = {
+            "provider": p.name,
+            "usage": p.usage,
+            "sdk": p.sdk,
+            "key_env": key_env,
+            "key_required": p.key_env is not None,
+        }
         entry["key_present"] = bool(key_env and os.environ.get(key_env))
         entry["default_model"] = settings.get(f"{p.name}_model") if p.name in ("groq", "openai") else None
         entry["base_url"] = os.environ.get(p.base_url_env or "") or (OLLAMA_URL if p.name == "ollama" else None)

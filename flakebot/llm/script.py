@@ -58,11 +58,16 @@ def read_script(path: Path | str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ScriptError(f"cannot read model script {path}: {exc.strerror}", fix="pass an existing file: --model scripted:FILE") from None
+        raise ScriptError(
+            f"cannot read model script {path}: {exc.strerror}", fix="pass an existing file: --model scripted:FILE"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ScriptError(f"model script {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", fix=f"correct {path}; {DOCS}") from None
+        raise ScriptError(
+            f"model script {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            fix=f"correct {path}; {DOCS}",
+        ) from None
 
 
 def parse_script(data: Any, source: str = "<script>", stage: str | None = None) -> Script:
@@ -86,7 +91,12 @@ def validate(data: Any, source: str) -> None:
         _check_turns(data["turns"], source, "turns")
     _check(data.get("sdk", "openai") in SDKS, source, "sdk", f"must be one of {', '.join(SDKS)}")
     _check(isinstance(data.get("model", "scripted"), str), source, "model", "must be a string")
-    _check(_is_price(data.get("price", {"input": 0.0, "output": 0.0})), source, "price", 'must be {"input": USD, "output": USD} per 1M tokens')
+    _check(
+        _is_price(data.get("price", {"input": 0.0, "output": 0.0})),
+        source,
+        "price",
+        'must be {"input": USD, "output": USD} per 1M tokens',
+    )
 
 
 def _select(data: dict[str, Any], stage: str | None, source: str) -> list[dict[str, Any]]:
@@ -99,7 +109,10 @@ def _select(data: dict[str, Any], stage: str | None, source: str) -> list[dict[s
     if stage is None:
         problem = f"model script {source} has only per-stage turns ({names}) and no stage was named"
         raise ScriptError(problem, fix='name a stage (--stage NAME for the stub server) or add a flat "turns" list')
-    raise ScriptError(f"model script {source} has no turns for stage '{stage}' (stages: {names})", fix=f'add "stages": {{"{stage}": [...]}} to {source}')
+    raise ScriptError(
+        f"model script {source} has no turns for stage '{stage}' (stages: {names})",
+        fix=f'add "stages": {{"{stage}": [...]}} to {source}',
+    )
 
 
 def _check_turns(turns: Any, source: str, where: str) -> None:
@@ -112,7 +125,12 @@ def check_turn(turn: Any, source: str, where: str) -> None:
     """Raise ScriptError naming the first problem with one turn."""
     _check(isinstance(turn, dict), source, where, "must be an object")
     _check_keys(turn, TURN_KEYS, source, where)
-    _check(any(k in turn for k in ("content", "tool_calls", "fault", "response")), source, where, 'needs "content", "tool_calls", "fault" or "response"')
+    _check(
+        any(k in turn for k in ("content", "tool_calls", "fault", "response")),
+        source,
+        where,
+        'needs "content", "tool_calls", "fault" or "response"',
+    )
     _check(isinstance(turn.get("content", ""), str | None), source, f"{where}.content", "must be a string")
     for i, call in enumerate(turn.get("tool_calls", [])):
         _check_tool_call(call, source, f"{where}.tool_calls[{i}]")
@@ -122,27 +140,51 @@ def check_turn(turn: Any, source: str, where: str) -> None:
     _check(isinstance(expect, dict), source, f"{where}.expect", "must be an object")
     _check_keys(expect, EXPECT_KEYS, source, f"{where}.expect")
     usage = turn.get("usage", {})
-    _check(isinstance(usage, dict) and all(isinstance(v, int) for v in usage.values()), source, f"{where}.usage", "must map token kinds to integers")
+    _check(
+        isinstance(usage, dict) and all(isinstance(v, int) for v in usage.values()),
+        source,
+        f"{where}.usage",
+        "must map token kinds to integers",
+    )
     _check_keys(usage, USAGE_KEYS, source, f"{where}.usage")
     if "response" in turn:
         _check(isinstance(turn["response"], dict), source, f"{where}.response", "must be the JSON body to send")
 
 
 def _check_tool_call(call: Any, source: str, where: str) -> None:
-    _check(isinstance(call, dict) and isinstance(call.get("name"), str), source, where, 'must be {"name": ..., "arguments": {...}}')
+    _check(
+        isinstance(call, dict) and isinstance(call.get("name"), str),
+        source,
+        where,
+        'must be {"name": ..., "arguments": {...}}',
+    )
     # A string is sent verbatim, so a script can send arguments that are not valid JSON.
-    _check(isinstance(call.get("arguments", {}), dict | str), source, f"{where}.arguments", "must be an object (or a raw string)")
+    _check(
+        isinstance(call.get("arguments", {}), dict | str),
+        source,
+        f"{where}.arguments",
+        "must be an object (or a raw string)",
+    )
 
 
 def _check_fault(fault: Any, source: str, where: str) -> None:
-    _check(isinstance(fault, dict) and str(fault.get("kind")) in FAULTS, source, where, f'must be {{"kind": one of {", ".join(FAULTS)}}}')
+    _check(
+        isinstance(fault, dict) and str(fault.get("kind")) in FAULTS,
+        source,
+        where,
+        f'must be {{"kind": one of {", ".join(FAULTS)}}}',
+    )
     _check_keys(fault, FAULTS[str(fault["kind"])] | {"kind"}, source, where)
     if str(fault["kind"]) == "slow":
         _check(isinstance(fault.get("seconds"), int | float), source, f"{where}.seconds", "must be a number")
 
 
 def _is_price(price: Any) -> bool:
-    return isinstance(price, dict) and {"input", "output"} <= set(price) and all(isinstance(v, int | float) for v in price.values())
+    return (
+        isinstance(price, dict)
+        and {"input", "output"} <= set(price)
+        and all(isinstance(v, int | float) for v in price.values())
+    )
 
 
 def _check_keys(data: dict[str, Any], allowed: set[str], source: str, where: str) -> None:

@@ -82,7 +82,12 @@ class StubServer:
 
     def start(self) -> StubServer:
         """Serve from a background thread until close()."""
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"stub-server-{self.url}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"stub-server-{self.url}",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -151,7 +156,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         stub = self.server.stub
         if self.path.rstrip("/").endswith("/models"):
-            self.send_json(200, {"object": "list", "data": [{"id": stub.script.model, "object": "model", "owned_by": "flakebot-stub"}]})
+            self.send_json(
+                200,
+                {"object": "list", "data": [{"id": stub.script.model, "object": "model", "owned_by": "flakebot-stub"}]},
+            )
         elif self.path == "/_stub/requests":
             self.send_json(200, {"requests": stub.requests, "failures": stub.failures, "turns_left": stub.turns_left})
         else:
@@ -167,7 +175,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(404, error_body(f"no route {self.path}", "not_found"), retry=False)
             return
         if request.get("stream"):
-            self.send_json(400, error_body("the stub server does not stream; send stream=false", "stream_unsupported"), retry=False)
+            self.send_json(
+                400, error_body("the stub server does not stream; send stream=false", "stream_unsupported"), retry=False
+            )
             return
         stub = self.server.stub
         index, turn, problem = stub.take_turn(request)
@@ -180,9 +190,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _record(self, request: dict[str, Any], turn: int | None) -> dict[str, Any]:
         # Never the Authorization header: only whether one came.
-        return {"time": time.time(), "path": self.path, "turn": turn, "authorized": "authorization" in self.headers, "body": request}
+        return {
+            "time": time.time(),
+            "path": self.path,
+            "turn": turn,
+            "authorized": "authorization" in self.headers,
+            "body": request,
+        }
 
-    def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None, retry: bool | None = None) -> None:
+    def send_json(
+        self, status: int, body: Any, headers: dict[str, str] | None = None, retry: bool | None = None
+    ) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -291,7 +309,11 @@ def completion_body(turn: dict[str, Any], request: dict[str, Any], index: int, m
 def _tool_call(call: dict[str, Any], turn: int, i: int) -> dict[str, Any]:
     arguments = call.get("arguments", {})
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": call.get("id") or f"call_{turn}_{i}", "type": "function", "function": {"name": call["name"], "arguments": raw}}
+    return {
+        "id": call.get("id") or f"call_{turn}_{i}",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": raw},
+    }
 
 
 def _usage(turn: dict[str, Any], request: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
@@ -341,7 +363,10 @@ def _clip(text: str, limit: int = 200) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a script until killed; print the base URL first."""
-    parser = argparse.ArgumentParser(prog="python -m flakebot.llm.stub_server", description="Serve a flakebot model script over the chat-completions API.")
+    parser = argparse.ArgumentParser(
+        prog="python -m flakebot.llm.stub_server",
+        description="Serve a flakebot model script over the chat-completions API.",
+    )
     parser.add_argument("--script", required=True, type=Path, help="the script (JSON, see docs/scripts.md)")
     parser.add_argument("--stage", help="serve this stage's turns")
     parser.add_argument("--host", default="127.0.0.1")

@@ -24,7 +24,8 @@ class Transcript:
         """Append one line: {"format", "time", "kind", **data}; keys and Authorization headers are redacted."""
         secrets = secret_values()
         entry: dict[str, Any] = {"format": TRANSCRIPT_FORMAT, "time": round(time.time(), 3), "kind": kind}
-        entry.update((key, value) for key, value in redact(data, secrets).items() if key not in entry)  # the header always wins
+        # the header always wins
+        entry.update((key, value) for key, value in redact(data, secrets).items() if key not in entry)
         # A second pass over the encoded line catches secrets split by JSON escaping of the first.
         line = redact_text(json.dumps(entry, default=str, ensure_ascii=False), secrets)
         with self._lock:

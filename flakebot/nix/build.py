@@ -23,9 +23,13 @@ Progress = Callable[[str], None]
 SMOKE_OUTPUT_HEAD = 2000
 
 
-def build(flake_dir: Path, mode: str, standin: Path | None, settings: Settings, pname: str, report: Progress) -> tuple[str, float]:
+def build(
+    flake_dir: Path, mode: str, standin: Path | None, settings: Settings, pname: str, report: Progress
+) -> tuple[str, float]:
     """`nix build --json --no-link` of the flake's default package; returns (store path, seconds)."""
-    argv = command.nix_argv(["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin, settings.nix_builders)
+    argv = command.nix_argv(
+        ["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin, settings.nix_builders
+    )
     logger.info("nix build: %s", shlex.join(argv))
     outcome = command.run_streaming(argv, settings.nix_build_timeout, _build_progress(report), cwd=flake_dir)
     log_tail = "\n".join(outcome.tail)
@@ -40,13 +44,19 @@ def build(flake_dir: Path, mode: str, standin: Path | None, settings: Settings, 
     try:
         return str(json.loads(outcome.stdout)[0]["outputs"]["out"]), outcome.seconds
     except (json.JSONDecodeError, LookupError, TypeError):
-        raise NixError(f"nix build of {pname} printed no store path", fix="run the nix build command by hand to see why", log_tail=log_tail) from None
+        raise NixError(
+            f"nix build of {pname} printed no store path",
+            fix="run the nix build command by hand to see why",
+            log_tail=log_tail,
+        ) from None
 
 
 def _build_progress(report: Progress) -> Callable[[str], None]:
     def on_line(line: str) -> None:
         text = line.split("> ", 1)[-1].strip()
-        if text.startswith(("Compiling ", "Finished ", "Running ", "flakebot stand-in:")) or line.startswith(("building '", "copying ")):
+        if text.startswith(("Compiling ", "Finished ", "Running ", "flakebot stand-in:")) or line.startswith(
+            ("building '", "copying ")
+        ):
             report(text)
 
     return on_line
@@ -60,7 +70,9 @@ def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
     errors = [line.split("> ", 1)[-1].strip() for line in tail if re.search(r"(^|> )error(\[E\d+\])?:", line)]
     drv = next((m.group(1) for line in tail if (m := re.search(r"(/nix/store/[^' ]+\.drv)", line))), "")
     summary = errors[0] if errors else (tail[-1].strip() if tail else f"exit code {returncode}")
-    fix = f"read the whole log with 'nix log {drv}'" if drv else "run the nix build command by hand to read the whole log"
+    fix = (
+        f"read the whole log with 'nix log {drv}'" if drv else "run the nix build command by hand to read the whole log"
+    )
     if "unable to download" in summary:
         fix = "without network, build offline with the host-toolchain stand-in: --nixpkgs host"
         if ".crate'" in summary:  # the stand-in's fetch of a crate Cargo.lock pins by checksum
@@ -78,14 +90,23 @@ def _hash_mismatch(pname: str, tail: list[str]) -> NixError | None:
         hashes = dict(re.findall(r"(specified|got):\s*(\S+)", "\n".join(tail[index + 1 : index + 3])))
         expected, got = _hex_sha256(hashes.get("specified", "?")), _hex_sha256(hashes.get("got", "?"))
         crate = re.fullmatch(r"[a-z0-9]{32}-crate-(.+)-(\d+\.\d+\.\d+\S*)\.tar\.gz\.drv", Path(drv).name)
-        what = f"crate {crate.group(1)} {crate.group(2)} does not match its Cargo.lock checksum" if crate else f"{Path(drv).name} fetched other bytes"
+        what = (
+            f"crate {crate.group(1)} {crate.group(2)} does not match its Cargo.lock checksum"
+            if crate
+            else f"{Path(drv).name} fetched other bytes"
+        )
         fix = (
             "the crate server (setting cratesio_static_url) sent other bytes than the registry Cargo.lock was written against: "
             "point the setting at that registry, or regenerate Cargo.lock"
             if crate
             else "the source changed since its hash was recorded: check the URL and the hash in the flake"
         )
-        return NixError(f"nix build of {pname} failed: {what}: expected sha256 {expected}, got {got}", fix=fix, log_tail="\n".join(tail), drv=drv)
+        return NixError(
+            f"nix build of {pname} failed: {what}: expected sha256 {expected}, got {got}",
+            fix=fix,
+            log_tail="\n".join(tail),
+            drv=drv,
+        )
     return None
 
 
@@ -105,7 +126,11 @@ def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dic
     for flag in ("--help", "--version"):
         argv = [str(bin_path), flag]
         result = _sandboxed(argv, timeout, sandbox_mode)
-        record = {"argv": argv, "exit_code": result.returncode, "output_head": (result.stdout + result.stderr)[:SMOKE_OUTPUT_HEAD]}
+        record = {
+            "argv": argv,
+            "exit_code": result.returncode,
+            "output_head": (result.stdout + result.stderr)[:SMOKE_OUTPUT_HEAD],
+        }
         if result.timed_out:
             raise NixError(
                 f"smoke run '{bin_path.name} {flag}' hung and was killed after {timeout:g} s",
@@ -116,7 +141,9 @@ def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dic
             return record
         attempts.append(record)
     codes = " and ".join(f"'{bin_path.name} {a['argv'][1]}' exited {a['exit_code']}" for a in attempts)
-    raise NixError(f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1])
+    raise NixError(
+        f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1]
+    )
 
 
 def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
@@ -125,7 +152,9 @@ def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
 
     with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
         tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is
-        sandbox = open_sandbox(sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout)
+        sandbox = open_sandbox(
+            sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout
+        )
         return sandbox.run(argv, cwd=Path(tmp), stdin="", timeout=timeout)
 
 
@@ -139,6 +168,7 @@ def make_gc_root(store_path: str, link: Path) -> Path:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise NixError(
-            f"cannot add a GC root at {link}: {result.stderr.strip().splitlines()[-1:] or result.returncode}", fix="check that the directory is writable"
+            f"cannot add a GC root at {link}: {result.stderr.strip().splitlines()[-1:] or result.returncode}",
+            fix="check that the directory is writable",
         )
     return link

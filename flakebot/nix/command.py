@@ -27,7 +27,9 @@ logger = logging.getLogger(__name__)
 
 FEATURES = ["--extra-experimental-features", "nix-command flakes"]
 LOG_TAIL_LINES = 30
-INSTALL_FIX = "install Nix: 'apt-get install nix-bin' on Debian/Ubuntu (then scripts/setup.sh), or see https://nixos.org/download"
+INSTALL_FIX = (
+    "install Nix: 'apt-get install nix-bin' on Debian/Ubuntu (then scripts/setup.sh), or see https://nixos.org/download"
+)
 # Hosts a pinned (real nixpkgs) build needs: the nixpkgs tarball and the binary cache.
 NETWORK_PROBES = (("github.com", 443), ("cache.nixos.org", 443))
 
@@ -49,7 +51,15 @@ def machine_options(mode: str, standin: Path | None = None, builders: str = "") 
     if mode == "host":
         # Builds run model-written code (build.rs, proc-macros, tests): keep Nix's sandbox on (no network,
         # no home directory) and let only the host toolchain and the crate directory source in, read-only.
-        options += ["--offline", "--option", "sandbox", "true", "--option", "extra-sandbox-paths", " ".join(sandbox_paths(standin))]
+        options += [
+            "--offline",
+            "--option",
+            "sandbox",
+            "true",
+            "--option",
+            "extra-sandbox-paths",
+            " ".join(sandbox_paths(standin)),
+        ]
     return options + builder_options(mode, builders)
 
 
@@ -61,15 +71,30 @@ def builder_options(mode: str, builders: str) -> list[str]:
     """
     if mode == "host":
         if builders:
-            logger.warning("nix_builders is ignored with the host stand-in (--nixpkgs host): its builds need this machine's toolchain")
+            logger.warning(
+                "nix_builders is ignored with the host stand-in (--nixpkgs host): its builds need this machine's toolchain"
+            )
         return ["--option", "builders", ""]
     return ["--option", "builders", builders] if builders else []
 
 
 def sandbox_paths(standin: Path | None) -> list[str]:
     """Host paths a stand-in build reads: system directories, the rust toolchain, the crate registry."""
-    facts = json.loads((standin / "host.json").read_text()) if standin is not None and (standin / "host.json").is_file() else {}
-    wanted = ["/usr", "/bin", "/lib", "/lib32", "/lib64", "/etc/alternatives", facts.get("rustupHome", ""), facts.get("registry", "")]
+    facts = (
+        json.loads((standin / "host.json").read_text())
+        if standin is not None and (standin / "host.json").is_file()
+        else {}
+    )
+    wanted = [
+        "/usr",
+        "/bin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/etc/alternatives",
+        facts.get("rustupHome", ""),
+        facts.get("registry", ""),
+    ]
     return [path for path in dict.fromkeys(wanted) if path and Path(path).exists()]
 
 
@@ -84,7 +109,14 @@ def override_options(mode: str, standin: Path | None) -> list[str]:
 
 def nix_argv(command: list[str], args: list[str], mode: str, standin: Path | None, builders: str = "") -> list[str]:
     """A full nix command line: features, the (sub)command, machine options, the nixpkgs override, then args."""
-    return [nix_program(), *FEATURES, *command, *machine_options(mode, standin, builders), *override_options(mode, standin), *args]
+    return [
+        nix_program(),
+        *FEATURES,
+        *command,
+        *machine_options(mode, standin, builders),
+        *override_options(mode, standin),
+        *args,
+    ]
 
 
 def run_argv(flake: Path | str, mode: str, standin: Path | None) -> list[str]:
@@ -104,7 +136,11 @@ def resolved_program(run: list[str], timeout: float) -> str:
     result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         tail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
-        raise NixError(f"cannot evaluate what 'nix run {flake}' runs: {tail[0]}", fix="inspect the flake in the run directory", log_tail=result.stderr[-3000:])
+        raise NixError(
+            f"cannot evaluate what 'nix run {flake}' runs: {tail[0]}",
+            fix="inspect the flake in the run directory",
+            log_tail=result.stderr[-3000:],
+        )
     return result.stdout.strip()
 
 
@@ -122,7 +158,10 @@ def resolve_mode(settings: Settings) -> tuple[str, str]:
         return "host", "offline is set: building with the host-toolchain stand-in for nixpkgs (--nixpkgs host)"
     if _reachable(settings.connect_timeout) or pinned_nixpkgs_cached():
         return "pinned", ""
-    return "host", "no network to github.com/cache.nixos.org and no cached nixpkgs: building with the host-toolchain stand-in (--nixpkgs host)"
+    return (
+        "host",
+        "no network to github.com/cache.nixos.org and no cached nixpkgs: building with the host-toolchain stand-in (--nixpkgs host)",
+    )
 
 
 def _reachable(timeout: float) -> bool:
@@ -161,11 +200,21 @@ class Outcome:
     timed_out: bool
 
 
-def run_streaming(argv: list[str], timeout: float, on_line: Callable[[str], None] | None = None, cwd: Path | None = None) -> Outcome:
+def run_streaming(
+    argv: list[str], timeout: float, on_line: Callable[[str], None] | None = None, cwd: Path | None = None
+) -> Outcome:
     """Run argv in its own process group, passing stderr lines to on_line; kill the group at the timeout."""
     started = time.monotonic()
     argv = dies_with_parent(argv)
-    proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     lines: queue.Queue[str | None] = queue.Queue()
     tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
     stdout_parts: list[str] = []
@@ -207,7 +256,9 @@ def _close(proc: subprocess.Popen[str], readers: list[threading.Thread]) -> None
             stream.close()
 
 
-def _drain(lines: queue.Queue[str | None], tail: collections.deque[str], on_line: Callable[[str], None] | None, deadline: float) -> bool:
+def _drain(
+    lines: queue.Queue[str | None], tail: collections.deque[str], on_line: Callable[[str], None] | None, deadline: float
+) -> bool:
     """Consume stderr lines until EOF (False) or the deadline (True)."""
     while True:
         remaining = deadline - time.monotonic()

@@ -34,7 +34,8 @@ class CrateFacts:
     placeholder_checksums: bool = False  # Debian's directory source wrote checksums a networked build rejects
     lock_generated: bool = False
     build_features: list[str] = field(default_factory=list)  # the chosen binary's required-features
-    dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)  # devdeps.Dropped.to_dict(): tests cannot run
+    # devdeps.Dropped.to_dict(): tests cannot run
+    dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _cargo(settings: Settings, scratch: Path) -> Any:
@@ -48,12 +49,18 @@ def _first_error(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for index, line in enumerate(lines):
         if line.startswith("error"):
-            detail = lines[index + 1] if index + 1 < len(lines) and not lines[index + 1].startswith(("Caused by", "error")) else ""
+            detail = (
+                lines[index + 1]
+                if index + 1 < len(lines) and not lines[index + 1].startswith(("Caused by", "error"))
+                else ""
+            )
             return f"{line} {detail}".strip()
     return lines[-1] if lines else "no output"
 
 
-def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str, dropped: list[Dropped] | None = None) -> bool:
+def ensure_lock(
+    crate_dir: Path, settings: Settings, scratch: Path, label: str, dropped: list[Dropped] | None = None
+) -> bool:
     """Make sure crate_dir has a Cargo.lock, generating one (offline when configured). True if generated.
 
     When cargo resolves only without some dev-dependencies, crate_dir's manifests (a copy) lose them and
@@ -63,7 +70,11 @@ def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str, 
     cargo = _cargo(settings, scratch)
     result = cargo.run(["generate-lockfile"], crate_dir, timeout=settings.command_timeout)
     if result.returncode != 0:
-        left_out = devdeps.lock_without_unresolvable(cargo, crate_dir, settings.command_timeout) if dropped is not None else None
+        left_out = (
+            devdeps.lock_without_unresolvable(cargo, crate_dir, settings.command_timeout)
+            if dropped is not None
+            else None
+        )
         if left_out is None or dropped is None:
             where = " offline" if cargo.offline else ""
             raise NixError(
@@ -77,7 +88,9 @@ def ensure_lock(crate_dir: Path, settings: Settings, scratch: Path, label: str, 
 
 def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> dict[str, Any]:
     """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source."""
-    result = _cargo(settings, scratch).run(["metadata", "--format-version", "1", "--locked"], crate_dir, timeout=settings.command_timeout)
+    result = _cargo(settings, scratch).run(
+        ["metadata", "--format-version", "1", "--locked"], crate_dir, timeout=settings.command_timeout
+    )
     if result.returncode != 0:
         raise NixError(
             f"cargo cannot resolve {label} from its Cargo.lock: {_first_error(result.stderr)}",
@@ -86,7 +99,10 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> 
     try:
         return dict(json.loads(result.stdout))
     except json.JSONDecodeError as exc:
-        raise NixError(f"cargo metadata printed something that is not JSON ({exc})", fix="check the crate's Cargo.toml with 'cargo metadata'") from None
+        raise NixError(
+            f"cargo metadata printed something that is not JSON ({exc})",
+            fix="check the crate's Cargo.toml with 'cargo metadata'",
+        ) from None
 
 
 def inspect_crate(
@@ -134,7 +150,9 @@ def binaries(members: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[s
     return [(p, t) for p in members for t in p.get("targets", []) if "bin" in t.get("kind", [])]
 
 
-def choose_binary(members: list[dict[str, Any]], root_id: str | None, bin_name: str | None, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def choose_binary(
+    members: list[dict[str, Any]], root_id: str | None, bin_name: str | None, label: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The binary to package: the one asked for, the only one, or the root package's default."""
     found = binaries(members)
     names = ", ".join(sorted(t["name"] for _, t in found))
@@ -148,7 +166,8 @@ def choose_binary(members: list[dict[str, Any]], root_id: str | None, bin_name: 
         )
     if not found:
         raise UsageError(
-            f"{label} has no binary target (it is a library crate)", fix="package a crate that ships a command-line tool (src/main.rs or a [[bin]] section)"
+            f"{label} has no binary target (it is a library crate)",
+            fix="package a crate that ships a command-line tool (src/main.rs or a [[bin]] section)",
         )
     if len(found) == 1:
         return found[0]
@@ -173,14 +192,18 @@ def _member_id(members: list[dict[str, Any]], directory: Path) -> str | None:
 def workspace_root(crate_dir: Path, settings: Settings) -> Path:
     """The root of the cargo workspace crate_dir is a member of (crate_dir itself when it stands alone)."""
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
-        result = _cargo(settings, Path(scratch)).run(["locate-project", "--workspace", "--message-format", "plain"], crate_dir, timeout=120)
+        result = _cargo(settings, Path(scratch)).run(
+            ["locate-project", "--workspace", "--message-format", "plain"], crate_dir, timeout=120
+        )
     if result.returncode != 0 or not result.stdout.strip():
         return crate_dir  # cargo reports a broken manifest better later, with the metadata call
     root = Path(result.stdout.strip()).parent.resolve()
     return root if crate_dir.resolve().is_relative_to(root) else crate_dir
 
 
-def _selection_flags(facts: CrateFacts, members: list[dict[str, Any]], package: dict[str, Any], all_bins: bool = False) -> None:
+def _selection_flags(
+    facts: CrateFacts, members: list[dict[str, Any]], package: dict[str, Any], all_bins: bool = False
+) -> None:
     """cargoBuildFlags/cargoTestFlags selecting the chosen binary (every binary of its package with `all_bins`)."""
     if len(members) > 1:
         facts.cargo_build_flags += ["-p", package["name"]]

@@ -75,7 +75,12 @@ class NativeInputs:
         return list(found)
 
     def to_dict(self) -> dict[str, object]:
-        return {"nativeBuildInputs": self.native_build_inputs, "buildInputs": self.build_inputs, "env": self.env, "because": self.because}
+        return {
+            "nativeBuildInputs": self.native_build_inputs,
+            "buildInputs": self.build_inputs,
+            "env": self.env,
+            "because": self.because,
+        }
 
 
 def lock_packages(lock_file: Path) -> list[dict[str, object]]:
@@ -84,7 +89,8 @@ def lock_packages(lock_file: Path) -> list[dict[str, object]]:
         data = tomllib.loads(lock_file.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise NixError(
-            f"cannot read {lock_file}: {exc}", fix=f"remove {lock_file} so flakebot regenerates it, or fix it with 'cargo generate-lockfile'"
+            f"cannot read {lock_file}: {exc}",
+            fix=f"remove {lock_file} so flakebot regenerates it, or fix it with 'cargo generate-lockfile'",
         ) from None
     packages = data.get("package", [])
     return [p for p in packages if isinstance(p, dict)]

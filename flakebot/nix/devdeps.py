@@ -78,7 +78,11 @@ def cargo_reason(stderr: str) -> str:
     first = next((i for i, line in enumerate(lines) if line.startswith("error")), None)
     if first is None:
         return lines[-1] if lines else "cargo failed without a message"
-    detail = lines[first + 1] if first + 1 < len(lines) and not lines[first + 1].startswith(("location searched", "required by", "Caused by")) else ""
+    detail = (
+        lines[first + 1]
+        if first + 1 < len(lines) and not lines[first + 1].startswith(("location searched", "required by", "Caused by"))
+        else ""
+    )
     return f"{lines[first].removeprefix('error: ')} {detail}".strip()
 
 
@@ -121,7 +125,9 @@ def _put_back(root: Path, originals: dict[str, str], entries: list[DevDependency
         logger.warning("dev-dependencies resolve one by one but not together; leaving all out")
         _write(root, originals, set(entries))
         kept = [e for e in entries if e not in left_out]
-        dropped += [Dropped(e.name, e.manifest, ".".join(e.table), "resolves alone but not with the others") for e in kept]
+        dropped += [
+            Dropped(e.name, e.manifest, ".".join(e.table), "resolves alone but not with the others") for e in kept
+        ]
     logger.info("dev-dependencies left out: %s", ", ".join(d.name for d in dropped))
     return dropped
 
@@ -131,7 +137,11 @@ def dev_dependencies(manifest: str, text: str) -> list[DevDependency]:
     document = tomlkit.parse(text)
     found = [DevDependency(manifest, (table,), name) for table in DEV_TABLES for name in _keys(document.get(table))]
     for cfg, section in (document.get("target") or {}).items():
-        found += [DevDependency(manifest, ("target", cfg, table), name) for table in DEV_TABLES for name in _keys(section.get(table))]
+        found += [
+            DevDependency(manifest, ("target", cfg, table), name)
+            for table in DEV_TABLES
+            for name in _keys(section.get(table))
+        ]
     return found
 
 

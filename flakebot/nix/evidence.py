@@ -75,7 +75,9 @@ LINK_LIBRARIES: dict[str, str] = {
 
 # What pkg-config (and the pkg-config crate quoting it) and the linkers print for a missing module or library.
 _PKG_CONFIG = (
-    re.compile(r"Package '?([\w.+-]+?)'?,? (?:was not found in the pkg-config search path|required by '[^']*', not found)"),
+    re.compile(
+        r"Package '?([\w.+-]+?)'?,? (?:was not found in the pkg-config search path|required by '[^']*', not found)"
+    ),
     re.compile(r"The system library `([\w.+-]+)` required by crate `[\w-]+` was not found"),
     re.compile(r"No package '([\w.+-]+)' found"),
 )

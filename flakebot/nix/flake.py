@@ -90,13 +90,25 @@ def package_crate(
     command.nix_program()  # fail before touching anything when nix is missing
     source_dir, out_dir = Path(source_dir).resolve(), Path(out_dir).resolve()
     if not (source_dir / "Cargo.toml").is_file():
-        raise UsageError(f"{source_dir} is not a crate (no Cargo.toml)", fix="give the directory that holds the crate's Cargo.toml")
+        raise UsageError(
+            f"{source_dir} is not a crate (no Cargo.toml)", fix="give the directory that holds the crate's Cargo.toml"
+        )
     mode, notice = command.resolve_mode(settings)
     if notice:
         report(notice)
     _claim_out_dir(out_dir)
     try:
-        return _package(source_dir, out_dir, settings, mode, notice, Choice(bin_name, prefer_bin, all_bins), description, report, gc_root)
+        return _package(
+            source_dir,
+            out_dir,
+            settings,
+            mode,
+            notice,
+            Choice(bin_name, prefer_bin, all_bins),
+            description,
+            report,
+            gc_root,
+        )
     except BaseException:
         remove_tree(out_dir)  # nothing half-written is left behind
         raise
@@ -113,7 +125,15 @@ class Written:
 
 
 def _package(
-    source_dir: Path, out_dir: Path, settings: Settings, mode: str, notice: str, choice: Choice, description: str, report: Progress, gc_root: Path | None
+    source_dir: Path,
+    out_dir: Path,
+    settings: Settings,
+    mode: str,
+    notice: str,
+    choice: Choice,
+    description: str,
+    report: Progress,
+    gc_root: Path | None,
 ) -> PackageResult:
     # Lock and check the crate against the run's crate source: online a checksummed crates.io lock (the stand-in
     # fetches it by checksum from cratesio_static_url, as importCargoLock does), offline the local directory source.
@@ -150,14 +170,24 @@ def _package(
     )
 
 
-def write_flake(source_dir: Path, out_dir: Path, settings: Settings, choice: Choice, description: str, report: Progress) -> Written:
+def write_flake(
+    source_dir: Path, out_dir: Path, settings: Settings, choice: Choice, description: str, report: Progress
+) -> Written:
     """Copy the crate (its whole workspace if it is a member) into out_dir, render flake.nix + flake.lock, commit."""
     root = workspace_root(source_dir, settings)
     member = str(source_dir.relative_to(root)) if root != source_dir else ""
     report(f"copying {root.name} into {out_dir}")
     copy_sources(root, out_dir)
     report("asking cargo for the crate's packages and binaries")
-    facts = inspect_crate(out_dir, settings, choice.bin_name, prefer_bin=choice.prefer_bin, all_bins=choice.all_bins, label=source_dir.name, member=member)
+    facts = inspect_crate(
+        out_dir,
+        settings,
+        choice.bin_name,
+        prefer_bin=choice.prefer_bin,
+        all_bins=choice.all_bins,
+        label=source_dir.name,
+        member=member,
+    )
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
@@ -167,18 +197,28 @@ def write_flake(source_dir: Path, out_dir: Path, settings: Settings, choice: Cho
 
 def _render(out_dir: Path, flake: Written, description: str) -> None:
     facts = flake.facts
-    (out_dir / "flake.nix").write_text(render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses))
+    (out_dir / "flake.nix").write_text(
+        render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses)
+    )
 
 
 def _build_with_evidence(
-    out_dir: Path, flake: Written, mode: str, standin: Path | None, settings: Settings, description: str, report: Progress
+    out_dir: Path,
+    flake: Written,
+    mode: str,
+    standin: Path | None,
+    settings: Settings,
+    description: str,
+    report: Progress,
 ) -> tuple[str, float]:
     """nix build; when it fails on a pkg-config module or library the flake does not give, add it and build once more."""
     try:
         return build(out_dir, mode, standin, settings, flake.facts.pname, report)
     except NixError as exc:
         found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
-        added = flake.native.add_evidence({name: line for name, line in found.items() if name not in flake.native.build_inputs})
+        added = flake.native.add_evidence(
+            {name: line for name, line in found.items() if name not in flake.native.build_inputs}
+        )
         if not added and found:
             raise _library_missing(exc, flake.facts.pname, found, mode) from None
         if not added:
@@ -198,7 +238,9 @@ def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str
         if mode == "host"
         else exc.fix
     )
-    return NixError(f"nix build of {pname} failed: it found no {names} ({next(iter(found.values()))})", fix=fix, **exc.details)
+    return NixError(
+        f"nix build of {pname} failed: it found no {names} ({next(iter(found.values()))})", fix=fix, **exc.details
+    )
 
 
 def _built_binary(store_path: str, facts: CrateFacts) -> Path:
@@ -216,9 +258,13 @@ def _portability(mode: str, facts: CrateFacts) -> dict[str, Any]:
     """Whether the flake builds elsewhere as it is, and if not, why (item by item, for `flakebot show`)."""
     reasons = []
     if mode == "host":
-        reasons.append("built with this machine's stand-in for nixpkgs (--nixpkgs host); its nix run command works only here")
+        reasons.append(
+            "built with this machine's stand-in for nixpkgs (--nixpkgs host); its nix run command works only here"
+        )
     if facts.placeholder_checksums:
-        reasons.append("Cargo.lock comes from a local directory source with placeholder checksums, which real nixpkgs rejects")
+        reasons.append(
+            "Cargo.lock comes from a local directory source with placeholder checksums, which real nixpkgs rejects"
+        )
     if facts.git_dependencies:
         reasons.append("git dependencies still carry lib.fakeHash in cargoLock.outputHashes")
     return {"portable": not reasons, "portable_reason": "; ".join(reasons)}
@@ -230,11 +276,15 @@ def _notices(notice: str, facts: CrateFacts, unknown_licenses: list[str]) -> lis
         notes.append("Cargo.lock was generated by flakebot (the crate had none)")
     notes += [Dropped(**d).notice() for d in facts.dropped_dev_dependencies]
     if facts.dropped_dev_dependencies:
-        notes.append("the crate's own tests were not run and the flake has no checks: they need the dev-dependencies left out")
+        notes.append(
+            "the crate's own tests were not run and the flake has no checks: they need the dev-dependencies left out"
+        )
     if facts.build_features:
         notes.append(f"{facts.bin_name} needs --features {','.join(facts.build_features)}: turned on (buildFeatures)")
     if facts.placeholder_checksums:
-        notes.append("Cargo.lock has placeholder checksums from a local directory source: real nixpkgs (--nixpkgs pinned) needs a crates.io lock")
+        notes.append(
+            "Cargo.lock has placeholder checksums from a local directory source: real nixpkgs (--nixpkgs pinned) needs a crates.io lock"
+        )
     if facts.git_dependencies:
         notes.append(
             f"git dependencies ({', '.join(facts.git_dependencies)}) have lib.fakeHash in cargoLock.outputHashes: "
@@ -250,7 +300,10 @@ def _claim_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and any(out_dir.iterdir()):
         flake = out_dir / "flake.nix"
         if not (flake.is_file() and flake.read_text().startswith(MARKER)):
-            raise UsageError(f"{out_dir} already holds files that flakebot did not write", fix="choose an empty or new output directory")
+            raise UsageError(
+                f"{out_dir} already holds files that flakebot did not write",
+                fix="choose an empty or new output directory",
+            )
         remove_tree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -299,9 +352,19 @@ def _run_argv(target: PackageResult | dict[str, Any] | Path | str, settings: Set
     return command.run_argv(Path(target).resolve(), mode, _standin(settings, mode))
 
 
-def flake_check(flake_dir: Path | str, settings: Settings, *, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def flake_check(
+    flake_dir: Path | str, settings: Settings, *, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     """`nix flake check` of a generated flake (builds checks.<system>.default: the package with its tests)."""
     mode, _ = command.resolve_mode(settings)
-    argv = command.nix_argv(["flake", "check"], ["-L", str(Path(flake_dir).resolve())], mode, _standin(settings, mode), settings.nix_builders)
+    argv = command.nix_argv(
+        ["flake", "check"],
+        ["-L", str(Path(flake_dir).resolve())],
+        mode,
+        _standin(settings, mode),
+        settings.nix_builders,
+    )
     logger.info("nix flake check: %s", shlex.join(argv))
-    return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout or settings.nix_build_timeout)
+    return subprocess.run(
+        argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout or settings.nix_build_timeout
+    )

@@ -51,7 +51,9 @@ def _walk_files(source: Path) -> list[str]:
     found: list[str] = []
     for root, dirs, names in os.walk(source):
         dirs[:] = [d for d in dirs if not _skipped(Path(root, d).relative_to(source))]
-        found += [str(Path(root, n).relative_to(source)) for n in names if not _skipped(Path(root, n).relative_to(source))]
+        found += [
+            str(Path(root, n).relative_to(source)) for n in names if not _skipped(Path(root, n).relative_to(source))
+        ]
     return sorted(found)
 
 
@@ -66,16 +68,32 @@ def _skipped(rel: Path) -> bool:
 
 def nix_str(value: str) -> str:
     """A Nix string literal."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    escaped = (
+        value.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("${", "\\${")
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+    )
     return f'"{escaped}"'
 
 
-def render_flake(facts: CrateFacts, description: str, native: deps.NativeInputs, nix_licenses: list[str], unknown_licenses: list[str] | None = None) -> str:
+def render_flake(
+    facts: CrateFacts,
+    description: str,
+    native: deps.NativeInputs,
+    nix_licenses: list[str],
+    unknown_licenses: list[str] | None = None,
+) -> str:
     """flake.nix for the crate (flakebot/templates/flake.nix.j2)."""
     from flakebot.templates import render
 
     if not _SAFE_NAME.match(facts.bin_name):
-        raise UsageError(f"binary name {facts.bin_name!r} cannot be used in a flake", fix="rename the [[bin]] target to letters, digits, '-' and '_'")
+        raise UsageError(
+            f"binary name {facts.bin_name!r} cannot be used in a flake",
+            fix="rename the [[bin]] target to letters, digits, '-' and '_'",
+        )
     text = render(
         "flake.nix.j2",
         pname=facts.pname,

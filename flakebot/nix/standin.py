@@ -49,7 +49,8 @@ def ensure_standin(settings: Settings) -> Path:
                 atomic_write_text(path, text)
     except OSError as exc:
         raise NixError(
-            f"cannot write the nixpkgs stand-in in {directory}: {exc.strerror}", fix="make flakebot's cache directory writable (setting cache_dir)"
+            f"cannot write the nixpkgs stand-in in {directory}: {exc.strerror}",
+            fix="make flakebot's cache directory writable (setting cache_dir)",
         ) from None
     return directory
 
@@ -99,12 +100,18 @@ def rust_toolchain_bin() -> Path:
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
     env = {**os.environ, **Cargo(target_dir=Path(os.devnull)).env()}
     try:
-        sysroot = subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True, env=env, timeout=60, check=True).stdout.strip()
+        sysroot = subprocess.run(
+            [rustc, "--print", "sysroot"], capture_output=True, text=True, env=env, timeout=60, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         raise NixError(
-            f"cannot ask rustc for its sysroot ({exc})", fix="install Rust (https://rustup.rs) and check that 'rustc --print sysroot' works"
+            f"cannot ask rustc for its sysroot ({exc})",
+            fix="install Rust (https://rustup.rs) and check that 'rustc --print sysroot' works",
         ) from None
     bin_dir = Path(sysroot) / "bin"
     if not (bin_dir / "cargo").exists():
-        raise NixError(f"no cargo next to rustc in {bin_dir}", fix="install cargo for the active toolchain (rustup component add cargo)")
+        raise NixError(
+            f"no cargo next to rustc in {bin_dir}",
+            fix="install cargo for the active toolchain (rustup component add cargo)",
+        )
     return bin_dir

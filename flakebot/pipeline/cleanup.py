@@ -15,7 +15,17 @@ from flakebot.pipeline.run import Run
 logger = logging.getLogger(__name__)
 
 # Kept after a run for audit: the flake, manifest, transcript, state and logs.
-KEPT = {"flake", "state.json", "transcript.jsonl", "events.jsonl", "run.log", "edit.json", "manifest.json", "USAGE.md", ".lock"}
+KEPT = {
+    "flake",
+    "state.json",
+    "transcript.jsonl",
+    "events.jsonl",
+    "run.log",
+    "edit.json",
+    "manifest.json",
+    "USAGE.md",
+    ".lock",
+}
 
 
 def clean_run(run: Run) -> list[str]:

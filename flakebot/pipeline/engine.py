@@ -123,9 +123,15 @@ def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None
         run.state.update(status="running", pid=os.getpid(), stop_after=stop_after)
         run.save()
         mode = run_settings(run, settings).sandbox
-        _emit(run, sink, Event("run_started", run.id, data={"stages": names, "need": run.state.get("need", ""), "sandbox": mode}))
+        _emit(
+            run,
+            sink,
+            Event("run_started", run.id, data={"stages": names, "need": run.state.get("need", ""), "sandbox": mode}),
+        )
         if mode == "off":
-            logger.warning("sandbox off (asked for): model-written code runs unisolated on this machine, with network and your files")
+            logger.warning(
+                "sandbox off (asked for): model-written code runs unisolated on this machine, with network and your files"
+            )
         failure: FlakebotError | None = None
         stopped_early = False  # --stop-after: later stages wait for a resume
         done_early = False  # a stage said the run's work is done (e.g. an existing tool reused)
@@ -157,7 +163,9 @@ def _first_stale(run: Run, stages: list[Stage]) -> int:
 
 def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_early: bool) -> Run:
     if failure is not None:
-        run.state.update(status="interrupted" if isinstance(failure, Interrupted) else "failed", error=failure.to_dict())
+        run.state.update(
+            status="interrupted" if isinstance(failure, Interrupted) else "failed", error=failure.to_dict()
+        )
         run.save()
         _emit(run, sink, Event("run_failed", run.id, failure.stage, failure.one_line(), failure.to_dict()))
         raise failure
@@ -167,7 +175,9 @@ def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_ea
     return run
 
 
-def _run_stage(run: Run, settings: Settings, stage: Stage, sink: EventSink, failed: FlakebotError | None = None) -> FlakebotError | None:
+def _run_stage(
+    run: Run, settings: Settings, stage: Stage, sink: EventSink, failed: FlakebotError | None = None
+) -> FlakebotError | None:
     """Run one stage and record its outcome; returns the error that ended it, if any."""
     record = run.state["stages"].setdefault(stage.name, {})
     record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
@@ -180,7 +190,13 @@ def _run_stage(run: Run, settings: Settings, stage: Stage, sink: EventSink, fail
         exc.stage = exc.stage or stage.name
         return _stage_failed(run, sink, stage.name, record, exc)
     except KeyboardInterrupt:
-        return _stage_failed(run, sink, stage.name, record, Interrupted("interrupted", fix=f"continue with 'flakebot resume {run.id}'", stage=stage.name))
+        return _stage_failed(
+            run,
+            sink,
+            stage.name,
+            record,
+            Interrupted("interrupted", fix=f"continue with 'flakebot resume {run.id}'", stage=stage.name),
+        )
     record.update(status="finished", finished=time.time())
     record["seconds"] = round(record["finished"] - record["started"], 3)
     run.state["outputs"][stage.name] = output
@@ -267,7 +283,9 @@ def start(
     return execute(run, settings, sink, stop_after)
 
 
-def resume(workdir: Path, run_id: str, settings: Settings, sink: EventSink = ignore, stop_after: str | None = None) -> Run:
+def resume(
+    workdir: Path, run_id: str, settings: Settings, sink: EventSink = ignore, stop_after: str | None = None
+) -> Run:
     """Continue a run from its first unfinished stage."""
     run = Run.load(workdir, run_id)
     if run.status == "succeeded":

@@ -121,7 +121,9 @@ class Run:
         try:
             state = json.loads(path.read_text())
         except FileNotFoundError:
-            raise RunError(f"run {run_id} has no state.json", fix=f"remove {directory} with 'flakebot clean {run_id}'") from None
+            raise RunError(
+                f"run {run_id} has no state.json", fix=f"remove {directory} with 'flakebot clean {run_id}'"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RunError(
                 f"state.json of run {run_id} is corrupt ({exc})",
@@ -157,7 +159,9 @@ class Run:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise RunError(f"run {self.id} is being driven by another process", fix="wait for it to finish, or stop it first") from None
+            raise RunError(
+                f"run {self.id} is being driven by another process", fix="wait for it to finish, or stop it first"
+            ) from None
         try:
             yield
         finally:
@@ -166,7 +170,9 @@ class Run:
 
 def _check_state(state: Any, path: Path) -> None:
     required = {"format": int, "id": str, "pipeline": str, "stages": dict, "outputs": dict, "resources": list}
-    problems = [key for key, kind in required.items() if not isinstance(state, dict) or not isinstance(state.get(key), kind)]
+    problems = [
+        key for key, kind in required.items() if not isinstance(state, dict) or not isinstance(state.get(key), kind)
+    ]
     if problems:
         raise RunError(
             f"{path} is corrupt: missing or wrong {', '.join(problems)}",
@@ -186,7 +192,11 @@ def find_run_dir(workdir: Path, run_id: str) -> Path:
         return matches[0]
     if len(matches) > 1:
         raise RunError(f"run id '{run_id}' is ambiguous ({len(matches)} runs match)", fix="give more of the id")
-    raise RunError(f"no run '{run_id}' in {root}", fix="list runs with 'flakebot runs' (or pass the --workdir the run used)", reason="not_found")
+    raise RunError(
+        f"no run '{run_id}' in {root}",
+        fix="list runs with 'flakebot runs' (or pass the --workdir the run used)",
+        reason="not_found",
+    )
 
 
 def list_runs(workdir: Path) -> list[Run]:

@@ -40,7 +40,18 @@ from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, PlainSandbox,
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODES", "BwrapSandbox", "CommandResult", "PlainSandbox", "Sandbox", "SandboxLimits", "execute", "limits_for", "open_sandbox", "real_root"]
+__all__ = [
+    "MODES",
+    "BwrapSandbox",
+    "CommandResult",
+    "PlainSandbox",
+    "Sandbox",
+    "SandboxLimits",
+    "execute",
+    "limits_for",
+    "open_sandbox",
+    "real_root",
+]
 
 MODES = ("auto", "required", "off")
 PERMISSIONS = ("READ_WRITE", "READ_ONLY")
@@ -70,13 +81,20 @@ def open_sandbox(
         raise SandboxError(f"unknown sandbox permission '{permission}'", fix=f"use one of: {', '.join(PERMISSIONS)}")
     limits = limits or SandboxLimits(timeout=timeout, output_cap=output_cap, max_processes=max_processes)
     if not Path(workspace).is_dir():
-        raise SandboxError(f"workspace {workspace} is not a directory", fix="acquire the crate first (flakebot craft ... runs the acquire stage)")
+        raise SandboxError(
+            f"workspace {workspace} is not a directory",
+            fix="acquire the crate first (flakebot craft ... runs the acquire stage)",
+        )
     if mode == "off":
-        logger.warning("sandbox off: model-written code runs as a plain process with full access to this machine and the network")
+        logger.warning(
+            "sandbox off: model-written code runs as a plain process with full access to this machine and the network"
+        )
         return PlainSandbox(limits, name="off")
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return _without_bwrap(mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)")
+        return _without_bwrap(
+            mode, limits, "bubblewrap (bwrap) is not installed", "install bubblewrap (apt-get install bubblewrap)"
+        )
     sandbox = BwrapSandbox(
         bwrap,
         Path(workspace),
@@ -106,8 +124,12 @@ def limits_for(settings: Settings, timeout: float | None = None) -> SandboxLimit
 
 def _without_bwrap(mode: str, limits: SandboxLimits, problem: str, fix: str) -> Sandbox:
     if mode == "required":
-        raise SandboxError(f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox off to run without isolation (unsafe)")
-    logger.warning("%s: commands run as plain processes (timeout and output cap only, no isolation). Fix: %s", problem, fix)
+        raise SandboxError(
+            f"sandbox required, but {problem}", fix=f"{fix}, or pass --sandbox off to run without isolation (unsafe)"
+        )
+    logger.warning(
+        "%s: commands run as plain processes (timeout and output cap only, no isolation). Fix: %s", problem, fix
+    )
     return PlainSandbox(limits, name="plain")
 
 

@@ -42,19 +42,40 @@ class BwrapSandbox:
     read_only: bool = False
     readable: Sequence[Path] = ()
     frozen: Sequence[Path] = ()  # files inside the workspace bound read-only over it (the acceptance test)
-    cargo_home: Path | None = None  # flakebot's CARGO_HOME: its registry/ and git/ are bound read-only into the sandbox's own
+    cargo_home: Path | None = (
+        None  # flakebot's CARGO_HOME: its registry/ and git/ are bound read-only into the sandbox's own
+    )
     name: str = "bubblewrap"
     start_overhead: float | None = None  # seconds bubblewrap adds to starting a process (measured by probe())
     home: Path = field(default_factory=lambda: _sandbox_home())
 
-    def run(self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
         cwd = Path(cwd).resolve()
         if not any(cwd.is_relative_to(p.resolve()) for p in [self.workspace, *self.writable]):
-            raise SandboxError(f"working directory {cwd} is outside the sandbox", fix=f"run commands inside {self.workspace}")
+            raise SandboxError(
+                f"working directory {cwd} is outside the sandbox", fix=f"run commands inside {self.workspace}"
+            )
         full = [*self.bwrap_argv(cwd), *self.limit_argv(), *argv]
         timeout = timeout or self.limits.timeout
         watch = self.limits.disk_watch(self.workspace)
-        return execute(argv, full, cwd=cwd, env=self.env(env), timeout=timeout, stdin=stdin, output_cap=self.limits.output_cap, watch=watch)
+        return execute(
+            argv,
+            full,
+            cwd=cwd,
+            env=self.env(env),
+            timeout=timeout,
+            stdin=stdin,
+            output_cap=self.limits.output_cap,
+            watch=watch,
+        )
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The command's environment: minimal, the caller's additions, HOME and CARGO_HOME inside the sandbox."""
@@ -65,7 +86,15 @@ class BwrapSandbox:
 
     def bwrap_argv(self, cwd: Path) -> list[str]:
         """The bubblewrap command line up to the command itself; order matters (later mounts cover earlier ones)."""
-        args = [self.bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "flakebot-sandbox"]
+        args = [
+            self.bwrap,
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname",
+            "flakebot-sandbox",
+        ]
         args += ["--die-with-parent", "--new-session"]
         if not real_root():
             args.append("--unshare-user")
@@ -85,7 +114,8 @@ class BwrapSandbox:
                 args += ["--bind", str(path.resolve()), str(path.resolve())]
         if (workspace / ".git").is_dir():  # last: git hooks/config written here would run later outside the sandbox
             args += ["--ro-bind", str(workspace / ".git"), str(workspace / ".git")]
-        for path in _frozen_paths(self.frozen, workspace):  # over the writable workspace: a build script or test cannot rewrite them
+        # over the writable workspace: a build script or test cannot rewrite them
+        for path in _frozen_paths(self.frozen, workspace):
             args += ["--ro-bind", str(path), str(path)]
         return [*args, "--chdir", str(cwd), "--"]
 
@@ -109,7 +139,10 @@ class BwrapSandbox:
             return limit
         uid = SANDBOX_UID_BASE + os.getpid()
         if not shutil.which("setpriv") or not _uid_mapped(uid):
-            logger.warning("setpriv missing or uid %d unmapped: sandboxed commands run as root and the process limit is not enforced", uid)
+            logger.warning(
+                "setpriv missing or uid %d unmapped: sandboxed commands run as root and the process limit is not enforced",
+                uid,
+            )
             return limit
         caps = ["--inh-caps=-all,+dac_override", "--ambient-caps=+dac_override", "--bounding-set=-all,+dac_override"]
         return [*limit, "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *caps, "--no-new-privs", "--"]
@@ -190,7 +223,10 @@ def _frozen_paths(frozen: Sequence[Path], workspace: Path) -> list[Path]:
     paths = [Path(p).resolve() for p in frozen]
     for path in paths:
         if not path.is_file() or not path.is_relative_to(workspace):
-            raise SandboxError(f"frozen file {path} is not a file inside the workspace {workspace}", fix="write the acceptance test again (flakebot resume)")
+            raise SandboxError(
+                f"frozen file {path} is not a file inside the workspace {workspace}",
+                fix="write the acceptance test again (flakebot resume)",
+            )
     return paths
 
 

@@ -51,7 +51,13 @@ class Sandbox(Protocol):
     name: str
 
     def run(
-        self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: str | None = None
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
     ) -> CommandResult: ...
 
 
@@ -62,7 +68,9 @@ class SandboxLimits:
     timeout: float = 600.0
     output_cap: int = 200_000  # bytes kept per stream (stdout, stderr): half from the start, half from the end
     max_processes: int = MAX_PROCESSES
-    memory_mb: int = 4096  # RLIMIT_DATA per process: heap and private mappings; rustc on a large crate stays under 2 GiB
+    memory_mb: int = (
+        4096  # RLIMIT_DATA per process: heap and private mappings; rustc on a large crate stays under 2 GiB
+    )
     file_mb: int = 2048  # RLIMIT_FSIZE: the largest file one process may write
     disk_mb: int = 10240  # growth of the workspace's file system while one command runs; past it the command is killed
     tmp_mb: int = 1024  # size of the private /tmp and HOME tmpfs (bubblewrap only)
@@ -81,7 +89,9 @@ class SandboxLimits:
 
         def watch() -> str:
             grown = (_used_bytes(path) - start) // MIB
-            return f"disk: the command wrote more than {self.disk_mb} MiB and was killed" if grown > self.disk_mb else ""
+            return (
+                f"disk: the command wrote more than {self.disk_mb} MiB and was killed" if grown > self.disk_mb else ""
+            )
 
         return watch
 
@@ -98,12 +108,29 @@ class PlainSandbox:
         self.name = name
         self.limits = limits
 
-    def run(self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: str | None = None) -> CommandResult:
+    def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
         full_env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
         full = [*self.limits.prlimit_argv(), *argv]
         timeout = timeout or self.limits.timeout
         watch = self.limits.disk_watch(Path(cwd))
-        return execute(argv, full, cwd=Path(cwd), env=full_env, timeout=timeout, stdin=stdin, output_cap=self.limits.output_cap, watch=watch)
+        return execute(
+            argv,
+            full,
+            cwd=Path(cwd),
+            env=full_env,
+            timeout=timeout,
+            stdin=stdin,
+            output_cap=self.limits.output_cap,
+            watch=watch,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "isolated": False, **asdict(self.limits)}
@@ -186,7 +213,9 @@ def execute(
             start_new_session=True,
         )
     except OSError as exc:
-        return CommandResult(shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start)
+        return CommandResult(
+            shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start
+        )
     out, err = _Capture(output_cap), _Capture(output_cap)
     breach = _Breach(watch)
     try:
@@ -200,7 +229,9 @@ def execute(
     if breach.reason:
         logger.warning("%s: %s", breach.reason, " ".join(shown)[:200])
         err.add(f"\nflakebot: {breach.reason}\n".encode())
-    return CommandResult(shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason)
+    return CommandResult(
+        shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason
+    )
 
 
 class _Breach:
@@ -217,7 +248,9 @@ class _Breach:
         return bool(self.reason)
 
 
-def _pump(proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, data: bytes | None, deadline: float, breach: _Breach) -> bool:
+def _pump(
+    proc: subprocess.Popen[bytes], out: _Capture, err: _Capture, data: bytes | None, deadline: float, breach: _Breach
+) -> bool:
     """Move bytes between the pipes and the captures until both close. True if the deadline killed the command."""
     sel = selectors.DefaultSelector()
     assert proc.stdout is not None and proc.stderr is not None

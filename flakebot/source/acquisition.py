@@ -79,14 +79,20 @@ def acquire(
         try:
             origin = acquire_by("archive", dest, job)
         except AcquireError as second:
-            raise named(crate, AcquireError(f"{exc.message}; and its .crate: {second.message}", fix=second.fix)) from None
-        origin["notice"] = f"repository {crate.repository} was unusable ({exc.message}); used the published .crate instead"
+            raise named(
+                crate, AcquireError(f"{exc.message}; and its .crate: {second.message}", fix=second.fix)
+            ) from None
+        origin["notice"] = (
+            f"repository {crate.repository} was unusable ({exc.message}); used the published .crate instead"
+        )
         return origin
 
 
 def choose_method(crate: CrateInfo, method: str, fork: bool) -> str:
     if method not in METHODS:
-        raise named(crate, AcquireError(f"unknown acquisition method {method!r}", fix=f"use one of: {', '.join(METHODS)}"))
+        raise named(
+            crate, AcquireError(f"unknown acquisition method {method!r}", fix=f"use one of: {', '.join(METHODS)}")
+        )
     if fork or method == "fork":
         return "fork"
     if method != "auto":
@@ -97,7 +103,9 @@ def choose_method(crate: CrateInfo, method: str, fork: bool) -> str:
 def named(crate: CrateInfo, exc: AcquireError) -> AcquireError:
     """The same error with the crate named first, as every acquisition error is."""
     what = f"{crate.name} {crate.version}" if crate.name else (crate.repository or crate.path)
-    return AcquireError(f"cannot acquire {what}: {exc.message}", fix=exc.fix, crate=crate.name, version=crate.version, cause=exc.message)
+    return AcquireError(
+        f"cannot acquire {what}: {exc.message}", fix=exc.fix, crate=crate.name, version=crate.version, cause=exc.message
+    )
 
 
 def acquire_by(method: str, dest: Path, job: Job) -> dict[str, Any]:
@@ -105,10 +113,14 @@ def acquire_by(method: str, dest: Path, job: Job) -> dict[str, Any]:
         with staging(dest) as tmp:
             origin = {"method": method, "crate": job.crate.name, **BUILDERS[method](job, tmp)}
     except OSError as exc:
-        raise AcquireError(os_cause(exc), fix="free some disk space, or check the permissions of " + str(dest.parent)) from None
+        raise AcquireError(
+            os_cause(exc), fix="free some disk space, or check the permissions of " + str(dest.parent)
+        ) from None
     except git.GitCommandError as exc:
         step = exc.command[1] if len(exc.command) > 1 else ""
-        raise AcquireError(f"git {step} failed: {gitrepo.error_text(exc)}", fix="free some disk space and retry") from None
+        raise AcquireError(
+            f"git {step} failed: {gitrepo.error_text(exc)}", fix="free some disk space and retry"
+        ) from None
     logger.info("acquired %s %s by %s into %s", job.crate.name, origin["version"], method, dest)
     return origin
 
@@ -146,7 +158,9 @@ def os_cause(exc: OSError) -> str:
 def from_local(job: Job, tmp: Path) -> dict[str, Any]:
     source = Path(job.crate.path)
     if not (source / "Cargo.toml").is_file():
-        raise AcquireError(f"the local crate directory {source} has no Cargo.toml", fix="search again so the registry entry is fresh")
+        raise AcquireError(
+            f"the local crate directory {source} has no Cargo.toml", fix="search again so the registry entry is fresh"
+        )
     copy_crate(source, tmp)
     return commit_unpacked(job, tmp, source.resolve().as_uri(), provenance(source))
 
@@ -163,7 +177,14 @@ def commit_unpacked(job: Job, tmp: Path, url: str, extra: dict[str, Any]) -> dic
     name = job.crate.name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
     revision = gitrepo.init_commit(tmp, f"upstream {name} {version}", job.branch)
-    origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, **extra}
+    origin = {
+        "url": url,
+        "revision": revision,
+        "version": version,
+        "crate_dir": crate_dir,
+        "branch": job.branch,
+        **extra,
+    }
     if not job.crate.name:  # craft --from: the package found in the tree
         origin["package"] = name
     if job.crate.version and version != job.crate.version:
@@ -173,7 +194,10 @@ def commit_unpacked(job: Job, tmp: Path, url: str, extra: dict[str, Any]) -> dic
 
 def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, Any]:
     if not (url or job.crate.repository):
-        raise AcquireError("it has no repository URL to clone", fix="use --method archive (crates.io) or a crate from the local registry")
+        raise AcquireError(
+            "it has no repository URL to clone",
+            fix="use --method archive (crates.io) or a crate from the local registry",
+        )
     url = gitrepo.check_url(url or job.crate.repository)
     name, wanted = job.crate.name, job.crate.version
     notes = []
@@ -181,14 +205,23 @@ def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, A
         tag = gitrepo.find_tag(repo, name, wanted) if wanted and not job.ref else None
         if tag is None and wanted and not job.ref:
             tried = ", ".join(gitrepo.version_tags(name, wanted))
-            notes.append(f"no tag for version {wanted} (looked for {tried}); using the default branch {gitrepo.default_branch(repo)}")
+            notes.append(
+                f"no tag for version {wanted} (looked for {tried}); using the default branch {gitrepo.default_branch(repo)}"
+            )
         start = gitrepo.resolve_ref(repo, job.ref) if job.ref else tag or "HEAD"
         revision = gitrepo.checkout_branch(repo, job.branch, start)
     name = name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
     if wanted and version != wanted:
         notes.append(f"the checked-out {name} is version {version}, not {wanted}")
-    origin = {"url": url, "revision": revision, "version": version, "crate_dir": crate_dir, "branch": job.branch, "tag": tag}
+    origin = {
+        "url": url,
+        "revision": revision,
+        "version": version,
+        "crate_dir": crate_dir,
+        "branch": job.branch,
+        "tag": tag,
+    }
     if not job.crate.name:  # craft --from: the package found in the tree
         origin["package"] = name
     if job.ref:
@@ -204,7 +237,10 @@ def start_point(location: str, ref: str | None = None, *, name: str = "") -> tup
     path = Path(location).expanduser()
     if path.is_dir():
         if ref or "#" in location:
-            raise UsageError("a ref applies to a git repository, not a local directory", fix="leave out --ref (or #REF) for a directory")
+            raise UsageError(
+                "a ref applies to a git repository, not a local directory",
+                fix="leave out --ref (or #REF) for a directory",
+            )
         if not (path / "Cargo.toml").is_file():
             raise UsageError(f"{path} has no Cargo.toml", fix="give the directory of a cargo package or workspace")
         return CrateInfo(name=name, version="", path=str(path.resolve()), source="from"), None
@@ -213,7 +249,8 @@ def start_point(location: str, ref: str | None = None, *, name: str = "") -> tup
         raise UsageError(f"two refs given: #{fragment} and --ref {ref}", fix="give the ref once")
     if "://" not in url and not url.startswith("git@"):
         raise UsageError(
-            f"{location} is neither a directory nor a repository URL", fix="pass an existing crate directory or a git URL (https://, git://, ssh://, file://)"
+            f"{location} is neither a directory nor a repository URL",
+            fix="pass an existing crate directory or a git URL (https://, git://, ssh://, file://)",
         )
     try:
         url = gitrepo.check_url(url)
@@ -225,15 +262,25 @@ def start_point(location: str, ref: str | None = None, *, name: str = "") -> tup
 def from_fork(job: Job, tmp: Path) -> dict[str, Any]:
     parsed = parse_github_url(job.crate.repository)
     if parsed is None:
-        raise AcquireError(f"--fork needs a GitHub repository and its repository is {job.crate.repository or 'unknown'}", fix="drop --fork to clone it instead")
+        raise AcquireError(
+            f"--fork needs a GitHub repository and its repository is {job.crate.repository or 'unknown'}",
+            fix="drop --fork to clone it instead",
+        )
     token = github_token()
     with GitHub(job.settings, token) as hub:
         fork = hub.fork(*parsed)
         if job.run is not None:  # registered before waiting, so a failed run can still delete it
-            job.run.register("fork", url=fork.html_url or fork.clone_url, full_name=fork.full_name, api=job.settings.github_api_url)
+            job.run.register(
+                "fork", url=fork.html_url or fork.clone_url, full_name=fork.full_name, api=job.settings.github_api_url
+            )
         hub.wait_ready(fork, job.settings.fork_timeout, job.settings.fork_poll_interval)
     origin = from_git(job, tmp, fork.clone_url, token)
     return {**origin, "fork": fork.full_name, "fork_url": fork.html_url, "upstream": job.crate.repository}
 
 
-BUILDERS: dict[str, Callable[[Job, Path], dict[str, Any]]] = {"local": from_local, "git": from_git, "fork": from_fork, "archive": from_archive}
+BUILDERS: dict[str, Callable[[Job, Path], dict[str, Any]]] = {
+    "local": from_local,
+    "git": from_git,
+    "fork": from_fork,
+    "archive": from_archive,
+}

@@ -24,7 +24,10 @@ def archive_url(crate: CrateInfo, settings: Settings) -> str:
 def fetch_into(crate: CrateInfo, dest: Path, settings: Settings) -> str:
     """Download, verify and unpack the crate's .crate into the empty directory `dest` (registry files included); returns its URL."""
     if settings.offline:
-        raise AcquireError("its .crate archive cannot be downloaded offline", fix="use a crate from the local registry, or drop --offline")
+        raise AcquireError(
+            "its .crate archive cannot be downloaded offline",
+            fix="use a crate from the local registry, or drop --offline",
+        )
     from flakebot.crates.cratesio import CratesIo  # only archive acquisitions need the crates.io client
 
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".crate-download-") as scratch:
@@ -40,10 +43,15 @@ def extract(archive: Path, dest: Path, top: str) -> None:
         with tarfile.open(archive, "r:gz") as tar:
             strays = [m.name for m in tar.getmembers() if m.name != top and not m.name.startswith(f"{top}/")]
             if strays:
-                raise AcquireError(f"the .crate archive has entries outside {top}/ (e.g. {strays[0]})", fix="the archive is not a cargo package; report it")
+                raise AcquireError(
+                    f"the .crate archive has entries outside {top}/ (e.g. {strays[0]})",
+                    fix="the archive is not a cargo package; report it",
+                )
             tar.extractall(dest, filter="data")  # refuses absolute paths, '..', device files and links leaving dest
     except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise AcquireError(f"the .crate archive is corrupt ({exc})", fix="retry; the download may have been cut short") from None
+        raise AcquireError(
+            f"the .crate archive is corrupt ({exc})", fix="retry; the download may have been cut short"
+        ) from None
     unpacked = dest / top
     for child in list(unpacked.iterdir()):
         child.rename(dest / child.name)

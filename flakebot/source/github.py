@@ -23,7 +23,9 @@ logger = logging.getLogger(__name__)
 
 API_VERSION = "2022-11-28"
 TOKEN_FIX = "export GITHUB_TOKEN=<a token with the public_repo scope (and delete_repo for --delete-fork)>"
-_GITHUB_URL = re.compile(r"^(?:https?://|git://|ssh://git@|git@)(?:www\.)?github\.com[/:]([\w.-]+)/([\w.-]+?)(?:\.git)?(?:[/#?].*)?$")
+_GITHUB_URL = re.compile(
+    r"^(?:https?://|git://|ssh://git@|git@)(?:www\.)?github\.com[/:]([\w.-]+)/([\w.-]+?)(?:\.git)?(?:[/#?].*)?$"
+)
 
 
 def github_token() -> str:
@@ -46,7 +48,9 @@ class Fork:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fork:
-        return cls(full_name=str(data["full_name"]), clone_url=str(data["clone_url"]), html_url=str(data.get("html_url", "")))
+        return cls(
+            full_name=str(data["full_name"]), clone_url=str(data["clone_url"]), html_url=str(data.get("html_url", ""))
+        )
 
 
 class GitHub:
@@ -88,7 +92,10 @@ class GitHub:
             if response.status_code == 200 and response.json():
                 return polls
             if response.status_code not in (404, 409, 200):  # 404: not created yet; 409: "Git Repository is empty."
-                raise AcquireError(f"GitHub answered {_describe(response)} while waiting for fork {fork.full_name}", fix=_fix_for(response))
+                raise AcquireError(
+                    f"GitHub answered {_describe(response)} while waiting for fork {fork.full_name}",
+                    fix=_fix_for(response),
+                )
             if time.monotonic() + interval > deadline:
                 raise AcquireError(
                     f"fork {fork.full_name} was not ready after {timeout:g}s ({polls} checks)",

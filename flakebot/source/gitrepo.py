@@ -16,7 +16,12 @@ logger = logging.getLogger(__name__)
 
 # Crate metadata is untrusted: only plain transports, never remote helpers such as ext:: (runs commands).
 SAFE_SCHEMES = ("https", "http", "git", "ssh", "file")
-IDENTITY = {("user", "name"): "flakebot", ("user", "email"): "flakebot@localhost", ("commit", "gpgsign"): "false", ("tag", "gpgsign"): "false"}
+IDENTITY = {
+    ("user", "name"): "flakebot",
+    ("user", "email"): "flakebot@localhost",
+    ("commit", "gpgsign"): "false",
+    ("tag", "gpgsign"): "false",
+}
 UPSTREAM_BRANCH = "upstream"
 _FORGE_HOSTS = {"github.com", "gitlab.com", "codeberg.org", "bitbucket.org"}
 
@@ -26,7 +31,10 @@ def check_url(url: str) -> str:
     url = url.strip()
     parts = urlsplit(url)
     if parts.scheme not in SAFE_SCHEMES or "::" in url:
-        raise AcquireError(f"repository URL {url!r} is not an http(s), git, ssh or file URL", fix="pass a plain https:// or git:// repository URL")
+        raise AcquireError(
+            f"repository URL {url!r} is not an http(s), git, ssh or file URL",
+            fix="pass a plain https:// or git:// repository URL",
+        )
     if parts.hostname in _FORGE_HOSTS:
         # crates.io metadata often links a subfolder (.../tree/main/cli): the repository is owner/name.
         segments = [s for s in parts.path.split("/") if s][:2]
@@ -40,7 +48,11 @@ def git_env(url: str = "", token: str = "") -> dict[str, str]:
     parts = urlsplit(url)
     if token and parts.scheme == "https":
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"http.https://{parts.netloc}/.extraHeader", GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}")
+        env.update(
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0=f"http.https://{parts.netloc}/.extraHeader",
+            GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}",
+        )
     return env
 
 
@@ -49,7 +61,9 @@ def error_text(exc: git.GitCommandError) -> str:
     # GitPython wraps stderr as "\n  stderr: '<text>'".
     stderr = re.sub(r"^\s*stderr: '", "", str(exc.stderr or "")).rstrip().removesuffix("'")
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    first = next((i for i, line in enumerate(lines) if line.startswith(("fatal:", "error:", "Timeout"))), max(len(lines) - 1, 0))
+    first = next(
+        (i for i, line in enumerate(lines) if line.startswith(("fatal:", "error:", "Timeout"))), max(len(lines) - 1, 0)
+    )
     return " ".join(lines[first:])[:400] or f"git exited {exc.status}"
 
 
@@ -59,7 +73,9 @@ def clone(url: str, dest: Path, timeout: float, token: str = "") -> git.Repo:
     try:
         git.Git().clone("--quiet", "--", url, str(dest), kill_after_timeout=timeout, env=git_env(url, token))
     except git.GitCommandError as exc:
-        raise AcquireError(f"git clone {url} failed: {error_text(exc)}", fix="check that the repository URL is right and reachable") from None
+        raise AcquireError(
+            f"git clone {url} failed: {error_text(exc)}", fix="check that the repository URL is right and reachable"
+        ) from None
     repo = git.Repo(dest)
     configure(repo)
     if not repo.head.is_valid():
@@ -105,7 +121,10 @@ def checkout_branch(repo: git.Repo, branch: str, start: str) -> str:
     try:
         repo.git.checkout("-q", "-B", branch, f"{start}^{{commit}}")
     except git.GitCommandError as exc:
-        raise AcquireError(f"cannot create branch {branch} at {start}: {error_text(exc)}", fix="use a tool name that is a valid git branch name") from None
+        raise AcquireError(
+            f"cannot create branch {branch} at {start}: {error_text(exc)}",
+            fix="use a tool name that is a valid git branch name",
+        ) from None
     return repo.head.commit.hexsha
 
 
@@ -131,7 +150,12 @@ def push(path: Path, url: str, timeout: float, token: str = "") -> tuple[str, st
     with git.Repo(path) as repo:
         branch = default_branch(repo)
         try:
-            repo.git.push("--quiet", url, f"{branch}:refs/heads/{branch}", kill_after_timeout=timeout, env=git_env(url, token))
+            repo.git.push(
+                "--quiet", url, f"{branch}:refs/heads/{branch}", kill_after_timeout=timeout, env=git_env(url, token)
+            )
         except git.GitCommandError as exc:
-            raise AcquireError(f"git push to {url} failed: {error_text(exc)}", fix="check the token's scopes and that the fork still exists") from None
+            raise AcquireError(
+                f"git push to {url} failed: {error_text(exc)}",
+                fix="check the token's scopes and that the fork still exists",
+            ) from None
         return branch, repo.head.commit.hexsha

@@ -26,9 +26,15 @@ def new_crate(name: str, dest: Path, *, library: CrateInfo | None, settings: Set
         with staging(dest) as tmp:
             origin = _create(cargo, name, tmp, library, branch)
     except AcquireError as exc:
-        raise AcquireError(f"cannot start new crate {name}: {exc.message}", fix=exc.fix, crate=name, cause=exc.message) from None
+        raise AcquireError(
+            f"cannot start new crate {name}: {exc.message}", fix=exc.fix, crate=name, cause=exc.message
+        ) from None
     except OSError as exc:
-        raise AcquireError(f"cannot start new crate {name}: {os_cause(exc)}", fix="free some disk space or check permissions", crate=name) from None
+        raise AcquireError(
+            f"cannot start new crate {name}: {os_cause(exc)}",
+            fix="free some disk space or check permissions",
+            crate=name,
+        ) from None
     logger.info("started new crate %s at %s", name, dest)
     return origin
 
@@ -40,11 +46,20 @@ def _create(cargo: Cargo, name: str, tmp: Path, library: CrateInfo | None, branc
     message = f"new {name}"
     if library is not None:
         # The version the registry (the local directory source offline) holds for the library.
-        _cargo(cargo, ["add", f"{library.name}@{library.version}"], tmp)  # online: resolves against the index, runs no crate code
+        # online: resolves against the index, runs no crate code
+        _cargo(cargo, ["add", f"{library.name}@{library.version}"], tmp)
         message += f" using {library.name} {library.version}"
     _, version = locate(cargo, tmp, name)
     revision = gitrepo.init_commit(tmp, message, branch)
-    origin: dict[str, Any] = {"method": "new", "crate": name, "url": "", "revision": revision, "version": version, "crate_dir": "", "branch": branch}
+    origin: dict[str, Any] = {
+        "method": "new",
+        "crate": name,
+        "url": "",
+        "revision": revision,
+        "version": version,
+        "crate_dir": "",
+        "branch": branch,
+    }
     if library is not None:
         origin["library"] = {"name": library.name, "version": library.version}
     return origin

@@ -44,7 +44,9 @@ def provenance(crate_dir: Path) -> dict[str, Any]:
         logger.debug("unreadable .cargo_vcs_info.json in %s: %s", crate_dir, exc)
     series = crate_dir / "debian" / "patches" / "series"
     if series.is_file():
-        patches = [line.split()[0] for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        patches = [
+            line.split()[0] for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")
+        ]
         found["debian_patches"] = patches
     return found
 

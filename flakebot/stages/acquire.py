@@ -49,9 +49,20 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         origin = new_crate(tool, workspace, library=crate, settings=ctx.settings)
     else:
         assert crate is not None
-        ctx.progress(f"acquiring {crate.name} {crate.version}" if crate.name else f"acquiring {crate.repository or crate.path}")
+        ctx.progress(
+            f"acquiring {crate.name} {crate.version}" if crate.name else f"acquiring {crate.repository or crate.path}"
+        )
         method, fork = ctx.options.get("method") or "auto", bool(ctx.options.get("fork"))
-        origin = acquire(crate, workspace, branch=branch, settings=ctx.settings, method=method, fork=fork, run=run, ref=ctx.options.get("ref"))
+        origin = acquire(
+            crate,
+            workspace,
+            branch=branch,
+            settings=ctx.settings,
+            method=method,
+            fork=fork,
+            run=run,
+            ref=ctx.options.get("ref"),
+        )
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
     cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir)
@@ -104,7 +115,9 @@ def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, An
     if cargo.online:
         report["fetch"] = asdict(fetched)
     if not fetched.ok and fetched.stage == "fetch":
-        raise AcquireError(f"cannot fetch the crate's dependencies: {fetched.error}", fix=FETCH_FIX, cause=fetched.error)
+        raise AcquireError(
+            f"cannot fetch the crate's dependencies: {fetched.error}", fix=FETCH_FIX, cause=fetched.error
+        )
     if not fetched.ok:
         return {**report, "lockfile": "failed", "metadata_ok": False, "cargo_error": fetched.error}
     if cargo.offline:  # online, `cargo fetch` has just resolved the whole graph
@@ -117,12 +130,16 @@ def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, An
 def _commit_lock(workspace: Path, lock: Path, dropped: list[Dropped]) -> None:
     """Commit Cargo.lock, and the manifests that lost dev-dependencies (so the edit loop starts from them)."""
     if not dropped:
-        gitrepo.commit_files(workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses")
+        gitrepo.commit_files(
+            workspace, [str(lock.relative_to(workspace.resolve()))], "Cargo.lock for the crate source this run uses"
+        )
         return
     root = lock.parent.resolve().relative_to(workspace.resolve())
     files = [str(lock.relative_to(workspace.resolve()))] + sorted({str(root / d.manifest) for d in dropped})
     names = ", ".join(d.name for d in dropped)
-    gitrepo.commit_files(workspace, files, f"flakebot: leave out dev-dependencies the crate source cannot satisfy ({names}); Cargo.lock")
+    gitrepo.commit_files(
+        workspace, files, f"flakebot: leave out dev-dependencies the crate source cannot satisfy ({names}); Cargo.lock"
+    )
 
 
 def untested_note(dropped: list[dict[str, Any]]) -> str:

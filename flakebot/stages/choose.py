@@ -48,11 +48,19 @@ def choose_stage(ctx: StageContext) -> ChoiceOut:
     candidates = ctx.get(SearchOut).candidates
     wanted = ctx.options.get("crate")
     if ctx.options.get("from"):  # craft --from: the caller chose; the crate is edited in place of a fork
-        choice = {"crate": ctx.options["from"], "mode": "fork", "reason": f"--from {ctx.options.get('from_location')}", "by": "option"}
+        choice = {
+            "crate": ctx.options["from"],
+            "mode": "fork",
+            "reason": f"--from {ctx.options.get('from_location')}",
+            "by": "option",
+        }
     elif wanted:
         choice = _by_option(ctx, wanted, candidates)
     elif not candidates:
-        raise SearchError("search found no crate to start from", fix="describe the need differently, or name a crate with --crate NAME")
+        raise SearchError(
+            "search found no crate to start from",
+            fix="describe the need differently, or name a crate with --crate NAME",
+        )
     else:
         from flakebot.pipeline.models import stage_model
 
@@ -72,22 +80,34 @@ def _by_option(ctx: StageContext, wanted: str, candidates: list[dict[str, Any]])
     return {"crate": crate, "mode": mode, "reason": f"--crate {wanted} given", "by": "option"}
 
 
-def choose_with_model(model: Any, spec: dict[str, Any], candidates: list[dict[str, Any]], attempts: int = 3) -> dict[str, Any]:
+def choose_with_model(
+    model: Any, spec: dict[str, Any], candidates: list[dict[str, Any]], attempts: int = 3
+) -> dict[str, Any]:
     """Ask the model to pick; retry with the exact problem when it names no listed crate."""
     by_name = {c["name"]: c for c in candidates}
-    messages: list[dict[str, Any]] = [{"role": "user", "content": render("prompts/choose.j2", spec=spec, candidates=candidates)}]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": render("prompts/choose.j2", spec=spec, candidates=candidates)}
+    ]
     for _ in range(attempts):
         reply = model.complete(messages, [CHOOSE_CRATE, NO_CANDIDATE])
         messages.append(reply.to_message())
         call = reply.tool_calls[0] if reply.tool_calls else None
         if call is not None and call.name == "no_candidate":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
-            raise SearchError(f"no usable crate to start from: {reason}", fix="name a crate with --crate NAME, or describe the need differently")
+            raise SearchError(
+                f"no usable crate to start from: {reason}",
+                fix="name a crate with --crate NAME, or describe the need differently",
+            )
         problem = _problem(call, by_name)
         if problem is None and call is not None:
             args = call.arguments
             logger.info("chose %s (%s): %s", args["name"], args["mode"], args.get("reason", ""))
-            return {"crate": by_name[args["name"]], "mode": args["mode"], "reason": str(args.get("reason", "")), "by": "model"}
+            return {
+                "crate": by_name[args["name"]],
+                "mode": args["mode"],
+                "reason": str(args.get("reason", "")),
+                "by": "model",
+            }
         messages.append(_correction(call, problem or "call choose_crate or no_candidate"))
     raise SpecError(f"the model did not choose a crate in {attempts} attempts", fix="name a crate with --crate NAME")
 

@@ -45,7 +45,10 @@ def edit_stage(ctx: StageContext) -> EditOut:
     crate_dir = workspace / crate_rel
     repo = git.Repo(workspace)
     _start_clean(ctx, repo)
-    frozen = Frozen(workspace, {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()})
+    frozen = Frozen(
+        workspace,
+        {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()},
+    )
     commit = _committer(repo)
     commit(f"flakebot: acceptance tests for {spec.name}")
 
@@ -65,10 +68,16 @@ def edit_stage(ctx: StageContext) -> EditOut:
     toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
     transcript = Transcript(ctx.run.transcript_path)
-    cargo_test = lambda extra: run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)  # noqa: E731
+
+    def cargo_test(extra: list[str]) -> Any:
+        return run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)
+
+    def changed() -> list[str]:
+        return changed_files(repo, ctx.run.state["edit_base"], crate_rel)
+
     ctx.progress("running the tests before any edit")
-    if ctx.get(ChoiceOut).mode == "fork" and not alone:  # an existing suite: fast steps, the full suite at the baseline and before green
-        changed = lambda: changed_files(repo, ctx.run.state["edit_base"], crate_rel)  # noqa: E731
+    # A fork has a suite of its own: fast steps, the full suite at the baseline and before green.
+    if ctx.get(ChoiceOut).mode == "fork" and not alone:
         fork = ForkVerdict(cargo_test, spec, crate_dir, changed, example_runner(settings), transcript.record)
         verdict: Callable[[], Verdict] = fork
         baseline = fork.full()
@@ -78,7 +87,14 @@ def edit_stage(ctx: StageContext) -> EditOut:
     budget = run_budget(ctx)
     with stage_model(ctx, budget) as model, ExitStack() as later:
         spec_model = _lazy_model(ctx, budget, transcript, later)
-        desk = DisputeDesk(toolbox, spec, ctx.run.state["need"], spec_model, refreezer(toolbox, crate_dir, crate_rel), transcript.record)
+        desk = DisputeDesk(
+            toolbox,
+            spec,
+            ctx.run.state["need"],
+            spec_model,
+            refreezer(toolbox, crate_dir, crate_rel),
+            transcript.record,
+        )
         loop = EditLoop(
             model,
             desk,
@@ -90,8 +106,16 @@ def edit_stage(ctx: StageContext) -> EditOut:
             record=transcript.record,
             guard=lambda: _guard(frozen, [workspace, ctx.run.target_dir], settings.sandbox_disk_mb),
         )
-        task = render("prompts/edit_task.j2", spec=spec, need=ctx.run.state["need"], origin=acquired.origin, files=toolbox.call("list_files", {}).text)
-        result = loop.run(render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline)
+        task = render(
+            "prompts/edit_task.j2",
+            spec=spec,
+            need=ctx.run.state["need"],
+            origin=acquired.origin,
+            files=toolbox.call("list_files", {}).text,
+        )
+        result = loop.run(
+            render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline
+        )
     if desk.corrected:  # later stages (examples run on the built tool, USAGE.md) see the corrected spec
         ctx.run.state["outputs"]["spec"]["examples"] = [asdict(e) for e in spec.examples]
     atomic_write_json(ctx.run.dir / "edit.json", {**result.to_dict(), "disputes": desk.disputes})
@@ -106,7 +130,9 @@ def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitS
         if not made:
             from flakebot.llm.providers import resolve_model
 
-            model = resolve_model(ctx.options.get("model"), ctx.settings, stage="dispute", transcript=transcript, budget=budget)
+            model = resolve_model(
+                ctx.options.get("model"), ctx.settings, stage="dispute", transcript=transcript, budget=budget
+            )
             stack.callback(model.close)
             made.append(model)
         return made[0]
@@ -129,7 +155,9 @@ def _guard(frozen: Frozen, paths: list[Path], limit_mb: int) -> None:
     frozen.check()
     used = sum(tree_bytes(p) for p in paths) // (1024 * 1024)
     if used > limit_mb:
-        raise StopLoop("disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({limit_mb} MiB)")
+        raise StopLoop(
+            "disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({limit_mb} MiB)"
+        )
 
 
 def _start_clean(ctx: StageContext, repo: Any) -> None:
@@ -167,11 +195,19 @@ def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict
     ctx.run.state["usage"] = spent.to_dict()  # saved every step: a killed run keeps what it spent
     ctx.run.save()
     if verdict is not None:
-        data.update(failures=verdict.failures, green=verdict.green, **{k: v for k, v in verdict.data.items() if k in ("passed", "failed")})
+        data.update(
+            failures=verdict.failures,
+            green=verdict.green,
+            **{k: v for k, v in verdict.data.items() if k in ("passed", "failed")},
+        )
     note = (
         "no test run"
         if verdict is None
-        else ("green" if verdict.green else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing")
+        else (
+            "green"
+            if verdict.green
+            else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing"
+        )
     )
     cost = f", ${spent.cost_usd:.4f}" if spent.cost_usd else ""
     ctx.progress(f"iteration {iteration}: {note} ({spent.total_tokens:,} tokens{cost})", **data)
@@ -186,9 +222,17 @@ def _outcome(result: LoopResult, spec: ToolSpec) -> EditOut:
     if not result.green:
         raise STOP_ERRORS.get(result.status, EditError)(
             f"the edit loop stopped ({result.status}): {result.error or 'tests not green'}",
-            fix=result.fix or "raise --max-iterations/--max-cost, give a clearer need, or inspect the workspace with --keep",
+            fix=result.fix
+            or "raise --max-iterations/--max-cost, give a clearer need, or inspect the workspace with --keep",
             status=result.status,
             iterations=result.iterations,
             best_failures=result.best_failures,
         )
-    return EditOut(status="green", summary=result.summary, iterations=result.iterations, commit=result.best_commit, verdict=result.verdict, binary=spec.name)
+    return EditOut(
+        status="green",
+        summary=result.summary,
+        iterations=result.iterations,
+        commit=result.best_commit,
+        verdict=result.verdict,
+        binary=spec.name,
+    )

@@ -57,12 +57,15 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         untested=ctx.get(AcquireOut).untested,
     )
     manifest["catalog_dir"] = str(catalog.tool_dir(spec.name))
-    usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output; JSON records are redacted as written
+    # it quotes the tool's output; JSON records are redacted as written
+    usage_md = redact_text(usage_markdown(manifest))
     entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
-def _catalogue(ctx: StageContext, catalog: Catalog, name: str, package: dict[str, Any], manifest: dict[str, Any], usage_md: str) -> dict[str, Any]:
+def _catalogue(
+    ctx: StageContext, catalog: Catalog, name: str, package: dict[str, Any], manifest: dict[str, Any], usage_md: str
+) -> dict[str, Any]:
     """Put the verified tool in the catalog (atomically), then write the run's copies; on any failure
     after the entry exists it is removed again, so a failed craft never leaves a runnable tool."""
     entry = catalog.add(
@@ -96,12 +99,16 @@ def observe(ctx: StageContext, argv: list[str]) -> CommandResult:
     with tempfile.TemporaryDirectory(prefix="flakebot-observe-") as tmp:
         cwd = Path(tmp)
         limits = limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
-        sandbox = open_sandbox(ctx.settings.sandbox, workspace=cwd, writable=[cwd], readable=[Path(argv[0]).parent], limits=limits)
+        sandbox = open_sandbox(
+            ctx.settings.sandbox, workspace=cwd, writable=[cwd], readable=[Path(argv[0]).parent], limits=limits
+        )
         return sandbox.run(argv, cwd=cwd, stdin="")
 
 
 def _example(ctx: StageContext, binary: Path, example: Example, nix_run: list[str]) -> dict[str, Any]:
-    passed, result = run_example(binary, example, ctx.settings.sandbox, limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout))
+    passed, result = run_example(
+        binary, example, ctx.settings.sandbox, limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
+    )
     return {**example_record(example, passed, result), "command": shell_command(nix_run, example.args, example.stdin)}
 
 
@@ -109,7 +116,10 @@ def _require_all_passed(examples: list[dict[str, Any]]) -> None:
     failed = [(n, e) for n, e in enumerate(examples, 1) if not e["passed"]]
     if failed:
         n, first = failed[0]
-        got, wanted = f"{first['stdout'][:200]!r} with exit {first['exit_code']}", f"{first['expected_stdout'][:200]!r} with exit {first['expected_exit_code']}"
+        got, wanted = (
+            f"{first['stdout'][:200]!r} with exit {first['exit_code']}",
+            f"{first['expected_stdout'][:200]!r} with exit {first['expected_exit_code']}",
+        )
         raise NixError(
             f"{len(failed)} of {len(examples)} examples fail on the built tool; example {n} ({first['description'] or ' '.join(first['args'])}) "
             f"printed {got}, expected {wanted}",
@@ -118,7 +128,9 @@ def _require_all_passed(examples: list[dict[str, Any]]) -> None:
         )
 
 
-def verify(ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]) -> dict[str, Any]:
+def verify(
+    ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Check the `nix run` command a caller will use: it must start the binary every example just passed on.
 
     The run's own flake is evaluated (the catalog's copy is the same files, so the same store path)."""

@@ -16,12 +16,16 @@ def locate_stage(ctx: StageContext) -> LocateOut:
     """Where the crate to package is: the PATH given, or CRATE acquired from the registry into the workspace."""
     target = str(ctx.options.get("target") or "")
     if not target:
-        raise UsageError("nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE")
+        raise UsageError(
+            "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
+        )
     path = Path(target).expanduser()
     if path.is_dir():
         return LocateOut(kind="path", source_dir=str(path.resolve()))
     if "/" in target or target.startswith("."):
-        raise UsageError(f"{target} is not a directory", fix="give the directory holding the crate's Cargo.toml, or a crate name")
+        raise UsageError(
+            f"{target} is not a directory", fix="give the directory holding the crate's Cargo.toml, or a crate name"
+        )
     return _acquire(ctx, target)
 
 
@@ -39,4 +43,6 @@ def _acquire(ctx: StageContext, name: str) -> LocateOut:
     if workspace.exists():  # left by an attempt that failed part-way
         remove_tree(workspace)
     origin = acquire(crate, workspace, branch=f"flakebot/package-{crate.name}", settings=ctx.settings, run=ctx.run)
-    return LocateOut(kind="crate", source_dir=str(workspace / origin.get("crate_dir", "")), origin=origin, workspace=str(workspace))
+    return LocateOut(
+        kind="crate", source_dir=str(workspace / origin.get("crate_dir", "")), origin=origin, workspace=str(workspace)
+    )

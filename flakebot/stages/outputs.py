@@ -105,7 +105,8 @@ class EditOut(StageOut):
     commit: str = ""
     verdict: dict[str, Any] = field(default_factory=dict)
     binary: str = ""
-    disputes: list[dict[str, Any]] = field(default_factory=list)  # acceptance examples the model disputed, and the rulings
+    # acceptance examples the model disputed, and the rulings
+    disputes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -21,7 +21,8 @@ def package_only_stage(ctx: StageContext) -> PackageOut:
     from flakebot.nix.flake import package_crate
 
     source = Path(ctx.get(LocateOut).source_dir)
-    out = Path(ctx.options["out"]) if ctx.options.get("out") else ctx.run.flake_dir  # --out: outside the run, so clean keeps it
+    # --out: outside the run, so clean keeps it
+    out = Path(ctx.options["out"]) if ctx.options.get("out") else ctx.run.flake_dir
     result = package_crate(source, out, ctx.settings, bin_name=ctx.options.get("bin") or None, progress=ctx.progress)
     return PackageOut.of(result)
 

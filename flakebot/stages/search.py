@@ -30,19 +30,28 @@ def search_stage(ctx: StageContext) -> SearchOut:
     ctx.progress(f"searching {registry or ctx.settings.registry} for '{query}'")
     name, found = search(query, ctx.settings, registry, STAGE_LIMIT)
     if not found:
-        raise SearchError(f"no crate in {name} matches '{query}'", fix="reword the need, or try another registry with --registry")
+        raise SearchError(
+            f"no crate in {name} matches '{query}'", fix="reword the need, or try another registry with --registry"
+        )
     best = found[0].crate
     ctx.progress(f"best of {len(found)}: {best.name} {best.version} ({found[0].why})", registry=name)
     # Later stages (cargo in acquire, edit, package) use the source that answered: crates.io online,
     # or the directory source (a given PATH, else the local registry) offline.
-    ctx.pin_setting("registry", "crates-io" if name == "crates-io" else (registry if registry not in (None, "auto", "local") else "local"))
+    ctx.pin_setting(
+        "registry",
+        "crates-io" if name == "crates-io" else (registry if registry not in (None, "auto", "local") else "local"),
+    )
     return SearchOut(registry=name, query=query, candidates=[c.to_dict() for c in found])
 
 
 def _given_start(ctx: StageContext) -> SearchOut:
     """--from URL|PATH: no search. Dependencies still come from a registry: the one given, crates.io online, else the local one."""
     given = ctx.options.get("registry") or ctx.settings.registry
-    registry = "local" if ctx.settings.offline or given == "local" else ("crates-io" if given in ("auto", "crates-io") else given)
+    registry = (
+        "local"
+        if ctx.settings.offline or given == "local"
+        else ("crates-io" if given in ("auto", "crates-io") else given)
+    )
     ctx.pin_setting("registry", registry)
     ctx.progress(f"starting from {ctx.options.get('from_location')}: no search")
     return SearchOut(registry=registry, query="", candidates=[])

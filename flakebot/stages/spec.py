@@ -47,14 +47,20 @@ def _named(ctx: StageContext, spec: ToolSpec) -> ToolSpec:
         return dataclasses.replace(spec, name=str(ctx.options["name"]))
     free = Catalog.open(ctx.settings).free_name(spec.name, ctx.run.state["need"])
     if free != spec.name:
-        ctx.progress(f"the name {spec.name} is taken by a tool crafted for another need; this tool is {free}", notice=True)
+        ctx.progress(
+            f"the name {spec.name} is taken by a tool crafted for another need; this tool is {free}", notice=True
+        )
     return dataclasses.replace(spec, name=free)
 
 
 def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:
     from flakebot.deliver.catalog import Catalog
 
-    return [entry for entry in Catalog.open(ctx.settings).tools().values() if Path(entry.get("store_path", "/nonexistent")).exists()]
+    return [
+        entry
+        for entry in Catalog.open(ctx.settings).tools().values()
+        if Path(entry.get("store_path", "/nonexistent")).exists()
+    ]
 
 
 SUBMIT_SPEC = {
@@ -67,7 +73,10 @@ SUBMIT_SPEC = {
             "properties": {
                 "name": {"type": "string", "description": "binary name, kebab-case, e.g. csv-dedup"},
                 "summary": {"type": "string", "description": "one line: what the tool does"},
-                "usage": {"type": "string", "description": "the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'"},
+                "usage": {
+                    "type": "string",
+                    "description": "the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'",
+                },
                 "search_query": {"type": "string", "description": "a few keywords to find a Rust crate to start from"},
                 "examples": {
                     "type": "array",
@@ -79,7 +88,11 @@ SUBMIT_SPEC = {
                             "description": {"type": "string"},
                             "args": {"type": "array", "items": {"type": "string"}},
                             "stdin": {"type": "string"},
-                            "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "files created in the working directory"},
+                            "files": {
+                                "type": "object",
+                                "additionalProperties": {"type": "string"},
+                                "description": "files created in the working directory",
+                            },
                             "stdout": {"type": "string", "description": "exact expected standard output"},
                             "exit_code": {"type": "integer"},
                         },
@@ -111,7 +124,10 @@ def use_existing_tool(existing: list[dict[str, Any]]) -> dict[str, Any]:
             "description": "Reuse a tool flakebot already crafted when it meets the need exactly.",
             "parameters": {
                 "type": "object",
-                "properties": {"name": {"type": "string", "enum": [e["name"] for e in existing]}, "reason": {"type": "string"}},
+                "properties": {
+                    "name": {"type": "string", "enum": [e["name"] for e in existing]},
+                    "reason": {"type": "string"},
+                },
                 "required": ["name", "reason"],
             },
         },
@@ -126,13 +142,17 @@ class Reuse:
     reason: str
 
 
-def spec_from_model(model: Any, need: str, system_prompt: str, attempts: int = 3, existing: list[dict[str, Any]] | None = None) -> ToolSpec | Reuse:
+def spec_from_model(
+    model: Any, need: str, system_prompt: str, attempts: int = 3, existing: list[dict[str, Any]] | None = None
+) -> ToolSpec | Reuse:
     """Ask the model for a spec (or, given `existing` catalogued tools, which one to reuse); retry with the
     exact problem when its answer is unusable."""
     prompt = f"Need: {need}"
     tools = [SUBMIT_SPEC, REJECT_NEED]
     if existing:
-        listing = "\n".join(f"- {e['name']}: {e.get('summary', '')} (crafted for: {e.get('need', '')})" for e in existing)
+        listing = "\n".join(
+            f"- {e['name']}: {e.get('summary', '')} (crafted for: {e.get('need', '')})" for e in existing
+        )
         prompt += f"\n\nTools already crafted (call use_existing if one of them meets the need exactly):\n{listing}"
         tools.append(use_existing_tool(existing))
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
@@ -147,12 +167,23 @@ def spec_from_model(model: Any, need: str, system_prompt: str, attempts: int = 3
             return Reuse(str(call.arguments["name"]), str(call.arguments.get("reason", "")))
         if call.name == "reject_need":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
-            raise SpecError(f"the model declined the need: {reason}", fix="describe a command-line tool: what goes in, what comes out")
+            raise SpecError(
+                f"the model declined the need: {reason}",
+                fix="describe a command-line tool: what goes in, what comes out",
+            )
         problem = call.error or _spec_problem(call.arguments)
         if problem is None:
             return ToolSpec.from_dict(call.arguments)
-        messages.append({"role": "tool", "tool_call_id": call.id, "content": f"error: {problem}. Call submit_spec again, corrected."})
-    raise SpecError(f"no usable spec after {attempts} attempts", fix="write the spec yourself and pass it with --spec FILE")
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": f"error: {problem}. Call submit_spec again, corrected.",
+            }
+        )
+    raise SpecError(
+        f"no usable spec after {attempts} attempts", fix="write the spec yourself and pass it with --spec FILE"
+    )
 
 
 def _spec_problem(arguments: dict[str, Any]) -> str | None:

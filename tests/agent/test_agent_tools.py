@@ -46,13 +46,25 @@ def toolbox(ws: Path, **kwargs: object) -> Toolbox:
     target = ws.parent / "target"
     frozen = Frozen(ws, {"tests/acceptance.rs": hashlib.sha256(ACCEPTANCE.encode()).hexdigest()})
     sandbox = open_sandbox("required", workspace=ws, writable=[target], timeout=300, frozen=frozen.paths())
-    return Toolbox(ws, sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), frozen=frozen, **kwargs)  # type: ignore[arg-type]
+    return Toolbox(
+        ws, sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), frozen=frozen, **kwargs
+    )  # type: ignore[arg-type]
 
 
 def test_schemas_are_openai_function_tools(ws: Path) -> None:
     schemas = toolbox(ws).schemas()
     names = [s["function"]["name"] for s in schemas]
-    expected = ["list_files", "read_file", "search", "write_file", "edit_file", "cargo_check", "run_tests", "add_dependency", "done"]
+    expected = [
+        "list_files",
+        "read_file",
+        "search",
+        "write_file",
+        "edit_file",
+        "cargo_check",
+        "run_tests",
+        "add_dependency",
+        "done",
+    ]
     assert names == expected
     for schema in schemas:
         assert schema["type"] == "function" and schema["function"]["description"]
@@ -82,7 +94,11 @@ def test_paths_leading_out_are_refused(ws: Path, path: str, problem: str) -> Non
     (ws / "link-out").symlink_to(outside)
     (ws / "secret-link").symlink_to(outside / "secret.txt")
     tools = toolbox(ws)
-    for name, args in [("read_file", {"path": path}), ("write_file", {"path": path, "content": "x\n"}), ("list_files", {"path": path})]:
+    for name, args in [
+        ("read_file", {"path": path}),
+        ("write_file", {"path": path, "content": "x\n"}),
+        ("list_files", {"path": path}),
+    ]:
         result = tools.call(name, args)
         print(name, path, "->", result.text)
         assert not result.ok and problem in result.text
@@ -111,7 +127,10 @@ def test_list_read_search(ws: Path) -> None:
         "     6\t    a - b",
     ]
     found = tools.call("search", {"pattern": r"pub fn \w+"})
-    assert found.text.splitlines() == ["src/lib.rs:1: pub fn add(a: i32, b: i32) -> i32 {", "src/lib.rs:5: pub fn sub(a: i32, b: i32) -> i32 {"]
+    assert found.text.splitlines() == [
+        "src/lib.rs:1: pub fn add(a: i32, b: i32) -> i32 {",
+        "src/lib.rs:5: pub fn sub(a: i32, b: i32) -> i32 {",
+    ]
     bad = tools.call("search", {"pattern": "fn ("})
     assert not bad.ok and "invalid regular expression 'fn ('" in bad.text
     missing = tools.call("read_file", {"path": "src/main.rs"})
@@ -125,7 +144,11 @@ def test_bad_calls_come_back_as_results(ws: Path) -> None:
         ("read_file", {}, "bad arguments for read_file: missing required argument 'path'"),
         ("read_file", {"path": 3}, "'path' must be a string, got int"),
         ("read_file", {"path": "src/lib.rs", "start_line": "five"}, "'start_line' must be a integer"),
-        ("read_file", {"path": "src/lib.rs", "lines": 3}, "unexpected argument 'lines' (accepted: path, start_line, end_line)"),
+        (
+            "read_file",
+            {"path": "src/lib.rs", "lines": 3},
+            "unexpected argument 'lines' (accepted: path, start_line, end_line)",
+        ),
         ("add_dependency", {"name": "anyhow", "features": "std"}, "'features' must be an array of strings"),
         ("edit_file", ["src/lib.rs"], "arguments must be a JSON object, got list"),
     ]
@@ -135,7 +158,9 @@ def test_bad_calls_come_back_as_results(ws: Path) -> None:
 
 
 def test_edit_file_exact_replace(ws: Path) -> None:
-    result = toolbox(ws).call("edit_file", {"path": "src/lib.rs", "search": "    a - b\n", "replace": "    a.saturating_sub(b)\n"})
+    result = toolbox(ws).call(
+        "edit_file", {"path": "src/lib.rs", "search": "    a - b\n", "replace": "    a.saturating_sub(b)\n"}
+    )
     assert result.ok, result.text
     assert "edited src/lib.rs at line 6" in result.text and "     6\t    a.saturating_sub(b)" in result.text
     assert (ws / "src/lib.rs").read_text() == LIB.replace("a - b", "a.saturating_sub(b)")
@@ -144,29 +169,41 @@ def test_edit_file_exact_replace(ws: Path) -> None:
 
 def test_edit_file_without_match_shows_the_closest_lines(ws: Path) -> None:
     tools = toolbox(ws)
-    result = tools.call("edit_file", {"path": "src/lib.rs", "search": "pub fn sub(a: i32, b: i32) -> i64 {\n    a - b", "replace": "x"})
+    result = tools.call(
+        "edit_file", {"path": "src/lib.rs", "search": "pub fn sub(a: i32, b: i32) -> i64 {\n    a - b", "replace": "x"}
+    )
     print(result.text)
     assert not result.ok
     assert "`search` was not found in src/lib.rs. The closest lines" in result.text and "are 5-6" in result.text
     assert "     5\tpub fn sub(a: i32, b: i32) -> i32 {" in result.text
     indented = tools.call("edit_file", {"path": "src/lib.rs", "search": "a + b", "replace": "b + a"})
     assert indented.ok, "a unique substring is enough"
-    spaces = tools.call("edit_file", {"path": "src/lib.rs", "search": "pub fn sub(a: i32, b: i32) -> i32 {\n  a - b\n}", "replace": "x"})
+    spaces = tools.call(
+        "edit_file", {"path": "src/lib.rs", "search": "pub fn sub(a: i32, b: i32) -> i32 {\n  a - b\n}", "replace": "x"}
+    )
     assert not spaces.ok and "only in whitespace or indentation" in spaces.text
     assert (ws / "src/lib.rs").read_text() == LIB.replace("a + b", "b + a")
 
 
 def test_edit_file_with_several_matches_asks_for_context(ws: Path) -> None:
-    result = toolbox(ws).call("edit_file", {"path": "src/lib.rs", "search": "(a: i32, b: i32) -> i32 {", "replace": "(a: i64, b: i64) -> i64 {"})
+    result = toolbox(ws).call(
+        "edit_file",
+        {"path": "src/lib.rs", "search": "(a: i32, b: i32) -> i32 {", "replace": "(a: i64, b: i64) -> i64 {"},
+    )
     assert not result.ok
     assert "matches 2 times in src/lib.rs (at lines 1, 5); include more surrounding lines" in result.text
     assert (ws / "src/lib.rs").read_text() == LIB
 
 
-@pytest.mark.parametrize("placeholder", ["    // ... existing code ...", "// rest of the file unchanged", "...", "    /* ... */", "// existing code here"])
+@pytest.mark.parametrize(
+    "placeholder",
+    ["    // ... existing code ...", "// rest of the file unchanged", "...", "    /* ... */", "// existing code here"],
+)
 def test_placeholders_are_refused(ws: Path, placeholder: str) -> None:
     tools = toolbox(ws)
-    edit = tools.call("edit_file", {"path": "src/lib.rs", "search": "    a - b\n", "replace": f"    a - b + 1\n{placeholder}\n"})
+    edit = tools.call(
+        "edit_file", {"path": "src/lib.rs", "search": "    a - b\n", "replace": f"    a - b + 1\n{placeholder}\n"}
+    )
     assert not edit.ok and "is a placeholder" in edit.text
     write = tools.call("write_file", {"path": "src/lib.rs", "content": f"pub fn add() {{}}\n{placeholder}\n"})
     assert not write.ok and "write_file needs the complete file" in write.text
@@ -176,9 +213,19 @@ def test_placeholders_are_refused(ws: Path, placeholder: str) -> None:
 def test_real_comments_and_existing_placeholders_are_allowed(ws: Path) -> None:
     tools = toolbox(ws)
     (ws / "src/odd.rs").write_text("// ... existing code\nfn a() {}\n")
-    kept = tools.call("edit_file", {"path": "src/odd.rs", "search": "// ... existing code\nfn a() {}", "replace": "// ... existing code\nfn a() { b() }"})
+    kept = tools.call(
+        "edit_file",
+        {
+            "path": "src/odd.rs",
+            "search": "// ... existing code\nfn a() {}",
+            "replace": "// ... existing code\nfn a() { b() }",
+        },
+    )
     assert kept.ok, "the placeholder was already in the replaced text"
-    comment = tools.call("write_file", {"path": "src/new.rs", "content": "// Existing tests cover the edge cases below.\npub fn f() {}\n"})
+    comment = tools.call(
+        "write_file",
+        {"path": "src/new.rs", "content": "// Existing tests cover the edge cases below.\npub fn f() {}\n"},
+    )
     assert comment.ok and comment.data["created"] and (ws / "src/new.rs").exists()
 
 
@@ -238,7 +285,10 @@ def test_cargo_tools_and_add_dependency_offline(ws: Path) -> None:
     green = tools.call("run_tests", {})
     assert green.ok and green.data["green"], green.text
     assert green.text.startswith("cargo test: ok (1 passed, 0 failed")
-    write = tools.call("write_file", {"path": "src/lib.rs", "content": LIB + "pub fn parse(s: &str) -> anyhow::Result<i32> { Ok(s.parse()?) }\n"})
+    write = tools.call(
+        "write_file",
+        {"path": "src/lib.rs", "content": LIB + "pub fn parse(s: &str) -> anyhow::Result<i32> { Ok(s.parse()?) }\n"},
+    )
     assert write.ok
     broken = tools.call("cargo_check", {})
     assert broken.ok and not broken.data["green"]
@@ -258,7 +308,10 @@ def test_a_test_cannot_rewrite_the_frozen_file(ws: Path) -> None:
     """Code run by cargo test inside the sandbox can write the workspace, but not the frozen file bound read-only over it."""
     require("cargo")
     tools = toolbox(ws)
-    sneaky = LIB + '\n#[test]\nfn sneaky() {\n    std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/acceptance.rs"), "").unwrap();\n}\n'
+    sneaky = (
+        LIB
+        + '\n#[test]\nfn sneaky() {\n    std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/acceptance.rs"), "").unwrap();\n}\n'
+    )
     assert tools.call("write_file", {"path": "src/lib.rs", "content": sneaky}).ok
     result = tools.call("run_tests", {"filter": "sneaky"})
     assert not result.data["green"] and "Read-only file system" in result.text, result.text

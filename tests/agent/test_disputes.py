@@ -25,7 +25,16 @@ def craft(tmp: Path, spec: dict[str, Any], stages: dict[str, Any], *extra: str) 
     require("bwrap", "cargo")
     (tmp / "script.json").write_text(json.dumps({"format": 1, "stages": stages}))
     (tmp / "spec.json").write_text(json.dumps(spec))
-    args = ["--model", f"scripted:{tmp / 'script.json'}", "--spec", str(tmp / "spec.json"), "--crate", "csv", "--mode", "new"]
+    args = [
+        "--model",
+        f"scripted:{tmp / 'script.json'}",
+        "--spec",
+        str(tmp / "spec.json"),
+        "--crate",
+        "csv",
+        "--mode",
+        "new",
+    ]
     return run_cli("craft", "upper-case my input", *args, "--registry", "local", "--offline", "--json", *extra)
 
 
@@ -54,7 +63,12 @@ def test_a_disputed_wrong_example_is_corrected_refrozen_and_listed_in_usage(work
     assert result.returncode == 0, result.stderr[-3000:]
     [run] = list_runs(workdir)
     [entry] = run.output("edit")["disputes"]
-    assert (entry["n"], entry["outcome"], entry["old"]["stdout"], entry["new"]["stdout"]) == (2, "corrected", "A\nb\n", "A\nB\n")
+    assert (entry["n"], entry["outcome"], entry["old"]["stdout"], entry["new"]["stdout"]) == (
+        2,
+        "corrected",
+        "A\nb\n",
+        "A\nB\n",
+    )
     assert run.output("spec")["examples"][1]["stdout"] == "A\nB\n"
     manifest = json.loads((run.dir / "manifest.json").read_text())
     assert manifest["corrected_examples"][0]["n"] == 2 and all(e["passed"] for e in manifest["examples"])
@@ -69,7 +83,10 @@ def test_a_dispute_the_spec_model_rejects_leaves_the_example(workdir: Path, tmp_
     stages = {
         "edit": [
             {"tool_calls": [dispute(1, "upper-casing is hard; the output should equal the input")]},
-            {"expect": {"last_tool_result_contains": "example 1 stands"}, "tool_calls": [write_file("src/main.rs", SHOUT_RS)]},
+            {
+                "expect": {"last_tool_result_contains": "example 1 stands"},
+                "tool_calls": [write_file("src/main.rs", SHOUT_RS)],
+            },
         ],
         "dispute": [{"tool_calls": [{"name": "confirm_example", "arguments": {"reason": "the need says upper-case"}}]}],
     }

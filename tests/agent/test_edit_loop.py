@@ -17,14 +17,32 @@ from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 BROKEN_RS = 'fn main() {\n    print!("{}", shouted_text);\n}\n'
 
 
-def craft(tmp: Path, edit_turns: list[dict[str, Any]], *extra: str, spec: dict[str, Any] | None = None, crate: str = "csv", mode: str = "new"):
+def craft(
+    tmp: Path,
+    edit_turns: list[dict[str, Any]],
+    *extra: str,
+    spec: dict[str, Any] | None = None,
+    crate: str = "csv",
+    mode: str = "new",
+):
     """Run the real CLI up to the edit stage with a scripted edit session."""
     require("bwrap", "cargo")
     script = tmp / "script.json"
     script.write_text(json.dumps({"format": 1, "stages": {"edit": edit_turns}}))
     spec_file = tmp / "spec.json"
     spec_file.write_text(json.dumps(spec or SHOUT_SPEC))
-    args = ["craft", "need something", "--model", f"scripted:{script}", "--spec", str(spec_file), "--crate", crate, "--mode", mode]
+    args = [
+        "craft",
+        "need something",
+        "--model",
+        f"scripted:{script}",
+        "--spec",
+        str(spec_file),
+        "--crate",
+        crate,
+        "--mode",
+        mode,
+    ]
     return run_cli(*args, "--registry", "local", "--offline", "--stop-after", "edit", "--keep", "--json", *extra)
 
 
@@ -40,7 +58,17 @@ def test_scripted_session_turns_csv_into_csv_dedup(workdir: Path) -> None:
     require("bwrap", "cargo")
     session = REPO / "flakebot/data/sessions/csv-dedup.json"
     result = run_cli(
-        "craft", "need a CSV deduper", "--model", f"scripted:{session}", "--registry", "local", "--offline", "--stop-after", "edit", "--keep", "--json"
+        "craft",
+        "need a CSV deduper",
+        "--model",
+        f"scripted:{session}",
+        "--registry",
+        "local",
+        "--offline",
+        "--stop-after",
+        "edit",
+        "--keep",
+        "--json",
     )
     assert result.returncode == 0, result.stderr
     run = only_run(workdir)
@@ -77,7 +105,10 @@ def test_edit_to_the_frozen_acceptance_test_is_reverted(workdir: Path, tmp_path:
     cheat = "#[test]\nfn nothing() {}\n"
     turns = [
         {"tool_calls": [write_file("tests/flakebot_acceptance.rs", cheat)]},
-        {"expect": {"last_tool_result_contains": "tests/flakebot_acceptance.rs is frozen"}, "tool_calls": [write_file("src/main.rs", SHOUT_RS)]},
+        {
+            "expect": {"last_tool_result_contains": "tests/flakebot_acceptance.rs is frozen"},
+            "tool_calls": [write_file("src/main.rs", SHOUT_RS)],
+        },
     ]
     result = craft(tmp_path, turns)
     assert result.returncode == 0, result.stderr
@@ -97,7 +128,10 @@ def test_repeating_the_same_edit_stops_the_loop(workdir: Path, tmp_path: Path) -
 
 @pytest.mark.slow
 def test_exhausted_token_budget_stops_with_its_status(workdir: Path, tmp_path: Path) -> None:
-    turn = {"tool_calls": [write_file("src/main.rs", BROKEN_RS)], "usage": {"prompt_tokens": 600, "completion_tokens": 100}}
+    turn = {
+        "tool_calls": [write_file("src/main.rs", BROKEN_RS)],
+        "usage": {"prompt_tokens": 600, "completion_tokens": 100},
+    }
     result = craft(tmp_path, [turn, turn, turn], "--max-tokens", "1000")
     assert result.returncode == BudgetExceeded.exit_code
     run = only_run(workdir)
@@ -110,10 +144,25 @@ def test_exhausted_token_budget_stops_with_its_status(workdir: Path, tmp_path: P
 def test_nonsensical_need_fails_cleanly_with_the_models_explanation(workdir: Path, tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     reason = "'purple monkey dishwasher' does not describe anything a program could do"
-    script.write_text(json.dumps({"format": 1, "stages": {"spec": [{"tool_calls": [{"name": "reject_need", "arguments": {"reason": reason}}]}]}}))
-    result = run_cli("craft", "purple monkey dishwasher", "--model", f"scripted:{script}", "--registry", "local", "--offline")
+    script.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "stages": {"spec": [{"tool_calls": [{"name": "reject_need", "arguments": {"reason": reason}}]}]},
+            }
+        )
+    )
+    result = run_cli(
+        "craft", "purple monkey dishwasher", "--model", f"scripted:{script}", "--registry", "local", "--offline"
+    )
     assert result.returncode == SpecError.exit_code
     assert reason in result.stderr and "Traceback" not in result.stderr
     run = only_run(workdir)
     assert run.state["status"] == "failed" and run.stage_status("clean") == "finished"
-    assert sorted(p.name for p in run.dir.iterdir()) == [".lock", "events.jsonl", "run.log", "state.json", "transcript.jsonl"]
+    assert sorted(p.name for p in run.dir.iterdir()) == [
+        ".lock",
+        "events.jsonl",
+        "run.log",
+        "state.json",
+        "transcript.jsonl",
+    ]

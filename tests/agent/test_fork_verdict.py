@@ -30,7 +30,10 @@ def test_a_source_change_selects_unit_tests_and_the_integration_tests_that_use_t
 
 
 def test_a_changed_test_file_selects_only_that_test(tmp_path: Path) -> None:
-    root = crate(tmp_path, {"src/lib.rs": "", "tests/unrelated.rs": "", "tests/suite/main.rs": "mod cases;\n", "tests/suite/cases.rs": ""})
+    root = crate(
+        tmp_path,
+        {"src/lib.rs": "", "tests/unrelated.rs": "", "tests/suite/main.rs": "mod cases;\n", "tests/suite/cases.rs": ""},
+    )
     assert affected_targets(root, ["tests/unrelated.rs"]) == ["--test", "unrelated"]
     assert affected_targets(root, ["tests/suite/cases.rs"]) == ["--test", "suite"]
     assert affected_targets(root, ["README.md"]) == []

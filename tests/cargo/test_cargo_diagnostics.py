@@ -20,7 +20,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("target")  # shared: the crates below compile incrementally
 
 
-def cargo_on(crate: Path, target: Path, subcommand: str, lib: str, *, manifest: str = MANIFEST, extra: list[str] | None = None) -> CargoReport:
+def cargo_on(
+    crate: Path, target: Path, subcommand: str, lib: str, *, manifest: str = MANIFEST, extra: list[str] | None = None
+) -> CargoReport:
     require("bwrap", "cargo")
     crate.mkdir(exist_ok=True)
     (crate / "src").mkdir(exist_ok=True)
@@ -48,7 +50,8 @@ def test_missing_import_and_type_mismatch(tmp_path: Path, target: Path) -> None:
     summary = report.summary()
     for code in ("E0425", "E0433", "E0308"):
         assert f"error[{code}]" in summary
-    assert "src/lib.rs:3:21" in summary and "expected `String`, found integer" in summary  # rendered, with the source line
+    # rendered, with the source line
+    assert "src/lib.rs:3:21" in summary and "expected `String`, found integer" in summary
     assert summary.count("error[E0308]") == 1, "deduplicated"
     assert summary.count("cannot find type `HashMap`") == 1, "a repeated message is rendered once"
     assert "  also at src/lib.rs:2:32 (error[E0433]): let m: HashMap<i32, i32> = HashMap::new();" in summary
@@ -117,9 +120,13 @@ def test_timeout_is_reported(tmp_path: Path, target: Path) -> None:
     crate = tmp_path / "demo"
     (crate / "src").mkdir(parents=True)
     (crate / "Cargo.toml").write_text(MANIFEST)
-    (crate / "src/lib.rs").write_text("#[test]\nfn slow() { std::thread::sleep(std::time::Duration::from_secs(600)); }\n")
+    (crate / "src/lib.rs").write_text(
+        "#[test]\nfn slow() { std::thread::sleep(std::time::Duration::from_secs(600)); }\n"
+    )
     sandbox = open_sandbox("required", workspace=crate, writable=[target])
-    report = run_cargo(sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), "test", cwd=crate, timeout=3)
+    report = run_cargo(
+        sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), "test", cwd=crate, timeout=3
+    )
     assert report.timed_out and not report.ok
     assert report.summary().startswith("cargo test: timed out (killed)")
     assert "timeout" in report.failure_key()
@@ -134,7 +141,9 @@ def test_many_errors_are_capped(tmp_path: Path, target: Path) -> None:
     assert len(summary) <= 3000
     assert "error[E0425]: cannot find value `missing_0` in this scope" in summary
     assert "more errors not shown" in summary
-    assert len(report.failure_key()) == MAX_DIAGNOSTICS + 1 and "errors: 40" in report.failure_key(), "errors beyond the cap still count"
+    assert len(report.failure_key()) == MAX_DIAGNOSTICS + 1 and "errors: 40" in report.failure_key(), (
+        "errors beyond the cap still count"
+    )
 
 
 def test_cut_middle_states_what_it_dropped() -> None:

@@ -26,7 +26,9 @@ def test_registry_setting_picks_the_source(tmp_path: Path) -> None:
 
 def test_settings_reach_cargo_without_touching_the_crate(tmp_path: Path) -> None:
     crate = tmp_path / "c"
-    subprocess.run(["cargo", "init", "--bin", "--vcs", "none", "--name", "c", str(crate)], check=True, capture_output=True)
+    subprocess.run(
+        ["cargo", "init", "--bin", "--vcs", "none", "--name", "c", str(crate)], check=True, capture_output=True
+    )
     cargo = Cargo.for_run(Settings(registry="local"), tmp_path / "target")
     added = cargo.run(["add", "anyhow"], crate, timeout=120)
     assert added.returncode == 0, added.stderr
@@ -34,13 +36,17 @@ def test_settings_reach_cargo_without_touching_the_crate(tmp_path: Path) -> None
     assert not (crate / ".cargo").exists()  # flakebot's source settings are flags, not files in the tool's tree
 
 
-def test_host_calls_ignore_the_trees_cargo_config_and_toolchain_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_calls_ignore_the_trees_cargo_config_and_toolchain_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A tree planted with .cargo/config.toml (a bogus crate source, a rustc wrapper) and rust-toolchain.toml (a
     toolchain that does not exist): flakebot's host calls resolve against its own source and toolchain, run nothing planted."""
     marker = tmp_path / "wrapper-ran"
     crate = tmp_path / "planted"
     (crate / "src").mkdir(parents=True)
-    (crate / "Cargo.toml").write_text('[package]\nname = "planted"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nitoa = "1"\n')
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "planted"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nitoa = "1"\n'
+    )
     (crate / "src/main.rs").write_text("fn main() {}\n")
     wrapper = tmp_path / "wrapper.sh"
     wrapper.write_text(f'#!/bin/sh\ntouch {marker}\nexec "$@"\n')
@@ -50,7 +56,9 @@ def test_host_calls_ignore_the_trees_cargo_config_and_toolchain_file(tmp_path: P
         f'[source.crates-io]\nreplace-with = "evil"\n\n[source.evil]\ndirectory = "/nonexistent"\n\n[build]\nrustc-wrapper = "{wrapper}"\n'
     )
     (crate / "rust-toolchain.toml").write_text('[toolchain]\nchannel = "1.2.3"\n')
-    in_tree = subprocess.run(["cargo", "metadata", "--format-version", "1"], cwd=crate, capture_output=True, text=True, timeout=120)
+    in_tree = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1"], cwd=crate, capture_output=True, text=True, timeout=120
+    )
     assert in_tree.returncode != 0  # control: run from the tree, cargo obeys the planted files
 
     monkeypatch.setenv("GROQ_API_KEY", "gsk_planted_secret")

@@ -38,7 +38,16 @@ def settings_for(server: CratesServer, **extra: object) -> Settings:
 
 
 def search_body(*names: str, next_page: str | None = None) -> dict:
-    crates = [{"name": n, "max_version": "1.0.0", "description": f"{n} handles csv files", "downloads": 10, "repository": None} for n in names]
+    crates = [
+        {
+            "name": n,
+            "max_version": "1.0.0",
+            "description": f"{n} handles csv files",
+            "downloads": 10,
+            "repository": None,
+        }
+        for n in names
+    ]
     return {"crates": crates, "meta": {"total": 99, "next_page": next_page}}
 
 
@@ -60,35 +69,72 @@ def test_fixture_bodies_parse_into_the_local_result_type(server: CratesServer, t
 
 def test_version_fixture(server: CratesServer) -> None:
     info = CratesIo(settings_for(server)).version("foo", "1.0.0")
-    assert (info.name, info.version, info.bin_names, info.has_lib, info.license, info.yanked) == ("foo", "1.0.0", ["bar", "foo"], True, "MIT", False)
+    assert (info.name, info.version, info.bin_names, info.has_lib, info.license, info.yanked) == (
+        "foo",
+        "1.0.0",
+        ["bar", "foo"],
+        True,
+        "MIT",
+        False,
+    )
     assert info.checksum == "24666b3fb658f202e37e38e855f9db389441a47565669effd1513f647d93becb"
 
 
 def test_get_merges_crate_and_version(server: CratesServer) -> None:
     crate = {"name": "foo", "max_version": "1.0.0", "description": "Foo tool", "keywords": ["foo"], "downloads": 7}
-    versions = [{"num": "1.0.0", "crate": "foo", "bin_names": ["foo"], "has_lib": False, "license": "MIT", "checksum": "ab" * 32, "yanked": False}]
+    versions = [
+        {
+            "num": "1.0.0",
+            "crate": "foo",
+            "bin_names": ["foo"],
+            "has_lib": False,
+            "license": "MIT",
+            "checksum": "ab" * 32,
+            "yanked": False,
+        }
+    ]
     server.route("/api/v1/crates/foo", Reply(body={"crate": crate, "versions": versions}))
     info = CratesIo(settings_for(server)).get("foo")
-    assert (info.version, info.bin_names, info.has_lib, info.keywords, info.downloads, info.checksum) == ("1.0.0", ["foo"], False, ["foo"], 7, "ab" * 32)
+    assert (info.version, info.bin_names, info.has_lib, info.keywords, info.downloads, info.checksum) == (
+        "1.0.0",
+        ["foo"],
+        False,
+        ["foo"],
+        7,
+        "ab" * 32,
+    )
 
 
 def test_details_of_the_top_results_refine_the_ranking(server: CratesServer) -> None:
     server.route("/api/v1/crates", Reply(body=search_body("zcsvlib", "csvtool")))
-    server.route("/api/v1/crates/csvtool/1.0.0", Reply(body={"version": {"crate": "csvtool", "num": "1.0.0", "bin_names": ["csvtool"], "license": "MIT"}}))
+    server.route(
+        "/api/v1/crates/csvtool/1.0.0",
+        Reply(body={"version": {"crate": "csvtool", "num": "1.0.0", "bin_names": ["csvtool"], "license": "MIT"}}),
+    )
     plain = CratesIo(settings_for(server)).search("csv files", limit=2)
     assert [c.crate.name for c in plain] == ["zcsvlib", "csvtool"] and all(c.crate.bin_names == [] for c in plain)
     enriched = CratesIo(settings_for(server, cratesio_details=2)).search("csv files", limit=2)
     assert [c.crate.name for c in enriched] == ["csvtool", "zcsvlib"]
-    assert enriched[0].crate.bin_names == ["csvtool"] and enriched[0].crate.license == "MIT" and "bin csvtool" in enriched[0].why
+    assert (
+        enriched[0].crate.bin_names == ["csvtool"]
+        and enriched[0].crate.license == "MIT"
+        and "bin csvtool" in enriched[0].why
+    )
     assert len(server.requests("/api/v1/crates/zcsvlib/1.0.0")) == 1  # its 404 did not end the search
 
 
 def test_next_page_is_followed(server: CratesServer) -> None:
-    server.route("/api/v1/crates?q=csv&per_page=30", Reply(body=search_body("csv-a", "csv-b", next_page="?q=csv&page=2&per_page=30")))
+    server.route(
+        "/api/v1/crates?q=csv&per_page=30",
+        Reply(body=search_body("csv-a", "csv-b", next_page="?q=csv&page=2&per_page=30")),
+    )
     server.route("/api/v1/crates?q=csv&page=2&per_page=30", Reply(body=search_body("csv-c")))
     found = CratesIo(settings_for(server)).search("csv")
     assert sorted(c.crate.name for c in found) == ["csv-a", "csv-b", "csv-c"]
-    assert [r.path for r in server.requests("/api/v1/crates")] == ["/api/v1/crates?q=csv&per_page=30", "/api/v1/crates?q=csv&page=2&per_page=30"]
+    assert [r.path for r in server.requests("/api/v1/crates")] == [
+        "/api/v1/crates?q=csv&per_page=30",
+        "/api/v1/crates?q=csv&page=2&per_page=30",
+    ]
 
 
 def test_crates_io_matches_without_visible_text_come_last(server: CratesServer) -> None:
@@ -108,7 +154,11 @@ def test_query_without_matches_for_all_words_tries_each_word(server: CratesServe
 
 
 def test_429_with_retry_after_is_waited_out(server: CratesServer) -> None:
-    server.route("/api/v1/crates", Reply(429, {"errors": [{"detail": "slow down"}]}, {"Retry-After": "1"}), Reply(body=search_body("csv")))
+    server.route(
+        "/api/v1/crates",
+        Reply(429, {"errors": [{"detail": "slow down"}]}, {"Retry-After": "1"}),
+        Reply(body=search_body("csv")),
+    )
     found = CratesIo(settings_for(server), backoff=0.0).search("csv")
     assert [c.crate.name for c in found] == ["csv"]
     first, second = server.requests("/api/v1/crates")
@@ -165,7 +215,9 @@ def test_cache_entries_expire(server: CratesServer) -> None:
 
 def test_error_bodies_never_enter_the_cache(server: CratesServer) -> None:
     settings = settings_for(server)
-    server.route("/api/v1/crates", Reply(500, {"errors": [{"detail": "database down"}]}), Reply(body=search_body("csv")))
+    server.route(
+        "/api/v1/crates", Reply(500, {"errors": [{"detail": "database down"}]}), Reply(body=search_body("csv"))
+    )
     with pytest.raises(SearchError, match="500.*database down"):
         CratesIo(settings, retries=0).search("csv")
     cache = settings.path("cache_dir") / "crates-io"
@@ -179,7 +231,10 @@ def test_error_bodies_never_enter_the_cache(server: CratesServer) -> None:
 @pytest.mark.parametrize(
     ("reply", "message"),
     [
-        (Reply(403, {"errors": [{"detail": "We require that all requests include a User-Agent header"}]}), r"refused the search for 'csv' \(403: We require"),
+        (
+            Reply(403, {"errors": [{"detail": "We require that all requests include a User-Agent header"}]}),
+            r"refused the search for 'csv' \(403: We require",
+        ),
         (Reply(500, {"errors": [{"detail": "boom"}]}), r"answered 500 to the search for 'csv' after 1 retries: boom"),
         (Reply(503, "<html>maintenance</html>"), r"answered 503 to the search for 'csv' after 1 retries$"),
         (Reply(200, "{not json"), r"malformed JSON for search for 'csv'"),
@@ -215,15 +270,26 @@ def test_empty_and_stopword_queries_make_no_request(server: CratesServer) -> Non
 
 
 def test_sparse_index_paths_and_fixture(server: CratesServer) -> None:
-    assert [sparse_path(n) for n in ("a", "ab", "abc", "serde", "Cargo")] == ["1/a", "2/ab", "3/a/abc", "se/rd/serde", "ca/rg/cargo"]
+    assert [sparse_path(n) for n in ("a", "ab", "abc", "serde", "Cargo")] == [
+        "1/a",
+        "2/ab",
+        "3/a/abc",
+        "se/rd/serde",
+        "ca/rg/cargo",
+    ]
     [record] = CratesIo(settings_for(server)).index_versions("serde")
-    assert (record["vers"], record["cksum"]) == ("1.0.229", "4148590afebada386688f18773da617792bf2ef03ffc1e4cbd2b1d45b023e0ba")
+    assert (record["vers"], record["cksum"]) == (
+        "1.0.229",
+        "4148590afebada386688f18773da617792bf2ef03ffc1e4cbd2b1d45b023e0ba",
+    )
 
 
 @pytest.fixture
 def crate_file(server: CratesServer) -> bytes:
     body = (DEBIAN_REGISTRY / "hexyl-0.8.0/Cargo.toml").read_bytes()  # any bytes stand for the archive
-    server.route("/crates/demo/demo-0.1.0.crate", Reply(body=body, headers={"Content-Type": "application/octet-stream"}))
+    server.route(
+        "/crates/demo/demo-0.1.0.crate", Reply(body=body, headers={"Content-Type": "application/octet-stream"})
+    )
     return body
 
 
@@ -236,7 +302,9 @@ def test_download_verified_against_the_index_checksum(server: CratesServer, crat
 
 
 @pytest.mark.parametrize("existing_dir", [True, False])
-def test_download_with_wrong_checksum_is_refused_and_leaves_nothing(server: CratesServer, crate_file: bytes, tmp_path: Path, existing_dir: bool) -> None:
+def test_download_with_wrong_checksum_is_refused_and_leaves_nothing(
+    server: CratesServer, crate_file: bytes, tmp_path: Path, existing_dir: bool
+) -> None:
     dest = tmp_path / "dl"
     if existing_dir:
         dest.mkdir()

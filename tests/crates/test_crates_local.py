@@ -17,11 +17,18 @@ from tests.conftest import DEBIAN_REGISTRY
 
 
 def write_crate(
-    root: Path, name: str, version: str = "0.1.0", manifest_extra: str = "", files: tuple[str, ...] = ("src/lib.rs",), package_extra: str = ""
+    root: Path,
+    name: str,
+    version: str = "0.1.0",
+    manifest_extra: str = "",
+    files: tuple[str, ...] = ("src/lib.rs",),
+    package_extra: str = "",
 ) -> Path:
     directory = root / f"{name}-{version}"
     directory.mkdir(parents=True)
-    (directory / "Cargo.toml").write_text(f'[package]\nname = "{name}"\nversion = "{version}"\nedition = "2021"\n{package_extra}\n{manifest_extra}')
+    (directory / "Cargo.toml").write_text(
+        f'[package]\nname = "{name}"\nversion = "{version}"\nedition = "2021"\n{package_extra}\n{manifest_extra}'
+    )
     for rel in files:
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_text("fn main() {}\n" if "main" in rel or "bin" in rel else "pub fn f() {}\n")
@@ -35,8 +42,15 @@ def source(tmp_path: Path) -> Path:
     write_crate(root, "plainlib", package_extra='description = "A plain library"\nlicense = "MIT"')
     write_crate(root, "mainbin", files=("src/main.rs",), package_extra='description = "Has a main.rs"')
     write_crate(root, "multibin", files=("src/lib.rs", "src/main.rs", "src/bin/alpha.rs", "src/bin/beta/main.rs"))
-    write_crate(root, "explicit", manifest_extra='[[bin]]\nname = "renamed"\npath = "src/main.rs"\n', files=("src/main.rs", "src/bin/extra.rs"))
-    write_crate(root, "noauto", package_extra="autobins = false", files=("src/lib.rs", "src/main.rs", "src/bin/hidden.rs"))
+    write_crate(
+        root,
+        "explicit",
+        manifest_extra='[[bin]]\nname = "renamed"\npath = "src/main.rs"\n',
+        files=("src/main.rs", "src/bin/extra.rs"),
+    )
+    write_crate(
+        root, "noauto", package_extra="autobins = false", files=("src/lib.rs", "src/main.rs", "src/bin/hidden.rs")
+    )
     write_crate(root, "macro", manifest_extra="[lib]\nproc-macro = true\n")
     deps = '[dependencies]\nserde = "1"\nrenamed_json = { package = "serde_json", version = "1" }\n[target."cfg(unix)".dependencies]\nlibc = "0.2"\n'
     write_crate(root, "withdeps", manifest_extra=deps, package_extra='license-file = "LICENSE"')
@@ -59,10 +73,20 @@ def test_debian_registry_real_metadata(tmp_path: Path) -> None:
 def test_binaries_agree_with_cargo_metadata(source: Path, tmp_path: Path) -> None:
     """Our reading of [[bin]], autobins and src/ conventions matches what cargo itself reports."""
     registry = LocalRegistry(source, tmp_path / "cache")
-    crates = [*registry.entries(), *(LocalRegistry(DEBIAN_REGISTRY, tmp_path / "c2").get(n) for n in ("hexyl", "os_pipe", "assert_cmd", "cpp_demangle", "csv"))]
+    crates = [
+        *registry.entries(),
+        *(
+            LocalRegistry(DEBIAN_REGISTRY, tmp_path / "c2").get(n)
+            for n in ("hexyl", "os_pipe", "assert_cmd", "cpp_demangle", "csv")
+        ),
+    ]
     for crate in crates:
         meta = subprocess.run(
-            [cargo_program(), "metadata", "--no-deps", "--format-version", "1", "--offline"], cwd=crate.path, capture_output=True, text=True, check=True
+            [cargo_program(), "metadata", "--no-deps", "--format-version", "1", "--offline"],
+            cwd=crate.path,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         targets = json.loads(meta.stdout)["packages"][0]["targets"]
         bins = sorted(t["name"] for t in targets if "bin" in t["kind"])
@@ -82,7 +106,9 @@ def test_synthetic_source_fields(source: Path, tmp_path: Path) -> None:
     assert [c.crate.name for c in registry.search("main.rs")] == ["mainbin"]
 
 
-def test_broken_entries_are_skipped_with_a_warning(source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_broken_entries_are_skipped_with_a_warning(
+    source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     (source / "broken-1.0.0").mkdir()
     (source / "broken-1.0.0/Cargo.toml").write_text("[package\nname = ")
     (source / "workspace").mkdir()
@@ -91,7 +117,9 @@ def test_broken_entries_are_skipped_with_a_warning(source: Path, tmp_path: Path,
     with caplog.at_level(logging.WARNING, logger="flakebot.crates.local"):
         names = {c.name for c in LocalRegistry(source, tmp_path / "cache").entries()}
     assert "plainlib" in names and "broken" not in names and len(names) == 7
-    assert "broken-1.0.0: unreadable Cargo.toml" in caplog.text and "workspace: Cargo.toml has no [package]" in caplog.text
+    assert (
+        "broken-1.0.0: unreadable Cargo.toml" in caplog.text and "workspace: Cargo.toml has no [package]" in caplog.text
+    )
 
 
 def test_index_is_cached_and_rebuilt_when_the_source_changes(source: Path, tmp_path: Path) -> None:

@@ -59,7 +59,14 @@ def test_underscore_and_dash_names_are_one_name() -> None:
 def test_binary_licence_repository_and_popularity_break_ties() -> None:
     same = "viewer for hex dumps"
     plain = crate("plainhex", same, license="GPL-3.0-only")
-    tool = crate("toolhex", same, license="MIT OR Apache-2.0", bin_names=["toolhex"], repository="https://example.org/t", downloads=5_000_000)
+    tool = crate(
+        "toolhex",
+        same,
+        license="MIT OR Apache-2.0",
+        bin_names=["toolhex"],
+        repository="https://example.org/t",
+        downloads=5_000_000,
+    )
     found = rank("hex viewer", [plain, tool, *FILLER])
     assert [c.crate.name for c in found] == ["toolhex", "plainhex"]
     assert "bin toolhex" in found[0].why and "5M downloads" in found[0].why
@@ -79,7 +86,11 @@ def test_yanked_and_proc_macros_sink() -> None:
 
 
 def test_newest_version_per_name_and_only_matches_returned() -> None:
-    crates = [crate("clap", "argument parser", version="2.34.0"), crate("clap", "argument parser", version="4.0.32"), *FILLER]
+    crates = [
+        crate("clap", "argument parser", version="2.34.0"),
+        crate("clap", "argument parser", version="4.0.32"),
+        *FILLER,
+    ]
     found = Ranker(crates).search("argument parser", limit=10)
     assert [(c.crate.name, c.crate.version) for c in found] == [("clap", "4.0.32")]
     assert Ranker(crates).search("kubernetes operator") == []

@@ -36,7 +36,14 @@ def catalogue(name: str, store_path: str, flake_dir: Path, main_program: str = "
     """Put a tool into this test's catalog (the autouse fixture points the data dir at a tmp dir)."""
     manifest = {"name": name, "summary": "says hello", "main_program": main_program or name, "store_path": store_path}
     return Catalog.open(config.load()).add(
-        name, need=f"need {name}", flake_dir=flake_dir, manifest=manifest, usage_md=f"# {name}\n", store_path=store_path, run_id="test", origin={}
+        name,
+        need=f"need {name}",
+        flake_dir=flake_dir,
+        manifest=manifest,
+        usage_md=f"# {name}\n",
+        store_path=store_path,
+        run_id="test",
+        origin={},
     )
 
 
@@ -50,7 +57,9 @@ def note_tool(tmp_path: Path) -> dict[str, Any]:
     """A tool whose store path is a small file added with nix-store --add: cheap, real, publishable."""
     require("nix")
     (tmp_path / "note.txt").write_text("a published note\n")
-    added = subprocess.run(["nix-store", "--add", str(tmp_path / "note.txt")], capture_output=True, text=True, check=True)
+    added = subprocess.run(
+        ["nix-store", "--add", str(tmp_path / "note.txt")], capture_output=True, text=True, check=True
+    )
     (tmp_path / "flake").mkdir()
     return catalogue("note", added.stdout.strip(), tmp_path / "flake")
 
@@ -63,7 +72,11 @@ def publish(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
 
 def path_info(store_path: str, *store: str) -> dict[str, Any]:
     """`nix path-info --json` of one path (in the default store or `--store DIR`); {"valid": false, ...} when absent."""
-    info = json_of(subprocess.run([*NIX, "path-info", "--json", "--offline", *store, store_path], capture_output=True, text=True, timeout=60))
+    info = json_of(
+        subprocess.run(
+            [*NIX, "path-info", "--json", "--offline", *store, store_path], capture_output=True, text=True, timeout=60
+        )
+    )
     assert isinstance(info, list) and len(info) == 1
     return dict(info[0])
 
@@ -79,17 +92,26 @@ def keys_dir(flakebot_home: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_publish_to_a_file_cache_then_a_second_store_fetches_and_runs_it(greeter_tool: dict[str, Any], tmp_path: Path, flakebot_home: Path) -> None:
+def test_publish_to_a_file_cache_then_a_second_store_fetches_and_runs_it(
+    greeter_tool: dict[str, Any], tmp_path: Path, flakebot_home: Path
+) -> None:
     cache, store2 = tmp_path / "cache", tmp_path / "store2"
     store_path = greeter_tool["store_path"]
     result = publish("greeter", "--to", f"file://{cache}")
 
-    assert (result["tool"], result["store_path"], result["to"], result["binary_cache"]) == ("greeter", store_path, f"file://{cache}", True)
+    assert (result["tool"], result["store_path"], result["to"], result["binary_cache"]) == (
+        "greeter",
+        store_path,
+        f"file://{cache}",
+        True,
+    )
     assert result["paths"] >= 1 and result["closure_size"] > 0 and result["nar_hash"] == nar_hash(store_path)
     key_name, _, public = result["public_key"].partition(":")
     assert key_name == result["signed_by"] and key_name.startswith("flakebot-") and len(public) == 44
     secret = keys_dir(flakebot_home) / f"{key_name}.secret"
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text().split(":")[1].strip() not in json.dumps(result)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text().split(":")[1].strip() not in json.dumps(
+        result
+    )
 
     # A real binary cache: nix-cache-info, a narinfo signed by flakebot's key, the compressed NAR.
     assert "StoreDir: /nix/store" in (cache / "nix-cache-info").read_text()
@@ -99,16 +121,28 @@ def test_publish_to_a_file_cache_then_a_second_store_fetches_and_runs_it(greeter
     assert (cache / nar_url).is_file()
 
     # A second store refuses the path without flakebot's public key...
-    untrusted = subprocess.run([*NIX, "copy", "--store", str(store2), "--from", f"file://{cache}", store_path], capture_output=True, text=True, timeout=120)
+    untrusted = subprocess.run(
+        [*NIX, "copy", "--store", str(store2), "--from", f"file://{cache}", store_path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert untrusted.returncode != 0 and "lacks a valid signature" in untrusted.stderr
     assert path_info(store_path, "--store", str(store2))["valid"] is False
     # ...and takes it with the command publish printed (plus --store, to aim at the second store).
     argv = result["substitute_command"]["argv"]
-    fetched = subprocess.run([*argv[:4], "--store", str(store2), *argv[4:]], capture_output=True, text=True, timeout=120)
+    fetched = subprocess.run(
+        [*argv[:4], "--store", str(store2), *argv[4:]], capture_output=True, text=True, timeout=120
+    )
     assert fetched.returncode == 0, fetched.stderr
     assert nar_hash(store_path, "--store", str(store2)) == nar_hash(store_path)
     # The tool runs from the second store (nix shell maps the chroot store onto /nix/store).
-    ran = subprocess.run([*NIX, "shell", "--offline", "--store", str(store2), store_path, "-c", "greeter", "bob"], capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(
+        [*NIX, "shell", "--offline", "--store", str(store2), store_path, "-c", "greeter", "bob"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (ran.returncode, ran.stdout) == (0, "hello, bob\n"), ran.stderr
     assert result["run_command"]["argv"] == [f"{store_path}/bin/greeter"]
 
@@ -116,10 +150,14 @@ def test_publish_to_a_file_cache_then_a_second_store_fetches_and_runs_it(greeter
     shown = json_result(run_cli("show", "greeter", "--json", check=True))
     assert shown["published"][f"file://{cache}"]["nar_hash"] == result["nar_hash"]
     again = publish("greeter", "--to", f"file://{cache}")
-    assert again["public_key"] == result["public_key"] and sorted(p.name for p in keys_dir(flakebot_home).glob("*.secret")) == [secret.name]
+    assert again["public_key"] == result["public_key"] and sorted(
+        p.name for p in keys_dir(flakebot_home).glob("*.secret")
+    ) == [secret.name]
 
 
-def test_publish_to_a_chroot_store_and_a_second_cache_keeps_both_records(note_tool: dict[str, Any], tmp_path: Path) -> None:
+def test_publish_to_a_chroot_store_and_a_second_cache_keeps_both_records(
+    note_tool: dict[str, Any], tmp_path: Path
+) -> None:
     store3, cache = tmp_path / "store3", tmp_path / "cache"
     store_path = note_tool["store_path"]
     done = run_cli("publish", "note", "--to", str(store3))
@@ -132,16 +170,27 @@ def test_publish_to_a_chroot_store_and_a_second_cache_keeps_both_records(note_to
     assert signed["paths"] == 1 and signed["closure_size"] > 0
     published = Catalog.open(config.load()).get("note")["published"]
     assert set(published) == {str(store3), f"file://{cache}"}
-    assert published[str(store3)]["signed_by"] is None and published[f"file://{cache}"]["signed_by"] == signed["signed_by"]
+    assert (
+        published[str(store3)]["signed_by"] is None and published[f"file://{cache}"]["signed_by"] == signed["signed_by"]
+    )
 
 
 @pytest.mark.parametrize(
     ("to", "says"),
-    [("bogus://host/x", "is not a Nix store URL"), ("file://relative/cache", "is not an absolute file:// URL"), ("", "is not a Nix store URL")],
+    [
+        ("bogus://host/x", "is not a Nix store URL"),
+        ("file://relative/cache", "is not an absolute file:// URL"),
+        ("", "is not a Nix store URL"),
+    ],
 )
 def test_bad_store_urls_fail_before_anything_runs(to: str, says: str, flakebot_home: Path) -> None:
     done = run_cli("publish", "note", "--to", to)
-    assert done.returncode == 2 and says in done.stderr and "Fix:" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert (
+        done.returncode == 2
+        and says in done.stderr
+        and "Fix:" in done.stderr
+        and len(done.stderr.strip().splitlines()) == 1
+    )
     assert not keys_dir(flakebot_home).exists()
 
 
@@ -163,9 +212,14 @@ def test_unreachable_cache_is_a_nix_error_and_records_nothing(note_tool: dict[st
 
 def test_missing_store_path_and_missing_nix_are_clear(note_tool: dict[str, Any], tmp_path: Path) -> None:
     no_nix = run_cli("publish", "note", "--to", f"file://{tmp_path / 'cache'}", env={"PATH": str(tmp_path / "empty")})
-    assert no_nix.returncode == 50 and "nix is not installed" in no_nix.stderr and "apt-get install nix-bin" in no_nix.stderr
+    assert (
+        no_nix.returncode == 50
+        and "nix is not installed" in no_nix.stderr
+        and "apt-get install nix-bin" in no_nix.stderr
+    )
     assert not (tmp_path / "cache").exists()
-    Catalog.open(config.load()).update("note", store_path="/nix/store/00000000000000000000000000000000-gone")  # collected since
+    # collected since
+    Catalog.open(config.load()).update("note", store_path="/nix/store/00000000000000000000000000000000-gone")
     gone = run_cli("publish", "note", "--to", f"file://{tmp_path / 'cache'}")
     assert gone.returncode == 60 and "has no built store path" in gone.stderr and "flakebot rm note" in gone.stderr
 
@@ -175,8 +229,16 @@ def test_missing_store_path_and_missing_nix_are_clear(note_tool: dict[str, Any],
 
 def show_builders(mode: str, builders: str, nix_config: str) -> str:
     """Nix's effective `builders` for flakebot's build options, with NIX_CONFIG as the user's own setting."""
-    argv = [command.nix_program(), *command.FEATURES, "show-config", "--json", *command.machine_options(mode, None, builders)]
-    shown = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "NIX_CONFIG": nix_config})
+    argv = [
+        command.nix_program(),
+        *command.FEATURES,
+        "show-config",
+        "--json",
+        *command.machine_options(mode, None, builders),
+    ]
+    shown = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env={**os.environ, "NIX_CONFIG": nix_config}
+    )
     return str(json.loads(shown.stdout)["builders"]["value"])
 
 
@@ -204,11 +266,33 @@ def test_pinned_build_runs_on_the_configured_builder(tmp_path: Path) -> None:
     the build only succeeds because flakebot's options send it there."""
     require("nix")
     remote, expr = tmp_path / "remote", trivial_derivation(tmp_path)
-    system = subprocess.run([*NIX, "eval", "--impure", "--raw", "--expr", "builtins.currentSystem"], capture_output=True, text=True, check=True).stdout
-    shell_paths = " ".join(p for p in ("/bin", "/usr", "/lib", "/lib64") if Path(p).exists())  # /bin/sh inside the builder's chroot
-    args = ["-f", str(expr), "--json", "--no-link", "-L", "--max-jobs", "0", "--option", "substituters", "", "--option", "extra-sandbox-paths", shell_paths]
+    system = subprocess.run(
+        [*NIX, "eval", "--impure", "--raw", "--expr", "builtins.currentSystem"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    # /bin/sh inside the builder's chroot
+    shell_paths = " ".join(p for p in ("/bin", "/usr", "/lib", "/lib64") if Path(p).exists())
+    args = [
+        "-f",
+        str(expr),
+        "--json",
+        "--no-link",
+        "-L",
+        "--max-jobs",
+        "0",
+        "--option",
+        "substituters",
+        "",
+        "--option",
+        "extra-sandbox-paths",
+        shell_paths,
+    ]
 
-    local_only = subprocess.run(command.nix_argv(["build"], args, "pinned", None), capture_output=True, text=True, timeout=120)
+    local_only = subprocess.run(
+        command.nix_argv(["build"], args, "pinned", None), capture_output=True, text=True, timeout=120
+    )
     assert local_only.returncode != 0 and "unable to start any build" in local_only.stderr
 
     argv = command.nix_argv(["build"], args, "pinned", None, f"{remote} {system}")

@@ -15,7 +15,14 @@ from flakebot.llm.providers import check_model
 from flakebot.toolspec import ToolSpec
 from tests.conftest import require, run_cli
 
-COVERED = ["new crate on a library (csv)", "fork of a real CLI crate (hexyl", "member of a cargo workspace", "two binaries", "add_dependency", "rejected"]
+COVERED = [
+    "new crate on a library (csv)",
+    "fork of a real CLI crate (hexyl",
+    "member of a cargo workspace",
+    "two binaries",
+    "add_dependency",
+    "rejected",
+]
 
 
 def test_the_shipped_suite_has_eight_needs_each_with_a_valid_session_and_held_out_checks() -> None:
@@ -27,7 +34,9 @@ def test_the_shipped_suite_has_eight_needs_each_with_a_valid_session_and_held_ou
             assert len(need.heldout) >= 2, need.id
             spec = json.loads(need.session.read_text())["stages"]["spec"][0]["tool_calls"][0]["arguments"]
             seen = {json.dumps([e["args"], e.get("stdin", "")]) for e in ToolSpec.from_dict(spec).to_dict()["examples"]}
-            assert not seen & {json.dumps([c.args, c.stdin]) for c in need.heldout if not c.bin}, f"{need.id}: a held-out check is an acceptance example"
+            assert not seen & {json.dumps([c.args, c.stdin]) for c in need.heldout if not c.bin}, (
+                f"{need.id}: a held-out check is an acceptance example"
+            )
     covers = " | ".join(c for need in suite.needs for c in need.covers)
     assert all(item in covers for item in COVERED), covers
     mistakes = " | ".join(m for need in suite.needs for m in need.mistakes)
@@ -54,7 +63,9 @@ def test_flakebot_eval_crafts_every_need_offline_and_passes_every_held_out_check
     by_id = {r["id"]: r for r in report["results"]}
     assert f"| **total: {len(by_id)}/{len(by_id)} passed**" in (tmp_path / "bench/eval.md").read_text()
     assert by_id["reject-sandwich"]["outcome"] == "rejected"
-    assert_hexyl_ran_the_full_suite_only_at_the_baseline_and_before_green(workdir / "eval/default/hexyl-total", by_id["hexyl-total"])
+    assert_hexyl_ran_the_full_suite_only_at_the_baseline_and_before_green(
+        workdir / "eval/default/hexyl-total", by_id["hexyl-total"]
+    )
 
 
 def assert_hexyl_ran_the_full_suite_only_at_the_baseline_and_before_green(root: Path, result: dict) -> None:

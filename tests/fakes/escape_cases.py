@@ -50,7 +50,12 @@ class Scene:
     def outside_files(self) -> list[Path]:
         """Files the write case tries to create outside the workspace; none may appear on the host."""
         name = f"flakebot-escape-{self.marker}"
-        return [self.root / "outside.txt", Path.home() / f".{name}", Path(tempfile.gettempdir()) / name, Path("/usr") / name]
+        return [
+            self.root / "outside.txt",
+            Path.home() / f".{name}",
+            Path(tempfile.gettempdir()) / name,
+            Path("/usr") / name,
+        ]
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -89,7 +94,10 @@ def _network(result: CommandResult, scene: Scene) -> tuple[bool, str]:
 def _writes(result: CommandResult, scene: Scene) -> tuple[bool, str]:
     leaked = [str(p) for p in scene.outside_files if p.exists()]
     inside = [line.removeprefix("wrote ") for line in result.stdout.splitlines() if line.startswith("wrote ")]
-    return not leaked, f"visible on the host: {leaked or 'none'}; writes that succeeded as seen from inside: {inside or 'none'}"
+    return (
+        not leaked,
+        f"visible on the host: {leaked or 'none'}; writes that succeeded as seen from inside: {inside or 'none'}",
+    )
 
 
 def _git_hook(result: CommandResult, scene: Scene) -> tuple[bool, str]:
@@ -104,7 +112,10 @@ def _home(result: CommandResult, scene: Scene) -> tuple[bool, str]:
     names = [p.name for p in ssh.iterdir() if len(p.name) > 3] if ssh.is_dir() else []
     seen = [n for n in names if n in output]
     leaked = scene.token in output or bool(seen)
-    return not leaked, f"secret file in the real home read: {scene.token in output}; real ~/.ssh entries seen: {seen or 'none'}"
+    return (
+        not leaked,
+        f"secret file in the real home read: {scene.token in output}; real ~/.ssh entries seen: {seen or 'none'}",
+    )
 
 
 def _fork_bomb(result: CommandResult, scene: Scene) -> tuple[bool, str]:
@@ -145,7 +156,13 @@ def _last_line(result: CommandResult) -> str:
 
 
 CASES = [
-    Case("network", "connect to a server on the host's 127.0.0.1", "connection fails", "exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED", _network),
+    Case(
+        "network",
+        "connect to a server on the host's 127.0.0.1",
+        "connection fails",
+        "exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED",
+        _network,
+    ),
     Case(
         "write-outside",
         "write next to the workspace, into $HOME, /tmp and /usr",
@@ -175,9 +192,28 @@ CASES = [
         _fork_bomb,
         timeout=4,
     ),
-    Case("sleep-forever", "sleep forever", "killed at the timeout, nothing left behind", "sleep infinity", _sleeper, timeout=2),
-    Case("daemon", "leave a daemon running after the command exits", "the daemon is gone", "setsid sleep 300 & disown; echo started", _daemon),
-    Case("kill-host-process", "SIGKILL a process running on the host", "the host process survives", "kill -9 {victim}", _signal),
+    Case(
+        "sleep-forever",
+        "sleep forever",
+        "killed at the timeout, nothing left behind",
+        "sleep infinity",
+        _sleeper,
+        timeout=2,
+    ),
+    Case(
+        "daemon",
+        "leave a daemon running after the command exits",
+        "the daemon is gone",
+        "setsid sleep 300 & disown; echo started",
+        _daemon,
+    ),
+    Case(
+        "kill-host-process",
+        "SIGKILL a process running on the host",
+        "the host process survives",
+        "kill -9 {victim}",
+        _signal,
+    ),
     Case(
         "privileges",
         "look for admin capabilities and setuid escalation",
@@ -189,7 +225,9 @@ CASES = [
 ]
 
 
-def run_escape_cases(sandbox_factory: Callable[[Path, list[Path]], Sandbox], names: list[str] | None = None) -> list[dict[str, Any]]:
+def run_escape_cases(
+    sandbox_factory: Callable[[Path, list[Path]], Sandbox], names: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Run every case (or those in `names`) in a sandbox from `sandbox_factory(workspace, writable)`; one dict per case."""
     with tempfile.TemporaryDirectory(prefix="flakebot-escape-") as tmp:
         scene = _stage(Path(tmp))

@@ -116,8 +116,14 @@ class GitHubStub:
             return 409, {"message": "Git Repository is empty."}
         if not state.path.exists():  # the copy "finishes" now: before this, cloning the fork fails
             state.path.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["git", "clone", "--quiet", "--mirror", str(state.source), str(state.path)], check=True, capture_output=True)
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=state.path, check=True, capture_output=True, text=True).stdout.strip()
+            subprocess.run(
+                ["git", "clone", "--quiet", "--mirror", str(state.source), str(state.path)],
+                check=True,
+                capture_output=True,
+            )
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=state.path, check=True, capture_output=True, text=True
+        ).stdout.strip()
         return 200, [{"sha": head}]
 
     def _delete(self, full_name: str) -> tuple[int, Any]:
@@ -139,7 +145,9 @@ def _handler(stub: GitHubStub) -> type[BaseHTTPRequestHandler]:
             authorized = self.headers.get("Authorization") == f"Bearer {stub.token}"
             with stub.lock:
                 stub.requests.append(Request(self.command, self.path, authorized, dict(self.headers)))
-                status, body = stub.handle(self.command, self.path) if authorized else (401, {"message": "Bad credentials"})
+                status, body = (
+                    stub.handle(self.command, self.path) if authorized else (401, {"message": "Bad credentials"})
+                )
             payload = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=utf-8")

@@ -53,13 +53,22 @@ def bare_from(work: Path, bare: Path) -> Path:
     return bare
 
 
-def make_crate_repo(root: Path, name: str, versions: list[str], tag: str | None = "v{version}", head_version: str | None = None) -> Path:
+def make_crate_repo(
+    root: Path, name: str, versions: list[str], tag: str | None = "v{version}", head_version: str | None = None
+) -> Path:
     """A bare repo (root/<name>.git) with one commit + tag per version; HEAD (branch main) may move past the last tag."""
     work = root / f"work-{name}"
     work.mkdir(parents=True)
     git("init", "--quiet", "--initial-branch=main", cwd=work)
     for version in versions:
-        write(work, {"Cargo.toml": crate_manifest(name, version), "src/lib.rs": library_source(version), ".gitignore": "/target\nCargo.lock\n"})
+        write(
+            work,
+            {
+                "Cargo.toml": crate_manifest(name, version),
+                "src/lib.rs": library_source(version),
+                ".gitignore": "/target\nCargo.lock\n",
+            },
+        )
         git("add", "-A", cwd=work)
         git("commit", "--quiet", "-m", f"release {version}", cwd=work)
         if tag:
@@ -80,7 +89,9 @@ def make_workspace_repo(root: Path, name: str = "tools") -> Path:
             "Cargo.toml": '[workspace]\nmembers = ["crates/core", "crates/cli"]\nresolver = "2"\n',
             "crates/core/Cargo.toml": crate_manifest("demo-core", "0.4.0"),
             "crates/core/src/lib.rs": library_source("0.4.0"),
-            "crates/cli/Cargo.toml": crate_manifest("demo-cli", "0.4.0", 'demo-core = { path = "../core", version = "0.4.0" }\n'),
+            "crates/cli/Cargo.toml": crate_manifest(
+                "demo-cli", "0.4.0", 'demo-core = { path = "../core", version = "0.4.0" }\n'
+            ),
             "crates/cli/src/main.rs": 'fn main() {\n    println!("{}", demo_core::version());\n}\n',
         },
     )

@@ -46,7 +46,9 @@ def manifest(name: str, extra: str = "", deps: str = "") -> str:
 
 def greeter(root: Path) -> Path:
     """A binary crate with a dependency from Debian's registry (anyhow) and one unit test."""
-    cargo = manifest("greeter", 'description = "Says \\"hello\\" to ${NAME}"\nlicense = "MIT OR Apache-2.0"\n', 'anyhow = "1"\n')
+    cargo = manifest(
+        "greeter", 'description = "Says \\"hello\\" to ${NAME}"\nlicense = "MIT OR Apache-2.0"\n', 'anyhow = "1"\n'
+    )
     return write(root, {"Cargo.toml": cargo, "src/main.rs": GREETER_MAIN, ".gitignore": "/target\nCargo.lock\n"})
 
 
@@ -55,7 +57,9 @@ def two_binaries(root: Path) -> Path:
     files = {"Cargo.toml": '[workspace]\nmembers = ["alpha", "beta"]\nresolver = "2"\n'}
     for name in ("alpha", "beta"):
         files[f"{name}/Cargo.toml"] = manifest(name, 'license = "MIT"\n')
-        files[f"{name}/src/main.rs"] = f'fn main() {{ let a: Vec<String> = std::env::args().skip(1).collect(); println!("{name} says {{}}", a.join(" ")); }}\n'
+        files[f"{name}/src/main.rs"] = (
+            f'fn main() {{ let a: Vec<String> = std::env::args().skip(1).collect(); println!("{name} says {{}}", a.join(" ")); }}\n'
+        )
     return write(root, files)
 
 
@@ -65,23 +69,45 @@ def library(root: Path) -> Path:
 
 def unresolvable(root: Path) -> Path:
     """A binary crate depending on a crate that no local registry has."""
-    return write(root, {"Cargo.toml": manifest("needs-missing", deps='flakebot-no-such-crate = "1"\n'), "src/main.rs": "fn main() {}\n"})
+    return write(
+        root,
+        {
+            "Cargo.toml": manifest("needs-missing", deps='flakebot-no-such-crate = "1"\n'),
+            "src/main.rs": "fn main() {}\n",
+        },
+    )
 
 
 def broken(root: Path) -> Path:
     """A binary crate that does not compile."""
-    return write(root, {"Cargo.toml": manifest("broken"), "src/main.rs": 'fn main() {\n    let x: u32 = undefined_value;\n    println!("{x}");\n}\n'})
+    return write(
+        root,
+        {
+            "Cargo.toml": manifest("broken"),
+            "src/main.rs": 'fn main() {\n    let x: u32 = undefined_value;\n    println!("{x}");\n}\n',
+        },
+    )
 
 
 def host_settings(home: Path) -> Settings:
     """Settings for building offline with the stand-in, everything under `home`."""
-    return Settings(workdir=str(home / "work"), cache_dir=str(home / "cache"), catalog_dir=str(home / "catalog"), nixpkgs="host", registry="local")
+    return Settings(
+        workdir=str(home / "work"),
+        cache_dir=str(home / "cache"),
+        catalog_dir=str(home / "catalog"),
+        nixpkgs="host",
+        registry="local",
+    )
 
 
 def standin_eval(standin: Path, expression: str) -> subprocess.CompletedProcess[str]:
     """`nix eval --json` of `expression` with `pkgs` bound to the stand-in's legacyPackages.x86_64-linux."""
-    expr = f'let pkgs = (builtins.getFlake "path:{standin}").legacyPackages.x86_64-linux; lib = pkgs.lib; in {expression}'
-    return subprocess.run([*NIX, "eval", "--impure", "--json", "--expr", expr], capture_output=True, text=True, timeout=120)
+    expr = (
+        f'let pkgs = (builtins.getFlake "path:{standin}").legacyPackages.x86_64-linux; lib = pkgs.lib; in {expression}'
+    )
+    return subprocess.run(
+        [*NIX, "eval", "--impure", "--json", "--expr", expr], capture_output=True, text=True, timeout=120
+    )
 
 
 def json_of(result: subprocess.CompletedProcess[str]) -> object:
@@ -98,7 +124,13 @@ def directory_source(root: Path, crates: dict[str, str]) -> Path:
     """A cargo directory source holding library crates {name: version}, as Debian's registry holds its crates."""
     for name, version in crates.items():
         crate = root / f"{name}-{version}"
-        write(crate, {"Cargo.toml": f'[package]\nname = "{name}"\nversion = "{version}"\nedition = "2021"\n', "src/lib.rs": "pub fn help() {}\n"})
+        write(
+            crate,
+            {
+                "Cargo.toml": f'[package]\nname = "{name}"\nversion = "{version}"\nedition = "2021"\n',
+                "src/lib.rs": "pub fn help() {}\n",
+            },
+        )
         (crate / ".cargo-checksum.json").write_text(json.dumps({"package": "0" * 64, "files": {}}))
     return root
 
@@ -118,7 +150,10 @@ def source_settings(home: Path, source: Path) -> Settings:
 def dev_missing(root: Path) -> Path:
     """A tool whose dev-dependency no registry has (its test uses it); `okhelper` resolves and stays."""
     dev = '\n[dev-dependencies]\nflakebot-no-such-crate = "1"\nokhelper = "1"\n'
-    files = {"Cargo.toml": manifest("devmissing", deps='helper = "0.9"\n') + dev, "src/main.rs": HELP_MAIN.format(name="devmissing")}
+    files = {
+        "Cargo.toml": manifest("devmissing", deps='helper = "0.9"\n') + dev,
+        "src/main.rs": HELP_MAIN.format(name="devmissing"),
+    }
     files["tests/cli.rs"] = "#[test]\nfn uses_it() { flakebot_no_such_crate::help(); }\n"
     return write(root, files)
 
@@ -126,13 +161,22 @@ def dev_missing(root: Path) -> Path:
 def dev_mismatch(root: Path) -> Path:
     """A tool whose dev-dependency asks for helper 0.6 where the source has only 0.9."""
     dev = "\n[target.'cfg(unix)'.dev-dependencies]\nhelper = \"0.6\"\n"
-    return write(root, {"Cargo.toml": manifest("devmismatch") + dev, "src/main.rs": HELP_MAIN.format(name="devmismatch")})
+    return write(
+        root, {"Cargo.toml": manifest("devmismatch") + dev, "src/main.rs": HELP_MAIN.format(name="devmismatch")}
+    )
 
 
 def needs_features(root: Path) -> Path:
     """A crate whose only binary has required-features = ["cli"]."""
     extra = '\n[features]\ncli = []\n\n[[bin]]\nname = "featured"\npath = "src/main.rs"\nrequired-features = ["cli"]\n'
-    return write(root, {"Cargo.toml": manifest("featured") + extra, "src/lib.rs": "", "src/main.rs": HELP_MAIN.format(name="featured")})
+    return write(
+        root,
+        {
+            "Cargo.toml": manifest("featured") + extra,
+            "src/lib.rs": "",
+            "src/main.rs": HELP_MAIN.format(name="featured"),
+        },
+    )
 
 
 # What pkg-config prints for a missing module; the build script fails with it until the flake gives zlib.
@@ -148,4 +192,11 @@ fn main() {
 
 def needs_zlib(root: Path) -> Path:
     """A crate whose build fails as a -sys crate's does when pkg-config cannot find zlib (no crate name says so)."""
-    return write(root, {"Cargo.toml": manifest("zlibuser"), "build.rs": ZLIB_BUILD_RS, "src/main.rs": HELP_MAIN.format(name="zlibuser")})
+    return write(
+        root,
+        {
+            "Cargo.toml": manifest("zlibuser"),
+            "build.rs": ZLIB_BUILD_RS,
+            "src/main.rs": HELP_MAIN.format(name="zlibuser"),
+        },
+    )

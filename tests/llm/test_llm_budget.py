@@ -19,7 +19,14 @@ ASK = [{"role": "user", "content": "hi"}]
 
 def script(tmp_path: Path, calls: int, usage: dict[str, int], price: dict[str, float] | None = None) -> str:
     path = tmp_path / "script.json"
-    path.write_text(json.dumps({"turns": [{"content": f"reply {i}", "usage": usage} for i in range(calls)], **({"price": price} if price else {})}))
+    path.write_text(
+        json.dumps(
+            {
+                "turns": [{"content": f"reply {i}", "usage": usage} for i in range(calls)],
+                **({"price": price} if price else {}),
+            }
+        )
+    )
     return f"scripted:{path}"
 
 
@@ -38,7 +45,9 @@ def test_token_budget_stops_the_call_that_goes_over_and_every_later_one(tmp_path
 
 
 def test_cost_budget_uses_the_price_and_stops_clearly(tmp_path: Path) -> None:
-    spec = script(tmp_path, 5, {"prompt_tokens": 100, "completion_tokens": 50}, price={"input": 1000.0, "output": 2000.0})
+    spec = script(
+        tmp_path, 5, {"prompt_tokens": 100, "completion_tokens": 50}, price={"input": 1000.0, "output": 2000.0}
+    )
     budget = Budget(max_tokens=None, max_cost=0.45)
     with resolve_model(spec, config.load(), budget=budget) as model:
         assert model.complete(ASK).usage.cost_usd == pytest.approx(0.2)
@@ -58,7 +67,10 @@ def test_spent_totals_survive_a_resume(tmp_path: Path) -> None:
     saved = json.loads(json.dumps(first.to_dict()))  # as run state keeps it
     resumed = Budget.from_settings(settings, spent=saved["spent"])
     assert resumed.spent == Usage(120, 80, 0, 0.0)
-    with resolve_model(spec, settings, budget=resumed) as model, pytest.raises(BudgetExceeded, match="200 of 200 tokens"):
+    with (
+        resolve_model(spec, settings, budget=resumed) as model,
+        pytest.raises(BudgetExceeded, match="200 of 200 tokens"),
+    ):
         model.complete(ASK)
     assert model.server.requests == []
 
@@ -71,7 +83,11 @@ def test_without_a_budget_the_settings_limits_apply(tmp_path: Path) -> None:
 
 def test_price_table_covers_the_default_models_and_dated_variants() -> None:
     settings = config.load()
-    for provider, model in (("groq", settings.groq_model), ("groq", "openai/gpt-oss-120b"), ("openai", settings.openai_model)):
+    for provider, model in (
+        ("groq", settings.groq_model),
+        ("groq", "openai/gpt-oss-120b"),
+        ("openai", settings.openai_model),
+    ):
         price = price_for(provider, model)
         assert price is not None and price["input"] > 0 and price["output"] > 0
     assert price_for("openai", "gpt-4.1-mini-2025-04-14") == price_for("openai", "gpt-4.1-mini")

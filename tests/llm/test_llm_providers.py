@@ -39,20 +39,39 @@ def test_keys_in_the_environment_pick_the_provider(monkeypatch: pytest.MonkeyPat
 def test_self_hosted_specs_need_no_key() -> None:
     settings = config.load()
     assert check_model("ollama:qwen2.5-coder", settings) == "ollama:qwen2.5-coder"
-    assert check_model("openai-compatible:llama3@http://10.0.0.2:8000/v1", settings) == "openai-compatible:llama3@http://10.0.0.2:8000/v1"
+    assert (
+        check_model("openai-compatible:llama3@http://10.0.0.2:8000/v1", settings)
+        == "openai-compatible:llama3@http://10.0.0.2:8000/v1"
+    )
 
 
 @pytest.mark.parametrize(
     ("spec", "message", "fix"),
     [
-        ("anthropic:claude", "unknown model provider 'anthropic' in 'anthropic:claude'", "groq:, openai:, openai-compatible:, ollama:, scripted:"),
+        (
+            "anthropic:claude",
+            "unknown model provider 'anthropic' in 'anthropic:claude'",
+            "groq:, openai:, openai-compatible:, ollama:, scripted:",
+        ),
         ("llama3", "unknown model provider 'llama3'", "e.g. groq:llama-3.3-70b-versatile"),
-        ("groq:llama-3.3-70b-versatile", "GROQ_API_KEY is not set, and groq:llama-3.3-70b-versatile needs it", "export GROQ_API_KEY="),
+        (
+            "groq:llama-3.3-70b-versatile",
+            "GROQ_API_KEY is not set, and groq:llama-3.3-70b-versatile needs it",
+            "export GROQ_API_KEY=",
+        ),
         ("openai:gpt-4o", "OPENAI_API_KEY is not set", "export OPENAI_API_KEY="),
-        ("openai-compatible:llama3", "'openai-compatible:llama3' is not openai-compatible:<model>@<base_url>", "openai-compatible:qwen2.5-coder@http://"),
+        (
+            "openai-compatible:llama3",
+            "'openai-compatible:llama3' is not openai-compatible:<model>@<base_url>",
+            "openai-compatible:qwen2.5-coder@http://",
+        ),
         ("ollama:@http://x", "is not ollama:<model>[@<base_url>]", "ollama:qwen2.5-coder"),
         ("scripted:", "'scripted:' needs a script file", "scripted:FILE"),
-        ("scripted:/nonexistent/s.json", "cannot read model script /nonexistent/s.json: No such file or directory", "existing file"),
+        (
+            "scripted:/nonexistent/s.json",
+            "cannot read model script /nonexistent/s.json: No such file or directory",
+            "existing file",
+        ),
     ],
 )
 def test_bad_specs_fail_before_any_work(spec: str, message: str, fix: str) -> None:
@@ -66,9 +85,18 @@ def test_bad_specs_fail_before_any_work(spec: str, message: str, fix: str) -> No
     [
         ('{"turns": [{"content": "a"},]}', "is not valid JSON: Expecting value at line 1 column 29"),
         ('{"turns": [{"fault": {"kind": "503"}}]}', 'is not valid at turns[0].fault: must be {"kind": one of 429, 500'),
-        ('{"turns": [{"content": "a", "expect": {"stdout_contains": "x"}}]}', "at turns[0].expect: unknown key(s) stdout_contains"),
-        ('{"stages": {"edit": [{"tool_calls": [{"arguments": {}}]}]}}', 'at stages.edit[0].tool_calls[0]: must be {"name"'),
-        ('{"turns": [{"note": "nothing to say"}]}', 'at turns[0]: needs "content", "tool_calls", "fault" or "response"'),
+        (
+            '{"turns": [{"content": "a", "expect": {"stdout_contains": "x"}}]}',
+            "at turns[0].expect: unknown key(s) stdout_contains",
+        ),
+        (
+            '{"stages": {"edit": [{"tool_calls": [{"arguments": {}}]}]}}',
+            'at stages.edit[0].tool_calls[0]: must be {"name"',
+        ),
+        (
+            '{"turns": [{"note": "nothing to say"}]}',
+            'at turns[0]: needs "content", "tool_calls", "fault" or "response"',
+        ),
         ('{"format": 2, "turns": []}', "at format: must be 1"),
         ('{"stages": {"spec": [{"content": "a"}]}, "sdk": "anthropic"}', "at sdk: must be one of openai, groq"),
         ("[]", "the top level must be a JSON object"),
@@ -98,9 +126,14 @@ def test_unreachable_base_url_is_a_clear_model_error(tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     settings = config.load({"model_retries": 0, "model_timeout": 2})
-    with resolve_model(f"openai-compatible:m@http://127.0.0.1:{port}/v1", settings) as model, pytest.raises(ModelError) as caught:
+    with (
+        resolve_model(f"openai-compatible:m@http://127.0.0.1:{port}/v1", settings) as model,
+        pytest.raises(ModelError) as caught,
+    ):
         model.complete(ASK)
-    assert caught.value.message.startswith(f"cannot reach openai-compatible:m@http://127.0.0.1:{port}/v1 at http://127.0.0.1:{port}/v1/ (ConnectError")
+    assert caught.value.message.startswith(
+        f"cannot reach openai-compatible:m@http://127.0.0.1:{port}/v1 at http://127.0.0.1:{port}/v1/ (ConnectError"
+    )
     assert "server is running" in (caught.value.fix or "")
 
 
@@ -114,7 +147,11 @@ def test_groq_provider_uses_the_groq_sdk_key_and_price_table(monkeypatch: pytest
     assert model.name == "groq:llama-3.3-70b-versatile"
     assert reply.text == "hello" and reply.usage.cost_usd == pytest.approx(0.59 + 0.79)
     [request] = server.requests
-    assert request["path"] == "/openai/v1/chat/completions" and request["body"]["model"] == "llama-3.3-70b-versatile" and request["authorized"]
+    assert (
+        request["path"] == "/openai/v1/chat/completions"
+        and request["body"]["model"] == "llama-3.3-70b-versatile"
+        and request["authorized"]
+    )
 
 
 @pytest.mark.parametrize("spec", ["openai:gpt-4.1-mini", "openai-compatible:gpt-4.1-mini@{url}"])
@@ -125,18 +162,29 @@ def test_openai_providers_use_the_openai_sdk(monkeypatch: pytest.MonkeyPatch, sp
         with resolve_model(spec.format(url=server.openai_url), config.load()) as model:
             reply = model.complete(ASK)
     assert reply.tool_calls[0].arguments == {"path": "Cargo.toml"}
-    assert server.requests[0]["path"] == "/v1/chat/completions" and server.requests[0]["body"]["model"] == "gpt-4.1-mini"
-    assert (reply.usage.cost_usd is not None) == spec.startswith("openai:")  # priced only where the table knows the provider
+    assert (
+        server.requests[0]["path"] == "/v1/chat/completions" and server.requests[0]["body"]["model"] == "gpt-4.1-mini"
+    )
+    # priced only where the table knows the provider
+    assert (reply.usage.cost_usd is not None) == spec.startswith("openai:")
 
 
 def test_a_rejected_key_names_the_variable_to_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    invalid = {"status": 401, "response": {"error": {"message": "Invalid API Key", "type": "invalid_request_error", "code": "invalid_api_key"}}}
+    invalid = {
+        "status": 401,
+        "response": {
+            "error": {"message": "Invalid API Key", "type": "invalid_request_error", "code": "invalid_api_key"}
+        },
+    }
     with StubServer([invalid]) as server:
         monkeypatch.setenv("GROQ_API_KEY", FAKE_GROQ_KEY)
         monkeypatch.setenv("GROQ_BASE_URL", server.url)
         with resolve_model("groq", config.load()) as model, pytest.raises(ModelError) as caught:
             model.complete(ASK)
-    assert caught.value.message == "groq rejected the API key (401): Invalid API Key" and caught.value.fix == "check GROQ_API_KEY"
+    assert (
+        caught.value.message == "groq rejected the API key (401): Invalid API Key"
+        and caught.value.fix == "check GROQ_API_KEY"
+    )
 
 
 def test_models_command_shows_keys_as_present_never_their_values() -> None:
@@ -158,10 +206,16 @@ def test_models_command_without_keys_says_what_to_set() -> None:
 
 @pytest.mark.parametrize(
     ("model", "message"),
-    [("nope:x", "unknown model provider 'nope'"), (None, "no model chosen"), ("scripted:missing.json", "cannot read model script missing.json")],
+    [
+        ("nope:x", "unknown model provider 'nope'"),
+        (None, "no model chosen"),
+        ("scripted:missing.json", "cannot read model script missing.json"),
+    ],
 )
 def test_craft_with_an_unusable_model_stops_before_any_work(workdir: Path, model: str | None, message: str) -> None:
-    result = run_cli("craft", *(["--model", model] if model else []), "--fresh", "need a csv deduper", env={"COLUMNS": "300"})
+    result = run_cli(
+        "craft", *(["--model", model] if model else []), "--fresh", "need a csv deduper", env={"COLUMNS": "300"}
+    )
     assert result.returncode == 30, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())

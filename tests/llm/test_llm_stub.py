@@ -20,7 +20,11 @@ TOOL_CALL_BODY = json.loads((FIXTURES / "llm/groq-tool-call-response.json").read
 
 
 def test_stub_server_process_answers_the_plain_openai_sdk_with_a_scripted_tool_call() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "flakebot.llm.stub_server", "--script", str(HELLO), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flakebot.llm.stub_server", "--script", str(HELLO), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
@@ -50,15 +54,25 @@ def test_stub_server_process_answers_the_plain_openai_sdk_with_a_scripted_tool_c
 def test_stub_server_process_refuses_a_broken_script(tmp_path: Path) -> None:
     script = tmp_path / "broken.json"
     script.write_text('{"turns": [{"content": "hi"},]}')
-    result = subprocess.run([sys.executable, "-m", "flakebot.llm.stub_server", "--script", str(script)], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "flakebot.llm.stub_server", "--script", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 30
     assert "is not valid JSON" in result.stderr and "line 1" in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
 
 
 def test_groq_sdk_parses_the_real_groq_body_served_verbatim() -> None:
-    with StubServer([{"response": TOOL_CALL_BODY}]) as server, groq.Groq(base_url=server.url, api_key="k", max_retries=0) as client:
-        reply = client.chat.completions.create(model="moonshotai/kimi-k2-instruct-0905", messages=[{"role": "user", "content": "weather?"}])
+    with (
+        StubServer([{"response": TOOL_CALL_BODY}]) as server,
+        groq.Groq(base_url=server.url, api_key="k", max_retries=0) as client,
+    ):
+        reply = client.chat.completions.create(
+            model="moonshotai/kimi-k2-instruct-0905", messages=[{"role": "user", "content": "weather?"}]
+        )
     assert reply.choices[0].message.tool_calls[0].function.arguments == '{"location":"Florence,Italy"}'
     assert reply.choices[0].message.content is None
     assert server.requests[0]["path"] == "/openai/v1/chat/completions"
@@ -69,7 +83,9 @@ def test_stub_tool_use_failed_body_is_groqs_real_body() -> None:
 
 
 def test_stub_reply_has_the_shape_of_groqs_tool_call_reply() -> None:
-    body = completion_body({"tool_calls": [{"name": "weather", "arguments": {"location": "Florence,Italy"}}]}, {"model": "m"}, 0, "m")
+    body = completion_body(
+        {"tool_calls": [{"name": "weather", "arguments": {"location": "Florence,Italy"}}]}, {"model": "m"}, 0, "m"
+    )
     message, real = body["choices"][0]["message"], TOOL_CALL_BODY["choices"][0]["message"]
     assert set(message) == set(real) == {"role", "tool_calls"}
     assert set(message["tool_calls"][0]) == set(real["tool_calls"][0])
@@ -79,7 +95,10 @@ def test_stub_reply_has_the_shape_of_groqs_tool_call_reply() -> None:
 def test_expectation_mismatch_is_a_400_naming_the_turn_and_what_differed() -> None:
     turns = [{"content": "ok", "expect": {"last_tool_result_contains": "error[E0425]"}}]
     with StubServer(turns) as server, openai.OpenAI(base_url=server.openai_url, api_key="k", max_retries=2) as client:
-        messages = [{"role": "user", "content": "fix it"}, {"role": "tool", "tool_call_id": "c1", "content": "error[E0308]: mismatched types"}]
+        messages = [
+            {"role": "user", "content": "fix it"},
+            {"role": "tool", "tool_call_id": "c1", "content": "error[E0308]: mismatched types"},
+        ]
         try:
             client.chat.completions.create(model="m", messages=messages)
         except openai.BadRequestError as exc:

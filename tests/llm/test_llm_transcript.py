@@ -67,7 +67,16 @@ STAGES = [Stage("talk", talk)]
 def test_a_key_never_reaches_the_transcript_run_log_or_state(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     turns = [
         {"content": f"I see your key {FAKE_KEY}"},
-        {"status": 401, "response": {"error": {"message": f"Invalid API Key {FAKE_KEY}", "type": "invalid_request_error", "code": "invalid_api_key"}}},
+        {
+            "status": 401,
+            "response": {
+                "error": {
+                    "message": f"Invalid API Key {FAKE_KEY}",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        },
     ]
     with StubServer(turns) as server:
         monkeypatch.setenv("GROQ_API_KEY", FAKE_KEY)
@@ -76,19 +85,29 @@ def test_a_key_never_reaches_the_transcript_run_log_or_state(workdir: Path, monk
             pipeline.start(f"{__name__}:STAGES", workdir, config.load(), "need", {"model": "groq"})
     [run] = list_runs(workdir)
     assert run.state["status"] == "failed" and server.requests[0]["authorized"]
-    written = {name: (run.dir / name).read_text() for name in ("transcript.jsonl", "run.log", "events.jsonl", "state.json")}
+    written = {
+        name: (run.dir / name).read_text() for name in ("transcript.jsonl", "run.log", "events.jsonl", "state.json")
+    }
     for name, text in written.items():
         assert FAKE_KEY not in text, f"the key leaked into {name}"
     assert "groq rejected the API key (401): Invalid API Key [REDACTED]" in written["run.log"]
     kinds = [r["kind"] for r in Transcript(run.transcript_path).read()]
     assert kinds == ["model_start", "model_request", "model_reply", "model_request", "model_error"]
-    assert "my key is [REDACTED]" in written["transcript.jsonl"] and "I see your key [REDACTED]" in written["transcript.jsonl"]
+    assert (
+        "my key is [REDACTED]" in written["transcript.jsonl"]
+        and "I see your key [REDACTED]" in written["transcript.jsonl"]
+    )
     assert FAKE_KEY not in json.dumps(server.requests[1:])  # the stub records whether a key came, never the key
 
 
 def test_a_model_error_message_quoting_a_key_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-0123456789abcdef")
-    invalid = {"status": 401, "response": {"error": {"message": "Incorrect API key provided: sk-proj-0123456789abcdef.", "code": "invalid_api_key"}}}
+    invalid = {
+        "status": 401,
+        "response": {
+            "error": {"message": "Incorrect API key provided: sk-proj-0123456789abcdef.", "code": "invalid_api_key"}
+        },
+    }
     with StubServer([invalid]) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.openai_url)
         with resolve_model("openai", config.load()) as model, pytest.raises(ModelError) as caught:

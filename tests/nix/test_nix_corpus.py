@@ -21,14 +21,23 @@ bench_corpus = importlib.import_module("benchmarks.bench_corpus")
 def test_corpus_crate_is_packaged_and_smoke_runs(name: str, tmp_path: Path) -> None:
     assert any(DEBIAN_REGISTRY.glob(f"{name}-*")), f"{name} is not in Debian's registry: run 'make setup'"
     settings = Settings(
-        workdir=str(tmp_path / "work"), cache_dir=str(tmp_path / "cache"), catalog_dir=str(tmp_path / "catalog"), nixpkgs="host", registry="local"
+        workdir=str(tmp_path / "work"),
+        cache_dir=str(tmp_path / "cache"),
+        catalog_dir=str(tmp_path / "catalog"),
+        nixpkgs="host",
+        registry="local",
     )
     row = bench_corpus.package_one(name, settings)
     assert row["packaged"], row.get("reason")
     assert row["smoke"] == f"{row['binary']} --help"
     if name == "cbindgen":
         assert row["dropped_dev_dependencies"] == ["serial_test"] and row["build_features"] == ["clap"]
-        assert any(n.startswith("dev-dependency serial_test (Cargo.toml) left out: no matching package named `serial_test` found") for n in row["notices"])
+        assert any(
+            n.startswith(
+                "dev-dependency serial_test (Cargo.toml) left out: no matching package named `serial_test` found"
+            )
+            for n in row["notices"]
+        )
         assert "cbindgen needs --features clap: turned on (buildFeatures)" in row["notices"]
 
 

@@ -15,7 +15,12 @@ from tests.fakes.nix_crates import greeter, host_settings, two_binaries, write
 def test_single_binary_crate_needs_no_selection_flags(tmp_path: Path) -> None:
     crate = greeter(tmp_path / "greeter")
     facts = inspect_crate(crate, host_settings(tmp_path))
-    assert (facts.pname, facts.version, facts.bin_name, facts.license) == ("greeter", "0.3.1", "greeter", "MIT OR Apache-2.0")
+    assert (facts.pname, facts.version, facts.bin_name, facts.license) == (
+        "greeter",
+        "0.3.1",
+        "greeter",
+        "MIT OR Apache-2.0",
+    )
     assert facts.cargo_build_flags == [] and facts.cargo_test_flags == []
     assert facts.lock_generated and (crate / "Cargo.lock").is_file() and "anyhow" in facts.lock_crates
     assert inspect_crate(crate, host_settings(tmp_path)).lock_generated is False  # an existing lock is kept
@@ -38,14 +43,22 @@ def test_prefer_bin_falls_back_to_the_crates_own_binary(tmp_path: Path) -> None:
     write(extra, {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"})
     facts = inspect_crate(extra, host_settings(tmp_path), prefer_bin="helper")
     assert facts.bin_name == "helper" and facts.cargo_build_flags == ["--bin", "helper"]
-    assert inspect_crate(extra, host_settings(tmp_path)).bin_name == "two"  # the package's own name is its default binary
+    # the package's own name is its default binary
+    assert inspect_crate(extra, host_settings(tmp_path)).bin_name == "two"
 
 
 def test_copy_leaves_out_build_output_vcs_and_registry_files(tmp_path: Path) -> None:
     crate = greeter(tmp_path / "greeter")
     write(
         crate,
-        {"target/release/old": "x", ".cargo-checksum.json": "{}", "debian/patches/series": "", "result": "link?", "results.csv": "kept", "sub/result": "kept"},
+        {
+            "target/release/old": "x",
+            ".cargo-checksum.json": "{}",
+            "debian/patches/series": "",
+            "result": "link?",
+            "results.csv": "kept",
+            "sub/result": "kept",
+        },
     )
     dest = tmp_path / "dest"
     dest.mkdir()
@@ -58,7 +71,11 @@ def test_copy_drops_what_steers_cargo_and_refuses_links_leaving_the_tree(tmp_pat
     crate = greeter(tmp_path / "greeter")
     write(
         crate,
-        {".cargo/config.toml": "[build]\nrustc-wrapper = '/tmp/pwn'\n", "rust-toolchain.toml": "[toolchain]\nchannel = 'nightly'\n", "sub/rust-toolchain": "x"},
+        {
+            ".cargo/config.toml": "[build]\nrustc-wrapper = '/tmp/pwn'\n",
+            "rust-toolchain.toml": "[toolchain]\nchannel = 'nightly'\n",
+            "sub/rust-toolchain": "x",
+        },
     )
     (crate / "docs").mkdir()
     (crate / "docs/readme.txt").write_text("inside")
@@ -66,14 +83,20 @@ def test_copy_drops_what_steers_cargo_and_refuses_links_leaving_the_tree(tmp_pat
     dest = tmp_path / "dest"
     dest.mkdir()
     copy_sources(crate, dest)
-    assert not (dest / ".cargo").exists() and not (dest / "rust-toolchain.toml").exists() and not (dest / "sub/rust-toolchain").exists()
+    assert (
+        not (dest / ".cargo").exists()
+        and not (dest / "rust-toolchain.toml").exists()
+        and not (dest / "sub/rust-toolchain").exists()
+    )
     assert (dest / "link-inside").is_symlink()
     secret = tmp_path / "id_ed25519"
     secret.write_text("host secret")
     (crate / "notes.txt").symlink_to(secret)
     with pytest.raises(NixError, match="notes.txt is a symbolic link to .*id_ed25519, outside the crate"):
         copy_sources(crate, tmp_path / "dest2")
-    assert "host secret" not in "".join(p.read_text() for p in (tmp_path / "dest2").rglob("*") if p.is_file() and not p.is_symlink())
+    assert "host secret" not in "".join(
+        p.read_text() for p in (tmp_path / "dest2").rglob("*") if p.is_file() and not p.is_symlink()
+    )
 
 
 def test_all_bins_installs_every_binary_of_the_package_with_the_preferred_one_as_main(tmp_path: Path) -> None:

@@ -94,7 +94,10 @@ def _running(marker: str) -> bool:
 
 
 def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:
-    version_only = _script(tmp_path / "version-only", 'if [ "$1" = --version ]; then echo "v 1.0"; exit 0; fi\necho "no help" >&2\nexit 2\n')
+    version_only = _script(
+        tmp_path / "version-only",
+        'if [ "$1" = --version ]; then echo "v 1.0"; exit 0; fi\necho "no help" >&2\nexit 2\n',
+    )
     record = smoke_run(version_only, timeout=10)
     assert record == {"argv": [str(version_only), "--version"], "exit_code": 0, "output_head": "v 1.0\n"}
     failing = _script(tmp_path / "fails", "exit 3\n")

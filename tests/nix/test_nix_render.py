@@ -39,7 +39,12 @@ def test_native_inputs_follow_the_crates_in_the_lock() -> None:
     assert found.build_inputs == ["libgit2", "oniguruma", "openssl"]
     assert found.env == {"RUSTONIG_SYSTEM_LIBONIG": "true"}
     assert found.because["openssl"] == ["openssl-sys"]
-    assert deps.native_inputs(["serde", "clap"]).to_dict() == {"nativeBuildInputs": [], "buildInputs": [], "env": {}, "because": {}}
+    assert deps.native_inputs(["serde", "clap"]).to_dict() == {
+        "nativeBuildInputs": [],
+        "buildInputs": [],
+        "env": {},
+        "because": {},
+    }
 
 
 def test_a_library_alone_still_gets_pkg_config() -> None:
@@ -52,12 +57,24 @@ def test_flake_lock_pins_the_real_nixos_25_05_node() -> None:
     lock = flake_lock()
     assert PINNED_NIXPKGS == fixture
     assert lock["nodes"]["nixpkgs"]["locked"] == fixture
-    assert lock["nodes"]["nixpkgs"]["original"] == {"owner": "NixOS", "repo": "nixpkgs", "ref": "nixos-25.05", "type": "github"}
+    assert lock["nodes"]["nixpkgs"]["original"] == {
+        "owner": "NixOS",
+        "repo": "nixpkgs",
+        "ref": "nixos-25.05",
+        "type": "github",
+    }
     assert lock["nodes"]["root"] == {"inputs": {"nixpkgs": "nixpkgs"}} and lock["version"] == 7
 
 
 def _facts(**extra: object) -> CrateFacts:
-    base = {"pname": "tool", "version": "1.2.3", "bin_name": "tool-cli", "description": "", "license": "MIT", "homepage": "https://example.org/t"}
+    base = {
+        "pname": "tool",
+        "version": "1.2.3",
+        "bin_name": "tool-cli",
+        "description": "",
+        "license": "MIT",
+        "homepage": "https://example.org/t",
+    }
     return CrateFacts(**{**base, **extra})  # type: ignore[arg-type]
 
 
@@ -77,7 +94,9 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
         git_dependencies=["gitdep-0.1.0"],
     )
     native = deps.native_inputs(["openssl-sys", "onig_sys", "bindgen"])
-    text = render_flake(facts, 'Prints "quotes", ${interpolation} and \\ backslashes', native, ["mit", "asl20"], ["LicenseRef-X"])
+    text = render_flake(
+        facts, 'Prints "quotes", ${interpolation} and \\ backslashes', native, ["mit", "asl20"], ["LicenseRef-X"]
+    )
     parsed = _parse(text, tmp_path)
     assert "rustPlatform" in parsed and "buildRustPackage" in parsed
     for needle in (
@@ -99,7 +118,15 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
 def test_minimal_flake_parses_and_omits_empty_sections(tmp_path: Path) -> None:
     text = render_flake(_facts(homepage=""), "", deps.native_inputs([]), [], [])
     _parse(text, tmp_path)
-    for absent in ("cargoBuildFlags", "nativeBuildInputs", "buildInputs", "outputHashes", "env =", "license =", "homepage"):
+    for absent in (
+        "cargoBuildFlags",
+        "nativeBuildInputs",
+        "buildInputs",
+        "outputHashes",
+        "env =",
+        "license =",
+        "homepage",
+    ):
         assert absent not in text
     assert 'description = "tool 1.2.3";' in text
 

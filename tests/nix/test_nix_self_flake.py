@@ -18,7 +18,9 @@ from tests.fakes.nix_crates import NIX
 
 def test_flake_nix_parses() -> None:
     require("nix-instantiate")
-    result = subprocess.run(["nix-instantiate", "--parse", str(REPO / "flake.nix")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["nix-instantiate", "--parse", str(REPO / "flake.nix")], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     for needle in ("buildPythonApplication", "mkShell", "genAttrs"):
         assert needle in result.stdout
@@ -27,7 +29,14 @@ def test_flake_nix_parses() -> None:
 def test_flake_declares_package_app_and_dev_shell() -> None:
     text = (REPO / "flake.nix").read_text()
     assert 'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.05";' in text
-    for needle in ("pyproject = true;", 'mainProgram = "flakebot";', "apps = forAllSystems", "devShells = forAllSystems", "pkgs.cargo pkgs.rustc", "pkgs.git"):
+    for needle in (
+        "pyproject = true;",
+        'mainProgram = "flakebot";',
+        "apps = forAllSystems",
+        "devShells = forAllSystems",
+        "pkgs.cargo pkgs.rustc",
+        "pkgs.git",
+    ):
         assert needle in text, needle
 
 
@@ -50,6 +59,11 @@ def test_flake_lock_is_the_real_pin_and_consistent_with_flake_nix(tmp_path: Path
     repo.git.add("-A")
     repo.close()
     # --no-update-lock-file: nix refuses if flake.lock does not match flake.nix's inputs.
-    result = subprocess.run([*NIX, "flake", "metadata", "--offline", "--no-update-lock-file", "--json", str(copy)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*NIX, "flake", "metadata", "--offline", "--no-update-lock-file", "--json", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["locks"] == flake_lock()

@@ -28,14 +28,20 @@ from tests.fakes.nix_crates import (
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return directory_source(tmp_path_factory.mktemp("source"), {"helper": "0.9.0", "okhelper": "1.0.0", "pcap-sys": "0.1.0"})
+    return directory_source(
+        tmp_path_factory.mktemp("source"), {"helper": "0.9.0", "okhelper": "1.0.0", "pcap-sys": "0.1.0"}
+    )
 
 
 def test_a_missing_dev_dependency_is_left_out_and_one_that_resolves_is_kept(tmp_path: Path, source: Path) -> None:
     crate = dev_missing(tmp_path / "crate")
     facts = inspect_crate(crate, source_settings(tmp_path, source))
     [dropped] = facts.dropped_dev_dependencies
-    assert (dropped["name"], dropped["manifest"], dropped["table"]) == ("flakebot-no-such-crate", "Cargo.toml", "dev-dependencies")
+    assert (dropped["name"], dropped["manifest"], dropped["table"]) == (
+        "flakebot-no-such-crate",
+        "Cargo.toml",
+        "dev-dependencies",
+    )
     assert "no matching package named `flakebot-no-such-crate` found" in dropped["reason"]  # cargo's own words
     manifest = tomllib.loads((crate / "Cargo.toml").read_text())
     assert manifest["dev-dependencies"] == {"okhelper": "1"} and manifest["dependencies"] == {"helper": "0.9"}
@@ -100,13 +106,21 @@ def _package(crate: Path, home: Path, source: Path) -> PackageResult:
 
 
 @pytest.mark.slow
-def test_crate_with_a_missing_dev_dependency_builds_runs_and_says_what_was_left_out(tmp_path: Path, source: Path) -> None:
+def test_crate_with_a_missing_dev_dependency_builds_runs_and_says_what_was_left_out(
+    tmp_path: Path, source: Path
+) -> None:
     result = _package(dev_missing(tmp_path / "crate"), tmp_path, source)
     assert result.smoke["exit_code"] == 0 and "devmissing: a small tool" in result.smoke["output_head"]
-    assert any(n.startswith("dev-dependency flakebot-no-such-crate (Cargo.toml) left out: ") and "no matching package" in n for n in result.notices)
+    assert any(
+        n.startswith("dev-dependency flakebot-no-such-crate (Cargo.toml) left out: ") and "no matching package" in n
+        for n in result.notices
+    )
     assert [d["name"] for d in result.dropped_dev_dependencies] == ["flakebot-no-such-crate"]
     flake = (Path(result.flake_dir) / "flake.nix").read_text()
-    assert "checks = " not in flake and "no checks: the crate's tests need dev-dependencies left out of this copy: flakebot-no-such-crate" in flake
+    assert (
+        "checks = " not in flake
+        and "no checks: the crate's tests need dev-dependencies left out of this copy: flakebot-no-such-crate" in flake
+    )
 
 
 @pytest.mark.slow
@@ -120,7 +134,9 @@ def test_crate_with_a_mismatched_dev_dependency_builds_and_runs(tmp_path: Path, 
 def test_binary_with_required_features_is_built_with_them(tmp_path: Path, source: Path) -> None:
     result = _package(needs_features(tmp_path / "crate"), tmp_path, source)
     assert result.main_program == "featured" and result.smoke["exit_code"] == 0
-    assert "featured needs --features cli: turned on (buildFeatures)" in result.notices and result.build_features == ["cli"]
+    assert "featured needs --features cli: turned on (buildFeatures)" in result.notices and result.build_features == [
+        "cli"
+    ]
     assert 'buildFeatures = [ "cli" ];' in (Path(result.flake_dir) / "flake.nix").read_text()
 
 
@@ -129,17 +145,29 @@ def test_a_library_the_build_log_asks_for_is_added_and_built_again(tmp_path: Pat
     result = _package(needs_zlib(tmp_path / "crate"), tmp_path, source)
     assert result.smoke["exit_code"] == 0
     assert result.native_inputs["buildInputs"] == ["zlib"]
-    assert result.native_inputs["because"]["zlib"] == ["build log: Package zlib was not found in the pkg-config search path."]
+    assert result.native_inputs["because"]["zlib"] == [
+        "build log: Package zlib was not found in the pkg-config search path."
+    ]
     assert "buildInputs = with pkgs; [ zlib ];" in (Path(result.flake_dir) / "flake.nix").read_text()
 
 
 @pytest.mark.slow
 def test_a_library_the_flake_gives_but_the_host_lacks_is_named_with_the_fix(tmp_path: Path, source: Path) -> None:
     build_rs = 'fn main() { eprintln!("Package libpcap was not found in the pkg-config search path."); std::process::exit(1); }\n'
-    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("pcapuser", deps='pcap-sys = "0.1"\n'), "build.rs": build_rs, "src/main.rs": "fn main() {}\n"})
+    crate = write(
+        tmp_path / "crate",
+        {
+            "Cargo.toml": manifest("pcapuser", deps='pcap-sys = "0.1"\n'),
+            "build.rs": build_rs,
+            "src/main.rs": "fn main() {}\n",
+        },
+    )
     with pytest.raises(NixError) as caught:
         _package(crate, tmp_path, source)
-    assert caught.value.message == "nix build of pcapuser failed: it found no libpcap (Package libpcap was not found in the pkg-config search path.)"
+    assert (
+        caught.value.message
+        == "nix build of pcapuser failed: it found no libpcap (Package libpcap was not found in the pkg-config search path.)"
+    )
     assert caught.value.fix is not None and caught.value.fix.startswith(
         "the host stand-in links this machine's own libraries: install the development package of libpcap"
     )

@@ -52,7 +52,10 @@ def test_real_but_unimplemented_attributes_point_to_pinned_nixpkgs(standin: Path
     crate = greeter(tmp_path / "greeter")
     call = _call(crate, "useNextest = true;")
     result = standin_eval(standin, f"({call}).drvPath")
-    assert result.returncode != 0 and "useNextest is valid for nixpkgs' buildRustPackage but not implemented" in result.stderr
+    assert (
+        result.returncode != 0
+        and "useNextest is valid for nixpkgs' buildRustPackage but not implemented" in result.stderr
+    )
     no_lock = f'(pkgs.rustPlatform.buildRustPackage {{ pname = "g"; version = "1"; src = {crate}; }}).drvPath'
     assert "needs cargoLock" in standin_eval(standin, no_lock).stderr
 

@@ -48,14 +48,18 @@ class Crates:
     """csv-rows with a Cargo.lock cargo wrote against the mirror, and the crates that lock names."""
 
     crate: Path  # a git repository whose .gitignore lists Cargo.lock (as many crates' do): the lock is still packaged
-    sources: Path  # the dependencies' folders: what the mirror serves and, with the lock's checksums, a directory source
+    sources: (
+        Path  # the dependencies' folders: what the mirror serves and, with the lock's checksums, a directory source
+    )
     checksums: dict[str, str]  # NAME-VERSION -> the sha256 Cargo.lock holds (the mirror's index cksum)
 
 
 def _dependencies(crate: Path, dest: Path) -> None:
     """Copy the crates csv-rows locks to from Debian's registry, each with a stamp file: this run's .crate files are
     then new to the nix store, which never fetches (or rebuilds from) a fixed-output path it already has."""
-    result = Cargo(dest / "target", offline=True, registry_dir=DEBIAN_REGISTRY).run(["generate-lockfile"], crate, timeout=300)
+    result = Cargo(dest / "target", offline=True, registry_dir=DEBIAN_REGISTRY).run(
+        ["generate-lockfile"], crate, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     stamp = f"{time.time_ns()} {os.getpid()}\n"
     for package in deps.lock_packages(crate / "Cargo.lock"):
@@ -80,14 +84,19 @@ def _lock_against(mirror: Mirror, crate: Path, cargo_home: Path) -> dict[str, st
 def served(tmp_path: Path) -> Iterator[tuple[Crates, Mirror]]:
     """csv-rows, its dependencies served by a mirror on 127.0.0.1, and its lock (no crate downloaded yet)."""
     require("nix")
-    crate = write(tmp_path / "csv-rows", {"Cargo.toml": manifest("csv-rows", 'license = "MIT"\n', 'csv = "1"\n'), "src/main.rs": CSV_ROWS_MAIN})
+    crate = write(
+        tmp_path / "csv-rows",
+        {"Cargo.toml": manifest("csv-rows", 'license = "MIT"\n', 'csv = "1"\n'), "src/main.rs": CSV_ROWS_MAIN},
+    )
     write(crate, {".gitignore": "/target\nCargo.lock\n"})
     _dependencies(crate, tmp_path / "sources")
     with serve_mirror([tmp_path / "sources"]) as mirror:
         checksums = _lock_against(mirror, crate, tmp_path / "cargo-home")
         assert sorted(checksums) == sorted(p.name for p in (tmp_path / "sources").iterdir()) and not mirror.downloads
         for key, checksum in checksums.items():  # the same crates as a directory source, as `cargo vendor` writes one
-            (tmp_path / "sources" / key / ".cargo-checksum.json").write_text(json.dumps({"files": {}, "package": checksum}))
+            (tmp_path / "sources" / key / ".cargo-checksum.json").write_text(
+                json.dumps({"files": {}, "package": checksum})
+            )
         with git.Repo.init(crate) as repo:
             repo.git.add("-A")
             repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "csv-rows"])
@@ -95,7 +104,9 @@ def served(tmp_path: Path) -> Iterator[tuple[Crates, Mirror]]:
         yield Crates(crate, tmp_path / "sources", checksums), mirror
 
 
-ANYHOW_DEBIAN = "224afbd727c3d6e4b90103ece64b8d1b67fbb1973b1046c2281eed3f3803f800"  # Debian's registry keeps crates.io's
+ANYHOW_DEBIAN = (
+    "224afbd727c3d6e4b90103ece64b8d1b67fbb1973b1046c2281eed3f3803f800"  # Debian's registry keeps crates.io's
+)
 OTHER = "ab" * 32
 
 
@@ -129,7 +140,9 @@ def _vendor_dir(tmp_path: Path, lock: str, attr: str) -> subprocess.CompletedPro
     ],
     ids=["all-checksummed", "debian-placeholder", "no-checksum", "all-in-the-local-source", "no-registry-crates"],
 )
-def test_the_lock_decides_between_fetching_and_the_local_source(tmp_path: Path, packages: list[tuple[str, str, str, str]], vendored: list[str] | None) -> None:
+def test_the_lock_decides_between_fetching_and_the_local_source(
+    tmp_path: Path, packages: list[tuple[str, str, str, str]], vendored: list[str] | None
+) -> None:
     expression = 'if p.flakebotVendorDir == "" then null else { inherit (p.flakebotVendorDir) name crates; }'
     found = json_of(_vendor_dir(tmp_path, _lock_text(*packages), expression))
     if vendored is None:
@@ -148,7 +161,9 @@ def test_a_version_1_lock_has_its_checksums_in_metadata(tmp_path: Path) -> None:
 
 
 def test_git_sources_in_a_checksummed_lock_are_refused_with_a_pointer(tmp_path: Path) -> None:
-    lock = _lock_text(("anyhow", "1.0.69", CRATES_IO, OTHER), ("gitdep", "0.2.0", "git+https://example.org/gitdep?rev=abc#abc", ""))
+    lock = _lock_text(
+        ("anyhow", "1.0.69", CRATES_IO, OTHER), ("gitdep", "0.2.0", "git+https://example.org/gitdep?rev=abc#abc", "")
+    )
     result = _vendor_dir(tmp_path, lock, "p.drvPath")
     assert result.returncode != 0
     assert "git dependencies (gitdep 0.2.0) need cargoLock.outputHashes and a git fetch" in result.stderr
@@ -168,12 +183,16 @@ def _settings(home: Path, crates: Crates, mirror: Mirror) -> Settings:
 
 
 @pytest.mark.slow
-def test_a_checksummed_lock_is_fetched_by_checksum_and_built_offline(served: tuple[Crates, Mirror], tmp_path: Path) -> None:
+def test_a_checksummed_lock_is_fetched_by_checksum_and_built_offline(
+    served: tuple[Crates, Mirror], tmp_path: Path
+) -> None:
     crates, mirror = served
     before = len(mirror.requests)  # cargo read the index for the lock
     result = package_crate(crates.crate, tmp_path / "flake", _settings(tmp_path, crates, mirror))
     fetched = sorted(r.path for r in mirror.requests[before:])
-    assert fetched == sorted(f"/crates/{k.rsplit('-', 1)[0]}/{k}.crate" for k in crates.checksums), "one download per lock package"
+    assert fetched == sorted(f"/crates/{k.rsplit('-', 1)[0]}/{k}.crate" for k in crates.checksums), (
+        "one download per lock package"
+    )
     assert sorted(mirror.downloads) == sorted(crates.checksums)
     lock = (tmp_path / "flake" / "Cargo.lock").read_text()
     assert all(f'checksum = "{sha}"' in lock for sha in crates.checksums.values()), "the crate's own (git-ignored) lock"
@@ -206,5 +225,7 @@ def test_a_crate_the_server_lacks_points_at_the_setting(served: tuple[Crates, Mi
         with pytest.raises(NixError) as failed:
             package_crate(crates.crate, tmp_path / "flake", _settings(tmp_path, crates, lacking))
     url = f"{lacking.url}/crates/memchr/memchr-2.5.0.crate"
-    assert failed.value.message.startswith(f"nix build of csv-rows failed: error: unable to download '{url}': HTTP error 404")
+    assert failed.value.message.startswith(
+        f"nix build of csv-rows failed: error: unable to download '{url}': HTTP error 404"
+    )
     assert "cratesio_static_url" in (failed.value.fix or "") and not (tmp_path / "flake").exists()

@@ -28,7 +28,9 @@ def calls(run: Run) -> list[str]:
 def test_stages_run_in_order_and_checkpoint(workdir: Path) -> None:
     events: list[Event] = []
     settings = config.load()
-    run = pipeline.start("tests.fakes.pipelines:FAILING", workdir, settings, need="n", sink=events.append, stop_after="first")
+    run = pipeline.start(
+        "tests.fakes.pipelines:FAILING", workdir, settings, need="n", sink=events.append, stop_after="first"
+    )
     assert run.state["status"] == "stopped"
     saved = json.loads((run.dir / "state.json").read_text())
     assert saved["stages"]["first"]["status"] == "finished"
@@ -121,7 +123,15 @@ def test_runs_and_show_list_the_run(workdir: Path) -> None:
     run = pipeline.start("tests.fakes.pipelines:FAILING", workdir, config.load(), need="list me", stop_after="first")
     listing = run_cli("runs", "--json", env={"PYTHONPATH": TESTS})
     rows = json_result(listing)["runs"]
-    assert rows == [{"id": run.id, "status": "stopped", "pipeline": "tests.fakes.pipelines:FAILING", "need": "list me", "created": rows[0]["created"]}]
+    assert rows == [
+        {
+            "id": run.id,
+            "status": "stopped",
+            "pipeline": "tests.fakes.pipelines:FAILING",
+            "need": "list me",
+            "created": rows[0]["created"],
+        }
+    ]
     shown = json_result(run_cli("show", run.id[:12], "--json", env={"PYTHONPATH": TESTS}))
     assert [s["status"] for s in shown["stages"]] == ["finished", "pending", "pending", "pending"]
 

@@ -46,7 +46,9 @@ def _print_cases(results: list[dict[str, object]]) -> None:
 @pytest.mark.slow
 def test_escape_attempts_are_contained_by_bubblewrap() -> None:
     require("bwrap")
-    results = run_escape_cases(lambda ws, writable: open_sandbox("required", workspace=ws, writable=writable, timeout=30))
+    results = run_escape_cases(
+        lambda ws, writable: open_sandbox("required", workspace=ws, writable=writable, timeout=30)
+    )
     _print_cases(results)
     assert [r["case"] for r in results] == [c.name for c in CASES]
     escaped = [r for r in results if not r["contained"]]
@@ -57,7 +59,9 @@ def test_escape_attempts_are_contained_by_bubblewrap() -> None:
 def test_the_same_attempts_escape_a_plain_process() -> None:
     """The judges detect escapes: without bubblewrap these attempts succeed (the fork bomb is left out)."""
     names = ["network", "write-outside", "git-hook", "read-home", "daemon", "kill-host-process"]
-    results = run_escape_cases(lambda ws, writable: open_sandbox("off", workspace=ws, writable=writable, timeout=30), names)
+    results = run_escape_cases(
+        lambda ws, writable: open_sandbox("off", workspace=ws, writable=writable, timeout=30), names
+    )
     _print_cases(results)
     assert {r["case"]: r["contained"] for r in results} == dict.fromkeys(names, False)
     assert not list(Path.home().glob(".flakebot-escape-*")), "the cases clean up after themselves"
@@ -74,7 +78,9 @@ def test_timeout_kills_the_whole_tree(ws: Path, target: Path) -> None:
 
 def test_plain_fallback_kills_its_process_group_at_the_timeout(ws: Path) -> None:
     sandbox = open_sandbox("off", workspace=ws, writable=[])
-    result = sandbox.run(["bash", "-c", "sleep 300 & sleep 300 & wait"], cwd=ws, env={MARKER_VAR: "plain-tree"}, timeout=1)
+    result = sandbox.run(
+        ["bash", "-c", "sleep 300 & sleep 300 & wait"], cwd=ws, env={MARKER_VAR: "plain-tree"}, timeout=1
+    )
     assert result.timed_out
     assert marked_processes("plain-tree") == []
 
@@ -92,7 +98,9 @@ def test_output_cap_keeps_head_and_tail(ws: Path, target: Path) -> None:
 def test_stdin_env_and_no_secrets(ws: Path, target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
     sandbox = bwrap_sandbox(ws, target, output_cap=1_000_000)
-    result = sandbox.run(["bash", "-c", "cat; echo; echo $GREETING; env"], cwd=ws, env={"GREETING": "hi"}, stdin="x" * 300_000)
+    result = sandbox.run(
+        ["bash", "-c", "cat; echo; echo $GREETING; env"], cwd=ws, env={"GREETING": "hi"}, stdin="x" * 300_000
+    )
     assert result.ok
     lines = result.stdout.splitlines()
     assert lines[0] == "x" * 300_000 and lines[1] == "hi"
@@ -147,7 +155,10 @@ def test_without_bwrap_auto_falls_back_and_required_refuses(
     with pytest.raises(SandboxError) as info:
         open_sandbox("required", workspace=ws, writable=[])
     assert info.value.exit_code == 40
-    assert "bubblewrap (bwrap) is not installed" in info.value.one_line() and "apt-get install bubblewrap" in info.value.one_line()
+    assert (
+        "bubblewrap (bwrap) is not installed" in info.value.one_line()
+        and "apt-get install bubblewrap" in info.value.one_line()
+    )
     with caplog.at_level(logging.WARNING):
         sandbox = open_sandbox("auto", workspace=ws, writable=[], timeout=1)
     assert sandbox.name == "plain"
@@ -172,7 +183,13 @@ def test_bwrap_present_but_unusable_is_explained(ws: Path) -> None:
         """
     )
     outer = ["bwrap", "--unshare-user", "--uid", "1000", "--disable-userns", "--dev-bind", "/", "/", "--proc", "/proc"]
-    result = subprocess.run([*outer, sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    result = subprocess.run(
+        [*outer, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     print(result.stdout, result.stderr)
     lines = result.stdout.splitlines()
     assert lines[0].startswith("40 sandbox required, but bubblewrap cannot create a sandbox here (bwrap: ")
@@ -259,6 +276,8 @@ def test_a_frozen_file_is_read_only_inside_the_writable_workspace(ws: Path, targ
     frozen = ws / "tests/acceptance.rs"
     frozen.write_text("fn frozen() {}\n")
     sandbox = bwrap_sandbox(ws, target, frozen=[frozen])
-    result = sandbox.run(["bash", "-c", "echo x > tests/acceptance.rs; rm tests/acceptance.rs; echo y > tests/other.rs"], cwd=ws)
+    result = sandbox.run(
+        ["bash", "-c", "echo x > tests/acceptance.rs; rm tests/acceptance.rs; echo y > tests/other.rs"], cwd=ws
+    )
     assert "Read-only file system" in result.stderr and frozen.read_text() == "fn frozen() {}\n"
     assert (ws / "tests/other.rs").read_text() == "y\n"

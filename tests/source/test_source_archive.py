@@ -69,7 +69,13 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, str]:
     make_crate_repo(root, "demo", ["0.1.0", "0.2.0"])
     work = root / "work-demo"
     env = {**os.environ, "CARGO_TARGET_DIR": str(root / "target")}
-    subprocess.run([cargo_program(), "package", "--offline", "--no-verify", "--quiet"], cwd=work, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [cargo_program(), "package", "--offline", "--no-verify", "--quiet"],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return (root / "target/package/demo-0.2.0.crate").read_bytes(), git("rev-parse", "HEAD", cwd=work)
 
 
@@ -86,13 +92,19 @@ def demo(checksum: str, repository: str = "") -> CrateInfo:
 
 def online(server: StaticServer) -> Settings:
     # Downloads from the 127.0.0.1 server; cargo itself still resolves against the local directory source.
-    return Settings(cratesio_static_url=server.url, cratesio_api_url=server.url, cratesio_index_url=server.url, offline=False)
+    return Settings(
+        cratesio_static_url=server.url, cratesio_api_url=server.url, cratesio_index_url=server.url, offline=False
+    )
 
 
-def test_the_crate_archive_is_verified_unpacked_and_committed(server: StaticServer, packaged: tuple[bytes, str], tmp_path: Path) -> None:
+def test_the_crate_archive_is_verified_unpacked_and_committed(
+    server: StaticServer, packaged: tuple[bytes, str], tmp_path: Path
+) -> None:
     data, packaged_from = packaged
     dest = tmp_path / "ws"
-    origin = acquire(demo(hashlib.sha256(data).hexdigest()), dest, branch=BRANCH, settings=online(server), method="archive")
+    origin = acquire(
+        demo(hashlib.sha256(data).hexdigest()), dest, branch=BRANCH, settings=online(server), method="archive"
+    )
 
     assert origin["method"] == "archive"
     assert origin["url"] == server.url + CRATE_PATH
@@ -113,27 +125,43 @@ def test_the_crate_archive_is_verified_unpacked_and_committed(server: StaticServ
 def test_a_checksum_mismatch_is_refused_and_nothing_is_left(server: StaticServer, tmp_path: Path) -> None:
     with pytest.raises(AcquireError) as caught:
         acquire(demo("0" * 64), tmp_path / "ws", branch=BRANCH, settings=online(server), method="archive")
-    assert caught.value.message.startswith("cannot acquire demo 0.2.0: demo-0.2.0.crate failed its checksum (expected sha256 000000000000")
+    assert caught.value.message.startswith(
+        "cannot acquire demo 0.2.0: demo-0.2.0.crate failed its checksum (expected sha256 000000000000"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
-def test_auto_falls_back_to_the_archive_when_the_repository_is_unreachable(server: StaticServer, packaged: tuple[bytes, str], tmp_path: Path) -> None:
+def test_auto_falls_back_to_the_archive_when_the_repository_is_unreachable(
+    server: StaticServer, packaged: tuple[bytes, str], tmp_path: Path
+) -> None:
     unreachable = f"git://127.0.0.1:{free_port()}/demo.git"
-    origin = acquire(demo(hashlib.sha256(packaged[0]).hexdigest(), unreachable), tmp_path / "ws", branch=BRANCH, settings=online(server))
+    origin = acquire(
+        demo(hashlib.sha256(packaged[0]).hexdigest(), unreachable),
+        tmp_path / "ws",
+        branch=BRANCH,
+        settings=online(server),
+    )
     assert origin["method"] == "archive"
-    assert origin["notice"].startswith(f"repository {unreachable} was unusable (git clone {unreachable} failed: fatal: unable to connect")
+    assert origin["notice"].startswith(
+        f"repository {unreachable} was unusable (git clone {unreachable} failed: fatal: unable to connect"
+    )
     assert origin["notice"].endswith("used the published .crate instead")
 
 
 def test_both_failures_are_named_when_the_fallback_fails_too(server: StaticServer, tmp_path: Path) -> None:
     unreachable = f"git://127.0.0.1:{free_port()}/demo.git"
-    with pytest.raises(AcquireError, match=r"^cannot acquire demo 0\.2\.0: git clone .* failed: .*; and its \.crate: demo-0\.2\.0\.crate failed its checksum"):
+    with pytest.raises(
+        AcquireError,
+        match=r"^cannot acquire demo 0\.2\.0: git clone .* failed: .*; and its \.crate: demo-0\.2\.0\.crate failed its checksum",
+    ):
         acquire(demo("1" * 64, unreachable), tmp_path / "ws", branch=BRANCH, settings=online(server))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_offline_there_is_no_archive_to_download(tmp_path: Path) -> None:
-    with pytest.raises(AcquireError, match=r"^cannot acquire demo 0\.2\.0: its \.crate archive cannot be downloaded offline"):
+    with pytest.raises(
+        AcquireError, match=r"^cannot acquire demo 0\.2\.0: its \.crate archive cannot be downloaded offline"
+    ):
         acquire(demo("0" * 64), tmp_path / "ws", branch=BRANCH, settings=Settings(offline=True))
 
 
@@ -159,7 +187,13 @@ def test_bad_archives_are_refused_without_writing_outside(tmp_path: Path, body: 
     static = StaticServer({CRATE_PATH: body})
     try:
         with pytest.raises(AcquireError, match=f"^cannot acquire demo 0.2.0: {cause}"):
-            acquire(demo(hashlib.sha256(body).hexdigest()), tmp_path / "runs/ws", branch=BRANCH, settings=online(static), method="archive")
+            acquire(
+                demo(hashlib.sha256(body).hexdigest()),
+                tmp_path / "runs/ws",
+                branch=BRANCH,
+                settings=online(static),
+                method="archive",
+            )
     finally:
         static.close()
     assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*")] == [Path("runs")]

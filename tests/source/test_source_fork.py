@@ -22,7 +22,9 @@ from tests.fakes.gitserve import GitDaemon, free_port, git, make_crate_repo
 
 TOKEN = "ghp_test_token_never_logged_0123456789"
 BRANCH = "flakebot/demo-tool"
-DEMO = CrateInfo(name="demo", version="0.2.0", repository="https://github.com/upstream/demo/tree/main", source="crates-io")
+DEMO = CrateInfo(
+    name="demo", version="0.2.0", repository="https://github.com/upstream/demo/tree/main", source="crates-io"
+)
 
 
 @pytest.fixture
@@ -49,14 +51,19 @@ def token(monkeypatch: pytest.MonkeyPatch) -> str:
     return TOKEN
 
 
-def test_fork_waits_until_ready_then_clones_the_fork(served: tuple[GitDaemon, Path], token: str, workdir: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_fork_waits_until_ready_then_clones_the_fork(
+    served: tuple[GitDaemon, Path], token: str, workdir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     run = Run.create(workdir, "craft")
     with stub_for(served, not_ready_polls=3) as stub:
         origin = acquire(DEMO, run.workspace, branch=BRANCH, settings=settings_for(stub), fork=True, run=run)
 
     daemon, base = served
-    assert [(r.method, r.path) for r in stub.requests][:2] == [("POST", "/repos/upstream/demo/forks"), ("GET", "/repos/flakebot-user/demo/commits?per_page=1")]
+    assert [(r.method, r.path) for r in stub.requests][:2] == [
+        ("POST", "/repos/upstream/demo/forks"),
+        ("GET", "/repos/flakebot-user/demo/commits?per_page=1"),
+    ]
     assert len(stub.requests) == 5  # the fork, 3 answers "not ready", 1 "ready"
     assert all(r.authorized and r.headers["X-GitHub-Api-Version"] == "2022-11-28" for r in stub.requests)
     assert origin["method"] == "fork"
@@ -65,17 +72,28 @@ def test_fork_waits_until_ready_then_clones_the_fork(served: tuple[GitDaemon, Pa
     assert origin["upstream"] == DEMO.repository
     assert origin["tag"] == "v0.2.0"
     assert origin["revision"] == git("rev-parse", "v0.2.0^{commit}", cwd=base / "upstream/demo.git")
-    assert {"kind": "fork", "url": "https://github.com/flakebot-user/demo", "full_name": "flakebot-user/demo", "api": stub.url} in run.state["resources"]
+    assert {
+        "kind": "fork",
+        "url": "https://github.com/flakebot-user/demo",
+        "full_name": "flakebot-user/demo",
+        "api": stub.url,
+    } in run.state["resources"]
     assert TOKEN not in caplog.text
     assert TOKEN not in (run.workspace / ".git/config").read_text()
 
 
-def test_the_wait_for_a_fork_is_bounded_and_leaves_nothing_but_the_registered_fork(served: tuple[GitDaemon, Path], token: str, workdir: Path) -> None:
+def test_the_wait_for_a_fork_is_bounded_and_leaves_nothing_but_the_registered_fork(
+    served: tuple[GitDaemon, Path], token: str, workdir: Path
+) -> None:
     run = Run.create(workdir, "craft")
     with stub_for(served, not_ready_polls=10_000) as stub:
         with pytest.raises(AcquireError) as caught:
-            acquire(DEMO, run.workspace, branch=BRANCH, settings=settings_for(stub, fork_timeout=0.3), fork=True, run=run)
-    assert caught.value.message.startswith("cannot acquire demo 0.2.0: fork flakebot-user/demo was not ready after 0.3s (")
+            acquire(
+                DEMO, run.workspace, branch=BRANCH, settings=settings_for(stub, fork_timeout=0.3), fork=True, run=run
+            )
+    assert caught.value.message.startswith(
+        "cannot acquire demo 0.2.0: fork flakebot-user/demo was not ready after 0.3s ("
+    )
     assert 2 <= len(stub.requests) <= 20  # bounded: 0.3 s of 0.02 s polls
     assert not run.workspace.exists()
     assert sorted(p.name for p in run.dir.iterdir()) == ["state.json"]
@@ -90,10 +108,14 @@ def test_fork_needs_a_token(served: tuple[GitDaemon, Path], tmp_path: Path) -> N
     assert stub.requests == []
 
 
-def test_a_rejected_token_is_reported(served: tuple[GitDaemon, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_rejected_token_is_reported(
+    served: tuple[GitDaemon, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", "wrong")
     with stub_for(served) as stub:
-        with pytest.raises(AcquireError, match=r"GitHub refused to fork upstream/demo: HTTP 401 Bad credentials") as caught:
+        with pytest.raises(
+            AcquireError, match=r"GitHub refused to fork upstream/demo: HTTP 401 Bad credentials"
+        ) as caught:
             acquire(DEMO, tmp_path / "ws", branch=BRANCH, settings=settings_for(stub), fork=True)
     assert "invalid or expired" in (caught.value.fix or "")
     assert not (tmp_path / "ws").exists()
@@ -102,12 +124,20 @@ def test_a_rejected_token_is_reported(served: tuple[GitDaemon, Path], monkeypatc
 def test_fork_needs_a_github_repository(tmp_path: Path, token: str) -> None:
     elsewhere = CrateInfo(name="demo", version="0.2.0", repository="https://gitlab.com/upstream/demo")
     with pytest.raises(AcquireError, match="--fork needs a GitHub repository"):
-        acquire(elsewhere, tmp_path / "ws", branch=BRANCH, settings=Settings(github_api_url="http://127.0.0.1:9"), fork=True)
+        acquire(
+            elsewhere, tmp_path / "ws", branch=BRANCH, settings=Settings(github_api_url="http://127.0.0.1:9"), fork=True
+        )
 
 
 def test_an_unreachable_api_is_reported(tmp_path: Path, token: str) -> None:
     with pytest.raises(AcquireError, match=r"cannot reach the GitHub API at http://127\.0\.0\.1:\d+ \(ConnectError"):
-        acquire(DEMO, tmp_path / "ws", branch=BRANCH, settings=Settings(github_api_url=f"http://127.0.0.1:{free_port()}"), fork=True)
+        acquire(
+            DEMO,
+            tmp_path / "ws",
+            branch=BRANCH,
+            settings=Settings(github_api_url=f"http://127.0.0.1:{free_port()}"),
+            fork=True,
+        )
 
 
 def test_push_sends_the_branch_to_the_fork(served: tuple[GitDaemon, Path], token: str, tmp_path: Path) -> None:
@@ -142,7 +172,9 @@ def test_release_fork_deletes_it_with_the_scope(served: tuple[GitDaemon, Path], 
     assert stub.requests[-1].method == "DELETE"
 
 
-def test_release_fork_without_the_scope_is_a_warning(served: tuple[GitDaemon, Path], token: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_release_fork_without_the_scope_is_a_warning(
+    served: tuple[GitDaemon, Path], token: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with stub_for(served, not_ready_polls=0) as stub:
         origin = acquire(DEMO, tmp_path / "ws", branch=BRANCH, settings=settings_for(stub), fork=True)
         released = release_fork(origin, settings_for(stub))
@@ -157,7 +189,9 @@ def test_release_fork_ignores_workspaces_that_are_not_forks() -> None:
     assert release_fork({"method": "git", "url": "git://x"}, Settings())["deleted"] is False
 
 
-def test_clean_deletes_the_forks_of_a_run_that_asked_for_it(served: tuple[GitDaemon, Path], token: str, workdir: Path) -> None:
+def test_clean_deletes_the_forks_of_a_run_that_asked_for_it(
+    served: tuple[GitDaemon, Path], token: str, workdir: Path
+) -> None:
     keep = Run.create(workdir, "craft")
     drop = Run.create(workdir, "craft", options={"fork": True, "delete_fork": True})
     with stub_for(served, not_ready_polls=0, scopes=("public_repo", "delete_repo")) as stub:
@@ -168,18 +202,30 @@ def test_clean_deletes_the_forks_of_a_run_that_asked_for_it(served: tuple[GitDae
         assert not stub.fork_path("flakebot-user/demo").exists()
 
 
-def test_the_token_travels_only_as_a_header_for_the_https_host(token: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_token_travels_only_as_a_header_for_the_https_host(
+    token: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     env = git_env("https://github.com/flakebot-user/demo.git", TOKEN)
     assert env["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraHeader"
-    assert base64.b64decode(env["GIT_CONFIG_VALUE_0"].removeprefix("Authorization: Basic ")).decode() == f"x-access-token:{TOKEN}"
+    assert (
+        base64.b64decode(env["GIT_CONFIG_VALUE_0"].removeprefix("Authorization: Basic ")).decode()
+        == f"x-access-token:{TOKEN}"
+    )
     assert "GIT_CONFIG_KEY_0" not in git_env("git://127.0.0.1/demo.git", TOKEN)  # never in clear over git:// or http://
     assert "GIT_CONFIG_KEY_0" not in git_env("http://127.0.0.1/demo.git", TOKEN)
 
     caplog.set_level(logging.DEBUG)
     bare = make_crate_repo(tmp_path / "repos", "demo", ["0.2.0"])
-    origin = acquire(CrateInfo(name="demo", version="0.2.0", repository=bare.as_uri()), tmp_path / "ws", branch=BRANCH, settings=Settings())
+    origin = acquire(
+        CrateInfo(name="demo", version="0.2.0", repository=bare.as_uri()),
+        tmp_path / "ws",
+        branch=BRANCH,
+        settings=Settings(),
+    )
     unreachable = {**origin, "method": "fork", "url": f"https://127.0.0.1:{free_port()}/flakebot-user/demo.git"}
-    with pytest.raises(AcquireError, match=r"^cannot push demo: git push to https://127\.0\.0\.1:\d+/flakebot-user/demo\.git failed") as caught:
+    with pytest.raises(
+        AcquireError, match=r"^cannot push demo: git push to https://127\.0\.0\.1:\d+/flakebot-user/demo\.git failed"
+    ) as caught:
         push_branch(tmp_path / "ws", unreachable, Settings(git_timeout=30))
     assert TOKEN not in caught.value.one_line()
     assert TOKEN not in caplog.text

@@ -71,20 +71,31 @@ def test_clone_over_git_daemon_checks_out_the_version_tag(daemon: GitDaemon, rep
     assert leftovers(tmp_path) == ["workspace"]
 
 
-@pytest.mark.parametrize(("name", "tag"), [("bare-tags", "1.0.0"), ("name-v-tags", "name-v-tags-v1.0.0"), ("name-tags", "name-tags-1.0.0")])
+@pytest.mark.parametrize(
+    ("name", "tag"), [("bare-tags", "1.0.0"), ("name-v-tags", "name-v-tags-v1.0.0"), ("name-tags", "name-tags-1.0.0")]
+)
 def test_every_tag_style_is_found_over_file_urls(repos: Path, tmp_path: Path, name: str, tag: str) -> None:
-    origin = acquire(crate(name, "1.0.0", (repos / f"{name}.git").as_uri()), tmp_path / "ws", branch=BRANCH, settings=Settings())
+    origin = acquire(
+        crate(name, "1.0.0", (repos / f"{name}.git").as_uri()), tmp_path / "ws", branch=BRANCH, settings=Settings()
+    )
     assert origin["tag"] == tag
     assert origin["revision"] == git("rev-parse", f"{tag}^{{commit}}", cwd=repos / f"{name}.git")
     assert "notice" not in origin
 
 
-def test_missing_tag_falls_back_to_the_default_branch_with_a_notice(daemon: GitDaemon, repos: Path, tmp_path: Path) -> None:
-    origin = acquire(crate("demo", "9.9.9", daemon.url("demo.git")), tmp_path / "ws", branch=BRANCH, settings=Settings())
+def test_missing_tag_falls_back_to_the_default_branch_with_a_notice(
+    daemon: GitDaemon, repos: Path, tmp_path: Path
+) -> None:
+    origin = acquire(
+        crate("demo", "9.9.9", daemon.url("demo.git")), tmp_path / "ws", branch=BRANCH, settings=Settings()
+    )
     assert origin["tag"] is None
     assert origin["revision"] == git("rev-parse", "main", cwd=repos / "demo.git")
     assert origin["version"] == "0.3.0-dev"
-    assert "no tag for version 9.9.9 (looked for v9.9.9, 9.9.9, demo-v9.9.9, demo-9.9.9); using the default branch main" in origin["notice"]
+    assert (
+        "no tag for version 9.9.9 (looked for v9.9.9, 9.9.9, demo-v9.9.9, demo-9.9.9); using the default branch main"
+        in origin["notice"]
+    )
     assert "version 0.3.0-dev, not 9.9.9" in origin["notice"]
 
 
@@ -98,7 +109,9 @@ def test_a_member_of_a_cargo_workspace_is_located(daemon: GitDaemon, tmp_path: P
 
 def test_a_crate_missing_from_the_workspace_is_an_error_and_leaves_nothing(daemon: GitDaemon, tmp_path: Path) -> None:
     with pytest.raises(AcquireError) as caught:
-        acquire(crate("demo-gui", "0.4.0", daemon.url("tools.git")), tmp_path / "ws", branch=BRANCH, settings=Settings())
+        acquire(
+            crate("demo-gui", "0.4.0", daemon.url("tools.git")), tmp_path / "ws", branch=BRANCH, settings=Settings()
+        )
     message = caught.value.message
     assert message.startswith("cannot acquire demo-gui 0.4.0: crate demo-gui is not in the cargo workspace")
     assert "members: demo-cli, demo-core" in message
@@ -108,10 +121,14 @@ def test_a_crate_missing_from_the_workspace_is_an_error_and_leaves_nothing(daemo
 
 def test_a_repository_without_cargo_toml_is_an_error(daemon: GitDaemon, tmp_path: Path) -> None:
     with pytest.raises(AcquireError, match=r"^cannot acquire docs 1\.0\.0: there is no Cargo\.toml") as caught:
-        acquire(crate("docs", "1.0.0", daemon.url("docs-only.git")), tmp_path / "ws", branch=BRANCH, settings=Settings())
+        acquire(
+            crate("docs", "1.0.0", daemon.url("docs-only.git")), tmp_path / "ws", branch=BRANCH, settings=Settings()
+        )
     assert caught.value.fix
     bad = make_plain_repo(tmp_path / "repos", "bad-manifest", {"Cargo.toml": "[dependencies]\n"})
-    with pytest.raises(AcquireError, match=r"^cannot acquire bad 1\.0\.0: cargo metadata failed: .*virtual manifest") as caught:
+    with pytest.raises(
+        AcquireError, match=r"^cannot acquire bad 1\.0\.0: cargo metadata failed: .*virtual manifest"
+    ) as caught:
         acquire(crate("bad", "1.0.0", bad.as_uri()), tmp_path / "ws", branch=BRANCH, settings=Settings())
     assert str(tmp_path / "ws" / "Cargo.toml") in caught.value.message  # the destination, not the hidden staging dir
     assert leftovers(tmp_path) == ["repos"]
@@ -121,14 +138,23 @@ def test_an_unreachable_repository_names_the_crate_and_the_cause(tmp_path: Path)
     url = f"git://127.0.0.1:{free_port()}/gone.git"  # nothing listens there
     with pytest.raises(AcquireError) as caught:
         acquire(crate("gone", "1.0.0", url), tmp_path / "ws", branch=BRANCH, settings=Settings(offline=True))
-    assert caught.value.message.startswith(f"cannot acquire gone 1.0.0: git clone {url} failed: fatal: unable to connect to 127.0.0.1")
+    assert caught.value.message.startswith(
+        f"cannot acquire gone 1.0.0: git clone {url} failed: fatal: unable to connect to 127.0.0.1"
+    )
     assert "Connection refused" in caught.value.message
     assert leftovers(tmp_path) == []
 
 
 def test_a_repository_the_daemon_does_not_have_is_an_error(daemon: GitDaemon, tmp_path: Path) -> None:
-    with pytest.raises(AcquireError, match=r"cannot acquire ghost 1\.0\.0: git clone .* failed: fatal: remote error: .*ghost\.git"):
-        acquire(crate("ghost", "1.0.0", daemon.url("ghost.git")), tmp_path / "ws", branch=BRANCH, settings=Settings(offline=True))
+    with pytest.raises(
+        AcquireError, match=r"cannot acquire ghost 1\.0\.0: git clone .* failed: fatal: remote error: .*ghost\.git"
+    ):
+        acquire(
+            crate("ghost", "1.0.0", daemon.url("ghost.git")),
+            tmp_path / "ws",
+            branch=BRANCH,
+            settings=Settings(offline=True),
+        )
     assert leftovers(tmp_path) == []
 
 
@@ -136,7 +162,12 @@ def test_a_repository_the_daemon_does_not_have_is_an_error(daemon: GitDaemon, tm
 def test_urls_git_should_not_run_are_refused(tmp_path: Path, url: str) -> None:
     marker = tmp_path / "pwned"
     with pytest.raises(AcquireError, match="is not an http"):
-        acquire(crate("evil", "1.0.0", url.format(marker=marker)), tmp_path / "ws", branch=BRANCH, settings=Settings(offline=True))
+        acquire(
+            crate("evil", "1.0.0", url.format(marker=marker)),
+            tmp_path / "ws",
+            branch=BRANCH,
+            settings=Settings(offline=True),
+        )
     assert leftovers(tmp_path) == []
 
 
@@ -171,7 +202,19 @@ def test_a_full_disk_fails_cleanly_and_removes_the_partial_clone(tmp_path: Path)
     mount.mkdir()
     # A 512 KiB tmpfs in a private mount namespace: it vanishes with the process, even if the test dies.
     shell = 'mount -t tmpfs -o size=512k tmpfs "$1" || exit 99; exec "$2" -c "$3" "$1" "$4"'
-    argv = ["unshare", "--mount", "--map-root-user", "sh", "-c", shell, "sh", str(mount), sys.executable, FULL_DISK_SCRIPT, big.as_uri()]
+    argv = [
+        "unshare",
+        "--mount",
+        "--map-root-user",
+        "sh",
+        "-c",
+        shell,
+        "sh",
+        str(mount),
+        sys.executable,
+        FULL_DISK_SCRIPT,
+        big.as_uri(),
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode == 99 or "unshare failed" in result.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")

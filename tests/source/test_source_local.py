@@ -16,13 +16,21 @@ from flakebot.source.acquisition import acquire
 from flakebot.source.newcrate import new_crate
 from tests.conftest import DEBIAN_REGISTRY
 
-CSV = CrateInfo(name="csv", version="1.1.6", repository="https://github.com/BurntSushi/rust-csv", source="local", path=str(DEBIAN_REGISTRY / "csv-1.1.6"))
+CSV = CrateInfo(
+    name="csv",
+    version="1.1.6",
+    repository="https://github.com/BurntSushi/rust-csv",
+    source="local",
+    path=str(DEBIAN_REGISTRY / "csv-1.1.6"),
+)
 OFFLINE = Settings(offline=True)
 LEFT_OUT = {".cargo-checksum.json", ".cargo_vcs_info.json", "debian"}
 
 
 def files_under(root: Path, skip: set[str]) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] not in skip}
+    return {
+        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] not in skip
+    }
 
 
 def test_csv_is_copied_from_the_registry_without_its_packaging(tmp_path: Path) -> None:
@@ -54,7 +62,9 @@ def test_a_local_directory_without_cargo_toml_is_an_error(tmp_path: Path) -> Non
     empty = tmp_path / "empty"
     empty.mkdir()
     broken = CrateInfo(name="broken", version="1.0.0", path=str(empty))
-    with pytest.raises(AcquireError, match=rf"^cannot acquire broken 1\.0\.0: the local crate directory {empty} has no Cargo\.toml"):
+    with pytest.raises(
+        AcquireError, match=rf"^cannot acquire broken 1\.0\.0: the local crate directory {empty} has no Cargo\.toml"
+    ):
         acquire(broken, tmp_path / "ws", branch="flakebot/x", settings=OFFLINE)
     assert not (tmp_path / "ws").exists()
 
@@ -100,10 +110,16 @@ def test_new_crate_without_a_library(tmp_path: Path) -> None:
     ("name", "library", "cause"),
     [
         ("bad name!", None, "cargo init --bin failed: invalid character"),
-        ("tool", CrateInfo(name="no-such-crate", version="1.0.0"), "cargo add no-such-crate@1.0.0 failed: the crate `no-such-crate@1.0.0` could not"),
+        (
+            "tool",
+            CrateInfo(name="no-such-crate", version="1.0.0"),
+            "cargo add no-such-crate@1.0.0 failed: the crate `no-such-crate@1.0.0` could not",
+        ),
     ],
 )
-def test_new_crate_errors_name_the_crate_and_leave_nothing(tmp_path: Path, name: str, library: CrateInfo | None, cause: str) -> None:
+def test_new_crate_errors_name_the_crate_and_leave_nothing(
+    tmp_path: Path, name: str, library: CrateInfo | None, cause: str
+) -> None:
     with pytest.raises(AcquireError) as caught:
         new_crate(name, tmp_path / "ws", library=library, settings=OFFLINE)
     assert caught.value.message.startswith(f"cannot start new crate {name}: {cause}")
@@ -112,5 +128,7 @@ def test_new_crate_errors_name_the_crate_and_leave_nothing(tmp_path: Path, name:
 
 def test_git_without_a_repository_url_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(AcquireError, match=r"^cannot acquire csv 1\.1\.6: it has no repository URL to clone"):
-        acquire(CrateInfo(name="csv", version="1.1.6"), tmp_path / "ws", branch="flakebot/x", settings=OFFLINE, method="git")
+        acquire(
+            CrateInfo(name="csv", version="1.1.6"), tmp_path / "ws", branch="flakebot/x", settings=OFFLINE, method="git"
+        )
     assert list(tmp_path.iterdir()) == []

@@ -42,7 +42,9 @@ PIPELINE = f"{__name__}:STAGES"
 
 
 def registry_crate(name: str, version: str) -> dict[str, Any]:
-    return CrateInfo(name=name, version=version, source="local", path=str(DEBIAN_REGISTRY / f"{name}-{version}")).to_dict()
+    return CrateInfo(
+        name=name, version=version, source="local", path=str(DEBIAN_REGISTRY / f"{name}-{version}")
+    ).to_dict()
 
 
 def local_crate(root: Path, name: str, deps: str = "") -> dict[str, Any]:
@@ -63,7 +65,9 @@ def cargo_test(run: Run, cwd: Path) -> tuple[list[dict[str, Any]], str]:
     result = Cargo.for_run(OFFLINE, run.target_dir).run(["test", "--message-format=json"], cwd, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    artifacts = [m for m in (json.loads(x) for x in lines if x.startswith("{")) if m.get("reason") == "compiler-artifact"]
+    artifacts = [
+        m for m in (json.loads(x) for x in lines if x.startswith("{")) if m.get("reason") == "compiler-artifact"
+    ]
     return artifacts, "\n".join(x for x in lines if not x.startswith("{"))
 
 
@@ -85,7 +89,10 @@ def test_csv_from_the_debian_registry_passes_cargo_test_twice_the_second_time_in
     assert {"kind": "path", "path": str(run.workspace)} in run.state["resources"]
     assert {"kind": "path", "path": str(run.target_dir)} in run.state["resources"]
     with gitpython.Repo(workspace) as repo:
-        assert [c.message.strip() for c in repo.iter_commits()] == ["Cargo.lock for the crate source this run uses", "upstream csv 1.1.6"]
+        assert [c.message.strip() for c in repo.iter_commits()] == [
+            "Cargo.lock for the crate source this run uses",
+            "upstream csv 1.1.6",
+        ]
 
     first, output = cargo_test(run, workspace)
     assert "test result: ok. 137 passed" in output  # csv's doc tests; Debian commented out the example-running tests
@@ -117,7 +124,9 @@ def test_a_new_crate_using_csv_builds_offline(workdir: Path) -> None:
     assert out["origin"]["method"] == "new"
     assert out["origin"]["library"] == {"name": "csv", "version": "1.1.6"}
     assert (out["lockfile"], out["metadata_ok"]) == ("existing", True)  # cargo add wrote it
-    (run.workspace / "src/main.rs").write_text('fn main() {\n    let _ = csv::ReaderBuilder::new();\n    println!("ok");\n}\n')
+    (run.workspace / "src/main.rs").write_text(
+        'fn main() {\n    let _ = csv::ReaderBuilder::new();\n    println!("ok");\n}\n'
+    )
     result = Cargo.for_run(OFFLINE, run.target_dir).run(["run", "--quiet"], run.workspace, timeout=900)
     assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr[-2000:]
 
@@ -158,7 +167,9 @@ def test_a_workspace_left_by_a_failed_attempt_is_replaced(workdir: Path, tmp_pat
 
 
 def test_dependencies_missing_from_the_registry_are_reported_not_fatal(workdir: Path, tmp_path: Path) -> None:
-    run = start(workdir, tool="demo-tool", crate=local_crate(tmp_path / "needy", "needy", 'no-such-crate-anywhere = "1"\n'))
+    run = start(
+        workdir, tool="demo-tool", crate=local_crate(tmp_path / "needy", "needy", 'no-such-crate-anywhere = "1"\n')
+    )
     out = run.output("acquire")
     assert out["lockfile"] == "failed" and out["metadata_ok"] is False
     assert "no-such-crate-anywhere" in out["cargo_error"]

@@ -64,17 +64,26 @@ def devtool(root: Path) -> dict[str, Any]:
 @pytest.mark.slow
 def test_acceptance_tests_run_although_a_dev_dependency_does_not_resolve(workdir: Path, tmp_path: Path) -> None:
     require("cargo", "bwrap")
-    run = pipeline.start(PIPELINE, workdir, OFFLINE, options={"tool": "devtool", "crate": devtool(tmp_path / "devtool")})
+    run = pipeline.start(
+        PIPELINE, workdir, OFFLINE, options={"tool": "devtool", "crate": devtool(tmp_path / "devtool")}
+    )
     out = run.output("acquire")
     assert (out["lockfile"], out["metadata_ok"], out["features"]) == ("generated", True, ["cli"])
     assert [d["name"] for d in out["dropped_dev_dependencies"]] == ["flakebot-no-such-crate"]
-    assert out["untested"].startswith("the crate's own tests did not run (only the acceptance tests did)") and "flakebot-no-such-crate" in out["untested"]
+    assert (
+        out["untested"].startswith("the crate's own tests did not run (only the acceptance tests did)")
+        and "flakebot-no-such-crate" in out["untested"]
+    )
     with gitpython.Repo(run.workspace) as repo:
-        assert repo.head.commit.message.startswith("flakebot: leave out dev-dependencies the crate source cannot satisfy (flakebot-no-such-crate)")
+        assert repo.head.commit.message.startswith(
+            "flakebot: leave out dev-dependencies the crate source cannot satisfy (flakebot-no-such-crate)"
+        )
         assert not repo.is_dirty(untracked_files=True)
     assert "flakebot-no-such-crate" not in (run.workspace / "Cargo.toml").read_text()
 
-    examples = [{"args": [word], "stdout": f"devtool {word}\n", "description": f"echoes {word}"} for word in ("hi", "ho", "hum")]
+    examples = [
+        {"args": [word], "stdout": f"devtool {word}\n", "description": f"echoes {word}"} for word in ("hi", "ho", "hum")
+    ]
     spec = ToolSpec.from_dict({"name": "devtool", "summary": "echoes", "usage": "devtool WORD", "examples": examples})
     write_acceptance_test(spec, run.workspace)
     sandbox = open_sandbox("required", workspace=run.workspace, writable=[run.workspace, run.target_dir])

@@ -72,7 +72,10 @@ def test_auto_falls_back_to_local_with_one_notice(caplog: pytest.LogCaptureFixtu
         assert registry.get("hexyl").bin_names == ["hexyl"]
     assert registry.name == "local" and found[0].crate.name == "csv"
     [notice] = caplog.records
-    assert "cannot connect to 127.0.0.1" in notice.getMessage() and "searching the local registry /usr/share/cargo/registry" in notice.getMessage()
+    assert (
+        "cannot connect to 127.0.0.1" in notice.getMessage()
+        and "searching the local registry /usr/share/cargo/registry" in notice.getMessage()
+    )
     assert "\n" not in notice.getMessage()
 
 
@@ -97,10 +100,13 @@ def test_api_search_offline_and_limit(server: CratesServer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "need", "query", "expected"), [({}, "hex dump viewer", "hex dump viewer", "hexyl"), ({"query": "csv"}, "a tool for tables", "csv", "csv")]
+    ("options", "need", "query", "expected"),
+    [({}, "hex dump viewer", "hex dump viewer", "hexyl"), ({"query": "csv"}, "a tool for tables", "csv", "csv")],
 )
 def test_search_stage_in_a_pipeline(workdir: Path, options: dict, need: str, query: str, expected: str) -> None:
-    run = pipeline.start(f"{__name__}:SEARCH_ONLY", workdir, config.load(), need=need, options={"registry": "local", **options})
+    run = pipeline.start(
+        f"{__name__}:SEARCH_ONLY", workdir, config.load(), need=need, options={"registry": "local", **options}
+    )
     output = run.state["outputs"]["search"]
     assert output["registry"] == "local" and output["query"] == query
     names = [c["name"] for c in output["candidates"]]
@@ -112,14 +118,19 @@ def test_search_stage_in_a_pipeline(workdir: Path, options: dict, need: str, que
 
 def test_search_stage_fails_when_nothing_matches(workdir: Path) -> None:
     with pytest.raises(SearchError, match="no crate in local matches 'kubernetes operator'") as info:
-        pipeline.start(f"{__name__}:SEARCH_ONLY", workdir, config.load(), need="kubernetes operator", options={"registry": "local"})
+        pipeline.start(
+            f"{__name__}:SEARCH_ONLY", workdir, config.load(), need="kubernetes operator", options={"registry": "local"}
+        )
     assert info.value.stage == "search"
 
 
 # ---------------------------------------------------------------- the CLI, in a subprocess
 
 
-@pytest.mark.parametrize(("query", "expected", "within"), [("csv", "csv", 1), ("hex dump viewer", "hexyl", 3), ("parse command line arguments", "clap", 3)])
+@pytest.mark.parametrize(
+    ("query", "expected", "within"),
+    [("csv", "csv", 1), ("hex dump viewer", "hexyl", 3), ("parse command line arguments", "clap", 3)],
+)
 def test_cli_search_local_json(query: str, expected: str, within: int) -> None:
     result = run_cli("search", query, "--registry", "local", "--json", check=True)
     rows = json_result(result)["candidates"]
@@ -128,7 +139,9 @@ def test_cli_search_local_json(query: str, expected: str, within: int) -> None:
 
 
 def test_cli_search_table() -> None:
-    result = run_cli("search", "hex dump viewer", "--registry", "local", "--limit", "2", check=True, env={"COLUMNS": "200"})
+    result = run_cli(
+        "search", "hex dump viewer", "--registry", "local", "--limit", "2", check=True, env={"COLUMNS": "200"}
+    )
     for heading in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
         assert heading in result.stdout
     assert "hexyl" in result.stdout and "A command-line hex viewer" in result.stdout
@@ -137,14 +150,17 @@ def test_cli_search_table() -> None:
 def test_cli_search_falls_back_with_a_notice() -> None:
     result = run_cli("search", "csv", "--json", "--limit", "1", check=True, env={"FLAKEBOT_CRATESIO_API_URL": CLOSED})
     assert json_result(result)["candidates"][0]["name"] == "csv"
-    assert "searching the local registry /usr/share/cargo/registry instead" in " ".join(result.stderr.split())  # rich wraps at 80 columns
+    # rich wraps at 80 columns
+    assert "searching the local registry /usr/share/cargo/registry instead" in " ".join(result.stderr.split())
 
 
 def test_cli_search_crates_io(server: CratesServer) -> None:
     env = {"FLAKEBOT_CRATESIO_API_URL": server.url, "FLAKEBOT_CRATESIO_DETAILS": "0"}
     result = run_cli("search", "postgres", "--registry", "crates-io", "--json", check=True, env=env)
     assert json_result(result)["candidates"][0]["downloads"] == 535491
-    assert run_cli("search", "postgres", "--registry", "crates-io", "--json", check=True, env=env).stdout == result.stdout
+    assert (
+        run_cli("search", "postgres", "--registry", "crates-io", "--json", check=True, env=env).stdout == result.stdout
+    )
     assert len(server.requests()) == 1  # the second process was answered from the disk cache
 
 

@@ -36,8 +36,21 @@ def test_craft_from_a_workspace_member_edits_tests_and_builds_the_member(workdir
     spec.write_text(json.dumps(SHOUT_SPEC))
     with GitDaemon(tmp_path / "repos") as daemon:
         registry = directory_source(tmp_path, daemon.url("tools.git"))
-        args = ["--model", f"scripted:{script}", "--spec", str(spec), "--crate", "demo-cli", "--mode", "fork", "--method", "git"]
-        crafted = run_cli("craft", "upper-case my input", *args, "--registry", str(registry), "--offline", "--keep", "--json")
+        args = [
+            "--model",
+            f"scripted:{script}",
+            "--spec",
+            str(spec),
+            "--crate",
+            "demo-cli",
+            "--mode",
+            "fork",
+            "--method",
+            "git",
+        ]
+        crafted = run_cli(
+            "craft", "upper-case my input", *args, "--registry", str(registry), "--offline", "--keep", "--json"
+        )
     assert crafted.returncode == 0, crafted.stderr
 
     [run] = list_runs(workdir)
