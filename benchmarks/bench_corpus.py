@@ -72,11 +72,12 @@ def measure(name: str) -> dict[str, Any]:
     return row
 
 
-def package_one(name: str, settings: Settings) -> dict[str, Any]:
-    """`flakebot package` of a fresh copy of the registry crate (a unique file in it: nix builds it anew, no cached store path)."""
+def package_one(name: str, settings: Settings, fresh: bool = True) -> dict[str, Any]:
+    """`flakebot package` of a copy of the registry crate; `fresh`: with a unique file in it, so nix builds it anew
+    (the benchmark's timing) rather than finding an earlier build of the same source in the store (make test's repeats)."""
     from flakebot import api
 
-    source = _fresh_copy(name, settings, Path(settings.workdir) / f"src-{name}")
+    source = _fresh_copy(name, settings, Path(settings.workdir) / f"src-{name}", unique=fresh)
     started = time.perf_counter()
     try:
         out = api.package(str(source), nixpkgs="host", settings=settings)
@@ -97,13 +98,14 @@ def package_one(name: str, settings: Settings) -> dict[str, Any]:
     }
 
 
-def _fresh_copy(name: str, settings: Settings, dest: Path) -> Path:
+def _fresh_copy(name: str, settings: Settings, dest: Path, unique: bool = True) -> Path:
     from flakebot.crates.registries import local_registry
     from flakebot.source.tree import copy_crate
 
     dest.mkdir(parents=True)
     copy_crate(Path(local_registry(settings).get(name).path), dest)
-    (dest / ".flakebot-bench").write_text(secrets.token_hex(8) + "\n")
+    if unique:
+        (dest / ".flakebot-bench").write_text(secrets.token_hex(8) + "\n")
     return dest
 
 
