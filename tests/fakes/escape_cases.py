@@ -133,6 +133,10 @@ def _daemon(result: CommandResult, scene: Scene) -> tuple[bool, str]:
 
 
 def _signal(result: CommandResult, scene: Scene) -> tuple[bool, str]:
+    try:  # a SIGKILL that landed still takes a moment to end the process: wait before calling it alive
+        scene.victim.wait(timeout=1.0)
+    except subprocess.TimeoutExpired:
+        pass
     alive = scene.victim.poll() is None
     return alive, f"host process {scene.victim.pid} still alive: {alive}; {_last_line(result)}"
 
@@ -204,7 +208,10 @@ CASES = [
         "daemon",
         "leave a daemon running after the command exits",
         "the daemon is gone",
-        "setsid sleep 300 & disown; echo started",
+        # Wait until the daemon runs in its own session: otherwise the end of the command can kill it before
+        # setsid() and a plain process would look contained by chance.
+        "setsid sh -c 'echo $$ > .daemon-pid; exec sleep 300' & "
+        "for i in $(seq 200); do [ -s .daemon-pid ] && break; sleep 0.05; done; echo started",
         _daemon,
     ),
     Case(
