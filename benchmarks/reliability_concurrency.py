@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.reliability_env import OFFLINE, Home, write_json
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 
 TOOL_FILES = ("manifest.json", "USAGE.md", "flake/flake.nix", "flake/flake.lock")
 
@@ -36,16 +36,7 @@ def run_batch(n: int, home: Home, nonce: str) -> dict[str, Any]:
     for name in names:
         spec = write_json(home.root / f"{name}.json", {**SHOUT_SPEC, "name": name})
         argv = (
-            "craft",
-            f"shout {name}",
-            "--model",
-            f"scripted:{script}",
-            "--spec",
-            str(spec),
-            "--crate",
-            "csv",
-            "--mode",
-            "new",
+            *shout_craft_args(f"shout {name}", script, spec),
             *OFFLINE,
             "--json",
         )

@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from flakebot.deliver.toolcall import ToolCall
     from flakebot.stages.outputs import PackageOut
+    from flakebot.toolspec import ToolSpec
 
 
 def _settings(settings: config.Settings | None) -> config.Settings:
@@ -153,6 +154,7 @@ class CraftResult:
     choice: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    version: str = ""  # the tool's version in the catalog (0.1.0, then 0.2.0 after an improvement)
 
     @property
     def from_catalog(self) -> bool:
@@ -332,6 +334,7 @@ def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
         | {"crate": run.output("choose").get("crate", {}).get("name", "")},
         usage=dict(run.state.get("usage") or {}),
         seconds=round(seconds, 3),
+        version=str(instruct.get("catalog", {}).get("version") or ""),
     )
 
 
@@ -346,7 +349,118 @@ def _cached(entry: dict[str, Any], settings: config.Settings, started: float) ->
         manifest=tool["manifest"],
         usage_markdown=tool["usage_markdown"],
         seconds=round(time.monotonic() - started, 3),
+        version=str(entry.get("version") or ""),
     )
+
+
+# ------------------------------------------------------------------ improve
+
+
+def improve(
+    tool: str,
+    request: str,
+    *,
+    model: str | None = None,
+    spec_file: str | None = None,
+    registry: str | None = None,
+    max_iterations: int | None = None,
+    max_cost: float | None = None,
+    max_tokens: int | None = None,
+    offline: bool | None = None,
+    keep: bool = False,
+    stop_after: str | None = None,
+    sandbox: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> CraftResult:
+    """Craft the next version of a catalogued tool: a fork-mode craft from its own source that keeps every
+    acceptance example it has, adds new ones for `request` (from the spec model, or `spec_file`: summary,
+    usage and the new examples), and catalogs the result as the tool's next version (0.1.0 -> 0.2.0). The
+    earlier versions stay runnable as TOOL@VERSION.
+
+    `tool` may name the version to start from (csv-dedup@0.1.0); the result is always the newest version."""
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.versions import next_version, parse_ref
+    from flakebot.pipeline import engine as pipeline
+    from flakebot.source.acquisition import start_point
+    from flakebot.stages.improvement import improvement_from_file
+
+    if not request.strip():
+        raise UsageError(
+            "the improvement is empty",
+            fix='say what to add, e.g. flakebot improve csv-dedup "also support --delimiter"',
+        )
+    given: dict[str, Any] = {
+        "max_iterations": max_iterations,
+        "max_cost": max_cost,
+        "max_tokens": max_tokens,
+        "offline": offline,
+        "sandbox": sandbox,
+    }
+    overrides = {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
+    settings = dataclasses.replace(_settings(settings), **overrides)
+    started = time.monotonic()
+    catalog = Catalog.open(settings)
+    entry, newest = catalog.get(tool), catalog.get(parse_ref(tool).name)["version"]
+    from flakebot.deliver.catalog import show_tool
+
+    manifest = show_tool(tool, settings)["manifest"]
+    kept = _kept_spec(entry, manifest, settings)
+    if spec_file:  # a bad file fails before any work
+        improvement_from_file(kept, Path(spec_file))
+    from flakebot.llm.providers import check_model
+
+    check_model(model, settings)
+    _check_craft_options(None, None, None, stop_after)
+    _check_limits(settings)
+    source = Path(entry["dir"]) / "flake"
+    if not (source / "Cargo.toml").is_file():
+        raise CatalogError(
+            f"{entry['name']}@{entry['version']} has no sources in {source}",
+            fix=f"craft it again with 'flakebot craft --fresh', or remove it with 'flakebot rm {entry['name']}'",
+        )
+    start, _ = start_point(str(source), name=str(manifest.get("package") or ""))
+    options = {
+        "model": model,
+        "registry": registry,
+        "name": entry["name"],
+        "from": start.to_dict(),
+        "from_location": f"{entry['name']}@{entry['version']}",
+        "spec_file": str(Path(spec_file).resolve()) if spec_file else None,
+        "keep": keep,
+        "fresh": True,
+        "settings": overrides,
+        "improve": {
+            "tool": entry["name"],
+            "from_version": entry["version"],
+            "version": next_version(newest),
+            "request": request,
+            "need": entry["need"],
+            "kept_spec": kept.to_dict(),
+        },
+    }
+    need = f"improve {entry['name']}: {request}"
+    run = pipeline.start("craft", _workdir(settings), settings, need, options, sink, stop_after)
+    return craft_result(run, time.monotonic() - started)
+
+
+def _kept_spec(entry: dict[str, Any], manifest: dict[str, Any], settings: config.Settings) -> ToolSpec:
+    """The spec (whole examples, file contents included) of the version an improvement starts from: its
+    manifest's, or for a tool crafted before manifests kept it, its run's while the run is still there."""
+    from flakebot.toolspec import ToolSpec
+
+    spec = manifest.get("spec")
+    if not spec:
+        try:
+            spec = Run.load(_workdir(settings), entry.get("run_id", "")).output("spec")
+        except RunError:
+            spec = None
+    if not spec or not spec.get("examples"):
+        raise CatalogError(
+            f"{entry['name']}@{entry['version']} was crafted before flakebot kept its acceptance examples whole",
+            fix=f"craft it again with 'flakebot craft --fresh \"{entry.get('need', '')}\"', then improve that",
+        )
+    return ToolSpec.from_dict(spec, source=f"{entry['name']}@{entry['version']}")
 
 
 # ------------------------------------------------------------------ package

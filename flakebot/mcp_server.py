@@ -1,15 +1,15 @@
 """flakebot as an MCP server (stdio), on the MCP SDK's low-level Server.
 
 Two kinds of tool:
-- flakebot's own: craft, status, resume, search, list, show, package, runs, run, rm;
+- flakebot's own: craft, improve, status, resume, search, list, show, package, runs, run, rm;
 - every catalogued tool under its own name, with the input schema read from its clap --help. A call
   maps the arguments to argv (deliver.toolcall, the same mapping as `flakebot run --args-json`), runs
   the built program (a `stdin` argument is its standard input) and returns stdout, stderr and the exit
   code; a non-zero exit sets isError.
 
-Long work runs in worker threads: `craft`, `package` and `resume` send notifications/progress for every
+Long work runs in worker threads: `craft`, `improve`, `package` and `resume` send notifications/progress for every
 stage and edit iteration when the client gave a progress token; `craft` with wait=false returns the run
-id at once and the craft goes on in this process (poll `status`). A craft or `rm` that changes the
+id at once and the craft goes on in this process (poll `status`). A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
 (and as structuredContent); a failure is flakebot's error object with isError set.
 """
@@ -76,6 +76,17 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         ),
     ),
+    "improve": (
+        "Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it has "
+        "must still pass, new ones are added for the change. Earlier versions stay callable through `run` as NAME@VERSION.",
+        _schema(
+            ("tool", "request"),
+            tool=("string", "The catalogued tool (NAME, or NAME@VERSION to start from that version)."),
+            request=("string", "The change in plain words, e.g. 'also support a --delimiter option'."),
+            model=("string", "provider:model; default from flakebot's config."),
+            wait=WAIT,
+        ),
+    ),
     "status": (
         "A run's status and stage timeline; once it succeeded, its result (a craft's manifest).",
         _schema(("run_id",), run_id=("string", "The run id craft returned.")),
@@ -113,7 +124,7 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead).",
         _schema(
             ("tool",),
-            tool=("string", "The tool's name."),
+            tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
             args=("array", "Command-line arguments."),
             stdin=("string", "Standard input."),
         ),
@@ -187,6 +198,16 @@ class FlakebotMCP:
                 fresh=bool(args.get("fresh")), sink=sink, settings=settings,
             )  # fmt: skip
             return result.to_dict()
+
+        return await self._long(ctx, work, wait=args.get("wait", True) is not False, changes_catalog=True)
+
+    async def _tool_improve(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        _known(args, OWN_TOOLS["improve"][1])
+        settings, tool, request = self.settings(), _required(args, "tool"), _required(args, "request")
+        model = str(args["model"]) if args.get("model") else None
+
+        def work(sink: EventSink) -> dict[str, Any]:
+            return api.improve(tool, request, model=model, sink=sink, settings=settings).to_dict()
 
         return await self._long(ctx, work, wait=args.get("wait", True) is not False, changes_catalog=True)
 

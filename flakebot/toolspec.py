@@ -43,6 +43,8 @@ class ToolSpec:
     usage: str
     examples: list[Example]
     search_query: str = ""
+    # An improved tool's spec: examples[:inherited_examples] are its earlier version's, kept as they were.
+    inherited_examples: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,6 +61,7 @@ class ToolSpec:
                 usage=str(data.get("usage", "")),
                 examples=examples,
                 search_query=str(data.get("search_query", "")),
+                inherited_examples=int(data.get("inherited_examples") or 0),
             )
         except (KeyError, TypeError) as exc:
             raise SpecError(
@@ -75,8 +78,11 @@ class ToolSpec:
         found = []
         if not NAME_RE.match(self.name):
             found.append(f"name '{self.name}' is not kebab-case (like csv-dedup)")
-        if not 3 <= len(self.examples) <= 6:
-            found.append(f"{len(self.examples)} examples given; 3 to 6 are needed")
+        added = len(self.examples) - self.inherited_examples
+        if not self.inherited_examples and not 3 <= added <= 6:
+            found.append(f"{added} examples given; 3 to 6 are needed")
+        if self.inherited_examples and not 1 <= added <= 6:
+            found.append(f"{added} new examples given beside the {self.inherited_examples} kept; 1 to 6 are needed")
         for i, example in enumerate(self.examples, 1):
             if not isinstance(example.args, list) or not all(isinstance(a, str) for a in example.args):
                 found.append(f"example {i}: args must be a list of strings")

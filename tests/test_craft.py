@@ -3,7 +3,6 @@ registry, real cargo in bubblewrap, real nix with the host stand-in, the catalog
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -17,7 +16,8 @@ import pytest
 from flakebot.errors import EditError
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
+from tests.fakes.mcp_call import mcp_call
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 OFFLINE = ["--registry", "local", "--offline"]
@@ -108,20 +108,10 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     refused = run_cli("run", "csv-dedup", "--", "--key", "zip", input="id,name\n1,a\n")
     assert refused.returncode == 1 and "no column named 'zip'" in refused.stderr
     assert "not writing modified lock file" not in refused.stderr + ran.stderr
-    mcp = asyncio.run(_mcp_call("run", {"tool": "csv-dedup", "args": [], "stdin": CSV}))
+    mcp = mcp_call("run", {"tool": "csv-dedup", "args": [], "stdin": CSV})
     assert mcp["ok"] and mcp["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
     removed = run_cli("rm", "csv-dedup")
     assert removed.returncode == 0 and json_result(run_cli("list", "--json")) == {"tools": []}
-
-
-async def _mcp_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-
-    params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=dict(os.environ))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        result = await session.call_tool(name, arguments)
-        return dict(json.loads(result.content[0].text))
 
 
 @pytest.mark.slow
@@ -171,16 +161,7 @@ def test_a_failed_craft_leaves_only_the_run_record(workdir: Path, tmp_path: Path
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(SHOUT_SPEC))
     failed = run_cli(
-        "craft",
-        "shout",
-        "--model",
-        f"scripted:{script}",
-        "--spec",
-        str(spec),
-        "--crate",
-        "csv",
-        "--mode",
-        "new",
+        *shout_craft_args("shout", script, spec),
         *OFFLINE,
         "--json",
     )
@@ -209,16 +190,7 @@ def test_four_concurrent_crafts_leave_a_consistent_catalog(workdir: Path, tmp_pa
         spec = tmp_path / f"spec{i}.json"
         spec.write_text(json.dumps({**SHOUT_SPEC, "name": f"shout-{i}"}))
         argv = [
-            "craft",
-            f"shout number {i}",
-            "--model",
-            f"scripted:{script}",
-            "--spec",
-            str(spec),
-            "--crate",
-            "csv",
-            "--mode",
-            "new",
+            *shout_craft_args(f"shout number {i}", script, spec),
             *OFFLINE,
         ]
         procs.append(
@@ -248,16 +220,7 @@ def test_sandbox_off_is_only_by_request_and_warned_on_every_run(workdir: Path, t
     spec.write_text(json.dumps(SHOUT_SPEC))
     script.write_text(json.dumps({"format": 1, "stages": {}}))
     args = [
-        "craft",
-        "shout",
-        "--model",
-        f"scripted:{script}",
-        "--spec",
-        str(spec),
-        "--crate",
-        "csv",
-        "--mode",
-        "new",
+        *shout_craft_args("shout", script, spec),
         *OFFLINE,
         "--stop-after",
         "spec",

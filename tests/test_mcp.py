@@ -86,7 +86,9 @@ def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
             )
 
     names, listing, unknown, no_run = asyncio.run(session())
-    assert {"craft", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(names)
+    assert {"craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(
+        names
+    )
     assert listing == ({"ok": True, "tools": []}, False)
     assert unknown[1] is True and unknown[0]["ok"] is False and "no tool 'nope'" in unknown[0]["error"]
     assert no_run[1] is True and no_run[0]["exit_code"] == 4 and no_run[0]["fix"]

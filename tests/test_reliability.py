@@ -19,7 +19,7 @@ from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, require, run_cli
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 
@@ -209,16 +209,7 @@ def test_resume_after_a_failed_craft_whose_workspace_clean_removed(workdir: Path
     write = {"tool_calls": [{"name": "write_file", "arguments": {"path": "src/main.rs", "content": SHOUT_RS}}]}
     script.write_text(json.dumps({"format": 1, "stages": {"edit": [{"fault": {"kind": "500"}}] * 2 + [write]}}))
     args = [
-        "craft",
-        "shout",
-        "--model",
-        f"scripted:{script}",
-        "--spec",
-        str(spec),
-        "--crate",
-        "csv",
-        "--mode",
-        "new",
+        *shout_craft_args("shout", script, spec),
         "--registry",
         "local",
         "--offline",

@@ -115,6 +115,11 @@ class DisputeDesk:
             return f"refused: the {MAX_DISPUTES} disputes this run allows are used up; make the code pass the examples"
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= len(self.spec.examples):
             return f"refused: n must be an example number from 1 to {len(self.spec.examples)}"
+        if n <= self.spec.inherited_examples:
+            return (
+                f"refused: example {n} comes from the tool's earlier version, which callers rely on; it cannot change. "
+                "Make the code pass it"
+            )
         return ""
 
     def _settle(self, n: int, reason: str) -> ToolResult:

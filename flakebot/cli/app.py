@@ -106,7 +106,9 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
 
 @app.command("show")
 def show_cmd(
-    name: Annotated[str, typer.Argument(help="A run id (or unique prefix) or a catalogued tool name.")],
+    name: Annotated[
+        str, typer.Argument(help="A run id (or unique prefix), or a catalogued tool: NAME or NAME@VERSION.")
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """Show a run's stage timeline and outcome, or a catalogued tool's usage."""
@@ -327,6 +329,57 @@ def craft_cmd(
     print_craft_result(result.to_dict(), as_json)
 
 
+@app.command("improve")
+def improve_cmd(
+    tool: Annotated[str, typer.Argument(help="A catalogued tool (NAME, or NAME@VERSION to start from that version).")],
+    request: Annotated[str, typer.Argument(help='The change, in plain words: "also support a --delimiter option".')],
+    model: Annotated[
+        str | None,
+        typer.Option(help="provider:model, as for craft (groq:..., openai:..., ollama:NAME, scripted:FILE)."),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="The improvement as JSON/TOML (summary, usage, 1-6 NEW examples) instead of asking the model; the tool's current examples are kept."
+        ),
+    ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(help="Where dependencies come from: auto, crates-io, local, or a directory-source path."),
+    ] = None,
+    max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Tokens the run may use.")] = None,
+    offline: Annotated[
+        bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
+    ] = None,
+    keep: Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")] = False,
+    stop_after: Annotated[
+        str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
+    ] = None,
+    sandbox: Annotated[str | None, typer.Option(help="required (default), auto or off (unsafe), as for craft.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Craft a catalogued tool's next version: flakebot improve csv-dedup "also support --delimiter".
+
+    The new version starts from the tool's own source (fork mode), keeps every acceptance example it has and
+    adds new ones for the change; it is catalogued as the next version (0.1.0 -> 0.2.0), the current one from
+    then on. Earlier versions stay runnable: flakebot run csv-dedup@0.1.0. 'flakebot show TOOL' lists them.
+    """
+    from flakebot import api
+    from flakebot.cli.live import event_sink
+
+    with event_sink(as_json, f"improve {tool}: {request}") as sink:
+        result = api.improve(
+            tool, request, model=model, spec_file=str(spec) if spec else None, registry=registry,
+            max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep,
+            stop_after=stop_after, sandbox=sandbox, sink=sink, settings=G.settings,
+        )  # fmt: skip
+    from flakebot.cli.display import print_craft_result
+
+    print_craft_result(result.to_dict(), as_json)
+
+
 @app.command("eval")
 def eval_cmd(
     suite: Annotated[str, typer.Argument(help="A shipped suite's name or a directory holding suite.json.")] = "default",
@@ -377,7 +430,7 @@ def list_cmd(as_json: JsonOpt = False) -> None:
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run_cmd(
-    tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")],
+    tool: Annotated[str, typer.Argument(help="A catalogued tool: NAME (its current version) or NAME@VERSION.")],
     args: Annotated[list[str] | None, typer.Argument(help="Arguments for the tool (put them after --).")] = None,
     args_json: Annotated[
         str | None,
@@ -430,13 +483,16 @@ def _json_arguments(text: str) -> Any:
 
 
 @app.command("rm")
-def rm_cmd(tool: Annotated[str, typer.Argument(help="A catalogued tool's name.")]) -> None:
-    """Remove a tool from the catalog (its flake, manifest and GC root)."""
+def rm_cmd(
+    tool: Annotated[str, typer.Argument(help="A catalogued tool: NAME (every version) or NAME@VERSION (that one).")],
+) -> None:
+    """Remove a tool from the catalog (its flakes, manifests and GC roots), or one version of it."""
     from flakebot import api
     from flakebot.cli.live import out
 
     entry = api.remove_tool(tool, G.settings)
-    out.print(f"removed {entry['name']} (store path {entry.get('store_path', '?')} is no longer held)")
+    which = entry["name"] if "@" not in tool else f"{entry['name']} {entry['version']}"
+    out.print(f"removed {which} (store path {entry.get('store_path', '?')} is no longer held)")
 
 
 @app.command("mcp")

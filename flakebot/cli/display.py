@@ -47,6 +47,16 @@ def print_tool(report: dict[str, Any]) -> None:
     if manifest and not manifest.get("portable"):
         reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
         out.print(f"[yellow]portable: no[/yellow] ({reason})")
+    versions = report.get("versions") or []
+    if len(versions) > 1:
+        table = Table("version", "change", "run")
+        for record in versions:
+            current = " (current)" if record["version"] == report.get("current_version") else ""
+            table.add_row(
+                record["version"] + current, record.get("change") or "first craft", record.get("run_id") or ""
+            )
+        out.print(table)
+        out.print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
     out.print(f"[dim]{report.get('dir', '')}[/dim]")
 
 
@@ -64,8 +74,16 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         return
     manifest = result["manifest"]
     origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
-    out.print(f"[bold green]✔ {result['name']}[/bold green] {manifest.get('summary', '')} ({origin})")
-    if result.get("choice", {}).get("crate"):
+    version = f" {result['version']}" if result.get("version") else ""
+    out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {manifest.get('summary', '')} ({origin})")
+    improves = manifest.get("improves")
+    if improves and not result["from_catalog"]:
+        kept = (manifest.get("spec") or {}).get("inherited_examples", 0)
+        out.print(
+            f"  improves {result['name']}@{improves['version']} ({improves['request']}): its {kept} examples still pass; "
+            f"the earlier version stays runnable as {result['name']}@{improves['version']}"
+        )
+    if result.get("choice", {}).get("crate") and not improves:
         choice = result["choice"]
         out.print(f"  started from [bold]{choice['crate']}[/bold] ({choice.get('mode')}): {choice.get('reason', '')}")
     usage = result.get("usage") or {}
@@ -97,7 +115,9 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     if not tools:
         out.print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")
         return
-    table = Table("tool", "summary", "need", "run")
+    table = Table("tool", "version", "summary", "need", "run")
     for tool in tools:
-        table.add_row(tool["name"], tool.get("summary", ""), tool.get("need", ""), tool.get("run_id", ""))
+        older = len(tool.get("versions") or {}) - 1
+        version = str(tool.get("version", "")) + (f" (+{older} earlier)" if older > 0 else "")
+        table.add_row(tool["name"], version, tool.get("summary", ""), tool.get("need", ""), tool.get("run_id", ""))
     out.print(table)

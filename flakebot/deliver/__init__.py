@@ -2,7 +2,8 @@
 
     manifest.py  usage instructions built from facts (help text, real example outputs, tool schemas)
     helpparse.py clap --help text -> parameters (flags, options, positionals) -> JSON Schema
-    catalog.py   crafted tools kept with their flake, manifest and a GC root; atomic, locked writes
+    catalog.py   crafted tools kept with their flake, manifest and a GC root, per version; atomic, locked writes
+    versions.py  NAME@VERSION references and the version an improvement gets
     publish.py   nix copy of a catalogued tool's closure to a binary cache or another store, signed
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.

@@ -1,11 +1,15 @@
 """The catalog of crafted tools (default ~/.local/share/flakebot/).
 
-    catalog.json          {"format": 1, "tools": {name: entry}}: rewritten atomically under .lock
-    tools/<name>/flake/   the tool's flake (sources, flake.nix, flake.lock)
-    tools/<name>/manifest.json, USAGE.md
-    tools/<name>/gcroot   a Nix GC root holding the tool's store path
+    catalog.json                    {"format": 2, "tools": {name: entry}}: rewritten atomically under .lock
+    tools/<name>/<version>/flake/   that version's flake (sources, flake.nix, flake.lock)
+    tools/<name>/<version>/manifest.json, USAGE.md
+    tools/<name>/<version>/gcroot   a Nix GC root holding that version's store path
 
-Concurrent crafts serialize on an exclusive flock of .lock; a tool directory is assembled beside
+An entry carries its current (newest) version's fields at the top, as format 1 did, plus `version` and
+`versions` (every version's record). Format 1 kept one version flat in tools/<name>/; such an entry reads as
+version 0.1.0 whose files stay where they are, so its manifest's `nix run` keeps working.
+
+Concurrent crafts serialize on an exclusive flock of .lock; a version directory is assembled beside
 its final place and renamed in, so a reader never sees half of one.
 """
 
@@ -25,12 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
+from flakebot.deliver.versions import FIRST_VERSION, ToolRef, newest, next_version, parse_ref, version_key
 from flakebot.errors import CatalogError
 from flakebot.fsutil import atomic_write_json, remove_tree
 
 logger = logging.getLogger(__name__)
 
-CATALOG_FORMAT = 1
+CATALOG_FORMAT = 2
+# What each version keeps of its own; the entry shows the current version's at its top.
+VERSION_FIELDS = ("summary", "change", "run_id", "origin", "store_path", "dir", "gc_root", "added")
+VERSION_FILES = ("flake", "manifest.json", "USAGE.md", "gcroot")
 STOPWORDS = {
     "a",
     "an",
@@ -74,7 +82,11 @@ class Catalog:
         return cls(settings.path("catalog_dir"))
 
     def tool_dir(self, name: str) -> Path:
+        """Where every version of a tool lives."""
         return self.root / "tools" / name
+
+    def version_dir(self, name: str, version: str) -> Path:
+        return self.tool_dir(name) / version
 
     @contextmanager
     def locked(self) -> Iterator[dict[str, Any]]:
@@ -91,8 +103,8 @@ class Catalog:
             index = self._read()
             before = json.dumps(index, sort_keys=True)
             yield index
-            if json.dumps(index, sort_keys=True) != before:
-                atomic_write_json(self.index_path, index)
+            if json.dumps(index, sort_keys=True) != before or index.get("format") != CATALOG_FORMAT:
+                atomic_write_json(self.index_path, {**index, "format": CATALOG_FORMAT})
 
     def _read(self) -> dict[str, Any]:
         if not self.index_path.exists():
@@ -105,19 +117,23 @@ class Catalog:
             ) from None
         if not isinstance(index, dict) or not isinstance(index.get("tools"), dict):
             raise CatalogError(f"{self.index_path} has no tools table", fix=f"restore or remove {self.index_path}")
+        for entry in index["tools"].values():
+            _with_versions(entry)
         return index
 
     def tools(self) -> dict[str, dict[str, Any]]:
         return dict(self._read()["tools"])
 
     def get(self, name: str) -> dict[str, Any]:
+        """A tool's entry by `NAME` (its current version) or `NAME@VERSION` (that version's fields at the top)."""
+        ref = parse_ref(name)
         tools = self.tools()
-        if name not in tools:
+        if ref.name not in tools:
             known = ", ".join(sorted(tools)) or "none yet"
             raise CatalogError(
-                f"no tool '{name}' in the catalog", fix=f"list tools with 'flakebot list' (known: {known})"
+                f"no tool '{ref.name}' in the catalog", fix=f"list tools with 'flakebot list' (known: {known})"
             )
-        return tools[name]
+        return _at_version(tools[ref.name], ref)
 
     def find_need(self, need: str) -> dict[str, Any] | None:
         """A catalogued tool crafted for the same (normalized) need whose store path still exists."""
@@ -141,6 +157,18 @@ class Catalog:
                 return candidate
         raise CatalogError(f"every name like {name} is taken", fix="pass --name with a name of your own")
 
+    def version_for(self, name: str, *, improving: bool = False) -> str:
+        """The version a new build of `name` becomes. An improvement gets the next version. A plain craft of a
+        need the catalog holds replaces that craft (its current version) unless the current version is an
+        improvement, which a plain re-craft must not silently drop: then it too gets the next version."""
+        entry = self.tools().get(name)
+        if entry is None:
+            return FIRST_VERSION
+        current = entry["version"]
+        if improving or entry["versions"][current].get("change"):
+            return next_version(current)
+        return str(current)
+
     def add(
         self,
         name: str,
@@ -152,10 +180,15 @@ class Catalog:
         store_path: str,
         run_id: str,
         origin: dict[str, Any],
+        version: str | None = None,
+        change: str = "",
     ) -> dict[str, Any]:
-        """Copy a built tool into the catalog (replacing an older one of the same name and need) and hold its store path.
+        """Copy a built tool into the catalog as `version` of `name` (default: what `version_for` says) and hold
+        its store path. The newest version becomes the current one.
 
-        A tool of the same name crafted for a different need is never replaced silently: that is an error."""
+        A tool of the same name crafted for a different need is never replaced silently: that is an error.
+        `change` (an improvement's request) marks a new version: one another run already made is not replaced."""
+        version = version or self.version_for(name, improving=bool(change))
         staging = Path(tempfile.mkdtemp(dir=self._staging_root(), prefix=f"{name}."))
         try:
             shutil.copytree(
@@ -164,28 +197,41 @@ class Catalog:
             atomic_write_json(staging / "manifest.json", manifest)
             (staging / "USAGE.md").write_text(usage_md)
             with self.locked() as index:
-                _refuse_other_need(index["tools"].get(name), need)
-                final = self.tool_dir(name)
-                old = final.with_name(f".{name}.old")
+                entry = index["tools"].get(name)
+                _refuse_other_need(entry, need)
+                earlier = (entry or {}).get("versions", {}).get(version)
+                if earlier is not None and change and earlier.get("run_id") != run_id:
+                    raise CatalogError(
+                        f"{name} {version} was made by another run ({earlier.get('run_id')}) while this one worked",
+                        fix=f"improve {name} again: it starts from {name}@{version}",
+                        name=name,
+                    )
+                final = self.version_dir(name, version)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                old = final.with_name(f".{version}.old")
                 remove_tree(old)
                 if final.exists():
                     final.rename(old)
                 staging.rename(final)
                 remove_tree(old)
-                entry = {
-                    "name": name,
-                    "need": need,
-                    "need_key": normalize_need(need),
+                if earlier is not None and Path(earlier["dir"]) != final:  # a format-1 copy, flat in the tool's dir
+                    _remove_version_files(Path(earlier["dir"]), self.tool_dir(name))
+                record = {
+                    "version": version,
                     "summary": manifest.get("summary", ""),
+                    "change": change,
                     "run_id": run_id,
                     "origin": origin,
                     "store_path": store_path,
                     "dir": str(final),
                     "added": time.time(),
                 }
-                entry["gc_root"] = str(add_gc_root(final / "gcroot", store_path))
-                index["tools"][name] = entry
-                return entry
+                record["gc_root"] = str(add_gc_root(final / "gcroot", store_path))
+                if entry is None:
+                    entry = {"name": name, "need": need, "need_key": normalize_need(need), "versions": {}}
+                entry["versions"][version] = record
+                index["tools"][name] = _current(entry)
+                return _at_version(index["tools"][name], ToolRef(name, version))
         finally:
             remove_tree(staging)
 
@@ -203,18 +249,70 @@ class Catalog:
             return dict(entry)
 
     def remove(self, name: str) -> dict[str, Any]:
-        """Drop a tool: its entry, its directory and so its GC root."""
+        """Drop a tool (`NAME`: every version, its directory and so its GC roots) or one version (`NAME@VERSION`;
+        the newest left becomes current, and removing the only one removes the tool)."""
+        ref = parse_ref(name)
         with self.locked() as index:
-            entry = index["tools"].pop(name, None)
+            entry = index["tools"].get(ref.name)
             if entry is None:
-                raise CatalogError(f"no tool '{name}' in the catalog", fix="list tools with 'flakebot list'")
-            remove_tree(self.tool_dir(name))
-        return dict(entry)
+                raise CatalogError(f"no tool '{ref.name}' in the catalog", fix="list tools with 'flakebot list'")
+            removed = _at_version(entry, ref)
+            if ref.version is None or len(entry["versions"]) == 1:
+                del index["tools"][ref.name]
+                remove_tree(self.tool_dir(ref.name))
+                return removed
+            record = entry["versions"].pop(ref.version)
+            _remove_version_files(Path(record["dir"]), self.tool_dir(ref.name))
+            index["tools"][ref.name] = _current(entry)
+        return removed
 
     def _staging_root(self) -> Path:
         staging = self.root / "tools" / ".staging"
         staging.mkdir(parents=True, exist_ok=True)
         return staging
+
+
+def _with_versions(entry: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 entry (one flat version) in format 2's shape: version 0.1.0, its files where they are."""
+    if "versions" not in entry:
+        entry["version"] = FIRST_VERSION
+        entry["versions"] = {
+            FIRST_VERSION: {"version": FIRST_VERSION, **{k: entry[k] for k in VERSION_FIELDS if k in entry}}
+        }
+    return entry
+
+
+def _current(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry with its newest version's fields at the top."""
+    version = newest(list(entry["versions"]))
+    return {**entry, **entry["versions"][version], "version": version}
+
+
+def _at_version(entry: dict[str, Any], ref: ToolRef) -> dict[str, Any]:
+    if ref.version is None:
+        return dict(entry)
+    record = entry["versions"].get(ref.version)
+    if record is None:
+        known = ", ".join(sorted(entry["versions"], key=version_key))
+        raise CatalogError(
+            f"{ref.name} has no version {ref.version} (it has {known})",
+            fix=f"use one of {', '.join(f'{ref.name}@{v}' for v in sorted(entry['versions'], key=version_key))}",
+        )
+    return {**entry, **record, "version": ref.version}
+
+
+def _remove_version_files(directory: Path, tool_dir: Path) -> None:
+    """Remove one version's files: its own directory, or those of a format-1 version, flat in the tool's
+    directory beside the other versions' directories."""
+    if directory != tool_dir:
+        remove_tree(directory)
+        return
+    for name in VERSION_FILES:
+        target = directory / name
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        else:
+            remove_tree(target)
 
 
 def _refuse_other_need(entry: dict[str, Any] | None, need: str) -> None:
@@ -243,10 +341,22 @@ def add_gc_root(link: Path, store_path: str) -> Path:
 
 
 def show_tool(name: str, settings: Settings) -> dict[str, Any]:
-    """A catalogued tool's entry and manifest."""
-    catalog = Catalog.open(settings)
-    entry = catalog.get(name)
-    directory = catalog.tool_dir(name)
+    """A catalogued tool's entry and manifest (`NAME@VERSION`: that version's), with every version listed."""
+    entry = Catalog.open(settings).get(name)
+    directory = Path(entry["dir"])
     manifest = json.loads((directory / "manifest.json").read_text()) if (directory / "manifest.json").exists() else {}
     usage = (directory / "USAGE.md").read_text() if (directory / "USAGE.md").exists() else ""
-    return {"kind": "tool", **entry, "manifest": manifest, "usage_markdown": usage}
+    versions = [
+        {k: record.get(k) for k in ("version", "change", "summary", "run_id", "store_path", "added")}
+        for _, record in sorted(entry["versions"].items(), key=lambda item: version_key(item[0]))
+    ]
+    shown = {k: v for k, v in entry.items() if k != "versions"}
+    current = newest(list(entry["versions"]))
+    return {
+        "kind": "tool",
+        **shown,
+        "current_version": current,
+        "versions": versions,
+        "manifest": manifest,
+        "usage_markdown": usage,
+    }

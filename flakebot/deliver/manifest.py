@@ -62,7 +62,8 @@ def build_manifest(
         "name": spec["name"],
         "summary": spec["summary"],
         "need": need,
-        "version": package.get("version", ""),
+        "version": package.get("version", ""),  # the crate's; the catalog's version of the tool is catalog_version
+        "package": package.get("pname", ""),
         "usage": spec.get("usage", ""),
         "flake_ref": flake_ref,
         "nix_run": shlex.join(nix_run) + " -- ARGS",
@@ -72,6 +73,10 @@ def build_manifest(
         "help_text": help_text,
         "parameters": [p.to_dict() for p in params],
         "examples": examples,
+        # the acceptance examples whole (with their files' contents): what `flakebot improve` keeps
+        "spec": {
+            k: spec.get(k) for k in ("name", "summary", "usage", "search_query", "examples", "inherited_examples")
+        },
         "corrected_examples": corrected_examples
         or [],  # examples the spec model corrected after a dispute in the edit loop
         "openai_tool": openai_tool,

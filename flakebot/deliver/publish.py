@@ -66,12 +66,13 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     """Copy a catalogued tool's closure to `to` with `nix copy` and record it in the catalog entry."""
     destination = parse_destination(to)
     catalog = Catalog.open(settings)
-    store_path = _live_store_path(tool, catalog.get(tool))
+    entry = catalog.get(tool)  # NAME or NAME@VERSION
+    store_path = _live_store_path(tool, entry)
     command.nix_program()  # fail before generating a key when nix is missing
     key = signing_key(settings) if destination.binary_cache and "secret-key=" not in to else None
     seconds = _copy(store_path, destination, key, settings.nix_copy_timeout)
     record = _record(store_path, destination, key)
-    catalog.update(tool, published={destination.url: record})
+    catalog.update(entry["name"], published={destination.url: record})
     logger.info(
         "published %s (%d paths, %d bytes) to %s in %.1f s",
         store_path,
@@ -80,7 +81,7 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
         destination.url,
         seconds,
     )
-    helps = consumer_help(destination, key, store_path, _main_program(catalog.tool_dir(tool), tool))
+    helps = consumer_help(destination, key, store_path, _main_program(Path(entry["dir"]), entry["name"]))
     return {
         "kind": "publication",
         "tool": tool,

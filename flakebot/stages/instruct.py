@@ -32,7 +32,10 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     spec, built = ctx.get(SpecOut), ctx.get(PackageOut)
     package = built.to_dict()
     catalog = Catalog.open(ctx.settings)
-    flake_ref = str(catalog.tool_dir(spec.name) / "flake")
+    improve = ctx.options.get("improve") or {}
+    need = improve.get("need") or ctx.run.state["need"]  # an improvement keeps the tool's need
+    version = improve.get("version") or catalog.version_for(spec.name)
+    flake_ref = str(catalog.version_dir(spec.name, version) / "flake")
     binary = Path(built.store_path) / "bin" / (built.main_program or spec.name)
     nix_run = package_run(package, flake_ref)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
@@ -43,7 +46,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     verification = verify(ctx, package, nix_run, examples)
     manifest = build_manifest(
         spec=spec.to_dict(),
-        need=ctx.run.state["need"],
+        need=need,
         package=package,
         flake_ref=flake_ref,
         nix_run=nix_run,
@@ -56,21 +59,34 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         corrected_examples=[d for d in ctx.get(EditOut).disputes if d["outcome"] == "corrected"],
         untested=ctx.get(AcquireOut).untested,
     )
-    manifest["catalog_dir"] = str(catalog.tool_dir(spec.name))
+    manifest["catalog_dir"] = str(catalog.version_dir(spec.name, version))
+    manifest["catalog_version"] = version
+    if improve:
+        manifest["improves"] = {"version": improve["from_version"], "request": improve["request"]}
     # it quotes the tool's output; JSON records are redacted as written
     usage_md = redact_text(usage_markdown(manifest))
-    entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md)
+    entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
 def _catalogue(
-    ctx: StageContext, catalog: Catalog, name: str, package: dict[str, Any], manifest: dict[str, Any], usage_md: str
+    ctx: StageContext,
+    catalog: Catalog,
+    name: str,
+    package: dict[str, Any],
+    manifest: dict[str, Any],
+    usage_md: str,
+    *,
+    need: str,
+    version: str,
 ) -> dict[str, Any]:
-    """Put the verified tool in the catalog (atomically), then write the run's copies; on any failure
-    after the entry exists it is removed again, so a failed craft never leaves a runnable tool."""
+    """Put the verified tool in the catalog (atomically) as `version`, then write the run's copies; on any failure
+    after the entry exists that version is removed again, so a failed craft never leaves a runnable tool."""
     entry = catalog.add(
         name,
-        need=ctx.run.state["need"],
+        version=version,
+        change=(manifest.get("improves") or {}).get("request", ""),
+        need=need,
         flake_dir=Path(package["flake_dir"]),
         manifest=manifest,
         usage_md=usage_md,
@@ -82,8 +98,8 @@ def _catalogue(
         atomic_write_json(ctx.run.dir / "manifest.json", manifest)
         atomic_write_text(ctx.run.dir / "USAGE.md", usage_md)
     except BaseException:
-        logger.warning("removing %s from the catalog: the craft failed after it was added", name)
-        catalog.remove(name)
+        logger.warning("removing %s %s from the catalog: the craft failed after it was added", name, version)
+        catalog.remove(f"{name}@{version}")
         raise
     return entry
 

@@ -42,6 +42,7 @@ class SpecOut(StageOut):
     usage: str = ""
     examples: list[dict[str, Any]] = field(default_factory=list)
     search_query: str = ""
+    inherited_examples: int = 0  # improve: the first examples are the earlier version's, kept
     source: str = ""  # "model" or "file PATH"
     reuse: str = ""  # a catalogued tool's name, when the model judged it equivalent
     reason: str = ""

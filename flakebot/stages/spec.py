@@ -19,6 +19,8 @@ from flakebot.toolspec import ToolSpec, load_spec_file
 
 
 def spec_stage(ctx: StageContext) -> SpecOut:
+    if ctx.options.get("improve"):
+        return _improvement(ctx)
     spec_file = ctx.options.get("spec_file")
     if spec_file:
         spec = load_spec_file(Path(spec_file))
@@ -35,6 +37,28 @@ def spec_stage(ctx: StageContext) -> SpecOut:
         spec, source = answer, "model"
     spec = _named(ctx, spec)
     ctx.progress(f"{spec.name}: {spec.summary} ({len(spec.examples)} examples, from {source})")
+    return SpecOut.of(spec, source)
+
+
+def _improvement(ctx: StageContext) -> SpecOut:
+    """improve: the tool's current examples kept, new ones for the request (from --spec FILE or the model)."""
+    from flakebot.stages.improvement import improvement_from_file, improvement_from_model
+
+    improve = ctx.options["improve"]
+    kept = ToolSpec.from_dict(improve["kept_spec"], source=f"{improve['tool']}@{improve['from_version']}")
+    if ctx.options.get("spec_file"):
+        spec, source = improvement_from_file(kept, Path(ctx.options["spec_file"])), f"file {ctx.options['spec_file']}"
+    else:
+        from flakebot.pipeline.models import stage_model
+
+        with stage_model(ctx) as model:
+            spec = improvement_from_model(model, kept, improve["request"], render("prompts/improve.j2"))
+        source = "model"
+    added = len(spec.examples) - spec.inherited_examples
+    ctx.progress(
+        f"{spec.name} {improve['version']}: {spec.summary} ({spec.inherited_examples} examples kept from "
+        f"{improve['from_version']}, {added} new, from {source})"
+    )
     return SpecOut.of(spec, source)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, acceptance_test_names
 from flakebot.toolspec import ToolSpec
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
+from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 KEY_VAR = "HOSTILE_SERVICE_API_KEY"  # set before flakebot starts, as a user's real key would be
 OFFLINE = ["--registry", "local", "--offline"]
@@ -380,16 +380,7 @@ def _run_case(root: Path, case: Hostile) -> dict[str, Any]:
         sys.executable,
         "-m",
         "flakebot",
-        "craft",
-        "shout",
-        "--model",
-        f"scripted:{script}",
-        "--spec",
-        str(spec),
-        "--crate",
-        "csv",
-        "--mode",
-        "new",
+        *shout_craft_args("shout", script, spec),
     ]
     started = time.monotonic()
     try:

@@ -14,3 +14,8 @@ SHOUT_RS = (FIXTURES / "shout.rs").read_text()
 def write_file(path: str, content: str) -> dict[str, Any]:
     """A scripted write_file tool call."""
     return {"name": "write_file", "arguments": {"path": path, "content": content}}
+
+
+def shout_craft_args(need: str, script: Path | str, spec: Path | str) -> list[str]:
+    """`flakebot craft NEED` with a model script and a spec file, as a new crate on csv (registry flags not included)."""
+    return ["craft", need, "--model", f"scripted:{script}", "--spec", str(spec), "--crate", "csv", "--mode", "new"]
