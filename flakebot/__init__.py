@@ -1,6 +1,6 @@
 """flakebot: a tool factory for agents.
 
-from flakebot import craft, search, package, status, resume, call_tool
+from flakebot import craft, improve, search, package, status, resume, call_tool
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-PUBLIC = ("craft", "search", "package", "status", "resume", "call_tool", "list_tools")
+PUBLIC = ("craft", "improve", "search", "package", "status", "resume", "call_tool", "list_tools")
 __all__ = [*PUBLIC, "__version__"]
 
 

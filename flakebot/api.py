@@ -524,11 +524,6 @@ def tool_manifest(name: str, settings: config.Settings | None = None) -> dict[st
     return manifest
 
 
-def tool_command(name: str, args: list[str], settings: config.Settings | None = None) -> list[str]:
-    """The argv that runs a catalogued tool with `args` (through `nix run`, as its manifest says)."""
-    return [*tool_manifest(name, settings)["nix_run_argv"], "--", *args]
-
-
 def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     """Every catalogued tool as an MCP tool definition (name, description, inputSchema); tools without a manifest are left out."""
     from flakebot.deliver.toolcall import mcp_definition
@@ -551,61 +546,35 @@ def tool_arguments(name: str, arguments: Any, settings: config.Settings | None =
 
 
 def call_tool(name: str, arguments: Any, settings: config.Settings | None = None) -> ToolCall:
-    """Run a catalogued tool's built program with JSON arguments; its output and exit code come back as data."""
+    """Run a catalogued tool (sandboxed) with JSON arguments; its output and exit code come back as data."""
     from flakebot.deliver.toolcall import call
 
     settings = _settings(settings)
-    return call(tool_manifest(name, settings), arguments, timeout=settings.tool_timeout)
+    return call(tool_manifest(name, settings), arguments, settings=settings)
 
 
-def call_tool_argv(name: str, args: list[str], settings: config.Settings | None = None) -> ToolCall:
-    """Run a catalogued tool's built program with command-line `args` and the caller's stdin, capturing its output."""
+def call_tool_argv(
+    name: str, args: list[str], settings: config.Settings | None = None, stdin: str | None = None
+) -> ToolCall:
+    """Run a catalogued tool (sandboxed) with command-line `args` and `stdin` (None: the caller's own, unless it is
+    a terminal), capturing its output."""
+    import sys
+
     from flakebot.deliver.toolcall import run_captured
 
     settings = _settings(settings)
-    return run_captured(tool_manifest(name, settings), args, None, timeout=settings.tool_timeout)
+    if stdin is None:
+        stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+    return run_captured(tool_manifest(name, settings), args, stdin, settings=settings)
 
 
 def run_tool(name: str, args: list[str], settings: config.Settings | None = None, stdin: str | None = None) -> int:
-    """Run a catalogued tool with the caller's stdin (or `stdin`) and stdout; returns its exit code.
+    """Run a catalogued tool (NAME or NAME@VERSION) in the sandbox with the caller's stdin (or `stdin`), stdout and
+    stderr; returns its exit code. The working directory is writable for it, paths its arguments name readable."""
+    from flakebot.deliver.toolrun import run_attached
 
-    In host mode nix warns on every run that it will not write the overridden lock file; that one
-    warning is dropped from stderr, everything else passes through as it comes."""
-    import subprocess
-    import sys
-    import threading
-
-    piped = subprocess.PIPE if stdin is not None else None
-    proc = subprocess.Popen(tool_command(name, args, settings), stdin=piped, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    relay = threading.Thread(target=_relay_stderr, args=(proc.stderr, sys.stderr), daemon=True)
-    relay.start()
-    if proc.stdin is not None:
-        _feed(proc.stdin, stdin or "")
-    code = proc.wait()
-    relay.join(timeout=5)
-    return code
-
-
-def _feed(pipe: Any, text: str) -> None:
-    try:
-        pipe.write(text)
-        pipe.close()
-    except BrokenPipeError:  # the tool stopped reading: its exit code says how it ended
-        pass
-
-
-def _relay_stderr(source: Any, sink: Any) -> None:
-    skipping = False
-    for line in source:
-        if line.startswith("warning: not writing modified lock file of flake"):
-            skipping = True
-            continue
-        if skipping and line.startswith(("•", " ")):
-            continue
-        skipping = False
-        sink.write(line)
-        sink.flush()
+    settings = _settings(settings)
+    return run_attached(tool_manifest(name, settings), args, settings=settings, stdin=stdin)
 
 
 def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:

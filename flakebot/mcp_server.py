@@ -249,7 +249,8 @@ class FlakebotMCP:
 
     async def _tool_list(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tools = await anyio.to_thread.run_sync(lambda: api.list_tools(self.settings()))
-        return {"ok": True, "tools": [{k: e.get(k) for k in ("name", "summary", "need", "run_id")} for e in tools]}
+        keys = ("name", "version", "summary", "need", "run_id")
+        return {"ok": True, "tools": [{k: e.get(k) for k in keys} for e in tools]}
 
     async def _tool_show(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         return await _threaded(lambda: api.show(_required(args, "name"), self.settings()))
@@ -258,18 +259,10 @@ class FlakebotMCP:
         return await _threaded(lambda: {"runs": api.list_runs(self.settings())})
 
     async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        import subprocess
-
         tool, settings = _required(args, "tool"), self.settings()
-
-        def run() -> dict[str, Any]:
-            argv = api.tool_command(tool, [str(a) for a in args.get("args") or []], settings)
-            done = subprocess.run(
-                argv, input=str(args.get("stdin") or ""), capture_output=True, text=True, timeout=settings.tool_timeout
-            )
-            return {"exit_code": done.returncode, "stdout": done.stdout, "stderr": done.stderr[-4000:]}
-
-        return await _threaded(run)
+        argv, stdin = [str(a) for a in args.get("args") or []], str(args.get("stdin") or "")
+        call = await _threaded(lambda: api.call_tool_argv(tool, argv, settings, stdin=stdin).to_dict())
+        return {"exit_code": call["exit_code"], "stdout": call["stdout"], "stderr": call["stderr"][-4000:]}
 
     async def _tool_rm(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         removed = await _threaded(lambda: api.remove_tool(_required(args, "tool"), self.settings()))

@@ -23,7 +23,7 @@ echo
 echo "\$ flakebot craft \"$need\" --fresh ${args[*]}"
 $flakebot craft "$need" --fresh "${args[@]}"
 echo
-echo "\$ flakebot run csv-dedup -- --key name demo/people.csv      (nix run under the hood)"
+echo "\$ flakebot run csv-dedup -- --key name demo/people.csv      (its store path, in the sandbox)"
 $flakebot run csv-dedup -- --key name demo/people.csv
 echo
 echo "\$ flakebot run csv-dedup -- demo/people.csv"

@@ -443,9 +443,25 @@ def run_cmd(
         bool,
         typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object."),
     ] = False,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: the tool sees this whole machine (unsafe)."
+        ),
+    ] = None,
 ) -> None:
-    """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'"""
+    """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'
+
+    The tool's store path runs in the sandbox: this directory is writable, the paths its arguments name are
+    readable, nothing else of the machine is; no network, none of your environment variables.
+    """
+    import dataclasses
+
     from flakebot import api
+
+    settings = G.settings
+    if sandbox is not None:
+        settings = dataclasses.replace(settings, sandbox=config.coerce("sandbox", sandbox, "--sandbox"))
 
     arguments = _json_arguments(args_json) if args_json is not None else None
     if arguments is not None and args:
@@ -459,14 +475,14 @@ def run_cmd(
         from flakebot.cli.live import json_result
 
         call = (
-            api.call_tool(tool, arguments if arguments is not None else {}, G.settings)
+            api.call_tool(tool, arguments if arguments is not None else {}, settings)
             if not args
-            else api.call_tool_argv(tool, list(args), G.settings)
+            else api.call_tool_argv(tool, list(args), settings)
         )
         json_result(call.to_dict())
         raise typer.Exit(call.exit_code)
-    argv, stdin = api.tool_arguments(tool, arguments, G.settings) if arguments is not None else (list(args or []), None)
-    raise typer.Exit(api.run_tool(tool, argv, G.settings, stdin=stdin))
+    argv, stdin = api.tool_arguments(tool, arguments, settings) if arguments is not None else (list(args or []), None)
+    raise typer.Exit(api.run_tool(tool, argv, settings, stdin=stdin))
 
 
 def _json_arguments(text: str) -> Any:

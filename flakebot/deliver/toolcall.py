@@ -2,18 +2,20 @@
 
 One mapping serves every caller: the MCP server's tools/call and `flakebot run TOOL --args-json`.
 The arguments become argv with helpparse.to_argv; a `stdin` argument is the tool's standard input.
+The tool runs sandboxed (deliver.toolrun) with its output captured.
 """
 
 from __future__ import annotations
 
 import logging
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot.config import Settings
 from flakebot.deliver.helpparse import CliParam, json_schema, to_argv
-from flakebot.errors import CatalogError, UsageError
+from flakebot.deliver.toolrun import built_program, tool_sandbox
+from flakebot.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -84,43 +86,26 @@ def _type_problem(params: list[CliParam], arguments: dict[str, Any]) -> str | No
     return None
 
 
-def program(manifest: dict[str, Any]) -> list[str]:
-    """The command that runs the tool: its built store path, or `nix run` of its flake when the path is gone."""
-    binary = (
-        Path(manifest.get("store_path") or "/nonexistent")
-        / "bin"
-        / (manifest.get("main_program") or manifest.get("name", ""))
-    )
-    if binary.is_file():
-        return [str(binary)]
-    if manifest.get("nix_run_argv"):
-        logger.info("%s is not in the store; running the tool through nix run", binary)
-        return [*manifest["nix_run_argv"], "--"]
-    raise CatalogError(
-        f"tool '{manifest.get('name')}' has no built program", fix="craft it again with 'flakebot craft --fresh'"
-    )
-
-
-def call(manifest: dict[str, Any], arguments: Any, *, timeout: float, cwd: Path | None = None) -> ToolCall:
+def call(manifest: dict[str, Any], arguments: Any, *, settings: Settings, cwd: Path | None = None) -> ToolCall:
     """Run the tool with JSON arguments and capture what it printed; a non-zero exit is a result, not an error.
 
     Without a `stdin` argument the tool reads an empty input (never the caller's: an MCP server's stdin is its protocol)."""
     args, stdin = arguments_to_argv(manifest, arguments)
-    return run_captured(manifest, args, stdin or "", timeout=timeout, cwd=cwd)
+    return run_captured(manifest, args, stdin or "", settings=settings, cwd=cwd)
 
 
 def run_captured(
-    manifest: dict[str, Any], args: list[str], stdin: str | None, *, timeout: float, cwd: Path | None = None
+    manifest: dict[str, Any], args: list[str], stdin: str, *, settings: Settings, cwd: Path | None = None
 ) -> ToolCall:
-    """Run the tool with command-line `args` and capture its output; `stdin` None passes the caller's own."""
-    argv = [*program(manifest), *args]
-    try:
-        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    except subprocess.TimeoutExpired as expired:  # exit 124, as coreutils' timeout reports it
-        note = f"\n[flakebot: stopped after {timeout:g}s; raise tool_timeout to allow more]\n"
-        return ToolCall(manifest["name"], args, TIMED_OUT, _text(expired.stdout), _text(expired.stderr) + note)
-    return ToolCall(manifest["name"], args, done.returncode, done.stdout, done.stderr)
-
-
-def _text(output: str | bytes | None) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+    """Run the tool's store path in the sandbox (deliver.toolrun) with command-line `args` and capture its output."""
+    timeout = settings.tool_timeout
+    binary = built_program(manifest, timeout)
+    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout) as (sandbox, where):
+        result = sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
+    stderr = result.stderr
+    if result.timed_out:  # exit 124, as coreutils' timeout reports it
+        stderr += f"\n[flakebot: stopped after {timeout:g}s; raise tool_timeout to allow more]\n"
+    if result.truncated:
+        stderr += f"\n[flakebot: output cut to its first and last bytes (output_cap {settings.output_cap})]\n"
+    code = TIMED_OUT if result.timed_out else result.returncode
+    return ToolCall(manifest["name"], args, code, result.stdout, stderr)

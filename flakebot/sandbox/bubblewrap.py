@@ -77,6 +77,9 @@ class BwrapSandbox:
             watch=watch,
         )
 
+    def command(self, argv: list[str], *, cwd: Path) -> tuple[list[str], dict[str, str]]:
+        return [*self.bwrap_argv(Path(cwd).resolve()), *self.limit_argv(), *argv], self.env()
+
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The command's environment: minimal, the caller's additions, HOME and CARGO_HOME inside the sandbox."""
         env = {**_base_env(self.home), "PATH": _sandbox_path(), **(extra or {})}

@@ -60,6 +60,11 @@ class Sandbox(Protocol):
         stdin: str | None = None,
     ) -> CommandResult: ...
 
+    def command(self, argv: list[str], *, cwd: Path) -> tuple[list[str], dict[str, str]]:
+        """The full command line and environment `run` would use, for a caller that runs it attached to its own
+        terminal (no timeout, no capture): `flakebot run TOOL`."""
+        ...
+
 
 @dataclass
 class SandboxLimits:
@@ -117,8 +122,8 @@ class PlainSandbox:
         timeout: float | None = None,
         stdin: str | None = None,
     ) -> CommandResult:
-        full_env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
-        full = [*self.limits.prlimit_argv(), *argv]
+        full, full_env = self.command(argv, cwd=cwd)
+        full_env.update(env or {})
         timeout = timeout or self.limits.timeout
         watch = self.limits.disk_watch(Path(cwd))
         return execute(
@@ -131,6 +136,10 @@ class PlainSandbox:
             output_cap=self.limits.output_cap,
             watch=watch,
         )
+
+    def command(self, argv: list[str], *, cwd: Path) -> tuple[list[str], dict[str, str]]:
+        env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return [*self.limits.prlimit_argv(), *argv], env
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "isolated": False, **asdict(self.limits)}
