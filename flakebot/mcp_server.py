@@ -261,8 +261,12 @@ class FlakebotMCP:
     async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tool, settings = _required(args, "tool"), self.settings()
         argv, stdin = [str(a) for a in args.get("args") or []], str(args.get("stdin") or "")
-        call = await _threaded(lambda: api.call_tool_argv(tool, argv, settings, stdin=stdin).to_dict())
-        return {"exit_code": call["exit_code"], "stdout": call["stdout"], "stderr": call["stderr"][-4000:]}
+
+        def run() -> dict[str, Any]:
+            call = api.call_tool_argv(tool, argv, settings, stdin=stdin)
+            return {"exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr[-4000:]}
+
+        return await _threaded(run)
 
     async def _tool_rm(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         removed = await _threaded(lambda: api.remove_tool(_required(args, "tool"), self.settings()))

@@ -4,6 +4,10 @@ server (real openai SDK), real cargo in bubblewrap, real nix with the host stand
 from __future__ import annotations
 
 import json
+import re
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +15,14 @@ import pytest
 
 from flakebot import config
 from flakebot.agent.disputes import DisputeDesk
+from flakebot.crates.mirror import serve_mirror
 from flakebot.deliver.catalog import Catalog
 from flakebot.errors import CatalogError, SpecError
 from flakebot.pipeline.run import Run, list_runs
 from flakebot.toolspec import ToolSpec
-from tests.conftest import json_result, require, run_cli
+from tests.conftest import DEBIAN_REGISTRY, json_result, require, run_cli
 from tests.fakes.mcp_call import mcp_call
+from tests.fakes.online import online
 from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 OFFLINE = ["--registry", "local", "--offline"]
@@ -47,21 +53,40 @@ def error_object(completed: Any) -> dict[str, Any]:
     return dict(json.loads(completed.stdout.splitlines()[-1]))
 
 
-def craft_shout(tmp_path: Path) -> dict[str, Any]:
+@dataclass
+class World:
+    """Where crates come from: Debian's registry offline, or a local crates.io fetched from on the host."""
+
+    flags: list[str]
+    env: dict[str, str]
+
+
+@pytest.fixture(params=["offline", "online"])
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    if request.param == "offline":
+        yield World(OFFLINE, {})
+        return
+    with serve_mirror([DEBIAN_REGISTRY]) as mirror:
+        yield World(["--registry", "crates-io"], online(mirror))
+
+
+def craft_shout(tmp_path: Path, world: World) -> dict[str, Any]:
     spec = tmp_path / "shout.spec.json"
     spec.write_text(json.dumps(SHOUT_SPEC))
     script = tmp_path / "craft.json"
     script.write_text(
         json.dumps({"format": 1, "stages": {"edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]}})
     )
-    crafted = run_cli(*shout_craft_args("upper-case my input", script, spec), *OFFLINE, "--json")
+    crafted = run_cli(*shout_craft_args("upper-case my input", script, spec), *world.flags, "--json", env=world.env)
     return dict(json_result(crafted))
 
 
 @pytest.mark.slow
-def test_improve_adds_an_option_keeps_the_old_examples_and_both_versions_run(tmp_path: Path, workdir: Path) -> None:
+def test_improve_adds_an_option_keeps_the_old_examples_and_both_versions_run(
+    tmp_path: Path, workdir: Path, world: World
+) -> None:
     require("bwrap", "cargo", "nix")
-    first = craft_shout(tmp_path)
+    first = craft_shout(tmp_path, world)
     assert (first["name"], first["version"]) == ("shout", "0.1.0")
 
     # The spec model sees the current version's examples and the request, and answers with new examples only.
@@ -77,7 +102,9 @@ def test_improve_adds_an_option_keeps_the_old_examples_and_both_versions_run(tmp
     edit_turn = {"expect": {"last_user_contains": "exclaim"}, "tool_calls": [write_file("src/main.rs", EXCLAIM_RS)]}
     script = tmp_path / "improve.json"
     script.write_text(json.dumps({"format": 1, "stages": {"spec": [spec_turn], "edit": [edit_turn]}}))
-    improved = run_cli("improve", "shout", REQUEST, "--model", f"scripted:{script}", *OFFLINE, "--json")
+    improved = run_cli(
+        "improve", "shout", REQUEST, "--model", f"scripted:{script}", *world.flags, "--json", env=world.env
+    )
     assert improved.returncode == 0, improved.stderr
     result = json_result(improved)
     manifest = result["manifest"]
@@ -96,6 +123,12 @@ def test_improve_adds_an_option_keeps_the_old_examples_and_both_versions_run(tmp
     source = Path(Catalog.open(config.load()).get("shout@0.1.0")["dir"]) / "flake"
     assert run.output("acquire")["origin"]["url"] == source.resolve().as_uri()
 
+    if world.env:  # online: the lock the new version was built from is crates.io's, checksum for checksum
+        lock = tomllib.loads((Path(manifest["catalog_dir"]) / "flake" / "Cargo.lock").read_text())
+        registry = [p for p in lock["package"] if "source" in p]
+        assert registry and all(re.fullmatch(r"[0-9a-f]{64}", p.get("checksum", "")) for p in registry)
+        assert "placeholder checksums" not in manifest["portable_reason"]
+
     # Both versions run: the current one has --exclaim, 0.1.0 is the tool as it was (it ignores arguments).
     now = run_cli("run", "shout", "--", "--exclaim", input="hi\n")
     assert (now.returncode, now.stdout) == (0, "HI!\n"), now.stderr
@@ -108,9 +141,10 @@ def test_improve_adds_an_option_keeps_the_old_examples_and_both_versions_run(tmp
     assert [(t["name"], t["version"]) for t in listed] == [("shout", "0.2.0")]
 
     # The same need crafted again is the catalog's newest version, from the catalog.
-    again = json_result(
-        run_cli("craft", "upper-case my input", "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
+    again = run_cli(
+        "craft", "upper-case my input", "--model", "scripted:/x.json", *world.flags, "--json", env=world.env
     )
+    again = json_result(again)
     assert (again["status"], again["version"]) == ("cached", "0.2.0")
 
 

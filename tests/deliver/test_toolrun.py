@@ -88,7 +88,10 @@ def test_a_tool_runs_sandboxed_from_the_cli_and_over_mcp(peek: Path, outside: Pa
     assert "secret: the secret" in unsafe.stdout and "sandbox off" in unsafe.stderr
     by_mcp = mcp_call("run", {"tool": "peek", "args": [named], "stdin": "x\n"})
     assert (
-        by_mcp["exit_code"] == 0 and "secret: cat:" in by_mcp["stdout"] and "named: named content" in by_mcp["stdout"]
+        by_mcp["ok"] is True
+        and by_mcp["exit_code"] == 0
+        and "secret: cat:" in by_mcp["stdout"]
+        and "named: named content" in by_mcp["stdout"]
     )
 
 

@@ -19,6 +19,7 @@ from flakebot.config import Settings, cache_home
 from flakebot.crates.mirror import Mirror, serve_mirror
 from flakebot.sandbox import open_sandbox
 from tests.conftest import DEBIAN_REGISTRY, REPO, require, run_cli
+from tests.fakes.online import online
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
@@ -46,18 +47,6 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
     (greeter / "src/main.rs").write_text(GREETER_MAIN)
     with serve_mirror([DEBIAN_REGISTRY, greeter.parent]) as running:
         yield running
-
-
-def online(mirror: Mirror) -> dict[str, str]:
-    """Settings (as FLAKEBOT_* variables) that make the mirror flakebot's crates.io; nix builds with the host stand-in."""
-    return {
-        "FLAKEBOT_CRATESIO_API_URL": mirror.url,
-        "FLAKEBOT_CRATESIO_STATIC_URL": mirror.url,
-        "FLAKEBOT_CRATESIO_INDEX_URL": f"{mirror.url}/index",
-        "FLAKEBOT_CRATESIO_INTERVAL": "0",
-        "FLAKEBOT_NIXPKGS": "host",
-        "FLAKEBOT_SANDBOX": "required",
-    }
 
 
 def settings_for(mirror: Mirror) -> Settings:
