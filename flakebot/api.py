@@ -201,14 +201,9 @@ def craft(
         raise UsageError(
             "the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"'
         )
-    given: dict[str, Any] = {
-        "max_iterations": max_iterations,
-        "max_cost": max_cost,
-        "max_tokens": max_tokens,
-        "offline": offline,
-        "sandbox": sandbox,
-    }
-    overrides = {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
+    overrides = _run_overrides(
+        max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox
+    )
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     if not fresh and stop_after is None:
@@ -244,6 +239,11 @@ def craft(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
+
+
+def _run_overrides(**given: Any) -> dict[str, Any]:
+    """The settings a craft's options override (those given), coerced as their flags would be."""
+    return {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
 
 
 def _check_method(method: str | None) -> None:
@@ -379,8 +379,9 @@ def improve(
     earlier versions stay runnable as TOOL@VERSION.
 
     `tool` may name the version to start from (csv-dedup@0.1.0); the result is always the newest version."""
-    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.catalog import Catalog, show_tool
     from flakebot.deliver.versions import next_version, parse_ref
+    from flakebot.llm.providers import check_model
     from flakebot.pipeline import engine as pipeline
     from flakebot.source.acquisition import start_point
     from flakebot.stages.improvement import improvement_from_file
@@ -390,26 +391,17 @@ def improve(
             "the improvement is empty",
             fix='say what to add, e.g. flakebot improve csv-dedup "also support --delimiter"',
         )
-    given: dict[str, Any] = {
-        "max_iterations": max_iterations,
-        "max_cost": max_cost,
-        "max_tokens": max_tokens,
-        "offline": offline,
-        "sandbox": sandbox,
-    }
-    overrides = {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
+    overrides = _run_overrides(
+        max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox
+    )
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     catalog = Catalog.open(settings)
     entry, newest = catalog.get(tool), catalog.get(parse_ref(tool).name)["version"]
-    from flakebot.deliver.catalog import show_tool
-
     manifest = show_tool(tool, settings)["manifest"]
     kept = _kept_spec(entry, manifest, settings)
     if spec_file:  # a bad file fails before any work
         improvement_from_file(kept, Path(spec_file))
-    from flakebot.llm.providers import check_model
-
     check_model(model, settings)
     _check_craft_options(None, None, None, stop_after)
     _check_limits(settings)

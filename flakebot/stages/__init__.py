@@ -2,6 +2,8 @@
 
     craft:    spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean
     package:  locate -> package -> clean
+    improve:  the craft pipeline from a catalogued tool's source; its spec stage keeps the tool's examples
+              and adds new ones (improvement.py), its instruct stage catalogs the next version
 
 Each stage is `stage(ctx: StageContext) -> <Out>` with its output type from outputs.py. Stage modules
 are imported only when their stage runs, so listing or showing runs stays fast.
