@@ -185,6 +185,25 @@ def test_improve_refuses_bad_requests_before_any_run(tmp_path: Path, workdir: Pa
     assert list_runs(workdir) == []
 
 
+def test_the_spec_model_is_told_when_a_new_example_contradicts_a_kept_one(tmp_path: Path, workdir: Path) -> None:
+    catalogue_shout(tmp_path)
+    contradicting = {**NEW_EXAMPLES[0], "args": [], "stdin": "hi\n", "stdout": "HI!\n"}
+    submit = {"summary": "Upper-case, optionally exclaiming", "usage": "shout [--exclaim]"}
+    turns = [
+        {"tool_calls": [{"name": "submit_improvement", "arguments": {**submit, "examples": [contradicting]}}]},
+        {
+            "expect": {"last_tool_result_contains": "new example 1 has the input of kept example 1"},
+            "tool_calls": [{"name": "submit_improvement", "arguments": {**submit, "examples": NEW_EXAMPLES}}],
+        },
+    ]
+    script = tmp_path / "spec.json"
+    script.write_text(json.dumps({"format": 1, "stages": {"spec": turns}}))
+    stopped = run_cli("improve", "shout", REQUEST, "--model", f"scripted:{script}", "--stop-after", "spec", "--json")
+    spec = Run.load(workdir, json_result(stopped)["run_id"]).output("spec")
+    assert (spec["name"], spec["usage"], spec["inherited_examples"]) == ("shout", "shout [--exclaim]", 3)
+    assert spec["examples"] == [{"files": {}, **e} for e in SHOUT_SPEC["examples"] + NEW_EXAMPLES]
+
+
 def test_an_example_the_earlier_version_promised_cannot_be_disputed() -> None:
     spec = ToolSpec.from_dict(
         {**SHOUT_SPEC, "examples": SHOUT_SPEC["examples"] + NEW_EXAMPLES, "inherited_examples": 3}

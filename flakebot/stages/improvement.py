@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import SpecError, UsageError
-from flakebot.stages.spec import REJECT_NEED, SUBMIT_SPEC
+from flakebot.stages.spec import REJECT_NEED, SUBMIT_SPEC, Unusable, ask_until_usable
 from flakebot.toolspec import Example, ToolSpec
 
 
@@ -109,33 +109,33 @@ def improvement_from_model(model: Any, kept: ToolSpec, request: str, system_prom
     )
     tools = [SUBMIT_IMPROVEMENT, REJECT_NEED]
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
-    for _ in range(attempts):
-        reply = model.complete(messages, tools)
-        messages.append(reply.to_message())
-        call = reply.tool_calls[0] if reply.tool_calls else None
-        if call is None:
-            messages.append({"role": "user", "content": "Answer by calling submit_improvement or reject_need."})
-            continue
+
+    def decide(call: Any) -> ToolSpec:
         if call.name == "reject_need":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
             raise SpecError(
                 f"the model declined the improvement: {reason}",
                 fix="describe the change in terms of the tool's command line: a new option, input or output",
             )
-        problem = call.error
-        if problem is None:
-            try:
-                return improved_spec(kept, call.arguments)
-            except SpecError as exc:
-                problem = exc.message
-        messages.append(
-            {
-                "role": "tool",
-                "tool_call_id": call.id,
-                "content": f"error: {problem}. Call submit_improvement again, corrected.",
-            }
-        )
-    raise SpecError(
-        f"no usable improvement spec after {attempts} attempts",
-        fix="write the new examples yourself and pass them with --spec FILE",
+        again = "Call submit_improvement again, corrected."
+        if call.error:
+            raise Unusable(f"error: {call.error}. {again}")
+        try:
+            return improved_spec(kept, call.arguments)
+        except SpecError as exc:
+            raise Unusable(f"error: {exc.message}. {again}") from None
+
+    answer = ask_until_usable(
+        model,
+        messages,
+        tools,
+        decide,
+        attempts=attempts,
+        reminder="Answer by calling submit_improvement or reject_need.",
     )
+    if answer is None:
+        raise SpecError(
+            f"no usable improvement spec after {attempts} attempts",
+            fix="write the new examples yourself and pass them with --spec FILE",
+        )
+    return answer

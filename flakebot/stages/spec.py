@@ -7,15 +7,18 @@ catalogued tool already meets the need.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flakebot.errors import SpecError
 from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import SpecOut
 from flakebot.templates import render
 from flakebot.toolspec import ToolSpec, load_spec_file
+
+T = TypeVar("T")
 
 
 def spec_stage(ctx: StageContext) -> SpecOut:
@@ -180,13 +183,8 @@ def spec_from_model(
         prompt += f"\n\nTools already crafted (call use_existing if one of them meets the need exactly):\n{listing}"
         tools.append(use_existing_tool(existing))
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
-    for _ in range(attempts):
-        reply = model.complete(messages, tools)
-        messages.append(reply.to_message())
-        call = reply.tool_calls[0] if reply.tool_calls else None
-        if call is None:
-            messages.append({"role": "user", "content": "Answer by calling submit_spec or reject_need."})
-            continue
+
+    def decide(call: Any) -> ToolSpec | Reuse:
         if call.name == "use_existing" and existing and call.arguments.get("name") in {e["name"] for e in existing}:
             return Reuse(str(call.arguments["name"]), str(call.arguments.get("reason", "")))
         if call.name == "reject_need":
@@ -196,18 +194,47 @@ def spec_from_model(
                 fix="describe a command-line tool: what goes in, what comes out",
             )
         problem = call.error or _spec_problem(call.arguments)
-        if problem is None:
-            return ToolSpec.from_dict(call.arguments)
-        messages.append(
-            {
-                "role": "tool",
-                "tool_call_id": call.id,
-                "content": f"error: {problem}. Call submit_spec again, corrected.",
-            }
-        )
-    raise SpecError(
-        f"no usable spec after {attempts} attempts", fix="write the spec yourself and pass it with --spec FILE"
+        if problem is not None:
+            raise Unusable(f"error: {problem}. Call submit_spec again, corrected.")
+        return ToolSpec.from_dict(call.arguments)
+
+    answer = ask_until_usable(
+        model, messages, tools, decide, attempts=attempts, reminder="Answer by calling submit_spec or reject_need."
     )
+    if answer is None:
+        raise SpecError(
+            f"no usable spec after {attempts} attempts", fix="write the spec yourself and pass it with --spec FILE"
+        )
+    return answer
+
+
+class Unusable(Exception):
+    """A tool call the model must make again: the text is what it is told (as the call's tool result)."""
+
+
+def ask_until_usable(
+    model: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    decide: Callable[[Any], T],
+    *,
+    attempts: int,
+    reminder: str,
+) -> T | None:
+    """Ask `model` until `decide(first tool call)` accepts an answer (it raises Unusable to ask again, or a
+    FlakebotError to end); a reply without a tool call gets `reminder`. None after `attempts` unusable replies."""
+    for _ in range(attempts):
+        reply = model.complete(messages, tools)
+        messages.append(reply.to_message())
+        call = reply.tool_calls[0] if reply.tool_calls else None
+        if call is None:
+            messages.append({"role": "user", "content": reminder})
+            continue
+        try:
+            return decide(call)
+        except Unusable as exc:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": str(exc)})
+    return None
 
 
 def _spec_problem(arguments: dict[str, Any]) -> str | None:
