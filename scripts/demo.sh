@@ -10,7 +10,7 @@ flakebot=.venv/bin/flakebot
 need="need a CSV deduper"
 
 if [ -n "${GROQ_API_KEY:-}" ] || [ -n "${OPENAI_API_KEY:-}" ]; then
-  echo "demo: using your model ($($flakebot models --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["default"]["model"])'))"
+  echo "demo: using your model ($($flakebot models --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["result"]["default"]["model"])'))"
   args=()
 else
   echo "demo: no GROQ_API_KEY or OPENAI_API_KEY set: replaying the hand-written session"
@@ -29,8 +29,9 @@ echo
 echo "\$ flakebot run csv-dedup -- demo/people.csv"
 $flakebot run csv-dedup -- demo/people.csv
 
-run_id=$($flakebot runs --json | .venv/bin/python -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[0])["id"])')
+run_id=$($flakebot runs --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["result"]["runs"][0]["id"])')
 echo
-echo "Usage instructions for the calling agent: $($flakebot show csv-dedup --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["dir"])')/USAGE.md"
-echo "Kept for audit in scratch/runs/$run_id: $(ls -A "scratch/runs/$run_id" | tr '\n' ' ')"
+echo "Usage instructions for the calling agent: $($flakebot show csv-dedup --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["result"]["dir"])')/USAGE.md"
+run_dir=$($flakebot show "$run_id" --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["result"]["dir"])')
+echo "Kept for audit in $run_dir: $(ls -A "$run_dir" | tr '\n' ' ')"
 echo "(the workspace and the cargo target directory were removed by the clean stage)"
