@@ -548,15 +548,11 @@ def call_tool(name: str, arguments: Any, settings: config.Settings | None = None
 def call_tool_argv(
     name: str, args: list[str], settings: config.Settings | None = None, stdin: str | None = None
 ) -> ToolCall:
-    """Run a catalogued tool (sandboxed) with command-line `args` and `stdin` (None: the caller's own, unless it is
-    a terminal), capturing its output."""
-    import sys
-
+    """Run a catalogued tool (sandboxed) with command-line `args` and `stdin` (None: the caller's own), capturing
+    its output."""
     from flakebot.deliver.toolcall import run_captured
 
     settings = _settings(settings)
-    if stdin is None:
-        stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
     return run_captured(tool_manifest(name, settings), args, stdin, settings=settings)
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
+from flakebot.deliver import toolrun
 from flakebot.deliver.helpparse import CliParam, json_schema, to_argv
-from flakebot.deliver.toolrun import built_program, tool_sandbox
 from flakebot.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -95,16 +95,14 @@ def call(manifest: dict[str, Any], arguments: Any, *, settings: Settings, cwd: P
 
 
 def run_captured(
-    manifest: dict[str, Any], args: list[str], stdin: str, *, settings: Settings, cwd: Path | None = None
+    manifest: dict[str, Any], args: list[str], stdin: str | None, *, settings: Settings, cwd: Path | None = None
 ) -> ToolCall:
-    """Run the tool's store path in the sandbox (deliver.toolrun) with command-line `args` and capture its output."""
-    timeout = settings.tool_timeout
-    binary = built_program(manifest, timeout)
-    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout) as (sandbox, where):
-        result = sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
+    """Run the tool (sandboxed, deliver.toolrun) with command-line `args` and capture its output; `stdin` None
+    passes the caller's own standard input."""
+    result = toolrun.run_captured(manifest, args, stdin, settings=settings, cwd=cwd)
     stderr = result.stderr
     if result.timed_out:  # exit 124, as coreutils' timeout reports it
-        stderr += f"\n[flakebot: stopped after {timeout:g}s; raise tool_timeout to allow more]\n"
+        stderr += f"\n[flakebot: stopped after {settings.tool_timeout:g}s; raise tool_timeout to allow more]\n"
     if result.truncated:
         stderr += f"\n[flakebot: output cut to its first and last bytes (output_cap {settings.output_cap})]\n"
     code = TIMED_OUT if result.timed_out else result.returncode

@@ -13,6 +13,7 @@ import json
 import logging
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import CatalogError
-from flakebot.sandbox import Sandbox, limits_for, open_sandbox
+from flakebot.sandbox import CommandResult, Sandbox, limits_for, open_sandbox
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,34 @@ def tool_sandbox(
         readable = [binary.parent, *named_paths(args, cwd)]
         limits = limits_for(settings, timeout=timeout)
         yield open_sandbox(settings.sandbox, workspace=where, writable=[where], readable=readable, limits=limits), where
+
+
+def run_captured(
+    manifest: dict[str, Any], args: list[str], stdin: str | None, *, settings: Settings, cwd: Path | None = None
+) -> CommandResult:
+    """Run the tool in the sandbox with its output captured (capped) and `settings.tool_timeout`; `stdin` None
+    passes the caller's own standard input as it is (the tool decides whether to read it)."""
+    timeout = settings.tool_timeout
+    binary = built_program(manifest, timeout)
+    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout) as (sandbox, where):
+        if stdin is not None:
+            return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
+        return _inheriting_stdin(sandbox, [str(binary), *args], where, timeout)
+
+
+def _inheriting_stdin(sandbox: Sandbox, argv: list[str], cwd: Path, timeout: float) -> CommandResult:
+    full, env = sandbox.command(argv, cwd=cwd)
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(full, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:  # bubblewrap dies with its parent's kill, and the tool with it
+        out, err = (_text(expired.stdout), _text(expired.stderr))
+        return CommandResult(argv, -9, out, err, time.perf_counter() - start, timed_out=True)
+    return CommandResult(argv, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def run_attached(
