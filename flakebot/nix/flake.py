@@ -245,13 +245,17 @@ def _build_with_evidence(
 
 def _learn_git_hash(exc: NixError, flake: Written) -> list[str]:
     """The git dependencies whose lib.fakeHash the build's hash mismatch answers: their outputHashes entry becomes the
-    hash nix got. None when the mismatch is not a placeholder's (a recorded hash that no longer matches stays an error)."""
+    hash nix got. Empty when the mismatch is not a placeholder's (a recorded hash that no longer matches stays an
+    error) or nix printed no SRI sha256."""
     keys = [key for key in exc.details.get("git_dependencies") or [] if key in flake.facts.git_dependencies]
-    if not keys or exc.details.get("specified") != gitdeps.FAKE_HASH or any(k in flake.output_hashes for k in keys):
+    got = str(exc.details.get("got", ""))
+    if not keys or exc.details.get("specified") != gitdeps.FAKE_HASH or not gitdeps.is_sri_sha256(got):
+        return []
+    if any(key in flake.output_hashes for key in keys):
         return []
     for key in keys:
-        flake.output_hashes[key] = str(exc.details["got"])
-    logger.info("outputHashes of %s from the build: %s", ", ".join(keys), exc.details["got"])
+        flake.output_hashes[key] = got
+    logger.info("outputHashes of %s from the build: %s", ", ".join(keys), got)
     return keys
 
 

@@ -15,6 +15,7 @@ FAKE_HASH = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="  # nixpkgs' li
 _GIT_SOURCE = re.compile(r"git\+([^?]+)(?:\?(?:rev|tag|branch)=.*)?#(.*)")
 _ARCHIVE_SUFFIX = re.compile(r"(.*)\.(?:git|tar|zip|gz|tgz|bz|tbz|bz2|tbz2|lzma|txz|xz|zstd)")
 _STORE_PREFIX = re.compile(r"^[0-9a-z]{32}-")
+_SRI_SHA256 = re.compile(r"sha256-[A-Za-z0-9+/]{43}=")
 
 
 def fetch_name(source: str) -> str | None:
@@ -39,3 +40,8 @@ def fetched_by(drv: str, lock_file: Path) -> list[str]:
     except NixError:
         return []
     return [f"{p['name']}-{p['version']}" for p in packages if fetch_name(str(p.get("source", ""))) == name]
+
+
+def is_sri_sha256(text: str) -> bool:
+    """Whether `text` is a sha256 as nix prints it (SRI), fit for an outputHashes entry."""
+    return _SRI_SHA256.fullmatch(text) is not None

@@ -348,8 +348,9 @@ def test_clones_are_named_as_fetchgit_names_them_and_as_flakebot_reads_them(tmp_
     attr = "map (crate: crate.tree.name) p.flakebotVendorDir.gitPackages"
     result = _eval(tmp_path, lock, '{ "dep-0.1.0" = lib.fakeHash; }', attr)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [gitdeps.fetch_name(source)]
-    assert gitdeps.fetch_name(source) is not None and gitdeps.fetch_name(source).endswith(f"-{COMMIT_A[:7]}")  # type: ignore[union-attr]
+    name = gitdeps.fetch_name(source)
+    assert json.loads(result.stdout) == [name]
+    assert name is not None and name.endswith(f"-{COMMIT_A[:7]}") and "/" not in name
 
 
 def test_a_git_dependency_without_a_hash_fails_as_import_cargo_lock_does(tmp_path: Path) -> None:
@@ -369,3 +370,17 @@ def test_a_hash_for_no_git_dependency_fails(tmp_path: Path) -> None:
     result = _eval(tmp_path, lock, hashes, "p.drvPath")
     assert result.returncode != 0
     assert "A hash was specified for gone-1.0.0, but there is no corresponding git dependency." in result.stderr
+
+
+def test_allow_builtin_fetch_git_clones_at_evaluation_without_a_hash(served: Served, tmp_path: Path) -> None:
+    lock = _lock(("helper", "0.1.0", f"git+{served.url('helper')}#{served.helper_commit}"))
+    standin = ensure_standin(host_settings(tmp_path))
+    src = greeter(tmp_path / "src")
+    call = (
+        f'pkgs.rustPlatform.buildRustPackage {{ pname = "tool"; version = "0.1.0"; src = {src}; '
+        f"cargoLock = {{ lockFileContents = {json.dumps(lock)}; allowBuiltinFetchGit = true; }}; }}"
+    )
+    attr = 'map (crate: builtins.readFile "${crate.tree}/src/lib.rs") p.flakebotVendorDir.gitPackages'
+    result = standin_eval(standin, f"let p = {call}; in {attr}")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [HELPER_LIB]

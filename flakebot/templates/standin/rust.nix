@@ -150,16 +150,14 @@ let
     crateName = pkg.name;
   };
 
+  # importCargoLock's error for a git package without a hash (its first sentence word for word, as users search it).
   missingHash = pkg: throw ''
-    No hash was found while vendoring the git dependency ${pkg.name}-${pkg.version}. You can add
-    a hash through the `outputHashes` argument of `importCargoLock`:
+    No hash was found while vendoring the git dependency ${pkg.name}-${pkg.version}. Add its hash to the
+    `outputHashes` argument of `importCargoLock` (the `cargoLock` attribute set of `buildRustPackage`):
 
     outputHashes = {
       "${pkg.name}-${pkg.version}" = "<hash>";
     };
-
-    If you use `buildRustPackage`, you can add this attribute to the `cargoLock`
-    attribute set.
   '';
 
   # outputHashes (NAME-VERSION -> hash) keyed by locked commit, as importCargoLock keys it: the packages of one
