@@ -4,6 +4,10 @@
 set -euo pipefail
 export HOME="$NIX_BUILD_TOP/home" CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
 mkdir -p "$HOME" "$CARGO_HOME"
+if ! command -v jq > /dev/null; then
+  echo "the host stand-in finds git packages with jq, which this machine lacks: install jq (apt-get install jq)" >&2
+  exit 1
+fi
 
 manifest_of() {
   cargo metadata --format-version 1 --no-deps --offline --manifest-path "$1" 2>/dev/null \
