@@ -5,6 +5,7 @@
     build.py     nix build --json with the log tail on failure, the bounded smoke run, the GC root
     crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary and its required-features
     devdeps.py   dev-dependencies cargo cannot resolve, left out of the copy (asked of cargo, never read from its text)
+    gitdeps.py   git dependencies: the clone nix fetches for each (as fetchgit names it), lib.fakeHash
     deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does)
     evidence.py  native inputs a failed build's log asks for (pkg-config modules, -lNAME)
     licenses.py  SPDX expressions → nixpkgs lib.licenses names

@@ -15,7 +15,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import NixError
-from flakebot.nix import command
+from flakebot.nix import command, gitdeps
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def build(
             log_tail=log_tail,
         )
     if outcome.returncode != 0:
-        raise _build_failed(pname, outcome.returncode, outcome.tail)
+        raise _build_failed(pname, outcome.returncode, outcome.tail, Path(flake_dir) / "Cargo.lock")
     try:
         return str(json.loads(outcome.stdout)[0]["outputs"]["out"]), outcome.seconds
     except (json.JSONDecodeError, LookupError, TypeError):
@@ -62,9 +62,9 @@ def _build_progress(report: Progress) -> Callable[[str], None]:
     return on_line
 
 
-def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
+def _build_failed(pname: str, returncode: int, tail: list[str], lock_file: Path) -> NixError:
     """A NixError naming the first compiler/cargo error, carrying the last lines of the nix log."""
-    mismatch = _hash_mismatch(pname, tail)
+    mismatch = _hash_mismatch(pname, tail, lock_file)
     if mismatch is not None:
         return mismatch
     errors = [line.split("> ", 1)[-1].strip() for line in tail if re.search(r"(^|> )error(\[E\d+\])?:", line)]
@@ -80,15 +80,20 @@ def _build_failed(pname: str, returncode: int, tail: list[str]) -> NixError:
     return NixError(f"nix build of {pname} failed: {summary}", fix=fix, log_tail="\n".join(tail), drv=drv)
 
 
-def _hash_mismatch(pname: str, tail: list[str]) -> NixError | None:
-    """Nix's 'hash mismatch in fixed-output derivation' (its next lines say `specified:` and `got:`) as one line;
-    for the stand-in's crate fetches (crate-NAME-VERSION.tar.gz): which crate, and the sha256 Cargo.lock expects."""
+def _hash_mismatch(pname: str, tail: list[str], lock_file: Path) -> NixError | None:
+    """Nix's 'hash mismatch in fixed-output derivation' (its next lines say `specified:` and `got:`) as one line:
+    for a git dependency's clone, which NAME-VERSION keys of cargoLock.outputHashes and the hashes as nix prints them
+    (details: git_dependencies, specified, got); for the stand-in's crate fetches (crate-NAME-VERSION.tar.gz), which
+    crate and the sha256 Cargo.lock expects."""
     for index, line in enumerate(tail):
         if (mismatch := re.search(r"hash mismatch in fixed-output derivation '([^']+)'", line)) is None:
             continue
         drv = mismatch.group(1)
         hashes = dict(re.findall(r"(specified|got):\s*(\S+)", "\n".join(tail[index + 1 : index + 3])))
-        expected, got = _hex_sha256(hashes.get("specified", "?")), _hex_sha256(hashes.get("got", "?"))
+        specified, got = hashes.get("specified", "?"), hashes.get("got", "?")
+        if keys := gitdeps.fetched_by(drv, lock_file):
+            return _git_hash_mismatch(pname, keys, specified, got, tail, drv)
+        expected, got = _hex_sha256(specified), _hex_sha256(got)
         crate = re.fullmatch(r"[a-z0-9]{32}-crate-(.+)-(\d+\.\d+\.\d+\S*)\.tar\.gz\.drv", Path(drv).name)
         what = (
             f"crate {crate.group(1)} {crate.group(2)} does not match its Cargo.lock checksum"
@@ -108,6 +113,21 @@ def _hash_mismatch(pname: str, tail: list[str]) -> NixError | None:
             drv=drv,
         )
     return None
+
+
+def _git_hash_mismatch(pname: str, keys: list[str], specified: str, got: str, tail: list[str], drv: str) -> NixError:
+    """The clone of git dependency `keys` (one locked commit) hashed other than its cargoLock.outputHashes entry."""
+    return NixError(
+        f"nix build of {pname} failed: git dependency {', '.join(keys)} does not match its cargoLock.outputHashes "
+        f"entry: expected {specified}, got {got}",
+        fix="the repository holds other files at the locked commit than when the hash was taken, or the hash is wrong: "
+        "check the repository, and put the hash received in outputHashes (flake.nix) only if you trust it",
+        log_tail="\n".join(tail),
+        drv=drv,
+        git_dependencies=keys,
+        specified=specified,
+        got=got,
+    )
 
 
 def _hex_sha256(printed: str) -> str:

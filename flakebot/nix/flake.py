@@ -18,7 +18,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
-from flakebot.nix import command, deps, evidence, licenses
+from flakebot.nix import command, deps, evidence, gitdeps, licenses
 from flakebot.nix.build import build, make_gc_root, smoke_run
 from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
@@ -122,6 +122,8 @@ class Written:
     native: deps.NativeInputs
     licenses: list[str]
     unknown_licenses: list[str]
+    # cargoLock.outputHashes learned from builds (NAME-VERSION -> hash as nix prints it); the others are lib.fakeHash
+    output_hashes: dict[str, str] = field(default_factory=dict)
 
 
 def _package(
@@ -161,10 +163,10 @@ def _package(
         build_seconds=round(seconds, 3),
         smoke=smoke,
         gc_root=str(root),
-        notices=_notices(notice, facts, flake.unknown_licenses),
+        notices=_notices(notice, flake),
         native_inputs=flake.native.to_dict(),
         licenses=flake.licenses,
-        **_portability(mode, facts),
+        **_portability(mode, flake),
         build_features=facts.build_features,
         dropped_dev_dependencies=facts.dropped_dev_dependencies,
     )
@@ -198,7 +200,14 @@ def write_flake(
 def _render(out_dir: Path, flake: Written, description: str) -> None:
     facts = flake.facts
     (out_dir / "flake.nix").write_text(
-        render_flake(facts, description or facts.description, flake.native, flake.licenses, flake.unknown_licenses)
+        render_flake(
+            facts,
+            description or facts.description,
+            flake.native,
+            flake.licenses,
+            flake.unknown_licenses,
+            flake.output_hashes,
+        )
     )
 
 
@@ -211,22 +220,55 @@ def _build_with_evidence(
     description: str,
     report: Progress,
 ) -> tuple[str, float]:
-    """nix build; when it fails on a pkg-config module or library the flake does not give, add it and build once more."""
-    try:
-        return build(out_dir, mode, standin, settings, flake.facts.pname, report)
-    except NixError as exc:
-        found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
-        added = flake.native.add_evidence(
-            {name: line for name, line in found.items() if name not in flake.native.build_inputs}
-        )
-        if not added and found:
-            raise _library_missing(exc, flake.facts.pname, found, mode) from None
-        if not added:
-            raise
-    report(f"the build asked for {', '.join(added)}: added to buildInputs, building again")
-    _render(out_dir, flake, description)
-    commit_flake(out_dir, f"flakebot: {', '.join(added)} from the build log")
-    return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+    """nix build, and again after what a failed build taught: a git dependency's hash in place of lib.fakeHash (nix
+    reports one clone's mismatch at a time, so once per git dependency at most), or a pkg-config module or library
+    the flake does not give (once)."""
+    git_rounds, evidence_rounds = len(flake.facts.git_dependencies), 1
+    while True:
+        try:
+            return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+        except NixError as exc:
+            if git_rounds and (keys := _learn_git_hash(exc, flake)):
+                git_rounds -= 1
+                lesson = f"git dependency {', '.join(keys)}: hash from the first build"
+                commit = f"flakebot: cargoLock.outputHashes of {', '.join(keys)} from the build"
+            elif evidence_rounds and (added := _add_evidence(exc, flake, mode)):
+                evidence_rounds -= 1
+                lesson = f"the build asked for {', '.join(added)}: added to buildInputs"
+                commit = f"flakebot: {', '.join(added)} from the build log"
+            else:
+                raise
+        report(f"{lesson}, building again")
+        _render(out_dir, flake, description)
+        commit_flake(out_dir, commit)
+
+
+def _learn_git_hash(exc: NixError, flake: Written) -> list[str]:
+    """The git dependencies whose lib.fakeHash the build's hash mismatch answers: their outputHashes entry becomes the
+    hash nix got. Empty when the mismatch is not a placeholder's (a recorded hash that no longer matches stays an
+    error) or nix printed no SRI sha256."""
+    keys = [key for key in exc.details.get("git_dependencies") or [] if key in flake.facts.git_dependencies]
+    got = str(exc.details.get("got", ""))
+    if not keys or exc.details.get("specified") != gitdeps.FAKE_HASH or not gitdeps.is_sri_sha256(got):
+        return []
+    if any(key in flake.output_hashes for key in keys):
+        return []
+    for key in keys:
+        flake.output_hashes[key] = got
+    logger.info("outputHashes of %s from the build: %s", ", ".join(keys), got)
+    return keys
+
+
+def _add_evidence(exc: NixError, flake: Written, mode: str) -> list[str]:
+    """Native inputs the failed build's log asks for, added to the flake (none: not such a failure). A library the
+    flake already gives but the build still lacks is an error of its own."""
+    found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
+    added = flake.native.add_evidence(
+        {name: line for name, line in found.items() if name not in flake.native.build_inputs}
+    )
+    if not added and found:
+        raise _library_missing(exc, flake.facts.pname, found, mode) from None
+    return list(added)
 
 
 def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str) -> NixError:
@@ -254,8 +296,9 @@ def _built_binary(store_path: str, facts: CrateFacts) -> Path:
     return bin_path
 
 
-def _portability(mode: str, facts: CrateFacts) -> dict[str, Any]:
+def _portability(mode: str, flake: Written) -> dict[str, Any]:
     """Whether the flake builds elsewhere as it is, and if not, why (item by item, for `flakebot show`)."""
+    facts = flake.facts
     reasons = []
     if mode == "host":
         reasons.append(
@@ -265,12 +308,18 @@ def _portability(mode: str, facts: CrateFacts) -> dict[str, Any]:
         reasons.append(
             "Cargo.lock comes from a local directory source with placeholder checksums, which real nixpkgs rejects"
         )
-    if facts.git_dependencies:
+    if _unhashed(flake):
         reasons.append("git dependencies still carry lib.fakeHash in cargoLock.outputHashes")
     return {"portable": not reasons, "portable_reason": "; ".join(reasons)}
 
 
-def _notices(notice: str, facts: CrateFacts, unknown_licenses: list[str]) -> list[str]:
+def _unhashed(flake: Written) -> list[str]:
+    """The git dependencies whose cargoLock.outputHashes entry is still lib.fakeHash."""
+    return [key for key in flake.facts.git_dependencies if key not in flake.output_hashes]
+
+
+def _notices(notice: str, flake: Written) -> list[str]:
+    facts = flake.facts
     notes = [notice] if notice else []
     if facts.lock_generated:
         notes.append("Cargo.lock was generated by flakebot (the crate had none)")
@@ -285,13 +334,20 @@ def _notices(notice: str, facts: CrateFacts, unknown_licenses: list[str]) -> lis
         notes.append(
             "Cargo.lock has placeholder checksums from a local directory source: real nixpkgs (--nixpkgs pinned) needs a crates.io lock"
         )
-    if facts.git_dependencies:
+    if unhashed := _unhashed(flake):
         notes.append(
-            f"git dependencies ({', '.join(facts.git_dependencies)}) have lib.fakeHash in cargoLock.outputHashes: "
+            f"git dependencies ({', '.join(unhashed)}) have lib.fakeHash in cargoLock.outputHashes: "
             "nix prints the right hash on the first pinned build"
         )
-    if unknown_licenses:
-        notes.append(f"licence {', '.join(unknown_licenses)} has no lib.licenses equivalent and is left out of meta")
+    if flake.output_hashes:
+        notes.append(
+            f"git dependencies ({', '.join(flake.output_hashes)}): cargoLock.outputHashes holds the hash of what their "
+            "repository served at the locked commit on the first build (trusted on first use)"
+        )
+    if flake.unknown_licenses:
+        notes.append(
+            f"licence {', '.join(flake.unknown_licenses)} has no lib.licenses equivalent and is left out of meta"
+        )
     return notes
 
 

@@ -85,10 +85,13 @@ def render_flake(
     native: deps.NativeInputs,
     nix_licenses: list[str],
     unknown_licenses: list[str] | None = None,
+    output_hashes: dict[str, str] | None = None,
 ) -> str:
-    """flake.nix for the crate (flakebot/templates/flake.nix.j2)."""
+    """flake.nix for the crate (flakebot/templates/flake.nix.j2); git dependencies without a hash in `output_hashes`
+    (NAME-VERSION -> hash) get lib.fakeHash."""
     from flakebot.templates import render
 
+    hashes = output_hashes or {}
     if not _SAFE_NAME.match(facts.bin_name):
         raise UsageError(
             f"binary name {facts.bin_name!r} cannot be used in a flake",
@@ -111,7 +114,9 @@ def render_flake(
         native_build_inputs=" ".join(native.native_build_inputs),
         build_inputs=" ".join(native.build_inputs),
         env=[(nix_str(k), nix_str(v)) for k, v in sorted(native.env.items())],
-        output_hashes=[(nix_str(key), "lib.fakeHash") for key in facts.git_dependencies],
+        output_hashes=[
+            (nix_str(key), nix_str(hashes[key]) if key in hashes else "lib.fakeHash") for key in facts.git_dependencies
+        ],
         licenses=" ".join(nix_licenses),
         unknown_licenses=" ".join(unknown_licenses or []),
     )

@@ -27,7 +27,17 @@ from flakebot.nix import deps, licenses
 logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "standin"
-STATIC_FILES = ("flake.nix", "lib.nix", "pkgs.nix", "rust.nix", "cargo-build.sh", "vendor-crates.sh", "host-input.sh")
+STATIC_FILES = (
+    "flake.nix",
+    "lib.nix",
+    "pkgs.nix",
+    "rust.nix",
+    "cargo-build.sh",
+    "vendor-crates.sh",
+    "fetch-git.sh",
+    "git-crate.sh",
+    "host-input.sh",
+)
 
 
 def standin_dir(settings: Settings) -> Path:

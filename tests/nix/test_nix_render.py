@@ -91,11 +91,17 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
     facts = _facts(
         cargo_build_flags=["-p", "tool", "--bin", "tool-cli"],
         cargo_test_flags=["-p", "tool"],
-        git_dependencies=["gitdep-0.1.0"],
+        git_dependencies=["gitdep-0.1.0", "hashed-0.2.0"],
     )
     native = deps.native_inputs(["openssl-sys", "onig_sys", "bindgen"])
+    learned = {"hashed-0.2.0": "sha256-q23e50NvLHqX65cy9itYMhPtlAKjGImm1xKw5ZMql/A="}
     text = render_flake(
-        facts, 'Prints "quotes", ${interpolation} and \\ backslashes', native, ["mit", "asl20"], ["LicenseRef-X"]
+        facts,
+        'Prints "quotes", ${interpolation} and \\ backslashes',
+        native,
+        ["mit", "asl20"],
+        ["LicenseRef-X"],
+        learned,
     )
     parsed = _parse(text, tmp_path)
     assert "rustPlatform" in parsed and "buildRustPackage" in parsed
@@ -106,6 +112,7 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
         "buildInputs = with pkgs; [ oniguruma openssl ];",
         '"RUSTONIG_SYSTEM_LIBONIG" = "true";',
         '"gitdep-0.1.0" = lib.fakeHash;',
+        '"hashed-0.2.0" = "sha256-q23e50NvLHqX65cy9itYMhPtlAKjGImm1xKw5ZMql/A=";',
         "license = with lib.licenses; [ mit asl20 ];",
         'mainProgram = "tool-cli";',
         'program = "${self.packages.${system}.default}/bin/tool-cli";',

@@ -160,15 +160,6 @@ def test_a_version_1_lock_has_its_checksums_in_metadata(tmp_path: Path) -> None:
     assert isinstance(crates, str) and crates.startswith(f"anyhow 1.0.69 {OTHER} /nix/store/")
 
 
-def test_git_sources_in_a_checksummed_lock_are_refused_with_a_pointer(tmp_path: Path) -> None:
-    lock = _lock_text(
-        ("anyhow", "1.0.69", CRATES_IO, OTHER), ("gitdep", "0.2.0", "git+https://example.org/gitdep?rev=abc#abc", "")
-    )
-    result = _vendor_dir(tmp_path, lock, "p.drvPath")
-    assert result.returncode != 0
-    assert "git dependencies (gitdep 0.2.0) need cargoLock.outputHashes and a git fetch" in result.stderr
-
-
 def _settings(home: Path, crates: Crates, mirror: Mirror) -> Settings:
     """Host nixpkgs fetching from the mirror. flakebot's own cargo steps run offline against a directory source in
     host mode; it must be one that holds the lock's checksums (Debian's registry does not), so it is `sources`."""

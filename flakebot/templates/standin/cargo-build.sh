@@ -1,6 +1,7 @@
 # Builder of the stand-in's buildRustPackage (run as `bash -e cargo-build.sh`): the host's cargo, offline,
 # against the crates nix fetched by the lock's checksums ($flakebotVendorDir) or else the local directory
-# source ($flakebotRegistry); installs every executable cargo built into $out/bin.
+# source ($flakebotRegistry), and the lock's git packages (in $flakebotVendorDir too); installs every executable
+# cargo built into $out/bin.
 set -euo pipefail
 
 export HOME="$NIX_BUILD_TOP/home"
@@ -8,30 +9,21 @@ export CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
 export CARGO_TARGET_DIR="$NIX_BUILD_TOP/target"
 export CARGO_TERM_COLOR=never
 mkdir -p "$HOME" "$CARGO_HOME"
-if [ -n "$flakebotVendorDir" ]; then
-  # The source configuration nixpkgs' cargoSetupHook writes for importCargoLock's vendor directory.
-  cat > "$CARGO_HOME/config.toml" <<TOML
-[source.crates-io]
-replace-with = "vendored-sources"
-
-[source.vendored-sources]
-directory = "$flakebotVendorDir"
-
-[net]
-offline = true
-TOML
-else
-  cat > "$CARGO_HOME/config.toml" <<TOML
-[source.crates-io]
-replace-with = "flakebot-local"
-
-[source.flakebot-local]
-directory = "$flakebotRegistry"
-
-[net]
-offline = true
-TOML
-fi
+# The source configuration nixpkgs' cargoSetupHook writes for importCargoLock's vendor directory: crates.io replaced
+# by the vendor directory ($flakebotCratesIo = vendored-sources) or by the local directory source, each git source
+# replaced by the vendor directory (its .cargo/config.toml).
+{
+  printf '[source.crates-io]\nreplace-with = "%s"\n\n' "$flakebotCratesIo"
+  if [ "$flakebotCratesIo" = flakebot-local ]; then
+    printf '[source.flakebot-local]\ndirectory = "%s"\n\n' "$flakebotRegistry"
+  fi
+  if [ -n "$flakebotVendorDir" ]; then
+    printf '[source.vendored-sources]\ndirectory = "%s"\n\n' "$flakebotVendorDir"
+    cat "$flakebotVendorDir/.cargo/config.toml"
+    printf '\n'
+  fi
+  printf '[net]\noffline = true\n'
+} > "$CARGO_HOME/config.toml"
 
 cp -r "$src" "$NIX_BUILD_TOP/source"
 chmod -R u+w "$NIX_BUILD_TOP/source"
