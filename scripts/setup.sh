@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  nix-bin bubblewrap git
+  nix-bin bubblewrap git jq
   librust-csv-dev librust-clap-dev librust-serde-dev librust-serde-json-dev librust-anyhow-dev
   librust-regex-dev librust-tempfile-dev librust-hexyl-dev librust-assert-cmd-dev librust-predicates-dev
   librust-cbindgen-dev
