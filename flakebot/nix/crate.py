@@ -79,11 +79,22 @@ def ensure_lock(
             where = " offline" if cargo.offline else ""
             raise NixError(
                 f"cannot produce Cargo.lock for {label}{where}: {_first_error(result.stderr)}",
-                fix="add a Cargo.lock to the crate, or install the missing crates into the local registry (apt-get install librust-<name>-dev)",
+                fix=_git_offline_fix(result.stderr)
+                or "add a Cargo.lock to the crate, or install the missing crates into the local registry (apt-get install librust-<name>-dev)",
             )
         dropped.extend(left_out)
     logger.info("generated Cargo.lock in %s", crate_dir)
     return True
+
+
+def _git_offline_fix(stderr: str) -> str:
+    """Offline, cargo cannot check out a git dependency it never fetched: say that, not "install crates"."""
+    if "offline" in stderr and ("checkout from" in stderr or "git" in stderr.lower()):
+        return (
+            "the crate has git dependencies, which cargo must fetch once online: package it online "
+            "(--registry crates-io, with the network on)"
+        )
+    return ""
 
 
 def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> dict[str, Any]:
@@ -94,7 +105,8 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> 
     if result.returncode != 0:
         raise NixError(
             f"cargo cannot resolve {label} from its Cargo.lock: {_first_error(result.stderr)}",
-            fix="remove Cargo.lock so flakebot regenerates it from the local registry, or install the missing crates (apt-get install librust-<name>-dev)",
+            fix=_git_offline_fix(result.stderr)
+            or "remove Cargo.lock so flakebot regenerates it from the local registry, or install the missing crates (apt-get install librust-<name>-dev)",
         )
     try:
         return dict(json.loads(result.stdout))

@@ -6,6 +6,7 @@ builds again. Locks are written by real cargo; nothing of nix, cargo or git is m
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -172,6 +173,14 @@ def test_the_first_build_s_hash_is_written_and_the_tool_runs(
     assert "fakeHash" not in result.portable_reason and "stand-in for nixpkgs" in result.portable_reason
     assert not any("fakeHash" in notice for notice in result.notices)
     assert any("helper-0.1.0" in notice and "first build" in notice for notice in result.notices)
+
+
+def test_offline_a_git_dependency_cargo_never_fetched_is_named_in_the_fix(served: Served, tmp_path: Path) -> None:
+    crate = _greeter(tmp_path / "greeter", f'helper = {{ git = "{served.url("helper")}" }}\n')
+    offline = dataclasses.replace(_settings(tmp_path), registry="local", offline=True)
+    with pytest.raises(NixError) as failed:
+        package_crate(crate, tmp_path / "flake", offline)
+    assert "git dependencies, which cargo must fetch once online" in failed.value.fix
 
 
 @pytest.mark.slow
