@@ -18,7 +18,7 @@ test-fast: setup
 lint: setup
 	$(VENV)/ruff format --check -q flakebot tests benchmarks
 	$(VENV)/ruff check -q flakebot tests benchmarks
-	$(VENV)/mypy flakebot
+	$(VENV)/mypy flakebot benchmarks
 
 check: test
 

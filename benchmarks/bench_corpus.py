@@ -112,12 +112,12 @@ def _fresh_copy(name: str, settings: Settings, dest: Path, unique: bool = True) 
 def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path) -> dict[str, Any]:
     """`cargo build --release` in a fresh target directory, of a copy of the flake's source (or the registry's)."""
     source = root / "plain"
+    features: list[str] = []
     if row["packaged"]:
         shutil.copytree(row["flake_dir"], source, ignore=shutil.ignore_patterns(".git", "result"))
         features = row["build_features"]
     else:
         _fresh_copy(name, settings, source)
-        features: list[str] = []
     cargo = Cargo.for_run(settings, root / "plain-target")
     argv = cargo.argv("build", "--release", *(["--features", ",".join(features)] if features else []))
     started = time.perf_counter()

@@ -259,7 +259,8 @@ def online_craft(root: Path) -> dict[str, Any]:
 def run(crafts: int = 3, hits: int = 5, online: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-craft-") as tmp:
         root = Path(tmp)
-        runs, env = [], {}
+        runs: list[dict[str, Any]] = []
+        env: dict[str, str] = {}
         for i in range(crafts):
             figures, env = one_craft(root, f"craft-{i}")
             runs.append(figures)

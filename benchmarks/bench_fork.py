@@ -32,6 +32,7 @@ from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.sandbox import open_sandbox
 from flakebot.source.tree import copy_crate
+from flakebot.stages.edit import example_runner
 from flakebot.toolspec import Example, ToolSpec
 
 GOAL_RATIO = 0.05
@@ -76,7 +77,8 @@ def measure_crate(name: str, samples: int, sandbox_mode: str = "off") -> dict[st
         def cargo_test(extra: list[str]) -> Any:
             return run_cargo(sandbox, cargo, "test", cwd=crate, extra=extra, timeout=1800)
 
-        verdict = ForkVerdict(cargo_test, SPEC, crate, lambda: ["src/lib.rs"])
+        runner = example_runner(Settings(sandbox=sandbox_mode))  # as the edit stage runs examples on a green build
+        verdict = ForkVerdict(cargo_test, SPEC, crate, lambda: ["src/lib.rs"], runner)
         baseline = verdict.full()
         rows = [_sample(crate, i, verdict, cargo_test) for i in range(samples)]
     ratios = [r["iteration"] / r["full"] for r in rows]
