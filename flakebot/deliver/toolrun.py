@@ -89,7 +89,7 @@ def run_captured(
     """Run the tool in the sandbox with its output captured (capped) and `settings.tool_timeout`; `stdin` None
     passes the caller's own standard input as it is (the tool decides whether to read it)."""
     timeout = settings.tool_timeout
-    binary = built_program(manifest, timeout)
+    binary = built_program(manifest, settings.nix_build_timeout)
     with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout) as (sandbox, where):
         if stdin is not None:
             return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
