@@ -46,6 +46,23 @@ class Globals:
 G = Globals()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
+# Options craft and improve share: the edit loop's limits and the run's world.
+MaxIterationsOpt = Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")]
+MaxCostOpt = Annotated[float | None, typer.Option(help="USD the run may spend on the model.")]
+MaxTokensOpt = Annotated[int | None, typer.Option(help="Tokens the run may use.")]
+OfflineOpt = Annotated[
+    bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
+]
+KeepOpt = Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")]
+StopAfterOpt = Annotated[
+    str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
+]
+SandboxOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe)."
+    ),
+]
 
 
 @app.callback()
@@ -287,26 +304,17 @@ def craft_cmd(
         Path | None,
         typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model."),
     ] = None,
-    max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
-    max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens the run may use.")] = None,
-    offline: Annotated[
-        bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
-    ] = None,
-    keep: Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")] = False,
+    max_iterations: MaxIterationsOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    offline: OfflineOpt = None,
+    keep: KeepOpt = False,
     fresh: Annotated[bool, typer.Option(help="Craft again even if the catalog has a tool for this need.")] = False,
     fork: Annotated[bool, typer.Option(help="Fork the crate's GitHub repository (needs GITHUB_TOKEN).")] = False,
     push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
     delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
-    stop_after: Annotated[
-        str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
-    ] = None,
-    sandbox: Annotated[
-        str | None,
-        typer.Option(
-            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe)."
-        ),
-    ] = None,
+    stop_after: StopAfterOpt = None,
+    sandbox: SandboxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
@@ -347,17 +355,13 @@ def improve_cmd(
         str | None,
         typer.Option(help="Where dependencies come from: auto, crates-io, local, or a directory-source path."),
     ] = None,
-    max_iterations: Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")] = None,
-    max_cost: Annotated[float | None, typer.Option(help="USD the run may spend on the model.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens the run may use.")] = None,
-    offline: Annotated[
-        bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
-    ] = None,
-    keep: Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")] = False,
-    stop_after: Annotated[
-        str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
-    ] = None,
-    sandbox: Annotated[str | None, typer.Option(help="required (default), auto or off (unsafe), as for craft.")] = None,
+    max_iterations: MaxIterationsOpt = None,
+    max_cost: MaxCostOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    offline: OfflineOpt = None,
+    keep: KeepOpt = False,
+    stop_after: StopAfterOpt = None,
+    sandbox: SandboxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Craft a catalogued tool's next version: flakebot improve csv-dedup "also support --delimiter".
