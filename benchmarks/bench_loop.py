@@ -143,9 +143,16 @@ class Bench:
 
     def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
-        return make_verdict(
-            lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, example_runner(self.settings)
-        )
+        runner = example_runner(self.settings)
+
+        def run_example(binary: Any, example: Any) -> Any:  # a green verdict runs every example on the built binary
+            start = time.perf_counter()
+            try:
+                return runner(binary, example)
+            finally:
+                spent["examples"] = spent.get("examples", 0.0) + time.perf_counter() - start
+
+        return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, run_example)
 
     def _cargo_test(self, spent: dict[str, float], extra: list[str]) -> Any:
         report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
@@ -205,7 +212,7 @@ def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, A
     ratios = [i["seconds"] / i["cargo_first"] for i in iterations]
     # the median sample (odd counts)
     middle = sorted(iterations, key=lambda i: i["seconds"] / i["cargo_first"])[len(iterations) // 2]
-    parts = {key: round(middle.get(key, 0.0), 4) for key in ("model", "tools", "cargo", "commit")}
+    parts = {key: round(middle.get(key, 0.0), 4) for key in ("model", "tools", "cargo", "commit", "examples")}
     parts["other"] = round(middle["seconds"] - sum(parts.values()), 4)
     return {
         "iteration_s": round(statistics.median(i["seconds"] for i in iterations), 3),
