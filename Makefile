@@ -30,6 +30,7 @@ bench: bench-setup
 
 eval: setup
 	$(VENV)/flakebot eval
+	$(VENV)/python -m benchmarks.eval_readme
 
 reliability: setup
 	$(VENV)/python -m benchmarks.reliability

@@ -67,6 +67,23 @@ def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: P
     assert "intro, edited by hand" in again and again.endswith("## Licence\n\nMIT\n")
 
 
+def test_the_readme_eval_table_is_the_one_eval_wrote(tmp_path: Path) -> None:
+    from benchmarks import eval_readme
+
+    readme, eval_md = tmp_path / "README.md", tmp_path / "eval.md"
+    readme.write_text(f"# tool\n\n{eval_readme.START}\n| old | row |\n{eval_readme.END}\n\n## After\n")
+    eval_md.write_text(
+        "# flakebot eval\n\n| need | outcome |\n| --- | --- |\n| ✔ a | crafted |\n\nHeld-out checks ...\n"
+    )
+    eval_readme.update_readme(readme, eval_md)
+    assert readme.read_text() == (
+        f"# tool\n\n{eval_readme.START}\n| need | outcome |\n| --- | --- |\n| ✔ a | crafted |\n{eval_readme.END}\n\n## After\n"
+    )
+    readme.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match="has no <!-- eval:start -->"):
+        eval_readme.update_readme(readme, eval_md)
+
+
 def test_unknown_benchmark_is_a_usage_error() -> None:
     result = run_benchmarks("--only", "startup,warp-drive")
     assert result.returncode == UsageError.exit_code

@@ -1,0 +1,38 @@
+"""`make eval`'s last step: put bench/eval.md's table into the README between its eval markers, so the README's table
+is the one `flakebot eval` just wrote, never typed by hand.
+
+    python -m benchmarks.eval_readme [EVAL_MD] [README]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+START, END = "<!-- eval:start -->", "<!-- eval:end -->"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def update_readme(readme: Path, eval_md: Path) -> None:
+    """Replace what stands between the eval markers with the table rows of `eval_md` (the markers must be there)."""
+    text = readme.read_text()
+    if START not in text or END not in text.split(START, 1)[1]:
+        raise SystemExit(
+            f"error: {readme} has no {START} ... {END} section. Fix: add the two markers where the table goes"
+        )
+    table = [line for line in eval_md.read_text().splitlines() if line.startswith("|")]
+    if not table:
+        raise SystemExit(f"error: {eval_md} holds no table. Fix: run 'flakebot eval' first")
+    head, rest = text.split(START, 1)
+    readme.write_text(head + START + "\n" + "\n".join(table) + "\n" + END + rest.split(END, 1)[1])
+
+
+def main(argv: list[str]) -> None:
+    eval_md = Path(argv[0]) if argv else REPO / "bench" / "eval.md"
+    readme = Path(argv[1]) if len(argv) > 1 else REPO / "README.md"
+    update_readme(readme, eval_md)
+    print(f"README: eval table from {eval_md}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
