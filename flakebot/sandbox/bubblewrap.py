@@ -63,22 +63,24 @@ class BwrapSandbox:
             raise SandboxError(
                 f"working directory {cwd} is outside the sandbox", fix=f"run commands inside {self.workspace}"
             )
-        full = [*self.bwrap_argv(cwd), *self.limit_argv(), *argv]
+        full, full_env = self.command(argv, cwd=cwd, env=env)
         timeout = timeout or self.limits.timeout
         watch = self.limits.disk_watch(self.workspace)
         return execute(
             argv,
             full,
             cwd=cwd,
-            env=self.env(env),
+            env=full_env,
             timeout=timeout,
             stdin=stdin,
             output_cap=self.limits.output_cap,
             watch=watch,
         )
 
-    def command(self, argv: list[str], *, cwd: Path) -> tuple[list[str], dict[str, str]]:
-        return [*self.bwrap_argv(Path(cwd).resolve()), *self.limit_argv(), *argv], self.env()
+    def command(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        return [*self.bwrap_argv(Path(cwd).resolve()), *self.limit_argv(), *argv], self.env(env)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The command's environment: minimal, the caller's additions, HOME and CARGO_HOME inside the sandbox."""

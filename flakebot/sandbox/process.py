@@ -60,9 +60,11 @@ class Sandbox(Protocol):
         stdin: str | None = None,
     ) -> CommandResult: ...
 
-    def command(self, argv: list[str], *, cwd: Path) -> tuple[list[str], dict[str, str]]:
-        """The full command line and environment `run` would use, for a caller that runs it attached to its own
-        terminal (no timeout, no capture): `flakebot run TOOL`."""
+    def command(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        """The full command line and environment (with `env` added) that `run` uses, also for a caller that runs
+        it attached to its own terminal (no timeout, no capture): `flakebot run TOOL`."""
         ...
 
 
@@ -122,8 +124,7 @@ class PlainSandbox:
         timeout: float | None = None,
         stdin: str | None = None,
     ) -> CommandResult:
-        full, full_env = self.command(argv, cwd=cwd)
-        full_env.update(env or {})
+        full, full_env = self.command(argv, cwd=cwd, env=env)
         timeout = timeout or self.limits.timeout
         watch = self.limits.disk_watch(Path(cwd))
         return execute(
@@ -137,9 +138,11 @@ class PlainSandbox:
             watch=watch,
         )
 
-    def command(self, argv: list[str], *, cwd: Path) -> tuple[list[str], dict[str, str]]:
-        env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        return [*self.limits.prlimit_argv(), *argv], env
+    def command(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
+        full_env = {**_base_env(Path.home()), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
+        return [*self.limits.prlimit_argv(), *argv], full_env
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "isolated": False, **asdict(self.limits)}
