@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -137,14 +138,7 @@ def directory_source(root: Path, crates: dict[str, str]) -> Path:
 
 def source_settings(home: Path, source: Path) -> Settings:
     """host_settings, with `source` as the crate directory source (for cargo and the stand-in alike)."""
-    return Settings(
-        workdir=str(home / "work"),
-        cache_dir=str(home / "cache"),
-        catalog_dir=str(home / "catalog"),
-        nixpkgs="host",
-        registry="local",
-        local_registry=str(source),
-    )
+    return dataclasses.replace(host_settings(home), local_registry=str(source))
 
 
 def dev_missing(root: Path) -> Path:

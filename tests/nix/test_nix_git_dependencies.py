@@ -108,14 +108,7 @@ def _greeter(root: Path, dependencies: str, extra: str = "String::new()", cargo_
 def _settings(home: Path) -> Settings:
     """The host stand-in for nixpkgs; flakebot's own cargo steps online, so cargo reads the git repositories itself.
     The crates.io index points at a closed port: these crates have no registry dependencies."""
-    return Settings(
-        workdir=str(home / "work"),
-        cache_dir=str(home / "cache"),
-        catalog_dir=str(home / "catalog"),
-        nixpkgs="host",
-        registry="crates-io",
-        cratesio_index_url="http://127.0.0.1:9/index",
-    )
+    return dataclasses.replace(host_settings(home), registry="crates-io", cratesio_index_url="http://127.0.0.1:9/index")
 
 
 def _nar_hash(served: Served, repo: str, commit: str, dest: Path) -> str:
