@@ -380,7 +380,7 @@ def improve(
 
     `tool` may name the version to start from (csv-dedup@0.1.0); the result is always the newest version."""
     from flakebot.deliver.catalog import Catalog, show_tool
-    from flakebot.deliver.versions import next_version, parse_ref
+    from flakebot.deliver.versions import newest, next_version
     from flakebot.llm.providers import check_model
     from flakebot.pipeline import engine as pipeline
     from flakebot.source.acquisition import start_point
@@ -397,7 +397,7 @@ def improve(
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     catalog = Catalog.open(settings)
-    entry, newest = catalog.get(tool), catalog.get(parse_ref(tool).name)["version"]
+    entry = catalog.get(tool)  # NAME@VERSION: that version's fields, and every version under "versions"
     manifest = show_tool(tool, settings)["manifest"]
     kept = _kept_spec(entry, manifest, settings)
     if spec_file:  # a bad file fails before any work
@@ -425,7 +425,7 @@ def improve(
         "improve": {
             "tool": entry["name"],
             "from_version": entry["version"],
-            "version": next_version(newest),
+            "version": next_version(newest(list(entry["versions"]))),
             "request": request,
             "need": entry["need"],
             "kept_spec": kept.to_dict(),
