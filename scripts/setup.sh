@@ -4,12 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(
-  nix-bin bubblewrap git jq
-  librust-csv-dev librust-clap-dev librust-serde-dev librust-serde-json-dev librust-anyhow-dev
-  librust-regex-dev librust-tempfile-dev librust-hexyl-dev librust-assert-cmd-dev librust-predicates-dev
-  librust-cbindgen-dev
-)
+APT_PACKAGES=(nix-bin bubblewrap git jq)
+# Debian's Rust crates the tests use: one list, read here and by tests/fakes/registry.py.
+mapfile -t test_crates < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' scripts/test-crates.txt)
+APT_PACKAGES+=("${test_crates[@]}")
 # scripts/bench-setup.sh adds the benchmark's crate corpus (make bench), not needed by make test.
 read -r -a extra <<< "${BENCH_APT_PACKAGES:-}"
 APT_PACKAGES+=("${extra[@]}")

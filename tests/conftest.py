@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.registry import registry_for_tests
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 FIXTURES = SHARED / "fixtures"
-DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
+# The tests' own registry: exactly the crates setup installs for them, whatever else the machine has.
+DEBIAN_REGISTRY = registry_for_tests()
 FLAKEBOT = [sys.executable, "-m", "flakebot"]
 
 
@@ -27,10 +30,11 @@ def flakebot_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
         (home / sub).mkdir()
         monkeypatch.setenv(var, str(home / sub))
-    monkeypatch.setenv("FLAKEBOT_WORKDIR", str(home / "work"))
     for name in list(os.environ):
-        if name.startswith("FLAKEBOT_") and name not in ("FLAKEBOT_WORKDIR",):
+        if name.startswith("FLAKEBOT_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("FLAKEBOT_WORKDIR", str(home / "work"))
+    monkeypatch.setenv("FLAKEBOT_LOCAL_REGISTRY", str(DEBIAN_REGISTRY))
     for key in ("GROQ_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(home)

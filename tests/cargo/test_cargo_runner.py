@@ -16,11 +16,11 @@ from tests.conftest import DEBIAN_REGISTRY
 def test_registry_setting_picks_the_source(tmp_path: Path) -> None:
     online = Cargo.for_run(Settings(registry="crates-io"), tmp_path)
     assert online.config_args() == []
-    local = Cargo.for_run(Settings(registry="local"), tmp_path)
+    local = Cargo.for_run(Settings(registry="local", local_registry=str(DEBIAN_REGISTRY)), tmp_path)
     assert local.offline and local.registry_dir == DEBIAN_REGISTRY
     vendored = Cargo.for_run(Settings(registry=str(tmp_path / "vendor")), tmp_path)
     assert vendored.registry_dir == tmp_path / "vendor" and "--offline" in vendored.config_args()
-    forced = Cargo.for_run(Settings(registry="crates-io", offline=True), tmp_path)
+    forced = Cargo.for_run(Settings(registry="crates-io", offline=True, local_registry=str(DEBIAN_REGISTRY)), tmp_path)
     assert forced.offline and forced.registry_dir == DEBIAN_REGISTRY
 
 

@@ -56,7 +56,8 @@ class Scene:
         return self.root / "work"
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLAKEBOT_")}
+        # the caller's registry choice stays (tests pin their own registry); every other flakebot setting goes
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLAKEBOT_") or k == "FLAKEBOT_LOCAL_REGISTRY"}
         for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
             env[var] = str(self.root / sub)

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from flakebot.config import Settings
+from tests.fakes.registry import registry_for_tests
 
 NIX = ["nix", "--extra-experimental-features", "nix-command flakes"]
 
@@ -98,6 +99,7 @@ def host_settings(home: Path) -> Settings:
         catalog_dir=str(home / "catalog"),
         nixpkgs="host",
         registry="local",
+        local_registry=str(registry_for_tests()),
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from flakebot.nix import deps, licenses
 from flakebot.nix.standin import ensure_standin
-from tests.conftest import require
+from tests.conftest import DEBIAN_REGISTRY, require
 from tests.fakes.nix_crates import greeter, host_settings, json_of, standin_eval
 
 
@@ -27,7 +27,7 @@ def _call(crate: Path, attrs: str) -> str:
 def test_rendered_for_this_machine_and_stable(standin: Path, tmp_path: Path) -> None:
     host = json.loads((standin / "host.json").read_text())
     assert Path(host["toolchainBin"], "cargo").exists() and Path(host["bash"]).is_absolute()
-    assert host["registry"] == "/usr/share/cargo/registry" and "/usr/bin" in host["path"].split(":")
+    assert host["registry"] == str(DEBIAN_REGISTRY) and "/usr/bin" in host["path"].split(":")
     before = {p.name: p.stat().st_mtime_ns for p in standin.iterdir()}
     assert ensure_standin(host_settings(tmp_path)) == standin
     assert {p.name: p.stat().st_mtime_ns for p in standin.iterdir()} == before  # unchanged files keep the store hash

@@ -23,7 +23,7 @@ CSV = CrateInfo(
     source="local",
     path=str(DEBIAN_REGISTRY / "csv-1.1.6"),
 )
-OFFLINE = Settings(offline=True)
+OFFLINE = Settings(offline=True, local_registry=str(DEBIAN_REGISTRY))
 LEFT_OUT = {".cargo-checksum.json", ".cargo_vcs_info.json", "debian"}
 
 
@@ -38,7 +38,7 @@ def test_csv_is_copied_from_the_registry_without_its_packaging(tmp_path: Path) -
     origin = acquire(CSV, dest, branch="flakebot/csv-tool", settings=OFFLINE)
 
     assert origin["method"] == "local"
-    assert origin["url"] == (DEBIAN_REGISTRY / "csv-1.1.6").as_uri()
+    assert origin["url"] == (DEBIAN_REGISTRY / "csv-1.1.6").resolve().as_uri()  # the crate, not the link to it
     assert origin["version"] == "1.1.6"
     assert origin["crate_dir"] == ""
     assert origin["upstream_revision"] == "d1fe79738d4948d3167f8f3331d4eed4b67c4a10"

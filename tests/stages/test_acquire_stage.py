@@ -26,7 +26,7 @@ from flakebot.stages.acquire import acquire_stage
 from tests.conftest import DEBIAN_REGISTRY, run_cli
 from tests.fakes.gitserve import crate_manifest, free_port, library_source, make_crate_repo, write
 
-OFFLINE = Settings(offline=True)
+OFFLINE = Settings(offline=True, local_registry=str(DEBIAN_REGISTRY))
 
 
 def spec_stage(ctx: StageContext) -> dict[str, Any]:

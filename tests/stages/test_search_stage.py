@@ -21,6 +21,7 @@ from flakebot.stages.search import search_stage
 from tests.conftest import DEBIAN_REGISTRY, json_result, run_cli
 from tests.fakes.crates_server import CratesServer
 
+LOCAL = str(DEBIAN_REGISTRY)  # the tests' own registry (tests/fakes/registry.py)
 CLOSED = "http://127.0.0.1:9"  # nothing listens: connection refused, instantly
 
 
@@ -38,17 +39,19 @@ def server() -> Iterator[CratesServer]:
 
 
 def server_settings(server: CratesServer, **extra: object) -> Settings:
-    return Settings(cratesio_api_url=server.url, cratesio_interval=0.0, cratesio_details=0, **extra)  # type: ignore[arg-type]
+    return Settings(
+        cratesio_api_url=server.url, cratesio_interval=0.0, cratesio_details=0, local_registry=LOCAL, **extra
+    )  # type: ignore[arg-type]
 
 
 def test_open_registry_by_name(tmp_path: Path) -> None:
-    settings = Settings()
+    settings = Settings(local_registry=LOCAL)
     assert isinstance(open_registry(settings, "local"), LocalRegistry)
     assert isinstance(open_registry(settings, "crates-io"), CratesIo)
     by_path = open_registry(settings, str(DEBIAN_REGISTRY))
     assert isinstance(by_path, LocalRegistry) and by_path.path == DEBIAN_REGISTRY
-    assert isinstance(open_registry(Settings(offline=True)), LocalRegistry)
-    assert isinstance(open_registry(Settings(registry="local")), LocalRegistry)
+    assert isinstance(open_registry(Settings(offline=True, local_registry=LOCAL)), LocalRegistry)
+    assert isinstance(open_registry(Settings(registry="local", local_registry=LOCAL)), LocalRegistry)
     assert open_registry(settings, "auto").name == "crates-io"
 
 
@@ -66,7 +69,7 @@ def test_open_registry_refuses(settings: Settings, registry: str, message: str) 
 
 
 def test_auto_falls_back_to_local_with_one_notice(caplog: pytest.LogCaptureFixture) -> None:
-    registry = open_registry(Settings(cratesio_api_url=CLOSED, cratesio_interval=0.0))
+    registry = open_registry(Settings(cratesio_api_url=CLOSED, cratesio_interval=0.0, local_registry=LOCAL))
     with caplog.at_level(logging.WARNING, logger="flakebot"):
         found = registry.search("csv")
         assert registry.get("hexyl").bin_names == ["hexyl"]
@@ -74,7 +77,7 @@ def test_auto_falls_back_to_local_with_one_notice(caplog: pytest.LogCaptureFixtu
     [notice] = caplog.records
     assert (
         "cannot connect to 127.0.0.1" in notice.getMessage()
-        and "searching the local registry /usr/share/cargo/registry" in notice.getMessage()
+        and f"searching the local registry {DEBIAN_REGISTRY}" in notice.getMessage()
     )
     assert "\n" not in notice.getMessage()
 
@@ -151,7 +154,7 @@ def test_cli_search_falls_back_with_a_notice() -> None:
     result = run_cli("search", "csv", "--json", "--limit", "1", check=True, env={"FLAKEBOT_CRATESIO_API_URL": CLOSED})
     assert json_result(result)["candidates"][0]["name"] == "csv"
     # rich wraps at 80 columns
-    assert "searching the local registry /usr/share/cargo/registry instead" in " ".join(result.stderr.split())
+    assert f"searching the local registry {DEBIAN_REGISTRY} instead" in " ".join(result.stderr.split())
 
 
 def test_cli_search_crates_io(server: CratesServer) -> None:
