@@ -49,7 +49,10 @@ class Settings:
     model: str = _setting(
         "", "Model as provider:name (groq:..., openai:..., ollama:..., scripted:FILE); empty picks from API keys."
     )
-    groq_model: str = _setting("llama-3.3-70b-versatile", "Model used for groq when --model names only the provider.")
+    groq_model: str = _setting(
+        "openai/gpt-oss-120b",
+        "Model used for groq when --model names only the provider (Groq's production tool-use model).",
+    )
     openai_model: str = _setting("gpt-4.1-mini", "Model used for openai when --model names only the provider.")
     model_timeout: float = _setting(120.0, "Seconds to wait for one model reply.")
     model_retries: int = _setting(2, "Retries the SDKs make on 429/5xx/connection errors.")

@@ -62,7 +62,7 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         _schema(
             ("need",),
             need=("string", "What the tool should do, in plain words."),
-            model=("string", "provider:model, e.g. groq:llama-3.3-70b-versatile; default from flakebot's config."),
+            model=("string", "provider:model, e.g. groq:openai/gpt-oss-120b; default from flakebot's config."),
             crate=("string", "Start from this crate (skips the search)."),
             registry=("string", "auto, crates-io, local, or a cargo directory-source path."),
             name=("string", "The tool's name, when the one the spec picks is taken."),

@@ -271,9 +271,7 @@ def craft_cmd(
     need: Annotated[str, typer.Argument(help='What the tool should do, in plain words: "need a CSV deduper".')],
     model: Annotated[
         str | None,
-        typer.Option(
-            help="provider:model: groq:llama-3.3-70b-versatile, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE."
-        ),
+        typer.Option(help="provider:model: groq:openai/gpt-oss-120b, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE."),
     ] = None,
     registry: Annotated[
         str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")
@@ -528,11 +526,14 @@ def mcp_cmd() -> None:
 
 @app.command("models")
 def models_cmd(as_json: JsonOpt = False) -> None:
-    """List model providers, the default model and whether each API key is set (keys are never shown)."""
+    """List model providers, the default model and whether each API key is set (keys are never shown).
+
+    With a provider's key set (and the offline setting off), the provider is asked which models it serves now, and a default
+    it no longer serves is a warning."""
     from flakebot.cli.live import json_result, out
     from flakebot.llm.providers import describe
 
-    report = describe(G.settings)
+    report = describe(G.settings, ask=not G.settings.offline)
     if as_json:
         json_result(report)
         return
@@ -550,6 +551,13 @@ def models_cmd(as_json: JsonOpt = False) -> None:
         else f"default: none. {default['error']}",
         highlight=False,
     )
+    for p in report["providers"]:
+        if p.get("served"):
+            out.print(f"{p['provider']} serves {len(p['served'])} models: {', '.join(p['served'])}", highlight=False)
+        elif p.get("served_error"):
+            out.print(p["served_error"], markup=False, highlight=False)
+    for warning in report["warnings"]:
+        out.print(f"warning: {warning}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- package

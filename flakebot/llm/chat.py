@@ -44,7 +44,7 @@ CORRECTION = (
 class Endpoint:
     """Where and how to reach one model."""
 
-    name: str  # as chosen: "groq:llama-3.3-70b-versatile", "scripted:demo.json"
+    name: str  # as chosen: "groq:openai/gpt-oss-120b", "scripted:demo.json"
     provider: str
     model: str  # sent in the request
     sdk: str  # "groq" or "openai"
@@ -92,7 +92,7 @@ class ChatModel:
         self.budget = budget
         self.server = server  # the scripted model's stub server, closed with the model
         self.format_errors = 0  # in a row, across calls
-        self._sdk, self._client = _make_client(endpoint, timeout, retries)
+        self._sdk, self._client = make_client(endpoint, timeout, retries)
         self._recorded: tuple[int, int] = (0, 0)  # (id, length) of the history last written to the transcript
         self._closed = False
         atexit.register(self.close)
@@ -360,7 +360,7 @@ def parse_usage(usage: dict[str, Any]) -> Usage:
     )
 
 
-def _make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[ModuleType, Any]:
+def make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[ModuleType, Any]:
     """The SDK module (for its exception classes) and a client; SDKs are imported only when used."""
     if endpoint.sdk == "groq":
         import groq

@@ -22,6 +22,7 @@ from flakebot.llm.budget import Budget
 from flakebot.llm.chat import ChatModel, Endpoint
 from flakebot.llm.prices import price_for
 from flakebot.llm.script import check_script, load_script
+from flakebot.llm.served import served_models
 from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import Transcript
 
@@ -173,17 +174,22 @@ def _script_path(endpoint: Endpoint) -> Path:
     return Path(endpoint.name.partition(":")[2]).expanduser()
 
 
-def describe(settings: Settings) -> dict[str, Any]:
-    """Providers, the default model and whether each key is present (never a key's value), for `flakebot models`."""
+def describe(settings: Settings, *, ask: bool = True) -> dict[str, Any]:
+    """Providers, the default model and whether each key is present (never a key's value), for `flakebot models`.
+
+    With `ask` (and a key), each hosted provider is asked which models it serves; a default it does not serve is
+    a warning in the report.
+    """
     try:
         spec, source = choose(None, settings)
         default: dict[str, Any] = {"model": endpoint_for(spec, settings).name, "source": source}
     except ModelError as exc:
         default = {"model": None, "error": exc.one_line()}
     providers = []
+    warnings = []
     for p in PROVIDERS.values():
         key_env = p.key_env or (COMPATIBLE_KEY_ENV if p.name in ("openai-compatible", "ollama") else None)
-        entry = {
+        entry: dict[str, Any] = {
             "provider": p.name,
             "usage": p.usage,
             "sdk": p.sdk,
@@ -193,5 +199,13 @@ def describe(settings: Settings) -> dict[str, Any]:
         entry["key_present"] = bool(key_env and os.environ.get(key_env))
         entry["default_model"] = settings.get(f"{p.name}_model") if p.name in ("groq", "openai") else None
         entry["base_url"] = os.environ.get(p.base_url_env or "") or (OLLAMA_URL if p.name == "ollama" else None)
+        if ask and p.key_env is not None and entry["key_present"]:
+            served, error = served_models(endpoint_for(p.name, settings), settings.connect_timeout)
+            entry["served"], entry["served_error"] = (served or None), (error or None)
+            if served and entry["default_model"] not in served:
+                warnings.append(
+                    f"{p.name}:{entry['default_model']} is not among the {len(served)} models {p.name} serves now; "
+                    f"pick one of them with --model {p.name}:NAME or the {p.name}_model setting"
+                )
         providers.append(entry)
-    return {"default": default, "providers": providers}
+    return {"default": default, "providers": providers, "warnings": warnings}

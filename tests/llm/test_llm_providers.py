@@ -11,8 +11,10 @@ import pytest
 from flakebot import config
 from flakebot.errors import ModelError
 from flakebot.llm.providers import check_model, resolve_model
+from flakebot.llm.script import Script
 from flakebot.llm.stub_server import StubServer
 from tests.conftest import json_result, run_cli
+from tests.fakes.gitserve import free_port
 
 ASK = [{"role": "user", "content": "hi"}]
 FAKE_GROQ_KEY = "gsk_" + "f4ke" * 12
@@ -30,7 +32,7 @@ def test_keys_in_the_environment_pick_the_provider(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-key-123456")
     assert check_model(None, settings) == "openai:gpt-4.1-mini"
     monkeypatch.setenv("GROQ_API_KEY", FAKE_GROQ_KEY)
-    assert check_model(None, settings) == "groq:llama-3.3-70b-versatile"  # groq first
+    assert check_model(None, settings) == "groq:openai/gpt-oss-120b"  # groq first
     assert check_model(None, config.load({"model": "openai:gpt-4o"})) == "openai:gpt-4o"  # config beats the keys
     assert check_model("openai", config.load({"model": "groq"})) == "openai:gpt-4.1-mini"  # --model beats config
     assert check_model("groq", config.load({"groq_model": "openai/gpt-oss-120b"})) == "groq:openai/gpt-oss-120b"
@@ -53,10 +55,10 @@ def test_self_hosted_specs_need_no_key() -> None:
             "unknown model provider 'anthropic' in 'anthropic:claude'",
             "groq:, openai:, openai-compatible:, ollama:, scripted:",
         ),
-        ("llama3", "unknown model provider 'llama3'", "e.g. groq:llama-3.3-70b-versatile"),
+        ("llama3", "unknown model provider 'llama3'", "e.g. groq:openai/gpt-oss-120b"),
         (
-            "groq:llama-3.3-70b-versatile",
-            "GROQ_API_KEY is not set, and groq:llama-3.3-70b-versatile needs it",
+            "groq:openai/gpt-oss-120b",
+            "GROQ_API_KEY is not set, and groq:openai/gpt-oss-120b needs it",
             "export GROQ_API_KEY=",
         ),
         ("openai:gpt-4o", "OPENAI_API_KEY is not set", "export OPENAI_API_KEY="),
@@ -144,12 +146,12 @@ def test_groq_provider_uses_the_groq_sdk_key_and_price_table(monkeypatch: pytest
         monkeypatch.setenv("GROQ_BASE_URL", server.url)
         with resolve_model("groq", config.load()) as model:
             reply = model.complete(ASK)
-    assert model.name == "groq:llama-3.3-70b-versatile"
-    assert reply.text == "hello" and reply.usage.cost_usd == pytest.approx(0.59 + 0.79)
+    assert model.name == "groq:openai/gpt-oss-120b"
+    assert reply.text == "hello" and reply.usage.cost_usd == pytest.approx(0.15 + 0.75)
     [request] = server.requests
     assert (
         request["path"] == "/openai/v1/chat/completions"
-        and request["body"]["model"] == "llama-3.3-70b-versatile"
+        and request["body"]["model"] == "openai/gpt-oss-120b"
         and request["authorized"]
     )
 
@@ -188,15 +190,37 @@ def test_a_rejected_key_names_the_variable_to_check(monkeypatch: pytest.MonkeyPa
 
 
 def test_models_command_shows_keys_as_present_never_their_values() -> None:
-    result = run_cli("models", "--json", env={"GROQ_API_KEY": FAKE_GROQ_KEY}, check=True)
+    env = {"GROQ_API_KEY": FAKE_GROQ_KEY, "FLAKEBOT_OFFLINE": "1"}  # offline: the provider is not asked
+    result = run_cli("models", "--json", env=env, check=True)
     report = json_result(result)
-    assert report["default"] == {"model": "groq:llama-3.3-70b-versatile", "source": "GROQ_API_KEY"}
+    assert report["default"] == {"model": "groq:openai/gpt-oss-120b", "source": "GROQ_API_KEY"}
     keys = {p["provider"]: p["key_present"] for p in report["providers"]}
     assert keys == {"groq": True, "openai": False, "openai-compatible": False, "ollama": False, "scripted": False}
-    table = run_cli("models", env={"GROQ_API_KEY": FAKE_GROQ_KEY, "COLUMNS": "200"}, check=True)
+    table = run_cli("models", env={**env, "COLUMNS": "200"}, check=True)
     assert "GROQ_API_KEY set" in table.stdout and "OPENAI_API_KEY NOT SET" in table.stdout
-    assert "default: groq:llama-3.3-70b-versatile (from GROQ_API_KEY)" in table.stdout
+    assert "default: groq:openai/gpt-oss-120b (from GROQ_API_KEY)" in table.stdout
     assert FAKE_GROQ_KEY not in result.stdout + result.stderr + table.stdout + table.stderr
+
+
+@pytest.mark.parametrize("served", ["openai/gpt-oss-120b", "moonshotai/kimi-k2-instruct-0905"])
+def test_models_command_asks_the_provider_what_it_serves(served: str) -> None:
+    """Through the real groq SDK against a server on 127.0.0.1 that lists one model: a default it does not list warns."""
+    with StubServer(Script(turns=[], model=served)) as server:
+        env = {"GROQ_API_KEY": FAKE_GROQ_KEY, "GROQ_BASE_URL": server.url, "COLUMNS": "200"}
+        report = json_result(run_cli("models", "--json", env=env, check=True))
+        table = run_cli("models", env=env, check=True)
+    groq = next(p for p in report["providers"] if p["provider"] == "groq")
+    assert groq["served"] == [served] and f"groq serves 1 models: {served}" in table.stdout
+    listed = served == "openai/gpt-oss-120b"
+    assert (report["warnings"] == []) == listed
+    assert ("warning: groq:openai/gpt-oss-120b is not among the 1 models groq serves now" in table.stdout) != listed
+
+
+def test_models_command_says_when_the_provider_cannot_be_asked() -> None:
+    env = {"GROQ_API_KEY": FAKE_GROQ_KEY, "GROQ_BASE_URL": f"http://127.0.0.1:{free_port()}"}
+    report = json_result(run_cli("models", "--json", env=env, check=True))
+    groq = next(p for p in report["providers"] if p["provider"] == "groq")
+    assert groq["served"] is None and groq["served_error"].startswith("cannot list groq's models: Connection error")
 
 
 def test_models_command_without_keys_says_what_to_set() -> None:
