@@ -31,7 +31,8 @@ def build(
         ["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin, settings.nix_builders
     )
     logger.info("nix build: %s", shlex.join(argv))
-    outcome = command.run_streaming(argv, settings.nix_build_timeout, _build_progress(report), cwd=flake_dir)
+    errors: list[str] = []  # the first compiler errors, which a long log pushes out of the tail
+    outcome = command.run_streaming(argv, settings.nix_build_timeout, _build_progress(report, errors), cwd=flake_dir)
     log_tail = "\n".join(outcome.tail)
     if outcome.timed_out:
         raise NixError(
@@ -40,7 +41,7 @@ def build(
             log_tail=log_tail,
         )
     if outcome.returncode != 0:
-        raise _build_failed(pname, outcome.returncode, outcome.tail, Path(flake_dir) / "Cargo.lock")
+        raise _build_failed(pname, outcome.returncode, outcome.tail, Path(flake_dir) / "Cargo.lock", errors)
     try:
         return str(json.loads(outcome.stdout)[0]["outputs"]["out"]), outcome.seconds
     except (json.JSONDecodeError, LookupError, TypeError):
@@ -51,8 +52,19 @@ def build(
         ) from None
 
 
-def _build_progress(report: Progress) -> Callable[[str], None]:
+# A compiler error line (rustc's `error[E0425]: ...`, cargo's `error: ...`) in nix's `pname> ` prefixed log, and
+# cargo's closing summary of them, which names no cause.
+ERROR_LINE = re.compile(r"(^|> )error(\[E\d+\])?:")
+SUMMARY_LINE = re.compile(r"error: (could not compile|aborting due to)")
+FIRST_ERRORS = 3
+
+
+def _build_progress(report: Progress, errors: list[str]) -> Callable[[str], None]:
+    """Report progress lines, and keep the first few compiler errors (not cargo's summary) in `errors`."""
+
     def on_line(line: str) -> None:
+        if len(errors) < FIRST_ERRORS and ERROR_LINE.search(line) and not SUMMARY_LINE.search(line):
+            errors.append(line)
         text = line.split("> ", 1)[-1].strip()
         if text.startswith(("Compiling ", "Finished ", "Running ", "flakebot stand-in:")) or line.startswith(
             ("building '", "copying ")
@@ -62,12 +74,17 @@ def _build_progress(report: Progress) -> Callable[[str], None]:
     return on_line
 
 
-def _build_failed(pname: str, returncode: int, tail: list[str], lock_file: Path) -> NixError:
-    """A NixError naming the first compiler/cargo error, carrying the last lines of the nix log."""
+def _build_failed(
+    pname: str, returncode: int, tail: list[str], lock_file: Path, first_errors: list[str] | None = None
+) -> NixError:
+    """A NixError naming the first compiler/cargo error (of `first_errors`, seen while the build ran, else of the
+    tail), carrying the last lines of the nix log."""
+    lines = [*(first_errors or []), *tail]
     mismatch = _hash_mismatch(pname, tail, lock_file)
     if mismatch is not None:
         return mismatch
-    errors = [line.split("> ", 1)[-1].strip() for line in tail if re.search(r"(^|> )error(\[E\d+\])?:", line)]
+    causes = [line for line in lines if ERROR_LINE.search(line) and not SUMMARY_LINE.search(line)]
+    errors = [line.split("> ", 1)[-1].strip() for line in causes or [x for x in lines if ERROR_LINE.search(x)]]
     drv = next((m.group(1) for line in tail if (m := re.search(r"(/nix/store/[^' ]+\.drv)", line))), "")
     summary = errors[0] if errors else (tail[-1].strip() if tail else f"exit code {returncode}")
     fix = (

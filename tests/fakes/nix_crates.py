@@ -91,6 +91,12 @@ def broken(root: Path) -> Path:
     )
 
 
+def many_errors(root: Path, count: int = 40) -> Path:
+    """A binary crate with `count` compile errors: the first scrolls far out of a 30-line log tail."""
+    lines = "".join(f"    let v{i}: u32 = undefined_{i};\n" for i in range(count))
+    return write(root, {"Cargo.toml": manifest("many-errors"), "src/main.rs": f"fn main() {{\n{lines}}}\n"})
+
+
 def host_settings(home: Path) -> Settings:
     """Settings for building offline with the stand-in, everything under `home`."""
     return Settings(

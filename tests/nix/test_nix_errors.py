@@ -15,7 +15,7 @@ from flakebot.nix.build import smoke_run
 from flakebot.nix.command import resolve_mode
 from flakebot.nix.flake import package_crate
 from tests.conftest import run_cli
-from tests.fakes.nix_crates import broken, greeter, host_settings, library, two_binaries, unresolvable
+from tests.fakes.nix_crates import broken, greeter, host_settings, library, many_errors, two_binaries, unresolvable
 
 
 def _script(path: Path, body: str) -> Path:
@@ -125,3 +125,13 @@ def test_failing_build_carries_the_last_30_lines_of_the_nix_log(tmp_path: Path) 
     assert any("undefined_value" in line for line in tail) and any("builder for" in line for line in tail)
     assert error.details["drv"].endswith("-broken-0.3.1.drv") and f"nix log {error.details['drv']}" in (error.fix or "")
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_failing_build_names_the_first_compiler_error_not_cargos_summary(tmp_path: Path) -> None:
+    with pytest.raises(NixError) as caught:
+        package_crate(many_errors(tmp_path / "many"), tmp_path / "flake", host_settings(tmp_path))
+    error = caught.value
+    assert error.message.startswith("nix build of many-errors failed: error[E0425]: cannot find value `undefined_0`")
+    tail = error.details["log_tail"]
+    assert "undefined_0`" not in tail and "could not compile" in tail  # the cause had scrolled out of the tail
