@@ -465,6 +465,7 @@ def package(
     bin_name: str | None = None,
     nixpkgs: str | None = None,
     out: str | None = None,
+    offline: bool | None = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> PackageOut:
@@ -480,7 +481,9 @@ def package(
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
-    overrides = {"nixpkgs": config.coerce("nixpkgs", nixpkgs, "--nixpkgs")} if nixpkgs else {}
+    overrides: dict[str, Any] = {"nixpkgs": config.coerce("nixpkgs", nixpkgs, "--nixpkgs")} if nixpkgs else {}
+    if offline is not None:  # no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
+        overrides["offline"] = offline
     settings = dataclasses.replace(_settings(settings), **overrides)
     path = Path(target).expanduser()
     options = {

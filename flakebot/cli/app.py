@@ -579,6 +579,7 @@ def package_cmd(
         Path | None,
         typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it."),
     ] = None,
+    offline: OfflineOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
@@ -592,6 +593,7 @@ def package_cmd(
             bin_name=bin_name,
             nixpkgs=nixpkgs,
             out=str(out_dir) if out_dir else None,
+            offline=offline,
             sink=sink,
             settings=G.settings,
         )

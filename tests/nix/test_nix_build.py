@@ -4,6 +4,7 @@ hexyl from Debian's registry, and the craft pipeline's package stage. Each crate
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -227,3 +228,15 @@ def test_craft_package_stage_packages_the_workspace(greeter_repo: Path, home: Pa
     assert output["flake_dir"] == str(run.flake_dir) and output["main_program"] == "greeter"
     assert 'description = "Greets whoever you name";' in (run.flake_dir / "flake.nix").read_text()
     assert Path(output["store_path"], "bin", "greeter").is_file()
+
+
+def test_package_offline_builds_with_the_stand_in_without_being_told(tmp_path: Path, workdir: Path) -> None:
+    """`package --offline` as craft --offline: no nixpkgs download tried, the host stand-in chosen, said in a notice."""
+    crate = greeter(tmp_path / "greeter")
+    main = crate / "src/main.rs"
+    main.write_text(main.read_text() + f"// {secrets.token_hex(8)}: a new source, a new build\n")
+    cli = run_cli("package", str(crate), "--offline", "--json", timeout=1200)
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    result = json.loads(cli.stdout.splitlines()[-1])["result"]
+    assert result["nixpkgs_mode"] == "host"
+    assert any("offline is set" in notice for notice in result["notices"])
