@@ -1,4 +1,4 @@
-"""Issue 6: what the model reads after `cargo test`. `CargoReport.summary()` against the raw `cargo test` output.
+"""What the model reads after `cargo test`. `CargoReport.summary()` against the raw `cargo test` output.
 
 A small but realistic crate (a library with 20 unit tests and a doc test, a binary, 5 acceptance tests
 running the binary, two leftover warnings) is broken in five typical ways: a missing import, a type

@@ -1,4 +1,4 @@
-"""P2-fork (issue 17): a fork-mode edit-loop iteration against a full `cargo test` of the same crate after the same edit.
+"""P2-fork: a fork-mode edit-loop iteration against a full `cargo test` of the same crate after the same edit.
 
 A crate from Debian's registry (csv: one integration test and many doc tests; flate2: five integration test
 files and doc tests) is copied into a git workspace, given a binary (src/bin/p2-echo.rs) and flakebot's frozen

@@ -1,4 +1,4 @@
-"""P2 (issue 6): one edit-loop iteration against the raw `cargo test` it runs, after the same one-line edit, warm target dir.
+"""P2: one edit-loop iteration against the raw `cargo test` it runs, after the same one-line edit, warm target dir.
 
 The crate is the demo's own tool, as the hand-written session (flakebot/data/sessions/csv-dedup.json) builds it:
 a new binary crate depending on csv and clap (flakebot's new_crate, then `cargo add clap`), the acceptance

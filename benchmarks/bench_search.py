@@ -1,7 +1,7 @@
 """Crate search: median query time over Debian's registry and over a generated 20,000-crate directory source,
 and the index build time, set beside the raw work of reading every Cargo.toml.
 
-Goals (issue 3): a query under 20 ms on the Debian registry and under 100 ms on 20,000 crates.
+Goals: a query under 20 ms on the Debian registry and under 100 ms on 20,000 crates.
 Also the crates.io client (the real httpx client and its HTTP cache) against a server on 127.0.0.1 answering every
 search with a page of crates in the shape of the real fixture (../shared/fixtures/crates-io/search-postgres.json):
 the first query of each text goes over HTTP (cold), the same queries again are answered by the cache (warm).

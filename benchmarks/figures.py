@@ -1,4 +1,4 @@
-"""The published figures (P1-P7 of issue 8 and those folded in from issues 2, 4, 6 and 7), read from the benchmarks' results.
+"""The published figures (P1-P10 with their goals, and the I-figures shown beside them), read from the benchmarks' results.
 
 Each figure: id, title, value and unit, goal (or none), whether it is met, what was measured (generated from the
 numbers), and for a missed goal the gap and where it comes from (also generated from the measured breakdown).
@@ -152,7 +152,7 @@ def loop_iteration(r: Results) -> dict[str, Any]:
     )
     return figure(
         "P2",
-        "edit-loop iteration / its cargo test (issue 6)",
+        "edit-loop iteration / its cargo test",
         red["ratio"],
         "x",
         r["loop"]["goal_ratio"],
@@ -164,7 +164,7 @@ def loop_iteration(r: Results) -> dict[str, Any]:
 
 
 def _example_runs(green: dict[str, Any]) -> str:
-    """The green verdict's own check: every example run on the built binary in the sandbox (issue 13)."""
+    """The green verdict's own check: every example run on the built binary in the sandbox (the green verdict)."""
     seconds = green["iteration_parts_s"].get("examples")
     what = (
         "the verdict running every acceptance example on the built binary in the sandbox, the check a model cannot game"
@@ -216,7 +216,7 @@ def fork_iteration(r: Results) -> dict[str, Any]:
     )
     return figure(
         "P2-fork",
-        "fork-mode iteration / full cargo test of the crate (issue 17)",
+        "fork-mode iteration / full cargo test of the crate",
         r["fork"]["ratio"],
         "x",
         r["fork"]["goal_ratio"],
@@ -241,7 +241,7 @@ def nix_fresh(r: Results) -> dict[str, Any]:
     )
     return figure(
         "P3",
-        "nix build / cargo build --release (issue 7)",
+        "nix build / cargo build --release",
         n["fresh_ratio"],
         "x",
         n["goal_fresh_ratio"],
@@ -255,9 +255,7 @@ def nix_fresh(r: Results) -> dict[str, Any]:
 def nix_noop(r: Results) -> dict[str, Any]:
     n = r["nix"]
     measured = f"no-op `nix build` of the built flake {n['nix_noop_s']:.3f} s against a no-op `cargo build --release` {n['cargo_noop_s']:.3f} s."
-    return figure(
-        "I7", "no-op nix build / no-op cargo build (issue 7)", n["noop_ratio"], "x", None, "", measured, bench="nix"
-    )
+    return figure("I7", "no-op nix build / no-op cargo build", n["noop_ratio"], "x", None, "", measured, bench="nix")
 
 
 def search_figure(key: str, id: str, title: str) -> Callable[[Results], dict[str, Any]]:
@@ -347,9 +345,7 @@ def startup_commands(r: Results) -> dict[str, Any]:
     gap = f"`flakebot {name}` takes {value:.3f} s." + _waiting(
         value, s["commands_cpu_s"][name], s["goal_s"], r, "startup"
     )
-    return figure(
-        "I2", "slowest of --help, runs, config show (issue 2)", value, "s", s["goal_s"], "<", measured, gap, "startup"
-    )
+    return figure("I2", "slowest of --help, runs, config show", value, "s", s["goal_s"], "<", measured, gap, "startup")
 
 
 def acquire_incremental(r: Results) -> dict[str, Any]:
@@ -362,7 +358,7 @@ def acquire_incremental(r: Results) -> dict[str, Any]:
     )
     return figure(
         "I4",
-        "second / first cargo test in an acquired workspace (issue 4)",
+        "second / first cargo test in an acquired workspace",
         a["cargo_test_incremental_ratio"],
         "x",
         None,

@@ -1,4 +1,4 @@
-"""P8 (issue 16) from the corpus benchmark's rows: the share packaged, every crate's time beside cargo's, every failure's reason."""
+"""P8 from the corpus benchmark's rows: the share packaged, every crate's time beside cargo's, every failure's reason."""
 
 from __future__ import annotations
 

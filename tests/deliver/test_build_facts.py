@@ -1,4 +1,4 @@
-"""The manifest's `build` section (issue 16): native inputs with their reasons, features turned on, tests that could not run."""
+"""The manifest's `build` section: native inputs with their reasons, features turned on, tests that could not run."""
 
 from __future__ import annotations
 

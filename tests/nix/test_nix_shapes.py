@@ -1,4 +1,4 @@
-"""Crate shapes that once stopped `flakebot package` (issue 16), made here against a small directory source:
+"""Crate shapes that once stopped `flakebot package`, made here against a small directory source:
 dev-dependencies the source cannot satisfy, a binary with required-features, a build that needs a library
 no crate name announces. Real cargo decides what resolves; the slow tests build each with nix and run it."""
 

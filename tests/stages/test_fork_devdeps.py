@@ -1,4 +1,4 @@
-"""Fork mode over a crate whose dev-dependency the registry lacks (issue 16): the acquire stage leaves it out in a
+"""Fork mode over a crate whose dev-dependency the registry lacks: the acquire stage leaves it out in a
 workspace commit and says which tests could not run; the acceptance tests still build and run in the sandbox,
 with the tool binary's required-features turned on."""
 
