@@ -27,6 +27,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from flakebot import api, config
+from flakebot.deliver.schema import Field, closed_object
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 
@@ -41,14 +42,8 @@ INSTRUCTIONS = (
 
 
 def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> dict[str, Any]:
-    """A JSON Schema object from name=(type, description) pairs."""
-    props: dict[str, dict[str, Any]] = {
-        name: {"type": kind, "description": text} for name, (kind, text) in properties.items()
-    }
-    for prop in props.values():
-        if prop["type"] == "array":
-            prop["items"] = {"type": "string"}
-    return {"type": "object", "properties": props, "required": list(required)}
+    """A strict-compatible input schema (deliver/schema.py) from name=(type, description) pairs."""
+    return closed_object({name: Field(kind, text, name in required) for name, (kind, text) in properties.items()})
 
 
 WAIT = (
@@ -227,9 +222,9 @@ class FlakebotMCP:
         def work(sink: EventSink) -> dict[str, Any]:
             out = api.package(
                 target,
-                registry=args.get("registry"),
-                bin_name=args.get("bin"),
-                out=args.get("out"),
+                registry=args.get("registry") or None,  # null or "": absent (schema.py)
+                bin_name=args.get("bin") or None,
+                out=args.get("out") or None,
                 sink=sink,
                 settings=settings,
             )
@@ -243,7 +238,7 @@ class FlakebotMCP:
     async def _tool_search(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         query, limit = _required(args, "query"), int(args.get("limit") or 10)
         found = await anyio.to_thread.run_sync(
-            lambda: api.search(query, registry=args.get("registry"), limit=limit, settings=self.settings())
+            lambda: api.search(query, registry=args.get("registry") or None, limit=limit, settings=self.settings())
         )
         return {"ok": True, "candidates": [c.to_dict() for c in found]}
 
