@@ -18,7 +18,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from flakebot import __version__
-from tests.conftest import REPO, require
+from tests.conftest import REPO, require, run_cli
 from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -278,3 +278,26 @@ def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(
         and "shout" not in seen["after"]
     )
 
+
+def test_runs_live_in_the_state_directory_whatever_the_servers_cwd(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run crafted from one directory is listed and shown by an MCP server started in another (no workdir set)."""
+    monkeypatch.delenv("FLAKEBOT_WORKDIR")
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    monkeypatch.chdir(here)
+    crafted = run_cli("craft", "upper-case my input", "--model", f"scripted:{shout_script(tmp_path)}",
+                      "--stop-after", "spec", "--json")  # fmt: skip
+    run_id = json.loads(crafted.stdout.splitlines()[-1])["result"]["run_id"]
+    assert (flakebot_home / "state/flakebot/runs" / run_id / "state.json").is_file(), crafted.stderr
+    assert not (here / "scratch").exists()
+    monkeypatch.chdir(there)
+
+    async def session() -> tuple[Any, Any]:
+        async with mcp_client() as client:
+            return await client.call("runs", {}), await client.call("status", {"run_id": run_id})
+
+    runs, status = asyncio.run(session())
+    assert [r["id"] for r in runs[0]["runs"]] == [run_id]
+    assert status[1] is False and status[0]["status"] == "stopped" and status[0]["stages"][0]["name"] == "spec"
