@@ -1,5 +1,6 @@
 """Agent frameworks on their defaults against `flakebot mcp`: the OpenAI Agents SDK's MCPServerStdio, its strict
-schema conversion (no fallback to non-strict for any tool), and calls shaped as a strict model sends them."""
+schema conversion (no fallback to non-strict for any tool), LangChain's load_mcp_tools (langchain-mcp-adapters, in
+a venv of its own: tests/mcp_langchain), and calls shaped as a strict model sends them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import copy
 import json
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,11 @@ from agents.strict_schema import ensure_strict_json_schema
 
 from flakebot.deliver import schema
 from flakebot.deliver.toolcall import mcp_definition
-from tests.conftest import json_result, require, run_cli
+from tests.conftest import REPO, json_result, require, run_cli
 from tests.deliver.test_helpparse import CLAP4, REPEATABLE
 
-SESSION = Path(__file__).resolve().parent.parent / "flakebot/data/sessions/csv-dedup.json"
+SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
+LANGCHAIN_PYTHON = REPO / ".venv/langchain/bin/python"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
 
 
@@ -31,6 +34,20 @@ def flakebot_server() -> MCPServerStdio:
     """The server as an Agents SDK user configures it (client_session_timeout_seconds left at its default)."""
     params = {"command": sys.executable, "args": ["-m", "flakebot", "mcp"], "env": dict(os.environ), "cwd": os.getcwd()}
     return MCPServerStdio(params=params, name="flakebot")
+
+
+def langchain_client(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """What tests/mcp_langchain/client.py saw: the tools' schemas, their strict conversion, each call's result."""
+    if not LANGCHAIN_PYTHON.exists():
+        pytest.skip("langchain-mcp-adapters is not installed: scripts/setup.sh installs it in .venv/langchain")
+    done = subprocess.run(
+        [str(LANGCHAIN_PYTHON), str(REPO / "tests/mcp_langchain/client.py"), sys.executable, json.dumps(calls)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.splitlines()[-1]))
 
 
 def assert_strict_as_is(tool: Any, server: Any, caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
@@ -66,6 +83,18 @@ def test_every_flakebot_tool_converts_to_strict_without_fallback(caplog: pytest.
     assert schemas["run"]["properties"]["args"]["items"] == {"type": "string"}
 
 
+def test_langchain_loads_every_tool_and_its_strict_conversion_keeps_the_schema() -> None:
+    seen = langchain_client([("runs", {}), ("status", {"run_id": 42}), ("run", {"tool": "nope", "args": None})])
+    assert {"craft", "status", "run", "list", "runs"} <= set(seen["schemas"])
+    for name, advertised in seen["schemas"].items():
+        assert advertised["additionalProperties"] is False and advertised["required"] == list(advertised["properties"])
+        assert seen["strict"][name] == advertised, name
+    ran, wrong_type, no_tool = seen["calls"]
+    assert ran == {"status": "success", "result": {"ok": True, "runs": []}}
+    assert wrong_type["status"] == "error" and "'run_id' must be a string" in wrong_type["result"]["error"]
+    assert no_tool["status"] == "error" and "no tool 'nope'" in no_tool["result"]["error"]
+
+
 @pytest.mark.parametrize("help_text", [CLAP4, REPEATABLE], ids=["clap4", "repeatable"])
 def test_a_crafted_tools_schema_converts_to_strict_without_fallback(
     help_text: str, caplog: pytest.LogCaptureFixture
@@ -81,7 +110,8 @@ def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The issue's case end to end: csv-dedup crafted (scripted model, real cargo and nix), then listed, converted
-    strictly and called through MCPServerStdio with every property filled, as a strict model fills them."""
+    strictly and called through MCPServerStdio, and through LangChain, with every property filled, as a strict
+    model fills them."""
     require("bwrap", "cargo", "nix")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     caplog.set_level(logging.DEBUG, logger="openai.agents")
@@ -103,6 +133,15 @@ def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
         return seen
 
     seen = asyncio.run(session())
+    # LangChain in the same catalog: the strict model's call, and a repeated option as a list.
+    blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}
+    keys = {"file": None, "key": ["id", "name"], "no_header": None, "stdin": "id,name\n1,a\n1,a\n2,a\n"}
+    langchain = langchain_client([("csv-dedup", blank), ("csv-dedup", keys)])
+    assert langchain["strict"]["csv-dedup"] == langchain["schemas"]["csv-dedup"] == seen["schema"]
+    assert langchain["calls"][0]["result"]["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
+    assert langchain["calls"][1]["result"]["argv"] == ["--key", "id", "--key", "name"]
+    assert langchain["calls"][1]["result"]["stdout"] == "id,name\n1,a\n2,a\n"
+
     assert seen["schema"]["properties"]["key"]["type"] == ["array", "null"]
     blank = json.loads(seen["blank"]["text"] if isinstance(seen["blank"], dict) else seen["blank"])
     assert blank["argv"] == [] and blank["exit_code"] == 0 and blank["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
