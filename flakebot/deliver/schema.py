@@ -9,7 +9,6 @@ One builder serves flakebot's own MCP tools and every crafted tool (deliver/help
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +60,6 @@ def really_required(schema: dict[str, Any]) -> list[str]:
 def is_absent(value: Any) -> bool:
     """What a caller passes for an optional argument it does not want: null, "", false or an empty list."""
     return value is None or value is False or value == "" or value == []
-
-
-def present(arguments: dict[str, Any], names: Iterable[str] | None = None) -> dict[str, Any]:
-    """The arguments that carry a value (see is_absent), of `names` when given."""
-    wanted = set(arguments) if names is None else set(names)
-    return {k: v for k, v in arguments.items() if k in wanted and not is_absent(v)}
 
 
 def _nullable(prop: dict[str, Any]) -> bool:
