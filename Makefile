@@ -35,5 +35,8 @@ eval: setup
 reliability: setup
 	$(VENV)/python -m benchmarks.reliability
 
+# Runs live in the work directory (~/.local/state/flakebot unless workdir is set); ./scratch/runs holds the
+# runs of a flakebot that defaulted to it.
 clean:
+	if [ -x $(VENV)/flakebot ]; then $(VENV)/flakebot clean --all; fi
 	rm -rf scratch/runs

@@ -77,7 +77,7 @@ def package_one(name: str, settings: Settings, fresh: bool = True) -> dict[str, 
     (the benchmark's timing) rather than finding an earlier build of the same source in the store (make test's repeats)."""
     from flakebot import api
 
-    source = _fresh_copy(name, settings, Path(settings.workdir) / f"src-{name}", unique=fresh)
+    source = _fresh_copy(name, settings, settings.path("workdir") / f"src-{name}", unique=fresh)
     started = time.perf_counter()
     try:
         out = api.package(str(source), nixpkgs="host", settings=settings)

@@ -136,7 +136,7 @@ def list_runs(settings: config.Settings | None = None) -> list[dict[str, Any]]:
 
 
 def _workdir(settings: config.Settings) -> Path:
-    return Path(settings.workdir).expanduser().resolve()
+    return settings.path("workdir")
 
 
 # ------------------------------------------------------------------ craft

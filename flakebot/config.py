@@ -39,11 +39,19 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flakebot"
 
 
+def state_home() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "flakebot"
+
+
 @dataclass
 class Settings:
     """Every setting flakebot reads, with its default."""
 
-    workdir: str = _setting("scratch", "Directory holding runs/ (relative paths are from the current directory).")
+    # Not the current directory: an MCP server started elsewhere must find the runs `flakebot runs` lists.
+    workdir: str = _setting(
+        "",
+        "Directory holding runs/; empty means $XDG_STATE_HOME/flakebot (relative paths are from the current directory).",
+    )
     catalog_dir: str = _setting("", "Catalog of crafted tools; empty means $XDG_DATA_HOME/flakebot.")
     cache_dir: str = _setting("", "HTTP and index caches; empty means $XDG_CACHE_HOME/flakebot.")
     model: str = _setting(
@@ -131,7 +139,7 @@ class Settings:
         """A path setting, with its XDG default filled in and ~ expanded."""
         value = getattr(self, key)
         if not value:
-            value = {"catalog_dir": data_home(), "cache_dir": cache_home()}[key]
+            value = {"catalog_dir": data_home(), "cache_dir": cache_home(), "workdir": state_home()}[key]
         return Path(value).expanduser().resolve()
 
 

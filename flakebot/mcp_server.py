@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,8 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from flakebot import api, config
+from flakebot import __version__, api, config
+from flakebot.deliver.schema import Field, closed_object
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 
@@ -41,14 +43,8 @@ INSTRUCTIONS = (
 
 
 def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> dict[str, Any]:
-    """A JSON Schema object from name=(type, description) pairs."""
-    props: dict[str, dict[str, Any]] = {
-        name: {"type": kind, "description": text} for name, (kind, text) in properties.items()
-    }
-    for prop in props.values():
-        if prop["type"] == "array":
-            prop["items"] = {"type": "string"}
-    return {"type": "object", "properties": props, "required": list(required)}
+    """A strict-compatible input schema (deliver/schema.py) from name=(type, description) pairs."""
+    return closed_object({name: Field(kind, text, name in required) for name, (kind, text) in properties.items()})
 
 
 WAIT = (
@@ -125,7 +121,7 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         _schema(
             ("tool",),
             tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
-            args=("array", "Command-line arguments."),
+            args=("array", "Command-line arguments, one item each (a single string is split as a shell would, shlex)."),
             stdin=("string", "Standard input."),
         ),
     ),
@@ -156,7 +152,13 @@ class FlakebotMCP:
     def server(self) -> Any:
         from mcp.server.lowlevel import Server
 
-        return Server("flakebot", instructions=INSTRUCTIONS, on_list_tools=self.list_tools, on_call_tool=self.call_tool)
+        return Server(
+            "flakebot",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+        )
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
@@ -179,7 +181,8 @@ class FlakebotMCP:
         arguments = dict(params.arguments or {})
         try:
             if params.name in OWN_TOOLS:
-                return _result(await getattr(self, f"_tool_{params.name}")(ctx, arguments))
+                payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
+                return _result(payload, error=payload.get("ok") is False)  # `run` of a tool that failed
             call = await anyio.to_thread.run_sync(lambda: api.call_tool(params.name, arguments, self.settings()))
         except FlakebotError as exc:
             return _result({"ok": False, **exc.result()}, error=True)
@@ -227,9 +230,9 @@ class FlakebotMCP:
         def work(sink: EventSink) -> dict[str, Any]:
             out = api.package(
                 target,
-                registry=args.get("registry"),
-                bin_name=args.get("bin"),
-                out=args.get("out"),
+                registry=args.get("registry") or None,  # null or "": absent (schema.py)
+                bin_name=args.get("bin") or None,
+                out=args.get("out") or None,
                 sink=sink,
                 settings=settings,
             )
@@ -243,7 +246,7 @@ class FlakebotMCP:
     async def _tool_search(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         query, limit = _required(args, "query"), int(args.get("limit") or 10)
         found = await anyio.to_thread.run_sync(
-            lambda: api.search(query, registry=args.get("registry"), limit=limit, settings=self.settings())
+            lambda: api.search(query, registry=args.get("registry") or None, limit=limit, settings=self.settings())
         )
         return {"ok": True, "candidates": [c.to_dict() for c in found]}
 
@@ -260,13 +263,14 @@ class FlakebotMCP:
 
     async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tool, settings = _required(args, "tool"), self.settings()
-        argv, stdin = [str(a) for a in args.get("args") or []], str(args.get("stdin") or "")
+        argv, stdin = _argv(args.get("args")), str(args.get("stdin") or "")
 
         def run() -> dict[str, Any]:
             call = api.call_tool_argv(tool, argv, settings, stdin=stdin)
             return {"exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr[-4000:]}
 
-        return await _threaded(run)
+        result = await anyio.to_thread.run_sync(run)
+        return {"ok": result["exit_code"] == 0, **result}
 
     async def _tool_rm(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         removed = await _threaded(lambda: api.remove_tool(_required(args, "tool"), self.settings()))
@@ -360,9 +364,30 @@ async def _threaded(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 def _required(args: dict[str, Any], key: str) -> str:
     value = args.get(key)
-    if not isinstance(value, str) or not value.strip():
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"'{key}' must be a string, got {_json_type(value)}", fix=f"pass {key} as a string")
+    if not value or not value.strip():
         raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
     return value
+
+
+def _argv(value: Any) -> list[str]:
+    """`run`'s args: a list (items as strings), or one string split as a shell would; null is none."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(item) for item in value]
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise UsageError(f"cannot split args {value!r}: {exc}", fix="pass args as a list of strings") from None
+    raise UsageError(f"'args' must be a list of strings, got {_json_type(value)}", fix="pass args as a list of strings")
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "a list"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _known(args: dict[str, Any], schema: dict[str, Any]) -> None:

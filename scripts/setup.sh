@@ -50,4 +50,15 @@ if command -v npm >/dev/null && [ ! -d tests/mcp_ts/node_modules/@modelcontextpr
     echo "setup: npm could not install the MCP TypeScript SDK (log: .venv/npm-install.log); its client test will be skipped"
   fi
 fi
+# langchain-mcp-adapters, for tests/test_mcp_agents.py's LangChain client, in a venv of its own (it needs mcp<2).
+# Its test is skipped, saying why, when pip cannot install it.
+lc=.venv/langchain
+if [ ! -f "$lc/.installed" ] || [ tests/mcp_langchain/requirements.txt -nt "$lc/.installed" ]; then
+  if { [ -x "$lc/bin/python" ] || python3 -m venv "$lc"; } \
+    && "$lc/bin/pip" install -q -r tests/mcp_langchain/requirements.txt > .venv/langchain-install.log 2>&1; then
+    touch "$lc/.installed"
+  else
+    echo "setup: could not install langchain-mcp-adapters (log: .venv/langchain-install.log); its client test will be skipped"
+  fi
+fi
 echo "setup: ready (.venv/bin/flakebot)"

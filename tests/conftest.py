@@ -27,7 +27,12 @@ FLAKEBOT = [sys.executable, "-m", "flakebot"]
 def flakebot_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point config, data (catalog), cache and work directories at a fresh tmp dir."""
     home = tmp_path_factory.mktemp("home")
-    for var, sub in (("XDG_CONFIG_HOME", "config"), ("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache")):
+    for var, sub in (
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_STATE_HOME", "state"),
+    ):
         (home / sub).mkdir()
         monkeypatch.setenv(var, str(home / sub))
     for name in list(os.environ):

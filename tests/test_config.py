@@ -74,3 +74,17 @@ def test_usage_errors_are_one_message_and_exit_2() -> None:
 def test_the_sandbox_is_required_unless_asked_otherwise() -> None:
     assert config.load().sandbox == "required"
     assert config.load({"sandbox": "off"}).sandbox == "off"
+
+
+def test_runs_default_to_the_state_directory_and_a_set_workdir_still_wins(
+    flakebot_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FLAKEBOT_WORKDIR")
+    assert config.load().path("workdir") == flakebot_home / "state/flakebot"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(flakebot_home / "user"))
+    assert config.load().path("workdir") == flakebot_home / "user/.local/state/flakebot"
+    (flakebot_home / "flakebot.toml").write_text('workdir = "scratch"\n')
+    assert config.load().path("workdir") == flakebot_home / "scratch"  # relative: from the current directory
+    monkeypatch.setenv("FLAKEBOT_WORKDIR", str(flakebot_home / "elsewhere"))
+    assert config.load().path("workdir") == flakebot_home / "elsewhere"

@@ -65,6 +65,7 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     properties = manifest["openai_tool"]["function"]["parameters"]["properties"]
     assert {"file", "key", "no_header", "stdin"} <= set(properties)
     assert manifest["mcp_tool"]["inputSchema"] == manifest["openai_tool"]["function"]["parameters"]
+    assert manifest["openai_tool"]["function"]["strict"] is True and properties["key"]["type"] == ["array", "null"]
 
     # Built with the host stand-in: the manifest says the commands are for this machine only, and show says so.
     assert manifest["portable"] is False and "stand-in for nixpkgs" in manifest["portable_reason"]

@@ -17,7 +17,8 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.conftest import REPO, require
+from flakebot import __version__
+from tests.conftest import REPO, require, run_cli
 from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -29,9 +30,10 @@ CRAFT_STAGES = ["spec", "search", "choose", "acquire", "edit", "package", "instr
 class Client:
     """An MCP client session on `flakebot mcp` that records the server's notifications."""
 
-    def __init__(self, session: ClientSession, notices: list[Any]) -> None:
+    def __init__(self, session: ClientSession, notices: list[Any], init: Any = None) -> None:
         self.session = session
         self.notices = notices
+        self.init = init  # the server's initialize result
 
     async def tool_names(self) -> list[str]:
         return [tool.name for tool in (await self.session.list_tools()).tools]
@@ -55,8 +57,8 @@ async def mcp_client() -> Any:
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=dict(os.environ))
     async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=on_message) as session:
-        await session.initialize()
-        yield Client(session, notices)
+        init = await session.initialize()
+        yield Client(session, notices, init)
 
 
 def shout_script(tmp_path: Path) -> Path:
@@ -75,23 +77,28 @@ def shout_script(tmp_path: Path) -> Path:
 
 
 def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
-    async def session() -> tuple[list[str], Any, Any, Any]:
+    async def session() -> tuple[list[str], Any, Any, Any, Any, Any]:
         async with mcp_client() as client:
             names = await client.tool_names()
+            assert client.init.server_info.name == "flakebot" and client.init.server_info.version == __version__
             return (
                 names,
                 await client.call("list", {}),
                 await client.call("run", {"tool": "nope", "args": []}),
                 await client.call("status", {"run_id": "nope"}),
+                await client.call("status", {"run_id": 42}),
+                await client.call("run", {"tool": "nope", "args": {"a": 1}}),
             )
 
-    names, listing, unknown, no_run = asyncio.run(session())
+    names, listing, unknown, no_run, number_id, bad_args = asyncio.run(session())
     assert {"craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(
         names
     )
     assert listing == ({"ok": True, "tools": []}, False)
     assert unknown[1] is True and unknown[0]["ok"] is False and "no tool 'nope'" in unknown[0]["error"]
     assert no_run[1] is True and no_run[0]["exit_code"] == 4 and no_run[0]["fix"]
+    assert number_id[1] is True and "'run_id' must be a string, got a number" in number_id[0]["error"]
+    assert bad_args[1] is True and "'args' must be a list of strings, got an object" in bad_args[0]["error"]
 
 
 @pytest.mark.slow
@@ -119,6 +126,15 @@ def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(
             seen["dedup"] = await client.call("csv-dedup", {"stdin": CSV})
             seen["by_key"] = await client.call("csv-dedup", {"key": "name", "stdin": "id,name\n1,a\n2,a\n"})
             seen["refused"] = await client.call("csv-dedup", {"key": "zip", "stdin": "id,name\n1,a\n"})
+            # What a strict model sends: every property, the unwanted ones blank or null (the issue's failing call).
+            blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}
+            seen["strict_blank"] = await client.call("csv-dedup", blank)
+            nulls = {"file": None, "key": ["name", "id"], "no_header": None, "stdin": "id,name\n1,a\n1,a\n2,a\n"}
+            seen["strict_keys"] = await client.call("csv-dedup", nulls)
+            by_name = {"tool": "csv-dedup", "args": "--key 'name'", "stdin": "id,name\n1,a\n2,a\n"}
+            seen["run_string"] = await client.call("run", by_name)
+            no_zip = {"tool": "csv-dedup", "args": ["--key", "zip"], "stdin": "id,name\n1,a\n"}
+            seen["run_fails"] = await client.call("run", no_zip)
             seen["bad_args"] = await client.call("csv-dedup", {"colour": "red"})
             seen["rm"] = await client.call("rm", {"tool": "csv-dedup"})
             await asyncio.sleep(0.2)  # the notification may trail the result
@@ -142,12 +158,22 @@ def test_mcp_craft_reports_progress_then_the_tool_is_an_mcp_tool(
 
     assert seen["changes_after_craft"] >= 1 and seen["new_tools"] == ["csv-dedup"]
     assert {"file", "key", "no_header", "stdin"} <= set(seen["schema"]["properties"])
+    # Read from the real clap 4 --help, where the Append option shows as plain `-k, --key <COLUMN>`.
+    assert seen["schema"]["properties"]["key"]["type"] == ["array", "null"], seen["schema"]
+    assert seen["schema"]["additionalProperties"] is False
+    assert seen["schema"]["required"] == list(seen["schema"]["properties"])
     assert "Usage: csv-dedup" in seen["description"]
     assert seen["dedup"] == (
         {"tool": "csv-dedup", "argv": [], "exit_code": 0, "stdout": "id,name\n1,ann\n2,bob\n3,cy\n", "stderr": ""},
         False,
     )
     assert seen["by_key"][0]["argv"] == ["--key", "name"] and seen["by_key"][0]["stdout"] == "id,name\n1,a\n"
+    assert seen["strict_blank"] == (seen["dedup"][0], False)
+    assert seen["strict_keys"][0]["argv"] == ["--key", "name", "--key", "id"]
+    assert seen["strict_keys"][0]["stdout"] == "id,name\n1,a\n2,a\n"
+    assert seen["run_string"] == ({"ok": True, "exit_code": 0, "stdout": "id,name\n1,a\n", "stderr": ""}, False)
+    failed, failed_error = seen["run_fails"]
+    assert failed_error and failed["ok"] is False and failed["exit_code"] == 1 and "zip" in failed["stderr"]
     refused, refused_error = seen["refused"]
     assert refused_error and refused["exit_code"] == 1 and "no column named 'zip'" in refused["stderr"]
     assert seen["bad_args"][1] and "unknown argument(s): colour" in seen["bad_args"][0]["error"]
@@ -234,7 +260,8 @@ def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
-    assert seen["server"]["name"] == "flakebot" and seen["capabilities"]["tools"]["listChanged"] is True
+    assert seen["server"]["name"] == "flakebot" and seen["server"]["version"] == __version__
+    assert seen["capabilities"]["tools"]["listChanged"] is True
     assert not seen["craft"]["isError"] and seen["craft"]["result"]["status"] == "crafted", seen["craft"]
     progress = [p["progress"] for p in seen["progress"]]
     assert progress == sorted(progress) and any(p["message"] == "edit: started" for p in seen["progress"])
@@ -250,3 +277,27 @@ def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(
         and seen["changesAfterRm"] > seen["changesAfterCraft"]
         and "shout" not in seen["after"]
     )
+
+
+def test_runs_live_in_the_state_directory_whatever_the_servers_cwd(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run crafted from one directory is listed and shown by an MCP server started in another (no workdir set)."""
+    monkeypatch.delenv("FLAKEBOT_WORKDIR")
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    monkeypatch.chdir(here)
+    crafted = run_cli("craft", "upper-case my input", "--model", f"scripted:{shout_script(tmp_path)}",
+                      "--stop-after", "spec", "--json")  # fmt: skip
+    run_id = json.loads(crafted.stdout.splitlines()[-1])["result"]["run_id"]
+    assert (flakebot_home / "state/flakebot/runs" / run_id / "state.json").is_file(), crafted.stderr
+    assert not (here / "scratch").exists()
+    monkeypatch.chdir(there)
+
+    async def session() -> tuple[Any, Any]:
+        async with mcp_client() as client:
+            return await client.call("runs", {}), await client.call("status", {"run_id": run_id})
+
+    runs, status = asyncio.run(session())
+    assert [r["id"] for r in runs[0]["runs"]] == [run_id]
+    assert status[1] is False and status[0]["status"] == "stopped" and status[0]["stages"][0]["name"] == "spec"

@@ -40,7 +40,7 @@ class Globals:
 
     @property
     def workdir(self) -> Path:
-        return Path(self.settings.workdir).expanduser().resolve()
+        return self.settings.path("workdir")
 
 
 G = Globals()
@@ -70,7 +70,9 @@ def main_options(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output (-vv for debug).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors.")] = False,
     log_file: Annotated[Path | None, typer.Option(help="Also write the log to this file.")] = None,
-    workdir: Annotated[Path | None, typer.Option(help="Directory holding runs/ (default: ./scratch).")] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Directory holding runs/ (default: $XDG_STATE_HOME/flakebot).")
+    ] = None,
 ) -> None:
     _setup_logging(verbose, quiet, log_file)
     G.overrides["workdir"] = str(workdir) if workdir else None

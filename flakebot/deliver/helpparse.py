@@ -10,12 +10,21 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from flakebot.deliver import schema
+from flakebot.deliver.schema import Field
+
 SKIPPED = {"help", "version"}
 ENTRY = re.compile(
     r"^\s{1,8}(?:(?P<short>-[A-Za-z0-9])(?:,\s*)?)?(?P<long>--[A-Za-z0-9][\w-]*)?"
     r"(?:[ =](?P<value>[<\[][^>\]]+[>\]](?:\.\.\.)?))?(?P<rest>.*)$"
 )
 POSITIONAL = re.compile(r"^\s{1,8}(?P<open>[<\[])(?P<name>[^>\]]+)[>\]](?P<many>\.\.\.)?(?P<rest>.*)$")
+# clap 4 shows an ArgAction::Append option as plain `--key <KEY>`: only its help text says it repeats.
+REPEATS = re.compile(
+    r"\(repeat\b|\brepeat (?:it|this|the option|for|to)\b|\brepeatable\b|"
+    r"\b(?:can|may) be (?:repeated|(?:given|used|specified|passed|supplied|set)(?: \w+)? (?:multiple|several|many|more than once))",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -77,14 +86,16 @@ def _option(match: re.Match[str] | None) -> CliParam | None:
         return None
     flag = match.group("long") or match.group("short")
     value = match.group("value") or ""
+    rest = match.group("rest").strip()
+    counted = not value and rest.startswith("...")  # clap's ArgAction::Count: `-v...`
     param = CliParam(
         name=_json_name(flag.lstrip("-")),
         kind="option" if value else "flag",
         flag=flag,
         value_name=value.strip("<>[].").rstrip(">]"),
-        multiple=value.endswith("..."),
+        multiple=value.endswith("...") or counted,
     )
-    _extend(param, match.group("rest").strip())
+    _extend(param, rest.removeprefix("...").strip() if counted else rest)
     return param
 
 
@@ -99,6 +110,8 @@ def _extend(param: CliParam, text: str) -> None:
     cleaned = re.sub(r"\[(default|possible values): [^\]]*\]", "", text).strip()
     if cleaned:
         param.description = f"{param.description} {cleaned}".strip()
+    if param.kind == "option" and REPEATS.search(param.description):
+        param.multiple = True
 
 
 def _json_name(raw: str) -> str:
@@ -106,45 +119,50 @@ def _json_name(raw: str) -> str:
 
 
 def json_schema(params: list[CliParam], *, with_stdin: bool = True) -> dict[str, Any]:
-    """A JSON Schema object for the parameters (usable for OpenAI tools and MCP inputSchema)."""
-    properties: dict[str, Any] = {}
-    for p in params:
-        prop: dict[str, Any] = {"type": "boolean"} if p.kind == "flag" else {"type": "string"}
-        if p.choices:
-            prop["enum"] = p.choices
-        if p.multiple and p.kind != "flag":
-            prop = {"type": "array", "items": prop}
-        label = p.flag or f"<{p.value_name}>"
-        prop["description"] = f"{p.description} ({label})".strip() if p.description else label
-        if p.default is not None:
-            prop["description"] += f" Default: {p.default}."
-        properties[p.name] = prop
+    """The tool's input schema (OpenAI strict-compatible, for OpenAI tools and MCP inputSchema: deliver/schema.py)."""
+    fields = {p.name: _field(p) for p in params}
     if with_stdin:
-        properties["stdin"] = {"type": "string", "description": "Text passed to the tool on standard input."}
-    return {"type": "object", "properties": properties, "required": [p.name for p in params if p.required]}
+        fields["stdin"] = Field("string", "Text passed to the tool on standard input.")
+    return schema.closed_object(fields)
+
+
+def _field(p: CliParam) -> Field:
+    label = p.flag or f"<{p.value_name}>"
+    text = f"{p.description} ({label})".strip() if p.description else label
+    if p.default is not None:
+        text += f" Default: {p.default}."
+    if p.kind == "flag" and p.multiple:
+        return Field("integer", f"{text} How many times to give the flag.")
+    if p.kind == "flag":
+        return Field("boolean", text)
+    if p.multiple:
+        return Field("array", f"{text} One item per value (repeatable).", p.required, tuple(p.choices))
+    return Field("string", text, p.required, tuple(p.choices))
 
 
 def to_argv(params: list[CliParam], arguments: dict[str, Any]) -> list[str]:
-    """Command-line arguments for a JSON call: options and flags first, then positionals in order."""
+    """Command-line arguments for a JSON call: options and flags first, then positionals in order.
+
+    null, "", false and [] mean the argument is absent (a strict client fills every property: schema.py)."""
     known = {p.name for p in params} | {"stdin"}
     unknown = sorted(set(arguments) - known)
     if unknown:
         raise ValueError(f"unknown argument(s): {', '.join(unknown)}")
     argv: list[str] = []
     positionals: list[str] = []
+    missing: list[str] = []
     for p in params:
         value = arguments.get(p.name)
-        if value is None or value is False:
-            continue
-        values = value if isinstance(value, list) else [value]
+        values = [v for v in (value if isinstance(value, list) else [value]) if not schema.is_absent(v)]
+        if p.required and not values:
+            missing.append(p.name)
         if p.kind == "flag":
-            argv.append(p.flag)
+            argv += [p.flag] * (value if type(value) is int else 1 if values else 0)
         elif p.kind == "option":
             for item in values:
                 argv += [p.flag, str(item)]
         else:
             positionals += [str(item) for item in values]
-    missing = [p.name for p in params if p.required and arguments.get(p.name) in (None, "", [])]
     if missing:
         raise ValueError(f"missing required argument(s): {', '.join(missing)}")
     return argv + positionals

@@ -17,7 +17,8 @@ def tool_schemas(name: str, summary: str, params: list[CliParam]) -> tuple[dict[
     schema = json_schema(params)
     openai_tool = {
         "type": "function",
-        "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema},
+        # the schema is strict-compatible as built (deliver/schema.py)
+        "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema, "strict": True},
     }
     mcp_tool = {"name": name, "description": summary, "inputSchema": schema}
     return openai_tool, mcp_tool

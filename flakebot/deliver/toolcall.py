@@ -14,7 +14,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver import toolrun
-from flakebot.deliver.helpparse import CliParam, json_schema, to_argv
+from flakebot.deliver.helpparse import CliParam, json_schema, parse_help, to_argv
 from flakebot.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -37,17 +37,24 @@ class ToolCall:
 
 
 def parameters(manifest: dict[str, Any]) -> list[CliParam]:
-    """The tool's command-line parameters, as the manifest recorded them from its --help."""
+    """The tool's command-line parameters, read from its recorded --help by today's parser (so entries crafted
+    before a parser fix get it too), else as the manifest recorded them."""
+    if manifest.get("help_text"):
+        return parse_help(manifest["help_text"])
     return [CliParam(**param) for param in manifest.get("parameters") or []]
 
 
 def mcp_definition(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The MCP tool a catalogued tool is: its name, its clap-derived input schema, its summary and usage."""
+    """The MCP tool a catalogued tool is: its name, its clap-derived input schema, its summary and usage.
+
+    The schema is built now from the parameters (the one the calls are mapped with), not the manifest's copy."""
     usage = manifest.get("usage", "")
     description = manifest.get("summary", "") + (f"\n\nUsage: {usage}" if usage else "")
-    description += "\n\nPass standard input as the `stdin` argument; the result holds stdout, stderr and the exit code."
-    schema = (manifest.get("mcp_tool") or {}).get("inputSchema") or json_schema(parameters(manifest))
-    return {"name": manifest["name"], "description": description, "inputSchema": schema}
+    description += (
+        "\n\nPass standard input as the `stdin` argument and null for any argument you do not want; "
+        "the result holds stdout, stderr and the exit code."
+    )
+    return {"name": manifest["name"], "description": description, "inputSchema": json_schema(parameters(manifest))}
 
 
 def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[str], str | None]:
@@ -74,15 +81,19 @@ def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[st
 
 
 def _type_problem(params: list[CliParam], arguments: dict[str, Any]) -> str | None:
-    """Flags take booleans and the rest strings (or lists of them): say which argument breaks that."""
+    """Flags take booleans (counted ones a count), the rest strings (repeatable ones lists of them): say which
+    argument breaks that."""
     for param in params:
         value = arguments.get(param.name)
         if value is None:
             continue
-        if param.kind == "flag" and not isinstance(value, bool):
+        if param.kind == "flag" and param.multiple and not (isinstance(value, int) and value >= 0):
+            return f"{param.name} is a counted flag: pass how many times (0, 1, 2...) or true or false"
+        if param.kind == "flag" and not param.multiple and not isinstance(value, bool):
             return f"{param.name} is a flag: pass true or false"
-        if param.kind != "flag" and isinstance(value, (dict, bool)):
-            return f"{param.name} takes a string" + (" or a list of strings" if param.multiple else "")
+        items = value if isinstance(value, list) and param.multiple else [value]
+        if param.kind != "flag" and any(isinstance(item, (dict, list, bool)) for item in items):
+            return f"{param.name} takes " + ("a list of strings" if param.multiple else "one string")
     return None
 
 

@@ -250,6 +250,6 @@ def run_eval(
     if model is not None:
         check_model(model, settings)  # a missing key fails before the first craft
     suite = load_suite(suite_name).select(only or [])
-    root = Path(settings.workdir).expanduser().resolve() / "eval" / suite.name
+    root = settings.path("workdir") / "eval" / suite.name
     report = evaluate(suite, model=model, settings=settings, root=root, record=record, progress=progress)
     return report, write_report(report, out_dir)

@@ -50,10 +50,16 @@ def test_clap4_help() -> None:
     assert (params["key"].kind, params["key"].flag, params["key"].value_name) == ("option", "--key", "COLUMN")
     assert params["keep"].choices == ["first", "last"] and params["keep"].default == "first"
     assert params["no_header"].kind == "flag"
+    assert params["key"].multiple is True  # clap 4 shows an Append option plainly: its help says it repeats
     schema = json_schema(list(params.values()))
-    assert schema["properties"]["keep"]["enum"] == ["first", "last"]
-    assert schema["properties"]["no_header"]["type"] == "boolean"
-    assert schema["required"] == []
+    # OpenAI-strict: closed, every property required, the optional ones nullable (null = absent).
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["file", "key", "keep", "no_header", "stdin"]
+    assert schema["properties"]["keep"]["type"] == ["string", "null"]
+    assert schema["properties"]["keep"]["enum"] == ["first", "last", None]
+    assert schema["properties"]["no_header"]["type"] == ["boolean", "null"]
+    assert schema["properties"]["key"]["type"] == ["array", "null"]
+    assert schema["properties"]["key"]["items"] == {"type": "string"}
 
 
 def test_clap2_long_help_with_descriptions_on_next_lines() -> None:
@@ -62,6 +68,52 @@ def test_clap2_long_help_with_descriptions_on_next_lines() -> None:
     assert params["file"].required is True
     assert params["file"].description == "The file to display."
     assert params["length"].description == "Only read N bytes from the input."
+    schema = json_schema(list(params.values()))
+    assert schema["properties"]["file"]["type"] == "string"  # required: a value, not null
+    assert schema["properties"]["length"]["type"] == ["string", "null"]
+
+
+REPEATABLE = """Usage: tool [OPTIONS] [FILES]...
+
+Arguments:
+  [FILES]...  Files to read
+
+Options:
+  -v, --verbose...         More output
+  -t, --tag <TAG>...       Tags to attach
+  -i, --include <GLOB>     Include files matching GLOB. Can be given multiple times.
+  -x, --exclude <GLOB>     Exclude files matching GLOB; may be repeated
+      --repeat <N>         Repeat the output N times
+      --color <WHEN>       When to colour [possible values: auto, always, never]
+  -h, --help               Print help
+"""
+
+
+def test_repeatable_options_counted_flags_and_choices() -> None:
+    params = {p.name: p for p in parse_help(REPEATABLE)}
+    multiple = {name for name, p in params.items() if p.multiple}
+    assert multiple == {"files", "verbose", "tag", "include", "exclude"}  # not --repeat: it takes one N
+    assert params["verbose"].kind == "flag" and params["verbose"].description == "More output"
+    schema = json_schema(list(params.values()))["properties"]
+    assert schema["verbose"]["type"] == ["integer", "null"]
+    assert schema["files"]["type"] == ["array", "null"] and schema["tag"]["items"] == {"type": "string"}
+    assert schema["color"]["enum"] == ["auto", "always", "never", None]
+    argv = to_argv(list(params.values()), {"verbose": 2, "tag": ["a", "b"], "files": ["x", "y"], "repeat": "3"})
+    assert argv == ["--verbose", "--verbose", "--tag", "a", "--tag", "b", "--repeat", "3", "x", "y"]
+
+
+def test_null_empty_and_false_are_absent() -> None:
+    """What a strict model sends for the arguments it does not want: every property, filled with nothing."""
+    params = parse_help(CLAP4)
+    nothing = {"file": None, "key": None, "keep": None, "no_header": None, "stdin": None}
+    assert to_argv(params, nothing) == []
+    blank = {"file": "", "key": [], "keep": "", "no_header": False, "stdin": ""}
+    assert to_argv(params, blank) == []
+    assert to_argv(params, {**blank, "key": ["id", "", "name"]}) == ["--key", "id", "--key", "name"]
+    with pytest.raises(ValueError, match="missing required argument"):
+        to_argv(parse_help(CLAP2_LONG), {"file": None, "length": None, "no_squeezing": None})
+    with pytest.raises(ValueError, match="missing required argument"):
+        to_argv(parse_help(CLAP2_LONG), {"file": ""})
 
 
 def test_to_argv_orders_options_before_positionals() -> None:

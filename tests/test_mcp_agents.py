@@ -1,0 +1,151 @@
+"""Agent frameworks on their defaults against `flakebot mcp`: the OpenAI Agents SDK's MCPServerStdio, its strict
+schema conversion (no fallback to non-strict for any tool), LangChain's load_mcp_tools (langchain-mcp-adapters, in
+a venv of its own: tests/mcp_langchain), and calls shaped as a strict model sends them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+from agents import RunContextWrapper
+from agents.mcp import MCPServerStdio, MCPUtil
+from agents.strict_schema import ensure_strict_json_schema
+
+from flakebot.deliver import schema
+from flakebot.deliver.toolcall import mcp_definition
+from tests.conftest import REPO, json_result, require, run_cli
+from tests.deliver.test_helpparse import CLAP4, REPEATABLE
+
+SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
+LANGCHAIN_PYTHON = REPO / ".venv/langchain/bin/python"
+CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
+
+
+def flakebot_server() -> MCPServerStdio:
+    """The server as an Agents SDK user configures it (client_session_timeout_seconds left at its default)."""
+    params = {"command": sys.executable, "args": ["-m", "flakebot", "mcp"], "env": dict(os.environ), "cwd": os.getcwd()}
+    return MCPServerStdio(params=params, name="flakebot")
+
+
+def langchain_client(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """What tests/mcp_langchain/client.py saw: the tools' schemas, their strict conversion, each call's result."""
+    if not LANGCHAIN_PYTHON.exists():
+        pytest.skip("langchain-mcp-adapters is not installed: scripts/setup.sh installs it in .venv/langchain")
+    done = subprocess.run(
+        [str(LANGCHAIN_PYTHON), str(REPO / "tests/mcp_langchain/client.py"), sys.executable, json.dumps(calls)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def assert_strict_as_is(tool: Any, server: Any, caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
+    """The SDK's strict conversion keeps the tool strict, logs no fallback, and changes nothing in the schema."""
+    caplog.clear()
+    function_tool = MCPUtil.to_function_tool(tool, server, convert_schemas_to_strict=True)
+    assert function_tool.strict_json_schema is True, (tool.name, caplog.text)
+    assert "strict mode" not in caplog.text, caplog.text
+    given = tool.input_schema
+    assert ensure_strict_json_schema(copy.deepcopy(given)) == given, tool.name  # nothing left for it to force
+    # Strict mode makes every property required: the ones a call may leave out must accept null.
+    required_by_us = schema.really_required(given)
+    assert set(given["required"]) - set(required_by_us) == {
+        name for name, prop in given["properties"].items() if "null" in prop["type"]
+    }
+    return dict(function_tool.params_json_schema)
+
+
+def test_every_flakebot_tool_converts_to_strict_without_fallback(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="openai.agents")
+
+    async def session() -> dict[str, dict[str, Any]]:
+        async with flakebot_server() as server:
+            tools = await server.list_tools()
+            return {tool.name: assert_strict_as_is(tool, server, caplog) for tool in tools}
+
+    schemas = asyncio.run(session())
+    assert {"craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(
+        schemas
+    )
+    assert schemas["list"] == {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    assert schemas["run"]["required"] == ["tool", "args", "stdin"]
+    assert schemas["run"]["properties"]["args"]["items"] == {"type": "string"}
+
+
+def test_langchain_loads_every_tool_and_its_strict_conversion_keeps_the_schema() -> None:
+    seen = langchain_client([("runs", {}), ("status", {"run_id": 42}), ("run", {"tool": "nope", "args": None})])
+    assert {"craft", "status", "run", "list", "runs"} <= set(seen["schemas"])
+    for name, advertised in seen["schemas"].items():
+        assert advertised["additionalProperties"] is False and advertised["required"] == list(advertised["properties"])
+        assert seen["strict"][name] == advertised, name
+    ran, wrong_type, no_tool = seen["calls"]
+    assert ran == {"status": "success", "result": {"ok": True, "runs": []}}
+    assert wrong_type["status"] == "error" and "'run_id' must be a string" in wrong_type["result"]["error"]
+    assert no_tool["status"] == "error" and "no tool 'nope'" in no_tool["result"]["error"]
+
+
+@pytest.mark.parametrize("help_text", [CLAP4, REPEATABLE], ids=["clap4", "repeatable"])
+def test_a_crafted_tools_schema_converts_to_strict_without_fallback(
+    help_text: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="openai.agents")
+    definition = mcp_definition({"name": "tool", "summary": "A tool", "help_text": help_text})
+    tool = mcp_types.Tool(name="tool", description=definition["description"], input_schema=definition["inputSchema"])
+    assert_strict_as_is(tool, flakebot_server(), caplog)
+
+
+@pytest.mark.slow
+def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The issue's case end to end: csv-dedup crafted (scripted model, real cargo and nix), then listed, converted
+    strictly and called through MCPServerStdio, and through LangChain, with every property filled, as a strict
+    model fills them."""
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    caplog.set_level(logging.DEBUG, logger="openai.agents")
+    crafted = run_cli("craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", "--registry", "local", "--json")
+    assert json_result(crafted)["name"] == "csv-dedup"
+
+    async def session() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with flakebot_server() as server:
+            tools = {tool.name: tool for tool in await server.list_tools()}
+            seen["schema"] = assert_strict_as_is(tools["csv-dedup"], server, caplog)
+            context = RunContextWrapper(context=None)
+            blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}  # what the issue saw fail
+            seen["blank"] = await MCPUtil.invoke_mcp_tool(server, tools["csv-dedup"], context, json.dumps(blank))
+            keyed = {"file": None, "key": ["name"], "no_header": None, "stdin": "id,name\n1,a\n2,a\n"}
+            seen["keyed"] = await server.call_tool("csv-dedup", keyed)
+            failing = {"tool": "csv-dedup", "args": "--key zip", "stdin": "id,name\n1,a\n"}
+            seen["failing"] = await server.call_tool("run", failing)
+        return seen
+
+    seen = asyncio.run(session())
+    # LangChain in the same catalog: the strict model's call, and a repeated option as a list.
+    blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}
+    keys = {"file": None, "key": ["id", "name"], "no_header": None, "stdin": "id,name\n1,a\n1,a\n2,a\n"}
+    langchain = langchain_client([("csv-dedup", blank), ("csv-dedup", keys)])
+    assert langchain["strict"]["csv-dedup"] == langchain["schemas"]["csv-dedup"] == seen["schema"]
+    assert langchain["calls"][0]["result"]["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
+    assert langchain["calls"][1]["result"]["argv"] == ["--key", "id", "--key", "name"]
+    assert langchain["calls"][1]["result"]["stdout"] == "id,name\n1,a\n2,a\n"
+
+    assert seen["schema"]["properties"]["key"]["type"] == ["array", "null"]
+    blank = json.loads(seen["blank"]["text"] if isinstance(seen["blank"], dict) else seen["blank"])
+    assert blank["argv"] == [] and blank["exit_code"] == 0 and blank["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
+    keyed = json.loads(seen["keyed"].content[0].text)
+    assert keyed["argv"] == ["--key", "name"] and keyed["stdout"] == "id,name\n1,a\n" and not seen["keyed"].is_error
+    failing = json.loads(seen["failing"].content[0].text)
+    assert seen["failing"].is_error and failing["exit_code"] == 1 and "no column named 'zip'" in failing["stderr"]
