@@ -25,6 +25,7 @@ from flakebot.errors import NixError
 # plants them could make a host-side cargo run its program (build.rustc-wrapper) or fetch a toolchain.
 STEERING_DIRS = (".cargo",)
 STEERING_PREFIXES = ("rust-toolchain",)
+GIT_NAME = ".git"
 
 
 def steering_reason(rel: Path | str) -> str:
@@ -34,6 +35,14 @@ def steering_reason(rel: Path | str) -> str:
         return f"{rel} is cargo configuration (.cargo/): it could make cargo run other programs"
     if parts and parts[-1].startswith(STEERING_PREFIXES):
         return f"{rel} is a rustup toolchain file: it could make rustup pick or download another toolchain"
+    return ""
+
+
+def git_reason(rel: Path | str) -> str:
+    """Why `rel` is refused to the file tools and left out of copies: a `.git` part (any case: a file system that
+    folds case makes .GIT the same name) would make a nested repository whose config host git obeys; '' when fine."""
+    if any(part.casefold() == GIT_NAME for part in Path(rel).parts):
+        return f"{rel} has a .git part: inside .git (or a gitdir: file) git obeys a config that can run programs"
     return ""
 
 
