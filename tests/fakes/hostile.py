@@ -289,16 +289,24 @@ def _gitdir_build(s: Scene) -> str:
 
 
 def _symlink_git_build(s: Scene) -> str:
-    """A build script that leaves lnk/.git as a symbolic link to a planted git directory (and planted/.GIT, a name that
-    is .git on a file system that folds case)."""
+    """A build script that leaves lnk/.git as a symbolic link to a planted git directory."""
     config = f'[core]\n\tfsmonitor = "{_planted_command(s, "symlink-ran")}"\n'
     return _build_rs(
-        '    for d in ["planted/objects", "planted/refs", "lnk", "folded/.GIT"] { let _ = fs::create_dir_all(dir().join(d)); }\n'
+        '    for d in ["planted/objects", "planted/refs", "lnk"] { let _ = fs::create_dir_all(dir().join(d)); }\n'
         f'    let _ = fs::write(dir().join("planted/HEAD"), "{EMPTY_TREE}\\n");\n'
         f'    let _ = fs::write(dir().join("planted/config"), {_rs(config)});\n'
-        f'    let _ = fs::write(dir().join("folded/.GIT/config"), {_rs(config)});\n'
         f'    let _ = fs::write(dir().join("lnk/notes.txt"), "{s.marker}\\n");\n'
         '    let _ = std::os::unix::fs::symlink("../planted", dir().join("lnk/.git"));'
+    )
+
+
+def _folded_git_build(s: Scene) -> str:
+    """A build script that leaves folded/.GIT/config: .git on a file system that folds case (macOS, Windows)."""
+    config = f'[core]\n\tfsmonitor = "{_planted_command(s, "folded-ran")}"\n'
+    return _build_rs(
+        '    let _ = fs::create_dir_all(dir().join("folded/.GIT"));\n'
+        f'    let _ = fs::write(dir().join("folded/.GIT/config"), {_rs(config)});\n'
+        f'    let _ = fs::write(dir().join("folded/notes.txt"), "{s.marker}\\n");'
     )
 
 
@@ -488,10 +496,18 @@ CASES = [
     ),
     Hostile(
         "git-symlink",
-        "a build script leaves lnk/.git as a symbolic link to a planted git directory setting core.fsmonitor "
-        "(and folded/.GIT/config)",
-        "the nested .git entries are removed before host git runs; nothing planted runs on the host",
+        "a build script leaves lnk/.git as a symbolic link to a planted git directory setting core.fsmonitor",
+        "the nested .git link is removed (not followed) before host git runs; nothing planted runs on the host",
         _symlink_git_build,
+        _host_git_judge,
+        args=("--stop-after", "edit"),
+        second_try=True,
+    ),
+    Hostile(
+        "git-upper-case",
+        "a build script leaves folded/.GIT/config (host git refuses to add the path: the craft died in a traceback)",
+        "removed with the other nested .git entries; the craft goes on, green",
+        _folded_git_build,
         _host_git_judge,
         args=("--stop-after", "edit"),
         second_try=True,
