@@ -3,12 +3,19 @@
 Trusted host steps (network allowed; no model-written code runs; nothing in the tree steers them):
 
     search, clone/fork             crate metadata and git objects, no build
+    git (clone, commit, diff...)   only through flakebot.source.safegit: no system/global config, no hooks,
+                                   fsmonitor, submodules, LFS or credential helpers, no key in its environment;
+                                   in the model's tree every nested .git (dir, gitdir: file, link, any case) is
+                                   removed before each call, and the file tools refuse any path with a .git part
     cargo fetch/add/metadata/      from a neutral cwd with --manifest-path, minimal environment, flakebot's
     generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
     of the flake, nix build        (nix builds in its own sandbox where nix.conf enables it)
     catalog writes                 only after every check passed (stages/instruct.py)
+    run ids                        names, never paths (pipeline.run.check_run_id): state.json is read only from a
+                                   direct child of runs/; clean removes only paths inside the run's directory; a
+                                   resume takes the sandbox mode from the current setting, not from state.json
 
 Everything else that compiles or runs code the model touched (build scripts, proc macros, tests, the
 built tool for examples and verification) runs in flakebot.sandbox, never as root with capabilities.
