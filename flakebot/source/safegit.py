@@ -106,7 +106,10 @@ def git(
     """Run `git ARGS` in `cwd`, hardened; its stdout. `sweep`: `cwd` is a model's tree, remove nested .git first.
     A failure raises `error` (the caller's stage's type) naming the command and git's reason on one line."""
     if sweep:
-        sweep_nested(Path(cwd))
+        try:
+            sweep_nested(Path(cwd))
+        except OSError as exc:  # git must not run while a nested repository is left
+            raise error(f"cannot remove a nested .git in {cwd}: {exc.strerror} ({exc.filename})", fix=fix) from None
     command = argv(*args)
     try:
         done = subprocess.run(
