@@ -95,7 +95,7 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
     try:
         return show_run(name, settings)
     except RunError as run_error:
-        if run_error.details.get("reason") != "not_found":
+        if run_error.details.get("reason") not in ("not_found", "bad_id"):  # NAME@VERSION is not a run id
             raise
     from flakebot.deliver import catalog
 
@@ -583,7 +583,9 @@ def remove_runs(run_id: str | None, settings: config.Settings | None = None) -> 
     settings = _settings(settings)
     workdir = _workdir(settings)
     directories = (
-        [find_run_dir(workdir, run_id)] if run_id else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir())
+        [find_run_dir(workdir, run_id)]
+        if run_id
+        else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir() and not p.is_symlink())
     )
     for directory in directories:
         try:

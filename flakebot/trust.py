@@ -3,12 +3,19 @@
 Trusted host steps (network allowed; no model-written code runs; nothing in the tree steers them):
 
     search, clone/fork             crate metadata and git objects, no build
+    git (clone, commit, diff...)   only through flakebot.source.safegit: no system/global config, no hooks,
+                                   fsmonitor, submodules, LFS or credential helpers, no key in its environment;
+                                   in the model's tree every nested .git (dir, gitdir: file, link, any case) is
+                                   removed before each call, and the file tools refuse any path with a .git part
     cargo fetch/add/metadata/      from a neutral cwd with --manifest-path, minimal environment, flakebot's
     generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
     of the flake, nix build        (nix builds in its own sandbox where nix.conf enables it)
     catalog writes                 only after every check passed (stages/instruct.py)
+    run ids                        names, never paths (pipeline.run.check_run_id): state.json is read only from a
+                                   direct child of runs/; clean removes only paths inside the run's directory; a
+                                   resume takes the sandbox mode from the current setting, not from state.json
 
 Everything else that compiles or runs code the model touched (build scripts, proc macros, tests, the
 built tool for examples and verification) runs in flakebot.sandbox, never as root with capabilities.
@@ -25,6 +32,7 @@ from flakebot.errors import NixError
 # plants them could make a host-side cargo run its program (build.rustc-wrapper) or fetch a toolchain.
 STEERING_DIRS = (".cargo",)
 STEERING_PREFIXES = ("rust-toolchain",)
+GIT_NAME = ".git"
 
 
 def steering_reason(rel: Path | str) -> str:
@@ -34,6 +42,14 @@ def steering_reason(rel: Path | str) -> str:
         return f"{rel} is cargo configuration (.cargo/): it could make cargo run other programs"
     if parts and parts[-1].startswith(STEERING_PREFIXES):
         return f"{rel} is a rustup toolchain file: it could make rustup pick or download another toolchain"
+    return ""
+
+
+def git_reason(rel: Path | str) -> str:
+    """Why `rel` is refused to the file tools and left out of copies: a `.git` part (any case: a file system that
+    folds case makes .GIT the same name) would make a nested repository whose config host git obeys; '' when fine."""
+    if any(part.casefold() == GIT_NAME for part in Path(rel).parts):
+        return f"{rel} has a .git part: inside .git (or a gitdir: file) git obeys a config that can run programs"
     return ""
 
 

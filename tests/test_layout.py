@@ -32,7 +32,7 @@ ALLOWED = {
     "nix": {"cargo", "sandbox", "source"},
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "source"},
-    "evaluate": {"api", "llm", "pipeline", "sandbox"},
+    "evaluate": {"api", "llm", "pipeline", "sandbox", "source"},
 }
 NEVER_IMPORTED = {"cli", "mcp_server"}  # the outermost callers: nothing in the library reaches back to them
 

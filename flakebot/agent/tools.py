@@ -6,7 +6,8 @@ edit to a frozen file become `ok=False` with the exact problem, never an excepti
 flakebot's own process on paths it has checked; every command (cargo) runs in the sandbox.
 
 Frozen files (the acceptance test, flakebot.agent.acceptance.Frozen) and the files that would steer
-cargo or rustup (flakebot.trust.steering_reason: `.cargo/`, `rust-toolchain*`) are refused to the file tools.
+cargo or rustup (flakebot.trust.steering_reason: `.cargo/`, `rust-toolchain*`) are refused to the file tools;
+so is every path with a `.git` part, in any case, for every file tool (flakebot.trust.git_reason).
 
 Online, the sandbox has no network and cargo in it runs --offline: after any call that changed a Cargo.toml
 or Cargo.lock, the toolbox fetches on the host (cargo/fetch.py) and says so in the result. `add_dependency`
@@ -33,9 +34,9 @@ from flakebot.cargo.runner import Cargo
 from flakebot.errors import FlakebotError
 from flakebot.fsutil import remove_tree
 from flakebot.sandbox import Sandbox
-from flakebot.trust import steering_reason
+from flakebot.trust import git_reason, steering_reason
 
-SKIP_DIRS = {".git", "target", "node_modules"}
+SKIP_DIRS = {"target", "node_modules"}  # and every .git (trust.git_reason)
 # cannot change a manifest: no manifest check after them
 READ_ONLY_TOOLS = {
     "list_files",
@@ -295,13 +296,14 @@ class Toolbox:
         path = (self.workspace / raw).resolve()
         if not path.is_relative_to(self.workspace):
             raise Refused(f"path '{raw}' leads outside the workspace (through a symbolic link)")
+        reason = git_reason(raw) or git_reason(path.relative_to(self.workspace))
+        if reason:
+            raise Refused(f"'{raw}' refused: {reason}. No path may have a .git part (any case)")
         return path
 
     def _writable(self, raw: str) -> Path:
         path = self._inside(raw)
         rel = path.relative_to(self.workspace)
-        if rel.parts and rel.parts[0] == ".git":
-            raise Refused(f"'{raw}' is inside .git; flakebot manages the repository itself")
         if self.frozen.covers(path):
             raise Refused(
                 f"{rel} is frozen: it holds the acceptance tests written from the need. Change the code so that they pass instead"
@@ -543,9 +545,11 @@ def _walk(base: Path, workspace: Path) -> Iterator[Path]:
         yield base
         return
     for root, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not git_reason(d))
         for name in sorted(files):
             path = Path(root) / name
+            if git_reason(name):
+                continue
             if path.is_file() and path.resolve().is_relative_to(workspace):
                 yield path
 

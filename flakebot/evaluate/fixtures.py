@@ -18,13 +18,13 @@ import re
 import shutil
 from pathlib import Path
 
-import git
-
 from flakebot.errors import UsageError
+from flakebot.source import safegit
 
 logger = logging.getLogger(__name__)
 
-AUTHOR = git.Actor("Upstream Author", "author@example.org")
+AUTHOR = {"GIT_AUTHOR_NAME": "Upstream Author", "GIT_AUTHOR_EMAIL": "author@example.org"}
+AUTHOR |= {"GIT_COMMITTER_NAME": AUTHOR["GIT_AUTHOR_NAME"], "GIT_COMMITTER_EMAIL": AUTHOR["GIT_AUTHOR_EMAIL"]}
 
 
 def prepare_fixture(source: Path, root: Path) -> Path:
@@ -41,10 +41,10 @@ def prepare_fixture(source: Path, root: Path) -> Path:
 
 def _commit_repo(files: Path, dest: Path, tag: str) -> Path:
     shutil.copytree(files, dest)
-    repo = git.Repo.init(dest, initial_branch="main")
-    repo.git.add("-A")
-    repo.index.commit("upstream", author=AUTHOR, committer=AUTHOR)
-    repo.create_tag(tag)
+    safegit.git(dest, "init", "--quiet", "--template=", "--initial-branch=main", error=UsageError)
+    safegit.git(dest, "add", "-A", error=UsageError)
+    safegit.git(dest, "commit", "-q", "--no-verify", "-m", "upstream", env=AUTHOR, error=UsageError)
+    safegit.git(dest, "tag", tag, error=UsageError)
     return dest
 
 

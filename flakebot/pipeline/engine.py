@@ -87,8 +87,13 @@ class StageContext:
 
 def run_settings(run: Run, settings: Settings) -> Settings:
     """`settings` with what the run pinned: the flags it started with and what earlier stages resolved
-    (so a resume, or a later stage, sees the same values)."""
-    return dataclasses.replace(settings, **(run.state.get("options") or {}).get("settings", {}))
+    (so a resume, or a later stage, sees the same values). Not the sandbox mode: the caller's current setting
+    wins, so a resume runs unsandboxed only when the user says `off` now."""
+    pinned = dict((run.state.get("options") or {}).get("settings", {}))
+    recorded = pinned.pop("sandbox", settings.sandbox)
+    if recorded != settings.sandbox:
+        logger.info("run %s recorded sandbox %s; the current setting %s applies", run.id, recorded, settings.sandbox)
+    return dataclasses.replace(settings, **pinned)
 
 
 def load_stages(pipeline: str) -> list[Stage]:

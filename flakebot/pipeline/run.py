@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from flakebot.fsutil import atomic_write_json
 logger = logging.getLogger(__name__)
 
 STATE_FORMAT = 2  # 2: stage outputs are typed (flakebot.stages.outputs); acquire stores crate_dir at the top
+# A run id (or a prefix of one) is a name, never a path: RUN/flake or ../x would load a state.json the model wrote.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def runs_dir(workdir: Path) -> Path:
@@ -130,6 +133,11 @@ class Run:
                 fix=f"restore {path} or start a new run; 'flakebot clean {run_id}' removes it",
             ) from None
         _check_state(state, path)
+        if state["id"] != directory.name:
+            raise RunError(
+                f"{path} names run {state['id']!r}, not {directory.name!r}: it was not written for this run",
+                fix=f"remove the run with 'flakebot clean {directory.name}'",
+            )
         return cls(directory, state)
 
     def save(self) -> None:
@@ -182,12 +190,28 @@ def _check_state(state: Any, path: Path) -> None:
         raise RunError(f"{path} was written by a newer flakebot (format {state['format']})", fix="upgrade flakebot")
 
 
+def check_run_id(run_id: str) -> str:
+    """`run_id` when it is a run id or a prefix of one (a name: letters, digits, '-', '_'); RunError otherwise."""
+    if not RUN_ID.fullmatch(run_id or ""):
+        raise RunError(
+            f"{run_id!r} is not a run id: a run id is a name such as 20260101-120000-abc123, not a path",
+            fix="give an id (or a unique prefix) that 'flakebot runs' lists",
+            reason="bad_id",
+        )
+    return run_id
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
 def find_run_dir(workdir: Path, run_id: str) -> Path:
-    """The directory of a run, given its id or a unique prefix of it."""
+    """The directory of a run, given its id or a unique prefix of it: always a direct child of runs/."""
     root = runs_dir(workdir)
-    if run_id and (root / run_id).is_dir():
+    check_run_id(run_id)
+    if _is_run_dir(root / run_id):
         return root / run_id
-    matches = [p for p in root.glob(f"{run_id}*") if p.is_dir()] if run_id and root.is_dir() else []
+    matches = [p for p in root.iterdir() if p.name.startswith(run_id) and _is_run_dir(p)] if root.is_dir() else []
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
@@ -204,7 +228,7 @@ def list_runs(workdir: Path) -> list[Run]:
     runs = []
     root = runs_dir(workdir)
     for directory in sorted(root.iterdir(), reverse=True) if root.is_dir() else []:
-        if not directory.is_dir():
+        if not _is_run_dir(directory) or not RUN_ID.fullmatch(directory.name):
             continue
         try:
             runs.append(Run.load(workdir, directory.name))

@@ -4,7 +4,8 @@
     newcrate.py  new_crate(): a new binary crate depending on a library
     remote.py    release_fork() and push_branch(): the end of a craft that started from a repository
     github.py    the GitHub REST calls (fork, poll, delete) over httpx
-    gitrepo.py   GitPython helpers (safe clone, tags, init + commit, push)
+    gitrepo.py   workspace git: clone, tags, init + commit, push (all through safegit)
+    safegit.py   every host git call in flakebot: hardened config, minimal env, nested .git swept
     tree.py      which files of a published crate the workspace keeps
     archive.py   .crate download (crates.io client) and safe extraction
 

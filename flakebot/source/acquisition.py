@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import git
-
 from flakebot.cargo.metadata import locate, root_package
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -116,11 +114,6 @@ def acquire_by(method: str, dest: Path, job: Job) -> dict[str, Any]:
         raise AcquireError(
             os_cause(exc), fix="free some disk space, or check the permissions of " + str(dest.parent)
         ) from None
-    except git.GitCommandError as exc:
-        step = exc.command[1] if len(exc.command) > 1 else ""
-        raise AcquireError(
-            f"git {step} failed: {gitrepo.error_text(exc)}", fix="free some disk space and retry"
-        ) from None
     logger.info("acquired %s %s by %s into %s", job.crate.name, origin["version"], method, dest)
     return origin
 
@@ -201,15 +194,15 @@ def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, A
     url = gitrepo.check_url(url or job.crate.repository)
     name, wanted = job.crate.name, job.crate.version
     notes = []
-    with gitrepo.clone(url, tmp, job.settings.git_timeout, token) as repo:
-        tag = gitrepo.find_tag(repo, name, wanted) if wanted and not job.ref else None
-        if tag is None and wanted and not job.ref:
-            tried = ", ".join(gitrepo.version_tags(name, wanted))
-            notes.append(
-                f"no tag for version {wanted} (looked for {tried}); using the default branch {gitrepo.default_branch(repo)}"
-            )
-        start = gitrepo.resolve_ref(repo, job.ref) if job.ref else tag or "HEAD"
-        revision = gitrepo.checkout_branch(repo, job.branch, start)
+    gitrepo.clone(url, tmp, job.settings.git_timeout, token)
+    tag = gitrepo.find_tag(tmp, name, wanted) if wanted and not job.ref else None
+    if tag is None and wanted and not job.ref:
+        tried = ", ".join(gitrepo.version_tags(name, wanted))
+        notes.append(
+            f"no tag for version {wanted} (looked for {tried}); using the default branch {gitrepo.default_branch(tmp)}"
+        )
+    start = gitrepo.resolve_ref(tmp, job.ref) if job.ref else tag or "HEAD"
+    revision = gitrepo.checkout_branch(tmp, job.branch, start)
     name = name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
     if wanted and version != wanted:

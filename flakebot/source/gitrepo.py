@@ -1,27 +1,20 @@
-"""GitPython helpers for workspaces: a safe clone, version tags, init + commit, branches, push."""
+"""Git for workspaces, through safegit (hardened, one place): a safe clone, version tags, init + commit, branches, push."""
 
 from __future__ import annotations
 
 import base64
 import logging
-import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
-import git
-
 from flakebot.errors import AcquireError
+from flakebot.source import safegit
 
 logger = logging.getLogger(__name__)
 
 # Crate metadata is untrusted: only plain transports, never remote helpers such as ext:: (runs commands).
 SAFE_SCHEMES = ("https", "http", "git", "ssh", "file")
-IDENTITY = {
-    ("user", "name"): "flakebot",
-    ("user", "email"): "flakebot@localhost",
-    ("commit", "gpgsign"): "false",
-    ("tag", "gpgsign"): "false",
-}
 UPSTREAM_BRANCH = "upstream"
 _FORGE_HOSTS = {"github.com", "gitlab.com", "codeberg.org", "bitbucket.org"}
 
@@ -43,52 +36,39 @@ def check_url(url: str) -> str:
 
 
 def git_env(url: str = "", token: str = "") -> dict[str, str]:
-    """Environment for network git commands: never prompt; send the token as a header to that host only."""
-    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": "ssh -o BatchMode=yes"}
+    """Extra environment for a network git command: the token as a header sent to that host only (never in argv)."""
     parts = urlsplit(url)
-    if token and parts.scheme == "https":
-        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-        env.update(
-            GIT_CONFIG_COUNT="1",
-            GIT_CONFIG_KEY_0=f"http.https://{parts.netloc}/.extraHeader",
-            GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}",
-        )
-    return env
+    if not (token and parts.scheme == "https"):
+        return {}
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": f"http.https://{parts.netloc}/.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+    }
 
 
-def error_text(exc: git.GitCommandError) -> str:
-    """The lines of a failed git command that say why (fatal:/error:), on one line."""
-    # GitPython wraps stderr as "\n  stderr: '<text>'".
-    stderr = re.sub(r"^\s*stderr: '", "", str(exc.stderr or "")).rstrip().removesuffix("'")
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    first = next(
-        (i for i, line in enumerate(lines) if line.startswith(("fatal:", "error:", "Timeout"))), max(len(lines) - 1, 0)
-    )
-    return " ".join(lines[first:])[:400] or f"git exited {exc.status}"
-
-
-def clone(url: str, dest: Path, timeout: float, token: str = "") -> git.Repo:
-    """Clone `url` into the empty directory `dest` (all branches and tags). The caller closes the Repo."""
+def clone(url: str, dest: Path, timeout: float, token: str = "") -> None:
+    """Clone `url` into the empty directory `dest` (all branches and tags), hardened (safegit.clone)."""
     logger.info("cloning %s", url)
     try:
-        git.Git().clone("--quiet", "--", url, str(dest), kill_after_timeout=timeout, env=git_env(url, token))
-    except git.GitCommandError as exc:
-        raise AcquireError(
-            f"git clone {url} failed: {error_text(exc)}", fix="check that the repository URL is right and reachable"
-        ) from None
-    repo = git.Repo(dest)
-    configure(repo)
-    if not repo.head.is_valid():
-        repo.close()
+        safegit.clone(url, dest, timeout, env=git_env(url, token), error=AcquireError)
+    except AcquireError as exc:
+        raise AcquireError(f"git clone {url} failed: {exc.message.partition(': ')[2]}", fix=exc.fix) from None
+    if not head(dest):
         raise AcquireError(f"repository {url} is empty", fix="choose another crate or pass --method archive")
-    return repo
 
 
-def configure(repo: git.Repo) -> None:
-    """Give the workspace a committer identity and no signing, so flakebot's commits never prompt."""
-    with repo.config_writer("repository") as writer:
-        for (section, option), value in IDENTITY.items():
-            writer.set_value(section, option, value)
+def _git(path: Path, *args: str, sweep: bool = False, **kw: Any) -> str:
+    return safegit.git(path, *args, sweep=sweep, error=AcquireError, **kw)
+
+
+def head(path: Path) -> str:
+    """The commit checked out in the repository at `path`; '' when it has none yet."""
+    try:
+        return _git(path, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").strip()
+    except AcquireError:
+        return ""
 
 
 def version_tags(name: str, version: str) -> list[str]:
@@ -96,66 +76,75 @@ def version_tags(name: str, version: str) -> list[str]:
     return [f"v{version}", version, f"{name}-v{version}", f"{name}-{version}"]
 
 
-def find_tag(repo: git.Repo, name: str, version: str) -> str | None:
-    tags = {tag.name for tag in repo.tags}
+def find_tag(path: Path, name: str, version: str) -> str | None:
+    tags = set(_git(path, "tag", "--list").split())
     return next((tag for tag in version_tags(name, version) if tag in tags), None)
 
 
-def default_branch(repo: git.Repo) -> str:
-    return repo.active_branch.name if not repo.head.is_detached else "HEAD"
+def default_branch(path: Path) -> str:
+    try:
+        return _git(path, "symbolic-ref", "--quiet", "--short", "HEAD").strip() or "HEAD"
+    except AcquireError:
+        return "HEAD"  # detached
 
 
-def resolve_ref(repo: git.Repo, ref: str) -> str:
+def resolve_ref(path: Path, ref: str) -> str:
     """`ref` as something to check out in a fresh clone: a tag, a commit, or a branch (only the default one is local)."""
     for candidate in (ref, f"origin/{ref}"):
         try:
-            repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}")
+            _git(path, "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
             return candidate
-        except git.GitCommandError:
+        except AcquireError:
             continue
     raise AcquireError(f"the repository has no branch, tag or commit '{ref}'", fix="check the ref after # (or --ref)")
 
 
-def checkout_branch(repo: git.Repo, branch: str, start: str) -> str:
+def checkout_branch(path: Path, branch: str, start: str) -> str:
     """Create (or reset) `branch` at `start` and check it out; returns the commit."""
     try:
-        repo.git.checkout("-q", "-B", branch, f"{start}^{{commit}}")
-    except git.GitCommandError as exc:
+        _git(path, "checkout", "-q", "-B", branch, f"{start}^{{commit}}")
+    except AcquireError as exc:
         raise AcquireError(
-            f"cannot create branch {branch} at {start}: {error_text(exc)}",
+            f"cannot create branch {branch} at {start}: {exc.message.partition(': ')[2]}",
             fix="use a tool name that is a valid git branch name",
         ) from None
-    return repo.head.commit.hexsha
+    return head(path)
 
 
 def init_commit(path: Path, message: str, branch: str) -> str:
     """Make `path` a git repository whose first commit (branch `upstream`) holds every file; check out `branch`."""
-    with git.Repo.init(path, initial_branch=UPSTREAM_BRANCH) as repo:
-        configure(repo)
-        # --force: a crate's own .gitignore may list files it ships (csv ignores Cargo.lock); keep the crate whole.
-        repo.git.add("--all", "--force", ".")
-        repo.git.commit("-q", "--allow-empty", "-m", message)
-        return checkout_branch(repo, branch, "HEAD")
+    _git(path, "init", "--quiet", "--template=", f"--initial-branch={UPSTREAM_BRANCH}")
+    # --force: a crate's own .gitignore may list files it ships (csv ignores Cargo.lock); keep the crate whole.
+    _git(path, "add", "--all", "--force", ".", sweep=True)  # an unpacked .crate or a copy may hold nested .git
+    _git(path, "commit", "-q", "--no-verify", "--allow-empty", "-m", message)
+    return checkout_branch(path, branch, "HEAD")
 
 
 def commit_files(path: Path, files: list[str], message: str) -> str:
-    with git.Repo(path) as repo:
-        repo.git.add("--force", "--", *files)
-        repo.git.commit("-q", "-m", message)
-        return repo.head.commit.hexsha
+    _git(path, "add", "--force", "--", *files, sweep=True)
+    _git(path, "commit", "-q", "--no-verify", "-m", message)
+    return head(path)
 
 
 def push(path: Path, url: str, timeout: float, token: str = "") -> tuple[str, str]:
-    """Push the checked-out branch of the repository at `path` to `url`; returns (branch, commit)."""
-    with git.Repo(path) as repo:
-        branch = default_branch(repo)
-        try:
-            repo.git.push(
-                "--quiet", url, f"{branch}:refs/heads/{branch}", kill_after_timeout=timeout, env=git_env(url, token)
-            )
-        except git.GitCommandError as exc:
-            raise AcquireError(
-                f"git push to {url} failed: {error_text(exc)}",
-                fix="check the token's scopes and that the fork still exists",
-            ) from None
-        return branch, repo.head.commit.hexsha
+    """Push the checked-out branch of the repository at `path` (a model's tree) to `url`; returns (branch, commit)."""
+    branch = default_branch(path)
+    try:
+        _git(
+            path,
+            "push",
+            "--quiet",
+            "--no-verify",
+            "--recurse-submodules=no",
+            url,
+            f"{branch}:refs/heads/{branch}",
+            sweep=True,
+            timeout=timeout,
+            env=git_env(url, token),
+        )
+    except AcquireError as exc:
+        raise AcquireError(
+            f"git push to {url} failed: {exc.message.partition(': ')[2]}",
+            fix="check the token's scopes and that the fork still exists",
+        ) from None
+    return branch, head(path)

@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from flakebot.trust import git_reason
+
 logger = logging.getLogger(__name__)
 
 REGISTRY_FILES = {".cargo-checksum.json", ".cargo_vcs_info.json", "Cargo.toml.orig", ".cargo-ok"}
@@ -52,10 +54,12 @@ def provenance(crate_dir: Path) -> dict[str, Any]:
 
 
 def copy_crate(source: Path, dest: Path) -> None:
-    """Copy a crate directory into the existing empty directory `dest`, leaving out NOT_COPIED at its top."""
+    """Copy a crate directory into the existing empty directory `dest`, leaving out NOT_COPIED at its top and any
+    .git below it (flakebot.trust.git_reason)."""
 
     def ignore(directory: str, names: list[str]) -> set[str]:
-        return {n for n in names if n in NOT_COPIED} if Path(directory) == source else set()
+        top = {n for n in names if n in NOT_COPIED} if Path(directory) == source else set()
+        return top | {n for n in names if git_reason(n)}
 
     shutil.copytree(source, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
     _make_writable(dest)

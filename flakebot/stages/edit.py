@@ -31,8 +31,6 @@ logger = logging.getLogger(__name__)
 
 
 def edit_stage(ctx: StageContext) -> EditOut:
-    import git
-
     from flakebot.agent.tools import Toolbox
     from flakebot.cargo.diagnostics import run_cargo
     from flakebot.cargo.runner import Cargo
@@ -43,7 +41,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
     spec, acquired = ctx.get(SpecOut).tool_spec(), ctx.get(AcquireOut)
     workspace, crate_rel = ctx.run.workspace, acquired.crate_dir
     crate_dir = workspace / crate_rel
-    repo = git.Repo(workspace)
+    repo = WorkspaceGit(workspace)
     _start_clean(ctx, repo)
     frozen = Frozen(
         workspace,
@@ -160,33 +158,57 @@ def _guard(frozen: Frozen, paths: list[Path], limit_mb: int) -> None:
         )
 
 
-def _start_clean(ctx: StageContext, repo: Any) -> None:
+class WorkspaceGit:
+    """Host git in the model's workspace (flakebot.source.safegit): hardened, and every call first removes any
+    nested .git a sandboxed command left (sweep), so git never enters a repository the model made."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+
+    def __call__(self, *args: str) -> str:
+        from flakebot.source import safegit
+
+        return safegit.git(
+            self.workspace,
+            *args,
+            sweep=True,
+            error=EditError,
+            fix=f"inspect the workspace {self.workspace} (--keep), or start a new run",
+        )
+
+    def head(self) -> str:
+        return self("rev-parse", "--verify", "HEAD^{commit}").strip()
+
+
+def _start_clean(ctx: StageContext, repo: WorkspaceGit) -> None:
     """A (re)started edit stage begins from what acquire produced, so a resumed run redoes the stage whole."""
-    base = ctx.run.state.setdefault("edit_base", repo.head.commit.hexsha)
+    base = ctx.run.state.setdefault("edit_base", repo.head())
     ctx.run.save()
-    repo.git.reset("--hard", base)
-    repo.git.clean("-fdx")
+    repo("reset", "-q", "--hard", base)
+    repo("clean", "-q", "-fdx")
 
 
-def changed_files(repo: Any, base: str, crate_rel: str) -> list[str]:
+def changed_files(repo: WorkspaceGit, base: str, crate_rel: str) -> list[str]:
     """Files changed (or added) since `base`, relative to the crate directory."""
-    paths = repo.git.diff("--name-only", base).splitlines() + list(repo.untracked_files)
+    paths = repo("diff", "--no-ext-diff", "--name-only", base).splitlines()
+    paths += repo("ls-files", "--others", "--exclude-standard").splitlines()
     prefix = f"{crate_rel.rstrip('/')}/" if crate_rel else ""
     return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})
 
 
-def _committer(repo: Any) -> Any:
+def _committer(repo: WorkspaceGit) -> Callable[[str], str]:
     def commit(message: str) -> str:
-        repo.git.add("-A")
-        repo.index.commit(message) if repo.is_dirty(index=True) else None
-        return str(repo.head.commit.hexsha)
+        repo("add", "-A")
+        if repo("diff", "--cached", "--name-only").strip():
+            repo("commit", "-q", "--no-verify", "-m", message)
+        return repo.head()
 
     return commit
 
 
-def _restore(repo: Any, sha: str) -> None:
-    repo.git.reset("--hard", sha)
-    repo.git.clean("-fd")
+def _restore(repo: WorkspaceGit, sha: str) -> None:
+    repo("reset", "-q", "--hard", sha)
+    repo("clean", "-q", "-fd")
 
 
 def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict | None) -> None:

@@ -113,6 +113,28 @@ def test_git_directory_is_not_writable(ws: Path) -> None:
     assert not (ws / ".git/hooks").exists()
 
 
+@pytest.mark.parametrize("path", ["vendor/.git/config", "sub/.git", ".GIT/config", "a/.Git/hooks/pre-commit"])
+def test_every_file_tool_refuses_a_git_part_anywhere_in_any_case(ws: Path, path: str) -> None:
+    (ws / "vendor/.git").mkdir(parents=True)
+    (ws / "vendor/.git/config").write_text("[core]\n\tfsmonitor = planted\n")
+    tools = toolbox(ws)
+    calls = [
+        ("write_file", {"path": path, "content": "[core]\n"}),
+        ("edit_file", {"path": path, "search": "planted", "replace": "x"}),
+        ("read_file", {"path": path}),
+        ("search", {"pattern": "fsmonitor", "path": path}),
+        ("list_files", {"path": path}),
+    ]
+    for name, arguments in calls:
+        result = tools.call(name, arguments)
+        assert not result.ok and "has a .git part" in result.text and "any case" in result.text, (name, result.text)
+    assert (ws / "vendor/.git/config").read_text() == "[core]\n\tfsmonitor = planted\n"
+    assert not (ws / "sub").exists() and not (ws / ".GIT").exists() and not (ws / "a").exists()
+    listing = tools.call("list_files", {}).text
+    assert ".git" not in listing.lower()
+    assert tools.call("search", {"pattern": "fsmonitor"}).data["matches"] == 0
+
+
 def test_list_read_search(ws: Path) -> None:
     tools = toolbox(ws)
     (ws / "target").mkdir()
