@@ -167,7 +167,7 @@ def coerce(key: str, value: Any, source: str) -> Any:
             bool: "true or false",
             int: "an integer",
             float: "a number",
-            tuple: "a list of {url, keys} tables whose keys are Nix public keys (NAME:BASE64), or 'URL KEY...; URL KEY...'",
+            tuple: "a list of {url, keys} tables (a cache URL such as file:///DIR and Nix public keys NAME:BASE64), or 'URL KEY...; URL KEY...'",
         }.get(kind, "a string")
         raise ConfigError(f"{source}: '{key}' must be {wanted}, got {value!r}", fix=f"set {key} to {wanted}") from None
     choices = f.metadata["choices"]
@@ -187,8 +187,8 @@ def _to_catalogs(value: Any) -> tuple[dict[str, Any], ...]:
         raise ValueError(value)
     catalogs = []
     for item in value:
-        if not isinstance(item, dict) or set(item) - {"url", "keys"} or not isinstance(item.get("url"), str):
-            raise ValueError(item)
+        if not isinstance(item, dict) or set(item) - {"url", "keys"} or "://" not in str(item.get("url", "")):
+            raise ValueError(item)  # a cache URL: file:///DIR, https://..., s3://..., ssh-ng://...
         keys = item.get("keys") or []
         keys = keys.split() if isinstance(keys, str) else [str(k) for k in keys]
         if not keys or not all(_public_key(k) for k in keys):
