@@ -8,11 +8,14 @@ itself lets in) are refused with one line."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -241,6 +244,28 @@ def test_a_forged_unsigned_entry_is_refused_though_nix_lets_it_in(machine_a: Mac
     assert f"refused {forged_path} from file://{cache}: it is not signed by a key you trust" in error_line(done)
     assert base(forged_path) in b.store  # Nix let the unsigned path in...
     assert base(machine_a.published["store_path"]) not in b.store  # ...flakebot went no further
+
+
+@pytest.mark.slow
+def test_b_installs_from_the_same_cache_served_over_http(machine_a: MachineA, tmp_path: Path) -> None:
+    """The index is read over http(s) too, and nix copy fetches the signed paths from there."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(machine_a.cache))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            b = on_machine_b(
+                tmp_path / "b",
+                f"{url} {machine_a.published['public_key']}",
+                [flakebot("install", "shout", "--json"), flakebot("run", "shout", stdin="over http\n")],
+            )
+        finally:
+            server.shutdown()
+    installed, ran = b.results
+    assert installed.returncode == 0, installed.stderr
+    assert json_result(installed)["installed_from"]["catalog"] == url
+    assert (ran.returncode, ran.stdout) == (0, "OVER HTTP\n"), ran.stderr
+    assert b.cargo_calls == "" and not [p for p in b.store if p.endswith(".drv")]
 
 
 def test_only_configured_catalogs_are_read(tmp_path: Path) -> None:
