@@ -256,7 +256,7 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
         return None
     source, ref = found
     logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
-    return install(ref, settings, source["url"])
+    return install(ref, settings, source["url"], need=need)
 
 
 def _run_overrides(**given: Any) -> dict[str, Any]:

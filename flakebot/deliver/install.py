@@ -4,26 +4,31 @@ Trust is explicit: only the caches in the `catalogs` setting are read, and only 
 each. The entry and the tool's store path are fetched with `nix copy --from` against exactly those keys
 (trusted-public-keys, never --no-check-sigs), and each must then carry a signature by one of them
 (flakebot.deliver.signatures): Nix lets content-addressed paths in unsigned. The index only says where to look;
-what is catalogued comes from the signed entry. Nothing is built and no cargo runs.
+what is catalogued comes from the signed entry, which must be the tool asked for (name, version, need); its
+`nix run` command is made here, never taken from the entry. Nothing is built and no cargo runs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver import shared
 from flakebot.deliver.catalog import Catalog, normalize_need
-from flakebot.deliver.versions import parse_ref
+from flakebot.deliver.manifest import install_command
+from flakebot.deliver.versions import VERSION_RE, parse_ref
 from flakebot.errors import CatalogError, NixError
 from flakebot.nix import command
+from flakebot.toolspec import NAME_RE
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +93,9 @@ def find_need(need: str, settings: Settings) -> tuple[dict[str, Any], str] | Non
     return None
 
 
-def install(ref: str, settings: Settings, url: str | None = None) -> dict[str, Any]:
-    """Install NAME or NAME@VERSION from the first configured catalog (or `url`) listing it; its catalog entry here."""
+def install(ref: str, settings: Settings, url: str | None = None, need: str | None = None) -> dict[str, Any]:
+    """Install NAME or NAME@VERSION from the first configured catalog (or `url`) listing it; its catalog entry here.
+    `need`: the tool must have been made for that need (as craft finds it)."""
     tool_ref = parse_ref(ref)
     for source in sources(settings, url):
         tool = shared.read_index(source["url"])["tools"].get(tool_ref.name)
@@ -102,14 +108,23 @@ def install(ref: str, settings: Settings, url: str | None = None) -> dict[str, A
                 f"{source['url']} has no version {version} of {tool_ref.name} (it has {', '.join(tool.get('versions', {}))})",
                 fix=f"install one of those: flakebot install {tool_ref.name}@VERSION",
             )
-        return install_from(source, record, settings)
+        return install_from(source, record, settings, Wanted(tool_ref.name, str(version), need))
     where = url or ", ".join(s["url"] for s in settings.catalogs)
     raise CatalogError(
         f"no tool '{tool_ref.name}' in the shared catalogs ({where})", fix="list them with 'flakebot list --remote'"
     )
 
 
-def install_from(source: dict[str, Any], record: dict[str, Any], settings: Settings) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Wanted:
+    """What the caller asked for, which the signed entry must be: the index that led there is not signed."""
+
+    name: str
+    version: str
+    need: str | None = None
+
+
+def install_from(source: dict[str, Any], record: dict[str, Any], settings: Settings, wanted: Wanted) -> dict[str, Any]:
     """Fetch and check one published version (its index record), then catalogue it as installed from `source`."""
     started = time.monotonic()
     entry_path = str(record.get("entry_path") or "")
@@ -119,7 +134,7 @@ def install_from(source: dict[str, Any], record: dict[str, Any], settings: Setti
         )
     fetch(source, [entry_path], settings)
     signer = require_signed(entry_path, source, settings)
-    entry = json.loads((Path(entry_path) / "entry.json").read_text())
+    entry = _checked_entry(Path(entry_path), wanted, source)
     store_path = str(entry["store_path"])  # the signed entry's, not the index's
     fetch(source, [store_path], settings)
     require_signed(store_path, source, settings)
@@ -135,6 +150,43 @@ def install_from(source: dict[str, Any], record: dict[str, Any], settings: Setti
         "installed %s %s from %s in %.1f s", entry["name"], entry["version"], source["url"], time.monotonic() - started
     )
     return catalogued
+
+
+def _checked_entry(entry_dir: Path, wanted: Wanted, source: dict[str, Any]) -> dict[str, Any]:
+    """The signed entry, refused unless it is the tool asked for and its names are safe to use as paths here."""
+    try:
+        entry = json.loads((entry_dir / "entry.json").read_text())
+        manifest = json.loads((entry_dir / "manifest.json").read_text())
+        name, version, store_path = str(entry["name"]), str(entry["version"]), str(entry["store_path"])
+        main = str(manifest.get("main_program") or name)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise CatalogError(
+            f"the entry {entry_dir} from {source['url']} is unreadable ({exc})",
+            fix="ask the publisher to publish again",
+        ) from None
+    problems = [
+        f"it is {name}@{version}, not {wanted.name}@{wanted.version}"
+        if (name, version) != (wanted.name, wanted.version)
+        else "",
+        f"it was made for another need ({entry.get('need', '')!r})"
+        if wanted.need is not None and entry.get("need_key") != normalize_need(wanted.need)
+        else "",
+        "its name or version is malformed" if not NAME_RE.match(name) or not VERSION_RE.match(version) else "",
+        "its store path is not a store path" if not _store_path(store_path) else "",
+        "its program name is not a plain file name" if "/" in main or main in ("", ".", "..") else "",
+    ]
+    if any(problems):
+        raise CatalogError(
+            f"refused the entry {entry_dir} from {source['url']}: {'; '.join(p for p in problems if p)}",
+            fix="the shared catalog's index points at the wrong entry: tell its publisher",
+            reason="mismatch",
+        )
+    return dict(entry)
+
+
+def _store_path(path: str) -> bool:
+    parts = Path(path).parts
+    return len(parts) == 4 and parts[:3] == ("/", "nix", "store") and not parts[3].startswith(".")
 
 
 def fetch(source: dict[str, Any], paths: list[str], settings: Settings) -> None:
@@ -199,6 +251,10 @@ def _catalogue(
         manifest_text = manifest_text.replace(json.dumps(there)[1:-1], json.dumps(here)[1:-1])
         usage_md = usage_md.replace(there, here)
     manifest = {**json.loads(manifest_text), "catalog_dir": here, "installed_from": installed_from}
+    # The command to run it is this machine's, never the entry's (a command line would run outside the sandbox).
+    nix_run = command.run_argv(Path(here) / "flake", "pinned", None)
+    manifest.update(nix_run_argv=nix_run, flake_ref=str(Path(here) / "flake"), nix_run=shlex.join(nix_run) + " -- ARGS")
+    manifest["installation_command"] = shlex.join(install_command(nix_run))
     with tempfile.TemporaryDirectory(prefix="flakebot-install-") as tmp:
         flake = Path(tmp) / "flake"
         if (entry_dir / "flake").is_dir():  # writable copies: the store's are read-only

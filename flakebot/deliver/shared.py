@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from flakebot.config import Settings
 from flakebot.deliver.catalog import normalize_need
 from flakebot.deliver.versions import newest
 from flakebot.errors import CatalogError, NixError
@@ -63,7 +64,7 @@ def entry_files(entry: dict[str, Any], store_path: str) -> dict[str, Any]:
     }
 
 
-def entry_store_path(entry: dict[str, Any], store_path: str, settings: Any) -> str:
+def entry_store_path(entry: dict[str, Any], store_path: str, settings: Settings) -> str:
     """The tool's catalog entry as a store path of its own: entry.json, manifest, usage, schemas, flake source."""
     with tempfile.TemporaryDirectory(prefix="flakebot-entry-") as tmp:
         root = Path(tmp) / f"flakebot-entry-{entry['name']}-{entry['version']}"

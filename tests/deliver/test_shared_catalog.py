@@ -247,9 +247,31 @@ def test_a_forged_unsigned_entry_is_refused_though_nix_lets_it_in(machine_a: Mac
 
 
 @pytest.mark.slow
+def test_an_index_pointing_at_another_signed_entry_is_refused(machine_a: MachineA, tmp_path: Path) -> None:
+    """The index is not signed: an entry A really signed, but for another tool, is not installed as shout."""
+    cache = tampered_cache(machine_a, tmp_path)
+    note_tool(machine_a.home, "note")  # A's catalog, A's key
+    note = json_result(run_cli("publish", "note", "--to", f"file://{cache}", "--json", env=machine_a.env, check=True))
+    assert note["public_key"] == machine_a.published["public_key"]
+    index_file = cache / "flakebot" / "index.json"
+    index_file.write_text(index_file.read_text().replace(machine_a.published["entry_path"], note["entry_path"]))
+
+    done, b = refused_on_b(tmp_path / "b", trusting(machine_a, cache), "craft", SAME_NEED)
+    line = error_line(done)
+    assert f"refused the entry {note['entry_path']} from file://{cache}: it is note@0.1.0, not shout@0.1.0" in line
+    assert "it was made for another need ('need note')" in line
+    assert base(note["store_path"]) not in b.store
+
+
+class QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.slow
 def test_b_installs_from_the_same_cache_served_over_http(machine_a: MachineA, tmp_path: Path) -> None:
     """The index is read over http(s) too, and nix copy fetches the signed paths from there."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(machine_a.cache))
+    handler = functools.partial(QuietFiles, directory=str(machine_a.cache))
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}"
