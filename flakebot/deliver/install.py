@@ -128,7 +128,7 @@ def install_from(source: dict[str, Any], record: dict[str, Any], settings: Setti
     """Fetch and check one published version (its index record), then catalogue it as installed from `source`."""
     started = time.monotonic()
     entry_path = str(record.get("entry_path") or "")
-    if not entry_path.startswith("/nix/store/"):
+    if not _store_path(entry_path):
         raise CatalogError(
             f"{source['url']} lists no signed entry for this tool", fix="publish it again with a newer flakebot"
         )
