@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="start-up and search on small sizes only: checks the report, not speed"
     )
     parser.add_argument(
-        "--only", help="comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire, corpus"
+        "--only",
+        help="comma-separated benchmarks: startup, search, diagnostics, loop, craft, nix, acquire, corpus, shared",
     )
     parser.add_argument("--out", type=Path, help="where report.md, report.json and stages.png go (default: bench/)")
     parser.add_argument(

@@ -419,6 +419,26 @@ def corpus_share(r: Results) -> dict[str, Any]:
     )
 
 
+def shared_install(r: Results) -> dict[str, Any]:
+    s = r["shared"]
+    measured = (
+        f"machine B (an empty Nix store in its own mount namespace, cargo trapped) ran `flakebot craft` of the need machine A "
+        f"had crafted and published to a file:// cache: installed in {s['b_install_s']:.2f} s (best of "
+        f"{', '.join(f'{x:.2f}' for x in s['b_samples_s'])} s; {s['closure_paths']} store path(s), {s['closure_bytes']:,} bytes), "
+        f"no cargo and no build; A's craft took {s['a_craft_s']:.1f} s."
+    )
+    return figure(
+        "P10",
+        "shared catalog: B's time to a runnable tool / A's craft",
+        s["ratio"],
+        "x",
+        None,
+        "<=",
+        measured,
+        bench="shared",
+    )
+
+
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P1-online", craft_online_overhead, "craft"),
@@ -437,6 +457,7 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("I2", startup_commands, "startup"),
     ("I4", acquire_incremental, "acquire"),
     ("P8", corpus_share, "corpus"),
+    ("P10", shared_install, "shared"),
 ]
 
 

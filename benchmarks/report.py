@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 REPORT_FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent
-ORDER = ["startup", "search", "diagnostics", "loop", "fork", "craft", "nix", "acquire", "corpus"]
+ORDER = ["startup", "search", "diagnostics", "loop", "fork", "craft", "nix", "acquire", "corpus", "shared"]
 # Arguments of each benchmark's run(). "full" is what `make bench` publishes (4 to 5 minutes on 2 cores, plus the corpus: its builds take longest);
 # "quick" needs no cargo and no nix and runs in seconds: it proves the report is generated, not how fast anything is.
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -39,6 +39,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "nix": {},
         "acquire": {},
         "corpus": {},
+        "shared": {"samples": 3},
     },
     "quick": {"startup": {"repeat": 2}, "search": {"crates": 300, "repeat": 1}},
 }

@@ -146,7 +146,7 @@ def _workdir(settings: config.Settings) -> Path:
 class CraftResult:
     """What a craft hands back to its caller."""
 
-    status: str  # "crafted" | "cached" | "stopped"
+    status: str  # "crafted" | "cached" | "installed" (from a shared catalog) | "stopped"
     name: str
     run_id: str
     manifest: dict[str, Any] = field(default_factory=dict)
@@ -155,10 +155,11 @@ class CraftResult:
     usage: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     version: str = ""  # the tool's version in the catalog (0.1.0, then 0.2.0 after an improvement)
+    installed_from: dict[str, Any] = field(default_factory=dict)  # the shared catalog and signer, when installed
 
     @property
     def from_catalog(self) -> bool:
-        return self.status == "cached"
+        return self.status in ("cached", "installed")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "from_catalog": self.from_catalog}
@@ -210,6 +211,9 @@ def craft(
         hit = Catalog.open(settings).find_need(need)
         if hit is not None:
             return _cached(hit, settings, started)
+        installed = _install_need(need, settings)
+        if installed is not None:
+            return dataclasses.replace(_cached(installed, settings, started), status="installed")
     from flakebot.llm.providers import check_model
 
     check_model(model, settings)  # fail before any work when no model can be used
@@ -239,6 +243,20 @@ def craft(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
+
+
+def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None:
+    """The tool a shared catalog holds for the same need, installed (signatures checked), or None."""
+    if not settings.catalogs:
+        return None
+    from flakebot.deliver.install import find_need, install
+
+    found = find_need(need, settings)
+    if found is None:
+        return None
+    source, ref = found
+    logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
+    return install(ref, settings, source["url"], need=need)
 
 
 def _run_overrides(**given: Any) -> dict[str, Any]:
@@ -344,6 +362,7 @@ def _cached(entry: dict[str, Any], settings: config.Settings, started: float) ->
     tool = show_tool(entry["name"], settings)
     return CraftResult(
         status="cached",
+        installed_from=dict(entry.get("installed_from") or {}),
         name=entry["name"],
         run_id=entry.get("run_id", ""),
         manifest=tool["manifest"],
@@ -599,6 +618,22 @@ def remove_runs(run_id: str | None, settings: config.Settings | None = None) -> 
 
 
 # ------------------------------------------------------------------ publish
+
+
+def install(tool: str, *, from_url: str | None = None, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Install a published tool (NAME or NAME@VERSION) from the configured shared catalogs (or the one `from_url`
+    names): its signed entry and closure are fetched with `nix copy`, checked against the configured keys and
+    catalogued here. Returns the catalog entry; nothing is built."""
+    from flakebot.deliver.install import install as install_tool
+
+    return install_tool(tool, _settings(settings), from_url)
+
+
+def list_remote(url: str | None = None, settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every tool the configured shared catalogs (or the one `url` names) list, each version with its signer."""
+    from flakebot.deliver.install import remote_tools
+
+    return remote_tools(_settings(settings), url)
 
 
 def publish(tool: str, *, to: str, settings: config.Settings | None = None) -> dict[str, Any]:

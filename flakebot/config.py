@@ -118,7 +118,11 @@ class Settings:
     nix_builders: str = _setting(
         "", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone."
     )
-    nix_copy_timeout: float = _setting(1800.0, "Seconds one nix copy (flakebot publish) may take.")
+    nix_copy_timeout: float = _setting(1800.0, "Seconds one nix copy (flakebot publish, install) may take.")
+    catalogs: tuple[dict[str, Any], ...] = _setting(
+        (),
+        "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'.",
+    )
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -160,12 +164,19 @@ def coerce(key: str, value: Any, source: str) -> Any:
     try:
         if kind is bool:
             value = _to_bool(value)
+        elif kind is tuple:
+            value = _to_catalogs(value)
         elif kind in (int, float):
             value = kind(value)
         else:
             value = str(value)
     except (TypeError, ValueError):
-        wanted = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "a string")
+        wanted = {
+            bool: "true or false",
+            int: "an integer",
+            float: "a number",
+            tuple: "a list of {url, keys} tables (a cache URL such as file:///DIR and Nix public keys NAME:BASE64), or 'URL KEY...; URL KEY...'",
+        }.get(kind, "a string")
         raise ConfigError(f"{source}: '{key}' must be {wanted}, got {value!r}", fix=f"set {key} to {wanted}") from None
     choices = f.metadata["choices"]
     if choices and value not in choices:
@@ -174,6 +185,36 @@ def coerce(key: str, value: Any, source: str) -> Any:
             fix=f"set {key} to one of {', '.join(choices)}",
         )
     return value
+
+
+def _to_catalogs(value: Any) -> tuple[dict[str, Any], ...]:
+    """Shared catalogs from TOML tables ({url, keys}) or the string form 'URL KEY [KEY...]; URL KEY'."""
+    if isinstance(value, str):
+        value = [dict(url=words[0], keys=words[1:]) for part in value.split(";") if (words := part.split())]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(value)
+    catalogs = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) - {"url", "keys"} or "://" not in str(item.get("url", "")):
+            raise ValueError(item)  # a cache URL: file:///DIR, https://..., s3://..., ssh-ng://...
+        keys = item.get("keys") or []
+        keys = keys.split() if isinstance(keys, str) else [str(k) for k in keys]
+        if not keys or not all(_public_key(k) for k in keys):
+            raise ValueError(item)  # only keys the user names are trusted: a catalog without one is a mistake
+        catalogs.append({"url": item["url"].strip().rstrip("/"), "keys": keys})
+    return tuple(catalogs)
+
+
+def _public_key(key: str) -> bool:
+    """A Nix public key: NAME:base64 of 32 bytes."""
+    import base64
+    import binascii
+
+    name, _, data = key.partition(":")
+    try:
+        return bool(name) and len(base64.b64decode(data, validate=True)) == 32
+    except (binascii.Error, ValueError):
+        return False
 
 
 def _to_bool(value: Any) -> bool:
@@ -223,7 +264,7 @@ def set_value(key: str, raw: str, path: Path | None = None) -> Path:
     value = coerce(key, raw, "config set")
     path = path or config_home() / "flakebot.toml"
     doc = read_toml(path) if path.exists() else tomlkit.document()
-    doc[key] = value
+    doc[key] = list(value) if isinstance(value, tuple) else value
     path.parent.mkdir(parents=True, exist_ok=True)
     from flakebot.fsutil import atomic_write_text
 

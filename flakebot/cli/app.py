@@ -424,12 +424,57 @@ def eval_cmd(
 
 
 @app.command("list")
-def list_cmd(as_json: JsonOpt = False) -> None:
-    """List the tools in the catalog."""
+def list_cmd(
+    remote: Annotated[
+        bool, typer.Option("--remote", help="List the shared catalogs' tools (the catalogs setting) instead.")
+    ] = False,
+    from_url: Annotated[
+        str | None, typer.Option("--from", help="With --remote: only this configured catalog (its URL).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the tools in the catalog, or with --remote those the shared catalogs offer."""
     from flakebot import api
-    from flakebot.cli.display import print_tools
+    from flakebot.cli.display import print_remote_tools, print_tools
 
+    if remote or from_url:
+        print_remote_tools(api.list_remote(from_url, G.settings), as_json)
+        return
     print_tools(api.list_tools(G.settings), as_json)
+
+
+@app.command("install")
+def install_cmd(
+    tool: Annotated[str, typer.Argument(help="A published tool: NAME (its newest version) or NAME@VERSION.")],
+    from_url: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="The configured catalog (cache URL) to take it from; default: the first listing it."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Install a tool another machine published: fetch its signed entry and closure (nix copy), no build.
+
+    Only catalogs in the catalogs setting are read, and only their configured keys are trusted:
+    [[catalogs]] url = "file:///srv/cache" keys = ["flakebot-host-1:BASE64"]
+    """
+    from rich.markup import escape
+
+    from flakebot import api
+    from flakebot.cli.live import json_result, out
+
+    entry = api.install(tool, from_url=from_url, settings=G.settings)
+    if as_json:
+        json_result(entry)
+        return
+    source = entry.get("installed_from") or {}
+    out.print(
+        f"[green]installed[/green] {escape(entry['name'])} {escape(entry['version'])} from {escape(source.get('catalog', ''))}, "
+        f"signed by {escape(source.get('signed_by') or '')}: {escape(entry['store_path'])}",
+        soft_wrap=True,
+    )
+    out.print(f"run it: flakebot run {escape(entry['name'])} -- ARGS", soft_wrap=True)
 
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -57,6 +57,14 @@ def print_tool(report: dict[str, Any]) -> None:
             )
         out.print(table)
         out.print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
+    source = report.get("installed_from")
+    if source:
+        from rich.markup import escape
+
+        out.print(
+            f"installed from {escape(source.get('catalog', ''))}, signed by {escape(source.get('public_key', ''))}",
+            soft_wrap=True,
+        )
     out.print(f"[dim]{report.get('dir', '')}[/dim]")
 
 
@@ -74,6 +82,9 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         return
     manifest = result["manifest"]
     origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
+    if result["status"] == "installed":
+        source = result.get("installed_from") or {}
+        origin = f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}"
     version = f" {result['version']}" if result.get("version") else ""
     out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {manifest.get('summary', '')} ({origin})")
     improves = manifest.get("improves")
@@ -120,4 +131,23 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
         older = len(tool.get("versions") or {}) - 1
         version = str(tool.get("version", "")) + (f" (+{older} earlier)" if older > 0 else "")
         table.add_row(tool["name"], version, tool.get("summary", ""), tool.get("need", ""), tool.get("run_id", ""))
+    out.print(table)
+
+
+def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
+    """The shared catalogs' tools: each version, where it is, who signed it and whether that key is trusted."""
+    from flakebot.cli.live import json_result
+
+    if as_json:
+        json_result({"tools": tools})
+        return
+    if not tools:
+        out.print("The shared catalogs list no tools yet: publish one with 'flakebot publish TOOL --to URL'.")
+        return
+    table = Table("tool", "version", "summary", "need", "catalog", "signed by")
+    for tool in tools:
+        signer = f"{tool.get('signed_by') or '?'}" + ("" if tool.get("trusted") else " (key not configured)")
+        table.add_row(
+            tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer
+        )
     out.print(table)

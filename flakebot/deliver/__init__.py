@@ -6,6 +6,9 @@
     catalog.py   crafted tools kept with their flake, manifest and a GC root, per version; atomic, locked writes
     versions.py  NAME@VERSION references and the version an improvement gets
     publish.py   nix copy of a catalogued tool's closure to a binary cache or another store, signed
+    shared.py    a shared catalog in a binary cache: the entry as a store path, its files, the index (file://)
+    install.py   a published tool fetched (nix copy), its signatures checked against configured keys, catalogued
+    signatures.py  Nix signatures (ed25519 over a path's fingerprint) checked in flakebot
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.
 """

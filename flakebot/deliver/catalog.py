@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 CATALOG_FORMAT = 2
 # What each version keeps of its own; the entry shows the current version's at its top.
-VERSION_FIELDS = ("summary", "change", "run_id", "origin", "store_path", "dir", "gc_root", "added")
+VERSION_FIELDS = ("summary", "change", "run_id", "origin", "store_path", "dir", "gc_root", "added", "installed_from")
 VERSION_FILES = ("flake", "manifest.json", "USAGE.md", "gcroot")
 STOPWORDS = {
     "a",
@@ -182,12 +182,14 @@ class Catalog:
         origin: dict[str, Any],
         version: str | None = None,
         change: str = "",
+        installed_from: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Copy a built tool into the catalog as `version` of `name` (default: what `version_for` says) and hold
         its store path. The newest version becomes the current one.
 
         A tool of the same name crafted for a different need is never replaced silently: that is an error.
-        `change` (an improvement's request) marks a new version: one another run already made is not replaced."""
+        `change` (an improvement's request) marks a new version: one another run already made is not replaced.
+        `installed_from` (a shared catalog's URL, the signer) marks a version fetched rather than built here."""
         version = version or self.version_for(name, improving=bool(change))
         staging = Path(tempfile.mkdtemp(dir=self._staging_root(), prefix=f"{name}."))
         try:
@@ -226,6 +228,8 @@ class Catalog:
                     "dir": str(final),
                     "added": time.time(),
                 }
+                if installed_from:
+                    record["installed_from"] = installed_from
                 record["gc_root"] = str(add_gc_root(final / "gcroot", store_path))
                 if entry is None:
                     entry = {"name": name, "need": need, "need_key": normalize_need(need), "versions": {}}
@@ -285,7 +289,12 @@ def _with_versions(entry: dict[str, Any]) -> dict[str, Any]:
 def _current(entry: dict[str, Any]) -> dict[str, Any]:
     """The entry with its newest version's fields at the top."""
     version = newest(list(entry["versions"]))
-    return {**entry, **entry["versions"][version], "version": version}
+    return {**_shared_fields(entry), **entry["versions"][version], "version": version}
+
+
+def _shared_fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry without the version fields its top shows (another version's must not linger there)."""
+    return {k: v for k, v in entry.items() if k not in VERSION_FIELDS}
 
 
 def _at_version(entry: dict[str, Any], ref: ToolRef) -> dict[str, Any]:
@@ -298,7 +307,7 @@ def _at_version(entry: dict[str, Any], ref: ToolRef) -> dict[str, Any]:
             f"{ref.name} has no version {ref.version} (it has {known})",
             fix=f"use one of {', '.join(f'{ref.name}@{v}' for v in sorted(entry['versions'], key=version_key))}",
         )
-    return {**entry, **record, "version": ref.version}
+    return {**_shared_fields(entry), **record, "version": ref.version}
 
 
 def _remove_version_files(directory: Path, tool_dir: Path) -> None:
@@ -347,7 +356,7 @@ def show_tool(name: str, settings: Settings) -> dict[str, Any]:
     manifest = json.loads((directory / "manifest.json").read_text()) if (directory / "manifest.json").exists() else {}
     usage = (directory / "USAGE.md").read_text() if (directory / "USAGE.md").exists() else ""
     versions = [
-        {k: record.get(k) for k in ("version", "change", "summary", "run_id", "store_path", "added")}
+        {k: record.get(k) for k in ("version", "change", "summary", "run_id", "store_path", "added", "installed_from")}
         for _, record in sorted(entry["versions"].items(), key=lambda item: version_key(item[0]))
     ]
     shown = {k: v for k, v in entry.items() if k != "versions"}

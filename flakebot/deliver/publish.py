@@ -7,6 +7,9 @@ with `nix key generate-secret` and kept in <catalog_dir>/keys/; consumers trust 
 stores (a chroot store path, local?root=, ssh://, ssh-ng://, daemon) check signatures against their own
 trusted-public-keys on the way in, which a key flakebot generated is not in: the copy passes
 --no-check-sigs for paths this machine built itself.
+
+A binary cache also gets the tool's catalog entry, as a signed store path of its own (flakebot.deliver.shared),
+and in a file:// cache its files and an index other machines find it by (`flakebot install`, `craft`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
+from flakebot.deliver import shared
 from flakebot.deliver.catalog import Catalog
 from flakebot.errors import CatalogError, NixError, UsageError
 from flakebot.fsutil import atomic_write_text
@@ -70,8 +74,12 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     store_path = _live_store_path(tool, entry)
     command.nix_program()  # fail before generating a key when nix is missing
     key = signing_key(settings) if destination.binary_cache and "secret-key=" not in to else None
-    seconds = _copy(store_path, destination, key, settings.nix_copy_timeout)
+    entry_path = shared.entry_store_path(entry, store_path, settings) if destination.binary_cache else None
+    seconds = _copy(store_path, destination, key, settings.nix_copy_timeout, extra=[entry_path] if entry_path else [])
     record = _record(store_path, destination, key)
+    if entry_path:
+        record["entry_path"] = entry_path
+        record["entry_dir"] = _share_entry(destination, entry, record)
     catalog.update(entry["name"], published={destination.url: record})
     logger.info(
         "published %s (%d paths, %d bytes) to %s in %.1f s",
@@ -90,6 +98,17 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         **helps,
     }
+
+
+def _share_entry(destination: Destination, entry: dict[str, Any], record: dict[str, Any]) -> str | None:
+    """The entry's files and index line in a file:// cache; other caches hold only its store path for now."""
+    if shared.cache_dir(destination.url) is None:
+        logger.warning(
+            "%s is not a file:// cache: the entry's store path is there, but flakebot writes its index only to file:// caches for now",
+            destination.url,
+        )
+        return None
+    return shared.add_entry(destination.url, entry, record)
 
 
 def _record(store_path: str, destination: Destination, key: SigningKey | None) -> dict[str, Any]:
@@ -172,17 +191,21 @@ def _nix_key(args: list[str], stdin: str | None = None) -> str:
 # ---------------------------------------------------------------- nix copy
 
 
-def copy_argv(store_path: str, destination: Destination, key: SigningKey | None) -> list[str]:
+def copy_argv(
+    store_path: str, destination: Destination, key: SigningKey | None, extra: list[str] | None = None
+) -> list[str]:
     """The `nix copy` command line: binary caches sign with the key; other stores take our own paths unsigned."""
     url = destination.url
     if key is not None:
         url += f"{'&' if '?' in url else '?'}secret-key={key.secret_file}"
     checks = [] if destination.binary_cache else ["--no-check-sigs"]
-    return [command.nix_program(), *command.FEATURES, "copy", "--to", url, *checks, store_path]
+    return [command.nix_program(), *command.FEATURES, "copy", "--to", url, *checks, store_path, *(extra or [])]
 
 
-def _copy(store_path: str, destination: Destination, key: SigningKey | None, timeout: float) -> float:
-    argv = copy_argv(store_path, destination, key)
+def _copy(
+    store_path: str, destination: Destination, key: SigningKey | None, timeout: float, extra: list[str] | None = None
+) -> float:
+    argv = copy_argv(store_path, destination, key, extra)
     logger.info("nix copy of %s to %s", store_path, destination.url)
     outcome = command.run_streaming(argv, timeout)
     if outcome.timed_out:

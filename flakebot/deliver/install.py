@@ -1,0 +1,278 @@
+"""Installing a tool from a shared catalog: find it in a cache's index, fetch its signed entry and closure, catalogue it.
+
+Trust is explicit: only the caches in the `catalogs` setting are read, and only with the keys configured for
+each. The entry and the tool's store path are fetched with `nix copy --from` against exactly those keys
+(trusted-public-keys, never --no-check-sigs), and each must then carry a signature by one of them
+(flakebot.deliver.signatures): Nix lets content-addressed paths in unsigned. The index only says where to look;
+what is catalogued comes from the signed entry, which must be the tool asked for (name, version, need); its
+`nix run` command is made here, never taken from the entry. Nothing is built and no cargo runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.deliver import shared
+from flakebot.deliver.catalog import Catalog, normalize_need
+from flakebot.deliver.manifest import install_command
+from flakebot.deliver.versions import VERSION_RE, parse_ref
+from flakebot.errors import CatalogError, NixError
+from flakebot.nix import command
+from flakebot.toolspec import NAME_RE
+
+logger = logging.getLogger(__name__)
+
+CONFIGURE_FIX = 'add it to flakebot.toml: [[catalogs]] url = "URL" keys = ["NAME:BASE64"] (the publisher\'s public key)'
+REFUSED = ("lacks a valid signature", "no signature", "not signed")
+
+
+def sources(settings: Settings, url: str | None = None) -> list[dict[str, Any]]:
+    """The configured shared catalogs ({url, keys}), or the one `url` names, which must be configured."""
+    configured = list(settings.catalogs)
+    if url is None:
+        if not configured:
+            raise CatalogError("no shared catalogs are configured", fix=CONFIGURE_FIX)
+        return configured
+    wanted = url.strip().rstrip("/")
+    found = [source for source in configured if source["url"] == wanted]
+    if not found:
+        raise CatalogError(
+            f"{wanted} is not a configured catalog, so no key is trusted for it",
+            fix=CONFIGURE_FIX.replace("URL", wanted),
+        )
+    return found
+
+
+def remote_tools(settings: Settings, url: str | None = None) -> list[dict[str, Any]]:
+    """Every tool the shared catalogs list (each version), with the catalog it is in and whether its signer is trusted."""
+    listed = []
+    for source in sources(settings, url):
+        index = shared.read_index(source["url"])
+        for name, tool in sorted(index["tools"].items()):
+            for version, record in sorted(tool.get("versions", {}).items()):
+                listed.append(
+                    {
+                        "name": name,
+                        "version": version,
+                        "current": version == tool.get("version"),
+                        "need": tool.get("need", ""),
+                        "summary": record.get("summary", ""),
+                        "catalog": source["url"],
+                        "signed_by": record.get("signed_by"),
+                        "public_key": record.get("public_key"),
+                        "trusted": record.get("public_key") in source["keys"],
+                        "store_path": record.get("store_path"),
+                        "published_at": record.get("published_at"),
+                    }
+                )
+    return listed
+
+
+def find_need(need: str, settings: Settings) -> tuple[dict[str, Any], str] | None:
+    """(catalog, NAME@VERSION) of a tool a configured shared catalog holds for the same (normalized) need."""
+    key = normalize_need(need)
+    for source in settings.catalogs:
+        try:
+            index = shared.read_index(source["url"])
+        except CatalogError as exc:  # one unreachable catalog must not stop a craft
+            logger.warning("shared catalog %s skipped: %s", source["url"], exc.one_line())
+            continue
+        for name, tool in index["tools"].items():
+            if tool.get("need_key") == key and tool.get("version") in tool.get("versions", {}):
+                return source, f"{name}@{tool['version']}"
+    return None
+
+
+def install(ref: str, settings: Settings, url: str | None = None, need: str | None = None) -> dict[str, Any]:
+    """Install NAME or NAME@VERSION from the first configured catalog (or `url`) listing it; its catalog entry here.
+    `need`: the tool must have been made for that need (as craft finds it)."""
+    tool_ref = parse_ref(ref)
+    for source in sources(settings, url):
+        tool = shared.read_index(source["url"])["tools"].get(tool_ref.name)
+        if tool is None:
+            continue
+        version = tool_ref.version or tool.get("version")
+        record = tool.get("versions", {}).get(version)
+        if record is None:
+            raise CatalogError(
+                f"{source['url']} has no version {version} of {tool_ref.name} (it has {', '.join(tool.get('versions', {}))})",
+                fix=f"install one of those: flakebot install {tool_ref.name}@VERSION",
+            )
+        return install_from(source, record, settings, Wanted(tool_ref.name, str(version), need))
+    where = url or ", ".join(s["url"] for s in settings.catalogs)
+    raise CatalogError(
+        f"no tool '{tool_ref.name}' in the shared catalogs ({where})", fix="list them with 'flakebot list --remote'"
+    )
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the caller asked for, which the signed entry must be: the index that led there is not signed."""
+
+    name: str
+    version: str
+    need: str | None = None
+
+
+def install_from(source: dict[str, Any], record: dict[str, Any], settings: Settings, wanted: Wanted) -> dict[str, Any]:
+    """Fetch and check one published version (its index record), then catalogue it as installed from `source`."""
+    started = time.monotonic()
+    entry_path = str(record.get("entry_path") or "")
+    if not _store_path(entry_path):
+        raise CatalogError(
+            f"{source['url']} lists no signed entry for this tool", fix="publish it again with a newer flakebot"
+        )
+    fetch(source, [entry_path], settings)
+    signer = require_signed(entry_path, source, settings)
+    entry = _checked_entry(Path(entry_path), wanted, source)
+    store_path = str(entry["store_path"])  # the signed entry's, not the index's
+    fetch(source, [store_path], settings)
+    require_signed(store_path, source, settings)
+    installed_from = {
+        "catalog": source["url"],
+        "signed_by": signer.partition(":")[0],
+        "public_key": signer,
+        "entry_path": entry_path,
+        "installed_at": time.time(),
+    }
+    catalogued = _catalogue(entry, Path(entry_path), installed_from, settings)
+    logger.info(
+        "installed %s %s from %s in %.1f s", entry["name"], entry["version"], source["url"], time.monotonic() - started
+    )
+    return catalogued
+
+
+def _checked_entry(entry_dir: Path, wanted: Wanted, source: dict[str, Any]) -> dict[str, Any]:
+    """The signed entry, refused unless it is the tool asked for and its names are safe to use as paths here."""
+    try:
+        entry = json.loads((entry_dir / "entry.json").read_text())
+        manifest = json.loads((entry_dir / "manifest.json").read_text())
+        name, version, store_path = str(entry["name"]), str(entry["version"]), str(entry["store_path"])
+        main = str(manifest.get("main_program") or name)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise CatalogError(
+            f"the entry {entry_dir} from {source['url']} is unreadable ({exc})",
+            fix="ask the publisher to publish again",
+        ) from None
+    problems = [
+        f"it is {name}@{version}, not {wanted.name}@{wanted.version}"
+        if (name, version) != (wanted.name, wanted.version)
+        else "",
+        f"it was made for another need ({entry.get('need', '')!r})"
+        if wanted.need is not None and entry.get("need_key") != normalize_need(wanted.need)
+        else "",
+        "its name or version is malformed" if not NAME_RE.match(name) or not VERSION_RE.match(version) else "",
+        "its store path is not a store path" if not _store_path(store_path) else "",
+        "its program name is not a plain file name" if "/" in main or main in ("", ".", "..") else "",
+    ]
+    if any(problems):
+        raise CatalogError(
+            f"refused the entry {entry_dir} from {source['url']}: {'; '.join(p for p in problems if p)}",
+            fix="the shared catalog's index points at the wrong entry: tell its publisher",
+            reason="mismatch",
+        )
+    return dict(entry)
+
+
+def _store_path(path: str) -> bool:
+    parts = Path(path).parts
+    return len(parts) == 4 and parts[:3] == ("/", "nix", "store") and not parts[3].startswith(".")
+
+
+def fetch(source: dict[str, Any], paths: list[str], settings: Settings) -> None:
+    """`nix copy --from` the catalog's cache, trusting only its configured keys."""
+    args = ["--from", source["url"], "--option", "trusted-public-keys", " ".join(source["keys"]), *paths]
+    argv = command.nix_argv(["copy"], args, "pinned", None)
+    outcome = command.run_streaming(argv, settings.nix_copy_timeout)
+    if outcome.timed_out:
+        raise NixError(
+            f"nix copy from {source['url']} timed out after {settings.nix_copy_timeout:g} s",
+            fix="raise nix_copy_timeout ('flakebot config set nix_copy_timeout 3600')",
+        )
+    if outcome.returncode != 0:
+        errors = [line.strip() for line in outcome.tail if line.strip().startswith("error:")] or outcome.tail[-1:]
+        error = (errors[-1] if errors else "no output").removeprefix("error:").strip()
+        if any(marker in error for marker in REFUSED):
+            raise _untrusted(paths[0], source)
+        raise NixError(
+            f"nix copy from {source['url']} failed: {error}",
+            fix=f"check that {source['url']} is reachable (nix store ping --store {source['url']})",
+            log_tail="\n".join(outcome.tail),
+        )
+
+
+def require_signed(path: str, source: dict[str, Any], settings: Settings) -> str:
+    """The configured key whose signature `path` carries in this store, or a refusal."""
+    from flakebot.deliver.signatures import trusted_signer
+
+    argv = command.nix_argv(["path-info"], ["--json", "--sigs", "--offline", path], "pinned", None)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
+    try:
+        info = json.loads(done.stdout)[0]
+    except (json.JSONDecodeError, LookupError):
+        raise NixError(
+            f"nix path-info of {path} failed: {done.stderr.strip()[-300:]}", fix="check the Nix store"
+        ) from None
+    signer = trusted_signer(info, source["keys"]) if info.get("valid", True) else None
+    if signer is None:
+        raise _untrusted(path, source)
+    return signer
+
+
+def _untrusted(path: str, source: dict[str, Any]) -> CatalogError:
+    names = ", ".join(key.partition(":")[0] for key in source["keys"])
+    return CatalogError(
+        f"refused {path} from {source['url']}: it is not signed by a key you trust ({names})",
+        fix="ask the publisher for their public key and check it, or remove that catalog from the catalogs setting",
+        reason="untrusted",
+    )
+
+
+def _catalogue(
+    entry: dict[str, Any], entry_dir: Path, installed_from: dict[str, Any], settings: Settings
+) -> dict[str, Any]:
+    """Put the fetched tool in this machine's catalog: its files from the entry, paths rewritten to this catalog."""
+    catalog = Catalog.open(settings)
+    name, version = str(entry["name"]), str(entry["version"])
+    here, there = str(catalog.version_dir(name, version)), str(entry.get("catalog_dir") or "")
+    manifest_text = (entry_dir / "manifest.json").read_text()
+    usage_md = (entry_dir / "USAGE.md").read_text()
+    if there:  # the publisher's catalog paths (flake_ref, nix run) become this catalog's
+        manifest_text = manifest_text.replace(json.dumps(there)[1:-1], json.dumps(here)[1:-1])
+        usage_md = usage_md.replace(there, here)
+    manifest = {**json.loads(manifest_text), "catalog_dir": here, "installed_from": installed_from}
+    # The command to run it is this machine's, never the entry's (a command line would run outside the sandbox).
+    nix_run = command.run_argv(Path(here) / "flake", "pinned", None)
+    manifest.update(nix_run_argv=nix_run, flake_ref=str(Path(here) / "flake"), nix_run=shlex.join(nix_run) + " -- ARGS")
+    manifest["installation_command"] = shlex.join(install_command(nix_run))
+    with tempfile.TemporaryDirectory(prefix="flakebot-install-") as tmp:
+        flake = Path(tmp) / "flake"
+        if (entry_dir / "flake").is_dir():  # writable copies: the store's are read-only
+            shutil.copytree(entry_dir / "flake", flake, symlinks=True, copy_function=shutil.copyfile)
+            for path in [flake, *flake.rglob("*")]:
+                if not path.is_symlink():
+                    path.chmod(0o755 if path.is_dir() else 0o644)
+        else:
+            flake.mkdir()
+        return catalog.add(
+            name,
+            need=str(entry.get("need", "")),
+            flake_dir=flake,
+            manifest=manifest,
+            usage_md=usage_md,
+            store_path=str(entry["store_path"]),
+            run_id="",
+            origin=dict(manifest.get("origin") or {}),
+            version=version,
+            installed_from=installed_from,
+        )
