@@ -27,6 +27,7 @@ import anyio.from_thread
 import anyio.to_thread
 
 from flakebot import api, config
+from flakebot.deliver.toolcall import writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 
@@ -125,8 +126,9 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         _schema(
             ("tool",),
             tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
-            args=("array", "Command-line arguments."),
+            args=("array", "Command-line arguments (paths they name are read-only to the tool)."),
             stdin=("string", "Standard input."),
+            writable=("array", "Existing files or directories the tool may write; nothing else is writable."),
         ),
     ),
     "rm": ("Remove a crafted tool from the catalog.", _schema(("tool",), tool=("string", "The tool's name."))),
@@ -261,9 +263,10 @@ class FlakebotMCP:
     async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tool, settings = _required(args, "tool"), self.settings()
         argv, stdin = [str(a) for a in args.get("args") or []], str(args.get("stdin") or "")
+        writable = writable_argument(args)
 
         def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin)
+            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable)
             return {"exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr[-4000:]}
 
         return await _threaded(run)

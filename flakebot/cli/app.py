@@ -447,21 +447,32 @@ def run_cmd(
         bool,
         typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object."),
     ] = False,
+    writable: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--writable",
+            help="An existing file or directory the tool may write (repeatable); pass --writable . to let it write here.",
+        ),
+    ] = None,
     sandbox: Annotated[
         str | None,
         typer.Option(
-            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: the tool sees this whole machine (unsafe)."
+            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: the tool runs here with your rights, sees this whole machine (unsafe)."
         ),
     ] = None,
 ) -> None:
     """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'
 
-    The tool's store path runs in the sandbox: this directory is writable, the paths its arguments name are
-    readable, nothing else of the machine is; no network, none of your environment variables.
+    The tool's store path runs in the sandbox, in an empty directory at this directory's path: the files and
+    directories its arguments name are there read-only (relative paths work), nothing else of this directory or
+    the machine is; no network, none of your environment variables. It writes only where you allow it:
+    --writable out.csv (create the file first) or --writable . for output it writes into this directory.
+    /, your home directory and the directories above this one are refused as arguments.
     """
     import dataclasses
 
     from flakebot import api
+    from flakebot.deliver.toolcall import writable_argument
 
     settings = G.settings
     if sandbox is not None:
@@ -475,18 +486,20 @@ def run_cmd(
             "give the tool's arguments either after -- or as --args-json, not both",
             fix="move them all into the --args-json object",
         )
+    allowed = [*(writable or []), *writable_argument(arguments)]
     if as_json:
         from flakebot.cli.live import json_result
 
+        payload = arguments if arguments is not None else {}
         call = (
-            api.call_tool(tool, arguments if arguments is not None else {}, settings)
+            api.call_tool(tool, {**payload, "writable": allowed} if isinstance(payload, dict) else payload, settings)
             if not args
-            else api.call_tool_argv(tool, list(args), settings)
+            else api.call_tool_argv(tool, list(args), settings, writable=allowed)
         )
         json_result(call.to_dict())
         raise typer.Exit(call.exit_code)
     argv, stdin = api.tool_arguments(tool, arguments, settings) if arguments is not None else (list(args or []), None)
-    raise typer.Exit(api.run_tool(tool, argv, settings, stdin=stdin))
+    raise typer.Exit(api.run_tool(tool, argv, settings, stdin=stdin, writable=allowed))
 
 
 def _json_arguments(text: str) -> Any:
