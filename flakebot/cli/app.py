@@ -104,6 +104,7 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
     """List runs, newest first, with status, age and need."""
     from flakebot import api
     from flakebot.cli.live import age, json_result, out
+    from flakebot.modeltext import markup, one_line
 
     runs = api.list_runs(G.settings)
     if as_json:
@@ -117,7 +118,8 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
     table = Table("run", "status", "age", "pipeline", "need")
     now = time.time()
     for r in runs:
-        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], r.get("need") or "")
+        need = markup(one_line(r.get("need") or ""))
+        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], need)
     out.print(table)
 
 
@@ -205,6 +207,7 @@ def search_cmd(
     """Find crates a tool could start from, ranked for tool-making."""
     from flakebot import api
     from flakebot.cli.live import json_result, out
+    from flakebot.modeltext import markup, one_line
 
     found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
     if as_json:
@@ -223,9 +226,9 @@ def search_cmd(
     for c in found:
         info = c.crate
         downloads = "" if info.downloads is None else f"{info.downloads:,}"
-        table.add_row(
-            info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why, info.description
-        )
+        cells = (info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why)
+        # a crate's metadata is its author's text: shown as text, never read as markup
+        table.add_row(*(markup(one_line(cell)) for cell in (*cells, info.description)))
     out.print(table)
 
 
@@ -682,12 +685,11 @@ def main() -> None:
 
 def _print_error(exc: FlakebotError) -> None:
     """The human line on stderr; with --json also the error object, last on stdout, for programs."""
-    from rich.markup import escape
-
     from flakebot.cli.live import console, json_line
+    from flakebot.modeltext import markup
 
-    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup.
-    console.print(f"[bold red]error:[/bold red] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
+    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup; it may quote model text.
+    console.print(f"[bold red]error:[/bold red] {markup(exc.one_line())}", highlight=False, soft_wrap=True)
     if _wants_json(sys.argv[1:]):
         json_line(exc.result())
 

@@ -199,6 +199,23 @@ def tool_sandbox(
             binds=_binds(named, allowed),
         )
         yield sandbox, (cwd if at or not isinstance(sandbox, BwrapSandbox) else Path(scratch))
+        _warn_discarded(Path(scratch), cwd if at else Path(scratch), sandbox)
+
+
+def _warn_discarded(scratch: Path, at: Path, sandbox: Sandbox) -> None:
+    """Say which files the tool wrote into its scratch directory (gone now): the caller may have wanted them."""
+    if not isinstance(sandbox, BwrapSandbox):
+        return
+    mounts = {dest for _, _, dest in sandbox.binds if dest.is_relative_to(at)}
+    holders = mounts | {parent for dest in mounts for parent in dest.parents}
+    written = [p.relative_to(scratch) for p in sorted(scratch.rglob("*")) if at / p.relative_to(scratch) not in holders]
+    if written:
+        shown = ", ".join(str(p) for p in written[:5]) + (" ..." if len(written) > 5 else "")
+        logger.warning(
+            "the tool wrote %s in its scratch directory, discarded now: pass --writable . (MCP: writable) to let it "
+            "write here, or --writable PATH for one existing file or directory",
+            shown,
+        )
 
 
 def run_captured(
