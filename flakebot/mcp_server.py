@@ -30,6 +30,7 @@ from flakebot import api, config
 from flakebot.deliver.toolcall import writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
+from flakebot.modeltext import one_line
 
 logger = logging.getLogger(__name__)
 
@@ -346,7 +347,8 @@ def progress_message(event: Event) -> str | None:
         "run_finished": f"run {event.run_id} {event.data.get('status', 'finished')}",
         "run_failed": f"run {event.run_id} failed",
     }
-    return texts.get(event.kind)
+    text = texts.get(event.kind)
+    return None if text is None else one_line(text, 1000)  # messages quote model text (a spec's summary)
 
 
 async def _tools_changed(ctx: Any) -> None:

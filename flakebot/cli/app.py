@@ -466,11 +466,11 @@ def run_cmd(
 ) -> None:
     """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'
 
-    The tool's store path runs in the sandbox, in an empty directory at this directory's path: the files and
-    directories its arguments name are there read-only (relative paths work), nothing else of this directory or
-    the machine is; no network, none of your environment variables. It writes only where you allow it:
-    --writable out.csv (create the file first) or --writable . for output it writes into this directory.
-    /, your home directory and the directories above this one are refused as arguments.
+    The tool runs sandboxed in an empty directory at this directory's path.
+    The files and directories its arguments name are there, read-only (relative paths work); nothing else is.
+    It writes only where you allow it: --writable out.csv (create the file first), or --writable . for output
+    it writes into this directory. /, your home and the directories above this one are refused as arguments.
+    No network, none of your environment variables.
     """
     import dataclasses
 

@@ -185,7 +185,9 @@ def tool_sandbox(
     empty scratch directory with only the paths the arguments name (read-only) and `writable` (read-write) bound
     in. Where the caller's directory is / or a system directory, the tool runs in the scratch directory itself."""
     cwd = cwd.resolve()
-    named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd)
+    named, allowed = [], []
+    if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
+        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd)
     with tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch:
         at = None if cwd == Path("/") or _visible(cwd) else cwd
         limits = limits_for(settings, timeout=timeout)
