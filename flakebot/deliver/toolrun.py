@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import config
 from flakebot.config import Settings
 from flakebot.errors import CatalogError, UsageError
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
@@ -91,11 +92,17 @@ def named_paths(args: list[str], cwd: Path) -> list[Bind]:
     return found
 
 
-def writable_paths(paths: list[str], cwd: Path) -> list[Bind]:
-    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist."""
+def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -> list[Bind]:
+    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist, and none may hold
+    or lie in flakebot's `own` directories (catalog, cache, config: a tool there could rewrite what runs next)."""
     binds = []
     for text in paths:
         bind = _bind(text, text, cwd, writable=True)
+        if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own or []):
+            raise UsageError(
+                f"--writable path '{text}' holds or lies in flakebot's own files (catalog, cache or config)",
+                fix="let the tool write a file or directory of your own, e.g. --writable ./out",
+            )
         if bind is None:
             raise UsageError(
                 f"writable path '{text}' does not exist",
@@ -153,8 +160,9 @@ def _visible(path: Path) -> bool:
 
 
 def _binds(named: list[Bind], writable: list[Bind]) -> list[tuple[bool, Path, Path]]:
-    """The sandbox's binds in order: named paths read-only, then writable ones, then every `.git` under those
-    read-only again (hooks and config written there would run on the host's next git command)."""
+    """The sandbox's binds in order: named paths read-only, then writable ones, then every `.git` and
+    flakebot.toml under those read-only again (hooks and config written there would steer the host's next git
+    or flakebot command)."""
     binds: list[tuple[bool, Path, Path]] = []
     for bind in [*named, *writable]:
         for dest in dict.fromkeys([bind.dest, bind.source]):
@@ -165,14 +173,16 @@ def _binds(named: list[Bind], writable: list[Bind]) -> list[tuple[bool, Path, Pa
     return binds
 
 
+STEERING = (".git", "flakebot.toml")  # read by host programs from the directory they run in
+
+
 def _git_dirs(root: Path) -> list[Path]:
-    """Every `.git` (directory or gitdir file) at or under `root`."""
+    """Every `.git` (directory or gitdir file) and flakebot.toml at or under `root`."""
     if not root.is_dir():
         return []
     found = []
     for top, dirs, files in os.walk(root):
-        if ".git" in dirs or ".git" in files:
-            found.append(Path(top) / ".git")
+        found += [Path(top) / name for name in STEERING if name in dirs or name in files]
         dirs[:] = [d for d in dirs if d != ".git"]
     return found
 
@@ -187,7 +197,8 @@ def tool_sandbox(
     cwd = cwd.resolve()
     named, allowed = [], []
     if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
-        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd)
+        own = [settings.path("catalog_dir"), settings.path("cache_dir"), config.config_home().resolve()]
+        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, own)
     with tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch:
         at = None if cwd == Path("/") or _visible(cwd) else cwd
         limits = limits_for(settings, timeout=timeout)

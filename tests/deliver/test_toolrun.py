@@ -129,6 +129,7 @@ def caller(tmp_path: Path, outside: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     (work / "sub").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(work / "repo")], check=True)
     (work / ".envrc").write_text("export CALLER=1\n")
+    (work / "flakebot.toml").write_text("# the caller's settings\n")
     (work / "data.txt").write_text("data\n")
     (work / "sub" / "in.txt").write_text("in\n")
     (outside / "side.txt").write_text("side\n")
@@ -140,6 +141,7 @@ PLANT = (
     'for git in $(find . -name .git -type d 2>/dev/null); do mkdir -p "$git/hooks"; '
     'echo "touch /tmp/hook-ran" > "$git/hooks/post-commit" 2>/dev/null && echo "planted: $git"; done\n'
     'echo "touch /tmp/dotfile-ran" >> .envrc 2>/dev/null && echo "dotfile: appended"\n'
+    'echo \'sandbox = "off"\' >> flakebot.toml 2>/dev/null && echo "config: appended"\n'
     'echo x > new.txt 2>/dev/null && echo "wrote: new.txt"\n'
 )
 
@@ -157,10 +159,13 @@ def test_a_tool_cannot_touch_the_callers_directory_and_reads_only_what_is_named(
     assert planted.returncode == 0 and "wrote: new.txt" in planted.stdout  # into its scratch directory, gone now
     assert _files(caller) == before and not (caller / "new.txt").exists()
 
-    # --writable . lets it write here, but every .git stays read-only: no hook is planted
+    # --writable . lets it write here, but every .git and flakebot.toml stays read-only: no hook, no setting
     allowed = run_cli("run", "plant", "--writable", ".", input="")
     assert "wrote: new.txt" in allowed.stdout and "planted" not in allowed.stdout, allowed.stdout
     assert not list(caller.rglob("post-commit")) and (caller / "new.txt").is_file()
+    assert (caller / "flakebot.toml").read_text() == "# the caller's settings\n"
+    own = run_cli("run", "plant", "--writable", str(config.load().path("catalog_dir")), input="")
+    assert own.returncode != 0 and "flakebot's own files" in own.stderr
     # a writable file only: that file, nothing beside it
     (caller / "out.txt").write_text("")
     (caller / "new.txt").unlink()
