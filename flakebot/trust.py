@@ -15,8 +15,8 @@ built tool for examples and verification) runs in flakebot.sandbox, never as roo
 
 A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
 names: an empty scratch directory at the caller's path, the paths its arguments name read-only, `--writable`
-paths writable (their `.git` read-only); /, home, ancestors of the working directory, host state and paths
-holding a masked secret are refused; the secret masks are bound after everything else.
+paths writable (their `.git` and flakebot.toml read-only); /, home, ancestors of the working directory,
+host state and paths holding a masked secret are refused; the secret masks are bound after everything else.
 
 Model text (summaries, usage, --help, example descriptions and outputs) is data wherever it is rendered:
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped

@@ -4,7 +4,7 @@ A crafted tool is model-written code, so every run of it goes through the same s
 (`sandbox` setting, "required" by default). It sees only what its caller names: it runs at the caller's
 directory path, but that directory is an empty scratch directory there; the existing paths its arguments name
 are bound in read-only at the path the argument spells (relative arguments still resolve), and only the
-paths the caller lists as writable can be written (any `.git` under them stays read-only). /, the home
+paths the caller lists as writable can be written (any `.git` or flakebot.toml under them stays read-only). /, the home
 directory, ancestors of the working directory, host state (/proc, /dev, /run, ...), sockets and paths holding
 a masked secret are refused as arguments; the secret masks come last, so no bind uncovers them. Its store
 path and the system are read-only; no network, a minimal environment (no API keys), private /tmp and HOME.
