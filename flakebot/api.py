@@ -568,23 +568,34 @@ def call_tool(name: str, arguments: Any, settings: config.Settings | None = None
 
 
 def call_tool_argv(
-    name: str, args: list[str], settings: config.Settings | None = None, stdin: str | None = None
+    name: str,
+    args: list[str],
+    settings: config.Settings | None = None,
+    stdin: str | None = None,
+    writable: list[str] | None = None,
 ) -> ToolCall:
     """Run a catalogued tool (sandboxed) with command-line `args` and `stdin` (None: the caller's own), capturing
-    its output."""
+    its output; `writable`: the existing paths it may write."""
     from flakebot.deliver.toolcall import run_captured
 
     settings = _settings(settings)
-    return run_captured(tool_manifest(name, settings), args, stdin, settings=settings)
+    return run_captured(tool_manifest(name, settings), args, stdin, settings=settings, writable=writable)
 
 
-def run_tool(name: str, args: list[str], settings: config.Settings | None = None, stdin: str | None = None) -> int:
+def run_tool(
+    name: str,
+    args: list[str],
+    settings: config.Settings | None = None,
+    stdin: str | None = None,
+    writable: list[str] | None = None,
+) -> int:
     """Run a catalogued tool (NAME or NAME@VERSION) in the sandbox with the caller's stdin (or `stdin`), stdout and
-    stderr; returns its exit code. The working directory is writable for it, paths its arguments name readable."""
+    stderr; returns its exit code. It runs in an empty directory: paths its arguments name are readable, only
+    `writable` ones writable (deliver.toolrun)."""
     from flakebot.deliver.toolrun import run_attached
 
     settings = _settings(settings)
-    return run_attached(tool_manifest(name, settings), args, settings=settings, stdin=stdin)
+    return run_attached(tool_manifest(name, settings), args, settings=settings, stdin=stdin, writable=writable)
 
 
 def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:

@@ -29,8 +29,10 @@ import anyio.to_thread
 
 from flakebot import __version__, api, config
 from flakebot.deliver.schema import Field, closed_object
+from flakebot.deliver.toolcall import writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
+from flakebot.modeltext import one_line
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +123,13 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         _schema(
             ("tool",),
             tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
-            args=("array", "Command-line arguments, one item each (a single string is split as a shell would, shlex)."),
+            args=(
+                "array",
+                "Command-line arguments, one item each (a single string is split as a shell would, shlex); "
+                "paths they name are read-only to the tool.",
+            ),
             stdin=("string", "Standard input."),
+            writable=("array", "Existing files or directories the tool may write; nothing else is writable."),
         ),
     ),
     "rm": ("Remove a crafted tool from the catalog.", _schema(("tool",), tool=("string", "The tool's name."))),
@@ -264,9 +271,10 @@ class FlakebotMCP:
     async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tool, settings = _required(args, "tool"), self.settings()
         argv, stdin = _argv(args.get("args")), str(args.get("stdin") or "")
+        writable = writable_argument(args)
 
         def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin)
+            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable)
             return {"exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr[-4000:]}
 
         result = await anyio.to_thread.run_sync(run)
@@ -347,7 +355,8 @@ def progress_message(event: Event) -> str | None:
         "run_finished": f"run {event.run_id} {event.data.get('status', 'finished')}",
         "run_failed": f"run {event.run_id} failed",
     }
-    return texts.get(event.kind)
+    text = texts.get(event.kind)
+    return None if text is None else one_line(text, 1000)  # messages quote model text (a spec's summary)
 
 
 async def _tools_changed(ctx: Any) -> None:

@@ -19,6 +19,15 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
 
 Everything else that compiles or runs code the model touched (build scripts, proc macros, tests, the
 built tool for examples and verification) runs in flakebot.sandbox, never as root with capabilities.
+
+A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
+names: an empty scratch directory at the caller's path, the paths its arguments name read-only, `--writable`
+paths writable (their `.git` and flakebot.toml read-only); /, home, ancestors of the working directory,
+host state and paths holding a masked secret are refused; the secret masks are bound after everything else.
+
+Model text (summaries, usage, --help, example descriptions and outputs) is data wherever it is rendered:
+every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
+rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
 """
 
 from __future__ import annotations

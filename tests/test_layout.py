@@ -14,6 +14,7 @@ LEAVES = {
     "errors",
     "events",
     "fsutil",
+    "modeltext",
     "redact",
     "templates",
     "toolspec",

@@ -79,7 +79,7 @@ def test_every_flakebot_tool_converts_to_strict_without_fallback(caplog: pytest.
         schemas
     )
     assert schemas["list"] == {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
-    assert schemas["run"]["required"] == ["tool", "args", "stdin"]
+    assert schemas["run"]["required"] == ["tool", "args", "stdin", "writable"]
     assert schemas["run"]["properties"]["args"]["items"] == {"type": "string"}
 
 

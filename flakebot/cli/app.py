@@ -106,6 +106,7 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
     """List runs, newest first, with status, age and need."""
     from flakebot import api
     from flakebot.cli.live import age, json_result, out
+    from flakebot.modeltext import markup, one_line
 
     runs = api.list_runs(G.settings)
     if as_json:
@@ -119,7 +120,8 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
     table = Table("run", "status", "age", "pipeline", "need")
     now = time.time()
     for r in runs:
-        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], r.get("need") or "")
+        need = markup(one_line(r.get("need") or ""))
+        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], need)
     out.print(table)
 
 
@@ -207,6 +209,7 @@ def search_cmd(
     """Find crates a tool could start from, ranked for tool-making."""
     from flakebot import api
     from flakebot.cli.live import json_result, out
+    from flakebot.modeltext import markup, one_line
 
     found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
     if as_json:
@@ -225,9 +228,9 @@ def search_cmd(
     for c in found:
         info = c.crate
         downloads = "" if info.downloads is None else f"{info.downloads:,}"
-        table.add_row(
-            info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why, info.description
-        )
+        cells = (info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why)
+        # a crate's metadata is its author's text: shown as text, never read as markup
+        table.add_row(*(markup(one_line(cell)) for cell in (*cells, info.description)))
     out.print(table)
 
 
@@ -492,21 +495,32 @@ def run_cmd(
         bool,
         typer.Option("--json", help="Capture the tool's output: print {exit_code, stdout, stderr} as one JSON object."),
     ] = False,
+    writable: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--writable",
+            help="An existing file or directory the tool may write (repeatable); pass --writable . to let it write here.",
+        ),
+    ] = None,
     sandbox: Annotated[
         str | None,
         typer.Option(
-            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: the tool sees this whole machine (unsafe)."
+            help="required (default): bubblewrap or stop; auto: plain-process fallback; off: the tool runs here with your rights, sees this whole machine (unsafe)."
         ),
     ] = None,
 ) -> None:
     """Run a catalogued tool: flakebot run csv-dedup -- --key id data.csv, or flakebot run csv-dedup --args-json '{"key": "id"}'
 
-    The tool's store path runs in the sandbox: this directory is writable, the paths its arguments name are
-    readable, nothing else of the machine is; no network, none of your environment variables.
+    The tool runs sandboxed in an empty directory at this directory's path.
+    The files and directories its arguments name are there, read-only (relative paths work); nothing else is.
+    It writes only where you allow it: --writable out.csv (create the file first), or --writable . for output
+    it writes into this directory. /, your home and the directories above this one are refused as arguments.
+    No network, none of your environment variables.
     """
     import dataclasses
 
     from flakebot import api
+    from flakebot.deliver.toolcall import writable_argument
 
     settings = G.settings
     if sandbox is not None:
@@ -520,18 +534,20 @@ def run_cmd(
             "give the tool's arguments either after -- or as --args-json, not both",
             fix="move them all into the --args-json object",
         )
+    allowed = [*(writable or []), *writable_argument(arguments)]
     if as_json:
         from flakebot.cli.live import json_result
 
+        payload = arguments if arguments is not None else {}
         call = (
-            api.call_tool(tool, arguments if arguments is not None else {}, settings)
+            api.call_tool(tool, {**payload, "writable": allowed} if isinstance(payload, dict) else payload, settings)
             if not args
-            else api.call_tool_argv(tool, list(args), settings)
+            else api.call_tool_argv(tool, list(args), settings, writable=allowed)
         )
         json_result(call.to_dict())
         raise typer.Exit(call.exit_code)
     argv, stdin = api.tool_arguments(tool, arguments, settings) if arguments is not None else (list(args or []), None)
-    raise typer.Exit(api.run_tool(tool, argv, settings, stdin=stdin))
+    raise typer.Exit(api.run_tool(tool, argv, settings, stdin=stdin, writable=allowed))
 
 
 def _json_arguments(text: str) -> Any:
@@ -726,12 +742,11 @@ def main() -> None:
 
 def _print_error(exc: FlakebotError) -> None:
     """The human line on stderr; with --json also the error object, last on stdout, for programs."""
-    from rich.markup import escape
-
     from flakebot.cli.live import console, json_line
+    from flakebot.modeltext import markup
 
-    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup.
-    console.print(f"[bold red]error:[/bold red] {escape(exc.one_line())}", highlight=False, soft_wrap=True)
+    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup; it may quote model text.
+    console.print(f"[bold red]error:[/bold red] {markup(exc.one_line())}", highlight=False, soft_wrap=True)
     if _wants_json(sys.argv[1:]):
         json_line(exc.result())
 

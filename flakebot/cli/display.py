@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from flakebot.cli.live import STATUS_STYLE, out
+from flakebot.modeltext import markup, one_line, plain
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -19,7 +21,7 @@ def print_report(report: dict[str, Any]) -> None:
 def print_run(report: dict[str, Any]) -> None:
     out.print(f"[bold]run {report['id']}[/bold]  {report['status']}  ({report['pipeline']})")
     if report.get("need"):
-        out.print(f"need: {report['need']}")
+        out.print(f"need: {markup(report['need'])}")
     table = Table("", "stage", "status", "seconds", "attempts")
     for stage in report["stages"]:
         mark, style = STATUS_STYLE.get(stage["status"], ("?", ""))
@@ -33,27 +35,29 @@ def print_run(report: dict[str, Any]) -> None:
         )
     out.print(table)
     if report.get("error"):
-        out.print(f"[red]error:[/red] {report['error'].get('message')}  [dim]{report['error'].get('fix') or ''}[/dim]")
+        error = report["error"]
+        out.print(f"[red]error:[/red] {markup(error.get('message'))}  [dim]{markup(error.get('fix') or '')}[/dim]")
     out.print(f"[dim]{report['dir']}[/dim]")
 
 
 def print_tool(report: dict[str, Any]) -> None:
     from rich.markdown import Markdown
 
-    out.print(
-        Markdown(report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)")
-    )
+    usage = report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"
+    out.print(Markdown(plain(usage)))  # an older USAGE.md may still hold the model's control characters
     manifest = report.get("manifest") or {}
     if manifest and not manifest.get("portable"):
         reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
-        out.print(f"[yellow]portable: no[/yellow] ({reason})")
+        out.print(f"[yellow]portable: no[/yellow] ({markup(reason)})")
     versions = report.get("versions") or []
     if len(versions) > 1:
         table = Table("version", "change", "run")
         for record in versions:
             current = " (current)" if record["version"] == report.get("current_version") else ""
             table.add_row(
-                record["version"] + current, record.get("change") or "first craft", record.get("run_id") or ""
+                Text(record["version"] + current),
+                Text(plain(record.get("change") or "first craft")),
+                record.get("run_id") or "",
             )
         out.print(table)
         out.print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
@@ -86,17 +90,20 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         source = result.get("installed_from") or {}
         origin = f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}"
     version = f" {result['version']}" if result.get("version") else ""
-    out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {manifest.get('summary', '')} ({origin})")
+    summary = markup(one_line(manifest.get("summary", "")))
+    out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {summary} ({origin})")
     improves = manifest.get("improves")
     if improves and not result["from_catalog"]:
         kept = (manifest.get("spec") or {}).get("inherited_examples", 0)
         out.print(
-            f"  improves {result['name']}@{improves['version']} ({improves['request']}): its {kept} examples still pass; "
+            f"  improves {result['name']}@{improves['version']} ({markup(improves['request'])}): its {kept} examples still pass; "
             f"the earlier version stays runnable as {result['name']}@{improves['version']}"
         )
     if result.get("choice", {}).get("crate") and not improves:
         choice = result["choice"]
-        out.print(f"  started from [bold]{choice['crate']}[/bold] ({choice.get('mode')}): {choice.get('reason', '')}")
+        out.print(
+            f"  started from [bold]{markup(choice['crate'])}[/bold] ({choice.get('mode')}): {markup(choice.get('reason', ''))}"
+        )
     usage = result.get("usage") or {}
     if usage:
         cost = usage.get("cost_usd")
@@ -104,17 +111,17 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
             f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens"
             + (f", ${cost:.4f}" if cost else "")
         )
-    out.print(f"  run:     {manifest.get('nix_run', '')}")
-    out.print(f"  install: {manifest.get('installation_command', '')}")
+    out.print(f"  run:     {markup(manifest.get('nix_run', ''))}")
+    out.print(f"  install: {markup(manifest.get('installation_command', ''))}")
     verification = manifest.get("verification_command") or {}
     out.print(
-        f"  verified: {verification.get('command', '')} [green](passed)[/green]"
+        f"  verified: {markup(verification.get('command', ''))} [green](passed)[/green]"
         if verification.get("passed")
         else "  verified: no"
     )
-    out.print(f"  usage:   {manifest.get('catalog_dir', '')}/USAGE.md")
+    out.print(f"  usage:   {markup(manifest.get('catalog_dir', ''))}/USAGE.md")
     if not manifest.get("portable", True):
-        out.print(f"  [yellow]host-only:[/yellow] {manifest.get('portable_reason', '')}")
+        out.print(f"  [yellow]host-only:[/yellow] {markup(manifest.get('portable_reason', ''))}")
 
 
 def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
@@ -130,7 +137,14 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     for tool in tools:
         older = len(tool.get("versions") or {}) - 1
         version = str(tool.get("version", "")) + (f" (+{older} earlier)" if older > 0 else "")
-        table.add_row(tool["name"], version, tool.get("summary", ""), tool.get("need", ""), tool.get("run_id", ""))
+        texts = (
+            tool["name"],
+            version,
+            one_line(tool.get("summary", "")),
+            plain(tool.get("need", "")),
+            tool.get("run_id", ""),
+        )
+        table.add_row(*(Text(str(t)) for t in texts))  # Text: model text is never read as markup
     out.print(table)
 
 

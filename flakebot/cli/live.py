@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flakebot.events import Event
+from flakebot.modeltext import one_line
 
 STATUS_STYLE = {
     "pending": ("·", "dim"),
@@ -104,7 +105,7 @@ class LiveStages:
                 Text(mark, style=style),
                 Text(name, style=style),
                 Text(elapsed, style="dim"),
-                Text(str(row["note"])[:100]),
+                Text(one_line(row["note"], 100)),  # notes quote model text (a spec's summary)
             )
         parts: list[Any] = [Text(self.title, style="bold")] if self.title else []
         return Group(*parts, table)

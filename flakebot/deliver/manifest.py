@@ -7,20 +7,30 @@ import time
 from typing import Any
 
 from flakebot.deliver.helpparse import CliParam, json_schema, parse_help
+from flakebot.modeltext import tool_description
 from flakebot.templates import render
 
 MANIFEST_FORMAT = 1
 
 
-def tool_schemas(name: str, summary: str, params: list[CliParam]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(OpenAI function-calling tool, MCP tool definition) for the tool's command line."""
+def tool_schemas(
+    name: str, summary: str, params: list[CliParam], usage: str = ""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(OpenAI function-calling tool, MCP tool definition) for the tool's command line; the description fences
+    the summary and usage the model wrote and says they are data."""
     schema = json_schema(params)
+    description = tool_description(summary, usage)
     openai_tool = {
         "type": "function",
         # the schema is strict-compatible as built (deliver/schema.py)
-        "function": {"name": name.replace("-", "_"), "description": summary, "parameters": schema, "strict": True},
+        "function": {
+            "name": name.replace("-", "_"),
+            "description": description,
+            "parameters": schema,
+            "strict": True,
+        },
     }
-    mcp_tool = {"name": name, "description": summary, "inputSchema": schema}
+    mcp_tool = {"name": name, "description": description, "inputSchema": schema}
     return openai_tool, mcp_tool
 
 
@@ -57,7 +67,7 @@ def build_manifest(
     untested: str = "",
 ) -> dict[str, Any]:
     params = parse_help(help_text)
-    openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params)
+    openai_tool, mcp_tool = tool_schemas(spec["name"], spec["summary"], params, spec.get("usage", ""))
     return {
         "format": MANIFEST_FORMAT,
         "name": spec["name"],

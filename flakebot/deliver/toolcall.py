@@ -15,11 +15,29 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.deliver import toolrun
 from flakebot.deliver.helpparse import CliParam, json_schema, parse_help, to_argv
+from flakebot.deliver.schema import Field, field_schema
 from flakebot.errors import UsageError
+from flakebot.modeltext import tool_description
 
 logger = logging.getLogger(__name__)
 
 TIMED_OUT = 124
+WRITABLE = "writable"  # the paths a call lets the tool write, beside its schema's arguments
+WRITABLE_SCHEMA = field_schema(
+    Field("array", "Existing files or directories the tool may write (e.g. its output file); nothing else is writable.")
+)
+
+
+def writable_argument(arguments: Any) -> list[str]:
+    """The `writable` paths of a JSON call: a list of strings (none when absent)."""
+    value = arguments.get(WRITABLE) if isinstance(arguments, dict) else None
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(
+            "writable must be a list of paths", fix='pass e.g. {"writable": ["out.csv"]} (the paths must exist)'
+        )
+    return value
 
 
 @dataclass
@@ -47,14 +65,22 @@ def parameters(manifest: dict[str, Any]) -> list[CliParam]:
 def mcp_definition(manifest: dict[str, Any]) -> dict[str, Any]:
     """The MCP tool a catalogued tool is: its name, its clap-derived input schema, its summary and usage.
 
-    The schema is built now from the parameters (the one the calls are mapped with), not the manifest's copy."""
-    usage = manifest.get("usage", "")
-    description = manifest.get("summary", "") + (f"\n\nUsage: {usage}" if usage else "")
+    The schema is built now from the parameters (the one the calls are mapped with), not the manifest's copy,
+    with `writable` beside the tool's own arguments."""
+    description = tool_description(manifest.get("summary", ""), manifest.get("usage", ""))
     description += (
         "\n\nPass standard input as the `stdin` argument and null for any argument you do not want; "
-        "the result holds stdout, stderr and the exit code."
+        "the result holds stdout, stderr and the exit code. "
+        "The tool runs in an empty directory: paths its arguments name are read-only; list the paths it may "
+        "write (an output file or directory) in `writable`."
     )
-    return {"name": manifest["name"], "description": description, "inputSchema": json_schema(parameters(manifest))}
+    schema = json_schema(parameters(manifest))
+    schema = {
+        **schema,
+        "properties": {**schema.get("properties", {}), WRITABLE: WRITABLE_SCHEMA},
+        "required": [*schema.get("required", []), WRITABLE],
+    }
+    return {"name": manifest["name"], "description": description, "inputSchema": schema}
 
 
 def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[str], str | None]:
@@ -65,6 +91,7 @@ def arguments_to_argv(manifest: dict[str, Any], arguments: Any) -> tuple[list[st
             f"arguments for {name} must be a JSON object, got {type(arguments).__name__}",
             fix='pass an object such as {"stdin": "..."}',
         )
+    arguments = {k: v for k, v in arguments.items() if k != WRITABLE}
     params = parameters(manifest)
     problem = _type_problem(params, arguments)
     try:
@@ -102,15 +129,22 @@ def call(manifest: dict[str, Any], arguments: Any, *, settings: Settings, cwd: P
 
     Without a `stdin` argument the tool reads an empty input (never the caller's: an MCP server's stdin is its protocol)."""
     args, stdin = arguments_to_argv(manifest, arguments)
-    return run_captured(manifest, args, stdin or "", settings=settings, cwd=cwd)
+    writable = writable_argument(arguments)
+    return run_captured(manifest, args, stdin or "", settings=settings, cwd=cwd, writable=writable)
 
 
 def run_captured(
-    manifest: dict[str, Any], args: list[str], stdin: str | None, *, settings: Settings, cwd: Path | None = None
+    manifest: dict[str, Any],
+    args: list[str],
+    stdin: str | None,
+    *,
+    settings: Settings,
+    cwd: Path | None = None,
+    writable: list[str] | None = None,
 ) -> ToolCall:
     """Run the tool (sandboxed, deliver.toolrun) with command-line `args` and capture its output; `stdin` None
-    passes the caller's own standard input."""
-    result = toolrun.run_captured(manifest, args, stdin, settings=settings, cwd=cwd)
+    passes the caller's own standard input; `writable`: the paths it may write."""
+    result = toolrun.run_captured(manifest, args, stdin, settings=settings, cwd=cwd, writable=writable)
     stderr = result.stderr
     if result.timed_out:  # exit 124, as coreutils' timeout reports it
         stderr += f"\n[flakebot: stopped after {settings.tool_timeout:g}s; raise tool_timeout to allow more]\n"

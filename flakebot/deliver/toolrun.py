@@ -1,27 +1,36 @@
 """Running a catalogued tool for its caller: its built store path, in the sandbox.
 
 A crafted tool is model-written code, so every run of it goes through the same sandbox as the edit loop
-(`sandbox` setting, "required" by default): the working directory is the one writable place, the paths
-its arguments name outside it are readable, its store path and the system are read-only, and it gets no
-network, a minimal environment (no API keys) and private /tmp and HOME. `nix run` of the flake (the
-manifest's command) is what a user runs by hand; flakebot runs the same store path, sandboxed.
+(`sandbox` setting, "required" by default). It sees only what its caller names: it runs at the caller's
+directory path, but that directory is an empty scratch directory there; the existing paths its arguments name
+are bound in read-only at the path the argument spells (relative arguments still resolve), and only the
+paths the caller lists as writable can be written (any `.git` or flakebot.toml under them stays read-only). /, the home
+directory, ancestors of the working directory, host state (/proc, /dev, /run, ...), sockets and paths holding
+a masked secret are refused as arguments; the secret masks come last, so no bind uncovers them. Its store
+path and the system are read-only; no network, a minimal environment (no API keys), private /tmp and HOME.
+`nix run` of the flake (the manifest's command) is what a user runs by hand; flakebot runs the same store
+path, sandboxed. With the sandbox off the tool runs in the caller's directory with the caller's rights.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import config
 from flakebot.config import Settings
-from flakebot.errors import CatalogError
-from flakebot.sandbox import CommandResult, Sandbox, limits_for, open_sandbox
+from flakebot.errors import CatalogError, UsageError
+from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
+from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
 
 logger = logging.getLogger(__name__)
 
@@ -56,41 +65,186 @@ def _realise(nix_run: list[str], timeout: float) -> str:
         ) from None
 
 
-def named_paths(args: list[str], cwd: Path) -> list[Path]:
-    """Existing files and directories the arguments name outside `cwd` (`PATH` or `--opt=PATH`): the tool may read them."""
+# Host state, not data: naming these would hand a tool the machine's processes, devices or sockets.
+HOST_STATE = tuple(Path(p) for p in ("/proc", "/sys", "/dev", "/run", "/var/run"))
+SYSTEM = tuple(Path(p) for p in (*SYSTEM_DIRS, "/nix"))  # read-only in the sandbox already; never writable
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One path a caller named: `source` (symlinks resolved) shown at `dest` (as the argument spells it)."""
+
+    arg: str
+    source: Path
+    dest: Path
+    writable: bool = False
+
+
+def named_paths(args: list[str], cwd: Path) -> list[Bind]:
+    """The existing files and directories the arguments name (`PATH` or `--opt=PATH`, relative to `cwd`): the tool
+    may read them, each at the path the argument spells (and at its real path)."""
     found = []
     for arg in args:
-        for text in {arg, arg.partition("=")[2]} - {""}:
-            path = (cwd / text) if not Path(text).is_absolute() else Path(text)
-            try:
-                if path.exists() and not path.resolve().is_relative_to(cwd.resolve()):
-                    found.append(path.resolve())
-            except (OSError, ValueError):  # not a path after all (too long, NUL bytes)
-                continue
+        for text in dict.fromkeys([arg, arg.partition("=")[2]]):
+            bind = _bind(arg, text, cwd)
+            if bind is not None:
+                found.append(bind)
+    return found
+
+
+def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -> list[Bind]:
+    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist, and none may hold
+    or lie in flakebot's `own` directories (catalog, cache, config: a tool there could rewrite what runs next)."""
+    binds = []
+    for text in paths:
+        bind = _bind(text, text, cwd, writable=True)
+        if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own or []):
+            raise UsageError(
+                f"--writable path '{text}' holds or lies in flakebot's own files (catalog, cache or config)",
+                fix="let the tool write a file or directory of your own, e.g. --writable ./out",
+            )
+        if bind is None:
+            raise UsageError(
+                f"writable path '{text}' does not exist",
+                fix=f"create it first (mkdir -p {text}, or touch {text} for a file), then run the tool again",
+            )
+        binds.append(bind)
+    return binds
+
+
+def _bind(arg: str, text: str, cwd: Path, *, writable: bool = False) -> Bind | None:
+    if not text or text == "-":
+        return None
+    try:
+        dest = Path(os.path.normpath(cwd / text))
+        source = Path(os.path.realpath(dest if Path(text).is_absolute() else cwd / text))
+        if not source.exists():
+            return None
+    except (OSError, ValueError):  # not a path after all (too long, NUL bytes)
+        return None
+    problem = _refusal(source, dest, cwd, writable)
+    if problem:
+        what = "--writable path" if writable else "argument"
+        raise UsageError(
+            f"{what} '{arg}' names {source}, {problem}: refusing to show it to the tool",
+            fix="name only the files or directories the tool needs (e.g. ./data.csv, ./out/)",
+        )
+    return Bind(arg, source, dest, writable)
+
+
+def _refusal(source: Path, dest: Path, cwd: Path, writable: bool) -> str:
+    """Why the tool may not see `source` (at `dest`); '' when it may."""
+    home = Path.home().resolve()
+    if source == Path("/"):
+        return "the whole machine"
+    if source == home or home.is_relative_to(source):
+        return "your home directory" if source == home else f"which holds your home directory {home}"
+    if source != cwd and cwd.is_relative_to(source):
+        return f"which holds the working directory {cwd}"
+    if any(source.is_relative_to(d) for d in HOST_STATE):
+        return "host state, not data"
+    if not (source.is_file() or source.is_dir()):
+        return "not a regular file or directory (a socket, device or pipe)"
+    if writable and any(source.is_relative_to(d) for d in SYSTEM):
+        return "part of the system"
+    # Named where it is, a system path needs no bind (the masks cover it); elsewhere (a symlink) it would uncover one.
+    secrets = [str(f) for f in secret_files() if f.is_relative_to(source)]
+    if secrets and (writable or dest != source):
+        return f"which holds a secret file ({secrets[0]})"
+    return ""
+
+
+def _visible(path: Path) -> bool:
+    """Whether the sandbox shows `path` already, read-only, with its secrets masked (the system directories)."""
+    return any(path.is_relative_to(d) for d in SYSTEM_DIRS)
+
+
+def _binds(named: list[Bind], writable: list[Bind]) -> list[tuple[bool, Path, Path]]:
+    """The sandbox's binds in order: named paths read-only, then writable ones, then every `.git` and
+    flakebot.toml under those read-only again (hooks and config written there would steer the host's next git
+    or flakebot command)."""
+    binds: list[tuple[bool, Path, Path]] = []
+    for bind in [*named, *writable]:
+        for dest in dict.fromkeys([bind.dest, bind.source]):
+            if not _visible(dest):  # the system is shown read-only already (and a read-only mount takes no binds)
+                binds.append((bind.writable, bind.source, dest))
+    for bind in writable:
+        binds += [(False, git, bind.dest / git.relative_to(bind.source)) for git in _git_dirs(bind.source)]
+    return binds
+
+
+STEERING = (".git", "flakebot.toml")  # read by host programs from the directory they run in
+
+
+def _git_dirs(root: Path) -> list[Path]:
+    """Every `.git` (directory or gitdir file) and flakebot.toml at or under `root`."""
+    if not root.is_dir():
+        return []
+    found = []
+    for top, dirs, files in os.walk(root):
+        found += [Path(top) / name for name in STEERING if name in dirs or name in files]
+        dirs[:] = [d for d in dirs if d != ".git"]
     return found
 
 
 @contextmanager
 def tool_sandbox(
-    binary: Path, args: list[str], cwd: Path, settings: Settings, timeout: float
+    binary: Path, args: list[str], cwd: Path, settings: Settings, timeout: float, writable: list[str] | None = None
 ) -> Iterator[tuple[Sandbox, Path]]:
-    """The sandbox for one run of a tool, and the directory it runs in: `cwd` writable, or a scratch directory
-    when `cwd` is / (which would bind the whole machine writable)."""
+    """The sandbox for one run of a tool, and the directory it runs in: the caller's directory path, but holding an
+    empty scratch directory with only the paths the arguments name (read-only) and `writable` (read-write) bound
+    in. Where the caller's directory is / or a system directory, the tool runs in the scratch directory itself."""
+    cwd = cwd.resolve()
+    named, allowed = [], []
+    if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
+        own = [settings.path("catalog_dir"), settings.path("cache_dir"), config.config_home().resolve()]
+        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, own)
     with tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch:
-        where = Path(scratch) if cwd.resolve() == Path("/") else cwd.resolve()
-        readable = [binary.parent, *named_paths(args, cwd)]
+        at = None if cwd == Path("/") or _visible(cwd) else cwd
         limits = limits_for(settings, timeout=timeout)
-        yield open_sandbox(settings.sandbox, workspace=where, writable=[where], readable=readable, limits=limits), where
+        sandbox = open_sandbox(
+            settings.sandbox,
+            workspace=Path(scratch),
+            writable=[],
+            readable=[binary.parent],
+            limits=limits,
+            workspace_at=at,
+            binds=_binds(named, allowed),
+        )
+        yield sandbox, (cwd if at or not isinstance(sandbox, BwrapSandbox) else Path(scratch))
+        _warn_discarded(Path(scratch), cwd if at else Path(scratch), sandbox)
+
+
+def _warn_discarded(scratch: Path, at: Path, sandbox: Sandbox) -> None:
+    """Say which files the tool wrote into its scratch directory (gone now): the caller may have wanted them."""
+    if not isinstance(sandbox, BwrapSandbox):
+        return
+    mounts = {dest for _, _, dest in sandbox.binds if dest.is_relative_to(at)}
+    holders = mounts | {parent for dest in mounts for parent in dest.parents}
+    written = [p.relative_to(scratch) for p in sorted(scratch.rglob("*")) if at / p.relative_to(scratch) not in holders]
+    if written:
+        shown = ", ".join(str(p) for p in written[:5]) + (" ..." if len(written) > 5 else "")
+        logger.warning(
+            "the tool wrote %s in its scratch directory, discarded now: pass --writable . (MCP: writable) to let it "
+            "write here, or --writable PATH for one existing file or directory",
+            shown,
+        )
 
 
 def run_captured(
-    manifest: dict[str, Any], args: list[str], stdin: str | None, *, settings: Settings, cwd: Path | None = None
+    manifest: dict[str, Any],
+    args: list[str],
+    stdin: str | None,
+    *,
+    settings: Settings,
+    cwd: Path | None = None,
+    writable: list[str] | None = None,
 ) -> CommandResult:
     """Run the tool in the sandbox with its output captured (capped) and `settings.tool_timeout`; `stdin` None
     passes the caller's own standard input as it is (the tool decides whether to read it)."""
     timeout = settings.tool_timeout
     binary = built_program(manifest, settings.nix_build_timeout)
-    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout) as (sandbox, where):
+    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable) as (sandbox, where):
         if stdin is not None:
             return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
         return _inheriting_stdin(sandbox, [str(binary), *args], where, timeout)
@@ -112,12 +266,18 @@ def _text(output: str | bytes | None) -> str:
 
 
 def run_attached(
-    manifest: dict[str, Any], args: list[str], *, settings: Settings, stdin: str | None = None, cwd: Path | None = None
+    manifest: dict[str, Any],
+    args: list[str],
+    *,
+    settings: Settings,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    writable: list[str] | None = None,
 ) -> int:
     """Run the tool in the sandbox attached to the caller's terminal: the caller's stdin (or `stdin`), stdout and
     stderr as they come, no timeout (the caller stops it); returns its exit code."""
     binary = built_program(manifest, settings.nix_build_timeout)
-    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, settings.tool_timeout) as (sandbox, where):
+    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, settings.tool_timeout, writable) as (sandbox, where):
         argv, env = sandbox.command([str(binary), *args], cwd=where)
         proc = subprocess.Popen(argv, cwd=where, env=env, stdin=subprocess.PIPE if stdin is not None else None)
         try:

@@ -70,11 +70,14 @@ def open_sandbox(
     frozen: Sequence[Path] = (),
     limits: SandboxLimits | None = None,
     cargo_home: Path | None = None,
+    workspace_at: Path | None = None,
+    binds: Sequence[tuple[bool, Path, Path]] = (),
 ) -> Sandbox:
     """The sandbox for commands in `workspace`: bubblewrap when usable; "auto" falls back to a plain process
     with a warning, "off" is a plain process by request (warned on every call). `limits` (see limits_for)
     replaces timeout, output_cap and max_processes when given. `cargo_home`: flakebot's CARGO_HOME, whose
-    fetched crates (registry/, git/) the sandbox reads, read-only, for offline builds."""
+    fetched crates (registry/, git/) the sandbox reads, read-only, for offline builds. `workspace_at` and `binds`
+    (bubblewrap only): where the workspace appears inside, and (writable, source, destination) binds over it."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
     if permission not in PERMISSIONS:
@@ -104,6 +107,8 @@ def open_sandbox(
         readable=readable,
         frozen=frozen,
         cargo_home=cargo_home,
+        workspace_at=workspace_at,
+        binds=binds,
     )
     problem = sandbox.probe()
     if problem:

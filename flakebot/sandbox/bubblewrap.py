@@ -42,6 +42,10 @@ class BwrapSandbox:
     read_only: bool = False
     readable: Sequence[Path] = ()
     frozen: Sequence[Path] = ()  # files inside the workspace bound read-only over it (the acceptance test)
+    # Where the workspace appears inside (a tool run: at the caller's directory, so relative arguments resolve),
+    # and (writable, source, destination) binds over it in order: the paths a tool's caller names.
+    workspace_at: Path | None = None
+    binds: Sequence[tuple[bool, Path, Path]] = ()
     cargo_home: Path | None = (
         None  # flakebot's CARGO_HOME: its registry/ and git/ are bound read-only into the sandbox's own
     )
@@ -59,7 +63,8 @@ class BwrapSandbox:
         stdin: str | None = None,
     ) -> CommandResult:
         cwd = Path(cwd).resolve()
-        if not any(cwd.is_relative_to(p.resolve()) for p in [self.workspace, *self.writable]):
+        inside = [self.workspace_at or self.workspace, *self.writable, *(dest for rw, _, dest in self.binds if rw)]
+        if not any(cwd.is_relative_to(p.resolve()) for p in inside):
             raise SandboxError(
                 f"working directory {cwd} is outside the sandbox", fix=f"run commands inside {self.workspace}"
             )
@@ -112,17 +117,21 @@ class BwrapSandbox:
             args += ["--ro-bind", str(path), str(path)]
         args += self._cargo_cache_binds()
         workspace = self.workspace.resolve()
-        args += ["--ro-bind" if self.read_only else "--bind", str(workspace), str(workspace)]
+        at = str(self.workspace_at or workspace)
+        args += ["--ro-bind" if self.read_only else "--bind", str(workspace), at]
         for path in self.writable:
             path.mkdir(parents=True, exist_ok=True)
             if path.resolve() != workspace:  # the workspace's mode (read-only or not) is the permission's
                 args += ["--bind", str(path.resolve()), str(path.resolve())]
+        for writable, source, dest in self.binds:
+            args += ["--bind" if writable else "--ro-bind", str(source), str(dest)]
         if (workspace / ".git").is_dir():  # last: git hooks/config written here would run later outside the sandbox
-            args += ["--ro-bind", str(workspace / ".git"), str(workspace / ".git")]
+            args += ["--ro-bind", str(workspace / ".git"), f"{at}/.git"]
         # over the writable workspace: a build script or test cannot rewrite them
         for path in _frozen_paths(self.frozen, workspace):
             args += ["--ro-bind", str(path), str(path)]
-        return [*args, "--chdir", str(cwd), "--"]
+        # last of all: no bind above, whatever path it names, uncovers a secret
+        return [*args, *_secret_masks(), "--chdir", str(cwd), "--"]
 
     def _cargo_cache_binds(self) -> list[str]:
         """The crates fetched on the host, read-only at the sandbox's CARGO_HOME (a tmpfs: cargo takes its lock files there).
@@ -155,7 +164,7 @@ class BwrapSandbox:
     def probe(self) -> str:
         """Start `true` in this sandbox: '' when it works (and measure the start overhead), else bwrap's complaint."""
         start = time.perf_counter()
-        result = self.run(["true"], cwd=self.workspace, timeout=30)
+        result = self.run(["true"], cwd=self.workspace_at or self.workspace, timeout=30)
         sandboxed = time.perf_counter() - start
         if not result.ok:
             return (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
@@ -236,7 +245,7 @@ def _frozen_paths(frozen: Sequence[Path], workspace: Path) -> list[Path]:
 
 
 def _system_mounts() -> list[str]:
-    """Read-only binds of the system, the usual /lib -> usr/lib links as links, and secrets masked."""
+    """Read-only binds of the system and the usual /lib -> usr/lib links as links (secrets are masked last)."""
     args: list[str] = []
     for d in SYSTEM_DIRS:
         if Path(d).is_dir():
@@ -247,7 +256,13 @@ def _system_mounts() -> list[str]:
             args += ["--symlink", os.readlink(path), link]
         elif path.is_dir():
             args += ["--ro-bind", link, link]
-    for secret in [*SECRET_FILES, *map(str, Path("/etc/ssh").glob("ssh_host_*key"))]:
-        if Path(secret).is_file():
-            args += ["--ro-bind", "/dev/null", secret]
     return args
+
+
+def secret_files() -> list[Path]:
+    """Host files no sandbox may read (password hashes, sudoers, ssh host keys): masked last in every sandbox."""
+    return [Path(p) for p in [*SECRET_FILES, *map(str, Path("/etc/ssh").glob("ssh_host_*key"))] if Path(p).is_file()]
+
+
+def _secret_masks() -> list[str]:
+    return [arg for secret in secret_files() for arg in ("--ro-bind", "/dev/null", str(secret))]

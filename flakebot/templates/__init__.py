@@ -13,13 +13,24 @@ HERE = Path(__file__).parent
 def _environment() -> Any:
     import jinja2
 
-    return jinja2.Environment(
+    from flakebot import modeltext
+
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(HERE)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # Model text goes through these wherever a template shows it (flakebot.modeltext says why).
+    env.filters.update(
+        fenced=modeltext.fenced,
+        md=modeltext.markdown,
+        code=modeltext.inline_code,
+        comment=modeltext.comment,
+        one_line=modeltext.one_line,
+    )
+    return env
 
 
 def render(template: str, /, **context: Any) -> str:

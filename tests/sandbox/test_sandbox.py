@@ -281,3 +281,28 @@ def test_a_frozen_file_is_read_only_inside_the_writable_workspace(ws: Path, targ
     )
     assert "Read-only file system" in result.stderr and frozen.read_text() == "fn frozen() {}\n"
     assert (ws / "tests/other.rs").read_text() == "y\n"
+
+
+def test_secret_masks_come_after_every_bind(ws: Path, target: Path) -> None:
+    """A bind of / (readable) or of /etc at another place cannot uncover /etc/shadow: the masks are bound last."""
+    shadow = Path("/etc/shadow").read_text()
+    over = bwrap_sandbox(ws, target, readable=[Path("/")], binds=[(False, Path("/etc"), Path("/etc"))])
+    result = over.run(["cat", "/etc/shadow", "/etc/hostname"], cwd=ws)
+    assert result.stdout == Path("/etc/hostname").read_text()  # the binds worked; the secret stayed masked
+    assert shadow.splitlines()[0] not in result.stdout + result.stderr
+
+
+def test_a_workspace_shown_at_another_path_with_binds_over_it(ws: Path, target: Path, tmp_path: Path) -> None:
+    """A tool run's shape: the scratch workspace at the caller's path, a named file read-only, a writable one."""
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    (caller / "in.txt").write_text("in\n")
+    (caller / "out.txt").write_text("")
+    (caller / "other.txt").write_text("other\n")
+    binds = [(False, caller / "in.txt", caller / "in.txt"), (True, caller / "out.txt", caller / "out.txt")]
+    sandbox = bwrap_sandbox(ws, target, workspace_at=caller, binds=binds)
+    script = "cat in.txt; cat other.txt; echo x > in.txt; echo written > out.txt; echo new > new.txt; ls"
+    result = sandbox.run(["sh", "-c", script + " 2>&1"], cwd=caller)
+    assert "in\n" in result.stdout and "other" not in result.stdout.replace("other.txt", "")
+    assert (caller / "in.txt").read_text() == "in\n" and (caller / "out.txt").read_text() == "written\n"
+    assert not (caller / "new.txt").exists() and (ws / "new.txt").read_text() == "new\n"  # the scratch took it
