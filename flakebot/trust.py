@@ -4,14 +4,18 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
 
     search, clone/fork             crate metadata and git objects, no build
     cargo fetch/add/metadata/      from a neutral cwd with --manifest-path, minimal environment, flakebot's
-    generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner)
+    generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner); only after every
+                                   source the tree names passed the allow-list (flakebot.cargo.sources: crates.io,
+                                   https git on the git_sources hosts, paths inside the tree; manifest and lock)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
     of the flake, nix build        (nix builds in its own sandbox where nix.conf enables it)
     catalog writes                 only after every check passed (stages/instruct.py)
 
 Everything else that compiles or runs code the model touched (build scripts, proc macros, tests, the
-built tool for examples and verification) runs in flakebot.sandbox, never as root with capabilities.
+built tool for examples and verification) runs in flakebot.sandbox with no capabilities at all (as root: an
+unused uid, flakebot's own trees handed to its group), /etc only from an allow-list, and of CARGO_HOME's git/
+only the run's own copy of the checkouts its Cargo.lock names.
 """
 
 from __future__ import annotations

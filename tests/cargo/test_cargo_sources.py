@@ -84,7 +84,9 @@ def test_each_refused_shape_stops_the_host_call_before_cargo_fetches(tmp_path: P
     crate = _crate(tmp_path, deps, extra)
     cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate)
     result = cargo.run(["generate-lockfile"], crate, timeout=120)
-    assert result.returncode == 101 and result.stderr.startswith("error: ") and "refused" in result.stderr, result.stderr
+    assert result.returncode == 101 and result.stderr.startswith("error: ") and "refused" in result.stderr, (
+        result.stderr
+    )
     assert not (crate / "Cargo.lock").exists() and not (tmp_path / "cargo-home/git").exists()
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import secrets
+import shutil
 import subprocess
 import sys
 import textwrap
