@@ -65,11 +65,13 @@ def sync(cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float
     if lock is not None and not lock.exists():
         made = cargo.run(["generate-lockfile"], crate_dir, timeout=timeout)
         if made.returncode != 0:
+            refresh_git_view(cargo, crate_dir)
             return _failed(report, "lock", made.stderr, start)
         report.lock_generated = True
     if cargo.online:
         fetched = cargo.run(["fetch"], crate_dir, timeout=timeout)
         if fetched.returncode != 0:
+            refresh_git_view(cargo, crate_dir)  # a refused source: what the sandbox saw of it goes too
             return _failed(report, "fetch", fetched.stderr, start)
         report.downloaded = [m.group(1) for line in fetched.stderr.splitlines() if (m := DOWNLOADED.match(line))]
     refresh_git_view(cargo, crate_dir)

@@ -195,7 +195,13 @@ class Cargo:
                 f"cannot create flakebot's cargo home {self.home}: {exc.strerror}",
                 fix="make flakebot's cache directory writable (setting cache_dir)",
             ) from None
-        return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(home), "LANG": "C.UTF-8", **self.env()}
+        return {
+            "PATH": os.environ.get("PATH", DEFAULT_PATH),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            **self.env(),
+            **sources.git_fetch_env(self.git_sources),
+        }
 
     def host_argv(self, args: list[str], crate_dir: Path | None) -> list[str]:
         """`cargo [source flags] SUBCOMMAND --manifest-path CRATE_DIR/Cargo.toml ARGS...` (no manifest for `init PATH`)."""
@@ -210,15 +216,13 @@ class Cargo:
         one is the call's failure (exit 101, the rule on stderr as cargo's `error:`), and nothing runs."""
         if crate_dir is None or "--no-deps" in args or args[0] in NEVER_FETCH:
             return self.call(args, crate_dir, timeout)
-        reason = sources.manifest_refusal(self, Path(crate_dir))
-        result = self.call(args, crate_dir, timeout) if not reason else None
-        if result is not None and result.returncode == 0:
-            reason = sources.lock_refusal(_lock_of(Path(crate_dir)), self.git_sources)
-        if not reason:
-            assert result is not None
-            return result
-        logger.warning("host cargo %s refused: %s", args[0], reason)
-        return subprocess.CompletedProcess(self.host_argv(args, crate_dir), 101, "", f"error: {reason}\n")
+        failed = sources.check(self, Path(crate_dir))
+        if failed is not None:
+            return failed
+        result = self.call(args, crate_dir, timeout)
+        # what resolution added (a git dependency's own dependencies) is checked too: the sandbox never sees it
+        reason = sources.lock_refusal(_lock_of(Path(crate_dir)), self.git_sources) if result.returncode == 0 else ""
+        return sources.refused(result.args, reason) if reason else result
 
     def call(
         self, args: list[str], crate_dir: Path | None, timeout: float | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,19 @@ def _private(host: str) -> bool:
     return not ip.is_global
 
 
+def git_fetch_env(allowed: tuple[str, ...]) -> dict[str, str]:
+    """Environment of host cargo calls: git fetched by the git program, which speaks only the protocols the allow-list
+    names (https, and the schemes of entries that name one), so a git dependency's own manifest cannot lead cargo to
+    file://, ssh or another protocol either; no system git config, no prompts."""
+    schemes = sorted({"https", *(entry.split("://")[0] for entry in allowed if "://" in entry)})
+    return {
+        "CARGO_NET_GIT_FETCH_WITH_CLI": "true",
+        "GIT_ALLOW_PROTOCOL": ":".join(schemes),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+    }
+
+
 def source_refusal(source: str, allowed: tuple[str, ...]) -> str:
     """Why a cargo source id (`registry+URL`, `git+URL?...#rev`, `sparse+URL`) may not be used ('' when it may)."""
     if source.startswith("git+"):
@@ -117,12 +131,23 @@ def spec_refusal(name: str, spec: Any, base: Path, tree: Path, allowed: tuple[st
     return f"{reason} ({name} in {where})" if reason else ""
 
 
-def manifest_refusal(cargo: Cargo, crate_dir: Path) -> str:
-    """Why the manifest at `crate_dir` (and its workspace) names a source that may not be fetched ('' when none)."""
+def check(cargo: Cargo, crate_dir: Path) -> subprocess.CompletedProcess[str] | None:
+    """None when every source the tree at `crate_dir` names may be fetched; else the failed call to return instead:
+    cargo's own error when it cannot even list them, or the refusal (exit 101, the rule as cargo's `error:`)."""
     listed = cargo.call(["metadata", "--format-version", "1", "--no-deps", "--offline"], crate_dir, timeout=300)
     if listed.returncode != 0:
-        return ""  # cargo cannot read the manifest: the call itself fails with cargo's own error
-    meta = json.loads(listed.stdout)
+        return listed
+    reason = manifest_refusal(cargo, json.loads(listed.stdout))
+    return refused(listed.args, reason) if reason else None
+
+
+def refused(argv: list[str], reason: str) -> subprocess.CompletedProcess[str]:
+    logger.warning("host cargo refused: %s", reason)
+    return subprocess.CompletedProcess(argv, 101, "", f"error: {reason}\n")
+
+
+def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
+    """Why the workspace `cargo metadata --no-deps` describes names a source that may not be fetched ('' when none)."""
     root = Path(meta["workspace_root"])
     tree = cargo.tree or root
     allowed = cargo.git_sources

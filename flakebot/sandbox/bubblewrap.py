@@ -35,8 +35,6 @@ ETC_ALLOWED = (
 
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 
-CARGO_CACHE_DIRS = ("registry", "git")  # what host-side `cargo fetch` fills in CARGO_HOME
-
 SANDBOX_UID_BASE = 1_500_000_000  # as root: commands run as BASE + our pid, a uid nothing else uses
 
 
