@@ -2,6 +2,7 @@
 
     process.py     Sandbox protocol, CommandResult, limits, running one command (timeout, output cap, no leftovers)
     bubblewrap.py  BwrapSandbox: the bubblewrap command line, mounts, the unprivileged uid for root
+    ownership.py   adopt(): flakebot's writable trees handed to that uid's group before each command
     __init__.py    open_sandbox(): the kind of sandbox a mode asks for
 
 May import flakebot.config, flakebot.errors.
