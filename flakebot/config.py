@@ -86,6 +86,10 @@ class Settings:
         3,
         "Top crates.io search results whose version details (binaries, licence, yanked) refine the ranking; 1 request each.",
     )
+    git_sources: str = _setting(
+        "github.com,gitlab.com,codeberg.org,git.sr.ht,bitbucket.org",
+        "Git dependencies host cargo may fetch: https hosts, or scheme://host[:port][/path] prefixes (comma-separated).",
+    )
     github_api_url: str = _setting("https://api.github.com", "GitHub REST API base URL (for --fork).")
     git_timeout: float = _setting(300.0, "Seconds one git clone or push may take.")
     fork_timeout: float = _setting(120.0, "Seconds to wait for GitHub to finish copying a new fork's git objects.")

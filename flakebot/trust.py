@@ -8,7 +8,9 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
                                    in the model's tree every nested .git (dir, gitdir: file, link, any case) is
                                    removed before each call, and the file tools refuse any path with a .git part
     cargo fetch/add/metadata/      from a neutral cwd with --manifest-path, minimal environment, flakebot's
-    generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner)
+    generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner); only after every
+                                   source the tree names passed the allow-list (flakebot.cargo.sources: crates.io,
+                                   https git on the git_sources hosts, paths inside the tree; manifest and lock)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
     of the flake, nix build        (nix builds in its own sandbox where nix.conf enables it)
@@ -18,7 +20,9 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
                                    resume takes the sandbox mode from the current setting, not from state.json
 
 Everything else that compiles or runs code the model touched (build scripts, proc macros, tests, the
-built tool for examples and verification) runs in flakebot.sandbox, never as root with capabilities.
+built tool for examples and verification) runs in flakebot.sandbox with no capabilities at all (as root: an
+unused uid, flakebot's own trees handed to its group), /etc only from an allow-list, and of CARGO_HOME's git/
+only the run's own copy of the checkouts its Cargo.lock names.
 
 A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
 names: an empty scratch directory at the caller's path, the paths its arguments name read-only, `--writable`

@@ -142,7 +142,9 @@ def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits
                 )
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
-        sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits)
+        sandbox = open_sandbox(
+            mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits, adopt=True
+        )
         result = sandbox.run([str(binary), *example.args], cwd=cwd, stdin=example.stdin)
     return result.stdout == example.stdout and result.returncode == example.exit_code and not result.timed_out, result
 

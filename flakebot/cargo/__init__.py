@@ -2,7 +2,9 @@
 
     runner.py       Cargo: the command line and environment for a run (crate source, --offline, target dir);
                     trusted host calls (neutral cwd, --manifest-path, minimal env, flakebot's CARGO_HOME)
-    fetch.py        the host-side fetch (generate-lockfile, fetch) before offline builds; ManifestWatch
+    sources.py      which sources host calls may reach (crates.io, allowed git hosts, paths in the tree)
+    fetch.py        the host-side fetch (generate-lockfile, fetch) before offline builds; the run's git view;
+                    ManifestWatch
     metadata.py     `cargo metadata` / `locate-project` / lock generation: where packages sit, what they build
     diagnostics.py  `cargo --message-format=json` in the sandbox turned into compact diagnostics for the model
 

@@ -7,20 +7,27 @@ Offline (a directory source) there is nothing to download: the lock is made when
 
 `ManifestWatch` tells when a Cargo.toml or Cargo.lock of the workspace changed (a model edit, `cargo add`,
 a build script), so the edit loop fetches again before the next offline build.
+
+Every host call checks the sources first (cargo/sources.py). The sandbox never sees CARGO_HOME's shared git/:
+`refresh_git_view` gives the run its own copy (hard links) of only the checkouts and databases its Cargo.lock
+names, as cargo itself reports them (`cargo metadata --offline`), and the sandbox binds that.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
+from flakebot.cargo.sources import git_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +65,16 @@ def sync(cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float
     if lock is not None and not lock.exists():
         made = cargo.run(["generate-lockfile"], crate_dir, timeout=timeout)
         if made.returncode != 0:
+            refresh_git_view(cargo, crate_dir)
             return _failed(report, "lock", made.stderr, start)
         report.lock_generated = True
     if cargo.online:
         fetched = cargo.run(["fetch"], crate_dir, timeout=timeout)
         if fetched.returncode != 0:
+            refresh_git_view(cargo, crate_dir)  # a refused source: what the sandbox saw of it goes too
             return _failed(report, "fetch", fetched.stderr, start)
         report.downloaded = [m.group(1) for line in fetched.stderr.splitlines() if (m := DOWNLOADED.match(line))]
+    refresh_git_view(cargo, crate_dir)
     report.seconds = time.perf_counter() - start
     logger.info("host fetch for %s: %s (%.1f s)", crate_dir, report.summary(), report.seconds)
     return report
@@ -79,6 +89,39 @@ def _failed(report: FetchReport, stage: str, stderr: str, start: float) -> Fetch
     )
     logger.info("host fetch failed at %s: %s", stage, report.error)
     return report
+
+
+def refresh_git_view(cargo: Cargo, crate_dir: Path) -> list[str]:
+    """Rebuild `cargo.git_view`: hard-linked copies of the git/ entries (checkouts/X/REV, db/X) the resolved graph
+    uses, each from an allowed source; returns them. Nothing without a view; an unresolvable graph gets an empty one."""
+    if cargo.git_view is None:
+        return []
+    entries: list[str] = []
+    resolved = cargo.run(["metadata", "--format-version", "1", "--offline"], crate_dir, timeout=300)
+    git = (cargo.home / "git").resolve()
+    if resolved.returncode == 0:
+        for package in json.loads(resolved.stdout)["packages"]:
+            source, manifest = package.get("source") or "", Path(package["manifest_path"]).resolve()
+            if source.startswith("git+") and manifest.is_relative_to(git / "checkouts"):
+                if not git_refusal(source, cargo.git_sources):
+                    name, rev = manifest.relative_to(git / "checkouts").parts[:2]
+                    entries += [f"checkouts/{name}/{rev}", f"db/{name}"]
+    fresh = cargo.git_view.with_name(cargo.git_view.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    for entry in dict.fromkeys(entries):
+        shutil.copytree(git / entry, fresh / entry, symlinks=True, copy_function=_link_or_copy)
+    shutil.rmtree(cargo.git_view, ignore_errors=True)
+    fresh.rename(cargo.git_view)
+    logger.info("git view of %s: %s", crate_dir, ", ".join(dict.fromkeys(entries)) or "no git checkouts")
+    return list(dict.fromkeys(entries))
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
 
 
 class ManifestWatch:

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flakebot.cargo import sources
 from flakebot.config import Settings, cache_home
 from flakebot.errors import FlakebotError
 
@@ -38,6 +39,7 @@ LOCAL_SOURCE = "flakebot-local"
 MIRROR_SOURCE = "flakebot-mirror"
 DEFAULT_INDEX_URL = "https://index.crates.io"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+NEVER_FETCH = {"locate-project", "init", "new", "read-manifest", "pkgid", "version"}
 
 
 def cargo_program() -> str:
@@ -116,9 +118,14 @@ class Cargo:
     extra_env: dict[str, str] = field(default_factory=dict)
     # for check/build/test: the tool's binary needs them (required-features)
     features: list[str] = field(default_factory=list)
+    # git URLs host calls may fetch (cargo/sources.py; the git_sources setting)
+    git_sources: tuple[str, ...] = field(default_factory=lambda: sources.git_sources(sources.DEFAULT_GIT_SOURCES))
+    tree: Path | None = None  # path dependencies stay inside it (the run's workspace); None: the cargo workspace root
+    git_view: Path | None = None  # the run's own copy of the git/ checkouts its Cargo.lock names (cargo/fetch.py)
 
     @classmethod
-    def for_run(cls, settings: Settings, target_dir: Path) -> Cargo:
+    def for_run(cls, settings: Settings, target_dir: Path, run_dir: Path | None = None) -> Cargo:
+        """The run's cargo; with `run_dir`, path dependencies stay in its workspace and it keeps its own git view."""
         offline = settings.offline or settings.registry != "crates-io"
         return cls(
             target_dir=target_dir,
@@ -126,6 +133,9 @@ class Cargo:
             registry_dir=registry_dir(settings) if offline else None,
             index_url=None if offline else mirror_index(settings),
             home=flakebot_cargo_home(settings),
+            git_sources=sources.git_sources(settings.git_sources),
+            tree=run_dir / "workspace" if run_dir is not None else None,
+            git_view=run_dir / "cargo-git" if run_dir is not None else None,
         )
 
     @property
@@ -185,7 +195,13 @@ class Cargo:
                 f"cannot create flakebot's cargo home {self.home}: {exc.strerror}",
                 fix="make flakebot's cache directory writable (setting cache_dir)",
             ) from None
-        return {"PATH": os.environ.get("PATH", DEFAULT_PATH), "HOME": str(home), "LANG": "C.UTF-8", **self.env()}
+        return {
+            "PATH": os.environ.get("PATH", DEFAULT_PATH),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            **self.env(),
+            **sources.git_fetch_env(self.git_sources),
+        }
 
     def host_argv(self, args: list[str], crate_dir: Path | None) -> list[str]:
         """`cargo [source flags] SUBCOMMAND --manifest-path CRATE_DIR/Cargo.toml ARGS...` (no manifest for `init PATH`)."""
@@ -195,7 +211,23 @@ class Cargo:
     def run(
         self, args: list[str], crate_dir: Path | None, timeout: float | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """A trusted host call (no sandbox, network when online) on the crate at `crate_dir`; see the module docstring."""
+        """A trusted host call (no sandbox, network when online) on the crate at `crate_dir`; see the module docstring.
+        A call that may resolve or fetch first checks every source the tree names (cargo/sources.py): a refused
+        one is the call's failure (exit 101, the rule on stderr as cargo's `error:`), and nothing runs."""
+        if crate_dir is None or "--no-deps" in args or args[0] in NEVER_FETCH:
+            return self.call(args, crate_dir, timeout)
+        failed = sources.check(self, Path(crate_dir))
+        if failed is not None:
+            return failed
+        result = self.call(args, crate_dir, timeout)
+        # what resolution added (a git dependency's own dependencies) is checked too: the sandbox never sees it
+        reason = sources.lock_refusal(_lock_of(Path(crate_dir)), self.git_sources) if result.returncode == 0 else ""
+        return sources.refused(result.args, reason) if reason else result
+
+    def call(
+        self, args: list[str], crate_dir: Path | None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The host call itself, unchecked: only for calls that cannot fetch (`metadata --no-deps --offline`)."""
         argv = self.host_argv(args, crate_dir)
         env = self.host_env()
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
@@ -203,3 +235,11 @@ class Cargo:
             return subprocess.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
+
+
+def _lock_of(crate_dir: Path) -> Path:
+    """The Cargo.lock cargo uses for `crate_dir`: the nearest one at or above it (the workspace root's)."""
+    for directory in [crate_dir.resolve(), *crate_dir.resolve().parents]:
+        if (directory / "Cargo.lock").is_file():
+            return directory / "Cargo.lock"
+    return crate_dir / "Cargo.lock"

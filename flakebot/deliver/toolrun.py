@@ -210,6 +210,10 @@ def tool_sandbox(
             limits=limits,
             workspace_at=at,
             binds=_binds(named, allowed),
+            # As root: with nothing of the caller's writable, an unused uid that owns only the scratch directory
+            # (the process limit holds; root-only files stay unreadable). Writing a caller's path needs the caller's
+            # uid, still without any capability.
+            adopt=not allowed,
         )
         yield sandbox, (cwd if at or not isinstance(sandbox, BwrapSandbox) else Path(scratch))
         _warn_discarded(Path(scratch), cwd if at else Path(scratch), sandbox)

@@ -26,7 +26,9 @@ def run_check(check: Check, bin_dir: Path, main_program: str, settings: Settings
         for name, content in check.files.items():
             (cwd / name).parent.mkdir(parents=True, exist_ok=True)
             (cwd / name).write_text(content)
-        sandbox = open_sandbox(settings.sandbox, workspace=cwd, writable=[cwd], timeout=settings.smoke_timeout)
+        sandbox = open_sandbox(
+            settings.sandbox, workspace=cwd, writable=[cwd], timeout=settings.smoke_timeout, adopt=True
+        )
         result = sandbox.run([str(binary), *check.args], cwd=cwd, stdin=check.stdin, timeout=settings.smoke_timeout)
     passed = result.stdout == check.stdout and result.returncode == check.exit_code
     if not passed:

@@ -190,7 +190,7 @@ def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
     with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
         tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is
         sandbox = open_sandbox(
-            sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout
+            sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout, adopt=True
         )
         return sandbox.run(argv, cwd=Path(tmp), stdin="", timeout=timeout)
 

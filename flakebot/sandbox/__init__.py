@@ -2,6 +2,7 @@
 
     process.py     Sandbox protocol, CommandResult, limits, running one command (timeout, output cap, no leftovers)
     bubblewrap.py  BwrapSandbox: the bubblewrap command line, mounts, the unprivileged uid for root
+    ownership.py   adopt(): flakebot's writable trees handed to that uid's group before each command
     __init__.py    open_sandbox(): the kind of sandbox a mode asks for
 
 May import flakebot.config, flakebot.errors.
@@ -15,15 +16,17 @@ Every command gets a wall-clock timeout (the whole process tree is killed), an o
 kept), a minimal environment (no API keys), per-process limits through prlimit (processes, data memory,
 file size; in plain mode too), a disk watch (killed when the workspace's file system grows by more than
 `disk_mb` while it runs), and leaves no process behind. Under bubblewrap /tmp and HOME are size-limited
-tmpfs, /nix/store is read-only, the sandbox never holds capabilities beyond CAP_DAC_OVERRIDE, and
-`frozen` files (the acceptance test) are bound read-only over the writable workspace.
+tmpfs, /nix/store is read-only, of /etc only what toolchains need is bound (bubblewrap.ETC_ALLOWED), the
+sandbox holds no capabilities at all, and `frozen` files (the acceptance test) are bound read-only over the
+writable workspace.
 
 Process limit: RLIMIT_NPROC is not enforced for real root (the kernel exempts uid 0, even inside a user
-namespace mapped to it). So as root the command drops to an unused uid keeping only CAP_DAC_OVERRIDE
-(it can still write the root-owned workspace) under `prlimit --nproc`; as a normal user, bubblewrap's
-user namespace plus `prlimit --nproc` inside it limits the sandbox alone. One wrinkle of the root case:
-access(2) ignores capabilities for a non-root uid, so a program asking "may I write the workspace?"
-hears no (writing works); /tmp and HOME are mode 1777 so compilers find a temporary directory.
+namespace mapped to it). So as root, with `adopt` (flakebot's own trees: the run's workspace and target dir,
+its scratch directories) the command drops to an unused uid with no capabilities under `prlimit --nproc`, and
+the writable trees are handed to that uid's group before each command (sandbox/ownership.py). Without `adopt`
+(a caller's own directory, `flakebot run`) nothing of the caller's is changed: the command keeps the caller's
+uid with every capability dropped. As a normal user, bubblewrap's user namespace plus `prlimit --nproc`
+inside it limits the sandbox alone. /tmp and HOME are mode 1777 so compilers find a temporary directory.
 """
 
 from __future__ import annotations
@@ -72,11 +75,15 @@ def open_sandbox(
     cargo_home: Path | None = None,
     workspace_at: Path | None = None,
     binds: Sequence[tuple[bool, Path, Path]] = (),
+    cargo_git: Path | None = None,
+    adopt: bool = False,
 ) -> Sandbox:
     """The sandbox for commands in `workspace`: bubblewrap when usable; "auto" falls back to a plain process
     with a warning, "off" is a plain process by request (warned on every call). `limits` (see limits_for)
     replaces timeout, output_cap and max_processes when given. `cargo_home`: flakebot's CARGO_HOME, whose
-    fetched crates (registry/, git/) the sandbox reads, read-only, for offline builds. `workspace_at` and `binds`
+    fetched crates (registry/) the sandbox reads, read-only, for offline builds; `cargo_git`: the run's own view of
+    its git/ (only the checkouts the workspace's Cargo.lock names). `adopt`: the writable dirs are flakebot's own
+    and may be handed to the sandbox's unprivileged uid (see the module docstring). `workspace_at` and `binds`
     (bubblewrap only): where the workspace appears inside, and (writable, source, destination) binds over it."""
     if mode not in MODES:
         raise SandboxError(f"unknown sandbox mode '{mode}'", fix=f"use one of: {', '.join(MODES)}")
@@ -109,6 +116,8 @@ def open_sandbox(
         cargo_home=cargo_home,
         workspace_at=workspace_at,
         binds=binds,
+        cargo_git=cargo_git,
+        adopt=adopt,
     )
     problem = sandbox.probe()
     if problem:

@@ -13,20 +13,31 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import SandboxError
+from flakebot.sandbox.ownership import adopt
 from flakebot.sandbox.process import MIB, CommandResult, SandboxLimits, _base_env, _rustup_home, execute
 
 logger = logging.getLogger(__name__)
 
 
-SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/nix/store")
+SYSTEM_DIRS = ("/usr", "/opt", "/nix/store")
 
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
+# What of /etc toolchains and tools need (users, name lookup, the dynamic linker, certificates, Debian's
+# alternatives such as cc); nothing else of it is visible. Root-only files under these stay unreadable: the
+# command holds no capabilities.
+ETC_ALLOWED = (
+    "passwd", "group", "hosts", "host.conf", "nsswitch.conf", "resolv.conf", "gai.conf", "protocols", "services",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl/certs", "ssl/openssl.cnf", "ca-certificates",
+    "ca-certificates.conf", "pki/tls/certs", "alternatives", "localtime", "timezone", "os-release", "debian_version",
+    "mime.types", "magic", "terminfo", "locale.alias",
+)  # fmt: skip
+
+# Masked (bound over with /dev/null) last in every sandbox: a caller's bind of /etc (a tool's argument) must not
+# uncover them either.
 SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
 
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
-
-CARGO_CACHE_DIRS = ("registry", "git")  # what host-side `cargo fetch` fills in CARGO_HOME
 
 SANDBOX_UID_BASE = 1_500_000_000  # as root: commands run as BASE + our pid, a uid nothing else uses
 
@@ -46,9 +57,11 @@ class BwrapSandbox:
     # and (writable, source, destination) binds over it in order: the paths a tool's caller names.
     workspace_at: Path | None = None
     binds: Sequence[tuple[bool, Path, Path]] = ()
-    cargo_home: Path | None = (
-        None  # flakebot's CARGO_HOME: its registry/ and git/ are bound read-only into the sandbox's own
-    )
+    cargo_home: Path | None = None  # flakebot's CARGO_HOME: its registry/ is bound read-only into the sandbox's own
+    cargo_git: Path | None = None  # the run's own view of CARGO_HOME's git/ (cargo.fetch), bound read-only as git/
+    # flakebot's own trees (as root): hand the writable dirs to the sandbox uid before each command; otherwise the
+    # command keeps the caller's uid (a caller's own directory is never changed), still with no capabilities
+    adopt: bool = False
     name: str = "bubblewrap"
     start_overhead: float | None = None  # seconds bubblewrap adds to starting a process (measured by probe())
     home: Path = field(default_factory=lambda: _sandbox_home())
@@ -85,7 +98,16 @@ class BwrapSandbox:
     def command(
         self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None
     ) -> tuple[list[str], dict[str, str]]:
-        return [*self.bwrap_argv(Path(cwd).resolve()), *self.limit_argv(), *argv], self.env(env)
+        limit = self.limit_argv()
+        uid = self.sandbox_uid()
+        if uid is not None:
+            trees = [
+                p
+                for p in dict.fromkeys([self.workspace, *self.writable])
+                if not (self.read_only and p == self.workspace)
+            ]
+            adopt(trees, uid, self.frozen)
+        return [*self.bwrap_argv(Path(cwd).resolve()), *limit, *argv], self.env(env)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The command's environment: minimal, the caller's additions, HOME and CARGO_HOME inside the sandbox."""
@@ -109,7 +131,7 @@ class BwrapSandbox:
         if not real_root():
             args.append("--unshare-user")
         args += _system_mounts()
-        # 1777: as root the command runs as an unprivileged uid whose access(2) checks ignore CAP_DAC_OVERRIDE (cc picks TMPDIR so)
+        # 1777: as root the command runs as an unprivileged uid with no capabilities
         size = str(self.limits.tmp_mb * MIB)
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
         args += ["--perms", "1777", "--size", size, "--tmpfs", str(self.home)]
@@ -131,35 +153,45 @@ class BwrapSandbox:
         for path in _frozen_paths(self.frozen, workspace):
             args += ["--ro-bind", str(path), str(path)]
         # last of all: no bind above, whatever path it names, uncovers a secret
-        return [*args, *_secret_masks(), "--chdir", str(cwd), "--"]
+        return [*_parents_first([*args, *_secret_masks(args)]), "--chdir", str(cwd), "--"]
 
     def _cargo_cache_binds(self) -> list[str]:
         """The crates fetched on the host, read-only at the sandbox's CARGO_HOME (a tmpfs: cargo takes its lock files there).
         Nothing else of that CARGO_HOME is visible (its config.toml and credentials stay outside)."""
-        if self.cargo_home is None:
-            return []
         inside = self.home / ".cargo"
-        return [
+        sources = {"registry": self.cargo_home / "registry" if self.cargo_home else None, "git": self.cargo_git}
+        binds = [
             arg
-            for sub in CARGO_CACHE_DIRS
-            if (self.cargo_home / sub).is_dir()
-            for arg in ("--ro-bind", str((self.cargo_home / sub).resolve()), str(inside / sub))
+            for sub, source in sources.items()
+            if source is not None and source.is_dir()
+            for arg in ("--ro-bind", str(source.resolve()), str(inside / sub))
         ]
+        return ["--perms", "1777", "--dir", str(inside), *binds] if binds else []
 
     def limit_argv(self) -> list[str]:
-        """prlimit (and, as root, setpriv to an unprivileged uid) so the process limit is really enforced."""
+        """prlimit, and as root setpriv: every capability dropped and, for flakebot's own trees, an unprivileged uid
+        so the process limit is really enforced."""
         limit = self.limits.prlimit_argv()
         if not real_root():
-            return limit
-        uid = SANDBOX_UID_BASE + os.getpid()
-        if not shutil.which("setpriv") or not _uid_mapped(uid):
-            logger.warning(
-                "setpriv missing or uid %d unmapped: sandboxed commands run as root and the process limit is not enforced",
-                uid,
+            return limit  # bubblewrap's user namespace: the command holds no capabilities outside it
+        if not shutil.which("setpriv"):
+            raise SandboxError(
+                "setpriv is missing: as root the sandbox cannot drop its capabilities",
+                fix="install util-linux (it provides setpriv)",
             )
-            return limit
-        caps = ["--inh-caps=-all,+dac_override", "--ambient-caps=+dac_override", "--bounding-set=-all,+dac_override"]
-        return [*limit, "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *caps, "--no-new-privs", "--"]
+        uid = self.sandbox_uid()
+        user = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
+        caps = ["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"]
+        return [*limit, "setpriv", *user, *caps, "--no-new-privs", "--"]
+
+    def sandbox_uid(self) -> int | None:
+        """As root with `adopt`: the unused uid (and gid) commands run as; else None (the caller's uid)."""
+        if not (real_root() and self.adopt):
+            return None
+        uid = SANDBOX_UID_BASE + os.getpid()
+        if not _uid_mapped(uid):
+            raise SandboxError(f"uid {uid} is not mapped here", fix="run flakebot where the full uid range is mapped")
+        return uid
 
     def probe(self) -> str:
         """Start `true` in this sandbox: '' when it works (and measure the start overhead), else bwrap's complaint."""
@@ -245,16 +277,17 @@ def _frozen_paths(frozen: Sequence[Path], workspace: Path) -> list[Path]:
 
 
 def _system_mounts() -> list[str]:
-    """Read-only binds of the system and the usual /lib -> usr/lib links as links (secrets are masked last)."""
+    """Read-only binds of the system, the usual /lib -> usr/lib links as links, and of /etc only ETC_ALLOWED
+    (secrets are masked last)."""
     args: list[str] = []
     for d in SYSTEM_DIRS:
         if Path(d).is_dir():
             args += ["--ro-bind", d, d]
-    for link in SYSTEM_LINKS:
+    for link in [*SYSTEM_LINKS, *(f"/etc/{name}" for name in ETC_ALLOWED)]:
         path = Path(link)
         if path.is_symlink():
             args += ["--symlink", os.readlink(path), link]
-        elif path.is_dir():
+        elif path.exists():
             args += ["--ro-bind", link, link]
     return args
 
@@ -264,5 +297,51 @@ def secret_files() -> list[Path]:
     return [Path(p) for p in [*SECRET_FILES, *map(str, Path("/etc/ssh").glob("ssh_host_*key"))] if Path(p).is_file()]
 
 
-def _secret_masks() -> list[str]:
-    return [arg for secret in secret_files() for arg in ("--ro-bind", "/dev/null", str(secret))]
+def _secret_masks(args: list[str]) -> list[str]:
+    """/dev/null over each secret a bind in `args` shows, wherever that bind puts it (a bind of /etc at /x shows
+    /etc/shadow as /x/shadow); secrets no bind shows are not there to mask."""
+    binds = [
+        (args[i + 1], args[i + 2]) for i, op in enumerate(args) if op in ("--bind", "--ro-bind") and i + 2 < len(args)
+    ]
+    shown: dict[str, None] = {}
+    for source, dest in binds:
+        real = Path(os.path.realpath(source))
+        for secret in secret_files():
+            if secret == real or secret.is_relative_to(real):
+                shown[str(Path(dest) / secret.relative_to(real))] = None
+    return [arg for path in shown for arg in ("--ro-bind", "/dev/null", path)]
+
+
+MOUNT_OPS = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1, "--dir": 1}
+PREFIX_OPS = {"--perms", "--size"}
+
+
+def _parents_first(args: list[str]) -> list[str]:
+    """`args` with each mount point's missing parents made first as mode-0755 directories: bubblewrap makes them
+    0700, which the unprivileged uid (without capabilities) could not traverse to reach its workspace."""
+    out: list[str] = []
+    made: set[Path] = {Path("/")}
+    bound: list[Path] = []  # real directories mounted: what is under them exists already
+    i, pending = 0, []
+    while i < len(args):
+        op = args[i]
+        if op in PREFIX_OPS:
+            pending += args[i : i + 2]
+            i += 2
+            continue
+        if op not in MOUNT_OPS:
+            out.append(op)
+            i += 1
+            continue
+        count = MOUNT_OPS[op]
+        dest = Path(args[i + count])
+        for parent in reversed(dest.parents):
+            if parent not in made and not any(parent.is_relative_to(b) for b in bound):
+                out += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        out += [*pending, *args[i : i + count + 1]]
+        made.add(dest)
+        if op in ("--ro-bind", "--bind") and Path(args[i + 1]).is_dir():
+            bound.append(dest)
+        i, pending = i + count + 1, []
+    return out

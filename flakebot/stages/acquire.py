@@ -65,7 +65,7 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         )
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
-    cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir)
+    cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir, run.dir)
     if cargo_for_run.online:
         ctx.progress("fetching the crate's dependencies on the host (builds and tests run offline in the sandbox)")
     cargo = prepare_cargo(workspace, origin["crate_dir"], cargo_for_run)

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.agent.tools import Toolbox
     from flakebot.cargo.diagnostics import run_cargo
+    from flakebot.cargo.fetch import refresh_git_view
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
     from flakebot.pipeline.models import run_budget, stage_model
@@ -51,13 +52,16 @@ def edit_stage(ctx: StageContext) -> EditOut:
     commit(f"flakebot: acceptance tests for {spec.name}")
 
     settings = ctx.settings
-    cargo = Cargo.for_run(settings, ctx.run.target_dir)
+    cargo = Cargo.for_run(settings, ctx.run.target_dir, ctx.run.dir)
+    refresh_git_view(cargo, crate_dir)  # the sandbox sees only the git checkouts the lock names
     sandbox = open_sandbox(
         settings.sandbox,
         workspace=workspace,
         writable=[workspace, ctx.run.target_dir],
         readable=[cargo.registry_dir] if cargo.registry_dir else [],
         cargo_home=cargo.home,
+        cargo_git=cargo.git_view,
+        adopt=True,
         frozen=frozen.paths(),
         limits=limits_for(settings),
     )

@@ -116,7 +116,12 @@ def observe(ctx: StageContext, argv: list[str]) -> CommandResult:
         cwd = Path(tmp)
         limits = limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
         sandbox = open_sandbox(
-            ctx.settings.sandbox, workspace=cwd, writable=[cwd], readable=[Path(argv[0]).parent], limits=limits
+            ctx.settings.sandbox,
+            workspace=cwd,
+            writable=[cwd],
+            readable=[Path(argv[0]).parent],
+            limits=limits,
+            adopt=True,
         )
         return sandbox.run(argv, cwd=cwd, stdin="")
 

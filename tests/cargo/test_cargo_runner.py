@@ -81,7 +81,12 @@ def test_host_calls_ignore_the_trees_cargo_config_and_toolchain_file(
         "CARGO_TERM_PROGRESS_WHEN",
         "RUSTUP_HOME",
         "RUSTUP_TOOLCHAIN",
+        "CARGO_NET_GIT_FETCH_WITH_CLI",  # git fetched by the git program, speaking only the allowed protocols
+        "GIT_ALLOW_PROTOCOL",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_TERMINAL_PROMPT",
     }
+    assert env["GIT_ALLOW_PROTOCOL"] == "https"
     assert env["HOME"] != str(Path.home()) and env.get("RUSTUP_TOOLCHAIN")
 
 

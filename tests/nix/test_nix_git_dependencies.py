@@ -33,6 +33,7 @@ from tests.fakes.gitserve import git as run_git
 from tests.fakes.gitserve import write as write_files
 from tests.fakes.nix_crates import NIX, greeter, host_settings, standin_eval, write
 
+LOOPBACK = "git://127.0.0.1"  # the served repositories: loopback git, allowed explicitly (never by default)
 HELPER_LIB = 'pub fn greet() -> &\'static str {\n    "hello from helper"\n}\n'
 GREETER_MAIN = """\
 fn main() {
@@ -108,7 +109,9 @@ def _greeter(root: Path, dependencies: str, extra: str = "String::new()", cargo_
 def _settings(home: Path) -> Settings:
     """The host stand-in for nixpkgs; flakebot's own cargo steps online, so cargo reads the git repositories itself.
     The crates.io index points at a closed port: these crates have no registry dependencies."""
-    return dataclasses.replace(host_settings(home), registry="crates-io", cratesio_index_url="http://127.0.0.1:9/index")
+    return dataclasses.replace(
+        host_settings(home), registry="crates-io", cratesio_index_url="http://127.0.0.1:9/index", git_sources=LOOPBACK
+    )
 
 
 def _nar_hash(served: Served, repo: str, commit: str, dest: Path) -> str:
@@ -253,6 +256,7 @@ def test_git_packages_join_the_crates_fetched_by_checksum(served: Served, tmp_pa
             registry="crates-io",
             cratesio_index_url=f"{mirror.url}/index",
             cratesio_static_url=mirror.url,
+            git_sources=LOOPBACK,
         )
         result = package_crate(crate, tmp_path / "flake", settings)
         fetched = [r.path for r in mirror.requests if r.path.endswith(".crate")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,7 @@ def target(tmp_path: Path) -> Path:
 
 def bwrap_sandbox(ws: Path, target: Path, **kwargs: object) -> BwrapSandbox:
     require("bwrap")
+    kwargs.setdefault("adopt", True)  # the edit loop's sandbox: flakebot's own workspace and target dir
     sandbox = open_sandbox("required", workspace=ws, writable=[target], **kwargs)  # type: ignore[arg-type]
     assert isinstance(sandbox, BwrapSandbox)
     return sandbox
@@ -47,7 +49,7 @@ def _print_cases(results: list[dict[str, object]]) -> None:
 def test_escape_attempts_are_contained_by_bubblewrap() -> None:
     require("bwrap")
     results = run_escape_cases(
-        lambda ws, writable: open_sandbox("required", workspace=ws, writable=writable, timeout=30)
+        lambda ws, writable: open_sandbox("required", workspace=ws, writable=writable, timeout=30, adopt=True)
     )
     _print_cases(results)
     assert [r["case"] for r in results] == [c.name for c in CASES]
@@ -300,9 +302,73 @@ def test_a_workspace_shown_at_another_path_with_binds_over_it(ws: Path, target: 
     (caller / "out.txt").write_text("")
     (caller / "other.txt").write_text("other\n")
     binds = [(False, caller / "in.txt", caller / "in.txt"), (True, caller / "out.txt", caller / "out.txt")]
-    sandbox = bwrap_sandbox(ws, target, workspace_at=caller, binds=binds)
+    sandbox = bwrap_sandbox(ws, target, workspace_at=caller, binds=binds, adopt=False)  # as toolrun with --writable
     script = "cat in.txt; cat other.txt; echo x > in.txt; echo written > out.txt; echo new > new.txt; ls"
     result = sandbox.run(["sh", "-c", script + " 2>&1"], cwd=caller)
     assert "in\n" in result.stdout and "other" not in result.stdout.replace("other.txt", "")
     assert (caller / "in.txt").read_text() == "in\n" and (caller / "out.txt").read_text() == "written\n"
     assert not (caller / "new.txt").exists() and (ws / "new.txt").read_text() == "new\n"  # the scratch took it
+
+
+def _cap_eff(result_stdout: str) -> str:
+    return next(line.split()[1] for line in result_stdout.splitlines() if line.startswith("CapEff:"))
+
+
+@pytest.mark.parametrize("adopt", [True, False])
+def test_no_capabilities_and_root_only_files_in_etc_stay_unreadable(ws: Path, target: Path, adopt: bool) -> None:
+    """As root too: CapEff is 0, and a mode-600 root file under /etc (a plain one, one on an allowed path) is unreadable."""
+    marker, secret = secrets.token_hex(6), secrets.token_hex(12)
+    planted = [Path(f"/etc/flakebot-test-{marker}"), Path(f"/etc/ssl/certs/flakebot-test-{marker}")]
+    try:
+        for path in planted:
+            path.write_text(f"root only {secret}\n")
+            path.chmod(0o600)
+        sandbox = bwrap_sandbox(ws, target, adopt=adopt)
+        script = "grep -E '^Cap(Eff|Prm|Amb|Bnd)' /proc/self/status; " + "; ".join(f"cat {p}" for p in planted)
+        result = sandbox.run(["bash", "-c", script], cwd=ws)
+    finally:
+        for path in planted:
+            path.unlink(missing_ok=True)
+    assert _cap_eff(result.stdout) == "0000000000000000", result.stdout
+    if adopt or os.geteuid() != 0:  # without adopt, root keeps its uid (no capabilities): its own files stay its own
+        assert secret not in result.stdout + result.stderr
+        assert f"/etc/ssl/certs/flakebot-test-{marker}: Permission denied" in result.stderr
+    assert f"/etc/flakebot-test-{marker}: No such file or directory" in result.stderr  # not on the allow-list
+
+
+def test_etc_holds_only_what_toolchains_need(ws: Path, target: Path) -> None:
+    result = bwrap_sandbox(ws, target).run(["bash", "-c", "ls /etc; getent passwd root; ls /etc/shadow"], cwd=ws)
+    listed = set(result.stdout.split())
+    assert {"passwd", "ld.so.cache", "alternatives"} <= listed and "shadow" not in listed and "ssh" not in listed
+    assert "root:x:0:0" in result.stdout
+
+
+def test_a_root_owned_workspace_is_written_and_built_by_the_unprivileged_uid(ws: Path, target: Path) -> None:
+    """The edit loop's case: flakebot (root) owns the tree; the sandbox uid writes it and builds into target/."""
+    require("cargo")
+    subprocess.run(["cargo", "init", "-q", "--offline", "--vcs", "git", "--name", "demo", str(ws)], check=True)
+    (ws / "src").chmod(0o755)
+    frozen = ws / "tests/frozen.rs"
+    frozen.parent.mkdir()
+    frozen.write_text("#[test]\nfn kept() {}\n")
+    sandbox = bwrap_sandbox(ws, target, frozen=[frozen])
+    script = "id -u; echo made > made.txt && echo 'fn main() {}' > src/main.rs && cargo build --offline -q && ls $CARGO_TARGET_DIR/debug/demo; echo x >> tests/frozen.rs || echo frozen-ro"
+    result = sandbox.run(["bash", "-c", script], cwd=ws, env={"CARGO_TARGET_DIR": str(target)})
+    assert result.ok, result.stderr
+    lines = result.stdout.split()
+    if os.geteuid() == 0:
+        assert lines[0] != "0"
+        assert os.stat(ws).st_uid == 0 and os.stat(ws / ".git").st_uid == 0  # host git still trusts the tree
+        assert os.stat(frozen).st_mode & 0o777 == 0o644
+    assert lines[1:] == [str(target / "debug/demo"), "frozen-ro"]
+    assert (ws / "made.txt").read_text() == "made\n"
+
+
+def test_a_bind_of_etc_elsewhere_keeps_its_secrets_masked(ws: Path, target: Path) -> None:
+    """/etc bound at another path shows /etc/shadow there too: the mask follows the bind, not the original path."""
+    shadow = Path("/etc/shadow").read_text()
+    elsewhere = ws.parent / "etc-copy"
+    sandbox = bwrap_sandbox(ws, target, binds=[(False, Path("/etc"), elsewhere)], adopt=False)
+    result = sandbox.run(["cat", str(elsewhere / "shadow"), str(elsewhere / "hostname")], cwd=ws)
+    assert result.stdout == Path("/etc/hostname").read_text()
+    assert shadow.splitlines()[0] not in result.stdout + result.stderr
