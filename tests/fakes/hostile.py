@@ -345,9 +345,10 @@ def _nix_build_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[
     report = Path(store, "share/hostile-report") if store else None
     lines = report.read_text().splitlines() if report and report.is_file() else []
     ok = bool(lines) and not written
+    refused = sum("Err(" in line for line in lines)
     return (
         ok,
-        f"craft exit {proc.returncode}; the build script ran in nix build: {len(lines)} writes tried; "
+        f"craft exit {proc.returncode}; the build script ran in nix build: {len(lines)} writes tried, {refused} refused; "
         f"files written on the host: {written or 'none'}",
     )
 
@@ -375,11 +376,12 @@ def _nix_check_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[
     )
     written = _nix_written(s)
     tried = len(re.findall(r"check /\S*: (?:Ok|Err)", check.stderr)) if check else 0
+    refused = len(re.findall(r"check /\S*: Err", check.stderr)) if check else 0
     ok = bool(check) and "hostile report:" in check.stderr and not written  # type: ignore[union-attr]
     return (
         ok,
         f"craft exit {proc.returncode}; nix flake check exit {check.returncode if check else '-'}, "
-        f"the test ran in its checkPhase: {tried} writes tried; files written on the host: {written or 'none'}",
+        f"the test ran in its checkPhase: {tried} writes tried, {refused} refused; files written on the host: {written or 'none'}",
     )
 
 

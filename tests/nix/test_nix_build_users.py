@@ -1,0 +1,114 @@
+"""Who runs a nix build's code: as root, the unprivileged `nixbld` users in Nix's sandbox, never host root.
+
+A derivation built with flakebot's own options (command.nix_argv, host stand-in) tries to write into every host
+path its sandbox binds (the system, the toolchain, RUSTUP_HOME, the crate registry) by in-sandbox path and through
+a symlink; real nix, nothing mocked. A machine without the nixbld group gets a one-line error and its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flakebot.nix import command
+from flakebot.nix.standin import ensure_standin
+from tests.conftest import require
+from tests.fakes.nix_crates import greeter, host_settings
+
+WRITER = """\
+set -u
+export PATH=/usr/bin:/bin
+mkdir -p "$out"
+for dir in $targets; do
+  ln -s "$dir" "$NIX_BUILD_TOP/link"
+  for where in "$dir" "$NIX_BUILD_TOP/link"; do
+    if echo x > "$where/$name" 2>/dev/null; then echo "wrote $where" >> "$out/report"; else echo "refused $where" >> "$out/report"; fi
+  done
+  rm "$NIX_BUILD_TOP/link"
+done
+echo "uid $(id -u)" >> "$out/report"
+cat "$registry"/*/Cargo.toml | head -c 1 > /dev/null && echo "registry readable" >> "$out/report"
+"$toolchainBin/cargo" --version >> "$out/report"
+exit 0
+"""
+
+
+def _root_only() -> None:
+    require("nix")
+    if os.geteuid() != 0:
+        pytest.skip("flakebot chooses the build users only as root (a daemon's nix.conf decides otherwise)")
+
+
+def test_every_nix_call_builds_as_nixbld_in_the_sandbox(tmp_path: Path) -> None:
+    _root_only()
+    standin = ensure_standin(host_settings(tmp_path))
+    for mode in ("host", "pinned"):
+        argv = [
+            command.nix_program(),
+            *command.FEATURES,
+            "show-config",
+            "--json",
+            *command.machine_options(mode, standin),
+        ]
+        shown = json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout)
+        assert shown["build-users-group"]["value"] == "nixbld" and shown["sandbox"]["value"] is True, mode
+    paths = command.sandbox_paths(standin)
+    host = json.loads((standin / "host.json").read_text())
+    assert f"/flakebot/registry={Path('/usr/share/cargo/registry').resolve()}" in paths
+    assert all(not entry.startswith(str(Path.home())) for entry in paths), "nothing under root's home by its own path"
+    run = command.run_argv(tmp_path / "flake", "host", standin)
+    assert command.run_target(run) == (str(tmp_path / "flake"), "host", standin)
+    assert host["registry"] == "/flakebot/registry"
+
+
+def test_a_builder_cannot_write_what_its_sandbox_binds(tmp_path: Path) -> None:
+    _root_only()
+    standin = ensure_standin(host_settings(tmp_path))
+    host = json.loads((standin / "host.json").read_text())
+    name = f"flakebot-nixusers-{secrets.token_hex(6)}"  # also makes the derivation new on every run
+    targets = ["/usr/bin", "/usr/local/bin", "/bin", "/flakebot/registry", host["toolchainBin"], host["rustupHome"]]
+    (tmp_path / "writer.sh").write_text(WRITER)
+    expr = (
+        f'derivation {{ name = "{name}"; system = "{command.nix_system()}"; builder = "{host["bash"]}"; '
+        f'args = [ "-e" {tmp_path / "writer.sh"} ]; targets = "{" ".join(targets)}"; registry = "{host["registry"]}"; '
+        f'toolchainBin = "{host["toolchainBin"]}"; RUSTUP_HOME = "{host["rustupHome"]}"; }}'
+    )
+    argv = command.nix_argv(["build"], ["--json", "--no-link", "-L", "--impure", "--expr", expr], "host", standin)
+    built = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    report = Path(json.loads(built.stdout)[0]["outputs"]["out"], "report").read_text()
+    assert "wrote" not in report and report.count("refused") == 2 * len(targets), report
+    assert "uid 0" not in report and "registry readable" in report and "cargo " in report, report
+    mounts = host["sandboxPaths"]
+    on_host = [Path("/usr/bin"), Path("/usr/local/bin"), *(Path(p) for p in mounts.values())]
+    assert not [p for p in on_host if (p / name).exists()]
+
+
+def test_without_the_nixbld_group_the_build_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """The machine's group file without nixbld (a private mount namespace: the host's file is untouched)."""
+    _root_only()
+    require("unshare")
+    groups = tmp_path / "group"
+    groups.write_text(
+        "".join(
+            line for line in Path("/etc/group").read_text().splitlines(keepends=True) if not line.startswith("nixbld:")
+        )
+    )
+    crate = greeter(tmp_path / "greeter")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FLAKEBOT_WORKDIR": str(tmp_path / "work")}
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f'mount --bind {groups} /etc/group && exec "$@"', "sh"]
+        + [sys.executable, "-m", "flakebot", "package", str(crate), "--nixpkgs", "host", "--registry", "local"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "the Nix build users group 'nixbld' does not exist" in done.stderr, done.stderr[-2000:]
+    assert "scripts/setup.sh" in done.stderr and "groupadd" in done.stderr
