@@ -7,7 +7,8 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
     generate-lockfile              own CARGO_HOME and a pinned toolchain (flakebot.cargo.runner)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
-    of the flake, nix build        (nix builds in its own sandbox where nix.conf enables it)
+    of the flake, nix build        builds (build.rs, proc macros, checks) as nixbld users in Nix's sandbox, with
+                                   every nix call's options from flakebot.nix.command.machine_options
     catalog writes                 only after every check passed (stages/instruct.py)
 
 Everything else that compiles or runs code the model touched (build scripts, proc macros, tests, the

@@ -112,7 +112,14 @@ def sandbox_paths(standin: Path | None) -> list[str]:
         else {}
     )
     system = [path for path in SYSTEM_PATHS if Path(path).exists()]
-    mapped = [f"{inside}={outside}" for inside, outside in facts.get("sandboxPaths", {}).items()]
+    mounts = {inside: outside for inside, outside in facts.get("sandboxPaths", {}).items() if Path(outside).exists()}
+    for inside, outside in mounts.items():
+        if os.geteuid() == 0 and Path(outside).stat().st_mode & 0o005 != 0o005:
+            raise NixError(
+                f"{outside} (seen by builds as {inside}) is not readable by Nix's build users, who build as 'other'",
+                fix=f"chmod o+rx {outside} (its files o+r), or point local_registry at a readable copy",
+            )
+    mapped = [f"{inside}={outside}" for inside, outside in mounts.items()]
     for entry in [*system, *mapped]:
         if any(char.isspace() for char in entry):
             raise NixError(

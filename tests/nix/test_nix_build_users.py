@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from flakebot.errors import NixError
 from flakebot.nix import command
 from flakebot.nix.standin import ensure_standin
 from tests.conftest import require
-from tests.fakes.nix_crates import greeter, host_settings
+from tests.fakes.nix_crates import directory_source, greeter, host_settings, source_settings
 
 WRITER = """\
 set -u
@@ -112,3 +113,14 @@ def test_without_the_nixbld_group_the_build_is_refused_with_the_fix(tmp_path: Pa
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "the Nix build users group 'nixbld' does not exist" in done.stderr, done.stderr[-2000:]
     assert "scripts/setup.sh" in done.stderr and "groupadd" in done.stderr
+
+
+def test_a_registry_the_build_users_cannot_read_is_named_with_the_fix(tmp_path: Path) -> None:
+    _root_only()
+    source = directory_source(tmp_path / "source", {"helper": "0.9.0"})
+    source.chmod(0o700)
+    standin = ensure_standin(source_settings(tmp_path, source))
+    with pytest.raises(NixError) as caught:
+        command.machine_options("host", standin)
+    assert caught.value.message.startswith(f"{source} (seen by builds as /flakebot/registry) is not readable")
+    assert caught.value.fix is not None and caught.value.fix.startswith(f"chmod o+rx {source}")
