@@ -53,7 +53,8 @@ def machine_options(mode: str, standin: Path | None = None, builders: str = "") 
     the host stand-in's needs, remote builders. One place, so no call builds model code another way."""
     options = build_user_options()
     if mode == "host" or options:
-        options += ["--option", "sandbox", "true"]
+        # sandbox-fallback (Debian's default true) would build unsandboxed where the sandbox cannot be set up
+        options += ["--option", "sandbox", "true", "--option", "sandbox-fallback", "false"]
     if mode == "host":
         # Builds run model-written code (build.rs, proc-macros, tests): Nix's sandbox (no network, no home
         # directory) with only the system, the host toolchain and the crate directory source let in.
@@ -63,9 +64,9 @@ def machine_options(mode: str, standin: Path | None = None, builders: str = "") 
 
 def build_user_options() -> list[str]:
     """As root without a daemon this process is Nix's build server: build as the unprivileged `nixbld` users (in
-    Nix's sandbox, which machine_options turns on). Never `build-users-group =` (empty): Nix then builds as host root, and every bind-mounted
-    host path (the toolchain, the registry, /usr) is writable by build.rs, proc macros and tests.
-    Other users reach a daemon, whose own nix.conf decides."""
+    Nix's sandbox, which machine_options turns on). Never `build-users-group =` (empty): Nix then builds as host
+    root, and every bind-mounted host path (the toolchain, the registry, /usr) is writable by build.rs, proc macros
+    and tests. Other users reach a daemon, whose own nix.conf decides."""
     if os.geteuid() != 0:
         return []
     require_build_users()

@@ -4,8 +4,8 @@ Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
 `--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
 (flakebot/templates/standin/); only host.json (where builds see the toolchain, RUSTUP_HOME and the local crate
 directory source, the host paths bound there, the checksums that source vouches for, the URL .crate files are
-fetched from) and licenses.json are rendered. Files are rewritten only when their content changes, so the stand-in keeps
-its store hash and builds stay cached.
+fetched from) and licenses.json are rendered. Files are rewritten only when their content changes, so the
+stand-in keeps its store hash and builds stay cached.
 """
 
 from __future__ import annotations

@@ -269,9 +269,12 @@ fn hostile_writes(tag: &str) -> String {
     for var in ["RUSTUP_HOME", "flakebotRegistry"] {
         if let Some(value) = env::var_os(var) { dirs.push(PathBuf::from(value)); }
     }
-    let homes: Vec<PathBuf> = [env::var_os("RUSTUP_HOME").map(PathBuf::from), Some("/root/.rustup".into()), Some("/flakebot/rustup".into())].into_iter().flatten().collect();
+    let mut homes = vec![PathBuf::from("/root/.rustup"), PathBuf::from("/flakebot/rustup")];
+    homes.extend(env::var_os("RUSTUP_HOME").map(PathBuf::from));
     for home in homes {
-        for entry in fs::read_dir(home.join("toolchains")).into_iter().flatten().flatten() { dirs.push(entry.path().join("bin")); }
+        for entry in fs::read_dir(home.join("toolchains")).into_iter().flatten().flatten() {
+            dirs.push(entry.path().join("bin"));
+        }
     }
     for dir in env::split_paths(&env::var_os("PATH").unwrap_or_default()) {
         if dir.join("rustc").exists() { dirs.push(dir); }
@@ -348,40 +351,41 @@ def _nix_build_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[
     refused = sum("Err(" in line for line in lines)
     return (
         ok,
-        f"craft exit {proc.returncode}; the build script ran in nix build: {len(lines)} writes tried, {refused} refused; "
-        f"files written on the host: {written or 'none'}",
+        f"craft exit {proc.returncode}; the build script ran in nix build: {len(lines)} writes tried, {refused} "
+        f"refused; files written on the host: {written or 'none'}",
+    )
+
+
+def _flake_check(s: Scene) -> subprocess.CompletedProcess[str] | None:
+    """What a user does next with the run's flake: `nix flake check` (its tests) through flakebot's API."""
+    flake = s.run_dir() / "flake" if s.run_dir() else None  # type: ignore[operator]
+    if flake is None or not (flake / "flake.nix").is_file():
+        return None
+    code = (
+        "import sys; from flakebot import config; from flakebot.nix.flake import flake_check; "
+        "r = flake_check(sys.argv[1], config.load()); sys.stderr.write(r.stderr); sys.exit(r.returncode)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(flake)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=s.env({"FLAKEBOT_NIXPKGS": "host"}),
+        cwd=s.root,
     )
 
 
 def _nix_check_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[bool, str]:
-    manifests = list(s.catalog.rglob("manifest.json"))
-    flake = json.loads(manifests[0].read_text())["flake_ref"] if manifests else ""
-    check = (
-        subprocess.run(  # what a user does next with the flake: `nix flake check` through flakebot's API
-            [
-                sys.executable,
-                "-c",
-                "import sys; from flakebot import config; from flakebot.nix.flake import flake_check; "
-                "r = flake_check(sys.argv[1], config.load()); sys.stderr.write(r.stderr); sys.exit(r.returncode)",
-                flake,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=s.env({"FLAKEBOT_NIXPKGS": "host"}),
-            cwd=s.root,
-        )
-        if flake
-        else None
-    )
+    check = _flake_check(s)
+    log = check.stderr if check else ""
     written = _nix_written(s)
-    tried = len(re.findall(r"check /\S*: (?:Ok|Err)", check.stderr)) if check else 0
-    refused = len(re.findall(r"check /\S*: Err", check.stderr)) if check else 0
-    ok = bool(check) and "hostile report:" in check.stderr and not written  # type: ignore[union-attr]
+    tried, refused = len(re.findall(r"check /\S*: (?:Ok|Err)", log)), len(re.findall(r"check /\S*: Err", log))
+    ok = "hostile report:" in log and not written
     return (
         ok,
         f"craft exit {proc.returncode}; nix flake check exit {check.returncode if check else '-'}, "
-        f"the test ran in its checkPhase: {tried} writes tried, {refused} refused; files written on the host: {written or 'none'}",
+        f"the test ran in its checkPhase: {tried} writes tried, {refused} refused; "
+        f"files written on the host: {written or 'none'}",
     )
 
 

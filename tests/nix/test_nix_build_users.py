@@ -28,7 +28,8 @@ mkdir -p "$out"
 for dir in $targets; do
   ln -s "$dir" "$NIX_BUILD_TOP/link"
   for where in "$dir" "$NIX_BUILD_TOP/link"; do
-    if echo x > "$where/$name" 2>/dev/null; then echo "wrote $where" >> "$out/report"; else echo "refused $where" >> "$out/report"; fi
+    if echo x > "$where/$name" 2>/dev/null; then verdict=wrote; else verdict=refused; fi
+    echo "$verdict $where" >> "$out/report"
   done
   rm "$NIX_BUILD_TOP/link"
 done
@@ -58,6 +59,7 @@ def test_every_nix_call_builds_as_nixbld_in_the_sandbox(tmp_path: Path) -> None:
         ]
         shown = json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout)
         assert shown["build-users-group"]["value"] == "nixbld" and shown["sandbox"]["value"] is True, mode
+        assert shown["sandbox-fallback"]["value"] is False, mode
     paths = command.sandbox_paths(standin)
     host = json.loads((standin / "host.json").read_text())
     assert f"/flakebot/registry={Path('/usr/share/cargo/registry').resolve()}" in paths
