@@ -6,6 +6,7 @@ a symlink; real nix, nothing mocked. A machine without the nixbld group gets a o
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import secrets
@@ -126,3 +127,37 @@ def test_a_registry_the_build_users_cannot_read_is_named_with_the_fix(tmp_path: 
         command.machine_options("host", standin)
     assert caught.value.message.startswith(f"{source} (seen by builds as /flakebot/registry) is not readable")
     assert caught.value.fix is not None and caught.value.fix.startswith(f"chmod o+rx {source}")
+
+
+# nix commands flakebot may start without nix_argv's machine options: none of them builds anything. `run` and
+# `profile` are the command lines shown to users (run_argv, install_command); flakebot's own runs of them go
+# through command.run_target and nix_argv.
+NEVER_BUILD = {"key", "copy", "path-info", "--add-root", "--print-fixed-path"}
+SHOWN_TO_USERS = {"run": "command.py", "profile": "manifest.py"}
+
+
+def _nix_command_lines() -> set[tuple[str, str]]:
+    """(first word, file name) of every list in flakebot that is a nix command line: it starts with nix_program(...)
+    or a literal nix program, holds FEATURES, or splices another command line (`[*run[:at], "eval", ...]`)."""
+    found = set()
+    for path in Path(command.__file__).parent.parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.List) or not node.elts:
+                continue
+            head, text = node.elts[0], ast.unparse(node)
+            named = isinstance(head, ast.Constant) and head.value in ("nix", "nix-store")
+            called = isinstance(head, ast.Call) and "nix_program" in ast.unparse(head.func)
+            spliced = isinstance(head, ast.Starred) and isinstance(head.value, ast.Subscript)
+            words = [e.value for e in node.elts[1:] if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if (named or called or spliced or "FEATURES" in text) and words:
+                found.add((words[0], path.name))
+    return found
+
+
+def test_every_nix_call_that_can_build_takes_the_machine_options() -> None:
+    """Command lines made by hand are only for commands that never build; build, run, eval, flake check and develop
+    go through command.nix_argv, so none of them can build model code outside the build users and the sandbox."""
+    lines = _nix_command_lines()
+    assert {("key", "publish.py"), ("copy", "publish.py"), ("run", "command.py")} <= lines  # the scan sees them
+    others = {(word, where) for word, where in lines if word not in NEVER_BUILD}
+    assert others == set(SHOWN_TO_USERS.items()), others
