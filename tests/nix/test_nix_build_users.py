@@ -75,7 +75,8 @@ def test_a_builder_cannot_write_what_its_sandbox_binds(tmp_path: Path) -> None:
     standin = ensure_standin(host_settings(tmp_path))
     host = json.loads((standin / "host.json").read_text())
     name = f"flakebot-nixusers-{secrets.token_hex(6)}"  # also makes the derivation new on every run
-    targets = ["/usr/bin", "/usr/local/bin", "/bin", "/flakebot/registry", host["toolchainBin"], host["rustupHome"]]
+    system = [p for p in (*command.SYSTEM_PATHS, "/usr/local/bin", "/usr/share/cargo/registry") if Path(p).is_dir()]
+    targets = [*system, "/flakebot/registry", host["toolchainBin"], host["rustupHome"]]
     (tmp_path / "writer.sh").write_text(WRITER)
     expr = (
         f'derivation {{ name = "{name}"; system = "{command.nix_system()}"; builder = "{host["bash"]}"; '
@@ -89,7 +90,7 @@ def test_a_builder_cannot_write_what_its_sandbox_binds(tmp_path: Path) -> None:
     assert "wrote" not in report and report.count("refused") == 2 * len(targets), report
     assert "uid 0" not in report and "registry readable" in report and "cargo " in report, report
     mounts = host["sandboxPaths"]
-    on_host = [Path("/usr/bin"), Path("/usr/local/bin"), *(Path(p) for p in mounts.values())]
+    on_host = [*(Path(p) for p in system), *(Path(p) for p in mounts.values())]
     assert not [p for p in on_host if (p / name).exists()]
 
 
