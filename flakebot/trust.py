@@ -13,7 +13,8 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
                                    https git on the git_sources hosts, paths inside the tree; manifest and lock)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
-    of the flake, nix build        (nix builds in its own sandbox where nix.conf enables it)
+    of the flake, nix build        builds (build.rs, proc macros, checks) as nixbld users in Nix's sandbox, with
+                                   every nix call's options from flakebot.nix.command.machine_options
     catalog writes                 only after every check passed (stages/instruct.py)
     run ids                        names, never paths (pipeline.run.check_run_id): state.json is read only from a
                                    direct child of runs/; clean removes only paths inside the run's directory; a

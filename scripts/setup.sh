@@ -24,10 +24,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${missing[@]}" >/dev/null
 fi
 
-# Nix as root with no daemon: builders run as root so they can reach the host toolchain.
-if [ "$(id -u)" -eq 0 ] && [ -f /etc/nix/nix.conf ] && ! grep -q '^build-users-group *= *$' /etc/nix/nix.conf; then
-  sed -i '/^build-users-group/d' /etc/nix/nix.conf
-  echo 'build-users-group =' >> /etc/nix/nix.conf
+# Nix as root with no daemon: builds run as the unprivileged nixbld users (never as root, which would let a
+# build script write into /usr or the toolchain). Debian's nix-bin creates them; create what is missing as Nix's
+# multi-user installer does, and undo the empty build-users-group an earlier version of this script wrote.
+if [ "$(id -u)" -eq 0 ]; then
+  getent group nixbld >/dev/null || groupadd --system nixbld
+  for n in $(seq 1 10); do
+    if ! getent passwd "nixbld$n" >/dev/null; then
+      useradd --system --no-create-home --home-dir /var/empty --shell "$(command -v nologin || echo /bin/false)" \
+        --gid nixbld --groups nixbld --comment "Nix build user $n" "nixbld$n"
+    fi
+    # Nix takes its build users from the group's member list (a primary group alone is not in it)
+    getent group nixbld | cut -d: -f4 | tr , '\n' | grep -qx "nixbld$n" || usermod --append --groups nixbld "nixbld$n"
+  done
+  if [ -f /etc/nix/nix.conf ] && grep -q '^build-users-group *= *$' /etc/nix/nix.conf; then
+    sed -i 's/^build-users-group *= *$/build-users-group = nixbld/' /etc/nix/nix.conf
+  fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

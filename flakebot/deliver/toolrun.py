@@ -29,6 +29,7 @@ from typing import Any
 from flakebot import config
 from flakebot.config import Settings
 from flakebot.errors import CatalogError, UsageError
+from flakebot.nix import command
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
 
@@ -52,9 +53,9 @@ def built_program(manifest: dict[str, Any], timeout: float) -> Path:
 
 
 def _realise(nix_run: list[str], timeout: float) -> str:
-    """`nix build` of the flake `nix run` would run (same options); its store path."""
-    at = nix_run.index("run")
-    argv = [*nix_run[:at], "build", "--no-link", "--json", *nix_run[at + 1 :]]
+    """`nix build` of the flake `nix run` would run (same nixpkgs, flakebot's machine options); its store path."""
+    flake, mode, standin = command.run_target(nix_run)
+    argv = command.nix_argv(["build"], ["--no-link", "--json", flake], mode, standin)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     try:
         return str(json.loads(done.stdout)[0]["outputs"]["out"])

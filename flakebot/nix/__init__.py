@@ -11,7 +11,8 @@
     licenses.py  SPDX expressions → nixpkgs lib.licenses names
     lock.py      the pinned nixpkgs (nixos-25.05) and flake.lock
     standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)
-    command.py   nix command lines for Nix 2.8, the nixpkgs mode, bounded runs keeping the log tail
+    command.py   nix command lines for Nix 2.8 (every one that can build: nixbld users, sandbox), the nixpkgs mode,
+                 bounded runs keeping the log tail
 
 May import flakebot.config, errors, fsutil, cargo, sandbox, templates, and source.tree (what a copy leaves out).
 """

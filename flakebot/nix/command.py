@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import grp
 import json
 import logging
 import os
@@ -32,6 +33,11 @@ INSTALL_FIX = (
 )
 # Hosts a pinned (real nixpkgs) build needs: the nixpkgs tarball and the binary cache.
 NETWORK_PROBES = (("github.com", 443), ("cache.nixos.org", 443))
+# Who builds when flakebot runs as root: the users Nix's installers (and Debian's nix-bin) create.
+BUILD_USERS_GROUP = "nixbld"
+# System directories a stand-in build reads (bash, coreutils, git, the C toolchain and libraries); root-owned,
+# so a build user cannot write them.
+SYSTEM_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/etc/alternatives")
 
 
 def nix_program(name: str = "nix") -> str:
@@ -43,24 +49,44 @@ def nix_program(name: str = "nix") -> str:
 
 
 def machine_options(mode: str, standin: Path | None = None, builders: str = "") -> list[str]:
-    """Options this machine needs for builds: root without a daemon, the host stand-in's needs, remote builders."""
-    options: list[str] = []
-    if os.geteuid() == 0:
-        # No nixbld group without a daemon: Nix's sandbox maps the builder to an unprivileged uid instead.
-        options += ["--option", "build-users-group", ""]
+    """Options every nix call of flakebot's takes (build, eval, check, develop, run): build users, Nix's sandbox,
+    the host stand-in's needs, remote builders. One place, so no call builds model code another way."""
+    options = build_user_options()
+    if mode == "host" or options:
+        # sandbox-fallback (Debian's default true) would build unsandboxed where the sandbox cannot be set up
+        options += ["--option", "sandbox", "true", "--option", "sandbox-fallback", "false"]
     if mode == "host":
-        # Builds run model-written code (build.rs, proc-macros, tests): keep Nix's sandbox on (no network,
-        # no home directory) and let only the host toolchain and the crate directory source in, read-only.
-        options += [
-            "--offline",
-            "--option",
-            "sandbox",
-            "true",
-            "--option",
-            "extra-sandbox-paths",
-            " ".join(sandbox_paths(standin)),
-        ]
+        # Builds run model-written code (build.rs, proc-macros, tests): Nix's sandbox (no network, no home
+        # directory) with only the system, the host toolchain and the crate directory source let in.
+        options += ["--offline", "--option", "extra-sandbox-paths", " ".join(sandbox_paths(standin))]
     return options + builder_options(mode, builders)
+
+
+def build_user_options() -> list[str]:
+    """As root without a daemon this process is Nix's build server: build as the unprivileged `nixbld` users (in
+    Nix's sandbox, which machine_options turns on). Never `build-users-group =` (empty): Nix then builds as host
+    root, and every bind-mounted host path (the toolchain, the registry, /usr) is writable by build.rs, proc macros
+    and tests. Other users reach a daemon, whose own nix.conf decides."""
+    if os.geteuid() != 0:
+        return []
+    require_build_users()
+    return ["--option", "build-users-group", BUILD_USERS_GROUP]
+
+
+def require_build_users() -> None:
+    """A NixError unless the build users group exists with members (Nix refuses an empty group)."""
+    try:
+        members = grp.getgrnam(BUILD_USERS_GROUP).gr_mem
+    except KeyError:
+        members = None
+    if not members:
+        problem = "does not exist" if members is None else "has no members"
+        raise NixError(
+            f"the Nix build users group '{BUILD_USERS_GROUP}' {problem}: flakebot will not let Nix build as root",
+            fix=f"run scripts/setup.sh, or create the group and its users as Nix's installer does "
+            f"(groupadd --system {BUILD_USERS_GROUP}; useradd --system --no-create-home --home-dir /var/empty "
+            f"--shell /usr/sbin/nologin --gid {BUILD_USERS_GROUP} --groups {BUILD_USERS_GROUP} nixbld1, ... nixbld10)",
+        )
 
 
 def builder_options(mode: str, builders: str) -> list[str]:
@@ -79,23 +105,29 @@ def builder_options(mode: str, builders: str) -> list[str]:
 
 
 def sandbox_paths(standin: Path | None) -> list[str]:
-    """Host paths a stand-in build reads: system directories, the rust toolchain, the crate registry."""
+    """Host paths a stand-in build reads: system directories, and (as `INSIDE=OUTSIDE`) the toolchain, RUSTUP_HOME
+    and the crate registry under /flakebot (a build user cannot traverse /root or a 0700 temporary directory)."""
     facts = (
         json.loads((standin / "host.json").read_text())
         if standin is not None and (standin / "host.json").is_file()
         else {}
     )
-    wanted = [
-        "/usr",
-        "/bin",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/etc/alternatives",
-        facts.get("rustupHome", ""),
-        facts.get("registry", ""),
-    ]
-    return [path for path in dict.fromkeys(wanted) if path and Path(path).exists()]
+    system = [path for path in SYSTEM_PATHS if Path(path).exists()]
+    mounts = {inside: outside for inside, outside in facts.get("sandboxPaths", {}).items() if Path(outside).exists()}
+    for inside, outside in mounts.items():
+        if os.geteuid() == 0 and Path(outside).stat().st_mode & 0o005 != 0o005:
+            raise NixError(
+                f"{outside} (seen by builds as {inside}) is not readable by Nix's build users, who build as 'other'",
+                fix=f"chmod o+rx {outside} (its files o+r), or point local_registry at a readable copy",
+            )
+    mapped = [f"{inside}={outside}" for inside, outside in mounts.items()]
+    for entry in [*system, *mapped]:
+        if any(char.isspace() for char in entry):
+            raise NixError(
+                f"the path {entry} holds white space, which Nix's extra-sandbox-paths cannot take",
+                fix="move the toolchain or the crate registry (setting local_registry) to a path without spaces",
+            )
+    return system + mapped
 
 
 def override_options(mode: str, standin: Path | None) -> list[str]:
@@ -127,12 +159,20 @@ def run_argv(flake: Path | str, mode: str, standin: Path | None) -> list[str]:
     return [program, *FEATURES, "run", *override_options(mode, standin), str(flake)]
 
 
+def run_target(run: list[str]) -> tuple[str, str, Path | None]:
+    """(flake, mode, stand-in) of a `nix run` command line as run_argv makes it: what another nix call on the same
+    flake needs to take the same nixpkgs and flakebot's machine options (nix_argv)."""
+    if "--override-input" not in run:
+        return run[-1], "pinned", None
+    at = run.index("--override-input")
+    return run[-1], "host", Path(run[at + 2].removeprefix("path:"))
+
+
 def resolved_program(run: list[str], timeout: float) -> str:
     """The program a `nix run` command line (as run_argv makes it) would start, found by evaluating the
     flake's default app: nothing built, nothing of the tool run. A trusted host step (flakebot.trust)."""
-    at = run.index("run")
-    flake = run[-1]
-    argv = [*run[:at], "eval", "--raw", *run[at + 1 : -1], f"{flake}#apps.{nix_system()}.default.program"]
+    flake, mode, standin = run_target(run)
+    argv = nix_argv(["eval", "--raw"], [f"{flake}#apps.{nix_system()}.default.program"], mode, standin)
     result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         tail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]

@@ -383,9 +383,10 @@ def nix_run(
     input: str | None = None,
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the packaged tool with `nix run ... -- ARGS`, exactly as the result's nix_run_command says."""
-    argv = _run_argv(result_or_flake_dir, settings)
-    argv = [*argv, "--", *args]
+    """Run the packaged tool with `nix run ... -- ARGS`: the result's nix_run_command, with flakebot's machine
+    options (should nix have to build the tool again, it builds as every flakebot build does)."""
+    flake, mode, standin = command.run_target(_run_argv(result_or_flake_dir, settings))
+    argv = command.nix_argv(["run"], [flake, "--", *args], mode, standin, settings.nix_builders)
     logger.info("nix run: %s", shlex.join(argv))
     return subprocess.run(
         argv,

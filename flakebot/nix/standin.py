@@ -2,10 +2,10 @@
 
 Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
 `--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
-(flakebot/templates/standin/); only host.json (absolute paths to the toolchain, RUSTUP_HOME and the
-local crate directory source, the checksums that source vouches for, the URL .crate files are fetched from)
-and licenses.json are rendered. Files are rewritten only when their content changes, so the stand-in keeps
-its store hash and builds stay cached.
+(flakebot/templates/standin/); only host.json (where builds see the toolchain, RUSTUP_HOME and the local crate
+directory source, the host paths bound there, the checksums that source vouches for, the URL .crate files are
+fetched from) and licenses.json are rendered. Files are rewritten only when their content changes, so the
+stand-in keeps its store hash and builds stay cached.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from flakebot.nix import deps, licenses
 
 logger = logging.getLogger(__name__)
 
+# Where builds see the host toolchain, RUSTUP_HOME and the crate registry (bind-mounted, readable, not writable).
+SANDBOX_ROOT = "/flakebot"
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "standin"
 STATIC_FILES = (
     "flake.nix",
@@ -66,26 +68,51 @@ def ensure_standin(settings: Settings) -> Path:
 
 
 def host_facts(settings: Settings) -> dict[str, Any]:
-    """This machine's toolchain as the stand-in needs it: absolute paths only (builders get an empty PATH)."""
-    toolchain_bin = rust_toolchain_bin()
+    """This machine's toolchain as the stand-in needs it: absolute paths only (builders get an empty PATH).
+
+    Builds see the toolchain, RUSTUP_HOME and the registry at SANDBOX_ROOT paths (sandboxPaths maps them to the host
+    paths for extra-sandbox-paths): a build user cannot traverse /root or a 0700 directory above them, and the host
+    paths are then no part of the derivations."""
     registry = Path(settings.local_registry).expanduser().resolve()
     if not registry.is_dir():
         raise NixError(
             f"the local crate registry {registry} does not exist",
             fix="install Debian's Rust crates (apt-get install librust-<name>-dev) or set local_registry to a cargo directory source",
         )
+    sysroot = rust_sysroot()
+    mounts, toolchain_bin, rustup_home = toolchain_mounts(sysroot)
+    mounts[f"{SANDBOX_ROOT}/registry"] = str(registry)
     bash = shutil.which("bash") or "/bin/bash"
-    path_dirs = [str(toolchain_bin), "/usr/local/bin", "/usr/bin", "/bin"]
+    host_bin = sysroot / "bin"
+    path_dirs = [toolchain_bin, "/usr/local/bin", "/usr/bin", "/bin"]
     return {
         "bash": bash,
-        "toolchainBin": str(toolchain_bin),
-        "rustupHome": os.environ.get("RUSTUP_HOME") or str(Path.home() / ".rustup"),
-        "registry": str(registry),
+        "toolchainBin": toolchain_bin,
+        # devShells link the host's own tools (`nix develop` runs them on the host, outside any sandbox)
+        "hostToolchainBin": str(host_bin),
+        "hostToolchainTools": sorted(p.name for p in host_bin.iterdir()),
+        "rustupHome": rustup_home,
+        "registry": f"{SANDBOX_ROOT}/registry",
+        "sandboxPaths": mounts,
         "registryChecksums": registry_checksums(registry),
         "cratesioStaticUrl": settings.cratesio_static_url.rstrip("/"),  # .crate downloads for locks with checksums
         "path": ":".join(dict.fromkeys(path_dirs)),
         "nativeInputs": deps.all_attribute_paths(),
     }
+
+
+def toolchain_mounts(sysroot: Path) -> tuple[dict[str, str], str, str]:
+    """({in-sandbox path: host path}, the toolchain's bin/ and RUSTUP_HOME as builds see them): RUSTUP_HOME at
+    SANDBOX_ROOT/rustup (the toolchain inside it), or the toolchain alone at SANDBOX_ROOT/toolchain."""
+    home = Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup").resolve()
+    sysroot = sysroot.resolve()
+    if home.is_dir() and sysroot.is_relative_to(home):
+        inside = f"{SANDBOX_ROOT}/rustup"
+        return {inside: str(home)}, f"{inside}/{sysroot.relative_to(home)}/bin", inside
+    mounts = {f"{SANDBOX_ROOT}/toolchain": str(sysroot)}
+    if home.is_dir():
+        mounts[f"{SANDBOX_ROOT}/rustup"] = str(home)
+    return mounts, f"{SANDBOX_ROOT}/toolchain/bin", f"{SANDBOX_ROOT}/rustup" if home.is_dir() else ""
 
 
 def registry_checksums(registry: Path) -> dict[str, str]:
@@ -102,8 +129,8 @@ def registry_checksums(registry: Path) -> dict[str, str]:
     return found
 
 
-def rust_toolchain_bin() -> Path:
-    """The directory holding the real cargo and rustc (not rustup's proxies), from `rustc --print sysroot`."""
+def rust_sysroot() -> Path:
+    """The host toolchain's sysroot (its bin/ holds the real cargo and rustc, not rustup's proxies)."""
     from flakebot.cargo.runner import Cargo, cargo_program
 
     cargo = Path(cargo_program())
@@ -118,10 +145,9 @@ def rust_toolchain_bin() -> Path:
             f"cannot ask rustc for its sysroot ({exc})",
             fix="install Rust (https://rustup.rs) and check that 'rustc --print sysroot' works",
         ) from None
-    bin_dir = Path(sysroot) / "bin"
-    if not (bin_dir / "cargo").exists():
+    if not (Path(sysroot) / "bin" / "cargo").exists():
         raise NixError(
-            f"no cargo next to rustc in {bin_dir}",
+            f"no cargo next to rustc in {Path(sysroot) / 'bin'}",
             fix="install cargo for the active toolchain (rustup component add cargo)",
         )
-    return bin_dir
+    return Path(sysroot)

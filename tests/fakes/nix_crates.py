@@ -141,6 +141,7 @@ def directory_source(root: Path, crates: dict[str, str]) -> Path:
             },
         )
         (crate / ".cargo-checksum.json").write_text(json.dumps({"package": "0" * 64, "files": {}}))
+    root.chmod(0o755)  # readable by all, as Debian's is: Nix's build users read it (tmp_path is 0700)
     return root
 
 

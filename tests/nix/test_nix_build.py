@@ -14,6 +14,7 @@ import git
 import pytest
 
 from flakebot.config import Settings
+from flakebot.deliver.toolrun import built_program
 from flakebot.nix import command
 from flakebot.nix.flake import PackageResult, flake_check, nix_run, package_crate
 from flakebot.nix.lock import flake_lock_text
@@ -133,6 +134,12 @@ def test_nix_run_executes_the_tool(built: PackageResult, settings: Settings) -> 
     assert failed.returncode == 1 and "give a NAME" in failed.stderr
     shell = built.nix_run_command["shell"].replace(" -- ARGS", " -- shell")
     assert subprocess.run(shell, shell=True, capture_output=True, text=True, timeout=120).stdout == "hello, shell\n"
+
+
+def test_a_tool_whose_store_path_is_gone_is_built_again_from_its_run_command(built: PackageResult) -> None:
+    manifest = {"name": "greeter", "main_program": "greeter", "store_path": "/nix/store/gone"}
+    program = built_program({**manifest, "nix_run_argv": built.nix_run_argv}, timeout=600)
+    assert program == Path(built.bin_path)
 
 
 def test_meta_survives_escaping_and_evaluation(built: PackageResult) -> None:

@@ -26,8 +26,14 @@ def _call(crate: Path, attrs: str) -> str:
 
 def test_rendered_for_this_machine_and_stable(standin: Path, tmp_path: Path) -> None:
     host = json.loads((standin / "host.json").read_text())
-    assert Path(host["toolchainBin"], "cargo").exists() and Path(host["bash"]).is_absolute()
-    assert host["registry"] == str(DEBIAN_REGISTRY) and "/usr/bin" in host["path"].split(":")
+    # builds see the toolchain and the registry under /flakebot, bound from where they are on the host
+    mounts = host["sandboxPaths"]
+    assert host["registry"] == "/flakebot/registry" and mounts["/flakebot/registry"] == str(DEBIAN_REGISTRY)
+    inside = next(prefix for prefix in mounts if host["toolchainBin"].startswith(prefix + "/"))
+    assert Path(mounts[inside], Path(host["toolchainBin"]).relative_to(inside), "cargo").exists()
+    assert Path(host["hostToolchainBin"], "cargo").exists() and "cargo" in host["hostToolchainTools"]
+    assert Path(host["bash"]).is_absolute() and "/usr/bin" in host["path"].split(":")
+    assert host["path"].split(":")[0] == host["toolchainBin"] and host["rustupHome"] in ("/flakebot/rustup", "")
     before = {p.name: p.stat().st_mtime_ns for p in standin.iterdir()}
     assert ensure_standin(host_settings(tmp_path)) == standin
     assert {p.name: p.stat().st_mtime_ns for p in standin.iterdir()} == before  # unchanged files keep the store hash

@@ -1,7 +1,8 @@
 # flakebot's host-toolchain stand-in for nixpkgs, for offline builds on this machine.
 # It is NOT nixpkgs: it implements the subset of `lib`, `rustPlatform.buildRustPackage`, `mkShell`
 # and the native inputs that flakebot's generated flakes use, building with the host's cargo
-# against a local cargo directory source. Rendered by flakebot (host.json holds this machine's paths).
+# against a local cargo directory source. Rendered by flakebot (host.json: where builds see this machine's toolchain
+# and registry, bound under /flakebot by extra-sandbox-paths: readable, not writable, by the nixbld build users).
 # Use it with: nix build --override-input nixpkgs path:<this directory> <flake>
 {
   description = "flakebot host-toolchain stand-in for nixpkgs (offline builds)";

@@ -13,7 +13,8 @@ let
     toolDir = "";
   };
 
-  # A derivation whose bin/ links host programs from `dir` (for devShells).
+  # A derivation whose bin/ links host programs from `dir` (for devShells: `nix develop` runs them on the host, so
+  # the links name host paths, which builds never see; only tools the host has are linked).
   hostTool = name: dir: tools: derivation {
     name = "${name}-host";
     inherit system;
@@ -24,6 +25,9 @@ let
     tools = lib.concatStringsSep " " tools;
     toolDir = dir;
   };
+
+  toolchainTool = name: tools:
+    hostTool name host.hostToolchainBin (builtins.filter (tool: builtins.elem tool host.hostToolchainTools) tools);
 
   placeholders = builtins.foldl'
     (acc: path: lib.recursiveUpdate acc (lib.setAttrByPath (builtins.filter builtins.isString (builtins.split "\\." path)) (hostInput path)))
@@ -51,11 +55,11 @@ lib.recursiveUpdate placeholders {
   rustPlatform = {
     buildRustPackage = import ./rust.nix { inherit lib host system; };
   };
-  cargo = hostTool "cargo" host.toolchainBin [ "cargo" ];
-  rustc = hostTool "rustc" host.toolchainBin [ "rustc" "rustdoc" ];
-  clippy = hostTool "clippy" host.toolchainBin [ "cargo-clippy" "clippy-driver" ];
-  rustfmt = hostTool "rustfmt" host.toolchainBin [ "rustfmt" "cargo-fmt" ];
-  rust-analyzer = hostTool "rust-analyzer" host.toolchainBin [ "rust-analyzer" ];
+  cargo = toolchainTool "cargo" [ "cargo" ];
+  rustc = toolchainTool "rustc" [ "rustc" "rustdoc" ];
+  clippy = toolchainTool "clippy" [ "cargo-clippy" "clippy-driver" ];
+  rustfmt = toolchainTool "rustfmt" [ "rustfmt" "cargo-fmt" ];
+  rust-analyzer = toolchainTool "rust-analyzer" [ "rust-analyzer" ];
   # `nix develop` starts its shell from bashInteractive.
   bashInteractive = hostTool "bash-interactive" (dirOf host.bash) [ "bash" ];
 }
