@@ -33,6 +33,12 @@ host state and paths holding a masked secret are refused; the secret masks are b
 Model text (summaries, usage, --help, example descriptions and outputs) is data wherever it is rendered:
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
 rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
+
+What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop), bubblewrap, Nix's
+build sandbox and its build users, git and cargo themselves doing only what their hardened options allow, and
+the https forges on the git_sources list. As root, a tool run given `--writable` paths keeps the caller's uid
+(without capabilities) so it can write them: there the process limit is not enforced (the kernel exempts uid 0)
+and only the timeout bounds it.
 """
 
 from __future__ import annotations
