@@ -27,6 +27,7 @@ def run(root: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
 
 def _factory(mode: str) -> Callable[[Path, list[Path]], Sandbox]:
     def factory(workspace: Path, writable: list[Path]) -> Sandbox:
-        return open_sandbox(mode, workspace=workspace, writable=writable, timeout=30)
+        # the edit loop's sandbox: flakebot's own trees, handed to the unprivileged uid (as root)
+        return open_sandbox(mode, workspace=workspace, writable=writable, timeout=30, adopt=True)
 
     return factory
