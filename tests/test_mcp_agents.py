@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from flakebot.deliver import schema
 from flakebot.deliver.toolcall import mcp_definition
 from tests.conftest import REPO, json_result, require, run_cli
 from tests.deliver.test_helpparse import CLAP4, REPEATABLE
+from tests.fakes.shout import shout_script
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 LANGCHAIN_PYTHON = REPO / ".venv/langchain/bin/python"
@@ -149,3 +151,42 @@ def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
     assert keyed["argv"] == ["--key", "name"] and keyed["stdout"] == "id,name\n1,a\n" and not seen["keyed"].is_error
     failing = json.loads(seen["failing"].content[0].text)
     assert seen["failing"].is_error and failing["exit_code"] == 1 and "no column named 'zip'" in failing["stderr"]
+
+
+@pytest.mark.slow
+def test_the_agents_sdk_on_its_5s_timeout_crafts_by_following_a_run_handle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Agents SDK sends no progress token and gives up on a request after 5 s (client_session_timeout_seconds):
+    craft answers with a run handle at once, `status` follows it to the end, then the crafted tool is called."""
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
+                 "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
+
+    async def session() -> dict[str, Any]:
+        seen: dict[str, Any] = {"polls": []}
+        async with flakebot_server() as server:
+            assert server.client_session_timeout_seconds == 5  # the SDK's default, unchanged here
+            started = time.monotonic()
+            seen["handle"] = await server.call_tool("craft", arguments)
+            seen["answered_in"] = time.monotonic() - started
+            run_id = json.loads(seen["handle"].content[0].text)["run_id"]
+            for _ in range(900):
+                status = json.loads((await server.call_tool("status", {"run_id": run_id})).content[0].text)
+                seen["polls"].append(status["status"])
+                if status["status"] not in ("created", "running"):
+                    break
+                await asyncio.sleep(1)
+            seen["status"] = status
+            seen["shout"] = await server.call_tool("shout", {"stdin": "follow me\n"})
+        return seen
+
+    seen = asyncio.run(session())
+    handle = json.loads(seen["handle"].content[0].text)
+    assert not seen["handle"].is_error and handle["status"] == "running" and "status" in handle["follow"], handle
+    assert seen["answered_in"] < 5
+    assert "running" in seen["polls"] and seen["status"]["status"] == "succeeded", seen["status"]
+    assert seen["status"]["result"]["name"] == "shout"
+    shout = json.loads(seen["shout"].content[0].text)
+    assert not seen["shout"].is_error and shout["stdout"] == "FOLLOW ME\n"
