@@ -5,7 +5,8 @@ Two kinds of tool:
 - every catalogued tool under its own name, with the input schema read from its clap --help. A call
   maps the arguments to argv (deliver.toolcall, the same mapping as `flakebot run --args-json`), runs
   the built program (a `stdin` argument is its standard input) and returns stdout, stderr and the exit
-  code; a non-zero exit sets isError.
+  code; a non-zero exit sets isError. A stdout past tool_output_limit comes back as its first lines with
+  truncated: true and the file holding all of it (the call still succeeded: no isError for that).
 
 Long work (`craft`, `improve`, `package`, `resume`) runs in worker threads. A request that carries a progress token
 is answered when the work is done, with notifications/progress for every stage and edit iteration; one without
@@ -31,7 +32,7 @@ import anyio.to_thread
 
 from flakebot import __version__, api, config
 from flakebot.deliver.schema import Field, closed_object
-from flakebot.deliver.toolcall import writable_argument
+from flakebot.deliver.toolcall import TRUNCATION, writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
@@ -131,7 +132,8 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "runs": ("List runs, newest first, with status and need.", _schema()),
     "run": (
-        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead).",
+        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead). "
+        + TRUNCATION,
         _schema(
             ("tool",),
             tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
@@ -286,8 +288,8 @@ class FlakebotMCP:
         writable = writable_argument(args)
 
         def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable)
-            return {"exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr[-4000:]}
+            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable).to_dict()
+            return {k: v for k, v in call.items() if k not in ("tool", "argv")} | {"stderr": call["stderr"][-4000:]}
 
         result = await anyio.to_thread.run_sync(run)
         return {"ok": result["exit_code"] == 0, **result}

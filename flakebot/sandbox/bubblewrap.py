@@ -93,6 +93,7 @@ class BwrapSandbox:
             stdin=stdin,
             output_cap=self.limits.output_cap,
             watch=watch,
+            spill=self.limits.spill,
         )
 
     def command(
