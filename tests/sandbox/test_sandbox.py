@@ -137,7 +137,7 @@ def test_workspace_and_target_writable_git_and_system_read_only(ws: Path, target
     sandbox = bwrap_sandbox(ws, target)
     script = f"echo a > made.txt && echo b > {target}/built && (echo c > .git/config.new || echo git-ro) && (touch /usr/x 2>/dev/null || echo usr-ro)"
     result = sandbox.run(["bash", "-c", script], cwd=ws)
-    assert result.stdout.split() == ["git-ro", "usr-ro"]
+    assert result.stdout.split() == ["git-ro", "usr-ro"], result
     assert (ws / "made.txt").read_text() == "a\n" and (target / "built").read_text() == "b\n"
     assert not (ws / ".git/config.new").exists()
 
