@@ -126,18 +126,30 @@ def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
             tools = {tool.name: tool for tool in await server.list_tools()}
             seen["schema"] = assert_strict_as_is(tools["csv-dedup"], server, caplog)
             context = RunContextWrapper(context=None)
-            blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}  # what the issue saw fail
+            blank = {
+                "file": "",
+                "key": "",
+                "no_header": False,
+                "stdin": CSV,
+                "writable": None,
+            }  # what the issue saw fail
             seen["blank"] = await MCPUtil.invoke_mcp_tool(server, tools["csv-dedup"], context, json.dumps(blank))
-            keyed = {"file": None, "key": ["name"], "no_header": None, "stdin": "id,name\n1,a\n2,a\n"}
+            keyed = {"file": None, "key": ["name"], "no_header": None, "stdin": "id,name\n1,a\n2,a\n", "writable": None}
             seen["keyed"] = await server.call_tool("csv-dedup", keyed)
-            failing = {"tool": "csv-dedup", "args": "--key zip", "stdin": "id,name\n1,a\n"}
+            failing = {"tool": "csv-dedup", "args": "--key zip", "stdin": "id,name\n1,a\n", "writable": None}
             seen["failing"] = await server.call_tool("run", failing)
         return seen
 
     seen = asyncio.run(session())
     # LangChain in the same catalog: the strict model's call, and a repeated option as a list.
-    blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}
-    keys = {"file": None, "key": ["id", "name"], "no_header": None, "stdin": "id,name\n1,a\n1,a\n2,a\n"}
+    blank = {"file": "", "key": "", "no_header": False, "stdin": CSV, "writable": None}
+    keys = {
+        "file": None,
+        "key": ["id", "name"],
+        "no_header": None,
+        "stdin": "id,name\n1,a\n1,a\n2,a\n",
+        "writable": None,
+    }
     langchain = langchain_client([("csv-dedup", blank), ("csv-dedup", keys)])
     assert langchain["strict"]["csv-dedup"] == langchain["schemas"]["csv-dedup"] == seen["schema"]
     assert langchain["calls"][0]["result"]["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
