@@ -348,6 +348,51 @@ def startup_commands(r: Results) -> dict[str, Any]:
     return figure("I2", "slowest of --help, runs, config show", value, "s", s["goal_s"], "<", measured, gap, "startup")
 
 
+def mcp_start(r: Results) -> dict[str, Any]:
+    c = r["calls"]
+    measured = (
+        f"`flakebot mcp` from spawn to the tools/list answer (one crafted tool catalogued) {c['mcp_start_s']:.3f} s; "
+        f"a bare `python -c pass` {c['python_startup_s']:.3f} s; importing the MCP SDK's server alone "
+        f"(`import mcp.server.lowlevel, mcp.server.stdio`) {c['sdk_import_s']:.3f} s (medians)."
+    )
+    gap = (
+        f"the SDK's import is {c['sdk_import_s'] / c['mcp_start_s']:.0%} of it (its pydantic models for every protocol "
+        f"version); flakebot's own part is the rest, {c['mcp_start_s'] - c['sdk_import_s']:.3f} s."
+    )
+    return figure("P11", "MCP start: initialize + tools/list", c["mcp_start_s"], "s", c["mcp_start_goal_s"], "<=",
+                  measured, gap, "calls")  # fmt: skip
+
+
+def mcp_call(r: Results) -> dict[str, Any]:
+    c = r["calls"]
+    value = c["mcp_call_overhead_s"]
+    measured = (
+        f"one tools/call of a catalogued tool {c['mcp_call_s'] * 1000:.1f} ms against {c['bare_call_s'] * 1000:.1f} ms "
+        f"for the bare binary and {c['bwrap_call_s'] * 1000:.1f} ms for the binary in a minimal bubblewrap (medians, "
+        f"same run, a warm server)."
+    )
+    gap = (
+        "the call runs the tool in flakebot's sandbox (bubblewrap with its mounts, prlimit, setpriv: three programs "
+        "started per call) and builds its command line; the protocol and catalog read take a few ms."
+    )
+    return figure("P12", "MCP tool call: time over the bare binary", round(value * 1000, 1), "ms",
+                  c["mcp_call_goal_s"] * 1000, "<=", measured, gap, "calls")  # fmt: skip
+
+
+def run_overhead(r: Results) -> dict[str, Any]:
+    c = r["calls"]
+    measured = (
+        f"`flakebot run TOOL -- hello` {c['run_s']:.3f} s against {c['bare_run_s']:.3f} s for the bare binary; "
+        f"a bare `python -c pass` {c['python_startup_s']:.3f} s (medians)."
+    )
+    gap = (
+        "most of it is start-up: the interpreter, typer (which imports pydantic to coerce every option) and rich "
+        "for the log; then one sandbox probe and the sandboxed run."
+    )
+    return figure("P13", "flakebot run TOOL: time over the bare binary", c["run_overhead_s"], "s", c["run_goal_s"],
+                  "<=", measured, gap, "calls")  # fmt: skip
+
+
 def acquire_incremental(r: Results) -> dict[str, Any]:
     a = r["acquire"]
     measured = (
@@ -455,6 +500,9 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("I6", sandbox_cost, "diagnostics"),
     ("P7", startup_help, "startup"),
     ("I2", startup_commands, "startup"),
+    ("P11", mcp_start, "calls"),
+    ("P12", mcp_call, "calls"),
+    ("P13", run_overhead, "calls"),
     ("I4", acquire_incremental, "acquire"),
     ("P8", corpus_share, "corpus"),
     ("P10", shared_install, "shared"),

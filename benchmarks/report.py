@@ -25,12 +25,13 @@ logger = logging.getLogger(__name__)
 
 REPORT_FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent
-ORDER = ["startup", "search", "diagnostics", "loop", "fork", "craft", "nix", "acquire", "corpus", "shared"]
+ORDER = ["startup", "calls", "search", "diagnostics", "loop", "fork", "craft", "nix", "acquire", "corpus", "shared"]
 # Arguments of each benchmark's run(). "full" is what `make bench` publishes (4 to 5 minutes on 2 cores, plus the corpus: its builds take longest);
 # "quick" needs no cargo and no nix and runs in seconds: it proves the report is generated, not how fast anything is.
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "full": {
         "startup": {"repeat": 7},
+        "calls": {"repeat": 7, "calls": 15},
         "search": {"crates": 20_000, "repeat": 5},
         "diagnostics": {"edits": 5},
         "loop": {"samples": 7},

@@ -109,6 +109,11 @@ class Settings:
         "MiB a run's workspace and target dir may hold: a sandboxed command is killed when the disk grows past it, the edit loop stops beyond it.",
     )
     output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
+    tool_output_limit: int = _setting(
+        4_000_000,
+        "Bytes of a crafted tool's stdout a call (MCP, run --json) returns whole; past it the whole stdout goes to a "
+        "file in the state directory's outputs/ and the call returns its first lines, truncated: true and the path.",
+    )
     nixpkgs: str = _setting(
         "auto",
         "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.",

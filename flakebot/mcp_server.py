@@ -5,11 +5,14 @@ Two kinds of tool:
 - every catalogued tool under its own name, with the input schema read from its clap --help. A call
   maps the arguments to argv (deliver.toolcall, the same mapping as `flakebot run --args-json`), runs
   the built program (a `stdin` argument is its standard input) and returns stdout, stderr and the exit
-  code; a non-zero exit sets isError.
+  code; a non-zero exit sets isError. A stdout past tool_output_limit comes back as its first lines with
+  truncated: true and the file holding all of it (the call still succeeded: no isError for that).
 
-Long work runs in worker threads: `craft`, `improve`, `package` and `resume` send notifications/progress for every
-stage and edit iteration when the client gave a progress token; `craft` with wait=false returns the run
-id at once and the craft goes on in this process (poll `status`). A craft, improve or `rm` that changes the
+Long work (`craft`, `improve`, `package`, `resume`) runs in worker threads. A request that carries a progress token
+is answered when the work is done, with notifications/progress for every stage and edit iteration; one without
+(the OpenAI Agents SDK's, whose requests time out after 5 s) gets a run handle at once while the work goes on in
+this process, and follows it with `status`. `wait` overrides either default. MCP tasks (spec 2025-11-25) are not
+offered: the installed SDK's low-level server has no handlers for them. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
 (and as structuredContent); a failure is flakebot's error object with isError set.
 """
@@ -29,7 +32,7 @@ import anyio.to_thread
 
 from flakebot import __version__, api, config
 from flakebot.deliver.schema import Field, closed_object
-from flakebot.deliver.toolcall import writable_argument
+from flakebot.deliver.toolcall import TRUNCATION, writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
@@ -39,8 +42,10 @@ logger = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "flakebot crafts tested command-line tools from a need in plain words. Every tool it has crafted is listed "
     "here as a tool of its own: call it with the arguments its schema names (and `stdin`). `craft` makes a new "
-    "one (minutes: it edits, tests and builds a Rust crate; pass wait=false to get a run id at once and poll "
-    "`status`). `list` and `show` describe the catalog; `runs`, `status` and `resume` follow crafts."
+    "one (minutes: it edits, tests and builds a Rust crate). Unless the request asked for progress, `craft`, `improve`, "
+    "`package` and `resume` answer at once with a run handle {run_id, status: running, follow}: call `status` with "
+    "that run_id every few seconds until its status is succeeded (the result is in it) or failed. `list` and `show` "
+    "describe the catalog; `runs`, `status` and `resume` follow crafts."
 )
 
 
@@ -51,12 +56,16 @@ def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> di
 
 WAIT = (
     "boolean",
-    "true (default): answer when done, with progress notifications; false: answer at once with the run id, then poll status.",
+    "true: answer when the work is done (with progress notifications); false: answer at once with a run handle "
+    "{run_id, status: running, follow}, then call status with run_id until its status is succeeded or failed. "
+    "Null or absent: true if the request carries a progress token, else false.",
 )
+FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
+LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
 OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "craft": (
         "Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for the same need); "
-        "returns its manifest. Start from a git repository or local crate with `from`.",
+        "returns its manifest. Start from a git repository or local crate with `from`." + LONG,
         _schema(
             ("need",),
             need=("string", "What the tool should do, in plain words."),
@@ -76,7 +85,8 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "improve": (
         "Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it has "
-        "must still pass, new ones are added for the change. Earlier versions stay callable through `run` as NAME@VERSION.",
+        "must still pass, new ones are added for the change. Earlier versions stay callable through `run` as NAME@VERSION."
+        + LONG,
         _schema(
             ("tool", "request"),
             tool=("string", "The catalogued tool (NAME, or NAME@VERSION to start from that version)."),
@@ -86,11 +96,12 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         ),
     ),
     "status": (
-        "A run's status and stage timeline; once it succeeded, its result (a craft's manifest).",
+        "A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it "
+        "succeeded, its result (a craft's manifest). Poll it every few seconds to follow a run handle.",
         _schema(("run_id",), run_id=("string", "The run id craft returned.")),
     ),
     "resume": (
-        "Continue an interrupted or failed run from its first unfinished stage.",
+        "Continue an interrupted or failed run from its first unfinished stage." + LONG,
         _schema(("run_id",), run_id=("string", "The run to continue."), wait=WAIT),
     ),
     "search": (
@@ -108,18 +119,21 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
         _schema(("name",), name=("string", "A run id or a tool name.")),
     ),
     "package": (
-        "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model.",
+        "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model."
+        + LONG,
         _schema(
             ("target",),
             target=("string", "A crate directory or a crate name."),
             registry=("string", "Where to find a crate name."),
             bin=("string", "The binary, when the crate has several."),
             out=("string", "Write the flake to this directory (kept after the run)."),
+            wait=WAIT,
         ),
     ),
     "runs": ("List runs, newest first, with status and need.", _schema()),
     "run": (
-        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead).",
+        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead). "
+        + TRUNCATION,
         _schema(
             ("tool",),
             tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
@@ -209,7 +223,7 @@ class FlakebotMCP:
             )  # fmt: skip
             return result.to_dict()
 
-        return await self._long(ctx, work, wait=args.get("wait", True) is not False, changes_catalog=True)
+        return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=True)
 
     async def _tool_improve(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, OWN_TOOLS["improve"][1])
@@ -219,7 +233,7 @@ class FlakebotMCP:
         def work(sink: EventSink) -> dict[str, Any]:
             return api.improve(tool, request, model=model, sink=sink, settings=settings).to_dict()
 
-        return await self._long(ctx, work, wait=args.get("wait", True) is not False, changes_catalog=True)
+        return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=True)
 
     async def _tool_resume(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         settings = self.settings()
@@ -227,7 +241,7 @@ class FlakebotMCP:
         return await self._long(
             ctx,
             lambda sink: api.resume(run_id, sink=sink, settings=settings),
-            wait=args.get("wait", True) is not False,
+            wait=_wait(ctx, args),
             changes_catalog=True,
         )
 
@@ -245,7 +259,7 @@ class FlakebotMCP:
             )
             return out.to_dict()
 
-        return await self._long(ctx, work, wait=True, changes_catalog=False)
+        return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=False)
 
     async def _tool_status(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         return await _threaded(lambda: api.status(_required(args, "run_id"), self.settings()))
@@ -274,8 +288,8 @@ class FlakebotMCP:
         writable = writable_argument(args)
 
         def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable)
-            return {"exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr[-4000:]}
+            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable).to_dict()
+            return {k: v for k, v in call.items() if k not in ("tool", "argv")} | {"stderr": call["stderr"][-4000:]}
 
         result = await anyio.to_thread.run_sync(run)
         return {"ok": result["exit_code"] == 0, **result}
@@ -302,7 +316,7 @@ class FlakebotMCP:
             raise job.error
         if job.result is not None:
             return {"ok": True, **job.result}
-        return {"ok": True, "run_id": job.run_id, "status": "running", "next": f"poll status with run_id {job.run_id}"}
+        return {"ok": True, "run_id": job.run_id, "status": "running", "follow": FOLLOW}
 
     async def _job(self, job: Job, work: Callable[[EventSink], dict[str, Any]], sink: EventSink, notify: Any) -> None:
         try:
@@ -313,6 +327,15 @@ class FlakebotMCP:
             job.known.set()
         if notify is not None and job.result is not None and job.result.get("status") in ("crafted", "succeeded"):
             await _tools_changed(notify)
+
+
+def _wait(ctx: Any, args: dict[str, Any]) -> bool:
+    """Whether to answer when the work is done: as `wait` says, else only when the client asked for progress (a client
+    that did not may time out long before a craft ends: the Agents SDK's requests time out after 5 s)."""
+    wait = args.get("wait")
+    if wait is None:
+        return bool(ctx.meta and ctx.meta.get("progress_token") is not None)
+    return wait is not False
 
 
 def _progress_sink(ctx: Any, job: Job) -> EventSink:

@@ -19,7 +19,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from flakebot import __version__
 from tests.conftest import REPO, require, run_cli
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
+from tests.fakes.shout import shout_script
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
@@ -59,21 +59,6 @@ async def mcp_client() -> Any:
     async with stdio_client(params) as (read, write), ClientSession(read, write, message_handler=on_message) as session:
         init = await session.initialize()
         yield Client(session, notices, init)
-
-
-def shout_script(tmp_path: Path) -> Path:
-    """A scripted model for the shout tool: the spec from tests/fixtures, one edit writing the program."""
-    spec_turn = {"tool_calls": [{"name": "submit_spec", "arguments": SHOUT_SPEC}]}
-    script = tmp_path / "shout-script.json"
-    script.write_text(
-        json.dumps(
-            {
-                "format": 1,
-                "stages": {"spec": [spec_turn], "edit": [{"tool_calls": [write_file("src/main.rs", SHOUT_RS)]}]},
-            }
-        )
-    )
-    return script
 
 
 def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:

@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from flakebot.deliver import schema
 from flakebot.deliver.toolcall import mcp_definition
 from tests.conftest import REPO, json_result, require, run_cli
 from tests.deliver.test_helpparse import CLAP4, REPEATABLE
+from tests.fakes.shout import shout_script
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 LANGCHAIN_PYTHON = REPO / ".venv/langchain/bin/python"
@@ -124,18 +126,30 @@ def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
             tools = {tool.name: tool for tool in await server.list_tools()}
             seen["schema"] = assert_strict_as_is(tools["csv-dedup"], server, caplog)
             context = RunContextWrapper(context=None)
-            blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}  # what the issue saw fail
+            blank = {
+                "file": "",
+                "key": "",
+                "no_header": False,
+                "stdin": CSV,
+                "writable": None,
+            }  # what the issue saw fail
             seen["blank"] = await MCPUtil.invoke_mcp_tool(server, tools["csv-dedup"], context, json.dumps(blank))
-            keyed = {"file": None, "key": ["name"], "no_header": None, "stdin": "id,name\n1,a\n2,a\n"}
+            keyed = {"file": None, "key": ["name"], "no_header": None, "stdin": "id,name\n1,a\n2,a\n", "writable": None}
             seen["keyed"] = await server.call_tool("csv-dedup", keyed)
-            failing = {"tool": "csv-dedup", "args": "--key zip", "stdin": "id,name\n1,a\n"}
+            failing = {"tool": "csv-dedup", "args": "--key zip", "stdin": "id,name\n1,a\n", "writable": None}
             seen["failing"] = await server.call_tool("run", failing)
         return seen
 
     seen = asyncio.run(session())
     # LangChain in the same catalog: the strict model's call, and a repeated option as a list.
-    blank = {"file": "", "key": "", "no_header": False, "stdin": CSV}
-    keys = {"file": None, "key": ["id", "name"], "no_header": None, "stdin": "id,name\n1,a\n1,a\n2,a\n"}
+    blank = {"file": "", "key": "", "no_header": False, "stdin": CSV, "writable": None}
+    keys = {
+        "file": None,
+        "key": ["id", "name"],
+        "no_header": None,
+        "stdin": "id,name\n1,a\n1,a\n2,a\n",
+        "writable": None,
+    }
     langchain = langchain_client([("csv-dedup", blank), ("csv-dedup", keys)])
     assert langchain["strict"]["csv-dedup"] == langchain["schemas"]["csv-dedup"] == seen["schema"]
     assert langchain["calls"][0]["result"]["stdout"] == "id,name\n1,ann\n2,bob\n3,cy\n"
@@ -149,3 +163,42 @@ def test_the_agents_sdk_calls_a_crafted_tool_as_a_strict_model_would(
     assert keyed["argv"] == ["--key", "name"] and keyed["stdout"] == "id,name\n1,a\n" and not seen["keyed"].is_error
     failing = json.loads(seen["failing"].content[0].text)
     assert seen["failing"].is_error and failing["exit_code"] == 1 and "no column named 'zip'" in failing["stderr"]
+
+
+@pytest.mark.slow
+def test_the_agents_sdk_on_its_5s_timeout_crafts_by_following_a_run_handle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Agents SDK sends no progress token and gives up on a request after 5 s (client_session_timeout_seconds):
+    craft answers with a run handle at once, `status` follows it to the end, then the crafted tool is called."""
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
+                 "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
+
+    async def session() -> dict[str, Any]:
+        seen: dict[str, Any] = {"polls": []}
+        async with flakebot_server() as server:
+            assert server.client_session_timeout_seconds == 5  # the SDK's default, unchanged here
+            started = time.monotonic()
+            seen["handle"] = await server.call_tool("craft", arguments)
+            seen["answered_in"] = time.monotonic() - started
+            run_id = json.loads(seen["handle"].content[0].text)["run_id"]
+            for _ in range(900):
+                status = json.loads((await server.call_tool("status", {"run_id": run_id})).content[0].text)
+                seen["polls"].append(status["status"])
+                if status["status"] not in ("created", "running"):
+                    break
+                await asyncio.sleep(1)
+            seen["status"] = status
+            seen["shout"] = await server.call_tool("shout", {"stdin": "follow me\n"})
+        return seen
+
+    seen = asyncio.run(session())
+    handle = json.loads(seen["handle"].content[0].text)
+    assert not seen["handle"].is_error and handle["status"] == "running" and "status" in handle["follow"], handle
+    assert seen["answered_in"] < 5
+    assert "running" in seen["polls"] and seen["status"]["status"] == "succeeded", seen["status"]
+    assert seen["status"]["result"]["name"] == "shout"
+    shout = json.loads(seen["shout"].content[0].text)
+    assert not seen["shout"].is_error and shout["stdout"] == "FOLLOW ME\n"

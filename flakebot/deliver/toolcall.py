@@ -22,6 +22,11 @@ from flakebot.modeltext import tool_description
 logger = logging.getLogger(__name__)
 
 TIMED_OUT = 124
+HEAD_BYTES = 65536  # at most this much of a truncated stdout comes back in the result, in whole lines
+TRUNCATION = (
+    "A stdout longer than flakebot's tool_output_limit setting is not returned whole: the result then has "
+    "truncated: true, stdout_file (a file holding all of it), stdout_bytes and its first lines as stdout."
+)
 WRITABLE = "writable"  # the paths a call lets the tool write, beside its schema's arguments
 WRITABLE_SCHEMA = field_schema(
     Field("array", "Existing files or directories the tool may write (e.g. its output file); nothing else is writable.")
@@ -47,11 +52,16 @@ class ToolCall:
     tool: str
     argv: list[str]
     exit_code: int
-    stdout: str
+    stdout: str  # whole, or (truncated) its first lines
     stderr: str
+    truncated: bool = False  # stdout passed tool_output_limit: the whole of it is in stdout_file
+    stdout_file: str = ""
+    stdout_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The call as JSON; the truncation keys only when stdout was truncated (then always all three)."""
+        keys = ("truncated", "stdout_file", "stdout_bytes")
+        return {k: v for k, v in asdict(self).items() if self.truncated or k not in keys}
 
 
 def parameters(manifest: dict[str, Any]) -> list[CliParam]:
@@ -70,7 +80,7 @@ def mcp_definition(manifest: dict[str, Any]) -> dict[str, Any]:
     description = tool_description(manifest.get("summary", ""), manifest.get("usage", ""))
     description += (
         "\n\nPass standard input as the `stdin` argument and null for any argument you do not want; "
-        "the result holds stdout, stderr and the exit code. "
+        "the result holds stdout, stderr and the exit code. " + TRUNCATION + " "
         "The tool runs in an empty directory: paths its arguments name are read-only; list the paths it may "
         "write (an output file or directory) in `writable`."
     )
@@ -149,6 +159,17 @@ def run_captured(
     if result.timed_out:  # exit 124, as coreutils' timeout reports it
         stderr += f"\n[flakebot: stopped after {settings.tool_timeout:g}s; raise tool_timeout to allow more]\n"
     if result.truncated:
-        stderr += f"\n[flakebot: output cut to its first and last bytes (output_cap {settings.output_cap})]\n"
+        stderr += f"\n[flakebot: stderr cut to its first and last bytes (output_cap {settings.output_cap})]\n"
     code = TIMED_OUT if result.timed_out else result.returncode
-    return ToolCall(manifest["name"], args, code, result.stdout, stderr)
+    if not result.stdout_file:
+        return ToolCall(manifest["name"], args, code, result.stdout, stderr)
+    logger.info("%s printed %d bytes: stdout is in %s", manifest["name"], result.stdout_bytes, result.stdout_file)
+    head = _head(result.stdout, min(HEAD_BYTES, settings.tool_output_limit))
+    return ToolCall(manifest["name"], args, code, head, stderr, True, result.stdout_file, result.stdout_bytes)
+
+
+def _head(text: str, size: int) -> str:
+    """The first whole lines of `text` within `size` bytes (the first `size` bytes when one line is longer)."""
+    data = text.encode()[:size]
+    cut = data.rfind(b"\n")
+    return (data[: cut + 1] if cut >= 0 else data).decode(errors="replace")

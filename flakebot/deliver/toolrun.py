@@ -14,12 +14,12 @@ path, sandboxed. With the sandbox off the tool runs in the caller's directory wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from flakebot.errors import CatalogError, UsageError
 from flakebot.nix import command
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
+from flakebot.sandbox.process import MIB, Spill, execute
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +203,7 @@ def tool_sandbox(
         named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, own)
     with tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch:
         at = None if cwd == Path("/") or _visible(cwd) else cwd
-        limits = limits_for(settings, timeout=timeout)
+        limits = dataclasses.replace(limits_for(settings, timeout=timeout), spill=output_spill(settings))
         sandbox = open_sandbox(
             settings.sandbox,
             workspace=Path(scratch),
@@ -218,6 +219,13 @@ def tool_sandbox(
         )
         yield sandbox, (cwd if at or not isinstance(sandbox, BwrapSandbox) else Path(scratch))
         _warn_discarded(Path(scratch), cwd if at else Path(scratch), sandbox)
+
+
+def output_spill(settings: Settings) -> Spill:
+    """A tool call's stdout comes back whole: up to tool_output_limit bytes in the result, past it in a file
+    under the state directory (no larger than the sandbox's file-size limit)."""
+    directory = settings.path("workdir") / "outputs"
+    return Spill(directory, settings.tool_output_limit, settings.sandbox_file_mb * MIB)
 
 
 def _warn_discarded(scratch: Path, at: Path, sandbox: Sandbox) -> None:
@@ -245,29 +253,17 @@ def run_captured(
     cwd: Path | None = None,
     writable: list[str] | None = None,
 ) -> CommandResult:
-    """Run the tool in the sandbox with its output captured (capped) and `settings.tool_timeout`; `stdin` None
-    passes the caller's own standard input as it is (the tool decides whether to read it)."""
+    """Run the tool in the sandbox with `settings.tool_timeout`, its stdout captured whole (past tool_output_limit
+    in a file: CommandResult.stdout_file) and stderr capped; `stdin` None passes the caller's own standard input as
+    it is (the tool decides whether to read it)."""
     timeout = settings.tool_timeout
     binary = built_program(manifest, settings.nix_build_timeout)
     with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable) as (sandbox, where):
         if stdin is not None:
             return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
-        return _inheriting_stdin(sandbox, [str(binary), *args], where, timeout)
-
-
-def _inheriting_stdin(sandbox: Sandbox, argv: list[str], cwd: Path, timeout: float) -> CommandResult:
-    full, env = sandbox.command(argv, cwd=cwd)
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(full, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as expired:  # bubblewrap dies with its parent's kill, and the tool with it
-        out, err = (_text(expired.stdout), _text(expired.stderr))
-        return CommandResult(argv, -9, out, err, time.perf_counter() - start, timed_out=True)
-    return CommandResult(argv, done.returncode, done.stdout, done.stderr, time.perf_counter() - start)
-
-
-def _text(output: str | bytes | None) -> str:
-    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+        full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with the caller's stdin
+        return execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
+                       output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
 
 
 def run_attached(

@@ -119,10 +119,19 @@ def open_sandbox(
         cargo_git=cargo_git,
         adopt=adopt,
     )
+    if bwrap in _WORKING:  # it made a sandbox in this process already (an MCP server runs many tool calls)
+        sandbox.start_overhead = _WORKING[bwrap]
+        return sandbox
     problem = sandbox.probe()
     if problem:
         return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())
+    _WORKING[bwrap] = sandbox.start_overhead
     return sandbox
+
+
+# bwrap programs whose probe passed in this process, with the start overhead measured. Skipping a later probe cannot
+# loosen anything: a sandbox that failed after all fails its command (bwrap's error), it never falls back to plain.
+_WORKING: dict[str, float | None] = {}
 
 
 def limits_for(settings: Settings, timeout: float | None = None) -> SandboxLimits:

@@ -93,6 +93,7 @@ class BwrapSandbox:
             stdin=stdin,
             output_cap=self.limits.output_cap,
             watch=watch,
+            spill=self.limits.spill,
         )
 
     def command(
@@ -100,6 +101,8 @@ class BwrapSandbox:
     ) -> tuple[list[str], dict[str, str]]:
         limit = self.limit_argv()
         uid = self.sandbox_uid()
+        for path in self.writable:  # made before they are adopted: a directory made after would stay root's
+            path.mkdir(parents=True, exist_ok=True)
         if uid is not None:
             trees = [
                 p
@@ -304,9 +307,10 @@ def _secret_masks(args: list[str]) -> list[str]:
         (args[i + 1], args[i + 2]) for i, op in enumerate(args) if op in ("--bind", "--ro-bind") and i + 2 < len(args)
     ]
     shown: dict[str, None] = {}
+    secrets = secret_files()
     for source, dest in binds:
         real = Path(os.path.realpath(source))
-        for secret in secret_files():
+        for secret in secrets:
             if secret == real or secret.is_relative_to(real):
                 shown[str(Path(dest) / secret.relative_to(real))] = None
     return [arg for path in shown for arg in ("--ro-bind", "/dev/null", path)]

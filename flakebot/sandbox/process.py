@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 import tomllib
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ class CommandResult:
     timed_out: bool = False
     truncated: bool = False
     limit: str = ""  # the limit that killed the command ("disk"), when one did
+    stdout_file: str = ""  # with SandboxLimits.spill: the file holding the whole stdout, when it passed spill.limit
+    stdout_bytes: int = 0  # the whole stdout's size, when it went to stdout_file
 
     @property
     def ok(self) -> bool:
@@ -68,6 +71,16 @@ class Sandbox(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Spill:
+    """Where a command's whole stdout goes once it passes `limit` bytes: a new file in `directory` (the command is
+    killed if the file would pass `file_cap` bytes). Below the limit stdout stays in memory, whole."""
+
+    directory: Path
+    limit: int
+    file_cap: int
+
+
 @dataclass
 class SandboxLimits:
     """Per-command limits shared by every sandbox kind."""
@@ -81,6 +94,7 @@ class SandboxLimits:
     file_mb: int = 2048  # RLIMIT_FSIZE: the largest file one process may write
     disk_mb: int = 10240  # growth of the workspace's file system while one command runs; past it the command is killed
     tmp_mb: int = 1024  # size of the private /tmp and HOME tmpfs (bubblewrap only)
+    spill: Spill | None = None  # a crafted tool's call: stdout whole, past a limit in a file (never capped)
 
     def prlimit_argv(self) -> list[str]:
         """`prlimit` with the per-process limits, or nothing when prlimit is missing (logged)."""
@@ -136,6 +150,7 @@ class PlainSandbox:
             stdin=stdin,
             output_cap=self.limits.output_cap,
             watch=watch,
+            spill=self.limits.spill,
         )
 
     def command(
@@ -199,6 +214,50 @@ class _Capture:
         marker = f"\n[... {self.dropped} bytes dropped by the output cap ...]\n"
         return self.head.decode(errors="replace") + marker + self.tail.decode(errors="replace")
 
+    def close(self) -> None:
+        pass
+
+
+class _Spill(_Capture):
+    """A stream kept whole: in memory up to `spill.limit` bytes; past it, all of it in a new file in
+    `spill.directory` (only the first `limit` bytes stay in memory), up to `spill.file_cap` bytes."""
+
+    def __init__(self, spill: Spill) -> None:
+        super().__init__(0)
+        self.spill, self.size = spill, 0
+        self.path: Path | None = None
+        self.file: Any = None
+
+    def add(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.file is None:
+            self.head += chunk
+            if len(self.head) <= self.spill.limit:
+                return
+            self.path = self._open()
+            chunk = bytes(self.head)
+            del self.head[self.spill.limit :]
+        kept = chunk[: max(self.spill.file_cap - self.file.tell(), 0)]
+        self.file.write(kept)
+        self.dropped += len(chunk) - len(kept)
+
+    def _open(self) -> Path:
+        self.spill.directory.mkdir(parents=True, exist_ok=True)
+        path = self.spill.directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.stdout"
+        self.file = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")  # noqa: SIM115 - closed by close()
+        return path
+
+    def over(self) -> str:
+        """The limit check: the file would grow past file_cap (the rest would be lost), so the command is killed."""
+        return f"output: stdout passed {self.spill.file_cap} bytes and was killed" if self.dropped else ""
+
+    def text(self) -> str:
+        return self.head.decode(errors="replace")
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
 
 def execute(
     shown: list[str],
@@ -210,16 +269,19 @@ def execute(
     stdin: str | None,
     output_cap: int,
     watch: Callable[[], str] | None = None,
+    spill: Spill | None = None,
+    inherit_stdin: bool = False,
 ) -> CommandResult:
-    """Run `argv` in a new session: capped output, stdin fed, the whole group killed at `timeout`, when
-    `watch()` names a limit it passed, and at the end."""
+    """Run `argv` in a new session: capped output (with `spill`, stdout whole: in memory or in a file), stdin fed
+    (or the caller's own, `inherit_stdin`), the whole group killed at `timeout`, when `watch()` names a limit it
+    passed, and at the end."""
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
             env=env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdin=None if inherit_stdin else subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -228,22 +290,30 @@ def execute(
         return CommandResult(
             shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start
         )
-    out, err = _Capture(output_cap), _Capture(output_cap)
-    breach = _Breach(watch)
+    out: _Capture = _Capture(output_cap) if spill is None else _Spill(spill)
+    err = _Capture(output_cap)
+    breach = _Breach(_also(watch, out.over) if isinstance(out, _Spill) else watch)
     try:
         timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
     finally:  # also on Ctrl-C: nothing outlives the call
         _kill_group(proc.pid)
         returncode = proc.wait()
+        out.close()
     seconds = time.perf_counter() - start
     if timed_out:
         logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])
     if breach.reason:
         logger.warning("%s: %s", breach.reason, " ".join(shown)[:200])
         err.add(f"\nflakebot: {breach.reason}\n".encode())
+    spilled = out.path if isinstance(out, _Spill) and out.path else None
     return CommandResult(
-        shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason
-    )
+        shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason,
+        str(spilled or ""), out.size if isinstance(out, _Spill) and spilled else 0,
+    )  # fmt: skip
+
+
+def _also(first: Callable[[], str] | None, second: Callable[[], str]) -> Callable[[], str]:
+    return lambda: (first() if first else "") or second()
 
 
 class _Breach:

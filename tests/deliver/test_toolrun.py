@@ -251,3 +251,31 @@ def test_model_text_in_the_catalog_is_shown_as_text(tmp_path: Path) -> None:
         assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
         assert "\x1b" not in shown.stdout + shown.stderr and "\r" not in shown.stdout
     assert "[/]" in run_cli("list").stdout
+
+
+def test_a_long_stdout_comes_back_whole_or_in_a_file_never_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's case: 10 MB through csv-dedup came back exit 0 with stdout cut at the 200 KB output cap. Now
+    stdout is whole up to tool_output_limit; past it the whole of it is in a file, and the result says so."""
+    require("bwrap")
+    _tool(tmp_path, "lines", 'seq "${1:-100000}"\n')
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    whole = "".join(f"{n}\n" for n in range(1, 100_001))  # 588,895 bytes: past the 200,000-byte output_cap
+    assert len(whole) > config.load().output_cap
+    by_mcp = mcp_call("run", {"tool": "lines", "args": ["100000"]})
+    assert by_mcp["stdout"] == whole and "truncated" not in by_mcp and by_mcp["ok"] is True
+
+    monkeypatch.setenv("FLAKEBOT_TOOL_OUTPUT_LIMIT", "10000")
+    outputs = config.load().path("workdir") / "outputs"
+    answers = {
+        "mcp tool": mcp_call("lines", {"stdin": None, "writable": None}),
+        "mcp run": mcp_call("run", {"tool": "lines", "args": ["100000"]}),
+        "run --json": json.loads(run_cli("run", "lines", "--json", "--", "100000").stdout)["result"],
+    }
+    for how, answer in answers.items():
+        assert answer["truncated"] is True and answer["exit_code"] == 0, (how, answer)
+        assert Path(answer["stdout_file"]).parent == outputs, how
+        assert Path(answer["stdout_file"]).read_text() == whole and answer["stdout_bytes"] == len(whole), how
+        head = answer["stdout"]
+        assert whole.startswith(head) and head.endswith("\n") and 9000 < len(head) <= 10000, how  # whole lines
+    assert len(list(outputs.iterdir())) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -15,6 +16,7 @@ import pytest
 
 from flakebot.errors import SandboxError
 from flakebot.sandbox import BwrapSandbox, PlainSandbox, open_sandbox
+from flakebot.sandbox.process import SandboxLimits, Spill
 from tests.conftest import require
 from tests.fakes.escape_cases import CASES, MARKER_VAR, marked_processes, run_escape_cases
 
@@ -97,6 +99,27 @@ def test_output_cap_keeps_head_and_tail(ws: Path, target: Path) -> None:
     assert len(result.stdout) < 10_200
 
 
+def test_spilled_stdout_is_whole_in_memory_or_in_a_file(ws: Path, target: Path, tmp_path: Path) -> None:
+    whole = "".join(f"{n}\n" for n in range(1, 200001)).encode()
+    spill = Spill(tmp_path / "outputs", limit=len(whole), file_cap=10 * len(whole))
+    kept = bwrap_sandbox(ws, target, limits=SandboxLimits(output_cap=1000, spill=spill)).run(["seq", "200000"], cwd=ws)
+    assert kept.ok and not kept.truncated and kept.stdout.encode() == whole and not kept.stdout_file
+    assert not spill.directory.exists()  # nothing spilled
+
+    small = dataclasses.replace(spill, limit=1000)
+    spilled = bwrap_sandbox(ws, target, limits=SandboxLimits(output_cap=1000, spill=small)).run(
+        ["seq", "200000"], cwd=ws
+    )
+    assert spilled.ok and not spilled.truncated and spilled.stdout.encode() == whole[:1000]
+    assert Path(spilled.stdout_file).read_bytes() == whole and spilled.stdout_bytes == len(whole)
+    assert Path(spilled.stdout_file).parent == spill.directory and Path(spilled.stdout_file).stat().st_mode & 0o077 == 0
+
+    capped = dataclasses.replace(spill, limit=1000, file_cap=100_000)
+    endless = bwrap_sandbox(ws, target, limits=SandboxLimits(output_cap=1000, spill=capped)).run(["yes"], cwd=ws)
+    assert not endless.ok and endless.truncated and "stdout passed 100000 bytes" in endless.limit
+    assert Path(endless.stdout_file).stat().st_size == 100_000
+
+
 def test_stdin_env_and_no_secrets(ws: Path, target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
     sandbox = bwrap_sandbox(ws, target, output_cap=1_000_000)
@@ -114,7 +137,7 @@ def test_workspace_and_target_writable_git_and_system_read_only(ws: Path, target
     sandbox = bwrap_sandbox(ws, target)
     script = f"echo a > made.txt && echo b > {target}/built && (echo c > .git/config.new || echo git-ro) && (touch /usr/x 2>/dev/null || echo usr-ro)"
     result = sandbox.run(["bash", "-c", script], cwd=ws)
-    assert result.stdout.split() == ["git-ro", "usr-ro"]
+    assert result.stdout.split() == ["git-ro", "usr-ro"], result
     assert (ws / "made.txt").read_text() == "a\n" and (target / "built").read_text() == "b\n"
     assert not (ws / ".git/config.new").exists()
 

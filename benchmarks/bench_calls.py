@@ -1,0 +1,166 @@
+"""P11-P13: calling crafted tools. `flakebot mcp` start-up (initialize + tools/list), one MCP tool call, and
+`flakebot run TOOL`, each measured beside the bare binary in the same run.
+
+The tool is a small binary (coreutils' echo) catalogued as a crafted tool, so the figures are flakebot's own cost:
+the sandbox (bubblewrap, prlimit, setpriv), the catalog and the protocol. The MCP client speaks JSON-RPC over
+the server's pipes directly, so no client library's cost is counted. Rounds are interleaved (each round runs
+every measure once) so a burst of other work on the shared machine hits them alike; medians are the figures.
+What the SDK's own import costs (`import mcp.server.lowlevel, mcp.server.stdio`) is measured beside start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TOOL = "hi"
+START_GOAL_S = 0.5
+CALL_GOAL_S = 0.020
+RUN_GOAL_S = 0.15
+
+
+def _home(root: Path) -> dict[str, str]:
+    """A fresh flakebot home with the tool catalogued; the environment that points flakebot at it."""
+    env = dict(os.environ)
+    for sub in ("config", "data", "cache", "state"):
+        (root / sub).mkdir(parents=True)
+        env[f"XDG_{sub.upper()}_HOME"] = str(root / sub)
+    for name in [k for k in env if k.startswith("FLAKEBOT_")]:
+        del env[name]
+    store = root / "store"
+    (store / "bin").mkdir(parents=True)
+    shutil.copy(shutil.which("echo") or "/bin/echo", store / "bin" / TOOL)
+    code = (
+        "import sys; from pathlib import Path; from flakebot import config; from flakebot.deliver.catalog import Catalog\n"
+        "root = Path(sys.argv[1]); (root / 'flake').mkdir()\n"
+        f"m = {{'name': '{TOOL}', 'main_program': '{TOOL}', 'store_path': str(root / 'store'), 'summary': 'echo',"
+        " 'nix_run_argv': ['nix', 'run', 'unused']}\n"
+        f"Catalog.open(config.load()).add('{TOOL}', need='echo', flake_dir=root / 'flake', manifest=m, usage_md='# {TOOL}',"
+        " store_path=str(root / 'store'), run_id='bench', origin={})\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(root)], env=env, check=True, capture_output=True)
+    return env
+
+
+class Server:
+    """`flakebot mcp` driven over its pipes."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flakebot", "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+        )
+        self.next_id = 0
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.next_id += 1
+        self._send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"flakebot mcp ended before answering {method}")
+            message = json.loads(line)
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return dict(message["result"])
+
+    def start(self) -> list[str]:
+        info = {"name": "bench", "version": "1"}
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info})
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return [tool["name"] for tool in self.request("tools/list", {})["tools"]]
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def _timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def run(repeat: int = 7, calls: int = 15) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="flakebot-bench-calls-") as tmp:
+        env = _home(Path(tmp) / "home")
+        work = Path(tmp) / "work"
+        work.mkdir()
+        binary = str(Path(tmp) / "home/store/bin" / TOOL)
+        bare = [binary, "hello"]
+        bwrap = ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", *bare]
+        samples: dict[str, list[float]] = {k: [] for k in ("python", "sdk_import", "mcp_start", "bare", "run")}
+
+        def start() -> None:
+            server = Server(env, work)
+            assert TOOL in server.start()
+            server.close()
+
+        def quiet(argv: list[str]) -> None:
+            subprocess.run(argv, cwd=work, env=env, capture_output=True, check=True)
+
+        sdk = [sys.executable, "-c", "import mcp.server.lowlevel, mcp.server.stdio"]
+        for _ in range(repeat):
+            samples["python"].append(_timed(lambda: quiet([sys.executable, "-c", "pass"])))
+            samples["sdk_import"].append(_timed(lambda: quiet(sdk)))
+            samples["mcp_start"].append(_timed(start))
+            samples["bare"].append(_timed(lambda: quiet(bare)))
+            samples["run"].append(_timed(lambda: quiet([sys.executable, "-m", "flakebot", "run", TOOL, "--", "hello"])))
+
+        call_samples: dict[str, list[float]] = {"call": [], "bare": [], "bwrap": []}
+        server = Server(env, work)
+        server.start()
+        arguments = {"name": TOOL, "arguments": {"stdin": None, "writable": None}}
+        answer = server.request("tools/call", arguments)  # the first call probes the sandbox
+        if answer.get("isError"):
+            raise RuntimeError(f"the tool call failed: {answer}")
+        for _ in range(calls):
+            call_samples["call"].append(_timed(lambda: server.request("tools/call", arguments)))
+            call_samples["bare"].append(_timed(lambda: quiet(bare)))
+            call_samples["bwrap"].append(_timed(lambda: quiet(bwrap)))
+        server.close()
+
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    calls_med = {k: statistics.median(v) for k, v in call_samples.items()}
+    return {
+        "python_startup_s": round(med["python"], 4),
+        "sdk_import_s": round(med["sdk_import"], 4),
+        "mcp_start_s": round(med["mcp_start"], 4),
+        "mcp_start_goal_s": START_GOAL_S,
+        "mcp_call_s": round(calls_med["call"], 4),
+        "bare_call_s": round(calls_med["bare"], 4),
+        "bwrap_call_s": round(calls_med["bwrap"], 4),
+        "mcp_call_overhead_s": round(calls_med["call"] - calls_med["bare"], 4),
+        "mcp_call_overhead_over_bwrap_s": round(calls_med["call"] - calls_med["bwrap"], 4),
+        "mcp_call_goal_s": CALL_GOAL_S,
+        "run_s": round(med["run"], 4),
+        "bare_run_s": round(med["bare"], 4),
+        "run_overhead_s": round(med["run"] - med["bare"], 4),
+        "run_goal_s": RUN_GOAL_S,
+        "repeat": repeat,
+        "calls": calls,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
