@@ -19,7 +19,7 @@ import pytest
 from flakebot.errors import NixError
 from flakebot.nix import command
 from flakebot.nix.standin import ensure_standin
-from tests.conftest import require
+from tests.conftest import DEBIAN_REGISTRY, require
 from tests.fakes.nix_crates import directory_source, greeter, host_settings, source_settings
 
 WRITER = """\
@@ -63,7 +63,7 @@ def test_every_nix_call_builds_as_nixbld_in_the_sandbox(tmp_path: Path) -> None:
         assert shown["sandbox-fallback"]["value"] is False, mode
     paths = command.sandbox_paths(standin)
     host = json.loads((standin / "host.json").read_text())
-    assert f"/flakebot/registry={Path('/usr/share/cargo/registry').resolve()}" in paths
+    assert f"/flakebot/registry={DEBIAN_REGISTRY.resolve()}" in paths
     assert all(not entry.startswith(str(Path.home())) for entry in paths), "nothing under root's home by its own path"
     run = command.run_argv(tmp_path / "flake", "host", standin)
     assert command.run_target(run) == (str(tmp_path / "flake"), "host", standin)

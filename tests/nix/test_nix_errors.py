@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from tests.fakes.nix_crates import broken, greeter, host_settings, library, many
 
 def _script(path: Path, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    for made in (path, path.parent):  # as a store path is: the smoke run's unprivileged uid reads and runs it
+        made.chmod(0o755)
     return path
 
 
