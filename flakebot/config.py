@@ -88,7 +88,7 @@ class Settings:
     )
     git_sources: str = _setting(
         "github.com,gitlab.com,codeberg.org,git.sr.ht,bitbucket.org",
-        "Git dependencies host cargo may fetch: https hosts, or scheme://host[:port][/path] prefixes (comma-separated).",
+        "Git dependencies host cargo may fetch: https hosts, or scheme://host:port/path prefixes (port and path optional; comma-separated).",
     )
     github_api_url: str = _setting("https://api.github.com", "GitHub REST API base URL (for --fork).")
     git_timeout: float = _setting(300.0, "Seconds one git clone or push may take.")
