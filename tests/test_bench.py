@@ -87,7 +87,7 @@ def test_the_readme_eval_table_is_the_one_eval_wrote(tmp_path: Path) -> None:
 def test_unknown_benchmark_is_a_usage_error() -> None:
     result = run_benchmarks("--only", "startup,warp-drive")
     assert result.returncode == UsageError.exit_code
-    assert "no benchmark named warp-drive" in result.stderr and "choose from: startup, search" in result.stderr
+    assert "no benchmark named warp-drive" in result.stderr and "choose from: startup, calls, search" in result.stderr
 
 
 def test_sandboxed_cargo_is_classified_by_its_own_command() -> None:
