@@ -19,6 +19,36 @@ from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
 
+__all__ = [  # the public API; run_result and craft_result take a Run, flakebot's own
+    "CraftResult",
+    "call_tool",
+    "call_tool_argv",
+    "craft",
+    "evaluate",
+    "improve",
+    "install",
+    "list_remote",
+    "list_runs",
+    "list_tools",
+    "models",
+    "package",
+    "publish",
+    "remove_runs",
+    "remove_tool",
+    "resume",
+    "resume_report",
+    "run_tool",
+    "search",
+    "set_setting",
+    "settings_report",
+    "show",
+    "show_run",
+    "status",
+    "tool_arguments",
+    "tool_definitions",
+    "tool_manifest",
+]
+
 if TYPE_CHECKING:
     from flakebot.deliver.toolcall import ToolCall
     from flakebot.evaluate.harness import EvalReport
@@ -540,6 +570,7 @@ def package(
 
 
 def list_tools(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every catalogued tool's entry (its current version), sorted by name."""
     from flakebot.deliver.catalog import Catalog
 
     return sorted(Catalog.open(_settings(settings)).tools().values(), key=lambda e: e["name"])
@@ -619,6 +650,7 @@ def run_tool(
 
 
 def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Remove a tool from the catalog: NAME (every version, its GC roots with it) or NAME@VERSION; the entry removed."""
     from flakebot.deliver.catalog import Catalog
 
     return Catalog.open(_settings(settings)).remove(name)
