@@ -16,8 +16,8 @@ test-fast: setup
 	$(VENV)/pytest -W error -q -m "not slow"
 
 lint: setup
-	$(VENV)/ruff format --check -q flakebot tests benchmarks
-	$(VENV)/ruff check -q flakebot tests benchmarks
+	$(VENV)/ruff format --check -q flakebot templates tests benchmarks
+	$(VENV)/ruff check -q flakebot templates tests benchmarks
 	$(VENV)/mypy flakebot benchmarks
 
 check: test

@@ -16,7 +16,7 @@ LEAVES = {
     "fsutil",
     "modeltext",
     "redact",
-    "templates",
+    "render",
     "toolspec",
     "trust",
     "__version__",
@@ -89,3 +89,25 @@ def test_few_lines_are_longer_than_120_characters() -> None:
     lines = [line for path in PACKAGE.rglob("*.py") for line in path.read_text().splitlines()]
     long_lines = [line for line in lines if len(line) > 120]
     assert len(long_lines) / len(lines) < 0.012, f"{len(long_lines)} of {len(lines)} lines are over 120 characters"
+
+
+def test_the_wheel_lists_every_package_and_takes_templates_from_the_top_level() -> None:
+    """pyproject.toml lists the packages by hand (templates/ is mapped in as flakebot.templates): no folder left out."""
+    import tomllib
+
+    setuptools = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {"flakebot", *(f"flakebot.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
+    assert set(setuptools["packages"]) == folders | {"flakebot.templates"}
+    assert setuptools["package-dir"] == {"flakebot.templates": "templates"}
+    assert not (PACKAGE / "templates").exists()  # one copy: the top-level templates/
+    for name in ("flake.nix.j2", "usage.md.j2", "acceptance.rs.j2", "prompts/edit.j2", "standin/flake.nix"):
+        assert (PACKAGE.parent / "templates" / name).is_file(), name
+
+
+def test_every_root_module_is_on_the_readme_map() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text()
+    code_map = readme[readme.index("## The code") : readme.index("## What runs online")]
+    missing = [
+        p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py") and p.name not in code_map
+    ]
+    assert not missing, f"root modules not on README's map (## The code): {missing}"

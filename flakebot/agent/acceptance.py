@@ -36,7 +36,7 @@ def rust_str(text: str) -> str:
 
 def render_acceptance_test(spec: ToolSpec) -> str:
     """The integration test that holds the tool to its examples; frozen once written."""
-    from flakebot.templates import render
+    from flakebot.render import render
 
     examples = [
         {

@@ -8,7 +8,7 @@ from typing import Any
 
 from flakebot.deliver.helpparse import CliParam, json_schema, parse_help
 from flakebot.modeltext import tool_description
-from flakebot.templates import render
+from flakebot.render import render
 
 MANIFEST_FORMAT = 1
 

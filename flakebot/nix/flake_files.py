@@ -87,9 +87,9 @@ def render_flake(
     unknown_licenses: list[str] | None = None,
     output_hashes: dict[str, str] | None = None,
 ) -> str:
-    """flake.nix for the crate (flakebot/templates/flake.nix.j2); git dependencies without a hash in `output_hashes`
+    """flake.nix for the crate (templates/flake.nix.j2); git dependencies without a hash in `output_hashes`
     (NAME-VERSION -> hash) get lib.fakeHash."""
-    from flakebot.templates import render
+    from flakebot.render import render
 
     hashes = output_hashes or {}
     if not _SAFE_NAME.match(facts.bin_name):

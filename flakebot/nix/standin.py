@@ -2,7 +2,7 @@
 
 Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
 `--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
-(flakebot/templates/standin/); only host.json (where builds see the toolchain, RUSTUP_HOME and the local crate
+(templates/standin/); only host.json (where builds see the toolchain, RUSTUP_HOME and the local crate
 directory source, the host paths bound there, the checksums that source vouches for, the URL .crate files are
 fetched from) and licenses.json are rendered. Files are rewritten only when their content changes, so the
 stand-in keeps its store hash and builds stay cached.
@@ -23,12 +23,13 @@ from flakebot.config import Settings
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text
 from flakebot.nix import deps, licenses
+from flakebot.render import template_dir
 
 logger = logging.getLogger(__name__)
 
 # Where builds see the host toolchain, RUSTUP_HOME and the crate registry (bind-mounted, readable, not writable).
 SANDBOX_ROOT = "/flakebot"
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates" / "standin"
+TEMPLATE_DIR = template_dir() / "standin"
 STATIC_FILES = (
     "flake.nix",
     "lib.nix",

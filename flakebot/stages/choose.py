@@ -11,8 +11,8 @@ from typing import Any
 
 from flakebot.errors import SearchError, SpecError
 from flakebot.pipeline.engine import StageContext
+from flakebot.render import render
 from flakebot.stages.outputs import ChoiceOut, SearchOut, SpecOut
-from flakebot.templates import render
 
 logger = logging.getLogger(__name__)
 

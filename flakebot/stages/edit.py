@@ -24,8 +24,8 @@ from flakebot.fsutil import atomic_write_json
 from flakebot.llm.base import Model
 from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
+from flakebot.render import render
 from flakebot.stages.outputs import AcquireOut, ChoiceOut, EditOut, SpecOut
-from flakebot.templates import render
 from flakebot.toolspec import ToolSpec
 
 if TYPE_CHECKING:

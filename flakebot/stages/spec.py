@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from flakebot.errors import SpecError
 from flakebot.pipeline.engine import StageContext
+from flakebot.render import render
 from flakebot.stages.outputs import SpecOut
-from flakebot.templates import render
 from flakebot.toolspec import ToolSpec, load_spec_file
 
 T = TypeVar("T")

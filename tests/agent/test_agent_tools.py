@@ -45,7 +45,15 @@ def toolbox(ws: Path, **kwargs: object) -> Toolbox:
     require("bwrap")
     target = ws.parent / "target"
     frozen = Frozen(ws, {"tests/acceptance.rs": hashlib.sha256(ACCEPTANCE.encode()).hexdigest()})
-    sandbox = open_sandbox("required", workspace=ws, writable=[target], timeout=300, frozen=frozen.paths())
+    sandbox = open_sandbox(
+        "required",
+        workspace=ws,
+        writable=[target],
+        readable=[DEBIAN_REGISTRY],
+        timeout=300,
+        frozen=frozen.paths(),
+        adopt=True,
+    )
     return Toolbox(
         ws, sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), frozen=frozen, **kwargs
     )  # type: ignore[arg-type]

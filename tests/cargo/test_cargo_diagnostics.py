@@ -28,7 +28,9 @@ def cargo_on(
     (crate / "src").mkdir(exist_ok=True)
     (crate / "Cargo.toml").write_text(manifest)
     (crate / "src/lib.rs").write_text(lib)
-    sandbox = open_sandbox("required", workspace=crate, writable=[target], timeout=300)
+    sandbox = open_sandbox(
+        "required", workspace=crate, writable=[target], readable=[DEBIAN_REGISTRY], timeout=300, adopt=True
+    )
     cargo = Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY)
     report = run_cargo(sandbox, cargo, subcommand, cwd=crate, extra=extra)
     print(report.summary())
@@ -123,7 +125,7 @@ def test_timeout_is_reported(tmp_path: Path, target: Path) -> None:
     (crate / "src/lib.rs").write_text(
         "#[test]\nfn slow() { std::thread::sleep(std::time::Duration::from_secs(600)); }\n"
     )
-    sandbox = open_sandbox("required", workspace=crate, writable=[target])
+    sandbox = open_sandbox("required", workspace=crate, writable=[target], readable=[DEBIAN_REGISTRY], adopt=True)
     report = run_cargo(
         sandbox, Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY), "test", cwd=crate, timeout=3
     )

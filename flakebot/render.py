@@ -1,12 +1,16 @@
-"""Jinja2 templates shipped inside the package (flake.nix.j2, usage.md.j2, prompts/*.j2, ...)."""
+"""Rendering flakebot's Jinja2 templates (the top-level templates/ folder, shipped as the package flakebot.templates)."""
 
 from __future__ import annotations
 
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
+
+def template_dir() -> Path:
+    """The templates folder: the repository's templates/ (editable install) or the wheel's flakebot/templates/."""
+    return Path(str(files("flakebot.templates")))
 
 
 @cache
@@ -16,7 +20,7 @@ def _environment() -> Any:
     from flakebot import modeltext
 
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(HERE)),
+        loader=jinja2.FileSystemLoader(str(template_dir())),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -34,5 +38,5 @@ def _environment() -> Any:
 
 
 def render(template: str, /, **context: Any) -> str:
-    """Render `template` (a path relative to this folder)."""
+    """Render `template` (a path relative to the templates folder)."""
     return str(_environment().get_template(template).render(**context))
