@@ -202,7 +202,7 @@ def print_settings(report: dict[str, Any]) -> None:
     for row in report["settings"]:
         table.add_row(row["key"], markup(repr(row["value"])), markup(row["meaning"]))  # "[/path]" is text, not markup
     out.print(table)
-    out.print("files read: " + ", ".join(report["files"]) or "none")
+    out.print("files read: " + (", ".join(report["files"]) or "none"))
 
 
 def print_models(providers: list[dict[str, Any]]) -> None:
