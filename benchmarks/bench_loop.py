@@ -88,6 +88,29 @@ class Timed:
         return timed
 
 
+class BenchWorkspace:
+    """The loop's workspace here: the bench's commit and the edit stage's verdict, no restore, no frozen-file guard."""
+
+    def __init__(self, commit: Callable[[str], str], verdict: Callable[[], Verdict]) -> None:
+        self.commit, self.verdict = commit, verdict
+
+    def restore(self, sha: str) -> None:
+        pass
+
+    def guard(self) -> None:
+        pass
+
+
+class BenchEvents:
+    """Records go to the transcript; each step saves the run's state.json, as the edit stage does."""
+
+    def __init__(self, run: Run, transcript: Transcript) -> None:
+        self.run, self.record = run, transcript.record
+
+    def step(self, *_: Any) -> None:
+        self.run.save()
+
+
 class Bench:
     """One workspace, sandbox, cargo and run, shared by every sample."""
 
@@ -173,15 +196,13 @@ class Bench:
         model = resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
         try:
             toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
+            workspace = BenchWorkspace(Timed(self, "commit", spent, "commit").commit, self.verdict(spent))
             loop = EditLoop(
                 Timed(model, "complete", spent, "model"),
                 Timed(toolbox, "call", spent, "tools"),
-                self.verdict(spent),
-                Timed(self, "commit", spent, "commit").commit,
-                lambda sha: None,
+                workspace,
                 LoopLimits(5, 600),
-                on_step=lambda *_: self.run.save(),
-                record=transcript.record,
+                BenchEvents(self.run, transcript),
             )
             loop.messages = [
                 {"role": "system", "content": "Edit the crate."},

@@ -1,21 +1,75 @@
 """flakebot: a tool factory for agents.
 
-from flakebot import craft, improve, search, package, status, resume, call_tool
+    import flakebot
+
+    result = flakebot.craft("need a CSV deduper")  # a CraftResult: the tool's name, manifest, usage
+    flakebot.call_tool(result.name, {"args": ["--help"]})
+
+The names below are flakebot.api's, Settings (flakebot.config) and the root of the exception tree (flakebot.errors).
+They are imported on first use, so `import flakebot` stays cheap (no SDK, no pipeline); type checkers see them
+through the imports under TYPE_CHECKING. tests/test_public_api.py keeps the list true.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-PUBLIC = ("craft", "improve", "search", "package", "status", "resume", "call_tool", "list_tools")
-__all__ = [*PUBLIC, "__version__"]
 
+if TYPE_CHECKING:
+    from flakebot.api import (
+        CraftResult,
+        call_tool,
+        craft,
+        improve,
+        list_tools,
+        package,
+        resume,
+        search,
+        status,
+    )
+    from flakebot.config import Settings
+    from flakebot.errors import FlakebotError
 
-def __getattr__(name: str) -> Any:
-    # The API imports SDKs lazily; keep `import flakebot` cheap.
-    if name in PUBLIC:
-        from flakebot import api
+# name -> the module it lives in, imported on first use
+_LAZY = {
+    "craft": "flakebot.api",
+    "improve": "flakebot.api",
+    "search": "flakebot.api",
+    "package": "flakebot.api",
+    "status": "flakebot.api",
+    "resume": "flakebot.api",
+    "call_tool": "flakebot.api",
+    "list_tools": "flakebot.api",
+    "CraftResult": "flakebot.api",
+    "Settings": "flakebot.config",
+    "FlakebotError": "flakebot.errors",
+}
 
-        return getattr(api, name)
-    raise AttributeError(name)
+__all__ = [
+    "CraftResult",
+    "FlakebotError",
+    "Settings",
+    "__version__",
+    "call_tool",
+    "craft",
+    "improve",
+    "list_tools",
+    "package",
+    "resume",
+    "search",
+    "status",
+]
+
+if not TYPE_CHECKING:  # for type checkers the imports above are the whole module: no name is silently Any
+
+    def __getattr__(name: str) -> Any:
+        if name not in _LAZY:
+            raise AttributeError(f"module 'flakebot' has no attribute {name!r}")
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups are plain attribute reads
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})

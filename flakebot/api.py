@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,39 @@ from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
 
+__all__ = [  # the public API; run_result and craft_result take a Run, flakebot's own
+    "CraftResult",
+    "call_tool",
+    "call_tool_argv",
+    "craft",
+    "evaluate",
+    "improve",
+    "install",
+    "list_remote",
+    "list_runs",
+    "list_tools",
+    "models",
+    "package",
+    "publish",
+    "remove_runs",
+    "remove_tool",
+    "resume",
+    "resume_report",
+    "run_tool",
+    "search",
+    "set_setting",
+    "settings_report",
+    "show",
+    "show_run",
+    "status",
+    "tool_arguments",
+    "tool_definitions",
+    "tool_manifest",
+]
+
 if TYPE_CHECKING:
     from flakebot.deliver.toolcall import ToolCall
+    from flakebot.evaluate.harness import EvalReport
     from flakebot.stages.outputs import PackageOut
     from flakebot.toolspec import ToolSpec
 
@@ -74,10 +106,28 @@ def status(run_id: str, settings: config.Settings | None = None) -> dict[str, An
 
 def resume(run_id: str, *, sink: EventSink = ignore, settings: config.Settings | None = None) -> dict[str, Any]:
     """Continue a run from its first unfinished stage; returns its result as `status` gives it."""
+    return run_result(_resume(run_id, sink, settings))
+
+
+def resume_report(run_id: str, *, sink: EventSink = ignore, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Continue a run (as `resume` does); its id, pipeline, status and stage outputs, and under "craft" the
+    CraftResult of a craft that got as far as its instructions (else None)."""
+    run = _resume(run_id, sink, settings)
+    crafted = craft_result(run).to_dict() if run.state["pipeline"] == "craft" and run.output("instruct") else None
+    return {
+        "run_id": run.id,
+        "status": run.state["status"],
+        "outputs": run.state["outputs"],
+        "pipeline": run.state["pipeline"],
+        "craft": crafted,
+    }
+
+
+def _resume(run_id: str, sink: EventSink, settings: config.Settings | None) -> Run:
     from flakebot.pipeline import engine as pipeline
 
     settings = _settings(settings)
-    return run_result(pipeline.resume(_workdir(settings), run_id, settings, sink))
+    return pipeline.resume(_workdir(settings), run_id, settings, sink)
 
 
 def run_result(run: Run) -> dict[str, Any]:
@@ -520,6 +570,7 @@ def package(
 
 
 def list_tools(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every catalogued tool's entry (its current version), sorted by name."""
     from flakebot.deliver.catalog import Catalog
 
     return sorted(Catalog.open(_settings(settings)).tools().values(), key=lambda e: e["name"])
@@ -599,6 +650,7 @@ def run_tool(
 
 
 def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Remove a tool from the catalog: NAME (every version, its GC roots with it) or NAME@VERSION; the entry removed."""
     from flakebot.deliver.catalog import Catalog
 
     return Catalog.open(_settings(settings)).remove(name)
@@ -652,3 +704,51 @@ def publish(tool: str, *, to: str, settings: config.Settings | None = None) -> d
     from flakebot.deliver.publish import publish as publish_tool
 
     return publish_tool(tool, to, _settings(settings))
+
+
+# ------------------------------------------------------------------ evaluation, models, settings
+
+
+def evaluate(
+    suite: str = "default",
+    *,
+    model: str | None = None,
+    only: list[str] | None = None,
+    out_dir: Path = Path("bench"),
+    record: Path | None = None,
+    settings: config.Settings | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> tuple[EvalReport, dict[str, Path]]:
+    """Craft every need of a suite and score the tools on held-out checks; the report and the files written
+    (out_dir/eval.md, out_dir/eval.json). `model`: give every need to it; default: each need's own session."""
+    from flakebot.evaluate.harness import run_eval
+
+    return run_eval(
+        suite, model=model, only=only, out_dir=out_dir, record=record, settings=_settings(settings), progress=progress
+    )
+
+
+def models(settings: config.Settings | None = None) -> dict[str, Any]:
+    """Model providers, the default model and whether each API key is set (never the key). Unless offline, a
+    provider whose key is set is asked which models it serves now."""
+    from flakebot.llm.providers import describe
+
+    settings = _settings(settings)
+    return describe(settings, ask=not settings.offline)
+
+
+def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
+    """Every setting: "values" (key -> value), "settings" (key, value and meaning of each), "files" (the
+    configuration files read)."""
+    settings = _settings(settings)
+    rows = [
+        {"key": key, "value": settings.get(key), "meaning": config.Settings.describe(key)}
+        for key in config.Settings.keys()
+    ]
+    files = [str(p) for p in config.config_files() if p.is_file()]
+    return {"values": settings.as_dict(), "settings": rows, "files": files}
+
+
+def set_setting(key: str, value: str, *, local: bool = False) -> Path:
+    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`), comments kept; the file written."""
+    return config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)

@@ -139,7 +139,8 @@ class Settings:
 
     @classmethod
     def describe(cls, key: str) -> str:
-        return _field(key).metadata["doc"]
+        doc: str = _field(key).metadata["doc"]
+        return doc
 
     def get(self, key: str) -> Any:
         _field(key)

@@ -25,6 +25,26 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = [
+    "AcquireError",
+    "BudgetExceeded",
+    "CatalogError",
+    "ConfigError",
+    "EditError",
+    "FlakebotError",
+    "Interrupted",
+    "ModelError",
+    "NixError",
+    "RunError",
+    "SandboxError",
+    "SearchError",
+    "SpecError",
+    "UsageError",
+    "error_classes",
+    "exit_code_classes",
+    "exit_code_table",
+]
+
 
 class FlakebotError(Exception):
     """Root of every error flakebot raises on purpose."""

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+__all__ = ["Event", "EventSink", "ignore"]
+
 
 @dataclass
 class Event:
@@ -27,7 +29,7 @@ class Event:
         return {"event": self.kind, **{k: v for k, v in asdict(self).items() if k != "kind"}}
 
 
-EventSink = Callable[[Event], None]
+EventSink = Callable[[Event], None]  # where a run's events go: the CLI's live display, JSON lines, an MCP progress
 
 
 def ignore(_event: Event) -> None:

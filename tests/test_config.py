@@ -30,6 +30,13 @@ def test_unknown_key_in_file_fails_at_start(flakebot_home: Path) -> None:
     assert "unknown config key 'max_iteratoins'" in result.stderr
 
 
+def test_config_show_prints_every_setting_with_its_meaning(flakebot_home: Path) -> None:
+    """A meaning such as git_sources' `scheme://host[:port][/path]` is shown as text, not read as rich markup."""
+    result = run_cli("config", "show")
+    assert result.returncode == 0, result.stderr
+    assert "git_sources" in result.stdout and "files read:" in result.stdout and "Traceback" not in result.stderr
+
+
 def test_invalid_toml_names_the_file(flakebot_home: Path) -> None:
     bad = flakebot_home / "flakebot.toml"
     bad.write_text("max_cost = = 2\n")

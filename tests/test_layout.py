@@ -29,7 +29,7 @@ ALLOWED = {
     "cargo": {"sandbox"},
     "pipeline": {"llm"},
     "source": {"cargo", "crates", "pipeline"},
-    "agent": {"cargo", "llm", "sandbox"},
+    "agent": {"cargo", "llm", "sandbox", "source"},
     "nix": {"cargo", "sandbox", "source"},
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "source"},

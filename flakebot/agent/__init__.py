@@ -5,6 +5,8 @@
                    workspace; online, a changed manifest is fetched on the host before the next offline build
     verdict.py     flakebot's verdict: `cargo test` in the sandbox, every acceptance example run and passed
     acceptance.py  the acceptance test written from the spec before any edit, frozen by hash
+    workspace.py   Workspace: the tree the loop acts on (hardened git, frozen files, commit/restore, verdict inputs)
 
-May import flakebot.cargo, config, errors, fsutil, llm (types), sandbox, templates, toolspec.
+May import flakebot.cargo, config, errors, fsutil, llm (types), sandbox, source.safegit (host git), templates,
+toolspec.
 """

@@ -5,8 +5,9 @@ run -> step -> query -> execute -> verdict
   after a step that changed files flakebot runs the tests itself and shows the model the result;
   a state no worse than the best so far is committed, and the best is restored at the end;
   the same edit or the same failures three times in a row stops the loop;
-  `guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
+  `workspace.guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
+What the loop does to the world goes through the workspace (agent/workspace.py); what it reports, through `events`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +36,32 @@ class Tools(Protocol):
 
     def schemas(self) -> list[dict[str, Any]]: ...
     def call(self, name: str, arguments: dict[str, Any]) -> ToolResult: ...
+
+
+class Environment(Protocol):
+    """What the loop does to the world (agent/workspace.py's Workspace): commit and restore states, judge, guard."""
+
+    def commit(self, message: str) -> str: ...
+    def restore(self, sha: str) -> None: ...
+    def verdict(self) -> Verdict: ...
+    def guard(self) -> None: ...
+
+
+class LoopEvents(Protocol):
+    """What the loop reports: records for the transcript, and the end of each step (the run's progress)."""
+
+    def record(self, kind: str, **data: Any) -> None: ...
+    def step(self, iteration: int, result: LoopResult, verdict: Verdict | None) -> None: ...
+
+
+class Quiet:
+    """LoopEvents that keep nothing."""
+
+    def record(self, kind: str, **data: Any) -> None:
+        pass
+
+    def step(self, iteration: int, result: LoopResult, verdict: Verdict | None) -> None:
+        pass
 
 
 @dataclass
@@ -87,20 +113,10 @@ class EditLoop:
     """Drive a model with a toolbox until the verdict is green or a limit is reached."""
 
     def __init__(
-        self,
-        model: Model,
-        toolbox: Tools,
-        verdict: Callable[[], Verdict],
-        commit: Callable[[str], str],
-        restore: Callable[[str], None],
-        limits: LoopLimits,
-        on_step: Callable[[int, LoopResult, Verdict | None], None] = lambda *_: None,
-        record: Callable[..., None] = lambda *_, **__: None,
-        guard: Callable[[], None] = lambda: None,
+        self, model: Model, toolbox: Tools, workspace: Environment, limits: LoopLimits, events: LoopEvents | None = None
     ) -> None:
-        self.model, self.toolbox, self.verdict = model, toolbox, verdict
-        self.commit, self.restore, self.limits = commit, restore, limits
-        self.on_step, self.record, self.guard = on_step, record, guard
+        self.model, self.toolbox, self.workspace, self.limits = model, toolbox, workspace, limits
+        self.events: LoopEvents = events or Quiet()
         self.result = LoopResult(status="running")
         self.messages: list[dict[str, Any]] = []
         self._recent_edits: list[str] = []
@@ -113,7 +129,7 @@ class EditLoop:
             {"role": "system", "content": system},
             {"role": "user", "content": f"{task}\n\nCurrent test result:\n{baseline.summary}"},
         ]
-        self._remember(baseline, self.commit("flakebot: baseline"))
+        self._remember(baseline, self.workspace.commit("flakebot: baseline"))
         try:
             while True:
                 self._check_limits()
@@ -128,7 +144,7 @@ class EditLoop:
             self.result.status, self.result.error, self.result.fix = "model_error", exc.message, exc.fix
         finally:
             if not self.result.green and self.result.best_commit:
-                self.restore(self.result.best_commit)
+                self.workspace.restore(self.result.best_commit)
         return self.result
 
     def _check_limits(self) -> None:
@@ -142,7 +158,7 @@ class EditLoop:
         self.result.iterations += 1
         reply = self.model.complete(self.messages, self.toolbox.schemas())
         self.messages.append(reply.to_message())
-        self.record(
+        self.events.record(
             "model_reply",
             iteration=self.result.iterations,
             text=reply.text,
@@ -152,7 +168,7 @@ class EditLoop:
             self.messages.append(
                 {"role": "user", "content": "Use the tools to change the code; call done when the tests pass."}
             )
-            self.on_step(self.result.iterations, self.result, None)
+            self.events.step(self.result.iterations, self.result, None)
             return False
         changed, finished = False, False
         for call in reply.tool_calls:
@@ -161,7 +177,7 @@ class EditLoop:
             finished |= finished_now
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         verdict = self._judge() if changed or finished else None
-        self.on_step(self.result.iterations, self.result, verdict)
+        self.events.step(self.result.iterations, self.result, verdict)
         if verdict is None:
             return False
         if verdict.green:  # flakebot's verdict ends the loop, with or without the model's `done`
@@ -184,8 +200,8 @@ class EditLoop:
             self._note_edit(call)
         outcome = self.toolbox.call(call.name, call.arguments)
         text = outcome.text
-        self.guard()  # a tool's cargo run executes model code: check before anything is committed
-        self.record(
+        self.workspace.guard()  # a tool's cargo run executes model code: check before anything is committed
+        self.events.record(
             "tool_call",
             iteration=self.result.iterations,
             name=call.name,
@@ -203,14 +219,15 @@ class EditLoop:
             raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
 
     def _judge(self) -> Verdict:
-        verdict = self.verdict()
-        self.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
-        self.record(
+        verdict = self.workspace.verdict()
+        self.workspace.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
+        self.events.record(
             "verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key
         )
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
             self._remember(
-                verdict, self.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing")
+                verdict,
+                self.workspace.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"),
             )
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
         if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,8 +104,7 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
 def runs_cmd(as_json: JsonOpt = False) -> None:
     """List runs, newest first, with status, age and need."""
     from flakebot import api
-    from flakebot.cli.live import age, json_result, out
-    from flakebot.modeltext import markup, one_line
+    from flakebot.cli.live import json_result, out
 
     runs = api.list_runs(G.settings)
     if as_json:
@@ -115,14 +113,9 @@ def runs_cmd(as_json: JsonOpt = False) -> None:
     if not runs:
         out.print(f"No runs in {G.workdir / 'runs'}.")
         return
-    from rich.table import Table
+    from flakebot.cli.display import print_runs
 
-    table = Table("run", "status", "age", "pipeline", "need")
-    now = time.time()
-    for r in runs:
-        need = markup(one_line(r.get("need") or ""))
-        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], need)
-    out.print(table)
+    print_runs(runs)
 
 
 @app.command("show")
@@ -152,26 +145,19 @@ def resume_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Continue a run from its first unfinished stage (after a crash, Ctrl-C or failure)."""
-    from flakebot.cli.live import event_sink
-    from flakebot.pipeline import engine as pipeline
+    from flakebot import api
+    from flakebot.cli.live import event_sink, json_line, out
 
     with event_sink(as_json, f"resume {run_id}") as sink:
-        run = pipeline.resume(G.workdir, run_id, G.settings, sink)
-    _finish_run(run, as_json)
-
-
-def _finish_run(run: Any, as_json: bool) -> None:
-    from flakebot.cli.live import json_line, out
-
+        report = api.resume_report(run_id, sink=sink, settings=G.settings)
     if as_json:
-        json_line({"result": {"run_id": run.id, "status": run.state["status"], "outputs": run.state["outputs"]}})
-    elif run.state["pipeline"] == "craft" and run.output("instruct"):
-        from flakebot.api import craft_result
+        json_line({"result": {key: report[key] for key in ("run_id", "status", "outputs")}})
+    elif report["craft"]:
         from flakebot.cli.display import print_craft_result
 
-        print_craft_result(craft_result(run).to_dict(), as_json=False)
+        print_craft_result(report["craft"], as_json=False)
     else:
-        out.print(f"[green]run {run.id} {run.state['status']}[/green]")
+        out.print(f"[green]run {report['run_id']} {report['status']}[/green]")
 
 
 @app.command("clean")
@@ -209,7 +195,6 @@ def search_cmd(
     """Find crates a tool could start from, ranked for tool-making."""
     from flakebot import api
     from flakebot.cli.live import json_result, out
-    from flakebot.modeltext import markup, one_line
 
     found = api.search(query, registry=registry, limit=limit, offline=offline or None, settings=G.settings)
     if as_json:
@@ -218,20 +203,9 @@ def search_cmd(
     if not found:
         out.print(f"No crate matches '{query}'.")
         return
-    from rich.table import Table
+    from flakebot.cli.display import print_candidates
 
-    table = Table(title=f"{found[0].crate.source}: {query}")
-    for column in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
-        table.add_column(
-            column, no_wrap=column in ("crate", "version"), justify="right" if column == "downloads" else "left"
-        )
-    for c in found:
-        info = c.crate
-        downloads = "" if info.downloads is None else f"{info.downloads:,}"
-        cells = (info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why)
-        # a crate's metadata is its author's text: shown as text, never read as markup
-        table.add_row(*(markup(one_line(cell)) for cell in (*cells, info.description)))
-    out.print(table)
+    print_candidates(query, found)
 
 
 # ---------------------------------------------------------------- config
@@ -240,19 +214,16 @@ def search_cmd(
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False) -> None:
     """Print every setting, its value and what it is for."""
-    from flakebot.cli.live import json_result, out
+    from flakebot import api
+    from flakebot.cli.live import json_result
 
-    settings = G.settings
+    report = api.settings_report(G.settings)
     if as_json:
-        json_result(settings.as_dict())
+        json_result(report["values"])
         return
-    from rich.table import Table
+    from flakebot.cli.display import print_settings
 
-    table = Table("key", "value", "meaning")
-    for key in config.Settings.keys():
-        table.add_row(key, repr(settings.get(key)), config.Settings.describe(key))
-    out.print(table)
-    out.print("files read: " + ", ".join(str(p) for p in config.config_files() if p.is_file()) or "none")
+    print_settings(report)
 
 
 @config_app.command("set")
@@ -262,9 +233,10 @@ def config_set(
     local: Annotated[bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file.")] = False,
 ) -> None:
     """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
+    from flakebot import api
     from flakebot.cli.live import out
 
-    path = config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)
+    path = api.set_setting(key, value, local=local)
     out.print(f"{key} = {value!r} written to {path}")
 
 
@@ -404,11 +376,11 @@ def eval_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Craft every need of a suite and score the tools on held-out checks; writes bench/eval.md and bench/eval.json."""
+    from flakebot import api
     from flakebot.cli.live import console, json_line
     from flakebot.cli.live import out as stdout
-    from flakebot.evaluate.harness import markdown, run_eval
 
-    report, paths = run_eval(
+    report, paths = api.evaluate(
         suite,
         model=model,
         only=only,
@@ -420,7 +392,7 @@ def eval_cmd(
     if as_json:
         json_line(report.to_dict())
     else:
-        stdout.print(markdown(report), markup=False, soft_wrap=True)
+        stdout.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)  # the table eval.md holds
         stdout.print(f"written: {paths['markdown']} {paths['json']}", markup=False)
     if report.totals()["passed"] < len(report.results):
         raise typer.Exit(1)
@@ -593,20 +565,15 @@ def models_cmd(as_json: JsonOpt = False) -> None:
 
     With a provider's key set (and the offline setting off), the provider is asked which models it serves now, and a default
     it no longer serves is a warning."""
+    from flakebot import api
+    from flakebot.cli.display import print_models
     from flakebot.cli.live import json_result, out
-    from flakebot.llm.providers import describe
 
-    report = describe(G.settings, ask=not G.settings.offline)
+    report = api.models(G.settings)
     if as_json:
         json_result(report)
         return
-    from rich.table import Table
-
-    table = Table("use as", "default model", "API key", "base URL")
-    for p in report["providers"]:
-        key = f"{p['key_env']} {'set' if p['key_present'] else 'NOT SET'}" if p["key_required"] else "not needed"
-        table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
-    out.print(table)
+    print_models(report["providers"])
     default = report["default"]
     out.print(
         f"default: {default['model']} (from {default['source']})"

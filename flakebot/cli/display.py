@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.table import Table
@@ -164,4 +165,50 @@ def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
         table.add_row(
             tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer
         )
+    out.print(table)
+
+
+def print_runs(runs: list[dict[str, Any]]) -> None:
+    """The runs table: id, status, age, pipeline, need."""
+    from flakebot.cli.live import age
+
+    table = Table("run", "status", "age", "pipeline", "need")
+    now = time.time()
+    for r in runs:
+        need = markup(one_line(r.get("need") or ""))
+        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], need)
+    out.print(table)
+
+
+def print_candidates(query: str, found: list[Any]) -> None:
+    """The search table: one crate a tool could start from per row, best first."""
+    table = Table(title=f"{found[0].crate.source}: {query}")
+    for column in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
+        table.add_column(
+            column, no_wrap=column in ("crate", "version"), justify="right" if column == "downloads" else "left"
+        )
+    for c in found:
+        info = c.crate
+        downloads = "" if info.downloads is None else f"{info.downloads:,}"
+        cells = (info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why)
+        # a crate's metadata is its author's text: shown as text, never read as markup
+        table.add_row(*(markup(one_line(cell)) for cell in (*cells, info.description)))
+    out.print(table)
+
+
+def print_settings(report: dict[str, Any]) -> None:
+    """The settings table (key, value, meaning) and the configuration files read."""
+    table = Table("key", "value", "meaning")
+    for row in report["settings"]:
+        table.add_row(row["key"], markup(repr(row["value"])), markup(row["meaning"]))  # "[/path]" is text, not markup
+    out.print(table)
+    out.print("files read: " + (", ".join(report["files"]) or "none"))
+
+
+def print_models(providers: list[dict[str, Any]]) -> None:
+    """The model providers table: how to name each, its default model, its API key's state, its base URL."""
+    table = Table("use as", "default model", "API key", "base URL")
+    for p in providers:
+        key = f"{p['key_env']} {'set' if p['key_present'] else 'NOT SET'}" if p["key_required"] else "not needed"
+        table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
     out.print(table)

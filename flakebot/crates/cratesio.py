@@ -304,7 +304,7 @@ class CratesIo:
     def _retry_delay(self, response: httpx.Response, attempt: int, what: str) -> float:
         wait = _retry_after(response.headers.get("Retry-After"))
         if wait is None:
-            return self.backoff * 2**attempt
+            return self.backoff * 2.0**attempt
         if wait > MAX_RETRY_WAIT:
             raise SearchError(
                 f"crates.io asks flakebot to wait {wait:.0f}s before the {what}", fix="try again later; " + OFFLINE_FIX

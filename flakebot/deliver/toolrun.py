@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 def built_program(manifest: dict[str, Any], timeout: float) -> Path:
     """The tool's binary in the store; a store path that is gone (collected) is built again from its flake first."""
-    main = manifest.get("main_program") or manifest.get("name", "")
+    main: str = manifest.get("main_program") or manifest.get("name", "")
     binary = Path(manifest.get("store_path") or "/nonexistent") / "bin" / main
     if binary.is_file():
         return binary

@@ -15,7 +15,8 @@ Price = dict[str, float]  # {"input": ..., "output": ..., "cached_input": ...} p
 @cache
 def table() -> dict[str, Any]:
     """The shipped price table."""
-    return json.loads(resources.files("flakebot").joinpath("data/prices.json").read_text())
+    prices: dict[str, Any] = json.loads(resources.files("flakebot").joinpath("data/prices.json").read_text())
+    return prices
 
 
 def price_for(provider: str, model: str) -> Price | None:

@@ -116,7 +116,8 @@ def _problem(call: Any, by_name: dict[str, Any]) -> str | None:
     if call is None or call.name != "choose_crate":
         return "answer by calling choose_crate or no_candidate"
     if call.error:
-        return call.error
+        error: str = call.error
+        return error
     if call.arguments.get("name") not in by_name:
         return f"'{call.arguments.get('name')}' is not in the list; choose one of {', '.join(by_name)}"
     if call.arguments.get("mode") not in MODES:

@@ -11,15 +11,16 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, run_example, write_acceptance_test
 from flakebot.agent.disputes import DisputeDesk, refreezer
-from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, StopLoop, Verdict
-from flakebot.agent.verdict import ExampleRunner, ForkVerdict, make_verdict
+from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
+from flakebot.agent.verdict import ExampleRunner
+from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
-from flakebot.fsutil import atomic_write_json, tree_bytes
+from flakebot.fsutil import atomic_write_json
 from flakebot.llm.base import Model
 from flakebot.llm.budget import Budget
 from flakebot.pipeline.engine import StageContext
@@ -27,12 +28,14 @@ from flakebot.render import render
 from flakebot.stages.outputs import AcquireOut, ChoiceOut, EditOut, SpecOut
 from flakebot.toolspec import ToolSpec
 
+if TYPE_CHECKING:
+    from flakebot.llm.transcript import Transcript
+
 logger = logging.getLogger(__name__)
 
 
 def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.agent.tools import Toolbox
-    from flakebot.cargo.diagnostics import run_cargo
     from flakebot.cargo.fetch import refresh_git_view
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
@@ -40,24 +43,22 @@ def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.sandbox import limits_for, open_sandbox
 
     spec, acquired = ctx.get(SpecOut).tool_spec(), ctx.get(AcquireOut)
-    workspace, crate_rel = ctx.run.workspace, acquired.crate_dir
-    crate_dir = workspace / crate_rel
-    repo = WorkspaceGit(workspace)
-    _start_clean(ctx, repo)
+    root, crate_rel = ctx.run.workspace, acquired.crate_dir
+    crate_dir = root / crate_rel
+    git = WorkspaceGit(root)
+    base = _start_clean(ctx, git)
     frozen = Frozen(
-        workspace,
-        {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()},
+        root, {str(Path(crate_rel) / rel): digest for rel, digest in write_acceptance_test(spec, crate_dir).items()}
     )
-    commit = _committer(repo)
-    commit(f"flakebot: acceptance tests for {spec.name}")
+    git.commit(f"flakebot: acceptance tests for {spec.name}")
 
     settings = ctx.settings
     cargo = Cargo.for_run(settings, ctx.run.target_dir, ctx.run.dir)
     refresh_git_view(cargo, crate_dir)  # the sandbox sees only the git checkouts the lock names
     sandbox = open_sandbox(
         settings.sandbox,
-        workspace=workspace,
-        writable=[workspace, ctx.run.target_dir],
+        workspace=root,
+        writable=[root, ctx.run.target_dir],
         readable=[cargo.registry_dir] if cargo.registry_dir else [],
         cargo_home=cargo.home,
         cargo_git=cargo.git_view,
@@ -67,25 +68,25 @@ def edit_stage(ctx: StageContext) -> EditOut:
     )
     cargo.features = acquired.features
     alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
-    toolbox = Toolbox(workspace, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
+    toolbox = Toolbox(root, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
     transcript = Transcript(ctx.run.transcript_path)
-
-    def cargo_test(extra: list[str]) -> Any:
-        return run_cargo(sandbox, cargo, "test", cwd=crate_dir, extra=extra, timeout=settings.command_timeout)
-
-    def changed() -> list[str]:
-        return changed_files(repo, ctx.run.state["edit_base"], crate_rel)
+    checks = Checks(
+        sandbox,
+        cargo,
+        spec,
+        example_runner(settings),
+        timeout=settings.command_timeout,
+        fork=ctx.get(ChoiceOut).mode == "fork",
+        only_acceptance=alone,
+        record=transcript.record,
+    )
+    workspace = Workspace(
+        git, crate_rel, frozen, checks, base=base, scratch=[ctx.run.target_dir], disk_mb=settings.sandbox_disk_mb
+    )
 
     ctx.progress("running the tests before any edit")
-    # A fork has a suite of its own: fast steps, the full suite at the baseline and before green.
-    if ctx.get(ChoiceOut).mode == "fork" and not alone:
-        fork = ForkVerdict(cargo_test, spec, crate_dir, changed, example_runner(settings), transcript.record)
-        verdict: Callable[[], Verdict] = fork
-        baseline = fork.full()
-    else:
-        verdict = make_verdict(cargo_test, spec, workspace, example_runner(settings), only_acceptance=alone)
-        baseline = verdict()
+    baseline = workspace.baseline()
     budget = run_budget(ctx)
     with stage_model(ctx, budget) as model, ExitStack() as later:
         spec_model = _lazy_model(ctx, budget, transcript, later)
@@ -97,17 +98,8 @@ def edit_stage(ctx: StageContext) -> EditOut:
             refreezer(toolbox, crate_dir, crate_rel),
             transcript.record,
         )
-        loop = EditLoop(
-            model,
-            desk,
-            verdict,
-            commit,
-            lambda sha: _restore(repo, sha),
-            LoopLimits(settings.max_iterations, settings.max_wall_seconds),
-            on_step=lambda i, result, v: _on_step(ctx, budget, i, v),
-            record=transcript.record,
-            guard=lambda: _guard(frozen, [workspace, ctx.run.target_dir], settings.sandbox_disk_mb),
-        )
+        limits = LoopLimits(settings.max_iterations, settings.max_wall_seconds)
+        loop = EditLoop(model, desk, workspace, limits, StageEvents(ctx, budget, transcript))
         task = render(
             "prompts/edit_task.j2",
             spec=spec,
@@ -150,69 +142,22 @@ def example_runner(settings: Settings) -> ExampleRunner:
     return lambda binary, example: run_example(binary, example, settings.sandbox, limits)
 
 
-def _guard(frozen: Frozen, paths: list[Path], limit_mb: int) -> None:
-    """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the
-    workspace and target dir hold no more than the limit (else `disk`; the sandbox kills one command that
-    writes too much, this bounds what many commands leave)."""
-    frozen.check()
-    used = sum(tree_bytes(p) for p in paths) // (1024 * 1024)
-    if used > limit_mb:
-        raise StopLoop(
-            "disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({limit_mb} MiB)"
-        )
-
-
-class WorkspaceGit:
-    """Host git in the model's workspace (flakebot.source.safegit): hardened, and every call first removes any
-    nested .git a sandboxed command left (sweep), so git never enters a repository the model made."""
-
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
-
-    def __call__(self, *args: str) -> str:
-        from flakebot.source import safegit
-
-        return safegit.git(
-            self.workspace,
-            *args,
-            sweep=True,
-            error=EditError,
-            fix=f"inspect the workspace {self.workspace} (--keep), or start a new run",
-        )
-
-    def head(self) -> str:
-        return self("rev-parse", "--verify", "HEAD^{commit}").strip()
-
-
-def _start_clean(ctx: StageContext, repo: WorkspaceGit) -> None:
+def _start_clean(ctx: StageContext, git: WorkspaceGit) -> str:
     """A (re)started edit stage begins from what acquire produced, so a resumed run redoes the stage whole."""
-    base = ctx.run.state.setdefault("edit_base", repo.head())
+    base: str = ctx.run.state.setdefault("edit_base", git.head())
     ctx.run.save()
-    repo("reset", "-q", "--hard", base)
-    repo("clean", "-q", "-fdx")
+    git.reset(base, "-fdx")
+    return base
 
 
-def changed_files(repo: WorkspaceGit, base: str, crate_rel: str) -> list[str]:
-    """Files changed (or added) since `base`, relative to the crate directory."""
-    paths = repo("diff", "--no-ext-diff", "--name-only", base).splitlines()
-    paths += repo("ls-files", "--others", "--exclude-standard").splitlines()
-    prefix = f"{crate_rel.rstrip('/')}/" if crate_rel else ""
-    return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})
+class StageEvents:
+    """The loop's events in a run: records go to the transcript; each step saves what was spent and reports progress."""
 
+    def __init__(self, ctx: StageContext, budget: Budget, transcript: Transcript) -> None:
+        self.ctx, self.budget, self.record = ctx, budget, transcript.record
 
-def _committer(repo: WorkspaceGit) -> Callable[[str], str]:
-    def commit(message: str) -> str:
-        repo("add", "-A")
-        if repo("diff", "--cached", "--name-only").strip():
-            repo("commit", "-q", "--no-verify", "-m", message)
-        return repo.head()
-
-    return commit
-
-
-def _restore(repo: WorkspaceGit, sha: str) -> None:
-    repo("reset", "-q", "--hard", sha)
-    repo("clean", "-q", "-fd")
+    def step(self, iteration: int, result: LoopResult, verdict: Verdict | None) -> None:
+        _on_step(self.ctx, self.budget, iteration, verdict)
 
 
 def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict | None) -> None:

@@ -1,0 +1,158 @@
+"""The workspace the edit loop acts on: the model's tree, its hardened git, the frozen acceptance files, and what
+flakebot's verdict runs. The loop's one collaborator besides the model and the tools (mini-swe-agent's `env`).
+
+    WorkspaceGit  host git in the tree, every call through flakebot.source.safegit with nested .git swept first
+    Checks        the verdict's inputs: `cargo test` in the sandbox, the spec's examples on the built binary
+    Workspace     commit / restore / changed files / guard / verdict, for EditLoop
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flakebot.agent.acceptance import Frozen
+from flakebot.agent.loop import StopLoop, Verdict
+from flakebot.agent.verdict import ExampleRunner, ForkVerdict, make_verdict
+from flakebot.errors import EditError
+from flakebot.fsutil import tree_bytes
+
+if TYPE_CHECKING:
+    from flakebot.cargo.diagnostics import CargoReport
+    from flakebot.cargo.runner import Cargo
+    from flakebot.sandbox import Sandbox
+    from flakebot.toolspec import ToolSpec
+
+logger = logging.getLogger(__name__)
+
+
+class WorkspaceGit:
+    """Host git in the model's workspace (flakebot.source.safegit): hardened, and every call first removes any
+    nested .git a sandboxed command left (sweep), so git never enters a repository the model made."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+
+    def __call__(self, *args: str) -> str:
+        from flakebot.source import safegit
+
+        return safegit.git(
+            self.workspace,
+            *args,
+            sweep=True,
+            error=EditError,
+            fix=f"inspect the workspace {self.workspace} (--keep), or start a new run",
+        )
+
+    def head(self) -> str:
+        return self("rev-parse", "--verify", "HEAD^{commit}").strip()
+
+    def commit(self, message: str) -> str:
+        """Commit everything (only when something changed); the HEAD commit."""
+        self("add", "-A")
+        if self("diff", "--cached", "--name-only").strip():
+            self("commit", "-q", "--no-verify", "-m", message)
+        return self.head()
+
+    def reset(self, sha: str, *clean: str) -> None:
+        """The tree as commit `sha` has it; `clean`: the flags of the `git clean` that follows (-fd, -fdx)."""
+        self("reset", "-q", "--hard", sha)
+        self("clean", "-q", *clean)
+
+
+@dataclass
+class Checks:
+    """What flakebot's verdict runs: `cargo test` in the sandbox, then the spec's examples on the built binary.
+    `fork`: the crate has a suite of its own (fast steps, the full suite at the baseline and before green);
+    `only_acceptance`: its own tests cannot build (dev-dependencies left out), so the acceptance test runs alone."""
+
+    sandbox: Sandbox
+    cargo: Cargo
+    spec: ToolSpec
+    run_example: ExampleRunner
+    timeout: float | None = None
+    fork: bool = False
+    only_acceptance: bool = False
+    record: Callable[..., None] = field(default=lambda *_, **__: None)  # the transcript, for the fork's cargo runs
+
+
+class Workspace:
+    """The model's tree as the edit loop changes it: commits of good states, restores of the best, flakebot's verdict,
+    and the guard run after every tool call and verdict (frozen files unchanged, disk use bounded)."""
+
+    def __init__(
+        self,
+        git: WorkspaceGit,
+        crate_rel: str,
+        frozen: Frozen,
+        checks: Checks,
+        *,
+        base: str,
+        scratch: Sequence[Path] = (),
+        disk_mb: int,
+    ) -> None:
+        self.git, self.crate_rel, self.frozen, self.checks = git, crate_rel, frozen, checks
+        self.root, self.base = git.workspace, base
+        self.crate_dir = self.root / crate_rel
+        self.measured = [self.root, *scratch]  # what the disk limit counts: the tree and the target dir
+        self.disk_mb = disk_mb
+        self._fork: ForkVerdict | None = None
+        if checks.fork and not checks.only_acceptance:
+            self._fork = ForkVerdict(
+                self._cargo_test, checks.spec, self.crate_dir, self.changed_files, checks.run_example, checks.record
+            )
+            self._verdict: Callable[[], Verdict] = self._fork
+        else:
+            self._verdict = make_verdict(
+                self._cargo_test,
+                checks.spec,
+                self.root,
+                checks.run_example,
+                only_acceptance=checks.only_acceptance,
+            )
+
+    def commit(self, message: str) -> str:
+        return self.git.commit(message)
+
+    def restore(self, sha: str) -> None:
+        self.git.reset(sha, "-fd")
+
+    def changed_files(self) -> list[str]:
+        """Files changed (or added) since the edit stage's base, relative to the crate directory."""
+        return changed_files(self.git, self.base, self.crate_rel)
+
+    def baseline(self) -> Verdict:
+        """The verdict before any edit (a fork's whole suite)."""
+        return self._fork.full() if self._fork else self._verdict()
+
+    def verdict(self) -> Verdict:
+        return self._verdict()
+
+    def guard(self) -> None:
+        """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the
+        workspace and target dir hold no more than the limit (else `disk`; the sandbox kills one command that
+        writes too much, this bounds what many commands leave)."""
+        self.frozen.check()
+        used = sum(tree_bytes(p) for p in self.measured) // (1024 * 1024)
+        if used > self.disk_mb:
+            raise StopLoop(
+                "disk",
+                f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({self.disk_mb} MiB)",
+            )
+
+    def _cargo_test(self, extra: list[str]) -> CargoReport:
+        from flakebot.cargo.diagnostics import run_cargo
+
+        checks = self.checks
+        return run_cargo(checks.sandbox, checks.cargo, "test", cwd=self.crate_dir, extra=extra, timeout=checks.timeout)
+
+
+def changed_files(git: WorkspaceGit, base: str, crate_rel: str) -> list[str]:
+    """Files changed (or added) since `base`, relative to the crate directory."""
+    paths = git("diff", "--no-ext-diff", "--name-only", base).splitlines()
+    paths += git("ls-files", "--others", "--exclude-standard").splitlines()
+    prefix = f"{crate_rel.rstrip('/')}/" if crate_rel else ""
+    return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})

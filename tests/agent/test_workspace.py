@@ -1,0 +1,108 @@
+"""The edit loop's workspace on a real git repository: commits of changed states only, restores, changed files
+relative to the crate, nested .git swept before every host git call, and the guard (frozen files, disk use)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from flakebot.agent.acceptance import Frozen
+from flakebot.agent.loop import StopLoop
+from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
+from flakebot.cargo.runner import Cargo
+from flakebot.sandbox import open_sandbox
+from flakebot.toolspec import ToolSpec
+
+ACCEPTANCE = "#[test]\nfn adds() {}\n"
+
+
+def make_workspace(root: Path, disk_mb: int = 1024) -> Workspace:
+    """A repository holding crate/ (its acceptance test frozen) beside other/, its first commit the base."""
+    for rel, text in {
+        "crate/Cargo.toml": '[package]\nname = "demo"\nversion = "0.1.0"\n',
+        "crate/src/main.rs": "fn main() {}\n",
+        "crate/tests/acceptance.rs": ACCEPTANCE,
+        "other/notes.txt": "not the crate\n",
+        ".gitignore": "target/\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    git = WorkspaceGit(root)
+    git("init", "-q")
+    base = git.commit("base")
+    frozen = Frozen(root, {"crate/tests/acceptance.rs": hashlib.sha256(ACCEPTANCE.encode()).hexdigest()})
+    target = root.parent / "target"
+    sandbox = open_sandbox("off", workspace=root, writable=[root, target])
+    spec = ToolSpec(name="demo", summary="a demo", usage="demo", examples=[])
+    checks = Checks(sandbox, Cargo(target_dir=target, offline=True), spec, lambda *_: (True, None))  # type: ignore[arg-type, return-value]
+    return Workspace(git, "crate", frozen, checks, base=base, scratch=[target], disk_mb=disk_mb)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    (tmp_path / "repo").mkdir()
+    return make_workspace(tmp_path / "repo")
+
+
+def test_commit_makes_a_commit_only_when_something_changed(ws: Workspace) -> None:
+    assert ws.commit("nothing new") == ws.base
+    (ws.crate_dir / "src/main.rs").write_text('fn main() { println!("hi"); }\n')
+    changed = ws.commit("an edit")
+    assert changed != ws.base and ws.git("log", "-1", "--format=%s").strip() == "an edit"
+
+
+def test_restore_brings_back_a_commit_and_removes_new_files_but_not_ignored_ones(ws: Workspace) -> None:
+    (ws.crate_dir / "src/main.rs").write_text("broken\n")
+    (ws.crate_dir / "src/new.rs").write_text("// new\n")
+    (ws.root / "target").mkdir()
+    (ws.root / "target/kept").write_text("build output\n")
+    ws.restore(ws.base)
+    assert (ws.crate_dir / "src/main.rs").read_text() == "fn main() {}\n"
+    assert not (ws.crate_dir / "src/new.rs").exists() and (ws.root / "target/kept").exists()
+
+
+def test_changed_files_are_the_crates_own_relative_to_it_new_files_included(ws: Workspace) -> None:
+    (ws.crate_dir / "src/main.rs").write_text("fn main() { }\n")
+    (ws.crate_dir / "src/extra.rs").write_text("// new\n")
+    (ws.root / "other/notes.txt").write_text("changed, outside the crate\n")
+    assert ws.changed_files() == ["src/extra.rs", "src/main.rs"]
+    ws.commit("committed changes still count: they are measured from the base")
+    assert ws.changed_files() == ["src/extra.rs", "src/main.rs"]
+
+
+def test_a_nested_repository_is_removed_before_host_git_runs(ws: Workspace, tmp_path: Path) -> None:
+    """A sandboxed command can leave crate/sub/.git whose config names a program; host git must never run it."""
+    ran = tmp_path / "fsmonitor-ran"
+    hook = tmp_path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    hook.chmod(0o755)
+    nested = ws.crate_dir / "sub"
+    (nested / ".git").mkdir(parents=True)
+    (nested / ".git/config").write_text(f"[core]\n\tfsmonitor = {hook}\n")
+    (nested / ".git/HEAD").write_text("ref: refs/heads/main\n")
+    (nested / "file.txt").write_text("inside the nested repository\n")
+    ws.commit("after a command planted a repository")
+    assert not ran.exists()
+    assert not (nested / ".git").exists()
+    assert "crate/sub/file.txt" in ws.git("ls-files").split()  # the files stay, as plain files of the workspace
+
+
+def test_guard_stops_the_loop_when_a_frozen_file_changes(ws: Workspace) -> None:
+    ws.guard()
+    (ws.crate_dir / "tests/acceptance.rs").write_text("#[test]\nfn nothing() {}\n")
+    with pytest.raises(StopLoop, match="crate/tests/acceptance.rs was changed") as stop:
+        ws.guard()
+    assert stop.value.status == "tampered"
+
+
+def test_guard_stops_the_loop_when_the_tree_and_target_dir_outgrow_the_disk_limit(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    ws = make_workspace(tmp_path / "repo", disk_mb=1)
+    ws.guard()
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target/big").write_bytes(b"\0" * (2 * 1024 * 1024))  # the target dir counts too
+    with pytest.raises(StopLoop, match="more than sandbox_disk_mb") as stop:
+        ws.guard()
+    assert stop.value.status == "disk"

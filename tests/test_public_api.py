@@ -1,0 +1,130 @@
+"""The public surface: the names `flakebot` and flakebot.api export, each documented, typed for type checkers,
+and `import flakebot` cheap (no SDK, no pipeline) until a name is used."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flakebot
+from flakebot import api, errors, events
+from tests.conftest import REPO
+
+TOP = [
+    "CraftResult",
+    "FlakebotError",
+    "Settings",
+    "__version__",
+    "call_tool",
+    "craft",
+    "improve",
+    "list_tools",
+    "package",
+    "resume",
+    "search",
+    "status",
+]
+API = [
+    "CraftResult",
+    "call_tool",
+    "call_tool_argv",
+    "craft",
+    "evaluate",
+    "improve",
+    "install",
+    "list_remote",
+    "list_runs",
+    "list_tools",
+    "models",
+    "package",
+    "publish",
+    "remove_runs",
+    "remove_tool",
+    "resume",
+    "resume_report",
+    "run_tool",
+    "search",
+    "set_setting",
+    "settings_report",
+    "show",
+    "show_run",
+    "status",
+    "tool_arguments",
+    "tool_definitions",
+    "tool_manifest",
+]
+API_INTERNAL = {"run_result", "craft_result"}  # public-looking, but they take a Run (flakebot's own)
+# imported only when a model, a registry, a repository or the CLI is used
+HEAVY = ("openai", "groq", "httpx", "git", "mcp", "rich", "typer", "jinja2", "tomlkit", "flakebot.api")
+
+
+def test_the_exported_names_are_these() -> None:
+    assert flakebot.__all__ == TOP
+    assert api.__all__ == API
+
+
+def test_every_public_function_and_class_of_the_api_is_exported_or_named_internal() -> None:
+    defined = {
+        name
+        for name, value in vars(api).items()
+        if not name.startswith("_")
+        and (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == api.__name__
+    }
+    assert defined - API_INTERNAL == set(API)
+
+
+@pytest.mark.parametrize("module", [flakebot, api, errors, events], ids=lambda m: m.__name__)
+def test_each_exported_name_resolves_and_is_documented(module: object) -> None:
+    for name in module.__all__:  # type: ignore[attr-defined]
+        value = getattr(module, name)
+        if name == "__version__" or not (inspect.isfunction(value) or inspect.isclass(value)):
+            continue  # EventSink, a type alias, is documented by its comment
+        doc = inspect.getdoc(value) or ""
+        # a dataclass without a docstring gets its signature as __doc__
+        assert doc and not doc.startswith(f"{name}("), f"{module.__name__}.{name} has no docstring"  # type: ignore[attr-defined]
+
+
+def test_top_level_names_are_the_library_objects_themselves() -> None:
+    assert flakebot.craft is api.craft and flakebot.CraftResult is api.CraftResult
+    assert flakebot.FlakebotError is errors.FlakebotError
+    with pytest.raises(AttributeError, match="no attribute 'craftt'"):
+        flakebot.craftt  # type: ignore[attr-defined]  # noqa: B018
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = f"import sys\n{code}\nprint('\\n'.join(sorted(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    return result.stdout.split()
+
+
+def test_importing_flakebot_imports_no_sdk_and_not_the_api() -> None:
+    loaded = _loaded_after("import flakebot")
+    assert [m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY] == []
+    assert "flakebot" in loaded
+
+
+def test_using_a_name_imports_the_api_but_still_no_model_sdk() -> None:
+    loaded = _loaded_after("import flakebot\nflakebot.craft")
+    assert "flakebot.api" in loaded
+    assert [m for m in loaded if m.split(".")[0] in ("openai", "groq", "mcp", "typer", "rich")] == []
+
+
+@pytest.mark.slow
+def test_type_checkers_see_the_names_typed_and_a_misspelt_name_as_an_error(tmp_path: Path) -> None:
+    snippet = tmp_path / "use.py"
+    snippet.write_text('import flakebot\n\nreveal_type(flakebot.craft)\nflakebot.craftt("x")\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), str(snippet)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MYPYPATH": str(REPO)},
+    )
+    assert "-> flakebot.api.CraftResult" in result.stdout, result.stdout
+    assert 'Module has no attribute "craftt"' in result.stdout
