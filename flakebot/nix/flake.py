@@ -28,6 +28,8 @@ from flakebot.nix.lock import flake_lock_text
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+# Rebuilds for native inputs a failed build asked for: a program (pkg-config) may come first, then its library.
+EVIDENCE_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -221,9 +223,9 @@ def _build_with_evidence(
     report: Progress,
 ) -> tuple[str, float]:
     """nix build, and again after what a failed build taught: a git dependency's hash in place of lib.fakeHash (nix
-    reports one clone's mismatch at a time, so once per git dependency at most), or a pkg-config module or library
-    the flake does not give (once)."""
-    git_rounds, evidence_rounds = len(flake.facts.git_dependencies), 1
+    reports one clone's mismatch at a time, so once per git dependency at most), or a program, pkg-config module or
+    library the flake does not give (EVIDENCE_ROUNDS times at most)."""
+    git_rounds, evidence_rounds = len(flake.facts.git_dependencies), EVIDENCE_ROUNDS
     while True:
         try:
             return build(out_dir, mode, standin, settings, flake.facts.pname, report)
@@ -234,7 +236,7 @@ def _build_with_evidence(
                 commit = f"flakebot: cargoLock.outputHashes of {', '.join(keys)} from the build"
             elif evidence_rounds and (added := _add_evidence(exc, flake, mode)):
                 evidence_rounds -= 1
-                lesson = f"the build asked for {', '.join(added)}: added to buildInputs"
+                lesson = f"the build asked for {', '.join(added)}: added to the flake's inputs"
                 commit = f"flakebot: {', '.join(added)} from the build log"
             else:
                 raise
@@ -264,7 +266,7 @@ def _add_evidence(exc: NixError, flake: Written, mode: str) -> list[str]:
     flake already gives but the build still lacks is an error of its own."""
     found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
     added = flake.native.add_evidence(
-        {name: line for name, line in found.items() if name not in flake.native.build_inputs}
+        {name: line for name, line in found.items() if name not in flake.native.declared()}
     )
     if not added and found:
         raise _library_missing(exc, flake.facts.pname, found, mode) from None

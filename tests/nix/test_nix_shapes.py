@@ -5,6 +5,7 @@ no crate name announces. Real cargo decides what resolves; the slow tests build 
 from __future__ import annotations
 
 import tomllib
+import secrets
 from pathlib import Path
 
 import pytest
@@ -12,17 +13,21 @@ import pytest
 from flakebot.errors import NixError
 from flakebot.nix import devdeps, evidence
 from flakebot.nix.crate import inspect_crate
-from flakebot.nix.flake import PackageResult, package_crate
+from flakebot.nix.flake import PackageResult, flake_check, package_crate
+from tests.fakes.nix_crates import host_settings
 from tests.fakes.nix_crates import (
     dev_mismatch,
     dev_missing,
     directory_source,
+    home_writer,
     manifest,
     needs_features,
     needs_zlib,
+    perl_user,
     source_settings,
     unresolvable,
     write,
+    zlib_probe,
 )
 
 
@@ -171,3 +176,40 @@ def test_a_library_the_flake_gives_but_the_host_lacks_is_named_with_the_fix(tmp_
     assert caught.value.fix is not None and caught.value.fix.startswith(
         "the host stand-in links this machine's own libraries: install the development package of libpcap"
     )
+
+
+# ---------------------------------------------------------------- the stricter stand-in: refused until declared, then added
+
+
+@pytest.mark.slow
+def test_an_undeclared_pkg_config_module_fails_and_the_build_log_adds_it(tmp_path: Path) -> None:
+    """The pkg-config crate (Debian's) finds zlib only once the flake declares it, although the host has zlib.pc."""
+    crate = zlib_probe(tmp_path / "crate", secrets.token_hex(8))
+    result = package_crate(crate, tmp_path / "flake", host_settings(tmp_path))
+    assert result.native_inputs["nativeBuildInputs"] == ["pkg-config"]  # from the pkg-config crate in Cargo.lock
+    assert result.native_inputs["buildInputs"] == ["zlib"]
+    [why] = result.native_inputs["because"]["zlib"]
+    assert why.startswith("build log: ") and "zlib" in why  # the first build failed: it was not declared
+    assert result.smoke["exit_code"] == 0 and "zprobe: links zlib 1." in result.smoke["output_head"]
+    assert "buildInputs = with pkgs; [ zlib ];" in (Path(result.flake_dir) / "flake.nix").read_text()
+
+
+@pytest.mark.slow
+def test_an_undeclared_perl_fails_and_the_build_log_adds_it(tmp_path: Path, source: Path) -> None:
+    """perl is on the host, but a build sees it only once nativeBuildInputs names it."""
+    result = _package(perl_user(tmp_path / "crate", secrets.token_hex(8)), tmp_path, source)
+    assert result.native_inputs["nativeBuildInputs"] == ["perl"] and result.native_inputs["buildInputs"] == []
+    [why] = result.native_inputs["because"]["perl"]
+    assert why.startswith("build log: ") and "perl: not found" in why
+    assert result.smoke["exit_code"] == 0 and "perluser: perl said 42" in result.smoke["output_head"]
+
+
+@pytest.mark.slow
+def test_a_test_that_writes_to_home_fails_as_under_nixpkgs(tmp_path: Path, source: Path) -> None:
+    """HOME is Nix's /homeless-shelter, which a build user cannot make: `nix flake check` (the crate's tests) fails."""
+    marker = secrets.token_hex(8)
+    result = _package(home_writer(tmp_path / "crate", marker), tmp_path, source)  # the package itself runs no tests
+    check = flake_check(result.flake_dir, source_settings(tmp_path, source))
+    assert check.returncode != 0
+    assert "writes_home" in check.stderr and "FAILED" in check.stderr and "Permission denied" in check.stderr
+    assert not list(Path("/").glob(f"*/{marker}")) and not (Path.home() / marker).exists()

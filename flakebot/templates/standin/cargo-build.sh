@@ -4,11 +4,20 @@
 # cargo built into $out/bin.
 set -euo pipefail
 
-export HOME="$NIX_BUILD_TOP/home"
+# HOME stays Nix's /homeless-shelter, which does not exist and cannot be made: as in nixpkgs, a build or test that
+# writes there fails.
 export CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
 export CARGO_TARGET_DIR="$NIX_BUILD_TOP/target"
 export CARGO_TERM_COLOR=never
-mkdir -p "$HOME" "$CARGO_HOME"
+mkdir -p "$CARGO_HOME"
+# Declared inputs only, as nixpkgs' setup hooks give them: each one's bin/ on PATH, and pkg-config searches just
+# their lib/pkgconfig (never the host's own directories).
+pkgConfigDirs="$NIX_BUILD_TOP/no-pkg-config-modules"
+for input in $nativeBuildInputs $buildInputs $nativeCheckInputs $checkInputs; do
+  if [ -d "$input/bin" ]; then PATH="$input/bin:$PATH"; fi
+  if [ -d "$input/lib/pkgconfig" ]; then pkgConfigDirs="$pkgConfigDirs:$input/lib/pkgconfig"; fi
+done
+export PATH PKG_CONFIG_LIBDIR="$pkgConfigDirs" PKG_CONFIG_PATH=""
 # The source configuration nixpkgs' cargoSetupHook writes for importCargoLock's vendor directory: crates.io replaced
 # by the vendor directory ($flakebotCratesIo = vendored-sources) or by the local directory source, each git source
 # replaced by the vendor directory (its .cargo/config.toml).
@@ -32,10 +41,11 @@ if [ -n "$cargoLockFile" ]; then cp "$cargoLockFile" Cargo.lock; chmod u+w Cargo
 if [ -n "$cargoLockContents" ]; then printf '%s' "$cargoLockContents" > Cargo.lock; fi
 eval "$postPatch"
 
+# nixpkgs builds with --target the host triple: output in target/TRIPLE/PROFILE, RUSTFLAGS not given to build scripts.
 case "$buildType" in
-  release) profile=(--release); profileDir=release ;;
-  debug) profile=(); profileDir=debug ;;
-  *) profile=(--profile "$buildType"); profileDir="$buildType" ;;
+  release) profile=(--release --target "$hostTriple"); profileDir="$hostTriple/release" ;;
+  debug) profile=(--target "$hostTriple"); profileDir="$hostTriple/debug" ;;
+  *) profile=(--profile "$buildType" --target "$hostTriple"); profileDir="$hostTriple/$buildType" ;;
 esac
 
 mapfile -t buildFlags < <(printf '%s' "$cargoBuildFlags")
