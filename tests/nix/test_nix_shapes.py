@@ -4,8 +4,8 @@ no crate name announces. Real cargo decides what resolves; the slow tests build 
 
 from __future__ import annotations
 
-import tomllib
 import secrets
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,12 +14,12 @@ from flakebot.errors import NixError
 from flakebot.nix import devdeps, evidence
 from flakebot.nix.crate import inspect_crate
 from flakebot.nix.flake import PackageResult, flake_check, package_crate
-from tests.fakes.nix_crates import host_settings
 from tests.fakes.nix_crates import (
     dev_mismatch,
     dev_missing,
     directory_source,
     home_writer,
+    host_settings,
     manifest,
     needs_features,
     needs_zlib,
