@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import time
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from tests.fakes.nix_crates import broken, greeter, host_settings, library, many
 
 def _script(path: Path, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    path.chmod(0o755)  # as root the smoke run is the sandbox uid's: it must reach and run the script, as a store path
+    path.parent.chmod(0o755)
     return path
 
 
@@ -104,6 +104,19 @@ def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:
     with pytest.raises(NixError) as caught:
         smoke_run(failing, timeout=10)
     assert caught.value.message == "smoke run failed: 'fails --help' exited 3 and 'fails --version' exited 3"
+
+
+def test_smoke_run_of_a_cargo_subcommand_asks_as_cargo_calls_it(tmp_path: Path) -> None:
+    """cargo-lock answers only `cargo-lock lock --help` (cargo runs cargo-NAME with NAME first)."""
+    script = 'if [ "$1 $2" = "lock --help" ]; then echo "cargo-lock lock: reads Cargo.lock"; exit 0; fi\nexit 2\n'
+    record = smoke_run(_script(tmp_path / "cargo-lock", script), timeout=10)
+    assert record["argv"][1:] == ["lock", "--help"] and record["exit_code"] == 0
+    with pytest.raises(NixError) as caught:
+        smoke_run(_script(tmp_path / "cargo-nope", "exit 2\n"), timeout=10)
+    assert caught.value.message == (
+        "smoke run failed: 'cargo-nope --help' exited 2, 'cargo-nope --version' exited 2 and "
+        "'cargo-nope nope --help' exited 2"
+    )
 
 
 def test_nixpkgs_mode_is_recorded_choice_or_offline_fallback() -> None:
