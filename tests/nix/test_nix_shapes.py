@@ -213,3 +213,15 @@ def test_a_test_that_writes_to_home_fails_as_under_nixpkgs(tmp_path: Path, sourc
     assert check.returncode != 0
     assert "writes_home" in check.stderr and "FAILED" in check.stderr and "Permission denied" in check.stderr
     assert not list(Path("/").glob(f"*/{marker}")) and not (Path.home() / marker).exists()
+
+
+@pytest.mark.slow
+def test_a_flake_that_builds_is_kept_when_its_smoke_run_fails(tmp_path: Path, source: Path) -> None:
+    main = f'fn main() {{ eprintln!("{secrets.token_hex(8)}: no help here"); std::process::exit(3); }}\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("nohelp"), "src/main.rs": main})
+    with pytest.raises(NixError) as caught:
+        _package(crate, tmp_path, source)
+    assert caught.value.message.startswith("smoke run failed: 'nohelp --help' exited 3")
+    flake = tmp_path / "flake"
+    assert (flake / "flake.nix").is_file() and caught.value.details["flake_dir"] == str(flake)
+    assert (caught.value.fix or "").endswith(f"the flake builds and is kept in {flake} (nix build {flake})")
