@@ -188,7 +188,6 @@ def choose_binary(
         )
     if len(found) == 1:
         return found[0]
-    root = next((p for p in members if p["id"] == root_id), None)
     own = [(p, t) for p, t in found if root_id is not None and p["id"] == root_id]
     if own:  # as nixpkgs' mainProgram among the binaries it installs: the default-run, one named like the package,
         default = own[0][0].get("default_run") or own[0][0]["name"]
