@@ -1,5 +1,6 @@
 """Native inputs read from a failed build's log: a pkg-config module, a library the linker could not find, or a
-program (perl, pkg-config, cmake, protoc) a build step could not start.
+program (perl, pkg-config, cmake, protoc) a build step could not start; and whether it failed only on a lint the
+crate denies (`#![deny(warnings)]` meeting a newer compiler's warnings).
 
 deps.py guesses from crate names before the build; this reads what the build itself said after it failed,
 maps the module or library to a nixpkgs attribute (deps.PACKAGES), and names the log line as the reason.
@@ -54,3 +55,18 @@ def _names(line: str) -> list[tuple[str, dict[str, str]]]:
     names = [(m.group(1), PKG_CONFIG_MODULES) for pattern in _PKG_CONFIG for m in pattern.finditer(line)]
     names += [(m.group(1), PROGRAMS) for pattern in _PROGRAM for m in pattern.finditer(line)]
     return names + [(m.group(1), LINK_LIBRARIES) for pattern in _LINKER for m in pattern.finditer(line)]
+
+
+# rustc's words for an error raised by a lint level (`#![deny(warnings)]`, `#[deny(...)]`, `-D warnings`).
+_DENIED_LINT = re.compile(
+    r"the lint level is defined here|implied by `#\[deny\(|`#\[deny\([\w:]+\)\]` on by default|`-D [\w:-]+`"
+)
+_CODED_ERROR = re.compile(r"error\[E\d+\]")
+
+
+def denied_lint(lines: list[str]) -> str:
+    """The line showing a failed build's errors came from a denied lint, or '' (no lint, or a real error too)."""
+    if any(_CODED_ERROR.search(line) for line in lines):
+        return ""
+    found = next((line for line in lines if _DENIED_LINT.search(line)), "")
+    return found.split("> ", 1)[-1].strip()

@@ -93,6 +93,10 @@ def test_dev_dependency_tables_are_found_plain_old_spelling_and_per_target() -> 
         ("Package 'sqlite3', required by 'virtual:world', not found", "sqlite"),
         ("          /usr/bin/ld: cannot find -lz: No such file or directory", "zlib"),
         ("rust-lld: error: unable to find library -lssl", "openssl"),
+        ("perluser> sh: 1: perl: not found", "perl"),
+        ("  bash: line 1: python3: command not found", "python3"),
+        ("The pkg-config command could not be found.", "pkg-config"),
+        ("  is `cmake` not installed?", "cmake"),
     ],
 )
 def test_build_log_lines_map_to_nixpkgs_attributes(line: str, attribute: str) -> None:
@@ -225,3 +229,28 @@ def test_a_flake_that_builds_is_kept_when_its_smoke_run_fails(tmp_path: Path, so
     flake = tmp_path / "flake"
     assert (flake / "flake.nix").is_file() and caught.value.details["flake_dir"] == str(flake)
     assert (caught.value.fix or "").endswith(f"the flake builds and is kept in {flake} (nix build {flake})")
+
+
+@pytest.mark.slow
+def test_a_build_failing_only_on_a_denied_lint_is_built_again_with_capped_lints(tmp_path: Path, source: Path) -> None:
+    """`#![deny(warnings)]` meets a warning (as a newer compiler's new lints do): built again, warnings allowed."""
+    main = f'#![deny(warnings)]\nfn main() {{\n    let unused = "{secrets.token_hex(8)}";\n    println!("linty: a small tool");\n}}\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("linty"), "src/main.rs": main})
+    result = _package(crate, tmp_path, source)
+    assert result.smoke["exit_code"] == 0 and result.native_inputs["env"] == {"RUSTFLAGS": "--cap-lints warn"}
+    assert '"RUSTFLAGS" = "--cap-lints warn";' in (Path(result.flake_dir) / "flake.nix").read_text()
+    [notice] = [n for n in result.notices if "denies" in n]
+    assert (
+        notice.startswith("the build failed only on a lint the crate denies (")
+        and "RUSTFLAGS=--cap-lints warn" in notice
+    )
+
+
+@pytest.mark.slow
+def test_a_real_compile_error_is_not_taken_for_a_lint(tmp_path: Path, source: Path) -> None:
+    main = f'#![deny(warnings)]\nfn main() {{\n    let unused = "{secrets.token_hex(8)}";\n    let n: u32 = "x";\n}}\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("broken"), "src/main.rs": main})
+    said: list[str] = []
+    with pytest.raises(NixError) as caught:
+        package_crate(crate, tmp_path / "flake", source_settings(tmp_path, source), progress=said.append)
+    assert "mismatched types" in caught.value.message and not [line for line in said if "lint" in line]
