@@ -123,6 +123,8 @@ def host_facts(settings: Settings) -> dict[str, Any]:
         # the builder's PATH: the toolchain and the stdenv programs; a declared input adds its own bin/
         "stdenv": host_programs(STDENV_PROGRAMS),
         "packages": {name: package_links(package) for name, package in deps.PACKAGES.items()},
+        # -lNAME of each attribute: the build's cc refuses one whose attribute is not declared (as ld finds none)
+        "libraries": {name: list(package.libraries) for name, package in deps.PACKAGES.items() if package.libraries},
         "hostTriple": host_triple(sysroot),
     }
 

@@ -240,6 +240,14 @@ def zlib_probe(root: Path, marker: str) -> Path:
     )
 
 
+def zlib_linker(root: Path, marker: str) -> Path:
+    """A crate that links zlib by name alone (`cargo:rustc-link-lib=z`, no pkg-config), as some -sys crates do."""
+    build_rs = (
+        f'// {marker}\nfn main() {{ println!("cargo:rustc-link-lib=z"); println!("cargo:rustc-env=ZLIB_LIBS=z"); }}\n'
+    )
+    return write(root, {"Cargo.toml": manifest("zprobe"), "build.rs": build_rs, "src/main.rs": PROBE_MAIN})
+
+
 def perl_user(root: Path, marker: str) -> Path:
     """A crate whose build script runs perl through sh (as a configure step does) and keeps what it printed."""
     build_rs = (

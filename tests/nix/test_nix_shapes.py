@@ -27,6 +27,7 @@ from tests.fakes.nix_crates import (
     source_settings,
     unresolvable,
     write,
+    zlib_linker,
     zlib_probe,
 )
 
@@ -196,6 +197,16 @@ def test_an_undeclared_pkg_config_module_fails_and_the_build_log_adds_it(tmp_pat
     assert why.startswith("build log: ") and "zlib" in why  # the first build failed: it was not declared
     assert result.smoke["exit_code"] == 0 and "zprobe: links zlib 1." in result.smoke["output_head"]
     assert "buildInputs = with pkgs; [ zlib ];" in (Path(result.flake_dir) / "flake.nix").read_text()
+
+
+@pytest.mark.slow
+def test_linking_an_undeclared_library_fails_and_the_build_log_adds_it(tmp_path: Path, source: Path) -> None:
+    """-lz of a nixpkgs attribute the flake does not declare: the stand-in's cc refuses it as ld would find nothing."""
+    result = _package(zlib_linker(tmp_path / "crate", secrets.token_hex(8)), tmp_path, source)
+    assert result.native_inputs["buildInputs"] == ["zlib"]
+    [why] = result.native_inputs["because"]["zlib"]
+    assert why.startswith("build log: ") and "cannot find -lz" in why
+    assert result.smoke["exit_code"] == 0 and "zprobe: links zlib 1." in result.smoke["output_head"]
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 set -euo pipefail
 mkdir -p "$out/nix-support"
 printf '%s\n' "$note" > "$out/nix-support/flakebot-host"
+if [ -n "${libraries:-}" ]; then printf '%s\n' "$libraries" > "$out/nix-support/flakebot-libraries"; fi
 # Only paths the host has are listed: the builder may not see them (the host toolchain is not in its sandbox).
 while read -r relative target; do
   if [ -z "$relative" ]; then continue; fi

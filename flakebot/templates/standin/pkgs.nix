@@ -4,6 +4,8 @@ let
   # A derivation whose files are symlinks (`links`: relative path -> host path) to host files: the placeholder for a
   # nixpkgs attribute (bin/perl, lib/pkgconfig/zlib.pc: a build sees them only when it declares the attribute), the
   # stdenv programs every build sees, or host toolchain programs for devShells (`nix develop` runs them on the host).
+  # `libraries`: the -lNAME names the attribute gives (nix-support/flakebot-libraries; the build's cc refuses the
+  # table's other libraries, see cargo-build.sh).
   hostLinks = name: note: links: derivation {
     name = "${name}-host";
     inherit system note;
@@ -11,6 +13,7 @@ let
     args = [ "-e" ./host-input.sh ];
     PATH = host.path;
     links = lib.concatStringsSep "\n" (map (relative: "${relative} ${links.${relative}}") (builtins.attrNames links));
+    libraries = lib.concatStringsSep " " (host.libraries.${name} or [ ]);
   };
 
   hostInput = name: hostLinks name "flakebot host stand-in for nixpkgs' ${name}: links to the host's own ${name}"

@@ -266,6 +266,8 @@ let
         args = [ "-e" ./cargo-build.sh ];
         PATH = "${stdenvTools}/bin:${host.toolchainBin}";
         hostTriple = host.hostTriple;
+        flakebotStdenv = stdenvTools;
+        flakebotKnownLibraries = lib.concatStringsSep " " (builtins.concatLists (builtins.attrValues host.libraries));
         RUSTUP_HOME = host.rustupHome;
         flakebotRegistry = host.registry;
         # crates.io's packages come from the vendor directory when fetched, else from the local directory source.
