@@ -104,6 +104,15 @@ def test_build_log_lines_map_to_nixpkgs_attributes(line: str, attribute: str) ->
     assert evidence.missing_inputs(["compiling", line]) == {attribute: line.split("> ", 1)[-1].strip()}
 
 
+def test_every_input_flakebot_declares_is_in_the_one_table() -> None:
+    """deps.PACKAGES is what the stand-in provides: what crate names or a build log add must be in it."""
+    from flakebot.nix import deps
+
+    named = {name for needs in deps.NATIVE_INPUTS.values() for name in needs.native + needs.build}
+    read = {*evidence.PKG_CONFIG_MODULES.values(), *evidence.LINK_LIBRARIES.values(), *evidence.PROGRAMS.values()}
+    assert named | read <= set(deps.PACKAGES) and evidence.LINK_LIBRARIES["ssl"] == "openssl"
+
+
 def test_unknown_libraries_in_a_build_log_add_nothing() -> None:
     assert evidence.missing_inputs(["/usr/bin/ld: cannot find -lflakebotnothing", "error: could not compile"]) == {}
 
