@@ -158,10 +158,11 @@ def _hex_sha256(printed: str) -> str:
 
 
 def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dict[str, Any]:
-    """Run `<bin> --help` (then `--version`) in the sandbox with stdin empty; exit 0 within `timeout` seconds or a NixError."""
+    """Run `<bin> --help` (then `--version`; a cargo-NAME subcommand also `NAME --help`, as cargo calls it) in the
+    sandbox with stdin empty; exit 0 within `timeout` seconds or a NixError."""
     attempts: list[dict[str, Any]] = []
-    for flag in ("--help", "--version"):
-        argv = [str(bin_path), flag]
+    for args in smoke_arguments(bin_path.name):
+        argv = [str(bin_path), *args]
         result = _sandboxed(argv, timeout, sandbox_mode)
         record = {
             "argv": argv,
@@ -170,17 +171,27 @@ def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dic
         }
         if result.timed_out:
             raise NixError(
-                f"smoke run '{bin_path.name} {flag}' hung and was killed after {timeout:g} s",
+                f"smoke run '{shlex.join([bin_path.name, *args])}' hung and was killed after {timeout:g} s",
                 fix="make the tool exit after printing --help, or raise smoke_timeout",
                 smoke={**record, "timed_out": True},
             )
         if result.returncode == 0:
             return record
         attempts.append(record)
-    codes = " and ".join(f"'{bin_path.name} {a['argv'][1]}' exited {a['exit_code']}" for a in attempts)
+    said = [f"'{shlex.join([bin_path.name, *a['argv'][1:]])}' exited {a['exit_code']}" for a in attempts]
+    codes = " and ".join([", ".join(said[:-1]), said[-1]] if len(said) > 1 else said)
     raise NixError(
         f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1]
     )
+
+
+def smoke_arguments(name: str) -> list[list[str]]:
+    """The smoke runs to try in turn: --help, --version, and for a cargo subcommand (cargo-NAME, which cargo runs as
+    `cargo-NAME NAME ARGS`) NAME --help."""
+    tries = [["--help"], ["--version"]]
+    if name.startswith("cargo-") and len(name) > len("cargo-"):
+        tries.append([name.removeprefix("cargo-"), "--help"])
+    return tries
 
 
 def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:

@@ -34,6 +34,7 @@ class CrateFacts:
     placeholder_checksums: bool = False  # Debian's directory source wrote checksums a networked build rejects
     lock_generated: bool = False
     build_features: list[str] = field(default_factory=list)  # the chosen binary's required-features
+    chosen_because: str = ""  # why this binary, when flakebot picked it among several (a notice)
     # devdeps.Dropped.to_dict(): tests cannot run
     dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
 
@@ -152,6 +153,10 @@ def inspect_crate(
         build_features=list(target.get("required-features") or []),
         dropped_dev_dependencies=[d.to_dict() for d in dropped],
     )
+    own = [t["name"] for p, t in binaries(members) if p is package]
+    if bin_name is None and len(own) > 1:  # flakebot picked: install them all, as nixpkgs does
+        all_bins = True
+        facts.chosen_because = _why_chosen(package, target["name"], own)
     _selection_flags(facts, members, package, all_bins)
     _read_lock(facts, crate_dir / "Cargo.lock")
     return facts
@@ -183,14 +188,25 @@ def choose_binary(
         )
     if len(found) == 1:
         return found[0]
-    root = next((p for p in members if p["id"] == root_id), None)
-    if root is not None:
-        own = [(p, t) for p, t in found if p is root]
-        default = root.get("default_run") or root["name"]
-        for package, target in own:
-            if target["name"] == default or len(own) == 1:
-                return package, target
+    own = [(p, t) for p, t in found if root_id is not None and p["id"] == root_id]
+    if own:  # as nixpkgs' mainProgram among the binaries it installs: the default-run, one named like the package,
+        default = own[0][0].get("default_run") or own[0][0]["name"]
+        return next(((p, t) for p, t in own if t["name"] == default), own[0])  # else the first
     raise UsageError(f"{label} has several binaries ({names})", fix="choose one with --bin NAME")
+
+
+def _why_chosen(package: dict[str, Any], name: str, own: list[str]) -> str:
+    why = (
+        "its default-run"
+        if package.get("default_run") == name
+        else "named like the package"
+        if package["name"] == name
+        else "the first"
+    )
+    return (
+        f"{package['name']} has several binaries ({', '.join(own)}): all are installed, {name} ({why}) is "
+        "mainProgram and the one `nix run` starts; choose another with --bin NAME"
+    )
 
 
 def _member_id(members: list[dict[str, Any]], directory: Path) -> str | None:

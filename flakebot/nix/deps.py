@@ -1,4 +1,7 @@
-"""Native build inputs a crate needs, read from the crate names in its Cargo.lock (as nix-init does).
+"""Native build inputs a crate needs, read from the crate names in its Cargo.lock (as nix-init does), and the one
+table of the nixpkgs attributes flakebot can declare: what each gives a build (programs, pkg-config modules, -l
+libraries). evidence.py reads a failed build's log through it; the host stand-in links those host programs and .pc
+files into its placeholder for the attribute, and a build sees only what it declares, as with nixpkgs.
 
 Names are nixpkgs attribute paths. Under `strictDeps` (which buildRustPackage sets) tools that run
 at build time (pkg-config, protobuf, cmake) go in nativeBuildInputs; libraries linked into the
@@ -21,6 +24,52 @@ class Needs:
     native: tuple[str, ...] = ()
     build: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Package:
+    """What one nixpkgs attribute gives a build: programs on PATH, pkg-config modules, libraries for -lNAME."""
+
+    programs: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+
+
+# nixpkgs attribute -> what it gives (the ONE table: evidence.py and the host stand-in read it).
+PACKAGES: dict[str, Package] = {
+    "alsa-lib": Package(modules=("alsa",), libraries=("asound",)),
+    "bzip2": Package(modules=("bzip2",), libraries=("bz2",)),
+    "cmake": Package(programs=("cmake",)),
+    "curl": Package(modules=("libcurl",), libraries=("curl",)),
+    "dbus": Package(modules=("dbus-1",), libraries=("dbus-1",)),
+    "expat": Package(modules=("expat",), libraries=("expat",)),
+    "fontconfig": Package(modules=("fontconfig",), libraries=("fontconfig",)),
+    "freetype": Package(modules=("freetype2",), libraries=("freetype",)),
+    "gmp": Package(modules=("gmp",), libraries=("gmp",)),
+    "gpgme": Package(programs=("gpgme-config",), modules=("gpgme",), libraries=("gpgme",)),
+    "libgit2": Package(modules=("libgit2",), libraries=("git2",)),
+    "libpcap": Package(modules=("libpcap",), libraries=("pcap",)),
+    "libseccomp": Package(modules=("libseccomp",), libraries=("seccomp",)),
+    "libsodium": Package(modules=("libsodium",), libraries=("sodium",)),
+    "libssh2": Package(modules=("libssh2",), libraries=("ssh2",)),
+    "libusb1": Package(modules=("libusb-1.0",), libraries=("usb-1.0",)),
+    "ncurses": Package(modules=("ncurses", "ncursesw"), libraries=("ncurses", "ncursesw")),
+    "nettle": Package(modules=("nettle", "hogweed"), libraries=("nettle", "hogweed")),
+    "oniguruma": Package(modules=("oniguruma",), libraries=("onig",)),
+    "openssl": Package(modules=("openssl", "libssl", "libcrypto"), libraries=("ssl", "crypto")),
+    "perl": Package(programs=("perl",)),
+    "pkg-config": Package(programs=("pkg-config",)),
+    "postgresql": Package(modules=("libpq",), libraries=("pq",)),
+    "protobuf": Package(programs=("protoc",)),
+    "python3": Package(programs=("python3",)),
+    "rustPlatform.bindgenHook": Package(),
+    "sqlite": Package(modules=("sqlite3",), libraries=("sqlite3",)),
+    "udev": Package(modules=("libudev",), libraries=("udev",)),
+    "xz": Package(modules=("liblzma",), libraries=("lzma",)),
+    "zeromq": Package(modules=("libzmq",), libraries=("zmq",)),
+    "zlib": Package(modules=("zlib",), libraries=("z",)),
+    "zstd": Package(modules=("libzstd",), libraries=("zstd",)),
+}
 
 
 # Crate name in Cargo.lock -> nixpkgs inputs. The `pkg-config` crate itself brings pkg-config.
@@ -67,12 +116,19 @@ class NativeInputs:
     because: dict[str, list[str]] = field(default_factory=dict)
 
     def add_evidence(self, found: dict[str, str]) -> list[str]:
-        """Add libraries a failed build asked for ({attribute: log line}) to buildInputs; returns those added."""
+        """Add what a failed build asked for ({attribute: log line}): programs to nativeBuildInputs, libraries to
+        buildInputs (with pkg-config, which finds them); returns those added."""
         for name, line in found.items():
-            _add(self.build_inputs, self.because, name, f"build log: {line}")
-        if found and "pkg-config" not in self.native_build_inputs:
+            package = PACKAGES.get(name, Package())
+            tool = bool(package.programs) and not package.modules
+            _add(self.native_build_inputs if tool else self.build_inputs, self.because, name, f"build log: {line}")
+        if self.build_inputs and "pkg-config" not in self.native_build_inputs:
             _add(self.native_build_inputs, self.because, "pkg-config", "buildInputs")
         return list(found)
+
+    def declared(self) -> list[str]:
+        """Every attribute the flake already gives the build."""
+        return self.native_build_inputs + self.build_inputs
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -115,13 +171,8 @@ def native_inputs(crate_names: list[str]) -> NativeInputs:
 
 
 def all_attribute_paths() -> list[str]:
-    """Every nixpkgs attribute this table can emit (the host stand-in provides each one)."""
-    from flakebot.nix.evidence import attribute_paths
-
-    names = {"pkg-config", *attribute_paths()}
-    for needs in NATIVE_INPUTS.values():
-        names.update(needs.native + needs.build)
-    return sorted(names)
+    """Every nixpkgs attribute flakebot can emit (the host stand-in provides each one)."""
+    return sorted(PACKAGES)
 
 
 def _add(target: list[str], because: dict[str, list[str]], name: str, crate: str) -> None:

@@ -1,7 +1,9 @@
-"""Native inputs read from a failed build's log: a pkg-config module or a library the linker could not find.
+"""Native inputs read from a failed build's log: a pkg-config module, a library the linker could not find, or a
+program (perl, pkg-config, cmake, protoc) a build step could not start; and whether it failed only on a lint the
+crate denies (`#![deny(warnings)]` meeting a newer compiler's warnings).
 
 deps.py guesses from crate names before the build; this reads what the build itself said after it failed,
-maps the module or library to a nixpkgs attribute, and names the log line as the reason.
+maps the module or library to a nixpkgs attribute (deps.PACKAGES), and names the log line as the reason.
 
     missing_inputs(log_lines) -> {nixpkgs attribute: the log line that asked for it}
 """
@@ -10,68 +12,11 @@ from __future__ import annotations
 
 import re
 
-# pkg-config module names (as in `pkg-config --libs NAME`) -> nixpkgs attribute.
-PKG_CONFIG_MODULES: dict[str, str] = {
-    "alsa": "alsa-lib",
-    "bzip2": "bzip2",
-    "dbus-1": "dbus",
-    "expat": "expat",
-    "fontconfig": "fontconfig",
-    "freetype2": "freetype",
-    "gmp": "gmp",
-    "gpgme": "gpgme",
-    "hogweed": "nettle",
-    "libcurl": "curl",
-    "libgit2": "libgit2",
-    "liblzma": "xz",
-    "libpcap": "libpcap",
-    "libpq": "postgresql",
-    "libseccomp": "libseccomp",
-    "libsodium": "libsodium",
-    "libssh2": "libssh2",
-    "libudev": "udev",
-    "libusb-1.0": "libusb1",
-    "libzmq": "zeromq",
-    "libzstd": "zstd",
-    "ncurses": "ncurses",
-    "nettle": "nettle",
-    "oniguruma": "oniguruma",
-    "openssl": "openssl",
-    "sqlite3": "sqlite",
-    "zlib": "zlib",
-}
+from flakebot.nix.deps import PACKAGES
 
-# Linker library names (`-lNAME`) -> nixpkgs attribute.
-LINK_LIBRARIES: dict[str, str] = {
-    "asound": "alsa-lib",
-    "bz2": "bzip2",
-    "crypto": "openssl",
-    "curl": "curl",
-    "dbus-1": "dbus",
-    "expat": "expat",
-    "fontconfig": "fontconfig",
-    "freetype": "freetype",
-    "git2": "libgit2",
-    "gmp": "gmp",
-    "gpgme": "gpgme",
-    "hogweed": "nettle",
-    "lzma": "xz",
-    "ncurses": "ncurses",
-    "nettle": "nettle",
-    "onig": "oniguruma",
-    "pcap": "libpcap",
-    "pq": "postgresql",
-    "seccomp": "libseccomp",
-    "sodium": "libsodium",
-    "sqlite3": "sqlite",
-    "ssh2": "libssh2",
-    "ssl": "openssl",
-    "udev": "udev",
-    "usb-1.0": "libusb1",
-    "z": "zlib",
-    "zmq": "zeromq",
-    "zstd": "zstd",
-}
+# pkg-config module names (as in `pkg-config --libs NAME`) and linker library names (`-lNAME`) -> nixpkgs attribute.
+PKG_CONFIG_MODULES: dict[str, str] = {module: name for name, p in PACKAGES.items() for module in p.modules}
+LINK_LIBRARIES: dict[str, str] = {library: name for name, p in PACKAGES.items() for library in p.libraries}
 
 # What pkg-config (and the pkg-config crate quoting it) and the linkers print for a missing module or library.
 _PKG_CONFIG = (
@@ -81,6 +26,13 @@ _PKG_CONFIG = (
     re.compile(r"The system library `([\w.+-]+)` required by crate `[\w-]+` was not found"),
     re.compile(r"No package '([\w.+-]+)' found"),
 )
+# A build step that could not start a program: the shell's "not found", the pkg-config crate's and cmake crate's words.
+_PROGRAM = (
+    re.compile(r"(?:^|[\s:])([\w.+-]+): (?:command )?not found"),
+    re.compile(r"The (pkg-config) command could not be found"),
+    re.compile(r"is `([\w.+-]+)` not installed"),
+)
+PROGRAMS: dict[str, str] = {program: name for name, p in PACKAGES.items() for program in p.programs}
 _LINKER = (
     re.compile(r"cannot find -l([\w.+-]+)"),
     re.compile(r"unable to find library -l([\w.+-]+)"),
@@ -101,9 +53,20 @@ def missing_inputs(lines: list[str]) -> dict[str, str]:
 
 def _names(line: str) -> list[tuple[str, dict[str, str]]]:
     names = [(m.group(1), PKG_CONFIG_MODULES) for pattern in _PKG_CONFIG for m in pattern.finditer(line)]
+    names += [(m.group(1), PROGRAMS) for pattern in _PROGRAM for m in pattern.finditer(line)]
     return names + [(m.group(1), LINK_LIBRARIES) for pattern in _LINKER for m in pattern.finditer(line)]
 
 
-def attribute_paths() -> list[str]:
-    """Every attribute this module can add (the host stand-in must provide each one)."""
-    return sorted(set(PKG_CONFIG_MODULES.values()) | set(LINK_LIBRARIES.values()))
+# rustc's words for an error raised by a lint level (`#![deny(warnings)]`, `#[deny(...)]`, `-D warnings`).
+_DENIED_LINT = re.compile(
+    r"the lint level is defined here|implied by `#\[deny\(|`#\[deny\([\w:]+\)\]` on by default|`-D [\w:-]+`"
+)
+_CODED_ERROR = re.compile(r"error\[E\d+\]")
+
+
+def denied_lint(lines: list[str]) -> str:
+    """The line showing a failed build's errors came from a denied lint, or '' (no lint, or a real error too)."""
+    if any(_CODED_ERROR.search(line) for line in lines):
+        return ""
+    found = next((line for line in lines if _DENIED_LINT.search(line)), "")
+    return found.split("> ", 1)[-1].strip()

@@ -28,6 +28,10 @@ from flakebot.nix.lock import flake_lock_text
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+# Rebuilds for native inputs a failed build asked for: a program (pkg-config) may come first, then its library.
+EVIDENCE_ROUNDS = 2
+# What a build that failed only on a denied lint is built again with (nixpkgs passes RUSTFLAGS on to rustc).
+CAP_LINTS = "--cap-lints warn"
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,9 @@ def package_crate(
             report,
             gc_root,
         )
-    except BaseException:
-        remove_tree(out_dir)  # nothing half-written is left behind
+    except BaseException as exc:
+        if not (isinstance(exc, NixError) and exc.details.get("flake_dir")):
+            remove_tree(out_dir)  # nothing half-written is left behind; a flake that builds is kept
         raise
 
 
@@ -124,6 +129,7 @@ class Written:
     unknown_licenses: list[str]
     # cargoLock.outputHashes learned from builds (NAME-VERSION -> hash as nix prints it); the others are lib.fakeHash
     output_hashes: dict[str, str] = field(default_factory=dict)
+    capped_lints: str = ""  # the log line of a build that failed only on a denied lint (then built with CAP_LINTS)
 
 
 def _package(
@@ -144,9 +150,12 @@ def _package(
     standin = _standin(settings, mode)
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
     store_path, seconds = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report)
-    bin_path = _built_binary(store_path, facts)
-    report(f"smoke run: {facts.bin_name} --help")
-    smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
+    try:
+        bin_path = _built_binary(store_path, facts)
+        report(f"smoke run: {facts.bin_name} --help")
+        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
+    except NixError as exc:
+        raise _kept(exc, out_dir) from None
     root = make_gc_root(store_path, gc_root or out_dir / "result")
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
@@ -221,9 +230,10 @@ def _build_with_evidence(
     report: Progress,
 ) -> tuple[str, float]:
     """nix build, and again after what a failed build taught: a git dependency's hash in place of lib.fakeHash (nix
-    reports one clone's mismatch at a time, so once per git dependency at most), or a pkg-config module or library
-    the flake does not give (once)."""
-    git_rounds, evidence_rounds = len(flake.facts.git_dependencies), 1
+    reports one clone's mismatch at a time, so once per git dependency at most), or a program, pkg-config module or
+    library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints warn when only a denied
+    lint failed it (once)."""
+    git_rounds, evidence_rounds = len(flake.facts.git_dependencies), EVIDENCE_ROUNDS
     while True:
         try:
             return build(out_dir, mode, standin, settings, flake.facts.pname, report)
@@ -232,15 +242,28 @@ def _build_with_evidence(
                 git_rounds -= 1
                 lesson = f"git dependency {', '.join(keys)}: hash from the first build"
                 commit = f"flakebot: cargoLock.outputHashes of {', '.join(keys)} from the build"
+            elif not flake.capped_lints and (line := _denied_lint(exc, flake)):
+                lesson = f"the build failed only on a denied lint ({line}): RUSTFLAGS={CAP_LINTS}"
+                commit = f"flakebot: RUSTFLAGS={CAP_LINTS} (a denied lint failed the build)"
             elif evidence_rounds and (added := _add_evidence(exc, flake, mode)):
                 evidence_rounds -= 1
-                lesson = f"the build asked for {', '.join(added)}: added to buildInputs"
+                lesson = f"the build asked for {', '.join(added)}: added to the flake's inputs"
                 commit = f"flakebot: {', '.join(added)} from the build log"
             else:
                 raise
         report(f"{lesson}, building again")
         _render(out_dir, flake, description)
         commit_flake(out_dir, commit)
+
+
+def _denied_lint(exc: NixError, flake: Written) -> str:
+    """The log line of a build that failed only on a lint the crate denies, now built with CAP_LINTS; '' otherwise."""
+    line = evidence.denied_lint(str(exc.details.get("log_tail", "")).splitlines())
+    if line and "RUSTFLAGS" not in flake.native.env:
+        flake.native.env["RUSTFLAGS"] = CAP_LINTS
+        flake.capped_lints = line
+        return line
+    return ""
 
 
 def _learn_git_hash(exc: NixError, flake: Written) -> list[str]:
@@ -264,7 +287,7 @@ def _add_evidence(exc: NixError, flake: Written, mode: str) -> list[str]:
     flake already gives but the build still lacks is an error of its own."""
     found = evidence.missing_inputs(str(exc.details.get("log_tail", "")).splitlines())
     added = flake.native.add_evidence(
-        {name: line for name, line in found.items() if name not in flake.native.build_inputs}
+        {name: line for name, line in found.items() if name not in flake.native.declared()}
     )
     if not added and found:
         raise _library_missing(exc, flake.facts.pname, found, mode) from None
@@ -283,6 +306,12 @@ def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str
     return NixError(
         f"nix build of {pname} failed: it found no {names} ({next(iter(found.values()))})", fix=fix, **exc.details
     )
+
+
+def _kept(exc: NixError, out_dir: Path) -> NixError:
+    """`exc` (after the nix build succeeded) saying that the flake, which builds, is kept in out_dir."""
+    fix = f"{exc.fix}; the flake builds and is kept in {out_dir} (nix build {out_dir})"
+    return NixError(exc.message, fix=fix, **{**exc.details, "flake_dir": str(out_dir)})
 
 
 def _built_binary(store_path: str, facts: CrateFacts) -> Path:
@@ -323,6 +352,13 @@ def _notices(notice: str, flake: Written) -> list[str]:
     notes = [notice] if notice else []
     if facts.lock_generated:
         notes.append("Cargo.lock was generated by flakebot (the crate had none)")
+    if facts.chosen_because:
+        notes.append(facts.chosen_because)
+    if flake.capped_lints:
+        notes.append(
+            f"the build failed only on a lint the crate denies ({flake.capped_lints}), as a newer compiler warns more: "
+            f"built with RUSTFLAGS={CAP_LINTS} (env in flake.nix)"
+        )
     notes += [Dropped(**d).notice() for d in facts.dropped_dev_dependencies]
     if facts.dropped_dev_dependencies:
         notes.append(

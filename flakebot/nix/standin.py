@@ -41,6 +41,29 @@ STATIC_FILES = (
     "git-crate.sh",
     "host-input.sh",
 )
+# What nixpkgs' stdenv puts on a builder's PATH (coreutils, findutils, diffutils, sed, grep, awk, tar, gzip, bzip2, xz,
+# make, patch, bash, the C compiler and binutils): a stand-in build sees these host programs and the toolchain, and
+# other programs (perl, python3, cmake, protoc, pkg-config) only when it declares them (deps.PACKAGES).
+STDENV_PROGRAMS = (
+    *("bash", "sh", "[", "basename", "cat", "chmod", "chown", "cksum", "comm", "cp", "csplit", "cut", "date", "dd"),
+    *("df", "dirname", "du", "echo", "env", "expand", "expr", "factor", "false", "fold", "head", "id", "install"),
+    *("join", "link", "ln", "ls", "md5sum", "mkdir", "mktemp", "mv", "nl", "nproc", "numfmt", "od", "paste"),
+    *("printenv", "printf", "pwd", "readlink", "realpath", "rm", "rmdir", "seq", "sha1sum", "sha256sum", "sha512sum"),
+    *("shuf", "sleep", "sort", "split", "stat", "sum", "tac", "tail", "tee", "test", "timeout", "touch", "tr", "true"),
+    *("truncate", "tsort", "uname", "unexpand", "uniq", "unlink", "wc", "whoami", "yes", "base64", "b2sum"),
+    *("find", "xargs", "diff", "cmp", "diff3", "sdiff", "sed", "grep", "egrep", "fgrep", "awk", "gawk", "tar"),
+    *("gzip", "gunzip", "zcat", "bzip2", "bunzip2", "xz", "unxz", "make", "patch", "cc", "gcc", "c++", "g++", "cpp"),
+    *("ld", "ld.bfd", "as", "ar", "nm", "ranlib", "strip", "objcopy", "objdump", "readelf", "strings", "size"),
+)
+# Where host programs are looked for: directories every build sees (command.SYSTEM_PATHS), never /root's.
+HOST_BIN_DIRS = ("/usr/bin", "/bin", "/usr/local/bin")
+PKG_CONFIG_DIRS = (
+    "/usr/local/lib/x86_64-linux-gnu/pkgconfig",
+    "/usr/local/lib/pkgconfig",
+    "/usr/local/share/pkgconfig",
+    "/usr/lib/pkgconfig",
+    "/usr/share/pkgconfig",
+)
 
 
 def standin_dir(settings: Settings) -> Path:
@@ -98,8 +121,51 @@ def host_facts(settings: Settings) -> dict[str, Any]:
         "registryChecksums": registry_checksums(registry),
         "cratesioStaticUrl": settings.cratesio_static_url.rstrip("/"),  # .crate downloads for locks with checksums
         "path": ":".join(dict.fromkeys(path_dirs)),
-        "nativeInputs": deps.all_attribute_paths(),
+        # the builder's PATH: the toolchain and the stdenv programs; a declared input adds its own bin/
+        "stdenv": host_programs(STDENV_PROGRAMS),
+        "packages": {name: package_links(package) for name, package in deps.PACKAGES.items()},
+        # -lNAME of each attribute: the build's cc refuses one whose attribute is not declared (as ld finds none)
+        "libraries": {name: list(package.libraries) for name, package in deps.PACKAGES.items() if package.libraries},
+        "hostTriple": host_triple(sysroot),
     }
+
+
+def host_programs(names: tuple[str, ...]) -> dict[str, str]:
+    """{program: its host path} for the names found in HOST_BIN_DIRS (a missing one is left out)."""
+    found: dict[str, str] = {}
+    for name in names:
+        path = shutil.which(name, path=os.pathsep.join(HOST_BIN_DIRS))
+        if path is not None:
+            found[name] = path
+    return found
+
+
+def package_links(package: deps.Package) -> dict[str, str]:
+    """What the stand-in's placeholder for one nixpkgs attribute links: bin/PROGRAM and lib/pkgconfig/MODULE.pc ->
+    host file. The host lacking one leaves it out, so the build fails as it would without the attribute."""
+    links = {f"bin/{name}": path for name, path in host_programs(package.programs).items()}
+    for module in package.modules:
+        found = next((Path(d, f"{module}.pc") for d in pkg_config_dirs() if Path(d, f"{module}.pc").is_file()), None)
+        if found is not None:
+            links[f"lib/pkgconfig/{module}.pc"] = str(found)
+    return links
+
+
+def pkg_config_dirs() -> list[str]:
+    """The host's pkg-config search path (its multiarch directory included)."""
+    multiarch = [str(p) for p in Path("/usr/lib").glob("*-linux-gnu*/pkgconfig")]
+    return [*PKG_CONFIG_DIRS[:3], *sorted(multiarch), *PKG_CONFIG_DIRS[3:]]
+
+
+def host_triple(sysroot: Path) -> str:
+    """The toolchain's host target triple (nixpkgs builds with `--target` it, so output lands in target/TRIPLE/)."""
+    try:
+        version = subprocess.run(
+            [str(sysroot / "bin" / "rustc"), "-vV"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NixError(f"cannot ask rustc for its host triple ({exc})", fix="check that 'rustc -vV' works") from None
+    return next((line.split(":", 1)[1].strip() for line in version.splitlines() if line.startswith("host:")), "")
 
 
 def toolchain_mounts(sysroot: Path) -> tuple[dict[str, str], str, str]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -134,6 +137,10 @@ class BwrapSandbox:
         if not real_root():
             args.append("--unshare-user")
         args += _system_mounts()
+        if (uid := self.sandbox_uid()) is not None:
+            # as a Nix builder's /etc/passwd names its build user: tools that look up their own user find one
+            users = _users_with(uid, self.home)
+            args += ["--ro-bind", str(users / "passwd"), "/etc/passwd", "--ro-bind", str(users / "group"), "/etc/group"]
         # 1777: as root the command runs as an unprivileged uid with no capabilities
         size = str(self.limits.tmp_mb * MIB)
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", size, "--tmpfs", "/tmp"]
@@ -244,6 +251,22 @@ def _sandbox_home() -> Path:
     """HOME inside the sandbox: a tmpfs over the real home path, so the real ~/.ssh and friends are not visible."""
     home = Path.home().resolve()
     return home if home != Path("/") and not any(home.is_relative_to(d) for d in SYSTEM_DIRS) else Path("/home/sandbox")
+
+
+@functools.cache
+def _users_with(uid: int, home: Path) -> Path:
+    """A directory holding the host's /etc/passwd and /etc/group plus a line for the sandbox uid (and its gid), made
+    once per process and removed at exit."""
+    directory = Path(tempfile.mkdtemp(prefix="flakebot-users-"))
+    directory.chmod(0o755)
+    atexit.register(shutil.rmtree, directory, True)
+    lines = {"passwd": f"flakebot:x:{uid}:{uid}:flakebot sandbox:{home}:/bin/sh", "group": f"flakebot:x:{uid}:"}
+    for name, line in lines.items():
+        host = Path("/etc", name)
+        text = host.read_text().rstrip("\n") + "\n" if host.is_file() else ""
+        (directory / name).write_text(text + line + "\n")
+        (directory / name).chmod(0o644)
+    return directory
 
 
 def _sandbox_path() -> str:

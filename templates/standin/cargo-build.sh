@@ -4,11 +4,47 @@
 # cargo built into $out/bin.
 set -euo pipefail
 
-export HOME="$NIX_BUILD_TOP/home"
+# HOME stays Nix's /homeless-shelter, which does not exist and cannot be made: as in nixpkgs, a build or test that
+# writes there fails.
 export CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
 export CARGO_TARGET_DIR="$NIX_BUILD_TOP/target"
 export CARGO_TERM_COLOR=never
-mkdir -p "$HOME" "$CARGO_HOME"
+mkdir -p "$CARGO_HOME"
+# Declared inputs only, as nixpkgs' setup hooks give them: each one's bin/ on PATH, and pkg-config searches just
+# their lib/pkgconfig (never the host's own directories).
+pkgConfigDirs="$NIX_BUILD_TOP/no-pkg-config-modules"
+flakebotDeclaredLibraries=""
+for input in $nativeBuildInputs $buildInputs $nativeCheckInputs $checkInputs; do
+  if [ -d "$input/bin" ]; then PATH="$input/bin:$PATH"; fi
+  if [ -d "$input/lib/pkgconfig" ]; then pkgConfigDirs="$pkgConfigDirs:$input/lib/pkgconfig"; fi
+  if [ -f "$input/nix-support/flakebot-libraries" ]; then
+    flakebotDeclaredLibraries="$flakebotDeclaredLibraries $(cat "$input/nix-support/flakebot-libraries")"
+  fi
+done
+# The linker still searches the host's library directories; the C compilers rustc and build scripts call refuse a
+# -lNAME of a nixpkgs attribute the build did not declare, with ld's own words (which the build-log evidence reads).
+mkdir -p "$NIX_BUILD_TOP/cc-wrapper"
+for compiler in cc gcc c++ g++; do
+  if [ ! -e "$flakebotStdenv/bin/$compiler" ]; then continue; fi
+  cat > "$NIX_BUILD_TOP/cc-wrapper/$compiler" <<WRAPPER
+#!$BASH
+for arg in "\$@"; do
+  case "\$arg" in
+    -l?*)
+      name="\${arg#-l}"
+      if [[ " $flakebotKnownLibraries " == *" \$name "* && " $flakebotDeclaredLibraries " != *" \$name "* ]]; then
+        echo "/usr/bin/ld: cannot find -l\$name: No such file or directory (flakebot stand-in: its nixpkgs attribute is not declared)" >&2
+        echo "collect2: error: ld returned 1 exit status" >&2
+        exit 1
+      fi ;;
+  esac
+done
+exec "$flakebotStdenv/bin/$compiler" "\$@"
+WRAPPER
+  chmod +x "$NIX_BUILD_TOP/cc-wrapper/$compiler"
+done
+PATH="$NIX_BUILD_TOP/cc-wrapper:$PATH"
+export PATH PKG_CONFIG_LIBDIR="$pkgConfigDirs" PKG_CONFIG_PATH=""
 # The source configuration nixpkgs' cargoSetupHook writes for importCargoLock's vendor directory: crates.io replaced
 # by the vendor directory ($flakebotCratesIo = vendored-sources) or by the local directory source, each git source
 # replaced by the vendor directory (its .cargo/config.toml).
@@ -32,10 +68,11 @@ if [ -n "$cargoLockFile" ]; then cp "$cargoLockFile" Cargo.lock; chmod u+w Cargo
 if [ -n "$cargoLockContents" ]; then printf '%s' "$cargoLockContents" > Cargo.lock; fi
 eval "$postPatch"
 
+# nixpkgs builds with --target the host triple: output in target/TRIPLE/PROFILE, RUSTFLAGS not given to build scripts.
 case "$buildType" in
-  release) profile=(--release); profileDir=release ;;
-  debug) profile=(); profileDir=debug ;;
-  *) profile=(--profile "$buildType"); profileDir="$buildType" ;;
+  release) profile=(--release --target "$hostTriple"); profileDir="$hostTriple/release" ;;
+  debug) profile=(--target "$hostTriple"); profileDir="$hostTriple/debug" ;;
+  *) profile=(--profile "$buildType" --target "$hostTriple"); profileDir="$hostTriple/$buildType" ;;
 esac
 
 mapfile -t buildFlags < <(printf '%s' "$cargoBuildFlags")

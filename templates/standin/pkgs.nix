@@ -1,30 +1,27 @@
 # legacyPackages.<system> of the stand-in: rustPlatform, mkShell, host tools and native-input placeholders.
 { lib, host, system }:
 let
-  # A derivation standing for a nixpkgs package the build takes from the host instead.
-  hostInput = name: derivation {
+  # A derivation whose files are symlinks (`links`: relative path -> host path) to host files: the placeholder for a
+  # nixpkgs attribute (bin/perl, lib/pkgconfig/zlib.pc: a build sees them only when it declares the attribute), the
+  # stdenv programs every build sees, or host toolchain programs for devShells (`nix develop` runs them on the host).
+  # `libraries`: the -lNAME names the attribute gives (nix-support/flakebot-libraries; the build's cc refuses the
+  # table's other libraries, see cargo-build.sh).
+  hostLinks = name: note: links: derivation {
     name = "${name}-host";
-    inherit system;
+    inherit system note;
     builder = host.bash;
     args = [ "-e" ./host-input.sh ];
     PATH = host.path;
-    note = "flakebot host stand-in for nixpkgs' ${name}: builds use the host's own ${name}";
-    tools = "";
-    toolDir = "";
+    links = lib.concatStringsSep "\n" (map (relative: "${relative} ${links.${relative}}") (builtins.attrNames links));
+    libraries = lib.concatStringsSep " " (host.libraries.${name} or [ ]);
   };
 
-  # A derivation whose bin/ links host programs from `dir` (for devShells: `nix develop` runs them on the host, so
-  # the links name host paths, which builds never see; only tools the host has are linked).
-  hostTool = name: dir: tools: derivation {
-    name = "${name}-host";
-    inherit system;
-    builder = host.bash;
-    args = [ "-e" ./host-input.sh ];
-    PATH = host.path;
-    note = "flakebot host stand-in for nixpkgs' ${name}: links to the host toolchain";
-    tools = lib.concatStringsSep " " tools;
-    toolDir = dir;
-  };
+  hostInput = name: hostLinks name "flakebot host stand-in for nixpkgs' ${name}: links to the host's own ${name}"
+    (host.packages.${name} or { });
+
+  # bin/ links to host programs from `dir` (only tools the host has).
+  hostTool = name: dir: tools: hostLinks name "flakebot host stand-in for nixpkgs' ${name}: links to the host toolchain"
+    (builtins.listToAttrs (map (tool: { name = "bin/${tool}"; value = "${dir}/${tool}"; }) tools));
 
   toolchainTool = name: tools:
     hostTool name host.hostToolchainBin (builtins.filter (tool: builtins.elem tool host.hostToolchainTools) tools);
@@ -32,7 +29,11 @@ let
   placeholders = builtins.foldl'
     (acc: path: lib.recursiveUpdate acc (lib.setAttrByPath (builtins.filter builtins.isString (builtins.split "\\." path)) (hostInput path)))
     { }
-    host.nativeInputs;
+    (builtins.attrNames host.packages);
+
+  # What nixpkgs' stdenv gives every build (coreutils, sed, grep, awk, tar, gzip, make, a C compiler and linker).
+  stdenvTools = hostLinks "stdenv" "flakebot host stand-in for nixpkgs' stdenv: links to host programs"
+    (builtins.listToAttrs (map (tool: { name = "bin/${tool}"; value = host.stdenv.${tool}; }) (builtins.attrNames host.stdenv)));
 
   mkShell = { name ? "nix-shell", packages ? [ ], inputsFrom ? [ ], nativeBuildInputs ? [ ], buildInputs ? [ ], shellHook ? "", ... }@args:
     derivation {
@@ -43,8 +44,7 @@ let
       args = [ "-e" ./host-input.sh ];
       PATH = lib.concatStringsSep ":" (map (p: "${p}/bin") packages ++ [ host.path ]);
       note = "flakebot host stand-in mkShell";
-      tools = "";
-      toolDir = "";
+      links = "";
       # inputsFrom is accepted (generated devShells pass the package) but not merged: the host PATH already has its tools.
       inherit packages nativeBuildInputs buildInputs shellHook;
     };
@@ -53,7 +53,7 @@ lib.recursiveUpdate placeholders {
   inherit lib mkShell;
   stdenv = { hostPlatform = { inherit system; }; buildPlatform = { inherit system; }; };
   rustPlatform = {
-    buildRustPackage = import ./rust.nix { inherit lib host system; };
+    buildRustPackage = import ./rust.nix { inherit lib host system stdenvTools; };
   };
   cargo = toolchainTool "cargo" [ "cargo" ];
   rustc = toolchainTool "rustc" [ "rustc" "rustdoc" ];

@@ -12,7 +12,10 @@
 # Git packages of the lock are vendored as importCargoLock vendors them, in either case: a fixed-output clone of the
 # repository at the locked commit whose hash is cargoLock.outputHashes."NAME-VERSION" (named and hashed as nixpkgs'
 # fetchgit names and hashes it), the package's folder copied out of it, and a cargo source replacement per git source.
-{ lib, host, system }:
+# The build itself sees what a nixpkgs build sees: stdenv's programs (stdenvTools) and the toolchain on PATH, the bin/
+# of declared inputs, pkg-config modules of declared inputs only, HOME=/homeless-shelter, `--target` output layout;
+# a package with an unfree licence is refused as nixpkgs' check-meta refuses it.
+{ lib, host, system, stdenvTools }:
 let
   fail = message: throw "flakebot host stand-in for nixpkgs: ${message}";
   names = list: lib.concatStringsSep ", " list;
@@ -63,7 +66,27 @@ let
     else if lockUnknown != [ ] then fail "cargoLock does not accept ${names lockUnknown} (nixpkgs' importCargoLock takes ${names cargoLockAccepted})"
     else if !(lock ? lockFile || lock ? lockFileContents) then fail "cargoLock needs lockFile or lockFileContents"
     else if !(args ? name || (args ? pname && args ? version)) then fail "buildRustPackage needs pname and version (or name)"
-    else args;
+    else checkMeta args;
+
+  # nixpkgs' check-meta: an unfree licence refuses evaluation unless NIXPKGS_ALLOW_UNFREE=1 (with --impure).
+  checkMeta = args:
+    let
+      license = (args.meta or { }).license or [ ];
+      unfree = builtins.filter (l: builtins.isAttrs l && !(l.free or true)) (if builtins.isList license then license else [ license ]);
+      name = args.name or "${args.pname}-${args.version}";
+    in
+    if unfree == [ ] || builtins.getEnv "NIXPKGS_ALLOW_UNFREE" == "1" then args
+    else throw ''
+      Package ‘${name}’ has an unfree license (‘${names (map (l: l.shortName or "unknown") unfree)}’), refusing to evaluate.
+
+      a) To temporarily allow unfree packages, you can use an environment variable
+         for a single invocation of the nix tools.
+
+           $ export NIXPKGS_ALLOW_UNFREE=1
+
+         Note: When using `nix shell`, `nix build`, `nix develop`, etc with a flake,
+               then pass `--impure` in order to allow use of environment variables.
+    '';
 
   cratesIo = "registry+https://github.com/rust-lang/crates.io-index";
   startsWith = prefix: text: builtins.substring 0 (builtins.stringLength prefix) text == prefix;
@@ -241,7 +264,10 @@ let
         inherit system;
         builder = host.bash;
         args = [ "-e" ./cargo-build.sh ];
-        PATH = host.path;
+        PATH = "${stdenvTools}/bin:${host.toolchainBin}";
+        hostTriple = host.hostTriple;
+        flakebotStdenv = stdenvTools;
+        flakebotKnownLibraries = lib.concatStringsSep " " (builtins.concatLists (builtins.attrValues host.libraries));
         RUSTUP_HOME = host.rustupHome;
         flakebotRegistry = host.registry;
         # crates.io's packages come from the vendor directory when fetched, else from the local directory source.

@@ -203,3 +203,73 @@ def needs_zlib(root: Path) -> Path:
             "src/main.rs": HELP_MAIN.format(name="zlibuser"),
         },
     )
+
+
+# ---------------------------------------------------------------- crates the stricter stand-in refuses until declared
+
+PROBE_BUILD_RS = """\
+// {marker}
+fn main() {{
+    // the pkg-config crate from Debian's registry, as -sys crates use it: it runs pkg-config, which must find zlib.pc
+    let zlib = pkg_config::probe_library("zlib").unwrap_or_else(|e| panic!("{{e}}"));
+    println!("cargo:rustc-env=ZLIB_LIBS={{:?}}", zlib.libs);
+}}
+"""
+
+PROBE_MAIN = """\
+extern "C" {
+    fn zlibVersion() -> *const std::os::raw::c_char;
+}
+
+fn main() {
+    let version = unsafe { std::ffi::CStr::from_ptr(zlibVersion()) };
+    println!("zprobe: links zlib {} ({})\\n\\nUSAGE: zprobe [--help]", version.to_str().unwrap(), env!("ZLIB_LIBS"));
+}
+"""
+
+
+def zlib_probe(root: Path, marker: str) -> Path:
+    """A crate whose build script finds zlib with the pkg-config crate (Debian's), and links it: no crate names zlib."""
+    return write(
+        root,
+        {
+            "Cargo.toml": manifest("zprobe", deps='\n[build-dependencies]\npkg-config = "0.3"\n'),
+            "build.rs": PROBE_BUILD_RS.format(marker=marker),
+            "src/main.rs": PROBE_MAIN,
+        },
+    )
+
+
+def zlib_linker(root: Path, marker: str) -> Path:
+    """A crate that links zlib by name alone (`cargo:rustc-link-lib=z`, no pkg-config), as some -sys crates do."""
+    build_rs = (
+        f'// {marker}\nfn main() {{ println!("cargo:rustc-link-lib=z"); println!("cargo:rustc-env=ZLIB_LIBS=z"); }}\n'
+    )
+    return write(root, {"Cargo.toml": manifest("zprobe"), "build.rs": build_rs, "src/main.rs": PROBE_MAIN})
+
+
+def perl_user(root: Path, marker: str) -> Path:
+    """A crate whose build script runs perl through sh (as a configure step does) and keeps what it printed."""
+    build_rs = (
+        f"// {marker}\n"
+        "fn main() {\n"
+        '    let out = std::process::Command::new("sh").args(["-c", "perl -e \'print 6*7\'"]).output().unwrap();\n'
+        '    eprintln!("{}", String::from_utf8_lossy(&out.stderr));\n'
+        '    assert!(out.status.success(), "perl failed");\n'
+        '    println!("cargo:rustc-env=PERL_SAID={}", String::from_utf8_lossy(&out.stdout));\n'
+        "}\n"
+    )
+    main = 'fn main() { println!("perluser: perl said {}\\n\\nUSAGE: perluser [--help]", env!("PERL_SAID")); }\n'
+    return write(root, {"Cargo.toml": manifest("perluser"), "build.rs": build_rs, "src/main.rs": main})
+
+
+def home_writer(root: Path, marker: str) -> Path:
+    """A crate whose test writes a file into $HOME (nixpkgs builds have HOME=/homeless-shelter, which cannot be made)."""
+    main = (
+        HELP_MAIN.format(name="homewriter")
+        + "\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn writes_home() {\n"
+        + f'        let file = std::path::Path::new(&std::env::var("HOME").unwrap()).join("{marker}");\n'
+        + '        std::fs::create_dir_all(file.parent().unwrap()).unwrap();\n        std::fs::write(&file, "x").unwrap();\n'
+        + "    }\n}\n"
+    )
+    return write(root, {"Cargo.toml": manifest("homewriter"), "src/main.rs": main})

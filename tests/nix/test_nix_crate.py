@@ -104,3 +104,23 @@ def test_all_bins_installs_every_binary_of_the_package_with_the_preferred_one_as
     write(crate, {"src/main.rs": "fn main() {}\n", "src/bin/helper.rs": "fn main() {}\n"})
     facts = inspect_crate(crate, host_settings(tmp_path), prefer_bin="two", all_bins=True)
     assert facts.bin_name == "two" and facts.cargo_build_flags == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "chosen", "why"),
+    [("", "beta", "the first"), ('default-run = "gamma"\n', "gamma", "its default-run")],
+)
+def test_several_binaries_of_one_package_are_all_installed_and_one_picked(
+    tmp_path: Path, extra: str, chosen: str, why: str
+) -> None:
+    manifest = f'[package]\nname = "tools"\nversion = "1.0.0"\nedition = "2021"\n{extra}'
+    crate = write(tmp_path / "tools", {"Cargo.toml": manifest, "src/bin/beta.rs": "fn main() {}\n"})
+    write(crate, {"src/bin/gamma.rs": "fn main() {}\n"})
+    facts = inspect_crate(crate, host_settings(tmp_path))
+    assert facts.bin_name == chosen and facts.cargo_build_flags == []  # no --bin: every binary is installed
+    assert facts.chosen_because == (
+        f"tools has several binaries (beta, gamma): all are installed, {chosen} ({why}) is mainProgram and the one "
+        "`nix run` starts; choose another with --bin NAME"
+    )
+    named = inspect_crate(crate, host_settings(tmp_path), bin_name="gamma")
+    assert named.chosen_because == "" and named.cargo_build_flags == ["--bin", "gamma"]

@@ -106,6 +106,19 @@ def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:
     assert caught.value.message == "smoke run failed: 'fails --help' exited 3 and 'fails --version' exited 3"
 
 
+def test_smoke_run_of_a_cargo_subcommand_asks_as_cargo_calls_it(tmp_path: Path) -> None:
+    """cargo-lock answers only `cargo-lock lock --help` (cargo runs cargo-NAME with NAME first)."""
+    script = 'if [ "$1 $2" = "lock --help" ]; then echo "cargo-lock lock: reads Cargo.lock"; exit 0; fi\nexit 2\n'
+    record = smoke_run(_script(tmp_path / "cargo-lock", script), timeout=10)
+    assert record["argv"][1:] == ["lock", "--help"] and record["exit_code"] == 0
+    with pytest.raises(NixError) as caught:
+        smoke_run(_script(tmp_path / "cargo-nope", "exit 2\n"), timeout=10)
+    assert caught.value.message == (
+        "smoke run failed: 'cargo-nope --help' exited 2, 'cargo-nope --version' exited 2 and "
+        "'cargo-nope nope --help' exited 2"
+    )
+
+
 def test_nixpkgs_mode_is_recorded_choice_or_offline_fallback() -> None:
     assert resolve_mode(Settings(nixpkgs="host")) == ("host", "")
     assert resolve_mode(Settings(nixpkgs="pinned")) == ("pinned", "")

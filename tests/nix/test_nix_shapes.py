@@ -4,6 +4,7 @@ no crate name announces. Real cargo decides what resolves; the slow tests build 
 
 from __future__ import annotations
 
+import secrets
 import tomllib
 from pathlib import Path
 
@@ -12,17 +13,22 @@ import pytest
 from flakebot.errors import NixError
 from flakebot.nix import devdeps, evidence
 from flakebot.nix.crate import inspect_crate
-from flakebot.nix.flake import PackageResult, package_crate
+from flakebot.nix.flake import PackageResult, flake_check, package_crate
 from tests.fakes.nix_crates import (
     dev_mismatch,
     dev_missing,
     directory_source,
+    home_writer,
+    host_settings,
     manifest,
     needs_features,
     needs_zlib,
+    perl_user,
     source_settings,
     unresolvable,
     write,
+    zlib_linker,
+    zlib_probe,
 )
 
 
@@ -88,10 +94,23 @@ def test_dev_dependency_tables_are_found_plain_old_spelling_and_per_target() -> 
         ("Package 'sqlite3', required by 'virtual:world', not found", "sqlite"),
         ("          /usr/bin/ld: cannot find -lz: No such file or directory", "zlib"),
         ("rust-lld: error: unable to find library -lssl", "openssl"),
+        ("perluser> sh: 1: perl: not found", "perl"),
+        ("  bash: line 1: python3: command not found", "python3"),
+        ("The pkg-config command could not be found.", "pkg-config"),
+        ("  is `cmake` not installed?", "cmake"),
     ],
 )
 def test_build_log_lines_map_to_nixpkgs_attributes(line: str, attribute: str) -> None:
     assert evidence.missing_inputs(["compiling", line]) == {attribute: line.split("> ", 1)[-1].strip()}
+
+
+def test_every_input_flakebot_declares_is_in_the_one_table() -> None:
+    """deps.PACKAGES is what the stand-in provides: what crate names or a build log add must be in it."""
+    from flakebot.nix import deps
+
+    named = {name for needs in deps.NATIVE_INPUTS.values() for name in needs.native + needs.build}
+    read = {*evidence.PKG_CONFIG_MODULES.values(), *evidence.LINK_LIBRARIES.values(), *evidence.PROGRAMS.values()}
+    assert named | read <= set(deps.PACKAGES) and evidence.LINK_LIBRARIES["ssl"] == "openssl"
 
 
 def test_unknown_libraries_in_a_build_log_add_nothing() -> None:
@@ -171,3 +190,87 @@ def test_a_library_the_flake_gives_but_the_host_lacks_is_named_with_the_fix(tmp_
     assert caught.value.fix is not None and caught.value.fix.startswith(
         "the host stand-in links this machine's own libraries: install the development package of libpcap"
     )
+
+
+# ---------------------------------------------------------------- the stricter stand-in: refused until declared, then added
+
+
+@pytest.mark.slow
+def test_an_undeclared_pkg_config_module_fails_and_the_build_log_adds_it(tmp_path: Path) -> None:
+    """The pkg-config crate (Debian's) finds zlib only once the flake declares it, although the host has zlib.pc."""
+    crate = zlib_probe(tmp_path / "crate", secrets.token_hex(8))
+    result = package_crate(crate, tmp_path / "flake", host_settings(tmp_path))
+    assert result.native_inputs["nativeBuildInputs"] == ["pkg-config"]  # from the pkg-config crate in Cargo.lock
+    assert result.native_inputs["buildInputs"] == ["zlib"]
+    [why] = result.native_inputs["because"]["zlib"]
+    assert why.startswith("build log: ") and "zlib" in why  # the first build failed: it was not declared
+    assert result.smoke["exit_code"] == 0 and "zprobe: links zlib 1." in result.smoke["output_head"]
+    assert "buildInputs = with pkgs; [ zlib ];" in (Path(result.flake_dir) / "flake.nix").read_text()
+
+
+@pytest.mark.slow
+def test_linking_an_undeclared_library_fails_and_the_build_log_adds_it(tmp_path: Path, source: Path) -> None:
+    """-lz of a nixpkgs attribute the flake does not declare: the stand-in's cc refuses it as ld would find nothing."""
+    result = _package(zlib_linker(tmp_path / "crate", secrets.token_hex(8)), tmp_path, source)
+    assert result.native_inputs["buildInputs"] == ["zlib"]
+    [why] = result.native_inputs["because"]["zlib"]
+    assert why.startswith("build log: ") and "cannot find -lz" in why
+    assert result.smoke["exit_code"] == 0 and "zprobe: links zlib 1." in result.smoke["output_head"]
+
+
+@pytest.mark.slow
+def test_an_undeclared_perl_fails_and_the_build_log_adds_it(tmp_path: Path, source: Path) -> None:
+    """perl is on the host, but a build sees it only once nativeBuildInputs names it."""
+    result = _package(perl_user(tmp_path / "crate", secrets.token_hex(8)), tmp_path, source)
+    assert result.native_inputs["nativeBuildInputs"] == ["perl"] and result.native_inputs["buildInputs"] == []
+    [why] = result.native_inputs["because"]["perl"]
+    assert why.startswith("build log: ") and "perl: not found" in why
+    assert result.smoke["exit_code"] == 0 and "perluser: perl said 42" in result.smoke["output_head"]
+
+
+@pytest.mark.slow
+def test_a_test_that_writes_to_home_fails_as_under_nixpkgs(tmp_path: Path, source: Path) -> None:
+    """HOME is Nix's /homeless-shelter, which a build user cannot make: `nix flake check` (the crate's tests) fails."""
+    marker = secrets.token_hex(8)
+    result = _package(home_writer(tmp_path / "crate", marker), tmp_path, source)  # the package itself runs no tests
+    check = flake_check(result.flake_dir, source_settings(tmp_path, source))
+    assert check.returncode != 0
+    assert "writes_home" in check.stderr and "FAILED" in check.stderr and "Permission denied" in check.stderr
+    assert not list(Path("/").glob(f"*/{marker}")) and not (Path.home() / marker).exists()
+
+
+@pytest.mark.slow
+def test_a_flake_that_builds_is_kept_when_its_smoke_run_fails(tmp_path: Path, source: Path) -> None:
+    main = f'fn main() {{ eprintln!("{secrets.token_hex(8)}: no help here"); std::process::exit(3); }}\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("nohelp"), "src/main.rs": main})
+    with pytest.raises(NixError) as caught:
+        _package(crate, tmp_path, source)
+    assert caught.value.message.startswith("smoke run failed: 'nohelp --help' exited 3")
+    flake = tmp_path / "flake"
+    assert (flake / "flake.nix").is_file() and caught.value.details["flake_dir"] == str(flake)
+    assert (caught.value.fix or "").endswith(f"the flake builds and is kept in {flake} (nix build {flake})")
+
+
+@pytest.mark.slow
+def test_a_build_failing_only_on_a_denied_lint_is_built_again_with_capped_lints(tmp_path: Path, source: Path) -> None:
+    """`#![deny(warnings)]` meets a warning (as a newer compiler's new lints do): built again, warnings allowed."""
+    main = f'#![deny(warnings)]\nfn main() {{\n    let unused = "{secrets.token_hex(8)}";\n    println!("linty: a small tool");\n}}\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("linty"), "src/main.rs": main})
+    result = _package(crate, tmp_path, source)
+    assert result.smoke["exit_code"] == 0 and result.native_inputs["env"] == {"RUSTFLAGS": "--cap-lints warn"}
+    assert '"RUSTFLAGS" = "--cap-lints warn";' in (Path(result.flake_dir) / "flake.nix").read_text()
+    [notice] = [n for n in result.notices if "denies" in n]
+    assert (
+        notice.startswith("the build failed only on a lint the crate denies (")
+        and "RUSTFLAGS=--cap-lints warn" in notice
+    )
+
+
+@pytest.mark.slow
+def test_a_real_compile_error_is_not_taken_for_a_lint(tmp_path: Path, source: Path) -> None:
+    main = f'#![deny(warnings)]\nfn main() {{\n    let unused = "{secrets.token_hex(8)}";\n    let n: u32 = "x";\n}}\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest("broken"), "src/main.rs": main})
+    said: list[str] = []
+    with pytest.raises(NixError) as caught:
+        package_crate(crate, tmp_path / "flake", source_settings(tmp_path, source), progress=said.append)
+    assert "mismatched types" in caught.value.message and not [line for line in said if "lint" in line]

@@ -97,3 +97,22 @@ def test_lib_covers_the_four_systems(standin: Path) -> None:
     assert systems == ["aarch64-darwin", "aarch64-linux", "x86_64-darwin", "x86_64-linux"]
     flake = json_of(standin_eval(standin, f'builtins.attrNames (builtins.getFlake "path:{standin}").legacyPackages'))
     assert flake == systems
+
+
+def test_an_unfree_licence_is_refused_as_nixpkgs_refuses_it(standin: Path, tmp_path: Path) -> None:
+    crate = greeter(tmp_path / "greeter")
+    unfree = standin_eval(standin, f"({_call(crate, 'meta.license = lib.licenses.bsl11;')}).drvPath")
+    assert unfree.returncode != 0
+    assert "Package ‘greeter-0.3.1’ has an unfree license (‘bsl11’), refusing to evaluate." in unfree.stderr
+    free = f"({_call(crate, 'meta.license = with lib.licenses; [ mit asl20 ];')}).drvPath"
+    assert str(json_of(standin_eval(standin, free))).endswith("greeter-0.3.1.drv")
+
+
+def test_a_build_sees_stdenv_programs_and_only_the_inputs_it_declares(standin: Path) -> None:
+    host = json.loads((standin / "host.json").read_text())
+    assert {"bash", "cc", "ld", "make", "sed", "tar"} <= set(host["stdenv"])
+    assert not {"perl", "python3", "cmake", "protoc", "pkg-config"} & set(host["stdenv"])
+    assert host["packages"]["perl"] == {"bin/perl": "/usr/bin/perl"}
+    assert host["packages"]["zlib"]["lib/pkgconfig/zlib.pc"].endswith("/pkgconfig/zlib.pc")
+    drv = json_of(standin_eval(standin, "pkgs.zlib.links"))
+    assert drv == f"lib/pkgconfig/zlib.pc {host['packages']['zlib']['lib/pkgconfig/zlib.pc']}"

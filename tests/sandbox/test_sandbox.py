@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from flakebot.errors import SandboxError
 from flakebot.sandbox import BwrapSandbox, PlainSandbox, open_sandbox
+from flakebot.sandbox.bubblewrap import real_root
 from flakebot.sandbox.process import SandboxLimits, Spill
 from tests.conftest import require
 from tests.fakes.escape_cases import CASES, MARKER_VAR, marked_processes, run_escape_cases
@@ -364,6 +366,14 @@ def test_etc_holds_only_what_toolchains_need(ws: Path, target: Path) -> None:
     listed = set(result.stdout.split())
     assert {"passwd", "ld.so.cache", "alternatives"} <= listed and "shadow" not in listed and "ssh" not in listed
     assert "root:x:0:0" in result.stdout
+
+
+def test_the_sandbox_uid_has_a_passwd_entry(ws: Path, target: Path) -> None:
+    """A tool that looks up its own user (getpwuid, as `whoami` does) finds one, as in a Nix builder."""
+    result = bwrap_sandbox(ws, target).run(["bash", "-c", "whoami; getent group $(id -g); getent passwd root"], cwd=ws)
+    assert result.ok, result.stderr
+    user = "flakebot" if real_root() else pwd.getpwuid(os.getuid()).pw_name
+    assert result.stdout.splitlines()[0] == user and "root:x:0:0" in result.stdout
 
 
 def test_a_root_owned_workspace_is_written_and_built_by_the_unprivileged_uid(ws: Path, target: Path) -> None:
