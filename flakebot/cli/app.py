@@ -583,7 +583,11 @@ def models_cmd(as_json: JsonOpt = False) -> None:
     )
     for p in report["providers"]:
         if p.get("served"):
-            out.print(f"{p['provider']} serves {len(p['served'])} models: {', '.join(p['served'])}", highlight=False)
+            out.print(
+                f"{p['provider']} serves {len(p['served'])} models: {', '.join(p['served'])}",
+                markup=False,
+                highlight=False,
+            )
         elif p.get("served_error"):
             out.print(p["served_error"], markup=False, highlight=False)
     for warning in report["warnings"]:
