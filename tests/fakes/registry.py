@@ -8,6 +8,7 @@ who installed more `librust-*-dev` packages sees the same results as a fresh mac
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -79,6 +80,7 @@ def crate_dirs(packages: list[str]) -> list[Path]:
     )
 
 
+@functools.cache  # asked by every test's settings: dpkg is read once per session
 def registry_for_tests() -> Path:
     """A directory of links to the test crates, made once per set of crates (a new set, a new directory)."""
     dirs = crate_dirs(package_closure(listed_packages()))
