@@ -283,11 +283,13 @@ def test_the_disk_watch_kills_a_command_filling_the_disk(ws: Path, target: Path)
     from flakebot.sandbox import SandboxLimits
 
     sandbox = bwrap_sandbox(ws, target, limits=SandboxLimits(timeout=60, file_mb=64, disk_mb=100))
-    script = 'i=0; while true; do head -c 33554432 /dev/zero > "f$i" || exit 1; i=$((i+1)); done'
+    # 64 paced writes of 16 MiB (1 GiB over at least 13 s): the watch must stop the loop long before its end,
+    # however fast or loaded the machine is (an unpaced writer can fill a GiB between two checks).
+    script = 'for i in $(seq 64); do head -c 16777216 /dev/zero > "f$i" || exit 1; sleep 0.2; done; echo finished'
     result = sandbox.run(["bash", "-c", script], cwd=ws)
     written = sum(p.stat().st_size for p in ws.iterdir()) // (1024 * 1024)
     assert result.limit.startswith("disk") and not result.ok and "more than 100 MiB" in result.stderr
-    assert written < 1024, written  # stopped within a second or so of passing the limit
+    assert "finished" not in result.stdout and written < 1024, written
 
 
 def test_plain_mode_keeps_the_per_process_limits(ws: Path) -> None:
