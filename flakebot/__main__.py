@@ -1,3 +1,3 @@
-from flakebot.cli.app import main
+from flakebot.cli import main
 
 main()

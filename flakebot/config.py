@@ -11,12 +11,12 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import tomlkit
-import tomlkit.exceptions
+from typing import TYPE_CHECKING, Any
 
 from flakebot.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tomlkit
 
 ENV_PREFIX = "FLAKEBOT_"
 # Environment variables with the prefix that are not settings.
@@ -244,6 +244,9 @@ def config_files() -> list[Path]:
 
 
 def read_toml(path: Path) -> tomlkit.TOMLDocument:
+    import tomlkit  # imported when a file exists: a tool call reads no config file, and tomlkit is slow to import
+    import tomlkit.exceptions
+
     try:
         return tomlkit.parse(path.read_text())
     except tomlkit.exceptions.ParseError as exc:
@@ -271,6 +274,8 @@ def load(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None
 
 def set_value(key: str, raw: str, path: Path | None = None) -> Path:
     """Write one setting into a config file, keeping its comments. Returns the file written."""
+    import tomlkit
+
     value = coerce(key, raw, "config set")
     path = path or config_home() / "flakebot.toml"
     doc = read_toml(path) if path.exists() else tomlkit.document()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
@@ -78,23 +77,9 @@ def main_options(
 
 
 def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
-    level = logging.ERROR if quiet else [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    from rich.logging import RichHandler
+    from flakebot.cli.entry import setup_logging
 
-    from flakebot.cli.live import console
-    from flakebot.redact import RedactFilter
-
-    handler = RichHandler(console=console, show_path=False, show_time=verbose > 1)
-    handler.setLevel(level)
-    handler.addFilter(RedactFilter())
-    root = logging.getLogger("flakebot")
-    root.addHandler(handler)
-    root.setLevel(min(level, logging.DEBUG if log_file else level))
-    if log_file:
-        file_handler = logging.FileHandler(log_file)
-        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        file_handler.addFilter(RedactFilter())
-        root.addHandler(file_handler)
+    setup_logging(verbose, quiet, log_file)
 
 
 # ---------------------------------------------------------------- runs
@@ -489,50 +474,13 @@ def run_cmd(
     it writes into this directory. /, your home and the directories above this one are refused as arguments.
     No network, none of your environment variables.
     """
-    import dataclasses
+    from flakebot.cli.entry import run_command
 
-    from flakebot import api
-    from flakebot.deliver.toolcall import writable_argument
-
-    settings = G.settings
-    if sandbox is not None:
-        settings = dataclasses.replace(settings, sandbox=config.coerce("sandbox", sandbox, "--sandbox"))
-
-    arguments = _json_arguments(args_json) if args_json is not None else None
-    if arguments is not None and args:
-        from flakebot.errors import UsageError
-
-        raise UsageError(
-            "give the tool's arguments either after -- or as --args-json, not both",
-            fix="move them all into the --args-json object",
-        )
-    allowed = [*(writable or []), *writable_argument(arguments)]
-    if as_json:
-        from flakebot.cli.live import json_result
-
-        payload = arguments if arguments is not None else {}
-        call = (
-            api.call_tool(tool, {**payload, "writable": allowed} if isinstance(payload, dict) else payload, settings)
-            if not args
-            else api.call_tool_argv(tool, list(args), settings, writable=allowed)
-        )
-        json_result(call.to_dict())
-        raise typer.Exit(call.exit_code)
-    argv, stdin = api.tool_arguments(tool, arguments, settings) if arguments is not None else (list(args or []), None)
-    raise typer.Exit(api.run_tool(tool, argv, settings, stdin=stdin, writable=allowed))
-
-
-def _json_arguments(text: str) -> Any:
-    import json
-
-    from flakebot.errors import UsageError
-
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\''
-        ) from None
+    code = run_command(
+        G.settings, tool=tool, args=list(args or []), args_json=args_json, as_json=as_json,
+        writable=list(writable or []), sandbox=sandbox,
+    )  # fmt: skip
+    raise typer.Exit(code)
 
 
 @app.command("rm")
@@ -551,8 +499,9 @@ def rm_cmd(
 @app.command("mcp")
 def mcp_cmd() -> None:
     """Serve flakebot as an MCP server over stdio: its own tools (craft, status, resume, ...) and every crafted tool."""
-    from flakebot.mcp_server import serve
+    from flakebot.mcp_server import load_sdk, serve
 
+    load_sdk()
     serve()
 
 
@@ -713,13 +662,9 @@ def main() -> None:
 
 def _print_error(exc: FlakebotError) -> None:
     """The human line on stderr; with --json also the error object, last on stdout, for programs."""
-    from flakebot.cli.live import console, json_line
-    from flakebot.modeltext import markup
+    from flakebot.cli.entry import print_error
 
-    # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup; it may quote model text.
-    console.print(f"[bold red]error:[/bold red] {markup(exc.one_line())}", highlight=False, soft_wrap=True)
-    if _wants_json(sys.argv[1:]):
-        json_line(exc.result())
+    print_error(exc, as_json=_wants_json(sys.argv[1:]))
 
 
 def _click_exception() -> type[Exception]:

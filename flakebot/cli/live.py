@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import Any
 
@@ -12,6 +10,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from flakebot.cli.jsonout import json_line as json_line  # re-exported: the commands print JSON through live
+from flakebot.cli.jsonout import json_result as json_result
 from flakebot.events import Event
 from flakebot.modeltext import one_line
 
@@ -25,17 +25,6 @@ STATUS_STYLE = {
 
 console = Console(stderr=True)
 out = Console()
-
-
-def json_line(payload: dict[str, Any]) -> None:
-    """One JSON object on one line of stdout."""
-    sys.stdout.write(json.dumps(payload, default=str) + "\n")
-    sys.stdout.flush()
-
-
-def json_result(result: Any) -> None:
-    """The one result object every --json command prints last (a failure prints an error object instead)."""
-    json_line({"result": result})
 
 
 class JsonEvents:

@@ -29,7 +29,6 @@ from typing import Any
 from flakebot import config
 from flakebot.config import Settings
 from flakebot.errors import CatalogError, UsageError
-from flakebot.nix import command
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
 from flakebot.sandbox.process import MIB, Spill, execute
@@ -55,6 +54,8 @@ def built_program(manifest: dict[str, Any], timeout: float) -> Path:
 
 def _realise(nix_run: list[str], timeout: float) -> str:
     """`nix build` of the flake `nix run` would run (same nixpkgs, flakebot's machine options); its store path."""
+    from flakebot.nix import command  # only for a collected store path: most calls never need nix
+
     flake, mode, standin = command.run_target(nix_run)
     argv = command.nix_argv(["build"], ["--no-link", "--json", flake], mode, standin)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)

@@ -3,6 +3,7 @@
     process.py     Sandbox protocol, CommandResult, limits, running one command (timeout, output cap, no leftovers)
     bubblewrap.py  BwrapSandbox: the bubblewrap command line, mounts, the unprivileged uid for root
     ownership.py   adopt(): flakebot's writable trees handed to that uid's group before each command
+    probed.py      bubblewrap programs whose probe passed (this process, and this boot), so each is probed once
     __init__.py    open_sandbox(): the kind of sandbox a mode asks for
 
 May import flakebot.config, flakebot.errors.
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from flakebot.config import Settings
 from flakebot.errors import SandboxError
+from flakebot.sandbox import probed
 from flakebot.sandbox.bubblewrap import BwrapSandbox, real_root
 from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, PlainSandbox, Sandbox, SandboxLimits, execute
 
@@ -119,19 +121,15 @@ def open_sandbox(
         cargo_git=cargo_git,
         adopt=adopt,
     )
-    if bwrap in _WORKING:  # it made a sandbox in this process already (an MCP server runs many tool calls)
-        sandbox.start_overhead = _WORKING[bwrap]
+    working, overhead = probed.known_working(bwrap)
+    if working:  # it made a sandbox before (probed.py: in this process, or this boot under the same conditions)
+        sandbox.start_overhead = overhead
         return sandbox
     problem = sandbox.probe()
     if problem:
         return _without_bwrap(mode, limits, f"bubblewrap cannot create a sandbox here ({problem})", _userns_fix())
-    _WORKING[bwrap] = sandbox.start_overhead
+    probed.remember(bwrap, sandbox.start_overhead)
     return sandbox
-
-
-# bwrap programs whose probe passed in this process, with the start overhead measured. Skipping a later probe cannot
-# loosen anything: a sandbox that failed after all fails its command (bwrap's error), it never falls back to plain.
-_WORKING: dict[str, float | None] = {}
 
 
 def limits_for(settings: Settings, timeout: float | None = None) -> SandboxLimits:
