@@ -8,10 +8,12 @@ Two kinds of tool:
   code; a non-zero exit sets isError. A stdout past tool_output_limit comes back as its first lines with
   truncated: true and the file holding all of it (the call still succeeded: no isError for that).
 
-Long work (`craft`, `improve`, `package`, `resume`) runs in worker threads. A request that carries a progress token
-is answered when the work is done, with notifications/progress for every stage and edit iteration; one without
-(the OpenAI Agents SDK's, whose requests time out after 5 s) gets a run handle at once while the work goes on in
-this process, and follows it with `status`. `wait` overrides either default. MCP tasks (spec 2025-11-25) are not
+Long work (`craft`, `improve`, `package`, `resume`): a request that carries a progress token is answered when the
+work is done (in a worker thread), with notifications/progress for every stage and edit iteration; one without
+(the OpenAI Agents SDK's, whose requests time out after 5 s) gets a run handle as soon as the run exists, and
+follows it with `status`. That work runs in a process of its own session (run_job), so it goes on when the client
+ends its session: LangChain's adapters start a server for every call and kill its process group after it. Its
+events are in the state directory's mcp-jobs/. `wait` overrides either default. MCP tasks (spec 2025-11-25) are not
 offered: the installed SDK's low-level server has no handlers for them. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
 (and as structuredContent); a failure is flakebot's error object with isError set.
@@ -23,10 +25,15 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
+import secrets
 import shlex
+import subprocess
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -155,16 +162,13 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 
 @dataclass
 class Job:
-    """One piece of long work in a worker thread: it started a run (run_id), or ended (result or error) first."""
+    """Long work followed in a worker thread: the run it started."""
 
     run_id: str | None = None
-    result: dict[str, Any] | None = None
-    error: FlakebotError | None = None
-    known: anyio.Event = field(default_factory=anyio.Event)  # run_id, result or error is set
 
 
 class FlakebotMCP:
-    """The server's state: settings, and the task group holding jobs that outlive their request."""
+    """The server's state: settings, and the task group holding what outlives a request (watching detached work)."""
 
     def __init__(self, settings: config.Settings | None = None) -> None:
         self._settings = settings
@@ -215,6 +219,20 @@ class FlakebotMCP:
     # ------------------------------------------------------------ flakebot's own tools
 
     async def _tool_craft(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._long(ctx, "craft", args, changes_catalog=True)
+
+    async def _tool_improve(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._long(ctx, "improve", args, changes_catalog=True)
+
+    async def _tool_resume(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._long(ctx, "resume", args, changes_catalog=True)
+
+    async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._long(ctx, "package", args, changes_catalog=False)
+
+    # The long tools' work, as a function of the run's event sink (in a worker thread, or in a detached process).
+
+    def _work_craft(self, args: dict[str, Any]) -> Work:
         _known(args, OWN_TOOLS["craft"][1])
         settings, need = self.settings(), str(args.get("need", ""))
         given = {k: str(args[k]) if args.get(k) else None for k in ("model", "crate", "registry", "name", "from")}
@@ -226,29 +244,19 @@ class FlakebotMCP:
             )  # fmt: skip
             return result.to_dict()
 
-        return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=True)
+        return work
 
-    async def _tool_improve(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    def _work_improve(self, args: dict[str, Any]) -> Work:
         _known(args, OWN_TOOLS["improve"][1])
         settings, tool, request = self.settings(), _required(args, "tool"), _required(args, "request")
         model = str(args["model"]) if args.get("model") else None
+        return lambda sink: api.improve(tool, request, model=model, sink=sink, settings=settings).to_dict()
 
-        def work(sink: EventSink) -> dict[str, Any]:
-            return api.improve(tool, request, model=model, sink=sink, settings=settings).to_dict()
+    def _work_resume(self, args: dict[str, Any]) -> Work:
+        settings, run_id = self.settings(), _required(args, "run_id")
+        return lambda sink: api.resume(run_id, sink=sink, settings=settings)
 
-        return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=True)
-
-    async def _tool_resume(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        settings = self.settings()
-        run_id = _required(args, "run_id")
-        return await self._long(
-            ctx,
-            lambda sink: api.resume(run_id, sink=sink, settings=settings),
-            wait=_wait(ctx, args),
-            changes_catalog=True,
-        )
-
-    async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    def _work_package(self, args: dict[str, Any]) -> Work:
         settings, target = self.settings(), _required(args, "target")
 
         def work(sink: EventSink) -> dict[str, Any]:
@@ -262,7 +270,7 @@ class FlakebotMCP:
             )
             return out.to_dict()
 
-        return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=False)
+        return work
 
     async def _tool_status(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         return await _threaded(lambda: api.status(_required(args, "run_id"), self.settings()))
@@ -304,32 +312,111 @@ class FlakebotMCP:
 
     # ------------------------------------------------------------ long work
 
-    async def _long(
-        self, ctx: Any, work: Callable[[EventSink], dict[str, Any]], *, wait: bool, changes_catalog: bool
-    ) -> dict[str, Any]:
-        """Run `work` in a worker thread: to its end with progress notifications, or (wait=False) until its run exists."""
+    async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
+        """Long work: to its end in a worker thread with progress notifications, or (wait=False) in a process of its
+        own, answered as soon as its run exists (the run goes on when this client's session ends)."""
+        work = getattr(self, f"_work_{name}")(args)  # the arguments are checked here, before anything starts
+        if not _wait(ctx, args):
+            return await self._detached(ctx, name, args, changes_catalog)
         job = Job()
-        if wait:
-            await self._job(job, work, _progress_sink(ctx, job), ctx if changes_catalog else None)
-        else:
-            assert self.jobs is not None, "serve() runs the server inside a task group"
-            self.jobs.start_soon(self._job, job, work, _run_id_sink(job), ctx if changes_catalog else None)
-            await job.known.wait()
-        if job.error is not None:
-            raise job.error
-        if job.result is not None:
-            return {"ok": True, **job.result}
-        return {"ok": True, "run_id": job.run_id, "status": "running", "follow": FOLLOW}
-
-    async def _job(self, job: Job, work: Callable[[EventSink], dict[str, Any]], sink: EventSink, notify: Any) -> None:
         try:
-            job.result = await anyio.to_thread.run_sync(lambda: work(sink), abandon_on_cancel=True)
+            result = await anyio.to_thread.run_sync(lambda: work(_progress_sink(ctx, job)), abandon_on_cancel=True)
         except FlakebotError as exc:
-            job.error = exc
-        finally:
-            job.known.set()
-        if notify is not None and job.result is not None and job.result.get("status") in ("crafted", "succeeded"):
-            await _tools_changed(notify)
+            return {"ok": False, **exc.result()}
+        if changes_catalog and result.get("status") in ("crafted", "succeeded"):
+            await _tools_changed(ctx)
+        return {"ok": True, **result}
+
+    async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
+        """Start the work in a process of its own session (a client that ends its session kills the server's process
+        group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
+        journal = _journal_path(self.settings())
+        code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
+        argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
+        with open(journal.with_suffix(".log"), "ab") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            )
+        logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
+        while True:
+            known = _journal_reading(journal)
+            if known is not None or process.poll() is not None:
+                break
+            await anyio.sleep(0.05)
+        known = known or _journal_reading(journal) or _job_died(name, process.returncode, journal)
+        if "run_id" in known:
+            if changes_catalog and self.jobs is not None:
+                self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
+            return {"ok": True, "run_id": known["run_id"], "status": "running", "follow": FOLLOW}
+        if "error" in known:
+            return {"ok": False, **known["error"]}
+        if changes_catalog and known["result"].get("status") in ("crafted", "succeeded"):
+            await _tools_changed(ctx)
+        return {"ok": True, **known["result"]}
+
+    async def _notify_when_done(self, ctx: Any, process: subprocess.Popen[bytes], journal: Path) -> None:
+        """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts)."""
+        await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+        last = _journal_lines(journal)[-1:]
+        if last and last[0].get("result", {}).get("status") in ("crafted", "succeeded"):
+            await _tools_changed(ctx)
+
+
+Work = Callable[[EventSink], dict[str, Any]]
+
+
+def run_job(name: str, arguments: str, journal: str) -> None:
+    """A detached long tool call's process: the work, its events as JSON lines in `journal`, then its result (or
+    error) as the last line. The run's own state (status, stages) is where every run keeps it."""
+    path = Path(journal)
+
+    def write(line: dict[str, Any]) -> None:
+        with path.open("a") as out:
+            out.write(json.dumps(line, default=str) + "\n")
+
+    try:
+        work = getattr(FlakebotMCP(), f"_work_{name}")(json.loads(arguments))
+        write({"result": work(lambda event: write(event.to_dict()))})
+    except FlakebotError as exc:
+        write({"error": exc.result()})
+
+
+def _journal_path(settings: config.Settings) -> Path:
+    directory = settings.path("workdir") / "mcp-jobs"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}.jsonl"
+
+
+def _journal_lines(journal: Path) -> list[dict[str, Any]]:
+    try:
+        text = journal.read_text()
+    except FileNotFoundError:
+        return []
+    lines = []
+    for line in text.splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:  # the last line, half written
+            break
+    return lines
+
+
+def _journal_reading(journal: Path) -> dict[str, Any] | None:
+    """What the caller is answered with: the first event naming a run ({run_id}), or the result or error."""
+    for line in _journal_lines(journal):
+        if line.get("run_id"):
+            return {"run_id": line["run_id"]}
+        if "result" in line or "error" in line:
+            return line
+    return None
+
+
+def _job_died(name: str, code: int | None, journal: Path) -> dict[str, Any]:
+    error = FlakebotError(
+        f"the {name} process ended (exit code {code}) before it started a run",
+        fix=f"see {journal.with_suffix('.log')}",
+    )
+    return {"error": error.result()}
 
 
 def _wait(ctx: Any, args: dict[str, Any]) -> bool:
@@ -352,17 +439,6 @@ def _progress_sink(ctx: Any, job: Job) -> EventSink:
         if message:
             count += 1
             anyio.from_thread.run(ctx.session.report_progress, float(count), None, message)
-
-    return sink
-
-
-def _run_id_sink(job: Job) -> EventSink:
-    """For wait=false: the first event names the run; the caller is answered then, and polls status after."""
-
-    def sink(event: Event) -> None:
-        if job.run_id is None and event.run_id:
-            job.run_id = event.run_id
-            anyio.from_thread.run_sync(job.known.set)
 
     return sink
 

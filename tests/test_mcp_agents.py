@@ -38,7 +38,7 @@ def flakebot_server() -> MCPServerStdio:
     return MCPServerStdio(params=params, name="flakebot")
 
 
-def langchain_client(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def langchain_client(calls: list[tuple[str, dict[str, Any]]], timeout: float = 300) -> dict[str, Any]:
     """What tests/mcp_langchain/client.py saw: the tools' schemas, their strict conversion, each call's result."""
     if not LANGCHAIN_PYTHON.exists():
         pytest.skip("langchain-mcp-adapters is not installed: scripts/setup.sh installs it in .venv/langchain")
@@ -46,7 +46,7 @@ def langchain_client(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         [str(LANGCHAIN_PYTHON), str(REPO / "tests/mcp_langchain/client.py"), sys.executable, json.dumps(calls)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.splitlines()[-1]))
@@ -202,3 +202,22 @@ def test_the_agents_sdk_on_its_5s_timeout_crafts_by_following_a_run_handle(
     assert seen["status"]["result"]["name"] == "shout"
     shout = json.loads(seen["shout"].content[0].text)
     assert not seen["shout"].is_error and shout["stdout"] == "FOLLOW ME\n"
+
+
+@pytest.mark.slow
+def test_langchain_on_its_defaults_crafts_by_following_a_run_handle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangChain's adapters start a server for every call, send no progress token and kill the server's process
+    group when the call is answered: craft answers with a run handle, the run goes on in a process of its own,
+    `status` (a new server for every poll) follows it to the end, then the crafted tool is called."""
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
+                 "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
+    seen = langchain_client([("craft", arguments), ("shout", {"stdin": "follow me\n", "writable": None})], timeout=900)
+    craft, shout = seen["calls"]
+    assert craft["status"] == "success" and craft["result"]["status"] == "running", craft["result"]
+    assert "running" in craft["polls"] and craft["followed"]["status"] == "succeeded", craft["followed"]
+    assert craft["followed"]["result"]["name"] == "shout"
+    assert shout == {"status": "success", "result": shout["result"]} and shout["result"]["stdout"] == "FOLLOW ME\n"

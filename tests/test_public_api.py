@@ -116,6 +116,26 @@ def test_using_a_name_imports_the_api_but_still_no_model_sdk() -> None:
     assert [m for m in loaded if m.split(".")[0] in ("openai", "groq", "mcp", "typer", "rich")] == []
 
 
+def test_flakebot_run_starts_without_typer_rich_or_an_sdk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`flakebot run TOOL -- ARGS` (an agent's call in a loop) is read without building the typer app."""
+    run = (
+        "sys.argv = ['flakebot', 'run', 'nope', '--', 'x']\nfrom flakebot.cli import main\n"
+        "try:\n    main()\nexcept Exception as exc:\n    print(type(exc).__name__)"
+    )
+    for sub in ("config", "data", "cache", "state"):
+        monkeypatch.setenv(f"XDG_{sub.upper()}_HOME", str(tmp_path / sub))
+    monkeypatch.setenv("FLAKEBOT_RAISE_ERRORS", "1")  # the error is raised, not printed (printing it imports rich)
+    loaded = _loaded_after(run)
+    assert loaded[0] == "CatalogError"  # it looked the tool up: the command ran
+    assert [m for m in loaded if m.split(".")[0] in ("typer", "rich", "pydantic", "tomlkit", "mcp")] == []
+
+
+def test_the_mcp_server_imports_the_sdks_server_without_its_client() -> None:
+    loaded = _loaded_after("from flakebot.mcp_server import load_sdk\nload_sdk()")
+    assert {"mcp.server.lowlevel.server", "mcp.server.stdio", "mcp_types"} <= set(loaded)
+    assert [m for m in loaded if m.startswith(("mcp.client", "mcp.server.mcpserver", "typer"))] == []
+
+
 @pytest.mark.slow
 def test_type_checkers_see_the_names_typed_and_a_misspelt_name_as_an_error(tmp_path: Path) -> None:
     snippet = tmp_path / "use.py"

@@ -3,6 +3,10 @@ the adapters need mcp<2, flakebot's server mcp>=2. Prints one JSON line: each to
 after LangChain's OpenAI strict conversion (what bind_tools(strict=True) sends), then each call's result.
 
 usage: client.py PYTHON CALLS_JSON   (CALLS_JSON: [[tool, arguments], ...]; PYTHON runs `-m flakebot mcp`)
+
+As LangChain's defaults have it, every call starts a server of its own (a new stdio session). A call answered with
+a run handle is followed as its description says: `status` every second until the run is no longer running (the
+polls and the last status are in the call's record). A tool not loaded yet (crafted since) is looked up again.
 """
 
 from __future__ import annotations
@@ -28,11 +32,27 @@ async def main(python: str, calls: list[list[Any]]) -> dict[str, Any]:
         "calls": [],
     }
     for number, (name, arguments) in enumerate(calls):
-        call = {"name": name, "args": arguments, "id": f"call-{number}", "type": "tool_call"}
-        message = await tools[name].ainvoke(call)  # a ToolMessage, with status "error" for isError
-        content = message.content if isinstance(message.content, str) else message.content[0]["text"]
-        seen["calls"].append({"status": message.status, "result": json.loads(content)})
+        if name not in tools:
+            tools = {tool.name: tool for tool in await load_mcp_tools(None, connection=connection)}
+        status, result = await invoke(tools[name], arguments, f"call-{number}")
+        record: dict[str, Any] = {"status": status, "result": result}
+        if isinstance(result, dict) and result.get("status") == "running" and result.get("run_id"):
+            record["polls"] = []
+            for poll in range(600):
+                await asyncio.sleep(1)
+                _, record["followed"] = await invoke(tools["status"], {"run_id": result["run_id"]}, f"poll-{poll}")
+                record["polls"].append(record["followed"].get("status"))
+                if record["followed"].get("status") not in ("created", "running"):
+                    break
+        seen["calls"].append(record)
     return seen
+
+
+async def invoke(tool: Any, arguments: dict[str, Any], call_id: str) -> tuple[str, Any]:
+    """One call as an agent's tool node makes it: the ToolMessage's status ("error" for isError) and its JSON."""
+    message = await tool.ainvoke({"name": tool.name, "args": arguments, "id": call_id, "type": "tool_call"})
+    content = message.content if isinstance(message.content, str) else message.content[0]["text"]
+    return message.status, json.loads(content)
 
 
 if __name__ == "__main__":
