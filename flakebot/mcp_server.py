@@ -355,8 +355,13 @@ class FlakebotMCP:
         return {"ok": True, **known["result"]}
 
     async def _notify_when_done(self, ctx: Any, process: subprocess.Popen[bytes], journal: Path) -> None:
-        """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts)."""
-        await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+        """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts): its
+        journal's last line is its result as soon as the work returns."""
+        while True:
+            last = _journal_lines(journal)[-1:]
+            if (last and ("result" in last[0] or "error" in last[0])) or process.poll() is not None:
+                break
+            await anyio.sleep(0.1)
         last = _journal_lines(journal)[-1:]
         if last and last[0].get("result", {}).get("status") in ("crafted", "succeeded"):
             await _tools_changed(ctx)
