@@ -1,9 +1,10 @@
 """Bubblewrap programs whose probe passed, remembered so a sandbox is probed once, not before every command.
 
 In this process (an MCP server runs many tool calls), and across processes (each `flakebot run` is one): a record
-in the cache directory, valid while the machine's boot, the bwrap file, the user and the kernel's user-namespace
-settings are the ones it was made under. Skipping a probe cannot loosen anything: a sandbox that fails after all
-fails its command with bubblewrap's error; it never falls back to a plain process.
+in the cache directory, valid while the machine's boot, the bwrap file, the user, its user namespace and seccomp
+state, and the kernel's user-namespace settings are the ones it was made under. Skipping a probe cannot loosen
+anything: a sandbox that fails after all fails its command with bubblewrap's error; it never falls back to a
+plain process.
 """
 
 from __future__ import annotations
@@ -69,7 +70,17 @@ def _conditions(bwrap: str) -> dict[str, object]:
         "file": [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns],
         "euid": os.geteuid(),
         "kernel": [_read(name) for name in USERNS_SETTINGS],
+        # the user namespace this process is in, and whether a seccomp filter holds it (containers, sandboxes)
+        "userns": _link("/proc/self/ns/user"),
+        "seccomp": [line for line in _read("/proc/self/status").splitlines() if line.startswith("Seccomp")],
     }
+
+
+def _link(name: str) -> str:
+    try:
+        return os.readlink(name)
+    except OSError:
+        return ""
 
 
 def _read(name: str) -> str:

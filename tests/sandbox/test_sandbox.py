@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flakebot.errors import SandboxError
-from flakebot.sandbox import BwrapSandbox, PlainSandbox, open_sandbox
+from flakebot.sandbox import BwrapSandbox, PlainSandbox, open_sandbox, probed
 from flakebot.sandbox.bubblewrap import real_root
 from flakebot.sandbox.process import SandboxLimits, Spill
 from tests.conftest import require
@@ -169,6 +169,24 @@ def test_missing_program_and_bad_cwd(ws: Path, target: Path, tmp_path: Path) -> 
     plain = PlainSandbox(sandbox.limits)
     result = plain.run(["no-such-program-xyz"], cwd=ws)
     assert result.returncode == 127 and "no-such-program-xyz" in result.stderr
+
+
+def test_a_passed_probe_is_remembered_for_that_bwrap_file_only(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later process trusts the record (no probe) only for the same bwrap file, user and kernel settings."""
+    require("bwrap")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(probed, "_WORKING", {})
+    bwrap = shutil.which("bwrap") or "bwrap"
+    assert probed.known_working(bwrap) == (False, None)
+    sandbox = open_sandbox("required", workspace=ws, writable=[])  # probes, and records the pass
+    assert isinstance(sandbox, BwrapSandbox) and sandbox.start_overhead is not None
+    monkeypatch.setattr(probed, "_WORKING", {})  # as a new process
+    assert probed.known_working(bwrap) == (True, sandbox.start_overhead)
+    copy = tmp_path / "bwrap"
+    shutil.copy2(bwrap, copy)  # another file (an upgrade, another install): probed again
+    assert probed.known_working(str(copy)) == (False, None)
 
 
 def test_without_bwrap_auto_falls_back_and_required_refuses(
