@@ -46,6 +46,7 @@ from flakebot.deliver.toolcall import TRUNCATION, writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
+from flakebot.redact import RedactFilter
 
 logger = logging.getLogger(__name__)
 
@@ -374,6 +375,10 @@ def run_job(name: str, arguments: str, journal: str) -> None:
     """A detached long tool call's process: the work, its events as JSON lines in `journal`, then its result (or
     error) as the last line. The run's own state (status, stages) is where every run keeps it."""
     path = Path(journal)
+    handler = logging.StreamHandler()  # stderr: the job's .log beside its journal, with secrets redacted
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactFilter())
+    logging.getLogger("flakebot").addHandler(handler)
 
     def write(line: dict[str, Any]) -> None:
         with path.open("a") as out:
@@ -384,6 +389,10 @@ def run_job(name: str, arguments: str, journal: str) -> None:
         write({"result": work(lambda event: write(event.to_dict()))})
     except FlakebotError as exc:
         write({"error": exc.result()})
+    except Exception:  # noqa: BLE001 - a bug: its traceback goes to the job's log (redacted), the caller gets an error
+        logger.exception("the detached %s failed", name)
+        failed = FlakebotError(f"the detached {name} failed unexpectedly", fix=f"see {path.with_suffix('.log')}")
+        write({"error": failed.result()})
 
 
 def _journal_path(settings: config.Settings) -> Path:

@@ -62,7 +62,7 @@ async def mcp_client() -> Any:
 
 
 def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
-    async def session() -> tuple[list[str], Any, Any, Any, Any, Any]:
+    async def session() -> tuple[list[str], Any, Any, Any, Any, Any, Any]:
         async with mcp_client() as client:
             names = await client.tool_names()
             assert client.init.server_info.name == "flakebot" and client.init.server_info.version == __version__
@@ -73,9 +73,14 @@ def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
                 await client.call("status", {"run_id": "nope"}),
                 await client.call("status", {"run_id": 42}),
                 await client.call("run", {"tool": "nope", "args": {"a": 1}}),
+                await client.call("resume", {"run_id": "nope"}),  # no progress token: in a detached process
             )
 
-    names, listing, unknown, no_run, number_id, bad_args = asyncio.run(session())
+    names, listing, unknown, no_run, number_id, bad_args, detached = asyncio.run(session())
+    assert detached[1] is True and detached[0]["exit_code"] == 4 and detached[0]["error"] == no_run[0]["error"]
+    journals = list((flakebot_home / "work/mcp-jobs").glob("*.jsonl"))
+    assert len(journals) == 1  # its events, then the error, as the caller got it
+    assert {"ok": False, **json.loads(journals[0].read_text().splitlines()[-1])["error"]} == detached[0]
     assert {"craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm"} <= set(
         names
     )
