@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.reliability_env import OFFLINE, Home, write_json
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 
 TOOL_FILES = ("manifest.json", "USAGE.md", "flake/flake.nix", "flake/flake.lock")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.escape_cases import reap
+from benchmarks.scenarios.escape_cases import reap
 
 REPO = Path(__file__).resolve().parent.parent
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"

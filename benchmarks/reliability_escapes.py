@@ -1,5 +1,5 @@
-"""Sandbox escape attempts (tests.fakes.escape_cases) under bubblewrap, the same attempts in a plain process for
-contrast, and hostile model sessions through the real pipeline (tests.fakes.hostile)."""
+"""Sandbox escape attempts (benchmarks.scenarios.escape_cases) under bubblewrap, the same attempts in a plain process for
+contrast, and hostile model sessions through the real pipeline (benchmarks.scenarios.hostile)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scenarios.escape_cases import run_escape_cases
+from benchmarks.scenarios.hostile import CASES as HOSTILE_CASES
+from benchmarks.scenarios.hostile import run_hostile
 from flakebot.sandbox import Sandbox, open_sandbox
-from tests.fakes.escape_cases import run_escape_cases
-from tests.fakes.hostile import CASES as HOSTILE_CASES
-from tests.fakes.hostile import run_hostile
 
 SANDBOXES = {"bubblewrap": "required", "plain process": "off"}
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.reliability_env import DEBIAN_REGISTRY, OFFLINE, SESSION, Home, write_json
+from benchmarks.scenarios.shout import SHOUT_SPEC
 from flakebot.errors import CatalogError, ConfigError, ModelError, NixError, RunError, SearchError, UsageError
-from tests.fakes.shout import SHOUT_SPEC
 
 AUDIT_FILES = {
     ".lock",

@@ -307,7 +307,7 @@ def _escapes(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "## Sandbox escapes",
         "",
-        "Each attempt from `tests/fakes/escape_cases.py` runs as `bash -c SCRIPT` in the sandbox the edit loop uses "
+        "Each attempt from `benchmarks/scenarios/escape_cases.py` runs as `bash -c SCRIPT` in the sandbox the edit loop uses "
         '(`open_sandbox("required")`: bubblewrap), and for contrast in a plain process (`open_sandbox("off")`). The outcome is judged from outside.',
         "",
     ]
@@ -335,7 +335,7 @@ def _hostile(rows: list[dict[str, Any]]) -> list[str]:
         "### Hostile model sessions",
         "",
         "Each is a scripted model session run through the real pipeline (`flakebot craft --model scripted:FILE`, "
-        "`tests/fakes/hostile.py`): the model writes the tool and a build script (or a tool) that attacks the host, with a key "
+        "`benchmarks/scenarios/hostile.py`): the model writes the tool and a build script (or a tool) that attacks the host, with a key "
         "in flakebot's environment since start. The outcome is judged from outside.",
         "",
     ]
