@@ -4,7 +4,7 @@
 `run_hostile(root, names)` runs each case in its own flakebot home under `root` (a key planted in the
 environment before flakebot starts), judges it from outside and returns one row per case: what was tried,
 what should happen, whether it was contained and how that is known. tests/test_hostile.py asserts every
-row; the reliability report (benchmarks/reliability_escapes.py) counts them.
+row; the reliability report (benchmarks/reliability/escapes.py) counts them.
 """
 
 from __future__ import annotations

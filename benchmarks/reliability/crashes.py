@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.reliability_env import OFFLINE, Home, descendants, session, survivors, wait_for, write_json
+from benchmarks import records
+from benchmarks.reliability.env import OFFLINE, Home, Scratch, descendants, session, survivors, wait_for, write_json
+from benchmarks.reliability.table import table, yes
 from flakebot.pipeline.run import Run
 
 STAGES = ("spec", "search", "choose", "acquire", "edit", "package", "instruct")
@@ -170,9 +172,120 @@ def _resume(home: Home, run_id: str) -> dict[str, Any]:
     }
 
 
-def run(root: Path, cache: Path, stages: list[str] | None = None) -> list[dict[str, Any]]:
+def run_cases(root: Path, cache: Path, stages: list[str] | None = None) -> list[dict[str, Any]]:
     return [
         run_point(point, Home(root / f"crash-{point.stage}", cache))
         for point in POINTS
         if stages is None or point.stage in stages
+    ]
+
+
+# ------------------------------------------------------------------ the report's section
+
+QUICK = ["choose"]
+
+
+@dataclass
+class CrashResume:
+    """`flakebot resume` after the kill."""
+
+    exit_code: int
+    status: str
+    error_line: str
+    seconds: float
+    finished_before: list[str]
+    reran: list[str]
+    attempts: dict[str, int | None]
+    verified: bool
+    in_catalog: bool
+
+
+@dataclass
+class CrashRow:
+    """One crash point: where SIGKILL landed, what was running, and how the resume went."""
+
+    stage: str
+    trigger: str
+    triggered: bool
+    killed_after_s: float
+    run_id: str
+    status_after_kill: str
+    stage_status_after_kill: str
+    landed_inside: bool
+    landed_in: str
+    last_progress: str
+    running_at_kill: list[str]
+    strays_after_kill: list[Any]
+    resume: CrashResume
+    strays_after_resume: list[Any]
+    ok: bool
+
+
+@dataclass
+class CrashSummary:
+    points: int
+    landed_inside: int
+    resumed: int
+    only_killed_stage_reran: int
+    strays: int
+
+    def lines(self) -> list[str]:
+        return [
+            f"- **Crash points**: SIGKILL landed inside the target stage {self.landed_inside} of {self.points} times; `flakebot resume` "
+            f"succeeded {self.resumed} of {self.points} times, re-running only the killed stage {self.only_killed_stage_reran} times; "
+            f"{self.strays} processes outlived a kill or a resume."
+        ]
+
+    def json(self) -> Any:
+        return records.dump(self)
+
+
+class Crashes:
+    name = "crashes"
+
+    def run(self, setup: Scratch) -> list[CrashRow]:
+        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else None))
+
+    def load(self, data: Any) -> list[CrashRow]:
+        return records.load_all(CrashRow, data)
+
+    def summarize(self, record: list[CrashRow]) -> CrashSummary:
+        return CrashSummary(
+            points=len(record),
+            landed_inside=sum(1 for r in record if r.landed_inside),
+            resumed=sum(1 for r in record if r.resume.status == "succeeded"),
+            only_killed_stage_reran=sum(1 for r in record if r.resume.reran == [r.stage]),
+            strays=sum(len(r.strays_after_kill) + len(r.strays_after_resume) for r in record),
+        )
+
+    def markdown(self, record: list[CrashRow]) -> list[str]:
+        lines = [
+            "## Crash points",
+            "",
+            '`craft "need a CSV deduper"` (hand-written session, offline) is started in its own process group and the whole group gets SIGKILL at the '
+            "trigger; then `flakebot resume RUN`. *landed in* is the stage state.json shows running after the kill; *running* lists the programs "
+            "that were running under the craft at that moment; *left behind* counts processes alive 3 s after the kill or after the resume.",
+            "",
+        ]
+        header = ["stage", "trigger", "killed at", "landed in", "running", "last progress", "resume", "re-ran"]
+        header += ["resume time", "nix run verified", "left behind", "ok"]
+        return lines + table(header, [_row(r) for r in record])
+
+
+def _row(r: CrashRow) -> list[Any]:
+    resume = r.resume
+    outcome = resume.status if resume.exit_code == 0 else f"exit {resume.exit_code}: {resume.error_line}"
+    return [
+        r.stage,
+        r.trigger,
+        f"{r.killed_after_s:.1f} s",
+        r.landed_in,
+        ", ".join(r.running_at_kill) or "(flakebot alone)",
+        r.last_progress,
+        outcome,
+        ", ".join(resume.reran),
+        f"{resume.seconds:.1f} s",
+        yes(resume.verified),
+        len(r.strays_after_kill) + len(r.strays_after_resume),
+        yes(r.ok),
     ]

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.reliability_env import OFFLINE, Home, session, write_json
+from benchmarks import records
+from benchmarks.reliability.env import OFFLINE, Home, Scratch, session, write_json
+from benchmarks.reliability.table import code, table, yes
 from flakebot.llm.chat import MAX_FORMAT_ERRORS
 from flakebot.llm.script import load_script
 from flakebot.llm.stub_server import StubServer
@@ -205,10 +207,154 @@ def _ok(case: FaultCase, row: dict[str, Any]) -> bool:
     return clean_failure and resume.get("status") == "succeeded"
 
 
-def run(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
+def run_cases(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
     """Every fault case (or those named), each in its own home under `root`."""
     return [
         run_case(case, Home(root / f"fault-{case.name}", cache))
         for case in CASES
         if names is None or case.name in names
     ]
+
+
+# ------------------------------------------------------------------ the report's section
+
+QUICK = ["429"]
+
+
+@dataclass
+class Resume:
+    """`flakebot resume` of a run a fault beyond the retries ended, once the server is healthy."""
+
+    failed_stage: str
+    served_stages: list[str]
+    exit_code: int
+    status: str
+    error_line: str
+    attempts: dict[str, int | None]
+    seconds: float
+    in_catalog: bool
+
+
+@dataclass
+class FaultRow:
+    """One fault case: how the craft ended, who retried, and what the fault cost."""
+
+    case: str
+    kind: str
+    fault: str
+    survivable: bool
+    exit_code: int
+    survived: bool
+    craft_s: float
+    error_line: str
+    traceback: bool
+    run_id: str
+    http_requests: int
+    flakebot_calls: int
+    sdk_retries: int
+    flakebot_retries: list[str]
+    how: str
+    strays: list[Any]
+    ok: bool
+    run_status: str | None = None
+    stage_seconds: dict[str, float | None] | None = None
+    faults_answered: int | None = None
+    recovery_s: float | None = None
+    resume: Resume | None = None
+
+
+@dataclass
+class FaultSummary:
+    survivable_kinds: int
+    survived: int
+    survivable_cases: int
+    fatal_cases: int
+    fatal_failed_cleanly_and_resumed: int
+    baseline_craft_s: float | None
+    all_ok: bool
+
+    def lines(self) -> list[str]:
+        text = f"- **Model-server faults**: {self.survived} of {self.survivable_cases} survivable fault cases "
+        text += f"({self.survivable_kinds} kinds) ended in a crafted tool"
+        if self.fatal_cases:
+            text += (
+                f"; {self.fatal_failed_cleanly_and_resumed} of {self.fatal_cases} faults beyond the retries failed with one error line"
+                " and then resumed to success once the server was healthy"
+            )
+        if self.baseline_craft_s is not None:
+            text += f" (a craft without faults: {self.baseline_craft_s:.1f} s)"
+        return [text + "."]
+
+    def json(self) -> Any:
+        return records.dump(self)
+
+
+class Faults:
+    name = "faults"
+
+    def run(self, setup: Scratch) -> list[FaultRow]:
+        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else None))
+
+    def load(self, data: Any) -> list[FaultRow]:
+        return records.load_all(FaultRow, data)
+
+    def summarize(self, record: list[FaultRow]) -> FaultSummary:
+        survivable = [r for r in record if r.survivable and r.kind != "none"]
+        fatal = [r for r in record if not r.survivable]
+        return FaultSummary(
+            survivable_kinds=len({r.kind for r in survivable}),
+            survived=sum(1 for r in survivable if r.survived),
+            survivable_cases=len(survivable),
+            fatal_cases=len(fatal),
+            fatal_failed_cleanly_and_resumed=sum(1 for r in fatal if r.ok),
+            baseline_craft_s=next((r.craft_s for r in record if r.kind == "none"), None),
+            all_ok=all(r.ok for r in record),
+        )
+
+    def markdown(self, record: list[FaultRow]) -> list[str]:
+        lines = [
+            "## Model-server faults",
+            "",
+            'A real offline craft of "need a CSV deduper" from the hand-written session, served by flakebot\'s stub server to the real groq SDK '
+            "(`GROQ_BASE_URL`), with fault turns inserted before one turn of a stage. *HTTP* counts the requests the server answered, *calls* the "
+            "model calls in the run's transcript: the difference is retries the SDK made on its own. *recovery* is the time from the first fault "
+            "to the request that the next turn answered.",
+            "",
+        ]
+        header = ["case", "fault", "survived", "outcome", "how", "HTTP", "calls", "recovery", "craft", "ok"]
+        lines += table(header, [_row(r) for r in record])
+        fatal = [r for r in record if not r.survivable]
+        if fatal:
+            lines += [
+                "Faults beyond what retries can absorb, then `flakebot resume` once the server is healthy again (a new stub without the faults):",
+                "",
+            ]
+            header = ["case", "craft", "error line", "resume", "stages run again", "resume time"]
+            lines += table(header, [_fatal_row(r) for r in fatal])
+        return lines
+
+
+def _row(r: FaultRow) -> list[Any]:
+    recovery = "" if r.recovery_s is None else f"{r.recovery_s:.2f} s"
+    outcome = "crafted" if r.survived else f"exit {r.exit_code}"
+    survived = yes(r.survived) if r.survivable else "no (expected)"
+    return [
+        r.case,
+        r.fault,
+        survived,
+        outcome,
+        r.how,
+        r.http_requests,
+        r.flakebot_calls,
+        recovery,
+        f"{r.craft_s:.1f} s",
+        yes(r.ok),
+    ]
+
+
+def _fatal_row(r: FaultRow) -> list[Any]:
+    if r.resume is None:
+        return [r.case, f"exit {r.exit_code}", code(r.error_line), "not resumed", "", f"{0:.1f} s"]
+    reran = ", ".join(k for k, v in r.resume.attempts.items() if (v or 0) > 1 and k != "clean")
+    status, seconds = r.resume.status, r.resume.seconds
+    return [r.case, f"exit {r.exit_code}", code(r.error_line), status, reran, f"{seconds:.1f} s"]
