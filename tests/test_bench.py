@@ -18,10 +18,10 @@ from flakebot.sandbox import BwrapSandbox, open_sandbox
 from tests.conftest import REPO, require
 
 bench = importlib.import_module("benchmarks.__main__")
-report = importlib.import_module("benchmarks.report")
-bench_craft = importlib.import_module("benchmarks.bench_craft")
-bench_loop = importlib.import_module("benchmarks.bench_loop")
-classify = importlib.import_module("benchmarks.proctrace").classify
+report = importlib.import_module("benchmarks.perf.report")
+bench_craft = importlib.import_module("benchmarks.perf.craft")
+bench_loop = importlib.import_module("benchmarks.perf.loop")
+classify = importlib.import_module("benchmarks.perf.proctrace").classify
 
 
 def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@ Goals: a query under 20 ms on the Debian registry and under 100 ms on 20,000 cra
 Also the crates.io client (the real httpx client and its HTTP cache) against a server on 127.0.0.1 answering every
 search with a page of crates in the shape of the real fixture (../shared/fixtures/crates-io/search-postgres.json):
 the first query of each text goes over HTTP (cold), the same queries again are answered by the cache (warm).
-Run: python -m benchmarks.bench_search [--crates N]
+Run: python -m benchmarks.perf.search [--crates N]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from flakebot.crates.local import LocalRegistry
 from flakebot.loopback import LoopbackServer
 
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
-SEARCH_FIXTURE = Path(__file__).resolve().parent.parent.parent / "shared/fixtures/crates-io/search-postgres.json"
+SEARCH_FIXTURE = Path(__file__).resolve().parents[3] / "shared/fixtures/crates-io/search-postgres.json"
 DEBIAN_QUERIES = [
     "csv",
     "hex dump viewer",

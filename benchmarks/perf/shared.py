@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_craft import NEED, REPO, _result, craft_argv, homes, session_with_nonce
+from benchmarks.perf.craft import NEED, REPO, _result, craft_argv, homes, session_with_nonce
 from benchmarks.scenarios.machines import flakebot, on_machine_b
 
 
