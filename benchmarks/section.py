@@ -6,7 +6,8 @@
     markdown(record)    -> the section's part of the Markdown report
 
 A section is a plain class in its own module (no base class); each package lists its sections in one place
-(`benchmarks.perf.SECTIONS`, `benchmarks.reliability.SECTIONS`), in report order.
+(`benchmarks.perf.SECTIONS`, `benchmarks.reliability.SECTIONS`), in report order. The perf sections' summaries are
+their figures, which benchmarks/perf/figures.py makes from each section's result and orders across sections.
 """
 
 from __future__ import annotations
