@@ -1,7 +1,7 @@
 """`make bench`: flakebot measured against the raw cargo and nix work it runs.
 
-One module per section (startup.py, calls.py, ...: each a `run(**args)` returning its measurements); figures.py turns
-the sections' results into the figures (each figure names the section it comes from), report.py writes
+One module per section (startup.py, calls.py, ...: each a `run(**args)` returning its measurements), listed in
+SECTIONS; figures.py turns a section's result into its figures (each figure names its section), report.py writes
 bench/report.{json,md}, stages.png (chart.py) and the README's Performance section. May import flakebot and
 benchmarks.scenarios; never tests/.
 """
@@ -12,6 +12,8 @@ import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
+
+from benchmarks.perf.figures import section_figures
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,10 @@ class Bench:
 
     def load(self, data: Any) -> dict[str, Any]:
         return dict(data)
+
+    def summarize(self, record: dict[str, Any], context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The section's figures (benchmarks.perf.figures); `context` holds the load and cores that explain waits."""
+        return section_figures(self.name, record, context)
 
     def markdown(self, record: dict[str, Any]) -> list[str]:
         """The section's method, as the report's table of benchmarks gives it: its module docstring's first paragraph."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from benchmarks import readme
 from benchmarks.perf import SECTIONS, bench, chart, machine
-from benchmarks.perf.figures import all_figures, goal_text, value_text
+from benchmarks.perf.figures import goal_text, in_order, value_text
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,8 @@ def build(
 def with_figures(report: dict[str, Any]) -> dict[str, Any]:
     """The report with its figures (re)made from its results, loads and machine."""
     loads = {name: round((b["load_before"] + b["load_after"]) / 2, 2) for name, b in report["benchmarks"].items()}
-    figures = all_figures(report["results"], loads, report["machine"]["cores"])
+    context = {"load": loads, "cores": report["machine"]["cores"]}
+    figures = in_order({name: bench(name).summarize(result, context) for name, result in report["results"].items()})
     ordered: dict[str, Any] = {}
     for key, value in report.items():
         if key != "figures":
