@@ -30,7 +30,34 @@ from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 TOOL_FILES = ("manifest.json", "USAGE.md", "flake/flake.nix", "flake/flake.lock")
 
 
-def run_batch(n: int, home: Home, nonce: str) -> dict[str, Any]:
+@dataclass
+class CraftRun:
+    """One craft of a batch."""
+
+    tool: str
+    exit_code: int | None
+    seconds: float
+    run_id: str
+    stage_s: dict[str, float | None]
+    error_line: str
+
+
+@dataclass
+class BatchRow:
+    """N crafts at once into one catalog, and the catalog's checks afterwards."""
+
+    crafts: int
+    wall_s: float
+    succeeded: int
+    per_craft_s: list[float]
+    stage_mean_s: dict[str, float]
+    runs: list[CraftRun]
+    checks: dict[str, bool]
+    strays: list[Any]
+    consistent: bool
+
+
+def run_batch(n: int, home: Home, nonce: str) -> BatchRow:
     """Start n crafts at once, wait for all, check the catalog."""
     script = write_json(home.root / "script.json", {"format": 1, "stages": {"edit": [{"tool_calls": [_write_main()]}]}})
     names = [f"shout-{nonce}-{n}x{i}" for i in range(n)]
@@ -49,17 +76,17 @@ def run_batch(n: int, home: Home, nonce: str) -> dict[str, Any]:
     crafts = [_craft_row(home, name, procs[name].returncode, finished[name]) for name in names]
     checks = check_catalog(home, names)
     strays = home.strays()
-    return {
-        "crafts": n,
-        "wall_s": round(wall, 3),
-        "succeeded": sum(1 for c in crafts if c["exit_code"] == 0),
-        "per_craft_s": [c["seconds"] for c in crafts],
-        "stage_mean_s": _stage_means(crafts),
-        "runs": crafts,
-        "checks": checks,
-        "strays": strays,
-        "consistent": all(checks.values()) and not strays and all(c["exit_code"] == 0 for c in crafts),
-    }
+    return BatchRow(
+        crafts=n,
+        wall_s=round(wall, 3),
+        succeeded=sum(1 for c in crafts if c.exit_code == 0),
+        per_craft_s=[c.seconds for c in crafts],
+        stage_mean_s=_stage_means(crafts),
+        runs=crafts,
+        checks=checks,
+        strays=strays,
+        consistent=all(checks.values()) and not strays and all(c.exit_code == 0 for c in crafts),
+    )
 
 
 def _write_main() -> dict[str, Any]:
@@ -83,7 +110,7 @@ def _wait_all(procs: dict[str, subprocess.Popen[str]], started: float, timeout: 
     return finished
 
 
-def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> dict[str, Any]:
+def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> CraftRun:
     out = (home.root / f"{name}.out").read_text()
     result: dict[str, Any] = next(
         (json.loads(line)["result"] for line in reversed(out.splitlines()) if line.startswith('{"result"')), {}
@@ -91,20 +118,20 @@ def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> 
     run_id = result.get("run_id", "")
     stages = home.state(run_id)["stages"] if run_id else {}
     error = [line for line in (home.root / f"{name}.err").read_text().splitlines() if line.startswith("error:")]
-    return {
-        "tool": name,
-        "exit_code": exit_code,
-        "seconds": seconds,
-        "run_id": run_id,
-        "stage_s": {stage: record.get("seconds") for stage, record in stages.items()},
-        "error_line": error[-1] if error else "",
-    }
+    return CraftRun(
+        tool=name,
+        exit_code=exit_code,
+        seconds=seconds,
+        run_id=run_id,
+        stage_s={stage: record.get("seconds") for stage, record in stages.items()},
+        error_line=error[-1] if error else "",
+    )
 
 
-def _stage_means(crafts: list[dict[str, Any]]) -> dict[str, float]:
+def _stage_means(crafts: list[CraftRun]) -> dict[str, float]:
     means = {}
     for stage in ("edit", "package", "instruct"):
-        values = [c["stage_s"][stage] for c in crafts if c["stage_s"].get(stage) is not None]
+        values = [v for c in crafts if (v := c.stage_s.get(stage)) is not None]
         if values:
             means[stage] = round(sum(values) / len(values), 3)
     return means
@@ -159,7 +186,7 @@ def _runs(home: Home, name: str) -> bool:
     return ran.returncode == 0 and ran.stdout == "ABC\n"
 
 
-def run_cases(root: Path, cache: Path, sizes: tuple[int, ...] = (1, 4, 8)) -> list[dict[str, Any]]:
+def run_cases(root: Path, cache: Path, sizes: tuple[int, ...] = (1, 4, 8)) -> list[BatchRow]:
     """One batch per size, each into its own fresh catalog; tool names carry a nonce so nix builds them for real."""
     nonce = secrets.token_hex(3)
     return [run_batch(n, Home(root / f"concurrent-{n}", cache), nonce) for n in sizes]
@@ -168,33 +195,6 @@ def run_cases(root: Path, cache: Path, sizes: tuple[int, ...] = (1, 4, 8)) -> li
 # ------------------------------------------------------------------ the report's section
 
 SIZES, QUICK = (1, 4, 8), (1,)
-
-
-@dataclass
-class CraftRun:
-    """One craft of a batch."""
-
-    tool: str
-    exit_code: int | None
-    seconds: float
-    run_id: str
-    stage_s: dict[str, float | None]
-    error_line: str
-
-
-@dataclass
-class BatchRow:
-    """N crafts at once into one catalog, and the catalog's checks afterwards."""
-
-    crafts: int
-    wall_s: float
-    succeeded: int
-    per_craft_s: list[float]
-    stage_mean_s: dict[str, float]
-    runs: list[CraftRun]
-    checks: dict[str, bool]
-    strays: list[Any]
-    consistent: bool
 
 
 @dataclass
@@ -232,7 +232,7 @@ class Concurrency:
     name = "concurrency"
 
     def run(self, setup: Scratch) -> list[BatchRow]:
-        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else SIZES))
+        return run_cases(setup.root, setup.cache, QUICK if setup.quick else SIZES)
 
     def load(self, data: Any) -> list[BatchRow]:
         return records.load_all(BatchRow, data)

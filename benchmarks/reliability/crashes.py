@@ -64,127 +64,6 @@ def script_for(point: CrashPoint, home: Home) -> Path:
     return write_json(home.root / "script.json", script)
 
 
-def run_point(point: CrashPoint, home: Home) -> dict[str, Any]:
-    script = script_for(point, home)
-    argv = ("craft", NEED, "--model", f"scripted:{script}", *OFFLINE, "--json")
-    started = time.monotonic()
-    proc = home.popen(*argv)
-    try:
-        fired = wait_for(lambda: _triggered(home, point), timeout=300)
-        time.sleep(point.delay)
-        os.killpg(proc.pid, signal.SIGSTOP)  # frozen at the trigger while we look at what was running
-        killed_at = time.monotonic() - started
-        running = descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    run_id = (home.run_ids() or [""])[-1]
-    row: dict[str, Any] = {
-        "stage": point.stage,
-        "trigger": point.trigger(),
-        "triggered": bool(fired),
-        "killed_after_s": round(killed_at, 3),
-    }
-    row.update(_landing(home, run_id, point, list(running.values())))
-    # Anything that outlived the kill: processes that were running under the craft, and any other process of this home.
-    row["strays_after_kill"] = survivors(running) + home.strays()
-    row["resume"] = _resume(home, run_id)
-    row["strays_after_resume"] = home.strays()
-    row["ok"] = (
-        bool(fired)
-        and row["landed_inside"]
-        and row["resume"]["status"] == "succeeded"
-        and not row["strays_after_kill"]
-        and not row["strays_after_resume"]
-    )
-    return row
-
-
-def _triggered(home: Home, point: CrashPoint) -> bool:
-    run_ids = home.run_ids()
-    if not run_ids:
-        return False
-    for event in home.events(run_ids[-1]):
-        if event.get("stage") != point.stage:
-            continue
-        if point.message is None and event["event"] == "stage_started":
-            return True
-        if point.message and event["event"] == "progress" and str(event.get("message", "")).startswith(point.message):
-            return True
-    return False
-
-
-def _landing(home: Home, run_id: str, point: CrashPoint, running: list[str]) -> dict[str, Any]:
-    """Where the kill landed, as the run's own record says."""
-    run = Run.load(home.workdir, run_id)
-    stages = run.state["stages"]
-    inside = [name for name, record in stages.items() if record.get("status") == "running"]
-    progress = [e["message"] for e in home.events(run_id) if e["event"] == "progress" and e.get("stage") == point.stage]
-    return {
-        "run_id": run_id,
-        "status_after_kill": run.status,
-        "stage_status_after_kill": run.stage_status(point.stage),
-        "landed_inside": inside == [point.stage],
-        "landed_in": inside[0] if inside else "between stages",
-        "last_progress": progress[-1] if progress else "",
-        "running_at_kill": _programs(running),
-    }
-
-
-def _programs(commands: list[str]) -> list[str]:
-    """Short names of what was running (the program and its subcommand), in order, without repeats."""
-    names = []
-    for command in commands:
-        words = command.split()
-        if not words:
-            continue
-        name = os.path.basename(words[0])
-        if name.startswith("python"):
-            continue  # flakebot itself
-        plain = (w for w in words[1:] if not w.startswith("-") and "/" not in w and "=" not in w and len(w) < 24)
-        # nix's feature flag values are not its subcommand
-        sub = next((w for w in plain if w not in ("nix-command", "flakes")), "")
-        label = f"{name} {sub}".strip()
-        if label not in names:
-            names.append(label)
-    return names[:8]
-
-
-def _resume(home: Home, run_id: str) -> dict[str, Any]:
-    before = Run.load(home.workdir, run_id).state["stages"]
-    finished_before = [name for name, record in before.items() if record.get("status") == "finished"]
-    resumed = home.cli("resume", run_id, "--json")
-    state = home.state(run_id)
-    attempts = {name: record.get("attempts") for name, record in state["stages"].items()}
-    manifest = state["outputs"].get("instruct", {}).get("manifest", {})
-    return {
-        "exit_code": resumed.returncode,
-        "status": state["status"],
-        "error_line": "" if resumed.returncode == 0 else resumed.error_line,
-        "seconds": resumed.seconds,
-        "finished_before": finished_before,
-        "reran": [name for name in STAGES if (attempts.get(name) or 0) > 1],
-        "attempts": attempts,
-        "verified": bool(manifest.get("verification_command", {}).get("passed")),
-        "in_catalog": run_id in {e.get("run_id") for e in home.catalog().values()},
-    }
-
-
-def run_cases(root: Path, cache: Path, stages: list[str] | None = None) -> list[dict[str, Any]]:
-    return [
-        run_point(point, Home(root / f"crash-{point.stage}", cache))
-        for point in POINTS
-        if stages is None or point.stage in stages
-    ]
-
-
-# ------------------------------------------------------------------ the report's section
-
-QUICK = ["choose"]
-
-
 @dataclass
 class CrashResume:
     """`flakebot resume` after the kill."""
@@ -221,6 +100,149 @@ class CrashRow:
     ok: bool
 
 
+def run_point(point: CrashPoint, home: Home) -> CrashRow:
+    script = script_for(point, home)
+    argv = ("craft", NEED, "--model", f"scripted:{script}", *OFFLINE, "--json")
+    started = time.monotonic()
+    proc = home.popen(*argv)
+    try:
+        fired = wait_for(lambda: _triggered(home, point), timeout=300)
+        time.sleep(point.delay)
+        os.killpg(proc.pid, signal.SIGSTOP)  # frozen at the trigger while we look at what was running
+        killed_at = time.monotonic() - started
+        running = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    run_id = (home.run_ids() or [""])[-1]
+    landing = _landing(home, run_id, point, list(running.values()))
+    # Anything that outlived the kill: processes that were running under the craft, and any other process of this home.
+    strays_after_kill = survivors(running) + home.strays()
+    resume = _resume(home, run_id)
+    row = CrashRow(
+        stage=point.stage,
+        trigger=point.trigger(),
+        triggered=bool(fired),
+        killed_after_s=round(killed_at, 3),
+        run_id=landing.run_id,
+        status_after_kill=landing.status_after_kill,
+        stage_status_after_kill=landing.stage_status_after_kill,
+        landed_inside=landing.landed_inside,
+        landed_in=landing.landed_in,
+        last_progress=landing.last_progress,
+        running_at_kill=landing.running_at_kill,
+        strays_after_kill=strays_after_kill,
+        resume=resume,
+        strays_after_resume=home.strays(),
+        ok=False,
+    )
+    row.ok = (
+        row.triggered
+        and row.landed_inside
+        and resume.status == "succeeded"
+        and not row.strays_after_kill
+        and not row.strays_after_resume
+    )
+    return row
+
+
+def _triggered(home: Home, point: CrashPoint) -> bool:
+    run_ids = home.run_ids()
+    if not run_ids:
+        return False
+    for event in home.events(run_ids[-1]):
+        if event.get("stage") != point.stage:
+            continue
+        if point.message is None and event["event"] == "stage_started":
+            return True
+        if point.message and event["event"] == "progress" and str(event.get("message", "")).startswith(point.message):
+            return True
+    return False
+
+
+@dataclass
+class Landing:
+    """Where the kill landed, as the run's own record says."""
+
+    run_id: str
+    status_after_kill: str
+    stage_status_after_kill: str
+    landed_inside: bool
+    landed_in: str
+    last_progress: str
+    running_at_kill: list[str]
+
+
+def _landing(home: Home, run_id: str, point: CrashPoint, running: list[str]) -> Landing:
+    run = Run.load(home.workdir, run_id)
+    stages = run.state["stages"]
+    inside = [name for name, record in stages.items() if record.get("status") == "running"]
+    progress = [e["message"] for e in home.events(run_id) if e["event"] == "progress" and e.get("stage") == point.stage]
+    return Landing(
+        run_id=run_id,
+        status_after_kill=run.status,
+        stage_status_after_kill=run.stage_status(point.stage),
+        landed_inside=inside == [point.stage],
+        landed_in=inside[0] if inside else "between stages",
+        last_progress=progress[-1] if progress else "",
+        running_at_kill=_programs(running),
+    )
+
+
+def _programs(commands: list[str]) -> list[str]:
+    """Short names of what was running (the program and its subcommand), in order, without repeats."""
+    names = []
+    for command in commands:
+        words = command.split()
+        if not words:
+            continue
+        name = os.path.basename(words[0])
+        if name.startswith("python"):
+            continue  # flakebot itself
+        plain = (w for w in words[1:] if not w.startswith("-") and "/" not in w and "=" not in w and len(w) < 24)
+        # nix's feature flag values are not its subcommand
+        sub = next((w for w in plain if w not in ("nix-command", "flakes")), "")
+        label = f"{name} {sub}".strip()
+        if label not in names:
+            names.append(label)
+    return names[:8]
+
+
+def _resume(home: Home, run_id: str) -> CrashResume:
+    before = Run.load(home.workdir, run_id).state["stages"]
+    finished_before = [name for name, record in before.items() if record.get("status") == "finished"]
+    resumed = home.cli("resume", run_id, "--json")
+    state = home.state(run_id)
+    attempts = {name: record.get("attempts") for name, record in state["stages"].items()}
+    manifest = state["outputs"].get("instruct", {}).get("manifest", {})
+    return CrashResume(
+        exit_code=resumed.returncode,
+        status=state["status"],
+        error_line="" if resumed.returncode == 0 else resumed.error_line,
+        seconds=resumed.seconds,
+        finished_before=finished_before,
+        reran=[name for name in STAGES if (attempts.get(name) or 0) > 1],
+        attempts=attempts,
+        verified=bool(manifest.get("verification_command", {}).get("passed")),
+        in_catalog=run_id in {e.get("run_id") for e in home.catalog().values()},
+    )
+
+
+def run_cases(root: Path, cache: Path, stages: list[str] | None = None) -> list[CrashRow]:
+    return [
+        run_point(point, Home(root / f"crash-{point.stage}", cache))
+        for point in POINTS
+        if stages is None or point.stage in stages
+    ]
+
+
+# ------------------------------------------------------------------ the report's section
+
+QUICK = ["choose"]
+
+
 @dataclass
 class CrashSummary:
     points: int
@@ -244,7 +266,7 @@ class Crashes:
     name = "crashes"
 
     def run(self, setup: Scratch) -> list[CrashRow]:
-        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else None))
+        return run_cases(setup.root, setup.cache, QUICK if setup.quick else None)
 
     def load(self, data: Any) -> list[CrashRow]:
         return records.load_all(CrashRow, data)

@@ -72,155 +72,6 @@ CASES = [
 ]
 
 
-def script_turns(
-    case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults: bool = True
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """The session's turns for `stages` in order, with the case's fault turns inserted; and the faults' indices."""
-    recorded = session()["stages"]
-    turns: list[dict[str, Any]] = []
-    indices: list[int] = []
-    for stage in stages:
-        for i, turn in enumerate(recorded[stage]):
-            if with_faults and stage == case.stage and i == case.before:
-                indices += range(len(turns), len(turns) + len(case.faults))
-                turns += [{"fault": fault, "note": f"reliability: {case.name}"} for fault in case.faults]
-            turns.append(turn)
-    return turns, indices
-
-
-def serve(home: Home, turns: list[dict[str, Any]], name: str) -> StubServer:
-    """A stub server for `turns` (validated as a script file would be)."""
-    path = write_json(
-        home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "hand-written-csv-dedup", "turns": turns}
-    )
-    return StubServer(load_script(path)).start()
-
-
-def model_env(case: FaultCase, server: StubServer) -> dict[str, str]:
-    return {
-        "GROQ_API_KEY": FAKE_KEY,
-        "GROQ_BASE_URL": server.url,
-        "FLAKEBOT_MODEL_RETRIES": str(RETRIES),
-        **case.settings,
-    }
-
-
-def run_case(case: FaultCase, home: Home) -> dict[str, Any]:
-    """Craft with the case's faults; for an unsurvivable one, resume once the faults are gone."""
-    turns, fault_turns = script_turns(case)
-    server = serve(home, turns, "script")
-    try:
-        crafted = home.cli("craft", NEED, "--model", MODEL, *OFFLINE, "--json", env=model_env(case, server))
-    finally:
-        server.close()
-    run_id = (home.run_ids() or [""])[-1]
-    row: dict[str, Any] = {
-        "case": case.name,
-        "kind": case.kind,
-        "fault": case.describe(),
-        "survivable": case.survivable,
-        "exit_code": crafted.returncode,
-        "survived": crafted.returncode == 0 and crafted.result().get("status") == "crafted",
-        "craft_s": crafted.seconds,
-        "error_line": "" if crafted.returncode == 0 else crafted.error_line,
-        "traceback": crafted.traceback,
-        "run_id": run_id,
-        **retry_figures(home, run_id, server, fault_turns),
-    }
-    if run_id:
-        state = home.state(run_id)
-        row["run_status"] = state["status"]
-        row["stage_seconds"] = {name: s.get("seconds") for name, s in state["stages"].items()}
-    if not case.survivable and run_id:
-        row["resume"] = resume_without_faults(case, home, run_id)
-    row["strays"] = home.strays()
-    row["ok"] = _ok(case, row)
-    return row
-
-
-def retry_figures(home: Home, run_id: str, server: StubServer, fault_turns: list[int]) -> dict[str, Any]:
-    """Who retried and how long the fault cost, from the stub's request log and the run's transcript."""
-    transcript = home.transcript(run_id) if run_id else []
-    calls = sum(1 for t in transcript if t["kind"] == "model_request")
-    reasons = [str(t.get("reason")) for t in transcript if t["kind"] == "model_retry"]
-    answered = [(r["turn"], r["time"]) for r in server.requests]
-    figures: dict[str, Any] = {
-        "http_requests": len(answered),
-        "flakebot_calls": calls,
-        "sdk_retries": len(answered) - calls,
-        "flakebot_retries": reasons,
-    }
-    if fault_turns:
-        first = next((t for turn, t in answered if turn == fault_turns[0]), None)
-        after = next((t for turn, t in answered if turn == fault_turns[-1] + 1), None)
-        figures["faults_answered"] = sum(1 for turn, _ in answered if turn in fault_turns)
-        figures["recovery_s"] = round(after - first, 3) if first is not None and after is not None else None
-    figures["how"] = _how(figures, bool(fault_turns))
-    return figures
-
-
-def _how(figures: dict[str, Any], faulted: bool) -> str:
-    parts = []
-    if figures["sdk_retries"] > 0:
-        parts.append(f"the SDK retried {figures['sdk_retries']} time(s)")
-    if figures["flakebot_retries"]:
-        counts = {r: figures["flakebot_retries"].count(r) for r in dict.fromkeys(figures["flakebot_retries"])}
-        parts.append("flakebot retried: " + ", ".join(f"{r} x{n}" for r, n in counts.items()))
-    if not parts:
-        return "no retry was needed" if not faulted else "no retry"
-    return "; ".join(parts)
-
-
-def resume_without_faults(case: FaultCase, home: Home, run_id: str) -> dict[str, Any]:
-    """The provider is healthy again: a stub with the session's turns from the failed stage on, then `flakebot resume`."""
-    failed = next((name for name, s in home.state(run_id)["stages"].items() if s.get("status") == "failed"), "")
-    stages = STAGES[STAGES.index(failed) :] if failed in STAGES else STAGES
-    turns, _ = script_turns(case, stages, with_faults=False)
-    server = serve(home, turns, "recovered")
-    started = time.monotonic()
-    try:
-        resumed = home.cli("resume", run_id, "--json", env=model_env(case, server))
-    finally:
-        server.close()
-    state = home.state(run_id)
-    return {
-        "failed_stage": failed,
-        "served_stages": list(stages),
-        "exit_code": resumed.returncode,
-        "status": state["status"],
-        "error_line": "" if resumed.returncode == 0 else resumed.error_line,
-        "attempts": {name: s.get("attempts") for name, s in state["stages"].items()},
-        "seconds": round(time.monotonic() - started, 3),
-        "in_catalog": run_id in {e.get("run_id") for e in home.catalog().values()},
-    }
-
-
-def _ok(case: FaultCase, row: dict[str, Any]) -> bool:
-    if row["strays"] or row["traceback"]:
-        return False
-    if case.survivable:
-        return bool(row["survived"]) and (not case.faults or row.get("faults_answered") == len(case.faults))
-    resume = row.get("resume") or {}
-    clean_failure = (
-        row["exit_code"] != 0 and row["error_line"].startswith("error:") and row.get("run_status") == "failed"
-    )
-    return clean_failure and resume.get("status") == "succeeded"
-
-
-def run_cases(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every fault case (or those named), each in its own home under `root`."""
-    return [
-        run_case(case, Home(root / f"fault-{case.name}", cache))
-        for case in CASES
-        if names is None or case.name in names
-    ]
-
-
-# ------------------------------------------------------------------ the report's section
-
-QUICK = ["429"]
-
-
 @dataclass
 class Resume:
     """`flakebot resume` of a run a fault beyond the retries ended, once the server is healthy."""
@@ -263,6 +114,167 @@ class FaultRow:
     resume: Resume | None = None
 
 
+def script_turns(
+    case: FaultCase, stages: tuple[str, ...] = STAGES, with_faults: bool = True
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The session's turns for `stages` in order, with the case's fault turns inserted; and the faults' indices."""
+    recorded = session()["stages"]
+    turns: list[dict[str, Any]] = []
+    indices: list[int] = []
+    for stage in stages:
+        for i, turn in enumerate(recorded[stage]):
+            if with_faults and stage == case.stage and i == case.before:
+                indices += range(len(turns), len(turns) + len(case.faults))
+                turns += [{"fault": fault, "note": f"reliability: {case.name}"} for fault in case.faults]
+            turns.append(turn)
+    return turns, indices
+
+
+def serve(home: Home, turns: list[dict[str, Any]], name: str) -> StubServer:
+    """A stub server for `turns` (validated as a script file would be)."""
+    path = write_json(
+        home.root / f"{name}.json", {"format": 1, "sdk": "groq", "model": "hand-written-csv-dedup", "turns": turns}
+    )
+    return StubServer(load_script(path)).start()
+
+
+def model_env(case: FaultCase, server: StubServer) -> dict[str, str]:
+    return {
+        "GROQ_API_KEY": FAKE_KEY,
+        "GROQ_BASE_URL": server.url,
+        "FLAKEBOT_MODEL_RETRIES": str(RETRIES),
+        **case.settings,
+    }
+
+
+def run_case(case: FaultCase, home: Home) -> FaultRow:
+    """Craft with the case's faults; for an unsurvivable one, resume once the faults are gone."""
+    turns, fault_turns = script_turns(case)
+    server = serve(home, turns, "script")
+    try:
+        crafted = home.cli("craft", NEED, "--model", MODEL, *OFFLINE, "--json", env=model_env(case, server))
+    finally:
+        server.close()
+    run_id = (home.run_ids() or [""])[-1]
+    state = home.state(run_id) if run_id else None
+    retries = retry_figures(home, run_id, server, fault_turns)
+    row = FaultRow(
+        case=case.name,
+        kind=case.kind,
+        fault=case.describe(),
+        survivable=case.survivable,
+        exit_code=crafted.returncode,
+        survived=crafted.returncode == 0 and crafted.result().get("status") == "crafted",
+        craft_s=crafted.seconds,
+        error_line="" if crafted.returncode == 0 else crafted.error_line,
+        traceback=crafted.traceback,
+        run_id=run_id,
+        http_requests=retries.http_requests,
+        flakebot_calls=retries.flakebot_calls,
+        sdk_retries=retries.sdk_retries,
+        flakebot_retries=retries.flakebot_retries,
+        faults_answered=retries.faults_answered,
+        recovery_s=retries.recovery_s,
+        how=retries.how(bool(fault_turns)),
+        run_status=state["status"] if state else None,
+        stage_seconds={name: s.get("seconds") for name, s in state["stages"].items()} if state else None,
+        resume=resume_without_faults(case, home, run_id) if not case.survivable and run_id else None,
+        strays=home.strays(),
+        ok=False,
+    )
+    row.ok = _ok(case, row)
+    return row
+
+
+@dataclass
+class Retries:
+    """Who retried and how long the fault cost, from the stub's request log and the run's transcript."""
+
+    http_requests: int
+    flakebot_calls: int
+    flakebot_retries: list[str]
+    faults_answered: int | None = None
+    recovery_s: float | None = None
+
+    @property
+    def sdk_retries(self) -> int:
+        return self.http_requests - self.flakebot_calls
+
+    def how(self, faulted: bool) -> str:
+        parts = []
+        if self.sdk_retries > 0:
+            parts.append(f"the SDK retried {self.sdk_retries} time(s)")
+        if self.flakebot_retries:
+            counts = {r: self.flakebot_retries.count(r) for r in dict.fromkeys(self.flakebot_retries)}
+            parts.append("flakebot retried: " + ", ".join(f"{r} x{n}" for r, n in counts.items()))
+        if not parts:
+            return "no retry was needed" if not faulted else "no retry"
+        return "; ".join(parts)
+
+
+def retry_figures(home: Home, run_id: str, server: StubServer, fault_turns: list[int]) -> Retries:
+    transcript = home.transcript(run_id) if run_id else []
+    answered = [(r["turn"], r["time"]) for r in server.requests]
+    retries = Retries(
+        http_requests=len(answered),
+        flakebot_calls=sum(1 for t in transcript if t["kind"] == "model_request"),
+        flakebot_retries=[str(t.get("reason")) for t in transcript if t["kind"] == "model_retry"],
+    )
+    if fault_turns:
+        first = next((t for turn, t in answered if turn == fault_turns[0]), None)
+        after = next((t for turn, t in answered if turn == fault_turns[-1] + 1), None)
+        retries.faults_answered = sum(1 for turn, _ in answered if turn in fault_turns)
+        retries.recovery_s = round(after - first, 3) if first is not None and after is not None else None
+    return retries
+
+
+def resume_without_faults(case: FaultCase, home: Home, run_id: str) -> Resume:
+    """The provider is healthy again: a stub with the session's turns from the failed stage on, then `flakebot resume`."""
+    failed = next((name for name, s in home.state(run_id)["stages"].items() if s.get("status") == "failed"), "")
+    stages = STAGES[STAGES.index(failed) :] if failed in STAGES else STAGES
+    turns, _ = script_turns(case, stages, with_faults=False)
+    server = serve(home, turns, "recovered")
+    started = time.monotonic()
+    try:
+        resumed = home.cli("resume", run_id, "--json", env=model_env(case, server))
+    finally:
+        server.close()
+    state = home.state(run_id)
+    return Resume(
+        failed_stage=failed,
+        served_stages=list(stages),
+        exit_code=resumed.returncode,
+        status=state["status"],
+        error_line="" if resumed.returncode == 0 else resumed.error_line,
+        attempts={name: s.get("attempts") for name, s in state["stages"].items()},
+        seconds=round(time.monotonic() - started, 3),
+        in_catalog=run_id in {e.get("run_id") for e in home.catalog().values()},
+    )
+
+
+def _ok(case: FaultCase, row: FaultRow) -> bool:
+    if row.strays or row.traceback:
+        return False
+    if case.survivable:
+        return row.survived and (not case.faults or row.faults_answered == len(case.faults))
+    clean_failure = row.exit_code != 0 and row.error_line.startswith("error:") and row.run_status == "failed"
+    return clean_failure and row.resume is not None and row.resume.status == "succeeded"
+
+
+def run_cases(root: Path, cache: Path, names: list[str] | None = None) -> list[FaultRow]:
+    """Every fault case (or those named), each in its own home under `root`."""
+    return [
+        run_case(case, Home(root / f"fault-{case.name}", cache))
+        for case in CASES
+        if names is None or case.name in names
+    ]
+
+
+# ------------------------------------------------------------------ the report's section
+
+QUICK = ["429"]
+
+
 @dataclass
 class FaultSummary:
     survivable_kinds: int
@@ -293,7 +305,7 @@ class Faults:
     name = "faults"
 
     def run(self, setup: Scratch) -> list[FaultRow]:
-        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else None))
+        return run_cases(setup.root, setup.cache, QUICK if setup.quick else None)
 
     def load(self, data: Any) -> list[FaultRow]:
         return records.load_all(FaultRow, data)

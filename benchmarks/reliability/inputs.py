@@ -269,79 +269,6 @@ CASES = [
 ]
 
 
-def run_case(case: BadInput, home: Home) -> dict[str, Any]:
-    values = case.setup(home) if case.setup else {}
-    argv = [arg.format(**values) if "{" in arg and arg != "" else arg for arg in case.argv]
-    env = {key: value.format(**values) for key, value in case.env.items()}
-    runs_before, catalog_before = set(home.run_ids()), home.catalog()
-    outcome = home.cli(*argv, env=env, timeout=300)
-    new_runs = sorted(set(home.run_ids()) - runs_before)
-    left = _what_was_left(home, new_runs)
-    strays = home.strays()
-    row = {
-        "case": case.name,
-        "command": "flakebot " + shlex.join(_shown(a, home) for a in argv),
-        "env": {k: _shown(v, home) for k, v in env.items()},
-        "exit_code": outcome.returncode,
-        "expected_exit": case.expect_exit,
-        "error_line": _shown(outcome.error_line, home),
-        "traceback": outcome.traceback,
-        "seconds": outcome.seconds,
-        "may_leave": case.leaves,
-        "new_runs": left,
-        "catalog_changed": home.catalog() != catalog_before,
-        "strays": strays,
-    }
-    row["clean"] = _clean(case, row)
-    row["ok"] = (
-        row["clean"]
-        and outcome.returncode == case.expect_exit
-        and outcome.error_line.startswith("error: ")
-        and not outcome.traceback
-    )
-    return row
-
-
-def _what_was_left(home: Home, run_ids: list[str]) -> list[dict[str, Any]]:
-    left = []
-    for run_id in run_ids:
-        try:
-            status = home.state(run_id)["status"]
-        except (OSError, ValueError, KeyError):
-            status = "unreadable"
-        left.append({"run": run_id, "status": status, "extra_files": sorted(set(home.run_files(run_id)) - AUDIT_FILES)})
-    return left
-
-
-def _clean(case: BadInput, row: dict[str, Any]) -> bool:
-    if row["strays"] or row["catalog_changed"]:
-        return False
-    if case.leaves == "none":
-        return not row["new_runs"]
-    return (
-        len(row["new_runs"]) == 1 and row["new_runs"][0]["status"] == "failed" and not row["new_runs"][0]["extra_files"]
-    )
-
-
-def _shown(text: str, home: Home) -> str:
-    """The scratch home's path shown as <home>, the session's relative to the repository: the same on every machine."""
-    return text.replace(str(home.root), "<home>").replace(str(SESSION), "flakebot/data/sessions/csv-dedup.json")
-
-
-def run_cases(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
-    rows = []
-    for i, case in enumerate(c for c in CASES if names is None or c.name in names):
-        home = Home(root / f"input-{i:02d}", cache)
-        rows.append(run_case(case, home))
-        shutil.rmtree(home.root, ignore_errors=True)
-    return rows
-
-
-# ------------------------------------------------------------------ the report's section
-
-QUICK = ["empty need", "unknown run id", "unknown --stop-after stage", "registry path that is not a directory source"]
-
-
 @dataclass
 class LeftRun:
     """A run directory a case left behind."""
@@ -371,6 +298,79 @@ class InputRow:
     ok: bool
 
 
+def run_case(case: BadInput, home: Home) -> InputRow:
+    values = case.setup(home) if case.setup else {}
+    argv = [arg.format(**values) if "{" in arg and arg != "" else arg for arg in case.argv]
+    env = {key: value.format(**values) for key, value in case.env.items()}
+    runs_before, catalog_before = set(home.run_ids()), home.catalog()
+    outcome = home.cli(*argv, env=env, timeout=300)
+    new_runs = sorted(set(home.run_ids()) - runs_before)
+    left = _what_was_left(home, new_runs)
+    strays = home.strays()
+    row = InputRow(
+        case=case.name,
+        command="flakebot " + shlex.join(_shown(a, home) for a in argv),
+        env={k: _shown(v, home) for k, v in env.items()},
+        exit_code=outcome.returncode,
+        expected_exit=case.expect_exit,
+        error_line=_shown(outcome.error_line, home),
+        traceback=outcome.traceback,
+        seconds=outcome.seconds,
+        may_leave=case.leaves,
+        new_runs=left,
+        catalog_changed=home.catalog() != catalog_before,
+        strays=strays,
+        clean=False,
+        ok=False,
+    )
+    row.clean = _clean(case, row)
+    row.ok = (
+        row.clean
+        and outcome.returncode == case.expect_exit
+        and outcome.error_line.startswith("error: ")
+        and not outcome.traceback
+    )
+    return row
+
+
+def _what_was_left(home: Home, run_ids: list[str]) -> list[LeftRun]:
+    left = []
+    for run_id in run_ids:
+        try:
+            status = home.state(run_id)["status"]
+        except (OSError, ValueError, KeyError):
+            status = "unreadable"
+        left.append(LeftRun(run_id, status, sorted(set(home.run_files(run_id)) - AUDIT_FILES)))
+    return left
+
+
+def _clean(case: BadInput, row: InputRow) -> bool:
+    if row.strays or row.catalog_changed:
+        return False
+    if case.leaves == "none":
+        return not row.new_runs
+    return len(row.new_runs) == 1 and row.new_runs[0].status == "failed" and not row.new_runs[0].extra_files
+
+
+def _shown(text: str, home: Home) -> str:
+    """The scratch home's path shown as <home>, the session's relative to the repository: the same on every machine."""
+    return text.replace(str(home.root), "<home>").replace(str(SESSION), "flakebot/data/sessions/csv-dedup.json")
+
+
+def run_cases(root: Path, cache: Path, names: list[str] | None = None) -> list[InputRow]:
+    rows = []
+    for i, case in enumerate(c for c in CASES if names is None or c.name in names):
+        home = Home(root / f"input-{i:02d}", cache)
+        rows.append(run_case(case, home))
+        shutil.rmtree(home.root, ignore_errors=True)
+    return rows
+
+
+# ------------------------------------------------------------------ the report's section
+
+QUICK = ["empty need", "unknown run id", "unknown --stop-after stage", "registry path that is not a directory source"]
+
+
 @dataclass
 class InputSummary:
     cases: int
@@ -393,7 +393,7 @@ class Inputs:
     name = "inputs"
 
     def run(self, setup: Scratch) -> list[InputRow]:
-        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else None))
+        return run_cases(setup.root, setup.cache, QUICK if setup.quick else None)
 
     def load(self, data: Any) -> list[InputRow]:
         return records.load_all(InputRow, data)
