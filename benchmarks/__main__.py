@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks import report as report_module
+from benchmarks.perf import report as report_module
 from flakebot.errors import FlakebotError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        help="comma-separated benchmarks: startup, calls, search, diagnostics, loop, craft, nix, acquire, corpus, shared",
+        help="comma-separated benchmarks: " + ", ".join(report_module.ORDER),
     )
     parser.add_argument("--out", type=Path, help="where report.md, report.json and stages.png go (default: bench/)")
     parser.add_argument(

@@ -9,22 +9,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-START, END = "<!-- eval:start -->", "<!-- eval:end -->"
+from benchmarks.readme import MissingSection, write_section
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def update_readme(readme: Path, eval_md: Path) -> None:
     """Replace what stands between the eval markers with the table rows of `eval_md` (the markers must be there)."""
-    text = readme.read_text()
-    if START not in text or END not in text.split(START, 1)[1]:
-        raise SystemExit(
-            f"error: {readme} has no {START} ... {END} section. Fix: add the two markers where the table goes"
-        )
     table = [line for line in eval_md.read_text().splitlines() if line.startswith("|")]
     if not table:
         raise SystemExit(f"error: {eval_md} holds no table. Fix: run 'flakebot eval' first")
-    head, rest = text.split(START, 1)
-    readme.write_text(head + START + "\n" + "\n".join(table) + "\n" + END + rest.split(END, 1)[1])
+    try:
+        write_section(readme, "eval", "\n".join(table))
+    except MissingSection as exc:
+        raise SystemExit(f"error: {exc}. Fix: add the two markers where the table goes") from None
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench: the usual set-up plus the P8 corpus, real binary crates from Debian's registry
-# (benchmarks/bench_corpus.py CORPUS; a test keeps the two lists in step).
+# (benchmarks/perf/corpus.py CORPUS; a test keeps the two lists in step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The host stand-in links the host's own C libraries: libonig-dev is bat's oniguruma (nixpkgs' `oniguruma`

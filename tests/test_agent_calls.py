@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.gitserve import GitDaemon, crate_manifest, make_crate_repo
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, write_file
 from flakebot import config
 from flakebot.deliver.catalog import Catalog
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, json_result, require, run_cli
-from tests.fakes.gitserve import GitDaemon, crate_manifest, make_crate_repo
 from tests.fakes.nix_crates import greeter
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 OFFLINE = ["--registry", "local", "--offline"]

@@ -18,10 +18,10 @@ from flakebot.sandbox import BwrapSandbox, open_sandbox
 from tests.conftest import REPO, require
 
 bench = importlib.import_module("benchmarks.__main__")
-report = importlib.import_module("benchmarks.report")
-bench_craft = importlib.import_module("benchmarks.bench_craft")
-bench_loop = importlib.import_module("benchmarks.bench_loop")
-classify = importlib.import_module("benchmarks.proctrace").classify
+report = importlib.import_module("benchmarks.perf.report")
+bench_craft = importlib.import_module("benchmarks.perf.craft")
+bench_loop = importlib.import_module("benchmarks.perf.loop")
+classify = importlib.import_module("benchmarks.perf.proctrace").classify
 
 
 def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,15 +69,17 @@ def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: P
 
 def test_the_readme_eval_table_is_the_one_eval_wrote(tmp_path: Path) -> None:
     from benchmarks import eval_readme
+    from benchmarks.readme import markers
 
+    start, end = markers("eval")
     readme, eval_md = tmp_path / "README.md", tmp_path / "eval.md"
-    readme.write_text(f"# tool\n\n{eval_readme.START}\n| old | row |\n{eval_readme.END}\n\n## After\n")
+    readme.write_text(f"# tool\n\n{start}\n| old | row |\n{end}\n\n## After\n")
     eval_md.write_text(
         "# flakebot eval\n\n| need | outcome |\n| --- | --- |\n| ✔ a | crafted |\n\nHeld-out checks ...\n"
     )
     eval_readme.update_readme(readme, eval_md)
     assert readme.read_text() == (
-        f"# tool\n\n{eval_readme.START}\n| need | outcome |\n| --- | --- |\n| ✔ a | crafted |\n{eval_readme.END}\n\n## After\n"
+        f"# tool\n\n{start}\n| need | outcome |\n| --- | --- |\n| ✔ a | crafted |\n{end}\n\n## After\n"
     )
     readme.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="has no <!-- eval:start -->"):

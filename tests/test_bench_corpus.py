@@ -6,8 +6,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-figures = importlib.import_module("benchmarks.figures")
-chart = importlib.import_module("benchmarks.chart")
+figures = importlib.import_module("benchmarks.perf.figures")
+chart = importlib.import_module("benchmarks.perf.chart")
 
 PACKAGED = {
     "crate": "cbindgen",

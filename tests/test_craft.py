@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 from flakebot.errors import EditError
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.fakes.mcp_call import mcp_call
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 OFFLINE = ["--registry", "local", "--offline"]

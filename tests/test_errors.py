@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
+from benchmarks.readme import read_section
 from flakebot.errors import FlakebotError, error_classes, exit_code_classes, exit_code_table
 from tests.conftest import REPO
 
@@ -20,8 +19,6 @@ def test_every_error_has_a_distinct_exit_code_and_a_meaning() -> None:
 
 
 def test_readme_exit_code_table_is_generated_from_the_error_tree() -> None:
-    readme = (REPO / "README.md").read_text()
-    section = re.search(r"<!-- exit codes: .*? -->\n(.*?)<!-- end exit codes -->", readme, re.S)
+    section = read_section((REPO / "README.md").read_text(), "exit-codes")
     assert section is not None
-    fix = "regenerate it: python -c 'from flakebot.errors import exit_code_table; print(exit_code_table())'"
-    assert section.group(1) == exit_code_table(), fix
+    assert section == exit_code_table().rstrip("\n"), "regenerate it: python -m benchmarks.readme exit-codes"

@@ -1,4 +1,4 @@
-"""Hostile model sessions through the real pipeline (tests/fakes/hostile.py): each one contained."""
+"""Hostile model sessions through the real pipeline (benchmarks/scenarios/hostile.py): each one contained."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.hostile import CASES, run_hostile
 from tests.conftest import require
-from tests.fakes.hostile import CASES, run_hostile
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.online import online
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 from flakebot import config
 from flakebot.agent.disputes import DisputeDesk
 from flakebot.crates.mirror import serve_mirror
@@ -22,8 +24,6 @@ from flakebot.pipeline.run import Run, list_runs
 from flakebot.toolspec import ToolSpec
 from tests.conftest import DEBIAN_REGISTRY, json_result, require, run_cli
 from tests.fakes.mcp_call import mcp_call
-from tests.fakes.online import online
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 OFFLINE = ["--registry", "local", "--offline"]
 REQUEST = "also support --exclaim, which ends every line with !"

@@ -14,6 +14,7 @@ LEAVES = {
     "errors",
     "events",
     "fsutil",
+    "loopback",
     "modeltext",
     "redact",
     "render",

@@ -17,9 +17,9 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from benchmarks.scenarios.shout import shout_script
 from flakebot import __version__
 from tests.conftest import REPO, require, run_cli
-from tests.fakes.shout import shout_script
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"

@@ -21,11 +21,11 @@ from agents import RunContextWrapper
 from agents.mcp import MCPServerStdio, MCPUtil
 from agents.strict_schema import ensure_strict_json_schema
 
+from benchmarks.scenarios.shout import shout_script
 from flakebot.deliver import schema
 from flakebot.deliver.toolcall import mcp_definition
 from tests.conftest import REPO, json_result, require, run_cli
 from tests.deliver.test_helpparse import CLAP4, REPEATABLE
-from tests.fakes.shout import shout_script
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 LANGCHAIN_PYTHON = REPO / ".venv/langchain/bin/python"

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 from flakebot import config
 from flakebot.errors import ModelError, NixError, UsageError
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, require, run_cli
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 

@@ -18,12 +18,10 @@ import argparse
 import gzip
 import hashlib
 import io
-import ipaddress
 import json
 import logging
 import os
 import shlex
-import sys
 import tarfile
 import threading
 import tomllib
@@ -31,7 +29,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
@@ -40,6 +38,7 @@ from flakebot.crates import CrateInfo
 from flakebot.crates.cratesio import sparse_path
 from flakebot.crates.local import read_crate
 from flakebot.crates.rank import normal_name, version_key
+from flakebot.loopback import LoopbackServer, is_loopback
 
 logger = logging.getLogger(__name__)
 
@@ -263,20 +262,18 @@ class Mirror:
         port: int = 0,
         corrupt: Iterable[str] = (),
     ) -> None:
-        if not _is_loopback(host):
+        if not is_loopback(host):
             raise ValueError(f"the mirror listens on loopback addresses only, not {host}")
         self.host = host
         self.store = CrateStore(sources)
         self.corrupt = set(corrupt)  # NAME-VERSION keys served with bytes that do not match their index cksum
         self._requests: list[Request] = []
         self._lock = threading.Lock()
-        self._httpd = _Server((host, port), _handler(self))
-        self._thread: threading.Thread | None = None
+        self._httpd = LoopbackServer(_handler(self), host, port)
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
-        return f"http://{host}:{self._httpd.server_address[1]}"
+        return self._httpd.url
 
     @property
     def index_url(self) -> str:
@@ -322,16 +319,12 @@ class Mirror:
 
     def start(self) -> Mirror:
         """Serve from a daemon thread (what `with` does)."""
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._httpd.start()
         logger.info("mirror of %d crates at %s", len(self.store.names()), self.url)
         return self
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-        self._httpd.server_close()
+        self._httpd.close()
 
     def serve_forever(self) -> None:
         self._httpd.serve_forever()
@@ -510,16 +503,6 @@ def search(store: CrateStore, text: str) -> list[list[Entry]]:
     return [versions for *_, versions in sorted(found, key=lambda f: f[:3])]
 
 
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that hangs up (cargo closing idle keep-alive connections) is routine, not a traceback."""
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
-            logger.debug("%s hung up: %s", client_address, error)
-        else:
-            logger.exception("mirror failed to answer %s", client_address)
-
-
 def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: cargo fetches many small files
@@ -572,13 +555,6 @@ def _timestamp(entry: Entry) -> str:
     return datetime.fromtimestamp(mtime, UTC).isoformat()
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     """Serve until interrupted (Ctrl-C)."""
     parser = argparse.ArgumentParser("python -m flakebot.crates.mirror", description="A crates.io of real crates.")
@@ -593,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         help="serve this crate with bytes that fail its checksum",
     )
     args = parser.parse_args(argv)
-    if not _is_loopback(args.host):
+    if not is_loopback(args.host):
         parser.error(f"--host {args.host}: the mirror serves on loopback addresses only")
     for source in args.sources:
         if not source.is_dir():

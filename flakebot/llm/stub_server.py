@@ -25,12 +25,13 @@ import struct
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from flakebot.errors import ModelError
 from flakebot.llm.script import Script, load_script
+from flakebot.loopback import LoopbackServer
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +61,13 @@ class StubServer:
         self._next = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._httpd = _HTTPServer((host, port), _Handler)
+        self._httpd = _HTTPServer(_Handler, host, port)
         self._httpd.stub = self
-        self._closed = False
 
     @property
     def url(self) -> str:
         """Root URL: the groq SDK's base_url."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self._httpd.url
 
     @property
     def openai_url(self) -> str:
@@ -82,13 +80,7 @@ class StubServer:
 
     def start(self) -> StubServer:
         """Serve from a background thread until close()."""
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"stub-server-{self.url}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._httpd.start(name=f"stub-server-{self.url}")
         return self
 
     def serve_forever(self) -> None:
@@ -96,14 +88,8 @@ class StubServer:
 
     def close(self) -> None:
         """Stop serving, cut short slow replies, and join every thread; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
         self._stop.set()
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-        self._httpd.server_close()
+        self._httpd.close()
 
     def __enter__(self) -> StubServer:
         return self.start()
@@ -133,7 +119,7 @@ class StubServer:
         return self._stop.wait(seconds)
 
 
-class _HTTPServer(ThreadingHTTPServer):
+class _HTTPServer(LoopbackServer):
     # Non-daemon handler threads, joined by server_close(): nothing outlives close().
     daemon_threads = False
     block_on_close = True
@@ -377,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModelError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         return exc.exit_code
+    except ValueError as exc:  # not a loopback address
+        print(f"error: {exc}. Fix: use --host 127.0.0.1", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
         return 1

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, write_file
 from flakebot.pipeline.run import list_runs
 from tests.conftest import require, run_cli
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 RIGHT = {"description": "keeps lines apart", "args": [], "stdin": "a\nb\n", "stdout": "A\nB\n", "exit_code": 0}
 

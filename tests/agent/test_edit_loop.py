@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, write_file
 from flakebot.errors import BudgetExceeded, EditError, SpecError
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, require, run_cli
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 BROKEN_RS = 'fn main() {\n    print!("{}", shouted_text);\n}\n'
 

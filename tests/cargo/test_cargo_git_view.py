@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.gitserve import GitDaemon, crate_manifest, make_crate_repo
 from flakebot.cargo.fetch import sync
 from flakebot.cargo.runner import Cargo
 from flakebot.sandbox import open_sandbox
 from tests.conftest import require
-from tests.fakes.gitserve import GitDaemon, crate_manifest, make_crate_repo
 
 LOOPBACK = ("git://127.0.0.1",)
 
@@ -73,7 +73,7 @@ def test_a_git_source_no_longer_allowed_leaves_the_view_empty(daemon: GitDaemon,
 
 def test_an_allowed_repository_naming_a_file_url_gets_no_clone_of_it(daemon: GitDaemon, tmp_path: Path) -> None:
     """A git dependency's own Cargo.toml is not the tree's: cargo's git fetch itself only speaks the allowed protocols."""
-    from tests.fakes.gitserve import git, write
+    from benchmarks.scenarios.gitserve import git, write
 
     hidden = tmp_path / "hidden"
     write(hidden, {"Cargo.toml": crate_manifest("hidden", "0.1.0"), "src/lib.rs": "", "SECRET.txt": "hidden secret"})

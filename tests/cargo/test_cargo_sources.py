@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.gitserve import crate_manifest
 from flakebot.cargo.runner import Cargo
 from flakebot.cargo.sources import git_refusal, git_sources
 from tests.conftest import require
-from tests.fakes.gitserve import crate_manifest
 
 DEFAULT = git_sources("github.com,gitlab.com,codeberg.org,git.sr.ht,bitbucket.org")
 

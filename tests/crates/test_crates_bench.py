@@ -11,7 +11,7 @@ from tests.conftest import REPO
 
 def test_bench_search_reports_every_figure() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_search", "--crates", "80", "--repeat", "1"],
+        [sys.executable, "-m", "benchmarks.perf.search", "--crates", "80", "--repeat", "1"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 from flakebot import config
 from flakebot.deliver.signatures import base32_hash, nix_base32
 from flakebot.errors import ConfigError
 from tests.conftest import FLAKEBOT, json_result, require, run_cli
 from tests.fakes.machines import MachineB, Step, flakebot, machine_env, on_machine_b
 from tests.fakes.nix_crates import NIX
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 NEED = "upper-case my input"
 SAME_NEED = "need a tool to upper-case my input"  # other words, the same need once normalized

@@ -10,10 +10,11 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
+from flakebot.loopback import LoopbackServer
 from tests.conftest import FIXTURES
 
 CRATES_IO = FIXTURES / "crates-io"
@@ -53,12 +54,12 @@ class CratesServer:
         self.route("/api/v1/crates", Reply(body=(CRATES_IO / "search-postgres.json").read_bytes()))
         self.route("/api/v1/crates/foo/1.0.0", Reply(body=(CRATES_IO / "version-lib-and-bin.json").read_bytes()))
         self.route("/se/rd/serde", Reply(body=(CRATES_IO / "sparse-index-serde.jsonl").read_bytes()))
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.httpd = LoopbackServer(_handler(self))
+        self.httpd.poll_interval = 0.02
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.httpd.url
 
     def route(self, path: str, *replies: Reply) -> None:
         with self.lock:
@@ -77,13 +78,11 @@ class CratesServer:
             return replies.pop(0) if len(replies) > 1 else replies[0]
 
     def __enter__(self) -> CratesServer:
-        self.thread.start()
+        self.httpd.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        self.httpd.close()
 
 
 def _handler(server: CratesServer) -> type[BaseHTTPRequestHandler]:

@@ -16,10 +16,11 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from flakebot.loopback import LoopbackServer
 
 
 @dataclass
@@ -56,22 +57,18 @@ class GitHubStub:
         self.forks: dict[str, ForkState] = {}
         self.requests: list[Request] = []
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.httpd = LoopbackServer(_handler(self))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.httpd.url
 
     def __enter__(self) -> GitHubStub:
-        self.thread.start()
+        self.httpd.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=10)
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.close()
 
     def fork_path(self, full_name: str) -> Path:
         return self.forks_dir / f"{full_name}.git"

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.gitserve import free_port
 from flakebot import config
 from flakebot.errors import ModelError
 from flakebot.llm.providers import check_model, resolve_model
 from flakebot.llm.script import Script
 from flakebot.llm.stub_server import StubServer
 from tests.conftest import json_result, run_cli
-from tests.fakes.gitserve import free_port
 
 ASK = [{"role": "user", "content": "hi"}]
 FAKE_GROQ_KEY = "gsk_" + "f4ke" * 12

@@ -13,7 +13,7 @@ import pytest
 from flakebot.config import Settings
 from tests.conftest import DEBIAN_REGISTRY, REPO
 
-bench_corpus = importlib.import_module("benchmarks.bench_corpus")
+bench_corpus = importlib.import_module("benchmarks.perf.corpus")
 
 
 @pytest.mark.slow

@@ -20,6 +20,9 @@ from pathlib import Path
 import git
 import pytest
 
+from benchmarks.scenarios.gitserve import GitDaemon, make_workspace_repo
+from benchmarks.scenarios.gitserve import git as run_git
+from benchmarks.scenarios.gitserve import write as write_files
 from flakebot.config import Settings
 from flakebot.crates.mirror import serve_mirror
 from flakebot.errors import NixError
@@ -28,9 +31,6 @@ from flakebot.nix.build import build
 from flakebot.nix.flake import PackageResult, package_crate
 from flakebot.nix.standin import ensure_standin
 from tests.conftest import require
-from tests.fakes.gitserve import GitDaemon, make_workspace_repo
-from tests.fakes.gitserve import git as run_git
-from tests.fakes.gitserve import write as write_files
 from tests.fakes.nix_crates import NIX, greeter, host_settings, standin_eval, write
 
 LOOPBACK = "git://127.0.0.1"  # the served repositories: loopback git, allowed explicitly (never by default)

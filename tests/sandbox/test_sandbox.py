@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.escape_cases import CASES, MARKER_VAR, marked_processes, run_escape_cases
 from flakebot.errors import SandboxError
 from flakebot.sandbox import BwrapSandbox, PlainSandbox, open_sandbox, probed
 from flakebot.sandbox.bubblewrap import real_root
 from flakebot.sandbox.process import SandboxLimits, Spill
 from tests.conftest import require
-from tests.fakes.escape_cases import CASES, MARKER_VAR, marked_processes, run_escape_cases
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from typing import Any
 import git as gitpython
 import pytest
 
+from benchmarks.scenarios.gitserve import free_port, git, make_crate_repo
 from flakebot.cargo.runner import cargo_program
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.source.acquisition import acquire
-from tests.fakes.gitserve import free_port, git, make_crate_repo
 
 BRANCH = "flakebot/demo-tool"
 CRATE_PATH = "/crates/demo/demo-0.2.0.crate"

@@ -10,6 +10,7 @@ from pathlib import Path
 import git as gitpython
 import pytest
 
+from benchmarks.scenarios.gitserve import GitDaemon, free_port, git, make_crate_repo
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
@@ -18,7 +19,6 @@ from flakebot.source.acquisition import acquire
 from flakebot.source.gitrepo import git_env
 from flakebot.source.remote import push_branch, release_fork, release_run_forks
 from tests.fakes.github_server import GitHubStub
-from tests.fakes.gitserve import GitDaemon, free_port, git, make_crate_repo
 
 TOKEN = "ghp_test_token_never_logged_0123456789"
 BRANCH = "flakebot/demo-tool"

@@ -12,11 +12,18 @@ from pathlib import Path
 import git as gitpython
 import pytest
 
+from benchmarks.scenarios.gitserve import (
+    GitDaemon,
+    free_port,
+    git,
+    make_crate_repo,
+    make_plain_repo,
+    make_workspace_repo,
+)
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
 from flakebot.source.acquisition import acquire
-from tests.fakes.gitserve import GitDaemon, free_port, git, make_crate_repo, make_plain_repo, make_workspace_repo
 
 BRANCH = "flakebot/demo-tool"
 

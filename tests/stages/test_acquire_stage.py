@@ -14,6 +14,7 @@ from typing import Any
 import git as gitpython
 import pytest
 
+from benchmarks.scenarios.gitserve import crate_manifest, free_port, library_source, make_crate_repo, write
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
@@ -24,7 +25,6 @@ from flakebot.pipeline.engine import Stage, StageContext
 from flakebot.pipeline.run import Run
 from flakebot.stages.acquire import acquire_stage
 from tests.conftest import DEBIAN_REGISTRY, run_cli
-from tests.fakes.gitserve import crate_manifest, free_port, library_source, make_crate_repo, write
 
 OFFLINE = Settings(offline=True, local_registry=str(DEBIAN_REGISTRY))
 

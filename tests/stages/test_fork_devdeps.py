@@ -10,6 +10,7 @@ from typing import Any
 import git as gitpython
 import pytest
 
+from benchmarks.scenarios.gitserve import write
 from flakebot.agent.acceptance import write_acceptance_test
 from flakebot.agent.verdict import make_verdict
 from flakebot.cargo.diagnostics import run_cargo
@@ -21,7 +22,6 @@ from flakebot.sandbox import open_sandbox
 from flakebot.stages.edit import example_runner
 from flakebot.toolspec import ToolSpec
 from tests.conftest import require
-from tests.fakes.gitserve import write
 from tests.stages.test_acquire_stage import PIPELINE
 
 OFFLINE = Settings(offline=True)

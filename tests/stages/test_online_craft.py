@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.online import online
 from flakebot.agent.tools import Toolbox
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings, cache_home
 from flakebot.crates.mirror import Mirror, serve_mirror
 from flakebot.sandbox import open_sandbox
 from tests.conftest import DEBIAN_REGISTRY, REPO, require, run_cli
-from tests.fakes.online import online
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scenarios.gitserve import GitDaemon, make_workspace_repo
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, write_file
 from flakebot.pipeline.run import list_runs
 from tests.conftest import require, run_cli
-from tests.fakes.gitserve import GitDaemon, make_workspace_repo
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, write_file
 
 
 def directory_source(root: Path, repository: str) -> Path:

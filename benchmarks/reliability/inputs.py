@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.reliability_env import DEBIAN_REGISTRY, OFFLINE, SESSION, Home, write_json
+from benchmarks import records
+from benchmarks.reliability.env import DEBIAN_REGISTRY, OFFLINE, SESSION, Home, Scratch, write_json
+from benchmarks.reliability.table import code, table, yes
+from benchmarks.scenarios.shout import SHOUT_SPEC
 from flakebot.errors import CatalogError, ConfigError, ModelError, NixError, RunError, SearchError, UsageError
-from tests.fakes.shout import SHOUT_SPEC
 
 AUDIT_FILES = {
     ".lock",
@@ -267,7 +269,36 @@ CASES = [
 ]
 
 
-def run_case(case: BadInput, home: Home) -> dict[str, Any]:
+@dataclass
+class LeftRun:
+    """A run directory a case left behind."""
+
+    run: str
+    status: str
+    extra_files: list[str]
+
+
+@dataclass
+class InputRow:
+    """One invocation with bad input: its error line and exit code, and what it left in its home."""
+
+    case: str
+    command: str
+    env: dict[str, str]
+    exit_code: int
+    expected_exit: int
+    error_line: str
+    traceback: bool
+    seconds: float
+    may_leave: str
+    new_runs: list[LeftRun]
+    catalog_changed: bool
+    strays: list[Any]
+    clean: bool
+    ok: bool
+
+
+def run_case(case: BadInput, home: Home) -> InputRow:
     values = case.setup(home) if case.setup else {}
     argv = [arg.format(**values) if "{" in arg and arg != "" else arg for arg in case.argv]
     env = {key: value.format(**values) for key, value in case.env.items()}
@@ -276,23 +307,25 @@ def run_case(case: BadInput, home: Home) -> dict[str, Any]:
     new_runs = sorted(set(home.run_ids()) - runs_before)
     left = _what_was_left(home, new_runs)
     strays = home.strays()
-    row = {
-        "case": case.name,
-        "command": "flakebot " + shlex.join(_shown(a, home) for a in argv),
-        "env": {k: _shown(v, home) for k, v in env.items()},
-        "exit_code": outcome.returncode,
-        "expected_exit": case.expect_exit,
-        "error_line": _shown(outcome.error_line, home),
-        "traceback": outcome.traceback,
-        "seconds": outcome.seconds,
-        "may_leave": case.leaves,
-        "new_runs": left,
-        "catalog_changed": home.catalog() != catalog_before,
-        "strays": strays,
-    }
-    row["clean"] = _clean(case, row)
-    row["ok"] = (
-        row["clean"]
+    row = InputRow(
+        case=case.name,
+        command="flakebot " + shlex.join(_shown(a, home) for a in argv),
+        env={k: _shown(v, home) for k, v in env.items()},
+        exit_code=outcome.returncode,
+        expected_exit=case.expect_exit,
+        error_line=_shown(outcome.error_line, home),
+        traceback=outcome.traceback,
+        seconds=outcome.seconds,
+        may_leave=case.leaves,
+        new_runs=left,
+        catalog_changed=home.catalog() != catalog_before,
+        strays=strays,
+        clean=False,
+        ok=False,
+    )
+    row.clean = _clean(case, row)
+    row.ok = (
+        row.clean
         and outcome.returncode == case.expect_exit
         and outcome.error_line.startswith("error: ")
         and not outcome.traceback
@@ -300,25 +333,23 @@ def run_case(case: BadInput, home: Home) -> dict[str, Any]:
     return row
 
 
-def _what_was_left(home: Home, run_ids: list[str]) -> list[dict[str, Any]]:
+def _what_was_left(home: Home, run_ids: list[str]) -> list[LeftRun]:
     left = []
     for run_id in run_ids:
         try:
             status = home.state(run_id)["status"]
         except (OSError, ValueError, KeyError):
             status = "unreadable"
-        left.append({"run": run_id, "status": status, "extra_files": sorted(set(home.run_files(run_id)) - AUDIT_FILES)})
+        left.append(LeftRun(run_id, status, sorted(set(home.run_files(run_id)) - AUDIT_FILES)))
     return left
 
 
-def _clean(case: BadInput, row: dict[str, Any]) -> bool:
-    if row["strays"] or row["catalog_changed"]:
+def _clean(case: BadInput, row: InputRow) -> bool:
+    if row.strays or row.catalog_changed:
         return False
     if case.leaves == "none":
-        return not row["new_runs"]
-    return (
-        len(row["new_runs"]) == 1 and row["new_runs"][0]["status"] == "failed" and not row["new_runs"][0]["extra_files"]
-    )
+        return not row.new_runs
+    return len(row.new_runs) == 1 and row.new_runs[0].status == "failed" and not row.new_runs[0].extra_files
 
 
 def _shown(text: str, home: Home) -> str:
@@ -326,10 +357,75 @@ def _shown(text: str, home: Home) -> str:
     return text.replace(str(home.root), "<home>").replace(str(SESSION), "flakebot/data/sessions/csv-dedup.json")
 
 
-def run(root: Path, cache: Path, names: list[str] | None = None) -> list[dict[str, Any]]:
+def run_cases(root: Path, cache: Path, names: list[str] | None = None) -> list[InputRow]:
     rows = []
     for i, case in enumerate(c for c in CASES if names is None or c.name in names):
         home = Home(root / f"input-{i:02d}", cache)
         rows.append(run_case(case, home))
         shutil.rmtree(home.root, ignore_errors=True)
     return rows
+
+
+# ------------------------------------------------------------------ the report's section
+
+QUICK = ["empty need", "unknown run id", "unknown --stop-after stage", "registry path that is not a directory source"]
+
+
+@dataclass
+class InputSummary:
+    cases: int
+    ok: int
+    expected_exit: int
+    nothing_half_written: int
+    tracebacks: int
+
+    def lines(self) -> list[str]:
+        return [
+            f"- **Bad input**: {self.ok} of {self.cases} invocations ended with one `error:` line and the documented exit code "
+            f"({self.expected_exit} with the expected code, {self.nothing_half_written} left nothing half-written, {self.tracebacks} tracebacks)."
+        ]
+
+    def json(self) -> Any:
+        return records.dump(self)
+
+
+class Inputs:
+    name = "inputs"
+
+    def run(self, setup: Scratch) -> list[InputRow]:
+        return run_cases(setup.root, setup.cache, QUICK if setup.quick else None)
+
+    def load(self, data: Any) -> list[InputRow]:
+        return records.load_all(InputRow, data)
+
+    def summarize(self, record: list[InputRow]) -> InputSummary:
+        return InputSummary(
+            cases=len(record),
+            ok=sum(1 for r in record if r.ok),
+            expected_exit=sum(1 for r in record if r.exit_code == r.expected_exit),
+            nothing_half_written=sum(1 for r in record if r.clean),
+            tracebacks=sum(1 for r in record if r.traceback),
+        )
+
+    def markdown(self, record: list[InputRow]) -> list[str]:
+        lines = [
+            "## Bad input",
+            "",
+            "Each invocation runs the real CLI in a fresh home. *left* says what the home holds afterwards: input refused before a run starts "
+            "leaves no run directory; input found bad inside a stage leaves one failed run holding only its audit files (state, events, log). "
+            "Every case also checks that the catalog did not change and that no process was left.",
+            "",
+        ]
+        header = ["bad input", "command", "exit", "stderr line", "left", "ok"]
+        return lines + table(header, [_row(r) for r in record])
+
+
+def _row(r: InputRow) -> list[Any]:
+    env = " ".join(f"{k}={v}" for k, v in r.env.items())
+    command = f"{env} {r.command}".strip()
+    runs = [f"1 {n.status} run" + (f" + {n.extra_files}" if n.extra_files else "") for n in r.new_runs]
+    left = ", ".join(runs) if runs else "nothing"
+    exit_cell = (
+        str(r.exit_code) if r.exit_code == r.expected_exit else f"**{r.exit_code}** (expected {r.expected_exit})"
+    )
+    return [r.case, code(command), exit_cell, code(r.error_line), left, yes(r.ok)]

@@ -5,7 +5,7 @@ Goals: a query under 20 ms on the Debian registry and under 100 ms on 20,000 cra
 Also the crates.io client (the real httpx client and its HTTP cache) against a server on 127.0.0.1 answering every
 search with a page of crates in the shape of the real fixture (../shared/fixtures/crates-io/search-postgres.json):
 the first query of each text goes over HTTP (cold), the same queries again are answered by the cache (warm).
-Run: python -m benchmarks.bench_search [--crates N]
+Run: python -m benchmarks.perf.search [--crates N]
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ import json
 import random
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -28,9 +27,10 @@ from urllib.parse import parse_qs, urlsplit
 from flakebot.config import Settings
 from flakebot.crates.cratesio import CratesIo
 from flakebot.crates.local import LocalRegistry
+from flakebot.loopback import LoopbackServer
 
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
-SEARCH_FIXTURE = Path(__file__).resolve().parent.parent.parent / "shared/fixtures/crates-io/search-postgres.json"
+SEARCH_FIXTURE = Path(__file__).resolve().parents[3] / "shared/fixtures/crates-io/search-postgres.json"
 DEBIAN_QUERIES = [
     "csv",
     "hex dump viewer",
@@ -167,15 +167,8 @@ def fake_cratesio(template: dict[str, Any]) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with LoopbackServer(Handler) as server:
+        yield server.url
 
 
 def cratesio(cache: Path, repeat: int) -> dict[str, Any]:

@@ -3,7 +3,7 @@ A's craft of it.
 
 Machine A crafts the hand-written csv-dedup session offline (a nonce in its spec summary, so nix really builds)
 and publishes the tool to a file:// binary cache. Machine B is this machine again with an empty Nix store (its
-own mount namespace with /nix a fresh tmpfs, its own catalog, cargo trapped; tests/fakes/machines.py) trusting
+own mount namespace with /nix a fresh tmpfs, its own catalog, cargo trapped; benchmarks/scenarios/machines.py) trusting
 A's key: `flakebot craft` of the same need installs the tool from the cache. Measured: B's wall seconds for that
 craft (a new process, start-up included) / A's wall seconds for its craft. Needs root (mount namespaces).
 """
@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_craft import NEED, REPO, _result, craft_argv, homes, session_with_nonce
+from benchmarks.perf.craft import NEED, REPO, _result, craft_argv, homes, session_with_nonce
+from benchmarks.scenarios.machines import flakebot, on_machine_b
 
 
 def run(samples: int = 1) -> dict[str, Any]:
-    from tests.fakes.machines import flakebot, on_machine_b
-
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-shared-") as tmp:
         root = Path(tmp)
         env = {**homes(root, "a"), "PYTHONPATH": str(REPO)}

@@ -18,16 +18,46 @@ import os
 import secrets
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.reliability_env import OFFLINE, Home, write_json
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
+from benchmarks import records
+from benchmarks.reliability.env import OFFLINE, Home, Scratch, write_json
+from benchmarks.reliability.table import table, yes
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args
 
 TOOL_FILES = ("manifest.json", "USAGE.md", "flake/flake.nix", "flake/flake.lock")
 
 
-def run_batch(n: int, home: Home, nonce: str) -> dict[str, Any]:
+@dataclass
+class CraftRun:
+    """One craft of a batch."""
+
+    tool: str
+    exit_code: int | None
+    seconds: float
+    run_id: str
+    stage_s: dict[str, float | None]
+    error_line: str
+
+
+@dataclass
+class BatchRow:
+    """N crafts at once into one catalog, and the catalog's checks afterwards."""
+
+    crafts: int
+    wall_s: float
+    succeeded: int
+    per_craft_s: list[float]
+    stage_mean_s: dict[str, float]
+    runs: list[CraftRun]
+    checks: dict[str, bool]
+    strays: list[Any]
+    consistent: bool
+
+
+def run_batch(n: int, home: Home, nonce: str) -> BatchRow:
     """Start n crafts at once, wait for all, check the catalog."""
     script = write_json(home.root / "script.json", {"format": 1, "stages": {"edit": [{"tool_calls": [_write_main()]}]}})
     names = [f"shout-{nonce}-{n}x{i}" for i in range(n)]
@@ -46,17 +76,17 @@ def run_batch(n: int, home: Home, nonce: str) -> dict[str, Any]:
     crafts = [_craft_row(home, name, procs[name].returncode, finished[name]) for name in names]
     checks = check_catalog(home, names)
     strays = home.strays()
-    return {
-        "crafts": n,
-        "wall_s": round(wall, 3),
-        "succeeded": sum(1 for c in crafts if c["exit_code"] == 0),
-        "per_craft_s": [c["seconds"] for c in crafts],
-        "stage_mean_s": _stage_means(crafts),
-        "runs": crafts,
-        "checks": checks,
-        "strays": strays,
-        "consistent": all(checks.values()) and not strays and all(c["exit_code"] == 0 for c in crafts),
-    }
+    return BatchRow(
+        crafts=n,
+        wall_s=round(wall, 3),
+        succeeded=sum(1 for c in crafts if c.exit_code == 0),
+        per_craft_s=[c.seconds for c in crafts],
+        stage_mean_s=_stage_means(crafts),
+        runs=crafts,
+        checks=checks,
+        strays=strays,
+        consistent=all(checks.values()) and not strays and all(c.exit_code == 0 for c in crafts),
+    )
 
 
 def _write_main() -> dict[str, Any]:
@@ -80,7 +110,7 @@ def _wait_all(procs: dict[str, subprocess.Popen[str]], started: float, timeout: 
     return finished
 
 
-def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> dict[str, Any]:
+def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> CraftRun:
     out = (home.root / f"{name}.out").read_text()
     result: dict[str, Any] = next(
         (json.loads(line)["result"] for line in reversed(out.splitlines()) if line.startswith('{"result"')), {}
@@ -88,20 +118,20 @@ def _craft_row(home: Home, name: str, exit_code: int | None, seconds: float) -> 
     run_id = result.get("run_id", "")
     stages = home.state(run_id)["stages"] if run_id else {}
     error = [line for line in (home.root / f"{name}.err").read_text().splitlines() if line.startswith("error:")]
-    return {
-        "tool": name,
-        "exit_code": exit_code,
-        "seconds": seconds,
-        "run_id": run_id,
-        "stage_s": {stage: record.get("seconds") for stage, record in stages.items()},
-        "error_line": error[-1] if error else "",
-    }
+    return CraftRun(
+        tool=name,
+        exit_code=exit_code,
+        seconds=seconds,
+        run_id=run_id,
+        stage_s={stage: record.get("seconds") for stage, record in stages.items()},
+        error_line=error[-1] if error else "",
+    )
 
 
-def _stage_means(crafts: list[dict[str, Any]]) -> dict[str, float]:
+def _stage_means(crafts: list[CraftRun]) -> dict[str, float]:
     means = {}
     for stage in ("edit", "package", "instruct"):
-        values = [c["stage_s"][stage] for c in crafts if c["stage_s"].get(stage) is not None]
+        values = [v for c in crafts if (v := c.stage_s.get(stage)) is not None]
         if values:
             means[stage] = round(sum(values) / len(values), 3)
     return means
@@ -156,7 +186,105 @@ def _runs(home: Home, name: str) -> bool:
     return ran.returncode == 0 and ran.stdout == "ABC\n"
 
 
-def run(root: Path, cache: Path, sizes: tuple[int, ...] = (1, 4, 8)) -> list[dict[str, Any]]:
+def run_cases(root: Path, cache: Path, sizes: tuple[int, ...] = (1, 4, 8)) -> list[BatchRow]:
     """One batch per size, each into its own fresh catalog; tool names carry a nonce so nix builds them for real."""
     nonce = secrets.token_hex(3)
     return [run_batch(n, Home(root / f"concurrent-{n}", cache), nonce) for n in sizes]
+
+
+# ------------------------------------------------------------------ the report's section
+
+SIZES, QUICK = (1, 4, 8), (1,)
+
+
+@dataclass
+class Batch:
+    crafts: int
+    succeeded: int
+    consistent: bool
+    wall_s: float
+    vs_sequential: float | None
+
+    def line(self) -> str:
+        ratio = (
+            f", {self.vs_sequential} x the time of as many crafts one after another"
+            if self.vs_sequential and self.crafts > 1
+            else ""
+        )
+        return (
+            f"- **{self.crafts} concurrent craft(s)**: {self.succeeded} succeeded, catalog consistent: {yes(self.consistent)}, "
+            f"{self.wall_s:.1f} s wall{ratio}."
+        )
+
+
+@dataclass
+class ConcurrencySummary:
+    batches: list[Batch]
+
+    def lines(self) -> list[str]:
+        return [batch.line() for batch in self.batches]
+
+    def json(self) -> Any:
+        return records.dump(self.batches)
+
+
+class Concurrency:
+    name = "concurrency"
+
+    def run(self, setup: Scratch) -> list[BatchRow]:
+        return run_cases(setup.root, setup.cache, QUICK if setup.quick else SIZES)
+
+    def load(self, data: Any) -> list[BatchRow]:
+        return records.load_all(BatchRow, data)
+
+    def summarize(self, record: list[BatchRow]) -> ConcurrencySummary:
+        single = _single(record)
+        return ConcurrencySummary(
+            [
+                Batch(
+                    crafts=r.crafts,
+                    succeeded=r.succeeded,
+                    consistent=r.consistent,
+                    wall_s=r.wall_s,
+                    vs_sequential=round(r.wall_s / (single * r.crafts), 2) if single else None,
+                )
+                for r in record
+            ]
+        )
+
+    def markdown(self, record: list[BatchRow]) -> list[str]:
+        lines = [
+            "## Concurrent crafts",
+            "",
+            "N crafts started at once into one catalog, each a new crate on csv (`--crate csv --mode new`) from its own `--spec` and a one-turn "
+            "edit session; tool names are new to the Nix store, so every `nix build` really builds. Mean stage times show the contention.",
+            "",
+        ]
+        single = _single(record)
+        header = [
+            "crafts",
+            "succeeded",
+            "wall",
+            "wall / (N x one craft)",
+            "each craft",
+            "mean stage time",
+            "consistent",
+        ]
+        lines += table(header, [_row(r, single) for r in record])
+        checks = list(record[0].checks) if record else []
+        lines += table(
+            ["check"] + [f"{r.crafts} craft(s)" for r in record],
+            [[check] + [yes(r.checks[check]) for r in record] for check in checks],
+        )
+        return lines
+
+
+def _single(record: list[BatchRow]) -> float | None:
+    return next((r.wall_s for r in record if r.crafts == 1), None)
+
+
+def _row(r: BatchRow, single: float | None) -> list[Any]:
+    ratio = f"{r.wall_s / (single * r.crafts):.2f}" if single else ""
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in r.stage_mean_s.items())
+    each = f"{min(r.per_craft_s):.1f}-{max(r.per_craft_s):.1f} s"
+    return [r.crafts, f"{r.succeeded}/{r.crafts}", f"{r.wall_s:.1f} s", ratio, each, stages, yes(r.consistent)]

@@ -512,16 +512,14 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
 ]
 
 
-def all_figures(
-    results: Results, loads: dict[str, float] | None = None, cores: int | None = None
-) -> list[dict[str, Any]]:
-    """Every figure whose benchmark ran; a benchmark that failed gives its figures as not measured, with its error.
-    `loads`: the load average during each benchmark, `cores`: the machine's, for explaining waits."""
+def section_figures(name: str, result: dict[str, Any], context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The figures of one section's result, in FIGURES order; a section that failed gives its figures as not measured,
+    with its error. `context`: {"load": the load average during each section, "cores": the machine's}, for explaining
+    waits."""
+    results = {name: result, "_context": context or {"load": {}, "cores": None}}
     found = []
-    results = {**results, "_context": {"load": loads or {}, "cores": cores}}
     for id, make, bench in FIGURES:
-        result = results.get(bench)
-        if result is None:
+        if bench != name:
             continue
         if "error" in result:
             found.append(
@@ -530,3 +528,9 @@ def all_figures(
             continue
         found.append(make(results))
     return found
+
+
+def in_order(by_section: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every section's figures (as section_figures gave them) in the report's order: FIGURES, across sections."""
+    made = {name: iter(figures) for name, figures in by_section.items()}
+    return [next(made[bench]) for _, _, bench in FIGURES if bench in made]

@@ -1,7 +1,7 @@
 """P1 and P5: the offline scripted craft against the raw commands it ran, and a catalog hit.
 
 P1. `flakebot craft "need a CSV deduper" --model scripted:csv-dedup.json --registry local --offline --json` runs as a
-user runs it (a new process, start-up included), under benchmarks.proctrace, which times every child process from
+user runs it (a new process, start-up included), under benchmarks.perf.proctrace, which times every child process from
 spawn to reap. Each craft gets a fresh catalog and work directory (so nothing is reused) and a session whose spec
 summary carries a nonce: the flake's source is then new and `nix build` really builds, as for any new tool.
   raw       the union of the intervals of the cargo processes (sandboxed or not) and of `nix build`
@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.proctrace import classify
+from benchmarks.perf.proctrace import classify
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 NEED = "need a CSV deduper"
@@ -198,7 +198,13 @@ def one_craft(root: Path, name: str, mirror_url: str | None = None) -> tuple[dic
     env = {**homes(root, name), **(mirror_env(mirror_url) if mirror_url else {})}
     log = root / name / "processes.json"
     session = session_with_nonce(root / name / "session.json")
-    argv = [sys.executable, "-m", "benchmarks.proctrace", str(log), *craft_argv(session, online=mirror_url is not None)]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.perf.proctrace",
+        str(log),
+        *craft_argv(session, online=mirror_url is not None),
+    ]
     started = time.time()
     done = subprocess.run(
         argv, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800

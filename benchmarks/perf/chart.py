@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.figures import goal_text, value_text
+from benchmarks.perf.figures import goal_text, value_text
 
 PARTS = [
     ("cargo_s", "cargo", "#d9822b"),

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.escape_cases import reap
+from benchmarks.scenarios.escape_cases import reap
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 OFFLINE = ["--registry", "local", "--offline"]
@@ -32,6 +32,16 @@ SCRUBBED = (
     "OPENAI_BASE_URL",
     "OPENAI_COMPATIBLE_API_KEY",
 )
+
+
+@dataclass
+class Scratch:
+    """Where a report's scenarios run: their homes under `root`, the cache they share, and whether only the quick
+    subset of each section runs."""
+
+    root: Path
+    cache: Path
+    quick: bool = False
 
 
 @dataclass

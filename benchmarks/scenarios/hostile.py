@@ -4,7 +4,7 @@
 `run_hostile(root, names)` runs each case in its own flakebot home under `root` (a key planted in the
 environment before flakebot starts), judges it from outside and returns one row per case: what was tried,
 what should happen, whether it was contained and how that is known. tests/test_hostile.py asserts every
-row; the reliability report (benchmarks/reliability_escapes.py) counts them.
+row; the reliability report (benchmarks/reliability/escapes.py) counts them.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scenarios.online import online
+from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, acceptance_test_names
 from flakebot.crates.mirror import serve_mirror
 from flakebot.toolspec import ToolSpec
-from tests.fakes.online import online
-from tests.fakes.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 
 DEBIAN_REGISTRY = Path("/usr/share/cargo/registry")
 KEY_VAR = "HOSTILE_SERVICE_API_KEY"  # set before flakebot starts, as a user's real key would be
@@ -711,7 +711,7 @@ def _secret_repo(s: Scene) -> Path:
 
 
 def _make_secret_repo(s: Scene) -> Callable[[], None]:
-    from tests.fakes.gitserve import crate_manifest, git, write
+    from benchmarks.scenarios.gitserve import crate_manifest, git, write
 
     repo = _secret_repo(s)
     write(repo, {"Cargo.toml": crate_manifest("hostilelib", "0.1.0"), "src/lib.rs": "", "SECRET.txt": s.secret})
@@ -723,7 +723,7 @@ def _make_secret_repo(s: Scene) -> Callable[[], None]:
 
 def _served_secret_repo(s: Scene) -> Callable[[], None]:
     """The secret repository served by `git daemon` on 127.0.0.1 (git://127.0.0.1:PORT/)."""
-    from tests.fakes.gitserve import GitDaemon, git
+    from benchmarks.scenarios.gitserve import GitDaemon, git
 
     remove = _make_secret_repo(s)
     base = s.root / "served"

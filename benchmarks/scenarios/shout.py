@@ -1,4 +1,5 @@
-"""A small spec and a program that meets it (tests/fixtures/shout.*), for crafts whose model work is beside the point."""
+"""A small spec and a program that meets it (shout.spec.json, shout.rs beside this file), for crafts whose model work
+is beside the point."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent
 SHOUT_SPEC: dict[str, Any] = json.loads((FIXTURES / "shout.spec.json").read_text())
 SHOUT_RS = (FIXTURES / "shout.rs").read_text()
 
@@ -22,7 +23,7 @@ def shout_craft_args(need: str, script: Path | str, spec: Path | str) -> list[st
 
 
 def shout_script(tmp_path: Path) -> Path:
-    """A scripted model for the shout tool: the spec from tests/fixtures, one edit writing the program."""
+    """A scripted model for the shout tool: its spec, one edit writing the program."""
     spec_turn = {"tool_calls": [{"name": "submit_spec", "arguments": SHOUT_SPEC}]}
     script = tmp_path / "shout-script.json"
     script.write_text(

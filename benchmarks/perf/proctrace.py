@@ -1,6 +1,6 @@
 """Time every child process a flakebot command starts, to set a command's wall time against the raw work it ran.
 
-    python -m benchmarks.proctrace LOG.json ARGS...   runs `flakebot ARGS...`; LOG.json: {"processes": [...], "main_returned": time}
+    python -m benchmarks.perf.proctrace LOG.json ARGS...   runs `flakebot ARGS...`; LOG.json: {"processes": [...], "main_returned": time}
 
 How: before flakebot (or GitPython, which binds Popen at import) is imported, `subprocess.Popen` is replaced by
 a subclass that notes the wall-clock time a process was spawned and the time it was reaped (its wait()/poll()

@@ -54,7 +54,7 @@ from flakebot.stages.edit import example_runner
 from flakebot.toolspec import ToolSpec
 
 GOAL_RATIO = 1.05
-SESSION = Path(__file__).resolve().parent.parent / "flakebot/data/sessions/csv-dedup.json"
+SESSION = Path(__file__).resolve().parents[2] / "flakebot/data/sessions/csv-dedup.json"
 
 
 def session_parts() -> tuple[ToolSpec, str, str]:

@@ -1,0 +1,28 @@
+"""`make reliability`: faults, sandbox escapes, bad input, crash points and concurrent crafts, run for real.
+
+One module per section (each a `benchmarks.section.Section`: run, load, summarize, markdown over typed rows);
+report.py puts them together as bench/reliability.{json,md} and the README's Reliability section; env.py gives
+each scenario its own flakebot home. May import flakebot and benchmarks.scenarios; never tests/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.reliability import concurrency, crashes, escapes, faults, inputs
+from benchmarks.reliability.env import Scratch
+from benchmarks.section import Section, Summary
+
+# The sections, in report order.
+SECTIONS: tuple[Section[Scratch, Any, Summary], ...] = (
+    faults.Faults(),
+    escapes.Escapes(),
+    inputs.Inputs(),
+    crashes.Crashes(),
+    concurrency.Concurrency(),
+)
+NAMES = tuple(section.name for section in SECTIONS)
+
+
+def section(name: str) -> Section[Scratch, Any, Summary]:
+    return next(s for s in SECTIONS if s.name == name)
