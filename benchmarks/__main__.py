@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        help="comma-separated benchmarks: startup, calls, search, diagnostics, loop, craft, nix, acquire, corpus, shared",
+        help="comma-separated benchmarks: startup, calls, search, diagnostics, loop, craft, repeat, nix, acquire, corpus, shared",
     )
     parser.add_argument("--out", type=Path, help="where report.md, report.json and stages.png go (default: bench/)")
     parser.add_argument(

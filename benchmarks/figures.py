@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import bench_repeat
+
 Results = dict[str, dict[str, Any]]
 
 
@@ -506,6 +508,7 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("I4", acquire_incremental, "acquire"),
     ("P8", corpus_share, "corpus"),
     ("P10", shared_install, "shared"),
+    *bench_repeat.FIGURES,
 ]
 
 

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 REPORT_FORMAT = 1
 REPO = Path(__file__).resolve().parent.parent
 ORDER = ["startup", "calls", "search", "diagnostics", "loop", "fork", "craft", "nix", "acquire", "corpus", "shared"]
+ORDER += ["repeat"]  # four crafts of the csv-dedup session: P9, P9-improve
 # Arguments of each benchmark's run(). "full" is what `make bench` publishes (4 to 5 minutes on 2 cores, plus the corpus: its builds take longest);
 # "quick" needs no cargo and no nix and runs in seconds: it proves the report is generated, not how fast anything is.
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -37,6 +38,7 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
         "loop": {"samples": 7},
         "fork": {"samples": 3},
         "craft": {"crafts": 3, "hits": 5},
+        "repeat": {},
         "nix": {},
         "acquire": {},
         "corpus": {},
