@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomlkit
+
 from flakebot.cargo.runner import Cargo
 from flakebot.cargo.skeleton import SKELETON_NAME, NoSkeleton, Skeleton, skeleton_of
 from flakebot.config import Settings
@@ -82,11 +84,58 @@ def seed_target_dir(
 ) -> Seeded:
     """Give `target_dir` (empty or missing) the crate's compiled dependencies from the cache, building the entry
     first when there is none. `isolated`: the edit loop runs in bubblewrap (else no cache at all)."""
-    started = time.monotonic()
     if not isolated:
         return Seeded("skipped", "the sandbox is off, so model code could rewrite a shared entry")
     if target_dir.is_dir() and any(target_dir.iterdir()):
         return Seeded("skipped", "the target dir holds a build already")
+    return _seed(settings, cargo, crate_dir, target_dir, progress)
+
+
+class LoopSeeder:
+    """The edit loop's target dir kept on the cache: seeded before the first `cargo test`, and seeded again whenever
+    the crate's dependency set changes (the model added a dependency): the loop's own dir is dropped and a fresh copy
+    of the new set's entry takes its place, so nothing is ever copied into a directory the model's code wrote."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        cargo: Cargo,
+        crate_dir: Path,
+        target_dir: Path,
+        progress: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.settings, self.cargo, self.crate_dir, self.target_dir = settings, cargo, crate_dir, target_dir
+        self.progress, self.key = progress, ""
+
+    def seed(self, *, isolated: bool) -> Seeded:
+        seeded = seed_target_dir(
+            self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
+        )
+        self.key = seeded.key if seeded.status != "skipped" else ""
+        return seeded
+
+    def refresh(self) -> Seeded | None:
+        """Before a `cargo test`: a new seed when the dependency set changed since the last one (None: nothing done)."""
+        try:
+            if not self.key or dependency_key(skeleton_of(self.crate_dir), self.cargo) == self.key:
+                return None
+        except NoSkeleton:
+            return None
+        try:
+            shutil.rmtree(self.target_dir)
+        except OSError as exc:
+            logger.warning("dependency cache: cannot clear the target dir (%s); the loop keeps it", exc)
+            self.key = ""
+            return None
+        seeded = _seed(self.settings, self.cargo, self.crate_dir, self.target_dir, self.progress)
+        self.key = seeded.key if seeded.status != "skipped" else ""
+        return seeded
+
+
+def _seed(
+    settings: Settings, cargo: Cargo, crate_dir: Path, target_dir: Path, progress: Callable[[str], None]
+) -> Seeded:
+    started = time.monotonic()
     try:
         skeleton = skeleton_of(crate_dir)
     except NoSkeleton as exc:
@@ -94,15 +143,16 @@ def seed_target_dir(
     key = dependency_key(skeleton, cargo)
     entry = cache_root(settings) / key
     status = "hit"
-    if not entry.is_dir():
-        progress("building the dependencies once, sandboxed, from the manifest and lock only (dependency cache)")
-        try:
+    try:
+        if not entry.is_dir():
+            progress("building the dependencies once, sandboxed, from the manifest and lock only (dependency cache)")
             build_entry(settings, cargo, skeleton, key)
-        except DependencyBuildFailed as exc:
-            logger.warning("dependency cache: %s", exc)
-            return Seeded("skipped", f"the dependencies did not build alone ({exc})", key)
-        status = "built"
-    copy_entry(entry, target_dir)
+            status = "built"
+        copy_entry(entry, target_dir)
+    except (DependencyBuildFailed, OSError, subprocess.SubprocessError) as exc:
+        logger.warning("dependency cache: %s", exc)
+        shutil.rmtree(target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs
+        return Seeded("skipped", f"the dependencies did not build or copy alone ({exc})")
     size = tree_bytes(target_dir) // (1024 * 1024)
     return Seeded(status, f"{key[:12]}, {size} MiB copied", key, time.monotonic() - started)
 
@@ -153,7 +203,10 @@ def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) 
     tmp = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root))
     try:
         crate, target = tmp / "crate", tmp / "target"
-        skeleton.write(crate)
+        try:
+            skeleton.write(crate)
+        except tomlkit.exceptions.TOMLKitError as exc:
+            raise DependencyBuildFailed(f"cannot rewrite the manifest or lock: {exc}") from None
         base = _nearest_entry(root, _base_key(cargo), skeleton.packages())
         if base is not None:  # cargo compiles only what it lacks: the dependencies added since (an improved tool's)
             logger.info("dependency cache: building on %s", base.name)
@@ -169,7 +222,9 @@ def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) 
         )
         builder = dataclasses.replace(cargo, target_dir=target, git_view=None)
         features = ["--features", ",".join(cargo.features)] if cargo.features else []
-        result = sandbox.run(builder.argv("test", "--no-run", "--locked", *features), cwd=crate, env=builder.env())
+        result = sandbox.run(
+            builder.argv("test", "--no-run", "--lib", "--locked", *features), cwd=crate, env=builder.env()
+        )
         if not result.ok:
             raise DependencyBuildFailed(_last_error(result.stderr) or f"cargo exit {result.returncode}")
         _drop_skeleton_outputs(target)
@@ -188,17 +243,18 @@ def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) 
 
 
 def _nearest_entry(root: Path, base_key: str, packages: list[str]) -> Path | None:
-    """The stored entry sharing the most locked packages with `packages` (same toolchain, profile, features, source).
-    Every entry was built from a skeleton alone, so starting from one keeps the new entry as clean."""
+    """The largest stored entry whose packages are all among `packages` (same toolchain, profile, features, source).
+    Only code of the new set ever ran to make it (registry build scripts and proc macros, never the model's), so a
+    build that starts from it is as clean as one from nothing."""
     wanted, best, shared = set(packages), None, 0
     for entry in root.iterdir():
         try:
             info = json.loads((entry / ENTRY_INFO).read_text())
         except (OSError, ValueError):
             continue
-        overlap = len(wanted & set(info.get("packages", []))) if info.get("base") == base_key else 0
-        if overlap > shared:
-            best, shared = entry, overlap
+        has = set(info.get("packages", []))
+        if info.get("base") == base_key and has <= wanted and len(has) > shared:
+            best, shared = entry, len(has)
     return best
 
 

@@ -34,16 +34,16 @@ class NoSkeleton(Exception):
 class Skeleton:
     """The files of a dependency-only crate, and what of the real crate decides its dependency build."""
 
-    manifest: str
-    lock: str
+    manifest_text: str  # the crate's own, as read once (the tree may change after)
+    lock_text: str
     build_script: bool
     keyed: dict[str, Any]  # the lock's registry packages and the manifest's dependency tables
 
     def write(self, directory: Path) -> None:
         """The skeleton crate at `directory`: Cargo.toml, Cargo.lock, an empty lib, main and build script."""
         (directory / "src").mkdir(parents=True, exist_ok=True)
-        (directory / "Cargo.toml").write_text(self.manifest)
-        (directory / "Cargo.lock").write_text(self.lock)
+        (directory / "Cargo.toml").write_text(_skeleton_manifest(tomlkit.parse(self.manifest_text), self.build_script))
+        (directory / "Cargo.lock").write_text(_skeleton_lock(self.lock_text, self.keyed["name"]))
         (directory / "src/lib.rs").write_text("")
         (directory / "src/main.rs").write_text("fn main() {}\n")
         if self.build_script:
@@ -54,7 +54,8 @@ class Skeleton:
         return sorted(f"{p.get('name')} {p.get('version')} {p.get('source', '')}" for p in self.keyed["lock"])
 
     def key_material(self) -> str:
-        return json.dumps(self.keyed, sort_keys=True, default=str)
+        """What decides the dependency build, as JSON (not the crate's own name)."""
+        return json.dumps({k: v for k, v in self.keyed.items() if k != "name"}, sort_keys=True, default=str)
 
 
 def skeleton_of(crate_dir: Path) -> Skeleton:
@@ -62,24 +63,27 @@ def skeleton_of(crate_dir: Path) -> Skeleton:
     manifest_path, lock_path = crate_dir / "Cargo.toml", crate_dir / "Cargo.lock"
     if not lock_path.is_file():
         raise NoSkeleton("no Cargo.lock beside Cargo.toml (a workspace member, or no lock yet)")
+    if manifest_path.is_symlink() or lock_path.is_symlink():
+        raise NoSkeleton("Cargo.toml or Cargo.lock is a symbolic link")
     try:
-        manifest = tomlkit.parse(manifest_path.read_text())
-        lock = tomllib.loads(lock_path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, tomlkit.exceptions.TOMLKitError) as exc:
+        manifest_text, lock_text = manifest_path.read_text(), lock_path.read_text()
+        plain, lock = tomllib.loads(manifest_text), tomllib.loads(lock_text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise NoSkeleton(f"cannot read the manifest or lock: {exc}") from None
-    plain = manifest.unwrap()
     package = plain.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         raise NoSkeleton("the manifest has no [package] name")
     _refuse_non_registry(plain, lock)
     build_script = _has_build_script(package, crate_dir)
     return Skeleton(
-        manifest=_skeleton_manifest(manifest, build_script),
-        lock=_skeleton_lock(lock_path.read_text(), package["name"]),
+        manifest_text=manifest_text,
+        lock_text=lock_text,
         build_script=build_script,
         keyed={
+            "name": package["name"],
             "lock": _registry_packages(lock, package["name"]),
             "manifest": {name: plain[name] for name in KEYED_TABLES if name in plain},
+            "resolver": [package.get("edition"), package.get("resolver")],  # how features are unified
             "build_script": build_script,
         },
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.cargo.depcache import cache_root, dependency_key, seed_target_dir
+from flakebot.cargo.depcache import LoopSeeder, cache_root, dependency_key, seed_target_dir
 from flakebot.cargo.runner import Cargo
 from flakebot.cargo.skeleton import NoSkeleton, skeleton_of
 from flakebot.config import load
@@ -81,6 +81,24 @@ def test_a_second_crate_on_the_same_lock_compiles_no_dependency(tmp_path: Path) 
     again = {p.name: p.stat().st_mtime_ns for p in (cache_root(settings) / more.key / "debug/deps").glob("lib*.rlib")}
     assert reused and reused.items() <= again.items(), "the new entry was built on the old one: memchr, itoa not redone"
     assert any(name.startswith("libryu-") for name in again.keys() - reused.keys())
+
+    lone = make_crate(tmp_path, "lone-tool", '[dependencies]\nitoa = "1.0.1"\n')  # no entry is all within its lock
+    assert seed_target_dir(settings, cargo_for(tmp_path / "t4"), lone, tmp_path / "t4", isolated=True).status == "built"
+    (own,) = (tmp_path / "t4/debug/deps").glob("libitoa-*.rlib")
+    assert own.stat().st_mtime_ns not in reused.values(), "built from nothing, not on an entry holding memchr"
+
+    # the model adds a dependency mid-loop: the next cargo test starts from a fresh copy of the new set's entry
+    seeder = LoopSeeder(settings, cargo_for(tmp_path / "t5"), first, tmp_path / "t5")
+    assert seeder.seed(isolated=True).status == "hit" and seeder.refresh() is None
+    (tmp_path / "t5/debug/planted-by-the-loop").write_text("x")
+    (first / "Cargo.toml").write_text((grown / "Cargo.toml").read_text().replace("grown-tool", "first-tool"))
+    assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
+    again = seeder.refresh()
+    assert again is not None and (again.status, again.key) == ("hit", more.key)
+    assert list((tmp_path / "t5/debug/deps").glob("libryu-*.rlib"))
+    assert not (tmp_path / "t5/debug/planted-by-the-loop").exists(), "a fresh copy, not a merge into the loop's dir"
+    (first / "Cargo.toml").write_text((second / "Cargo.toml").read_text().replace("second-tool", "first-tool"))
+    assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
 
     cold = first_test_run(first, tmp_path / "cold")  # the same crate without the cache compiles every dependency
     assert cold["memchr"] is False and cold["itoa"] is False
