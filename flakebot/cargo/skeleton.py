@@ -74,7 +74,8 @@ def skeleton_of(crate_dir: Path) -> Skeleton:
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         raise NoSkeleton("the manifest has no [package] name")
     _refuse_non_registry(plain, lock)
-    build_script = _has_build_script(package, crate_dir)
+    # a build script matters to the dependency build only through its build-dependencies
+    build_script = _has_build_script(package, crate_dir) and any(t == "build-dependencies" for t, _ in _tables(plain))
     return Skeleton(
         manifest_text=manifest_text,
         lock_text=lock_text,
@@ -108,10 +109,15 @@ def _refuse_non_registry(manifest: dict[str, Any], lock: dict[str, Any]) -> None
 
 
 def _dependency_specs(manifest: dict[str, Any]) -> list[tuple[str, Any]]:
-    tables = [manifest.get(t, {}) for t in DEPENDENCY_TABLES]
+    return [(name, spec) for _, table in _tables(manifest) for name, spec in table.items()]
+
+
+def _tables(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every non-empty dependency table, with its kind, the platform-specific ones too."""
+    found = [(t, manifest.get(t)) for t in DEPENDENCY_TABLES]
     for platform in manifest.get("target", {}).values():
-        tables += [platform.get(t, {}) for t in DEPENDENCY_TABLES if isinstance(platform, dict)]
-    return [(name, spec) for table in tables if isinstance(table, dict) for name, spec in table.items()]
+        found += [(t, platform.get(t)) for t in DEPENDENCY_TABLES if isinstance(platform, dict)]
+    return [(kind, table) for kind, table in found if isinstance(table, dict) and table]
 
 
 def _has_build_script(package: dict[str, Any], crate_dir: Path) -> bool:

@@ -112,6 +112,8 @@ def test_the_key_follows_the_dependency_set_not_the_crate(tmp_path: Path) -> Non
     featured = make_crate(tmp_path, "featured", DEPENDENCIES.replace('"2.5.0"', '{ version = "2.5.0", features = [] }'))
     key = dependency_key(skeleton_of(one), cargo)
     assert dependency_key(skeleton_of(same), cargo) == key
+    (same / "build.rs").write_text("fn main() {}\n")  # a build script with no build-dependencies changes nothing
+    assert dependency_key(skeleton_of(same), cargo) == key
     assert dependency_key(skeleton_of(other), cargo) != key
     assert dependency_key(skeleton_of(featured), cargo) != key, "what the manifest asks of a dependency is in the key"
     cargo.features = ["extra"]

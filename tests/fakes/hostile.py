@@ -921,7 +921,9 @@ def _poison_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[boo
     )
     own = report.count("/target/debug/deps/") and report.count(": overwritten")
     cache_lines = [line for line in report.splitlines() if str(_dependency_cache(s)) in line]
-    unchanged = bool(CACHE_DIGESTS.get(s.marker)) and _cache_digest(s) == CACHE_DIGESTS[s.marker]
+    before, now = CACHE_DIGESTS.get(s.marker, {}), _cache_digest(s)
+    differ = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
+    unchanged = bool(before) and not differ
     after = _benign_craft(s, "work-after")
     hit = "dependency cache hit" in after.stdout
     ok = bool(own) and unchanged and after.returncode == 0 and hit and proc.returncode == 0
@@ -929,7 +931,7 @@ def _poison_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[boo
         ok,
         f"hostile craft exit {proc.returncode}; .rlib/.rmeta overwritten in its own target dir: {own}; its tries at the "
         f"cache: {'; '.join(cache_lines) or 'none'}; entry unchanged ({len(CACHE_DIGESTS.get(s.marker, {}))} files): "
-        f"{unchanged}; next craft (shout linking csv) exit {after.returncode}, from the cache: {hit}"
+        f"{unchanged}{' (' + ', '.join(differ[:5]) + ')' if differ else ''}; next craft (shout linking csv) exit {after.returncode}, from the cache: {hit}"
         + ("" if after.returncode == 0 else f": {after.stderr[-400:]}"),
     )
 
