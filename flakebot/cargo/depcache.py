@@ -105,21 +105,30 @@ class LoopSeeder:
         progress: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.settings, self.cargo, self.crate_dir, self.target_dir = settings, cargo, crate_dir, target_dir
-        self.progress, self.key = progress, ""
+        self.progress, self.key, self.packages = progress, "", list[str]()
 
     def seed(self, *, isolated: bool) -> Seeded:
         seeded = seed_target_dir(
             self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
         )
         self.key = seeded.key if seeded.status != "skipped" else ""
+        self.packages = skeleton_of(self.crate_dir).packages() if self.key else []
         return seeded
 
     def refresh(self) -> Seeded | None:
-        """Before a `cargo test`: a new seed when the dependency set changed since the last one (None: nothing done)."""
+        """Before a `cargo test`: a new seed when the dependency set changed since the last one (None: nothing done).
+        A set with no entry yet is built only when dependencies were added (on the current entry, so only they
+        compile); after a removal or another version, cargo in the loop handles the difference, as without a cache."""
         try:
-            if not self.key or dependency_key(skeleton_of(self.crate_dir), self.cargo) == self.key:
-                return None
+            skeleton = skeleton_of(self.crate_dir) if self.key else None
+            key = dependency_key(skeleton, self.cargo) if skeleton else self.key
         except NoSkeleton:
+            return None
+        if skeleton is None or key == self.key:
+            return None
+        grown = set(self.packages) <= set(skeleton.packages())
+        self.key, self.packages = key, skeleton.packages()
+        if not grown and not (cache_root(self.settings) / key).is_dir():
             return None
         try:
             shutil.rmtree(self.target_dir)

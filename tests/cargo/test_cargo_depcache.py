@@ -99,9 +99,15 @@ def test_a_second_crate_on_the_same_lock_compiles_no_dependency(tmp_path: Path) 
     assert not (tmp_path / "t5/debug/planted-by-the-loop").exists(), "a fresh copy, not a merge into the loop's dir"
     (first / "Cargo.toml").write_text((second / "Cargo.toml").read_text().replace("second-tool", "first-tool"))
     assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
+    assert (seeder.refresh() or built).key == built.key  # back to the first set: its entry again
+    (tmp_path / "t5/debug/planted-by-the-loop").write_text("x")
+    (first / "Cargo.toml").write_text((first / "Cargo.toml").read_text().replace('itoa = "1.0.1"\n', ""))
+    assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
+    assert seeder.refresh() is None, "a dependency removed, no entry for the rest: the loop's cargo handles it"
+    assert (tmp_path / "t5/debug/planted-by-the-loop").exists()
 
     cold = first_test_run(first, tmp_path / "cold")  # the same crate without the cache compiles every dependency
-    assert cold["memchr"] is False and cold["itoa"] is False
+    assert cold["memchr"] is False and "itoa" not in cold
 
 
 def test_the_key_follows_the_dependency_set_not_the_crate(tmp_path: Path) -> None:
