@@ -108,6 +108,10 @@ class Settings:
         10240,
         "MiB a run's workspace and target dir may hold: a sandboxed command is killed when the disk grows past it, the edit loop stops beyond it.",
     )
+    dependency_cache: bool = _setting(
+        True,
+        "Build a crate's locked dependencies once (sandboxed, from its manifest and lock only) and give each edit loop a private copy.",
+    )
     output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
     tool_output_limit: int = _setting(
         4_000_000,

@@ -49,7 +49,8 @@ def remove_tree(path: Path) -> bool:
     if path.is_dir() and not path.is_symlink():
         for root, dirs, _files in os.walk(path):
             for name in dirs:
-                os.chmod(os.path.join(root, name), 0o755)
+                if not os.path.islink(os.path.join(root, name)):  # chmod would follow it out of the tree
+                    os.chmod(os.path.join(root, name), 0o755)
         shutil.rmtree(path)
     else:
         path.unlink()

@@ -57,6 +57,7 @@ SECTIONS: tuple[Bench, ...] = (
     Bench("loop", {"samples": 7}),
     Bench("fork", {"samples": 3}),
     Bench("craft", {"crafts": 3, "hits": 5}),
+    Bench("repeat"),  # four crafts of the csv-dedup session: P9, P9-improve
     Bench("nix"),
     Bench("acquire"),
     Bench("corpus"),

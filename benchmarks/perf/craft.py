@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -196,6 +197,7 @@ def one_craft(root: Path, name: str, mirror_url: str | None = None) -> tuple[dic
     """One traced craft in its own homes (online against the crates.io at `mirror_url` if given): its figures, and the
     environment (for catalog hits)."""
     env = {**homes(root, name), **(mirror_env(mirror_url) if mirror_url else {})}
+    shutil.rmtree(root / "cache/flakebot/cargo-deps", ignore_errors=True)  # P1 is a cold craft (P9: warm ones)
     log = root / name / "processes.json"
     session = session_with_nonce(root / name / "session.json")
     argv = [

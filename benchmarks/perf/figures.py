@@ -487,6 +487,45 @@ def shared_install(r: Results) -> dict[str, Any]:
     )
 
 
+def _repeat_breakdown(run: dict[str, Any]) -> str:
+    return f"cargo {run['cargo_s']:.1f} s + nix build {run['nix_build_s']:.1f} s (wall {run['seconds']:.1f} s)"
+
+
+def _repeat_measured(r: dict[str, Any], which: str, what: str) -> str:
+    runs = r["runs"]
+    return (
+        f"{what}: {_repeat_breakdown(runs[which])}, {runs[which]['dependency_cache'] or 'no dependency cache line'}; against "
+        f"the cold craft in the same run: {_repeat_breakdown(runs['cold'])}. The cold craft with the cache against the same craft "
+        f"without it (today's): {runs['cold']['raw_s']:.1f} s / {runs['today']['raw_s']:.1f} s = {r['cold_over_today']:.3f}x."
+    )
+
+
+def _repeat_gap(r: dict[str, Any], which: str) -> str:
+    runs = r["runs"]
+    return (
+        f"the nix build takes {runs[which]['nix_build_s']:.1f} s of {runs[which]['raw_s']:.1f} s (the cold craft's: "
+        f"{runs['cold']['nix_build_s']:.1f} s): it builds the dependencies again inside the tool's derivation until the "
+        "flake builds them as a derivation of their own; cargo's part fell from "
+        f"{runs['cold']['cargo_s']:.1f} s to {runs[which]['cargo_s']:.1f} s."
+    )
+
+
+def repeat_craft_figure(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    r = results["repeat"]
+    measured = _repeat_measured(r, "other", "a second craft of another tool on the same dependencies")
+    return figure("P9", "repeat craft: cargo + nix of a second tool on the same dependencies / the first's",
+                  r["ratio"], "x", r["goal"], "<=", measured, _repeat_gap(r, "other"), "repeat")  # fmt: skip
+
+
+def repeat_improve_figure(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    r = results["repeat"]
+    if r.get("improve_ratio") is None:
+        return figure("P9-improve", "improve: cargo + nix / the first craft's", None, "x", r["goal"], "<=", "not run")
+    measured = _repeat_measured(r, "improve", "`flakebot improve` of the cold craft's tool")
+    return figure("P9-improve", "improve: cargo + nix of the next version / the first craft's", r["improve_ratio"],
+                  "x", r["goal"], "<=", measured, _repeat_gap(r, "improve"), "repeat")  # fmt: skip
+
+
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P1-online", craft_online_overhead, "craft"),
@@ -509,6 +548,8 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("I4", acquire_incremental, "acquire"),
     ("P8", corpus_share, "corpus"),
     ("P10", shared_install, "shared"),
+    ("P9", repeat_craft_figure, "repeat"),
+    ("P9-improve", repeat_improve_figure, "repeat"),
 ]
 
 

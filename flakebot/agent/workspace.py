@@ -77,6 +77,7 @@ class Checks:
     fork: bool = False
     only_acceptance: bool = False
     record: Callable[..., None] = field(default=lambda *_, **__: None)  # the transcript, for the fork's cargo runs
+    before_test: Callable[[], None] = field(default=lambda: None)  # the dependency cache follows the manifest
 
 
 class Workspace:
@@ -147,6 +148,7 @@ class Workspace:
         from flakebot.cargo.diagnostics import run_cargo
 
         checks = self.checks
+        checks.before_test()
         return run_cargo(checks.sandbox, checks.cargo, "test", cwd=self.crate_dir, extra=extra, timeout=checks.timeout)
 
 

@@ -29,6 +29,7 @@ from flakebot.stages.outputs import AcquireOut, ChoiceOut, EditOut, SpecOut
 from flakebot.toolspec import ToolSpec
 
 if TYPE_CHECKING:
+    from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
         limits=limits_for(settings),
     )
     cargo.features = acquired.features
+    seeder = _seed_dependencies(ctx, cargo, crate_dir, isolated=sandbox.name == "bubblewrap")
     alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
     toolbox = Toolbox(root, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
@@ -80,6 +82,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
         fork=ctx.get(ChoiceOut).mode == "fork",
         only_acceptance=alone,
         record=transcript.record,
+        before_test=seeder,
     )
     workspace = Workspace(
         git, crate_rel, frozen, checks, base=base, scratch=[ctx.run.target_dir], disk_mb=settings.sandbox_disk_mb
@@ -114,6 +117,25 @@ def edit_stage(ctx: StageContext) -> EditOut:
         ctx.run.state["outputs"]["spec"]["examples"] = [asdict(e) for e in spec.examples]
     atomic_write_json(ctx.run.dir / "edit.json", {**result.to_dict(), "disputes": desk.disputes})
     return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes)
+
+
+def _seed_dependencies(ctx: StageContext, cargo: Cargo, crate_dir: Path, *, isolated: bool) -> Callable[[], None]:
+    """The run's target dir starts as a private copy of the dependency cache's entry for this crate, if it can; the
+    returned call (before each `cargo test`) seeds it again when the model changed the dependencies."""
+    from flakebot.cargo.depcache import LoopSeeder
+
+    if not ctx.settings.dependency_cache:
+        return lambda: None
+    seeder = LoopSeeder(ctx.settings, cargo, crate_dir, ctx.run.target_dir, progress=ctx.progress)
+    seeded = seeder.seed(isolated=isolated)
+    ctx.progress(seeded.note(), dependency_cache=seeded.status)
+
+    def refresh() -> None:
+        again = seeder.refresh()
+        if again is not None:
+            ctx.progress(f"dependencies changed: {again.note()}", dependency_cache=again.status)
+
+    return refresh
 
 
 def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitStack) -> Callable[[], Model]:

@@ -1,0 +1,317 @@
+"""The dependency cache: a crate's locked dependencies compiled once, and copied into each edit loop's target dir.
+
+An entry is a cargo target dir holding the dependencies `cargo test` builds, under flakebot's cache directory
+(`cargo-deps/KEY`). It is built from the crate's skeleton (cargo/skeleton.py: no line of the model's runs) in the
+sandbox as its unprivileged uid, in a temp dir renamed into place once complete (a concurrent craft or a crash
+leaves no half entry), then handed back to flakebot's own user with no group or other write. The edit loop's
+sandbox never sees the cache: it gets a private copy as its CARGO_TARGET_DIR (`cp --reflink=auto -a`:
+copy-on-write where the file system can, a full copy else; never hard links, which it could write through),
+mtimes kept so cargo's fingerprints hold and the first `cargo test` compiles only the crate.
+
+The key is everything that changes the dependency build: the lock's packages, the manifest's dependency tables
+(features asked of each dependency, profiles), the toolchain (`rustc -vV`), the profile, the crate's features
+and the crate source cargo reads them from. With the sandbox off (or no bubblewrap) there is no cache: model
+code running unisolated could rewrite any entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+
+from flakebot.cargo.runner import Cargo
+from flakebot.cargo.skeleton import SKELETON_NAME, NoSkeleton, Skeleton, skeleton_of
+from flakebot.config import Settings
+from flakebot.fsutil import tree_bytes
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+PROFILE = "test"  # `cargo test`: its dependencies are built with the dev profile
+ENTRY_INFO = "flakebot-deps.json"  # in each entry: what it was built for (to build the next one on it)
+STALE_SECONDS = 6 * 3600  # a temp dir this old is a crashed build's
+SKELETON_PREFIXES = (SKELETON_NAME, SKELETON_NAME.replace("-", "_"), "lib" + SKELETON_NAME.replace("-", "_"))
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What the cache did for one target dir: `hit`, `built` (stored, then copied) or `skipped` (and why)."""
+
+    status: str
+    detail: str
+    key: str = ""
+    seconds: float = 0.0
+
+    def note(self) -> str:
+        if self.status == "skipped":
+            return f"dependency cache not used: {self.detail}"
+        how = "" if self.status == "hit" else ", built once in the sandbox from the manifest and lock only"
+        return (
+            f"dependency cache {'hit' if self.status == 'hit' else 'stored'}: {self.detail}{how} ({self.seconds:.1f}s)"
+        )
+
+
+class DependencyBuildFailed(Exception):
+    """The skeleton's dependencies did not build; the edit loop then builds them itself, as without a cache."""
+
+
+def cache_root(settings: Settings) -> Path:
+    return settings.path("cache_dir") / "cargo-deps"
+
+
+def seed_target_dir(
+    settings: Settings,
+    cargo: Cargo,
+    crate_dir: Path,
+    target_dir: Path,
+    *,
+    isolated: bool,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Seeded:
+    """Give `target_dir` (empty or missing) the crate's compiled dependencies from the cache, building the entry
+    first when there is none. `isolated`: the edit loop runs in bubblewrap (else no cache at all)."""
+    if not isolated:
+        return Seeded("skipped", "the sandbox is off, so model code could rewrite a shared entry")
+    if target_dir.is_dir() and any(target_dir.iterdir()):
+        return Seeded("skipped", "the target dir holds a build already")
+    return _seed(settings, cargo, crate_dir, target_dir, progress)
+
+
+class LoopSeeder:
+    """The edit loop's target dir kept on the cache: seeded before the first `cargo test`, and seeded again whenever
+    the crate's dependency set changes (the model added a dependency): the loop's own dir is dropped and a fresh copy
+    of the new set's entry takes its place, so nothing is ever copied into a directory the model's code wrote."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        cargo: Cargo,
+        crate_dir: Path,
+        target_dir: Path,
+        progress: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.settings, self.cargo, self.crate_dir, self.target_dir = settings, cargo, crate_dir, target_dir
+        self.progress, self.key, self.packages = progress, "", list[str]()
+
+    def seed(self, *, isolated: bool) -> Seeded:
+        seeded = seed_target_dir(
+            self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
+        )
+        self.key = seeded.key if seeded.status != "skipped" else ""
+        self.packages = skeleton_of(self.crate_dir).packages() if self.key else []
+        return seeded
+
+    def refresh(self) -> Seeded | None:
+        """Before a `cargo test`: a new seed when the dependency set changed since the last one (None: nothing done).
+        A set with no entry yet is built only when dependencies were added (on the current entry, so only they
+        compile); after a removal or another version, cargo in the loop handles the difference, as without a cache."""
+        try:
+            skeleton = skeleton_of(self.crate_dir) if self.key else None
+            key = dependency_key(skeleton, self.cargo) if skeleton else self.key
+        except NoSkeleton:
+            return None
+        if skeleton is None or key == self.key:
+            return None
+        grown = set(self.packages) <= set(skeleton.packages())
+        self.key, self.packages = key, skeleton.packages()
+        if not grown and not (cache_root(self.settings) / key).is_dir():
+            return None
+        try:
+            shutil.rmtree(self.target_dir)
+        except OSError as exc:
+            logger.warning("dependency cache: cannot clear the target dir (%s); the loop keeps it", exc)
+            self.key = ""
+            return None
+        seeded = _seed(self.settings, self.cargo, self.crate_dir, self.target_dir, self.progress)
+        self.key = seeded.key if seeded.status != "skipped" else ""
+        return seeded
+
+
+def _seed(
+    settings: Settings, cargo: Cargo, crate_dir: Path, target_dir: Path, progress: Callable[[str], None]
+) -> Seeded:
+    started = time.monotonic()
+    try:
+        skeleton = skeleton_of(crate_dir)
+    except NoSkeleton as exc:
+        return Seeded("skipped", str(exc))
+    key = dependency_key(skeleton, cargo)
+    entry = cache_root(settings) / key
+    status = "hit"
+    try:
+        if not entry.is_dir():
+            progress("building the dependencies once, sandboxed, from the manifest and lock only (dependency cache)")
+            build_entry(settings, cargo, skeleton, key)
+            status = "built"
+        copy_entry(entry, target_dir)
+    except (DependencyBuildFailed, OSError, subprocess.SubprocessError) as exc:
+        logger.warning("dependency cache: %s", exc)
+        shutil.rmtree(target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs
+        return Seeded("skipped", f"the dependencies did not build or copy alone ({exc})")
+    size = tree_bytes(target_dir) // (1024 * 1024)
+    return Seeded(status, f"{key[:12]}, {size} MiB copied", key, time.monotonic() - started)
+
+
+def dependency_key(skeleton: Skeleton, cargo: Cargo) -> str:
+    """The entry's name: a digest of everything that changes the dependency build (see the module docstring)."""
+    material = {"base": _base_key(cargo), "skeleton": json.loads(skeleton.key_material())}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _base_key(cargo: Cargo) -> str:
+    """What every entry a build may start from must share with it: the toolchain, profile, features and source."""
+    material = {
+        "format": CACHE_FORMAT,
+        "toolchain": rustc_version(cargo),
+        "profile": PROFILE,
+        "features": sorted(cargo.features),
+        "source": cargo.source_args(),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def rustc_version(cargo: Cargo) -> str:
+    """`rustc -vV` of the pinned toolchain, asked from a neutral directory (no rust-toolchain.toml can steer it)."""
+    env = cargo.host_env()
+    return _rustc_version(
+        tuple(sorted((k, env[k]) for k in ("PATH", "HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN") if k in env))
+    )
+
+
+@functools.cache
+def _rustc_version(env_items: tuple[tuple[str, str], ...]) -> str:
+    rustc = shutil.which("rustc") or "rustc"
+    with tempfile.TemporaryDirectory(prefix="flakebot-rustc-") as neutral:
+        done = subprocess.run(
+            [rustc, "-vV"], cwd=neutral, env=dict(env_items), capture_output=True, text=True, timeout=60, check=False
+        )
+    return done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
+
+
+def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) -> Path:
+    """Compile the skeleton's dependencies in the sandbox and store them atomically as entry `key`."""
+    from flakebot.sandbox import limits_for, open_sandbox
+
+    root = cache_root(settings)
+    root.mkdir(parents=True, exist_ok=True)
+    _sweep_stale(root)
+    tmp = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root))
+    try:
+        crate, target = tmp / "crate", tmp / "target"
+        try:
+            skeleton.write(crate)
+        except tomlkit.exceptions.TOMLKitError as exc:
+            raise DependencyBuildFailed(f"cannot rewrite the manifest or lock: {exc}") from None
+        base = _nearest_entry(root, _base_key(cargo), skeleton.packages())
+        if base is not None:  # cargo compiles only what it lacks: the dependencies added since (an improved tool's)
+            logger.info("dependency cache: building on %s", base.name)
+            copy_entry(base, target)
+        sandbox = open_sandbox(
+            settings.sandbox,
+            workspace=crate,
+            writable=[crate, target],
+            readable=[cargo.registry_dir] if cargo.registry_dir else [],
+            cargo_home=cargo.home,
+            adopt=True,
+            limits=limits_for(settings),
+        )
+        builder = dataclasses.replace(cargo, target_dir=target, git_view=None)
+        features = ["--features", ",".join(cargo.features)] if cargo.features else []
+        result = sandbox.run(
+            builder.argv("test", "--no-run", "--lib", "--locked", *features), cwd=crate, env=builder.env()
+        )
+        if not result.ok:
+            raise DependencyBuildFailed(_last_error(result.stderr) or f"cargo exit {result.returncode}")
+        _drop_skeleton_outputs(target)
+        (target / ENTRY_INFO).write_text(json.dumps({"base": _base_key(cargo), "packages": skeleton.packages()}))
+        _hand_to_owner(target)
+        entry = root / key
+        try:
+            target.rename(entry)
+        except OSError:
+            if not entry.is_dir():  # else another craft stored the same entry first: theirs is as good
+                raise
+        logger.info("dependency cache: stored %s", entry)
+        return entry
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _nearest_entry(root: Path, base_key: str, packages: list[str]) -> Path | None:
+    """The largest stored entry whose packages are all among `packages` (same toolchain, profile, features, source).
+    Only code of the new set ever ran to make it (registry build scripts and proc macros, never the model's), so a
+    build that starts from it is as clean as one from nothing."""
+    wanted, best, shared = set(packages), None, 0
+    for entry in root.iterdir():
+        try:
+            info = json.loads((entry / ENTRY_INFO).read_text())
+        except (OSError, ValueError):
+            continue
+        has = set(info.get("packages", []))
+        if info.get("base") == base_key and has <= wanted and len(has) > shared:
+            best, shared = entry, len(has)
+    return best
+
+
+def copy_entry(entry: Path, target_dir: Path) -> None:
+    """A private copy of `entry` at `target_dir`, mtimes and modes kept (cargo's fingerprints compare mtimes)."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["cp", "--reflink=auto", "-a", "--", f"{entry}/.", str(target_dir)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
+def _drop_skeleton_outputs(target: Path) -> None:
+    """Remove the skeleton crate's own outputs: only the dependencies' are worth keeping."""
+    for directory in [target, *target.glob("*"), *target.glob("*/*")]:
+        if not directory.is_dir() or directory.is_symlink():
+            continue
+        for path in list(directory.iterdir()):
+            if path.name.startswith(SKELETON_PREFIXES):
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def _hand_to_owner(target: Path) -> None:
+    """The entry owned by flakebot's own user (the sandbox uid made it), writable by nobody else."""
+    uid, gid = os.geteuid(), os.getegid()
+    for root, dirs, files in os.walk(target):
+        for path in [Path(root), *(Path(root, name) for name in [*dirs, *files])]:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if st.st_uid != uid or st.st_gid != gid:
+                os.chown(path, uid, gid, follow_symlinks=False)
+            mode = stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH | stat.S_ISUID | stat.S_ISGID)
+            os.chmod(path, mode)
+
+
+def _sweep_stale(root: Path) -> None:
+    for tmp in root.glob(".build-*"):
+        try:
+            if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _last_error(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error")]
+    return (errors or lines or [""])[-1][:300]

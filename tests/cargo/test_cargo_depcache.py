@@ -1,0 +1,140 @@
+"""The dependency cache with real cargo in the real sandbox: one crate's dependencies built from its skeleton serve
+another crate on the same lock (its first `cargo test` compiles no dependency); another lock is another entry."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flakebot.cargo.depcache import LoopSeeder, cache_root, dependency_key, seed_target_dir
+from flakebot.cargo.runner import Cargo
+from flakebot.cargo.skeleton import NoSkeleton, skeleton_of
+from flakebot.config import load
+from flakebot.sandbox import open_sandbox
+from tests.conftest import DEBIAN_REGISTRY, require
+
+# memchr has a build script: its recorded OUT_DIR must survive the copy to another target dir
+DEPENDENCIES = '[dependencies]\nmemchr = "2.5.0"\nitoa = "1.0.1"\n'
+
+
+def make_crate(root: Path, name: str, dependencies: str) -> Path:
+    """A binary crate with a committed-style Cargo.lock, the lock made by host cargo against the tests' registry."""
+    crate = root / name
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text(
+        f'[package]\nname = "{name}"\nversion = "0.1.0"\nedition = "2021"\n\n{dependencies}'
+    )
+    (crate / "src/main.rs").write_text(f'fn main() {{ println!("{name}"); }}\n#[test]\nfn runs() {{ main() }}\n')
+    made = cargo_for(root / "unused-target").run(["generate-lockfile"], crate)
+    assert made.returncode == 0, made.stderr
+    return crate
+
+
+def cargo_for(target: Path) -> Cargo:
+    return Cargo(target_dir=target, offline=True, registry_dir=DEBIAN_REGISTRY)
+
+
+def first_test_run(crate: Path, target: Path) -> dict[str, bool]:
+    """`cargo test` as the edit loop runs it: each compiled package (by name) and whether cargo found it fresh."""
+    sandbox = open_sandbox(
+        "required", workspace=crate, writable=[crate, target], readable=[DEBIAN_REGISTRY], adopt=True
+    )
+    cargo = cargo_for(target)
+    result = sandbox.run(cargo.argv("test", "--message-format=json"), cwd=crate, env=cargo.env())
+    assert result.ok, result.stderr[-2000:]
+    artifacts = [
+        json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"reason":"compiler-artifact"')
+    ]
+    fresh: dict[str, bool] = {}
+    for artifact in artifacts:
+        name = artifact["target"]["name"]
+        fresh[name] = fresh.get(name, True) and artifact["fresh"]
+    return fresh
+
+
+@pytest.mark.slow
+def test_a_second_crate_on_the_same_lock_compiles_no_dependency(tmp_path: Path) -> None:
+    require("bwrap", "cargo")
+    settings = load()
+    first, second = make_crate(tmp_path, "first-tool", DEPENDENCIES), make_crate(tmp_path, "second-tool", DEPENDENCIES)
+
+    built = seed_target_dir(settings, cargo_for(tmp_path / "t1"), first, tmp_path / "t1", isolated=True)
+    hit = seed_target_dir(settings, cargo_for(tmp_path / "t2"), second, tmp_path / "t2", isolated=True)
+    assert (built.status, hit.status) == ("built", "hit") and built.key == hit.key, (built, hit)
+    assert [p.name for p in cache_root(settings).iterdir()] == [built.key], "one entry, no temp dir left"
+    assert not list((cache_root(settings) / built.key).rglob("*deps_skeleton*")), "the skeleton's own outputs dropped"
+
+    fresh = first_test_run(second, tmp_path / "t2")
+    assert {"memchr", "itoa", "build-script-build"} <= fresh.keys(), fresh
+    assert {name: ok for name, ok in fresh.items() if name != "second-tool"} == dict.fromkeys(
+        [n for n in fresh if n != "second-tool"], True
+    ), f"a dependency was compiled again: {fresh}"
+    assert fresh["second-tool"] is False, "the crate itself is compiled (the skeleton's outputs never stand in for it)"
+
+    grown = make_crate(tmp_path, "grown-tool", DEPENDENCIES + 'ryu = "1.0.2"\n')  # an improvement adds a dependency
+    more = seed_target_dir(settings, cargo_for(tmp_path / "t3"), grown, tmp_path / "t3", isolated=True)
+    assert more.status == "built" and more.key != built.key
+    reused = {p.name: p.stat().st_mtime_ns for p in (cache_root(settings) / built.key / "debug/deps").glob("lib*.rlib")}
+    again = {p.name: p.stat().st_mtime_ns for p in (cache_root(settings) / more.key / "debug/deps").glob("lib*.rlib")}
+    assert reused and reused.items() <= again.items(), "the new entry was built on the old one: memchr, itoa not redone"
+    assert any(name.startswith("libryu-") for name in again.keys() - reused.keys())
+
+    lone = make_crate(tmp_path, "lone-tool", '[dependencies]\nitoa = "1.0.1"\n')  # no entry is all within its lock
+    assert seed_target_dir(settings, cargo_for(tmp_path / "t4"), lone, tmp_path / "t4", isolated=True).status == "built"
+    (own,) = (tmp_path / "t4/debug/deps").glob("libitoa-*.rlib")
+    assert own.stat().st_mtime_ns not in reused.values(), "built from nothing, not on an entry holding memchr"
+
+    # the model adds a dependency mid-loop: the next cargo test starts from a fresh copy of the new set's entry
+    seeder = LoopSeeder(settings, cargo_for(tmp_path / "t5"), first, tmp_path / "t5")
+    assert seeder.seed(isolated=True).status == "hit" and seeder.refresh() is None
+    (tmp_path / "t5/debug/planted-by-the-loop").write_text("x")
+    (first / "Cargo.toml").write_text((grown / "Cargo.toml").read_text().replace("grown-tool", "first-tool"))
+    assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
+    again = seeder.refresh()
+    assert again is not None and (again.status, again.key) == ("hit", more.key)
+    assert list((tmp_path / "t5/debug/deps").glob("libryu-*.rlib"))
+    assert not (tmp_path / "t5/debug/planted-by-the-loop").exists(), "a fresh copy, not a merge into the loop's dir"
+    (first / "Cargo.toml").write_text((second / "Cargo.toml").read_text().replace("second-tool", "first-tool"))
+    assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
+    assert (seeder.refresh() or built).key == built.key  # back to the first set: its entry again
+    (tmp_path / "t5/debug/planted-by-the-loop").write_text("x")
+    (first / "Cargo.toml").write_text((first / "Cargo.toml").read_text().replace('itoa = "1.0.1"\n', ""))
+    assert cargo_for(tmp_path / "t5").run(["generate-lockfile"], first).returncode == 0
+    assert seeder.refresh() is None, "a dependency removed, no entry for the rest: the loop's cargo handles it"
+    assert (tmp_path / "t5/debug/planted-by-the-loop").exists()
+
+    cold = first_test_run(first, tmp_path / "cold")  # the same crate without the cache compiles every dependency
+    assert cold["memchr"] is False and "itoa" not in cold
+
+
+def test_the_key_follows_the_dependency_set_not_the_crate(tmp_path: Path) -> None:
+    require("cargo")
+    cargo = cargo_for(tmp_path / "target")
+    one, same = make_crate(tmp_path, "one", DEPENDENCIES), make_crate(tmp_path, "same", DEPENDENCIES)
+    other = make_crate(tmp_path, "other", '[dependencies]\nitoa = "1.0.1"\n')
+    featured = make_crate(tmp_path, "featured", DEPENDENCIES.replace('"2.5.0"', '{ version = "2.5.0", features = [] }'))
+    key = dependency_key(skeleton_of(one), cargo)
+    assert dependency_key(skeleton_of(same), cargo) == key
+    (same / "build.rs").write_text("fn main() {}\n")  # a build script with no build-dependencies changes nothing
+    assert dependency_key(skeleton_of(same), cargo) == key
+    assert dependency_key(skeleton_of(other), cargo) != key
+    assert dependency_key(skeleton_of(featured), cargo) != key, "what the manifest asks of a dependency is in the key"
+    cargo.features = ["extra"]
+    assert dependency_key(skeleton_of(one), cargo) != key
+
+
+def test_no_skeleton_for_dependencies_outside_the_registry(tmp_path: Path) -> None:
+    crate = tmp_path / "crate"
+    crate.mkdir()
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "c"\nversion = "0.1.0"\n\n[dependencies]\nh = { path = "../h" }\n'
+    )
+    with pytest.raises(NoSkeleton, match="no Cargo.lock"):
+        skeleton_of(crate)
+    (crate / "Cargo.lock").write_text("version = 3\n")
+    with pytest.raises(NoSkeleton, match="path or git dependency"):
+        skeleton_of(crate)
+    shutil.rmtree(crate)
