@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,8 @@ from flakebot.deliver.toolcall import TRUNCATION, writable_argument
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
+from flakebot.pipeline.request import Improvement, RunRequest
+from flakebot.toolschema import field_docs, json_schema
 
 logger = logging.getLogger(__name__)
 
@@ -60,40 +63,53 @@ WAIT = (
     "{run_id, status: running, follow}, then call status with run_id until its status is succeeded or failed. "
     "Null or absent: true if the request carries a progress token, else false.",
 )
+# craft, improve and package take a RunRequest: each argument is a request field (improve.X: a field of its
+# Improvement), typed and described as the field is; `wait` is the server's own.
+CRAFT_ARGS = {
+    "need": "need", "model": "model", "crate": "crate", "registry": "registry", "name": "name", "fresh": "fresh",
+    "from": "from_location",
+}  # fmt: skip
+IMPROVE_ARGS = {"tool": "improve.tool", "request": "improve.request", "model": "model"}
+PACKAGE_ARGS = {"target": "target", "registry": "registry", "bin": "bin", "out": "out"}
+
+
+def _request_schema(args: dict[str, str], required: tuple[str, ...]) -> dict[str, Any]:
+    """A strict-compatible input schema for arguments that are RunRequest fields, and `wait`."""
+    fields = {name: _request_field(path, name in required) for name, path in args.items()}
+    return closed_object({**fields, "wait": Field(*WAIT)})
+
+
+def _request_field(path: str, required: bool) -> Field:
+    cls, name = (Improvement, path.removeprefix("improve.")) if path.startswith("improve.") else (RunRequest, path)
+    kind = json_schema(typing.get_type_hints(cls)[name])["type"]
+    return Field(kind, field_docs(cls)[name], required)
+
+
+def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, ...] = ()) -> RunRequest:
+    """The RunRequest a call's arguments make: null, "" and false are absent (schema.py); required ones are checked."""
+    values: dict[str, Any] = {}
+    for name, path in names.items():
+        given = _required(args, name) if name in required else args.get(name)
+        kind = _request_field(path, False).kind
+        values[path] = bool(given) if kind == "boolean" else (str(given) if given else None)
+    improvement = {k.removeprefix("improve."): v for k, v in values.items() if k.startswith("improve.")}
+    plain = {k: v for k, v in values.items() if not k.startswith("improve.") and v is not None}
+    return RunRequest(**plain, improve=Improvement(**improvement) if improvement else None)
+
+
 FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
 OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "craft": (
         "Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for the same need); "
         "returns its manifest. Start from a git repository or local crate with `from`." + LONG,
-        _schema(
-            ("need",),
-            need=("string", "What the tool should do, in plain words."),
-            model=("string", "provider:model, e.g. groq:openai/gpt-oss-120b; default from flakebot's config."),
-            crate=("string", "Start from this crate (skips the search)."),
-            registry=("string", "auto, crates-io, local, or a cargo directory-source path."),
-            name=("string", "The tool's name, when the one the spec picks is taken."),
-            fresh=("boolean", "Craft again even if the catalog has a tool for this need."),
-            wait=WAIT,
-            **{
-                "from": (
-                    "string",
-                    "A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from.",
-                )
-            },
-        ),
+        _request_schema(CRAFT_ARGS, ("need",)),
     ),
     "improve": (
         "Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it has "
         "must still pass, new ones are added for the change. Earlier versions stay callable through `run` as NAME@VERSION."
         + LONG,
-        _schema(
-            ("tool", "request"),
-            tool=("string", "The catalogued tool (NAME, or NAME@VERSION to start from that version)."),
-            request=("string", "The change in plain words, e.g. 'also support a --delimiter option'."),
-            model=("string", "provider:model; default from flakebot's config."),
-            wait=WAIT,
-        ),
+        _request_schema(IMPROVE_ARGS, ("tool", "request")),
     ),
     "status": (
         "A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it "
@@ -121,14 +137,7 @@ OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "package": (
         "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model."
         + LONG,
-        _schema(
-            ("target",),
-            target=("string", "A crate directory or a crate name."),
-            registry=("string", "Where to find a crate name."),
-            bin=("string", "The binary, when the crate has several."),
-            out=("string", "Write the flake to this directory (kept after the run)."),
-            wait=WAIT,
-        ),
+        _request_schema(PACKAGE_ARGS, ("target",)),
     ),
     "runs": ("List runs, newest first, with status and need.", _schema()),
     "run": (
@@ -213,25 +222,19 @@ class FlakebotMCP:
 
     async def _tool_craft(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, OWN_TOOLS["craft"][1])
-        settings, need = self.settings(), str(args.get("need", ""))
-        given = {k: str(args[k]) if args.get(k) else None for k in ("model", "crate", "registry", "name", "from")}
+        settings, request = self.settings(), _request(args, CRAFT_ARGS)
 
         def work(sink: EventSink) -> dict[str, Any]:
-            result = api.craft(
-                need, model=given["model"], crate=given["crate"], registry=given["registry"], name=given["name"], from_source=given["from"],
-                fresh=bool(args.get("fresh")), sink=sink, settings=settings,
-            )  # fmt: skip
-            return result.to_dict()
+            return api.craft_request(request, sink=sink, settings=settings).to_dict()
 
         return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=True)
 
     async def _tool_improve(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         _known(args, OWN_TOOLS["improve"][1])
-        settings, tool, request = self.settings(), _required(args, "tool"), _required(args, "request")
-        model = str(args["model"]) if args.get("model") else None
+        settings, request = self.settings(), _request(args, IMPROVE_ARGS, required=("tool", "request"))
 
         def work(sink: EventSink) -> dict[str, Any]:
-            return api.improve(tool, request, model=model, sink=sink, settings=settings).to_dict()
+            return api.improve_request(request, sink=sink, settings=settings).to_dict()
 
         return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=True)
 
@@ -246,18 +249,10 @@ class FlakebotMCP:
         )
 
     async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        settings, target = self.settings(), _required(args, "target")
+        settings, request = self.settings(), _request(args, PACKAGE_ARGS, required=("target",))
 
         def work(sink: EventSink) -> dict[str, Any]:
-            out = api.package(
-                target,
-                registry=args.get("registry") or None,  # null or "": absent (schema.py)
-                bin_name=args.get("bin") or None,
-                out=args.get("out") or None,
-                sink=sink,
-                settings=settings,
-            )
-            return out.to_dict()
+            return api.package_request(request, sink=sink, settings=settings).to_dict()
 
         return await self._long(ctx, work, wait=_wait(ctx, args), changes_catalog=False)
 

@@ -17,6 +17,7 @@ LEAVES = {
     "modeltext",
     "redact",
     "render",
+    "toolschema",
     "toolspec",
     "trust",
     "__version__",

@@ -46,12 +46,13 @@ NO_CANDIDATE = {
 
 def choose_stage(ctx: StageContext) -> ChoiceOut:
     candidates = ctx.get(SearchOut).candidates
-    wanted = ctx.options.get("crate")
-    if ctx.options.get("from"):  # craft --from: the caller chose; the crate is edited in place of a fork
+    wanted = ctx.request.crate
+    choice: dict[str, Any]
+    if ctx.request.start:  # craft --from: the caller chose; the crate is edited in place of a fork
         choice = {
-            "crate": ctx.options["from"],
+            "crate": ctx.request.start,
             "mode": "fork",
-            "reason": f"--from {ctx.options.get('from_location')}",
+            "reason": f"--from {ctx.request.from_location}",
             "by": "option",
         }
     elif wanted:
@@ -75,8 +76,8 @@ def _by_option(ctx: StageContext, wanted: str, candidates: list[dict[str, Any]])
     if crate is None:
         from flakebot.crates.registries import open_registry
 
-        crate = open_registry(ctx.settings, ctx.options.get("registry")).get(wanted).to_dict()
-    mode = ctx.options.get("mode") or ("fork" if crate.get("bin_names") else "new")
+        crate = open_registry(ctx.settings, ctx.request.registry).get(wanted).to_dict()
+    mode = ctx.request.mode or ("fork" if crate.get("bin_names") else "new")
     return {"crate": crate, "mode": mode, "reason": f"--crate {wanted} given", "by": "option"}
 
 
