@@ -11,8 +11,8 @@ declaration (the model gets a one-line reason for a wrong type).
 
     declare(read_file).schema()  # {"type": "function", "function": {"name": "read_file", "parameters": {...}}}
 
-The docstring's lines `NAME: text` (after its description) describe the parameters; a dataclass field's docstring is
-the string under it. Python types map to JSON types: str, int, bool, list[...] (array), dict[str, str] and a
+The docstring's lines `NAME: text` (after its description) describe the parameters, and {CONSTANT} in it is the
+value of that module constant; a dataclass field's docstring is the string under it. Python types map to JSON types: str, int, bool, list[...] (array), dict[str, str] and a
 dataclass (object); a parameter with a default is optional (`X | None` too). `schema.py` in flakebot.deliver
 turns the same declarations into strict MCP input schemas.
 """
@@ -49,16 +49,19 @@ class Declared:
     name: str
     description: str
     params: tuple[Param, ...]
+    # an open object lets a provider that checks calls against the schema pass keys it does not name (the caller
+    # reads only the keys it knows): the spec, choose and ruling tools, as they always were
+    closed: bool = True
     extra: dict[str, Any] = field(default_factory=dict)  # marks for the caller (e.g. writes: refused when read-only)
 
     def parameters(self) -> dict[str, Any]:
-        """The JSON schema of the arguments: a closed object."""
-        return {
+        """The JSON schema of the arguments: an object, closed unless declared open."""
+        schema = {
             "type": "object",
             "properties": {p.name: p.schema for p in self.params},
             "required": [p.name for p in self.params if p.required],
-            "additionalProperties": False,
         }
+        return {**schema, "additionalProperties": False} if self.closed else schema
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool definition."""
@@ -87,18 +90,19 @@ def declare(
     name: str | None = None,
     description: str | None = None,
     params: dict[str, dict[str, Any]] | None = None,
+    closed: bool = True,
     **extra: Any,
 ) -> Declared:
     """The declaration of `func` (a function or method): named as it is without a leading underscore, described by
     its docstring. `params` adds JSON-schema keywords to a parameter's schema (minItems, enum, ...)."""
-    text, docs = _split_docstring(func.__doc__ or "")
+    text, docs = _split_docstring(_filled(func.__doc__ or "", func.__globals__))
     hints = typing.get_type_hints(func)
     declared = []
     for parameter in _parameters(func):
         schema = json_schema(hints[parameter.name], docs.get(parameter.name, ""))
         schema.update((params or {}).get(parameter.name, {}))
         declared.append(Param(parameter.name, schema, parameter.default is parameter.empty))
-    return Declared(name or func.__name__.lstrip("_"), description or text, tuple(declared), extra)
+    return Declared(name or func.__name__.lstrip("_"), description or text, tuple(declared), closed, extra)
 
 
 def json_schema(kind: Any, description: str = "") -> dict[str, Any]:
@@ -143,6 +147,11 @@ def field_docs(cls: type) -> dict[str, str]:
             if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
                 docs[node.target.id] = " ".join(str(after.value.value).split())
     return docs
+
+
+def _filled(doc: str, constants: dict[str, Any]) -> str:
+    """`doc` with each {NAME} of an upper-case module constant replaced by its value (a limit the model is told)."""
+    return re.sub(r"\{([A-Z][A-Z0-9_]*)\}", lambda m: str(constants.get(m.group(1), m.group(0))), doc)
 
 
 def _parameters(func: Callable[..., Any]) -> list[Any]:

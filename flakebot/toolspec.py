@@ -28,14 +28,19 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 @dataclass
 class Example:
-    """One acceptance example: run the tool with these inputs, expect this output."""
+    """One acceptance example: run the tool with these inputs, expect this output.
 
-    args: list[str]
+    It is also the shape the spec model writes examples in (flakebot.toolschema): a field's docstring is what the
+    model is told about it, and exit_code is asked for even though it has a default."""
+
+    args: list[str]  # the tool's command-line arguments
     stdout: str
-    exit_code: int = 0
+    """exact expected standard output"""
+    exit_code: int = field(default=0, metadata={"required": True})
     stdin: str = ""
     files: dict[str, str] = field(default_factory=dict)
-    description: str = ""
+    """files created in the working directory"""
+    description: str = ""  # what the example shows
 
 
 @dataclass

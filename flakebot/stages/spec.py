@@ -1,13 +1,12 @@
 """The spec stage of the craft pipeline: from `--spec FILE` or from the model.
 
-The model answers with submit_spec (name, summary, examples) or reject_need, or use_existing_tool when a
-catalogued tool already meets the need. For `flakebot improve` it answers with submit_improvement: the new
+The model answers with submit_spec (name, summary, examples) or reject_need, or use_existing when a
+catalogued tool already meets the need; each tool is declared by the function of its name (flakebot.toolschema). For `flakebot improve` it answers with submit_improvement: the new
 examples beside the tool's kept ones (toolspec.improved_spec).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections.abc import Callable
@@ -20,7 +19,8 @@ from flakebot.pipeline.engine import StageContext
 from flakebot.pipeline.request import Improvement
 from flakebot.render import render
 from flakebot.stages.outputs import SpecOut
-from flakebot.toolspec import ToolSpec, improved_spec, improvement_from_file, load_spec_file
+from flakebot.toolschema import declare
+from flakebot.toolspec import Example, ToolSpec, improved_spec, improvement_from_file, load_spec_file
 
 T = TypeVar("T")
 
@@ -92,75 +92,31 @@ def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:
     ]
 
 
-SUBMIT_SPEC = {
-    "type": "function",
-    "function": {
-        "name": "submit_spec",
-        "description": "Describe the command-line tool that meets the need, with 3 to 6 acceptance examples.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "binary name, kebab-case, e.g. csv-dedup"},
-                "summary": {"type": "string", "description": "one line: what the tool does"},
-                "usage": {
-                    "type": "string",
-                    "description": "the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'",
-                },
-                "search_query": {"type": "string", "description": "a few keywords to find a Rust crate to start from"},
-                "examples": {
-                    "type": "array",
-                    "minItems": 3,
-                    "maxItems": 6,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "description": {"type": "string"},
-                            "args": {"type": "array", "items": {"type": "string"}},
-                            "stdin": {"type": "string"},
-                            "files": {
-                                "type": "object",
-                                "additionalProperties": {"type": "string"},
-                                "description": "files created in the working directory",
-                            },
-                            "stdout": {"type": "string", "description": "exact expected standard output"},
-                            "exit_code": {"type": "integer"},
-                        },
-                        "required": ["args", "stdout", "exit_code"],
-                    },
-                },
-            },
-            "required": ["name", "summary", "usage", "examples"],
-        },
-    },
-}
+def submit_spec(name: str, summary: str, usage: str, examples: list[Example], search_query: str = "") -> None:
+    """Describe the command-line tool that meets the need, with 3 to 6 acceptance examples.
 
-REJECT_NEED = {
-    "type": "function",
-    "function": {
-        "name": "reject_need",
-        "description": "Refuse a need that is empty, nonsensical or not a command-line tool, saying why.",
-        "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
-    },
-}
+    name: binary name, kebab-case, e.g. csv-dedup
+    summary: one line: what the tool does
+    usage: the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'
+    search_query: a few keywords to find a Rust crate to start from
+    """
+
+
+def reject_need(reason: str) -> None:
+    """Refuse a need that is empty, nonsensical or not a command-line tool, saying why."""
+
+
+def use_existing(name: str, reason: str) -> None:
+    """Reuse a tool flakebot already crafted when it meets the need exactly."""
+
+
+SUBMIT_SPEC = declare(submit_spec, closed=False, params={"examples": {"minItems": 3, "maxItems": 6}}).schema()
+REJECT_NEED = declare(reject_need, closed=False).schema()
 
 
 def use_existing_tool(existing: list[dict[str, Any]]) -> dict[str, Any]:
     """The tool offered when the catalog already holds tools: reuse one instead of crafting anew."""
-    return {
-        "type": "function",
-        "function": {
-            "name": "use_existing",
-            "description": "Reuse a tool flakebot already crafted when it meets the need exactly.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "enum": [e["name"] for e in existing]},
-                    "reason": {"type": "string"},
-                },
-                "required": ["name", "reason"],
-            },
-        },
-    }
+    return declare(use_existing, closed=False, params={"name": {"enum": [e["name"] for e in existing]}}).schema()
 
 
 @dataclass
@@ -250,24 +206,18 @@ def _spec_problem(arguments: dict[str, Any]) -> str | None:
 # ------------------------------------------------------------------ improve: the next version
 
 
-def _submit_improvement() -> dict[str, Any]:
-    """submit_spec without the name (the tool keeps it), asking for the new examples only."""
-    tool: dict[str, Any] = copy.deepcopy(SUBMIT_SPEC)
-    function: dict[str, Any] = tool["function"]
-    function["name"] = "submit_improvement"
-    function["description"] = (
-        "Describe the improved tool: its new one-line summary and usage line, and 1 to 6 NEW acceptance examples "
-        "for the requested change. The current examples are kept as they are; do not repeat them."
-    )
-    parameters = function["parameters"]
-    del parameters["properties"]["name"]
-    del parameters["properties"]["search_query"]
-    parameters["properties"]["examples"]["minItems"] = 1
-    parameters["required"] = ["summary", "usage", "examples"]
-    return tool
+def submit_improvement(summary: str, usage: str, examples: list[Example]) -> None:
+    """Describe the improved tool: its new one-line summary and usage line, and 1 to 6 NEW acceptance examples for
+    the requested change. The current examples are kept as they are; do not repeat them.
+
+    summary: one line: what the tool does
+    usage: the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'
+    """
 
 
-SUBMIT_IMPROVEMENT = _submit_improvement()
+SUBMIT_IMPROVEMENT = declare(
+    submit_improvement, closed=False, params={"examples": {"minItems": 1, "maxItems": 6}}
+).schema()
 
 
 def improvement_from_model(model: Any, kept: ToolSpec, request: str, system_prompt: str, attempts: int = 3) -> ToolSpec:
