@@ -32,13 +32,13 @@ import anyio.from_thread
 import anyio.to_thread
 
 from flakebot import __version__, api, config
-from flakebot.deliver.schema import Field, closed_object
-from flakebot.deliver.toolcall import TRUNCATION, writable_argument
+from flakebot.deliver.schema import Field, closed_object, strict_schema
+from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
 from flakebot.pipeline.request import Improvement, RunRequest
-from flakebot.toolschema import field_docs, json_schema
+from flakebot.toolschema import declare, field_docs, json_schema
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +52,13 @@ INSTRUCTIONS = (
 )
 
 
-def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> dict[str, Any]:
-    """A strict-compatible input schema (deliver/schema.py) from name=(type, description) pairs."""
-    return closed_object({name: Field(kind, text, name in required) for name, (kind, text) in properties.items()})
-
-
 WAIT = (
-    "boolean",
     "true: answer when the work is done (with progress notifications); false: answer at once with a run handle "
     "{run_id, status: running, follow}, then call status with run_id until its status is succeeded or failed. "
-    "Null or absent: true if the request carries a progress token, else false.",
+    "Null or absent: true if the request carries a progress token, else false."
 )
+FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
+LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
 # craft, improve and package take a RunRequest: each argument is a request field (improve.X: a field of its
 # Improvement), typed and described as the field is; `wait` is the server's own.
 CRAFT_ARGS = {
@@ -73,10 +69,97 @@ IMPROVE_ARGS = {"tool": "improve.tool", "request": "improve.request", "model": "
 PACKAGE_ARGS = {"target": "target", "registry": "registry", "bin": "bin", "out": "out"}
 
 
+class OwnTools:
+    """flakebot's own MCP tools, each declared by a method (flakebot.toolschema) and carried out by
+    FlakebotMCP._tool_NAME; craft, improve and package take their arguments from a RunRequest's fields."""
+
+    def craft(self) -> None:
+        """Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for
+        the same need); returns its manifest. Start from a git repository or local crate with `from`.{LONG}"""
+
+    def improve(self) -> None:
+        """Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it
+        has must still pass, new ones are added for the change. Earlier versions stay callable through `run` as
+        NAME@VERSION.{LONG}"""
+
+    def status(self, run_id: str) -> None:
+        """A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it
+        succeeded, its result (a craft's manifest). Poll it every few seconds to follow a run handle.
+
+        run_id: The run id craft returned.
+        """
+
+    def resume(self, run_id: str, wait: bool | None = None) -> None:
+        """Continue an interrupted or failed run from its first unfinished stage.{LONG}
+
+        run_id: The run to continue.
+        wait: {WAIT}
+        """
+
+    def search(self, query: str, registry: str | None = None, limit: int | None = None) -> None:
+        """Search Rust crates a tool could start from, ranked for tool-making.
+
+        query: What the tool should do or work on.
+        registry: auto, crates-io or local.
+        limit: How many.
+        """
+
+    def list_(self) -> None:
+        """List the crafted tools in flakebot's catalog with their summaries."""
+
+    def show(self, name: str) -> None:
+        """Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.
+
+        name: A run id or a tool name.
+        """
+
+    def package(self) -> None:
+        """Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and
+        smoke-run it. No model.{LONG}"""
+
+    def runs(self) -> None:
+        """List runs, newest first, with status and need."""
+
+    def run(
+        self, tool: str, args: list[str] | None = None, stdin: str | None = None, writable: list[str] | None = None
+    ) -> None:
+        """Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments
+        instead). {TRUNCATION}
+
+        tool: The tool's name, or NAME@VERSION for an earlier version.
+        args: Command-line arguments, one item each (a single string is split as a shell would, shlex); paths they
+            name are read-only to the tool.
+        stdin: Standard input.
+        writable: Existing files or directories the tool may write; nothing else is writable.
+        """
+
+    def rm(self, tool: str) -> None:
+        """Remove a crafted tool from the catalog.
+
+        tool: The tool's name.
+        """
+
+
+def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each own tool's description and strict input schema (deliver/schema.py), in the order clients list them."""
+    requests = {
+        "craft": (CRAFT_ARGS, ("need",)),
+        "improve": (IMPROVE_ARGS, ("tool", "request")),
+        "package": (PACKAGE_ARGS, ("target",)),
+    }
+    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
+    tools = {}
+    for name in names:
+        declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
+        schema = _request_schema(*requests[name]) if name in requests else strict_schema(declared)
+        tools[name] = (declared.description, schema)
+    return tools
+
+
 def _request_schema(args: dict[str, str], required: tuple[str, ...]) -> dict[str, Any]:
     """A strict-compatible input schema for arguments that are RunRequest fields, and `wait`."""
     fields = {name: _request_field(path, name in required) for name, path in args.items()}
-    return closed_object({**fields, "wait": Field(*WAIT)})
+    return closed_object({**fields, "wait": Field("boolean", WAIT)})
 
 
 def _request_field(path: str, required: bool) -> Field:
@@ -97,66 +180,7 @@ def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, .
     return RunRequest(**plain, improve=Improvement(**improvement) if improvement else None)
 
 
-FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
-LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
-OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
-    "craft": (
-        "Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for the same need); "
-        "returns its manifest. Start from a git repository or local crate with `from`." + LONG,
-        _request_schema(CRAFT_ARGS, ("need",)),
-    ),
-    "improve": (
-        "Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it has "
-        "must still pass, new ones are added for the change. Earlier versions stay callable through `run` as NAME@VERSION."
-        + LONG,
-        _request_schema(IMPROVE_ARGS, ("tool", "request")),
-    ),
-    "status": (
-        "A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it "
-        "succeeded, its result (a craft's manifest). Poll it every few seconds to follow a run handle.",
-        _schema(("run_id",), run_id=("string", "The run id craft returned.")),
-    ),
-    "resume": (
-        "Continue an interrupted or failed run from its first unfinished stage." + LONG,
-        _schema(("run_id",), run_id=("string", "The run to continue."), wait=WAIT),
-    ),
-    "search": (
-        "Search Rust crates a tool could start from, ranked for tool-making.",
-        _schema(
-            ("query",),
-            query=("string", "What the tool should do or work on."),
-            registry=("string", "auto, crates-io or local."),
-            limit=("integer", "How many."),
-        ),
-    ),
-    "list": ("List the crafted tools in flakebot's catalog with their summaries.", _schema()),
-    "show": (
-        "Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.",
-        _schema(("name",), name=("string", "A run id or a tool name.")),
-    ),
-    "package": (
-        "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model."
-        + LONG,
-        _request_schema(PACKAGE_ARGS, ("target",)),
-    ),
-    "runs": ("List runs, newest first, with status and need.", _schema()),
-    "run": (
-        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead). "
-        + TRUNCATION,
-        _schema(
-            ("tool",),
-            tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
-            args=(
-                "array",
-                "Command-line arguments, one item each (a single string is split as a shell would, shlex); "
-                "paths they name are read-only to the tool.",
-            ),
-            stdin=("string", "Standard input."),
-            writable=("array", "Existing files or directories the tool may write; nothing else is writable."),
-        ),
-    ),
-    "rm": ("Remove a crafted tool from the catalog.", _schema(("tool",), tool=("string", "The tool's name."))),
-}
+OWN_TOOLS = _own_tools()
 
 
 @dataclass

@@ -94,7 +94,7 @@ def declare(
     **extra: Any,
 ) -> Declared:
     """The declaration of `func` (a function or method): named as it is without a leading underscore, described by
-    its docstring. `params` adds JSON-schema keywords to a parameter's schema (minItems, enum, ...)."""
+    its docstring (`list_` is the tool `list`). `params` adds JSON-schema keywords to a parameter's schema (minItems, enum, ...)."""
     text, docs = _split_docstring(_filled(func.__doc__ or "", func.__globals__))
     hints = typing.get_type_hints(func)
     declared = []
@@ -102,7 +102,7 @@ def declare(
         schema = json_schema(hints[parameter.name], docs.get(parameter.name, ""))
         schema.update((params or {}).get(parameter.name, {}))
         declared.append(Param(parameter.name, schema, parameter.default is parameter.empty))
-    return Declared(name or func.__name__.lstrip("_"), description or text, tuple(declared), closed, extra)
+    return Declared(name or func.__name__.strip("_"), description or text, tuple(declared), closed, extra)
 
 
 def json_schema(kind: Any, description: str = "") -> dict[str, Any]:
@@ -151,7 +151,13 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _filled(doc: str, constants: dict[str, Any]) -> str:
     """`doc` with each {NAME} of an upper-case module constant replaced by its value (a limit the model is told)."""
-    return re.sub(r"\{([A-Z][A-Z0-9_]*)\}", lambda m: str(constants.get(m.group(1), m.group(0))), doc)
+
+    def value(match: re.Match[str]) -> str:
+        if match.group(1) not in constants:
+            raise NameError(f"a tool's docstring names {match.group(0)}, which its module does not define")
+        return str(constants[match.group(1)])
+
+    return re.sub(r"\{([A-Z][A-Z0-9_]*)\}", value, doc)
 
 
 def _parameters(func: Callable[..., Any]) -> list[Any]:
