@@ -378,7 +378,7 @@ def _check_name(name: str | None, need: str, settings: config.Settings) -> None:
 
 def _start_point(from_source: str | None, ref: str | None, crate: str | None, mode: str | None) -> dict[str, Any]:
     """Run options for --from: the crate to start at (a local directory or a repository URL) and the git ref."""
-    if not from_source:
+    if from_source is None:
         if ref:
             raise UsageError("--ref needs --from", fix="pass --from URL with --ref, or write URL#REF")
         return {}
