@@ -5,7 +5,8 @@
     result = flakebot.craft("need a CSV deduper")  # a CraftResult: the tool's name, manifest, usage
     flakebot.call_tool(result.name, {"args": ["--help"]})
 
-The names below are flakebot.api's, Settings (flakebot.config) and the root of the exception tree (flakebot.errors).
+The names below are flakebot.api's, Settings (flakebot.config), RunRequest (a run's input, flakebot.pipeline.request)
+and the root of the exception tree (flakebot.errors).
 They are imported on first use, so `import flakebot` stays cheap (no SDK, no pipeline); type checkers see them
 through the imports under TYPE_CHECKING. tests/test_public_api.py keeps the list true.
 """
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     )
     from flakebot.config import Settings
     from flakebot.errors import FlakebotError
+    from flakebot.pipeline.request import RunRequest
 
 # name -> the module it lives in, imported on first use
 _LAZY = {
@@ -45,11 +47,13 @@ _LAZY = {
     "CraftResult": "flakebot.api",
     "Settings": "flakebot.config",
     "FlakebotError": "flakebot.errors",
+    "RunRequest": "flakebot.pipeline.request",
 }
 
 __all__ = [
     "CraftResult",
     "FlakebotError",
+    "RunRequest",
     "Settings",
     "__version__",
     "call_tool",

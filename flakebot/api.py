@@ -15,23 +15,29 @@ from flakebot.crates import Candidate
 from flakebot.errors import CatalogError, FlakebotError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.fsutil import remove_tree
+from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
 
 __all__ = [  # the public API; run_result and craft_result take a Run, flakebot's own
     "CraftResult",
+    "Improvement",
+    "RunRequest",
     "call_tool",
     "call_tool_argv",
     "craft",
+    "craft_request",
     "evaluate",
     "improve",
+    "improve_request",
     "install",
     "list_remote",
     "list_runs",
     "list_tools",
     "models",
     "package",
+    "package_request",
     "publish",
     "remove_runs",
     "remove_tool",
@@ -244,20 +250,37 @@ def craft(
     """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need).
 
     `from_source`: start from a git repository (URL, URL#ref, or `ref`) or a local crate directory instead of
-    searching; `name`: the tool's name (refused before any work when a tool for another need holds it)."""
+    searching; `name`: the tool's name (refused before any work when a tool for another need holds it).
+    The keywords are a RunRequest's fields (and the settings it overrides): see `craft_request`."""
+    limits = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens}
+    request = RunRequest(
+        need=need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_location=from_source,
+        ref=ref, name=name, spec_file=spec_file, keep=keep, fresh=fresh, fork=fork, push=push, delete_fork=delete_fork,
+        settings=_given(**limits, offline=offline, sandbox=sandbox),
+    )  # fmt: skip
+    return craft_request(request, stop_after=stop_after, sink=sink, settings=settings)
+
+
+def craft_request(
+    request: RunRequest,
+    *,
+    stop_after: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> CraftResult:
+    """`craft` of a RunRequest as the caller built it (from_location not yet resolved, settings as given)."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.pipeline import engine as pipeline
 
+    need = request.need
     if not need.strip():
         raise UsageError(
             "the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"'
         )
-    overrides = _run_overrides(
-        max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox
-    )
+    overrides = _run_overrides(request.settings)
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
-    if not fresh and stop_after is None:
+    if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
         if hit is not None:
             return _cached(hit, settings, started)
@@ -266,29 +289,15 @@ def craft(
             return dataclasses.replace(_cached(installed, settings, started), status="installed")
     from flakebot.llm.providers import check_model
 
-    check_model(model, settings)  # fail before any work when no model can be used
-    _check_craft_options(crate, mode, spec_file, stop_after)
-    _check_method(method)
+    check_model(request.model, settings)  # fail before any work when no model can be used
+    _check_craft_options(request.crate, request.mode, request.spec_file, stop_after)
+    _check_method(request.method)
     _check_limits(settings)
-    _check_name(name, need, settings)
-    start = _start_point(from_source, ref, crate, mode)
-    options = {
-        "model": model,
-        "registry": registry,
-        "crate": crate,
-        "mode": mode,
-        "method": method,
-        "name": name,
-        **start,
-        "spec_file": str(Path(spec_file).resolve()) if spec_file else None,
-        "keep": keep,
-        "fork": fork,
-        "push": push,
-        "delete_fork": delete_fork,
-        "fresh": fresh,
-        "settings": overrides,
-    }
-    run = pipeline.start("craft", _workdir(settings), settings, need, options, sink, stop_after)
+    _check_name(request.name, need, settings)
+    start = _start_point(request.from_location, request.ref, request.crate, request.mode)
+    spec_file = str(Path(request.spec_file).resolve()) if request.spec_file else None
+    request = dataclasses.replace(request, **start, spec_file=spec_file, settings=overrides)
+    run = pipeline.start("craft", _workdir(settings), settings, request, sink, stop_after)
     reused = run.output("spec").get("reuse")
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
@@ -309,8 +318,13 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     return install(ref, settings, source["url"], need=need)
 
 
-def _run_overrides(**given: Any) -> dict[str, Any]:
-    """The settings a craft's options override (those given), coerced as their flags would be."""
+def _given(**values: Any) -> dict[str, Any]:
+    """The settings a caller's keywords override: those given (not None)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _run_overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """The settings a request overrides (those given), coerced as their flags would be."""
     return {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
 
 
@@ -373,7 +387,7 @@ def _start_point(from_source: str | None, ref: str | None, crate: str | None, mo
     from flakebot.source.acquisition import start_point
 
     start, resolved_ref = start_point(from_source, ref, name=crate or "")
-    return {"from": start.to_dict(), "from_location": from_source, "ref": resolved_ref}
+    return {"start": start.to_dict(), "from_location": from_source, "ref": resolved_ref}
 
 
 def _check_limits(settings: config.Settings) -> None:
@@ -448,30 +462,45 @@ def improve(
     earlier versions stay runnable as TOOL@VERSION.
 
     `tool` may name the version to start from (csv-dedup@0.1.0); the result is always the newest version."""
+    limits = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens}
+    run_request = RunRequest(
+        improve=Improvement(tool=tool, request=request), model=model, spec_file=spec_file, registry=registry, keep=keep,
+        settings=_given(**limits, offline=offline, sandbox=sandbox),
+    )  # fmt: skip
+    return improve_request(run_request, stop_after=stop_after, sink=sink, settings=settings)
+
+
+def improve_request(
+    request: RunRequest,
+    *,
+    stop_after: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> CraftResult:
+    """`improve` of a RunRequest whose `improve` names the tool and the change (the rest is filled in here)."""
     from flakebot.deliver.catalog import Catalog, show_tool
     from flakebot.deliver.versions import newest, next_version
     from flakebot.llm.providers import check_model
     from flakebot.pipeline import engine as pipeline
     from flakebot.source.acquisition import start_point
-    from flakebot.stages.improvement import improvement_from_file
+    from flakebot.toolspec import improvement_from_file
 
-    if not request.strip():
+    asked = request.improve or Improvement(tool="", request="")
+    if not asked.request.strip():
         raise UsageError(
             "the improvement is empty",
             fix='say what to add, e.g. flakebot improve csv-dedup "also support --delimiter"',
         )
-    overrides = _run_overrides(
-        max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox
-    )
+    overrides = _run_overrides(request.settings)
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     catalog = Catalog.open(settings)
-    entry = catalog.get(tool)  # NAME@VERSION: that version's fields, and every version under "versions"
-    manifest = show_tool(tool, settings)["manifest"]
+    entry = catalog.get(asked.tool)  # NAME@VERSION: that version's fields, and every version under "versions"
+    manifest = show_tool(asked.tool, settings)["manifest"]
     kept = _kept_spec(entry, manifest, settings)
-    if spec_file:  # a bad file fails before any work
-        improvement_from_file(kept, Path(spec_file))
-    check_model(model, settings)
+    if request.spec_file:  # a bad file fails before any work
+        improvement_from_file(kept, Path(request.spec_file))
+    check_model(request.model, settings)
     _check_craft_options(None, None, None, stop_after)
     _check_limits(settings)
     source = Path(entry["dir"]) / "flake"
@@ -481,27 +510,26 @@ def improve(
             fix=f"craft it again with 'flakebot craft --fresh', or remove it with 'flakebot rm {entry['name']}'",
         )
     start, _ = start_point(str(source), name=str(manifest.get("package") or ""))
-    options = {
-        "model": model,
-        "registry": registry,
-        "name": entry["name"],
-        "from": start.to_dict(),
-        "from_location": f"{entry['name']}@{entry['version']}",
-        "spec_file": str(Path(spec_file).resolve()) if spec_file else None,
-        "keep": keep,
-        "fresh": True,
-        "settings": overrides,
-        "improve": {
-            "tool": entry["name"],
-            "from_version": entry["version"],
-            "version": next_version(newest(list(entry["versions"]))),
-            "request": request,
-            "need": entry["need"],
-            "kept_spec": kept.to_dict(),
-        },
-    }
-    need = f"improve {entry['name']}: {request}"
-    run = pipeline.start("craft", _workdir(settings), settings, need, options, sink, stop_after)
+    improvement = Improvement(
+        tool=entry["name"],
+        request=asked.request,
+        from_version=entry["version"],
+        version=next_version(newest(list(entry["versions"]))),
+        need=entry["need"],
+        kept_spec=kept.to_dict(),
+    )
+    request = dataclasses.replace(
+        request,
+        need=f"improve {entry['name']}: {asked.request}",
+        name=entry["name"],
+        start=start.to_dict(),
+        from_location=f"{entry['name']}@{entry['version']}",
+        spec_file=str(Path(request.spec_file).resolve()) if request.spec_file else None,
+        fresh=True,
+        settings=overrides,
+        improve=improvement,
+    )
+    run = pipeline.start("craft", _workdir(settings), settings, request, sink, stop_after)
     return craft_result(run, time.monotonic() - started)
 
 
@@ -543,26 +571,40 @@ def package(
     The flake goes to `out` when given (kept by `flakebot clean`), else into the run directory.
     Returns the package stage's output (flake, store path, how to run it) with the run id.
     """
+    request = RunRequest(
+        target=target,
+        registry=registry,
+        bin=bin_name,
+        out=out,
+        settings=_given(nixpkgs=nixpkgs or None, offline=offline),
+    )
+    return package_request(request, sink=sink, settings=settings)
+
+
+def package_request(
+    request: RunRequest, *, sink: EventSink = ignore, settings: config.Settings | None = None
+) -> PackageOut:
+    """`package` of a RunRequest naming its target (and registry, bin, out, and the nixpkgs or offline settings)."""
     from flakebot.pipeline import engine as pipeline
     from flakebot.stages.outputs import PackageOut
 
-    if not str(target).strip():
+    target = request.target or ""
+    if not target.strip():
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
-    overrides: dict[str, Any] = {"nixpkgs": config.coerce("nixpkgs", nixpkgs, "--nixpkgs")} if nixpkgs else {}
-    if offline is not None:  # no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
-        overrides["offline"] = offline
+    # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
+    overrides = _run_overrides(request.settings)
     settings = dataclasses.replace(_settings(settings), **overrides)
     path = Path(target).expanduser()
-    options = {
-        "target": str(path.resolve()) if path.exists() else target,
-        "registry": registry,
-        "bin": bin_name,
-        "settings": overrides,
-    }
-    options["out"] = str(Path(out).expanduser().resolve()) if out else None
-    run = pipeline.start("package", _workdir(settings), settings, f"package {target}", options, sink)
+    request = dataclasses.replace(
+        request,
+        need=f"package {target}",
+        target=str(path.resolve()) if path.exists() else target,
+        out=str(Path(request.out).expanduser().resolve()) if request.out else None,
+        settings=overrides,
+    )
+    run = pipeline.start("package", _workdir(settings), settings, request, sink)
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
 
 

@@ -31,6 +31,7 @@ import shlex
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +42,14 @@ import anyio.from_thread
 import anyio.to_thread
 
 from flakebot import __version__, api, config
-from flakebot.deliver.schema import Field, closed_object
-from flakebot.deliver.toolcall import TRUNCATION, writable_argument
+from flakebot.deliver.schema import Field, closed_object, strict_schema
+from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
+from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.redact import RedactFilter
+from flakebot.toolschema import declare, field_docs, json_schema
 
 logger = logging.getLogger(__name__)
 
@@ -60,105 +63,135 @@ INSTRUCTIONS = (
 )
 
 
-def _schema(required: tuple[str, ...] = (), **properties: tuple[str, str]) -> dict[str, Any]:
-    """A strict-compatible input schema (deliver/schema.py) from name=(type, description) pairs."""
-    return closed_object({name: Field(kind, text, name in required) for name, (kind, text) in properties.items()})
-
-
 WAIT = (
-    "boolean",
     "true: answer when the work is done (with progress notifications); false: answer at once with a run handle "
     "{run_id, status: running, follow}, then call status with run_id until its status is succeeded or failed. "
-    "Null or absent: true if the request carries a progress token, else false.",
+    "Null or absent: true if the request carries a progress token, else false."
 )
 FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
-OWN_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
-    "craft": (
-        "Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for the same need); "
-        "returns its manifest. Start from a git repository or local crate with `from`." + LONG,
-        _schema(
-            ("need",),
-            need=("string", "What the tool should do, in plain words."),
-            model=("string", "provider:model, e.g. groq:openai/gpt-oss-120b; default from flakebot's config."),
-            crate=("string", "Start from this crate (skips the search)."),
-            registry=("string", "auto, crates-io, local, or a cargo directory-source path."),
-            name=("string", "The tool's name, when the one the spec picks is taken."),
-            fresh=("boolean", "Craft again even if the catalog has a tool for this need."),
-            wait=WAIT,
-            **{
-                "from": (
-                    "string",
-                    "A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from.",
-                )
-            },
-        ),
-    ),
-    "improve": (
-        "Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it has "
-        "must still pass, new ones are added for the change. Earlier versions stay callable through `run` as NAME@VERSION."
-        + LONG,
-        _schema(
-            ("tool", "request"),
-            tool=("string", "The catalogued tool (NAME, or NAME@VERSION to start from that version)."),
-            request=("string", "The change in plain words, e.g. 'also support a --delimiter option'."),
-            model=("string", "provider:model; default from flakebot's config."),
-            wait=WAIT,
-        ),
-    ),
-    "status": (
-        "A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it "
-        "succeeded, its result (a craft's manifest). Poll it every few seconds to follow a run handle.",
-        _schema(("run_id",), run_id=("string", "The run id craft returned.")),
-    ),
-    "resume": (
-        "Continue an interrupted or failed run from its first unfinished stage." + LONG,
-        _schema(("run_id",), run_id=("string", "The run to continue."), wait=WAIT),
-    ),
-    "search": (
-        "Search Rust crates a tool could start from, ranked for tool-making.",
-        _schema(
-            ("query",),
-            query=("string", "What the tool should do or work on."),
-            registry=("string", "auto, crates-io or local."),
-            limit=("integer", "How many."),
-        ),
-    ),
-    "list": ("List the crafted tools in flakebot's catalog with their summaries.", _schema()),
-    "show": (
-        "Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.",
-        _schema(("name",), name=("string", "A run id or a tool name.")),
-    ),
-    "package": (
-        "Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and smoke-run it. No model."
-        + LONG,
-        _schema(
-            ("target",),
-            target=("string", "A crate directory or a crate name."),
-            registry=("string", "Where to find a crate name."),
-            bin=("string", "The binary, when the crate has several."),
-            out=("string", "Write the flake to this directory (kept after the run)."),
-            wait=WAIT,
-        ),
-    ),
-    "runs": ("List runs, newest first, with status and need.", _schema()),
-    "run": (
-        "Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments instead). "
-        + TRUNCATION,
-        _schema(
-            ("tool",),
-            tool=("string", "The tool's name, or NAME@VERSION for an earlier version."),
-            args=(
-                "array",
-                "Command-line arguments, one item each (a single string is split as a shell would, shlex); "
-                "paths they name are read-only to the tool.",
-            ),
-            stdin=("string", "Standard input."),
-            writable=("array", "Existing files or directories the tool may write; nothing else is writable."),
-        ),
-    ),
-    "rm": ("Remove a crafted tool from the catalog.", _schema(("tool",), tool=("string", "The tool's name."))),
-}
+# craft, improve and package take a RunRequest: each argument is a request field (improve.X: a field of its
+# Improvement), typed and described as the field is; `wait` is the server's own.
+CRAFT_ARGS = {
+    "need": "need", "model": "model", "crate": "crate", "registry": "registry", "name": "name", "fresh": "fresh",
+    "from": "from_location",
+}  # fmt: skip
+IMPROVE_ARGS = {"tool": "improve.tool", "request": "improve.request", "model": "model"}
+PACKAGE_ARGS = {"target": "target", "registry": "registry", "bin": "bin", "out": "out"}
+
+
+class OwnTools:
+    """flakebot's own MCP tools, each declared by a method (flakebot.toolschema) and carried out by
+    FlakebotMCP._tool_NAME; craft, improve and package take their arguments from a RunRequest's fields."""
+
+    def craft(self) -> None:
+        """Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for
+        the same need); returns its manifest. Start from a git repository or local crate with `from`.{LONG}"""
+
+    def improve(self) -> None:
+        """Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it
+        has must still pass, new ones are added for the change. Earlier versions stay callable through `run` as
+        NAME@VERSION.{LONG}"""
+
+    def status(self, run_id: str) -> None:
+        """A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it
+        succeeded, its result (a craft's manifest). Poll it every few seconds to follow a run handle.
+
+        run_id: The run id craft returned.
+        """
+
+    def resume(self, run_id: str, wait: bool | None = None) -> None:
+        """Continue an interrupted or failed run from its first unfinished stage.{LONG}
+
+        run_id: The run to continue.
+        wait: {WAIT}
+        """
+
+    def search(self, query: str, registry: str | None = None, limit: int | None = None) -> None:
+        """Search Rust crates a tool could start from, ranked for tool-making.
+
+        query: What the tool should do or work on.
+        registry: auto, crates-io or local.
+        limit: How many.
+        """
+
+    def list_(self) -> None:
+        """List the crafted tools in flakebot's catalog with their summaries."""
+
+    def show(self, name: str) -> None:
+        """Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.
+
+        name: A run id or a tool name.
+        """
+
+    def package(self) -> None:
+        """Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and
+        smoke-run it. No model.{LONG}"""
+
+    def runs(self) -> None:
+        """List runs, newest first, with status and need."""
+
+    def run(
+        self, tool: str, args: list[str] | None = None, stdin: str | None = None, writable: list[str] | None = None
+    ) -> None:
+        """Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments
+        instead). {TRUNCATION}
+
+        tool: The tool's name, or NAME@VERSION for an earlier version.
+        args: Command-line arguments, one item each (a single string is split as a shell would, shlex); paths they
+            name are read-only to the tool.
+        stdin: Standard input.
+        writable: Existing files or directories the tool may write; nothing else is writable.
+        """
+
+    def rm(self, tool: str) -> None:
+        """Remove a crafted tool from the catalog.
+
+        tool: The tool's name.
+        """
+
+
+def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each own tool's description and strict input schema (deliver/schema.py), in the order clients list them."""
+    requests = {
+        "craft": (CRAFT_ARGS, ("need",)),
+        "improve": (IMPROVE_ARGS, ("tool", "request")),
+        "package": (PACKAGE_ARGS, ("target",)),
+    }
+    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
+    tools = {}
+    for name in names:
+        declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
+        schema = _request_schema(*requests[name]) if name in requests else strict_schema(declared)
+        tools[name] = (declared.description, schema)
+    return tools
+
+
+def _request_schema(args: dict[str, str], required: tuple[str, ...]) -> dict[str, Any]:
+    """A strict-compatible input schema for arguments that are RunRequest fields, and `wait`."""
+    fields = {name: _request_field(path, name in required) for name, path in args.items()}
+    return closed_object({**fields, "wait": Field("boolean", WAIT)})
+
+
+def _request_field(path: str, required: bool) -> Field:
+    cls, name = (Improvement, path.removeprefix("improve.")) if path.startswith("improve.") else (RunRequest, path)
+    kind = json_schema(typing.get_type_hints(cls)[name])["type"]
+    return Field(kind, field_docs(cls)[name], required)
+
+
+def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, ...] = ()) -> RunRequest:
+    """The RunRequest a call's arguments make: null, "" and false are absent (schema.py); required ones are checked."""
+    values: dict[str, Any] = {}
+    for name, path in names.items():
+        given = _required(args, name) if name in required else args.get(name)
+        kind = _request_field(path, False).kind
+        values[path] = bool(given) if kind == "boolean" else (str(given) if given else None)
+    improvement = {k.removeprefix("improve."): v for k, v in values.items() if k.startswith("improve.")}
+    plain = {k: v for k, v in values.items() if not k.startswith("improve.") and v is not None}
+    return RunRequest(**plain, improve=Improvement(**improvement) if improvement else None)
+
+
+OWN_TOOLS = _own_tools()
 
 
 @dataclass
@@ -235,41 +268,27 @@ class FlakebotMCP:
 
     def _work_craft(self, args: dict[str, Any]) -> Work:
         _known(args, OWN_TOOLS["craft"][1])
-        settings, need = self.settings(), str(args.get("need", ""))
-        given = {k: str(args[k]) if args.get(k) else None for k in ("model", "crate", "registry", "name", "from")}
+        settings, request = self.settings(), _request(args, CRAFT_ARGS)
 
         def work(sink: EventSink) -> dict[str, Any]:
-            result = api.craft(
-                need, model=given["model"], crate=given["crate"], registry=given["registry"], name=given["name"], from_source=given["from"],
-                fresh=bool(args.get("fresh")), sink=sink, settings=settings,
-            )  # fmt: skip
-            return result.to_dict()
+            return api.craft_request(request, sink=sink, settings=settings).to_dict()
 
         return work
 
     def _work_improve(self, args: dict[str, Any]) -> Work:
         _known(args, OWN_TOOLS["improve"][1])
-        settings, tool, request = self.settings(), _required(args, "tool"), _required(args, "request")
-        model = str(args["model"]) if args.get("model") else None
-        return lambda sink: api.improve(tool, request, model=model, sink=sink, settings=settings).to_dict()
+        settings, request = self.settings(), _request(args, IMPROVE_ARGS, required=("tool", "request"))
+        return lambda sink: api.improve_request(request, sink=sink, settings=settings).to_dict()
 
     def _work_resume(self, args: dict[str, Any]) -> Work:
         settings, run_id = self.settings(), _required(args, "run_id")
         return lambda sink: api.resume(run_id, sink=sink, settings=settings)
 
     def _work_package(self, args: dict[str, Any]) -> Work:
-        settings, target = self.settings(), _required(args, "target")
+        settings, request = self.settings(), _request(args, PACKAGE_ARGS, required=("target",))
 
         def work(sink: EventSink) -> dict[str, Any]:
-            out = api.package(
-                target,
-                registry=args.get("registry") or None,  # null or "": absent (schema.py)
-                bin_name=args.get("bin") or None,
-                out=args.get("out") or None,
-                sink=sink,
-                settings=settings,
-            )
-            return out.to_dict()
+            return api.package_request(request, sink=sink, settings=settings).to_dict()
 
         return work
 

@@ -3,6 +3,10 @@
 The model answers through one of two tools: `submit_spec` (name, summary, usage, 3-6 examples)
 or `reject_need` (the need is empty or makes no sense; its explanation ends the craft cleanly).
 `--spec FILE` supplies the spec instead (JSON or TOML of the same shape).
+
+An improved tool's spec (`flakebot improve TOOL "also support X"`) keeps every acceptance example of the
+version it starts from (users rely on them) and adds new ones; a new example with a kept one's input but
+another expected output would change what the tool already promised, and is refused.
 """
 
 from __future__ import annotations
@@ -24,14 +28,19 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 @dataclass
 class Example:
-    """One acceptance example: run the tool with these inputs, expect this output."""
+    """One acceptance example: run the tool with these inputs, expect this output.
 
-    args: list[str]
+    It is also the shape the spec model writes examples in (flakebot.toolschema): a field's docstring is what the
+    model is told about it, and exit_code is asked for even though it has a default."""
+
+    args: list[str]  # the tool's command-line arguments
     stdout: str
-    exit_code: int = 0
+    """exact expected standard output"""
+    exit_code: int = field(default=0, metadata={"required": True})
     stdin: str = ""
     files: dict[str, str] = field(default_factory=dict)
-    description: str = ""
+    """files created in the working directory"""
+    description: str = ""  # what the example shows
 
 
 @dataclass
@@ -104,6 +113,70 @@ def load_spec_file(path: Path) -> ToolSpec:
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"spec file {path} does not parse ({exc})", fix="fix the JSON/TOML syntax") from None
     return ToolSpec.from_dict(data, source=str(path))
+
+
+# ------------------------------------------------------------------ the next version
+
+
+def improved_spec(kept: ToolSpec, answer: dict[str, Any], source: str = "improvement") -> ToolSpec:
+    """The next version's spec: `kept`'s examples first (unchanged), then the answer's new ones."""
+    try:
+        added = [
+            Example(**{k: v for k, v in e.items() if k in Example.__dataclass_fields__}) for e in answer["examples"]
+        ]
+    except (KeyError, TypeError) as exc:
+        raise SpecError(
+            f"{source}: missing or malformed field {exc}", fix="give summary, usage and 1-6 new examples"
+        ) from None
+    spec = ToolSpec.from_dict(
+        {
+            "name": kept.name,
+            "summary": str(answer.get("summary") or kept.summary),
+            "usage": str(answer.get("usage") or kept.usage),
+            "search_query": kept.search_query,
+            "examples": [vars(e) for e in [*kept.examples, *added]],
+            "inherited_examples": len(kept.examples),
+        },
+        source,
+    )
+    contradiction = _contradiction(kept.examples, added)
+    if contradiction:
+        raise SpecError(
+            f"{source}: {contradiction}", fix="keep the current examples as they are; add only new behaviour"
+        )
+    return spec
+
+
+def _contradiction(kept: list[Example], added: list[Example]) -> str:
+    """A new example with a kept example's exact input but another expected result, if any."""
+    for n, example in enumerate(added, 1):
+        for m, old in enumerate(kept, 1):
+            same_input = (old.args, old.stdin, old.files) == (example.args, example.stdin, example.files)
+            if same_input and (old.stdout, old.exit_code) != (example.stdout, example.exit_code):
+                return (
+                    f"new example {n} has the input of kept example {m} but expects another result; the current "
+                    "version's examples cannot change"
+                )
+    return ""
+
+
+def improvement_from_file(kept: ToolSpec, path: Path) -> ToolSpec:
+    """`improve --spec FILE`: JSON or TOML with summary, usage and the new examples (a name, if given, must be the tool's)."""
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read spec file {path}: {exc.strerror}", fix="pass --spec with a readable file"
+        ) from None
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"spec file {path} does not parse ({exc})", fix="fix the JSON/TOML syntax") from None
+    if data.get("name", kept.name) != kept.name:
+        raise UsageError(
+            f"spec file {path} names the tool {data['name']}, but this improves {kept.name}",
+            fix="leave the name out of an improvement's spec (the tool keeps its name)",
+        )
+    return improved_spec(kept, data, source=str(path))
 
 
 # ------------------------------------------------------------------ the acceptance test

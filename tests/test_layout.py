@@ -18,6 +18,7 @@ LEAVES = {
     "modeltext",
     "redact",
     "render",
+    "toolschema",
     "toolspec",
     "trust",
     "__version__",

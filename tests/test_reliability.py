@@ -18,6 +18,7 @@ from flakebot import config
 from flakebot.errors import ModelError, NixError, UsageError
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, require, run_cli
 
@@ -163,7 +164,7 @@ def test_a_stage_whose_work_was_removed_runs_again_with_every_later_stage(workdi
     flag = tmp_path / "fail-once"
     flag.write_text("")
     with pytest.raises(UsageError):
-        pipeline.start(f"{__name__}:REMOVABLE", workdir, config.load(), options={"flag": str(flag)})
+        pipeline.start(f"{__name__}:REMOVABLE", workdir, config.load(), RunRequest(target=str(flag)))
     (run,) = list_runs(workdir)
     assert run.stage_status("use") == "failed" and not (run.dir / "made").exists()
     done = pipeline.resume(workdir, run.id, config.load())
@@ -181,7 +182,7 @@ def _make(ctx: StageContext) -> dict[str, Any]:
 
 
 def _use(ctx: StageContext) -> dict[str, Any]:
-    flag = Path(ctx.options["flag"])
+    flag = Path(ctx.request.target or "")  # the test's flag file
     if flag.exists():
         flag.unlink()
         raise UsageError("failing once", fix="resume")

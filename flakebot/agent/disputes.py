@@ -1,6 +1,6 @@
 """Spec disputes: the edit model may say an acceptance example is wrong; the spec model settles it.
 
-`dispute_example(n, reason)` is one more tool in the edit loop. flakebot asks the spec model, in a separate
+`dispute_example(n, reason)` is one more tool in the edit loop (each tool is declared by the function of its name). flakebot asks the spec model, in a separate
 call that the transcript logs (stage "dispute"), to confirm example n or correct it. A correction replaces
 the example in the spec, rewrites the acceptance test and freezes it again. At most MAX_DISPUTES per run;
 every dispute is recorded (the edit stage's output, the manifest, and USAGE.md for corrected examples).
@@ -17,6 +17,7 @@ from typing import Any
 from flakebot.agent.tools import Toolbox, ToolResult
 from flakebot.errors import FlakebotError, SpecError
 from flakebot.llm.base import Model
+from flakebot.toolschema import declare
 from flakebot.toolspec import Example, ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -24,58 +25,27 @@ logger = logging.getLogger(__name__)
 MAX_DISPUTES = 2
 EXAMPLE_FIELDS = ("description", "args", "stdin", "files", "stdout", "exit_code")
 
-DISPUTE_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "dispute_example",
-        "description": f"Say that acceptance example n (1-based) contradicts the need or the other examples. The spec's author confirms "
-        f"or corrects it; a corrected example replaces the frozen test. At most {MAX_DISPUTES} disputes per run: fix the code when the "
-        "example is right.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "n": {"type": "integer", "description": "example number, 1-based"},
-                "reason": {"type": "string", "description": "what is wrong with it"},
-            },
-            "required": ["n", "reason"],
-            "additionalProperties": False,
-        },
-    },
-}
-_EXAMPLE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "description": {"type": "string"},
-        "args": {"type": "array", "items": {"type": "string"}},
-        "stdin": {"type": "string"},
-        "files": {"type": "object", "additionalProperties": {"type": "string"}},
-        "stdout": {"type": "string"},
-        "exit_code": {"type": "integer"},
-    },
-    "required": ["args", "stdout", "exit_code"],
-}
-RULING_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "confirm_example",
-            "description": "The example is right as written.",
-            "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "correct_example",
-            "description": "The example is wrong: give the whole corrected example.",
-            "parameters": {
-                "type": "object",
-                "properties": {"example": _EXAMPLE_SCHEMA, "reason": {"type": "string"}},
-                "required": ["example", "reason"],
-            },
-        },
-    },
-]
+
+def dispute_example(n: int, reason: str) -> None:
+    """Say that acceptance example n (1-based) contradicts the need or the other examples. The spec's author confirms
+    or corrects it; a corrected example replaces the frozen test. At most {MAX_DISPUTES} disputes per run: fix the
+    code when the example is right.
+
+    n: example number, 1-based
+    reason: what is wrong with it
+    """
+
+
+def confirm_example(reason: str) -> None:
+    """The example is right as written."""
+
+
+def correct_example(example: Example, reason: str) -> None:
+    """The example is wrong: give the whole corrected example."""
+
+
+DISPUTE_TOOL = declare(dispute_example).schema()
+RULING_TOOLS = [declare(confirm_example, closed=False).schema(), declare(correct_example, closed=False).schema()]
 
 
 class DisputeDesk:

@@ -34,6 +34,7 @@ from flakebot.cargo.runner import Cargo
 from flakebot.errors import FlakebotError
 from flakebot.fsutil import remove_tree
 from flakebot.sandbox import Sandbox
+from flakebot.toolschema import BadArguments, declare
 from flakebot.trust import git_reason, steering_reason
 
 SKIP_DIRS = {"target", "node_modules"}  # and every .git (trust.git_reason)
@@ -77,116 +78,6 @@ class ToolResult:
     report: CargoReport | None = field(default=None, repr=False)  # cargo tools: the full report
 
 
-@dataclass
-class ToolParam:
-    name: str
-    type: str  # JSON Schema type: string, integer, boolean, array (of strings)
-    description: str
-    required: bool = True
-
-
-@dataclass
-class Tool:
-    name: str
-    description: str
-    params: list[ToolParam]
-    writes: bool = False  # refused in read-only mode
-
-    def schema(self) -> dict[str, Any]:
-        properties = {p.name: _json_type(p) for p in self.params}
-        parameters = {
-            "type": "object",
-            "properties": properties,
-            "required": [p.name for p in self.params if p.required],
-            "additionalProperties": False,
-        }
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": parameters},
-        }
-
-
-def _json_type(param: ToolParam) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": param.type, "description": param.description}
-    if param.type == "array":
-        schema["items"] = {"type": "string"}
-    return schema
-
-
-TOOLS = [
-    Tool(
-        "list_files",
-        "List the files under a directory of the workspace (recursively; .git and target are skipped).",
-        [ToolParam("path", "string", "Directory relative to the workspace root; default '.'.", False)],
-    ),
-    Tool(
-        "read_file",
-        f"Read a text file with line numbers (the numbers are not part of the file). At most {MAX_READ_LINES} lines per call.",
-        [
-            ToolParam("path", "string", "File path relative to the workspace root, e.g. src/main.rs."),
-            ToolParam("start_line", "integer", "First line to show (1-based); default 1.", False),
-            ToolParam("end_line", "integer", "Last line to show (inclusive); default the end of the file.", False),
-        ],
-    ),
-    Tool(
-        "search",
-        f"Search the workspace's text files for a Python regular expression; returns path:line: text (at most {MAX_SEARCH_RESULTS} matches).",
-        [
-            ToolParam("pattern", "string", "Regular expression, e.g. 'fn main' or 'struct \\w+Config'."),
-            ToolParam("path", "string", "Directory or file to search; default '.'.", False),
-        ],
-    ),
-    Tool(
-        "write_file",
-        "Create or overwrite a file with the complete content given. Write the whole file: placeholders such as '// ... existing code' are refused.",
-        [
-            ToolParam("path", "string", "File path relative to the workspace root."),
-            ToolParam("content", "string", "The complete new content of the file."),
-        ],
-        writes=True,
-    ),
-    Tool(
-        "edit_file",
-        "Replace one exact occurrence of `search` in a file by `replace`. `search` must match the file exactly, whitespace included, "
-        "and only once (add surrounding lines to make it unique). Write real code in `replace`, never placeholders such as '// ... existing code'.",
-        [
-            ToolParam("path", "string", "File path relative to the workspace root."),
-            ToolParam(
-                "search", "string", "The exact text to find (copied from read_file output, without the line numbers)."
-            ),
-            ToolParam("replace", "string", "The text to put in its place (may be empty to delete)."),
-        ],
-        writes=True,
-    ),
-    Tool(
-        "cargo_check",
-        "Run `cargo check --all-targets` in the sandbox; returns the compiler errors (deduplicated, first errors first).",
-        [],
-    ),
-    Tool(
-        "run_tests",
-        "Run `cargo test` in the sandbox (all tests, the frozen acceptance tests included); "
-        "returns compiler errors or failing tests with their panic messages.",
-        [ToolParam("filter", "string", "Only run tests whose name contains this text; default all.", False)],
-    ),
-    Tool(
-        "add_dependency",
-        "Add a crate to [dependencies] with `cargo add` from the configured crate registry, and fetch it for the (offline) builds.",
-        [
-            ToolParam("name", "string", "Crate name, e.g. anyhow."),
-            ToolParam("version", "string", "Version requirement, e.g. 1.0; default the newest available.", False),
-            ToolParam("features", "array", "Features to enable.", False),
-        ],
-        writes=True,
-    ),
-    Tool(
-        "done",
-        "Say the work is finished. flakebot then runs the tests itself; the loop ends only if they pass.",
-        [ToolParam("summary", "string", "What you changed and how the tool is used.")],
-    ),
-]
-
-
 class Refused(Exception):
     """A tool call flakebot will not carry out; the message tells the model why and what to do instead."""
 
@@ -215,7 +106,7 @@ class Toolbox:
         self.only_acceptance = (
             only_acceptance  # the crate's own tests cannot build: cargo sees the binaries and the acceptance test
         )
-        self.tools = {t.name: t for t in TOOLS if not (read_only and t.writes)}
+        self.tools = {t.name: t for t in TOOLS if not (read_only and t.extra.get("writes"))}
         self.frozen = frozen or Frozen(self.workspace, {})
         self._manifests = ManifestWatch(self.workspace) if cargo.online else None
 
@@ -233,8 +124,8 @@ class Toolbox:
                 {"tool": name, "error": "unknown_tool"},
             )
         try:
-            args = _check_arguments(tool, arguments)
-        except Refused as exc:
+            args = tool.check(arguments)
+        except BadArguments as exc:
             return ToolResult(False, f"bad arguments for {name}: {exc}", {"tool": name, "error": "bad_arguments"})
         result = self._dispatch(name, args)
         result.data["tool"] = name
@@ -321,6 +212,10 @@ class Toolbox:
     # --- the tools ----------------------------------------------------------------------------------
 
     def _list_files(self, path: str = ".") -> ToolResult:
+        """List the files under a directory of the workspace (recursively; .git and target are skipped).
+
+        path: Directory relative to the workspace root; default '.'.
+        """
         base = self._inside(path)
         if not base.exists():
             raise Refused(f"'{path}' does not exist")
@@ -332,6 +227,13 @@ class Toolbox:
         return ToolResult(True, text, {"path": path, "count": len(files)})
 
     def _read_file(self, path: str, start_line: int = 1, end_line: int | None = None) -> ToolResult:
+        """Read a text file with line numbers (the numbers are not part of the file). At most {MAX_READ_LINES} lines per
+        call.
+
+        path: File path relative to the workspace root, e.g. src/main.rs.
+        start_line: First line to show (1-based); default 1.
+        end_line: Last line to show (inclusive); default the end of the file.
+        """
         file = self._existing_file(path)
         lines = _text(file).splitlines()
         if not lines:
@@ -351,6 +253,12 @@ class Toolbox:
         )
 
     def _search(self, pattern: str, path: str = ".") -> ToolResult:
+        """Search the workspace's text files for a Python regular expression; returns path:line: text (at most
+        {MAX_SEARCH_RESULTS} matches).
+
+        pattern: Regular expression, e.g. 'fn main' or 'struct \\w+Config'.
+        path: Directory or file to search; default '.'.
+        """
         try:
             regex = re.compile(pattern)
         except re.error as exc:
@@ -369,6 +277,12 @@ class Toolbox:
         return ToolResult(True, text, {"pattern": pattern, "matches": total})
 
     def _write_file(self, path: str, content: str) -> ToolResult:
+        """Create or overwrite a file with the complete content given. Write the whole file: placeholders such as
+        '// ... existing code' are refused.
+
+        path: File path relative to the workspace root.
+        content: The complete new content of the file.
+        """
         file = self._writable(path)
         _refuse_placeholder(content, "")
         if len(content.encode()) > MAX_FILE_BYTES:
@@ -385,6 +299,14 @@ class Toolbox:
         )
 
     def _edit_file(self, path: str, search: str, replace: str) -> ToolResult:
+        """Replace one exact occurrence of `search` in a file by `replace`. `search` must match the file exactly,
+        whitespace included, and only once (add surrounding lines to make it unique). Write real code in `replace`,
+        never placeholders such as '// ... existing code'.
+
+        path: File path relative to the workspace root.
+        search: The exact text to find (copied from read_file output, without the line numbers).
+        replace: The text to put in its place (may be empty to delete).
+        """
         file = self._writable(path)
         if not file.is_file():
             raise Refused(f"'{path}' does not exist; use write_file to create it")
@@ -417,9 +339,16 @@ class Toolbox:
         )
 
     def _cargo_check(self) -> ToolResult:
+        """Run `cargo check --all-targets` in the sandbox; returns the compiler errors (deduplicated, first errors
+        first)."""
         return self._cargo("check", ["--bins", *ACCEPTANCE_TARGET] if self.only_acceptance else ["--all-targets"])
 
     def _run_tests(self, filter: str | None = None) -> ToolResult:
+        """Run `cargo test` in the sandbox (all tests, the frozen acceptance tests included); returns compiler errors or
+        failing tests with their panic messages.
+
+        filter: Only run tests whose name contains this text; default all.
+        """
         return self._cargo("test", (ACCEPTANCE_TARGET if self.only_acceptance else []) + ([filter] if filter else []))
 
     def _cargo(self, subcommand: str, extra: list[str]) -> ToolResult:
@@ -439,6 +368,13 @@ class Toolbox:
         return ToolResult(True, report.summary(), data, report)
 
     def _add_dependency(self, name: str, version: str | None = None, features: list[str] | None = None) -> ToolResult:
+        """Add a crate to [dependencies] with `cargo add` from the configured crate registry, and fetch it for the
+        (offline) builds.
+
+        name: Crate name, e.g. anyhow.
+        version: Version requirement, e.g. 1.0; default the newest available.
+        features: Features to enable.
+        """
         spec = _dependency_spec(name, version, features or [])
         if not (self.crate_dir / "Cargo.toml").is_file():
             raise Refused(f"no Cargo.toml in {self._rel(self.crate_dir)}")
@@ -494,6 +430,10 @@ class Toolbox:
         )
 
     def _done(self, summary: str) -> ToolResult:
+        """Say the work is finished. flakebot then runs the tests itself; the loop ends only if they pass.
+
+        summary: What you changed and how the tool is used.
+        """
         return ToolResult(
             True,
             "Noted. flakebot now runs the tests itself; the work ends only if they pass.",
@@ -509,34 +449,18 @@ class Toolbox:
         return file
 
 
-def _check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
-    """The arguments with their types checked (nulls dropped, integer strings accepted); Refused naming the problem."""
-    if not isinstance(arguments, dict):
-        raise Refused(f"arguments must be a JSON object, got {type(arguments).__name__}")
-    params = {p.name: p for p in tool.params}
-    unknown = sorted(set(arguments) - set(params))
-    if unknown:
-        raise Refused(f"unexpected argument {', '.join(map(repr, unknown))} (accepted: {', '.join(params) or 'none'})")
-    args = {k: v for k, v in arguments.items() if v is not None}
-    missing = [p.name for p in tool.params if p.required and p.name not in args]
-    if missing:
-        raise Refused(f"missing required argument {', '.join(map(repr, missing))}")
-    return {k: _typed(params[k], v) for k, v in args.items()}
-
-
-def _typed(param: ToolParam, value: Any) -> Any:
-    if param.type == "integer" and isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    ok = {
-        "string": isinstance(value, str),
-        "integer": isinstance(value, int) and not isinstance(value, bool),
-        "boolean": isinstance(value, bool),
-        "array": isinstance(value, list) and all(isinstance(v, str) for v in value),
-    }[param.type]
-    if not ok:
-        expected = "an array of strings" if param.type == "array" else f"a {param.type}"
-        raise Refused(f"'{param.name}' must be {expected}, got {type(value).__name__} {str(value)[:60]!r}")
-    return value
+# The model's tools, declared by the methods themselves (flakebot.toolschema): name, description and parameters.
+TOOLS = [
+    declare(Toolbox._list_files),
+    declare(Toolbox._read_file),
+    declare(Toolbox._search),
+    declare(Toolbox._write_file, writes=True),
+    declare(Toolbox._edit_file, writes=True),
+    declare(Toolbox._cargo_check),
+    declare(Toolbox._run_tests),
+    declare(Toolbox._add_dependency, writes=True),
+    declare(Toolbox._done),
+]
 
 
 def _walk(base: Path, workspace: Path) -> Iterator[Path]:

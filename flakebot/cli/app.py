@@ -76,6 +76,11 @@ def main_options(
     G.overrides["workdir"] = str(workdir) if workdir else None
 
 
+def _given(**flags: Any) -> dict[str, Any]:
+    """The settings a command's flags override: those given."""
+    return {key: value for key, value in flags.items() if value is not None}
+
+
 def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
     from flakebot.cli.entry import setup_logging
 
@@ -285,13 +290,13 @@ def craft_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink
 
+    request = api.RunRequest(
+        need=need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_location=from_source, ref=ref,
+        name=name, spec_file=str(spec) if spec else None, keep=keep, fresh=fresh, fork=fork, push=push, delete_fork=delete_fork,
+        settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
+    )  # fmt: skip
     with event_sink(as_json, f"craft: {need}") as sink:
-        result = api.craft(
-            need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_source=from_source, ref=ref, name=name,
-            spec_file=str(spec) if spec else None,
-            max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep, fresh=fresh,
-            fork=fork, push=push, delete_fork=delete_fork, stop_after=stop_after, sandbox=sandbox, sink=sink, settings=G.settings,
-        )  # fmt: skip
+        result = api.craft_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
     print_craft_result(result.to_dict(), as_json)
@@ -333,12 +338,13 @@ def improve_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink
 
+    run_request = api.RunRequest(
+        improve=api.Improvement(tool=tool, request=request), model=model, spec_file=str(spec) if spec else None,
+        registry=registry, keep=keep,
+        settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
+    )  # fmt: skip
     with event_sink(as_json, f"improve {tool}: {request}") as sink:
-        result = api.improve(
-            tool, request, model=model, spec_file=str(spec) if spec else None, registry=registry,
-            max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, keep=keep,
-            stop_after=stop_after, sandbox=sandbox, sink=sink, settings=G.settings,
-        )  # fmt: skip
+        result = api.improve_request(run_request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
     print_craft_result(result.to_dict(), as_json)
@@ -569,17 +575,15 @@ def package_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink, json_line, out
 
+    request = api.RunRequest(
+        target=target,
+        registry=registry,
+        bin=bin_name,
+        out=str(out_dir) if out_dir else None,
+        settings=_given(nixpkgs=nixpkgs or None, offline=offline),
+    )
     with event_sink(as_json, f"package {target}") as sink:
-        result = api.package(
-            target,
-            registry=registry,
-            bin_name=bin_name,
-            nixpkgs=nixpkgs,
-            out=str(out_dir) if out_dir else None,
-            offline=offline,
-            sink=sink,
-            settings=G.settings,
-        )
+        result = api.package_request(request, sink=sink, settings=G.settings)
     if as_json:
         json_line({"result": result.to_dict()})
         return

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from flakebot.toolschema import Declared
+
 ABSENT_HINT = "null when not wanted"
 
 
@@ -49,6 +51,19 @@ def closed_object(fields: dict[str, Field]) -> dict[str, Any]:
         "required": list(fields),
         "additionalProperties": False,
     }
+
+
+def strict_schema(declared: Declared) -> dict[str, Any]:
+    """A declared tool's (flakebot.toolschema) input schema in this shape: the parameters it declares optional, nullable."""
+    fields = {
+        p.name: Field(p.schema["type"], p.schema.get("description", ""), p.required, items=_items(p.schema))
+        for p in declared.params
+    }
+    return closed_object(fields)
+
+
+def _items(schema: dict[str, Any]) -> str:
+    return str(schema.get("items", {}).get("type", "string"))
 
 
 def really_required(schema: dict[str, Any]) -> list[str]:

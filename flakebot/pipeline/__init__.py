@@ -2,6 +2,7 @@
 
     engine.py   Stage, StageContext, execute/start/resume: the ordered stages, checkpoints, events
     run.py      a Run: its directory, state.json (versioned, atomic), the run lock, resources
+    request.py  RunRequest: what the caller asked of a run, built by the CLI, the MCP server or the API
     cleanup.py  what clean removes from a run directory, and `flakebot clean`
     models.py   the run's model for a stage (one transcript, one budget across stages and resumes)
 

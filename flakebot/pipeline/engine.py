@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, Interrupted, RunError, UsageError
 from flakebot.events import Event, EventSink, ignore
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from flakebot.redact import RedactFilter, redact, redact_text
 
@@ -76,12 +77,13 @@ class StageContext:
         return out.from_dict(self.run.output(out.STAGE))  # type: ignore[attr-defined, no-any-return]
 
     @property
-    def options(self) -> dict[str, Any]:
-        return dict(self.run.state.get("options") or {})
+    def request(self) -> RunRequest:
+        """What the caller asked of this run (flakebot.pipeline.request)."""
+        return self.run.request
 
     def pin_setting(self, key: str, value: Any) -> None:
         """Fix a setting for the rest of the run, resumes included (e.g. the registry search resolved)."""
-        self.run.state.setdefault("options", {}).setdefault("settings", {})[key] = value
+        self.run.state["settings"][key] = value
         self.run.save()
 
 
@@ -89,7 +91,7 @@ def run_settings(run: Run, settings: Settings) -> Settings:
     """`settings` with what the run pinned: the flags it started with and what earlier stages resolved
     (so a resume, or a later stage, sees the same values). Not the sandbox mode: the caller's current setting
     wins, so a resume runs unsandboxed only when the user says `off` now."""
-    pinned = dict((run.state.get("options") or {}).get("settings", {}))
+    pinned = {**run.request.settings, **run.state["settings"]}
     recorded = pinned.pop("sandbox", settings.sandbox)
     if recorded != settings.sandbox:
         logger.info("run %s recorded sandbox %s; the current setting %s applies", run.id, recorded, settings.sandbox)
@@ -275,16 +277,15 @@ def start(
     pipeline: str,
     workdir: Path,
     settings: Settings,
-    need: str = "",
-    options: dict[str, Any] | None = None,
+    request: RunRequest | None = None,
     sink: EventSink = ignore,
     stop_after: str | None = None,
 ) -> Run:
-    """Create a run for `pipeline` and drive it."""
+    """Create a run for `pipeline` asking `request` and drive it."""
     names = stage_names(pipeline)  # fail before creating a directory for an unknown pipeline or stage
     if stop_after and stop_after not in names:
         raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
-    run = Run.create(workdir, pipeline, need, options)
+    run = Run.create(workdir, pipeline, request)
     return execute(run, settings, sink, stop_after)
 
 

@@ -27,7 +27,7 @@ def stage_model(ctx: StageContext, budget: Budget | None = None) -> Iterator[Mod
 
     budget = budget or run_budget(ctx)
     transcript = Transcript(ctx.run.transcript_path)
-    model = resolve_model(ctx.options.get("model"), ctx.settings, stage=ctx.stage, transcript=transcript, budget=budget)
+    model = resolve_model(ctx.request.model, ctx.settings, stage=ctx.stage, transcript=transcript, budget=budget)
     try:
         yield model
     finally:

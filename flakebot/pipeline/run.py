@@ -27,10 +27,14 @@ from typing import Any
 
 from flakebot.errors import RunError
 from flakebot.fsutil import atomic_write_json
+from flakebot.pipeline.request import RunRequest
 
 logger = logging.getLogger(__name__)
 
-STATE_FORMAT = 2  # 2: stage outputs are typed (flakebot.stages.outputs); acquire stores crate_dir at the top
+# 2: stage outputs are typed (flakebot.stages.outputs); acquire stores crate_dir at the top
+# 3: the caller's input is a typed RunRequest under "request" (was a dict under "options", whose "settings" are now
+#    the top-level "settings" the stages pinned); the package pipeline's first stage is "locate" (was "source")
+STATE_FORMAT = 3
 # A run id (or a prefix of one) is a name, never a path: RUN/flake or ../x would load a state.json the model wrote.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
@@ -80,6 +84,11 @@ class Run:
         return self.dir / "events.jsonl"
 
     @property
+    def request(self) -> RunRequest:
+        """What the caller asked of this run."""
+        return RunRequest.from_dict(self.state["request"])
+
+    @property
     def status(self) -> str:
         status = str(self.state.get("status", "unknown"))
         if status == "running" and not _alive(self.state.get("pid")):
@@ -87,7 +96,7 @@ class Run:
         return status
 
     @classmethod
-    def create(cls, workdir: Path, pipeline: str, need: str = "", options: dict[str, Any] | None = None) -> Run:
+    def create(cls, workdir: Path, pipeline: str, request: RunRequest | None = None) -> Run:
         root = runs_dir(workdir)
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -98,13 +107,15 @@ class Run:
                 f"work directory {workdir} is not writable ({exc.strerror})",
                 fix="pass --workdir DIR with a writable directory or fix its permissions",
             ) from None
+        request = request or RunRequest()
         now = time.time()
         state = {
             "format": STATE_FORMAT,
             "id": directory.name,
             "pipeline": pipeline,
-            "need": need,
-            "options": options or {},
+            "need": request.need,
+            "request": request.to_dict(),
+            "settings": {},
             "created": now,
             "updated": now,
             "status": "created",
@@ -133,6 +144,12 @@ class Run:
                 fix=f"restore {path} or start a new run; 'flakebot clean {run_id}' removes it",
             ) from None
         _check_state(state, path)
+        state = migrate_state(state)
+        if not isinstance(state.get("request"), dict) or not isinstance(state.get("settings"), dict):
+            raise RunError(
+                f"{path} is corrupt: missing or wrong request, settings",
+                fix="restore the file from its last good copy or start a new run",
+            )
         if state["id"] != directory.name:
             raise RunError(
                 f"{path} names run {state['id']!r}, not {directory.name!r}: it was not written for this run",
@@ -188,6 +205,21 @@ def _check_state(state: Any, path: Path) -> None:
         )
     if state["format"] > STATE_FORMAT:
         raise RunError(f"{path} was written by a newer flakebot (format {state['format']})", fix="upgrade flakebot")
+
+
+def migrate_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A state.json of an earlier format, in the current one (written back on the next save)."""
+    if state["format"] < 3:
+        options = dict(state.pop("options", None) or {})
+        pinned = options.pop("settings", None)
+        state["settings"] = dict(pinned) if isinstance(pinned, dict) else {}
+        state["request"] = RunRequest.from_options(str(state.get("need") or ""), options).to_dict()
+        if state["pipeline"] == "package":
+            for key in ("stages", "outputs"):
+                if "source" in state[key]:
+                    state[key]["locate"] = state[key].pop("source")
+    state["format"] = STATE_FORMAT
+    return state
 
 
 def check_run_id(run_id: str) -> str:

@@ -32,7 +32,7 @@ def release_fork(origin: dict[str, Any], settings: Settings) -> dict[str, Any]:
 
 def release_run_forks(run: Run, settings: Settings) -> list[dict[str, Any]]:
     """For `flakebot clean RUN`: delete the forks a run registered, if the run asked for --delete-fork."""
-    if not (run.state.get("options") or {}).get("delete_fork"):
+    if not run.request.delete_fork:
         return []
     forks = [r for r in run.state.get("resources", []) if r.get("kind") == "fork"]
     return [release_fork({"method": "fork", "fork": r["full_name"]}, settings) for r in forks]

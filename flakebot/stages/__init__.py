@@ -3,7 +3,7 @@
     craft:    spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean
     package:  locate -> package -> clean
     improve:  the craft pipeline from a catalogued tool's source; its spec stage keeps the tool's examples
-              and adds new ones (improvement.py), its instruct stage catalogs the next version
+              and adds new ones, its instruct stage catalogs the next version
 
 Each stage is `stage(ctx: StageContext) -> <Out>` with its output type from outputs.py. Stage modules
 are imported only when their stage runs, so listing or showing runs stays fast.
@@ -42,7 +42,7 @@ CRAFT = [
 ]
 
 PACKAGE = [
-    Stage("source", _lazy("flakebot.stages.locate:locate_stage")),
+    Stage("locate", _lazy("flakebot.stages.locate:locate_stage")),
     Stage("package", _lazy("flakebot.stages.package:package_only_stage")),
     Stage("clean", _lazy("flakebot.stages.clean:package_clean_stage"), always=True),
 ]

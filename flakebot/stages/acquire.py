@@ -52,7 +52,7 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         ctx.progress(
             f"acquiring {crate.name} {crate.version}" if crate.name else f"acquiring {crate.repository or crate.path}"
         )
-        method, fork = ctx.options.get("method") or "auto", bool(ctx.options.get("fork"))
+        method, fork = ctx.request.method or "auto", ctx.request.fork
         origin = acquire(
             crate,
             workspace,
@@ -61,7 +61,7 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
             method=method,
             fork=fork,
             run=run,
-            ref=ctx.options.get("ref"),
+            ref=ctx.request.ref,
         )
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
@@ -73,7 +73,7 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         ctx.progress(Dropped(**dropped).notice(), notice=True)
     if not cargo["metadata_ok"]:
         ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
-    options = ctx.options
+    request = ctx.request
     return AcquireOut(
         origin=origin,
         crate_dir=origin["crate_dir"],
@@ -84,9 +84,9 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         metadata_ok=cargo["metadata_ok"],
         cargo_error=cargo["cargo_error"],
         fetch=cargo.get("fetch", {}),
-        fork=bool(options.get("fork")),
-        push=bool(options.get("push")),
-        delete_fork=bool(options.get("delete_fork")),
+        fork=request.fork,
+        push=request.push,
+        delete_fork=request.delete_fork,
         dropped_dev_dependencies=cargo["dropped"],
         untested=untested_note(cargo["dropped"]),
         features=binary_features(cargo_for_run, workspace / origin["crate_dir"], tool),

@@ -1,7 +1,7 @@
 """The choose stage: pick the crate a tool starts from, and whether to fork it or depend on it.
 
 The model sees the ranked candidates (description, binaries, library, licence, popularity, the
-ranking's `why`) and calls `choose_crate` or `no_candidate`. `--crate NAME` skips the model.
+ranking's `why`) and calls `choose_crate` or `no_candidate` (declared by the functions of those names). `--crate NAME` skips the model.
 """
 
 from __future__ import annotations
@@ -13,45 +13,39 @@ from flakebot.errors import SearchError, SpecError
 from flakebot.pipeline.engine import StageContext
 from flakebot.render import render
 from flakebot.stages.outputs import ChoiceOut, SearchOut, SpecOut
+from flakebot.toolschema import declare
 
 logger = logging.getLogger(__name__)
 
 TOP = 5
 MODES = ("fork", "new")
-CHOOSE_CRATE = {
-    "type": "function",
-    "function": {
-        "name": "choose_crate",
-        "description": "Pick the crate the tool starts from.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "a crate name from the list"},
-                "mode": {"type": "string", "enum": list(MODES)},
-                "reason": {"type": "string", "description": "one sentence: why this start"},
-            },
-            "required": ["name", "mode", "reason"],
-        },
-    },
-}
-NO_CANDIDATE = {
-    "type": "function",
-    "function": {
-        "name": "no_candidate",
-        "description": "None of the crates is a sensible start.",
-        "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
-    },
-}
+
+
+def choose_crate(name: str, mode: str, reason: str) -> None:
+    """Pick the crate the tool starts from.
+
+    name: a crate name from the list
+    reason: one sentence: why this start
+    """
+
+
+def no_candidate(reason: str) -> None:
+    """None of the crates is a sensible start."""
+
+
+CHOOSE_CRATE = declare(choose_crate, closed=False, params={"mode": {"enum": list(MODES)}}).schema()
+NO_CANDIDATE = declare(no_candidate, closed=False).schema()
 
 
 def choose_stage(ctx: StageContext) -> ChoiceOut:
     candidates = ctx.get(SearchOut).candidates
-    wanted = ctx.options.get("crate")
-    if ctx.options.get("from"):  # craft --from: the caller chose; the crate is edited in place of a fork
+    wanted = ctx.request.crate
+    choice: dict[str, Any]
+    if ctx.request.start:  # craft --from: the caller chose; the crate is edited in place of a fork
         choice = {
-            "crate": ctx.options["from"],
+            "crate": ctx.request.start,
             "mode": "fork",
-            "reason": f"--from {ctx.options.get('from_location')}",
+            "reason": f"--from {ctx.request.from_location}",
             "by": "option",
         }
     elif wanted:
@@ -75,8 +69,8 @@ def _by_option(ctx: StageContext, wanted: str, candidates: list[dict[str, Any]])
     if crate is None:
         from flakebot.crates.registries import open_registry
 
-        crate = open_registry(ctx.settings, ctx.options.get("registry")).get(wanted).to_dict()
-    mode = ctx.options.get("mode") or ("fork" if crate.get("bin_names") else "new")
+        crate = open_registry(ctx.settings, ctx.request.registry).get(wanted).to_dict()
+    mode = ctx.request.mode or ("fork" if crate.get("bin_names") else "new")
     return {"crate": crate, "mode": mode, "reason": f"--crate {wanted} given", "by": "option"}
 
 

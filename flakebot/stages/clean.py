@@ -18,9 +18,9 @@ def clean_stage(ctx: StageContext) -> CleanOut:
     from flakebot.source.remote import push_branch, release_run_forks
 
     pushed = None
-    if ctx.options.get("push") and ctx.failed is None and ctx.run.workspace.is_dir():
+    if ctx.request.push and ctx.failed is None and ctx.run.workspace.is_dir():
         pushed = push_branch(ctx.run.workspace, ctx.get(AcquireOut).origin, ctx.settings)
-    if ctx.options.get("keep"):
+    if ctx.request.keep:
         ctx.progress("--keep: leaving the workspace in place")
         return CleanOut(kept=True, pushed=pushed)
     forks = release_run_forks(ctx.run, ctx.settings)  # registered before the fork was polled: failed acquisitions too

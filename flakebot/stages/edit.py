@@ -147,7 +147,7 @@ def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitS
             from flakebot.llm.providers import resolve_model
 
             model = resolve_model(
-                ctx.options.get("model"), ctx.settings, stage="dispute", transcript=transcript, budget=budget
+                ctx.request.model, ctx.settings, stage="dispute", transcript=transcript, budget=budget
             )
             stack.callback(model.close)
             made.append(model)

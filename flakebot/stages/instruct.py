@@ -32,9 +32,9 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     spec, built = ctx.get(SpecOut), ctx.get(PackageOut)
     package = built.to_dict()
     catalog = Catalog.open(ctx.settings)
-    improve = ctx.options.get("improve") or {}
-    need = improve.get("need") or ctx.run.state["need"]  # an improvement keeps the tool's need
-    version = improve.get("version") or catalog.version_for(spec.name)
+    improve = ctx.request.improve
+    need = improve.need if improve and improve.need else ctx.request.need  # an improvement keeps the tool's need
+    version = improve.version if improve and improve.version else catalog.version_for(spec.name)
     flake_ref = str(catalog.version_dir(spec.name, version) / "flake")
     binary = Path(built.store_path) / "bin" / (built.main_program or spec.name)
     nix_run = package_run(package, flake_ref)
@@ -62,7 +62,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     manifest["catalog_dir"] = str(catalog.version_dir(spec.name, version))
     manifest["catalog_version"] = version
     if improve:
-        manifest["improves"] = {"version": improve["from_version"], "request": improve["request"]}
+        manifest["improves"] = {"version": improve.from_version, "request": improve.request}
     # it quotes the tool's output; JSON records are redacted as written
     usage_md = redact_text(usage_markdown(manifest))
     entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)

@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 def locate_stage(ctx: StageContext) -> LocateOut:
     """Where the crate to package is: the PATH given, or CRATE acquired from the registry into the workspace."""
-    target = str(ctx.options.get("target") or "")
+    target = ctx.request.target or ""
     if not target:
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
@@ -34,7 +34,7 @@ def _acquire(ctx: StageContext, name: str) -> LocateOut:
     from flakebot.fsutil import remove_tree
     from flakebot.source.acquisition import acquire
 
-    registry = open_registry(ctx.settings, ctx.options.get("registry"))
+    registry = open_registry(ctx.settings, ctx.request.registry)
     crate = registry.get(name)
     if registry.name == "crates-io":  # lock and build it against crates.io (checksummed Cargo.lock), as a craft does
         ctx.pin_setting("registry", "crates-io")

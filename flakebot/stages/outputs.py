@@ -114,7 +114,7 @@ class EditOut(StageOut):
 class LocateOut(StageOut):
     """The package pipeline's crate: a directory given by the user, or a crate acquired into the workspace."""
 
-    STAGE: ClassVar[str] = "source"
+    STAGE: ClassVar[str] = "locate"
     kind: str = ""  # "path" or "crate"
     source_dir: str = ""
     origin: dict[str, Any] = field(default_factory=dict)

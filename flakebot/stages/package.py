@@ -22,8 +22,8 @@ def package_only_stage(ctx: StageContext) -> PackageOut:
 
     source = Path(ctx.get(LocateOut).source_dir)
     # --out: outside the run, so clean keeps it
-    out = Path(ctx.options["out"]) if ctx.options.get("out") else ctx.run.flake_dir
-    result = package_crate(source, out, ctx.settings, bin_name=ctx.options.get("bin") or None, progress=ctx.progress)
+    out = Path(ctx.request.out) if ctx.request.out else ctx.run.flake_dir
+    result = package_crate(source, out, ctx.settings, bin_name=ctx.request.bin or None, progress=ctx.progress)
     return PackageOut.of(result)
 
 

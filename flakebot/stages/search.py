@@ -23,10 +23,10 @@ def search_stage(ctx: StageContext) -> SearchOut:
 
     With --crate NAME the query is that name: the chosen crate is looked up, not searched for.
     With --from the start is given: nothing is searched, only the registry cargo will use is fixed."""
-    if ctx.options.get("from"):
+    if ctx.request.start:
         return _given_start(ctx)
-    query = ctx.options.get("crate") or ctx.get(SpecOut).search_query or ctx.run.state.get("need", "")
-    registry = ctx.options.get("registry")
+    query = ctx.request.crate or ctx.get(SpecOut).search_query or ctx.request.need
+    registry = ctx.request.registry
     ctx.progress(f"searching {registry or ctx.settings.registry} for '{query}'")
     name, found = search(query, ctx.settings, registry, STAGE_LIMIT)
     if not found:
@@ -46,12 +46,12 @@ def search_stage(ctx: StageContext) -> SearchOut:
 
 def _given_start(ctx: StageContext) -> SearchOut:
     """--from URL|PATH: no search. Dependencies still come from a registry: the one given, crates.io online, else the local one."""
-    given = ctx.options.get("registry") or ctx.settings.registry
+    given = ctx.request.registry or ctx.settings.registry
     registry = (
         "local"
         if ctx.settings.offline or given == "local"
         else ("crates-io" if given in ("auto", "crates-io") else given)
     )
     ctx.pin_setting("registry", registry)
-    ctx.progress(f"starting from {ctx.options.get('from_location')}: no search")
+    ctx.progress(f"starting from {ctx.request.from_location}: no search")
     return SearchOut(registry=registry, query="", candidates=[])

@@ -1,12 +1,14 @@
 """The spec stage of the craft pipeline: from `--spec FILE` or from the model.
 
-The model answers with submit_spec (name, summary, examples) or reject_need, or use_existing_tool when a
-catalogued tool already meets the need.
+The model answers with submit_spec (name, summary, examples) or reject_need, or use_existing when a
+catalogued tool already meets the need; each tool is declared by the function of its name (flakebot.toolschema). For `flakebot improve` it answers with submit_improvement: the new
+examples beside the tool's kept ones (toolspec.improved_spec).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,26 +16,28 @@ from typing import Any, TypeVar
 
 from flakebot.errors import SpecError
 from flakebot.pipeline.engine import StageContext
+from flakebot.pipeline.request import Improvement
 from flakebot.render import render
 from flakebot.stages.outputs import SpecOut
-from flakebot.toolspec import ToolSpec, load_spec_file
+from flakebot.toolschema import declare
+from flakebot.toolspec import Example, ToolSpec, improved_spec, improvement_from_file, load_spec_file
 
 T = TypeVar("T")
 
 
 def spec_stage(ctx: StageContext) -> SpecOut:
-    if ctx.options.get("improve"):
-        return _improvement(ctx)
-    spec_file = ctx.options.get("spec_file")
+    if ctx.request.improve:
+        return _improvement(ctx, ctx.request.improve)
+    spec_file = ctx.request.spec_file
     if spec_file:
         spec = load_spec_file(Path(spec_file))
         source = f"file {spec_file}"
     else:
         from flakebot.pipeline.models import stage_model
 
-        existing = [] if ctx.options.get("fresh") else _catalogued(ctx)
+        existing = [] if ctx.request.fresh else _catalogued(ctx)
         with stage_model(ctx) as model:
-            answer = spec_from_model(model, ctx.run.state["need"], render("prompts/spec.j2"), existing=existing)
+            answer = spec_from_model(model, ctx.request.need, render("prompts/spec.j2"), existing=existing)
         if isinstance(answer, Reuse):
             ctx.progress(f"reusing catalogued {answer.name}: {answer.reason}")
             return SpecOut(name=answer.name, reuse=answer.name, reason=answer.reason, end_run=True)
@@ -43,24 +47,22 @@ def spec_stage(ctx: StageContext) -> SpecOut:
     return SpecOut.of(spec, source)
 
 
-def _improvement(ctx: StageContext) -> SpecOut:
+def _improvement(ctx: StageContext, improve: Improvement) -> SpecOut:
     """improve: the tool's current examples kept, new ones for the request (from --spec FILE or the model)."""
-    from flakebot.stages.improvement import improvement_from_file, improvement_from_model
-
-    improve = ctx.options["improve"]
-    kept = ToolSpec.from_dict(improve["kept_spec"], source=f"{improve['tool']}@{improve['from_version']}")
-    if ctx.options.get("spec_file"):
-        spec, source = improvement_from_file(kept, Path(ctx.options["spec_file"])), f"file {ctx.options['spec_file']}"
+    kept = ToolSpec.from_dict(improve.kept_spec, source=f"{improve.tool}@{improve.from_version}")
+    spec_file = ctx.request.spec_file
+    if spec_file:
+        spec, source = improvement_from_file(kept, Path(spec_file)), f"file {spec_file}"
     else:
         from flakebot.pipeline.models import stage_model
 
         with stage_model(ctx) as model:
-            spec = improvement_from_model(model, kept, improve["request"], render("prompts/improve.j2"))
+            spec = improvement_from_model(model, kept, improve.request, render("prompts/improve.j2"))
         source = "model"
     added = len(spec.examples) - spec.inherited_examples
     ctx.progress(
-        f"{spec.name} {improve['version']}: {spec.summary} ({spec.inherited_examples} examples kept from "
-        f"{improve['from_version']}, {added} new, from {source})"
+        f"{spec.name} {improve.version}: {spec.summary} ({spec.inherited_examples} examples kept from "
+        f"{improve.from_version}, {added} new, from {source})"
     )
     return SpecOut.of(spec, source)
 
@@ -70,9 +72,9 @@ def _named(ctx: StageContext, spec: ToolSpec) -> ToolSpec:
     variant when the catalog holds that name for another need: a tool never silently replaces another."""
     from flakebot.deliver.catalog import Catalog
 
-    if ctx.options.get("name"):
-        return dataclasses.replace(spec, name=str(ctx.options["name"]))
-    free = Catalog.open(ctx.settings).free_name(spec.name, ctx.run.state["need"])
+    if ctx.request.name:
+        return dataclasses.replace(spec, name=ctx.request.name)
+    free = Catalog.open(ctx.settings).free_name(spec.name, ctx.request.need)
     if free != spec.name:
         ctx.progress(
             f"the name {spec.name} is taken by a tool crafted for another need; this tool is {free}", notice=True
@@ -90,75 +92,31 @@ def _catalogued(ctx: StageContext) -> list[dict[str, Any]]:
     ]
 
 
-SUBMIT_SPEC = {
-    "type": "function",
-    "function": {
-        "name": "submit_spec",
-        "description": "Describe the command-line tool that meets the need, with 3 to 6 acceptance examples.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "binary name, kebab-case, e.g. csv-dedup"},
-                "summary": {"type": "string", "description": "one line: what the tool does"},
-                "usage": {
-                    "type": "string",
-                    "description": "the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'",
-                },
-                "search_query": {"type": "string", "description": "a few keywords to find a Rust crate to start from"},
-                "examples": {
-                    "type": "array",
-                    "minItems": 3,
-                    "maxItems": 6,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "description": {"type": "string"},
-                            "args": {"type": "array", "items": {"type": "string"}},
-                            "stdin": {"type": "string"},
-                            "files": {
-                                "type": "object",
-                                "additionalProperties": {"type": "string"},
-                                "description": "files created in the working directory",
-                            },
-                            "stdout": {"type": "string", "description": "exact expected standard output"},
-                            "exit_code": {"type": "integer"},
-                        },
-                        "required": ["args", "stdout", "exit_code"],
-                    },
-                },
-            },
-            "required": ["name", "summary", "usage", "examples"],
-        },
-    },
-}
+def submit_spec(name: str, summary: str, usage: str, examples: list[Example], search_query: str = "") -> None:
+    """Describe the command-line tool that meets the need, with 3 to 6 acceptance examples.
 
-REJECT_NEED = {
-    "type": "function",
-    "function": {
-        "name": "reject_need",
-        "description": "Refuse a need that is empty, nonsensical or not a command-line tool, saying why.",
-        "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]},
-    },
-}
+    name: binary name, kebab-case, e.g. csv-dedup
+    summary: one line: what the tool does
+    usage: the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'
+    search_query: a few keywords to find a Rust crate to start from
+    """
+
+
+def reject_need(reason: str) -> None:
+    """Refuse a need that is empty, nonsensical or not a command-line tool, saying why."""
+
+
+def use_existing(name: str, reason: str) -> None:
+    """Reuse a tool flakebot already crafted when it meets the need exactly."""
+
+
+SUBMIT_SPEC = declare(submit_spec, closed=False, params={"examples": {"minItems": 3, "maxItems": 6}}).schema()
+REJECT_NEED = declare(reject_need, closed=False).schema()
 
 
 def use_existing_tool(existing: list[dict[str, Any]]) -> dict[str, Any]:
     """The tool offered when the catalog already holds tools: reuse one instead of crafting anew."""
-    return {
-        "type": "function",
-        "function": {
-            "name": "use_existing",
-            "description": "Reuse a tool flakebot already crafted when it meets the need exactly.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "enum": [e["name"] for e in existing]},
-                    "reason": {"type": "string"},
-                },
-                "required": ["name", "reason"],
-            },
-        },
-    }
+    return declare(use_existing, closed=False, params={"name": {"enum": [e["name"] for e in existing]}}).schema()
 
 
 @dataclass
@@ -243,3 +201,61 @@ def _spec_problem(arguments: dict[str, Any]) -> str | None:
     except SpecError as exc:
         return exc.message
     return None
+
+
+# ------------------------------------------------------------------ improve: the next version
+
+
+def submit_improvement(summary: str, usage: str, examples: list[Example]) -> None:
+    """Describe the improved tool: its new one-line summary and usage line, and 1 to 6 NEW acceptance examples for
+    the requested change. The current examples are kept as they are; do not repeat them.
+
+    summary: one line: what the tool does
+    usage: the command-line shape, e.g. 'csv-dedup [--key COL] [FILE]'
+    """
+
+
+SUBMIT_IMPROVEMENT = declare(
+    submit_improvement, closed=False, params={"examples": {"minItems": 1, "maxItems": 6}}
+).schema()
+
+
+def improvement_from_model(model: Any, kept: ToolSpec, request: str, system_prompt: str, attempts: int = 3) -> ToolSpec:
+    """Ask the spec model for the improvement's summary, usage and new examples; retry with the exact problem."""
+    current = {"summary": kept.summary, "usage": kept.usage, "examples": [vars(e) for e in kept.examples]}
+    prompt = (
+        f"Tool: {kept.name}\nCurrent version (its examples are kept as they are):\n{json.dumps(current, indent=1)}\n\n"
+        f"Requested change: {request}"
+    )
+    tools = [SUBMIT_IMPROVEMENT, REJECT_NEED]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+
+    def decide(call: Any) -> ToolSpec:
+        if call.name == "reject_need":
+            reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
+            raise SpecError(
+                f"the model declined the improvement: {reason}",
+                fix="describe the change in terms of the tool's command line: a new option, input or output",
+            )
+        again = "Call submit_improvement again, corrected."
+        if call.error:
+            raise Unusable(f"error: {call.error}. {again}")
+        try:
+            return improved_spec(kept, call.arguments)
+        except SpecError as exc:
+            raise Unusable(f"error: {exc.message}. {again}") from None
+
+    answer = ask_until_usable(
+        model,
+        messages,
+        tools,
+        decide,
+        attempts=attempts,
+        reminder="Answer by calling submit_improvement or reject_need.",
+    )
+    if answer is None:
+        raise SpecError(
+            f"no usable improvement spec after {attempts} attempts",
+            fix="write the new examples yourself and pass them with --spec FILE",
+        )
+    return answer

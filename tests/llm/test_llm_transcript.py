@@ -16,6 +16,7 @@ from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import TRANSCRIPT_FORMAT, Transcript
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import list_runs
 from flakebot.redact import REDACTED, redact
 
@@ -54,7 +55,7 @@ def test_redaction_of_env_keys_headers_and_key_shaped_strings(monkeypatch: pytes
 def talk(ctx: StageContext) -> dict[str, Any]:
     """A stage that pastes the key into a prompt, gets it echoed back, then meets a 401 quoting it."""
     transcript = Transcript(ctx.run.transcript_path)
-    with resolve_model(ctx.options["model"], ctx.settings, stage=ctx.stage, transcript=transcript) as model:
+    with resolve_model(ctx.request.model, ctx.settings, stage=ctx.stage, transcript=transcript) as model:
         reply = model.complete([{"role": "user", "content": f"my key is {os.environ['GROQ_API_KEY']}"}])
         ctx.progress("the model answered", tokens=reply.usage.total_tokens)
         model.complete([{"role": "user", "content": "again"}])
@@ -82,7 +83,7 @@ def test_a_key_never_reaches_the_transcript_run_log_or_state(workdir: Path, monk
         monkeypatch.setenv("GROQ_API_KEY", FAKE_KEY)
         monkeypatch.setenv("GROQ_BASE_URL", server.url)
         with pytest.raises(ModelError, match=r"Invalid API Key \[REDACTED\]"):
-            pipeline.start(f"{__name__}:STAGES", workdir, config.load(), "need", {"model": "groq"})
+            pipeline.start(f"{__name__}:STAGES", workdir, config.load(), RunRequest(need="need", model="groq"))
     [run] = list_runs(workdir)
     assert run.state["status"] == "failed" and server.requests[0]["authorized"]
     written = {

@@ -20,6 +20,7 @@ from flakebot.nix.flake import PackageResult, flake_check, nix_run, package_crat
 from flakebot.nix.lock import flake_lock_text
 from flakebot.nix.standin import standin_dir
 from flakebot.pipeline.engine import Stage, execute
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from tests.conftest import DEBIAN_REGISTRY, run_cli
 from tests.fakes.nix_crates import NIX, greeter, host_settings, json_of, two_binaries
@@ -222,7 +223,7 @@ CRAFT_PACKAGE = [Stage("package", _package_stage)]
 
 
 def test_craft_package_stage_packages_the_workspace(greeter_repo: Path, home: Path, settings: Settings) -> None:
-    run = Run.create(home / "work", f"{__name__}:CRAFT_PACKAGE", need="greet people")
+    run = Run.create(home / "work", f"{__name__}:CRAFT_PACKAGE", RunRequest(need="greet people"))
     shutil.copytree(greeter_repo, run.workspace, ignore=shutil.ignore_patterns("target"))
     run.state["outputs"] = {
         "acquire": {"origin": {"crate_dir": "."}},

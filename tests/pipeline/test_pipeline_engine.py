@@ -15,6 +15,7 @@ from flakebot import config
 from flakebot.errors import FlakebotError, RunError
 from flakebot.events import Event
 from flakebot.pipeline import engine as pipeline
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from tests.conftest import REPO, json_result, run_cli, wait_for
 
@@ -29,7 +30,7 @@ def test_stages_run_in_order_and_checkpoint(workdir: Path) -> None:
     events: list[Event] = []
     settings = config.load()
     run = pipeline.start(
-        "tests.fakes.pipelines:FAILING", workdir, settings, need="n", sink=events.append, stop_after="first"
+        "tests.fakes.pipelines:FAILING", workdir, settings, RunRequest(need="n"), sink=events.append, stop_after="first"
     )
     assert run.state["status"] == "stopped"
     saved = json.loads((run.dir / "state.json").read_text())
@@ -57,7 +58,8 @@ def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) ->
     env = {**os.environ, "PYTHONPATH": TESTS}
     code = (
         "from pathlib import Path; from flakebot import config; from flakebot.pipeline import engine as pipeline; "
-        f"pipeline.start('tests.fakes.pipelines:SLOW', Path({str(workdir)!r}), config.load(), need='slow need')"
+        "from flakebot.pipeline.request import RunRequest; "
+        f"pipeline.start('tests.fakes.pipelines:SLOW', Path({str(workdir)!r}), config.load(), RunRequest(need='slow need'))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -83,7 +85,7 @@ def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) ->
 
 
 def test_corrupt_state_gives_clear_error_and_keeps_the_file(workdir: Path) -> None:
-    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", "need")
+    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", RunRequest(need="need"))
     state = run.dir / "state.json"
     state.write_text('{"format": 1, "id": "x", "stages": ')
     for command in (["show", run.id], ["resume", run.id]):
@@ -95,7 +97,7 @@ def test_corrupt_state_gives_clear_error_and_keeps_the_file(workdir: Path) -> No
 
 
 def test_hand_edited_state_with_wrong_types_is_refused(workdir: Path) -> None:
-    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", "need")
+    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", RunRequest(need="need"))
     data = json.loads((run.dir / "state.json").read_text())
     data["stages"] = []
     (run.dir / "state.json").write_text(json.dumps(data))
@@ -120,7 +122,9 @@ def test_workdir_that_is_a_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_runs_and_show_list_the_run(workdir: Path) -> None:
-    run = pipeline.start("tests.fakes.pipelines:FAILING", workdir, config.load(), need="list me", stop_after="first")
+    run = pipeline.start(
+        "tests.fakes.pipelines:FAILING", workdir, config.load(), RunRequest(need="list me"), stop_after="first"
+    )
     listing = run_cli("runs", "--json", env={"PYTHONPATH": TESTS})
     rows = json_result(listing)["runs"]
     assert rows == [
@@ -137,7 +141,7 @@ def test_runs_and_show_list_the_run(workdir: Path) -> None:
 
 
 def test_a_second_driver_of_the_same_run_is_refused(workdir: Path) -> None:
-    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", "need")
+    run = Run.create(workdir, "tests.fakes.pipelines:SLOW", RunRequest(need="need"))
     with run.lock():
         with pytest.raises(RunError, match="another process"):
             with Run.load(workdir, run.id).lock():

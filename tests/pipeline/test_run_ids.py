@@ -12,6 +12,7 @@ from flakebot import config
 from flakebot.errors import RunError
 from flakebot.pipeline.cleanup import clean_run
 from flakebot.pipeline.engine import run_settings
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run, find_run_dir
 from tests.conftest import run_cli
 from tests.fakes.mcp_call import mcp_call
@@ -20,7 +21,7 @@ from tests.fakes.mcp_call import mcp_call
 def planted_run(workdir: Path, victim: Path) -> Run:
     """A real run whose flake/ and workspace/ hold a state.json as a model would write it: sandbox off, and the
     host file `victim` among its resources."""
-    run = Run.create(workdir, "craft", need="shout")
+    run = Run.create(workdir, "craft", RunRequest(need="shout"))
     state = {**run.state, "id": "planted", "status": "failed", "options": {"settings": {"sandbox": "off"}}}
     state["resources"] = [{"kind": "path", "path": str(victim)}]
     for sub in ("flake", "workspace"):
@@ -54,7 +55,7 @@ def test_a_path_is_not_a_run_id_for_the_mcp_server(workdir: Path, tmp_path: Path
 
 
 def test_ids_and_prefixes_still_find_the_run(workdir: Path) -> None:
-    run = Run.create(workdir, "craft", need="n")
+    run = Run.create(workdir, "craft", RunRequest(need="n"))
     assert find_run_dir(workdir, run.id) == run.dir
     assert find_run_dir(workdir, run.id[:10]) == run.dir
     for bad in ("", "*", f"{run.id[:4]}*", "..", "/etc", f"runs/{run.id}"):
@@ -63,7 +64,7 @@ def test_ids_and_prefixes_still_find_the_run(workdir: Path) -> None:
 
 
 def test_a_state_json_naming_another_run_is_refused(workdir: Path) -> None:
-    run = Run.create(workdir, "craft", need="n")
+    run = Run.create(workdir, "craft", RunRequest(need="n"))
     state = json.loads((run.dir / "state.json").read_text())
     (run.dir / "state.json").write_text(json.dumps({**state, "id": "someone-else"}))
     with pytest.raises(RunError, match="not written for this run"):
@@ -74,7 +75,7 @@ def test_clean_removes_only_what_is_inside_the_run(workdir: Path, tmp_path: Path
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "file").write_text("x")
-    run = Run.create(workdir, "craft", need="n")
+    run = Run.create(workdir, "craft", RunRequest(need="n"))
     (run.dir / "workspace").mkdir()
     (run.dir / "link").symlink_to(outside)
     run.state["resources"] = [
@@ -91,7 +92,7 @@ def test_clean_removes_only_what_is_inside_the_run(workdir: Path, tmp_path: Path
 
 
 def test_a_resume_takes_the_sandbox_mode_from_the_current_setting(workdir: Path) -> None:
-    run = Run.create(workdir, "craft", need="n", options={"settings": {"sandbox": "off", "max_iterations": 3}})
+    run = Run.create(workdir, "craft", RunRequest(need="n", settings={"sandbox": "off", "max_iterations": 3}))
     current = config.load()
     assert current.sandbox != "off"
     effective = run_settings(run, current)

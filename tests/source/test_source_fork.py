@@ -14,6 +14,7 @@ from benchmarks.scenarios.gitserve import GitDaemon, free_port, git, make_crate_
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from flakebot.source.acquisition import acquire
 from flakebot.source.gitrepo import git_env
@@ -193,7 +194,7 @@ def test_clean_deletes_the_forks_of_a_run_that_asked_for_it(
     served: tuple[GitDaemon, Path], token: str, workdir: Path
 ) -> None:
     keep = Run.create(workdir, "craft")
-    drop = Run.create(workdir, "craft", options={"fork": True, "delete_fork": True})
+    drop = Run.create(workdir, "craft", RunRequest(fork=True, delete_fork=True))
     with stub_for(served, not_ready_polls=0, scopes=("public_repo", "delete_repo")) as stub:
         acquire(DEMO, keep.workspace, branch=BRANCH, settings=settings_for(stub), fork=True, run=keep)
         assert release_run_forks(keep, settings_for(stub)) == []

@@ -22,6 +22,7 @@ from flakebot.errors import AcquireError
 from flakebot.pipeline import cleanup
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
+from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from flakebot.stages.acquire import acquire_stage
 from tests.conftest import DEBIAN_REGISTRY, run_cli
@@ -30,11 +31,12 @@ OFFLINE = Settings(offline=True, local_registry=str(DEBIAN_REGISTRY))
 
 
 def spec_stage(ctx: StageContext) -> dict[str, Any]:
-    return {"name": ctx.options["tool"]}
+    return {"name": ctx.request.name}
 
 
 def choose_stage(ctx: StageContext) -> dict[str, Any]:
-    return {"crate": ctx.options.get("crate"), "mode": ctx.options.get("mode", "fork"), "reason": "chosen by the test"}
+    # the test's crate is the request's start point, as `craft --from` gives one
+    return {"crate": ctx.request.start, "mode": ctx.request.mode or "fork", "reason": "chosen by the test"}
 
 
 STAGES = [Stage("spec", spec_stage), Stage("choose", choose_stage), Stage("acquire", acquire_stage)]
@@ -52,8 +54,12 @@ def local_crate(root: Path, name: str, deps: str = "") -> dict[str, Any]:
     return CrateInfo(name=name, version="0.1.0", source="local", path=str(root)).to_dict()
 
 
-def start(workdir: Path, **options: Any) -> Run:
-    return pipeline.start(PIPELINE, workdir, OFFLINE, options=options)
+def request(tool: str, crate: dict[str, Any] | None = None, mode: str | None = None) -> RunRequest:
+    return RunRequest(name=tool, start=crate, mode=mode)
+
+
+def start(workdir: Path, tool: str, crate: dict[str, Any] | None = None, mode: str | None = None) -> Run:
+    return pipeline.start(PIPELINE, workdir, OFFLINE, request(tool, crate, mode))
 
 
 def events(run: Run, kind: str) -> list[dict[str, Any]]:
@@ -157,7 +163,7 @@ def test_the_stage_records_the_origin_and_clean_removes_what_it_made(workdir: Pa
 
 
 def test_a_workspace_left_by_a_failed_attempt_is_replaced(workdir: Path, tmp_path: Path) -> None:
-    run = Run.create(workdir, PIPELINE, options={"tool": "demo-tool", "crate": local_crate(tmp_path / "demo", "demo")})
+    run = Run.create(workdir, PIPELINE, request("demo-tool", local_crate(tmp_path / "demo", "demo")))
     run.workspace.mkdir()
     (run.workspace / "half-copied.rs").write_text("")
     pipeline.execute(run, OFFLINE)

@@ -18,6 +18,7 @@ from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates import CrateInfo
 from flakebot.pipeline import engine as pipeline
+from flakebot.pipeline.request import RunRequest
 from flakebot.sandbox import open_sandbox
 from flakebot.stages.edit import example_runner
 from flakebot.toolspec import ToolSpec
@@ -64,9 +65,7 @@ def devtool(root: Path) -> dict[str, Any]:
 @pytest.mark.slow
 def test_acceptance_tests_run_although_a_dev_dependency_does_not_resolve(workdir: Path, tmp_path: Path) -> None:
     require("cargo", "bwrap")
-    run = pipeline.start(
-        PIPELINE, workdir, OFFLINE, options={"tool": "devtool", "crate": devtool(tmp_path / "devtool")}
-    )
+    run = pipeline.start(PIPELINE, workdir, OFFLINE, RunRequest(name="devtool", start=devtool(tmp_path / "devtool")))
     out = run.output("acquire")
     assert (out["lockfile"], out["metadata_ok"], out["features"]) == ("generated", True, ["cli"])
     assert [d["name"] for d in out["dropped_dev_dependencies"]] == ["flakebot-no-such-crate"]

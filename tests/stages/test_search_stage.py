@@ -17,6 +17,7 @@ from flakebot.crates.registries import open_registry
 from flakebot.errors import SearchError
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
+from flakebot.pipeline.request import RunRequest
 from flakebot.stages.search import search_stage
 from tests.conftest import DEBIAN_REGISTRY, json_result, run_cli
 from tests.fakes.crates_server import CratesServer
@@ -26,7 +27,8 @@ CLOSED = "http://127.0.0.1:9"  # nothing listens: connection refused, instantly
 
 
 def spec_stage(ctx: StageContext) -> dict:
-    return {"search_query": ctx.options["query"]} if ctx.options.get("query") else {}
+    """The test's spec: its search query is the request's name, when given."""
+    return {"search_query": ctx.request.name} if ctx.request.name else {}
 
 
 SEARCH_ONLY = [Stage("spec", spec_stage), Stage("search", search_stage)]
@@ -103,13 +105,14 @@ def test_api_search_offline_and_limit(server: CratesServer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "need", "query", "expected"),
-    [({}, "hex dump viewer", "hex dump viewer", "hexyl"), ({"query": "csv"}, "a tool for tables", "csv", "csv")],
+    ("spec_query", "need", "query", "expected"),
+    [(None, "hex dump viewer", "hex dump viewer", "hexyl"), ("csv", "a tool for tables", "csv", "csv")],
 )
-def test_search_stage_in_a_pipeline(workdir: Path, options: dict, need: str, query: str, expected: str) -> None:
-    run = pipeline.start(
-        f"{__name__}:SEARCH_ONLY", workdir, config.load(), need=need, options={"registry": "local", **options}
-    )
+def test_search_stage_in_a_pipeline(
+    workdir: Path, spec_query: str | None, need: str, query: str, expected: str
+) -> None:
+    request = RunRequest(need=need, registry="local", name=spec_query)
+    run = pipeline.start(f"{__name__}:SEARCH_ONLY", workdir, config.load(), request)
     output = run.state["outputs"]["search"]
     assert output["registry"] == "local" and output["query"] == query
     names = [c["name"] for c in output["candidates"]]
@@ -122,7 +125,7 @@ def test_search_stage_in_a_pipeline(workdir: Path, options: dict, need: str, que
 def test_search_stage_fails_when_nothing_matches(workdir: Path) -> None:
     with pytest.raises(SearchError, match="no crate in local matches 'kubernetes operator'") as info:
         pipeline.start(
-            f"{__name__}:SEARCH_ONLY", workdir, config.load(), need="kubernetes operator", options={"registry": "local"}
+            f"{__name__}:SEARCH_ONLY", workdir, config.load(), RunRequest(need="kubernetes operator", registry="local")
         )
     assert info.value.stage == "search"
 
