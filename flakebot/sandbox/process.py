@@ -21,7 +21,9 @@ logger = logging.getLogger(__name__)
 
 MAX_PROCESSES = 512  # tasks (threads count too); cargo + rustc + a test binary stay far below
 EXIT_GRACE = 1.0  # seconds to keep reading pipes after the command ended or was killed
-WATCH_INTERVAL = 0.5  # seconds between checks of the disk limit while a command runs
+# Seconds between checks of the disk limit while a command runs: a writer filling the page cache writes 1-2 GiB/s,
+# so the check must be frequent for the overshoot to stay small (statvfs costs microseconds).
+WATCH_INTERVAL = 0.05
 MIB = 1024 * 1024
 
 
@@ -321,6 +323,7 @@ class _Breach:
 
     def __init__(self, watch: Callable[[], str] | None) -> None:
         self.watch, self.reason, self.next = watch, "", 0.0
+        self.interval = WATCH_INTERVAL if watch is not None else 0.2  # the longest the pump sleeps between looks
 
     def check(self) -> bool:
         now = time.perf_counter()
@@ -354,7 +357,7 @@ def _pump(
             elif stop > now + EXIT_GRACE and (_exited(proc.pid) or breach.check()):
                 _kill_group(proc.pid)  # a no-op when it ended by itself
                 stop = now + EXIT_GRACE
-            for key, _ in sel.select(timeout=max(min(stop - now, 0.2), 0.0)):
+            for key, _ in sel.select(timeout=max(min(stop - now, breach.interval), 0.0)):
                 _transfer(sel, key)
     finally:
         for key in list(sel.get_map().values()):
