@@ -43,7 +43,7 @@ let
     "name" "pname" "version" "src" "meta" "passthru" "cargoLock" "buildInputs" "nativeBuildInputs"
     "nativeCheckInputs" "checkInputs" "buildType" "buildNoDefaultFeatures" "checkNoDefaultFeatures" "buildFeatures"
     "checkFeatures" "buildAndTestSubdir" "RUSTFLAGS" "env" "cargoBuildFlags" "cargoTestFlags" "checkFlags" "doCheck"
-    "strictDeps" "postPatch" "preBuild" "postBuild" "preCheck" "postCheck" "preInstall" "postInstall"
+    "strictDeps" "postPatch" "preBuild" "postBuild" "preCheck" "postCheck" "preInstall" "postInstall" "installPhase"
     "useFetchCargoVendor" # deprecated in 25.05 (always on); vendoring here follows cargoLock (see above)
   ];
 
@@ -298,6 +298,7 @@ let
         postCheck = args.postCheck or "";
         preInstall = args.preInstall or "";
         postInstall = args.postInstall or "";
+        installPhase = args.installPhase or "";
       } // (args.env or { }));
     in
     drv // {
