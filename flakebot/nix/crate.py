@@ -266,7 +266,9 @@ def _read_local(facts: CrateFacts, meta: dict[str, Any], crate_dir: Path) -> Non
             continue
         kinds = {kind for target in package.get("targets", []) for kind in target.get("kind", [])}
         facts.local_packages.append(
-            LocalPackage(package["name"], str(manifest.relative_to(root)), "custom-build" in kinds, "proc-macro" in kinds)
+            LocalPackage(
+                package["name"], str(manifest.relative_to(root)), "custom-build" in kinds, "proc-macro" in kinds
+            )
         )
 
 

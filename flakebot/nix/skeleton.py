@@ -161,9 +161,7 @@ def _relock(target: Path, original: Path, settings: Settings) -> bool:
 
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
         cargo = Cargo.for_run(settings, Path(scratch) / "target")
-        result = cargo.run(
-            ["metadata", "--format-version", "1", "--offline"], target, timeout=settings.command_timeout
-        )
+        result = cargo.run(["metadata", "--format-version", "1", "--offline"], target, timeout=settings.command_timeout)
     if result.returncode != 0:
         logger.info("no deps derivation: cargo cannot lock the skeleton: %s", result.stderr.strip()[-300:])
         return False

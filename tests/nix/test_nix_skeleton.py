@@ -15,6 +15,7 @@ from flakebot.nix.crate import inspect_crate
 from flakebot.nix.skeleton import SKELETON_DIR, SOLE_NAME, Skeleton, write_skeleton
 from tests.fakes.nix_crates import host_settings, lib_workspace, libc_tool, write
 
+
 def _skeleton(crate: Path, settings: Settings) -> Skeleton | None:
     return write_skeleton(crate, inspect_crate(crate, settings), settings)
 
@@ -83,5 +84,7 @@ def test_a_path_patch_keeps_the_dependencies_with_thelibc_tool(tmp_path: Path) -
     """A path package outside the members may be what registry crates build on: no skeleton, one derivation."""
     settings = host_settings(tmp_path)
     crate = libc_tool(tmp_path / "a", "tally", "0.1.0", "x", '\n[patch.crates-io]\nitoa = { path = "vendor/itoa" }\n')
-    write(crate, {"vendor/itoa/Cargo.toml": '[package]\nname = "itoa"\nversion = "1.0.9"\n', "vendor/itoa/src/lib.rs": ""})
+    write(
+        crate, {"vendor/itoa/Cargo.toml": '[package]\nname = "itoa"\nversion = "1.0.9"\n', "vendor/itoa/src/lib.rs": ""}
+    )
     assert _skeleton(crate, settings) is None and not (crate / SKELETON_DIR).exists()
