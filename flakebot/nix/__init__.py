@@ -4,6 +4,8 @@
     flake_files.py the flake's files: sources copied in, flake.nix from templates/flake.nix.j2, git commit
     build.py     nix build --json with the log tail on failure, the bounded smoke run, the GC root
     crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary and its required-features
+    skeleton.py  the dependency skeleton (manifests + Cargo.lock, empty sources) the flake's deps derivation builds
+    reuse.py     what a build reused: the deps derivation a tool was built on, the crates a build compiled
     devdeps.py   dev-dependencies cargo cannot resolve, left out of the copy (asked of cargo, never read from its text)
     gitdeps.py   git dependencies: the clone nix fetches for each (as fetchgit names it), lib.fakeHash
     deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does); PACKAGES, the one table

@@ -85,7 +85,7 @@ def _build_failed(
         return mismatch
     causes = [line for line in lines if ERROR_LINE.search(line) and not SUMMARY_LINE.search(line)]
     errors = [line.split("> ", 1)[-1].strip() for line in causes or [x for x in lines if ERROR_LINE.search(x)]]
-    drv = next((m.group(1) for line in tail if (m := re.search(r"(/nix/store/[^' ]+\.drv)", line))), "")
+    drv = _failed_derivation(tail)
     summary = errors[0] if errors else (tail[-1].strip() if tail else f"exit code {returncode}")
     fix = (
         f"read the whole log with 'nix log {drv}'" if drv else "run the nix build command by hand to read the whole log"
@@ -95,6 +95,15 @@ def _build_failed(
         if ".crate'" in summary:  # the stand-in's fetch of a crate Cargo.lock pins by checksum
             fix = "check that the crate server (setting cratesio_static_url) is reachable and serves this crate"
     return NixError(f"nix build of {pname} failed: {summary}", fix=fix, log_tail="\n".join(tail), drv=drv)
+
+
+def _failed_derivation(tail: list[str]) -> str:
+    """The derivation whose builder failed (the deps derivation or the tool's), else the first one the log names."""
+    for pattern in (r"builder for '(/nix/store/[^' ]+\.drv)' failed", r"(/nix/store/[^' ]+\.drv)"):
+        for line in tail:
+            if m := re.search(pattern, line):
+                return m.group(1)
+    return ""
 
 
 def _hash_mismatch(pname: str, tail: list[str], lock_file: Path) -> NixError | None:

@@ -17,6 +17,16 @@ from flakebot.nix.devdeps import Dropped
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LocalPackage:
+    """A workspace member as the dependency skeleton needs it (flakebot.nix.skeleton)."""
+
+    name: str
+    manifest: str  # its Cargo.toml, relative to the workspace root
+    build_script: bool = False
+    proc_macro: bool = False
+
+
 @dataclass
 class CrateFacts:
     """The chosen binary and the package it belongs to, plus what Cargo.lock says about dependencies."""
@@ -37,6 +47,8 @@ class CrateFacts:
     chosen_because: str = ""  # why this binary, when flakebot picked it among several (a notice)
     # devdeps.Dropped.to_dict(): tests cannot run
     dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
+    local_packages: list[LocalPackage] = field(default_factory=list)  # the workspace members
+    outside_path_packages: list[str] = field(default_factory=list)  # path packages that are not members
 
 
 def _cargo(settings: Settings, scratch: Path) -> Any:
@@ -159,6 +171,7 @@ def inspect_crate(
         facts.chosen_because = _why_chosen(package, target["name"], own)
     _selection_flags(facts, members, package, all_bins)
     _read_lock(facts, crate_dir / "Cargo.lock")
+    _read_local(facts, meta, crate_dir)
     return facts
 
 
@@ -238,6 +251,25 @@ def _selection_flags(
         facts.cargo_test_flags += ["-p", package["name"]]
     if len(binaries(members)) > 1 and not all_bins:  # `-p` above already keeps to the package
         facts.cargo_build_flags += ["--bin", facts.bin_name]
+
+
+def _read_local(facts: CrateFacts, meta: dict[str, Any], crate_dir: Path) -> None:
+    """The workspace members (manifest, build script, proc-macro) and any other path package, as cargo reports them."""
+    member_ids = set(meta["workspace_members"])
+    root = Path(meta.get("workspace_root") or crate_dir).resolve()
+    for package in meta["packages"]:
+        if package.get("source") is not None:
+            continue
+        manifest = Path(package["manifest_path"]).resolve()
+        if package["id"] not in member_ids or not manifest.is_relative_to(root):
+            facts.outside_path_packages.append(package["name"])
+            continue
+        kinds = {kind for target in package.get("targets", []) for kind in target.get("kind", [])}
+        facts.local_packages.append(
+            LocalPackage(
+                package["name"], str(manifest.relative_to(root)), "custom-build" in kinds, "proc-macro" in kinds
+            )
+        )
 
 
 def _read_lock(facts: CrateFacts, lock_file: Path) -> None:

@@ -24,6 +24,7 @@ from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import flake_lock_text
+from flakebot.nix.skeleton import Skeleton, write_skeleton
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class Written:
     # cargoLock.outputHashes learned from builds (NAME-VERSION -> hash as nix prints it); the others are lib.fakeHash
     output_hashes: dict[str, str] = field(default_factory=dict)
     capped_lints: str = ""  # the log line of a build that failed only on a denied lint (then built with CAP_LINTS)
+    skeleton: Skeleton | None = None  # the dependencies' own derivation builds from it (None: built with the tool)
 
 
 def _package(
@@ -200,6 +202,7 @@ def write_flake(
         member=member,
     )
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
+    flake.skeleton = write_skeleton(out_dir, facts, settings)
     _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
     commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
@@ -216,6 +219,7 @@ def _render(out_dir: Path, flake: Written, description: str) -> None:
             flake.licenses,
             flake.unknown_licenses,
             flake.output_hashes,
+            flake.skeleton,
         )
     )
 

@@ -7,7 +7,9 @@ set -euo pipefail
 # HOME stays Nix's /homeless-shelter, which does not exist and cannot be made: as in nixpkgs, a build or test that
 # writes there fails.
 export CARGO_HOME="$NIX_BUILD_TOP/cargo-home"
-export CARGO_TARGET_DIR="$NIX_BUILD_TOP/target"
+# cargo's target directory where nixpkgs has it: target/ at the source root (cargoBuildHook keeps it there with
+# buildAndTestSubdir too), so a preBuild can seed it.
+export CARGO_TARGET_DIR="$NIX_BUILD_TOP/source/target"
 export CARGO_TERM_COLOR=never
 mkdir -p "$CARGO_HOME"
 # Declared inputs only, as nixpkgs' setup hooks give them: each one's bin/ on PATH, and pkg-config searches just
@@ -54,14 +56,19 @@ export PATH PKG_CONFIG_LIBDIR="$pkgConfigDirs" PKG_CONFIG_PATH=""
     printf '[source.flakebot-local]\ndirectory = "%s"\n\n' "$flakebotRegistry"
   fi
   if [ -n "$flakebotVendorDir" ]; then
-    printf '[source.vendored-sources]\ndirectory = "%s"\n\n' "$flakebotVendorDir"
+    # cargoSetupHook copies the vendor directory into the build directory (named without its hash), so crates' paths,
+    # which cargo's fingerprints hash, are the same in every build: a deps derivation's output stays fresh here.
+    cp -rL "$flakebotVendorDir" "$NIX_BUILD_TOP/cargo-vendor-dir"
+    chmod -R u+w "$NIX_BUILD_TOP/cargo-vendor-dir"
+    printf '[source.vendored-sources]\ndirectory = "%s"\n\n' "$NIX_BUILD_TOP/cargo-vendor-dir"
     cat "$flakebotVendorDir/.cargo/config.toml"
     printf '\n'
   fi
   printf '[net]\noffline = true\n'
 } > "$CARGO_HOME/config.toml"
 
-cp -r "$src" "$NIX_BUILD_TOP/source"
+# As nixpkgs' unpackPhase: timestamps kept (the store's), so cargo decides freshness as it does there.
+cp -r --preserve=timestamps "$src" "$NIX_BUILD_TOP/source"
 chmod -R u+w "$NIX_BUILD_TOP/source"
 cd "$NIX_BUILD_TOP/source"
 if [ -n "$cargoLockFile" ]; then cp "$cargoLockFile" Cargo.lock; chmod u+w Cargo.lock; fi
@@ -85,9 +92,9 @@ checkFeatureFlags=()
 if [ -n "$checkNoDefaultFeatures" ]; then checkFeatureFlags+=(--no-default-features); fi
 if [ -n "$checkFeatures" ]; then checkFeatureFlags+=(--features "$checkFeatures"); fi
 
-if [ -n "$buildAndTestSubdir" ]; then cd "$buildAndTestSubdir"; fi
-
+# cargoBuildHook runs preBuild at the source root, then enters buildAndTestSubdir.
 eval "$preBuild"
+if [ -n "$buildAndTestSubdir" ]; then cd "$buildAndTestSubdir"; fi
 echo "flakebot stand-in: cargo build ${profile[*]} ${features[*]} ${buildFlags[*]}"
 cargo build --frozen "${profile[@]}" "${features[@]}" "${buildFlags[@]}"
 eval "$postBuild"
@@ -99,12 +106,19 @@ if [ -n "$doCheck" ]; then
   eval "$postCheck"
 fi
 
-eval "$preInstall"
-mkdir -p "$out/bin"
-for file in "$CARGO_TARGET_DIR/$profileDir"/*; do
-  case "$file" in *.so | *.so.* | *.a | *.rlib | *.d | *.dylib) continue ;; esac
-  if [ -f "$file" ] && [ -x "$file" ]; then cp "$file" "$out/bin/"; fi
-done
-eval "$postInstall"
+# An installPhase replaces cargoInstallHook (and its preInstall and postInstall), as in nixpkgs; it runs at the
+# source root.
+cd "$NIX_BUILD_TOP/source"
+if [ -n "$installPhase" ]; then
+  eval "$installPhase"
+else
+  eval "$preInstall"
+  mkdir -p "$out/bin"
+  for file in "$CARGO_TARGET_DIR/$profileDir"/*; do
+    case "$file" in *.so | *.so.* | *.a | *.rlib | *.d | *.dylib) continue ;; esac
+    if [ -f "$file" ] && [ -x "$file" ]; then cp "$file" "$out/bin/"; fi
+  done
+  eval "$postInstall"
+fi
 # End with a builtin: see DESIGN.md (Nix kills a builder whose last command closed its output early).
 exit 0

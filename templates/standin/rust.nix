@@ -43,7 +43,7 @@ let
     "name" "pname" "version" "src" "meta" "passthru" "cargoLock" "buildInputs" "nativeBuildInputs"
     "nativeCheckInputs" "checkInputs" "buildType" "buildNoDefaultFeatures" "checkNoDefaultFeatures" "buildFeatures"
     "checkFeatures" "buildAndTestSubdir" "RUSTFLAGS" "env" "cargoBuildFlags" "cargoTestFlags" "checkFlags" "doCheck"
-    "strictDeps" "postPatch" "preBuild" "postBuild" "preCheck" "postCheck" "preInstall" "postInstall"
+    "strictDeps" "postPatch" "preBuild" "postBuild" "preCheck" "postCheck" "preInstall" "postInstall" "installPhase"
     "useFetchCargoVendor" # deprecated in 25.05 (always on); vendoring here follows cargoLock (see above)
   ];
 
@@ -97,11 +97,13 @@ let
   # cargo reports it at build time, as it does without vendoring.
   parseLock = lock:
     let
-      parsed = builtins.fromTOML (if lock ? lockFile then builtins.readFile lock.lockFile else lock.lockFileContents);
+      text = if lock ? lockFile then builtins.readFile lock.lockFile else lock.lockFileContents;
+      parsed = builtins.fromTOML text;
       packages = if builtins.isList (parsed.package or null) then parsed.package else [ ];
       legacy = pkg: if pkg ? source then parsed.metadata."checksum ${pkg.name} ${pkg.version} (${pkg.source})" or null else null;
     in
     {
+      inherit text;
       version = parsed.version or 2;
       packages = map (pkg: pkg // { checksum = pkg.checksum or (legacy pkg); }) packages;
     };
@@ -242,7 +244,8 @@ let
 
   # The fetched crates unpacked into NAME-VERSION/ folders with .cargo-checksum.json, and the git packages' folders
   # beside them: a cargo directory source; .cargo/config.toml holds the git sources' replacements.
-  vendorDir = crates: git: derivation {
+  # Cargo.lock goes in too, as importCargoLock puts it there: each lock has its own vendor directory.
+  vendorDir = crates: git: lockText: derivation {
     name = "cargo-vendor-dir";
     inherit system;
     builder = host.bash;
@@ -251,6 +254,7 @@ let
     crates = lines (map (pkg: "${pkg.name} ${pkg.version} ${pkg.checksum} ${fetchCrate pkg}") crates);
     gitCrates = lines (map (crate: "${crate.name} ${crate}") git.crates);
     gitSources = git.config;
+    cargoLockText = lockText;
   } // { gitPackages = git.crates; };
 
   build = args:
@@ -272,7 +276,7 @@ let
         flakebotRegistry = host.registry;
         # crates.io's packages come from the vendor directory when fetched, else from the local directory source.
         flakebotCratesIo = if crates == null then "flakebot-local" else "vendored-sources";
-        flakebotVendorDir = if crates == null && git.crates == [ ] then "" else vendorDir (if crates == null then [ ] else crates) git;
+        flakebotVendorDir = if crates == null && git.crates == [ ] then "" else vendorDir (if crates == null then [ ] else crates) git parsed.text;
         src = args.src;
         cargoLockFile = lock.lockFile or "";
         cargoLockContents = lock.lockFileContents or "";
@@ -298,6 +302,7 @@ let
         postCheck = args.postCheck or "";
         preInstall = args.preInstall or "";
         postInstall = args.postInstall or "";
+        installPhase = args.installPhase or "";
       } // (args.env or { }));
     in
     drv // {

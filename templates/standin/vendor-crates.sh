@@ -1,7 +1,7 @@
 # Builder of the stand-in's cargo vendor directory (run as `bash -e vendor-crates.sh`), as nixpkgs' importCargoLock
 # makes it: each fetched .crate (a gzip'd tar of NAME-VERSION/) unpacked into $out/NAME-VERSION/ with a
 # .cargo-checksum.json naming the lock's checksum, so cargo accepts the folder as that locked package; each git
-# package's folder linked as $out/NAME-VERSION; the git sources' replacements in $out/.cargo/config.toml.
+# package's folder linked as $out/NAME-VERSION; the git sources' replacements in $out/.cargo/config.toml; the lock.
 set -euo pipefail
 mkdir -p "$out/.cargo"
 while read -r name version checksum crate; do
@@ -15,5 +15,6 @@ while read -r key crate; do
   ln -s "$crate" "$out/$key"
 done <<< "$gitCrates"
 printf '%s' "$gitSources" > "$out/.cargo/config.toml"
+printf '%s' "$cargoLockText" > "$out/Cargo.lock"
 # End with a builtin: see DESIGN.md (Nix kills a builder whose last command closed its output early).
 exit 0

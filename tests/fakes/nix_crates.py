@@ -54,6 +54,41 @@ def greeter(root: Path) -> Path:
     return write(root, {"Cargo.toml": cargo, "src/main.rs": GREETER_MAIN, ".gitignore": "/target\nCargo.lock\n"})
 
 
+def libc_tool(root: Path, name: str, version: str, marker: str, manifest_tail: str = "") -> Path:
+    """A tool on libc and itoa (libc's build script says rerun-if-changed) with a build script of its own; `marker` is
+    in every file a model would write, and the tool prints it twice (from main.rs and from its build script).
+    The manifest's comments and key order depend on the name: tools that say the same say it differently."""
+    manifest = (
+        f'# {name}, written by a model\n[package]\nname = "{name}"\nversion = "{version}"\nedition = "2021"\n'
+        f'description = "{marker}"\nbuild = "build.rs"\n\n[dependencies]\n'
+        + ('itoa = "1"\nlibc = "0.2"\n' if name < "m" else 'libc = "0.2"  # the C library\nitoa = "1"\n')
+        + manifest_tail
+    )
+    main = f'fn main() {{ println!("{marker} {{}} {{}}", env!("MARKER"), itoa::Buffer::new().format(unsafe {{ libc::abs(-7) }})); }}\n'
+    build = f'fn main() {{ println!("cargo:rustc-env=MARKER={marker}"); }}\n'
+    return write(root, {"Cargo.toml": manifest, "src/main.rs": main, "build.rs": build})
+
+
+def lib_workspace(root: Path, marker: str) -> Path:
+    """A workspace: app (binary app-cli at cli/run.rs) on core-lib (a library with a build script, on libc) by path
+    with a version requirement; app-cli prints core-lib's marker and the one its build script set. core-lib's version
+    is the skeleton's own (0.0.0): only leaving the skeleton's units out of the deps derivation keeps its empty
+    core-lib from passing for the real one."""
+    return write(
+        root,
+        {
+            "Cargo.toml": '[workspace]\nmembers = ["app", "core-lib"]\nresolver = "2"\n',
+            "app/Cargo.toml": '[package]\nname = "app"\nversion = "2.0.0"\nedition = "2021"\n\n[[bin]]\nname = "app-cli"\n'
+            'path = "cli/run.rs"\n\n[dependencies]\ncore-lib = { path = "../core-lib", version = "0.0" }\nitoa = "1"\n',
+            "app/cli/run.rs": 'fn main() { println!("{} {}", core_lib::MARKER, core_lib::BUILT); }\n',
+            "core-lib/Cargo.toml": '[package]\nname = "core-lib"\nversion = "0.0.0"\nedition = "2021"\n'
+            '\n[dependencies]\nlibc = "0.2"\n',
+            "core-lib/src/lib.rs": f'pub const MARKER: &str = "{marker}";\npub const BUILT: &str = env!("MARKER");\n',
+            "core-lib/build.rs": f'fn main() {{ println!("cargo:rustc-env=MARKER=built-{marker}"); }}\n',
+        },
+    )
+
+
 def two_binaries(root: Path) -> Path:
     """A virtual workspace with two member crates, each shipping one binary (alpha and beta)."""
     files = {"Cargo.toml": '[workspace]\nmembers = ["alpha", "beta"]\nresolver = "2"\n'}

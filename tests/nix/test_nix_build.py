@@ -116,7 +116,11 @@ def test_flake_dir_is_a_clean_git_repo_of_the_tracked_sources(built: PackageResu
         tracked = set(repo.git.ls_files().splitlines())
     finally:
         repo.close()
-    assert tracked == {".gitignore", "Cargo.toml", "Cargo.lock", "NOTES.md", "src/main.rs", "flake.nix", "flake.lock"}
+    skeleton = {"flakebot-deps/Cargo.toml", "flakebot-deps/Cargo.lock", "flakebot-deps/src/lib.rs"}  # deps derivation
+    assert (
+        tracked
+        == {".gitignore", "Cargo.toml", "Cargo.lock", "NOTES.md", "src/main.rs", "flake.nix", "flake.lock"} | skeleton
+    )
     assert (Path(built.flake_dir) / "flake.lock").read_text() == flake_lock_text()
     parsed = subprocess.run(
         ["nix-instantiate", "--parse", str(Path(built.flake_dir) / "flake.nix")],

@@ -26,6 +26,7 @@ from flakebot.crates.mirror import Mirror, serve_mirror
 from flakebot.errors import NixError
 from flakebot.nix import deps
 from flakebot.nix.flake import nix_run, package_crate
+from flakebot.nix.reuse import compiled_crates, dependency_output
 from flakebot.nix.standin import ensure_standin
 from tests.conftest import DEBIAN_REGISTRY, require
 from tests.fakes.nix_crates import greeter, host_settings, json_of, manifest, standin_eval, write
@@ -188,6 +189,9 @@ def test_a_checksummed_lock_is_fetched_by_checksum_and_built_offline(
     lock = (tmp_path / "flake" / "Cargo.lock").read_text()
     assert all(f'checksum = "{sha}"' in lock for sha in crates.checksums.values()), "the crate's own (git-ignored) lock"
     assert result.main_program == "csv-rows" and "csv-rows: counts" in result.smoke["output_head"]
+    # the deps derivation's crates, vendored as nixpkgs vendors them, are the tool build's too: it compiles only itself
+    deps_output = dependency_output(result.store_path)
+    assert deps_output and "csv" in compiled_crates(deps_output) and compiled_crates(result.store_path) == ["csv-rows"]
     ran = nix_run(result, [], _settings(tmp_path, crates, mirror), input="a,b\n1,2\n3,4\n")
     assert ran.returncode == 0 and ran.stdout == "2 records\n", ran.stderr
 

@@ -1,0 +1,194 @@
+"""The dependency skeleton of a crate: its manifests and Cargo.lock with dummy sources, from which the flake builds the
+locked dependencies as a derivation of their own (crane's buildDepsOnly, with nixpkgs alone).
+
+Two tools (or two versions of one tool) whose skeletons are equal get the same deps derivation, so Nix builds the
+dependencies once and takes them from the store (or a binary cache) after that. Equal means: a lone package is renamed
+SOLE_NAME, every local version is SKELETON_VERSION, manifests are written from parsed TOML with sorted keys (comments
+and order do not count), and only what decides how dependencies compile is kept (dependencies, features, profiles,
+patches, the workspace, edition, links). No model-written source goes in: each package gets an empty lib and, when it
+has a build script, an empty one. Cargo rewrites the lock for the renamed package (host call, offline, on the
+skeleton); a skeleton whose locked registry packages would change is not used.
+
+    write_skeleton(flake_dir, facts, settings) -> Skeleton, or None (the flake then builds in one derivation)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from flakebot.config import Settings
+from flakebot.fsutil import remove_tree
+from flakebot.nix import deps
+from flakebot.nix.crate import CrateFacts, LocalPackage
+
+logger = logging.getLogger(__name__)
+
+SKELETON_DIR = "flakebot-deps"  # in the flake, beside the crate's own files
+SOLE_NAME = "flakebot-deps"
+SKELETON_VERSION = "0.0.0"
+DEPENDENCY_TABLES = ("dependencies", "dev-dependencies", "dev_dependencies", "build-dependencies", "build_dependencies")
+# What decides how the dependencies compile; the rest of a manifest (targets, metadata, lints) is the crate's own.
+KEPT_TABLES = ("cargo-features", *DEPENDENCY_TABLES, "target", "features", "patch", "replace", "profile", "workspace")
+KEPT_PACKAGE_KEYS = ("edition", "links", "resolver", "workspace")
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """The skeleton written into the flake: where, how its deps derivation selects packages, and the names of its own
+    (dummy) units, which the derivation leaves out of its output."""
+
+    directory: str
+    build_flags: list[str]
+    local_names: list[str]
+
+
+def write_skeleton(flake_dir: Path, facts: CrateFacts, settings: Settings) -> Skeleton | None:
+    """Write the dependency skeleton of the crate copied into flake_dir, or say why not (logged) and return None."""
+    reason = _unsupported(flake_dir, facts)
+    if reason:
+        logger.info("dependencies build with the tool (no deps derivation): %s", reason)
+        return None
+    target = flake_dir / SKELETON_DIR
+    sole = len(facts.local_packages) == 1
+    for package in facts.local_packages:
+        _write_package(flake_dir, target, package, SOLE_NAME if sole else "")
+    _write_root(flake_dir, target, facts)
+    (target / "Cargo.lock").write_bytes((flake_dir / "Cargo.lock").read_bytes())
+    if not _relock(target, flake_dir / "Cargo.lock", settings):
+        remove_tree(target)
+        return None
+    names = [SOLE_NAME] if sole else [p.name for p in facts.local_packages]
+    return Skeleton(
+        directory=SKELETON_DIR,
+        build_flags=_without_bin_flags(facts.cargo_build_flags),
+        local_names=sorted({form for name in names for form in (name, name.replace("-", "_"))}),
+    )
+
+
+def _unsupported(flake_dir: Path, facts: CrateFacts) -> str:
+    """Why this crate's dependencies cannot build on a skeleton ('' when they can)."""
+    if not facts.local_packages:
+        return "cargo reported no workspace members"
+    if facts.outside_path_packages:
+        # a path crate that is not a member ([patch] of a registry crate, say) may be what registry crates build on
+        return f"path packages outside the workspace members ({', '.join(facts.outside_path_packages)})"
+    if (flake_dir / SKELETON_DIR).exists():
+        return f"the crate has its own {SKELETON_DIR}"
+    root = _load(flake_dir / "Cargo.toml")
+    patterns = [str(p) for p in root.get("workspace", {}).get("members", [])]
+    if any(fnmatch.fnmatch(SKELETON_DIR, pattern) for pattern in patterns):
+        return f"a workspace member pattern would take in {SKELETON_DIR}"
+    return ""
+
+
+def _load(manifest: Path) -> dict[str, Any]:
+    return tomllib.loads(manifest.read_text())
+
+
+def _write_package(flake_dir: Path, target: Path, package: LocalPackage, rename: str) -> None:
+    manifest = _load(flake_dir / package.manifest)
+    skeleton = _kept(manifest)
+    declared = manifest.get("package", {})
+    skeleton["package"] = {
+        "name": rename or package.name,
+        "version": SKELETON_VERSION,
+        **{key: declared[key] for key in KEPT_PACKAGE_KEYS if key in declared},
+        "build": "build.rs" if package.build_script else False,
+        "publish": False,
+        **{f"auto{kind}": False for kind in ("bins", "examples", "tests", "benches")},
+    }
+    skeleton["lib"] = {"path": "src/lib.rs", **({"proc-macro": True} if package.proc_macro else {})}
+    home = target / Path(package.manifest).parent
+    _write(home / "Cargo.toml", tomlkit.dumps(_sorted(skeleton)))
+    _write(home / "src" / "lib.rs", "")
+    if package.build_script:
+        _write(home / "build.rs", "fn main() {}\n")
+
+
+def _write_root(flake_dir: Path, target: Path, facts: CrateFacts) -> None:
+    """A virtual workspace's root manifest (a root that is a package was written with the packages)."""
+    if any(p.manifest == "Cargo.toml" for p in facts.local_packages):
+        return
+    _write(target / "Cargo.toml", tomlkit.dumps(_sorted(_kept(_load(flake_dir / "Cargo.toml")))))
+
+
+def _kept(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The tables of a manifest that decide how dependencies compile, path dependencies without a version
+    requirement (the skeleton's local versions are all SKELETON_VERSION)."""
+    kept = {key: manifest[key] for key in KEPT_TABLES if key in manifest}
+    for table in _dependency_tables(kept):
+        for spec in table.values():
+            if isinstance(spec, dict) and "path" in spec:
+                spec.pop("version", None)
+    return kept
+
+
+def _dependency_tables(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    tables = [manifest[key] for key in DEPENDENCY_TABLES if isinstance(manifest.get(key), dict)]
+    for platform in manifest.get("target", {}).values():
+        tables += [platform[key] for key in DEPENDENCY_TABLES if isinstance(platform.get(key), dict)]
+    workspace = manifest.get("workspace", {})
+    if isinstance(workspace.get("dependencies"), dict):
+        tables.append(workspace["dependencies"])
+    return tables
+
+
+def _sorted(value: Any) -> Any:
+    """Tables with their keys in order, so two manifests that say the same are the same text."""
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _relock(target: Path, original: Path, settings: Settings) -> bool:
+    """Let cargo rewrite the skeleton's lock for its local packages; False when it would lock other registry crates."""
+    from flakebot.cargo.runner import Cargo
+
+    with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
+        cargo = Cargo.for_run(settings, Path(scratch) / "target")
+        result = cargo.run(["metadata", "--format-version", "1", "--offline"], target, timeout=settings.command_timeout)
+    if result.returncode != 0:
+        logger.info("no deps derivation: cargo cannot lock the skeleton: %s", result.stderr.strip()[-300:])
+        return False
+    if _locked(target / "Cargo.lock") != _locked(original):
+        logger.info("no deps derivation: the skeleton would lock other registry crates than the crate does")
+        return False
+    return True
+
+
+def _locked(lock: Path) -> set[tuple[str, str, str, str]]:
+    """The lock's packages that come from a source (registry, git), with their checksums."""
+    return {
+        (str(p.get("name")), str(p.get("version")), str(p["source"]), str(p.get("checksum", "")))
+        for p in deps.lock_packages(lock)
+        if p.get("source")
+    }
+
+
+def _without_bin_flags(flags: list[str]) -> list[str]:
+    """The tool's cargoBuildFlags less `--bin NAME`: the skeleton has no binaries (dependencies compile the same)."""
+    kept: list[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag == "--bin":
+            skip = True
+        elif not flag.startswith("--bin="):
+            kept.append(flag)
+    return kept

@@ -1,0 +1,90 @@
+"""The dependency skeleton the flake's deps derivation builds from (real cargo, offline against Debian's registry):
+no source of the crate in it, equal for tools on the same dependencies, a lock cargo accepts as it is."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+
+from flakebot.cargo.runner import Cargo
+from flakebot.config import Settings
+from flakebot.nix.crate import inspect_crate
+from flakebot.nix.skeleton import SKELETON_DIR, SOLE_NAME, Skeleton, write_skeleton
+from tests.fakes.nix_crates import host_settings, lib_workspace, libc_tool, write
+
+
+def _skeleton(crate: Path, settings: Settings) -> Skeleton | None:
+    return write_skeleton(crate, inspect_crate(crate, settings), settings)
+
+
+def _files(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): p.read_text() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _cargo_locked(directory: Path, settings: Settings) -> subprocess.CompletedProcess[str]:
+    """`cargo metadata --locked` on the skeleton: cargo takes its lock as it is (nix builds it with --frozen)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        cargo = Cargo.for_run(settings, Path(scratch) / "target")
+        return cargo.run(["metadata", "--format-version", "1", "--locked", "--offline"], directory, timeout=120)
+
+
+def test_two_tools_on_the_same_dependencies_get_the_same_skeleton_without_their_sources(tmp_path: Path) -> None:
+    settings = host_settings(tmp_path)
+    markers = [secrets.token_hex(8) for _ in range(2)]
+    first = libc_tool(tmp_path / "a", "csv-tally", "0.1.0", markers[0])
+    second = libc_tool(tmp_path / "b", "word-count", "0.4.2", markers[1])
+    skeletons = [_skeleton(first, settings), _skeleton(second, settings)]
+    assert skeletons[0] == skeletons[1] and skeletons[0] is not None
+    assert skeletons[0].local_names == sorted({SOLE_NAME, SOLE_NAME.replace("-", "_")})
+    files = [_files(first / SKELETON_DIR), _files(second / SKELETON_DIR)]
+    assert files[0] == files[1]  # names, versions, comments and key order do not count
+    assert set(files[0]) == {"Cargo.toml", "Cargo.lock", "src/lib.rs", "build.rs"}
+    assert files[0]["src/lib.rs"] == "" and files[0]["build.rs"] == "fn main() {}\n"
+    assert not any(marker in text for marker in markers for text in files[0].values())
+    assert "csv-tally" not in files[0]["Cargo.lock"] and f'name = "{SOLE_NAME}"' in files[0]["Cargo.lock"]
+    assert _cargo_locked(first / SKELETON_DIR, settings).returncode == 0
+
+
+def test_other_dependency_features_give_another_skeleton(tmp_path: Path) -> None:
+    settings = host_settings(tmp_path)
+    plain = libc_tool(tmp_path / "a", "tally", "0.1.0", "x")
+    featured = libc_tool(tmp_path / "b", "tally", "0.1.0", "x", '\n[features]\nwide = ["libc/extra_traits"]\n')
+    assert _skeleton(plain, settings) and _skeleton(featured, settings)
+    assert _files(plain / SKELETON_DIR)["Cargo.toml"] != _files(featured / SKELETON_DIR)["Cargo.toml"]
+
+
+def test_workspace_members_keep_their_names_with_dummy_targets(tmp_path: Path) -> None:
+    marker = secrets.token_hex(8)
+    settings = host_settings(tmp_path)
+    ws = lib_workspace(tmp_path / "ws", marker)
+    facts = inspect_crate(ws, settings, member="app")
+    skeleton = write_skeleton(ws, facts, settings)
+    assert skeleton is not None and skeleton.build_flags == ["-p", "app"]  # no --bin: the skeleton has no binaries
+    assert skeleton.local_names == ["app", "core-lib", "core_lib"]
+    files = _files(ws / SKELETON_DIR)
+    assert set(files) == {
+        "Cargo.toml",
+        "Cargo.lock",
+        "app/Cargo.toml",
+        "app/src/lib.rs",
+        "core-lib/Cargo.toml",
+        "core-lib/src/lib.rs",
+        "core-lib/build.rs",
+    }
+    assert not any(marker in text for text in files.values())
+    app = tomllib.loads(files["app/Cargo.toml"])
+    assert app["package"]["version"] == "0.0.0" and app["dependencies"]["core-lib"] == {"path": "../core-lib"}
+    assert _cargo_locked(ws / SKELETON_DIR, settings).returncode == 0
+
+
+def test_a_path_patch_keeps_the_dependencies_with_thelibc_tool(tmp_path: Path) -> None:
+    """A path package outside the members may be what registry crates build on: no skeleton, one derivation."""
+    settings = host_settings(tmp_path)
+    crate = libc_tool(tmp_path / "a", "tally", "0.1.0", "x", '\n[patch.crates-io]\nitoa = { path = "vendor/itoa" }\n')
+    write(
+        crate, {"vendor/itoa/Cargo.toml": '[package]\nname = "itoa"\nversion = "1.0.9"\n', "vendor/itoa/src/lib.rs": ""}
+    )
+    assert _skeleton(crate, settings) is None and not (crate / SKELETON_DIR).exists()
