@@ -504,8 +504,7 @@ def _repeat_gap(r: dict[str, Any], which: str) -> str:
     runs = r["runs"]
     return (
         f"the nix build takes {runs[which]['nix_build_s']:.1f} s of {runs[which]['raw_s']:.1f} s (the cold craft's: "
-        f"{runs['cold']['nix_build_s']:.1f} s): it builds the dependencies again inside the tool's derivation until the "
-        "flake builds them as a derivation of their own; cargo's part fell from "
+        f"{runs['cold']['nix_build_s']:.1f} s); cargo's part went from "
         f"{runs['cold']['cargo_s']:.1f} s to {runs[which]['cargo_s']:.1f} s."
     )
 

@@ -37,10 +37,10 @@ NEW_EXAMPLE = {
 
 
 def traced(root: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
-    """One flakebot command under benchmarks.proctrace: wall, cargo and nix build seconds, and the dependency cache's
+    """One flakebot command under benchmarks.perf.proctrace: wall, cargo and nix build seconds, and the dependency cache's
     progress line."""
     log = root / name / "processes.json"
-    command = [sys.executable, "-m", "benchmarks.proctrace", str(log), *argv]
+    command = [sys.executable, "-m", "benchmarks.perf.proctrace", str(log), *argv]
     started = time.time()
     done = subprocess.run(
         command, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800
@@ -54,14 +54,32 @@ def traced(root: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[
     return {**whole, "dependency_cache": cache[-1] if cache else "", "result": events[-1].get("result", {})}
 
 
-def craft(root: Path, name: str, *, cache: bool = True, tool: str = "") -> tuple[dict[str, Any], dict[str, str]]:
-    """A craft of the csv-dedup session in its own homes (the cache directory shared); `tool` renames it."""
+def salted(session: Path, salt: str) -> None:
+    """Give the session's crate a dependency set of its own: an empty `[target.'cfg(salt)'.dependencies]` table
+    changes nothing that compiles, but it is part of what keys the dependency builds (the Nix deps derivation and the
+    edit loop's cache), so a craft with a new salt builds its dependencies from nothing even on a machine whose Nix
+    store holds an earlier run's."""
+    data = json.loads(session.read_text())
+    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
+    table = f"[target.'cfg(flakebot_bench_{salt})'.dependencies]\n\n[dependencies]"
+    turn["tool_calls"].append(
+        {"name": "edit_file", "arguments": {"path": "Cargo.toml", "search": "[dependencies]", "replace": table}}
+    )
+    session.write_text(json.dumps(data))
+
+
+def craft(
+    root: Path, name: str, *, salt: str, cache: bool = True, tool: str = ""
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A craft of the csv-dedup session in its own homes (the cache directory shared); `tool` renames it; crafts
+    with the same `salt` have the same dependency set."""
     env = homes(root, name)
     if not cache:
         config = Path(env["XDG_CONFIG_HOME"]) / "flakebot"
         config.mkdir(parents=True, exist_ok=True)
         (config / "flakebot.toml").write_text("dependency_cache = false\n")
     session = session_with_nonce(root / name / "session.json")
+    salted(session, salt)
     if tool:
         data = json.loads(session.read_text())
         data["stages"]["spec"][0]["tool_calls"][0]["arguments"]["name"] = tool
@@ -97,9 +115,10 @@ def improve(root: Path, env: dict[str, str], crafted_in: str) -> dict[str, Any]:
 def run(with_improve: bool = True) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-repeat-") as tmp:
         root = Path(tmp)
-        today, _ = craft(root, "today", cache=False)
-        cold, env = craft(root, "cold")
-        other, _ = craft(root, "other", tool="csv-uniq")
+        today, _ = craft(root, "today", salt=secrets.token_hex(4), cache=False)
+        shared = secrets.token_hex(4)  # the cold craft's dependency set, which the second tool and improve reuse
+        cold, env = craft(root, "cold", salt=shared)
+        other, _ = craft(root, "other", salt=shared, tool="csv-uniq")
         improved = improve(root, env, "cold") if with_improve else None
     runs = {"today": today, "cold": cold, "other": other, **({"improve": improved} if improved else {})}
     for figures in runs.values():

@@ -7,7 +7,7 @@
                     ManifestWatch
     metadata.py     `cargo metadata` / `locate-project` / lock generation: where packages sit, what they build
     diagnostics.py  `cargo --message-format=json` in the sandbox turned into compact diagnostics for the model
-    skeleton.py     a crate's manifest and lock with empty targets: its dependencies without its code
+    cache_skeleton.py  the cache's skeleton crate: manifest and lock with empty targets, registry dependencies only
     depcache.py     the dependency cache: skeletons built once in the sandbox, copied into each edit loop's target dir
 
 May import flakebot.config, errors, sandbox.

@@ -1,7 +1,7 @@
 """The dependency cache: a crate's locked dependencies compiled once, and copied into each edit loop's target dir.
 
 An entry is a cargo target dir holding the dependencies `cargo test` builds, under flakebot's cache directory
-(`cargo-deps/KEY`). It is built from the crate's skeleton (cargo/skeleton.py: no line of the model's runs) in the
+(`cargo-deps/KEY`). It is built from the crate's skeleton (cargo/cache_skeleton.py: no line of the model's runs) in the
 sandbox as its unprivileged uid, in a temp dir renamed into place once complete (a concurrent craft or a crash
 leaves no half entry), then handed back to flakebot's own user with no group or other write. The edit loop's
 sandbox never sees the cache: it gets a private copy as its CARGO_TARGET_DIR (`cp --reflink=auto -a`:
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import tomlkit
 
+from flakebot.cargo.cache_skeleton import SKELETON_NAME, NoSkeleton, Skeleton, skeleton_of
 from flakebot.cargo.runner import Cargo
-from flakebot.cargo.skeleton import SKELETON_NAME, NoSkeleton, Skeleton, skeleton_of
 from flakebot.config import Settings
 from flakebot.fsutil import tree_bytes
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from flakebot.cargo.cache_skeleton import NoSkeleton, skeleton_of
 from flakebot.cargo.depcache import LoopSeeder, cache_root, dependency_key, seed_target_dir
 from flakebot.cargo.runner import Cargo
-from flakebot.cargo.skeleton import NoSkeleton, skeleton_of
 from flakebot.config import load
 from flakebot.sandbox import open_sandbox
 from tests.conftest import DEBIAN_REGISTRY, require

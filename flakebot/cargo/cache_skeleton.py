@@ -7,6 +7,10 @@ the real crate's (cargo keys a path package's outputs by its name, and would fin
 
 Crates whose dependencies are not all registry crates (path or git dependencies, `[patch]`, a workspace member)
 have no skeleton: their dependency build depends on code in the tree or outside the registry.
+
+The Nix deps derivation has its own skeleton (nix/skeleton.py): it is written after `cargo metadata` has described
+the crate, keeps workspaces and path members, and lets cargo relock it; this one is read before any cargo call on a
+tree the model is editing, so it takes the manifest and lock as data only and refuses what it cannot key safely.
 """
 
 from __future__ import annotations
