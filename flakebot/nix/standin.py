@@ -1,6 +1,6 @@
 """The host-toolchain stand-in for nixpkgs: a flake rendered for this machine, for offline builds.
 
-Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
+Generated flakes name `github:NixOS/nixpkgs/nixos-26.05`; offline, builds pass
 `--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
 (templates/standin/); only host.json (where builds see the toolchain, RUSTUP_HOME and the local crate
 directory source, the host paths bound there, the checksums that source vouches for, the URL .crate files are
