@@ -62,7 +62,7 @@ PACKAGES: dict[str, Package] = {
     "postgresql": Package(modules=("libpq",), libraries=("pq",)),
     "protobuf": Package(programs=("protoc",)),
     "python3": Package(programs=("python3",)),
-    "rustPlatform.bindgenHook": Package(),
+    "rustPlatform.bindgenHook": Package(libraries=("clang",)),  # it brings libclang
     "sqlite": Package(modules=("sqlite3",), libraries=("sqlite3",)),
     "udev": Package(modules=("libudev",), libraries=("udev",)),
     "xz": Package(modules=("liblzma",), libraries=("lzma",)),

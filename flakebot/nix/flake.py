@@ -260,6 +260,8 @@ def _build_with_evidence(
                 commit = f"flakebot: {', '.join(added)} from the build log"
             else:
                 exc.details.setdefault("native_inputs", flake.native.to_dict())  # what the failed build was given
+                if (unknown := _unknown_library(exc, flake.facts.pname)) is not None:
+                    raise unknown from None
                 raise
         report(f"{lesson}, building again")
         _render(out_dir, flake, description)
@@ -268,7 +270,8 @@ def _build_with_evidence(
 
 def _denied_lint(exc: NixError, flake: Written) -> str:
     """The log line of a build that failed only on a lint the crate denies, now built with CAP_LINTS; '' otherwise."""
-    line = evidence.denied_lint(str(exc.details.get("log_tail", "")).splitlines())
+    logged = [*str(exc.details.get("lint_lines", "")).splitlines(), *str(exc.details.get("log_tail", "")).splitlines()]
+    line = evidence.denied_lint(logged)
     if line and "RUSTFLAGS" not in flake.native.env:
         flake.native.env["RUSTFLAGS"] = CAP_LINTS
         flake.capped_lints = line
@@ -303,6 +306,21 @@ def _add_evidence(exc: NixError, flake: Written, mode: str) -> list[str]:
         exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _library_missing(exc, flake.facts.pname, found, mode) from None
     return list(added)
+
+
+def _unknown_library(exc: NixError, pname: str) -> NixError | None:
+    """The build failed linking a -lNAME that no attribute of flakebot's table gives: say which, and how to add it."""
+    lines = [*str(exc.details.get("lint_lines", "")).splitlines(), *str(exc.details.get("log_tail", "")).splitlines()]
+    unknown = evidence.unknown_libraries(lines)
+    if not unknown:
+        return None
+    names = ", ".join(f"-l{name}" for name in unknown)
+    return NixError(
+        f"nix build of {pname} failed: it links {names}, which no nixpkgs attribute in flakebot's table gives",
+        fix=f"add the nixpkgs attribute that ships lib{next(iter(unknown))}.so to PACKAGES in flakebot/nix/deps.py "
+        f'(libraries=("{next(iter(unknown))}",)) and, for the crate that links it, an entry in NATIVE_INPUTS',
+        **exc.details,
+    )
 
 
 def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str) -> NixError:
