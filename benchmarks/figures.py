@@ -423,9 +423,17 @@ def _corpus_row(row: dict[str, Any]) -> str:
         if row.get("cargo_build_release_s")
         else f"fails ({row.get('cargo_error', '?')})"
     )
+    inputs = row.get("inputs") or {}
+    said = [
+        f"{label} {', '.join(inputs[key])}"
+        for key, label in (("declared", "inputs declared:"), ("missing", "missing:"))
+        if inputs.get(key)
+    ]
     if not row["packaged"]:
         why = UPSTREAM.get(row["crate"], "")
-        return f"{row['crate']}: **not packaged** after {row['package_s']:.0f} s: {row['reason']}{' ' + why if why else ''} (cargo build --release: {cargo})"
+        where = "; outside flakebot: plain cargo fails too" if row.get("outside_flakebot") else ""
+        extra = f"; {'; '.join(said)}" if said else ""
+        return f"{row['crate']}: **not packaged** after {row['package_s']:.0f} s: {row['reason']}{' ' + why if why else ''} (cargo build --release: {cargo}{where}{extra})"
     extras = [f"features {','.join(row['build_features'])} turned on"] if row.get("build_features") else []
     if row.get("dropped_dev_dependencies"):
         extras.append(f"dev-dependencies left out: {', '.join(row['dropped_dev_dependencies'])}")
@@ -435,6 +443,7 @@ def _corpus_row(row: dict[str, Any]) -> str:
         if any(str(w).startswith("build log") for w in why)
     ]
     extras += [f"{', '.join(added)} added from the build log"] if added else []
+    extras += said[:1]  # the inputs declared from the lock's crates
     note = f" ({'; '.join(extras)})" if extras else ""
     done = f"packaged and `{row['smoke']}` exits 0 in {row['package_s']:.0f} s (nix build {row['nix_build_s']:.0f} s)"
     return f"{row['crate']} {row['version']}: {done} against `cargo build --release` {cargo}{note}"

@@ -57,6 +57,7 @@ PACKAGES: dict[str, Package] = {
     "nettle": Package(modules=("nettle", "hogweed"), libraries=("nettle", "hogweed")),
     "oniguruma": Package(modules=("oniguruma",), libraries=("onig",)),
     "openssl": Package(modules=("openssl", "libssl", "libcrypto"), libraries=("ssl", "crypto")),
+    "pam": Package(libraries=("pam",)),  # linux-pam on Linux (nixpkgs' `pam`)
     "perl": Package(programs=("perl",)),
     "pkg-config": Package(programs=("pkg-config",)),
     "postgresql": Package(modules=("libpq",), libraries=("pq",)),
@@ -95,6 +96,7 @@ NATIVE_INPUTS: dict[str, Needs] = {
     "nettle-sys": Needs(build=("nettle",)),
     "onig_sys": Needs(build=("oniguruma",), env=(("RUSTONIG_SYSTEM_LIBONIG", "true"),)),
     "openssl-sys": Needs(build=("openssl",)),
+    "pam-sys": Needs(build=("pam",)),
     "pcap-sys": Needs(build=("libpcap",)),
     "pkg-config": Needs(native=("pkg-config",)),
     "pq-sys": Needs(build=("postgresql",)),
