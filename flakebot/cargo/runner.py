@@ -40,6 +40,9 @@ MIRROR_SOURCE = "flakebot-mirror"
 DEFAULT_INDEX_URL = "https://index.crates.io"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 NEVER_FETCH = {"locate-project", "init", "new", "read-manifest", "pkgid", "version"}
+# The rustc of the pinned nixpkgs (flakebot.nix.lock says where both were read): crafted crates declare it as
+# rust-version, and cargo calls prefer a toolchain of exactly it. Here because cargo/ imports nothing of nix/.
+PINNED_RUSTC = "1.95.0"
 # Whatever the crate's edition: a dependency version whose rust-version is newer than the package's (a crafted crate
 # declares the pinned nixpkgs' rustc) or, without one, than the toolchain's, is picked only when no other fits.
 RESOLVER_ARGS = ["--config", "resolver.incompatible-rust-versions='fallback'"]
@@ -84,8 +87,6 @@ def active_toolchain() -> str | None:
     rust-toolchain.toml is ignored: RUSTUP_TOOLCHAIN when set; else an installed toolchain whose rustc is the pinned
     nixpkgs' own (so code and locks are made with the compiler users build with); else rustup's active one, said in
     the log."""
-    from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC
-
     if os.environ.get("RUSTUP_TOOLCHAIN"):
         return os.environ["RUSTUP_TOOLCHAIN"]
     rustup = shutil.which("rustup")
@@ -98,10 +99,9 @@ def active_toolchain() -> str | None:
     active = _rustup_active(rustup)
     if active:
         logger.warning(
-            "no installed toolchain has rustc %s (nixpkgs %s's): using %s (rustc %s); code may need a newer compiler "
-            "than users' nixpkgs has (rustup toolchain install %s)",
+            "no installed toolchain has rustc %s (the pinned nixpkgs'): using %s (rustc %s); code may need a newer "
+            "compiler than users' nixpkgs has (rustup toolchain install %s)",
             PINNED_RUSTC,
-            NIXPKGS_BRANCH,
             active,
             versions.get(active, "?"),
             PINNED_RUSTC,

@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flakebot.cargo.runner import PINNED_RUSTC  # the pin's rustc (read as said above)
+
+__all__ = ["NIXPKGS_BRANCH", "NIXPKGS_MIN_NIX", "PINNED_NIXPKGS", "PINNED_RUSTC", "flake_lock", "flake_lock_text", "version_tuple"]
+
 NIXPKGS_BRANCH = "nixos-26.05"
-# The rustc of the pinned nixpkgs: crafted crates declare it as rust-version, the edit loop prefers a toolchain of it.
-PINNED_RUSTC = "1.95.0"
 # The oldest Nix that evaluates the pinned nixpkgs (its lib/minver.nix).
 NIXPKGS_MIN_NIX = "2.18"
 
