@@ -421,6 +421,8 @@ def _corpus_row(row: dict[str, Any]) -> str:
     cargo = (
         f"{row['cargo_build_release_s']:.0f} s"
         if row.get("cargo_build_release_s")
+        else "not measured"
+        if str(row.get("cargo_error", "")).startswith("not measured")
         else f"fails ({row.get('cargo_error', '?')})"
     )
     inputs = row.get("inputs") or {}
