@@ -21,7 +21,15 @@ from typing import Any
 
 from flakebot.cargo.runner import PINNED_RUSTC  # the pin's rustc (read as said above)
 
-__all__ = ["NIXPKGS_BRANCH", "NIXPKGS_MIN_NIX", "PINNED_NIXPKGS", "PINNED_RUSTC", "flake_lock", "flake_lock_text", "version_tuple"]
+__all__ = [
+    "NIXPKGS_BRANCH",
+    "NIXPKGS_MIN_NIX",
+    "PINNED_NIXPKGS",
+    "PINNED_RUSTC",
+    "flake_lock",
+    "flake_lock_text",
+    "version_tuple",
+]
 
 NIXPKGS_BRANCH = "nixos-26.05"
 # The oldest Nix that evaluates the pinned nixpkgs (its lib/minver.nix).
