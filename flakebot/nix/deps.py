@@ -57,7 +57,7 @@ PACKAGES: dict[str, Package] = {
     "nettle": Package(modules=("nettle", "hogweed"), libraries=("nettle", "hogweed")),
     "oniguruma": Package(modules=("oniguruma",), libraries=("onig",)),
     "openssl": Package(modules=("openssl", "libssl", "libcrypto"), libraries=("ssl", "crypto")),
-    "pam": Package(libraries=("pam",)),  # linux-pam on Linux (nixpkgs' `pam`)
+    "pam": Package(libraries=("pam", "pam_misc", "pamc")),  # linux-pam on Linux (nixpkgs' `pam`)
     "perl": Package(programs=("perl",)),
     "pkg-config": Package(programs=("pkg-config",)),
     "postgresql": Package(modules=("libpq",), libraries=("pq",)),
