@@ -159,6 +159,7 @@ def _package(
         report(f"smoke run: {facts.bin_name} --help")
         smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
     except NixError as exc:
+        exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
     root = make_gc_root(store_path, gc_root or out_dir / "result")
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
