@@ -418,6 +418,10 @@ UPSTREAM: dict[str, str] = {
     "cargo-lock": "(Debian's 8.0.2 has no help or version option: `cargo-lock --help` is an unknown option of its "
     "default `list` command, exit 1, and with no arguments it reads ./Cargo.lock; the flake builds, the smoke run's "
     "contract is what it misses)",
+    "pleaser": "(`please` is a sudo replacement: it becomes root before it reads its arguments and exits 1 when it "
+    "cannot, as in the unprivileged smoke sandbox, so even --help fails; the flake builds, with pam declared)",
+    "lalrpop": "(Debian's lalrpop 0.19.8 does not compile with rustc 1.95: a macro's trailing semicolon in "
+    "expression position is a hard error now; plain cargo fails the same way)",
 }
 
 
