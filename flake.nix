@@ -1,10 +1,10 @@
-# flakebot itself as a flake (nixpkgs pinned to nixos-25.05 in flake.lock).
+# flakebot itself as a flake (nixpkgs pinned to nixos-26.05 in flake.lock).
 #   nix run . -- craft "need a CSV deduper"     run flakebot
 #   nix develop                                 python with flakebot's dependencies, cargo, rustc, git
 {
   description = "flakebot: a tool factory for agents; describe a need, get back a tested Rust CLI built by Nix";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.05";
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";
 
   outputs = { self, nixpkgs }:
     let
@@ -31,7 +31,7 @@
             src = ./.;
             build-system = [ pkgs.python3Packages.setuptools ];
             dependencies = runtimeDeps pkgs.python3Packages;
-            # nixos-25.05 may ship older minor versions than pyproject.toml's lower bounds; the APIs used are there.
+            # nixos-26.05 may ship older minor versions than pyproject.toml's lower bounds; the APIs used are there.
             pythonRelaxDeps = true;
             makeWrapperArgs = [ "--suffix" "PATH" ":" (lib.makeBinPath (toolsFor pkgs)) ];
             # The test suite needs nix, cargo and a crate registry at hand: run it with `nix develop -c make test`.

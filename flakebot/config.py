@@ -120,7 +120,7 @@ class Settings:
     )
     nixpkgs: str = _setting(
         "auto",
-        "nixpkgs for builds: pinned (real nixos-25.05), host (offline stand-in), or auto.",
+        "nixpkgs for builds: pinned (real nixos-26.05), host (offline stand-in), or auto.",
         ("auto", "pinned", "host"),
     )
     smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")

@@ -29,6 +29,8 @@ FAILED = {
     "package_s": 10.0,
     "reason": "[package] nix build of bat failed: boom",
     "cargo_error": "error: boom",
+    "outside_flakebot": True,
+    "inputs": {"declared": ["zlib"], "from_evidence": [], "missing": ["libfoo"]},
 }
 
 
@@ -57,7 +59,8 @@ def test_p8_lists_each_crate_with_cargos_time_and_each_failure_with_its_reason()
         in f["measured"]
     )
     assert f["gap"].startswith(
-        "Not packaged: bat: **not packaged** after 10 s: [package] nix build of bat failed: boom"
+        "Not packaged: bat: **not packaged** after 10 s: [package] nix build of bat failed: boom (cargo build "
+        "--release: fails (error: boom); outside flakebot: plain cargo fails too; inputs declared: zlib; missing: libfoo)"
     )
 
 

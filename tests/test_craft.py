@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 from flakebot.errors import EditError
+from flakebot.nix.lock import PINNED_RUSTC
 from flakebot.pipeline.run import Run, list_runs
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.fakes.mcp_call import mcp_call
@@ -70,6 +72,9 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     # Built with the host stand-in: the manifest says the commands are for this machine only, and show says so.
     assert manifest["portable"] is False and "stand-in for nixpkgs" in manifest["portable_reason"]
     assert "portable: no" in run_cli("show", "csv-dedup").stdout
+    # The flake's crate declares the pinned nixpkgs' rustc (written by flakebot after the model's edits).
+    flake_crate = tomllib.loads((Path(manifest["flake_ref"]) / "Cargo.toml").read_text())
+    assert flake_crate["package"]["rust-version"] == PINNED_RUSTC
 
     # Clean kept only the audit record.
     run = Run.load(workdir, result["run_id"])

@@ -4,7 +4,10 @@ For each crate (installed by scripts/bench-setup.sh, which `make bench` runs): `
 copy of it, through the library API (offline, host stand-in), which must build it with nix and smoke-run it (`--help` or `--version`
 exits 0); then `cargo build --release` of the same source in a fresh target directory: the flake's copy
 (its Cargo.lock, with any dev-dependency flakebot left out and the binary's required features), or the
-registry's own source when flakebot failed. Every failure is kept with its reason.
+registry's own source when flakebot failed. Every failure is kept with its reason. Each row says which native
+inputs the flake declared from the lock's crates, which the build log added (the strict stand-in sees only declared
+inputs), and which the build still lacked; a crate that plain cargo cannot build either fails outside flakebot.
+`python -m benchmarks.bench_corpus --rows FILE` appends each row to FILE (JSON lines) as it is measured.
 """
 
 from __future__ import annotations
@@ -24,13 +27,29 @@ from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError
 
-# Debian package librust-<name>-dev for each; scripts/bench-setup.sh installs them.
-CORPUS = ("hexyl", "bat", "cbindgen", "grcov", "sniffglue", "bindgen", "sequoia-sop")
+# Debian package librust-<name>-dev for each; scripts/bench-setup.sh installs them. Small ones first, so a run cut
+# short still measures most crates. Native inputs among them: libgit2 and zlib (git-absorb, bat), pam by -l (pleaser),
+# nasm (rav1e), oniguruma (bat), libpcap (sniffglue), nettle and libclang (sequoia-sop), openssl, curl, libssh2 (cargo-c).
+CORPUS = (
+    *("hexyl", "dotenv", "lscolors", "sha1collisiondetection", "cargo-lock", "git-absorb", "pleaser", "cbindgen"),
+    *("lalrpop", "bat", "sniffglue", "bindgen", "grcov", "rav1e", "sequoia-sop", "cargo-c"),
+)
 GOAL_SHARE = 100.0
+# False (--no-plain): the plain cargo build only for crates flakebot failed on (is the failure flakebot's?).
+PLAIN_BUILD_WHEN_PACKAGED = True
 
 
-def run(crates: tuple[str, ...] | list[str] = CORPUS) -> dict[str, Any]:
-    rows = [_measure_or_say_why(name) for name in crates]
+def run(crates: tuple[str, ...] | list[str] = CORPUS, rows_file: Path | None = None) -> dict[str, Any]:
+    rows = []
+    for name in crates:
+        rows.append(_measure_or_say_why(name))
+        if rows_file is not None:
+            with rows_file.open("a") as out:
+                out.write(json.dumps(rows[-1]) + "\n")
+    return summary(rows)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     packaged = [r for r in rows if r["packaged"]]
     return {
         "crates": rows,
@@ -66,10 +85,35 @@ def measure(name: str) -> dict[str, Any]:
             registry="local",
         )
         row: dict[str, Any] = {"crate": name, **package_one(name, settings)}
+        if row["packaged"] and not PLAIN_BUILD_WHEN_PACKAGED:
+            row["cargo_build_release_s"] = None
+            row["cargo_error"] = "not measured (--no-plain: only failures get the plain build)"
+            return row
         row.update(_cargo_build(name, row, settings, root))
         if row["packaged"] and row.get("cargo_build_release_s"):
             row["ratio"] = round(row["package_s"] / row["cargo_build_release_s"], 3)
+        # plain cargo fails too: the crate does not build on this toolchain and registry, whatever flakebot does
+        row["outside_flakebot"] = not row["packaged"] and row.get("cargo_build_release_s") is None
     return row
+
+
+def input_origins(native_inputs: dict[str, Any], reason: str = "") -> dict[str, list[str]]:
+    """The flake's native inputs by origin: declared from the lock's crates (deps.PACKAGES), added from the build
+    log, and (for a failed build) those its error says it lacked."""
+    because = native_inputs.get("because", {})
+    from_log = sorted(n for n, why in because.items() if any(str(w).startswith("build log") for w in why))
+    declared = sorted(n for n in because if n not in from_log)
+    missing = sorted(set(_missing_inputs(reason)) - set(declared) - set(from_log))
+    return {"declared": declared, "from_evidence": from_log, "missing": missing}
+
+
+def _missing_inputs(reason: str) -> list[str]:
+    """Inputs a failed build's one-line error names as not found (flakebot's own wording: "found no NAME")."""
+    marker = "found no "
+    if marker not in reason:
+        return []
+    names = reason.split(marker, 1)[1].split(" (", 1)[0]
+    return [n.strip() for n in names.split(",") if n.strip()]
 
 
 def package_one(name: str, settings: Settings, fresh: bool = True) -> dict[str, Any]:
@@ -82,7 +126,13 @@ def package_one(name: str, settings: Settings, fresh: bool = True) -> dict[str, 
     try:
         out = api.package(str(source), nixpkgs="host", settings=settings)
     except FlakebotError as exc:
-        return {"packaged": False, "package_s": round(time.perf_counter() - started, 1), "reason": exc.one_line()}
+        native = exc.details.get("native_inputs") or {}
+        return {
+            "packaged": False,
+            "package_s": round(time.perf_counter() - started, 1),
+            "reason": exc.one_line(),
+            "inputs": input_origins(native if isinstance(native, dict) else {}, exc.one_line()),
+        }
     return {
         "packaged": True,
         "package_s": round(time.perf_counter() - started, 1),
@@ -92,6 +142,8 @@ def package_one(name: str, settings: Settings, fresh: bool = True) -> dict[str, 
         "smoke": " ".join([Path(out.smoke["argv"][0]).name, *out.smoke["argv"][1:]]),
         "notices": [n for n in out.notices if "placeholder checksums" not in n],
         "native_inputs": out.native_inputs,
+        "inputs": input_origins(out.native_inputs),
+        "portable_reason": out.portable_reason,
         "flake_dir": out.flake_dir,
         "build_features": out.build_features,
         "dropped_dev_dependencies": [d["name"] for d in out.dropped_dev_dependencies],
@@ -134,4 +186,8 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("crates", nargs="*", default=list(CORPUS))
-    print(json.dumps(run(parser.parse_args().crates), indent=2))
+    parser.add_argument("--rows", type=Path, help="append each crate's row to this file (JSON lines) as it is measured")
+    parser.add_argument("--no-plain", action="store_true", help="no plain cargo build beside a crate flakebot packaged")
+    args = parser.parse_args()
+    PLAIN_BUILD_WHEN_PACKAGED = not args.no_plain
+    print(json.dumps(run(args.crates, args.rows), indent=2))

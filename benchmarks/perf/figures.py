@@ -417,18 +417,36 @@ def acquire_incremental(r: Results) -> dict[str, Any]:
 
 
 # Why a corpus crate fails, upstream of flakebot (crate -> explanation), for the report; filled from measured runs.
-UPSTREAM: dict[str, str] = {}
+UPSTREAM: dict[str, str] = {
+    "cargo-lock": "(Debian's 8.0.2 has no help or version option: `cargo-lock --help` is an unknown option of its "
+    "default `list` command, exit 1, and with no arguments it reads ./Cargo.lock; the flake builds, the smoke run's "
+    "contract is what it misses)",
+    "pleaser": "(`please` is a sudo replacement: it becomes root before it reads its arguments and exits 1 when it "
+    "cannot, as in the unprivileged smoke sandbox, so even --help fails; the flake builds, with pam declared)",
+    "lalrpop": "(Debian's lalrpop 0.19.8 does not compile with rustc 1.95: a macro's trailing semicolon in "
+    "expression position is a hard error now; plain cargo fails the same way)",
+}
 
 
 def _corpus_row(row: dict[str, Any]) -> str:
     cargo = (
         f"{row['cargo_build_release_s']:.0f} s"
         if row.get("cargo_build_release_s")
+        else "not measured"
+        if str(row.get("cargo_error", "")).startswith("not measured")
         else f"fails ({row.get('cargo_error', '?')})"
     )
+    inputs = row.get("inputs") or {}
+    said = [
+        f"{label} {', '.join(inputs[key])}"
+        for key, label in (("declared", "inputs declared:"), ("missing", "missing:"))
+        if inputs.get(key)
+    ]
     if not row["packaged"]:
         why = UPSTREAM.get(row["crate"], "")
-        return f"{row['crate']}: **not packaged** after {row['package_s']:.0f} s: {row['reason']}{' ' + why if why else ''} (cargo build --release: {cargo})"
+        where = "; outside flakebot: plain cargo fails too" if row.get("outside_flakebot") else ""
+        extra = f"; {'; '.join(said)}" if said else ""
+        return f"{row['crate']}: **not packaged** after {row['package_s']:.0f} s: {row['reason']}{' ' + why if why else ''} (cargo build --release: {cargo}{where}{extra})"
     extras = [f"features {','.join(row['build_features'])} turned on"] if row.get("build_features") else []
     if row.get("dropped_dev_dependencies"):
         extras.append(f"dev-dependencies left out: {', '.join(row['dropped_dev_dependencies'])}")
@@ -438,6 +456,7 @@ def _corpus_row(row: dict[str, Any]) -> str:
         if any(str(w).startswith("build log") for w in why)
     ]
     extras += [f"{', '.join(added)} added from the build log"] if added else []
+    extras += said[:1]  # the inputs declared from the lock's crates
     note = f" ({'; '.join(extras)})" if extras else ""
     done = f"packaged and `{row['smoke']}` exits 0 in {row['package_s']:.0f} s (nix build {row['nix_build_s']:.0f} s)"
     return f"{row['crate']} {row['version']}: {done} against `cargo build --release` {cargo}{note}"

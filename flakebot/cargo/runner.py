@@ -40,6 +40,12 @@ MIRROR_SOURCE = "flakebot-mirror"
 DEFAULT_INDEX_URL = "https://index.crates.io"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 NEVER_FETCH = {"locate-project", "init", "new", "read-manifest", "pkgid", "version"}
+# The rustc of the pinned nixpkgs (flakebot.nix.lock says where both were read): crafted crates declare it as
+# rust-version, and cargo calls prefer a toolchain of exactly it. Here because cargo/ imports nothing of nix/.
+PINNED_RUSTC = "1.95.0"
+# Whatever the crate's edition: a dependency version whose rust-version is newer than the package's (a crafted crate
+# declares the pinned nixpkgs' rustc) or, without one, than the toolchain's, is picked only when no other fits.
+RESOLVER_ARGS = ["--config", "resolver.incompatible-rust-versions='fallback'"]
 
 
 def cargo_program() -> str:
@@ -77,16 +83,54 @@ def rustup_home() -> Path:
 
 @functools.cache
 def active_toolchain() -> str | None:
-    """The rustup toolchain flakebot itself would use (None without rustup): pinned so a tree's rust-toolchain.toml is ignored."""
+    """The rustup toolchain every cargo call of flakebot's uses (None without rustup), pinned so a tree's
+    rust-toolchain.toml is ignored: RUSTUP_TOOLCHAIN when set; else an installed toolchain whose rustc is the pinned
+    nixpkgs' own (so code and locks are made with the compiler users build with); else rustup's active one, said in
+    the log."""
     if os.environ.get("RUSTUP_TOOLCHAIN"):
         return os.environ["RUSTUP_TOOLCHAIN"]
     rustup = shutil.which("rustup")
     if rustup is None:
         return None
+    versions = toolchain_versions()
+    matching = [name for name, version in versions.items() if version == PINNED_RUSTC]
+    if matching:  # rustup names a version-pinned toolchain "1.95.0-<triple>": the surest match comes first
+        return sorted(matching, key=lambda name: (not name.startswith(PINNED_RUSTC), name))[0]
+    active = _rustup_active(rustup)
+    if active:
+        logger.warning(
+            "no installed toolchain has rustc %s (the pinned nixpkgs'): using %s (rustc %s); code may need a newer "
+            "compiler than users' nixpkgs has (rustup toolchain install %s)",
+            PINNED_RUSTC,
+            active,
+            versions.get(active, "?"),
+            PINNED_RUSTC,
+        )
+    return active
+
+
+def toolchain_versions() -> dict[str, str]:
+    """{rustup toolchain name: its rustc's version} for the toolchains installed under RUSTUP_HOME (nightly and beta
+    report versions such as 1.97.0-nightly, which match no pin)."""
+    found: dict[str, str] = {}
+    root = rustup_home() / "toolchains"
+    for toolchain in sorted(root.iterdir()) if root.is_dir() else []:
+        rustc = toolchain / "bin" / "rustc"
+        if not rustc.is_file():
+            continue
+        try:
+            shown = subprocess.run([str(rustc), "-V"], capture_output=True, text=True, timeout=60).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if len(shown) >= 2 and shown[0] == "rustc":
+            found[toolchain.name] = shown[1]
+    return found
+
+
+def _rustup_active(rustup: str) -> str | None:
+    """rustup's active toolchain asked from an empty directory (no toolchain file can be there)."""
     env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "RUSTUP_HOME": str(rustup_home()), "HOME": str(Path.home())}
-    with tempfile.TemporaryDirectory(
-        prefix="flakebot-rustup-"
-    ) as neutral:  # no toolchain file can be in an empty directory
+    with tempfile.TemporaryDirectory(prefix="flakebot-rustup-") as neutral:
         try:
             shown = subprocess.run(
                 [rustup, "show", "active-toolchain"], cwd=neutral, env=env, capture_output=True, text=True, timeout=60
@@ -161,12 +205,12 @@ class Cargo:
         return []
 
     def config_args(self) -> list[str]:
-        """Global flags of a host call: the crate source, and --offline when offline."""
-        return [*self.source_args(), *(["--offline"] if self.offline else [])]
+        """Global flags of a host call: the crate source, the MSRV-aware resolver, and --offline when offline."""
+        return [*self.source_args(), *RESOLVER_ARGS, *(["--offline"] if self.offline else [])]
 
     def argv(self, *args: str) -> list[str]:
-        """A sandboxed `cargo ARGS`: the crate source, and always --offline (the sandbox has no network)."""
-        return [cargo_program(), *self.source_args(), "--offline", *args]
+        """A sandboxed `cargo ARGS`: the crate source, the MSRV-aware resolver, and always --offline (no network)."""
+        return [cargo_program(), *self.source_args(), *RESOLVER_ARGS, "--offline", *args]
 
     def env(self) -> dict[str, str]:
         """Environment for a cargo call: target dir, no colours, rustup's home and the pinned toolchain, flakebot's CARGO_HOME.

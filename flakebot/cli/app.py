@@ -562,7 +562,7 @@ def package_cmd(
         str | None, typer.Option("--bin", help="The binary to package when the crate has several.")
     ] = None,
     nixpkgs: Annotated[
-        str | None, typer.Option(help="pinned (real nixos-25.05) or host (offline stand-in); default: auto.")
+        str | None, typer.Option(help="pinned (real nixos-26.05) or host (offline stand-in); default: auto.")
     ] = None,
     out_dir: Annotated[
         Path | None,

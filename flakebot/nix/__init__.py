@@ -12,7 +12,7 @@
                  of what each nixpkgs attribute gives a build (programs, pkg-config modules, -lNAME)
     evidence.py  what a failed build's log asks for (a program, a pkg-config module, -lNAME; a denied lint)
     licenses.py  SPDX expressions → nixpkgs lib.licenses names
-    lock.py      the pinned nixpkgs (nixos-25.05) and flake.lock
+    lock.py      the pinned nixpkgs (nixos-26.05) and flake.lock
     standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)
     command.py   nix command lines for Nix 2.8 (every one that can build: nixbld users, sandbox), the nixpkgs mode,
                  bounded runs keeping the log tail

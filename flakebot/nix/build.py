@@ -15,7 +15,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import NixError
-from flakebot.nix import command, gitdeps
+from flakebot.nix import command, evidence, gitdeps
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,10 @@ def build(
     )
     logger.info("nix build: %s", shlex.join(argv))
     errors: list[str] = []  # the first compiler errors, which a long log pushes out of the tail
-    outcome = command.run_streaming(argv, settings.nix_build_timeout, _build_progress(report, errors), cwd=flake_dir)
+    lints: list[str] = []  # lint levels, coded errors, ld's missing libraries of the whole log (evidence weighs them)
+    outcome = command.run_streaming(
+        argv, settings.nix_build_timeout, _build_progress(report, errors, lints), cwd=flake_dir
+    )
     log_tail = "\n".join(outcome.tail)
     if outcome.timed_out:
         raise NixError(
@@ -41,7 +44,9 @@ def build(
             log_tail=log_tail,
         )
     if outcome.returncode != 0:
-        raise _build_failed(pname, outcome.returncode, outcome.tail, Path(flake_dir) / "Cargo.lock", errors)
+        failed = _build_failed(pname, outcome.returncode, outcome.tail, Path(flake_dir) / "Cargo.lock", errors)
+        failed.details["lint_lines"] = "\n".join(lints)
+        raise failed
     try:
         return str(json.loads(outcome.stdout)[0]["outputs"]["out"]), outcome.seconds
     except (json.JSONDecodeError, LookupError, TypeError):
@@ -57,12 +62,16 @@ def build(
 ERROR_LINE = re.compile(r"(^|> )error(\[E\d+\])?:")
 SUMMARY_LINE = re.compile(r"error: (could not compile|aborting due to)")
 FIRST_ERRORS = 3
+LINT_LINES = 40
 
 
-def _build_progress(report: Progress, errors: list[str]) -> Callable[[str], None]:
-    """Report progress lines, and keep the first few compiler errors (not cargo's summary) in `errors`."""
+def _build_progress(report: Progress, errors: list[str], lints: list[str] | None = None) -> Callable[[str], None]:
+    """Report progress lines, and keep the first few compiler errors (not cargo's summary) in `errors`, and the
+    first lint-level notes, coded errors and missing libraries in `lints`."""
 
     def on_line(line: str) -> None:
+        if lints is not None and len(lints) < LINT_LINES and evidence.worth_keeping(line):
+            lints.append(line)
         if len(errors) < FIRST_ERRORS and ERROR_LINE.search(line) and not SUMMARY_LINE.search(line):
             errors.append(line)
         text = line.split("> ", 1)[-1].strip()

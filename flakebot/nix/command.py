@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import grp
 import json
 import logging
@@ -191,17 +192,52 @@ def nix_system() -> str:
 
 
 def resolve_mode(settings: Settings) -> tuple[str, str]:
-    """(mode, notice): pinned or host. `auto` picks host when neither the network nor a cached nixpkgs is there."""
-    if settings.nixpkgs in ("pinned", "host"):
-        return settings.nixpkgs, ""
+    """(mode, notice): pinned or host. `auto` picks host when neither the network nor a cached nixpkgs is there, or
+    when this Nix is too old to evaluate the pinned nixpkgs (then `pinned` is refused)."""
+    from flakebot.nix.lock import NIXPKGS_BRANCH, NIXPKGS_MIN_NIX
+
+    if settings.nixpkgs == "host":
+        return "host", ""
+    old = nix_too_old(NIXPKGS_MIN_NIX)
+    if settings.nixpkgs == "pinned":
+        if old:
+            raise NixError(
+                f"Nix {old} cannot evaluate nixpkgs {NIXPKGS_BRANCH}, which needs Nix >= {NIXPKGS_MIN_NIX}",
+                fix="upgrade Nix (https://nixos.org/download), or build with the host stand-in (--nixpkgs host)",
+            )
+        return "pinned", ""
     if settings.offline:
         return "host", "offline is set: building with the host-toolchain stand-in for nixpkgs (--nixpkgs host)"
+    if old:
+        return "host", (
+            f"Nix {old} is older than {NIXPKGS_MIN_NIX}, which nixpkgs {NIXPKGS_BRANCH} needs: building with the "
+            "host-toolchain stand-in for nixpkgs (--nixpkgs host)"
+        )
     if _reachable(settings.connect_timeout) or pinned_nixpkgs_cached():
         return "pinned", ""
     return (
         "host",
         "no network to github.com/cache.nixos.org and no cached nixpkgs: building with the host-toolchain stand-in (--nixpkgs host)",
     )
+
+
+def nix_too_old(minimum: str) -> str:
+    """This Nix's version when it is older than `minimum`; '' when it is not (or cannot be told)."""
+    from flakebot.nix.lock import version_tuple
+
+    version = nix_version()
+    return version if version and version_tuple(version) < version_tuple(minimum) else ""
+
+
+@functools.cache
+def nix_version() -> str:
+    """`nix --version`'s number ("2.8.0"), or '' without nix."""
+    try:
+        shown = subprocess.run([nix_program(), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (NixError, OSError, subprocess.SubprocessError):
+        return ""
+    words = shown.split()
+    return words[-1] if words else ""
 
 
 def _reachable(timeout: float) -> bool:

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomlkit
+
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.nix import deps, devdeps
 from flakebot.nix.devdeps import Dropped
+from flakebot.nix.lock import PINNED_RUSTC, version_tuple
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,8 @@ class CrateFacts:
     lock_generated: bool = False
     build_features: list[str] = field(default_factory=list)  # the chosen binary's required-features
     chosen_because: str = ""  # why this binary, when flakebot picked it among several (a notice)
+    # "NAME VERSION (rust-version X)" of the locked packages that need a newer rustc than the pinned nixpkgs has
+    needs_newer_rustc: list[str] = field(default_factory=list)
     # devdeps.Dropped.to_dict(): tests cannot run
     dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
     local_packages: list[LocalPackage] = field(default_factory=list)  # the workspace members
@@ -172,7 +177,32 @@ def inspect_crate(
     _selection_flags(facts, members, package, all_bins)
     _read_lock(facts, crate_dir / "Cargo.lock")
     _read_local(facts, meta, crate_dir)
+    facts.needs_newer_rustc = needs_newer_rustc(meta, PINNED_RUSTC)
     return facts
+
+
+def needs_newer_rustc(meta: dict[str, Any], rustc: str) -> list[str]:
+    """The packages of `cargo metadata` (the locked dependencies and the crate itself) whose rust-version is newer
+    than `rustc`: real nixpkgs with that rustc cannot build them."""
+    newer = [
+        (version_tuple(p["rust_version"]), f"{p['name']} {p['version']} (rust-version {p['rust_version']})")
+        for p in meta.get("packages", [])
+        if p.get("rust_version") and version_tuple(p["rust_version"]) > version_tuple(rustc)
+    ]
+    return [text for _, text in sorted(newer, key=lambda item: (tuple(-n for n in item[0]), item[1]))]
+
+
+def declare_rust_version(manifest: Path, rustc: str) -> str:
+    """Set [package] rust-version in `manifest` to `rustc` (tomlkit keeps the rest as written), whatever it said
+    before: cargo then resolves dependencies for that rustc. Returns the value it replaced ('' for none)."""
+    document = tomlkit.parse(manifest.read_text())
+    package = document.get("package")
+    if not isinstance(package, dict):
+        return ""  # a virtual workspace manifest: its members carry the packages
+    before = package.get("rust-version")
+    package["rust-version"] = rustc
+    manifest.write_text(tomlkit.dumps(document))
+    return str(before) if isinstance(before, str) else ("workspace" if before is not None else "")
 
 
 def binaries(members: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:

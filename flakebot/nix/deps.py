@@ -57,12 +57,13 @@ PACKAGES: dict[str, Package] = {
     "nettle": Package(modules=("nettle", "hogweed"), libraries=("nettle", "hogweed")),
     "oniguruma": Package(modules=("oniguruma",), libraries=("onig",)),
     "openssl": Package(modules=("openssl", "libssl", "libcrypto"), libraries=("ssl", "crypto")),
+    "pam": Package(libraries=("pam", "pam_misc", "pamc")),  # linux-pam on Linux (nixpkgs' `pam`)
     "perl": Package(programs=("perl",)),
     "pkg-config": Package(programs=("pkg-config",)),
     "postgresql": Package(modules=("libpq",), libraries=("pq",)),
     "protobuf": Package(programs=("protoc",)),
     "python3": Package(programs=("python3",)),
-    "rustPlatform.bindgenHook": Package(),
+    "rustPlatform.bindgenHook": Package(libraries=("clang",)),  # it brings libclang
     "sqlite": Package(modules=("sqlite3",), libraries=("sqlite3",)),
     "udev": Package(modules=("libudev",), libraries=("udev",)),
     "xz": Package(modules=("liblzma",), libraries=("lzma",)),
@@ -95,6 +96,7 @@ NATIVE_INPUTS: dict[str, Needs] = {
     "nettle-sys": Needs(build=("nettle",)),
     "onig_sys": Needs(build=("oniguruma",), env=(("RUSTONIG_SYSTEM_LIBONIG", "true"),)),
     "openssl-sys": Needs(build=("openssl",)),
+    "pam-sys": Needs(build=("pam",)),
     "pcap-sys": Needs(build=("libpcap",)),
     "pkg-config": Needs(native=("pkg-config",)),
     "pq-sys": Needs(build=("postgresql",)),

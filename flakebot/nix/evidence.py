@@ -64,6 +64,24 @@ _DENIED_LINT = re.compile(
 _CODED_ERROR = re.compile(r"error\[E\d+\]")
 
 
+def worth_keeping(line: str) -> bool:
+    """Whether a log line says something denied_lint or unknown_libraries weighs (a lint's level, a coded error, a
+    library ld did not find): a long log pushes these out of the tail, so the build keeps them as they stream by."""
+    return bool(_DENIED_LINT.search(line) or _CODED_ERROR.search(line) or any(p.search(line) for p in _LINKER))
+
+
+def unknown_libraries(lines: list[str]) -> dict[str, str]:
+    """-lNAME the linker did not find that no nixpkgs attribute of deps.PACKAGES gives: {NAME: the line}."""
+    found: dict[str, str] = {}
+    for line in lines:
+        for pattern in _LINKER:
+            for match in pattern.finditer(line):
+                name = match.group(1)
+                if name not in LINK_LIBRARIES and name.removeprefix("lib") not in LINK_LIBRARIES:
+                    found.setdefault(name, line.split("> ", 1)[-1].strip())
+    return found
+
+
 def denied_lint(lines: list[str]) -> str:
     """The line showing a failed build's errors came from a denied lint, or '' (no lint, or a real error too)."""
     if any(_CODED_ERROR.search(line) for line in lines):

@@ -20,10 +20,10 @@ from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import command, deps, evidence, gitdeps, licenses
 from flakebot.nix.build import build, make_gc_root, smoke_run
-from flakebot.nix.crate import CrateFacts, inspect_crate, workspace_root
+from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
-from flakebot.nix.lock import flake_lock_text
+from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
 from flakebot.nix.skeleton import Skeleton, write_skeleton
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class Choice:
     bin_name: str | None = None
     prefer_bin: str | None = None
     all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
+    rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
 
 
 @dataclass
@@ -85,11 +86,13 @@ def package_crate(
     gc_root: Path | None = None,
     prefer_bin: str | None = None,
     all_bins: bool = False,
+    rust_version: str = "",
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
     `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
-    otherwise falls back to the crate's only (or default) binary.
+    otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
+    flake's copy, whatever its Cargo.toml said.
     """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
@@ -109,7 +112,7 @@ def package_crate(
             settings,
             mode,
             notice,
-            Choice(bin_name, prefer_bin, all_bins),
+            Choice(bin_name, prefer_bin, all_bins, rust_version),
             description,
             report,
             gc_root,
@@ -130,6 +133,7 @@ class Written:
     unknown_licenses: list[str]
     # cargoLock.outputHashes learned from builds (NAME-VERSION -> hash as nix prints it); the others are lib.fakeHash
     output_hashes: dict[str, str] = field(default_factory=dict)
+    rust_version_replaced: str = ""  # the crate's own rust-version, when the flake's copy declares another
     capped_lints: str = ""  # the log line of a build that failed only on a denied lint (then built with CAP_LINTS)
     skeleton: Skeleton | None = None  # the dependencies' own derivation builds from it (None: built with the tool)
 
@@ -157,6 +161,7 @@ def _package(
         report(f"smoke run: {facts.bin_name} --help")
         smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
     except NixError as exc:
+        exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
     root = make_gc_root(store_path, gc_root or out_dir / "result")
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
@@ -191,6 +196,10 @@ def write_flake(
     member = str(source_dir.relative_to(root)) if root != source_dir else ""
     report(f"copying {root.name} into {out_dir}")
     copy_sources(root, out_dir)
+    replaced = ""
+    if choice.rust_version:  # the copy's manifest, after any edit of the model's: its own value is not trusted
+        replaced = declare_rust_version(out_dir / member / "Cargo.toml", choice.rust_version)
+        replaced = "" if replaced == choice.rust_version else replaced
     report("asking cargo for the crate's packages and binaries")
     facts = inspect_crate(
         out_dir,
@@ -203,6 +212,7 @@ def write_flake(
     )
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     flake.skeleton = write_skeleton(out_dir, facts, settings)
+    flake.rust_version_replaced = replaced
     _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
     commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
@@ -254,6 +264,9 @@ def _build_with_evidence(
                 lesson = f"the build asked for {', '.join(added)}: added to the flake's inputs"
                 commit = f"flakebot: {', '.join(added)} from the build log"
             else:
+                exc.details.setdefault("native_inputs", flake.native.to_dict())  # what the failed build was given
+                if (unknown := _unknown_library(exc, flake.facts.pname)) is not None:
+                    raise unknown from None
                 raise
         report(f"{lesson}, building again")
         _render(out_dir, flake, description)
@@ -262,7 +275,8 @@ def _build_with_evidence(
 
 def _denied_lint(exc: NixError, flake: Written) -> str:
     """The log line of a build that failed only on a lint the crate denies, now built with CAP_LINTS; '' otherwise."""
-    line = evidence.denied_lint(str(exc.details.get("log_tail", "")).splitlines())
+    logged = [*str(exc.details.get("lint_lines", "")).splitlines(), *str(exc.details.get("log_tail", "")).splitlines()]
+    line = evidence.denied_lint(logged)
     if line and "RUSTFLAGS" not in flake.native.env:
         flake.native.env["RUSTFLAGS"] = CAP_LINTS
         flake.capped_lints = line
@@ -294,8 +308,24 @@ def _add_evidence(exc: NixError, flake: Written, mode: str) -> list[str]:
         {name: line for name, line in found.items() if name not in flake.native.declared()}
     )
     if not added and found:
+        exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _library_missing(exc, flake.facts.pname, found, mode) from None
     return list(added)
+
+
+def _unknown_library(exc: NixError, pname: str) -> NixError | None:
+    """The build failed linking a -lNAME that no attribute of flakebot's table gives: say which, and how to add it."""
+    lines = [*str(exc.details.get("lint_lines", "")).splitlines(), *str(exc.details.get("log_tail", "")).splitlines()]
+    unknown = evidence.unknown_libraries(lines)
+    if not unknown:
+        return None
+    names = ", ".join(f"-l{name}" for name in unknown)
+    return NixError(
+        f"nix build of {pname} failed: it links {names}, which no nixpkgs attribute in flakebot's table gives",
+        fix=f"add the nixpkgs attribute that ships lib{next(iter(unknown))}.so to PACKAGES in flakebot/nix/deps.py "
+        f'(libraries=("{next(iter(unknown))}",)) and, for the crate that links it, an entry in NATIVE_INPUTS',
+        **exc.details,
+    )
 
 
 def _library_missing(exc: NixError, pname: str, found: dict[str, str], mode: str) -> NixError:
@@ -343,6 +373,11 @@ def _portability(mode: str, flake: Written) -> dict[str, Any]:
         )
     if _unhashed(flake):
         reasons.append("git dependencies still carry lib.fakeHash in cargoLock.outputHashes")
+    if facts.needs_newer_rustc:
+        reasons.append(
+            f"locked crates need a newer rustc than nixpkgs {NIXPKGS_BRANCH}'s {PINNED_RUSTC}: "
+            + ", ".join(facts.needs_newer_rustc)
+        )
     return {"portable": not reasons, "portable_reason": "; ".join(reasons)}
 
 
@@ -358,6 +393,11 @@ def _notices(notice: str, flake: Written) -> list[str]:
         notes.append("Cargo.lock was generated by flakebot (the crate had none)")
     if facts.chosen_because:
         notes.append(facts.chosen_because)
+    if flake.rust_version_replaced:
+        notes.append(
+            f"rust-version {flake.rust_version_replaced} in Cargo.toml replaced by {PINNED_RUSTC}, the rustc of "
+            f"nixpkgs {NIXPKGS_BRANCH} the flake pins"
+        )
     if flake.capped_lints:
         notes.append(
             f"the build failed only on a lint the crate denies ({flake.capped_lints}), as a newer compiler warns more: "

@@ -1,6 +1,6 @@
 """The host-toolchain stand-in for nixpkgs: a flake rendered for this machine, for offline builds.
 
-Generated flakes name `github:NixOS/nixpkgs/nixos-25.05`; offline, builds pass
+Generated flakes name `github:NixOS/nixpkgs/nixos-26.05`; offline, builds pass
 `--override-input nixpkgs path:<stand-in>` instead. The stand-in's Nix files are static
 (templates/standin/); only host.json (where builds see the toolchain, RUSTUP_HOME and the local crate
 directory source, the host paths bound there, the checksums that source vouches for, the URL .crate files are
@@ -144,11 +144,31 @@ def package_links(package: deps.Package) -> dict[str, str]:
     """What the stand-in's placeholder for one nixpkgs attribute links: bin/PROGRAM and lib/pkgconfig/MODULE.pc ->
     host file. The host lacking one leaves it out, so the build fails as it would without the attribute."""
     links = {f"bin/{name}": path for name, path in host_programs(package.programs).items()}
-    for module in package.modules:
+    todo, seen = list(package.modules), set(package.modules)
+    while todo:  # with the modules its .pc files require: in nixpkgs the attribute's closure gives them
+        module = todo.pop(0)
         found = next((Path(d, f"{module}.pc") for d in pkg_config_dirs() if Path(d, f"{module}.pc").is_file()), None)
         if found is not None:
             links[f"lib/pkgconfig/{module}.pc"] = str(found)
+            for required in pc_requires(found):
+                if required not in seen:
+                    seen.add(required)
+                    todo.append(required)
     return links
+
+
+def pc_requires(pc_file: Path) -> list[str]:
+    """The modules a .pc file's Requires and Requires.private name (versions and operators left out)."""
+    names: list[str] = []
+    for line in pc_file.read_text(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("Requires", "Requires.private"):
+            words = value.replace(",", " ").split()
+            names += [w for i, w in enumerate(words) if w[0].isalpha() and not (i and words[i - 1] in _PC_OPERATORS)]
+    return names
+
+
+_PC_OPERATORS = ("=", "<", ">", "<=", ">=", "!=")
 
 
 def pkg_config_dirs() -> list[str]:

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from flakebot.errors import NixError
+from flakebot.nix.lock import PINNED_RUSTC
 from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import AcquireOut, LocateOut, PackageOut, SpecOut
 
@@ -41,6 +42,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
         ctx.settings,
         prefer_bin=spec.name,
         all_bins=True,  # the tool's package is the tool: a second binary the spec asked for ships too
+        rust_version=PINNED_RUSTC,  # cargo resolves for the rustc users build with; the model's value is not kept
         description=spec.summary,
         progress=ctx.progress,
     )

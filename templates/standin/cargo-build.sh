@@ -24,20 +24,39 @@ for input in $nativeBuildInputs $buildInputs $nativeCheckInputs $checkInputs; do
   fi
 done
 # The linker still searches the host's library directories; the C compilers rustc and build scripts call refuse a
-# -lNAME of a nixpkgs attribute the build did not declare, with ld's own words (which the build-log evidence reads).
+# -lNAME of a nixpkgs attribute the build did not declare, and one no attribute of flakebot's table gives (neither
+# stdenv's C runtime nor a library the build made under $NIX_BUILD_TOP), with ld's own words (which the build-log
+# evidence reads).
+stdenvLibraries="c m dl pthread rt util resolv anl nsl gcc gcc_s gcc_eh stdc++ atomic"
 mkdir -p "$NIX_BUILD_TOP/cc-wrapper"
 for compiler in cc gcc c++ g++; do
   if [ ! -e "$flakebotStdenv/bin/$compiler" ]; then continue; fi
   cat > "$NIX_BUILD_TOP/cc-wrapper/$compiler" <<WRAPPER
 #!$BASH
+built=()
+previous=""
+for arg in "\$@"; do  # -LDIR or -L DIR (rustc's spelling)
+  if [ "\$previous" = -L ]; then arg="-L\$arg"; fi
+  case "\$arg" in -L$NIX_BUILD_TOP/*|-L/nix/store/*) built+=("\${arg#-L}") ;; esac
+  previous="\$arg"
+done
+refuse() {
+  echo "/usr/bin/ld: cannot find -l\$1: No such file or directory (flakebot stand-in: \$2)" >&2
+  echo "collect2: error: ld returned 1 exit status" >&2
+  exit 1
+}
 for arg in "\$@"; do
   case "\$arg" in
-    -l?*)
+    -l[!:]*)
       name="\${arg#-l}"
-      if [[ " $flakebotKnownLibraries " == *" \$name "* && " $flakebotDeclaredLibraries " != *" \$name "* ]]; then
-        echo "/usr/bin/ld: cannot find -l\$name: No such file or directory (flakebot stand-in: its nixpkgs attribute is not declared)" >&2
-        echo "collect2: error: ld returned 1 exit status" >&2
-        exit 1
+      if [[ " $flakebotKnownLibraries " == *" \$name "* ]]; then
+        if [[ " $flakebotDeclaredLibraries " != *" \$name "* ]]; then refuse "\$name" "its nixpkgs attribute is not declared"; fi
+      elif [[ " $stdenvLibraries " != *" \$name "* ]]; then
+        found=""
+        for dir in "\${built[@]}"; do
+          if [ -e "\$dir/lib\$name.a" ] || [ -e "\$dir/lib\$name.so" ]; then found=1; fi
+        done
+        if [ -z "\$found" ]; then refuse "\$name" "no nixpkgs attribute in flakebot's table gives it"; fi
       fi ;;
   esac
 done

@@ -3,6 +3,7 @@ fetching from a real `git daemon` on 127.0.0.1 (allowed explicitly), then a real
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_the_sandbox_sees_only_the_checkouts_its_lock_names(daemon: GitDaemon, t
     sandbox = open_sandbox(
         "required", workspace=crate, writable=[cargo.target_dir], cargo_home=home, cargo_git=view, adopt=True
     )
-    script = "ls $CARGO_HOME/git/checkouts; " + " ".join(cargo.argv("run", "-q"))
+    script = "ls $CARGO_HOME/git/checkouts; " + shlex.join(cargo.argv("run", "-q"))
     result = sandbox.run(["bash", "-c", script], cwd=crate, env=cargo.env())
     assert result.ok, result.stderr
     listed, printed = result.stdout.split()

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.cargo.runner import Cargo
+from flakebot.cargo.runner import RESOLVER_ARGS, Cargo, active_toolchain, toolchain_versions
 from flakebot.config import Settings
+from flakebot.nix.lock import PINNED_RUSTC
 from tests.conftest import DEBIAN_REGISTRY
 
 
 def test_registry_setting_picks_the_source(tmp_path: Path) -> None:
     online = Cargo.for_run(Settings(registry="crates-io"), tmp_path)
-    assert online.config_args() == []
+    assert online.config_args() == RESOLVER_ARGS
     local = Cargo.for_run(Settings(registry="local", local_registry=str(DEBIAN_REGISTRY)), tmp_path)
     assert local.offline and local.registry_dir == DEBIAN_REGISTRY
     vendored = Cargo.for_run(Settings(registry=str(tmp_path / "vendor")), tmp_path)
@@ -97,6 +98,30 @@ def test_a_sparse_index_setting_replaces_crates_io_by_name() -> None:
         "source.crates-io.replace-with='flakebot-mirror'",
         "--config",
         "source.flakebot-mirror.registry='sparse+http://127.0.0.1:9/index/'",
+        *RESOLVER_ARGS,
     ]
     assert cargo.argv("test")[1:] == [*cargo.config_args(), "--offline", "test"]  # sandboxed calls are always offline
-    assert Cargo.for_run(Settings(registry="crates-io"), Path("/t")).config_args() == []
+    assert Cargo.for_run(Settings(registry="crates-io"), Path("/t")).config_args() == RESOLVER_ARGS
+
+
+def test_cargo_calls_use_a_toolchain_of_the_pins_rustc_when_one_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toolchain every cargo call gets is one whose real `rustc -V` is the pinned nixpkgs' rustc, when rustup has
+    one installed; otherwise rustup's active toolchain (this machine: rustup's stable is rustc 1.95.0)."""
+    monkeypatch.delenv("RUSTUP_TOOLCHAIN", raising=False)
+    active_toolchain.cache_clear()
+    try:
+        versions = toolchain_versions()
+        chosen = active_toolchain()
+    finally:
+        active_toolchain.cache_clear()
+    if PINNED_RUSTC not in versions.values():
+        pytest.skip(f"no installed toolchain has rustc {PINNED_RUSTC} (installed: {versions})")
+    assert chosen is not None and versions[chosen] == PINNED_RUSTC
+    shown = subprocess.run(
+        ["rustc", "-V"],
+        env={**Cargo(target_dir=Path("/t")).env(), "PATH": "/root/.cargo/bin:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.stdout.split()[1] == PINNED_RUSTC, shown.stderr

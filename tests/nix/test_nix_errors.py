@@ -10,9 +10,11 @@ import pytest
 
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
+from flakebot.nix import command
 from flakebot.nix.build import smoke_run
 from flakebot.nix.command import resolve_mode
 from flakebot.nix.flake import package_crate
+from flakebot.nix.lock import NIXPKGS_BRANCH, NIXPKGS_MIN_NIX
 from tests.conftest import run_cli
 from tests.fakes.nix_crates import broken, greeter, host_settings, library, many_errors, two_binaries, unresolvable
 
@@ -121,9 +123,25 @@ def test_smoke_run_of_a_cargo_subcommand_asks_as_cargo_calls_it(tmp_path: Path) 
 
 def test_nixpkgs_mode_is_recorded_choice_or_offline_fallback() -> None:
     assert resolve_mode(Settings(nixpkgs="host")) == ("host", "")
-    assert resolve_mode(Settings(nixpkgs="pinned")) == ("pinned", "")
     mode, notice = resolve_mode(Settings(nixpkgs="auto", offline=True))
     assert mode == "host" and "host-toolchain stand-in" in notice
+
+
+def test_a_nix_too_old_for_the_pin_builds_with_the_stand_in_and_refuses_pinned() -> None:
+    """nixpkgs 26.05 evaluates only with Nix >= 2.18: the real `nix --version` decides (Debian's nix-bin is 2.8)."""
+    version = command.nix_version()
+    assert version and version[0].isdigit()
+    if command.nix_too_old(NIXPKGS_MIN_NIX) != version:
+        assert resolve_mode(Settings(nixpkgs="pinned")) == ("pinned", "")
+        pytest.skip(f"Nix {version} evaluates nixpkgs {NIXPKGS_BRANCH}: nothing to refuse")
+    with pytest.raises(NixError) as caught:
+        resolve_mode(Settings(nixpkgs="pinned"))
+    assert caught.value.message == (
+        f"Nix {version} cannot evaluate nixpkgs {NIXPKGS_BRANCH}, which needs Nix >= {NIXPKGS_MIN_NIX}"
+    )
+    assert "--nixpkgs host" in (caught.value.fix or "")
+    mode, notice = resolve_mode(Settings(nixpkgs="auto"))
+    assert mode == "host" and notice.startswith(f"Nix {version} is older than {NIXPKGS_MIN_NIX}")
 
 
 @pytest.mark.slow

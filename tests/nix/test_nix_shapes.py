@@ -5,6 +5,7 @@ no crate name announces. Real cargo decides what resolves; the slow tests build 
 from __future__ import annotations
 
 import secrets
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from flakebot.errors import NixError
 from flakebot.nix import devdeps, evidence
 from flakebot.nix.crate import inspect_crate
+from flakebot.nix.evidence import LINK_LIBRARIES
 from flakebot.nix.flake import PackageResult, flake_check, package_crate
 from tests.fakes.nix_crates import (
     dev_mismatch,
@@ -219,6 +221,35 @@ def test_linking_an_undeclared_library_fails_and_the_build_log_adds_it(tmp_path:
 
 
 @pytest.mark.slow
+def test_linking_a_library_outside_the_table_fails_naming_it_and_how_to_add_it(tmp_path: Path, source: Path) -> None:
+    """-lNAME of a host library no attribute of deps.PACKAGES gives (nixpkgs would need it declared): refused,
+    and the error names the library and the table to add it to. The host's own cc links it (the control)."""
+    names = [
+        n
+        for n in ("uuid", "xml2", "magic", "yaml")
+        if n not in LINK_LIBRARIES and Path(f"/usr/lib/x86_64-linux-gnu/lib{n}.so").exists()
+    ]
+    if not names:
+        pytest.skip("none of libuuid, libxml2, libmagic, libyaml is installed here")
+    name = names[0]
+    program = tmp_path / "control"
+    control = subprocess.run(
+        ["cc", "-x", "c", "-", "-o", str(program), f"-l{name}"], input="int main(void){return 0;}\n", text=True
+    )
+    assert control.returncode == 0  # the host links it: only the stand-in refuses
+    build_rs = f'// {secrets.token_hex(8)}\nfn main() {{ println!("cargo:rustc-link-lib={name}"); }}\n'
+    crate = write(
+        tmp_path / "crate", {"Cargo.toml": manifest("outsider"), "build.rs": build_rs, "src/main.rs": "fn main() {}\n"}
+    )
+    with pytest.raises(NixError) as caught:
+        _package(crate, tmp_path, source)
+    assert caught.value.message == (
+        f"nix build of outsider failed: it links -l{name}, which no nixpkgs attribute in flakebot's table gives"
+    )
+    assert (caught.value.fix or "").startswith(f"add the nixpkgs attribute that ships lib{name}.so to PACKAGES")
+
+
+@pytest.mark.slow
 def test_an_undeclared_perl_fails_and_the_build_log_adds_it(tmp_path: Path, source: Path) -> None:
     """perl is on the host, but a build sees it only once nativeBuildInputs names it."""
     result = _package(perl_user(tmp_path / "crate", secrets.token_hex(8)), tmp_path, source)
@@ -253,8 +284,10 @@ def test_a_flake_that_builds_is_kept_when_its_smoke_run_fails(tmp_path: Path, so
 
 @pytest.mark.slow
 def test_a_build_failing_only_on_a_denied_lint_is_built_again_with_capped_lints(tmp_path: Path, source: Path) -> None:
-    """`#![deny(warnings)]` meets a warning (as a newer compiler's new lints do): built again, warnings allowed."""
-    main = f'#![deny(warnings)]\nfn main() {{\n    let unused = "{secrets.token_hex(8)}";\n    println!("linty: a small tool");\n}}\n'
+    """`#![deny(warnings)]` meets warnings (as a newer compiler's new lints do): built again, warnings allowed. Forty
+    of them: the note naming the lint level comes with the first only, far above the log's last 30 lines."""
+    unused = "".join(f'    let unused_{i} = "{secrets.token_hex(8)}";\n' for i in range(40))
+    main = f'#![deny(warnings)]\nfn main() {{\n{unused}    println!("linty: a small tool");\n}}\n'
     crate = write(tmp_path / "crate", {"Cargo.toml": manifest("linty"), "src/main.rs": main})
     result = _package(crate, tmp_path, source)
     assert result.smoke["exit_code"] == 0 and result.native_inputs["env"] == {"RUSTFLAGS": "--cap-lints warn"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from flakebot.nix import deps, licenses
-from flakebot.nix.standin import ensure_standin
+from flakebot.nix.standin import ensure_standin, package_links, pc_requires
 from tests.conftest import DEBIAN_REGISTRY, require
 from tests.fakes.nix_crates import greeter, host_settings, json_of, standin_eval
 
@@ -116,3 +116,19 @@ def test_a_build_sees_stdenv_programs_and_only_the_inputs_it_declares(standin: P
     assert host["packages"]["zlib"]["lib/pkgconfig/zlib.pc"].endswith("/pkgconfig/zlib.pc")
     drv = json_of(standin_eval(standin, "pkgs.zlib.links"))
     assert drv == f"lib/pkgconfig/zlib.pc {host['packages']['zlib']['lib/pkgconfig/zlib.pc']}"
+
+
+def test_a_declared_module_brings_the_modules_its_pc_file_requires(tmp_path: Path) -> None:
+    """pkg-config refuses a module whose Requires(.private) it cannot find (libgit2.pc names libpcre2-8 and zlib):
+    the attribute's placeholder links those .pc files too, as nixpkgs' closure of the attribute gives them."""
+    pc_dir = tmp_path / "pkgconfig"
+    pc_dir.mkdir()
+    (pc_dir / "top.pc").write_text("Name: top\nRequires: mid >= 1.2, other\nRequires.private: low\n")
+    (pc_dir / "mid.pc").write_text("Name: mid\nRequires.private: low = 3\n")
+    assert pc_requires(pc_dir / "top.pc") == ["mid", "other", "low"]
+    assert pc_requires(pc_dir / "mid.pc") == ["low"]
+    host_pc = Path("/usr/lib/x86_64-linux-gnu/pkgconfig/libgit2.pc")
+    if not host_pc.is_file():
+        pytest.skip("libgit2-dev is not installed here")
+    links = package_links(deps.PACKAGES["libgit2"])
+    assert {f"lib/pkgconfig/{m}.pc" for m in ["libgit2", *pc_requires(host_pc)]} <= set(links)
