@@ -20,6 +20,7 @@ from flakebot.agent.disputes import DisputeDesk
 from flakebot.crates.mirror import serve_mirror
 from flakebot.deliver.catalog import Catalog
 from flakebot.errors import CatalogError, SpecError
+from flakebot.nix import reuse
 from flakebot.pipeline.run import Run, list_runs
 from flakebot.toolspec import ToolSpec
 from tests.conftest import DEBIAN_REGISTRY, json_result, require, run_cli
@@ -128,6 +129,10 @@ def test_improve_adds_an_option_keeps_the_old_examples_and_both_versions_run(
         registry = [p for p in lock["package"] if "source" in p]
         assert registry and all(re.fullmatch(r"[0-9a-f]{64}", p.get("checksum", "")) for p in registry)
         assert "placeholder checksums" not in manifest["portable_reason"]
+
+    # The new version's dependencies are the ones 0.1.0's build made: the same deps derivation, not a rebuild.
+    older = Catalog.open(config.load()).get("shout@0.1.0")["store_path"]
+    assert reuse.dependency_derivation(manifest["store_path"]) == reuse.dependency_derivation(older) is not None
 
     # Both versions run: the current one has --exclaim, 0.1.0 is the tool as it was (it ignores arguments).
     now = run_cli("run", "shout", "--", "--exclaim", input="hi\n")

@@ -29,7 +29,9 @@ from flakebot.trust import git_reason
 logger = logging.getLogger(__name__)
 
 REGISTRY_FILES = {".cargo-checksum.json", ".cargo_vcs_info.json", "Cargo.toml.orig", ".cargo-ok"}
-NOT_COPIED = REGISTRY_FILES | {"debian", "target", ".git"}
+# flakebot-deps: the Nix deps derivation's skeleton (nix/skeleton.py), which flakebot writes into every flake it
+# makes; a crate copied from a catalogued flake (improve) starts without it, and one a model plants is never used.
+NOT_COPIED = REGISTRY_FILES | {"debian", "target", ".git", "flakebot-deps"}
 
 
 def provenance(crate_dir: Path) -> dict[str, Any]:
