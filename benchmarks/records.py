@@ -49,7 +49,7 @@ def _required(f: dataclasses.Field[Any]) -> bool:
 
 
 def _value(hint: Any, value: Any) -> Any:
-    """Nested records (X, X | None, list[X]) are loaded; everything else is kept as the JSON gave it."""
+    """Nested records (X, X | None, list[X], dict[str, X]) are loaded; everything else is kept as the JSON gave it."""
     if value is None:
         return None
     origin = typing.get_origin(hint)
@@ -59,6 +59,9 @@ def _value(hint: Any, value: Any) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         return [_value(item, v) for v in value]
+    if origin is dict:
+        _, item = typing.get_args(hint) or (str, Any)
+        return {k: _value(item, v) for k, v in value.items()}
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return load(hint, value)
     return value

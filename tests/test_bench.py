@@ -18,6 +18,8 @@ from flakebot.sandbox import BwrapSandbox, open_sandbox
 from tests.conftest import REPO, require
 
 bench = importlib.import_module("benchmarks.__main__")
+perf = importlib.import_module("benchmarks.perf")
+RecordError = importlib.import_module("benchmarks.records").RecordError
 report = importlib.import_module("benchmarks.perf.report")
 bench_craft = importlib.import_module("benchmarks.perf.craft")
 bench_loop = importlib.import_module("benchmarks.perf.loop")
@@ -84,6 +86,31 @@ def test_the_readme_eval_table_is_the_one_eval_wrote(tmp_path: Path) -> None:
     readme.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="has no <!-- eval:start -->"):
         eval_readme.update_readme(readme, eval_md)
+
+
+def test_a_section_result_is_typed_when_loaded_and_a_failed_section_is_not_measured() -> None:
+    """A result with a key its record lacks fails when loaded (not later, in a figure's text); a section that raised
+    (report.json holds its error) gives its figures as not measured, with the error."""
+    shared = perf.bench("shared")
+    result = {
+        "a_craft_s": 40.0,
+        "b_install_s": 2.0,
+        "b_samples_s": [2.5, 2.0],
+        "ratio": 0.05,
+        "closure_paths": 1,
+        "closure_bytes": 12345,
+        "tool": "csv-dedup",
+    }
+    (made,) = shared.summarize(shared.load(result))
+    assert (made["id"], made["value"]) == ("P10", 0.05) and "installed in 2.00 s (best of 2.50, 2.00 s" in made[
+        "measured"
+    ]
+    with pytest.raises(RecordError, match="unknown key"):
+        shared.load({**result, "b_install": 2.0})
+    with pytest.raises(RecordError, match="missing key"):
+        shared.load({k: v for k, v in result.items() if k != "tool"})
+    (failed,) = shared.summarize(shared.load({"error": "RuntimeError: boom"}))
+    assert (failed["value"], failed["measured"]) == (None, "not measured: shared failed: RuntimeError: boom")
 
 
 def test_unknown_benchmark_is_a_usage_error() -> None:

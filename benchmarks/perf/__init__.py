@@ -1,8 +1,9 @@
 """`make bench`: flakebot measured against the raw cargo and nix work it runs.
 
-One module per section (startup.py, calls.py, ...: each a `run(**args)` returning its measurements), listed in
-SECTIONS; figures.py turns a section's result into its figures (each figure names its section), report.py writes
-bench/report.{json,md}, stages.png (chart.py) and the README's Performance section. May import flakebot and
+One module per section (startup.py, calls.py, ...: each a `run(**args)` returning its measurements, and RESULT, the
+dataclass of that result), listed in SECTIONS. report.json holds run()'s dict; Bench.load types it (a missing or unknown
+key fails there, not in a figure); figures.py turns a section's record into its figures (each figure names its
+section), report.py writes bench/report.{json,md}, stages.png (chart.py) and the README's Performance section. May import flakebot and
 benchmarks.scenarios; never tests/.
 """
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from benchmarks.perf.figures import section_figures
+from benchmarks import records
+from benchmarks.perf.figures import Failed, section_figures
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,13 @@ class Bench:
         result: dict[str, Any] = self.module.run(**setup)
         return result
 
-    def load(self, data: Any) -> dict[str, Any]:
-        return dict(data)
+    def load(self, data: Any) -> Any:
+        """run()'s result (or report.json's) as the section's record, or Failed when the section raised."""
+        if isinstance(data, dict) and set(data) == {"error"}:
+            return Failed(data["error"])
+        return records.load(self.module.RESULT, data)
 
-    def summarize(self, record: dict[str, Any], context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def summarize(self, record: Any, context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The section's figures (benchmarks.perf.figures); `context` holds the load and cores that explain waits."""
         return section_figures(self.name, record, context)
 

@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,27 @@ def run(crate: str = "csv", version: str = "1.1.6") -> dict[str, Any]:
         "build_after_edit_ratio": round(edited[0] / first[0], 3),
         "cargo_test_incremental_ratio": round((second[0] + second[1]) / (first[0] + first[1]), 3),
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcquireResult:
+    """run()'s result, as report.json holds it."""
+
+    crate: str
+    acquire_s: float
+    plain_copy_s: float
+    build_first_s: float
+    build_second_s: float
+    build_after_edit_s: float
+    cargo_test_first_s: float
+    cargo_test_second_s: float
+    cargo_test_after_edit_s: float
+    build_incremental_ratio: float
+    build_after_edit_ratio: float
+    cargo_test_incremental_ratio: float
+
+
+RESULT = AcquireResult
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,32 @@ def run(repeat: int = 7, calls: int = 15) -> dict[str, Any]:
         "repeat": repeat,
         "calls": calls,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallsResult:
+    """run()'s result, as report.json holds it (medians in seconds)."""
+
+    python_startup_s: float
+    sdk_import_s: float
+    sdk_import_as_served_s: float
+    mcp_start_s: float
+    mcp_start_goal_s: float
+    mcp_call_s: float
+    bare_call_s: float
+    bwrap_call_s: float
+    mcp_call_overhead_s: float
+    mcp_call_overhead_over_bwrap_s: float
+    mcp_call_goal_s: float
+    run_s: float
+    bare_run_s: float
+    run_overhead_s: float
+    run_goal_s: float
+    repeat: int
+    calls: int
+
+
+RESULT = CallsResult
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,22 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
         )
         return {"cargo_build_release_s": None, "cargo_error": error[:300]}
     return {"cargo_build_release_s": seconds, "cargo_features": features}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusResult:
+    """run()'s result, as report.json holds it. A crate's row stays a dict: a packaged crate's and a failed one's
+    differ (measure()'s keys), and older runs lack some; `note` is added by hand to a merged report."""
+
+    crates: list[dict[str, Any]]
+    packaged: int
+    total: int
+    share_percent: float
+    goal_percent: float
+    note: str | None = None
+
+
+RESULT = CorpusResult
 
 
 if __name__ == "__main__":

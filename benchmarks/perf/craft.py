@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +293,72 @@ def run(crafts: int = 3, hits: int = 5, online: bool = True) -> dict[str, Any]:
         "catalog_hit": hit,
         **({"online": online_run} if online_run else {}),
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attributed:
+    """A traced command's wall seconds, split as attribute() splits them."""
+
+    seconds: float
+    raw_s: float
+    cargo_s: float
+    host_fetch_s: float
+    nix_build_s: float
+    other_processes_s: float
+    own_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CraftRun(Attributed):
+    """One traced craft (stages, model and processes as stage_rows, model_times and by_kind give them)."""
+
+    status: str
+    ratio: float
+    nix_build_s_by_flakebot: float
+    edit_iterations: int
+    stages: list[dict[str, Any]]
+    model: dict[str, Any]
+    processes: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnlineCraft(CraftRun):
+    downloads: int
+    goal_ratio: float
+    met: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogHit:
+    wall_s: float
+    api_s: float
+    samples_s: list[float]
+    goal_s: float
+    met: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CraftResult:
+    """run()'s result, as report.json holds it; `online` is missing when run with online=False."""
+
+    need: str
+    crafts: int
+    wall_s: float
+    raw_s: float
+    overhead_s: float
+    other_processes_s: float
+    own_s: float
+    ratio: float
+    ratios: list[float]
+    goal_ratio: float
+    met: bool
+    runs: list[CraftRun]
+    chart_run: int
+    catalog_hit: CatalogHit
+    online: OnlineCraft | None = None
+
+
+RESULT = CraftResult
 
 
 if __name__ == "__main__":

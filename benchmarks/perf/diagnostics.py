@@ -22,6 +22,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +259,44 @@ def run(edits: int = 5) -> dict[str, Any]:
         "met": median <= GOAL_RATIO,
         "sandbox_overhead": overhead,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenCase:
+    raw_tokens: int
+    summary_tokens: int
+    ratio: float
+    errors: int
+    failed_tests: int
+    codes: list[str]
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxOverhead:
+    raw_cargo_test_s: float
+    sandboxed_cargo_test_s: float
+    ratio: float
+    start_overhead_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiagnosticsResult:
+    """run()'s result, as report.json holds it (cases by name)."""
+
+    token_estimator: str
+    cases: dict[str, TokenCase]
+    raw_tokens: int
+    summary_tokens: int
+    pooled_ratio: float | None = None
+    ratio: float
+    cases_over_goal: list[str] = field(default_factory=list)
+    goal_ratio: float
+    met: bool
+    sandbox_overhead: SandboxOverhead
+
+
+RESULT = DiagnosticsResult
 
 
 if __name__ == "__main__":

@@ -7,9 +7,32 @@ numbers), and for a missed goal the gap and where it comes from (also generated 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
-Results = dict[str, dict[str, Any]]
+if TYPE_CHECKING:  # the section modules import flakebot; rendering a report needs only their records
+    from benchmarks.perf.acquire import AcquireResult
+    from benchmarks.perf.calls import CallsResult
+    from benchmarks.perf.corpus import CorpusResult
+    from benchmarks.perf.craft import CraftResult
+    from benchmarks.perf.diagnostics import DiagnosticsResult
+    from benchmarks.perf.fork import ForkResult
+    from benchmarks.perf.loop import Iterations, LoopResult
+    from benchmarks.perf.nix import NixResult
+    from benchmarks.perf.repeat import RepeatResult, RepeatRun
+    from benchmarks.perf.search import QueryTimes, SearchResult
+    from benchmarks.perf.shared import SharedResult
+    from benchmarks.perf.startup import StartupResult
+
+# A section's record by its name (each section module's RESULT), and "_context" (the loads and cores).
+Results = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A section whose run() raised: report.json holds {"error": ...} in place of its result."""
+
+    error: str
 
 
 def figure(
@@ -57,34 +80,34 @@ def _top(items: dict[str, float], n: int = 3) -> str:
 
 
 def craft_overhead(r: Results) -> dict[str, Any]:
-    c = r["craft"]
-    chart = c["runs"][c["chart_run"]]
+    c: CraftResult = r["craft"]
+    chart = c.runs[c.chart_run]
     measured = (
-        f"`flakebot craft` wall {c['wall_s']:.2f} s against {c['raw_s']:.2f} s in cargo and `nix build` "
-        f"(of which nix build {chart['nix_build_s']:.2f} s); overhead {c['overhead_s']:.2f} s = {c['other_processes_s']:.2f} s other processes "
-        f"+ {c['own_s']:.2f} s flakebot itself. Ratios of the {c['crafts']} crafts: {', '.join(f'{x:.3f}' for x in c['ratios'])} (the median shown)."
+        f"`flakebot craft` wall {c.wall_s:.2f} s against {c.raw_s:.2f} s in cargo and `nix build` "
+        f"(of which nix build {chart.nix_build_s:.2f} s); overhead {c.overhead_s:.2f} s = {c.other_processes_s:.2f} s other processes "
+        f"+ {c.own_s:.2f} s flakebot itself. Ratios of the {c.crafts} crafts: {', '.join(f'{x:.3f}' for x in c.ratios)} (the median shown)."
     )
-    own = {row["stage"]: row["own_s"] for row in chart["stages"]}
+    own = {row["stage"]: row["own_s"] for row in chart.stages}
     others = {
         kind: p["seconds"]
-        for kind, p in chart["processes"].items()
+        for kind, p in chart.processes.items()
         if not (kind.startswith("cargo ") or kind == "nix build")
     }
-    model = chart["model"]
+    model = chart.model
     gap = (
-        f"{c['overhead_s']:.2f} s over the raw work. flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
+        f"{c.overhead_s:.2f} s over the raw work. flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
         f"In {model['first_client_stage']}, {model['first_client_s']:.2f} s went to making the first model client (importing the SDK, starting "
         f"the stub server); the model's answers took {model['calls_s']:.2f} s in all; start-up and exit are the interpreter's and the imports' (see P7). "
         f"These are per-craft and per-iteration costs (interpreter start-up and exit, the model client, git, sandbox probes, example runs), "
-        f"not proportional to compile time: here the cargo and nix work took only {c['raw_s']:.1f} s, so they weigh "
-        f"{100 * c['overhead_s'] / c['raw_s']:.0f}%; a tool with a longer build has a smaller ratio."
+        f"not proportional to compile time: here the cargo and nix work took only {c.raw_s:.1f} s, so they weigh "
+        f"{100 * c.overhead_s / c.raw_s:.0f}%; a tool with a longer build has a smaller ratio."
     )
     return figure(
         "P1",
         "craft overhead (wall / cargo + nix build)",
-        c["ratio"],
+        c.ratio,
         "x",
-        c["goal_ratio"],
+        c.goal_ratio,
         "<=",
         measured,
         gap,
@@ -93,8 +116,8 @@ def craft_overhead(r: Results) -> dict[str, Any]:
 
 
 def craft_online_overhead(r: Results) -> dict[str, Any]:
-    c = r["craft"]
-    o = c.get("online")
+    c: CraftResult = r["craft"]
+    o = c.online
     if o is None:
         return figure(
             "P1-online",
@@ -106,28 +129,26 @@ def craft_online_overhead(r: Results) -> dict[str, Any]:
             "not measured (online=False)",
         )
     measured = (
-        f"The same craft with `--registry crates-io` against a local crates.io on 127.0.0.1 (Debian's crates, {o['downloads']} .crate downloads, "
-        f"flakebot's CARGO_HOME empty at the start): wall {o['seconds']:.2f} s against {o['raw_s']:.2f} s in cargo and `nix build`, of which "
-        f"the host-side fetch (`cargo fetch`, `cargo add`, `cargo generate-lockfile`) {o['host_fetch_s']:.2f} s and nix build "
-        f"{o['nix_build_s']:.2f} s; other processes {o['other_processes_s']:.2f} s, flakebot itself {o['own_s']:.2f} s. "
-        f"Offline (P1, same benchmark run): {c['ratio']:.3f}x."
+        f"The same craft with `--registry crates-io` against a local crates.io on 127.0.0.1 (Debian's crates, {o.downloads} .crate downloads, "
+        f"flakebot's CARGO_HOME empty at the start): wall {o.seconds:.2f} s against {o.raw_s:.2f} s in cargo and `nix build`, of which "
+        f"the host-side fetch (`cargo fetch`, `cargo add`, `cargo generate-lockfile`) {o.host_fetch_s:.2f} s and nix build "
+        f"{o.nix_build_s:.2f} s; other processes {o.other_processes_s:.2f} s, flakebot itself {o.own_s:.2f} s. "
+        f"Offline (P1, same benchmark run): {c.ratio:.3f}x."
     )
-    own = {row["stage"]: row["own_s"] for row in o["stages"]}
+    own = {row["stage"]: row["own_s"] for row in o.stages}
     others = {
-        kind: p["seconds"]
-        for kind, p in o["processes"].items()
-        if not (kind.startswith("cargo ") or kind == "nix build")
+        kind: p["seconds"] for kind, p in o.processes.items() if not (kind.startswith("cargo ") or kind == "nix build")
     }
     gap = (
-        f"{o['seconds'] - o['raw_s']:.2f} s over the raw work: flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
+        f"{o.seconds - o.raw_s:.2f} s over the raw work: flakebot's own time goes mostly to {_top(own)}; other processes to {_top(others)}. "
         f"The host fetch itself counts as raw work, as in a hand-made online build."
     )
     return figure(
         "P1-online",
         "online craft overhead (wall / cargo + nix build + host fetch)",
-        o["ratio"],
+        o.ratio,
         "x",
-        o["goal_ratio"],
+        o.goal_ratio,
         "<=",
         measured,
         gap,
@@ -136,26 +157,27 @@ def craft_online_overhead(r: Results) -> dict[str, Any]:
 
 
 def loop_iteration(r: Results) -> dict[str, Any]:
-    red = r["loop"]["red"]
-    parts = red["iteration_parts_s"]
+    loop: LoopResult = r["loop"]
+    red = loop.red
+    parts = red.iteration_parts_s
     measured = (
-        f"On {r['loop']['crate']}, median of {red['samples']} iterations whose tests still fail: an EditLoop iteration "
-        f"{red['iteration_s']:.3f} s, of which the `cargo test` it ran {red['verdict_cargo_s']:.3f} s "
-        f"({red['verdict_cargo_runs']} run); flakebot's own part {red['overhead_s']:.3f} s. Beside it, a raw `cargo test` after the same "
-        f"one-line edit: {red['raw_cargo_test_s']:.3f} s (samples {red['raw_range_s'][0]:.3f} to {red['raw_range_s'][1]:.3f} s)."
+        f"On {loop.crate}, median of {red.samples} iterations whose tests still fail: an EditLoop iteration "
+        f"{red.iteration_s:.3f} s, of which the `cargo test` it ran {red.verdict_cargo_s:.3f} s "
+        f"({red.verdict_cargo_runs} run); flakebot's own part {red.overhead_s:.3f} s. Beside it, a raw `cargo test` after the same "
+        f"one-line edit: {red.raw_cargo_test_s:.3f} s (samples {red.raw_range_s[0]:.3f} to {red.raw_range_s[1]:.3f} s)."
     )
     gap = (
-        f"{red['overhead_s']:.3f} s per iteration outside cargo: git commit {parts['commit']:.3f} s, model call through the stub server "
+        f"{red.overhead_s:.3f} s per iteration outside cargo: git commit {parts['commit']:.3f} s, model call through the stub server "
         f"{parts['model']:.3f} s, tools {parts['tools']:.3f} s, the rest (reading cargo's JSON, the frozen-file check, state.json, transcript) "
-        f"{parts['other']:.3f} s. Against a `cargo test` of only {red['verdict_cargo_s']:.2f} s these fixed costs weigh "
-        f"{100 * red['overhead_s'] / red['verdict_cargo_s']:.0f}%."
+        f"{parts['other']:.3f} s. Against a `cargo test` of only {red.verdict_cargo_s:.2f} s these fixed costs weigh "
+        f"{100 * red.overhead_s / red.verdict_cargo_s:.0f}%."
     )
     return figure(
         "P2",
         "edit-loop iteration / its cargo test",
-        red["ratio"],
+        red.ratio,
         "x",
-        r["loop"]["goal_ratio"],
+        loop.goal_ratio,
         "<=",
         measured,
         gap,
@@ -163,9 +185,9 @@ def loop_iteration(r: Results) -> dict[str, Any]:
     )
 
 
-def _example_runs(green: dict[str, Any]) -> str:
+def _example_runs(green: Iterations) -> str:
     """The green verdict's own check: every example run on the built binary in the sandbox (the green verdict)."""
-    seconds = green["iteration_parts_s"].get("examples")
+    seconds = green.iteration_parts_s.get("examples")
     what = (
         "the verdict running every acceptance example on the built binary in the sandbox, the check a model cannot game"
     )
@@ -173,29 +195,30 @@ def _example_runs(green: dict[str, Any]) -> str:
 
 
 def loop_green(r: Results) -> dict[str, Any]:
-    green = r["loop"]["green"]
-    second = green["verdict_cargo_runs"] > 1
+    loop: LoopResult = r["loop"]
+    green = loop.green
+    second = green.verdict_cargo_runs > 1
     measured = (
-        f"The last iteration, whose tests pass: {green['iteration_s']:.3f} s against its first `cargo test` {green['verdict_cargo_s']:.3f} s "
-        f"(median of {green['samples']}); "
+        f"The last iteration, whose tests pass: {green.iteration_s:.3f} s against its first `cargo test` {green.verdict_cargo_s:.3f} s "
+        f"(median of {green.samples}); "
         + (
-            f"the verdict then runs the full `cargo test` again for doc tests: {green['second_cargo_s']:.3f} s."
+            f"the verdict then runs the full `cargo test` again for doc tests: {green.second_cargo_s:.3f} s."
             if second
-            else f"{r['loop']['crate']} has no doc tests, so the verdict runs cargo once, as in the other iterations."
+            else f"{loop.crate} has no doc tests, so the verdict runs cargo once, as in the other iterations."
         )
     )
     gap = (
-        f"the verdict runs the full `cargo test` for doc tests once `cargo test --tests` is green ({green['second_cargo_s']:.3f} s here)."
+        f"the verdict runs the full `cargo test` for doc tests once `cargo test --tests` is green ({green.second_cargo_s:.3f} s here)."
         if second
-        else f"{green['overhead_s']:.3f} s per iteration outside cargo (git commit, model call, tools, state, and "
-        f"{_example_runs(green)}) against a `cargo test` of {green['verdict_cargo_s']:.2f} s."
+        else f"{green.overhead_s:.3f} s per iteration outside cargo (git commit, model call, tools, state, and "
+        f"{_example_runs(green)}) against a `cargo test` of {green.verdict_cargo_s:.2f} s."
     )
     return figure(
         "P2g",
         "last (green) edit-loop iteration / its cargo test",
-        green["ratio"],
+        green.ratio,
         "x",
-        r["loop"]["goal_ratio"],
+        loop.goal_ratio,
         "<=",
         measured,
         gap,
@@ -204,10 +227,11 @@ def loop_green(r: Results) -> dict[str, Any]:
 
 
 def fork_iteration(r: Results) -> dict[str, Any]:
-    cases = r["fork"]["cases"]
+    fork: ForkResult = r["fork"]
+    cases = fork.cases
     measured = "; ".join(
-        f"{name}: a fork-mode iteration (acceptance binary only) {c['iteration_s']:.2f} s against the full `cargo test` {c['full_s']:.2f} s "
-        f"after the same kind of edit, ratio {c['ratio']:.3f} (median of {len(c['samples'])})"
+        f"{name}: a fork-mode iteration (acceptance binary only) {c.iteration_s:.2f} s against the full `cargo test` {c.full_s:.2f} s "
+        f"after the same kind of edit, ratio {c.ratio:.3f} (median of {len(c.samples)})"
         for name, c in cases.items()
     )
     gap = (
@@ -217,9 +241,9 @@ def fork_iteration(r: Results) -> dict[str, Any]:
     return figure(
         "P2-fork",
         "fork-mode iteration / full cargo test of the crate",
-        r["fork"]["ratio"],
+        fork.ratio,
         "x",
-        r["fork"]["goal_ratio"],
+        fork.goal_ratio,
         "<=",
         measured,
         gap,
@@ -228,23 +252,23 @@ def fork_iteration(r: Results) -> dict[str, Any]:
 
 
 def nix_fresh(r: Results) -> dict[str, Any]:
-    n = r["nix"]
+    n: NixResult = r["nix"]
     measured = (
-        f"`nix build` of a fresh flake {n['nix_build_fresh_s']:.1f} s against `cargo build --release` {n['cargo_build_release_s']:.1f} s of {n['crate']} "
-        f"({n['nixpkgs_mode']} nixpkgs); cargo inside the nix build {n['cargo_inside_nix_s']} s, nix's own part {n['nix_overhead_s']} s. "
-        f"CPU seconds: package {n.get('package_crate_cpu_s')} against cargo {n.get('cargo_build_release_cpu_s')} = {n.get('cpu_ratio')}x."
+        f"`nix build` of a fresh flake {n.nix_build_fresh_s:.1f} s against `cargo build --release` {n.cargo_build_release_s:.1f} s of {n.crate} "
+        f"({n.nixpkgs_mode} nixpkgs); cargo inside the nix build {n.cargo_inside_nix_s} s, nix's own part {n.nix_overhead_s} s. "
+        f"CPU seconds: package {n.package_crate_cpu_s} against cargo {n.cargo_build_release_cpu_s} = {n.cpu_ratio}x."
     )
     gap = (
-        f"nix's own part of the build (its time outside cargo) is {n['nix_overhead_s']} s; the rest of the gap is cargo itself taking "
-        f"{n['cargo_inside_nix_s']} s inside the build against {n['cargo_build_release_s']:.1f} s outside "
-        f"(CPU seconds {n.get('package_crate_cpu_s')} against {n.get('cargo_build_release_cpu_s')}), measured one after the other on a shared machine."
+        f"nix's own part of the build (its time outside cargo) is {n.nix_overhead_s} s; the rest of the gap is cargo itself taking "
+        f"{n.cargo_inside_nix_s} s inside the build against {n.cargo_build_release_s:.1f} s outside "
+        f"(CPU seconds {n.package_crate_cpu_s} against {n.cargo_build_release_cpu_s}), measured one after the other on a shared machine."
     )
     return figure(
         "P3",
         "nix build / cargo build --release",
-        n["fresh_ratio"],
+        n.fresh_ratio,
         "x",
-        n["goal_fresh_ratio"],
+        n.goal_fresh_ratio,
         "<=",
         measured,
         gap,
@@ -253,61 +277,62 @@ def nix_fresh(r: Results) -> dict[str, Any]:
 
 
 def nix_noop(r: Results) -> dict[str, Any]:
-    n = r["nix"]
-    measured = f"no-op `nix build` of the built flake {n['nix_noop_s']:.3f} s against a no-op `cargo build --release` {n['cargo_noop_s']:.3f} s."
-    return figure("I7", "no-op nix build / no-op cargo build", n["noop_ratio"], "x", None, "", measured, bench="nix")
+    n: NixResult = r["nix"]
+    measured = f"no-op `nix build` of the built flake {n.nix_noop_s:.3f} s against a no-op `cargo build --release` {n.cargo_noop_s:.3f} s."
+    return figure("I7", "no-op nix build / no-op cargo build", n.noop_ratio, "x", None, "", measured, bench="nix")
 
 
 def search_figure(key: str, id: str, title: str) -> Callable[[Results], dict[str, Any]]:
     def make(r: Results) -> dict[str, Any]:
-        s = r["search"][key]
-        if "skipped" in s:
-            return figure(id, title, None, "ms", None, "", f"not measured: {s['skipped']}", bench="search")
+        search: SearchResult = r["search"]
+        s: QueryTimes | None = getattr(search, key)
+        if s is None:
+            raise KeyError(key)  # run() leaves out a source it had nothing to measure
+        if s.skipped is not None:
+            return figure(id, title, None, "ms", None, "", f"not measured: {s.skipped}", bench="search")
         if key == "cratesio":
-            measured = f"warm (HTTP cache) {s['median_query_ms']:.2f} ms against the first, uncached query over HTTP to 127.0.0.1 {s['cold_query_ms']:.1f} ms."
+            measured = f"warm (HTTP cache) {s.median_query_ms:.2f} ms against the first, uncached query over HTTP to 127.0.0.1 {s.cold_query_ms:.1f} ms."
         else:
             measured = (
-                f"{s['crates']} crates: median query {s['median_query_ms']:.3f} ms; index build {s['index_build_s']:.2f} s "
-                f"({s['build_over_raw_read']}x reading every Cargo.toml), cached load {s['cached_load_s']:.3f} s."
+                f"{s.crates} crates: median query {s.median_query_ms:.3f} ms; index build {s.index_build_s:.2f} s "
+                f"({s.build_over_raw_read}x reading every Cargo.toml), cached load {s.cached_load_s:.3f} s."
             )
-        gap = f"median query {s['median_query_ms']:.1f} ms against {s.get('goal_query_ms')} ms."
-        named = title.format(crates=f"{s.get('crates', 0):,}")
-        return figure(id, named, s["median_query_ms"], "ms", s.get("goal_query_ms"), "<", measured, gap, "search")
+        gap = f"median query {s.median_query_ms:.1f} ms against {s.goal_query_ms} ms."
+        named = title.format(crates=f"{s.crates or 0:,}")
+        return figure(id, named, s.median_query_ms, "ms", s.goal_query_ms, "<", measured, gap, "search")
 
     return make
 
 
 def catalog_hit(r: Results) -> dict[str, Any]:
-    h = r["craft"]["catalog_hit"]
+    h = cast("CraftResult", r["craft"]).catalog_hit
     measured = (
-        f"the same `flakebot craft` again, answered from the catalog: {h['wall_s']:.3f} s wall (median of {len(h['samples_s'])}), "
-        f"{h['api_s']:.4f} s inside the API."
+        f"the same `flakebot craft` again, answered from the catalog: {h.wall_s:.3f} s wall (median of {len(h.samples_s)}), "
+        f"{h.api_s:.4f} s inside the API."
     )
-    gap = f"{h['wall_s']:.2f} s, of which the library call is {h['api_s']:.3f} s: the rest is the process start-up (see P7)."
-    return figure(
-        "P5", "catalog hit (re-craft of a known need)", h["wall_s"], "s", h["goal_s"], "<", measured, gap, "craft"
-    )
+    gap = f"{h.wall_s:.2f} s, of which the library call is {h.api_s:.3f} s: the rest is the process start-up (see P7)."
+    return figure("P5", "catalog hit (re-craft of a known need)", h.wall_s, "s", h.goal_s, "<", measured, gap, "craft")
 
 
 def tokens(r: Results) -> dict[str, Any]:
-    d = r["diagnostics"]
-    cases = ", ".join(f"{name} {c['ratio']:.2f}" for name, c in d["cases"].items())
-    over = d.get("cases_over_goal", [])
+    d: DiagnosticsResult = r["diagnostics"]
+    cases = ", ".join(f"{name} {c.ratio:.2f}" for name, c in d.cases.items())
+    over = d.cases_over_goal
     measured = (
-        f"median of {len(d['cases'])} per-case ratios ({cases}); pooled, {d['summary_tokens']} prompt tokens of compact "
-        f"diagnostics against {d['raw_tokens']} of raw `cargo test` output ({d.get('pooled_ratio', d['ratio']):.2f}); "
-        f"{len(over)} case(s) above the goal on their own{': ' + ', '.join(over) if over else ''}; estimator {d['token_estimator']}."
+        f"median of {len(d.cases)} per-case ratios ({cases}); pooled, {d.summary_tokens} prompt tokens of compact "
+        f"diagnostics against {d.raw_tokens} of raw `cargo test` output ({d.ratio if d.pooled_ratio is None else d.pooled_ratio:.2f}); "
+        f"{len(over)} case(s) above the goal on their own{': ' + ', '.join(over) if over else ''}; estimator {d.token_estimator}."
     )
-    worst = max(d["cases"].items(), key=lambda kv: kv[1]["ratio"])
-    gap = f"the summary keeps the failing tests and first errors with source lines; the worst case is {worst[0]} ({worst[1]['ratio']:.2f})."
+    worst = max(d.cases.items(), key=lambda kv: kv[1].ratio)
+    gap = f"the summary keeps the failing tests and first errors with source lines; the worst case is {worst[0]} ({worst[1].ratio:.2f})."
     title = "tokens: compact diagnostics / raw cargo output (median of cases)"
-    return figure("P6", title, d["ratio"], "x", d["goal_ratio"], "<=", measured, gap, "diagnostics")
+    return figure("P6", title, d.ratio, "x", d.goal_ratio, "<=", measured, gap, "diagnostics")
 
 
 def sandbox_cost(r: Results) -> dict[str, Any]:
-    s = r["diagnostics"]["sandbox_overhead"]
-    measured = f"`cargo test` after a one-line edit: {s['sandboxed_cargo_test_s']:.3f} s in bubblewrap against {s['raw_cargo_test_s']:.3f} s unsandboxed."
-    return figure("I6", "bubblewrap / plain cargo test", s["ratio"], "x", None, "", measured, bench="diagnostics")
+    s = cast("DiagnosticsResult", r["diagnostics"]).sandbox_overhead
+    measured = f"`cargo test` after a one-line edit: {s.sandboxed_cargo_test_s:.3f} s in bubblewrap against {s.raw_cargo_test_s:.3f} s unsandboxed."
+    return figure("I6", "bubblewrap / plain cargo test", s.ratio, "x", None, "", measured, bench="diagnostics")
 
 
 def _waiting(wall: float, cpu: float, goal: float, r: Results, bench: str) -> str:
@@ -321,57 +346,55 @@ def _waiting(wall: float, cpu: float, goal: float, r: Results, bench: str) -> st
 
 
 def startup_help(r: Results) -> dict[str, Any]:
-    s = r["startup"]
-    value, cpu, imports = s["commands_s"]["--help"], s["commands_cpu_s"]["--help"], s["help_imports"]
+    s: StartupResult = r["startup"]
+    value, cpu, imports = s.commands_s["--help"], s.commands_cpu_s["--help"], s.help_imports
     measured = (
-        f"`flakebot --help` {value:.3f} s wall, {cpu:.3f} s CPU (medians; fastest {s['commands_min_s']['--help']:.3f} s); "
-        f"a bare `python -c pass` {s['python_startup_s']:.3f} s."
+        f"`flakebot --help` {value:.3f} s wall, {cpu:.3f} s CPU (medians; fastest {s.commands_min_s['--help']:.3f} s); "
+        f"a bare `python -c pass` {s.python_startup_s:.3f} s."
     )
     gap = (
-        f"{value - s['python_startup_s']:.3f} s on top of the interpreter's start-up. Imports take {imports['imports_s']:.3f} s, "
-        f"mostly {_top(imports['top_imports_s'])} (typer renders help with rich, which pulls in its markdown parser); "
+        f"{value - s.python_startup_s:.3f} s on top of the interpreter's start-up. Imports take {imports.imports_s:.3f} s, "
+        f"mostly {_top(imports.top_imports_s)} (typer renders help with rich, which pulls in its markdown parser); "
         f"the rest is building the app and rendering the help."
     ) + _waiting(value, cpu, 0.3, r, "startup")
     return figure("P7", "CLI start-up: flakebot --help", value, "s", 0.3, "<", measured, gap, "startup")
 
 
 def startup_commands(r: Results) -> dict[str, Any]:
-    s = r["startup"]
-    name, value = max(s["commands_s"].items(), key=lambda kv: kv[1])
+    s: StartupResult = r["startup"]
+    name, value = max(s.commands_s.items(), key=lambda kv: kv[1])
     measured = (
-        ", ".join(f"`flakebot {n}` {v:.3f} s ({s['commands_cpu_s'][n]:.3f} s CPU)" for n, v in s["commands_s"].items())
+        ", ".join(f"`flakebot {n}` {v:.3f} s ({s.commands_cpu_s[n]:.3f} s CPU)" for n, v in s.commands_s.items())
         + " (medians)."
     )
-    gap = f"`flakebot {name}` takes {value:.3f} s." + _waiting(
-        value, s["commands_cpu_s"][name], s["goal_s"], r, "startup"
-    )
-    return figure("I2", "slowest of --help, runs, config show", value, "s", s["goal_s"], "<", measured, gap, "startup")
+    gap = f"`flakebot {name}` takes {value:.3f} s." + _waiting(value, s.commands_cpu_s[name], s.goal_s, r, "startup")
+    return figure("I2", "slowest of --help, runs, config show", value, "s", s.goal_s, "<", measured, gap, "startup")
 
 
 def mcp_start(r: Results) -> dict[str, Any]:
-    c = r["calls"]
+    c: CallsResult = r["calls"]
     measured = (
-        f"`flakebot mcp` from spawn to the tools/list answer (one crafted tool catalogued) {c['mcp_start_s']:.3f} s; "
-        f"a bare `python -c pass` {c['python_startup_s']:.3f} s; importing the MCP SDK's server alone "
-        f"(`import mcp.server.lowlevel, mcp.server.stdio`) {c['sdk_import_s']:.3f} s, as the server imports it "
-        f"(without the package's client) {c['sdk_import_as_served_s']:.3f} s (medians)."
+        f"`flakebot mcp` from spawn to the tools/list answer (one crafted tool catalogued) {c.mcp_start_s:.3f} s; "
+        f"a bare `python -c pass` {c.python_startup_s:.3f} s; importing the MCP SDK's server alone "
+        f"(`import mcp.server.lowlevel, mcp.server.stdio`) {c.sdk_import_s:.3f} s, as the server imports it "
+        f"(without the package's client) {c.sdk_import_as_served_s:.3f} s (medians)."
     )
-    served = c["sdk_import_as_served_s"]
+    served = c.sdk_import_as_served_s
     gap = (
-        f"importing the SDK's server as flakebot does is {served / c['mcp_start_s']:.0%} of it (the pydantic models of "
+        f"importing the SDK's server as flakebot does is {served / c.mcp_start_s:.0%} of it (the pydantic models of "
         f"mcp_types for both protocol versions, starlette and the auth routes the low-level server module imports); "
-        f"the interpreter, the handshake and tools/list are the rest, {c['mcp_start_s'] - served:.3f} s."
+        f"the interpreter, the handshake and tools/list are the rest, {c.mcp_start_s - served:.3f} s."
     )
-    return figure("P11", "MCP start: initialize + tools/list", c["mcp_start_s"], "s", c["mcp_start_goal_s"], "<=",
+    return figure("P11", "MCP start: initialize + tools/list", c.mcp_start_s, "s", c.mcp_start_goal_s, "<=",
                   measured, gap, "calls")  # fmt: skip
 
 
 def mcp_call(r: Results) -> dict[str, Any]:
-    c = r["calls"]
-    value = c["mcp_call_overhead_s"]
+    c: CallsResult = r["calls"]
+    value = c.mcp_call_overhead_s
     measured = (
-        f"one tools/call of a catalogued tool {c['mcp_call_s'] * 1000:.1f} ms against {c['bare_call_s'] * 1000:.1f} ms "
-        f"for the bare binary and {c['bwrap_call_s'] * 1000:.1f} ms for the binary in a minimal bubblewrap (medians, "
+        f"one tools/call of a catalogued tool {c.mcp_call_s * 1000:.1f} ms against {c.bare_call_s * 1000:.1f} ms "
+        f"for the bare binary and {c.bwrap_call_s * 1000:.1f} ms for the binary in a minimal bubblewrap (medians, "
         f"same run, a warm server)."
     )
     gap = (
@@ -379,35 +402,35 @@ def mcp_call(r: Results) -> dict[str, Any]:
         "started per call) and builds its command line; the protocol and catalog read take a few ms."
     )
     return figure("P12", "MCP tool call: time over the bare binary", round(value * 1000, 1), "ms",
-                  c["mcp_call_goal_s"] * 1000, "<=", measured, gap, "calls")  # fmt: skip
+                  c.mcp_call_goal_s * 1000, "<=", measured, gap, "calls")  # fmt: skip
 
 
 def run_overhead(r: Results) -> dict[str, Any]:
-    c = r["calls"]
+    c: CallsResult = r["calls"]
     measured = (
-        f"`flakebot run TOOL -- hello` {c['run_s']:.3f} s against {c['bare_run_s']:.3f} s for the bare binary; "
-        f"a bare `python -c pass` {c['python_startup_s']:.3f} s (medians)."
+        f"`flakebot run TOOL -- hello` {c.run_s:.3f} s against {c.bare_run_s:.3f} s for the bare binary; "
+        f"a bare `python -c pass` {c.python_startup_s:.3f} s (medians)."
     )
     gap = (
         "most of it is start-up: the interpreter and flakebot's own modules (`run` is read without typer or rich, "
         "the sandbox probe is remembered for the boot); then the sandboxed run (bubblewrap, prlimit, setpriv)."
     )
-    return figure("P13", "flakebot run TOOL: time over the bare binary", c["run_overhead_s"], "s", c["run_goal_s"],
+    return figure("P13", "flakebot run TOOL: time over the bare binary", c.run_overhead_s, "s", c.run_goal_s,
                   "<=", measured, gap, "calls")  # fmt: skip
 
 
 def acquire_incremental(r: Results) -> dict[str, Any]:
-    a = r["acquire"]
+    a: AcquireResult = r["acquire"]
     measured = (
-        f"{a['crate']}: second `cargo test` {a['cargo_test_second_s']:.1f} s against the first {a['cargo_test_first_s']:.1f} s in the acquired "
-        f"workspace; the build alone {a['build_second_s']:.2f} s against {a['build_first_s']:.1f} s ({a['build_incremental_ratio']}x): the rest of a "
+        f"{a.crate}: second `cargo test` {a.cargo_test_second_s:.1f} s against the first {a.cargo_test_first_s:.1f} s in the acquired "
+        f"workspace; the build alone {a.build_second_s:.2f} s against {a.build_first_s:.1f} s ({a.build_incremental_ratio}x): the rest of a "
         f"second `cargo test` is running the tests, doc tests included (rustdoc compiles them every time). "
-        f"After a one-line edit: {a['cargo_test_after_edit_s']:.1f} s."
+        f"After a one-line edit: {a.cargo_test_after_edit_s:.1f} s."
     )
     return figure(
         "I4",
         "second / first cargo test in an acquired workspace",
-        a["cargo_test_incremental_ratio"],
+        a.cargo_test_incremental_ratio,
         "x",
         None,
         "",
@@ -463,22 +486,22 @@ def _corpus_row(row: dict[str, Any]) -> str:
 
 
 def corpus_share(r: Results) -> dict[str, Any]:
-    c = r["corpus"]
-    rows = [_corpus_row(row) for row in c["crates"]]
+    c: CorpusResult = r["corpus"]
+    rows = [_corpus_row(row) for row in c.crates]
     measured = (
-        f"{c['packaged']} of {c['total']} binary crates from Debian's registry packaged by `flakebot package` (offline, host stand-in): "
+        f"{c.packaged} of {c.total} binary crates from Debian's registry packaged by `flakebot package` (offline, host stand-in): "
         + "; ".join(rows)
         + "."
-        + (f" {c['note']}" if c.get("note") else "")
+        + (f" {c.note}" if c.note else "")
     )
-    failed = [row for row in c["crates"] if not row["packaged"]]
+    failed = [row for row in c.crates if not row["packaged"]]
     gap = "Not packaged: " + "; ".join(_corpus_row(row) for row in failed) + "." if failed else ""
     return figure(
         "P8",
         "corpus: real binary crates packaged and smoke-run",
-        c["share_percent"],
+        c.share_percent,
         "%",
-        c["goal_percent"],
+        c.goal_percent,
         ">=",
         measured,
         gap,
@@ -487,17 +510,17 @@ def corpus_share(r: Results) -> dict[str, Any]:
 
 
 def shared_install(r: Results) -> dict[str, Any]:
-    s = r["shared"]
+    s: SharedResult = r["shared"]
     measured = (
         f"machine B (an empty Nix store in its own mount namespace, cargo trapped) ran `flakebot craft` of the need machine A "
-        f"had crafted and published to a file:// cache: installed in {s['b_install_s']:.2f} s (best of "
-        f"{', '.join(f'{x:.2f}' for x in s['b_samples_s'])} s; {s['closure_paths']} store path(s), {s['closure_bytes']:,} bytes), "
-        f"no cargo and no build; A's craft took {s['a_craft_s']:.1f} s."
+        f"had crafted and published to a file:// cache: installed in {s.b_install_s:.2f} s (best of "
+        f"{', '.join(f'{x:.2f}' for x in s.b_samples_s)} s; {s.closure_paths} store path(s), {s.closure_bytes:,} bytes), "
+        f"no cargo and no build; A's craft took {s.a_craft_s:.1f} s."
     )
     return figure(
         "P10",
         "shared catalog: B's time to a runnable tool / A's craft",
-        s["ratio"],
+        s.ratio,
         "x",
         None,
         "<=",
@@ -506,42 +529,42 @@ def shared_install(r: Results) -> dict[str, Any]:
     )
 
 
-def _repeat_breakdown(run: dict[str, Any]) -> str:
-    return f"cargo {run['cargo_s']:.1f} s + nix build {run['nix_build_s']:.1f} s (wall {run['seconds']:.1f} s)"
+def _repeat_breakdown(run: RepeatRun) -> str:
+    return f"cargo {run.cargo_s:.1f} s + nix build {run.nix_build_s:.1f} s (wall {run.seconds:.1f} s)"
 
 
-def _repeat_measured(r: dict[str, Any], which: str, what: str) -> str:
-    runs = r["runs"]
+def _repeat_measured(r: RepeatResult, which: str, what: str) -> str:
+    runs = r.runs
     return (
-        f"{what}: {_repeat_breakdown(runs[which])}, {runs[which]['dependency_cache'] or 'no dependency cache line'}; against "
+        f"{what}: {_repeat_breakdown(runs[which])}, {runs[which].dependency_cache or 'no dependency cache line'}; against "
         f"the cold craft in the same run: {_repeat_breakdown(runs['cold'])}. The cold craft with the cache against the same craft "
-        f"without it (today's): {runs['cold']['raw_s']:.1f} s / {runs['today']['raw_s']:.1f} s = {r['cold_over_today']:.3f}x."
+        f"without it (today's): {runs['cold'].raw_s:.1f} s / {runs['today'].raw_s:.1f} s = {r.cold_over_today:.3f}x."
     )
 
 
-def _repeat_gap(r: dict[str, Any], which: str) -> str:
-    runs = r["runs"]
+def _repeat_gap(r: RepeatResult, which: str) -> str:
+    runs = r.runs
     return (
-        f"the nix build takes {runs[which]['nix_build_s']:.1f} s of {runs[which]['raw_s']:.1f} s (the cold craft's: "
-        f"{runs['cold']['nix_build_s']:.1f} s); cargo's part went from "
-        f"{runs['cold']['cargo_s']:.1f} s to {runs[which]['cargo_s']:.1f} s."
+        f"the nix build takes {runs[which].nix_build_s:.1f} s of {runs[which].raw_s:.1f} s (the cold craft's: "
+        f"{runs['cold'].nix_build_s:.1f} s); cargo's part went from "
+        f"{runs['cold'].cargo_s:.1f} s to {runs[which].cargo_s:.1f} s."
     )
 
 
-def repeat_craft_figure(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    r = results["repeat"]
+def repeat_craft_figure(results: Results) -> dict[str, Any]:
+    r: RepeatResult = results["repeat"]
     measured = _repeat_measured(r, "other", "a second craft of another tool on the same dependencies")
     return figure("P9", "repeat craft: cargo + nix of a second tool on the same dependencies / the first's",
-                  r["ratio"], "x", r["goal"], "<=", measured, _repeat_gap(r, "other"), "repeat")  # fmt: skip
+                  r.ratio, "x", r.goal, "<=", measured, _repeat_gap(r, "other"), "repeat")  # fmt: skip
 
 
-def repeat_improve_figure(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    r = results["repeat"]
-    if r.get("improve_ratio") is None:
-        return figure("P9-improve", "improve: cargo + nix / the first craft's", None, "x", r["goal"], "<=", "not run")
+def repeat_improve_figure(results: Results) -> dict[str, Any]:
+    r: RepeatResult = results["repeat"]
+    if r.improve_ratio is None:
+        return figure("P9-improve", "improve: cargo + nix / the first craft's", None, "x", r.goal, "<=", "not run")
     measured = _repeat_measured(r, "improve", "`flakebot improve` of the cold craft's tool")
-    return figure("P9-improve", "improve: cargo + nix of the next version / the first craft's", r["improve_ratio"],
-                  "x", r["goal"], "<=", measured, _repeat_gap(r, "improve"), "repeat")  # fmt: skip
+    return figure("P9-improve", "improve: cargo + nix of the next version / the first craft's", r.improve_ratio,
+                  "x", r.goal, "<=", measured, _repeat_gap(r, "improve"), "repeat")  # fmt: skip
 
 
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
@@ -571,7 +594,7 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
 ]
 
 
-def section_figures(name: str, result: dict[str, Any], context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def section_figures(name: str, result: Any, context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The figures of one section's result, in FIGURES order; a section that failed gives its figures as not measured,
     with its error. `context`: {"load": the load average during each section, "cores": the machine's}, for explaining
     waits."""
@@ -580,9 +603,9 @@ def section_figures(name: str, result: dict[str, Any], context: dict[str, Any] |
     for id, make, bench in FIGURES:
         if bench != name:
             continue
-        if "error" in result:
+        if isinstance(result, Failed):
             found.append(
-                figure(id, id, None, "", None, "", f"not measured: {bench} failed: {result['error']}", bench=bench)
+                figure(id, id, None, "", None, "", f"not measured: {bench} failed: {result.error}", bench=bench)
             )
             continue
         found.append(make(results))

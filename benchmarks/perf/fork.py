@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,24 @@ def _edit(crate: Path, name: str) -> None:
     """A one-line change to the library: every target that links it is rebuilt."""
     with (crate / "src/lib.rs").open("a") as lib:
         lib.write(f"\n#[doc(hidden)]\npub fn p2_{name}() {{}}\n")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkCase:
+    ratio: float
+    iteration_s: float
+    full_s: float
+    baseline: str
+    samples: list[Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkResult:
+    """run()'s result, as report.json holds it (cases by crate)."""
+
+    goal_ratio: float
+    ratio: float
+    cases: dict[str, ForkCase]
+
+
+RESULT = ForkResult

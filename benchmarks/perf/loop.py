@@ -32,6 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,40 @@ def run(samples: int = 7) -> dict[str, Any]:
         "goal_ratio": GOAL_RATIO,
         "met": red["ratio"] <= GOAL_RATIO and green["ratio"] <= GOAL_RATIO,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Iterations:
+    """The medians of one phase's iterations (red: tests still fail; green: the last one)."""
+
+    iteration_s: float
+    verdict_cargo_s: float
+    ratio: float
+    overhead_s: float
+    second_cargo_s: float
+    verdict_cargo_runs: int
+    iteration_parts_s: dict[str, float]
+    raw_cargo_test_s: float
+    raw_range_s: list[float]
+    iteration_over_raw: float
+    samples: int
+    raw_samples_s: list[float]
+    iteration_samples_s: list[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopResult:
+    """run()'s result, as report.json holds it."""
+
+    crate: str
+    red: Iterations
+    green: Iterations
+    ratio: float
+    goal_ratio: float
+    met: bool
+
+
+RESULT = LoopResult
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,32 @@ def _crate_source(name: str, settings: Settings, dest: Path) -> Path:
         cargo.argv("generate-lockfile"), cwd=dest, env={**os.environ, **cargo.env()}, capture_output=True, check=True
     )
     return dest
+
+
+@dataclass(frozen=True, kw_only=True)
+class NixResult:
+    """run()'s result, as report.json holds it (cargo's time inside the nix build is None when its log lacks it)."""
+
+    crate: str
+    nixpkgs_mode: str
+    cargo_build_release_s: float
+    nix_build_fresh_s: float
+    fresh_ratio: float
+    cargo_inside_nix_s: float | None
+    nix_overhead_s: float | None
+    package_crate_total_s: float
+    package_total_ratio: float
+    cargo_build_release_cpu_s: float | None = None
+    package_crate_cpu_s: float | None = None
+    cpu_ratio: float | None = None
+    cargo_noop_s: float
+    nix_noop_s: float
+    noop_ratio: float
+    goal_fresh_ratio: float
+    met: bool
+
+
+RESULT = NixResult
 
 
 if __name__ == "__main__":

@@ -20,10 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.perf.craft import REPO, SESSION, attribute, craft_argv, homes, processes, session_with_nonce
+from benchmarks.perf.craft import REPO, SESSION, Attributed, attribute, craft_argv, homes, processes, session_with_nonce
 
 GOAL = 0.25
 REQUEST = "also compare rows on several --key columns at once"
@@ -130,6 +131,25 @@ def run(with_improve: bool = True) -> dict[str, Any]:
         "cold_over_today": round(cold["raw_s"] / today["raw_s"], 3),
         "goal": GOAL,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatRun(Attributed):
+    dependency_cache: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatResult:
+    """run()'s result, as report.json holds it (runs: today, cold, other, and improve when run)."""
+
+    runs: dict[str, RepeatRun]
+    ratio: float
+    improve_ratio: float | None
+    cold_over_today: float
+    goal: float
+
+
+RESULT = RepeatResult
 
 
 if __name__ == "__main__":

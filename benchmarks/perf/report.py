@@ -81,7 +81,10 @@ def with_figures(report: dict[str, Any]) -> dict[str, Any]:
     """The report with its figures (re)made from its results, loads and machine."""
     loads = {name: round((b["load_before"] + b["load_after"]) / 2, 2) for name, b in report["benchmarks"].items()}
     context = {"load": loads, "cores": report["machine"]["cores"]}
-    figures = in_order({name: bench(name).summarize(result, context) for name, result in report["results"].items()})
+    by_section = {
+        name: bench(name).summarize(bench(name).load(result), context) for name, result in report["results"].items()
+    }
+    figures = in_order(by_section)
     ordered: dict[str, Any] = {}
     for key, value in report.items():
         if key != "figures":

@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,40 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="times each query is timed")
     args = parser.parse_args()
     print(json.dumps(run(args.crates, args.repeat), indent=2))
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueryTimes:
+    """One source's timings: a registry's (crates to new_process_search_s) or the crates.io client's (cold_query_ms,
+    warm_over_cold); `skipped` says why a source was not measured. One record for both shapes, so most are optional."""
+
+    median_query_ms: float | None = None
+    crates: int | None = None
+    generate_s: float | None = None
+    raw_read_s: float | None = None
+    index_build_s: float | None = None
+    build_over_raw_read: float | None = None
+    cached_load_s: float | None = None
+    ranker_build_s: float | None = None
+    new_process_search_s: float | None = None
+    cold_query_ms: float | None = None
+    warm_over_cold: float | None = None
+    goal_query_ms: float | None = None
+    query_over_goal: float | None = None
+    met: bool | None = None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    """run()'s result, as report.json holds it: a source is missing when it was not there to measure."""
+
+    debian: QueryTimes | None = None
+    synthetic: QueryTimes | None = None
+    cratesio: QueryTimes | None = None
+
+
+RESULT = SearchResult
 
 
 if __name__ == "__main__":

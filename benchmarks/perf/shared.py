@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,22 @@ def _flakebot(args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]
     if done.returncode != 0:
         raise RuntimeError(f"flakebot {args[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
     return _result(done.stdout, f"flakebot {args[0]}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedResult:
+    """run()'s result, as report.json holds it."""
+
+    a_craft_s: float
+    b_install_s: float
+    b_samples_s: list[float]
+    ratio: float
+    closure_paths: int
+    closure_bytes: int
+    tool: str
+
+
+RESULT = SharedResult
 
 
 if __name__ == "__main__":

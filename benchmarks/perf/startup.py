@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,31 @@ def run(repeat: int = 7) -> dict[str, Any]:
         "help_under_0_3_s": wall["--help"] < 0.3,
         "help_imports": imports,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class HelpImports:
+    imports_s: float
+    top_imports_s: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartupResult:
+    """run()'s result, as report.json holds it (commands by their arguments: --help, runs, config show)."""
+
+    python_startup_s: float
+    python_cpu_s: float
+    commands_s: dict[str, float]
+    commands_cpu_s: dict[str, float]
+    commands_min_s: dict[str, float]
+    overhead_over_python_s: dict[str, float]
+    goal_s: float
+    met: bool
+    help_under_0_3_s: bool
+    help_imports: HelpImports
+
+
+RESULT = StartupResult
 
 
 if __name__ == "__main__":
