@@ -348,7 +348,7 @@ def _parents_first(args: list[str]) -> list[str]:
     0700, which the unprivileged uid (without capabilities) could not traverse to reach its workspace."""
     out: list[str] = []
     made: set[Path] = {Path("/")}
-    bound: list[Path] = []  # real directories mounted: what is under them exists already
+    bound: dict[Path, Path] = {}  # real directories mounted (dest -> source): what exists under them needs no --dir
     i, pending = 0, []
     while i < len(args):
         op = args[i]
@@ -363,12 +363,20 @@ def _parents_first(args: list[str]) -> list[str]:
         count = MOUNT_OPS[op]
         dest = Path(args[i + count])
         for parent in reversed(dest.parents):
-            if parent not in made and not any(parent.is_relative_to(b) for b in bound):
+            if parent not in made and not _exists_under(parent, bound):
                 out += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         out += [*pending, *args[i : i + count + 1]]
         made.add(dest)
         if op in ("--ro-bind", "--bind") and Path(args[i + 1]).is_dir():
-            bound.append(dest)
+            bound[dest] = Path(args[i + 1])
         i, pending = i + count + 1, []
     return out
+
+
+def _exists_under(path: Path, bound: dict[Path, Path]) -> bool:
+    """Whether `path` lies in a mounted directory that really holds it (an empty scratch directory mounted at the
+    caller's path does not hold the caller's subdirectories: bubblewrap would make those 0700)."""
+    return any(
+        path.is_relative_to(dest) and (source / path.relative_to(dest)).is_dir() for dest, source in bound.items()
+    )

@@ -133,7 +133,7 @@ def test_a_registry_the_build_users_cannot_read_is_named_with_the_fix(tmp_path: 
 # nix commands flakebot may start without nix_argv's machine options: none of them builds anything. `run` and
 # `profile` are the command lines shown to users (run_argv, install_command); flakebot's own runs of them go
 # through command.run_target and nix_argv.
-NEVER_BUILD = {"key", "copy", "path-info", "--add-root", "--print-fixed-path"}
+NEVER_BUILD = {"key", "copy", "path-info", "--add-root", "--print-fixed-path", "--version"}
 SHOWN_TO_USERS = {"run": "command.py", "profile": "manifest.py"}
 
 

@@ -425,3 +425,22 @@ def test_a_bind_of_etc_elsewhere_keeps_its_secrets_masked(ws: Path, target: Path
     result = sandbox.run(["cat", str(elsewhere / "shadow"), str(elsewhere / "hostname")], cwd=ws)
     assert result.stdout == Path("/etc/hostname").read_text()
     assert shadow.splitlines()[0] not in result.stdout + result.stderr
+
+
+def test_a_file_bound_below_an_empty_directory_mount_gets_traversable_parents(tmp_path: Path) -> None:
+    """A tool run mounts an empty scratch directory at the caller's path and binds the file it names below it: the
+    file's parent directories do not exist in the scratch directory, so they are made 0755 (bubblewrap alone makes
+    them 0700, and the unprivileged uid cannot read the file). Directories the mounted source holds are left alone."""
+    from flakebot.sandbox.bubblewrap import _parents_first
+
+    scratch, caller = tmp_path / "scratch", tmp_path / "caller"
+    (scratch / "kept").mkdir(parents=True)
+    (caller / "demo").mkdir(parents=True)
+    (caller / "demo" / "people.csv").write_text("id\n")
+    args = ["--bind", str(scratch), "/work/p", "--ro-bind", str(caller / "demo/people.csv"), "/work/p/demo/people.csv"]
+    args += ["--ro-bind", str(caller / "demo/people.csv"), "/work/p/kept/people.csv"]
+    out = _parents_first(args)
+    made = [out[i + 1] for i, op in enumerate(out) if op == "--dir"]
+    assert "/work/p/demo" in made and "/work/p/kept" not in made and "/work" in made
+    demo = out.index("/work/p/demo")
+    assert out[demo - 3 : demo] == ["--perms", "0755", "--dir"] and demo < out.index("/work/p/demo/people.csv")
