@@ -154,6 +154,20 @@ def session_with_nonce(dest: Path) -> Path:
     return dest
 
 
+def salted(session: Path, salt: str) -> None:
+    """Give the session's crate a dependency set of its own: an empty `[target.'cfg(salt)'.dependencies]` table
+    changes nothing that compiles, but it is part of what keys the dependency builds (the Nix deps derivation and the
+    edit loop's cache), so a craft with a new salt builds its dependencies from nothing even on a machine whose Nix
+    store holds an earlier run's."""
+    data = json.loads(session.read_text())
+    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
+    table = f"[target.'cfg(flakebot_bench_{salt})'.dependencies]\n\n[dependencies]"
+    turn["tool_calls"].append(
+        {"name": "edit_file", "arguments": {"path": "Cargo.toml", "search": "[dependencies]", "replace": table}}
+    )
+    session.write_text(json.dumps(data))
+
+
 def craft_argv(session: Path, online: bool = False) -> list[str]:
     where = ["--registry", "crates-io"] if online else ["--registry", "local", "--offline"]
     return ["craft", NEED, "--model", f"scripted:{session}", *where, "--json"]
@@ -201,6 +215,7 @@ def one_craft(root: Path, name: str, mirror_url: str | None = None) -> tuple[dic
     shutil.rmtree(root / "cache/flakebot/cargo-deps", ignore_errors=True)  # P1 is a cold craft (P9: warm ones)
     log = root / name / "processes.json"
     session = session_with_nonce(root / name / "session.json")
+    salted(session, secrets.token_hex(4))  # and its own dependency set: no Nix store hit from an earlier craft
     argv = [
         sys.executable,
         "-m",

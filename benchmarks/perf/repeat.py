@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.perf.craft import REPO, SESSION, Attributed, attribute, craft_argv, homes, processes, session_with_nonce
+from benchmarks.perf.craft import (
+    REPO,
+    SESSION,
+    Attributed,
+    attribute,
+    craft_argv,
+    homes,
+    processes,
+    salted,
+    session_with_nonce,
+)
 
 GOAL = 0.25
 REQUEST = "also compare rows on several --key columns at once"
@@ -53,20 +63,6 @@ def traced(root: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[
     cache = [e["message"] for e in events if "dependency cache" in str(e.get("message", ""))]
     whole = attribute(processes(json.loads(log.read_text())["processes"]), (started, ended))
     return {**whole, "dependency_cache": cache[-1] if cache else "", "result": events[-1].get("result", {})}
-
-
-def salted(session: Path, salt: str) -> None:
-    """Give the session's crate a dependency set of its own: an empty `[target.'cfg(salt)'.dependencies]` table
-    changes nothing that compiles, but it is part of what keys the dependency builds (the Nix deps derivation and the
-    edit loop's cache), so a craft with a new salt builds its dependencies from nothing even on a machine whose Nix
-    store holds an earlier run's."""
-    data = json.loads(session.read_text())
-    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
-    table = f"[target.'cfg(flakebot_bench_{salt})'.dependencies]\n\n[dependencies]"
-    turn["tool_calls"].append(
-        {"name": "edit_file", "arguments": {"path": "Cargo.toml", "search": "[dependencies]", "replace": table}}
-    )
-    session.write_text(json.dumps(data))
 
 
 def craft(
