@@ -208,41 +208,43 @@ def _result(stdout: str, what: str) -> dict[str, Any]:
     return dict(results[-1])
 
 
+def traced_command(
+    where: Path, argv: list[str], env: dict[str, str], what: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], tuple[float, float]]:
+    """`flakebot ARGV` in `where` under benchmarks.perf.proctrace: the finished process, its trace
+    (where/processes.json) and the wall-clock window it ran in; RuntimeError naming `what` when it failed."""
+    log = where / "processes.json"
+    started = time.time()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.perf.proctrace", str(log), *argv],
+        cwd=where, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    ended = time.time()
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return done, json.loads(log.read_text()), (started, ended)
+
+
 def one_craft(root: Path, name: str, mirror_url: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """One traced craft in its own homes (online against the crates.io at `mirror_url` if given): its figures, and the
     environment (for catalog hits)."""
     env = {**homes(root, name), **(mirror_env(mirror_url) if mirror_url else {})}
     shutil.rmtree(root / "cache/flakebot/cargo-deps", ignore_errors=True)  # P1 is a cold craft (P9: warm ones)
-    log = root / name / "processes.json"
     session = session_with_nonce(root / name / "session.json")
     salted(session, secrets.token_hex(4))  # and its own dependency set: no Nix store hit from an earlier craft
-    argv = [
-        sys.executable,
-        "-m",
-        "benchmarks.perf.proctrace",
-        str(log),
-        *craft_argv(session, online=mirror_url is not None),
-    ]
-    started = time.time()
-    done = subprocess.run(
-        argv, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800
-    )
-    ended = time.time()
-    if done.returncode != 0:
-        raise RuntimeError(f"craft failed ({done.returncode}): {done.stderr[-2000:]}")
+    done, trace, window = traced_command(root / name, craft_argv(session, online=mirror_url is not None), env, "craft")
     result = _result(done.stdout, "the craft")
     run_dir = Path(env["FLAKEBOT_WORKDIR"]) / "runs" / result["run_id"]
     state = json.loads((run_dir / "state.json").read_text())
-    trace = json.loads(log.read_text())
     procs = processes(trace["processes"])
-    whole = attribute(procs, (started, ended))
+    whole = attribute(procs, window)
     return {
         "status": result["status"],
         **whole,
         "ratio": round(whole["seconds"] / whole["raw_s"], 3),
         "nix_build_s_by_flakebot": state["outputs"]["package"]["build_seconds"],
         "edit_iterations": state["outputs"]["edit"]["iterations"],
-        "stages": stage_rows(state, procs, (started, ended), trace["main_returned"]),
+        "stages": stage_rows(state, procs, window, trace["main_returned"]),
         "model": model_times(run_dir / "transcript.jsonl", state),
         "processes": by_kind(procs),
     }, env

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.perf.craft import (
-    REPO,
     SESSION,
     Attributed,
     attribute,
@@ -34,6 +30,7 @@ from benchmarks.perf.craft import (
     processes,
     salted,
     session_with_nonce,
+    traced_command,
 )
 
 GOAL = 0.25
@@ -50,18 +47,10 @@ NEW_EXAMPLE = {
 def traced(root: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     """One flakebot command under benchmarks.perf.proctrace: wall, cargo and nix build seconds, and the dependency cache's
     progress line."""
-    log = root / name / "processes.json"
-    command = [sys.executable, "-m", "benchmarks.perf.proctrace", str(log), *argv]
-    started = time.time()
-    done = subprocess.run(
-        command, cwd=root / name, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1800
-    )
-    ended = time.time()
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} failed ({done.returncode}): {done.stderr[-2000:]}")
+    done, trace, window = traced_command(root / name, argv, env, name)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     cache = [e["message"] for e in events if "dependency cache" in str(e.get("message", ""))]
-    whole = attribute(processes(json.loads(log.read_text())["processes"]), (started, ended))
+    whole = attribute(processes(trace["processes"]), window)
     return {**whole, "dependency_cache": cache[-1] if cache else "", "result": events[-1].get("result", {})}
 
 
