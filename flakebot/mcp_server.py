@@ -553,9 +553,14 @@ def load_sdk() -> None:
     """Import the SDK's low-level server and stdio transport without running the `mcp` and `mcp.server` packages'
     __init__: those import the SDK's client, MCPServer and their dependencies (0.3-0.4 s of a 0.7 s start) that a
     stdio server never uses. For the `flakebot mcp` process only (a later `import mcp` there would see the bare
-    package); anywhere else, or if the SDK's layout differs, the plain import runs."""
+    package); anywhere else, or if the SDK's layout differs, the plain import runs.
+
+    The wire models of every protocol version the SDK speaks (mcp_types._v*) are built when first used rather than
+    at import (pydantic's defer_build, set on their shared base before they are defined): a session uses a few of
+    hundreds, and building them all was 50-70 ms of the start."""
     if "mcp" in sys.modules:
         return
+    _defer_wire_model_builds()
     try:
         for name in ("mcp", "mcp.server"):
             spec = importlib.util.find_spec(name)
@@ -569,6 +574,15 @@ def load_sdk() -> None:
         for name in [m for m in sys.modules if m == "mcp" or m.startswith("mcp.")]:
             del sys.modules[name]
         importlib.import_module("mcp.server.lowlevel.server")
+
+
+def _defer_wire_model_builds() -> None:
+    try:
+        from mcp_types._wire_base import WireModel
+    except ImportError:  # another SDK layout: its models build at import, as they always did
+        logger.debug("mcp_types._wire_base.WireModel not found: the SDK's wire models build at import")
+        return
+    WireModel.model_config["defer_build"] = True
 
 
 def serve(settings: config.Settings | None = None) -> None:

@@ -143,6 +143,20 @@ def test_the_mcp_server_imports_the_sdks_server_without_its_client() -> None:
     assert [m for m in loaded if m.startswith(("mcp.client", "mcp.server.mcpserver", "typer"))] == []
 
 
+def test_the_sdks_wire_models_are_built_when_first_used_and_then_work() -> None:
+    """load_sdk defers the wire models' builds (start-up); a deferred model still validates and dumps as built."""
+    probe = (
+        "from flakebot.mcp_server import load_sdk\nload_sdk()\n"
+        "from mcp_types import _v2025_11_25 as wire\n"
+        "print(wire.Tool.__pydantic_complete__)\n"
+        "tool = wire.Tool.model_validate({'name': 'hi', 'inputSchema': {'type': 'object'}})\n"
+        "print(wire.Tool.__pydantic_complete__, tool.model_dump(by_alias=True, exclude_none=True))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert result.stdout.splitlines() == ["False", "True {'inputSchema': {'type': 'object'}, 'name': 'hi'}"]
+
+
 @pytest.mark.slow
 def test_type_checkers_see_the_names_typed_and_a_misspelt_name_as_an_error(tmp_path: Path) -> None:
     snippet = tmp_path / "use.py"

@@ -5,8 +5,11 @@ The tool is a small binary (coreutils' echo) catalogued as a crafted tool, so th
 the sandbox (bubblewrap, prlimit, setpriv), the catalog and the protocol. The MCP client speaks JSON-RPC over
 the server's pipes directly, so no client library's cost is counted. Rounds are interleaved (each round runs
 every measure once) so a burst of other work on the shared machine hits them alike; medians are the figures.
-What the SDK's own import costs is measured beside start-up: whole (`import mcp.server.lowlevel, mcp.server.stdio`)
-and as the server imports it (flakebot.mcp_server.load_sdk: the low-level server without the package's client).
+P11 ends at the tools/list answer; the time until the server's process ended after the client closed its stdin
+(a client that starts a server per call waits for that) is measured beside it. What the SDK's own import costs is
+measured beside start-up: whole (`import mcp.server.lowlevel, mcp.server.stdio`)
+and as the server imports it (flakebot.mcp_server.load_sdk: the low-level server without the package's client, then
+gc.freeze as `flakebot mcp` does).
 """
 
 from __future__ import annotations
@@ -112,26 +115,32 @@ def run(repeat: int = 7, calls: int = 15) -> dict[str, Any]:
         binary = str(Path(tmp) / "home/store/bin" / TOOL)
         bare = [binary, "hello"]
         bwrap = ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", *bare]
-        names = ("python", "sdk_import", "sdk_served", "mcp_start", "bare", "run")
+        names = ("python", "sdk_import", "sdk_served", "mcp_start", "mcp_closed", "bare", "run")
         samples: dict[str, list[float]] = {k: [] for k in names}
 
         def start() -> None:
+            """One client's server: spawned, initialized, tools listed (P11), then closed and waited for."""
+            began = time.perf_counter()
             server = Server(env, work)
             assert TOOL in server.start()
+            samples["mcp_start"].append(time.perf_counter() - began)
             server.close()
+            samples["mcp_closed"].append(time.perf_counter() - began)
 
         def quiet(argv: list[str]) -> None:
             subprocess.run(argv, cwd=work, env=env, capture_output=True, check=True)
 
         sdk = [sys.executable, "-c", "import mcp.server.lowlevel, mcp.server.stdio"]
-        served = [sys.executable, "-c", "from flakebot.mcp_server import load_sdk; load_sdk()"]
+        served = [sys.executable, "-c", "from flakebot.mcp_server import load_sdk; load_sdk(); import gc; gc.freeze()"]
         start()  # warm-up, not counted: writes the bytecode, and the sandbox probe's record (as a first use would)
+        samples["mcp_start"].clear()
+        samples["mcp_closed"].clear()
         quiet([sys.executable, "-m", "flakebot", "run", TOOL, "--", "hello"])
         for _ in range(repeat):
             samples["python"].append(_timed(lambda: quiet([sys.executable, "-c", "pass"])))
             samples["sdk_import"].append(_timed(lambda: quiet(sdk)))
             samples["sdk_served"].append(_timed(lambda: quiet(served)))
-            samples["mcp_start"].append(_timed(start))
+            start()
             samples["bare"].append(_timed(lambda: quiet(bare)))
             samples["run"].append(_timed(lambda: quiet([sys.executable, "-m", "flakebot", "run", TOOL, "--", "hello"])))
 
@@ -156,6 +165,7 @@ def run(repeat: int = 7, calls: int = 15) -> dict[str, Any]:
         "sdk_import_as_served_s": round(med["sdk_served"], 4),
         "mcp_start_s": round(med["mcp_start"], 4),
         "mcp_start_goal_s": START_GOAL_S,
+        "mcp_closed_s": round(med["mcp_closed"], 4),
         "mcp_call_s": round(calls_med["call"], 4),
         "bare_call_s": round(calls_med["bare"], 4),
         "bwrap_call_s": round(calls_med["bwrap"], 4),
@@ -180,6 +190,7 @@ class CallsResult:
     sdk_import_as_served_s: float
     mcp_start_s: float
     mcp_start_goal_s: float
+    mcp_closed_s: float
     mcp_call_s: float
     bare_call_s: float
     bwrap_call_s: float

@@ -124,9 +124,14 @@ def _json_arguments(text: str) -> Any:
 
 
 def _mcp() -> int:
+    import gc
+
     from flakebot.mcp_server import load_sdk, serve
 
     load_sdk()
+    # What the imports made lives as long as the process: keep it out of every collection, the one at exit too
+    # (collecting the SDK's pydantic graphs there added 0.1 s before the process ended and a client saw it close).
+    gc.freeze()
     serve()
     return 0
 
