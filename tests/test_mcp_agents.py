@@ -17,15 +17,17 @@ from typing import Any
 
 import mcp_types
 import pytest
-from agents import RunContextWrapper
+from agents import Agent, OpenAIChatCompletionsModel, RunContextWrapper, Runner
 from agents.mcp import MCPServerStdio, MCPUtil
 from agents.strict_schema import ensure_strict_json_schema
+from openai import AsyncOpenAI
 
 from benchmarks.scenarios.shout import shout_script
 from flakebot.deliver import schema
 from flakebot.deliver.toolcall import mcp_definition
 from tests.conftest import REPO, json_result, require, run_cli
 from tests.deliver.test_helpparse import CLAP4, REPEATABLE
+from tests.fakes.agent_model import FollowingModel
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 LANGCHAIN_PYTHON = REPO / ".venv/langchain/bin/python"
@@ -221,3 +223,52 @@ def test_langchain_on_its_defaults_crafts_by_following_a_run_handle(
     assert "running" in craft["polls"] and craft["followed"]["status"] == "succeeded", craft["followed"]
     assert craft["followed"]["result"]["name"] == "shout"
     assert shout == {"status": "success", "result": shout["result"]} and shout["result"]["stdout"] == "FOLLOW ME\n"
+
+
+@pytest.mark.slow
+def test_an_agents_sdk_agent_with_strict_tools_crafts_follows_the_run_and_calls_the_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Agents SDK's own loop (Runner.run) with strict schemas on and its MCP defaults (5 s requests, no progress
+    token), the model on 127.0.0.1 deciding each turn: it sees every tool as a strict function, crafts (a run handle),
+    follows it with `status`, calls the crafted tool (listed to it once crafted) and answers with its output."""
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")  # traces would go to OpenAI's API
+    craft = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
+             "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
+
+    async def session(model: FollowingModel) -> Any:
+        client = AsyncOpenAI(base_url=model.openai_url, api_key="stub")
+        async with flakebot_server() as server:
+            agent = Agent(
+                name="toolsmith",
+                instructions="Craft the tools you lack, then use them.",
+                model=OpenAIChatCompletionsModel(model="following", openai_client=client),
+                mcp_servers=[server],
+                mcp_config={"convert_schemas_to_strict": True},
+            )
+            # Runner's default max_turns (10) cannot hold a craft's polls: a user raises it (the README says so).
+            return await Runner.run(agent, "I need my input upper-cased: 'follow me'.", max_turns=200)
+
+    with FollowingModel(craft, "shout", {"stdin": "follow me\n", "writable": None}, poll_seconds=2) as model:
+        result = asyncio.run(session(model))
+    assert model.failures == []
+    assert result.final_output == "shout printed:\nFOLLOW ME\n"
+    assert "running" in model.polls and model.polls[-1] == "succeeded", model.polls
+    advertised = {tool.name: tool.input_schema for tool in asyncio.run(_listed())}
+    first, last = (_offered(request["body"]) for request in (model.requests[0], model.requests[-1]))
+    assert "shout" not in first and set(first) == set(advertised) - {"shout"}
+    assert set(last) == set(advertised) and "shout" in last  # tools/list again after the craft
+    for name, function in last.items():
+        assert function["strict"] is True and function["parameters"] == advertised[name], name
+
+
+def _offered(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The functions a chat-completions request offered the model, by name."""
+    return {tool["function"]["name"]: tool["function"] for tool in body.get("tools") or []}
+
+
+async def _listed() -> list[Any]:
+    async with flakebot_server() as server:
+        return list(await server.list_tools())
