@@ -207,22 +207,48 @@ def test_the_agents_sdk_on_its_5s_timeout_crafts_by_following_a_run_handle(
 
 
 @pytest.mark.slow
-def test_langchain_on_its_defaults_crafts_by_following_a_run_handle(
+def test_a_langchain_agent_crafts_and_calls_the_crafted_tool_with_strict_tools(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """LangChain's adapters start a server for every call, send no progress token and kill the server's process
-    group when the call is answered: craft answers with a run handle, the run goes on in a process of its own,
-    `status` (a new server for every poll) follows it to the end, then the crafted tool is called."""
+    """LangChain's own loop (create_agent on ChatOpenAI, tests/mcp_langchain/agent.py) with the tools of
+    load_mcp_tools on its defaults, bound strictly, against a model on 127.0.0.1 that crafts, follows the run handle
+    with `status`, calls the crafted tool and answers with what it printed."""
     require("bwrap", "cargo", "nix")
+    if not LANGCHAIN_PYTHON.exists():
+        pytest.skip("langchain is not installed: scripts/setup.sh installs it in .venv/langchain")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
-    arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
-                 "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
-    seen = langchain_client([("craft", arguments), ("shout", {"stdin": "follow me\n", "writable": None})], timeout=900)
-    craft, shout = seen["calls"]
-    assert craft["status"] == "success" and craft["result"]["status"] == "running", craft["result"]
-    assert "running" in craft["polls"] and craft["followed"]["status"] == "succeeded", craft["followed"]
-    assert craft["followed"]["result"]["name"] == "shout"
-    assert shout == {"status": "success", "result": shout["result"]} and shout["result"]["stdout"] == "FOLLOW ME\n"
+    craft = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
+             "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
+
+    async def advertised() -> dict[str, Any]:
+        async with flakebot_server() as server:
+            return {tool.name: tool.input_schema for tool in await server.list_tools()}
+
+    before = asyncio.run(advertised())
+    with FollowingModel(craft, "shout", {"stdin": "follow me\n", "writable": None}) as model:
+        done = subprocess.run(
+            [str(LANGCHAIN_PYTHON), str(REPO / "tests/mcp_langchain/agent.py"), sys.executable, model.openai_url,
+             "Make me a tool that upper-cases its input, then upper-case 'follow me' with it."],
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert model.failures == [], model.failures
+    assert seen["answer"] == "shout printed:\nFOLLOW ME\n", seen
+    offered = [{tool["function"]["name"]: tool for tool in request["body"]["tools"]} for request in model.requests]
+    assert set(offered[0]) == set(before) and "shout" not in offered[0]
+    for name, tool in offered[0].items():
+        assert tool["type"] == "function" and tool["function"].get("strict") is True, tool
+        assert tool["function"]["parameters"] == before[name], name
+    # The crafted tool is offered once the run succeeded (in the request the model answered by calling it), strictly,
+    # with the schema flakebot now advertises.
+    assert "shout" in offered[-2], sorted(offered[-2])
+    shout = offered[-2]["shout"]["function"]
+    assert shout == {**shout, "strict": True, "parameters": asyncio.run(advertised())["shout"]}
+    assert "running" in model.polls and model.polls[-1] == "succeeded", model.polls
+    calls = [call[0] for message in seen["messages"] if message["role"] == "ai" for call in message["calls"]]
+    assert calls == ["craft", *["status"] * len(model.polls), "shout"], calls
+    assert all(message["status"] == "success" for message in seen["messages"] if message["role"] == "tool"), seen
 
 
 @pytest.mark.slow

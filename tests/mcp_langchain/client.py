@@ -4,9 +4,8 @@ after LangChain's OpenAI strict conversion (what bind_tools(strict=True) sends),
 
 usage: client.py PYTHON CALLS_JSON   (CALLS_JSON: [[tool, arguments], ...]; PYTHON runs `-m flakebot mcp`)
 
-As LangChain's defaults have it, every call starts a server of its own (a new stdio session). A call answered with
-a run handle is followed as its description says: `status` every second until the run is no longer running (the
-polls and the last status are in the call's record). A tool not loaded yet (crafted since) is looked up again.
+As LangChain's defaults have it, every call starts a server of its own (a new stdio session). agent.py beside it
+runs LangChain's own agent loop instead of these calls.
 """
 
 from __future__ import annotations
@@ -32,19 +31,8 @@ async def main(python: str, calls: list[list[Any]]) -> dict[str, Any]:
         "calls": [],
     }
     for number, (name, arguments) in enumerate(calls):
-        if name not in tools:
-            tools = {tool.name: tool for tool in await load_mcp_tools(None, connection=connection)}
         status, result = await invoke(tools[name], arguments, f"call-{number}")
-        record: dict[str, Any] = {"status": status, "result": result}
-        if isinstance(result, dict) and result.get("status") == "running" and result.get("run_id"):
-            record["polls"] = []
-            for poll in range(600):
-                await asyncio.sleep(1)
-                _, record["followed"] = await invoke(tools["status"], {"run_id": result["run_id"]}, f"poll-{poll}")
-                record["polls"].append(record["followed"].get("status"))
-                if record["followed"].get("status") not in ("created", "running"):
-                    break
-        seen["calls"].append(record)
+        seen["calls"].append({"status": status, "result": result})
     return seen
 
 
