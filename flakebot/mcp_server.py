@@ -59,8 +59,9 @@ INSTRUCTIONS = (
     "here as a tool of its own: call it with the arguments its schema names (and `stdin`). `craft` makes a new "
     "one (minutes: it edits, tests and builds a Rust crate). Unless the request asked for progress, `craft`, `improve`, "
     "`package` and `resume` answer at once with a run handle {run_id, status: running, follow}: call `status` with "
-    "that run_id every few seconds until its status is succeeded (the result is in it) or failed. `list` and `show` "
-    "describe the catalog; `runs`, `status` and `resume` follow crafts."
+    "that run_id every few seconds until its status is succeeded (the result is in it) or failed; when the host runs "
+    "them as MCP tasks, the task brings the result instead. `list` and `show` describe the catalog; `runs`, `status` "
+    "and `resume` follow crafts."
 )
 
 

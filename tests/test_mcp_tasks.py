@@ -1,0 +1,188 @@
+"""MCP tasks (spec 2025-11-25) for the long tools, through clients nobody here wrote: the official TypeScript SDK's
+task API (tests/mcp_ts/tasks.mjs) creates, follows, lists and cancels tasks; the Python SDK's client session, on a
+second `flakebot mcp`, reads them back. (That session cannot create a task: it checks every tools/call result
+against CallToolResult, and a CreateTaskResult is not one.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import MCPError
+
+from tests.conftest import REPO, require
+from tests.test_mcp import TS_CLIENT, mcp_client
+
+LONG_TOOLS = {"craft", "improve", "package", "resume"}
+# A craft whose model takes minutes to write the spec: its task is still working when it is cancelled.
+SLOW_MODEL = {"format": 1, "stages": {"spec": [{"fault": {"kind": "slow", "seconds": 300}, "content": "too late"}]}}
+# What a package result says about the build itself (the rest names its run).
+BUILT = ("ok", "pname", "version", "store_path", "bin_path", "main_program", "licenses", "nixpkgs_mode")
+
+
+async def ask(client: Any, request: Any, result_type: Any) -> Any:
+    """A task request's typed result, or the MCPError it was answered with."""
+    try:
+        return await client.session.send_request(request, result_type)
+    except MCPError as exc:
+        return exc
+
+
+def test_tasks_are_offered_on_protocol_2025_11_25_only(flakebot_home: Path) -> None:
+    async def session() -> tuple[Any, list[types.Tool], Any, Any]:
+        async with mcp_client() as client:
+            tools = (await client.session.list_tools()).tools
+            listed = await ask(client, types.ListTasksRequest(), types.ListTasksResult)
+            unknown = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id="no-such-task"))
+            return client.init, tools, listed, await ask(client, unknown, types.GetTaskResult)
+
+    init, tools, listed, unknown = asyncio.run(session())
+    assert init.protocol_version == "2025-11-25"
+    tasks = init.capabilities.tasks
+    assert tasks is not None and tasks.list is not None and tasks.cancel is not None
+    assert tasks.requests is not None and tasks.requests.tools is not None and tasks.requests.tools.call is not None
+    support = {tool.name: tool.execution.task_support if tool.execution else None for tool in tools}
+    assert {name for name, value in support.items() if value == "optional"} == LONG_TOOLS
+    assert {value for name, value in support.items() if name not in LONG_TOOLS} == {None}
+    assert listed == types.ListTasksResult(tasks=[])
+    assert isinstance(unknown, MCPError) and unknown.code == types.INVALID_PARAMS
+    assert "no task 'no-such-task'" in unknown.message and "tasks/list" in unknown.message
+
+    # A client of an earlier revision (2025-06-18 has no tasks) sees none of it.
+    older = _raw_session(
+        {"method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                            "clientInfo": {"name": "old", "version": "1"}}},
+        {"method": "tools/list"},
+        {"method": "tasks/list"},
+    )  # fmt: skip
+    assert older[0]["result"]["protocolVersion"] == "2025-06-18" and "tasks" not in older[0]["result"]["capabilities"]
+    assert not any("execution" in tool for tool in older[1]["result"]["tools"])
+    assert older[2]["error"]["code"] == types.METHOD_NOT_FOUND and "2025-11-25 only" in older[2]["error"]["message"]
+
+
+def _raw_session(*requests: dict[str, Any]) -> list[dict[str, Any]]:
+    """JSON-RPC requests to `flakebot mcp` on stdio, one at a time (initialized after the first); their answers."""
+    answers = []
+    command = [sys.executable, "-m", "flakebot", "mcp"]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as server:
+        assert server.stdin is not None and server.stdout is not None
+        for number, request in enumerate(requests, 1):
+            server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": number, **request}) + "\n")
+            if number == 1:
+                server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+            server.stdin.flush()
+            answers.append(json.loads(server.stdout.readline()))
+        server.stdin.close()
+    return answers
+
+
+@pytest.mark.slow
+def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
+        pytest.skip(
+            "the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry"
+        )
+    require("node", "bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    script = tmp_path / "slow-model.json"
+    script.write_text(json.dumps(SLOW_MODEL))
+    package = {"target": "hexyl", "registry": "local"}
+    craft = {"need": "upper-case my input", "model": f"scripted:{script}", "crate": "csv", "registry": "local"}
+    done = subprocess.run(
+        ["node", str(TS_CLIENT / "tasks.mjs"), sys.executable, json.dumps(package), json.dumps(craft)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+
+    assert seen["capabilities"]["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    assert {name for name, value in seen["execution"].items() if value} == LONG_TOOLS
+    # The package task, followed by the SDK's own polling to the result the call would have returned.
+    kinds = [message["type"] for message in seen["package"]]
+    assert kinds[0] == "taskCreated" and kinds[-1] == "result" and "error" not in kinds, seen["package"]
+    created, result = seen["package"][0]["task"], seen["package"][-1]["result"]
+    package_id = created["taskId"]
+    assert created["status"] == "working" and created["ttl"] == 24 * 3600 * 1000 and created["pollInterval"]
+    last = seen["package"][-2]["task"]
+    assert last["status"] == "completed" and last["statusMessage"].endswith("succeeded")
+    assert last["createdAt"] == created["createdAt"] <= last["lastUpdatedAt"]
+    assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": package_id}
+    packaged = result["structuredContent"]
+    assert not result.get("isError") and json.loads(result["content"][0]["text"]) == packaged
+    assert (packaged["ok"], packaged["pname"], packaged["version"]) == (True, "hexyl", "0.8.0")
+    assert [task["taskId"] for task in seen["listed"]["tasks"]] == [package_id]
+
+    # The craft task: cancelled while its run waits for the model; the run is interrupted, as on Ctrl-C.
+    craft_id = seen["craft"]["task"]["taskId"]
+    assert seen["polls"][-1] == "spec: started", seen["polls"]
+    assert seen["cancelled"]["status"] == seen["afterCancel"]["status"] == "cancelled"
+    interrupted = seen["cancelledResult"]["structuredContent"]
+    assert seen["cancelledResult"]["isError"] and (interrupted["type"], interrupted["stage"]) == ("Interrupted", "spec")
+    assert seen["afterCancel"]["statusMessage"] == f"cancelled: interrupted. Fix: {interrupted['fix']}"
+    assert seen["cancelAgain"]["code"] == types.INVALID_PARAMS and "already cancelled" in seen["cancelAgain"]["message"]
+    assert seen["unknown"]["code"] == types.INVALID_PARAMS
+    not_a_task = seen["notATask"]
+    assert not_a_task["code"] == types.METHOD_NOT_FOUND and "'list' does not run as a task" in not_a_task["message"]
+
+    jobs = flakebot_home / "work/mcp-jobs"
+    pid = json.loads((jobs / f"{craft_id}.task.json").read_text())["pid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the craft's process group is gone
+    assert _processes_naming(jobs) == []
+
+    # A second server (the Python SDK's client) reads the tasks the first one created.
+    async def second() -> dict[str, Any]:
+        async with mcp_client() as client:
+            found = {
+                "get": types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=package_id)),
+                "result": types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=package_id)),
+                "cancel": types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=package_id)),
+                "list": types.ListTasksRequest(),
+            }
+            answers = {
+                "get": await ask(client, found["get"], types.GetTaskResult),
+                "result": await ask(client, found["result"], types.CallToolResult),
+                "cancel": await ask(client, found["cancel"], types.CancelTaskResult),
+                "list": await ask(client, found["list"], types.ListTasksResult),
+            }
+            answers["status"] = await client.call("status", {"run_id": interrupted["run_id"]})
+            answers["waited"] = await client.call("package", {**package, "wait": True})
+            return answers
+
+    answers = asyncio.run(second())
+    assert answers["get"].status == "completed" and answers["get"].created_at == created["createdAt"]
+    again = answers["result"]
+    assert again.structured_content == packaged and not again.is_error
+    assert again.meta == {"io.modelcontextprotocol/related-task": {"taskId": package_id}}
+    assert isinstance(answers["cancel"], MCPError) and answers["cancel"].code == types.INVALID_PARAMS
+    listed = [(task.task_id, task.status) for task in answers["list"].tasks]
+    assert listed == [(craft_id, "cancelled"), (package_id, "completed")]
+    assert answers["status"][0]["status"] == "interrupted"
+    waited, waited_error = answers["waited"]
+    assert not waited_error and set(waited) == set(packaged)
+    assert {k: waited[k] for k in BUILT} == {k: packaged[k] for k in BUILT}
+
+
+def _processes_naming(directory: Path) -> list[str]:
+    """Command lines of running processes that name a file in `directory` (a job's names its journal)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(directory) in text:
+            found.append(text)
+    return found
