@@ -127,6 +127,7 @@ class Tasks:
         return result
 
     async def call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CreateTaskResult:
+        _offered(ctx)
         if params.name not in self.long_tools:
             raise MCPError(
                 types.METHOD_NOT_FOUND,
@@ -161,23 +162,20 @@ class Tasks:
         return {**wire, "_meta": {**wire.get("_meta", {}), RELATED_TASK: {"taskId": params.task_id}}}
 
     async def list_tasks(self, ctx: Any, params: types.PaginatedRequestParams) -> types.ListTasksResult:
-        """This user's tasks, newest first, PAGE_SIZE at a time; the cursor is the last id of the previous page."""
+        """This user's tasks, newest first, PAGE_SIZE at a time; a cursor is where the previous page ended."""
         _offered(ctx)
-        if params.cursor is not None and not TASK_ID.fullmatch(params.cursor):
-            raise MCPError(
-                types.INVALID_PARAMS, f"invalid cursor {params.cursor!r}: pass the nextCursor tasks/list gave"
-            )
-        ids = sorted((p.name.removesuffix(".task.json") for p in self._records()), reverse=True)
-        ids = [i for i in ids if params.cursor is None or i < params.cursor]
+        after = _cursor_key(params.cursor) if params.cursor is not None else None
+        keys = sorted((key for key in map(_record_key, self._records()) if key is not None), reverse=True)
+        keys = [key for key in keys if after is None or key < after]
         page: list[types.Task] = []
-        for task_id in ids:
-            view = self._view(task_id)
+        for key in keys:
+            view = self._view(key[1])
             if view is not None:
                 page.append(view.task)
             if len(page) == PAGE_SIZE:
                 break
-        more = len(page) == PAGE_SIZE and task_id != ids[-1]
-        return types.ListTasksResult(tasks=page, next_cursor=page[-1].task_id if more else None)
+        more = len(page) == PAGE_SIZE and key != keys[-1]
+        return types.ListTasksResult(tasks=page, next_cursor=f"{key[0]!r} {key[1]}" if more else None)
 
     async def cancel(self, ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
         """Mark the task cancelled, then end its job's process group (SIGTERM: the run is interrupted)."""
@@ -303,6 +301,22 @@ def _offered(ctx: Any) -> None:
         )
 
 
+def _record_key(path: Path) -> tuple[float, str] | None:
+    """How tasks/list orders a task: when it was created, then its id."""
+    record = _read_record(path)
+    return None if record is None else (float(record.get("created", 0)), path.name.removesuffix(".task.json"))
+
+
+def _cursor_key(cursor: str) -> tuple[float, str]:
+    created, _, task_id = cursor.partition(" ")
+    try:
+        if TASK_ID.fullmatch(task_id):
+            return float(created), task_id
+    except ValueError:
+        pass
+    raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}: pass the nextCursor tasks/list answered")
+
+
 def _record_path(journal: Path) -> Path:
     return journal.with_name(f"{journal.stem}.task.json")
 
@@ -326,14 +340,16 @@ def _write_record(path: Path, record: dict[str, Any]) -> None:
 
 
 def _job_alive(pid: Any, journal: Path) -> bool:
-    """Whether `pid` is still the job writing `journal` (its command line names it; a zombie's is empty)."""
+    """Whether `pid` is still the job writing `journal`: not a zombie, and its command line names the journal (or is
+    still empty: a process has none for a moment after its exec)."""
     if not isinstance(pid, int):
         return False
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
         return False
-    return os.fsencode(str(journal)) in argv
+    return state not in ("Z", "X") and (not argv or os.fsencode(str(journal)) in argv.split(b"\0"))
 
 
 def _group_exists(pgid: int) -> bool:

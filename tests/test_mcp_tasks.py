@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from tests.conftest import REPO, require
+from tests.conftest import REPO, require, wait_for
 from tests.test_mcp import TS_CLIENT, mcp_client
 
 LONG_TOOLS = {"craft", "improve", "package", "resume"}
@@ -36,14 +39,21 @@ async def ask(client: Any, request: Any, result_type: Any) -> Any:
 
 
 def test_tasks_are_offered_on_protocol_2025_11_25_only(flakebot_home: Path) -> None:
-    async def session() -> tuple[Any, list[types.Tool], Any, Any]:
+    async def session() -> tuple[Any, list[types.Tool], Any, Any, Any]:
         async with mcp_client() as client:
             tools = (await client.session.list_tools()).tools
             listed = await ask(client, types.ListTasksRequest(), types.ListTasksResult)
             unknown = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id="no-such-task"))
-            return client.init, tools, listed, await ask(client, unknown, types.GetTaskResult)
+            bad_cursor = types.ListTasksRequest(params=types.PaginatedRequestParams(cursor="page 2"))
+            return (
+                client.init,
+                tools,
+                listed,
+                await ask(client, unknown, types.GetTaskResult),
+                await ask(client, bad_cursor, types.ListTasksResult),
+            )
 
-    init, tools, listed, unknown = asyncio.run(session())
+    init, tools, listed, unknown, bad_cursor = asyncio.run(session())
     assert init.protocol_version == "2025-11-25"
     tasks = init.capabilities.tasks
     assert tasks is not None and tasks.list is not None and tasks.cancel is not None
@@ -54,33 +64,74 @@ def test_tasks_are_offered_on_protocol_2025_11_25_only(flakebot_home: Path) -> N
     assert listed == types.ListTasksResult(tasks=[])
     assert isinstance(unknown, MCPError) and unknown.code == types.INVALID_PARAMS
     assert "no task 'no-such-task'" in unknown.message and "tasks/list" in unknown.message
+    assert isinstance(bad_cursor, MCPError) and bad_cursor.code == types.INVALID_PARAMS
+    assert "invalid cursor 'page 2'" in bad_cursor.message
 
-    # A client of an earlier revision (2025-06-18 has no tasks) sees none of it.
-    older = _raw_session(
-        {"method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                                            "clientInfo": {"name": "old", "version": "1"}}},
-        {"method": "tools/list"},
-        {"method": "tasks/list"},
-    )  # fmt: skip
-    assert older[0]["result"]["protocolVersion"] == "2025-06-18" and "tasks" not in older[0]["result"]["capabilities"]
-    assert not any("execution" in tool for tool in older[1]["result"]["tools"])
-    assert older[2]["error"]["code"] == types.METHOD_NOT_FOUND and "2025-11-25 only" in older[2]["error"]["message"]
+    # A client of an earlier revision (2025-06-18 has no tasks) sees none of it, and its `task` param is ignored.
+    with raw_session("2025-06-18") as older:
+        assert older.init["protocolVersion"] == "2025-06-18" and "tasks" not in older.init["capabilities"]
+        assert not any("execution" in tool for tool in older.ask("tools/list")["result"]["tools"])
+        refused = older.ask("tasks/list")["error"]
+        assert refused["code"] == types.METHOD_NOT_FOUND and "2025-11-25 only" in refused["message"]
+        status = older.ask("tools/call", {"name": "status", "arguments": {"run_id": "nope"}, "task": {}})["result"]
+        assert status["isError"] and "nope" in status["structuredContent"]["error"]
 
 
-def _raw_session(*requests: dict[str, Any]) -> list[dict[str, Any]]:
-    """JSON-RPC requests to `flakebot mcp` on stdio, one at a time (initialized after the first); their answers."""
-    answers = []
+def test_a_task_whose_process_is_killed_fails(flakebot_home: Path, tmp_path: Path) -> None:
+    require("nix")
+    script = tmp_path / "slow-model.json"
+    script.write_text(json.dumps(SLOW_MODEL))
+    craft = {"need": "upper-case my input", "model": f"scripted:{script}", "registry": "local"}
+    with raw_session("2025-11-25") as session:
+        created = session.ask("tools/call", {"name": "craft", "arguments": craft, "task": {"ttl": 60000}})["result"]
+        task_id = created["task"]["taskId"]
+        record = json.loads((flakebot_home / f"work/mcp-jobs/{task_id}.task.json").read_text())
+        os.killpg(record["pid"], signal.SIGKILL)
+
+        def settled() -> dict[str, Any] | None:
+            task: dict[str, Any] = session.ask("tasks/get", {"taskId": task_id})["result"]
+            return task if task["status"] != "working" else None
+
+        got = wait_for(settled)
+        result = session.ask("tasks/result", {"taskId": task_id})["result"]
+    assert (created["task"]["status"], created["task"]["ttl"]) == ("working", 60000)
+    assert (
+        got["status"] == "failed" and f"the process of task {task_id} ended before it finished" in got["statusMessage"]
+    )
+    assert result["isError"] and result["structuredContent"]["error"] in got["statusMessage"]
+    assert result["_meta"] == {"io.modelcontextprotocol/related-task": {"taskId": task_id}}
+
+
+class RawSession:
+    """JSON-RPC on `flakebot mcp`'s stdio, one request at a time: what no SDK client here sends (an earlier protocol
+    revision; a task created by a client that stays to watch its process be killed)."""
+
+    def __init__(self, server: subprocess.Popen[str]) -> None:
+        assert server.stdin is not None and server.stdout is not None
+        self.stdin, self.stdout = server.stdin, server.stdout
+        self.sent = 0
+        self.init: dict[str, Any] = {}
+
+    def ask(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.sent += 1
+        self.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.sent, "method": method, "params": params or {}}))
+        self.stdin.write("\n")
+        self.stdin.flush()
+        answer: dict[str, Any] = json.loads(self.stdout.readline())
+        return answer
+
+
+@contextmanager
+def raw_session(protocol: str) -> Iterator[RawSession]:
     command = [sys.executable, "-m", "flakebot", "mcp"]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as server:
-        assert server.stdin is not None and server.stdout is not None
-        for number, request in enumerate(requests, 1):
-            server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": number, **request}) + "\n")
-            if number == 1:
-                server.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-            server.stdin.flush()
-            answers.append(json.loads(server.stdout.readline()))
-        server.stdin.close()
-    return answers
+        session = RawSession(server)
+        hello = {"protocolVersion": protocol, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        session.init = session.ask("initialize", hello)["result"]
+        session.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        session.stdin.flush()
+        yield session
+        session.stdin.close()
 
 
 @pytest.mark.slow
@@ -123,6 +174,12 @@ def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
     assert not result.get("isError") and json.loads(result["content"][0]["text"]) == packaged
     assert (packaged["ok"], packaged["pname"], packaged["version"]) == (True, "hexyl", "0.8.0")
     assert [task["taskId"] for task in seen["listed"]["tasks"]] == [package_id]
+
+    # A call the job refuses fails (its result the error the call returns); a task past its ttl is forgotten.
+    assert seen["failed"]["status"] == "failed" and seen["failedResult"]["isError"]
+    refused = seen["failedResult"]["structuredContent"]
+    assert refused["error"] == "'target' is required" and seen["failed"]["statusMessage"].startswith(refused["error"])
+    assert seen["brief"]["code"] == types.INVALID_PARAMS and "forgotten once its ttl passed" in seen["brief"]["message"]
 
     # The craft task: cancelled while its run waits for the model; the run is interrupted, as on Ctrl-C.
     craft_id = seen["craft"]["task"]["taskId"]
@@ -168,7 +225,7 @@ def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
     assert again.meta == {"io.modelcontextprotocol/related-task": {"taskId": package_id}}
     assert isinstance(answers["cancel"], MCPError) and answers["cancel"].code == types.INVALID_PARAMS
     listed = [(task.task_id, task.status) for task in answers["list"].tasks]
-    assert listed == [(craft_id, "cancelled"), (package_id, "completed")]
+    assert listed == [(craft_id, "cancelled"), (seen["failed"]["taskId"], "failed"), (package_id, "completed")]
     assert answers["status"][0]["status"] == "interrupted"
     waited, waited_error = answers["waited"]
     assert not waited_error and set(waited) == set(packaged)

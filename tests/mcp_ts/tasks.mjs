@@ -29,6 +29,17 @@ for await (const message of stream) {
 }
 seen.listed = await tasks.listTasks();
 
+// A call the job refuses (no target) fails; one whose ttl has passed once it failed is forgotten.
+const refused = { method: "tools/call", params: { name: "package", arguments: { target: "" } } };
+const failedId = (await client.request(refused, CreateTaskResultSchema, { task: {} })).task.taskId;
+const briefId = (await client.request(refused, CreateTaskResultSchema, { task: { ttl: 1 } })).task.taskId;
+for (let i = 0; i < 240 && (await tasks.getTask(failedId)).status === "working"; i += 1) {
+  await new Promise((resolve) => setTimeout(resolve, 250));
+}
+seen.failed = await tasks.getTask(failedId);
+seen.failedResult = await tasks.getTaskResult(failedId, CallToolResultSchema);
+seen.brief = await refusal(tasks.getTaskResult(briefId, CallToolResultSchema));
+
 // A craft whose model takes minutes to answer: cancelled once its run is in the spec stage.
 const call = { method: "tools/call", params: { name: "craft", arguments: JSON.parse(craftArguments) } };
 seen.craft = await client.request(call, CreateTaskResultSchema, { task: { ttl: 600000 } });
