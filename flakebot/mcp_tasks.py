@@ -15,7 +15,9 @@ takes it as Ctrl-C: the stage and run are marked interrupted, and `resume` conti
 left after CANCEL_GRACE seconds. tasks/result waits for a terminal status and returns the CallToolResult the call
 would have returned had it waited. ttl: as asked, at most MAX_TTL_MS, DEFAULT_TTL_MS if not; a task whose ttl has
 passed is forgotten once it is terminal (its journal stays). Tasks are offered on protocol 2025-11-25 only: the
-2026-07-28 revision moved them out of the core protocol, and older revisions have none.
+2026-07-28 revision moved them out of the core protocol, and older revisions have none. Neither
+notifications/tasks/status nor progress for a task is sent (both optional): a host polls tasks/get, whose
+statusMessage is the job's latest progress line.
 
 The SDK's low-level server has the task types but no task handling, and it checks a tools/call result against
 CallToolResult, so a middleware routes a task-augmented tools/call to a method of its own (CALL_AS_TASK) and adds
@@ -79,9 +81,6 @@ class Jobs(Protocol):
         """The CallToolResult the call answered, from its journal's last line."""
 
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
-
-
 def install(server: Any, jobs: Jobs, long_tools: Mapping[str, bool]) -> None:
     """Offer tasks for `long_tools` on an SDK low-level Server: the middleware and the tasks/* handlers."""
     tasks = Tasks(jobs, set(long_tools))
@@ -140,7 +139,7 @@ class Tasks:
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}
-        _write_record(_record_path(journal), record)
+        _write_record(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
         text = f"{params.name} runs as task {task_id}; its result comes when the task completes"
         return types.CreateTaskResult(task=self._known(task_id).task, _meta={IMMEDIATE_RESPONSE: text})
@@ -315,10 +314,6 @@ def _cursor_key(cursor: str) -> tuple[float, str]:
     except ValueError:
         pass
     raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}: pass the nextCursor tasks/list answered")
-
-
-def _record_path(journal: Path) -> Path:
-    return journal.with_name(f"{journal.stem}.task.json")
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

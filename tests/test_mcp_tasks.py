@@ -18,10 +18,10 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-from mcp import MCPError
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from tests.conftest import REPO, require, wait_for
-from tests.test_mcp import TS_CLIENT, mcp_client
+from tests.test_mcp import TS_CLIENT, Client, mcp_client
 
 LONG_TOOLS = {"craft", "improve", "package", "resume"}
 # A craft whose model takes minutes to write the spec: its task is still working when it is cancelled.
@@ -66,6 +66,19 @@ def test_tasks_are_offered_on_protocol_2025_11_25_only(flakebot_home: Path) -> N
     assert "no task 'no-such-task'" in unknown.message and "tasks/list" in unknown.message
     assert isinstance(bad_cursor, MCPError) and bad_cursor.code == types.INVALID_PARAMS
     assert "invalid cursor 'page 2'" in bad_cursor.message
+
+    # Nor does one of 2026-07-28, which moved tasks out of the core protocol (the Python SDK's discover, no handshake).
+    async def modern() -> tuple[Any, list[types.Tool], Any]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=dict(os.environ))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            found = await session.discover()
+            tools = (await session.list_tools()).tools
+            listed = await ask(Client(session, []), types.ListTasksRequest(), types.ListTasksResult)
+            return found, tools, listed
+
+    found, modern_tools, modern_list = asyncio.run(modern())
+    assert found.capabilities.tasks is None and [tool.execution for tool in modern_tools if tool.execution] == []
+    assert isinstance(modern_list, MCPError) and modern_list.code == types.METHOD_NOT_FOUND
 
     # A client of an earlier revision (2025-06-18 has no tasks) sees none of it, and its `task` param is ignored.
     with raw_session("2025-06-18") as older:
