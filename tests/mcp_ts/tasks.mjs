@@ -48,7 +48,7 @@ seen.polls = [];
 for (let i = 0; i < 240; i += 1) {
   const task = await tasks.getTask(craftId);
   seen.polls.push(task.statusMessage);
-  if (task.status !== "working" || task.statusMessage === "spec: started") break;
+  if (task.status !== "working" || task.statusMessage?.startsWith("spec: ")) break;
   await new Promise((resolve) => setTimeout(resolve, 250));
 }
 seen.cancelled = await tasks.cancelTask(craftId);
