@@ -13,8 +13,9 @@ work is done (in a worker thread), with notifications/progress for every stage a
 (the OpenAI Agents SDK's, whose requests time out after 5 s) gets a run handle as soon as the run exists, and
 follows it with `status`. That work runs in a process of its own session (run_job), so it goes on when the client
 ends its session: LangChain's adapters start a server for every call and kill its process group after it. Its
-events are in the state directory's mcp-jobs/. `wait` overrides either default. MCP tasks (spec 2025-11-25) are not
-offered: the installed SDK's low-level server has no handlers for them. A craft, improve or `rm` that changes the
+events are in the state directory's mcp-jobs/. `wait` overrides either default. On protocol 2025-11-25 the long
+tools are also MCP tasks (flakebot.mcp_tasks): a call with a `task` param is answered at once with a task naming
+such a detached job, followed with tasks/get and tasks/result. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
 (and as structuredContent); a failure is flakebot's error object with isError set.
 """
@@ -58,8 +59,9 @@ INSTRUCTIONS = (
     "here as a tool of its own: call it with the arguments its schema names (and `stdin`). `craft` makes a new "
     "one (minutes: it edits, tests and builds a Rust crate). Unless the request asked for progress, `craft`, `improve`, "
     "`package` and `resume` answer at once with a run handle {run_id, status: running, follow}: call `status` with "
-    "that run_id every few seconds until its status is succeeded (the result is in it) or failed. `list` and `show` "
-    "describe the catalog; `runs`, `status` and `resume` follow crafts."
+    "that run_id every few seconds until its status is succeeded (the result is in it) or failed; when the host runs "
+    "them as MCP tasks, the task brings the result instead. `list` and `show` describe the catalog; `runs`, `status` "
+    "and `resume` follow crafts."
 )
 
 
@@ -214,19 +216,26 @@ class FlakebotMCP:
     def server(self) -> Any:
         from mcp.server.lowlevel import Server
 
-        return Server(
+        from flakebot import mcp_tasks
+
+        server = Server(
             "flakebot",
             version=__version__,
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
+        mcp_tasks.install(server, self, LONG_TOOLS)
+        return server
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
 
+        from flakebot.mcp_tasks import execution
+
         own = [
-            types.Tool(name=name, description=text, input_schema=schema) for name, (text, schema) in OWN_TOOLS.items()
+            types.Tool(name=name, description=text, input_schema=schema, execution=execution(ctx, name, LONG_TOOLS))
+            for name, (text, schema) in OWN_TOOLS.items()
         ]
         crafted = await anyio.to_thread.run_sync(lambda: api.tool_definitions(self.settings()))
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
@@ -350,14 +359,7 @@ class FlakebotMCP:
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        journal = _journal_path(self.settings())
-        code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
-        argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
-        with open(journal.with_suffix(".log"), "ab") as log:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
-            )
-        logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
+        process, journal = _start_job(self.settings(), name, args)
         while True:
             known = _journal_reading(journal)
             if known is not None or process.poll() is not None:
@@ -374,6 +376,32 @@ class FlakebotMCP:
             await _tools_changed(ctx)
         return {"ok": True, **known["result"]}
 
+    # What flakebot.mcp_tasks needs of the detached jobs (its Jobs protocol).
+
+    def job_directory(self) -> Path:
+        return _job_directory(self.settings())
+
+    def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+        process, journal = _start_job(self.settings(), name, args)
+        if LONG_TOOLS[name] and self.jobs is not None:
+            self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
+        return process, journal
+
+    def journal(self, journal: Path) -> list[dict[str, Any]]:
+        return _journal_lines(journal)
+
+    def status_line(self, line: dict[str, Any]) -> str | None:
+        """A journal's event line as its progress message (None for a line that has none)."""
+        parts = (line.get("event"), line.get("run_id"), line.get("stage"), line.get("message"), line.get("data"))
+        kind, run_id, stage, message, data = parts
+        return progress_message(Event(str(kind), str(run_id or ""), stage, str(message or ""), dict(data or {})))
+
+    def call_result(self, line: dict[str, Any]) -> Any:
+        """The CallToolResult a long call answered when it was done: its journal's last line, {result} or {error}."""
+        if "error" in line:
+            return _result({"ok": False, **line["error"]}, error=True)
+        return _result({"ok": True, **line["result"]})
+
     async def _notify_when_done(self, ctx: Any, process: subprocess.Popen[bytes], journal: Path) -> None:
         """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts): its
         journal's last line is its result as soon as the work returns."""
@@ -388,6 +416,21 @@ class FlakebotMCP:
 
 
 Work = Callable[[EventSink], dict[str, Any]]
+# The long tools (their work can run detached, or as MCP tasks), and whether each changes the catalog.
+LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False}
+
+
+def _start_job(settings: config.Settings, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/."""
+    journal = _journal_path(settings)
+    code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
+    argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
+    with open(journal.with_suffix(".log"), "ab") as log:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+        )
+    logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
+    return process, journal
 
 
 def run_job(name: str, arguments: str, journal: str) -> None:
@@ -414,10 +457,15 @@ def run_job(name: str, arguments: str, journal: str) -> None:
         write({"error": failed.result()})
 
 
+def _job_directory(settings: config.Settings) -> Path:
+    return settings.path("workdir") / "mcp-jobs"
+
+
 def _journal_path(settings: config.Settings) -> Path:
-    directory = settings.path("workdir") / "mcp-jobs"
+    """A new job's journal; its name (an MCP task's id) has 64 random bits, so an id cannot be guessed."""
+    directory = _job_directory(settings)
     directory.mkdir(parents=True, exist_ok=True)
-    return directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}.jsonl"
+    return directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(8)}.jsonl"
 
 
 def _journal_lines(journal: Path) -> list[dict[str, Any]]:
