@@ -24,6 +24,17 @@ from tests.conftest import REPO, require, run_cli
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
 TS_CLIENT = REPO / "tests/mcp_ts"
+
+
+def require_typescript_sdk() -> None:
+    """Skip unless the TypeScript SDK's client can run a craft here (node, the SDK, bwrap, cargo and nix)."""
+    if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
+        pytest.skip(
+            "the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry"
+        )
+    require("node", "bwrap", "cargo", "nix")
+
+
 CRAFT_STAGES = ["spec", "search", "choose", "acquire", "edit", "package", "instruct", "clean"]
 
 
@@ -230,11 +241,7 @@ def test_the_typescript_sdk_client_crafts_calls_and_removes_a_tool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A second, independent MCP client: the official TypeScript SDK's, run by node (tests/mcp_ts/client.mjs)."""
-    if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
-        pytest.skip(
-            "the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry"
-        )
-    require("node", "bwrap", "cargo", "nix")
+    require_typescript_sdk()
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     arguments = {
         "need": "upper-case my input",

@@ -21,7 +21,7 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from tests.conftest import REPO, require, wait_for
-from tests.test_mcp import TS_CLIENT, Client, mcp_client
+from tests.test_mcp import TS_CLIENT, Client, mcp_client, require_typescript_sdk
 
 LONG_TOOLS = {"craft", "improve", "package", "resume"}
 # A craft whose model takes minutes to write the spec: its task is still working when it is cancelled.
@@ -151,11 +151,7 @@ def raw_session(protocol: str) -> Iterator[RawSession]:
 def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
     flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not (TS_CLIENT / "node_modules/@modelcontextprotocol/sdk").is_dir():
-        pytest.skip(
-            "the MCP TypeScript SDK is not installed: scripts/setup.sh installs it when npm reaches its registry"
-        )
-    require("node", "bwrap", "cargo", "nix")
+    require_typescript_sdk()
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     script = tmp_path / "slow-model.json"
     script.write_text(json.dumps(SLOW_MODEL))
