@@ -112,6 +112,10 @@ class Settings:
         True,
         "Build a crate's locked dependencies once (sandboxed, from its manifest and lock only) and give each edit loop a private copy.",
     )
+    dependency_cache_mb: int = _setting(
+        8192,
+        "MiB the dependency cache may hold: storing an entry evicts the least recently used ones beyond it (an entry used in the last hour stays); 0: no limit.",
+    )
     output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
     tool_output_limit: int = _setting(
         4_000_000,

@@ -8,6 +8,10 @@ sandbox never sees the cache: it gets a private copy as its CARGO_TARGET_DIR (`c
 copy-on-write where the file system can, a full copy else; never hard links, which it could write through),
 mtimes kept so cargo's fingerprints hold and the first `cargo test` compiles only the crate.
 
+The cache holds at most `dependency_cache_mb`: storing an entry evicts the least recently used ones beyond it (a
+use is a hit or a store: it sets the entry's mtime). An entry used in the last EVICT_GRACE_SECONDS stays, since a copy
+of it may be running; one evicted is renamed away before it is removed, so a craft finds an entry whole or not at all.
+
 The key is everything that changes the dependency build: the lock's packages, the manifest's dependency tables
 (features asked of each dependency, profiles), the toolchain (`rustc -vV`), the profile, the crate's features
 and the crate source cargo reads them from. With the sandbox off (or no bubblewrap) there is no cache: model
@@ -44,6 +48,8 @@ CACHE_FORMAT = 1
 PROFILE = "test"  # `cargo test`: its dependencies are built with the dev profile
 ENTRY_INFO = "flakebot-deps.json"  # in each entry: what it was built for (to build the next one on it)
 STALE_SECONDS = 6 * 3600  # a temp dir this old is a crashed build's
+EVICT_GRACE_SECONDS = 3600  # an entry used this recently is never evicted: a copy of it may be running
+EVICTED = ".evicted-"  # an entry renamed away, being removed
 SKELETON_PREFIXES = (SKELETON_NAME, SKELETON_NAME.replace("-", "_"), "lib" + SKELETON_NAME.replace("-", "_"))
 
 
@@ -157,6 +163,7 @@ def _seed(
             progress("building the dependencies once, sandboxed, from the manifest and lock only (dependency cache)")
             build_entry(settings, cargo, skeleton, key)
             status = "built"
+        os.utime(entry)  # used now: the last to be evicted
         copy_entry(entry, target_dir)
     except (DependencyBuildFailed, OSError, subprocess.SubprocessError) as exc:
         logger.warning("dependency cache: %s", exc)
@@ -246,9 +253,44 @@ def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) 
             if not entry.is_dir():  # else another craft stored the same entry first: theirs is as good
                 raise
         logger.info("dependency cache: stored %s", entry)
+        try:
+            evict(root, settings.dependency_cache_mb * 1024 * 1024, keep=entry)
+        except OSError as exc:  # the entry is stored: a cache over its limit is no reason to fail the craft
+            logger.warning("dependency cache: eviction stopped: %s", exc)
         return entry
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def evict(root: Path, limit_bytes: int, keep: Path) -> list[str]:
+    """Remove the least recently used entries until the cache holds at most `limit_bytes` (0: no limit); the names
+    removed. `keep` (the entry just stored) and entries used in the last EVICT_GRACE_SECONDS stay, so the cache may
+    be over its limit until they age. An entry goes by rename first: whoever looks for it finds it whole or not at
+    all (a copy of it still running fails, and that loop builds its dependencies itself, as without a cache)."""
+    if limit_bytes <= 0:
+        return []
+    entries = [
+        (entry.stat().st_mtime, tree_bytes(entry), entry)
+        for entry in root.iterdir()
+        if not entry.name.startswith(".") and entry.is_dir() and not entry.is_symlink()
+    ]
+    total, now, removed = sum(size for _, size, _ in entries), time.time(), []
+    for used, size, entry in sorted(entries):
+        if total <= limit_bytes:
+            break
+        if entry == keep or now - used < EVICT_GRACE_SECONDS:
+            continue
+        doomed = root / f"{EVICTED}{entry.name}-{os.getpid()}"
+        try:
+            entry.rename(doomed)
+        except OSError:  # another craft evicted it first
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        total -= size
+        removed.append(entry.name)
+    if removed:
+        logger.info("dependency cache: evicted %d unused entries to stay under %d MiB", len(removed), limit_bytes >> 20)
+    return removed
 
 
 def _nearest_entry(root: Path, base_key: str, packages: list[str]) -> Path | None:
@@ -303,6 +345,8 @@ def _hand_to_owner(target: Path) -> None:
 
 
 def _sweep_stale(root: Path) -> None:
+    for doomed in root.glob(f"{EVICTED}*"):  # an eviction that crashed before it removed the entry
+        shutil.rmtree(doomed, ignore_errors=True)
     for tmp in root.glob(".build-*"):
         try:
             if time.time() - tmp.stat().st_mtime > STALE_SECONDS:

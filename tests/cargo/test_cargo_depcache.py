@@ -3,14 +3,17 @@ another crate on the same lock (its first `cargo test` compiles no dependency); 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
 from flakebot.cargo.cache_skeleton import NoSkeleton, skeleton_of
-from flakebot.cargo.depcache import LoopSeeder, cache_root, dependency_key, seed_target_dir
+from flakebot.cargo.depcache import LoopSeeder, cache_root, dependency_key, evict, seed_target_dir
 from flakebot.cargo.runner import Cargo
 from flakebot.config import load
 from flakebot.sandbox import open_sandbox
@@ -62,7 +65,9 @@ def test_a_second_crate_on_the_same_lock_compiles_no_dependency(tmp_path: Path) 
     first, second = make_crate(tmp_path, "first-tool", DEPENDENCIES), make_crate(tmp_path, "second-tool", DEPENDENCIES)
 
     built = seed_target_dir(settings, cargo_for(tmp_path / "t1"), first, tmp_path / "t1", isolated=True)
+    os.utime(cache_root(settings) / built.key, (0, 0))  # long unused, for eviction
     hit = seed_target_dir(settings, cargo_for(tmp_path / "t2"), second, tmp_path / "t2", isolated=True)
+    assert (cache_root(settings) / built.key).stat().st_mtime > time.time() - 600, "a hit marks the entry used"
     assert (built.status, hit.status) == ("built", "hit") and built.key == hit.key, (built, hit)
     assert [p.name for p in cache_root(settings).iterdir()] == [built.key], "one entry, no temp dir left"
     assert not list((cache_root(settings) / built.key).rglob("*deps_skeleton*")), "the skeleton's own outputs dropped"
@@ -109,6 +114,14 @@ def test_a_second_crate_on_the_same_lock_compiles_no_dependency(tmp_path: Path) 
     cold = first_test_run(first, tmp_path / "cold")  # the same crate without the cache compiles every dependency
     assert cold["memchr"] is False and "itoa" not in cold
 
+    # a cache over its limit: storing the next entry evicts the ones unused for over an hour, and keeps the new one
+    for entry in cache_root(settings).iterdir():
+        os.utime(entry, (time.time() - 7200, time.time() - 7200))
+    small = dataclasses.replace(settings, dependency_cache_mb=1)
+    last = make_crate(tmp_path, "last-tool", '[dependencies]\nryu = "1.0.2"\n')
+    stored = seed_target_dir(small, cargo_for(tmp_path / "t6"), last, tmp_path / "t6", isolated=True)
+    assert stored.status == "built" and [p.name for p in cache_root(settings).iterdir()] == [stored.key]
+
 
 def test_the_key_follows_the_dependency_set_not_the_crate(tmp_path: Path) -> None:
     require("cargo")
@@ -138,3 +151,27 @@ def test_no_skeleton_for_dependencies_outside_the_registry(tmp_path: Path) -> No
     with pytest.raises(NoSkeleton, match="path or git dependency"):
         skeleton_of(crate)
     shutil.rmtree(crate)
+
+
+def fake_entry(root: Path, name: str, mib: int, used_hours_ago: float) -> Path:
+    """A cache entry of `mib` MiB, last used `used_hours_ago` hours ago (as a hit or a store sets it)."""
+    entry = root / name
+    (entry / "debug").mkdir(parents=True)
+    (entry / "debug/libdep.rlib").write_bytes(b"x" * (mib << 20))
+    when = time.time() - used_hours_ago * 3600
+    os.utime(entry, (when, when))
+    return entry
+
+
+def test_storing_an_entry_evicts_the_least_recently_used_beyond_the_limit(tmp_path: Path) -> None:
+    oldest, older = fake_entry(tmp_path, "a", 3, 50), fake_entry(tmp_path, "b", 3, 40)
+    recent, stored = fake_entry(tmp_path, "c", 3, 0.5), fake_entry(tmp_path, "d", 3, 0)
+    (tmp_path / ".build-1234").mkdir()  # a build in progress is not an entry
+
+    assert evict(tmp_path, 0, keep=stored) == []  # no limit
+    assert evict(tmp_path, 7 << 20, keep=stored) == ["a", "b"]  # 12 MiB: the two oldest go, 6 MiB left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".build-1234", "c", "d"], "renamed away and removed"
+    # over the limit still, but the others were used in the last hour (a copy of them may be running) or just stored
+    assert evict(tmp_path, 1 << 20, keep=stored) == [] and recent.is_dir() and stored.is_dir()
+    os.utime(recent, (time.time() - 7200, time.time() - 7200))
+    assert evict(tmp_path, 1 << 20, keep=stored) == ["c"] and not oldest.exists() and not older.exists()
