@@ -7,9 +7,9 @@ the server's pipes directly, so no client library's cost is counted. Rounds are 
 every measure once) so a burst of other work on the shared machine hits them alike; medians are the figures.
 P11 ends at the tools/list answer; the time until the server's process ended after the client closed its stdin
 (a client that starts a server per call waits for that) is measured beside it. What the SDK's own import costs is
-measured beside start-up: whole (`import mcp.server.lowlevel, mcp.server.stdio`)
-and as the server imports it (flakebot.mcp_server.load_sdk: the low-level server without the package's client, then
-gc.freeze as `flakebot mcp` does).
+measured beside start-up: whole (`import mcp.server.lowlevel, mcp.server.stdio`) and as the server imports it
+(flakebot.mcp_server.load_sdk: the low-level server without the package's client, then gc.freeze as `flakebot mcp`
+does).
 """
 
 from __future__ import annotations
