@@ -216,6 +216,7 @@ def test_four_concurrent_crafts_leave_a_consistent_catalog(workdir: Path, tmp_pa
         tool = Path(entry["dir"])
         assert (tool / "manifest.json").is_file() and (tool / "flake/flake.nix").is_file()
         assert Path(entry["store_path"]).is_dir() and os.readlink(tool / "gcroot") == entry["store_path"]
+        assert Path(os.readlink(tool / "deps-gcroot")).name.endswith("-cargo-deps-0")  # its dependencies' output too
     assert not any((catalog_dir / "tools/.staging").iterdir())
     shouted = run_cli("run", "shout-2", input="abc\n")
     assert shouted.stdout == "ABC\n"

@@ -37,8 +37,11 @@ logger = logging.getLogger(__name__)
 
 CATALOG_FORMAT = 2
 # What each version keeps of its own; the entry shows the current version's at its top.
-VERSION_FIELDS = ("summary", "change", "run_id", "origin", "store_path", "dir", "gc_root", "added", "installed_from")
-VERSION_FILES = ("flake", "manifest.json", "USAGE.md", "gcroot")
+VERSION_FIELDS = (
+    "summary", "change", "run_id", "origin", "store_path", "dir", "gc_root", "dependencies_gc_root", "added",
+    "installed_from",
+)  # fmt: skip
+VERSION_FILES = ("flake", "manifest.json", "USAGE.md", "gcroot", "deps-gcroot")
 STOPWORDS = {
     "a",
     "an",
@@ -183,9 +186,12 @@ class Catalog:
         version: str | None = None,
         change: str = "",
         installed_from: dict[str, Any] | None = None,
+        dependencies_path: str = "",
     ) -> dict[str, Any]:
         """Copy a built tool into the catalog as `version` of `name` (default: what `version_for` says) and hold
-        its store path. The newest version becomes the current one.
+        its store path, and the output of the dependency derivation it was built on (`dependencies_path`, so the next
+        tool on the same dependencies still finds it after a garbage collection). The newest version becomes the
+        current one.
 
         A tool of the same name crafted for a different need is never replaced silently: that is an error.
         `change` (an improvement's request) marks a new version: one another run already made is not replaced.
@@ -231,6 +237,8 @@ class Catalog:
                 if installed_from:
                     record["installed_from"] = installed_from
                 record["gc_root"] = str(add_gc_root(final / "gcroot", store_path))
+                if dependencies_path:
+                    record["dependencies_gc_root"] = str(add_gc_root(final / "deps-gcroot", dependencies_path))
                 if entry is None:
                     entry = {"name": name, "need": need, "need_key": normalize_need(need), "versions": {}}
                 entry["versions"][version] = record

@@ -24,6 +24,7 @@ from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, 
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
+from flakebot.nix.reuse import dependency_output
 from flakebot.nix.skeleton import Skeleton, write_skeleton
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class PackageResult:
     smoke: dict[str, Any]
     nix_run_argv: list[str] = field(default_factory=list)  # the same argv as nix_run_command["argv"]
     gc_root: str = ""
+    dependencies_path: str = ""  # the dependency derivation's output the tool was built on ('' when it had none)
     notices: list[str] = field(default_factory=list)
     native_inputs: dict[str, Any] = field(default_factory=dict)
     licenses: list[str] = field(default_factory=list)
@@ -164,6 +166,7 @@ def _package(
         exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
     root = make_gc_root(store_path, gc_root or out_dir / "result")
+    dependencies = _root_dependencies(store_path, root)
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
         flake_dir=str(out_dir),
@@ -179,6 +182,7 @@ def _package(
         build_seconds=round(seconds, 3),
         smoke=smoke,
         gc_root=str(root),
+        dependencies_path=dependencies,
         notices=_notices(notice, flake),
         native_inputs=flake.native.to_dict(),
         licenses=flake.licenses,
@@ -186,6 +190,20 @@ def _package(
         build_features=facts.build_features,
         dropped_dev_dependencies=facts.dropped_dev_dependencies,
     )
+
+
+def _root_dependencies(store_path: str, root: Path) -> str:
+    """The output of the dependency derivation the tool was built on, held by a GC root beside the tool's (`root`-deps):
+    it is a build input, not in the tool's closure, so without it nix-collect-garbage would drop what the next craft
+    on the same dependencies reuses. '' when the tool had none (or the store cannot say: it is only a speed-up)."""
+    try:
+        output = dependency_output(store_path)
+        if output:
+            make_gc_root(output, root.with_name(f"{root.name}-deps"))
+    except NixError as exc:
+        logger.info("no GC root for the dependencies' output: %s", exc)
+        return ""
+    return output or ""
 
 
 def write_flake(

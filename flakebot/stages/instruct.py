@@ -91,6 +91,7 @@ def _catalogue(
         manifest=manifest,
         usage_md=usage_md,
         store_path=package["store_path"],
+        dependencies_path=package.get("dependencies_path", ""),
         run_id=ctx.run.id,
         origin=manifest["origin"],
     )

@@ -18,6 +18,9 @@ from tests.fakes.nix_crates import NIX, host_settings, lib_workspace, libc_tool
 pytestmark = pytest.mark.slow
 
 
+NIX_STORE = [str(Path(NIX[0]).with_name("nix-store"))]
+
+
 def _registered(path: str) -> int:
     argv = [*NIX, "path-info", "--json", "--offline", path]
     info = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout)
@@ -35,6 +38,10 @@ def test_two_tools_on_the_same_dependencies_build_them_once(tmp_path: Path) -> N
     built_at = _registered(deps_out)
     assert {"libc", "itoa"} <= set(compiled_crates(deps_out)) and "tally" not in compiled_crates(deps_out)
     assert compiled_crates(first.store_path) == ["tally"]  # the dependencies came from their own derivation
+    # A build input, not in the tool's closure: a GC root beside the tool's keeps it for the next craft on them
+    assert first.dependencies_path == deps_out
+    roots = subprocess.run([*NIX_STORE, "--query", "--roots", deps_out], capture_output=True, text=True, check=True)
+    assert f"{tmp_path / 'fa' / 'result-deps'} -> {deps_out}" in roots.stdout.splitlines(), roots.stdout
 
     # another tool, another version, the same dependencies
     second = package_crate(libc_tool(tmp_path / "b", "wordy", "2.3.0", markers[1], features), tmp_path / "fb", settings)
