@@ -45,6 +45,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 
 from flakebot.errors import FlakebotError
+from flakebot.fsutil import atomic_write_json  # another server may read a record at any moment
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class Tasks:
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}
-        _write_record(self._record_path(task_id), record)
+        atomic_write_json(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
         text = f"{params.name} runs as task {task_id}; its result comes when the task completes"
         return types.CreateTaskResult(task=self._known(task_id).task, _meta={IMMEDIATE_RESPONSE: text})
@@ -187,7 +188,7 @@ class Tasks:
             )
         path = self._record_path(params.task_id)
         record = _read_record(path) or {}
-        _write_record(path, {**record, "cancelled": time.time()})
+        atomic_write_json(path, {**record, "cancelled": time.time()})
         await self._end_group(params.task_id, record.get("pid"))
         return types.CancelTaskResult(**self._known(params.task_id).task.model_dump())
 
@@ -325,13 +326,6 @@ def _read_record(path: Path) -> dict[str, Any] | None:
         logger.warning("unreadable task record %s", path)
         return None
     return record if isinstance(record, dict) else None
-
-
-def _write_record(path: Path, record: dict[str, Any]) -> None:
-    """Write whole or not at all: another server may read it at any moment."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(record))
-    partial.replace(path)
 
 
 def _job_alive(pid: Any, journal: Path) -> bool:
