@@ -40,6 +40,16 @@ def flakebot_server() -> MCPServerStdio:
     return MCPServerStdio(params=params, name="flakebot")
 
 
+def advertised_schemas() -> dict[str, Any]:
+    """Each tool's input schema as `flakebot mcp` lists it now (through the Agents SDK's MCPServerStdio)."""
+
+    async def listed() -> dict[str, Any]:
+        async with flakebot_server() as server:
+            return {tool.name: tool.input_schema for tool in await server.list_tools()}
+
+    return asyncio.run(listed())
+
+
 def langchain_client(calls: list[tuple[str, dict[str, Any]]], timeout: float = 300) -> dict[str, Any]:
     """What tests/mcp_langchain/client.py saw: the tools' schemas, their strict conversion, each call's result."""
     if not LANGCHAIN_PYTHON.exists():
@@ -220,11 +230,7 @@ def test_a_langchain_agent_crafts_and_calls_the_crafted_tool_with_strict_tools(
     craft = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
              "registry": "local", "name": None, "from": None, "fresh": None, "wait": None}  # fmt: skip
 
-    async def advertised() -> dict[str, Any]:
-        async with flakebot_server() as server:
-            return {tool.name: tool.input_schema for tool in await server.list_tools()}
-
-    before = asyncio.run(advertised())
+    before = advertised_schemas()
     with FollowingModel(craft, "shout", {"stdin": "follow me\n", "writable": None}) as model:
         done = subprocess.run(
             [str(LANGCHAIN_PYTHON), str(REPO / "tests/mcp_langchain/agent.py"), sys.executable, model.openai_url,
@@ -244,7 +250,7 @@ def test_a_langchain_agent_crafts_and_calls_the_crafted_tool_with_strict_tools(
     # with the schema flakebot now advertises.
     assert "shout" in offered[-2], sorted(offered[-2])
     shout = offered[-2]["shout"]["function"]
-    assert shout == {**shout, "strict": True, "parameters": asyncio.run(advertised())["shout"]}
+    assert shout == {**shout, "strict": True, "parameters": advertised_schemas()["shout"]}
     assert "running" in model.polls and model.polls[-1] == "succeeded", model.polls
     calls = [call[0] for message in seen["messages"] if message["role"] == "ai" for call in message["calls"]]
     assert calls == ["craft", *["status"] * len(model.polls), "shout"], calls
@@ -282,7 +288,7 @@ def test_an_agents_sdk_agent_with_strict_tools_crafts_follows_the_run_and_calls_
     assert model.failures == []
     assert result.final_output == "shout printed:\nFOLLOW ME\n"
     assert "running" in model.polls and model.polls[-1] == "succeeded", model.polls
-    advertised = {tool.name: tool.input_schema for tool in asyncio.run(_listed())}
+    advertised = advertised_schemas()
     first, last = (_offered(request["body"]) for request in (model.requests[0], model.requests[-1]))
     assert "shout" not in first and set(first) == set(advertised) - {"shout"}
     assert set(last) == set(advertised) and "shout" in last  # tools/list again after the craft
@@ -293,8 +299,3 @@ def test_an_agents_sdk_agent_with_strict_tools_crafts_follows_the_run_and_calls_
 def _offered(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The functions a chat-completions request offered the model, by name."""
     return {tool["function"]["name"]: tool["function"] for tool in body.get("tools") or []}
-
-
-async def _listed() -> list[Any]:
-    async with flakebot_server() as server:
-        return list(await server.list_tools())
