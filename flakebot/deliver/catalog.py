@@ -30,7 +30,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver.versions import FIRST_VERSION, ToolRef, newest, next_version, parse_ref, version_key
-from flakebot.errors import CatalogError
+from flakebot.errors import CatalogError, NixError
 from flakebot.fsutil import atomic_write_json, remove_tree
 
 logger = logging.getLogger(__name__)
@@ -342,16 +342,14 @@ def _refuse_other_need(entry: dict[str, Any] | None, need: str) -> None:
 
 
 def add_gc_root(link: Path, store_path: str) -> Path:
-    """Register `link` as an indirect Nix GC root for `store_path` (plain symlink when nix-store is absent)."""
-    if shutil.which("nix-store"):
-        result = subprocess.run(
-            ["nix-store", "--add-root", str(link), "--indirect", "--realise", store_path],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode == 0:
-            return link
-        logger.warning("nix-store --add-root failed (%s); keeping a plain link", result.stderr.strip()[-200:])
+    """Register `link` as an indirect Nix GC root for `store_path` (nix.build.make_gc_root), or keep a plain symlink
+    when nix-store is absent or refuses."""
+    from flakebot.nix.build import make_gc_root
+
+    try:
+        return make_gc_root(store_path, link)
+    except (NixError, OSError, subprocess.SubprocessError) as exc:
+        logger.warning("no GC root for %s (%s); keeping a plain link", store_path, exc)
     link.unlink(missing_ok=True)
     link.symlink_to(store_path)
     return link
