@@ -154,6 +154,12 @@ def session_with_nonce(dest: Path) -> Path:
     return dest
 
 
+def salt_table(salt: str) -> str:
+    """The header of an empty dependency table for a cfg nothing sets: `salt` gives a crate a dependency set of its
+    own (what keys its dependency builds) and changes nothing that compiles."""
+    return f"[target.'cfg(flakebot_bench_{salt})'.dependencies]"
+
+
 def salted(session: Path, salt: str) -> None:
     """Give the session's crate a dependency set of its own: an empty `[target.'cfg(salt)'.dependencies]` table
     changes nothing that compiles, but it is part of what keys the dependency builds (the Nix deps derivation and the
@@ -161,7 +167,7 @@ def salted(session: Path, salt: str) -> None:
     store holds an earlier run's."""
     data = json.loads(session.read_text())
     turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
-    table = f"[target.'cfg(flakebot_bench_{salt})'.dependencies]\n\n[dependencies]"
+    table = f"{salt_table(salt)}\n\n[dependencies]"
     turn["tool_calls"].append(
         {"name": "edit_file", "arguments": {"path": "Cargo.toml", "search": "[dependencies]", "replace": table}}
     )

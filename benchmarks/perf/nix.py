@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.craft import salt_table
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.nix import command
@@ -134,11 +135,10 @@ def _crate_source(name: str, settings: Settings, dest: Path) -> Path:
 
 
 def _salt(manifest: Path) -> None:
-    """Give the crate a dependency set of its own, as perf/craft.salted does for a craft: an empty target table for a
-    cfg nothing sets changes nothing that compiles, but it keys the flake's dependency derivation, so nix builds the
-    dependencies too (an earlier run's in the store would make the fresh build a build of the crate alone)."""
-    table = f"target.'cfg(flakebot_bench_{secrets.token_hex(4)})'.dependencies"
-    manifest.write_text(manifest.read_text() + f"\n[{table}]\n")
+    """Give the crate a dependency set of its own, as perf/craft.salted does for a craft: the salt keys the flake's
+    dependency derivation, so nix builds the dependencies too (an earlier run's in the store would make the fresh
+    build a build of the crate alone)."""
+    manifest.write_text(manifest.read_text() + f"\n{salt_table(secrets.token_hex(4))}\n")
     tomllib.loads(manifest.read_text())  # still one valid manifest (the crate had no such table)
 
 
