@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flakebot import config
+from flakebot import config, preflight
 from flakebot.crates import Candidate
 from flakebot.errors import CatalogError, FlakebotError, RunError, UsageError
 from flakebot.events import EventSink, ignore
@@ -157,7 +157,9 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
 
     try:
         return catalog.show_tool(name, settings)
-    except CatalogError:
+    except CatalogError as exc:
+        if exc.details.get("reason") == "damaged":  # the tool exists: say what is wrong with it
+            raise
         raise RunError(
             f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'"
         ) from None
@@ -273,13 +275,11 @@ def craft_request(
     from flakebot.pipeline import engine as pipeline
 
     need = request.need
-    if not need.strip():
-        raise UsageError(
-            "the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"'
-        )
+    preflight.check_text("need", need)
     overrides = _run_overrides(request.settings)
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
+    preflight.check_request_flags(request.fork, request.push, request.delete_fork)
     if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
         if hit is not None:
@@ -294,6 +294,7 @@ def craft_request(
     _check_method(request.method)
     _check_limits(settings)
     _check_name(request.name, need, settings)
+    _check_host(settings, request.registry)
     start = _start_point(request.from_location, request.ref, request.crate, request.mode)
     spec_file = str(Path(request.spec_file).resolve()) if request.spec_file else None
     request = dataclasses.replace(request, **start, spec_file=spec_file, settings=overrides)
@@ -401,6 +402,15 @@ def _check_limits(settings: config.Settings) -> None:
             )
 
 
+def _check_host(settings: config.Settings, registry: str | None) -> None:
+    """What the run will need of this machine, checked before the model is called: the registry, room to work, and
+    the directories its runs and its tool go to (a read-only catalog fails now, not after the build)."""
+    preflight.check_registry(settings, registry)
+    preflight.check_writable_dir(_workdir(settings), "workdir")
+    preflight.check_writable_dir(settings.path("catalog_dir"), "catalog_dir")
+    preflight.check_free_space(_workdir(settings))
+
+
 def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
     """The CraftResult of a finished (or stopped) craft run; `seconds` defaults to the time its stages took."""
     instruct = run.output("instruct")
@@ -486,11 +496,7 @@ def improve_request(
     from flakebot.toolspec import improvement_from_file
 
     asked = request.improve or Improvement(tool="", request="")
-    if not asked.request.strip():
-        raise UsageError(
-            "the improvement is empty",
-            fix='say what to add, e.g. flakebot improve csv-dedup "also support --delimiter"',
-        )
+    preflight.check_text("improvement", asked.request)
     overrides = _run_overrides(request.settings)
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
@@ -503,6 +509,7 @@ def improve_request(
     check_model(request.model, settings)
     _check_craft_options(None, None, None, stop_after)
     _check_limits(settings)
+    _check_host(settings, request.registry)
     source = Path(entry["dir"]) / "flake"
     if not (source / "Cargo.toml").is_file():
         raise CatalogError(

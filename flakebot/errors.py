@@ -4,6 +4,7 @@
     ├── UsageError                     exit 2   bad arguments or input
     ├── ConfigError                    exit 3   unknown key, bad TOML, bad value
     ├── RunError                       exit 4   run id unknown, state.json corrupt, workdir unusable
+    ├── HostError                      exit 5   this machine: disk full, read-only or unwritable directory
     ├── SearchError                    exit 10  registry unusable, query empty, crates.io failing
     ├── AcquireError                   exit 20  clone, fork, archive, workspace layout
     ├── ModelError                     exit 30  provider, key, transport, script
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigError",
     "EditError",
     "FlakebotError",
+    "HostError",
     "Interrupted",
     "ModelError",
     "NixError",
@@ -122,6 +124,12 @@ class RunError(FlakebotError):
     """Run unknown, state.json corrupt, work directory unusable."""
 
     exit_code = 4
+
+
+class HostError(FlakebotError):
+    """This machine: disk full, a read-only or unwritable directory, a missing permission (never the model's doing)."""
+
+    exit_code = 5
 
 
 class SearchError(FlakebotError):

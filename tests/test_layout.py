@@ -16,6 +16,7 @@ LEAVES = {
     "fsutil",
     "loopback",
     "modeltext",
+    "preflight",
     "redact",
     "render",
     "toolschema",

@@ -28,6 +28,7 @@ class Globals:
 
     def __init__(self) -> None:
         self.overrides: dict[str, Any] = {}
+        self.quiet = False
         self._settings: config.Settings | None = None
 
     @property
@@ -63,16 +64,31 @@ SandboxOpt = Annotated[
 ]
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        from flakebot import __version__
+
+        print(f"flakebot {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output (-vv for debug).")] = 0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Only errors and the result: no progress, no warnings.")
+    ] = False,
     log_file: Annotated[Path | None, typer.Option(help="Also write the log to this file.")] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Directory holding runs/ (default: $XDG_STATE_HOME/flakebot).")
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print flakebot's version and exit."),
+    ] = False,
 ) -> None:
     _setup_logging(verbose, quiet, log_file)
+    G.quiet = quiet
     G.overrides["workdir"] = str(workdir) if workdir else None
 
 
@@ -138,7 +154,7 @@ def resume_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink, json_line, out
 
-    with event_sink(as_json, f"resume {run_id}") as sink:
+    with event_sink(as_json, f"resume {run_id}", quiet=G.quiet) as sink:
         report = api.resume_report(run_id, sink=sink, settings=G.settings)
     if as_json:
         json_line({"result": {key: report[key] for key in ("run_id", "status", "outputs")}})
@@ -154,15 +170,19 @@ def resume_cmd(
 def clean_cmd(
     run_id: Annotated[str | None, typer.Argument(help="The run whose directory to remove.")] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Remove every run directory.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove run directories and everything the runs created."""
     from flakebot import api
-    from flakebot.cli.live import out
+    from flakebot.cli.live import json_result, out
     from flakebot.errors import UsageError
 
     if bool(run_id) == all_runs:
         raise UsageError("give either a RUN id or --all", fix="run 'flakebot clean RUN' or 'flakebot clean --all'")
     removed = api.remove_runs(None if all_runs else run_id, G.settings)
+    if as_json:
+        json_result({"removed": [str(path) for path in removed]})
+        return
     out.print(f"removed {len(removed)} run(s)")
 
 
@@ -221,12 +241,16 @@ def config_set(
     key: Annotated[str, typer.Argument(help="Setting name (see 'flakebot config show').")],
     value: Annotated[str, typer.Argument(help="New value.")],
     local: Annotated[bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
     from flakebot import api
-    from flakebot.cli.live import out
+    from flakebot.cli.live import json_result, out
 
     path = api.set_setting(key, value, local=local)
+    if as_json:
+        json_result({"key": key, "value": config.load().get(key), "file": str(path)})
+        return
     out.print(f"{key} = {value!r} written to {path}")
 
 
@@ -295,7 +319,7 @@ def craft_cmd(
         name=name, spec_file=str(spec) if spec else None, keep=keep, fresh=fresh, fork=fork, push=push, delete_fork=delete_fork,
         settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
     )  # fmt: skip
-    with event_sink(as_json, f"craft: {need}") as sink:
+    with event_sink(as_json, f"craft: {need}", quiet=G.quiet) as sink:
         result = api.craft_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
@@ -343,7 +367,7 @@ def improve_cmd(
         registry=registry, keep=keep,
         settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
     )  # fmt: skip
-    with event_sink(as_json, f"improve {tool}: {request}") as sink:
+    with event_sink(as_json, f"improve {tool}: {request}", quiet=G.quiet) as sink:
         result = api.improve_request(run_request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
@@ -492,12 +516,16 @@ def run_cmd(
 @app.command("rm")
 def rm_cmd(
     tool: Annotated[str, typer.Argument(help="A catalogued tool: NAME (every version) or NAME@VERSION (that one).")],
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove a tool from the catalog (its flakes, manifests and GC roots), or one version of it."""
     from flakebot import api
-    from flakebot.cli.live import out
+    from flakebot.cli.live import json_result, out
 
     entry = api.remove_tool(tool, G.settings)
+    if as_json:
+        json_result({"removed": {key: entry.get(key) for key in ("name", "version", "store_path")}})
+        return
     which = entry["name"] if "@" not in tool else f"{entry['name']} {entry['version']}"
     out.print(f"removed {which} (store path {entry.get('store_path', '?')} is no longer held)")
 
@@ -582,7 +610,7 @@ def package_cmd(
         out=str(out_dir) if out_dir else None,
         settings=_given(nixpkgs=nixpkgs or None, offline=offline),
     )
-    with event_sink(as_json, f"package {target}") as sink:
+    with event_sink(as_json, f"package {target}", quiet=G.quiet) as sink:
         result = api.package_request(request, sink=sink, settings=G.settings)
     if as_json:
         json_line({"result": result.to_dict()})

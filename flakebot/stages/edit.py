@@ -202,8 +202,12 @@ def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict
             else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing"
         )
     )
-    cost = f", ${spent.cost_usd:.4f}" if spent.cost_usd else ""
-    ctx.progress(f"iteration {iteration}: {note} ({spent.total_tokens:,} tokens{cost})", **data)
+    settings = ctx.settings
+    data.update(max_iterations=settings.max_iterations, max_tokens=settings.max_tokens, max_cost_usd=settings.max_cost)
+    cost = f", ${spent.cost_usd:.4f} of ${settings.max_cost:.2f}" if spent.cost_usd else ""
+    ctx.progress(
+        f"iteration {iteration} of {settings.max_iterations}: {note} ({spent.total_tokens:,} tokens{cost})", **data
+    )
 
 
 # How a loop that ended without green tests is reported: a spent budget or a failing provider is
