@@ -27,10 +27,10 @@ WORKING_FLOOR_MB = 100  # below this, mid-run, a failing build is the disk's doi
 HOST_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent", errno.EROFS: "read-only"}
 
 
-def check_text(kind: str, text: str, limit: int = NEED_LIMIT) -> None:
-    """`text` (a need, an improvement) is something a model and a catalog can hold."""
+def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> None:
+    """`text` (a need, an improvement) is something a model and a catalog can hold; `example` shows a good one."""
     if not text.strip():
-        raise UsageError(f"the {kind} is empty", fix='say what the tool should do, e.g. "need a CSV deduper"')
+        raise UsageError(f"the {kind} is empty", fix=f"say what you want, e.g. {example}")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

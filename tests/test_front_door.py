@@ -127,3 +127,27 @@ def test_a_damaged_manifest_is_one_line_under_show_and_run(tmp_path: Path) -> No
     (Path(entry["dir"]) / "manifest.json").write_text('{"name": "hel')  # cut short, as a full disk leaves it
     for argv in (("show", "hello"), ("run", "hello"), ("run", "hello", "--json")):
         assert "is damaged" in _one_error_line(run_cli(*argv), CatalogError.exit_code)
+
+
+def test_a_second_craft_of_a_need_in_flight_says_which_run_has_it(workdir: Path, tmp_path: Path) -> None:
+    """The first craft waits on a slow model reply (holding its run's lock); the second, of the same need in other
+    words, is refused at once naming the first run instead of paying for the same work again."""
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"format": 1, "stages": {"spec": [{"fault": {"kind": "slow", "seconds": 120}}]}}))
+    first = subprocess.Popen(
+        [*FLAKEBOT, "craft", "need a CSV deduper", "--model", f"scripted:{slow}", "--registry", "local", "--offline"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        from tests.conftest import wait_for
+
+        state = wait_for(lambda: next((workdir / "runs").glob("*/state.json"), None), timeout=60)
+        run_id = state.parent.name
+        wait_for(lambda: json.loads(state.read_text()).get("status") == "running", timeout=60)
+        second = run_cli("craft", "Need a csv deduper!", "--model", f"scripted:{SESSION}", "--registry", "local")
+        assert f"already running: run {run_id}" in _one_error_line(second, 4)
+        assert len(list((workdir / "runs").iterdir())) == 1
+    finally:
+        first.terminate()
+        first.wait(timeout=60)

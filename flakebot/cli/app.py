@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from flakebot import config
+from flakebot.cli.options import request_command
 from flakebot.errors import FlakebotError, Interrupted, UsageError
+from flakebot.pipeline.request import RunRequest
 
 app = typer.Typer(
     help="flakebot: a tool factory for agents. Describe a need; get back a tested Rust CLI built by Nix.",
@@ -45,22 +47,9 @@ class Globals:
 G = Globals()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
-# Options craft and improve share: the edit loop's limits and the run's world.
-MaxIterationsOpt = Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")]
-MaxCostOpt = Annotated[float | None, typer.Option(help="USD the run may spend on the model.")]
-MaxTokensOpt = Annotated[int | None, typer.Option(help="Tokens the run may use.")]
-OfflineOpt = Annotated[
-    bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
-]
-KeepOpt = Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")]
+# The invocation's own options (craft, improve and package take the rest from their request fields).
 StopAfterOpt = Annotated[
     str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
-]
-SandboxOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe)."
-    ),
 ]
 
 
@@ -90,11 +79,6 @@ def main_options(
     _setup_logging(verbose, quiet, log_file)
     G.quiet = quiet
     G.overrides["workdir"] = str(workdir) if workdir else None
-
-
-def _given(**flags: Any) -> dict[str, Any]:
-    """The settings a command's flags override: those given."""
-    return {key: value for key, value in flags.items() if value is not None}
 
 
 def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
@@ -258,54 +242,8 @@ def config_set(
 
 
 @app.command("craft")
-def craft_cmd(
-    need: Annotated[str, typer.Argument(help='What the tool should do, in plain words: "need a CSV deduper".')],
-    model: Annotated[
-        str | None,
-        typer.Option(help="provider:model: groq:openai/gpt-oss-120b, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE."),
-    ] = None,
-    registry: Annotated[
-        str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")
-    ] = None,
-    crate: Annotated[str | None, typer.Option(help="Start from this crate (skips the model's choice).")] = None,
-    mode: Annotated[
-        str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")
-    ] = None,
-    method: Annotated[
-        str | None,
-        typer.Option(
-            help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."
-        ),
-    ] = None,
-    from_source: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            help="Start from this git repository (URL, or URL#REF) or local crate directory: no search, no choice.",
-        ),
-    ] = None,
-    ref: Annotated[str | None, typer.Option(help="With --from URL: the branch, tag or commit to start from.")] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(help="The tool's name (default: the spec's; a name taken by another need gets a suffix)."),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model."),
-    ] = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_cost: MaxCostOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    offline: OfflineOpt = None,
-    keep: KeepOpt = False,
-    fresh: Annotated[bool, typer.Option(help="Craft again even if the catalog has a tool for this need.")] = False,
-    fork: Annotated[bool, typer.Option(help="Fork the crate's GitHub repository (needs GITHUB_TOKEN).")] = False,
-    push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
-    delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
-    stop_after: StopAfterOpt = None,
-    sandbox: SandboxOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@request_command("craft", {"stop_after": (StopAfterOpt, None), "as_json": (JsonOpt, False)})
+def craft_cmd(request: RunRequest, stop_after: str | None, as_json: bool) -> None:
     """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
 
     Stages: spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
@@ -314,12 +252,7 @@ def craft_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink
 
-    request = api.RunRequest(
-        need=need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_location=from_source, ref=ref,
-        name=name, spec_file=str(spec) if spec else None, keep=keep, fresh=fresh, fork=fork, push=push, delete_fork=delete_fork,
-        settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
-    )  # fmt: skip
-    with event_sink(as_json, f"craft: {need}", quiet=G.quiet) as sink:
+    with event_sink(as_json, f"craft: {request.need}", quiet=G.quiet) as sink:
         result = api.craft_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
@@ -327,32 +260,8 @@ def craft_cmd(
 
 
 @app.command("improve")
-def improve_cmd(
-    tool: Annotated[str, typer.Argument(help="A catalogued tool (NAME, or NAME@VERSION to start from that version).")],
-    request: Annotated[str, typer.Argument(help='The change, in plain words: "also support a --delimiter option".')],
-    model: Annotated[
-        str | None,
-        typer.Option(help="provider:model, as for craft (groq:..., openai:..., ollama:NAME, scripted:FILE)."),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(
-            help="The improvement as JSON/TOML (summary, usage, 1-6 NEW examples) instead of asking the model; the tool's current examples are kept."
-        ),
-    ] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(help="Where dependencies come from: auto, crates-io, local, or a directory-source path."),
-    ] = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_cost: MaxCostOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    offline: OfflineOpt = None,
-    keep: KeepOpt = False,
-    stop_after: StopAfterOpt = None,
-    sandbox: SandboxOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@request_command("improve", {"stop_after": (StopAfterOpt, None), "as_json": (JsonOpt, False)})
+def improve_cmd(request: RunRequest, stop_after: str | None, as_json: bool) -> None:
     """Craft a catalogued tool's next version: flakebot improve csv-dedup "also support --delimiter".
 
     The new version starts from the tool's own source (fork mode), keeps every acceptance example it has and
@@ -362,13 +271,9 @@ def improve_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink
 
-    run_request = api.RunRequest(
-        improve=api.Improvement(tool=tool, request=request), model=model, spec_file=str(spec) if spec else None,
-        registry=registry, keep=keep,
-        settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
-    )  # fmt: skip
-    with event_sink(as_json, f"improve {tool}: {request}", quiet=G.quiet) as sink:
-        result = api.improve_request(run_request, stop_after=stop_after, sink=sink, settings=G.settings)
+    asked = request.improve or api.Improvement(tool="", request="")
+    with event_sink(as_json, f"improve {asked.tool}: {asked.request}", quiet=G.quiet) as sink:
+        result = api.improve_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
     print_craft_result(result.to_dict(), as_json)
@@ -581,36 +486,13 @@ def models_cmd(as_json: JsonOpt = False) -> None:
 
 
 @app.command("package")
-def package_cmd(
-    target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name (CRATE) from the registry.")],
-    registry: Annotated[
-        str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")
-    ] = None,
-    bin_name: Annotated[
-        str | None, typer.Option("--bin", help="The binary to package when the crate has several.")
-    ] = None,
-    nixpkgs: Annotated[
-        str | None, typer.Option(help="pinned (real nixos-26.05) or host (offline stand-in); default: auto.")
-    ] = None,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it."),
-    ] = None,
-    offline: OfflineOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@request_command("package", {"as_json": (JsonOpt, False)})
+def package_cmd(request: RunRequest, as_json: bool) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
     from flakebot import api
     from flakebot.cli.live import event_sink, json_line, out
 
-    request = api.RunRequest(
-        target=target,
-        registry=registry,
-        bin=bin_name,
-        out=str(out_dir) if out_dir else None,
-        settings=_given(nixpkgs=nixpkgs or None, offline=offline),
-    )
-    with event_sink(as_json, f"package {target}", quiet=G.quiet) as sink:
+    with event_sink(as_json, f"package {request.target}", quiet=G.quiet) as sink:
         result = api.package_request(request, sink=sink, settings=G.settings)
     if as_json:
         json_line({"result": result.to_dict()})

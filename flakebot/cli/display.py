@@ -112,15 +112,16 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
             f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens"
             + (f", ${cost:.4f}" if cost else "")
         )
-    out.print(f"  run:     {markup(manifest.get('nix_run', ''))}")
-    out.print(f"  install: {markup(manifest.get('installation_command', ''))}")
     verification = manifest.get("verification_command") or {}
+    verified = "[green]nix run of the catalogued flake passed[/green]" if verification.get("passed") else "no"
     out.print(
-        f"  verified: {markup(verification.get('command', ''))} [green](passed)[/green]"
-        if verification.get("passed")
-        else "  verified: no"
+        f"  run it:   [bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only the paths its arguments name)"
     )
-    out.print(f"  usage:   {markup(manifest.get('catalog_dir', ''))}/USAGE.md")
+    out.print(
+        f"  usage:    {markup(manifest.get('catalog_dir', ''))}/USAGE.md, or flakebot show {markup(result['name'])}"
+    )
+    out.print(f"  verified: {verified}")
+    out.print(f"  without flakebot: {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
     if not manifest.get("portable", True):
         out.print(f"  [yellow]host-only:[/yellow] {markup(manifest.get('portable_reason', ''))}")
 

@@ -113,10 +113,10 @@ def edit_stage(ctx: StageContext) -> EditOut:
         result = loop.run(
             render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline
         )
-    if desk.corrected:  # later stages (examples run on the built tool, USAGE.md) see the corrected spec
-        ctx.run.state["outputs"]["spec"]["examples"] = [asdict(e) for e in spec.examples]
+    # later stages (examples run on the built tool, USAGE.md) read the corrected examples through tested_spec
+    corrected = [asdict(e) for e in spec.examples] if desk.corrected else []
     atomic_write_json(ctx.run.dir / "edit.json", {**result.to_dict(), "disputes": desk.disputes})
-    return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes)
+    return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes, examples=corrected)
 
 
 def _seed_dependencies(ctx: StageContext, cargo: Cargo, crate_dir: Path, *, isolated: bool) -> Callable[[], None]:
