@@ -201,10 +201,12 @@ def narinfo(cache: Path, store_path: str) -> Path:
     return cache / f"{base(store_path).split('-')[0]}.narinfo"
 
 
-def refused_on_b(home: Path, catalogs: str, *argv: str) -> tuple[subprocess.CompletedProcess[str], MachineB]:
+def refused_on_b(
+    home: Path, catalogs: str, *argv: str, code: int = 60
+) -> tuple[subprocess.CompletedProcess[str], MachineB]:
     b = on_machine_b(home, catalogs, [flakebot(*argv), flakebot("list", "--json")])
     done, listed = b.results
-    assert done.returncode == 60, (done.stdout, done.stderr)
+    assert done.returncode == code, (done.stdout, done.stderr)
     assert json_result(listed)["tools"] == []  # nothing catalogued
     assert b.cargo_calls == "" and not (home / "work" / "runs").exists()
     return done, b
@@ -231,8 +233,12 @@ def test_a_tampered_narinfo_signature_is_refused(machine_a: MachineA, tmp_path: 
 @pytest.mark.slow
 def test_a_cache_signed_by_a_key_b_does_not_trust_is_refused(machine_a: MachineA, tmp_path: Path) -> None:
     stranger = other_key()
-    done, b = refused_on_b(tmp_path / "b", trusting(machine_a, key=stranger), "install", "shout")
-    assert "is not signed by a key you trust (someone-else-1)" in error_line(done)
+    done, b = refused_on_b(tmp_path / "b", trusting(machine_a, key=stranger), "install", "shout", code=61)
+    line = error_line(done)  # refused at the index, before any path is fetched
+    assert (
+        f"refused the index of the shared catalog file://{machine_a.cache}: it is not signed by a key you trust (someone-else-1)"
+        in line
+    )
     assert base(machine_a.published["store_path"]) not in b.store
 
 

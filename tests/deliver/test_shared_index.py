@@ -366,3 +366,98 @@ def test_a_second_catalog_with_the_same_tool_is_judged_by_its_own_keys(a: Publis
     assert result["installed_from"]["catalog"] == f"file://{a.cache}"
     assert warned_skip(crafted.stderr, c), crafted.stderr
     assert listed.returncode == INDEX_REFUSED and f"file://{c}" in only_line(listed)
+
+
+# ---------------------------------------------------------------- behind the signature: shape and monotonicity
+# The tests below hold the catalog's key themselves (a key of their own, configured as trusted), to reach the
+# checks a valid signature does not excuse: a key holder's mistakes, or a key used from two machines.
+
+STORE = "/nix/store/" + "a" * 32
+
+
+def snapshot(sequence: int = 5, **tool: Any) -> dict[str, Any]:
+    record = {"store_path": f"{STORE}-note-0.1.0", "entry_path": f"{STORE}-flakebot-entry-note-0.1.0", "summary": "s"}
+    note = {"name": "note", "need": "need note", "version": "0.1.0", "versions": {"0.1.0": record}, **tool}
+    now = time.time()
+    return {
+        "type": "flakebot-catalog-index",
+        "sequence": sequence,
+        "published_at": now,
+        "expires": now + 60,
+        "tools": {"note": note},
+    }
+
+
+def signed_cache(tmp_path: Path, snap: dict[str, Any], secret: Path) -> Path:
+    cache = tmp_path / "cache"
+    (cache / "flakebot").mkdir(parents=True, exist_ok=True)
+    index_file(cache).write_text(json.dumps(signatures.signed_index(snap, secret.read_text())))
+    return cache
+
+
+def record_of(**fields: Any) -> dict[str, Any]:
+    return {"versions": {"0.1.0": {**snapshot()["tools"]["note"]["versions"]["0.1.0"], **fields}}}
+
+
+SIGNED_MALFORMED: dict[str, dict[str, Any]] = {
+    "summary of 3 MB": record_of(summary="x" * 3_000_000),
+    "summary not text": record_of(summary={"a": 1}),
+    "store path outside the store": record_of(store_path="/etc/passwd"),
+    "entry path missing": {"versions": {"0.1.0": {"store_path": f"{STORE}-note-0.1.0"}}},
+    "version with a newline": {
+        "version": "0.1.0\n",
+        "versions": {"0.1.0\n": snapshot()["tools"]["note"]["versions"]["0.1.0"]},
+    },
+    "current not the newest": {"version": "0.0.1"},
+    "need not text": {"need": ["need", "note"]},
+    "sequence true": {"__sequence": True},
+    "NaN closure size": record_of(closure_size=float("nan")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIGNED_MALFORMED))
+def test_a_signed_but_malformed_index_is_refused_in_one_line(tmp_path: Path, case: str) -> None:
+    require("nix")
+    key, secret = stranger_key(tmp_path)
+    fields = dict(SIGNED_MALFORMED[case])
+    snap = snapshot(**{k: v for k, v in fields.items() if not k.startswith("__")})
+    if "__sequence" in fields:
+        snap["sequence"] = fields["__sequence"]
+    cache = signed_cache(tmp_path, snap, secret)
+    done = run_cli("list", "--remote", env={"FLAKEBOT_CATALOGS": trusting(cache, key)})
+    assert done.returncode == INDEX_REFUSED, (done.stdout, done.stderr)
+    assert "it is malformed" in only_line(done) and f"file://{cache}" in only_line(done)
+
+
+def test_an_oversized_or_deeply_nested_index_is_refused_in_one_line(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    (cache / "flakebot").mkdir(parents=True)
+    key = "someone-1:" + "A" * 43 + "="
+    for text in ('{"format": 2, "snapshot": "' + "x" * 9_000_000 + '"}', "[" * 100_000 + "]" * 100_000):
+        index_file(cache).write_text(text)
+        done = run_cli("list", "--remote", env={"FLAKEBOT_CATALOGS": trusting(cache, key)})
+        assert done.returncode == INDEX_REFUSED, done.stderr
+        assert "it is malformed" in only_line(done)
+
+
+def test_what_a_machine_saw_of_a_catalog_only_moves_forward(tmp_path: Path) -> None:
+    """Sequence 5 is read; then the same sequence with other content, sequence 4, and sequence 6 setting the tool
+    back are each refused; sequence 7 moving on is read."""
+    require("nix")
+    key, secret = stranger_key(tmp_path)
+    env = {"FLAKEBOT_CATALOGS": trusting(tmp_path / "cache", key)}
+    newer = snapshot(5, version="0.2.0")
+    newer["tools"]["note"]["versions"]["0.2.0"] = {**newer["tools"]["note"]["versions"]["0.1.0"], "summary": "new"}
+    steps: list[tuple[dict[str, Any], int, str]] = [
+        (newer, 0, ""),
+        ({**newer, "published_at": newer["published_at"] + 1}, INDEX_REFUSED, "the same sequence 5"),
+        ({**newer, "sequence": 4}, INDEX_REFUSED, "sequence 4 is older than the 5"),
+        (snapshot(6), INDEX_REFUSED, "it sets note back to 0.1.0 after this machine saw 0.2.0"),
+        ({**newer, "sequence": 7}, 0, ""),
+    ]
+    for snap, code, says in steps:
+        signed_cache(tmp_path, snap, secret)
+        done = run_cli("list", "--remote", "--json", env=env)
+        assert done.returncode == code, (snap["sequence"], done.stdout, done.stderr)
+        if says:
+            assert says in only_line(done) and "shared-catalogs.json" in only_line(done)
