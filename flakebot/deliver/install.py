@@ -157,6 +157,7 @@ def install_from(source: dict[str, Any], record: dict[str, Any], settings: Setti
     signer = require_signed(entry_path, source, settings)
     entry = _checked_entry(Path(entry_path), wanted, source, store_path)
     fetch(source, [store_path], settings)
+    require_signed(store_path, source, settings)  # the tool itself, whatever Nix checked
     require_closure_signed(store_path, source, settings)
     installed_from = {
         "catalog": source["url"],

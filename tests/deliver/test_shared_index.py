@@ -45,17 +45,26 @@ class Publisher:
 
 
 def add_tool(
-    env: dict[str, str], home: Path, name: str, version: str, *, summary: str, change: str = "", runs: str = ""
+    env: dict[str, str],
+    home: Path,
+    name: str,
+    version: str,
+    *,
+    summary: str,
+    change: str = "",
+    runs: str = "",
+    program: str = "",
 ) -> str:
-    """Catalogue NAME@VERSION on the publisher: a store path with bin/NAME saying `name version`. `runs`: the store
-    path its manifest names instead (a manifest that disagrees with the entry). Returns the tool's store path."""
+    """Catalogue NAME@VERSION on the publisher: a store path with bin/NAME saying `name version`. `runs`, `program`:
+    the store path and program its manifest names instead (a manifest that disagrees with the entry). Returns the
+    tool's store path."""
     tree = home / f"{name}-{version}-{uuid.uuid4().hex[:8]}"
     (tree / "bin").mkdir(parents=True)
     (tree / "bin" / name).write_text(f"#!/bin/sh\necho '{name} {version}'\n")
     (tree / "bin" / name).chmod(0o755)
     added = subprocess.run(["nix-store", "--add", str(tree)], capture_output=True, text=True, check=True)
     store_path = added.stdout.strip()
-    manifest = {"name": name, "summary": summary, "main_program": name, "store_path": runs or store_path}
+    manifest = {"name": name, "summary": summary, "main_program": program or name, "store_path": runs or store_path}
     code = textwrap.dedent(
         f"""
         from pathlib import Path
@@ -329,7 +338,7 @@ def test_what_runs_is_the_verified_store_path(a: Publisher, tmp_path: Path) -> N
     cache = copy_of(a, tmp_path)
     env = machine_env(tmp_path / "publisher", FLAKEBOT_CATALOGS="")
     shutil.copytree(a.home / "data" / "flakebot" / "keys", tmp_path / "publisher" / "data" / "flakebot" / "keys")
-    add_tool(env, tmp_path / "publisher", "twin", "0.1.0", summary="a twin", runs=a.paths["note@0.1.0"])
+    add_tool(env, tmp_path / "publisher", "twin", "0.1.0", summary="a twin", runs=a.paths["note@0.1.0"], program="note")
     publish(env, cache, "twin")
     b = on_machine_b(
         tmp_path / "b",
@@ -461,3 +470,52 @@ def test_what_a_machine_saw_of_a_catalog_only_moves_forward(tmp_path: Path) -> N
         assert done.returncode == code, (snap["sequence"], done.stdout, done.stderr)
         if says:
             assert says in only_line(done) and "shared-catalogs.json" in only_line(done)
+
+
+DEP_TOOL = """
+let dep = builtins.toFile "deps-lib" "deps 0.1.0 says hello from its dependency (NONCE)\\n"; in
+derivation {
+  name = "deps-0.1.0"; system = builtins.currentSystem; builder = "/bin/sh";
+  args = [ "-c" "/bin/mkdir -p $out/bin; printf '#!/bin/sh\\\\ncat ${dep}\\\\n' > $out/bin/deps; /bin/chmod +x $out/bin/deps; exit 0" ];
+}
+"""
+
+
+def built_with_a_dependency(home: Path) -> tuple[str, str]:
+    """(tool, dependency): an input-addressed tool whose closure holds a content-addressed path (builtins.toFile),
+    the kind Nix admits unsigned."""
+    (home / "deps.nix").write_text(DEP_TOOL.replace("NONCE", uuid.uuid4().hex))
+    argv = [*NIX, "build", "--no-link", "--json", "--option", "substituters", "", "-f", str(home / "deps.nix")]
+    built = subprocess.run(argv, capture_output=True, text=True, check=True)
+    tool = json.loads(built.stdout)[0]["outputs"]["out"]
+    refs = subprocess.run(["nix-store", "-q", "--references", tool], capture_output=True, text=True, check=True)
+    return tool, refs.stdout.split()[0]
+
+
+@pytest.mark.slow
+def test_an_unsigned_path_in_the_closure_is_refused(a: Publisher, tmp_path: Path) -> None:
+    """The cache owner strips the signature of a content-addressed path in the tool's closure: Nix lets it in,
+    flakebot checks the whole closure and refuses."""
+    cache = copy_of(a, tmp_path)
+    tool, dep = built_with_a_dependency(tmp_path)
+    code = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from flakebot import config
+        from flakebot.deliver.catalog import Catalog
+        flake = Path({str(tmp_path / "flake")!r}); flake.mkdir(); (flake / "flake.nix").write_text("{{}}\\n")
+        Catalog.open(config.load()).add("deps", need="need deps", flake_dir=flake, manifest={{"name": "deps",
+            "summary": "deps", "main_program": "deps", "store_path": {tool!r}}}, usage_md="# deps\\n",
+            store_path={tool!r}, run_id="test", origin={{}})
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], env=a.env, check=True, timeout=60)
+    publish(a.env, cache, "deps")
+    info = cache / f"{Path(dep).name.split('-')[0]}.narinfo"
+    info.write_text("".join(line for line in info.read_text().splitlines(True) if not line.startswith("Sig:")))
+    b = on_machine_b(tmp_path / "b", trusting(cache, a.key), [flakebot("install", "deps"), flakebot("list", "--json")])
+    installed, listed = b.results
+    assert installed.returncode == 60, (installed.stdout, installed.stderr)
+    assert f"refused {dep} from file://{cache}: it is not signed by a key you trust" in only_line(installed)
+    assert Path(dep).name in b.store  # Nix let it in unsigned; flakebot went no further
+    assert json_result(listed)["tools"] == []
