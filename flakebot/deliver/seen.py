@@ -37,8 +37,15 @@ def state_file(settings: Settings) -> Path:
 def check_and_record(snapshot: Snapshot, settings: Settings) -> None:
     """Refuse `snapshot` when it goes back on what this machine saw of its catalog; else remember it."""
     path = state_file(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{FILE}.lock"), "w") as lock:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(f".{FILE}.lock"), "w")
+    except OSError as exc:  # without a place to remember it, a rollback could not be told from an update
+        raise CatalogError(
+            f"cannot record what this machine saw of {snapshot.catalog} in {path.parent} ({exc.strerror})",
+            fix="set catalog_dir to a writable directory",
+        ) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two readers at once: the higher sequence wins
         state = _read(path)
         before = state["catalogs"].get(snapshot.catalog)

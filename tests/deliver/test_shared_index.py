@@ -275,12 +275,9 @@ def test_an_unsigned_record_claiming_a_trusted_signer_is_not_shown_as_signed(a: 
     tools["evil"]["versions"] = {"0.1.0": record}  # type: ignore[assignment]
     index_file(cache).write_text(forged_index(tools))
     listed = run_cli("list", "--remote", "--json", env={"FLAKEBOT_CATALOGS": trusting(cache, a.key)})
-    if listed.returncode == 0:
-        shown = [t for t in json_result(listed)["tools"] if t["name"] == "evil"]
-        assert not any(t.get("trusted") for t in shown), shown  # an unsigned line must never read as signed
-    else:
-        assert listed.returncode == INDEX_REFUSED
-        assert "not signed" in json.loads(listed.stdout.splitlines()[-1])["error"]
+    # main listed it with trusted: true, on the record's word; the signature is the index's, or there is none
+    assert listed.returncode == INDEX_REFUSED, listed.stdout
+    assert "it is not signed" in json.loads(listed.stdout.splitlines()[-1])["error"]
 
 
 @pytest.mark.slow
