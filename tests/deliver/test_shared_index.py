@@ -516,3 +516,17 @@ def test_an_unsigned_path_in_the_closure_is_refused(a: Publisher, tmp_path: Path
     assert f"refused {dep} from file://{cache}: it is not signed by a key you trust" in only_line(installed)
     assert Path(dep).name in b.store  # Nix let it in unsigned; flakebot went no further
     assert json_result(listed)["tools"] == []
+
+
+def test_an_index_published_with_the_urls_own_secret_key_is_signed_by_it(tmp_path: Path) -> None:
+    """`--to file://CACHE?secret-key=FILE`: the narinfos and the index are signed with that key, not flakebot's."""
+    require("nix")
+    public, secret = stranger_key(tmp_path)
+    env = machine_env(tmp_path / "publisher")
+    add_tool(env, tmp_path / "publisher", "note", "0.1.0", summary="a note")
+    cache = tmp_path / "cache"
+    run_cli("publish", "note", "--to", f"file://{cache}?secret-key={secret}", "--json", env=env, check=True)
+    listed = run_cli("list", "--remote", "--json", env={"FLAKEBOT_CATALOGS": trusting(cache, public)})
+    assert listed.returncode == 0, listed.stderr
+    assert [(t["name"], t["public_key"]) for t in json_result(listed)["tools"]] == [("note", public)]
+    assert not (tmp_path / "publisher" / "data" / "flakebot" / "keys").exists()  # no key of flakebot's was made
