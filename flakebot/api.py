@@ -292,13 +292,18 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     if not settings.catalogs:
         return None
     from flakebot.deliver.install import find_need, install
+    from flakebot.errors import CatalogTrustError
 
     found = find_need(need, settings)
     if found is None:
         return None
     source, ref = found
     logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
-    return install(ref, settings, source["url"], need=need)
+    try:
+        return install(ref, settings, source["url"], need=need)
+    except CatalogTrustError as exc:  # its index changed for the worse since find_need read it: craft instead
+        logger.warning("shared catalog %s skipped: %s", source["url"], exc.one_line())
+        return None
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@
     ├── SpecError                      exit 42  the need could not become a spec
     ├── NixError                       exit 50  nix missing, flake build or smoke run failed
     ├── CatalogError                   exit 60  tool unknown, catalog unusable
+    │   └── CatalogTrustError          exit 61  a shared catalog's index refused (unsigned, stale, malformed)
     └── Interrupted                    exit 130 Ctrl-C / SIGTERM
 
 Every error carries a one-line `message` naming the problem and a `fix` naming the remedy.
@@ -30,6 +31,7 @@ __all__ = [
     "AcquireError",
     "BudgetExceeded",
     "CatalogError",
+    "CatalogTrustError",
     "ConfigError",
     "EditError",
     "FlakebotError",
@@ -184,6 +186,12 @@ class CatalogError(FlakebotError):
     """Catalog: tool unknown, catalog unusable."""
 
     exit_code = 60
+
+
+class CatalogTrustError(CatalogError):
+    """A shared catalog's index refused: unsigned, by an untrusted key, expired, rolled back or malformed."""
+
+    exit_code = 61
 
 
 class Interrupted(FlakebotError):

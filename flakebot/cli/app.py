@@ -354,10 +354,9 @@ def install_cmd(
     Only catalogs in the catalogs setting are read, and only their configured keys are trusted:
     [[catalogs]] url = "file:///srv/cache" keys = ["flakebot-host-1:BASE64"]
     """
-    from rich.markup import escape
-
     from flakebot import api
     from flakebot.cli.live import json_result, out
+    from flakebot.modeltext import markup as escape  # a cache's text: no markup, no terminal escapes
 
     entry = api.install(tool, from_url=from_url, settings=G.settings)
     if as_json:
