@@ -1,0 +1,111 @@
+"""The service commands: package-service, up, services, logs, down (registered on the app by register())."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of text.")]
+
+
+def register(app: typer.Typer, settings: Any) -> None:
+    """Add the service commands to `app`; `settings()` gives the loaded settings (the app's globals)."""
+
+    @app.command("package-service")
+    def package_service_cmd(
+        target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name from the registry.")],
+        port: Annotated[int, typer.Option(help="The port it listens on inside its own network namespace.")] = 8080,
+        port_env: Annotated[str, typer.Option(help="The environment variable that tells it the port.")] = "PORT",
+        health: Annotated[str, typer.Option(help="Health check: an HTTP path answering 2xx, or 'tcp'.")] = "/health",
+        stop_grace: Annotated[float, typer.Option(help="Seconds from SIGTERM to SIGKILL when it stops.")] = 10.0,
+        name: Annotated[str | None, typer.Option(help="Catalog name (default: the binary's).")] = None,
+        bin_name: Annotated[str | None, typer.Option("--bin", help="The binary, when the crate has several.")] = None,
+        offline: Annotated[bool | None, typer.Option("--offline/--online", help="Local registry only.")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Package a crate as a flake (nix build, smoke run) and catalog it as a service for 'flakebot up'."""
+        from flakebot.services.register import package_service
+        from flakebot.services.spec import Health, ServiceSpec
+
+        spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace)
+        overrides = {"offline": offline} if offline is not None else {}
+        entry = package_service(target, spec, settings(), name=name, bin_name=bin_name, overrides=overrides)
+        _say(as_json, entry, f"catalogued service {entry['name']} {entry['version']}: {entry['store_path']}\n"
+             f"start it: flakebot up {entry['name']}")  # fmt: skip
+
+    @app.command("up")
+    def up_cmd(
+        service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],
+        port: Annotated[int | None, typer.Option(help="Host port on 127.0.0.1 (default: a free one).")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy."""
+        from flakebot.services.control import up
+
+        status = up(service, settings(), port=port)
+        _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
+             f"(state: {status['state_dir']})")  # fmt: skip
+
+    @app.command("services")
+    def services_cmd(as_json: JsonOpt = False) -> None:
+        """List services started here: state, port, health, restarts, uptime."""
+        from flakebot.services.control import statuses
+
+        found = statuses(settings())
+        if as_json:
+            _say(True, {"services": found}, "")
+            return
+        from rich.table import Table
+        from rich.text import Text
+
+        from flakebot.cli.live import out
+
+        if not found:
+            out.print("No services: start one with 'flakebot up NAME'.")
+            return
+        table = Table("service", "version", "state", "port", "health", "restarts", "uptime", "note")
+        for s in found:
+            uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
+            cells = (s["name"], s.get("version", ""), s["state"], s.get("port"), s.get("health"), s.get("restarts"),
+                     uptime, s.get("message", ""))  # fmt: skip
+            table.add_row(*(Text(str(c)) for c in cells))
+        out.print(table)
+
+    @app.command("logs")
+    def logs_cmd(
+        service: Annotated[str, typer.Argument(help="A service's name.")],
+        lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines.")] = 50,
+        follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C stops).")] = False,
+    ) -> None:
+        """Print a service's log (its output and the supervisor's notes), redacted."""
+        from flakebot.services import control
+
+        for line in control.logs(service, settings(), lines=lines):
+            typer.echo(line)
+        if follow:
+            try:
+                for line in control.follow(service, settings()):
+                    typer.echo(line)
+            except KeyboardInterrupt:
+                return
+
+    @app.command("down")
+    def down_cmd(service: Annotated[str, typer.Argument(help="A service's name.")], as_json: JsonOpt = False) -> None:
+        """Stop a service: SIGTERM, SIGKILL after its grace period; nothing left running, its port freed."""
+        from flakebot.services.control import down
+
+        status = down(service, settings())
+        _say(as_json, status, f"{status['name']} {status['state']}; state kept in {status.get('state_dir')}")
+
+
+def _say(as_json: bool, result: dict[str, Any], text: str) -> None:
+    if as_json:
+        from flakebot.cli.jsonout import json_result
+
+        json_result(result)
+        return
+    typer.echo(text)
+
+
+__all__ = ["register"]
