@@ -1,6 +1,6 @@
 """Services: a catalogued flake whose program runs long, supervised, health-checked, its port on 127.0.0.1.
 
-    spec.py        ServiceSpec: the port variable and inner port, the health check, stop grace, restart policy
+    declaration.py ServiceSpec: the port variable and inner port, the health check, stop grace, restart policy
     register.py    `package-service`: flakebot's package pipeline, then catalogued with kind "service" and its spec
     layout.py      a service's directory under the workdir: state/, logs, launch.json, status.json, the locks
     forward.py     free host ports, the pasta command that forwards one into the service's network namespace

@@ -20,7 +20,7 @@ from flakebot.services import forward
 from flakebot.services.layout import ServiceDir, all_service_dirs
 from flakebot.services.logfile import tail
 from flakebot.services.register import service_manifest_of
-from flakebot.services.spec import ServiceSpec
+from flakebot.services.declaration import ServiceSpec
 
 logger = logging.getLogger(__name__)
 

@@ -29,10 +29,13 @@ def free_port() -> int:
 
 
 def port_in_use(port: int) -> bool:
-    """Whether something holds 127.0.0.1:`port` (a bind without SO_REUSEADDR fails then)."""
+    """Whether something listens on 127.0.0.1:`port` (SO_REUSEADDR: closed connections in TIME_WAIT do not count,
+    and pasta binds with it too)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
+            sock.listen()
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from flakebot.services.spec import Health
+from flakebot.services.declaration import Health
 
 
 def check(health: Health, port: int, timeout: float) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.deliver.catalog import Catalog, show_tool
 from flakebot.errors import CatalogError
-from flakebot.services.spec import ServiceSpec
+from flakebot.services.declaration import ServiceSpec
 
 MANIFEST_FORMAT = 1
 KIND = "service"

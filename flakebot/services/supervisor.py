@@ -26,7 +26,7 @@ from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
 from flakebot.services import forward, health
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import LogFile
-from flakebot.services.spec import ServiceSpec
+from flakebot.services.declaration import ServiceSpec
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class Supervisor:
             ns_init = _read_child_pid(info_read)
         finally:
             os.close(info_read)
-        started = Started(bwrap, ns_init, _child_of(ns_init), None, time.time())
+        started = Started(bwrap, ns_init, _child_of(ns_init, bwrap), None, time.time())
         try:
             started.pasta = self.forward(ns_init)
         except BaseException:
@@ -214,8 +214,8 @@ class Supervisor:
         """SIGTERM to the service's own process, SIGKILL of its whole namespace after the grace period, pasta
         stopped; nothing of this start is left running."""
         self.update(state="stopping" if self.stopping else self.status["state"])
-        _signal(started.service_pid, signal.SIGTERM)
-        if started.bwrap.poll() is None:
+        if started.bwrap.poll() is None:  # running still: its pid is not free for reuse
+            _signal(started.service_pid, signal.SIGTERM)
             try:
                 started.bwrap.wait(timeout=self.spec.stop_grace_s)
             except subprocess.TimeoutExpired:
@@ -254,15 +254,16 @@ def _read_child_pid(fd: int, timeout: float = 30.0) -> int:
     raise SandboxError(f"bubblewrap did not start the service ({data[:200]!r})", fix="see the service's log")
 
 
-def _child_of(pid: int, timeout: float = 5.0) -> int:
-    """The (first) child of `pid`: under bubblewrap's init in the namespace, the service itself."""
+def _child_of(pid: int, bwrap: subprocess.Popen[bytes], timeout: float = 5.0) -> int:
+    """The (first) child of `pid`: under bubblewrap's init in the namespace, the service itself; 0 when there is
+    none (it exited at once: the watch sees bubblewrap exit)."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    while time.monotonic() < end and bwrap.poll() is None:
         for entry in os.scandir("/proc"):
             if entry.name.isdigit() and _parent(entry.name) == pid:
                 return int(entry.name)
         time.sleep(0.01)
-    return pid  # gone already (it exited at once): the watch sees bubblewrap exit
+    return 0
 
 
 def _parent(pid: str) -> int:
@@ -274,6 +275,8 @@ def _parent(pid: str) -> int:
 
 
 def _signal(pid: int, signum: int) -> None:
+    if pid <= 0:  # no such process recorded (0 or -1 would signal a whole group)
+        return
     try:
         os.kill(pid, signum)
     except ProcessLookupError:
