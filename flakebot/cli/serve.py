@@ -25,8 +25,8 @@ def register(app: typer.Typer, settings: Any) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Package a crate as a flake (nix build, smoke run) and catalog it as a service for 'flakebot up'."""
-        from flakebot.services.register import package_service
         from flakebot.services.declaration import Health, ServiceSpec
+        from flakebot.services.register import package_service
 
         spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace)
         overrides = {"offline": offline} if offline is not None else {}

@@ -17,10 +17,10 @@ from flakebot.deliver.toolrun import built_program
 from flakebot.errors import SandboxError, UsageError
 from flakebot.fsutil import atomic_write_json
 from flakebot.services import forward
+from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
 from flakebot.services.logfile import tail
 from flakebot.services.register import service_manifest_of
-from flakebot.services.declaration import ServiceSpec
 
 logger = logging.getLogger(__name__)
 

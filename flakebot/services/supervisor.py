@@ -24,9 +24,9 @@ from typing import Any
 from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
 from flakebot.services import forward, health
+from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import LogFile
-from flakebot.services.declaration import ServiceSpec
 
 logger = logging.getLogger(__name__)
 
