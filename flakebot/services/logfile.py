@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from flakebot.redact import redact_text
@@ -11,7 +12,7 @@ MAX_LINE = 8192  # a line longer than this is cut: one endless line must not hol
 
 
 class LogFile:
-    """Appends complete lines to `path`, each redacted; past `limit` bytes the file becomes path.1."""
+    """Appends complete lines to `path`, each redacted and stamped with the UTC time; past `limit` bytes the file becomes path.1."""
 
     def __init__(self, path: Path, limit: int = MAX_LOG_BYTES) -> None:
         self.path = path
@@ -33,7 +34,7 @@ class LogFile:
             self.pending = b""
 
     def write(self, line: str) -> None:
-        text = redact_text(line) + "\n"
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + redact_text(line) + "\n"
         if self.path.exists() and self.path.stat().st_size + len(text) > self.limit:
             self.path.replace(self.path.with_name(self.path.name + ".1"))
         with open(self.path, "a", encoding="utf-8") as handle:

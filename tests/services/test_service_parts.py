@@ -87,7 +87,8 @@ def test_the_log_is_redacted_line_by_line_and_rotated(tmp_path: Path, monkeypatc
         log.write(f"line {n:02d} " + "x" * 20)
     assert (tmp_path / "service.log").stat().st_size <= 400
     assert (tmp_path / "service.log.1").exists()
-    assert tail(tmp_path / "service.log", 2) == [f"line 38 {'x' * 20}", f"line 39 {'x' * 20}"]
+    last = tail(tmp_path / "service.log", 2)
+    assert [line.split(" ", 1)[1] for line in last] == [f"line 38 {'x' * 20}", f"line 39 {'x' * 20}"]
 
 
 def test_up_and_down_of_what_is_not_there_say_so() -> None:
