@@ -98,6 +98,33 @@ def register(app: typer.Typer, settings: Any) -> None:
         status = down(service, settings())
         _say(as_json, status, f"{status['name']} {status['state']}; state kept in {status.get('state_dir')}")
 
+    @app.command("export")
+    def export_cmd(
+        service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],
+        nixos: Annotated[bool, typer.Option("--nixos", help="Write a NixOS module (the only target so far).")] = False,
+        out: Annotated[str, typer.Option("--out", help="Directory to write into.")] = ".",
+        run_check: Annotated[
+            bool, typer.Option("--check/--no-check", help="nix eval the module, systemd-analyze verify its unit.")
+        ] = True,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Write what another engine takes to run the service: --nixos, a NixOS module (checked here)."""
+        from pathlib import Path
+
+        from flakebot.errors import UsageError
+        from flakebot.services import nixos as nixos_export
+        from flakebot.services.register import service_manifest_of
+
+        if not nixos:
+            raise UsageError("say what to export", fix=f"flakebot export {service} --nixos")
+        result = nixos_export.export_nixos(service_manifest_of(service, settings()), Path(out), run_check=run_check)
+        problems = result.get("problems") or []
+        verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
+        _say(as_json, result, f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
+             f"in your NixOS configuration:\n{result['configuration']}")  # fmt: skip
+        if problems:
+            raise typer.Exit(50)
+
 
 def _say(as_json: bool, result: dict[str, Any], text: str) -> None:
     if as_json:

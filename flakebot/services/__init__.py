@@ -8,8 +8,10 @@
     logfile.py     the service's output as a bounded (rotated), redacted log file
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, status, logs: what the CLI calls
+    nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
 
-May import flakebot.sandbox, flakebot.deliver, flakebot.api (register.py only: the package pipeline) and the leaves.
+May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api
+(register.py only: the package pipeline) and the leaves.
 
 One supervisor process per service (flakebot's own, not a Debian supervisor such as supervisord or runit: those
 run every program from one daemon's config file, cannot tell bubblewrap's own process from the service's inside

@@ -189,3 +189,14 @@ def test_a_killed_supervisor_takes_its_service_along_and_status_says_so(env: dic
     assert lost["state"] == "lost" and "nothing of the service is left running" in lost["message"]
     assert up(env)["state"] == "running"  # started again over the lost one
     assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_export_writes_a_nixos_module_of_the_catalogued_service_that_passes_verify(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    require("systemd-analyze")
+    done = run_cli("export", "kv-service", "--nixos", "--out", str(tmp_path / "nixos"), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    result = json_result(done)
+    assert result["problems"] == [] and Path(result["module"]).is_file()
+    assert "ExecStart=/nix/store/" in result["unit"] and "-kv-service-0.1.0/bin/kv-service" in result["unit"]
