@@ -22,15 +22,26 @@ def register(app: typer.Typer, settings: Any) -> None:
         name: Annotated[str | None, typer.Option(help="Catalog name (default: the binary's).")] = None,
         bin_name: Annotated[str | None, typer.Option("--bin", help="The binary, when the crate has several.")] = None,
         offline: Annotated[bool | None, typer.Option("--offline/--online", help="Local registry only.")] = None,
+        examples: Annotated[
+            str | None,
+            typer.Option(help='Requests to check: JSON {"first": [...], "after_restart": [...]} (docs/services.md).'),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Package a crate as a flake (nix build, smoke run) and catalog it as a service for 'flakebot up'."""
+        """Package a crate as a flake (nix build, smoke run), check its lifecycle (health, examples, SIGTERM, state
+        kept over a restart) and catalog it as a service for 'flakebot up'."""
+        from pathlib import Path
+
         from flakebot.services.declaration import Health, ServiceSpec
+        from flakebot.services.lifecycle import Examples
         from flakebot.services.register import package_service
 
         spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace)
+        cases = Examples.load(Path(examples)) if examples else None
         overrides = {"offline": offline} if offline is not None else {}
-        entry = package_service(target, spec, settings(), name=name, bin_name=bin_name, overrides=overrides)
+        entry = package_service(
+            target, spec, settings(), name=name, bin_name=bin_name, overrides=overrides, examples=cases
+        )
         _say(as_json, entry, f"catalogued service {entry['name']} {entry['version']}: {entry['store_path']}\n"
              f"start it: flakebot up {entry['name']}")  # fmt: skip
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver.catalog import Catalog, show_tool
-from flakebot.errors import CatalogError
+from flakebot.errors import CatalogError, NixError
 from flakebot.services.declaration import ServiceSpec
+from flakebot.services.lifecycle import Examples, check_lifecycle
 
 MANIFEST_FORMAT = 1
 KIND = "service"
@@ -25,14 +26,25 @@ def package_service(
     name: str | None = None,
     bin_name: str | None = None,
     overrides: dict[str, Any] | None = None,
+    examples: Examples | None = None,
 ) -> dict[str, Any]:
-    """Package the crate at `target` (a directory or a crate name) and catalog it as a service; its catalog entry."""
+    """Package the crate at `target` (a directory or a crate name), check its lifecycle (with `examples`) and
+    catalog it as a service; its catalog entry. A service whose lifecycle fails is not catalogued (NixError)."""
     from flakebot import api
 
     request = api.RunRequest(target=target, bin=bin_name, settings=overrides or {})
     built = api.package_request(request, settings=settings)
     name = name or built.main_program
-    manifest = service_manifest(name, built.to_dict(), spec)
+    report = check_lifecycle(Path(built.bin_path), spec, settings, examples)
+    if not report.ok:
+        raise NixError(
+            f"service {name} failed its lifecycle check: {report.first_problem()}",
+            fix="a service must answer its health check, exit 0 on SIGTERM and keep its state in $STATE_DIRECTORY; "
+            "its output: " + " | ".join(report.log_tail[-5:]),
+            lifecycle=report.to_dict(),
+            flake_dir=built.flake_dir,
+        )
+    manifest = {**service_manifest(name, built.to_dict(), spec), "lifecycle": report.steps}
     return Catalog.open(settings).add(
         name,
         need=f"service {name}",

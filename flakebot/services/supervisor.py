@@ -259,9 +259,10 @@ def _child_of(pid: int, bwrap: subprocess.Popen[bytes], timeout: float = 5.0) ->
     none (it exited at once: the watch sees bubblewrap exit)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end and bwrap.poll() is None:
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit() and _parent(entry.name) == pid:
-                return int(entry.name)
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if entry.name.isdigit() and _parent(entry.name) == pid:
+                    return int(entry.name)
         time.sleep(0.01)
     return 0
 

@@ -31,10 +31,16 @@ def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env["FLAKEBOT_WORKDIR"] = str(home / "work")
     for name in ("kv-service", "kv-other"):
         done = run_cli(
-            "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name", name, "--json", env=env
-        )
+            "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name", name,
+            "--examples", str(KV_SERVICE / "examples.json"), "--json", env=env,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert json_result(done)["name"] == name
+    manifest = json.loads(
+        next((home / "data" / "flakebot" / "tools" / "kv-service").glob("*/manifest.json")).read_text()
+    )
+    checked = [step["step"] for step in manifest["lifecycle"] if step["ok"]]
+    assert "second start: GET /kv/greeting" in checked and checked[-1] == "second start: SIGTERM, clean exit"
     return env
 
 
