@@ -47,13 +47,27 @@ def register(app: typer.Typer, settings: Any) -> None:
 
     @app.command("up")
     def up_cmd(
-        service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],
+        service: Annotated[str | None, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")] = None,
         port: Annotated[int | None, typer.Option(help="Host port on 127.0.0.1 (default: a free one).")] = None,
+        every: Annotated[
+            bool, typer.Option("--all", help="Start again every service that was up when its supervisor went away.")
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy."""
-        from flakebot.services.control import up
+        from flakebot.errors import UsageError
+        from flakebot.services.control import up, up_all
 
+        if every == bool(service):
+            raise UsageError("name one service or pass --all", fix="flakebot up NAME, or flakebot up --all")
+        if every:
+            restored = up_all(settings())
+            lines = [f"{r['name']}: {r.get('error') or 'healthy on 127.0.0.1:' + str(r['port'])}" for r in restored]
+            _say(as_json, {"services": restored}, "\n".join(lines) or "nothing to start again")
+            if any("error" in r for r in restored):
+                raise typer.Exit(40)
+            return
+        assert service is not None
         status = up(service, settings(), port=port)
         _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
              f"(state: {status['state_dir']})")  # fmt: skip

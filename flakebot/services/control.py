@@ -14,7 +14,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
-from flakebot.errors import SandboxError, UsageError
+from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.fsutil import atomic_write_json
 from flakebot.services import forward
 from flakebot.services.declaration import ServiceSpec
@@ -63,6 +63,26 @@ def up(ref: str, settings: Settings, *, port: int | None = None) -> dict[str, An
             fix=f"read its log ({where.log}): " + " | ".join(tail(where.log, 5)),
         )
     return show(where)
+
+
+RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
+
+
+def up_all(settings: Settings) -> list[dict[str, Any]]:
+    """Start again every service that was up when its supervisor went away (a reboot, a kill): same version, same
+    port when it is still free, same state. Each one's status, or {"name", "error"} for one that did not start."""
+    results: list[dict[str, Any]] = []
+    for where in all_service_dirs(settings):
+        status = show(where)
+        if status.get("state") != "lost" and not (status.get("state") in RESTORABLE and not status["supervised"]):
+            continue
+        port = status.get("port")
+        port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+        try:
+            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port))
+        except FlakebotError as exc:
+            results.append({"name": where.name, "error": exc.message})
+    return results
 
 
 def _host_port(port: int | None) -> int:

@@ -185,16 +185,24 @@ def test_a_crash_looping_service_fails_after_the_restart_limit(env: dict[str, st
     assert "refusing to start" in run_cli("logs", "kv-service", env=env).stdout
 
 
-def test_a_killed_supervisor_takes_its_service_along_and_status_says_so(env: dict[str, str]) -> None:
+def test_a_killed_supervisor_takes_its_service_along_and_up_all_restores_it(env: dict[str, str]) -> None:
     started = up(env)
+    with client() as http:
+        assert http.put(f"http://127.0.0.1:{started['port']}/kv/before", content=b"the kill").status_code == 200
     pastas = pasta_pids(started["port"])
     os.kill(started["supervisor_pid"], signal.SIGKILL)
     wait_for(lambda: not any(_alive(p) for p in [started["service_pid"], *pastas]), timeout=10)
     assert wait_for(lambda: port_free(started["port"]), timeout=5)
     lost = status(env)
     assert lost["state"] == "lost" and "nothing of the service is left running" in lost["message"]
-    assert up(env)["state"] == "running"  # started again over the lost one
+    restored = run_cli("up", "--all", "--json", env=env, timeout=120)  # as after a reboot
+    assert restored.returncode == 0, restored.stderr
+    [again] = json_result(restored)["services"]
+    assert again["state"] == "running" and again["port"] == started["port"]  # the same port, free again
+    with client() as http:
+        assert http.get(f"http://127.0.0.1:{started['port']}/kv/before").content == b"the kill"
     assert run_cli("down", "kv-service", env=env).returncode == 0
+    assert json_result(run_cli("up", "--all", "--json", env=env))["services"] == []  # stopped by request: stays down
 
 
 def test_export_writes_a_nixos_module_of_the_catalogued_service_that_passes_verify(
