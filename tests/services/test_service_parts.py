@@ -99,3 +99,18 @@ def test_up_and_down_of_what_is_not_there_say_so() -> None:
     assert never.returncode == 2 and "no service nothing-here was started here" in never.stderr
     bad = run_cli("logs", "../etc")
     assert bad.returncode == 2 and "not a service name" in bad.stderr
+
+
+def test_a_catalogued_service_is_not_offered_as_an_mcp_tool(tmp_path: Path) -> None:
+    from flakebot import api, config
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.services.register import service_manifest, service_manifest_of
+
+    (tmp_path / "flake").mkdir()
+    package = {"pname": "kv", "version": "0.1.0", "store_path": str(tmp_path), "main_program": "kv",
+               "nix_run_argv": ["nix", "run", str(tmp_path / "flake")]}  # fmt: skip
+    manifest = service_manifest("kv", package, ServiceSpec())
+    Catalog.open(config.load()).add("kv", need="service kv", flake_dir=tmp_path / "flake", manifest=manifest,
+                                    usage_md="# kv\n", store_path=str(tmp_path), run_id="test", origin={})  # fmt: skip
+    assert api.tool_definitions(config.load()) == []
+    assert service_manifest_of("kv@0.1.0", config.load())["service"]["port"] == 8080
