@@ -214,3 +214,38 @@ def test_export_writes_a_nixos_module_of_the_catalogued_service_that_passes_veri
     result = json_result(done)
     assert result["problems"] == [] and Path(result["module"]).is_file()
     assert "ExecStart=/nix/store/" in result["unit"] and "-kv-service-0.1.0/bin/kv-service" in result["unit"]
+
+
+def test_a_full_state_directory_is_an_error_answer_not_an_outage(env: dict[str, str]) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs as the state directory needs root")
+    state = Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-service" / "state"
+    state.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)], check=True)
+    try:
+        started = up(env)
+        url = f"http://127.0.0.1:{started['port']}"
+        with client() as http:
+            answers = [http.put(f"{url}/kv/v{n}", content=b"x" * 16384).status_code for n in range(8)]
+            assert 200 in answers and answers[-1] == 507  # stored until the file system was full, then refused
+            assert http.get(f"{url}/health").status_code == 200 and http.get(f"{url}/kv/v0").content == b"x" * 16384
+        assert status(env)["restarts"] == 0
+        assert run_cli("down", "kv-service", env=env).returncode == 0
+    finally:
+        subprocess.run(["umount", str(state)], check=False)
+
+
+def test_a_bounded_request_flood_leaves_it_healthy(env: dict[str, str]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = up(env)
+    url = f"http://127.0.0.1:{started['port']}"
+
+    with client() as http, ThreadPoolExecutor(max_workers=8) as pool:  # one client: its pool is thread-safe
+        codes = list(
+            pool.map(lambda n: http.put(f"{url}/kv/k{n % 50}", content=str(n).encode()).status_code, range(200))
+        )
+    assert codes.count(200) == 200
+    after = status(env)
+    assert after["health"] == "healthy" and after["restarts"] == 0
+    assert run_cli("down", "kv-service", env=env).returncode == 0
