@@ -52,6 +52,10 @@ def register(app: typer.Typer, settings: Any) -> None:
         every: Annotated[
             bool, typer.Option("--all", help="Start again every service that was up when its supervisor went away.")
         ] = False,
+        secret: Annotated[
+            list[str] | None,
+            typer.Option(help="KEY=FILE: the file's content as $CREDENTIALS_DIRECTORY/KEY, read-only (repeatable)."),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy."""
@@ -68,7 +72,11 @@ def register(app: typer.Typer, settings: Any) -> None:
                 raise typer.Exit(40)
             return
         assert service is not None
-        status = up(service, settings(), port=port)
+        from pathlib import Path
+
+        from flakebot.services import credentials
+
+        status = up(service, settings(), port=port, secrets=credentials.parse(list(secret or []), Path.cwd()))
         _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
              f"(state: {status['state_dir']})")  # fmt: skip
 

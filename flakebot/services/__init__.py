@@ -6,6 +6,7 @@
     forward.py     free host ports, the pasta command that forwards one into the service's network namespace
     health.py      one health check through the forward: an HTTP GET of a path, or a TCP connect
     logfile.py     the service's output as a bounded (rotated), redacted log file
+    credentials.py `--secret KEY=FILE`: read-only in $CREDENTIALS_DIRECTORY, through bubblewrap, never on disk
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, status, logs: what the CLI calls
     nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze

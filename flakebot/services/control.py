@@ -27,8 +27,11 @@ logger = logging.getLogger(__name__)
 SETTLED = ("running", "failed", "stopped")
 
 
-def up(ref: str, settings: Settings, *, port: int | None = None) -> dict[str, Any]:
+def up(
+    ref: str, settings: Settings, *, port: int | None = None, secrets: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Start catalogued service `ref` under a detached supervisor and wait until it is healthy; its status.
+    `secrets` (credentials.parse: KEY -> file path) appear in its $CREDENTIALS_DIRECTORY.
     A service that does not become healthy is stopped again (SandboxError with the log's tail)."""
     manifest = service_manifest_of(ref, settings)
     spec = ServiceSpec.from_dict(manifest["service"])
@@ -50,6 +53,7 @@ def up(ref: str, settings: Settings, *, port: int | None = None) -> dict[str, An
             "host_port": host_port,
             "sandbox": settings.sandbox,
             "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
+            "secrets": secrets or {},  # paths only: the supervisor reads them at each start
         }
         where.state.mkdir(parents=True, exist_ok=True)
         atomic_write_json(where.launch_file, launch)
@@ -79,7 +83,8 @@ def up_all(settings: Settings) -> list[dict[str, Any]]:
         port = status.get("port")
         port = port if isinstance(port, int) and not forward.port_in_use(port) else None
         try:
-            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port))
+            secrets = where.read_json(where.launch_file).get("secrets") or {}
+            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port, secrets=secrets))
         except FlakebotError as exc:
             results.append({"name": where.name, "error": exc.message})
     return results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from flakebot.redact import redact_text
+from flakebot.redact import redact_text, secret_values
 
 MAX_LOG_BYTES = 1024 * 1024
 MAX_LINE = 8192  # a line longer than this is cut: one endless line must not hold the rest back
@@ -14,9 +14,10 @@ MAX_LINE = 8192  # a line longer than this is cut: one endless line must not hol
 class LogFile:
     """Appends complete lines to `path`, each redacted and stamped with the UTC time; past `limit` bytes the file becomes path.1."""
 
-    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES) -> None:
+    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES, secrets: list[str] | None = None) -> None:
         self.path = path
         self.limit = limit
+        self.secrets = sorted({*(secrets or []), *secret_values()}, key=len, reverse=True)  # the service's own too
         self.pending = b""
 
     def feed(self, data: bytes) -> None:
@@ -34,7 +35,7 @@ class LogFile:
             self.pending = b""
 
     def write(self, line: str) -> None:
-        text = time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + redact_text(line) + "\n"
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + redact_text(line, self.secrets) + "\n"
         if self.path.exists() and self.path.stat().st_size + len(text) > self.limit:
             self.path.replace(self.path.with_name(self.path.name + ".1"))
         with open(self.path, "a", encoding="utf-8") as handle:

@@ -23,7 +23,7 @@ from typing import Any
 
 from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
-from flakebot.services import forward, health
+from flakebot.services import credentials, forward, health
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import LogFile
@@ -51,7 +51,8 @@ class Supervisor:
         self.spec = ServiceSpec.from_dict(launch["spec"])
         self.port = int(launch["host_port"])
         self.binary = Path(launch["binary"])
-        self.log = LogFile(where.log)
+        self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
+        self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
         self.stopping = False
         self.restarts: deque[float] = deque()
         self.total_restarts = 0
@@ -126,14 +127,19 @@ class Supervisor:
     def start(self) -> Started:
         sandbox = self.sandbox()
         env = {self.spec.port_env: str(self.spec.port), "STATE_DIRECTORY": str(self.where.state)}
+        if self.secrets:
+            env["CREDENTIALS_DIRECTORY"] = str(credentials.INSIDE)
         full, full_env = sandbox.command([str(self.binary)], cwd=self.where.state, env=env)
+        secret_args, secret_fds = credentials.bwrap_args(self.secrets)
         info_read, info_write = os.pipe()
-        full = [full[0], "--info-fd", str(info_write), *full[1:]]
+        full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
         try:
             bwrap = subprocess.Popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(info_write,))  # fmt: skip
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     pass_fds=(info_write, *secret_fds))  # fmt: skip
         finally:
-            os.close(info_write)
+            for fd in (info_write, *secret_fds):
+                os.close(fd)
         try:
             ns_init = _read_child_pid(info_read)
         finally:

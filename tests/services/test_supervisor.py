@@ -249,3 +249,22 @@ def test_a_bounded_request_flood_leaves_it_healthy(env: dict[str, str]) -> None:
     after = status(env)
     assert after["health"] == "healthy" and after["restarts"] == 0
     assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_a_secret_is_in_its_credentials_directory_and_nowhere_else(env: dict[str, str], tmp_path: Path) -> None:
+    secret = "s3cr3t-value-4711"
+    token = tmp_path / "token.txt"
+    token.write_text(secret + "\n")
+    token.chmod(0o600)
+    assert run_cli("up", "kv-service", "--secret", "nokey", env=env).returncode == 2
+    started = up(env, "kv-service", "--secret", f"api_token={token}")
+    pid = started["service_pid"]
+    inside = subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "cat", "/run/credentials/api_token"],
+                            capture_output=True, text=True)  # fmt: skip
+    assert inside.stdout == secret + "\n"  # the service's view: read-only in memory, not a bind of the file
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"CREDENTIALS_DIRECTORY=/run/credentials" in environ and secret.encode() not in environ
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    home = Path(env["XDG_DATA_HOME"]).parent
+    written = [p for root in (home, Path(env["FLAKEBOT_WORKDIR"])) for p in root.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if secret.encode() in p.read_bytes()]
