@@ -131,6 +131,18 @@ def register(app: typer.Typer, settings: Any) -> None:
         status = down(service, settings())
         _say(as_json, status, f"{status['name']} {status['state']}; state kept in {status.get('state_dir')}")
 
+    @app.command("restart")
+    def restart_cmd(
+        service: Annotated[str, typer.Argument(help="A service's name.")], as_json: JsonOpt = False
+    ) -> None:
+        """Stop a service and start it again: the same version, port, secrets and state."""
+        from flakebot.services.control import restart
+
+        status = restart(service, settings())
+        _say(
+            as_json, status, f"{status['name']} {status['version']} healthy again on http://127.0.0.1:{status['port']}"
+        )
+
     @app.command("export")
     def export_cmd(
         service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],

@@ -90,6 +90,18 @@ def up_all(settings: Settings) -> list[dict[str, Any]]:
     return results
 
 
+def restart(name: str, settings: Settings) -> dict[str, Any]:
+    """`down`, then `up` of the version it ran, on its port (when still free), with its secrets and state."""
+    where = ServiceDir.of(name, settings)
+    launch = where.read_json(where.launch_file)
+    if not launch:
+        raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
+    down(name, settings)
+    port = launch.get("host_port")
+    port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+    return up(f"{name}@{launch.get('version')}", settings, port=port, secrets=launch.get("secrets") or {})
+
+
 def _host_port(port: int | None) -> int:
     if port is None:
         return forward.free_port()

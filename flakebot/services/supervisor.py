@@ -142,6 +142,10 @@ class Supervisor:
                 os.close(fd)
         try:
             ns_init = _read_child_pid(info_read)
+        except BaseException:
+            bwrap.kill()  # it never said which process is the service: nothing of it may stay
+            bwrap.wait()
+            raise
         finally:
             os.close(info_read)
         started = Started(bwrap, ns_init, _child_of(ns_init, bwrap), None, time.time())

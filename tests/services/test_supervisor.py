@@ -159,6 +159,9 @@ def test_a_killed_service_is_healthy_again_within_seconds_with_its_data(env: dic
         assert time.monotonic() - killed_at < 5
         assert back["service_pid"] != started["service_pid"] and back["port"] == started["port"]
         assert http.get(f"http://127.0.0.1:{started['port']}/kv/kept").content == b"across a crash"
+        restarted = json_result(run_cli("restart", "kv-service", "--json", env=env, timeout=120))
+        assert restarted["port"] == started["port"] and restarted["supervisor_pid"] != started["supervisor_pid"]
+        assert http.get(f"http://127.0.0.1:{started['port']}/kv/kept").content == b"across a crash"
     assert run_cli("down", "kv-service", env=env).returncode == 0
 
 
