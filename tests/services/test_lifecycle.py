@@ -29,6 +29,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             return self.answer(404 if MODE == "no-health" else 200, b"ok")
+        if MODE == "endless":
+            self.send_response(200)
+            self.end_headers()
+            while True:
+                self.wfile.write(b"x" * 65536)
         key = self.path.rsplit("/", 1)[-1]
         value = memory.get(key) if MODE == "forgets" else (state / key).read_bytes() if (state / key).exists() else None
         self.answer(404) if value is None else self.answer(200, value)
@@ -77,6 +82,7 @@ def test_a_service_that_does_it_right_passes_every_step(tmp_path: Path) -> None:
         ("no-health", "first start: healthy", "not healthy within 4 s"),
         ("ignores-term", "first start: SIGTERM, clean exit", "not 0 within 1 s of SIGTERM"),
         ("forgets", "second start: GET /kv/greeting", "status 404, expected 200"),
+        ("endless", "first start: GET /kv/greeting", "answer over 1024 KiB"),
     ],
 )
 def test_a_service_that_breaks_its_lifecycle_stays_red(
