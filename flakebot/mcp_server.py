@@ -48,6 +48,7 @@ from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F40
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
+from flakebot.pipeline import jobs
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
@@ -218,6 +219,7 @@ class FlakebotMCP:
     def __init__(self, settings: config.Settings | None = None) -> None:
         self._settings = settings
         self.jobs: anyio.abc.TaskGroup | None = None
+        self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (flakebot.jobs)
 
     def settings(self) -> config.Settings:
         return self._settings or config.load()
@@ -358,7 +360,8 @@ class FlakebotMCP:
             return await self._detached(ctx, name, args, changes_catalog)
         job = Job()
         try:
-            result = await anyio.to_thread.run_sync(lambda: work(_progress_sink(ctx, job)), abandon_on_cancel=True)
+            with _held_slot(self.settings(), name, self.session):
+                result = await anyio.to_thread.run_sync(lambda: work(_progress_sink(ctx, job)), abandon_on_cancel=True)
         except FlakebotError as exc:
             return {"ok": False, **exc.result()}
         if changes_catalog and result.get("status") in ("crafted", "succeeded"):
@@ -368,7 +371,7 @@ class FlakebotMCP:
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
         while True:
             known = _journal_reading(journal)
             if known is not None or process.poll() is not None:
@@ -391,7 +394,7 @@ class FlakebotMCP:
         return _job_directory(self.settings())
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
         return process, journal
@@ -429,15 +432,21 @@ Work = Callable[[EventSink], dict[str, Any]]
 LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False}
 
 
-def _start_job(settings: config.Settings, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/."""
-    journal = _journal_path(settings)
-    code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
-    argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
-    with open(journal.with_suffix(".log"), "ab") as log:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
-        )
+def _start_job(
+    settings: config.Settings, name: str, args: dict[str, Any], session: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/, once
+    admission (flakebot.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
+    limits = jobs.Limits.of(settings)
+    with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
+        journal = _journal_path(settings)
+        code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
+        argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
+        with open(journal.with_suffix(".log"), "ab") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            )
+        admitted.record(journal.stem, process.pid)
     logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
     return process, journal
 
@@ -464,6 +473,12 @@ def run_job(name: str, arguments: str, journal: str) -> None:
         logger.exception("the detached %s failed", name)
         failed = FlakebotError(f"the detached {name} failed unexpectedly", fix=f"see {path.with_suffix('.log')}")
         write({"error": failed.result()})
+
+
+def _held_slot(settings: config.Settings, name: str, session: str) -> Any:
+    """A job slot for long work this server does in a worker thread (the caller waits for it): it counts too."""
+    job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(8)}-waited"
+    return jobs.held(_job_directory(settings), job_id, name, session, jobs.Limits.of(settings))
 
 
 def _job_directory(settings: config.Settings) -> Path:

@@ -11,6 +11,7 @@
     seen.py      the highest index sequence and tool versions seen per shared catalog (rollbacks refused)
     install.py   a published tool fetched (nix copy), its signatures checked against configured keys, catalogued
     signatures.py  Nix signatures (ed25519 over a path's fingerprint, and over an index snapshot) in flakebot
+    outputfiles.py outputs/: a tool call's stdout past tool_output_limit, under outputs_mb (oldest removed first)
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.
 """

@@ -28,10 +28,11 @@ from typing import Any
 
 from flakebot import config
 from flakebot.config import Settings
+from flakebot.deliver import outputfiles
 from flakebot.errors import CatalogError, UsageError
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
-from flakebot.sandbox.process import MIB, Spill, execute
+from flakebot.sandbox.process import Spill, execute
 
 logger = logging.getLogger(__name__)
 
@@ -223,10 +224,9 @@ def tool_sandbox(
 
 
 def output_spill(settings: Settings) -> Spill:
-    """A tool call's stdout comes back whole: up to tool_output_limit bytes in the result, past it in a file
-    under the state directory (no larger than the sandbox's file-size limit)."""
-    directory = settings.path("workdir") / "outputs"
-    return Spill(directory, settings.tool_output_limit, settings.sandbox_file_mb * MIB)
+    """A tool call's stdout comes back whole: up to tool_output_limit bytes in the result, past it in a file in
+    the state directory's outputs/ (deliver.outputs: at most output_file_mb, the directory under outputs_mb)."""
+    return outputfiles.spill(settings)
 
 
 def _warn_discarded(scratch: Path, at: Path, sandbox: Sandbox) -> None:
@@ -261,10 +261,14 @@ def run_captured(
     binary = built_program(manifest, settings.nix_build_timeout)
     with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable) as (sandbox, where):
         if stdin is not None:
-            return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
-        full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with the caller's stdin
-        return execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
-                       output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+            result = sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
+        else:
+            full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, the caller's stdin
+            result = execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
+                             output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+    if result.stdout_file:  # outputs/ stays under its quota: older files go
+        result.stderr += outputfiles.settle(settings, result.stdout_file)
+    return result
 
 
 def run_attached(
