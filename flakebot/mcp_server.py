@@ -29,6 +29,7 @@ import logging
 import os
 import secrets
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -219,7 +220,7 @@ class FlakebotMCP:
     def __init__(self, settings: config.Settings | None = None) -> None:
         self._settings = settings
         self.jobs: anyio.abc.TaskGroup | None = None
-        self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (flakebot.jobs)
+        self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (pipeline.jobs)
 
     def settings(self) -> config.Settings:
         return self._settings or config.load()
@@ -372,10 +373,13 @@ class FlakebotMCP:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
         process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
+        deadline = time.monotonic() + jobs.bounded(self.settings(), "task_result_wait", 1, 3600)
         while True:
             known = _journal_reading(journal)
             if known is not None or process.poll() is not None:
                 break
+            if time.monotonic() > deadline:  # a run exists within a second or two: this job is stuck
+                return {"ok": False, **_stop_unstarted(name, process, journal).result()}
             await anyio.sleep(0.05)
         known = known or _journal_reading(journal) or _job_died(name, process.returncode, journal)
         if "run_id" in known:
@@ -436,7 +440,7 @@ def _start_job(
     settings: config.Settings, name: str, args: dict[str, Any], session: str
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/, once
-    admission (flakebot.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
+    admission (pipeline.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
     limits = jobs.Limits.of(settings)
     with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
         journal = _journal_path(settings)
@@ -514,6 +518,19 @@ def _journal_reading(journal: Path) -> dict[str, Any] | None:
         if "result" in line or "error" in line:
             return line
     return None
+
+
+def _stop_unstarted(name: str, process: subprocess.Popen[bytes], journal: Path) -> FlakebotError:
+    """End a detached job that started no run by task_result_wait (nothing of a run to keep), and say so."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    return FlakebotError(
+        f"the {name} process started no run within task_result_wait seconds and was stopped",
+        fix=f"see {journal.with_suffix('.log')}, then call {name} again",
+    )
 
 
 def _job_died(name: str, code: int | None, journal: Path) -> dict[str, Any]:

@@ -163,7 +163,7 @@ class Tasks:
         the related-task _meta."""
         _offered(ctx)
         view = self._known(params.task_id)
-        wait = self.jobs.settings().task_result_wait
+        wait = jobs.bounded(self.jobs.settings(), "task_result_wait", 1, 3600)
         deadline = time.monotonic() + wait
         while view.task.status not in TERMINAL:
             if time.monotonic() >= deadline:
@@ -352,7 +352,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 
 def _job_alive(record: dict[str, Any], journal: Path) -> bool:
-    """Whether the record's process is still the job writing `journal`: the same pid and start time (flakebot.jobs),
+    """Whether the record's process is still the job writing `journal`: the same pid and start time (pipeline.jobs),
     not a zombie. A record from before start times were kept: its process's command line must name the journal (a
     kernel thread's is empty)."""
     pid = record.get("pid")

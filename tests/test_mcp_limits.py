@@ -61,12 +61,15 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
     craft = _slow_craft(tmp_path)
     jobs = flakebot_home / "work/mcp-jobs"
 
-    async def session(calls: int) -> list[tuple[dict[str, Any], bool]]:
+    async def session(calls: int, waited: bool = False) -> list[tuple[dict[str, Any], bool]]:
         async with mcp_client() as client:
-            return [await client.call("craft", craft) for _ in range(calls)]
+            answers = [await client.call("craft", craft) for _ in range(calls)]
+            if waited:  # a call the server runs itself while the caller waits takes a slot too: none is left
+                answers.append(await asyncio.wait_for(client.call("craft", {**craft, "wait": True}), 60))
+            return answers
 
     try:
-        first = asyncio.run(session(5))
+        first = asyncio.run(session(5, waited=True))
         after_first = len(_job_processes(jobs))
         second = asyncio.run(session(2))
         third = asyncio.run(session(1))
@@ -74,7 +77,7 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
         journals = len(list(jobs.glob("*.jsonl")))
     finally:
         _end_jobs(jobs)
-    assert [error for _, error in first] == [False, False, True, True, True], first
+    assert [error for _, error in first] == [False, False, True, True, True, True], first
     assert after_first == 2
     refused = first[2][0]
     assert refused["type"] == "JobLimit" and "\n" not in refused["error"]
@@ -82,6 +85,7 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
     assert [error for _, error in second] == [False, False], second
     assert third[0][1] and third[0][0]["type"] == "JobLimit"
     assert "4 jobs are running on this machine (max_jobs = 4" in third[0][0]["error"]
+    assert first[5][0]["type"] == "JobLimit" and "max_session_jobs = 2" in first[5][0]["error"]
     assert running == 4 and journals == 4  # a refused call started nothing and wrote no journal
     # once the jobs are gone, their slots are free again
     again = asyncio.run(session(1))

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from flakebot.config import Settings
+from flakebot.errors import ConfigError
 from flakebot.sandbox.process import MIB, Spill
 
 logger = logging.getLogger(__name__)
@@ -30,13 +31,25 @@ def spill(settings: Settings) -> Spill:
 
 def per_call_cap(settings: Settings) -> int:
     """Bytes one call's spilled stdout may reach: output_file_mb, within the quota and the sandbox's file limit."""
-    return max(1, min(settings.output_file_mb, settings.outputs_mb, settings.sandbox_file_mb)) * MIB
+    return min(_at_least_1(settings, "output_file_mb"), quota(settings), settings.sandbox_file_mb * MIB)
+
+
+def quota(settings: Settings) -> int:
+    """Bytes outputs/ may hold."""
+    return _at_least_1(settings, "outputs_mb")
+
+
+def _at_least_1(settings: Settings, key: str) -> int:
+    value: int = settings.get(key)
+    if value < 1:
+        raise ConfigError(f"'{key}' must be at least 1 (MiB), got {value}", fix=f"set {key} to 1 or more")
+    return value * MIB
 
 
 def settle(settings: Settings, written: str) -> str:
     """After a call that spilled into `written`: keep outputs/ under outputs_mb. Returns a note for the caller when
     `written` itself is gone already (another call's eviction took it), else ''."""
-    evict(directory(settings), max(settings.outputs_mb, 1) * MIB, keep=Path(written))
+    evict(directory(settings), quota(settings), keep=Path(written))
     if os.path.lexists(written):
         return ""
     return (

@@ -37,7 +37,6 @@ logger = logging.getLogger(__name__)
 RECORD = ".job.json"
 LOCK = ".admission.lock"
 PF_KTHREAD = 0x00200000  # /proc/PID/stat flags (field 9): a kernel thread is never a job
-MAX_JOBS_BOUNDS = (1, 256)
 
 
 class JobLimit(FlakebotError):
@@ -86,14 +85,14 @@ class Limits:
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
-        return cls(_bounded(settings, "max_jobs"), _bounded(settings, "max_session_jobs"))
+        return cls(int(bounded(settings, "max_jobs", 1, 256)), int(bounded(settings, "max_session_jobs", 1, 256)))
 
 
-def _bounded(settings: Settings, key: str) -> int:
-    value = int(settings.get(key))
-    low, high = MAX_JOBS_BOUNDS
+def bounded(settings: Settings, key: str, low: float, high: float) -> float:
+    """A numeric setting, checked against its bounds when it is used (a value outside them is a ConfigError)."""
+    value: float = settings.get(key)
     if not low <= value <= high:
-        raise ConfigError(f"'{key}' must be between {low} and {high}, got {value}", fix=f"set {key} to {low}..{high}")
+        raise ConfigError(f"'{key}' must be between {low:g} and {high:g}, got {value:g}", fix=f"set {key} within them")
     return value
 
 
