@@ -13,7 +13,8 @@ work is done (in a worker thread), with notifications/progress for every stage a
 (the OpenAI Agents SDK's, whose requests time out after 5 s) gets a run handle as soon as the run exists, and
 follows it with `status`. That work runs in a process of its own session (run_job), so it goes on when the client
 ends its session: LangChain's adapters start a server for every call and kill its process group after it. Its
-events are in the state directory's mcp-jobs/. `wait` overrides either default. On protocol 2025-11-25 the long
+events are in the state directory's mcp-jobs/. `wait` overrides either default. Long work passes admission first
+(pipeline.jobs: max_jobs, max_session_jobs; refused past either, docs/limits.md). On protocol 2025-11-25 the long
 tools are also MCP tasks (flakebot.mcp_tasks): a call with a `task` param is answered at once with a task naming
 such a detached job, followed with tasks/get and tasks/result. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block

@@ -8,12 +8,14 @@ files, so any `flakebot mcp` of the same user answers tasks/get, tasks/result, t
 task another one created (LangChain's adapters start a server per call). The files are the user's own, so a task
 is as private as the state directory; its id carries 64 random bits besides.
 
-Status: working while the job's process runs and its journal has no result; completed once the journal ends with a
+Status: working while the job's process runs (its pid with the start time the record keeps, pipeline.jobs: a pid
+given to another process since is not the job) and its journal has no result; completed once the journal ends with a
 result, failed once it ends with flakebot's error (the call's isError result) or the process is gone without
 either; cancelled once tasks/cancel marked it. Cancelling sends SIGTERM to the job's process group (a flakebot run
 takes it as Ctrl-C: the stage and run are marked interrupted, and `resume` continues it), then SIGKILL to what is
-left after CANCEL_GRACE seconds. tasks/result waits for a terminal status and returns the CallToolResult the call
-would have returned had it waited. ttl: as asked, at most MAX_TTL_MS, DEFAULT_TTL_MS if not; a task whose ttl has
+left after CANCEL_GRACE seconds. tasks/result waits for a terminal status (at most task_result_wait seconds, then a
+REQUEST_TIMEOUT error saying the status and how to ask again) and returns the CallToolResult the call would have
+returned had it waited. ttl: as asked, at most MAX_TTL_MS, DEFAULT_TTL_MS if not; a task whose ttl has
 passed is forgotten once it is terminal (its journal stays). Tasks are offered on protocol 2025-11-25 only: the
 2026-07-28 revision moved them out of the core protocol, and older revisions have none. Neither
 notifications/tasks/status nor progress for a task is sent (both optional): a host polls tasks/get, whose

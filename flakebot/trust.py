@@ -45,6 +45,12 @@ Model text (summaries, usage, --help, example descriptions and outputs) is data 
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
 rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
 
+Everything a caller can start is bounded (docs/limits.md): long MCP calls pass admission (flakebot.pipeline.jobs:
+at most max_jobs on the machine and max_session_jobs per session, refused past either, nothing written); a job is
+its pid plus its process start time, so a reused pid never reads as the job; tasks/result and a detached call's
+start wait at most task_result_wait; outputs/ holds at most outputs_mb, least recently used files removed first,
+one call's file at most output_file_mb (deliver.outputfiles); a tool run has tool_timeout, a run its budgets.
+
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop), bubblewrap, Nix's
 build sandbox and its build users, git and cargo themselves doing only what their hardened options allow, and
 the https forges on the git_sources list; for shared catalogs, the holders of the keys configured for them (they
