@@ -32,15 +32,16 @@ def slow_craft(scratch: Path, wait: bool | None = False) -> dict[str, Any]:
     script = scratch / "slow-model.json"
     script.write_text(json.dumps(SLOW_MODEL))
     craft: dict[str, Any] = {"need": "upper-case my input", "model": f"scripted:{script}", "registry": "local"}
+    craft["fresh"] = True  # each call a craft of its own (the same need twice is refused while one runs)
     return craft if wait is None else {**craft, "wait": wait}
 
 
 @asynccontextmanager
-async def sdk_session(env: dict[str, str]) -> AsyncIterator[Any]:
-    """A Python SDK client session on a new `flakebot mcp` with environment `env`."""
+async def sdk_session(env: dict[str, str], cwd: Path | None = None) -> AsyncIterator[Any]:
+    """A Python SDK client session on a new `flakebot mcp` with environment `env` (in `cwd`, else this directory)."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=env)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=env, cwd=cwd)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
@@ -99,7 +100,7 @@ def crafts_from_sessions(env: dict[str, str], work: Path, scratch: Path, calls: 
         async with sdk_session(env) as client:
             answers = [await call(client, "craft", craft) for _ in range(count)]
             if waited:
-                answers.append(await asyncio.wait_for(call(client, "craft", {**craft, "wait": True}), 60))
+                answers.append(await _waited(client, {**craft, "wait": True}))
             return answers
 
     try:
@@ -110,6 +111,15 @@ def crafts_from_sessions(env: dict[str, str], work: Path, scratch: Path, calls: 
     finally:
         end_jobs(jobs)
     return seen
+
+
+async def _waited(client: Any, craft: dict[str, Any], patience: float = 30) -> tuple[dict[str, Any], bool]:
+    """A call the caller waits for: refused at once when no slot is free, else (admitted) still running after
+    `patience` seconds (the slow model sees to that)."""
+    try:
+        return await asyncio.wait_for(call(client, "craft", craft), patience)
+    except TimeoutError:
+        return {"ok": True, "status": f"admitted: still running after {patience:g} s"}, False
 
 
 # ------------------------------------------------------------ a task whose pid is another process's
@@ -254,24 +264,24 @@ class Spilled:
     left: list[str]  # the files in outputs/ at the end
 
 
-def spill_calls(env: dict[str, str], count: int = 50_000, big: int = 1_000_000) -> Spilled:
+def spill_calls(env: dict[str, str], cwd: Path | None = None, count: int = 50_000, big: int = 1_000_000) -> Spilled:
     """`run lines COUNT` five times in one session (each stdout spills: tool_output_limit is set low), then
-    `run lines BIG`."""
+    `run lines BIG`; the server runs in `cwd` (else this directory)."""
     whole_text = "".join(f"{n}\n" for n in range(1, count + 1))
 
     async def session() -> Spilled:
-        async with sdk_session(env) as client:
+        async with sdk_session(env, cwd) as client:
             answers = []
             for _ in range(5):
                 answers.append((await call(client, "run", {"tool": "lines", "args": [str(count)]}))[0])
                 await asyncio.sleep(0.05)  # distinct modification times
-            files = [Path(answer.get("stdout_file") or "/nonexistent") for answer in answers]
-            kept = [path.exists() for path in files]
-            whole = [path.read_text() == whole_text for path in files if path.exists()]
-            outputs = files[-1].parent
-            held = sum(path.stat().st_size for path in outputs.iterdir())
+            files = [Path(answer["stdout_file"]) if answer.get("stdout_file") else None for answer in answers]
+            kept = [path is not None and path.exists() for path in files]
+            whole = [path.read_text() == whole_text for path in files if path is not None and path.exists()]
+            outputs = Path(env["FLAKEBOT_WORKDIR"]) / "outputs"
+            held = sum(path.stat().st_size for path in outputs.iterdir()) if outputs.is_dir() else 0
             last = (await call(client, "run", {"tool": "lines", "args": [str(big)]}))[0]
-            left = sorted(path.name for path in outputs.iterdir())
+            left = sorted(path.name for path in outputs.iterdir()) if outputs.is_dir() else []
             return Spilled(answers, kept, whole, held, last, left)
 
     return asyncio.run(session())
