@@ -8,6 +8,7 @@ outputs/ kept every file."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import mcp_types as types
@@ -26,12 +27,15 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
     none; each refusal is one line and leaves no job file."""
     require("nix")
     work = flakebot_home / "work"
+    old, recent = _ended_job(work, "00000000000000aa", days=40), _ended_job(work, "00000000000000bb", days=20)
     seen = pileup.crafts_from_sessions(dict(os.environ), work, tmp_path, [5, 2, 1])
     first, second, third = seen.answers
     assert [error for _, error in first] == [False, False, True, True, True, True], first
     assert [error for _, error in second] == [False, False] and [error for _, error in third] == [True]
     assert seen.processes == [2, 4, 4]
-    assert seen.journals == 4  # a refused call started nothing and wrote no journal
+    assert seen.journals == 4 + 1  # a refused call started nothing and wrote no journal (+1: the recent old job)
+    # admission cleared the files of a job that ended over a month ago, and kept those of a recent one
+    assert [path.exists() for path in old] == [False] * 3 and [path.exists() for path in recent] == [True] * 3
     refused, waited, machine = first[2][0], first[5][0], third[0][0]
     assert {refused["type"], waited["type"], machine["type"]} == {"JobLimit"}
     assert "\n" not in refused["error"] and refused["fix"].startswith("wait for one to finish")
@@ -41,6 +45,18 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
     # once the jobs are gone, their slots are free again
     again = pileup.crafts_from_sessions(dict(os.environ), work, tmp_path, [2])
     assert [error for _, error in again.answers[0]] == [False, False, True] and again.processes == [2]
+
+
+def _ended_job(work: Path, suffix: str, days: float) -> list[Path]:
+    """The files a finished task leaves in mcp-jobs/ (journal, log, task record), last touched `days` ago."""
+    task_id = pileup.FORGED.format(int(suffix, 16))
+    pileup.forge_task(work / "mcp-jobs", task_id, 2)
+    files = [work / "mcp-jobs" / f"{task_id}{ext}" for ext in (".jsonl", ".log", ".task.json")]
+    files[1].write_text("")
+    when = time.time() - days * 86400
+    for path in files:
+        os.utime(path, (when, when))
+    return files
 
 
 def test_a_task_whose_pid_is_now_another_process_reads_failed(flakebot_home: Path) -> None:

@@ -13,6 +13,9 @@ slots, before anything is written. There is no queue on purpose: a queued job wo
 (the pile-up the cap exists to stop) or a promise held by a server that clients end at will (LangChain's adapters
 start and kill one per call), and a queued craft would have no run for `status` to follow. A refusal leaves
 nothing behind and costs the caller one retry.
+
+Admission also clears what ended long ago: a job's files (journal, log, task record) untouched for KEEP_DAYS are
+removed, so mcp-jobs/ does not grow forever (a task's ttl is at most 30 days, so its record has expired by then).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 RECORD = ".job.json"
 LOCK = ".admission.lock"
+KEEP_DAYS = 31
 PF_KTHREAD = 0x00200000  # /proc/PID/stat flags (field 9): a kernel thread is never a job
 
 
@@ -117,6 +121,7 @@ def admission(directory: Path, tool: str, session: str, limits: Limits) -> Itera
     with open(directory / LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         running = live_records(directory)
+        _clear_old(directory, {r["id"] for r in running})
         mine = [r for r in running if r.get("session") == session]
         if len(mine) >= limits.session:
             raise _refused(tool, mine, limits.session, "max_session_jobs", "this MCP session")
@@ -146,6 +151,22 @@ def live_records(directory: Path) -> list[dict[str, Any]]:
         else:
             path.unlink(missing_ok=True)
     return sorted(live, key=lambda r: float(r.get("created", 0)))
+
+
+def _clear_old(directory: Path, running: set[str]) -> None:
+    """Remove the files of jobs that ended and were not touched for KEEP_DAYS."""
+    cutoff = time.time() - KEEP_DAYS * 86400
+    for journal in directory.glob("*.jsonl"):
+        job_id = journal.name.removesuffix(".jsonl")
+        files = [journal, journal.with_suffix(".log"), directory / f"{job_id}.task.json"]
+        try:
+            newest = max(path.stat().st_mtime for path in files if path.exists())
+        except (OSError, ValueError):  # removed meanwhile
+            continue
+        if job_id not in running and newest < cutoff:
+            for path in files:
+                path.unlink(missing_ok=True)
+            logger.info("removed the files of job %s (ended over %d days ago)", job_id, KEEP_DAYS)
 
 
 def _refused(tool: str, running: list[dict[str, Any]], cap: int, key: str, where: str) -> JobLimit:
