@@ -47,6 +47,35 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
     assert [error for _, error in again.answers[0]] == [False, False, True] and again.processes == [2]
 
 
+# Python runs a sitecustomize module on its path at start: this one makes a job process (its last argument is its
+# journal) hang before flakebot is even imported, as a wedged start would.
+STUCK_START = """import sys, time
+if len(sys.argv) == 4 and sys.argv[3].endswith(".jsonl") and "/mcp-jobs/" in sys.argv[3]:
+    time.sleep(120)
+"""
+
+
+def test_a_detached_job_that_starts_no_run_is_stopped_by_the_deadline(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A detached call answers once its run exists; a job that never gets there made the call wait forever. Now
+    after task_result_wait seconds the job is stopped and the call says so."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(STUCK_START)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("FLAKEBOT_TASK_RESULT_WAIT", "2")
+    work = flakebot_home / "work"
+    began = time.monotonic()
+    seen = pileup.crafts_from_sessions(dict(os.environ), work, tmp_path, [1], waited=False)
+    seconds = time.monotonic() - began
+    (answer, error), processes = seen.answers[0][0], seen.processes
+    assert (
+        error and "the craft process started no run within task_result_wait seconds and was stopped" in answer["error"]
+    )
+    assert processes == [0] and seconds < 30, (processes, seconds)
+
+
 def _ended_job(work: Path, suffix: str, days: float) -> list[Path]:
     """The files a finished task leaves in mcp-jobs/ (journal, log, task record), last touched `days` ago."""
     task_id = pileup.FORGED.format(int(suffix, 16))

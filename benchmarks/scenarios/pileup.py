@@ -91,9 +91,11 @@ class Sessions:
     journals: int = 0
 
 
-def crafts_from_sessions(env: dict[str, str], work: Path, scratch: Path, calls: list[int]) -> Sessions:
+def crafts_from_sessions(
+    env: dict[str, str], work: Path, scratch: Path, calls: list[int], waited: bool = True
+) -> Sessions:
     """Session i makes calls[i] detached crafts whose jobs keep running; the first session then makes one call it
-    waits for (the server runs it itself). The jobs are ended afterwards."""
+    waits for (the server runs it itself), unless not `waited`. The jobs are ended afterwards."""
     craft, jobs, seen = slow_craft(scratch), work / "mcp-jobs", Sessions()
 
     async def session(count: int, waited: bool) -> list[tuple[dict[str, Any], bool]]:
@@ -105,7 +107,7 @@ def crafts_from_sessions(env: dict[str, str], work: Path, scratch: Path, calls: 
 
     try:
         for index, count in enumerate(calls):
-            seen.answers.append(asyncio.run(session(count, waited=index == 0)))
+            seen.answers.append(asyncio.run(session(count, waited=waited and index == 0)))
             seen.processes.append(len(job_processes(jobs)))
         seen.journals = len(list(jobs.glob("*.jsonl")))
     finally:
