@@ -225,7 +225,7 @@ def tool_sandbox(
 
 def output_spill(settings: Settings) -> Spill:
     """A tool call's stdout comes back whole: up to tool_output_limit bytes in the result, past it in a file in
-    the state directory's outputs/ (deliver.outputs: at most output_file_mb, the directory under outputs_mb)."""
+    the state directory's outputs/ (deliver.outputfiles: at most output_file_mb, the directory under outputs_mb)."""
     return outputfiles.spill(settings)
 
 
