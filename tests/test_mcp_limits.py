@@ -7,9 +7,11 @@ outputs/ kept every file."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 import pytest
@@ -74,6 +76,36 @@ def test_a_detached_job_that_starts_no_run_is_stopped_by_the_deadline(
         error and "the craft process started no run within task_result_wait seconds and was stopped" in answer["error"]
     )
     assert processes == [0] and seconds < 30, (processes, seconds)
+
+
+LINGER = """import atexit, sys, time
+if len(sys.argv) == 4 and sys.argv[3].endswith(".jsonl") and "/mcp-jobs/" in sys.argv[3]:
+    atexit.register(time.sleep, 120)
+"""
+
+
+def test_a_job_that_wrote_its_result_holds_no_slot_while_its_process_exits(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job process may take a while to exit after it wrote its result (here: 2 minutes, an atexit hook); its
+    caller has its answer, so the job no longer counts against max_session_jobs."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(LINGER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    jobs = flakebot_home / "work/mcp-jobs"
+
+    async def session() -> list[tuple[dict[str, Any], bool]]:
+        async with pileup.sdk_session(dict(os.environ)) as client:
+            return [await pileup.call(client, "resume", {"run_id": "nope", "wait": False}) for _ in range(3)]
+
+    try:
+        answers = asyncio.run(session())
+        lingering = len(pileup.job_processes(jobs))
+    finally:
+        pileup.end_jobs(jobs)
+    assert lingering == 3  # every job is still exiting
+    assert [(answer["type"], error) for answer, error in answers] == [("RunError", True)] * 3, answers
 
 
 def _ended_job(work: Path, suffix: str, days: float) -> list[Path]:

@@ -6,7 +6,9 @@ mcp-jobs/ID.job.json: the tool, the MCP session that started it, and the process
 that process's start time (/proc/PID/stat field 22). A pid alone is not an identity: once the job ends the kernel
 may give the number to any process or kernel thread, and a record trusting it would read as running forever.
 
-Admission counts the records whose process is still theirs (removing the others), under a lock so two servers
+Admission counts the records whose process is still theirs and whose journal (ID.jsonl, when the job has one) does
+not end with its result or error yet: a process that wrote its result may take a while to exit, and its caller
+already has what it asked for. Finished records are removed. The count is taken under a lock so two servers
 cannot both take the last slot: at most `max_jobs` jobs on this machine (this user's state directory) and
 `max_session_jobs` per MCP session. A call past either is refused with one line naming the jobs that hold the
 slots, before anything is written. There is no queue on purpose: a queued job would be either a waiting process
@@ -145,12 +147,22 @@ def live_records(directory: Path) -> list[dict[str, Any]]:
     """The records of jobs still running; a record whose process ended (or whose pid is another's now) goes."""
     live = []
     for path in directory.glob(f"*{RECORD}"):
-        record = _read(path)
-        if record is not None and is_running(record.get("pid"), record.get("start_time")):
-            live.append({**record, "id": path.name.removesuffix(RECORD)})
+        record, job_id = _read(path), path.name.removesuffix(RECORD)
+        if record is not None and is_running(record.get("pid"), record.get("start_time")) and not _done(path, job_id):
+            live.append({**record, "id": job_id})
         else:
             path.unlink(missing_ok=True)
     return sorted(live, key=lambda r: float(r.get("created", 0)))
+
+
+def _done(record: Path, job_id: str) -> bool:
+    """Whether the job's journal ends with its result or error (mcp_server.run_job writes it last)."""
+    try:
+        last = record.with_name(f"{job_id}.jsonl").read_text().splitlines()[-1:]
+        line = json.loads(last[0]) if last else {}
+    except (OSError, ValueError):  # no journal (a waited call's slot), or its last line half written
+        return False
+    return isinstance(line, dict) and ("result" in line or "error" in line)
 
 
 def _clear_old(directory: Path, running: set[str]) -> None:
