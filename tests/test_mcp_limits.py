@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.scenarios import pileup
 from flakebot import config
+from flakebot.pipeline.run import Run
 from tests.conftest import require
 
 MIB = 1024 * 1024
@@ -106,6 +107,32 @@ def test_a_job_that_wrote_its_result_holds_no_slot_while_its_process_exits(
         pileup.end_jobs(jobs)
     assert lingering == 3  # every job is still exiting
     assert [(answer["type"], error) for answer, error in answers] == [("RunError", True)] * 3, answers
+
+
+def test_a_run_whose_pid_is_now_another_process_reads_interrupted(flakebot_home: Path) -> None:
+    """`status` (what a caller polls to follow a run handle) read a run as running while any process had its pid:
+    kthreadd's (2) kept it running forever. A run is its pid plus that process's start time."""
+    import subprocess
+    import sys
+
+    from flakebot.pipeline.request import RunRequest
+    from tests.fakes.mcp_call import mcp_call
+
+    runs = {}
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        for name, pid, extra in (("kernel", 2, {}), ("impostor", other.pid, {"pid_start": 1})):
+            run = Run.create(config.load().path("workdir"), "craft", RunRequest(need=f"a tool for {name}"))
+            run.state.update(status="running", pid=pid, **extra)  # as a run that was running when its process died
+            run.save()
+            runs[name] = mcp_call("status", {"run_id": run.id})
+    finally:
+        other.kill()
+        other.wait()
+    assert {name: answer["status"] for name, answer in runs.items()} == {
+        "kernel": "interrupted",
+        "impostor": "interrupted",
+    }
 
 
 def _ended_job(work: Path, suffix: str, days: float) -> list[Path]:
