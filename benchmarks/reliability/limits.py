@@ -43,8 +43,10 @@ def _sessions(home: Home) -> tuple[bool, str]:
 
 def _reused_pid(home: Home) -> tuple[bool, str]:
     seen = pileup.reused_pids(home.env(), home.workdir)
-    statuses = {name: seen[name].status for name in ("kernel", "impostor")}
-    return set(statuses.values()) == {"failed"}, ", ".join(f"{k}: {v}" for k, v in statuses.items())
+    tasks = {name: seen[name].status for name in ("kernel", "impostor")}
+    bounded = set(tasks.values()) == {"failed"} and set(seen["runs"].values()) == {"interrupted"}
+    shown = [f"task by {k}: {v}" for k, v in tasks.items()] + [f"run by {k}: {v}" for k, v in seen["runs"].items()]
+    return bounded, ", ".join(shown)
 
 
 def _result_wait(home: Home) -> tuple[bool, str]:
@@ -71,8 +73,8 @@ def _outputs(home: Home) -> tuple[bool, str]:
 CASES: list[tuple[str, str, str, Callable[[Home], tuple[bool, str]]]] = [
     ("jobs", "12 detached crafts from one MCP session, then 2 and 1 from two more sessions",
      "2 job processes per session, 4 on the machine; the rest refused in one line, no file written", _sessions),
-    ("reused pid", "a task record whose pid is kthreadd's (2), and one whose pid is another live process",
-     "both read failed, never working", _reused_pid),
+    ("reused pid", "task records and runs whose pid is kthreadd's (2), or another live process's",
+     "the tasks read failed, the runs interrupted; never working or running", _reused_pid),
     ("result wait", "tasks/result on a craft task that stays working for minutes",
      "an answer after task_result_wait (3 s here) with the status; the task goes on", _result_wait),
     ("outputs", "5 spilled stdouts of 288 KB, then one of 6.9 MB, under a 1 MiB outputs_mb",

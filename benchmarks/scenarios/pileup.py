@@ -137,9 +137,13 @@ def forge_task(jobs: Path, task_id: str, pid: int, **extra: Any) -> None:
 
 def reused_pids(env: dict[str, str], work: Path) -> dict[str, Any]:
     """Two task records whose job is gone: one whose pid is kthreadd's (pid 2, a kernel thread with an empty command
-    line), one whose pid is a live process that even names the task's journal. What tasks/get and tasks/list say
-    of them: {"kernel": Task, "impostor": Task, "listed": [Task]} (or the errors they were answered with)."""
+    line), one whose pid is a live process that even names the task's journal; and two runs left `running` with
+    those pids. What tasks/get, tasks/list and `status` say of them: {"kernel": Task, "impostor": Task, "listed":
+    [Task], "runs": {"kernel": status, "impostor": status}}."""
     import mcp_types as types
+
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.pipeline.run import Run
 
     jobs = work / "mcp-jobs"
     kernel, reused = FORGED.format(2), FORGED.format(3)
@@ -148,15 +152,22 @@ def reused_pids(env: dict[str, str], work: Path) -> dict[str, Any]:
     impostor = subprocess.Popen(sleeper, start_new_session=True)
     try:
         forge_task(jobs, reused, impostor.pid, start_time=1)  # the job's start time, not this process's
+        runs = {}
+        for name, pid, extra in (("kernel", 2, {}), ("impostor", impostor.pid, {"pid_start": 1})):
+            run = Run.create(work, "craft", RunRequest(need=f"a tool for {name}"))
+            run.state.update(status="running", pid=pid, **extra)  # as a run whose process died
+            run.save()
+            runs[name] = run.id
 
         async def session() -> dict[str, Any]:
             async with sdk_session(env) as client:
-                seen = {}
+                seen: dict[str, Any] = {"ids": {"kernel": kernel, "impostor": reused}, "runs": {}}
                 for name, task_id in (("kernel", kernel), ("impostor", reused)):
                     get = types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id))
                     seen[name] = await client.send_request(get, types.GetTaskResult)
+                    seen["runs"][name] = (await call(client, "status", {"run_id": runs[name]}))[0].get("status")
                 listed = await client.send_request(types.ListTasksRequest(), types.ListTasksResult)
-                return {**seen, "listed": listed.tasks, "ids": {"kernel": kernel, "impostor": reused}}
+                return {**seen, "listed": listed.tasks}
 
         return asyncio.run(session())
     finally:
