@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
-from flakebot.errors import ConfigError, FlakebotError
+from flakebot.errors import ConfigError, HostError
 from flakebot.fsutil import atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ KEEP_DAYS = 31
 PF_KTHREAD = 0x00200000  # /proc/PID/stat flags (field 9): a kernel thread is never a job
 
 
-class JobLimit(FlakebotError):
+class JobLimit(HostError):
     """A long call refused: as many jobs as max_jobs (or max_session_jobs) are running already."""
 
 
