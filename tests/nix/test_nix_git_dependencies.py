@@ -208,29 +208,71 @@ def test_a_wrong_hash_is_one_line_naming_the_dependency_and_the_hash_received(
     assert error.details["git_dependencies"] == ["helper-0.1.0"] and error.details["got"] == real
 
 
-@pytest.mark.slow
-def test_a_tag_and_a_workspace_member_at_a_rev_each_get_their_hash(served: Served, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tag_and_rev(served: Served, tmp_path_factory: pytest.TempPathFactory) -> tuple[PackageResult, list[str], Path]:
+    """greeter with helper at a tag and demo-core (a workspace member) at a rev, packaged once: result, progress,
+    home."""
+    home = tmp_path_factory.mktemp("tagrev")
     dependencies = (
         f'helper = {{ git = "{served.url("helper")}", tag = "v0.1.0" }}\n'
         f'demo-core = {{ git = "{served.url("tools")}", rev = "{served.tools_commit[:10]}" }}\n'
     )
-    crate = _greeter(tmp_path / "greeter", dependencies, extra='format!(" and demo-core {}", demo_core::version())')
+    crate = _greeter(home / "greeter", dependencies, extra='format!(" and demo-core {}", demo_core::version())')
     lock = (crate / "Cargo.lock").read_text()
     assert "?tag=v0.1.0#" in lock and f"?rev={served.tools_commit[:10]}#" in lock, lock
     messages: list[str] = []
-    result = package_crate(crate, tmp_path / "flake", _settings(tmp_path), progress=messages.append)
+    result = package_crate(crate, home / "flake", _settings(home), progress=messages.append)
+    return result, messages, home
+
+
+@pytest.mark.slow
+def test_a_tag_and_a_workspace_member_at_a_rev_each_get_their_hash(
+    tag_and_rev: tuple[PackageResult, list[str], Path], served: Served
+) -> None:
+    result, messages, home = tag_and_rev
     learned = [m for m in messages if m.startswith("git dependency ")]
     assert learned == ["git dependency demo-core-0.4.0, helper-0.1.0: hash from the first build, building again"], (
         "the first build (--keep-going) reports both clones' hashes: one more build, not one per dependency"
     )
-    hashes = _output_hashes(tmp_path / "flake")
+    hashes = _output_hashes(home / "flake")
     assert hashes == {
-        "demo-core-0.4.0": _nar_hash(served, "tools", served.tools_commit, tmp_path / "tools-tree"),
-        "helper-0.1.0": _nar_hash(served, "helper", served.helper_commit, tmp_path / "helper-tree"),
+        "demo-core-0.4.0": _nar_hash(served, "tools", served.tools_commit, home / "tools-tree"),
+        "helper-0.1.0": _nar_hash(served, "helper", served.helper_commit, home / "helper-tree"),
     }
     ran = subprocess.run([result.bin_path], capture_output=True, text=True, timeout=60)
     assert ran.stdout == "hello from helper and demo-core 0.4.0\n", ran.stderr
     assert "fakeHash" not in result.portable_reason
+
+
+@pytest.mark.slow
+def test_a_wrong_hash_beside_a_placeholder_is_the_error(
+    tag_and_rev: tuple[PackageResult, list[str], Path], tmp_path: Path
+) -> None:
+    """The --keep-going build reports every clone's mismatch in the order nix builds them (here helper's first): the
+    one worth an error is the recorded hash that no longer matches, not the lib.fakeHash flakebot fills in itself."""
+    result, _, home = tag_and_rev
+    flake_dir = tmp_path / "flake"
+    shutil.copytree(result.flake_dir, flake_dir, symlinks=True)
+    real = _output_hashes(flake_dir)
+    wrong = "sha256-" + base64.b64encode(hashlib.sha256(b"not the tools repository").digest()).decode()
+    flake = flake_dir / "flake.nix"
+    text = flake.read_text().replace(real["demo-core-0.4.0"], wrong)
+    flake.write_text(text.replace(f'"{real["helper-0.1.0"]}"', "lib.fakeHash"))
+    assert _output_hashes(flake_dir) == {"demo-core-0.4.0": wrong, "helper-0.1.0": gitdeps.FAKE_HASH}
+    with git.Repo(flake_dir) as repo:
+        repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "wrong, fake"])
+    settings = _settings(home)
+    with pytest.raises(NixError) as failed:
+        build(flake_dir, "host", ensure_standin(settings), settings, "greeter", lambda message: None, keep_going=True)
+    error = failed.value
+    assert error.message == (
+        "nix build of greeter failed: git dependency demo-core-0.4.0 does not match its cargoLock.outputHashes "
+        f"entry: expected {wrong}, got {real['demo-core-0.4.0']}"
+    )
+    assert sorted(error.details["git_mismatches"], key=lambda m: m["git_dependencies"]) == [
+        {"git_dependencies": ["demo-core-0.4.0"], "specified": wrong, "got": real["demo-core-0.4.0"]},
+        {"git_dependencies": ["helper-0.1.0"], "specified": gitdeps.FAKE_HASH, "got": real["helper-0.1.0"]},
+    ], "both clones ran and reported: nix kept going past the first mismatch"
 
 
 # How long each .crate answer of nix's crate server takes: far longer than the git clone, so the first build's hash
