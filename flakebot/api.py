@@ -563,19 +563,28 @@ def package(
     nixpkgs: str | None = None,
     out: str | None = None,
     offline: bool | None = None,
+    catalog: bool = False,
+    name: str | None = None,
+    strict_smoke: bool = False,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> PackageOut:
     """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
 
     The flake goes to `out` when given (kept by `flakebot clean`), else into the run directory.
-    Returns the package stage's output (flake, store path, how to run it) with the run id.
+    `catalog`: also put the built binary in the catalog as a tool (named `name`, else as the binary), which
+    run_tool, call_tool and the MCP server then offer like a crafted one. The smoke run's level (help, usage,
+    starts-only) is in the result's `smoke`; `strict_smoke` refuses a tool below help.
+    Returns the package stage's output (flake, store path, how to run it) with the run id (and the catalog entry).
     """
     request = RunRequest(
         target=target,
         registry=registry,
         bin=bin_name,
         out=out,
+        catalog=catalog,
+        name=name,
+        strict_smoke=strict_smoke,
         settings=_given(nixpkgs=nixpkgs or None, offline=offline),
     )
     return package_request(request, sink=sink, settings=settings)
@@ -605,7 +614,8 @@ def package_request(
         settings=overrides,
     )
     run = pipeline.start("package", _workdir(settings), settings, request, sink)
-    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
+    catalogued = run.output("catalog").get("catalog") or {} if request.catalog else {}
+    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
 
 
 # ------------------------------------------------------------------ catalog

@@ -569,6 +569,21 @@ def package_cmd(
         typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it."),
     ] = None,
     offline: OfflineOpt = None,
+    catalog: Annotated[
+        bool,
+        typer.Option(
+            "--catalog", help="Also put the tool in the catalog: 'flakebot run', 'list' and 'flakebot mcp' offer it."
+        ),
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option("--name", help="With --catalog: the tool's name (default: the binary's).")
+    ] = None,
+    strict_smoke: Annotated[
+        bool,
+        typer.Option(
+            "--strict-smoke", help="Refuse a tool whose --help/--version does not exit 0 (no usage/starts-only level)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
@@ -580,6 +595,9 @@ def package_cmd(
         registry=registry,
         bin=bin_name,
         out=str(out_dir) if out_dir else None,
+        catalog=catalog,
+        name=name,
+        strict_smoke=strict_smoke,
         settings=_given(nixpkgs=nixpkgs or None, offline=offline),
     )
     with event_sink(as_json, f"package {target}") as sink:
@@ -594,8 +612,17 @@ def package_cmd(
     )
     for notice in result.notices:
         out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    smoke = result.smoke
+    colour = "green" if smoke.get("level") == "help" else "yellow"
+    out.print(
+        f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
+        f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
+    )
     out.print(f"flake: {escape(result.flake_dir)}")
     out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
+    if result.catalog:
+        tool = f"{result.catalog['name']}@{result.catalog['version']}"
+        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
 
 
 # ---------------------------------------------------------------- publish

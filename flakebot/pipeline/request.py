@@ -75,6 +75,10 @@ class RunRequest:
     """The binary, when the crate has several."""
     out: str | None = None
     """Write the flake to this directory (kept after the run)."""
+    catalog: bool = False
+    """Put the packaged crate in the catalog as a tool (its binary's name, or `name`), runnable like a crafted one."""
+    strict_smoke: bool = False
+    """Refuse a tool whose smoke run reached only the usage or starts-only level (--help or --version must exit 0)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The settings the caller's flags override (max_iterations, offline, sandbox, ...), by setting name."""
 
