@@ -111,7 +111,7 @@ def test_a_tool_that_looks_up_its_user_is_catalogued_from_package_and_runs(tmp_p
     crate = tmp_path / "lookup"
     (crate / "src").mkdir(parents=True)
     (crate / "Cargo.toml").write_text(
-        f'[package]\nname = "lookup"\nversion = "0.2.0"\nedition = "2021"\ndescription = "Says which user runs it"\n'
+        '[package]\nname = "lookup"\nversion = "0.2.0"\nedition = "2021"\ndescription = "Says which user runs it"\n'
     )
     (crate / "src" / "main.rs").write_text(LOOKUP_MAIN.replace("MARKER", marker))
     out = api.package(str(crate), nixpkgs="host", offline=True, catalog=True, name="whoruns")
