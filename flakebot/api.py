@@ -602,6 +602,12 @@ def package_request(
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
+    if request.name:
+        if not request.catalog:
+            raise UsageError("--name names a catalogued tool", fix="add --catalog, or leave --name out")
+        from flakebot.stages.catalogue import catalog_name
+
+        catalog_name(request.name, "")  # a malformed name is refused before anything is built
     # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
     overrides = _run_overrides(request.settings)
     settings = dataclasses.replace(_settings(settings), **overrides)

@@ -10,16 +10,18 @@ the stage does nothing.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
-from flakebot.errors import NixError
+from flakebot.errors import NixError, UsageError
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
 from flakebot.stages.instruct import catalogue, observe, package_run
 from flakebot.stages.outputs import CatalogOut, LocateOut, PackageOut
+from flakebot.toolspec import NAME_RE
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ def catalog_stage(ctx: StageContext) -> CatalogOut:
     built = ctx.get(PackageOut)
     package = built.to_dict()
     catalog = Catalog.open(ctx.settings)
-    name = ctx.request.name or built.main_program
+    name = catalog_name(ctx.request.name, built.main_program)
     need = packaged_need(built.pname)
     version = catalog.version_for(name)
     flake_ref = str(catalog.version_dir(name, version) / "flake")
@@ -58,6 +60,18 @@ def catalog_stage(ctx: StageContext) -> CatalogOut:
     usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output
     entry = catalogue(ctx, catalog, name, package, manifest, usage_md, need=need, version=version)
     return CatalogOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
+
+
+def catalog_name(given: str | None, binary: str) -> str:
+    """The tool's name in the catalog: --name, else the binary's in kebab-case (look_up -> look-up); the name is a
+    directory of the catalog, so anything else is refused."""
+    name = given or re.sub(r"[_.]+", "-", binary.lower()).strip("-")
+    if not NAME_RE.match(name):
+        raise UsageError(
+            f"'{name}' cannot name a catalogued tool (lower-case words joined by -)",
+            fix="pass --name with a name like csv-dedup",
+        )
+    return name
 
 
 def packaged_need(pname: str) -> str:

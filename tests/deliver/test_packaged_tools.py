@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 
 from flakebot import api
-from flakebot.errors import NixError
+from flakebot.errors import NixError, UsageError
 from tests.conftest import DEBIAN_REGISTRY, run_cli
-
-pytestmark = pytest.mark.slow
 
 
 def _result(stdout: str) -> dict[str, Any]:
@@ -41,6 +39,7 @@ def _cargo_lock(root: Path) -> Path:
     return crate
 
 
+@pytest.mark.slow
 def test_cargo_lock_is_catalogued_at_its_usage_level_and_runs(tmp_path: Path) -> None:
     """cargo-lock 8.0.2 has no --help: its default `list` command treats it as an unknown option, prints its usage and
     exits 1. It builds, so it is catalogued at level usage with that evidence, and runs through `flakebot run`."""
@@ -106,23 +105,33 @@ fn main() {
 """
 
 
+@pytest.mark.slow
 def test_a_tool_that_looks_up_its_user_is_catalogued_from_package_and_runs(tmp_path: Path) -> None:
     marker = f"lookup-{secrets.token_hex(6)}"
-    crate = tmp_path / "lookup"
+    crate = tmp_path / "look_up"
     (crate / "src").mkdir(parents=True)
     (crate / "Cargo.toml").write_text(
-        '[package]\nname = "lookup"\nversion = "0.2.0"\nedition = "2021"\ndescription = "Says which user runs it"\n'
+        '[package]\nname = "look_up"\nversion = "0.2.0"\nedition = "2021"\ndescription = "Says which user runs it"\n'
     )
     (crate / "src" / "main.rs").write_text(LOOKUP_MAIN.replace("MARKER", marker))
-    out = api.package(str(crate), nixpkgs="host", offline=True, catalog=True, name="whoruns")
-    assert out.smoke["level"] == "help" and out.catalog["name"] == "whoruns"
+    out = api.package(str(crate), nixpkgs="host", offline=True, catalog=True)
+    assert out.smoke["level"] == "help" and out.catalog["name"] == "look-up"  # the binary look_up, in kebab-case
+    assert run_cli("list").stdout.count("look-up") == 1
 
-    ran = run_cli("run", "whoruns", "--", "--uid")
+    ran = run_cli("run", "look-up", "--", "--uid")
     assert ran.returncode == 0, ran.stderr
     said = re.fullmatch(rf"{marker}: (\S+) \((\d+)\)\n", ran.stdout)
     assert said, ran.stdout  # the sandbox's /etc/passwd names the uid it runs as (a fresh one per flakebot process)
-    manifest = api.tool_manifest("whoruns")
+    manifest = api.tool_manifest("look-up")
     assert manifest["summary"] == "Says which user runs it" and manifest["smoke"]["level"] == "help"
     assert [p["flag"] for p in manifest["parameters"]] == ["--uid"]  # read from its --help
-    called = api.call_tool("whoruns", {"uid": True})
+    called = api.call_tool("look-up", {"uid": True})
     assert called.exit_code == 0 and called.stdout.startswith(f"{marker}: {said.group(1)} (")
+
+
+@pytest.mark.parametrize("name", ["../escape", "Upper", "a/b", "x_y"])
+def test_a_name_that_cannot_name_a_catalogued_tool_is_refused_before_any_build(tmp_path: Path, name: str) -> None:
+    """The name becomes a directory of the catalog: only kebab-case, checked before the crate is even located."""
+    refused = run_cli("package", str(tmp_path / "no-such-crate"), "--catalog", "--name", name)
+    assert refused.returncode == UsageError.exit_code
+    assert "cannot name a catalogued tool" in refused.stderr and not (tmp_path / "no-such-crate").exists()
