@@ -135,3 +135,47 @@ def test_a_name_that_cannot_name_a_catalogued_tool_is_refused_before_any_build(t
     refused = run_cli("package", str(tmp_path / "no-such-crate"), "--catalog", "--name", name)
     assert refused.returncode == UsageError.exit_code
     assert "cannot name a catalogued tool" in refused.stderr and not (tmp_path / "no-such-crate").exists()
+
+
+@pytest.mark.slow
+def test_the_mcp_package_tool_catalogues_a_crate_which_becomes_an_mcp_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a real MCP client over stdio: `package` with catalog, then the new tool in the list, called by schema."""
+    import asyncio
+
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")  # the host stand-in, as the other packaging tests
+
+    from tests.test_mcp import mcp_client
+
+    marker = f"greet-{secrets.token_hex(6)}"
+    crate = tmp_path / "greet"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text('[package]\nname = "greet"\nversion = "1.0.0"\nedition = "2021"\n')
+    help_text = "Greets\\n\\nUsage: greet [OPTIONS]\\n\\nOptions:\\n  -n, --name <NAME>  Who to greet\\n  -h, --help  Print help"
+    (crate / "src" / "main.rs").write_text(
+        "fn main() {\n    let args: Vec<String> = std::env::args().collect();\n"
+        f'    if args.iter().any(|a| a == "--help") {{ println!("{help_text}"); return; }}\n'
+        '    let name = args.windows(2).find(|w| w[0] == "--name").map(|w| w[1].clone()).unwrap_or("world".into());\n'
+        f'    println!("{marker}: hello {{name}}");\n}}\n'
+    )
+
+    async def session() -> tuple[Any, list[str], Any]:
+        async with mcp_client() as client:
+            arguments = {"target": str(crate), "catalog": True, "wait": True}
+            packaged = await client.call("package", arguments)
+            return packaged, await client.tool_names(), await client.call("greet", {"name": "agent"})
+
+    packaged, names, called = asyncio.run(session())
+    assert packaged[1] is False and packaged[0]["catalog"]["name"] == "greet", packaged
+    assert packaged[0]["smoke"]["level"] == "help" and "greet" in names
+    assert called == (
+        {
+            "tool": "greet",
+            "argv": ["--name", "agent"],
+            "exit_code": 0,
+            "stdout": f"{marker}: hello agent\n",
+            "stderr": "",
+        },
+        False,
+    )
