@@ -46,8 +46,9 @@ _ARGUMENT_ERROR = re.compile(
 )
 # What a tool says when the sandbox withholds privilege or a device (pleaser: "I cannot set privs").
 _WITHHELD = re.compile(
-    r"\b(?:privs?|privileges?|privileged|setuid|setgid|capabilit(?:y|ies)|root|superuser|sudo)\b|"
-    r"permission denied|operation not permitted|\bEPERM\b|\bEACCES\b|no such device|/dev/\w+",
+    r"\b(?:privs?|privileges?|privileged|setuid|setgid|capabilit(?:y|ies)|superuser|sudo)\b|"
+    r"\b(?:as|be|needs?|requires?) root\b|permission denied|operation not permitted|\bEPERM\b|\bEACCES\b|"
+    r"no such device|/dev/\w+",
     re.IGNORECASE,
 )
 

@@ -61,6 +61,15 @@ def test_a_tool_stopped_by_the_sandbox_withholding_privilege_is_starts_only(tmp_
     assert record["first_lines"] == ["I cannot set privs. Exiting as not installed correctly."]
 
 
+@pytest.mark.parametrize(
+    "said",
+    ["this program must be run as root", "open /dev/ttyUSB0: No such file or directory", "Operation not permitted"],
+)
+def test_other_things_the_sandbox_withholds_are_starts_only(tmp_path: Path, said: str) -> None:
+    tool = _script(tmp_path / "bin" / "needy", f'echo "{said}" >&2\nexit 1\n')
+    assert smoke_run(tool, timeout=10)["level"] == "starts-only"
+
+
 def test_strict_smoke_keeps_the_old_rule(tmp_path: Path) -> None:
     tool = _script(tmp_path / "bin" / "cargo-lock", CARGO_LOCK)
     with pytest.raises(NixError) as caught:
@@ -84,6 +93,7 @@ def test_a_help_exiting_0_is_help_level(tmp_path: Path) -> None:
         pytest.param("echo \"thread 'main' panicked at src/main.rs:3:5: usage\" >&2\nexit 101\n", id="panic"),
         pytest.param('echo "usage: crash" >&2\nkill -SEGV $$\n', id="signal"),
         pytest.param('echo "a78e31: no help here" >&2\nexit 3\n', id="says-nothing-of-itself"),
+        pytest.param('echo "error: could not find the project root" >&2\nexit 1\n', id="a-root-that-is-no-privilege"),
     ],
 )
 def test_a_crash_or_an_unexplained_failure_is_still_refused(tmp_path: Path, body: str) -> None:
