@@ -3,9 +3,14 @@ the inputs flakebot declares for crates nixpkgs packages, checked against nixpkg
 
 from __future__ import annotations
 
+import secrets
+from pathlib import Path
+
 import pytest
 
 from flakebot.nix import deps, evidence
+from flakebot.nix.flake import package_crate
+from tests.fakes.nix_crates import host_settings, manifest, write
 
 
 @pytest.mark.parametrize(
@@ -17,13 +22,18 @@ from flakebot.nix import deps, evidence
             "cargo-c>   failed to run curl-config (No such file or directory (os error 2)), building from source",
             "curl.dev",
         ),
-        # nasm-rs 0.2.4 src/lib.rs is_nasm_found_and_new_enough + get_output, through rav1e 0.5.1 build.rs's expect
+        # nasm-rs 0.2.4 (src/lib.rs is_nasm_found_and_new_enough) through a build script's unwrap, as the slow test
+        # below sees it in a real nix build without nasm; and through rav1e 0.5.1 build.rs's expect
         (
-            "rav1e>   thread 'main' panicked at 'NASM build failed. Make sure you have nasm installed. https://nasm.us: "
-            '"Unable to run nasm: failed to spawn process: No such file or directory (os error 2)"\', build.rs:134:8',
+            "asmtool>   called `Result::unwrap()` on an `Err` value: "
+            '"Unable to run nasm: No such file or directory (os error 2)"',
             "nasm",
         ),
-        ("  Unable to run /usr/bin/nasm: failed to spawn process: No such file or directory (os error 2)", "nasm"),
+        (
+            "rav1e>   thread 'main' panicked at 'NASM build failed. Make sure you have nasm installed. https://nasm.us: "
+            '"Unable to run nasm: No such file or directory (os error 2)"\', build.rs:134:8',
+            "nasm",
+        ),
         ("  Couldn't find NASM", "nasm"),
         # prost-build, newer and older
         (
@@ -78,3 +88,39 @@ def test_inputs_for_crates_nixpkgs_packages_match_its_expressions() -> None:
     rav1e = deps.native_inputs(["nasm-rs", "av1-grain", "rayon"])
     assert rav1e.native_build_inputs == ["nasm"] and rav1e.build_inputs == []
     assert rav1e.because["nasm"] == ["nasm-rs"]
+
+
+ANSWER_ASM = "global answer\nsection .text\nanswer:\n    mov eax, 42\n    ret\n"
+
+
+@pytest.mark.slow
+def test_a_build_script_running_nasm_that_no_crate_name_announces_gets_nasm_from_its_own_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian's nasm-rs 0.2.4 assembles a file in the build script; with nasm-rs taken out of the crate-name table (a
+    crate flakebot does not know), the nix build runs without nasm, fails with nasm-rs's own words ("Unable to run
+    nasm: No such file or directory"), and is built again with nasm in nativeBuildInputs."""
+    monkeypatch.delitem(deps.NATIVE_INPUTS, "nasm-rs")
+    marker = secrets.token_hex(8)
+    build_rs = (
+        f"// {marker}\nfn main() {{\n"
+        '    nasm_rs::compile_library("libanswer.a", &["src/answer.asm"]).unwrap();\n'
+        '    println!("cargo:rustc-link-lib=static=answer");\n}\n'
+    )
+    main = (
+        'extern "C" { fn answer() -> i32; }\n'
+        f'fn main() {{ println!("asmtool {marker}: the answer is {{}}\\n\\nUsage: asmtool [--help]", unsafe {{ answer() }}); }}\n'
+    )
+    cargo = manifest("asmtool") + '\n[build-dependencies]\nnasm-rs = "0.2"\n'
+    crate = write(
+        tmp_path / "crate",
+        {"Cargo.toml": cargo, "build.rs": build_rs, "src/main.rs": main, "src/answer.asm": ANSWER_ASM},
+    )
+    result = package_crate(crate, tmp_path / "flake", host_settings(tmp_path))
+    assert result.native_inputs["nativeBuildInputs"] == ["nasm"]
+    [why] = result.native_inputs["because"]["nasm"]
+    assert (
+        why
+        == 'build log: called `Result::unwrap()` on an `Err` value: "Unable to run nasm: No such file or directory (os error 2)"'
+    )
+    assert result.smoke["level"] == "help" and f"asmtool {marker}: the answer is 42" in result.smoke["output_head"]
