@@ -149,7 +149,7 @@ class RunRequest:
     """Write the flake to this directory (new or empty; kept after the run and by 'flakebot clean')."""
     catalog: bool = option(False, verbs=("package",), mcp=("package",))
     """Also put the packaged binary in the catalog as a tool (named after the binary, or `name`): run, list and the MCP server offer it like a crafted one."""
-    strict_smoke: bool = option(False, verbs=("package",), mcp=("package",))
+    strict_smoke: bool = option(False, verbs=("craft", "package"), mcp=("package",))
     """Refuse a tool whose smoke run reached only the usage or starts-only level (--help or --version must exit 0)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The settings the caller's flags override (max_iterations, offline, sandbox, ...), by setting name."""
