@@ -503,8 +503,17 @@ def package_cmd(request: RunRequest, as_json: bool) -> None:
     )
     for notice in result.notices:
         out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    smoke = result.smoke
+    colour = "green" if smoke.get("level") == "help" else "yellow"
+    out.print(
+        f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
+        f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
+    )
     out.print(f"flake: {escape(result.flake_dir)}")
     out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
+    if result.catalog:
+        tool = f"{result.catalog['name']}@{result.catalog['version']}"
+        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
 
 
 # ---------------------------------------------------------------- publish

@@ -1,4 +1,4 @@
-"""Proving a flake: `nix build --json` (Nix 2.8 has no --print-out-paths), a bounded smoke run, a GC root."""
+"""Proving a flake: `nix build --json` (Nix 2.8 has no --print-out-paths) and a GC root (the smoke run: smoke.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import logging
 import re
 import shlex
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import NixError
@@ -20,7 +18,6 @@ from flakebot.nix import command, evidence, gitdeps
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-SMOKE_OUTPUT_HEAD = 2000
 
 
 def build(
@@ -215,55 +212,6 @@ def _hex_sha256(printed: str) -> str:
         return base64.b64decode(printed.removeprefix("sha256-"), validate=True).hex()
     except ValueError:
         return printed
-
-
-def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dict[str, Any]:
-    """Run `<bin> --help` (then `--version`; a cargo-NAME subcommand also `NAME --help`, as cargo calls it) in the
-    sandbox with stdin empty; exit 0 within `timeout` seconds or a NixError."""
-    attempts: list[dict[str, Any]] = []
-    for args in smoke_arguments(bin_path.name):
-        argv = [str(bin_path), *args]
-        result = _sandboxed(argv, timeout, sandbox_mode)
-        record = {
-            "argv": argv,
-            "exit_code": result.returncode,
-            "output_head": (result.stdout + result.stderr)[:SMOKE_OUTPUT_HEAD],
-        }
-        if result.timed_out:
-            raise NixError(
-                f"smoke run '{shlex.join([bin_path.name, *args])}' hung and was killed after {timeout:g} s",
-                fix="make the tool exit after printing --help, or raise smoke_timeout",
-                smoke={**record, "timed_out": True},
-            )
-        if result.returncode == 0:
-            return record
-        attempts.append(record)
-    said = [f"'{shlex.join([bin_path.name, *a['argv'][1:]])}' exited {a['exit_code']}" for a in attempts]
-    codes = " and ".join([", ".join(said[:-1]), said[-1]] if len(said) > 1 else said)
-    raise NixError(
-        f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1]
-    )
-
-
-def smoke_arguments(name: str) -> list[list[str]]:
-    """The smoke runs to try in turn: --help, --version, and for a cargo subcommand (cargo-NAME, which cargo runs as
-    `cargo-NAME NAME ARGS`) NAME --help."""
-    tries = [["--help"], ["--version"]]
-    if name.startswith("cargo-") and len(name) > len("cargo-"):
-        tries.append([name.removeprefix("cargo-"), "--help"])
-    return tries
-
-
-def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
-    """The built tool may hold model-written code: run it like every such command, in the sandbox."""
-    from flakebot.sandbox import open_sandbox
-
-    with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
-        tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is
-        sandbox = open_sandbox(
-            sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout, adopt=True
-        )
-        return sandbox.run(argv, cwd=Path(tmp), stdin="", timeout=timeout)
 
 
 def make_gc_root(store_path: str, link: Path) -> Path:

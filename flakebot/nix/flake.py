@@ -19,13 +19,14 @@ from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import command, deps, evidence, gitdeps, licenses
-from flakebot.nix.build import build, make_gc_root, smoke_run
+from flakebot.nix.build import build, make_gc_root
 from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
 from flakebot.nix.reuse import dependency_output
 from flakebot.nix.skeleton import Skeleton, write_skeleton
+from flakebot.nix.smoke import smoke_run
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Choice:
     prefer_bin: str | None = None
     all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
     rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
+    strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
 
 
 @dataclass
@@ -72,6 +74,7 @@ class PackageResult:
     build_features: list[str] = field(default_factory=list)  # turned on for the binary's required-features
     # Dev-dependencies left out of the flake's copy (devdeps.Dropped.to_dict()): the crate's own tests could not run.
     dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
+    description: str = ""  # the crate's own (Cargo.toml), or the one given
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,12 +92,14 @@ def package_crate(
     prefer_bin: str | None = None,
     all_bins: bool = False,
     rust_version: str = "",
+    strict_smoke: bool = False,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
     `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
     otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
-    flake's copy, whatever its Cargo.toml said.
+    flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, starts-only) is in `smoke`;
+    `strict_smoke` refuses a tool below help.
     """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
@@ -114,7 +119,7 @@ def package_crate(
             settings,
             mode,
             notice,
-            Choice(bin_name, prefer_bin, all_bins, rust_version),
+            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke),
             description,
             report,
             gc_root,
@@ -161,7 +166,9 @@ def _package(
     try:
         bin_path = _built_binary(store_path, facts)
         report(f"smoke run: {facts.bin_name} --help")
-        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
+        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox, strict=choice.strict_smoke)
+        if smoke["level"] != "help":
+            report(f"smoke level {smoke['level']}: '{smoke['command']}' exited {smoke['exit_code']}")
     except NixError as exc:
         exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
@@ -189,6 +196,7 @@ def _package(
         **_portability(mode, flake),
         build_features=facts.build_features,
         dropped_dev_dependencies=facts.dropped_dev_dependencies,
+        description=description or facts.description,
     )
 
 
