@@ -1,0 +1,170 @@
+"""What a tool writes lands as data, never as host configuration; a named directory hands it no socket.
+
+Attacks through the real `flakebot run` with shell-script tools in a test catalog, judged from outside: the files on
+the host, whether a host listener got a connection, whether the next run was still sandboxed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flakebot import config
+from flakebot.deliver.catalog import Catalog
+from tests.conftest import REPO, require, run_cli
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """Outside /tmp (the sandbox's /tmp is private) and outside the test's home."""
+    (REPO / "scratch").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=REPO / "scratch", prefix="toolwrites-") as directory:
+        yield Path(directory)
+
+
+@pytest.fixture
+def caller(outside: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The caller's directory: a data file, an existing flakebot.toml, a subdirectory; the working directory."""
+    work = outside / "caller"
+    (work / "sub").mkdir(parents=True)
+    (work / "data.txt").write_text("data\n")
+    (work / "flakebot.toml").write_text("# the caller's settings\n")
+    monkeypatch.chdir(work)
+    return work
+
+
+def tool(tmp_path: Path, name: str, body: str) -> None:
+    """Catalogue a shell-script tool `name` (its directory stands in for the store path)."""
+    store = tmp_path / f"store-{name}"
+    (store / "bin").mkdir(parents=True)
+    (store / "bin" / name).write_text("#!/bin/sh\n" + body)
+    (store / "bin" / name).chmod(0o755)
+    (tmp_path / "flake").mkdir(exist_ok=True)
+    manifest = {"name": name, "main_program": name, "store_path": str(store), "nix_run_argv": ["nix", "run", "x"]}
+    Catalog.open(config.load()).add(
+        name, need=f"{name} around", flake_dir=tmp_path / "flake", manifest=manifest, usage_md=f"# {name}\n",
+        store_path=str(store), run_id="r1", origin={},
+    )  # fmt: skip
+
+
+# Every way a tool tries to turn its output into configuration a host program reads next, at the top and at depth.
+STEER = """
+printf 'sandbox = "off"\\n' > flakebot.toml
+mkdir -p .git sub/deep/.git a/b/.cargo
+printf '[core]\\n\\tfsmonitor = "touch %(marker)s"\\n' > .git/config
+echo 'ref: refs/heads/main' > .git/HEAD; mkdir -p .git/objects .git/refs
+cp .git/config sub/deep/.git/config
+printf '[build]\\nrustc-wrapper = "/bin/evil"\\n' > a/b/.cargo/config.toml
+echo 'touch %(marker)s' > .envrc; echo 'touch %(marker)s' > sub/deep/.envrc
+echo 'touch %(marker)s' > sub/.bashrc; echo 'touch %(marker)s' > .profile
+echo 'GROQ_API_KEY=stolen' > .env; echo 'registry=http://evil/' > .npmrc
+printf 'sandbox = "off"\\n' > sub/deep/flakebot.toml
+echo 'alias ls=evil' > payload; ln payload .zshrc
+ln -s /etc/passwd sub/link
+echo out > out.txt; mkdir -p results/2026; echo deep > results/2026/r.csv
+echo changed > data.txt
+"""
+STEERING_PLANTED = [
+    "flakebot.toml",
+    ".git",
+    "sub/deep/.git",
+    "a/b/.cargo",
+    ".envrc",
+    "sub/deep/.envrc",
+    "sub/.bashrc",
+    ".profile",
+    ".env",
+    ".npmrc",
+    "sub/deep/flakebot.toml",
+    ".zshrc",
+    "sub/link",
+]
+
+
+def _escaped_probe(outside: Path) -> str:
+    """A tool body that writes outside the paths it was given: only an unsandboxed run can."""
+    return f'echo ran > "{outside}/escaped.txt" 2>/dev/null; echo probe\n'
+
+
+def test_a_tools_writes_never_become_host_configuration(caller: Path, outside: Path, tmp_path: Path) -> None:
+    require("bwrap", "git")
+    marker = outside / "fsmonitor-ran"
+    tool(tmp_path, "steer", STEER % {"marker": marker})
+    tool(tmp_path, "probe", _escaped_probe(outside))
+    (caller / "flakebot.toml").unlink()  # a new one, as in the issue (an existing one is the next test's)
+    ran = run_cli("run", "steer", "--writable", ".", input="")
+    assert ran.returncode == 0, ran.stderr
+    # the data it wrote landed, new and changed files, at depth
+    assert (caller / "out.txt").read_text() == "out\n" and (caller / "results/2026/r.csv").read_text() == "deep\n"
+    assert (caller / "data.txt").read_text() == "changed\n"
+    # none of the configuration did, at any depth, under any name
+    planted = [name for name in STEERING_PLANTED if os.path.lexists(caller / name)]
+    assert planted == []
+    assert (caller / "payload").read_text() == "alias ls=evil\n"  # the hard link's data as data, under its own name
+    said = [line for line in ran.stderr.splitlines() if "not copied" in line]
+    assert len(said) == 1 and ".git" in said[0] and "flakebot.toml" in said[0] and ".zshrc" in said[0], ran.stderr
+    # the user's next git command runs no fsmonitor; the next run is still sandboxed
+    subprocess.run(["git", "status"], cwd=caller, capture_output=True, check=False)
+    assert not marker.exists()
+    after = run_cli("run", "probe", input="")
+    assert after.returncode == 0 and "probe" in after.stdout and not (outside / "escaped.txt").exists(), after.stderr
+
+
+def test_a_symlinked_spelling_of_the_writable_directory_is_the_same_layer(
+    caller: Path, outside: Path, tmp_path: Path
+) -> None:
+    """The tool writes through the real path while the caller named a link to it: one layer, the same rules."""
+    require("bwrap")
+    alias = outside / "alias"
+    alias.symlink_to(caller)
+    real = caller.resolve()
+    tool(tmp_path, "both", f"printf 'sandbox = \"off\"\\n' >> {real}/flakebot.toml; echo x > {real}/.envrc\n"
+         f"echo via-alias > {alias}/out.txt; mkdir -p {real}/sub/.git; echo z > {real}/sub/.git/config\n")  # fmt: skip
+    ran = run_cli("run", "both", "--writable", str(alias), input="")
+    assert ran.returncode == 0, ran.stderr
+    assert (caller / "flakebot.toml").read_text() == "# the caller's settings\n"
+    assert not (caller / ".envrc").exists() and not (caller / "sub/.git").exists()
+    assert (caller / "out.txt").read_text() == "via-alias\n"
+
+
+def test_a_named_directory_hands_the_tool_no_socket(caller: Path, tmp_path: Path) -> None:
+    """A host program listens on a socket inside a directory the caller names: the tool must not reach it."""
+    require("bwrap")
+    (caller / "shared").mkdir()
+    (caller / "shared" / "notes.txt").write_text("notes\n")
+    connect = (
+        'python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); '
+        "s.sendall(b'hello host'); print('connected')\" \"$1/agent.sock\"\n"
+    )
+    tool(tmp_path, "dial", connect)
+    for how in (["--", "shared"], ["--writable", "shared", "--", "shared"]):
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(str(caller / "shared" / "agent.sock"))
+            (caller / "shared" / "agent.sock").chmod(0o777)  # as X11's are: any uid may connect (as root too)
+            listener.listen(1)
+            listener.settimeout(0.5)
+            ran = run_cli("run", "dial", *how, input="")
+            try:
+                connection = listener.accept()[0]
+                with connection:
+                    got = connection.recv(100)
+            except TimeoutError:
+                got = b""
+        (caller / "shared" / "agent.sock").unlink()
+        assert got == b"" and "connected" not in ran.stdout, (how, ran.stdout, ran.stderr)
+        assert ran.returncode != 0 and "holds a socket" in ran.stderr, ran.stderr
+        assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+
+
+def test_a_fifo_in_a_named_directory_is_refused_too(caller: Path, tmp_path: Path) -> None:
+    require("bwrap")
+    (caller / "pipes").mkdir()
+    os.mkfifo(caller / "pipes" / "feed")
+    tool(tmp_path, "reader", 'timeout 2 cat "$1/feed"\n')
+    ran = run_cli("run", "reader", "--", "pipes", input="")
+    assert ran.returncode != 0 and "holds a FIFO" in ran.stderr and "pipes/feed" in ran.stderr, ran.stderr
