@@ -73,6 +73,37 @@ def git_reason(rel: Path | str) -> str:
     return ""
 
 
+# Names a host program reads as configuration from the directory it runs in (or above it): a tool's output under
+# one of them, at any depth, is never copied back to the caller's tree (flakebot.deliver.writelayer). The table
+# says which program reads each; a list cannot name every such file, so the layer also copies back nothing but
+# regular files and directories, and says on one line what it left out.
+STEERING_NAMES = {
+    "git (hooks, core.fsmonitor, filters, submodule URLs)": (".git", ".gitmodules", ".gitattributes", ".gitconfig"),
+    "flakebot (its working-directory settings)": ("flakebot.toml",),
+    "direnv and dotenv loaders (run or export on cd)": (".envrc", ".env", ".direnv"),
+    "cargo and rustup (build.rustc-wrapper, toolchains)": (".cargo", "rust-toolchain", "rust-toolchain.toml"),
+    "npm, yarn, pnpm (registries, scripts)": (".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs"),
+    "shells": (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
+               ".zprofile", ".zlogin", ".zlogout", ".kshrc", ".inputrc"),
+    "version managers (switch or install toolchains on cd)": (".tool-versions", ".mise.toml", "mise.toml",
+                                                              ".python-version", ".nvmrc", ".node-version"),
+    "other clients (hooks, credentials)": (".hg", ".hgrc", ".netrc", ".pypirc", ".ssh", ".gnupg", ".docker"),
+    "editors (tasks run when a folder opens)": (".vscode", ".idea"),
+}  # fmt: skip
+_STEERING = {name.casefold(): reader for reader, names in STEERING_NAMES.items() for name in names}
+
+
+def steering_name(rel: Path | str) -> str:
+    """The program that would read `rel` (a path relative to a tree) as its configuration, by the first part named
+    in STEERING_NAMES (any case; `.env.local` as `.env`); '' when no part is."""
+    for part in Path(rel).parts:
+        folded = part.casefold()
+        reader = _STEERING.get(folded) or (_STEERING[".env"] if folded.startswith(".env.") else "")
+        if reader:
+            return reader
+    return ""
+
+
 def check_link(tree: Path, rel: str) -> None:
     """Refuse the symlink `tree/rel` when it points outside `tree` (or nowhere); links inside are fine."""
     link = tree / rel

@@ -106,8 +106,9 @@ def test_a_tools_writes_never_become_host_configuration(caller: Path, outside: P
     planted = [name for name in STEERING_PLANTED if os.path.lexists(caller / name)]
     assert planted == []
     assert (caller / "payload").read_text() == "alias ls=evil\n"  # the hard link's data as data, under its own name
-    said = [line for line in ran.stderr.splitlines() if "not copied" in line]
-    assert len(said) == 1 and ".git" in said[0] and "flakebot.toml" in said[0] and ".zshrc" in said[0], ran.stderr
+    said = " ".join(ran.stderr.split())  # one warning (rich wraps it on a narrow stderr)
+    assert said.count("not copied back") == 1 and "WARNING" in said and "error" not in said, ran.stderr
+    assert all(name in said for name in (".git,", "flakebot.toml", ".zshrc", ".cargo", "sub/link")), said
     # the user's next git command runs no fsmonitor; the next run is still sandboxed
     subprocess.run(["git", "status"], cwd=caller, capture_output=True, check=False)
     assert not marker.exists()
