@@ -85,10 +85,16 @@ def test_config_show_says_where_each_value_came_from(flakebot_home: Path) -> Non
     user.parent.mkdir()
     user.write_text('max_iterations = 7\nsandbox = "auto"\n')
     (flakebot_home / "flakebot.toml").write_text("max_cost = 0.5\n")
-    shown = run_cli("--workdir", str(flakebot_home / "w"), "config", "show", env={"FLAKEBOT_OFFLINE": "1"})
+    shown = run_cli(
+        "--workdir", str(flakebot_home / "w"), "config", "show", env={"FLAKEBOT_OFFLINE": "1", "COLUMNS": "400"}
+    )
     assert shown.returncode == 0, shown.stderr
-    rows = {line.split()[0]: line for line in shown.stdout.splitlines() if line.strip() and line.split()[0].isidentifier()}
-    assert "--workdir" in rows["workdir"] and "FLAKEBOT_OFFLINE" in rows["offline"] and "user file" in rows["max_iterations"]
+    rows = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines() if line.count("│") == 5}
+    assert (
+        "--workdir" in rows["workdir"]
+        and "FLAKEBOT_OFFLINE" in rows["offline"]
+        and "user file" in rows["max_iterations"]
+    )
     assert "default" in rows["model"] and "user file" in rows["sandbox"] and "working dir" in rows["max_cost"]
     values = json_result(run_cli("config", "show", "--json"))
     assert values["sandbox"] == "auto" and values["max_cost"] == 0.5
