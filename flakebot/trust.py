@@ -26,9 +26,24 @@ unused uid, flakebot's own trees handed to its group), /etc only from an allow-l
 only the run's own copy of the checkouts its Cargo.lock names.
 
 A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
-names: an empty scratch directory at the caller's path, the paths its arguments name read-only, `--writable`
-paths writable (their `.git` and flakebot.toml read-only); /, home, ancestors of the working directory,
-host state and paths holding a masked secret are refused; the secret masks are bound after everything else.
+names: an empty scratch directory at the caller's path and the paths its arguments name, read-only; a named
+directory holding a socket, FIFO or device is refused like a named socket; /, home, ancestors of the working
+directory, host state and paths holding a masked secret are refused; the secret masks are bound after everything
+else. As root it runs as an unused uid without capabilities.
+
+Choke points a user can rely on (every call goes through them):
+
+    configuration provenance       flakebot.config: each setting's trust class is in its field. TRUSTED settings
+                                   (sandbox, catalogs and keys, git sources, registries, every *_url, models,
+                                   nix builders and nixpkgs, the directories) come only from the user's file
+                                   (~/.config/flakebot/flakebot.toml), FLAKEBOT_* and flags; a working directory's
+                                   flakebot.toml may only lower LIMIT settings, anything else there stops the
+                                   command with one line. `config show` names each value's source.
+    a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
+                                   tool writes a copy bound at every spelling of the path, and flakebot copies back
+                                   regular files and directories only, nothing under a STEERING_NAMES name at any
+                                   depth, through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
+                                   in place), bounded by sandbox_disk_mb; what it left out is said on one line.
 
 Model text (summaries, usage, --help, example descriptions and outputs) is data wherever it is rendered:
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
@@ -36,9 +51,10 @@ rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's
 
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop), bubblewrap, Nix's
 build sandbox and its build users, git and cargo themselves doing only what their hardened options allow, and
-the https forges on the git_sources list. As root, a tool run given `--writable` paths keeps the caller's uid
-(without capabilities) so it can write them: there the process limit is not enforced (the kernel exempts uid 0)
-and only the timeout bounds it.
+the https forges on the git_sources list; their own config file and environment (flakebot reads trust settings
+from nowhere else). The steering-name table cannot name every file some program reads as configuration: a tool's
+output with another such name lands as data, and the user decides whether to run what reads it. A read-only named
+directory is checked when the run starts: a socket a host program makes there while the tool runs is not refused.
 """
 
 from __future__ import annotations

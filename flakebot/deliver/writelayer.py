@@ -11,6 +11,7 @@ Copy-in and copy-back are each bounded (`limit` bytes).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -157,8 +158,10 @@ def _tree_back(layer: Layer, root: int, budget: list[int]) -> set[str]:
             elif kind in ("dir", "file"):
                 try:
                     _write_back(layer, root, rel, budget)
-                except OSError as exc:  # a link or a file on the host where the copy has a directory, ...
-                    layer.left_out.append((rel, f"on the host: {exc.strerror or exc}"))
+                except OSError as exc:  # opened with O_NOFOLLOW: a link on the way fails here, never followed
+                    blocked = exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EISDIR)
+                    why = "the host has a link or another kind of file in its way" if blocked else str(exc.strerror)
+                    layer.left_out.append((rel, why))
                     if kind == "dir":
                         dirs.remove(name)
             else:

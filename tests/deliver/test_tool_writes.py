@@ -169,3 +169,29 @@ def test_a_fifo_in_a_named_directory_is_refused_too(caller: Path, tmp_path: Path
     tool(tmp_path, "reader", 'timeout 2 cat "$1/feed"\n')
     ran = run_cli("run", "reader", "--", "pipes", input="")
     assert ran.returncode != 0 and "holds a FIFO" in ran.stderr and "pipes/feed" in ran.stderr, ran.stderr
+
+
+def test_copy_back_never_follows_a_host_link_and_removals_land(caller: Path, outside: Path, tmp_path: Path) -> None:
+    """The host has a link where the tool makes a directory; the tool removes a file and a directory of its copy."""
+    require("bwrap")
+    (outside / "victim").mkdir()
+    (caller / "results").symlink_to(outside / "victim")
+    (caller / "old").mkdir()
+    (caller / "old" / "stale.csv").write_text("stale\n")
+    tool(tmp_path, "swap", "rm results && mkdir results && echo owned > results/owned.txt\nrm -r old data.txt\n")
+    ran = run_cli("run", "swap", "--writable", ".", input="")
+    assert ran.returncode == 0, ran.stderr
+    assert not (outside / "victim" / "owned.txt").exists() and (caller / "results").is_symlink()
+    assert "link or another kind of file in its way: results" in " ".join(ran.stderr.split()), ran.stderr
+    assert not (caller / "data.txt").exists() and not (caller / "old").exists()
+
+
+def test_what_a_tool_copies_in_and_out_is_bounded(caller: Path, tmp_path: Path) -> None:
+    require("bwrap")
+    tool(tmp_path, "big", "head -c 3000000 /dev/zero > big.bin; echo small > small.txt\n")
+    (caller / "out").mkdir()
+    ran = run_cli("run", "big", "--writable", "out", input="", env={"FLAKEBOT_SANDBOX_DISK_MB": "2"})
+    assert not (caller / "out" / "big.bin").exists(), ran.stderr
+    (caller / "out" / "huge.bin").write_bytes(b"\0" * 3_000_000)
+    refused = run_cli("run", "big", "--writable", "out", input="", env={"FLAKEBOT_SANDBOX_DISK_MB": "2"})
+    assert refused.returncode != 0 and "sandbox_disk_mb" in refused.stderr and "--writable ./out" in refused.stderr
