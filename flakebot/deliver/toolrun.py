@@ -218,7 +218,8 @@ def _copy_back(layers: list[writelayer.Layer], limit: int) -> None:
     why: dict[str, list[str]] = {}
     for layer in layers:
         for rel, reason in writelayer.copy_back(layer, limit):
-            why.setdefault(reason.split(" (")[0], []).append(str(layer.host / rel) if len(layers) > 1 else rel)
+            shown = str(layer.host / rel) if len(layers) > 1 else (layer.host.name if rel == "." else rel)
+            why.setdefault(reason.split(" (")[0], []).append(shown)
     if why:
         logger.warning(
             "not copied back from the tool's writes in %s: %s",

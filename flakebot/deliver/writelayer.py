@@ -101,7 +101,13 @@ def _copy_in(layer: Layer, rel: str, kind: str, budget: list[int]) -> None:
         target.symlink_to(link)
         layer.before[rel] = Stamp("link", target=link)
     elif kind == "file":
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot copy {source} for the tool to write ({exc.strerror})",
+                fix="let the tool write a directory whose files you can read, e.g. --writable ./out",
+            ) from None
         with os.fdopen(fd, "rb") as src:
             host = os.fstat(src.fileno())
             budget[0] -= host.st_size
@@ -125,11 +131,14 @@ def copy_back(layer: Layer, limit: int) -> list[tuple[str, str]]:
     budget = [limit]
     if layer.before["."].kind == "file":
         if _changed(layer.stage, "file", layer.before["."]):
-            parent = _open_dir(layer.host.parent, [])
             try:
-                _file_back(layer, ".", parent, layer.host.name, budget)
-            finally:
-                os.close(parent)
+                parent = _open_dir(layer.host.parent, [])
+                try:
+                    _file_back(layer, ".", parent, layer.host.name, budget)
+                finally:
+                    os.close(parent)
+            except OSError as exc:
+                layer.left_out.append((layer.host.name, f"on the host: {exc.strerror}"))
         return layer.left_out
     root = _open_dir(layer.host, [])
     try:

@@ -195,3 +195,16 @@ def test_what_a_tool_copies_in_and_out_is_bounded(caller: Path, tmp_path: Path) 
     (caller / "out" / "huge.bin").write_bytes(b"\0" * 3_000_000)
     refused = run_cli("run", "big", "--writable", "out", input="", env={"FLAKEBOT_SANDBOX_DISK_MB": "2"})
     assert refused.returncode != 0 and "sandbox_disk_mb" in refused.stderr and "--writable ./out" in refused.stderr
+
+
+def test_a_writable_file_is_written_back_in_place(caller: Path, outside: Path, tmp_path: Path) -> None:
+    require("bwrap")
+    (caller / "out.csv").write_text("old\n")
+    (caller / "out.csv").chmod(0o640)
+    tool(tmp_path, "fill", 'echo "result" > "$1"; echo beside > beside.txt\n')
+    ran = run_cli("run", "fill", "--writable", "out.csv", "--", "out.csv", input="")
+    assert ran.returncode == 0, ran.stderr
+    assert (caller / "out.csv").read_text() == "result\n" and (caller / "out.csv").stat().st_mode & 0o777 == 0o640
+    assert not (caller / "beside.txt").exists()  # only the file itself was writable
+    refused = run_cli("run", "fill", "--writable", "flakebot.toml", input="")
+    assert refused.returncode != 0 and "read as configuration by flakebot" in refused.stderr, refused.stderr
