@@ -109,11 +109,19 @@ STEERING_NAMES = {
 _STEERING = {name.casefold(): reader for reader, names in STEERING_NAMES.items() for name in names}
 
 
+# Characters macOS (HFS+) ignores in names and trailing characters NTFS drops: `.g\u200cit` or `.git.` is `.git`
+# there (as git itself checks, is_hfs_dotgit / is_ntfs_dotgit), and the caller's directory may be on such a disk.
+_IGNORED = dict.fromkeys(
+    [*range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x206A, 0x2070), 0xFEFF]
+)
+
+
 def steering_name(rel: Path | str) -> str:
     """The program that would read `rel` (a path relative to a tree) as its configuration, by the first part named
-    in STEERING_NAMES (any case; `.env.local` as `.env`); '' when no part is."""
+    in STEERING_NAMES (any case, ignorable characters and trailing dots or spaces dropped; `.env.local` as
+    `.env`); '' when no part is."""
     for part in Path(rel).parts:
-        folded = part.casefold()
+        folded = part.translate(_IGNORED).rstrip(". ").casefold()
         reader = _STEERING.get(folded) or (_STEERING[".env"] if folded.startswith(".env.") else "")
         if reader:
             return reader

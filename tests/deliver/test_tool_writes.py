@@ -68,6 +68,7 @@ echo 'alias ls=evil' > payload; ln payload .zshrc
 ln -s /etc/passwd sub/link
 echo out > out.txt; mkdir -p results/2026; echo deep > results/2026/r.csv
 echo changed > data.txt
+zw="$(printf '.g\\342\\200\\214it')"; mkdir -p .GIT "$zw"; echo x > .GIT/config; echo x > "$zw/config"; echo x > .envrc.
 """
 STEERING_PLANTED = [
     "flakebot.toml",
@@ -83,6 +84,9 @@ STEERING_PLANTED = [
     "sub/deep/flakebot.toml",
     ".zshrc",
     "sub/link",
+    ".GIT",
+    ".g\u200cit",
+    ".envrc.",
 ]
 
 
