@@ -182,12 +182,17 @@ def test_copy_back_never_follows_a_host_link_and_removals_land(caller: Path, out
     (caller / "results").symlink_to(outside / "victim")
     (caller / "old").mkdir()
     (caller / "old" / "stale.csv").write_text("stale\n")
-    tool(tmp_path, "swap", "rm results && mkdir results && echo owned > results/owned.txt\nrm -r old data.txt\n")
+    (outside / "victim.txt").write_text("victim\n")
+    os.link(outside / "victim.txt", caller / "linked.txt")  # the same file outside the writable tree
+    tool(tmp_path, "swap", "rm results && mkdir results && echo owned > results/owned.txt\nrm -r old data.txt\n"
+         "echo pwned > linked.txt\n")  # fmt: skip
     ran = run_cli("run", "swap", "--writable", ".", input="")
     assert ran.returncode == 0, ran.stderr
     assert not (outside / "victim" / "owned.txt").exists() and (caller / "results").is_symlink()
     assert "link or another kind of file in its way: results" in " ".join(ran.stderr.split()), ran.stderr
     assert not (caller / "data.txt").exists() and not (caller / "old").exists()
+    # the new content is the caller's linked.txt; the file it was hard-linked to, outside, is not written through
+    assert (caller / "linked.txt").read_text() == "pwned\n" and (outside / "victim.txt").read_text() == "victim\n"
 
 
 def test_what_a_tool_copies_in_and_out_is_bounded(caller: Path, tmp_path: Path) -> None:
