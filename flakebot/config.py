@@ -152,6 +152,10 @@ class Settings:
         "", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone."
     )
     nix_copy_timeout: float = _limit(1800.0, "Seconds one nix copy (flakebot publish, install) may take.")
+    shared_index_lifetime: float = _setting(
+        30 * 86400.0,
+        "Seconds a shared catalog's index that flakebot publish signs stays valid; readers refuse it once expired (publish again to renew it).",
+    )
     catalogs: tuple[dict[str, Any], ...] = _setting(
         (),
         "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'.",

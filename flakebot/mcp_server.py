@@ -49,6 +49,7 @@ from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.modeltext import one_line
 from flakebot.pipeline.request import Improvement, RunRequest
+from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
 from flakebot.toolschema import declare, field_docs, json_schema
 
@@ -72,14 +73,22 @@ WAIT = (
 )
 FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
-# craft, improve and package take a RunRequest: each argument is a request field (improve.X: a field of its
-# Improvement), typed and described as the field is; `wait` is the server's own.
-CRAFT_ARGS = {
-    "need": "need", "model": "model", "crate": "crate", "registry": "registry", "name": "name", "fresh": "fresh",
-    "from": "from_location",
-}  # fmt: skip
-IMPROVE_ARGS = {"tool": "improve.tool", "request": "improve.request", "model": "model"}
-PACKAGE_ARGS = {"target": "target", "registry": "registry", "bin": "bin", "out": "out"}
+# craft, improve and package take a RunRequest: each argument is a request field its option() offers over MCP
+# (improve.X: a field of its Improvement), typed and described as the field is; `wait` is the server's own.
+
+
+def _request_args(verb: str) -> dict[str, str]:
+    """The MCP arguments of `verb`: argument name -> request field path."""
+    return {
+        meta["mcp_name"] or f.name: f"{prefix}{f.name}"
+        for cls, prefix in ((Improvement, "improve."), (RunRequest, ""))
+        for f, meta in request_options(cls, verb, "mcp")
+    }
+
+
+CRAFT_ARGS = _request_args("craft")
+IMPROVE_ARGS = _request_args("improve")
+PACKAGE_ARGS = _request_args("package")
 
 
 class OwnTools:

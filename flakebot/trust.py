@@ -45,16 +45,30 @@ Choke points a user can rely on (every call goes through them):
                                    depth, through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
                                    in place), bounded by sandbox_disk_mb; what it left out is said on one line.
 
+A shared catalog (a binary cache others publish to; flakebot.deliver) is a mirror anyone with write access to it
+controls. Its one way in is flakebot.deliver.install.read_catalog: the index's snapshot must be signed by a key the
+user configured for that catalog, unexpired, well formed (flakebot.deliver.index: sizes, types, names, store
+paths) and no older than what this machine saw of it (flakebot.deliver.seen, in the catalog directory: the highest
+sequence and each tool's highest version), before anything reads it; a refusal is one line (exit 61), and craft
+skips that catalog with a warning. The entry and closure come in by `nix copy` with only those keys and
+require-sigs; flakebot checks the entry's, the tool's and every content-addressed closure path's signature itself,
+and runs exactly the store path the signed index names (the signed entry and its manifest must name it too).
+A cache's text (summaries, needs, signer names) is rendered through flakebot.modeltext, and an installed tool's
+USAGE.md fences the publisher's as data.
+
 Model text (summaries, usage, --help, example descriptions and outputs) is data wherever it is rendered:
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
 rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
 
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop), bubblewrap, Nix's
 build sandbox and its build users, git and cargo themselves doing only what their hardened options allow, and
-the https forges on the git_sources list; their own config file and environment (flakebot reads trust settings
-from nowhere else). The steering-name table cannot name every file some program reads as configuration: a tool's
-output with another such name lands as data, and the user decides whether to run what reads it. A read-only named
-directory is checked when the run starts: a socket a host program makes there while the tool runs is not refused.
+the https forges on the git_sources list; for shared catalogs, the holders of the keys configured for them (they
+can sign any tool, which still runs sandboxed), the first index a machine reads of a catalog (rollback protection
+starts there; the expiry bounds how old it can be) and this machine's clock; their own config file and environment
+(flakebot reads trust settings from nowhere else). The steering-name table cannot name every file some program
+reads as configuration: a tool's output with another such name lands as data, and the user decides whether to run
+what reads it. A read-only named directory is checked when the run starts: a socket a host program makes there
+while the tool runs is not refused.
 """
 
 from __future__ import annotations

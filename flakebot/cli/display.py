@@ -64,10 +64,8 @@ def print_tool(report: dict[str, Any]) -> None:
         out.print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
     source = report.get("installed_from")
     if source:
-        from rich.markup import escape
-
         out.print(
-            f"installed from {escape(source.get('catalog', ''))}, signed by {escape(source.get('public_key', ''))}",
+            f"installed from {markup(source.get('catalog', ''))}, signed by {markup(source.get('public_key', ''))}",
             soft_wrap=True,
         )
     out.print(f"[dim]{report.get('dir', '')}[/dim]")
@@ -89,7 +87,7 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
     if result["status"] == "installed":
         source = result.get("installed_from") or {}
-        origin = f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}"
+        origin = markup(f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}")
     version = f" {result['version']}" if result.get("version") else ""
     summary = markup(one_line(manifest.get("summary", "")))
     out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {summary} ({origin})")
@@ -112,15 +110,16 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
             f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens"
             + (f", ${cost:.4f}" if cost else "")
         )
-    out.print(f"  run:     {markup(manifest.get('nix_run', ''))}")
-    out.print(f"  install: {markup(manifest.get('installation_command', ''))}")
     verification = manifest.get("verification_command") or {}
+    verified = "[green]nix run of the catalogued flake passed[/green]" if verification.get("passed") else "no"
     out.print(
-        f"  verified: {markup(verification.get('command', ''))} [green](passed)[/green]"
-        if verification.get("passed")
-        else "  verified: no"
+        f"  run it:   [bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only the paths its arguments name)"
     )
-    out.print(f"  usage:   {markup(manifest.get('catalog_dir', ''))}/USAGE.md")
+    out.print(
+        f"  usage:    {markup(manifest.get('catalog_dir', ''))}/USAGE.md, or flakebot show {markup(result['name'])}"
+    )
+    out.print(f"  verified: {verified}")
+    out.print(f"  without flakebot: {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
     if not manifest.get("portable", True):
         out.print(f"  [yellow]host-only:[/yellow] {markup(manifest.get('portable_reason', ''))}")
 
@@ -162,9 +161,8 @@ def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     table = Table("tool", "version", "summary", "need", "catalog", "signed by")
     for tool in tools:
         signer = f"{tool.get('signed_by') or '?'}" + ("" if tool.get("trusted") else " (key not configured)")
-        table.add_row(
-            tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer
-        )
+        cells = (tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer)
+        table.add_row(*(Text(one_line(cell)) for cell in cells))  # a cache's text: data, never markup or escapes
     out.print(table)
 
 

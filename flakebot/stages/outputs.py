@@ -108,6 +108,14 @@ class EditOut(StageOut):
     binary: str = ""
     # acceptance examples the model disputed, and the rulings
     disputes: list[dict[str, Any]] = field(default_factory=list)
+    # the spec's examples as a ruling corrected them (empty: as the spec stage gave them); see tested_spec
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def tested_spec(spec: SpecOut, edit: EditOut) -> SpecOut:
+    """The spec the tool was tested against: the spec stage's, with the examples a dispute corrected in the loop.
+    Each stage keeps its own output; the edit stage never rewrites the spec stage's."""
+    return dataclasses.replace(spec, examples=edit.examples) if edit.examples else spec
 
 
 @dataclass
