@@ -310,11 +310,8 @@ def load_with_sources(
 ) -> tuple[Settings, dict[str, str]]:
     """The settings and, for each key set anywhere, where its value came from (`config show`): the user file, the
     working directory's file, an environment variable or a flag; keys missing are defaults."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    if user_file().is_file():
-        for key, raw in read_toml(user_file()).unwrap().items():
-            values[key], sources[key] = coerce(key, raw, str(user_file())), f"user file {user_file()}"
+    values = _user_values()
+    sources = {key: f"user file {user_file()}" for key in values}
     local = local_file()
     if local is not None and local.is_file():
         for key, raw in read_toml(local).unwrap().items():
@@ -328,6 +325,13 @@ def load_with_sources(
             flag = f"--{key.replace('_', '-')}"
             values[key], sources[key] = coerce(key, raw, flag), f"flag {flag}"
     return Settings(**values), sources
+
+
+def _user_values() -> dict[str, Any]:
+    """The settings the user's own file sets."""
+    if not user_file().is_file():
+        return {}
+    return {key: coerce(key, raw, str(user_file())) for key, raw in read_toml(user_file()).unwrap().items()}
 
 
 def _lowered(key: str, raw: Any, path: Path, values: dict[str, Any]) -> Any:
@@ -363,6 +367,8 @@ def set_value(key: str, raw: str, *, local: bool = False) -> Path:
             f"'{key}' decides what flakebot trusts: it is never read from a working directory's flakebot.toml",
             fix=f"flakebot config set {key} {raw} (writes {user_file()})",
         )
+    if path != user_file():
+        _lowered(key, raw, path, _user_values())  # refused now, not on the next command
     doc = read_toml(path) if path.exists() else tomlkit.document()
     doc[key] = list(value) if isinstance(value, tuple) else value
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -104,6 +104,9 @@ def test_config_set_writes_the_user_file_and_local_only_limits(flakebot_home: Pa
     local = run_cli("config", "set", "--local", "sandbox", "off")
     assert local.returncode == ConfigError.exit_code and not (flakebot_home / "flakebot.toml").exists()
     assert "'sandbox'" in local.stderr and "flakebot config set sandbox" in local.stderr
+    raised = run_cli("config", "set", "--local", "max_cost", "50")
+    assert raised.returncode == ConfigError.exit_code and "only lower" in raised.stderr
+    assert not (flakebot_home / "flakebot.toml").exists()  # refused before anything is written
     assert run_cli("config", "set", "--local", "max_cost", "0.5").returncode == 0
     assert (flakebot_home / "flakebot.toml").read_text() == "max_cost = 0.5\n"
     assert run_cli("config", "set", "sandbox", "auto").returncode == 0
