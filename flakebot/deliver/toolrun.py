@@ -213,24 +213,33 @@ def _staged(source: Path, layers: list[writelayer.Layer]) -> Path:
     return layer.stage / source.relative_to(layer.host)
 
 
-def _copy_back(layers: list[writelayer.Layer], limit: int) -> None:
-    """Write the tool's data back to the caller's paths and say, on one line, what was not copied and why."""
+def _copy_back(layers: list[writelayer.Layer], limit: int) -> str:
+    """Write the tool's data back to the caller's paths; what was not copied and why, as one line ('' when all
+    was), also logged. The names are the tool's: quoted and escaped, so none reaches a terminal or agent as text."""
     why: dict[str, list[str]] = {}
     for layer in layers:
         for rel, reason in writelayer.copy_back(layer, limit):
             shown = str(layer.host / rel) if len(layers) > 1 else (layer.host.name if rel == "." else rel)
-            why.setdefault(reason.split(" (")[0], []).append(shown)
-    if why:
-        logger.warning(
-            "not copied back from the tool's writes in %s: %s",
-            ", ".join(str(layer.host) for layer in layers),
-            "; ".join(f"{reason}: {', '.join(paths)}" for reason, paths in why.items()),
-        )
+            why.setdefault(reason.split(" (")[0], []).append(json.dumps(shown))
+    if not why:
+        return ""
+    where = ", ".join(json.dumps(str(layer.host)) for layer in layers)
+    line = f"not copied back from the tool's writes in {where}: " + "; ".join(
+        f"{reason}: {', '.join(paths)}" for reason, paths in why.items()
+    )
+    logger.warning("%s", line)
+    return line
 
 
 @contextmanager
 def tool_sandbox(
-    binary: Path, args: list[str], cwd: Path, settings: Settings, timeout: float, writable: list[str] | None = None
+    binary: Path,
+    args: list[str],
+    cwd: Path,
+    settings: Settings,
+    timeout: float,
+    writable: list[str] | None = None,
+    notes: list[str] | None = None,
 ) -> Iterator[tuple[Sandbox, Path]]:
     """The sandbox for one run of a tool, and the directory it runs in: the caller's directory path, but holding an
     empty scratch directory with only the paths the arguments name (read-only) and `writable` (read-write) bound
@@ -262,7 +271,9 @@ def tool_sandbox(
         )
         yield sandbox, (cwd if at or not isinstance(sandbox, BwrapSandbox) else Path(scratch))
         if isinstance(sandbox, BwrapSandbox):  # a plain process (auto, no bubblewrap) wrote the caller's paths itself
-            _copy_back(layers, limit)
+            left_out = _copy_back(layers, limit)
+            if left_out and notes is not None:
+                notes.append(left_out)
         _warn_discarded(Path(scratch), cwd if at else Path(scratch), sandbox)
 
 
@@ -300,15 +311,20 @@ def run_captured(
 ) -> CommandResult:
     """Run the tool in the sandbox with `settings.tool_timeout`, its stdout captured whole (past tool_output_limit
     in a file: CommandResult.stdout_file) and stderr capped; `stdin` None passes the caller's own standard input as
-    it is (the tool decides whether to read it)."""
+    it is (the tool decides whether to read it). What of its writes was not copied back is said after its stderr,
+    as the other notes flakebot adds there (a caller over MCP sees no log)."""
     timeout = settings.tool_timeout
     binary = built_program(manifest, settings.nix_build_timeout)
-    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable) as (sandbox, where):
+    notes: list[str] = []
+    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable, notes) as (sandbox, where):
         if stdin is not None:
-            return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
-        full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with the caller's stdin
-        return execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
-                       output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+            result = sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
+        else:
+            full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with caller's stdin
+            result = execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
+                             output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+    extra = "".join(f"\n[flakebot: {note}]\n" for note in notes)
+    return dataclasses.replace(result, stderr=result.stderr + extra) if extra else result
 
 
 def run_attached(

@@ -17,6 +17,7 @@ import pytest
 from flakebot import config
 from flakebot.deliver.catalog import Catalog
 from tests.conftest import REPO, require, run_cli
+from tests.fakes.mcp_call import mcp_call
 
 
 @pytest.fixture
@@ -112,10 +113,17 @@ def test_a_tools_writes_never_become_host_configuration(caller: Path, outside: P
     assert (caller / "payload").read_text() == "alias ls=evil\n"  # the hard link's data as data, under its own name
     said = " ".join(ran.stderr.split())  # one warning (rich wraps it on a narrow stderr)
     assert said.count("not copied back") == 1 and "WARNING" in said and "error" not in said, ran.stderr
-    assert all(name in said for name in (".git,", "flakebot.toml", ".zshrc", ".cargo", "sub/link")), said
+    assert all(f'"{name}"' in said for name in (".git", "flakebot.toml", ".zshrc", "a/b/.cargo", "sub/link")), said
+    assert '".g\\u200cit"' in said  # a name the tool chose is quoted and escaped, never shown raw
     # the user's next git command runs no fsmonitor; the next run is still sandboxed
     subprocess.run(["git", "status"], cwd=caller, capture_output=True, check=False)
     assert not marker.exists()
+    # a caller over MCP (or run --json) is told in the call's stderr, as flakebot's other notes there
+    by_mcp = mcp_call("run", {"tool": "steer", "args": [], "writable": ["."]})
+    assert (
+        "[flakebot: not copied back from the tool's writes" in by_mcp["stderr"]
+        and '"flakebot.toml"' in by_mcp["stderr"]
+    )
     after = run_cli("run", "probe", input="")
     assert after.returncode == 0 and "probe" in after.stdout and not (outside / "escaped.txt").exists(), after.stderr
 
@@ -189,7 +197,7 @@ def test_copy_back_never_follows_a_host_link_and_removals_land(caller: Path, out
     ran = run_cli("run", "swap", "--writable", ".", input="")
     assert ran.returncode == 0, ran.stderr
     assert not (outside / "victim" / "owned.txt").exists() and (caller / "results").is_symlink()
-    assert "link or another kind of file in its way: results" in " ".join(ran.stderr.split()), ran.stderr
+    assert 'link or another kind of file in its way: "results"' in " ".join(ran.stderr.split()), ran.stderr
     assert not (caller / "data.txt").exists() and not (caller / "old").exists()
     # the new content is the caller's linked.txt; the file it was hard-linked to, outside, is not written through
     assert (caller / "linked.txt").read_text() == "pwned\n" and (outside / "victim.txt").read_text() == "victim\n"
