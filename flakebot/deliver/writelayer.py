@@ -140,7 +140,11 @@ def copy_back(layer: Layer, limit: int) -> list[tuple[str, str]]:
             except OSError as exc:
                 layer.left_out.append((layer.host.name, f"on the host: {exc.strerror}"))
         return layer.left_out
-    root = _open_dir(layer.host, [])
+    try:
+        root = _open_dir(layer.host, [])
+    except OSError:  # replaced by a link or a file while the tool ran: nothing is written through it
+        layer.left_out.append((".", "the host has a link or another kind of file in its way"))
+        return layer.left_out
     try:
         seen = _tree_back(layer, root, budget)
         _deletions(layer, root, seen)

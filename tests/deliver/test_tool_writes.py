@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -225,3 +227,25 @@ def test_a_writable_file_is_written_back_in_place(caller: Path, outside: Path, t
     assert not (caller / "beside.txt").exists()  # only the file itself was writable
     refused = run_cli("run", "fill", "--writable", "flakebot.toml", input="")
     assert refused.returncode != 0 and "read as configuration by flakebot" in refused.stderr, refused.stderr
+
+
+def test_what_changes_on_the_host_during_a_run_is_neither_overwritten_nor_followed(
+    caller: Path, outside: Path, tmp_path: Path
+) -> None:
+    """While the tool runs, someone turns `sub` into a link out of the tree and edits data.txt on the host."""
+    require("bwrap")
+    (outside / "victim").mkdir()
+    tool(tmp_path, "slow", "sleep 4; echo tool > data.txt; echo tool > sub/new.txt\n")
+    started = subprocess.Popen(
+        [sys.executable, "-m", "flakebot", "run", "slow", "--writable", "."],
+        cwd=caller, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(2)  # the copy is made and the tool sleeps
+    (caller / "sub").rmdir()
+    (caller / "sub").symlink_to(outside / "victim")
+    (caller / "data.txt").write_text("edited by hand\n")
+    _, stderr = started.communicate(timeout=60)
+    assert started.returncode == 0, stderr
+    assert not (outside / "victim" / "new.txt").exists() and (caller / "data.txt").read_text() == "edited by hand\n"
+    said = " ".join(stderr.split())
+    assert 'changed on the host while the tool ran: "data.txt"' in said and '"sub/new.txt"' in said, said
