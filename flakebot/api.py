@@ -631,7 +631,10 @@ def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, 
     definitions = []
     for entry in list_tools(settings):
         try:
-            definitions.append(mcp_definition(tool_manifest(entry["name"], settings)))
+            manifest = tool_manifest(entry["name"], settings)
+            if manifest.get("kind") == "service":  # started with `flakebot up`, not called as a tool
+                continue
+            definitions.append(mcp_definition(manifest))
         except (CatalogError, OSError, ValueError) as exc:  # one broken entry must not hide the others
             logger.warning("tool %s left out of the tool list: %s", entry["name"], exc)
     return definitions

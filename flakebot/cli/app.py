@@ -547,6 +547,13 @@ def publish_cmd(
 # ---------------------------------------------------------------- bench
 
 
+# ---------------------------------------------------------------- services (cli/serve.py)
+
+from flakebot.cli.serve import register as _register_services  # noqa: E402
+
+_register_services(app, lambda: G.settings)
+
+
 # ---------------------------------------------------------------- entry point
 
 

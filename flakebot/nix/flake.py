@@ -261,14 +261,17 @@ def _build_with_evidence(
     description: str,
     report: Progress,
 ) -> tuple[str, float]:
-    """nix build, and again after what a failed build taught: a git dependency's hash in place of lib.fakeHash (nix
-    reports one clone's mismatch at a time, so once per git dependency at most), or a program, pkg-config module or
-    library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints warn when only a denied
-    lint failed it (once)."""
+    """nix build, and again after what a failed build taught: the git dependencies' hashes in place of lib.fakeHash
+    (the --keep-going build reports every clone's mismatch, so once; once per git dependency at most), or a program,
+    pkg-config module or library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints
+    warn when only a denied lint failed it (once)."""
     git_rounds, evidence_rounds = len(flake.facts.git_dependencies), EVIDENCE_ROUNDS
     while True:
+        # A git dependency still at lib.fakeHash fails the build: let every other fetch finish and land in the store
+        # (a crate is downloaded once) and every clone report its hash (one more build, not one per dependency).
+        learning = any(key not in flake.output_hashes for key in flake.facts.git_dependencies)
         try:
-            return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+            return build(out_dir, mode, standin, settings, flake.facts.pname, report, keep_going=learning)
         except NixError as exc:
             if git_rounds and (keys := _learn_git_hash(exc, flake)):
                 git_rounds -= 1
@@ -303,18 +306,24 @@ def _denied_lint(exc: NixError, flake: Written) -> str:
 
 
 def _learn_git_hash(exc: NixError, flake: Written) -> list[str]:
-    """The git dependencies whose lib.fakeHash the build's hash mismatch answers: their outputHashes entry becomes the
-    hash nix got. Empty when the mismatch is not a placeholder's (a recorded hash that no longer matches stays an
-    error) or nix printed no SRI sha256."""
-    keys = [key for key in exc.details.get("git_dependencies") or [] if key in flake.facts.git_dependencies]
-    got = str(exc.details.get("got", ""))
-    if not keys or exc.details.get("specified") != gitdeps.FAKE_HASH or not gitdeps.is_sri_sha256(got):
-        return []
-    if any(key in flake.output_hashes for key in keys):
-        return []
-    for key in keys:
-        flake.output_hashes[key] = got
-    logger.info("outputHashes of %s from the build: %s", ", ".join(keys), got)
+    """The git dependencies whose lib.fakeHash the build's hash mismatches answer (a --keep-going build reports each
+    clone's): their outputHashes entries become the hashes nix got. Empty when a mismatch is not a placeholder's (a
+    recorded hash that no longer matches stays an error) or nix printed no SRI sha256."""
+    if not exc.details.get("git_dependencies") or exc.details.get("specified") != gitdeps.FAKE_HASH:
+        return []  # the error is the first mismatch that is not a placeholder's, when there is one
+    learned: dict[str, str] = {}
+    for mismatch in exc.details.get("git_mismatches") or []:
+        keys = [key for key in mismatch.get("git_dependencies") or [] if key in flake.facts.git_dependencies]
+        got = str(mismatch.get("got", ""))
+        if not keys or mismatch.get("specified") != gitdeps.FAKE_HASH or not gitdeps.is_sri_sha256(got):
+            return []
+        if any(key in flake.output_hashes for key in keys):
+            return []
+        learned.update(dict.fromkeys(keys, got))
+    keys = [key for key in flake.facts.git_dependencies if key in learned]  # the lock's order, not the log's
+    flake.output_hashes.update((key, learned[key]) for key in keys)
+    if keys:
+        logger.info("outputHashes from the build: %s", ", ".join(f"{key} {learned[key]}" for key in keys))
     return keys
 
 
