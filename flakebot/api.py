@@ -784,12 +784,18 @@ def models(settings: config.Settings | None = None) -> dict[str, Any]:
     return describe(settings, ask=not settings.offline)
 
 
-def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
-    """Every setting: "values" (key -> value), "settings" (key, value and meaning of each), "files" (the
-    configuration files read)."""
+def settings_report(settings: config.Settings | None = None, sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every setting: "values" (key -> value), "settings" (key, value, where it came from ("source": `sources`'
+    entry, else default), trust class and meaning of each), "files" (the configuration files read)."""
     settings = _settings(settings)
     rows = [
-        {"key": key, "value": settings.get(key), "meaning": config.Settings.describe(key)}
+        {
+            "key": key,
+            "value": settings.get(key),
+            "source": (sources or {}).get(key, "default"),
+            "trust": config.Settings.trust_class(key),
+            "meaning": config.Settings.describe(key),
+        }
         for key in config.Settings.keys()
     ]
     files = [str(p) for p in config.config_files() if p.is_file()]
@@ -797,5 +803,6 @@ def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
 
 
 def set_setting(key: str, value: str, *, local: bool = False) -> Path:
-    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`), comments kept; the file written."""
-    return config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)
+    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`: a limit only), comments kept;
+    the file written."""
+    return config.set_value(key, value, local=local)

@@ -202,10 +202,12 @@ def print_candidates(query: str, found: list[Any]) -> None:
 
 
 def print_settings(report: dict[str, Any]) -> None:
-    """The settings table (key, value, meaning) and the configuration files read."""
-    table = Table("key", "value", "meaning")
+    """The settings table (key, value, where the value came from, meaning) and the configuration files read."""
+    table = Table("key", "value", "from", "meaning")
     for row in report["settings"]:
-        table.add_row(row["key"], markup(repr(row["value"])), markup(row["meaning"]))  # "[/path]" is text, not markup
+        source = row["source"] + (" (may be lowered in ./flakebot.toml)" if row["trust"] == "limit" else "")
+        # "[/path]" is text, not markup
+        table.add_row(row["key"], markup(repr(row["value"])), markup(source), markup(row["meaning"]))
     out.print(table)
     out.print("files read: " + (", ".join(report["files"]) or "none"))
 
