@@ -36,6 +36,7 @@ ALLOWED = {
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "source"},
     "evaluate": {"api", "llm", "pipeline", "sandbox", "source"},
+    "hosts": set(),
 }
 NEVER_IMPORTED = {"cli", "mcp_server"}  # the outermost callers: nothing in the library reaches back to them
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from flakebot.cargo import sources
 from flakebot.config import Settings, cache_home
 from flakebot.errors import FlakebotError
+from flakebot.events import waiting_on
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ class Cargo:
         argv = self.host_argv(args, crate_dir)
         env = self.host_env()
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
-        with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral:
+        with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral, waiting_on(f"cargo {args[0]}"):
             return subprocess.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )

@@ -15,6 +15,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import NixError
+from flakebot.events import waiting_on
 from flakebot.nix import command, evidence, gitdeps
 
 logger = logging.getLogger(__name__)
@@ -33,9 +34,10 @@ def build(
     logger.info("nix build: %s", shlex.join(argv))
     errors: list[str] = []  # the first compiler errors, which a long log pushes out of the tail
     lints: list[str] = []  # lint levels, coded errors, ld's missing libraries of the whole log (evidence weighs them)
-    outcome = command.run_streaming(
-        argv, settings.nix_build_timeout, _build_progress(report, errors, lints), cwd=flake_dir
-    )
+    with waiting_on(f"nix build of {pname}"):
+        outcome = command.run_streaming(
+            argv, settings.nix_build_timeout, _build_progress(report, errors, lints), cwd=flake_dir
+        )
     log_tail = "\n".join(outcome.tail)
     if outcome.timed_out:
         raise NixError(
