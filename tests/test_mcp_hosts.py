@@ -18,7 +18,7 @@ import pytest
 from flakebot.hosts.heartbeat import HEARTBEAT_SECONDS
 from flakebot.hosts.results import RESULT_BUDGET
 from flakebot.modeltext import QUOTE_NOTE
-from tests.conftest import run_cli
+from tests.conftest import require, run_cli
 from tests.test_mcp import SESSION, TS_CLIENT, mcp_client, require_typescript_sdk
 
 READ_ONLY = {"status", "search", "list", "show", "runs"}
@@ -188,3 +188,60 @@ def test_a_host_that_resets_its_timeout_on_progress_survives_a_90_s_model_reply(
     annotations = {t["name"]: t["annotations"] for t in seen["tools"]}
     assert annotations["csv-dedup"]["readOnlyHint"] is False and annotations["csv-dedup"]["openWorldHint"] is False
     assert annotations["status"]["readOnlyHint"] is True
+
+
+def test_a_server_started_with_another_home_still_finds_the_toolchain(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hosts that isolate the environment start `flakebot mcp` with a HOME of their own: rustup's proxies then look for
+    toolchains in that HOME ("rustup could not choose a version of cargo to run", seen with the old code). A craft's
+    host cargo calls (acquire's cargo init and lockfile) run with the toolchain found beside where cargo resolves."""
+    require("cargo", "bwrap")
+    from benchmarks.scenarios.shout import shout_script
+
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    script = shout_script(tmp_path)
+    monkeypatch.setenv("HOME", str(empty))
+    monkeypatch.delenv("RUSTUP_HOME", raising=False)
+    monkeypatch.delenv("CARGO_HOME", raising=False)
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    crafted = run_cli("craft", "upper-case my input", "--model", f"scripted:{script}", "--crate", "csv",
+                      "--registry", "local", "--stop-after", "acquire", "--json")  # fmt: skip
+    last = json.loads(crafted.stdout.splitlines()[-1])
+    assert "result" in last and last["result"]["status"] == "stopped", crafted.stdout[-3000:] + crafted.stderr[-3000:]
+    assert list(empty.iterdir()) == []  # nothing written to the caller's HOME
+
+
+def test_a_craft_whose_client_went_away_goes_on_to_its_end(flakebot_home: Path, tmp_path: Path) -> None:
+    """A client that asked for progress disconnects while the spec reply is still coming: the run goes on in its
+    detached job and ends (here failed: its script has no turn for choose), never left `running` with no process."""
+    script = json.loads(SESSION.read_text())
+    script["stages"]["spec"][0]["fault"] = {"kind": "slow", "seconds": 4}
+    script["stages"]["spec"][0]["tool_calls"][0]["arguments"]["search_query"] = "zzzz-none"
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(script))
+
+    async def leave_early() -> str:
+        run: list[str] = []
+        started = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if message and message.startswith("run "):
+                run.append(message.split()[1])
+            if message == "spec: started":
+                started.set()
+
+        async with mcp_client() as client, asyncio.timeout(60):
+            arguments = {"need": "need a CSV deduper", "model": f"scripted:{path}", "registry": "local"}
+            call = asyncio.create_task(client.call("craft", arguments, progress_callback=on_progress))
+            await started.wait()
+            call.cancel()
+        return run[0]
+
+    run_id = asyncio.run(leave_early())
+    state = flakebot_home / "work/runs" / run_id / "state.json"
+    deadline = time.monotonic() + 60
+    while json.loads(state.read_text())["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert json.loads(state.read_text())["status"] == "failed", state.read_text()[:2000]
