@@ -69,7 +69,8 @@ def _craft(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _package(result: dict[str, Any]) -> dict[str, Any]:
-    keys = ("run_id", "pname", "version", "main_program", "store_path", "flake_ref", "portable", "build_seconds")
+    keys = ("run_id", "pname", "version", "main_program", "store_path", "bin_path", "flake_ref", "nixpkgs_mode",
+            "licenses", "portable", "build_seconds")  # fmt: skip
     answer = {k: result.get(k) for k in keys if result.get(k) not in (None, "")}
     argv = result.get("nix_run_argv") or []
     if argv:
