@@ -245,3 +245,28 @@ def test_a_craft_whose_client_went_away_goes_on_to_its_end(flakebot_home: Path, 
     while json.loads(state.read_text())["status"] == "running" and time.monotonic() < deadline:
         time.sleep(0.5)
     assert json.loads(state.read_text())["status"] == "failed", state.read_text()[:2000]
+
+
+def test_false_means_absent_for_every_flag_of_a_long_tool(flakebot_home: Path, tmp_path: Path) -> None:
+    """goose strips "null" from types, so a model fills every flag with false and every string with "": the call
+    behaves as one that left them out (with a progress token: answered when done), and only `detach: true` asks
+    for a run handle."""
+    refusal = tmp_path / "refusal.json"
+    turn = {"tool_calls": [{"name": "reject_need", "arguments": {"reason": "not a tool"}}]}
+    refusal.write_text(json.dumps({"format": 1, "stages": {"spec": [turn]}}))
+    given = {"need": "need a CSV deduper", "model": f"scripted:{refusal}", "registry": "local"}
+    zeroes = {"crate": "", "name": "", "from": "", "fresh": False, "wait": False, "detach": False}
+
+    async def craft(arguments: dict[str, Any]) -> Any:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            pass
+
+        async with mcp_client() as client:
+            return await client.call("craft", arguments, progress_callback=on_progress)
+
+    (zeroed, zeroed_error), (detached, detached_error) = (
+        asyncio.run(craft({**given, **zeroes})),
+        asyncio.run(craft({**given, **zeroes, "detach": True})),
+    )
+    assert zeroed_error and "declined the need" in zeroed["error"], zeroed  # waited for: the run's own end
+    assert not detached_error and detached["status"] == "running" and detached["run_id"], detached
