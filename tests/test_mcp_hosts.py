@@ -270,3 +270,26 @@ def test_false_means_absent_for_every_flag_of_a_long_tool(flakebot_home: Path, t
     )
     assert zeroed_error and "declined the need" in zeroed["error"], zeroed  # waited for: the run's own end
     assert not detached_error and detached["status"] == "running" and detached["run_id"], detached
+
+
+def test_task_status_marks_model_text_as_the_models_words(flakebot_home: Path, tmp_path: Path) -> None:
+    """The same attack through MCP tasks: every statusMessage tasks/get answered (the spec line while it was the
+    latest, then the refusal's error) quotes the injected text inside flakebot's marker."""
+    require_typescript_sdk()
+    refusal = tmp_path / "refusal.json"
+    turn = {"tool_calls": [{"name": "reject_need", "arguments": {"reason": INJECTION}}]}
+    refusal.write_text(json.dumps({"format": 1, "stages": {"spec": [turn]}}))
+    arguments = {"need": "need a CSV deduper", "model": f"scripted:{refusal}", "registry": "local"}
+    done = subprocess.run(
+        ["node", str(TS_CLIENT / "task_status.mjs"), sys.executable, json.dumps(arguments)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["task"]["status"] == "failed", seen
+    carrying = [m for m in seen["messages"] if m and "SYSTEM NOTICE" in m]
+    assert carrying and seen["messages"][-1] in carrying, seen["messages"]
+    for message in carrying:
+        assert_marked(message)
