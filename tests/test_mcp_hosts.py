@@ -89,7 +89,7 @@ def test_json_progress_lines_carry_a_heartbeat_while_the_model_replies_slowly(
     lines = [json.loads(line) for line in crafted.stdout.splitlines()]
     beats = [line for line in lines if line.get("event") == "heartbeat"]
     assert lines[-1]["result"]["status"] == "stopped", crafted.stderr[-2000:]
-    assert len(beats) == 1 and beats[0]["stage"] == "spec", beats  # 14 s: one beat after 10 s of silence
+    assert 1 <= len(beats) <= 2 and beats[0]["stage"] == "spec", beats  # 14 s: a beat after 10 s of silence
     assert beats[0]["data"]["waiting_on"].startswith("the model's reply"), beats
     assert beats[0]["message"].startswith("waiting on the model's reply") and "spec running for" in beats[0]["message"]
 
