@@ -1,5 +1,5 @@
 """`python -m benchmarks` (what `make bench` runs): measure flakebot against the raw cargo and nix work it
-runs, write bench/report.{md,json} and stages.png, and rewrite the README's Performance section.
+runs, write bench/report.{md,json} and stages.png, and rewrite docs/performance.md's generated section.
 
 The benchmarks live in the repository, not in the installed wheel; run them from the checkout's root.
 """
@@ -30,14 +30,14 @@ def run(
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Measure, write report.json, report.md and stages.png to out_dir (default: the checkout's bench/), rewrite the
-    README's Performance section when `readme` is given (and nothing failed). Returns {"report": ..., "paths": {...}}; raises after
+    docs/performance.md's generated section when `readme` is given (and nothing failed). Returns {"report": ..., "paths": {...}}; raises after
     writing when a benchmark failed."""
     report = report_module
     _check(report, profile, only)
     built = report.run(profile, only, progress)
     paths = report.write(built, out_dir or report.REPO / "bench")
     failed = sorted(name for name, result in built["results"].items() if "error" in result)
-    if readme is not None and not failed:  # the README publishes complete runs only
+    if readme is not None and not failed:  # the page publishes complete runs only
         report.update_readme(readme, built)
         paths["readme"] = readme
     if failed:
@@ -50,8 +50,8 @@ def run(
 
 
 def default_readme() -> Path:
-    """The README of the checkout the benchmarks come from."""
-    return Path(report_module.REPO) / "README.md"
+    """The performance page of the checkout the benchmarks come from."""
+    return Path(report_module.REPO) / "docs" / "performance.md"
 
 
 def _check(report: ModuleType, profile: str, only: list[str] | None) -> None:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="where report.md, report.json and stages.png go (default: bench/)")
     parser.add_argument(
-        "--readme", action=argparse.BooleanOptionalAction, help="rewrite the README's Performance section"
+        "--readme", action=argparse.BooleanOptionalAction, help="rewrite docs/performance.md's generated section"
     )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args(argv)

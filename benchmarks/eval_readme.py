@@ -1,4 +1,4 @@
-"""`make eval`'s last step: put bench/eval.md's table into the README between its eval markers, so the README's table
+"""`make eval`'s last step: put bench/eval.md's table into docs/eval.md between its eval markers, so the docs' table
 is the one `flakebot eval` just wrote, never typed by hand.
 
     python -m benchmarks.eval_readme [EVAL_MD] [README]
@@ -27,9 +27,9 @@ def update_readme(readme: Path, eval_md: Path) -> None:
 
 def main(argv: list[str]) -> None:
     eval_md = Path(argv[0]) if argv else REPO / "bench" / "eval.md"
-    readme = Path(argv[1]) if len(argv) > 1 else REPO / "README.md"
+    readme = Path(argv[1]) if len(argv) > 1 else REPO / "docs" / "eval.md"
     update_readme(readme, eval_md)
-    print(f"README: eval table from {eval_md}")
+    print(f"{readme}: eval table from {eval_md}")
 
 
 if __name__ == "__main__":

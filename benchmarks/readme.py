@@ -1,11 +1,12 @@
-"""The README's generated sections: one marker syntax, one writer. A section NAME is the text between
+"""The generated sections of the docs (docs/performance.md, reliability.md, eval.md, exit-codes.md): one marker
+syntax, one writer. A section NAME is the text between
 
     <!-- NAME:start -->
     ...
     <!-- NAME:end -->
 
 and is rewritten whole by its generator (`make bench`: bench, `make reliability`: reliability, `make eval`: eval,
-`python -m benchmarks.readme exit-codes`: exit-codes); nothing between the markers is typed by hand.
+`python -m benchmarks.readme docs`: exit-codes, settings and cli); nothing between the markers is typed by hand.
 """
 
 from __future__ import annotations
@@ -55,12 +56,24 @@ def exit_code_section(readme: Path) -> None:
     write_section(readme, "exit-codes", exit_code_table().rstrip("\n"))
 
 
+def reference_sections(docs: Path = REPO / "docs") -> None:
+    """The pages that mirror the code: every setting (docs/settings.md) and every command (docs/cli.md)."""
+    from flakebot.cli.reference import cli_reference, settings_table
+
+    write_section(docs / "settings.md", "settings", settings_table())
+    write_section(docs / "cli.md", "cli", cli_reference())
+
+
 def main(argv: list[str]) -> int:
-    """`python -m benchmarks.readme exit-codes [README]`: rewrite a section that needs no measurement."""
-    if argv[:1] != ["exit-codes"]:
-        print("usage: python -m benchmarks.readme exit-codes [README]", file=sys.stderr)
+    """`python -m benchmarks.readme exit-codes|docs`: rewrite the sections that need no measurement."""
+    if argv[:1] == ["exit-codes"]:
+        exit_code_section(Path(argv[1]) if len(argv) > 1 else REPO / "docs" / "exit-codes.md")
+    elif argv[:1] == ["docs"]:
+        exit_code_section(REPO / "docs" / "exit-codes.md")
+        reference_sections()
+    else:
+        print("usage: python -m benchmarks.readme exit-codes [PAGE] | docs", file=sys.stderr)
         return 2
-    exit_code_section(Path(argv[1]) if len(argv) > 1 else REPO / "README.md")
     return 0
 
 

@@ -10,12 +10,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flakebot import config
+from flakebot import config, preflight
 from flakebot.crates import Candidate
 from flakebot.errors import CatalogError, FlakebotError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.fsutil import remove_tree
-from flakebot.pipeline.request import Improvement, RunRequest
+from flakebot.pipeline.request import Improvement, RunRequest, check_bounds, from_keywords, keyword_signature
 from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
@@ -157,7 +157,9 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
 
     try:
         return catalog.show_tool(name, settings)
-    except CatalogError:
+    except CatalogError as exc:
+        if exc.details.get("reason") == "damaged":  # the tool exists: say what is wrong with it
+            raise
         raise RunError(
             f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'"
         ) from None
@@ -224,41 +226,21 @@ class CraftResult:
 def craft(
     need: str,
     *,
-    model: str | None = None,
-    registry: str | None = None,
-    crate: str | None = None,
-    mode: str | None = None,
-    method: str | None = None,
-    from_source: str | None = None,
-    ref: str | None = None,
-    name: str | None = None,
-    spec_file: str | None = None,
-    max_iterations: int | None = None,
-    max_cost: float | None = None,
-    max_tokens: int | None = None,
-    offline: bool | None = None,
-    keep: bool = False,
-    fresh: bool = False,
-    fork: bool = False,
-    push: bool = False,
-    delete_fork: bool = False,
     stop_after: str | None = None,
-    sandbox: str | None = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
+    **options: Any,
 ) -> CraftResult:
     """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need).
 
-    `from_source`: start from a git repository (URL, URL#ref, or `ref`) or a local crate directory instead of
-    searching; `name`: the tool's name (refused before any work when a tool for another need holds it).
-    The keywords are a RunRequest's fields (and the settings it overrides): see `craft_request`."""
-    limits = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens}
-    request = RunRequest(
-        need=need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_location=from_source,
-        ref=ref, name=name, spec_file=spec_file, keep=keep, fresh=fresh, fork=fork, push=push, delete_fork=delete_fork,
-        settings=_given(**limits, offline=offline, sandbox=sandbox),
-    )  # fmt: skip
+    The keywords are the craft options of RunRequest's fields (flakebot.pipeline.request), e.g. `model`,
+    `from_source` (start from a git repository or crate directory instead of searching), `name`, `max_cost`;
+    `help(flakebot.api.craft)` lists them all. See `craft_request` for a RunRequest built by hand."""
+    request = from_keywords("craft", {"need": need, **options})
     return craft_request(request, stop_after=stop_after, sink=sink, settings=settings)
+
+
+craft.__signature__ = keyword_signature("craft", craft)  # type: ignore[attr-defined]
 
 
 def craft_request(
@@ -273,13 +255,12 @@ def craft_request(
     from flakebot.pipeline import engine as pipeline
 
     need = request.need
-    if not need.strip():
-        raise UsageError(
-            "the need is empty", fix='say what the tool should do, e.g. flakebot craft "need a CSV deduper"'
-        )
-    overrides = _run_overrides(request.settings)
+    preflight.check_text("need", need, example='flakebot craft "need a CSV deduper"')
+    check_bounds(request)
+    overrides = _run_overrides(request.overrides())
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
+    preflight.check_request_flags(request.fork, request.push, request.delete_fork)
     if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
         if hit is not None:
@@ -287,6 +268,7 @@ def craft_request(
         installed = _install_need(need, settings)
         if installed is not None:
             return dataclasses.replace(_cached(installed, settings, started), status="installed")
+        _check_in_flight(need, settings)
     from flakebot.llm.providers import check_model
 
     check_model(request.model, settings)  # fail before any work when no model can be used
@@ -294,6 +276,7 @@ def craft_request(
     _check_method(request.method)
     _check_limits(settings)
     _check_name(request.name, need, settings)
+    _check_host(settings, request.registry)
     start = _start_point(request.from_location, request.ref, request.crate, request.mode)
     spec_file = str(Path(request.spec_file).resolve()) if request.spec_file else None
     request = dataclasses.replace(request, **start, spec_file=spec_file, settings=overrides)
@@ -309,18 +292,40 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     if not settings.catalogs:
         return None
     from flakebot.deliver.install import find_need, install
+    from flakebot.errors import CatalogTrustError
 
     found = find_need(need, settings)
     if found is None:
         return None
     source, ref = found
     logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
-    return install(ref, settings, source["url"], need=need)
+    try:
+        return install(ref, settings, source["url"], need=need)
+    except CatalogTrustError as exc:  # its index changed for the worse since find_need read it: craft instead
+        logger.warning("shared catalog %s skipped: %s", source["url"], exc.one_line())
+        return None
 
 
 def _given(**values: Any) -> dict[str, Any]:
     """The settings a caller's keywords override: those given (not None)."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _check_in_flight(need: str, settings: config.Settings) -> None:
+    """A craft of the same need that a process is driving right now is not paid for twice: say which run it is."""
+    from flakebot.deliver.catalog import normalize_need
+    from flakebot.pipeline.run import list_runs
+
+    key = normalize_need(need)
+    for run in list_runs(_workdir(settings)):
+        same = run.state.get("pipeline") == "craft" and normalize_need(str(run.state.get("need", ""))) == key
+        if same and run.state.get("status") == "running" and run.driven():
+            raise RunError(
+                f"a craft of this need is already running: run {run.id}",
+                fix=f"follow it with 'flakebot show {run.id}' (its tool is catalogued when it ends), "
+                "or pass --fresh to craft another",
+                run=run.id,
+            )
 
 
 def _run_overrides(given: dict[str, Any]) -> dict[str, Any]:
@@ -401,6 +406,15 @@ def _check_limits(settings: config.Settings) -> None:
             )
 
 
+def _check_host(settings: config.Settings, registry: str | None) -> None:
+    """What the run will need of this machine, checked before the model is called: the registry, room to work, and
+    the directories its runs and its tool go to (a read-only catalog fails now, not after the build)."""
+    preflight.check_registry(settings, registry)
+    preflight.check_writable_dir(_workdir(settings), "workdir")
+    preflight.check_writable_dir(settings.path("catalog_dir"), "catalog_dir")
+    preflight.check_free_space(_workdir(settings))
+
+
 def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
     """The CraftResult of a finished (or stopped) craft run; `seconds` defaults to the time its stages took."""
     instruct = run.output("instruct")
@@ -443,18 +457,10 @@ def improve(
     tool: str,
     request: str,
     *,
-    model: str | None = None,
-    spec_file: str | None = None,
-    registry: str | None = None,
-    max_iterations: int | None = None,
-    max_cost: float | None = None,
-    max_tokens: int | None = None,
-    offline: bool | None = None,
-    keep: bool = False,
     stop_after: str | None = None,
-    sandbox: str | None = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
+    **options: Any,
 ) -> CraftResult:
     """Craft the next version of a catalogued tool: a fork-mode craft from its own source that keeps every
     acceptance example it has, adds new ones for `request` (from the spec model, or `spec_file`: summary,
@@ -462,12 +468,11 @@ def improve(
     earlier versions stay runnable as TOOL@VERSION.
 
     `tool` may name the version to start from (csv-dedup@0.1.0); the result is always the newest version."""
-    limits = {"max_iterations": max_iterations, "max_cost": max_cost, "max_tokens": max_tokens}
-    run_request = RunRequest(
-        improve=Improvement(tool=tool, request=request), model=model, spec_file=spec_file, registry=registry, keep=keep,
-        settings=_given(**limits, offline=offline, sandbox=sandbox),
-    )  # fmt: skip
+    run_request = from_keywords("improve", {"tool": tool, "request": request, **options})
     return improve_request(run_request, stop_after=stop_after, sink=sink, settings=settings)
+
+
+improve.__signature__ = keyword_signature("improve", improve)  # type: ignore[attr-defined]
 
 
 def improve_request(
@@ -486,12 +491,9 @@ def improve_request(
     from flakebot.toolspec import improvement_from_file
 
     asked = request.improve or Improvement(tool="", request="")
-    if not asked.request.strip():
-        raise UsageError(
-            "the improvement is empty",
-            fix='say what to add, e.g. flakebot improve csv-dedup "also support --delimiter"',
-        )
-    overrides = _run_overrides(request.settings)
+    preflight.check_text("improvement", asked.request, example='flakebot improve csv-dedup "also support --delimiter"')
+    check_bounds(request)
+    overrides = _run_overrides(request.overrides())
     settings = dataclasses.replace(_settings(settings), **overrides)
     started = time.monotonic()
     catalog = Catalog.open(settings)
@@ -503,6 +505,7 @@ def improve_request(
     check_model(request.model, settings)
     _check_craft_options(None, None, None, stop_after)
     _check_limits(settings)
+    _check_host(settings, request.registry)
     source = Path(entry["dir"]) / "flake"
     if not (source / "Cargo.toml").is_file():
         raise CatalogError(
@@ -556,29 +559,21 @@ def _kept_spec(entry: dict[str, Any], manifest: dict[str, Any], settings: config
 
 
 def package(
-    target: str,
-    *,
-    registry: str | None = None,
-    bin_name: str | None = None,
-    nixpkgs: str | None = None,
-    out: str | None = None,
-    offline: bool | None = None,
-    sink: EventSink = ignore,
-    settings: config.Settings | None = None,
+    target: str, *, sink: EventSink = ignore, settings: config.Settings | None = None, **options: Any
 ) -> PackageOut:
     """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
 
-    The flake goes to `out` when given (kept by `flakebot clean`), else into the run directory.
-    Returns the package stage's output (flake, store path, how to run it) with the run id.
+    The keywords are the package options of RunRequest's fields: `registry`, `bin_name`, `nixpkgs`, `out` (the
+    flake goes there, kept by `flakebot clean`; else into the run directory), `offline`, `catalog` (also put the
+    built binary in the catalog as a tool, named `name` or after the binary, which run_tool, call_tool and the MCP
+    server then offer like a crafted one) and `strict_smoke` (refuse a tool whose smoke run is below level help).
+    Returns the package stage's output (flake, store path, how to run it, the smoke run's level in `smoke`) with the
+    run id, and the catalog entry when catalogued.
     """
-    request = RunRequest(
-        target=target,
-        registry=registry,
-        bin=bin_name,
-        out=out,
-        settings=_given(nixpkgs=nixpkgs or None, offline=offline),
-    )
-    return package_request(request, sink=sink, settings=settings)
+    return package_request(from_keywords("package", {"target": target, **options}), sink=sink, settings=settings)
+
+
+package.__signature__ = keyword_signature("package", package)  # type: ignore[attr-defined]
 
 
 def package_request(
@@ -593,8 +588,14 @@ def package_request(
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
+    if request.name:
+        if not request.catalog:
+            raise UsageError("--name names a catalogued tool", fix="add --catalog, or leave --name out")
+        from flakebot.stages.catalogue import catalog_name
+
+        catalog_name(request.name, "")  # a malformed name is refused before anything is built
     # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
-    overrides = _run_overrides(request.settings)
+    overrides = _run_overrides(request.overrides())
     settings = dataclasses.replace(_settings(settings), **overrides)
     path = Path(target).expanduser()
     request = dataclasses.replace(
@@ -605,7 +606,8 @@ def package_request(
         settings=overrides,
     )
     run = pipeline.start("package", _workdir(settings), settings, request, sink)
-    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
+    catalogued = run.output("catalog").get("catalog") or {} if request.catalog else {}
+    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
 
 
 # ------------------------------------------------------------------ catalog
@@ -639,7 +641,10 @@ def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, 
     definitions = []
     for entry in list_tools(settings):
         try:
-            definitions.append(mcp_definition(tool_manifest(entry["name"], settings)))
+            manifest = tool_manifest(entry["name"], settings)
+            if manifest.get("kind") == "service":  # started with `flakebot up`, not called as a tool
+                continue
+            definitions.append(mcp_definition(manifest))
         except (CatalogError, OSError, ValueError) as exc:  # one broken entry must not hide the others
             logger.warning("tool %s left out of the tool list: %s", entry["name"], exc)
     return definitions
@@ -779,12 +784,18 @@ def models(settings: config.Settings | None = None) -> dict[str, Any]:
     return describe(settings, ask=not settings.offline)
 
 
-def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
-    """Every setting: "values" (key -> value), "settings" (key, value and meaning of each), "files" (the
-    configuration files read)."""
+def settings_report(settings: config.Settings | None = None, sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every setting: "values" (key -> value), "settings" (key, value, where it came from ("source": `sources`'
+    entry, else default), trust class and meaning of each), "files" (the configuration files read)."""
     settings = _settings(settings)
     rows = [
-        {"key": key, "value": settings.get(key), "meaning": config.Settings.describe(key)}
+        {
+            "key": key,
+            "value": settings.get(key),
+            "source": (sources or {}).get(key, "default"),
+            "trust": config.Settings.trust_class(key),
+            "meaning": config.Settings.describe(key),
+        }
         for key in config.Settings.keys()
     ]
     files = [str(p) for p in config.config_files() if p.is_file()]
@@ -792,5 +803,6 @@ def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
 
 
 def set_setting(key: str, value: str, *, local: bool = False) -> Path:
-    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`), comments kept; the file written."""
-    return config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)
+    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`: a limit only), comments kept;
+    the file written."""
+    return config.set_value(key, value, local=local)

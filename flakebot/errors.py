@@ -4,6 +4,7 @@
     ├── UsageError                     exit 2   bad arguments or input
     ├── ConfigError                    exit 3   unknown key, bad TOML, bad value
     ├── RunError                       exit 4   run id unknown, state.json corrupt, workdir unusable
+    ├── HostError                      exit 5   this machine: disk full, read-only or unwritable directory
     ├── SearchError                    exit 10  registry unusable, query empty, crates.io failing
     ├── AcquireError                   exit 20  clone, fork, archive, workspace layout
     ├── ModelError                     exit 30  provider, key, transport, script
@@ -13,6 +14,7 @@
     ├── SpecError                      exit 42  the need could not become a spec
     ├── NixError                       exit 50  nix missing, flake build or smoke run failed
     ├── CatalogError                   exit 60  tool unknown, catalog unusable
+    │   └── CatalogTrustError          exit 61  a shared catalog's index refused (unsigned, stale, malformed)
     └── Interrupted                    exit 130 Ctrl-C / SIGTERM
 
 Every error carries a one-line `message` naming the problem and a `fix` naming the remedy.
@@ -29,9 +31,11 @@ __all__ = [
     "AcquireError",
     "BudgetExceeded",
     "CatalogError",
+    "CatalogTrustError",
     "ConfigError",
     "EditError",
     "FlakebotError",
+    "HostError",
     "Interrupted",
     "ModelError",
     "NixError",
@@ -124,6 +128,12 @@ class RunError(FlakebotError):
     exit_code = 4
 
 
+class HostError(FlakebotError):
+    """This machine: disk full, a read-only or unwritable directory, a missing permission (never the model's doing)."""
+
+    exit_code = 5
+
+
 class SearchError(FlakebotError):
     """Search: registry unusable, query empty, crates.io failing."""
 
@@ -176,6 +186,12 @@ class CatalogError(FlakebotError):
     """Catalog: tool unknown, catalog unusable."""
 
     exit_code = 60
+
+
+class CatalogTrustError(CatalogError):
+    """A shared catalog's index refused: unsigned, by an untrusted key, expired, rolled back or malformed."""
+
+    exit_code = 61
 
 
 class Interrupted(FlakebotError):

@@ -53,6 +53,7 @@ from flakebot.hosts.hints import tool_annotations
 from flakebot.hosts.results import compact_result, compact_status
 from flakebot.modeltext import one_line
 from flakebot.pipeline.request import Improvement, RunRequest
+from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
 from flakebot.toolschema import declare, field_docs, json_schema
 
@@ -83,14 +84,22 @@ FOLLOW = (
     "until status is succeeded (the result is in it) or failed"
 )
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
-# craft, improve and package take a RunRequest: each argument is a request field (improve.X: a field of its
-# Improvement), typed and described as the field is; `wait` is the server's own.
-CRAFT_ARGS = {
-    "need": "need", "model": "model", "crate": "crate", "registry": "registry", "name": "name", "fresh": "fresh",
-    "from": "from_location",
-}  # fmt: skip
-IMPROVE_ARGS = {"tool": "improve.tool", "request": "improve.request", "model": "model"}
-PACKAGE_ARGS = {"target": "target", "registry": "registry", "bin": "bin", "out": "out"}
+# craft, improve and package take a RunRequest: each argument is a request field its option() offers over MCP
+# (improve.X: a field of its Improvement), typed and described as the field is; `wait` is the server's own.
+
+
+def _request_args(verb: str) -> dict[str, str]:
+    """The MCP arguments of `verb`: argument name -> request field path."""
+    return {
+        meta["mcp_name"] or f.name: f"{prefix}{f.name}"
+        for cls, prefix in ((Improvement, "improve."), (RunRequest, ""))
+        for f, meta in request_options(cls, verb, "mcp")
+    }
+
+
+CRAFT_ARGS = _request_args("craft")
+IMPROVE_ARGS = _request_args("improve")
+PACKAGE_ARGS = _request_args("package")
 
 
 class OwnTools:
@@ -143,7 +152,8 @@ class OwnTools:
 
     def package(self) -> None:
         """Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and
-        smoke-run it. No model.{LONG}"""
+        smoke-run it. No model. With catalog, the built tool joins the catalog (and this server's tool list) like a
+        crafted one.{LONG}"""
 
     def runs(self) -> None:
         """List runs, newest first, with status and need."""
@@ -290,7 +300,7 @@ class FlakebotMCP:
         return await self._long(ctx, "resume", args, changes_catalog=True)
 
     async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "package", args, changes_catalog=False)
+        return await self._long(ctx, "package", args, changes_catalog=bool(args.get("catalog")))
 
     # The long tools' work, as a function of the run's event sink (in a worker thread, or in a detached process).
 
@@ -388,7 +398,9 @@ class FlakebotMCP:
         known = last or _job_died(name, process.returncode, journal)
         if "error" in known:
             return {"ok": False, **known["error"]}
-        if changes_catalog and known["result"].get("status") in ("crafted", "succeeded"):
+        if changes_catalog and (
+            known["result"].get("status") in ("crafted", "succeeded") or known["result"].get("catalog")
+        ):
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 

@@ -1,4 +1,4 @@
-"""The error tree: every error has its own exit code, and the README's table is the one the code generates."""
+"""The error tree: every error has its own exit code, and docs/exit-codes.md's table is the one the code generates."""
 
 from __future__ import annotations
 
@@ -19,6 +19,6 @@ def test_every_error_has_a_distinct_exit_code_and_a_meaning() -> None:
 
 
 def test_readme_exit_code_table_is_generated_from_the_error_tree() -> None:
-    section = read_section((REPO / "README.md").read_text(), "exit-codes")
+    section = read_section((REPO / "docs" / "exit-codes.md").read_text(), "exit-codes")
     assert section is not None
     assert section == exit_code_table().rstrip("\n"), "regenerate it: python -m benchmarks.readme exit-codes"

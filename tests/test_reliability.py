@@ -51,10 +51,10 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "bench/reliability.json").read_text())
     sections = report["sections"]
-    assert list(sections) == ["faults", "escapes", "inputs", "crashes", "concurrency"]
+    assert list(sections) == ["faults", "escapes", "inputs", "crashes", "concurrency", "catalogs"]
     assert all(sections.values()), "every section produced rows"
     # The rows say what happened; the subset is one where everything must hold.
-    assert all(row["ok"] for name in ("faults", "inputs", "crashes") for row in sections[name]), sections
+    assert all(row["ok"] for name in ("faults", "inputs", "crashes", "catalogs") for row in sections[name]), sections
     assert {(r["sandbox"], r["contained"]) for r in sections["escapes"]} == {
         ("bubblewrap", True),
         ("plain process", False),

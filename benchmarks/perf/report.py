@@ -1,4 +1,4 @@
-"""Run the benchmarks and publish them: bench/report.json, bench/report.md, bench/stages.png and the README's
+"""Run the benchmarks and publish them: bench/report.json, bench/report.md, bench/stages.png and docs/performance.md's
 Performance section, every number generated from one run (`make bench` = `python -m benchmarks`; `python -m benchmarks.perf.report` re-renders).
 
     measure(profile, only)  -> results of each benchmark's run(), with its seconds and the load around it
@@ -198,8 +198,8 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def readme_section(report: dict[str, Any], link: str = "bench/report.md") -> str:
-    """The README's Performance section body: the latest figures and the machine, from report.json."""
+def readme_section(report: dict[str, Any], link: str = "../bench/report.md") -> str:
+    """docs/performance.md's generated section body: the latest figures and the machine, from report.json."""
     machine = (
         f"{report['merged']} The full run's machine: {machine_line(report['machine'])}. "  # sections from several runs
         if report.get("merged")
@@ -212,7 +212,7 @@ def readme_section(report: dict[str, Any], link: str = "bench/report.md") -> str
         "",
         *figure_table(report["figures"]),
         "",
-        "![stage timings](bench/stages.png)",
+        "![stage timings](../bench/stages.png)",
     ]
     return "\n".join(lines)
 
@@ -227,7 +227,9 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
     parser.add_argument("--only", help="comma-separated benchmarks: " + ", ".join(ORDER))
     parser.add_argument("--out", type=Path, default=REPO / "bench")
-    parser.add_argument("--readme", type=Path, default=None, help="README whose Performance section to rewrite")
+    parser.add_argument(
+        "--readme", type=Path, default=None, help="page whose Performance section to rewrite (docs/performance.md)"
+    )
     parser.add_argument(
         "--rerender",
         type=Path,

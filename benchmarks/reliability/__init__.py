@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.reliability import concurrency, crashes, escapes, faults, inputs
+from benchmarks.reliability import catalogs, concurrency, crashes, escapes, faults, inputs
 from benchmarks.reliability.env import Scratch
 from benchmarks.section import Section, Summary
 
@@ -20,6 +20,7 @@ SECTIONS: tuple[Section[Scratch, Any, Summary], ...] = (
     inputs.Inputs(),
     crashes.Crashes(),
     concurrency.Concurrency(),
+    catalogs.Catalogs(),
 )
 NAMES = tuple(section.name for section in SECTIONS)
 

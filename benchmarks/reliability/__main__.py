@@ -1,13 +1,13 @@
 """`make reliability`: faults, sandbox escapes, bad input, crash points and concurrent crafts, run for real.
 
-    python -m benchmarks.reliability [--only faults,escapes,inputs,crashes,concurrency] [--quick]
-                                     [--out bench] [--readme README.md | --no-readme] [--keep]
-    python -m benchmarks.reliability --rerender bench/reliability.json [--out bench] [--readme README.md]
+    python -m benchmarks.reliability [--only faults,escapes,inputs,crashes,concurrency,catalogs] [--quick]
+                                     [--out bench] [--readme docs/reliability.md | --no-readme] [--keep]
+    python -m benchmarks.reliability --rerender bench/reliability.json [--out bench] [--readme docs/reliability.md]
 
 writes <out>/reliability.json (every row the scenarios produced, the machine, the commit) and
-<out>/reliability.md (rendered from that JSON), and refreshes README.md's Reliability section between
+<out>/reliability.md (rendered from that JSON), and refreshes docs/reliability.md's section between
 its markers. `--quick` runs a small subset of each section (what tests/test_reliability.py uses);
-`--rerender` runs nothing and writes the Markdown and the README section again from an existing JSON.
+`--rerender` runs nothing and writes the Markdown and the docs section again from an existing JSON.
 Scenarios run in a scratch directory with their own flakebot homes; it is removed unless --keep.
 """
 
@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a small subset of each section")
     parser.add_argument("--out", type=Path, default=REPO / "bench", help="where reliability.json and reliability.md go")
     parser.add_argument(
-        "--readme", type=Path, default=REPO / "README.md", help="README whose Reliability section is refreshed"
+        "--readme",
+        type=Path,
+        default=REPO / "docs" / "reliability.md",
+        help="page whose Reliability section is refreshed",
     )
     parser.add_argument("--no-readme", action="store_true", help="leave the README alone")
     parser.add_argument("--scratch", type=Path, help="scratch directory for the scenarios (default: a new temp dir)")

@@ -187,14 +187,14 @@ def render(report: Report) -> str:
 
 
 def readme_section(report: Report) -> str:
-    """The README's Reliability section body (between the markers), from the report's data."""
+    """docs/reliability.md's generated section body (between the markers), from the report's data."""
     return "\n".join(
         [
             f"Latest `make reliability` run: {report.generated}, {commits(report)}, {report.runtime_s:.0f} s. Machine: {machine_line(report)}.",
             "",
             *summary_lines(report),
             "",
-            "Every attempt, error line and exit code: [bench/reliability.md](bench/reliability.md) (data: `bench/reliability.json`).",
+            "Every attempt, error line and exit code: [bench/reliability.md](../bench/reliability.md) (data: `bench/reliability.json`).",
         ]
     )
 

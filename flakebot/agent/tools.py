@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flakebot import preflight
 from flakebot.agent.acceptance import ACCEPTANCE_TARGET, Frozen
 from flakebot.cargo.diagnostics import CargoReport, run_cargo
 from flakebot.cargo.fetch import ManifestWatch, sync
 from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, HostError
 from flakebot.fsutil import remove_tree
 from flakebot.sandbox import Sandbox
 from flakebot.toolschema import BadArguments, declare
@@ -142,9 +143,13 @@ class Toolbox:
         except UnicodeDecodeError:
             return ToolResult(False, f"{args.get('path', 'the file')} is not UTF-8 text", {"error": "failed"})
         except OSError as exc:
+            if (trouble := preflight.host_error(exc)) is not None:  # the machine's trouble: not the model's to fix
+                raise trouble from None
             return ToolResult(
                 False, f"{name} failed: {exc.strerror or exc} ({exc.filename or ''})", {"error": "failed"}
             )
+        except HostError:
+            raise
         except FlakebotError as exc:
             return ToolResult(False, f"{name} failed: {exc.one_line()}", {"error": "failed"})
 

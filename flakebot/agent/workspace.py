@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flakebot import preflight
 from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop, Verdict
 from flakebot.agent.verdict import ExampleRunner, ForkVerdict, make_verdict
@@ -149,7 +150,12 @@ class Workspace:
 
         checks = self.checks
         checks.before_test()
-        return run_cargo(checks.sandbox, checks.cargo, "test", cwd=self.crate_dir, extra=extra, timeout=checks.timeout)
+        report = run_cargo(
+            checks.sandbox, checks.cargo, "test", cwd=self.crate_dir, extra=extra, timeout=checks.timeout
+        )
+        if not report.ok:  # a linker's bus error or a write error on a full disk is not the model's to fix
+            preflight.check_free_space(self.root, preflight.WORKING_FLOOR_MB)
+        return report
 
 
 def changed_files(git: WorkspaceGit, base: str, crate_rel: str) -> list[str]:

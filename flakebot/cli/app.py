@@ -10,7 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from flakebot import config
+from flakebot.cli.options import request_command
 from flakebot.errors import FlakebotError, Interrupted, UsageError
+from flakebot.pipeline.request import RunRequest
 
 app = typer.Typer(
     help="flakebot: a tool factory for agents. Describe a need; get back a tested Rust CLI built by Nix.",
@@ -28,12 +30,14 @@ class Globals:
 
     def __init__(self) -> None:
         self.overrides: dict[str, Any] = {}
+        self.quiet = False
         self._settings: config.Settings | None = None
+        self.sources: dict[str, str] = {}
 
     @property
     def settings(self) -> config.Settings:
         if self._settings is None:
-            self._settings = config.load(self.overrides)
+            self._settings, self.sources = config.load_with_sources(self.overrides)
         return self._settings
 
     @property
@@ -44,41 +48,38 @@ class Globals:
 G = Globals()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
-# Options craft and improve share: the edit loop's limits and the run's world.
-MaxIterationsOpt = Annotated[int | None, typer.Option(help="Edit-loop model calls before giving up.")]
-MaxCostOpt = Annotated[float | None, typer.Option(help="USD the run may spend on the model.")]
-MaxTokensOpt = Annotated[int | None, typer.Option(help="Tokens the run may use.")]
-OfflineOpt = Annotated[
-    bool | None, typer.Option("--offline/--online", help="Use only the local registry and cargo --offline.")
-]
-KeepOpt = Annotated[bool, typer.Option(help="Keep the workspace and target dir after the run.")]
+# The invocation's own options (craft, improve and package take the rest from their request fields).
 StopAfterOpt = Annotated[
     str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
 ]
-SandboxOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe)."
-    ),
-]
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from flakebot import __version__
+
+        print(f"flakebot {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def main_options(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output (-vv for debug).")] = 0,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only errors.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Only errors and the result: no progress, no warnings.")
+    ] = False,
     log_file: Annotated[Path | None, typer.Option(help="Also write the log to this file.")] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Directory holding runs/ (default: $XDG_STATE_HOME/flakebot).")
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print flakebot's version and exit."),
+    ] = False,
 ) -> None:
     _setup_logging(verbose, quiet, log_file)
+    G.quiet = quiet
     G.overrides["workdir"] = str(workdir) if workdir else None
-
-
-def _given(**flags: Any) -> dict[str, Any]:
-    """The settings a command's flags override: those given."""
-    return {key: value for key, value in flags.items() if value is not None}
 
 
 def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
@@ -138,7 +139,7 @@ def resume_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink, json_line, out
 
-    with event_sink(as_json, f"resume {run_id}") as sink:
+    with event_sink(as_json, f"resume {run_id}", quiet=G.quiet) as sink:
         report = api.resume_report(run_id, sink=sink, settings=G.settings)
     if as_json:
         json_line({"result": {key: report[key] for key in ("run_id", "status", "outputs")}})
@@ -154,15 +155,19 @@ def resume_cmd(
 def clean_cmd(
     run_id: Annotated[str | None, typer.Argument(help="The run whose directory to remove.")] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Remove every run directory.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove run directories and everything the runs created."""
     from flakebot import api
-    from flakebot.cli.live import out
+    from flakebot.cli.live import json_result, out
     from flakebot.errors import UsageError
 
     if bool(run_id) == all_runs:
         raise UsageError("give either a RUN id or --all", fix="run 'flakebot clean RUN' or 'flakebot clean --all'")
     removed = api.remove_runs(None if all_runs else run_id, G.settings)
+    if as_json:
+        json_result({"removed": [str(path) for path in removed]})
+        return
     out.print(f"removed {len(removed)} run(s)")
 
 
@@ -203,11 +208,11 @@ def search_cmd(
 
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False) -> None:
-    """Print every setting, its value and what it is for."""
+    """Print every setting, its value, where the value came from and what it is for."""
     from flakebot import api
     from flakebot.cli.live import json_result
 
-    report = api.settings_report(G.settings)
+    report = api.settings_report(G.settings, G.sources)
     if as_json:
         json_result(report["values"])
         return
@@ -220,13 +225,19 @@ def config_show(as_json: JsonOpt = False) -> None:
 def config_set(
     key: Annotated[str, typer.Argument(help="Setting name (see 'flakebot config show').")],
     value: Annotated[str, typer.Argument(help="New value.")],
-    local: Annotated[bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file.")] = False,
+    local: Annotated[
+        bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file (it may only lower limits).")
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
     from flakebot import api
-    from flakebot.cli.live import out
+    from flakebot.cli.live import json_result, out
 
     path = api.set_setting(key, value, local=local)
+    if as_json:
+        json_result({"key": key, "value": config.load().get(key), "file": str(path)})
+        return
     out.print(f"{key} = {value!r} written to {path}")
 
 
@@ -234,54 +245,8 @@ def config_set(
 
 
 @app.command("craft")
-def craft_cmd(
-    need: Annotated[str, typer.Argument(help='What the tool should do, in plain words: "need a CSV deduper".')],
-    model: Annotated[
-        str | None,
-        typer.Option(help="provider:model: groq:openai/gpt-oss-120b, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE."),
-    ] = None,
-    registry: Annotated[
-        str | None, typer.Option(help="Where to search crates: auto, crates-io, local, or a directory-source path.")
-    ] = None,
-    crate: Annotated[str | None, typer.Option(help="Start from this crate (skips the model's choice).")] = None,
-    mode: Annotated[
-        str | None, typer.Option(help="With --crate: fork the crate, or make a new crate depending on it (fork|new).")
-    ] = None,
-    method: Annotated[
-        str | None,
-        typer.Option(
-            help="How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate), fork."
-        ),
-    ] = None,
-    from_source: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            help="Start from this git repository (URL, or URL#REF) or local crate directory: no search, no choice.",
-        ),
-    ] = None,
-    ref: Annotated[str | None, typer.Option(help="With --from URL: the branch, tag or commit to start from.")] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(help="The tool's name (default: the spec's; a name taken by another need gets a suffix)."),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(help="Use this ToolSpec (JSON/TOML: name, summary, usage, examples) instead of asking the model."),
-    ] = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_cost: MaxCostOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    offline: OfflineOpt = None,
-    keep: KeepOpt = False,
-    fresh: Annotated[bool, typer.Option(help="Craft again even if the catalog has a tool for this need.")] = False,
-    fork: Annotated[bool, typer.Option(help="Fork the crate's GitHub repository (needs GITHUB_TOKEN).")] = False,
-    push: Annotated[bool, typer.Option(help="With --fork: push the tool's branch to the fork.")] = False,
-    delete_fork: Annotated[bool, typer.Option(help="With --fork: delete the fork when the run ends.")] = False,
-    stop_after: StopAfterOpt = None,
-    sandbox: SandboxOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@request_command("craft", {"stop_after": (StopAfterOpt, None), "as_json": (JsonOpt, False)})
+def craft_cmd(request: RunRequest, stop_after: str | None, as_json: bool) -> None:
     """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
 
     Stages: spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
@@ -290,12 +255,7 @@ def craft_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink
 
-    request = api.RunRequest(
-        need=need, model=model, registry=registry, crate=crate, mode=mode, method=method, from_location=from_source, ref=ref,
-        name=name, spec_file=str(spec) if spec else None, keep=keep, fresh=fresh, fork=fork, push=push, delete_fork=delete_fork,
-        settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
-    )  # fmt: skip
-    with event_sink(as_json, f"craft: {need}") as sink:
+    with event_sink(as_json, f"craft: {request.need}", quiet=G.quiet) as sink:
         result = api.craft_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
@@ -303,32 +263,8 @@ def craft_cmd(
 
 
 @app.command("improve")
-def improve_cmd(
-    tool: Annotated[str, typer.Argument(help="A catalogued tool (NAME, or NAME@VERSION to start from that version).")],
-    request: Annotated[str, typer.Argument(help='The change, in plain words: "also support a --delimiter option".')],
-    model: Annotated[
-        str | None,
-        typer.Option(help="provider:model, as for craft (groq:..., openai:..., ollama:NAME, scripted:FILE)."),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(
-            help="The improvement as JSON/TOML (summary, usage, 1-6 NEW examples) instead of asking the model; the tool's current examples are kept."
-        ),
-    ] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(help="Where dependencies come from: auto, crates-io, local, or a directory-source path."),
-    ] = None,
-    max_iterations: MaxIterationsOpt = None,
-    max_cost: MaxCostOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    offline: OfflineOpt = None,
-    keep: KeepOpt = False,
-    stop_after: StopAfterOpt = None,
-    sandbox: SandboxOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@request_command("improve", {"stop_after": (StopAfterOpt, None), "as_json": (JsonOpt, False)})
+def improve_cmd(request: RunRequest, stop_after: str | None, as_json: bool) -> None:
     """Craft a catalogued tool's next version: flakebot improve csv-dedup "also support --delimiter".
 
     The new version starts from the tool's own source (fork mode), keeps every acceptance example it has and
@@ -338,13 +274,9 @@ def improve_cmd(
     from flakebot import api
     from flakebot.cli.live import event_sink
 
-    run_request = api.RunRequest(
-        improve=api.Improvement(tool=tool, request=request), model=model, spec_file=str(spec) if spec else None,
-        registry=registry, keep=keep,
-        settings=_given(max_iterations=max_iterations, max_cost=max_cost, max_tokens=max_tokens, offline=offline, sandbox=sandbox),
-    )  # fmt: skip
-    with event_sink(as_json, f"improve {tool}: {request}") as sink:
-        result = api.improve_request(run_request, stop_after=stop_after, sink=sink, settings=G.settings)
+    asked = request.improve or api.Improvement(tool="", request="")
+    with event_sink(as_json, f"improve {asked.tool}: {asked.request}", quiet=G.quiet) as sink:
+        result = api.improve_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
     from flakebot.cli.display import print_craft_result
 
     print_craft_result(result.to_dict(), as_json)
@@ -425,10 +357,9 @@ def install_cmd(
     Only catalogs in the catalogs setting are read, and only their configured keys are trusted:
     [[catalogs]] url = "file:///srv/cache" keys = ["flakebot-host-1:BASE64"]
     """
-    from rich.markup import escape
-
     from flakebot import api
     from flakebot.cli.live import json_result, out
+    from flakebot.modeltext import markup as escape  # a cache's text: no markup, no terminal escapes
 
     entry = api.install(tool, from_url=from_url, settings=G.settings)
     if as_json:
@@ -492,12 +423,16 @@ def run_cmd(
 @app.command("rm")
 def rm_cmd(
     tool: Annotated[str, typer.Argument(help="A catalogued tool: NAME (every version) or NAME@VERSION (that one).")],
+    as_json: JsonOpt = False,
 ) -> None:
     """Remove a tool from the catalog (its flakes, manifests and GC roots), or one version of it."""
     from flakebot import api
-    from flakebot.cli.live import out
+    from flakebot.cli.live import json_result, out
 
     entry = api.remove_tool(tool, G.settings)
+    if as_json:
+        json_result({"removed": {key: entry.get(key) for key in ("name", "version", "store_path")}})
+        return
     which = entry["name"] if "@" not in tool else f"{entry['name']} {entry['version']}"
     out.print(f"removed {which} (store path {entry.get('store_path', '?')} is no longer held)")
 
@@ -553,36 +488,13 @@ def models_cmd(as_json: JsonOpt = False) -> None:
 
 
 @app.command("package")
-def package_cmd(
-    target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name (CRATE) from the registry.")],
-    registry: Annotated[
-        str | None, typer.Option(help="Where to find CRATE: local, crates-io, auto, or a directory-source path.")
-    ] = None,
-    bin_name: Annotated[
-        str | None, typer.Option("--bin", help="The binary to package when the crate has several.")
-    ] = None,
-    nixpkgs: Annotated[
-        str | None, typer.Option(help="pinned (real nixos-26.05) or host (offline stand-in); default: auto.")
-    ] = None,
-    out_dir: Annotated[
-        Path | None,
-        typer.Option("--out", help="Write the flake to this directory (new or empty); 'flakebot clean' keeps it."),
-    ] = None,
-    offline: OfflineOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@request_command("package", {"as_json": (JsonOpt, False)})
+def package_cmd(request: RunRequest, as_json: bool) -> None:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
     from flakebot import api
     from flakebot.cli.live import event_sink, json_line, out
 
-    request = api.RunRequest(
-        target=target,
-        registry=registry,
-        bin=bin_name,
-        out=str(out_dir) if out_dir else None,
-        settings=_given(nixpkgs=nixpkgs or None, offline=offline),
-    )
-    with event_sink(as_json, f"package {target}") as sink:
+    with event_sink(as_json, f"package {request.target}", quiet=G.quiet) as sink:
         result = api.package_request(request, sink=sink, settings=G.settings)
     if as_json:
         json_line({"result": result.to_dict()})
@@ -594,8 +506,17 @@ def package_cmd(
     )
     for notice in result.notices:
         out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    smoke = result.smoke
+    colour = "green" if smoke.get("level") == "help" else "yellow"
+    out.print(
+        f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
+        f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
+    )
     out.print(f"flake: {escape(result.flake_dir)}")
     out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
+    if result.catalog:
+        tool = f"{result.catalog['name']}@{result.catalog['version']}"
+        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
 
 
 # ---------------------------------------------------------------- publish
@@ -633,6 +554,13 @@ def publish_cmd(
 
 
 # ---------------------------------------------------------------- bench
+
+
+# ---------------------------------------------------------------- services (cli/serve.py)
+
+from flakebot.cli.serve import register as _register_services  # noqa: E402
+
+_register_services(app, lambda: G.settings)
 
 
 # ---------------------------------------------------------------- entry point

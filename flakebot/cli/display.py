@@ -47,6 +47,13 @@ def print_tool(report: dict[str, Any]) -> None:
     usage = report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"
     out.print(Markdown(plain(usage)))  # an older USAGE.md may still hold the model's control characters
     manifest = report.get("manifest") or {}
+    smoke = manifest.get("smoke") or {}
+    if smoke.get("level"):
+        colour = "green" if smoke["level"] == "help" else "yellow"
+        out.print(
+            f"smoke level: [{colour}]{markup(smoke['level'])}[/{colour}] ({markup(smoke.get('meaning', ''))}; "
+            f"'{markup(smoke.get('command', ''))}' exited {smoke.get('exit_code')})"
+        )
     if manifest and not manifest.get("portable"):
         reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
         out.print(f"[yellow]portable: no[/yellow] ({markup(reason)})")
@@ -64,10 +71,8 @@ def print_tool(report: dict[str, Any]) -> None:
         out.print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
     source = report.get("installed_from")
     if source:
-        from rich.markup import escape
-
         out.print(
-            f"installed from {escape(source.get('catalog', ''))}, signed by {escape(source.get('public_key', ''))}",
+            f"installed from {markup(source.get('catalog', ''))}, signed by {markup(source.get('public_key', ''))}",
             soft_wrap=True,
         )
     out.print(f"[dim]{report.get('dir', '')}[/dim]")
@@ -89,7 +94,7 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     origin = "from the catalog" if result["from_catalog"] else f"in {result['seconds']:.0f}s"
     if result["status"] == "installed":
         source = result.get("installed_from") or {}
-        origin = f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}"
+        origin = markup(f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}")
     version = f" {result['version']}" if result.get("version") else ""
     summary = markup(one_line(manifest.get("summary", "")))
     out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {summary} ({origin})")
@@ -112,15 +117,16 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
             f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens"
             + (f", ${cost:.4f}" if cost else "")
         )
-    out.print(f"  run:     {markup(manifest.get('nix_run', ''))}")
-    out.print(f"  install: {markup(manifest.get('installation_command', ''))}")
     verification = manifest.get("verification_command") or {}
+    verified = "[green]nix run of the catalogued flake passed[/green]" if verification.get("passed") else "no"
     out.print(
-        f"  verified: {markup(verification.get('command', ''))} [green](passed)[/green]"
-        if verification.get("passed")
-        else "  verified: no"
+        f"  run it:   [bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only the paths its arguments name)"
     )
-    out.print(f"  usage:   {markup(manifest.get('catalog_dir', ''))}/USAGE.md")
+    out.print(
+        f"  usage:    {markup(manifest.get('catalog_dir', ''))}/USAGE.md, or flakebot show {markup(result['name'])}"
+    )
+    out.print(f"  verified: {verified}")
+    out.print(f"  without flakebot: {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
     if not manifest.get("portable", True):
         out.print(f"  [yellow]host-only:[/yellow] {markup(manifest.get('portable_reason', ''))}")
 
@@ -162,9 +168,8 @@ def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     table = Table("tool", "version", "summary", "need", "catalog", "signed by")
     for tool in tools:
         signer = f"{tool.get('signed_by') or '?'}" + ("" if tool.get("trusted") else " (key not configured)")
-        table.add_row(
-            tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer
-        )
+        cells = (tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer)
+        table.add_row(*(Text(one_line(cell)) for cell in cells))  # a cache's text: data, never markup or escapes
     out.print(table)
 
 
@@ -197,10 +202,12 @@ def print_candidates(query: str, found: list[Any]) -> None:
 
 
 def print_settings(report: dict[str, Any]) -> None:
-    """The settings table (key, value, meaning) and the configuration files read."""
-    table = Table("key", "value", "meaning")
+    """The settings table (key, value, where the value came from, meaning) and the configuration files read."""
+    table = Table("key", "value", "from", "meaning")
     for row in report["settings"]:
-        table.add_row(row["key"], markup(repr(row["value"])), markup(row["meaning"]))  # "[/path]" is text, not markup
+        source = row["source"] + (" (may be lowered in ./flakebot.toml)" if row["trust"] == "limit" else "")
+        # "[/path]" is text, not markup
+        table.add_row(row["key"], markup(repr(row["value"])), markup(source), markup(row["meaning"]))
     out.print(table)
     out.print("files read: " + (", ".join(report["files"]) or "none"))
 

@@ -100,10 +100,12 @@ def run_command(
     if as_json:
         from flakebot.cli.jsonout import json_result
 
-        payload = arguments if arguments is not None else {}
+        # Without --args-json the tool reads the caller's standard input, as it does without --json.
         call = (
-            api.call_tool(tool, {**payload, "writable": allowed} if isinstance(payload, dict) else payload, settings)
-            if not args
+            api.call_tool(
+                tool, {**arguments, "writable": allowed} if isinstance(arguments, dict) else arguments, settings
+            )
+            if arguments is not None
             else api.call_tool_argv(tool, list(args), settings, writable=allowed)
         )
         json_result(call.to_dict())
@@ -197,7 +199,13 @@ def setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
     root.addHandler(handler)
     root.setLevel(min(level, logging.DEBUG if log_file else level))
     if log_file:
-        file_handler = logging.FileHandler(log_file)
+        try:
+            file_handler = logging.FileHandler(log_file)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write the log file {log_file}: {exc.strerror}",
+                fix="pass --log-file a path in an existing, writable directory",
+            ) from None
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         file_handler.addFilter(RedactFilter())
         root.addHandler(file_handler)

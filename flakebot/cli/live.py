@@ -26,6 +26,8 @@ STATUS_STYLE = {
     "failed": ("✘", "bold red"),
 }
 
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
 console = Console(stderr=True)
 out = Console()
 
@@ -49,7 +51,8 @@ class LiveStages:
     def __init__(self, title: str = "") -> None:
         self.title = title
         self.rows: dict[str, dict[str, Any]] = {}
-        self.live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
+        # get_renderable: every refresh draws anew, so a running stage's clock and spinner tick between events
+        self.live = Live(console=console, refresh_per_second=4, transient=False, get_renderable=self._render)
         self.started = False
 
     def __enter__(self) -> LiveStages:
@@ -57,7 +60,7 @@ class LiveStages:
 
     def __exit__(self, *exc: object) -> None:
         if self.started:
-            self.live.update(self._render())
+            self.live.refresh()
             self.live.__exit__(None, None, None)
             console.print()
 
@@ -73,7 +76,7 @@ class LiveStages:
         elif event.stage:
             row = self.rows.setdefault(event.stage, {"status": "pending", "note": ""})
             self._update(row, event)
-        self.live.update(self._render())
+        self.live.refresh()
 
     def _update(self, row: dict[str, Any], event: Event) -> None:
         if event.kind == "stage_started":
@@ -94,6 +97,7 @@ class LiveStages:
             seconds = row.get("seconds")
             if seconds is None and row["status"] == "running":
                 seconds = time.time() - row["started"]
+                mark = SPINNER[int(seconds * 4) % len(SPINNER)]
             elapsed = f"{seconds:6.1f}s" if seconds is not None else " " * 7
             table.add_row(
                 Text(mark, style=style),
@@ -105,10 +109,25 @@ class LiveStages:
         return Group(*parts, table)
 
 
+class Quiet:
+    """An EventSink for -q: no progress at all (errors and the result still print)."""
+
+    def __call__(self, event: Event) -> None:
+        return None
+
+    def __enter__(self) -> Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 @contextmanager
-def event_sink(as_json: bool, title: str = "") -> Iterator[EventSink]:
-    """Where a command's run events go (JSON lines or the live table), with a heartbeat while a step is long."""
-    with JsonEvents() if as_json else LiveStages(title) as shown, beating(shown) as sink:
+def event_sink(as_json: bool, title: str = "", quiet: bool = False) -> Iterator[EventSink]:
+    """Where a command's run events go (JSON lines, the live table, or nowhere with -q), with a heartbeat while a
+    step is long."""
+    shown: JsonEvents | LiveStages | Quiet = JsonEvents() if as_json else Quiet() if quiet else LiveStages(title)
+    with shown, beating(shown) as sink:
         yield sink
 
 

@@ -7,8 +7,12 @@
     versions.py  NAME@VERSION references and the version an improvement gets
     publish.py   nix copy of a catalogued tool's closure to a binary cache or another store, signed
     shared.py    a shared catalog in a binary cache: the entry as a store path, its files, the index (file://)
+    index.py     a shared catalog's signed index: verified (signature, expiry) and validated before it is read
+    seen.py      the highest index sequence and tool versions seen per shared catalog (rollbacks refused)
     install.py   a published tool fetched (nix copy), its signatures checked against configured keys, catalogued
-    signatures.py  Nix signatures (ed25519 over a path's fingerprint) checked in flakebot
+    signatures.py  Nix signatures (ed25519 over a path's fingerprint, and over an index snapshot) in flakebot
+    toolrun.py   a catalogued tool run for its caller, in the sandbox: what it may read, where it may write
+    writelayer.py  a tool's writable paths as staged copies, copied back as data only (no links, no config names)
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.
 """

@@ -355,11 +355,33 @@ def add_gc_root(link: Path, store_path: str) -> Path:
     return link
 
 
+def read_manifest(directory: Path, ref: str) -> dict[str, Any]:
+    """A catalogued version's manifest.json ({} when it has none); a damaged one is one clear error, not a traceback."""
+    path = directory / "manifest.json"
+    if not path.exists():
+        return {}
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CatalogError(
+            f"the manifest of {ref} ({path}) is damaged: {exc}",
+            fix=f"craft it again with 'flakebot craft --fresh', or remove it with 'flakebot rm {ref}'",
+            reason="damaged",
+        ) from None
+    if not isinstance(manifest, dict):
+        raise CatalogError(
+            f"the manifest of {ref} ({path}) is not a JSON object",
+            fix=f"craft it again with 'flakebot craft --fresh', or remove it with 'flakebot rm {ref}'",
+            reason="damaged",
+        )
+    return manifest
+
+
 def show_tool(name: str, settings: Settings) -> dict[str, Any]:
     """A catalogued tool's entry and manifest (`NAME@VERSION`: that version's), with every version listed."""
     entry = Catalog.open(settings).get(name)
     directory = Path(entry["dir"])
-    manifest = json.loads((directory / "manifest.json").read_text()) if (directory / "manifest.json").exists() else {}
+    manifest = read_manifest(directory, f"{entry['name']}@{entry['version']}")
     usage = (directory / "USAGE.md").read_text() if (directory / "USAGE.md").exists() else ""
     versions = [
         {k: record.get(k) for k in ("version", "change", "summary", "run_id", "store_path", "added", "installed_from")}

@@ -1,11 +1,17 @@
-"""Installing a tool from a shared catalog: find it in a cache's index, fetch its signed entry and closure, catalogue it.
+"""Installing a tool from a shared catalog: verify the cache's signed index, fetch the entry and closure it names,
+check them, catalogue the tool.
 
 Trust is explicit: only the caches in the `catalogs` setting are read, and only with the keys configured for
-each. The entry and the tool's store path are fetched with `nix copy --from` against exactly those keys
-(trusted-public-keys, never --no-check-sigs), and each must then carry a signature by one of them
-(flakebot.deliver.signatures): Nix lets content-addressed paths in unsigned. The index only says where to look;
-what is catalogued comes from the signed entry, which must be the tool asked for (name, version, need); its
-`nix run` command is made here, never taken from the entry. Nothing is built and no cargo runs.
+each. `read_catalog` is the one way in to a cache's index: its snapshot must be signed by one of those keys,
+unexpired and well formed (flakebot.deliver.index), and no older than what this machine saw of that catalog
+(flakebot.deliver.seen) before anything reads it; a refusal is a CatalogTrustError (exit 61), and craft skips that
+catalog with a warning. The entry and the tool's closure are fetched with `nix copy --from` against exactly those
+keys (trusted-public-keys, require-sigs, never --no-check-sigs); then the entry and every path of the closure
+that Nix let in unsigned (content-addressed ones) must carry a signature by one of them
+(flakebot.deliver.signatures). The signed entry must be the tool asked for (name, version, need) and name the
+index record's store path, and so must its manifest: what runs is the one path verified. Its `nix run` command and
+its USAGE.md are made here (the publisher's usage fenced as data), never taken from the entry. Nothing is built
+and no cargo runs.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
-from flakebot.deliver import shared
+from flakebot.deliver import seen, shared
 from flakebot.deliver.catalog import Catalog, normalize_need
+from flakebot.deliver.index import Snapshot, verify
 from flakebot.deliver.manifest import install_command
 from flakebot.deliver.versions import VERSION_RE, parse_ref
 from flakebot.errors import CatalogError, NixError
+from flakebot.modeltext import DATA_NOTE, fenced, markdown, one_line
 from flakebot.nix import command
 from flakebot.toolspec import NAME_RE
 
@@ -53,42 +61,59 @@ def sources(settings: Settings, url: str | None = None) -> list[dict[str, Any]]:
     return found
 
 
+def read_catalog(source: dict[str, Any], settings: Settings) -> Snapshot:
+    """The catalog's index, verified: signed by one of its configured keys, unexpired, well formed, and not older
+    than what this machine saw of it (which it then records). The only way anything reads a shared index."""
+    url, keys = source["url"], list(source["keys"])
+    raw = shared.read_index(url)
+    if raw is None:
+        if seen.last_sequence(url, settings) is not None:  # it had an index: taking it away hides every update
+            raise seen.rollback(url, "its index is gone, though this machine saw one", seen.state_file(settings))
+        return Snapshot(url, "", 0, 0.0, 0.0, "", {})
+    snapshot = verify(raw, url, keys, now=time.time())
+    seen.check_and_record(snapshot, settings)
+    return snapshot
+
+
 def remote_tools(settings: Settings, url: str | None = None) -> list[dict[str, Any]]:
-    """Every tool the shared catalogs list (each version), with the catalog it is in and whether its signer is trusted."""
+    """Every tool the shared catalogs list (each version), with the catalog it is in and the key that signed it."""
     listed = []
     for source in sources(settings, url):
-        index = shared.read_index(source["url"])
-        for name, tool in sorted(index["tools"].items()):
-            for version, record in sorted(tool.get("versions", {}).items()):
+        snapshot = read_catalog(source, settings)
+        for name, tool in sorted(snapshot.tools.items()):
+            for version, record in sorted(tool["versions"].items()):
                 listed.append(
                     {
                         "name": name,
                         "version": version,
-                        "current": version == tool.get("version"),
-                        "need": tool.get("need", ""),
-                        "summary": record.get("summary", ""),
+                        "current": version == tool["version"],
+                        "need": tool["need"],
+                        "summary": record["summary"],
                         "catalog": source["url"],
-                        "signed_by": record.get("signed_by"),
-                        "public_key": record.get("public_key"),
-                        "trusted": record.get("public_key") in source["keys"],
-                        "store_path": record.get("store_path"),
-                        "published_at": record.get("published_at"),
+                        "signed_by": snapshot.signer.partition(":")[0],
+                        "public_key": snapshot.signer,
+                        "trusted": True,  # the index verified against this key, which the user configured
+                        "store_path": record["store_path"],
+                        "published_at": record["published_at"],
+                        "sequence": snapshot.sequence,
+                        "expires": snapshot.expires,
                     }
                 )
     return listed
 
 
 def find_need(need: str, settings: Settings) -> tuple[dict[str, Any], str] | None:
-    """(catalog, NAME@VERSION) of a tool a configured shared catalog holds for the same (normalized) need."""
+    """(catalog, NAME@VERSION) of a tool a configured shared catalog holds for the same (normalized) need. A catalog
+    that cannot be read, or whose index is refused, is skipped with a warning: a craft goes on without it."""
     key = normalize_need(need)
     for source in settings.catalogs:
         try:
-            index = shared.read_index(source["url"])
-        except CatalogError as exc:  # one unreachable catalog must not stop a craft
+            snapshot = read_catalog(source, settings)
+        except CatalogError as exc:
             logger.warning("shared catalog %s skipped: %s", source["url"], exc.one_line())
             continue
-        for name, tool in index["tools"].items():
-            if tool.get("need_key") == key and tool.get("version") in tool.get("versions", {}):
+        for name, tool in sorted(snapshot.tools.items()):
+            if tool["need_key"] == key:
                 return source, f"{name}@{tool['version']}"
     return None
 
@@ -98,14 +123,14 @@ def install(ref: str, settings: Settings, url: str | None = None, need: str | No
     `need`: the tool must have been made for that need (as craft finds it)."""
     tool_ref = parse_ref(ref)
     for source in sources(settings, url):
-        tool = shared.read_index(source["url"])["tools"].get(tool_ref.name)
+        tool = read_catalog(source, settings).tools.get(tool_ref.name)
         if tool is None:
             continue
-        version = tool_ref.version or tool.get("version")
-        record = tool.get("versions", {}).get(version)
+        version = tool_ref.version or tool["version"]
+        record = tool["versions"].get(version)
         if record is None:
             raise CatalogError(
-                f"{source['url']} has no version {version} of {tool_ref.name} (it has {', '.join(tool.get('versions', {}))})",
+                f"{source['url']} has no version {version} of {tool_ref.name} (it has {', '.join(tool['versions'])})",
                 fix=f"install one of those: flakebot install {tool_ref.name}@VERSION",
             )
         return install_from(source, record, settings, Wanted(tool_ref.name, str(version), need))
@@ -117,7 +142,7 @@ def install(ref: str, settings: Settings, url: str | None = None, need: str | No
 
 @dataclass(frozen=True)
 class Wanted:
-    """What the caller asked for, which the signed entry must be: the index that led there is not signed."""
+    """What the caller asked for, which the signed entry must be (the index's signer may differ from the entry's)."""
 
     name: str
     version: str
@@ -125,19 +150,15 @@ class Wanted:
 
 
 def install_from(source: dict[str, Any], record: dict[str, Any], settings: Settings, wanted: Wanted) -> dict[str, Any]:
-    """Fetch and check one published version (its index record), then catalogue it as installed from `source`."""
+    """Fetch and check one published version (its verified index record), then catalogue it as installed from `source`."""
     started = time.monotonic()
-    entry_path = str(record.get("entry_path") or "")
-    if not _store_path(entry_path):
-        raise CatalogError(
-            f"{source['url']} lists no signed entry for this tool", fix="publish it again with a newer flakebot"
-        )
+    entry_path, store_path = str(record["entry_path"]), str(record["store_path"])
     fetch(source, [entry_path], settings)
     signer = require_signed(entry_path, source, settings)
-    entry = _checked_entry(Path(entry_path), wanted, source)
-    store_path = str(entry["store_path"])  # the signed entry's, not the index's
+    entry = _checked_entry(Path(entry_path), wanted, source, store_path)
     fetch(source, [store_path], settings)
-    require_signed(store_path, source, settings)
+    require_signed(store_path, source, settings)  # the tool itself, whatever Nix checked
+    require_closure_signed(store_path, source, settings)
     installed_from = {
         "catalog": source["url"],
         "signed_by": signer.partition(":")[0],
@@ -152,33 +173,36 @@ def install_from(source: dict[str, Any], record: dict[str, Any], settings: Setti
     return catalogued
 
 
-def _checked_entry(entry_dir: Path, wanted: Wanted, source: dict[str, Any]) -> dict[str, Any]:
-    """The signed entry, refused unless it is the tool asked for and its names are safe to use as paths here."""
+def _checked_entry(entry_dir: Path, wanted: Wanted, source: dict[str, Any], store_path: str) -> dict[str, Any]:
+    """The signed entry, refused unless it is the tool asked for, names the store path the signed index does (and
+    its manifest the same), and its names are safe to use as paths here."""
     try:
         entry = json.loads((entry_dir / "entry.json").read_text())
         manifest = json.loads((entry_dir / "manifest.json").read_text())
-        name, version, store_path = str(entry["name"]), str(entry["version"]), str(entry["store_path"])
+        name, version, entry_store = str(entry["name"]), str(entry["version"]), str(entry["store_path"])
         main = str(manifest.get("main_program") or name)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        runs = str(manifest.get("store_path") or entry_store)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise CatalogError(
-            f"the entry {entry_dir} from {source['url']} is unreadable ({exc})",
+            f"the entry {entry_dir} from {source['url']} is unreadable ({type(exc).__name__})",
             fix="ask the publisher to publish again",
         ) from None
     problems = [
         f"it is {name}@{version}, not {wanted.name}@{wanted.version}"
         if (name, version) != (wanted.name, wanted.version)
         else "",
-        f"it was made for another need ({entry.get('need', '')!r})"
-        if wanted.need is not None and entry.get("need_key") != normalize_need(wanted.need)
+        f"it was made for another need ({one_line(entry.get('need', ''), 80)!r})"
+        if wanted.need is not None and normalize_need(str(entry.get("need", ""))) != normalize_need(wanted.need)
         else "",
-        "its name or version is malformed" if not NAME_RE.match(name) or not VERSION_RE.match(version) else "",
-        "its store path is not a store path" if not _store_path(store_path) else "",
+        "its name or version is malformed" if not NAME_RE.fullmatch(name) or not VERSION_RE.fullmatch(version) else "",
+        f"its store path is not the one the signed index names ({store_path})" if entry_store != store_path else "",
+        f"its manifest runs another store path than the one verified ({store_path})" if runs != store_path else "",
         "its program name is not a plain file name" if "/" in main or main in ("", ".", "..") else "",
     ]
     if any(problems):
         raise CatalogError(
             f"refused the entry {entry_dir} from {source['url']}: {'; '.join(p for p in problems if p)}",
-            fix="the shared catalog's index points at the wrong entry: tell its publisher",
+            fix="the shared catalog's publisher signed a wrong entry: tell them",
             reason="mismatch",
         )
     return dict(entry)
@@ -191,7 +215,18 @@ def _store_path(path: str) -> bool:
 
 def fetch(source: dict[str, Any], paths: list[str], settings: Settings) -> None:
     """`nix copy --from` the catalog's cache, trusting only its configured keys."""
-    args = ["--from", source["url"], "--option", "trusted-public-keys", " ".join(source["keys"]), *paths]
+    keys = " ".join(source["keys"])
+    args = [
+        "--from",
+        source["url"],
+        "--option",
+        "trusted-public-keys",
+        keys,
+        "--option",
+        "require-sigs",
+        "true",
+        *paths,
+    ]
     argv = command.nix_argv(["copy"], args, "pinned", None)
     outcome = command.run_streaming(argv, settings.nix_copy_timeout)
     if outcome.timed_out:
@@ -215,18 +250,39 @@ def require_signed(path: str, source: dict[str, Any], settings: Settings) -> str
     """The configured key whose signature `path` carries in this store, or a refusal."""
     from flakebot.deliver.signatures import trusted_signer
 
-    argv = command.nix_argv(["path-info"], ["--json", "--sigs", "--offline", path], "pinned", None)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
-    try:
-        info = json.loads(done.stdout)[0]
-    except (json.JSONDecodeError, LookupError):
-        raise NixError(
-            f"nix path-info of {path} failed: {done.stderr.strip()[-300:]}", fix="check the Nix store"
-        ) from None
+    info = _path_infos([path], settings)[0]
     signer = trusted_signer(info, source["keys"]) if info.get("valid", True) else None
     if signer is None:
         raise _untrusted(path, source)
     return signer
+
+
+def require_closure_signed(store_path: str, source: dict[str, Any], settings: Settings) -> None:
+    """Every path of the tool's closure is signed by a configured key, or came in under Nix's own check (an
+    input-addressed path, which require-sigs made Nix verify) or was built on this machine (ultimate). A
+    content-addressed path that Nix let in unsigned is refused."""
+    from flakebot.deliver.signatures import trusted_signer
+
+    for info in _path_infos([store_path], settings, recursive=True):
+        if info.get("valid") is False:
+            raise _untrusted(str(info.get("path", store_path)), source)
+        vouched = info.get("ultimate") or not info.get("ca")
+        if not vouched and trusted_signer(info, source["keys"]) is None:
+            raise _untrusted(str(info["path"]), source)
+
+
+def _path_infos(paths: list[str], settings: Settings, recursive: bool = False) -> list[dict[str, Any]]:
+    flags = ["--json", "--sigs", "--offline", *(["--recursive"] if recursive else [])]
+    argv = command.nix_argv(["path-info"], [*flags, *paths], "pinned", None)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
+    try:
+        infos = json.loads(done.stdout)
+        assert isinstance(infos, list) and infos and all(isinstance(info, dict) for info in infos)
+    except (json.JSONDecodeError, AssertionError):
+        raise NixError(
+            f"nix path-info of {paths[0]} failed: {done.stderr.strip()[-300:]}", fix="check the Nix store"
+        ) from None
+    return infos
 
 
 def _untrusted(path: str, source: dict[str, Any]) -> CatalogError:
@@ -251,6 +307,8 @@ def _catalogue(
         manifest_text = manifest_text.replace(json.dumps(there)[1:-1], json.dumps(here)[1:-1])
         usage_md = usage_md.replace(there, here)
     manifest = {**json.loads(manifest_text), "catalog_dir": here, "installed_from": installed_from}
+    manifest["store_path"] = str(entry["store_path"])  # what runs: the one path verified (checked equal already)
+    usage_md = installed_usage(name, manifest, usage_md, installed_from)
     # The command to run it is this machine's, never the entry's (a command line would run outside the sandbox).
     nix_run = command.run_argv(Path(here) / "flake", "pinned", None)
     manifest.update(nix_run_argv=nix_run, flake_ref=str(Path(here) / "flake"), nix_run=shlex.join(nix_run) + " -- ARGS")
@@ -276,3 +334,13 @@ def _catalogue(
             version=version,
             installed_from=installed_from,
         )
+
+
+def installed_usage(name: str, manifest: dict[str, Any], publisher_usage: str, installed_from: dict[str, Any]) -> str:
+    """USAGE.md of an installed tool: flakebot's own lines, then the publisher's USAGE.md fenced as data."""
+    return (
+        f"# {name}\n\n{markdown(manifest.get('summary', ''))}\n\n"
+        f"Installed from the shared catalog {markdown(installed_from['catalog'])}, signed by "
+        f"{markdown(installed_from['signed_by'])}: nothing was built here.\n\n"
+        f"The publisher's USAGE.md, {DATA_NOTE}:\n\n{fenced(publisher_usage, 'markdown')}\n"
+    )

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 from flakebot.config import Settings
 from flakebot.deliver import shared
@@ -79,7 +80,7 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     record = _record(store_path, destination, key)
     if entry_path:
         record["entry_path"] = entry_path
-        record["entry_dir"] = _share_entry(destination, entry, record)
+        record["entry_dir"] = _share_entry(destination, entry, record, key, settings)
     catalog.update(entry["name"], published={destination.url: record})
     logger.info(
         "published %s (%d paths, %d bytes) to %s in %.1f s",
@@ -100,15 +101,38 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     }
 
 
-def _share_entry(destination: Destination, entry: dict[str, Any], record: dict[str, Any]) -> str | None:
-    """The entry's files and index line in a file:// cache; other caches hold only its store path for now."""
+def _share_entry(
+    destination: Destination, entry: dict[str, Any], record: dict[str, Any], key: SigningKey | None, settings: Settings
+) -> str | None:
+    """The entry's files and a newly signed index in a file:// cache; other caches hold only its store path for now."""
     if shared.cache_dir(destination.url) is None:
         logger.warning(
             "%s is not a file:// cache: the entry's store path is there, but flakebot writes its index only to file:// caches for now",
             destination.url,
         )
         return None
-    return shared.add_entry(destination.url, entry, record)
+    return shared.add_entry(destination.url, entry, record, index_key(destination, key, settings))
+
+
+def index_key(destination: Destination, key: SigningKey | None, settings: Settings) -> shared.IndexKey:
+    """The key the index is signed with (flakebot's own, or the secret-key file the URL names) and the keys whose
+    earlier snapshots are carried forward: that key's own and those the catalogs setting trusts for the cache."""
+    from flakebot.deliver.signatures import public_key
+
+    if key is not None:
+        secret = key.secret_file.read_text()
+    else:
+        files = parse_qs(urlparse(destination.url).query).get("secret-key") or [""]
+        try:
+            secret = Path(files[0]).read_text()
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read the secret-key file {files[0]} the URL names: {exc.strerror}",
+                fix="give secret-key=PATH of a key made with 'nix key generate-secret'",
+            ) from None
+    url = destination.url.split("?", 1)[0].rstrip("/")
+    configured = [k for source in settings.catalogs if source["url"] == url for k in source["keys"]]
+    return shared.IndexKey(secret, [public_key(secret), *configured], settings.shared_index_lifetime)
 
 
 def _record(store_path: str, destination: Destination, key: SigningKey | None) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """A shared catalog: catalog entries published into a binary cache beside the tools' closures.
 
-    <cache>/flakebot/index.json                  {"format": 1, "tools": {name: {need, need_key, version, versions}}}
+    <cache>/flakebot/index.json                  the signed index (flakebot.deliver.index: format, checks)
     <cache>/flakebot/tools/<name>/<version>/      entry.json, manifest.json, USAGE.md, schemas.json, flake/
 
-The index and the files are for finding and reading. What another machine trusts is the entry as a store path
-(`entry_path`, the same files, made with `nix store add-path` and copied into the cache signed like the tool):
-flakebot.deliver.install fetches it and checks its signature before it reads a byte of it.
+The index is how other machines find a tool: a snapshot signed with the publisher's Nix key, with a sequence
+number and an expiry. Each publication signs a new snapshot: the tools of the one before (only when that one
+verifies against this publisher's own key or the keys configured for the cache) plus the new version, under the
+next sequence. What another machine trusts of a tool is the entry as a store path (`entry_path`, the same files,
+made with `nix store add-path` and copied into the cache signed like the tool): flakebot.deliver.install fetches
+it and checks its signature before it reads a byte of it. The files under tools/ are for people browsing.
 Writing entries and the index is for file:// caches (flock + write-temp-then-rename, so two publishers keep
 both); reading works for file:// and http(s):// caches.
 """
@@ -18,34 +21,39 @@ import logging
 import shutil
 import subprocess
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from flakebot.config import Settings
+from flakebot.deliver import index as signed
 from flakebot.deliver.catalog import normalize_need
+from flakebot.deliver.signatures import signed_index
 from flakebot.deliver.versions import newest
-from flakebot.errors import CatalogError, NixError
-from flakebot.fsutil import atomic_write_json, remove_tree
+from flakebot.errors import CatalogError, CatalogTrustError, NixError
+from flakebot.fsutil import atomic_write_json, atomic_write_text, remove_tree
 from flakebot.nix import command
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "flakebot"
-INDEX_FORMAT = 1
 ENTRY_FORMAT = 1
 READABLE_SCHEMES = ("file", "http", "https")
-# What the index keeps of a publication (not the URL given to publish: it may name a local secret-key file).
-INDEX_FIELDS = (
-    "store_path",
-    "entry_path",
-    "nar_hash",
-    "paths",
-    "closure_size",
-    "signed_by",
-    "public_key",
-    "published_at",
-)
+# What the index keeps of a publication (not the URL given to publish: it may name a local secret-key file; not
+# who signed it: the index's own signature says that).
+INDEX_FIELDS = ("store_path", "entry_path", "nar_hash", "paths", "closure_size", "published_at")
+
+
+@dataclass(frozen=True)
+class IndexKey:
+    """How a publisher signs a cache's index: its secret key (Nix's NAME:BASE64), the keys whose earlier snapshots
+    it carries forward (its own public key and those configured for the cache), how long a snapshot stays valid."""
+
+    secret: str
+    trusted: list[str]
+    lifetime: float
 
 
 def entry_files(entry: dict[str, Any], store_path: str) -> dict[str, Any]:
@@ -109,9 +117,9 @@ def cache_dir(url: str) -> Path | None:
     return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
 
 
-def add_entry(url: str, entry: dict[str, Any], record: dict[str, Any]) -> str:
-    """Write the entry's files into a file:// cache and add it to the index, under the cache's lock. Returns the
-    entry's directory there."""
+def add_entry(url: str, entry: dict[str, Any], record: dict[str, Any], key: IndexKey) -> str:
+    """Write the entry's files into a file:// cache and sign a new index snapshot holding it, under the cache's
+    lock. Returns the entry's directory there."""
     root = cache_dir(url)
     assert root is not None
     shared = root / PREFIX
@@ -119,22 +127,52 @@ def add_entry(url: str, entry: dict[str, Any], record: dict[str, Any]) -> str:
     (shared / "tools").mkdir(parents=True, exist_ok=True)
     with open(shared / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two publishers at once: one index holding both
-        index = read_index_file(shared / "index.json")
-        tool = index["tools"].get(entry["name"])
-        if tool is not None and tool.get("need_key") != normalize_need(entry.get("need", "")):
+        tools, sequence = _carried_forward(url, shared / "index.json", key)
+        tool = tools.get(entry["name"])
+        if tool is not None and tool["need_key"] != normalize_need(entry.get("need", "")):
             raise CatalogError(
-                f"{url} holds a tool named {entry['name']} for another need ({tool.get('need', '')!r})",
+                f"{url} holds a tool named {entry['name']} for another need ({tool['need']!r})",
                 fix=f"craft it under another name (--name {entry['name']}-2) and publish that",
             )
         _replace_dir(shared / rel, lambda staging: write_entry_dir(staging, entry, record["store_path"]))
-        tool = tool or {"name": entry["name"], "need": entry.get("need", ""), "versions": {}}
-        tool["need_key"] = normalize_need(entry.get("need", ""))
+        versions = dict((tool or {}).get("versions") or {})
         kept = {k: record.get(k) for k in INDEX_FIELDS}
-        tool["versions"][entry["version"]] = {**kept, "summary": entry.get("summary", ""), "dir": rel}
-        tool["version"] = newest(list(tool["versions"]))
-        index["tools"][entry["name"]] = tool
-        atomic_write_json(shared / "index.json", index)
+        versions[entry["version"]] = {**kept, "summary": entry.get("summary", "")}
+        tools[entry["name"]] = {"name": entry["name"], "need": entry.get("need", ""), "versions": versions}
+        listed = {  # readers compute need_key themselves
+            name: {
+                "name": name,
+                "need": tool["need"],
+                "version": newest(list(tool["versions"])),
+                "versions": tool["versions"],
+            }
+            for name, tool in tools.items()
+        }
+        # Milliseconds since 1970 when that is higher: a sequence that still grows if the index is lost or reset.
+        snapshot = signed.new_snapshot(listed, max(sequence + 1, time.time_ns() // 1_000_000), key.lifetime)
+        from flakebot.redact import redact
+
+        atomic_write_text(shared / "index.json", json.dumps(signed_index(redact(snapshot), key.secret)) + "\n")
     return str(shared / rel)
+
+
+def _carried_forward(url: str, path: Path, key: IndexKey) -> tuple[dict[str, Any], int]:
+    """The tools and sequence of the cache's current index, when it verifies against `key.trusted` (expired or
+    not); otherwise none: the publisher signs only what it can vouch for."""
+    raw = _read_capped(path)
+    if raw is None:
+        return {}, 0
+    try:
+        snapshot = signed.verify(raw, url, key.trusted)
+    except CatalogTrustError as exc:
+        logger.warning(
+            "the index in %s does not verify against your keys (%s): its tools are left out of the new one; "
+            "publish them again to list them",
+            url,
+            exc.one_line(),
+        )
+        return {}, 0
+    return dict(snapshot.tools), snapshot.sequence
 
 
 def _replace_dir(final: Path, fill: Any) -> None:
@@ -154,27 +192,23 @@ def _replace_dir(final: Path, fill: Any) -> None:
         remove_tree(staging)
 
 
-def read_index_file(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {"format": INDEX_FORMAT, "tools": {}}
-    return _checked_index(path.read_text(), str(path))
-
-
-def _checked_index(text: str, where: str) -> dict[str, Any]:
+def _read_capped(path: Path) -> bytes | None:
+    """A file's bytes, at most one more than the index may hold (None when there is none)."""
     try:
-        index = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CatalogError(f"the shared catalog index {where} is corrupt ({exc})", fix=f"restore {where}") from None
-    if not isinstance(index, dict) or not isinstance(index.get("tools"), dict):
-        raise CatalogError(f"the shared catalog index {where} has no tools table", fix=f"restore {where}")
-    return index
+        with open(path, "rb") as handle:
+            return handle.read(signed.MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}", fix=f"check the permissions of {path}") from None
 
 
 # ---------------------------------------------------------------- reading
 
 
-def read_index(url: str, timeout: float = 30.0) -> dict[str, Any]:
-    """A cache's index of published tools (empty when nothing was published there)."""
+def read_index(url: str, timeout: float = 30.0) -> bytes | None:
+    """A cache's index as its bytes, unverified (flakebot.deliver.index.verify checks them); None when the cache
+    holds none. At most one byte more than an index may hold is read."""
     scheme = urlparse(url).scheme
     if scheme not in READABLE_SCHEMES:
         raise CatalogError(
@@ -184,16 +218,23 @@ def read_index(url: str, timeout: float = 30.0) -> dict[str, Any]:
     if scheme == "file":
         root = cache_dir(url)
         assert root is not None
-        return read_index_file(root / PREFIX / "index.json")
+        return _read_capped(root / PREFIX / "index.json")
     import httpx
 
     where = f"{url}/{PREFIX}/index.json"
     try:
-        response = httpx.get(where, timeout=timeout, follow_redirects=True)
+        with httpx.stream("GET", where, timeout=timeout, follow_redirects=True) as response:
+            if response.status_code == 404:
+                return None
+            if response.status_code != 200:
+                raise CatalogError(
+                    f"cannot read {where}: HTTP {response.status_code}", fix=f"check that {url} is reachable"
+                )
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > signed.MAX_BYTES:
+                    break
+            return bytes(body)
     except httpx.HTTPError as exc:
         raise CatalogError(f"cannot read {where}: {exc}", fix=f"check that {url} is reachable") from None
-    if response.status_code == 404:
-        return {"format": INDEX_FORMAT, "tools": {}}
-    if response.status_code != 200:
-        raise CatalogError(f"cannot read {where}: HTTP {response.status_code}", fix=f"check that {url} is reachable")
-    return _checked_index(response.text, where)

@@ -75,6 +75,10 @@ def _package(result: dict[str, Any]) -> dict[str, Any]:
     argv = result.get("nix_run_argv") or []
     if argv:
         answer["nix_run"] = one_line(" ".join(map(str, argv)) + " -- ARGS", 400)
+    entry = result.get("catalog") or {}
+    if entry.get("name"):  # package --catalog: the crate is an agent tool now
+        answer["call"] = {"mcp_tool": entry["name"], "cli": f"flakebot run {entry['name']} -- ARGS"}
+        answer["catalog"] = {"name": entry["name"], "version": entry.get("version", "")}
     if result.get("run_id"):
         answer["details"] = f"call show with name {result['run_id']!r} for the whole result (smoke run, licenses)"
     return answer

@@ -12,6 +12,7 @@ A bare provider name ("groq", "openai") takes the model from the groq_model / op
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,21 +33,86 @@ COMPATIBLE_KEY_ENV = "OPENAI_COMPATIBLE_API_KEY"
 
 @dataclass(frozen=True)
 class Provider:
+    """One entry of the provider table: how "NAME:REST" becomes an Endpoint (`endpoint(provider, rest, spec,
+    settings)`), and what `flakebot models` says of it. A new provider is one entry here and its endpoint function."""
+
     name: str
     sdk: str
     usage: str
+    endpoint: Callable[[Provider, str, str, Settings], Endpoint]
     key_env: str | None = None  # required key; None: the provider needs none
     base_url_env: str | None = None
+    optional_key_env: str | None = None  # a key sent when set (a self-hosted server that wants one)
+    default_url: str | None = None
+    model_setting: str | None = None  # the setting naming the model when only the provider is given
+    example: str = ""
+
+
+def _hosted(provider: Provider, rest: str, spec: str, settings: Settings) -> Endpoint:
+    assert provider.key_env is not None and provider.model_setting is not None
+    model = rest or settings.get(provider.model_setting)
+    key = os.environ.get(provider.key_env, "").strip()
+    if not key:
+        raise ModelError(
+            f"{provider.key_env} is not set, and {provider.name}:{model} needs it",
+            fix=f"export {provider.key_env}=... ({KEY_HELP[provider.key_env]}) or choose another model with --model",
+        )
+    base_url = os.environ.get(provider.base_url_env or "") or None
+    name = f"{provider.name}:{model}"
+    return Endpoint(
+        name, provider.name, model, provider.sdk, key, base_url, provider.key_env, price_for(provider.name, model)
+    )
+
+
+def _self_hosted(provider: Provider, rest: str, spec: str, settings: Settings) -> Endpoint:
+    model, at, url = rest.rpartition("@") if "@" in rest else (rest, "", "")
+    url = url if at else provider.default_url or ""
+    if not model or not url.startswith(("http://", "https://")):
+        raise ModelError(f"'{spec}' is not {provider.usage}", fix=f"write it like {provider.example}")
+    key = os.environ.get(COMPATIBLE_KEY_ENV) or "not-needed"
+    return Endpoint(
+        f"{provider.name}:{rest}", provider.name, model, "openai", key, url, COMPATIBLE_KEY_ENV,
+        price_for(provider.name, model),
+    )  # fmt: skip
+
+
+def _scripted(provider: Provider, rest: str, spec: str, settings: Settings) -> Endpoint:
+    if not rest:
+        raise ModelError("'scripted:' needs a script file", fix="pass --model scripted:FILE (format: docs/scripts.md)")
+    return Endpoint(f"scripted:{rest}", "scripted", "scripted", "openai", "scripted-no-key")
 
 
 PROVIDERS = {
     p.name: p
     for p in (
-        Provider("groq", "groq", "groq:<model>", "GROQ_API_KEY", "GROQ_BASE_URL"),
-        Provider("openai", "openai", "openai:<model>", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
-        Provider("openai-compatible", "openai", "openai-compatible:<model>@<base_url>"),
-        Provider("ollama", "openai", "ollama:<model>[@<base_url>]"),
-        Provider("scripted", "openai", "scripted:<file.json>"),
+        Provider("groq", "groq", "groq:<model>", _hosted, "GROQ_API_KEY", "GROQ_BASE_URL", model_setting="groq_model"),
+        Provider(
+            "openai",
+            "openai",
+            "openai:<model>",
+            _hosted,
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            model_setting="openai_model",
+        ),  # fmt: skip
+        Provider(
+            "openai-compatible",
+            "openai",
+            "openai-compatible:<model>@<base_url>",
+            _self_hosted,
+            optional_key_env=COMPATIBLE_KEY_ENV,
+            example="openai-compatible:qwen2.5-coder@http://localhost:8000/v1",
+        ),  # fmt: skip
+        Provider(
+            "ollama",
+            "openai",
+            "ollama:<model>[@<base_url>]",
+            _self_hosted,
+            optional_key_env=COMPATIBLE_KEY_ENV,
+            default_url=OLLAMA_URL,
+            example="ollama:qwen2.5-coder",
+        ),  # fmt: skip
+        Provider("scripted", "openai", "scripted:<file.json>", _scripted),
     )
 }
 # Which key picks the provider when no model is chosen, in order.
@@ -71,55 +137,15 @@ def choose(spec: str | None, settings: Settings) -> tuple[str, str]:
 
 def endpoint_for(spec: str, settings: Settings) -> Endpoint:
     """Parse a spec and check its key, without touching the network."""
-    provider, _, rest = spec.partition(":")
-    if provider not in PROVIDERS:
-        known = ", ".join(f"{name}:" for name in PROVIDERS)
+    name, _, rest = spec.partition(":")
+    provider = PROVIDERS.get(name)
+    if provider is None:
+        known = ", ".join(f"{known}:" for known in PROVIDERS)
         raise ModelError(
-            f"unknown model provider '{provider}' in '{spec}'",
+            f"unknown model provider '{name}' in '{spec}'",
             fix=f"use one of {known} (e.g. groq:{settings.groq_model})",
         )
-    rest = rest.strip()
-    if provider in ("groq", "openai"):
-        return _hosted(PROVIDERS[provider], rest or settings.get(f"{provider}_model"))
-    if provider == "scripted":
-        if not rest:
-            raise ModelError(
-                "'scripted:' needs a script file", fix="pass --model scripted:FILE (format: docs/scripts.md)"
-            )
-        return Endpoint(f"scripted:{rest}", "scripted", "scripted", "openai", "scripted-no-key")
-    return _self_hosted(provider, rest, spec)
-
-
-def _hosted(provider: Provider, model: str) -> Endpoint:
-    assert provider.key_env is not None
-    key = os.environ.get(provider.key_env, "").strip()
-    if not key:
-        raise ModelError(
-            f"{provider.key_env} is not set, and {provider.name}:{model} needs it",
-            fix=f"export {provider.key_env}=... ({KEY_HELP[provider.key_env]}) or choose another model with --model",
-        )
-    base_url = os.environ.get(provider.base_url_env or "") or None
-    name = f"{provider.name}:{model}"
-    return Endpoint(
-        name, provider.name, model, provider.sdk, key, base_url, provider.key_env, price_for(provider.name, model)
-    )
-
-
-def _self_hosted(provider: str, rest: str, spec: str) -> Endpoint:
-    model, at, url = rest.rpartition("@") if "@" in rest else (rest, "", "")
-    if provider == "ollama" and not at:
-        url = OLLAMA_URL
-    example = (
-        "openai-compatible:qwen2.5-coder@http://localhost:8000/v1"
-        if provider == "openai-compatible"
-        else "ollama:qwen2.5-coder"
-    )
-    if not model or not url.startswith(("http://", "https://")):
-        raise ModelError(f"'{spec}' is not {PROVIDERS[provider].usage}", fix=f"write it like {example}")
-    key = os.environ.get(COMPATIBLE_KEY_ENV) or "not-needed"
-    return Endpoint(
-        f"{provider}:{rest}", provider, model, "openai", key, url, COMPATIBLE_KEY_ENV, price_for(provider, model)
-    )
+    return provider.endpoint(provider, rest.strip(), spec, settings)
 
 
 def check_model(spec: str | None, settings: Settings, *, stage: str | None = None) -> str:
@@ -188,7 +214,7 @@ def describe(settings: Settings, *, ask: bool = True) -> dict[str, Any]:
     providers = []
     warnings = []
     for p in PROVIDERS.values():
-        key_env = p.key_env or (COMPATIBLE_KEY_ENV if p.name in ("openai-compatible", "ollama") else None)
+        key_env = p.key_env or p.optional_key_env
         entry: dict[str, Any] = {
             "provider": p.name,
             "usage": p.usage,
@@ -197,8 +223,8 @@ def describe(settings: Settings, *, ask: bool = True) -> dict[str, Any]:
             "key_required": p.key_env is not None,
         }
         entry["key_present"] = bool(key_env and os.environ.get(key_env))
-        entry["default_model"] = settings.get(f"{p.name}_model") if p.name in ("groq", "openai") else None
-        entry["base_url"] = os.environ.get(p.base_url_env or "") or (OLLAMA_URL if p.name == "ollama" else None)
+        entry["default_model"] = settings.get(p.model_setting) if p.model_setting else None
+        entry["base_url"] = os.environ.get(p.base_url_env or "") or p.default_url
         if ask and p.key_env is not None and entry["key_present"]:
             served, error = served_models(endpoint_for(p.name, settings), settings.connect_timeout)
             entry["served"], entry["served_error"] = (served or None), (error or None)

@@ -2,24 +2,82 @@
 state.json under "request" and read by the stages as `ctx.request`.
 
 A craft fills the craft fields, an improve adds `improve`, a package the package fields; a field a pipeline does not
-use stays at its default. Every field's docstring is what it means; the MCP server's craft, improve and package
-input schemas are drawn from these fields and their docstrings (flakebot.toolschema.field_docs).
+use stays at its default. Every field's docstring is what it means.
+
+An option is declared once, here: a field made with `option(...)` names the verbs that take it and how each door
+spells it. The CLI's typer options (flakebot.cli.options), the MCP tools' input schemas (flakebot.mcp_server) and the
+Python API's keywords (flakebot.api) are generated from these fields, their types and their docstrings; a field
+with `setting=True` overrides the setting of the same name for this run (`overrides()`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any
+
+from flakebot.errors import UsageError
+
+VERBS = ("craft", "improve", "package")
+
+
+def option(
+    default: Any = None,
+    *,
+    verbs: tuple[str, ...],
+    mcp: tuple[str, ...] = (),
+    cli: str = "",
+    api: str = "",
+    mcp_name: str = "",
+    positional: bool = False,
+    setting: bool = False,
+    path: bool = False,
+    least: float | None = None,
+) -> Any:
+    """A request field callers set: the `verbs` whose CLI and Python API take it, the verbs whose MCP tool offers it
+    (`mcp`), its flag spelling when not --NAME (`cli`, e.g. "--offline/--online"), its keyword in the API (`api`) and
+    its argument name over MCP (`mcp_name`) when the field's name cannot be used there, a positional CLI argument,
+    a setting it overrides for the run, a path (resolved by the CLI), and the least number it takes."""
+    meta = dict(verbs=verbs, mcp=mcp, cli=cli, api=api, mcp_name=mcp_name, positional=positional, setting=setting,
+                path=path, least=least)  # fmt: skip
+    return field(default=default, metadata={"option": meta})
+
+
+def options(cls: type, verb: str, door: str = "cli") -> list[tuple[dataclasses.Field[Any], dict[str, Any]]]:
+    """The fields of `cls` (RunRequest or Improvement) that `verb` takes through `door` (cli, api or mcp), in order."""
+    chosen = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("option")
+        if meta and verb in (meta["mcp"] if door == "mcp" else meta["verbs"]):
+            chosen.append((f, meta))
+    return chosen
+
+
+def check_bounds(request: RunRequest) -> None:
+    """Every number a caller gave is finite and at least its least value: a bad one fails before any work."""
+    for f in dataclasses.fields(request):
+        meta = f.metadata.get("option") or {}
+        value = getattr(request, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        flag = meta.get("cli") or f"--{f.name.replace('_', '-')}"
+        if not math.isfinite(value) or (meta.get("least") is not None and value < meta["least"]):
+            raise UsageError(
+                f"{flag} must be a finite number of at least {meta.get('least', 0)}, got {value}",
+                fix=f"pass {flag} with a number of at least {meta.get('least', 0)}",
+            )
 
 
 @dataclass(frozen=True)
 class Improvement:
     """What `improve` adds to a craft: the catalogued tool it starts from and the change asked for."""
 
-    tool: str
+    tool: str = option("", verbs=("improve",), mcp=("improve",), positional=True)
     """The catalogued tool (NAME, or NAME@VERSION to start from that version)."""
-    request: str
+    request: str = option("", verbs=("improve",), mcp=("improve",), positional=True)
     """The change in plain words, e.g. 'also support a --delimiter option'."""
     from_version: str = ""
     """The version the improvement starts from (its source and its examples)."""
@@ -35,51 +93,74 @@ class Improvement:
 class RunRequest:
     """Everything a caller asked of one run (craft, improve or package); the settings it overrides included."""
 
-    need: str = ""
-    """What the tool should do, in plain words."""
-    model: str | None = None
-    """provider:model, e.g. groq:openai/gpt-oss-120b; default from flakebot's config."""
-    registry: str | None = None
-    """auto, crates-io, local, or a cargo directory-source path."""
-    crate: str | None = None
-    """Start from this crate (skips the search)."""
-    mode: str | None = None
+    need: str = option("", verbs=("craft",), mcp=("craft",), positional=True)
+    """What the tool should do, in plain words: "need a CSV deduper"."""
+    model: str | None = option(verbs=VERBS[:2], mcp=VERBS[:2])
+    """provider:model, e.g. groq:openai/gpt-oss-120b, openai:gpt-4.1-mini, ollama:NAME, scripted:FILE; default from flakebot's config."""
+    registry: str | None = option(verbs=VERBS, mcp=("craft", "package"))
+    """Where crates come from: auto, crates-io, local, or a cargo directory-source path."""
+    crate: str | None = option(verbs=("craft",), mcp=("craft",))
+    """Start from this crate (skips the search and the model's choice)."""
+    mode: str | None = option(verbs=("craft",))
     """With crate: fork the crate, or make a new crate depending on it (fork|new)."""
-    method: str | None = None
-    """How to get the crate's source: auto, local, git, archive or fork."""
-    from_location: str | None = None
-    """A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from."""
+    method: str | None = option(verbs=("craft",))
+    """How to get the crate's source: auto, local (directory source), git (its repository at the version tag), archive (.crate) or fork."""
+    from_location: str | None = option(
+        verbs=("craft",), mcp=("craft",), cli="--from", api="from_source", mcp_name="from"
+    )
+    """A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from: no search, no choice."""
     start: dict[str, Any] | None = None
     """from_location resolved: the crate to start at (a Crate as a dict), so no search and no choice."""
-    ref: str | None = None
-    """With from_location: the branch, tag or commit to start from."""
-    name: str | None = None
-    """The tool's name, when the one the spec picks is taken."""
-    spec_file: str | None = None
-    """A ToolSpec file (JSON or TOML) used instead of asking the model; an absolute path."""
-    keep: bool = False
+    ref: str | None = option(verbs=("craft",))
+    """With a repository to start from: the branch, tag or commit."""
+    name: str | None = option(verbs=("craft", "package"), mcp=("craft", "package"))
+    """The tool's name (craft: default the spec's, a name taken by another need gets a suffix; package with catalog: default the binary's)."""
+    spec_file: str | None = option(verbs=VERBS[:2], cli="--spec", path=True)
+    """A ToolSpec file (JSON or TOML: name, summary, usage, examples; for improve, 1-6 new examples) used instead of asking the model."""
+    max_iterations: int | None = option(verbs=VERBS[:2], setting=True, least=1)
+    """Edit-loop model calls before giving up."""
+    max_cost: float | None = option(verbs=VERBS[:2], setting=True, least=0)
+    """USD the run may spend on the model."""
+    max_tokens: int | None = option(verbs=VERBS[:2], setting=True, least=1)
+    """Tokens the run may use."""
+    offline: bool | None = option(verbs=VERBS, setting=True, cli="--offline/--online")
+    """Use only the local registry and cargo --offline."""
+    sandbox: str | None = option(verbs=VERBS[:2], setting=True)
+    """required (default): bubblewrap or stop; auto: plain-process fallback; off: no isolation (unsafe)."""
+    nixpkgs: str | None = option(verbs=("package",), setting=True)
+    """pinned (real nixos-26.05) or host (offline stand-in); default: auto."""
+    keep: bool = option(False, verbs=VERBS[:2])
     """Keep the workspace and target directory after the run."""
-    fresh: bool = False
+    fresh: bool = option(False, verbs=("craft",), mcp=("craft",))
     """Craft again even if the catalog has a tool for this need."""
-    fork: bool = False
+    fork: bool = option(False, verbs=("craft",))
     """Fork the crate's GitHub repository (needs GITHUB_TOKEN)."""
-    push: bool = False
+    push: bool = option(False, verbs=("craft",))
     """With fork: push the tool's branch to the fork."""
-    delete_fork: bool = False
+    delete_fork: bool = option(False, verbs=("craft",))
     """With fork: delete the fork when the run ends."""
     improve: Improvement | None = None
     """Set for `improve`: the craft starts from a catalogued tool and catalogs its next version."""
-    target: str | None = None
+    target: str | None = option(verbs=("package",), mcp=("package",), positional=True)
     """A crate directory or a crate name."""
-    bin: str | None = None
-    """The binary, when the crate has several."""
-    out: str | None = None
-    """Write the flake to this directory (kept after the run)."""
+    bin: str | None = option(verbs=("package",), mcp=("package",), api="bin_name")
+    """The binary to package, when the crate has several."""
+    out: str | None = option(verbs=("package",), mcp=("package",), path=True)
+    """Write the flake to this directory (new or empty; kept after the run and by 'flakebot clean')."""
+    catalog: bool = option(False, verbs=("package",), mcp=("package",))
+    """Also put the packaged binary in the catalog as a tool (named after the binary, or `name`): run, list and the MCP server offer it like a crafted one."""
+    strict_smoke: bool = option(False, verbs=("craft", "package"), mcp=("package",))
+    """Refuse a tool whose smoke run reached only the usage or starts-only level (--help or --version must exit 0)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The settings the caller's flags override (max_iterations, offline, sandbox, ...), by setting name."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings this request overrides: its setting fields that were given, over `settings`."""
+        given = {name: getattr(self, name) for name in setting_fields() if getattr(self, name) is not None}
+        return {**self.settings, **given}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRequest:
@@ -101,3 +182,55 @@ class RunRequest:
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     known = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in data.items() if k in known}
+
+
+def setting_fields() -> list[str]:
+    """The request fields that override a setting of the same name."""
+    return [f.name for f in dataclasses.fields(RunRequest) if (f.metadata.get("option") or {}).get("setting")]
+
+
+def api_names(verb: str) -> dict[str, tuple[type, str]]:
+    """The Python API's keywords of `verb`: keyword -> (RunRequest or Improvement, field name)."""
+    return {
+        meta["api"] or f.name: (cls, f.name)
+        for cls in (Improvement, RunRequest)
+        for f, meta in options(cls, verb, "api")
+    }
+
+
+def from_keywords(verb: str, given: dict[str, Any]) -> RunRequest:
+    """The RunRequest the API keywords of `verb` make; an unknown keyword is one clear error."""
+    names = api_names(verb)
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise UsageError(f"{verb}() got unknown option(s): {', '.join(unknown)}", fix=f"use: {', '.join(names)}")
+    values: dict[type, dict[str, Any]] = {RunRequest: {}, Improvement: {}}
+    for keyword, value in given.items():
+        cls, name = names[keyword]
+        values[cls][name] = str(value) if value is not None and _is_path(cls, name) else value
+    improvement = Improvement(**values[Improvement]) if values[Improvement] else None
+    return RunRequest(**values[RunRequest], improve=improvement)
+
+
+def _is_path(cls: type, name: str) -> bool:
+    meta = next(f.metadata.get("option") or {} for f in dataclasses.fields(cls) if f.name == name)
+    return bool(meta.get("path"))
+
+
+def keyword_signature(verb: str, function: Any) -> inspect.Signature:
+    """`function`'s signature with its **options spelled out as the keywords of `verb` (for help() and editors)."""
+    fixed = [p for p in inspect.signature(function).parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in fixed}
+    classes: tuple[type, ...] = (Improvement, RunRequest)
+    hints: dict[type, dict[str, Any]] = {cls: typing.get_type_hints(cls) for cls in classes}
+    defaults: dict[type, dict[str, Any]] = {
+        cls: {f.name: f.default for f in dataclasses.fields(cls)} for cls in classes
+    }
+    keywords = [
+        inspect.Parameter(
+            keyword, inspect.Parameter.KEYWORD_ONLY, default=defaults[cls][name], annotation=hints[cls][name]
+        )
+        for keyword, (cls, name) in api_names(verb).items()
+        if keyword not in taken
+    ]
+    return inspect.Signature([*fixed, *keywords], return_annotation=inspect.signature(function).return_annotation)

@@ -192,6 +192,18 @@ class Run:
         finally:
             handle.close()
 
+    def driven(self) -> bool:
+        """Whether a process holds the run's lock now (it is being driven, not merely marked running)."""
+        path = self.dir / ".lock"
+        if not path.exists():
+            return False
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+        return False
+
 
 def _check_state(state: Any, path: Path) -> None:
     required = {"format": int, "id": str, "pipeline": str, "stages": dict, "outputs": dict, "resources": list}

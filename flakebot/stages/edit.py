@@ -113,10 +113,10 @@ def edit_stage(ctx: StageContext) -> EditOut:
         result = loop.run(
             render("prompts/edit.j2", spec=spec, acceptance=str(Path(crate_rel) / ACCEPTANCE_TEST)), task, baseline
         )
-    if desk.corrected:  # later stages (examples run on the built tool, USAGE.md) see the corrected spec
-        ctx.run.state["outputs"]["spec"]["examples"] = [asdict(e) for e in spec.examples]
+    # later stages (examples run on the built tool, USAGE.md) read the corrected examples through tested_spec
+    corrected = [asdict(e) for e in spec.examples] if desk.corrected else []
     atomic_write_json(ctx.run.dir / "edit.json", {**result.to_dict(), "disputes": desk.disputes})
-    return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes)
+    return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes, examples=corrected)
 
 
 def _seed_dependencies(ctx: StageContext, cargo: Cargo, crate_dir: Path, *, isolated: bool) -> Callable[[], None]:
@@ -202,8 +202,12 @@ def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict
             else f"{verdict.data.get('passed', 0)} passing, {verdict.data.get('failed', '?')} failing"
         )
     )
-    cost = f", ${spent.cost_usd:.4f}" if spent.cost_usd else ""
-    ctx.progress(f"iteration {iteration}: {note} ({spent.total_tokens:,} tokens{cost})", **data)
+    settings = ctx.settings
+    data.update(max_iterations=settings.max_iterations, max_tokens=settings.max_tokens, max_cost_usd=settings.max_cost)
+    cost = f", ${spent.cost_usd:.4f} of ${settings.max_cost:.2f}" if spent.cost_usd else ""
+    ctx.progress(
+        f"iteration {iteration} of {settings.max_iterations}: {note} ({spent.total_tokens:,} tokens{cost})", **data
+    )
 
 
 # How a loop that ended without green tests is reported: a spent budget or a failing provider is

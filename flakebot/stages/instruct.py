@@ -22,14 +22,14 @@ from flakebot.fsutil import atomic_write_json, atomic_write_text
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
 from flakebot.sandbox import CommandResult, limits_for, open_sandbox
-from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut, SpecOut
+from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut, SpecOut, tested_spec
 from flakebot.toolspec import Example
 
 logger = logging.getLogger(__name__)
 
 
 def instruct_stage(ctx: StageContext) -> InstructOut:
-    spec, built = ctx.get(SpecOut), ctx.get(PackageOut)
+    spec, built = tested_spec(ctx.get(SpecOut), ctx.get(EditOut)), ctx.get(PackageOut)
     package = built.to_dict()
     catalog = Catalog.open(ctx.settings)
     improve = ctx.request.improve
@@ -65,11 +65,11 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         manifest["improves"] = {"version": improve.from_version, "request": improve.request}
     # it quotes the tool's output; JSON records are redacted as written
     usage_md = redact_text(usage_markdown(manifest))
-    entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+    entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
-def _catalogue(
+def catalogue(
     ctx: StageContext,
     catalog: Catalog,
     name: str,

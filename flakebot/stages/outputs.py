@@ -108,6 +108,14 @@ class EditOut(StageOut):
     binary: str = ""
     # acceptance examples the model disputed, and the rulings
     disputes: list[dict[str, Any]] = field(default_factory=list)
+    # the spec's examples as a ruling corrected them (empty: as the spec stage gave them); see tested_spec
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def tested_spec(spec: SpecOut, edit: EditOut) -> SpecOut:
+    """The spec the tool was tested against: the spec stage's, with the examples a dispute corrected in the loop.
+    Each stage keeps its own output; the edit stage never rewrites the spec stage's."""
+    return dataclasses.replace(spec, examples=edit.examples) if edit.examples else spec
 
 
 @dataclass
@@ -130,6 +138,16 @@ class InstructOut(StageOut):
 
 
 @dataclass
+class CatalogOut(StageOut):
+    """The package pipeline's catalog stage: the packaged crate's manifest and catalog entry (empty: not asked)."""
+
+    STAGE: ClassVar[str] = "catalog"
+    manifest: dict[str, Any] = field(default_factory=dict)
+    usage_markdown: str = ""
+    catalog: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class CleanOut(StageOut):
     STAGE: ClassVar[str] = "clean"
     kept: bool = False
@@ -144,6 +162,7 @@ class PackageOut(StageOut, PackageResult):
 
     STAGE: ClassVar[str] = "package"
     run_id: str = ""  # set by flakebot.api.package for its caller
+    catalog: dict[str, Any] = field(default_factory=dict)  # the catalog entry, when --catalog put the tool there
 
     @classmethod
     def of(cls, result: PackageResult) -> PackageOut:

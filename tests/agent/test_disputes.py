@@ -69,7 +69,9 @@ def test_a_disputed_wrong_example_is_corrected_refrozen_and_listed_in_usage(work
         "A\nb\n",
         "A\nB\n",
     )
-    assert run.output("spec")["examples"][1]["stdout"] == "A\nB\n"
+    # the edit stage's output holds the corrected examples; the spec stage's own output is left as it was
+    assert run.output("edit")["examples"][1]["stdout"] == "A\nB\n"
+    assert run.output("spec")["examples"][1]["stdout"] == "A\nb\n"
     manifest = json.loads((run.dir / "manifest.json").read_text())
     assert manifest["corrected_examples"][0]["n"] == 2 and all(e["passed"] for e in manifest["examples"])
     usage = (run.dir / "USAGE.md").read_text()
@@ -95,4 +97,5 @@ def test_a_dispute_the_spec_model_rejects_leaves_the_example(workdir: Path, tmp_
     [run] = list_runs(workdir)
     assert [d["outcome"] for d in run.output("edit")["disputes"]] == ["confirmed"]
     assert [e["stdout"] for e in run.output("spec")["examples"]] == [e["stdout"] for e in SHOUT_SPEC["examples"]]
+    assert run.output("edit")["examples"] == []
     assert '"HI\\n"' in (run.workspace / "tests/flakebot_acceptance.rs").read_text()

@@ -77,7 +77,7 @@ def test_scripted_session_turns_csv_into_csv_dedup(workdir: Path) -> None:
     assert run.output("choose")["crate"]["name"] == "csv" and run.output("choose")["mode"] == "new"
     assert run.state["settings"]["registry"] == "local"  # pinned by search for every later cargo call
     progress = [json.loads(line) for line in result.stdout.splitlines() if '"progress"' in line]
-    assert "iteration 1: 3 passing, 2 failing (4,414 tokens)" in [p["message"] for p in progress]
+    assert "iteration 1 of 30: 3 passing, 2 failing (4,414 tokens)" in [p["message"] for p in progress]
     # flakebot's own verdict, re-run here with plain cargo: the acceptance tests pass in the workspace.
     log = (run.dir / "edit.json").read_text()
     assert json.loads(log)["verdict"]["acceptance_missing"] == []

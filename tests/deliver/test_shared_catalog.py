@@ -26,7 +26,8 @@ import pytest
 
 from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
 from flakebot import config
-from flakebot.deliver.signatures import base32_hash, nix_base32
+from flakebot.deliver.publish import signing_key
+from flakebot.deliver.signatures import base32_hash, nix_base32, signed_index
 from flakebot.errors import ConfigError
 from tests.conftest import FLAKEBOT, json_result, require, run_cli
 from tests.fakes.machines import MachineB, Step, flakebot, machine_env, on_machine_b
@@ -119,7 +120,7 @@ def base(path: str) -> str:
 def test_b_crafts_the_need_a_published_and_gets_the_tool_without_building(machine_a: MachineA, tmp_path: Path) -> None:
     store_path, entry_path = machine_a.published["store_path"], machine_a.published["entry_path"]
     # The cache holds the entry for readers and an index for finders.
-    index = json.loads((machine_a.cache / "flakebot" / "index.json").read_text())
+    index = snapshot_of(machine_a.cache)
     record = index["tools"]["shout"]["versions"]["0.1.0"]
     assert (record["store_path"], record["entry_path"]) == (store_path, entry_path)
     shared = machine_a.cache / "flakebot" / "tools" / "shout" / "0.1.0"
@@ -183,14 +184,29 @@ def tampered_cache(machine: MachineA, tmp_path: Path) -> Path:
     return copy
 
 
+def snapshot_of(cache: Path) -> dict[str, Any]:
+    """The signed snapshot the cache's index holds (its text, parsed)."""
+    return dict(json.loads(json.loads((cache / "flakebot" / "index.json").read_text())["snapshot"]))
+
+
+def resigned(cache: Path, machine: MachineA, old: str, new: str) -> None:
+    """The cache's index with `old` replaced by `new`, signed again with A's key: a lie only A's key can tell (the
+    checks behind the index's signature must hold on their own)."""
+    secret = next((machine.home / "data" / "flakebot" / "keys").glob("*.secret")).read_text()
+    snapshot = json.loads(json.dumps(snapshot_of(cache)).replace(old, new))
+    (cache / "flakebot" / "index.json").write_text(json.dumps(signed_index(snapshot, secret)))
+
+
 def narinfo(cache: Path, store_path: str) -> Path:
     return cache / f"{base(store_path).split('-')[0]}.narinfo"
 
 
-def refused_on_b(home: Path, catalogs: str, *argv: str) -> tuple[subprocess.CompletedProcess[str], MachineB]:
+def refused_on_b(
+    home: Path, catalogs: str, *argv: str, code: int = 60
+) -> tuple[subprocess.CompletedProcess[str], MachineB]:
     b = on_machine_b(home, catalogs, [flakebot(*argv), flakebot("list", "--json")])
     done, listed = b.results
-    assert done.returncode == 60, (done.stdout, done.stderr)
+    assert done.returncode == code, (done.stdout, done.stderr)
     assert json_result(listed)["tools"] == []  # nothing catalogued
     assert b.cargo_calls == "" and not (home / "work" / "runs").exists()
     return done, b
@@ -217,8 +233,12 @@ def test_a_tampered_narinfo_signature_is_refused(machine_a: MachineA, tmp_path: 
 @pytest.mark.slow
 def test_a_cache_signed_by_a_key_b_does_not_trust_is_refused(machine_a: MachineA, tmp_path: Path) -> None:
     stranger = other_key()
-    done, b = refused_on_b(tmp_path / "b", trusting(machine_a, key=stranger), "install", "shout")
-    assert "is not signed by a key you trust (someone-else-1)" in error_line(done)
+    done, b = refused_on_b(tmp_path / "b", trusting(machine_a, key=stranger), "install", "shout", code=61)
+    line = error_line(done)  # refused at the index, before any path is fetched
+    assert (
+        f"refused the index of the shared catalog file://{machine_a.cache}: it is not signed by a key you trust (someone-else-1)"
+        in line
+    )
     assert base(machine_a.published["store_path"]) not in b.store
 
 
@@ -237,8 +257,7 @@ def test_a_forged_unsigned_entry_is_refused_though_nix_lets_it_in(machine_a: Mac
     added = subprocess.run([*NIX, "store", "add-path", str(forged)], capture_output=True, text=True, check=True)
     forged_path = added.stdout.strip()
     subprocess.run([*NIX, "copy", "--to", f"file://{cache}", forged_path], capture_output=True, text=True, check=True)
-    index_file = cache / "flakebot" / "index.json"
-    index_file.write_text(index_file.read_text().replace(machine_a.published["entry_path"], forged_path))
+    resigned(cache, machine_a, machine_a.published["entry_path"], forged_path)
 
     done, b = refused_on_b(tmp_path / "b", trusting(machine_a, cache), "install", "shout")
     assert f"refused {forged_path} from file://{cache}: it is not signed by a key you trust" in error_line(done)
@@ -248,13 +267,12 @@ def test_a_forged_unsigned_entry_is_refused_though_nix_lets_it_in(machine_a: Mac
 
 @pytest.mark.slow
 def test_an_index_pointing_at_another_signed_entry_is_refused(machine_a: MachineA, tmp_path: Path) -> None:
-    """The index is not signed: an entry A really signed, but for another tool, is not installed as shout."""
+    """An entry A really signed, but for another tool, is not installed as shout (even under a signed index)."""
     cache = tampered_cache(machine_a, tmp_path)
     note_tool(machine_a.home, "note")  # A's catalog, A's key
     note = json_result(run_cli("publish", "note", "--to", f"file://{cache}", "--json", env=machine_a.env, check=True))
     assert note["public_key"] == machine_a.published["public_key"]
-    index_file = cache / "flakebot" / "index.json"
-    index_file.write_text(index_file.read_text().replace(machine_a.published["entry_path"], note["entry_path"]))
+    resigned(cache, machine_a, machine_a.published["entry_path"], note["entry_path"])
 
     done, b = refused_on_b(tmp_path / "b", trusting(machine_a, cache), "craft", SAME_NEED)
     line = error_line(done)
@@ -330,6 +348,11 @@ def test_publishers_at_once_leave_an_index_holding_every_tool(tmp_path: Path) ->
     cache = tmp_path / "cache"
     names = [f"note{n}" for n in range(4)]
     envs = [note_tool(tmp_path / name, name) for name in names]
+    # One signing key for the four (as publishers sharing a cache share one, or trust each other's in their
+    # catalogs setting): each carries forward only an index it can verify.
+    signing_key(config.Settings(catalog_dir=str(tmp_path / "key")))
+    for name in names:
+        shutil.copytree(tmp_path / "key" / "keys", tmp_path / name / "data" / "flakebot" / "keys")
     publishers = [
         subprocess.Popen(
             [*FLAKEBOT, "publish", name, "--to", f"file://{cache}", "--json"],
@@ -343,7 +366,7 @@ def test_publishers_at_once_leave_an_index_holding_every_tool(tmp_path: Path) ->
     for publisher in publishers:
         _, err = publisher.communicate(timeout=300)
         assert publisher.returncode == 0, err
-    index = json.loads((cache / "flakebot" / "index.json").read_text())
+    index = snapshot_of(cache)
     assert sorted(index["tools"]) == names
     for name in names:
         entry = json.loads((cache / "flakebot" / "tools" / name / "0.1.0" / "entry.json").read_text())

@@ -1,0 +1,112 @@
+"""Checks that run before any paid or long step: a request that cannot succeed fails at once, with one line, instead
+of after the spec stage has called the model or the build has run.
+
+    check_text(kind, text, limit)      a need or an improvement: non-empty, UTF-8, bounded
+    check_writable_dir(path, setting)  a directory flakebot will write (runs, catalog): creatable, writable
+    check_free_space(path, least_mb)   room for a craft's workspace and target dir
+    check_registry(settings)           the registry exists and --offline agrees with it
+    check_request_flags(fork, push, delete_fork)
+    host_error(exc)                    an OSError that is the machine's trouble, as a HostError (else None)
+
+A HostError is never fed to the model: the edit loop stops with it (exit 5) instead of asking the model to fix it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from flakebot.config import Settings
+from flakebot.errors import HostError, UsageError
+
+NEED_LIMIT = 4000  # characters: a need is a sentence or a paragraph; an argument list has room for it
+FREE_SPACE_MB = 1024  # a craft's workspace, target dir and flake need about this much at the least
+WORKING_FLOOR_MB = 100  # below this, mid-run, a failing build is the disk's doing, not the model's
+HOST_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent", errno.EROFS: "read-only"}
+
+
+def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> None:
+    """`text` (a need, an improvement) is something a model and a catalog can hold; `example` shows a good one."""
+    if not text.strip():
+        raise UsageError(f"the {kind} is empty", fix=f"say what you want, e.g. {example}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"the {kind} is not valid UTF-8 text",
+            fix=f"pass the {kind} as UTF-8 (check the terminal's or file's encoding)",
+        ) from None
+    if len(text) > limit:
+        raise UsageError(
+            f"the {kind} is {len(text):,} characters, more than {limit:,}",
+            fix="say it in fewer words; put examples in a --spec file instead",
+        )
+
+
+def check_writable_dir(path: Path, setting: str) -> None:
+    """`path` is a directory flakebot can create and write (checked before a run, not when its result is stored)."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == path and not path.is_dir():
+        raise HostError(f"{setting} {path} is not a directory", fix=f"point {setting} at a directory, or remove {path}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise HostError(
+            f"{setting} {path} is not writable ({existing} is read-only or not yours)",
+            fix=f"make {existing} writable, or point {setting} elsewhere",
+        )
+
+
+def check_free_space(path: Path, least_mb: int = FREE_SPACE_MB) -> None:
+    """Room for a craft below `path` (its nearest existing ancestor)."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free_mb = shutil.disk_usage(existing).free // (1024 * 1024)
+    if free_mb < least_mb:
+        raise HostError(
+            f"only {free_mb} MiB free on the disk holding {path}; a craft needs at least {least_mb} MiB",
+            fix="free space there, or point workdir at another disk",
+        )
+
+
+def check_registry(settings: Settings, registry: str | None) -> None:
+    """The registry named (or configured) can serve this request: a path exists, offline agrees with it."""
+    choice = registry or settings.registry or "auto"
+    if choice == "crates-io" and settings.offline:
+        raise UsageError(
+            "--registry crates-io cannot be used offline",
+            fix="drop --offline (or the offline setting), or use '--registry local'",
+        )
+    if choice not in ("crates-io", "auto", "local"):
+        path = Path(choice).expanduser()
+        if not path.is_dir():
+            raise UsageError(
+                f"the registry {choice} is not a directory",
+                fix="pass crates-io, local, auto or the path of a cargo directory source (e.g. /usr/share/cargo/registry)",
+            )
+    elif (choice == "local" or settings.offline) and not Path(settings.local_registry).is_dir():
+        raise UsageError(
+            f"the local registry {settings.local_registry} does not exist",
+            fix="install Debian's packaged crates (make setup) or set local_registry to a cargo directory source",
+        )
+
+
+def check_request_flags(fork: bool, push: bool, delete_fork: bool) -> None:
+    """Flags that only mean something together."""
+    for flag, given in (("--push", push), ("--delete-fork", delete_fork)):
+        if given and not fork:
+            raise UsageError(f"{flag} needs --fork", fix=f"add --fork, or drop {flag}")
+
+
+def host_error(exc: OSError) -> HostError | None:
+    """The machine's trouble behind `exc` (a full disk, a read-only file system), or None when it is something else."""
+    what = HOST_ERRNOS.get(exc.errno or 0)
+    if what is None:
+        return None
+    where = exc.filename or "a file flakebot writes"
+    return HostError(
+        f"{what}: cannot write {where}", fix="free space (or make it writable), then 'flakebot resume RUN'"
+    )
