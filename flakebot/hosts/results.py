@@ -75,6 +75,9 @@ def _package(result: dict[str, Any]) -> dict[str, Any]:
     argv = result.get("nix_run_argv") or []
     if argv:
         answer["nix_run"] = one_line(" ".join(map(str, argv)) + " -- ARGS", 400)
+    smoke = result.get("smoke") or {}
+    if smoke.get("level"):  # how far the built tool was seen to work (docs/smoke-levels.md)
+        answer["smoke"] = {"level": smoke["level"], "meaning": one_line(smoke.get("meaning", ""), 200)}
     entry = result.get("catalog") or {}
     if entry.get("name"):  # package --catalog: the crate is an agent tool now
         answer["call"] = {"mcp_tool": entry["name"], "cli": f"flakebot run {entry['name']} -- ARGS"}
