@@ -95,7 +95,7 @@ def crafts_from_sessions(
     env: dict[str, str], work: Path, scratch: Path, calls: list[int], waited: bool = True
 ) -> Sessions:
     """Session i makes calls[i] detached crafts whose jobs keep running; the first session then makes one call it
-    waits for (the server runs it itself), unless not `waited`. The jobs are ended afterwards."""
+    waits for (with `wait: true`), unless not `waited`. The jobs are ended afterwards."""
     craft, jobs, seen = slow_craft(scratch), work / "mcp-jobs", Sessions()
 
     async def session(count: int, waited: bool) -> list[tuple[dict[str, Any], bool]]:

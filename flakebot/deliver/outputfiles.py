@@ -53,8 +53,8 @@ def settle(settings: Settings, written: str) -> str:
     if os.path.lexists(written):
         return ""
     return (
-        f"[flakebot: the whole stdout was in {written}, removed already to keep outputs/ under outputs_mb "
-        f"({settings.outputs_mb} MiB, least recently used first): call again, or raise outputs_mb]\n"
+        f"the whole stdout was in {written}, removed already to keep outputs/ under outputs_mb "
+        f"({settings.outputs_mb} MiB, least recently used first): call again, or raise outputs_mb"
     )
 
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flakebot.config import rustup_home
+
 logger = logging.getLogger(__name__)
 
 
@@ -187,7 +189,7 @@ def _default_toolchain() -> str:
 
 
 def _rustup_home() -> Path:
-    return Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup")
+    return rustup_home()
 
 
 class _Capture:
