@@ -19,6 +19,7 @@ LEAVES = {
     "preflight",
     "redact",
     "render",
+    "safefs",
     "toolschema",
     "toolspec",
     "trust",
