@@ -1,0 +1,278 @@
+"""The host never follows a link in a tree someone else wrote (flakebot.safefs), judged from outside: a file beyond
+the tree keeps its bytes, whatever a dependency's build script, a cloned repository or a shared cache's owner
+planted (a link at any position, a link swapped in while the host works, a hard link, a FIFO)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from benchmarks.scenarios.gitserve import bare_from, crate_manifest, git, library_source, write
+from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, write_acceptance_test
+from flakebot.config import Settings, load
+from flakebot.crates import CrateInfo
+from flakebot.deliver import shared
+from flakebot.errors import AcquireError, UnsafePath
+from flakebot.safefs import Tree
+from flakebot.source.acquisition import acquire
+from flakebot.toolspec import Example, ToolSpec
+from tests.conftest import require
+
+SECRET = b"root's own file: must never change\n"
+
+
+def victim(path: Path) -> Path:
+    """A root-owned 0600 file outside every tree, as the attacks aim at."""
+    path.write_bytes(SECRET)
+    path.chmod(0o600)
+    return path
+
+
+def untouched(*paths: Path) -> bool:
+    return all(p.read_bytes() == SECRET for p in paths)
+
+
+# ---------------------------------------------------------------- the rules themselves
+
+
+def test_paths_leaving_the_tree_are_refused_with_the_path_and_the_rule(tmp_path: Path) -> None:
+    tree = Tree(tmp_path)
+    for rel, rule in [("../x", "dotdot"), ("a/../../x", "dotdot"), ("/etc/passwd", "absolute"), ("", "empty")]:
+        with pytest.raises(UnsafePath) as caught:
+            tree.write_text(rel, "x")
+        assert caught.value.details["rule"] == rule, rel
+    (tmp_path / "out").symlink_to("/")
+    with pytest.raises(UnsafePath) as caught:
+        tree.read_bytes("out/etc/hostname")
+    assert caught.value.details == {"path": str(tmp_path / "out"), "rule": "link"}
+    assert "symbolic link" in caught.value.one_line() and "Fix:" in caught.value.one_line()
+
+
+def test_a_link_swapped_in_while_the_host_writes_is_never_followed(tmp_path: Path) -> None:
+    """Check-then-use is what an attacker races: a directory flips between real and a link out, thousands of times,
+    while the host writes beneath it. Every write lands inside or is refused; none lands outside."""
+    outside, tree_root = tmp_path / "outside", tmp_path / "tree"
+    outside.mkdir()
+    tree_root.mkdir()
+    real, spare, link = tree_root / "dir", tree_root / "dir.real", tree_root / "dir.link"
+    real.mkdir()
+    link.symlink_to(outside)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            os.rename(real, spare)
+            os.rename(link, real)
+            os.rename(real, link)
+            os.rename(spare, real)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    tree, refused = Tree(tree_root), 0
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            try:
+                tree.write_text("dir/file", "x", parents=False)
+                with tree.lock("dir/.lock"):
+                    pass
+            except (UnsafePath, FileNotFoundError):
+                refused += 1
+    finally:
+        stop.set()
+        flipper.join()
+    assert list(outside.iterdir()) == [], "a write followed the swapped-in link"
+    assert refused, "the race never hit: the test proves nothing"
+
+
+def test_reads_and_locks_refuse_a_fifo_without_hanging(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    tree = Tree(tmp_path)
+    for use in (lambda: tree.read_bytes("pipe"), lambda: tree.lock("pipe").__enter__()):
+        with pytest.raises(UnsafePath) as caught:
+            use()
+        assert caught.value.details["rule"] == "not-a-file"
+
+
+# ---------------------------------------------------------------- the dependency cache
+
+
+EVIL_BUILD_RS = """
+use std::path::PathBuf;
+fn main() {{
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let target = out.ancestors().nth(4).unwrap(); // target/debug/build/NAME-HASH/out
+    std::os::unix::fs::symlink("{victim}", target.join("flakebot-deps.json")).unwrap();
+    std::os::unix::fs::symlink("{victim}", target.join("debug/libdeps_skeleton-planted")).unwrap();
+    println!("cargo:rerun-if-changed=build.rs");
+}}
+"""
+
+
+def evil_registry(root: Path, victim_path: Path) -> Path:
+    """A cargo directory source holding one crate whose build script plants links in the target dir it runs for."""
+    crate = root / "registry" / "evil-build-0.1.0"
+    write(
+        crate,
+        {
+            "Cargo.toml": crate_manifest("evil-build", "0.1.0"),
+            "build.rs": EVIL_BUILD_RS.format(victim=victim_path),
+            "src/lib.rs": "pub fn f() {}\n",
+            ".cargo-checksum.json": '{"files":{},"package":"Could not get crate checksum"}',
+        },
+    )
+    return root / "registry"
+
+
+@pytest.mark.slow
+def test_a_dependency_build_script_cannot_make_the_host_write_outside_the_cache(tmp_path: Path) -> None:
+    require("bwrap", "cargo")
+    from flakebot.cargo.depcache import ENTRY_INFO, cache_root, seed_target_dir
+    from flakebot.cargo.runner import Cargo
+
+    target = victim(tmp_path / "root-owned-0600")
+    registry = evil_registry(tmp_path, target)
+    crate = tmp_path / "tool"
+    write(
+        crate,
+        {"Cargo.toml": crate_manifest("tool", "0.1.0", 'evil-build = "0.1.0"\n'), "src/main.rs": "fn main() {}\n"},
+    )
+    cargo = Cargo(target_dir=tmp_path / "t", offline=True, registry_dir=registry)
+    assert cargo.run(["generate-lockfile"], crate).returncode == 0
+
+    seeded = seed_target_dir(load(), cargo, crate, tmp_path / "t", isolated=True)
+
+    assert untouched(target), f"the host wrote through the build script's link: {target.read_bytes()!r} {seeded}"
+    assert seeded.status == "built", seeded
+    info = cache_root(load()) / seeded.key / ENTRY_INFO
+    assert info.is_file() and not info.is_symlink(), "the entry's info is flakebot's own file, the link replaced"
+
+
+# ---------------------------------------------------------------- a forked repository
+
+
+def linked_repo(root: Path, outside: Path) -> str:
+    """A bare repository (file://) of a crate whose `tests` is a link to a directory outside the tree."""
+    work = root / "work-linked"
+    write(work, {"Cargo.toml": crate_manifest("linked", "0.1.0"), "src/lib.rs": library_source("0.1.0")})
+    (work / "tests").symlink_to(outside)
+    git("init", "--quiet", "--initial-branch=main", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "--quiet", "-m", "release 0.1.0", cwd=work)
+    return bare_from(work, root / "linked.git").as_uri()
+
+
+SPEC = ToolSpec(name="linked", summary="s", usage="linked", examples=[Example(args=[], stdout="")])
+
+
+def test_a_cloned_link_out_of_the_tree_is_refused_at_acquisition(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    url = linked_repo(tmp_path, outside)
+    dest = tmp_path / "workspace"
+    with pytest.raises(AcquireError) as caught:
+        acquire(CrateInfo(name="linked", version="0.1.0", repository=url), dest, branch="b", settings=Settings())
+    assert "tests" in caught.value.message and str(outside) in caught.value.message
+    assert not dest.exists() and list(outside.iterdir()) == []
+
+
+def test_the_acceptance_test_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """What a sandboxed step could leave in the crate (the same shapes the clone is refused for), at each position."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    crate = tmp_path / "crate"
+    crate.mkdir()
+    (crate / "tests").symlink_to(outside)
+    with pytest.raises(UnsafePath):
+        write_acceptance_test(SPEC, crate)
+    assert list(outside.iterdir()) == []
+
+    (crate / "tests").unlink()
+    (crate / "tests").mkdir()
+    target, hard = victim(tmp_path / "linked-to"), victim(tmp_path / "hard-linked")
+    for plant in (
+        lambda p: p.symlink_to(target),  # the file's own name a link
+        lambda p: os.link(hard, p),  # a hard link to a file outside: written through in place, it would change
+        lambda p: os.mkfifo(p),  # a FIFO: a blocking write would hang the host
+    ):
+        path = crate / ACCEPTANCE_TEST
+        path.unlink(missing_ok=True)
+        plant(path)
+        digests = write_acceptance_test(SPEC, crate)
+        assert path.is_file() and not path.is_symlink() and path.stat().st_nlink == 1
+        assert Frozen(crate, digests).changed() == []
+    assert untouched(target, hard)
+    (crate / ACCEPTANCE_TEST).unlink()
+    os.mkfifo(crate / ACCEPTANCE_TEST)
+    frozen = Frozen(crate, {})
+    frozen.digests[ACCEPTANCE_TEST] = digests[ACCEPTANCE_TEST]
+    assert frozen.changed() == [ACCEPTANCE_TEST], "a FIFO reads as changed, without hanging the check"
+
+
+# ---------------------------------------------------------------- a shared catalog directory
+
+
+def catalog_entry(tmp_path: Path) -> dict[str, object]:
+    directory = tmp_path / "catalog-entry"
+    write(directory, {"manifest.json": '{"summary": "s"}', "USAGE.md": "# t\n", "flake/flake.nix": "{}\n"})
+    return {"name": "tool", "version": "0.1.0", "need": "a tool", "dir": str(directory)}
+
+
+RECORD = {"store_path": "/nix/store/00000000000000000000000000000000-tool"}
+
+
+def cache_with(root: Path, plants: dict[str, Callable[[Path], object]]) -> str:
+    """A file:// cache whose owner planted `plants` (path under the cache's flakebot/ directory: how it is made)."""
+    for rel, plant in plants.items():
+        path = root / shared.PREFIX / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plant(path)
+    return root.as_uri()
+
+
+def test_planted_links_in_a_shared_cache_never_reach_outside(tmp_path: Path) -> None:
+    target, hard, outside = victim(tmp_path / "root-owned-0600"), victim(tmp_path / "hard-linked"), tmp_path / "outside"
+    outside.mkdir()
+    entry = catalog_entry(tmp_path)
+    refused: dict[str, dict[str, Callable[[Path], object]]] = {
+        "lock-link": {".lock": lambda p: p.symlink_to(target)},
+        "tools-link": {"tools": lambda p: p.symlink_to(outside)},
+        "tool-dir-link": {"tools/tool": lambda p: p.symlink_to(outside)},  # the link one level down
+        "lock-fifo": {".lock": os.mkfifo},
+        "index-fifo": {"index.json": os.mkfifo},  # a blocking read would hang publish
+        "index-link": {"index.json": lambda p: p.symlink_to(target)},  # never read through (nor written)
+    }
+    for case, plants in refused.items():
+        with pytest.raises(UnsafePath):
+            shared.add_entry(cache_with(tmp_path / case, plants), entry, RECORD)
+        assert untouched(target, hard) and list(outside.iterdir()) == [], case
+
+    replaced: dict[str, dict[str, Callable[[Path], object]]] = {
+        "index-hard": {"index.json": lambda p: os.link(other_index, p)},  # replaced by rename, never written in place
+        "lock-hard": {".lock": lambda p: os.link(hard, p)},  # locked, never truncated or written
+        "old-link": {"tools/tool/.0.1.0.old": lambda p: p.symlink_to(outside)},  # removed as a link, never entered
+    }
+    empty_index = '{"format": 1, "tools": {}}'
+    other_index = tmp_path / "another-cache-index.json"  # a file outside holding a valid index, hard-linked in
+    other_index.write_text(empty_index)
+    for case, plants in replaced.items():
+        url = cache_with(tmp_path / case, plants)
+        shared.add_entry(url, entry, RECORD)
+        assert untouched(target, hard) and list(outside.iterdir()) == [], case
+        assert shared.read_index(url)["tools"]["tool"]["version"] == "0.1.0", case
+    assert other_index.read_text() == empty_index
+
+
+def test_a_whole_shared_cache_link_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / shared.PREFIX).symlink_to(outside)
+    with pytest.raises(UnsafePath):
+        shared.add_entry((tmp_path / "cache").as_uri(), catalog_entry(tmp_path), RECORD)
+    assert list(outside.iterdir()) == []
