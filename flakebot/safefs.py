@@ -165,12 +165,13 @@ class Tree:
 
     # ---------------------------------------------------------------- reading
 
-    def read_bytes(self, rel: str, *, limit: int | None = None) -> bytes:
-        """The regular file at `rel` (FileNotFoundError when missing; UnsafePath for a link or a non-file)."""
+    def read_bytes(self, rel: str, *, limit: int | None = None, at_most: int | None = None) -> bytes:
+        """The regular file at `rel` (FileNotFoundError when missing; UnsafePath for a link or a non-file, or one
+        over `limit` bytes); `at_most`: only its first bytes, for a caller that judges the size itself."""
         with self._parent(rel) as (fd, name):
             handle = self._open_file(fd, name, rel, os.O_RDONLY)
         with os.fdopen(handle, "rb") as file:
-            data = file.read(-1 if limit is None else limit + 1)
+            data = file.read(at_most if at_most is not None else -1 if limit is None else limit + 1)
         if limit is not None and len(data) > limit:
             raise self._refuse(rel, "too-large", f"holds more than {limit} bytes")
         return data
