@@ -130,6 +130,8 @@ UNTRUSTED_TREE_MODULES = [
     "cargo/fetch.py",
     "deliver/shared.py",
     "deliver/publish.py",
+    "nix/crate.py",
+    "nix/devdeps.py",
 ]
 PATH_WRITES = {"write_text", "write_bytes", "mkdir", "rename", "replace", "unlink", "rmdir", "touch", "symlink_to"}
 PATH_WRITES |= {"hardlink_to", "chmod", "chown"}
