@@ -350,6 +350,17 @@ class Tree:
             os.close(handle)
 
 
+def read_file(path: Path, *, limit: int | None = None) -> bytes:
+    """The regular file `path` whose directory is trusted but whose name someone else could have planted (a
+    manifest in the workspace): a link or FIFO at the name is refused (UnsafePath), never followed or waited on."""
+    with Tree(path.parent) as tree:
+        return tree.read_bytes(path.name, limit=limit)
+
+
+def read_file_text(path: Path, *, limit: int | None = None) -> str:
+    return read_file(path, limit=limit).decode()
+
+
 def link_leaves(root: Path, rel: str) -> str:
     """Where the symbolic link `root/rel` points when that is outside `root` (judged both by its text and by what
     it resolves to now), or '' when it stays inside."""

@@ -276,3 +276,29 @@ def test_a_whole_shared_cache_link_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafePath):
         shared.add_entry((tmp_path / "cache").as_uri(), catalog_entry(tmp_path), RECORD)
     assert list(outside.iterdir()) == []
+
+
+def test_a_fifo_or_link_where_the_host_reads_a_manifest_is_refused_without_hanging(tmp_path: Path) -> None:
+    """A sandboxed build can leave Cargo.toml or Cargo.lock as a FIFO (main blocked on it for good) or a link to a
+    host file; the host's reads between sandboxed steps (the dependency cache's skeleton, the source allow-list)
+    refuse it at once."""
+    from flakebot.cargo.cache_skeleton import NoSkeleton, skeleton_of
+    from flakebot.cargo.sources import lock_refusal
+
+    crate = tmp_path / "crate"
+    write(crate, {"Cargo.toml": crate_manifest("crate", "0.1.0"), "src/lib.rs": ""})
+    os.mkfifo(crate / "Cargo.lock")
+    started = time.monotonic()
+    assert "not a regular file" in lock_refusal(crate / "Cargo.lock", ())
+    with pytest.raises(NoSkeleton):
+        skeleton_of(crate)
+    (crate / "Cargo.lock").unlink()
+    (crate / "Cargo.lock").write_text("")
+    (crate / "Cargo.toml").rename(crate / "real.toml")
+    os.mkfifo(crate / "Cargo.toml")
+    with pytest.raises(NoSkeleton):
+        skeleton_of(crate)
+    (crate / "Cargo.lock").unlink()
+    (crate / "Cargo.lock").symlink_to(victim(tmp_path / "root-owned-0600"))
+    assert "symbolic link" in lock_refusal(crate / "Cargo.lock", ())
+    assert time.monotonic() - started < 5
