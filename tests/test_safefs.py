@@ -5,6 +5,7 @@ planted (a link at any position, a link swapped in while the host works, a hard 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -302,3 +303,42 @@ def test_a_fifo_or_link_where_the_host_reads_a_manifest_is_refused_without_hangi
     (crate / "Cargo.lock").symlink_to(victim(tmp_path / "root-owned-0600"))
     assert "symbolic link" in lock_refusal(crate / "Cargo.lock", ())
     assert time.monotonic() - started < 5
+
+
+def test_flakebot_publish_into_a_cache_with_planted_links_leaves_the_host_alone(tmp_path: Path) -> None:
+    """The real command: `flakebot publish TOOL --to file:///cache` (nix copy, then the entry and index) into a
+    cache whose owner planted flakebot/.lock as a link to a root-owned file: one line, exit 2, the file unchanged.
+    Then a hard link at the lock: published, the file unchanged."""
+    require("nix")
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+    from tests.conftest import run_cli
+
+    (tmp_path / "note.txt").write_text("a published note\n")
+    added = subprocess.run(["nix-store", "--add", str(tmp_path / "note.txt")], capture_output=True, text=True)
+    assert added.returncode == 0, added.stderr
+    (tmp_path / "flake").mkdir()
+    manifest = {"name": "note", "summary": "a note", "main_program": "note", "store_path": added.stdout.strip()}
+    Catalog.open(config.load()).add(
+        "note",
+        need="need a note",
+        flake_dir=tmp_path / "flake",
+        manifest=manifest,
+        usage_md="# note\n",
+        store_path=added.stdout.strip(),
+        run_id="test",
+        origin={},
+    )
+    target = victim(tmp_path / "root-owned-0600")
+
+    linked = cache_with(tmp_path / "linked-cache", {".lock": lambda p: p.symlink_to(target)})
+    done = run_cli("publish", "note", "--to", linked)
+    assert done.returncode == 2, done.stderr
+    assert "flakebot/.lock: is a symbolic link" in done.stderr and "Fix:" in done.stderr
+    assert untouched(target)
+
+    hard = cache_with(tmp_path / "hard-cache", {".lock": lambda p: os.link(target, p)})
+    done = run_cli("publish", "note", "--to", hard)
+    assert done.returncode == 0, done.stderr
+    assert untouched(target)
+    assert shared.read_index(hard)["tools"]["note"]["version"]
