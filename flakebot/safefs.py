@@ -89,27 +89,25 @@ class Tree:
 
     def _refuse(self, rel: str, rule: str, why: str) -> UnsafePath:
         return UnsafePath(
-            f"{self.root / rel}: {why}; refusing to follow it (a tree someone else wrote)",
+            f"{self.root / rel}: {why}; refused (a tree someone else could have written is never followed)",
             fix=f"remove {self.root / rel} (it was planted there) and try again",
             path=str(self.root / rel),
             rule=rule,
         )
 
-    def _open_dir(self, parts: tuple[str, ...], rel: str, *, create: bool = False) -> int:
-        """A descriptor of the directory `parts` below the root, each component opened without following a link."""
+    def _open_dir(self, parts: tuple[str, ...], *, create: bool = False) -> int:
+        """A descriptor of the directory `parts` below the root, each component opened without following a link
+        (and made first when `create`: mkdirat never follows a link either)."""
         fd = os.dup(self._fd)
         try:
             for i, part in enumerate(parts):
-                try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if not create:
-                        raise
+                if create:
                     try:
                         os.mkdir(part, 0o755, dir_fd=fd)
                     except FileExistsError:
-                        pass  # made meanwhile: opened below like any other
-                    child = self._open_component(fd, part, rel, parts[: i + 1])
+                        pass  # a directory already, or something the open below refuses
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno in _LINK_ERRNOS:
                         raise self._not_a_directory(fd, part, "/".join(parts[: i + 1])) from None
@@ -119,14 +117,6 @@ class Tree:
             return fd
         except BaseException:
             os.close(fd)
-            raise
-
-    def _open_component(self, fd: int, part: str, rel: str, upto: tuple[str, ...]) -> int:
-        try:
-            return os.open(part, _DIR_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            if exc.errno in _LINK_ERRNOS:
-                raise self._not_a_directory(fd, part, "/".join(upto)) from None
             raise
 
     def _not_a_directory(self, fd: int, part: str, rel: str) -> UnsafePath:
@@ -141,7 +131,7 @@ class Tree:
     @contextmanager
     def _parent(self, rel: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
         parts = parts_of(rel)
-        fd = self._open_dir(parts[:-1], rel, create=create)
+        fd = self._open_dir(parts[:-1], create=create)
         try:
             yield fd, parts[-1]
         finally:
@@ -198,7 +188,7 @@ class Tree:
             return False
 
     def listdir(self, rel: str = "") -> list[str]:
-        fd = self._open_dir(parts_of(rel) if rel else (), rel)
+        fd = self._open_dir(parts_of(rel) if rel else ())
         try:
             return sorted(os.listdir(fd))
         finally:
@@ -219,11 +209,9 @@ class Tree:
 
     # ---------------------------------------------------------------- writing
 
-    def mkdir(self, rel: str, *, mode: int = 0o755) -> None:
+    def mkdir(self, rel: str) -> None:
         """The directory `rel` and its parents (existing ones are fine; a link in their place is refused)."""
-        os.close(self._open_dir(parts_of(rel), rel, create=True))
-        if mode != 0o755:
-            self.chmod(rel, mode)
+        os.close(self._open_dir(parts_of(rel), create=True))
 
     def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644, parents: bool = True) -> None:
         """Replace `rel` atomically: a fresh file made with O_EXCL beside it, renamed over the name (a link, a hard
