@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from benchmarks.scenarios.gitserve import bare_from, crate_manifest, git, library_source, write
+from benchmarks.scenarios.gitserve import crate_manifest, write
+from benchmarks.scenarios.hostfile_cases import CASES, evil_registry, flipping, linked_repo, run_hostfile_cases
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, write_acceptance_test
 from flakebot.config import Settings, load
 from flakebot.crates import CrateInfo
@@ -59,21 +59,8 @@ def test_a_link_swapped_in_while_the_host_writes_is_never_followed(tmp_path: Pat
     while the host writes beneath it. Every write lands inside or is refused; none lands outside."""
     outside, tree_root = tmp_path / "outside", tmp_path / "tree"
     outside.mkdir()
-    tree_root.mkdir()
-    real, spare, link = tree_root / "dir", tree_root / "dir.real", tree_root / "dir.link"
-    real.mkdir()
-    link.symlink_to(outside)
-    stop = threading.Event()
-
-    def flip() -> None:
-        while not stop.is_set():
-            os.rename(real, spare)
-            os.rename(link, real)
-            os.rename(real, link)
-            os.rename(spare, real)
-
-    flipper = threading.Thread(target=flip)
-    flipper.start()
+    (tree_root / "dir").mkdir(parents=True)
+    stop, flipper = flipping(tree_root / "dir", outside)
     tree, refused = Tree(tree_root), 0
     try:
         deadline = time.monotonic() + 1.5
@@ -103,33 +90,6 @@ def test_reads_and_locks_refuse_a_fifo_without_hanging(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the dependency cache
 
 
-EVIL_BUILD_RS = """
-use std::path::PathBuf;
-fn main() {{
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    let target = out.ancestors().nth(4).unwrap(); // target/debug/build/NAME-HASH/out
-    std::os::unix::fs::symlink("{victim}", target.join("flakebot-deps.json")).unwrap();
-    std::os::unix::fs::symlink("{victim}", target.join("debug/libdeps_skeleton-planted")).unwrap();
-    println!("cargo:rerun-if-changed=build.rs");
-}}
-"""
-
-
-def evil_registry(root: Path, victim_path: Path) -> Path:
-    """A cargo directory source holding one crate whose build script plants links in the target dir it runs for."""
-    crate = root / "registry" / "evil-build-0.1.0"
-    write(
-        crate,
-        {
-            "Cargo.toml": crate_manifest("evil-build", "0.1.0"),
-            "build.rs": EVIL_BUILD_RS.format(victim=victim_path),
-            "src/lib.rs": "pub fn f() {}\n",
-            ".cargo-checksum.json": '{"files":{},"package":"Could not get crate checksum"}',
-        },
-    )
-    return root / "registry"
-
-
 @pytest.mark.slow
 def test_a_dependency_build_script_cannot_make_the_host_write_outside_the_cache(tmp_path: Path) -> None:
     require("bwrap", "cargo")
@@ -155,17 +115,6 @@ def test_a_dependency_build_script_cannot_make_the_host_write_outside_the_cache(
 
 
 # ---------------------------------------------------------------- a forked repository
-
-
-def linked_repo(root: Path, outside: Path) -> str:
-    """A bare repository (file://) of a crate whose `tests` is a link to a directory outside the tree."""
-    work = root / "work-linked"
-    write(work, {"Cargo.toml": crate_manifest("linked", "0.1.0"), "src/lib.rs": library_source("0.1.0")})
-    (work / "tests").symlink_to(outside)
-    git("init", "--quiet", "--initial-branch=main", cwd=work)
-    git("add", "-A", cwd=work)
-    git("commit", "--quiet", "-m", "release 0.1.0", cwd=work)
-    return bare_from(work, root / "linked.git").as_uri()
 
 
 SPEC = ToolSpec(name="linked", summary="s", usage="linked", examples=[Example(args=[], stdout="")])
@@ -342,3 +291,11 @@ def test_flakebot_publish_into_a_cache_with_planted_links_leaves_the_host_alone(
     assert done.returncode == 0, done.stderr
     assert untouched(target)
     assert shared.read_index(hard)["tools"]["note"]["version"]
+
+
+@pytest.mark.slow
+def test_every_host_file_attack_of_the_reliability_report_is_contained(tmp_path: Path) -> None:
+    """The cases `make reliability` counts (benchmarks/scenarios/hostfile_cases.py), each in a child process."""
+    rows = run_hostfile_cases(tmp_path)
+    assert {row["case"] for row in rows} >= {c.name for c in CASES if not c.needs}
+    assert [row for row in rows if not row["contained"]] == []
