@@ -68,7 +68,7 @@ class Tree:
 
     def __init__(self, root: Path | str) -> None:
         # The root's own spelling is trusted (flakebot chose it); below it nothing is followed.
-        self.root = Path(root)
+        self.root, self._fd = Path(root), -1
         self._fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def close(self) -> None:

@@ -299,3 +299,10 @@ def test_every_host_file_attack_of_the_reliability_report_is_contained(tmp_path:
     rows = run_hostfile_cases(tmp_path)
     assert {row["case"] for row in rows} >= {c.name for c in CASES if not c.needs}
     assert [row for row in rows if not row["contained"]] == []
+
+
+def test_a_missing_cache_or_file_reads_as_nothing_published(tmp_path: Path) -> None:
+    assert shared.read_index((tmp_path / "no-such-cache").as_uri())["tools"] == {}
+    assert shared.read_index(tmp_path.as_uri())["tools"] == {}
+    with pytest.raises(FileNotFoundError):
+        Tree(tmp_path / "no-such-tree")
