@@ -132,6 +132,7 @@ UNTRUSTED_TREE_MODULES = [
     "deliver/publish.py",
     "nix/crate.py",
     "nix/devdeps.py",
+    "stages/*.py",
 ]
 PATH_WRITES = {"write_text", "write_bytes", "mkdir", "rename", "replace", "unlink", "rmdir", "touch", "symlink_to"}
 PATH_WRITES |= {"hardlink_to", "chmod", "chown"}
@@ -188,6 +189,17 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ("cargo/fetch.py", "_link_or_copy"): (
         {"os.link", "shutil.copy2"},
         "the run's git view, rebuilt from flakebot's own CARGO_HOME",
+    ),
+    # the stages: the run's own directory and the workspace's root (flakebot's path; remove_tree unlinks a link)
+    ("stages/acquire.py", "acquire_stage"): (
+        {"remove_tree"},
+        "the run's workspace, removed before it is acquired again",
+    ),
+    ("stages/locate.py", "_acquire"): ({"remove_tree"}, "the run's workspace, removed before it is acquired again"),
+    ("stages/edit.py", "edit_stage"): ({"atomic_write_json"}, "edit.json in the run's directory (flakebot's)"),
+    ("stages/instruct.py", "_catalogue"): (
+        {"atomic_write_json", "atomic_write_text"},
+        "manifest.json and USAGE.md in the run's directory (flakebot's)",
     ),
     # the user's own data directory and private temp dirs
     ("deliver/publish.py", "signing_key"): (
