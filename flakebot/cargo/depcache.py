@@ -330,8 +330,9 @@ def copy_entry(entry: Path, target_dir: Path) -> None:
 
 def _drop_skeleton_outputs(target: Tree) -> None:
     """Remove the skeleton crate's own outputs: only the dependencies' are worth keeping."""
-    directories = [rel for rel, info in target.walk() if stat.S_ISDIR(info.st_mode) and rel.count("/") < 2]
-    for directory in directories:
+    top = [name for name in target.listdir() if target.is_dir(name)]  # is_dir: a link is not entered
+    second = [f"{name}/{child}" for name in top for child in target.listdir(name) if target.is_dir(f"{name}/{child}")]
+    for directory in ["", *top, *second]:
         for name in target.listdir(directory):
             if name.startswith(SKELETON_PREFIXES):
                 target.remove(f"{directory}/{name}" if directory else name)
