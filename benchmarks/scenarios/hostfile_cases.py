@@ -233,11 +233,29 @@ def _shared_at(rel: str, plant: Callable[[World, Path], None]) -> Callable[[Worl
         plant(w, path)
         entry = w.root / "entry"
         write(entry, {"manifest.json": '{"summary": "s"}', "USAGE.md": "# t\n", "flake/flake.nix": "{}\n"})
-        record = {"store_path": "/nix/store/00000000000000000000000000000000-tool"}
+        record = {
+            "store_path": "/nix/store/00000000000000000000000000000000-tool",
+            "entry_path": "/nix/store/11111111111111111111111111111111-flakebot-entry-tool-0.1.0",
+            "nar_hash": "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            "paths": 1,
+            "closure_size": 1,
+            "published_at": 1.0,
+        }
         tool = {"name": "tool", "version": "0.1.0", "need": "a tool", "dir": str(entry)}
-        return _said(lambda: shared.add_entry(cache.as_uri(), tool, record))
+        return _said(lambda: shared.add_entry(cache.as_uri(), tool, record, index_key()))
 
     return attack
+
+
+def index_key() -> Any:
+    """A publisher's key for a shared cache's signed index (a fresh Nix key pair), as `flakebot publish` makes one."""
+    from flakebot.deliver import shared
+    from flakebot.deliver.signatures import public_key
+    from flakebot.nix import command
+
+    argv = [command.nix_program(), *command.FEATURES, "key", "generate-secret", "--key-name", "hostfiles-1"]
+    secret = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    return shared.IndexKey(secret, [public_key(secret)], 3600.0)
 
 
 def _manifest_fifo(w: World) -> str:
@@ -331,6 +349,7 @@ CASES = [
         "the cache's flakebot/.lock is a link to a root-owned file",
         REFUSED,
         _shared_at(".lock", _link_to_victim),
+        needs=("nix",),
     ),
     Case(
         "publish-lock-hard-link",
@@ -338,6 +357,7 @@ CASES = [
         "the cache's flakebot/.lock is a hard link to a root-owned file",
         "locked, never truncated; the file outside unchanged",
         _shared_at(".lock", _hard_link),
+        needs=("nix",),
     ),
     Case(
         "publish-tools-link",
@@ -345,6 +365,7 @@ CASES = [
         "the cache's flakebot/tools is a link to a directory outside",
         REFUSED,
         _shared_at("tools", _link_outside),
+        needs=("nix",),
     ),
     Case(
         "publish-tool-dir-link",
@@ -352,6 +373,7 @@ CASES = [
         "the cache's flakebot/tools/NAME is a link to a directory outside",
         REFUSED,
         _shared_at("tools/tool", _link_outside),
+        needs=("nix",),
     ),
     Case(
         "publish-index-fifo",
@@ -359,6 +381,7 @@ CASES = [
         "the cache's flakebot/index.json is a FIFO (a blocking read would hang publish)",
         "refused at once, no hang",
         _shared_at("index.json", _fifo),
+        needs=("nix",),
     ),
 ]
 QUICK = ["clone-tests-link", "acceptance-file-link", "publish-lock-link", "publish-index-fifo"]
