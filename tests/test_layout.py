@@ -197,7 +197,7 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ),
     ("stages/locate.py", "_acquire"): ({"remove_tree"}, "the run's workspace, removed before it is acquired again"),
     ("stages/edit.py", "edit_stage"): ({"atomic_write_json"}, "edit.json in the run's directory (flakebot's)"),
-    ("stages/instruct.py", "_catalogue"): (
+    ("stages/instruct.py", "catalogue"): (
         {"atomic_write_json", "atomic_write_text"},
         "manifest.json and USAGE.md in the run's directory (flakebot's)",
     ),
