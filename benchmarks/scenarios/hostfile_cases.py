@@ -28,6 +28,8 @@ from typing import Any
 
 from benchmarks.scenarios.gitserve import bare_from, crate_manifest, git, library_source, write
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 SECRET = b"root's own file: must never change\n"
 AT_FDCWD, RENAME_EXCHANGE = -100, 2
 CASE_TIMEOUT = 180.0  # seconds; the dependency-cache case builds a crate in the sandbox
@@ -407,7 +409,8 @@ def _run_child(directory: Path, case: Case) -> dict[str, Any]:
     started = time.monotonic()
     argv = [sys.executable, "-m", "benchmarks.scenarios.hostfile_cases", case.name, str(directory)]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=CASE_TIMEOUT, env=env)
+        # from the checkout: `benchmarks` is importable there whatever the caller's working directory
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=CASE_TIMEOUT, env=env, cwd=CHECKOUT)
         last = done.stdout.strip().splitlines()[-1:] or [""]
         result = json.loads(last[0]) if done.returncode == 0 and last[0] else None
         if result is None:
