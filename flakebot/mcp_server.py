@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from flakebot import __version__, api, config
+from flakebot import __version__, api, config, preflight
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
@@ -475,11 +475,28 @@ Work = Callable[[EventSink], dict[str, Any]]
 LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False}
 
 
+JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
+
+
+def _check_job_arguments(name: str, args: dict[str, Any]) -> None:
+    """A long tool's arguments fit a command line, and its need or request is text a model can take."""
+    size = len(json.dumps(args).encode())
+    if size > JOB_ARGUMENTS_LIMIT:
+        raise UsageError(
+            f"{name}'s arguments are {size:,} bytes, more than {JOB_ARGUMENTS_LIMIT:,}",
+            fix="say the need in fewer words; put long examples in a spec file the CLI reads (--spec)",
+        )
+    for key, kind in (("need", "need"), ("request", "improvement")):
+        if isinstance(args.get(key), str):
+            preflight.check_text(kind, args[key], example=f'{{"{key}": "need a CSV deduper"}}')
+
+
 def _start_job(
     settings: config.Settings, name: str, args: dict[str, Any], session: str
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/, once
     admission (pipeline.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
+    _check_job_arguments(name, args)  # before admission: a refused call leaves no job file
     limits = jobs.Limits.of(settings)
     with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
         journal = _journal_path(settings)
@@ -708,5 +725,36 @@ async def _serve(state: FlakebotMCP) -> None:
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write), anyio.create_task_group() as jobs:
         state.jobs = jobs
-        await server.run(read, write, options)
+        checked = await _answer_unreadable_lines(read, write, jobs)
+        await server.run(checked, write, options)
         jobs.cancel_scope.cancel()
+
+
+async def _answer_unreadable_lines(read: Any, write: Any, group: Any) -> Any:
+    """The messages of `read`, where a line that is not JSON is answered -32700 (parse error) and one that is JSON but
+    no JSON-RPC message -32600 (invalid request), as JSON-RPC 2.0 says, instead of being dropped with no reply."""
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    sender, receiver = anyio.create_memory_object_stream[Any](0)
+
+    async def relay() -> None:
+        async with sender:
+            async for item in read:
+                if not isinstance(item, Exception):
+                    await sender.send(item)
+                    continue
+                code, what = _unreadable(item)
+                error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=what))
+                await write.send(SessionMessage(error))
+
+    group.start_soon(relay)
+    return receiver
+
+
+def _unreadable(exc: Exception) -> tuple[int, str]:
+    """The JSON-RPC code and message for a line the transport could not read as a message."""
+    text = str(exc)
+    if "json_invalid" in text or "Invalid JSON" in text:
+        return -32700, "parse error: the line is not JSON (one JSON-RPC message per line)"
+    return -32600, "invalid request: the line is JSON but not a JSON-RPC 2.0 message"
