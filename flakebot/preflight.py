@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from flakebot.config import Settings
@@ -46,17 +47,20 @@ def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> N
 
 
 def check_writable_dir(path: Path, setting: str) -> None:
-    """`path` is a directory flakebot can create and write (checked before a run, not when its result is stored)."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing == path and not path.is_dir():
+    """`path` is a directory flakebot can create and write (checked before a run, not when its result is stored). Tried
+    for real, by making the directory and a file in it: root passes every permission check but not a read-only mount."""
+    if path.exists() and not path.is_dir():
         raise HostError(f"{setting} {path} is not a directory", fix=f"point {setting} at a directory, or remove {path}")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".flakebot-probe-", dir=path)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
         raise HostError(
-            f"{setting} {path} is not writable ({existing} is read-only or not yours)",
-            fix=f"make {existing} writable, or point {setting} elsewhere",
-        )
+            f"{setting} {path} is not writable ({exc.strerror or exc})",
+            fix=f"make {path} writable, or point {setting} at a writable directory",
+        ) from None
 
 
 def check_free_space(path: Path, least_mb: int = FREE_SPACE_MB) -> None:

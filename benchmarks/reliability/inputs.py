@@ -22,7 +22,16 @@ from benchmarks import records
 from benchmarks.reliability.env import DEBIAN_REGISTRY, OFFLINE, SESSION, Home, Scratch, write_json
 from benchmarks.reliability.table import code, table, yes
 from benchmarks.scenarios.shout import SHOUT_SPEC
-from flakebot.errors import CatalogError, ConfigError, ModelError, NixError, RunError, SearchError, UsageError
+from flakebot.errors import (
+    CatalogError,
+    ConfigError,
+    HostError,
+    ModelError,
+    NixError,
+    RunError,
+    SearchError,
+    UsageError,
+)
 
 AUDIT_FILES = {
     ".lock",
@@ -239,7 +248,7 @@ CASES = [
     BadInput(
         "unwritable --workdir",
         ["--workdir", "/proc/flakebot-runs", "craft", CSV_NEED, *SCRIPTED, *OFFLINE],
-        RunError.exit_code,
+        HostError.exit_code,  # the machine's trouble, named as such (exit 5), before the model is called
     ),
     BadInput(
         "package of a crate with no binary",

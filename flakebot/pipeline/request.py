@@ -123,6 +123,8 @@ class RunRequest:
     """USD the run may spend on the model."""
     max_tokens: int | None = option(verbs=VERBS[:2], setting=True, least=1)
     """Tokens the run may use."""
+    max_wall_seconds: float | None = option(verbs=VERBS[:2], setting=True, least=1)
+    """Wall-clock seconds the edit loop may take."""
     offline: bool | None = option(verbs=VERBS, setting=True, cli="--offline/--online")
     """Use only the local registry and cargo --offline."""
     sandbox: str | None = option(verbs=VERBS[:2], setting=True)
