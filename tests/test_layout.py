@@ -130,6 +130,9 @@ UNTRUSTED_TREE_MODULES = [
     "cargo/fetch.py",
     "deliver/shared.py",
     "deliver/publish.py",
+    "deliver/writelayer.py",  # the caller's tree (any host program) and the tool's staged copy of it
+    "deliver/toolrun.py",
+    "deliver/toolcall.py",
     "nix/crate.py",
     "nix/devdeps.py",
     "stages/*.py",
@@ -218,11 +221,15 @@ def raw_writes(path: Path) -> list[tuple[str, str, int]]:
     found: list[tuple[str, str, int]] = []
 
     def trees_in(function: ast.AST) -> set[str]:
-        """Names bound to a Tree in a function: `t = Tree(...)`, `a, t = x, Tree(...)`, parameters typed Tree."""
+        """Names bound to a Tree in a function: `t = Tree(...)`, `a, t = x, Tree(...)`, `with Tree(...) as t`,
+        parameters typed Tree."""
         names = set()
         for node in ast.walk(function):
             if isinstance(node, ast.arg) and isinstance(node.annotation, ast.Name) and node.annotation.id == "Tree":
                 names.add(node.arg)
+            if isinstance(node, ast.withitem) and isinstance(node.optional_vars, ast.Name):
+                if is_tree(node.context_expr, set()):
+                    names.add(node.optional_vars.id)
             if isinstance(node, ast.Assign):
                 pairs = [(node.targets[0], node.value)]
                 if isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
@@ -300,6 +307,8 @@ def test_the_raw_write_check_sees_each_kind_of_write(tmp_path: Path) -> None:
         "    p.write_text('x'); (p / 'a').mkdir(); os.rename(p, p); shutil.rmtree(p); open(p, 'w'); remove_tree(p)\n"
         "    t.write_text('a', 'x'); Tree(p).mkdir('a'); tree = Tree(p); tree.rename('a', 'b'); 'a'.replace('a', 'b')\n"
         "    open(p).read(); open(p, 'rb')\n"
+        "    with Tree(p) as w, open(p) as f:\n"
+        "        w.unlink('a'); f.unlink()\n"
     )
     assert [call for _, call, _ in raw_writes(module)] == [
         ".write_text()",
@@ -308,4 +317,5 @@ def test_the_raw_write_check_sees_each_kind_of_write(tmp_path: Path) -> None:
         "shutil.rmtree",
         "open(for writing)",
         "remove_tree",
+        ".unlink()",
     ]
