@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flakebot.agent.loop import StopLoop
-from flakebot.errors import EditError
+from flakebot.errors import EditError, UnsafePath
 from flakebot.safefs import Tree
 from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
 from flakebot.toolspec import Example, ToolSpec
@@ -126,11 +127,46 @@ def _digest(workspace: Path, rel: str) -> str:
         return ""
 
 
-def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits) -> tuple[bool, CommandResult]:
+def built_file(binary: Path, inside: Path, where: str = "the run's target dir") -> Path:
+    """`binary` as a regular file below `inside` (the run's target dir, a store path), reached through real
+    directories only: cargo's JSON naming it can be forged by a test's output and the build writes that tree, so
+    a path elsewhere, a link on the way or at the name is refused (UnsafePath), never resolved. `inside` is
+    flakebot's own path (resolved); what is returned is spelled beneath it, so binding its parent binds that."""
+    root = inside.resolve()
+    rel = next(
+        (binary.relative_to(r) for r in (inside, root) if binary.is_absolute() and binary.is_relative_to(r)), None
+    )
+    why = "outside it"
+    if rel is not None and rel.parts:
+        try:
+            mode = Tree(root).lstat(str(rel)).st_mode
+            why = "" if stat.S_ISREG(mode) else "a symbolic link" if stat.S_ISLNK(mode) else "not a file"
+        except UnsafePath as exc:  # a link or a file where a directory should be, on the way
+            why = f"reached through {'a symbolic link' if exc.details.get('rule') == 'link' else 'a non-directory'}"
+        except OSError as exc:
+            why = str(exc.strerror or exc)
+    if why:
+        raise UnsafePath(
+            f"{binary} is {why}: not a regular file in {where} {root}",
+            fix="build the tool as a [[bin]] target of the crate (cargo test builds it in the target dir)",
+            path=str(binary),
+            rule="not-built-here",
+        )
+    return root / str(rel)
+
+
+def run_example(
+    binary: Path, example: Example, mode: str, limits: SandboxLimits, inside: Path, where: str = "the run's target dir"
+) -> tuple[bool, CommandResult]:
     """Run one acceptance example on a built binary, in a fresh sandbox holding the example's files; (passed, result).
 
     flakebot's own check, beside the test harness: it needs nothing from the workspace, so no rewrite
-    of the acceptance test (and no trick inside `cargo test`) can make it pass."""
+    of the acceptance test (and no trick inside `cargo test`) can make it pass. The binary must be a regular file
+    below `inside` (built_file): only its own directory there is shown to the sandbox, read-only."""
+    try:
+        binary = built_file(binary, inside, where)
+    except UnsafePath as exc:
+        return False, CommandResult([str(binary)], 126, "", f"flakebot: refused to run it: {exc}\n", 0.0)
     with tempfile.TemporaryDirectory(prefix="flakebot-example-") as tmp:
         cwd = Path(tmp)
         for name, content in example.files.items():
@@ -140,9 +176,7 @@ def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits
                     f"example file {name!r} leaves the example's directory", fix="give example files relative names"
                 )
             Tree(cwd).write_text(str(path.relative_to(cwd.resolve())), content)
-        sandbox = open_sandbox(
-            mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits, adopt=True
-        )
+        sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.parent], limits=limits, adopt=True)
         result = sandbox.run([str(binary), *example.args], cwd=cwd, stdin=example.stdin)
     return result.stdout == example.stdout and result.returncode == example.exit_code and not result.timed_out, result
 
