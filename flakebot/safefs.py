@@ -410,6 +410,24 @@ class Tree:
             os.close(handle)
 
 
+def file_below(root: Path, path: Path) -> Path:
+    """The absolute `path` as a regular file below the trusted directory `root`, reached through real directories
+    only, spelled beneath `root` resolved (so a sandbox bind of its parent shows that directory and nothing else):
+    a path elsewhere, a link at the name or on the way, or anything but a regular file is UnsafePath, never
+    resolved. For a path someone else named (cargo's JSON, a build's bin/)."""
+    real = root.resolve()
+    inside = [r for r in (root, real) if path.is_absolute() and path.is_relative_to(r)]
+    rel = str(path.relative_to(inside[0])) if inside else ""
+    if not inside or rel == ".":
+        raise UnsafePath(f"{path} is not below {real}", fix=f"name a file below {real}", path=str(path), rule="outside")
+    with Tree(real) as tree:
+        info = tree.lstat(rel)
+        if not stat.S_ISREG(info.st_mode):
+            what = "is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a regular file"
+            raise tree._refuse(rel, "link" if stat.S_ISLNK(info.st_mode) else "not-a-file", what)
+    return real / rel
+
+
 def read_file(path: Path, *, limit: int | None = None) -> bytes:
     """The regular file `path` whose directory is trusted but whose name someone else could have planted (a
     manifest in the workspace): a link or FIFO at the name is refused (UnsafePath), never followed or waited on."""

@@ -27,7 +27,7 @@ from flakebot.crates import CrateInfo
 from flakebot.deliver import index as signed
 from flakebot.deliver import shared
 from flakebot.errors import AcquireError, CatalogError, UnsafePath
-from flakebot.safefs import Tree
+from flakebot.safefs import Tree, file_below
 from flakebot.source.acquisition import acquire
 from flakebot.toolspec import Example, ToolSpec
 from tests.conftest import require
@@ -130,6 +130,31 @@ def test_streamed_writes_removals_and_link_reads_never_go_through_a_planted_name
                 pass
     assert tree.readlink("up") == str(tmp_path) and untouched(outside) and (root / "full" / "f").exists()
     assert not (tmp_path / "new").exists()
+
+
+def test_a_named_file_below_a_root_is_the_file_itself_never_a_link(tmp_path: Path) -> None:
+    """file_below: what the example run and the smoke run bind the directory of (cargo's JSON, a build's bin/)."""
+    root, outside = tmp_path / "target", victim(tmp_path / "outside.txt")
+    (root / "debug").mkdir(parents=True)
+    (root / "debug" / "tool").write_text("#!/bin/sh\n")
+    (root / "debug" / "link").symlink_to(outside)
+    (root / "up").symlink_to(tmp_path)
+    (tmp_path / "via").symlink_to(root)
+    assert file_below(root, root / "debug" / "tool") == root / "debug" / "tool"
+    assert file_below(tmp_path / "via", tmp_path / "via" / "debug" / "tool") == root / "debug" / "tool"
+    refused = {
+        "debug/link": "link",
+        "up/outside.txt": "link",
+        "debug": "not-a-file",
+        "../outside.txt": "outside",
+        "sh": "outside",
+    }
+    for named, rule in refused.items():
+        path = Path(named) if named == "sh" else Path(os.path.normpath(root / named))
+        with pytest.raises(UnsafePath) as caught:
+            file_below(root, path)
+        assert caught.value.details["rule"] == rule, named
+    assert untouched(outside)
 
 
 # ---------------------------------------------------------------- the dependency cache

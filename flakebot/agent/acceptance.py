@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from flakebot.agent.loop import StopLoop
 from flakebot.errors import EditError, UnsafePath
-from flakebot.safefs import Tree
+from flakebot.safefs import Tree, file_below
 from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
 from flakebot.toolspec import Example, ToolSpec
 
@@ -127,32 +126,29 @@ def _digest(workspace: Path, rel: str) -> str:
         return ""
 
 
+REFUSED = {  # safefs's rule, as the model is told it
+    "link": "a symbolic link, or reached through one",
+    "outside": "it lies outside",
+    "not-a-file": "not a file",
+    "not-a-directory": "reached through something that is not a directory",
+}
+
+
 def built_file(binary: Path, inside: Path, where: str = "the run's target dir") -> Path:
-    """`binary` as a regular file below `inside` (the run's target dir, a store path), reached through real
-    directories only: cargo's JSON naming it can be forged by a test's output and the build writes that tree, so
-    a path elsewhere, a link on the way or at the name is refused (UnsafePath), never resolved. `inside` is
-    flakebot's own path (resolved); what is returned is spelled beneath it, so binding its parent binds that."""
-    root = inside.resolve()
-    rel = next(
-        (binary.relative_to(r) for r in (inside, root) if binary.is_absolute() and binary.is_relative_to(r)), None
-    )
-    why = "outside it"
-    if rel is not None and rel.parts:
-        try:
-            mode = Tree(root).lstat(str(rel)).st_mode
-            why = "" if stat.S_ISREG(mode) else "a symbolic link" if stat.S_ISLNK(mode) else "not a file"
-        except UnsafePath as exc:  # a link or a file where a directory should be, on the way
-            why = f"reached through {'a symbolic link' if exc.details.get('rule') == 'link' else 'a non-directory'}"
-        except OSError as exc:
-            why = str(exc.strerror or exc)
-    if why:
+    """`binary` as a regular file below `inside` (the run's target dir, a store path), through real directories
+    only (safefs.file_below): cargo's JSON naming it can be forged by a test's output and the build writes that
+    tree, so a path elsewhere or a link is refused (UnsafePath), never resolved."""
+    try:
+        return file_below(inside, binary)
+    except OSError as exc:  # UnsafePath, or missing
+        why = exc.details.get("rule", "") if isinstance(exc, UnsafePath) else str(exc.strerror)
+        shown = REFUSED.get(why, why)
         raise UnsafePath(
-            f"{binary} is {why}: not a regular file in {where} {root}",
+            f"{binary} is not a regular file in {where} ({shown})",
             fix="build the tool as a [[bin]] target of the crate (cargo test builds it in the target dir)",
             path=str(binary),
             rule="not-built-here",
-        )
-    return root / str(rel)
+        ) from None
 
 
 def run_example(
