@@ -155,6 +155,20 @@ class Settings:
         "Bytes of a crafted tool's stdout a call (MCP, run --json) returns whole; past it the whole stdout goes to a "
         "file in the state directory's outputs/ and the call returns its first lines, truncated: true and the path.",
     )
+    outputs_mb: int = _limit(
+        1024,
+        "MiB the state directory's outputs/ may hold (1..); a call that spills removes the oldest files beyond it.",
+    )
+    output_file_mb: int = _limit(256, "MiB of one call's spilled stdout (1..); past it the tool is killed.")
+    max_jobs: int = _limit(
+        4, "Long MCP calls (craft, improve, package, resume) running at once on this machine (1..256)."
+    )
+    max_session_jobs: int = _limit(
+        2, "Long calls one MCP session may have running at once (1..256); past either: refused."
+    )
+    task_result_wait: float = _limit(
+        50.0, "Seconds tasks/result waits for a task to end (1..3600) before it answers with the task's status."
+    )
     nixpkgs: str = _setting(
         "auto",
         "nixpkgs for builds: pinned (real nixos-26.05), host (offline stand-in), or auto.",

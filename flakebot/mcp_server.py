@@ -11,7 +11,8 @@ Two kinds of tool:
 Long work (`craft`, `improve`, `package`, `resume`) runs in a process of its own session (run_job), so it goes on
 when the client ends its session (LangChain's adapters start a server for every call and kill its process group
 after it); its events, with a heartbeat at least every HEARTBEAT_SECONDS while a step is long, are in the state
-directory's mcp-jobs/. A request that carries a progress token is answered when the work is done, each event
+directory's mcp-jobs/. Each job passes admission first (pipeline.jobs: max_jobs, max_session_jobs; refused past
+either, docs/limits.md). A request that carries a progress token is answered when the work is done, each event
 relayed as notifications/progress (flakebot.hosts.follow); one without (the OpenAI Agents SDK's, whose requests time
 out after 5 s) gets a run handle as soon as the run exists, and follows it with `status` (whose wait_seconds holds
 an answer until the run moves on). `wait: true` or `detach: true` overrides either default. Results are compact
@@ -31,6 +32,7 @@ import logging
 import os
 import secrets
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -42,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from flakebot import __version__, api, config
+from flakebot import __version__, api, config, preflight
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
@@ -52,6 +54,7 @@ from flakebot.hosts.heartbeat import with_heartbeat
 from flakebot.hosts.hints import tool_annotations
 from flakebot.hosts.results import compact_result, compact_status
 from flakebot.modeltext import one_line
+from flakebot.pipeline import jobs
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
@@ -227,6 +230,7 @@ class FlakebotMCP:
     def __init__(self, settings: config.Settings | None = None) -> None:
         self._settings = settings
         self.jobs: anyio.abc.TaskGroup | None = None
+        self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (pipeline.jobs)
 
     def settings(self) -> config.Settings:
         return self._settings or config.load()
@@ -384,7 +388,7 @@ class FlakebotMCP:
         """The work in a process of its own session (as _detached), its journal relayed as progress notifications
         (heartbeats included) until its result: a client that goes away leaves it running, not a run marked running
         whose process is gone."""
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
         count = 0
 
         async def report(line: dict[str, Any]) -> None:
@@ -407,11 +411,14 @@ class FlakebotMCP:
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
+        deadline = time.monotonic() + jobs.bounded(self.settings(), "task_result_wait", 1, 3600)
         while True:
             known = _journal_reading(journal)
             if known is not None or process.poll() is not None:
                 break
+            if time.monotonic() > deadline:  # a run exists within a second or two: this job is stuck
+                return {"ok": False, **_stop_unstarted(name, process, journal).result()}
             await anyio.sleep(0.05)
         known = known or _journal_reading(journal) or _job_died(name, process.returncode, journal)
         if "run_id" in known:
@@ -430,7 +437,7 @@ class FlakebotMCP:
         return _job_directory(self.settings())
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
         return process, journal
@@ -468,15 +475,38 @@ Work = Callable[[EventSink], dict[str, Any]]
 LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False}
 
 
-def _start_job(settings: config.Settings, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/."""
-    journal = _journal_path(settings)
-    code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
-    argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
-    with open(journal.with_suffix(".log"), "ab") as log:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
+
+
+def _check_job_arguments(name: str, args: dict[str, Any]) -> None:
+    """A long tool's arguments fit a command line, and its need or request is text a model can take."""
+    size = len(json.dumps(args).encode())
+    if size > JOB_ARGUMENTS_LIMIT:
+        raise UsageError(
+            f"{name}'s arguments are {size:,} bytes, more than {JOB_ARGUMENTS_LIMIT:,}",
+            fix="say the need in fewer words; put long examples in a spec file the CLI reads (--spec)",
         )
+    for key, kind in (("need", "need"), ("request", "improvement")):
+        if isinstance(args.get(key), str):
+            preflight.check_text(kind, args[key], example=f'{{"{key}": "need a CSV deduper"}}')
+
+
+def _start_job(
+    settings: config.Settings, name: str, args: dict[str, Any], session: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/, once
+    admission (pipeline.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
+    _check_job_arguments(name, args)  # before admission: a refused call leaves no job file
+    limits = jobs.Limits.of(settings)
+    with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
+        journal = _journal_path(settings)
+        code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
+        argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
+        with open(journal.with_suffix(".log"), "ab") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            )
+        admitted.record(journal.stem, process.pid)
     logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
     return process, journal
 
@@ -538,6 +568,19 @@ def _journal_reading(journal: Path) -> dict[str, Any] | None:
         if "result" in line or "error" in line:
             return line
     return None
+
+
+def _stop_unstarted(name: str, process: subprocess.Popen[bytes], journal: Path) -> FlakebotError:
+    """End a detached job that started no run by task_result_wait (nothing of a run to keep), and say so."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    return FlakebotError(
+        f"the {name} process started no run within task_result_wait seconds and was stopped",
+        fix=f"see {journal.with_suffix('.log')}, then call {name} again",
+    )
 
 
 def _job_died(name: str, code: int | None, journal: Path) -> dict[str, Any]:
@@ -682,5 +725,36 @@ async def _serve(state: FlakebotMCP) -> None:
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write), anyio.create_task_group() as jobs:
         state.jobs = jobs
-        await server.run(read, write, options)
+        checked = await _answer_unreadable_lines(read, write, jobs)
+        await server.run(checked, write, options)
         jobs.cancel_scope.cancel()
+
+
+async def _answer_unreadable_lines(read: Any, write: Any, group: Any) -> Any:
+    """The messages of `read`, where a line that is not JSON is answered -32700 (parse error) and one that is JSON but
+    no JSON-RPC message -32600 (invalid request), as JSON-RPC 2.0 says, instead of being dropped with no reply."""
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    sender, receiver = anyio.create_memory_object_stream[Any](0)
+
+    async def relay() -> None:
+        async with sender:
+            async for item in read:
+                if not isinstance(item, Exception):
+                    await sender.send(item)
+                    continue
+                code, what = _unreadable(item)
+                error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=what))
+                await write.send(SessionMessage(error))
+
+    group.start_soon(relay)
+    return receiver
+
+
+def _unreadable(exc: Exception) -> tuple[int, str]:
+    """The JSON-RPC code and message for a line the transport could not read as a message."""
+    text = str(exc)
+    if "json_invalid" in text or "Invalid JSON" in text:
+        return -32700, "parse error: the line is not JSON (one JSON-RPC message per line)"
+    return -32600, "invalid request: the line is JSON but not a JSON-RPC 2.0 message"

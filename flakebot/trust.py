@@ -72,6 +72,12 @@ Model text (summaries, usage, --help, example descriptions and outputs) is data 
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
 rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
 
+Everything a caller can start is bounded (docs/limits.md): long MCP calls pass admission (flakebot.pipeline.jobs:
+at most max_jobs on the machine and max_session_jobs per session, refused past either, nothing written); a job is
+its pid plus its process start time, so a reused pid never reads as the job; tasks/result and a detached call's
+start wait at most task_result_wait; outputs/ holds at most outputs_mb, least recently used files removed first,
+one call's file at most output_file_mb (deliver.outputfiles); a tool run has tool_timeout, a run its budgets.
+
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop, openat's O_NOFOLLOW
 and renameat within one directory descriptor), the spelling of each root flakebot opens a safefs.Tree on (the
 user's own cache, data and work directories, the directory a file:// catalog URL names; a link there is followed

@@ -37,7 +37,8 @@ ALLOWED = {
     "nix": {"cargo", "sandbox", "source"},
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "source"},
-    "evaluate": {"api", "llm", "pipeline", "sandbox", "source"},
+    "commands": {"crates", "deliver", "llm", "nix", "pipeline", "source", "stages"},
+    "evaluate": {"commands", "llm", "pipeline", "sandbox", "source"},
     "hosts": set(),
     "services": {"api", "deliver", "nix", "sandbox"},
 }
