@@ -134,6 +134,7 @@ UNTRUSTED_TREE_MODULES = [
     "deliver/writelayer.py",  # the caller's tree (any host program) and the tool's staged copy of it
     "deliver/toolrun.py",
     "deliver/toolcall.py",
+    "deliver/outputfiles.py",  # a tool call's spilled stdout (outputs/)
     "nix/crate.py",
     "nix/devdeps.py",
     "stages/*.py",
@@ -209,6 +210,10 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ("deliver/publish.py", "signing_key"): (
         {".mkdir()", "open(for writing)", "atomic_write_text", ".chmod()"},
         "<catalog_dir>/keys, the user's own data directory",
+    ),
+    ("deliver/outputfiles.py", "evict"): (
+        {"os.unlink"},
+        "outputs/ in flakebot's state dir: flakebot alone names and writes its files (a tool gives only the bytes)",
     ),
     ("deliver/shared.py", "write_entry_dir"): (
         {".mkdir()", "atomic_write_json", ".write_text()", "shutil.copytree"},
