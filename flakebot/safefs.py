@@ -31,6 +31,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from flakebot.errors import UnsafePath
 
@@ -95,7 +96,7 @@ class Tree:
             rule=rule,
         )
 
-    def _open_dir(self, parts: tuple[str, ...], *, create: bool = False) -> int:
+    def _open_dir(self, parts: tuple[str, ...], *, create: bool = False, mode: int = 0o755) -> int:
         """A descriptor of the directory `parts` below the root, each component opened without following a link
         (and made first when `create`: mkdirat never follows a link either)."""
         fd = os.dup(self._fd)
@@ -103,7 +104,7 @@ class Tree:
             for i, part in enumerate(parts):
                 if create:
                     try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
+                        os.mkdir(part, mode, dir_fd=fd)
                     except FileExistsError:
                         pass  # a directory already, or something the open below refuses
                 try:
@@ -166,6 +167,15 @@ class Tree:
             raise self._refuse(rel, "too-large", f"holds more than {limit} bytes")
         return data
 
+    @contextmanager
+    def open_read(self, rel: str) -> Iterator[BinaryIO]:
+        """The regular file at `rel` opened for reading, to stream (os.fstat of it describes what was opened);
+        FileNotFoundError when missing, UnsafePath for a link or a non-file."""
+        with self._parent(rel) as (fd, name):
+            handle = self._open_file(fd, name, rel, os.O_RDONLY)
+        with os.fdopen(handle, "rb") as file:
+            yield file
+
     def read_text(self, rel: str, *, limit: int | None = None) -> str:
         return self.read_bytes(rel, limit=limit).decode()
 
@@ -173,6 +183,11 @@ class Tree:
         """The entry at `rel` itself (a link is described, not followed)."""
         with self._parent(rel) as (fd, name):
             return os.stat(name, dir_fd=fd, follow_symlinks=False)
+
+    def readlink(self, rel: str) -> str:
+        """The target text of the symbolic link at `rel` (never followed)."""
+        with self._parent(rel) as (fd, name):
+            return os.readlink(name, dir_fd=fd)
 
     def exists(self, rel: str) -> bool:
         try:
@@ -209,9 +224,17 @@ class Tree:
 
     # ---------------------------------------------------------------- writing
 
-    def mkdir(self, rel: str) -> None:
-        """The directory `rel` and its parents (existing ones are fine; a link in their place is refused)."""
-        os.close(self._open_dir(parts_of(rel), create=True))
+    def mkdir(self, rel: str, *, mode: int = 0o755, parents: bool = True) -> None:
+        """The directory `rel` and its parents (existing ones are fine; a link in their place is refused); new ones
+        get `mode` less the umask. `parents` False: its parent must exist already (FileNotFoundError)."""
+        parts = parts_of(rel)
+        if not parents:
+            with self._parent(rel) as (fd, name):
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # a directory already, or something the open below refuses
+        os.close(self._open_dir(parts, create=parents, mode=mode))
 
     def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644, parents: bool = True) -> None:
         """Replace `rel` atomically: a fresh file made with O_EXCL beside it, renamed over the name (a link, a hard
@@ -232,6 +255,45 @@ class Tree:
                 except IsADirectoryError:
                     raise self._refuse(rel, "not-a-file", "is a directory") from None
                 os.fsync(fd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                raise
+
+    def write_from(
+        self,
+        rel: str,
+        source: BinaryIO,
+        *,
+        mode: int,
+        parents: bool = True,
+        owner: tuple[int, int] | None = None,
+        times_ns: tuple[int, int] | None = None,
+        sync: bool = True,
+    ) -> None:
+        """Replace `rel` atomically with what `source` streams (no whole file in memory), as write_bytes does: a fresh
+        O_EXCL file beside it renamed over the name. `mode` without set-id bits; `owner` (uid, gid) and
+        `times_ns` (atime, mtime) set on the new file before it takes the name; `sync` False for a scratch copy."""
+        with self._parent(rel, create=parents) as (fd, name):
+            tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+            handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            try:
+                with os.fdopen(handle, "wb") as file:
+                    shutil.copyfileobj(source, file, 1 << 20)
+                    file.flush()
+                    if owner is not None:
+                        os.fchown(file.fileno(), *owner)
+                    os.fchmod(file.fileno(), mode & 0o1777)  # after chown, which clears set-id bits anyway
+                    if times_ns is not None:
+                        os.utime(file.fileno(), ns=times_ns)
+                    if sync:
+                        os.fsync(file.fileno())
+                try:
+                    os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                except IsADirectoryError:
+                    raise self._refuse(rel, "not-a-file", "is a directory") from None
             except BaseException:
                 try:
                     os.unlink(tmp, dir_fd=fd)
@@ -260,6 +322,16 @@ class Tree:
         """Move `src` to `dst` within the tree (renameat on descriptors: no link on either path is followed)."""
         with self._parent(src) as (src_fd, src_name), self._parent(dst, create=True) as (dst_fd, dst_name):
             os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+    def unlink(self, rel: str) -> None:
+        """Remove the file or link at `rel` itself (IsADirectoryError for a directory: never a whole tree)."""
+        with self._parent(rel) as (fd, name):
+            os.unlink(name, dir_fd=fd)
+
+    def rmdir(self, rel: str) -> None:
+        """Remove the empty directory at `rel` (OSError when it holds anything or is not a directory)."""
+        with self._parent(rel) as (fd, name):
+            os.rmdir(name, dir_fd=fd)
 
     def remove(self, rel: str, *, missing_ok: bool = True) -> bool:
         """Remove the file, link or whole directory at `rel` (a link is removed, never entered). True if removed."""
@@ -336,6 +408,24 @@ class Tree:
             yield
         finally:
             os.close(handle)
+
+
+def file_below(root: Path, path: Path) -> Path:
+    """The absolute `path` as a regular file below the trusted directory `root`, reached through real directories
+    only, spelled beneath `root` resolved (so a sandbox bind of its parent shows that directory and nothing else):
+    a path elsewhere, a link at the name or on the way, or anything but a regular file is UnsafePath, never
+    resolved. For a path someone else named (cargo's JSON, a build's bin/)."""
+    real = root.resolve()
+    inside = [r for r in (root, real) if path.is_absolute() and path.is_relative_to(r)]
+    rel = str(path.relative_to(inside[0])) if inside else ""
+    if not inside or rel == ".":
+        raise UnsafePath(f"{path} is not below {real}", fix=f"name a file below {real}", path=str(path), rule="outside")
+    with Tree(real) as tree:
+        info = tree.lstat(rel)
+        if not stat.S_ISREG(info.st_mode):
+            what = "is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a regular file"
+            raise tree._refuse(rel, "link" if stat.S_ISLNK(info.st_mode) else "not-a-file", what)
+    return real / rel
 
 
 def read_file(path: Path, *, limit: int | None = None) -> bytes:

@@ -131,6 +131,10 @@ UNTRUSTED_TREE_MODULES = [
     "cargo/fetch.py",
     "deliver/shared.py",
     "deliver/publish.py",
+    "deliver/writelayer.py",  # the caller's tree (any host program) and the tool's staged copy of it
+    "deliver/toolrun.py",
+    "deliver/toolcall.py",
+    "deliver/outputfiles.py",  # a tool call's spilled stdout (outputs/)
     "nix/crate.py",
     "nix/devdeps.py",
     "stages/*.py",
@@ -207,6 +211,10 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
         {".mkdir()", "open(for writing)", "atomic_write_text", ".chmod()"},
         "<catalog_dir>/keys, the user's own data directory",
     ),
+    ("deliver/outputfiles.py", "evict"): (
+        {"os.unlink"},
+        "outputs/ in flakebot's state dir: flakebot alone names and writes its files (a tool gives only the bytes)",
+    ),
     ("deliver/shared.py", "write_entry_dir"): (
         {".mkdir()", "atomic_write_json", ".write_text()", "shutil.copytree"},
         "a private temp dir; safefs copies it into the shared cache",
@@ -219,11 +227,15 @@ def raw_writes(path: Path) -> list[tuple[str, str, int]]:
     found: list[tuple[str, str, int]] = []
 
     def trees_in(function: ast.AST) -> set[str]:
-        """Names bound to a Tree in a function: `t = Tree(...)`, `a, t = x, Tree(...)`, parameters typed Tree."""
+        """Names bound to a Tree in a function: `t = Tree(...)`, `a, t = x, Tree(...)`, `with Tree(...) as t`,
+        parameters typed Tree."""
         names = set()
         for node in ast.walk(function):
             if isinstance(node, ast.arg) and isinstance(node.annotation, ast.Name) and node.annotation.id == "Tree":
                 names.add(node.arg)
+            if isinstance(node, ast.withitem) and isinstance(node.optional_vars, ast.Name):
+                if is_tree(node.context_expr, set()):
+                    names.add(node.optional_vars.id)
             if isinstance(node, ast.Assign):
                 pairs = [(node.targets[0], node.value)]
                 if isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
@@ -301,6 +313,8 @@ def test_the_raw_write_check_sees_each_kind_of_write(tmp_path: Path) -> None:
         "    p.write_text('x'); (p / 'a').mkdir(); os.rename(p, p); shutil.rmtree(p); open(p, 'w'); remove_tree(p)\n"
         "    t.write_text('a', 'x'); Tree(p).mkdir('a'); tree = Tree(p); tree.rename('a', 'b'); 'a'.replace('a', 'b')\n"
         "    open(p).read(); open(p, 'rb')\n"
+        "    with Tree(p) as w, open(p) as f:\n"
+        "        w.unlink('a'); f.unlink()\n"
     )
     assert [call for _, call, _ in raw_writes(module)] == [
         ".write_text()",
@@ -309,4 +323,5 @@ def test_the_raw_write_check_sees_each_kind_of_write(tmp_path: Path) -> None:
         "shutil.rmtree",
         "open(for writing)",
         "remove_tree",
+        ".unlink()",
     ]

@@ -27,7 +27,7 @@ from flakebot.crates import CrateInfo
 from flakebot.deliver import index as signed
 from flakebot.deliver import shared
 from flakebot.errors import AcquireError, CatalogError, UnsafePath
-from flakebot.safefs import Tree
+from flakebot.safefs import Tree, file_below
 from flakebot.source.acquisition import acquire
 from flakebot.toolspec import Example, ToolSpec
 from tests.conftest import require
@@ -93,6 +93,68 @@ def test_reads_and_locks_refuse_a_fifo_without_hanging(tmp_path: Path) -> None:
         with pytest.raises(UnsafePath) as caught:
             use()
         assert caught.value.details["rule"] == "not-a-file"
+
+
+def test_streamed_writes_removals_and_link_reads_never_go_through_a_planted_name(tmp_path: Path) -> None:
+    """What a tool's writable copy is copied back with (flakebot.deliver.writelayer): a stream written over a
+    symlink and a hard link replaces the name, keeps the mode asked (no set-id bit); unlink never removes a
+    directory, rmdir never a full one; reads refuse a link or a FIFO."""
+    outside, root = victim(tmp_path / "outside.txt"), tmp_path / "tree"
+    root.mkdir()
+    (root / "soft").symlink_to(outside)
+    os.link(outside, root / "hard")
+    tree = Tree(root)
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"new\n" * 100_000)
+    for name in ("soft", "hard"):
+        with source.open("rb") as stream:
+            tree.write_from(name, stream, mode=0o4755, times_ns=(1, 2_000_000_000), parents=False)
+        assert (root / name).read_bytes() == source.read_bytes() and not (root / name).is_symlink()
+        assert (root / name).stat().st_mode & 0o7777 == 0o755 and (root / name).stat().st_mtime_ns == 2_000_000_000
+    assert untouched(outside) and sorted(os.listdir(root)) == ["hard", "soft"]
+    (root / "full").mkdir()
+    (root / "full" / "f").write_text("x")
+    (root / "up").symlink_to(tmp_path)
+    with pytest.raises(IsADirectoryError):
+        tree.unlink("full")
+    with pytest.raises(OSError):
+        tree.rmdir("full")
+    with pytest.raises(UnsafePath):
+        tree.unlink("up/outside.txt")
+    with pytest.raises(UnsafePath):
+        tree.mkdir("up/new", parents=False)
+    os.mkfifo(root / "pipe")
+    for rel in ("pipe", "up/outside.txt", "soft2"):
+        with pytest.raises((UnsafePath, FileNotFoundError)):
+            with tree.open_read(rel):
+                pass
+    assert tree.readlink("up") == str(tmp_path) and untouched(outside) and (root / "full" / "f").exists()
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_named_file_below_a_root_is_the_file_itself_never_a_link(tmp_path: Path) -> None:
+    """file_below: what the example run and the smoke run bind the directory of (cargo's JSON, a build's bin/)."""
+    root, outside = tmp_path / "target", victim(tmp_path / "outside.txt")
+    (root / "debug").mkdir(parents=True)
+    (root / "debug" / "tool").write_text("#!/bin/sh\n")
+    (root / "debug" / "link").symlink_to(outside)
+    (root / "up").symlink_to(tmp_path)
+    (tmp_path / "via").symlink_to(root)
+    assert file_below(root, root / "debug" / "tool") == root / "debug" / "tool"
+    assert file_below(tmp_path / "via", tmp_path / "via" / "debug" / "tool") == root / "debug" / "tool"
+    refused = {
+        "debug/link": "link",
+        "up/outside.txt": "link",
+        "debug": "not-a-file",
+        "../outside.txt": "outside",
+        "sh": "outside",
+    }
+    for named, rule in refused.items():
+        path = Path(named) if named == "sh" else Path(os.path.normpath(root / named))
+        with pytest.raises(UnsafePath) as caught:
+            file_below(root, path)
+        assert caught.value.details["rule"] == rule, named
+    assert untouched(outside)
 
 
 # ---------------------------------------------------------------- the dependency cache

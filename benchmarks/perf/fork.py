@@ -78,7 +78,9 @@ def measure_crate(name: str, samples: int, sandbox_mode: str = "off") -> dict[st
         def cargo_test(extra: list[str]) -> Any:
             return run_cargo(sandbox, cargo, "test", cwd=crate, extra=extra, timeout=1800)
 
-        runner = example_runner(Settings(sandbox=sandbox_mode))  # as the edit stage runs examples on a green build
+        runner = example_runner(
+            Settings(sandbox=sandbox_mode), target
+        )  # as the edit stage runs examples on a green build
         verdict = ForkVerdict(cargo_test, SPEC, crate, lambda: ["src/lib.rs"], runner)
         baseline = verdict.full()
         rows = [_sample(crate, i, verdict, cargo_test) for i in range(samples)]

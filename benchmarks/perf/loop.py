@@ -167,7 +167,7 @@ class Bench:
 
     def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
-        runner = example_runner(self.settings)
+        runner = example_runner(self.settings, self.cargo.target_dir)
 
         def run_example(binary: Any, example: Any) -> Any:  # a green verdict runs every example on the built binary
             start = time.perf_counter()

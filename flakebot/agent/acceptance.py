@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.agent.loop import StopLoop
-from flakebot.errors import EditError
-from flakebot.safefs import Tree
+from flakebot.errors import EditError, UnsafePath
+from flakebot.safefs import Tree, file_below
 from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
 from flakebot.toolspec import Example, ToolSpec
 
@@ -126,11 +126,43 @@ def _digest(workspace: Path, rel: str) -> str:
         return ""
 
 
-def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits) -> tuple[bool, CommandResult]:
+REFUSED = {  # safefs's rule, as the model is told it
+    "link": "a symbolic link, or reached through one",
+    "outside": "it lies outside",
+    "not-a-file": "not a file",
+    "not-a-directory": "reached through something that is not a directory",
+}
+
+
+def built_file(binary: Path, inside: Path, where: str = "the run's target dir") -> Path:
+    """`binary` as a regular file below `inside` (the run's target dir, a store path), through real directories
+    only (safefs.file_below): cargo's JSON naming it can be forged by a test's output and the build writes that
+    tree, so a path elsewhere or a link is refused (UnsafePath), never resolved."""
+    try:
+        return file_below(inside, binary)
+    except OSError as exc:  # UnsafePath, or missing
+        why = exc.details.get("rule", "") if isinstance(exc, UnsafePath) else str(exc.strerror)
+        shown = REFUSED.get(why, why)
+        raise UnsafePath(
+            f"{binary} is not a regular file in {where} ({shown})",
+            fix="build the tool as a [[bin]] target of the crate (cargo test builds it in the target dir)",
+            path=str(binary),
+            rule="not-built-here",
+        ) from None
+
+
+def run_example(
+    binary: Path, example: Example, mode: str, limits: SandboxLimits, inside: Path, where: str = "the run's target dir"
+) -> tuple[bool, CommandResult]:
     """Run one acceptance example on a built binary, in a fresh sandbox holding the example's files; (passed, result).
 
     flakebot's own check, beside the test harness: it needs nothing from the workspace, so no rewrite
-    of the acceptance test (and no trick inside `cargo test`) can make it pass."""
+    of the acceptance test (and no trick inside `cargo test`) can make it pass. The binary must be a regular file
+    below `inside` (built_file): only its own directory there is shown to the sandbox, read-only."""
+    try:
+        binary = built_file(binary, inside, where)
+    except UnsafePath as exc:
+        return False, CommandResult([str(binary)], 126, "", f"flakebot: refused to run it: {exc}\n", 0.0)
     with tempfile.TemporaryDirectory(prefix="flakebot-example-") as tmp:
         cwd = Path(tmp)
         for name, content in example.files.items():
@@ -140,9 +172,7 @@ def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits
                     f"example file {name!r} leaves the example's directory", fix="give example files relative names"
                 )
             Tree(cwd).write_text(str(path.relative_to(cwd.resolve())), content)
-        sandbox = open_sandbox(
-            mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits, adopt=True
-        )
+        sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.parent], limits=limits, adopt=True)
         result = sandbox.run([str(binary), *example.args], cwd=cwd, stdin=example.stdin)
     return result.stdout == example.stdout and result.returncode == example.exit_code and not result.timed_out, result
 

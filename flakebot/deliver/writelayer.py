@@ -4,9 +4,10 @@ The sandbox never mounts a caller's path writable. Each writable file or directo
 scratch tree (regular files, directories and links as links; sockets, FIFOs and devices never), that copy is bound
 at every spelling of the path, and after the run flakebot writes back what changed: regular files and
 directories only, nothing under a name some host program reads as configuration (trust.STEERING_NAMES, at any
-depth), and each host path opened beneath the caller's directory one component at a time with O_NOFOLLOW, files
-created with O_EXCL and renamed into place within that directory. What is left out is said on one line.
-Copy-in and copy-back are each bounded (`limit` bytes).
+depth). Both sides are trees someone else could have written (the caller's by any host program while the tool
+runs, the copy by the tool), so every read and write of either goes through flakebot.safefs.Tree, rooted at the
+directory holding the path: no link is followed anywhere below it, files are made with O_EXCL and renamed into
+place. What is left out is said on one line. Copy-in and copy-back are each bounded (`limit` bytes).
 """
 
 from __future__ import annotations
@@ -14,19 +15,18 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flakebot.errors import UsageError
+from flakebot.errors import UnsafePath, UsageError
+from flakebot.safefs import Tree
 from flakebot.trust import steering_name
 
 logger = logging.getLogger(__name__)
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-CHUNK = 1 << 20
+IN_THE_WAY = "the host has a link or another kind of file in its way"
 
 
 @dataclass(frozen=True)
@@ -51,29 +51,57 @@ class Layer:
     before: dict[str, Stamp] = field(default_factory=dict)  # relative path ("." for the root) -> stamp
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
 
+    def on_host(self, rel: str) -> str:
+        """`rel` of the layer as a path in the tree of the host path's directory."""
+        return self.host.name if rel == "." else f"{self.host.name}/{rel}"
+
+    def in_stage(self, rel: str) -> str:
+        """`rel` of the layer as a path in the tree of the staged copy's directory."""
+        return self.stage.name if rel == "." else f"{self.stage.name}/{rel}"
+
 
 def stage(host: Path, root: Path, index: int, limit: int) -> Layer:
     """Copy the writable path `host` into `root/<index>/`; the layer's `stage` is the copy (a file or a directory)."""
-    holder = root / str(index)
-    holder.mkdir(parents=True)
-    layer = Layer(host, holder / (host.name or "root"))
+    with Tree(root) as scratch:
+        scratch.mkdir(str(index), parents=False)
+    layer = Layer(host, root / str(index) / (host.name or "root"))
     budget = [limit]
-    if host.is_dir():
-        layer.stage.mkdir()
-        layer.before["."] = Stamp("dir")
-        for rel, kind in _walk(host):
-            _copy_in(layer, rel, kind, budget)
-    else:
-        _copy_in(layer, ".", "file", budget)
+    try:
+        with Tree(host.parent) as hosts, Tree(layer.stage.parent) as staged:
+            if stat.S_ISDIR(hosts.lstat(layer.on_host(".")).st_mode):
+                staged.mkdir(layer.in_stage("."), mode=0o777, parents=False)
+                layer.before["."] = Stamp("dir")
+                for rel, kind in _walk(hosts, layer.on_host("."), []):
+                    _copy_in(layer, hosts, staged, rel, kind, budget)
+            else:
+                _copy_in(layer, hosts, staged, ".", "file", budget)
+    except OSError as exc:  # unreadable, or a link or FIFO put in place while copying (safefs refuses it)
+        raise UsageError(
+            f"cannot copy {host} for the tool to write ({exc.strerror or exc})",
+            fix="let the tool write a directory whose files you can read, e.g. --writable ./out",
+        ) from None
     return layer
 
 
-def _walk(top: Path) -> Iterator[tuple[str, str]]:
-    """(relative path, kind) of every entry under `top`, parents first, links never followed."""
-    for here, dirs, files in os.walk(top):
-        for name in [*dirs, *files]:
-            path = Path(here, name)
-            yield str(path.relative_to(top)), kind_of(path)
+def _walk(tree: Tree, top: str, unreadable: list[str]) -> Iterator[tuple[str, str]]:
+    """(path relative to `top`, kind) of every entry below `top` in `tree`, parents first, links never followed; a
+    directory that cannot be listed is named in `unreadable` and not entered."""
+    pending = [""]
+    while pending:
+        here = pending.pop()
+        try:
+            names = tree.listdir(f"{top}/{here}" if here else top)
+        except PermissionError:
+            unreadable.append(here or ".")
+            continue
+        subdirs = []
+        for name in names:
+            rel = f"{here}/{name}" if here else name
+            kind = _kind(tree.lstat(f"{top}/{rel}").st_mode)
+            yield rel, kind
+            if kind == "dir":
+                subdirs.append(rel)
+        pending.extend(reversed(subdirs))
 
 
 def kind_of(path: Path) -> str:
@@ -91,24 +119,17 @@ def _kind(mode: int) -> str:
     return {stat.S_IFSOCK: "socket", stat.S_IFIFO: "FIFO"}.get(stat.S_IFMT(mode), "device")
 
 
-def _copy_in(layer: Layer, rel: str, kind: str, budget: list[int]) -> None:
-    source, target = layer.host / rel, layer.stage / rel
+def _copy_in(layer: Layer, hosts: Tree, staged: Tree, rel: str, kind: str, budget: list[int]) -> None:
+    source, target = layer.on_host(rel), layer.in_stage(rel)
     if kind == "dir":
-        target.mkdir()
+        staged.mkdir(target, mode=0o777, parents=False)
         layer.before[rel] = Stamp("dir")
     elif kind == "link":
-        link = os.readlink(source)
-        target.symlink_to(link)
+        link = hosts.readlink(source)
+        staged.symlink(link, target)
         layer.before[rel] = Stamp("link", target=link)
     elif kind == "file":
-        try:
-            fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise UsageError(
-                f"cannot copy {source} for the tool to write ({exc.strerror})",
-                fix="let the tool write a directory whose files you can read, e.g. --writable ./out",
-            ) from None
-        with os.fdopen(fd, "rb") as src:
+        with hosts.open_read(source) as src:
             host = os.fstat(src.fileno())
             budget[0] -= host.st_size
             if budget[0] < 0:
@@ -116,12 +137,11 @@ def _copy_in(layer: Layer, rel: str, kind: str, budget: list[int]) -> None:
                     f"writable path {layer.host} holds more than the sandbox_disk_mb limit: the tool writes a copy",
                     fix="name the directory the tool writes its output to (e.g. --writable ./out), not a large tree",
                 )
-            with open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
-        os.chmod(target, stat.S_IMODE(host.st_mode) & 0o755 | 0o600)
-        os.utime(target, ns=(host.st_atime_ns, host.st_mtime_ns))
-        staged = os.lstat(target)
-        layer.before[rel] = Stamp("file", staged.st_size, staged.st_mtime_ns, host.st_size, host.st_mtime_ns)
+            mode = stat.S_IMODE(host.st_mode) & 0o755 | 0o600
+            times = (host.st_atime_ns, host.st_mtime_ns)
+            staged.write_from(target, src, mode=mode, parents=False, times_ns=times, sync=False)
+        copy = staged.lstat(target)
+        layer.before[rel] = Stamp("file", copy.st_size, copy.st_mtime_ns, host.st_size, host.st_mtime_ns)
     # sockets, FIFOs and devices are never copied: the tool does not see them
 
 
@@ -129,89 +149,82 @@ def copy_back(layer: Layer, limit: int) -> list[tuple[str, str]]:
     """Write what the tool changed in the layer's copy back to the host path; returns what was left out, as
     (relative path, why)."""
     budget = [limit]
-    if layer.before["."].kind == "file":
-        if _changed(layer.stage, "file", layer.before["."]):
-            try:
-                parent = _open_dir(layer.host.parent, [])
+    try:
+        hosts = Tree(layer.host.parent)
+    except OSError as exc:
+        layer.left_out.append((".", f"on the host: {exc.strerror}"))
+        return layer.left_out
+    with hosts, Tree(layer.stage.parent) as staged:
+        if layer.before["."].kind == "file":
+            if _changed(staged, layer.in_stage("."), "file", layer.before["."]):
                 try:
-                    _file_back(layer, ".", parent, layer.host.name, budget)
-                finally:
-                    os.close(parent)
-            except OSError as exc:
-                layer.left_out.append((layer.host.name, f"on the host: {exc.strerror}"))
-        return layer.left_out
-    try:
-        root = _open_dir(layer.host, [])
-    except OSError:  # replaced by a link or a file while the tool ran: nothing is written through it
-        layer.left_out.append((".", "the host has a link or another kind of file in its way"))
-        return layer.left_out
-    try:
-        seen = _tree_back(layer, root, budget)
-        _deletions(layer, root, seen)
-    finally:
-        os.close(root)
+                    _file_back(layer, hosts, staged, ".", budget)
+                except OSError as exc:
+                    layer.left_out.append((layer.host.name, f"on the host: {_why(exc)}"))
+            return layer.left_out
+        try:
+            replaced = not stat.S_ISDIR(hosts.lstat(layer.on_host(".")).st_mode)
+        except OSError:
+            replaced = True
+        if replaced:  # by a link or a file while the tool ran: nothing is written through it
+            layer.left_out.append((".", IN_THE_WAY))
+            return layer.left_out
+        seen, unreadable = _tree_back(layer, hosts, staged, budget)
+        _deletions(layer, hosts, seen, unreadable)
     return layer.left_out
 
 
-def _tree_back(layer: Layer, root: int, budget: list[int]) -> set[str]:
+def _why(exc: OSError) -> str:
+    if isinstance(exc, UnsafePath) or exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EISDIR):
+        return IN_THE_WAY
+    return str(exc.strerror or exc)
+
+
+def _tree_back(layer: Layer, hosts: Tree, staged: Tree, budget: list[int]) -> tuple[set[str], list[str]]:
     seen = {"."}
-    for here, dirs, files in os.walk(layer.stage):
-        for name in sorted([*dirs, *files]):
-            path = Path(here, name)
-            rel = str(path.relative_to(layer.stage))
-            seen.add(rel)
-            kind, old = kind_of(path), layer.before.get(rel)
-            if not _changed(path, kind, old):
-                continue
-            reader = steering_name(rel)
-            if reader:
-                layer.left_out.append((rel, f"read as configuration by {reader}"))
+    skipped: list[str] = []  # directories not copied back: a steering name, or the host has a link there
+    unreadable: list[str] = []
+    for rel, kind in _walk(staged, layer.in_stage("."), unreadable):
+        if any(rel.startswith(f"{top}/") for top in skipped):
+            continue
+        seen.add(rel)
+        if not _changed(staged, layer.in_stage(rel), kind, layer.before.get(rel)):
+            continue
+        reader = steering_name(rel)
+        if reader:
+            layer.left_out.append((rel, f"read as configuration by {reader}"))
+            skipped.append(rel)
+        elif kind in ("dir", "file"):
+            try:
                 if kind == "dir":
-                    dirs.remove(name)
-            elif kind in ("dir", "file"):
-                try:
-                    _write_back(layer, root, rel, budget)
-                except OSError as exc:  # opened with O_NOFOLLOW: a link on the way fails here, never followed
-                    blocked = exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EISDIR)
-                    why = "the host has a link or another kind of file in its way" if blocked else str(exc.strerror)
-                    layer.left_out.append((rel, why))
-                    if kind == "dir":
-                        dirs.remove(name)
-            else:
-                layer.left_out.append((rel, f"a {'symbolic link' if kind == 'link' else kind}, not data"))
-    return seen
+                    hosts.mkdir(layer.on_host(rel), mode=0o777, parents=False)
+                else:
+                    _file_back(layer, hosts, staged, rel, budget)
+            except OSError as exc:  # safefs follows no link: one on the way is refused here
+                layer.left_out.append((rel, _why(exc)))
+                skipped.append(rel)
+        else:
+            layer.left_out.append((rel, f"a {'symbolic link' if kind == 'link' else kind}, not data"))
+    for rel in unreadable:
+        layer.left_out.append((rel, "the tool made it unreadable"))
+    return seen, unreadable
 
 
-def _changed(path: Path, kind: str, old: Stamp | None) -> bool:
+def _changed(staged: Tree, path: str, kind: str, old: Stamp | None) -> bool:
     if old is None or old.kind != kind:
         return True
     if kind == "file":
-        now = os.lstat(path)
+        now = staged.lstat(path)
         return (now.st_size, now.st_mtime_ns) != (old.size, old.mtime_ns)
-    return kind == "link" and os.readlink(path) != old.target
+    return kind == "link" and staged.readlink(path) != old.target
 
 
-def _write_back(layer: Layer, root: int, rel: str, budget: list[int]) -> None:
-    """The staged directory or file `rel` made on the host, beneath `root` (its parents exist: made first)."""
-    parent = _open_dir(None, Path(rel).parent.parts, root)
+def _file_back(layer: Layer, hosts: Tree, staged: Tree, rel: str, budget: list[int]) -> None:
+    """The staged file `rel` written over (or as) its host path: safefs makes a new file with O_EXCL beside it and
+    renames it into place (a link or a hard link the host has there is replaced, not followed)."""
+    target, old = layer.on_host(rel), layer.before.get(rel)
     try:
-        if (layer.stage / rel).is_dir():
-            try:
-                os.mkdir(Path(rel).name, 0o777, dir_fd=parent)
-            except FileExistsError:
-                os.close(os.open(Path(rel).name, DIR_FLAGS, dir_fd=parent))  # a directory, not a link to one
-        else:
-            _file_back(layer, rel, parent, Path(rel).name, budget)
-    finally:
-        os.close(parent)
-
-
-def _file_back(layer: Layer, rel: str, parent: int, name: str, budget: list[int]) -> None:
-    """The staged file `rel` written over (or as) `name` in the host directory `parent`: a new file made with
-    O_EXCL beside it, then renamed into place (a link or a hard link the host has there is replaced, not followed)."""
-    staged, old = layer.stage / rel, layer.before.get(rel)
-    try:
-        host = os.lstat(name, dir_fd=parent)
+        host: os.stat_result | None = hosts.lstat(target)
     except FileNotFoundError:
         host = None
     if old is not None and (host is None or (host.st_size, host.st_mtime_ns) != (old.host_size, old.host_mtime_ns)):
@@ -220,80 +233,41 @@ def _file_back(layer: Layer, rel: str, parent: int, name: str, budget: list[int]
     if old is None and host is not None:
         layer.left_out.append((rel, "made on the host while the tool ran"))
         return
-    size = os.lstat(staged).st_size
-    budget[0] -= size
-    if budget[0] < 0:
-        layer.left_out.append((rel, "past the sandbox_disk_mb limit"))
-        return
-    temp = f".{name}.flakebot-{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
-    try:
-        with os.fdopen(os.open(staged, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as src:
-            with os.fdopen(fd, "wb", closefd=False) as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
-        _settle(fd, host, os.lstat(staged).st_mode)
-        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        os.unlink(temp, dir_fd=parent)
-        raise
-    finally:
-        os.close(fd)
+    with staged.open_read(layer.in_stage(rel)) as src:
+        copy = os.fstat(src.fileno())
+        budget[0] -= copy.st_size
+        if budget[0] < 0:
+            layer.left_out.append((rel, "past the sandbox_disk_mb limit"))
+            return
+        mode, owner = _settled(host, copy.st_mode)
+        hosts.write_from(target, src, mode=mode, owner=owner, parents=False)
 
 
-def _settle(fd: int, host: os.stat_result | None, staged_mode: int) -> None:
-    """A replaced file keeps its mode and owner; a new one gets the caller's umask (executable if the tool made it
-    so), never set-id bits."""
+def _settled(host: os.stat_result | None, staged_mode: int) -> tuple[int, tuple[int, int] | None]:
+    """(mode, owner) of the file written back: a replaced file keeps its mode and owner; a new one gets the
+    caller's umask (executable if the tool made it so), never set-id bits."""
     if host is not None:
-        os.fchmod(fd, stat.S_IMODE(host.st_mode) & 0o1777)
-        if os.geteuid() == 0:
-            os.fchown(fd, host.st_uid, host.st_gid)
-        return
+        owner = (host.st_uid, host.st_gid) if os.geteuid() == 0 else None
+        return stat.S_IMODE(host.st_mode) & 0o1777, owner
     mask = os.umask(0)
     os.umask(mask)
-    os.fchmod(fd, (0o777 if staged_mode & stat.S_IXUSR else 0o666) & ~mask)
+    return (0o777 if staged_mode & stat.S_IXUSR else 0o666) & ~mask, None
 
 
-def _deletions(layer: Layer, root: int, seen: set[str]) -> None:
+def _deletions(layer: Layer, hosts: Tree, seen: set[str], unreadable: list[str]) -> None:
     """What the tool removed from its copy is removed on the host: files still as they were staged, then empty
-    directories (deepest first); never anything under a steering name."""
+    directories (deepest first); never anything under a steering name or a directory the tool made unreadable."""
     gone = sorted((rel for rel in layer.before if rel not in seen), key=lambda r: -len(Path(r).parts))
     for rel in gone:
         old = layer.before[rel]
-        if steering_name(rel) or old.kind == "link":
-            continue
-        parent = _open_dir(None, Path(rel).parent.parts, root, missing_ok=True)
-        if parent < 0:
+        hidden = any(top == "." or rel.startswith(f"{top}/") for top in unreadable)
+        if steering_name(rel) or old.kind == "link" or hidden:
             continue
         try:
-            name = Path(rel).name
-            host = os.lstat(name, dir_fd=parent)
+            host = hosts.lstat(layer.on_host(rel))
             if old.kind == "file" and (host.st_size, host.st_mtime_ns) == (old.host_size, old.host_mtime_ns):
-                os.unlink(name, dir_fd=parent)
+                hosts.unlink(layer.on_host(rel))
             elif old.kind == "dir" and stat.S_ISDIR(host.st_mode):
-                os.rmdir(name, dir_fd=parent)
-        except OSError:  # gone already, or a directory that still holds something: left as it is
+                hosts.rmdir(layer.on_host(rel))
+        except OSError:  # gone already, a link on the way, or a directory that still holds something: left as it is
             pass
-        finally:
-            os.close(parent)
-
-
-def _open_dir(path: Path | None, parts: tuple[str, ...] | list[str], root: int = -1, missing_ok: bool = False) -> int:
-    """A descriptor of `path`, or of `parts` beneath the descriptor `root`, each component opened with O_NOFOLLOW:
-    a link anywhere on the way fails instead of leading out of the tree (-1 for a missing one when `missing_ok`)."""
-    fd = os.open(path, DIR_FLAGS) if path is not None else os.dup(root)
-    for part in parts:
-        if part in ("", "."):
-            continue
-        try:
-            inner = os.open(part, DIR_FLAGS, dir_fd=fd)
-        except FileNotFoundError:
-            os.close(fd)
-            if missing_ok:
-                return -1
-            raise
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-        fd = inner
-    return fd

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
-from flakebot.errors import NixError, UsageError
+from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import command, deps, evidence, gitdeps, licenses
 from flakebot.nix.build import build, make_gc_root
@@ -27,6 +27,7 @@ from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
 from flakebot.nix.reuse import dependency_output
 from flakebot.nix.skeleton import Skeleton, write_skeleton
 from flakebot.nix.smoke import smoke_run
+from flakebot.safefs import file_below
 
 logger = logging.getLogger(__name__)
 
@@ -384,14 +385,22 @@ def _kept(exc: NixError, out_dir: Path) -> NixError:
 
 
 def _built_binary(store_path: str, facts: CrateFacts) -> Path:
-    bin_path = Path(store_path) / "bin" / facts.bin_name
-    if not bin_path.is_file():
+    """bin/<name> of the build as a regular file, no link followed (safefs.file_below): the smoke run binds its
+    directory into the sandbox, so a link planted there must not name a host directory."""
+    try:
+        return file_below(Path(store_path), Path(store_path) / "bin" / facts.bin_name)
+    except UnsafePath as exc:
+        raise NixError(
+            f"bin/{facts.bin_name} of the build of {facts.pname} is refused ({exc.details['rule']}): it must be a "
+            "regular file reached through real directories, never a link",
+            fix="build the tool as a plain [[bin]] target; remove what installs a link in its place",
+        ) from None
+    except FileNotFoundError:
         found = sorted(p.name for p in (Path(store_path) / "bin").glob("*"))
         raise NixError(
             f"the build of {facts.pname} has no bin/{facts.bin_name} (it has: {', '.join(found) or 'nothing'})",
             fix="pass --bin with one of the crate's binaries",
-        )
-    return bin_path
+        ) from None
 
 
 def _portability(mode: str, flake: Written) -> dict[str, Any]:

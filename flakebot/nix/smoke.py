@@ -149,7 +149,7 @@ def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
     from flakebot.sandbox import open_sandbox
 
     with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
-        tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is
+        tool_dir = Path(argv[0]).parent  # the store's bin/, checked to hold the binary itself (no link: flake.py)
         sandbox = open_sandbox(
             sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout, adopt=True
         )

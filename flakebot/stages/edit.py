@@ -77,7 +77,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
         sandbox,
         cargo,
         spec,
-        example_runner(settings),
+        example_runner(settings, ctx.run.target_dir),
         timeout=settings.command_timeout,
         fork=ctx.get(ChoiceOut).mode == "fork",
         only_acceptance=alone,
@@ -156,12 +156,13 @@ def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitS
     return get
 
 
-def example_runner(settings: Settings) -> ExampleRunner:
-    """Runs one example on a built binary in the sandbox the settings ask for (the smoke timeout per example)."""
+def example_runner(settings: Settings, target_dir: Path) -> ExampleRunner:
+    """Runs one example on a built binary in the sandbox the settings ask for (the smoke timeout per example); the
+    binary must be a regular file in the run's `target_dir` (cargo's JSON naming it is the build's to forge)."""
     from flakebot.sandbox import limits_for
 
     limits = limits_for(settings, timeout=settings.smoke_timeout)
-    return lambda binary, example: run_example(binary, example, settings.sandbox, limits)
+    return lambda binary, example: run_example(binary, example, settings.sandbox, limits, target_dir)
 
 
 def _start_clean(ctx: StageContext, git: WorkspaceGit) -> str:

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import example_record, run_example
+from flakebot.agent.acceptance import built_file, example_record, run_example
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import NixError
@@ -26,6 +26,7 @@ from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut
 from flakebot.toolspec import Example
 
 logger = logging.getLogger(__name__)
+STORE = "the tool's store path"
 
 
 def instruct_stage(ctx: StageContext) -> InstructOut:
@@ -36,11 +37,12 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     need = improve.need if improve and improve.need else ctx.request.need  # an improvement keeps the tool's need
     version = improve.version if improve and improve.version else catalog.version_for(spec.name)
     flake_ref = str(catalog.version_dir(spec.name, version) / "flake")
-    binary = Path(built.store_path) / "bin" / (built.main_program or spec.name)
+    store = Path(built.store_path)  # bin/<main> there is the build's: a link in it is refused, never resolved
+    binary = built_file(store / "bin" / (built.main_program or spec.name), store, STORE)
     nix_run = package_run(package, flake_ref)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
     help_text = observe(ctx, [str(binary), "--help"]).stdout
-    examples = [_example(ctx, binary, example, nix_run) for example in spec.tool_spec().examples]
+    examples = [_example(ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
     _require_all_passed(examples)
     ctx.progress("checking that nix run resolves to the tested store path")
     verification = verify(ctx, package, nix_run, examples)
@@ -127,10 +129,9 @@ def observe(ctx: StageContext, argv: list[str]) -> CommandResult:
         return sandbox.run(argv, cwd=cwd, stdin="")
 
 
-def _example(ctx: StageContext, binary: Path, example: Example, nix_run: list[str]) -> dict[str, Any]:
-    passed, result = run_example(
-        binary, example, ctx.settings.sandbox, limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
-    )
+def _example(ctx: StageContext, binary: Path, store: Path, example: Example, nix_run: list[str]) -> dict[str, Any]:
+    limits = limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
+    passed, result = run_example(binary, example, ctx.settings.sandbox, limits, store, STORE)
     return {**example_record(example, passed, result), "command": shell_command(nix_run, example.args, example.stdin)}
 
 

@@ -92,7 +92,9 @@ def test_acceptance_tests_run_although_a_dev_dependency_does_not_resolve(workdir
     def cargo_test(extra: list[str]) -> Any:
         return run_cargo(sandbox, cargo, "test", cwd=run.workspace, extra=extra, timeout=900)
 
-    verdict = make_verdict(cargo_test, spec, run.workspace, example_runner(OFFLINE), only_acceptance=True)()
+    verdict = make_verdict(
+        cargo_test, spec, run.workspace, example_runner(OFFLINE, run.target_dir), only_acceptance=True
+    )()
     assert verdict.green, verdict.summary
     assert verdict.data["passed"] == 3
     everything = cargo_test(["--tests"])  # the crate's own test cannot build without what was left out

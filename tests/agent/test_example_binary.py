@@ -1,0 +1,95 @@
+"""flakebot's own run of the examples uses the binary cargo built in the run's target dir, nothing else.
+
+The executable comes from cargo's JSON on stdout, which a test binary's output can forge, and the target dir is
+the build's to write: a forged line or a planted link must never make the host show the example sandbox a
+directory of its own, nor run something else in the binary's place. Judged from outside: what the example run
+printed (what the model is shown) and whether the verdict stayed green."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flakebot.agent.loop import Verdict
+from flakebot.agent.verdict import on_binary
+from flakebot.cargo.diagnostics import parse_output
+from flakebot.config import Settings
+from flakebot.sandbox import CommandResult
+from flakebot.stages.edit import example_runner
+from flakebot.toolspec import Example, ToolSpec
+from tests.conftest import require
+
+SECRET = "the caller's own notes: never shown to a tool\n"
+
+
+def forged(executable: str) -> str:
+    """`cargo test` stdout where a test printed an artifact message (cargo built no bin of the spec's name)."""
+    line = {"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": "tool"}, "profile": {"test": False},
+            "executable": executable, "fresh": True}  # fmt: skip
+    return f"running 1 test\n{json.dumps(line)}\ntest acceptance ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored\n"
+
+
+def judged(stdout: str, example: Example, target: Path) -> Verdict:
+    report = parse_output("test", CommandResult(["cargo", "test"], 0, stdout, "", 1.0))
+    examples = [{**example.__dict__, "description": f"run {n}"} for n in range(3)]  # a spec holds 3 at least
+    spec = ToolSpec.from_dict({"name": "tool", "summary": "s", "usage": "tool", "examples": examples})
+    green = Verdict(green=True, failures=0, summary="1 passed", key="", data={})
+    return on_binary(green, report, spec, example_runner(Settings(sandbox="required"), target))
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run's directory (workspace/, target/) and, as flakebot's working directory, the caller's project."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text(SECRET)
+    monkeypatch.chdir(project)
+    (tmp_path / "run" / "workspace").mkdir(parents=True)
+    (tmp_path / "run" / "target" / "debug").mkdir(parents=True)
+    return tmp_path / "run"
+
+
+def test_a_forged_relative_executable_never_shows_the_sandbox_the_callers_directory(run: Path) -> None:
+    """`"executable": "sh"`: resolved on the host it names flakebot's working directory (bound read-only); in the
+    sandbox the shell is found on PATH and reads the caller's file, which comes back in the failure text."""
+    require("bwrap")
+    project = Path.cwd()
+    example = Example(args=["-c", f"cat {project}/notes.txt"], stdout="x\n")
+    verdict = judged(forged("sh"), example, run / "target")
+    assert SECRET.strip() not in verdict.summary, "the example sandbox read the caller's directory"
+    assert not verdict.green and "not a regular file in the run's target dir" in verdict.summary, verdict.summary
+
+
+def test_a_forged_executable_elsewhere_cannot_stand_in_for_the_build(run: Path) -> None:
+    """A script the model wrote in its workspace, named by a forged line, would pass every example."""
+    require("bwrap")
+    fake = run / "workspace" / "fake"
+    fake.write_text("#!/bin/sh\necho expected\n")
+    fake.chmod(0o755)
+    verdict = judged(forged(str(fake)), Example(args=[], stdout="expected\n"), run / "target")
+    assert not verdict.green, "a script outside the target dir passed the examples in the binary's place"
+    assert "not a regular file in the run's target dir" in verdict.summary, verdict.summary
+
+
+def test_a_link_planted_at_the_binary_is_refused_not_followed(run: Path) -> None:
+    """A test swaps the built binary for a link to the caller's file: resolve() would bind its directory."""
+    require("bwrap")
+    binary = run / "target" / "debug" / "tool"
+    binary.symlink_to(Path.cwd() / "notes.txt")
+    verdict = judged(forged(str(binary)), Example(args=[], stdout="x\n"), run / "target")
+    assert not verdict.green and "symbolic link" in verdict.summary, verdict.summary
+    assert SECRET.strip() not in verdict.summary
+
+
+def test_the_binary_cargo_built_in_the_target_dir_still_runs(run: Path, tmp_path: Path) -> None:
+    """The check costs the honest build nothing, also when the run's directory is reached through a link."""
+    require("bwrap")
+    binary = run / "target" / "debug" / "tool"
+    binary.write_text("#!/bin/sh\necho expected\n")
+    binary.chmod(0o755)
+    (tmp_path / "via").symlink_to(run)
+    for target in (run / "target", tmp_path / "via" / "target"):
+        verdict = judged(forged(str(target / "debug" / "tool")), Example(args=[], stdout="expected\n"), target)
+        assert verdict.green, verdict.summary
