@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:  # the section modules import flakebot; rendering a report needs only their records
     from benchmarks.perf.acquire import AcquireResult
     from benchmarks.perf.calls import CallsResult
+    from benchmarks.perf.compile_once import CompileOnceResult
     from benchmarks.perf.corpus import CorpusResult
     from benchmarks.perf.craft import CraftResult
     from benchmarks.perf.diagnostics import DiagnosticsResult
@@ -568,6 +569,33 @@ def repeat_improve_figure(results: Results) -> dict[str, Any]:
                   "x", r.goal, "<=", measured, _repeat_gap(r, "improve"), "repeat")  # fmt: skip
 
 
+def compile_once_figure(results: Results) -> dict[str, Any]:
+    r: CompileOnceResult = results["compile_once"]
+    c = r.craft
+    measured = (
+        f"a cold craft of csv-dedup (dependency cache on and empty): cargo {c.cargo_s:.1f} s + nix build "
+        f"{c.nix_build_s:.1f} s = {c.raw_s:.1f} s (wall {c.seconds:.1f} s; {c.dependency_cache or 'no cache line'}); "
+        f"one `cargo build --release` of the same crate from nothing in the same run: {r.release_build_s:.1f} s."
+    )
+    gap = "the dependencies compile twice: debug for the edit loop's cache, release in the flake's cargo-deps-0."
+    return figure("P14", "cold craft: cargo + nix / one release build of the same crate from nothing", r.ratio, "x",
+                  r.goal, "<=", measured, gap, "compile_once")  # fmt: skip
+
+
+def compile_once_shared_figure(results: Results) -> dict[str, Any]:
+    r: CompileOnceResult = results["compile_once"]
+    u = r.reuse
+    measured = (
+        f"estimate from parts, not a measured craft: the craft's {r.craft.raw_s:.1f} s less its dependency cache build, "
+        f"plus the crate's sandboxed `cargo test --release --target {r.triple} --no-run` on a copy of the flake's "
+        f"deps derivation ({u.seconds:.1f} s; {u.fresh} artifacts fresh, compiled: {', '.join(u.compiled) or 'none'}) "
+        f"= {r.shared_estimate_s:.1f} s."
+    )
+    return figure("P14-shared", "cold craft on the shared deps derivation / today's (estimate)", r.shared_ratio, "x",
+                  r.goal_shared, "<=", measured, "the edit loop does not start from the deps derivation yet",
+                  "compile_once")  # fmt: skip
+
+
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P1-online", craft_online_overhead, "craft"),
@@ -592,6 +620,8 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P10", shared_install, "shared"),
     ("P9", repeat_craft_figure, "repeat"),
     ("P9-improve", repeat_improve_figure, "repeat"),
+    ("P14", compile_once_figure, "compile_once"),
+    ("P14-shared", compile_once_shared_figure, "compile_once"),
 ]
 
 
