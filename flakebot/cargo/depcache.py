@@ -55,7 +55,8 @@ SKELETON_PREFIXES = (SKELETON_NAME, SKELETON_NAME.replace("-", "_"), "lib" + SKE
 
 @dataclass(frozen=True)
 class Seeded:
-    """What the cache did for one target dir: `hit`, `built` (stored, then copied) or `skipped` (and why)."""
+    """What the cache did for one target dir: `hit`, `built` (stored, then copied), `store` (the deps derivation's
+    output copied, nix/loopdeps.py) or `skipped` (and why)."""
 
     status: str
     detail: str
@@ -65,6 +66,8 @@ class Seeded:
     def note(self) -> str:
         if self.status == "skipped":
             return f"dependency cache not used: {self.detail}"
+        if self.status == "store":  # nix/loopdeps.py: the flake's deps derivation, which the package stage reuses
+            return f"dependency cache from the flake's deps derivation: {self.detail} ({self.seconds:.1f}s)"
         how = "" if self.status == "hit" else ", built once in the sandbox from the manifest and lock only"
         return (
             f"dependency cache {'hit' if self.status == 'hit' else 'stored'}: {self.detail}{how} ({self.seconds:.1f}s)"
