@@ -564,8 +564,11 @@ def package(
     """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
 
     The keywords are the package options of RunRequest's fields: `registry`, `bin_name`, `nixpkgs`, `out` (the
-    flake goes there, kept by `flakebot clean`; else into the run directory), `offline`.
-    Returns the package stage's output (flake, store path, how to run it) with the run id.
+    flake goes there, kept by `flakebot clean`; else into the run directory), `offline`, `catalog` (also put the
+    built binary in the catalog as a tool, named `name` or after the binary, which run_tool, call_tool and the MCP
+    server then offer like a crafted one) and `strict_smoke` (refuse a tool whose smoke run is below level help).
+    Returns the package stage's output (flake, store path, how to run it, the smoke run's level in `smoke`) with the
+    run id, and the catalog entry when catalogued.
     """
     return package_request(from_keywords("package", {"target": target, **options}), sink=sink, settings=settings)
 
@@ -585,6 +588,12 @@ def package_request(
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
+    if request.name:
+        if not request.catalog:
+            raise UsageError("--name names a catalogued tool", fix="add --catalog, or leave --name out")
+        from flakebot.stages.catalogue import catalog_name
+
+        catalog_name(request.name, "")  # a malformed name is refused before anything is built
     # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
     overrides = _run_overrides(request.overrides())
     settings = dataclasses.replace(_settings(settings), **overrides)
@@ -597,7 +606,8 @@ def package_request(
         settings=overrides,
     )
     run = pipeline.start("package", _workdir(settings), settings, request, sink)
-    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id)
+    catalogued = run.output("catalog").get("catalog") or {} if request.catalog else {}
+    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
 
 
 # ------------------------------------------------------------------ catalog
@@ -631,7 +641,10 @@ def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, 
     definitions = []
     for entry in list_tools(settings):
         try:
-            definitions.append(mcp_definition(tool_manifest(entry["name"], settings)))
+            manifest = tool_manifest(entry["name"], settings)
+            if manifest.get("kind") == "service":  # started with `flakebot up`, not called as a tool
+                continue
+            definitions.append(mcp_definition(manifest))
         except (CatalogError, OSError, ValueError) as exc:  # one broken entry must not hide the others
             logger.warning("tool %s left out of the tool list: %s", entry["name"], exc)
     return definitions
@@ -771,12 +784,18 @@ def models(settings: config.Settings | None = None) -> dict[str, Any]:
     return describe(settings, ask=not settings.offline)
 
 
-def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
-    """Every setting: "values" (key -> value), "settings" (key, value and meaning of each), "files" (the
-    configuration files read)."""
+def settings_report(settings: config.Settings | None = None, sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every setting: "values" (key -> value), "settings" (key, value, where it came from ("source": `sources`'
+    entry, else default), trust class and meaning of each), "files" (the configuration files read)."""
     settings = _settings(settings)
     rows = [
-        {"key": key, "value": settings.get(key), "meaning": config.Settings.describe(key)}
+        {
+            "key": key,
+            "value": settings.get(key),
+            "source": (sources or {}).get(key, "default"),
+            "trust": config.Settings.trust_class(key),
+            "meaning": config.Settings.describe(key),
+        }
         for key in config.Settings.keys()
     ]
     files = [str(p) for p in config.config_files() if p.is_file()]
@@ -784,5 +803,6 @@ def settings_report(settings: config.Settings | None = None) -> dict[str, Any]:
 
 
 def set_setting(key: str, value: str, *, local: bool = False) -> Path:
-    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`), comments kept; the file written."""
-    return config.set_value(key, value, Path.cwd() / "flakebot.toml" if local else None)
+    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`: a limit only), comments kept;
+    the file written."""
+    return config.set_value(key, value, local=local)

@@ -1,8 +1,14 @@
-"""Settings: defaults, then ~/.config/flakebot/flakebot.toml, then ./flakebot.toml,
-then FLAKEBOT_* environment variables, then command-line flags (last wins).
+"""Settings: defaults, then ~/.config/flakebot/flakebot.toml (the user's file), then FLAKEBOT_* environment
+variables, then command-line flags (last wins). Every tunable is one field below with its default, a one-line
+docstring (`doc`) and its trust class; unknown keys fail at start-up, not halfway through a run.
 
-Every tunable is one field below with its default and a one-line docstring (`doc`).
-Unknown keys fail at start-up, not halfway through a run.
+Provenance. A flakebot.toml in the working directory is something a cloned repository, a model or a tool could have
+written, so it is read only for LIMIT settings, and only to lower them (after the user's file; the environment and
+flags still win): a project may make a run stricter, never looser. Every other setting is TRUSTED: it decides what
+runs (sandbox), what is trusted (catalogs and their keys, git sources, registries), where requests and tokens go
+(every *_url, models and providers, nix builders and options) and where flakebot keeps its state (the directory
+settings); such a key in a working directory's file stops the command with one line saying where it belongs. A
+new setting is TRUSTED unless its field says otherwise.
 """
 
 from __future__ import annotations
@@ -23,8 +29,18 @@ ENV_PREFIX = "FLAKEBOT_"
 NON_SETTING_ENV = {"FLAKEBOT_RAISE_ERRORS"}
 
 
-def _setting(default: Any, doc: str, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"doc": doc, "choices": choices})
+# Trust classes of settings (see the module docstring).
+TRUSTED = "trusted"  # only from the user's file, the environment or a flag
+LIMIT = "limit"  # also from a working directory's flakebot.toml, to lower it only
+
+
+def _setting(default: Any, doc: str, choices: tuple[str, ...] = (), trust: str = TRUSTED) -> Any:
+    return field(default=default, metadata={"doc": doc, "choices": choices, "trust": trust})
+
+
+def _limit(default: float, doc: str) -> Any:
+    """A bound a working directory's flakebot.toml may lower (to a value above 0), never raise."""
+    return _setting(default, doc, trust=LIMIT)
 
 
 def config_home() -> Path:
@@ -62,12 +78,12 @@ class Settings:
         "Model used for groq when --model names only the provider (Groq's production tool-use model).",
     )
     openai_model: str = _setting("gpt-4.1-mini", "Model used for openai when --model names only the provider.")
-    model_timeout: float = _setting(120.0, "Seconds to wait for one model reply.")
-    model_retries: int = _setting(2, "Retries the SDKs make on 429/5xx/connection errors.")
-    max_iterations: int = _setting(30, "Edit-loop iterations (model calls) before the loop stops.")
-    max_cost: float = _setting(2.0, "USD a run may spend on model calls.")
-    max_tokens: int = _setting(2_000_000, "Tokens (prompt + completion) a run may use.")
-    max_wall_seconds: float = _setting(1800.0, "Wall-clock seconds the edit loop may take.")
+    model_timeout: float = _limit(120.0, "Seconds to wait for one model reply.")
+    model_retries: int = _limit(2, "Retries the SDKs make on 429/5xx/connection errors.")
+    max_iterations: int = _limit(30, "Edit-loop iterations (model calls) before the loop stops.")
+    max_cost: float = _limit(2.0, "USD a run may spend on model calls.")
+    max_tokens: int = _limit(2_000_000, "Tokens (prompt + completion) a run may use.")
+    max_wall_seconds: float = _limit(1800.0, "Wall-clock seconds the edit loop may take.")
     registry: str = _setting("auto", "Where to search crates: auto, crates-io, local, or a directory source path.")
     local_registry: str = _setting(
         "/usr/share/cargo/registry", "Cargo directory source used offline (Debian's packaged crates)."
@@ -77,12 +93,12 @@ class Settings:
     cratesio_static_url: str = _setting("https://static.crates.io", "Base URL for .crate downloads.")
     cratesio_index_url: str = _setting("https://index.crates.io", "Sparse index base URL.")
     contact: str = _setting("https://github.com/flakebot/flakebot", "Contact put in the User-Agent sent to crates.io.")
-    http_cache_ttl: float = _setting(3600.0, "Seconds a cached crates.io answer stays fresh.")
-    connect_timeout: float = _setting(3.0, "Seconds to wait when first connecting to crates.io before falling back.")
+    http_cache_ttl: float = _limit(3600.0, "Seconds a cached crates.io answer stays fresh.")
+    connect_timeout: float = _limit(3.0, "Seconds to wait when first connecting to crates.io before falling back.")
     cratesio_interval: float = _setting(
         1.0, "Seconds between crates.io API requests, shared by the whole process (their policy: at most 1 per second)."
     )
-    cratesio_details: int = _setting(
+    cratesio_details: int = _limit(
         3,
         "Top crates.io search results whose version details (binaries, licence, yanked) refine the ranking; 1 request each.",
     )
@@ -91,20 +107,20 @@ class Settings:
         "Git dependencies host cargo may fetch: https hosts, or scheme://host:port/path prefixes (port and path optional; comma-separated).",
     )
     github_api_url: str = _setting("https://api.github.com", "GitHub REST API base URL (for --fork).")
-    git_timeout: float = _setting(300.0, "Seconds one git clone or push may take.")
-    fork_timeout: float = _setting(120.0, "Seconds to wait for GitHub to finish copying a new fork's git objects.")
+    git_timeout: float = _limit(300.0, "Seconds one git clone or push may take.")
+    fork_timeout: float = _limit(120.0, "Seconds to wait for GitHub to finish copying a new fork's git objects.")
     fork_poll_interval: float = _setting(2.0, "Seconds between checks that a new fork is ready.")
     sandbox: str = _setting(
         "required",
         "Sandbox for model-written code: required (bubblewrap or stop), auto (bubblewrap, else an unisolated process with a warning), or off (unsafe).",
         ("required", "auto", "off"),
     )
-    command_timeout: float = _setting(600.0, "Seconds one sandboxed command (cargo test, ...) may run.")
-    sandbox_memory_mb: int = _setting(
+    command_timeout: float = _limit(600.0, "Seconds one sandboxed command (cargo test, ...) may run.")
+    sandbox_memory_mb: int = _limit(
         4096, "MiB of data memory (RLIMIT_DATA) one sandboxed process may use; rustc needs 1-2 GiB on large crates."
     )
-    sandbox_file_mb: int = _setting(2048, "MiB: the largest file a sandboxed process may write (RLIMIT_FSIZE).")
-    sandbox_disk_mb: int = _setting(
+    sandbox_file_mb: int = _limit(2048, "MiB: the largest file a sandboxed process may write (RLIMIT_FSIZE).")
+    sandbox_disk_mb: int = _limit(
         10240,
         "MiB a run's workspace and target dir may hold: a sandboxed command is killed when the disk grows past it, the edit loop stops beyond it.",
     )
@@ -116,8 +132,8 @@ class Settings:
         8192,
         "MiB the dependency cache may hold: storing an entry evicts the least recently used ones beyond it (an entry used in the last hour stays); 0: no limit.",
     )
-    output_cap: int = _setting(200_000, "Bytes of output kept from one sandboxed command.")
-    tool_output_limit: int = _setting(
+    output_cap: int = _limit(200_000, "Bytes of output kept from one sandboxed command.")
+    tool_output_limit: int = _limit(
         4_000_000,
         "Bytes of a crafted tool's stdout a call (MCP, run --json) returns whole; past it the whole stdout goes to a "
         "file in the state directory's outputs/ and the call returns its first lines, truncated: true and the path.",
@@ -127,15 +143,15 @@ class Settings:
         "nixpkgs for builds: pinned (real nixos-26.05), host (offline stand-in), or auto.",
         ("auto", "pinned", "host"),
     )
-    smoke_timeout: float = _setting(20.0, "Seconds the smoke run of a built tool may take.")
-    tool_timeout: float = _setting(
+    smoke_timeout: float = _limit(20.0, "Seconds the smoke run of a built tool may take.")
+    tool_timeout: float = _limit(
         120.0, "Seconds one call of a crafted tool from JSON arguments (MCP, run --args-json) may take."
     )
-    nix_build_timeout: float = _setting(1800.0, "Seconds one nix build may take.")
+    nix_build_timeout: float = _limit(1800.0, "Seconds one nix build may take.")
     nix_builders: str = _setting(
         "", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone."
     )
-    nix_copy_timeout: float = _setting(1800.0, "Seconds one nix copy (flakebot publish, install) may take.")
+    nix_copy_timeout: float = _limit(1800.0, "Seconds one nix copy (flakebot publish, install) may take.")
     shared_index_lifetime: float = _setting(
         30 * 86400.0,
         "Seconds a shared catalog's index that flakebot publish signs stays valid; readers refuse it once expired (publish again to renew it).",
@@ -153,6 +169,12 @@ class Settings:
     def describe(cls, key: str) -> str:
         doc: str = _field(key).metadata["doc"]
         return doc
+
+    @classmethod
+    def trust_class(cls, key: str) -> str:
+        """TRUSTED or LIMIT: which sources may set `key`."""
+        trust: str = _field(key).metadata["trust"]
+        return trust
 
     def get(self, key: str) -> Any:
         _field(key)
@@ -250,9 +272,20 @@ def _to_bool(value: Any) -> bool:
     raise ValueError(value)
 
 
+def user_file() -> Path:
+    """The user's own config file: the only file trusted settings are read from, and what `config set` writes."""
+    return config_home() / "flakebot.toml"
+
+
+def local_file() -> Path | None:
+    """The working directory's flakebot.toml, read for lowering limits only; None when it is the user's file."""
+    path = Path.cwd() / "flakebot.toml"
+    return None if path.resolve() == user_file().resolve() else path
+
+
 def config_files() -> list[Path]:
     """The config files read, lowest precedence first."""
-    return [config_home() / "flakebot.toml", Path.cwd() / "flakebot.toml"]
+    return [user_file(), *filter(None, [local_file()])]
 
 
 def read_toml(path: Path) -> tomlkit.TOMLDocument:
@@ -269,27 +302,73 @@ def read_toml(path: Path) -> tomlkit.TOMLDocument:
 
 def load(overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:
     """Settings from files, then environment, then `overrides` (flags; None values ignored)."""
-    values: dict[str, Any] = {}
-    for path in config_files():
-        if path.is_file():
-            for key, raw in read_toml(path).unwrap().items():
-                values[key] = coerce(key, raw, str(path))
+    return load_with_sources(overrides, environ)[0]
+
+
+def load_with_sources(
+    overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
+) -> tuple[Settings, dict[str, str]]:
+    """The settings and, for each key set anywhere, where its value came from (`config show`): the user file, the
+    working directory's file, an environment variable or a flag; keys missing are defaults."""
+    values = _user_values()
+    sources = {key: f"user file {user_file()}" for key in values}
+    local = local_file()
+    if local is not None and local.is_file():
+        for key, raw in read_toml(local).unwrap().items():
+            values[key], sources[key] = _lowered(key, raw, local, values), f"working dir {local}"
     for name, raw in (os.environ if environ is None else environ).items():
         if name.startswith(ENV_PREFIX) and name not in NON_SETTING_ENV:
             key = name[len(ENV_PREFIX) :].lower()
-            values[key] = coerce(key, raw, f"environment variable {name}")
+            values[key], sources[key] = coerce(key, raw, f"environment variable {name}"), f"env {name}"
     for key, raw in (overrides or {}).items():
         if raw is not None:
-            values[key] = coerce(key, raw, f"--{key.replace('_', '-')}")
-    return Settings(**values)
+            flag = f"--{key.replace('_', '-')}"
+            values[key], sources[key] = coerce(key, raw, flag), f"flag {flag}"
+    return Settings(**values), sources
 
 
-def set_value(key: str, raw: str, path: Path | None = None) -> Path:
-    """Write one setting into a config file, keeping its comments. Returns the file written."""
+def _user_values() -> dict[str, Any]:
+    """The settings the user's own file sets."""
+    if not user_file().is_file():
+        return {}
+    return {key: coerce(key, raw, str(user_file())) for key, raw in read_toml(user_file()).unwrap().items()}
+
+
+def _lowered(key: str, raw: Any, path: Path, values: dict[str, Any]) -> Any:
+    """`key` from a working directory's file: a LIMIT no higher than it is already (and above 0); a TRUSTED key or a
+    raised limit stops here with one line saying where the setting belongs."""
+    value = coerce(key, raw, str(path))
+    where = f"set it in {user_file()} (flakebot config set {key} VALUE) or {ENV_PREFIX}{key.upper()}, and remove it from {path}"
+    if Settings.trust_class(key) != LIMIT:
+        raise ConfigError(
+            f"{path}: '{key}' decides what flakebot trusts, and a working directory's flakebot.toml (a repository's, "
+            "or one a tool wrote) may only lower limits",
+            fix=where,
+        )
+    current = values.get(key, _field(key).default)
+    if not 0 < value <= current:
+        raise ConfigError(
+            f"{path}: '{key}' = {value!r}: a working directory's flakebot.toml may only lower limits (above 0), and "
+            f"{key} is {current!r}",
+            fix=where,
+        )
+    return value
+
+
+def set_value(key: str, raw: str, *, local: bool = False) -> Path:
+    """Write one setting into the user's file (the working directory's with `local`: a LIMIT only), keeping its
+    comments. Returns the file written."""
     import tomlkit
 
     value = coerce(key, raw, "config set")
-    path = path or config_home() / "flakebot.toml"
+    path = (local_file() if local else None) or user_file()
+    if local and Settings.trust_class(key) != LIMIT:
+        raise ConfigError(
+            f"'{key}' decides what flakebot trusts: it is never read from a working directory's flakebot.toml",
+            fix=f"flakebot config set {key} {raw} (writes {user_file()})",
+        )
+    if path != user_file():
+        _lowered(key, raw, path, _user_values())  # refused now, not on the next command
     doc = read_toml(path) if path.exists() else tomlkit.document()
     doc[key] = list(value) if isinstance(value, tuple) else value
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,8 @@ class OwnTools:
 
     def package(self) -> None:
         """Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and
-        smoke-run it. No model.{LONG}"""
+        smoke-run it. No model. With catalog, the built tool joins the catalog (and this server's tool list) like a
+        crafted one.{LONG}"""
 
     def runs(self) -> None:
         """List runs, newest first, with status and need."""
@@ -280,7 +281,7 @@ class FlakebotMCP:
         return await self._long(ctx, "resume", args, changes_catalog=True)
 
     async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "package", args, changes_catalog=False)
+        return await self._long(ctx, "package", args, changes_catalog=bool(args.get("catalog")))
 
     # The long tools' work, as a function of the run's event sink (in a worker thread, or in a detached process).
 
@@ -361,7 +362,7 @@ class FlakebotMCP:
             result = await anyio.to_thread.run_sync(lambda: work(_progress_sink(ctx, job)), abandon_on_cancel=True)
         except FlakebotError as exc:
             return {"ok": False, **exc.result()}
-        if changes_catalog and result.get("status") in ("crafted", "succeeded"):
+        if changes_catalog and (result.get("status") in ("crafted", "succeeded") or result.get("catalog")):
             await _tools_changed(ctx)
         return {"ok": True, **result}
 

@@ -26,9 +26,24 @@ unused uid, flakebot's own trees handed to its group), /etc only from an allow-l
 only the run's own copy of the checkouts its Cargo.lock names.
 
 A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
-names: an empty scratch directory at the caller's path, the paths its arguments name read-only, `--writable`
-paths writable (their `.git` and flakebot.toml read-only); /, home, ancestors of the working directory,
-host state and paths holding a masked secret are refused; the secret masks are bound after everything else.
+names: an empty scratch directory at the caller's path and the paths its arguments name, read-only; a named
+directory holding a socket, FIFO or device is refused like a named socket; /, home, ancestors of the working
+directory, host state and paths holding a masked secret are refused; the secret masks are bound after everything
+else. As root it runs as an unused uid without capabilities.
+
+Choke points a user can rely on (every call goes through them):
+
+    configuration provenance       flakebot.config: each setting's trust class is in its field. TRUSTED settings
+                                   (sandbox, catalogs and keys, git sources, registries, every *_url, models,
+                                   nix builders and nixpkgs, the directories) come only from the user's file
+                                   (~/.config/flakebot/flakebot.toml), FLAKEBOT_* and flags; a working directory's
+                                   flakebot.toml may only lower LIMIT settings, anything else there stops the
+                                   command with one line. `config show` names each value's source.
+    a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
+                                   tool writes a copy bound at every spelling of the path, and flakebot copies back
+                                   regular files and directories only, nothing under a STEERING_NAMES name at any
+                                   depth, through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
+                                   in place), bounded by sandbox_disk_mb; what it left out is said on one line.
 
 A shared catalog (a binary cache others publish to; flakebot.deliver) is a mirror anyone with write access to it
 controls. Its one way in is flakebot.deliver.install.read_catalog: the index's snapshot must be signed by a key the
@@ -49,9 +64,11 @@ What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capabil
 build sandbox and its build users, git and cargo themselves doing only what their hardened options allow, and
 the https forges on the git_sources list; for shared catalogs, the holders of the keys configured for them (they
 can sign any tool, which still runs sandboxed), the first index a machine reads of a catalog (rollback protection
-starts there; the expiry bounds how old it can be) and this machine's clock. As root, a tool run given `--writable` paths keeps the caller's uid
-(without capabilities) so it can write them: there the process limit is not enforced (the kernel exempts uid 0)
-and only the timeout bounds it.
+starts there; the expiry bounds how old it can be) and this machine's clock; their own config file and environment
+(flakebot reads trust settings from nowhere else). The steering-name table cannot name every file some program
+reads as configuration: a tool's output with another such name lands as data, and the user decides whether to run
+what reads it. A read-only named directory is checked when the run starts: a socket a host program makes there
+while the tool runs is not refused.
 """
 
 from __future__ import annotations
@@ -83,6 +100,45 @@ def git_reason(rel: Path | str) -> str:
     folds case makes .GIT the same name) would make a nested repository whose config host git obeys; '' when fine."""
     if any(part.casefold() == GIT_NAME for part in Path(rel).parts):
         return f"{rel} has a .git part: inside .git (or a gitdir: file) git obeys a config that can run programs"
+    return ""
+
+
+# Names a host program reads as configuration from the directory it runs in (or above it): a tool's output under
+# one of them, at any depth, is never copied back to the caller's tree (flakebot.deliver.writelayer). The table
+# says which program reads each; a list cannot name every such file, so the layer also copies back nothing but
+# regular files and directories, and says on one line what it left out.
+STEERING_NAMES = {
+    "git (hooks, core.fsmonitor, filters, submodule URLs)": (".git", ".gitmodules", ".gitattributes", ".gitconfig"),
+    "flakebot (its working-directory settings)": ("flakebot.toml",),
+    "direnv and dotenv loaders (run or export on cd)": (".envrc", ".env", ".direnv"),
+    "cargo and rustup (build.rustc-wrapper, toolchains)": (".cargo", "rust-toolchain", "rust-toolchain.toml"),
+    "npm, yarn, pnpm (registries, scripts)": (".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs"),
+    "shells": (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
+               ".zprofile", ".zlogin", ".zlogout", ".kshrc", ".inputrc"),
+    "version managers (switch or install toolchains on cd)": (".tool-versions", ".mise.toml", "mise.toml",
+                                                              ".python-version", ".nvmrc", ".node-version"),
+    "other clients (hooks, credentials)": (".hg", ".hgrc", ".netrc", ".pypirc", ".ssh", ".gnupg", ".docker"),
+    "editors (tasks run when a folder opens)": (".vscode", ".idea"),
+}  # fmt: skip
+_STEERING = {name.casefold(): reader for reader, names in STEERING_NAMES.items() for name in names}
+
+
+# Characters macOS (HFS+) ignores in names and trailing characters NTFS drops: `.g\u200cit` or `.git.` is `.git`
+# there (as git itself checks, is_hfs_dotgit / is_ntfs_dotgit), and the caller's directory may be on such a disk.
+_IGNORED = dict.fromkeys(
+    [*range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x206A, 0x2070), 0xFEFF]
+)
+
+
+def steering_name(rel: Path | str) -> str:
+    """The program that would read `rel` (a path relative to a tree) as its configuration, by the first part named
+    in STEERING_NAMES (any case, ignorable characters and trailing dots or spaces dropped; `.env.local` as
+    `.env`); '' when no part is."""
+    for part in Path(rel).parts:
+        folded = part.translate(_IGNORED).rstrip(". ").casefold()
+        reader = _STEERING.get(folded) or (_STEERING[".env"] if folded.startswith(".env.") else "")
+        if reader:
+            return reader
     return ""
 
 

@@ -6,6 +6,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 figures = importlib.import_module("benchmarks.perf.figures")
 perf = importlib.import_module("benchmarks.perf")
 chart = importlib.import_module("benchmarks.perf.chart")
@@ -72,3 +74,79 @@ def test_a_full_corpus_meets_p8_and_the_chart_draws_it(tmp_path: Path) -> None:
         {"figures": [f], "results": {}, "machine": machine, "generated": "2026-01-01T00:00:00Z"}, tmp_path / "chart.png"
     )
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
+
+
+corpus_module = importlib.import_module("benchmarks.perf.corpus")
+
+# Stanzas as `apt-cache dumpavail` prints them (fields trimmed): a crate Debian ships as a program (hexyl), one whose
+# program is named otherwise and comes with a shared library (rav1e: rav1e, librav1e0), a library crate (serde), a
+# source building only -dev and -doc packages (itoa), and a program from a source of its own name (rsass).
+DUMPAVAIL = """Package: hexyl
+Source: rust-hexyl (0.8.0-2)
+Installed-Size: 900
+
+Package: librust-hexyl-dev
+Source: rust-hexyl
+Installed-Size: 105
+
+Package: librust-serde-dev
+Source: rust-serde
+Installed-Size: 400
+
+Package: librav1e0
+Source: rust-rav1e
+Installed-Size: 3000
+
+Package: rav1e
+Source: rust-rav1e
+Installed-Size: 5000
+
+Package: librust-rav1e-dev
+Source: rust-rav1e
+Installed-Size: 7436
+
+Package: librust-itoa-dev
+Source: rust-itoa
+Installed-Size: 50
+
+Package: itoa-doc
+Source: rust-itoa
+Installed-Size: 10
+
+Package: rsass
+Installed-Size: 2000
+
+Package: librust-rsass-dev
+Source: rsass
+Installed-Size: 6056
+"""
+
+
+def test_the_corpus_rule_takes_crates_debian_ships_as_programs_small_first() -> None:
+    assert corpus_module.program_crates(DUMPAVAIL) == ["hexyl", "rsass", "rav1e"]
+
+
+def test_the_corpus_is_the_rule_over_this_machines_package_lists() -> None:
+    """Debian bookworm's lists give exactly the 30 crates of CORPUS (the 16 of the first corpus among them)."""
+    import subprocess
+
+    listed = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, text=True, check=False).stdout
+    if "librust-hexyl-dev" not in listed:
+        pytest.skip("apt's package lists are not here: run 'apt-get update'")
+    assert corpus_module.program_crates(listed) == list(corpus_module.CORPUS)
+    first = {"hexyl", "dotenv", "lscolors", "sha1collisiondetection", "cargo-lock", "git-absorb", "pleaser", "cbindgen"}
+    first |= {"lalrpop", "bat", "sniffglue", "bindgen", "grcov", "rav1e", "sequoia-sop", "cargo-c"}
+    assert len(corpus_module.CORPUS) >= 30 and first <= set(corpus_module.CORPUS)
+
+
+def test_p8_is_packaged_over_what_plain_cargo_builds_with_the_raw_count_beside() -> None:
+    usage_level = {**PACKAGED, "crate": "cargo-lock", "smoke": "cargo-lock --help", "smoke_level": "usage"}
+    usage_level["smoke_exit_code"] = 1
+    plain_only = {**FAILED, "crate": "grcov", "outside_flakebot": False, "cargo_build_release_s": 40.0}
+    result = corpus_module.summary([PACKAGED, usage_level, FAILED, plain_only])
+    assert (result["packaged"], result["buildable"], result["total"]) == (2, 3, 4)
+    assert (result["share_of_buildable_percent"], result["share_percent"]) == (66.7, 50.0)
+    f = figures.corpus_share({"corpus": perf.bench("corpus").load(result)})
+    assert f["value"] == 66.7 and figures.goal_text(f) == ">= 95 %"
+    assert f["measured"].startswith("2 of the 3 that plain `cargo build --release` builds (raw: 2 of 4) binary crates")
+    assert "cargo-lock 0.24.3: packaged and smoke level usage (`cargo-lock --help` exits 1)" in f["measured"]

@@ -91,7 +91,8 @@ def test_runs_default_to_the_state_directory_and_a_set_workdir_still_wins(
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(flakebot_home / "user"))
     assert config.load().path("workdir") == flakebot_home / "user/.local/state/flakebot"
-    (flakebot_home / "flakebot.toml").write_text('workdir = "scratch"\n')
+    (flakebot_home / "config/flakebot").mkdir()
+    (flakebot_home / "config/flakebot/flakebot.toml").write_text('workdir = "scratch"\n')  # the user's own file
     assert config.load().path("workdir") == flakebot_home / "scratch"  # relative: from the current directory
     monkeypatch.setenv("FLAKEBOT_WORKDIR", str(flakebot_home / "elsewhere"))
     assert config.load().path("workdir") == flakebot_home / "elsewhere"

@@ -37,6 +37,7 @@ ALLOWED = {
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "source"},
     "evaluate": {"api", "llm", "pipeline", "sandbox", "source"},
+    "services": {"api", "deliver", "nix", "sandbox"},
 }
 NEVER_IMPORTED = {"cli", "mcp_server"}  # the outermost callers: nothing in the library reaches back to them
 

@@ -141,6 +141,18 @@ CASES = [
         setup=_config_file("model = \n", "local"),
     ),
     BadInput(
+        "trust setting in ./flakebot.toml (sandbox = off)",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        ConfigError.exit_code,
+        setup=_config_file('sandbox = "off"\n', "local"),
+    ),
+    BadInput(
+        "limit raised in ./flakebot.toml",
+        ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
+        ConfigError.exit_code,
+        setup=_config_file("max_cost = 100.0\n", "local"),
+    ),
+    BadInput(
         "unknown FLAKEBOT_ variable",
         ["craft", CSV_NEED, *SCRIPTED, *OFFLINE],
         ConfigError.exit_code,

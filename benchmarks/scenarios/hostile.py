@@ -600,15 +600,17 @@ def _tool_run_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[b
     root = _run(s, host, "--", "/")
     allowed = _run(s, host, "--writable", ".", "--", "data.txt")
     hooks = [str(p) for p in host.rglob("post-commit")]
+    dotfile = (host / ".envrc").read_bytes() == before[str(host / ".envrc")]  # not copied back under --writable .
     shadow = Path("/etc/shadow").read_text().splitlines()[0]
     leaked = any(shadow in r.stdout + r.stderr for r in (plain, root, allowed))
     refused = root.returncode != 0 and "'/'" in root.stderr and "Traceback" not in root.stderr
     ran = [str(p) for p in Path("/tmp").glob(f"flakebot-hostile-{s.marker}-*")]
-    ok = plain.stdout == "HI\n" and not changed and not hooks and refused and not leaked and not ran
+    ok = plain.stdout == "HI\n" and not changed and not hooks and dotfile and refused and not leaked and not ran
     return (
         ok,
         f"run exit {plain.returncode} ({plain.stdout.strip()!r}); caller files changed without --writable: "
-        f"{changed or 'none'}; hooks planted (even with --writable .): {hooks or 'none'}; '/' refused: {refused}; "
+        f"{changed or 'none'}; hooks planted (even with --writable .): {hooks or 'none'}; .envrc kept under "
+        f"--writable .: {dotfile}; '/' refused: {refused}; "
         f"/etc/shadow in the output: {leaked}; planted commands ran: {ran or 'none'}",
     )
 
@@ -1095,7 +1097,7 @@ CASES = [
         "the crafted tool, run by `flakebot run` in a caller's directory, plants post-commit hooks in git repositories "
         "there, appends to dotfiles and reads ARG/etc/shadow (the caller passes data.txt, then /, then --writable .)",
         "it runs in an empty directory with data.txt read-only: nothing of the caller's changes, / is refused, "
-        ".git stays read-only under --writable, no /etc/shadow",
+        "under --writable . neither a hook nor a dotfile is copied back, no /etc/shadow",
         None,
         _tool_run_judge,
         main_rs=_host_tool,

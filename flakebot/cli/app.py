@@ -32,11 +32,12 @@ class Globals:
         self.overrides: dict[str, Any] = {}
         self.quiet = False
         self._settings: config.Settings | None = None
+        self.sources: dict[str, str] = {}
 
     @property
     def settings(self) -> config.Settings:
         if self._settings is None:
-            self._settings = config.load(self.overrides)
+            self._settings, self.sources = config.load_with_sources(self.overrides)
         return self._settings
 
     @property
@@ -207,11 +208,11 @@ def search_cmd(
 
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False) -> None:
-    """Print every setting, its value and what it is for."""
+    """Print every setting, its value, where the value came from and what it is for."""
     from flakebot import api
     from flakebot.cli.live import json_result
 
-    report = api.settings_report(G.settings)
+    report = api.settings_report(G.settings, G.sources)
     if as_json:
         json_result(report["values"])
         return
@@ -224,7 +225,9 @@ def config_show(as_json: JsonOpt = False) -> None:
 def config_set(
     key: Annotated[str, typer.Argument(help="Setting name (see 'flakebot config show').")],
     value: Annotated[str, typer.Argument(help="New value.")],
-    local: Annotated[bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file.")] = False,
+    local: Annotated[
+        bool, typer.Option("--local", help="Write ./flakebot.toml instead of the user file (it may only lower limits).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
@@ -503,8 +506,17 @@ def package_cmd(request: RunRequest, as_json: bool) -> None:
     )
     for notice in result.notices:
         out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    smoke = result.smoke
+    colour = "green" if smoke.get("level") == "help" else "yellow"
+    out.print(
+        f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
+        f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
+    )
     out.print(f"flake: {escape(result.flake_dir)}")
     out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
+    if result.catalog:
+        tool = f"{result.catalog['name']}@{result.catalog['version']}"
+        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
 
 
 # ---------------------------------------------------------------- publish
@@ -542,6 +554,13 @@ def publish_cmd(
 
 
 # ---------------------------------------------------------------- bench
+
+
+# ---------------------------------------------------------------- services (cli/serve.py)
+
+from flakebot.cli.serve import register as _register_services  # noqa: E402
+
+_register_services(app, lambda: G.settings)
 
 
 # ---------------------------------------------------------------- entry point

@@ -47,6 +47,13 @@ def print_tool(report: dict[str, Any]) -> None:
     usage = report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"
     out.print(Markdown(plain(usage)))  # an older USAGE.md may still hold the model's control characters
     manifest = report.get("manifest") or {}
+    smoke = manifest.get("smoke") or {}
+    if smoke.get("level"):
+        colour = "green" if smoke["level"] == "help" else "yellow"
+        out.print(
+            f"smoke level: [{colour}]{markup(smoke['level'])}[/{colour}] ({markup(smoke.get('meaning', ''))}; "
+            f"'{markup(smoke.get('command', ''))}' exited {smoke.get('exit_code')})"
+        )
     if manifest and not manifest.get("portable"):
         reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
         out.print(f"[yellow]portable: no[/yellow] ({markup(reason)})")
@@ -195,10 +202,12 @@ def print_candidates(query: str, found: list[Any]) -> None:
 
 
 def print_settings(report: dict[str, Any]) -> None:
-    """The settings table (key, value, meaning) and the configuration files read."""
-    table = Table("key", "value", "meaning")
+    """The settings table (key, value, where the value came from, meaning) and the configuration files read."""
+    table = Table("key", "value", "from", "meaning")
     for row in report["settings"]:
-        table.add_row(row["key"], markup(repr(row["value"])), markup(row["meaning"]))  # "[/path]" is text, not markup
+        source = row["source"] + (" (may be lowered in ./flakebot.toml)" if row["trust"] == "limit" else "")
+        # "[/path]" is text, not markup
+        table.add_row(row["key"], markup(repr(row["value"])), markup(source), markup(row["meaning"]))
     out.print(table)
     out.print("files read: " + (", ".join(report["files"]) or "none"))
 

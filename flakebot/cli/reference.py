@@ -10,12 +10,14 @@ from flakebot import config
 
 
 def settings_table() -> str:
-    """Every setting: its key, default, environment variable and one-line meaning."""
-    rows = ["| key | default | environment | meaning |", "| --- | --- | --- | --- |"]
+    """Every setting: its key, default, environment variable, trust class and one-line meaning."""
+    rows = ["| key | default | environment | trust | meaning |", "| --- | --- | --- | --- | --- |"]
     for field in dataclasses.fields(config.Settings):
         default = _cell(repr(field.default) if field.default not in ("", ()) else "(empty)")
         env = f"`{config.ENV_PREFIX}{field.name.upper()}`"
-        rows.append(f"| `{field.name}` | {default} | {env} | {_cell(config.Settings.describe(field.name))} |")
+        trust = config.Settings.trust_class(field.name)
+        meaning = _cell(config.Settings.describe(field.name))
+        rows.append(f"| `{field.name}` | {default} | {env} | {trust} | {meaning} |")
     return "\n".join(rows)
 
 

@@ -11,6 +11,8 @@
     seen.py      the highest index sequence and tool versions seen per shared catalog (rollbacks refused)
     install.py   a published tool fetched (nix copy), its signatures checked against configured keys, catalogued
     signatures.py  Nix signatures (ed25519 over a path's fingerprint, and over an index snapshot) in flakebot
+    toolrun.py   a catalogued tool run for its caller, in the sandbox: what it may read, where it may write
+    writelayer.py  a tool's writable paths as staged copies, copied back as data only (no links, no config names)
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.
 """

@@ -1,7 +1,8 @@
 """clap `--help` text -> parameters -> JSON Schema, and JSON arguments -> argv.
 
 Understands clap 4 ("Usage:", "Arguments:", "Options:") and clap 2/3 ("USAGE:", "ARGS:", "FLAGS:",
-"OPTIONS:") layouts, short and long help (descriptions on following indented lines).
+"OPTIONS:") layouts, short and long help (descriptions on following indented lines), and gumdrop's usage
+("Optional arguments:", value names bare: `-f, --file FILE`), which a packaged crate may print instead of help.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from flakebot.deliver import schema
 from flakebot.deliver.schema import Field
 
 SKIPPED = {"help", "version"}
+# Section headers listing options: clap's, and gumdrop's and argparse's "Optional arguments:" / "options:".
+OPTION_SECTIONS = ("options", "flags", "optional arguments")
 ENTRY = re.compile(
     r"^\s{1,8}(?:(?P<short>-[A-Za-z0-9])(?:,\s*)?)?(?P<long>--[A-Za-z0-9][\w-]*)?"
-    r"(?:[ =](?P<value>[<\[][^>\]]+[>\]](?:\.\.\.)?))?(?P<rest>.*)$"
+    r"(?:[ =](?P<value>[<\[][^>\]]+[>\]](?:\.\.\.)?|[A-Z][A-Z0-9_-]*(?:\.\.\.)?(?=\s{2,}|$)))?(?P<rest>.*)$"
 )
 POSITIONAL = re.compile(r"^\s{1,8}(?P<open>[<\[])(?P<name>[^>\]]+)[>\]](?P<many>\.\.\.)?(?P<rest>.*)$")
 # clap 4 shows an ArgAction::Append option as plain `--key <KEY>`: only its help text says it repeats.
@@ -57,7 +60,7 @@ def parse_help(text: str) -> list[CliParam]:
             continue
         if section in ("arguments", "args", "positional arguments") and POSITIONAL.match(line):
             params.append(_positional(POSITIONAL.match(line), usage))  # type: ignore[arg-type]
-        elif section in ("options", "flags") and re.match(r"^\s{1,8}-", line):
+        elif section in OPTION_SECTIONS and re.match(r"^\s{1,8}-", line):
             param = _option(ENTRY.match(line))
             if param:
                 params.append(param)

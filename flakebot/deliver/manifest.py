@@ -98,6 +98,7 @@ def build_manifest(
         "portable": bool(package.get("portable", False)),  # false: the commands above work only on this machine
         "portable_reason": package.get("portable_reason", ""),
         "build": build_facts(package, untested),
+        "smoke": smoke_facts(package),
         "origin": origin,
         "run_id": run_id,
         "sandbox": sandbox,  # "off": the tool's code ran unisolated while it was crafted
@@ -118,6 +119,20 @@ def build_facts(package: dict[str, Any], untested: str = "") -> dict[str, Any]:
         "native_inputs": package.get("native_inputs", {}),
         "features": package.get("build_features", []),
         "untested": untested,
+    }
+
+
+def smoke_facts(package: dict[str, Any]) -> dict[str, Any]:
+    """The smoke run's level (help, usage, starts-only; nix/smoke.py) with its evidence: the command, its exit code
+    and the first lines it printed. A package made before levels passed only at `help`."""
+    smoke = package.get("smoke") or {}
+    level = smoke.get("level") or ("help" if smoke.get("exit_code") == 0 else "")
+    return {
+        "level": level,
+        "meaning": smoke.get("meaning", ""),
+        "command": smoke.get("command", ""),
+        "exit_code": smoke.get("exit_code"),
+        "first_lines": smoke.get("first_lines") or str(smoke.get("output_head", "")).splitlines()[:8],
     }
 
 

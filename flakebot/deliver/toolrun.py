@@ -3,13 +3,17 @@
 A crafted tool is model-written code, so every run of it goes through the same sandbox as the edit loop
 (`sandbox` setting, "required" by default). It sees only what its caller names: it runs at the caller's
 directory path, but that directory is an empty scratch directory there; the existing paths its arguments name
-are bound in read-only at the path the argument spells (relative arguments still resolve), and only the
-paths the caller lists as writable can be written (any `.git` or flakebot.toml under them stays read-only). /, the home
-directory, ancestors of the working directory, host state (/proc, /dev, /run, ...), sockets and paths holding
-a masked secret are refused as arguments; the secret masks come last, so no bind uncovers them. Its store
-path and the system are read-only; no network, a minimal environment (no API keys), private /tmp and HOME.
-`nix run` of the flake (the manifest's command) is what a user runs by hand; flakebot runs the same store
-path, sandboxed. With the sandbox off the tool runs in the caller's directory with the caller's rights.
+are bound in read-only at the path the argument spells (relative arguments still resolve). A named directory
+that holds a socket, FIFO or device is refused as a named socket is: only files and directories reach the tool.
+The paths the caller lists as writable are never mounted writable: the tool writes a copy of each
+(flakebot.deliver.writelayer), bound at every spelling of the path, and flakebot copies back only regular files and
+directories, nothing under a name host programs read as configuration (.git, flakebot.toml, .envrc, ...).
+/, the home directory, ancestors of the working directory, host state (/proc, /dev, /run, ...) and paths holding a
+masked secret are refused as arguments; the secret masks come last, so no bind uncovers them. Its store path and
+the system are read-only; no network, a minimal environment (no API keys), private /tmp and HOME, and as root an
+unused uid without capabilities. `nix run` of the flake (the manifest's command) is what a user runs by hand;
+flakebot runs the same store path, sandboxed. With the sandbox off the tool runs in the caller's directory with
+the caller's rights.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from typing import Any
 
 from flakebot import config
 from flakebot.config import Settings
+from flakebot.deliver import writelayer
 from flakebot.errors import CatalogError, UsageError
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
 from flakebot.sandbox.process import MIB, Spill, execute
+from flakebot.trust import steering_name
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +117,12 @@ def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -
                 f"writable path '{text}' does not exist",
                 fix=f"create it first (mkdir -p {text}, or touch {text} for a file), then run the tool again",
             )
+        reader = steering_name(bind.dest) or steering_name(bind.source)
+        if reader:
+            raise UsageError(
+                f"--writable path '{text}' is read as configuration by {reader}: a tool's writes land only as data",
+                fix="let the tool write a data file or directory, e.g. --writable ./out",
+            )
         binds.append(bind)
     return binds
 
@@ -148,6 +160,8 @@ def _refusal(source: Path, dest: Path, cwd: Path, writable: bool) -> str:
         return "host state, not data"
     if not (source.is_file() or source.is_dir()):
         return "not a regular file or directory (a socket, device or pipe)"
+    if source.is_dir() and not _visible(source) and (special := _special_inside(source)):
+        return f"which holds a {special[1]} ({special[0]}): only files and directories may reach the tool"
     if writable and any(source.is_relative_to(d) for d in SYSTEM):
         return "part of the system"
     # Named where it is, a system path needs no bind (the masks cover it); elsewhere (a symlink) it would uncover one.
@@ -162,37 +176,70 @@ def _visible(path: Path) -> bool:
     return any(path.is_relative_to(d) for d in SYSTEM_DIRS)
 
 
-def _binds(named: list[Bind], writable: list[Bind]) -> list[tuple[bool, Path, Path]]:
-    """The sandbox's binds in order: named paths read-only, then writable ones, then every `.git` and
-    flakebot.toml under those read-only again (hooks and config written there would steer the host's next git
-    or flakebot command)."""
+def _special_inside(directory: Path) -> tuple[Path, str] | None:
+    """The first socket, FIFO or device under `directory` (links not followed), and its kind; None when there is none.
+    Refused rather than hidden: a mask made now would not cover one made later, and the caller learns what it named."""
+    for top, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            kind = writelayer.kind_of(Path(top, name))
+            if kind not in ("dir", "file", "link"):
+                return Path(top, name), kind
+    return None
+
+
+def _binds(named: list[Bind], writable: list[Bind], layers: list[writelayer.Layer]) -> list[tuple[bool, Path, Path]]:
+    """The sandbox's binds in order: named paths read-only, then each writable path's staged copy, at every
+    spelling of it (the path the caller gave and its real path), so no spelling reaches the host's files."""
     binds: list[tuple[bool, Path, Path]] = []
     for bind in [*named, *writable]:
+        source = _staged(bind.source, layers) if bind.writable else bind.source
         for dest in dict.fromkeys([bind.dest, bind.source]):
             if not _visible(dest):  # the system is shown read-only already (and a read-only mount takes no binds)
-                binds.append((bind.writable, bind.source, dest))
-    for bind in writable:
-        binds += [(False, git, bind.dest / git.relative_to(bind.source)) for git in _git_dirs(bind.source)]
+                binds.append((bind.writable, source, dest))
     return binds
 
 
-STEERING = (".git", "flakebot.toml")  # read by host programs from the directory they run in
+def _stage(writable: list[Bind], root: Path, limit: int) -> list[writelayer.Layer]:
+    """One staged copy per outermost writable path (a writable path inside another is part of its copy)."""
+    tops: list[Path] = []
+    for source in sorted({bind.source for bind in writable}, key=lambda p: len(p.parts)):
+        if not any(source.is_relative_to(top) for top in tops):
+            tops.append(source)
+    return [writelayer.stage(top, root, index, limit) for index, top in enumerate(tops)]
 
 
-def _git_dirs(root: Path) -> list[Path]:
-    """Every `.git` (directory or gitdir file) and flakebot.toml at or under `root`."""
-    if not root.is_dir():
-        return []
-    found = []
-    for top, dirs, files in os.walk(root):
-        found += [Path(top) / name for name in STEERING if name in dirs or name in files]
-        dirs[:] = [d for d in dirs if d != ".git"]
-    return found
+def _staged(source: Path, layers: list[writelayer.Layer]) -> Path:
+    layer = next(layer for layer in layers if source.is_relative_to(layer.host))
+    return layer.stage / source.relative_to(layer.host)
+
+
+def _copy_back(layers: list[writelayer.Layer], limit: int) -> str:
+    """Write the tool's data back to the caller's paths; what was not copied and why, as one line ('' when all
+    was), also logged. The names are the tool's: quoted and escaped, so none reaches a terminal or agent as text."""
+    why: dict[str, list[str]] = {}
+    for layer in layers:
+        for rel, reason in writelayer.copy_back(layer, limit):
+            shown = str(layer.host / rel) if len(layers) > 1 else (layer.host.name if rel == "." else rel)
+            why.setdefault(reason.split(" (")[0], []).append(json.dumps(shown))
+    if not why:
+        return ""
+    where = ", ".join(json.dumps(str(layer.host)) for layer in layers)
+    line = f"not copied back from the tool's writes in {where}: " + "; ".join(
+        f"{reason}: {', '.join(paths)}" for reason, paths in why.items()
+    )
+    logger.warning("%s", line)
+    return line
 
 
 @contextmanager
 def tool_sandbox(
-    binary: Path, args: list[str], cwd: Path, settings: Settings, timeout: float, writable: list[str] | None = None
+    binary: Path,
+    args: list[str],
+    cwd: Path,
+    settings: Settings,
+    timeout: float,
+    writable: list[str] | None = None,
+    notes: list[str] | None = None,
 ) -> Iterator[tuple[Sandbox, Path]]:
     """The sandbox for one run of a tool, and the directory it runs in: the caller's directory path, but holding an
     empty scratch directory with only the paths the arguments name (read-only) and `writable` (read-write) bound
@@ -202,7 +249,12 @@ def tool_sandbox(
     if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
         own = [settings.path("catalog_dir"), settings.path("cache_dir"), config.config_home().resolve()]
         named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, own)
-    with tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch:
+    limit = settings.sandbox_disk_mb * MIB
+    with (
+        tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch,
+        tempfile.TemporaryDirectory(prefix="flakebot-writes-") as staging,
+    ):
+        layers = _stage(allowed, Path(staging), limit)
         at = None if cwd == Path("/") or _visible(cwd) else cwd
         limits = dataclasses.replace(limits_for(settings, timeout=timeout), spill=output_spill(settings))
         sandbox = open_sandbox(
@@ -212,13 +264,16 @@ def tool_sandbox(
             readable=[binary.parent],
             limits=limits,
             workspace_at=at,
-            binds=_binds(named, allowed),
-            # As root: with nothing of the caller's writable, an unused uid that owns only the scratch directory
-            # (the process limit holds; root-only files stay unreadable). Writing a caller's path needs the caller's
-            # uid, still without any capability.
-            adopt=not allowed,
+            binds=_binds(named, allowed, layers),
+            # As root: an unused uid that owns only the scratch directory and the staged copies (the process limit
+            # holds; root-only files stay unreadable). Nothing of the caller's is writable in the sandbox.
+            adopt=True,
         )
         yield sandbox, (cwd if at or not isinstance(sandbox, BwrapSandbox) else Path(scratch))
+        if isinstance(sandbox, BwrapSandbox):  # a plain process (auto, no bubblewrap) wrote the caller's paths itself
+            left_out = _copy_back(layers, limit)
+            if left_out and notes is not None:
+                notes.append(left_out)
         _warn_discarded(Path(scratch), cwd if at else Path(scratch), sandbox)
 
 
@@ -256,15 +311,20 @@ def run_captured(
 ) -> CommandResult:
     """Run the tool in the sandbox with `settings.tool_timeout`, its stdout captured whole (past tool_output_limit
     in a file: CommandResult.stdout_file) and stderr capped; `stdin` None passes the caller's own standard input as
-    it is (the tool decides whether to read it)."""
+    it is (the tool decides whether to read it). What of its writes was not copied back is said after its stderr,
+    as the other notes flakebot adds there (a caller over MCP sees no log)."""
     timeout = settings.tool_timeout
     binary = built_program(manifest, settings.nix_build_timeout)
-    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable) as (sandbox, where):
+    notes: list[str] = []
+    with tool_sandbox(binary, args, cwd or Path.cwd(), settings, timeout, writable, notes) as (sandbox, where):
         if stdin is not None:
-            return sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
-        full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with the caller's stdin
-        return execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
-                       output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+            result = sandbox.run([str(binary), *args], cwd=where, stdin=stdin, timeout=timeout)
+        else:
+            full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with caller's stdin
+            result = execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
+                             output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+    extra = "".join(f"\n[flakebot: {note}]\n" for note in notes)
+    return dataclasses.replace(result, stderr=result.stderr + extra) if extra else result
 
 
 def run_attached(

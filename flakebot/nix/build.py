@@ -1,4 +1,4 @@
-"""Proving a flake: `nix build --json` (Nix 2.8 has no --print-out-paths), a bounded smoke run, a GC root."""
+"""Proving a flake: `nix build --json` (Nix 2.8 has no --print-out-paths) and a GC root (the smoke run: smoke.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,8 @@ import logging
 import re
 import shlex
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import NixError
@@ -20,21 +18,32 @@ from flakebot.nix import command, evidence, gitdeps
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-SMOKE_OUTPUT_HEAD = 2000
 
 
 def build(
-    flake_dir: Path, mode: str, standin: Path | None, settings: Settings, pname: str, report: Progress
+    flake_dir: Path,
+    mode: str,
+    standin: Path | None,
+    settings: Settings,
+    pname: str,
+    report: Progress,
+    *,
+    keep_going: bool = False,
 ) -> tuple[str, float]:
-    """`nix build --json --no-link` of the flake's default package; returns (store path, seconds)."""
-    argv = command.nix_argv(
-        ["build"], ["--json", "--no-link", "-L", str(flake_dir)], mode, standin, settings.nix_builders
-    )
+    """`nix build --json --no-link` of the flake's default package; returns (store path, seconds).
+
+    `keep_going`: for a build expected to fail (a git dependency's hash is still lib.fakeHash). Without it nix stops
+    at the first failure and kills the fixed-output fetches still running (a crate's download on a slow link), which
+    the next build then downloads again; with it they finish and stay in the store, and every clone's mismatch is
+    reported at once (details: git_mismatches)."""
+    options = ["--json", "--no-link", "-L", *(["--keep-going"] if keep_going else []), str(flake_dir)]
+    argv = command.nix_argv(["build"], options, mode, standin, settings.nix_builders)
     logger.info("nix build: %s", shlex.join(argv))
     errors: list[str] = []  # the first compiler errors, which a long log pushes out of the tail
     lints: list[str] = []  # lint levels, coded errors, ld's missing libraries of the whole log (evidence weighs them)
+    mismatches: list[str] = []  # every hash mismatch and its specified/got lines (a --keep-going log has several)
     outcome = command.run_streaming(
-        argv, settings.nix_build_timeout, _build_progress(report, errors, lints), cwd=flake_dir
+        argv, settings.nix_build_timeout, _build_progress(report, errors, lints, mismatches), cwd=flake_dir
     )
     log_tail = "\n".join(outcome.tail)
     if outcome.timed_out:
@@ -44,7 +53,8 @@ def build(
             log_tail=log_tail,
         )
     if outcome.returncode != 0:
-        failed = _build_failed(pname, outcome.returncode, outcome.tail, Path(flake_dir) / "Cargo.lock", errors)
+        lock = Path(flake_dir) / "Cargo.lock"
+        failed = _build_failed(pname, outcome.returncode, outcome.tail, lock, errors, mismatches)
         failed.details["lint_lines"] = "\n".join(lints)
         raise failed
     try:
@@ -61,15 +71,22 @@ def build(
 # cargo's closing summary of them, which names no cause.
 ERROR_LINE = re.compile(r"(^|> )error(\[E\d+\])?:")
 SUMMARY_LINE = re.compile(r"error: (could not compile|aborting due to)")
+# Nix's "hash mismatch in fixed-output derivation '<drv>':" and the `specified:` and `got:` lines after it.
+MISMATCH_LINE = re.compile(r"hash mismatch in fixed-output derivation '[^']+'|^\s*(specified|got):\s*\S+")
 FIRST_ERRORS = 3
 LINT_LINES = 40
 
 
-def _build_progress(report: Progress, errors: list[str], lints: list[str] | None = None) -> Callable[[str], None]:
-    """Report progress lines, and keep the first few compiler errors (not cargo's summary) in `errors`, and the
-    first lint-level notes, coded errors and missing libraries in `lints`."""
+def _build_progress(
+    report: Progress, errors: list[str], lints: list[str] | None = None, mismatches: list[str] | None = None
+) -> Callable[[str], None]:
+    """Report progress lines, and keep the first few compiler errors (not cargo's summary) in `errors`, the
+    first lint-level notes, coded errors and missing libraries in `lints`, and every hash mismatch's lines in
+    `mismatches`."""
 
     def on_line(line: str) -> None:
+        if mismatches is not None and MISMATCH_LINE.search(line):
+            mismatches.append(line)
         if lints is not None and len(lints) < LINT_LINES and evidence.worth_keeping(line):
             lints.append(line)
         if len(errors) < FIRST_ERRORS and ERROR_LINE.search(line) and not SUMMARY_LINE.search(line):
@@ -84,12 +101,18 @@ def _build_progress(report: Progress, errors: list[str], lints: list[str] | None
 
 
 def _build_failed(
-    pname: str, returncode: int, tail: list[str], lock_file: Path, first_errors: list[str] | None = None
+    pname: str,
+    returncode: int,
+    tail: list[str],
+    lock_file: Path,
+    first_errors: list[str] | None = None,
+    mismatches: list[str] | None = None,
 ) -> NixError:
     """A NixError naming the first compiler/cargo error (of `first_errors`, seen while the build ran, else of the
-    tail), carrying the last lines of the nix log."""
+    tail), carrying the last lines of the nix log; a hash mismatch (of `mismatches`, seen while the build ran,
+    else of the tail) comes first."""
     lines = [*(first_errors or []), *tail]
-    mismatch = _hash_mismatch(pname, tail, lock_file)
+    mismatch = _hash_mismatch(pname, mismatches or tail, tail, lock_file)
     if mismatch is not None:
         return mismatch
     causes = [line for line in lines if ERROR_LINE.search(line) and not SUMMARY_LINE.search(line)]
@@ -115,39 +138,55 @@ def _failed_derivation(tail: list[str]) -> str:
     return ""
 
 
-def _hash_mismatch(pname: str, tail: list[str], lock_file: Path) -> NixError | None:
+def _hash_mismatch(pname: str, lines: list[str], tail: list[str], lock_file: Path) -> NixError | None:
     """Nix's 'hash mismatch in fixed-output derivation' (its next lines say `specified:` and `got:`) as one line:
     for a git dependency's clone, which NAME-VERSION keys of cargoLock.outputHashes and the hashes as nix prints them
     (details: git_dependencies, specified, got); for the stand-in's crate fetches (crate-NAME-VERSION.tar.gz), which
-    crate and the sha256 Cargo.lock expects."""
-    for index, line in enumerate(tail):
+    crate and the sha256 Cargo.lock expects. A --keep-going build reports one mismatch per fixed-output derivation:
+    the error is the first that is not a git dependency's lib.fakeHash (flakebot fills those in itself), and
+    details git_mismatches holds every git dependency's (git_dependencies, specified, got)."""
+    found = _mismatches(lines)
+    if not found:
+        return None
+    git = [(gitdeps.fetched_by(drv, lock_file), drv, specified, got) for drv, specified, got in found]
+    placeholder = [bool(keys) and specified == gitdeps.FAKE_HASH for keys, _, specified, _ in git]
+    keys, drv, specified, got = git[placeholder.index(False)] if False in placeholder else git[0]
+    every_git = [{"git_dependencies": k, "specified": s, "got": g} for k, _, s, g in git if k]
+    if keys:
+        error = _git_hash_mismatch(pname, keys, specified, got, tail, drv)
+        error.details["git_mismatches"] = every_git
+        return error
+    expected, got = _hex_sha256(specified), _hex_sha256(got)
+    crate = re.fullmatch(r"[a-z0-9]{32}-crate-(.+)-(\d+\.\d+\.\d+\S*)\.tar\.gz\.drv", Path(drv).name)
+    what = (
+        f"crate {crate.group(1)} {crate.group(2)} does not match its Cargo.lock checksum"
+        if crate
+        else f"{Path(drv).name} fetched other bytes"
+    )
+    fix = (
+        "the crate server (setting cratesio_static_url) sent other bytes than the registry Cargo.lock was written against: "
+        "point the setting at that registry, or regenerate Cargo.lock"
+        if crate
+        else "the source changed since its hash was recorded: check the URL and the hash in the flake"
+    )
+    return NixError(
+        f"nix build of {pname} failed: {what}: expected sha256 {expected}, got {got}",
+        fix=fix,
+        log_tail="\n".join(tail),
+        drv=drv,
+        git_mismatches=every_git,
+    )
+
+
+def _mismatches(lines: list[str]) -> list[tuple[str, str, str]]:
+    """(derivation, specified, got) of each hash mismatch in `lines`, in the log's order ('?' for a hash not shown)."""
+    found = []
+    for index, line in enumerate(lines):
         if (mismatch := re.search(r"hash mismatch in fixed-output derivation '([^']+)'", line)) is None:
             continue
-        drv = mismatch.group(1)
-        hashes = dict(re.findall(r"(specified|got):\s*(\S+)", "\n".join(tail[index + 1 : index + 3])))
-        specified, got = hashes.get("specified", "?"), hashes.get("got", "?")
-        if keys := gitdeps.fetched_by(drv, lock_file):
-            return _git_hash_mismatch(pname, keys, specified, got, tail, drv)
-        expected, got = _hex_sha256(specified), _hex_sha256(got)
-        crate = re.fullmatch(r"[a-z0-9]{32}-crate-(.+)-(\d+\.\d+\.\d+\S*)\.tar\.gz\.drv", Path(drv).name)
-        what = (
-            f"crate {crate.group(1)} {crate.group(2)} does not match its Cargo.lock checksum"
-            if crate
-            else f"{Path(drv).name} fetched other bytes"
-        )
-        fix = (
-            "the crate server (setting cratesio_static_url) sent other bytes than the registry Cargo.lock was written against: "
-            "point the setting at that registry, or regenerate Cargo.lock"
-            if crate
-            else "the source changed since its hash was recorded: check the URL and the hash in the flake"
-        )
-        return NixError(
-            f"nix build of {pname} failed: {what}: expected sha256 {expected}, got {got}",
-            fix=fix,
-            log_tail="\n".join(tail),
-            drv=drv,
-        )
-    return None
+        hashes = dict(re.findall(r"(specified|got):\s*(\S+)", "\n".join(lines[index + 1 : index + 3])))
+        found.append((mismatch.group(1), hashes.get("specified", "?"), hashes.get("got", "?")))
+    return found
 
 
 def _git_hash_mismatch(pname: str, keys: list[str], specified: str, got: str, tail: list[str], drv: str) -> NixError:
@@ -173,55 +212,6 @@ def _hex_sha256(printed: str) -> str:
         return base64.b64decode(printed.removeprefix("sha256-"), validate=True).hex()
     except ValueError:
         return printed
-
-
-def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto") -> dict[str, Any]:
-    """Run `<bin> --help` (then `--version`; a cargo-NAME subcommand also `NAME --help`, as cargo calls it) in the
-    sandbox with stdin empty; exit 0 within `timeout` seconds or a NixError."""
-    attempts: list[dict[str, Any]] = []
-    for args in smoke_arguments(bin_path.name):
-        argv = [str(bin_path), *args]
-        result = _sandboxed(argv, timeout, sandbox_mode)
-        record = {
-            "argv": argv,
-            "exit_code": result.returncode,
-            "output_head": (result.stdout + result.stderr)[:SMOKE_OUTPUT_HEAD],
-        }
-        if result.timed_out:
-            raise NixError(
-                f"smoke run '{shlex.join([bin_path.name, *args])}' hung and was killed after {timeout:g} s",
-                fix="make the tool exit after printing --help, or raise smoke_timeout",
-                smoke={**record, "timed_out": True},
-            )
-        if result.returncode == 0:
-            return record
-        attempts.append(record)
-    said = [f"'{shlex.join([bin_path.name, *a['argv'][1:]])}' exited {a['exit_code']}" for a in attempts]
-    codes = " and ".join([", ".join(said[:-1]), said[-1]] if len(said) > 1 else said)
-    raise NixError(
-        f"smoke run failed: {codes}", fix="the tool must print help or its version and exit 0", smoke=attempts[-1]
-    )
-
-
-def smoke_arguments(name: str) -> list[list[str]]:
-    """The smoke runs to try in turn: --help, --version, and for a cargo subcommand (cargo-NAME, which cargo runs as
-    `cargo-NAME NAME ARGS`) NAME --help."""
-    tries = [["--help"], ["--version"]]
-    if name.startswith("cargo-") and len(name) > len("cargo-"):
-        tries.append([name.removeprefix("cargo-"), "--help"])
-    return tries
-
-
-def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
-    """The built tool may hold model-written code: run it like every such command, in the sandbox."""
-    from flakebot.sandbox import open_sandbox
-
-    with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
-        tool_dir = Path(argv[0]).resolve().parent  # in the store for built tools; bound read-only wherever it is
-        sandbox = open_sandbox(
-            sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout, adopt=True
-        )
-        return sandbox.run(argv, cwd=Path(tmp), stdin="", timeout=timeout)
 
 
 def make_gc_root(store_path: str, link: Path) -> Path:

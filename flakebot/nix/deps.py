@@ -41,6 +41,7 @@ PACKAGES: dict[str, Package] = {
     "bzip2": Package(modules=("bzip2",), libraries=("bz2",)),
     "cmake": Package(programs=("cmake",)),
     "curl": Package(modules=("libcurl",), libraries=("curl",)),
+    "curl.dev": Package(programs=("curl-config",)),  # curl's dev output: curl-sys asks curl-config for HTTP2
     "dbus": Package(modules=("dbus-1",), libraries=("dbus-1",)),
     "expat": Package(modules=("expat",), libraries=("expat",)),
     "fontconfig": Package(modules=("fontconfig",), libraries=("fontconfig",)),
@@ -53,6 +54,7 @@ PACKAGES: dict[str, Package] = {
     "libsodium": Package(modules=("libsodium",), libraries=("sodium",)),
     "libssh2": Package(modules=("libssh2",), libraries=("ssh2",)),
     "libusb1": Package(modules=("libusb-1.0",), libraries=("usb-1.0",)),
+    "nasm": Package(programs=("nasm",)),
     "ncurses": Package(modules=("ncurses", "ncursesw"), libraries=("ncurses", "ncursesw")),
     "nettle": Package(modules=("nettle", "hogweed"), libraries=("nettle", "hogweed")),
     "oniguruma": Package(modules=("oniguruma",), libraries=("onig",)),
@@ -79,7 +81,7 @@ NATIVE_INPUTS: dict[str, Needs] = {
     "bindgen": Needs(native=("rustPlatform.bindgenHook",)),
     "bzip2-sys": Needs(build=("bzip2",)),
     "cmake": Needs(native=("cmake",)),
-    "curl-sys": Needs(build=("curl",)),
+    "curl-sys": Needs(native=("curl.dev",), build=("curl",)),  # curl-config on PATH, as nixpkgs' cargo-c has it
     "expat-sys": Needs(build=("expat",)),
     "freetype-sys": Needs(build=("freetype",)),
     "gpgme-sys": Needs(native=("gpgme",), build=("gpgme",)),
@@ -91,6 +93,7 @@ NATIVE_INPUTS: dict[str, Needs] = {
     "libudev-sys": Needs(build=("udev",)),
     "libusb1-sys": Needs(build=("libusb1",)),
     "libz-sys": Needs(build=("zlib",)),
+    "nasm-rs": Needs(native=("nasm",)),  # as nixpkgs' rav1e declares nasm
     "lzma-sys": Needs(build=("xz",)),
     "ncurses": Needs(build=("ncurses",)),
     "nettle-sys": Needs(build=("nettle",)),

@@ -1,5 +1,5 @@
 """Native inputs read from a failed build's log: a pkg-config module, a library the linker could not find, or a
-program (perl, pkg-config, cmake, protoc) a build step could not start; and whether it failed only on a lint the
+program (perl, pkg-config, cmake, protoc, nasm, curl-config) a build step could not start; and whether it failed only on a lint the
 crate denies (`#![deny(warnings)]` meeting a newer compiler's warnings).
 
 deps.py guesses from crate names before the build; this reads what the build itself said after it failed,
@@ -26,11 +26,21 @@ _PKG_CONFIG = (
     re.compile(r"The system library `([\w.+-]+)` required by crate `[\w-]+` was not found"),
     re.compile(r"No package '([\w.+-]+)' found"),
 )
-# A build step that could not start a program: the shell's "not found", the pkg-config crate's and cmake crate's words.
+# A build step that could not start a program: the shell's "not found", the pkg-config crate's and cmake crate's
+# words, and build scripts' own: curl-sys ("failed to run curl-config (...)"), nasm-rs ("Unable to run nasm: ..."),
+# rav1e ("Make sure you have nasm installed"), prost-build ("Could not find `protoc`", "failed to invoke protoc"),
+# the cc crate ("failed to find tool \"cc\""), perl's and make's "Can't exec \"perl\"". Only names of PROGRAMS count.
 _PROGRAM = (
     re.compile(r"(?:^|[\s:])([\w.+-]+): (?:command )?not found"),
     re.compile(r"The (pkg-config) command could not be found"),
     re.compile(r"is `([\w.+-]+)` not installed"),
+    re.compile(r"failed to run ([\w.+-]+) \("),
+    re.compile(r"[Uu]nable to run (?:\S*/)?([\w.+-]+): "),
+    re.compile(r"[Mm]ake sure you have ([\w.+-]+) installed"),
+    re.compile(r"[Cc]ould(?:n't| not) find `?([\w.+-]+)`?(?: installation|$|[\s.,:])"),
+    re.compile(r"failed to invoke ([\w.+-]+)\b"),
+    re.compile(r"failed to find tool \"([\w.+-]+)\""),
+    re.compile(r"Can't exec \"([\w.+-]+)\""),
 )
 PROGRAMS: dict[str, str] = {program: name for name, p in PACKAGES.items() for program in p.programs}
 _LINKER = (
@@ -53,7 +63,7 @@ def missing_inputs(lines: list[str]) -> dict[str, str]:
 
 def _names(line: str) -> list[tuple[str, dict[str, str]]]:
     names = [(m.group(1), PKG_CONFIG_MODULES) for pattern in _PKG_CONFIG for m in pattern.finditer(line)]
-    names += [(m.group(1), PROGRAMS) for pattern in _PROGRAM for m in pattern.finditer(line)]
+    names += [(m.group(1).lower(), PROGRAMS) for pattern in _PROGRAM for m in pattern.finditer(line)]
     return names + [(m.group(1), LINK_LIBRARIES) for pattern in _LINKER for m in pattern.finditer(line)]
 
 

@@ -19,13 +19,14 @@ from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import command, deps, evidence, gitdeps, licenses
-from flakebot.nix.build import build, make_gc_root, smoke_run
+from flakebot.nix.build import build, make_gc_root
 from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
 from flakebot.nix.reuse import dependency_output
 from flakebot.nix.skeleton import Skeleton, write_skeleton
+from flakebot.nix.smoke import smoke_run
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Choice:
     prefer_bin: str | None = None
     all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
     rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
+    strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
 
 
 @dataclass
@@ -72,6 +74,7 @@ class PackageResult:
     build_features: list[str] = field(default_factory=list)  # turned on for the binary's required-features
     # Dev-dependencies left out of the flake's copy (devdeps.Dropped.to_dict()): the crate's own tests could not run.
     dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
+    description: str = ""  # the crate's own (Cargo.toml), or the one given
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,12 +92,14 @@ def package_crate(
     prefer_bin: str | None = None,
     all_bins: bool = False,
     rust_version: str = "",
+    strict_smoke: bool = False,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
     `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
     otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
-    flake's copy, whatever its Cargo.toml said.
+    flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, starts-only) is in `smoke`;
+    `strict_smoke` refuses a tool below help.
     """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
@@ -114,7 +119,7 @@ def package_crate(
             settings,
             mode,
             notice,
-            Choice(bin_name, prefer_bin, all_bins, rust_version),
+            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke),
             description,
             report,
             gc_root,
@@ -161,7 +166,9 @@ def _package(
     try:
         bin_path = _built_binary(store_path, facts)
         report(f"smoke run: {facts.bin_name} --help")
-        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox)
+        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox, strict=choice.strict_smoke)
+        if smoke["level"] != "help":
+            report(f"smoke level {smoke['level']}: '{smoke['command']}' exited {smoke['exit_code']}")
     except NixError as exc:
         exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
@@ -189,6 +196,7 @@ def _package(
         **_portability(mode, flake),
         build_features=facts.build_features,
         dropped_dev_dependencies=facts.dropped_dev_dependencies,
+        description=description or facts.description,
     )
 
 
@@ -261,14 +269,17 @@ def _build_with_evidence(
     description: str,
     report: Progress,
 ) -> tuple[str, float]:
-    """nix build, and again after what a failed build taught: a git dependency's hash in place of lib.fakeHash (nix
-    reports one clone's mismatch at a time, so once per git dependency at most), or a program, pkg-config module or
-    library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints warn when only a denied
-    lint failed it (once)."""
+    """nix build, and again after what a failed build taught: the git dependencies' hashes in place of lib.fakeHash
+    (the --keep-going build reports every clone's mismatch, so once; once per git dependency at most), or a program,
+    pkg-config module or library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints
+    warn when only a denied lint failed it (once)."""
     git_rounds, evidence_rounds = len(flake.facts.git_dependencies), EVIDENCE_ROUNDS
     while True:
+        # A git dependency still at lib.fakeHash fails the build: let every other fetch finish and land in the store
+        # (a crate is downloaded once) and every clone report its hash (one more build, not one per dependency).
+        learning = any(key not in flake.output_hashes for key in flake.facts.git_dependencies)
         try:
-            return build(out_dir, mode, standin, settings, flake.facts.pname, report)
+            return build(out_dir, mode, standin, settings, flake.facts.pname, report, keep_going=learning)
         except NixError as exc:
             if git_rounds and (keys := _learn_git_hash(exc, flake)):
                 git_rounds -= 1
@@ -303,18 +314,24 @@ def _denied_lint(exc: NixError, flake: Written) -> str:
 
 
 def _learn_git_hash(exc: NixError, flake: Written) -> list[str]:
-    """The git dependencies whose lib.fakeHash the build's hash mismatch answers: their outputHashes entry becomes the
-    hash nix got. Empty when the mismatch is not a placeholder's (a recorded hash that no longer matches stays an
-    error) or nix printed no SRI sha256."""
-    keys = [key for key in exc.details.get("git_dependencies") or [] if key in flake.facts.git_dependencies]
-    got = str(exc.details.get("got", ""))
-    if not keys or exc.details.get("specified") != gitdeps.FAKE_HASH or not gitdeps.is_sri_sha256(got):
-        return []
-    if any(key in flake.output_hashes for key in keys):
-        return []
-    for key in keys:
-        flake.output_hashes[key] = got
-    logger.info("outputHashes of %s from the build: %s", ", ".join(keys), got)
+    """The git dependencies whose lib.fakeHash the build's hash mismatches answer (a --keep-going build reports each
+    clone's): their outputHashes entries become the hashes nix got. Empty when a mismatch is not a placeholder's (a
+    recorded hash that no longer matches stays an error) or nix printed no SRI sha256."""
+    if not exc.details.get("git_dependencies") or exc.details.get("specified") != gitdeps.FAKE_HASH:
+        return []  # the error is the first mismatch that is not a placeholder's, when there is one
+    learned: dict[str, str] = {}
+    for mismatch in exc.details.get("git_mismatches") or []:
+        keys = [key for key in mismatch.get("git_dependencies") or [] if key in flake.facts.git_dependencies]
+        got = str(mismatch.get("got", ""))
+        if not keys or mismatch.get("specified") != gitdeps.FAKE_HASH or not gitdeps.is_sri_sha256(got):
+            return []
+        if any(key in flake.output_hashes for key in keys):
+            return []
+        learned.update(dict.fromkeys(keys, got))
+    keys = [key for key in flake.facts.git_dependencies if key in learned]  # the lock's order, not the log's
+    flake.output_hashes.update((key, learned[key]) for key in keys)
+    if keys:
+        logger.info("outputHashes from the build: %s", ", ".join(f"{key} {learned[key]}" for key in keys))
     return keys
 
 

@@ -113,8 +113,8 @@ class RunRequest:
     """from_location resolved: the crate to start at (a Crate as a dict), so no search and no choice."""
     ref: str | None = option(verbs=("craft",))
     """With a repository to start from: the branch, tag or commit."""
-    name: str | None = option(verbs=("craft",), mcp=("craft",))
-    """The tool's name (default: the spec's; a name taken by another need gets a suffix)."""
+    name: str | None = option(verbs=("craft", "package"), mcp=("craft", "package"))
+    """The tool's name (craft: default the spec's, a name taken by another need gets a suffix; package with catalog: default the binary's)."""
     spec_file: str | None = option(verbs=VERBS[:2], cli="--spec", path=True)
     """A ToolSpec file (JSON or TOML: name, summary, usage, examples; for improve, 1-6 new examples) used instead of asking the model."""
     max_iterations: int | None = option(verbs=VERBS[:2], setting=True, least=1)
@@ -147,6 +147,10 @@ class RunRequest:
     """The binary to package, when the crate has several."""
     out: str | None = option(verbs=("package",), mcp=("package",), path=True)
     """Write the flake to this directory (new or empty; kept after the run and by 'flakebot clean')."""
+    catalog: bool = option(False, verbs=("package",), mcp=("package",))
+    """Also put the packaged binary in the catalog as a tool (named after the binary, or `name`): run, list and the MCP server offer it like a crafted one."""
+    strict_smoke: bool = option(False, verbs=("craft", "package"), mcp=("package",))
+    """Refuse a tool whose smoke run reached only the usage or starts-only level (--help or --version must exit 0)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The settings the caller's flags override (max_iterations, offline, sandbox, ...), by setting name."""
 

@@ -23,10 +23,10 @@ writable workspace.
 
 Process limit: RLIMIT_NPROC is not enforced for real root (the kernel exempts uid 0, even inside a user
 namespace mapped to it). So as root, with `adopt` (flakebot's own trees: the run's workspace and target dir,
-its scratch directories) the command drops to an unused uid with no capabilities under `prlimit --nproc`, and
-the writable trees are handed to that uid's group before each command (sandbox/ownership.py). Without `adopt`
-(a caller's own directory, `flakebot run`) nothing of the caller's is changed: the command keeps the caller's
-uid with every capability dropped. As a normal user, bubblewrap's user namespace plus `prlimit --nproc`
+its scratch directories, the staged copies a crafted tool writes) the command drops to an unused uid with no
+capabilities under `prlimit --nproc`, and the writable trees (and the sources of writable binds) are handed to that
+uid's group before each command (sandbox/ownership.py). Without `adopt` nothing is changed: the command keeps the
+caller's uid with every capability dropped. As a normal user, bubblewrap's user namespace plus `prlimit --nproc`
 inside it limits the sandbox alone. /tmp and HOME are mode 1777 so compilers find a temporary directory.
 """
 

@@ -106,12 +106,9 @@ class BwrapSandbox:
         uid = self.sandbox_uid()
         for path in self.writable:  # made before they are adopted: a directory made after would stay root's
             path.mkdir(parents=True, exist_ok=True)
-        if uid is not None:
-            trees = [
-                p
-                for p in dict.fromkeys([self.workspace, *self.writable])
-                if not (self.read_only and p == self.workspace)
-            ]
+        if uid is not None:  # with adopt, a writable bind's source is flakebot's own too (a tool's staged writes)
+            own = [self.workspace, *self.writable, *(source for rw, source, _ in self.binds if rw)]
+            trees = [p for p in dict.fromkeys(own) if not (self.read_only and p == self.workspace)]
             adopt(trees, uid, self.frozen)
         return [*self.bwrap_argv(Path(cwd).resolve()), *limit, *argv], self.env(env)
 

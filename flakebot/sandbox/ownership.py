@@ -27,7 +27,8 @@ def adopt(trees: Iterable[Path], uid: int, skip: Iterable[Path] = ()) -> int:
     changed = 0
     for tree in trees:
         tree = Path(tree).resolve()
-        if not tree.is_dir():
+        if not tree.is_dir():  # a single file (a tool's staged writable file) is handed over alone
+            changed += _adopt_one(tree, uid, skipped) if tree.is_file() and tree not in skipped else 0
             continue
         changed += _adopt_one(tree, uid, skipped)
         for root, dirs, files in os.walk(tree):  # never follows symlinked directories

@@ -1,7 +1,7 @@
 """The stages of flakebot's two pipelines, in order, one module per stage.
 
     craft:    spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean
-    package:  locate -> package -> clean
+    package:  locate -> package -> catalog -> clean   (catalog: only with --catalog)
     improve:  the craft pipeline from a catalogued tool's source; its spec stage keeps the tool's examples
               and adds new ones, its instruct stage catalogs the next version
 
@@ -44,5 +44,6 @@ CRAFT = [
 PACKAGE = [
     Stage("locate", _lazy("flakebot.stages.locate:locate_stage")),
     Stage("package", _lazy("flakebot.stages.package:package_only_stage")),
+    Stage("catalog", _lazy("flakebot.stages.catalogue:catalog_stage")),
     Stage("clean", _lazy("flakebot.stages.clean:package_clean_stage"), always=True),
 ]

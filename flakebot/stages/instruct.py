@@ -65,11 +65,11 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         manifest["improves"] = {"version": improve.from_version, "request": improve.request}
     # it quotes the tool's output; JSON records are redacted as written
     usage_md = redact_text(usage_markdown(manifest))
-    entry = _catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+    entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
-def _catalogue(
+def catalogue(
     ctx: StageContext,
     catalog: Catalog,
     name: str,

@@ -138,6 +138,16 @@ class InstructOut(StageOut):
 
 
 @dataclass
+class CatalogOut(StageOut):
+    """The package pipeline's catalog stage: the packaged crate's manifest and catalog entry (empty: not asked)."""
+
+    STAGE: ClassVar[str] = "catalog"
+    manifest: dict[str, Any] = field(default_factory=dict)
+    usage_markdown: str = ""
+    catalog: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class CleanOut(StageOut):
     STAGE: ClassVar[str] = "clean"
     kept: bool = False
@@ -152,6 +162,7 @@ class PackageOut(StageOut, PackageResult):
 
     STAGE: ClassVar[str] = "package"
     run_id: str = ""  # set by flakebot.api.package for its caller
+    catalog: dict[str, Any] = field(default_factory=dict)  # the catalog entry, when --catalog put the tool there
 
     @classmethod
     def of(cls, result: PackageResult) -> PackageOut:

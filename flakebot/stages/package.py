@@ -24,7 +24,14 @@ def package_only_stage(ctx: StageContext) -> PackageOut:
     source = Path(ctx.get(LocateOut).source_dir)
     # --out: outside the run, so clean keeps it
     out = Path(ctx.request.out) if ctx.request.out else ctx.run.flake_dir
-    result = package_crate(source, out, ctx.settings, bin_name=ctx.request.bin or None, progress=ctx.progress)
+    result = package_crate(
+        source,
+        out,
+        ctx.settings,
+        bin_name=ctx.request.bin or None,
+        progress=ctx.progress,
+        strict_smoke=ctx.request.strict_smoke,
+    )
     return PackageOut.of(result)
 
 
@@ -45,5 +52,6 @@ def package_stage(ctx: StageContext) -> PackageOut:
         rust_version=PINNED_RUSTC,  # cargo resolves for the rustc users build with; the model's value is not kept
         description=spec.summary,
         progress=ctx.progress,
+        strict_smoke=ctx.request.strict_smoke,
     )
     return PackageOut.of(result)

@@ -23,12 +23,12 @@ rec {
 
   isDerivation = value: builtins.isAttrs value && (value.type or null) == "derivation";
 
-  # Merge nested attribute sets (not derivations), right side winning.
+  # Merge nested attribute sets, right side winning; a derivation on the right replaces, a plain set on the right
+  # merges into a derivation on the left (curl gets curl.dev, as a nixpkgs package has its outputs as attributes).
   recursiveUpdate = left: right:
     left // builtins.mapAttrs
       (name: value:
-        if left ? ${name} && builtins.isAttrs value && builtins.isAttrs left.${name}
-          && !(isDerivation value) && !(isDerivation left.${name})
+        if left ? ${name} && builtins.isAttrs value && builtins.isAttrs left.${name} && !(isDerivation value)
         then recursiveUpdate left.${name} value
         else value)
       right;

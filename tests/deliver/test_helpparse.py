@@ -124,3 +124,27 @@ def test_to_argv_orders_options_before_positionals() -> None:
         to_argv(params, {"colour": "red"})
     with pytest.raises(ValueError, match="missing required"):
         to_argv(parse_help(CLAP2_LONG), {})
+
+
+# What Debian's cargo-lock 8.0.2 prints for `cargo-lock --help` (exit 1): gumdrop's usage, value names bare.
+GUMDROP_USAGE = """*** error: unrecognized option `--help`
+USAGE:
+The `cargo lock list` subcommand
+
+Optional arguments:
+  -f, --file FILE        input Cargo.lock file
+  -p, --package PACKAGE  get information for a single package
+  -d, --dependencies     show dependencies for each package
+  -s, --sources          show package sources in listing
+"""
+
+
+def test_gumdrop_usage_of_a_packaged_crate() -> None:
+    params = parse_help(GUMDROP_USAGE)
+    assert [(p.flag, p.kind, p.value_name, p.description) for p in params] == [
+        ("--file", "option", "FILE", "input Cargo.lock file"),
+        ("--package", "option", "PACKAGE", "get information for a single package"),
+        ("--dependencies", "flag", "", "show dependencies for each package"),
+        ("--sources", "flag", "", "show package sources in listing"),
+    ]
+    assert to_argv(params, {"file": "Cargo.lock", "dependencies": True}) == ["--file", "Cargo.lock", "--dependencies"]

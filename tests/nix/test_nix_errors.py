@@ -11,10 +11,10 @@ import pytest
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
 from flakebot.nix import command
-from flakebot.nix.build import smoke_run
 from flakebot.nix.command import resolve_mode
 from flakebot.nix.flake import package_crate
 from flakebot.nix.lock import NIXPKGS_BRANCH, NIXPKGS_MIN_NIX
+from flakebot.nix.smoke import smoke_run
 from tests.conftest import run_cli
 from tests.fakes.nix_crates import broken, greeter, host_settings, library, many_errors, two_binaries, unresolvable
 
@@ -101,7 +101,8 @@ def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:
         'if [ "$1" = --version ]; then echo "v 1.0"; exit 0; fi\necho "no help" >&2\nexit 2\n',
     )
     record = smoke_run(version_only, timeout=10)
-    assert record == {"argv": [str(version_only), "--version"], "exit_code": 0, "output_head": "v 1.0\n"}
+    assert record["argv"] == [str(version_only), "--version"] and record["exit_code"] == 0
+    assert record["output_head"] == "v 1.0\n" and record["level"] == "help"
     failing = _script(tmp_path / "fails", "exit 3\n")
     with pytest.raises(NixError) as caught:
         smoke_run(failing, timeout=10)

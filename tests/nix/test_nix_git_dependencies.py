@@ -13,8 +13,11 @@ import os
 import re
 import shutil
 import subprocess
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import git
@@ -24,8 +27,9 @@ from benchmarks.scenarios.gitserve import GitDaemon, make_workspace_repo
 from benchmarks.scenarios.gitserve import git as run_git
 from benchmarks.scenarios.gitserve import write as write_files
 from flakebot.config import Settings
-from flakebot.crates.mirror import serve_mirror
+from flakebot.crates.mirror import Mirror, serve_mirror
 from flakebot.errors import NixError
+from flakebot.loopback import LoopbackServer
 from flakebot.nix import gitdeps
 from flakebot.nix.build import build
 from flakebot.nix.flake import PackageResult, package_crate
@@ -204,26 +208,36 @@ def test_a_wrong_hash_is_one_line_naming_the_dependency_and_the_hash_received(
     assert error.details["git_dependencies"] == ["helper-0.1.0"] and error.details["got"] == real
 
 
-@pytest.mark.slow
-def test_a_tag_and_a_workspace_member_at_a_rev_each_get_their_hash(served: Served, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tag_and_rev(served: Served, tmp_path_factory: pytest.TempPathFactory) -> tuple[PackageResult, list[str], Path]:
+    """greeter with helper at a tag and demo-core (a workspace member) at a rev, packaged once: result, progress,
+    home."""
+    home = tmp_path_factory.mktemp("tagrev")
     dependencies = (
         f'helper = {{ git = "{served.url("helper")}", tag = "v0.1.0" }}\n'
         f'demo-core = {{ git = "{served.url("tools")}", rev = "{served.tools_commit[:10]}" }}\n'
     )
-    crate = _greeter(tmp_path / "greeter", dependencies, extra='format!(" and demo-core {}", demo_core::version())')
+    crate = _greeter(home / "greeter", dependencies, extra='format!(" and demo-core {}", demo_core::version())')
     lock = (crate / "Cargo.lock").read_text()
     assert "?tag=v0.1.0#" in lock and f"?rev={served.tools_commit[:10]}#" in lock, lock
     messages: list[str] = []
-    result = package_crate(crate, tmp_path / "flake", _settings(tmp_path), progress=messages.append)
+    result = package_crate(crate, home / "flake", _settings(home), progress=messages.append)
+    return result, messages, home
+
+
+@pytest.mark.slow
+def test_a_tag_and_a_workspace_member_at_a_rev_each_get_their_hash(
+    tag_and_rev: tuple[PackageResult, list[str], Path], served: Served
+) -> None:
+    result, messages, home = tag_and_rev
     learned = [m for m in messages if m.startswith("git dependency ")]
-    assert sorted(learned) == [
-        "git dependency demo-core-0.4.0: hash from the first build, building again",
-        "git dependency helper-0.1.0: hash from the first build, building again",
-    ]
-    hashes = _output_hashes(tmp_path / "flake")
+    assert learned == ["git dependency demo-core-0.4.0, helper-0.1.0: hash from the first build, building again"], (
+        "the first build (--keep-going) reports both clones' hashes: one more build, not one per dependency"
+    )
+    hashes = _output_hashes(home / "flake")
     assert hashes == {
-        "demo-core-0.4.0": _nar_hash(served, "tools", served.tools_commit, tmp_path / "tools-tree"),
-        "helper-0.1.0": _nar_hash(served, "helper", served.helper_commit, tmp_path / "helper-tree"),
+        "demo-core-0.4.0": _nar_hash(served, "tools", served.tools_commit, home / "tools-tree"),
+        "helper-0.1.0": _nar_hash(served, "helper", served.helper_commit, home / "helper-tree"),
     }
     ran = subprocess.run([result.bin_path], capture_output=True, text=True, timeout=60)
     assert ran.stdout == "hello from helper and demo-core 0.4.0\n", ran.stderr
@@ -231,17 +245,87 @@ def test_a_tag_and_a_workspace_member_at_a_rev_each_get_their_hash(served: Serve
 
 
 @pytest.mark.slow
-def test_git_packages_join_the_crates_fetched_by_checksum(served: Served, tmp_path: Path) -> None:
+def test_a_wrong_hash_beside_a_placeholder_is_the_error(
+    tag_and_rev: tuple[PackageResult, list[str], Path], tmp_path: Path
+) -> None:
+    """The --keep-going build reports every clone's mismatch in the order nix builds them (here helper's first): the
+    one worth an error is the recorded hash that no longer matches, not the lib.fakeHash flakebot fills in itself."""
+    result, _, home = tag_and_rev
+    flake_dir = tmp_path / "flake"
+    shutil.copytree(result.flake_dir, flake_dir, symlinks=True)
+    real = _output_hashes(flake_dir)
+    wrong = "sha256-" + base64.b64encode(hashlib.sha256(b"not the tools repository").digest()).decode()
+    flake = flake_dir / "flake.nix"
+    text = flake.read_text().replace(real["demo-core-0.4.0"], wrong)
+    flake.write_text(text.replace(f'"{real["helper-0.1.0"]}"', "lib.fakeHash"))
+    assert _output_hashes(flake_dir) == {"demo-core-0.4.0": wrong, "helper-0.1.0": gitdeps.FAKE_HASH}
+    with git.Repo(flake_dir) as repo:
+        repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "wrong, fake"])
+    settings = _settings(home)
+    with pytest.raises(NixError) as failed:
+        build(flake_dir, "host", ensure_standin(settings), settings, "greeter", lambda message: None, keep_going=True)
+    error = failed.value
+    assert error.message == (
+        "nix build of greeter failed: git dependency demo-core-0.4.0 does not match its cargoLock.outputHashes "
+        f"entry: expected {wrong}, got {real['demo-core-0.4.0']}"
+    )
+    assert sorted(error.details["git_mismatches"], key=lambda m: m["git_dependencies"]) == [
+        {"git_dependencies": ["demo-core-0.4.0"], "specified": wrong, "got": real["demo-core-0.4.0"]},
+        {"git_dependencies": ["helper-0.1.0"], "specified": gitdeps.FAKE_HASH, "got": real["helper-0.1.0"]},
+    ], "both clones ran and reported: nix kept going past the first mismatch"
+
+
+# How long each .crate answer of nix's crate server takes: far longer than the git clone, so the first build's hash
+# mismatch comes while nix still downloads the crate.
+SLOW_LINK = 3.0
+
+
+class SlowCrates(LoopbackServer):
+    """nix's crate server (cratesio_static_url) on a slow link: the mirror's .crate answers, each after SLOW_LINK
+    seconds. `requests` records each path as it arrives, so a download nix gave up on counts too; cargo downloads
+    from the mirror itself, so every request here is nix's."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        super().__init__(_SlowCrateHandler)
+        self.mirror = mirror
+        self.requests: list[str] = []
+
+
+class _SlowCrateHandler(BaseHTTPRequestHandler):
+    server: SlowCrates
+
+    def do_GET(self) -> None:
+        self.server.requests.append(self.path)
+        time.sleep(SLOW_LINK)
+        answer = self.server.mirror.respond("GET", self.path, {})
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.content_type)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_git_packages_join_the_crates_fetched_by_checksum(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A lock with crates.io checksums (written against a mirror of crates.io) and a git package: the stand-in fetches
-    the registry crate by its checksum and the git package by its hash, into one vendor directory."""
+    the registry crate by its checksum and the git package by its hash, into one vendor directory. On a slow link,
+    with nix running two jobs at once (max-jobs in a user's nix.conf), the first build's git hash mismatch comes while
+    the crate still downloads: that download finishes and lands in the store, and the crate is downloaded once."""
     shout = write(
         tmp_path / "published" / "shout-1.0.0",
         {
             "Cargo.toml": '[package]\nname = "shout"\nversion = "1.0.0"\nedition = "2021"\nlicense = "MIT"\n',
-            "src/lib.rs": "pub fn shout(text: &str) -> String {\n    text.to_uppercase()\n}\n",
+            # new bytes each run (so a new checksum): no earlier run left this crate in the store, nix must fetch it
+            "src/lib.rs": f"// {uuid.uuid4()}\npub fn shout(text: &str) -> String {{\n    text.to_uppercase()\n}}\n",
         },
     )
-    with serve_mirror([shout.parent]) as mirror:
+    monkeypatch.setenv("NIX_CONFIG", f"{os.environ.get('NIX_CONFIG', '')}\nmax-jobs = 2")
+    with serve_mirror([shout.parent]) as mirror, SlowCrates(mirror) as nix_crates:
         crate = _greeter(
             tmp_path / "greeter",
             f'helper = {{ git = "{served.url("helper")}" }}\nshout = "1"\n',
@@ -255,14 +339,13 @@ def test_git_packages_join_the_crates_fetched_by_checksum(served: Served, tmp_pa
             nixpkgs="host",
             registry="crates-io",
             cratesio_index_url=f"{mirror.url}/index",
-            cratesio_static_url=mirror.url,
+            cratesio_static_url=nix_crates.url,
             git_sources=LOOPBACK,
         )
-        result = package_crate(crate, tmp_path / "flake", settings)
-        fetched = [r.path for r in mirror.requests if r.path.endswith(".crate")]
-    assert fetched == ["/crates/shout/shout-1.0.0.crate"], (
-        "nix fetched the registry crate by its checksum (cargo uses /api)"
-    )
+        messages: list[str] = []
+        result = package_crate(crate, tmp_path / "flake", settings, progress=messages.append)
+    assert "git dependency helper-0.1.0: hash from the first build, building again" in messages
+    assert nix_crates.requests == ["/crates/shout/shout-1.0.0.crate"], "nix downloaded the crate once, by its checksum"
     ran = subprocess.run([result.bin_path], capture_output=True, text=True, timeout=60)
     assert ran.stdout == "hello from helper!\n", ran.stderr
     assert list(_output_hashes(tmp_path / "flake")) == ["helper-0.1.0"]

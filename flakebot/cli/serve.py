@@ -1,0 +1,183 @@
+"""The service commands: package-service, up, services, logs, down (registered on the app by register())."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of text.")]
+
+
+def register(app: typer.Typer, settings: Any) -> None:
+    """Add the service commands to `app`; `settings()` gives the loaded settings (the app's globals)."""
+
+    @app.command("package-service")
+    def package_service_cmd(
+        target: Annotated[str, typer.Argument(help="A crate directory (PATH) or a crate name from the registry.")],
+        port: Annotated[int, typer.Option(help="The port it listens on inside its own network namespace.")] = 8080,
+        port_env: Annotated[str, typer.Option(help="The environment variable that tells it the port.")] = "PORT",
+        health: Annotated[str, typer.Option(help="Health check: an HTTP path answering 2xx, or 'tcp'.")] = "/health",
+        stop_grace: Annotated[float, typer.Option(help="Seconds from SIGTERM to SIGKILL when it stops.")] = 10.0,
+        name: Annotated[str | None, typer.Option(help="Catalog name (default: the binary's).")] = None,
+        bin_name: Annotated[str | None, typer.Option("--bin", help="The binary, when the crate has several.")] = None,
+        offline: Annotated[bool | None, typer.Option("--offline/--online", help="Local registry only.")] = None,
+        examples: Annotated[
+            str | None,
+            typer.Option(help='Requests to check: JSON {"first": [...], "after_restart": [...]} (docs/services.md).'),
+        ] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Package a crate as a flake (nix build, smoke run), check its lifecycle (health, examples, SIGTERM, state
+        kept over a restart) and catalog it as a service for 'flakebot up'."""
+        from pathlib import Path
+
+        from flakebot.services.declaration import Health, ServiceSpec
+        from flakebot.services.lifecycle import Examples
+        from flakebot.services.register import package_service
+
+        spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace)
+        cases = Examples.load(Path(examples)) if examples else None
+        overrides = {"offline": offline} if offline is not None else {}
+        entry = package_service(
+            target, spec, settings(), name=name, bin_name=bin_name, overrides=overrides, examples=cases
+        )
+        _say(as_json, entry, f"catalogued service {entry['name']} {entry['version']}: {entry['store_path']}\n"
+             f"start it: flakebot up {entry['name']}")  # fmt: skip
+
+    @app.command("up")
+    def up_cmd(
+        service: Annotated[str | None, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")] = None,
+        port: Annotated[int | None, typer.Option(help="Host port on 127.0.0.1 (default: a free one).")] = None,
+        every: Annotated[
+            bool, typer.Option("--all", help="Start again every service that was up when its supervisor went away.")
+        ] = False,
+        secret: Annotated[
+            list[str] | None,
+            typer.Option(help="KEY=FILE: the file's content as $CREDENTIALS_DIRECTORY/KEY, read-only (repeatable)."),
+        ] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy."""
+        from flakebot.errors import UsageError
+        from flakebot.services.control import up, up_all
+
+        if every == bool(service):
+            raise UsageError("name one service or pass --all", fix="flakebot up NAME, or flakebot up --all")
+        if every:
+            restored = up_all(settings())
+            lines = [f"{r['name']}: {r.get('error') or 'healthy on 127.0.0.1:' + str(r['port'])}" for r in restored]
+            _say(as_json, {"services": restored}, "\n".join(lines) or "nothing to start again")
+            if any("error" in r for r in restored):
+                raise typer.Exit(40)
+            return
+        assert service is not None
+        from pathlib import Path
+
+        from flakebot.services import credentials
+
+        status = up(service, settings(), port=port, secrets=credentials.parse(list(secret or []), Path.cwd()))
+        _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
+             f"(state: {status['state_dir']})")  # fmt: skip
+
+    @app.command("services")
+    def services_cmd(as_json: JsonOpt = False) -> None:
+        """List services started here: state, port, health, restarts, uptime."""
+        from flakebot.services.control import statuses
+
+        found = statuses(settings())
+        if as_json:
+            _say(True, {"services": found}, "")
+            return
+        from rich.table import Table
+        from rich.text import Text
+
+        from flakebot.cli.live import out
+
+        if not found:
+            out.print("No services: start one with 'flakebot up NAME'.")
+            return
+        table = Table("service", "version", "state", "port", "health", "restarts", "uptime", "note")
+        for s in found:
+            uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
+            cells = (s["name"], s.get("version", ""), s["state"], s.get("port"), s.get("health"), s.get("restarts"),
+                     uptime, s.get("message", ""))  # fmt: skip
+            table.add_row(*(Text(str(c)) for c in cells))
+        out.print(table)
+
+    @app.command("logs")
+    def logs_cmd(
+        service: Annotated[str, typer.Argument(help="A service's name.")],
+        lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines.")] = 50,
+        follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines (Ctrl-C stops).")] = False,
+    ) -> None:
+        """Print a service's log (its output and the supervisor's notes), redacted."""
+        from flakebot.services import control
+
+        for line in control.logs(service, settings(), lines=lines):
+            typer.echo(line)
+        if follow:
+            try:
+                for line in control.follow(service, settings()):
+                    typer.echo(line)
+            except KeyboardInterrupt:
+                return
+
+    @app.command("down")
+    def down_cmd(service: Annotated[str, typer.Argument(help="A service's name.")], as_json: JsonOpt = False) -> None:
+        """Stop a service: SIGTERM, SIGKILL after its grace period; nothing left running, its port freed."""
+        from flakebot.services.control import down
+
+        status = down(service, settings())
+        _say(as_json, status, f"{status['name']} {status['state']}; state kept in {status.get('state_dir')}")
+
+    @app.command("restart")
+    def restart_cmd(
+        service: Annotated[str, typer.Argument(help="A service's name.")], as_json: JsonOpt = False
+    ) -> None:
+        """Stop a service and start it again: the same version, port, secrets and state."""
+        from flakebot.services.control import restart
+
+        status = restart(service, settings())
+        _say(
+            as_json, status, f"{status['name']} {status['version']} healthy again on http://127.0.0.1:{status['port']}"
+        )
+
+    @app.command("export")
+    def export_cmd(
+        service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],
+        nixos: Annotated[bool, typer.Option("--nixos", help="Write a NixOS module (the only target so far).")] = False,
+        out: Annotated[str, typer.Option("--out", help="Directory to write into.")] = ".",
+        run_check: Annotated[
+            bool, typer.Option("--check/--no-check", help="nix eval the module, systemd-analyze verify its unit.")
+        ] = True,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Write what another engine takes to run the service: --nixos, a NixOS module (checked here)."""
+        from pathlib import Path
+
+        from flakebot.errors import UsageError
+        from flakebot.services import nixos as nixos_export
+        from flakebot.services.register import service_manifest_of
+
+        if not nixos:
+            raise UsageError("say what to export", fix=f"flakebot export {service} --nixos")
+        result = nixos_export.export_nixos(service_manifest_of(service, settings()), Path(out), run_check=run_check)
+        problems = result.get("problems") or []
+        verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
+        _say(as_json, result, f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
+             f"in your NixOS configuration:\n{result['configuration']}")  # fmt: skip
+        if problems:
+            raise typer.Exit(50)
+
+
+def _say(as_json: bool, result: dict[str, Any], text: str) -> None:
+    if as_json:
+        from flakebot.cli.jsonout import json_result
+
+        json_result(result)
+        return
+    typer.echo(text)
+
+
+__all__ = ["register"]

@@ -1,0 +1,26 @@
+"""Services: a catalogued flake whose program runs long, supervised, health-checked, its port on 127.0.0.1.
+
+    declaration.py ServiceSpec: the port variable and inner port, the health check, stop grace, restart policy
+    register.py    `package-service`: flakebot's package pipeline, then catalogued with kind "service" and its spec
+    layout.py      a service's directory under the workdir: state/, logs, launch.json, status.json, the locks
+    forward.py     free host ports, the pasta command that forwards one into the service's network namespace
+    health.py      one health check through the forward: an HTTP GET of a path, or a TCP connect
+    logfile.py     the service's output as a bounded (rotated), redacted log file
+    credentials.py `--secret KEY=FILE`: read-only in $CREDENTIALS_DIRECTORY, through bubblewrap, never on disk
+    supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
+    control.py     up, down, status, logs: what the CLI calls
+    nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
+
+May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api
+(register.py only: the package pipeline) and the leaves.
+
+One supervisor process per service (flakebot's own, not a Debian supervisor such as supervisord or runit: those
+run every program from one daemon's config file, cannot tell bubblewrap's own process from the service's inside
+it, and know nothing of a per-start network namespace to forward into). It holds `supervisor.lock` for its whole
+life, so "is it alive" is a non-blocking flock, immune to reused pids. The service runs under bubblewrap with its
+own network namespace (no outbound network: its interface stays down, only its loopback exists), its own PID
+namespace, `--die-with-parent`, a minimal environment plus PORT (or the spec's variable) and STATE_DIRECTORY;
+pasta (passt) forwards 127.0.0.1:HOSTPORT into that namespace's loopback and dies with the supervisor
+(PR_SET_PDEATHSIG). A stop signals the service's own process (bubblewrap's init ignores SIGTERM), then SIGKILLs
+the namespace after the grace period.
+"""

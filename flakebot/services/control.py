@@ -1,0 +1,229 @@
+"""up, down, status and logs of services: what the CLI (and later MCP and the API) call."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from flakebot.config import Settings
+from flakebot.deliver.toolrun import built_program
+from flakebot.errors import FlakebotError, SandboxError, UsageError
+from flakebot.fsutil import atomic_write_json
+from flakebot.services import forward
+from flakebot.services.declaration import ServiceSpec
+from flakebot.services.layout import ServiceDir, all_service_dirs
+from flakebot.services.logfile import tail
+from flakebot.services.register import service_manifest_of
+
+logger = logging.getLogger(__name__)
+
+SETTLED = ("running", "failed", "stopped")
+
+
+def up(
+    ref: str, settings: Settings, *, port: int | None = None, secrets: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Start catalogued service `ref` under a detached supervisor and wait until it is healthy; its status.
+    `secrets` (credentials.parse: KEY -> file path) appear in its $CREDENTIALS_DIRECTORY.
+    A service that does not become healthy is stopped again (SandboxError with the log's tail)."""
+    manifest = service_manifest_of(ref, settings)
+    spec = ServiceSpec.from_dict(manifest["service"])
+    where = ServiceDir.of(manifest["name"], settings)
+    forward.pasta_program()  # before anything starts: no forward, no service
+    binary = built_program(manifest, settings.nix_build_timeout)
+    with where.control_lock():
+        if where.supervisor_alive():
+            raise UsageError(
+                f"service {where.name} is running already (port {where.status().get('port')})",
+                fix=f"stop it first with 'flakebot down {where.name}'",
+            )
+        host_port = _host_port(port)
+        launch = {
+            "name": where.name,
+            "version": manifest["catalog_version"],
+            "binary": str(binary),
+            "spec": spec.to_dict(),
+            "host_port": host_port,
+            "sandbox": settings.sandbox,
+            "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
+            "secrets": secrets or {},  # paths only: the supervisor reads them at each start
+        }
+        where.state.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(where.launch_file, launch)
+        where.status_file.unlink(missing_ok=True)
+        _spawn_supervisor(where)
+        status = _wait_settled(where, spec.start_s + spec.stop_grace_s + 10)
+    if status.get("state") != "running":
+        stopped = down(where.name, settings)
+        raise SandboxError(
+            f"service {where.name} did not become healthy: {status.get('message') or stopped.get('message')}",
+            fix=f"read its log ({where.log}): " + " | ".join(tail(where.log, 5)),
+        )
+    return show(where)
+
+
+RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
+
+
+def up_all(settings: Settings) -> list[dict[str, Any]]:
+    """Start again every service that was up when its supervisor went away (a reboot, a kill): same version, same
+    port when it is still free, same state. Each one's status, or {"name", "error"} for one that did not start."""
+    results: list[dict[str, Any]] = []
+    for where in all_service_dirs(settings):
+        status = show(where)
+        if status.get("state") != "lost" and not (status.get("state") in RESTORABLE and not status["supervised"]):
+            continue
+        port = status.get("port")
+        port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+        try:
+            secrets = where.read_json(where.launch_file).get("secrets") or {}
+            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port, secrets=secrets))
+        except FlakebotError as exc:
+            results.append({"name": where.name, "error": exc.message})
+    return results
+
+
+def restart(name: str, settings: Settings) -> dict[str, Any]:
+    """`down`, then `up` of the version it ran, on its port (when still free), with its secrets and state."""
+    where = ServiceDir.of(name, settings)
+    launch = where.read_json(where.launch_file)
+    if not launch:
+        raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
+    down(name, settings)
+    port = launch.get("host_port")
+    port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+    return up(f"{name}@{launch.get('version')}", settings, port=port, secrets=launch.get("secrets") or {})
+
+
+def _host_port(port: int | None) -> int:
+    if port is None:
+        return forward.free_port()
+    if not 1024 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a free unprivileged port", fix="pass --port between 1024 and 65535")
+    if forward.port_in_use(port):
+        raise UsageError(f"port {port} on 127.0.0.1 is in use", fix="pass another --port, or none for a free one")
+    return port
+
+
+def _spawn_supervisor(where: ServiceDir) -> None:
+    """The supervisor, detached: its own session, no terminal, output to supervisor.log."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    with open(where.supervisor_log, "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "flakebot.services.supervisor", str(where.root)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+
+
+def _wait_settled(where: ServiceDir, timeout: float) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        status = where.status()
+        if status.get("state") in SETTLED:
+            return status
+        if status and not where.supervisor_alive():
+            return {**status, "state": "lost", "message": "the supervisor exited: see " + str(where.supervisor_log)}
+        time.sleep(0.05)
+    return {**where.status(), "state": "timeout", "message": f"not healthy within {timeout:g} s"}
+
+
+def down(name: str, settings: Settings) -> dict[str, Any]:
+    """Stop service `name`: its supervisor stops the service (SIGTERM, SIGKILL after the grace period) and exits;
+    a supervisor that does not is killed, and so is anything it left. Its status after."""
+    where = ServiceDir.of(name, settings)
+    status = where.status()
+    if not status:
+        raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
+    spec = ServiceSpec.from_dict(where.read_json(where.launch_file).get("spec", {}))
+    with where.control_lock():
+        pid = status.get("supervisor_pid")
+        if where.supervisor_alive() and isinstance(pid, int):
+            os.kill(pid, signal.SIGTERM)
+            if not _wait(lambda: not where.supervisor_alive(), spec.stop_grace_s + 10):
+                os.kill(pid, signal.SIGKILL)  # bubblewrap (--die-with-parent) and pasta (PDEATHSIG) go with it
+                _wait(lambda: not where.supervisor_alive(), 5)
+        status = where.status()
+        leftover = status.get("service_pid")
+        if isinstance(leftover, int) and _alive(leftover) and status.get("state") != "stopped":
+            os.kill(leftover, signal.SIGKILL)
+        if status.get("state") != "failed":
+            status = {**status, "state": "stopped", "health": "unknown", "service_pid": None}
+            where.write_status(status)
+    return show(where)
+
+
+def _wait(done: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if done():
+            return True
+        time.sleep(0.05)
+    return bool(done())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path("/proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def show(where: ServiceDir) -> dict[str, Any]:
+    """A service's status as its supervisor last wrote it, corrected by what is true now: a supervisor that is gone
+    (killed) makes a running service `lost`; uptime counted from its last start."""
+    status = dict(where.status())
+    alive = where.supervisor_alive()
+    if status.get("state") not in ("stopped", "failed") and not alive:
+        service = status.get("service_pid")
+        left = isinstance(service, int) and _alive(service)
+        status.update(
+            state="lost", health="unknown",
+            message="the supervisor is gone (killed?)" + (f"; service pid {service} still runs" if left else
+                    "; nothing of the service is left running") + f": start it again with 'flakebot up {where.name}'",
+        )  # fmt: skip
+    started = status.get("started_at")
+    running = status.get("state") in ("running", "starting", "restarting") and alive
+    status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
+    status["supervised"] = alive
+    return status
+
+
+def statuses(settings: Settings) -> list[dict[str, Any]]:
+    """Every service started here (running or not), by name."""
+    return [show(where) for where in all_service_dirs(settings) if where.status()]
+
+
+def logs(name: str, settings: Settings, *, lines: int = 50) -> list[str]:
+    where = ServiceDir.of(name, settings)
+    if not where.root.is_dir():
+        raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
+    return tail(where.log, lines)
+
+
+def follow(name: str, settings: Settings, *, poll: float = 0.2) -> Iterator[str]:
+    """The log's new lines as they are written (rotation followed), until the caller stops."""
+    where = ServiceDir.of(name, settings)
+    offset = where.log.stat().st_size if where.log.exists() else 0
+    while True:
+        size = where.log.stat().st_size if where.log.exists() else 0
+        offset = 0 if size < offset else offset  # rotated: the new file from its start
+        if size > offset:
+            with open(where.log, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(size - offset)
+            offset += len(data)
+            yield from data.decode("utf-8", "replace").splitlines()
+        else:
+            time.sleep(poll)
+
+
+__all__ = ["down", "follow", "logs", "show", "statuses", "up"]

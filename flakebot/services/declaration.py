@@ -1,0 +1,82 @@
+"""What a service declares beside its program: how it listens, how it is checked, how it stops and restarts."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from flakebot.errors import UsageError
+
+PORT_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Health:
+    """An HTTP GET of `path` that must answer 2xx, or (kind "tcp") a connect that must succeed."""
+
+    kind: str = "http"
+    path: str = "/health"
+
+    @classmethod
+    def parse(cls, text: str) -> Health:
+        """`/health` (an HTTP path) or `tcp`."""
+        if text == "tcp":
+            return cls("tcp", "")
+        if text.startswith("/") and not any(c.isspace() for c in text) and len(text) <= 256:
+            return cls("http", text)
+        raise UsageError(
+            f"health check '{text}' is neither an HTTP path nor 'tcp'", fix="pass --health /health or --health tcp"
+        )
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart after an exit or a failed health check, waiting `backoff_s` doubled each time (at most
+    `backoff_max_s`); more than `limit` restarts within `window_s` seconds and the service is failed."""
+
+    limit: int = 5
+    window_s: float = 60.0
+    backoff_s: float = 0.2
+    backoff_max_s: float = 5.0
+
+    def delay(self, recent: int) -> float:
+        return float(min(self.backoff_s * 2 ** max(recent - 1, 0), self.backoff_max_s))
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """A service's declaration, kept in its manifest (`service`)."""
+
+    port: int = 8080  # where it listens inside its own network namespace
+    port_env: str = "PORT"  # the environment variable that tells it so
+    health: Health = field(default_factory=Health)
+    interval_s: float = 1.0  # between health checks
+    check_timeout_s: float = 1.0  # one check's timeout (a hung service fails it)
+    failures: int = 3  # consecutive failed checks that make a healthy service unhealthy (then restarted)
+    start_s: float = 30.0  # how long a start may take to become healthy
+    stop_grace_s: float = 10.0  # SIGTERM to the service, SIGKILL after this
+    restart: Restart = field(default_factory=Restart)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            raise UsageError(f"port {self.port} is not a TCP port", fix="pass --port between 1 and 65535")
+        if not PORT_VARIABLE.match(self.port_env):
+            raise UsageError(
+                f"port variable '{self.port_env}' is not an upper-case environment variable name",
+                fix="pass --port-env PORT (or the variable the service reads)",
+            )
+        if self.port_env in ("STATE_DIRECTORY", "PATH", "HOME"):
+            raise UsageError(f"port variable '{self.port_env}' is taken", fix="pass --port-env PORT")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServiceSpec:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("health", "restart")}
+        return cls(
+            **known,
+            health=Health(**data.get("health", {})),
+            restart=Restart(**data.get("restart", {})),
+        )

@@ -1,0 +1,66 @@
+"""A service's port on the host: a free 127.0.0.1 port, forwarded by pasta into the service's network namespace.
+
+pasta (Debian `passt`) rather than a relay of our own: it joins the namespace itself and splices loopback to
+loopback in the kernel, so the supervisor never carries the traffic, and it configures nothing else there (the
+namespace's interface stays down: no outbound network). It runs in the foreground (`-f`: it daemonizes and outlives
+the sandbox otherwise) as the supervisor's child, killed with it (PR_SET_PDEATHSIG), one per start of the service
+(a new start is a new namespace).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import shutil
+import signal
+import socket
+
+from flakebot.errors import SandboxError
+from flakebot.sandbox import real_root
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port` (SO_REUSEADDR: closed connections in TIME_WAIT do not count,
+    and pasta binds with it too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def pasta_program() -> str:
+    found = shutil.which("pasta")
+    if found is None:
+        raise SandboxError(
+            "pasta is not installed: a service's port cannot reach the host", fix="apt-get install passt"
+        )
+    return found
+
+
+def pasta_argv(pasta: str, host_port: int, inner_port: int, ns_pid: int) -> list[str]:
+    """pasta forwarding TCP 127.0.0.1:host_port to the namespace of `ns_pid`, port `inner_port`; nothing else
+    (no UDP, nothing from the namespace out)."""
+    argv = [pasta, "-f", "-q", "-t", f"127.0.0.1/{host_port}:{inner_port}", "-T", "none", "-u", "none", "-U", "none"]
+    argv += ["--netns", f"/proc/{ns_pid}/ns/net"]
+    if real_root():
+        return [*argv, "--runas", "0"]  # root's namespace: pasta as root may join it (it drops to nobody otherwise)
+    return [*argv, "--userns", f"/proc/{ns_pid}/ns/user"]  # bubblewrap's user namespace owns the network one
+
+
+def die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the supervisor dies (the supervisor is single-threaded)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

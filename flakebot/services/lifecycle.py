@@ -1,0 +1,162 @@
+"""A service's whole lifecycle, checked before it is catalogued: start on a free port, wait for health, run the
+request/response examples, SIGTERM and expect a clean exit (code 0) within the grace period, start again on the
+same state directory and run the examples that must survive a restart.
+
+It runs the built program exactly as `flakebot up` will (the supervisor's own start and stop: bubblewrap, its own
+network namespace, pasta), on a scratch state directory. A service without its health endpoint, one that ignores
+SIGTERM and one that loses its state all fail here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from flakebot.config import Settings
+from flakebot.errors import FlakebotError, UsageError
+from flakebot.services import forward, health
+from flakebot.services.declaration import ServiceSpec
+from flakebot.services.layout import ServiceDir
+from flakebot.services.logfile import tail
+from flakebot.services.supervisor import Started, Supervisor
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("GET", "PUT", "POST", "DELETE")
+MAX_ANSWER = 1024 * 1024  # bytes of one answer read at most
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request and what must come back: the status, and the body exactly when `body_out` is given."""
+
+    method: str
+    path: str
+    body: str = ""
+    status: int = 200
+    body_out: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS or not self.path.startswith("/"):
+            raise UsageError(f"example {self.method} {self.path} is not a request", fix="use GET|PUT|POST|DELETE /path")
+
+
+@dataclass(frozen=True)
+class Examples:
+    """What to ask the service after its first start, and after a SIGTERM and a second start (state kept)."""
+
+    first: list[Exchange] = field(default_factory=list)
+    after_restart: list[Exchange] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> Examples:
+        """A JSON file {"first": [EXCHANGE...], "after_restart": [...]}, each {method, path, body, status, body_out}."""
+        try:
+            data = json.loads(path.read_text())
+            return cls(
+                [Exchange(**e) for e in data.get("first", [])], [Exchange(**e) for e in data.get("after_restart", [])]
+            )
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            raise UsageError(f"examples file {path} is unreadable ({exc})", fix="see docs/services.md") from None
+
+
+@dataclass
+class Report:
+    ok: bool = True
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    log_tail: list[str] = field(default_factory=list)
+
+    def step(self, name: str, problem: str = "", seconds: float = 0.0) -> bool:
+        self.steps.append({"step": name, "ok": not problem, "problem": problem, "seconds": round(seconds, 3)})
+        self.ok = self.ok and not problem
+        return not problem
+
+    def first_problem(self) -> str:
+        return next((f"{s['step']}: {s['problem']}" for s in self.steps if s["problem"]), "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_lifecycle(binary: Path, spec: ServiceSpec, settings: Settings, examples: Examples | None = None) -> Report:
+    """Run the lifecycle of `binary` on a scratch state directory; a Report of each step (stops at the first failure)."""
+    examples = examples or Examples()
+    report = Report()
+    with tempfile.TemporaryDirectory(prefix="flakebot-lifecycle-") as scratch:
+        where = ServiceDir(Path(scratch) / "service")
+        where.root.mkdir()
+        launch = {
+            "binary": str(binary), "spec": spec.to_dict(), "host_port": forward.free_port(),
+            "sandbox": settings.sandbox,
+            "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
+        }  # fmt: skip
+        supervisor = Supervisor(where, launch)
+        _ = _one_life(supervisor, report, "first start", examples.first) and _one_life(
+            supervisor, report, "second start", examples.after_restart
+        )
+        report.log_tail = tail(where.log, 20)
+    return report
+
+
+def _one_life(supervisor: Supervisor, report: Report, name: str, exchanges: list[Exchange]) -> bool:
+    """Start, wait for health, run `exchanges`, SIGTERM: False at the first failed step."""
+    begun = time.monotonic()
+    try:
+        started = supervisor.start()
+    except (FlakebotError, OSError) as exc:
+        return report.step(f"{name}: start", f"{type(exc).__name__}: {exc}")
+    try:
+        problem = _wait_healthy(supervisor, started)
+        if not report.step(f"{name}: healthy", problem, time.monotonic() - begun):
+            return False
+        for exchange in exchanges:
+            if not report.step(f"{name}: {exchange.method} {exchange.path}", _ask(supervisor.port, exchange)):
+                return False
+    finally:
+        stopping = time.monotonic()
+        supervisor.stop(started)
+    code = started.bwrap.returncode
+    problem = "" if code == 0 else f"exit code {code} (not 0 within {supervisor.spec.stop_grace_s:g} s of SIGTERM)"
+    return report.step(f"{name}: SIGTERM, clean exit", problem, time.monotonic() - stopping)
+
+
+def _wait_healthy(supervisor: Supervisor, started: Started) -> str:
+    spec = supervisor.spec
+    end = time.monotonic() + spec.start_s
+    problem = "never checked"
+    while time.monotonic() < end:
+        if started.bwrap.poll() is not None:
+            return f"the service exited with code {started.bwrap.returncode} before it was healthy"
+        problem = health.check(spec.health, supervisor.port, spec.check_timeout_s)
+        if not problem:
+            return ""
+        time.sleep(0.05)
+    return f"not healthy within {spec.start_s:g} s ({problem})"
+
+
+def _ask(port: int, exchange: Exchange) -> str:
+    """'' when the service answers `exchange` as expected, else what it answered."""
+    body = b""
+    try:
+        with httpx.Client(trust_env=False, timeout=5) as http:
+            url = f"http://127.0.0.1:{port}{exchange.path}"
+            with http.stream(exchange.method, url, content=exchange.body) as answer:
+                for chunk in answer.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_ANSWER:  # the service is model-written: it may answer without end
+                        return f"answer over {MAX_ANSWER // 1024} KiB"
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if answer.status_code != exchange.status:
+        return f"status {answer.status_code}, expected {exchange.status}"
+    text = body.decode("utf-8", "replace")
+    if exchange.body_out is not None and text != exchange.body_out:
+        return f"body {text[:200]!r}, expected {exchange.body_out[:200]!r}"
+    return ""

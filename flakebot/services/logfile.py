@@ -1,0 +1,49 @@
+"""A service's output as a log file: line by line, redacted, rotated at a size limit (one older file kept)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from flakebot.redact import redact_text, secret_values
+
+MAX_LOG_BYTES = 1024 * 1024
+MAX_LINE = 8192  # a line longer than this is cut: one endless line must not hold the rest back
+
+
+class LogFile:
+    """Appends complete lines to `path`, each redacted and stamped with the UTC time; past `limit` bytes the file becomes path.1."""
+
+    def __init__(self, path: Path, limit: int = MAX_LOG_BYTES, secrets: list[str] | None = None) -> None:
+        self.path = path
+        self.limit = limit
+        self.secrets = sorted({*(secrets or []), *secret_values()}, key=len, reverse=True)  # the service's own too
+        self.pending = b""
+
+    def feed(self, data: bytes) -> None:
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        if len(self.pending) > MAX_LINE:
+            lines.append(self.pending[:MAX_LINE] + b" [line cut]")
+            self.pending = b""
+        for line in lines:
+            self.write(line.decode("utf-8", "replace")[:MAX_LINE])
+
+    def flush(self) -> None:
+        if self.pending:
+            self.write(self.pending.decode("utf-8", "replace"))
+            self.pending = b""
+
+    def write(self, line: str) -> None:
+        text = time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + redact_text(line, self.secrets) + "\n"
+        if self.path.exists() and self.path.stat().st_size + len(text) > self.limit:
+            self.path.replace(self.path.with_name(self.path.name + ".1"))
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of the log (and of its rotated part when the current one is short)."""
+    older = path.with_name(path.name + ".1")
+    text = "".join(p.read_text(errors="replace") for p in (older, path) if p.exists())
+    return text.splitlines()[-lines:] if lines else text.splitlines()

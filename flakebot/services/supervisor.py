@@ -1,0 +1,309 @@
+"""The supervisor: one detached process per service (`python -m flakebot.services.supervisor DIR`).
+
+It starts the service under bubblewrap (own network and PID namespaces, --die-with-parent) and pasta for its port,
+checks its health, restarts it with backoff when it exits or stops answering (failed after too many restarts in a
+window), writes status.json on every change, and on SIGTERM stops it: SIGTERM to the service's own process
+(bubblewrap's init does not pass it on), SIGKILL of the namespace after the grace period, pasta stopped, port freed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot.errors import FlakebotError, SandboxError
+from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
+from flakebot.services import credentials, forward, health
+from flakebot.services.declaration import ServiceSpec
+from flakebot.services.layout import ServiceDir
+from flakebot.services.logfile import LogFile
+
+logger = logging.getLogger(__name__)
+
+STEP = 0.1  # the loop's longest wait: a stop request is seen this fast
+
+
+@dataclass
+class Started:
+    """One start of the service: bubblewrap (its host pid), the service's own pid, pasta."""
+
+    bwrap: subprocess.Popen[bytes]
+    ns_init: int  # bubblewrap's init in the new PID namespace (host pid): killing it ends the namespace
+    service_pid: int
+    pasta: subprocess.Popen[bytes] | None
+    at: float
+
+
+class Supervisor:
+    def __init__(self, where: ServiceDir, launch: dict[str, Any]) -> None:
+        self.where = where
+        self.launch = launch
+        self.spec = ServiceSpec.from_dict(launch["spec"])
+        self.port = int(launch["host_port"])
+        self.binary = Path(launch["binary"])
+        self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
+        self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
+        self.stopping = False
+        self.restarts: deque[float] = deque()
+        self.total_restarts = 0
+        self.status: dict[str, Any] = {
+            "name": where.name,
+            "version": launch.get("version", ""),
+            "state": "starting",
+            "health": "unknown",
+            "port": self.port,
+            "inner_port": self.spec.port,
+            "restarts": 0,
+            "supervisor_pid": os.getpid(),
+            "service_pid": None,
+            "started_at": None,
+            "state_dir": str(where.state),
+            "log": str(where.log),
+            "message": "",
+        }
+
+    def update(self, **fields: Any) -> None:
+        self.status.update(fields)
+        self.status["updated_at"] = time.time()
+        self.where.write_status(self.status)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._stop_requested)
+        signal.signal(signal.SIGINT, self._stop_requested)
+        self.update()
+        while not self.stopping:
+            try:
+                started = self.start()
+            except (FlakebotError, OSError) as exc:
+                self.log.write(f"flakebot: the service did not start: {exc}")
+                started, outcome = None, f"did not start: {exc}"
+            if started is not None:
+                outcome = self.watch(started)
+                self.stop(started)
+            if self.stopping:
+                break
+            if not self.may_restart(outcome):
+                return 1
+        self.update(state="stopped", health="unknown", service_pid=None, message="stopped by request")
+        return 0
+
+    def _stop_requested(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def may_restart(self, outcome: str) -> bool:
+        """Wait the backoff before the next start; False (state failed) past the restart limit."""
+        now = time.monotonic()
+        self.restarts.append(now)
+        while self.restarts and now - self.restarts[0] > self.spec.restart.window_s:
+            self.restarts.popleft()
+        limit = self.spec.restart
+        if len(self.restarts) > limit.limit:
+            self.update(
+                state="failed", health="unhealthy", service_pid=None,
+                message=f"{outcome}; gave up after {limit.limit} restarts within {limit.window_s:g} s",
+            )  # fmt: skip
+            self.log.write(f"flakebot: failed: {outcome}; no more restarts")
+            return False
+        self.total_restarts += 1
+        delay = limit.delay(len(self.restarts))
+        self.update(state="restarting", health="unhealthy", service_pid=None, restarts=self.total_restarts,
+                    message=f"{outcome}; restart {self.total_restarts} in {delay:.1f} s")  # fmt: skip
+        self.log.write(f"flakebot: {outcome}; restarting in {delay:.1f} s")
+        end = time.monotonic() + delay
+        while not self.stopping and time.monotonic() < end:
+            time.sleep(STEP)
+        return True
+
+    def start(self) -> Started:
+        sandbox = self.sandbox()
+        env = {self.spec.port_env: str(self.spec.port), "STATE_DIRECTORY": str(self.where.state)}
+        if self.secrets:
+            env["CREDENTIALS_DIRECTORY"] = str(credentials.INSIDE)
+        full, full_env = sandbox.command([str(self.binary)], cwd=self.where.state, env=env)
+        secret_args, secret_fds = credentials.bwrap_args(self.secrets)
+        info_read, info_write = os.pipe()
+        full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
+        try:
+            bwrap = subprocess.Popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     pass_fds=(info_write, *secret_fds))  # fmt: skip
+        finally:
+            for fd in (info_write, *secret_fds):
+                os.close(fd)
+        try:
+            ns_init = _read_child_pid(info_read)
+        except BaseException:
+            bwrap.kill()  # it never said which process is the service: nothing of it may stay
+            bwrap.wait()
+            raise
+        finally:
+            os.close(info_read)
+        started = Started(bwrap, ns_init, _child_of(ns_init, bwrap), None, time.time())
+        try:
+            started.pasta = self.forward(ns_init)
+        except BaseException:
+            self.stop(started)
+            raise
+        self.update(state="starting", health="unknown", service_pid=started.service_pid, started_at=started.at,
+                    message="")  # fmt: skip
+        self.log.write(f"flakebot: started {self.binary.name} (pid {started.service_pid}), 127.0.0.1:{self.port}")
+        return started
+
+    def sandbox(self) -> BwrapSandbox:
+        limits = SandboxLimits(**self.launch.get("limits", {}))
+        self.where.state.mkdir(parents=True, exist_ok=True)
+        sandbox = open_sandbox(self.launch.get("sandbox", "required"), workspace=self.where.state,
+                               writable=[self.where.state], readable=[self.binary.parent], limits=limits,
+                               adopt=True)  # fmt: skip
+        if not isinstance(sandbox, BwrapSandbox):
+            raise SandboxError(
+                "a service needs bubblewrap (its own network namespace), not a plain process",
+                fix="install bubblewrap and set sandbox = 'required'",
+            )
+        return sandbox
+
+    def forward(self, ns_init: int) -> subprocess.Popen[bytes]:
+        argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init)
+        with open(self.where.supervisor_log, "ab") as out:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    preexec_fn=forward.die_with_parent)  # fmt: skip
+
+    def watch(self, started: Started) -> str:
+        """Until the service exits, fails its checks or a stop is asked: why it ended ('' for a stop)."""
+        assert started.bwrap.stdout is not None
+        output = started.bwrap.stdout.fileno()
+        os.set_blocking(output, False)
+        failures, ever_healthy = 0, False
+        next_check = time.monotonic()
+        while not self.stopping:
+            ready, _, _ = select.select([output], [], [], STEP)
+            if ready:
+                self._drain(output)
+            if started.bwrap.poll() is not None:
+                self._drain(output)
+                return f"the service exited with code {started.bwrap.returncode}"
+            if started.pasta is not None and started.pasta.poll() is not None:
+                return f"the port forward (pasta) exited with code {started.pasta.returncode}"
+            if time.monotonic() < next_check:
+                continue
+            problem = health.check(self.spec.health, self.port, self.spec.check_timeout_s)
+            next_check = time.monotonic() + self.spec.interval_s
+            if not problem:
+                failures, ever_healthy = 0, True
+                if self.status["health"] != "healthy":
+                    self.update(state="running", health="healthy", message="")
+                continue
+            if not ever_healthy:
+                if time.time() - started.at > self.spec.start_s:
+                    return f"not healthy within {self.spec.start_s:g} s ({problem})"
+                continue
+            failures += 1
+            if failures >= self.spec.failures:
+                return f"unhealthy: {failures} checks failed ({problem})"
+            self.update(health="unhealthy", message=problem)
+        return ""
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while data := os.read(fd, 65536):
+                self.log.feed(data)
+        except BlockingIOError:
+            pass
+
+    def stop(self, started: Started) -> None:
+        """SIGTERM to the service's own process, SIGKILL of its whole namespace after the grace period, pasta
+        stopped; nothing of this start is left running."""
+        self.update(state="stopping" if self.stopping else self.status["state"])
+        if started.bwrap.poll() is None:  # running still: its pid is not free for reuse
+            _signal(started.service_pid, signal.SIGTERM)
+            try:
+                started.bwrap.wait(timeout=self.spec.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                self.log.write(f"flakebot: no exit {self.spec.stop_grace_s:g} s after SIGTERM: SIGKILL")
+                _signal(started.service_pid, signal.SIGCONT)
+                _signal(started.ns_init, signal.SIGKILL)  # pid 1 of the namespace: the kernel kills the rest
+                started.bwrap.kill()
+                started.bwrap.wait()
+        if started.bwrap.stdout is not None:
+            self._drain(started.bwrap.stdout.fileno())
+            started.bwrap.stdout.close()
+        self.log.flush()
+        if started.pasta is not None and started.pasta.poll() is None:
+            started.pasta.terminate()
+            try:
+                started.pasta.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                started.pasta.kill()
+                started.pasta.wait()
+        self.log.write(f"flakebot: stopped (exit code {started.bwrap.returncode})")
+
+
+def _read_child_pid(fd: int, timeout: float = 30.0) -> int:
+    """bubblewrap's --info-fd JSON: the pid (host view) of its init in the new PID namespace."""
+    data, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], STEP)
+        if ready:
+            chunk = os.read(fd, 4096)
+            data += chunk
+            try:
+                return int(json.loads(data)["child-pid"])
+            except (ValueError, KeyError):
+                if not chunk:
+                    break
+    raise SandboxError(f"bubblewrap did not start the service ({data[:200]!r})", fix="see the service's log")
+
+
+def _child_of(pid: int, bwrap: subprocess.Popen[bytes], timeout: float = 5.0) -> int:
+    """The (first) child of `pid`: under bubblewrap's init in the namespace, the service itself; 0 when there is
+    none (it exited at once: the watch sees bubblewrap exit)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and bwrap.poll() is None:
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if entry.name.isdigit() and _parent(entry.name) == pid:
+                    return int(entry.name)
+        time.sleep(0.01)
+    return 0
+
+
+def _parent(pid: str) -> int:
+    try:
+        stat = Path("/proc", pid, "stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _signal(pid: int, signum: int) -> None:
+    if pid <= 0:  # no such process recorded (0 or -1 would signal a whole group)
+        return
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    where = ServiceDir(Path(argv[0]))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    lock = where.hold_supervisor_lock()
+    try:
+        launch = where.read_json(where.launch_file)
+        return Supervisor(where, launch).run()
+    finally:
+        os.close(lock)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

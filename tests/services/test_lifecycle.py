@@ -1,0 +1,94 @@
+"""The lifecycle check on real programs in the real sandbox: a small Python key-value service that does it right,
+and the same service without its health endpoint, ignoring SIGTERM, or keeping its state in memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flakebot import config
+from flakebot.services.declaration import ServiceSpec
+from flakebot.services.lifecycle import Examples, check_lifecycle
+from tests.conftest import REPO, require
+
+SERVICE = """#!/usr/bin/python3
+import http.server, os, pathlib, signal, sys
+MODE = "{mode}"
+state = pathlib.Path(os.environ["STATE_DIRECTORY"])
+memory = {{}}
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self, status, body=b""):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self.answer(404 if MODE == "no-health" else 200, b"ok")
+        if MODE == "endless":
+            self.send_response(200)
+            self.end_headers()
+            while True:
+                self.wfile.write(b"x" * 65536)
+        key = self.path.rsplit("/", 1)[-1]
+        value = memory.get(key) if MODE == "forgets" else (state / key).read_bytes() if (state / key).exists() else None
+        self.answer(404) if value is None else self.answer(200, value)
+
+    def do_PUT(self):
+        key, value = self.path.rsplit("/", 1)[-1], self.rfile.read(int(self.headers["Content-Length"]))
+        memory[key] = value
+        if MODE != "forgets":
+            (state / key).write_bytes(value)
+        self.answer(200, b"stored\\n")
+
+    def log_message(self, *args):
+        pass
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN if MODE == "ignores-term" else lambda *a: sys.exit(0))
+print("listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+
+
+def service(tmp_path: Path, mode: str) -> Path:
+    """The service as a program the sandbox's unprivileged uid may read and run."""
+    require("bwrap", "pasta")
+    program = tmp_path / mode / "bin" / "service"
+    program.parent.mkdir(parents=True)
+    program.write_text(SERVICE.format(mode=mode))
+    for path in (program, program.parent, program.parent.parent):
+        path.chmod(0o755)
+    return program
+
+
+EXAMPLES = Examples.load(REPO / "tests" / "fixtures" / "kv-service" / "examples.json")
+SPEC = ServiceSpec(stop_grace_s=1, start_s=4)
+
+
+def test_a_service_that_does_it_right_passes_every_step(tmp_path: Path) -> None:
+    report = check_lifecycle(service(tmp_path, "good"), SPEC, config.load(), EXAMPLES)
+    assert report.ok, json.dumps(report.to_dict(), indent=1)
+    steps = [s["step"] for s in report.steps]
+    assert steps[-1] == "second start: SIGTERM, clean exit" and "second start: GET /kv/greeting" in steps
+
+
+@pytest.mark.parametrize(
+    ("mode", "failed_step", "problem"),
+    [
+        ("no-health", "first start: healthy", "not healthy within 4 s"),
+        ("ignores-term", "first start: SIGTERM, clean exit", "not 0 within 1 s of SIGTERM"),
+        ("forgets", "second start: GET /kv/greeting", "status 404, expected 200"),
+        ("endless", "first start: GET /kv/greeting", "answer over 1024 KiB"),
+    ],
+)
+def test_a_service_that_breaks_its_lifecycle_stays_red(
+    tmp_path: Path, mode: str, failed_step: str, problem: str
+) -> None:
+    report = check_lifecycle(service(tmp_path, mode), SPEC, config.load(), EXAMPLES)
+    assert not report.ok
+    failed = [s for s in report.steps if not s["ok"]]
+    assert failed[0]["step"] == failed_step and problem in failed[0]["problem"], report.steps

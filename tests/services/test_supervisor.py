@@ -1,0 +1,273 @@
+"""Services through the real commands: tests/fixtures/kv-service packaged into a flake (nix build, host stand-in),
+catalogued as a service, started by `flakebot up` under its supervisor (bubblewrap + pasta), and hurt."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, json_result, require, run_cli, wait_for
+
+KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A home whose catalog holds kv-service (and kv-other, the same program under a second name), packaged once."""
+    require("nix", "cargo", "bwrap", "pasta")
+    home = tmp_path_factory.mktemp("serviceshome")
+    env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
+    env["FLAKEBOT_WORKDIR"] = str(home / "work")
+    for name in ("kv-service", "kv-other"):
+        done = run_cli(
+            "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name", name,
+            "--examples", str(KV_SERVICE / "examples.json"), "--json", env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json_result(done)["name"] == name
+    manifest = json.loads(
+        next((home / "data" / "flakebot" / "tools" / "kv-service").glob("*/manifest.json")).read_text()
+    )
+    checked = [step["step"] for step in manifest["lifecycle"] if step["ok"]]
+    assert "second start: GET /kv/greeting" in checked and checked[-1] == "second start: SIGTERM, clean exit"
+    return env
+
+
+@pytest.fixture
+def env(catalog_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The packaged catalog with this test's own work directory (its services' state and logs); whatever a test
+    leaves running is killed after it (the supervisor's death takes the sandbox and pasta with it)."""
+    own = {**catalog_env, "FLAKEBOT_WORKDIR": str(tmp_path / "work")}
+    yield own
+    for status in (tmp_path / "work" / "services").glob("*/status.json"):
+        recorded = json.loads(status.read_text())
+        pid = recorded.get("supervisor_pid")
+        if isinstance(pid, int) and _alive(pid) and "flakebot.services.supervisor" in _cmdline(pid):
+            os.kill(pid, signal.SIGKILL)
+        for pasta in pasta_pids(recorded.get("port", 0)):  # an orphan only when the code under test broke
+            os.kill(pasta, signal.SIGKILL)
+
+
+def up(env: dict[str, str], name: str = "kv-service", *args: str) -> dict[str, Any]:
+    done = run_cli("up", name, *args, "--json", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return dict(json_result(done))
+
+
+def status(env: dict[str, str], name: str = "kv-service") -> dict[str, Any]:
+    done = run_cli("services", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    found = [s for s in json_result(done)["services"] if s["name"] == name]
+    return dict(found[0]) if found else {}
+
+
+def client() -> httpx.Client:
+    return httpx.Client(trust_env=False, timeout=5)  # loopback only, whatever proxy the environment names
+
+
+def pasta_pids(port: int) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and f"127.0.0.1/{port}:" in _cmdline(int(p))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on it (SO_REUSEADDR: connections the forward closed may linger in TIME_WAIT)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        except OSError:
+            return False
+    return True
+
+
+def test_up_serves_through_the_forward_keeps_state_and_down_leaves_nothing(env: dict[str, str]) -> None:
+    started = up(env)
+    port, service_pid, supervisor_pid = started["port"], started["service_pid"], started["supervisor_pid"]
+    assert started["state"] == "running" and started["health"] == "healthy" and started["inner_port"] == 8080
+    with client() as http:
+        assert http.put(f"http://127.0.0.1:{port}/kv/greeting", content=b"hello").status_code == 200
+        assert http.get(f"http://127.0.0.1:{port}/kv/greeting").content == b"hello"
+    # its own network namespace: only a loopback, no route anywhere else
+    routes = subprocess.run(["nsenter", f"--net=/proc/{service_pid}/ns/net", "ip", "route"], capture_output=True)
+    assert routes.returncode == 0 and routes.stdout.strip() == b""
+    listed = status(env)
+    assert listed["state"] == "running" and listed["restarts"] == 0 and listed["uptime_s"] is not None
+    assert "listening on 127.0.0.1:8080" in run_cli("logs", "kv-service", env=env).stdout
+    again = run_cli("up", "kv-service", env=env)
+    assert again.returncode == 2 and "running already" in again.stderr
+
+    pastas = pasta_pids(port)
+    assert len(pastas) == 1
+    stopped = run_cli("down", "kv-service", "--json", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert json_result(stopped)["state"] == "stopped"
+    assert not any(_alive(pid) for pid in [service_pid, supervisor_pid, *pastas])
+    assert port_free(port)
+    assert "kv-service: stopping (signal)" in run_cli("logs", "kv-service", env=env).stdout  # SIGTERM reached it
+
+    restarted = up(env)
+    with client() as http:
+        assert http.get(f"http://127.0.0.1:{restarted['port']}/kv/greeting").content == b"hello"
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_two_services_on_the_same_inner_port_do_not_clash(env: dict[str, str]) -> None:
+    first, second = up(env, "kv-service"), up(env, "kv-other")
+    assert first["inner_port"] == second["inner_port"] == 8080
+    assert first["port"] != second["port"]
+    with client() as http:
+        http.put(f"http://127.0.0.1:{first['port']}/kv/k", content=b"first")
+        assert http.get(f"http://127.0.0.1:{second['port']}/kv/k").status_code == 404  # a state directory each
+        assert http.get(f"http://127.0.0.1:{first['port']}/kv/k").content == b"first"
+    for name in ("kv-service", "kv-other"):
+        assert run_cli("down", name, env=env).returncode == 0
+
+
+def test_a_killed_service_is_healthy_again_within_seconds_with_its_data(env: dict[str, str]) -> None:
+    started = up(env)
+    with client() as http:
+        http.put(f"http://127.0.0.1:{started['port']}/kv/kept", content=b"across a crash")
+        os.kill(started["service_pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        back = wait_for(lambda: (s := status(env))["restarts"] == 1 and s["health"] == "healthy" and s, timeout=10)
+        assert time.monotonic() - killed_at < 5
+        assert back["service_pid"] != started["service_pid"] and back["port"] == started["port"]
+        assert http.get(f"http://127.0.0.1:{started['port']}/kv/kept").content == b"across a crash"
+        restarted = json_result(run_cli("restart", "kv-service", "--json", env=env, timeout=120))
+        assert restarted["port"] == started["port"] and restarted["supervisor_pid"] != started["supervisor_pid"]
+        assert http.get(f"http://127.0.0.1:{started['port']}/kv/kept").content == b"across a crash"
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_a_hung_service_is_marked_unhealthy_and_restarted(env: dict[str, str]) -> None:
+    started = up(env)
+    os.kill(started["service_pid"], signal.SIGSTOP)  # listening still (the kernel queues connects), answering never
+    wait_for(lambda: status(env)["health"] == "unhealthy", timeout=10)
+    back = wait_for(lambda: (s := status(env))["health"] == "healthy" and s["restarts"] == 1 and s, timeout=20)
+    assert back["service_pid"] != started["service_pid"] and not _alive(started["service_pid"])
+    assert "SIGKILL" in run_cli("logs", "kv-service", env=env).stdout  # a stopped process ignores SIGTERM
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_a_crash_looping_service_fails_after_the_restart_limit(env: dict[str, str]) -> None:
+    state = Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-service" / "state"
+    state.mkdir(parents=True)
+    (state / "kv").write_text("not a directory")  # kv-service refuses to start on it: exit 1, every time
+    done = run_cli("up", "kv-service", env=env, timeout=120)
+    assert done.returncode == 40, done.stderr
+    assert "did not become healthy" in done.stderr and "gave up after 5 restarts" in done.stderr
+    failed = status(env)
+    assert failed["state"] == "failed" and failed["restarts"] == 5 and not failed["supervised"]
+    assert port_free(failed["port"]) and not pasta_pids(failed["port"])
+    assert "refusing to start" in run_cli("logs", "kv-service", env=env).stdout
+
+
+def test_a_killed_supervisor_takes_its_service_along_and_up_all_restores_it(env: dict[str, str]) -> None:
+    started = up(env)
+    with client() as http:
+        assert http.put(f"http://127.0.0.1:{started['port']}/kv/before", content=b"the kill").status_code == 200
+    pastas = pasta_pids(started["port"])
+    os.kill(started["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: not any(_alive(p) for p in [started["service_pid"], *pastas]), timeout=10)
+    assert wait_for(lambda: port_free(started["port"]), timeout=5)
+    lost = status(env)
+    assert lost["state"] == "lost" and "nothing of the service is left running" in lost["message"]
+    restored = run_cli("up", "--all", "--json", env=env, timeout=120)  # as after a reboot
+    assert restored.returncode == 0, restored.stderr
+    [again] = json_result(restored)["services"]
+    assert again["state"] == "running" and again["port"] == started["port"]  # the same port, free again
+    with client() as http:
+        assert http.get(f"http://127.0.0.1:{started['port']}/kv/before").content == b"the kill"
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    assert json_result(run_cli("up", "--all", "--json", env=env))["services"] == []  # stopped by request: stays down
+
+
+def test_export_writes_a_nixos_module_of_the_catalogued_service_that_passes_verify(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    require("systemd-analyze")
+    done = run_cli("export", "kv-service", "--nixos", "--out", str(tmp_path / "nixos"), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    result = json_result(done)
+    assert result["problems"] == [] and Path(result["module"]).is_file()
+    assert "ExecStart=/nix/store/" in result["unit"] and "-kv-service-0.1.0/bin/kv-service" in result["unit"]
+
+
+def test_a_full_state_directory_is_an_error_answer_not_an_outage(env: dict[str, str]) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs as the state directory needs root")
+    state = Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-service" / "state"
+    state.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)], check=True)
+    try:
+        started = up(env)
+        url = f"http://127.0.0.1:{started['port']}"
+        with client() as http:
+            answers = [http.put(f"{url}/kv/v{n}", content=b"x" * 16384).status_code for n in range(8)]
+            assert 200 in answers and answers[-1] == 507  # stored until the file system was full, then refused
+            assert http.get(f"{url}/health").status_code == 200 and http.get(f"{url}/kv/v0").content == b"x" * 16384
+        assert status(env)["restarts"] == 0
+        assert run_cli("down", "kv-service", env=env).returncode == 0
+    finally:
+        subprocess.run(["umount", str(state)], check=False)
+
+
+def test_a_bounded_request_flood_leaves_it_healthy(env: dict[str, str]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = up(env)
+    url = f"http://127.0.0.1:{started['port']}"
+
+    with client() as http, ThreadPoolExecutor(max_workers=8) as pool:  # one client: its pool is thread-safe
+        codes = list(
+            pool.map(lambda n: http.put(f"{url}/kv/k{n % 50}", content=str(n).encode()).status_code, range(200))
+        )
+    assert codes.count(200) == 200
+    after = status(env)
+    assert after["health"] == "healthy" and after["restarts"] == 0
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_a_secret_is_in_its_credentials_directory_and_nowhere_else(env: dict[str, str], tmp_path: Path) -> None:
+    secret = "s3cr3t-value-4711"
+    token = tmp_path / "token.txt"
+    token.write_text(secret + "\n")
+    token.chmod(0o600)
+    assert run_cli("up", "kv-service", "--secret", "nokey", env=env).returncode == 2
+    started = up(env, "kv-service", "--secret", f"api_token={token}")
+    pid = started["service_pid"]
+    inside = subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "cat", "/run/credentials/api_token"],
+                            capture_output=True, text=True)  # fmt: skip
+    assert inside.stdout == secret + "\n"  # the service's view: read-only in memory, not a bind of the file
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"CREDENTIALS_DIRECTORY=/run/credentials" in environ and secret.encode() not in environ
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    home = Path(env["XDG_DATA_HOME"]).parent
+    written = [p for root in (home, Path(env["FLAKEBOT_WORKDIR"])) for p in root.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if secret.encode() in p.read_bytes()]
