@@ -122,6 +122,8 @@ class StoreSeeder:
         try:
             skeleton = skeleton_of(self.crate_dir)
             self.key = _key(skeleton)
+            if not skeleton.packages():  # a new crate: nothing to compile, so no nix build until the model adds some
+                return Seeded("skipped", "the crate has no dependencies yet")
             self.progress("building the dependencies once, in the flake's deps derivation (from the manifest and lock)")
             output = build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16])
             copy_output(output, self.target_dir)
