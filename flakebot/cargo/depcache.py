@@ -120,7 +120,7 @@ class LoopSeeder:
         seeded = seed_target_dir(
             self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
         )
-        self.key = seeded.key if seeded.status != "skipped" else ""
+        self.key = seeded.key  # "" when skipped, but for a crate with no dependencies yet
         self.packages = skeleton_of(self.crate_dir).packages() if self.key else []
         return seeded
 
@@ -146,7 +146,7 @@ class LoopSeeder:
             self.key = ""
             return None
         seeded = _seed(self.settings, self.cargo, self.crate_dir, self.target_dir, self.progress)
-        self.key = seeded.key if seeded.status != "skipped" else ""
+        self.key = seeded.key  # "" when skipped, but for a crate with no dependencies yet
         return seeded
 
 
@@ -159,6 +159,8 @@ def _seed(
     except NoSkeleton as exc:
         return Seeded("skipped", str(exc))
     key = dependency_key(skeleton, cargo)
+    if not skeleton.packages():  # a new crate: nothing to build or copy; the key lets refresh() see the first addition
+        return Seeded("skipped", "the crate has no dependencies yet", key)
     entry = cache_root(settings) / key
     status = "hit"
     try:
