@@ -14,7 +14,9 @@ new setting is TRUSTED unless its field says otherwise.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +55,21 @@ def data_home() -> Path:
 
 def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flakebot"
+
+
+@functools.cache
+def rustup_home() -> Path:
+    """rustup's home: RUSTUP_HOME when set; else the `.rustup` beside the `.cargo/bin` that `cargo` (rustup's proxy)
+    is found in on PATH, so a process started with another HOME (hosts that isolate their servers' environment) still
+    finds the toolchains; else ~/.rustup. Resolved once per process."""
+    if os.environ.get("RUSTUP_HOME"):
+        return Path(os.environ["RUSTUP_HOME"])
+    for program in ("cargo", "rustup"):
+        found = shutil.which(program)
+        bin_dir = Path(found).parent if found else None  # not resolved: the proxy links to rustup beside it
+        if bin_dir is not None and bin_dir.name == "bin" and (bin_dir.parent.parent / ".rustup").is_dir():
+            return bin_dir.parent.parent / ".rustup"
+    return Path.home() / ".rustup"
 
 
 def state_home() -> Path:
@@ -137,6 +154,20 @@ class Settings:
         4_000_000,
         "Bytes of a crafted tool's stdout a call (MCP, run --json) returns whole; past it the whole stdout goes to a "
         "file in the state directory's outputs/ and the call returns its first lines, truncated: true and the path.",
+    )
+    outputs_mb: int = _limit(
+        1024,
+        "MiB the state directory's outputs/ may hold (1..); a call that spills removes the oldest files beyond it.",
+    )
+    output_file_mb: int = _limit(256, "MiB of one call's spilled stdout (1..); past it the tool is killed.")
+    max_jobs: int = _limit(
+        4, "Long MCP calls (craft, improve, package, resume) running at once on this machine (1..256)."
+    )
+    max_session_jobs: int = _limit(
+        2, "Long calls one MCP session may have running at once (1..256); past either: refused."
+    )
+    task_result_wait: float = _limit(
+        50.0, "Seconds tasks/result waits for a task to end (1..3600) before it answers with the task's status."
     )
     nixpkgs: str = _setting(
         "auto",

@@ -2,6 +2,7 @@
 
     FlakebotError                      exit 1
     ├── UsageError                     exit 2   bad arguments or input
+    │   └── UnsafePath (an OSError)    exit 2   a link, '..' or a non-file inside a tree someone else wrote
     ├── ConfigError                    exit 3   unknown key, bad TOML, bad value
     ├── RunError                       exit 4   run id unknown, state.json corrupt, workdir unusable
     ├── HostError                      exit 5   this machine: disk full, read-only or unwritable directory
@@ -43,6 +44,7 @@ __all__ = [
     "SandboxError",
     "SearchError",
     "SpecError",
+    "UnsafePath",
     "UsageError",
     "error_classes",
     "exit_code_classes",
@@ -192,6 +194,12 @@ class CatalogTrustError(CatalogError):
     """A shared catalog's index refused: unsigned, by an untrusted key, expired, rolled back or malformed."""
 
     exit_code = 61
+
+
+class UnsafePath(UsageError, OSError):
+    """A path inside an untrusted tree refused by flakebot.safefs (details: `path` and `rule`): input flakebot will
+    not use. An OSError too, so a caller that already treats a failed file operation as "not done" (a cache
+    skipped, a tool call failed) keeps doing so."""
 
 
 class Interrupted(FlakebotError):

@@ -8,12 +8,15 @@ Two kinds of tool:
   code; a non-zero exit sets isError. A stdout past tool_output_limit comes back as its first lines with
   truncated: true and the file holding all of it (the call still succeeded: no isError for that).
 
-Long work (`craft`, `improve`, `package`, `resume`): a request that carries a progress token is answered when the
-work is done (in a worker thread), with notifications/progress for every stage and edit iteration; one without
-(the OpenAI Agents SDK's, whose requests time out after 5 s) gets a run handle as soon as the run exists, and
-follows it with `status`. That work runs in a process of its own session (run_job), so it goes on when the client
-ends its session: LangChain's adapters start a server for every call and kill its process group after it. Its
-events are in the state directory's mcp-jobs/. `wait` overrides either default. On protocol 2025-11-25 the long
+Long work (`craft`, `improve`, `package`, `resume`) runs in a process of its own session (run_job), so it goes on
+when the client ends its session (LangChain's adapters start a server for every call and kill its process group
+after it); its events, with a heartbeat at least every HEARTBEAT_SECONDS while a step is long, are in the state
+directory's mcp-jobs/. Each job passes admission first (pipeline.jobs: max_jobs, max_session_jobs; refused past
+either, docs/limits.md). A request that carries a progress token is answered when the work is done, each event
+relayed as notifications/progress (flakebot.hosts.follow); one without (the OpenAI Agents SDK's, whose requests time
+out after 5 s) gets a run handle as soon as the run exists, and follows it with `status` (whose wait_seconds holds
+an answer until the run moves on). `wait: true` or `detach: true` overrides either default. Results are compact
+(flakebot.hosts.results) and tools carry annotations (flakebot.hosts.hints). On protocol 2025-11-25 the long
 tools are also MCP tasks (flakebot.mcp_tasks): a call with a `task` param is answered at once with a task naming
 such a detached job, followed with tasks/get and tasks/result. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
@@ -29,25 +32,29 @@ import logging
 import os
 import secrets
 import shlex
+import signal
 import subprocess
 import sys
 import time
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 
-from flakebot import __version__, api, config
+from flakebot import __version__, api, config, preflight
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
+from flakebot.hosts.follow import MAX_WAIT_SECONDS, follow_job, wait_seconds, waited_status
+from flakebot.hosts.heartbeat import with_heartbeat
+from flakebot.hosts.hints import tool_annotations
+from flakebot.hosts.results import compact_result, compact_status
 from flakebot.modeltext import one_line
+from flakebot.pipeline import jobs
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
@@ -60,18 +67,25 @@ INSTRUCTIONS = (
     "here as a tool of its own: call it with the arguments its schema names (and `stdin`). `craft` makes a new "
     "one (minutes: it edits, tests and builds a Rust crate). Unless the request asked for progress, `craft`, `improve`, "
     "`package` and `resume` answer at once with a run handle {run_id, status: running, follow}: call `status` with "
-    "that run_id every few seconds until its status is succeeded (the result is in it) or failed; when the host runs "
+    "that run_id (wait_seconds holds each answer until the run moves on) until its status is succeeded (the result is "
+    "in it) or failed; when the host runs "
     "them as MCP tasks, the task brings the result instead. `list` and `show` describe the catalog; `runs`, `status` "
     "and `resume` follow crafts."
 )
 
 
 WAIT = (
-    "true: answer when the work is done (with progress notifications); false: answer at once with a run handle "
-    "{run_id, status: running, follow}, then call status with run_id until its status is succeeded or failed. "
-    "Null or absent: true if the request carries a progress token, else false."
+    "true: answer when the work is done (with progress notifications). Null, false or absent: as the request asks "
+    "(done when it carries a progress token, else at once with a run handle)."
 )
-FOLLOW = "call status with run_id every few seconds until status is succeeded (the result is in it) or failed"
+DETACH = (
+    "true: answer at once with a run handle {run_id, status: running, follow}, then follow it with status. Null, "
+    "false or absent: as the request asks."
+)
+FOLLOW = (
+    f"call status with run_id and wait_seconds (up to {MAX_WAIT_SECONDS:.0f}, below your client's request timeout) "
+    "until status is succeeded (the result is in it) or failed"
+)
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
 # craft, improve and package take a RunRequest: each argument is a request field its option() offers over MCP
 # (improve.X: a field of its Improvement), typed and described as the field is; `wait` is the server's own.
@@ -104,18 +118,22 @@ class OwnTools:
         has must still pass, new ones are added for the change. Earlier versions stay callable through `run` as
         NAME@VERSION.{LONG}"""
 
-    def status(self, run_id: str) -> None:
+    def status(self, run_id: str, wait_seconds: float | None = None) -> None:
         """A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it
-        succeeded, its result (a craft's manifest). Poll it every few seconds to follow a run handle.
+        succeeded, its result (a craft's: the tool's name, how to call it, its usage). Follow a run handle with it,
+        holding each answer with wait_seconds.
 
         run_id: The run id craft returned.
+        wait_seconds: Hold the answer until the run's stage changes or it ends, at most this many seconds (at most
+            50; keep it below your client's request timeout). Null or 0: answer at once.
         """
 
-    def resume(self, run_id: str, wait: bool | None = None) -> None:
+    def resume(self, run_id: str, wait: bool | None = None, detach: bool | None = None) -> None:
         """Continue an interrupted or failed run from its first unfinished stage.{LONG}
 
         run_id: The run to continue.
         wait: {WAIT}
+        detach: {DETACH}
         """
 
     def search(self, query: str, registry: str | None = None, limit: int | None = None) -> None:
@@ -182,7 +200,7 @@ def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
 def _request_schema(args: dict[str, str], required: tuple[str, ...]) -> dict[str, Any]:
     """A strict-compatible input schema for arguments that are RunRequest fields, and `wait`."""
     fields = {name: _request_field(path, name in required) for name, path in args.items()}
-    return closed_object({**fields, "wait": Field("boolean", WAIT)})
+    return closed_object({**fields, "wait": Field("boolean", WAIT), "detach": Field("boolean", DETACH)})
 
 
 def _request_field(path: str, required: bool) -> Field:
@@ -206,19 +224,13 @@ def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, .
 OWN_TOOLS = _own_tools()
 
 
-@dataclass
-class Job:
-    """Long work followed in a worker thread: the run it started."""
-
-    run_id: str | None = None
-
-
 class FlakebotMCP:
     """The server's state: settings, and the task group holding what outlives a request (watching detached work)."""
 
     def __init__(self, settings: config.Settings | None = None) -> None:
         self._settings = settings
         self.jobs: anyio.abc.TaskGroup | None = None
+        self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (pipeline.jobs)
 
     def settings(self) -> config.Settings:
         return self._settings or config.load()
@@ -244,7 +256,13 @@ class FlakebotMCP:
         from flakebot.mcp_tasks import execution
 
         own = [
-            types.Tool(name=name, description=text, input_schema=schema, execution=execution(ctx, name, LONG_TOOLS))
+            types.Tool(
+                name=name,
+                description=text,
+                input_schema=schema,
+                execution=execution(ctx, name, LONG_TOOLS),
+                annotations=types.ToolAnnotations.model_validate(tool_annotations(name)),
+            )
             for name, (text, schema) in OWN_TOOLS.items()
         ]
         crafted = await anyio.to_thread.run_sync(lambda: api.tool_definitions(self.settings()))
@@ -252,7 +270,12 @@ class FlakebotMCP:
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
         tools = own + [
-            types.Tool(name=d["name"], description=d["description"], input_schema=d["inputSchema"])
+            types.Tool(
+                name=d["name"],
+                description=d["description"],
+                input_schema=d["inputSchema"],
+                annotations=types.ToolAnnotations.model_validate(tool_annotations(d["name"])),
+            )
             for d in crafted
             if d["name"] not in OWN_TOOLS
         ]
@@ -312,7 +335,9 @@ class FlakebotMCP:
         return work
 
     async def _tool_status(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await _threaded(lambda: api.status(_required(args, "run_id"), self.settings()))
+        run_id, settings = _required(args, "run_id"), self.settings()
+        report = await waited_status(lambda: api.status(run_id, settings), wait_seconds(args))
+        return {"ok": True, **compact_status(report)}
 
     async def _tool_search(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         query, limit = _required(args, "query"), int(args.get("limit") or 10)
@@ -354,26 +379,46 @@ class FlakebotMCP:
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         """Long work: to its end in a worker thread with progress notifications, or (wait=False) in a process of its
         own, answered as soon as its run exists (the run goes on when this client's session ends)."""
-        work = getattr(self, f"_work_{name}")(args)  # the arguments are checked here, before anything starts
+        getattr(self, f"_work_{name}")(args)  # the arguments are checked here, before anything starts
         if not _wait(ctx, args):
             return await self._detached(ctx, name, args, changes_catalog)
-        job = Job()
-        try:
-            result = await anyio.to_thread.run_sync(lambda: work(_progress_sink(ctx, job)), abandon_on_cancel=True)
-        except FlakebotError as exc:
-            return {"ok": False, **exc.result()}
-        if changes_catalog and (result.get("status") in ("crafted", "succeeded") or result.get("catalog")):
+        return await self._followed(ctx, name, args, changes_catalog)
+
+    async def _followed(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
+        """The work in a process of its own session (as _detached), its journal relayed as progress notifications
+        (heartbeats included) until its result: a client that goes away leaves it running, not a run marked running
+        whose process is gone."""
+        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
+        count = 0
+
+        async def report(line: dict[str, Any]) -> None:
+            nonlocal count
+            message = self.status_line(line)
+            if message:
+                count += 1
+                await ctx.session.report_progress(float(count), None, message)
+
+        last = await follow_job(process, journal, report)
+        known = last or _job_died(name, process.returncode, journal)
+        if "error" in known:
+            return {"ok": False, **known["error"]}
+        if changes_catalog and (
+            known["result"].get("status") in ("crafted", "succeeded") or known["result"].get("catalog")
+        ):
             await _tools_changed(ctx)
-        return {"ok": True, **result}
+        return {"ok": True, **compact_result(known["result"])}
 
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
+        deadline = time.monotonic() + jobs.bounded(self.settings(), "task_result_wait", 1, 3600)
         while True:
             known = _journal_reading(journal)
             if known is not None or process.poll() is not None:
                 break
+            if time.monotonic() > deadline:  # a run exists within a second or two: this job is stuck
+                return {"ok": False, **_stop_unstarted(name, process, journal).result()}
             await anyio.sleep(0.05)
         known = known or _journal_reading(journal) or _job_died(name, process.returncode, journal)
         if "run_id" in known:
@@ -384,7 +429,7 @@ class FlakebotMCP:
             return {"ok": False, **known["error"]}
         if changes_catalog and known["result"].get("status") in ("crafted", "succeeded"):
             await _tools_changed(ctx)
-        return {"ok": True, **known["result"]}
+        return {"ok": True, **compact_result(known["result"])}
 
     # What flakebot.mcp_tasks needs of the detached jobs (its Jobs protocol).
 
@@ -392,7 +437,7 @@ class FlakebotMCP:
         return _job_directory(self.settings())
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-        process, journal = _start_job(self.settings(), name, args)
+        process, journal = _start_job(self.settings(), name, args, self.session)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
         return process, journal
@@ -410,7 +455,7 @@ class FlakebotMCP:
         """The CallToolResult a long call answered when it was done: its journal's last line, {result} or {error}."""
         if "error" in line:
             return _result({"ok": False, **line["error"]}, error=True)
-        return _result({"ok": True, **line["result"]})
+        return _result({"ok": True, **compact_result(line["result"])})
 
     async def _notify_when_done(self, ctx: Any, process: subprocess.Popen[bytes], journal: Path) -> None:
         """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts): its
@@ -430,15 +475,38 @@ Work = Callable[[EventSink], dict[str, Any]]
 LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False}
 
 
-def _start_job(settings: config.Settings, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/."""
-    journal = _journal_path(settings)
-    code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
-    argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
-    with open(journal.with_suffix(".log"), "ab") as log:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
+
+
+def _check_job_arguments(name: str, args: dict[str, Any]) -> None:
+    """A long tool's arguments fit a command line, and its need or request is text a model can take."""
+    size = len(json.dumps(args).encode())
+    if size > JOB_ARGUMENTS_LIMIT:
+        raise UsageError(
+            f"{name}'s arguments are {size:,} bytes, more than {JOB_ARGUMENTS_LIMIT:,}",
+            fix="say the need in fewer words; put long examples in a spec file the CLI reads (--spec)",
         )
+    for key, kind in (("need", "need"), ("request", "improvement")):
+        if isinstance(args.get(key), str):
+            preflight.check_text(kind, args[key], example=f'{{"{key}": "need a CSV deduper"}}')
+
+
+def _start_job(
+    settings: config.Settings, name: str, args: dict[str, Any], session: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/, once
+    admission (pipeline.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
+    _check_job_arguments(name, args)  # before admission: a refused call leaves no job file
+    limits = jobs.Limits.of(settings)
+    with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
+        journal = _journal_path(settings)
+        code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
+        argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
+        with open(journal.with_suffix(".log"), "ab") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            )
+        admitted.record(journal.stem, process.pid)
     logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
     return process, journal
 
@@ -458,7 +526,7 @@ def run_job(name: str, arguments: str, journal: str) -> None:
 
     try:
         work = getattr(FlakebotMCP(), f"_work_{name}")(json.loads(arguments))
-        write({"result": work(lambda event: write(event.to_dict()))})
+        write({"result": with_heartbeat(work, lambda event: write(event.to_dict()))})
     except FlakebotError as exc:
         write({"error": exc.result()})
     except Exception:  # noqa: BLE001 - a bug: its traceback goes to the job's log (redacted), the caller gets an error
@@ -502,6 +570,19 @@ def _journal_reading(journal: Path) -> dict[str, Any] | None:
     return None
 
 
+def _stop_unstarted(name: str, process: subprocess.Popen[bytes], journal: Path) -> FlakebotError:
+    """End a detached job that started no run by task_result_wait (nothing of a run to keep), and say so."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+    return FlakebotError(
+        f"the {name} process started no run within task_result_wait seconds and was stopped",
+        fix=f"see {journal.with_suffix('.log')}, then call {name} again",
+    )
+
+
 def _job_died(name: str, code: int | None, journal: Path) -> dict[str, Any]:
     error = FlakebotError(
         f"the {name} process ended (exit code {code}) before it started a run",
@@ -511,27 +592,14 @@ def _job_died(name: str, code: int | None, journal: Path) -> dict[str, Any]:
 
 
 def _wait(ctx: Any, args: dict[str, Any]) -> bool:
-    """Whether to answer when the work is done: as `wait` says, else only when the client asked for progress (a client
-    that did not may time out long before a craft ends: the Agents SDK's requests time out after 5 s)."""
-    wait = args.get("wait")
-    if wait is None:
-        return bool(ctx.meta and ctx.meta.get("progress_token") is not None)
-    return wait is not False
-
-
-def _progress_sink(ctx: Any, job: Job) -> EventSink:
-    """An EventSink (called in the worker thread) sending each event as a progress notification, in order."""
-    count = 0
-
-    def sink(event: Event) -> None:
-        nonlocal count
-        job.run_id = job.run_id or event.run_id
-        message = progress_message(event)
-        if message:
-            count += 1
-            anyio.from_thread.run(ctx.session.report_progress, float(count), None, message)
-
-    return sink
+    """Whether to answer when the work is done: `wait: true` says yes, `detach: true` no; else only when the client
+    asked for progress (a client that did not may time out long before a craft ends: the Agents SDK's requests time
+    out after 5 s). false means absent for both, as for every field: hosts that strip null make a model send it."""
+    if args.get("wait") is True and args.get("detach") is True:
+        raise UsageError("'wait' and 'detach' are both true", fix="pass at most one of them as true")
+    if args.get("wait") is True or args.get("detach") is True:
+        return args.get("wait") is True
+    return bool(ctx.meta and ctx.meta.get("progress_token") is not None)
 
 
 def progress_message(event: Event) -> str | None:
@@ -542,6 +610,7 @@ def progress_message(event: Event) -> str | None:
         "stage_started": f"{event.stage}: started",
         "stage_skipped": f"{event.stage}: skipped ({event.message})",
         "progress": f"{event.stage}: {event.message}",
+        "heartbeat": f"{event.stage or 'run'}: {event.message}",
         "stage_finished": f"{event.stage}: finished"
         + (f" in {seconds:.1f}s" if isinstance(seconds, (int, float)) else ""),
         "stage_failed": f"{event.stage}: failed: {event.message}",
@@ -656,5 +725,36 @@ async def _serve(state: FlakebotMCP) -> None:
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write), anyio.create_task_group() as jobs:
         state.jobs = jobs
-        await server.run(read, write, options)
+        checked = await _answer_unreadable_lines(read, write, jobs)
+        await server.run(checked, write, options)
         jobs.cancel_scope.cancel()
+
+
+async def _answer_unreadable_lines(read: Any, write: Any, group: Any) -> Any:
+    """The messages of `read`, where a line that is not JSON is answered -32700 (parse error) and one that is JSON but
+    no JSON-RPC message -32600 (invalid request), as JSON-RPC 2.0 says, instead of being dropped with no reply."""
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    sender, receiver = anyio.create_memory_object_stream[Any](0)
+
+    async def relay() -> None:
+        async with sender:
+            async for item in read:
+                if not isinstance(item, Exception):
+                    await sender.send(item)
+                    continue
+                code, what = _unreadable(item)
+                error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=what))
+                await write.send(SessionMessage(error))
+
+    group.start_soon(relay)
+    return receiver
+
+
+def _unreadable(exc: Exception) -> tuple[int, str]:
+    """The JSON-RPC code and message for a line the transport could not read as a message."""
+    text = str(exc)
+    if "json_invalid" in text or "Invalid JSON" in text:
+        return -32700, "parse error: the line is not JSON (one JSON-RPC message per line)"
+    return -32600, "invalid request: the line is JSON but not a JSON-RPC 2.0 message"

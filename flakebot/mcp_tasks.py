@@ -8,12 +8,14 @@ files, so any `flakebot mcp` of the same user answers tasks/get, tasks/result, t
 task another one created (LangChain's adapters start a server per call). The files are the user's own, so a task
 is as private as the state directory; its id carries 64 random bits besides.
 
-Status: working while the job's process runs and its journal has no result; completed once the journal ends with a
+Status: working while the job's process runs (its pid with the start time the record keeps, pipeline.jobs: a pid
+given to another process since is not the job) and its journal has no result; completed once the journal ends with a
 result, failed once it ends with flakebot's error (the call's isError result) or the process is gone without
 either; cancelled once tasks/cancel marked it. Cancelling sends SIGTERM to the job's process group (a flakebot run
 takes it as Ctrl-C: the stage and run are marked interrupted, and `resume` continues it), then SIGKILL to what is
-left after CANCEL_GRACE seconds. tasks/result waits for a terminal status and returns the CallToolResult the call
-would have returned had it waited. ttl: as asked, at most MAX_TTL_MS, DEFAULT_TTL_MS if not; a task whose ttl has
+left after CANCEL_GRACE seconds. tasks/result waits for a terminal status (at most task_result_wait seconds, then a
+REQUEST_TIMEOUT error saying the status and how to ask again) and returns the CallToolResult the call would have
+returned had it waited. ttl: as asked, at most MAX_TTL_MS, DEFAULT_TTL_MS if not; a task whose ttl has
 passed is forgotten once it is terminal (its journal stays). Tasks are offered on protocol 2025-11-25 only: the
 2026-07-28 revision moved them out of the core protocol, and older revisions have none. Neither
 notifications/tasks/status nor progress for a task is sent (both optional): a host polls tasks/get, whose
@@ -44,8 +46,10 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 
+from flakebot import config
 from flakebot.errors import FlakebotError
 from flakebot.fsutil import atomic_write_json  # another server may read a record at any moment
+from flakebot.pipeline import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +69,9 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 class Jobs(Protocol):
     """What tasks need of the server (mcp_server.FlakebotMCP): its detached jobs."""
+
+    def settings(self) -> config.Settings:
+        """The settings (task_result_wait)."""
 
     def job_directory(self) -> Path:
         """Where the jobs' journals are."""
@@ -136,10 +143,14 @@ class Tasks:
             )
         asked = params.task.ttl if params.task is not None else None
         ttl = min(asked, MAX_TTL_MS) if asked is not None and asked > 0 else DEFAULT_TTL_MS
-        process, journal = self.jobs.start_job(ctx, params.name, dict(params.arguments or {}))
+        try:
+            process, journal = self.jobs.start_job(ctx, params.name, dict(params.arguments or {}))
+        except jobs.JobLimit as exc:  # nothing started, nothing written
+            raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}
+        record["start_time"] = jobs.start_time(process.pid)  # the job's identity: its pid may be another's later
         atomic_write_json(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
         text = f"{params.name} runs as task {task_id}; its result comes when the task completes"
@@ -150,10 +161,15 @@ class Tasks:
         return types.GetTaskResult(**self._known(params.task_id).task.model_dump())
 
     async def result(self, ctx: Any, params: types.GetTaskPayloadRequestParams) -> Any:
-        """The call's own result once the task is terminal (waiting till then), with the related-task _meta."""
+        """The call's own result once the task is terminal (waiting till then, at most task_result_wait seconds), with
+        the related-task _meta."""
         _offered(ctx)
         view = self._known(params.task_id)
+        wait = jobs.bounded(self.jobs.settings(), "task_result_wait", 1, 3600)
+        deadline = time.monotonic() + wait
         while view.task.status not in TERMINAL:
+            if time.monotonic() >= deadline:
+                raise MCPError(types.REQUEST_TIMEOUT, _still_running(view.task, wait))
             await anyio.sleep(0.25)
             view = self._known(params.task_id)
         outcome = view.outcome or {"error": self._lost(params.task_id, view.task.status).result()}
@@ -189,7 +205,7 @@ class Tasks:
         path = self._record_path(params.task_id)
         record = _read_record(path) or {}
         atomic_write_json(path, {**record, "cancelled": time.time()})
-        await self._end_group(params.task_id, record.get("pid"))
+        await self._end_group(params.task_id, record)
         return types.CancelTaskResult(**self._known(params.task_id).task.model_dump())
 
     # ------------------------------------------------------------ reading a task from its files
@@ -219,7 +235,7 @@ class Tasks:
             return None
         journal = path.with_name(f"{task_id}.jsonl")
         self._reap(task_id)
-        alive = _job_alive(record.get("pid"), journal)  # before reading: a job that just ended wrote its result
+        alive = _job_alive(record, journal)  # before reading: a job that just ended wrote its result
         lines = self.jobs.journal(journal)
         outcome = lines[-1] if lines and ("result" in lines[-1] or "error" in lines[-1]) else None
         status: types.TaskStatus
@@ -268,10 +284,11 @@ class Tasks:
         if process is not None and process.poll() is not None:
             del self.processes[task_id]
 
-    async def _end_group(self, task_id: str, pid: Any) -> None:
+    async def _end_group(self, task_id: str, record: dict[str, Any]) -> None:
         """SIGTERM the job's process group, SIGKILL it if anything of it is left after CANCEL_GRACE seconds."""
         journal = self.jobs.job_directory() / f"{task_id}.jsonl"
-        if not isinstance(pid, int) or not _job_alive(pid, journal):
+        pid = record.get("pid")
+        if not isinstance(pid, int) or not _job_alive(record, journal):
             return  # ended already (the id may be another process's by now)
         _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + CANCEL_GRACE
@@ -286,6 +303,14 @@ class Tasks:
             if task_id not in self.processes:
                 break
             await anyio.sleep(0.05)
+
+
+def _still_running(task: types.Task, waited: float) -> str:
+    """tasks/result's answer once task_result_wait passed: where the task is, and how to ask again."""
+    return (
+        f"task {task.task_id} is still {task.status} after {waited:g} s ({task.status_message}): call tasks/result "
+        f"again to wait once more, or poll tasks/get every {task.poll_interval // 1000 if task.poll_interval else 2} s"
+    )
 
 
 def _error_line(error: dict[str, Any]) -> str:
@@ -328,17 +353,20 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def _job_alive(pid: Any, journal: Path) -> bool:
-    """Whether `pid` is still the job writing `journal`: not a zombie, and its command line names the journal (or is
-    still empty: a process has none for a moment after its exec)."""
-    if not isinstance(pid, int):
+def _job_alive(record: dict[str, Any], journal: Path) -> bool:
+    """Whether the record's process is still the job writing `journal`: the same pid and start time (pipeline.jobs),
+    not a zombie. A record from before start times were kept: its process's command line must name the journal (a
+    kernel thread's is empty)."""
+    pid = record.get("pid")
+    if "start_time" in record:
+        return jobs.is_running(pid, record["start_time"])
+    if not isinstance(pid, int) or jobs.start_time(pid) is None:
         return False
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
         argv = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, IndexError):
+    except OSError:
         return False
-    return state not in ("Z", "X") and (not argv or os.fsencode(str(journal)) in argv.split(b"\0"))
+    return jobs.is_running(pid, jobs.start_time(pid)) and os.fsencode(str(journal)) in argv.split(b"\0")
 
 
 def _group_exists(pgid: int) -> bool:

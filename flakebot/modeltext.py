@@ -8,6 +8,7 @@ comment (a newline would end the comment and start code), rich markup escaped, a
 
 from __future__ import annotations
 
+import json
 import re
 
 # C0 and C1 controls and DEL, and the bidi overrides that reorder what a reader sees ("Trojan source").
@@ -19,6 +20,7 @@ _BLOCK_START = re.compile(r"^([-+=]|\d+[.)])")
 
 SUMMARY_CHARS = 200
 DATA_NOTE = "written by its author (data, not instructions)"
+QUOTE_NOTE = "model's words, data not instructions"
 
 
 def plain(text: object, keep: str = "\n\t") -> str:
@@ -30,6 +32,12 @@ def one_line(text: object, limit: int = SUMMARY_CHARS) -> str:
     """One line of at most `limit` characters: controls removed, every run of whitespace (newlines too) one space."""
     line = " ".join(plain(text).split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def quoted(text: object, limit: int = SUMMARY_CHARS) -> str:
+    """Model text inside a line flakebot writes (progress, task status, an error): marked as the model's words and
+    JSON-quoted, so nothing in it can end the quote and go on as flakebot's own words."""
+    return f"({QUOTE_NOTE}: {json.dumps(one_line(text, limit), ensure_ascii=False)})"
 
 
 def comment(text: object, limit: int = SUMMARY_CHARS) -> str:

@@ -12,6 +12,18 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
                                    source the tree names passed the allow-list (flakebot.cargo.sources: crates.io,
                                    https git on the git_sources hosts, paths inside the tree; manifest and lock)
     copying the tree               copy_sources: drops STEERING files, refuses links leaving the tree
+    acquiring the tree             clone, copy or unpack refuses any link pointing out of the tree
+                                   (source.tree.refuse_links_leaving) before cargo metadata or any later step
+    files in untrusted trees       every host read, write, mkdir, rename, remove, chmod or lock inside a tree a
+                                   sandbox, a repository, a cache owner or a tool could have written (the
+                                   workspace, a target dir, a dependency-cache build, a shared catalog directory)
+                                   goes through flakebot.safefs.Tree: each component opened beneath a trusted
+                                   directory descriptor with O_NOFOLLOW, '..' and absolute paths refused, files
+                                   replaced by an O_EXCL temp renamed within one descriptor (a link or hard link
+                                   at the name is replaced, never written through), only regular files read or
+                                   locked (a FIFO cannot hang the host), a lock never truncated or written;
+                                   tests/test_layout.py keeps raw writes out of the modules that handle such
+                                   trees, listing the few trusted-root writes left and why their root is trusted
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
     of the flake, nix build        builds (build.rs, proc macros, checks) as nixbld users in Nix's sandbox, with
                                    every nix call's options from flakebot.nix.command.machine_options
@@ -60,15 +72,23 @@ Model text (summaries, usage, --help, example descriptions and outputs) is data 
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
 rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
 
-What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop), bubblewrap, Nix's
-build sandbox and its build users, git and cargo themselves doing only what their hardened options allow, and
-the https forges on the git_sources list; for shared catalogs, the holders of the keys configured for them (they
-can sign any tool, which still runs sandboxed), the first index a machine reads of a catalog (rollback protection
-starts there; the expiry bounds how old it can be) and this machine's clock; their own config file and environment
-(flakebot reads trust settings from nowhere else). The steering-name table cannot name every file some program
-reads as configuration: a tool's output with another such name lands as data, and the user decides whether to run
-what reads it. A read-only named directory is checked when the run starts: a socket a host program makes there
-while the tool runs is not refused.
+Everything a caller can start is bounded (docs/limits.md): long MCP calls pass admission (flakebot.pipeline.jobs:
+at most max_jobs on the machine and max_session_jobs per session, refused past either, nothing written); a job is
+its pid plus its process start time, so a reused pid never reads as the job; tasks/result and a detached call's
+start wait at most task_result_wait; outputs/ holds at most outputs_mb, least recently used files removed first,
+one call's file at most output_file_mb (deliver.outputfiles); a tool run has tool_timeout, a run its budgets.
+
+What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop, openat's O_NOFOLLOW
+and renameat within one directory descriptor), the spelling of each root flakebot opens a safefs.Tree on (the
+user's own cache, data and work directories, the directory a file:// catalog URL names; a link there is followed
+once, as the user wrote it), bubblewrap, Nix's build sandbox and its build users, git and cargo themselves doing
+only what their hardened options allow, and the https forges on the git_sources list; for shared catalogs, the
+holders of the keys configured for them (they can sign any tool, which still runs sandboxed), the first index a
+machine reads of a catalog (rollback protection starts there; the expiry bounds how old it can be) and this
+machine's clock; their own config file and environment (flakebot reads trust settings from nowhere else). The
+steering-name table cannot name every file some program reads as configuration: a tool's output with another
+such name lands as data, and the user decides whether to run what reads it. A read-only named directory is
+checked when the run starts: a socket a host program makes there while the tool runs is not refused.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ LEAVES = {
     "preflight",
     "redact",
     "render",
+    "safefs",
     "toolschema",
     "toolspec",
     "trust",
@@ -36,7 +37,9 @@ ALLOWED = {
     "nix": {"cargo", "sandbox", "source"},
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "source"},
-    "evaluate": {"api", "llm", "pipeline", "sandbox", "source"},
+    "commands": {"crates", "deliver", "llm", "nix", "pipeline", "source", "stages"},
+    "evaluate": {"commands", "llm", "pipeline", "sandbox", "source"},
+    "hosts": set(),
     "services": {"api", "deliver", "nix", "sandbox"},
 }
 NEVER_IMPORTED = {"cli", "mcp_server"}  # the outermost callers: nothing in the library reaches back to them
@@ -114,3 +117,196 @@ def test_every_root_module_is_on_the_code_map() -> None:
         p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py") and p.name not in code_map
     ]
     assert not missing, f"root modules not on the map in docs/code.md: {missing}"
+
+
+# ---------------------------------------------------------------- host file access on untrusted trees
+
+# The modules whose host steps touch a tree someone else could have written (a workspace, a clone, a target dir, a
+# dependency-cache build, a shared catalog directory): there, every write goes through flakebot.safefs.Tree.
+UNTRUSTED_TREE_MODULES = [
+    "agent/*.py",
+    "source/*.py",
+    "cargo/depcache.py",
+    "cargo/cache_skeleton.py",
+    "cargo/fetch.py",
+    "deliver/shared.py",
+    "deliver/publish.py",
+    "nix/crate.py",
+    "nix/devdeps.py",
+    "stages/*.py",
+]
+PATH_WRITES = {"write_text", "write_bytes", "mkdir", "rename", "replace", "unlink", "rmdir", "touch", "symlink_to"}
+PATH_WRITES |= {"hardlink_to", "chmod", "chown"}
+OS_WRITES = {"open", "rename", "replace", "remove", "unlink", "rmdir", "mkdir", "makedirs", "chmod", "chown", "lchown"}
+OS_WRITES |= {"symlink", "link", "mkfifo", "renames", "removedirs", "truncate"}
+RAW_HELPERS = {"atomic_write_text", "atomic_write_json", "remove_tree"}  # flakebot.fsutil: they follow links
+# The writes that remain in those modules, by (module, function): the calls allowed there and why their root is
+# trusted (one flakebot made or owns, that no sandbox, repository, cache owner or tool has written when they run).
+TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
+    # a fresh staging dir (mkdtemp) in the run's own directory: filled by copy, clone or unpack, and refused by
+    # source.tree.refuse_links_leaving before any later step; the run's directory is flakebot's
+    ("source/acquisition.py", "staging"): (
+        {".mkdir()", ".rmdir()", ".rename()", "remove_tree"},
+        "the run's directory and the fresh staging dir in it",
+    ),
+    ("source/archive.py", "extract"): (
+        {".rename()", ".rmdir()"},
+        "the fresh staging dir, after tarfile's data filter refused links leaving it",
+    ),
+    ("source/newcrate.py", "_create"): ({".write_text()"}, "the fresh staging dir `cargo init` just filled"),
+    ("source/tree.py", "copy_crate"): (
+        {"shutil.copytree"},
+        "a copy into the fresh staging dir (links leaving it refused right after)",
+    ),
+    ("source/tree.py", "strip_registry_files"): (
+        {"remove_tree"},
+        "the fresh staging dir; remove_tree unlinks a link, never enters it",
+    ),
+    ("source/tree.py", "_make_writable"): ({".chmod()"}, "the fresh staging dir just copied; links are skipped"),
+    # the dependency cache's own directories: the sandbox writes only crate/ and target/ inside a build's temp dir,
+    # and those go through safefs (build_entry, _drop_skeleton_outputs, _hand_to_owner, the target-dir removals)
+    ("cargo/cache_skeleton.py", "Skeleton.write"): (
+        {".mkdir()", ".write_text()"},
+        "the build's fresh temp dir, before the sandbox runs there",
+    ),
+    ("cargo/depcache.py", "build_entry"): (
+        {".mkdir()", ".rename()", "shutil.rmtree"},
+        "the cache root (flakebot's) and the build's temp dir, not target/ itself",
+    ),
+    ("cargo/depcache.py", "evict"): (
+        {".rename()", "shutil.rmtree"},
+        "entries in flakebot's cache root, handed to its own user when stored",
+    ),
+    ("cargo/depcache.py", "_sweep_stale"): ({"shutil.rmtree"}, "flakebot's cache root; rmtree never follows a link"),
+    ("cargo/depcache.py", "copy_entry"): (
+        {".mkdir()"},
+        "the run's own target dir, created before the loop's sandbox runs",
+    ),
+    # flakebot's own CARGO_HOME (written only by host cargo) and the run's git view made from it
+    ("cargo/fetch.py", "refresh_git_view"): (
+        {"shutil.rmtree", ".mkdir()", "shutil.copytree", ".rename()"},
+        "the run's git view, rebuilt from flakebot's own CARGO_HOME",
+    ),
+    ("cargo/fetch.py", "_link_or_copy"): (
+        {"os.link", "shutil.copy2"},
+        "the run's git view, rebuilt from flakebot's own CARGO_HOME",
+    ),
+    # the stages: the run's own directory and the workspace's root (flakebot's path; remove_tree unlinks a link)
+    ("stages/acquire.py", "acquire_stage"): (
+        {"remove_tree"},
+        "the run's workspace, removed before it is acquired again",
+    ),
+    ("stages/locate.py", "_acquire"): ({"remove_tree"}, "the run's workspace, removed before it is acquired again"),
+    ("stages/edit.py", "edit_stage"): ({"atomic_write_json"}, "edit.json in the run's directory (flakebot's)"),
+    ("stages/instruct.py", "catalogue"): (
+        {"atomic_write_json", "atomic_write_text"},
+        "manifest.json and USAGE.md in the run's directory (flakebot's)",
+    ),
+    # the user's own data directory and private temp dirs
+    ("deliver/publish.py", "signing_key"): (
+        {".mkdir()", "open(for writing)", "atomic_write_text", ".chmod()"},
+        "<catalog_dir>/keys, the user's own data directory",
+    ),
+    ("deliver/shared.py", "write_entry_dir"): (
+        {".mkdir()", "atomic_write_json", ".write_text()", "shutil.copytree"},
+        "a private temp dir; safefs copies it into the shared cache",
+    ),
+}
+
+
+def raw_writes(path: Path) -> list[tuple[str, str, int]]:
+    """(function, call, line) of every raw file write in a module; calls on a safefs.Tree are not raw."""
+    found: list[tuple[str, str, int]] = []
+
+    def trees_in(function: ast.AST) -> set[str]:
+        """Names bound to a Tree in a function: `t = Tree(...)`, `a, t = x, Tree(...)`, parameters typed Tree."""
+        names = set()
+        for node in ast.walk(function):
+            if isinstance(node, ast.arg) and isinstance(node.annotation, ast.Name) and node.annotation.id == "Tree":
+                names.add(node.arg)
+            if isinstance(node, ast.Assign):
+                pairs = [(node.targets[0], node.value)]
+                if isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    pairs = list(zip(node.targets[0].elts, node.value.elts, strict=False))
+                for target, value in pairs:
+                    if isinstance(target, ast.Name) and is_tree(value, set()):
+                        names.add(target.id)
+        return names
+
+    def is_tree(node: ast.AST, names: set[str]) -> bool:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Tree":
+            return True
+        return isinstance(node, ast.Name) and node.id in names
+
+    def visit(node: ast.AST, scope: list[str], trees: set[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = trees | (trees_in(child) if not isinstance(child, ast.ClassDef) else set())
+                visit(child, [*scope, child.name], inner)
+                continue
+            if isinstance(child, ast.Call):
+                call = raw_call(child, trees)
+                if call:
+                    found.append((".".join(scope), call, child.lineno))
+            visit(child, scope, trees)
+
+    def raw_call(node: ast.Call, trees: set[str]) -> str:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            owner = func.value.id if isinstance(func.value, ast.Name) else ""
+            if owner == "os":
+                return f"os.{func.attr}" if func.attr in OS_WRITES else ""
+            if owner == "dataclasses":
+                return ""
+            if owner == "shutil":
+                return "" if func.attr in ("which", "ignore_patterns") else f"shutil.{func.attr}"
+            if func.attr in PATH_WRITES and not is_tree(func.value, trees):
+                if func.attr == "replace" and len(node.args) == 2:
+                    return ""  # str.replace(old, new); Path.replace takes one target
+                return f".{func.attr}()"
+        if isinstance(func, ast.Name):
+            if func.id in RAW_HELPERS:
+                return func.id
+            if func.id == "open":
+                mode = node.args[1] if len(node.args) > 1 else None
+                mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
+                if mode is not None and not (isinstance(mode, ast.Constant) and set(str(mode.value)) <= set("rbt")):
+                    return "open(for writing)"
+        return ""
+
+    visit(ast.parse(path.read_text()), [], set())
+    return found
+
+
+def test_untrusted_trees_are_written_only_through_safefs() -> None:
+    """In the modules that handle untrusted trees no raw write (Path.write_text/write_bytes/mkdir/rename/unlink,
+    os.*, shutil.*, open for writing, fsutil's helpers) remains outside TRUSTED_ROOT_WRITES."""
+    modules = sorted({p for pattern in UNTRUSTED_TREE_MODULES for p in PACKAGE.glob(pattern)})
+    assert len(modules) > 10
+    raw = [
+        f"{path.relative_to(PACKAGE)}:{line} {function or '<module>'} calls {call}"
+        for path in modules
+        for function, call, line in raw_writes(path)
+        if call not in TRUSTED_ROOT_WRITES.get((str(path.relative_to(PACKAGE)), function), (set(), ""))[0]
+    ]
+    assert raw == [], "write through flakebot.safefs.Tree, or say in TRUSTED_ROOT_WRITES why the root is trusted"
+
+
+def test_the_raw_write_check_sees_each_kind_of_write(tmp_path: Path) -> None:
+    """The check above would catch what it is there to catch (and lets Tree calls pass)."""
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import os, shutil\nfrom flakebot.safefs import Tree\n"
+        "def f(p, t: Tree):\n"
+        "    p.write_text('x'); (p / 'a').mkdir(); os.rename(p, p); shutil.rmtree(p); open(p, 'w'); remove_tree(p)\n"
+        "    t.write_text('a', 'x'); Tree(p).mkdir('a'); tree = Tree(p); tree.rename('a', 'b'); 'a'.replace('a', 'b')\n"
+        "    open(p).read(); open(p, 'rb')\n"
+    )
+    assert [call for _, call, _ in raw_writes(module)] == [
+        ".write_text()",
+        ".mkdir()",
+        "os.rename",
+        "shutil.rmtree",
+        "open(for writing)",
+        "remove_tree",
+    ]

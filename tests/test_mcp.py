@@ -211,6 +211,7 @@ def test_mcp_craft_without_waiting_then_status_until_done(
                     break
                 await asyncio.sleep(0.5)
             seen["status"] = status
+            seen["shown"], _ = await client.call("show", {"name": "shout"})  # the whole manifest is a show away
             await asyncio.sleep(0.2)
             seen["changes"] = client.list_changes()
             seen["shout"] = await client.call("shout", {"stdin": "abc\n"})
@@ -227,10 +228,9 @@ def test_mcp_craft_without_waiting_then_status_until_done(
     assert [s["name"] for s in status["stages"]] == CRAFT_STAGES and all(
         s["status"] == "finished" for s in status["stages"]
     )
-    assert (
-        status["result"]["manifest"]["name"] == "shout"
-        and status["result"]["manifest"]["verification_command"]["passed"]
-    )
+    assert status["result"]["name"] == "shout" and status["result"]["call"]["mcp_tool"] == "shout"
+    assert len(json.dumps(status)) <= 2048 and "manifest" not in status["result"]
+    assert seen["shown"]["manifest"]["name"] == "shout" and seen["shown"]["manifest"]["verification_command"]["passed"]
     assert seen["changes"] >= 1  # the job's craft changed the catalog
     assert seen["shout"][0]["stdout"] == "ABC\n"
     assert seen["resumed"][0]["status"] == "crafted"  # resuming a finished run returns its result

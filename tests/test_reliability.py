@@ -51,16 +51,27 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "bench/reliability.json").read_text())
     sections = report["sections"]
-    assert list(sections) == ["faults", "escapes", "inputs", "crashes", "concurrency", "catalogs"]
+    assert list(sections) == [
+        "faults",
+        "escapes",
+        "hostfiles",
+        "inputs",
+        "crashes",
+        "concurrency",
+        "catalogs",
+        "limits",
+    ]
     assert all(sections.values()), "every section produced rows"
     # The rows say what happened; the subset is one where everything must hold.
     assert all(row["ok"] for name in ("faults", "inputs", "crashes", "catalogs") for row in sections[name]), sections
+    assert all(row["bounded"] for row in sections["limits"]), sections["limits"]
     assert {(r["sandbox"], r["contained"]) for r in sections["escapes"]} == {
         ("bubblewrap", True),
         ("plain process", False),
         ("hostile session (pipeline)", True),
     }
     assert all(batch["consistent"] for batch in sections["concurrency"])
+    assert all(row["contained"] for row in sections["hostfiles"]), sections["hostfiles"]
     fault = sections["faults"][0]
     assert fault["http_requests"] == fault["flakebot_calls"] + 1 and fault["how"] == "the SDK retried 1 time(s)"
     # The Markdown and the README carry the JSON's figures, not typed ones.
@@ -68,9 +79,11 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
     for heading in (
         "## Model-server faults",
         "## Sandbox escapes",
+        "## Host file access in untrusted trees",
         "## Bad input",
         "## Crash points",
         "## Concurrent crafts",
+        "## Limits",
     ):
         assert heading in markdown
     assert sections["inputs"][0]["error_line"] in markdown

@@ -17,6 +17,7 @@ from typing import Any
 
 from flakebot.agent.loop import StopLoop
 from flakebot.errors import EditError
+from flakebot.safefs import Tree
 from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
 from flakebot.toolspec import Example, ToolSpec
 
@@ -65,11 +66,11 @@ def _slug(text: str) -> str:
 
 
 def write_acceptance_test(spec: ToolSpec, crate_dir: Path) -> dict[str, str]:
-    """Write the acceptance test into the crate; returns {relative path: sha256} to freeze."""
-    path = crate_dir / ACCEPTANCE_TEST
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the acceptance test into the crate; returns {relative path: sha256} to freeze. The crate came from a
+    repository or a sandboxed step (a `tests` link out of it, a link, hard link or FIFO at the name): written
+    through flakebot.safefs, so a link is refused and the file replaced, never written through."""
     text = render_acceptance_test(spec)
-    path.write_text(text)
+    Tree(crate_dir).write_text(ACCEPTANCE_TEST, text)
     return {ACCEPTANCE_TEST: hashlib.sha256(text.encode()).hexdigest()}
 
 
@@ -118,13 +119,11 @@ class Frozen:
 
 
 def _digest(workspace: Path, rel: str) -> str:
-    """sha256 of the regular file at `rel`, reached through real directories only; '' otherwise."""
-    current = workspace
-    for part in Path(rel).parts:
-        current = current / part
-        if current.is_symlink():
-            return ""
-    return hashlib.sha256(current.read_bytes()).hexdigest() if current.is_file() else ""
+    """sha256 of the regular file at `rel`, reached through real directories only; '' otherwise (a link, a FIFO)."""
+    try:
+        return hashlib.sha256(Tree(workspace).read_bytes(rel)).hexdigest()
+    except OSError:  # missing, a link, not a regular file (flakebot.safefs.UnsafePath is an OSError)
+        return ""
 
 
 def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits) -> tuple[bool, CommandResult]:
@@ -140,8 +139,7 @@ def run_example(binary: Path, example: Example, mode: str, limits: SandboxLimits
                 raise EditError(
                     f"example file {name!r} leaves the example's directory", fix="give example files relative names"
                 )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+            Tree(cwd).write_text(str(path.relative_to(cwd.resolve())), content)
         sandbox = open_sandbox(
             mode, workspace=cwd, writable=[cwd], readable=[binary.resolve().parent], limits=limits, adopt=True
         )

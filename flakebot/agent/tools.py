@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +33,7 @@ from flakebot.cargo.fetch import ManifestWatch, sync
 from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import FlakebotError, HostError
-from flakebot.fsutil import remove_tree
+from flakebot.safefs import Tree
 from flakebot.sandbox import Sandbox
 from flakebot.toolschema import BadArguments, declare
 from flakebot.trust import git_reason, steering_reason
@@ -293,8 +293,7 @@ class Toolbox:
         if len(content.encode()) > MAX_FILE_BYTES:
             raise Refused(f"content is larger than {MAX_FILE_BYTES} bytes; split it into modules")
         created = not file.exists()
-        file.parent.mkdir(parents=True, exist_ok=True)
-        _replace_file(file, content.encode())
+        _replace_file(self.workspace, file, content.encode())
         lines = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
         verb = "created" if created else "overwrote"
         return ToolResult(
@@ -330,7 +329,7 @@ class Toolbox:
             )
         offset = text.index(search)
         new = text[:offset] + replace + text[offset + len(search) :]
-        _replace_file(file, new.encode())
+        _replace_file(self.workspace, file, new.encode())
         first = text.count("\n", 0, offset) + 1
         return ToolResult(
             True,
@@ -580,18 +579,16 @@ def _dependency_spec(name: str, version: str | None, features: list[str]) -> lis
     return spec + (["--features", ",".join(features)] if features else [])
 
 
-def _replace_file(path: Path, content: bytes) -> None:
-    """Write `content` to `path` atomically, replacing whatever is there (a file, a symlink, a directory)."""
-    if path.is_dir() and not path.is_symlink():
-        remove_tree(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.is_file() and not path.is_symlink() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _replace_file(workspace: Path, path: Path, content: bytes) -> None:
+    """Write `content` to `path` atomically, replacing whatever is there (a file, a symlink, a directory). The
+    workspace is the sandbox's to write between calls: the write goes through flakebot.safefs, beneath the
+    workspace's descriptor, so a link swapped in after `_inside` checked the path is refused, never followed."""
+    tree, rel = Tree(workspace), str(path.relative_to(workspace))
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        info: os.stat_result | None = tree.lstat(rel)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        tree.remove(rel)
+    mode = stat.S_IMODE(info.st_mode) if info is not None and stat.S_ISREG(info.st_mode) else 0o644
+    tree.write_bytes(rel, content, mode=mode)

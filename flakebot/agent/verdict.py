@@ -13,6 +13,7 @@ from typing import Any
 
 from flakebot.agent.acceptance import ACCEPTANCE_TARGET, ACCEPTANCE_TEST, acceptance_test_names, example_failure
 from flakebot.agent.loop import Verdict
+from flakebot.safefs import read_file_text
 from flakebot.sandbox import CommandResult
 from flakebot.toolspec import Example, ToolSpec
 
@@ -232,7 +233,7 @@ def _owns(test_file: str, path: str) -> bool:
 
 def _targets(crate_dir: Path) -> dict[str, Any]:
     """The library, binaries and integration tests of the crate (cargo's auto-discovery plus [[bin]]/[[test]])."""
-    manifest = tomllib.loads((crate_dir / "Cargo.toml").read_text())
+    manifest = tomllib.loads(read_file_text(crate_dir / "Cargo.toml"))  # a FIFO or link there: refused
     package = manifest.get("package", {}).get("name", "")
     lib = manifest.get("lib", {}).get("name") or (
         package.replace("-", "_") if (crate_dir / "src/lib.rs").is_file() or "lib" in manifest else ""

@@ -23,6 +23,8 @@ from typing import Any
 
 import tomlkit
 
+from flakebot.safefs import read_file_text
+
 SKELETON_NAME = "flakebot-deps-skeleton"
 TARGET_TABLES = ("lib", "bin", "test", "example", "bench")
 DEPENDENCY_TABLES = ("dependencies", "dev-dependencies", "build-dependencies")
@@ -70,7 +72,8 @@ def skeleton_of(crate_dir: Path) -> Skeleton:
     if manifest_path.is_symlink() or lock_path.is_symlink():
         raise NoSkeleton("Cargo.toml or Cargo.lock is a symbolic link")
     try:
-        manifest_text, lock_text = manifest_path.read_text(), lock_path.read_text()
+        # the workspace is the sandbox's to write: a FIFO or link at either name is refused, not waited on
+        manifest_text, lock_text = read_file_text(manifest_path), read_file_text(lock_path)
         plain, lock = tomllib.loads(manifest_text), tomllib.loads(lock_text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise NoSkeleton(f"cannot read the manifest or lock: {exc}") from None

@@ -41,6 +41,7 @@ from flakebot.cargo.cache_skeleton import SKELETON_NAME, NoSkeleton, Skeleton, s
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.fsutil import tree_bytes
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +140,8 @@ class LoopSeeder:
         self.key, self.packages = key, skeleton.packages()
         if not grown and not (cache_root(self.settings) / key).is_dir():
             return None
-        try:
-            shutil.rmtree(self.target_dir)
+        try:  # the loop's sandbox wrote inside it: removed beneath its parent's descriptor, no link followed
+            Tree(self.target_dir.parent).remove(self.target_dir.name)
         except OSError as exc:
             logger.warning("dependency cache: cannot clear the target dir (%s); the loop keeps it", exc)
             self.key = ""
@@ -172,7 +173,10 @@ def _seed(
         copy_entry(entry, target_dir)
     except (DependencyBuildFailed, OSError, subprocess.SubprocessError) as exc:
         logger.warning("dependency cache: %s", exc)
-        shutil.rmtree(target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs
+        try:  # a half copy could pass for fresh outputs
+            Tree(target_dir.parent).remove(target_dir.name)
+        except OSError as cleanup:
+            logger.warning("dependency cache: cannot remove the half copy %s: %s", target_dir, cleanup)
         return Seeded("skipped", f"the dependencies did not build or copy alone ({exc})")
     size = tree_bytes(target_dir) // (1024 * 1024)
     return Seeded(status, f"{key[:12]}, {size} MiB copied", key, time.monotonic() - started)
@@ -248,9 +252,12 @@ def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) 
         )
         if not result.ok:
             raise DependencyBuildFailed(_last_error(result.stderr) or f"cargo exit {result.returncode}")
-        _drop_skeleton_outputs(target)
-        (target / ENTRY_INFO).write_text(json.dumps({"base": _base_key(cargo), "packages": skeleton.packages()}))
-        _hand_to_owner(target)
+        # The build script of any dependency wrote `target` as it pleased (links, FIFOs): from here on the host
+        # touches it only through flakebot.safefs, beneath a descriptor of the temp dir it made itself.
+        built = Tree(target)
+        _drop_skeleton_outputs(built)
+        built.write_text(ENTRY_INFO, json.dumps({"base": _base_key(cargo), "packages": skeleton.packages()}))
+        _hand_to_owner(built)
         entry = root / key
         try:
             target.rename(entry)
@@ -303,9 +310,10 @@ def _nearest_entry(root: Path, base_key: str, packages: list[str]) -> Path | Non
     Only code of the new set ever ran to make it (registry build scripts and proc macros, never the model's), so a
     build that starts from it is as clean as one from nothing."""
     wanted, best, shared = set(packages), None, 0
+    entries = Tree(root)
     for entry in root.iterdir():
         try:
-            info = json.loads((entry / ENTRY_INFO).read_text())
+            info = json.loads(entries.read_text(f"{entry.name}/{ENTRY_INFO}", limit=1 << 20))
         except (OSError, ValueError):
             continue
         has = set(info.get("packages", []))
@@ -325,28 +333,26 @@ def copy_entry(entry: Path, target_dir: Path) -> None:
     )
 
 
-def _drop_skeleton_outputs(target: Path) -> None:
+def _drop_skeleton_outputs(target: Tree) -> None:
     """Remove the skeleton crate's own outputs: only the dependencies' are worth keeping."""
-    for directory in [target, *target.glob("*"), *target.glob("*/*")]:
-        if not directory.is_dir() or directory.is_symlink():
-            continue
-        for path in list(directory.iterdir()):
-            if path.name.startswith(SKELETON_PREFIXES):
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    top = [name for name in target.listdir() if target.is_dir(name)]  # is_dir: a link is not entered
+    second = [f"{name}/{child}" for name in top for child in target.listdir(name) if target.is_dir(f"{name}/{child}")]
+    for directory in ["", *top, *second]:
+        for name in target.listdir(directory):
+            if name.startswith(SKELETON_PREFIXES):
+                target.remove(f"{directory}/{name}" if directory else name)
 
 
-def _hand_to_owner(target: Path) -> None:
+def _hand_to_owner(target: Tree) -> None:
     """The entry owned by flakebot's own user (the sandbox uid made it), writable by nobody else."""
     uid, gid = os.geteuid(), os.getegid()
-    for root, dirs, files in os.walk(target):
-        for path in [Path(root), *(Path(root, name) for name in [*dirs, *files])]:
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                continue
-            if st.st_uid != uid or st.st_gid != gid:
-                os.chown(path, uid, gid, follow_symlinks=False)
-            mode = stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH | stat.S_ISUID | stat.S_ISGID)
-            os.chmod(path, mode)
+    for rel, st in target.walk():
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if st.st_uid != uid or st.st_gid != gid:
+            target.chown(rel, uid, gid)
+        mode = stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH | stat.S_ISUID | stat.S_ISGID)
+        target.chmod(rel, mode)
 
 
 def _sweep_stale(root: Path) -> None:

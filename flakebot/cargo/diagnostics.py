@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import UsageError
+from flakebot.events import waiting_on
 from flakebot.sandbox import CommandResult, Sandbox
 
 SUBCOMMANDS = ("check", "build", "test")
@@ -173,7 +174,8 @@ def run_cargo(
     args = [subcommand, "--message-format=json", *(["--features", ",".join(cargo.features)] if cargo.features else [])]
     if subcommand == "test":
         args.append("--no-fail-fast")  # every test binary runs, so unit and acceptance failures both show
-    result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout)
+    with waiting_on(f"cargo {subcommand} (sandboxed)"):
+        result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout)
     return parse_output(subcommand, result)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
 from flakebot.cargo.sources import git_refusal
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -149,14 +150,20 @@ class ManifestWatch:
         return {path: path.read_bytes() for path in self._manifests() if path.is_file() and not path.is_symlink()}
 
     def restore(self, snapshot: dict[Path, bytes]) -> None:
+        # The workspace is the sandbox's to write: through flakebot.safefs, a link a build script left is replaced
+        # (or refused on the way), never written through.
+        tree = Tree(self.workspace)
         for path in self._manifests():
             if path not in snapshot:
-                path.unlink()  # created since the snapshot (a new Cargo.lock)
+                tree.remove(str(path.relative_to(self.workspace)))  # created since the snapshot (a new Cargo.lock)
         for path, content in snapshot.items():
-            if path.is_symlink():  # never write through a link a build script left
-                path.unlink()
-            if not path.is_file() or path.read_bytes() != content:
-                path.write_bytes(content)
+            rel = str(path.relative_to(self.workspace))
+            try:
+                same = tree.read_bytes(rel) == content
+            except OSError:  # gone, or a link or FIFO in its place (flakebot.safefs.UnsafePath)
+                same = False
+            if not same:
+                tree.write_bytes(rel, content)
         self.digest = self.current()
 
     def _manifests(self) -> list[Path]:

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flakebot.cargo import sources
-from flakebot.config import Settings, cache_home
+from flakebot.config import Settings, cache_home, rustup_home
 from flakebot.errors import FlakebotError
+from flakebot.events import waiting_on
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,9 @@ def cargo_program() -> str:
     found = shutil.which("cargo") or str(Path.home() / ".cargo/bin/cargo")
     if not Path(found).exists():
         raise FlakebotError(
-            "cargo is not installed", fix="install Rust (https://rustup.rs) or your distribution's cargo package"
+            "cargo is not installed (not on PATH, nor in ~/.cargo/bin)",
+            fix="install Rust (https://rustup.rs) or your distribution's cargo package; a server started with another "
+            "HOME needs cargo on its PATH (e.g. /home/you/.cargo/bin) or RUSTUP_HOME set in its environment",
         )
     return str(Path(found).resolve()) if "rustup" not in Path(found).resolve().name else found
 
@@ -76,10 +79,6 @@ def mirror_index(settings: Settings) -> str | None:
     if url == DEFAULT_INDEX_URL:
         return None
     return url if url.startswith("sparse+") else f"sparse+{url}/"
-
-
-def rustup_home() -> Path:
-    return Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup")
 
 
 @functools.cache
@@ -288,7 +287,7 @@ class Cargo:
         argv = self.host_argv(args, crate_dir)
         env = self.host_env()
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
-        with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral:
+        with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral, waiting_on(f"cargo {args[0]}"):
             return subprocess.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from flakebot.safefs import read_file_text
+
 if TYPE_CHECKING:
     from flakebot.cargo.runner import Cargo
 
@@ -171,8 +173,8 @@ def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
 def _table_specs(manifest: Path) -> Iterator[tuple[str, Any, str]]:
     """(name, spec, where) of `[workspace.dependencies]`, `[patch.*]` and `[replace]` in one Cargo.toml."""
     try:
-        doc = tomllib.loads(manifest.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
+        doc = tomllib.loads(read_file_text(manifest))  # a FIFO or link at the name: refused, not waited on
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return
     tables = {"[workspace.dependencies]": doc.get("workspace", {}).get("dependencies", {})}
     tables["[replace]"] = doc.get("replace", {})
@@ -189,7 +191,7 @@ def _table_specs(manifest: Path) -> Iterator[tuple[str, Any, str]]:
 def lock_refusal(lock: Path, allowed: tuple[str, ...]) -> str:
     """Why a package source in the Cargo.lock `lock` may not be used ('' when all may, or there is no lock)."""
     try:
-        doc = tomllib.loads(lock.read_text())
+        doc = tomllib.loads(read_file_text(lock))  # a FIFO or link at the name: refused, not waited on
     except FileNotFoundError:
         return ""
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console, Group
@@ -12,7 +14,8 @@ from rich.text import Text
 
 from flakebot.cli.jsonout import json_line as json_line  # re-exported: the commands print JSON through live
 from flakebot.cli.jsonout import json_result as json_result
-from flakebot.events import Event
+from flakebot.events import Event, EventSink
+from flakebot.hosts.heartbeat import beating
 from flakebot.modeltext import one_line
 
 STATUS_STYLE = {
@@ -62,6 +65,8 @@ class LiveStages:
             console.print()
 
     def __call__(self, event: Event) -> None:
+        if event.kind == "heartbeat" and not self.started:
+            return
         if not self.started:  # draw nothing until the run really starts, so early errors stay one line
             self.started = True
             self.live.__enter__()
@@ -78,7 +83,7 @@ class LiveStages:
             row.update(status="running", started=event.time, note="")
         elif event.kind == "stage_skipped":
             row.update(status="skipped", note=event.message)
-        elif event.kind == "progress":
+        elif event.kind in ("progress", "heartbeat"):
             row["note"] = event.message
         elif event.kind == "stage_finished":
             row.update(status="finished", seconds=event.data.get("seconds"))
@@ -117,10 +122,13 @@ class Quiet:
         return None
 
 
-def event_sink(as_json: bool, title: str = "", quiet: bool = False) -> JsonEvents | LiveStages | Quiet:
-    if as_json:
-        return JsonEvents()
-    return Quiet() if quiet else LiveStages(title)
+@contextmanager
+def event_sink(as_json: bool, title: str = "", quiet: bool = False) -> Iterator[EventSink]:
+    """Where a command's run events go (JSON lines, the live table, or nowhere with -q), with a heartbeat while a
+    step is long."""
+    shown: JsonEvents | LiveStages | Quiet = JsonEvents() if as_json else Quiet() if quiet else LiveStages(title)
+    with shown, beating(shown) as sink:
+        yield sink
 
 
 def age(seconds_ago: float) -> str:

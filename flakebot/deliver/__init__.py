@@ -13,6 +13,7 @@
     signatures.py  Nix signatures (ed25519 over a path's fingerprint, and over an index snapshot) in flakebot
     toolrun.py   a catalogued tool run for its caller, in the sandbox: what it may read, where it may write
     writelayer.py  a tool's writable paths as staged copies, copied back as data only (no links, no config names)
+    outputfiles.py outputs/: a tool call's stdout past tool_output_limit, under outputs_mb (oldest removed first)
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.
 """

@@ -15,13 +15,13 @@ both); reading works for file:// and http(s):// caches.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,10 @@ from flakebot.deliver import index as signed
 from flakebot.deliver.catalog import normalize_need
 from flakebot.deliver.signatures import signed_index
 from flakebot.deliver.versions import newest
-from flakebot.errors import CatalogError, CatalogTrustError, NixError
-from flakebot.fsutil import atomic_write_json, atomic_write_text, remove_tree
+from flakebot.errors import CatalogError, CatalogTrustError, NixError, UnsafePath
+from flakebot.fsutil import atomic_write_json
 from flakebot.nix import command
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -119,22 +120,24 @@ def cache_dir(url: str) -> Path | None:
 
 def add_entry(url: str, entry: dict[str, Any], record: dict[str, Any], key: IndexKey) -> str:
     """Write the entry's files into a file:// cache and sign a new index snapshot holding it, under the cache's
-    lock. Returns the entry's directory there."""
+    lock. Returns the entry's directory there.
+
+    The cache's owner may have planted links, hard links or FIFOs in it: below the directory the URL names, every
+    file is reached through flakebot.safefs (no link followed, files replaced by rename, the lock never written)."""
     root = cache_dir(url)
     assert root is not None
-    shared = root / PREFIX
+    cache = Tree(root)
     rel = f"tools/{entry['name']}/{entry['version']}"
-    (shared / "tools").mkdir(parents=True, exist_ok=True)
-    with open(shared / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two publishers at once: one index holding both
-        tools, sequence = _carried_forward(url, shared / "index.json", key)
+    cache.mkdir(f"{PREFIX}/tools")
+    with cache.lock(f"{PREFIX}/.lock"):  # two publishers at once: one index holding both
+        tools, sequence = _carried_forward(url, root / PREFIX / "index.json", key)
         tool = tools.get(entry["name"])
         if tool is not None and tool["need_key"] != normalize_need(entry.get("need", "")):
             raise CatalogError(
                 f"{url} holds a tool named {entry['name']} for another need ({tool['need']!r})",
                 fix=f"craft it under another name (--name {entry['name']}-2) and publish that",
             )
-        _replace_dir(shared / rel, lambda staging: write_entry_dir(staging, entry, record["store_path"]))
+        _replace_dir(cache, f"{PREFIX}/{rel}", lambda staging: write_entry_dir(staging, entry, record["store_path"]))
         versions = dict((tool or {}).get("versions") or {})
         kept = {k: record.get(k) for k in INDEX_FIELDS}
         versions[entry["version"]] = {**kept, "summary": entry.get("summary", "")}
@@ -152,8 +155,8 @@ def add_entry(url: str, entry: dict[str, Any], record: dict[str, Any], key: Inde
         snapshot = signed.new_snapshot(listed, max(sequence + 1, time.time_ns() // 1_000_000), key.lifetime)
         from flakebot.redact import redact
 
-        atomic_write_text(shared / "index.json", json.dumps(signed_index(redact(snapshot), key.secret)) + "\n")
-    return str(shared / rel)
+        cache.write_text(f"{PREFIX}/index.json", json.dumps(signed_index(redact(snapshot), key.secret)) + "\n")
+    return str(root / PREFIX / rel)
 
 
 def _carried_forward(url: str, path: Path, key: IndexKey) -> tuple[dict[str, Any], int]:
@@ -175,30 +178,34 @@ def _carried_forward(url: str, path: Path, key: IndexKey) -> tuple[dict[str, Any
     return dict(snapshot.tools), snapshot.sequence
 
 
-def _replace_dir(final: Path, fill: Any) -> None:
-    """Assemble a directory beside `final` and rename it in: a reader never sees half of one."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
+def _replace_dir(cache: Tree, final: str, fill: Any) -> None:
+    """Assemble a directory in a private temp dir, copy it in beside `final` and rename it in: a reader never sees
+    half of one, and nothing is ever assembled through a path the cache's owner could swap."""
+    parent, name = final.rsplit("/", 1)
+    staging, old = f"{parent}/.{name}.{uuid.uuid4().hex[:12]}", f"{parent}/.{name}.old"
+    with tempfile.TemporaryDirectory(prefix="flakebot-share-") as tmp:
+        fill(Path(tmp) / name)
+        cache.copy_in(Path(tmp) / name, staging)
     try:
-        remove_tree(staging)
-        fill(staging)
-        old = final.with_name(f".{final.name}.old")
-        remove_tree(old)
-        if final.exists():
-            final.rename(old)
-        staging.rename(final)
-        remove_tree(old)
+        cache.remove(old)
+        if cache.exists(final):
+            cache.rename(final, old)
+        cache.rename(staging, final)
+        cache.remove(old)
     finally:
-        remove_tree(staging)
+        cache.remove(staging)
 
 
 def _read_capped(path: Path) -> bytes | None:
-    """A file's bytes, at most one more than the index may hold (None when there is none)."""
+    """A cache's flakebot/index.json (`path`), at most one byte more than the index may hold (None when there is
+    none), read through flakebot.safefs: a link below the cache's directory, a FIFO or a device is refused."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(signed.MAX_BYTES + 1)
+        with Tree(path.parent.parent) as cache:
+            return cache.read_bytes(f"{path.parent.name}/{path.name}", at_most=signed.MAX_BYTES + 1)
     except FileNotFoundError:
         return None
+    except UnsafePath as exc:  # a link, FIFO or device: an unusable catalog, as an unreadable index is
+        raise CatalogError(f"cannot read {path}: {exc.message}", fix=exc.fix) from None
     except OSError as exc:
         raise CatalogError(f"cannot read {path}: {exc.strerror}", fix=f"check the permissions of {path}") from None
 

@@ -25,7 +25,8 @@ TIMED_OUT = 124
 HEAD_BYTES = 65536  # at most this much of a truncated stdout comes back in the result, in whole lines
 TRUNCATION = (
     "A stdout longer than flakebot's tool_output_limit setting is not returned whole: the result then has "
-    "truncated: true, stdout_file (a file holding all of it), stdout_bytes and its first lines as stdout."
+    "truncated: true, stdout_file (a file holding all of it), stdout_bytes and its first lines as stdout. Read "
+    "stdout_file soon: flakebot keeps the newest such files within its outputs_mb setting and removes older ones."
 )
 WRITABLE = "writable"  # the paths a call lets the tool write, beside its schema's arguments
 WRITABLE_SCHEMA = field_schema(

@@ -32,7 +32,7 @@ from typing import Any
 
 from flakebot import config
 from flakebot.config import Settings
-from flakebot.deliver import writelayer
+from flakebot.deliver import outputfiles, writelayer
 from flakebot.errors import CatalogError, UsageError
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
@@ -278,10 +278,9 @@ def tool_sandbox(
 
 
 def output_spill(settings: Settings) -> Spill:
-    """A tool call's stdout comes back whole: up to tool_output_limit bytes in the result, past it in a file
-    under the state directory (no larger than the sandbox's file-size limit)."""
-    directory = settings.path("workdir") / "outputs"
-    return Spill(directory, settings.tool_output_limit, settings.sandbox_file_mb * MIB)
+    """A tool call's stdout comes back whole: up to tool_output_limit bytes in the result, past it in a file in
+    the state directory's outputs/ (deliver.outputfiles: at most output_file_mb, the directory under outputs_mb)."""
+    return outputfiles.spill(settings)
 
 
 def _warn_discarded(scratch: Path, at: Path, sandbox: Sandbox) -> None:
@@ -323,6 +322,8 @@ def run_captured(
             full, env = sandbox.command([str(binary), *args], cwd=where)  # as sandbox.run would, with caller's stdin
             result = execute([str(binary), *args], full, cwd=where, env=env, timeout=timeout, stdin=None,
                              output_cap=settings.output_cap, spill=output_spill(settings), inherit_stdin=True)  # fmt: skip
+    if result.stdout_file:  # outputs/ stays under its quota: older files go
+        notes += [note for note in [outputfiles.settle(settings, result.stdout_file)] if note]
     extra = "".join(f"\n[flakebot: {note}]\n" for note in notes)
     return dataclasses.replace(result, stderr=result.stderr + extra) if extra else result
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flakebot import api
+from flakebot.commands.craft import craft
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, SpecError
 from flakebot.evaluate.checks import run_checks
@@ -122,7 +122,7 @@ def evaluate_need(need: Need, suite: Suite, model: str | None, settings: Setting
     started = time.monotonic()
     error = ""
     try:
-        api.craft(need.need, model=chosen, registry=registry, method=need.method, fresh=True, settings=settings)
+        craft(need.need, model=chosen, registry=registry, method=need.method, fresh=True, settings=settings)
         outcome = "crafted"
     except SpecError as exc:  # only the model's reject_need is a rejection; an unusable spec is a failure
         outcome, error = (

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from flakebot.errors import ModelError
+from flakebot.events import waiting_on
 from flakebot.llm.base import Reply, ToolCall, Usage
 from flakebot.llm.budget import Budget
 from flakebot.llm.history import is_overflow, shrink
@@ -144,7 +145,8 @@ class ChatModel:
             kwargs["tools"] = tools
         start = time.monotonic()
         try:
-            response = self._client.chat.completions.create(**kwargs)
+            with waiting_on(f"the model's reply ({self.endpoint.model})"):
+                response = self._client.chat.completions.create(**kwargs)
         except sdk.APIStatusError as exc:
             raise self._status_error(exc) from None
         except sdk.APIConnectionError as exc:  # includes APITimeoutError

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from flakebot.config import Settings
 from flakebot.errors import NixError
+from flakebot.events import waiting_on
 from flakebot.nix import command, evidence, gitdeps
 
 logger = logging.getLogger(__name__)
@@ -42,9 +43,10 @@ def build(
     errors: list[str] = []  # the first compiler errors, which a long log pushes out of the tail
     lints: list[str] = []  # lint levels, coded errors, ld's missing libraries of the whole log (evidence weighs them)
     mismatches: list[str] = []  # every hash mismatch and its specified/got lines (a --keep-going log has several)
-    outcome = command.run_streaming(
-        argv, settings.nix_build_timeout, _build_progress(report, errors, lints, mismatches), cwd=flake_dir
-    )
+    with waiting_on(f"nix build of {pname}"):
+        outcome = command.run_streaming(
+            argv, settings.nix_build_timeout, _build_progress(report, errors, lints, mismatches), cwd=flake_dir
+        )
     log_tail = "\n".join(outcome.tail)
     if outcome.timed_out:
         raise NixError(

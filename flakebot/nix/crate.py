@@ -16,6 +16,7 @@ from flakebot.errors import NixError, UsageError
 from flakebot.nix import deps, devdeps
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.lock import PINNED_RUSTC, version_tuple
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ def declare_rust_version(manifest: Path, rustc: str) -> str:
         return ""  # a virtual workspace manifest: its members carry the packages
     before = package.get("rust-version")
     package["rust-version"] = rustc
-    manifest.write_text(tomlkit.dumps(document))
+    Tree(manifest.parent).write_text(manifest.name, tomlkit.dumps(document))  # a link at its name is replaced
     return str(before) if isinstance(before, str) else ("workspace" if before is not None else "")
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 import tomlkit
 
+from flakebot.safefs import Tree
+
 logger = logging.getLogger(__name__)
 
 # `dev_dependencies` is cargo's old spelling, still accepted.
@@ -158,4 +160,4 @@ def _write(root: Path, originals: dict[str, str], left_out: set[DevDependency]) 
             for key in entry.table:
                 table = table[key]
             del table[entry.name]
-        (root / rel).write_text(tomlkit.dumps(document))
+        Tree(root).write_text(rel, tomlkit.dumps(document))  # the acquired tree: no link in it followed

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flakebot.config import Settings
+from flakebot.config import Settings, rustup_home
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text
 from flakebot.nix import deps, licenses
@@ -191,7 +191,7 @@ def host_triple(sysroot: Path) -> str:
 def toolchain_mounts(sysroot: Path) -> tuple[dict[str, str], str, str]:
     """({in-sandbox path: host path}, the toolchain's bin/ and RUSTUP_HOME as builds see them): RUSTUP_HOME at
     SANDBOX_ROOT/rustup (the toolchain inside it), or the toolchain alone at SANDBOX_ROOT/toolchain."""
-    home = Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup").resolve()
+    home = rustup_home().resolve()
     sysroot = sysroot.resolve()
     if home.is_dir() and sysroot.is_relative_to(home):
         inside = f"{SANDBOX_ROOT}/rustup"

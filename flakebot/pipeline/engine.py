@@ -13,7 +13,6 @@ import dataclasses
 import importlib
 import json
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from flakebot.config import Settings
 from flakebot.errors import FlakebotError, Interrupted, RunError, UsageError
 from flakebot.events import Event, EventSink, ignore
 from flakebot.pipeline.request import RunRequest
-from flakebot.pipeline.run import Run
+from flakebot.pipeline.run import Run, own_process
 from flakebot.redact import RedactFilter, redact, redact_text
 
 logger = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None
     if stop_after and stop_after not in names:
         raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
     with run.lock(), _run_log(run), _sigterm_as_interrupt():
-        run.state.update(status="running", pid=os.getpid(), stop_after=stop_after)
+        run.state.update(status="running", **own_process(), stop_after=stop_after)
         run.save()
         mode = run_settings(run, settings).sandbox
         _emit(

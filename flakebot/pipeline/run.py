@@ -27,6 +27,7 @@ from typing import Any
 
 from flakebot.errors import RunError
 from flakebot.fsutil import atomic_write_json
+from flakebot.pipeline import jobs
 from flakebot.pipeline.request import RunRequest
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class Run:
     @property
     def status(self) -> str:
         status = str(self.state.get("status", "unknown"))
-        if status == "running" and not _alive(self.state.get("pid")):
+        if status == "running" and not _alive(self.state.get("pid"), self.state.get("pid_start")):
             return "interrupted"
         return status
 
@@ -119,7 +120,7 @@ class Run:
             "created": now,
             "updated": now,
             "status": "created",
-            "pid": os.getpid(),
+            **own_process(),
             "stages": {},
             "outputs": {},
             "resources": [],
@@ -281,13 +282,15 @@ def list_runs(workdir: Path) -> list[Run]:
     return runs
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def own_process() -> dict[str, Any]:
+    """The state.json fields naming the process driving a run: its pid, and that process's start time (pid_start)."""
+    return {"pid": os.getpid(), "pid_start": jobs.start_time(os.getpid())}
+
+
+def _alive(pid: Any, started: Any) -> bool:
+    """Whether the run's process still runs: its pid with the start time kept beside it (a pid alone may be another
+    process's by now, or a kernel thread's). A state.json from before start times were kept: any process but a
+    kernel thread or a zombie."""
+    if started is not None:
+        return jobs.is_running(pid, started)
+    return isinstance(pid, int) and jobs.is_running(pid, jobs.start_time(pid))

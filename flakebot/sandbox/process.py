@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flakebot.config import rustup_home
+
 logger = logging.getLogger(__name__)
 
 
@@ -187,7 +189,7 @@ def _default_toolchain() -> str:
 
 
 def _rustup_home() -> Path:
-    return Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup")
+    return rustup_home()
 
 
 class _Capture:
@@ -251,7 +253,11 @@ class _Spill(_Capture):
 
     def over(self) -> str:
         """The limit check: the file would grow past file_cap (the rest would be lost), so the command is killed."""
-        return f"output: stdout passed {self.spill.file_cap} bytes and was killed" if self.dropped else ""
+        return (
+            f"output: stdout passed {self.spill.file_cap} bytes: the rest was dropped and the command stopped"
+            if self.dropped
+            else ""
+        )
 
     def text(self) -> str:
         return self.head.decode(errors="replace")
@@ -301,6 +307,8 @@ def execute(
         _kill_group(proc.pid)
         returncode = proc.wait()
         out.close()
+    if isinstance(out, _Spill) and not breach.reason:  # it ended before the watch looked: the cut is still said
+        breach.reason = out.over()
     seconds = time.perf_counter() - start
     if timed_out:
         logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])

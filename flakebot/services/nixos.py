@@ -143,7 +143,8 @@ def evaluate(module: Path, name: str, store_path: str, port: int, timeout: float
         f'config.services."{unit}" = {{ enable = true; package = {json.dumps(store_path)}; port = {port}; }}; }}; '
         f'in evaluated.config.systemd.services."{unit}"'
     )
-    argv = [command.nix_program(), *command.FEATURES, "eval", "--impure", "--json", "--expr", expr]
+    # through nix_argv, as every nix call that could build: the build users and Nix's sandbox, no stand-in override
+    argv = command.nix_argv(["eval"], ["--impure", "--json", "--expr", expr], "pinned", None)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise NixError(

@@ -31,7 +31,7 @@ from flakebot.fsutil import remove_tree
 from flakebot.pipeline.run import Run
 from flakebot.source import archive, gitrepo
 from flakebot.source.github import GitHub, github_token, parse_github_url
-from flakebot.source.tree import copy_crate, provenance, strip_registry_files
+from flakebot.source.tree import copy_crate, provenance, refuse_links_leaving, strip_registry_files
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,7 @@ def from_archive(job: Job, tmp: Path) -> dict[str, Any]:
 
 def commit_unpacked(job: Job, tmp: Path, url: str, extra: dict[str, Any]) -> dict[str, Any]:
     """Find the crate in an unpacked tree, then make the tree a repository with one upstream commit."""
+    refuse_links_leaving(tmp)  # before cargo metadata or any later host step meets the tree
     name = job.crate.name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
     revision = gitrepo.init_commit(tmp, f"upstream {name} {version}", job.branch)
@@ -203,6 +204,7 @@ def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, A
         )
     start = gitrepo.resolve_ref(tmp, job.ref) if job.ref else tag or "HEAD"
     revision = gitrepo.checkout_branch(tmp, job.branch, start)
+    refuse_links_leaving(tmp)  # the checked-out tree, before cargo metadata or any later host step meets it
     name = name or root_package(job.cargo, tmp)
     crate_dir, version = locate(job.cargo, tmp, name)
     if wanted and version != wanted:

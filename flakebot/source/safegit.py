@@ -27,7 +27,7 @@ import subprocess
 from pathlib import Path
 
 from flakebot.errors import FlakebotError
-from flakebot.fsutil import remove_tree
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def sweep_nested(top: Path) -> list[str]:
         for name in [*dirs, *files]:
             path = Path(root, name)
             if name.casefold() == GIT_DIR_NAME and path != top / GIT_DIR_NAME:
-                remove_tree(path)
+                Tree(top).remove(str(path.relative_to(top)))  # the model's tree: a link is removed, never entered
                 removed.append(str(path.relative_to(top)))
         dirs[:] = [d for d in dirs if d.casefold() != GIT_DIR_NAME]  # os.walk lists links to dirs here: not followed
     if removed:

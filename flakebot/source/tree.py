@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from flakebot.errors import AcquireError
+from flakebot.safefs import links_leaving
 from flakebot.trust import git_reason
 
 logger = logging.getLogger(__name__)
@@ -80,3 +82,19 @@ def _make_writable(root: Path) -> None:
     for path in [root, *root.rglob("*")]:
         if not path.is_symlink():
             path.chmod(path.stat().st_mode | 0o200)
+
+
+def refuse_links_leaving(root: Path) -> None:
+    """Refuse a tree holding a symbolic link that points outside it (absolute, '..' past the top, or resolving
+    there), as it is cloned, copied or unpacked: every later host step (the acceptance test, the edit tools, the
+    flake copy) would otherwise meet it first. Links inside the tree are kept."""
+    leaving = links_leaving(root)
+    if leaving:
+        rel, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise AcquireError(
+            f"{rel} is a symbolic link to {target}, outside the crate's tree{more}: refusing to use the tree",
+            fix="remove the link from the repository (or pick another crate); links may only point inside the tree",
+            link=rel,
+            target=target,
+        )

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from flakebot.errors import SearchError, SpecError
+from flakebot.modeltext import quoted
 from flakebot.pipeline.engine import StageContext
 from flakebot.render import render
 from flakebot.stages.outputs import ChoiceOut, SearchOut, SpecOut
@@ -60,7 +61,8 @@ def choose_stage(ctx: StageContext) -> ChoiceOut:
 
         with stage_model(ctx) as model:
             choice = choose_with_model(model, ctx.get(SpecOut).to_dict(), candidates[:TOP])
-    ctx.progress(f"{choice['crate']['name'] or 'the given crate'} ({choice['mode']}): {choice['reason']}")
+    reason = choice["reason"] if choice.get("by") == "option" else quoted(choice["reason"])  # the model's, or ours
+    ctx.progress(f"{choice['crate']['name'] or 'the given crate'} ({choice['mode']}): {reason}")
     return ChoiceOut.from_dict(choice)
 
 

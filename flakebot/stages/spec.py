@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from flakebot.errors import SpecError
+from flakebot.modeltext import quoted
 from flakebot.pipeline.engine import StageContext
 from flakebot.pipeline.request import Improvement
 from flakebot.render import render
@@ -39,11 +40,11 @@ def spec_stage(ctx: StageContext) -> SpecOut:
         with stage_model(ctx) as model:
             answer = spec_from_model(model, ctx.request.need, render("prompts/spec.j2"), existing=existing)
         if isinstance(answer, Reuse):
-            ctx.progress(f"reusing catalogued {answer.name}: {answer.reason}")
+            ctx.progress(f"reusing catalogued {answer.name}: {quoted(answer.reason)}")
             return SpecOut(name=answer.name, reuse=answer.name, reason=answer.reason, end_run=True)
         spec, source = answer, "model"
     spec = _named(ctx, spec)
-    ctx.progress(f"{spec.name}: {spec.summary} ({len(spec.examples)} examples, from {source})")
+    ctx.progress(f"{spec.name}: summary {quoted(spec.summary)}, {len(spec.examples)} examples, from {source}")
     return SpecOut.of(spec, source)
 
 
@@ -61,8 +62,8 @@ def _improvement(ctx: StageContext, improve: Improvement) -> SpecOut:
         source = "model"
     added = len(spec.examples) - spec.inherited_examples
     ctx.progress(
-        f"{spec.name} {improve.version}: {spec.summary} ({spec.inherited_examples} examples kept from "
-        f"{improve.from_version}, {added} new, from {source})"
+        f"{spec.name} {improve.version}: summary {quoted(spec.summary)}, {spec.inherited_examples} examples kept from "
+        f"{improve.from_version}, {added} new, from {source}"
     )
     return SpecOut.of(spec, source)
 
@@ -148,7 +149,7 @@ def spec_from_model(
         if call.name == "reject_need":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
             raise SpecError(
-                f"the model declined the need: {reason}",
+                f"the model declined the need: {quoted(reason)}",
                 fix="describe a command-line tool: what goes in, what comes out",
             )
         problem = call.error or _spec_problem(call.arguments)

@@ -25,13 +25,19 @@ class FollowingModel(StubServer):
     fills them: every property present). Polls are paced by `poll_seconds`, as a model told "every few seconds"."""
 
     def __init__(
-        self, craft_arguments: dict[str, Any], tool: str, tool_arguments: dict[str, Any], poll_seconds: float = 1.0
+        self,
+        craft_arguments: dict[str, Any],
+        tool: str,
+        tool_arguments: dict[str, Any],
+        poll_seconds: float = 1.0,
+        wait_seconds: float | None = None,
     ) -> None:
         super().__init__(Script([], model="following", source="<following model>"))
         self.craft_arguments = craft_arguments
         self.tool = tool
         self.tool_arguments = tool_arguments
         self.poll_seconds = poll_seconds
+        self.wait_seconds = wait_seconds  # status's wait_seconds, as a model told to hold each answer sends it
         self.run_id: str | None = None
         self.polls: list[str] = []
 
@@ -61,7 +67,7 @@ class FollowingModel(StubServer):
                 self.polls.append(status)
             if status in RUNNING:
                 return {
-                    **_call("status", {"run_id": self.run_id}),
+                    **_call("status", {"run_id": self.run_id, "wait_seconds": self.wait_seconds}),
                     "fault": {"kind": "slow", "seconds": self.poll_seconds},
                 }
             if status in DONE:

@@ -1,0 +1,105 @@
+"""The catalog's tools: list them, read their manifests and MCP definitions, run them sandboxed, remove them."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from flakebot import config
+from flakebot.commands.common import settings_or_default
+from flakebot.errors import CatalogError
+
+if TYPE_CHECKING:
+    from flakebot.deliver.toolcall import ToolCall
+
+logger = logging.getLogger(__name__)
+
+
+def list_tools(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every catalogued tool's entry (its current version), sorted by name."""
+    from flakebot.deliver.catalog import Catalog
+
+    return sorted(Catalog.open(settings_or_default(settings)).tools().values(), key=lambda e: e["name"])
+
+
+def tool_manifest(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """A catalogued tool's manifest (its schemas, how to run it)."""
+    from flakebot.deliver.catalog import show_tool
+
+    manifest: dict[str, Any] = show_tool(name, settings_or_default(settings))["manifest"]
+    if not manifest.get("nix_run_argv"):
+        raise CatalogError(
+            f"tool '{name}' has no manifest",
+            fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {name}'",
+        )
+    return manifest
+
+
+def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """Every catalogued tool as an MCP tool definition (name, description, inputSchema); tools without a manifest are left out."""
+    from flakebot.deliver.toolcall import mcp_definition
+
+    settings = settings_or_default(settings)
+    definitions = []
+    for entry in list_tools(settings):
+        try:
+            manifest = tool_manifest(entry["name"], settings)
+            if manifest.get("kind") == "service":  # started with `flakebot up`, not called as a tool
+                continue
+            definitions.append(mcp_definition(manifest))
+        except (CatalogError, OSError, ValueError) as exc:  # one broken entry must not hide the others
+            logger.warning("tool %s left out of the tool list: %s", entry["name"], exc)
+    return definitions
+
+
+def tool_arguments(name: str, arguments: Any, settings: config.Settings | None = None) -> tuple[list[str], str | None]:
+    """(argv, stdin or None) for a catalogued tool called with its schema's JSON arguments."""
+    from flakebot.deliver.toolcall import arguments_to_argv
+
+    return arguments_to_argv(tool_manifest(name, settings), arguments)
+
+
+def call_tool(name: str, arguments: Any, settings: config.Settings | None = None) -> ToolCall:
+    """Run a catalogued tool (sandboxed) with JSON arguments; its output and exit code come back as data."""
+    from flakebot.deliver.toolcall import call
+
+    settings = settings_or_default(settings)
+    return call(tool_manifest(name, settings), arguments, settings=settings)
+
+
+def call_tool_argv(
+    name: str,
+    args: list[str],
+    settings: config.Settings | None = None,
+    stdin: str | None = None,
+    writable: list[str] | None = None,
+) -> ToolCall:
+    """Run a catalogued tool (sandboxed) with command-line `args` and `stdin` (None: the caller's own), capturing
+    its output; `writable`: the existing paths it may write."""
+    from flakebot.deliver.toolcall import run_captured
+
+    settings = settings_or_default(settings)
+    return run_captured(tool_manifest(name, settings), args, stdin, settings=settings, writable=writable)
+
+
+def run_tool(
+    name: str,
+    args: list[str],
+    settings: config.Settings | None = None,
+    stdin: str | None = None,
+    writable: list[str] | None = None,
+) -> int:
+    """Run a catalogued tool (NAME or NAME@VERSION) in the sandbox with the caller's stdin (or `stdin`), stdout and
+    stderr; returns its exit code. It runs in an empty directory: paths its arguments name are readable, only
+    `writable` ones writable (deliver.toolrun)."""
+    from flakebot.deliver.toolrun import run_attached
+
+    settings = settings_or_default(settings)
+    return run_attached(tool_manifest(name, settings), args, settings=settings, stdin=stdin, writable=writable)
+
+
+def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
+    """Remove a tool from the catalog: NAME (every version, its GC roots with it) or NAME@VERSION; the entry removed."""
+    from flakebot.deliver.catalog import Catalog
+
+    return Catalog.open(settings_or_default(settings)).remove(name)

@@ -1,0 +1,63 @@
+"""What every command shares: the settings in force, the work directory, the checks a run's request passes before
+any paid or long step (limits, options, the machine), and the settings a request overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flakebot import config, preflight
+from flakebot.errors import UsageError
+
+
+def settings_or_default(settings: config.Settings | None) -> config.Settings:
+    return settings or config.load()
+
+
+def workdir_of(settings: config.Settings) -> Path:
+    return settings.path("workdir")
+
+
+def run_overrides(given: dict[str, Any]) -> dict[str, Any]:
+    """The settings a request overrides (those given), coerced as their flags would be."""
+    return {k: config.coerce(k, v, f"--{k.replace('_', '-')}") for k, v in given.items() if v is not None}
+
+
+def check_limits(settings: config.Settings) -> None:
+    """Limits that would stop a craft before its first edit fail at once instead."""
+    for key, least in (("max_iterations", 1), ("max_tokens", 1), ("max_cost", 0)):
+        if settings.get(key) < least:
+            flag = f"--{key.replace('_', '-')}"
+            raise UsageError(
+                f"{key} must be at least {least}, got {settings.get(key)}",
+                fix=f"pass {flag} with a larger value (or set {key} in flakebot.toml)",
+            )
+
+
+def check_craft_options(crate: str | None, mode: str | None, spec_file: str | None, stop_after: str | None) -> None:
+    """Bad options, an unreadable spec file and a missing nix fail before a run exists (and before any model call)."""
+    from flakebot.stages.choose import MODES
+
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"unknown --mode '{mode}'", fix=f"use one of: {', '.join(MODES)} (with --crate)")
+    if mode is not None and not crate:
+        raise UsageError(
+            "--mode needs --crate", fix="name the crate to start from with --crate NAME, or leave --mode out"
+        )
+    if spec_file:
+        from flakebot.toolspec import load_spec_file
+
+        load_spec_file(Path(spec_file))
+    if stop_after not in ("spec", "search", "choose", "acquire", "edit"):  # the run will reach the package stage
+        from flakebot.nix.command import nix_program
+
+        nix_program()
+
+
+def check_host(settings: config.Settings, registry: str | None) -> None:
+    """What the run will need of this machine, checked before the model is called: the registry, room to work, and
+    the directories its runs and its tool go to (a read-only catalog fails now, not after the build)."""
+    preflight.check_registry(settings, registry)
+    preflight.check_writable_dir(workdir_of(settings), "workdir")
+    preflight.check_writable_dir(settings.path("catalog_dir"), "catalog_dir")
+    preflight.check_free_space(workdir_of(settings))

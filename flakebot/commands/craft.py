@@ -1,0 +1,231 @@
+"""craft: a need becomes a tested, Nix-built tool (or the catalogued one); its request's checks and its result."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flakebot import config, preflight
+from flakebot.commands.common import (
+    check_craft_options,
+    check_host,
+    check_limits,
+    run_overrides,
+    settings_or_default,
+    workdir_of,
+)
+from flakebot.errors import RunError, UsageError
+from flakebot.events import EventSink, ignore
+from flakebot.pipeline.request import RunRequest, check_bounds, from_keywords, keyword_signature
+from flakebot.pipeline.run import Run
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CraftResult:
+    """What a craft hands back to its caller."""
+
+    status: str  # "crafted" | "cached" | "installed" (from a shared catalog) | "stopped"
+    name: str
+    run_id: str
+    manifest: dict[str, Any] = field(default_factory=dict)
+    usage_markdown: str = ""
+    choice: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    version: str = ""  # the tool's version in the catalog (0.1.0, then 0.2.0 after an improvement)
+    installed_from: dict[str, Any] = field(default_factory=dict)  # the shared catalog and signer, when installed
+
+    @property
+    def from_catalog(self) -> bool:
+        return self.status in ("cached", "installed")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "from_catalog": self.from_catalog}
+
+
+def craft(
+    need: str,
+    *,
+    stop_after: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+    **options: Any,
+) -> CraftResult:
+    """Turn a need into a tested, Nix-built tool (or return the catalogued one for the same need).
+
+    The keywords are the craft options of RunRequest's fields (flakebot.pipeline.request), e.g. `model`,
+    `from_source` (start from a git repository or crate directory instead of searching), `name`, `max_cost`;
+    `help(flakebot.api.craft)` lists them all. See `craft_request` for a RunRequest built by hand."""
+    request = from_keywords("craft", {"need": need, **options})
+    return craft_request(request, stop_after=stop_after, sink=sink, settings=settings)
+
+
+craft.__signature__ = keyword_signature("craft", craft)  # type: ignore[attr-defined]
+
+
+def craft_request(
+    request: RunRequest,
+    *,
+    stop_after: str | None = None,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> CraftResult:
+    """`craft` of a RunRequest as the caller built it (from_location not yet resolved, settings as given)."""
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.pipeline import engine as pipeline
+
+    need = request.need
+    preflight.check_text("need", need, example='flakebot craft "need a CSV deduper"')
+    check_bounds(request)
+    overrides = run_overrides(request.overrides())
+    settings = dataclasses.replace(settings_or_default(settings), **overrides)
+    started = time.monotonic()
+    preflight.check_request_flags(request.fork, request.push, request.delete_fork)
+    if not request.fresh and stop_after is None:
+        hit = Catalog.open(settings).find_need(need)
+        if hit is not None:
+            return _cached(hit, settings, started)
+        installed = _install_need(need, settings)
+        if installed is not None:
+            return dataclasses.replace(_cached(installed, settings, started), status="installed")
+        _check_in_flight(need, settings)
+    from flakebot.llm.providers import check_model
+
+    check_model(request.model, settings)  # fail before any work when no model can be used
+    check_craft_options(request.crate, request.mode, request.spec_file, stop_after)
+    _check_method(request.method)
+    check_limits(settings)
+    _check_name(request.name, need, settings)
+    check_host(settings, request.registry)
+    start = _start_point(request.from_location, request.ref, request.crate, request.mode)
+    spec_file = str(Path(request.spec_file).resolve()) if request.spec_file else None
+    request = dataclasses.replace(request, **start, spec_file=spec_file, settings=overrides)
+    run = pipeline.start("craft", workdir_of(settings), settings, request, sink, stop_after)
+    reused = run.output("spec").get("reuse")
+    if reused:  # the model judged a catalogued tool equivalent to this need
+        return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
+    return craft_result(run, time.monotonic() - started)
+
+
+def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None:
+    """The tool a shared catalog holds for the same need, installed (signatures checked), or None."""
+    if not settings.catalogs:
+        return None
+    from flakebot.deliver.install import find_need, install
+    from flakebot.errors import CatalogTrustError
+
+    found = find_need(need, settings)
+    if found is None:
+        return None
+    source, ref = found
+    logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
+    try:
+        return install(ref, settings, source["url"], need=need)
+    except CatalogTrustError as exc:  # its index changed for the worse since find_need read it: craft instead
+        logger.warning("shared catalog %s skipped: %s", source["url"], exc.one_line())
+        return None
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The settings a caller's keywords override: those given (not None)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _check_in_flight(need: str, settings: config.Settings) -> None:
+    """A craft of the same need that a process is driving right now is not paid for twice: say which run it is."""
+    from flakebot.deliver.catalog import normalize_need
+    from flakebot.pipeline.run import list_runs
+
+    key = normalize_need(need)
+    for run in list_runs(workdir_of(settings)):
+        same = run.state.get("pipeline") == "craft" and normalize_need(str(run.state.get("need", ""))) == key
+        if same and run.state.get("status") == "running" and run.driven():
+            raise RunError(
+                f"a craft of this need is already running: run {run.id}",
+                fix=f"follow it with 'flakebot show {run.id}' (its tool is catalogued when it ends), "
+                "or pass --fresh to craft another",
+                run=run.id,
+            )
+
+
+def _check_method(method: str | None) -> None:
+    from flakebot.source.acquisition import METHODS
+
+    if method is not None and method not in METHODS:
+        raise UsageError(f"unknown acquisition method '{method}'", fix=f"use one of: {', '.join(METHODS)}")
+
+
+def _check_name(name: str | None, need: str, settings: config.Settings) -> None:
+    """--name must be a binary name, and not one the catalog holds for another need."""
+    if name is None:
+        return
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.toolspec import NAME_RE
+
+    if not NAME_RE.match(name):
+        raise UsageError(
+            f"--name '{name}' is not kebab-case", fix="pass a name like csv-dedup (lower-case words joined by -)"
+        )
+    catalog = Catalog.open(settings)
+    holder = catalog.name_holder(name, need)
+    if holder is not None:
+        free = catalog.free_name(name, need)
+        raise UsageError(
+            f"the catalog holds a tool named {name} for another need ({holder.get('need', '')!r})",
+            fix=f"pass --name {free}, or remove the old one with 'flakebot rm {name}'",
+        )
+
+
+def _start_point(from_source: str | None, ref: str | None, crate: str | None, mode: str | None) -> dict[str, Any]:
+    """Run options for --from: the crate to start at (a local directory or a repository URL) and the git ref."""
+    if from_source is None:
+        if ref:
+            raise UsageError("--ref needs --from", fix="pass --from URL with --ref, or write URL#REF")
+        return {}
+    if mode == "new":
+        raise UsageError("--from edits the given crate; --mode new does not apply", fix="leave --mode out with --from")
+    from flakebot.source.acquisition import start_point
+
+    start, resolved_ref = start_point(from_source, ref, name=crate or "")
+    return {"start": start.to_dict(), "from_location": from_source, "ref": resolved_ref}
+
+
+def craft_result(run: Run, seconds: float | None = None) -> CraftResult:
+    """The CraftResult of a finished (or stopped) craft run; `seconds` defaults to the time its stages took."""
+    instruct = run.output("instruct")
+    if seconds is None:
+        seconds = sum(stage.get("seconds") or 0.0 for stage in run.state["stages"].values())
+    return CraftResult(
+        status="crafted" if instruct else "stopped",
+        name=run.output("spec").get("name", ""),
+        run_id=run.id,
+        manifest=instruct.get("manifest", {}),
+        usage_markdown=instruct.get("usage_markdown", ""),
+        choice={k: v for k, v in run.output("choose").items() if k != "crate"}
+        | {"crate": run.output("choose").get("crate", {}).get("name", "")},
+        usage=dict(run.state.get("usage") or {}),
+        seconds=round(seconds, 3),
+        version=str(instruct.get("catalog", {}).get("version") or ""),
+    )
+
+
+def _cached(entry: dict[str, Any], settings: config.Settings, started: float) -> CraftResult:
+    from flakebot.deliver.catalog import show_tool
+
+    tool = show_tool(entry["name"], settings)
+    return CraftResult(
+        status="cached",
+        installed_from=dict(entry.get("installed_from") or {}),
+        name=entry["name"],
+        run_id=entry.get("run_id", ""),
+        manifest=tool["manifest"],
+        usage_markdown=tool["usage_markdown"],
+        seconds=round(time.monotonic() - started, 3),
+        version=str(entry.get("version") or ""),
+    )

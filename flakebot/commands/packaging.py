@@ -1,0 +1,68 @@
+"""package: an existing crate wrapped as a flake, built and smoke-run (no model); catalogued with catalog=True."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flakebot import config
+from flakebot.commands.common import run_overrides, settings_or_default, workdir_of
+from flakebot.errors import UsageError
+from flakebot.events import EventSink, ignore
+from flakebot.pipeline.request import RunRequest, from_keywords, keyword_signature
+
+if TYPE_CHECKING:
+    from flakebot.stages.outputs import PackageOut
+
+
+def package(
+    target: str, *, sink: EventSink = ignore, settings: config.Settings | None = None, **options: Any
+) -> PackageOut:
+    """Wrap a crate (a directory, or a crate name from the registry) as a pinned flake, build it and smoke-run it. No model.
+
+    The keywords are the package options of RunRequest's fields: `registry`, `bin_name`, `nixpkgs`, `out` (the
+    flake goes there, kept by `flakebot clean`; else into the run directory), `offline`, `catalog` (also put the
+    built binary in the catalog as a tool, named `name` or after the binary, which run_tool, call_tool and the MCP
+    server then offer like a crafted one) and `strict_smoke` (refuse a tool whose smoke run is below level help).
+    Returns the package stage's output (flake, store path, how to run it, the smoke run's level in `smoke`) with the
+    run id, and the catalog entry when catalogued.
+    """
+    return package_request(from_keywords("package", {"target": target, **options}), sink=sink, settings=settings)
+
+
+package.__signature__ = keyword_signature("package", package)  # type: ignore[attr-defined]
+
+
+def package_request(
+    request: RunRequest, *, sink: EventSink = ignore, settings: config.Settings | None = None
+) -> PackageOut:
+    """`package` of a RunRequest naming its target (and registry, bin, out, and the nixpkgs or offline settings)."""
+    from flakebot.pipeline import engine as pipeline
+    from flakebot.stages.outputs import PackageOut
+
+    target = request.target or ""
+    if not target.strip():
+        raise UsageError(
+            "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
+        )
+    if request.name:
+        if not request.catalog:
+            raise UsageError("--name names a catalogued tool", fix="add --catalog, or leave --name out")
+        from flakebot.stages.catalogue import catalog_name
+
+        catalog_name(request.name, "")  # a malformed name is refused before anything is built
+    # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
+    overrides = run_overrides(request.overrides())
+    settings = dataclasses.replace(settings_or_default(settings), **overrides)
+    path = Path(target).expanduser()
+    request = dataclasses.replace(
+        request,
+        need=f"package {target}",
+        target=str(path.resolve()) if path.exists() else target,
+        out=str(Path(request.out).expanduser().resolve()) if request.out else None,
+        settings=overrides,
+    )
+    run = pipeline.start("package", workdir_of(settings), settings, request, sink)
+    catalogued = run.output("catalog").get("catalog") or {} if request.catalog else {}
+    return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)

@@ -1,0 +1,44 @@
+"""MCP tool annotations (spec `ToolAnnotations`): what each tool may do, for hosts that decide approval by them.
+
+Codex, for one, runs a tool without asking only when it says `readOnlyHint: true`; under `approval_policy = "never"`
+every other call is refused. The hints are honest rather than convenient: `run` and every crafted tool may write
+where the caller's `writable` names, so they are not read-only, and a host asks (or is told, docs/agents.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CRAFTED", "OWN", "tool_annotations"]
+
+
+def _hints(title: str, read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> dict[str, Any]:
+    hints: dict[str, Any] = {"title": title, "readOnlyHint": read_only, "idempotentHint": idempotent}
+    if not read_only:  # the spec gives destructiveHint a meaning only for a tool that writes
+        hints["destructiveHint"] = destructive
+    hints["openWorldHint"] = open_world
+    return hints
+
+
+# read_only, destructive, idempotent, open_world (the model provider, crates.io, nixpkgs are the open world)
+OWN: dict[str, dict[str, Any]] = {
+    "craft": _hints("Craft a tool", False, False, False, True),
+    "improve": _hints("Improve a crafted tool", False, False, False, True),
+    "status": _hints("Status of a run", True, False, True, False),
+    "resume": _hints("Resume a run", False, False, True, True),
+    "search": _hints("Search crates", True, False, True, True),
+    "list": _hints("List crafted tools", True, False, True, False),
+    "show": _hints("Show a run or tool", True, False, True, False),
+    "package": _hints("Package a crate", False, False, True, True),
+    "runs": _hints("List runs", True, False, True, False),
+    "run": _hints("Run a crafted tool", False, True, False, False),
+    "rm": _hints("Remove a crafted tool", False, True, True, False),
+}
+# A crafted tool: sandboxed, no network, reads what its arguments name, writes (and may overwrite) only the paths a
+# call names in `writable`.
+CRAFTED = _hints("", False, True, False, False)
+
+
+def tool_annotations(name: str) -> dict[str, Any]:
+    """A tool's annotations as tools/list sends them (camelCase keys): flakebot's own, or a crafted tool's."""
+    return OWN.get(name) or {**CRAFTED, "title": name}

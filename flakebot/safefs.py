@@ -1,0 +1,375 @@
+"""Host file access inside a tree someone else could have written: the one choke point, no link ever followed.
+
+A tree is untrusted when a sandbox, a cloned repository, a cache owner or a crafted tool could have written it (a
+workspace, a target dir, a dependency-cache build, a shared catalog directory). The host reads, writes, creates,
+renames, removes and locks there only through `Tree`, which resolves every path beneath a directory descriptor
+opened once on the trusted root:
+
+- each directory component with openat(O_DIRECTORY | O_NOFOLLOW), the last with O_NOFOLLOW: a symbolic link at
+  any position is refused, never followed, so no write can land outside the tree;
+- paths are relative and plain: an absolute path, `..`, `.` or an empty part is refused before any call;
+- reads and locks refuse anything but a regular file (a FIFO would hang the host, a device would read forever),
+  opening with O_NONBLOCK so the check itself cannot hang;
+- writes create a fresh file (O_CREAT | O_EXCL) beside the target and rename it over the name within the same
+  directory descriptor: a link or a hard link planted at the name is replaced, never written through, and a
+  reader sees the old file or the new one;
+- a lock file is opened without O_TRUNC and never written, so a hard link at its name changes nothing.
+
+Every refusal is one `UnsafePath` (flakebot.errors) naming the path and the rule. What stays trusted is the root
+directory given to `Tree` (flakebot chose it: the user's own cache directory, a run's directory, a temp dir it
+made) and the kernel's openat/renameat semantics.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+
+from flakebot.errors import UnsafePath
+
+logger = logging.getLogger(__name__)
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR)  # what O_NOFOLLOW / O_DIRECTORY answer on a link or a non-directory
+
+
+def parts_of(rel: str | PurePosixPath) -> tuple[str, ...]:
+    """The components of a relative path inside a tree; UnsafePath for an absolute path, '..', '.' or an empty one."""
+    text = str(rel)
+    if not text or "\0" in text:
+        raise UnsafePath(f"{text!r} is not a path", fix="name a file inside the tree", path=text, rule="empty")
+    if text.startswith("/"):
+        raise UnsafePath(
+            f"{text} is absolute: only paths inside the tree are opened",
+            fix="give the path relative to the tree",
+            path=text,
+            rule="absolute",
+        )
+    parts = tuple(part for part in text.split("/") if part not in ("", "."))
+    if ".." in parts or not parts:
+        raise UnsafePath(
+            f"{text} leaves the tree or names its root ('..')",
+            fix="give a path inside the tree",
+            path=text,
+            rule="dotdot",
+        )
+    return parts
+
+
+class Tree:
+    """A directory someone else may have written, opened once. Every method takes a path relative to it."""
+
+    def __init__(self, root: Path | str) -> None:
+        # The root's own spelling is trusted (flakebot chose it); below it nothing is followed.
+        self.root, self._fd = Path(root), -1
+        self._fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Tree:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- resolving
+
+    def _refuse(self, rel: str, rule: str, why: str) -> UnsafePath:
+        return UnsafePath(
+            f"{self.root / rel}: {why}; refused (a tree someone else could have written is never followed)",
+            fix=f"remove {self.root / rel} (it was planted there) and try again",
+            path=str(self.root / rel),
+            rule=rule,
+        )
+
+    def _open_dir(self, parts: tuple[str, ...], *, create: bool = False) -> int:
+        """A descriptor of the directory `parts` below the root, each component opened without following a link
+        (and made first when `create`: mkdirat never follows a link either)."""
+        fd = os.dup(self._fd)
+        try:
+            for i, part in enumerate(parts):
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass  # a directory already, or something the open below refuses
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in _LINK_ERRNOS:
+                        raise self._not_a_directory(fd, part, "/".join(parts[: i + 1])) from None
+                    raise
+                os.close(fd)
+                fd = child
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _not_a_directory(self, fd: int, part: str, rel: str) -> UnsafePath:
+        try:
+            mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISLNK(mode):
+            return self._refuse(rel, "link", "is a symbolic link")
+        return self._refuse(rel, "not-a-directory", "is not a directory")
+
+    @contextmanager
+    def _parent(self, rel: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        parts = parts_of(rel)
+        fd = self._open_dir(parts[:-1], create=create)
+        try:
+            yield fd, parts[-1]
+        finally:
+            os.close(fd)
+
+    def _open_file(self, fd: int, name: str, rel: str, flags: int) -> int:
+        try:
+            handle = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._refuse(rel, "link", "is a symbolic link") from None
+            if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing with no reader
+                raise self._refuse(rel, "not-a-file", "is not a regular file") from None
+            raise
+        mode = os.fstat(handle).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(handle)
+            raise self._refuse(rel, "not-a-file", "is not a regular file")
+        os.set_blocking(handle, True)
+        return handle
+
+    # ---------------------------------------------------------------- reading
+
+    def read_bytes(self, rel: str, *, limit: int | None = None, at_most: int | None = None) -> bytes:
+        """The regular file at `rel` (FileNotFoundError when missing; UnsafePath for a link or a non-file, or one
+        over `limit` bytes); `at_most`: only its first bytes, for a caller that judges the size itself."""
+        with self._parent(rel) as (fd, name):
+            handle = self._open_file(fd, name, rel, os.O_RDONLY)
+        with os.fdopen(handle, "rb") as file:
+            data = file.read(at_most if at_most is not None else -1 if limit is None else limit + 1)
+        if limit is not None and len(data) > limit:
+            raise self._refuse(rel, "too-large", f"holds more than {limit} bytes")
+        return data
+
+    def read_text(self, rel: str, *, limit: int | None = None) -> str:
+        return self.read_bytes(rel, limit=limit).decode()
+
+    def lstat(self, rel: str) -> os.stat_result:
+        """The entry at `rel` itself (a link is described, not followed)."""
+        with self._parent(rel) as (fd, name):
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+
+    def exists(self, rel: str) -> bool:
+        try:
+            self.lstat(rel)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def is_dir(self, rel: str) -> bool:
+        try:
+            return stat.S_ISDIR(self.lstat(rel).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def listdir(self, rel: str = "") -> list[str]:
+        fd = self._open_dir(parts_of(rel) if rel else ())
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    def walk(self, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
+        """Every entry below `rel` (itself first; '' is the root), as (path relative to the root, its own lstat);
+        links are listed, never entered."""
+        top = rel or ""
+        yield top, self.lstat(top) if top else os.stat(self._fd)
+        for name in self.listdir(top):
+            child = f"{top}/{name}" if top else name
+            info = self.lstat(child)
+            if stat.S_ISDIR(info.st_mode):
+                yield from self.walk(child)
+            else:
+                yield child, info
+
+    # ---------------------------------------------------------------- writing
+
+    def mkdir(self, rel: str) -> None:
+        """The directory `rel` and its parents (existing ones are fine; a link in their place is refused)."""
+        os.close(self._open_dir(parts_of(rel), create=True))
+
+    def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644, parents: bool = True) -> None:
+        """Replace `rel` atomically: a fresh file made with O_EXCL beside it, renamed over the name (a link, a hard
+        link or a file there is replaced, never written through)."""
+        with self._parent(rel, create=parents) as (fd, name):
+            tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+            handle = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777, dir_fd=fd
+            )
+            try:
+                with os.fdopen(handle, "wb") as file:
+                    file.write(data)
+                    file.flush()
+                    os.fchmod(file.fileno(), mode & 0o777)  # mode as asked, whatever the umask
+                    os.fsync(file.fileno())
+                try:
+                    os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                except IsADirectoryError:
+                    raise self._refuse(rel, "not-a-file", "is a directory") from None
+                os.fsync(fd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                raise
+
+    def write_text(self, rel: str, text: str, *, mode: int = 0o644, parents: bool = True) -> None:
+        self.write_bytes(rel, text.encode(), mode=mode, parents=parents)
+
+    def create_bytes(self, rel: str, data: bytes, *, mode: int = 0o644) -> None:
+        """A new file at `rel` (FileExistsError when anything, a link included, is there)."""
+        with self._parent(rel, create=True) as (fd, name):
+            handle = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777, dir_fd=fd
+            )
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+
+    def symlink(self, target: str, rel: str) -> None:
+        """A symbolic link at `rel` (made, never followed by this module)."""
+        with self._parent(rel, create=True) as (fd, name):
+            os.symlink(target, name, dir_fd=fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move `src` to `dst` within the tree (renameat on descriptors: no link on either path is followed)."""
+        with self._parent(src) as (src_fd, src_name), self._parent(dst, create=True) as (dst_fd, dst_name):
+            os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+    def remove(self, rel: str, *, missing_ok: bool = True) -> bool:
+        """Remove the file, link or whole directory at `rel` (a link is removed, never entered). True if removed."""
+        try:
+            with self._parent(rel) as (fd, name):
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    os.unlink(name, dir_fd=fd)
+                    return True
+            try:
+                self._rmtree(rel)
+            except PermissionError:  # a read-only directory the sandbox left: made writable (no link followed)
+                for child, child_info in self.walk(rel):
+                    if stat.S_ISDIR(child_info.st_mode):
+                        self.chmod(child, stat.S_IMODE(child_info.st_mode) | stat.S_IRWXU)
+                self._rmtree(rel)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            return False
+        return True
+
+    def _rmtree(self, rel: str) -> None:
+        with self._parent(rel) as (fd, name):
+            shutil.rmtree(name, dir_fd=fd)  # the descriptor-based rmtree: it never follows a link
+
+    def chown(self, rel: str, uid: int, gid: int) -> None:
+        """chown of the entry itself ('' is the root); a link is changed, never followed."""
+        if not rel:
+            os.fchown(self._fd, uid, gid)
+            return
+        with self._parent(rel) as (fd, name):
+            os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+
+    def chmod(self, rel: str, mode: int) -> None:
+        """chmod of the entry itself ('' is the root): opened O_PATH|O_NOFOLLOW, so a link swapped in is refused,
+        not followed."""
+        if not rel:
+            os.fchmod(self._fd, mode)
+            return
+        with self._parent(rel) as (fd, name):
+            handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            try:
+                if stat.S_ISLNK(os.fstat(handle).st_mode):
+                    raise self._refuse(rel, "link", "is a symbolic link")
+                os.chmod(f"/proc/self/fd/{handle}", mode)
+            finally:
+                os.close(handle)
+
+    def copy_in(self, source: Path, rel: str) -> None:
+        """Copy the trusted local directory `source` to the new directory `rel` (files, directories and links as
+        links); nothing may exist at `rel` yet."""
+        with self._parent(rel, create=True) as (fd, name):
+            os.mkdir(name, 0o755, dir_fd=fd)
+        for entry in sorted(source.iterdir()):
+            child = f"{rel}/{entry.name}"
+            if entry.is_symlink():
+                self.symlink(os.readlink(entry), child)
+            elif entry.is_dir():
+                self.copy_in(entry, child)
+            elif entry.is_file():
+                self.create_bytes(child, entry.read_bytes(), mode=stat.S_IMODE(entry.stat().st_mode))
+
+    @contextmanager
+    def lock(self, rel: str) -> Iterator[None]:
+        """Hold an exclusive flock on the regular file `rel` (created when missing, its directory not; never truncated
+        or written)."""
+        import fcntl
+
+        with self._parent(rel) as (fd, name):
+            handle = self._open_file(fd, name, rel, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(handle)
+
+
+def read_file(path: Path, *, limit: int | None = None) -> bytes:
+    """The regular file `path` whose directory is trusted but whose name someone else could have planted (a
+    manifest in the workspace): a link or FIFO at the name is refused (UnsafePath), never followed or waited on."""
+    with Tree(path.parent) as tree:
+        return tree.read_bytes(path.name, limit=limit)
+
+
+def read_file_text(path: Path, *, limit: int | None = None) -> str:
+    return read_file(path, limit=limit).decode()
+
+
+def link_leaves(root: Path, rel: str) -> str:
+    """Where the symbolic link `root/rel` points when that is outside `root` (judged both by its text and by what
+    it resolves to now), or '' when it stays inside."""
+    target = os.readlink(root / rel)
+    lexical = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+    real = Path(os.path.realpath(root / rel))
+    outside = os.path.isabs(target) or lexical == ".." or lexical.startswith("../")
+    if outside or not real.is_relative_to(Path(os.path.realpath(root))):
+        return target
+    return ""
+
+
+def links_leaving(root: Path) -> list[tuple[str, str]]:
+    """Every symbolic link below `root` that points outside it: (path relative to root, its target)."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(directory, name)
+            if path.is_symlink():
+                rel = str(path.relative_to(root))
+                target = link_leaves(root, rel)
+                if target:
+                    found.append((rel, target))
+    return sorted(found)

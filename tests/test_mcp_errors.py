@@ -1,0 +1,79 @@
+"""The MCP server's error contract, over stdio as a client speaks it (raw JSON-RPC lines, no SDK smoothing them):
+a line that is not JSON gets -32700, JSON that is no message -32600, a tool's bad input an isError result with
+flakebot's error object, and a refused long call leaves no job file behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class Wire:
+    """`flakebot mcp` driven line by line."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "flakebot", "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "wire", "version": "1"}}})  # fmt: skip
+        assert self.receive()["id"] == 0
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any] | str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        answer: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return answer
+
+    def call(self, id_: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.send(
+            {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        )
+        return self.receive()
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.communicate(timeout=30)  # closes the pipes too
+
+
+@pytest.fixture
+def wire() -> Iterator[Wire]:
+    opened = Wire()
+    yield opened
+    opened.close()
+
+
+def test_unreadable_lines_get_json_rpc_errors_and_the_session_goes_on(wire: Wire) -> None:
+    wire.send("{this is not json")
+    first = wire.receive()
+    assert first["id"] is None and first["error"]["code"] == -32700 and "not JSON" in first["error"]["message"]
+    wire.send('{"hello": "world"}')
+    second = wire.receive()
+    assert second["id"] is None and second["error"]["code"] == -32600
+    wire.send({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})
+    assert wire.receive()["id"] == 7
+
+
+def test_bad_input_is_a_tool_error_and_an_oversized_need_leaves_no_job(wire: Wire, flakebot_home: Path) -> None:
+    typed = wire.call(1, "status", {"run_id": ["not", "a", "string"]})["result"]
+    assert typed["isError"] and typed["structuredContent"]["type"] == "UsageError"
+    for id_, need, words in ((2, "x" * 1_000_000, "more than 65,536"), (3, "y" * 5000, "5,000 characters")):
+        answer = wire.call(id_, "craft", {"need": need})["result"]
+        assert answer["isError"] and words in answer["structuredContent"]["error"], answer["structuredContent"]
+    jobs = flakebot_home / "state/flakebot/mcp-jobs"
+    assert not jobs.exists() or not any(jobs.iterdir()), list(jobs.iterdir())
