@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -190,15 +191,19 @@ def _has_build_script(crate_dir: Path, skeleton: Skeleton) -> bool:
 
 
 def copy_output(output: Path, target_dir: Path) -> None:
-    """A private copy of the output's target dir at `target_dir`, writable, every file dated now (one instant)."""
-    target_dir.mkdir(parents=True, exist_ok=True)
+    """A private copy of the output's target dir at `target_dir`, writable, every file dated now (one instant).
+    Whatever was at `target_dir` goes first: nothing is copied into (or dated through) a tree the model's code wrote."""
+    shutil.rmtree(target_dir, ignore_errors=True)  # never follows a link; a link at target_dir itself is unlinked
+    if target_dir.is_symlink():
+        target_dir.unlink()
+    target_dir.mkdir(parents=True)
     for argv in (
         ["cp", "--reflink=auto", "-r", "--", f"{output}/target/.", str(target_dir)],
         ["chmod", "-R", "u+w", str(target_dir)],
     ):
         subprocess.run(argv, check=True, capture_output=True, timeout=600)
     stamp = target_dir / ".dependencies-copied"
-    stamp.touch()
+    os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
     subprocess.run(
         ["find", str(target_dir), "-exec", "touch", "-h", "-r", str(stamp), "{}", "+"],
         check=True,
