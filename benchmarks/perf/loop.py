@@ -6,7 +6,8 @@ test flakebot writes from the session's spec, and src/main.rs as the model wrote
 edit (red: --key is missing, two acceptance tests fail) or its second (green). A binary crate has no doc-test
 phase, so `cargo test` and the verdict's `cargo test --tests` build and run the same tests.
 Everything runs in the bubblewrap sandbox with one warm target dir, cargo called as the edit stage calls it (offline:
-release, the stand-in's --target, the crate incremental, the registry where Nix builds see it; nix/loopdeps.py).
+release, the stand-in's --target, the crate incremental and unoptimised, the registry where Nix builds see it;
+nix/loopdeps.py).
 
 Each sample, raw and iteration interleaved:
   raw        Python writes a one-line edit into src/main.rs, then `cargo test --no-fail-fast` runs in the same sandbox
@@ -49,7 +50,7 @@ from flakebot.config import Settings
 from flakebot.crates.registries import local_registry
 from flakebot.llm.providers import resolve_model
 from flakebot.llm.transcript import Transcript
-from flakebot.nix.loopdeps import NoStoreDeps, Plan, plan
+from flakebot.nix.loopdeps import NoStoreDeps, Plan, crate_name, plan
 from flakebot.pipeline.run import Run
 from flakebot.sandbox import Sandbox, open_sandbox
 from flakebot.source.newcrate import new_crate
@@ -138,7 +139,7 @@ class Bench:
             binds=[(False, registry, store.registry)] if store and registry else [],
         )  # fmt: skip
         if store:
-            self.cargo.sandbox_registry, self.cargo.profile = store.registry, store.profile()
+            self.cargo.sandbox_registry, self.cargo.profile = store.registry, store.profile(crate_name(self.crate))
         added = Toolbox(self.crate, self.sandbox, self.cargo).call("add_dependency", {"name": "clap"})
         if not added.ok:
             raise RuntimeError(f"cargo add clap failed: {added.text}")

@@ -13,8 +13,9 @@ as crane's later steps start from `cargoArtifacts`:
   (`rustc -vV`), profile (release, the flake's), `--target` triple, RUSTFLAGS (none), and the same path for every
   registry crate: the sandbox shows the registry where the stand-in's builds see it (/flakebot/registry). And the copy
   is dated now, one instant for all, as the flake's preBuild dates it (the store dates files 1970).
-- the crate itself builds with `profile.release.incremental=true`: cargo never builds a registry crate incrementally,
-  so the dependencies stay fresh, and an iteration costs about what a debug one does.
+- the crate itself builds incrementally, unoptimised, with debug assertions and overflow checks (profile
+  overrides for its package and `profile.release.incremental`, which cargo never applies to a registry crate), so
+  the dependencies stay fresh and an iteration costs what a debug one did.
 
 Only the offline stand-in (`--nixpkgs host`) builds with the loop's own toolchain; a flake on pinned nixpkgs builds
 with nixpkgs' rustc, so there the loop keeps the dependency cache (plan() says why).
@@ -26,9 +27,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 DEPS_ATTRIBUTE = "cargo-deps"  # templates/flake.nix.j2's packages output of the deps derivation
 CRATE_INCREMENTAL = ("--config", "profile.release.incremental=true")
+CRATE_OVERRIDES = ("opt-level=0", "debug-assertions=true", "overflow-checks=true")
+CRATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")  # what may go into a --config key
 
 
 class NoStoreDeps(Exception):
@@ -59,8 +64,21 @@ class Plan:
     registry: Path  # where the stand-in's builds (and so the loop's sandbox) see the crate registry
     triple: str
 
-    def profile(self) -> tuple[str, ...]:
-        return ("--release", "--target", self.triple, *CRATE_INCREMENTAL)
+    def profile(self, crate: str = "") -> tuple[str, ...]:
+        """cargo's flags for the loop; with the crate's package name, the crate alone also builds unoptimised with
+        debug assertions and overflow checks, as a debug build would (package overrides leave the dependencies' hashes
+        as they are): half the first build of csv-dedup, and tests that rely on assertions keep them."""
+        own = [f"profile.release.package.{crate}.{key}" for key in CRATE_OVERRIDES] if CRATE_NAME.match(crate) else []
+        return ("--release", "--target", self.triple, *CRATE_INCREMENTAL, *(a for o in own for a in ("--config", o)))
+
+
+def crate_name(crate_dir: Path) -> str:
+    """The package name of the crate at `crate_dir`, read as data ('' when there is none or it is not a plain name)."""
+    try:
+        name = tomllib.loads((crate_dir / "Cargo.toml").read_text()).get("package", {}).get("name", "")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        return ""
+    return name if isinstance(name, str) and CRATE_NAME.match(name) else ""
 
 
 def plan(settings: Settings, cargo: Cargo) -> Plan:

@@ -41,6 +41,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.cargo.fetch import refresh_git_view
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
+    from flakebot.nix.loopdeps import crate_name
     from flakebot.pipeline.models import run_budget, stage_model
     from flakebot.sandbox import limits_for, open_sandbox
 
@@ -73,7 +74,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
     cargo.features = acquired.features
     isolated = sandbox.name == "bubblewrap"
     if store and isolated:  # the loop builds as the deps derivation did, so cargo takes its output as fresh
-        cargo.sandbox_registry, cargo.profile = store.registry, store.profile()
+        cargo.sandbox_registry, cargo.profile = store.registry, store.profile(crate_name(crate_dir))
     seeder = _seed_dependencies(ctx, cargo, crate_dir, isolated=isolated, store=store if isolated else None)
     alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
     toolbox = Toolbox(root, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
