@@ -63,6 +63,7 @@ SECTIONS: tuple[Bench, ...] = (
     Bench("fork", {"samples": 3}),
     Bench("craft", {"crafts": 3, "hits": 5}),
     Bench("repeat"),  # four crafts of the csv-dedup session: P9, P9-improve
+    Bench("compile_once"),  # a cold craft against one release build of the same crate: P14
     Bench("nix"),
     Bench("acquire"),
     Bench("corpus"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:  # the section modules import flakebot; rendering a report needs only their records
     from benchmarks.perf.acquire import AcquireResult
     from benchmarks.perf.calls import CallsResult
+    from benchmarks.perf.compile_once import CompileOnceResult
     from benchmarks.perf.corpus import CorpusResult
     from benchmarks.perf.craft import CraftResult
     from benchmarks.perf.diagnostics import DiagnosticsResult
@@ -577,6 +578,30 @@ def repeat_improve_figure(results: Results) -> dict[str, Any]:
                   "x", r.goal, "<=", measured, _repeat_gap(r, "improve"), "repeat")  # fmt: skip
 
 
+def compile_once_figure(results: Results) -> dict[str, Any]:
+    r: CompileOnceResult = results["compile_once"]
+    cold = r.runs["cold"]
+    measured = (
+        f"a cold craft of csv-dedup (its dependencies new to the store, the loop on the flake's deps derivation): "
+        f"{_repeat_breakdown(cold)}, {cold.dependency_cache or 'no dependency cache line'}; one `cargo build --release` "
+        f"of the same crate from nothing in the same run: {r.release_build_s:.1f} s."
+    )
+    gap = f"cargo {cold.cargo_s:.1f} s (the loop's and host calls) and nix build {cold.nix_build_s:.1f} s (two derivations)."
+    return figure("P14", "cold craft: cargo + nix / one release build of the same crate from nothing", r.ratio, "x",
+                  r.goal, "<=", measured, gap, "compile_once")  # fmt: skip
+
+
+def compile_once_shared_figure(results: Results) -> dict[str, Any]:
+    r: CompileOnceResult = results["compile_once"]
+    cold, today = r.runs["cold"], r.runs["today"]
+    measured = (
+        f"the cold craft ({_repeat_breakdown(cold)}) against the same craft with the dependency cache off, its loop "
+        f"compiling the dependencies itself ({_repeat_breakdown(today)})."
+    )
+    return figure("P14-shared", "cold craft on the shared deps derivation / the same craft compiling them twice",
+                  r.shared_ratio, "x", r.goal_shared, "<=", measured, "", "compile_once")  # fmt: skip
+
+
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P1-online", craft_online_overhead, "craft"),
@@ -601,6 +626,8 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P10", shared_install, "shared"),
     ("P9", repeat_craft_figure, "repeat"),
     ("P9-improve", repeat_improve_figure, "repeat"),
+    ("P14", compile_once_figure, "compile_once"),
+    ("P14-shared", compile_once_shared_figure, "compile_once"),
 ]
 
 

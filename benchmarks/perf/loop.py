@@ -5,7 +5,9 @@ a new binary crate depending on csv and clap (flakebot's new_crate, then `cargo 
 test flakebot writes from the session's spec, and src/main.rs as the model wrote it in the session's first
 edit (red: --key is missing, two acceptance tests fail) or its second (green). A binary crate has no doc-test
 phase, so `cargo test` and the verdict's `cargo test --tests` build and run the same tests.
-Everything runs in the bubblewrap sandbox with one warm target dir.
+Everything runs in the bubblewrap sandbox with one warm target dir, cargo called as the edit stage calls it (offline:
+release, the stand-in's --target, the crate incremental and unoptimised, the registry where Nix builds see it;
+nix/loopdeps.py).
 
 Each sample, raw and iteration interleaved:
   raw        Python writes a one-line edit into src/main.rs, then `cargo test --no-fail-fast` runs in the same sandbox
@@ -48,6 +50,7 @@ from flakebot.config import Settings
 from flakebot.crates.registries import local_registry
 from flakebot.llm.providers import resolve_model
 from flakebot.llm.transcript import Transcript
+from flakebot.nix.loopdeps import NoStoreDeps, Plan, crate_name, plan
 from flakebot.pipeline.run import Run
 from flakebot.sandbox import Sandbox, open_sandbox
 from flakebot.source.newcrate import new_crate
@@ -128,10 +131,15 @@ class Bench:
         """The session's crate: new binary crate on csv, clap added as the model asked, the frozen acceptance test."""
         new_crate(self.spec.name, self.crate, library=local_registry(self.settings).get("csv"), settings=self.settings)
         self.repo = git.Repo(self.crate)
-        self.sandbox: Sandbox = open_sandbox(
-            "required", workspace=self.crate, writable=[self.crate, self.target], timeout=600
-        )
         self.cargo = Cargo.for_run(self.settings, self.target)
+        store = loop_plan(self.settings, self.cargo)  # the edit stage's profile and registry path, when it has them
+        registry = self.cargo.registry_dir
+        self.sandbox: Sandbox = open_sandbox(
+            "required", workspace=self.crate, writable=[self.crate, self.target], timeout=600,
+            binds=[(False, registry, store.registry)] if store and registry else [],
+        )  # fmt: skip
+        if store:
+            self.cargo.sandbox_registry, self.cargo.profile = store.registry, store.profile(crate_name(self.crate))
         added = Toolbox(self.crate, self.sandbox, self.cargo).call("add_dependency", {"name": "clap"})
         if not added.ok:
             raise RuntimeError(f"cargo add clap failed: {added.text}")
@@ -251,6 +259,14 @@ def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, A
         "raw_samples_s": [round(r, 3) for r in raws],
         "iteration_samples_s": [round(i["seconds"], 3) for i in iterations],
     }
+
+
+def loop_plan(settings: Settings, cargo: Cargo) -> Plan | None:
+    """How the edit stage runs cargo offline (nix/loopdeps.py: release, --target, incremental crate), or None."""
+    try:
+        return plan(settings, cargo)
+    except NoStoreDeps:
+        return None
 
 
 def run(samples: int = 7) -> dict[str, Any]:

@@ -56,7 +56,8 @@ SKELETON_PREFIXES = (SKELETON_NAME, SKELETON_NAME.replace("-", "_"), "lib" + SKE
 
 @dataclass(frozen=True)
 class Seeded:
-    """What the cache did for one target dir: `hit`, `built` (stored, then copied) or `skipped` (and why)."""
+    """What the cache did for one target dir: `hit`, `built` (stored, then copied), `store` (the deps derivation's
+    output copied, nix/loopdeps.py) or `skipped` (and why)."""
 
     status: str
     detail: str
@@ -66,6 +67,8 @@ class Seeded:
     def note(self) -> str:
         if self.status == "skipped":
             return f"dependency cache not used: {self.detail}"
+        if self.status == "store":  # nix/loopdeps.py: the flake's deps derivation, which the package stage reuses
+            return f"dependency cache from the flake's deps derivation: {self.detail} ({self.seconds:.1f}s)"
         how = "" if self.status == "hit" else ", built once in the sandbox from the manifest and lock only"
         return (
             f"dependency cache {'hit' if self.status == 'hit' else 'stored'}: {self.detail}{how} ({self.seconds:.1f}s)"
@@ -118,7 +121,7 @@ class LoopSeeder:
         seeded = seed_target_dir(
             self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
         )
-        self.key = seeded.key if seeded.status != "skipped" else ""
+        self.key = seeded.key  # "" when skipped, but for a crate with no dependencies yet
         self.packages = skeleton_of(self.crate_dir).packages() if self.key else []
         return seeded
 
@@ -144,7 +147,7 @@ class LoopSeeder:
             self.key = ""
             return None
         seeded = _seed(self.settings, self.cargo, self.crate_dir, self.target_dir, self.progress)
-        self.key = seeded.key if seeded.status != "skipped" else ""
+        self.key = seeded.key  # "" when skipped, but for a crate with no dependencies yet
         return seeded
 
 
@@ -157,6 +160,8 @@ def _seed(
     except NoSkeleton as exc:
         return Seeded("skipped", str(exc))
     key = dependency_key(skeleton, cargo)
+    if not skeleton.packages():  # a new crate: nothing to build or copy; the key lets refresh() see the first addition
+        return Seeded("skipped", "the crate has no dependencies yet", key)
     entry = cache_root(settings) / key
     status = "hit"
     try:

@@ -37,6 +37,7 @@ from flakebot.events import waiting_on
 logger = logging.getLogger(__name__)
 
 LOCAL_SOURCE = "flakebot-local"
+PROFILED = ("build", "check", "test", "run", "clippy", "rustc")  # the subcommands `profile` applies to
 MIRROR_SOURCE = "flakebot-mirror"
 DEFAULT_INDEX_URL = "https://index.crates.io"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -165,6 +166,10 @@ class Cargo:
     git_sources: tuple[str, ...] = field(default_factory=lambda: sources.git_sources(sources.DEFAULT_GIT_SOURCES))
     tree: Path | None = None  # path dependencies stay inside it (the run's workspace); None: the cargo workspace root
     git_view: Path | None = None  # the run's own copy of the git/ checkouts its Cargo.lock names (cargo/fetch.py)
+    # sandboxed calls only: where the sandbox shows registry_dir (the path a Nix build sees it at, nix/loopdeps.py), and
+    # the profile flags of a build, check or test (the deps derivation's: release, its --target)
+    sandbox_registry: Path | None = None
+    profile: tuple[str, ...] = ()
 
     @classmethod
     def for_run(cls, settings: Settings, target_dir: Path, run_dir: Path | None = None) -> Cargo:
@@ -185,14 +190,15 @@ class Cargo:
     def online(self) -> bool:
         return not self.offline
 
-    def source_args(self) -> list[str]:
+    def source_args(self, *, sandboxed: bool = False) -> list[str]:
         """`--config` flags naming the crate source: a directory source, or a sparse index standing in for crates.io."""
         if self.registry_dir is not None:
+            directory = self.sandbox_registry if sandboxed and self.sandbox_registry else self.registry_dir
             return [
                 "--config",
                 f"source.crates-io.replace-with='{LOCAL_SOURCE}'",
                 "--config",
-                f"source.{LOCAL_SOURCE}.directory='{self.registry_dir}'",
+                f"source.{LOCAL_SOURCE}.directory='{directory}'",
             ]
         if self.index_url is not None:
             return [
@@ -209,7 +215,14 @@ class Cargo:
 
     def argv(self, *args: str) -> list[str]:
         """A sandboxed `cargo ARGS`: the crate source, the MSRV-aware resolver, and always --offline (no network)."""
-        return [cargo_program(), *self.source_args(), *RESOLVER_ARGS, "--offline", *args]
+        flags = list(self.profile) if args and args[0] in PROFILED else []
+        # a --config after the subcommand would replace every one before it (the crate source's among them)
+        configs = [f for i, f in enumerate(flags) if f == "--config" or (i > 0 and flags[i - 1] == "--config")]
+        profile = [f for f in flags if f not in configs]
+        return [
+            cargo_program(), *self.source_args(sandboxed=True), *RESOLVER_ARGS, *configs, "--offline",
+            *args[:1], *profile, *args[1:],
+        ]  # fmt: skip
 
     def env(self) -> dict[str, str]:
         """Environment for a cargo call: target dir, no colours, rustup's home and the pinned toolchain, flakebot's CARGO_HOME.

@@ -31,6 +31,7 @@ from flakebot.toolspec import ToolSpec
 if TYPE_CHECKING:
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
+    from flakebot.nix.loopdeps import Plan
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
     from flakebot.cargo.fetch import refresh_git_view
     from flakebot.cargo.runner import Cargo
     from flakebot.llm.transcript import Transcript
+    from flakebot.nix.loopdeps import crate_name
     from flakebot.pipeline.models import run_budget, stage_model
     from flakebot.sandbox import limits_for, open_sandbox
 
@@ -56,6 +58,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
     settings = ctx.settings
     cargo = Cargo.for_run(settings, ctx.run.target_dir, ctx.run.dir)
     refresh_git_view(cargo, crate_dir)  # the sandbox sees only the git checkouts the lock names
+    store = _store_plan(ctx, cargo)
     sandbox = open_sandbox(
         settings.sandbox,
         workspace=root,
@@ -66,9 +69,13 @@ def edit_stage(ctx: StageContext) -> EditOut:
         adopt=True,
         frozen=frozen.paths(),
         limits=limits_for(settings),
+        binds=[(False, cargo.registry_dir, store.registry)] if store and cargo.registry_dir else [],
     )
     cargo.features = acquired.features
-    seeder = _seed_dependencies(ctx, cargo, crate_dir, isolated=sandbox.name == "bubblewrap")
+    isolated = sandbox.name == "bubblewrap"
+    if store and isolated:  # the loop builds as the deps derivation did, so cargo takes its output as fresh
+        cargo.sandbox_registry, cargo.profile = store.registry, store.profile(crate_name(crate_dir))
+    seeder = _seed_dependencies(ctx, cargo, crate_dir, isolated=isolated, store=store if isolated else None)
     alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
     toolbox = Toolbox(root, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
 
@@ -119,14 +126,36 @@ def edit_stage(ctx: StageContext) -> EditOut:
     return dataclasses.replace(_outcome(result, spec), disputes=desk.disputes, examples=corrected)
 
 
-def _seed_dependencies(ctx: StageContext, cargo: Cargo, crate_dir: Path, *, isolated: bool) -> Callable[[], None]:
-    """The run's target dir starts as a private copy of the dependency cache's entry for this crate, if it can; the
-    returned call (before each `cargo test`) seeds it again when the model changed the dependencies."""
+def _store_plan(ctx: StageContext, cargo: Cargo) -> Plan | None:
+    """How the loop starts from the flake's deps derivation (nix/loopdeps.py), or None (logged why): then from the
+    dependency cache's entry, as before."""
+    from flakebot.nix.loopdeps import NoStoreDeps, plan
+
+    if not ctx.settings.dependency_cache:
+        return None
+    try:
+        return plan(ctx.settings, cargo)
+    except NoStoreDeps as exc:
+        logger.info("the edit loop does not start from the deps derivation: %s", exc)
+        return None
+
+
+def _seed_dependencies(
+    ctx: StageContext, cargo: Cargo, crate_dir: Path, *, isolated: bool, store: Plan | None
+) -> Callable[[], None]:
+    """The run's target dir starts as a private copy of the crate's compiled dependencies: the flake's deps derivation
+    (`store`), else the dependency cache's entry, if it can; the returned call (before each `cargo test`) seeds it
+    again when the model changed the dependencies."""
     from flakebot.cargo.depcache import LoopSeeder
+    from flakebot.nix.loopdeps import StoreSeeder
 
     if not ctx.settings.dependency_cache:
         return lambda: None
-    seeder = LoopSeeder(ctx.settings, cargo, crate_dir, ctx.run.target_dir, progress=ctx.progress)
+    seeder: LoopSeeder | StoreSeeder
+    if store is not None:
+        seeder = StoreSeeder(ctx.settings, crate_dir, ctx.run.target_dir, ctx.run.dir / "loop-deps", ctx.progress)
+    else:
+        seeder = LoopSeeder(ctx.settings, cargo, crate_dir, ctx.run.target_dir, progress=ctx.progress)
     seeded = seeder.seed(isolated=isolated)
     ctx.progress(seeded.note(), dependency_cache=seeded.status)
 

@@ -1,0 +1,94 @@
+"""P14: a cold craft's cargo + nix build seconds against one `cargo build --release` of the same crate from nothing.
+
+Three measurements in one run, on the offline scripted csv-dedup session (benchmarks.perf.repeat's craft: a new
+process, every child traced, each craft its own dependency set so Nix really builds):
+  cold     the craft as a new user meets it (`dependency_cache` on, its cache and the store cold): the edit loop starts
+           from the flake's deps derivation (nix/loopdeps.py), so each dependency compiles once
+  today    the same craft with `dependency_cache = false`: the loop compiles the dependencies (debug), the flake's
+           deps derivation again (release)
+  release  one plain `cargo build --release` of the cold craft's crate (its Cargo.toml, Cargo.lock and src/) into an
+           empty target dir against the same registry: the least a build of that tool can cost on this machine
+P14 = cold (cargo + nix build) / release, goal <= 1.3; P14-shared = cold / today, goal <= 0.7 (issue 36).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.perf.craft import DEBIAN_REGISTRY
+from benchmarks.perf.repeat import RepeatRun, craft
+
+GOAL = 1.3
+GOAL_SHARED = 0.7
+
+
+def crate_copy(flake: Path, dest: Path) -> Path:
+    """The crafted crate alone (manifest, lock, sources, tests): what a plain build of the tool compiles."""
+    dest.mkdir(parents=True)
+    for name in ("Cargo.toml", "Cargo.lock"):
+        shutil.copy2(flake / name, dest / name)
+    for name in ("src", "tests"):
+        if (flake / name).is_dir():
+            shutil.copytree(flake / name, dest / name)
+    return dest
+
+
+def release_build(crate: Path, home: Path, target: Path) -> float:
+    """Seconds of one `cargo build --release` of `crate` into the empty `target`, offline against the registry."""
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text(
+        '[source.crates-io]\nreplace-with = "local"\n\n'
+        f'[source.local]\ndirectory = "{DEBIAN_REGISTRY}"\n\n[net]\noffline = true\n'
+    )
+    env = {**os.environ, "CARGO_HOME": str(home), "CARGO_TARGET_DIR": str(target), "CARGO_TERM_COLOR": "never"}
+    started = time.perf_counter()
+    subprocess.run(["cargo", "build", "--release", "--locked"], cwd=crate, env=env, check=True, capture_output=True,
+                   timeout=1800)  # fmt: skip
+    return time.perf_counter() - started
+
+
+def run() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="flakebot-bench-compile-once-") as tmp:
+        root = Path(tmp)
+        today, _ = craft(root, "today", salt=secrets.token_hex(4), cache=False)
+        cold, env = craft(root, "cold", salt=secrets.token_hex(4))
+        flake = Path(env["FLAKEBOT_WORKDIR"]) / "runs" / cold.pop("result")["run_id"] / "flake"
+        today.pop("result")
+        crate = crate_copy(flake, root / "plain" / "crate")
+        release_s = release_build(crate, root / "plain" / "home", root / "plain" / "target")
+    return {
+        "runs": {"cold": cold, "today": today},
+        "release_build_s": round(release_s, 3),
+        "ratio": round(cold["raw_s"] / release_s, 3),
+        "goal": GOAL,
+        "shared_ratio": round(cold["raw_s"] / today["raw_s"], 3),
+        "goal_shared": GOAL_SHARED,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileOnceResult:
+    """run()'s result, as report.json holds it (runs: cold and today)."""
+
+    runs: dict[str, RepeatRun]
+    release_build_s: float
+    ratio: float
+    goal: float
+    shared_ratio: float
+    goal_shared: float
+
+
+RESULT = CompileOnceResult
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

@@ -1,0 +1,230 @@
+"""The edit loop's dependencies taken from the flake's own deps derivation: each dependency compiles once per craft.
+
+Without this the dependencies compile twice: in the debug profile for the edit loop (cargo/depcache.py) and in the
+release profile in the flake's `cargo-deps-0` derivation (nix/skeleton.py). Here the loop starts from that derivation,
+as crane's later steps start from `cargoArtifacts`:
+- the derivation is built before the loop's first `cargo test` (and again when the model changes the dependency set)
+  from a stub crate flakebot writes: the crate's manifest with its targets removed, its Cargo.lock, an empty main (and
+  an empty build script where the crate has one). The package stage writes the same skeleton from the final crate, so
+  the same derivation: Nix builds it once and the tool's build compiles only the crate. No line of the model's runs in
+  it, and nothing the loop does reaches it: the store is read-only, and the loop gets a private copy (cp
+  --reflink=auto, never a link) as its target dir.
+- cargo takes the copy as fresh when everything its fingerprints hash is what the Nix build had: the same rustc
+  (`rustc -vV`), profile (release, the flake's), `--target` triple, RUSTFLAGS (none), and the same path for every
+  registry crate: the sandbox shows the registry where the stand-in's builds see it (/flakebot/registry). And the copy
+  is dated now, one instant for all, as the flake's preBuild dates it (the store dates files 1970).
+- the crate itself builds incrementally, unoptimised, with debug assertions and overflow checks (profile
+  overrides for its package and `profile.release.incremental`, which cargo never applies to a registry crate), so
+  the dependencies stay fresh and an iteration costs what a debug one did.
+
+Only the offline stand-in (`--nixpkgs host`) builds with the loop's own toolchain; a flake on pinned nixpkgs builds
+with nixpkgs' rustc, so there the loop keeps the dependency cache (plan() says why).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+
+from flakebot.cargo.cache_skeleton import TARGET_TABLES, NoSkeleton, Skeleton, skeleton_of
+from flakebot.cargo.depcache import Seeded, rustc_version
+from flakebot.cargo.runner import Cargo
+from flakebot.config import Settings
+from flakebot.errors import FlakebotError
+from flakebot.fsutil import remove_tree
+
+logger = logging.getLogger(__name__)
+
+DEPS_ATTRIBUTE = "cargo-deps"  # templates/flake.nix.j2's packages output of the deps derivation
+CRATE_INCREMENTAL = ("--config", "profile.release.incremental=true")
+CRATE_OVERRIDES = ("opt-level=0", "debug-assertions=true", "overflow-checks=true")
+CRATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")  # what may go into a --config key
+
+
+class NoStoreDeps(Exception):
+    """Why the loop cannot start from the deps derivation (it then uses the dependency cache, or builds them itself)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the loop's cargo matches the Nix build: the registry's path inside, and the target triple."""
+
+    registry: Path  # where the stand-in's builds (and so the loop's sandbox) see the crate registry
+    triple: str
+
+    def profile(self, crate: str = "") -> tuple[str, ...]:
+        """cargo's flags for the loop; with the crate's package name, the crate alone also builds unoptimised with
+        debug assertions and overflow checks, as a debug build would (package overrides leave the dependencies' hashes
+        as they are): half the first build of csv-dedup, and tests that rely on assertions keep them."""
+        own = [f"profile.release.package.{crate}.{key}" for key in CRATE_OVERRIDES] if CRATE_NAME.match(crate) else []
+        return ("--release", "--target", self.triple, *CRATE_INCREMENTAL, *(a for o in own for a in ("--config", o)))
+
+
+def crate_name(crate_dir: Path) -> str:
+    """The package name of the crate at `crate_dir`, read as data ('' when there is none or it is not a plain name)."""
+    try:
+        name = tomllib.loads((crate_dir / "Cargo.toml").read_text()).get("package", {}).get("name", "")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        return ""
+    return name if isinstance(name, str) and CRATE_NAME.match(name) else ""
+
+
+def plan(settings: Settings, cargo: Cargo) -> Plan:
+    """The plan for this run, or NoStoreDeps saying why the loop cannot reuse the deps derivation."""
+    from flakebot.nix.command import resolve_mode
+    from flakebot.nix.standin import ensure_standin
+
+    if cargo.registry_dir is None:
+        raise NoStoreDeps("online, the flake fetches crates the loop's registry does not hold")
+    try:
+        mode, _ = resolve_mode(settings)
+        if mode != "host":
+            raise NoStoreDeps("the flake builds with nixpkgs' rustc, not the loop's toolchain")
+        host = json.loads((ensure_standin(settings) / "host.json").read_text())
+    except (FlakebotError, OSError, ValueError) as exc:
+        raise NoStoreDeps(f"no Nix stand-in: {exc}") from None
+    registry = cargo.registry_dir.resolve()
+    inside = [Path(i) for i, outside in host.get("sandboxPaths", {}).items() if Path(outside).resolve() == registry]
+    if not inside:
+        raise NoStoreDeps(f"the stand-in's builds do not see {registry}")
+    toolchain = Path(host.get("hostToolchainBin", "")) / "rustc"
+    theirs = subprocess.run([str(toolchain), "-vV"], capture_output=True, text=True, timeout=60, check=False).stdout
+    if theirs.strip() != rustc_version(cargo):
+        raise NoStoreDeps("the stand-in's rustc is not the loop's")
+    return Plan(registry=inside[0], triple=str(host["hostTriple"]))
+
+
+class StoreSeeder:
+    """The loop's target dir kept on the deps derivation of the crate's current dependency set (LoopSeeder's calls)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        crate_dir: Path,
+        target_dir: Path,
+        work_dir: Path,
+        progress: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.settings, self.crate_dir, self.target_dir, self.work_dir = settings, crate_dir, target_dir, work_dir
+        self.progress, self.key = progress, ""
+
+    def seed(self, *, isolated: bool) -> Seeded:
+        if not isolated:
+            return Seeded("skipped", "the sandbox is off, so model code could rewrite what it copies")
+        return self._seed()
+
+    def refresh(self) -> Seeded | None:
+        """Before a `cargo test`: the new set's derivation when the model changed the dependencies (None: unchanged)."""
+        try:
+            key = _key(skeleton_of(self.crate_dir))
+        except NoSkeleton:
+            return None
+        if key == self.key:
+            return None
+        shutil.rmtree(self.target_dir, ignore_errors=True)  # never copy into a dir the model's code wrote
+        return self._seed()
+
+    def _seed(self) -> Seeded:
+        started = time.monotonic()
+        try:
+            skeleton = skeleton_of(self.crate_dir)
+            self.key = _key(skeleton)
+            if not skeleton.packages():  # a new crate: nothing to compile, so no nix build until the model adds some
+                return Seeded("skipped", "the crate has no dependencies yet")
+            self.progress("building the dependencies once, in the flake's deps derivation (from the manifest and lock)")
+            output = build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16])
+            copy_output(output, self.target_dir)
+        except (NoSkeleton, NoStoreDeps, FlakebotError, OSError, subprocess.SubprocessError) as exc:
+            logger.warning("deps derivation not used: %s", exc)
+            shutil.rmtree(self.target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs
+            return Seeded("skipped", f"the deps derivation did not build or copy ({exc})")
+        return Seeded("store", f"{output.name}, copied", self.key, time.monotonic() - started)
+
+
+def _key(skeleton: Skeleton) -> str:
+    return hashlib.sha256(skeleton.key_material().encode()).hexdigest()
+
+
+def build_deps(settings: Settings, skeleton: Skeleton, crate_dir: Path, work: Path) -> Path:
+    """Build the deps derivation of `skeleton` (the flake the package stage writes, on a stub crate): its output path,
+    held by a GC root in `work` while the run lasts."""
+    from flakebot.nix import command
+    from flakebot.nix.flake import Choice, write_flake
+    from flakebot.nix.standin import ensure_standin
+
+    remove_tree(work)
+    stub, flake = work / "crate", work / "flake"
+    write_stub(stub, skeleton, build_script=_has_build_script(crate_dir, skeleton))
+    written = write_flake(stub, flake, settings, Choice(), "", lambda message: logger.debug("%s", message))
+    if written.skeleton is None:
+        raise NoStoreDeps("the crate's dependencies have no derivation of their own")
+    argv = command.nix_argv(
+        ["build"],
+        ["--json", "--out-link", str(work / "result"), "-L", f"{flake}#{DEPS_ATTRIBUTE}"],
+        "host",
+        ensure_standin(settings),
+        settings.nix_builders,
+    )
+    logger.info("nix build of the loop's dependencies: %s", " ".join(argv))
+    outcome = command.run_streaming(argv, settings.nix_build_timeout, lambda line: logger.debug("nix: %s", line))
+    if outcome.returncode != 0:
+        raise NoStoreDeps(f"nix build failed: {' '.join(outcome.tail[-3:])[-300:]}")
+    return Path(json.loads(outcome.stdout)[0]["outputs"]["out"])
+
+
+def write_stub(directory: Path, skeleton: Skeleton, *, build_script: bool) -> None:
+    """The crate with no code: its manifest less its targets, its lock, an empty main (and build script)."""
+    manifest = tomlkit.parse(skeleton.manifest_text)
+    for table in TARGET_TABLES:
+        manifest.pop(table, None)
+    package = manifest["package"]
+    assert isinstance(package, dict)
+    for key in ("autobins", "default-run", "autoexamples", "autotests", "autobenches"):
+        package.pop(key, None)
+    package["build"] = "build.rs" if build_script else False
+    (directory / "src").mkdir(parents=True)
+    (directory / "Cargo.toml").write_text(tomlkit.dumps(manifest))
+    (directory / "Cargo.lock").write_text(skeleton.lock_text)
+    (directory / "src/main.rs").write_text("fn main() {}\n")
+    if build_script:
+        (directory / "build.rs").write_text("fn main() {}\n")
+
+
+def _has_build_script(crate_dir: Path, skeleton: Skeleton) -> bool:
+    """As cargo decides it (the package stage's skeleton has an empty build script exactly then)."""
+    build = tomlkit.parse(skeleton.manifest_text).get("package", {}).get("build")
+    return build is not False and (isinstance(build, str) or (crate_dir / "build.rs").is_file())
+
+
+def copy_output(output: Path, target_dir: Path) -> None:
+    """A private copy of the output's target dir at `target_dir`, writable, every file dated now (one instant).
+    Whatever was at `target_dir` goes first: nothing is copied into (or dated through) a tree the model's code wrote."""
+    shutil.rmtree(target_dir, ignore_errors=True)  # never follows a link; a link at target_dir itself is unlinked
+    if target_dir.is_symlink():
+        target_dir.unlink()
+    target_dir.mkdir(parents=True)
+    for argv in (
+        ["cp", "--reflink=auto", "-r", "--", f"{output}/target/.", str(target_dir)],
+        ["chmod", "-R", "u+w", str(target_dir)],
+    ):
+        subprocess.run(argv, check=True, capture_output=True, timeout=600)
+    stamp = target_dir / ".dependencies-copied"
+    os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    subprocess.run(
+        ["find", str(target_dir), "-exec", "touch", "-h", "-r", str(stamp), "{}", "+"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
