@@ -143,7 +143,8 @@ class Settings:
     )
     dependency_cache: bool = _setting(
         True,
-        "Build a crate's locked dependencies once (sandboxed, from its manifest and lock only) and give each edit loop a private copy.",
+        "Build a crate's locked dependencies once, from its manifest and lock only, and give each edit loop a private copy: "
+        "offline, the flake's own dependency derivation (the package stage reuses it); else a sandboxed debug build.",
     )
     dependency_cache_mb: int = _setting(
         8192,
