@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -36,13 +37,14 @@ TRUSTED = "trusted"  # only from the user's file, the environment or a flag
 LIMIT = "limit"  # also from a working directory's flakebot.toml, to lower it only
 
 
-def _setting(default: Any, doc: str, choices: tuple[str, ...] = (), trust: str = TRUSTED) -> Any:
-    return field(default=default, metadata={"doc": doc, "choices": choices, "trust": trust})
+def _setting(default: Any, doc: str, choices: tuple[str, ...] = (), trust: str = TRUSTED, zero_ok: bool = False) -> Any:
+    """A setting; a number must be finite and above 0 wherever it comes from (`zero_ok`: 0 is meaningful too)."""
+    return field(default=default, metadata={"doc": doc, "choices": choices, "trust": trust, "zero_ok": zero_ok})
 
 
-def _limit(default: float, doc: str) -> Any:
+def _limit(default: float, doc: str, zero_ok: bool = False) -> Any:
     """A bound a working directory's flakebot.toml may lower (to a value above 0), never raise."""
-    return _setting(default, doc, trust=LIMIT)
+    return _setting(default, doc, trust=LIMIT, zero_ok=zero_ok)
 
 
 def config_home() -> Path:
@@ -96,9 +98,9 @@ class Settings:
     )
     openai_model: str = _setting("gpt-4.1-mini", "Model used for openai when --model names only the provider.")
     model_timeout: float = _limit(120.0, "Seconds to wait for one model reply.")
-    model_retries: int = _limit(2, "Retries the SDKs make on 429/5xx/connection errors.")
+    model_retries: int = _limit(2, "Retries the SDKs make on 429/5xx/connection errors.", zero_ok=True)
     max_iterations: int = _limit(30, "Edit-loop iterations (model calls) before the loop stops.")
-    max_cost: float = _limit(2.0, "USD a run may spend on model calls.")
+    max_cost: float = _limit(2.0, "USD a run may spend on model calls (0: only models with no price).", zero_ok=True)
     max_tokens: int = _limit(2_000_000, "Tokens (prompt + completion) a run may use.")
     max_wall_seconds: float = _limit(1800.0, "Wall-clock seconds the edit loop may take.")
     registry: str = _setting("auto", "Where to search crates: auto, crates-io, local, or a directory source path.")
@@ -113,11 +115,14 @@ class Settings:
     http_cache_ttl: float = _limit(3600.0, "Seconds a cached crates.io answer stays fresh.")
     connect_timeout: float = _limit(3.0, "Seconds to wait when first connecting to crates.io before falling back.")
     cratesio_interval: float = _setting(
-        1.0, "Seconds between crates.io API requests, shared by the whole process (their policy: at most 1 per second)."
+        1.0,
+        "Seconds between crates.io API requests, shared by the whole process (their policy: at most 1 per second).",
+        zero_ok=True,
     )
     cratesio_details: int = _limit(
         3,
         "Top crates.io search results whose version details (binaries, licence, yanked) refine the ranking; 1 request each.",
+        zero_ok=True,
     )
     git_sources: str = _setting(
         "github.com,gitlab.com,codeberg.org,git.sr.ht,bitbucket.org",
@@ -149,6 +154,7 @@ class Settings:
     dependency_cache_mb: int = _setting(
         8192,
         "MiB the dependency cache may hold: storing an entry evicts the least recently used ones beyond it (an entry used in the last hour stays); 0: no limit.",
+        zero_ok=True,
     )
     output_cap: int = _limit(200_000, "Bytes of output kept from one sandboxed command.")
     tool_output_limit: int = _limit(
@@ -254,6 +260,11 @@ def coerce(key: str, value: Any, source: str) -> Any:
             tuple: "a list of {url, keys} tables (a cache URL such as file:///DIR and Nix public keys NAME:BASE64), or 'URL KEY...; URL KEY...'",
         }.get(kind, "a string")
         raise ConfigError(f"{source}: '{key}' must be {wanted}, got {value!r}", fix=f"set {key} to {wanted}") from None
+    if kind in (int, float) and not _in_bounds(value, f.metadata.get("zero_ok", False)):
+        least = "0 or more" if f.metadata.get("zero_ok") else "above 0"
+        raise ConfigError(
+            f"{source}: '{key}' must be a finite number {least}, got {value!r}", fix=f"set {key} to a number {least}"
+        )
     choices = f.metadata["choices"]
     if choices and value not in choices:
         raise ConfigError(
@@ -261,6 +272,10 @@ def coerce(key: str, value: Any, source: str) -> Any:
             fix=f"set {key} to one of {', '.join(choices)}",
         )
     return value
+
+
+def _in_bounds(value: float, zero_ok: bool) -> bool:
+    return math.isfinite(value) and (value >= 0 if zero_ok else value > 0)
 
 
 def _to_catalogs(value: Any) -> tuple[dict[str, Any], ...]:

@@ -151,3 +151,16 @@ def test_a_second_craft_of_a_need_in_flight_says_which_run_has_it(workdir: Path,
     finally:
         first.terminate()
         first.wait(timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [("max_iterations", "-5", "above 0"), ("model_timeout", "0", "above 0"), ("max_cost", "nan", "0 or more")],
+)
+def test_config_set_checks_bounds_as_every_source_does(key: str, value: str, words: str, flakebot_home: Path) -> None:
+    """A value that would break every later craft is refused where it is written, not when a craft reads it."""
+    result = run_cli("config", "set", key, "--", value)
+    assert words in _one_error_line(result, 3)
+    assert not (flakebot_home / "config/flakebot/flakebot.toml").exists()
+    env = run_cli("config", "show", env={f"FLAKEBOT_{key.upper()}": value})
+    assert words in _one_error_line(env, 3)
