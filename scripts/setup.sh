@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(nix-bin bubblewrap git jq passt systemd)  # passt: a service's port (services/forward.py); systemd: systemd-analyze checks its NixOS unit
 # Debian's Rust crates the tests use: one list, read here and by tests/fakes/registry.py.
-mapfile -t test_crates < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' scripts/test-crates.txt)
+mapfile -t test_crates < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^[[:space:]]*$/d' scripts/test-crates.txt)
 APT_PACKAGES+=("${test_crates[@]}")
 # scripts/bench-setup.sh adds the benchmark's crate corpus (make bench), not needed by make test.
 read -r -a extra <<< "${BENCH_APT_PACKAGES:-}"
