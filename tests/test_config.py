@@ -73,9 +73,14 @@ def test_config_set_refuses_unknown_key_and_writes_nothing(flakebot_home: Path) 
 
 
 def test_usage_errors_are_one_message_and_exit_2() -> None:
-    result = run_cli("runs", "--bogus")
-    assert result.returncode == 2
-    assert "No such option: --bogus" in result.stderr and "Traceback" not in result.stderr
+    for argv in (("runs", "--bogus"), ("craft",), ("craft", "x", "--max-iterations", "many")):
+        result = run_cli(*argv)
+        assert result.returncode == 2
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Fix: " in lines[0], result.stderr
+    assert "No such option: --bogus" in run_cli("runs", "--bogus").stderr
+    helped = run_cli()  # no command: the help, as typer gives it
+    assert "Usage: flakebot" in helped.stdout + helped.stderr and "error:" not in helped.stderr
 
 
 def test_the_sandbox_is_required_unless_asked_otherwise() -> None:

@@ -569,12 +569,15 @@ _register_services(app, lambda: G.settings)
 def main() -> None:
     """Console-script entry: run the app, turning FlakebotErrors into one red line and an exit code.
 
-    Typer's standalone mode handles usage errors (exit 2) and typer.Exit codes itself; with --json it is
-    off, so a usage error becomes the same error object on stdout as any other failure."""
-    as_json = _wants_json(sys.argv[1:])
+    Typer runs without its standalone mode, so a usage error (exit 2) is the same `error: ... Fix: ...` line as any
+    other failure, and with --json the same error object on stdout."""
     try:
-        code = app(prog_name="flakebot", standalone_mode=not as_json)
-    except _click_exception() as exc:  # reached only with --json
+        # not standalone: a usage error reaches the except below and is the same one line as every other error
+        code = app(prog_name="flakebot", standalone_mode=False)
+    except _click_exception() as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `flakebot` or `flakebot config` alone: the help is the answer
+            exc.show()  # type: ignore[attr-defined]  # click's UsageError, vendored by typer
+            sys.exit(getattr(exc, "exit_code", 2))
         _print_error(
             UsageError(
                 getattr(exc, "format_message", exc.__str__)(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"
