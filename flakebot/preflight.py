@@ -1,10 +1,10 @@
 """Checks that run before any paid or long step: a request that cannot succeed fails at once, with one line, instead
 of after the spec stage has called the model or the build has run.
 
-    check_text(kind, text, limit)      a need or an improvement: non-empty, UTF-8, bounded
+    check_text(kind, text, example)    a need or an improvement: non-empty, UTF-8, bounded
     check_writable_dir(path, setting)  a directory flakebot will write (runs, catalog): creatable, writable
     check_free_space(path, least_mb)   room for a craft's workspace and target dir
-    check_registry(settings)           the registry exists and --offline agrees with it
+    check_registry(settings, registry) the registry exists and --offline agrees with it
     check_request_flags(fork, push, delete_fork)
     host_error(exc)                    an OSError that is the machine's trouble, as a HostError (else None)
 
@@ -25,7 +25,7 @@ from flakebot.errors import HostError, UsageError
 NEED_LIMIT = 4000  # characters: a need is a sentence or a paragraph; an argument list has room for it
 FREE_SPACE_MB = 1024  # a craft's workspace, target dir and flake need about this much at the least
 WORKING_FLOOR_MB = 100  # below this, mid-run, a failing build is the disk's doing, not the model's
-HOST_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent", errno.EROFS: "read-only"}
+HOST_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent", errno.EROFS: "the file system is read-only"}
 
 
 def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> None:
