@@ -25,7 +25,11 @@ from flakebot.errors import HostError, UsageError
 NEED_LIMIT = 4000  # characters: a need is a sentence or a paragraph; an argument list has room for it
 FREE_SPACE_MB = 1024  # a craft's workspace, target dir and flake need about this much at the least
 WORKING_FLOOR_MB = 100  # below this, mid-run, a failing build is the disk's doing, not the model's
-HOST_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is spent", errno.EROFS: "the file system is read-only"}
+HOST_ERRNOS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is spent",
+    errno.EROFS: "the file system is read-only",
+}
 
 
 def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> None:
