@@ -868,10 +868,23 @@ CSV_SHOUT_RS = (
     SHOUT_RS + "\n#[allow(dead_code)]\nfn uses_csv() -> csv::ReaderBuilder {\n    csv::ReaderBuilder::new()\n}\n"
 )
 CACHE_DIGESTS: dict[str, dict[str, str]] = {}  # the entry's digest before the hostile craft, by scene marker
+SHARED_BUILDS: dict[str, Path] = {}  # the shared dependency build the first craft left, by scene marker
+# What a craft says when its loop starts from a shared dependency build: the flake's deps derivation (offline, the
+# default: nix/loopdeps.py) or the sandboxed debug cache's entry.
+SHARED_STORED = ("dependency cache from the flake's deps derivation", "dependency cache stored")
+SHARED_REUSED = ("dependency cache from the flake's deps derivation", "dependency cache hit")
 
 
 def _dependency_cache(s: Scene) -> Path:
-    return s.root / "cache/flakebot/cargo-deps"
+    """The shared build every craft on csv starts from: the deps derivation's store output the first craft built
+    (held by its run's GC root), else the debug cache's directory."""
+    return SHARED_BUILDS.get(s.marker) or s.root / "cache/flakebot/cargo-deps"
+
+
+def _deps_output(s: Scene, workdir: str) -> Path | None:
+    """The store output of the deps derivation a craft's loop started from (its run's loop-deps/*/result link)."""
+    links = sorted((s.root / workdir).glob("runs/*/loop-deps/*/result"))
+    return Path(os.path.realpath(links[0])) if links else None
 
 
 def _poison_build(s: Scene) -> str:
@@ -904,12 +917,16 @@ def _benign_craft(s: Scene, workdir: str) -> subprocess.CompletedProcess[str]:
 
 def _store_entry(s: Scene) -> Callable[[], None]:
     first = _benign_craft(s, "work-before")
-    if first.returncode != 0 or "dependency cache stored" not in first.stdout:
-        raise RuntimeError(f"the first craft stored no dependency cache entry: {first.stderr[-1500:]}")
+    if first.returncode != 0 or not any(words in first.stdout for words in SHARED_STORED):
+        raise RuntimeError(f"the first craft stored no shared dependency build: {first.stderr[-1500:]}")
+    output = _deps_output(s, "work-before")
+    if output is not None:
+        SHARED_BUILDS[s.marker] = output
     CACHE_DIGESTS[s.marker] = _cache_digest(s)
 
     def forget() -> None:
         CACHE_DIGESTS.pop(s.marker, None)
+        SHARED_BUILDS.pop(s.marker, None)
 
     return forget
 
@@ -921,13 +938,15 @@ def _poison_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[boo
         if run and (run / "workspace/poison-report.txt").is_file()
         else ""
     )
-    own = report.count("/target/debug/deps/") and report.count(": overwritten")
+    own = any(
+        "/target/" in line and "/deps/" in line and line.endswith(": overwritten") for line in report.splitlines()
+    )
     cache_lines = [line for line in report.splitlines() if str(_dependency_cache(s)) in line]
     before, now = CACHE_DIGESTS.get(s.marker, {}), _cache_digest(s)
     differ = sorted(p for p in before.keys() | now.keys() if before.get(p) != now.get(p))
     unchanged = bool(before) and not differ
     after = _benign_craft(s, "work-after")
-    hit = "dependency cache hit" in after.stdout
+    hit = any(words in after.stdout for words in SHARED_REUSED)
     ok = bool(own) and unchanged and after.returncode == 0 and hit and proc.returncode == 0
     return (
         ok,
@@ -1188,9 +1207,9 @@ CASES = [
     # --- dependency cache ---
     Hostile(
         "dependency-cache-poison",
-        "a build script overwrites every .rlib/.rmeta in its target dir (a private copy of the dependency cache's entry) "
-        "and everything under the shared cache's path, then plants a file there; the next craft links csv",
-        "the shared cache is not in the sandbox: its entry is unchanged, and the next craft builds green from it",
+        "a build script overwrites every .rlib/.rmeta in its target dir (a private copy of the shared dependency build) "
+        "and everything under the shared build's path (the deps derivation's store output), then plants a file there; the next craft links csv",
+        "the shared build is read-only to the sandbox: it is unchanged, and the next craft builds green from it",
         _poison_build,
         _poison_judge,
         args=("--stop-after", "edit", "--keep"),
