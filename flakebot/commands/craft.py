@@ -132,11 +132,6 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
         return None
 
 
-def _given(**values: Any) -> dict[str, Any]:
-    """The settings a caller's keywords override: those given (not None)."""
-    return {k: v for k, v in values.items() if v is not None}
-
-
 def _check_in_flight(need: str, settings: config.Settings) -> None:
     """A craft of the same need that a process is driving right now is not paid for twice: say which run it is."""
     from flakebot.deliver.catalog import normalize_need

@@ -16,10 +16,10 @@ from typing import Any
 
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
-from flakebot.errors import NixError, UsageError
+from flakebot.errors import UsageError
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
-from flakebot.stages.instruct import catalogue, observe, package_run
+from flakebot.stages.instruct import catalogue, observe, package_run, require_nix_run_target
 from flakebot.stages.outputs import CatalogOut, LocateOut, PackageOut
 from flakebot.toolspec import NAME_RE
 
@@ -93,15 +93,7 @@ def _help(ctx: StageContext, built: PackageOut) -> tuple[str, str]:
 
 def _verify(ctx: StageContext, package: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
     """The `nix run` command a caller will use must start the binary the smoke run ran (evaluated, not run)."""
-    from flakebot.nix.command import resolved_program
-
-    expected = str(Path(package["store_path"]) / "bin" / (package.get("main_program") or ""))
-    program = resolved_program(package["nix_run_argv"], timeout=ctx.settings.nix_build_timeout)
-    if program != expected:
-        raise NixError(
-            f"nix run would start {program}, not the smoke-run {expected}",
-            fix="the flake's apps.default does not point at the built package: inspect flake.nix in the run directory",
-        )
+    program = require_nix_run_target(ctx, package, "smoke-run")
     smoke = package.get("smoke") or {}
     return {
         "command": shell_command(nix_run, list(smoke.get("argv", ["", "--help"])[1:])),

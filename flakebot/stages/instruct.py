@@ -151,21 +151,28 @@ def _require_all_passed(examples: list[dict[str, Any]]) -> None:
         )
 
 
-def verify(
-    ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Check the `nix run` command a caller will use: it must start the binary every example just passed on.
-
-    The run's own flake is evaluated (the catalog's copy is the same files, so the same store path)."""
+def require_nix_run_target(ctx: StageContext, package: dict[str, Any], what: str) -> str:
+    """The binary `nix run` of the package's flake would start (evaluated, not run), required to be the `what` one:
+    the store path's main program; returned."""
     from flakebot.nix.command import resolved_program
 
     expected = str(Path(package["store_path"]) / "bin" / (package.get("main_program") or ""))
     program = resolved_program(package["nix_run_argv"], timeout=ctx.settings.nix_build_timeout)
     if program != expected:
         raise NixError(
-            f"nix run would start {program}, not the tested {expected}",
+            f"nix run would start {program}, not the {what} {expected}",
             fix="the flake's apps.default does not point at the built package: inspect flake.nix in the run directory",
         )
+    return program
+
+
+def verify(
+    ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Check the `nix run` command a caller will use: it must start the binary every example just passed on.
+
+    The run's own flake is evaluated (the catalog's copy is the same files, so the same store path)."""
+    program = require_nix_run_target(ctx, package, "tested")
     shown = next((e for e in examples if not e["files"] and e["expected_exit_code"] == 0), None)
     args, stdin = (shown["args"], shown["stdin"]) if shown else (["--help"], "")
     return {
