@@ -166,6 +166,12 @@ class SandboxError(FlakebotError):
     exit_code = 40
 
 
+class UpgradeRefused(SandboxError):
+    """A service's new version failed its checks; the running version keeps serving."""
+
+    exit_code = 43
+
+
 class EditError(FlakebotError):
     """The edit loop ended without green tests."""
 

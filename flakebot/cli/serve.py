@@ -1,4 +1,5 @@
-"""The service commands: package-service, up, services, logs, down (registered on the app by register())."""
+"""The service commands: package-service, up, services, logs, down, restart, rollback, export (registered on the app
+by register())."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def register(app: typer.Typer, settings: Any) -> None:
         port_env: Annotated[str, typer.Option(help="The environment variable that tells it the port.")] = "PORT",
         health: Annotated[str, typer.Option(help="Health check: an HTTP path answering 2xx, or 'tcp'.")] = "/health",
         stop_grace: Annotated[float, typer.Option(help="Seconds from SIGTERM to SIGKILL when it stops.")] = 10.0,
+        start_timeout: Annotated[float, typer.Option(help="Seconds a start may take to become healthy.")] = 30.0,
         name: Annotated[str | None, typer.Option(help="Catalog name (default: the binary's).")] = None,
         bin_name: Annotated[str | None, typer.Option("--bin", help="The binary, when the crate has several.")] = None,
         offline: Annotated[bool | None, typer.Option("--offline/--online", help="Local registry only.")] = None,
@@ -36,7 +38,8 @@ def register(app: typer.Typer, settings: Any) -> None:
         from flakebot.services.lifecycle import Examples
         from flakebot.services.register import package_service
 
-        spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace)
+        spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace,
+                           start_s=start_timeout)  # fmt: skip
         cases = Examples.load(Path(examples)) if examples else None
         overrides = {"offline": offline} if offline is not None else {}
         entry = package_service(
@@ -77,8 +80,9 @@ def register(app: typer.Typer, settings: Any) -> None:
         from flakebot.services import credentials
 
         status = up(service, settings(), port=port, secrets=credentials.parse(list(secret or []), Path.cwd()))
+        was = f", previous version {status['previous_version']}" if status.get("previous_version") else ""
         _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
-             f"(state: {status['state_dir']})")  # fmt: skip
+             f"(state: {status['state_dir']}{was})")  # fmt: skip
 
     @app.command("services")
     def services_cmd(as_json: JsonOpt = False) -> None:
@@ -97,11 +101,11 @@ def register(app: typer.Typer, settings: Any) -> None:
         if not found:
             out.print("No services: start one with 'flakebot up NAME'.")
             return
-        table = Table("service", "version", "state", "port", "health", "restarts", "uptime", "note")
+        table = Table("service", "version", "previous", "state", "port", "health", "restarts", "uptime", "note")
         for s in found:
             uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
-            cells = (s["name"], s.get("version", ""), s["state"], s.get("port"), s.get("health"), s.get("restarts"),
-                     uptime, s.get("message", ""))  # fmt: skip
+            cells = (s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
+                     s.get("health"), s.get("restarts"), uptime, s.get("message", ""))  # fmt: skip
             table.add_row(*(Text(str(c)) for c in cells))
         out.print(table)
 
@@ -142,6 +146,17 @@ def register(app: typer.Typer, settings: Any) -> None:
         _say(
             as_json, status, f"{status['name']} {status['version']} healthy again on http://127.0.0.1:{status['port']}"
         )
+
+    @app.command("rollback")
+    def rollback_cmd(
+        service: Annotated[str, typer.Argument(help="A service's name.")], as_json: JsonOpt = False
+    ) -> None:
+        """Go back to the version the service ran before, its state kept (health-gated as an upgrade)."""
+        from flakebot.services.control import rollback
+
+        status = rollback(service, settings())
+        _say(as_json, status, f"{status['name']} back to {status['version']} (from {status.get('previous_version')}), "
+             f"healthy on http://127.0.0.1:{status['port']}")  # fmt: skip
 
     @app.command("export")
     def export_cmd(

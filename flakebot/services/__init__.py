@@ -8,7 +8,9 @@
     logfile.py     the service's output as a bounded (rotated), redacted log file
     credentials.py `--secret KEY=FILE`: read-only in $CREDENTIALS_DIRECTORY, through bubblewrap, never on disk
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
-    control.py     up, down, status, logs: what the CLI calls
+    control.py     up, down, rollback, status, logs: what the CLI and the MCP server call
+    upgrade.py     `up NAME@VERSION` over a running version: checked on a copy of the state, then switched
+    proxy.py       one HTTP request to a running service's own port (the MCP request tool), bounded
     nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
 
 May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api

@@ -32,41 +32,85 @@ def up(
 ) -> dict[str, Any]:
     """Start catalogued service `ref` under a detached supervisor and wait until it is healthy; its status.
     `secrets` (credentials.parse: KEY -> file path) appear in its $CREDENTIALS_DIRECTORY.
-    A service that does not become healthy is stopped again (SandboxError with the log's tail)."""
+    A service that does not become healthy is stopped again (SandboxError with the log's tail).
+    `ref` naming another version than the one running is an upgrade (upgrade.py): health-gated, the running version
+    kept when the new one fails its checks (UpgradeRefused)."""
     manifest = service_manifest_of(ref, settings)
     spec = ServiceSpec.from_dict(manifest["service"])
     where = ServiceDir.of(manifest["name"], settings)
     forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     with where.control_lock():
+        earlier = where.read_json(where.launch_file)
         if where.supervisor_alive():
-            raise UsageError(
-                f"service {where.name} is running already (port {where.status().get('port')})",
-                fix=f"stop it first with 'flakebot down {where.name}'",
-            )
-        host_port = _host_port(port)
+            running = str(earlier.get("version", ""))
+            if "@" not in ref or manifest["catalog_version"] == running:
+                raise UsageError(
+                    f"service {where.name} {running} is running already (port {where.status().get('port')})",
+                    fix=f"stop it first with 'flakebot down {where.name}', or upgrade with 'flakebot up "
+                    f"{where.name}@VERSION'",
+                )
+            from flakebot.services.upgrade import upgrade
+
+            return upgrade(where, manifest, binary, earlier, settings, port=port, secrets=secrets)
         launch = {
             "name": where.name,
             "version": manifest["catalog_version"],
+            "previous_version": previous_version(earlier, manifest["catalog_version"]),
             "binary": str(binary),
             "spec": spec.to_dict(),
-            "host_port": host_port,
+            "host_port": _host_port(port),
             "sandbox": settings.sandbox,
             "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
             "secrets": secrets or {},  # paths only: the supervisor reads them at each start
         }
-        where.state.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(where.launch_file, launch)
-        where.status_file.unlink(missing_ok=True)
-        _spawn_supervisor(where)
-        status = _wait_settled(where, spec.start_s + spec.stop_grace_s + 10)
+        status = start_supervised(where, launch)
+        if status.get("state") != "running":
+            stopped = stop_supervised(where)
     if status.get("state") != "running":
-        stopped = down(where.name, settings)
         raise SandboxError(
             f"service {where.name} did not become healthy: {status.get('message') or stopped.get('message')}",
             fix=f"read its log ({where.log}): " + " | ".join(tail(where.log, 5)),
         )
     return show(where)
+
+
+def previous_version(earlier: dict[str, Any], version: str) -> str:
+    """The version a start of `version` follows: the one the last launch ran when it differs (else its own previous)."""
+    last = str(earlier.get("version") or "")
+    return last if last and last != version else str(earlier.get("previous_version") or "")
+
+
+def start_supervised(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any]:
+    """Write `launch`, start its supervisor and wait until the service settles (running, failed, stopped); the status
+    then. The caller holds the control lock."""
+    spec = ServiceSpec.from_dict(launch["spec"])
+    where.state.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(where.launch_file, launch)
+    where.status_file.unlink(missing_ok=True)
+    _spawn_supervisor(where)
+    return _wait_settled(where, spec.start_s + spec.stop_grace_s + 10)
+
+
+def rollback(name: str, settings: Settings) -> dict[str, Any]:
+    """Go back to the version the service ran before (its state kept): health-gated as an upgrade when it runs, a
+    plain start of that version (on its port when free) when it does not."""
+    where = ServiceDir.of(name, settings)
+    launch = where.read_json(where.launch_file)
+    previous = str(launch.get("previous_version") or "")
+    if not previous:
+        raise UsageError(
+            f"service {name} has no previous version to go back to"
+            if launch
+            else f"no service {name} was started here",
+            fix="'flakebot services' shows each service's version and previous one",
+        )
+    secrets = launch.get("secrets") or {}
+    if where.supervisor_alive():
+        return up(f"{name}@{previous}", settings, secrets=secrets)
+    port = launch.get("host_port")
+    port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+    return up(f"{name}@{previous}", settings, port=port, secrets=secrets)
 
 
 RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
@@ -139,24 +183,29 @@ def down(name: str, settings: Settings) -> dict[str, Any]:
     """Stop service `name`: its supervisor stops the service (SIGTERM, SIGKILL after the grace period) and exits;
     a supervisor that does not is killed, and so is anything it left. Its status after."""
     where = ServiceDir.of(name, settings)
-    status = where.status()
-    if not status:
+    if not where.status():
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
-    spec = ServiceSpec.from_dict(where.read_json(where.launch_file).get("spec", {}))
     with where.control_lock():
-        pid = status.get("supervisor_pid")
-        if where.supervisor_alive() and isinstance(pid, int):
-            os.kill(pid, signal.SIGTERM)
-            if not _wait(lambda: not where.supervisor_alive(), spec.stop_grace_s + 10):
-                os.kill(pid, signal.SIGKILL)  # bubblewrap (--die-with-parent) and pasta (PDEATHSIG) go with it
-                _wait(lambda: not where.supervisor_alive(), 5)
-        status = where.status()
-        leftover = status.get("service_pid")
-        if isinstance(leftover, int) and _alive(leftover) and status.get("state") != "stopped":
-            os.kill(leftover, signal.SIGKILL)
-        if status.get("state") != "failed":
-            status = {**status, "state": "stopped", "health": "unknown", "service_pid": None}
-            where.write_status(status)
+        return stop_supervised(where)
+
+
+def stop_supervised(where: ServiceDir) -> dict[str, Any]:
+    """What `down` does, the control lock held by the caller."""
+    status = where.status()
+    spec = ServiceSpec.from_dict(where.read_json(where.launch_file).get("spec", {}))
+    pid = status.get("supervisor_pid")
+    if where.supervisor_alive() and isinstance(pid, int):
+        os.kill(pid, signal.SIGTERM)
+        if not _wait(lambda: not where.supervisor_alive(), spec.stop_grace_s + 10):
+            os.kill(pid, signal.SIGKILL)  # bubblewrap (--die-with-parent) and pasta (PDEATHSIG) go with it
+            _wait(lambda: not where.supervisor_alive(), 5)
+    status = where.status()
+    leftover = status.get("service_pid")
+    if isinstance(leftover, int) and _alive(leftover) and status.get("state") != "stopped":
+        os.kill(leftover, signal.SIGKILL)
+    if status.get("state") != "failed":
+        status = {**status, "state": "stopped", "health": "unknown", "service_pid": None}
+        where.write_status(status)
     return show(where)
 
 
@@ -226,4 +275,4 @@ def follow(name: str, settings: Settings, *, poll: float = 0.2) -> Iterator[str]
             time.sleep(poll)
 
 
-__all__ = ["down", "follow", "logs", "show", "statuses", "up"]
+__all__ = ["down", "follow", "logs", "rollback", "show", "start_supervised", "statuses", "stop_supervised", "up"]

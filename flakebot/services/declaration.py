@@ -66,6 +66,8 @@ class ServiceSpec:
                 f"port variable '{self.port_env}' is not an upper-case environment variable name",
                 fix="pass --port-env PORT (or the variable the service reads)",
             )
+        if not 0 < self.start_s <= 3600:
+            raise UsageError(f"start timeout {self.start_s:g} s is out of range", fix="pass --start-timeout 1..3600")
         if self.port_env in ("STATE_DIRECTORY", "PATH", "HOME"):
             raise UsageError(f"port variable '{self.port_env}' is taken", fix="pass --port-env PORT")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -66,6 +67,16 @@ class Examples:
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             raise UsageError(f"examples file {path} is unreadable ({exc})", fix="see docs/services.md") from None
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Examples:
+        """As kept in a service's manifest (`examples`)."""
+        return cls(
+            [Exchange(**e) for e in data.get("first", [])], [Exchange(**e) for e in data.get("after_restart", [])]
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass
 class Report:
@@ -85,17 +96,30 @@ class Report:
         return asdict(self)
 
 
-def check_lifecycle(binary: Path, spec: ServiceSpec, settings: Settings, examples: Examples | None = None) -> Report:
-    """Run the lifecycle of `binary` on a scratch state directory; a Report of each step (stops at the first failure)."""
+def check_lifecycle(
+    binary: Path,
+    spec: ServiceSpec,
+    settings: Settings,
+    examples: Examples | None = None,
+    *,
+    seed: Path | None = None,
+    secrets: dict[str, str] | None = None,
+) -> Report:
+    """Run the lifecycle of `binary` on a scratch state directory; a Report of each step (stops at the first failure).
+    `seed`: a state directory copied into the scratch one first (an upgrade is checked on a copy of the live state,
+    never on the state itself); `secrets` (KEY -> file path) as `up --secret` gives them."""
     examples = examples or Examples()
     report = Report()
     with tempfile.TemporaryDirectory(prefix="flakebot-lifecycle-") as scratch:
         where = ServiceDir(Path(scratch) / "service")
         where.root.mkdir()
+        if seed is not None and seed.is_dir():
+            shutil.copytree(seed, where.state, symlinks=True)
         launch = {
             "binary": str(binary), "spec": spec.to_dict(), "host_port": forward.free_port(),
             "sandbox": settings.sandbox,
             "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
+            "secrets": secrets or {},
         }  # fmt: skip
         supervisor = Supervisor(where, launch)
         _ = _one_life(supervisor, report, "first start", examples.first) and _one_life(

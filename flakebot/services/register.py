@@ -10,6 +10,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver.catalog import Catalog, show_tool
+from flakebot.deliver.versions import VERSION_RE
 from flakebot.errors import CatalogError, NixError
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.lifecycle import Examples, check_lifecycle
@@ -45,6 +46,8 @@ def package_service(
             flake_dir=built.flake_dir,
         )
     manifest = {**service_manifest(name, built.to_dict(), spec), "lifecycle": report.steps}
+    if examples is not None:
+        manifest["examples"] = examples.to_dict()  # an upgrade to this version is checked with them again
     return Catalog.open(settings).add(
         name,
         need=f"service {name}",
@@ -55,7 +58,15 @@ def package_service(
         run_id=built.run_id,
         origin={"kind": "package", "target": target},
         dependencies_path=built.dependencies_path,
+        version=catalog_version(built.to_dict().get("version")),
     )
+
+
+def catalog_version(crate_version: Any) -> str | None:
+    """A service is catalogued under its crate's version (0.2.0 beside 0.1.0, so `up NAME@0.2.0` can upgrade and
+    `rollback` go back); None (the catalog's own numbering) when the crate's version is no plain X.Y.Z."""
+    text = str(crate_version or "")
+    return text if VERSION_RE.match(text) else None
 
 
 def service_manifest(name: str, package: dict[str, Any], spec: ServiceSpec) -> dict[str, Any]:

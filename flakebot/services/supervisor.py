@@ -59,6 +59,7 @@ class Supervisor:
         self.status: dict[str, Any] = {
             "name": where.name,
             "version": launch.get("version", ""),
+            "previous_version": launch.get("previous_version", ""),  # what `rollback` goes back to
             "state": "starting",
             "health": "unknown",
             "port": self.port,

@@ -1,0 +1,117 @@
+"""Health-gated upgrade and rollback through the real commands: kv-service 0.1.0, a 0.2.0 that answers its health
+check as "ok 0.2.0", and a 0.3.0 whose data format changed (tests/fixtures/kv-service's CHECK_FORMAT): it passes its
+own lifecycle check on an empty state, so it is catalogued, but fails health on the state 0.1.0 wrote."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import json_result, require, run_cli
+from tests.services.test_supervisor import KV_SERVICE, client, pasta_pids, status
+from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
+
+pytestmark = pytest.mark.slow
+UPGRADED_HEALTH = '("GET", "/health") => reply(&mut stream, 200, "ok 0.2.0\\n")'
+
+
+def version_of(tmp: Path, version: str, *, edits: dict[str, str]) -> Path:
+    """A copy of kv-service as crate `version`, its source edited (each edit must apply)."""
+    crate = tmp / f"kv-{version}"
+    shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
+    manifest = crate / "Cargo.toml"
+    manifest.write_text(manifest.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
+    source = crate / "src" / "main.rs"
+    text = source.read_text()
+    for old, new in edits.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    source.write_text(text)
+    return crate
+
+
+@pytest.fixture(scope="module")
+def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """kv-service 0.1.0, 0.2.0 and the 0.3.0 that cannot read 0.1.0's data, packaged once (each checked)."""
+    require("nix", "cargo", "bwrap", "pasta")
+    home = tmp_path_factory.mktemp("upgradehome")
+    env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
+    env["FLAKEBOT_WORKDIR"] = str(home / "work")
+    crates = {
+        "0.1.0": KV_SERVICE,
+        "0.2.0": version_of(home, "0.2.0", edits={'("GET", "/health") => reply(&mut stream, 200, "ok\\n")':
+                                                  UPGRADED_HEALTH}),
+        "0.3.0": version_of(home, "0.3.0", edits={"const CHECK_FORMAT: bool = false;": "const CHECK_FORMAT: bool = true;"}),
+    }  # fmt: skip
+    for version, crate in crates.items():
+        done = run_cli(
+            "package-service", str(crate), "--offline", "--stop-grace", "2", "--start-timeout", "4", "--name",
+            "kv-service", "--examples", str(KV_SERVICE / "examples.json"), "--json", env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json_result(done)["version"] == version
+    return env
+
+
+def up(env: dict[str, str], ref: str) -> dict[str, Any]:
+    done = run_cli("up", ref, "--json", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return dict(json_result(done))
+
+
+def test_a_failing_upgrade_never_replaces_the_running_version_and_rollback_keeps_state(env: dict[str, str]) -> None:  # noqa: F811
+    first = up(env, "kv-service@0.1.0")
+    url = f"http://127.0.0.1:{first['port']}"
+    with client() as http:
+        assert http.put(f"{url}/kv/kept", content=b"written by 0.1.0").status_code == 200
+
+        refused = run_cli("up", "kv-service@0.3.0", "--json", env=env, timeout=120)
+        assert refused.returncode == 43, refused.stderr  # UpgradeRefused: distinct from a start that failed (40)
+        error = json.loads(refused.stdout.splitlines()[-1])
+        assert "0.1.0 keeps serving" in error["error"] and "first start: healthy" in error["error"]
+        assert "503" in error["error"] and "kv-service: listening" in error["fix"]  # the check's log tail
+        still = status(env)  # the same process, untouched: never stopped for the check
+        assert still["version"] == "0.1.0" and still["service_pid"] == first["service_pid"]
+        assert still["restarts"] == 0 and still["health"] == "healthy"
+        assert http.get(f"{url}/kv/kept").content == b"written by 0.1.0"
+        assert http.get(f"{url}/kv/greeting").status_code == 404  # the check's examples wrote a copy, not this
+
+        upgraded = up(env, "kv-service@0.2.0")
+        assert upgraded["version"] == "0.2.0" and upgraded["previous_version"] == "0.1.0"
+        assert upgraded["port"] == first["port"] and upgraded["service_pid"] != first["service_pid"]
+        assert http.get(f"{url}/health").content == b"ok 0.2.0\n"
+        assert http.get(f"{url}/kv/kept").content == b"written by 0.1.0"  # the live state, carried over
+        assert http.put(f"{url}/kv/later", content=b"written by 0.2.0").status_code == 200
+        assert len(pasta_pids(first["port"])) == 1  # one forward: the check's ran on a scratch port and is gone
+        table = run_cli("services", env=env)
+        assert "0.2.0" in table.stdout and "0.1.0" in table.stdout
+
+        back = run_cli("rollback", "kv-service", "--json", env=env, timeout=120)
+        assert back.returncode == 0, back.stderr
+        rolled = json_result(back)
+        assert (
+            rolled["version"] == "0.1.0" and rolled["previous_version"] == "0.2.0" and rolled["port"] == first["port"]
+        )
+        assert http.get(f"{url}/health").content == b"ok\n"
+        assert http.get(f"{url}/kv/later").content == b"written by 0.2.0"  # state kept going back
+
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    # stopped, rollback starts the version before (0.2.0 again), on its port
+    again = run_cli("rollback", "kv-service", "--json", env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert json_result(again)["version"] == "0.2.0"
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_rollback_without_a_previous_version_is_refused(env: dict[str, str]) -> None:  # noqa: F811
+    assert run_cli("rollback", "kv-service", env=env).returncode == 2  # never started here
+    up(env, "kv-service@0.1.0")
+    done = run_cli("rollback", "kv-service", env=env)
+    assert done.returncode == 2 and "no previous version" in done.stderr
+    same = run_cli("up", "kv-service@0.1.0", env=env)
+    assert same.returncode == 2 and "running already" in same.stderr
+    assert run_cli("down", "kv-service", env=env).returncode == 0
