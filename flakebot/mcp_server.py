@@ -70,7 +70,9 @@ INSTRUCTIONS = (
     "that run_id (wait_seconds holds each answer until the run moves on) until its status is succeeded (the result is "
     "in it) or failed; when the host runs "
     "them as MCP tasks, the task brings the result instead. `list` and `show` describe the catalog; `runs`, `status` "
-    "and `resume` follow crafts."
+    "and `resume` follow crafts. Services (long-running programs flakebot catalogued) start with `service_up` "
+    "(it answers with their port once healthy), answer `service_request` (flakebot forwards the request to that "
+    "service's port: no network of your own is needed), and stop with `service_down`."
 )
 
 
@@ -180,6 +182,56 @@ class OwnTools:
         tool: The tool's name.
         """
 
+    def service_up(self, service: str, port: int | None = None, wait: bool | None = None) -> None:
+        """Start a catalogued service (sandboxed, no network of its own, its state kept across restarts and
+        versions) and answer once it is healthy, with its status; or, given NAME@VERSION while another version runs,
+        upgrade it: the new version is checked on a copy of the state first and never replaces the running one if it
+        fails. Reach it with service_request. Can run as an MCP task.
+
+        service: A catalogued service: NAME, or NAME@VERSION.
+        port: Host port on 127.0.0.1 (1024-65535); null for a free one.
+        wait: {WAIT}
+        """
+
+    def service_down(self, service: str) -> None:
+        """Stop a service: SIGTERM, SIGKILL after its grace period; its state is kept for the next start.
+
+        service: The service's name.
+        """
+
+    def services(self) -> None:
+        """List the services started here: version (and the previous one), state, port, health, restarts, uptime."""
+
+    def service_logs(self, service: str, lines: int | None = None) -> None:
+        """The last lines of a service's log (its output and the supervisor's notes, redacted).
+
+        service: The service's name.
+        lines: How many of the last lines (1-500, default 50).
+        """
+
+    def service_request(
+        self,
+        service: str,
+        method: str,
+        path: str,
+        body: str | None = None,
+        content_type: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> None:
+        """Send one HTTP request to a running service through flakebot (to 127.0.0.1 and that service's own port
+        only; redirects are returned, not followed) and return its status, content type and body (at most 1 MiB).
+
+        service: The service's name.
+        method: GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS.
+        path: The path and query on the service, starting with '/' (printable ASCII, percent-encode the rest).
+        body: The request body (text, at most 1 MiB).
+        content_type: The body's Content-Type.
+        timeout_seconds: For the whole exchange (default 10, at most 60).
+        """
+
+
+SERVICE_TOOLS = ("service_up", "service_down", "services", "service_logs", "service_request")
+
 
 def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
     """Each own tool's description and strict input schema (deliver/schema.py), in the order clients list them."""
@@ -188,7 +240,8 @@ def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
         "improve": (IMPROVE_ARGS, ("tool", "request")),
         "package": (PACKAGE_ARGS, ("target",)),
     }
-    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
+    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm",
+             *SERVICE_TOOLS)  # fmt: skip
     tools = {}
     for name in names:
         declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
@@ -374,6 +427,56 @@ class FlakebotMCP:
         await _tools_changed(ctx)
         return removed
 
+    # ------------------------------------------------------------ services (flakebot.services)
+
+    async def _tool_service_up(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        return await self._long(ctx, "service_up", args, changes_catalog=False)
+
+    def _work_service_up(self, args: dict[str, Any]) -> Work:
+        _known(args, OWN_TOOLS["service_up"][1])
+        settings, ref, port = self.settings(), _required(args, "service"), _optional_int(args, "port")
+        from flakebot.services import control
+
+        return lambda sink: _service_status(control.up(ref, settings, port=port))
+
+    async def _tool_service_down(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        from flakebot.services import control
+
+        return await _threaded(lambda: _service_status(control.down(_required(args, "service"), self.settings())))
+
+    async def _tool_services(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        from flakebot.services import control
+
+        return await _threaded(lambda: {"services": [_service_status(s) for s in control.statuses(self.settings())]})
+
+    async def _tool_service_logs(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        from flakebot.services import control
+
+        name, lines = _required(args, "service"), _optional_int(args, "lines") or 50
+        if not 1 <= lines <= 500:
+            raise UsageError(f"lines {lines} is out of range", fix="pass lines between 1 and 500")
+        found = await anyio.to_thread.run_sync(lambda: control.logs(name, self.settings(), lines=lines))
+        return {"ok": True, "service": name, "lines": [line[:2000] for line in found]}
+
+    async def _tool_service_request(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+        from flakebot.services import proxy
+
+        _known(args, OWN_TOOLS["service_request"][1])
+        name, method, path = _required(args, "service"), _required(args, "method"), _required(args, "path")
+        body, content_type = args.get("body") or "", args.get("content_type") or None
+        if not isinstance(body, str) or not (content_type is None or isinstance(content_type, str)):
+            raise UsageError("body and content_type must be strings", fix="pass text, or null")
+        timeout = args.get("timeout_seconds") or proxy.DEFAULT_TIMEOUT
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise UsageError("timeout_seconds must be a number", fix="pass seconds, or null")
+        settings = self.settings()
+        answer = await anyio.to_thread.run_sync(
+            lambda: proxy.request(
+                name, settings, method, path, body=body, content_type=content_type, timeout=float(timeout)
+            )  # fmt: skip
+        )
+        return {"ok": True, "service": name, **answer}
+
     # ------------------------------------------------------------ long work
 
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
@@ -472,7 +575,14 @@ class FlakebotMCP:
 
 Work = Callable[[EventSink], dict[str, Any]]
 # The long tools (their work can run detached, or as MCP tasks), and whether each changes the catalog.
-LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False}
+LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False, "service_up": False}
+SERVICE_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "restarts",
+                  "uptime_s", "message")  # fmt: skip
+
+
+def _service_status(status: dict[str, Any]) -> dict[str, Any]:
+    """A service's status as an agent needs it (no pids or host paths)."""
+    return {k: status.get(k) for k in SERVICE_FIELDS}
 
 
 JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
@@ -639,6 +749,15 @@ def _required(args: dict[str, Any], key: str) -> str:
         raise UsageError(f"'{key}' must be a string, got {_json_type(value)}", fix=f"pass {key} as a string")
     if not value or not value.strip():
         raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
+    return value
+
+
+def _optional_int(args: dict[str, Any], key: str) -> int | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"'{key}' must be a whole number, got {_json_type(value)}", fix=f"pass {key} as a number")
     return value
 
 

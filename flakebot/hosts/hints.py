@@ -33,6 +33,12 @@ OWN: dict[str, dict[str, Any]] = {
     "runs": _hints("List runs", True, False, True, False),
     "run": _hints("Run a crafted tool", False, True, False, False),
     "rm": _hints("Remove a crafted tool", False, True, True, False),
+    # services: started, stopped and asked on this machine only (no open world: they have no network)
+    "service_up": _hints("Start or upgrade a service", False, False, False, False),
+    "service_down": _hints("Stop a service", False, True, True, False),
+    "services": _hints("List services", True, False, True, False),
+    "service_logs": _hints("Read a service's log", True, False, True, False),
+    "service_request": _hints("Send an HTTP request to a service", False, True, False, False),
 }
 # A crafted tool: sandboxed, no network, reads what its arguments name, writes (and may overwrite) only the paths a
 # call names in `writable`.
