@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,23 @@ def test_loop_benchmark_times_red_and_green_iterations() -> None:
         assert sum(parts.values()) == pytest.approx(phase["iteration_s"], abs=0.01)
         assert phase["ratio"] == pytest.approx(phase["iteration_s"] / phase["verdict_cargo_s"], rel=0.01)
         assert phase["raw_cargo_test_s"] > 0
+
+
+@pytest.mark.slow
+def test_services_benchmark_runs_and_reports_its_figures() -> None:
+    """One small run of S1-S3 on kv-service: every field measured (as root, the direct figure too), the ratio and
+    differences taken from the same run's medians, and the figures made from the typed record."""
+    from benchmarks.perf import bench
+    from benchmarks.perf import services as bench_services
+
+    require("nix", "cargo", "bwrap", "pasta")
+    result = bench_services.run(samples=1, requests=5)
+    record = bench("services").load(result)
+    assert len(record.up_samples_s) == 1 and record.up_s > 0 and record.restart_s > 0
+    assert record.forward_ms > 0 and record.proxy_ms > 0 and record.requests == 5
+    if os.geteuid() == 0:
+        assert record.direct_ms is not None and record.direct_ms > 0
+        assert record.forward_over_direct == pytest.approx(record.forward_ms / record.direct_ms, abs=0.001)
+        assert record.forward_minus_direct_ms == pytest.approx(record.forward_ms - record.direct_ms, abs=0.001)
+    figures = bench("services").summarize(record)
+    assert [f["id"] for f in figures] == ["S1", "S2", "S3"] and all(f["value"] is not None for f in figures[:2])

@@ -68,6 +68,7 @@ SECTIONS: tuple[Bench, ...] = (
     Bench("acquire"),
     Bench("corpus"),
     Bench("shared", {"samples": 3}),
+    Bench("services", {"samples": 5, "requests": 50}),  # S1-S3: a supervised service (kv-service)
 )
 
 

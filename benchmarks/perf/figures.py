@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the section modules import flakebot; rendering a report nee
     from benchmarks.perf.nix import NixResult
     from benchmarks.perf.repeat import RepeatResult, RepeatRun
     from benchmarks.perf.search import QueryTimes, SearchResult
+    from benchmarks.perf.services import ServicesResult
     from benchmarks.perf.shared import SharedResult
     from benchmarks.perf.startup import StartupResult
 
@@ -602,6 +603,39 @@ def compile_once_shared_figure(results: Results) -> dict[str, Any]:
                   r.shared_ratio, "x", r.goal_shared, "<=", measured, "", "compile_once")  # fmt: skip
 
 
+def services_up(r: Results) -> dict[str, Any]:
+    s: ServicesResult = r["services"]
+    samples = ", ".join(f"{x:.2f}" for x in s.up_samples_s)
+    measured = (
+        f"the whole `flakebot up kv-service` command until it returned healthy: {samples} s (median {s.up_s:.2f} s)"
+    )
+    return figure("S1", "service: `up` to healthy", s.up_s, "s", None, "<=", measured, bench="services")
+
+
+def services_restart(r: Results) -> dict[str, Any]:
+    s: ServicesResult = r["services"]
+    samples = ", ".join(f"{x:.2f}" for x in s.restart_samples_s)
+    measured = f"from `kill -9` of the service until its successor answered health through the forward: {samples} s"
+    return figure(
+        "S2", "service: healthy again after kill -9", s.restart_s, "s", None, "<=", measured, bench="services"
+    )
+
+
+def services_forward(r: Results) -> dict[str, Any]:
+    s: ServicesResult = r["services"]
+    direct = (
+        f"{s.direct_ms:.2f} ms sent directly inside its network namespace ({s.forward_minus_direct_ms:+.2f} ms)"
+        if s.direct_ms is not None
+        else "no direct figure (nsenter needs root)"
+    )
+    measured = (
+        f"median of {s.requests} sequential GETs: {s.forward_ms:.2f} ms through the pasta forward, {direct}; "
+        f"{s.proxy_ms:.2f} ms through flakebot's request proxy ({s.proxy_minus_forward_ms:+.2f} ms over the forward)"
+    )
+    return figure("S3", "service: request through the forward / direct", s.forward_over_direct, "x", None, "<=",
+                  measured, bench="services")  # fmt: skip
+
+
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P1-online", craft_online_overhead, "craft"),
@@ -628,6 +662,9 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P9-improve", repeat_improve_figure, "repeat"),
     ("P14", compile_once_figure, "compile_once"),
     ("P14-shared", compile_once_shared_figure, "compile_once"),
+    ("S1", services_up, "services"),
+    ("S2", services_restart, "services"),
+    ("S3", services_forward, "services"),
 ]
 
 
