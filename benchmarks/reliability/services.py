@@ -1,0 +1,245 @@
+"""Service faults: a supervised service (tests/fixtures/kv-service, packaged offline) hurt through the real commands,
+each case in a flakebot home of its own, judged from outside (status.json, /proc, the port, the data it answers).
+
+    kill -9          the service's own process: healthy again within seconds, its data kept
+    SIGSTOP          the service hangs (listening, never answering): marked unhealthy, SIGKILLed, restarted
+    crash loop       a service that exits at every start: failed after the restart limit, nothing left, port freed
+    supervisor kill  kill -9 of the supervisor: nothing of the service left, `lost`, `up --all` restores it
+    failing upgrade  `up NAME@0.3.0` of a version that cannot read 0.1.0's data: refused (exit 43), 0.1.0 serves on
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks import records
+from benchmarks.reliability.env import REPO, Home, Scratch, wait_for
+from benchmarks.reliability.table import table, yes
+
+KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
+
+
+@dataclass
+class ServiceFaultRow:
+    """One fault, what must hold after it, and what was seen."""
+
+    case: str
+    fault: str
+    expected: str
+    ok: bool
+    outcome: str
+    seconds: float
+    strays: int = 0
+
+
+class Kv:
+    """kv-service packaged in `home`, started, asked and read back."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.status_file = home.workdir / "services" / "kv-service" / "status.json"
+
+    def package(self, crate: Path = KV_SERVICE, *extra: str) -> None:
+        done = self.home.cli("package-service", str(crate), "--offline", "--stop-grace", "2", "--name", "kv-service",
+                             *extra, "--json")  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"package-service failed: {done.error_line}")
+
+    def up(self, *args: str) -> dict[str, Any]:
+        done = self.home.cli("up", *args, "--json", timeout=180)
+        if done.returncode != 0:
+            raise RuntimeError(f"up {' '.join(args)} exited {done.returncode}: {done.error_line}")
+        return done.result()
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.status_file.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, port: int, path: str) -> tuple[int, bytes]:
+        with httpx.Client(trust_env=False, timeout=3) as http:
+            answer = http.get(f"http://127.0.0.1:{port}{path}")
+            return answer.status_code, answer.content
+
+    def put(self, port: int, path: str, value: bytes) -> None:
+        with httpx.Client(trust_env=False, timeout=3) as http:
+            http.put(f"http://127.0.0.1:{port}{path}", content=value).raise_for_status()
+
+    def down(self) -> None:
+        self.home.cli("down", "kv-service")
+
+
+def _alive(pid: Any) -> bool:
+    try:
+        return isinstance(pid, int) and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kill_service(kv: Kv) -> tuple[bool, str]:
+    started = kv.up("kv-service")
+    kv.put(started["port"], "/kv/kept", b"across a kill")
+    os.kill(started["service_pid"], signal.SIGKILL)
+    began = time.monotonic()
+    back = wait_for(lambda: (s := kv.status()).get("health") == "healthy" and s.get("restarts") == 1 and s, 15, 0.05)
+    seconds = time.monotonic() - began
+    kept = kv.get(started["port"], "/kv/kept") == (200, b"across a kill")
+    ok = bool(back) and seconds < 5 and kept and back["port"] == started["port"]
+    return ok, f"healthy again after {seconds:.2f} s on the same port; data kept: {kept}"
+
+
+def _sigstop(kv: Kv) -> tuple[bool, str]:
+    started = kv.up("kv-service")
+    os.kill(started["service_pid"], signal.SIGSTOP)
+    began = time.monotonic()
+    unhealthy = wait_for(lambda: kv.status().get("health") == "unhealthy", 15, 0.05)
+    back = wait_for(lambda: (s := kv.status()).get("health") == "healthy" and s.get("restarts") == 1 and s, 30, 0.05)
+    seconds = time.monotonic() - began
+    gone = not _alive(started["service_pid"])
+    ok = bool(unhealthy) and bool(back) and gone
+    return ok, f"marked unhealthy, restarted healthy after {seconds:.1f} s; the stopped process gone: {gone}"
+
+
+def _crash_loop(kv: Kv) -> tuple[bool, str]:
+    state = kv.home.workdir / "services" / "kv-service" / "state"
+    state.mkdir(parents=True)
+    (state / "kv").write_text("not a directory")  # kv-service refuses to start on it: exit 1, every time
+    done = kv.home.cli("up", "kv-service", timeout=180)
+    status = kv.status()
+    port = status.get("port")
+    free = isinstance(port, int) and _port_free(port)
+    ok = done.returncode == 40 and status.get("state") == "failed" and status.get("restarts") == 5 and free
+    return (
+        ok,
+        f"exit {done.returncode}, {status.get('state')} after {status.get('restarts')} restarts; port freed: {free}",
+    )
+
+
+def _supervisor_kill(kv: Kv) -> tuple[bool, str]:
+    started = kv.up("kv-service")
+    kv.put(started["port"], "/kv/before", b"the kill")
+    os.kill(started["supervisor_pid"], signal.SIGKILL)
+    gone = wait_for(lambda: not _alive(started["service_pid"]) and _port_free(started["port"]), 10, 0.05)
+    listed = kv.home.cli("services", "--json").result()["services"][0]
+    restored = kv.home.cli("up", "--all", "--json", timeout=180)
+    again = (restored.result().get("services") or [{}])[0]
+    kept = again.get("port") == started["port"] and kv.get(started["port"], "/kv/before") == (200, b"the kill")
+    ok = bool(gone) and listed["state"] == "lost" and restored.returncode == 0 and kept
+    return (
+        ok,
+        f"service and forward gone: {bool(gone)}; status {listed['state']}; up --all: same port, data kept: {kept}",
+    )
+
+
+def _failing_upgrade(kv: Kv) -> tuple[bool, str]:
+    crate = kv.home.root / "kv-0.3.0"
+    shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
+    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text().replace('"0.1.0"', '"0.3.0"', 1))
+    source = crate / "src" / "main.rs"
+    source.write_text(
+        source.read_text().replace("const CHECK_FORMAT: bool = false;", "const CHECK_FORMAT: bool = true;")
+    )
+    kv.package(crate, "--start-timeout", "4")
+    started = kv.up("kv-service@0.1.0")
+    kv.put(started["port"], "/kv/kept", b"by 0.1.0")
+    refused = kv.home.cli("up", "kv-service@0.3.0", timeout=180)
+    after = kv.status()
+    serving = after.get("service_pid") == started["service_pid"] and after.get("version") == "0.1.0"
+    kept = kv.get(started["port"], "/kv/kept") == (200, b"by 0.1.0")
+    ok = refused.returncode == 43 and serving and kept
+    return ok, f"exit {refused.returncode}; 0.1.0's process still serving: {serving}; data kept: {kept}"
+
+
+# (case, fault, what must hold after it, the scenario)
+CASES: list[tuple[str, str, str, Callable[[Kv], tuple[bool, str]]]] = [
+    ("kill -9", "SIGKILL of the service's own process", "healthy again within 5 s, same port, data kept", _kill_service),
+    ("SIGSTOP", "the service stopped (listening, never answering)", "unhealthy, SIGKILLed, restarted healthy", _sigstop),
+    ("crash loop", "a service that exits 1 at every start", "exit 40, failed after 5 restarts, port freed", _crash_loop),
+    ("supervisor kill", "SIGKILL of the supervisor, then `up --all`",
+     "nothing of the service left, status lost; restored on its port with its data", _supervisor_kill),
+    ("failing upgrade", "`up kv-service@0.3.0`, a version that cannot read 0.1.0's data",
+     "refused with exit 43; 0.1.0's process serves on with its data", _failing_upgrade),
+]  # fmt: skip
+QUICK = ("kill -9",)
+
+
+def run_cases(root: Path, cache: Path, names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for case, fault, expected, scenario in CASES:
+        if names is not None and case not in names:
+            continue
+        home = Home(root / f"services-{case.replace(' ', '-')}", cache)
+        kv = Kv(home)
+        began = time.monotonic()
+        try:
+            kv.package()
+            ok, outcome = scenario(kv)
+        except Exception as exc:  # noqa: BLE001 - a scenario that broke is a row saying so, not a lost report
+            ok, outcome = False, f"the scenario failed: {type(exc).__name__}: {exc}"[:200]
+        finally:
+            kv.down()
+        strays = home.strays()
+        rows.append({"case": case, "fault": fault, "expected": expected, "ok": ok and not strays, "outcome": outcome,
+                     "seconds": round(time.monotonic() - began, 1), "strays": len(strays)})  # fmt: skip
+    return rows
+
+
+@dataclass
+class ServiceSummary:
+    faults: int
+    held: int
+
+    def lines(self) -> list[str]:
+        return [
+            f"- **Services**: {self.held} of {self.faults} service faults handled as documented (docs/services.md)."
+        ]
+
+    def json(self) -> Any:
+        return records.dump(self)
+
+
+class Services:
+    name = "services"
+
+    def run(self, setup: Scratch) -> list[ServiceFaultRow]:
+        return self.load(run_cases(setup.root, setup.cache, QUICK if setup.quick else None))
+
+    def load(self, data: Any) -> list[ServiceFaultRow]:
+        return records.load_all(ServiceFaultRow, data)
+
+    def summarize(self, record: list[ServiceFaultRow]) -> ServiceSummary:
+        return ServiceSummary(faults=len(record), held=sum(1 for r in record if r.ok))
+
+    def markdown(self, record: list[ServiceFaultRow]) -> list[str]:
+        lines = [
+            "## Service faults",
+            "",
+            "Each fault (`benchmarks/reliability/services.py`) hurts kv-service (tests/fixtures) under its supervisor "
+            "in a flakebot home of its own, through the real commands, judged from outside: status.json, /proc, the "
+            "port, the data it answers; processes left behind are counted and killed.",
+            "",
+        ]
+        body = [[r.fault, r.expected, yes(r.ok), r.outcome, r.strays, f"{r.seconds:.0f} s"] for r in record]
+        return lines + table(["fault", "expected", "held", "outcome", "left running", "time"], body)
