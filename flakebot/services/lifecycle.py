@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -113,8 +115,8 @@ def check_lifecycle(
     with tempfile.TemporaryDirectory(prefix="flakebot-lifecycle-") as scratch:
         where = ServiceDir(Path(scratch) / "service")
         where.root.mkdir()
-        if seed is not None and seed.is_dir():
-            shutil.copytree(seed, where.state, symlinks=True)
+        if seed is not None and not report.step("copy of the state", _copy_state(seed, where.state)):
+            return report
         launch = {
             "binary": str(binary), "spec": spec.to_dict(), "host_port": forward.free_port(),
             "sandbox": settings.sandbox,
@@ -127,6 +129,26 @@ def check_lifecycle(
         )
         report.log_tail = tail(where.log, 20)
     return report
+
+
+def _copy_state(seed: Path, to: Path) -> str:
+    """Copy state directory `seed` to `to` ('' when done, else why not). Sockets and FIFOs are a running service's,
+    not its state: left out (copying one fails). Files renamed away while the running service works are tried again
+    once."""
+
+    def runtime_files(directory: str, names: list[str]) -> set[str]:
+        kinds = {name: os.lstat(os.path.join(directory, name)).st_mode for name in names}
+        return {name for name, mode in kinds.items() if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)}
+
+    problem = ""
+    for _ in range(2):
+        shutil.rmtree(to, ignore_errors=True)
+        try:
+            shutil.copytree(seed, to, symlinks=True, ignore=runtime_files)
+            return ""
+        except (shutil.Error, OSError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"[:300]
+    return problem
 
 
 def _one_life(supervisor: Supervisor, report: Report, name: str, exchanges: list[Exchange]) -> bool:

@@ -92,3 +92,27 @@ def test_a_service_that_breaks_its_lifecycle_stays_red(
     assert not report.ok
     failed = [s for s in report.steps if not s["ok"]]
     assert failed[0]["step"] == failed_step and problem in failed[0]["problem"], report.steps
+
+
+def test_an_upgrade_check_runs_on_a_copy_of_the_live_state_and_leaves_it_alone(tmp_path: Path) -> None:
+    """`seed` (what an upgrade passes: the running version's state directory) is copied, sockets left out; the
+    examples read the copied values and their writes go to the copy only."""
+    import socket
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "seeded").write_text("from the live state")
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(live / "control.sock"))  # a running service's socket: copying it would fail
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in live.iterdir())
+    examples = Examples.from_dict(
+        {"first": [{"method": "GET", "path": "/kv/seeded", "body_out": "from the live state"},
+                   {"method": "PUT", "path": "/kv/written", "body": "by the check"}],
+         "after_restart": [{"method": "GET", "path": "/kv/written", "body_out": "by the check"}]}
+    )  # fmt: skip
+    report = check_lifecycle(service(tmp_path, "good"), SPEC, config.load(), examples, seed=live)
+    listening.close()
+    assert report.ok, report.steps
+    assert report.steps[0]["step"] == "copy of the state" and report.steps[0]["ok"]
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in live.iterdir()) == before  # nothing written to it
+    assert not (live / "written").exists()
