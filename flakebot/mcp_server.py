@@ -182,15 +182,15 @@ class OwnTools:
         tool: The tool's name.
         """
 
-    def service_up(self, service: str, port: int | None = None, wait: bool | None = None) -> None:
+    def service_up(self, service: str, port: int | None = None) -> None:
         """Start a catalogued service (sandboxed, no network of its own, its state kept across restarts and
         versions) and answer once it is healthy, with its status; or, given NAME@VERSION while another version runs,
         upgrade it: the new version is checked on a copy of the state first and never replaces the running one if it
-        fails. Reach it with service_request. Can run as an MCP task.
+        fails. Reach it with service_request. Can run as an MCP task; otherwise it answers once the service is healthy
+        (seconds; at most the service's start timeout).
 
         service: A catalogued service: NAME, or NAME@VERSION.
         port: Host port on 127.0.0.1 (1024-65535); null for a free one.
-        wait: {WAIT}
         """
 
     def service_down(self, service: str) -> None:
