@@ -90,7 +90,9 @@ def _send(method: str, url: httpx.URL, data: bytes, headers: dict[str, str], tim
     began = time.monotonic()
     deadline = began + timeout
     body, truncated, timed_out = b"", False, False
-    with httpx.Client(trust_env=False, timeout=timeout, follow_redirects=False) as client:
+    # Plain http to 127.0.0.1 only (the URL's scheme is fixed above): no TLS, so no certificate store to load, which
+    # is most of a client's start (17-40 ms here, against 1 ms).
+    with httpx.Client(trust_env=False, timeout=timeout, follow_redirects=False, verify=False) as client:
         try:
             with client.stream(method, url, content=data, headers=headers) as answer:
                 for chunk in answer.iter_raw():
