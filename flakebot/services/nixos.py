@@ -23,6 +23,7 @@ from flakebot.errors import NixError, UsageError
 from flakebot.nix import command, service_outputs
 from flakebot.render import template_dir
 from flakebot.services.declaration import ServiceSpec
+from flakebot.services.exportfiles import ExportDir
 
 # The user's own definitions the check adds: the service enabled, a package, and a credential (LoadCredential, as a
 # configuration passes secrets; its definition merges with the module's empty list).
@@ -161,23 +162,30 @@ def check(module: Path, manifest: dict[str, Any]) -> Verified:
     return Verified(unit_name(manifest["name"]), unit, problems, exposure)
 
 
-def export_nixos(manifest: dict[str, Any], out_dir: Path, *, run_check: bool = True) -> dict[str, Any]:
+def export_nixos(
+    manifest: dict[str, Any], out_dir: Path, *, run_check: bool = True, force: bool = False
+) -> dict[str, Any]:
     """Write the module into `out_dir` (made if missing) as flakebot-NAME.nix and check it; what was written, the
-    check's verdict, and the NixOS configuration lines that use it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    module = out_dir / f"{unit_name(manifest['name'])}.nix"
-    module.write_text(module_text(manifest))
+    check's verdict, and the NixOS configuration lines that use it. An existing file is replaced only with `force`."""
     unit = unit_name(manifest["name"])
+    target = ExportDir(out_dir, force=force)
+    [module] = target.write_text({f"{unit}.nix": module_text(manifest)})
     result: dict[str, Any] = {
         "module": str(module),
-        "configuration": (
-            f"imports = [ ./{module.name} ];\n"
-            f"services.{unit}.enable = true;\n"
-            f"services.{unit}.package = inputs.{manifest['name']}.packages.${{pkgs.system}}.default;"
-        ),
+        "configuration": configuration_lines(manifest["name"], f"./{module.name}"),
         "checked": run_check,
     }
     if run_check:
         verified = check(module, manifest)
         result.update(unit=verified.unit, problems=verified.problems, exposure=verified.exposure)
     return result
+
+
+def configuration_lines(name: str, module: str) -> str:
+    """The NixOS configuration lines that import the module and run the service from its flake (input NAME)."""
+    unit = unit_name(name)
+    return (
+        f"imports = [ {module} ];\n"
+        f"services.{unit}.enable = true;\n"
+        f"services.{unit}.package = inputs.{name}.packages.${{pkgs.system}}.default;"
+    )
