@@ -146,27 +146,54 @@ def register(app: typer.Typer, settings: Any) -> None:
     @app.command("export")
     def export_cmd(
         service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],
-        nixos: Annotated[bool, typer.Option("--nixos", help="Write a NixOS module (the only target so far).")] = False,
-        out: Annotated[str, typer.Option("--out", help="Directory to write into.")] = ".",
+        nixos: Annotated[bool, typer.Option("--nixos", help="A NixOS module (checked with systemd-analyze).")] = False,
+        oci: Annotated[bool, typer.Option("--oci", help="An OCI image layout (nixpkgs' dockerTools).")] = False,
+        deploy_rs: Annotated[
+            bool, typer.Option("--deploy-rs", help="A deploy-rs node and the NixOS configuration it activates.")
+        ] = False,
+        out: Annotated[str, typer.Option("--out", "-o", help="Directory to write into (made when missing).")] = ".",
+        host: Annotated[str, typer.Option(help="--deploy-rs: the node's host name.")] = "server",
+        force: Annotated[bool, typer.Option("--force", help="Replace files an earlier export wrote.")] = False,
         run_check: Annotated[
-            bool, typer.Option("--check/--no-check", help="nix eval the module, systemd-analyze verify its unit.")
+            bool, typer.Option("--check/--no-check", help="nix eval what was written, systemd-analyze verify units.")
         ] = True,
         as_json: JsonOpt = False,
     ) -> None:
-        """Write what another engine takes to run the service: --nixos, a NixOS module (checked here)."""
+        """Write what another engine takes to run the service: --nixos (a NixOS module), --oci (an OCI image
+        layout), --deploy-rs (a deploy-rs node); each checked here as far as this machine can (docs/services.md)."""
         from pathlib import Path
 
         from flakebot.errors import UsageError
-        from flakebot.services import nixos as nixos_export
         from flakebot.services.register import service_manifest_of
 
-        if not nixos:
-            raise UsageError("say what to export", fix=f"flakebot export {service} --nixos")
-        result = nixos_export.export_nixos(service_manifest_of(service, settings()), Path(out), run_check=run_check)
+        if [nixos, oci, deploy_rs].count(True) != 1:
+            raise UsageError("say what to export, one at a time", fix=f"flakebot export {service} --nixos|--oci|--deploy-rs")
+        manifest = service_manifest_of(service, settings())
+        if oci:
+            from flakebot.services.oci import export_oci
+
+            image = export_oci(manifest, Path(out), settings(), force=force)
+            note = "" if image["portable"] else "\n(built with the host stand-in: it runs on this machine only)"
+            _say(as_json, image, f"wrote {image['layout']} (tag {image['tag']}, {image['layers']} layers, "
+                 f"user {image['user']}){note}\nunpack it: umoci unpack --image {image['layout']}:{image['tag']} BUNDLE")  # fmt: skip
+            return
+        if deploy_rs:
+            from flakebot.services.deployrs import export_deploy_rs
+
+            result = export_deploy_rs(manifest, Path(out), host, settings(), run_check=run_check, force=force)
+            text = f"wrote {result['deploy']}\nwrote {result['module']}"
+        else:
+            from flakebot.services import nixos as nixos_export
+
+            result = nixos_export.export_nixos(manifest, Path(out), run_check=run_check, force=force)
+            text = f"wrote {result['module']}"
         problems = result.get("problems") or []
         verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
-        _say(as_json, result, f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
-             f"in your NixOS configuration:\n{result['configuration']}")  # fmt: skip
+        if nixos:
+            text += f"\n{verdict}\n{result.get('exposure', '')}\nin your NixOS configuration:\n{result['configuration']}"
+        else:
+            text += f"\n{verdict}\nuse it from your deployment flake as its first lines say; then: deploy .#{result['node']}"
+        _say(as_json, result, text)
         if problems:
             raise typer.Exit(50)
 

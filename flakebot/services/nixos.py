@@ -84,7 +84,7 @@ def evaluate(
         f"meta.mainProgram = {json.dumps(program or name)}; }}"
     )
     expr = f"({_evaluated(unit, _user_module(unit, port, package))}) (import {json.dumps(str(module.resolve()))})"
-    return _eval_json(["--impure", "--json", "--expr", expr], "pinned", None, timeout)
+    return eval_json(["--impure", "--json", "--expr", expr], "pinned", None, timeout)
 
 
 def evaluate_flake(flake: str, mode: str, standin: Path | None, name: str, port: int, timeout: float = 120) -> dict[str, Any]:
@@ -92,10 +92,10 @@ def evaluate_flake(flake: str, mode: str, standin: Path | None, name: str, port:
     flake's own packages.<system>.default)."""
     unit = unit_name(name)
     apply = _evaluated(unit, _user_module(unit, port, None))
-    return _eval_json(["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout)
+    return eval_json(["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout)
 
 
-def _eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) -> dict[str, Any]:
+def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) -> dict[str, Any]:
     # through nix_argv, as every nix call that could build: the build users and Nix's sandbox
     argv = command.nix_argv(["eval"], args, mode, standin)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
