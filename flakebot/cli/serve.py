@@ -167,7 +167,9 @@ def register(app: typer.Typer, settings: Any) -> None:
         from flakebot.services.register import service_manifest_of
 
         if [nixos, oci, deploy_rs].count(True) != 1:
-            raise UsageError("say what to export, one at a time", fix=f"flakebot export {service} --nixos|--oci|--deploy-rs")
+            raise UsageError(
+                "say what to export, one at a time", fix=f"flakebot export {service} --nixos|--oci|--deploy-rs"
+            )
         manifest = service_manifest_of(service, settings())
         if oci:
             from flakebot.services.oci import export_oci
@@ -190,7 +192,9 @@ def register(app: typer.Typer, settings: Any) -> None:
         problems = result.get("problems") or []
         verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
         if nixos:
-            text += f"\n{verdict}\n{result.get('exposure', '')}\nin your NixOS configuration:\n{result['configuration']}"
+            text += (
+                f"\n{verdict}\n{result.get('exposure', '')}\nin your NixOS configuration:\n{result['configuration']}"
+            )
         else:
             text += f"\n{verdict}\nuse it from your deployment flake as its first lines say; then: deploy .#{result['node']}"
         _say(as_json, result, text)

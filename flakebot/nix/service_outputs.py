@@ -23,7 +23,9 @@ def unit_name(name: str) -> str:
 def plain(value: str, what: str, pattern: re.Pattern[str] = PLAIN_NAME) -> str:
     """`value` when it can stand in Nix text and a unit name unquoted; else a UsageError."""
     if not pattern.fullmatch(value):
-        raise UsageError(f"{what} '{value}' cannot be named in a service's Nix outputs", fix="use letters, digits, '-', '_' and '.'")
+        raise UsageError(
+            f"{what} '{value}' cannot be named in a service's Nix outputs", fix="use letters, digits, '-', '_' and '.'"
+        )
     return value
 
 
@@ -63,7 +65,9 @@ def _checked(spec: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise UsageError(f"port {port!r} is not a TCP port", fix="declare the service's port between 1 and 65535")
     if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", port_env):
-        raise UsageError(f"port variable {port_env!r} is not an environment variable name", fix="declare --port-env PORT")
+        raise UsageError(
+            f"port variable {port_env!r} is not an environment variable name", fix="declare --port-env PORT"
+        )
     restart = spec.get("restart", {})
     numbers = [restart.get("limit"), restart.get("window_s"), restart.get("backoff_s"), spec.get("stop_grace_s")]
     if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and 0 <= n < 1e6 for n in numbers):

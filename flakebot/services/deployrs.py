@@ -69,7 +69,9 @@ def evaluate(
         f"self = deployment; inherit nixpkgs deploy-rs system; service.nixosModules.default = serviceModule; }}; "
         f"in deployment.deploy.nodes.{host_attr(host)}"
     )
-    return nixos.eval_json(["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout)
+    return nixos.eval_json(
+        ["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout
+    )
 
 
 def catalogued_flake(manifest: dict[str, Any], settings: Settings) -> tuple[str, str, Path | None]:

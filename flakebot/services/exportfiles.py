@@ -42,7 +42,9 @@ class ExportDir:
         """A UsageError when one of `names` is there already and --force was not given (checked before any work)."""
         for name in names:
             if self._tree.exists(self._rel(name)) and not self.force:
-                raise UsageError(f"{self.path / name} exists", fix="pass --force to replace it, or choose another --out")
+                raise UsageError(
+                    f"{self.path / name} exists", fix="pass --force to replace it, or choose another --out"
+                )
 
     def write_text(self, files: dict[str, str]) -> list[Path]:
         """Each file of `files` (name -> text) written whole; all names checked first."""

@@ -58,8 +58,8 @@ def _user_module(unit: str, port: int, package: str | None) -> str:
     """The definitions a NixOS configuration would make: enable, port, a credential and (when given) the package."""
     package_line = f"services.{json.dumps(unit)}.package = {package};" if package else ""
     return (
-        f'{{ services.{json.dumps(unit)} = {{ enable = true; port = {port}; }}; {package_line} '
-        f'systemd.services.{json.dumps(unit)}.serviceConfig.LoadCredential = [ {json.dumps(CHECK_CREDENTIAL)} ]; }}'
+        f"{{ services.{json.dumps(unit)} = {{ enable = true; port = {port}; }}; {package_line} "
+        f"systemd.services.{json.dumps(unit)}.serviceConfig.LoadCredential = [ {json.dumps(CHECK_CREDENTIAL)} ]; }}"
     )
 
 
@@ -80,14 +80,16 @@ def evaluate(
     catalogued store path (with meta.mainProgram, as a flake's package has it)."""
     unit = unit_name(name)
     package = (
-        f"{{ type = \"derivation\"; outPath = {json.dumps(store_path)}; "
+        f'{{ type = "derivation"; outPath = {json.dumps(store_path)}; '
         f"meta.mainProgram = {json.dumps(program or name)}; }}"
     )
     expr = f"({_evaluated(unit, _user_module(unit, port, package))}) (import {json.dumps(str(module.resolve()))})"
     return eval_json(["--impure", "--json", "--expr", expr], "pinned", None, timeout)
 
 
-def evaluate_flake(flake: str, mode: str, standin: Path | None, name: str, port: int, timeout: float = 120) -> dict[str, Any]:
+def evaluate_flake(
+    flake: str, mode: str, standin: Path | None, name: str, port: int, timeout: float = 120
+) -> dict[str, Any]:
     """The flake's nixosModules.default evaluated the same way, its package left to the module's default (the
     flake's own packages.<system>.default)."""
     unit = unit_name(name)
