@@ -106,7 +106,7 @@ def read_archive(path: Path) -> Image:
     opener = gzip.open if head == b"\x1f\x8b" else open
     members: dict[str, bytes] = {}
     total = 0
-    with opener(path, "rb") as stream, tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[operator]
+    with opener(path, "rb") as stream, tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
             name = member.name.removeprefix("./")
             if member.isdir() or name in ("", "."):
