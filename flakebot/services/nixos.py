@@ -102,9 +102,13 @@ def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) 
     argv = command.nix_argv(["eval"], args, mode, standin)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
+        error = _first_error(done.stderr)
+        old_flake = "does not provide attribute" in error and "nixosModules" in error
         raise NixError(
-            f"nix eval of the NixOS module failed: {_first_error(done.stderr)}",
-            fix="report it: the module flakebot wrote does not evaluate",
+            f"nix eval of the NixOS module failed: {error}",
+            fix="package the service again (its flake predates nixosModules.default): flakebot package-service PATH"
+            if old_flake
+            else "report it: the module flakebot wrote does not evaluate",
         )
     result: dict[str, Any] = json.loads(done.stdout)
     return result
