@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from flakebot.nix import command, service_outputs
-from flakebot.services import nixos
+from flakebot.services import nixos, oci
 from tests.conftest import REPO, json_result, require, run_cli
 
 KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
@@ -72,6 +72,30 @@ def test_the_service_flake_carries_its_declaration_module_and_image(
     assert "pkgs.dockerTools.buildLayeredImage" in flake_text
     expected = service_outputs.image_text("kv-service", manifest["version"], "kv-service", manifest["service"])
     assert all(line.strip() in flake_text for line in expected.splitlines() if line.strip())
+
+
+def test_the_flake_image_is_the_exported_image_and_the_stand_in_refuses_what_it_lacks(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    env, manifest = packaged
+    flake, mode, standin = command.run_target(manifest["nix_run_argv"])
+    argv = command.nix_argv(["build"], ["--json", "--no-link", f"{flake}#ociImage"], mode, standin)
+    built = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert built.returncode == 0, built.stderr
+    from_flake = oci.read_archive(Path(json.loads(built.stdout)[0]["outputs"]["out"]))
+    exported = json_result(run_cli("export", "kv-service", "--oci", "-o", str(tmp_path), "--json", env=env))
+    from_catalog = oci.read_archive(Path(exported["image"]))
+    assert (from_flake.config, from_flake.layers) == (from_catalog.config, from_catalog.layers)
+    oci.check_config(from_flake, manifest)
+    # an argument of nixpkgs' buildLayeredImage the stand-in does not implement fails evaluation, saying so
+    expr = f'(builtins.getFlake "path:{standin}").legacyPackages.{command.nix_system()}.dockerTools.buildLayeredImage'
+    argv = command.nix_argv(["eval"], ["--impure", "--expr", f'({expr} {{ name = "x"; fromImage = null; }}).drvPath'],
+                            mode, standin)  # fmt: skip
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert (
+        refused.returncode != 0
+        and "fromImage is valid for nixpkgs' buildLayeredImage but not implemented" in refused.stderr
+    )
 
 
 def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
