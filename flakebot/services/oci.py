@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import logging
+import re
 import subprocess
 import tarfile
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ROOT_USERS = ("", "0", "root")
+STORE_PATH = re.compile(r"/nix/store/[0-9a-z]{32}-[A-Za-z0-9+._?=-]+")
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def image_expression(manifest: dict[str, Any], pkgs: str) -> str:
     text = service_outputs.image_text(manifest["name"], manifest.get("version", ""), manifest["main_program"],
                                       manifest["service"])  # fmt: skip
     store_path = manifest.get("store_path", "")
-    if not (store_path.startswith("/nix/store/") and "/" not in store_path[len("/nix/store/") :]):
+    if not STORE_PATH.fullmatch(store_path):
         raise UsageError(f"the catalog entry's store path {store_path!r} is not a store path", fix="package it again")
     return f"({text}) ({pkgs}) (builtins.storePath {json.dumps(store_path)})"
 
@@ -145,6 +147,8 @@ def check_config(image: Image, manifest: dict[str, Any]) -> dict[str, Any]:
     uid, _, gid = user.partition(":")
     if uid in ROOT_USERS or gid in ("0", "root"):
         raise _hostile(f"it runs as {user or 'root'!r}: a service image runs as a non-root user")
+    if not (uid.isdigit() and gid.isdigit()):
+        raise _hostile(f"its user {user!r} is not numeric uid:gid (a name needs an /etc/passwd the image lacks)")
     unit = service_outputs.unit_name(manifest["name"])
     env = dict(item.partition("=")[::2] for item in config.get("Env", []))
     wanted = {spec.port_env: str(spec.port), "STATE_DIRECTORY": f"/var/lib/{unit}"}

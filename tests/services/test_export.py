@@ -68,6 +68,8 @@ def test_the_service_flake_carries_its_declaration_module_and_image(
     image = _nix_eval(manifest, f"packages.{command.nix_system()}.ociImage", "--apply",
                       "i: { inherit (i) imageName imageTag; drv = i.drvPath; }")  # fmt: skip
     assert image["imageName"] == "flakebot-kv-service" and image["imageTag"] == manifest["version"]
+    outputs = _nix_eval(manifest, "packages", "--apply", "builtins.mapAttrs (system: builtins.attrNames)")
+    assert "ociImage" in outputs["x86_64-linux"] and "ociImage" not in outputs["aarch64-darwin"]  # images are Linux
     flake_text = (Path(flake) / "flake.nix").read_text()
     assert "pkgs.dockerTools.buildLayeredImage" in flake_text
     expected = service_outputs.image_text("kv-service", manifest["version"], "kv-service", manifest["service"])

