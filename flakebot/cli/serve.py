@@ -196,7 +196,11 @@ def register(app: typer.Typer, settings: Any) -> None:
                 f"\n{verdict}\n{result.get('exposure', '')}\nin your NixOS configuration:\n{result['configuration']}"
             )
         else:
-            text += f"\n{verdict}\nuse it from your deployment flake as its first lines say; then: deploy .#{result['node']}"
+            text += (
+                f"\n{verdict} (evaluated with stand-ins for nixosSystem and deploy-rs: only deploy-rs on a NixOS host"
+                f" confirms activation and rollback)\nuse it from your deployment flake as its first lines say; then:"
+                f" deploy .#{result['node']}"
+            )
         _say(as_json, result, text)
         if problems:
             raise typer.Exit(50)
