@@ -164,46 +164,38 @@ def register(app: typer.Typer, settings: Any) -> None:
         from pathlib import Path
 
         from flakebot.errors import UsageError
-        from flakebot.services.register import service_manifest_of
+        from flakebot.services.export import TARGETS, export_service
 
-        if [nixos, oci, deploy_rs].count(True) != 1:
+        chosen = [target for target, given in zip(TARGETS, (nixos, oci, deploy_rs), strict=True) if given]
+        if len(chosen) != 1:
             raise UsageError(
                 "say what to export, one at a time", fix=f"flakebot export {service} --nixos|--oci|--deploy-rs"
             )
-        manifest = service_manifest_of(service, settings())
-        if oci:
-            from flakebot.services.oci import export_oci
-
-            image = export_oci(manifest, Path(out), settings(), force=force)
-            note = "" if image["portable"] else "\n(built with the host stand-in: it runs on this machine only)"
-            _say(as_json, image, f"wrote {image['layout']} (tag {image['tag']}, {image['layers']} layers, "
-                 f"user {image['user']}){note}\nunpack it: umoci unpack --image {image['layout']}:{image['tag']} BUNDLE")  # fmt: skip
-            return
-        if deploy_rs:
-            from flakebot.services.deployrs import export_deploy_rs
-
-            result = export_deploy_rs(manifest, Path(out), host, settings(), run_check=run_check, force=force)
-            text = f"wrote {result['deploy']}\nwrote {result['module']}"
-        else:
-            from flakebot.services import nixos as nixos_export
-
-            result = nixos_export.export_nixos(manifest, Path(out), run_check=run_check, force=force)
-            text = f"wrote {result['module']}"
-        problems = result.get("problems") or []
-        verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
-        if nixos:
-            text += (
-                f"\n{verdict}\n{result.get('exposure', '')}\nin your NixOS configuration:\n{result['configuration']}"
-            )
-        else:
-            text += (
-                f"\n{verdict} (evaluated with stand-ins for nixosSystem and deploy-rs: only deploy-rs on a NixOS host"
-                f" confirms activation and rollback)\nuse it from your deployment flake as its first lines say; then:"
-                f" deploy .#{result['node']}"
-            )
-        _say(as_json, result, text)
-        if problems:
+        result = export_service(service, chosen[0], Path(out), settings(), host=host, force=force, run_check=run_check)
+        _say(as_json, result, _export_text(result, run_check))
+        if result.get("problems"):
             raise typer.Exit(50)
+
+
+def _export_text(result: dict[str, Any], run_check: bool) -> str:
+    if result["target"] == "oci":
+        note = "" if result["portable"] else "\n(built with the host stand-in: it runs on this machine only)"
+        return (
+            f"wrote {result['layout']} (tag {result['tag']}, {result['layers']} layers, user {result['user']}){note}"
+            f"\nunpack it: umoci unpack --image {result['layout']}:{result['tag']} BUNDLE"
+        )
+    problems = result.get("problems") or []
+    verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
+    if result["target"] == "nixos":
+        return (
+            f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
+            f"in your NixOS configuration:\n{result['configuration']}"
+        )
+    return (
+        f"wrote {result['deploy']}\nwrote {result['module']}\n{verdict} (evaluated with stand-ins for nixosSystem and"
+        " deploy-rs: only deploy-rs on a NixOS host confirms activation and rollback)\n"
+        f"use it from your deployment flake as its first lines say; then: deploy .#{result['node']}"
+    )
 
 
 def _say(as_json: bool, result: dict[str, Any], text: str) -> None:
