@@ -155,6 +155,28 @@ def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
     assert text.returncode == 2 and "exists" in text.stderr and len(text.stderr.strip().splitlines()) == 1
 
 
+def test_the_oci_export_builds_from_the_catalog_entry_not_from_the_flake_tree(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """A flake tree changed after cataloguing (a root user, a shell entrypoint) is not what export builds."""
+    env, manifest = packaged
+    flake, _, _ = command.run_target(manifest["nix_run_argv"])
+    flake_nix = Path(flake) / "flake.nix"
+    original = flake_nix.read_text()
+    hostile = original.replace('User = "65534:65534";', 'User = "0:0";').replace(
+        'Entrypoint = [ "${package}/bin/kv-service" ];', 'Entrypoint = [ "/bin/sh" ];'
+    )
+    assert hostile != original
+    flake_nix.write_text(hostile)
+    try:
+        done = run_cli("export", "kv-service", "--oci", "-o", str(tmp_path), "--json", env=env)
+    finally:
+        flake_nix.write_text(original)
+    exported = json_result(done)
+    assert exported["user"] == "65534:65534"
+    assert exported["entrypoint"] == [f"{manifest['store_path']}/bin/kv-service"]
+
+
 def test_the_deploy_rs_export_evaluates_against_the_real_module_and_its_unit_verifies(
     packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
 ) -> None:
