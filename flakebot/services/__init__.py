@@ -12,6 +12,10 @@
     upgrade.py     `up NAME@VERSION` over a running version: checked on a copy of the state, then switched
     proxy.py       one HTTP request to a running service's own port (the MCP request tool), bounded
     nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
+    export.py      `export NAME --nixos|--oci|--deploy-rs`: the catalog entry, then one of the three below
+    oci.py         `export --oci`: the image built from the catalogued store path, read as hostile input, an OCI layout
+    deployrs.py    `export --deploy-rs`: a deploy-rs node and its NixOS configuration, evaluated against stand-ins
+    exportfiles.py where export writes: no link followed, nothing overwritten without --force, renamed into place
 
 May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api
 (register.py only: the package pipeline) and the leaves.
