@@ -3,9 +3,10 @@
 pasta forward and through flakebot's request proxy (the MCP `service_request` path, in-process) against the same
 request sent directly inside the service's own network namespace (nsenter, as root).
 
-up: wall seconds of the whole `flakebot up NAME --json` command (CLI and supervisor start-up included), `down`
-between samples. restart: from the SIGKILL until a health check through the forward answers 200 from a new service
-process (backoff, a new sandbox and pasta, the first check). Requests: one small client script times `requests`
+up: wall seconds of the whole `flakebot up NAME --json` command (CLI and supervisor start-up included). restart: from
+the SIGKILL until a health check through the forward answers 200 from a new service process (the first restart's
+backoff, a new sandbox and pasta, the first check); one kill per start, `down` between samples, as restarts within
+a minute back off longer. Requests: one small client script times `requests`
 sequential GETs of one key, run on the host against the forward's port and inside the namespace against the inner
 port, in the same run one after the other; the proxy is timed in this process. Figures are medians, and the ratios
 and differences are taken between those medians of the same run. kv-service's accept loop polls every 20 ms (a
@@ -54,14 +55,17 @@ def run(samples: int = 5, requests: int = 50) -> dict[str, Any]:
         env = _home(Path(tmp))
         _cli(env, "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2")
         ups: list[float] = []
-        for _ in range(samples):
+        restarts: list[float] = []
+        for _ in range(samples):  # a fresh start each: restarts within a minute back off longer (0.2 s doubling)
             began = time.perf_counter()
-            _cli(env, "up", "kv-service")
+            started = _cli(env, "up", "kv-service")
             ups.append(time.perf_counter() - began)
-            _cli(env, "down", "kv-service")
-        status = _cli(env, "up", "kv-service")
+            try:
+                restarts.append(_restart_after_kill(env, started["port"]))
+            finally:
+                _cli(env, "down", "kv-service")
+        _cli(env, "up", "kv-service")
         try:
-            restarts = [_restart_after_kill(env, status["port"]) for _ in range(samples)]
             status = _cli(env, "services")["services"][0]
             port = status["port"]
             with httpx.Client(trust_env=False, timeout=5) as http:
