@@ -116,3 +116,17 @@ def test_an_upgrade_check_runs_on_a_copy_of_the_live_state_and_leaves_it_alone(t
     assert report.steps[0]["step"] == "copy of the state" and report.steps[0]["ok"]
     assert sorted((p.name, p.stat().st_mtime_ns) for p in live.iterdir()) == before  # nothing written to it
     assert not (live / "written").exists()
+
+
+def test_an_upgrade_check_copies_a_link_in_the_state_as_a_link_not_the_host_file_it_names(tmp_path: Path) -> None:
+    """A service writes a symbolic link into its state directory naming a host file it cannot see; the copy for
+    an upgrade check is made on the host (as root here): it must not read the file into the new version's state."""
+    host_secret = tmp_path / "host-only" / "secret"
+    host_secret.parent.mkdir()
+    host_secret.write_text("host secret")
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "stolen").symlink_to(host_secret)
+    examples = Examples.from_dict({"first": [{"method": "GET", "path": "/kv/stolen", "status": 404}]})
+    report = check_lifecycle(service(tmp_path, "good"), SPEC, config.load(), examples, seed=live)
+    assert report.ok, report.steps  # inside the sandbox the link leads nowhere: 404, never the host file's bytes
