@@ -132,19 +132,26 @@ def check_lifecycle(
 
 
 def _copy_state(seed: Path, to: Path) -> str:
-    """Copy state directory `seed` to `to` ('' when done, else why not). Sockets and FIFOs are a running service's,
-    not its state: left out (copying one fails). Files renamed away while the running service works are tried again
+    """Copy state directory `seed` to `to` ('' when done, else why not): links as links (never the host file one
+    names), files without set-id bits. Sockets and FIFOs are a running service's, not its state: left out (copying
+    one fails). Files renamed away while the running service works are tried again
     once."""
 
     def runtime_files(directory: str, names: list[str]) -> set[str]:
         kinds = {name: os.lstat(os.path.join(directory, name)).st_mode for name in names}
         return {name for name, mode in kinds.items() if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)}
 
+    def plain_copy(source: str, target: str) -> None:
+        """A file's bytes and permission bits, never set-id bits: the copy is made as root, and a file the service
+        marked setuid would otherwise be a setuid-root file of its content on the host."""
+        shutil.copyfile(source, target, follow_symlinks=False)
+        os.chmod(target, stat.S_IMODE(os.lstat(source).st_mode) & 0o777)
+
     problem = ""
     for _ in range(2):
         shutil.rmtree(to, ignore_errors=True)
         try:
-            shutil.copytree(seed, to, symlinks=True, ignore=runtime_files)
+            shutil.copytree(seed, to, symlinks=True, ignore=runtime_files, copy_function=plain_copy)
             return ""
         except (shutil.Error, OSError) as exc:
             problem = f"{type(exc).__name__}: {exc}"[:300]

@@ -130,3 +130,23 @@ def test_an_upgrade_check_copies_a_link_in_the_state_as_a_link_not_the_host_file
     examples = Examples.from_dict({"first": [{"method": "GET", "path": "/kv/stolen", "status": 404}]})
     report = check_lifecycle(service(tmp_path, "good"), SPEC, config.load(), examples, seed=live)
     assert report.ok, report.steps  # inside the sandbox the link leads nowhere: 404, never the host file's bytes
+
+
+def test_the_state_copy_drops_setuid_and_setgid_bits(tmp_path: Path) -> None:
+    """The copy is made as root: a file the service marked setuid would otherwise become a setuid-root file on the
+    host, with the service's content."""
+    import stat as stat_module
+
+    from flakebot.services.lifecycle import _copy_state
+
+    live = tmp_path / "live"
+    (live / "sub").mkdir(parents=True)
+    program = live / "sub" / "program"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o6755)
+    assert _copy_state(live, tmp_path / "copy") == ""
+    copied = (tmp_path / "copy" / "sub" / "program").stat()
+    assert (
+        stat_module.S_IMODE(copied.st_mode) == 0o755
+        and (tmp_path / "copy" / "sub" / "program").read_text() == "#!/bin/sh\n"
+    )
