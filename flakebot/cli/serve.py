@@ -61,7 +61,9 @@ def register(app: typer.Typer, settings: Any) -> None:
         ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy."""
+        """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy.
+        NAME@VERSION while another version runs upgrades it: checked on a copy of its state first, never replacing
+        the running version when it fails (exit 43)."""
         from flakebot.errors import UsageError
         from flakebot.services.control import up, up_all
 
