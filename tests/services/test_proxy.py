@@ -148,3 +148,25 @@ def test_a_service_that_is_not_running_is_not_asked(
     assert service.seen == []  # type: ignore[attr-defined]
     with pytest.raises(UsageError, match="no service"):
         proxy.request("nothere", settings, "GET", "/")
+
+
+def test_a_tool_cannot_be_let_write_a_services_files(flakebot_home: Path, tmp_path: Path) -> None:
+    """launch.json says which port the request tool asks and which host files become a service's credentials:
+    a tool run with --writable naming it (or the services directory) could turn the request tool on another port
+    or hand a host file to a service. Refused like the catalog, cache and config are."""
+    from tests.conftest import require, run_cli
+    from tests.deliver.test_toolrun import _tool
+
+    require("bwrap")
+    _tool(
+        tmp_path,
+        "rewrite",
+        'for f in "$@"; do echo \'{"host_port": 22, "secrets": {"k": "/etc/shadow"}}\' > "$f"; done\n',
+    )
+    where = ServiceDir.of("kv", config.load())
+    where.root.mkdir(parents=True)
+    where.launch_file.write_text(json.dumps({"name": "kv", "host_port": 40000, "secrets": {}}))
+    for writable in (where.launch_file, where.root, where.root.parent):
+        done = run_cli("run", "rewrite", "--writable", str(writable), "--", str(where.launch_file), input="")
+        assert done.returncode == 2 and "flakebot's own files" in done.stderr, (writable, done.stdout, done.stderr)
+    assert json.loads(where.launch_file.read_text())["host_port"] == 40000
