@@ -1,7 +1,9 @@
 """flakebot as an MCP server (stdio), on the MCP SDK's low-level Server.
 
 Two kinds of tool:
-- flakebot's own: craft, improve, status, resume, search, list, show, package, runs, run, rm;
+- flakebot's own: craft, improve, status, resume, search, list, show, package, runs, run, rm, and the service
+  tools service_up (long: a task when asked), service_down, services, service_logs and service_request (one HTTP
+  request to that service's own port on 127.0.0.1, flakebot.services.proxy);
 - every catalogued tool under its own name, with the input schema read from its clap --help. A call
   maps the arguments to argv (deliver.toolcall, the same mapping as `flakebot run --args-json`), runs
   the built program (a `stdin` argument is its standard input) and returns stdout, stderr and the exit
