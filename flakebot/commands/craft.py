@@ -103,6 +103,10 @@ def craft_request(
     check_limits(settings)
     _check_name(request.name, need, settings)
     check_host(settings, request.registry)
+    if request.service and request.from_location is None and request.crate is None:
+        from flakebot.services.crafting import TEMPLATE
+
+        request = dataclasses.replace(request, from_location=str(TEMPLATE))  # a std-only HTTP skeleton to start at
     start = _start_point(request.from_location, request.ref, request.crate, request.mode)
     spec_file = str(Path(request.spec_file).resolve()) if request.spec_file else None
     request = dataclasses.replace(request, **start, spec_file=spec_file, settings=overrides)
