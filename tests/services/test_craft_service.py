@@ -1,0 +1,70 @@
+"""`craft --service` end to end, offline, through the real pipeline: hand-written sessions behind the stub server
+(the real openai SDK), the template crate, real cargo in bubblewrap running the frozen lifecycle test, flakebot's own
+lifecycle check, nix with the host stand-in, the catalog; then `up`, requests through the forward, `down`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import json_result, require, run_cli
+from tests.fakes.service_sessions import NAME, session
+
+OFFLINE = ["--registry", "local", "--offline"]
+NEED = "need a key-value store over HTTP"
+pytestmark = pytest.mark.slow
+
+
+def craft(script: Path, *extra: str) -> tuple[int, dict]:
+    done = run_cli("craft", "--service", NEED, "--model", f"scripted:{script}", *OFFLINE, *extra, "--json")
+    last = json.loads(done.stdout.splitlines()[-1]) if done.stdout.strip() else {}
+    return done.returncode, last
+
+
+def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Path) -> None:
+    require("bwrap", "cargo", "nix", "pasta")
+    code, crafted = craft(session(tmp_path))
+    assert code == 0, crafted
+    manifest = crafted["result"]["manifest"]
+    assert manifest["kind"] == "service" and manifest["name"] == NAME
+    assert manifest["service"]["health"] == {"kind": "http", "path": "/health"}
+    assert manifest["service"]["stop_grace_s"] == 2
+    steps = [s["step"] for s in manifest["lifecycle"] if s["ok"]]
+    assert steps[-1] == "second start: SIGTERM, clean exit" and "second start: GET /kv/greeting" in steps
+
+    started = run_cli("up", NAME, "--json", timeout=120)
+    assert started.returncode == 0, started.stderr
+    port = json_result(started)["port"]
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=10) as http:
+            assert http.put("/kv/colour", content=b"teal").text == "stored\n"
+            assert http.get("/kv/colour").text == "teal"
+    finally:
+        stopped = run_cli("down", NAME, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False, timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("variant", "shown"),
+    [
+        ("no-health", "GET /health answered 404"),
+        ("ignores-sigterm", "did not exit within 2 s of SIGTERM"),
+        ("loses-state", "GET /kv/greeting: status"),
+        ("games-the-test", "lifecycle check run by flakebot on the built binary"),
+    ],
+)
+def test_a_service_that_breaks_its_lifecycle_stays_red_and_is_not_catalogued(
+    tmp_path: Path, workdir: Path, variant: str, shown: str
+) -> None:
+    require("bwrap", "cargo", "pasta")
+    code, failed = craft(session(tmp_path, variant), "--max-iterations", "2")
+    assert code == 41, failed  # EditError: the loop ended without green tests
+    transcript = (workdir / "runs" / failed["run_id"] / "transcript.jsonl").read_text()
+    assert shown in transcript, f"{variant}: the model was not told {shown!r}"
+    listed = run_cli("list", "--json")
+    assert NAME not in listed.stdout, listed.stdout
