@@ -76,12 +76,15 @@ FIX = "give health (/PATH or tcp), port_env, 1-12 first and 1-12 after_restart e
 
 def from_answer(arguments: dict[str, Any]) -> dict[str, Any]:
     """The service part of a spec from the model's submit_service_spec arguments (checked: SpecError)."""
-    declaration = ServiceSpec(
-        port_env=str(arguments.get("port_env") or "PORT"),
-        health=Health.parse(str(arguments.get("health") or "/health")),
-        stop_grace_s=float(arguments.get("stop_grace_s") or 10.0),
-        start_s=float(arguments.get("start_s") or 30.0),
-    )
+    try:
+        declaration = ServiceSpec(
+            port_env=str(arguments.get("port_env") or "PORT"),
+            health=Health.parse(str(arguments.get("health") or "/health")),
+            stop_grace_s=float(arguments.get("stop_grace_s") or 10.0),
+            start_s=float(arguments.get("start_s") or 30.0),
+        )
+    except UsageError as exc:
+        raise SpecError(f"submit_service_spec: {exc.message}", fix=exc.fix) from None
     data = {
         "protocol": arguments.get("protocol") or "http",
         "declaration": declaration.to_dict(),
