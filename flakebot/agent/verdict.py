@@ -69,9 +69,8 @@ def on_binary(
         failures = [example_failure(n, e, result) for n, e, passed, result in outcomes if not passed]
     if not failures:
         return verdict
-    summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of the examples did not:\n" + "\n".join(
-        failures
-    )
+    what = "its lifecycle" if spec.service else "the examples"
+    summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of {what} did not:\n" + "\n".join(failures)
     data = {**verdict.data, "examples_failed": len(failures)}
     return Verdict(
         green=False,

@@ -5,6 +5,7 @@ lifecycle check, nix with the host stand-in, the catalog; then `up`, requests th
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -35,6 +36,8 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     steps = [s["step"] for s in manifest["lifecycle"] if s["ok"]]
     assert steps[-1] == "second start: SIGTERM, clean exit" and "second start: GET /kv/greeting" in steps
 
+    assert not running(NAME), "a start of the service outlived the craft (cargo test's or flakebot's own)"
+
     started = run_cli("up", NAME, "--json", timeout=120)
     assert started.returncode == 0, started.stderr
     port = json_result(started)["port"]
@@ -47,6 +50,20 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     assert stopped.returncode == 0, stopped.stderr
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health", trust_env=False, timeout=2)
+    assert not running(NAME)
+
+
+def running(name: str) -> list[int]:
+    """Host processes whose program is named `name` (the crafted service, wherever it was built)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if Path(argv0).name == name:
+            found.append(int(pid))
+    return found
 
 
 @pytest.mark.parametrize(
