@@ -89,7 +89,7 @@ def craft_request(
     preflight.check_request_flags(request.fork, request.push, request.delete_fork)
     if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
-        if hit is not None:
+        if hit is not None and _is_service(hit, settings) == request.service:  # a tool never answers --service
             return _cached(hit, settings, started)
         installed = _install_need(need, settings)
         if installed is not None:
@@ -115,6 +115,12 @@ def craft_request(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
+
+
+def _is_service(entry: dict[str, Any], settings: config.Settings) -> bool:
+    from flakebot.deliver.catalog import show_tool
+
+    return bool(show_tool(entry["name"], settings)["manifest"].get("kind") == "service")
 
 
 def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, status, logs: what the CLI calls
     nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
+    crafting.py    `craft --service`: a service's spec (declaration + lifecycle examples), flakebot's lifecycle check
+                   of the built binary, the template crate a craft starts from (flakebot/data/service-template)
 
 May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api
 (register.py only: the package pipeline) and the leaves.

@@ -37,6 +37,12 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     assert steps[-1] == "second start: SIGTERM, clean exit" and "second start: GET /kv/greeting" in steps
 
     assert not running(NAME), "a start of the service outlived the craft (cargo test's or flakebot's own)"
+    again = run_cli("craft", "--service", NEED, "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
+    assert json_result(again)["status"] == "cached"  # the same need as a service: the catalogued one
+    as_tool = run_cli("craft", NEED, "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
+    assert as_tool.returncode != 0 and "nonexistent" in as_tool.stdout  # a service never answers a tool's need
+    improved = run_cli("improve", NAME, "also answer DELETE", "--json")
+    assert improved.returncode == 2 and "is a service" in improved.stdout
 
     started = run_cli("up", NAME, "--json", timeout=120)
     assert started.returncode == 0, started.stderr
