@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from flakebot import api
 from tests.conftest import json_result, require, run_cli
+from tests.fakes.mcp_call import mcp_call
 from tests.fakes.service_sessions import NAME, session
 
 OFFLINE = ["--registry", "local", "--offline"]
@@ -37,8 +39,11 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     assert steps[-1] == "second start: SIGTERM, clean exit" and "second start: GET /kv/greeting" in steps
 
     assert not running(NAME), "a start of the service outlived the craft (cargo test's or flakebot's own)"
-    again = run_cli("craft", "--service", NEED, "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
-    assert json_result(again)["status"] == "cached"  # the same need as a service: the catalogued one
+    # the same need as a service, through each door (the option is declared once): the catalogued one
+    offered = {"need": NEED, "service": True, "model": "scripted:/nonexistent.json", "registry": "local"}
+    answer = mcp_call("craft", offered)
+    assert answer.get("status") == "cached", answer
+    assert api.craft(NEED, service=True, model="scripted:/nonexistent.json", offline=True).status == "cached"
     as_tool = run_cli("craft", NEED, "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
     assert as_tool.returncode != 0 and "nonexistent" in as_tool.stdout  # a service never answers a tool's need
     improved = run_cli("improve", NAME, "also answer DELETE", "--json")
