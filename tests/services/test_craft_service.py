@@ -14,7 +14,7 @@ import pytest
 from flakebot import api
 from tests.conftest import json_result, require, run_cli
 from tests.fakes.mcp_call import mcp_call
-from tests.fakes.service_sessions import NAME, session
+from tests.fakes.service_sessions import DAEMON_MARK, NAME, session
 
 OFFLINE = ["--registry", "local", "--offline"]
 NEED = "need a key-value store over HTTP"
@@ -64,17 +64,38 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     assert not running(NAME)
 
 
-def running(name: str) -> list[int]:
-    """Host processes whose program is named `name` (the crafted service, wherever it was built)."""
+def test_a_daemon_a_crafted_service_forks_outlives_neither_the_craft_nor_down(tmp_path: Path) -> None:
+    """The attack on every host step that starts the model's service: cargo test's sandbox, flakebot's lifecycle
+    checks in the loop and on the store path, and `up`/`down`."""
+    require("bwrap", "cargo", "nix", "pasta")
+    assert not daemons(), "a sleep with the test's mark runs already"
+    code, crafted = craft(session(tmp_path, "forks-a-daemon"))
+    assert code == 0, crafted  # otherwise a working service
+    assert not daemons(), "the service's daemon outlived the craft"
+    assert run_cli("up", NAME, timeout=120).returncode == 0
+    assert daemons(), "the attack did not happen: no daemon beside the running service"
+    assert run_cli("down", NAME).returncode == 0
+    assert not daemons(), "the service's daemon outlived down"
+
+
+def daemons() -> list[int]:
+    return [pid for pid, argv in processes() if argv[:2] == ["sleep", DAEMON_MARK]]
+
+
+def processes() -> list[tuple[int, list[str]]]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if Path(argv0).name == name:
-            found.append(int(pid))
+        found.append((int(pid), argv))
     return found
+
+
+def running(name: str) -> list[int]:
+    """Host processes whose program is named `name` (the crafted service, wherever it was built)."""
+    return [pid for pid, argv in processes() if Path(argv[0]).name == name]
 
 
 @pytest.mark.parametrize(
