@@ -23,6 +23,7 @@ made) and the kernel's openat/renameat semantics.
 from __future__ import annotations
 
 import errno
+import io
 import logging
 import os
 import secrets
@@ -239,28 +240,7 @@ class Tree:
     def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644, parents: bool = True) -> None:
         """Replace `rel` atomically: a fresh file made with O_EXCL beside it, renamed over the name (a link, a hard
         link or a file there is replaced, never written through)."""
-        with self._parent(rel, create=parents) as (fd, name):
-            tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-            handle = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777, dir_fd=fd
-            )
-            try:
-                with os.fdopen(handle, "wb") as file:
-                    file.write(data)
-                    file.flush()
-                    os.fchmod(file.fileno(), mode & 0o777)  # mode as asked, whatever the umask
-                    os.fsync(file.fileno())
-                try:
-                    os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-                except IsADirectoryError:
-                    raise self._refuse(rel, "not-a-file", "is a directory") from None
-                os.fsync(fd)
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=fd)
-                except FileNotFoundError:
-                    pass
-                raise
+        self.write_from(rel, io.BytesIO(data), mode=mode & 0o777, parents=parents)
 
     def write_from(
         self,
@@ -294,6 +274,8 @@ class Tree:
                     os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
                 except IsADirectoryError:
                     raise self._refuse(rel, "not-a-file", "is a directory") from None
+                if sync:
+                    os.fsync(fd)  # the new name survives a crash too
             except BaseException:
                 try:
                     os.unlink(tmp, dir_fd=fd)

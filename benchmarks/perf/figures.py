@@ -584,7 +584,12 @@ def compile_once_figure(results: Results) -> dict[str, Any]:
     measured = (
         f"a cold craft of csv-dedup (its dependencies new to the store, the loop on the flake's deps derivation): "
         f"{_repeat_breakdown(cold)}, {cold.dependency_cache or 'no dependency cache line'}; one `cargo build --release` "
-        f"of the same crate from nothing in the same run: {r.release_build_s:.1f} s."
+        f"of the same crate from nothing in the same run: {r.release_build_s:.1f} s"
+        + (
+            f" (mean of {' s and '.join(f'{s:.1f}' for s in r.release_samples_s)} s, after each craft)."
+            if r.release_samples_s
+            else "."
+        )
     )
     gap = f"cargo {cold.cargo_s:.1f} s (the loop's and host calls) and nix build {cold.nix_build_s:.1f} s (two derivations)."
     return figure("P14", "cold craft: cargo + nix / one release build of the same crate from nothing", r.ratio, "x",

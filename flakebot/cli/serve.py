@@ -146,29 +146,56 @@ def register(app: typer.Typer, settings: Any) -> None:
     @app.command("export")
     def export_cmd(
         service: Annotated[str, typer.Argument(help="A catalogued service: NAME or NAME@VERSION.")],
-        nixos: Annotated[bool, typer.Option("--nixos", help="Write a NixOS module (the only target so far).")] = False,
-        out: Annotated[str, typer.Option("--out", help="Directory to write into.")] = ".",
+        nixos: Annotated[bool, typer.Option("--nixos", help="A NixOS module (checked with systemd-analyze).")] = False,
+        oci: Annotated[bool, typer.Option("--oci", help="An OCI image layout (nixpkgs' dockerTools).")] = False,
+        deploy_rs: Annotated[
+            bool, typer.Option("--deploy-rs", help="A deploy-rs node and the NixOS configuration it activates.")
+        ] = False,
+        out: Annotated[str, typer.Option("--out", "-o", help="Directory to write into (made when missing).")] = ".",
+        host: Annotated[str, typer.Option(help="--deploy-rs: the node's host name.")] = "server",
+        force: Annotated[bool, typer.Option("--force", help="Replace files an earlier export wrote.")] = False,
         run_check: Annotated[
-            bool, typer.Option("--check/--no-check", help="nix eval the module, systemd-analyze verify its unit.")
+            bool, typer.Option("--check/--no-check", help="nix eval what was written, systemd-analyze verify units.")
         ] = True,
         as_json: JsonOpt = False,
     ) -> None:
-        """Write what another engine takes to run the service: --nixos, a NixOS module (checked here)."""
+        """Write what another engine takes to run the service: --nixos (a NixOS module), --oci (an OCI image
+        layout), --deploy-rs (a deploy-rs node); each checked here as far as this machine can (docs/services.md)."""
         from pathlib import Path
 
         from flakebot.errors import UsageError
-        from flakebot.services import nixos as nixos_export
-        from flakebot.services.register import service_manifest_of
+        from flakebot.services.export import TARGETS, export_service
 
-        if not nixos:
-            raise UsageError("say what to export", fix=f"flakebot export {service} --nixos")
-        result = nixos_export.export_nixos(service_manifest_of(service, settings()), Path(out), run_check=run_check)
-        problems = result.get("problems") or []
-        verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
-        _say(as_json, result, f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
-             f"in your NixOS configuration:\n{result['configuration']}")  # fmt: skip
-        if problems:
+        chosen = [target for target, given in zip(TARGETS, (nixos, oci, deploy_rs), strict=True) if given]
+        if len(chosen) != 1:
+            raise UsageError(
+                "say what to export, one at a time", fix=f"flakebot export {service} --nixos|--oci|--deploy-rs"
+            )
+        result = export_service(service, chosen[0], Path(out), settings(), host=host, force=force, run_check=run_check)
+        _say(as_json, result, _export_text(result, run_check))
+        if result.get("problems"):
             raise typer.Exit(50)
+
+
+def _export_text(result: dict[str, Any], run_check: bool) -> str:
+    if result["target"] == "oci":
+        note = "" if result["portable"] else "\n(built with the host stand-in: it runs on this machine only)"
+        return (
+            f"wrote {result['layout']} (tag {result['tag']}, {result['layers']} layers, user {result['user']}){note}"
+            f"\nunpack it: umoci unpack --image {result['layout']}:{result['tag']} BUNDLE"
+        )
+    problems = result.get("problems") or []
+    verdict = "not checked" if not run_check else ("; ".join(problems) or "systemd-analyze verify: passed")
+    if result["target"] == "nixos":
+        return (
+            f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
+            f"in your NixOS configuration:\n{result['configuration']}"
+        )
+    return (
+        f"wrote {result['deploy']}\nwrote {result['module']}\n{verdict} (evaluated with stand-ins for nixosSystem and"
+        " deploy-rs: only deploy-rs on a NixOS host confirms activation and rollback)\n"
+        f"use it from your deployment flake as its first lines say; then: deploy .#{result['node']}"
+    )
 
 
 def _say(as_json: bool, result: dict[str, Any], text: str) -> None:

@@ -47,6 +47,7 @@ class Choice:
     all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
     rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
     strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
+    service: dict[str, Any] | None = None  # a service's outputs beside the package (flake_files.render_flake)
 
 
 @dataclass
@@ -94,6 +95,7 @@ def package_crate(
     all_bins: bool = False,
     rust_version: str = "",
     strict_smoke: bool = False,
+    service: dict[str, Any] | None = None,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
@@ -120,7 +122,7 @@ def package_crate(
             settings,
             mode,
             notice,
-            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke),
+            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke, service),
             description,
             report,
             gc_root,
@@ -144,6 +146,7 @@ class Written:
     rust_version_replaced: str = ""  # the crate's own rust-version, when the flake's copy declares another
     capped_lints: str = ""  # the log line of a build that failed only on a denied lint (then built with CAP_LINTS)
     skeleton: Skeleton | None = None  # the dependencies' own derivation builds from it (None: built with the tool)
+    service: dict[str, Any] | None = None  # a service's outputs (declaration, NixOS module, image) beside the package
 
 
 def _package(
@@ -240,6 +243,7 @@ def write_flake(
     flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     flake.skeleton = write_skeleton(out_dir, facts, settings)
     flake.rust_version_replaced = replaced
+    flake.service = choice.service
     _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
     commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
@@ -257,6 +261,7 @@ def _render(out_dir: Path, flake: Written, description: str) -> None:
             flake.unknown_licenses,
             flake.output_hashes,
             flake.skeleton,
+            flake.service,
         )
     )
 

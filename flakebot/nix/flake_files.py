@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from flakebot.errors import NixError, UsageError
 from flakebot.nix import deps
@@ -88,6 +89,7 @@ def render_flake(
     unknown_licenses: list[str] | None = None,
     output_hashes: dict[str, str] | None = None,
     skeleton: Skeleton | None = None,
+    service: dict[str, Any] | None = None,
 ) -> str:
     """flake.nix for the crate (templates/flake.nix.j2); git dependencies without a hash in `output_hashes`
     (NAME-VERSION -> hash) get lib.fakeHash. With a dependency `skeleton` the dependencies are a derivation of their own."""
@@ -124,8 +126,28 @@ def render_flake(
         skeleton=skeleton,
         skeleton_build_flags=" ".join(nix_str(f) for f in skeleton.build_flags) if skeleton else "",
         skeleton_names="|".join(skeleton.local_names) if skeleton else "",
+        service=_service_outputs(service, facts) if service else None,
     )
     return text
+
+
+def _service_outputs(service: dict[str, Any], facts: CrateFacts) -> dict[str, str]:
+    """What a service's flake adds (service: {"name": catalog name or None for the binary's, "spec": ServiceSpec
+    as a dict}): its declaration, NixOS module and image (service_outputs), indented to sit in the flake's let."""
+    from flakebot.nix import service_outputs
+
+    name = service.get("name") or facts.bin_name
+    spec = service["spec"]
+
+    def indented(text: str) -> str:
+        return "\n".join(("      " + line) if line else "" for line in text.rstrip("\n").splitlines())
+
+    return {
+        "unit": service_outputs.unit_name(service_outputs.plain(name, "service name")),
+        "declaration": nix_str(service_outputs.declaration_json(name, spec)),
+        "module": indented(service_outputs.module_text(name, spec)),
+        "image": indented(service_outputs.image_text(name, facts.version, facts.bin_name, spec)),
+    }
 
 
 def commit_flake(flake_dir: Path, message: str) -> None:

@@ -40,6 +40,8 @@ STATIC_FILES = (
     "fetch-git.sh",
     "git-crate.sh",
     "host-input.sh",
+    "docker.nix",
+    "docker-image.sh",
 )
 # What nixpkgs' stdenv puts on a builder's PATH (coreutils, findutils, diffutils, sed, grep, awk, tar, gzip, bzip2, xz,
 # make, patch, bash, the C compiler and binutils): a stand-in build sees these host programs and the toolchain, and

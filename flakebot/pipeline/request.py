@@ -111,6 +111,8 @@ class RunRequest:
     """A git repository URL (URL#ref for a tag or branch) or a local crate directory to start from: no search, no choice."""
     start: dict[str, Any] | None = None
     """from_location resolved: the crate to start at (a Crate as a dict), so no search and no choice."""
+    service_flake: dict[str, Any] | None = None
+    """A service's flake outputs beside its package (package-service): its declaration, NixOS module and image."""
     ref: str | None = option(verbs=("craft",))
     """With a repository to start from: the branch, tag or commit."""
     name: str | None = option(verbs=("craft", "package"), mcp=("craft", "package"))

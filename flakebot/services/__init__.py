@@ -10,6 +10,10 @@
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, status, logs: what the CLI calls
     nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
+    export.py      `export NAME --nixos|--oci|--deploy-rs`: the catalog entry, then one of the three below
+    oci.py         `export --oci`: the image built from the catalogued store path, read as hostile input, an OCI layout
+    deployrs.py    `export --deploy-rs`: a deploy-rs node and its NixOS configuration, evaluated against stand-ins
+    exportfiles.py where export writes: no link followed, nothing overwritten without --force, renamed into place
     crafting.py    `craft --service`: a service's spec (declaration + lifecycle examples), flakebot's lifecycle check
                    of the built binary, the template crate a craft starts from (flakebot/data/service-template)
 

@@ -12,7 +12,6 @@ What only a NixOS host confirms: the module under the real module system, and th
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import tempfile
@@ -21,47 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import NixError, UsageError
-from flakebot.nix import command
+from flakebot.nix import command, service_outputs
+from flakebot.render import template_dir
 from flakebot.services.declaration import ServiceSpec
+from flakebot.services.exportfiles import ExportDir
 
-HARDENING: dict[str, Any] = {
-    "CapabilityBoundingSet": "",
-    "AmbientCapabilities": "",
-    "NoNewPrivileges": True,
-    "PrivateTmp": True,
-    "PrivateDevices": True,
-    "PrivateUsers": True,
-    "ProtectSystem": "strict",
-    "ProtectHome": True,
-    "ProtectKernelTunables": True,
-    "ProtectKernelModules": True,
-    "ProtectKernelLogs": True,
-    "ProtectControlGroups": True,
-    "ProtectClock": True,
-    "ProtectHostname": True,
-    "ProtectProc": "invisible",
-    "ProcSubset": "pid",
-    "RestrictNamespaces": True,
-    "RestrictRealtime": True,
-    "RestrictSUIDSGID": True,
-    "LockPersonality": True,
-    "MemoryDenyWriteExecute": True,
-    "SystemCallArchitectures": "native",
-    "SystemCallFilter": ["@system-service", "~@privileged @resources"],
-    "RestrictAddressFamilies": ["AF_INET", "AF_INET6"],
-    "IPAddressDeny": "any",
-    "IPAddressAllow": "localhost",  # as under flakebot's supervisor: no outbound network
-    "DevicePolicy": "closed",
-    "UMask": "0077",
-}
-
-# Just enough of nixpkgs' lib for a module that declares options and sets config under mkIf.
-LIB_STUB = """{
-  mkEnableOption = description: { default = false; inherit description; };
-  mkOption = option: option;
-  mkIf = condition: value: if condition then value else { };
-  types = { package = "package"; port = "port"; };
-}"""
+# The user's own definitions the check adds: the service enabled, a package, and a credential (LoadCredential, as a
+# configuration passes secrets; its definition merges with the module's empty list).
+CHECK_CREDENTIAL = "token:/run/keys/flakebot-check-token"
 
 
 @dataclass(frozen=True)
@@ -73,83 +39,76 @@ class Verified:
 
 
 def unit_name(name: str) -> str:
-    return f"flakebot-{name}"
+    return service_outputs.unit_name(name)
 
 
 def module_text(manifest: dict[str, Any]) -> str:
-    """The NixOS module for catalogued service `manifest` (its package is an option: the flake's package)."""
-    spec = ServiceSpec.from_dict(manifest["service"])
-    name, program = manifest["name"], manifest["main_program"]
-    for value in (name, program):
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
-            raise UsageError(f"'{value}' cannot be named in a NixOS module", fix="catalog it under a plain name")
-    unit = unit_name(name)
-    restart = spec.restart
-    service_config = {
-        "DynamicUser": True,
-        "StateDirectory": unit,
-        "Restart": "on-failure",
-        "RestartSec": max(1, round(restart.backoff_s)),
-        "TimeoutStopSec": max(1, round(spec.stop_grace_s)),
-        "KillMode": "mixed",  # SIGTERM to the main process (the service itself), SIGKILL to all after the timeout
-        **HARDENING,
-    }
-    lines = [f"        {key} = {_nix(value)};" for key, value in service_config.items()]
-    return f"""# NixOS module for the flakebot service {name}: import it, then set services.{unit}.enable and .package.
-{{ config, lib, ... }}:
-let
-  cfg = config.services.{unit};
-in
-{{
-  options.services.{unit} = {{
-    enable = lib.mkEnableOption "the flakebot service {name}";
-    package = lib.mkOption {{ type = lib.types.package; description = "The service's flake package (packages.<system>.default)."; }};
-    port = lib.mkOption {{ type = lib.types.port; default = {spec.port}; description = "The port it listens on."; }};
-  }};
-  config = lib.mkIf cfg.enable {{
-    systemd.services.{unit} = {{
-      description = "flakebot service {name}";
-      wantedBy = [ "multi-user.target" ];
-      after = [ "network.target" ];
-      environment.{spec.port_env} = toString cfg.port;
-      startLimitIntervalSec = {round(restart.window_s)};
-      startLimitBurst = {restart.limit};
-      serviceConfig = {{
-        ExecStart = "${{cfg.package}}/bin/{program}";
-{chr(10).join(lines)}
-      }};
-    }};
-  }};
-}}
-"""
+    """The NixOS module for catalogued service `manifest` (its package is an option: the flake's package); the
+    same text as the flake's nixosModules.default imports (flakebot.nix.service_outputs)."""
+    ServiceSpec.from_dict(manifest["service"])  # a malformed declaration fails here, before any text
+    return service_outputs.module_text(manifest["name"], manifest["service"])
 
 
-def _nix(value: Any) -> str:
-    """A Nix literal for a unit setting (bool, int, string or list of strings)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list):
-        return "[ " + " ".join(_nix(v) for v in value) + " ]"
-    return json.dumps(str(value)).replace("${", "\\${")  # a JSON string is a Nix string once ${ is escaped
+def modules_stand_in() -> Path:
+    """The stand-in for nixpkgs' lib and NixOS's module system (templates/standin/nixos.nix)."""
+    return template_dir() / "standin" / "nixos.nix"
 
 
-def evaluate(module: Path, name: str, store_path: str, port: int, timeout: float = 60) -> dict[str, Any]:
-    """The module's systemd.services entry as `nix eval` computes it with the service enabled."""
-    unit = unit_name(name)
-    expr = (
-        f"let lib = {LIB_STUB}; evaluated = import {json.dumps(str(module.resolve()))} {{ inherit lib; "
-        f'config.services."{unit}" = {{ enable = true; package = {json.dumps(store_path)}; port = {port}; }}; }}; '
-        f'in evaluated.config.systemd.services."{unit}"'
+def _user_module(unit: str, port: int, package: str | None) -> str:
+    """The definitions a NixOS configuration would make: enable, port, a credential and (when given) the package."""
+    package_line = f"services.{json.dumps(unit)}.package = {package};" if package else ""
+    return (
+        f"{{ services.{json.dumps(unit)} = {{ enable = true; port = {port}; }}; {package_line} "
+        f"systemd.services.{json.dumps(unit)}.serviceConfig.LoadCredential = [ {json.dumps(CHECK_CREDENTIAL)} ]; }}"
     )
-    # through nix_argv, as every nix call that could build: the build users and Nix's sandbox, no stand-in override
-    argv = command.nix_argv(["eval"], ["--impure", "--json", "--expr", expr], "pinned", None)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def _evaluated(unit: str, modules: str) -> str:
+    """A Nix function of the module under test: its systemd.services entry evaluated with the stand-in."""
+    lib = json.dumps(str(modules_stand_in()))
+    return (
+        f"module: ((import {lib}).evalModules {{ modules = [ module {modules} ]; "
+        f'specialArgs.pkgs = {{ system = "{command.nix_system()}"; stdenv.hostPlatform.system = "{command.nix_system()}"; }}; }})'
+        f'.config.systemd.services."{unit}"'
+    )
+
+
+def evaluate(
+    module: Path, name: str, store_path: str, port: int, program: str = "", timeout: float = 60
+) -> dict[str, Any]:
+    """The module's systemd.services entry as `nix eval` computes it with the service enabled and its package the
+    catalogued store path (with meta.mainProgram, as a flake's package has it)."""
+    unit = unit_name(name)
+    package = (
+        f'{{ type = "derivation"; outPath = {json.dumps(store_path)}; '
+        f"meta.mainProgram = {json.dumps(program or name)}; }}"
+    )
+    expr = f"({_evaluated(unit, _user_module(unit, port, package))}) (import {json.dumps(str(module.resolve()))})"
+    return eval_json(["--impure", "--json", "--expr", expr], "pinned", None, timeout)
+
+
+def evaluate_flake(
+    flake: str, mode: str, standin: Path | None, name: str, port: int, timeout: float = 120
+) -> dict[str, Any]:
+    """The flake's nixosModules.default evaluated the same way, its package left to the module's default (the
+    flake's own packages.<system>.default)."""
+    unit = unit_name(name)
+    apply = _evaluated(unit, _user_module(unit, port, None))
+    return eval_json(["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout)
+
+
+def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) -> dict[str, Any]:
+    # through nix_argv, as every nix call that could build: the build users and Nix's sandbox
+    argv = command.nix_argv(["eval"], args, mode, standin)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
+        error = _first_error(done.stderr)
+        old_flake = "does not provide attribute" in error and "nixosModules" in error
         raise NixError(
-            f"nix eval of the NixOS module failed: {_first_error(done.stderr)}",
-            fix="report it: the module flakebot wrote does not evaluate",
+            f"nix eval of the NixOS module failed: {error}",
+            fix="package the service again (its flake predates nixosModules.default): flakebot package-service PATH"
+            if old_flake
+            else "report it: the module flakebot wrote does not evaluate",
         )
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -203,29 +162,36 @@ def verify(unit: str, name: str, timeout: float = 60) -> tuple[list[str], str]:
 def check(module: Path, manifest: dict[str, Any]) -> Verified:
     """Evaluate the module, render its unit and verify it."""
     spec = ServiceSpec.from_dict(manifest["service"])
-    service = evaluate(module, manifest["name"], manifest["store_path"], spec.port)
+    service = evaluate(module, manifest["name"], manifest["store_path"], spec.port, manifest.get("main_program", ""))
     unit = unit_file(service)
     problems, exposure = verify(unit, manifest["name"])
     return Verified(unit_name(manifest["name"]), unit, problems, exposure)
 
 
-def export_nixos(manifest: dict[str, Any], out_dir: Path, *, run_check: bool = True) -> dict[str, Any]:
+def export_nixos(
+    manifest: dict[str, Any], out_dir: Path, *, run_check: bool = True, force: bool = False
+) -> dict[str, Any]:
     """Write the module into `out_dir` (made if missing) as flakebot-NAME.nix and check it; what was written, the
-    check's verdict, and the NixOS configuration lines that use it."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    module = out_dir / f"{unit_name(manifest['name'])}.nix"
-    module.write_text(module_text(manifest))
+    check's verdict, and the NixOS configuration lines that use it. An existing file is replaced only with `force`."""
     unit = unit_name(manifest["name"])
+    target = ExportDir(out_dir, force=force)
+    [module] = target.write_text({f"{unit}.nix": module_text(manifest)})
     result: dict[str, Any] = {
         "module": str(module),
-        "configuration": (
-            f"imports = [ ./{module.name} ];\n"
-            f"services.{unit}.enable = true;\n"
-            f"services.{unit}.package = inputs.{manifest['name']}.packages.${{pkgs.system}}.default;"
-        ),
+        "configuration": configuration_lines(manifest["name"], f"./{module.name}"),
         "checked": run_check,
     }
     if run_check:
         verified = check(module, manifest)
         result.update(unit=verified.unit, problems=verified.problems, exposure=verified.exposure)
     return result
+
+
+def configuration_lines(name: str, module: str) -> str:
+    """The NixOS configuration lines that import the module and run the service from its flake (input NAME)."""
+    unit = unit_name(name)
+    return (
+        f"imports = [ {module} ];\n"
+        f"services.{unit}.enable = true;\n"
+        f"services.{unit}.package = inputs.{name}.packages.${{pkgs.system}}.default;"
+    )

@@ -32,7 +32,9 @@ def package_service(
     catalog it as a service; its catalog entry. A service whose lifecycle fails is not catalogued (NixError)."""
     from flakebot import api
 
-    request = api.RunRequest(target=target, bin=bin_name, settings=overrides or {})
+    # the flake carries the service's outputs beside its package: declaration, NixOS module, OCI image
+    outputs = {"name": name, "spec": spec.to_dict()}
+    request = api.RunRequest(target=target, bin=bin_name, settings=overrides or {}, service_flake=outputs)
     built = api.package_request(request, settings=settings)
     name = name or built.main_program
     report = check_lifecycle(Path(built.bin_path), spec, settings, examples)

@@ -31,6 +31,7 @@ def package_only_stage(ctx: StageContext) -> PackageOut:
         bin_name=ctx.request.bin or None,
         progress=ctx.progress,
         strict_smoke=ctx.request.strict_smoke,
+        service=ctx.request.service_flake,
     )
     return PackageOut.of(result)
 

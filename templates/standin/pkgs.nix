@@ -51,6 +51,7 @@ let
 in
 lib.recursiveUpdate placeholders {
   inherit lib mkShell;
+  dockerTools = import ./docker.nix { inherit lib host system; };
   stdenv = { hostPlatform = { inherit system; }; buildPlatform = { inherit system; }; };
   rustPlatform = {
     buildRustPackage = import ./rust.nix { inherit lib host system stdenvTools; };

