@@ -35,10 +35,14 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     assert manifest["kind"] == "service" and manifest["name"] == NAME
     assert manifest["service"]["health"] == {"kind": "http", "path": "/health"}
     assert manifest["service"]["stop_grace_s"] == 2
+    flake = (Path(manifest["catalog_dir"]) / "flake" / "flake.nix").read_text()
+    assert "lib.flakebot.service" in flake and "nixosModules.default" in flake  # package-service's outputs too
     steps = [s["step"] for s in manifest["lifecycle"] if s["ok"]]
     assert steps[-1] == "second start: SIGTERM, clean exit" and "second start: GET /kv/greeting" in steps
 
     assert not running(NAME), "a start of the service outlived the craft (cargo test's or flakebot's own)"
+    exported = run_cli("export", NAME, "--nixos", "--out", str(tmp_path / "nixos"), timeout=300)
+    assert exported.returncode == 0 and "systemd-analyze verify: passed" in exported.stdout, exported.stderr
     # the same need as a service, through each door (the option is declared once): the catalogued one
     offered = {"need": NEED, "service": True, "model": "scripted:/nonexistent.json", "registry": "local"}
     answer = mcp_call("craft", offered)
