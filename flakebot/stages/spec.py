@@ -99,11 +99,17 @@ def _improvement(ctx: StageContext, improve: Improvement) -> SpecOut:
 def _named(ctx: StageContext, spec: ToolSpec) -> ToolSpec:
     """The tool's name: --name when given (checked before the run); else the spec's, or its first free
     variant when the catalog holds that name for another need: a tool never silently replaces another."""
-    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.catalog import Catalog, show_tool
 
     if ctx.request.name:
         return dataclasses.replace(spec, name=ctx.request.name)
-    free = Catalog.open(ctx.settings).free_name(spec.name, ctx.request.need)
+    catalog = Catalog.open(ctx.settings)
+    free = catalog.free_name(spec.name, ctx.request.need)
+    taken = catalog.tools()
+    kind = "service" if spec.service else "tool"
+    if free in taken and show_tool(free, ctx.settings)["manifest"].get("kind", "tool") != kind:
+        # the same need crafted as the other kind: never its next version (a service is not a tool's upgrade)
+        free = next(name for name in (f"{spec.name}-{n}" for n in range(2, 1000)) if name not in taken)
     if free != spec.name:
         ctx.progress(
             f"the name {spec.name} is taken by a tool crafted for another need; this tool is {free}", notice=True

@@ -50,6 +50,9 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(tmp_path: Pa
     assert api.craft(NEED, service=True, model="scripted:/nonexistent.json", offline=True).status == "cached"
     as_tool = run_cli("craft", NEED, "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
     assert as_tool.returncode != 0 and "nonexistent" in as_tool.stdout  # a service never answers a tool's need
+    script = f"scripted:{tool_session(tmp_path)}"
+    as_tool = json_result(run_cli("craft", NEED, "--model", script, *OFFLINE, "--stop-after", "spec", "--json"))
+    assert as_tool["name"] == f"{NAME}-2"  # the same need as a tool: never the service's next version
     improved = run_cli("improve", NAME, "also answer DELETE", "--json")
     assert improved.returncode == 2 and "is a service" in improved.stdout
 
@@ -80,6 +83,17 @@ def test_a_daemon_a_crafted_service_forks_outlives_neither_the_craft_nor_down(tm
     assert daemons(), "the attack did not happen: no daemon beside the running service"
     assert run_cli("down", NAME).returncode == 0
     assert not daemons(), "the service's daemon outlived down"
+
+
+def tool_session(tmp_path: Path) -> Path:
+    """A spec stage that answers the same need as a command-line tool named like the service."""
+    examples = [{"args": [arg], "stdout": "", "exit_code": 0} for arg in ("a", "b", "c")]
+    answer = {"name": NAME, "summary": "a store", "usage": f"{NAME} KEY", "examples": examples}
+    script = tmp_path / "as-a-tool.json"
+    script.write_text(
+        json.dumps({"format": 1, "stages": {"spec": [{"tool_calls": [{"name": "submit_spec", "arguments": answer}]}]}})
+    )
+    return script
 
 
 def daemons() -> list[int]:
