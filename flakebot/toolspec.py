@@ -54,6 +54,9 @@ class ToolSpec:
     search_query: str = ""
     # An improved tool's spec: examples[:inherited_examples] are its earlier version's, kept as they were.
     inherited_examples: int = 0
+    # A service (craft --service): {"protocol", "declaration", "examples"} as flakebot.services.crafting makes it;
+    # its acceptance test is its lifecycle, so `examples` (command lines) stays empty.
+    service: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +74,7 @@ class ToolSpec:
                 examples=examples,
                 search_query=str(data.get("search_query", "")),
                 inherited_examples=int(data.get("inherited_examples") or 0),
+                service=dict(data.get("service") or {}),
             )
         except (KeyError, TypeError) as exc:
             raise SpecError(
@@ -88,6 +92,8 @@ class ToolSpec:
         if not NAME_RE.match(self.name):
             found.append(f"name '{self.name}' is not kebab-case (like csv-dedup)")
         added = len(self.examples) - self.inherited_examples
+        if self.service:
+            return found + ([f"a service has no command-line examples ({added} given)"] if self.examples else [])
         if not self.inherited_examples and not 3 <= added <= 6:
             found.append(f"{added} examples given; 3 to 6 are needed")
         if self.inherited_examples and not 1 <= added <= 6:

@@ -36,9 +36,11 @@ def rust_str(text: str) -> str:
 
 
 def render_acceptance_test(spec: ToolSpec) -> str:
-    """The integration test that holds the tool to its examples; frozen once written."""
+    """The integration test that holds the tool to its examples (a service: to its lifecycle); frozen once written."""
     from flakebot.render import render
 
+    if spec.service:
+        return render_service_test(spec)
     examples = [
         {
             "fn": fn,
@@ -54,8 +56,47 @@ def render_acceptance_test(spec: ToolSpec) -> str:
     return render("acceptance.rs.j2", name=spec.name, summary=spec.summary, examples=examples)
 
 
+def render_service_test(spec: ToolSpec) -> str:
+    """The lifecycle test of a service (spec.service: its declaration and its examples, as flakebot.services.crafting
+    stores them): every value is rendered as a Rust literal, so nothing of the test is read from the crate."""
+    from flakebot.render import render
+
+    declaration, examples = spec.service["declaration"], spec.service["examples"]
+    health = declaration["health"]
+
+    def exchanges(part: str) -> list[dict[str, str]]:
+        return [
+            {
+                "method": rust_str(e["method"]),
+                "path": rust_str(e["path"]),
+                "body": rust_str(e.get("body", "")),
+                "status": str(int(e.get("status", 200))),
+                "body_out": "None" if e.get("body_out") is None else f"Some({rust_str(e['body_out'])})",
+            }
+            for e in examples.get(part, [])
+        ]
+
+    return render(
+        "acceptance_service.rs.j2",
+        name=spec.name,
+        summary=spec.summary,
+        port_env=declaration["port_env"],
+        port_env_literal=rust_str(declaration["port_env"]),
+        health_path=rust_str(health["path"] if health["kind"] == "http" else ""),
+        start_s=f"{float(declaration['start_s']):.3f}",
+        stop_grace_s=f"{float(declaration['stop_grace_s']):.3f}",
+        first=exchanges("first"),
+        after_restart=exchanges("after_restart"),
+    )
+
+
+SERVICE_TEST = "service_lifecycle"
+
+
 def acceptance_test_names(spec: ToolSpec) -> list[str]:
-    """The #[test] function names of the acceptance test, one per example."""
+    """The #[test] function names of the acceptance test, one per example (a service's: its one lifecycle test)."""
+    if spec.service:
+        return [SERVICE_TEST]
     return [
         f"example_{i}_{_slug(e.description or ' '.join(e.args) or 'no_args')}" for i, e in enumerate(spec.examples, 1)
     ]

@@ -18,6 +18,8 @@ from flakebot.sandbox import CommandResult
 from flakebot.toolspec import Example, ToolSpec
 
 ExampleRunner = Callable[[Path, Example], tuple[bool, CommandResult]]
+# A service's lifecycle run by flakebot on the built binary: what failed, for the model ([] when it passed).
+LifecycleCheck = Callable[[Path], list[str]]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ def make_verdict(
     run_example: ExampleRunner,
     *,
     only_acceptance: bool = False,
+    lifecycle: LifecycleCheck | None = None,
 ) -> Callable[[], Verdict]:
     """flakebot's verdict on the workspace: `cargo test --tests`, then, once that is green and the
     workspace has doc tests (slow: rustdoc compiles them anew every run), the full `cargo test`; once
@@ -46,24 +49,28 @@ def make_verdict(
         if result.green and not only_acceptance and has_doctests(report, workspace):
             report = cargo_test([])
             result = judge(report, spec)
-        return on_binary(result, report, spec, run_example) if result.green else result
+        return on_binary(result, report, spec, run_example, lifecycle) if result.green else result
 
     return verdict
 
 
-def on_binary(verdict: Verdict, report: Any, spec: ToolSpec, run_example: ExampleRunner) -> Verdict:
-    """A green verdict held to every example run on the built binary: any failure turns it red."""
+def on_binary(
+    verdict: Verdict, report: Any, spec: ToolSpec, run_example: ExampleRunner, lifecycle: LifecycleCheck | None = None
+) -> Verdict:
+    """A green verdict held to every example run on the built binary (a service: to its lifecycle run by flakebot):
+    any failure turns it red."""
     binary = built_binary(report, spec.name)
     if binary is None:
         failures = [f"cargo built no binary named {spec.name}: the tool must be a [[bin]] called {spec.name}"]
+    elif spec.service:
+        failures = lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
     else:
         outcomes = [(n, e, *run_example(binary, e)) for n, e in enumerate(spec.examples, 1)]
         failures = [example_failure(n, e, result) for n, e, passed, result in outcomes if not passed]
     if not failures:
         return verdict
-    summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of the examples did not:\n" + "\n".join(
-        failures
-    )
+    what = "its lifecycle" if spec.service else "the examples"
+    summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of {what} did not:\n" + "\n".join(failures)
     data = {**verdict.data, "examples_failed": len(failures)}
     return Verdict(
         green=False,
@@ -154,9 +161,10 @@ class ForkVerdict:
         changed: Callable[[], list[str]],
         run_example: ExampleRunner,
         record: Callable[..., None] = lambda *_, **__: None,
+        lifecycle: LifecycleCheck | None = None,
     ) -> None:
         self.cargo_test, self.spec, self.crate_dir = cargo_test, spec, crate_dir
-        self.changed, self.run_example, self.record = changed, run_example, record
+        self.changed, self.run_example, self.record, self.lifecycle = changed, run_example, record, lifecycle
 
     def full(self) -> Verdict:
         return self._scoped(self._complete(), ["full"])
@@ -165,7 +173,7 @@ class ForkVerdict:
         """The whole `cargo test`; when green, held to every example run on the built binary (as make_verdict does)."""
         report = self._run("full", [])
         verdict = judge(report, self.spec)
-        return on_binary(verdict, report, self.spec, self.run_example) if verdict.green else verdict
+        return on_binary(verdict, report, self.spec, self.run_example, self.lifecycle) if verdict.green else verdict
 
     def __call__(self) -> Verdict:
         acceptance = judge(self._run("acceptance", ["--test", Path(ACCEPTANCE_TEST).stem]), self.spec)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from flakebot import preflight
 from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop, Verdict
-from flakebot.agent.verdict import ExampleRunner, ForkVerdict, make_verdict
+from flakebot.agent.verdict import ExampleRunner, ForkVerdict, LifecycleCheck, make_verdict
 from flakebot.errors import EditError
 from flakebot.fsutil import tree_bytes
 
@@ -79,6 +79,7 @@ class Checks:
     only_acceptance: bool = False
     record: Callable[..., None] = field(default=lambda *_, **__: None)  # the transcript, for the fork's cargo runs
     before_test: Callable[[], None] = field(default=lambda: None)  # the dependency cache follows the manifest
+    lifecycle: LifecycleCheck | None = None  # a service: its lifecycle, run by flakebot on the built binary
 
 
 class Workspace:
@@ -104,7 +105,13 @@ class Workspace:
         self._fork: ForkVerdict | None = None
         if checks.fork and not checks.only_acceptance:
             self._fork = ForkVerdict(
-                self._cargo_test, checks.spec, self.crate_dir, self.changed_files, checks.run_example, checks.record
+                self._cargo_test,
+                checks.spec,
+                self.crate_dir,
+                self.changed_files,
+                checks.run_example,
+                checks.record,
+                checks.lifecycle,
             )
             self._verdict: Callable[[], Verdict] = self._fork
         else:
@@ -114,6 +121,7 @@ class Workspace:
                 self.root,
                 checks.run_example,
                 only_acceptance=checks.only_acceptance,
+                lifecycle=checks.lifecycle,
             )
 
     def commit(self, message: str) -> str:

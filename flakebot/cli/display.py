@@ -119,9 +119,14 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         )
     verification = manifest.get("verification_command") or {}
     verified = "[green]nix run of the catalogued flake passed[/green]" if verification.get("passed") else "no"
-    out.print(
-        f"  run it:   [bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only the paths its arguments name)"
-    )
+    if manifest.get("kind") == "service":
+        passed = [step for step in manifest.get("lifecycle") or [] if step.get("ok")]
+        verified = f"[green]its lifecycle passed on the store path ({len(passed)} steps)[/green]" if passed else "no"
+        out.print(f"  start it: [bold]flakebot up {markup(result['name'])}[/bold] (sandboxed, its port on 127.0.0.1)")
+    else:
+        out.print(
+            f"  run it:   [bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only the paths its arguments name)"
+        )
     out.print(
         f"  usage:    {markup(manifest.get('catalog_dir', ''))}/USAGE.md, or flakebot show {markup(result['name'])}"
     )

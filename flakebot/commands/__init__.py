@@ -1,4 +1,5 @@
 """One module per command (craft, improve, packaging, runs, catalog_tools, share, setup): its checks before any work, its
 use-case logic and its result. flakebot.api re-exports them as the Python API; the CLI and the MCP server call them
-through it. May import: crates, deliver, llm, nix, pipeline, source, stages (the work each command starts).
+through it. May import: crates, deliver, llm, nix, pipeline, services (craft --service's starting point), source,
+stages (the work each command starts).
 """

@@ -89,7 +89,7 @@ def craft_request(
     preflight.check_request_flags(request.fork, request.push, request.delete_fork)
     if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
-        if hit is not None:
+        if hit is not None and _is_service(hit, settings) == request.service:  # a tool never answers --service
             return _cached(hit, settings, started)
         installed = _install_need(need, settings)
         if installed is not None:
@@ -103,6 +103,10 @@ def craft_request(
     check_limits(settings)
     _check_name(request.name, need, settings)
     check_host(settings, request.registry)
+    if request.service and request.from_location is None and request.crate is None:
+        from flakebot.services.crafting import TEMPLATE
+
+        request = dataclasses.replace(request, from_location=str(TEMPLATE))  # a std-only HTTP skeleton to start at
     start = _start_point(request.from_location, request.ref, request.crate, request.mode)
     spec_file = str(Path(request.spec_file).resolve()) if request.spec_file else None
     request = dataclasses.replace(request, **start, spec_file=spec_file, settings=overrides)
@@ -111,6 +115,12 @@ def craft_request(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return craft_result(run, time.monotonic() - started)
+
+
+def _is_service(entry: dict[str, Any], settings: config.Settings) -> bool:
+    from flakebot.deliver.catalog import show_tool
+
+    return bool(show_tool(entry["name"], settings)["manifest"].get("kind") == "service")
 
 
 def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None:

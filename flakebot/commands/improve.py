@@ -17,7 +17,7 @@ from flakebot.commands.common import (
     workdir_of,
 )
 from flakebot.commands.craft import CraftResult, craft_result
-from flakebot.errors import CatalogError, RunError
+from flakebot.errors import CatalogError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.pipeline.request import Improvement, RunRequest, check_bounds, from_keywords, keyword_signature
 from flakebot.pipeline.run import Run
@@ -72,6 +72,11 @@ def improve_request(
     catalog = Catalog.open(settings)
     entry = catalog.get(asked.tool)  # NAME@VERSION: that version's fields, and every version under "versions"
     manifest = show_tool(asked.tool, settings)["manifest"]
+    if manifest.get("kind") == "service":  # its spec is a lifecycle, not command-line examples to keep
+        raise UsageError(
+            f"'{asked.tool}' is a service: improving a service is not built yet",
+            fix=f"craft it again with 'flakebot craft --service --fresh \"...\" --name {entry['name']}'",
+        )
     kept = _kept_spec(entry, manifest, settings)
     if request.spec_file:  # a bad file fails before any work
         improvement_from_file(kept, Path(request.spec_file))

@@ -135,6 +135,8 @@ class RunRequest:
     """pinned (real nixos-26.05) or host (offline stand-in); default: auto."""
     keep: bool = option(False, verbs=VERBS[:2])
     """Keep the workspace and target directory after the run."""
+    service: bool = option(False, verbs=("craft",), mcp=("craft",))
+    """Craft a long-running service (HTTP, port from $PORT, state in $STATE_DIRECTORY), checked over its whole lifecycle; `flakebot up NAME` starts it."""
     fresh: bool = option(False, verbs=("craft",), mcp=("craft",))
     """Craft again even if the catalog has a tool for this need."""
     fork: bool = option(False, verbs=("craft",))

@@ -16,6 +16,8 @@
     oci.py         `export --oci`: the image built from the catalogued store path, read as hostile input, an OCI layout
     deployrs.py    `export --deploy-rs`: a deploy-rs node and its NixOS configuration, evaluated against stand-ins
     exportfiles.py where export writes: no link followed, nothing overwritten without --force, renamed into place
+    crafting.py    `craft --service`: a service's spec (declaration + lifecycle examples), flakebot's lifecycle check
+                   of the built binary, the template crate a craft starts from (flakebot/data/service-template)
 
 May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api
 (register.py only: the package pipeline) and the leaves.

@@ -49,7 +49,7 @@ def package_service(
         )
     manifest = {**service_manifest(name, built.to_dict(), spec), "lifecycle": report.steps}
     if examples is not None:
-        manifest["examples"] = examples.to_dict()  # an upgrade to this version is checked with them again
+        manifest["lifecycle_examples"] = examples.to_dict()  # as a crafted service keeps them: an upgrade checks them
     return Catalog.open(settings).add(
         name,
         need=f"service {name}",

@@ -49,7 +49,7 @@ def upgrade(
         )
     secrets = secrets or running.get("secrets") or {}
     spec = ServiceSpec.from_dict(manifest["service"])
-    declared = manifest.get("examples")
+    declared = manifest.get("lifecycle_examples")  # package-service and craft --service keep them there
     examples = Examples.from_dict(declared) if isinstance(declared, dict) else None
     logger.info("checking %s %s on a copy of its state before it replaces %s", where.name, version, old)
     report = check_lifecycle(binary, spec, settings, examples, seed=where.state, secrets=secrets)

@@ -8,7 +8,8 @@
 Each stage is `stage(ctx: StageContext) -> <Out>` with its output type from outputs.py. Stage modules
 are imported only when their stage runs, so listing or showing runs stays fast.
 
-May import every other folder of flakebot except cli/ and api.py.
+May import every other folder of flakebot except cli/ and api.py (services/: a crafted service's spec and
+lifecycle check).
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, run_example, write_acceptance_test
+from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, built_file, run_example, write_acceptance_test
 from flakebot.agent.disputes import DisputeDesk, refreezer
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
-from flakebot.agent.verdict import ExampleRunner
+from flakebot.agent.verdict import ExampleRunner, LifecycleCheck
 from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.config import Settings
-from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError
+from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError, UnsafePath
 from flakebot.fsutil import atomic_write_json
 from flakebot.llm.base import Model
 from flakebot.llm.budget import Budget
@@ -90,6 +90,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
         only_acceptance=alone,
         record=transcript.record,
         before_test=seeder,
+        lifecycle=service_check(settings, ctx.run.target_dir, spec),
     )
     workspace = Workspace(
         git, crate_rel, frozen, checks, base=base, scratch=[ctx.run.target_dir], disk_mb=settings.sandbox_disk_mb
@@ -192,6 +193,23 @@ def example_runner(settings: Settings, target_dir: Path) -> ExampleRunner:
 
     limits = limits_for(settings, timeout=settings.smoke_timeout)
     return lambda binary, example: run_example(binary, example, settings.sandbox, limits, target_dir)
+
+
+def service_check(settings: Settings, target_dir: Path, spec: ToolSpec) -> LifecycleCheck | None:
+    """For a service: flakebot's own lifecycle check of the binary cargo built (a regular file in the run's target
+    dir, as for examples: cargo's JSON naming it is the build's to forge), run as `flakebot up` runs it."""
+    if not spec.service:
+        return None
+    from flakebot.services.crafting import lifecycle_failures
+
+    def check(binary: Path) -> list[str]:
+        try:
+            binary = built_file(binary, target_dir)
+        except UnsafePath as exc:
+            return [f"flakebot refused to run the built binary: {exc}"]
+        return lifecycle_failures(binary, spec.service, settings)
+
+    return check
 
 
 def _start_clean(ctx: StageContext, git: WorkspaceGit) -> str:

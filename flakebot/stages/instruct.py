@@ -40,6 +40,13 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     store = Path(built.store_path)  # bin/<main> there is the build's: a link in it is refused, never resolved
     binary = built_file(store / "bin" / (built.main_program or spec.name), store, STORE)
     nix_run = package_run(package, flake_ref)
+    if spec.service:
+        from flakebot.stages.service import instruct_service
+
+        manifest, usage_md = instruct_service(ctx, spec, package, binary, nix_run, need)
+        manifest.update(catalog_dir=str(catalog.version_dir(spec.name, version)), catalog_version=version)
+        entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+        return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
     help_text = observe(ctx, [str(binary), "--help"]).stdout
     examples = [_example(ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]

@@ -43,6 +43,7 @@ class SpecOut(StageOut):
     examples: list[dict[str, Any]] = field(default_factory=list)
     search_query: str = ""
     inherited_examples: int = 0  # improve: the first examples are the earlier version's, kept
+    service: dict[str, Any] = field(default_factory=dict)  # craft --service: declaration and lifecycle examples
     source: str = ""  # "model" or "file PATH"
     reuse: str = ""  # a catalogued tool's name, when the model judged it equivalent
     reason: str = ""

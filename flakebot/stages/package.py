@@ -54,5 +54,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
         description=spec.summary,
         progress=ctx.progress,
         strict_smoke=ctx.request.strict_smoke,
+        # craft --service: the flake carries the service's outputs as package-service's does
+        service={"name": spec.name, "spec": spec.service["declaration"]} if spec.service else None,
     )
     return PackageOut.of(result)

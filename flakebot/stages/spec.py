@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flakebot.errors import SpecError
+from flakebot.errors import SpecError, UsageError
 from flakebot.modeltext import quoted
 from flakebot.pipeline.engine import StageContext
 from flakebot.pipeline.request import Improvement
 from flakebot.render import render
+from flakebot.services.lifecycle import Exchange
 from flakebot.stages.outputs import SpecOut
 from flakebot.toolschema import declare
 from flakebot.toolspec import Example, ToolSpec, improved_spec, improvement_from_file, load_spec_file
@@ -30,7 +31,9 @@ def spec_stage(ctx: StageContext) -> SpecOut:
     if ctx.request.improve:
         return _improvement(ctx, ctx.request.improve)
     spec_file = ctx.request.spec_file
-    if spec_file:
+    if ctx.request.service:
+        spec, source = _service_spec(ctx)
+    elif spec_file:
         spec = load_spec_file(Path(spec_file))
         source = f"file {spec_file}"
     else:
@@ -44,8 +47,33 @@ def spec_stage(ctx: StageContext) -> SpecOut:
             return SpecOut(name=answer.name, reuse=answer.name, reason=answer.reason, end_run=True)
         spec, source = answer, "model"
     spec = _named(ctx, spec)
-    ctx.progress(f"{spec.name}: summary {quoted(spec.summary)}, {len(spec.examples)} examples, from {source}")
+    if spec.service:
+        lives = spec.service["examples"]
+        ctx.progress(
+            f"{spec.name} (service): summary {quoted(spec.summary)}, {len(lives['first'])} requests, "
+            f"{len(lives['after_restart'])} after a restart, from {source}"
+        )
+    else:
+        ctx.progress(f"{spec.name}: summary {quoted(spec.summary)}, {len(spec.examples)} examples, from {source}")
     return SpecOut.of(spec, source)
+
+
+def _service_spec(ctx: StageContext) -> tuple[ToolSpec, str]:
+    """craft --service: the spec (name, summary, the service's declaration and lifecycle examples) from --spec FILE
+    (a "service" part beside name and summary) or from the model's submit_service_spec."""
+    from flakebot.services.crafting import ServiceNeed
+
+    spec_file = ctx.request.spec_file
+    if spec_file:
+        spec = load_spec_file(Path(spec_file))
+        if not spec.service:
+            raise SpecError(f"{spec_file} has no service part", fix='add "service": {declaration, examples}')
+        ServiceNeed.from_dict(spec.service, spec_file)
+        return spec, f"file {spec_file}"
+    from flakebot.pipeline.models import stage_model
+
+    with stage_model(ctx) as model:
+        return service_spec_from_model(model, ctx.request.need, render("prompts/service_spec.j2")), "model"
 
 
 def _improvement(ctx: StageContext, improve: Improvement) -> SpecOut:
@@ -71,11 +99,17 @@ def _improvement(ctx: StageContext, improve: Improvement) -> SpecOut:
 def _named(ctx: StageContext, spec: ToolSpec) -> ToolSpec:
     """The tool's name: --name when given (checked before the run); else the spec's, or its first free
     variant when the catalog holds that name for another need: a tool never silently replaces another."""
-    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.catalog import Catalog, show_tool
 
     if ctx.request.name:
         return dataclasses.replace(spec, name=ctx.request.name)
-    free = Catalog.open(ctx.settings).free_name(spec.name, ctx.request.need)
+    catalog = Catalog.open(ctx.settings)
+    free = catalog.free_name(spec.name, ctx.request.need)
+    taken = catalog.tools()
+    kind = "service" if spec.service else "tool"
+    if free in taken and show_tool(free, ctx.settings)["manifest"].get("kind", "tool") != kind:
+        # the same need crafted as the other kind: never its next version (a service is not a tool's upgrade)
+        free = next(name for name in (f"{spec.name}-{n}" for n in range(2, 1000)) if name not in taken)
     if free != spec.name:
         ctx.progress(
             f"the name {spec.name} is taken by a tool crafted for another need; this tool is {free}", notice=True
@@ -163,6 +197,86 @@ def spec_from_model(
     if answer is None:
         raise SpecError(
             f"no usable spec after {attempts} attempts", fix="write the spec yourself and pass it with --spec FILE"
+        )
+    return answer
+
+
+def submit_service_spec(
+    name: str,
+    summary: str,
+    first: list[Exchange],
+    after_restart: list[Exchange],
+    protocol: str = "http",
+    port_env: str = "PORT",
+    health: str = "/health",
+    stop_grace_s: float = 10.0,
+    start_s: float = 30.0,
+    search_query: str = "",
+) -> None:
+    """Describe the long-running service that meets the need, and the requests that check its whole lifecycle.
+
+    name: binary name, kebab-case, e.g. kv-store
+    summary: one line: what the service does
+    first: requests sent in order after its first start, each with the EXACT status and body (body_out) expected
+    after_restart: requests sent after a SIGTERM and a second start on the same state directory: what must survive
+    protocol: http (the only one)
+    port_env: the environment variable giving the port to listen on (127.0.0.1)
+    health: the HTTP path that answers 2xx when the service is ready, or tcp (a connect)
+    stop_grace_s: seconds within which it must exit 0 after SIGTERM
+    start_s: seconds within which it must become healthy
+    search_query: a few keywords to find a Rust crate to start from
+    """
+
+
+SUBMIT_SERVICE_SPEC = declare(
+    submit_service_spec,
+    closed=False,
+    params={"first": {"minItems": 1, "maxItems": 12}, "after_restart": {"minItems": 1, "maxItems": 12},
+            "protocol": {"enum": ["http"]}},
+).schema()  # fmt: skip
+
+
+def service_spec_from_model(model: Any, need: str, system_prompt: str, attempts: int = 3) -> ToolSpec:
+    """Ask the model for a service's spec; retry with the exact problem when its answer is unusable."""
+    from flakebot.services.crafting import from_answer
+
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": f"Need (a service): {need}"},
+    ]
+
+    def decide(call: Any) -> ToolSpec:
+        if call.name == "reject_need":
+            reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
+            raise SpecError(
+                f"the model declined the need: {quoted(reason)}",
+                fix="describe a service: what it is asked over HTTP, what it answers, what it keeps",
+            )
+        again = "Call submit_service_spec again, corrected."
+        if call.error:
+            raise Unusable(f"error: {call.error}. {again}")
+        try:
+            service = from_answer(call.arguments)
+            return ToolSpec.from_dict(
+                {**call.arguments, "usage": "", "examples": [], "service": service}, "submit_service_spec"
+            )
+        except (SpecError, UsageError) as exc:
+            raise Unusable(f"error: {exc.message}. {again}") from None
+        except (TypeError, ValueError) as exc:
+            raise Unusable(f"error: {exc}. {again}") from None
+
+    answer = ask_until_usable(
+        model,
+        messages,
+        [SUBMIT_SERVICE_SPEC, REJECT_NEED],
+        decide,
+        attempts=attempts,
+        reminder="Answer by calling submit_service_spec or reject_need.",
+    )
+    if answer is None:
+        raise SpecError(
+            f"no usable service spec after {attempts} attempts",
+            fix="write the spec yourself (name, summary, service) and pass it with --spec FILE",
         )
     return answer
 

@@ -1,0 +1,131 @@
+"""Attacks on the host step `craft --service` adds to the edit loop: flakebot's own lifecycle check of the binary
+cargo built (flakebot.stages.edit.service_check), run on real programs in the real sandbox (bubblewrap, pasta).
+
+- cargo's JSON names the binary, and a test's output can forge it: a link out of the target dir is refused, never run;
+- a service that forks a daemon in a new session: nothing of it outlives the check;
+- a service that binds a port on the host: it binds in its own network namespace, never the host's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from flakebot import config
+from flakebot.services.crafting import from_answer
+from flakebot.stages.edit import service_check
+from flakebot.toolspec import ToolSpec
+from tests.conftest import require
+
+MARK = "31337"  # the daemon's `sleep` argument: how the test finds it among the host's processes
+
+SERVICE = """#!/usr/bin/python3
+import http.server, os, pathlib, signal, socket, subprocess, sys
+state = pathlib.Path(os.environ["STATE_DIRECTORY"])
+if {daemon}:
+    subprocess.Popen(["sleep", "{mark}"], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if {host_port}:
+    grab = socket.socket()
+    grab.bind(("127.0.0.1", {host_port}))  # taken on the host: only a namespace of its own lets this succeed
+    grab.listen()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def answer(self, status, body=b""):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self.answer(200, b"ok")
+        key = state / self.path.rsplit("/", 1)[-1]
+        self.answer(200, key.read_bytes()) if key.exists() else self.answer(404)
+
+    def do_PUT(self):
+        (state / self.path.rsplit("/", 1)[-1]).write_bytes(self.rfile.read(int(self.headers["Content-Length"])))
+        self.answer(200, b"stored\\n")
+
+    def log_message(self, *args):
+        pass
+
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+
+SPEC = ToolSpec.from_dict(
+    {
+        "name": "kv-store",
+        "summary": "a key-value store",
+        "usage": "",
+        "examples": [],
+        "service": from_answer(
+            {
+                "stop_grace_s": 2,
+                "start_s": 5,
+                "first": [{"method": "PUT", "path": "/kv/a", "body": "1", "status": 200, "body_out": "stored\n"}],
+                "after_restart": [{"method": "GET", "path": "/kv/a", "status": 200, "body_out": "1"}],
+            }
+        ),
+    }
+)
+
+
+def built(target: Path, *, daemon: bool = False, host_port: int = 0) -> Path:
+    """The service as cargo would leave it in the run's target dir, readable and runnable by the sandbox's uid."""
+    require("bwrap", "pasta")
+    program = target / "debug" / "kv-store"
+    program.parent.mkdir(parents=True)
+    program.write_text(SERVICE.format(daemon=daemon, host_port=host_port, mark=MARK))
+    for path in (program, program.parent, target):
+        path.chmod(0o755)
+    return program
+
+
+def daemons() -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", MARK.encode()]:
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_forged_binary_path_out_of_the_target_dir_is_refused_not_run(tmp_path: Path) -> None:
+    outside = built(tmp_path / "elsewhere")  # a working service: if it ran, the check would pass
+    target = tmp_path / "target"
+    (target / "debug").mkdir(parents=True)
+    (target / "debug" / "kv-store").symlink_to(outside)
+    check = service_check(config.load(), target, SPEC)
+    assert check is not None
+    for named in (target / "debug" / "kv-store", outside):  # a link in the target dir, or a path beside it
+        failures = check(named)
+        assert len(failures) == 1 and "refused to run the built binary" in failures[0], failures
+
+
+def test_a_daemon_the_service_forks_does_not_outlive_the_check(tmp_path: Path) -> None:
+    assert not daemons(), "a sleep with the test's mark runs already"
+    target = tmp_path / "target"
+    check = service_check(config.load(), target, SPEC)
+    assert check is not None
+    assert check(built(target, daemon=True)) == []  # a correct service otherwise: green
+    assert not daemons(), "the service's daemon outlived flakebot's lifecycle check"
+
+
+def test_a_service_binds_its_ports_in_its_own_namespace_not_the_hosts(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        target = tmp_path / "target"
+        check = service_check(config.load(), target, SPEC)
+        assert check is not None
+        failures = check(built(target, host_port=port))
+        assert failures == [], json.dumps(failures)  # its bind of the host's taken port succeeded: not the host's
+        with socket.create_connection(("127.0.0.1", port), timeout=2):  # and the host's listener is still ours
+            pass
