@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+import tomlkit
 
 from flakebot.cargo.fetch import sync
 from flakebot.cargo.metadata import cargo_error, metadata, workspace_root
@@ -15,6 +17,8 @@ from flakebot.errors import AcquireError
 from flakebot.fsutil import remove_tree
 from flakebot.nix.devdeps import Dropped, lock_without_unresolvable
 from flakebot.pipeline.engine import StageContext
+from flakebot.safefs import Tree
+from flakebot.services.crafting import TEMPLATE as SERVICE_TEMPLATE
 from flakebot.source import gitrepo
 from flakebot.source.acquisition import acquire
 from flakebot.source.newcrate import new_crate
@@ -63,6 +67,8 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
             run=run,
             ref=ctx.request.ref,
         )
+    if crate is not None and crate.path and Path(crate.path).resolve() == SERVICE_TEMPLATE.resolve():
+        name_the_template(workspace, origin["crate_dir"], tool)
     if origin.get("notice"):
         ctx.progress(origin["notice"], notice=True)
     cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir, run.dir)
@@ -140,6 +146,18 @@ def _commit_lock(workspace: Path, lock: Path, dropped: list[Dropped]) -> None:
     gitrepo.commit_files(
         workspace, files, f"flakebot: leave out dev-dependencies the crate source cannot satisfy ({names}); Cargo.lock"
     )
+
+
+def name_the_template(workspace: Path, crate_dir: str, tool: str) -> None:
+    """flakebot's service template is a package called `service`: named like the tool before the first build, so the
+    frozen test's binary exists from the start and the model spends no turn on a rename. The manifest is flakebot's
+    own (read from its data, not from the workspace), written through safefs, and committed as the edit base."""
+    manifest = tomlkit.parse((SERVICE_TEMPLATE / "Cargo.toml").read_text())
+    manifest["package"]["name"] = tool
+    rel = str(PurePosixPath(crate_dir or ".") / "Cargo.toml")
+    with Tree(workspace) as tree:
+        tree.write_text(rel, tomlkit.dumps(manifest))
+    gitrepo.commit_files(workspace, [rel], f"flakebot: the service template's package named {tool}")
 
 
 def untested_note(dropped: list[dict[str, Any]]) -> str:

@@ -1,5 +1,5 @@
 """Hand-written model sessions (not recordings) crafting a key-value store over HTTP with `craft --service`: the spec
-(submit_service_spec), then one edit writing the service. The program is tests/fixtures/kv-service's; each broken
+(submit_service_spec), then one edit writing the service's program (no manifest: the template is named like the tool). The program is tests/fixtures/kv-service's; each broken
 variant changes one thing about it, so a session that omits health, ignores SIGTERM, loses its state over a restart,
 or games the frozen test (keeps state only where the test puts it) is the same program otherwise."""
 
@@ -13,7 +13,6 @@ from tests.conftest import REPO
 
 KV_RS = (REPO / "tests" / "fixtures" / "kv-service" / "src" / "main.rs").read_text()
 NAME = "kv-store"
-CARGO_TOML = f'[package]\nname = "{NAME}"\nversion = "0.1.0"\nedition = "2021"\nlicense = "MIT"\n\n[dependencies]\n'
 SPEC = {
     "name": NAME,
     "summary": "A key-value store over HTTP: PUT and GET /kv/KEY, values kept in $STATE_DIRECTORY",
@@ -65,9 +64,9 @@ def program(variant: str = "") -> str:
 def session(tmp_path: Path, variant: str = "") -> Path:
     """The script file of one session: `variant` "" crafts the working service, "forks-a-daemon" the same that also
     starts a `sleep` meant to outlive it, else one of BROKEN."""
+    # No Cargo.toml: flakebot names its service template like the tool (stages/acquire.py), which this proves
     writes: list[dict[str, Any]] = [
-        {"name": "write_file", "arguments": {"path": "Cargo.toml", "content": CARGO_TOML}},
-        {"name": "write_file", "arguments": {"path": "src/main.rs", "content": program(variant)}},
+        {"name": "write_file", "arguments": {"path": "src/main.rs", "content": program(variant)}}
     ]
     script = {
         "format": 1,
