@@ -228,6 +228,13 @@ class Settings:
             value = {"catalog_dir": data_home(), "cache_dir": cache_home(), "workdir": state_home()}[key]
         return Path(value).expanduser().resolve()
 
+    def own_dirs(self) -> list[Path]:
+        """Every directory flakebot keeps its own files in: the catalog, the caches, the workdir (runs and their
+        state, services and their launch files, the dependency cache) and the configuration. A tool let write any of
+        them could rewrite what flakebot runs or trusts next, so no caller may hand one to a tool."""
+        dirs = [self.path("catalog_dir"), self.path("cache_dir"), self.path("workdir"), cache_home(), config_home()]
+        return list(dict.fromkeys(d.expanduser().resolve() for d in dirs))
+
 
 def _field(key: str) -> dataclasses.Field[Any]:
     for f in dataclasses.fields(Settings):

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flakebot import config
 from flakebot.config import Settings
 from flakebot.deliver import outputfiles, writelayer
 from flakebot.errors import CatalogError, UsageError
@@ -103,14 +102,13 @@ def named_paths(args: list[str], cwd: Path) -> list[Bind]:
 
 def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -> list[Bind]:
     """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist, and none may hold
-    or lie in flakebot's `own` directories (catalog, cache, config, services: a tool there could rewrite what runs
-    next)."""
+    or lie in flakebot's `own` directories (Settings.own_dirs: a tool there could rewrite what runs next)."""
     binds = []
     for text in paths:
         bind = _bind(text, text, cwd, writable=True)
         if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own or []):
             raise UsageError(
-                f"--writable path '{text}' holds or lies in flakebot's own files (catalog, cache, config or services)",
+                f"--writable path '{text}' holds or lies in flakebot's own files (catalog, caches, workdir or config)",
                 fix="let the tool write a file or directory of your own, e.g. --writable ./out",
             )
         if bind is None:
@@ -248,11 +246,7 @@ def tool_sandbox(
     cwd = cwd.resolve()
     named, allowed = [], []
     if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
-        # services/: a service's launch.json names its port (where the request tool goes) and the host files it
-        # gets as credentials
-        own = [settings.path("catalog_dir"), settings.path("cache_dir"), config.config_home().resolve(),
-               settings.path("workdir") / "services"]  # fmt: skip
-        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, own)
+        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, settings.own_dirs())
     limit = settings.sandbox_disk_mb * MIB
     with (
         tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch,

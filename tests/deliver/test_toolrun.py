@@ -282,3 +282,22 @@ def test_a_long_stdout_comes_back_whole_or_in_a_file_never_cut(tmp_path: Path, m
         head = answer["stdout"]
         assert whole.startswith(head) and head.endswith("\n") and 9000 < len(head) <= 10000, how  # whole lines
     assert len(list(outputs.iterdir())) == 3
+
+
+def test_no_directory_of_flakebots_own_can_be_handed_to_a_tool(caller: Path, tmp_path: Path) -> None:
+    """A run's state.json says what `resume` runs next; the dependency cache feeds the next craft; the config decides
+    trust. A tool let write any of flakebot's own directories (or a file in one) could rewrite them: every one is
+    refused, exit 2, whatever the caller names, and the file stays as it was."""
+    require("bwrap")
+    _tool(tmp_path, "rewrite", 'for f in "$@"; do echo rewritten > "$f"; done\n')
+    settings = config.load()
+    state = settings.path("workdir") / "runs" / "20260101-000000-abcdef" / "state.json"
+    victims = [state, settings.path("cache_dir") / "deps" / "info.json", config.config_home() / "flakebot.toml"]
+    for victim in victims:
+        victim.parent.mkdir(parents=True, exist_ok=True)
+        victim.write_text("# original\n")
+    for victim in victims:
+        for writable in (victim, victim.parent):
+            done = run_cli("run", "rewrite", "--writable", str(writable), "--", str(victim), input="")
+            assert done.returncode == 2 and "flakebot's own files" in done.stderr, (writable, done.stderr)
+        assert victim.read_text() == "# original\n"
