@@ -392,6 +392,30 @@ class Tree:
             os.close(handle)
 
 
+def copy_tree(source: Path, dest: Path) -> None:
+    """Copy the tree `source` (written by someone else, maybe still being written) to the new directory `dest`:
+    every entry reached beneath a descriptor and never followed, links copied as links (never the file one names),
+    regular files with their permission bits less set-id and sticky bits, sockets, FIFOs and devices left out. An
+    entry swapped for a link while the copy runs ends it (UnsafePath) instead of being entered."""
+    dest.mkdir()
+    with Tree(source) as tree, Tree(dest) as out:
+        for rel, info in tree.walk():
+            if not rel:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                out.mkdir(rel, mode=0o700, parents=False)
+            elif stat.S_ISLNK(info.st_mode):
+                out.symlink(tree.readlink(rel), rel)
+            elif stat.S_ISREG(info.st_mode):
+                with tree.open_read(rel) as file:
+                    out.write_from(
+                        rel, file, mode=stat.S_IMODE(os.fstat(file.fileno()).st_mode) & 0o777, parents=False, sync=False
+                    )
+        for rel, info in tree.walk():  # directories' own modes last, so a read-only one did not stop the copy
+            if rel and stat.S_ISDIR(info.st_mode) and out.is_dir(rel):
+                out.chmod(rel, stat.S_IMODE(info.st_mode) & 0o777)
+
+
 def file_below(root: Path, path: Path) -> Path:
     """The absolute `path` as a regular file below the trusted directory `root`, reached through real directories
     only, spelled beneath `root` resolved (so a sandbox bind of its parent shows that directory and nothing else):

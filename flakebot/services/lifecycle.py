@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,7 +21,8 @@ from typing import Any
 import httpx
 
 from flakebot.config import Settings
-from flakebot.errors import FlakebotError, UsageError
+from flakebot.errors import FlakebotError, UnsafePath, UsageError
+from flakebot.safefs import copy_tree
 from flakebot.services import forward, health
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
@@ -132,29 +131,20 @@ def check_lifecycle(
 
 
 def _copy_state(seed: Path, to: Path) -> str:
-    """Copy state directory `seed` to `to` ('' when done, else why not): links as links (never the host file one
-    names), files without set-id bits. Sockets and FIFOs are a running service's, not its state: left out (copying
-    one fails). Files renamed away while the running service works are tried again
-    once."""
-
-    def runtime_files(directory: str, names: list[str]) -> set[str]:
-        kinds = {name: os.lstat(os.path.join(directory, name)).st_mode for name in names}
-        return {name for name, mode in kinds.items() if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)}
-
-    def plain_copy(source: str, target: str) -> None:
-        """A file's bytes and permission bits, never set-id bits: the copy is made as root, and a file the service
-        marked setuid would otherwise be a setuid-root file of its content on the host."""
-        shutil.copyfile(source, target, follow_symlinks=False)
-        os.chmod(target, stat.S_IMODE(os.lstat(source).st_mode) & 0o777)
-
+    """Copy state directory `seed` to `to` ('' when done, else why not) through safefs: the running service writes
+    `seed`, so nothing in it is followed (a directory it swaps for a link to a host directory mid-copy ends the copy
+    instead of copying host files for the checked version to read), links stay links, files lose set-id bits, and
+    sockets and FIFOs (a running service's, not its state) are left out. A copy the service's own writes disturbed
+    is tried again once."""
     problem = ""
     for _ in range(2):
         shutil.rmtree(to, ignore_errors=True)
         try:
-            shutil.copytree(seed, to, symlinks=True, ignore=runtime_files, copy_function=plain_copy)
+            copy_tree(seed, to)
             return ""
-        except (shutil.Error, OSError) as exc:
+        except (UnsafePath, OSError) as exc:
             problem = f"{type(exc).__name__}: {exc}"[:300]
+    shutil.rmtree(to, ignore_errors=True)
     return problem
 
 

