@@ -257,6 +257,7 @@ def show(where: ServiceDir) -> dict[str, Any]:
     running = status.get("state") in ("running", "starting", "restarting") and alive
     status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
     status["supervised"] = alive
+    status.setdefault("network", False)  # a status from a supervisor before `up --network` had none
     return status
 
 

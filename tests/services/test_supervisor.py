@@ -332,4 +332,9 @@ def test_only_up_network_gives_a_service_the_outside_and_never_the_hosts_loopbac
         assert inside(port, f"/connect?127.0.0.1:{loopback_server}").startswith("refused")
         networked = json_result(run_cli("restart", "kv-service", "--json", env=env, timeout=120))
     assert "outbound" in run_cli("services", env={**env, "COLUMNS": "200"}).stdout  # the table's network column
+    os.kill(networked["supervisor_pid"], signal.SIGKILL)  # as a reboot would: `up --all` starts it as it ran
+    wait_for(lambda: status(env)["state"] == "lost", timeout=10)
+    wait_for(lambda: port_free(networked["port"]), timeout=5)
+    [restored] = json_result(run_cli("up", "--all", "--json", env=env, timeout=120))["services"]
+    assert restored["network"] is True and default_gateway(inside(restored["port"], "/net")) == gateway
     assert run_cli("down", "kv-service", env=env).returncode == 0
