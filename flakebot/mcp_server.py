@@ -204,7 +204,8 @@ class OwnTools:
         """
 
     def services(self) -> None:
-        """List the services started here: version (and the previous one), state, port, health, restarts, uptime."""
+        """List the services started here: version (and the previous one), state, port, network, health, restarts,
+        uptime."""
 
     def service_logs(self, service: str, lines: int | None = None) -> None:
         """The last lines of a service's log (its output and the supervisor's notes, redacted).
