@@ -184,15 +184,17 @@ class OwnTools:
         tool: The tool's name.
         """
 
-    def service_up(self, service: str, port: int | None = None) -> None:
-        """Start a catalogued service (sandboxed, no network of its own, its state kept across restarts and
-        versions) and answer once it is healthy, with its status; or, given NAME@VERSION while another version runs,
+    def service_up(self, service: str, port: int | None = None, network: bool | None = None) -> None:
+        """Start a catalogued service (sandboxed, no network unless `network` is true, its state kept across restarts
+        and versions) and answer once it is healthy, with its status; or, given NAME@VERSION while another version runs,
         upgrade it: the new version is checked on a copy of the state first and never replaces the running one if it
         fails. Reach it with service_request. Can run as an MCP task; otherwise it answers once the service is healthy
         (seconds; at most the service's start timeout).
 
         service: A catalogued service: NAME, or NAME@VERSION.
         port: Host port on 127.0.0.1 (1024-65535); null for a free one.
+        network: true: the service may reach the outside (never the host's 127.0.0.1), kept over its restarts and
+            upgrades; false or absent: no network (an upgrade keeps what the running version has).
         """
 
     def service_down(self, service: str) -> None:
@@ -202,7 +204,8 @@ class OwnTools:
         """
 
     def services(self) -> None:
-        """List the services started here: version (and the previous one), state, port, health, restarts, uptime."""
+        """List the services started here: version (and the previous one), state, port, network, health, restarts,
+        uptime."""
 
     def service_logs(self, service: str, lines: int | None = None) -> None:
         """The last lines of a service's log (its output and the supervisor's notes, redacted).
@@ -437,9 +440,10 @@ class FlakebotMCP:
     def _work_service_up(self, args: dict[str, Any]) -> Work:
         _known(args, OWN_TOOLS["service_up"][1])
         settings, ref, port = self.settings(), _required(args, "service"), _optional_int(args, "port")
+        network = _optional_bool(args, "network")
         from flakebot.services import control
 
-        return lambda sink: _service_status(control.up(ref, settings, port=port))
+        return lambda sink: _service_status(control.up(ref, settings, port=port, network=network))
 
     async def _tool_service_down(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         from flakebot.services import control
@@ -578,8 +582,8 @@ class FlakebotMCP:
 Work = Callable[[EventSink], dict[str, Any]]
 # The long tools (their work can run detached, or as MCP tasks), and whether each changes the catalog.
 LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False, "service_up": False}
-SERVICE_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "restarts",
-                  "uptime_s", "message")  # fmt: skip
+SERVICE_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "network",
+                  "restarts", "uptime_s", "message")  # fmt: skip
 
 
 def _service_status(status: dict[str, Any]) -> dict[str, Any]:
@@ -760,6 +764,15 @@ def _optional_int(args: dict[str, Any], key: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise UsageError(f"'{key}' must be a whole number, got {_json_type(value)}", fix=f"pass {key} as a number")
+    return value
+
+
+def _optional_bool(args: dict[str, Any], key: str) -> bool:
+    value = args.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise UsageError(f"'{key}' must be true or false, got {_json_type(value)}", fix=f"pass {key} as a boolean")
     return value
 
 

@@ -65,6 +65,11 @@ def test_an_agent_starts_asks_and_stops_a_service_over_mcp_from_the_python_sdk(p
             seen["logs"] = await client.call("service_logs", {"service": packaged, "lines": 10})
             seen["down"] = await client.call("service_down", {"service": packaged})
             seen["after"] = await client.call("service_request", {**args, "method": "GET", "body": None})
+            seen["bad network"] = await client.call("service_up", {"service": packaged, "network": "yes"})
+            seen["networked"] = await client.call("service_up", {"service": packaged, "network": True})
+            seen["routes"] = await client.call("service_request", {**args, "method": "GET", "path": "/net"})
+            seen["listed networked"] = await client.call("services", {})
+            await client.call("service_down", {"service": packaged})
             return seen
 
     seen = asyncio.run(session())
@@ -77,6 +82,7 @@ def test_an_agent_starts_asks_and_stops_a_service_over_mcp_from_the_python_sdk(p
     )
     assert tools["service_request"].annotations.read_only_hint is False
     assert tools["service_request"].annotations.open_world_hint is False
+    assert tools["service_up"].annotations.open_world_hint is True  # its `network` gives a service the outside
     up, up_error = seen["up"]
     assert not up_error and up["state"] == "running" and up["health"] == "healthy", up
     assert "service_pid" not in up and "state_dir" not in up  # what an agent needs, not host details
@@ -89,10 +95,17 @@ def test_an_agent_starts_asks_and_stops_a_service_over_mcp_from_the_python_sdk(p
     other.close()
     [listed] = seen["listed"][0]["services"]
     assert listed["name"] == packaged and listed["port"] == up["port"] and listed["version"] == "0.1.0"
+    assert up["network"] is False and listed["network"] is False  # no network unless asked
     assert any("kv-service: listening" in line for line in seen["logs"][0]["lines"])
     assert seen["down"][0]["state"] == "stopped" and port_free(up["port"]) and not pasta_pids(up["port"])
     after, error = seen["after"]
     assert error and "not running" in after["error"]
+    bad, error = seen["bad network"]
+    assert error and bad["type"] == "UsageError" and "true or false" in bad["error"], bad
+    networked, error = seen["networked"]
+    assert not error and networked["network"] is True and seen["listed networked"][0]["services"][0]["network"]
+    routes = seen["routes"][0]["body"].splitlines()  # the service's /proc/net/route: an interface now
+    assert len(routes) > 1 and routes[1].split()[0] != "lo", routes
 
 
 def test_an_agent_runs_a_service_as_an_mcp_task_from_the_typescript_sdk(packaged: str) -> None:

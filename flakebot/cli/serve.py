@@ -59,6 +59,13 @@ def register(app: typer.Typer, settings: Any) -> None:
             list[str] | None,
             typer.Option(help="KEY=FILE: the file's content as $CREDENTIALS_DIRECTORY/KEY, read-only (repeatable)."),
         ] = None,
+        network: Annotated[
+            bool,
+            typer.Option(
+                "--network",
+                help="Let it reach the outside (never the host's 127.0.0.1); kept by restart, upgrade and --all.",
+            ),
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy.
@@ -69,6 +76,11 @@ def register(app: typer.Typer, settings: Any) -> None:
 
         if every == bool(service):
             raise UsageError("name one service or pass --all", fix="flakebot up NAME, or flakebot up --all")
+        if every and network:
+            raise UsageError(
+                "--all starts each service as it last ran (with or without network)",
+                fix="flakebot up --all, then 'flakebot down NAME' and 'flakebot up NAME --network' for one service",
+            )
         if every:
             restored = up_all(settings())
             lines = [f"{r['name']}: {r.get('error') or 'healthy on 127.0.0.1:' + str(r['port'])}" for r in restored]
@@ -81,14 +93,16 @@ def register(app: typer.Typer, settings: Any) -> None:
 
         from flakebot.services import credentials
 
-        status = up(service, settings(), port=port, secrets=credentials.parse(list(secret or []), Path.cwd()))
+        secrets = credentials.parse(list(secret or []), Path.cwd())
+        status = up(service, settings(), port=port, secrets=secrets, network=network)
         was = f", previous version {status['previous_version']}" if status.get("previous_version") else ""
+        net = "outbound network" if status.get("network") else "no network"
         _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
-             f"(state: {status['state_dir']}{was})")  # fmt: skip
+             f"(state: {status['state_dir']}{was}; {net})")  # fmt: skip
 
     @app.command("services")
     def services_cmd(as_json: JsonOpt = False) -> None:
-        """List services started here: state, port, health, restarts, uptime."""
+        """List services started here: state, port, health, restarts, uptime, outbound network."""
         from flakebot.services.control import statuses
 
         found = statuses(settings())
@@ -103,11 +117,13 @@ def register(app: typer.Typer, settings: Any) -> None:
         if not found:
             out.print("No services: start one with 'flakebot up NAME'.")
             return
-        table = Table("service", "version", "previous", "state", "port", "health", "restarts", "uptime", "note")
+        table = Table("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime",
+                      "note")  # fmt: skip
         for s in found:
             uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
+            network = "outbound" if s.get("network") else "none"
             cells = (s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
-                     s.get("health"), s.get("restarts"), uptime, s.get("message", ""))  # fmt: skip
+                     network, s.get("health"), s.get("restarts"), uptime, s.get("message", ""))  # fmt: skip
             table.add_row(*(Text(str(c)) for c in cells))
         out.print(table)
 
@@ -141,7 +157,7 @@ def register(app: typer.Typer, settings: Any) -> None:
     def restart_cmd(
         service: Annotated[str, typer.Argument(help="A service's name.")], as_json: JsonOpt = False
     ) -> None:
-        """Stop a service and start it again: the same version, port, secrets and state."""
+        """Stop a service and start it again: the same version, port, secrets, network and state."""
         from flakebot.services.control import restart
 
         status = restart(service, settings())

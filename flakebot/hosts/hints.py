@@ -33,8 +33,9 @@ OWN: dict[str, dict[str, Any]] = {
     "runs": _hints("List runs", True, False, True, False),
     "run": _hints("Run a crafted tool", False, True, False, False),
     "rm": _hints("Remove a crafted tool", False, True, True, False),
-    # services: started, stopped and asked on this machine only (no open world: they have no network)
-    "service_up": _hints("Start or upgrade a service", False, False, False, False),
+    # services: started, stopped and asked on this machine only; service_up may give one outbound network (its
+    # `network` argument), so it is open-world; the others act on this machine only
+    "service_up": _hints("Start or upgrade a service", False, False, False, True),
     "service_down": _hints("Stop a service", False, True, True, False),
     "services": _hints("List services", True, False, True, False),
     "service_logs": _hints("Read a service's log", True, False, True, False),

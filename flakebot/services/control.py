@@ -28,10 +28,16 @@ SETTLED = ("running", "failed", "stopped")
 
 
 def up(
-    ref: str, settings: Settings, *, port: int | None = None, secrets: dict[str, str] | None = None
+    ref: str,
+    settings: Settings,
+    *,
+    port: int | None = None,
+    secrets: dict[str, str] | None = None,
+    network: bool = False,
 ) -> dict[str, Any]:
     """Start catalogued service `ref` under a detached supervisor and wait until it is healthy; its status.
-    `secrets` (credentials.parse: KEY -> file path) appear in its $CREDENTIALS_DIRECTORY.
+    `secrets` (credentials.parse: KEY -> file path) appear in its $CREDENTIALS_DIRECTORY. `network`: it may reach
+    the outside (never the host's loopback; forward.py), recorded in launch.json so restarts keep it.
     A service that does not become healthy is stopped again (SandboxError with the log's tail).
     `ref` naming another version than the one running is an upgrade (upgrade.py): health-gated, the running version
     kept when the new one fails its checks (UpgradeRefused)."""
@@ -52,7 +58,7 @@ def up(
                 )
             from flakebot.services.upgrade import upgrade
 
-            return upgrade(where, manifest, binary, earlier, settings, port=port, secrets=secrets)
+            return upgrade(where, manifest, binary, earlier, settings, port=port, secrets=secrets, network=network)
         launch = {
             "name": where.name,
             "version": manifest["catalog_version"],
@@ -63,6 +69,7 @@ def up(
             "sandbox": settings.sandbox,
             "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
             "secrets": secrets or {},  # paths only: the supervisor reads them at each start
+            "network": network,  # off unless this command asked (restart, up --all, rollback pass the recorded one)
         }
         status = start_supervised(where, launch)
         if status.get("state") != "running":
@@ -105,12 +112,17 @@ def rollback(name: str, settings: Settings) -> dict[str, Any]:
             else f"no service {name} was started here",
             fix="'flakebot services' shows each service's version and previous one",
         )
-    secrets = launch.get("secrets") or {}
+    secrets, network = launch.get("secrets") or {}, recorded_network(launch)
     if where.supervisor_alive():
-        return up(f"{name}@{previous}", settings, secrets=secrets)
+        return up(f"{name}@{previous}", settings, secrets=secrets, network=network)
     port = launch.get("host_port")
     port = port if isinstance(port, int) and not forward.port_in_use(port) else None
-    return up(f"{name}@{previous}", settings, port=port, secrets=secrets)
+    return up(f"{name}@{previous}", settings, port=port, secrets=secrets, network=network)
+
+
+def recorded_network(launch: dict[str, Any]) -> bool:
+    """Whether the service's last launch had outbound network (only a literal true counts)."""
+    return launch.get("network") is True
 
 
 RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
@@ -127,15 +139,16 @@ def up_all(settings: Settings) -> list[dict[str, Any]]:
         port = status.get("port")
         port = port if isinstance(port, int) and not forward.port_in_use(port) else None
         try:
-            secrets = where.read_json(where.launch_file).get("secrets") or {}
-            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port, secrets=secrets))
+            launch = where.read_json(where.launch_file)
+            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port,
+                              secrets=launch.get("secrets") or {}, network=recorded_network(launch)))  # fmt: skip
         except FlakebotError as exc:
             results.append({"name": where.name, "error": exc.message})
     return results
 
 
 def restart(name: str, settings: Settings) -> dict[str, Any]:
-    """`down`, then `up` of the version it ran, on its port (when still free), with its secrets and state."""
+    """`down`, then `up` of the version it ran, on its port (when still free), with its secrets, network and state."""
     where = ServiceDir.of(name, settings)
     launch = where.read_json(where.launch_file)
     if not launch:
@@ -143,7 +156,8 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
     down(name, settings)
     port = launch.get("host_port")
     port = port if isinstance(port, int) and not forward.port_in_use(port) else None
-    return up(f"{name}@{launch.get('version')}", settings, port=port, secrets=launch.get("secrets") or {})
+    return up(f"{name}@{launch.get('version')}", settings, port=port, secrets=launch.get("secrets") or {},
+              network=recorded_network(launch))  # fmt: skip
 
 
 def _host_port(port: int | None) -> int:
@@ -243,6 +257,7 @@ def show(where: ServiceDir) -> dict[str, Any]:
     running = status.get("state") in ("running", "starting", "restarting") and alive
     status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
     status["supervised"] = alive
+    status.setdefault("network", False)  # a status from a supervisor before `up --network` had none
     return status
 
 

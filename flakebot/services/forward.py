@@ -1,8 +1,12 @@
 """A service's port on the host: a free 127.0.0.1 port, forwarded by pasta into the service's network namespace.
 
 pasta (Debian `passt`) rather than a relay of our own: it joins the namespace itself and splices loopback to
-loopback in the kernel, so the supervisor never carries the traffic, and it configures nothing else there (the
-namespace's interface stays down: no outbound network). It runs in the foreground (`-f`: it daemonizes and outlives
+loopback in the kernel, so the supervisor never carries the traffic, and by default it configures nothing else
+there (the namespace's interface stays down: no outbound network). A service started with `--network` (the user's
+own choice, kept in its launch.json) also gets its tap interface configured (`--config-net`: the host's address,
+its default route) with `--no-map-gw`, so the gateway address is the real gateway and never the host's loopback:
+outbound connections leave through pasta's sockets on the host, and 127.0.0.1 of the host (other services,
+flakebot's own) stays out of reach. It runs in the foreground (`-f`: it daemonizes and outlives
 the sandbox otherwise) as the supervisor's child, killed with it (PR_SET_PDEATHSIG), one per start of the service
 (a new start is a new namespace).
 """
@@ -50,10 +54,14 @@ def pasta_program() -> str:
     return found
 
 
-def pasta_argv(pasta: str, host_port: int, inner_port: int, ns_pid: int) -> list[str]:
+def pasta_argv(pasta: str, host_port: int, inner_port: int, ns_pid: int, *, network: bool = False) -> list[str]:
     """pasta forwarding TCP 127.0.0.1:host_port to the namespace of `ns_pid`, port `inner_port`; nothing else
-    (no UDP, nothing from the namespace out)."""
+    (no UDP, no port of the host's forwarded in). `network`: the namespace's interface configured too (address,
+    default route), its gateway not mapped to the host's loopback."""
     argv = [pasta, "-f", "-q", "-t", f"127.0.0.1/{host_port}:{inner_port}", "-T", "none", "-u", "none", "-U", "none"]
+    if network:
+        # without --no-map-gw, a connection to the gateway address reaches the host's 127.0.0.1 (seen by hand)
+        argv += ["--config-net", "--no-map-gw"]
     argv += ["--netns", f"/proc/{ns_pid}/ns/net"]
     if real_root():
         return [*argv, "--runas", "0"]  # root's namespace: pasta as root may join it (it drops to nobody otherwise)

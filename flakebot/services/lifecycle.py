@@ -105,10 +105,12 @@ def check_lifecycle(
     *,
     seed: Path | None = None,
     secrets: dict[str, str] | None = None,
+    network: bool = False,
 ) -> Report:
     """Run the lifecycle of `binary` on a scratch state directory; a Report of each step (stops at the first failure).
     `seed`: a state directory copied into the scratch one first (an upgrade is checked on a copy of the live state,
-    never on the state itself); `secrets` (KEY -> file path) as `up --secret` gives them."""
+    never on the state itself); `secrets` (KEY -> file path) as `up --secret` gives them; `network` as `up --network`
+    (an upgrade of a service that has it)."""
     examples = examples or Examples()
     report = Report()
     with tempfile.TemporaryDirectory(prefix="flakebot-lifecycle-") as scratch:
@@ -120,7 +122,7 @@ def check_lifecycle(
             "binary": str(binary), "spec": spec.to_dict(), "host_port": forward.free_port(),
             "sandbox": settings.sandbox,
             "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
-            "secrets": secrets or {},
+            "secrets": secrets or {}, "network": network,
         }  # fmt: skip
         supervisor = Supervisor(where, launch)
         _ = _one_life(supervisor, report, "first start", examples.first) and _one_life(

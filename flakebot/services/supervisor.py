@@ -1,8 +1,8 @@
 """The supervisor: one detached process per service (`python -m flakebot.services.supervisor DIR`).
 
-It starts the service under bubblewrap (own network and PID namespaces, --die-with-parent) and pasta for its port,
-checks its health, restarts it with backoff when it exits or stops answering (failed after too many restarts in a
-window), writes status.json on every change, and on SIGTERM stops it: SIGTERM to the service's own process
+It starts the service under bubblewrap (own network and PID namespaces, --die-with-parent) and pasta for its port
+(and outbound network when its launch says `network`), checks its health, restarts it with backoff when it exits or
+stops answering (failed after too many restarts in a window), writes status.json on every change, and on SIGTERM stops it: SIGTERM to the service's own process
 (bubblewrap's init does not pass it on), SIGKILL of the namespace after the grace period, pasta stopped, port freed.
 """
 
@@ -52,6 +52,7 @@ class Supervisor:
         self.port = int(launch["host_port"])
         self.binary = Path(launch["binary"])
         self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
+        self.network = launch.get("network") is True  # outbound network: only when the user's `up --network` said so
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
         self.stopping = False
         self.restarts: deque[float] = deque()
@@ -64,6 +65,7 @@ class Supervisor:
             "health": "unknown",
             "port": self.port,
             "inner_port": self.spec.port,
+            "network": self.network,
             "restarts": 0,
             "supervisor_pid": os.getpid(),
             "service_pid": None,
@@ -174,7 +176,7 @@ class Supervisor:
         return sandbox
 
     def forward(self, ns_init: int) -> subprocess.Popen[bytes]:
-        argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init)
+        argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init, network=self.network)
         with open(self.where.supervisor_log, "ab") as out:
             return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     preexec_fn=forward.die_with_parent)  # fmt: skip

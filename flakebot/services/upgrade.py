@@ -36,10 +36,11 @@ def upgrade(
     *,
     port: int | None = None,
     secrets: dict[str, str] | None = None,
+    network: bool = False,
 ) -> dict[str, Any]:
     """Switch the running service (its launch: `running`) to `manifest`'s version once that passes its checks; the
     status after. UpgradeRefused, the running version still serving, when it does not. The caller holds the control
-    lock."""
+    lock. Outbound network stays as it ran (`network` can only turn it on: the user's own `up --network`)."""
     version, old = str(manifest["catalog_version"]), str(running.get("version", ""))
     host_port = int(running["host_port"])
     if port is not None and port != host_port:
@@ -48,11 +49,12 @@ def upgrade(
             fix=f"upgrade without --port, or 'flakebot down {where.name}' first",
         )
     secrets = secrets or running.get("secrets") or {}
+    network = network or running.get("network") is True
     spec = ServiceSpec.from_dict(manifest["service"])
     declared = manifest.get("lifecycle_examples")  # package-service and craft --service keep them there
     examples = Examples.from_dict(declared) if isinstance(declared, dict) else None
     logger.info("checking %s %s on a copy of its state before it replaces %s", where.name, version, old)
-    report = check_lifecycle(binary, spec, settings, examples, seed=where.state, secrets=secrets)
+    report = check_lifecycle(binary, spec, settings, examples, seed=where.state, secrets=secrets, network=network)
     if not report.ok:
         raise UpgradeRefused(
             f"{where.name} {version} failed its check ({report.first_problem()}): {old} keeps serving on port "
@@ -61,7 +63,7 @@ def upgrade(
             check=report.steps,
         )
     launch = {**running, "version": version, "previous_version": old, "binary": str(binary), "spec": spec.to_dict(),
-              "secrets": secrets}  # fmt: skip
+              "secrets": secrets, "network": network}  # fmt: skip
     stop_supervised(where)
     status = start_supervised(where, launch)
     if status.get("state") == "running":

@@ -271,3 +271,70 @@ def test_a_secret_is_in_its_credentials_directory_and_nowhere_else(env: dict[str
     home = Path(env["XDG_DATA_HOME"]).parent
     written = [p for root in (home, Path(env["FLAKEBOT_WORKDIR"])) for p in root.rglob("*") if p.is_file()]
     assert written and not [p for p in written if secret.encode() in p.read_bytes()]
+
+
+def default_gateway(routes: str) -> str | None:
+    """The IPv4 gateway of the default route in a /proc/net/route table ('Iface Destination Gateway ...', little-endian
+    hex), or None when there is none."""
+    for line in routes.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000":
+            return socket.inet_ntoa(int(fields[2], 16).to_bytes(4, "little"))
+    return None
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[int]:
+    """A TCP server on the host's 127.0.0.1 (listening: the kernel completes a connect without an accept); after the
+    test, not one connection may have reached it."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield int(server.getsockname()[1])
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nothing queued: no connection from a service got through
+
+
+def test_only_up_network_gives_a_service_the_outside_and_never_the_hosts_loopback(
+    env: dict[str, str], loopback_server: int
+) -> None:
+    gateway = default_gateway(Path("/proc/net/route").read_text())
+    if gateway is None:
+        pytest.skip("this host has no IPv4 default route for pasta to give a service")
+    launch = Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-service" / "launch.json"
+
+    def inside(port: int, path: str) -> str:
+        with client() as http:
+            answer = http.get(f"http://127.0.0.1:{port}{path}")
+        assert answer.status_code == 200, answer.text
+        return answer.text
+
+    plain = up(env)
+    assert plain["network"] is False and json.loads(launch.read_text())["network"] is False
+    assert (
+        default_gateway(inside(plain["port"], "/net")) is None and len(inside(plain["port"], "/net").splitlines()) == 1
+    )
+    assert inside(plain["port"], f"/connect?{gateway}:{loopback_server}").startswith("unreachable")
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    refused = run_cli("up", "--all", "--network", env=env)
+    assert refused.returncode == 2 and "as it last ran" in refused.stderr
+
+    networked = up(env, "kv-service", "--network")
+    for _ in ("first start", "after restart"):
+        port = networked["port"]
+        assert networked["network"] is True and status(env)["network"] is True
+        assert json.loads(launch.read_text())["network"] is True
+        assert default_gateway(inside(port, "/net")) == gateway  # an interface, an address, a default route
+        # the host's loopback stays out of reach: through the gateway (pasta maps it to 127.0.0.1 without
+        # --no-map-gw) and by 127.0.0.1 itself (the namespace's own loopback)
+        assert not inside(port, f"/connect?{gateway}:{loopback_server}").startswith("open")
+        assert inside(port, f"/connect?127.0.0.1:{loopback_server}").startswith("refused")
+        networked = json_result(run_cli("restart", "kv-service", "--json", env=env, timeout=120))
+    assert "outbound" in run_cli("services", env={**env, "COLUMNS": "200"}).stdout  # the table's network column
+    os.kill(networked["supervisor_pid"], signal.SIGKILL)  # as a reboot would: `up --all` starts it as it ran
+    wait_for(lambda: status(env)["state"] == "lost", timeout=10)
+    wait_for(lambda: port_free(networked["port"]), timeout=5)
+    [restored] = json_result(run_cli("up", "--all", "--json", env=env, timeout=120))["services"]
+    assert restored["network"] is True and default_gateway(inside(restored["port"], "/net")) == gateway
+    assert run_cli("down", "kv-service", env=env).returncode == 0

@@ -57,14 +57,14 @@ def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
-def up(env: dict[str, str], ref: str) -> dict[str, Any]:
-    done = run_cli("up", ref, "--json", env=env, timeout=120)
+def up(env: dict[str, str], ref: str, *args: str) -> dict[str, Any]:
+    done = run_cli("up", ref, *args, "--json", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     return dict(json_result(done))
 
 
 def test_a_failing_upgrade_never_replaces_the_running_version_and_rollback_keeps_state(env: dict[str, str]) -> None:  # noqa: F811
-    first = up(env, "kv-service@0.1.0")
+    first = up(env, "kv-service@0.1.0", "--network")  # outbound network: kept by the upgrade and the rollbacks
     url = f"http://127.0.0.1:{first['port']}"
     with client() as http:
         assert http.put(f"{url}/kv/kept", content=b"written by 0.1.0").status_code == 200
@@ -83,6 +83,7 @@ def test_a_failing_upgrade_never_replaces_the_running_version_and_rollback_keeps
         upgraded = up(env, "kv-service@0.2.0")
         assert upgraded["version"] == "0.2.0" and upgraded["previous_version"] == "0.1.0"
         assert upgraded["port"] == first["port"] and upgraded["service_pid"] != first["service_pid"]
+        assert first["network"] is True and upgraded["network"] is True
         assert http.get(f"{url}/health").content == b"ok 0.2.0\n"
         assert http.get(f"{url}/kv/kept").content == b"written by 0.1.0"  # the live state, carried over
         assert http.put(f"{url}/kv/later", content=b"written by 0.2.0").status_code == 200
@@ -96,6 +97,7 @@ def test_a_failing_upgrade_never_replaces_the_running_version_and_rollback_keeps
         assert (
             rolled["version"] == "0.1.0" and rolled["previous_version"] == "0.2.0" and rolled["port"] == first["port"]
         )
+        assert rolled["network"] is True
         assert http.get(f"{url}/health").content == b"ok\n"
         assert http.get(f"{url}/kv/later").content == b"written by 0.2.0"  # state kept going back
 
@@ -103,13 +105,13 @@ def test_a_failing_upgrade_never_replaces_the_running_version_and_rollback_keeps
     # stopped, rollback starts the version before (0.2.0 again), on its port
     again = run_cli("rollback", "kv-service", "--json", env=env, timeout=120)
     assert again.returncode == 0, again.stderr
-    assert json_result(again)["version"] == "0.2.0"
+    assert json_result(again)["version"] == "0.2.0" and json_result(again)["network"] is True
     assert run_cli("down", "kv-service", env=env).returncode == 0
 
 
 def test_rollback_without_a_previous_version_is_refused(env: dict[str, str]) -> None:  # noqa: F811
     assert run_cli("rollback", "kv-service", env=env).returncode == 2  # never started here
-    up(env, "kv-service@0.1.0")
+    assert up(env, "kv-service@0.1.0")["network"] is False  # never on unless asked
     done = run_cli("rollback", "kv-service", env=env)
     assert done.returncode == 2 and "no previous version" in done.stderr
     same = run_cli("up", "kv-service@0.1.0", env=env)
