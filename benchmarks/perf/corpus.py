@@ -13,6 +13,7 @@ inputs), and which the build still lacked; a crate that plain cargo cannot build
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf import machine
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError
@@ -52,11 +54,43 @@ PLAIN_BUILD_WHEN_PACKAGED = True
 def run(crates: tuple[str, ...] | list[str] = CORPUS, rows_file: Path | None = None) -> dict[str, Any]:
     rows = []
     for name in crates:
-        rows.append(_measure_or_say_why(name))
+        load_before = machine.load()[0]
+        row = _measure_or_say_why(name)
+        # when, under what load and from which code each row was measured: a rows file may join several runs
+        row["measured"] = {
+            "at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "load_before": load_before,
+            "load_after": machine.load()[0],
+            "code": code_version(),
+        }
+        rows.append(row)
         if rows_file is not None:
             with rows_file.open("a") as out:
                 out.write(json.dumps(rows[-1]) + "\n")
     return summary(rows)
+
+
+def code_version() -> str:
+    """The checkout's commit, with "+changes" when flakebot's or the benchmarks' files differ from it."""
+    repo = Path(__file__).resolve().parents[2]
+    git = ["git", "-C", str(repo)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "flakebot", "benchmarks", "templates"], capture_output=True, text=True
+    )
+    return (head or "unknown") + ("+changes" if changed.stdout.strip() else "")
+
+
+def latest_rows(lines: list[str]) -> list[dict[str, Any]]:
+    """A rows file's crates, one row each: the latest (a second run over some crates appends to the same file), in
+    CORPUS order (then any other crate in the order first measured)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        if line.strip():
+            row = json.loads(line)
+            latest[row["crate"]] = row
+    order = {name: i for i, name in enumerate(CORPUS)}
+    return sorted(latest.values(), key=lambda row: order.get(row["crate"], len(order)))
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
