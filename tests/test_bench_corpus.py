@@ -150,3 +150,43 @@ def test_p8_is_packaged_over_what_plain_cargo_builds_with_the_raw_count_beside()
     assert f["value"] == 66.7 and figures.goal_text(f) == ">= 95 %"
     assert f["measured"].startswith("2 of the 3 that plain `cargo build --release` builds (raw: 2 of 4) binary crates")
     assert "cargo-lock 0.24.3: packaged and smoke level usage (`cargo-lock --help` exits 1)" in f["measured"]
+
+
+def test_a_rows_file_joins_the_report_as_p8_one_row_per_crate_the_latest(tmp_path: Path) -> None:
+    """A separate corpus run's rows replace P8 in a copy of the published report; a crate measured again counts once,
+    by its latest row, and the report says when and at which commits the rows were measured."""
+    import json
+    import shutil
+
+    report = importlib.import_module("benchmarks.perf.report")
+    shutil.copy(Path(report.REPO) / "bench" / "report.json", tmp_path / "report.json")
+    before = json.loads((tmp_path / "report.json").read_text())
+
+    def stamped(row: dict[str, Any], at: str, code: str) -> dict[str, Any]:
+        return {**row, "measured": {"at": at, "load_before": 1.5, "load_after": 2.5, "code": code}}
+
+    first_try = stamped({**FAILED, "crate": "cbindgen", "outside_flakebot": False}, "2026-11-25T10:00:00Z", "aaa1111")
+    rows = [
+        first_try,
+        stamped(FAILED, "2026-11-25T10:05:00Z", "aaa1111"),
+        stamped(PACKAGED, "2026-11-25T11:00:00Z", "bbb2222"),
+    ]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report.join_corpus(tmp_path / "report.json", tmp_path / "rows.jsonl")
+
+    after = json.loads((tmp_path / "report.json").read_text())
+    corpus = after["results"]["corpus"]
+    assert [row["crate"] for row in corpus["crates"]] == ["cbindgen", "bat"]  # CORPUS order, cbindgen's latest row
+    assert (corpus["packaged"], corpus["buildable"], corpus["total"]) == (1, 1, 2)
+    assert "from 2026-11-25T10:05:00Z to 2026-11-25T11:00:00Z" in corpus["note"]
+    assert "aaa1111: bat; bbb2222: cbindgen" in corpus["note"]
+    assert (
+        "corpus (P8) from `python -m benchmarks.perf.corpus --rows` runs from 2026-11-25T10:05:00Z" in after["merged"]
+    )
+    p8 = next(f for f in after["figures"] if f["id"] == "P8")
+    assert p8["value"] == 100.0 and "aaa1111: bat" in p8["measured"]
+    # every other section's measurements are the published ones
+    assert {k: v for k, v in after["results"].items() if k != "corpus"} == {
+        k: v for k, v in before["results"].items() if k != "corpus"
+    }
+    assert "| P8 |" in (tmp_path / "report.md").read_text()
