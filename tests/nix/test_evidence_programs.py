@@ -94,7 +94,10 @@ def test_libslirp_sys_gets_libslirp_and_its_missing_module_line_names_it() -> No
     """Debian's libslirp-sys 4.2.0 asks pkg-config for `slirp >= 4.2.0` (nixpkgs' `libslirp` gives slirp.pc); the
     line is the one its build script's panic quotes in a real nix build that lacked it (the corpus' libslirp)."""
     inputs = deps.native_inputs(["libslirp", "libslirp-sys", "pkg-config"])
-    assert inputs.build_inputs == ["libslirp"] and inputs.native_build_inputs == ["pkg-config"]
+    assert inputs.build_inputs == ["libslirp", "glib"] and inputs.native_build_inputs == ["pkg-config"]
+    assert evidence.missing_inputs(["  = note: /usr/bin/ld: cannot find -lglib-2.0: No such file or directory"]) == {
+        "glib": "= note: /usr/bin/ld: cannot find -lglib-2.0: No such file or directory"
+    }
     line = (
         '  called `Result::unwrap()` on an `Err` value: "`PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=\\"1\\" \\"pkg-config\\" '
         '\\"--libs\\" \\"--cflags\\" \\"slirp >= 4.2.0\\"` did not exit successfully: exit status: 1\\nerror: could not '
