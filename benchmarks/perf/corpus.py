@@ -53,6 +53,7 @@ PLAIN_BUILD_WHEN_PACKAGED = True
 
 def run(crates: tuple[str, ...] | list[str] = CORPUS, rows_file: Path | None = None) -> dict[str, Any]:
     rows = []
+    code = code_version()  # the code this process loaded when it started (later commits do not change it)
     for name in crates:
         load_before = machine.load()[0]
         row = _measure_or_say_why(name)
@@ -61,7 +62,7 @@ def run(crates: tuple[str, ...] | list[str] = CORPUS, rows_file: Path | None = N
             "at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "load_before": load_before,
             "load_after": machine.load()[0],
-            "code": code_version(),
+            "code": code,
         }
         rows.append(row)
         if rows_file is not None:
