@@ -46,7 +46,7 @@ class Choice:
     prefer_bin: str | None = None
     all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
     rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
-    strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
+    strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage, runs and starts-only pass too
 
 
 @dataclass
@@ -99,7 +99,7 @@ def package_crate(
 
     `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
     otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
-    flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, starts-only) is in `smoke`;
+    flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, runs, starts-only) is in `smoke`;
     `strict_smoke` refuses a tool below help.
     """
     report = progress or (lambda message: None)
