@@ -190,3 +190,21 @@ def test_a_rows_file_joins_the_report_as_p8_one_row_per_crate_the_latest(tmp_pat
         k: v for k, v in before["results"].items() if k != "corpus"
     }
     assert "| P8 |" in (tmp_path / "report.md").read_text()
+
+
+def test_a_plain_build_of_a_library_only_crate_builds_no_binary(tmp_path: Path) -> None:
+    """Debian's rsass 0.27.0 is the library alone (its program comes from rsass-cli): plain cargo builds it, but no
+    binary, so it does not count among the binary crates plain cargo builds."""
+    import subprocess
+
+    for kind, path, body in (("lib", "src/lib.rs", "pub fn f() {}\n"), ("bin", "src/main.rs", "fn main() {}\n")):
+        crate = tmp_path / kind
+        (crate / "src").mkdir(parents=True)
+        (crate / "Cargo.toml").write_text(f'[package]\nname = "only-{kind}"\nversion = "0.1.0"\nedition = "2021"\n')
+        (crate / path).write_text(body)
+        target = tmp_path / f"{kind}-target"
+        subprocess.run(
+            ["cargo", "build", "--release", "--offline", "--quiet", "--target-dir", str(target)], cwd=crate, check=True
+        )
+    assert corpus_module._built_programs(tmp_path / "lib-target" / "release") == []
+    assert corpus_module._built_programs(tmp_path / "bin-target" / "release") == ["only-bin"]

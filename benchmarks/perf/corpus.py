@@ -260,7 +260,16 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
             (line for line in result.stderr.splitlines() if line.startswith("error")), f"exit code {result.returncode}"
         )
         return {"cargo_build_release_s": None, "cargo_error": error[:300]}
+    if not _built_programs(root / "plain-target" / "release"):  # a library only: no binary crate to package
+        return {"cargo_build_release_s": None, "cargo_error": "builds no binary: the crate has no bin target"}
     return {"cargo_build_release_s": seconds, "cargo_features": features}
+
+
+def _built_programs(release_dir: Path) -> list[str]:
+    """The executables a release build left in its target directory (build scripts live under build/, not here)."""
+    if not release_dir.is_dir():
+        return []
+    return sorted(p.name for p in release_dir.iterdir() if p.is_file() and os.access(p, os.X_OK) and "." not in p.name)
 
 
 @dataclass(frozen=True, kw_only=True)
