@@ -208,3 +208,27 @@ def test_a_plain_build_of_a_library_only_crate_builds_no_binary(tmp_path: Path) 
         )
     assert corpus_module._built_programs(tmp_path / "lib-target" / "release") == []
     assert corpus_module._built_programs(tmp_path / "bin-target" / "release") == ["only-bin"]
+
+
+def test_the_plain_build_of_a_failed_crate_leaves_out_the_dev_dependencies_the_registry_lacks(tmp_path: Path) -> None:
+    """Debian's difference 2.0.0 names dev-dependencies its registry lacks (quickcheck 0.4, term 0.2): plain cargo
+    would stop at resolving them. Left out as flakebot leaves them, the build gets to compiling, and fails on what
+    it really fails on: its own #![deny(warnings)] meeting rustc's newer lints."""
+    from flakebot.config import Settings
+
+    settings = Settings(
+        workdir=str(tmp_path / "work"),
+        cache_dir=str(tmp_path / "cache"),
+        catalog_dir=str(tmp_path / "catalog"),
+        nixpkgs="host",
+        registry="local",
+    )
+    try:
+        from flakebot.crates.registries import local_registry
+
+        local_registry(settings).get("difference")
+    except Exception:  # noqa: BLE001 - any lookup failure means the crate is not installed here
+        pytest.skip("Debian's librust-difference-dev is not installed (make bench-setup)")
+    row = corpus_module._cargo_build("difference", {"packaged": False}, settings, tmp_path)
+    assert row["cargo_dropped_dev_dependencies"] == ["quickcheck", "term"]
+    assert row["cargo_build_release_s"] is None and "cfg" in row["cargo_error"]

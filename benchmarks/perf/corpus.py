@@ -2,12 +2,12 @@
 
 For each crate (installed by scripts/bench-setup.sh, which `make bench` runs): `flakebot package PATH` of a fresh
 copy of it, through the library API (offline, host stand-in), which must build it with nix and smoke-run it (`--help` or `--version`
-exits 0, or level usage or starts-only: docs/smoke-levels.md); then `cargo build --release` of the same source in a fresh target directory: the flake's copy
+exits 0, or level usage, runs or starts-only: docs/smoke-levels.md); then `cargo build --release` of the same source in a fresh target directory: the flake's copy
 (its Cargo.lock, with any dev-dependency flakebot left out and the binary's required features), or the
-registry's own source when flakebot failed. Every failure is kept with its reason. Each row says which native
+registry's own source when flakebot failed (with the dev-dependencies the registry lacks left out, as flakebot leaves them out: resolving needs them, building a binary does not). Every failure is kept with its reason. Each row says which native
 inputs the flake declared from the lock's crates, which the build log added (the strict stand-in sees only declared
 inputs), and which the build still lacked; a crate that plain cargo cannot build either fails outside flakebot.
-`python -m benchmarks.bench_corpus --rows FILE` appends each row to FILE (JSON lines) as it is measured.
+`python -m benchmarks.perf.corpus --rows FILE` appends each row to FILE (JSON lines) as it is measured.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from benchmarks.perf import machine
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError
+from flakebot.nix.devdeps import lock_without_unresolvable
 
 # The corpus rule: every crate NAME for which one Debian bookworm (amd64) source package builds both librust-NAME-dev
 # and a program package (one that is not librust-*, not *-dev or *-doc, not a shared library libNAME<N>): crates
@@ -251,6 +252,11 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
     else:
         _fresh_copy(name, settings, source)
     cargo = Cargo.for_run(settings, root / "plain-target")
+    # Resolving needs every dev-dependency, building a binary none: one the registry lacks would fail the plain build
+    # before it compiles anything. Leave those out as flakebot does (cargo's verdict, nix/devdeps.py), and say which.
+    dropped: list[str] = []
+    if not row["packaged"] and cargo.run(["generate-lockfile"], source, timeout=300).returncode != 0:
+        dropped = [d.name for d in lock_without_unresolvable(cargo, source, 300) or []]
     argv = cargo.argv("build", "--release", *(["--features", ",".join(features)] if features else []))
     started = time.perf_counter()
     result = subprocess.run(argv, cwd=source, env={**os.environ, **cargo.env()}, capture_output=True, text=True)
@@ -259,10 +265,10 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
         error = next(
             (line for line in result.stderr.splitlines() if line.startswith("error")), f"exit code {result.returncode}"
         )
-        return {"cargo_build_release_s": None, "cargo_error": error[:300]}
+        return {"cargo_build_release_s": None, "cargo_error": error[:300], "cargo_dropped_dev_dependencies": dropped}
     if not _built_programs(root / "plain-target" / "release"):  # a library only: no binary crate to package
         return {"cargo_build_release_s": None, "cargo_error": "builds no binary: the crate has no bin target"}
-    return {"cargo_build_release_s": seconds, "cargo_features": features}
+    return {"cargo_build_release_s": seconds, "cargo_features": features, "cargo_dropped_dev_dependencies": dropped}
 
 
 def _built_programs(release_dir: Path) -> list[str]:

@@ -457,6 +457,8 @@ def _corpus_row(row: dict[str, Any]) -> str:
         if str(row.get("cargo_error", "")).startswith("not measured")
         else f"fails ({row.get('cargo_error', '?')})"
     )
+    if row.get("cargo_dropped_dev_dependencies"):
+        cargo += f", dev-dependencies left out: {', '.join(row['cargo_dropped_dev_dependencies'])}"
     inputs = row.get("inputs") or {}
     said = [
         f"{label} {', '.join(inputs[key])}"
