@@ -193,7 +193,7 @@ def test_a_rows_file_joins_the_report_as_p8_one_row_per_crate_the_latest(tmp_pat
 
 
 def test_a_plain_build_of_a_library_only_crate_builds_no_binary(tmp_path: Path) -> None:
-    """Debian's rsass 0.27.0 is the library alone (its program comes from rsass-cli): plain cargo builds it, but no
+    """The registry's rsass 0.27.0 is the library alone (no src/main.rs, no [[bin]]): plain cargo builds it, but no
     binary, so it does not count among the binary crates plain cargo builds."""
     import subprocess
 
