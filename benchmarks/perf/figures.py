@@ -446,6 +446,9 @@ def acquire_incremental(r: Results) -> dict[str, Any]:
 UPSTREAM: dict[str, str] = {
     "lalrpop": "(Debian's lalrpop 0.19.8 does not compile with rustc 1.95: a macro's trailing semicolon in "
     "expression position is a hard error now; plain cargo fails the same way)",
+    "rav1e": "(rav1e 0.5.1 calls its own ILog trait's `width.ilog()`, which the integer types' inherent "
+    "`ilog(base)` (stable since Rust 1.67) now shadows: src/transform/inverse.rs no longer compiles; nasm, which its "
+    "build script runs, is declared from nasm-rs and the build gets that far; plain cargo fails the same way)",
     "zram-generator": "(zram-generator 1.1.2 reads SYSTEMD_UTIL_DIR with env! when it compiles: its Makefile sets "
     "it from `pkg-config --variable=systemdutildir systemd`, as nixpkgs' package does in its preBuild, with systemd "
     "among its inputs; a value flakebot cannot know from the crate, and plain cargo fails the same way)",
