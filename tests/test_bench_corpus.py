@@ -183,6 +183,7 @@ def test_a_rows_file_joins_the_report_as_p8_one_row_per_crate_the_latest(tmp_pat
     assert (
         "corpus (P8) from `python -m benchmarks.perf.corpus --rows` runs from 2026-11-25T10:05:00Z" in after["merged"]
     )
+    assert after["merged"].count("corpus (P8) from") == 1 and after["merged"].count("P8's note says how") == 1
     p8 = next(f for f in after["figures"] if f["id"] == "P8")
     assert p8["value"] == 100.0 and "aaa1111: bat" in p8["measured"]
     # every other section's measurements are the published ones

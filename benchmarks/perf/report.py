@@ -133,7 +133,7 @@ def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict
     )
     merged = str(report.get("merged") or "")
     report["merged"] = (
-        re.sub(r"corpus \(P8\) from [^.]*\.", joined, merged)
+        re.sub(r"corpus \(P8\) from (?:[^.]|\.(?=\S))*\.", joined, merged)
         if "corpus (P8) from" in merged
         else f"{merged} {joined}".strip()
     )
@@ -156,11 +156,12 @@ def corpus_note(rows: list[dict[str, Any]], rows_name: str) -> str:
     plain = [row["crate"] for row in rows if not str(row.get("cargo_error", "")).startswith("not measured")]
     no_plain = " --no-plain" if any(row["packaged"] and row["crate"] not in plain for row in rows) else ""
     return (
-        f"Measured by `python -m benchmarks.perf.corpus{no_plain} --rows {rows_name}` from "
-        f"{min(m['at'] for m in stamps)} to {max(m['at'] for m in stamps)}, one crate after another, with a second run "
-        "over the crates that failed appending to the same file (each crate's latest row counts); at commits "
-        f"{by_code}. Load average (1 min) between {min(loads)} and {max(loads)} on a 2-core machine other work "
-        "shared, so times are not comparable with unloaded runs. `cargo build --release` ran beside "
+        f"Measured by runs of `python -m benchmarks.perf.corpus{no_plain} --rows {rows_name}` from "
+        f"{min(m['at'] for m in stamps)} to {max(m['at'] for m in stamps)}, each appending its crates' rows to the "
+        "same file; a crate measured again after a fix (or on a later commit) counts by its latest row. Each row is "
+        f"stamped with the commit its run started from: {by_code}. Load average (1 min) between {min(loads)} and "
+        f"{max(loads)} on a 2-core machine shared with other work (runs may overlap), so times are not "
+        "comparable with unloaded runs. `cargo build --release` ran beside "
         + (", ".join(plain) if plain else "no crate")
         + " (the crates flakebot did not package: is the failure flakebot's?); the others' plain build was not measured."
     )
