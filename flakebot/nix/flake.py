@@ -46,7 +46,7 @@ class Choice:
     prefer_bin: str | None = None
     all_bins: bool = False  # install every binary of the chosen package (a crafted tool may have several)
     rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
-    strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage, runs and starts-only pass too
+    strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
 
 
 @dataclass
