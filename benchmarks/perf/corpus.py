@@ -2,17 +2,18 @@
 
 For each crate (installed by scripts/bench-setup.sh, which `make bench` runs): `flakebot package PATH` of a fresh
 copy of it, through the library API (offline, host stand-in), which must build it with nix and smoke-run it (`--help` or `--version`
-exits 0, or level usage or starts-only: docs/smoke-levels.md); then `cargo build --release` of the same source in a fresh target directory: the flake's copy
+exits 0, or level usage, runs or starts-only: docs/smoke-levels.md); then `cargo build --release` of the same source in a fresh target directory: the flake's copy
 (its Cargo.lock, with any dev-dependency flakebot left out and the binary's required features), or the
-registry's own source when flakebot failed. Every failure is kept with its reason. Each row says which native
+registry's own source when flakebot failed (with the dev-dependencies the registry lacks left out, as flakebot leaves them out: resolving needs them, building a binary does not). Every failure is kept with its reason. Each row says which native
 inputs the flake declared from the lock's crates, which the build log added (the strict stand-in sees only declared
 inputs), and which the build still lacked; a crate that plain cargo cannot build either fails outside flakebot.
-`python -m benchmarks.bench_corpus --rows FILE` appends each row to FILE (JSON lines) as it is measured.
+`python -m benchmarks.perf.corpus --rows FILE` appends each row to FILE (JSON lines) as it is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf import machine
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError
+from flakebot.nix.devdeps import lock_without_unresolvable
 
 # The corpus rule: every crate NAME for which one Debian bookworm (amd64) source package builds both librust-NAME-dev
 # and a program package (one that is not librust-*, not *-dev or *-doc, not a shared library libNAME<N>): crates
@@ -36,7 +39,8 @@ from flakebot.errors import FlakebotError
 # so a run cut short still measures most crates). scripts/bench-setup.sh installs librust-<name>-dev for each.
 # Native inputs among them: libgit2 and zlib (git-absorb, bat), pam by -l (pleaser), nasm (rav1e), oniguruma (bat),
 # libpcap (sniffglue), nettle and libclang (sequoia-sop, sequoia-wot), openssl, curl, libssh2 (cargo-c),
-# libslirp and glib (libslirp).
+# libslirp and glib (libslirp). The registry's rsass is the library alone (its source package's program is not in
+# the registry): it stays in the corpus the rule gives, and counts as a crate plain cargo builds no binary of.
 CORPUS = (
     *("resource-proof", "dotenv", "git-absorb", "libslirp", "hexyl", "lscolors", "cargo-binutils", "sequoia-sop"),
     *("rustdoc-stripper", "cargo-c", "cargo-lock", "filespooler", "difference", "protobuf-codegen", "zram-generator"),
@@ -51,12 +55,45 @@ PLAIN_BUILD_WHEN_PACKAGED = True
 
 def run(crates: tuple[str, ...] | list[str] = CORPUS, rows_file: Path | None = None) -> dict[str, Any]:
     rows = []
+    code = code_version()  # the code this process loaded when it started (later commits do not change it)
     for name in crates:
-        rows.append(_measure_or_say_why(name))
+        load_before = machine.load()[0]
+        row = _measure_or_say_why(name)
+        # when, under what load and from which code each row was measured: a rows file may join several runs
+        row["measured"] = {
+            "at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "load_before": load_before,
+            "load_after": machine.load()[0],
+            "code": code,
+        }
+        rows.append(row)
         if rows_file is not None:
             with rows_file.open("a") as out:
                 out.write(json.dumps(rows[-1]) + "\n")
     return summary(rows)
+
+
+def code_version() -> str:
+    """The checkout's commit, with "+changes" when flakebot's or the benchmarks' files differ from it."""
+    repo = Path(__file__).resolve().parents[2]
+    git = ["git", "-C", str(repo)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "flakebot", "benchmarks", "templates"], capture_output=True, text=True
+    )
+    return (head or "unknown") + ("+changes" if changed.stdout.strip() else "")
+
+
+def latest_rows(lines: list[str]) -> list[dict[str, Any]]:
+    """A rows file's crates, one row each: the latest (a second run over some crates appends to the same file), in
+    CORPUS order (then any other crate in the order first measured)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        if line.strip():
+            row = json.loads(line)
+            latest[row["crate"]] = row
+    order = {name: i for i, name in enumerate(CORPUS)}
+    return sorted(latest.values(), key=lambda row: order.get(row["crate"], len(order)))
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,6 +253,11 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
     else:
         _fresh_copy(name, settings, source)
     cargo = Cargo.for_run(settings, root / "plain-target")
+    # Resolving needs every dev-dependency, building a binary none: one the registry lacks would fail the plain build
+    # before it compiles anything. Leave those out as flakebot does (cargo's verdict, nix/devdeps.py), and say which.
+    dropped: list[str] = []
+    if not row["packaged"] and cargo.run(["generate-lockfile"], source, timeout=300).returncode != 0:
+        dropped = [d.name for d in lock_without_unresolvable(cargo, source, 300) or []]
     argv = cargo.argv("build", "--release", *(["--features", ",".join(features)] if features else []))
     started = time.perf_counter()
     result = subprocess.run(argv, cwd=source, env={**os.environ, **cargo.env()}, capture_output=True, text=True)
@@ -224,8 +266,17 @@ def _cargo_build(name: str, row: dict[str, Any], settings: Settings, root: Path)
         error = next(
             (line for line in result.stderr.splitlines() if line.startswith("error")), f"exit code {result.returncode}"
         )
-        return {"cargo_build_release_s": None, "cargo_error": error[:300]}
-    return {"cargo_build_release_s": seconds, "cargo_features": features}
+        return {"cargo_build_release_s": None, "cargo_error": error[:300], "cargo_dropped_dev_dependencies": dropped}
+    if not _built_programs(root / "plain-target" / "release"):  # a library only: no binary crate to package
+        return {"cargo_build_release_s": None, "cargo_error": "builds no binary: the crate has no bin target"}
+    return {"cargo_build_release_s": seconds, "cargo_features": features, "cargo_dropped_dev_dependencies": dropped}
+
+
+def _built_programs(release_dir: Path) -> list[str]:
+    """The executables a release build left in its target directory (build scripts live under build/, not here)."""
+    if not release_dir.is_dir():
+        return []
+    return sorted(p.name for p in release_dir.iterdir() if p.is_file() and os.access(p, os.X_OK) and "." not in p.name)
 
 
 @dataclass(frozen=True, kw_only=True)

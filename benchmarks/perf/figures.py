@@ -447,6 +447,15 @@ def acquire_incremental(r: Results) -> dict[str, Any]:
 UPSTREAM: dict[str, str] = {
     "lalrpop": "(Debian's lalrpop 0.19.8 does not compile with rustc 1.95: a macro's trailing semicolon in "
     "expression position is a hard error now; plain cargo fails the same way)",
+    "rav1e": "(rav1e 0.5.1 calls its own ILog trait's `width.ilog()`, which the integer types' inherent "
+    "`ilog(base)` (stable since Rust 1.67) now shadows: src/transform/inverse.rs no longer compiles; nasm, which its "
+    "build script runs, is declared from nasm-rs and the build gets that far; plain cargo fails the same way)",
+    "zram-generator": "(zram-generator 1.1.2 reads SYSTEMD_UTIL_DIR with env! when it compiles: its Makefile sets "
+    "it from `pkg-config --variable=systemdutildir systemd`, as nixpkgs' package does in its preBuild, with systemd "
+    "among its inputs; a value flakebot cannot know from the crate, and plain cargo fails the same way)",
+    "rsass": "(the registry's rsass 0.27.0 is the library alone, no src/main.rs and no [[bin]], though Debian's "
+    "source package also builds an rsass program: the corpus rule picks it by its packages; there is no binary to "
+    "package, and plain cargo builds none either)",
 }
 
 
@@ -458,6 +467,8 @@ def _corpus_row(row: dict[str, Any]) -> str:
         if str(row.get("cargo_error", "")).startswith("not measured")
         else f"fails ({row.get('cargo_error', '?')})"
     )
+    if row.get("cargo_dropped_dev_dependencies"):
+        cargo += f", dev-dependencies left out: {', '.join(row['cargo_dropped_dev_dependencies'])}"
     inputs = row.get("inputs") or {}
     said = [
         f"{label} {', '.join(inputs[key])}"

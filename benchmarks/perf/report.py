@@ -12,6 +12,7 @@ import argparse
 import datetime
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,68 @@ def rerender(path: Path, readme: Path | None = None) -> dict[str, Path]:
     if readme is not None:
         update_readme(readme, report)
     return paths
+
+
+def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict[str, Path]:
+    """Put a separate corpus run's rows (`python -m benchmarks.perf.corpus --rows FILE`: one row per crate, the
+    latest, as a second run over the failed crates appends to the same file) into an existing report.json as its P8
+    section, and write the report again. The other sections' measurements stay as they are; the report says that
+    P8 comes from that run, and P8's note says when, under what load and at which commits its rows were measured."""
+    from benchmarks.perf import corpus
+
+    rows = corpus.latest_rows(rows_file.read_text().splitlines())
+    unstamped = [row["crate"] for row in rows if "measured" not in row]
+    if not rows or unstamped:
+        raise ValueError(f"{rows_file}: no rows, or rows without their 'measured' stamp: {', '.join(unstamped)}")
+    stamps = [row["measured"] for row in rows]
+    plain_all = [row["crate"] for row in rows if not str(row.get("cargo_error", "")).startswith("not measured")]
+    result = {**corpus.summary(rows), "note": corpus_note(rows, rows_file.name)}
+    report = json.loads(path.read_text())
+    report["results"]["corpus"] = result
+    report["benchmarks"]["corpus"] = {
+        "seconds": round(sum(row["package_s"] + (row.get("cargo_build_release_s") or 0) for row in rows), 1),
+        "load_before": min(stamps, key=lambda m: m["at"])["load_before"],
+        "load_after": max(stamps, key=lambda m: m["at"])["load_after"],
+        "args": {"rows": rows_file.name, "plain_build_of": plain_all},
+    }
+    first, last = min(m["at"] for m in stamps), max(m["at"] for m in stamps)
+    joined = (
+        f"corpus (P8) from `python -m benchmarks.perf.corpus --rows` runs from {first} to {last} (P8's note says how)."
+    )
+    merged = str(report.get("merged") or "")
+    report["merged"] = (
+        re.sub(r"corpus \(P8\) from (?:[^.]|\.(?=\S))*\.", joined, merged)
+        if "corpus (P8) from" in merged
+        else f"{merged} {joined}".strip()
+    )
+    report = with_figures(report)
+    paths = write(report, path.parent)
+    if readme is not None:
+        update_readme(readme, report)
+    return paths
+
+
+def corpus_note(rows: list[dict[str, Any]], rows_name: str) -> str:
+    """How and when a rows file's crates were measured: its runs' times, loads and commits, and which crates got
+    the plain cargo build beside them."""
+    stamps = [row["measured"] for row in rows]
+    codes = sorted({m["code"] for m in stamps})
+    by_code = "; ".join(
+        f"{code}: {', '.join(row['crate'] for row in rows if row['measured']['code'] == code)}" for code in codes
+    )
+    loads = [m["load_before"] for m in stamps] + [m["load_after"] for m in stamps]
+    plain = [row["crate"] for row in rows if not str(row.get("cargo_error", "")).startswith("not measured")]
+    no_plain = " --no-plain" if any(row["packaged"] and row["crate"] not in plain for row in rows) else ""
+    return (
+        f"Measured by runs of `python -m benchmarks.perf.corpus{no_plain} --rows {rows_name}` from "
+        f"{min(m['at'] for m in stamps)} to {max(m['at'] for m in stamps)}, each appending its crates' rows to the "
+        "same file; a crate measured again after a fix (or on a later commit) counts by its latest row. Each row is "
+        f"stamped with the commit its run started from: {by_code}. Load average (1 min) between {min(loads)} and "
+        f"{max(loads)} on a 2-core machine shared with other work (runs may overlap), so times are not "
+        "comparable with unloaded runs. `cargo build --release` ran beside "
+        + (", ".join(plain) if plain else "no crate")
+        + " (the crates flakebot did not package: is the failure flakebot's?); the others' plain build was not measured."
+    )
 
 
 def run(
@@ -236,7 +299,16 @@ def main() -> None:
         metavar="REPORT_JSON",
         help="only write the report again from this report.json's results",
     )
+    parser.add_argument(
+        "--corpus-rows",
+        type=Path,
+        metavar="ROWS_JSONL",
+        help="with --rerender: P8 from this corpus rows file (python -m benchmarks.perf.corpus --rows)",
+    )
     args = parser.parse_args()
+    if args.rerender and args.corpus_rows:
+        print(json.dumps({k: str(v) for k, v in join_corpus(args.rerender, args.corpus_rows, args.readme).items()}))
+        return
     if args.rerender:
         print(json.dumps({k: str(v) for k, v in rerender(args.rerender, args.readme).items()}))
         return

@@ -123,7 +123,7 @@ def build_facts(package: dict[str, Any], untested: str = "") -> dict[str, Any]:
 
 
 def smoke_facts(package: dict[str, Any]) -> dict[str, Any]:
-    """The smoke run's level (help, usage, starts-only; nix/smoke.py) with its evidence: the command, its exit code
+    """The smoke run's level (help, usage, runs, starts-only; nix/smoke.py) with its evidence: the command, its exit code
     and the first lines it printed. A package made before levels passed only at `help`."""
     smoke = package.get("smoke") or {}
     level = smoke.get("level") or ("help" if smoke.get("exit_code") == 0 else "")

@@ -3,7 +3,7 @@
     flake.py     package_crate (files → git add → nix build → smoke run → GC root), nix_run, flake_check
     flake_files.py the flake's files: sources copied in, flake.nix from templates/flake.nix.j2, git commit
     build.py     nix build --json with the log tail on failure, the GC root
-    smoke.py     the bounded smoke run in the sandbox, with its level (help, usage, starts-only) and evidence
+    smoke.py     the bounded smoke run in the sandbox, with its level (help, usage, runs, starts-only) and evidence
     crate.py     what the flake needs from cargo: Cargo.lock, packages, the chosen binary and its required-features
     skeleton.py  the dependency skeleton (manifests + Cargo.lock, empty sources) the flake's deps derivation builds
     reuse.py     what a build reused: the deps derivation a tool was built on, the crates a build compiled

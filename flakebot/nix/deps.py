@@ -46,10 +46,12 @@ PACKAGES: dict[str, Package] = {
     "expat": Package(modules=("expat",), libraries=("expat",)),
     "fontconfig": Package(modules=("fontconfig",), libraries=("fontconfig",)),
     "freetype": Package(modules=("freetype2",), libraries=("freetype",)),
+    "glib": Package(modules=("glib-2.0",), libraries=("glib-2.0",)),
     "gmp": Package(modules=("gmp",), libraries=("gmp",)),
     "gpgme": Package(programs=("gpgme-config",), modules=("gpgme",), libraries=("gpgme",)),
     "libgit2": Package(modules=("libgit2",), libraries=("git2",)),
     "libpcap": Package(modules=("libpcap",), libraries=("pcap",)),
+    "libslirp": Package(modules=("slirp",), libraries=("slirp",)),  # its slirp.pc requires glib-2.0
     "libseccomp": Package(modules=("libseccomp",), libraries=("seccomp",)),
     "libsodium": Package(modules=("libsodium",), libraries=("sodium",)),
     "libssh2": Package(modules=("libssh2",), libraries=("ssh2",)),
@@ -87,6 +89,8 @@ NATIVE_INPUTS: dict[str, Needs] = {
     "gpgme-sys": Needs(native=("gpgme",), build=("gpgme",)),
     "libdbus-sys": Needs(build=("dbus",)),
     "libgit2-sys": Needs(build=("libgit2",)),
+    # pkg-config's `slirp >= 4.2.0`, whose slirp.pc requires glib-2.0 (nixpkgs' libslirp propagates glib)
+    "libslirp-sys": Needs(build=("libslirp", "glib")),
     "libsodium-sys": Needs(build=("libsodium",)),
     "libsqlite3-sys": Needs(build=("sqlite",)),
     "libssh2-sys": Needs(build=("libssh2",)),

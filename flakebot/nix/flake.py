@@ -101,7 +101,7 @@ def package_crate(
 
     `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
     otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
-    flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, starts-only) is in `smoke`;
+    flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, runs, starts-only) is in `smoke`;
     `strict_smoke` refuses a tool below help.
     """
     report = progress or (lambda message: None)

@@ -2,6 +2,8 @@
 
     help         `--help` or `--version` (a cargo-NAME subcommand also `NAME --help`) exited 0
     usage        it exited non-zero after printing its usage or an argument error naming itself: it loads and runs
+    runs         none of that, but given an input (no arguments, or an empty file as its one argument) it ran its own
+                 code on it: exited 0, or, having taken `--help` for a file it could not open, got past opening it
     starts-only  it exited non-zero saying it needed something the sandbox withholds (privilege, a device)
 
 A binary that reaches none of them (it crashed, its loader found no library, it printed nothing of the kind) is
@@ -14,6 +16,7 @@ says so in its metadata; flakebot records the level in the manifest rather than 
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import tempfile
@@ -22,13 +25,17 @@ from typing import Any
 
 from flakebot.errors import NixError
 
+logger = logging.getLogger(__name__)
+
 SMOKE_OUTPUT_HEAD = 2000
 FIRST_LINES = 8
-LEVELS = ("help", "usage", "starts-only")
+LEVELS = ("help", "usage", "runs", "starts-only")
 MEANING = {
     "help": "it printed its help or version and exited 0",
     "usage": "it printed its usage or an argument error and exited non-zero: it loads and runs, but has no --help "
     "that exits 0",
+    "runs": "it has no help or usage of its own, but given an input (no arguments, or an empty file as its one "
+    "argument) it ran its own code on it: flakebot learned nothing of its parameters",
     "starts-only": "it started but stopped on something the sandbox withholds (privilege, a device): it may not do "
     "its work inside flakebot's sandbox",
 }
@@ -44,6 +51,11 @@ _USAGE = re.compile(r"\busage\b", re.IGNORECASE)
 _ARGUMENT_ERROR = re.compile(
     r"unknown|unrecognized|unrecognised|unexpected|invalid|illegal|argument|option|flag", re.IGNORECASE
 )
+# A file the tool could not open: a tool whose one argument is its input takes `--help` for a file name
+# (xml-rs' xml-analyze: "Cannot open input file: No such file or directory (os error 2)").
+_NO_SUCH_FILE = re.compile(r"no such file or directory|os error 2\b|kind: NotFound|cannot find the file", re.IGNORECASE)
+# The empty file the input try hands a tool as its one argument, in the sandbox's working directory.
+EMPTY_INPUT = "empty-input"
 # What a tool says when the sandbox withholds privilege or a device (pleaser: "I cannot set privs").
 _WITHHELD = re.compile(
     r"\b(?:privs?|privileges?|privileged|setuid|setgid|capabilit(?:y|ies)|superuser|sudo)\b|"
@@ -64,6 +76,8 @@ def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto", *, str
             return {**record, "level": "help", "meaning": MEANING["help"], "attempts": _brief(attempts)}
         attempts.append(record)
     best = None if strict else best_level(bin_path.name, attempts)
+    if best is None and not strict:  # no help, usage or withheld need: does it run on an input at all?
+        best = _input_level(bin_path, attempts, timeout, sandbox_mode)
     if best is not None:
         level, record = best
         return {**record, "level": level, "meaning": MEANING[level], "attempts": _brief(attempts)}
@@ -85,6 +99,30 @@ def best_level(name: str, attempts: list[dict[str, Any]]) -> tuple[str, dict[str
         for attempt in started:
             if shows(name, attempt["output_head"]):
                 return level, attempt
+    return None
+
+
+def _input_level(
+    bin_path: Path, attempts: list[dict[str, Any]], timeout: float, sandbox_mode: str
+) -> tuple[str, dict[str, Any]] | None:
+    """The level the input tries show (each added to `attempts`): `usage` when one prints its usage (difference with
+    no arguments), `runs` when one exits 0 on its own (markdown on an empty file) or when `--help` was a file the
+    tool could not open and the empty file was not (xml-analyze: it got to parsing it). A crash, a missing library
+    or a hang shows nothing."""
+    help_missed_a_file = any(_started(a) and _NO_SUCH_FILE.search(a["output_head"]) for a in attempts)
+    for args in ([], [EMPTY_INPUT]):
+        try:
+            record = _attempt(bin_path, args, timeout, sandbox_mode)
+        except NixError as exc:  # it hung on this input: no evidence either way
+            logger.info("smoke input try of %s: %s", bin_path.name, exc.message)
+            continue
+        if _started(record):
+            if _shows_usage(bin_path.name, record["output_head"]):
+                return "usage", record
+            opened = bool(args) and help_missed_a_file and not _NO_SUCH_FILE.search(record["output_head"])
+            if record["exit_code"] == 0 or opened:
+                return "runs", record
+        attempts.append(record)
     return None
 
 
@@ -149,6 +187,8 @@ def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
     from flakebot.sandbox import open_sandbox
 
     with tempfile.TemporaryDirectory(prefix="flakebot-smoke-") as tmp:
+        (Path(tmp) / EMPTY_INPUT).write_text("")  # the input try's file (readable by the sandbox's uid)
+        (Path(tmp) / EMPTY_INPUT).chmod(0o644)
         tool_dir = Path(argv[0]).parent  # the store's bin/, checked to hold the binary itself (no link: flake.py)
         sandbox = open_sandbox(
             sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout, adopt=True

@@ -156,7 +156,7 @@ class RunRequest:
     catalog: bool = option(False, verbs=("package",), mcp=("package",))
     """Also put the packaged binary in the catalog as a tool (named after the binary, or `name`): run, list and the MCP server offer it like a crafted one."""
     strict_smoke: bool = option(False, verbs=("craft", "package"), mcp=("package",))
-    """Refuse a tool whose smoke run reached only the usage or starts-only level (--help or --version must exit 0)."""
+    """Refuse a tool whose smoke run reached only the usage, runs or starts-only level (--help or --version must exit 0)."""
     settings: dict[str, Any] = field(default_factory=dict)
     """The settings the caller's flags override (max_iterations, offline, sandbox, ...), by setting name."""
 

@@ -3,7 +3,7 @@
 No model is involved: the manifest is built from what flakebot observed of the built binary (its `--help` where it
 has one, read in the sandbox; else what its smoke run printed) and the crate's own description, so `flakebot run`,
 `list` and `flakebot mcp` offer it as they offer a crafted tool, run in the same sandbox. It has no acceptance
-examples; its manifest records the smoke run's level (help, usage, starts-only) and the evidence. Without --catalog
+examples; its manifest records the smoke run's level (help, usage, runs, starts-only) and the evidence. Without --catalog
 the stage does nothing.
 """
 

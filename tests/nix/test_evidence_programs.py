@@ -90,6 +90,23 @@ def test_inputs_for_crates_nixpkgs_packages_match_its_expressions() -> None:
     assert rav1e.because["nasm"] == ["nasm-rs"]
 
 
+def test_libslirp_sys_gets_libslirp_and_its_missing_module_line_names_it() -> None:
+    """Debian's libslirp-sys 4.2.0 asks pkg-config for `slirp >= 4.2.0` (nixpkgs' `libslirp` gives slirp.pc); the
+    line is the one its build script's panic quotes in a real nix build that lacked it (the corpus' libslirp)."""
+    inputs = deps.native_inputs(["libslirp", "libslirp-sys", "pkg-config"])
+    assert inputs.build_inputs == ["libslirp", "glib"] and inputs.native_build_inputs == ["pkg-config"]
+    assert evidence.missing_inputs(["  = note: /usr/bin/ld: cannot find -lglib-2.0: No such file or directory"]) == {
+        "glib": "= note: /usr/bin/ld: cannot find -lglib-2.0: No such file or directory"
+    }
+    line = (
+        '  called `Result::unwrap()` on an `Err` value: "`PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=\\"1\\" \\"pkg-config\\" '
+        '\\"--libs\\" \\"--cflags\\" \\"slirp >= 4.2.0\\"` did not exit successfully: exit status: 1\\nerror: could not '
+        "find system library 'slirp >= 4.2.0' required by the 'libslirp-sys' crate\\n\\n--- stderr\\nPackage slirp was not "
+        "found in the pkg-config search path.\\nPerhaps you should add the directory containing `slirp.pc'\\n"
+    )
+    assert list(evidence.missing_inputs([line])) == ["libslirp"]
+
+
 ANSWER_ASM = "global answer\nsection .text\nanswer:\n    mov eax, 42\n    ret\n"
 
 

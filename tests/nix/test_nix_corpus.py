@@ -45,3 +45,20 @@ def test_bench_setup_installs_exactly_the_corpus() -> None:
     script = (REPO / "scripts/bench-setup.sh").read_text()
     listed = re.findall(r"librust-([a-z0-9-]+)-dev", script)
     assert listed == [name.replace("_", "-") for name in bench_corpus.CORPUS]
+
+
+@pytest.mark.slow
+def test_a_corpus_crate_without_help_or_usage_is_packaged_at_level_runs(tmp_path: Path) -> None:
+    """xml-rs 0.8.3's xml-analyze takes `--help` for a file it cannot open ("Cannot open input file"); given an
+    empty file it parses it ("no root element found"): it runs, at level runs, where it was refused before."""
+    assert any(DEBIAN_REGISTRY.glob("xml-rs-*")), "xml-rs is not in Debian's registry: run 'make bench-setup'"
+    settings = Settings(
+        workdir=str(tmp_path / "work"),
+        cache_dir=str(tmp_path / "cache"),
+        catalog_dir=str(tmp_path / "catalog"),
+        nixpkgs="host",
+        registry="local",
+    )
+    row = bench_corpus.package_one("xml-rs", settings, fresh=False)
+    assert row["packaged"], row.get("reason")
+    assert (row["smoke_level"], row["smoke"], row["smoke_exit_code"]) == ("runs", "xml-analyze empty-input", 1)

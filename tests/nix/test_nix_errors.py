@@ -106,7 +106,10 @@ def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:
     failing = _script(tmp_path / "fails", "exit 3\n")
     with pytest.raises(NixError) as caught:
         smoke_run(failing, timeout=10)
-    assert caught.value.message == "smoke run failed: 'fails --help' exited 3 and 'fails --version' exited 3"
+    assert caught.value.message == (  # then the input tries: no arguments, an empty file (docs/smoke-levels.md)
+        "smoke run failed: 'fails --help' exited 3, 'fails --version' exited 3, 'fails' exited 3 and "
+        "'fails empty-input' exited 3"
+    )
 
 
 def test_smoke_run_of_a_cargo_subcommand_asks_as_cargo_calls_it(tmp_path: Path) -> None:
@@ -117,8 +120,8 @@ def test_smoke_run_of_a_cargo_subcommand_asks_as_cargo_calls_it(tmp_path: Path) 
     with pytest.raises(NixError) as caught:
         smoke_run(_script(tmp_path / "cargo-nope", "exit 2\n"), timeout=10)
     assert caught.value.message == (
-        "smoke run failed: 'cargo-nope --help' exited 2, 'cargo-nope --version' exited 2 and "
-        "'cargo-nope nope --help' exited 2"
+        "smoke run failed: 'cargo-nope --help' exited 2, 'cargo-nope --version' exited 2, "
+        "'cargo-nope nope --help' exited 2, 'cargo-nope' exited 2 and 'cargo-nope empty-input' exited 2"
     )
 
 

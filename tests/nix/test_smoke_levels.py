@@ -123,3 +123,65 @@ def test_a_binary_whose_library_is_missing_is_refused(tmp_path: Path) -> None:
         smoke_run(bin_dir / "needslib", timeout=10)
     assert "exited 127" in caught.value.message
     assert "error while loading shared libraries" in caught.value.details["smoke"]["output_head"]
+
+
+# Programs whose one argument is their input and which have no options, as Debian's crates build them (their
+# words from the real binaries): xml-rs 0.8.3's xml-analyze (src/analyze.rs), markdown 0.3.0's markdown (src/main.rs:
+# it prints its argv, then unwraps the file it read), difference 2.0.0's difference (getopts' error in a panic!, its
+# usage with no arguments).
+XML_ANALYZE = """if [ -z "$1" ]; then echo 'Error parsing XML document: 1:1 Unexpected end of stream: no root element found' >&2; exit 1; fi
+if [ ! -e "$1" ]; then echo 'Cannot open input file: No such file or directory (os error 2)' >&2; exit 1; fi
+echo 'Error parsing XML document: 1:1 Unexpected end of stream: no root element found' >&2; exit 1
+"""
+MARKDOWN = """echo "[\\"$0\\", \\"$1\\"]"
+if [ -z "$1" ]; then echo "thread 'main' panicked at src/main.rs:9:31:" >&2; echo 'index out of bounds: the len is 1 but the index is 1' >&2; exit 101; fi
+if [ ! -e "$1" ]; then echo "thread 'main' panicked at src/main.rs:12:50:" >&2
+  echo 'called `Result::unwrap()` on an `Err` value: Os { code: 2, kind: NotFound, message: "No such file or directory" }' >&2; exit 101; fi
+cat "$1"; echo
+"""
+DIFFERENCE = """if [ -n "$1" ] && [ "${1#-}" != "$1" ]; then echo "thread 'main' panicked at src/main.rs:27:19:" >&2
+  echo "Unrecognized option: '${1#--}'" >&2; exit 101; fi
+printf 'Usage: %s [options]\\n\\nOptions:\\n    -s, --split char|word|line\\n' "$0"
+"""
+
+
+def test_a_tool_taking_help_for_its_input_file_runs_when_given_an_empty_file(tmp_path: Path) -> None:
+    tool = _script(tmp_path / "bin" / "xml-analyze", XML_ANALYZE)
+    record = smoke_run(tool, timeout=10)
+    assert (record["level"], record["command"], record["exit_code"]) == ("runs", "xml-analyze empty-input", 1)
+    assert record["first_lines"] == ["Error parsing XML document: 1:1 Unexpected end of stream: no root element found"]
+    assert [a["command"] for a in record["attempts"]] == ["xml-analyze --help", "xml-analyze --version", "xml-analyze"]
+
+
+def test_a_tool_panicking_on_a_missing_file_runs_when_given_an_empty_one(tmp_path: Path) -> None:
+    tool = _script(tmp_path / "bin" / "markdown", MARKDOWN)
+    record = smoke_run(tool, timeout=10)
+    assert (record["level"], record["command"], record["exit_code"]) == ("runs", "markdown empty-input", 0)
+    assert "flakebot learned nothing of its parameters" in record["meaning"]
+
+
+def test_a_tool_printing_its_usage_with_no_arguments_is_usage_level(tmp_path: Path) -> None:
+    tool = _script(tmp_path / "bin" / "difference", DIFFERENCE)
+    record = smoke_run(tool, timeout=10)
+    assert (record["level"], record["command"], record["exit_code"]) == ("usage", "difference", 0)
+    assert record["first_lines"][0].endswith("difference [options]")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # an install missing its own data file says so whatever it is given, the empty file too
+        pytest.param(
+            "echo 'error: /share/tool/table.dat: No such file or directory' >&2\nexit 1\n", id="own-file-gone"
+        ),
+        # a tool that crashes on every input
+        pytest.param("echo \"thread 'main' panicked at src/main.rs:3:5: No such file\" >&2\nexit 101\n", id="panics"),
+    ],
+)
+def test_a_tool_that_runs_on_no_input_is_still_refused_with_every_try_listed(tmp_path: Path, body: str) -> None:
+    tool = _script(tmp_path / "bin" / "broken", body)
+    with pytest.raises(NixError) as caught:
+        smoke_run(tool, timeout=10)
+    assert caught.value.message.endswith("'broken' exited 1 and 'broken empty-input' exited 1") or (
+        caught.value.message.endswith("'broken' exited 101 and 'broken empty-input' exited 101")
+    )
