@@ -233,3 +233,33 @@ def test_the_plain_build_of_a_failed_crate_leaves_out_the_dev_dependencies_the_r
     row = corpus_module._cargo_build("difference", {"packaged": False}, settings, tmp_path)
     assert row["cargo_dropped_dev_dependencies"] == ["quickcheck", "term"]
     assert row["cargo_build_release_s"] is None and "cfg" in row["cargo_error"]
+
+
+def test_another_runs_sections_join_the_report_and_the_note_names_that_run(tmp_path: Path) -> None:
+    """`report.py --rerender REPORT --join RUN`: the sections RUN measured replace the report's own (results and
+    their loads), the rest stay as measured, and the note on joined runs names RUN's time, machine and load."""
+    import json
+    import shutil
+
+    report = importlib.import_module("benchmarks.perf.report")
+    shutil.copy(Path(report.REPO) / "bench" / "report.json", tmp_path / "report.json")
+    before = json.loads((tmp_path / "report.json").read_text())
+    run = json.loads(json.dumps(before))
+    run["results"] = {"loop": before["results"]["loop"]}
+    run["results"]["loop"]["ratio"] = before["results"]["loop"]["ratio"] + 0.5  # a different measurement
+    run["benchmarks"] = {"loop": {**before["benchmarks"]["loop"], "load_before": 9.5}}
+    run["generated"], run["machine"] = "2026-11-25T15:00:00Z", {**before["machine"], "cpu": "Some CPU", "cores": 2}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    report.join_sections(tmp_path / "report.json", tmp_path / "run.json")
+
+    after = json.loads((tmp_path / "report.json").read_text())
+    assert after["results"]["loop"] == run["results"]["loop"] and after["benchmarks"]["loop"]["load_before"] == 9.5
+    assert {k: v for k, v in after["results"].items() if k != "loop"} == {
+        k: v for k, v in before["results"].items() if k != "loop"
+    }
+    assert (
+        "loop from `--only loop` at 2026-11-25T15:00:00Z on Some CPU (2 cores, load 9.5 at its start)."
+        in after["merged"]
+    )
+    assert after["merged"].count("Each figure is a ratio or a difference within one run.") == 1
+    assert "loop from" in (tmp_path / "report.md").read_text()

@@ -105,6 +105,32 @@ def rerender(path: Path, readme: Path | None = None) -> dict[str, Path]:
     return paths
 
 
+def join_sections(path: Path, other: Path, readme: Path | None = None) -> dict[str, Path]:
+    """Put every section of another run's report.json (`python -m benchmarks --only ... --out DIR`) into the report at
+    `path`, replacing those sections' results, and write the report again; the other sections stay as measured. The
+    report's note on joined runs gains one sentence naming the run, its time, machine and load."""
+    report, run = json.loads(path.read_text()), json.loads(other.read_text())
+    sections = [name for name in ORDER if name in run["results"]]
+    for name in sections:
+        report["results"][name] = run["results"][name]
+        report["benchmarks"][name] = run["benchmarks"][name]
+    load = run["benchmarks"][sections[0]]["load_before"]
+    joined = (
+        f"{', '.join(sections)} from `--only {','.join(sections)}` at {run['generated']} on {run['machine']['cpu']} "
+        f"({run['machine']['cores']} cores, load {load} at its start)."
+    )
+    merged = str(report.get("merged") or "")
+    tail = " Each figure is a ratio or a difference within one run."
+    body = merged.removesuffix(tail) if merged.endswith(tail) else merged
+    body = re.sub(r"^This report joins \w+ runs", "This report joins several runs", body)
+    report["merged"] = f"{body} {joined}{tail}".strip()
+    report = with_figures(report)
+    paths = write(report, path.parent)
+    if readme is not None:
+        update_readme(readme, report)
+    return paths
+
+
 def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict[str, Path]:
     """Put a separate corpus run's rows (`python -m benchmarks.perf.corpus --rows FILE`: one row per crate, the
     latest, as a second run over the failed crates appends to the same file) into an existing report.json as its P8
@@ -305,7 +331,16 @@ def main() -> None:
         metavar="ROWS_JSONL",
         help="with --rerender: P8 from this corpus rows file (python -m benchmarks.perf.corpus --rows)",
     )
+    parser.add_argument(
+        "--join",
+        type=Path,
+        metavar="RUN_JSON",
+        help="with --rerender: every section of this other run's report.json replaces the report's own",
+    )
     args = parser.parse_args()
+    if args.rerender and args.join:
+        print(json.dumps({k: str(v) for k, v in join_sections(args.rerender, args.join, args.readme).items()}))
+        return
     if args.rerender and args.corpus_rows:
         print(json.dumps({k: str(v) for k, v in join_corpus(args.rerender, args.corpus_rows, args.readme).items()}))
         return
