@@ -590,18 +590,23 @@ def repeat_improve_figure(results: Results) -> dict[str, Any]:
                   "x", r.goal, "<=", measured, _repeat_gap(r, "improve"), "repeat")  # fmt: skip
 
 
+def _seconds(samples: tuple[float, ...] | list[float]) -> str:
+    return " and ".join(f"{s:.1f}" for s in samples) + " s"
+
+
 def compile_once_figure(results: Results) -> dict[str, Any]:
     r: CompileOnceResult = results["compile_once"]
     cold = r.runs["cold"]
     measured = (
         f"a cold craft of csv-dedup (its dependencies new to the store, the loop on the flake's deps derivation): "
-        f"{_repeat_breakdown(cold)}, {cold.dependency_cache or 'no dependency cache line'}; one `cargo build --release` "
-        f"of the same crate from nothing in the same run: {r.release_build_s:.1f} s"
+        f"{_repeat_breakdown(cold)}, {cold.dependency_cache or 'no dependency cache line'}"
         + (
-            f" (mean of {' s and '.join(f'{s:.1f}' for s in r.release_samples_s)} s, after each craft)."
-            if r.release_samples_s
-            else "."
+            f" (cargo + nix of each round: {_seconds(r.cold_samples_s)}; the ratio is of the mean)"
+            if r.cold_samples_s
+            else ""
         )
+        + f"; one `cargo build --release` of the same crate from nothing in the same run: {r.release_build_s:.1f} s"
+        + (f" (mean of {_seconds(r.release_samples_s)}, after each craft)." if r.release_samples_s else ".")
     )
     gap = f"cargo {cold.cargo_s:.1f} s (the loop's and host calls) and nix build {cold.nix_build_s:.1f} s (two derivations)."
     return figure("P14", "cold craft: cargo + nix / one release build of the same crate from nothing", r.ratio, "x",
@@ -613,7 +618,13 @@ def compile_once_shared_figure(results: Results) -> dict[str, Any]:
     cold, today = r.runs["cold"], r.runs["today"]
     measured = (
         f"the cold craft ({_repeat_breakdown(cold)}) against the same craft with the dependency cache off, its loop "
-        f"compiling the dependencies itself ({_repeat_breakdown(today)})."
+        f"compiling the dependencies itself ({_repeat_breakdown(today)})"
+        + (
+            f"; cargo + nix of each round: cold {_seconds(r.cold_samples_s)}, today {_seconds(r.today_samples_s)} "
+            "(the breakdowns are the first round's; the ratio is of the means)."
+            if r.cold_samples_s
+            else "."
+        )
     )
     return figure("P14-shared", "cold craft on the shared deps derivation / the same craft compiling them twice",
                   r.shared_ratio, "x", r.goal_shared, "<=", measured, "", "compile_once")  # fmt: skip
