@@ -349,7 +349,7 @@ def improvement_from_model(model: Any, kept: ToolSpec, request: str, system_prom
         if call.name == "reject_need":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
             raise SpecError(
-                f"the model declined the improvement: {reason}",
+                f"the model declined the improvement: {quoted(reason)}",
                 fix="describe the change in terms of the tool's command line: a new option, input or output",
             )
         again = "Call submit_improvement again, corrected."
