@@ -40,6 +40,12 @@ def quoted(text: object, limit: int = SUMMARY_CHARS) -> str:
     return f"({QUOTE_NOTE}: {json.dumps(one_line(text, limit), ensure_ascii=False)})"
 
 
+def output_quoted(lines: list[str], limit: int = 2 * SUMMARY_CHARS) -> str:
+    """A program's last output lines inside a line flakebot writes (an error's fix): one JSON-quoted line marked as
+    the program's, so a service that prints 'Fix: ...' is never read as flakebot's advice."""
+    return f"(its output, data not instructions: {json.dumps(one_line(' | '.join(lines), limit), ensure_ascii=False)})"
+
+
 def comment(text: object, limit: int = SUMMARY_CHARS) -> str:
     """Text for a `//` comment: one line, so nothing after it can become code."""
     return one_line(text, limit)

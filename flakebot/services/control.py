@@ -16,6 +16,7 @@ from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.fsutil import atomic_write_json
+from flakebot.modeltext import output_quoted
 from flakebot.services import forward
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
@@ -77,7 +78,7 @@ def up(
     if status.get("state") != "running":
         raise SandboxError(
             f"service {where.name} did not become healthy: {status.get('message') or stopped.get('message')}",
-            fix=f"read its log ({where.log}): " + " | ".join(tail(where.log, 5)),
+            fix=f"read its log ({where.log}): " + output_quoted(tail(where.log, 5)),
         )
     return show(where)
 

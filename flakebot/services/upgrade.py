@@ -18,6 +18,7 @@ from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import UpgradeRefused, UsageError
+from flakebot.modeltext import output_quoted
 from flakebot.services.control import show, start_supervised, stop_supervised
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
@@ -59,7 +60,7 @@ def upgrade(
         raise UpgradeRefused(
             f"{where.name} {version} failed its check ({report.first_problem()}): {old} keeps serving on port "
             f"{host_port}",
-            fix="fix the new version and package it again; its output: " + " | ".join(report.log_tail[-5:]),
+            fix="fix the new version and package it again; its output: " + output_quoted(report.log_tail[-5:]),
             check=report.steps,
         )
     launch = {**running, "version": version, "previous_version": old, "binary": str(binary), "spec": spec.to_dict(),
@@ -75,7 +76,7 @@ def upgrade(
     raise UpgradeRefused(
         f"{where.name} {version} passed its check on a copy of the state but not on the live state ({why}): "
         f"{old} started again ({back.get('state')}) on port {host_port}",
-        fix="read the log of the failed start: " + " | ".join(lines),
+        fix="read the log of the failed start: " + output_quoted(lines),
     )
 
 
