@@ -186,7 +186,8 @@ def test_the_agents_sdk_on_its_5s_timeout_crafts_by_following_a_run_handle(
     require("bwrap", "cargo", "nix")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     arguments = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
-                 "registry": "local", "name": None, "from": None, "fresh": None, "wait": None, "detach": None}  # fmt: skip
+                 "registry": "local", "name": None, "from": None, "fresh": None, "wait": None, "detach": None,
+             "service": None}  # fmt: skip
 
     async def session() -> dict[str, Any]:
         seen: dict[str, Any] = {"polls": []}
@@ -228,7 +229,8 @@ def test_a_langchain_agent_crafts_and_calls_the_crafted_tool_with_strict_tools(
         pytest.skip("langchain is not installed: scripts/setup.sh installs it in .venv/langchain")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     craft = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
-             "registry": "local", "name": None, "from": None, "fresh": None, "wait": None, "detach": None}  # fmt: skip
+             "registry": "local", "name": None, "from": None, "fresh": None, "wait": None, "detach": None,
+             "service": None}  # fmt: skip
 
     before = advertised_schemas()
     with FollowingModel(craft, "shout", {"stdin": "follow me\n", "writable": None}) as model:
@@ -268,7 +270,8 @@ def test_an_agents_sdk_agent_with_strict_tools_crafts_follows_the_run_and_calls_
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
     monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")  # traces would go to OpenAI's API
     craft = {"need": "upper-case my input", "model": f"scripted:{shout_script(tmp_path)}", "crate": "csv",
-             "registry": "local", "name": None, "from": None, "fresh": None, "wait": None, "detach": None}  # fmt: skip
+             "registry": "local", "name": None, "from": None, "fresh": None, "wait": None, "detach": None,
+             "service": None}  # fmt: skip
 
     async def session(model: FollowingModel) -> Any:
         client = AsyncOpenAI(base_url=model.openai_url, api_key="stub")

@@ -73,17 +73,10 @@ def build_image(manifest: dict[str, Any], settings: Settings) -> Path:
         standin = None
         pkgs = f'(builtins.getFlake "github:NixOS/nixpkgs/{PINNED_NIXPKGS["rev"]}").legacyPackages.{system}'
     expr = image_expression(manifest, pkgs)
-    argv = [
-        command.nix_program(),
-        *command.FEATURES,
-        "build",
-        *command.machine_options(mode, standin, settings.nix_builders),
-        "--impure",
-        "--json",
-        "--no-link",
-        "--expr",
-        expr,
-    ]
+    # through nix_argv, as every nix call that can build: the build users and Nix's sandbox (the nixpkgs override it
+    # adds is inert here: the expression names its nixpkgs itself)
+    argv = command.nix_argv(["build"], ["--impure", "--json", "--no-link", "--expr", expr], mode, standin,
+                            settings.nix_builders)  # fmt: skip
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=settings.nix_build_timeout, stdin=subprocess.DEVNULL
     )
