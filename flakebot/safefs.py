@@ -398,22 +398,22 @@ def copy_tree(source: Path, dest: Path) -> None:
     regular files with their permission bits less set-id and sticky bits, sockets, FIFOs and devices left out. An
     entry swapped for a link while the copy runs ends it (UnsafePath) instead of being entered."""
     dest.mkdir()
+    directories: list[tuple[str, int]] = []
     with Tree(source) as tree, Tree(dest) as out:
         for rel, info in tree.walk():
             if not rel:
                 continue
             if stat.S_ISDIR(info.st_mode):
                 out.mkdir(rel, mode=0o700, parents=False)
+                directories.append((rel, stat.S_IMODE(info.st_mode) & 0o777))
             elif stat.S_ISLNK(info.st_mode):
                 out.symlink(tree.readlink(rel), rel)
             elif stat.S_ISREG(info.st_mode):
                 with tree.open_read(rel) as file:
-                    out.write_from(
-                        rel, file, mode=stat.S_IMODE(os.fstat(file.fileno()).st_mode) & 0o777, parents=False, sync=False
-                    )
-        for rel, info in tree.walk():  # directories' own modes last, so a read-only one did not stop the copy
-            if rel and stat.S_ISDIR(info.st_mode) and out.is_dir(rel):
-                out.chmod(rel, stat.S_IMODE(info.st_mode) & 0o777)
+                    mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode) & 0o777
+                    out.write_from(rel, file, mode=mode, parents=False, sync=False)
+        for rel, mode in directories:  # their own modes last, so a read-only one did not stop the copy
+            out.chmod(rel, mode)
 
 
 def file_below(root: Path, path: Path) -> Path:
