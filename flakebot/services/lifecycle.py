@@ -22,6 +22,7 @@ import httpx
 
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, UnsafePath, UsageError
+from flakebot.modeltext import output_quoted
 from flakebot.safefs import copy_tree
 from flakebot.services import forward, health
 from flakebot.services.declaration import ServiceSpec
@@ -92,6 +93,10 @@ class Report:
 
     def first_problem(self) -> str:
         return next((f"{s['step']}: {s['problem']}" for s in self.steps if s["problem"]), "")
+
+    def last_output(self) -> str:
+        """The service's last lines, quoted as its words, for an error's fix."""
+        return output_quoted(self.log_tail[-5:])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

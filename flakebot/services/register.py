@@ -12,7 +12,6 @@ from flakebot.config import Settings
 from flakebot.deliver.catalog import Catalog, show_tool
 from flakebot.deliver.versions import VERSION_RE
 from flakebot.errors import CatalogError, NixError
-from flakebot.modeltext import output_quoted
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.lifecycle import Examples, check_lifecycle
 
@@ -44,7 +43,7 @@ def package_service(
         raise NixError(
             f"service {name} failed its lifecycle check: {report.first_problem()}",
             fix="a service must answer its health check, exit 0 on SIGTERM and keep its state in $STATE_DIRECTORY; "
-            "its output: " + output_quoted(report.log_tail[-5:]),
+            "its output: " + report.last_output(),
             lifecycle=report.to_dict(),
             flake_dir=built.flake_dir,
         )

@@ -60,7 +60,7 @@ def upgrade(
         raise UpgradeRefused(
             f"{where.name} {version} failed its check ({report.first_problem()}): {old} keeps serving on port "
             f"{host_port}",
-            fix="fix the new version and package it again; its output: " + output_quoted(report.log_tail[-5:]),
+            fix="fix the new version and package it again; its output: " + report.last_output(),
             check=report.steps,
         )
     launch = {**running, "version": version, "previous_version": old, "binary": str(binary), "spec": spec.to_dict(),

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import NixError
-from flakebot.modeltext import output_quoted
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
 from flakebot.services.crafting import ServiceNeed, lifecycle_of
@@ -30,7 +29,7 @@ def instruct_service(
         raise NixError(
             f"service {spec.name} failed its lifecycle check on the built store path: {report.first_problem()}",
             fix="the tests passed in the workspace but the built service disagrees: inspect the run with --keep; "
-            "its output: " + output_quoted(report.log_tail[-5:]),
+            "its output: " + report.last_output(),
             lifecycle=report.to_dict(),
         )
     ctx.progress("checking that nix run resolves to the tested store path")
