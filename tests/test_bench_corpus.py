@@ -215,15 +215,7 @@ def test_the_plain_build_of_a_failed_crate_leaves_out_the_dev_dependencies_the_r
     """Debian's difference 2.0.0 names dev-dependencies its registry lacks (quickcheck 0.4, term 0.2): plain cargo
     would stop at resolving them. Left out as flakebot leaves them, the build gets to compiling, and fails on what
     it really fails on: its own #![deny(warnings)] meeting rustc's newer lints."""
-    from flakebot.config import Settings
-
-    settings = Settings(
-        workdir=str(tmp_path / "work"),
-        cache_dir=str(tmp_path / "cache"),
-        catalog_dir=str(tmp_path / "catalog"),
-        nixpkgs="host",
-        registry="local",
-    )
+    settings = corpus_module.scratch_settings(tmp_path)
     try:
         from flakebot.crates.registries import local_registry
 

@@ -153,17 +153,22 @@ def _measure_or_say_why(name: str) -> dict[str, Any]:
         }
 
 
+def scratch_settings(root: Path) -> Settings:
+    """Offline settings (Debian's registry, the host stand-in) whose workdir, cache and catalog are below `root`."""
+    return Settings(
+        workdir=str(root / "work"),
+        cache_dir=str(root / "cache"),
+        catalog_dir=str(root / "catalog"),
+        nixpkgs="host",
+        registry="local",
+    )
+
+
 def measure(name: str) -> dict[str, Any]:
     """One crate: flakebot package (build + smoke run), then cargo build --release of the same source."""
     with tempfile.TemporaryDirectory(prefix=f"flakebot-bench-corpus-{name}-") as tmp:
         root = Path(tmp)
-        settings = Settings(
-            workdir=str(root / "work"),
-            cache_dir=str(root / "cache"),
-            catalog_dir=str(root / "catalog"),
-            nixpkgs="host",
-            registry="local",
-        )
+        settings = scratch_settings(root)
         row: dict[str, Any] = {"crate": name, **package_one(name, settings)}
         if row["packaged"] and not PLAIN_BUILD_WHEN_PACKAGED:
             row["cargo_build_release_s"] = None

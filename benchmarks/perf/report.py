@@ -98,7 +98,12 @@ def with_figures(report: dict[str, Any]) -> dict[str, Any]:
 def rerender(path: Path, readme: Path | None = None) -> dict[str, Path]:
     """Write the report again from the results in an existing report.json (after a change to how figures are
     explained): the same measurements, nothing run again."""
-    report = with_figures(json.loads(path.read_text()))
+    return _write_again(json.loads(path.read_text()), path, readme)
+
+
+def _write_again(report: dict[str, Any], path: Path, readme: Path | None) -> dict[str, Path]:
+    """`report` with its figures made again, written beside `path` (and into `readme`'s generated section)."""
+    report = with_figures(report)
     paths = write(report, path.parent)
     if readme is not None:
         update_readme(readme, report)
@@ -121,14 +126,10 @@ def join_sections(path: Path, other: Path, readme: Path | None = None) -> dict[s
     )
     merged = str(report.get("merged") or "")
     tail = " Each figure is a ratio or a difference within one run."
-    body = merged.removesuffix(tail) if merged.endswith(tail) else merged
+    body = merged.removesuffix(tail)
     body = re.sub(r"^This report joins \w+ runs", "This report joins several runs", body)
     report["merged"] = f"{body} {joined}{tail}".strip()
-    report = with_figures(report)
-    paths = write(report, path.parent)
-    if readme is not None:
-        update_readme(readme, report)
-    return paths
+    return _write_again(report, path, readme)
 
 
 def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict[str, Path]:
@@ -163,11 +164,7 @@ def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict
         if "corpus (P8) from" in merged
         else f"{merged} {joined}".strip()
     )
-    report = with_figures(report)
-    paths = write(report, path.parent)
-    if readme is not None:
-        update_readme(readme, report)
-    return paths
+    return _write_again(report, path, readme)
 
 
 def corpus_note(rows: list[dict[str, Any]], rows_name: str) -> str:

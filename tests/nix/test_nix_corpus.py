@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.config import Settings
 from tests.conftest import DEBIAN_REGISTRY, REPO
 
 bench_corpus = importlib.import_module("benchmarks.perf.corpus")
@@ -20,13 +19,7 @@ bench_corpus = importlib.import_module("benchmarks.perf.corpus")
 @pytest.mark.parametrize("name", ["hexyl", "cbindgen"])
 def test_corpus_crate_is_packaged_and_smoke_runs(name: str, tmp_path: Path) -> None:
     assert any(DEBIAN_REGISTRY.glob(f"{name}-*")), f"{name} is not in Debian's registry: run 'make setup'"
-    settings = Settings(
-        workdir=str(tmp_path / "work"),
-        cache_dir=str(tmp_path / "cache"),
-        catalog_dir=str(tmp_path / "catalog"),
-        nixpkgs="host",
-        registry="local",
-    )
+    settings = bench_corpus.scratch_settings(tmp_path)
     row = bench_corpus.package_one(name, settings, fresh=False)  # a repeat finds the earlier build in the store
     assert row["packaged"], row.get("reason")
     assert row["smoke"] == f"{row['binary']} --help"
@@ -52,13 +45,7 @@ def test_a_corpus_crate_without_help_or_usage_is_packaged_at_level_runs(tmp_path
     """xml-rs 0.8.3's xml-analyze takes `--help` for a file it cannot open ("Cannot open input file"); given an
     empty file it parses it ("no root element found"): it runs, at level runs, where it was refused before."""
     assert any(DEBIAN_REGISTRY.glob("xml-rs-*")), "xml-rs is not in Debian's registry: run 'make bench-setup'"
-    settings = Settings(
-        workdir=str(tmp_path / "work"),
-        cache_dir=str(tmp_path / "cache"),
-        catalog_dir=str(tmp_path / "catalog"),
-        nixpkgs="host",
-        registry="local",
-    )
+    settings = bench_corpus.scratch_settings(tmp_path)
     row = bench_corpus.package_one("xml-rs", settings, fresh=False)
     assert row["packaged"], row.get("reason")
     assert (row["smoke_level"], row["smoke"], row["smoke_exit_code"]) == ("runs", "xml-analyze empty-input", 1)
