@@ -46,7 +46,7 @@ POINTS = [
     CrashPoint("search"),
     CrashPoint("choose", delay=1.0, slow=4),
     CrashPoint("acquire", message="starting new crate"),
-    CrashPoint("edit", message="running the tests before any edit", delay=1.5),
+    CrashPoint("edit", message="building the dependencies once", delay=1.5),
     CrashPoint("package", message="nix build", delay=0.5, fresh_name=True),
     CrashPoint("instruct"),
 ]

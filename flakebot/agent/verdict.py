@@ -94,6 +94,13 @@ def built_binary(report: Any, name: str) -> Path | None:
     return None
 
 
+def not_run(why: str) -> Verdict:
+    """The verdict before any test ran: ranked as a crate that does not build, so any run that compiles is better."""
+    return Verdict(
+        green=False, failures=COMPILE_FAILURE, summary=f"Not run yet: {why}.", key="not-run", data={"not_run": True}
+    )
+
+
 def judge(report: Any, spec: ToolSpec) -> Verdict:
     """flakebot's verdict from a `cargo test` report: green only when everything passed and every
     acceptance example ran, in the acceptance test binary, and passed."""

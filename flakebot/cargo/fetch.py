@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ class FetchReport:
     error: str = ""  # cargo's error, on one line
     stage: str = ""
     seconds: float = 0.0
+    resolve_error: str = ""  # `cargo metadata --offline` of the fetched graph failed: cargo's error, on one line
 
     def summary(self) -> str:
         """One line for the model and the log."""
@@ -60,8 +62,12 @@ class FetchReport:
         return f"dependencies fetched on the host ({got})"
 
 
-def sync(cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float = 600) -> FetchReport:
-    """Make sure the crate has a Cargo.lock (at `lock`, the workspace root's) and, online, that every crate it names is fetched."""
+def sync(
+    cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float = 600, *, watch: Path | None = None
+) -> FetchReport:
+    """Make sure the crate has a Cargo.lock (at `lock`, the workspace root's) and, online, that every crate it names is
+    fetched; the graph is then resolved offline once, for the git view (keyed by `watch`'s manifests, if given) and
+    the report's `resolve_error`."""
     start, report = time.perf_counter(), FetchReport()
     if lock is not None and not lock.exists():
         made = cargo.run(["generate-lockfile"], crate_dir, timeout=timeout)
@@ -75,7 +81,10 @@ def sync(cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float
             refresh_git_view(cargo, crate_dir)  # a refused source: what the sandbox saw of it goes too
             return _failed(report, "fetch", fetched.stderr, start)
         report.downloaded = [m.group(1) for line in fetched.stderr.splitlines() if (m := DOWNLOADED.match(line))]
-    refresh_git_view(cargo, crate_dir)
+    resolved = _resolve(cargo, crate_dir)
+    if resolved.returncode != 0:
+        report.resolve_error = cargo_error(resolved.stderr)
+    refresh_git_view(cargo, crate_dir, resolved=resolved, watch=watch)
     report.seconds = time.perf_counter() - start
     logger.info("host fetch for %s: %s (%.1f s)", crate_dir, report.summary(), report.seconds)
     return report
@@ -92,13 +101,36 @@ def _failed(report: FetchReport, stage: str, stderr: str, start: float) -> Fetch
     return report
 
 
-def refresh_git_view(cargo: Cargo, crate_dir: Path) -> list[str]:
+def _resolve(cargo: Cargo, crate_dir: Path) -> subprocess.CompletedProcess[str]:
+    return cargo.run(["metadata", "--format-version", "1", "--offline"], crate_dir, timeout=300)
+
+
+def refresh_git_view(
+    cargo: Cargo,
+    crate_dir: Path,
+    *,
+    resolved: subprocess.CompletedProcess[str] | None = None,
+    watch: Path | None = None,
+) -> list[str]:
     """Rebuild `cargo.git_view`: hard-linked copies of the git/ entries (checkouts/X/REV, db/X) the resolved graph
-    uses, each from an allowed source; returns them. Nothing without a view; an unresolvable graph gets an empty one."""
+    (`resolved`, else resolved here) uses, each from an allowed source; returns them. Nothing without a view; an
+    unresolvable graph gets an empty one. With `watch`, the view is kept when it was made for the same manifests
+    under it (their digest is its key, beside it); a view made without a key is always made again."""
     if cargo.git_view is None:
         return []
+    keyed = cargo.git_view.with_name(cargo.git_view.name + ".key")
+    key = ManifestWatch(watch).current() if watch is not None else ""
+    if key and resolved is None and cargo.git_view.is_dir():
+        try:
+            kept = json.loads(keyed.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        if kept.get("key") == key:
+            logger.debug("git view of %s: kept, its manifests are unchanged", crate_dir)
+            return list(kept.get("entries", []))
+    keyed.unlink(missing_ok=True)  # from here until it is written again, the view has no key
     entries: list[str] = []
-    resolved = cargo.run(["metadata", "--format-version", "1", "--offline"], crate_dir, timeout=300)
+    resolved = resolved or _resolve(cargo, crate_dir)
     git = (cargo.home / "git").resolve()
     if resolved.returncode == 0:
         for package in json.loads(resolved.stdout)["packages"]:
@@ -115,6 +147,8 @@ def refresh_git_view(cargo: Cargo, crate_dir: Path) -> list[str]:
     shutil.rmtree(cargo.git_view, ignore_errors=True)
     fresh.rename(cargo.git_view)
     logger.info("git view of %s: %s", crate_dir, ", ".join(dict.fromkeys(entries)) or "no git checkouts")
+    if key:
+        keyed.write_text(json.dumps({"key": key, "entries": list(dict.fromkeys(entries))}))
     return list(dict.fromkeys(entries))
 
 

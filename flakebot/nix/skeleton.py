@@ -15,6 +15,8 @@ skeleton); a skeleton whose locked registry packages would change is not used.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import logging
 import tempfile
 import tomllib
@@ -38,6 +40,8 @@ DEPENDENCY_TABLES = ("dependencies", "dev-dependencies", "dev_dependencies", "bu
 # What decides how the dependencies compile; the rest of a manifest (targets, metadata, lints) is the crate's own.
 KEPT_TABLES = ("cargo-features", *DEPENDENCY_TABLES, "target", "features", "patch", "replace", "profile", "workspace")
 KEPT_PACKAGE_KEYS = ("edition", "links", "resolver", "workspace")
+RELOCKED_KEPT = 32  # skeletons whose relocked Cargo.lock this process remembers (the MCP server lives long)
+_RELOCKED: dict[str, bytes] = {}
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,15 @@ def write_skeleton(flake_dir: Path, facts: CrateFacts, settings: Settings) -> Sk
         return None
     target = flake_dir / SKELETON_DIR
     sole = len(facts.local_packages) == 1
+    files: dict[str, str] = {}
     for package in facts.local_packages:
-        _write_package(flake_dir, target, package, SOLE_NAME if sole else "")
-    _write_root(flake_dir, target, facts)
-    (target / "Cargo.lock").write_bytes((flake_dir / "Cargo.lock").read_bytes())
-    if not _relock(target, flake_dir / "Cargo.lock", settings):
+        _package_files(files, flake_dir, package, SOLE_NAME if sole else "")
+    _root_files(files, flake_dir, facts)
+    for rel, text in files.items():
+        _write(target / rel, text)
+    lock = (flake_dir / "Cargo.lock").read_bytes()
+    (target / "Cargo.lock").write_bytes(lock)
+    if not _relock(target, flake_dir / "Cargo.lock", settings, _relock_key(files, lock, settings)):
         remove_tree(target)
         return None
     names = [SOLE_NAME] if sole else [p.name for p in facts.local_packages]
@@ -93,7 +101,7 @@ def _load(manifest: Path) -> dict[str, Any]:
     return tomllib.loads(manifest.read_text())
 
 
-def _write_package(flake_dir: Path, target: Path, package: LocalPackage, rename: str) -> None:
+def _package_files(files: dict[str, str], flake_dir: Path, package: LocalPackage, rename: str) -> None:
     manifest = _load(flake_dir / package.manifest)
     skeleton = _kept(manifest)
     declared = manifest.get("package", {})
@@ -106,18 +114,18 @@ def _write_package(flake_dir: Path, target: Path, package: LocalPackage, rename:
         **{f"auto{kind}": False for kind in ("bins", "examples", "tests", "benches")},
     }
     skeleton["lib"] = {"path": "src/lib.rs", **({"proc-macro": True} if package.proc_macro else {})}
-    home = target / Path(package.manifest).parent
-    _write(home / "Cargo.toml", tomlkit.dumps(_sorted(skeleton)))
-    _write(home / "src" / "lib.rs", "")
+    home = Path(package.manifest).parent
+    files[str(home / "Cargo.toml")] = tomlkit.dumps(_sorted(skeleton))
+    files[str(home / "src" / "lib.rs")] = ""
     if package.build_script:
-        _write(home / "build.rs", "fn main() {}\n")
+        files[str(home / "build.rs")] = "fn main() {}\n"
 
 
-def _write_root(flake_dir: Path, target: Path, facts: CrateFacts) -> None:
+def _root_files(files: dict[str, str], flake_dir: Path, facts: CrateFacts) -> None:
     """A virtual workspace's root manifest (a root that is a package was written with the packages)."""
     if any(p.manifest == "Cargo.toml" for p in facts.local_packages):
         return
-    _write(target / "Cargo.toml", tomlkit.dumps(_sorted(_kept(_load(flake_dir / "Cargo.toml")))))
+    files["Cargo.toml"] = tomlkit.dumps(_sorted(_kept(_load(flake_dir / "Cargo.toml"))))
 
 
 def _kept(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -155,10 +163,24 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def _relock(target: Path, original: Path, settings: Settings) -> bool:
-    """Let cargo rewrite the skeleton's lock for its local packages; False when it would lock other registry crates."""
+def _relock_key(files: dict[str, str], lock: bytes, settings: Settings) -> str:
+    """What cargo's relock of a skeleton depends on: its files, the crate's lock, and where crates come from."""
+    digest = hashlib.sha256(
+        json.dumps([sorted(files.items()), settings.registry, settings.local_registry, settings.offline]).encode()
+    )
+    digest.update(lock)
+    return digest.hexdigest()
+
+
+def _relock(target: Path, original: Path, settings: Settings, key: str) -> bool:
+    """Let cargo rewrite the skeleton's lock for its local packages; False when it would lock other registry crates.
+    The same skeleton again in this process (the edit loop's stub, then the package stage) takes cargo's lock from the
+    first time."""
     from flakebot.cargo.runner import Cargo
 
+    if key in _RELOCKED:
+        (target / "Cargo.lock").write_bytes(_RELOCKED[key])
+        return True
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
         cargo = Cargo.for_run(settings, Path(scratch) / "target")
         result = cargo.run(["metadata", "--format-version", "1", "--offline"], target, timeout=settings.command_timeout)
@@ -168,6 +190,9 @@ def _relock(target: Path, original: Path, settings: Settings) -> bool:
     if _locked(target / "Cargo.lock") != _locked(original):
         logger.info("no deps derivation: the skeleton would lock other registry crates than the crate does")
         return False
+    _RELOCKED[key] = (target / "Cargo.lock").read_bytes()
+    while len(_RELOCKED) > RELOCKED_KEPT:
+        _RELOCKED.pop(next(iter(_RELOCKED)))
     return True
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import tomlkit
 
 from flakebot.cargo.fetch import sync
-from flakebot.cargo.metadata import cargo_error, metadata, workspace_root
+from flakebot.cargo.metadata import metadata, workspace_root
 from flakebot.cargo.runner import Cargo
 from flakebot.crates import CrateInfo
 from flakebot.errors import AcquireError
@@ -107,14 +107,14 @@ def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, An
     report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": "", "dropped": []}
     root = workspace_root(cargo, crate_path)
     lock = root / "Cargo.lock"
-    fetched = sync(cargo, crate_path, lock)
+    fetched = sync(cargo, crate_path, lock, watch=workspace)
     if not fetched.ok and fetched.stage == "lock":
         # The workspace is flakebot's clone: like a packaged copy, it may leave out dev-dependencies that do not resolve.
         dropped = lock_without_unresolvable(cargo, root, 300)
         if dropped is not None:
             _commit_lock(workspace, lock, dropped)
             report.update(lockfile="generated", dropped=[d.to_dict() for d in dropped])
-            fetched = sync(cargo, crate_path, lock)  # online: fetch what the new lock names
+            fetched = sync(cargo, crate_path, lock, watch=workspace)  # online: fetch what the new lock names
     elif fetched.lock_generated:
         _commit_lock(workspace, lock, [])
         report["lockfile"] = "generated"
@@ -126,10 +126,8 @@ def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, An
         )
     if not fetched.ok:
         return {**report, "lockfile": "failed", "metadata_ok": False, "cargo_error": fetched.error}
-    if cargo.offline:  # online, `cargo fetch` has just resolved the whole graph
-        resolved = cargo.run(["metadata", "--format-version", "1"], crate_path, timeout=300)
-        if resolved.returncode != 0:
-            report.update(metadata_ok=False, cargo_error=cargo_error(resolved.stderr))
+    if cargo.offline and fetched.resolve_error:  # online, `cargo fetch` has just resolved the whole graph
+        report.update(metadata_ok=False, cargo_error=fetched.resolve_error)
     return report
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, built_file, run_example, write_acceptance_test
 from flakebot.agent.disputes import DisputeDesk, refreezer
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
-from flakebot.agent.verdict import ExampleRunner, LifecycleCheck
+from flakebot.agent.verdict import ExampleRunner, LifecycleCheck, not_run
 from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError, UnsafePath
@@ -57,7 +57,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
 
     settings = ctx.settings
     cargo = Cargo.for_run(settings, ctx.run.target_dir, ctx.run.dir)
-    refresh_git_view(cargo, crate_dir)  # the sandbox sees only the git checkouts the lock names
+    refresh_git_view(cargo, crate_dir, watch=root)  # the sandbox sees only the git checkouts the lock names
     store = _store_plan(ctx, cargo)
     sandbox = open_sandbox(
         settings.sandbox,
@@ -96,8 +96,14 @@ def edit_stage(ctx: StageContext) -> EditOut:
         git, crate_rel, frozen, checks, base=base, scratch=[ctx.run.target_dir], disk_mb=settings.sandbox_disk_mb
     )
 
-    ctx.progress("running the tests before any edit")
-    baseline = workspace.baseline()
+    if acquired.origin.get("method") == "new":
+        # cargo's hello-world against the frozen test: a run would teach the model nothing, and would build the
+        # library's dependency set, which the model's first edit changes: the first build waits for that edit
+        ctx.progress("not running the tests before any edit: the crate is new (cargo's hello-world)")
+        baseline = not_run(f"the crate is cargo's new hello-world; flakebot runs {ACCEPTANCE_TEST} after your edits")
+    else:
+        ctx.progress("running the tests before any edit")
+        baseline = workspace.baseline()
     budget = run_budget(ctx)
     with stage_model(ctx, budget) as model, ExitStack() as later:
         spec_model = _lazy_model(ctx, budget, transcript, later)
@@ -144,9 +150,10 @@ def _store_plan(ctx: StageContext, cargo: Cargo) -> Plan | None:
 def _seed_dependencies(
     ctx: StageContext, cargo: Cargo, crate_dir: Path, *, isolated: bool, store: Plan | None
 ) -> Callable[[], None]:
-    """The run's target dir starts as a private copy of the crate's compiled dependencies: the flake's deps derivation
-    (`store`), else the dependency cache's entry, if it can; the returned call (before each `cargo test`) seeds it
-    again when the model changed the dependencies."""
+    """The returned call, before each `cargo test`, keeps the run's target dir on a private copy of the crate's
+    compiled dependencies: the flake's deps derivation (`store`), else the dependency cache's entry, if it can. The
+    first copy is made before the first test, not before: a new crate's first test comes after the model's first
+    edit, which usually changes the dependency set, and each set built is a build of every dependency in it."""
     from flakebot.cargo.depcache import LoopSeeder
     from flakebot.nix.loopdeps import StoreSeeder
 
@@ -157,15 +164,19 @@ def _seed_dependencies(
         seeder = StoreSeeder(ctx.settings, crate_dir, ctx.run.target_dir, ctx.run.dir / "loop-deps", ctx.progress)
     else:
         seeder = LoopSeeder(ctx.settings, cargo, crate_dir, ctx.run.target_dir, progress=ctx.progress)
-    seeded = seeder.seed(isolated=isolated)
-    ctx.progress(seeded.note(), dependency_cache=seeded.status)
+    seeded: list[bool] = []
 
-    def refresh() -> None:
+    def before_test() -> None:
+        if not seeded:
+            seeded.append(True)
+            first = seeder.seed(isolated=isolated)
+            ctx.progress(first.note(), dependency_cache=first.status)
+            return
         again = seeder.refresh()
         if again is not None:
             ctx.progress(f"dependencies changed: {again.note()}", dependency_cache=again.status)
 
-    return refresh
+    return before_test
 
 
 def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitStack) -> Callable[[], Model]:

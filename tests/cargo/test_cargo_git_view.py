@@ -95,3 +95,31 @@ def test_an_allowed_repository_naming_a_file_url_gets_no_clone_of_it(daemon: Git
     fetched = sync(Cargo(tmp_path / "t", home=home, git_sources=LOOPBACK, tree=crate), crate, crate / "Cargo.lock")
     assert not fetched.ok
     assert not list(home.rglob("SECRET.txt")), "cargo cloned the file:// repository the relay names"
+
+
+def test_a_keyed_view_is_kept_only_while_its_manifests_are_unchanged(daemon: GitDaemon, tmp_path: Path) -> None:
+    """The edit stage asks for the view the acquire stage made (one `cargo metadata` fewer), keyed by the workspace's
+    manifests: an edit of Cargo.toml, or a view made since without a key (the loop's own fetches), makes it again."""
+    from flakebot.cargo.fetch import refresh_git_view
+
+    crate = _crate(tmp_path, "helper", daemon.url("helper.git"))
+    view = tmp_path / "run/cargo-git"
+    cargo = Cargo(tmp_path / "t", home=tmp_path / "h", git_sources=LOOPBACK, tree=crate, git_view=view)
+    assert sync(cargo, crate, crate / "Cargo.lock", watch=crate).ok
+    first = {name: (crate / name).read_bytes() for name in ("Cargo.toml", "Cargo.lock")}
+    marker = view / "marker"
+    marker.write_text("made by the acquire stage's sync")
+    assert refresh_git_view(cargo, crate, watch=crate)[0].startswith("checkouts/helper-")
+    assert marker.exists()  # kept: no cargo call, no copy
+
+    (crate / "Cargo.toml").write_text(
+        crate_manifest("uses-helper", "0.1.0", f'private = {{ git = "{daemon.url("private.git")}" }}\n')
+    )
+    assert sync(cargo, crate, crate / "Cargo.lock").ok  # as the loop's toolbox fetches: no key
+    assert sorted(p.name.split("-")[0] for p in (view / "checkouts").iterdir()) == ["private"]
+    marker.write_text("made by a fetch without a key")
+    for name, content in first.items():  # the manifests the key was made for (the workspace reset to its base)
+        (crate / name).write_bytes(content)
+    refresh_git_view(cargo, crate, watch=crate)  # the same manifests, but the view is not the one made for them
+    assert not marker.exists()
+    assert sorted(p.name.split("-")[0] for p in (view / "checkouts").iterdir()) == ["helper"]

@@ -60,6 +60,10 @@ def test_a_cold_craft_compiles_each_dependency_once(tmp_path: Path, workdir: Pat
     run_dir = workdir / "runs" / result["run_id"]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert any("from the flake's deps derivation" in str(e.get("message", "")) for e in events)
+    # one dependency set built for the loop: the model's. The new crate's own (the library alone, which its first edit
+    # changes) is never built: its tests first run after that edit
+    builds = [e for e in events if str(e.get("message", "")).startswith("building the dependencies once")]
+    assert len(builds) == 1, builds
 
     state = json.loads((run_dir / "state.json").read_text())
     store_path = state["outputs"]["package"]["store_path"]

@@ -9,6 +9,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.nix.crate import inspect_crate
@@ -88,3 +90,27 @@ def test_a_path_patch_keeps_the_dependencies_with_thelibc_tool(tmp_path: Path) -
         crate, {"vendor/itoa/Cargo.toml": '[package]\nname = "itoa"\nversion = "1.0.9"\n', "vendor/itoa/src/lib.rs": ""}
     )
     assert _skeleton(crate, settings) is None and not (crate / SKELETON_DIR).exists()
+
+
+def test_the_same_skeleton_again_takes_cargos_lock_from_the_first_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edit loop's stub and then the package stage write one skeleton: cargo relocks it once per process, and the
+    lock written the second time is one cargo accepts as it is."""
+    import shutil
+
+    settings = host_settings(tmp_path)
+    crate = libc_tool(tmp_path / "loop-stub", "tally", "0.1.0", secrets.token_hex(8))
+    assert _skeleton(crate, settings) is not None
+    package = tmp_path / "package-flake"
+    shutil.copytree(crate, package, ignore=shutil.ignore_patterns(SKELETON_DIR))
+    facts = inspect_crate(package, settings)
+
+    def no_cargo(*_: object, **__: object) -> None:
+        raise AssertionError("cargo relocked a skeleton it relocked before")
+
+    monkeypatch.setattr(Cargo, "run", no_cargo)
+    assert write_skeleton(package, facts, settings) is not None
+    monkeypatch.undo()
+    assert _files(package / SKELETON_DIR) == _files(crate / SKELETON_DIR)
+    assert _cargo_locked(package / SKELETON_DIR, settings).returncode == 0
