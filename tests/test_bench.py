@@ -70,6 +70,25 @@ def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: P
     assert "intro, edited by hand" in again and again.endswith("## Licence\n\nMIT\n")
 
 
+def test_the_project_readme_quotes_the_headline_figures_of_the_report_it_was_given(tmp_path: Path) -> None:
+    """The front page's headline lines (P14, P14-shared) come from the same report.json as docs/performance.md."""
+    from benchmarks.readme import markers
+
+    start, end = markers("bench-headline")
+    (tmp_path / "docs").mkdir()
+    page, front = tmp_path / "docs/performance.md", tmp_path / "README.md"
+    page.write_text("# Performance\n")
+    front.write_text(f"# tool\n\n{start}\nold lines\n{end}\n\n## After\n")
+    data = json.loads((REPO / "bench/report.json").read_text())
+    report.update_readme(page, data)
+    text = front.read_text()
+    figures = {f["id"]: f for f in data["figures"]}
+    for name in ("P14", "P14-shared"):
+        assert f"- {name}, {figures[name]['title']}: **{report.value_text(figures[name])}**" in text
+    assert "old lines" not in text and text.endswith(f"{end}\n\n## After\n")
+    assert report.START in page.read_text()
+
+
 def test_the_readme_eval_table_is_the_one_eval_wrote(tmp_path: Path) -> None:
     from benchmarks import eval_readme
     from benchmarks.readme import markers

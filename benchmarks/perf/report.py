@@ -303,9 +303,26 @@ def readme_section(report: dict[str, Any], link: str = "../bench/report.md") -> 
     return "\n".join(lines)
 
 
+HEADLINE = ("P14", "P14-shared")  # the figures the project's README quotes: what a new user's first craft costs
+
+
+def headline_section(report: dict[str, Any]) -> str:
+    """The README's lines: the headline figures, each with its goal, linking the performance page."""
+    chosen = [f for f in report["figures"] if f["id"] in HEADLINE]
+    lines = [
+        f"- {f['id']}, {f['title']}: **{value_text(f)}** (goal {goal_text(f)}, {'met' if f.get('met') else 'not met'})"
+        for f in chosen
+    ]
+    return "\n".join([*lines, "", "Every figure, and how it is measured: [docs/performance.md](docs/performance.md)."])
+
+
 def update_readme(path: Path, report: dict[str, Any]) -> None:
-    """Replace the text between the bench markers (adding a Performance section at the end when there are none)."""
+    """Replace the text between the bench markers (adding a Performance section at the end when there are none), and
+    the headline section of the README beside the page's folder, when it has one."""
     readme.write_section(path, "bench", readme_section(report), heading="Performance")
+    front = path.resolve().parent.parent / "README.md"
+    if front.is_file() and readme.read_section(front.read_text(), "bench-headline") is not None:
+        readme.write_section(front, "bench-headline", headline_section(report))
 
 
 def main() -> None:

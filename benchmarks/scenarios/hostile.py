@@ -877,14 +877,17 @@ SHARED_REUSED = ("dependency cache from the flake's deps derivation", "dependenc
 
 def _dependency_cache(s: Scene) -> Path:
     """The shared build every craft on csv starts from: the deps derivation's store output the first craft built
-    (held by its run's GC root), else the debug cache's directory."""
+    (held by the index's GC root), else the debug cache's directory."""
     return SHARED_BUILDS.get(s.marker) or s.root / "cache/flakebot/cargo-deps"
 
 
-def _deps_output(s: Scene, workdir: str) -> Path | None:
-    """The store output of the deps derivation a craft's loop started from (its run's loop-deps/*/result link)."""
-    links = sorted((s.root / workdir).glob("runs/*/loop-deps/*/result"))
-    return Path(os.path.realpath(links[0])) if links else None
+def _deps_output(s: Scene) -> Path | None:
+    """The store output of the deps derivation the first craft's loop built (the one GC root in the scene's index)."""
+    from flakebot.nix.loopdeps import DERIVATIONS_DIR
+
+    index = s.root / "cache/flakebot" / DERIVATIONS_DIR
+    links = sorted(index.iterdir()) if index.is_dir() else []
+    return Path(os.path.realpath(links[0])) if len(links) == 1 else None
 
 
 def _poison_build(s: Scene) -> str:
@@ -919,7 +922,7 @@ def _store_entry(s: Scene) -> Callable[[], None]:
     first = _benign_craft(s, "work-before")
     if first.returncode != 0 or not any(words in first.stdout for words in SHARED_STORED):
         raise RuntimeError(f"the first craft stored no shared dependency build: {first.stderr[-1500:]}")
-    output = _deps_output(s, "work-before")
+    output = _deps_output(s)
     if output is not None:
         SHARED_BUILDS[s.marker] = output
     CACHE_DIGESTS[s.marker] = _cache_digest(s)

@@ -17,6 +17,11 @@ as crane's later steps start from `cargoArtifacts`:
   overrides for its package and `profile.release.incremental`, which cargo never applies to a registry crate), so
   the dependencies stay fresh and an iteration costs what a debug one did.
 
+Each output built is indexed in the cache (DERIVATIONS_DIR, a GC root named by the dependency set, the toolchain, the
+stand-in and the flake template): a later craft on the same set copies it without writing a stub or calling nix. An
+entry that is stale for a reason its name misses costs only speed: cargo's fingerprints then recompile in the loop,
+and the package stage builds its own derivation whatever the index says.
+
 Only the offline stand-in (`--nixpkgs host`) builds with the loop's own toolchain; a flake on pinned nixpkgs builds
 with nixpkgs' rustc, so there the loop keeps the dependency cache (plan() says why).
 """
@@ -51,6 +56,9 @@ DEPS_ATTRIBUTE = "cargo-deps"  # templates/flake.nix.j2's packages output of the
 CRATE_INCREMENTAL = ("--config", "profile.release.incremental=true")
 CRATE_OVERRIDES = ("opt-level=0", "debug-assertions=true", "overflow-checks=true")
 CRATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")  # what may go into a --config key
+DERIVATIONS_DIR = "deps-derivations"  # in cache_dir: one GC root per deps derivation the loop built
+DERIVATIONS_KEPT = 16  # the most recently used roots kept; an older one's output goes at Nix's next GC
+NIX_STORE = Path("/nix/store")
 
 
 class NoStoreDeps(Exception):
@@ -63,6 +71,7 @@ class Plan:
 
     registry: Path  # where the stand-in's builds (and so the loop's sandbox) see the crate registry
     triple: str
+    rustc: str = ""  # `rustc -vV` of the toolchain both build with
 
     def profile(self, crate: str = "") -> tuple[str, ...]:
         """cargo's flags for the loop; with the crate's package name, the crate alone also builds unoptimised with
@@ -103,7 +112,7 @@ def plan(settings: Settings, cargo: Cargo) -> Plan:
     theirs = subprocess.run([str(toolchain), "-vV"], capture_output=True, text=True, timeout=60, check=False).stdout
     if theirs.strip() != rustc_version(cargo):
         raise NoStoreDeps("the stand-in's rustc is not the loop's")
-    return Plan(registry=inside[0], triple=str(host["hostTriple"]))
+    return Plan(registry=inside[0], triple=str(host["hostTriple"]), rustc=theirs.strip())
 
 
 class StoreSeeder:
@@ -115,10 +124,11 @@ class StoreSeeder:
         crate_dir: Path,
         target_dir: Path,
         work_dir: Path,
+        plan: Plan,
         progress: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.settings, self.crate_dir, self.target_dir, self.work_dir = settings, crate_dir, target_dir, work_dir
-        self.progress, self.key = progress, ""
+        self.plan, self.progress, self.key = plan, progress, ""
 
     def seed(self, *, isolated: bool) -> Seeded:
         if not isolated:
@@ -143,23 +153,80 @@ class StoreSeeder:
             self.key = _key(skeleton)
             if not skeleton.packages():  # a new crate: nothing to compile, so no nix build until the model adds some
                 return Seeded("skipped", "the crate has no dependencies yet")
-            self.progress("building the dependencies once, in the flake's deps derivation (from the manifest and lock)")
-            output = build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16])
+            root = derivations_dir(self.settings) / index_key(self.key, self.settings, self.plan)
+            output, how = indexed(root), "indexed, copied"
+            if output is None:
+                self.progress(
+                    "building the dependencies once, in the flake's deps derivation (from the manifest and lock)"
+                )
+                output, how = (
+                    build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16], root),
+                    "copied",
+                )
+                evict(root.parent, keep=DERIVATIONS_KEPT)
             copy_output(output, self.target_dir)
         except (NoSkeleton, NoStoreDeps, FlakebotError, OSError, subprocess.SubprocessError) as exc:
             logger.warning("deps derivation not used: %s", exc)
             shutil.rmtree(self.target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs
             return Seeded("skipped", f"the deps derivation did not build or copy ({exc})")
-        return Seeded("store", f"{output.name}, copied", self.key, time.monotonic() - started)
+        return Seeded("store", f"{output.name}, {how}", self.key, time.monotonic() - started)
+
+
+def derivations_dir(settings: Settings) -> Path:
+    return settings.path("cache_dir") / DERIVATIONS_DIR
+
+
+def index_key(skeleton_key: str, settings: Settings, plan: Plan) -> str:
+    """The index's name for a deps derivation: the dependency set, the toolchain and triple, where builds see the
+    registry, the stand-in's files (its host.json names the toolchain's paths) and the flake template."""
+    from flakebot import __version__
+    from flakebot.nix.standin import ensure_standin
+    from flakebot.render import template_dir
+
+    digest = hashlib.sha256()
+    template = (template_dir() / "flake.nix.j2").read_text()
+    for part in (skeleton_key, plan.rustc, plan.triple, str(plan.registry), __version__, template):
+        digest.update(part.encode() + b"\0")
+    for path in sorted(ensure_standin(settings).iterdir()):
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:40]
+
+
+def indexed(root: Path) -> Path | None:
+    """The store output the index's GC root `root` names, or None: not there, or not a deps output in the Nix store
+    (the cache is flakebot's own, but a link there is followed only into the store). A hit is marked used now."""
+    if not os.path.lexists(root):
+        return None
+    try:
+        output = Path(os.readlink(root))
+    except OSError:
+        output = Path()
+    if output.parent != NIX_STORE or not output.name.endswith("-cargo-deps-0") or not (output / "target").is_dir():
+        logger.info("deps derivation index: %s does not name a deps output in the store; built again", root.name)
+        if root.is_dir() and not root.is_symlink():  # removed, or Nix refuses to put its root there
+            remove_tree(root)
+        else:
+            root.unlink()
+        return None
+    os.utime(root, follow_symlinks=False)
+    return output
+
+
+def evict(directory: Path, keep: int) -> None:
+    """Unlink the least recently used GC roots beyond `keep` (Nix's next garbage collection frees their outputs)."""
+    roots = sorted((p for p in directory.iterdir() if p.is_symlink()), key=lambda p: p.lstat().st_mtime, reverse=True)
+    for old in roots[keep:]:
+        old.unlink(missing_ok=True)
 
 
 def _key(skeleton: Skeleton) -> str:
     return hashlib.sha256(skeleton.key_material().encode()).hexdigest()
 
 
-def build_deps(settings: Settings, skeleton: Skeleton, crate_dir: Path, work: Path) -> Path:
+def build_deps(settings: Settings, skeleton: Skeleton, crate_dir: Path, work: Path, root: Path | None = None) -> Path:
     """Build the deps derivation of `skeleton` (the flake the package stage writes, on a stub crate): its output path,
-    held by a GC root in `work` while the run lasts."""
+    held by the GC root `root` (the index's), else by one in `work` while the run lasts."""
     from flakebot.nix import command
     from flakebot.nix.flake import Choice, write_flake
     from flakebot.nix.standin import ensure_standin
@@ -172,7 +239,7 @@ def build_deps(settings: Settings, skeleton: Skeleton, crate_dir: Path, work: Pa
         raise NoStoreDeps("the crate's dependencies have no derivation of their own")
     argv = command.nix_argv(
         ["build"],
-        ["--json", "--out-link", str(work / "result"), "-L", f"{flake}#{DEPS_ATTRIBUTE}"],
+        ["--json", "--out-link", str(root or work / "result"), "-L", f"{flake}#{DEPS_ATTRIBUTE}"],
         "host",
         ensure_standin(settings),
         settings.nix_builders,

@@ -161,7 +161,9 @@ def _seed_dependencies(
         return lambda: None
     seeder: LoopSeeder | StoreSeeder
     if store is not None:
-        seeder = StoreSeeder(ctx.settings, crate_dir, ctx.run.target_dir, ctx.run.dir / "loop-deps", ctx.progress)
+        seeder = StoreSeeder(
+            ctx.settings, crate_dir, ctx.run.target_dir, ctx.run.dir / "loop-deps", store, ctx.progress
+        )
     else:
         seeder = LoopSeeder(ctx.settings, cargo, crate_dir, ctx.run.target_dir, progress=ctx.progress)
     seeded: list[bool] = []

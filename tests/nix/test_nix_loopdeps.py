@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 from pathlib import Path
@@ -187,3 +188,52 @@ def test_the_loops_cargo_test_finds_the_dev_dependencies_built(tmp_path: Path) -
     artifacts = [json.loads(line) for line in done.stdout.splitlines() if '"compiler-artifact"' in line]
     assert {a["package_id"].rsplit("#", 1)[-1] for a in artifacts if not a["fresh"]} == {"tally@0.1.0"}
     assert any(a["fresh"] and "itoa" in a["package_id"] for a in artifacts)  # the dev-dependency came built
+
+
+def test_a_second_crate_on_the_same_dependencies_takes_the_indexed_output_and_a_forged_index_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    """The index (cache_dir/deps-derivations: one GC root per set) spares a later craft the stub and the nix call; a
+    link there that leaves the Nix store is not followed: the set is built again and the index points into the store."""
+    from flakebot.nix.loopdeps import StoreSeeder, derivations_dir
+
+    require("nix", "bwrap", "cargo")
+    settings = config.load(
+        {"offline": True, "registry": "local", "nixpkgs": "host", "cache_dir": str(tmp_path / "cache")}
+    )
+    salt = salt_table()
+    host = Cargo.for_run(settings, tmp_path / "scratch")
+    loop = plan(settings, host)
+
+    def seed(name: str) -> tuple[str, list[str], Path]:
+        manifest = (
+            f'[package]\nname = "{name}"\nversion = "0.1.0"\nedition = "2021"\n\n{salt}\n\n[dependencies]\nitoa = "1"\n'
+        )
+        crate = write(tmp_path / name, {"Cargo.toml": manifest, "src/main.rs": "fn main() {}\n"})
+        assert host.run(["metadata", "--format-version", "1", "--offline"], crate).returncode == 0
+        said: list[str] = []
+        work = tmp_path / f"{name}-loop-deps"
+        seeded = StoreSeeder(settings, crate, tmp_path / f"{name}-target", work, loop, said.append).seed(isolated=True)
+        assert seeded.status == "store", seeded.detail
+        return seeded.detail, said, work
+
+    detail, said, _ = seed("first")
+    assert said and detail.endswith(", copied")
+    (root,) = derivations_dir(settings).iterdir()
+    output = Path(os.readlink(root))
+    assert output.parent == Path("/nix/store")
+
+    detail, said, work = seed("second")
+    assert said == [] and detail == f"{output.name}, indexed, copied"
+    assert not work.exists()  # no stub crate, no flake, no nix call
+    assert any((tmp_path / "second-target").glob("*/release/deps/libitoa-*.rlib"))
+
+    forged = write(tmp_path / "forged", {"target/x86_64-unknown-linux-gnu/release/deps/libitoa-0.rlib": "forged"})
+    forged_out = tmp_path / f"{output.name}"
+    forged.rename(forged_out)
+    root.unlink()
+    root.symlink_to(forged_out)
+    detail, said, _ = seed("third")
+    assert said and detail == f"{output.name}, copied"  # built (a store hit in Nix), not taken from the forged link
+    assert Path(os.readlink(root)) == output
+    assert b"forged" not in b"".join(p.read_bytes() for p in (tmp_path / "third-target").rglob("libitoa-*.rlib"))
