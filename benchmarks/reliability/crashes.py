@@ -35,6 +35,7 @@ class CrashPoint:
     delay: float = 0.0
     slow: float | None = None  # a slow fault of this many seconds on the stage's first model turn
     fresh_name: bool = False  # a tool name never built before, so nix really builds (no cached store path)
+    fresh_deps: bool = False  # a dependency set never built before, so the loop's deps derivation really builds
 
     def trigger(self) -> str:
         start = f"progress '{self.message}...'" if self.message else "stage_started"
@@ -46,7 +47,7 @@ POINTS = [
     CrashPoint("search"),
     CrashPoint("choose", delay=1.0, slow=4),
     CrashPoint("acquire", message="starting new crate"),
-    CrashPoint("edit", message="building the dependencies once", delay=1.5),
+    CrashPoint("edit", message="building the dependencies once", delay=1.5, fresh_deps=True),
     CrashPoint("package", message="nix build", delay=0.5, fresh_name=True),
     CrashPoint("instruct"),
 ]
@@ -61,6 +62,11 @@ def script_for(point: CrashPoint, home: Home) -> Path:
     if point.fresh_name:
         arguments = script["stages"]["spec"][0]["tool_calls"][0]["arguments"]
         arguments["name"] = f"csv-dedup-{secrets.token_hex(3)}"
+    if point.fresh_deps:  # an empty target table of its own: a new dependency set, nothing else changed
+        turn = next(t for t in script["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
+        table = f"[target.'cfg(flakebot_crash_{secrets.token_hex(6)})'.dependencies]"
+        edit = {"path": "Cargo.toml", "search": "[dependencies]", "replace": f"{table}\n\n[dependencies]"}
+        turn["tool_calls"].append({"name": "edit_file", "arguments": edit})
     return write_json(home.root / "script.json", script)
 
 
