@@ -7,7 +7,8 @@ SOLE_NAME, every local version is SKELETON_VERSION, manifests are written from p
 and order do not count), and only what decides how dependencies compile is kept (dependencies, features, profiles,
 patches, the workspace, edition, links). No model-written source goes in: each package gets an empty lib and, when it
 has a build script, an empty one. Cargo rewrites the lock for the renamed package (host call, offline, on the
-skeleton); a skeleton whose locked registry packages would change is not used.
+skeleton; its answer cached by the skeleton's content in cache_dir/skeleton-locks); a skeleton whose locked registry
+packages would change is not used, and a cached lock is held to the same check.
 
     write_skeleton(flake_dir, facts, settings) -> Skeleton, or None (the flake then builds in one derivation)
 """
@@ -18,6 +19,7 @@ import fnmatch
 import hashlib
 import json
 import logging
+import os
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from typing import Any
 import tomlkit
 
 from flakebot.config import Settings
-from flakebot.fsutil import remove_tree
+from flakebot.fsutil import atomic_write_text, remove_tree
 from flakebot.nix import deps
 from flakebot.nix.crate import CrateFacts, LocalPackage
 
@@ -40,8 +42,8 @@ DEPENDENCY_TABLES = ("dependencies", "dev-dependencies", "dev_dependencies", "bu
 # What decides how the dependencies compile; the rest of a manifest (targets, metadata, lints) is the crate's own.
 KEPT_TABLES = ("cargo-features", *DEPENDENCY_TABLES, "target", "features", "patch", "replace", "profile", "workspace")
 KEPT_PACKAGE_KEYS = ("edition", "links", "resolver", "workspace")
-RELOCKED_KEPT = 32  # skeletons whose relocked Cargo.lock this process remembers (the MCP server lives long)
-_RELOCKED: dict[str, bytes] = {}
+RELOCKED_DIR = "skeleton-locks"  # in cache_dir: cargo's relocked Cargo.lock of each skeleton, by _relock_key
+RELOCKED_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -174,13 +176,18 @@ def _relock_key(files: dict[str, str], lock: bytes, settings: Settings) -> str:
 
 def _relock(target: Path, original: Path, settings: Settings, key: str) -> bool:
     """Let cargo rewrite the skeleton's lock for its local packages; False when it would lock other registry crates.
-    The same skeleton again in this process (the edit loop's stub, then the package stage) takes cargo's lock from the
-    first time."""
+    A skeleton relocked before (the edit loop's stub, then the package stage; another tool on the same dependencies)
+    takes cargo's lock from the cache, held to the same check."""
     from flakebot.cargo.runner import Cargo
 
-    if key in _RELOCKED:
-        (target / "Cargo.lock").write_bytes(_RELOCKED[key])
-        return True
+    kept = settings.path("cache_dir") / RELOCKED_DIR / f"{key}.lock"
+    if kept.is_file():
+        (target / "Cargo.lock").write_bytes(kept.read_bytes())
+        if _locked(target / "Cargo.lock") == _locked(original):
+            os.utime(kept)
+            return True
+        kept.unlink(missing_ok=True)  # not what cargo wrote for this skeleton: ask cargo again
+        (target / "Cargo.lock").write_bytes(original.read_bytes())
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
         cargo = Cargo.for_run(settings, Path(scratch) / "target")
         result = cargo.run(["metadata", "--format-version", "1", "--offline"], target, timeout=settings.command_timeout)
@@ -190,10 +197,21 @@ def _relock(target: Path, original: Path, settings: Settings, key: str) -> bool:
     if _locked(target / "Cargo.lock") != _locked(original):
         logger.info("no deps derivation: the skeleton would lock other registry crates than the crate does")
         return False
-    _RELOCKED[key] = (target / "Cargo.lock").read_bytes()
-    while len(_RELOCKED) > RELOCKED_KEPT:
-        _RELOCKED.pop(next(iter(_RELOCKED)))
+    _keep(kept, (target / "Cargo.lock").read_text())
     return True
+
+
+def _keep(path: Path, lock: str) -> None:
+    """Cache one relocked lock (a few KB), keeping the RELOCKED_KEPT most recently used; a cache that cannot be
+    written costs a cargo call next time, nothing else."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, lock)
+        kept = sorted(path.parent.glob("*.lock"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[RELOCKED_KEPT:]:
+            old.unlink(missing_ok=True)
+    except OSError as exc:
+        logger.info("skeleton lock not cached: %s", exc)
 
 
 def _locked(lock: Path) -> set[tuple[str, str, str, str]]:

@@ -92,25 +92,36 @@ def test_a_path_patch_keeps_the_dependencies_with_thelibc_tool(tmp_path: Path) -
     assert _skeleton(crate, settings) is None and not (crate / SKELETON_DIR).exists()
 
 
-def test_the_same_skeleton_again_takes_cargos_lock_from_the_first_time(
+def test_the_same_skeleton_again_takes_cargos_lock_from_the_cache_held_to_the_same_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The edit loop's stub and then the package stage write one skeleton: cargo relocks it once per process, and the
-    lock written the second time is one cargo accepts as it is."""
+    """The edit loop's stub and then the package stage (or another tool on the same dependencies) write one skeleton:
+    cargo relocks it once, and the cached lock is one cargo accepts as it is. A cached lock that pins other registry
+    crates is not used: cargo is asked again."""
     import shutil
+
+    from flakebot.nix.skeleton import RELOCKED_DIR
 
     settings = host_settings(tmp_path)
     crate = libc_tool(tmp_path / "loop-stub", "tally", "0.1.0", secrets.token_hex(8))
     assert _skeleton(crate, settings) is not None
-    package = tmp_path / "package-flake"
-    shutil.copytree(crate, package, ignore=shutil.ignore_patterns(SKELETON_DIR))
-    facts = inspect_crate(package, settings)
+    copies = []
+    for name in ("package-flake", "other-tool"):
+        shutil.copytree(crate, tmp_path / name, ignore=shutil.ignore_patterns(SKELETON_DIR))
+        copies.append((tmp_path / name, inspect_crate(tmp_path / name, settings)))
 
     def no_cargo(*_: object, **__: object) -> None:
         raise AssertionError("cargo relocked a skeleton it relocked before")
 
     monkeypatch.setattr(Cargo, "run", no_cargo)
-    assert write_skeleton(package, facts, settings) is not None
+    assert write_skeleton(copies[0][0], copies[0][1], settings) is not None
     monkeypatch.undo()
-    assert _files(package / SKELETON_DIR) == _files(crate / SKELETON_DIR)
-    assert _cargo_locked(package / SKELETON_DIR, settings).returncode == 0
+    assert _files(copies[0][0] / SKELETON_DIR) == _files(crate / SKELETON_DIR)
+    assert _cargo_locked(copies[0][0] / SKELETON_DIR, settings).returncode == 0
+
+    (cached,) = (tmp_path / "cache" / RELOCKED_DIR).glob("*.lock")
+    good = cached.read_text()
+    assert 'name = "libc"' in good
+    cached.write_text(good.replace('name = "libc"\nversion = "', 'name = "libc"\nversion = "9'))  # another libc
+    assert write_skeleton(copies[1][0], copies[1][1], settings) is not None
+    assert _files(copies[1][0] / SKELETON_DIR) == _files(crate / SKELETON_DIR) and cached.read_text() == good
