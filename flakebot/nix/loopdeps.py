@@ -159,10 +159,8 @@ class StoreSeeder:
                 self.progress(
                     "building the dependencies once, in the flake's deps derivation (from the manifest and lock)"
                 )
-                output, how = (
-                    build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16], root),
-                    "copied",
-                )
+                output = build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16], root)
+                how = "copied"
                 evict(root.parent, keep=DERIVATIONS_KEPT)
             copy_output(output, self.target_dir)
         except (NoSkeleton, NoStoreDeps, FlakebotError, OSError, subprocess.SubprocessError) as exc:

@@ -29,6 +29,7 @@ from typing import Any
 import tomlkit
 
 from flakebot.config import Settings
+from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text, remove_tree
 from flakebot.nix import deps
 from flakebot.nix.crate import CrateFacts, LocalPackage
@@ -182,9 +183,7 @@ def _relock(target: Path, original: Path, settings: Settings, key: str) -> bool:
 
     kept = settings.path("cache_dir") / RELOCKED_DIR / f"{key}.lock"
     if kept.is_file():
-        (target / "Cargo.lock").write_bytes(kept.read_bytes())
-        if _locked(target / "Cargo.lock") == _locked(original):
-            os.utime(kept)
+        if _from_cache(kept, target / "Cargo.lock", original):
             return True
         kept.unlink(missing_ok=True)  # not what cargo wrote for this skeleton: ask cargo again
         (target / "Cargo.lock").write_bytes(original.read_bytes())
@@ -198,6 +197,18 @@ def _relock(target: Path, original: Path, settings: Settings, key: str) -> bool:
         logger.info("no deps derivation: the skeleton would lock other registry crates than the crate does")
         return False
     _keep(kept, (target / "Cargo.lock").read_text())
+    return True
+
+
+def _from_cache(kept: Path, lock: Path, original: Path) -> bool:
+    """The cached lock written as the skeleton's, if it locks the registry packages the crate's lock does."""
+    try:
+        lock.write_bytes(kept.read_bytes())
+        if _locked(lock) != _locked(original):
+            return False
+        os.utime(kept)
+    except (OSError, UnicodeDecodeError, NixError):
+        return False
     return True
 
 

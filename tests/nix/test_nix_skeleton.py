@@ -97,7 +97,7 @@ def test_the_same_skeleton_again_takes_cargos_lock_from_the_cache_held_to_the_sa
 ) -> None:
     """The edit loop's stub and then the package stage (or another tool on the same dependencies) write one skeleton:
     cargo relocks it once, and the cached lock is one cargo accepts as it is. A cached lock that pins other registry
-    crates is not used: cargo is asked again."""
+    crates, or does not parse, is not used: cargo is asked again."""
     import shutil
 
     from flakebot.nix.skeleton import RELOCKED_DIR
@@ -106,7 +106,7 @@ def test_the_same_skeleton_again_takes_cargos_lock_from_the_cache_held_to_the_sa
     crate = libc_tool(tmp_path / "loop-stub", "tally", "0.1.0", secrets.token_hex(8))
     assert _skeleton(crate, settings) is not None
     copies = []
-    for name in ("package-flake", "other-tool"):
+    for name in ("package-flake", "other-tool", "third-tool"):
         shutil.copytree(crate, tmp_path / name, ignore=shutil.ignore_patterns(SKELETON_DIR))
         copies.append((tmp_path / name, inspect_crate(tmp_path / name, settings)))
 
@@ -125,3 +125,6 @@ def test_the_same_skeleton_again_takes_cargos_lock_from_the_cache_held_to_the_sa
     cached.write_text(good.replace('name = "libc"\nversion = "', 'name = "libc"\nversion = "9'))  # another libc
     assert write_skeleton(copies[1][0], copies[1][1], settings) is not None
     assert _files(copies[1][0] / SKELETON_DIR) == _files(crate / SKELETON_DIR) and cached.read_text() == good
+    cached.write_bytes(b"\xff\xfe not a lock")  # nor is one that does not parse
+    assert write_skeleton(copies[2][0], copies[2][1], settings) is not None
+    assert _files(copies[2][0] / SKELETON_DIR) == _files(crate / SKELETON_DIR) and cached.read_text() == good
