@@ -118,6 +118,13 @@ class LoopSeeder:
         self.progress, self.key, self.packages = progress, "", list[str]()
 
     def seed(self, *, isolated: bool) -> Seeded:
+        """The first seed, before the loop's first test: the model's own cargo runs (its check and test tools) may
+        have written the target dir already; that goes first, beneath its parent's descriptor, no link followed."""
+        if isolated and self.target_dir.is_dir() and any(self.target_dir.iterdir()):
+            try:
+                Tree(self.target_dir.parent).remove(self.target_dir.name)
+            except OSError as exc:
+                logger.warning("dependency cache: cannot clear the target dir (%s); the loop keeps it", exc)
         seeded = seed_target_dir(
             self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
         )

@@ -92,6 +92,18 @@ def test_a_second_crate_on_the_same_lock_compiles_no_dependency(tmp_path: Path) 
     (own,) = (tmp_path / "t4/debug/deps").glob("libitoa-*.rlib")
     assert own.stat().st_mtime_ns not in reused.values(), "built from nothing, not on an entry holding memchr"
 
+    # the model's own cargo run came before the first test (a new crate's first test waits for its first edit): what
+    # it wrote, a link out included, goes, and the first seed is a fresh copy, not skipped for a dir in use
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "t5/debug").mkdir(parents=True)
+    (tmp_path / "t5/debug/deps").symlink_to(outside, target_is_directory=True)
+    seeder = LoopSeeder(settings, cargo_for(tmp_path / "t5"), first, tmp_path / "t5")
+    assert seeder.seed(isolated=True).status == "hit"
+    assert not (tmp_path / "t5/debug/deps").is_symlink() and list((tmp_path / "t5/debug/deps").glob("libitoa-*.rlib"))
+    assert list(outside.iterdir()) == []
+    shutil.rmtree(tmp_path / "t5")
+
     # the model adds a dependency mid-loop: the next cargo test starts from a fresh copy of the new set's entry
     seeder = LoopSeeder(settings, cargo_for(tmp_path / "t5"), first, tmp_path / "t5")
     assert seeder.seed(isolated=True).status == "hit" and seeder.refresh() is None
