@@ -174,6 +174,15 @@ def salted(session: Path, salt: str) -> None:
     session.write_text(json.dumps(data))
 
 
+def with_dependency(session: Path, arguments: dict[str, Any]) -> None:
+    """The session's crate also depends on another crate: one more add_dependency call (its `arguments`: name,
+    version, features), in the turn that adds clap."""
+    data = json.loads(session.read_text())
+    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
+    turn["tool_calls"].insert(1, {"name": "add_dependency", "arguments": arguments})
+    session.write_text(json.dumps(data))
+
+
 def craft_argv(session: Path, online: bool = False) -> list[str]:
     where = ["--registry", "crates-io"] if online else ["--registry", "local", "--offline"]
     return ["craft", NEED, "--model", f"scripted:{session}", *where, "--json"]

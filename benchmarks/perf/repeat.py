@@ -31,6 +31,7 @@ from benchmarks.perf.craft import (
     salted,
     session_with_nonce,
     traced_command,
+    with_dependency,
 )
 
 GOAL = 0.25
@@ -55,10 +56,11 @@ def traced(root: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[
 
 
 def craft(
-    root: Path, name: str, *, salt: str, cache: bool = True, tool: str = ""
+    root: Path, name: str, *, salt: str, cache: bool = True, tool: str = "", extra: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """A craft of the csv-dedup session in its own homes (the cache directory shared); `tool` renames it; crafts
-    with the same `salt` have the same dependency set."""
+    with the same `salt` have the same dependency set; `extra` (add_dependency's arguments) adds a crate to it (the
+    program does not use it, and cargo compiles it all the same)."""
     env = homes(root, name)
     if not cache:
         config = Path(env["XDG_CONFIG_HOME"]) / "flakebot"
@@ -66,6 +68,8 @@ def craft(
         (config / "flakebot.toml").write_text("dependency_cache = false\n")
     session = session_with_nonce(root / name / "session.json")
     salted(session, salt)
+    if extra:
+        with_dependency(session, extra)
     if tool:
         data = json.loads(session.read_text())
         data["stages"]["spec"][0]["tool_calls"][0]["arguments"]["name"] = tool
