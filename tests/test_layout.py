@@ -188,8 +188,8 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ),
     # flakebot's own CARGO_HOME (written only by host cargo) and the run's git view made from it
     ("cargo/fetch.py", "refresh_git_view"): (
-        {"shutil.rmtree", ".mkdir()", "shutil.copytree", ".rename()"},
-        "the run's git view, rebuilt from flakebot's own CARGO_HOME",
+        {"shutil.rmtree", ".mkdir()", "shutil.copytree", ".rename()", ".unlink()", ".write_text()"},
+        "the run's git view, rebuilt from flakebot's own CARGO_HOME, and its key file beside it in the run's directory",
     ),
     ("cargo/fetch.py", "_link_or_copy"): (
         {"os.link", "shutil.copy2"},
