@@ -97,8 +97,12 @@ class Toolbox:
         read_only: bool = False,
         command_timeout: float | None = None,
         only_acceptance: bool = False,
+        before_test: Callable[[], None] = lambda: None,
     ) -> None:
         self.workspace = Path(workspace).resolve()
+        # what the verdict's own `cargo test` does first (the loop's dependencies seeded, again after a change of
+        # them): the model's test runs start from them too, instead of compiling them in the loop once more
+        self.before_test = before_test
         self.sandbox = sandbox
         self.cargo = cargo
         self.crate_dir = self.workspace / crate_dir
@@ -356,6 +360,8 @@ class Toolbox:
         return self._cargo("test", (ACCEPTANCE_TARGET if self.only_acceptance else []) + ([filter] if filter else []))
 
     def _cargo(self, subcommand: str, extra: list[str]) -> ToolResult:
+        if subcommand == "test":
+            self.before_test()
         report = run_cargo(
             self.sandbox, self.cargo, subcommand, cwd=self.crate_dir, extra=extra, timeout=self.command_timeout
         )

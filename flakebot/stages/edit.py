@@ -77,7 +77,9 @@ def edit_stage(ctx: StageContext) -> EditOut:
         cargo.sandbox_registry, cargo.profile = store.registry, store.profile(crate_name(crate_dir))
     seeder = _seed_dependencies(ctx, cargo, crate_dir, isolated=isolated, store=store if isolated else None)
     alone = bool(acquired.dropped_dev_dependencies)  # the crate's own tests need what was left out
-    toolbox = Toolbox(root, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone)
+    toolbox = Toolbox(
+        root, sandbox, cargo, crate_dir=crate_rel, frozen=frozen, only_acceptance=alone, before_test=seeder
+    )
 
     transcript = Transcript(ctx.run.transcript_path)
     checks = Checks(

@@ -346,3 +346,15 @@ def test_a_test_cannot_rewrite_the_frozen_file(ws: Path) -> None:
     result = tools.call("run_tests", {"filter": "sneaky"})
     assert not result.data["green"] and "Read-only file system" in result.text, result.text
     assert (ws / "tests/acceptance.rs").read_text() == ACCEPTANCE and tools.frozen.changed() == []
+
+
+@pytest.mark.slow
+def test_the_models_test_runs_start_from_the_loops_dependencies(ws: Path) -> None:
+    """run_tests calls the edit stage's hook first (the loop's dependencies seeded, or seeded again after the model
+    changed them), as the verdict's own `cargo test` does; a check, which builds no dependency the tests use, does not."""
+    require("cargo")
+    calls: list[str] = []
+    tools = toolbox(ws, before_test=lambda: calls.append("seeded"))
+    assert tools.call("cargo_check", {}).ok and calls == []
+    assert tools.call("run_tests", {}).data["green"] and calls == ["seeded"]
+    assert tools.call("run_tests", {"filter": "adds"}).ok and calls == ["seeded", "seeded"]
