@@ -113,17 +113,11 @@ def rollback(name: str, settings: Settings) -> dict[str, Any]:
             else f"no service {name} was started here",
             fix="'flakebot services' shows each service's version and previous one",
         )
-    secrets, network = launch.get("secrets") or {}, recorded_network(launch)
+    secrets, network = launch.get("secrets") or {}, forward.outbound_network(launch)
     if where.supervisor_alive():
         return up(f"{name}@{previous}", settings, secrets=secrets, network=network)
-    port = launch.get("host_port")
-    port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+    port = forward.port_if_free(launch.get("host_port"))
     return up(f"{name}@{previous}", settings, port=port, secrets=secrets, network=network)
-
-
-def recorded_network(launch: dict[str, Any]) -> bool:
-    """Whether the service's last launch had outbound network (only a literal true counts)."""
-    return launch.get("network") is True
 
 
 RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
@@ -137,12 +131,11 @@ def up_all(settings: Settings) -> list[dict[str, Any]]:
         status = show(where)
         if status.get("state") != "lost" and not (status.get("state") in RESTORABLE and not status["supervised"]):
             continue
-        port = status.get("port")
-        port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+        port = forward.port_if_free(status.get("port"))
         try:
             launch = where.read_json(where.launch_file)
             results.append(up(f"{where.name}@{status.get('version')}", settings, port=port,
-                              secrets=launch.get("secrets") or {}, network=recorded_network(launch)))  # fmt: skip
+                              secrets=launch.get("secrets") or {}, network=forward.outbound_network(launch)))  # fmt: skip
         except FlakebotError as exc:
             results.append({"name": where.name, "error": exc.message})
     return results
@@ -155,10 +148,9 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
     if not launch:
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
     down(name, settings)
-    port = launch.get("host_port")
-    port = port if isinstance(port, int) and not forward.port_in_use(port) else None
+    port = forward.port_if_free(launch.get("host_port"))
     return up(f"{name}@{launch.get('version')}", settings, port=port, secrets=launch.get("secrets") or {},
-              network=recorded_network(launch))  # fmt: skip
+              network=forward.outbound_network(launch))  # fmt: skip
 
 
 def _host_port(port: int | None) -> int:

@@ -18,6 +18,7 @@ import errno
 import shutil
 import signal
 import socket
+from typing import Any
 
 from flakebot.errors import SandboxError
 from flakebot.sandbox import real_root
@@ -43,6 +44,16 @@ def port_in_use(port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def port_if_free(port: object) -> int | None:
+    """A recorded host port to start on again, or None (a free one) when it is not a number or is taken now."""
+    return port if isinstance(port, int) and not port_in_use(port) else None
+
+
+def outbound_network(launch: dict[str, Any]) -> bool:
+    """Whether a service's launch asks for outbound network: only a literal true, which only `up --network` writes."""
+    return launch.get("network") is True
 
 
 def pasta_program() -> str:

@@ -52,7 +52,7 @@ class Supervisor:
         self.port = int(launch["host_port"])
         self.binary = Path(launch["binary"])
         self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
-        self.network = launch.get("network") is True  # outbound network: only when the user's `up --network` said so
+        self.network = forward.outbound_network(launch)
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
         self.stopping = False
         self.restarts: deque[float] = deque()

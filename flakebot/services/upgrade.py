@@ -19,6 +19,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import UpgradeRefused, UsageError
 from flakebot.modeltext import output_quoted
+from flakebot.services import forward
 from flakebot.services.control import show, start_supervised, stop_supervised
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
@@ -50,7 +51,7 @@ def upgrade(
             fix=f"upgrade without --port, or 'flakebot down {where.name}' first",
         )
     secrets = secrets or running.get("secrets") or {}
-    network = network or running.get("network") is True
+    network = network or forward.outbound_network(running)
     spec = ServiceSpec.from_dict(manifest["service"])
     declared = manifest.get("lifecycle_examples")  # package-service and craft --service keep them there
     examples = Examples.from_dict(declared) if isinstance(declared, dict) else None
