@@ -71,7 +71,8 @@ class Plan:
 
     registry: Path  # where the stand-in's builds (and so the loop's sandbox) see the crate registry
     triple: str
-    rustc: str = ""  # `rustc -vV` of the toolchain both build with
+    # what a deps derivation's output depends on besides its dependency set (_builds_with): the index names by it
+    builds_with: str = ""
 
     def profile(self, crate: str = "") -> tuple[str, ...]:
         """cargo's flags for the loop; with the crate's package name, the crate alone also builds unoptimised with
@@ -101,7 +102,8 @@ def plan(settings: Settings, cargo: Cargo) -> Plan:
         mode, _ = resolve_mode(settings)
         if mode != "host":
             raise NoStoreDeps("the flake builds with nixpkgs' rustc, not the loop's toolchain")
-        host = json.loads((ensure_standin(settings) / "host.json").read_text())
+        standin = ensure_standin(settings)
+        host = json.loads((standin / "host.json").read_text())
     except (FlakebotError, OSError, ValueError) as exc:
         raise NoStoreDeps(f"no Nix stand-in: {exc}") from None
     registry = cargo.registry_dir.resolve()
@@ -112,7 +114,24 @@ def plan(settings: Settings, cargo: Cargo) -> Plan:
     theirs = subprocess.run([str(toolchain), "-vV"], capture_output=True, text=True, timeout=60, check=False).stdout
     if theirs.strip() != rustc_version(cargo):
         raise NoStoreDeps("the stand-in's rustc is not the loop's")
-    return Plan(registry=inside[0], triple=str(host["hostTriple"]), rustc=theirs.strip())
+    triple = str(host["hostTriple"])
+    return Plan(registry=inside[0], triple=triple, builds_with=_builds_with(standin, theirs.strip(), triple, inside[0]))
+
+
+def _builds_with(standin: Path, rustc: str, triple: str, registry: Path) -> str:
+    """A digest of the toolchain and triple, where builds see the registry, the stand-in's files (its host.json names
+    the toolchain's paths), flakebot's version and the flake template."""
+    from flakebot import __version__
+    from flakebot.render import template_dir
+
+    digest = hashlib.sha256()
+    template = (template_dir() / "flake.nix.j2").read_text()
+    for part in (rustc, triple, str(registry), __version__, template):
+        digest.update(part.encode() + b"\0")
+    for path in sorted(standin.iterdir()):
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 class StoreSeeder:
@@ -153,7 +172,7 @@ class StoreSeeder:
             self.key = _key(skeleton)
             if not skeleton.packages():  # a new crate: nothing to compile, so no nix build until the model adds some
                 return Seeded("skipped", "the crate has no dependencies yet")
-            root = derivations_dir(self.settings) / index_key(self.key, self.settings, self.plan)
+            root = derivations_dir(self.settings) / index_key(self.key, self.plan)
             output, how = indexed(root), "indexed, copied"
             if output is None:
                 self.progress(
@@ -174,21 +193,9 @@ def derivations_dir(settings: Settings) -> Path:
     return settings.path("cache_dir") / DERIVATIONS_DIR
 
 
-def index_key(skeleton_key: str, settings: Settings, plan: Plan) -> str:
-    """The index's name for a deps derivation: the dependency set, the toolchain and triple, where builds see the
-    registry, the stand-in's files (its host.json names the toolchain's paths) and the flake template."""
-    from flakebot import __version__
-    from flakebot.nix.standin import ensure_standin
-    from flakebot.render import template_dir
-
-    digest = hashlib.sha256()
-    template = (template_dir() / "flake.nix.j2").read_text()
-    for part in (skeleton_key, plan.rustc, plan.triple, str(plan.registry), __version__, template):
-        digest.update(part.encode() + b"\0")
-    for path in sorted(ensure_standin(settings).iterdir()):
-        if path.is_file() and not path.is_symlink():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:40]
+def index_key(skeleton_key: str, plan: Plan) -> str:
+    """The index's name for a deps derivation: its dependency set, and what the plan builds it with."""
+    return hashlib.sha256(f"{skeleton_key}\0{plan.builds_with}".encode()).hexdigest()[:40]
 
 
 def indexed(root: Path) -> Path | None:
