@@ -161,26 +161,33 @@ def salt_table(salt: str) -> str:
 
 
 def salted(session: Path, salt: str) -> None:
-    """Give the session's crate a dependency set of its own: an empty `[target.'cfg(salt)'.dependencies]` table
-    changes nothing that compiles, but it is part of what keys the dependency builds (the Nix deps derivation and the
-    edit loop's cache), so a craft with a new salt builds its dependencies from nothing even on a machine whose Nix
-    store holds an earlier run's."""
+    """Give the session's crate a dependency set of its own (salt_script), in the session file."""
     data = json.loads(session.read_text())
-    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
-    table = f"{salt_table(salt)}\n\n[dependencies]"
-    turn["tool_calls"].append(
-        {"name": "edit_file", "arguments": {"path": "Cargo.toml", "search": "[dependencies]", "replace": table}}
-    )
+    salt_script(data, salt)
     session.write_text(json.dumps(data))
+
+
+def salt_script(data: dict[str, Any], salt: str) -> None:
+    """An empty `[target.'cfg(salt)'.dependencies]` table added in the turn that adds clap changes nothing that
+    compiles, but it is part of what keys the dependency builds (the Nix deps derivation and the edit loop's cache), so
+    a craft with a new salt builds its dependencies from nothing even on a machine whose Nix store holds an earlier
+    run's."""
+    table = f"{salt_table(salt)}\n\n[dependencies]"
+    edit = {"path": "Cargo.toml", "search": "[dependencies]", "replace": table}
+    _dependency_turn(data)["tool_calls"].append({"name": "edit_file", "arguments": edit})
 
 
 def with_dependency(session: Path, arguments: dict[str, Any]) -> None:
     """The session's crate also depends on another crate: one more add_dependency call (its `arguments`: name,
     version, features), in the turn that adds clap."""
     data = json.loads(session.read_text())
-    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
-    turn["tool_calls"].insert(1, {"name": "add_dependency", "arguments": arguments})
+    _dependency_turn(data)["tool_calls"].insert(1, {"name": "add_dependency", "arguments": arguments})
     session.write_text(json.dumps(data))
+
+
+def _dependency_turn(data: dict[str, Any]) -> dict[str, Any]:
+    """The edit turn of a scripted session that adds a dependency."""
+    return next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
 
 
 def craft_argv(session: Path, online: bool = False) -> list[str]:

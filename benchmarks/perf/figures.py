@@ -594,6 +594,10 @@ def _seconds(samples: tuple[float, ...] | list[float]) -> str:
     return " and ".join(f"{s:.1f}" for s in samples) + " s"
 
 
+def _cold_craft_gap(cold: RepeatRun) -> str:
+    return f"cargo {cold.cargo_s:.1f} s (the loop's and host calls) and nix build {cold.nix_build_s:.1f} s (two derivations)."
+
+
 def compile_once_figure(results: Results) -> dict[str, Any]:
     r: CompileOnceResult = results["compile_once"]
     cold = r.runs["cold"]
@@ -608,7 +612,7 @@ def compile_once_figure(results: Results) -> dict[str, Any]:
         + f"; one `cargo build --release` of the same crate from nothing in the same run: {r.release_build_s:.1f} s"
         + (f" (mean of {_seconds(r.release_samples_s)}, after each craft)." if r.release_samples_s else ".")
     )
-    gap = f"cargo {cold.cargo_s:.1f} s (the loop's and host calls) and nix build {cold.nix_build_s:.1f} s (two derivations)."
+    gap = _cold_craft_gap(cold)
     return figure("P14", "cold craft: cargo + nix / one release build of the same crate from nothing", r.ratio, "x",
                   r.goal, "<=", measured, gap, "compile_once")  # fmt: skip
 
@@ -649,7 +653,7 @@ def compile_once_heavy_figure(results: Results) -> dict[str, Any]:
         f"program unchanged), one round: {_repeat_breakdown(cold)}, {cold.dependency_cache or 'no dependency cache line'}"
         f"; one `cargo build --release` of the same crate from nothing after it: {r.heavy.release_build_s:.1f} s."
     )
-    gap = f"cargo {cold.cargo_s:.1f} s (the loop's and host calls) and nix build {cold.nix_build_s:.1f} s (two derivations)."
+    gap = _cold_craft_gap(cold)
     return figure("P14-heavy", title, r.heavy.ratio, "x", r.goal, "<=", measured, gap, "compile_once")
 
 

@@ -144,7 +144,6 @@ def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict
     if not rows or unstamped:
         raise ValueError(f"{rows_file}: no rows, or rows without their 'measured' stamp: {', '.join(unstamped)}")
     stamps = [row["measured"] for row in rows]
-    plain_all = [row["crate"] for row in rows if not str(row.get("cargo_error", "")).startswith("not measured")]
     result = {**corpus.summary(rows), "note": corpus_note(rows, rows_file.name)}
     report = json.loads(path.read_text())
     report["results"]["corpus"] = result
@@ -152,7 +151,7 @@ def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict
         "seconds": round(sum(row["package_s"] + (row.get("cargo_build_release_s") or 0) for row in rows), 1),
         "load_before": min(stamps, key=lambda m: m["at"])["load_before"],
         "load_after": max(stamps, key=lambda m: m["at"])["load_after"],
-        "args": {"rows": rows_file.name, "plain_build_of": plain_all},
+        "args": {"rows": rows_file.name, "plain_build_of": plain_built(rows)},
     }
     first, last = min(m["at"] for m in stamps), max(m["at"] for m in stamps)
     joined = (
@@ -167,6 +166,11 @@ def join_corpus(path: Path, rows_file: Path, readme: Path | None = None) -> dict
     return _write_again(report, path, readme)
 
 
+def plain_built(rows: list[dict[str, Any]]) -> list[str]:
+    """The crates whose plain `cargo build --release` was measured beside flakebot's package."""
+    return [row["crate"] for row in rows if not str(row.get("cargo_error", "")).startswith("not measured")]
+
+
 def corpus_note(rows: list[dict[str, Any]], rows_name: str) -> str:
     """How and when a rows file's crates were measured: its runs' times, loads and commits, and which crates got
     the plain cargo build beside them."""
@@ -176,7 +180,7 @@ def corpus_note(rows: list[dict[str, Any]], rows_name: str) -> str:
         f"{code}: {', '.join(row['crate'] for row in rows if row['measured']['code'] == code)}" for code in codes
     )
     loads = [m["load_before"] for m in stamps] + [m["load_after"] for m in stamps]
-    plain = [row["crate"] for row in rows if not str(row.get("cargo_error", "")).startswith("not measured")]
+    plain = plain_built(rows)
     no_plain = " --no-plain" if any(row["packaged"] and row["crate"] not in plain for row in rows) else ""
     return (
         f"Measured by runs of `python -m benchmarks.perf.corpus{no_plain} --rows {rows_name}` from "

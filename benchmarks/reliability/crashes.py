@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import records
+from benchmarks.perf.craft import salt_script
 from benchmarks.reliability.env import OFFLINE, Home, Scratch, descendants, session, survivors, wait_for, write_json
 from benchmarks.reliability.table import table, yes
 from flakebot.pipeline.run import Run
@@ -62,11 +63,8 @@ def script_for(point: CrashPoint, home: Home) -> Path:
     if point.fresh_name:
         arguments = script["stages"]["spec"][0]["tool_calls"][0]["arguments"]
         arguments["name"] = f"csv-dedup-{secrets.token_hex(3)}"
-    if point.fresh_deps:  # an empty target table of its own: a new dependency set, nothing else changed
-        turn = next(t for t in script["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
-        table = f"[target.'cfg(flakebot_crash_{secrets.token_hex(6)})'.dependencies]"
-        edit = {"path": "Cargo.toml", "search": "[dependencies]", "replace": f"{table}\n\n[dependencies]"}
-        turn["tool_calls"].append({"name": "edit_file", "arguments": edit})
+    if point.fresh_deps:  # a new dependency set, nothing else changed
+        salt_script(script, secrets.token_hex(6))
     return write_json(home.root / "script.json", script)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.perf.craft import salted
 from flakebot import config
 from flakebot.cargo.cache_skeleton import skeleton_of
 from flakebot.cargo.runner import Cargo
@@ -34,11 +35,8 @@ def salt_table() -> str:
 
 def salted_session(dest: Path) -> Path:
     """The csv-dedup session, its crate given a dependency set of its own (as benchmarks/perf/craft.py salts it)."""
-    data = json.loads(SESSION.read_text())
-    turn = next(t for t in data["stages"]["edit"] if any(c["name"] == "add_dependency" for c in t["tool_calls"]))
-    edit = {"path": "Cargo.toml", "search": "[dependencies]", "replace": f"{salt_table()}\n\n[dependencies]"}
-    turn["tool_calls"].append({"name": "edit_file", "arguments": edit})
-    dest.write_text(json.dumps(data))
+    dest.write_text(SESSION.read_text())
+    salted(dest, secrets.token_hex(6))
     return dest
 
 
