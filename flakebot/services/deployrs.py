@@ -106,18 +106,16 @@ def check_node(node: dict[str, Any], manifest: dict[str, Any], host: str) -> tup
 
 def export_deploy_rs(
     manifest: dict[str, Any],
-    out_dir: Path,
+    target: ExportDir,
     host: str,
     settings: Settings,
     *,
     run_check: bool = True,
-    force: bool = False,
 ) -> dict[str, Any]:
     """Write flakebot-NAME-deploy.nix (and the module, flakebot-NAME.nix, for a configuration without the flake)
-    into `out_dir` and check the node."""
+    into `target` and check the node."""
     ServiceSpec.from_dict(manifest["service"])
     unit = nixos.unit_name(manifest["name"])
-    target = ExportDir(out_dir, force=force)
     files = {f"{unit}-deploy.nix": deploy_text(manifest, host), f"{unit}.nix": nixos.module_text(manifest)}
     deploy_file, module = target.write_text(files)
     result: dict[str, Any] = {

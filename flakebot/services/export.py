@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
+from flakebot.services.exportfiles import export_dir
 from flakebot.services.register import service_manifest_of
 
 TARGETS = ("nixos", "oci", "deploy-rs")
@@ -23,14 +24,19 @@ def export_service(
 ) -> dict[str, Any]:
     """Write `target` for catalogued service `ref` into `out`; what was written and what its check found."""
     manifest = service_manifest_of(ref, settings)
-    if target == "oci":
-        from flakebot.services.oci import export_oci
-
-        return {"target": target, **export_oci(manifest, out, settings, force=force)}
     if target == "deploy-rs":
-        from flakebot.services.deployrs import export_deploy_rs
+        from flakebot.services.deployrs import host_attr
 
-        return {"target": target, **export_deploy_rs(manifest, out, host, settings, run_check=run_check, force=force)}
-    from flakebot.services.nixos import export_nixos
+        host_attr(host)  # a bad --host is refused before anything is made
+    with export_dir(out, force=force) as into:
+        if target == "oci":
+            from flakebot.services.oci import export_oci
 
-    return {"target": target, **export_nixos(manifest, out, run_check=run_check, force=force)}
+            return {"target": target, **export_oci(manifest, into, settings)}
+        if target == "deploy-rs":
+            from flakebot.services.deployrs import export_deploy_rs
+
+            return {"target": target, **export_deploy_rs(manifest, into, host, settings, run_check=run_check)}
+        from flakebot.services.nixos import export_nixos
+
+        return {"target": target, **export_nixos(manifest, into, run_check=run_check)}

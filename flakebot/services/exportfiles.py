@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import secrets
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from flakebot.errors import UnsafePath, UsageError
@@ -18,22 +20,48 @@ from flakebot.safefs import Tree
 
 
 class ExportDir:
-    """The directory `out_dir` (made when missing, its parents too) as export writes into it."""
+    """The directory `out_dir` (made when missing, its parents too) as export writes into it. Made and proven
+    writable when opened, before any build; `discard` removes what opening made, for an export that then fails."""
 
     def __init__(self, out_dir: Path, *, force: bool = False) -> None:
         path = Path(out_dir).expanduser().absolute()
         if not path.name:
             raise UsageError(f"{path} cannot be an export directory", fix="pass --out a directory below /")
         self.path, self.force, self._name = path, force, path.name
-        path.parent.mkdir(parents=True, exist_ok=True)  # the parents are the user's own spelling, trusted
-        self._tree = Tree(path.parent)
-        if self._tree.exists(self._name) and not self._tree.is_dir(self._name):
-            kind = "a symbolic link" if stat.S_ISLNK(self._tree.lstat(self._name).st_mode) else "not a directory"
+        self.made = [p for p in (path, *path.parents) if not p.exists()]  # the user's own spelling, trusted
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._tree = Tree(path.parent)
+            if self._tree.exists(self._name) and not self._tree.is_dir(self._name):
+                kind = "a symbolic link" if stat.S_ISLNK(self._tree.lstat(self._name).st_mode) else "not a directory"
+                raise UsageError(
+                    f"{path} is {kind}: export writes only into a real directory, never through a link",
+                    fix="pass --out a new or existing directory that is not a link",
+                )
+            self._tree.mkdir(self._name, parents=False)
+            self._prove_writable()
+        except UsageError:  # UnsafePath too, though it is an OSError as well
+            self.discard()
+            raise
+        except OSError as exc:
+            self.discard()
             raise UsageError(
-                f"{path} is {kind}: export writes only into a real directory, never through a link",
-                fix="pass --out a new or existing directory that is not a link",
-            )
-        self._tree.mkdir(self._name, parents=False)
+                f"cannot write into {path}: {exc.strerror or exc}", fix="pass --out a directory you can write"
+            ) from exc
+
+    def _prove_writable(self) -> None:
+        """Create and remove one file, so an unwritable --out is refused before a build rather than after it."""
+        probe = self._rel(f".flakebot-probe-{secrets.token_hex(6)}")
+        self._tree.create_bytes(probe, b"")
+        self._tree.unlink(probe)
+
+    def discard(self) -> None:
+        """Remove the directories opening made, deepest first, each only while empty (nothing of the user's)."""
+        for made in self.made:
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
     def _rel(self, name: str) -> str:
         return f"{self._name}/{name}"
@@ -71,3 +99,14 @@ class ExportDir:
             self._tree.remove(staging)
             self._tree.remove(old)
         return self.path / name
+
+
+@contextmanager
+def export_dir(out_dir: Path, *, force: bool = False) -> Iterator[ExportDir]:
+    """The ExportDir for `out_dir`; what opening it made is removed again when the export fails."""
+    target = ExportDir(out_dir, force=force)
+    try:
+        yield target
+    except BaseException:
+        target.discard()
+        raise

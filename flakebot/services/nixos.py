@@ -168,13 +168,11 @@ def check(module: Path, manifest: dict[str, Any]) -> Verified:
     return Verified(unit_name(manifest["name"]), unit, problems, exposure)
 
 
-def export_nixos(
-    manifest: dict[str, Any], out_dir: Path, *, run_check: bool = True, force: bool = False
-) -> dict[str, Any]:
-    """Write the module into `out_dir` (made if missing) as flakebot-NAME.nix and check it; what was written, the
-    check's verdict, and the NixOS configuration lines that use it. An existing file is replaced only with `force`."""
+def export_nixos(manifest: dict[str, Any], target: ExportDir, *, run_check: bool = True) -> dict[str, Any]:
+    """Write the module into `target` as flakebot-NAME.nix and check it; what was written, the check's verdict,
+    and the NixOS configuration lines that use it. An existing file is replaced only when `target` was opened with
+    force."""
     unit = unit_name(manifest["name"])
-    target = ExportDir(out_dir, force=force)
     [module] = target.write_text({f"{unit}.nix": module_text(manifest)})
     result: dict[str, Any] = {
         "module": str(module),

@@ -195,10 +195,9 @@ def layout_files(image: Image, name: str) -> dict[str, bytes]:
     }
 
 
-def export_oci(manifest: dict[str, Any], out_dir: Path, settings: Settings, *, force: bool = False) -> dict[str, Any]:
+def export_oci(manifest: dict[str, Any], target: ExportDir, settings: Settings) -> dict[str, Any]:
     """Build the image, check it, write its layout as OUT/flakebot-NAME.oci (whole, or not at all)."""
     unit = service_outputs.unit_name(manifest["name"])
-    target = ExportDir(out_dir, force=force)
     target.refuse_existing([f"{unit}.oci"])  # before the build: a refusal costs nothing
     archive = build_image(manifest, settings)
     image = read_archive(archive)

@@ -233,3 +233,61 @@ def _eventually(probe: Any, timeout: float = 20) -> Any:
             return value
         time.sleep(0.1)
     return probe()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Any:
+    """A directory on a read-only bind mount of itself (root can write anywhere else)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def _refused(done: subprocess.CompletedProcess[str], words: str) -> None:
+    """One `error: ... Fix: ...` line, exit 2, no traceback."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    error = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and words in error[0] and "Fix:" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("target", ["--oci", "--nixos", "--deploy-rs"])
+def test_an_out_directory_that_cannot_be_written_is_refused_before_any_build_and_nothing_is_left(
+    packaged: tuple[dict[str, str], dict[str, Any]], read_only_dir: Path, target: str
+) -> None:
+    env, _ = packaged
+    for out in ("/proc/nope", "/proc/nope/deeper", str(read_only_dir), str(read_only_dir / "new" / "sub")):
+        done = run_cli("export", "kv-service", target, "--out", out, env=env, timeout=120)
+        _refused(done, f"cannot write into {out}")
+        assert not Path(out).exists() or Path(out) == read_only_dir
+    assert list(read_only_dir.iterdir()) == []
+
+
+def test_a_bad_deploy_rs_host_leaves_no_output_directory(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    env, _ = packaged
+    out = tmp_path / "made" / "here"
+    done = run_cli("export", "kv-service", "--deploy-rs", "--host", "bad host", "--out", str(out), env=env)
+    _refused(done, "'bad host' is not a host name")
+    assert not (tmp_path / "made").exists()
+
+
+def test_a_failed_export_removes_the_directories_it_made_and_only_those(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    env, _ = packaged
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "flakebot-kv-service.nix").mkdir()  # a directory where the module goes: the write is refused
+    done = run_cli("export", "kv-service", "--nixos", "--out", str(kept), "--force", env=env, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert kept.is_dir()  # the user's own directory stays
+    fresh = tmp_path / "fresh" / "out"
+    done = run_cli("export", "kv-ghost", "--nixos", "--out", str(fresh), env=env)
+    assert done.returncode != 0 and not (tmp_path / "fresh").exists()

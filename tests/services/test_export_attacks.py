@@ -17,6 +17,7 @@ import pytest
 from flakebot.errors import UnsafePath, UsageError
 from flakebot.services import nixos, oci
 from flakebot.services.declaration import ServiceSpec
+from flakebot.services.exportfiles import ExportDir
 
 STORE = "/nix/store/0000000000000000000000000000000a-kv-service-0.1.0"
 
@@ -38,7 +39,7 @@ def test_an_output_directory_that_is_a_link_is_refused_and_nothing_lands_at_its_
     elsewhere.mkdir()
     (tmp_path / "out").symlink_to(elsewhere)
     with pytest.raises(UsageError, match="symbolic link"):
-        nixos.export_nixos(manifest, tmp_path / "out", run_check=False)
+        nixos.export_nixos(manifest, ExportDir(tmp_path / "out"), run_check=False)
     assert list(elsewhere.iterdir()) == []
 
 
@@ -49,19 +50,19 @@ def test_a_link_at_the_file_name_is_never_written_through(manifest: dict[str, An
     out.mkdir()
     (out / "flakebot-kv-service.nix").symlink_to(victim)
     with pytest.raises(UsageError, match="exists"):
-        nixos.export_nixos(manifest, out, run_check=False)
-    nixos.export_nixos(manifest, out, run_check=False, force=True)  # replaces the link itself
+        nixos.export_nixos(manifest, ExportDir(out), run_check=False)
+    nixos.export_nixos(manifest, ExportDir(out, force=True), run_check=False)  # replaces the link itself
     assert victim.read_text() == "precious\n"
     assert not (out / "flakebot-kv-service.nix").is_symlink()
     assert "services.flakebot-kv-service" in (out / "flakebot-kv-service.nix").read_text()
 
 
 def test_an_earlier_export_is_kept_without_force(manifest: dict[str, Any], tmp_path: Path) -> None:
-    nixos.export_nixos(manifest, tmp_path, run_check=False)
+    nixos.export_nixos(manifest, ExportDir(tmp_path), run_check=False)
     module = tmp_path / "flakebot-kv-service.nix"
     module.write_text("# edited by its owner\n")
     with pytest.raises(UsageError, match="exists"):
-        nixos.export_nixos(manifest, tmp_path, run_check=False)
+        nixos.export_nixos(manifest, ExportDir(tmp_path), run_check=False)
     assert module.read_text() == "# edited by its owner\n"
 
 

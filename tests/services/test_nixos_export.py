@@ -10,6 +10,7 @@ import pytest
 from flakebot.errors import NixError
 from flakebot.services import nixos
 from flakebot.services.declaration import ServiceSpec
+from flakebot.services.exportfiles import ExportDir
 from tests.conftest import require
 
 
@@ -29,7 +30,7 @@ def manifest(tmp_path: Path) -> dict[str, Any]:
 def test_the_module_evaluates_to_a_unit_systemd_accepts_and_scores_hardened(
     manifest: dict[str, Any], tmp_path: Path
 ) -> None:
-    result = nixos.export_nixos(manifest, tmp_path / "export")
+    result = nixos.export_nixos(manifest, ExportDir(tmp_path / "export"))
     assert result["problems"] == []
     unit = result["unit"]
     for line in ('Environment="KV_PORT=9090"', "DynamicUser=true", "StateDirectory=flakebot-kv-service",
