@@ -68,10 +68,10 @@ class FlakebotError(Exception):
         from flakebot.redact import redact, redact_text
 
         # error messages quote logs and commands: a key must not reach a terminal or state.json
-        message = redact_text(message)
+        message = bounded(redact_text(message))
         super().__init__(message)
         self.message = message
-        self.fix = redact_text(fix) if fix else fix
+        self.fix = bounded(redact_text(fix)) if fix else fix
         self.stage = stage
         self.details = redact(details)
         self.run_id: str | None = None  # set by the pipeline when the error ends a run
@@ -106,6 +106,18 @@ class FlakebotError(Exception):
             "type": type(self).__name__,
             "details": self.to_dict()["details"],
         }
+
+
+MESSAGE_LIMIT = 2000  # characters of an error's message or fix: they echo input, and input has no bound of its own
+
+
+def bounded(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text` whole when short; else its start and end around a note of how much was cut (a 100 KB name echoed in
+    an error is no help to anyone reading it, on a terminal or over MCP)."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 3 // 4, limit // 5
+    return f"{text[:head]} [... {len(text) - head - tail:,} characters cut ...] {text[-tail:]}"
 
 
 def _jsonable(value: Any) -> bool:

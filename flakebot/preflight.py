@@ -67,6 +67,28 @@ def check_writable_dir(path: Path, setting: str) -> None:
         ) from None
 
 
+def check_could_be_dir(path: Path, setting: str) -> None:
+    """`path` is a directory, or one could be made there: its nearest existing ancestor is a directory in which the
+    first missing component can be made (made and removed again, so nothing is left)."""
+    fix = f"point {setting} at a directory (--{setting.replace('_', '-')} DIR or FLAKEBOT_{setting.upper()})"
+    missing = path
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"{setting} {path} is not a directory", fix=fix)
+        return
+    if not missing.parent.is_dir():
+        raise UsageError(f"{setting} {path} lies under {missing.parent}, which is not a directory", fix=fix)
+    try:
+        missing.mkdir()
+        missing.rmdir()
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UsageError(f"{setting} {path} cannot be made ({exc.strerror or exc})", fix=fix) from None
+
+
 def check_free_space(path: Path, least_mb: int = FREE_SPACE_MB) -> None:
     """Room for a craft below `path` (its nearest existing ancestor)."""
     existing = path

@@ -74,7 +74,11 @@ def register(app: typer.Typer, settings: Any) -> None:
         from flakebot.errors import UsageError
         from flakebot.services.control import up, up_all
 
-        if every == bool(service):
+        if every and service:
+            raise UsageError(
+                "up NAME and up --all cannot be combined", fix="flakebot up NAME for one service, or flakebot up --all"
+            )
+        if not every and not service:
             raise UsageError("name one service or pass --all", fix="flakebot up NAME, or flakebot up --all")
         if every and network:
             raise UsageError(

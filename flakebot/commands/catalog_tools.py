@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from flakebot import config
 from flakebot.commands.common import settings_or_default
-from flakebot.errors import CatalogError
+from flakebot.errors import CatalogError, UsageError
 
 if TYPE_CHECKING:
     from flakebot.deliver.toolcall import ToolCall
@@ -31,6 +31,19 @@ def tool_manifest(name: str, settings: config.Settings | None = None) -> dict[st
         raise CatalogError(
             f"tool '{name}' has no manifest",
             fix=f"craft it again with 'flakebot craft --fresh' or remove it with 'flakebot rm {name}'",
+        )
+    return manifest
+
+
+def _runnable_manifest(name: str, settings: config.Settings) -> dict[str, Any]:
+    """A catalogued tool's manifest for a run; a service is refused at once, naming the door that starts it (run in
+    the foreground it would listen and never answer)."""
+    manifest = tool_manifest(name, settings)
+    if manifest.get("kind") == "service":
+        service = manifest.get("name", name)
+        raise UsageError(
+            f"{service} is a service, not a tool: it is started, not run",
+            fix=f"start it with 'flakebot up {service}' (MCP: service_up), then send it requests",
         )
     return manifest
 
@@ -64,7 +77,7 @@ def call_tool(name: str, arguments: Any, settings: config.Settings | None = None
     from flakebot.deliver.toolcall import call
 
     settings = settings_or_default(settings)
-    return call(tool_manifest(name, settings), arguments, settings=settings)
+    return call(_runnable_manifest(name, settings), arguments, settings=settings)
 
 
 def call_tool_argv(
@@ -79,7 +92,7 @@ def call_tool_argv(
     from flakebot.deliver.toolcall import run_captured
 
     settings = settings_or_default(settings)
-    return run_captured(tool_manifest(name, settings), args, stdin, settings=settings, writable=writable)
+    return run_captured(_runnable_manifest(name, settings), args, stdin, settings=settings, writable=writable)
 
 
 def run_tool(
@@ -95,7 +108,7 @@ def run_tool(
     from flakebot.deliver.toolrun import run_attached
 
     settings = settings_or_default(settings)
-    return run_attached(tool_manifest(name, settings), args, settings=settings, stdin=stdin, writable=writable)
+    return run_attached(_runnable_manifest(name, settings), args, settings=settings, stdin=stdin, writable=writable)
 
 
 def remove_tool(name: str, settings: config.Settings | None = None) -> dict[str, Any]:

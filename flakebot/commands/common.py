@@ -15,7 +15,11 @@ def settings_or_default(settings: config.Settings | None) -> config.Settings:
 
 
 def workdir_of(settings: config.Settings) -> Path:
-    return settings.path("workdir")
+    """The work directory, refused at once when it names a file or a place no directory can be made (a reading
+    command would otherwise say "No runs" there)."""
+    workdir = settings.path("workdir")
+    preflight.check_could_be_dir(workdir, "workdir")
+    return workdir
 
 
 def run_overrides(given: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,14 @@ from flakebot.errors import UsageError
 PORT_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
 
+def _in_range(what: str, value: object, low: float, high: float, fix: str) -> None:
+    """One declared number checked where the declaration is made, whichever door made it (CLI, spec, manifest)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{what} {repr(value)[:40]} is not a number", fix=fix)
+    if not low <= value <= high:
+        raise UsageError(f"{what} {value:g} is out of range ({low:g} to {high:g})", fix=fix)
+
+
 @dataclass(frozen=True)
 class Health:
     """An HTTP GET of `path` that must answer 2xx, or (kind "tcp") a connect that must succeed."""
@@ -39,6 +47,12 @@ class Restart:
     window_s: float = 60.0
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _in_range("restart limit", self.limit, 0, 1000, "declare restart.limit between 0 and 1000")
+        _in_range("restart window", self.window_s, 1, 86400, "declare restart.window_s between 1 and 86400")
+        _in_range("restart backoff", self.backoff_s, 0, 3600, "declare restart.backoff_s between 0 and 3600")
+        _in_range("longest backoff", self.backoff_max_s, 0, 3600, "declare restart.backoff_max_s between 0 and 3600")
 
     def delay(self, recent: int) -> float:
         return float(min(self.backoff_s * 2 ** max(recent - 1, 0), self.backoff_max_s))
@@ -70,6 +84,12 @@ class ServiceSpec:
             raise UsageError(f"start timeout {self.start_s:g} s is out of range", fix="pass --start-timeout 1..3600")
         if self.port_env in ("STATE_DIRECTORY", "PATH", "HOME"):
             raise UsageError(f"port variable '{self.port_env}' is taken", fix="pass --port-env PORT")
+        _in_range("stop grace", self.stop_grace_s, 0, 3600, "pass --stop-grace SECONDS between 0 and 3600")
+        _in_range("health check interval", self.interval_s, 0.05, 3600, "declare interval_s between 0.05 and 3600")
+        _in_range(
+            "health check timeout", self.check_timeout_s, 0.05, 600, "declare check_timeout_s between 0.05 and 600"
+        )
+        _in_range("failed checks", self.failures, 1, 100, "declare failures between 1 and 100")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

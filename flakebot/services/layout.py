@@ -17,6 +17,15 @@ from flakebot.errors import UsageError
 from flakebot.fsutil import atomic_write_json
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+NAME_RULE = "lower-case letters, digits, '-' and '_', at most 64"
+
+
+def checked_name(name: str, *, fix: str = "use the catalogued name, e.g. kv-service") -> str:
+    """`name` when it can name a service (its directory, its unit), else one line saying so (the name cut short)."""
+    if not NAME.match(name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
+        raise UsageError(f"'{shown}' is not a service name ({NAME_RULE})", fix=fix)
+    return name
 
 
 @dataclass(frozen=True)
@@ -28,9 +37,7 @@ class ServiceDir:
 
     @classmethod
     def of(cls, name: str, settings: Settings) -> ServiceDir:
-        if not NAME.match(name):
-            raise UsageError(f"'{name}' is not a service name", fix="use the catalogued name, e.g. kv-service")
-        return cls(settings.path("workdir") / "services" / name)
+        return cls(settings.path("workdir") / "services" / checked_name(name))
 
     @property
     def name(self) -> str:

@@ -13,6 +13,7 @@ from flakebot.deliver.catalog import Catalog, show_tool
 from flakebot.deliver.versions import VERSION_RE
 from flakebot.errors import CatalogError, NixError
 from flakebot.services.declaration import ServiceSpec
+from flakebot.services.layout import checked_name
 from flakebot.services.lifecycle import Examples, check_lifecycle
 
 MANIFEST_FORMAT = 1
@@ -33,11 +34,13 @@ def package_service(
     catalog it as a service; its catalog entry. A service whose lifecycle fails is not catalogued (NixError)."""
     from flakebot import api
 
+    if name is not None:  # before any build: a name `up` would refuse is refused here
+        checked_name(name, fix="pass --name with lower-case letters, digits, '-' and '_'")
     # the flake carries the service's outputs beside its package: declaration, NixOS module, OCI image
     outputs = {"name": name, "spec": spec.to_dict()}
     request = api.RunRequest(target=target, bin=bin_name, settings=overrides or {}, service_flake=outputs)
     built = api.package_request(request, settings=settings)
-    name = name or built.main_program
+    name = checked_name(name or built.main_program, fix="pass --name NAME (lower-case letters, digits, '-', '_')")
     report = check_lifecycle(Path(built.bin_path), spec, settings, examples)
     if not report.ok:
         raise NixError(

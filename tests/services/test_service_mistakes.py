@@ -1,0 +1,94 @@
+"""A person's and an agent's mistakes around services, through the real CLI and `flakebot mcp` (the Python SDK):
+each one clear line (`error: ... Fix: ...`), exit 2, nothing left behind, before anything is built or started."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import require, run_cli
+from tests.services.test_supervisor import KV_SERVICE
+from tests.test_mcp import mcp_client
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def packaged(flakebot_home: Path) -> str:
+    require("nix", "cargo", "bwrap", "pasta")
+    done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    return "kv-service"
+
+
+def one_error(done: Any, *words: str) -> str:
+    """The one `error:` line of a refused command (exit 2, no traceback), checked to hold `words` and a fix."""
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert all(word in line for word in words) and ". Fix: " in line, line
+    return str(line)
+
+
+def catalogued(home: Path) -> set[str]:
+    return {p.name for p in (home / "data" / "flakebot" / "tools").iterdir()}
+
+
+def test_a_service_is_refused_as_a_tool_at_once_by_every_door(packaged: str) -> None:
+    done = run_cli("run", packaged, "--", "--help", timeout=30)
+    one_error(done, "kv-service is a service, not a tool", "flakebot up kv-service", "service_up")
+    captured = run_cli("run", packaged, "--args-json", "{}", timeout=30)
+    one_error(captured, "is a service, not a tool")
+
+    async def session() -> tuple[Any, Any]:
+        async with mcp_client() as client:
+            as_run = await client.call("run", {"tool": packaged, "args": []})
+            as_tool = await client.call(packaged, {})
+            return as_run, as_tool
+
+    as_run, as_tool = asyncio.run(session())
+    for payload, is_error in (as_run, as_tool):
+        assert is_error is True and "is a service, not a tool" in payload["error"] and "service_up" in payload["fix"]
+
+
+def test_declarations_out_of_range_and_bad_names_are_refused_before_any_build(flakebot_home: Path) -> None:
+    for flag, value, words in (
+        ("--stop-grace", "-1", "stop grace -1 is out of range"),
+        ("--stop-grace", "1e9", "stop grace 1e+09 is out of range"),
+        ("--name", "Bad_Name", "'Bad_Name' is not a service name"),
+        ("--name", "../x", "'../x' is not a service name"),
+    ):
+        done = run_cli("package-service", str(KV_SERVICE), "--offline", flag, value, timeout=60)
+        one_error(done, words)
+    assert not (flakebot_home / "work" / "runs").exists() or not list((flakebot_home / "work" / "runs").iterdir())
+    assert not (flakebot_home / "data" / "flakebot" / "tools").exists()
+
+
+def test_up_with_a_name_and_all_says_they_cannot_be_combined(flakebot_home: Path) -> None:
+    one_error(run_cli("up", "kv-service", "--all"), "up NAME and up --all cannot be combined")
+    one_error(run_cli("up"), "name one service or pass --all")
+
+
+def test_a_huge_name_is_echoed_cut(flakebot_home: Path) -> None:
+    name = "a" * 100_000
+    done = run_cli("up", name, "--json")
+    assert done.returncode != 0 and len(done.stdout) + len(done.stderr) < 5_000
+    error = json.loads(done.stdout.splitlines()[-1])
+    assert "characters cut" in error["error"] and error["exit_code"] == done.returncode
+
+
+@pytest.mark.parametrize("workdir", ["/etc/passwd", "/etc/passwd/below", "/proc/nope"])
+def test_a_workdir_that_is_no_directory_is_refused_by_reading_commands_too(flakebot_home: Path, workdir: str) -> None:
+    one_error(run_cli("--workdir", workdir, "runs"), f"workdir {workdir}")
+    assert not Path("/proc/nope").exists()
+
+
+def test_a_workdir_not_made_yet_reads_as_empty_and_is_not_made(flakebot_home: Path) -> None:
+    fresh = flakebot_home / "not-yet" / "work"
+    done = run_cli("--workdir", str(fresh), "runs")
+    assert done.returncode == 0 and "No runs" in done.stdout
+    assert not (flakebot_home / "not-yet").exists()
