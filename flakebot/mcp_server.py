@@ -61,6 +61,7 @@ from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
 from flakebot.toolschema import declare, field_docs, json_schema
+from flakebot.validation import check_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class OwnTools:
         has must still pass, new ones are added for the change. Earlier versions stay callable through `run` as
         NAME@VERSION.{LONG}"""
 
-    def status(self, run_id: str, wait_seconds: float | None = None) -> None:
+    def status(self, run_id: str, wait_seconds: int | None = None) -> None:
         """A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it
         succeeded, its result (a craft's: the tool's name, how to call it, its usage). Follow a run handle with it,
         holding each answer with wait_seconds.
@@ -221,7 +222,7 @@ class OwnTools:
         path: str,
         body: str | None = None,
         content_type: str | None = None,
-        timeout_seconds: float | None = None,
+        timeout_seconds: int | None = None,
     ) -> None:
         """Send one HTTP request to a running service through flakebot (to 127.0.0.1 and that service's own port
         only; redirects are returned, not followed) and return its status, content type and body (at most 1 MiB).
@@ -280,6 +281,17 @@ def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, .
 
 
 OWN_TOOLS = _own_tools()
+# What a tool accepts beyond its declared schema, as its description says: `run`'s args as one string, split as a
+# shell would (the declared schema stays an array, the form every client can send).
+ACCEPTED = {
+    "run": {
+        **OWN_TOOLS["run"][1],
+        "properties": {
+            **OWN_TOOLS["run"][1]["properties"],
+            "args": {**OWN_TOOLS["run"][1]["properties"]["args"], "type": ["array", "string", "null"]},
+        },
+    }
+}
 
 
 class FlakebotMCP:
@@ -343,6 +355,7 @@ class FlakebotMCP:
         arguments = dict(params.arguments or {})
         try:
             if params.name in OWN_TOOLS:
+                check_arguments(params.name, arguments, ACCEPTED.get(params.name, OWN_TOOLS[params.name][1]))
                 payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
                 return _result(payload, error=payload.get("ok") is False)  # `run` of a tool that failed
             call = await anyio.to_thread.run_sync(lambda: api.call_tool(params.name, arguments, self.settings()))

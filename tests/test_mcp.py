@@ -98,8 +98,8 @@ def test_mcp_client_lists_and_calls_tools(flakebot_home: Path) -> None:
     assert listing == ({"ok": True, "tools": []}, False)
     assert unknown[1] is True and unknown[0]["ok"] is False and "no tool 'nope'" in unknown[0]["error"]
     assert no_run[1] is True and no_run[0]["exit_code"] == 4 and no_run[0]["fix"]
-    assert number_id[1] is True and "'run_id' must be a string, got a number" in number_id[0]["error"]
-    assert bad_args[1] is True and "'args' must be a list of strings, got an object" in bad_args[0]["error"]
+    assert number_id[1] is True and "'run_id' must be a string, got a whole number" in number_id[0]["error"]
+    assert bad_args[1] is True and "'args' must be a list or a string or null, got an object" in bad_args[0]["error"]
 
 
 @pytest.mark.slow

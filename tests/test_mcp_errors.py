@@ -77,3 +77,30 @@ def test_bad_input_is_a_tool_error_and_an_oversized_need_leaves_no_job(wire: Wir
         assert answer["isError"] and words in answer["structuredContent"]["error"], answer["structuredContent"]
     jobs = flakebot_home / "state/flakebot/mcp-jobs"
     assert not jobs.exists() or not any(jobs.iterdir()), list(jobs.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "says"),
+    [
+        ("craft", {"need": 123}, "'need' must be a string, got a whole number"),
+        ("craft", {}, "'need' is a required property"),
+        ("search", {"query": "csv", "limit": "ten"}, "'limit' must be a whole number or null, got a string"),
+        ("services", {"extra": 1}, "services takes no argument extra"),
+        ("status", {"run_id": "x", "wait_seconds": "ten"}, "'wait_seconds' must be a whole number or null"),
+        ("service_up", {"service": "kv", "port": 8080.5}, "'port' must be a whole number or null, got a number"),
+        ("run", {"tool": "t", "stdin": ["id", "1"]}, "'stdin' must be a string or null, got a list"),
+        ("run", {"tool": "t", "args": [1]}, "'args.0' must be a string, got a whole number"),
+        ("service_logs", {"service": "kv", "lines": True}, "'lines' must be a whole number or null, got true or false"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_refused_never_coerced_and_leave_nothing(
+    flakebot_home: Path, wire: Wire, tool: str, arguments: dict[str, Any], says: str
+) -> None:
+    answer = wire.call(1, tool, arguments)
+    assert "error" not in answer, answer  # a tool's bad input is its result, not a JSON-RPC error (code 0 before)
+    result = answer["result"]
+    payload = json.loads(result["content"][0]["text"])
+    assert result["isError"] is True and says in payload["error"] and payload["fix"] and payload["exit_code"] == 2
+    assert not (flakebot_home / "work" / "mcp-jobs").exists() or not list(
+        (flakebot_home / "work" / "mcp-jobs").iterdir()
+    )

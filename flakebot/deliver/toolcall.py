@@ -130,8 +130,11 @@ def _type_problem(params: list[CliParam], arguments: dict[str, Any]) -> str | No
         if param.kind == "flag" and not param.multiple and not isinstance(value, bool):
             return f"{param.name} is a flag: pass true or false"
         items = value if isinstance(value, list) and param.multiple else [value]
-        if param.kind != "flag" and any(isinstance(item, (dict, list, bool)) for item in items):
+        if param.kind != "flag" and not all(isinstance(item, str) for item in items):  # 5 is not "5": never coerced
             return f"{param.name} takes " + ("a list of strings" if param.multiple else "one string")
+    stdin = arguments.get("stdin")
+    if stdin is not None and not isinstance(stdin, str):
+        return "stdin takes one string (the text the tool reads)"
     return None
 
 

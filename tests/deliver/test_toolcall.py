@@ -40,6 +40,10 @@ def test_a_strict_models_call_with_every_property_filled() -> None:
         ({"keep": ["first", "last"]}, "keep takes one string"),
         ({"key": [{"a": 1}]}, "key takes a list of strings"),
         ({"no_header": "yes"}, "no_header is a flag"),
+        ({"key": 5}, "key takes a list of strings"),  # never coerced to "--key 5"
+        ({"keep": 1.5}, "keep takes one string"),
+        ({"stdin": ["id", "1", "1"]}, "stdin takes one string"),  # never Python's text of a list
+        ({"stdin": 5}, "stdin takes one string"),
     ],
 )
 def test_wrong_types_are_named(arguments: dict[str, object], says: str) -> None:
