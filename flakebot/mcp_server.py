@@ -394,7 +394,10 @@ class FlakebotMCP:
         return lambda sink: api.improve_request(request, sink=sink, settings=settings).to_dict()
 
     def _work_resume(self, args: dict[str, Any]) -> Work:
+        from flakebot.pipeline.run import find_run_dir
+
         settings, run_id = self.settings(), _required(args, "run_id")
+        find_run_dir(settings.path("workdir"), run_id)  # no such run: refused before a job exists
         return lambda sink: api.resume(run_id, sink=sink, settings=settings)
 
     def _work_package(self, args: dict[str, Any]) -> Work:
@@ -455,6 +458,8 @@ class FlakebotMCP:
         settings, ref, port = self.settings(), _required(args, "service"), _optional_int(args, "port")
         network = _optional_bool(args, "network")
         from flakebot.services import control
+
+        control.check_up(ref, settings, port)  # what needs nothing started, before a job exists
 
         return lambda sink: _service_status(control.up(ref, settings, port=port, network=network))
 

@@ -104,3 +104,22 @@ def test_arguments_of_the_wrong_type_are_refused_never_coerced_and_leave_nothing
     assert not (flakebot_home / "work" / "mcp-jobs").exists() or not list(
         (flakebot_home / "work" / "mcp-jobs").iterdir()
     )
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "says"),
+    [
+        ("service_up", {"service": "nosuch"}, "no tool 'nosuch' in the catalog"),
+        ("service_up", {"service": "Bad/Name"}, "no tool 'Bad/Name'"),
+        ("resume", {"run_id": "nosuch"}, "no run 'nosuch'"),
+        ("resume", {"run_id": "nosuch", "wait": False}, "no run 'nosuch'"),
+    ],
+)
+def test_long_calls_that_need_nothing_started_to_be_refused_leave_no_job_file(
+    flakebot_home: Path, wire: Wire, tool: str, arguments: dict[str, Any], says: str
+) -> None:
+    result = wire.call(1, tool, arguments)["result"]
+    payload = json.loads(result["content"][0]["text"])
+    assert result["isError"] is True and says in payload["error"], payload
+    jobs = flakebot_home / "work" / "mcp-jobs"
+    assert not jobs.exists() or not list(jobs.iterdir())

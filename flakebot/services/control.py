@@ -153,6 +153,14 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
               network=forward.outbound_network(launch))  # fmt: skip
 
 
+def check_up(ref: str, settings: Settings, port: int | None) -> None:
+    """The checks `up` makes that need nothing built or started (a catalogued service by that name, a usable
+    port), for a door that answers before the work starts."""
+    ServiceDir.of(service_manifest_of(ref, settings)["name"], settings)
+    if port is not None:
+        _host_port(port)
+
+
 def _host_port(port: int | None) -> int:
     if port is None:
         return forward.free_port()
