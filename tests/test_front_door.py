@@ -54,6 +54,8 @@ def test_a_need_too_long_is_refused_with_its_size(workdir: Path) -> None:
         (("--registry", "crates-io", "--offline"), "cannot be used offline"),
         (("--registry", "/nonexistent/registry"), "is not a directory"),
         (("--push",), "--push needs --fork"),
+        (("--fork", "--offline"), "which an offline run does not reach"),
+        (("--fork",), "--fork needs a GitHub token"),  # was ignored, the craft ending 0 without a fork
     ],
 )
 def test_conflicting_or_missing_inputs_fail_before_the_model_is_called(
@@ -70,6 +72,29 @@ def test_a_catalog_that_cannot_be_written_fails_before_the_build(workdir: Path, 
     result = run_cli("craft", "need a CSV deduper", *CRAFT, env={"FLAKEBOT_CATALOG_DIR": str(blocker)})
     assert "catalog_dir" in _one_error_line(result, HostError.exit_code)
     _no_runs(workdir)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("/nonexistent/crate",), "/nonexistent/crate is not a directory"),
+        (("./no-such-crate",), "./no-such-crate is not a directory"),
+        (("tests/fixtures/kv-service", "--out", "NONEMPTY"), "already holds files that flakebot did not write"),
+        (("tests/fixtures/kv-service", "--out", "AFILE"), "is not a directory"),
+        (("tests/fixtures/kv-service", "--name", "Bad_Name", "--catalog"), "cannot name a catalogued tool"),
+    ],
+)
+def test_package_refuses_what_needs_nothing_built_before_a_run_exists(
+    workdir: Path, tmp_path: Path, args: tuple[str, ...], words: str
+) -> None:
+    (tmp_path / "nonempty").mkdir()
+    (tmp_path / "nonempty" / "notes.txt").write_text("mine\n")
+    (tmp_path / "a-file").write_text("mine\n")
+    places = {"NONEMPTY": str(tmp_path / "nonempty"), "AFILE": str(tmp_path / "a-file")}
+    result = run_cli("package", *(places.get(a, str(REPO / a) if a.startswith("tests/") else a) for a in args))
+    assert words in _one_error_line(result, UsageError.exit_code)
+    _no_runs(workdir)
+    assert (tmp_path / "nonempty" / "notes.txt").read_text() == "mine\n"
 
 
 def test_a_log_file_in_a_missing_directory_is_one_line() -> None:

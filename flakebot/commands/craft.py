@@ -87,6 +87,7 @@ def craft_request(
     settings = dataclasses.replace(settings_or_default(settings), **overrides)
     started = time.monotonic()
     preflight.check_request_flags(request.fork, request.push, request.delete_fork)
+    _check_fork(request.fork, settings)
     if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
         if hit is not None and _is_service(hit, settings) == request.service:  # a tool never answers --service
@@ -164,6 +165,23 @@ def _check_method(method: str | None) -> None:
 
     if method is not None and method not in METHODS:
         raise UsageError(f"unknown acquisition method '{method}'", fix=f"use one of: {', '.join(METHODS)}")
+
+
+def _check_fork(fork: bool, settings: config.Settings) -> None:
+    """--fork forks on GitHub: an offline run, or one without a token, is refused before any work (it was ignored)."""
+    if not fork:
+        return
+    if settings.offline:
+        raise UsageError(
+            "--fork forks the crate on GitHub, which an offline run does not reach", fix="drop --fork or --offline"
+        )
+    from flakebot.source.github import github_token
+
+    if not github_token():
+        raise UsageError(
+            "--fork needs a GitHub token",
+            fix="export GITHUB_TOKEN=... (a token that may fork repositories), or drop --fork",
+        )
 
 
 def _check_name(name: str | None, need: str, settings: config.Settings) -> None:

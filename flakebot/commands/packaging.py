@@ -38,20 +38,20 @@ def package_request(
     request: RunRequest, *, sink: EventSink = ignore, settings: config.Settings | None = None
 ) -> PackageOut:
     """`package` of a RunRequest naming its target (and registry, bin, out, and the nixpkgs or offline settings)."""
+    from flakebot.nix.flake import check_out_dir
     from flakebot.pipeline import engine as pipeline
+    from flakebot.stages.locate import check_target
     from flakebot.stages.outputs import PackageOut
 
-    target = request.target or ""
-    if not target.strip():
-        raise UsageError(
-            "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
-        )
+    # what needs nothing built is checked before a run (and its directory) exists
     if request.name:
         if not request.catalog:
             raise UsageError("--name names a catalogued tool", fix="add --catalog, or leave --name out")
-        from flakebot.stages.catalogue import catalog_name
-
-        catalog_name(request.name, "")  # a malformed name is refused before anything is built
+        _check_catalog_name(request.name, settings_or_default(settings))
+    target = request.target or ""
+    check_target(target)
+    if request.out:
+        check_out_dir(Path(request.out).expanduser())
     # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
     overrides = run_overrides(request.overrides())
     settings = dataclasses.replace(settings_or_default(settings), **overrides)
@@ -66,3 +66,18 @@ def package_request(
     run = pipeline.start("package", workdir_of(settings), settings, request, sink)
     catalogued = run.output("catalog").get("catalog") or {} if request.catalog else {}
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
+
+
+def _check_catalog_name(name: str, settings: config.Settings) -> None:
+    """--name is well formed and not held by a crafted tool or a service: a packaged crate replaces only another
+    packaged crate's entry (which crate, cargo says only once the run has the crate, so the stage checks that)."""
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.stages.catalogue import PACKAGED_NEED, catalog_name
+
+    catalog_name(name, "")
+    holder = Catalog.open(settings).tools().get(name)
+    if holder is not None and not str(holder.get("need", "")).startswith(PACKAGED_NEED):
+        raise UsageError(
+            f"the catalog already has a tool named {name} for another need ({holder.get('need', '')!r})",
+            fix=f"pass --name {name}-2 (or another free name), or remove the old one with 'flakebot rm {name}'",
+        )

@@ -480,15 +480,24 @@ def _notices(notice: str, flake: Written) -> list[str]:
     return notes
 
 
+def check_out_dir(out_dir: Path) -> bool:
+    """Whether out_dir holds an earlier flakebot flake (False: missing or empty); a directory holding anything
+    else, or no directory at all, is refused. Needs nothing built, so `package` checks it before a run starts."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"{out_dir} is not a directory", fix="choose an empty or new output directory")
+    if not out_dir.exists() or not any(out_dir.iterdir()):
+        return False
+    flake = out_dir / "flake.nix"
+    if not (flake.is_file() and flake.read_text().startswith(MARKER)):
+        raise UsageError(
+            f"{out_dir} already holds files that flakebot did not write", fix="choose an empty or new output directory"
+        )
+    return True
+
+
 def _claim_out_dir(out_dir: Path) -> None:
     """Make out_dir empty: it may be missing, empty, or an earlier flakebot flake; anything else is refused."""
-    if out_dir.exists() and any(out_dir.iterdir()):
-        flake = out_dir / "flake.nix"
-        if not (flake.is_file() and flake.read_text().startswith(MARKER)):
-            raise UsageError(
-                f"{out_dir} already holds files that flakebot did not write",
-                fix="choose an empty or new output directory",
-            )
+    if check_out_dir(out_dir):
         remove_tree(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 

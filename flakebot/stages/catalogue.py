@@ -74,9 +74,12 @@ def catalog_name(given: str | None, binary: str) -> str:
     return name
 
 
+PACKAGED_NEED = "packaged crate "
+
+
 def packaged_need(pname: str) -> str:
     """The need a packaged crate's tool is catalogued for: packaging the same crate again replaces it."""
-    return f"packaged crate {pname}"
+    return f"{PACKAGED_NEED}{pname}"
 
 
 def _help(ctx: StageContext, built: PackageOut) -> tuple[str, str]:

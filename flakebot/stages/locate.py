@@ -15,18 +15,27 @@ logger = logging.getLogger(__name__)
 def locate_stage(ctx: StageContext) -> LocateOut:
     """Where the crate to package is: the PATH given, or CRATE acquired from the registry into the workspace."""
     target = ctx.request.target or ""
-    if not target:
+    path = check_target(target)
+    if path is not None:
+        return LocateOut(kind="path", source_dir=str(path.resolve()))
+    return _acquire(ctx, target)
+
+
+def check_target(target: str) -> Path | None:
+    """What `target` names: a crate directory (its path), or a crate name for the registry (None); anything else is
+    refused. Needs nothing built, so `package` checks it before a run starts too."""
+    if not target.strip():
         raise UsageError(
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
     path = Path(target).expanduser()
     if path.is_dir():
-        return LocateOut(kind="path", source_dir=str(path.resolve()))
+        return path
     if "/" in target or target.startswith("."):
         raise UsageError(
             f"{target} is not a directory", fix="give the directory holding the crate's Cargo.toml, or a crate name"
         )
-    return _acquire(ctx, target)
+    return None
 
 
 def _acquire(ctx: StageContext, name: str) -> LocateOut:

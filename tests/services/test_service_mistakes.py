@@ -92,3 +92,11 @@ def test_a_workdir_not_made_yet_reads_as_empty_and_is_not_made(flakebot_home: Pa
     done = run_cli("--workdir", str(fresh), "runs")
     assert done.returncode == 0 and "No runs" in done.stdout
     assert not (flakebot_home / "not-yet").exists()
+
+
+def test_package_into_a_name_a_service_holds_is_refused_before_the_build(packaged: str, flakebot_home: Path) -> None:
+    runs = flakebot_home / "work" / "runs"
+    before = set(runs.iterdir())
+    done = run_cli("package", str(KV_SERVICE), "--catalog", "--name", packaged, "--offline", timeout=60)
+    one_error(done, f"the catalog already has a tool named {packaged} for another need", f"--name {packaged}-2")
+    assert set(runs.iterdir()) == before  # refused before a run (it was refused after the nix build)
