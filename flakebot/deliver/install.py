@@ -247,11 +247,21 @@ def fetch(source: dict[str, Any], paths: list[str], settings: Settings) -> None:
 
 
 def require_signed(path: str, source: dict[str, Any], settings: Settings) -> str:
-    """The configured key whose signature `path` carries in this store, or a refusal."""
-    from flakebot.deliver.signatures import trusted_signer
+    """The configured key with a valid signature on `path` as this store holds it, or a refusal. The signatures
+    are this store's and the cache's: a path the store held already (built here, or fetched from another catalog)
+    was not copied, so its record lacks the cache's. Either is checked against the local path's own NAR hash, size
+    and references, so a cache's signature counts only for the very content here."""
+    from flakebot.deliver.signatures import fingerprint, verified_signer
 
     info = _path_infos([path], settings)[0]
-    signer = trusted_signer(info, source["keys"]) if info.get("valid", True) else None
+    if info.get("valid", True) is False:
+        raise _untrusted(path, source)
+    signatures = [str(sig) for sig in info.get("signatures") or []]
+    signer = verified_signer(fingerprint(info), signatures, source["keys"])
+    if signer is None:
+        cached = _path_infos([path], settings, store=source["url"])[0]
+        signatures += [str(sig) for sig in cached.get("signatures") or []]
+        signer = verified_signer(fingerprint(info), signatures, source["keys"])
     if signer is None:
         raise _untrusted(path, source)
     return signer
@@ -271,8 +281,12 @@ def require_closure_signed(store_path: str, source: dict[str, Any], settings: Se
             raise _untrusted(str(info["path"]), source)
 
 
-def _path_infos(paths: list[str], settings: Settings, recursive: bool = False) -> list[dict[str, Any]]:
-    flags = ["--json", "--sigs", "--offline", *(["--recursive"] if recursive else [])]
+def _path_infos(
+    paths: list[str], settings: Settings, recursive: bool = False, store: str | None = None
+) -> list[dict[str, Any]]:
+    """`nix path-info` records of `paths` in this store (or the binary cache `store`), signatures included."""
+    where = ["--store", store] if store else ["--offline"]
+    flags = ["--json", "--sigs", *where, *(["--recursive"] if recursive else [])]
     argv = command.nix_argv(["path-info"], [*flags, *paths], "pinned", None)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
     try:

@@ -407,3 +407,23 @@ def test_nix_base32_matches_nix() -> None:
     assert hashed.returncode == 0, hashed.stderr
     assert base32_hash("sha256-eq5bUCUttx/XGYhx7pnbDOPMwRqyNXc8Ip/K3sH0H+U=") == "sha256:" + hashed.stdout.strip()
     assert nix_base32(b"\x00" * 32) == "0" * 52
+
+
+@pytest.mark.slow
+def test_a_signed_tool_this_machine_already_holds_installs_on_the_cache_signature(machine_a: MachineA) -> None:
+    """The publisher's own rm then install: nix copy skips a path the store holds, whose local record carries no
+    signature of the cache's key (it was built here). The cache's signatures on the same content are what count."""
+    env = {**machine_a.env, "FLAKEBOT_CATALOGS": trusting(machine_a)}
+    removed = run_cli("rm", "shout", "--json", env=env)
+    assert removed.returncode == 0, removed.stderr
+    installed = run_cli("install", "shout", "--json", env=env)
+    assert installed.returncode == 0, installed.stderr  # was: "not signed by a key you trust (NAME)", NAME the key
+    result = json_result(installed)
+    assert result["installed_from"]["public_key"] == machine_a.published["public_key"]
+    ran = run_cli("run", "shout", env=env, input="mine again\n")
+    assert (ran.returncode, ran.stdout) == (0, "MINE AGAIN\n"), ran.stderr
+    # A key that signed nothing here still refuses the same path.
+    stranger = {**machine_a.env, "FLAKEBOT_CATALOGS": trusting(machine_a, key=other_key())}
+    run_cli("rm", "shout", env=env, check=True)
+    refused = run_cli("install", "shout", env=stranger)
+    assert refused.returncode == 61 and "not signed by a key you trust" in error_line(refused)
