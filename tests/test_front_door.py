@@ -97,6 +97,15 @@ def test_package_refuses_what_needs_nothing_built_before_a_run_exists(
     assert (tmp_path / "nonempty" / "notes.txt").read_text() == "mine\n"
 
 
+def test_install_from_a_file_cache_that_is_not_there_says_so(tmp_path: Path) -> None:
+    key = "someone-1:" + "A" * 43 + "="
+    catalogs = f"file://{tmp_path / 'no-such-cache'} {key}"
+    for args in (("install", "shout"), ("list", "--remote")):
+        result = run_cli(*args, env={"FLAKEBOT_CATALOGS": catalogs})
+        line = _one_error_line(result, CatalogError.exit_code)
+        assert f"the shared catalog file://{tmp_path / 'no-such-cache'} does not exist" in line  # was: no tool 'shout'
+
+
 def test_a_log_file_in_a_missing_directory_is_one_line() -> None:
     result = run_cli("--log-file", "/nonexistent/dir/flakebot.log", "runs")
     assert "cannot write the log file" in _one_error_line(result, UsageError.exit_code)

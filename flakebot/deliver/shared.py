@@ -225,6 +225,11 @@ def read_index(url: str, timeout: float = 30.0) -> bytes | None:
     if scheme == "file":
         root = cache_dir(url)
         assert root is not None
+        if not root.is_dir():  # no cache at all, not a cache that lists no tools yet
+            raise CatalogError(
+                f"the shared catalog {url} does not exist ({root} is not a directory)",
+                fix="check the url in the catalogs setting ('flakebot config show'), or publish to it first",
+            )
         return _read_capped(root / PREFIX / "index.json")
     import httpx
 
