@@ -30,7 +30,11 @@ TRUNCATION = (
 )
 WRITABLE = "writable"  # the paths a call lets the tool write, beside its schema's arguments
 WRITABLE_SCHEMA = field_schema(
-    Field("array", "Existing files or directories the tool may write (e.g. its output file); nothing else is writable.")
+    Field(
+        "array",
+        "Existing files or directories the tool may write (e.g. its output file), each beneath a grant root the user "
+        "allowed (the directory flakebot started in unless configured); nothing else is writable.",
+    )
 )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
-from flakebot.deliver import outputfiles, writelayer
+from flakebot.deliver import grants, outputfiles, writelayer
 from flakebot.errors import CatalogError, UsageError
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
@@ -100,13 +100,18 @@ def named_paths(args: list[str], cwd: Path) -> list[Bind]:
     return found
 
 
-def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -> list[Bind]:
-    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist, and none may hold
-    or lie in flakebot's `own` directories (Settings.own_dirs: a tool there could rewrite what runs next)."""
+def writable_paths(paths: list[str], cwd: Path, settings: Settings) -> list[Bind]:
+    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist and lie beneath a
+    grant root (deliver.grants: the allow list decides first), and none may hold or lie in flakebot's own
+    directories (Settings.own_dirs: a tool there could rewrite what runs next)."""
     binds = []
+    allowed = grants.grants(settings, cwd) if paths else None
+    own = settings.own_dirs()
     for text in paths:
+        if allowed is not None and (resolved := _resolved(text, cwd)) is not None:
+            allowed.check(text, resolved)
         bind = _bind(text, text, cwd, writable=True)
-        if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own or []):
+        if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own):
             raise UsageError(
                 f"--writable path '{text}' holds or lies in flakebot's own files (catalog, caches, workdir or config)",
                 fix="let the tool write a file or directory of your own, e.g. --writable ./out",
@@ -124,6 +129,14 @@ def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -
             )
         binds.append(bind)
     return binds
+
+
+def _resolved(text: str, cwd: Path) -> Path | None:
+    """`text` from `cwd` with every link followed and '..' folded; None when it is no path."""
+    try:
+        return Path(os.path.realpath(cwd / text)) if text and text != "-" else None
+    except (OSError, ValueError):
+        return None
 
 
 def _bind(arg: str, text: str, cwd: Path, *, writable: bool = False) -> Bind | None:
@@ -246,7 +259,7 @@ def tool_sandbox(
     cwd = cwd.resolve()
     named, allowed = [], []
     if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
-        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, settings.own_dirs())
+        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, settings)
     limit = settings.sandbox_disk_mb * MIB
     with (
         tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch,

@@ -4,7 +4,7 @@ The sandbox never mounts a caller's path writable. Each writable file or directo
 scratch tree (regular files, directories and links as links; sockets, FIFOs and devices never), that copy is bound
 at every spelling of the path, and after the run flakebot writes back what changed: regular files and
 directories only, nothing under a name some host program reads as configuration (trust.STEERING_NAMES, at any
-depth). Both sides are trees someone else could have written (the caller's by any host program while the tool
+depth), and a file the tool creates lands without exec bits (a rewritten one keeps the mode it had). Both sides are trees someone else could have written (the caller's by any host program while the tool
 runs, the copy by the tool), so every read and write of either goes through flakebot.safefs.Tree, rooted at the
 directory holding the path: no link is followed anywhere below it, files are made with O_EXCL and renamed into
 place. What is left out is said on one line. Copy-in and copy-back are each bounded (`limit` bytes).
@@ -239,19 +239,20 @@ def _file_back(layer: Layer, hosts: Tree, staged: Tree, rel: str, budget: list[i
         if budget[0] < 0:
             layer.left_out.append((rel, "past the sandbox_disk_mb limit"))
             return
-        mode, owner = _settled(host, copy.st_mode)
+        mode, owner = _settled(host)
         hosts.write_from(target, src, mode=mode, owner=owner, parents=False)
 
 
-def _settled(host: os.stat_result | None, staged_mode: int) -> tuple[int, tuple[int, int] | None]:
-    """(mode, owner) of the file written back: a replaced file keeps its mode and owner; a new one gets the
-    caller's umask (executable if the tool made it so), never set-id bits."""
+def _settled(host: os.stat_result | None) -> tuple[int, tuple[int, int] | None]:
+    """(mode, owner) of the file written back: a replaced file keeps its mode and owner; a new one is data, 0666 less
+    the caller's umask: never executable whatever the tool set (a hook it wrote must not be runnable as it lands),
+    never set-id bits."""
     if host is not None:
         owner = (host.st_uid, host.st_gid) if os.geteuid() == 0 else None
         return stat.S_IMODE(host.st_mode) & 0o1777, owner
     mask = os.umask(0)
     os.umask(mask)
-    return (0o777 if staged_mode & stat.S_IXUSR else 0o666) & ~mask, None
+    return 0o666 & ~mask, None
 
 
 def _deletions(layer: Layer, hosts: Tree, seen: set[str], unreadable: list[str]) -> None:
