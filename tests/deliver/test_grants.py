@@ -4,7 +4,8 @@ The attack: a harmless "save stdin to a file" tool (it also marks what it wrote 
 program reads configuration from; over MCP it wrote a nix.conf with a post-build-hook and the hook itself, and the
 next `nix build` ran it as root. Every case goes through the real `flakebot run` or `flakebot mcp` (the MCP SDK's
 client over stdio) and is judged from outside: what is on the host afterwards. Real configuration directories
-(/etc/nix, /etc/cron.d, ...) are named as they are: the fix refuses them before anything is written."""
+(/etc/nix, /etc/cron.d, ...) are named as they are: the fix refuses them before anything is written, and the probe
+a regression would let through is a name nothing there reads, removed after the test."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from tests.conftest import REPO, require, run_cli
 from tests.deliver.test_tool_writes import tool
 
 HOOK = "#!/bin/sh\necho pwned > /tmp/flakebot-grant-hook-ran\n"
-PROBE = "flakebot-grant-probe"  # the file name each attack tries to make
+# The file name each attack tries to make: one cron, apt and run-parts skip (a '~'), not nix.conf and no unit or
+# profile.d suffix, so if a regression lets an attack through, the real /etc it lands in still reads nothing new.
+PROBE = "flakebot-grant-probe~"
 SYSTEM_CONFIG = ["/etc/nix", "/etc/cron.d", "/etc/systemd/system", "/etc/profile.d", "/etc/apt/apt.conf.d"]
 SAVE = 'cat > "$1"; chmod +x "$1"\n'  # save stdin to the file $1, executable, as the issue's tool did
 
@@ -38,14 +41,17 @@ def outside() -> Iterator[Path]:
 
 
 @pytest.fixture
-def caller(outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The directory flakebot starts in (the default grant root), beside a directory outside it; `save` catalogued."""
+def caller(outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The directory flakebot starts in (the default grant root), beside a directory outside it; `save` catalogued.
+    Afterwards any probe a regression let through into the real /etc is removed (the test has failed by then)."""
     work = outside / "caller"
     (work / "out").mkdir(parents=True)
     (outside / "elsewhere").mkdir()
     monkeypatch.chdir(work)
     tool(tmp_path, "save", SAVE)
-    return work
+    yield work
+    for directory in SYSTEM_CONFIG:
+        Path(directory, PROBE).unlink(missing_ok=True)
 
 
 def save(target: str, *options: str, env: dict[str, str] | None = None) -> Any:
@@ -87,6 +93,7 @@ def test_home_configuration_and_flakebots_own_directories_cannot_be_granted(call
     (home / "projects").mkdir()
     env = {"HOME": str(home)}
     own = config.config_home()
+    own.mkdir(parents=True, exist_ok=True)
     for target in (home / ".config" / "git", home, own):
         assert refused(save(str(target), env=env), "outside every grant root"), target
         for root in (target, target.parent):
@@ -115,9 +122,10 @@ def test_a_grant_beneath_the_root_lands_as_data_never_executable(caller: Path) -
     written = caller / "out" / PROBE
     assert written.read_text() == HOOK and written.stat().st_mode & 0o111 == 0  # the tool's chmod +x did not land
     # a file that was executable keeps its mode: the tool rewrites its content, not its permissions
+    written.write_text("old\n")
     written.chmod(0o755)
-    again = save("out")
-    assert again.returncode == 0 and written.stat().st_mode & 0o777 == 0o755, again.stderr
+    again = save("out")  # its chmod of a file it did not make fails (exit 1); what it wrote is copied back
+    assert written.read_text() == HOOK and written.stat().st_mode & 0o777 == 0o755, again.stderr
 
 
 def test_the_user_widens_the_roots_a_working_directory_file_cannot(caller: Path, outside: Path) -> None:
@@ -149,9 +157,12 @@ def test_a_configuration_directory_started_in_is_no_root(caller: Path, outside: 
     home.mkdir()
     where = home if start == "home" else Path("/")
     os.chdir(where)
-    ran = save(".", env={"HOME": str(home)})
-    assert refused(ran, "refused: it"), ran.stderr
-    assert not (where / PROBE).exists()
+    try:
+        ran = save(".", env={"HOME": str(home)})
+        assert refused(ran, "refused: it"), ran.stderr
+        assert not (where / PROBE).exists()
+    finally:
+        (where / PROBE).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- over MCP, judged from outside
@@ -181,7 +192,7 @@ async def _session(calls: list[tuple[str, dict[str, Any]]], server_args: list[st
                 answer = json.loads(text)
             except json.JSONDecodeError:  # the SDK's own refusal (a schema check), not flakebot's error object
                 answer = {"ok": False, "error": text}
-            answers.append({"isError": result.isError, **answer})
+            answers.append({"isError": result.is_error, **answer})
     return answers
 
 
@@ -189,7 +200,7 @@ def test_an_mcp_caller_grants_only_beneath_the_servers_start_directory(caller: P
     require("bwrap")
     elsewhere = str(outside / "elsewhere")
     attempts = [
-        ("run", {"tool": "save", "args": ["/etc/nix/nix.conf"], "stdin": "post-build-hook = /etc/nix/hook\n",
+        ("run", {"tool": "save", "args": [f"/etc/nix/{PROBE}"], "stdin": "post-build-hook = /etc/nix/hook\n",
                  "writable": ["/etc/nix"]}),
         ("run", {"tool": "save", "args": [f"{elsewhere}/{PROBE}"], "stdin": HOOK, "writable": [elsewhere]}),
         ("run", {"tool": "save", "args": [f"../elsewhere/{PROBE}"], "stdin": HOOK, "writable": ["../elsewhere"]}),
