@@ -38,7 +38,8 @@ unused uid, flakebot's own trees handed to its group), /etc only from an allow-l
 only the run's own copy of the checkouts its Cargo.lock names.
 
 A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
-names: an empty scratch directory at the caller's path and the paths its arguments name, read-only; a named
+names: an empty scratch directory at the caller's path and the paths its arguments name, read-only, and writes
+only copies of the writable paths its caller granted beneath a grant root (flakebot.deliver.grants); a named
 directory holding a socket, FIFO or device is refused like a named socket; /, home, ancestors of the working
 directory, host state and paths holding a masked secret are refused; the secret masks are bound after everything
 else. As root it runs as an unused uid without capabilities.
@@ -51,11 +52,20 @@ Choke points a user can rely on (every call goes through them):
                                    (~/.config/flakebot/flakebot.toml), FLAKEBOT_* and flags; a working directory's
                                    flakebot.toml may only lower LIMIT settings, anything else there stops the
                                    command with one line. `config show` names each value's source.
+    a tool's grants                flakebot.deliver.grants: a `--writable` path (MCP `writable`), resolved (links
+                                   followed, '..' folded), must lie beneath a grant root: the directory the command
+                                   or MCP server started in, the TRUSTED grant_roots setting, --grant-root on run and
+                                   mcp (no MCP argument names one); an allow list, so no deny list has to name every
+                                   directory a program reads. A root that is, holds or lies in a configuration
+                                   directory (system trees, a home as a whole and its dot entries, the XDG bases,
+                                   rustup's and cargo's homes, flakebot's own) is refused, so starting in / or $HOME
+                                   grants nothing.
     a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
                                    tool writes a copy bound at every spelling of the path, and flakebot copies back
                                    regular files and directories only, nothing under a STEERING_NAMES name at any
                                    depth, through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
-                                   in place), bounded by sandbox_disk_mb; what it left out is said on one line.
+                                   in place), bounded by sandbox_disk_mb; a file it creates lands without exec bits
+                                   (output is data); what it left out is said on one line.
 
 A shared catalog (a binary cache others publish to; flakebot.deliver) is a mirror anyone with write access to it
 controls. Its one way in is flakebot.deliver.install.read_catalog: the index's snapshot must be signed by a key the

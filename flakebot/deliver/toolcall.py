@@ -87,7 +87,7 @@ def mcp_definition(manifest: dict[str, Any]) -> dict[str, Any]:
         "\n\nPass standard input as the `stdin` argument and null for any argument you do not want; "
         "the result holds stdout, stderr and the exit code. " + TRUNCATION + " "
         "The tool runs in an empty directory: paths its arguments name are read-only; list the paths it may "
-        "write (an output file or directory) in `writable`."
+        "write (an output file or directory) in `writable`, beneath a directory the user allowed."
     )
     schema = json_schema(parameters(manifest))
     schema = {

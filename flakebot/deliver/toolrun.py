@@ -5,7 +5,8 @@ A crafted tool is model-written code, so every run of it goes through the same s
 directory path, but that directory is an empty scratch directory there; the existing paths its arguments name
 are bound in read-only at the path the argument spells (relative arguments still resolve). A named directory
 that holds a socket, FIFO or device is refused as a named socket is: only files and directories reach the tool.
-The paths the caller lists as writable are never mounted writable: the tool writes a copy of each
+The paths the caller lists as writable must lie beneath a grant root the user allowed (flakebot.deliver.grants:
+the allow list decides first), and are never mounted writable: the tool writes a copy of each
 (flakebot.deliver.writelayer), bound at every spelling of the path, and flakebot copies back only regular files and
 directories, nothing under a name host programs read as configuration (.git, flakebot.toml, .envrc, ...).
 /, the home directory, ancestors of the working directory, host state (/proc, /dev, /run, ...) and paths holding a
