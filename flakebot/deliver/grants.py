@@ -9,7 +9,7 @@ whatever it is, so no deny list has to name every directory some program reads.
 A root is never a directory flakebot or the system reads configuration from: one that is, holds or lies inside such
 a directory is dropped (and named when a grant is refused), so a server started in / or in a home directory has no
 default root at all rather than everything under it. Configuration directories: the system's trees (/etc, /usr,
-/nix, /boot, /var/lib, /var/spool, /opt, /root, ...), every home directory as a whole (the shell and git read its
+/nix, /boot, /var/lib, /var/spool, /opt, ...), every home directory as a whole (/root too: the shell and git read its
 dotfiles) and every dot entry in one (~/.config, ~/.local, ~/.ssh, ~/.cargo, ...), the XDG base directories,
 rustup's and cargo's homes, and flakebot's own directories (Settings.own_dirs). A root with a part a host program
 reads as configuration (trust.steering_name: .git, .cargo, ...) is refused too.
@@ -34,7 +34,7 @@ from flakebot.trust import steering_name
 
 # Trees the system reads configuration or programs from (nix.conf and its hooks, cron, systemd units, profile.d, apt,
 # sudoers, PATH, boot): a root may neither lie inside one nor hold one. Host state is never a root either.
-SYSTEM_TREES = ("/etc", "/usr", "/nix", "/boot", "/var/lib", "/var/spool", "/var/db", "/opt", "/root",
+SYSTEM_TREES = ("/etc", "/usr", "/nix", "/boot", "/var/lib", "/var/spool", "/var/db", "/opt",
                 "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/snap",
                 "/proc", "/sys", "/dev", "/run", "/var/run")  # fmt: skip
 
