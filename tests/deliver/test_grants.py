@@ -222,3 +222,40 @@ def test_an_mcp_caller_grants_only_beneath_the_servers_start_directory(caller: P
     widened = mcp_session(attempts[:2], "--grant-root", elsewhere, "--grant-root", "/etc/nix")
     assert widened[0]["isError"] and "refused: it is, holds or lies in /etc" in widened[0]["error"], widened
     assert not widened[1]["isError"] and (outside / "elsewhere" / PROBE).read_text() == HOOK, widened
+
+
+@pytest.mark.parametrize(
+    ("root", "refused_as"),
+    [
+        ("/", "/etc"),
+        ("/etc", "/etc"),
+        ("/etc/nix", "/etc"),
+        ("/var", "/var/lib"),
+        ("/usr/local", "/usr"),
+        ("/nix/store", "/nix"),
+        ("HOME", "home directory"),
+        ("HOME/.config", "a home's configuration"),
+        ("HOME/.ssh/keys", "a home's configuration"),
+        ("OWN", "a directory programs read configuration from"),
+        ("OUTSIDE/repo/.git", "read as configuration by git"),
+        ("HOME/projects", ""),
+        ("OUTSIDE/repo", ""),
+    ],
+)
+def test_which_directories_can_be_roots(
+    outside: Path, monkeypatch: pytest.MonkeyPatch, root: str, refused_as: str
+) -> None:
+    """The rule on real directories: a root may not be, hold or lie in configuration; data directories may."""
+    from flakebot.deliver import grants
+
+    home = outside / "home"
+    monkeypatch.setenv("HOME", str(home))
+    grants._homes.cache_clear()
+    for made in ("projects", ".config", ".ssh/keys"):
+        (home / made).mkdir(parents=True)
+    (outside / "repo" / ".git").mkdir(parents=True)
+    settings = config.load()
+    named = root.replace("HOME", str(home)).replace("OWN", str(config.config_home())).replace("OUTSIDE", str(outside))
+    why = grants.root_refusal(Path(os.path.realpath(named)), settings)
+    assert (refused_as in why) if refused_as else why == "", why
+    grants._homes.cache_clear()
