@@ -105,11 +105,13 @@ def writable_paths(paths: list[str], cwd: Path, settings: Settings) -> list[Bind
     """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist and lie beneath a
     grant root (deliver.grants: the allow list decides first), and none may hold or lie in flakebot's own
     directories (Settings.own_dirs: a tool there could rewrite what runs next)."""
-    binds = []
-    allowed = grants.grants(settings, cwd) if paths else None
-    own = settings.own_dirs()
+    binds: list[Bind] = []
+    if not paths:
+        return binds
+    allowed, own = grants.grants(settings, cwd), settings.own_dirs()
     for text in paths:
-        if allowed is not None and (resolved := _resolved(text, cwd)) is not None:
+        resolved = _resolved(text, cwd)
+        if resolved is not None:
             allowed.check(text, resolved)
         bind = _bind(text, text, cwd, writable=True)
         if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own):
