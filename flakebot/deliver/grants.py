@@ -46,10 +46,11 @@ class Grants:
     roots: tuple[Path, ...]
     refused: tuple[tuple[str, str], ...] = ()
 
-    def check(self, text: str, source: Path) -> None:
-        """Refuse the writable path `text` (resolved: `source`) unless it lies beneath a root."""
-        if any(source.is_relative_to(root) for root in self.roots):
-            return
+    def check(self, text: str, source: Path) -> Path:
+        """The outermost root the writable path `text` (resolved: `source`) lies beneath; refused when there is none."""
+        beneath = sorted((root for root in self.roots if source.is_relative_to(root)), key=lambda r: len(r.parts))
+        if beneath:
+            return beneath[0]
         allowed = ", ".join(str(root) for root in self.roots) or "none"
         refused = "".join(f"; root {name} refused: {why}" for name, why in self.refused)
         raise UsageError(

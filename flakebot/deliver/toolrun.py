@@ -87,6 +87,7 @@ class Bind:
     source: Path
     dest: Path
     writable: bool = False
+    root: Path | None = None  # a writable path's grant root: the host side is opened there, no link below followed
 
 
 def named_paths(args: list[str], cwd: Path) -> list[Bind]:
@@ -111,7 +112,7 @@ def writable_paths(paths: list[str], cwd: Path, settings: Settings) -> list[Bind
     allowed, own = grants.grants(settings, cwd), settings.own_dirs()
     for text in paths:
         resolved = _resolved(text, cwd)
-        if resolved is not None:
+        if resolved is not None:  # before anything else is looked at: the allow list decides first
             allowed.check(text, resolved)
         bind = _bind(text, text, cwd, writable=True)
         if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own):
@@ -130,7 +131,8 @@ def writable_paths(paths: list[str], cwd: Path, settings: Settings) -> list[Bind
                 f"--writable path '{text}' is read as configuration by {reader}: a tool's writes land only as data",
                 fix="let the tool write a data file or directory, e.g. --writable ./out",
             )
-        binds.append(bind)
+        # the path staged and copied back is the bind's ('..' folded before links): it must lie beneath a root too
+        binds.append(dataclasses.replace(bind, root=allowed.check(text, bind.source)))
     return binds
 
 
@@ -216,11 +218,14 @@ def _binds(named: list[Bind], writable: list[Bind], layers: list[writelayer.Laye
 
 def _stage(writable: list[Bind], root: Path, limit: int) -> list[writelayer.Layer]:
     """One staged copy per outermost writable path (a writable path inside another is part of its copy)."""
-    tops: list[Path] = []
-    for source in sorted({bind.source for bind in writable}, key=lambda p: len(p.parts)):
-        if not any(source.is_relative_to(top) for top in tops):
-            tops.append(source)
-    return [writelayer.stage(top, root, index, limit) for index, top in enumerate(tops)]
+    tops: list[Bind] = []
+    for bind in sorted(writable, key=lambda b: len(b.source.parts)):
+        if not any(bind.source.is_relative_to(top.source) for top in tops):
+            tops.append(bind)
+    return [
+        writelayer.stage(top.source, root, index, limit, base=top.root.parent if top.root else None)
+        for index, top in enumerate(tops)
+    ]
 
 
 def _staged(source: Path, layers: list[writelayer.Layer]) -> Path:

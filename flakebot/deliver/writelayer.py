@@ -44,30 +44,39 @@ class Stamp:
 
 @dataclass
 class Layer:
-    """One writable host path (`host`, resolved) and its staged copy (`stage`)."""
+    """One writable host path (`host`, resolved) and its staged copy (`stage`); the host side is opened at `base` (the
+    grant root's parent: no link below it is followed, so a directory swapped for a link between the grant check and
+    the copy is refused), by default the host path's own directory."""
 
     host: Path
     stage: Path
     before: dict[str, Stamp] = field(default_factory=dict)  # relative path ("." for the root) -> stamp
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
+    base: Path | None = None
+
+    @property
+    def opened_at(self) -> Path:
+        return self.base or self.host.parent
 
     def on_host(self, rel: str) -> str:
-        """`rel` of the layer as a path in the tree of the host path's directory."""
-        return self.host.name if rel == "." else f"{self.host.name}/{rel}"
+        """`rel` of the layer as a path in the tree opened at `opened_at`."""
+        top = self.host.relative_to(self.opened_at).as_posix()
+        return top if rel == "." else f"{top}/{rel}"
 
     def in_stage(self, rel: str) -> str:
         """`rel` of the layer as a path in the tree of the staged copy's directory."""
         return self.stage.name if rel == "." else f"{self.stage.name}/{rel}"
 
 
-def stage(host: Path, root: Path, index: int, limit: int) -> Layer:
-    """Copy the writable path `host` into `root/<index>/`; the layer's `stage` is the copy (a file or a directory)."""
+def stage(host: Path, root: Path, index: int, limit: int, base: Path | None = None) -> Layer:
+    """Copy the writable path `host` into `root/<index>/`; the layer's `stage` is the copy (a file or a directory).
+    `base`: a directory above `host` to open the host side at (Layer.base)."""
     with Tree(root) as scratch:
         scratch.mkdir(str(index), parents=False)
-    layer = Layer(host, root / str(index) / (host.name or "root"))
+    layer = Layer(host, root / str(index) / (host.name or "root"), base=base)
     budget = [limit]
     try:
-        with Tree(host.parent) as hosts, Tree(layer.stage.parent) as staged:
+        with Tree(layer.opened_at) as hosts, Tree(layer.stage.parent) as staged:
             if stat.S_ISDIR(hosts.lstat(layer.on_host(".")).st_mode):
                 staged.mkdir(layer.in_stage("."), mode=0o777, parents=False)
                 layer.before["."] = Stamp("dir")
@@ -150,7 +159,7 @@ def copy_back(layer: Layer, limit: int) -> list[tuple[str, str]]:
     (relative path, why)."""
     budget = [limit]
     try:
-        hosts = Tree(layer.host.parent)
+        hosts = Tree(layer.opened_at)
     except OSError as exc:
         layer.left_out.append((".", f"on the host: {exc.strerror}"))
         return layer.left_out

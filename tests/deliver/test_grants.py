@@ -260,3 +260,26 @@ def test_which_directories_can_be_roots(
     expected = refused_as.replace("HOME", str(home))
     assert (expected in why) if expected else why == "", why
     grants._homes.cache_clear()
+
+
+def test_a_directory_swapped_for_a_link_out_during_the_run_is_not_written_through(caller: Path, outside: Path) -> None:
+    """Checked, then swapped: while the tool runs, `out` (between the root and the granted out/sub) becomes a link to
+    a directory outside. The copy-back opens the host side at the root and follows no link below it."""
+    import subprocess
+    import time
+
+    require("bwrap")
+    (caller / "out" / "sub").mkdir()
+    (outside / "victim" / "sub").mkdir(parents=True)
+    tool_dir = Path(os.environ["XDG_DATA_HOME"])  # any tmp dir of this test's own for the tool's store
+    tool(tool_dir, "slow", "sleep 4; echo tool > out/sub/new.txt\n")
+    started = subprocess.Popen(
+        [sys.executable, "-m", "flakebot", "run", "slow", "--writable", "out/sub"],
+        cwd=caller, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(2)  # checked and copied; the tool sleeps
+    (caller / "out").rename(caller / "out-moved")
+    (caller / "out").symlink_to(outside / "victim")
+    _, stderr = started.communicate(timeout=60)
+    assert not (outside / "victim" / "sub" / "new.txt").exists(), stderr
+    assert "not copied back" in stderr and "link or another kind of file in its way" in " ".join(stderr.split())
