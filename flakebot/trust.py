@@ -90,8 +90,9 @@ one call's file at most output_file_mb (deliver.outputfiles); a tool run has too
 
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop, openat's O_NOFOLLOW
 and renameat within one directory descriptor), the spelling of each root flakebot opens a safefs.Tree on (the
-user's own cache, data and work directories, the directory a file:// catalog URL names; a link there is followed
-once, as the user wrote it), bubblewrap, Nix's build sandbox and its build users, git and cargo themselves doing
+user's own cache, data and work directories, the directory a file:// catalog URL names, the parent of each grant
+root; a link there is followed once, as the user wrote it), the grant roots they allow (and every program of theirs
+that reads what a tool wrote beneath one), bubblewrap, Nix's build sandbox and its build users, git and cargo themselves doing
 only what their hardened options allow, and the https forges on the git_sources list; for shared catalogs, the
 holders of the keys configured for them (they can sign any tool, which still runs sandboxed), the first index a
 machine reads of a catalog (rollback protection starts there; the expiry bounds how old it can be) and this
