@@ -262,7 +262,9 @@ def test_which_directories_can_be_roots(
     grants._homes.cache_clear()
 
 
-def test_a_directory_swapped_for_a_link_out_during_the_run_is_not_written_through(caller: Path, outside: Path) -> None:
+def test_a_directory_swapped_for_a_link_out_during_the_run_is_not_written_through(
+    caller: Path, outside: Path, tmp_path: Path
+) -> None:
     """Checked, then swapped: while the tool runs, `out` (between the root and the granted out/sub) becomes a link to
     a directory outside. The copy-back opens the host side at the root and follows no link below it."""
     import subprocess
@@ -271,8 +273,7 @@ def test_a_directory_swapped_for_a_link_out_during_the_run_is_not_written_throug
     require("bwrap")
     (caller / "out" / "sub").mkdir()
     (outside / "victim" / "sub").mkdir(parents=True)
-    tool_dir = Path(os.environ["XDG_DATA_HOME"])  # any tmp dir of this test's own for the tool's store
-    tool(tool_dir, "slow", "sleep 4; echo tool > out/sub/new.txt\n")
+    tool(tmp_path, "slow", "sleep 4; echo tool > out/sub/new.txt\n")
     started = subprocess.Popen(
         [sys.executable, "-m", "flakebot", "run", "slow", "--writable", "out/sub"],
         cwd=caller, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
