@@ -18,6 +18,7 @@ import functools
 import math
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,14 +38,32 @@ TRUSTED = "trusted"  # only from the user's file, the environment or a flag
 LIMIT = "limit"  # also from a working directory's flakebot.toml, to lower it only
 
 
-def _setting(default: Any, doc: str, choices: tuple[str, ...] = (), trust: str = TRUSTED, zero_ok: bool = False) -> Any:
-    """A setting; a number must be finite and above 0 wherever it comes from (`zero_ok`: 0 is meaningful too)."""
-    return field(default=default, metadata={"doc": doc, "choices": choices, "trust": trust, "zero_ok": zero_ok})
+def _setting(
+    default: Any,
+    doc: str,
+    choices: tuple[str, ...] = (),
+    trust: str = TRUSTED,
+    zero_ok: bool = False,
+    parse: Callable[[Any], Any] | None = None,
+) -> Any:
+    """A setting; a number must be finite and above 0 wherever it comes from (`zero_ok`: 0 is meaningful too);
+    `parse` turns a tuple setting's raw value (TOML, environment, flag) into its tuple."""
+    metadata = {"doc": doc, "choices": choices, "trust": trust, "zero_ok": zero_ok, "parse": parse}
+    return field(default=default, metadata=metadata)
 
 
 def _limit(default: float, doc: str, zero_ok: bool = False) -> Any:
     """A bound a working directory's flakebot.toml may lower (to a value above 0), never raise."""
     return _setting(default, doc, trust=LIMIT, zero_ok=zero_ok)
+
+
+def _to_paths(value: Any) -> tuple[str, ...]:
+    """Directories from a TOML list or one string of them separated by os.pathsep (as PATH is)."""
+    if isinstance(value, str):
+        value = [part for part in value.split(os.pathsep) if part]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) and item for item in value):
+        raise ValueError(value)
+    return tuple(value)
 
 
 def config_home() -> Path:
@@ -194,6 +213,14 @@ class Settings:
         30 * 86400.0,
         "Seconds a shared catalog's index that flakebot publish signs stays valid; readers refuse it once expired (publish again to renew it).",
     )
+    grant_roots: tuple[str, ...] = _setting(
+        (".",),
+        "Directories a caller (run --writable, MCP writable) may let a tool write beneath; '.' (and any relative path) "
+        "is from where the command or MCP server started. A root that is, holds or lies in a configuration directory "
+        "(/, /etc, /usr, /nix, a home as a whole, ~/.config and other dot directories, flakebot's own) is refused; "
+        "--grant-root DIR adds one (run, mcp).",
+        parse=_to_paths,
+    )
     catalogs: tuple[dict[str, Any], ...] = _setting(
         (),
         "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'.",
@@ -254,7 +281,7 @@ def coerce(key: str, value: Any, source: str) -> Any:
         if kind is bool:
             value = _to_bool(value)
         elif kind is tuple:
-            value = _to_catalogs(value)
+            value = (f.metadata["parse"] or _to_catalogs)(value)
         elif kind in (int, float):
             value = kind(value)
         else:
@@ -266,6 +293,8 @@ def coerce(key: str, value: Any, source: str) -> Any:
             float: "a number",
             tuple: "a list of {url, keys} tables (a cache URL such as file:///DIR and Nix public keys NAME:BASE64), or 'URL KEY...; URL KEY...'",
         }.get(kind, "a string")
+        if f.metadata["parse"] is _to_paths:
+            wanted = f"a list of directories, or directories separated by '{os.pathsep}'"
         raise ConfigError(f"{source}: '{key}' must be {wanted}, got {value!r}", fix=f"set {key} to {wanted}") from None
     if kind in (int, float) and not _in_bounds(value, f.metadata.get("zero_ok", False)):
         least = "0 or more" if f.metadata.get("zero_ok") else "above 0"

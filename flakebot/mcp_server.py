@@ -176,7 +176,8 @@ class OwnTools:
         args: Command-line arguments, one item each (a single string is split as a shell would, shlex); paths they
             name are read-only to the tool.
         stdin: Standard input.
-        writable: Existing files or directories the tool may write; nothing else is writable.
+        writable: Existing files or directories the tool may write, each beneath a grant root the user started the
+            server with (its start directory unless configured); nothing else is writable.
         """
 
     def rm(self, tool: str) -> None:
@@ -297,13 +298,18 @@ ACCEPTED = {
 class FlakebotMCP:
     """The server's state: settings, and the task group holding what outlives a request (watching detached work)."""
 
-    def __init__(self, settings: config.Settings | None = None) -> None:
+    def __init__(self, settings: config.Settings | None = None, grant_roots: list[str] | None = None) -> None:
         self._settings = settings
         self.jobs: anyio.abc.TaskGroup | None = None
         self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (pipeline.jobs)
+        # Where the user started the server, once: every tool call runs here and relative grant roots start here.
+        self.start = Path.cwd().resolve()
+        self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
 
     def settings(self) -> config.Settings:
-        return self._settings or config.load()
+        from flakebot.deliver.grants import widened
+
+        return widened(self._settings or config.load(), self.grant_roots)
 
     def server(self) -> Any:
         from mcp.server.lowlevel import Server
@@ -358,7 +364,9 @@ class FlakebotMCP:
                 check_arguments(params.name, arguments, ACCEPTED.get(params.name, OWN_TOOLS[params.name][1]))
                 payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
                 return _result(payload, error=payload.get("ok") is False)  # `run` of a tool that failed
-            call = await anyio.to_thread.run_sync(lambda: api.call_tool(params.name, arguments, self.settings()))
+            call = await anyio.to_thread.run_sync(
+                lambda: api.call_tool(params.name, arguments, self.settings(), cwd=self.start)
+            )
         except FlakebotError as exc:
             return _result({"ok": False, **exc.result()}, error=True)
         return _result(call.to_dict(), error=call.exit_code != 0)
@@ -437,7 +445,7 @@ class FlakebotMCP:
         writable = writable_argument(args)
 
         def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable).to_dict()
+            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable, cwd=self.start).to_dict()
             return {k: v for k, v in call.items() if k not in ("tool", "argv")} | {"stderr": call["stderr"][-4000:]}
 
         result = await anyio.to_thread.run_sync(run)
@@ -864,9 +872,10 @@ def _defer_wire_model_builds() -> None:
     WireModel.model_config["defer_build"] = True
 
 
-def serve(settings: config.Settings | None = None) -> None:
-    """Serve over stdio until the client disconnects; jobs still running then are interrupted (resume them later)."""
-    anyio.run(_serve, FlakebotMCP(settings))
+def serve(settings: config.Settings | None = None, grant_roots: list[str] | None = None) -> None:
+    """Serve over stdio until the client disconnects; jobs still running then are interrupted (resume them later).
+    `grant_roots`: the user's --grant-root directories, added to the grant_roots setting for every call."""
+    anyio.run(_serve, FlakebotMCP(settings, grant_roots))
 
 
 async def _serve(state: FlakebotMCP) -> None:

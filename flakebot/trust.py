@@ -38,7 +38,8 @@ unused uid, flakebot's own trees handed to its group), /etc only from an allow-l
 only the run's own copy of the checkouts its Cargo.lock names.
 
 A crafted tool run for a caller (`flakebot run`, MCP; flakebot.deliver.toolrun) sees only what the caller
-names: an empty scratch directory at the caller's path and the paths its arguments name, read-only; a named
+names: an empty scratch directory at the caller's path and the paths its arguments name, read-only, and writes
+only copies of the writable paths its caller granted beneath a grant root (flakebot.deliver.grants); a named
 directory holding a socket, FIFO or device is refused like a named socket; /, home, ancestors of the working
 directory, host state and paths holding a masked secret are refused; the secret masks are bound after everything
 else. As root it runs as an unused uid without capabilities.
@@ -51,11 +52,20 @@ Choke points a user can rely on (every call goes through them):
                                    (~/.config/flakebot/flakebot.toml), FLAKEBOT_* and flags; a working directory's
                                    flakebot.toml may only lower LIMIT settings, anything else there stops the
                                    command with one line. `config show` names each value's source.
+    a tool's grants                flakebot.deliver.grants: a `--writable` path (MCP `writable`), resolved (links
+                                   followed, '..' folded), must lie beneath a grant root: the directory the command
+                                   or MCP server started in, the TRUSTED grant_roots setting, --grant-root on run and
+                                   mcp (no MCP argument names one); an allow list, so no deny list has to name every
+                                   directory a program reads. A root that is, holds or lies in a configuration
+                                   directory (system trees, a home as a whole and its dot entries, the XDG bases,
+                                   rustup's and cargo's homes, flakebot's own) is refused, so starting in / or $HOME
+                                   grants nothing.
     a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
                                    tool writes a copy bound at every spelling of the path, and flakebot copies back
                                    regular files and directories only, nothing under a STEERING_NAMES name at any
                                    depth, through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
-                                   in place), bounded by sandbox_disk_mb; what it left out is said on one line.
+                                   in place), bounded by sandbox_disk_mb; a file it creates lands without exec bits
+                                   (output is data); what it left out is said on one line.
 
 A shared catalog (a binary cache others publish to; flakebot.deliver) is a mirror anyone with write access to it
 controls. Its one way in is flakebot.deliver.install.read_catalog: the index's snapshot must be signed by a key the
@@ -80,8 +90,9 @@ one call's file at most output_file_mb (deliver.outputfiles); a tool run has too
 
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop, openat's O_NOFOLLOW
 and renameat within one directory descriptor), the spelling of each root flakebot opens a safefs.Tree on (the
-user's own cache, data and work directories, the directory a file:// catalog URL names; a link there is followed
-once, as the user wrote it), bubblewrap, Nix's build sandbox and its build users, git and cargo themselves doing
+user's own cache, data and work directories, the directory a file:// catalog URL names, the parent of each grant
+root; a link there is followed once, as the user wrote it), the grant roots they allow (and every program of theirs
+that reads what a tool wrote beneath one), bubblewrap, Nix's build sandbox and its build users, git and cargo themselves doing
 only what their hardened options allow, and the https forges on the git_sources list; for shared catalogs, the
 holders of the keys configured for them (they can sign any tool, which still runs sandboxed), the first index a
 machine reads of a catalog (rollback protection starts there; the expiry bounds how old it can be) and this

@@ -5,22 +5,24 @@ from __future__ import annotations
 
 import pytest
 
-from flakebot.cli.entry import run_options
+from flakebot.cli.entry import mcp_options, run_options
 from tests.conftest import run_cli
 
 
 def test_run_lines_the_entry_reads_itself() -> None:
     assert run_options(["csv-dedup", "--", "--key", "id", "data.csv"]) == {
         "tool": "csv-dedup", "args": ["--key", "id", "data.csv"], "args_json": None, "as_json": False,
-        "writable": [], "sandbox": None,
+        "writable": [], "grant_roots": [], "sandbox": None,
     }  # fmt: skip
-    read = run_options(["--json", "t", "--writable", "a", "--writable=b", "--sandbox=auto", "--args-json", "{}"])
+    read = run_options(["--json", "t", "--writable", "a", "--writable=b", "--sandbox=auto", "--args-json", "{}",
+                        "--grant-root", "r", "--grant-root=s"])  # fmt: skip
     assert read == {
         "tool": "t",
         "args": [],
         "args_json": "{}",
         "as_json": True,
         "writable": ["a", "b"],
+        "grant_roots": ["r", "s"],
         "sandbox": "auto",
     }
     after = run_options(["t", "--", "--json"])  # after `--`, everything is the tool's
@@ -35,6 +37,7 @@ def test_run_lines_the_entry_reads_itself() -> None:
         ["t", "extra"],
         ["t", "--key", "id"],
         ["t", "--writable"],
+        ["t", "--grant-root"],
         ["t", "--json=1"],
         ["--", "t"],
         [],
@@ -42,6 +45,12 @@ def test_run_lines_the_entry_reads_itself() -> None:
 )
 def test_run_lines_left_to_typer(argv: list[str]) -> None:
     assert run_options(argv) is None
+
+
+def test_mcp_lines_the_entry_reads_itself() -> None:
+    assert mcp_options([]) == [] and mcp_options(["--grant-root", "a", "--grant-root=b"]) == ["a", "b"]
+    for left in (["--help"], ["--grant-root"], ["--other"], ["x"]):
+        assert mcp_options(left) is None, left
 
 
 def test_a_line_left_to_typer_still_works() -> None:

@@ -1,6 +1,7 @@
 """Host file access in trees someone else wrote (benchmarks.scenarios.hostfile_cases): links, hard links, FIFOs and
 swapped-in links planted by a dependency's build script, a cloned repository, the model's workspace or a shared
-cache's owner, each judged from outside (a root-owned file and a directory beyond the tree unchanged, no hang)."""
+cache's owner, and a tool's caller granting it a configuration directory (grant_cases), each judged from outside (a
+root-owned file and a directory beyond the tree unchanged, no hang)."""
 
 from __future__ import annotations
 
@@ -65,8 +66,11 @@ class HostFiles:
             "",
             "Each attack (`benchmarks/scenarios/hostfile_cases.py`) plants a link, a hard link, a FIFO or a link swapped in "
             "while flakebot works, where a host step of flakebot expects a plain file or directory, then runs that step "
-            "for real in a child process. Judged from outside: a root-owned 0600 file and a directory beyond the tree "
-            "keep their bytes, and flakebot does not hang.",
+            "for real in a child process; the door `tool grants` (`benchmarks/scenarios/grant_cases.py`) has a caller "
+            "grant a save-stdin tool a configuration directory (/etc/nix, /etc/cron.d, ~/.config/git, flakebot's own) "
+            "or widen the grant roots itself, through the real `flakebot run` and `flakebot mcp`. Judged from outside: "
+            "a root-owned 0600 file and a directory beyond the tree keep their bytes, nothing lands in the directory "
+            "named, and flakebot does not hang.",
             "",
         ]
         body = [[r.door, r.attempt, r.expected, yes(r.contained), r.outcome, f"{r.seconds:.1f} s"] for r in record]

@@ -4,7 +4,8 @@ and a directory beyond the tree must keep their bytes, and flakebot must not han
 A dependency's build script (run for real in the sandboxed dependency-cache build), a repository cloned over file://,
 the crate the acceptance test is written into and a file:// shared cache whose owner planted links are each given
 a link, a hard link, a FIFO or a link swapped in while flakebot works, where flakebot expects a plain file or
-directory. `run_hostfile_cases(root, names)` runs each case in a child process with a timeout (a FIFO that blocks
+directory; a tool's caller names a configuration directory as its writable path, or tries to widen the grant roots
+(grant_cases.py, the door "tool grants"). `run_hostfile_cases(root, names)` runs each case in a child process with a timeout (a FIFO that blocks
 flakebot would otherwise block the report) and returns one row per case; tests/test_safefs.py asserts every row and
 the reliability report (benchmarks/reliability/hostfiles.py) counts them.
 
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.scenarios.gitserve import bare_from, crate_manifest, git, library_source, write
+from benchmarks.scenarios.grant_cases import GRANT_ATTACKS
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -386,7 +388,9 @@ CASES = [
         needs=("nix",),
     ),
 ]
-QUICK = ["clone-tests-link", "acceptance-file-link", "publish-lock-link", "publish-index-fifo"]
+CASES += [Case(name, "tool grants", attempt, expected, attack) for name, attempt, expected, attack in GRANT_ATTACKS]
+QUICK = ["clone-tests-link", "acceptance-file-link", "publish-lock-link", "publish-index-fifo", "grant-etc-nix",
+         "grant-mcp-argument"]  # fmt: skip
 
 
 def run_hostfile_cases(root: Path, names: list[str] | None = None) -> list[dict[str, Any]]:

@@ -396,6 +396,13 @@ def run_cmd(
             help="An existing file or directory the tool may write (repeatable); pass --writable . to let it write here.",
         ),
     ] = None,
+    grant_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-root",
+            help="A directory of yours --writable paths may lie beneath, beside the grant_roots setting (default: here); never a configuration directory (repeatable).",
+        ),
+    ] = None,
     sandbox: Annotated[
         str | None,
         typer.Option(
@@ -408,14 +415,15 @@ def run_cmd(
     The tool runs sandboxed in an empty directory at this directory's path.
     The files and directories its arguments name are there, read-only (relative paths work); nothing else is.
     It writes only where you allow it: --writable out.csv (create the file first), or --writable . for output
-    it writes into this directory. /, your home and the directories above this one are refused as arguments.
+    it writes into this directory; a writable path must lie beneath a grant root (this directory, the grant_roots
+    setting, --grant-root DIR). /, your home and the directories above this one are refused as arguments.
     No network, none of your environment variables.
     """
     from flakebot.cli.entry import run_command
 
     code = run_command(
         G.settings, tool=tool, args=list(args or []), args_json=args_json, as_json=as_json,
-        writable=list(writable or []), sandbox=sandbox,
+        writable=list(writable or []), sandbox=sandbox, grant_roots=list(grant_root or []),
     )  # fmt: skip
     raise typer.Exit(code)
 
@@ -438,12 +446,20 @@ def rm_cmd(
 
 
 @app.command("mcp")
-def mcp_cmd() -> None:
+def mcp_cmd(
+    grant_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-root",
+            help="A directory of yours a call's writable paths may lie beneath, beside the grant_roots setting (default: the directory the server starts in); no call can add one (repeatable).",
+        ),
+    ] = None,
+) -> None:
     """Serve flakebot as an MCP server over stdio: its own tools (craft, status, resume, ...) and every crafted tool."""
     from flakebot.mcp_server import load_sdk, serve
 
     load_sdk()
-    serve()
+    serve(grant_roots=list(grant_root or []))
 
 
 # ---------------------------------------------------------------- models

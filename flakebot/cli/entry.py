@@ -17,14 +17,15 @@ from flakebot.errors import FlakebotError, Interrupted, UsageError
 
 # `flakebot run`'s own options; the ones in VALUED take a value (--name VALUE or --name=VALUE).
 RUN_FLAGS = {"--json"}
-RUN_VALUED = {"--writable", "--sandbox", "--args-json"}
+RUN_VALUED = {"--writable", "--grant-root", "--sandbox", "--args-json"}
+REPEATED = {"writable", "grant_roots"}  # options given once per path
 
 
 def main() -> None:
     """Run the command line: a fast command when this reader takes it, else the typer app."""
     argv = sys.argv[1:]
-    if argv == ["mcp"]:
-        _guarded(_mcp, as_json=False)
+    if argv[:1] == ["mcp"] and (roots := mcp_options(argv[1:])) is not None:
+        _guarded(lambda: _mcp(roots), as_json=False)
     elif argv[:1] == ["run"] and (options := run_options(argv[1:])) is not None:
         _guarded(lambda: run_command(config.load({"workdir": None}), **options), as_json=options["as_json"])
     else:
@@ -42,9 +43,15 @@ def run_options(argv: list[str]) -> dict[str, Any] | None:
         "args_json": None,
         "as_json": False,
         "writable": [],
+        "grant_roots": [],
         "sandbox": None,
     }
-    names = {"--writable": "writable", "--sandbox": "sandbox", "--args-json": "args_json"}
+    names = {
+        "--writable": "writable",
+        "--grant-root": "grant_roots",
+        "--sandbox": "sandbox",
+        "--args-json": "args_json",
+    }
     index = 0
     while index < len(argv):
         token = argv[index]
@@ -61,12 +68,24 @@ def run_options(argv: list[str]) -> dict[str, Any] | None:
                     return None
                 inline, index = argv[index], index + 1
             key = names[name]
-            options[key] = [*options[key], inline] if key == "writable" else inline
+            options[key] = [*options[key], inline] if key in REPEATED else inline
         elif not token.startswith("-") and options["tool"] is None:
             options["tool"] = token
         else:
             return None
     return options if options["tool"] is not None else None
+
+
+def mcp_options(argv: list[str]) -> list[str] | None:
+    """`mcp`'s --grant-root directories, or None when typer should read the arguments (help, anything else)."""
+    roots, index = [], 0
+    while index < len(argv):
+        name, _, inline = argv[index].partition("=")
+        if name != "--grant-root" or (not inline and index + 1 >= len(argv)):
+            return None
+        roots.append(inline or argv[index + 1])
+        index += 1 if inline else 2
+    return roots
 
 
 def run_command(
@@ -78,12 +97,15 @@ def run_command(
     as_json: bool,
     writable: list[str],
     sandbox: str | None,
+    grant_roots: list[str] | None = None,
 ) -> int:
     """`flakebot run`: the tool's exit code (with --json, after printing {exit_code, stdout, stderr} as the result)."""
     import dataclasses
 
     from flakebot import api
+    from flakebot.deliver.grants import widened
 
+    settings = widened(settings, grant_roots or [])
     if sandbox is not None:
         settings = dataclasses.replace(settings, sandbox=config.coerce("sandbox", sandbox, "--sandbox"))
     arguments = _json_arguments(args_json) if args_json is not None else None
@@ -125,7 +147,7 @@ def _json_arguments(text: str) -> Any:
         ) from None
 
 
-def _mcp() -> int:
+def _mcp(grant_roots: list[str]) -> int:
     import gc
 
     from flakebot.mcp_server import load_sdk, serve
@@ -134,7 +156,7 @@ def _mcp() -> int:
     # What the imports made lives as long as the process: keep it out of every collection, the one at exit too
     # (collecting the SDK's pydantic graphs there added 0.1 s before the process ended and a client saw it close).
     gc.freeze()
-    serve()
+    serve(grant_roots=grant_roots)
     return 0
 
 

@@ -10,6 +10,8 @@ from flakebot.commands.common import settings_or_default
 from flakebot.errors import CatalogError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from flakebot.deliver.toolcall import ToolCall
 
 logger = logging.getLogger(__name__)
@@ -72,12 +74,13 @@ def tool_arguments(name: str, arguments: Any, settings: config.Settings | None =
     return arguments_to_argv(tool_manifest(name, settings), arguments)
 
 
-def call_tool(name: str, arguments: Any, settings: config.Settings | None = None) -> ToolCall:
-    """Run a catalogued tool (sandboxed) with JSON arguments; its output and exit code come back as data."""
+def call_tool(name: str, arguments: Any, settings: config.Settings | None = None, cwd: Path | None = None) -> ToolCall:
+    """Run a catalogued tool (sandboxed) with JSON arguments, at `cwd` (default: the current directory; also the
+    start of relative grant roots); its output and exit code come back as data."""
     from flakebot.deliver.toolcall import call
 
     settings = settings_or_default(settings)
-    return call(_runnable_manifest(name, settings), arguments, settings=settings)
+    return call(_runnable_manifest(name, settings), arguments, settings=settings, cwd=cwd)
 
 
 def call_tool_argv(
@@ -86,13 +89,14 @@ def call_tool_argv(
     settings: config.Settings | None = None,
     stdin: str | None = None,
     writable: list[str] | None = None,
+    cwd: Path | None = None,
 ) -> ToolCall:
     """Run a catalogued tool (sandboxed) with command-line `args` and `stdin` (None: the caller's own), capturing
-    its output; `writable`: the existing paths it may write."""
+    its output; `writable`: the existing paths it may write (beneath a grant root); `cwd` as call_tool's."""
     from flakebot.deliver.toolcall import run_captured
 
     settings = settings_or_default(settings)
-    return run_captured(_runnable_manifest(name, settings), args, stdin, settings=settings, writable=writable)
+    return run_captured(_runnable_manifest(name, settings), args, stdin, settings=settings, writable=writable, cwd=cwd)
 
 
 def run_tool(

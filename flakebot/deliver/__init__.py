@@ -12,6 +12,7 @@
     install.py   a published tool fetched (nix copy), its signatures checked against configured keys, catalogued
     signatures.py  Nix signatures (ed25519 over a path's fingerprint, and over an index snapshot) in flakebot
     toolrun.py   a catalogued tool run for its caller, in the sandbox: what it may read, where it may write
+    grants.py    the grant roots a tool's writable paths must lie beneath (an allow list; never configuration)
     writelayer.py  a tool's writable paths as staged copies, copied back as data only (no links, no config names)
     outputfiles.py outputs/: a tool call's stdout past tool_output_limit, under outputs_mb (oldest removed first)
 

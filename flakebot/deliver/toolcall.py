@@ -30,7 +30,11 @@ TRUNCATION = (
 )
 WRITABLE = "writable"  # the paths a call lets the tool write, beside its schema's arguments
 WRITABLE_SCHEMA = field_schema(
-    Field("array", "Existing files or directories the tool may write (e.g. its output file); nothing else is writable.")
+    Field(
+        "array",
+        "Existing files or directories the tool may write (e.g. its output file), each beneath a grant root the user "
+        "allowed (the directory flakebot started in unless configured); nothing else is writable.",
+    )
 )
 
 
@@ -83,7 +87,7 @@ def mcp_definition(manifest: dict[str, Any]) -> dict[str, Any]:
         "\n\nPass standard input as the `stdin` argument and null for any argument you do not want; "
         "the result holds stdout, stderr and the exit code. " + TRUNCATION + " "
         "The tool runs in an empty directory: paths its arguments name are read-only; list the paths it may "
-        "write (an output file or directory) in `writable`."
+        "write (an output file or directory) in `writable`, beneath a directory the user allowed."
     )
     schema = json_schema(parameters(manifest))
     schema = {

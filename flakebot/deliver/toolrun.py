@@ -5,7 +5,8 @@ A crafted tool is model-written code, so every run of it goes through the same s
 directory path, but that directory is an empty scratch directory there; the existing paths its arguments name
 are bound in read-only at the path the argument spells (relative arguments still resolve). A named directory
 that holds a socket, FIFO or device is refused as a named socket is: only files and directories reach the tool.
-The paths the caller lists as writable are never mounted writable: the tool writes a copy of each
+The paths the caller lists as writable must lie beneath a grant root the user allowed (flakebot.deliver.grants:
+the allow list decides first), and are never mounted writable: the tool writes a copy of each
 (flakebot.deliver.writelayer), bound at every spelling of the path, and flakebot copies back only regular files and
 directories, nothing under a name host programs read as configuration (.git, flakebot.toml, .envrc, ...).
 /, the home directory, ancestors of the working directory, host state (/proc, /dev, /run, ...) and paths holding a
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
-from flakebot.deliver import outputfiles, writelayer
+from flakebot.deliver import grants, outputfiles, writelayer
 from flakebot.errors import CatalogError, UsageError
 from flakebot.sandbox import BwrapSandbox, CommandResult, Sandbox, limits_for, open_sandbox
 from flakebot.sandbox.bubblewrap import SYSTEM_DIRS, secret_files
@@ -86,6 +87,7 @@ class Bind:
     source: Path
     dest: Path
     writable: bool = False
+    root: Path | None = None  # a writable path's grant root: the host side is opened there, no link below followed
 
 
 def named_paths(args: list[str], cwd: Path) -> list[Bind]:
@@ -100,13 +102,20 @@ def named_paths(args: list[str], cwd: Path) -> list[Bind]:
     return found
 
 
-def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -> list[Bind]:
-    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist, and none may hold
-    or lie in flakebot's `own` directories (Settings.own_dirs: a tool there could rewrite what runs next)."""
-    binds = []
+def writable_paths(paths: list[str], cwd: Path, settings: Settings) -> list[Bind]:
+    """The paths the caller lets the tool write (`--writable`, MCP `writable`): each must exist and lie beneath a
+    grant root (deliver.grants: the allow list decides first), and none may hold or lie in flakebot's own
+    directories (Settings.own_dirs: a tool there could rewrite what runs next)."""
+    binds: list[Bind] = []
+    if not paths:
+        return binds
+    allowed, own = grants.grants(settings, cwd), settings.own_dirs()
     for text in paths:
+        resolved = _resolved(text, cwd)
+        if resolved is not None:  # before anything else is looked at: the allow list decides first
+            allowed.check(text, resolved)
         bind = _bind(text, text, cwd, writable=True)
-        if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own or []):
+        if bind is not None and any(bind.source.is_relative_to(d) or d.is_relative_to(bind.source) for d in own):
             raise UsageError(
                 f"--writable path '{text}' holds or lies in flakebot's own files (catalog, caches, workdir or config)",
                 fix="let the tool write a file or directory of your own, e.g. --writable ./out",
@@ -122,8 +131,17 @@ def writable_paths(paths: list[str], cwd: Path, own: list[Path] | None = None) -
                 f"--writable path '{text}' is read as configuration by {reader}: a tool's writes land only as data",
                 fix="let the tool write a data file or directory, e.g. --writable ./out",
             )
-        binds.append(bind)
+        # the path staged and copied back is the bind's ('..' folded before links): it must lie beneath a root too
+        binds.append(dataclasses.replace(bind, root=allowed.check(text, bind.source)))
     return binds
+
+
+def _resolved(text: str, cwd: Path) -> Path | None:
+    """`text` from `cwd` with every link followed and '..' folded; None when it is no path."""
+    try:
+        return Path(os.path.realpath(cwd / text)) if text and text != "-" else None
+    except (OSError, ValueError):
+        return None
 
 
 def _bind(arg: str, text: str, cwd: Path, *, writable: bool = False) -> Bind | None:
@@ -200,11 +218,14 @@ def _binds(named: list[Bind], writable: list[Bind], layers: list[writelayer.Laye
 
 def _stage(writable: list[Bind], root: Path, limit: int) -> list[writelayer.Layer]:
     """One staged copy per outermost writable path (a writable path inside another is part of its copy)."""
-    tops: list[Path] = []
-    for source in sorted({bind.source for bind in writable}, key=lambda p: len(p.parts)):
-        if not any(source.is_relative_to(top) for top in tops):
-            tops.append(source)
-    return [writelayer.stage(top, root, index, limit) for index, top in enumerate(tops)]
+    tops: list[Bind] = []
+    for bind in sorted(writable, key=lambda b: len(b.source.parts)):
+        if not any(bind.source.is_relative_to(top.source) for top in tops):
+            tops.append(bind)
+    return [
+        writelayer.stage(top.source, root, index, limit, base=top.root.parent if top.root else None)
+        for index, top in enumerate(tops)
+    ]
 
 
 def _staged(source: Path, layers: list[writelayer.Layer]) -> Path:
@@ -246,7 +267,7 @@ def tool_sandbox(
     cwd = cwd.resolve()
     named, allowed = [], []
     if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
-        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, settings.own_dirs())
+        named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, settings)
     limit = settings.sandbox_disk_mb * MIB
     with (
         tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch,

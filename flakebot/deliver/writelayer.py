@@ -4,7 +4,7 @@ The sandbox never mounts a caller's path writable. Each writable file or directo
 scratch tree (regular files, directories and links as links; sockets, FIFOs and devices never), that copy is bound
 at every spelling of the path, and after the run flakebot writes back what changed: regular files and
 directories only, nothing under a name some host program reads as configuration (trust.STEERING_NAMES, at any
-depth). Both sides are trees someone else could have written (the caller's by any host program while the tool
+depth), and a file the tool creates lands without exec bits (a rewritten one keeps the mode it had). Both sides are trees someone else could have written (the caller's by any host program while the tool
 runs, the copy by the tool), so every read and write of either goes through flakebot.safefs.Tree, rooted at the
 directory holding the path: no link is followed anywhere below it, files are made with O_EXCL and renamed into
 place. What is left out is said on one line. Copy-in and copy-back are each bounded (`limit` bytes).
@@ -44,30 +44,39 @@ class Stamp:
 
 @dataclass
 class Layer:
-    """One writable host path (`host`, resolved) and its staged copy (`stage`)."""
+    """One writable host path (`host`, resolved) and its staged copy (`stage`); the host side is opened at `base` (the
+    grant root's parent: no link below it is followed, so a directory swapped for a link between the grant check and
+    the copy is refused), by default the host path's own directory."""
 
     host: Path
     stage: Path
     before: dict[str, Stamp] = field(default_factory=dict)  # relative path ("." for the root) -> stamp
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
+    base: Path | None = None
+
+    @property
+    def opened_at(self) -> Path:
+        return self.base or self.host.parent
 
     def on_host(self, rel: str) -> str:
-        """`rel` of the layer as a path in the tree of the host path's directory."""
-        return self.host.name if rel == "." else f"{self.host.name}/{rel}"
+        """`rel` of the layer as a path in the tree opened at `opened_at`."""
+        top = self.host.relative_to(self.opened_at).as_posix()
+        return top if rel == "." else f"{top}/{rel}"
 
     def in_stage(self, rel: str) -> str:
         """`rel` of the layer as a path in the tree of the staged copy's directory."""
         return self.stage.name if rel == "." else f"{self.stage.name}/{rel}"
 
 
-def stage(host: Path, root: Path, index: int, limit: int) -> Layer:
-    """Copy the writable path `host` into `root/<index>/`; the layer's `stage` is the copy (a file or a directory)."""
+def stage(host: Path, root: Path, index: int, limit: int, base: Path | None = None) -> Layer:
+    """Copy the writable path `host` into `root/<index>/`; the layer's `stage` is the copy (a file or a directory).
+    `base`: a directory above `host` to open the host side at (Layer.base)."""
     with Tree(root) as scratch:
         scratch.mkdir(str(index), parents=False)
-    layer = Layer(host, root / str(index) / (host.name or "root"))
+    layer = Layer(host, root / str(index) / (host.name or "root"), base=base)
     budget = [limit]
     try:
-        with Tree(host.parent) as hosts, Tree(layer.stage.parent) as staged:
+        with Tree(layer.opened_at) as hosts, Tree(layer.stage.parent) as staged:
             if stat.S_ISDIR(hosts.lstat(layer.on_host(".")).st_mode):
                 staged.mkdir(layer.in_stage("."), mode=0o777, parents=False)
                 layer.before["."] = Stamp("dir")
@@ -150,7 +159,7 @@ def copy_back(layer: Layer, limit: int) -> list[tuple[str, str]]:
     (relative path, why)."""
     budget = [limit]
     try:
-        hosts = Tree(layer.host.parent)
+        hosts = Tree(layer.opened_at)
     except OSError as exc:
         layer.left_out.append((".", f"on the host: {exc.strerror}"))
         return layer.left_out
@@ -239,19 +248,20 @@ def _file_back(layer: Layer, hosts: Tree, staged: Tree, rel: str, budget: list[i
         if budget[0] < 0:
             layer.left_out.append((rel, "past the sandbox_disk_mb limit"))
             return
-        mode, owner = _settled(host, copy.st_mode)
+        mode, owner = _settled(host)
         hosts.write_from(target, src, mode=mode, owner=owner, parents=False)
 
 
-def _settled(host: os.stat_result | None, staged_mode: int) -> tuple[int, tuple[int, int] | None]:
-    """(mode, owner) of the file written back: a replaced file keeps its mode and owner; a new one gets the
-    caller's umask (executable if the tool made it so), never set-id bits."""
+def _settled(host: os.stat_result | None) -> tuple[int, tuple[int, int] | None]:
+    """(mode, owner) of the file written back: a replaced file keeps its mode and owner; a new one is data, 0666 less
+    the caller's umask: never executable whatever the tool set (a hook it wrote must not be runnable as it lands),
+    never set-id bits."""
     if host is not None:
         owner = (host.st_uid, host.st_gid) if os.geteuid() == 0 else None
         return stat.S_IMODE(host.st_mode) & 0o1777, owner
     mask = os.umask(0)
     os.umask(mask)
-    return (0o777 if staged_mode & stat.S_IXUSR else 0o666) & ~mask, None
+    return 0o666 & ~mask, None
 
 
 def _deletions(layer: Layer, hosts: Tree, seen: set[str], unreadable: list[str]) -> None:

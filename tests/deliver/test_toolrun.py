@@ -168,7 +168,7 @@ def test_a_tool_cannot_touch_the_callers_directory_and_reads_only_what_is_named(
     assert not list(caller.rglob("post-commit")) and (caller / "new.txt").is_file()
     assert (caller / "flakebot.toml").read_text() == "# the caller's settings\n"
     own = run_cli("run", "plant", "--writable", str(config.load().path("catalog_dir")), input="")
-    assert own.returncode != 0 and "flakebot's own files" in own.stderr
+    assert own.returncode != 0 and "outside every grant root" in own.stderr
     # a writable file only: that file, nothing beside it
     (caller / "out.txt").write_text("")
     (caller / "new.txt").unlink()
@@ -212,7 +212,7 @@ def test_a_named_secret_stays_masked_and_writable_paths_must_exist(caller: Path,
         and "mkdir" in missing.stderr
     )
     system = run_cli("run", "cat-all", "--writable", "/usr/bin", input="")
-    assert system.returncode != 0 and "part of the system" in system.stderr
+    assert system.returncode != 0 and "outside every grant root" in system.stderr
 
 
 def test_writable_over_mcp(caller: Path, tmp_path: Path) -> None:
@@ -287,7 +287,8 @@ def test_a_long_stdout_comes_back_whole_or_in_a_file_never_cut(tmp_path: Path, m
 def test_no_directory_of_flakebots_own_can_be_handed_to_a_tool(caller: Path, tmp_path: Path) -> None:
     """A run's state.json says what `resume` runs next; the dependency cache feeds the next craft; the config decides
     trust. A tool let write any of flakebot's own directories (or a file in one) could rewrite them: every one is
-    refused, exit 2, whatever the caller names, and the file stays as it was."""
+    refused, exit 2, whatever the caller names (outside every grant root; and none of them can be made a root), and
+    the file stays as it was."""
     require("bwrap")
     _tool(tmp_path, "rewrite", 'for f in "$@"; do echo rewritten > "$f"; done\n')
     settings = config.load()
@@ -299,5 +300,11 @@ def test_no_directory_of_flakebots_own_can_be_handed_to_a_tool(caller: Path, tmp
     for victim in victims:
         for writable in (victim, victim.parent):
             done = run_cli("run", "rewrite", "--writable", str(writable), "--", str(victim), input="")
-            assert done.returncode == 2 and "flakebot's own files" in done.stderr, (writable, done.stderr)
+            assert done.returncode == 2 and "outside every grant root" in done.stderr, (writable, done.stderr)
+            rooted = run_cli("run", "rewrite", "--grant-root", str(writable.parent), "--writable", str(writable),
+                             "--", str(victim), input="")  # fmt: skip
+            assert rooted.returncode == 2 and "a directory programs read configuration from" in rooted.stderr, (
+                writable,
+                rooted.stderr,
+            )
         assert victim.read_text() == "# original\n"
