@@ -225,7 +225,7 @@ def test_writable_over_mcp(caller: Path, tmp_path: Path) -> None:
     allowed = mcp_call("run", {"tool": "plant", "args": [], "writable": ["."]})
     assert "wrote: new.txt" in allowed["stdout"] and (caller / "out" / "new.txt").is_file()
     bad = mcp_call("run", {"tool": "plant", "writable": "/"})
-    assert bad["ok"] is False and "writable must be a list" in bad["error"]
+    assert bad["ok"] is False and "'writable' must be a list or null, got a string" in bad["error"]
 
 
 def test_the_paths_an_argument_names(tmp_path: Path) -> None:
