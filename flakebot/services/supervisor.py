@@ -84,6 +84,7 @@ class Supervisor:
             "state_dir": str(where.state),
             "log": str(where.log),
             "message": "",
+            "last_end": "",  # why its last start ended (kept once it runs again: an OOM kill, a crash, a failed check)
         }
 
     def update(self, **fields: Any) -> None:
@@ -141,7 +142,7 @@ class Supervisor:
         self.total_restarts += 1
         delay = limit.delay(len(self.restarts))
         self.update(state="restarting", health="unhealthy", service_pid=None, restarts=self.total_restarts,
-                    message=f"{outcome}; restart {self.total_restarts} in {delay:.1f} s")  # fmt: skip
+                    message=f"{outcome}; restart {self.total_restarts} in {delay:.1f} s", last_end=outcome)  # fmt: skip
         self.log.write(f"flakebot: {outcome}; restarting in {delay:.1f} s")
         end = time.monotonic() + delay
         while not self.stopping and time.monotonic() < end:
