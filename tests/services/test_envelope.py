@@ -169,12 +169,10 @@ def test_down_after_a_dead_supervisor_never_kills_the_process_that_now_has_the_r
 def test_a_service_is_bounded_in_memory_as_a_whole_and_its_status_says_so(env: dict[str, str]) -> None:
     bounded = {**env, "FLAKEBOT_SANDBOX_MEMORY_MB": "64"}
     started = up(bounded, "kv-service@0.2.0")
-    group = started["cgroup"]
-    assert group is not None and "64 MiB" in started["envelope"], started  # this host offers a cgroup
+    group = started.get("cgroup") or {"paths": ["/nonexistent", "/nonexistent"]}
     memory = Path(group["paths"][0])
-    assert int((memory / "memory.limit_in_bytes").read_text()) == 64 * MIB
-    assert int((Path(group["paths"][1]) / "pids.max").read_text()) == 512
-    assert service_pid_in(memory, started["service_pid"])
+    configured = [_read(memory / "memory.limit_in_bytes"), _read(Path(group["paths"][1]) / "pids.max"),
+                  str(started["service_pid"]) in _read(memory / "cgroup.procs").split()]  # fmt: skip
     peak, kernel, stop = [0], [0], threading.Event()
 
     def sample() -> None:
@@ -191,21 +189,27 @@ def test_a_service_is_bounded_in_memory_as_a_whole_and_its_status_says_so(env: d
     try:
         with client() as http:
             assert http.get(f"http://127.0.0.1:{started['port']}/hog").status_code == 200
-        said = wait_for(lambda: "out of memory" in (s := status(bounded))["last_end"] and s, timeout=20)
+        said = wait_for(lambda: "out of memory" in (s := status(bounded)).get("last_end", "") or peak[0] > 80 * MIB
+                        and s, timeout=20)  # fmt: skip
     finally:
         stop.set()
         sampler.join()
-    assert "sandbox_memory_mb = 64 MiB for the whole service" in said["last_end"], said
-    assert 0 < kernel[0] <= 64 * MIB  # the kernel's own peak of the whole service
-    # judged from outside too (a sum of one process after another, not one instant: one hog's 16 MiB of slack);
+    # judged from outside (a sum of one process after another, not one instant: one hog's 16 MiB of slack);
     # unbounded, 8 x 16 MiB are held together
     assert peak[0] <= 80 * MIB, f"the service held {peak[0] / MIB:.0f} MiB together"
+    assert "sandbox_memory_mb = 64 MiB for the whole service" in said["last_end"], said
+    assert started["cgroup"] is not None and "64 MiB" in started["envelope"], started  # this host offers a cgroup
+    assert configured == [str(64 * MIB), "512", True]  # the service in its cgroup, with its limits
+    assert 0 < kernel[0] <= 64 * MIB  # the kernel's own peak of the whole service
     assert run_cli("down", "kv-service", env=bounded).returncode == 0
     assert not memory.exists()  # removed with the service
 
 
-def service_pid_in(memory: Path, pid: int) -> bool:
-    return str(pid) in (memory / "cgroup.procs").read_text().split()
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def test_a_service_past_its_disk_quota_is_stopped_and_not_started_again_until_under_it(env: dict[str, str]) -> None:
@@ -220,9 +224,10 @@ def test_a_service_past_its_disk_quota_is_stopped_and_not_started_again_until_un
             except httpx.HTTPError:
                 break
             accepted += 1
+    assert accepted < 800, "50 MiB of values written under a 16 MiB quota"
     failed = wait_for(lambda: (s := status(quota))["state"] == "failed" and s, timeout=10)
     assert "disk quota" in failed["message"] and "sandbox_disk_mb = 16 MiB" in failed["message"], failed
-    assert accepted < 800 and not _alive(started["service_pid"])
+    assert not _alive(started["service_pid"])
     state = service_dir(env) / "state"
     held = allocated(state)
     assert held > 16 * MIB  # the user's data is kept as it was...
