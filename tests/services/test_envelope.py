@@ -189,7 +189,7 @@ def test_a_service_is_bounded_in_memory_as_a_whole_and_its_status_says_so(env: d
     try:
         with client() as http:
             assert http.get(f"http://127.0.0.1:{started['port']}/hog").status_code == 200
-        said = wait_for(lambda: "out of memory" in (s := status(bounded)).get("last_end", "") or peak[0] > 80 * MIB
+        said = wait_for(lambda: ("out of memory" in (s := status(bounded)).get("last_end", "") or peak[0] > 80 * MIB)
                         and s, timeout=20)  # fmt: skip
     finally:
         stop.set()
