@@ -20,28 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.reliability.services import HOG_EDITS, allocated, memory_bytes, namespace_members
 from tests.conftest import json_result, require, run_cli, wait_for
 from tests.services.test_supervisor import KV_SERVICE, client, status
 from tests.services.test_upgrade import version_of
 
 pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
-HOG_CHILD = """fn main() {
-    if let Ok(mb) = std::env::var("HOG_MB") {
-        let held: Vec<Vec<u8>> = (0..mb.parse::<usize>().unwrap_or(0)).map(|_| vec![7u8; 1 << 20]).collect();
-        while !held.is_empty() {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        return;
-    }
-"""
-HOG_ROUTE = """("GET", "/hog") => {
-            for _ in 0..8 {
-                let _ = std::process::Command::new("/proc/self/exe").env("HOG_MB", "16").spawn();
-            }
-            reply(&mut stream, 200, "hogging\\n")
-        }
-        ("GET", "/net") =>"""
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +35,7 @@ def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("envelopehome")
     env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
     env["FLAKEBOT_WORKDIR"] = str(home / "work")
-    hog = version_of(home, "0.2.0", edits={"fn main() {\n": HOG_CHILD, '("GET", "/net") =>': HOG_ROUTE})
+    hog = version_of(home, "0.2.0", edits=HOG_EDITS)
     for crate in (KV_SERVICE, hog):
         done = run_cli(
             "package-service", str(crate), "--offline", "--stop-grace", "2", "--start-timeout", "4", "--name",
@@ -108,40 +93,6 @@ def _remove_cgroup(path: Path) -> None:
             pass
     wait_for(lambda: not (path / "cgroup.procs").read_text().split(), timeout=5)
     path.rmdir()
-
-
-def namespace_members(pid: int) -> list[int]:
-    """The processes in the PID namespace of `pid` (the service's own, bubblewrap's init included)."""
-    try:
-        ns = os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return []
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == ns:
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
-def memory_bytes(pids: list[int]) -> int:
-    """What the processes hold together: the sum of their proportional set sizes (a shared page counted once)."""
-    total = 0
-    for pid in pids:
-        try:
-            lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
-        except OSError:
-            continue
-        total += sum(int(line.split()[1]) * 1024 for line in lines if line.startswith("Pss:"))
-    return total
-
-
-def allocated(path: Path) -> int:
-    """What the tree under `path` takes on disk (du: allocated blocks, each inode once)."""
-    done = subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True, check=True)
-    return int(done.stdout.split()[0])
 
 
 def test_down_after_a_dead_supervisor_never_kills_the_process_that_now_has_the_recorded_pid(
