@@ -6,7 +6,7 @@ memory, processes  its own cgroup (flakebot.sandbox.cgroup): sandbox_memory_mb f
 disk               its state directory's allocated blocks (each inode once, holes not counted), measured every
                    DISK_EVERY seconds while it runs and before each start: past sandbox_disk_mb the service is
                    stopped and `failed`, and refused a start until the state is back under it; one file is
-                   bounded as it is written by RLIMIT_FSIZE (sandbox_file_mb)
+                   bounded as it is written by RLIMIT_FSIZE (sandbox_file_mb, never more than the quota)
 /tmp               a tmpfs of tmp_mb (bubblewrap), its pages charged to the cgroup
 log                service.log rotated at 1 MiB, one older file kept (logfile.py)
 identity           its supervisor and its service recorded as pid + start time (flakebot.processid): nothing
@@ -36,7 +36,7 @@ def launch_limits(settings: Settings) -> dict[str, Any]:
     """The limits a launch records (SandboxLimits fields): what `up`, an upgrade and the lifecycle check run under."""
     return {
         "memory_mb": settings.sandbox_memory_mb,
-        "file_mb": settings.sandbox_file_mb,
+        "file_mb": min(settings.sandbox_file_mb, settings.sandbox_disk_mb),  # one file never past the quota
         "disk_mb": settings.sandbox_disk_mb,
     }
 
