@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
 NAME = re.compile(r"^flakebot-[A-Za-z0-9_-]{1,100}$")
+SWEEP_AGE = 120.0  # seconds an empty group is left before a sweep removes it
 _warned: list[bool] = []
 
 
@@ -165,6 +166,7 @@ def _v2(name: str) -> Group | None:
         parent = mount / _own("").lstrip("/")
         if not {"memory", "pids"} <= set((parent / "cgroup.subtree_control").read_text().split()):
             (parent / "cgroup.subtree_control").write_text("+memory +pids")
+        _sweep(parent)
         path = parent / name
         path.mkdir(exist_ok=True)
         return Group("v2", (path,))
@@ -179,10 +181,23 @@ def _v1(name: str) -> Group | None:
             return None
         parent = mount / _own(controller).lstrip("/")
         parent = parent if parent.is_dir() else mount
+        _sweep(parent)
         path = parent / name
         path.mkdir(exist_ok=True)
         paths.append(path)
     return Group("v1", tuple(paths))
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the empty flakebot groups in `parent` older than SWEEP_AGE: what an owner killed with SIGKILL left (a
+    live service's group has members; a stopped one's is removed at its stop, made again at its next start)."""
+    for path in parent.glob("flakebot-*"):
+        try:
+            if time.time() - path.stat().st_mtime > SWEEP_AGE and not (path / "cgroup.procs").read_text().strip():
+                path.rmdir()
+                logger.info("removed the empty cgroup %s", path)
+        except OSError:
+            continue  # taken again, or removed by another sweep
 
 
 def _field(path: Path, key: str) -> int:
