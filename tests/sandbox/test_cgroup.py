@@ -68,3 +68,14 @@ def test_a_recorded_group_is_trusted_only_as_a_flakebot_cgroup() -> None:
         assert Group.from_dict({"kind": "v1", "paths": paths}) is None
     assert Group.from_dict({"kind": "v3", "paths": ["/sys/fs/cgroup/memory/flakebot-x"]}) is None
     assert Path("/sys/fs/cgroup").is_dir()
+
+
+def test_tmpfs_pages_a_member_writes_count_against_the_group(group: Group) -> None:
+    """A service's /tmp is a tmpfs: what it writes there is memory, held to the same bound."""
+    target = Path("/dev/shm") / f"flakebot-test-{secrets.token_hex(4)}"
+    try:
+        done = subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M", "count=64"], preexec_fn=group.enter,
+                              capture_output=True)  # fmt: skip
+        assert done.returncode != 0 and target.stat().st_size <= 32 * MIB
+    finally:
+        target.unlink(missing_ok=True)
