@@ -118,7 +118,8 @@ class Supervisor:
 
     def refuse(self, problem: str) -> int:
         """Failed for good, no restart: its state is past the disk quota (kept: it is the user's data)."""
-        self.update(state="failed", health="unhealthy", service_pid=None, service_start=None, message=problem)
+        self.update(state="failed", health="unhealthy", service_pid=None, service_start=None, message=problem,
+                    last_end=problem)  # fmt: skip
         self.log.write(f"flakebot: failed: {problem}")
         return 1
 
