@@ -46,7 +46,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 
-from flakebot import config
+from flakebot import config, processid
 from flakebot.errors import FlakebotError
 from flakebot.fsutil import atomic_write_json  # another server may read a record at any moment
 from flakebot.pipeline import jobs
@@ -150,7 +150,7 @@ class Tasks:
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}
-        record["start_time"] = jobs.start_time(process.pid)  # the job's identity: its pid may be another's later
+        record["start_time"] = processid.start_time(process.pid)  # the job's identity: its pid may be another's later
         atomic_write_json(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
         text = f"{params.name} runs as task {task_id}; its result comes when the task completes"
@@ -359,14 +359,14 @@ def _job_alive(record: dict[str, Any], journal: Path) -> bool:
     kernel thread's is empty)."""
     pid = record.get("pid")
     if "start_time" in record:
-        return jobs.is_running(pid, record["start_time"])
-    if not isinstance(pid, int) or jobs.start_time(pid) is None:
+        return processid.is_running(pid, record["start_time"])
+    if not isinstance(pid, int) or processid.start_time(pid) is None:
         return False
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return jobs.is_running(pid, jobs.start_time(pid)) and os.fsencode(str(journal)) in argv.split(b"\0")
+    return processid.is_running(pid, processid.start_time(pid)) and os.fsencode(str(journal)) in argv.split(b"\0")
 
 
 def _group_exists(pgid: int) -> bool:

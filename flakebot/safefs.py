@@ -252,16 +252,21 @@ class Tree:
         owner: tuple[int, int] | None = None,
         times_ns: tuple[int, int] | None = None,
         sync: bool = True,
+        budget: Budget | None = None,
     ) -> None:
         """Replace `rel` atomically with what `source` streams (no whole file in memory), as write_bytes does: a fresh
         O_EXCL file beside it renamed over the name. `mode` without set-id bits; `owner` (uid, gid) and
-        `times_ns` (atime, mtime) set on the new file before it takes the name; `sync` False for a scratch copy."""
+        `times_ns` (atime, mtime) set on the new file before it takes the name; `sync` False for a scratch copy.
+        `budget`: `source` is a file read sparse (only its data, holes left holes) and its data counted against it."""
         with self._parent(rel, create=parents) as (fd, name):
             tmp = f".{name}.{secrets.token_hex(6)}.tmp"
             handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             try:
                 with os.fdopen(handle, "wb") as file:
-                    shutil.copyfileobj(source, file, 1 << 20)
+                    if budget is None:
+                        shutil.copyfileobj(source, file, 1 << 20)
+                    else:
+                        _copy_sparse(source.fileno(), file.fileno(), budget)
                     file.flush()
                     if owner is not None:
                         os.fchown(file.fileno(), *owner)
@@ -294,6 +299,11 @@ class Tree:
             )
             with os.fdopen(handle, "wb") as file:
                 file.write(data)
+
+    def link(self, existing: str, rel: str) -> None:
+        """A hard link at the new name `rel` to the file `existing` in this tree (neither followed if a link)."""
+        with self._parent(existing) as (src_fd, src_name), self._parent(rel, create=True) as (fd, name):
+            os.link(src_name, name, src_dir_fd=src_fd, dst_dir_fd=fd, follow_symlinks=False)
 
     def symlink(self, target: str, rel: str) -> None:
         """A symbolic link at `rel` (made, never followed by this module)."""
@@ -392,13 +402,28 @@ class Tree:
             os.close(handle)
 
 
-def copy_tree(source: Path, dest: Path) -> None:
+class Budget:
+    """How many bytes of file data a copy may still write; past it the copy ends (OSError EDQUOT)."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit, self.left, self.what = limit, limit, what
+
+    def take(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise OSError(errno.EDQUOT, f"{self.what}: more than {self.limit >> 20} MiB of data, refused")
+
+
+def copy_tree(source: Path, dest: Path, *, budget: Budget | None = None) -> None:
     """Copy the tree `source` (written by someone else, maybe still being written) to the new directory `dest`:
     every entry reached beneath a descriptor and never followed, links copied as links (never the file one names),
     regular files with their permission bits less set-id and sticky bits, sockets, FIFOs and devices left out. An
-    entry swapped for a link while the copy runs ends it (UnsafePath) instead of being entered."""
+    entry swapped for a link while the copy runs ends it (UnsafePath) instead of being entered.
+    `budget`: files are copied sparse (holes stay holes), hard links within `source` stay hard links (one copy of
+    the data), and the data written is bounded by it."""
     dest.mkdir()
     directories: list[tuple[str, int]] = []
+    copied: dict[tuple[int, int], str] = {}  # (device, inode) of a file with more than one name -> its copy
     with Tree(source) as tree, Tree(dest) as out:
         for rel, info in tree.walk():
             if not rel:
@@ -408,12 +433,40 @@ def copy_tree(source: Path, dest: Path) -> None:
                 directories.append((rel, stat.S_IMODE(info.st_mode) & 0o777))
             elif stat.S_ISLNK(info.st_mode):
                 out.symlink(tree.readlink(rel), rel)
+            elif stat.S_ISREG(info.st_mode) and budget is not None and (info.st_dev, info.st_ino) in copied:
+                out.link(copied[info.st_dev, info.st_ino], rel)
             elif stat.S_ISREG(info.st_mode):
                 with tree.open_read(rel) as file:
-                    mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode) & 0o777
-                    out.write_from(rel, file, mode=mode, parents=False, sync=False)
+                    opened = os.fstat(file.fileno())
+                    mode = stat.S_IMODE(opened.st_mode) & 0o777
+                    out.write_from(rel, file, mode=mode, parents=False, sync=False, budget=budget)
+                if budget is not None and opened.st_nlink > 1:
+                    copied[opened.st_dev, opened.st_ino] = rel
         for rel, mode in directories:  # their own modes last, so a read-only one did not stop the copy
             out.chmod(rel, mode)
+
+
+def _copy_sparse(source: int, dest: int, budget: Budget) -> None:
+    """Copy the data regions of `source` (SEEK_DATA/SEEK_HOLE) to the same offsets in `dest`, holes left holes, and
+    give `dest` the source's size; each region's bytes taken from `budget` before they are written."""
+    size, offset = os.fstat(source).st_size, 0
+    while offset < size:
+        try:
+            start = os.lseek(source, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole to the end
+                break
+            raise
+        end = min(os.lseek(source, start, os.SEEK_HOLE), size)
+        budget.take(end - start)
+        while start < end:
+            chunk = os.pread(source, min(1 << 20, end - start), start)
+            if not chunk:
+                break
+            os.pwrite(dest, chunk, start)
+            start += len(chunk)
+        offset = end
+    os.ftruncate(dest, size)
 
 
 def file_below(root: Path, path: Path) -> Path:

@@ -84,9 +84,15 @@ rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's
 
 Everything a caller can start is bounded (docs/limits.md): long MCP calls pass admission (flakebot.pipeline.jobs:
 at most max_jobs on the machine and max_session_jobs per session, refused past either, nothing written); a job is
-its pid plus its process start time, so a reused pid never reads as the job; tasks/result and a detached call's
-start wait at most task_result_wait; outputs/ holds at most outputs_mb, least recently used files removed first,
-one call's file at most output_file_mb (deliver.outputfiles); a tool run has tool_timeout, a run its budgets.
+its pid plus its process start time (flakebot.processid), so a reused pid never reads as the job; tasks/result and
+a detached call's start wait at most task_result_wait; outputs/ holds at most outputs_mb, least recently used files
+removed first, one call's file at most output_file_mb (deliver.outputfiles); a tool run has tool_timeout, a run its
+budgets. A service has one envelope (flakebot.services.envelope): its own cgroup bounds all its processes together
+(sandbox_memory_mb, 512 processes; per process only where the host has no writable cgroup, logged), its state's
+allocated blocks are measured against sandbox_disk_mb while it runs (past it: stopped, failed, data kept, every
+start refused until under it), its log is rotated, the upgrade's copy of its state goes through safefs (no link
+followed, sparse files sparse, hard links kept, data bounded by the quota, under the workdir), and its supervisor
+and process are signalled only while pid and start time still match (processid.signal_if).
 
 What a user still trusts: the kernel (namespaces, bind mounts, setpriv's capability drop, openat's O_NOFOLLOW
 and renameat within one directory descriptor), the spelling of each root flakebot opens a safefs.Tree on (the

@@ -17,6 +17,7 @@ LEAVES = {
     "loopback",
     "modeltext",
     "preflight",
+    "processid",
     "redact",
     "render",
     "safefs",

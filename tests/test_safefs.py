@@ -4,6 +4,7 @@ planted (a link at any position, a link swapped in while the host works, a hard 
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -27,7 +28,7 @@ from flakebot.crates import CrateInfo
 from flakebot.deliver import index as signed
 from flakebot.deliver import shared
 from flakebot.errors import AcquireError, CatalogError, UnsafePath
-from flakebot.safefs import Tree, file_below
+from flakebot.safefs import Budget, Tree, copy_tree, file_below
 from flakebot.source.acquisition import acquire
 from flakebot.toolspec import Example, ToolSpec
 from tests.conftest import require
@@ -396,3 +397,38 @@ def test_a_missing_cache_or_file_reads_as_nothing_published(tmp_path: Path) -> N
     assert shared.read_index(tmp_path.as_uri()) is None
     with pytest.raises(FileNotFoundError):
         Tree(tmp_path / "no-such-tree")
+
+
+def _allocated(path: Path) -> int:
+    return int(
+        subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True).stdout.split()[0]
+    )
+
+
+def test_a_bounded_copy_keeps_holes_and_hard_links_and_stops_at_its_budget(tmp_path: Path) -> None:
+    """A service's state copied for an upgrade: 1 GiB apparent of a sparse file and 100 names of one file take
+    what the source takes, not their apparent size; dense data past the budget ends the copy (EDQUOT) without
+    writing much past it."""
+    mib = 1024 * 1024
+    source = tmp_path / "state"
+    source.mkdir()
+    with open(source / "sparse", "wb") as sparse:
+        sparse.seek(300 * mib)
+        sparse.write(b"middle")
+        sparse.truncate(1024 * mib)
+    (source / "one").write_bytes(os.urandom(mib))
+    for n in range(100):
+        os.link(source / "one", source / f"name-{n}")
+    copy_tree(source, tmp_path / "copy", budget=Budget(4 * mib, "the copy"))
+    copied = tmp_path / "copy"
+    assert (copied / "sparse").stat().st_size == 1024 * mib and _allocated(copied) <= _allocated(source) + mib
+    with open(copied / "sparse", "rb") as read:
+        read.seek(300 * mib)
+        assert read.read(6) == b"middle"
+    assert (copied / "name-42").stat().st_ino == (copied / "one").stat().st_ino
+    assert (copied / "name-42").read_bytes() == (source / "one").read_bytes()
+    (source / "dense").write_bytes(os.urandom(8 * mib))
+    with pytest.raises(OSError, match="more than 4 MiB") as refused:
+        copy_tree(source, tmp_path / "over", budget=Budget(4 * mib, "the copy"))
+    assert refused.value.errno == errno.EDQUOT
+    assert _allocated(tmp_path / "over") <= 4 * mib

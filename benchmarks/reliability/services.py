@@ -6,6 +6,10 @@ each case in a flakebot home of its own, judged from outside (status.json, /proc
     crash loop       a service that exits at every start: failed after the restart limit, nothing left, port freed
     supervisor kill  kill -9 of the supervisor: nothing of the service left, `lost`, `up --all` restores it
     failing upgrade  `up NAME@0.3.0` of a version that cannot read 0.1.0's data: refused (exit 43), 0.1.0 serves on
+    reused pid       the supervisor killed, its recorded pids now an unrelated process's: `down` leaves that alive
+    memory hogs      8 processes of 16 MiB under a 64 MiB service: its cgroup holds them to 64 MiB, status says so
+    disk quota       50 MiB of values under a 16 MiB quota: stopped, `failed: disk quota`, refused a start, data kept
+    upgrade copy     a 1 GiB sparse file and 200 hard links in the state: the upgrade's copy stays within the quota
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +34,26 @@ from benchmarks.reliability.env import REPO, Home, Scratch, wait_for
 from benchmarks.reliability.table import table, yes
 
 KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
+MIB = 1024 * 1024
+# kv-service with GET /hog: 8 copies of itself, each holding 16 MiB (under a 64 MiB per-process limit, twice it together)
+HOG_EDITS = {
+    "fn main() {\n": """fn main() {
+    if let Ok(mb) = std::env::var("HOG_MB") {
+        let held: Vec<Vec<u8>> = (0..mb.parse::<usize>().unwrap_or(0)).map(|_| vec![7u8; 1 << 20]).collect();
+        while !held.is_empty() {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        return;
+    }
+""",
+    '("GET", "/net") =>': """("GET", "/hog") => {
+            for _ in 0..8 {
+                let _ = std::process::Command::new("/proc/self/exe").env("HOG_MB", "16").spawn();
+            }
+            reply(&mut stream, 200, "hogging\\n")
+        }
+        ("GET", "/net") =>""",
+}
 
 
 @dataclass
@@ -172,6 +198,163 @@ def _failing_upgrade(kv: Kv) -> tuple[bool, str]:
     return ok, f"exit {refused.returncode}; 0.1.0's process still serving: {serving}; data kept: {kept}"
 
 
+def kv_version(root: Path, version: str, edits: dict[str, str]) -> Path:
+    """A copy of kv-service as crate `version`, its source edited (each edit must apply)."""
+    crate = root / f"kv-{version}"
+    shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
+    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text().replace('"0.1.0"', f'"{version}"', 1))
+    source = crate / "src" / "main.rs"
+    text = source.read_text()
+    for old, new in edits.items():
+        if old not in text:
+            raise RuntimeError(f"kv-service changed: {old!r} is not in it")
+        text = text.replace(old, new)
+    source.write_text(text)
+    return crate
+
+
+def namespace_members(pid: int) -> list[int]:
+    """The processes in the PID namespace of `pid` (the service's own, bubblewrap's init included)."""
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return []
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.readlink(f"/proc/{entry}/ns/pid") == ns:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def memory_bytes(pids: list[int]) -> int:
+    """What the processes hold together: the sum of their proportional set sizes (a shared page counted once)."""
+    total = 0
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) * 1024 for line in lines if line.startswith("Pss:"))
+    return total
+
+
+def allocated(path: Path) -> int:
+    """What the tree under `path` takes on disk (du: allocated blocks, each inode once); 0 when it is gone."""
+    done = subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True)
+    return int(done.stdout.split()[0]) if done.returncode == 0 and done.stdout else 0
+
+
+class Peak:
+    """The largest value `measure` returns while the block runs, sampled every 20 ms in a thread."""
+
+    def __init__(self, measure: Callable[[], int]) -> None:
+        self.measure, self.value, self.stop = measure, 0, threading.Event()
+        self.thread = threading.Thread(target=self._sample)
+
+    def _sample(self) -> None:
+        while not self.stop.is_set():
+            self.value = max(self.value, self.measure())
+            time.sleep(0.02)
+
+    def __enter__(self) -> Peak:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _reused_pid(kv: Kv) -> tuple[bool, str]:
+    started = kv.up("kv-service")
+    os.kill(started["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: not _alive(started["service_pid"]), 10, 0.05)
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        recorded = kv.status()
+        kv.status_file.write_text(json.dumps({**recorded, "service_pid": bystander.pid,
+                                              "supervisor_pid": bystander.pid}))  # fmt: skip
+        done = kv.home.cli("down", "kv-service")
+        survived = bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+    return (
+        done.returncode == 0 and survived,
+        f"down exit {done.returncode}; the process at the pids survived: {survived}",
+    )
+
+
+def _memory_hogs(kv: Kv) -> tuple[bool, str]:
+    kv.package(kv_version(kv.home.root, "0.2.0", HOG_EDITS))
+    done = kv.home.cli("up", "kv-service@0.2.0", "--json", env={"FLAKEBOT_SANDBOX_MEMORY_MB": "64"}, timeout=180)
+    started = done.result()
+    paths = (started.get("cgroup") or {}).get("paths") or ["/nonexistent"]
+    usage = Path(paths[0]) / "memory.max_usage_in_bytes"
+
+    def kernel() -> int:
+        try:
+            return int(usage.read_text())
+        except (OSError, ValueError):
+            return 0
+
+    with Peak(lambda: memory_bytes(namespace_members(started["service_pid"]))) as held, Peak(kernel) as peak:
+        kv.get(started["port"], "/hog")
+        said = wait_for(lambda: "out of memory" in kv.status().get("last_end", "") or held.value > 80 * MIB, 20, 0.1)
+    ok = bool(said) and held.value <= 80 * MIB and 0 < peak.value <= 64 * MIB
+    return ok, (
+        f"held together {held.value / MIB:.0f} MiB (PSS summed, sampled), kernel peak {peak.value / MIB:.0f} MiB; "
+        f"{kv.status().get('last_end') or 'no out-of-memory report'}"[:300]
+    )
+
+
+def _disk_quota(kv: Kv) -> tuple[bool, str]:
+    quota = {"FLAKEBOT_SANDBOX_DISK_MB": "16"}
+    started = kv.home.cli("up", "kv-service", "--json", env=quota, timeout=180).result()
+    value, accepted = os.urandom(64 * 1024), 0
+    for key in range(800):
+        try:
+            kv.put(started["port"], f"/kv/k{key}", value)
+        except httpx.HTTPError:
+            break
+        accepted += 1
+    failed = wait_for(lambda: (s := kv.status()).get("state") == "failed" and s, 10, 0.05)
+    state = kv.home.workdir / "services" / "kv-service" / "state"
+    again = kv.home.cli("up", "kv-service", env=quota, timeout=180)
+    refused = again.returncode != 0 and "disk quota" in again.stderr
+    ok = accepted < 800 and bool(failed) and "disk quota" in failed["message"] and refused
+    return ok, (
+        f"{accepted} of 800 values of 64 KiB accepted, {allocated(state) / MIB:.0f} MiB kept; "
+        f"{(failed or {}).get('state')}; up again refused: {refused}"
+    )
+
+
+def _upgrade_copy(kv: Kv) -> tuple[bool, str]:
+    kv.package(kv_version(kv.home.root, "0.2.0", HOG_EDITS))
+    quota = {"FLAKEBOT_SANDBOX_DISK_MB": "64"}
+    kv.home.cli("up", "kv-service@0.1.0", "--json", env=quota, timeout=180).result()
+    state = kv.home.workdir / "services" / "kv-service" / "state"
+    with open(state / "sparse", "wb") as sparse:
+        sparse.write(os.urandom(MIB))
+        sparse.truncate(1024 * MIB)
+    (state / "one").write_bytes(os.urandom(MIB))
+    for n in range(200):
+        os.link(state / "one", state / f"also-{n}")
+    before = set(Path("/tmp").glob("flakebot-lifecycle-*"))
+    scratch = kv.home.workdir / "lifecycle"
+
+    def copies() -> int:
+        return sum(allocated(p) for p in (scratch, *(set(Path("/tmp").glob("flakebot-lifecycle-*")) - before)))
+
+    with Peak(copies) as peak:
+        done = kv.home.cli("up", "kv-service@0.2.0", "--json", env=quota, timeout=180)
+    ok = done.returncode == 0 and 0 < peak.value <= 64 * MIB
+    return ok, f"upgrade exit {done.returncode}; its copy of 1.2 GiB apparent took at most {peak.value / MIB:.0f} MiB"
+
+
 # (case, fault, what must hold after it, the scenario)
 CASES: list[tuple[str, str, str, Callable[[Kv], tuple[bool, str]]]] = [
     ("kill -9", "SIGKILL of the service's own process", "healthy again within 5 s, same port, data kept", _kill_service),
@@ -181,6 +364,14 @@ CASES: list[tuple[str, str, str, Callable[[Kv], tuple[bool, str]]]] = [
      "nothing of the service left, status lost; restored on its port with its data", _supervisor_kill),
     ("failing upgrade", "`up kv-service@0.3.0`, a version that cannot read 0.1.0's data",
      "refused with exit 43; 0.1.0's process serves on with its data", _failing_upgrade),
+    ("reused pid", "SIGKILL of the supervisor, its recorded pids an unrelated process's, then `down`",
+     "the unrelated process lives", _reused_pid),
+    ("memory hogs", "8 processes of 16 MiB each under sandbox_memory_mb = 64",
+     "the whole service held to 64 MiB (cgroup), out of memory reported", _memory_hogs),
+    ("disk quota", "50 MiB of values under sandbox_disk_mb = 16", "stopped, failed: disk quota, refused a start",
+     _disk_quota),
+    ("upgrade copy", "an upgrade over a 1 GiB sparse file and 200 hard links, quota 64 MiB",
+     "upgraded; its copy of the state within 64 MiB", _upgrade_copy),
 ]  # fmt: skip
 QUICK = ("kill -9",)
 

@@ -36,47 +36,17 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import ConfigError, HostError
 from flakebot.fsutil import atomic_write_json
+from flakebot.processid import is_running, start_time
 
 logger = logging.getLogger(__name__)
 
 RECORD = ".job.json"
 LOCK = ".admission.lock"
 KEEP_DAYS = 31
-PF_KTHREAD = 0x00200000  # /proc/PID/stat flags (field 9): a kernel thread is never a job
 
 
 class JobLimit(HostError):
     """A long call refused: as many jobs as max_jobs (or max_session_jobs) are running already."""
-
-
-# ------------------------------------------------------------ process identity
-
-
-def start_time(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22); None if there is no such
-    process, or it is a kernel thread."""
-    fields = _stat_fields(pid)
-    if fields is None or int(fields[6]) & PF_KTHREAD:
-        return None
-    return int(fields[19])
-
-
-def is_running(pid: Any, started: Any) -> bool:
-    """Whether `pid` is still the process that started at `started` (start_time's ticks) and has not ended."""
-    if not isinstance(pid, int) or not isinstance(started, int) or pid <= 0:
-        return False
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] not in ("Z", "X") and start_time(pid) == started
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat from field 3 (state) on: the command name before it may hold spaces and parentheses."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()
-    return fields if len(fields) > 19 else None
 
 
 # ------------------------------------------------------------ admission

@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from flakebot import processid
 from flakebot.errors import RunError
 from flakebot.fsutil import atomic_write_json
-from flakebot.pipeline import jobs
 from flakebot.pipeline.request import RunRequest
 
 logger = logging.getLogger(__name__)
@@ -284,7 +284,7 @@ def list_runs(workdir: Path) -> list[Run]:
 
 def own_process() -> dict[str, Any]:
     """The state.json fields naming the process driving a run: its pid, and that process's start time (pid_start)."""
-    return {"pid": os.getpid(), "pid_start": jobs.start_time(os.getpid())}
+    return {"pid": os.getpid(), "pid_start": processid.start_time(os.getpid())}
 
 
 def _alive(pid: Any, started: Any) -> bool:
@@ -292,5 +292,5 @@ def _alive(pid: Any, started: Any) -> bool:
     process's by now, or a kernel thread's). A state.json from before start times were kept: any process but a
     kernel thread or a zombie."""
     if started is not None:
-        return jobs.is_running(pid, started)
-    return isinstance(pid, int) and jobs.is_running(pid, jobs.start_time(pid))
+        return processid.is_running(pid, started)
+    return isinstance(pid, int) and processid.is_running(pid, processid.start_time(pid))

@@ -7,6 +7,7 @@
     health.py      one health check through the forward: an HTTP GET of a path, or a TCP connect
     logfile.py     the service's output as a bounded (rotated), redacted log file
     credentials.py `--secret KEY=FILE`: read-only in $CREDENTIALS_DIRECTORY, through bubblewrap, never on disk
+    envelope.py    what bounds a service beyond its sandbox: its cgroup (memory, processes), its state's disk quota
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, rollback, status, logs: what the CLI and the MCP server call
     upgrade.py     `up NAME@VERSION` over a running version: checked on a copy of the state, then switched

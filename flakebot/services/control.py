@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flakebot import processid
 from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.fsutil import atomic_write_json
 from flakebot.modeltext import output_quoted
-from flakebot.services import forward
+from flakebot.sandbox.cgroup import Group
+from flakebot.services import envelope, forward
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
 from flakebot.services.logfile import tail
@@ -68,7 +70,7 @@ def up(
             "spec": spec.to_dict(),
             "host_port": _host_port(port),
             "sandbox": settings.sandbox,
-            "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
+            "limits": envelope.launch_limits(settings),
             "secrets": secrets or {},  # paths only: the supervisor reads them at each start
             "network": network,  # off unless this command asked (restart, up --all, rollback pass the recorded one)
         }
@@ -208,20 +210,38 @@ def stop_supervised(where: ServiceDir) -> dict[str, Any]:
     """What `down` does, the control lock held by the caller."""
     status = where.status()
     spec = ServiceSpec.from_dict(where.read_json(where.launch_file).get("spec", {}))
-    pid = status.get("supervisor_pid")
-    if where.supervisor_alive() and isinstance(pid, int):
-        os.kill(pid, signal.SIGTERM)
+    pid, started = status.get("supervisor_pid"), _supervisor_start(where, status)
+    if where.supervisor_alive() and processid.signal_if(pid, started, signal.SIGTERM):
         if not _wait(lambda: not where.supervisor_alive(), spec.stop_grace_s + 10):
-            os.kill(pid, signal.SIGKILL)  # bubblewrap (--die-with-parent) and pasta (PDEATHSIG) go with it
+            # bubblewrap (--die-with-parent) and pasta (PDEATHSIG) go with it
+            processid.signal_if(pid, started, signal.SIGKILL)
             _wait(lambda: not where.supervisor_alive(), 5)
     status = where.status()
-    leftover = status.get("service_pid")
-    if isinstance(leftover, int) and _alive(leftover) and status.get("state") != "stopped":
-        os.kill(leftover, signal.SIGKILL)
+    if status.get("state") != "stopped":  # a pid is signalled only while it is the process recorded
+        processid.signal_if(status.get("service_pid"), status.get("service_start"), signal.SIGKILL)
+    group = Group.from_dict(status.get("cgroup"))
+    if group is not None and not where.supervisor_alive():
+        group.remove()  # what a killed supervisor left in its cgroup: members only, never a guessed pid
+        status["cgroup"] = None
     if status.get("state") != "failed":
         status = {**status, "state": "stopped", "health": "unknown", "service_pid": None}
         where.write_status(status)
     return show(where)
+
+
+def _supervisor_start(where: ServiceDir, status: dict[str, Any]) -> int | None:
+    """The recorded supervisor's start time; for a status written before start times were kept, its process's own
+    when its command line is this service's supervisor (else None: not signalled)."""
+    if "supervisor_start" in status:
+        started = status["supervisor_start"]
+        return started if isinstance(started, int) else None
+    pid = status.get("supervisor_pid")
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, TypeError):
+        return None
+    ours = b"flakebot.services.supervisor" in argv and os.fsencode(str(where.root)) in argv
+    return processid.start_time(pid) if ours and isinstance(pid, int) else None
 
 
 def _wait(done: Any, timeout: float) -> bool:
@@ -233,14 +253,6 @@ def _wait(done: Any, timeout: float) -> bool:
     return bool(done())
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path("/proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def show(where: ServiceDir) -> dict[str, Any]:
     """A service's status as its supervisor last wrote it, corrected by what is true now: a supervisor that is gone
     (killed) makes a running service `lost`; uptime counted from its last start."""
@@ -248,7 +260,7 @@ def show(where: ServiceDir) -> dict[str, Any]:
     alive = where.supervisor_alive()
     if status.get("state") not in ("stopped", "failed") and not alive:
         service = status.get("service_pid")
-        left = isinstance(service, int) and _alive(service)
+        left = processid.is_running(service, status.get("service_start"))
         status.update(
             state="lost", health="unknown",
             message="the supervisor is gone (killed?)" + (f"; service pid {service} still runs" if left else

@@ -23,8 +23,8 @@ import httpx
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, UnsafePath, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.safefs import copy_tree
-from flakebot.services import forward, health
+from flakebot.safefs import Budget, copy_tree
+from flakebot.services import envelope, forward, health
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import tail
@@ -118,15 +118,18 @@ def check_lifecycle(
     (an upgrade of a service that has it)."""
     examples = examples or Examples()
     report = Report()
-    with tempfile.TemporaryDirectory(prefix="flakebot-lifecycle-") as scratch:
+    limits = envelope.launch_limits(settings)
+    scratch_root = settings.path("workdir") / "lifecycle"  # flakebot's own disk, not the host's /tmp
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="check-", dir=scratch_root) as scratch:
         where = ServiceDir(Path(scratch) / "service")
         where.root.mkdir()
-        if seed is not None and not report.step("copy of the state", _copy_state(seed, where.state)):
+        copied = seed is None or report.step("copy of the state", _copy_state(seed, where.state, limits["disk_mb"]))
+        if not copied:
             return report
         launch = {
             "binary": str(binary), "spec": spec.to_dict(), "host_port": forward.free_port(),
-            "sandbox": settings.sandbox,
-            "limits": {"memory_mb": settings.sandbox_memory_mb, "file_mb": settings.sandbox_file_mb},
+            "sandbox": settings.sandbox, "limits": limits,
             "secrets": secrets or {}, "network": network,
         }  # fmt: skip
         supervisor = Supervisor(where, launch)
@@ -137,17 +140,20 @@ def check_lifecycle(
     return report
 
 
-def _copy_state(seed: Path, to: Path) -> str:
+def _copy_state(seed: Path, to: Path, disk_mb: int) -> str:
     """Copy state directory `seed` to `to` ('' when done, else why not) through safefs: the running service writes
     `seed`, so nothing in it is followed (a directory it swaps for a link to a host directory mid-copy ends the copy
     instead of copying host files for the checked version to read), links stay links, files lose set-id bits, and
     sockets and FIFOs (a running service's, not its state) are left out. A copy the service's own writes disturbed
-    is tried again once."""
+    is tried again once. Bounded by the service's disk quota (`disk_mb`): sparse files stay sparse, hard links stay
+    hard links, and a state whose data passes the quota is refused (before the copy when measured over it)."""
+    if over := envelope.over_quota(seed, disk_mb):
+        return over
     problem = ""
     for _ in range(2):
         shutil.rmtree(to, ignore_errors=True)
         try:
-            copy_tree(seed, to)
+            copy_tree(seed, to, budget=Budget(disk_mb * envelope.MIB, "the copy of the state"))
             return ""
         except (UnsafePath, OSError) as exc:
             problem = f"{type(exc).__name__}: {exc}"[:300]

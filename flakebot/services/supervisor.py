@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import processid
 from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
-from flakebot.services import credentials, forward, health
+from flakebot.sandbox.cgroup import Group
+from flakebot.services import credentials, envelope, forward, health
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import LogFile
@@ -42,6 +44,9 @@ class Started:
     service_pid: int
     pasta: subprocess.Popen[bytes] | None
     at: float
+    group: Group | None = None  # its cgroup: memory and processes of the whole service (envelope.py)
+    ns_start: int | None = None  # start times (processid): a pid is signalled only while it is still that process
+    service_start: int | None = None
 
 
 class Supervisor:
@@ -53,6 +58,8 @@ class Supervisor:
         self.binary = Path(launch["binary"])
         self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
         self.network = forward.outbound_network(launch)
+        self.limits = SandboxLimits(**launch.get("limits", {}))
+        self.quota_outcome = ""  # set when the state passed its disk quota: a stop without restarts
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
         self.stopping = False
         self.restarts: deque[float] = deque()
@@ -68,11 +75,16 @@ class Supervisor:
             "network": self.network,
             "restarts": 0,
             "supervisor_pid": os.getpid(),
+            "supervisor_start": processid.start_time(os.getpid()),
             "service_pid": None,
+            "service_start": None,
+            "cgroup": None,
+            "envelope": "",
             "started_at": None,
             "state_dir": str(where.state),
             "log": str(where.log),
             "message": "",
+            "last_end": "",  # why its last start ended (kept once it runs again: an OOM kill, a crash, a failed check)
         }
 
     def update(self, **fields: Any) -> None:
@@ -85,6 +97,8 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._stop_requested)
         self.update()
         while not self.stopping:
+            if over := envelope.over_quota(self.where.state, self.limits.disk_mb):
+                return self.refuse(over)
             try:
                 started = self.start()
             except (FlakebotError, OSError) as exc:
@@ -93,12 +107,21 @@ class Supervisor:
             if started is not None:
                 outcome = self.watch(started)
                 self.stop(started)
+            if self.quota_outcome:
+                return self.refuse(self.quota_outcome)
             if self.stopping:
                 break
             if not self.may_restart(outcome):
                 return 1
         self.update(state="stopped", health="unknown", service_pid=None, message="stopped by request")
         return 0
+
+    def refuse(self, problem: str) -> int:
+        """Failed for good, no restart: its state is past the disk quota (kept: it is the user's data)."""
+        self.update(state="failed", health="unhealthy", service_pid=None, service_start=None, message=problem,
+                    last_end=problem)  # fmt: skip
+        self.log.write(f"flakebot: failed: {problem}")
+        return 1
 
     def _stop_requested(self, signum: int, frame: Any) -> None:
         self.stopping = True
@@ -120,7 +143,7 @@ class Supervisor:
         self.total_restarts += 1
         delay = limit.delay(len(self.restarts))
         self.update(state="restarting", health="unhealthy", service_pid=None, restarts=self.total_restarts,
-                    message=f"{outcome}; restart {self.total_restarts} in {delay:.1f} s")  # fmt: skip
+                    message=f"{outcome}; restart {self.total_restarts} in {delay:.1f} s", last_end=outcome)  # fmt: skip
         self.log.write(f"flakebot: {outcome}; restarting in {delay:.1f} s")
         end = time.monotonic() + delay
         while not self.stopping and time.monotonic() < end:
@@ -136,10 +159,12 @@ class Supervisor:
         secret_args, secret_fds = credentials.bwrap_args(self.secrets)
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
+        group = envelope.group_for(self.where.root, self.limits)
         try:
             bwrap = subprocess.Popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=(info_write, *secret_fds))  # fmt: skip
+                                     pass_fds=(info_write, *secret_fds),
+                                     preexec_fn=group.enter if group else None)  # fmt: skip
         finally:
             for fd in (info_write, *secret_fds):
                 os.close(fd)
@@ -148,17 +173,28 @@ class Supervisor:
         except BaseException:
             bwrap.kill()  # it never said which process is the service: nothing of it may stay
             bwrap.wait()
+            if group is not None:
+                group.remove()
             raise
         finally:
             os.close(info_read)
-        started = Started(bwrap, ns_init, _child_of(ns_init, bwrap), None, time.time())
+        service_pid = _child_of(ns_init, bwrap)
+        started = Started(bwrap, ns_init, service_pid, None, time.time(), group, processid.start_time(ns_init),
+                          processid.start_time(service_pid) if service_pid else None)  # fmt: skip
         try:
             started.pasta = self.forward(ns_init)
         except BaseException:
             self.stop(started)
             raise
-        self.update(state="starting", health="unknown", service_pid=started.service_pid, started_at=started.at,
-                    message="")  # fmt: skip
+        bound = (
+            group.describe(self.limits.memory_mb * envelope.MIB, self.limits.max_processes)
+            if group
+            else (f"per process only: {self.limits.memory_mb} MiB (RLIMIT_DATA), {self.limits.max_processes} processes")
+        )
+        self.update(state="starting", health="unknown", service_pid=started.service_pid,
+                    service_start=started.service_start, started_at=started.at, message="",
+                    cgroup=group.to_dict() if group else None,
+                    envelope=f"{bound}; state at most {self.limits.disk_mb} MiB")  # fmt: skip
         self.log.write(f"flakebot: started {self.binary.name} (pid {started.service_pid}), 127.0.0.1:{self.port}")
         return started
 
@@ -187,14 +223,21 @@ class Supervisor:
         output = started.bwrap.stdout.fileno()
         os.set_blocking(output, False)
         failures, ever_healthy = 0, False
-        next_check = time.monotonic()
+        next_check = next_measure = time.monotonic()
         while not self.stopping:
             ready, _, _ = select.select([output], [], [], STEP)
             if ready:
                 self._drain(output)
+            if over := self.out_of_memory(started):
+                return over
             if started.bwrap.poll() is not None:
                 self._drain(output)
                 return f"the service exited with code {started.bwrap.returncode}"
+            if time.monotonic() >= next_measure:
+                next_measure = time.monotonic() + envelope.DISK_EVERY
+                self.quota_outcome = envelope.over_quota(self.where.state, self.limits.disk_mb)
+                if self.quota_outcome:
+                    return self.quota_outcome
             if started.pasta is not None and started.pasta.poll() is not None:
                 return f"the port forward (pasta) exited with code {started.pasta.returncode}"
             if time.monotonic() < next_check:
@@ -216,6 +259,17 @@ class Supervisor:
             self.update(health="unhealthy", message=problem)
         return ""
 
+    def out_of_memory(self, started: Started) -> str:
+        """Why the service is ended when the kernel killed one of its processes at the cgroup's memory limit."""
+        kills = started.group.oom_kills() if started.group else 0
+        if not kills:
+            return ""
+        assert started.group is not None
+        return (
+            f"out of memory: the kernel killed {kills} of its processes at sandbox_memory_mb = "
+            f"{self.limits.memory_mb} MiB for the whole service (peak {started.group.peak_bytes() / envelope.MIB:.0f} MiB)"
+        )
+
     def _drain(self, fd: int) -> None:
         try:
             while data := os.read(fd, 65536):
@@ -227,16 +281,20 @@ class Supervisor:
         """SIGTERM to the service's own process, SIGKILL of its whole namespace after the grace period, pasta
         stopped; nothing of this start is left running."""
         self.update(state="stopping" if self.stopping else self.status["state"])
-        if started.bwrap.poll() is None:  # running still: its pid is not free for reuse
-            _signal(started.service_pid, signal.SIGTERM)
+        if started.bwrap.poll() is None:  # running still
+            processid.signal_if(started.service_pid, started.service_start, signal.SIGTERM)
             try:
                 started.bwrap.wait(timeout=self.spec.stop_grace_s)
             except subprocess.TimeoutExpired:
                 self.log.write(f"flakebot: no exit {self.spec.stop_grace_s:g} s after SIGTERM: SIGKILL")
-                _signal(started.service_pid, signal.SIGCONT)
-                _signal(started.ns_init, signal.SIGKILL)  # pid 1 of the namespace: the kernel kills the rest
+                processid.signal_if(started.service_pid, started.service_start, signal.SIGCONT)
+                # pid 1 of the namespace: the kernel kills the rest
+                processid.signal_if(started.ns_init, started.ns_start, signal.SIGKILL)
                 started.bwrap.kill()
                 started.bwrap.wait()
+        if started.group is not None:
+            started.group.remove()  # whatever of it is left (membership is identity), then the cgroup itself
+            self.status["cgroup"] = None
         if started.bwrap.stdout is not None:
             self._drain(started.bwrap.stdout.fileno())
             started.bwrap.stdout.close()
@@ -286,15 +344,6 @@ def _parent(pid: str) -> int:
     except OSError:
         return 0
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _signal(pid: int, signum: int) -> None:
-    if pid <= 0:  # no such process recorded (0 or -1 would signal a whole group)
-        return
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def main(argv: list[str]) -> int:

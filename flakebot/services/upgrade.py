@@ -19,7 +19,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import UpgradeRefused, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import forward
+from flakebot.services import envelope, forward
 from flakebot.services.control import show, start_supervised, stop_supervised
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
@@ -65,7 +65,7 @@ def upgrade(
             check=report.steps,
         )
     launch = {**running, "version": version, "previous_version": old, "binary": str(binary), "spec": spec.to_dict(),
-              "secrets": secrets, "network": network}  # fmt: skip
+              "secrets": secrets, "network": network, "limits": envelope.launch_limits(settings)}  # fmt: skip
     stop_supervised(where)
     status = start_supervised(where, launch)
     if status.get("state") == "running":

@@ -144,7 +144,7 @@ def test_the_state_copy_drops_setuid_and_setgid_bits(tmp_path: Path) -> None:
     program = live / "sub" / "program"
     program.write_text("#!/bin/sh\n")
     program.chmod(0o6755)
-    assert _copy_state(live, tmp_path / "copy") == ""
+    assert _copy_state(live, tmp_path / "copy", 64) == ""
     copied = (tmp_path / "copy" / "sub" / "program").stat()
     assert (
         stat_module.S_IMODE(copied.st_mode) == 0o755
@@ -189,7 +189,7 @@ def test_a_directory_swapped_for_a_link_during_the_state_copy_copies_no_host_fil
     try:
         for _ in range(300):
             copy = tmp_path / "copy"
-            copied += _copy_state(live, copy) == ""
+            copied += _copy_state(live, copy, 64) == ""
             leaked += any(
                 p.is_file() and not p.is_symlink() and p.read_text() == "host secret" for p in copy.rglob("*")
             )
