@@ -66,7 +66,8 @@ class HostFiles:
             "Each attack (`benchmarks/scenarios/hostfile_cases.py`) plants a link, a hard link, a FIFO or a link swapped in "
             "while flakebot works, where a host step of flakebot expects a plain file or directory, then runs that step "
             "for real in a child process. Judged from outside: a root-owned 0600 file and a directory beyond the tree "
-            "keep their bytes, and flakebot does not hang.",
+            "keep their bytes, nothing of the host's is copied or linked into a tree the model's code reads (the edit "
+            "loop's target dir, seeded from a deps derivation's store path), and flakebot does not hang.",
             "",
         ]
         body = [[r.door, r.attempt, r.expected, yes(r.contained), r.outcome, f"{r.seconds:.1f} s"] for r in record]
