@@ -211,6 +211,11 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
         {".mkdir()", "open(for writing)", "atomic_write_text", ".chmod()"},
         "<catalog_dir>/keys, the user's own data directory",
     ),
+    ("deliver/publish.py", "_copy_to_file_cache"): (
+        {".mkdir()"},
+        "the cache root the file:// URL spells (the user's, as every Tree root) and the staging dir's parent, the "
+        "user's own cache_dir; nothing below the cache root is written but through safefs",
+    ),
     ("deliver/outputfiles.py", "evict"): (
         {"os.unlink"},
         "outputs/ in flakebot's state dir: flakebot alone names and writes its files (a tool gives only the bytes)",
