@@ -58,6 +58,16 @@ def plant(tmp_path: Path, case: str, store_path: str) -> tuple[Path, Path, Calla
         (cache / f"{digest}.narinfo").symlink_to(outside / "made-by-nix")
     elif case == "log dir link":
         (cache / "log").symlink_to(outside)
+    elif case in ("nar file hard link", "nar file dangling link"):
+        # the NAR's name is its compressed hash: a cache owner who has the path can predict it
+        scratch = tmp_path / "scratch-cache"
+        subprocess.run([*NIX, "copy", "--to", scratch.as_uri(), store_path], capture_output=True, check=True)
+        (name,) = os.listdir(scratch / "nar")
+        (cache / "nar").mkdir()
+        if case == "nar file hard link":
+            os.link(victim, cache / "nar" / name)
+        else:
+            (cache / "nar" / name).symlink_to(outside / "made-by-nix")
     else:
         raise AssertionError(case)
     return cache, outside, lambda: sorted(os.listdir(outside)) == ["victim"] and victim.read_text() == "host file\n"
@@ -69,6 +79,8 @@ CASES = [
     "nix-cache-info link to a file",
     "narinfo dangling link",
     "log dir link",
+    "nar file hard link",
+    "nar file dangling link",
 ]
 
 
@@ -86,7 +98,7 @@ def test_nix_copy_never_writes_where_a_planted_link_points(tmp_path: Path, case:
     assert done.returncode == 0, done.stderr
     digest = Path(store_path).name.split("-", 1)[0]
     narinfo = cache / f"{digest}.narinfo"
-    if case != "narinfo dangling link":
+    if case != "nar file hard link":  # a regular file there is kept (a hard-linked NAR too, as nix keeps it)
         assert narinfo.is_file() and not narinfo.is_symlink()
         other = tmp_path / "other-store"
         fetched = subprocess.run(
