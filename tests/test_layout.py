@@ -221,7 +221,10 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
         {"shutil.rmtree"},
         "the loop's target dir, removed whole (rmtree works on descriptors and never follows a link)",
     ),
-    ("nix/loopdeps.py", "StoreSeeder._seed"): ({"shutil.rmtree"}, "the loop's target dir, a half copy removed whole"),
+    ("nix/loopdeps.py", "StoreSeeder._seed"): (
+        {"shutil.rmtree", ".unlink()"},
+        "the loop's target dir, a half copy removed whole; a refused index entry (a link in the user's own cache_dir)",
+    ),
     ("nix/loopdeps.py", "indexed"): (
         {"remove_tree", ".unlink()"},
         "cache_dir/deps-derivations, the user's own cache directory: a stale entry removed, never followed",

@@ -183,7 +183,12 @@ class StoreSeeder:
                 output = build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16], root)
                 how = "copied"
                 evict(root.parent, keep=DERIVATIONS_KEPT)
-            copy_output(output, self.target_dir)
+            try:
+                copy_output(output, self.target_dir)
+            except UnsafePath:
+                if output.parent == NIX_STORE and root.is_symlink():
+                    root.unlink()  # a refused entry is not tried again: the next seed builds the set
+                raise
         except (NoSkeleton, NoStoreDeps, FlakebotError, OSError, subprocess.SubprocessError) as exc:
             logger.warning("deps derivation not used: %s", exc)
             shutil.rmtree(self.target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs

@@ -122,3 +122,35 @@ def test_an_honest_output_is_copied_with_its_inner_links(tmp_path: Path) -> None
     assert (target / "release/deps/liba.rlib").read_text() == "rlib"
     assert os.readlink(target / "release/liba.rlib") == "deps/liba.rlib"
     assert os.access(target / "release/deps/liba.rlib", os.W_OK)
+
+
+def test_the_seeder_refuses_a_forged_entry_and_drops_it(tmp_path: Path) -> None:
+    """StoreSeeder itself (the edit loop's seeder): the index names a store path whose target/release/x links to a host
+    dir; the loop gets no copy (the seed is skipped, said why) and the entry is gone, so the next seed builds the set."""
+    from flakebot import config
+    from flakebot.cargo.cache_skeleton import skeleton_of
+    from flakebot.nix.loopdeps import Plan, StoreSeeder, _key, derivations_dir, index_key
+
+    require("nix-store")
+    host = host_dir(tmp_path)
+    crate = tmp_path / "crate"
+    (crate / "src").mkdir(parents=True)
+    (crate / "src/main.rs").write_text("fn main() {}\n")
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "c"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nitoa = "1"\n'
+    )
+    source = "registry+https://github.com/rust-lang/crates.io-index"
+    (crate / "Cargo.lock").write_text(
+        f'version = 3\n\n[[package]]\nname = "c"\nversion = "0.1.0"\ndependencies = ["itoa"]\n\n'
+        f'[[package]]\nname = "itoa"\nversion = "1.0.11"\nsource = "{source}"\nchecksum = "{"0" * 64}"\n'
+    )
+    settings = config.load({"cache_dir": str(tmp_path / "cache")})
+    plan = Plan(registry=Path("/flakebot/registry"), triple="x86_64-unknown-linux-gnu", builds_with="test")
+    root = derivations_dir(settings) / index_key(_key(skeleton_of(crate)), plan)
+    root.parent.mkdir(parents=True)
+    root.symlink_to(deps_output(tmp_path, {"target/release/x": host, "target/release/ok": "ok"}))
+    target = tmp_path / "loop-target"
+    seeded = StoreSeeder(settings, crate, target, tmp_path / "work", plan).seed(isolated=True)
+    assert seeded.status == "skipped" and "symbolic link" in seeded.detail, seeded
+    assert not target.exists() or not planted_in(target)
+    assert not os.path.lexists(root)
