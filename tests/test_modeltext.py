@@ -83,7 +83,5 @@ def test_a_programs_output_in_an_error_line_is_one_quoted_line_marked_as_its_own
 
 
 def test_a_programs_output_line_keeps_its_words_and_tabs_but_no_control() -> None:
-    from flakebot.modeltext import others_line
-
     line = "a\tb\x1b]52;c;eA==\x07 c\rflakebot: ok\x9b2J\u2028d\u202ee"
-    assert others_line(line) == "a\tb]52;c;eA== cflakebot: ok2Jde"
+    assert modeltext.others_line(line) == "a\tb]52;c;eA== cflakebot: ok2Jde"
