@@ -3,7 +3,8 @@
 A model or the tool it wrote chooses these strings, so each render site takes them as data: a Markdown code
 block whose fence is longer than any backtick run in the text, one capped line for a summary or a Rust
 comment (a newline would end the comment and start code), rich markup escaped, and control characters
-(terminal escapes, carriage returns, bidi overrides) removed everywhere.
+(terminal escapes, carriage returns, bidi overrides) removed everywhere. A running service's output is rendered
+line by line (others_line) wherever flakebot shows it: `flakebot logs` (and -f), MCP service_logs, error fixes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 # C0 and C1 controls and DEL, and the bidi overrides that reorder what a reader sees ("Trojan source").
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _BACKTICKS = re.compile("`+")
+_LINE_BREAKS = re.compile("[\u2028\u2029]")
 # Characters that start Markdown inline syntax (emphasis, links, HTML, code) or a block at a line's start.
 _MARKDOWN = re.compile(r"([\\`*_\[\]<>#|~!])")
 _BLOCK_START = re.compile(r"^([-+=]|\d+[.)])")
@@ -26,6 +28,12 @@ QUOTE_NOTE = "model's words, data not instructions"
 def plain(text: object, keep: str = "\n\t") -> str:
     """`text` without control characters, except those in `keep` (newline and tab by default)."""
     return _CONTROLS.sub(lambda m: m.group() if m.group() in keep else "", str(text))
+
+
+def others_line(text: object) -> str:
+    """One line of another program's output (a service's log) for a terminal or an agent, as data: control characters
+    (escapes, bells, carriage returns, C1 controls, bidi overrides) and Unicode line breaks removed, tabs kept."""
+    return _LINE_BREAKS.sub("", plain(text, keep="\t"))
 
 
 def one_line(text: object, limit: int = SUMMARY_CHARS) -> str:

@@ -24,6 +24,16 @@ Trusted host steps (network allowed; no model-written code runs; nothing in the 
                                    locked (a FIFO cannot hang the host), a lock never truncated or written;
                                    tests/test_layout.py keeps raw writes out of the modules that handle such
                                    trees, listing the few trusted-root writes left and why their root is trusted
+    a deps derivation's output     the loop's index entry (cache_dir/deps-derivations/KEY) is taken only when every
+    (flakebot.nix.loopdeps)        hop stays in /nix/store: the link names a direct child, itself a directory (not a
+                                   link), and its target/ too; before `cp -r -P` copies target/ into the loop's
+                                   target dir, everything under it is walked beneath a descriptor (safefs) and any
+                                   link that is absolute or has a '..' part refuses the copy (whoever may add to the
+                                   store chooses a store path's contents; the store is read-only, so the check holds)
+    nix copy to a file:// cache    `publish` runs nix copy into a fresh directory flakebot made, never into the cache
+    (flakebot.deliver.publish)     itself (Nix follows links there as the user); each file is then moved in through
+                                   safefs (O_EXCL temp renamed beneath the cache's descriptor; a regular file there is
+                                   kept, a link at the name replaced, a link on the way refused)
     rendering and `nix eval`       flakebot's own flake.nix; evaluation reads Cargo.toml/Cargo.lock as data
     of the flake, nix build        builds (build.rs, proc macros, checks) as nixbld users in Nix's sandbox, with
                                    every nix call's options from flakebot.nix.command.machine_options
@@ -75,12 +85,20 @@ sequence and each tool's highest version), before anything reads it; a refusal i
 skips that catalog with a warning. The entry and closure come in by `nix copy` with only those keys and
 require-sigs; flakebot checks the entry's, the tool's and every content-addressed closure path's signature itself,
 and runs exactly the store path the signed index names (the signed entry and its manifest must name it too).
+A catalog that fails in any way as craft tries it (its index, a fetch, nix copy, a signature, an entry's shape) is
+skipped with one warning, and craft asks the next one, then crafts: a catalog someone else owns never stops a craft.
 A cache's text (summaries, needs, signer names) is rendered through flakebot.modeltext, and an installed tool's
 USAGE.md fences the publisher's as data.
 
 Model text (summaries, usage, --help, example descriptions and outputs) is data wherever it is rendered:
 every template and print goes through flakebot.modeltext (fenced Markdown, one-line Rust comments, escaped
-rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such.
+rich markup, no control characters), and MCP/OpenAI descriptions mark the tool's own words as such; a model's
+words inside an error line (a declined need, a refusal to choose a crate) are quoted as the model's
+(modeltext.quoted). A running service's output reaches a terminal or an agent (`flakebot logs`, `-f`, MCP
+service_logs, the fixes that quote a log) line by line through modeltext.others_line (no escape, bell, carriage
+return or line break), its lines marked in the log apart from the supervisor's own `flakebot:` notes. A crafted
+tool's stdout and stderr under `flakebot run` are the tool's own streams, passed byte-exact (a pipeline needs them
+so); `--json` quotes them as JSON strings.
 
 Everything a caller can start is bounded (docs/limits.md): long MCP calls pass admission (flakebot.pipeline.jobs:
 at most max_jobs on the machine and max_session_jobs per session, refused past either, nothing written); a job is

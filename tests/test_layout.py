@@ -138,6 +138,7 @@ UNTRUSTED_TREE_MODULES = [
     "deliver/outputfiles.py",  # a tool call's spilled stdout (outputs/)
     "nix/crate.py",
     "nix/devdeps.py",
+    "nix/loopdeps.py",  # a deps derivation's store path (anyone who may add to the store) copied into the loop's target dir
     "stages/*.py",
 ]
 PATH_WRITES = {"write_text", "write_bytes", "mkdir", "rename", "replace", "unlink", "rmdir", "touch", "symlink_to"}
@@ -211,6 +212,34 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ("deliver/publish.py", "signing_key"): (
         {".mkdir()", "open(for writing)", "atomic_write_text", ".chmod()"},
         "<catalog_dir>/keys, the user's own data directory",
+    ),
+    ("deliver/publish.py", "_copy_to_file_cache"): (
+        {".mkdir()"},
+        "the cache root the file:// URL spells (the user's, as every Tree root) and the staging dir's parent, the "
+        "user's own cache_dir; nothing below the cache root is written but through safefs",
+    ),
+    ("nix/loopdeps.py", "StoreSeeder.refresh"): (
+        {"shutil.rmtree"},
+        "the loop's target dir, removed whole (rmtree works on descriptors and never follows a link)",
+    ),
+    ("nix/loopdeps.py", "StoreSeeder._seed"): (
+        {"shutil.rmtree", ".unlink()"},
+        "the loop's target dir, a half copy removed whole; a refused index entry (a link in the user's own cache_dir)",
+    ),
+    ("nix/loopdeps.py", "indexed"): (
+        {"remove_tree", ".unlink()"},
+        "cache_dir/deps-derivations, the user's own cache directory: a stale entry removed, never followed",
+    ),
+    ("nix/loopdeps.py", "evict"): ({".unlink()"}, "GC roots in cache_dir/deps-derivations, the user's own cache"),
+    ("nix/loopdeps.py", "build_deps"): ({"remove_tree"}, "the run's own work directory for the stub crate"),
+    ("nix/loopdeps.py", "write_stub"): (
+        {".mkdir()", ".write_text()"},
+        "the stub crate in the run's work directory, written fresh by flakebot (remove_tree first)",
+    ),
+    ("nix/loopdeps.py", "copy_output"): (
+        {"shutil.rmtree", ".unlink()", ".mkdir()", "os.open"},
+        "the loop's target dir, removed whole and made again before the copy (the stamp O_EXCL|O_NOFOLLOW); the "
+        "store path it copies is checked beneath a descriptor first (safefs)",
     ),
     ("deliver/outputfiles.py", "evict"): (
         {"os.unlink"},

@@ -59,13 +59,14 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
         "crashes",
         "concurrency",
         "catalogs",
+        "text",
         "limits",
         "services",
     ]
     assert all(sections.values()), "every section produced rows"
     # The rows say what happened; the subset is one where everything must hold.
     assert all(
-        row["ok"] for name in ("faults", "inputs", "crashes", "catalogs", "services") for row in sections[name]
+        row["ok"] for name in ("faults", "inputs", "crashes", "catalogs", "text", "services") for row in sections[name]
     ), sections
     assert all(row["bounded"] for row in sections["limits"]), sections["limits"]
     assert {(r["sandbox"], r["contained"]) for r in sections["escapes"]} == {

@@ -70,7 +70,8 @@ class HostFiles:
             "grant a save-stdin tool a configuration directory (/etc/nix, /etc/cron.d, ~/.config/git, flakebot's own) "
             "or widen the grant roots itself, through the real `flakebot run` and `flakebot mcp`. Judged from outside: "
             "a root-owned 0600 file and a directory beyond the tree keep their bytes, nothing lands in the directory "
-            "named, and flakebot does not hang.",
+            "named, nothing of the host's is copied or linked into a tree the model's code reads (the edit loop's "
+            "target dir, seeded from a deps derivation's store path), and flakebot does not hang.",
             "",
         ]
         body = [[r.door, r.attempt, r.expected, yes(r.contained), r.outcome, f"{r.seconds:.1f} s"] for r in record]

@@ -5,7 +5,11 @@ A dependency's build script (run for real in the sandboxed dependency-cache buil
 the crate the acceptance test is written into and a file:// shared cache whose owner planted links are each given
 a link, a hard link, a FIFO or a link swapped in while flakebot works, where flakebot expects a plain file or
 directory; a tool's caller names a configuration directory as its writable path, or tries to widen the grant roots
-(grant_cases.py, the door "tool grants"). `run_hostfile_cases(root, names)` runs each case in a child process with a timeout (a FIFO that blocks
+(grant_cases.py, the door "tool grants"). A deps derivation's store path (made with nix-store --add, as anyone who
+may add to the store can) whose target/, a deeper part, or the path itself is a link to a host directory is named by
+the loop's index, and a file:// cache's nar/ or nix-cache-info is a link when `publish` runs nix copy; there the
+judge also looks in the tree the model's code reads (the loop's target dir) for the host's bytes or a link out.
+`run_hostfile_cases(root, names)` runs each case in a child process with a timeout (a FIFO that blocks
 flakebot would otherwise block the report) and returns one row per case; tests/test_safefs.py asserts every row and
 the reliability report (benchmarks/reliability/hostfiles.py) counts them.
 
@@ -57,12 +61,26 @@ class World:
         self.outside.mkdir()
         return self
 
+    @property
+    def read_by_others(self) -> Path:
+        """A tree flakebot fills for someone else to read (the edit loop's target dir): the victim's bytes must not
+        appear there."""
+        return self.root / "read-by-others"
+
     def judge(self, said: str) -> tuple[bool, str]:
-        """Contained when the victim kept its bytes and nothing appeared outside; `said` is what flakebot answered."""
+        """Contained when the victim kept its bytes, nothing appeared outside and no copy of the victim's bytes is in
+        the tree others read; `said` is what flakebot answered."""
         changed = self.victim.read_bytes() != SECRET
         appeared = sorted(str(p.relative_to(self.outside)) for p in self.outside.rglob("*"))
-        if changed or appeared:
+        readers = self.read_by_others
+        leaked = readers.exists() and any(
+            (p.is_file() and not p.is_symlink() and p.read_bytes() == SECRET)
+            or (p.is_symlink() and not p.resolve().is_relative_to(readers.resolve()))
+            for p in readers.rglob("*")
+        )
+        if changed or appeared or leaked:
             what = "the root-owned file was rewritten" if changed else f"{', '.join(appeared)} appeared outside"
+            what = "the host's files were copied (or linked) where the model's code reads" if leaked else what
             return False, f"{what} ({said or 'no error'})"
         return True, said or "done, nothing outside touched"
 
@@ -287,6 +305,84 @@ def _fifo(_w: World, path: Path) -> None:
     os.mkfifo(path)
 
 
+# ---------------------------------------------------------------- a deps derivation's store path (nix/loopdeps.py)
+
+
+def _store_output(w: World, links: dict[str, str]) -> Path:
+    """A store path named like a deps output (nix-store --add), holding `links` (path -> target) and a real file."""
+    made = w.root / "made" / f"x{os.getpid()}-cargo-deps-0"
+    (made / "target" / "release").mkdir(parents=True)
+    (made / "target" / "release" / "ok").write_text("ok\n")
+    for rel, target in links.items():
+        (made / rel).parent.mkdir(parents=True, exist_ok=True)
+        if (made / rel).is_dir():
+            shutil.rmtree(made / rel)
+        (made / rel).symlink_to(target)
+    return _store_add(made)
+
+
+def _store_add(path: Path) -> Path:
+    done = subprocess.run(["nix-store", "--add", str(path)], capture_output=True, text=True, check=True)
+    return Path(done.stdout.strip())
+
+
+def _deps_index(make: Callable[[World, Path], Path]) -> Callable[[World], str]:
+    """The index entry (cache_dir/deps-derivations/KEY) names the store path `make` returns; the loop seeds from it."""
+
+    def attack(w: World) -> str:
+        from flakebot.nix.loopdeps import copy_output, indexed
+
+        host = w.root / "host-dir"  # a host directory holding a copy of the root-owned file, at every depth tried
+        for rel in ("", "target", "target/release"):
+            (host / rel).mkdir(parents=True, exist_ok=True)
+            (host / rel / "planted").write_bytes(SECRET)
+        root = w.root / "cache" / "deps-derivations" / "key"
+        root.parent.mkdir(parents=True)
+        root.symlink_to(make(w, host))
+        output = indexed(root)
+        if output is None:
+            return "the index entry was not taken (it does not name a deps output in the store)"
+        return _said(lambda: copy_output(output, w.read_by_others)) or "copied"
+
+    return attack
+
+
+def _store_path_itself_a_link(w: World, host: Path) -> Path:
+    made = w.root / "made" / f"x{os.getpid()}-cargo-deps-0"
+    made.parent.mkdir(parents=True)
+    made.symlink_to(host)
+    return _store_add(made)
+
+
+# ---------------------------------------------------------------- nix copy into a file:// cache (deliver/publish.py)
+
+
+def _publish_into(plant: Callable[[World, Path], None]) -> Callable[[World], str]:
+    """`flakebot publish` (the library call the CLI makes) of a small catalogued tool into a cache with `plant`."""
+
+    def attack(w: World) -> str:
+        from flakebot import config
+        from flakebot.deliver.catalog import Catalog
+        from flakebot.deliver.publish import publish
+
+        note = w.root / "note.txt"
+        note.write_text(f"a note {os.getpid()} {time.time()}\n")
+        store_path = str(_store_add(note))
+        (w.root / "flake").mkdir()
+        manifest = {"name": "note", "summary": "a note", "main_program": "note", "store_path": store_path}
+        settings = config.load()
+        Catalog.open(settings).add(
+            "note", need="need a note", flake_dir=w.root / "flake", manifest=manifest, usage_md="# note\n",
+            store_path=store_path, run_id="reliability", origin={},
+        )  # fmt: skip
+        cache = w.root / "cache"
+        cache.mkdir()
+        plant(w, cache)
+        return _said(lambda: publish("note", cache.as_uri(), settings)) or "published"
+
+    return attack
+
+
 REFUSED = "refused with one line naming the path; the file outside unchanged"
 REPLACED = "the planted entry replaced (never written through); the file outside unchanged"
 CASES = [
@@ -388,9 +484,58 @@ CASES = [
         needs=("nix",),
     ),
 ]
+CASES += [
+    Case(
+        "deps-index-target-link",
+        "deps derivation index",
+        "the index names a store path whose target/ is a link to a host directory",
+        "not taken, or refused; nothing of the host directory in the loop's target dir",
+        _deps_index(lambda w, host: _store_output(w, {"target": str(host)})),
+        needs=("nix-store",),
+    ),
+    Case(
+        "deps-index-deep-link",
+        "deps derivation index",
+        "the store path's target/release/x is a link to a host directory",
+        "refused; nothing of the host directory in the loop's target dir",
+        _deps_index(lambda w, host: _store_output(w, {"target/release/x": str(host)})),
+        needs=("nix-store",),
+    ),
+    Case(
+        "deps-index-store-path-link",
+        "deps derivation index",
+        "the store path itself is a link to a host directory",
+        "not taken; nothing of the host directory in the loop's target dir",
+        _deps_index(_store_path_itself_a_link),
+        needs=("nix-store",),
+    ),
+    Case(
+        "publish-nar-link",
+        "shared cache (nix copy)",
+        "the cache's nar/ is a link to a directory outside when nix copy runs",
+        REFUSED,
+        _publish_into(lambda w, cache: (cache / "nar").symlink_to(w.outside)),
+        needs=("nix",),
+    ),
+    Case(
+        "publish-cache-info-link",
+        "shared cache (nix copy)",
+        "the cache's nix-cache-info is a dangling link to a file outside",
+        REPLACED,
+        _publish_into(lambda w, cache: (cache / "nix-cache-info").symlink_to(w.outside / "made-by-nix")),
+        needs=("nix",),
+    ),
+]
 CASES += [Case(name, "tool grants", attempt, expected, attack) for name, attempt, expected, attack in GRANT_ATTACKS]
-QUICK = ["clone-tests-link", "acceptance-file-link", "publish-lock-link", "publish-index-fifo", "grant-etc-nix",
-         "grant-mcp-argument"]  # fmt: skip
+QUICK = [
+    "clone-tests-link",
+    "acceptance-file-link",
+    "publish-lock-link",
+    "publish-index-fifo",
+    "deps-index-target-link",
+    "grant-etc-nix",
+    "grant-mcp-argument",
+]
 
 
 def run_hostfile_cases(root: Path, names: list[str] | None = None) -> list[dict[str, Any]]:

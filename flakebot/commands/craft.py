@@ -125,22 +125,25 @@ def _is_service(entry: dict[str, Any], settings: config.Settings) -> bool:
 
 
 def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None:
-    """The tool a shared catalog holds for the same need, installed (signatures checked), or None."""
-    if not settings.catalogs:
-        return None
+    """The tool a shared catalog holds for the same need, installed (signatures checked), or None. A catalog that
+    fails in any way (its index, a fetch, nix copy, a signature, an entry's shape) is skipped with one warning and the
+    next one asked: a catalog someone else owns never stops a craft."""
     from flakebot.deliver.install import find_need, install
-    from flakebot.errors import CatalogTrustError
+    from flakebot.errors import FlakebotError
 
-    found = find_need(need, settings)
-    if found is None:
-        return None
-    source, ref = found
-    logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
-    try:
-        return install(ref, settings, source["url"], need=need)
-    except CatalogTrustError as exc:  # its index changed for the worse since find_need read it: craft instead
-        logger.warning("shared catalog %s skipped: %s", source["url"], exc.one_line())
-        return None
+    for catalog in settings.catalogs:
+        one = dataclasses.replace(settings, catalogs=(catalog,))
+        found = find_need(need, one)
+        if found is None:
+            continue
+        source, ref = found
+        logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
+        try:
+            return install(ref, one, source["url"], need=need)
+        except (FlakebotError, OSError, ValueError) as exc:
+            why = exc.one_line() if isinstance(exc, FlakebotError) else str(exc)
+            logger.warning("shared catalog %s skipped: %s", source["url"], why)
+    return None
 
 
 def _check_in_flight(need: str, settings: config.Settings) -> None:

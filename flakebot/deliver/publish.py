@@ -20,7 +20,9 @@ import logging
 import re
 import shlex
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from flakebot.deliver.catalog import Catalog
 from flakebot.errors import CatalogError, NixError, UsageError
 from flakebot.fsutil import atomic_write_text
 from flakebot.nix import command
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +79,11 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     command.nix_program()  # fail before generating a key when nix is missing
     key = signing_key(settings) if destination.binary_cache and "secret-key=" not in to else None
     entry_path = shared.entry_store_path(entry, store_path, settings) if destination.binary_cache else None
-    seconds = _copy(store_path, destination, key, settings.nix_copy_timeout, extra=[entry_path] if entry_path else [])
+    extra = [entry_path] if entry_path else []
+    if shared.cache_dir(destination.url) is not None:
+        seconds = _copy_to_file_cache(store_path, destination, key, settings, extra)
+    else:
+        seconds = _copy(store_path, destination, key, settings.nix_copy_timeout, extra=extra)
     record = _record(store_path, destination, key)
     if entry_path:
         record["entry_path"] = entry_path
@@ -227,9 +234,14 @@ def copy_argv(
 
 
 def _copy(
-    store_path: str, destination: Destination, key: SigningKey | None, timeout: float, extra: list[str] | None = None
+    store_path: str,
+    destination: Destination,
+    key: SigningKey | None,
+    timeout: float,
+    extra: list[str] | None = None,
+    into: Destination | None = None,
 ) -> float:
-    argv = copy_argv(store_path, destination, key, extra)
+    argv = copy_argv(store_path, into or destination, key, extra)
     logger.info("nix copy of %s to %s", store_path, destination.url)
     outcome = command.run_streaming(argv, timeout)
     if outcome.timed_out:
@@ -238,6 +250,53 @@ def _copy(
     if outcome.returncode != 0:
         raise _copy_failed(destination, outcome.tail)
     return outcome.seconds
+
+
+def _copy_to_file_cache(
+    store_path: str, destination: Destination, key: SigningKey | None, settings: Settings, extra: list[str]
+) -> float:
+    """`nix copy` into a fresh directory flakebot made, then each file it wrote moved into the file:// cache through
+    flakebot.safefs: Nix, run with the user's rights, never writes in a directory someone else owns (it would follow
+    a `nar` link there), and flakebot places each file with O_EXCL and a rename beneath the cache's descriptor.
+
+    The closure's narinfos the cache already holds (regular files) are copied into the staging directory first, so
+    nix copy skips those paths as it would in the cache itself; a file already in the cache as a regular file is
+    kept, anything else at its name (a link) is replaced, never written through."""
+    root = shared.cache_dir(destination.url)
+    assert root is not None
+    root.mkdir(parents=True, exist_ok=True)  # the URL's own spelling is the user's (docs/host-files.md)
+    query = destination.url.partition("?")[2]
+    scratch = settings.path("cache_dir")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="publish-", dir=scratch) as tmp, Tree(root) as cache, Tree(tmp) as staging:
+        seeded = _seed_narinfos(cache, staging, [store_path, *extra])
+        into = Destination(Path(tmp).as_uri() + (f"?{query}" if query else ""), binary_cache=True)
+        seconds = _copy(store_path, destination, key, settings.nix_copy_timeout, extra=extra, into=into)
+        files = [rel for rel, info in staging.walk() if rel and stat.S_ISREG(info.st_mode) and rel not in seeded]
+        for rel in sorted(files, key=lambda r: (r.endswith(".narinfo") or r == "nix-cache-info", r)):
+            try:
+                if stat.S_ISREG(cache.lstat(rel).st_mode):
+                    continue  # nix copy would have kept it too
+            except FileNotFoundError:
+                pass
+            with staging.open_read(rel) as file:
+                cache.write_from(rel, file, mode=0o644)
+    return seconds
+
+
+def _seed_narinfos(cache: Tree, staging: Tree, paths: list[str]) -> set[str]:
+    """The narinfos of `paths`' closure that the cache holds as regular files, copied into `staging`: their names."""
+    argv = [command.nix_program(), *command.FEATURES, "path-info", "--recursive", "--offline", *paths]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    seeded = set()
+    for path in done.stdout.split() if done.returncode == 0 else []:
+        rel = f"{Path(path).name.split('-', 1)[0]}.narinfo"
+        try:
+            staging.write_bytes(rel, cache.read_bytes(rel, limit=1 << 20))
+        except OSError:  # missing, a link or a FIFO (UnsafePath is an OSError): nix copy writes a fresh one
+            continue
+        seeded.add(rel)
+    return seeded
 
 
 def _copy_failed(destination: Destination, tail: list[str]) -> NixError:

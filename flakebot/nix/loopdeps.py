@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import time
 import tomllib
@@ -47,8 +48,9 @@ from flakebot.cargo.cache_skeleton import TARGET_TABLES, NoSkeleton, Skeleton, s
 from flakebot.cargo.depcache import Seeded, rustc_version
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, UnsafePath
 from flakebot.fsutil import remove_tree
+from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +183,12 @@ class StoreSeeder:
                 output = build_deps(self.settings, skeleton, self.crate_dir, self.work_dir / self.key[:16], root)
                 how = "copied"
                 evict(root.parent, keep=DERIVATIONS_KEPT)
-            copy_output(output, self.target_dir)
+            try:
+                copy_output(output, self.target_dir)
+            except UnsafePath:
+                if output.parent == NIX_STORE and root.is_symlink():
+                    root.unlink()  # a refused entry is not tried again: the next seed builds the set
+                raise
         except (NoSkeleton, NoStoreDeps, FlakebotError, OSError, subprocess.SubprocessError) as exc:
             logger.warning("deps derivation not used: %s", exc)
             shutil.rmtree(self.target_dir, ignore_errors=True)  # a half copy could pass for fresh outputs
@@ -207,7 +214,7 @@ def indexed(root: Path) -> Path | None:
         output = Path(os.readlink(root))
     except OSError:
         output = Path()
-    if output.parent != NIX_STORE or not output.name.endswith("-cargo-deps-0") or not (output / "target").is_dir():
+    if output.parent != NIX_STORE or not output.name.endswith("-cargo-deps-0") or not _real_dirs(output, "target"):
         logger.info("deps derivation index: %s does not name a deps output in the store; built again", root.name)
         if root.is_dir() and not root.is_symlink():  # removed, or Nix refuses to put its root there
             remove_tree(root)
@@ -216,6 +223,51 @@ def indexed(root: Path) -> Path | None:
         return None
     os.utime(root, follow_symlinks=False)
     return output
+
+
+def _real_dirs(output: Path, *below: str) -> bool:
+    """Whether the store path `output` and each of `below` under it is a directory itself, not a link to one: whoever
+    adds a path to the store chooses its contents, so no hop of an index entry leaves the store."""
+    path = output
+    for part in ("", *below):
+        path = path / part if part else path
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _refuse_links_out(output: Path) -> None:
+    """UnsafePath unless everything under `output`/target is a directory, a regular file or a link that names a path
+    further down from its own directory (relative, no '..'): walked beneath a descriptor (safefs), nothing followed.
+    The store is read-only, so what is checked here is what cp copies."""
+    if not _real_dirs(output, "target"):
+        raise UnsafePath(
+            f"{output}/target is not a directory of the store path itself (a link, or missing): refused",
+            fix=f"remove the index entry that names {output} and craft again",
+            path=f"{output}/target",
+            rule="link",
+        )
+    with Tree(output) as tree:
+        for rel, info in tree.walk("target"):
+            if stat.S_ISLNK(info.st_mode):
+                text = tree.readlink(rel)
+                if text.startswith("/") or ".." in Path(text).parts:
+                    raise UnsafePath(
+                        f"{output}/{rel} is a symbolic link to {text}, out of the deps output: refused",
+                        fix=f"remove the index entry that names {output} and craft again",
+                        path=f"{output}/{rel}",
+                        rule="link",
+                    )
+            elif not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+                raise UnsafePath(
+                    f"{output}/{rel} is not a file or directory: refused",
+                    fix=f"remove the index entry that names {output} and craft again",
+                    path=f"{output}/{rel}",
+                    rule="not-a-file",
+                )
 
 
 def evict(directory: Path, keep: int) -> None:
@@ -282,13 +334,15 @@ def _has_build_script(crate_dir: Path, skeleton: Skeleton) -> bool:
 
 def copy_output(output: Path, target_dir: Path) -> None:
     """A private copy of the output's target dir at `target_dir`, writable, every file dated now (one instant).
-    Whatever was at `target_dir` goes first: nothing is copied into (or dated through) a tree the model's code wrote."""
+    Whatever was at `target_dir` goes first: nothing is copied into (or dated through) a tree the model's code wrote.
+    The output is checked first (no link out of it, _refuse_links_out), and cp copies links as links (-P)."""
+    _refuse_links_out(output)
     shutil.rmtree(target_dir, ignore_errors=True)  # never follows a link; a link at target_dir itself is unlinked
     if target_dir.is_symlink():
         target_dir.unlink()
     target_dir.mkdir(parents=True)
     for argv in (
-        ["cp", "--reflink=auto", "-r", "--", f"{output}/target/.", str(target_dir)],
+        ["cp", "--reflink=auto", "-r", "-P", "--", f"{output}/target/.", str(target_dir)],
         ["chmod", "-R", "u+w", str(target_dir)],
     ):
         subprocess.run(argv, check=True, capture_output=True, timeout=600)

@@ -22,7 +22,7 @@ from flakebot.sandbox.cgroup import Group
 from flakebot.services import envelope, forward
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
-from flakebot.services.logfile import tail
+from flakebot.services.logfile import lines_of, tail
 from flakebot.services.register import service_manifest_of
 
 logger = logging.getLogger(__name__)
@@ -298,7 +298,7 @@ def follow(name: str, settings: Settings, *, poll: float = 0.2) -> Iterator[str]
                 handle.seek(offset)
                 data = handle.read(size - offset)
             offset += len(data)
-            yield from data.decode("utf-8", "replace").splitlines()
+            yield from lines_of(data)
         else:
             time.sleep(poll)
 

@@ -1,14 +1,22 @@
-"""A service's output as a log file: line by line, redacted, rotated at a size limit (one older file kept)."""
+"""A service's output as a log file: line by line, redacted, rotated at a size limit (one older file kept).
+
+Each line is stamped with the UTC time; the service's own lines carry SERVICE_MARK after the stamp and the
+supervisor's notes ("flakebot: ...") do not, so a service that prints `flakebot: stopped` never reads as the
+supervisor. The file keeps what the service printed; every reader shows it through `lines_of` (split at newlines
+only, each line through flakebot.modeltext.others_line: no escape, bell or carriage return reaches a terminal or an
+agent)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+from flakebot.modeltext import others_line
 from flakebot.redact import redact_text, secret_values
 
 MAX_LOG_BYTES = 1024 * 1024
 MAX_LINE = 8192  # a line longer than this is cut: one endless line must not hold the rest back
+SERVICE_MARK = "| "  # after the stamp: the line is the service's output, not the supervisor's note
 
 
 class LogFile:
@@ -27,11 +35,11 @@ class LogFile:
             lines.append(self.pending[:MAX_LINE] + b" [line cut]")
             self.pending = b""
         for line in lines:
-            self.write(line.decode("utf-8", "replace")[:MAX_LINE])
+            self.write(SERVICE_MARK + line.decode("utf-8", "replace")[:MAX_LINE])
 
     def flush(self) -> None:
         if self.pending:
-            self.write(self.pending.decode("utf-8", "replace"))
+            self.write(SERVICE_MARK + self.pending.decode("utf-8", "replace"))
             self.pending = b""
 
     def write(self, line: str) -> None:
@@ -45,5 +53,11 @@ class LogFile:
 def tail(path: Path, lines: int) -> list[str]:
     """The last `lines` lines of the log (and of its rotated part when the current one is short)."""
     older = path.with_name(path.name + ".1")
-    text = "".join(p.read_text(errors="replace") for p in (older, path) if p.exists())
-    return text.splitlines()[-lines:] if lines else text.splitlines()
+    found = lines_of(b"".join(p.read_bytes() for p in (older, path) if p.exists()))
+    return found[-lines:] if lines else found
+
+
+def lines_of(data: bytes) -> list[str]:
+    """The log's bytes as lines to show (split at newlines only; controls out, modeltext.others_line)."""
+    text = data.decode("utf-8", "replace")
+    return [others_line(line) for line in text.removesuffix("\n").split("\n")] if text else []

@@ -91,7 +91,7 @@ def choose_with_model(
         if call is not None and call.name == "no_candidate":
             reason = str(call.arguments.get("reason", "")).strip() or "no reason given"
             raise SearchError(
-                f"no usable crate to start from: {reason}",
+                f"no usable crate to start from: {quoted(reason)}",
                 fix="name a crate with --crate NAME, or describe the need differently",
             )
         problem = _problem(call, by_name)
