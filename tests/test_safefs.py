@@ -392,8 +392,9 @@ def test_every_host_file_attack_of_the_reliability_report_is_contained(tmp_path:
     assert [row for row in rows if not row["contained"]] == []
 
 
-def test_a_missing_cache_or_file_reads_as_nothing_published(tmp_path: Path) -> None:
-    assert shared.read_index((tmp_path / "no-such-cache").as_uri()) is None
+def test_a_cache_without_an_index_reads_as_nothing_published_and_a_missing_cache_says_so(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="does not exist"):
+        shared.read_index((tmp_path / "no-such-cache").as_uri())
     assert shared.read_index(tmp_path.as_uri()) is None
     with pytest.raises(FileNotFoundError):
         Tree(tmp_path / "no-such-tree")
