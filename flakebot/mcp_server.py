@@ -484,10 +484,9 @@ class FlakebotMCP:
     async def _tool_service_logs(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         from flakebot.services import control
 
-        name, lines = _required(args, "service"), _optional_int(args, "lines") or 50
-        if not 1 <= lines <= 500:
-            raise UsageError(f"lines {lines} is out of range", fix="pass lines between 1 and 500")
-        found = await anyio.to_thread.run_sync(lambda: control.logs(name, self.settings(), lines=lines))
+        name, lines = _required(args, "service"), _optional_int(args, "lines")
+        lines = 50 if lines is None else lines
+        found = await anyio.to_thread.run_sync(lambda: control.logs(name, self.settings(), lines=lines, most=500))
         return {"ok": True, "service": name, "lines": [line[:2000] for line in found]}
 
     async def _tool_service_request(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:

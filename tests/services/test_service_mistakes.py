@@ -100,3 +100,21 @@ def test_package_into_a_name_a_service_holds_is_refused_before_the_build(package
     done = run_cli("package", str(KV_SERVICE), "--catalog", "--name", packaged, "--offline", timeout=60)
     one_error(done, f"the catalog already has a tool named {packaged} for another need", f"--name {packaged}-2")
     assert set(runs.iterdir()) == before  # refused before a run (it was refused after the nix build)
+
+
+@pytest.mark.parametrize("lines", ["-5", "0", "100000"])
+def test_logs_out_of_range_is_refused_not_silent(flakebot_home: Path, lines: str) -> None:
+    one_error(run_cli("logs", "kv-service", "-n", lines), f"lines {lines} is out of range")
+
+
+def test_service_logs_over_mcp_bounds_lines_and_its_echo(flakebot_home: Path) -> None:
+    async def session() -> list[Any]:
+        async with mcp_client() as client:
+            return [
+                await client.call("service_logs", {"service": "kv-service", "lines": 0}),
+                await client.call("service_logs", {"service": "x" * 1_000_000}),
+            ]
+
+    (zero, is_error), (huge, huge_error) = asyncio.run(session())
+    assert is_error and "lines 0 is out of range" in zero["error"] and "1 to 500" in zero["fix"]
+    assert huge_error and len(json.dumps(huge)) < 10_000  # a 1 MB name was echoed back twice (1.9 MB)
