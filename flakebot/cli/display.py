@@ -12,6 +12,22 @@ from flakebot.cli.live import STATUS_STYLE, out
 from flakebot.modeltext import markup, one_line, plain
 
 
+def fitted(headers: tuple[str, ...], keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Table:
+    """A table that fits the terminal without cutting a word: the `keys` columns (names, ids, versions, states: what
+    a reader tells rows apart by) keep their longest value whole on one line as far as the width allows and fold
+    beyond it, never "kv-s…"; the other columns wrap. Every cell is Text: nothing in it is read as markup."""
+    table = Table(show_lines=False)
+    for i, header in enumerate(headers):
+        if header in keys:
+            longest = max([len(header), *(len(str(row[i])) for row in rows)])
+            table.add_column(header, no_wrap=True, overflow="fold", min_width=longest)
+        else:
+            table.add_column(header, overflow="fold", ratio=1)
+    for row in rows:
+        table.add_row(*(Text(str(cell)) for cell in row))
+    return table
+
+
 def print_report(report: dict[str, Any]) -> None:
     if report.get("kind") == "run":
         print_run(report)
@@ -145,19 +161,13 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     if not tools:
         out.print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")
         return
-    table = Table("tool", "version", "summary", "need", "run")
+    rows = []
     for tool in tools:
         older = len(tool.get("versions") or {}) - 1
         version = str(tool.get("version", "")) + (f" (+{older} earlier)" if older > 0 else "")
-        texts = (
-            tool["name"],
-            version,
-            one_line(tool.get("summary", "")),
-            plain(tool.get("need", "")),
-            tool.get("run_id", ""),
-        )
-        table.add_row(*(Text(str(t)) for t in texts))  # Text: model text is never read as markup
-    out.print(table)
+        rows.append((tool["name"], version, one_line(tool.get("summary", "")), plain(tool.get("need", "")),
+                     tool.get("run_id", "")))  # fmt: skip
+    out.print(fitted(("tool", "version", "summary", "need", "run"), ("tool", "version", "run"), rows))
 
 
 def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
@@ -182,12 +192,22 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
     """The runs table: id, status, age, pipeline, need."""
     from flakebot.cli.live import age
 
-    table = Table("run", "status", "age", "pipeline", "need")
     now = time.time()
-    for r in runs:
-        need = markup(one_line(r.get("need") or ""))
-        table.add_row(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], need)
-    out.print(table)
+    rows = [(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], one_line(r.get("need") or ""))
+            for r in runs]  # fmt: skip
+    out.print(fitted(("run", "status", "age", "pipeline", "need"), ("run", "status", "age", "pipeline"), rows))
+
+
+def print_services(found: list[dict[str, Any]]) -> None:
+    """The services table: each service's version (and the one before), state, port, network, health, restarts."""
+    rows = []
+    for s in found:
+        uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
+        network = "outbound" if s.get("network") else "none"
+        rows.append((s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
+                     network, s.get("health"), s.get("restarts"), uptime, one_line(s.get("message", ""))))  # fmt: skip
+    headers = ("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime", "note")
+    out.print(fitted(headers, ("service", "version", "state", "port"), rows))
 
 
 def print_candidates(query: str, found: list[Any]) -> None:

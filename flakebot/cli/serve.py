@@ -113,23 +113,13 @@ def register(app: typer.Typer, settings: Any) -> None:
         if as_json:
             _say(True, {"services": found}, "")
             return
-        from rich.table import Table
-        from rich.text import Text
-
+        from flakebot.cli.display import print_services
         from flakebot.cli.live import out
 
         if not found:
             out.print("No services: start one with 'flakebot up NAME'.")
             return
-        table = Table("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime",
-                      "note")  # fmt: skip
-        for s in found:
-            uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
-            network = "outbound" if s.get("network") else "none"
-            cells = (s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
-                     network, s.get("health"), s.get("restarts"), uptime, s.get("message", ""))  # fmt: skip
-            table.add_row(*(Text(str(c)) for c in cells))
-        out.print(table)
+        print_services(found)
 
     @app.command("logs")
     def logs_cmd(

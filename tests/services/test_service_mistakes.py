@@ -118,3 +118,22 @@ def test_service_logs_over_mcp_bounds_lines_and_its_echo(flakebot_home: Path) ->
     (zero, is_error), (huge, huge_error) = asyncio.run(session())
     assert is_error and "lines 0 is out of range" in zero["error"] and "1 to 500" in zero["fix"]
     assert huge_error and len(json.dumps(huge)) < 10_000  # a 1 MB name was echoed back twice (1.9 MB)
+
+
+def test_services_at_80_columns_never_cut_a_name_to_ambiguity(flakebot_home: Path) -> None:
+    require("nix", "cargo", "bwrap", "pasta")
+    names = ["kv-service-alpha-one", "kv-service-alpha-two"]
+    for name in names:
+        done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name", name)
+        assert done.returncode == 0, done.stderr
+        assert run_cli("up", name).returncode == 0
+    try:
+        shown = run_cli("services", env={"COLUMNS": "80"})
+        listed = run_cli("list", env={"COLUMNS": "80"})
+    finally:
+        for name in names:
+            run_cli("down", name)
+    for table in (shown.stdout, listed.stdout):
+        assert max(len(line) for line in table.splitlines()) <= 80, table
+        assert all(name in table for name in names) and "…" not in table, table  # whole, on one line each
+    assert shown.stdout.count("running") == 2
