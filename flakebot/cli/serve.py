@@ -3,6 +3,8 @@ by register())."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -98,7 +100,8 @@ def register(app: typer.Typer, settings: Any) -> None:
         from flakebot.services import credentials
 
         secrets = credentials.parse(list(secret or []), Path.cwd())
-        status = up(service, settings(), port=port, secrets=secrets, network=network)
+        with _working(as_json, f"starting {service} (health-gated)", service, settings):
+            status = up(service, settings(), port=port, secrets=secrets, network=network)
         was = f", previous version {status['previous_version']}" if status.get("previous_version") else ""
         net = "outbound network" if status.get("network") else "no network"
         _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "
@@ -144,7 +147,8 @@ def register(app: typer.Typer, settings: Any) -> None:
         """Stop a service: SIGTERM, SIGKILL after its grace period; nothing left running, its port freed."""
         from flakebot.services.control import down
 
-        status = down(service, settings())
+        with _working(as_json, f"stopping {service}", service, settings):
+            status = down(service, settings())
         _say(as_json, status, f"{status['name']} {status['state']}; state kept in {status.get('state_dir')}")
 
     @app.command("restart")
@@ -154,7 +158,8 @@ def register(app: typer.Typer, settings: Any) -> None:
         """Stop a service and start it again: the same version, port, secrets, network and state."""
         from flakebot.services.control import restart
 
-        status = restart(service, settings())
+        with _working(as_json, f"restarting {service}", service, settings):
+            status = restart(service, settings())
         _say(
             as_json, status, f"{status['name']} {status['version']} healthy again on http://127.0.0.1:{status['port']}"
         )
@@ -166,7 +171,8 @@ def register(app: typer.Typer, settings: Any) -> None:
         """Go back to the version the service ran before, its state kept (health-gated as an upgrade)."""
         from flakebot.services.control import rollback
 
-        status = rollback(service, settings())
+        with _working(as_json, f"rolling {service} back (health-gated)", service, settings):
+            status = rollback(service, settings())
         _say(as_json, status, f"{status['name']} back to {status['version']} (from {status.get('previous_version')}), "
              f"healthy on http://127.0.0.1:{status['port']}")  # fmt: skip
 
@@ -223,6 +229,29 @@ def _export_text(result: dict[str, Any], run_check: bool) -> str:
         " deploy-rs: only deploy-rs on a NixOS host confirms activation and rollback)\n"
         f"use it from your deployment flake as its first lines say; then: deploy .#{result['node']}"
     )
+
+
+@contextmanager
+def _working(as_json: bool, text: str, service: str, settings: Any) -> Iterator[None]:
+    """A live line on stderr while a service command works (a terminal only); Ctrl-C says where it left the
+    service instead of the craft's advice."""
+    from flakebot.cli.live import console
+    from flakebot.errors import Interrupted
+
+    try:
+        if as_json or not console.is_terminal:
+            yield
+        else:
+            with console.status(text):
+                yield
+    except KeyboardInterrupt:
+        from flakebot.services.control import statuses
+
+        name = service.partition("@")[0]
+        state = next((s["state"] for s in statuses(settings()) if s["name"] == name), "not started")
+        raise Interrupted(
+            f"interrupted: {name} is {state}", fix=f"see 'flakebot services'; 'flakebot down {name}' stops it"
+        ) from None
 
 
 def _say(as_json: bool, result: dict[str, Any], text: str) -> None:

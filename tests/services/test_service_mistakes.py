@@ -137,3 +137,24 @@ def test_services_at_80_columns_never_cut_a_name_to_ambiguity(flakebot_home: Pat
         assert max(len(line) for line in table.splitlines()) <= 80, table
         assert all(name in table for name in names) and "…" not in table, table  # whole, on one line each
     assert shown.stdout.count("running") == 2
+
+
+def test_ctrl_c_during_up_says_where_it_left_the_service(packaged: str, flakebot_home: Path) -> None:
+    import os
+    import signal
+    import subprocess
+
+    from tests.conftest import FLAKEBOT, wait_for
+
+    launch = flakebot_home / "work" / "services" / packaged / "launch.json"
+    process = subprocess.Popen([*FLAKEBOT, "up", packaged], stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    wait_for(launch.exists, timeout=60, interval=0.005)  # up is waiting for the supervisor's first health check
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    try:
+        assert process.returncode == 130, stderr
+        [line] = [line for line in stderr.splitlines() if line.startswith("error:")]
+        assert f"interrupted: {packaged} is" in line and f"flakebot down {packaged}" in line, line
+        assert "resume RUN" not in stderr  # the craft's advice, which `up` has no run for
+    finally:
+        run_cli("down", packaged)
