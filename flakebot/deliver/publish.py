@@ -20,13 +20,13 @@ import logging
 import re
 import shlex
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.deliver import shared
 from flakebot.deliver.catalog import Catalog
@@ -203,7 +203,7 @@ def signing_key(settings: Settings) -> SigningKey:
 
 def _nix_key(args: list[str], stdin: str | None = None) -> str:
     argv = [command.nix_program(), *command.FEATURES, "key", *args]
-    result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    result = launcher.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
     if result.returncode != 0 or not result.stdout.strip():
         raise NixError(
             f"'nix key {args[0]}' failed: {_last_error(result.stderr.splitlines())}",
@@ -267,7 +267,7 @@ def closure(store_path: str) -> tuple[int, int, str]:
         "--closure-size",
         store_path,
     ]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    result = launcher.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise NixError(
             f"nix path-info of {store_path} failed: {_last_error(result.stderr.splitlines())}",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
 from flakebot.services import credentials, forward, health
@@ -137,7 +138,7 @@ class Supervisor:
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
         try:
-            bwrap = subprocess.Popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
+            bwrap = launcher.popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      pass_fds=(info_write, *secret_fds))  # fmt: skip
         finally:
@@ -178,7 +179,7 @@ class Supervisor:
     def forward(self, ns_init: int) -> subprocess.Popen[bytes]:
         argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init, network=self.network)
         with open(self.where.supervisor_log, "ab") as out:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+            return launcher.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                     preexec_fn=forward.die_with_parent)  # fmt: skip
 
     def watch(self, started: Started) -> str:
