@@ -1,4 +1,4 @@
-"""`make reliability`: faults, sandbox escapes, host file access in untrusted trees, bad input, crash points, concurrent crafts, limits and service faults, run for real.
+"""`make reliability`: faults, sandbox escapes, host file access in untrusted trees, processes steered by where they start, bad input, crash points, concurrent crafts, limits and service faults, run for real.
 
 One module per section (each a `benchmarks.section.Section`: run, load, summarize, markdown over typed rows);
 report.py puts them together as bench/reliability.{json,md} and the README's Reliability section; env.py gives
@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.reliability import catalogs, concurrency, crashes, escapes, faults, hostfiles, inputs, limits, services
+from benchmarks.reliability import (
+    catalogs,
+    concurrency,
+    crashes,
+    escapes,
+    faults,
+    hostfiles,
+    inputs,
+    limits,
+    services,
+    steering,
+)
 from benchmarks.reliability.env import Scratch
 from benchmarks.section import Section, Summary
 
@@ -18,6 +29,7 @@ SECTIONS: tuple[Section[Scratch, Any, Summary], ...] = (
     faults.Faults(),
     escapes.Escapes(),
     hostfiles.HostFiles(),
+    steering.Steering(),
     inputs.Inputs(),
     crashes.Crashes(),
     concurrency.Concurrency(),
