@@ -10,6 +10,18 @@ Python children, its interpreter are fixed by flakebot, never inherited from who
 - A Python child is `python -I` (no PYTHONPATH, PYTHONSTARTUP, user site, and neither its cwd nor a script's
   directory on sys.path) that imports flakebot from PACKAGE_ROOT, the directory this process imported it from.
 
+Who passes what (anything not listed: neutral_dir() and host_env()):
+
+    sandbox.process.execute          the sandbox's cwd (the workspace or scratch dir it binds); the sandbox's env
+    deliver.toolrun.run_attached     the tool's scratch directory; the sandbox's env
+    services.supervisor (bwrap)      the service's state directory; the sandbox's env
+    source.safegit.git               the repository git works on; safegit.environment()
+    cargo.runner, cargo.depcache     a fresh empty temp directory; the toolchain's own env (host_env for rustc -V)
+    nix.build (nix build)            the flake directory flakebot generated; host_env()
+    nix.standin (rustc --print)      neutral_dir(); host_env() and flakebot's cargo env
+    mcp_server (a long call's job)   neutral_dir(), then run_job works in the server's cwd; flakebot_env(keys=True)
+    services.control (supervisor)    neutral_dir(); flakebot_env()
+
 tests/test_launcher.py keeps every subprocess, os.exec*, os.spawn*, os.system and asyncio subprocess call out of
 every other module (git included: flakebot.source.safegit runs the git program through run(), no GitPython).
 """

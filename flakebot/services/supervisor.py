@@ -139,8 +139,8 @@ class Supervisor:
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
         try:
             bwrap = launcher.popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=(info_write, *secret_fds))  # fmt: skip
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   pass_fds=(info_write, *secret_fds))  # fmt: skip
         finally:
             for fd in (info_write, *secret_fds):
                 os.close(fd)
@@ -180,7 +180,7 @@ class Supervisor:
         argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init, network=self.network)
         with open(self.where.supervisor_log, "ab") as out:
             return launcher.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    preexec_fn=forward.die_with_parent)  # fmt: skip
+                                  preexec_fn=forward.die_with_parent)  # fmt: skip
 
     def watch(self, started: Started) -> str:
         """Until the service exits, fails its checks or a stop is asked: why it ended ('' for a stop)."""
