@@ -14,7 +14,12 @@ from flakebot import launcher
 
 PACKAGE = Path(__file__).resolve().parent.parent / "flakebot"
 SUBPROCESS_SPAWNS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
-MODULE_SPAWNS = {"subprocess": SUBPROCESS_SPAWNS, "pty": {"spawn"}, "multiprocessing": {"Process"}}
+MODULE_SPAWNS = {
+    "subprocess": SUBPROCESS_SPAWNS,
+    "pty": {"spawn"},
+    "multiprocessing": {"Process"},
+    "anyio": {"run_process", "open_process"},
+}
 OS_SPAWNS = {"system", "popen", "posix_spawn", "posix_spawnp", "fork", "forkpty"}
 
 
@@ -89,6 +94,7 @@ def test_the_launcher_itself_is_seen_spawning() -> None:
         "import asyncio\nasyncio.create_subprocess_exec('x')",
         "from asyncio import create_subprocess_shell\ncreate_subprocess_shell('x')",
         "import pty\npty.spawn('x')",
+        "import anyio\nanyio.run_process(['x'])",
     ],
 )
 def test_the_scan_sees_each_kind_of_spawn(source: str) -> None:
