@@ -28,7 +28,6 @@ every other module (git included: flakebot.source.safegit runs the git program t
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import stat
@@ -75,9 +74,9 @@ def flakebot_env(*, keys: bool = False, extra: Mapping[str, str] | None = None) 
     return {**env, **(extra or {})}
 
 
-@functools.cache
 def neutral_dir() -> str:
-    """An empty directory of flakebot's own, the working directory of every child whose caller names none."""
+    """An empty directory of flakebot's own, the working directory of every child whose caller names none (made
+    again if it was removed since the last child)."""
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "flakebot"
     directory = base / "empty"
     try:
