@@ -6,7 +6,9 @@ appends its process's command line to a marker file. flakebot itself is started 
 console script is: its own imports never come from the cwd), and starts its children the way it does for real: a
 long MCP call's detached job (`flakebot mcp` over stdio with the MCP SDK's client, `resume` of an unknown run), and
 a service's supervisor (the spawn `up`, `restart` and upgrades share). Contained: the marker stays empty and the
-child did flakebot's work (the job answered "no such run"; the supervisor logged).
+child did flakebot's work (the job answered "no such run"; the supervisor logged). Before flakebot/launcher.py, the
+package and PYTHONPATH cases ran the planted code in both doors (2 of 6 contained); PYTHONSTARTUP is read only by an
+interactive interpreter, so those two cases held even then and are counted as the variant an attacker tries next.
 """
 
 from __future__ import annotations
