@@ -46,7 +46,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from flakebot import __version__, api, config, preflight
+from flakebot import __version__, api, config, launcher, preflight
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
@@ -641,20 +641,30 @@ def _start_job(
     limits = jobs.Limits.of(settings)
     with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
         journal = _journal_path(settings)
-        code = "import sys; from flakebot.mcp_server import run_job; run_job(sys.argv[1], sys.argv[2], sys.argv[3])"
-        argv = [sys.executable, "-c", code, name, json.dumps(args), str(journal)]
+        code = "from flakebot.mcp_server import run_job; run_job(*sys.argv[1:5])"
+        # isolated, started in flakebot's empty directory; the work itself is done in the server's (run_job)
+        argv = launcher.python_code(code, name, json.dumps(args), str(journal), os.getcwd())
         with open(journal.with_suffix(".log"), "ab") as log:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            process = launcher.popen(
+                argv,
+                env=launcher.flakebot_env(keys=True),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
             )
         admitted.record(journal.stem, process.pid)
     logger.info("%s runs in process %d (its events: %s)", name, process.pid, journal)
     return process, journal
 
 
-def run_job(name: str, arguments: str, journal: str) -> None:
-    """A detached long tool call's process: the work, its events as JSON lines in `journal`, then its result (or
-    error) as the last line. The run's own state (status, stages) is where every run keeps it."""
+def run_job(name: str, arguments: str, journal: str, workdir: str | None = None) -> None:
+    """A detached long tool call's process: the work (in the server's `workdir`, as it would be done in the server;
+    flakebot is imported by then, and the isolated interpreter never imports from a cwd), its events as JSON lines
+    in `journal`, then its result (or error) as the last line. The run's own state (status, stages) is where every
+    run keeps it."""
+    if workdir is not None:
+        os.chdir(workdir)
     path = Path(journal)
     handler = logging.StreamHandler()  # stderr: the job's .log beside its journal, with secrets redacted
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -70,6 +70,14 @@ Choke points a user can rely on (every call goes through them):
                                    directory (system trees, a home as a whole and its dot entries, the XDG bases,
                                    rustup's and cargo's homes, flakebot's own) is refused, so starting in / or $HOME
                                    grants nothing.
+    processes flakebot starts      flakebot.launcher: jobs, supervisors, bubblewrap, pasta, nix, cargo, git,
+                                   rustc, systemd-analyze... start in flakebot's own empty directory unless the
+                                   caller names one it trusts (a workspace it binds, a service's state, a flake it
+                                   generated), with an environment built from names (no PYTHON*, LD_* or keys
+                                   unless added); a Python child is `python -I` importing flakebot from the parent's
+                                   package root, so a flakebot/ package or sitecustomize.py planted in the caller's
+                                   cwd, PYTHONPATH or PYTHONSTARTUP never run; tests/test_launcher.py keeps every
+                                   other module from starting a process itself
     a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
                                    tool writes a copy bound at every spelling of the path, and flakebot copies back
                                    regular files and directories only, nothing under a STEERING_NAMES name at any

@@ -14,6 +14,7 @@ LEAVES = {
     "errors",
     "events",
     "fsutil",
+    "launcher",
     "loopback",
     "modeltext",
     "preflight",

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import site
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -49,10 +52,22 @@ def test_a_session_cannot_start_more_jobs_than_its_cap_nor_the_machine(flakebot_
     assert [error for _, error in again.answers[0]] == [False, False, True] and again.processes == [2]
 
 
-# Python runs a sitecustomize module on its path at start: this one makes a job process (its last argument is its
+def hooked_python(directory: Path, sitecustomize: str) -> str:
+    """An interpreter of its own (a venv over this one's packages) whose site-packages holds `sitecustomize`."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True, timeout=120)
+    [packages] = directory.glob("lib/python*/site-packages")
+    ours = [path for path in site.getsitepackages() if Path(path).is_dir()]
+    (packages / "ours.pth").write_text("".join(f"import site; site.addsitedir({path!r})\n" for path in ours))
+    (packages / "sitecustomize.py").write_text(sitecustomize)
+    return str(directory / "bin" / "python")
+
+
+# An interpreter runs the sitecustomize module of its own site-packages at start, even isolated (-I, as flakebot
+# starts its jobs; PYTHONPATH and the cwd no longer reach them): this one makes a job process (an argument names its
 # journal) hang before flakebot is even imported, as a wedged start would.
-STUCK_START = """import sys, time
-if len(sys.argv) == 4 and sys.argv[3].endswith(".jsonl") and "/mcp-jobs/" in sys.argv[3]:
+IS_JOB = 'any(a.endswith(".jsonl") and "/mcp-jobs/" in a for a in sys.argv[1:])'
+STUCK_START = f"""import sys, time
+if {IS_JOB}:
     time.sleep(120)
 """
 
@@ -62,14 +77,11 @@ def test_a_detached_job_that_starts_no_run_is_stopped_by_the_deadline(
 ) -> None:
     """A detached call answers once its run exists; a job that never gets there made the call wait forever. Now
     after task_result_wait seconds the job is stopped and the call says so."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(STUCK_START)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    python = hooked_python(tmp_path / "venv", STUCK_START)
     monkeypatch.setenv("FLAKEBOT_TASK_RESULT_WAIT", "2")
     work = flakebot_home / "work"
     began = time.monotonic()
-    seen = pileup.crafts_from_sessions(dict(os.environ), work, tmp_path, [1], waited=False)
+    seen = pileup.crafts_from_sessions(dict(os.environ), work, tmp_path, [1], waited=False, python=python)
     seconds = time.monotonic() - began
     (answer, error), processes = seen.answers[0][0], seen.processes
     assert (
@@ -78,8 +90,8 @@ def test_a_detached_job_that_starts_no_run_is_stopped_by_the_deadline(
     assert processes == [0] and seconds < 30, (processes, seconds)
 
 
-LINGER = """import atexit, sys, time
-if len(sys.argv) == 4 and sys.argv[3].endswith(".jsonl") and "/mcp-jobs/" in sys.argv[3]:
+LINGER = f"""import atexit, sys, time
+if {IS_JOB}:
     atexit.register(time.sleep, 120)
 """
 
@@ -89,14 +101,11 @@ def test_a_job_that_wrote_its_result_holds_no_slot_while_its_process_exits(
 ) -> None:
     """A job process may take a while to exit after it wrote its result (here: 2 minutes, an atexit hook); its
     caller has its answer, so the job no longer counts against max_session_jobs."""
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(LINGER)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    python = hooked_python(tmp_path / "venv", LINGER)
     jobs = flakebot_home / "work/mcp-jobs"
 
     async def session() -> list[tuple[dict[str, Any], bool]]:
-        async with pileup.sdk_session(dict(os.environ)) as client:
+        async with pileup.sdk_session(dict(os.environ), python=python) as client:
             return [await pileup.call(client, "resume", {"run_id": "nope", "wait": False}) for _ in range(3)]
 
     try:

@@ -55,6 +55,7 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
         "faults",
         "escapes",
         "hostfiles",
+        "steering",
         "inputs",
         "crashes",
         "concurrency",
@@ -76,6 +77,7 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
     }
     assert all(batch["consistent"] for batch in sections["concurrency"])
     assert all(row["contained"] for row in sections["hostfiles"]), sections["hostfiles"]
+    assert all(row["contained"] for row in sections["steering"]), sections["steering"]
     fault = sections["faults"][0]
     assert fault["http_requests"] == fault["flakebot_calls"] + 1 and fault["how"] == "the SDK retried 1 time(s)"
     # The Markdown and the README carry the JSON's figures, not typed ones.
@@ -84,6 +86,7 @@ def test_quick_report_has_every_section_rendered_from_its_data(tmp_path: Path) -
         "## Model-server faults",
         "## Sandbox escapes",
         "## Host file access in untrusted trees",
+        "## Processes steered by where they start",
         "## Bad input",
         "## Crash points",
         "## Concurrent crafts",

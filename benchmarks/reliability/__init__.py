@@ -1,4 +1,4 @@
-"""`make reliability`: faults, sandbox escapes, host file access in untrusted trees, bad input, crash points, concurrent crafts, shared catalogs, others' text, limits and service faults, run for real.
+"""`make reliability`: faults, sandbox escapes, host file access in untrusted trees, processes steered by where they start, bad input, crash points, concurrent crafts, shared catalogs, others' text, limits and service faults, run for real.
 
 One module per section (each a `benchmarks.section.Section`: run, load, summarize, markdown over typed rows);
 report.py puts them together as bench/reliability.{json,md} and the README's Reliability section; env.py gives
@@ -19,6 +19,7 @@ from benchmarks.reliability import (
     inputs,
     limits,
     services,
+    steering,
     text,
 )
 from benchmarks.reliability.env import Scratch
@@ -29,6 +30,7 @@ SECTIONS: tuple[Section[Scratch, Any, Summary], ...] = (
     faults.Faults(),
     escapes.Escapes(),
     hostfiles.HostFiles(),
+    steering.Steering(),
     inputs.Inputs(),
     crashes.Crashes(),
     concurrency.Concurrency(),

@@ -1,6 +1,6 @@
 """`make reliability`: faults, sandbox escapes, bad input, crash points and concurrent crafts, run for real.
 
-    python -m benchmarks.reliability [--only faults,escapes,hostfiles,inputs,crashes,concurrency,catalogs,text,limits,services] [--quick]
+    python -m benchmarks.reliability [--only faults,escapes,hostfiles,steering,inputs,crashes,concurrency,catalogs,text,limits,services] [--quick]
                                      [--out bench] [--readme docs/reliability.md | --no-readme] [--keep]
     python -m benchmarks.reliability --rerender bench/reliability.json [--out bench] [--readme docs/reliability.md]
 

@@ -37,11 +37,12 @@ def slow_craft(scratch: Path, wait: bool | None = False) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def sdk_session(env: dict[str, str], cwd: Path | None = None) -> AsyncIterator[Any]:
-    """A Python SDK client session on a new `flakebot mcp` with environment `env` (in `cwd`, else this directory)."""
+async def sdk_session(env: dict[str, str], cwd: Path | None = None, python: str = sys.executable) -> AsyncIterator[Any]:
+    """A Python SDK client session on a new `flakebot mcp` with environment `env` (in `cwd`, else this directory),
+    run by the interpreter `python` (its jobs are run by the same one)."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "flakebot", "mcp"], env=env, cwd=cwd)
+    params = StdioServerParameters(command=python, args=["-m", "flakebot", "mcp"], env=env, cwd=cwd)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
@@ -92,14 +93,14 @@ class Sessions:
 
 
 def crafts_from_sessions(
-    env: dict[str, str], work: Path, scratch: Path, calls: list[int], waited: bool = True
+    env: dict[str, str], work: Path, scratch: Path, calls: list[int], waited: bool = True, python: str = sys.executable
 ) -> Sessions:
     """Session i makes calls[i] detached crafts whose jobs keep running; the first session then makes one call it
-    waits for (with `wait: true`), unless not `waited`. The jobs are ended afterwards."""
+    waits for (with `wait: true`), unless not `waited`. The jobs are ended afterwards. `python`: see sdk_session."""
     craft, jobs, seen = slow_craft(scratch), work / "mcp-jobs", Sessions()
 
     async def session(count: int, waited: bool) -> list[tuple[dict[str, Any], bool]]:
-        async with sdk_session(env) as client:
+        async with sdk_session(env, python=python) as client:
             answers = [await call(client, "craft", craft) for _ in range(count)]
             if waited:
                 answers.append(await _waited(client, {**craft, "wait": True}))

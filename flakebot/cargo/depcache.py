@@ -37,6 +37,7 @@ from pathlib import Path
 
 import tomlkit
 
+from flakebot import launcher
 from flakebot.cargo.cache_skeleton import SKELETON_NAME, NoSkeleton, Skeleton, skeleton_of
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -219,7 +220,7 @@ def rustc_version(cargo: Cargo) -> str:
 def _rustc_version(env_items: tuple[tuple[str, str], ...]) -> str:
     rustc = shutil.which("rustc") or "rustc"
     with tempfile.TemporaryDirectory(prefix="flakebot-rustc-") as neutral:
-        done = subprocess.run(
+        done = launcher.run(
             [rustc, "-vV"], cwd=neutral, env=dict(env_items), capture_output=True, text=True, timeout=60, check=False
         )
     return done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
@@ -332,7 +333,7 @@ def _nearest_entry(root: Path, base_key: str, packages: list[str]) -> Path | Non
 def copy_entry(entry: Path, target_dir: Path) -> None:
     """A private copy of `entry` at `target_dir`, mtimes and modes kept (cargo's fingerprints compare mtimes)."""
     target_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
+    launcher.run(
         ["cp", "--reflink=auto", "-a", "--", f"{entry}/.", str(target_dir)],
         check=True,
         capture_output=True,

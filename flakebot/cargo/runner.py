@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flakebot import launcher
 from flakebot.cargo import sources
 from flakebot.config import Settings, cache_home, rustup_home
 from flakebot.errors import FlakebotError
@@ -119,7 +120,7 @@ def toolchain_versions() -> dict[str, str]:
         if not rustc.is_file():
             continue
         try:
-            shown = subprocess.run([str(rustc), "-V"], capture_output=True, text=True, timeout=60).stdout.split()
+            shown = launcher.run([str(rustc), "-V"], capture_output=True, text=True, timeout=60).stdout.split()
         except (OSError, subprocess.SubprocessError):
             continue
         if len(shown) >= 2 and shown[0] == "rustc":
@@ -132,7 +133,7 @@ def _rustup_active(rustup: str) -> str | None:
     env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), "RUSTUP_HOME": str(rustup_home()), "HOME": str(Path.home())}
     with tempfile.TemporaryDirectory(prefix="flakebot-rustup-") as neutral:
         try:
-            shown = subprocess.run(
+            shown = launcher.run(
                 [rustup, "show", "active-toolchain"], cwd=neutral, env=env, capture_output=True, text=True, timeout=60
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -288,7 +289,7 @@ class Cargo:
         env = self.host_env()
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
         with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral, waiting_on(f"cargo {args[0]}"):
-            return subprocess.run(
+            return launcher.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
 

@@ -20,13 +20,13 @@ import json
 import logging
 import shlex
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.deliver import seen, shared
 from flakebot.deliver.catalog import Catalog, normalize_need
@@ -288,7 +288,7 @@ def _path_infos(
     where = ["--store", store] if store else ["--offline"]
     flags = ["--json", "--sigs", *where, *(["--recursive"] if recursive else [])]
     argv = command.nix_argv(["path-info"], [*flags, *paths], "pinned", None)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
+    done = launcher.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
     try:
         infos = json.loads(done.stdout)
         assert isinstance(infos, list) and infos and all(isinstance(info, dict) for info in infos)

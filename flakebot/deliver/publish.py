@@ -21,7 +21,6 @@ import re
 import shlex
 import socket
 import stat
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.deliver import shared
 from flakebot.deliver.catalog import Catalog
@@ -210,7 +210,7 @@ def signing_key(settings: Settings) -> SigningKey:
 
 def _nix_key(args: list[str], stdin: str | None = None) -> str:
     argv = [command.nix_program(), *command.FEATURES, "key", *args]
-    result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    result = launcher.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
     if result.returncode != 0 or not result.stdout.strip():
         raise NixError(
             f"'nix key {args[0]}' failed: {_last_error(result.stderr.splitlines())}",
@@ -287,7 +287,7 @@ def _copy_to_file_cache(
 def _seed_narinfos(cache: Tree, staging: Tree, paths: list[str]) -> set[str]:
     """The narinfos of `paths`' closure that the cache holds as regular files, copied into `staging`: their names."""
     argv = [command.nix_program(), *command.FEATURES, "path-info", "--recursive", "--offline", *paths]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    done = launcher.run(argv, capture_output=True, text=True, timeout=120)
     seeded = set()
     for path in done.stdout.split() if done.returncode == 0 else []:
         rel = f"{Path(path).name.split('-', 1)[0]}.narinfo"
@@ -326,7 +326,7 @@ def closure(store_path: str) -> tuple[int, int, str]:
         "--closure-size",
         store_path,
     ]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    result = launcher.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise NixError(
             f"nix path-info of {store_path} failed: {_last_error(result.stderr.splitlines())}",

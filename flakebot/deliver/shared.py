@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.deliver import index as signed
 from flakebot.deliver.catalog import normalize_need
@@ -79,7 +79,7 @@ def entry_store_path(entry: dict[str, Any], store_path: str, settings: Settings)
         root = Path(tmp) / f"flakebot-entry-{entry['name']}-{entry['version']}"
         write_entry_dir(root, entry, store_path)
         argv = command.nix_argv(["store", "add-path"], ["--name", root.name, str(root)], "pinned", None)
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
+        done = launcher.run(argv, capture_output=True, text=True, timeout=settings.nix_copy_timeout)
     if done.returncode != 0 or not done.stdout.strip():
         raise NixError(
             f"nix store add-path of {entry['name']}'s catalog entry failed: {done.stderr.strip()[-300:]}",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.deliver import grants, outputfiles, writelayer
 from flakebot.errors import CatalogError, UsageError
@@ -64,7 +65,7 @@ def _realise(nix_run: list[str], timeout: float) -> str:
 
     flake, mode, standin = command.run_target(nix_run)
     argv = command.nix_argv(["build"], ["--no-link", "--json", flake], mode, standin)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    done = launcher.run(argv, capture_output=True, text=True, timeout=timeout)
     try:
         return str(json.loads(done.stdout)[0]["outputs"]["out"])
     except (json.JSONDecodeError, LookupError, TypeError):
@@ -361,7 +362,7 @@ def run_attached(
     binary = built_program(manifest, settings.nix_build_timeout)
     with tool_sandbox(binary, args, cwd or Path.cwd(), settings, settings.tool_timeout, writable) as (sandbox, where):
         argv, env = sandbox.command([str(binary), *args], cwd=where)
-        proc = subprocess.Popen(argv, cwd=where, env=env, stdin=subprocess.PIPE if stdin is not None else None)
+        proc = launcher.popen(argv, cwd=where, env=env, stdin=subprocess.PIPE if stdin is not None else None)
         try:
             if proc.stdin is not None:
                 _feed(proc.stdin, stdin or "")

@@ -7,10 +7,10 @@ import json
 import logging
 import re
 import shlex
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError
 from flakebot.events import waiting_on
@@ -223,7 +223,7 @@ def make_gc_root(store_path: str, link: Path) -> Path:
         link.unlink()
     link.parent.mkdir(parents=True, exist_ok=True)
     argv = [command.nix_program("nix-store"), "--add-root", str(link), "--realise", store_path]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    result = launcher.run(argv, capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         raise NixError(
             f"cannot add a GC root at {link}: {result.stderr.strip().splitlines()[-1:] or result.returncode}",

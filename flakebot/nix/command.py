@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError
 
@@ -174,7 +175,7 @@ def resolved_program(run: list[str], timeout: float) -> str:
     flake's default app: nothing built, nothing of the tool run. A trusted host step (flakebot.trust)."""
     flake, mode, standin = run_target(run)
     argv = nix_argv(["eval", "--raw"], [f"{flake}#apps.{nix_system()}.default.program"], mode, standin)
-    result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    result = launcher.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         tail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
         raise NixError(
@@ -233,7 +234,7 @@ def nix_too_old(minimum: str) -> str:
 def nix_version() -> str:
     """`nix --version`'s number ("2.8.0"), or '' without nix."""
     try:
-        shown = subprocess.run([nix_program(), "--version"], capture_output=True, text=True, timeout=60).stdout
+        shown = launcher.run([nix_program(), "--version"], capture_output=True, text=True, timeout=60).stdout
     except (NixError, OSError, subprocess.SubprocessError):
         return ""
     words = shown.split()
@@ -259,7 +260,7 @@ def pinned_nixpkgs_cached() -> bool:
     digest = base64.b64decode(PINNED_NIXPKGS["narHash"].removeprefix("sha256-")).hex()
     try:
         argv = [nix_program("nix-store"), "--print-fixed-path", "--recursive", "sha256", digest, "source"]
-        path = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        path = launcher.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return False
     return bool(path) and Path(path).exists()
@@ -282,7 +283,7 @@ def run_streaming(
     """Run argv in its own process group, passing stderr lines to on_line; kill the group at the timeout."""
     started = time.monotonic()
     argv = dies_with_parent(argv)
-    proc = subprocess.Popen(
+    proc = launcher.popen(
         argv,
         cwd=cwd,
         stdin=subprocess.DEVNULL,

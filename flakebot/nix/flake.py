@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
@@ -526,7 +527,7 @@ def nix_run(
     flake, mode, standin = command.run_target(_run_argv(result_or_flake_dir, settings))
     argv = command.nix_argv(["run"], [flake, "--", *args], mode, standin, settings.nix_builders)
     logger.info("nix run: %s", shlex.join(argv))
-    return subprocess.run(
+    return launcher.run(
         argv,
         input=input,
         stdin=None if input is not None else subprocess.DEVNULL,
@@ -560,6 +561,6 @@ def flake_check(
         settings.nix_builders,
     )
     logger.info("nix flake check: %s", shlex.join(argv))
-    return subprocess.run(
+    return launcher.run(
         argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout or settings.nix_build_timeout
     )

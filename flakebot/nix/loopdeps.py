@@ -44,6 +44,7 @@ from pathlib import Path
 
 import tomlkit
 
+from flakebot import launcher
 from flakebot.cargo.cache_skeleton import TARGET_TABLES, NoSkeleton, Skeleton, skeleton_of
 from flakebot.cargo.depcache import Seeded, rustc_version
 from flakebot.cargo.runner import Cargo
@@ -113,7 +114,7 @@ def plan(settings: Settings, cargo: Cargo) -> Plan:
     if not inside:
         raise NoStoreDeps(f"the stand-in's builds do not see {registry}")
     toolchain = Path(host.get("hostToolchainBin", "")) / "rustc"
-    theirs = subprocess.run([str(toolchain), "-vV"], capture_output=True, text=True, timeout=60, check=False).stdout
+    theirs = launcher.run([str(toolchain), "-vV"], capture_output=True, text=True, timeout=60, check=False).stdout
     if theirs.strip() != rustc_version(cargo):
         raise NoStoreDeps("the stand-in's rustc is not the loop's")
     triple = str(host["hostTriple"])
@@ -345,10 +346,10 @@ def copy_output(output: Path, target_dir: Path) -> None:
         ["cp", "--reflink=auto", "-r", "-P", "--", f"{output}/target/.", str(target_dir)],
         ["chmod", "-R", "u+w", str(target_dir)],
     ):
-        subprocess.run(argv, check=True, capture_output=True, timeout=600)
+        launcher.run(argv, check=True, capture_output=True, timeout=600)
     stamp = target_dir / ".dependencies-copied"
     os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
-    subprocess.run(
+    launcher.run(
         ["find", str(target_dir), "-exec", "touch", "-h", "-r", str(stamp), "{}", "+"],
         check=True,
         capture_output=True,

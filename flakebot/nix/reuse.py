@@ -11,6 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from flakebot import launcher
 from flakebot.errors import NixError
 from flakebot.nix import command
 
@@ -38,7 +39,7 @@ def compiled_crates(store_path: str) -> list[str]:
 
 def _nix_store(*args: str) -> str:
     program = str(Path(command.nix_program()).with_name("nix-store"))
-    result = subprocess.run([program, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    result = launcher.run([program, *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines()
         raise NixError(

@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.config import Settings, rustup_home
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text
@@ -182,7 +183,7 @@ def pkg_config_dirs() -> list[str]:
 def host_triple(sysroot: Path) -> str:
     """The toolchain's host target triple (nixpkgs builds with `--target` it, so output lands in target/TRIPLE/)."""
     try:
-        version = subprocess.run(
+        version = launcher.run(
             [str(sysroot / "bin" / "rustc"), "-vV"], capture_output=True, text=True, timeout=60, check=True
         ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
@@ -224,9 +225,9 @@ def rust_sysroot() -> Path:
 
     cargo = Path(cargo_program())
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
-    env = {**os.environ, **Cargo(target_dir=Path(os.devnull)).env()}
+    env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
     try:
-        sysroot = subprocess.run(
+        sysroot = launcher.run(
             [rustc, "--print", "sysroot"], capture_output=True, text=True, env=env, timeout=60, check=True
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:

@@ -7,7 +7,6 @@ import functools
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.errors import SandboxError
 from flakebot.sandbox.ownership import adopt
 from flakebot.sandbox.process import MIB, CommandResult, SandboxLimits, _base_env, _rustup_home, execute
@@ -208,7 +208,7 @@ class BwrapSandbox:
         if not result.ok:
             return (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
         start = time.perf_counter()
-        subprocess.run(["true"], check=False)
+        launcher.run(["true"], check=False)
         self.start_overhead = max(sandboxed - (time.perf_counter() - start), 0.0)
         logger.info("sandbox: bubblewrap, start overhead %.1f ms over a plain process", self.start_overhead * 1000)
         return ""

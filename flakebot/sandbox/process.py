@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from flakebot import launcher
 from flakebot.config import rustup_home
 
 logger = logging.getLogger(__name__)
@@ -285,7 +286,7 @@ def execute(
     passed, and at the end."""
     start = time.perf_counter()
     try:
-        proc = subprocess.Popen(
+        proc = launcher.popen(
             argv,
             cwd=cwd,
             env=env,

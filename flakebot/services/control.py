@@ -6,13 +6,12 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flakebot import processid
+from flakebot import launcher, processid
 from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
@@ -175,12 +174,11 @@ def _host_port(port: int | None) -> int:
 
 def _spawn_supervisor(where: ServiceDir) -> None:
     """The supervisor, detached: its own session, no terminal, output to supervisor.log."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    # isolated python in flakebot's empty directory: the caller's cwd and PYTHON* never steer flakebot's code
     with open(where.supervisor_log, "ab") as out:
-        subprocess.Popen(
-            [sys.executable, "-m", "flakebot.services.supervisor", str(where.root)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True, close_fds=True,
+        launcher.popen(
+            launcher.python_module("flakebot.services.supervisor", str(where.root)), env=launcher.flakebot_env(),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
         )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.errors import NixError, UsageError
 from flakebot.nix import command, service_outputs
 from flakebot.render import template_dir
@@ -100,7 +101,7 @@ def evaluate_flake(
 def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) -> dict[str, Any]:
     # through nix_argv, as every nix call that could build: the build users and Nix's sandbox
     argv = command.nix_argv(["eval"], args, mode, standin)
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    done = launcher.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         error = _first_error(done.stderr)
         old_flake = "does not provide attribute" in error and "nixosModules" in error
@@ -148,11 +149,11 @@ def verify(unit: str, name: str, timeout: float = 60) -> tuple[list[str], str]:
     with tempfile.TemporaryDirectory(prefix="flakebot-unit-") as tmp:
         path = Path(tmp) / f"{unit_name(name)}.service"
         path.write_text(unit)
-        done = subprocess.run([program, "verify", str(path)], capture_output=True, text=True, timeout=timeout)
+        done = launcher.run([program, "verify", str(path)], capture_output=True, text=True, timeout=timeout)
         problems = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         if done.returncode != 0 and not problems:
             problems = [f"systemd-analyze verify exited {done.returncode}"]
-        security = subprocess.run(
+        security = launcher.run(
             [program, "security", "--offline=true", str(path)], capture_output=True, text=True, timeout=timeout
         )
         overall = [line for line in security.stdout.splitlines() if "Overall exposure" in line]

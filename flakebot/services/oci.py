@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.nix import command, service_outputs
@@ -77,7 +78,7 @@ def build_image(manifest: dict[str, Any], settings: Settings) -> Path:
     # adds is inert here: the expression names its nixpkgs itself)
     argv = command.nix_argv(["build"], ["--impure", "--json", "--no-link", "--expr", expr], mode, standin,
                             settings.nix_builders)  # fmt: skip
-    done = subprocess.run(
+    done = launcher.run(
         argv, capture_output=True, text=True, timeout=settings.nix_build_timeout, stdin=subprocess.DEVNULL
     )
     if done.returncode != 0:

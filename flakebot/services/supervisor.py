@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flakebot import processid
+from flakebot import launcher, processid
 from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
 from flakebot.sandbox.cgroup import Group
@@ -161,10 +161,10 @@ class Supervisor:
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
         group = envelope.group_for(self.where.root, self.limits)
         try:
-            bwrap = subprocess.Popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=(info_write, *secret_fds),
-                                     preexec_fn=group.enter if group else None)  # fmt: skip
+            bwrap = launcher.popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   pass_fds=(info_write, *secret_fds),
+                                   preexec_fn=group.enter if group else None)  # fmt: skip
         finally:
             for fd in (info_write, *secret_fds):
                 os.close(fd)
@@ -214,8 +214,8 @@ class Supervisor:
     def forward(self, ns_init: int) -> subprocess.Popen[bytes]:
         argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init, network=self.network)
         with open(self.where.supervisor_log, "ab") as out:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    preexec_fn=forward.die_with_parent)  # fmt: skip
+            return launcher.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                  preexec_fn=forward.die_with_parent)  # fmt: skip
 
     def watch(self, started: Started) -> str:
         """Until the service exits, fails its checks or a stop is asked: why it ended ('' for a stop)."""

@@ -26,6 +26,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from flakebot import launcher
 from flakebot.errors import FlakebotError
 from flakebot.safefs import Tree
 
@@ -112,7 +113,7 @@ def git(
             raise error(f"cannot remove a nested .git in {cwd}: {exc.strerror} ({exc.filename})", fix=fix) from None
     command = argv(*args)
     try:
-        done = subprocess.run(
+        done = launcher.run(
             command,
             cwd=cwd,
             env=environment(env),

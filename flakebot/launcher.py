@@ -1,0 +1,148 @@
+"""Every process flakebot starts is started here: its working directory, its environment and, for flakebot's own
+Python children, its interpreter are fixed by flakebot, never inherited from whoever started flakebot.
+
+- The working directory is `neutral_dir()`, an empty directory of flakebot's own (state_home/empty), unless the
+  caller passes a directory it trusts (a sandbox's workspace, a service's state directory): a caller's cwd could
+  hold a rust-toolchain.toml, a flake, a .cargo/config.toml or a Python package named flakebot.
+- The environment is built from a dict: `host_env()` (the HOST_ENV names and HOST_PREFIXES of os.environ, nothing
+  else) unless the caller passes its own; a caller that needs a variable adds it. PYTHON*, LD_* and model keys
+  never reach a child by accident.
+- A Python child is `python -I` (no PYTHONPATH, PYTHONSTARTUP, user site, and neither its cwd nor a script's
+  directory on sys.path) that imports flakebot from PACKAGE_ROOT, the directory this process imported it from.
+
+Who passes what (anything not listed: neutral_dir() and host_env()):
+
+    sandbox.process.execute          the sandbox's cwd (the workspace or scratch dir it binds); the sandbox's env
+    deliver.toolrun.run_attached     the tool's scratch directory; the sandbox's env
+    services.supervisor (bwrap)      the service's state directory; the sandbox's env
+    source.safegit.git               the repository git works on; safegit.environment()
+    cargo.runner, cargo.depcache     a fresh empty temp directory; the toolchain's own env (host_env for rustc -V)
+    nix.build (nix build)            the flake directory flakebot generated; host_env()
+    nix.standin (rustc --print)      neutral_dir(); host_env() and flakebot's cargo env
+    mcp_server (a long call's job)   neutral_dir(), then run_job works in the server's cwd; flakebot_env(keys=True)
+    services.control (supervisor)    neutral_dir(); flakebot_env()
+
+tests/test_launcher.py keeps every subprocess, os.exec*, os.spawn*, os.system and asyncio subprocess call out of
+every other module (git included: flakebot.source.safegit runs the git program through run(), no GitPython).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, overload
+
+logger = logging.getLogger(__name__)
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)  # the directory `import flakebot` found us in
+# What a child gets of flakebot's own environment unless its caller says otherwise: the user's locale, home and
+# directories, proxies and certificates, the toolchains' and Nix's own settings (a shared catalog in S3: AWS_*).
+HOST_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TMPDIR",
+    "TERM", "NO_COLOR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "SSH_AUTH_SOCK", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "CARGO_HOME",
+)  # fmt: skip
+HOST_PREFIXES = ("NIX_", "AWS_")
+# What flakebot's own Python children add: its settings, and (for a job that calls a model) the providers' keys.
+FLAKEBOT_PREFIXES = ("FLAKEBOT_",)
+KEY_SUFFIXES = ("_API_KEY", "_BASE_URL")
+KEY_NAMES = ("GITHUB_TOKEN",)
+BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); "  # then the child's own code, argv as with -c
+
+
+def host_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a trusted host program (nix, pasta, systemd-analyze...): HOST_ENV and HOST_PREFIXES of
+    ours, then `extra`."""
+    env = {k: v for k, v in os.environ.items() if k in HOST_ENV or k.startswith(HOST_PREFIXES)}
+    env.setdefault("PATH", os.defpath)
+    return {**env, **(extra or {})}
+
+
+def flakebot_env(*, keys: bool = False, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of flakebot's own Python child: host_env() and FLAKEBOT_*; `keys`: the model providers' keys
+    and URLs and GITHUB_TOKEN too (a job that crafts)."""
+    env = host_env()
+    for name, value in os.environ.items():
+        if name.startswith(FLAKEBOT_PREFIXES) or keys and (name.endswith(KEY_SUFFIXES) or name in KEY_NAMES):
+            env[name] = value
+    return {**env, **(extra or {})}
+
+
+def neutral_dir() -> str:
+    """An empty directory of flakebot's own, the working directory of every child whose caller names none (made
+    again if it was removed since the last child)."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "flakebot"
+    directory = base / "empty"
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = directory.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+            return str(directory)
+        logger.warning("%s is not a private directory of ours: children start in /", directory)
+    except OSError as exc:
+        logger.warning("cannot make %s (%s): children start in /", directory, exc.strerror)
+    return "/"  # root's: nothing flakebot or a tool runs can write there
+
+
+def _checked(argv: Sequence[str], options: dict[str, Any]) -> None:
+    if options.get("shell"):
+        raise ValueError("flakebot.launcher runs argv lists, never a shell command line")
+    if not argv:
+        raise ValueError("an empty command line")
+
+
+Where = Path | str | None
+Env = Mapping[str, str] | None
+
+
+@overload
+def run(
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[True], **options: Any
+) -> subprocess.CompletedProcess[str]: ...
+@overload
+def run(
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[False] = False, **options: Any
+) -> subprocess.CompletedProcess[bytes]: ...
+def run(
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: bool = False, **options: Any
+) -> subprocess.CompletedProcess[Any]:
+    """subprocess.run of `argv` in `cwd` (default neutral_dir()) with exactly `env` (default host_env());
+    `options` as subprocess.run takes them (capture_output, text, timeout, input, stdin, check...)."""
+    _checked(argv, options)
+    where = str(cwd) if cwd is not None else neutral_dir()
+    return subprocess.run(list(argv), cwd=where, env=dict(host_env() if env is None else env), text=text, **options)
+
+
+@overload
+def popen(
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[True], **options: Any
+) -> subprocess.Popen[str]: ...
+@overload
+def popen(
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[False] = False, **options: Any
+) -> subprocess.Popen[bytes]: ...
+def popen(
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: bool = False, **options: Any
+) -> subprocess.Popen[Any]:
+    """subprocess.Popen of `argv`, its cwd and environment as run() fixes them; `options` as Popen takes them."""
+    _checked(argv, options)
+    where = str(cwd) if cwd is not None else neutral_dir()
+    return subprocess.Popen(list(argv), cwd=where, env=dict(host_env() if env is None else env), text=text, **options)
+
+
+def python_code(code: str, *args: str) -> list[str]:
+    """The command line of a flakebot Python child running `code` (sys.argv: ['-c', *args], as with `python -c`):
+    an isolated interpreter (-I) that imports flakebot from PACKAGE_ROOT only."""
+    return [sys.executable, "-I", "-c", BOOTSTRAP + code, PACKAGE_ROOT, *args]
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    """The command line of `python -m MODULE ARGS` as a flakebot Python child (see python_code)."""
+    code = "import runpy; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+    return python_code(code, module, *args)
