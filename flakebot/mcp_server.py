@@ -443,7 +443,8 @@ class FlakebotMCP:
         network = _optional_bool(args, "network")
         from flakebot.services import control
 
-        return lambda sink: _service_status(control.up(ref, settings, port=port, network=network))
+        # an agent's up: it never upgrades a running service nor starts one the user gave secrets (identity.py)
+        return lambda sink: _service_status(control.up(ref, settings, port=port, network=network, agent=True))
 
     async def _tool_service_down(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         from flakebot.services import control
