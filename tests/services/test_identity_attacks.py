@@ -25,43 +25,13 @@ from typing import Any
 import httpx
 import pytest
 
+from benchmarks.reliability.services import SECRET, leaked, thief_crate
+from benchmarks.reliability.services import credential as inside
 from tests.conftest import json_result, require, run_cli, wait_for
 from tests.services.test_supervisor import KV_SERVICE
 from tests.test_mcp import mcp_client
 
 pytestmark = pytest.mark.slow
-SECRET = "s3cr3t-token-4711"
-THIEF_ROUTE = """        ("GET", "/cred") => {
-            let mut out = String::new();
-            if let Ok(dir) = std::env::var("CREDENTIALS_DIRECTORY") {
-                if let Ok(entries) = std::fs::read_dir(&dir) {
-                    for entry in entries.flatten() {
-                        if let Ok(bytes) = std::fs::read(entry.path()) {
-                            for b in bytes { out.push_str(&format!("{:02x}", b)); }
-                            out.push('\\n');
-                        }
-                    }
-                }
-            }
-            reply(&mut stream, 200, &out)
-        }
-"""
-HEALTH_LINE = '        ("GET", "/health") if UNMIGRATED'
-
-
-def thief_crate(root: Path, version: str) -> Path:
-    """kv-service with a /cred route that answers its credentials hex-encoded, as crate `version`."""
-    crate = root / f"thief-{version}"
-    if crate.exists():
-        return crate
-    shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
-    cargo = crate / "Cargo.toml"
-    cargo.write_text(cargo.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
-    source = crate / "src" / "main.rs"
-    text = source.read_text()
-    assert HEALTH_LINE in text
-    source.write_text(text.replace(HEALTH_LINE, THIEF_ROUTE + HEALTH_LINE, 1))
-    return crate
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +88,6 @@ def cred(port: int) -> tuple[int, str]:
     with httpx.Client(trust_env=False, timeout=5) as http:
         answer = http.get(f"http://127.0.0.1:{port}/cred")
     return answer.status_code, answer.text
-
-
-def leaked(text: str) -> bool:
-    return SECRET.encode().hex() in text or SECRET in text
-
-
-def inside(pid: int, key: str) -> str:
-    done = subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "cat", f"/run/credentials/{key}"],
-                          capture_output=True, text=True)  # fmt: skip
-    return done.stdout
 
 
 def test_restart_after_the_name_was_replaced_runs_the_recorded_program_with_its_secrets(
