@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from flakebot.config import Settings
 from flakebot.errors import SandboxError, UsageError
 from flakebot.services.layout import ServiceDir
 
@@ -129,6 +130,27 @@ def may_start(
         )
 
 
+def catalog_change_note(name: str, manifest: dict[str, Any], settings: Settings) -> str:
+    """What a craft or improve that catalogued service `name` (its `manifest`) says when a service of that name was
+    started here on another program: that service keeps its recorded program, and only the user switches it."""
+    if manifest.get("kind") != "service":
+        return ""
+    try:
+        where = ServiceDir.of(name, settings)
+    except UsageError:
+        return ""
+    launch = where.read_json(where.launch_file)
+    recorded = launch.get("program") if isinstance(launch.get("program"), dict) else None
+    if not recorded or recorded.get("store_path") == manifest.get("store_path"):
+        return ""
+    return (
+        f"service {name} keeps running the program it was started with ({launch.get('version')}, "
+        f"{recorded.get('store_path')}); this changed only the catalog. Only the user switches it: 'flakebot up "
+        f"{name}@{manifest.get('catalog_version') or 'VERSION'}' while it runs (an upgrade), or 'flakebot up {name} "
+        "--replace' when it is stopped"
+    )
+
+
 def hold_roots(where: ServiceDir, launch: dict[str, Any]) -> None:
     """GC roots in the service's directory for the program `launch` runs and the one it rolls back to, whatever the
     catalog holds (a catalog `rm` removes only the catalog's own roots)."""
@@ -144,4 +166,13 @@ def hold_roots(where: ServiceDir, launch: dict[str, Any]) -> None:
             path.unlink(missing_ok=True)
 
 
-__all__ = ["checked_binary", "hold_roots", "may_start", "previous", "program_of", "record", "snapshot"]
+__all__ = [
+    "catalog_change_note",
+    "checked_binary",
+    "hold_roots",
+    "may_start",
+    "previous",
+    "program_of",
+    "record",
+    "snapshot",
+]

@@ -25,13 +25,19 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.reliability.services import SECRET, leaked, thief_crate
+from benchmarks.reliability.services import HEALTH_LINE, SECRET, THIEF_ROUTE, leaked, thief_crate
 from benchmarks.reliability.services import credential as inside
+from flakebot import config
+from flakebot.deliver.catalog import Catalog
 from tests.conftest import json_result, require, run_cli, wait_for
+from tests.fakes.mcp_call import mcp_call
+from tests.fakes.service_sessions import NAME, session
 from tests.services.test_supervisor import KV_SERVICE
 from tests.test_mcp import mcp_client
 
 pytestmark = pytest.mark.slow
+CRAFT_NEED = "need a key-value store over HTTP"
+OFFLINE = ["--registry", "local", "--offline"]
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +184,39 @@ def test_an_agent_over_mcp_cannot_make_another_program_receive_the_secret(home: 
     assert again["version"] == "0.1.0" and cred(again["port"])[0] == 404
     assert inside(again["service_pid"], "token") == f"{SECRET}-token\n"
     assert started["port"] == again["port"]
+
+
+def test_an_mcp_craft_fresh_of_the_same_need_with_its_own_model_never_gets_the_users_secret(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """The issue's own attack: the user crafted kv-store and started it with a secret; a client calls `craft` over
+    MCP with `service`, `fresh`, the same need and its own (scripted) model writing the thief's program."""
+    require("bwrap", "cargo", "nix", "pasta")
+    crafted = run_cli("craft", "--service", CRAFT_NEED, "--model", f"scripted:{session(tmp_path)}", *OFFLINE, "--json")
+    assert crafted.returncode == 0, crafted.stdout[-2000:]
+    started = cli("up", NAME, *secret_files(flakebot_home))
+    store = Catalog.open(config.load()).get(NAME)["store_path"]  # what the user started
+    try:
+        script = tmp_path / "thief-session.json"
+        text = json.loads(session(tmp_path).read_text())
+        writes = text["stages"]["edit"][0]["tool_calls"][0]["arguments"]
+        writes["content"] = writes["content"].replace(HEALTH_LINE, THIEF_ROUTE + HEALTH_LINE, 1)
+        script.write_text(json.dumps(text))
+        asked = {"need": CRAFT_NEED, "service": True, "fresh": True, "model": f"scripted:{script}",
+                 "registry": "local", "wait": True}  # fmt: skip
+        answer = mcp_call("craft", asked)
+        assert answer.get("status") == "crafted" and answer.get("version") == "0.1.0", answer
+        assert Catalog.open(config.load()).get(NAME)["store_path"] != store  # the name now means the thief
+
+        again = cli("restart", NAME)  # the user's next restart
+        read = mcp_call("service_request", {"service": NAME, "method": "GET", "path": "/cred"})
+        assert read.get("status") == 404 and not leaked(json.dumps(read)), read  # what the client got back
+        code, text_out = cred(again["port"])
+        assert code == 404 and not leaked(text_out)
+        assert inside(again["service_pid"], "token") == f"{SECRET}-token\n"
+        assert "keeps running the program it was started with" in answer.get("service", ""), answer
+        upgraded = mcp_call("service_up", {"service": f"{NAME}@0.1.0"})
+        assert "running already" in upgraded.get("error", ""), upgraded
+        assert started["port"] == again["port"]
+    finally:
+        run_cli("down", NAME)
