@@ -129,11 +129,16 @@ def start_supervised(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any
     spec = ServiceSpec.from_dict(launch["spec"])
     where.state.mkdir(parents=True, exist_ok=True)
     identity.hold_roots(where, launch)
-    # exact, never through the redactor: a secret's KEY (token, password, api_key) is a key it would blank
-    atomic_write_text(where.launch_file, json.dumps(launch, indent=2, sort_keys=True, default=str) + "\n")
+    write_launch(where, launch)
     where.status_file.unlink(missing_ok=True)
     _spawn_supervisor(where)
     return _wait_settled(where, spec.start_s + spec.stop_grace_s + 10)
+
+
+def write_launch(where: ServiceDir, launch: dict[str, Any]) -> None:
+    """launch.json exactly as given, never through the redactor: a secret's KEY (token, password, api_key) is a key
+    it would blank, and the supervisor would look for a file called [REDACTED]. It holds paths, never a secret."""
+    atomic_write_text(where.launch_file, json.dumps(launch, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def rollback(name: str, settings: Settings) -> dict[str, Any]:
@@ -165,7 +170,10 @@ def rollback(name: str, settings: Settings) -> dict[str, Any]:
         manifest = {"catalog_version": str(before.get("version") or previous), "service": before["spec"],
                     "lifecycle_examples": before.get("examples")}  # fmt: skip
         with where.control_lock():
-            return upgrade(where, manifest, binary, program, launch, settings, secrets=secrets, network=network)
+            running = where.read_json(where.launch_file)
+            if running.get("version") != launch.get("version"):  # another command switched it meanwhile
+                raise UsageError(f"service {name} changed while rolling back", fix=f"'flakebot rollback {name}' again")
+            return upgrade(where, manifest, binary, program, running, settings, secrets=secrets, network=network)
     back = {**launch, **{k: before.get(k) for k in identity.PROGRAM_FIELDS}, "program": program,
             "version": str(before.get("version") or previous), "previous_version": str(launch.get("version") or ""),
             "previous": identity.snapshot(launch)}  # fmt: skip
