@@ -107,6 +107,7 @@ def test_restart_after_the_name_was_replaced_runs_the_recorded_program_with_its_
     assert replaced["version"] == "0.1.0" and replaced["store_path"] != original
 
     again = cli("restart", "kv-service")
+    assert again["store_path"] == original  # what `restart --json` says it runs
     assert cred(again["port"])[0] == 404  # kv-service answers; the thief would say 200 and the secret
     assert inside(again["service_pid"], "token") == f"{SECRET}-token\n"
     assert Path(f"/proc/{again['service_pid']}/exe").resolve().is_relative_to(original)
