@@ -188,15 +188,15 @@ class OwnTools:
 
     def service_up(self, service: str, port: int | None = None, network: bool | None = None) -> None:
         """Start a catalogued service (sandboxed, no network unless `network` is true, its state kept across restarts
-        and versions) and answer once it is healthy, with its status; or, given NAME@VERSION while another version runs,
-        upgrade it: the new version is checked on a copy of the state first and never replaces the running one if it
-        fails. Reach it with service_request. Can run as an MCP task; otherwise it answers once the service is healthy
-        (seconds; at most the service's start timeout).
+        and versions) and answer once it is healthy, with its status. It never replaces the program of a service that
+        runs (an upgrade to NAME@VERSION is the user's `flakebot up NAME@VERSION`) and never starts one the user gave
+        secrets (the user's `flakebot restart NAME`). Reach it with service_request. Can run as an MCP task; otherwise it
+        answers once the service is healthy (seconds; at most the service's start timeout).
 
         service: A catalogued service: NAME, or NAME@VERSION.
         port: Host port on 127.0.0.1 (1024-65535); null for a free one.
         network: true: the service may reach the outside (never the host's 127.0.0.1), kept over its restarts and
-            upgrades; false or absent: no network (an upgrade keeps what the running version has).
+            upgrades; false or absent: no network.
         """
 
     def service_down(self, service: str) -> None:
@@ -468,8 +468,8 @@ class FlakebotMCP:
         from flakebot.services import control
 
         control.check_up(ref, settings, port)  # what needs nothing started, before a job exists
-
-        return lambda sink: _service_status(control.up(ref, settings, port=port, network=network))
+        # an agent's up: it never upgrades a running service nor starts one the user gave secrets (identity.py)
+        return lambda sink: _service_status(control.up(ref, settings, port=port, network=network, agent=True))
 
     async def _tool_service_down(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         from flakebot.services import control

@@ -108,6 +108,17 @@ return or line break), its lines marked in the log apart from the supervisor's o
 tool's stdout and stderr under `flakebot run` are the tool's own streams, passed byte-exact (a pipeline needs them
 so); `--json` quotes them as JSON strings.
 
+A service is the program its user started, not its name (flakebot.services.identity): `up` records in the
+service's launch.json the store path, the binary's SHA-256, the catalog version's manifest digest and installed_from
+(a shared catalog's signer), and the program it ran before. restart, up --all, rollback and the supervisor's crash
+restarts run exactly that program (its binary checked against the digest first; the catalog is not read), kept
+alive by the service's own GC roots (services/NAME/gcroot, previous-gcroot) whatever the catalog holds or removes;
+only it is handed the service's secrets. A craft, improve, install or rm changes only the catalog (a crafted
+service's result says the running one keeps its program); an agent's service_up (MCP) never upgrades a running
+service nor starts one whose last launch held secrets; another program takes over only by the user's own up
+NAME@VERSION, rollback or up --replace. launch.json is written exactly, not through the redactor, so a secret's
+KEY (token, password, api_key) keeps its file's path.
+
 Everything a caller can start is bounded (docs/limits.md): long MCP calls pass admission (flakebot.pipeline.jobs:
 at most max_jobs on the machine and max_session_jobs per session, refused past either, nothing written); a job is
 its pid plus its process start time (flakebot.processid), so a reused pid never reads as the job; tasks/result and
@@ -128,7 +139,8 @@ that reads what a tool wrote beneath one), bubblewrap, Nix's build sandbox and i
 only what their hardened options allow, and the https forges on the git_sources list; for shared catalogs, the
 holders of the keys configured for them (they can sign any tool, which still runs sandboxed), the first index a
 machine reads of a catalog (rollback protection starts there; the expiry bounds how old it can be) and this
-machine's clock; their own config file and environment (flakebot reads trust settings from nowhere else). The
+machine's clock; for a service, the catalog's program at the moment of the user's own up, upgrade or --replace
+(what then receives its secrets), and that a store path's content does not change under Nix; their own config file and environment (flakebot reads trust settings from nowhere else). The
 steering-name table cannot name every file some program reads as configuration: a tool's output with another
 such name lands as data, and the user decides whether to run what reads it. A read-only named directory is
 checked when the run starts: a socket a host program makes there while the tool runs is not refused.

@@ -64,7 +64,8 @@ API = [
     "tool_definitions",
     "tool_manifest",
 ]
-API_INTERNAL = {"run_result", "craft_result"}  # public-looking, but they take a Run (flakebot's own)
+API_INTERNAL = {"run_result", "craft_result", "with_service_note"}  # public-looking, but they take a Run or
+# its CraftResult (flakebot's own)
 # what the commands share among themselves (flakebot.commands.common), not the API
 COMMON = {"settings_or_default", "workdir_of", "run_overrides", "check_limits", "check_craft_options", "check_host"}
 API_REEXPORTED = {"RunRequest", "Improvement"}  # the request types, defined in flakebot.pipeline.request

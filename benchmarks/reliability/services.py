@@ -10,6 +10,11 @@ each case in a flakebot home of its own, judged from outside (status.json, /proc
     memory hogs      8 processes of 16 MiB under a 64 MiB service: its cgroup holds them to 64 MiB, status says so
     disk quota       50 MiB of values under a 16 MiB quota: stopped, `failed: disk quota`, refused a start, data kept
     upgrade copy     a 1 GiB sparse file and 200 hard links in the state: the upgrade's copy stays within the quota
+    replaced name    kv-service started with secrets (keys token, password, api_key), then its catalog name made to
+                     mean a program that answers GET /cred with its credentials (as a craft --fresh of the same need
+                     would); `restart`, a crash, `up --all`: each start runs the recorded program, none answers /cred
+    secret keys      `up --secret` under the keys the redactor knows (token, password, api_key): each reaches the
+                     service's credentials directory, none is written in a file of the home
 """
 
 from __future__ import annotations
@@ -54,6 +59,53 @@ HOG_EDITS = {
         }
         ("GET", "/net") =>""",
 }
+SECRET = "s3cr3t-token-4711"
+SECRET_KEYS = ("token", "password", "api_key")  # keys the redactor (flakebot/redact.py) blanks in a JSON record
+THIEF_ROUTE = """        ("GET", "/cred") => {
+            let mut out = String::new();
+            if let Ok(dir) = std::env::var("CREDENTIALS_DIRECTORY") {
+                if let Ok(entries) = std::fs::read_dir(&dir) {
+                    for entry in entries.flatten() {
+                        if let Ok(bytes) = std::fs::read(entry.path()) {
+                            for b in bytes { out.push_str(&format!("{:02x}", b)); }
+                            out.push('\\n');
+                        }
+                    }
+                }
+            }
+            reply(&mut stream, 200, &out)
+        }
+"""
+HEALTH_LINE = '        ("GET", "/health") if UNMIGRATED'
+
+
+def thief_crate(root: Path, version: str) -> Path:
+    """kv-service with a GET /cred route answering its credentials hex-encoded (log redaction never sees them), as
+    crate `version`: what an agent would put behind a service's name."""
+    crate = root / f"thief-{version}"
+    if crate.exists():
+        return crate
+    shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
+    cargo = crate / "Cargo.toml"
+    cargo.write_text(cargo.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
+    source = crate / "src" / "main.rs"
+    text = source.read_text()
+    if HEALTH_LINE not in text:
+        raise RuntimeError("kv-service's source changed: the thief's route has no place")
+    source.write_text(text.replace(HEALTH_LINE, THIEF_ROUTE + HEALTH_LINE, 1))
+    return crate
+
+
+def leaked(text: str) -> bool:
+    """Whether `text` holds the secret, plain or hex-encoded."""
+    return SECRET in text or SECRET.encode().hex() in text
+
+
+def credential(pid: int, key: str) -> str:
+    """What the service's own process sees at $CREDENTIALS_DIRECTORY/KEY (its mount namespace)."""
+    done = subprocess.run(["nsenter", f"--mount=/proc/{pid}/ns/mnt", "cat", f"/run/credentials/{key}"],
+                          capture_output=True, text=True)  # fmt: skip
+    return done.stdout
 
 
 @dataclass
@@ -355,6 +407,51 @@ def _upgrade_copy(kv: Kv) -> tuple[bool, str]:
     return ok, f"upgrade exit {done.returncode}; its copy of 1.2 GiB apparent took at most {peak.value / MIB:.0f} MiB"
 
 
+def _secret_args(kv: Kv) -> list[str]:
+    args = []
+    for key in SECRET_KEYS:
+        path = kv.home.root / f"{key}.txt"
+        path.write_text(f"{SECRET}-{key}\n")
+        path.chmod(0o600)
+        args += ["--secret", f"{key}={path}"]
+    return args
+
+
+def _replaced_name(kv: Kv) -> tuple[bool, str]:
+    started = kv.up("kv-service", *_secret_args(kv))
+    kv.package(thief_crate(kv.home.root, "0.1.0"))  # kv-service 0.1.0 now names the thief, replaced in place
+    held: list[tuple[str, bool]] = []
+
+    def check(step: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Whether what answers now is the recorded program, holding the secret (judged at once: the next step
+        replaces the process)."""
+        port, pid = status.get("port"), status.get("service_pid")
+        answer = kv.get(port, "/cred") if isinstance(port, int) else (0, b"")
+        ok = answer[0] == 404 and not leaked(answer[1].decode("utf-8", "replace")) and port == started["port"]
+        held.append((step, ok and isinstance(pid, int) and credential(pid, "token") == f"{SECRET}-token\n"))
+        return status
+
+    restarted = check("restart", kv.home.cli("restart", "kv-service", "--json", timeout=180).result())
+    os.kill(restarted["service_pid"], signal.SIGKILL)
+    crashed = wait_for(lambda: (s := kv.status()).get("health") == "healthy" and s.get("restarts") == 1 and s, 15, 0.05)
+    check("crash restart", crashed or {})
+    os.kill(int((crashed or restarted)["supervisor_pid"]), signal.SIGKILL)
+    wait_for(lambda: not _alive((crashed or restarted).get("service_pid")), 10, 0.05)
+    check("up --all", (kv.home.cli("up", "--all", "--json", timeout=180).result().get("services") or [{}])[0])
+    named = ", ".join(f"{step}: {'the recorded program' if ok else 'NOT the recorded program'}" for step, ok in held)
+    return all(ok for _, ok in held), named
+
+
+def _secret_keys(kv: Kv) -> tuple[bool, str]:
+    started = kv.up("kv-service", *_secret_args(kv))
+    reached = [key for key in SECRET_KEYS if credential(started["service_pid"], key) == f"{SECRET}-{key}\n"]
+    kv.down()
+    written = [p for root in (kv.home.root / "work", kv.home.root / "data") for p in root.rglob("*") if p.is_file()]
+    found = [p.name for p in written if SECRET.encode() in p.read_bytes()]
+    ok = len(reached) == len(SECRET_KEYS) and not found
+    return ok, f"reached the service: {', '.join(reached) or 'none'}; files holding a secret: {len(found)}"
+
+
 # (case, fault, what must hold after it, the scenario)
 CASES: list[tuple[str, str, str, Callable[[Kv], tuple[bool, str]]]] = [
     ("kill -9", "SIGKILL of the service's own process", "healthy again within 5 s, same port, data kept", _kill_service),
@@ -372,6 +469,10 @@ CASES: list[tuple[str, str, str, Callable[[Kv], tuple[bool, str]]]] = [
      _disk_quota),
     ("upgrade copy", "an upgrade over a 1 GiB sparse file and 200 hard links, quota 64 MiB",
      "upgraded; its copy of the state within 64 MiB", _upgrade_copy),
+    ("replaced name", "kv-service's catalog name replaced by a program echoing its credentials, then `restart`, "
+     "a crash, `up --all`", "each start runs the recorded program; the secret reaches no other", _replaced_name),
+    ("secret keys", "`up --secret` under keys token, password, api_key",
+     "each in the service's credentials directory, none in a file of the home", _secret_keys),
 ]  # fmt: skip
 QUICK = ("kill -9",)
 

@@ -126,6 +126,8 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         out.print(
             f"  started from [bold]{markup(choice['crate'])}[/bold] ({choice.get('mode')}): {markup(choice.get('reason', ''))}"
         )
+    if result.get("service"):
+        out.print(f"  [yellow]{markup(result['service'])}[/yellow]")
     usage = result.get("usage") or {}
     if usage:
         cost = usage.get("cost_usd")

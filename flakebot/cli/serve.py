@@ -68,11 +68,19 @@ def register(app: typer.Typer, settings: Any) -> None:
                 help="Let it reach the outside (never the host's 127.0.0.1); kept by restart, upgrade and --all.",
             ),
         ] = False,
+        replace: Annotated[
+            bool,
+            typer.Option(
+                "--replace",
+                help="Start the catalog's program although the service last ran another one with secrets.",
+            ),
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy.
         NAME@VERSION while another version runs upgrades it: checked on a copy of its state first, never replacing
-        the running version when it fails (exit 43)."""
+        the running version when it fails (exit 43). The program started is recorded: restart, --all and rollback
+        run that program, whatever the catalog's name means later."""
         from flakebot.errors import UsageError
         from flakebot.services.control import up, up_all
 
@@ -101,7 +109,7 @@ def register(app: typer.Typer, settings: Any) -> None:
 
         secrets = credentials.parse(list(secret or []), Path.cwd())
         with _working(as_json, f"starting {service} (health-gated)", service, settings):
-            status = up(service, settings(), port=port, secrets=secrets, network=network)
+            status = up(service, settings(), port=port, secrets=secrets, network=network, replace=replace)
         was = f", previous version {status['previous_version']}" if status.get("previous_version") else ""
         net = "outbound network" if status.get("network") else "no network"
         _say(as_json, status, f"{status['name']} {status['version']} healthy on http://127.0.0.1:{status['port']} "

@@ -40,6 +40,7 @@ class CraftResult:
     seconds: float = 0.0
     version: str = ""  # the tool's version in the catalog (0.1.0, then 0.2.0 after an improvement)
     installed_from: dict[str, Any] = field(default_factory=dict)  # the shared catalog and signer, when installed
+    service: str = ""  # a service of this name started here keeps its own program (services/identity.py)
 
     @property
     def from_catalog(self) -> bool:
@@ -115,7 +116,16 @@ def craft_request(
     reused = run.output("spec").get("reuse")
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
-    return craft_result(run, time.monotonic() - started)
+    return with_service_note(craft_result(run, time.monotonic() - started), settings)
+
+
+def with_service_note(result: CraftResult, settings: config.Settings) -> CraftResult:
+    """`result`, saying so when it catalogued a service whose name a service here runs another program under: that
+    service keeps its recorded program (a craft never changes what receives a service's secrets)."""
+    from flakebot.services.identity import catalog_change_note
+
+    note = catalog_change_note(result.name, {**result.manifest, "catalog_version": result.version}, settings)
+    return dataclasses.replace(result, service=note) if note else result
 
 
 def _is_service(entry: dict[str, Any], settings: config.Settings) -> bool:

@@ -16,7 +16,7 @@ from flakebot.commands.common import (
     settings_or_default,
     workdir_of,
 )
-from flakebot.commands.craft import CraftResult, craft_result
+from flakebot.commands.craft import CraftResult, craft_result, with_service_note
 from flakebot.errors import CatalogError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.pipeline.request import Improvement, RunRequest, check_bounds, from_keywords, keyword_signature
@@ -111,7 +111,7 @@ def improve_request(
         improve=improvement,
     )
     run = pipeline.start("craft", workdir_of(settings), settings, request, sink, stop_after)
-    return craft_result(run, time.monotonic() - started)
+    return with_service_note(craft_result(run, time.monotonic() - started), settings)
 
 
 def _kept_spec(entry: dict[str, Any], manifest: dict[str, Any], settings: config.Settings) -> ToolSpec:

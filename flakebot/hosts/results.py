@@ -63,6 +63,8 @@ def _craft(result: dict[str, Any]) -> dict[str, Any]:
         answer["details"] = f"call show with name {name!r} for the whole manifest (examples, parameters) and USAGE.md"
     elif result.get("run_id"):
         answer["details"] = f"call show with name {result['run_id']!r} for the run's stages and outputs"
+    if result.get("service"):  # a running service of this name keeps its recorded program (services/identity.py)
+        answer["service"] = one_line(str(result["service"]), 400)
     usage = result.get("usage") or {}
     answer.update(seconds=result.get("seconds"), tokens=usage.get("total_tokens"), cost_usd=usage.get("cost_usd"))
     return {k: v for k, v in answer.items() if v not in (None, "")}

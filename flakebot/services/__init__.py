@@ -11,6 +11,8 @@
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, rollback, status, logs: what the CLI and the MCP server call
     upgrade.py     `up NAME@VERSION` over a running version: checked on a copy of the state, then switched
+    identity.py    the program a service is (launch.json's `program`, `previous`): what restarts run and secrets
+                   reach, checked before each start and kept by the service's own GC roots, never its catalog name
     proxy.py       one HTTP request to a running service's own port (the MCP request tool), bounded
     nixos.py       `export --nixos`: the NixOS module, evaluated with nix and its unit checked by systemd-analyze
     export.py      `export NAME --nixos|--oci|--deploy-rs`: the catalog entry, then one of the three below

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -15,10 +16,10 @@ from flakebot import launcher, processid
 from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
-from flakebot.fsutil import atomic_write_json
+from flakebot.fsutil import atomic_write_text
 from flakebot.modeltext import output_quoted
 from flakebot.sandbox.cgroup import Group
-from flakebot.services import envelope, forward
+from flakebot.services import envelope, forward, identity
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
 from flakebot.services.logfile import lines_of, tail
@@ -36,18 +37,24 @@ def up(
     port: int | None = None,
     secrets: dict[str, str] | None = None,
     network: bool = False,
+    replace: bool = False,
+    agent: bool = False,
 ) -> dict[str, Any]:
     """Start catalogued service `ref` under a detached supervisor and wait until it is healthy; its status.
     `secrets` (credentials.parse: KEY -> file path) appear in its $CREDENTIALS_DIRECTORY. `network`: it may reach
     the outside (never the host's loopback; forward.py), recorded in launch.json so restarts keep it.
     A service that does not become healthy is stopped again (SandboxError with the log's tail).
     `ref` naming another version than the one running is an upgrade (upgrade.py): health-gated, the running version
-    kept when the new one fails its checks (UpgradeRefused)."""
+    kept when the new one fails its checks (UpgradeRefused).
+    The program started is recorded (identity.py): restarts run it, not what the catalog's name means later.
+    `agent` (an MCP call) may neither upgrade a running service nor start one whose last launch held secrets;
+    the user's `up` of another program than a secret-holding launch recorded needs `replace`."""
     manifest = service_manifest_of(ref, settings)
     spec = ServiceSpec.from_dict(manifest["service"])
     where = ServiceDir.of(manifest["name"], settings)
     forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
+    program = identity.record(manifest, binary)
     with where.control_lock():
         earlier = where.read_json(where.launch_file)
         if where.supervisor_alive():
@@ -58,9 +65,16 @@ def up(
                     fix=f"stop it first with 'flakebot down {where.name}', or upgrade with 'flakebot up "
                     f"{where.name}@VERSION'",
                 )
+            if agent:
+                raise UsageError(
+                    f"service {where.name} {running} is running: replacing its program is the user's upgrade",
+                    fix=f"ask the user to run 'flakebot up {ref}'",
+                )
             from flakebot.services.upgrade import upgrade
 
-            return upgrade(where, manifest, binary, earlier, settings, port=port, secrets=secrets, network=network)
+            return upgrade(where, manifest, binary, program, earlier, settings, port=port, secrets=secrets,
+                           network=network)  # fmt: skip
+        identity.may_start(where, earlier, program, replace=replace, agent=agent)
         launch = {
             "name": where.name,
             "version": manifest["catalog_version"],
@@ -71,17 +85,37 @@ def up(
             "sandbox": settings.sandbox,
             "limits": envelope.launch_limits(settings),
             "secrets": secrets or {},  # paths only: the supervisor reads them at each start
-            "network": network,  # off unless this command asked (restart, up --all, rollback pass the recorded one)
+            "network": network,  # off unless this command asked (restart, up --all, rollback keep the recorded one)
+            "program": program,  # what restarts run and secrets go to (identity.py)
+            "previous": identity.previous(earlier, manifest["catalog_version"]),  # what rollback runs
+            "examples": manifest.get("lifecycle_examples"),  # what an upgrade or a rollback to it is checked with
         }
-        status = start_supervised(where, launch)
-        if status.get("state") != "running":
-            stopped = stop_supervised(where)
+        return _healthy_or_stopped(where, launch)
+
+
+def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any]:
+    """Start `launch` (the control lock held); its status once healthy, else stopped again and a SandboxError."""
+    status = start_supervised(where, launch)
     if status.get("state") != "running":
+        stopped = stop_supervised(where)
         raise SandboxError(
             f"service {where.name} did not become healthy: {status.get('message') or stopped.get('message')}",
             fix=f"read its log ({where.log}): " + output_quoted(tail(where.log, 5)),
         )
     return show(where)
+
+
+def relaunch(where: ServiceDir, launch: dict[str, Any], port: int | None) -> dict[str, Any]:
+    """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
+    state, on `port` (None: a free one); the catalog is not read."""
+    forward.pasta_program()
+    program = identity.program_of(launch)
+    binary = identity.checked_binary(where.name, program)
+    with where.control_lock():
+        if where.supervisor_alive():
+            raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
+        again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port)}
+        return _healthy_or_stopped(where, again)
 
 
 def previous_version(earlier: dict[str, Any], version: str) -> str:
@@ -95,18 +129,27 @@ def start_supervised(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any
     then. The caller holds the control lock."""
     spec = ServiceSpec.from_dict(launch["spec"])
     where.state.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(where.launch_file, launch)
+    identity.hold_roots(where, launch)
+    write_launch(where, launch)
     where.status_file.unlink(missing_ok=True)
     _spawn_supervisor(where)
     return _wait_settled(where, spec.start_s + spec.stop_grace_s + 10)
 
 
+def write_launch(where: ServiceDir, launch: dict[str, Any]) -> None:
+    """launch.json exactly as given, never through the redactor: a secret's KEY (token, password, api_key) is a key
+    it would blank, and the supervisor would look for a file called [REDACTED]. It holds paths, never a secret."""
+    atomic_write_text(where.launch_file, json.dumps(launch, indent=2, sort_keys=True, default=str) + "\n")
+
+
 def rollback(name: str, settings: Settings) -> dict[str, Any]:
-    """Go back to the version the service ran before (its state kept): health-gated as an upgrade when it runs, a
-    plain start of that version (on its port when free) when it does not."""
+    """Go back to the program the service ran before (its state kept), as its launch recorded it (not what the
+    catalog's name@version means now): health-gated as an upgrade when it runs, a plain start (on its port when
+    free) when it does not."""
     where = ServiceDir.of(name, settings)
     launch = where.read_json(where.launch_file)
     previous = str(launch.get("previous_version") or "")
+    before = launch.get("previous")
     if not previous:
         raise UsageError(
             f"service {name} has no previous version to go back to"
@@ -114,44 +157,60 @@ def rollback(name: str, settings: Settings) -> dict[str, Any]:
             else f"no service {name} was started here",
             fix="'flakebot services' shows each service's version and previous one",
         )
+    if not isinstance(before, dict) or not before.get("spec"):  # a launch from before programs were recorded
+        raise UsageError(
+            f"service {name}'s previous version {previous} has no recorded program to go back to",
+            fix=f"start the catalog's {previous} with 'flakebot up {name}@{previous}'",
+        )
+    program = before.get("program") or identity.program_of(before)
+    binary = identity.checked_binary(name, program)
     secrets, network = launch.get("secrets") or {}, forward.outbound_network(launch)
     if where.supervisor_alive():
-        return up(f"{name}@{previous}", settings, secrets=secrets, network=network)
-    port = forward.port_if_free(launch.get("host_port"))
-    return up(f"{name}@{previous}", settings, port=port, secrets=secrets, network=network)
+        from flakebot.services.upgrade import upgrade
+
+        manifest = {"catalog_version": str(before.get("version") or previous), "service": before["spec"],
+                    "lifecycle_examples": before.get("examples")}  # fmt: skip
+        with where.control_lock():
+            running = where.read_json(where.launch_file)
+            if running.get("version") != launch.get("version"):  # another command switched it meanwhile
+                raise UsageError(f"service {name} changed while rolling back", fix=f"'flakebot rollback {name}' again")
+            return upgrade(where, manifest, binary, program, running, settings, secrets=secrets, network=network)
+    back = {**launch, **{k: before.get(k) for k in identity.PROGRAM_FIELDS}, "program": program,
+            "version": str(before.get("version") or previous), "previous_version": str(launch.get("version") or ""),
+            "previous": identity.snapshot(launch)}  # fmt: skip
+    return relaunch(where, back, forward.port_if_free(launch.get("host_port")))
 
 
 RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
 
 
 def up_all(settings: Settings) -> list[dict[str, Any]]:
-    """Start again every service that was up when its supervisor went away (a reboot, a kill): same version, same
-    port when it is still free, same state. Each one's status, or {"name", "error"} for one that did not start."""
+    """Start again every service that was up when its supervisor went away (a reboot, a kill): the program it ran
+    (recorded), its port when it is still free, its secrets, network and state. Each one's status, or
+    {"name", "error"} for one that did not start."""
     results: list[dict[str, Any]] = []
     for where in all_service_dirs(settings):
         status = show(where)
         if status.get("state") != "lost" and not (status.get("state") in RESTORABLE and not status["supervised"]):
             continue
-        port = forward.port_if_free(status.get("port"))
         try:
             launch = where.read_json(where.launch_file)
-            results.append(up(f"{where.name}@{status.get('version')}", settings, port=port,
-                              secrets=launch.get("secrets") or {}, network=forward.outbound_network(launch)))  # fmt: skip
+            results.append(relaunch(where, launch, forward.port_if_free(status.get("port"))))
         except FlakebotError as exc:
             results.append({"name": where.name, "error": exc.message})
     return results
 
 
 def restart(name: str, settings: Settings) -> dict[str, Any]:
-    """`down`, then `up` of the version it ran, on its port (when still free), with its secrets, network and state."""
+    """`down`, then a start of the program it ran (recorded, checked first: one that is gone leaves the service as
+    it is), on its port (when still free), with its secrets, network and state."""
     where = ServiceDir.of(name, settings)
     launch = where.read_json(where.launch_file)
     if not launch:
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
+    identity.checked_binary(name, identity.program_of(launch))
     down(name, settings)
-    port = forward.port_if_free(launch.get("host_port"))
-    return up(f"{name}@{launch.get('version')}", settings, port=port, secrets=launch.get("secrets") or {},
-              network=forward.outbound_network(launch))  # fmt: skip
+    return relaunch(where, launch, forward.port_if_free(launch.get("host_port")))
 
 
 def check_up(ref: str, settings: Settings, port: int | None) -> None:
@@ -269,6 +328,8 @@ def show(where: ServiceDir) -> dict[str, Any]:
     status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
     status["supervised"] = alive
     status.setdefault("network", False)  # a status from a supervisor before `up --network` had none
+    recorded = where.read_json(where.launch_file).get("program")
+    status["store_path"] = recorded.get("store_path") if isinstance(recorded, dict) else None  # what it runs
     return status
 
 
@@ -307,4 +368,7 @@ def follow(name: str, settings: Settings, *, poll: float = 0.2) -> Iterator[str]
             time.sleep(poll)
 
 
-__all__ = ["down", "follow", "logs", "rollback", "show", "start_supervised", "statuses", "stop_supervised", "up"]
+__all__ = [
+    "down", "follow", "logs", "relaunch", "restart", "rollback", "show", "start_supervised", "statuses",
+    "stop_supervised", "up",
+]  # fmt: skip

@@ -118,4 +118,7 @@ def service_manifest_of(ref: str, settings: Settings) -> dict[str, Any]:
             f"'{ref}' is a tool, not a service: it has no service declaration",
             fix="run a tool with 'flakebot run', or catalog a service with 'flakebot package-service PATH'",
         )
-    return {**manifest, "catalog_version": tool.get("version", "")}
+    found = {**manifest, "catalog_version": tool.get("version", "")}
+    if tool.get("installed_from"):  # the shared catalog and signer it came from: part of what `up` records
+        found["catalog_installed_from"] = tool["installed_from"]
+    return found

@@ -19,7 +19,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import UpgradeRefused, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import envelope, forward
+from flakebot.services import envelope, forward, identity
 from flakebot.services.control import show, start_supervised, stop_supervised
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
@@ -33,6 +33,7 @@ def upgrade(
     where: ServiceDir,
     manifest: dict[str, Any],
     binary: Path,
+    program: dict[str, Any],
     running: dict[str, Any],
     settings: Settings,
     *,
@@ -40,8 +41,8 @@ def upgrade(
     secrets: dict[str, str] | None = None,
     network: bool = False,
 ) -> dict[str, Any]:
-    """Switch the running service (its launch: `running`) to `manifest`'s version once that passes its checks; the
-    status after. UpgradeRefused, the running version still serving, when it does not. The caller holds the control
+    """Switch the running service (its launch: `running`) to `manifest`'s version (`binary`, recorded as `program`:
+    identity.py) once that passes its checks; the status after. UpgradeRefused, the running version still serving, when it does not. The caller holds the control
     lock. Outbound network stays as it ran (`network` can only turn it on: the user's own `up --network`)."""
     version, old = str(manifest["catalog_version"]), str(running.get("version", ""))
     host_port = int(running["host_port"])
@@ -65,7 +66,8 @@ def upgrade(
             check=report.steps,
         )
     launch = {**running, "version": version, "previous_version": old, "binary": str(binary), "spec": spec.to_dict(),
-              "secrets": secrets, "network": network, "limits": envelope.launch_limits(settings)}  # fmt: skip
+              "secrets": secrets, "network": network, "limits": envelope.launch_limits(settings), "program": program,
+              "previous": identity.snapshot(running), "examples": declared}  # fmt: skip
     stop_supervised(where)
     status = start_supervised(where, launch)
     if status.get("state") == "running":
