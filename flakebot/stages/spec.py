@@ -217,7 +217,7 @@ def submit_service_spec(
 
     name: binary name, kebab-case, e.g. kv-store
     summary: one line: what the service does
-    first: requests sent in order after its first start, each with the EXACT status and body (body_out) expected
+    first: requests sent in order after its first start, each with the EXACT status and body (body_out) expected, and the headers its answer must carry (headers_out: names in any case, values compared exactly, other headers allowed)
     after_restart: requests sent after a SIGTERM and a second start on the same state directory: what must survive
     protocol: http (the only one)
     port_env: the environment variable giving the port to listen on (127.0.0.1)
