@@ -9,7 +9,7 @@ as `flakebot up` will, on the binary cargo built, so a green verdict never rests
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,11 @@ class ServiceNeed:
     protocol: str = "http"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "declaration": self.declaration.to_dict(), "examples": asdict(self.examples)}
+        return {
+            "protocol": self.protocol,
+            "declaration": self.declaration.to_dict(),
+            "examples": self.examples.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "spec") -> ServiceNeed:

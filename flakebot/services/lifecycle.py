@@ -92,6 +92,10 @@ class Exchange:
             raise UsageError(f"an example has no {' or '.join(missing)}", fix="give method and path: GET /path")
         return cls(**data)
 
+    def to_dict(self) -> dict[str, Any]:
+        """As a record keeps it: headers only when given, so a record without them reads as it did before them."""
+        return {k: v for k, v in asdict(self).items() if v or k not in ("headers", "headers_out")}
+
 
 def header_problem(headers: Any, *, sent: bool) -> str:
     """Why `headers` cannot be an example's headers ('' when they can): tokens for names, one line each for values."""
@@ -147,7 +151,7 @@ class Examples:
         return cls(*([Exchange.from_dict(e) for e in life] for life in lives))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"first": [e.to_dict() for e in self.first], "after_restart": [e.to_dict() for e in self.after_restart]}
 
 
 @dataclass

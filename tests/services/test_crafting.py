@@ -116,6 +116,7 @@ def test_a_spec_and_a_manifest_from_before_headers_read_as_no_headers() -> None:
     service = {"protocol": "http", "declaration": from_answer(GOOD)["declaration"], "examples": old}
     spec = ToolSpec.from_dict({"name": "kv-store", "summary": "a store", "examples": [], "service": service})
     assert "headers: &[]" in render_acceptance_test(spec)
+    assert "headers" not in json.dumps(from_answer(GOOD))  # and one without headers is written as before them
 
 
 @pytest.mark.parametrize(
