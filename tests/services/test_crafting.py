@@ -223,3 +223,19 @@ def test_the_frozen_test_holds_a_built_service_to_its_headers(
         assert ran.returncode == 0, ran.stdout + ran.stderr
     else:
         assert ran.returncode != 0 and failure in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+
+
+def test_the_edit_prompts_show_an_examples_headers_and_read_records_without_them() -> None:
+    from flakebot.render import render
+
+    redirect = {"method": "GET", "path": "/a", "status": 302, "headers_out": {"Location": "/kv/a"}}
+    with_headers = service_spec(first=[*GOOD["first"], redirect])
+    old = service_spec()  # its examples' records have no headers keys, as one written before headers
+    assert "headers" not in json.dumps(old.service["examples"])
+    origin = {"method": "new", "crate": "kv-store", "library": None}
+    shown = render("prompts/edit_task.j2", spec=with_headers, need="a store", origin=origin, files="src/main.rs")
+    assert '- GET /a -> status 302, headers {"Location": "/kv/a"}' in shown
+    assert "- GET /kv/a -> status 200, body" in render(
+        "prompts/edit_task.j2", spec=old, need="a store", origin=origin, files="src/main.rs"
+    )
+    assert '.header("Location", "/there")' in render("prompts/edit.j2", spec=old, acceptance="tests/x.rs")
