@@ -105,6 +105,8 @@ def test_a_spec_with_request_and_answer_headers_is_accepted_and_kept(tmp_path: P
     exchange = ServiceNeed.from_dict(load_spec_file(path).service).examples.first[1]
     assert exchange.headers == {"X-User": "ada"}
     assert exchange.headers_out == {"Location": "/kv/a", "content-type": "text/plain"}
+    left_out = {"method": "GET", "path": "/a", "body": None, "headers": None, "headers_out": None}  # strict mode
+    assert ServiceNeed.from_dict(service_spec(first=[left_out]).service).examples.first[0].headers_out == {}
 
 
 def test_a_spec_and_a_manifest_from_before_headers_read_as_no_headers() -> None:
