@@ -1,5 +1,5 @@
 """A service's whole lifecycle, checked before it is catalogued: start on a free port, wait for health, run the
-request/response examples, SIGTERM and expect a clean exit (code 0) within the grace period, start again on the
+request/response examples (status, named headers, body), SIGTERM and expect a clean exit (code 0) within the grace period, start again on the
 same state directory and run the examples that must survive a restart.
 
 It runs the built program exactly as `flakebot up` will (the supervisor's own start and stop: bubblewrap, its own
@@ -132,7 +132,8 @@ class Examples:
 
     @classmethod
     def load(cls, path: Path) -> Examples:
-        """A JSON file {"first": [EXCHANGE...], "after_restart": [...]}, each {method, path, body, status, body_out}."""
+        """A JSON file {"first": [EXCHANGE...], "after_restart": [...]}, each {method, path, body, status, body_out,
+        headers, headers_out}."""
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:

@@ -261,7 +261,7 @@ def service_spec_from_model(model: Any, need: str, system_prompt: str, attempts:
                 {**call.arguments, "usage": "", "examples": [], "service": service}, "submit_service_spec"
             )
         except (SpecError, UsageError) as exc:
-            raise Unusable(f"error: {exc.message}. {again}") from None
+            raise Unusable(f"error: {exc.message}. Fix: {exc.fix}. {again}") from None
         except (TypeError, ValueError) as exc:
             raise Unusable(f"error: {exc}. {again}") from None
 

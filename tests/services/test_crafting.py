@@ -241,3 +241,19 @@ def test_the_edit_prompts_show_an_examples_headers_and_read_records_without_them
         "prompts/edit_task.j2", spec=old, need="a store", origin=origin, files="src/main.rs"
     )
     assert '.header("Location", "/there")' in render("prompts/edit.j2", spec=old, acceptance="tests/x.rs")
+
+
+def test_a_model_whose_spec_has_a_bad_header_is_told_the_rule_and_asked_again(tmp_path: Path, workdir: Path) -> None:
+    """Through the real spec stage and the scripted model behind the stub server."""
+    bad = {**LINKS_SPEC, "first": [{**LINKS_SPEC["first"][1], "headers_out": {"Location": "/a\r\nSet-Cookie: x"}}]}
+    calls = [{"tool_calls": [{"name": "submit_service_spec", "arguments": answer}]} for answer in (bad, LINKS_SPEC)]
+    script = tmp_path / "spec.json"
+    script.write_text(json.dumps({"format": 1, "stages": {"spec": calls}}))
+    done = run_cli("craft", "--service", "short links", "--model", f"scripted:{script}", "--registry", "local",
+                   "--offline", "--stop-after", "spec", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:]
+    [transcript] = [path.read_text() for path in (workdir / "runs").glob("*/transcript.jsonl")]
+    assert (
+        "error: submit_service_spec: example GET /docs: headers_out Location: the value holds CR or LF. " in transcript
+    )
+    assert "Fix: give headers as {NAME: VALUE}: NAME an HTTP token" in transcript
