@@ -40,8 +40,8 @@ impl Request {
     }
 }
 
-/// One answer: its status, its headers (Content-Length is added; Content-Type is application/octet-stream unless
-/// set here) and its body.
+/// One answer: its status, its headers (Content-Length and Connection are added when it is sent; Content-Type is
+/// application/octet-stream unless set here) and its body.
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -167,8 +167,10 @@ fn reply(stream: &mut TcpStream, answer: Response) -> std::io::Result<()> {
         head.push_str("Content-Type: application/octet-stream\r\n");
     }
     for (name, value) in &answer.headers {
-        // a CR or LF in a header would end it early and let the rest be read as another header
-        if !value.contains(['\r', '\n']) {
+        // a CR or LF would end the header early and let the rest be read as another; the length and the close
+        // are this function's own
+        let own = name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("connection");
+        if !own && !name.contains(['\r', '\n', ':']) && !value.contains(['\r', '\n']) {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
     }
