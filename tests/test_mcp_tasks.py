@@ -21,6 +21,7 @@ import pytest
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from tests.conftest import REPO, require, wait_for
+from tests.fakes.processes import descendants, own_processes
 from tests.test_mcp import TS_CLIENT, Client, mcp_client, require_typescript_sdk
 
 LONG_TOOLS = {"craft", "improve", "package", "resume", "service_up"}
@@ -157,13 +158,14 @@ def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
     script.write_text(json.dumps(SLOW_MODEL))
     package = {"target": "hexyl", "registry": "local"}
     craft = {"need": "upper-case my input", "model": f"scripted:{script}", "crate": "csv", "registry": "local"}
-    done = subprocess.run(
-        ["node", str(TS_CLIENT / "tasks.mjs"), sys.executable, json.dumps(package), json.dumps(craft)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        cwd=REPO,
-    )
+    with own_processes():  # what the server's jobs leave stays in this test's tree, where _processes_naming looks
+        done = subprocess.run(
+            ["node", str(TS_CLIENT / "tasks.mjs"), sys.executable, json.dumps(package), json.dumps(craft)],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            cwd=REPO,
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
 
@@ -242,13 +244,5 @@ def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
 
 
 def _processes_naming(directory: Path) -> list[str]:
-    """Command lines of running processes that name a file in `directory` (a job's names its journal)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(directory) in text:
-            found.append(text)
-    return found
+    """Command lines of this test's live processes that name a file in `directory` (a job's names its journal)."""
+    return [text for text in (" ".join(argv) for _, argv in descendants()) if str(directory) in text]

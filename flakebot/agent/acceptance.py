@@ -35,6 +35,11 @@ def rust_str(text: str) -> str:
     return f'"{body}"'
 
 
+def rust_pairs(pairs: dict[str, str]) -> str:
+    """The items of a Rust slice of (&str, &str) literals for `pairs`."""
+    return ", ".join(f"({rust_str(k)}, {rust_str(v)})" for k, v in pairs.items())
+
+
 def render_acceptance_test(spec: ToolSpec) -> str:
     """The integration test that holds the tool to its examples (a service: to its lifecycle); frozen once written."""
     from flakebot.render import render
@@ -47,7 +52,7 @@ def render_acceptance_test(spec: ToolSpec) -> str:
             "description": e.description,
             "args": ", ".join(rust_str(a) for a in e.args),
             "stdin": rust_str(e.stdin),
-            "files": ", ".join(f"({rust_str(k)}, {rust_str(v)})" for k, v in e.files.items()),
+            "files": rust_pairs(e.files),
             "stdout": rust_str(e.stdout),
             "exit_code": e.exit_code,
         }
@@ -72,6 +77,8 @@ def render_service_test(spec: ToolSpec) -> str:
                 "body": rust_str(e.get("body", "")),
                 "status": str(int(e.get("status", 200))),
                 "body_out": "None" if e.get("body_out") is None else f"Some({rust_str(e['body_out'])})",
+                "headers": rust_pairs(e.get("headers") or {}),  # a spec from before headers has none
+                "headers_out": rust_pairs(e.get("headers_out") or {}),
             }
             for e in examples.get(part, [])
         ]

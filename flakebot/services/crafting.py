@@ -9,14 +9,14 @@ as `flakebot up` will, on the binary cargo built, so a green verdict never rests
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import SpecError, UsageError
 from flakebot.services.declaration import Health, ServiceSpec
-from flakebot.services.lifecycle import Examples, Exchange, Report, check_lifecycle
+from flakebot.services.lifecycle import Examples, Report, check_lifecycle
 
 PROTOCOLS = ("http",)
 MAX_EXCHANGES = 12  # per life: the spec is a few requests, not a load test
@@ -32,7 +32,11 @@ class ServiceNeed:
     protocol: str = "http"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "declaration": self.declaration.to_dict(), "examples": asdict(self.examples)}
+        return {
+            "protocol": self.protocol,
+            "declaration": self.declaration.to_dict(),
+            "examples": self.examples.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "spec") -> ServiceNeed:
@@ -40,10 +44,7 @@ class ServiceNeed:
         try:
             need = cls(
                 ServiceSpec.from_dict(dict(data.get("declaration") or {})),
-                Examples(
-                    [Exchange(**e) for e in (data.get("examples") or {}).get("first", [])],
-                    [Exchange(**e) for e in (data.get("examples") or {}).get("after_restart", [])],
-                ),
+                Examples.from_dict(dict(data.get("examples") or {})),
                 str(data.get("protocol", "http")),
             )
         except UsageError as exc:
@@ -71,7 +72,10 @@ class ServiceNeed:
         return found
 
 
-FIX = "give health (/PATH or tcp), port_env, 1-12 first and 1-12 after_restart examples {method, path, body, status, body_out}"
+FIX = (
+    "give health (/PATH or tcp), port_env, 1-12 first and 1-12 after_restart examples "
+    "{method, path, body, status, body_out, headers, headers_out}"
+)
 
 
 def from_answer(arguments: dict[str, Any]) -> dict[str, Any]:

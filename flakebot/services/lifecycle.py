@@ -1,5 +1,5 @@
 """A service's whole lifecycle, checked before it is catalogued: start on a free port, wait for health, run the
-request/response examples, SIGTERM and expect a clean exit (code 0) within the grace period, start again on the
+request/response examples (status, named headers, body), SIGTERM and expect a clean exit (code 0) within the grace period, start again on the
 same state directory and run the examples that must survive a restart.
 
 It runs the built program exactly as `flakebot up` will (the supervisor's own start and stop: bubblewrap, its own
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -34,21 +35,92 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("GET", "PUT", "POST", "DELETE")
 MAX_ANSWER = 1024 * 1024  # bytes of one answer read at most
+FIELDS = ("method", "path", "body", "status", "body_out", "headers", "headers_out")
+TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110's field name
+MAX_HEADERS = 8  # per request and per expected answer
+MAX_HEADER_NAME, MAX_HEADER_VALUE = 64, 1024
+# set by the frozen test and by flakebot's check themselves: an example saying otherwise would be ignored or
+# would break the request
+OWN_HEADERS = ("host", "content-length", "connection", "transfer-encoding")
+HEADERS_FIX = (
+    "give headers as {NAME: VALUE}: NAME an HTTP token (letters, digits, !#$%&'*+-.^_`|~, up to "
+    f"{MAX_HEADER_NAME}), VALUE printable ASCII without CR/LF or leading/trailing spaces (up to {MAX_HEADER_VALUE}), "
+    f"at most {MAX_HEADERS}, each name once"
+)
 
 
 @dataclass(frozen=True)
 class Exchange:
-    """One request and what must come back: the status, and the body exactly when `body_out` is given."""
+    """One request and what must come back: the status; the body exactly when `body_out` is given; each header of
+    `headers_out` (its name in any case, its value exactly; other headers may come too)."""
 
     method: str
     path: str
     body: str = ""
     status: int = 200
     body_out: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    """request headers to send, {NAME: VALUE}"""
+    headers_out: dict[str, str] = field(default_factory=dict)
+    """headers the answer must carry, {NAME: VALUE}: the name in any case, the value EXACTLY (e.g. Location, Content-Type)"""
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS or not self.path.startswith("/"):
+        if self.method not in METHODS or not isinstance(self.path, str) or not self.path.startswith("/"):
             raise UsageError(f"example {self.method} {self.path} is not a request", fix="use GET|PUT|POST|DELETE /path")
+        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 100 <= self.status <= 599:
+            raise UsageError(f"example {self.method} {self.path}: status {self.status!r}", fix="give a status 100-599")
+        for part in ("headers", "headers_out"):
+            problem = header_problem(getattr(self, part), sent=part == "headers")
+            if problem:
+                raise UsageError(f"example {self.method} {self.path}: {part} {problem}", fix=HEADERS_FIX)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Exchange:
+        """One example as a spec or a record keeps it (a record from before headers has none: no headers)."""
+        if not isinstance(data, dict):
+            raise UsageError(
+                f"an example must be an object, got {type(data).__name__}", fix=f"give {{{', '.join(FIELDS)}}}"
+            )
+        unknown = sorted(set(data) - set(FIELDS))
+        if unknown:
+            raise UsageError(
+                f"example {data.get('method')} {data.get('path')}: unknown field {', '.join(map(repr, unknown))}",
+                fix=f"an example has only {', '.join(FIELDS)}",
+            )
+        # a model's strict-mode call sends null for a field it leaves out: the field's default
+        data = {k: v for k, v in data.items() if v is not None or k == "body_out"}
+        missing = [name for name in ("method", "path") if name not in data]
+        if missing:
+            raise UsageError(f"an example has no {' or '.join(missing)}", fix="give method and path: GET /path")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a record keeps it: headers only when given, so a record without them reads as it did before them."""
+        return {k: v for k, v in asdict(self).items() if v or k not in ("headers", "headers_out")}
+
+
+def header_problem(headers: Any, *, sent: bool) -> str:
+    """Why `headers` cannot be an example's headers ('' when they can): tokens for names, one line each for values."""
+    if not isinstance(headers, dict):
+        return f"must be an object {{NAME: VALUE}}, got {type(headers).__name__}"
+    if len(headers) > MAX_HEADERS:
+        return f"has {len(headers)} headers (at most {MAX_HEADERS})"
+    seen: set[str] = set()
+    for name, value in headers.items():
+        if not isinstance(name, str) or not TOKEN.match(name) or len(name) > MAX_HEADER_NAME:
+            return f"name {str(name)[:80]!r} is not an HTTP token of at most {MAX_HEADER_NAME} characters"
+        if name.lower() in seen:
+            return f"name {name!r} is given twice"
+        seen.add(name.lower())
+        if sent and name.lower() in OWN_HEADERS:
+            return f"{name!r} is set by the check itself"
+        if not isinstance(value, str):
+            return f"{name}: the value must be a string, got {type(value).__name__}"
+        if "\r" in value or "\n" in value:
+            return f"{name}: the value holds CR or LF"
+        if len(value) > MAX_HEADER_VALUE or value != value.strip() or not all(" " <= ch <= "~" for ch in value):
+            return f"{name}: the value {value[:80]!r} is not printable ASCII of at most {MAX_HEADER_VALUE} without leading or trailing spaces"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -60,24 +132,29 @@ class Examples:
 
     @classmethod
     def load(cls, path: Path) -> Examples:
-        """A JSON file {"first": [EXCHANGE...], "after_restart": [...]}, each {method, path, body, status, body_out}."""
+        """A JSON file {"first": [EXCHANGE...], "after_restart": [...]}, each {method, path, body, status, body_out,
+        headers, headers_out}."""
         try:
             data = json.loads(path.read_text())
-            return cls(
-                [Exchange(**e) for e in data.get("first", [])], [Exchange(**e) for e in data.get("after_restart", [])]
-            )
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError) as exc:
             raise UsageError(f"examples file {path} is unreadable ({exc})", fix="see docs/services.md") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"examples file {path} is not a JSON object", fix="see docs/services.md")
+        try:
+            return cls.from_dict(data)
+        except UsageError as exc:
+            raise UsageError(f"examples file {path}: {exc.message}", fix=exc.fix) from None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Examples:
-        """As kept in a service's manifest (`examples`)."""
-        return cls(
-            [Exchange(**e) for e in data.get("first", [])], [Exchange(**e) for e in data.get("after_restart", [])]
-        )
+        """As a spec or a service's manifest keeps them (`examples`, `lifecycle_examples`)."""
+        lives = [data.get(part) or [] for part in ("first", "after_restart")]
+        if not all(isinstance(life, list) for life in lives):
+            raise UsageError("first and after_restart must be lists of examples", fix="see docs/services.md")
+        return cls(*([Exchange.from_dict(e) for e in life] for life in lives))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"first": [e.to_dict() for e in self.first], "after_restart": [e.to_dict() for e in self.after_restart]}
 
 
 @dataclass
@@ -203,7 +280,7 @@ def _ask(port: int, exchange: Exchange) -> str:
     try:
         with httpx.Client(trust_env=False, timeout=5) as http:
             url = f"http://127.0.0.1:{port}{exchange.path}"
-            with http.stream(exchange.method, url, content=exchange.body) as answer:
+            with http.stream(exchange.method, url, content=exchange.body, headers=exchange.headers) as answer:
                 for chunk in answer.iter_bytes():
                     body += chunk
                     if len(body) > MAX_ANSWER:  # the service is model-written: it may answer without end
@@ -215,4 +292,15 @@ def _ask(port: int, exchange: Exchange) -> str:
     text = body.decode("utf-8", "replace")
     if exchange.body_out is not None and text != exchange.body_out:
         return f"body {text[:200]!r}, expected {exchange.body_out[:200]!r}"
+    return header_mismatch(answer.headers, exchange.headers_out)
+
+
+def header_mismatch(got: httpx.Headers, expected: dict[str, str]) -> str:
+    """'' when the answer carries every expected header (name in any case, one of its values exactly), else the
+    first that is missing or differs."""
+    for name, value in expected.items():
+        values = got.get_list(name)  # httpx.Headers: names compared case-insensitively
+        if value not in values:
+            seen = ", ".join(repr(v[:200]) for v in values) if values else "none"
+            return f"header {name}: {seen}, expected {value!r}"
     return ""

@@ -217,7 +217,7 @@ def submit_service_spec(
 
     name: binary name, kebab-case, e.g. kv-store
     summary: one line: what the service does
-    first: requests sent in order after its first start, each with the EXACT status and body (body_out) expected
+    first: requests sent in order after its first start, each with the EXACT status and body (body_out) expected, and the headers its answer must carry (headers_out: names in any case, values compared exactly, other headers allowed)
     after_restart: requests sent after a SIGTERM and a second start on the same state directory: what must survive
     protocol: http (the only one)
     port_env: the environment variable giving the port to listen on (127.0.0.1)
@@ -261,7 +261,7 @@ def service_spec_from_model(model: Any, need: str, system_prompt: str, attempts:
                 {**call.arguments, "usage": "", "examples": [], "service": service}, "submit_service_spec"
             )
         except (SpecError, UsageError) as exc:
-            raise Unusable(f"error: {exc.message}. {again}") from None
+            raise Unusable(f"error: {exc.message}. Fix: {exc.fix}. {again}") from None
         except (TypeError, ValueError) as exc:
             raise Unusable(f"error: {exc}. {again}") from None
 

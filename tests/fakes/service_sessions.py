@@ -93,3 +93,105 @@ def session(tmp_path: Path, variant: str = "") -> Path:
     path = tmp_path / f"kv-store{'-' + variant if variant else ''}.json"
     path.write_text(json.dumps(script, indent=1))
     return path
+
+
+# ------------------------------------------------------------------ a service whose answers carry headers
+
+TEMPLATE_RS = (REPO / "flakebot" / "data" / "service-template" / "src" / "main.rs").read_text()
+LINKS = "short-links"
+LINKS_SPEC = {
+    "name": LINKS,
+    "summary": "Short links over HTTP: PUT /links/NAME stores a URL, GET /NAME redirects to it",
+    "protocol": "http",
+    "stop_grace_s": 2,
+    "start_s": 5,
+    "first": [
+        {"method": "PUT", "path": "/links/docs", "body": "https://example.org/docs", "status": 201,
+         "headers_out": {"Content-Type": "application/json"}, "body_out": '{"stored":true}'},
+        {"method": "GET", "path": "/docs", "status": 302, "headers_out": {"Location": "https://example.org/docs"}},
+        {"method": "GET", "path": "/whoami", "headers": {"X-User": "ada"}, "status": 200, "body_out": "ada"},
+    ],
+    # the name in another case: the check compares names case-insensitively, as HTTP does
+    "after_restart": [
+        {"method": "GET", "path": "/docs", "status": 302, "headers_out": {"location": "https://example.org/docs"}}
+    ],
+}  # fmt: skip
+REDIRECT = 'Response::new(302, "").header("Location", &to)'
+LINKS_ROUTE = """/// The answer to one request.
+fn route(request: &Request, state: &Path) -> Response {
+    let links = state.join("links");
+    match (request.method.as_str(), request.path.as_str()) {
+        ("GET", "/health") => Response::new(200, "ok\\n"),
+        ("GET", "/whoami") => Response::new(200, request.header("X-User").unwrap_or("nobody")),
+        ("PUT", p) if p.starts_with("/links/") && valid(&p[7..]) => {
+            let (name, _) = (&p[7..], std::fs::create_dir_all(&links));
+            let tmp = links.join(format!(".{name}.tmp"));
+            match std::fs::write(&tmp, &request.body).and_then(|_| std::fs::rename(&tmp, links.join(name))) {
+                Ok(()) => Response::new(201, "{\\"stored\\":true}").header("Content-Type", "application/json"),
+                Err(e) => Response::new(500, format!("cannot store: {e}\\n")),
+            }
+        }
+        ("GET", p) if valid(&p[1..]) => match std::fs::read_to_string(links.join(&p[1..])) {
+            Ok(to) => REDIRECT,
+            Err(_) => Response::new(404, "no such link\\n"),
+        },
+        _ => Response::new(404, "not found\\n"),
+    }
+}
+
+fn valid(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}""".replace("REDIRECT", REDIRECT)
+LINKS_BROKEN = {  # what each broken links session changes in its route
+    "no-location": "Response::new(302, to)",  # the link as the body: a redirect a browser cannot follow
+    # Location only where the frozen test puts the state (/tmp/flakebot-service-PID): green in cargo test, red in
+    # flakebot's own lifecycle check of the built binary
+    "location-only-for-the-test": 'Response::new(302, "").header(if state.to_string_lossy().contains('
+    '"flakebot-service-") { "Location" } else { "X-Location" }, &to)',
+}
+
+
+def links_program(variant: str = "") -> str:
+    """The template's program with the links routes written in: what a model makes of the template."""
+    start, end = TEMPLATE_RS.index("/// The answer to one request."), TEMPLATE_RS.index("fn serve(")
+    route = LINKS_ROUTE.replace(REDIRECT, LINKS_BROKEN[variant]) if variant else LINKS_ROUTE
+    return TEMPLATE_RS[:start] + route + "\n\n" + TEMPLATE_RS[end:]
+
+
+def links_session(tmp_path: Path, variant: str = "") -> Path:
+    """The script file of a craft --service session for LINKS: "" the working service, else one of LINKS_BROKEN."""
+    writes = [{"name": "write_file", "arguments": {"path": "src/main.rs", "content": links_program(variant)}}]
+    script = {
+        "format": 1,
+        "model": f"hand-written-short-links{'-' + variant if variant else ''}",
+        "stages": {
+            "spec": [{"tool_calls": [{"name": "submit_service_spec", "arguments": LINKS_SPEC}]}],
+            "edit": [
+                {"content": "The links routes, in the template's route.", "tool_calls": writes},
+                *([{"tool_calls": [{"name": "done", "arguments": {"summary": "links work"}}]}] if variant else []),
+            ],
+        },
+    }
+    path = tmp_path / f"short-links{'-' + variant if variant else ''}.json"
+    path.write_text(json.dumps(script, indent=1))
+    return path
+
+
+def build_links(tmp_path: Path, variant: str = "") -> Path:
+    """LINKS_PROGRAM built by cargo (offline: the template needs no crate), as a program the sandbox's uid can run."""
+    import shutil
+    import subprocess
+
+    crate = tmp_path / f"links{'-' + variant if variant else ''}"
+    shutil.copytree(REPO / "flakebot" / "data" / "service-template", crate)
+    (crate / "src" / "main.rs").write_text(links_program(variant))
+    built = subprocess.run(
+        ["cargo", "build", "--offline", "--quiet"], cwd=crate, capture_output=True, text=True, timeout=300
+    )
+    assert built.returncode == 0, built.stderr
+    program = crate / "target" / "debug" / "service"
+    for path in (program, *program.parents):
+        if path == tmp_path.parent:
+            break
+        path.chmod(0o755)
+    return program

@@ -17,6 +17,7 @@ from flakebot.nix.lock import NIXPKGS_BRANCH, NIXPKGS_MIN_NIX
 from flakebot.nix.smoke import smoke_run
 from tests.conftest import run_cli
 from tests.fakes.nix_crates import broken, greeter, host_settings, library, many_errors, two_binaries, unresolvable
+from tests.fakes.processes import descendants, own_processes
 
 
 def _script(path: Path, body: str) -> Path:
@@ -73,26 +74,21 @@ def test_not_a_crate_and_a_foreign_output_directory(tmp_path: Path) -> None:
 
 
 def test_smoke_run_that_hangs_is_killed_at_its_timeout(tmp_path: Path) -> None:
-    marker = f"600.{os.getpid()}"  # a sleep nobody else runs, to find leftovers by
+    marker = f"600.{os.getpid()}"  # the sleep to find leftovers by
     tool = _script(tmp_path / "hangs", f"sleep {marker} &\nwait\n")
     started = time.monotonic()
-    with pytest.raises(NixError) as caught:
-        smoke_run(tool, timeout=1.0)
-    assert time.monotonic() - started < 10
-    assert caught.value.message == "smoke run 'hangs --help' hung and was killed after 1 s"
-    assert caught.value.details["smoke"]["timed_out"] is True
-    assert not _running(marker), "the tool's children are killed too"
+    with own_processes():  # a sleep left behind stays in this test's tree, where _running looks
+        with pytest.raises(NixError) as caught:
+            smoke_run(tool, timeout=1.0)
+        assert time.monotonic() - started < 10
+        assert caught.value.message == "smoke run 'hangs --help' hung and was killed after 1 s"
+        assert caught.value.details["smoke"]["timed_out"] is True
+        assert not _running(marker), "the tool's children are killed too"
 
 
 def _running(marker: str) -> bool:
-    """Whether a live (not zombie) process has `marker` in its command line."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if marker in (proc / "cmdline").read_text() and "State:\tZ" not in (proc / "status").read_text():
-                return True
-        except OSError:
-            continue
-    return False
+    """Whether a live process of this test's tree has `marker` in its command line."""
+    return any(marker in " ".join(argv) for _, argv in descendants())
 
 
 def test_smoke_run_falls_back_to_version_then_fails(tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ cargo built (flakebot.stages.edit.service_check), run on real programs in the re
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
@@ -18,8 +17,9 @@ from flakebot.services.crafting import from_answer
 from flakebot.stages.edit import service_check
 from flakebot.toolspec import ToolSpec
 from tests.conftest import require
+from tests.fakes.processes import Listing, own_processes
 
-MARK = "31337"  # the daemon's `sleep` argument: how the test finds it among the host's processes
+MARK = "31337"  # the daemon's `sleep` argument: how the test finds it among its own processes
 
 SERVICE = """#!/usr/bin/python3
 import http.server, os, pathlib, signal, socket, subprocess, sys
@@ -85,15 +85,8 @@ def built(target: Path, *, daemon: bool = False, host_port: int = 0) -> Path:
     return program
 
 
-def daemons() -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", MARK.encode()]:
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
+def daemons(ours: Listing) -> list[int]:
+    return [pid for pid, argv in ours() if argv[:2] == ["sleep", MARK]]
 
 
 def test_a_forged_binary_path_out_of_the_target_dir_is_refused_not_run(tmp_path: Path) -> None:
@@ -109,12 +102,12 @@ def test_a_forged_binary_path_out_of_the_target_dir_is_refused_not_run(tmp_path:
 
 
 def test_a_daemon_the_service_forks_does_not_outlive_the_check(tmp_path: Path) -> None:
-    assert not daemons(), "a sleep with the test's mark runs already"
     target = tmp_path / "target"
     check = service_check(config.load(), target, SPEC)
     assert check is not None
-    assert check(built(target, daemon=True)) == []  # a correct service otherwise: green
-    assert not daemons(), "the service's daemon outlived flakebot's lifecycle check"
+    with own_processes() as ours:  # this test's processes: another run's sleep 31337 is not its daemon
+        assert check(built(target, daemon=True)) == []  # a correct service otherwise: green
+        assert not daemons(ours), "the service's daemon outlived flakebot's lifecycle check"
 
 
 def test_a_service_binds_its_ports_in_its_own_namespace_not_the_hosts(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ import pytest
 from flakebot.agent.acceptance import SERVICE_TEST, acceptance_test_names, render_acceptance_test
 from flakebot.errors import SpecError
 from flakebot.services.crafting import ServiceNeed, from_answer
+from flakebot.services.lifecycle import Examples
 from flakebot.toolspec import ToolSpec, load_spec_file
-from tests.conftest import require
+from tests.conftest import require, run_cli
+from tests.fakes.service_sessions import LINKS, LINKS_SPEC, build_links
 
 GOOD: dict[str, Any] = {
     "first": [{"method": "PUT", "path": "/kv/a", "body": "1", "status": 200, "body_out": "stored\n"}],
@@ -87,3 +89,171 @@ def test_model_text_reaches_the_lifecycle_test_as_literals_only(tmp_path: Path) 
     assert listed.stdout.splitlines()[0] == f"{SERVICE_TEST}: test" and "injected" not in listed.stdout
     ran = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)  # /bin/false as the service
     assert ran.returncode != 0 and "exited" in ran.stdout + ran.stderr
+
+
+# ------------------------------------------------------------------ headers
+
+
+def test_a_spec_with_request_and_answer_headers_is_accepted_and_kept(tmp_path: Path) -> None:
+    """Before headers an example with `headers_out` was refused: 'Exchange.__init__() got an unexpected keyword
+    argument'."""
+    redirect = {"method": "GET", "path": "/a", "status": 302, "headers": {"X-User": "ada"},
+                "headers_out": {"Location": "/kv/a", "content-type": "text/plain"}}  # fmt: skip
+    spec = service_spec(first=[*GOOD["first"], redirect])
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec.to_dict()))  # as --spec FILE, and as state.json keeps it
+    exchange = ServiceNeed.from_dict(load_spec_file(path).service).examples.first[1]
+    assert exchange.headers == {"X-User": "ada"}
+    assert exchange.headers_out == {"Location": "/kv/a", "content-type": "text/plain"}
+    left_out = {"method": "GET", "path": "/a", "body": None, "headers": None, "headers_out": None}  # strict mode
+    assert ServiceNeed.from_dict(service_spec(first=[left_out]).service).examples.first[0].headers_out == {}
+
+
+def test_a_spec_and_a_manifest_from_before_headers_read_as_no_headers() -> None:
+    """Records written before headers (state.json's spec, a manifest's lifecycle_examples) have no such keys."""
+    old = {"first": [{"method": "PUT", "path": "/kv/a", "body": "1", "status": 200, "body_out": "stored\n"}],
+           "after_restart": [{"method": "GET", "path": "/kv/a", "status": 200, "body_out": "1"}]}  # fmt: skip
+    examples = Examples.from_dict(old)
+    assert [(e.headers, e.headers_out) for e in examples.first + examples.after_restart] == [({}, {}), ({}, {})]
+    service = {"protocol": "http", "declaration": from_answer(GOOD)["declaration"], "examples": old}
+    spec = ToolSpec.from_dict({"name": "kv-store", "summary": "a store", "examples": [], "service": service})
+    assert "headers: &[]" in render_acceptance_test(spec)
+    assert "headers" not in json.dumps(from_answer(GOOD))  # and one without headers is written as before them
+
+
+@pytest.mark.parametrize(
+    ("headers", "problem"),
+    [
+        ({"Loc ation": "/a"}, "headers_out name 'Loc ation' is not an HTTP token"),
+        ({"Location:": "/a"}, "is not an HTTP token"),
+        ({"Location": "/a\r\nSet-Cookie: x=1"}, "the value holds CR or LF"),
+        ({"Location": "/a\n"}, "the value holds CR or LF"),
+        ({"Location": " /a"}, "without leading or trailing spaces"),
+        ({"Location": "/é"}, "is not printable ASCII"),
+        ({"Location": "/" + "a" * 1024}, "at most 1024"),
+        ({"X" * 65: "1"}, "at most 64 characters"),
+        ({f"X-{n}": "1" for n in range(9)}, "has 9 headers (at most 8)"),
+        ({"Location": "/a", "location": "/b"}, "name 'location' is given twice"),
+        ({"Location": 302}, "the value must be a string, got int"),
+        (["Location", "/a"], "must be an object {NAME: VALUE}, got list"),
+    ],
+)
+def test_a_bad_header_in_a_spec_is_refused_naming_it(headers: Any, problem: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        service_spec(first=[{"method": "GET", "path": "/a", "status": 302, "headers_out": headers}])
+    assert problem in refused.value.message and "Fix" not in refused.value.message
+    assert "HTTP token" in refused.value.fix
+
+
+@pytest.mark.parametrize(
+    ("example", "problem"),
+    [
+        ({"method": "GET", "path": "/a", "headers": {"Content-Length": "9"}}, "'Content-Length' is set by the check"),
+        ({"method": "GET", "path": "/a", "header": {"Location": "/b"}}, "unknown field 'header'"),
+        ({"method": "GET", "path": "/a", "status": "302"}, "status '302'"),
+        ({"path": "/a"}, "an example has no method"),
+    ],
+)
+def test_a_malformed_example_is_refused_naming_it_not_with_a_type_error(example: dict[str, Any], problem: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        service_spec(first=[example])
+    assert problem in refused.value.message and "__init__" not in refused.value.message
+
+
+def test_a_bad_header_in_a_spec_file_is_one_error_line(tmp_path: Path) -> None:
+    """Through the CLI: `error: ... Fix: ...`, exit 42 (SpecError), no traceback and no TypeError."""
+    require("cargo")
+    spec = service_spec().to_dict()
+    spec["service"]["examples"]["first"][0]["headers_out"] = {"Location": "/a\r\nX-Injected: 1"}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    script = tmp_path / "no-model.json"
+    script.write_text(json.dumps({"format": 1, "stages": {}}))
+    done = run_cli("craft", "--service", "short links", "--spec", str(path), "--model", f"scripted:{script}",
+                   "--registry", "local", "--offline", "--stop-after", "spec")  # fmt: skip
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 42 and len(errors) == 1, done.stderr
+    assert "headers_out Location: the value holds CR or LF. Fix: give headers as {NAME: VALUE}" in errors[0]
+    assert "Traceback" not in done.stderr and "TypeError" not in done.stderr
+
+
+def test_model_text_in_headers_reaches_the_lifecycle_test_as_literals_only(tmp_path: Path) -> None:
+    require("rustc")
+    escape = '"); } #[test] fn injected() { panic!("x"); } fn y() { let _ = ("'
+    spec = service_spec(
+        first=[{"method": "GET", "path": "/a", "headers": {"X-A": escape}, "headers_out": {"X-B": escape + "\\"}}]
+    )
+    listed = run_rust_test(tmp_path, render_acceptance_test(spec), Path("/bin/false"), "--list")
+    assert listed.stdout.splitlines()[0] == f"{SERVICE_TEST}: test" and "injected" not in listed.stdout
+
+
+def run_rust_test(tmp_path: Path, source: str, service: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The frozen test compiled with rustc as cargo would (CARGO_BIN_EXE_ naming `service`), then run."""
+    (tmp_path / "flakebot_acceptance.rs").write_text(source)
+    binary = tmp_path / "lifecycle"
+    env = {**os.environ, "CARGO_BIN_EXE_kv-store": str(service), f"CARGO_BIN_EXE_{LINKS}": str(service)}
+    built = subprocess.run(
+        ["rustc", "--edition", "2021", "--test", "-o", str(binary), str(tmp_path / "flakebot_acceptance.rs")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("variant", "expect", "failure"),
+    [
+        ("", {}, ""),
+        ("no-location", {}, 'GET /docs: header Location: [], expected "https://example.org/docs"'),
+        # the value is compared exactly: the same link in another case is another link
+        ("", {"Location": "https://example.org/DOCS"}, 'header Location: ["https://example.org/docs"], expected'),
+    ],
+)
+def test_the_frozen_test_holds_a_built_service_to_its_headers(
+    tmp_path: Path, variant: str, expect: dict[str, str], failure: str
+) -> None:
+    """The frozen lifecycle test (compiled as cargo test would) against the template-made links service, built
+    with cargo: green when it sends what the spec names (Location asked for as `location` after the restart, an
+    extra header beside it), red naming the header when its redirect has no Location or another value."""
+    require("rustc", "cargo")
+    answer = {k: v for k, v in LINKS_SPEC.items() if k in ("first", "after_restart", "stop_grace_s", "start_s")}
+    if expect:
+        answer["first"] = [{**e, "headers_out": expect} if e["path"] == "/docs" else e for e in answer["first"]]
+    spec = ToolSpec.from_dict({"name": LINKS, "summary": "links", "examples": [], "service": from_answer(answer)})
+    ran = run_rust_test(tmp_path, render_acceptance_test(spec), build_links(tmp_path, variant))
+    if not failure:
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    else:
+        assert ran.returncode != 0 and failure in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+
+
+def test_the_edit_prompts_show_an_examples_headers_and_read_records_without_them() -> None:
+    from flakebot.render import render
+
+    redirect = {"method": "GET", "path": "/a", "status": 302, "headers_out": {"Location": "/kv/a"}}
+    with_headers = service_spec(first=[*GOOD["first"], redirect])
+    old = service_spec()  # its examples' records have no headers keys, as one written before headers
+    assert "headers" not in json.dumps(old.service["examples"])
+    origin = {"method": "new", "crate": "kv-store", "library": None}
+    shown = render("prompts/edit_task.j2", spec=with_headers, need="a store", origin=origin, files="src/main.rs")
+    assert '- GET /a -> status 302, headers {"Location": "/kv/a"}' in shown
+    assert "- GET /kv/a -> status 200, body" in render(
+        "prompts/edit_task.j2", spec=old, need="a store", origin=origin, files="src/main.rs"
+    )
+    assert '.header("Location", "/there")' in render("prompts/edit.j2", spec=old, acceptance="tests/x.rs")
+
+
+def test_a_model_whose_spec_has_a_bad_header_is_told_the_rule_and_asked_again(tmp_path: Path, workdir: Path) -> None:
+    """Through the real spec stage and the scripted model behind the stub server."""
+    bad = {**LINKS_SPEC, "first": [{**LINKS_SPEC["first"][1], "headers_out": {"Location": "/a\r\nSet-Cookie: x"}}]}
+    calls = [{"tool_calls": [{"name": "submit_service_spec", "arguments": answer}]} for answer in (bad, LINKS_SPEC)]
+    script = tmp_path / "spec.json"
+    script.write_text(json.dumps({"format": 1, "stages": {"spec": calls}}))
+    done = run_cli("craft", "--service", "short links", "--model", f"scripted:{script}", "--registry", "local",
+                   "--offline", "--stop-after", "spec", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:]
+    [transcript] = [path.read_text() for path in (workdir / "runs").glob("*/transcript.jsonl")]
+    assert (
+        "error: submit_service_spec: example GET /docs: headers_out Location: the value holds CR or LF. " in transcript
+    )
+    assert "Fix: give headers as {NAME: VALUE}: NAME an HTTP token" in transcript

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from flakebot import config
 from flakebot.services.declaration import ServiceSpec
-from flakebot.services.lifecycle import Examples, check_lifecycle
+from flakebot.services.lifecycle import Examples, check_lifecycle, header_mismatch
 from tests.conftest import REPO, require
+from tests.fakes.service_sessions import LINKS_SPEC, build_links
 
 SERVICE = """#!/usr/bin/python3
 import http.server, os, pathlib, signal, sys
@@ -29,6 +31,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             return self.answer(404 if MODE == "no-health" else 200, b"ok")
+        if self.path == "/go/greeting":  # a redirect, its Location in the case HTTP/1.0 servers often use
+            self.send_response(302)
+            self.send_header("Content-Length", "0")
+            self.send_header("content-type", "text/plain; charset=utf-8")
+            if MODE != "no-location":
+                self.send_header("location", "/kv/greeting")
+            self.end_headers()
+            return
+        if self.path == "/whoami":
+            return self.answer(200, self.headers.get("X-User", "nobody").encode())
         if MODE == "endless":
             self.send_response(200)
             self.end_headers()
@@ -197,3 +209,75 @@ def test_a_directory_swapped_for_a_link_during_the_state_copy_copies_no_host_fil
         stop.set()
         racer.join()
     assert leaked == 0 and copied > 0, (leaked, copied)
+
+
+# ------------------------------------------------------------------ headers
+
+REDIRECT = {"method": "GET", "path": "/go/greeting", "status": 302}
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected", "problem"),
+    [
+        # the name in any case; the service also sends Server, Date and Content-Type: extra headers are fine
+        ("good", {"Location": "/kv/greeting"}, ""),
+        ("good", {"LOCATION": "/kv/greeting", "Content-Type": "text/plain; charset=utf-8"}, ""),
+        ("no-location", {"Location": "/kv/greeting"}, "header Location: none, expected '/kv/greeting'"),
+        ("good", {"Location": "/KV/greeting"}, "header Location: '/kv/greeting', expected '/KV/greeting'"),
+        (
+            "good",
+            {"Content-Type": "text/plain"},
+            "header Content-Type: 'text/plain; charset=utf-8', expected 'text/plain'",
+        ),
+    ],
+)
+def test_the_check_holds_an_answer_to_the_headers_its_example_names(
+    tmp_path: Path, mode: str, expected: dict[str, str], problem: str
+) -> None:
+    """Before headers, a redirect without its Location passed: an example could say only status and body."""
+    examples = Examples.from_dict({"first": [{**REDIRECT, "headers_out": expected}], "after_restart": []})
+    report = check_lifecycle(service(tmp_path, mode), SPEC, config.load(), examples)
+    failed = [s for s in report.steps if not s["ok"]]
+    if not problem:
+        assert report.ok, report.steps
+    else:
+        assert failed[0]["step"] == "first start: GET /go/greeting" and failed[0]["problem"] == problem, failed
+
+
+def test_the_check_sends_an_examples_request_headers(tmp_path: Path) -> None:
+    asked = {"method": "GET", "path": "/whoami", "headers": {"X-User": "ada"}, "body_out": "ada"}
+    report = check_lifecycle(service(tmp_path, "good"), SPEC, config.load(), Examples.from_dict({"first": [asked]}))
+    assert report.ok, report.steps
+
+
+def test_a_built_service_whose_redirect_has_no_location_fails_the_check_and_one_with_it_passes(tmp_path: Path) -> None:
+    """The links service made from flakebot's template, built by cargo, checked as `up` runs it."""
+    require("cargo", "bwrap", "pasta")
+    spec, examples = ServiceSpec(stop_grace_s=2, start_s=5), Examples.from_dict(LINKS_SPEC)
+    with_it = check_lifecycle(build_links(tmp_path), spec, config.load(), examples)
+    assert with_it.ok, with_it.steps
+    assert "second start: GET /docs" in [s["step"] for s in with_it.steps]  # asked for as `location` there
+    without = check_lifecycle(build_links(tmp_path, "no-location"), spec, config.load(), examples)
+    assert without.first_problem() == (
+        "first start: GET /docs: header Location: none, expected 'https://example.org/docs'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sent", "expected", "problem"),
+    [
+        ([("Location", "/a")], {"location": "/a"}, ""),
+        ([("location", "/a")], {"LoCaTiOn": "/a"}, ""),
+        ([("Location", "/a"), ("Server", "x")], {"Location": "/a"}, ""),
+        ([("Set-Cookie", "a=1"), ("Set-Cookie", "b=2")], {"Set-Cookie": "b=2"}, ""),  # one of its values
+        ([], {"Location": "/a"}, "header Location: none, expected '/a'"),
+        ([("Location", "/a/")], {"Location": "/a"}, "header Location: '/a/', expected '/a'"),
+        ([("Location", "/A")], {"Location": "/a"}, "header Location: '/A', expected '/a'"),
+        ([("Location", "/a, /b")], {"Location": "/a"}, "header Location: '/a, /b', expected '/a'"),
+        ([("X-Location", "/a")], {"Location": "/a"}, "header Location: none, expected '/a'"),
+    ],
+)
+def test_header_names_compare_in_any_case_and_values_exactly(
+    sent: list[tuple[str, str]], expected: dict[str, str], problem: str
+) -> None:
+    assert header_mismatch(httpx.Headers(sent), expected) == problem

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
+from tests.fakes.processes import descendants, own_processes
 
 KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
 pytestmark = pytest.mark.slow
@@ -49,7 +50,12 @@ def env(catalog_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]
     """The packaged catalog with this test's own work directory (its services' state and logs); whatever a test
     leaves running is killed after it (the supervisor's death takes the sandbox and pasta with it)."""
     own = {**catalog_env, "FLAKEBOT_WORKDIR": str(tmp_path / "work")}
-    yield own
+    with own_processes():  # what `up` starts stays in this test's tree (pasta_pids looks only there)
+        yield own
+        _kill_leftovers(tmp_path)
+
+
+def _kill_leftovers(tmp_path: Path) -> None:
     for status in (tmp_path / "work" / "services").glob("*/status.json"):
         recorded = json.loads(status.read_text())
         pid = recorded.get("supervisor_pid")
@@ -77,7 +83,8 @@ def client() -> httpx.Client:
 
 
 def pasta_pids(port: int) -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and f"127.0.0.1/{port}:" in _cmdline(int(p))]
+    """This test's pasta forwarding `port` (never another test run's: the port may be theirs by now)."""
+    return [pid for pid, argv in descendants() if f"127.0.0.1/{port}:" in " ".join(argv)]
 
 
 def _cmdline(pid: int) -> str:

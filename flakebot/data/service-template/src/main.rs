@@ -2,7 +2,8 @@
 //!
 //! Listens on 127.0.0.1:$PORT (default 8080); GET /health answers 200 once it listens. Keep every piece of
 //! state under $STATE_DIRECTORY (write a temporary file and rename it, so a kill never leaves half a value).
-//! SIGTERM (or SIGINT): stops accepting and exits 0. Add the service's routes in `route`.
+//! SIGTERM (or SIGINT): stops accepting and exits 0. Add the service's routes in `route`: each returns a
+//! `Response` (status and body, plus any header: `Response::new(302, "").header("Location", "/there")`).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -24,11 +25,39 @@ extern "C" fn on_stop(_signum: i32) {
     STOP.store(true, Ordering::SeqCst); // async-signal-safe: an atomic store only
 }
 
-/// One request: its method, path and body.
+/// One request: its method, path, headers (name, value) and body.
 pub struct Request {
     pub method: String,
     pub path: String,
+    pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The value of header `name` (any case), if the request carries it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// One answer: its status, its headers (Content-Length and Connection are added when it is sent; Content-Type is
+/// application/octet-stream unless set here) and its body.
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> Response {
+        Response { status, headers: Vec::new(), body: body.into() }
+    }
+
+    /// The same answer with one more header, e.g. `.header("Content-Type", "application/json")`.
+    pub fn header(mut self, name: &str, value: &str) -> Response {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
 }
 
 fn main() {
@@ -62,11 +91,11 @@ fn main() {
     eprintln!("stopping (signal)");
 }
 
-/// The answer to one request: (status, body).
-fn route(request: &Request, _state: &Path) -> (u16, Vec<u8>) {
+/// The answer to one request.
+fn route(request: &Request, _state: &Path) -> Response {
     match (request.method.as_str(), request.path.as_str()) {
-        ("GET", "/health") => (200, b"ok\n".to_vec()),
-        _ => (404, b"not found\n".to_vec()),
+        ("GET", "/health") => Response::new(200, "ok\n"),
+        _ => Response::new(404, "not found\n"),
     }
 }
 
@@ -85,20 +114,25 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
             break i + 4;
         }
         if buf.len() > 16 * 1024 {
-            return reply(&mut stream, 431, b"request head too large\n");
+            return reply(&mut stream, Response::new(431, "request head too large\n"));
         }
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let mut words = head.split_whitespace();
     let (method, path) = (words.next().unwrap_or("").to_string(), words.next().unwrap_or("").to_string());
-    let length: usize = head
+    let headers: Vec<(String, String)> = head
         .lines()
+        .skip(1)
         .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse().ok())
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0);
     if length > MAX_BODY {
-        return reply(&mut stream, 413, b"body too large\n");
+        return reply(&mut stream, Response::new(413, "body too large\n"));
     }
     let mut body = buf[head_end..].to_vec();
     while body.len() < length {
@@ -109,26 +143,39 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
         body.extend_from_slice(&chunk[..n]);
     }
     body.truncate(length);
-    let (status, answer) = route(&Request { method, path, body }, state);
-    reply(&mut stream, status, &answer)
+    let answer = route(&Request { method, path, headers, body }, state);
+    reply(&mut stream, answer)
 }
 
-fn reply(stream: &mut TcpStream, status: u16, body: &[u8]) -> std::io::Result<()> {
-    let reason = match status {
+fn reply(stream: &mut TcpStream, answer: Response) -> std::io::Result<()> {
+    let reason = match answer.status {
         200 => "OK",
         201 => "Created",
         204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
         413 => "Payload Too Large",
         _ => "Status",
     };
-    let head = format!(
-        "HTTP/1.0 {status} {reason}\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
+    let mut head = format!("HTTP/1.0 {} {reason}\r\nContent-Length: {}\r\n", answer.status, answer.body.len());
+    if !answer.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+        head.push_str("Content-Type: application/octet-stream\r\n");
+    }
+    for (name, value) in &answer.headers {
+        // a CR or LF would end the header early and let the rest be read as another; the length and the close
+        // are this function's own
+        let own = name.eq_ignore_ascii_case("content-length") || name.eq_ignore_ascii_case("connection");
+        if !own && !name.contains(['\r', '\n', ':']) && !value.contains(['\r', '\n']) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    head.push_str("Connection: close\r\n\r\n");
     stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
+    stream.write_all(&answer.body)?;
     stream.flush()
 }
