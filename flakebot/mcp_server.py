@@ -289,6 +289,7 @@ class FlakebotMCP:
         self._settings = settings
         self.jobs: anyio.abc.TaskGroup | None = None
         self.session = f"{os.getpid()}-{secrets.token_hex(4)}"  # what max_session_jobs counts by (pipeline.jobs)
+        self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
 
     def settings(self) -> config.Settings:
         return self._settings or config.load()
@@ -327,17 +328,26 @@ class FlakebotMCP:
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
-        tools = own + [
-            types.Tool(
-                name=d["name"],
-                description=d["description"],
-                input_schema=d["inputSchema"],
-                annotations=types.ToolAnnotations.model_validate(tool_annotations(d["name"])),
-            )
-            for d in crafted
-            if d["name"] not in OWN_TOOLS
-        ]
-        return types.ListToolsResult(tools=tools)
+        for gone in self._tools.keys() - {d["name"] for d in crafted}:
+            del self._tools[gone]
+        return types.ListToolsResult(tools=own + [self._tool(d) for d in crafted if d["name"] not in OWN_TOOLS])
+
+    def _tool(self, definition: dict[str, Any]) -> Any:
+        """A crafted tool's entry in tools/list; an unchanged definition (the same object: deliver/definitions.py
+        keeps it) keeps the one made before, so a list after a change validates only what changed."""
+        import mcp_types as types
+
+        made = self._tools.get(definition["name"])
+        if made is not None and made[0] is definition:
+            return made[1]
+        tool = types.Tool(
+            name=definition["name"],
+            description=definition["description"],
+            input_schema=definition["inputSchema"],
+            annotations=types.ToolAnnotations.model_validate(tool_annotations(definition["name"])),
+        )
+        self._tools[definition["name"]] = (definition, tool)
+        return tool
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         arguments = dict(params.arguments or {})
