@@ -168,9 +168,6 @@ class CatalogResult:
     list_goals_s: dict[str, float]
     add_goal_ratio: float
 
-    def row(self, size: int) -> SizeRow | None:
-        return next((r for r in self.rows if r.size == size), None)
-
 
 RESULT = CatalogResult
 
