@@ -8,8 +8,9 @@ At each size: `repeat` adds of a new tool each followed by its `Catalog.remove` 
 size again after each), then a server's tools/list: the first answer of a fresh `flakebot mcp` (another fresh
 server listed first, as the previous session would, so the index holds the definitions), and on that server,
 `repeat` times, one tool added by this process (another process to the server) followed by tools/list, which must
-list it: the list an agent asks for after tools/list_changed. Then show and the manifest a run reads, in process.
-Figures are medians with their min and max.
+list it: the list an agent asks for after tools/list_changed. A list is timed until its whole answer has arrived;
+this client's parse of it is measured beside. Then show and the manifest a run reads, in process. Figures are
+medians with their min and max.
 """
 
 from __future__ import annotations
@@ -54,32 +55,55 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
+def _list(server: Server) -> tuple[float, float, dict[str, Any]]:
+    """One tools/list: (seconds until the whole answer arrived, seconds this client then took to parse it, the
+    answer). The parse is the client's: a client with another parser takes another time."""
+    assert server.proc.stdout is not None
+    server.next_id += 1
+    start = time.perf_counter()
+    server._send({"jsonrpc": "2.0", "id": server.next_id, "method": "tools/list", "params": {}})
+    while True:
+        line = server.proc.stdout.readline()
+        arrived = time.perf_counter()
+        if not line:
+            raise RuntimeError("flakebot mcp ended before answering tools/list")
+        message = json.loads(line)
+        if message.get("id") == server.next_id:
+            return arrived - start, time.perf_counter() - arrived, {**message["result"], "bytes": len(line)}
+
+
 def _lists(env: dict[str, str], work: Path, tools: Tools, size: int, repeat: int) -> dict[str, Any]:
-    """A fresh server's first tools/list, then `repeat` lists each after one tool was added."""
+    """A fresh server's first tools/list, then `repeat` lists each after one tool was added, then `repeat` with
+    nothing changed."""
     first = Server(env, work)
     first.start()  # the previous session: it leaves the definitions in the index
     first.close()
     server = Server(env, work)
     info = {"name": "bench", "version": "1"}
     server.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info})
-    start = time.perf_counter()
-    listed = server.request("tools/list", {})["tools"]
-    cold = time.perf_counter() - start
-    own = len(listed) - size
-    changed = []
+    cold, _, answer = _list(server)
+    own = len(answer["tools"]) - size
+    changed, parsed = [], []
     for n in range(repeat):
         name = f"new{size}-{n}"
         tools.add(name)
-        start = time.perf_counter()
-        listed = server.request("tools/list", {})["tools"]
-        changed.append(time.perf_counter() - start)
+        seconds, parse, answer = _list(server)
+        changed.append(seconds)
+        parsed.append(parse)
+        listed = answer["tools"]
         if len(listed) != own + size + n + 1 or not any(t["name"] == name for t in listed):
             raise RuntimeError(f"tools/list after adding {name} has {len(listed)} tools, not {own + size + n + 1}")
-    unchanged = [_timed(server.request, "tools/list", {}) for _ in range(repeat)]
+    unchanged = [_list(server)[0] for _ in range(repeat)]
     server.close()
     for n in range(repeat):
         tools.catalog.remove(f"new{size}-{n}")
-    return {"first_s": round(cold, 4), "changed_s": _spread(changed), "unchanged_s": _spread(unchanged)}
+    return {
+        "first_s": round(cold, 4),
+        "changed_s": _spread(changed),
+        "unchanged_s": _spread(unchanged),
+        "client_parse_s": _spread(parsed),
+        "answer_bytes": answer["bytes"],
+    }
 
 
 def _measure(tools: Tools, env: dict[str, str], work: Path, size: int, repeat: int) -> dict[str, Any]:
@@ -154,6 +178,8 @@ class SizeRow:
     first_s: float
     changed_s: Spread
     unchanged_s: Spread
+    client_parse_s: Spread
+    answer_bytes: int
 
 
 @dataclass(frozen=True, kw_only=True)
