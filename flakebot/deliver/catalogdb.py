@@ -230,11 +230,16 @@ def _loads(text: str) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def definitions(db: sqlite3.Connection | None) -> dict[str, tuple[str, str]]:
-    """Cached MCP definitions by tool name: (stamp, definition JSON)."""
+def definitions(db: sqlite3.Connection | None, names: list[str]) -> dict[str, tuple[str, str]]:
+    """Cached MCP definitions of the tools `names`, by name: (stamp, definition JSON)."""
     if db is None:
         return {}
-    return {name: (stamp, text) for name, stamp, text in db.execute("SELECT name, stamp, definition FROM definitions")}
+    found = {}
+    for start in range(0, len(names), 500):  # SQLite's limit on bound parameters
+        chunk = names[start : start + 500]
+        query = f"SELECT name, stamp, definition FROM definitions WHERE name IN ({', '.join('?' * len(chunk))})"
+        found.update({name: (stamp, text) for name, stamp, text in db.execute(query, chunk)})
+    return found
 
 
 def store_definitions(db: sqlite3.Connection, made: dict[str, tuple[str, str]]) -> None:

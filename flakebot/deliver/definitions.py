@@ -47,15 +47,17 @@ def catalog_definitions(catalog: Catalog) -> list[dict[str, Any]]:
 def _refresh(catalog: Catalog, stale: list[str], stamps: dict[str, str]) -> None:
     """The stale tools' definitions: from the index where their stamps hold, else made and stored there."""
     with catalog.index.reading() as db:
-        stored = catalogdb.definitions(db)
+        stored = catalogdb.definitions(db, stale)
     made: dict[str, tuple[str, str]] = {}
+    unmade = [name for name in stale if stored.get(name, ("",))[0] != stamps[name]]
+    entries = catalog.tools() if len(unmade) > 64 else {}  # many to make: the entries in one pass
     for name in stale:
         kept = stored.get(name)
         if kept is not None and kept[0] == stamps[name]:
             _made[name] = (stamps[name], json.loads(kept[1]))
             continue
         try:
-            entry = catalog.entry(name)
+            entry = entries.get(name) or catalog.entry(name)
             if entry is None:  # removed since the digests were read
                 continue
             definition = make(entry)
