@@ -1,10 +1,12 @@
 """The catalog's index (catalog.db): catalog.json moved in once, concurrent writers all landing, a writer killed
-mid-add losing nothing it committed, and a newer or damaged index refused in one error."""
+mid-add losing nothing it committed, a newer or damaged index refused in one error, and the MCP definitions kept
+against each entry."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -16,6 +18,7 @@ import pytest
 
 from flakebot import config
 from flakebot.deliver.catalog import Catalog, normalize_need
+from flakebot.deliver.definitions import catalog_definitions
 from flakebot.errors import CatalogError
 
 # A child process's adds: one tool per name given, each printed once its add returned.
@@ -149,3 +152,35 @@ def test_a_writer_killed_mid_add_loses_nothing_it_committed(flake: Path) -> None
     catalog.add("tool-499", need="tool-499 things", flake_dir=flake, manifest={"summary": "after"}, usage_md="",
                 store_path="/x", run_id="r", origin={})  # fmt: skip
     assert complete(catalog.get("tool-499")) and len(catalog.tools()) == len(tools) + 1
+
+
+def test_a_catalog_removed_underneath_is_read_as_it_is_now(flake: Path) -> None:
+    """A thread keeps its connection open; a catalog.db removed (or replaced) under it is not read through it."""
+    catalog = Catalog.open(config.load())
+    catalog.add("alpha", need="a", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={})
+    assert list(catalog.tools()) == ["alpha"]
+    shutil.rmtree(catalog.root)
+    assert catalog.tools() == {}
+    catalog.add("beta", need="b", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={})
+    assert list(Catalog.open(config.load()).tools()) == ["beta"]
+
+
+def test_definitions_are_made_once_per_change_and_services_and_broken_entries_left_out(
+    flake: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    catalog = Catalog.open(config.load())
+
+    def add(name: str, **manifest: Any) -> None:
+        manifest = {"name": name, "summary": f"{name} things", "nix_run_argv": ["nix", "run", "x"], **manifest}
+        catalog.add(name, need=f"{name} things", flake_dir=flake, manifest=manifest, usage_md="", store_path="/x",
+                    run_id="r", origin={})  # fmt: skip
+
+    add("alpha")
+    add("kv", kind="service")
+    add("broken", nix_run_argv=[])
+    first = catalog_definitions(catalog)
+    assert [d["name"] for d in first] == ["alpha"] and "tool broken left out of the tool list" in caplog.text
+    assert catalog_definitions(catalog)[0] is first[0]  # unchanged: the same definition, not made again
+    add("alpha", summary="alpha, better")  # the same need crafted again: a new entry
+    again = catalog_definitions(catalog)
+    assert again[0] is not first[0] and "alpha, better" in again[0]["description"]
