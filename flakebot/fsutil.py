@@ -27,7 +27,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Write a JSON record (state.json, manifest.json, edit.json, catalog.json, ...) atomically, secrets redacted."""
+    """Write a JSON record (state.json, manifest.json, edit.json, ...) atomically, secrets redacted."""
     from flakebot.redact import redact
 
     text = json.dumps(data, indent=2, sort_keys=True, default=str)

@@ -27,6 +27,7 @@ catalog sends notifications/tools/list_changed. Every result is one JSON object 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -39,7 +40,7 @@ import subprocess
 import sys
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,7 @@ class FlakebotMCP:
         # Where the user started the server, once: every tool call runs here and relative grant roots start here.
         self.start = Path.cwd().resolve()
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
+        self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
 
     def settings(self) -> config.Settings:
         from flakebot.deliver.grants import widened
@@ -324,6 +326,7 @@ class FlakebotMCP:
             on_call_tool=self.call_tool,
         )
         mcp_tasks.install(server, self, LONG_TOOLS)
+        server.middleware.append(_list_without_collector)
         return server
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
@@ -345,17 +348,26 @@ class FlakebotMCP:
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
-        tools = own + [
-            types.Tool(
-                name=d["name"],
-                description=d["description"],
-                input_schema=d["inputSchema"],
-                annotations=types.ToolAnnotations.model_validate(tool_annotations(d["name"])),
-            )
-            for d in crafted
-            if d["name"] not in OWN_TOOLS
-        ]
-        return types.ListToolsResult(tools=tools)
+        for gone in self._tools.keys() - {d["name"] for d in crafted}:
+            del self._tools[gone]
+        return types.ListToolsResult(tools=own + [self._tool(d) for d in crafted if d["name"] not in OWN_TOOLS])
+
+    def _tool(self, definition: dict[str, Any]) -> Any:
+        """A crafted tool's entry in tools/list; an unchanged definition (the same object: deliver/definitions.py
+        keeps it) keeps the one made before, so a list after a change validates only what changed."""
+        import mcp_types as types
+
+        made = self._tools.get(definition["name"])
+        if made is not None and made[0] is definition:
+            return made[1]
+        tool = types.Tool(
+            name=definition["name"],
+            description=definition["description"],
+            input_schema=definition["inputSchema"],
+            annotations=types.ToolAnnotations.model_validate(tool_annotations(definition["name"])),
+        )
+        self._tools[definition["name"]] = (definition, tool)
+        return tool
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         arguments = dict(params.arguments or {})
@@ -843,6 +855,19 @@ def _result(payload: dict[str, Any], *, error: bool = False) -> Any:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structured_content=json.loads(text), is_error=error
     )
+
+
+async def _list_without_collector(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """tools/list with Python's cyclic garbage collector paused: the SDK validates and dumps every tool's schema
+    (with 10,000 tools, millions of short-lived objects), and the collections those allocations set off cost several
+    times that work. Reference counting still frees them all: a list makes no cycles."""
+    if ctx.method != "tools/list" or not gc.isenabled():
+        return await call_next(ctx)
+    gc.disable()
+    try:
+        return await call_next(ctx)
+    finally:
+        gc.enable()
 
 
 def load_sdk() -> None:

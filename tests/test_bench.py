@@ -41,7 +41,7 @@ def test_quick_bench_writes_report_json_markdown_and_chart(tmp_path: Path) -> No
     data = json.loads((tmp_path / "out/report.json").read_text())
     assert printed["figures"] == data["figures"]
     assert data["profile"] == "quick" and data["machine"]["cores"] >= 1 and "cargo" in data["machine"]["cargo"]
-    assert [f["id"] for f in data["figures"]] == ["P4a", "P4b", "P4c", "P7", "I2"]
+    assert [f["id"] for f in data["figures"]] == ["P4a", "P4b", "P4c", "P7", "I2", "P15", "P15-10k", "P16"]
     for figure in data["figures"]:
         assert figure["value"] > 0 and figure["measured"]
         assert (figure["met"] is None) == (figure["goal"] is None)

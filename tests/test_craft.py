@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from benchmarks.scenarios.shout import SHOUT_RS, SHOUT_SPEC, shout_craft_args, write_file
+from flakebot.deliver.catalog import Catalog
 from flakebot.errors import EditError
 from flakebot.nix.lock import PINNED_RUSTC
 from flakebot.pipeline.run import Run, list_runs
@@ -210,9 +211,9 @@ def test_four_concurrent_crafts_leave_a_consistent_catalog(workdir: Path, tmp_pa
     outcomes = [p.communicate(timeout=900) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in outcomes]
     catalog_dir = flakebot_home / "data/flakebot"
-    index = json.loads((catalog_dir / "catalog.json").read_text())
-    assert sorted(index["tools"]) == ["shout-0", "shout-1", "shout-2", "shout-3"]
-    for entry in index["tools"].values():
+    tools = Catalog(catalog_dir).tools()
+    assert sorted(tools) == ["shout-0", "shout-1", "shout-2", "shout-3"]
+    for entry in tools.values():
         tool = Path(entry["dir"])
         assert (tool / "manifest.json").is_file() and (tool / "flake/flake.nix").is_file()
         assert Path(entry["store_path"]).is_dir() and os.readlink(tool / "gcroot") == entry["store_path"]

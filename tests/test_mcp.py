@@ -17,8 +17,10 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from benchmarks.scenarios.many_tools import Tools, store_path
 from benchmarks.scenarios.shout import shout_script
 from flakebot import __version__
+from flakebot.mcp_server import OWN_TOOLS
 from tests.conftest import REPO, require, run_cli
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -298,3 +300,38 @@ def test_runs_live_in_the_state_directory_whatever_the_servers_cwd(
     runs, status = asyncio.run(session())
     assert [r["id"] for r in runs[0]["runs"]] == [run_id]
     assert status[1] is False and status[0]["status"] == "stopped" and status[0]["stages"][0]["name"] == "spec"
+
+
+def test_the_sdk_lists_a_thousand_catalogued_tools_and_each_change(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 tools catalogued through Catalog.add (made cheaply: benchmarks/scenarios/many_tools.py; no nix-store on
+    PATH, so each GC root is the plain link flakebot keeps without Nix): all listed with their schemas, a tool added
+    or removed by another process is in or out of the next list, and a new server lists the same definitions from
+    the index's cache as the first made from the manifests."""
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    tools = Tools(flakebot_home, store_path(tmp_path, nix=False))
+    tools.grow(1000)
+    crafted = {f"t{n:05d}" for n in range(1, 1001)}
+
+    async def listed(client: Client) -> dict[str, Any]:
+        return {t.name: t.model_dump() for t in (await client.session.list_tools()).tools}
+
+    async def sessions() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with mcp_client() as client:
+            first = await listed(client)
+            tools.add("t99999")
+            added = await listed(client)
+            tools.catalog.remove("t00500")
+            removed = await listed(client)
+        async with mcp_client() as client:
+            return first, added, removed, await listed(client)
+
+    first, added, removed, again = asyncio.run(sessions())
+    assert set(first) == crafted | set(OWN_TOOLS)
+    schema = first["t00042"]["input_schema"]
+    assert {"delimiter", "key", "output", "files", "writable"} <= set(schema["properties"])
+    assert "t00042: dedupe rows of CSV files" in first["t00042"]["description"]
+    assert set(added) == set(first) | {"t99999"} and set(removed) == set(added) - {"t00500"}
+    assert again == removed  # the definitions kept in catalog.db are the ones made from the manifests

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:  # the section modules import flakebot; rendering a report needs only their records
     from benchmarks.perf.acquire import AcquireResult
     from benchmarks.perf.calls import CallsResult
+    from benchmarks.perf.catalog import CatalogResult, Spread
     from benchmarks.perf.compile_once import CompileOnceResult
     from benchmarks.perf.corpus import CorpusResult
     from benchmarks.perf.craft import CraftResult
@@ -690,6 +691,62 @@ def services_forward(r: Results) -> dict[str, Any]:
                   measured, bench="services")  # fmt: skip
 
 
+def _spread(s: Spread, scale: float = 1000, unit: str = "ms") -> str:
+    return f"{s.median * scale:.3g} {unit} (min {s.min * scale:.3g}, max {s.max * scale:.3g})"
+
+
+def catalog_list_figure(index: int, id: str) -> Callable[[Results], dict[str, Any]]:
+    """tools/list at the catalog benchmark's `index`-th size (make bench: 1 for 1,000 tools, 2 for 10,000)."""
+
+    def make(r: Results) -> dict[str, Any]:
+        c: CatalogResult = r["catalog"]
+        if index >= len(c.rows):
+            return figure(id, id, None, "s", None, "", f"not measured (sizes {c.sizes})", bench="catalog")
+        row = c.rows[index]
+        measured = (
+            f"{c.repeat} lists on one `flakebot mcp`, each after another process added a tool (the list an agent asks "
+            f"for on tools/list_changed): {_spread(row.changed_s)}; unchanged {_spread(row.unchanged_s)}; the first "
+            f"list of a fresh server {row.first_s * 1000:.3g} ms (its spawn not counted). Each time is until the whole "
+            f"answer ({row.answer_bytes / 1e6:.3g} MB of JSON) arrived; this client's json.loads of it took "
+            f"{_spread(row.client_parse_s)} more. catalog.db: {row.index_bytes / 1e6:.3g} MB."
+        )
+        gap = (
+            f"flakebot's own part (the index's digests in one pass, cached definitions and list entries) is a few ms; "
+            f"every list still sends all {row.size:,} definitions ({row.answer_bytes / row.size / 1000:.2g} KB each, "
+            "most of it the description every crafted tool carries), and the MCP SDK validates and dumps every one of "
+            "them on every list (mcp.server.runner._serialize), then writes the line."
+        )
+        title = f"MCP tools/list after a change, {row.size:,} catalogued tools"
+        goal = c.list_goals_s.get(str(row.size))
+        return figure(id, title, row.changed_s.median, "s", goal, "<=", measured, gap, "catalog")
+
+    return make
+
+
+def catalog_add_figure(r: Results) -> dict[str, Any]:
+    c: CatalogResult = r["catalog"]
+    if len(c.rows) < 2:
+        return figure("P16", "P16", None, "x", None, "", f"not measured (sizes {c.sizes})", bench="catalog")
+    one, many = c.rows[0], c.rows[1]
+    store = (
+        "a store path added with nix-store --add, its GC root made by nix-store --add-root"
+        if c.nix_store
+        else "a plain directory as its store path (no Nix: a plain link for a GC root)"
+    )
+    measured = (
+        f"{c.repeat} adds of a new tool ({store}), each then removed: into {one.size:,} tool(s) {_spread(one.add_s)}, "
+        f"into {many.size:,} {_spread(many.add_s)}; remove {_spread(one.remove_s)} and {_spread(many.remove_s)}; "
+        f"`show` {_spread(one.show_s)} and {_spread(many.show_s)}; the manifest a run reads, made a definition, "
+        f"{_spread(one.definition_s)} and {_spread(many.definition_s)} (in process)."
+    )
+    gap = (
+        "an add copies the flake, writes the manifest and waits for nix-store --add-root; the index's share is one row."
+    )
+    title = f"Catalog.add into {many.size:,} tools / into {one.size:,}"
+    ratio = round(many.add_s.median / one.add_s.median, 4)
+    return figure("P16", title, ratio, "x", c.add_goal_ratio, "<=", measured, gap, "catalog")
+
+
 FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P1", craft_overhead, "craft"),
     ("P1-online", craft_online_overhead, "craft"),
@@ -720,6 +777,9 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("S1", services_up, "services"),
     ("S2", services_restart, "services"),
     ("S3", services_forward, "services"),
+    ("P15", catalog_list_figure(1, "P15"), "catalog"),
+    ("P15-10k", catalog_list_figure(2, "P15-10k"), "catalog"),
+    ("P16", catalog_add_figure, "catalog"),
 ]
 
 

@@ -5,7 +5,7 @@ one-turn edit session, so the model part is fixed and what runs concurrently is 
 nix build (every tool name is new to this machine's store: `nix build` really builds), and the catalog
 writes. A single craft alone gives the baseline the batches are compared with.
 
-After a batch: catalog.json lists every tool; each tool directory is complete (flake, lock, manifest,
+After a batch: the catalog (its index, catalog.db) lists every tool; each tool directory is complete (flake, lock, manifest,
 usage, GC root); each GC root is a link to the entry's store path, which exists and which Nix lists
 among its roots; no staging directory is left; every run succeeded; no process is left; and every tool
 runs through `flakebot run`.

@@ -164,8 +164,9 @@ class Home:
         return sorted(p.name for p in (self.workdir / "runs" / run_id).iterdir())
 
     def catalog(self) -> dict[str, Any]:
-        path = self.catalog_dir / "catalog.json"
-        return dict(json.loads(path.read_text())["tools"]) if path.is_file() else {}
+        from flakebot.deliver.catalog import Catalog
+
+        return Catalog(self.catalog_dir).tools()
 
     def strays(self, wait: float = 3.0) -> list[str]:
         """Processes still running for this home (its marker in their environment, or its root in their command

@@ -85,8 +85,9 @@ class Scene:
         return [str(p.relative_to(self.root)) for p in self.files_left() if data in p.read_bytes()]
 
     def catalogued(self) -> list[str]:
-        index = self.catalog / "catalog.json"
-        return sorted(json.loads(index.read_text())["tools"]) if index.is_file() else []
+        from flakebot.deliver.catalog import Catalog
+
+        return sorted(Catalog(self.catalog).tools())
 
 
 BUILD_PRELUDE = 'use std::{env, fs, path::Path};\n#[allow(unused)]\nfn dir() -> std::path::PathBuf { Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap()).to_path_buf() }\n'

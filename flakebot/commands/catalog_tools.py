@@ -51,20 +51,12 @@ def _runnable_manifest(name: str, settings: config.Settings) -> dict[str, Any]:
 
 
 def tool_definitions(settings: config.Settings | None = None) -> list[dict[str, Any]]:
-    """Every catalogued tool as an MCP tool definition (name, description, inputSchema); tools without a manifest are left out."""
-    from flakebot.deliver.toolcall import mcp_definition
+    """Every catalogued tool as an MCP tool definition (name, description, inputSchema), cached per version
+    (deliver/definitions.py); services and tools without a manifest are left out."""
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.definitions import catalog_definitions
 
-    settings = settings_or_default(settings)
-    definitions = []
-    for entry in list_tools(settings):
-        try:
-            manifest = tool_manifest(entry["name"], settings)
-            if manifest.get("kind") == "service":  # started with `flakebot up`, not called as a tool
-                continue
-            definitions.append(mcp_definition(manifest))
-        except (CatalogError, OSError, ValueError) as exc:  # one broken entry must not hide the others
-            logger.warning("tool %s left out of the tool list: %s", entry["name"], exc)
-    return definitions
+    return catalog_definitions(Catalog.open(settings_or_default(settings)))
 
 
 def tool_arguments(name: str, arguments: Any, settings: config.Settings | None = None) -> tuple[list[str], str | None]:

@@ -3,7 +3,9 @@
     manifest.py  usage instructions built from facts (help text, real example outputs, tool schemas)
     helpparse.py clap --help text -> parameters (flags, options, positionals) -> JSON Schema
     schema.py    tool input schemas OpenAI strict mode takes as they are (closed, optional = nullable)
-    catalog.py   crafted tools kept with their flake, manifest and a GC root, per version; atomic, locked writes
+    catalog.py   crafted tools kept with their flake, manifest and a GC root, per version; one transaction per write
+    catalogdb.py the catalog's index, catalog.db (SQLite): one row per tool, catalog.json moved in on first open
+    definitions.py  each catalogued tool's MCP definition, cached against its version, manifest and the code
     versions.py  NAME@VERSION references and the version an improvement gets
     publish.py   nix copy of a catalogued tool's closure to a binary cache or another store, signed
     shared.py    a shared catalog in a binary cache: the entry as a store path, its files, the index (file://)

@@ -1,21 +1,21 @@
 """The catalog of crafted tools (default ~/.local/share/flakebot/).
 
-    catalog.json                    {"format": 2, "tools": {name: entry}}: rewritten atomically under .lock
+    catalog.db                      the index: one row per tool, one transaction per write (deliver/catalogdb.py)
     tools/<name>/<version>/flake/   that version's flake (sources, flake.nix, flake.lock)
     tools/<name>/<version>/manifest.json, USAGE.md
     tools/<name>/<version>/gcroot   a Nix GC root holding that version's store path
 
 An entry carries its current (newest) version's fields at the top, as format 1 did, plus `version` and
 `versions` (every version's record). Format 1 kept one version flat in tools/<name>/; such an entry reads as
-version 0.1.0 whose files stay where they are, so its manifest's `nix run` keeps working.
+version 0.1.0 whose files stay where they are, so its manifest's `nix run` keeps working. The catalog.json of
+formats 1 and 2 moves into catalog.db on first open.
 
-Concurrent crafts serialize on an exclusive flock of .lock; a version directory is assembled beside
-its final place and renamed in, so a reader never sees half of one.
+Concurrent writers (crafts, installs, `rm`) queue on the index's write transaction; a version directory is
+assembled beside its final place and renamed in inside it, so a reader never sees half of one.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import re
@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
+from flakebot.deliver import catalogdb
 from flakebot.deliver.versions import FIRST_VERSION, ToolRef, newest, next_version, parse_ref, version_key
 from flakebot.errors import CatalogError, NixError
 from flakebot.fsutil import atomic_write_json, remove_tree
 
 logger = logging.getLogger(__name__)
 
-CATALOG_FORMAT = 2
+CATALOG_FORMAT = catalogdb.FORMAT
 # What each version keeps of its own; the entry shows the current version's at its top.
 VERSION_FIELDS = (
     "summary", "change", "run_id", "origin", "store_path", "dir", "gc_root", "dependencies_gc_root", "added",
@@ -78,7 +79,8 @@ class Catalog:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.index_path = root / "catalog.json"
+        self.index = catalogdb.Index(root)
+        self.index_path = self.index.legacy  # catalog.json: read once into catalog.db (index.path)
 
     @classmethod
     def open(cls, settings: Settings) -> Catalog:
@@ -93,67 +95,62 @@ class Catalog:
 
     @contextmanager
     def locked(self) -> Iterator[dict[str, Any]]:
-        """Hold the catalog lock and yield the index; it is written back atomically on success."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            handle = open(self.root / ".lock", "w")
-        except OSError as exc:
-            raise CatalogError(
-                f"catalog {self.root} is not writable ({exc.strerror})", fix="set catalog_dir to a writable directory"
-            ) from None
-        with handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            index = self._read()
-            before = json.dumps(index, sort_keys=True)
-            yield index
-            if json.dumps(index, sort_keys=True) != before or index.get("format") != CATALOG_FORMAT:
-                atomic_write_json(self.index_path, {**index, "format": CATALOG_FORMAT})
-
-    def _read(self) -> dict[str, Any]:
-        if not self.index_path.exists():
-            return {"format": CATALOG_FORMAT, "tools": {}}
-        try:
-            index = json.loads(self.index_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CatalogError(
-                f"{self.index_path} is corrupt ({exc})", fix=f"restore or remove {self.index_path}"
-            ) from None
-        if not isinstance(index, dict) or not isinstance(index.get("tools"), dict):
-            raise CatalogError(f"{self.index_path} has no tools table", fix=f"restore or remove {self.index_path}")
-        for entry in index["tools"].values():
-            _with_versions(entry)
-        return index
+        """The whole index ({"format", "tools"}) in one write transaction; the entries changed are written back
+        when the block ends. add, update and remove touch one row each: prefer them."""
+        with self.index.writing() as db:
+            tools = catalogdb.entries(db)
+            before = {name: json.dumps(entry, sort_keys=True) for name, entry in tools.items()}
+            by_name = {k: _with_versions(v) for k, v in tools.items()}
+            yield {"format": CATALOG_FORMAT, "tools": by_name}
+            for name in before.keys() - by_name.keys():
+                catalogdb.delete(db, name)
+            for name, entry in by_name.items():
+                if json.dumps(entry, sort_keys=True) != before.get(name):
+                    catalogdb.put(db, name, entry)
 
     def tools(self) -> dict[str, dict[str, Any]]:
-        return dict(self._read()["tools"])
+        """Every tool's entry by name, read in one pass."""
+        with self.index.reading() as db:
+            return {name: _with_versions(entry) for name, entry in catalogdb.entries(db).items()}
+
+    def entry(self, name: str) -> dict[str, Any] | None:
+        """A tool's entry (every version), None when the catalog has no such tool."""
+        with self.index.reading() as db:
+            found = catalogdb.entry(db, name)
+        return None if found is None else _with_versions(found)
 
     def get(self, name: str) -> dict[str, Any]:
         """A tool's entry by `NAME` (its current version) or `NAME@VERSION` (that version's fields at the top)."""
         ref = parse_ref(name)
-        tools = self.tools()
-        if ref.name not in tools:
-            known = ", ".join(sorted(tools)) or "none yet"
+        found = self.entry(ref.name)
+        if found is None:
+            with self.index.reading() as db:
+                names = catalogdb.names(db)
+            known = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") or "none yet"
             raise CatalogError(
                 f"no tool '{ref.name}' in the catalog", fix=f"list tools with 'flakebot list' (known: {known})"
             )
-        return _at_version(tools[ref.name], ref)
+        return _at_version(found, ref)
 
     def find_need(self, need: str) -> dict[str, Any] | None:
         """A catalogued tool crafted for the same (normalized) need whose store path still exists."""
-        key = normalize_need(need)
-        for entry in self.tools().values():
-            if entry.get("need_key") == key and Path(entry.get("store_path", "/nonexistent")).exists():
-                return entry
+        with self.index.reading() as db:
+            found = catalogdb.entries(db, "WHERE need_key = ?", (normalize_need(need),))
+        for entry in found.values():
+            if Path(entry.get("store_path", "/nonexistent")).exists():
+                return _with_versions(entry)
         return None
 
     def name_holder(self, name: str, need: str) -> dict[str, Any] | None:
         """The entry holding `name` for a different need (None when the name is free or holds the same need)."""
-        entry = self.tools().get(name)
+        entry = self.entry(name)
         return entry if entry is not None and entry.get("need_key") != normalize_need(need) else None
 
     def free_name(self, name: str, need: str) -> str:
         """`name`, or when a different need holds it, the first free `name-2`, `name-3`, ..."""
-        taken = self.tools()
+        with self.index.reading() as db:
+            rows = [] if db is None else db.execute("SELECT name, need_key FROM tools").fetchall()
+        taken = {name: {"need_key": key} for name, key in rows}
         for candidate in (name, *(f"{name}-{n}" for n in range(2, 1000))):
             entry = taken.get(candidate)
             if entry is None or entry.get("need_key") == normalize_need(need):
@@ -164,7 +161,7 @@ class Catalog:
         """The version a new build of `name` becomes. An improvement gets the next version. A plain craft of a
         need the catalog holds replaces that craft (its current version) unless the current version is an
         improvement, which a plain re-craft must not silently drop: then it too gets the next version."""
-        entry = self.tools().get(name)
+        entry = self.entry(name)
         if entry is None:
             return FIRST_VERSION
         current = entry["version"]
@@ -204,8 +201,9 @@ class Catalog:
             )
             atomic_write_json(staging / "manifest.json", manifest)
             (staging / "USAGE.md").write_text(usage_md)
-            with self.locked() as index:
-                entry = index["tools"].get(name)
+            with self.index.writing() as db:
+                entry = catalogdb.entry(db, name)
+                entry = None if entry is None else _with_versions(entry)
                 _refuse_other_need(entry, need)
                 earlier = (entry or {}).get("versions", {}).get(version)
                 if earlier is not None and change and earlier.get("run_id") != run_id:
@@ -242,40 +240,45 @@ class Catalog:
                 if entry is None:
                     entry = {"name": name, "need": need, "need_key": normalize_need(need), "versions": {}}
                 entry["versions"][version] = record
-                index["tools"][name] = _current(entry)
-                return _at_version(index["tools"][name], ToolRef(name, version))
+                current = _current(entry)
+                catalogdb.put(db, name, current)
+                return _at_version(current, ToolRef(name, version))
         finally:
             remove_tree(staging)
 
     def update(self, name: str, **fields: Any) -> dict[str, Any]:
         """Change fields of a tool's entry under the lock. A dict value is merged into the entry's dict of that
         name, so concurrent updates of different keys (say, two publications) both land."""
-        with self.locked() as index:
-            entry = index["tools"].get(name)
+        with self.index.writing() as db:
+            entry = catalogdb.entry(db, name)
             if entry is None:
                 raise CatalogError(f"no tool '{name}' in the catalog", fix="list tools with 'flakebot list'")
+            entry = _with_versions(entry)
             for key, value in fields.items():
                 entry[key] = (
                     {**entry[key], **value} if isinstance(value, dict) and isinstance(entry.get(key), dict) else value
                 )
+            catalogdb.put(db, name, entry)
             return dict(entry)
 
     def remove(self, name: str) -> dict[str, Any]:
         """Drop a tool (`NAME`: every version, its directory and so its GC roots) or one version (`NAME@VERSION`;
         the newest left becomes current, and removing the only one removes the tool)."""
         ref = parse_ref(name)
-        with self.locked() as index:
-            entry = index["tools"].get(ref.name)
+        with self.index.writing() as db:
+            entry = catalogdb.entry(db, ref.name)
             if entry is None:
                 raise CatalogError(f"no tool '{ref.name}' in the catalog", fix="list tools with 'flakebot list'")
+            entry = _with_versions(entry)
             removed = _at_version(entry, ref)
+            # the files first: a crash before the commit leaves the entry, and `rm` again finishes the job
             if ref.version is None or len(entry["versions"]) == 1:
-                del index["tools"][ref.name]
                 remove_tree(self.tool_dir(ref.name))
+                catalogdb.delete(db, ref.name)
                 return removed
             record = entry["versions"].pop(ref.version)
             _remove_version_files(Path(record["dir"]), self.tool_dir(ref.name))
-            index["tools"][ref.name] = _current(entry)
+            catalogdb.put(db, ref.name, _current(entry))
         return removed
 
     def _staging_root(self) -> Path:

@@ -116,7 +116,8 @@ def test_a_format_1_catalog_reads_as_version_0_1_0_in_place(flake: Path) -> None
 
     assert catalog.get("shout")["version"] == "0.1.0" and catalog.get("shout@0.1.0")["dir"] == str(flat)
     add(catalog, flake, "r1", change="also --exclaim", version="0.2.0")
-    assert json.loads(catalog.index_path.read_text())["format"] == 2
+    assert not catalog.index_path.exists() and catalog.index_path.with_name("catalog.json.migrated").is_file()
+    assert list(Catalog.open(config.load()).get("shout")["versions"]) == ["0.1.0", "0.2.0"]
     assert (flat / "manifest.json").is_file() and show_tool("shout@0.1.0", config.load())["manifest"][
         "summary"
     ] == "old"

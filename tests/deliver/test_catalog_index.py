@@ -1,0 +1,186 @@
+"""The catalog's index (catalog.db): catalog.json moved in once, concurrent writers all landing, a writer killed
+mid-add losing nothing it committed, a newer or damaged index refused in one error, and the MCP definitions kept
+against each entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flakebot import config
+from flakebot.deliver.catalog import Catalog, normalize_need
+from flakebot.deliver.definitions import catalog_definitions
+from flakebot.errors import CatalogError
+
+# A child process's adds: one tool per name given, each printed once its add returned.
+ADDS = """
+import sys
+from pathlib import Path
+from flakebot import config
+from flakebot.deliver.catalog import Catalog
+
+flake = Path(sys.argv[1])
+catalog = Catalog.open(config.load())
+for name in sys.argv[2:]:
+    if name.startswith("publish:"):
+        tool, url = name.split(":", 2)[1:]
+        catalog.update(tool, published={url: {"by": url}})
+    else:
+        catalog.add(name, need=f"{name} things", flake_dir=flake, manifest={"name": name, "summary": name},
+                    usage_md=f"# {name}\\n", store_path="/nonexistent/" + name, run_id="r-" + name, origin={})
+    print(name, flush=True)
+"""
+
+
+@pytest.fixture
+def flake(tmp_path: Path) -> Path:
+    directory = tmp_path / "flake"
+    directory.mkdir()
+    (directory / "flake.nix").write_text("{ }\n")
+    return directory
+
+
+def adder(flake: Path, names: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", ADDS, str(flake), *names], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def complete(entry: dict[str, Any]) -> bool:
+    directory = Path(entry["dir"])
+    return all((directory / f).exists() for f in ("flake/flake.nix", "manifest.json", "USAGE.md")) and (
+        (directory / "gcroot").is_symlink()
+    )
+
+
+def legacy_entry(catalog: Catalog, name: str) -> dict[str, Any]:
+    """A format-2 entry as catalog.json held it, with its version directory."""
+    directory = catalog.version_dir(name, "0.1.0")
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text(json.dumps({"name": name, "summary": "old"}))
+    record = {"version": "0.1.0", "summary": "old", "run_id": "r0", "store_path": "/x", "dir": str(directory)}
+    need = f"{name} things"
+    return {"name": name, "need": need, "need_key": normalize_need(need), **record, "versions": {"0.1.0": record}}
+
+
+def test_a_format_2_catalog_json_moves_into_the_index_once(flake: Path) -> None:
+    catalog = Catalog.open(config.load())
+    catalog.root.mkdir(parents=True)
+    tools = {name: legacy_entry(catalog, name) for name in ("alpha", "beta")}
+    catalog.index_path.write_text(json.dumps({"format": 2, "tools": tools, "published": {}}))
+
+    assert catalog.tools() == tools and catalog.get("beta@0.1.0")["run_id"] == "r0"
+    assert not catalog.index_path.exists()
+    kept = catalog.index_path.with_name("catalog.json.migrated")
+    assert json.loads(kept.read_text())["tools"] == tools  # kept as it was, never read again
+    kept.rename(catalog.index_path)  # an older flakebot's file appearing later is not read over the index
+    catalog.remove("alpha")
+    assert sorted(Catalog.open(config.load()).tools()) == ["beta"]
+
+
+def test_a_corrupt_catalog_json_is_one_error_and_is_read_once_repaired(flake: Path) -> None:
+    catalog = Catalog.open(config.load())
+    catalog.root.mkdir(parents=True)
+    catalog.index_path.write_text('{"format": 2, "tools": {"al')
+    with pytest.raises(CatalogError, match="catalog.json is corrupt"):
+        catalog.tools()
+    with pytest.raises(CatalogError, match="catalog.json is corrupt"):
+        catalog.add(
+            "gamma", need="g", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={}
+        )
+    catalog.index_path.write_text(json.dumps({"format": 2, "tools": {"alpha": legacy_entry(catalog, "alpha")}}))
+    assert list(catalog.tools()) == ["alpha"]
+
+
+def test_a_catalog_never_written_creates_nothing_when_read() -> None:
+    catalog = Catalog.open(config.load())
+    assert catalog.tools() == {} and catalog.find_need("anything") is None and catalog.version_for("x") == "0.1.0"
+    with pytest.raises(CatalogError, match="no tool 'x' in the catalog"):
+        catalog.get("x")
+    assert not catalog.root.exists()
+
+
+def test_an_index_from_a_newer_flakebot_is_refused(flake: Path) -> None:
+    catalog = Catalog.open(config.load())
+    catalog.add("alpha", need="a", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={})
+    with sqlite3.connect(catalog.index.path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(CatalogError, match="format 99, newer than this flakebot reads"):
+        catalog.get("alpha")
+
+
+def test_concurrent_writers_all_land(flake: Path) -> None:
+    """Four processes add ten tools each while two publish the first tool to different caches: every add and
+    both publications are there, each tool's directory whole."""
+    catalog = Catalog.open(config.load())
+    catalog.add("first", need="f", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={})
+    batches = [[f"tool-{w}-{n}" for n in range(10)] for w in range(4)]
+    writers = [adder(flake, names) for names in batches]
+    writers += [adder(flake, ["publish:first:file:///a"]), adder(flake, ["publish:first:file:///b"])]
+    outcomes = [w.communicate(timeout=300) for w in writers]
+    assert [w.returncode for w in writers] == [0] * 6, [err[-1000:] for _, err in outcomes]
+
+    tools = catalog.tools()
+    assert sorted(tools) == sorted(["first", *(n for names in batches for n in names)])
+    assert all(complete(entry) for name, entry in tools.items() if name != "first")
+    assert set(tools["first"]["published"]) == {"file:///a", "file:///b"}
+    assert not any((catalog.root / "tools/.staging").iterdir())
+
+
+def test_a_writer_killed_mid_add_loses_nothing_it_committed(flake: Path) -> None:
+    catalog = Catalog.open(config.load())
+    writer = adder(flake, [f"tool-{n}" for n in range(500)])
+    assert writer.stdout is not None
+    done = [writer.stdout.readline().strip() for _ in range(8)]
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.communicate(timeout=60)
+
+    tools = catalog.tools()
+    assert set(done) <= set(tools) and all(complete(entry) for entry in tools.values())
+    with sqlite3.connect(catalog.index.path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    # the lock died with the writer: the next add goes through, and a half-placed version is replaced
+    catalog.add("tool-499", need="tool-499 things", flake_dir=flake, manifest={"summary": "after"}, usage_md="",
+                store_path="/x", run_id="r", origin={})  # fmt: skip
+    assert complete(catalog.get("tool-499")) and len(catalog.tools()) == len(tools) + 1
+
+
+def test_a_catalog_removed_underneath_is_read_as_it_is_now(flake: Path) -> None:
+    """A thread keeps its connection open; a catalog.db removed (or replaced) under it is not read through it."""
+    catalog = Catalog.open(config.load())
+    catalog.add("alpha", need="a", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={})
+    assert list(catalog.tools()) == ["alpha"]
+    shutil.rmtree(catalog.root)
+    assert catalog.tools() == {}
+    catalog.add("beta", need="b", flake_dir=flake, manifest={}, usage_md="", store_path="/x", run_id="r", origin={})
+    assert list(Catalog.open(config.load()).tools()) == ["beta"]
+
+
+def test_definitions_are_made_once_per_change_and_services_and_broken_entries_left_out(
+    flake: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    catalog = Catalog.open(config.load())
+
+    def add(name: str, **manifest: Any) -> None:
+        manifest = {"name": name, "summary": f"{name} things", "nix_run_argv": ["nix", "run", "x"], **manifest}
+        catalog.add(name, need=f"{name} things", flake_dir=flake, manifest=manifest, usage_md="", store_path="/x",
+                    run_id="r", origin={})  # fmt: skip
+
+    add("alpha")
+    add("kv", kind="service")
+    add("broken", nix_run_argv=[])
+    first = catalog_definitions(catalog)
+    assert [d["name"] for d in first] == ["alpha"] and "tool broken left out of the tool list" in caplog.text
+    assert catalog_definitions(catalog)[0] is first[0]  # unchanged: the same definition, not made again
+    add("alpha", summary="alpha, better")  # the same need crafted again: a new entry
+    again = catalog_definitions(catalog)
+    assert again[0] is not first[0] and "alpha, better" in again[0]["description"]
