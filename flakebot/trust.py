@@ -69,7 +69,8 @@ Choke points a user can rely on (every call goes through them):
                                    directory a program reads. A root that is, holds or lies in a configuration
                                    directory (system trees, a home as a whole and its dot entries, the XDG bases,
                                    rustup's and cargo's homes, flakebot's own) is refused, so starting in / or $HOME
-                                   grants nothing.
+                                   grants nothing. A path on, or holding, a mount point beneath its root is refused:
+                                   a mount (a bind of /etc/cron.d) is another tree under the root's spelling.
     a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
                                    tool writes a copy bound at every spelling of the path, and flakebot copies back
                                    regular files and directories only, nothing under a STEERING_NAMES name at any
