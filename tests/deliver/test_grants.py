@@ -322,3 +322,19 @@ def test_a_mount_beneath_the_root_is_another_tree_not_the_roots(caller: Path, mo
     (caller / "data").mkdir()
     fine = save("data")
     assert fine.returncode == 0 and (caller / "data" / PROBE).is_file(), fine.stderr
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["//etc/cron.d", "/etc/cron.d/", "/etc//cron.d", "/proc/self/root/etc/cron.d", "/proc/self/cwd/../elsewhere"],
+)
+def test_other_spellings_of_a_path_outside_the_roots_are_refused(caller: Path, target: str) -> None:
+    """A doubled slash (POSIX's implementation-defined `//`), a trailing slash, /proc/self/root and /proc/self/cwd:
+    the grant resolves them all to the one directory they name."""
+    require("bwrap")
+    ran = save(target)
+    assert refused(ran, "outside every grant root"), (target, ran.stderr)
+    for root in ("//etc", "/proc/self/root/etc", "/etc/", "/proc/self/cwd/../../../../../../../../etc"):
+        widened = save(target, "--grant-root", root)
+        assert widened.returncode == 2 and "refused" in widened.stderr, (target, root, widened.stderr)
+    assert not os.path.lexists(f"/etc/cron.d/{PROBE}")
