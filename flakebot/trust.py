@@ -187,16 +187,18 @@ _IGNORED = dict.fromkeys(
 )
 
 
-# What makes a directory a git repository to git run inside it (setup.c is_git_directory: HEAD, objects/, refs/),
-# under no name the table above lists: git then obeys the `config` beside them (core.pager runs for `git log`).
+# What makes a directory a git repository to git run inside it (setup.c is_git_directory: HEAD with objects/ and
+# refs/, or HEAD with a commondir file naming where they are, as a worktree's), under no name the table above lists:
+# git then obeys the `config` there (core.pager runs for `git log`).
 GIT_DIR_LAYOUT = ("HEAD", "objects", "refs")
-GIT_DIR_READER = "git (a repository's layout: HEAD, objects/ and refs/, whose config it obeys)"
+GIT_DIR_READER = "git (a repository's layout: HEAD beside objects/ and refs/ or a commondir; it obeys its config)"
 
 
 def git_dir_layout(names: set[str] | list[str]) -> str:
     """The program that takes a directory holding `names` for its repository (and its config as its configuration);
     '' when those names do not make one."""
-    return GIT_DIR_READER if set(GIT_DIR_LAYOUT) <= set(names) else ""
+    held = set(names)
+    return GIT_DIR_READER if "HEAD" in held and (set(GIT_DIR_LAYOUT) <= held or "commondir" in held) else ""
 
 
 def steering_name(rel: Path | str) -> str:

@@ -108,6 +108,10 @@ def test_a_writable_hard_link_to_a_file_outside_the_root_is_replaced_not_written
 BARE = """mkdir -p out/repo/objects out/repo/refs/heads; echo 'ref: refs/heads/main' > out/repo/HEAD
 printf '[core]\\n\\tpager = "touch %(marker)s; cat"\\n' > out/repo/config; echo data > out/repo/notes.txt
 """
+# A worktree's git directory: HEAD and a commondir naming a directory with objects/, refs/ and the config
+BARE_WORKTREE = """mkdir -p out/common/objects out/common/refs/heads out/wt; echo 'ref: refs/heads/main' > out/wt/HEAD
+echo ../common > out/wt/commondir; printf '[core]\\n\\tpager = "touch %(marker)s; cat"\\n' > out/common/config
+"""
 BARE_TOP = """mkdir -p out/objects out/refs; echo 'ref: refs/heads/main' > out/HEAD
 printf '[core]\\n\\tpager = "touch %(marker)s; cat"\\n' > out/config
 """
@@ -119,10 +123,12 @@ def test_a_bare_repository_a_tool_lays_out_never_lands_as_one(caller: Path, tmp_
     (caller / "out").mkdir()
     tool(tmp_path, "bare", BARE % {"marker": marker})
     tool(tmp_path, "top", BARE_TOP % {"marker": marker})
-    for name, where in (("bare", caller / "out" / "repo"), ("top", caller / "out")):
+    tool(tmp_path, "worktree", BARE_WORKTREE % {"marker": marker})
+    runs = (("bare", caller / "out" / "repo"), ("worktree", caller / "out" / "wt"), ("top", caller / "out"))
+    for name, where in runs:
         ran = run_cli("run", name, "--writable", "out", input="")
         said = " ".join(ran.stderr.split())
-        assert ran.returncode == 0 and "read as configuration by git" in said and 'config"' in said, ran.stderr
+        assert ran.returncode == 0 and "read as configuration by git" in said and 'HEAD"' in said, ran.stderr
         if where.is_dir():
             subprocess.run(["script", "-qc", "git log -1; git branch", "/dev/null"], cwd=where, capture_output=True)
         assert not marker.exists(), where
