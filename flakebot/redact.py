@@ -13,6 +13,8 @@ import os
 import re
 from typing import Any
 
+from flakebot.modeltext import plain
+
 REDACTED = "[REDACTED]"
 # Environment variables whose values are secrets.
 SECRET_ENV = re.compile(r"(.*_|^)(KEY|APIKEY|SECRET|PASSWORD|PASSWD|PASS|TOKEN|CREDENTIALS?|AUTH)$")
@@ -59,13 +61,16 @@ def redact(value: Any, secrets: list[str] | None = None) -> Any:
 
 
 class RedactFilter(logging.Filter):
-    """A handler filter that redacts each record's final message (arguments merged in) before it is written."""
+    """The filter every log handler has (terminal, run.log, the MCP server's stderr): each record's final message
+    (arguments merged in) redacted, and rendered as data (flakebot.modeltext.plain: no terminal escapes, bells,
+    carriage returns or bidi overrides), since a message may quote others' text (a name a tool chose, a catalog's
+    words) and a log line ends on a terminal or in an agent's context."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
-        record.msg, record.args = redact_text(message), None
+        record.msg, record.args = plain(redact_text(message)), None
         if record.exc_text:
-            record.exc_text = redact_text(record.exc_text)
+            record.exc_text = plain(redact_text(record.exc_text))
         return True

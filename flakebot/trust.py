@@ -69,7 +69,8 @@ Choke points a user can rely on (every call goes through them):
                                    directory a program reads. A root that is, holds or lies in a configuration
                                    directory (system trees, a home as a whole and its dot entries, the XDG bases,
                                    rustup's and cargo's homes, flakebot's own) is refused, so starting in / or $HOME
-                                   grants nothing.
+                                   grants nothing. A path on, or holding, a mount point beneath its root is refused:
+                                   a mount (a bind of /etc/cron.d) is another tree under the root's spelling.
     processes flakebot starts      flakebot.launcher: jobs, supervisors, bubblewrap, pasta, nix, cargo, git,
                                    rustc, systemd-analyze... start in flakebot's own empty directory unless the
                                    caller names one it trusts (a workspace it binds, a service's state, a flake it
@@ -81,7 +82,8 @@ Choke points a user can rely on (every call goes through them):
     a tool's writes                flakebot.deliver.writelayer: `--writable` paths are never mounted writable; the
                                    tool writes a copy bound at every spelling of the path, and flakebot copies back
                                    regular files and directories only, nothing under a STEERING_NAMES name at any
-                                   depth, through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
+                                   depth, nothing it changed in a directory git would take for a repository
+                                   (HEAD, objects/ and refs/ side by side: git obeys the config there), through descriptors opened with O_NOFOLLOW per component (O_EXCL, rename
                                    in place), bounded by sandbox_disk_mb; a file it creates lands without exec bits
                                    (output is data); what it left out is said on one line.
 
@@ -203,6 +205,20 @@ _STEERING = {name.casefold(): reader for reader, names in STEERING_NAMES.items()
 _IGNORED = dict.fromkeys(
     [*range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x206A, 0x2070), 0xFEFF]
 )
+
+
+# What makes a directory a git repository to git run inside it (setup.c is_git_directory: HEAD with objects/ and
+# refs/, or HEAD with a commondir file naming where they are, as a worktree's), under no name the table above lists:
+# git then obeys the `config` there (core.pager runs for `git log`).
+GIT_DIR_LAYOUT = ("HEAD", "objects", "refs")
+GIT_DIR_READER = "git (a repository's layout: HEAD beside objects/ and refs/ or a commondir; it obeys its config)"
+
+
+def git_dir_layout(names: set[str] | list[str]) -> str:
+    """The program that takes a directory holding `names` for its repository (and its config as its configuration);
+    '' when those names do not make one."""
+    held = set(names)
+    return GIT_DIR_READER if "HEAD" in held and (set(GIT_DIR_LAYOUT) <= held or "commondir" in held) else ""
 
 
 def steering_name(rel: Path | str) -> str:

@@ -38,7 +38,7 @@ def print_report(report: dict[str, Any]) -> None:
 def print_run(report: dict[str, Any]) -> None:
     out.print(f"[bold]run {report['id']}[/bold]  {report['status']}  ({report['pipeline']})")
     if report.get("need"):
-        out.print(f"need: {markup(report['need'])}")
+        out.print(f"need: {markup(one_line(report['need'], 2000))}")  # a caller's words (an agent's): one line, as data
     table = Table("", "stage", "status", "seconds", "attempts")
     for stage in report["stages"]:
         mark, style = STATUS_STYLE.get(stage["status"], ("?", ""))
@@ -53,7 +53,8 @@ def print_run(report: dict[str, Any]) -> None:
     out.print(table)
     if report.get("error"):
         error = report["error"]
-        out.print(f"[red]error:[/red] {markup(error.get('message'))}  [dim]{markup(error.get('fix') or '')}[/dim]")
+        message, fix = (one_line(error.get(key) or "", 2000) for key in ("message", "fix"))
+        out.print(f"[red]error:[/red] {markup(message)}  [dim]{markup(fix)}[/dim]")
     out.print(f"[dim]{report['dir']}[/dim]")
 
 

@@ -15,7 +15,8 @@ rustup's and cargo's homes, and flakebot's own directories (Settings.own_dirs). 
 reads as configuration (trust.steering_name: .git, .cargo, ...) is refused too.
 
 Both sides are resolved before the check (symlinks followed, '..' folded): a link inside a root pointing at /etc
-names /etc, which lies beneath no root.
+names /etc, which lies beneath no root. A mount is another tree under the root's spelling (no resolving shows it):
+a path that lies on, or holds, a mount point beneath its root (the root's own mount aside) is refused.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import dataclasses
 import functools
 import os
 import pwd
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,7 @@ class Grants:
         """The outermost root the writable path `text` (resolved: `source`) lies beneath; refused when there is none."""
         beneath = sorted((root for root in self.roots if source.is_relative_to(root)), key=lambda r: len(r.parts))
         if beneath:
+            _refuse_mounts(text, source, beneath[0])
             return beneath[0]
         allowed = ", ".join(str(root) for root in self.roots) or "none"
         refused = "".join(f"; root {name} refused: {why}" for name, why in self.refused)
@@ -59,6 +62,38 @@ class Grants:
             "another directory of yours: --grant-root DIR (flakebot run, flakebot mcp) or flakebot config set "
             "grant_roots DIR",
         )
+
+
+def _refuse_mounts(text: str, source: Path, root: Path) -> None:
+    """Refuse `source` when it lies on, or holds, a mount point beneath `root` (the root's own mount aside): a mount is
+    another tree under the root's spelling (a bind of /etc/cron.d, a container's volume), so lying beneath the root
+    says nothing of where the writes land."""
+    for point in _mount_points():
+        if (
+            point != root
+            and point.is_relative_to(root)
+            and (source.is_relative_to(point) or point.is_relative_to(source))
+        ):
+            how = "lies on" if source.is_relative_to(point) else "holds"
+            raise UsageError(
+                f"writable path '{text}' is {source}, which {how} the mount point {point} beneath the grant root "
+                f"{root}: a mounted tree is not the root's, whatever its path",
+                fix="let the tool write a directory on the root's own file system (not a mount point or one holding "
+                "one), e.g. --writable ./out",
+            )
+
+
+def _mount_points() -> list[Path]:
+    """Every mount point this process sees (/proc/self/mountinfo's fifth field, octal escapes undone)."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text(errors="surrogateescape")
+    except OSError:
+        return []
+    fields = (line.split(" ") for line in text.splitlines())
+    return [Path(_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), parts[4])) for parts in fields if len(parts) > 4]
+
+
+_OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 def widened(settings: config.Settings, roots: Sequence[str]) -> config.Settings:

@@ -18,9 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import socket
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,19 +238,62 @@ def read_index(url: str, timeout: float = 30.0) -> bytes | None:
     import httpx
 
     where = f"{url}/{PREFIX}/index.json"
+    late = CatalogError(
+        f"cannot read {where}: its server did not send the index whole within {timeout:g} s",
+        fix=f"check that {url} is reachable and serves its index (a slow or hostile server is given up on)",
+    )
+    # `timeout` bounds the whole request, not only each read: a server that sends a byte a second (of its headers or
+    # its body) never lets one read time out. At the deadline every socket the request opened is shut down.
+    with _deadline(timeout) as (trace, expired):
+        try:
+            with (
+                httpx.Client(timeout=timeout, follow_redirects=True) as client,
+                client.stream("GET", where, extensions={"trace": trace}) as response,
+            ):
+                if response.status_code == 404:
+                    return None
+                if response.status_code != 200:
+                    raise CatalogError(
+                        f"cannot read {where}: HTTP {response.status_code}", fix=f"check that {url} is reachable"
+                    )
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > signed.MAX_BYTES:
+                        break
+                if expired.is_set():
+                    raise late
+                return bytes(body)
+        except httpx.HTTPError as exc:
+            if expired.is_set():
+                raise late from None
+            raise CatalogError(f"cannot read {where}: {exc}", fix=f"check that {url} is reachable") from None
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[tuple[Callable[[str, dict[str, Any]], None], threading.Event]]:
+    """An httpx `trace` extension that notes each socket a request connects, and an event set when `seconds` have
+    passed: then each of those sockets is shut down, so a read blocked on it returns (a read timeout alone never
+    fires while a byte arrives now and then)."""
+    sockets: list[socket.socket] = []
+    expired = threading.Event()
+
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name.endswith("connect_tcp.complete") and info.get("return_value") is not None:
+            sock = info["return_value"].get_extra_info("socket")
+            if sock is not None:
+                sockets.append(sock)
+
+    def cut() -> None:
+        expired.set()
+        for sock in sockets:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut)
+    timer.daemon = True
+    timer.start()
     try:
-        with httpx.stream("GET", where, timeout=timeout, follow_redirects=True) as response:
-            if response.status_code == 404:
-                return None
-            if response.status_code != 200:
-                raise CatalogError(
-                    f"cannot read {where}: HTTP {response.status_code}", fix=f"check that {url} is reachable"
-                )
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > signed.MAX_BYTES:
-                    break
-            return bytes(body)
-    except httpx.HTTPError as exc:
-        raise CatalogError(f"cannot read {where}: {exc}", fix=f"check that {url} is reachable") from None
+        yield trace, expired
+    finally:
+        timer.cancel()

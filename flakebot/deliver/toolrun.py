@@ -311,7 +311,8 @@ def _warn_discarded(scratch: Path, at: Path, sandbox: Sandbox) -> None:
     holders = mounts | {parent for dest in mounts for parent in dest.parents}
     written = [p.relative_to(scratch) for p in sorted(scratch.rglob("*")) if at / p.relative_to(scratch) not in holders]
     if written:
-        shown = ", ".join(str(p) for p in written[:5]) + (" ..." if len(written) > 5 else "")
+        # the names are the tool's: quoted and escaped (as _copy_back's), so none reaches a terminal as text
+        shown = ", ".join(json.dumps(str(p)) for p in written[:5]) + (" ..." if len(written) > 5 else "")
         logger.warning(
             "the tool wrote %s in its scratch directory, discarded now: pass --writable . (MCP: writable) to let it "
             "write here, or --writable PATH for one existing file or directory",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from flakebot.errors import UnsafePath, UsageError
 from flakebot.safefs import Tree
-from flakebot.trust import steering_name
+from flakebot.trust import git_dir_layout, steering_name
 
 logger = logging.getLogger(__name__)
 
@@ -193,13 +193,14 @@ def _tree_back(layer: Layer, hosts: Tree, staged: Tree, budget: list[int]) -> tu
     seen = {"."}
     skipped: list[str] = []  # directories not copied back: a steering name, or the host has a link there
     unreadable: list[str] = []
+    layouts: dict[str, str] = {}  # staged directory -> the program that reads it as a repository ('' for none)
     for rel, kind in _walk(staged, layer.in_stage("."), unreadable):
         if any(rel.startswith(f"{top}/") for top in skipped):
             continue
         seen.add(rel)
         if not _changed(staged, layer.in_stage(rel), kind, layer.before.get(rel)):
             continue
-        reader = steering_name(rel)
+        reader = steering_name(rel) or _repository(staged, layer, rel, layouts)
         if reader:
             layer.left_out.append((rel, f"read as configuration by {reader}"))
             skipped.append(rel)
@@ -217,6 +218,19 @@ def _tree_back(layer: Layer, hosts: Tree, staged: Tree, budget: list[int]) -> tu
     for rel in unreadable:
         layer.left_out.append((rel, "the tool made it unreadable"))
     return seen, unreadable
+
+
+def _repository(staged: Tree, layer: Layer, rel: str, layouts: dict[str, str]) -> str:
+    """Who would read the directory holding `rel` as a repository once the copy lands (trust.git_dir_layout, judged
+    on the staged copy: the host's entries and the tool's together); '' when nobody would. Nothing the tool changed
+    in such a directory is copied back, so it never becomes one, nor has its config rewritten."""
+    parent = rel.rpartition("/")[0] or "."
+    if parent not in layouts:
+        try:
+            layouts[parent] = git_dir_layout(staged.listdir(layer.in_stage(parent)))
+        except OSError:
+            layouts[parent] = ""
+    return layouts[parent]
 
 
 def _changed(staged: Tree, path: str, kind: str, old: Stamp | None) -> bool:

@@ -22,7 +22,7 @@ from flakebot.sandbox.cgroup import Group
 from flakebot.services import envelope, forward, identity
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
-from flakebot.services.logfile import lines_of, tail
+from flakebot.services.logfile import MAX_LINE, lines_of, tail
 from flakebot.services.register import service_manifest_of
 
 logger = logging.getLogger(__name__)
@@ -352,18 +352,27 @@ def logs(name: str, settings: Settings, *, lines: int = 50, most: int = MAX_LOG_
 
 
 def follow(name: str, settings: Settings, *, poll: float = 0.2) -> Iterator[str]:
-    """The log's new lines as they are written (rotation followed), until the caller stops."""
+    """The log's new lines as they are written (rotation followed), until the caller stops. Only complete lines: a
+    poll can catch a long line's write part way (it is copied page by page), and the rest of it, read at the next
+    poll, is the same line of the service's, never a line of its own (it would have no mark, and could hold a stamp
+    and a `flakebot:` note the service placed where a page ends)."""
     where = ServiceDir.of(name, settings)
     offset = where.log.stat().st_size if where.log.exists() else 0
+    pending = b""
     while True:
         size = where.log.stat().st_size if where.log.exists() else 0
-        offset = 0 if size < offset else offset  # rotated: the new file from its start
+        if size < offset:  # rotated: the new file from its start (the old one ended with a whole line)
+            offset, pending = 0, b""
         if size > offset:
             with open(where.log, "rb") as handle:
                 handle.seek(offset)
                 data = handle.read(size - offset)
             offset += len(data)
-            yield from lines_of(data)
+            whole, newline, pending = (pending + data).rpartition(b"\n")
+            if newline:
+                yield from lines_of(whole + newline)
+            if len(pending) > 8 * MAX_LINE:  # no line the supervisor writes is this long: not shown
+                pending = b""
         else:
             time.sleep(poll)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -285,3 +286,55 @@ def test_a_directory_swapped_for_a_link_out_during_the_run_is_not_written_throug
     _, stderr = started.communicate(timeout=60)
     assert not (outside / "victim" / "sub" / "new.txt").exists(), stderr
     assert "not copied back" in stderr and "link or another kind of file in its way" in " ".join(stderr.split())
+
+
+@pytest.fixture
+def mounted(caller: Path) -> Iterator[Path]:
+    """caller/out/cron: a bind mount of /etc/cron.d beneath the default root (a mount only root makes, as a container
+    or a user's fstab does); unmounted afterwards. Skipped where this process cannot mount."""
+    point = caller / "out" / "cron"
+    point.mkdir()
+    if subprocess.run(["mount", "--bind", "/etc/cron.d", str(point)], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a bind mount here")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], capture_output=True, check=False)
+        Path("/etc/cron.d", PROBE).unlink(missing_ok=True)
+
+
+def test_a_mount_beneath_the_root_is_another_tree_not_the_roots(caller: Path, mounted: Path) -> None:
+    """A path beneath the root that crosses a mount point names the mounted tree (here /etc/cron.d), whatever its
+    spelling: neither it, nor a directory holding it, is granted; nothing lands in /etc/cron.d."""
+    require("bwrap")
+    before = sorted(os.listdir("/etc/cron.d"))
+    for target in ("out/cron", "out"):
+        ran = (
+            save(target)
+            if target != "out"
+            else run_cli("run", "save", "--writable", "out", "--", f"out/cron/{PROBE}", input=HOOK)
+        )
+        assert sorted(os.listdir("/etc/cron.d")) == before and not os.path.lexists(f"/etc/cron.d/{PROBE}"), target
+        assert ran.returncode == 2 and "mount" in ran.stderr, (target, ran.stderr)
+    # a path beside the mount is still granted
+    beside = save(".")
+    assert beside.returncode == 2 and "holds the mount point" in beside.stderr, beside.stderr  # `.` holds it too
+    (caller / "data").mkdir()
+    fine = save("data")
+    assert fine.returncode == 0 and (caller / "data" / PROBE).is_file(), fine.stderr
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["//etc/cron.d", "/etc/cron.d/", "/etc//cron.d", "/proc/self/root/etc/cron.d", "/proc/self/cwd/../elsewhere"],
+)
+def test_other_spellings_of_a_path_outside_the_roots_are_refused(caller: Path, target: str) -> None:
+    """A doubled slash (POSIX's implementation-defined `//`), a trailing slash, /proc/self/root and /proc/self/cwd:
+    the grant resolves them all to the one directory they name."""
+    require("bwrap")
+    ran = save(target)
+    assert refused(ran, "outside every grant root"), (target, ran.stderr)
+    for root in ("//etc", "/proc/self/root/etc", "/etc/", "/proc/self/cwd/../../../../../../../../etc"):
+        widened = save(target, "--grant-root", root)
+        assert widened.returncode == 2 and "refused" in widened.stderr, (target, root, widened.stderr)
+    assert not os.path.lexists(f"/etc/cron.d/{PROBE}")

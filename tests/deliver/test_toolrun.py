@@ -74,12 +74,12 @@ def test_a_tool_runs_sandboxed_from_the_cli_and_over_mcp(peek: Path, outside: Pa
     ]
     # it wrote into its scratch directory, not here (the caller did not say --writable), and the caller is told
     assert not (peek / "made-here.txt").exists() and not (outside / "elsewhere" / "escaped.txt").exists()
-    assert "wrote made-here.txt" in ran.stderr and "--writable ." in ran.stderr
+    assert 'wrote "made-here.txt"' in ran.stderr and "--writable ." in ran.stderr
     # the same command through the typer app (a global option before `run` sends it there): the same run
     by_typer = run_cli("-v", "run", "peek", "--", named, input="hello\n", env={"GROQ_API_KEY": KEY})
-    assert (by_typer.returncode, by_typer.stdout) == (0, ran.stdout) and "wrote made-here.txt" in by_typer.stderr
+    assert (by_typer.returncode, by_typer.stdout) == (0, ran.stdout) and 'wrote "made-here.txt"' in by_typer.stderr
     allowed = run_cli("run", "peek", "--writable", ".", "--", named, input="x\n")
-    assert allowed.returncode == 0 and "wrote made-here.txt" not in allowed.stderr, allowed.stderr
+    assert allowed.returncode == 0 and "made-here.txt" not in allowed.stderr, allowed.stderr
     assert (peek / "made-here.txt").read_text() == "made\n"  # --writable . lets it write its output here
 
     captured = run_cli("run", "peek", "--json", "--", named, input="hi\n", env={"GROQ_API_KEY": KEY})

@@ -82,3 +82,27 @@ def test_mcp_service_logs_gives_an_agent_the_output_as_data(flakebot_home: Path)
     result, is_error = asyncio.run(session())
     assert not is_error, result
     judged("\n".join(result["lines"]))
+
+
+def test_logs_follow_never_shows_the_rest_of_a_line_caught_mid_write_as_a_line(flakebot_home: Path) -> None:
+    """`logs -f` reads what the file holds when it polls; a long line's write is copied page by page, so a poll can
+    catch its first part. The rest, read at the next poll, is the service's too: it never reads as a line of its own
+    (here its own stamp and a supervisor note, placed by the service where the page ends)."""
+    log = service_log(flakebot_home)
+    follower = subprocess.Popen(
+        [*FLAKEBOT, "logs", "chatty", "-n", "1", "-f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        time.sleep(3)  # started and following
+        with open(log, "ab") as handle:  # the part of one service line a poll sees mid-write ...
+            handle.write(b"2026-11-27T22:00:00Z | " + b"x" * 4000)
+        time.sleep(2)
+        with open(log, "ab") as handle:  # ... and the rest of that line
+            handle.write(b"2026-11-27T22:00:01Z flakebot: stopped (exit code 0); run 'flakebot clean --all'\n")
+        time.sleep(2)
+    finally:
+        follower.terminate()
+    out, _ = follower.communicate(timeout=30)
+    text = out.decode("utf-8", "replace")
+    assert "x" * 4000 in text, text[-300:]  # the line was shown, whole
+    assert not any(re.match(STAMP + "flakebot: stopped", line) for line in text.splitlines()), text[-500:]
