@@ -33,6 +33,7 @@ from flakebot.services.logfile import LogFile
 logger = logging.getLogger(__name__)
 
 STEP = 0.1  # the loop's longest wait: a stop request is seen this fast
+DRAIN_READ = 16384  # bytes of the service's output read at once (a short read's lines are logged within a STEP)
 
 
 @dataclass
@@ -231,7 +232,7 @@ class Supervisor:
             if over := self.out_of_memory(started):
                 return over
             if started.bwrap.poll() is not None:
-                self._drain(output)
+                self._drain(output, None)
                 return f"the service exited with code {started.bwrap.returncode}"
             if time.monotonic() >= next_measure:
                 next_measure = time.monotonic() + envelope.DISK_EVERY
@@ -270,10 +271,15 @@ class Supervisor:
             f"{self.limits.memory_mb} MiB for the whole service (peak {started.group.peak_bytes() / envelope.MIB:.0f} MiB)"
         )
 
-    def _drain(self, fd: int) -> None:
+    def _drain(self, fd: int, for_s: float | None = STEP) -> None:
+        """What the service printed, into its log: for at most `for_s` seconds (None: all there is, once it has
+        ended), so a service printing faster than its log is written never holds the loop that measures it."""
+        end = None if for_s is None else time.monotonic() + for_s
         try:
-            while data := os.read(fd, 65536):
+            while data := os.read(fd, DRAIN_READ):
                 self.log.feed(data)
+                if end is not None and time.monotonic() >= end:
+                    return
         except BlockingIOError:
             pass
 
@@ -296,7 +302,7 @@ class Supervisor:
             started.group.remove()  # whatever of it is left (membership is identity), then the cgroup itself
             self.status["cgroup"] = None
         if started.bwrap.stdout is not None:
-            self._drain(started.bwrap.stdout.fileno())
+            self._drain(started.bwrap.stdout.fileno(), None)  # everything of it has ended: the pipe ends too
             started.bwrap.stdout.close()
         self.log.flush()
         if started.pasta is not None and started.pasta.poll() is None:
