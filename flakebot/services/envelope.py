@@ -63,7 +63,8 @@ class Unmeasured(Exception):
 
 def state_bytes(state: Path, limit: int | None = None) -> int:
     """The disk the state directory takes: allocated blocks of every entry under it, each entry at least INODE_BYTES
-    (an empty file still takes an inode: a million of them are not free), a hard-linked file once, holes not counted
+    (an empty file still takes an inode: a million of them are not free; a million names of one file are not free
+    either), a hard-linked file's data once, holes not counted
     (a sparse file's apparent size is not its cost). Walked beneath directory descriptors, one level at a time (no
     recursion: any depth is walked in the same memory), never following a link; an entry that goes away under the
     walk is not counted (the service may be renaming files), and the walk ends as soon as the total passes `limit`
@@ -88,11 +89,12 @@ def state_bytes(state: Path, limit: int | None = None) -> int:
                 info = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # gone since it was listed
+            blocks = info.st_blocks * 512
             if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
                 if (info.st_dev, info.st_ino) in seen:
-                    continue
+                    blocks = 0  # its data counted at its first name; this name still costs its entry
                 seen.add((info.st_dev, info.st_ino))
-            total += max(info.st_blocks * 512, INODE_BYTES)
+            total += max(blocks, INODE_BYTES)
             if limit is not None and total > limit:
                 return total
             if not stat.S_ISDIR(info.st_mode):

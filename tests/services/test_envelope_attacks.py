@@ -244,3 +244,33 @@ def test_the_measure_of_many_entries_is_bounded_by_the_quota(tmp_path: Path) -> 
     said = envelope.over_quota(state, 16)
     assert "disk quota" in said
     assert time.monotonic() - began < 1.0
+
+
+def test_names_of_one_file_are_charged_each(tmp_path: Path) -> None:
+    # hard links take no inode and no data, but a million names were free (only the first name was counted): each
+    # name is an entry to walk, so each costs one
+    state = tmp_path / "state"
+    (state / "links").mkdir(parents=True)
+    (state / "links" / "one").write_bytes(os.urandom(MIB))
+    for n in range(5000):
+        os.link(state / "links" / "one", state / "links" / f"also-{n}")
+    assert envelope.state_bytes(state) >= MIB + 5000 * envelope.INODE_BYTES
+    assert "disk quota" in envelope.over_quota(state, 16)
+
+
+def test_a_recorded_pid_is_signalled_only_while_it_is_the_process_recorded() -> None:
+    from flakebot import processid
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        began = processid.start_time(child.pid)
+        assert isinstance(began, int)
+        assert not processid.signal_if(child.pid, began + 1, signal.SIGTERM)  # another start time: someone else
+        assert not processid.signal_if(child.pid, None, signal.SIGTERM)  # no start time: never
+        assert child.poll() is None
+        assert processid.signal_if(child.pid, began, signal.SIGTERM)  # through a pidfd held across the check
+        assert child.wait(timeout=5) == -signal.SIGTERM
+        assert not processid.signal_if(child.pid, began, signal.SIGTERM)  # ended and reaped: its number is nobody's
+    finally:
+        child.kill()
+        child.wait()
