@@ -274,3 +274,40 @@ def test_a_recorded_pid_is_signalled_only_while_it_is_the_process_recorded() -> 
     finally:
         child.kill()
         child.wait()
+
+
+DRIP = """
+class Health(http.server.BaseHTTPRequestHandler):
+    answered = 0
+
+    def do_GET(self):
+        Health.answered += 1
+        if Health.answered <= 2:  # healthy at first, as `up` wants it
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+            return
+        for _ in range(1000):  # then a first line that never ends, one byte at a time within each read's timeout
+            self.wfile.write(b"H")
+            self.wfile.flush()
+            time.sleep(0.5)
+
+    def log_message(self, *args):
+        pass
+
+threading.Thread(target=fill, args=(3.0, 200, 0.05), daemon=True).start()
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Health).serve_forever()
+raise SystemExit
+"""
+
+
+@pytest.mark.slow
+def test_a_health_answer_dripped_a_byte_at_a_time_does_not_hold_the_supervisor(services: Path) -> None:
+    # the check's timeout bounded each read, not the check: 1,000 bytes half a second apart held the supervisor's
+    # loop for minutes, the state unmeasured while the service wrote
+    where, settled = start(services, DRIP, disk_mb=16)
+    assert settled["state"] == "running", settled
+    failed = wait_for(lambda: (s := where.status())["state"] == "failed" and s, timeout=25)
+    assert "disk quota" in failed["message"], failed
+    assert allocated(where.state) < 64 * MIB, f"{allocated(where.state) / MIB:.0f} MiB written under 16 MiB"
+    assert down(services).returncode == 0
