@@ -161,6 +161,10 @@ class Supervisor:
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
         group = envelope.group_for(self.where.root, self.limits)
+        if group is not None:
+            # recorded before anything joins it: a supervisor killed from here on (before bubblewrap set its
+            # --die-with-parent, say) leaves processes only in a group `down` finds and empties
+            self.update(cgroup=group.to_dict())
         try:
             bwrap = subprocess.Popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -311,3 +311,33 @@ def test_a_health_answer_dripped_a_byte_at_a_time_does_not_hold_the_supervisor(s
     assert "disk quota" in failed["message"], failed
     assert allocated(where.state) < 64 * MIB, f"{allocated(where.state) / MIB:.0f} MiB written under 16 MiB"
     assert down(services).returncode == 0
+
+
+@pytest.mark.slow
+def test_the_cgroup_is_recorded_before_anything_joins_it(services: Path) -> None:
+    # a supervisor killed between starting bubblewrap and recording its cgroup (seen: killed 0.15 s into a start, a
+    # bubblewrap outlived it in the group) left processes in a group no status named, so `down` never emptied it
+    where = ServiceDir(services / "services" / "attacker")
+    seen: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set() and not seen:
+            for procs in Path("/sys/fs/cgroup").glob("**/flakebot-attacker-*/cgroup.procs"):
+                if procs.read_text().split():
+                    seen.append(where.status())
+                    return
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        _, settled = start(services, "", disk_mb=16)
+    finally:
+        stop.set()
+        watcher.join()
+    assert settled["state"] == "running", settled
+    if settled.get("cgroup") is None:
+        pytest.skip("no writable cgroup on this host")
+    assert seen and seen[0].get("cgroup") == settled["cgroup"], seen
+    assert down(services).returncode == 0
