@@ -341,3 +341,55 @@ def test_the_cgroup_is_recorded_before_anything_joins_it(services: Path) -> None
         pytest.skip("no writable cgroup on this host")
     assert seen and seen[0].get("cgroup") == settled["cgroup"], seen
     assert down(services).returncode == 0
+
+
+PROBE = """
+import subprocess
+def probe():
+    said = {}
+    said["sys"] = os.path.exists("/sys/fs/cgroup")
+    said["own_dir"] = sorted(os.listdir(state.parent))
+    try:
+        os.link("/etc/passwd", state / "passwd")
+        said["hard_link"] = "made"
+    except OSError as exc:
+        said["hard_link"] = exc.strerror
+    try:
+        said["shadow"] = len(open("/etc/shadow", "rb").read())
+    except OSError as exc:
+        said["shadow"] = exc.strerror
+    said["uid"] = os.getuid()
+    forks = []
+    try:
+        for _ in range(2000):
+            pid = os.fork()
+            if pid == 0:
+                os.execv("/bin/sleep", ["sleep", "30"])  # small: the memory limit is not what stops them
+            forks.append(pid)
+    except OSError as exc:
+        said["fork_stopped"] = exc.strerror
+    said["forks"] = len(forks)
+    for pid in forks:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    (state / "probe.json").write_text(json.dumps(said))
+
+import json
+probe()
+"""
+
+
+@pytest.mark.slow
+def test_from_inside_the_service_reaches_no_cgroup_no_status_no_host_file_and_512_processes(services: Path) -> None:
+    # attacks that did not work, kept: no /sys to move itself out of its cgroup, no status.json to forge pids in
+    # (only its state directory is there), no hard link to a host file, no /etc/shadow, a fork bomb ends at pids.max
+    where, settled = start(services, PROBE, disk_mb=64)
+    assert settled["state"] == "running", (settled["message"], settled["last_end"])
+    said = json.loads((where.state / "probe.json").read_text())
+    assert said["sys"] is False
+    assert said["own_dir"] == ["state"]
+    assert said["hard_link"] == "Invalid cross-device link"
+    assert said["shadow"] in ("No such file or directory", "Permission denied", 0)
+    assert said["uid"] != 0
+    assert said.get("fork_stopped") and said["forks"] < 512, said
+    assert down(services).returncode == 0
