@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,25 @@ def is_running(pid: Any, started: Any) -> bool:
 
 def signal_if(pid: Any, started: Any, signum: int) -> bool:
     """Send `signum` to `pid` only while it is the process that started at `started`; whether it was sent. A
-    recorded pid without its start time is never signalled (it may be anyone's by now)."""
+    recorded pid without its start time is never signalled (it may be anyone's by now). The signal goes through a
+    pidfd opened before the last check, so no process that took the number between the check and the signal gets
+    it (a plain kill(pid) after a check leaves that window open)."""
     if not is_running(pid, started):
         if isinstance(pid, int) and pid > 0 and started is None:
             logger.info("pid %d was recorded without its start time: not signalled", pid)
         return False
     try:
-        os.kill(pid, signum)
+        handle = os.pidfd_open(pid)  # names this process from here on, whatever later takes its number
     except ProcessLookupError:
         return False
+    try:
+        if not is_running(pid, started):  # checked again with the process held: ended (maybe reused) in between
+            return False
+        signal.pidfd_send_signal(handle, signum)
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(handle)
     return True
 
 

@@ -215,13 +215,18 @@ class Tree:
         links are listed, never entered."""
         top = rel or ""
         yield top, self.lstat(top) if top else os.stat(self._fd)
-        for name in self.listdir(top):
-            child = f"{top}/{name}" if top else name
+        pending = [(top, iter(self.listdir(top)))]  # one level at a time, no recursion: a tree of any depth is walked
+        while pending:
+            parent, names = pending[-1]
+            name = next(names, None)
+            if name is None:
+                pending.pop()
+                continue
+            child = f"{parent}/{name}" if parent else name
             info = self.lstat(child)
+            yield child, info
             if stat.S_ISDIR(info.st_mode):
-                yield from self.walk(child)
-            else:
-                yield child, info
+                pending.append((child, iter(self.listdir(child))))
 
     # ---------------------------------------------------------------- writing
 

@@ -433,3 +433,27 @@ def test_a_bounded_copy_keeps_holes_and_hard_links_and_stops_at_its_budget(tmp_p
         copy_tree(source, tmp_path / "over", budget=Budget(4 * mib, "the copy"))
     assert refused.value.errno == errno.EDQUOT
     assert _allocated(tmp_path / "over") <= 4 * mib
+
+
+@pytest.mark.slow  # each entry is reached from the root again (no link followed on the way): depth squared opens
+def test_a_tree_deeper_than_pythons_recursion_limit_is_walked_and_copied(tmp_path: Path) -> None:
+    # a service's state 1,100 directories deep ended a recursive walk with RecursionError (an upgrade's copy of it
+    # included), an error no caller expected
+    source = tmp_path / "source"
+    source.mkdir()
+    fd = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1100):  # beneath descriptors: the whole path is longer than PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            fd, parent = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd
+            os.close(parent)
+        os.close(os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+        with Tree(source) as tree:
+            found = [rel for rel, _ in tree.walk()]
+        assert len(found) == 1 + 1100 + 1 and found[-1] == "d/" * 1100 + "leaf"
+        copy_tree(source, tmp_path / "copy", budget=Budget(1 << 20, "the copy"))
+        with Tree(tmp_path / "copy") as tree:
+            assert [rel for rel, _ in tree.walk()] == found
+    finally:  # GNU rm: pytest's own clean-up of old temp dirs recurses too
+        os.close(fd)
+        subprocess.run(["rm", "-rf", str(source), str(tmp_path / "copy")], check=True)

@@ -1,21 +1,24 @@
-"""One health check of a service through its forward, bounded by a timeout (a hung service fails it)."""
+"""One health check of a service through its forward, bounded as a whole by a timeout (a hung service fails it, and
+so does one answering a byte at a time)."""
 
 from __future__ import annotations
 
 import socket
+import time
 
 from flakebot.services.declaration import Health
 
 
 def check(health: Health, port: int, timeout: float) -> str:
     """'' when the service on 127.0.0.1:`port` passes `health`, else why not (one line)."""
+    end = time.monotonic() + timeout  # for the whole check: a service answering a byte at a time fails it too
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             if health.kind == "tcp":
                 return ""
-            sock.settimeout(timeout)
+            sock.settimeout(_left(end))
             sock.sendall(f"GET {health.path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-            first = _first_line(sock)
+            first = _first_line(sock, end)
     except OSError as exc:  # refused, reset, timed out
         return f"{type(exc).__name__}: {exc}"
     parts = first.split()
@@ -24,9 +27,17 @@ def check(health: Health, port: int, timeout: float) -> str:
     return f"GET {health.path} answered {first[:80]!r}" if first else f"GET {health.path}: no answer"
 
 
-def _first_line(sock: socket.socket) -> str:
+def _left(end: float) -> float:
+    left = end - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out (the whole check)")
+    return left
+
+
+def _first_line(sock: socket.socket, end: float) -> str:
     data = b""
     while b"\n" not in data and len(data) < 1024:
+        sock.settimeout(_left(end))
         chunk = sock.recv(1024)
         if not chunk:
             break

@@ -33,6 +33,7 @@ from flakebot.services.logfile import LogFile
 logger = logging.getLogger(__name__)
 
 STEP = 0.1  # the loop's longest wait: a stop request is seen this fast
+DRAIN_READ = 16384  # bytes of the service's output read at once (a short read's lines are logged within a STEP)
 
 
 @dataclass
@@ -160,6 +161,10 @@ class Supervisor:
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
         group = envelope.group_for(self.where.root, self.limits)
+        if group is not None:
+            # recorded before anything joins it: a supervisor killed from here on (before bubblewrap set its
+            # --die-with-parent, say) leaves processes only in a group `down` finds and empties
+            self.update(cgroup=group.to_dict())
         try:
             bwrap = launcher.popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -231,11 +236,14 @@ class Supervisor:
             if over := self.out_of_memory(started):
                 return over
             if started.bwrap.poll() is not None:
-                self._drain(output)
+                self._drain(output, None)
                 return f"the service exited with code {started.bwrap.returncode}"
             if time.monotonic() >= next_measure:
-                next_measure = time.monotonic() + envelope.DISK_EVERY
+                began = time.monotonic()
                 self.quota_outcome = envelope.over_quota(self.where.state, self.limits.disk_mb)
+                # a state of many entries takes long to walk: the supervisor (outside the service's cgroup) spends
+                # at most a fifth of its time measuring it
+                next_measure = time.monotonic() + max(envelope.DISK_EVERY, 4 * (time.monotonic() - began))
                 if self.quota_outcome:
                     return self.quota_outcome
             if started.pasta is not None and started.pasta.poll() is not None:
@@ -270,10 +278,15 @@ class Supervisor:
             f"{self.limits.memory_mb} MiB for the whole service (peak {started.group.peak_bytes() / envelope.MIB:.0f} MiB)"
         )
 
-    def _drain(self, fd: int) -> None:
+    def _drain(self, fd: int, for_s: float | None = STEP) -> None:
+        """What the service printed, into its log: for at most `for_s` seconds (None: all there is, once it has
+        ended), so a service printing faster than its log is written never holds the loop that measures it."""
+        end = None if for_s is None else time.monotonic() + for_s
         try:
-            while data := os.read(fd, 65536):
+            while data := os.read(fd, DRAIN_READ):
                 self.log.feed(data)
+                if end is not None and time.monotonic() >= end:
+                    return
         except BlockingIOError:
             pass
 
@@ -296,7 +309,7 @@ class Supervisor:
             started.group.remove()  # whatever of it is left (membership is identity), then the cgroup itself
             self.status["cgroup"] = None
         if started.bwrap.stdout is not None:
-            self._drain(started.bwrap.stdout.fileno())
+            self._drain(started.bwrap.stdout.fileno(), None)  # everything of it has ended: the pipe ends too
             started.bwrap.stdout.close()
         self.log.flush()
         if started.pasta is not None and started.pasta.poll() is None:
