@@ -903,9 +903,10 @@ async def _serve(state: FlakebotMCP, opening: Opening | None) -> None:
     async with stdio_server(stdin=stdin) as (read, write), anyio.create_task_group() as jobs:
         state.jobs = jobs
         unanswered = _Unanswered(opening)
-        answers = await _watch_answers(write, unanswered, jobs)
-        checked = await _answer_unreadable_lines(read, write, jobs, unanswered)
-        await server.run(checked, answers, options)
+        async with anyio.create_task_group() as relays:  # joined: the last answers are written before jobs end
+            answers = await _watch_answers(write, unanswered, relays)
+            checked = await _answer_unreadable_lines(read, write, relays, unanswered)
+            await server.run(checked, answers, options)
         jobs.cancel_scope.cancel()
 
 
