@@ -924,30 +924,36 @@ class _Unanswered:
     def read(self, message: Any) -> None:
         """A message from the client: a request to answer, or the cancellation of one (never answered)."""
         import mcp_types as types
+        from mcp.shared.dispatcher import coerce_request_id
+        from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 
         if isinstance(message, types.JSONRPCRequest):
-            self.ids[message.id] += 1
+            self.ids[coerce_request_id(message.id)] += 1
             self.none = anyio.Event() if self.none.is_set() else self.none
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
-            self.ids.pop((message.params or {}).get("requestId"), None)
+            cancelled = cancelled_request_id_from_params(message.params)  # "7" and 7 are one id, as the SDK has it
+            self.ids.pop(None if cancelled is None else coerce_request_id(cancelled), None)
             self._settled()
 
     def answered(self, message: Any) -> Opening | None:
         """A message to the client; when it answers the opening `initialize`, that opening."""
         import mcp_types as types
+        from mcp.shared.dispatcher import coerce_request_id
 
-        if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) or message.id not in self.ids:
-            return None
-        self.ids[message.id] -= 1
-        if self.ids[message.id] <= 0:
-            del self.ids[message.id]
-        self._settled()
-        opening, self.opening = self.opening, None
-        return (
-            opening
-            if opening is not None and opening.request is not None and opening.request["id"] == message.id
-            else None
+        key = (
+            coerce_request_id(message.id) if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) else None
         )
+        if key is None or key not in self.ids:
+            return None
+        self.ids[key] -= 1
+        if self.ids[key] <= 0:
+            del self.ids[key]
+        self._settled()
+        opening = self.opening
+        if opening is None or opening.request is None or opening.request["id"] != message.id:
+            return None
+        self.opening = None  # answered once: a later request reusing its id is answered as any other
+        return opening
 
     def _settled(self) -> None:
         if not self.ids:
