@@ -940,10 +940,10 @@ class _Unanswered:
         import mcp_types as types
         from mcp.shared.dispatcher import coerce_request_id
 
-        key = (
-            coerce_request_id(message.id) if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) else None
-        )
-        if key is None or key not in self.ids:
+        if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) or message.id is None:
+            return None  # a request or notification of the server's, or an error about an unreadable line
+        key = coerce_request_id(message.id)
+        if key not in self.ids:
             return None
         self.ids[key] -= 1
         if self.ids[key] <= 0:
