@@ -27,6 +27,7 @@ catalog sends notifications/tools/list_changed. Every result is one JSON object 
 
 from __future__ import annotations
 
+import collections
 import gc
 import importlib
 import importlib.util
@@ -47,7 +48,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from flakebot import __version__, api, config, launcher, preflight
+from flakebot import __version__, api, config, launcher, mcp_start, preflight
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
@@ -56,6 +57,7 @@ from flakebot.hosts.follow import MAX_WAIT_SECONDS, follow_job, wait_seconds, wa
 from flakebot.hosts.heartbeat import with_heartbeat
 from flakebot.hosts.hints import tool_annotations
 from flakebot.hosts.results import compact_result, compact_status
+from flakebot.mcp_start import Opening
 from flakebot.modeltext import one_line
 from flakebot.pipeline import jobs
 from flakebot.pipeline.request import Improvement, RunRequest
@@ -906,28 +908,107 @@ def _defer_wire_model_builds() -> None:
     WireModel.model_config["defer_build"] = True
 
 
-def serve(settings: config.Settings | None = None, grant_roots: list[str] | None = None) -> None:
-    """Serve over stdio until the client disconnects; jobs still running then are interrupted (resume them later).
-    `grant_roots`: the user's --grant-root directories, added to the grant_roots setting for every call."""
-    anyio.run(_serve, FlakebotMCP(settings, grant_roots))
+def serve(
+    settings: config.Settings | None = None, grant_roots: list[str] | None = None, opening: Opening | None = None
+) -> None:
+    """Serve over stdio until the client disconnects, answering every request read before it did; jobs still running
+    then are interrupted (resume them later). `grant_roots`: the user's --grant-root directories, added to the
+    grant_roots setting for every call. `opening`: what `flakebot mcp` read (and answered) before the SDK started
+    (flakebot.mcp_start); the SDK reads it first."""
+    anyio.run(_serve, FlakebotMCP(settings, grant_roots), opening)
 
 
-async def _serve(state: FlakebotMCP) -> None:
+async def _serve(state: FlakebotMCP, opening: Opening | None) -> None:
     from mcp.server.lowlevel.server import NotificationOptions
     from mcp.server.stdio import stdio_server
 
     server = state.server()
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-    async with stdio_server() as (read, write), anyio.create_task_group() as jobs:
+    stdin = anyio.wrap_file(mcp_start.replayed_stdin(opening)) if opening is not None else None
+    async with stdio_server(stdin=stdin) as (read, write), anyio.create_task_group() as jobs:
         state.jobs = jobs
-        checked = await _answer_unreadable_lines(read, write, jobs)
-        await server.run(checked, write, options)
+        unanswered = _Unanswered(opening)
+        async with anyio.create_task_group() as relays:  # joined: the last answers are written before jobs end
+            answers = await _watch_answers(write, unanswered, relays)
+            checked = await _answer_unreadable_lines(read, write, relays, unanswered)
+            await server.run(checked, answers, options)
         jobs.cancel_scope.cancel()
 
 
-async def _answer_unreadable_lines(read: Any, write: Any, group: Any) -> Any:
+class _Unanswered:
+    """The requests read and not yet answered (by id), so that the end of input waits for their answers; and the
+    opening `initialize` (flakebot.mcp_start), whose answer from the SDK goes to the client only when none was sent
+    early."""
+
+    def __init__(self, opening: Opening | None) -> None:
+        self.opening = opening if opening is not None and opening.request is not None else None
+        self.ids: collections.Counter[Any] = collections.Counter()
+        self.none = anyio.Event()
+        self.none.set()
+
+    def read(self, message: Any) -> None:
+        """A message from the client: a request to answer, or the cancellation of one (never answered)."""
+        import mcp_types as types
+        from mcp.shared.dispatcher import coerce_request_id
+        from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+
+        if isinstance(message, types.JSONRPCRequest):
+            self.ids[coerce_request_id(message.id)] += 1
+            self.none = anyio.Event() if self.none.is_set() else self.none
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            cancelled = cancelled_request_id_from_params(message.params)  # "7" and 7 are one id, as the SDK has it
+            self.ids.pop(None if cancelled is None else coerce_request_id(cancelled), None)
+            self._settled()
+
+    def answered(self, message: Any) -> Opening | None:
+        """A message to the client; when it answers the opening `initialize`, that opening."""
+        import mcp_types as types
+        from mcp.shared.dispatcher import coerce_request_id
+
+        if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)) or message.id is None:
+            return None  # a request or notification of the server's, or an error about an unreadable line
+        key = coerce_request_id(message.id)
+        if key not in self.ids:
+            return None
+        self.ids[key] -= 1
+        if self.ids[key] <= 0:
+            del self.ids[key]
+        self._settled()
+        opening = self.opening
+        if opening is None or opening.request is None or opening.request["id"] != message.id:
+            return None
+        self.opening = None  # answered once: a later request reusing its id is answered as any other
+        return opening
+
+    def _settled(self) -> None:
+        if not self.ids:
+            self.none.set()
+
+
+async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any:
+    """The stream the SDK writes to: each message goes on to `write`, counted as an answer; the SDK's answer to an
+    `initialize` answered early is checked against it and cached (flakebot.mcp_start.settle), not sent twice."""
+    sender, receiver = anyio.create_memory_object_stream[Any](0)
+
+    async def relay() -> None:
+        async with receiver, write:
+            async for item in receiver:
+                opening = unanswered.answered(item.message)
+                if opening is None or opening.sent is None:
+                    await write.send(item)
+                if opening is not None:
+                    answer = item.message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                    group.start_soon(anyio.to_thread.run_sync, mcp_start.settle, opening, answer)
+
+    group.start_soon(relay)
+    return sender
+
+
+async def _answer_unreadable_lines(read: Any, write: Any, group: Any, unanswered: _Unanswered) -> Any:
     """The messages of `read`, where a line that is not JSON is answered -32700 (parse error) and one that is JSON but
-    no JSON-RPC message -32600 (invalid request), as JSON-RPC 2.0 says, instead of being dropped with no reply."""
+    no JSON-RPC message -32600 (invalid request), as JSON-RPC 2.0 says, instead of being dropped with no reply. At the
+    end of input the stream ends only once every request read is answered (the SDK cancels what is still running when
+    its input ends)."""
     from mcp import types
     from mcp.shared.message import SessionMessage
 
@@ -937,11 +1018,13 @@ async def _answer_unreadable_lines(read: Any, write: Any, group: Any) -> Any:
         async with sender:
             async for item in read:
                 if not isinstance(item, Exception):
+                    unanswered.read(item.message)
                     await sender.send(item)
                     continue
                 code, what = _unreadable(item)
                 error = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=what))
                 await write.send(SessionMessage(error))
+            await unanswered.none.wait()
 
     group.start_soon(relay)
     return receiver

@@ -46,8 +46,18 @@ class Wire:
         )
         return self.receive()
 
+    def end_input(self) -> list[dict[str, Any]]:
+        """Close the server's input, then read every line it writes until it ends."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        lines = [json.loads(line) for line in self.process.stdout]
+        assert self.process.wait(timeout=60) == 0
+        return lines
+
     def close(self) -> None:
         self.process.terminate()
+        if self.process.stdin is not None and self.process.stdin.closed:
+            self.process.stdin = None  # end_input closed it
         self.process.communicate(timeout=30)  # closes the pipes too
 
 
@@ -67,6 +77,16 @@ def test_unreadable_lines_get_json_rpc_errors_and_the_session_goes_on(wire: Wire
     assert second["id"] is None and second["error"]["code"] == -32600
     wire.send({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})
     assert wire.receive()["id"] == 7
+
+
+def test_requests_in_flight_when_the_input_ends_are_answered_before_the_server_exits(wire: Wire) -> None:
+    """A client may close the server's input right after its last requests (the SDK cancelled what was still running
+    then: a tools/list sent with the input's end went unanswered)."""
+    for id_ in (1, 2):
+        wire.send({"jsonrpc": "2.0", "id": id_, "method": "tools/list"})
+    wire.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}})
+    answers = wire.end_input()
+    assert sorted(a["id"] for a in answers) == [1, 2, 3] and all("result" in a for a in answers), answers
 
 
 def test_bad_input_is_a_tool_error_and_an_oversized_need_leaves_no_job(wire: Wire, flakebot_home: Path) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
-from flakebot.deliver import toolrun
 from flakebot.deliver.helpparse import CliParam, json_schema, parse_help, to_argv
 from flakebot.deliver.schema import Field, field_schema
 from flakebot.errors import UsageError
@@ -162,6 +161,8 @@ def run_captured(
 ) -> ToolCall:
     """Run the tool (sandboxed, deliver.toolrun) with command-line `args` and capture its output; `stdin` None
     passes the caller's own standard input; `writable`: the paths it may write."""
+    from flakebot.deliver import toolrun  # the sandbox's modules: imported by a call, not by an MCP server's tools/list
+
     result = toolrun.run_captured(manifest, args, stdin, settings=settings, cwd=cwd, writable=writable)
     stderr = result.stderr
     if result.timed_out:  # exit 124, as coreutils' timeout reports it
