@@ -153,10 +153,8 @@ class Supervisor:
 
     def start(self) -> Started:
         sandbox = self.sandbox()
-        env = {self.spec.port_env: str(self.spec.port), "STATE_DIRECTORY": str(self.where.state)}
-        if self.secrets:
-            env["CREDENTIALS_DIRECTORY"] = str(credentials.INSIDE)
-        full, full_env = sandbox.command([str(self.binary)], cwd=self.where.state, env=env)
+        full, _ = sandbox.command([str(self.binary)], cwd=self.where.state)
+        full_env = service_environment(self.spec, self.where.state, bool(self.secrets))
         secret_args, secret_fds = credentials.bwrap_args(self.secrets)
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
@@ -336,6 +334,19 @@ def _read_child_pid(fd: int, timeout: float = 30.0) -> int:
                 if not chunk:
                     break
     raise SandboxError(f"bubblewrap did not start the service ({data[:200]!r})", fix="see the service's log")
+
+
+SERVICE_PATH = "/usr/local/bin:/usr/bin:/bin"  # the sandbox's own /usr; a Nix-built service needs none of it
+
+
+def service_environment(spec: ServiceSpec, state: Path, secrets: bool) -> dict[str, str]:
+    """A service's whole environment, declared (as systemd gives a unit): its port variable, STATE_DIRECTORY,
+    CREDENTIALS_DIRECTORY when it has secrets, a fixed PATH and LANG. Nothing of the supervisor's or the build's
+    (no RUSTUP_*, CARGO_HOME, HOME or the host's PATH) reaches it."""
+    env = {"PATH": SERVICE_PATH, "LANG": "C.UTF-8", spec.port_env: str(spec.port), "STATE_DIRECTORY": str(state)}
+    if secrets:
+        env["CREDENTIALS_DIRECTORY"] = str(credentials.INSIDE)
+    return env
 
 
 def _child_of(pid: int, bwrap: subprocess.Popen[bytes], timeout: float = 5.0) -> int:

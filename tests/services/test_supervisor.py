@@ -282,6 +282,21 @@ def test_a_secret_is_in_its_credentials_directory_and_nowhere_else(env: dict[str
     assert written and not [p for p in written if secret.encode() in p.read_bytes()]
 
 
+def test_a_service_gets_its_declared_environment_and_nothing_else(env: dict[str, str], tmp_path: Path) -> None:
+    token = tmp_path / "token.txt"
+    token.write_text("t\n")
+    for args, credentials in (((), False), (("--secret", f"token={token}"), True)):
+        started = up(env, "kv-service", *args)
+        environ = Path(f"/proc/{started['service_pid']}/environ").read_bytes().split(b"\0")
+        assert run_cli("down", "kv-service", env=env).returncode == 0
+        names = {line.split(b"=", 1)[0].decode() for line in environ if line}
+        declared = {"PATH", "LANG", "PORT", "STATE_DIRECTORY", "PWD"} | (
+            {"CREDENTIALS_DIRECTORY"} if credentials else set()
+        )
+        assert names == declared, names  # no RUSTUP_*, CARGO_HOME, HOME, TERM or the host PATH (PWD: bwrap sets it)
+        assert b"PATH=/usr/local/bin:/usr/bin:/bin" in environ
+
+
 def default_gateway(routes: str) -> str | None:
     """The IPv4 gateway of the default route in a /proc/net/route table ('Iface Destination Gateway ...', little-endian
     hex), or None when there is none."""
