@@ -106,7 +106,9 @@ def test_a_job_that_wrote_its_result_holds_no_slot_while_its_process_exits(
 
     async def session() -> list[tuple[dict[str, Any], bool]]:
         async with pileup.sdk_session(dict(os.environ), python=python) as client:
-            return [await pileup.call(client, "resume", {"run_id": "nope", "wait": False}) for _ in range(3)]
+            # a job that ends at once with an error of its own (no model can be used: no key here)
+            need = {"need": "need a CSV deduper", "wait": False}
+            return [await pileup.call(client, "craft", need) for _ in range(3)]
 
     try:
         answers = asyncio.run(session())
@@ -114,7 +116,7 @@ def test_a_job_that_wrote_its_result_holds_no_slot_while_its_process_exits(
     finally:
         pileup.end_jobs(jobs)
     assert lingering == 3  # every job is still exiting
-    assert [(answer["type"], error) for answer, error in answers] == [("RunError", True)] * 3, answers
+    assert [(answer["type"], error) for answer, error in answers] == [("ModelError", True)] * 3, answers
 
 
 def _ended_job(work: Path, suffix: str, days: float) -> list[Path]:

@@ -11,20 +11,42 @@ from rich.text import Text
 from flakebot.cli.live import STATUS_STYLE, out
 from flakebot.modeltext import markup, one_line, plain
 
+WRAPPED_MIN = 8  # the narrowest a wrapping column (a summary, a note) is drawn
 
-def fitted(headers: tuple[str, ...], keys: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Table:
+
+def fitted(
+    headers: tuple[str, ...],
+    keys: tuple[str, ...],
+    rows: list[tuple[Any, ...]],
+    *,
+    optional: tuple[str, ...] = (),
+    width: int | None = None,
+) -> Table:
     """A table that fits the terminal without cutting a word: the `keys` columns (names, ids, versions, states: what
-    a reader tells rows apart by) keep their longest value whole on one line as far as the width allows and fold
-    beyond it, never "kv-s…"; the other columns wrap. Every cell is Text: nothing in it is read as markup."""
-    table = Table(show_lines=False)
-    for i, header in enumerate(headers):
-        if header in keys:
-            longest = max([len(header), *(len(str(row[i])) for row in rows)])
-            table.add_column(header, no_wrap=True, overflow="fold", min_width=longest)
+    a reader tells rows apart by) and the `optional` ones keep their values whole on one line; the other columns
+    wrap. Where the whole values do not fit `width`, optional columns are left out, the first named first, and
+    the caption says which. Every cell is Text: nothing in it is read as markup."""
+    whole = {h: max([len(h), *(len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)}
+    shown = list(headers)
+
+    def needed() -> int:
+        return sum(whole[h] if h in keys or h in optional else WRAPPED_MIN for h in shown) + 3 * len(shown) + 1
+
+    left_out = []
+    for header in optional:
+        if width is None or needed() <= width:
+            break
+        shown.remove(header)
+        left_out.append(header)
+    caption = f"not shown at this width: {', '.join(left_out)} (--json has everything)" if left_out else None
+    table = Table(caption=caption, caption_justify="left")
+    for header in shown:
+        if header in keys or header in optional:
+            table.add_column(header, no_wrap=True, overflow="fold", min_width=whole[header])
         else:
-            table.add_column(header, overflow="fold", ratio=1)
+            table.add_column(header, overflow="fold", ratio=1, min_width=WRAPPED_MIN)
     for row in rows:
-        table.add_row(*(Text(str(cell)) for cell in row))
+        table.add_row(*(Text(str(cell)) for header, cell in zip(headers, row, strict=True) if header in shown))
     return table
 
 
@@ -210,7 +232,8 @@ def print_services(found: list[dict[str, Any]]) -> None:
         rows.append((s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
                      network, s.get("health"), s.get("restarts"), uptime, one_line(s.get("message", ""))))  # fmt: skip
     headers = ("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime", "note")
-    out.print(fitted(headers, ("service", "version", "state", "port"), rows))
+    optional = ("uptime", "restarts", "network", "health", "previous")
+    out.print(fitted(headers, ("service", "version", "state", "port"), rows, optional=optional, width=out.width))
 
 
 def print_candidates(query: str, found: list[Any]) -> None:

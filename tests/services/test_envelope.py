@@ -185,7 +185,9 @@ def test_a_service_past_its_disk_quota_is_stopped_and_not_started_again_until_un
     again = run_cli("up", "kv-service@0.1.0", env=quota, timeout=120)
     assert again.returncode != 0 and "disk quota" in again.stderr, again.stderr  # ...and not served past the quota
     assert allocated(state) == held
-    for value_file in sorted((state / "kv").iterdir())[: accepted // 2 + 10]:
+    for value_file in sorted((state / "kv").iterdir()):  # how far past the quota it got depends on the machine
+        if allocated(state) < 8 * MIB:
+            break
         value_file.unlink()
     assert up(quota, "kv-service@0.1.0")["state"] == "running"  # under it again: it starts
     assert run_cli("down", "kv-service", env=quota).returncode == 0

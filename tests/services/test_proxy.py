@@ -168,5 +168,6 @@ def test_a_tool_cannot_be_let_write_a_services_files(flakebot_home: Path, tmp_pa
     where.launch_file.write_text(json.dumps({"name": "kv", "host_port": 40000, "secrets": {}}))
     for writable in (where.launch_file, where.root, where.root.parent):
         done = run_cli("run", "rewrite", "--writable", str(writable), "--", str(where.launch_file), input="")
-        assert done.returncode == 2 and "flakebot's own files" in done.stderr, (writable, done.stdout, done.stderr)
+        refused = "flakebot's own files" in done.stderr or "grant root" in done.stderr  # the allow list decides first
+        assert done.returncode == 2 and refused, (writable, done.stdout, done.stderr)
     assert json.loads(where.launch_file.read_text())["host_port"] == 40000
