@@ -388,8 +388,8 @@ def mcp_start(r: Results) -> dict[str, Any]:
         measured += (
             f" The initialize answer (from flakebot's cache, before the SDK is imported) came {c.mcp_initialize_s:.3f} s "
             f"after spawn, {c.mcp_initialize_s - c.python_startup_s:.3f} s over `python -c pass` (goal: at most "
-            f"{c.mcp_initialize_goal_s} s over it); min/median/max of {c.repeat} starts: python {_spread(python)}, "
-            f"initialize {_spread(initialize)}, tools/list {_spread(listed)}."
+            f"{c.mcp_initialize_goal_s} s over it); min/median/max of {c.repeat} starts: python {_min_median_max(python)}, "
+            f"initialize {_min_median_max(initialize)}, tools/list {_min_median_max(listed)}."
         )
     served = c.sdk_import_as_served_s
     gap = (
@@ -401,7 +401,7 @@ def mcp_start(r: Results) -> dict[str, Any]:
                   measured, gap, "calls")  # fmt: skip
 
 
-def _spread(values: list[float]) -> str:
+def _min_median_max(values: list[float]) -> str:
     return "/".join(f"{v:.3f}" for v in values) + " s"
 
 
