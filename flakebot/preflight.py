@@ -76,17 +76,17 @@ def check_could_be_dir(path: Path, setting: str) -> None:
         missing = missing.parent
     if path.exists():
         if not path.is_dir():
-            raise UsageError(f"{setting} {path} is not a directory", fix=fix)
+            raise HostError(f"{setting} {path} is not a directory", fix=fix)
         return
     if not missing.parent.is_dir():
-        raise UsageError(f"{setting} {path} lies under {missing.parent}, which is not a directory", fix=fix)
+        raise HostError(f"{setting} {path} lies under {missing.parent}, which is not a directory", fix=fix)
     try:
         missing.mkdir()
         missing.rmdir()
     except FileExistsError:
         pass
     except OSError as exc:
-        raise UsageError(f"{setting} {path} cannot be made ({exc.strerror or exc})", fix=fix) from None
+        raise HostError(f"{setting} {path} cannot be made ({exc.strerror or exc})", fix=fix) from None
 
 
 def check_free_space(path: Path, least_mb: int = FREE_SPACE_MB) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,3 +65,34 @@ def _table() -> dict[int, tuple[int, str]]:
                 continue
             table[int(entry)] = (int(fields[1]), fields[0])
     return table
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line as one string ('' once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie or a dead one does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def remove_cgroup(path: Path) -> None:
+    """Kill whatever a test's cgroup still holds, then remove it."""
+    from tests.conftest import wait_for
+
+    if not path.is_dir():
+        return
+    for pid in (path / "cgroup.procs").read_text().split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: not (path / "cgroup.procs").read_text().split(), timeout=5)
+    path.rmdir()

@@ -115,7 +115,7 @@ def test_workdir_that_is_a_file_is_reported(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     result = run_cli("--workdir", str(blocker), "runs")
-    assert result.returncode == 2 and "is not a directory" in result.stderr  # not "No runs": the setting is wrong
+    assert result.returncode == 5 and "is not a directory" in result.stderr  # not "No runs": the setting is wrong
     with pytest.raises(RunError, match="not writable"):
         Run.create(blocker, "craft")
     assert blocker.read_text() == "not a directory"

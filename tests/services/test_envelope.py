@@ -22,6 +22,7 @@ import pytest
 
 from benchmarks.reliability.services import HOG_EDITS, allocated, memory_bytes, namespace_members
 from tests.conftest import json_result, require, run_cli, wait_for
+from tests.fakes.processes import alive, cmdline, remove_cgroup
 from tests.services.test_supervisor import KV_SERVICE, client, status
 from tests.services.test_upgrade import version_of
 
@@ -53,10 +54,10 @@ def env(catalog_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]
     for record in (tmp_path / "work" / "services").glob("*/status.json"):
         recorded = json.loads(record.read_text())
         pid = recorded.get("supervisor_pid")
-        if isinstance(pid, int) and "flakebot.services.supervisor" in _cmdline(pid):
+        if isinstance(pid, int) and "flakebot.services.supervisor" in cmdline(pid):
             os.kill(pid, signal.SIGKILL)
         for path in (recorded.get("cgroup") or {}).get("paths", []):
-            _remove_cgroup(Path(path))
+            remove_cgroup(Path(path))
 
 
 def up(env: dict[str, str], ref: str, *args: str) -> dict[str, Any]:
@@ -69,38 +70,12 @@ def service_dir(env: dict[str, str]) -> Path:
     return Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-service"
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-def _remove_cgroup(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for pid in (path / "cgroup.procs").read_text().split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    wait_for(lambda: not (path / "cgroup.procs").read_text().split(), timeout=5)
-    path.rmdir()
-
-
 def test_down_after_a_dead_supervisor_never_kills_the_process_that_now_has_the_recorded_pid(
     env: dict[str, str],
 ) -> None:
     started = up(env, "kv-service@0.1.0")
     os.kill(started["supervisor_pid"], signal.SIGKILL)  # bubblewrap dies with it, and the service's namespace
-    wait_for(lambda: not _alive(started["service_pid"]), timeout=10)
+    wait_for(lambda: not alive(started["service_pid"]), timeout=10)
     bystander = subprocess.Popen(["sleep", "300"])  # an unrelated process...
     try:
         record = service_dir(env) / "status.json"
@@ -109,7 +84,7 @@ def test_down_after_a_dead_supervisor_never_kills_the_process_that_now_has_the_r
         record.write_text(json.dumps({**recorded, "service_pid": bystander.pid, "supervisor_pid": bystander.pid}))
         done = run_cli("down", "kv-service", "--json", env=env)
         assert done.returncode == 0, done.stderr
-        assert bystander.poll() is None and _alive(bystander.pid)
+        assert bystander.poll() is None and alive(bystander.pid)
         for path in (recorded.get("cgroup") or {}).get("paths", []):
             assert not Path(path).exists()  # the dead supervisor's cgroup removed by down
     finally:
@@ -178,7 +153,7 @@ def test_a_service_past_its_disk_quota_is_stopped_and_not_started_again_until_un
     assert accepted < 800, "50 MiB of values written under a 16 MiB quota"
     failed = wait_for(lambda: (s := status(quota))["state"] == "failed" and s, timeout=10)
     assert "disk quota" in failed["message"] and "sandbox_disk_mb = 16 MiB" in failed["message"], failed
-    assert not _alive(started["service_pid"])
+    assert not alive(started["service_pid"])
     state = service_dir(env) / "state"
     held = allocated(state)
     assert held > 16 * MIB  # the user's data is kept as it was...

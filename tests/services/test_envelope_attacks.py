@@ -25,6 +25,7 @@ from flakebot.services import envelope, forward
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from tests.conftest import require, run_cli, wait_for
+from tests.fakes.processes import cmdline, remove_cgroup
 
 MIB = 1024 * 1024
 
@@ -61,10 +62,10 @@ def services(tmp_path: Path) -> Iterator[Path]:
     for record in tmp_path.glob("services/*/status.json"):
         recorded = json.loads(record.read_text())
         pid = recorded.get("supervisor_pid")
-        if isinstance(pid, int) and "flakebot.services.supervisor" in _cmdline(pid):
+        if isinstance(pid, int) and "flakebot.services.supervisor" in cmdline(pid):
             os.kill(pid, signal.SIGKILL)
         for path in (recorded.get("cgroup") or {}).get("paths", []):
-            _remove_cgroup(Path(path))
+            remove_cgroup(Path(path))
     # GNU rm, not shutil.rmtree: the deep tree one attack leaves is beyond Python's recursion limit (pytest's own
     # clean-up of old temp dirs included)
     subprocess.run(["rm", "-rf", str(tmp_path / "services")], check=True)
@@ -110,25 +111,6 @@ def allocated(path: Path) -> int:
     return int(
         subprocess.run(["du", "-s", "-B1", str(path)], capture_output=True, text=True, check=True).stdout.split()[0]
     )
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _remove_cgroup(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for pid in (path / "cgroup.procs").read_text().split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    wait_for(lambda: not (path / "cgroup.procs").read_text().split(), timeout=5)
-    path.rmdir()
 
 
 FLOOD = """

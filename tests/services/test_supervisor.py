@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
-from tests.fakes.processes import descendants, own_processes
+from tests.fakes.processes import alive, cmdline, descendants, own_processes
 
 KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def _kill_leftovers(tmp_path: Path) -> None:
     for status in (tmp_path / "work" / "services").glob("*/status.json"):
         recorded = json.loads(status.read_text())
         pid = recorded.get("supervisor_pid")
-        if isinstance(pid, int) and _alive(pid) and "flakebot.services.supervisor" in _cmdline(pid):
+        if isinstance(pid, int) and alive(pid) and "flakebot.services.supervisor" in cmdline(pid):
             os.kill(pid, signal.SIGKILL)
         for pasta in pasta_pids(recorded.get("port", 0)):  # an orphan only when the code under test broke
             os.kill(pasta, signal.SIGKILL)
@@ -85,20 +85,6 @@ def client() -> httpx.Client:
 def pasta_pids(port: int) -> list[int]:
     """This test's pasta forwarding `port` (never another test run's: the port may be theirs by now)."""
     return [pid for pid, argv in descendants() if f"127.0.0.1/{port}:" in " ".join(argv)]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def port_free(port: int) -> bool:
@@ -134,7 +120,7 @@ def test_up_serves_through_the_forward_keeps_state_and_down_leaves_nothing(env: 
     stopped = run_cli("down", "kv-service", "--json", env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert json_result(stopped)["state"] == "stopped"
-    assert not any(_alive(pid) for pid in [service_pid, supervisor_pid, *pastas])
+    assert not any(alive(pid) for pid in [service_pid, supervisor_pid, *pastas])
     assert port_free(port)
     assert "kv-service: stopping (signal)" in run_cli("logs", "kv-service", env=env).stdout  # SIGTERM reached it
 
@@ -177,7 +163,7 @@ def test_a_hung_service_is_marked_unhealthy_and_restarted(env: dict[str, str]) -
     os.kill(started["service_pid"], signal.SIGSTOP)  # listening still (the kernel queues connects), answering never
     wait_for(lambda: status(env)["health"] == "unhealthy", timeout=10)
     back = wait_for(lambda: (s := status(env))["health"] == "healthy" and s["restarts"] == 1 and s, timeout=20)
-    assert back["service_pid"] != started["service_pid"] and not _alive(started["service_pid"])
+    assert back["service_pid"] != started["service_pid"] and not alive(started["service_pid"])
     assert "SIGKILL" in run_cli("logs", "kv-service", env=env).stdout  # a stopped process ignores SIGTERM
     assert run_cli("down", "kv-service", env=env).returncode == 0
 
@@ -203,7 +189,7 @@ def test_a_killed_supervisor_takes_its_service_along_and_up_all_restores_it(env:
         assert http.put(f"http://127.0.0.1:{started['port']}/kv/before", content=b"the kill").status_code == 200
     pastas = pasta_pids(started["port"])
     os.kill(started["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: not any(_alive(p) for p in [started["service_pid"], *pastas]), timeout=10)
+    wait_for(lambda: not any(alive(p) for p in [started["service_pid"], *pastas]), timeout=10)
     assert wait_for(lambda: port_free(started["port"]), timeout=5)
     lost = status(env)
     assert lost["state"] == "lost" and "nothing of the service is left running" in lost["message"]
