@@ -8,6 +8,7 @@ agent)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from flakebot.redact import redact_text, secret_values
 
 MAX_LOG_BYTES = 1024 * 1024
 MAX_LINE = 8192  # a line longer than this is cut: one endless line must not hold the rest back
+logger = logging.getLogger(__name__)
+
 SERVICE_MARK = "| "  # after the stamp: the line is the service's output, not the supervisor's note
 
 
@@ -27,6 +30,7 @@ class LogFile:
         self.limit = limit
         self.secrets = sorted({*(secrets or []), *secret_values()}, key=len, reverse=True)  # the service's own too
         self.pending = b""
+        self.dropped = 0  # lines a full (or failing) disk took: said in the log once it takes lines again
 
     def feed(self, data: bytes) -> None:
         self.pending += data
@@ -43,11 +47,23 @@ class LogFile:
             self.pending = b""
 
     def write(self, line: str) -> None:
-        text = time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + redact_text(line, self.secrets) + "\n"
-        if self.path.exists() and self.path.stat().st_size + len(text) > self.limit:
-            self.path.replace(self.path.with_name(self.path.name + ".1"))
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(text)
+        """Append `line`; a disk that refuses it (full, over quota, read-only) costs the line, never the caller: the
+        supervisor and its service outlive a full disk, and the log says how many lines it lost."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime())
+        text = stamp + redact_text(line, self.secrets) + "\n"
+        if self.dropped:
+            text = f"{stamp}flakebot: {self.dropped} log line(s) lost: the disk refused them\n{text}"
+        try:
+            if self.path.exists() and self.path.stat().st_size + len(text) > self.limit:
+                self.path.replace(self.path.with_name(self.path.name + ".1"))
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            if not self.dropped:
+                logger.warning("%s refused a line (%s): lines are dropped until it takes them", self.path, exc.strerror)
+            self.dropped += 1
+            return
+        self.dropped = 0
 
 
 def tail(path: Path, lines: int) -> list[str]:

@@ -62,6 +62,7 @@ class Supervisor:
         self.limits = SandboxLimits(**launch.get("limits", {}))
         self.quota_outcome = ""  # set when the state passed its disk quota: a stop without restarts
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
+        self.status_unwritten = False  # the disk refused the last status write (update says so once)
         self.stopping = False
         self.restarts: deque[float] = deque()
         self.total_restarts = 0
@@ -89,9 +90,18 @@ class Supervisor:
         }
 
     def update(self, **fields: Any) -> None:
+        """Record `fields` in the status; a disk that refuses the status file leaves the last one there (this one
+        is written at the next update it takes), never ending the supervisor or its service."""
         self.status.update(fields)
         self.status["updated_at"] = time.time()
-        self.where.write_status(self.status)
+        try:
+            self.where.write_status(self.status)
+        except OSError as exc:
+            if not self.status_unwritten:
+                logger.warning("status not written (%s): the last one stays until the disk takes one", exc.strerror)
+            self.status_unwritten = True
+            return
+        self.status_unwritten = False
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._stop_requested)
@@ -250,6 +260,8 @@ class Supervisor:
                 continue
             problem = health.check(self.spec.health, self.port, self.spec.check_timeout_s)
             next_check = time.monotonic() + self.spec.interval_s
+            if self.status_unwritten:
+                self.update()  # the disk refused the last status: it is tried again at each check
             if not problem:
                 failures, ever_healthy = 0, True
                 if self.status["health"] != "healthy":

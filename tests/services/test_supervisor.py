@@ -348,3 +348,39 @@ def test_only_up_network_gives_a_service_the_outside_and_never_the_hosts_loopbac
     [restored] = json_result(run_cli("up", "--all", "--json", env=env, timeout=120))["services"]
     assert restored["network"] is True and default_gateway(inside(restored["port"], "/net")) == gateway
     assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_a_full_disk_under_the_service_costs_log_lines_and_status_writes_never_the_supervisor(
+    env: dict[str, str],
+) -> None:
+    from flakebot.services.layout import ServiceDir
+
+    root = Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-service"
+    root.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)], check=True)
+    try:
+        started = up(env)
+        filler = root / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # until ENOSPC
+        log = os.open(root / "service.log", os.O_WRONLY | os.O_APPEND)  # the log's last page too: no line fits
+        try:
+            while os.write(log, b"\n" * 512):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(log)
+        os.kill(started["service_pid"], signal.SIGKILL)  # a crash: its restart writes log lines and the status
+        time.sleep(3)  # the supervisor notices, logs, writes its status and restarts it, all on a full disk
+        assert ServiceDir(root).supervisor_alive()  # it died at its first write before
+        filler.unlink()
+        again = wait_for(lambda: (s := status(env)).get("state") == "running" and s.get("restarts", 0) >= 1 and s)
+        assert again["service_pid"] != started["service_pid"] and alive(again["service_pid"])
+        with httpx.Client() as http:
+            assert http.get(f"http://127.0.0.1:{again['port']}/health").status_code == 200
+        assert run_cli("down", "kv-service", env=env).returncode == 0  # its first line since says what was lost
+        lost = run_cli("logs", "kv-service", "-n", "50", env=env).stdout
+        assert "log line(s) lost: the disk refused them" in lost, lost
+    finally:
+        run_cli("down", "kv-service", env=env)
+        subprocess.run(["umount", "-l", str(root)], check=False)
