@@ -64,7 +64,7 @@ from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
 from flakebot.toolschema import declare, field_docs, json_schema
-from flakebot.validation import check_arguments
+from flakebot.validation import check_arguments, kind_of
 
 logger = logging.getLogger(__name__)
 
@@ -375,7 +375,7 @@ class FlakebotMCP:
         arguments = dict(params.arguments or {})
         try:
             if params.name in OWN_TOOLS:
-                check_arguments(params.name, arguments, ACCEPTED.get(params.name, OWN_TOOLS[params.name][1]))
+                _check_own(params.name, arguments)
                 payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
                 return _result(payload, error=payload.get("ok") is False)  # `run` of a tool that failed
             call = await anyio.to_thread.run_sync(
@@ -402,7 +402,6 @@ class FlakebotMCP:
     # The long tools' work, as a function of the run's event sink (in a worker thread, or in a detached process).
 
     def _work_craft(self, args: dict[str, Any]) -> Work:
-        _known(args, OWN_TOOLS["craft"][1])
         settings, request = self.settings(), _request(args, CRAFT_ARGS)
 
         def work(sink: EventSink) -> dict[str, Any]:
@@ -411,7 +410,6 @@ class FlakebotMCP:
         return work
 
     def _work_improve(self, args: dict[str, Any]) -> Work:
-        _known(args, OWN_TOOLS["improve"][1])
         settings, request = self.settings(), _request(args, IMPROVE_ARGS, required=("tool", "request"))
         return lambda sink: api.improve_request(request, sink=sink, settings=settings).to_dict()
 
@@ -476,7 +474,6 @@ class FlakebotMCP:
         return await self._long(ctx, "service_up", args, changes_catalog=False)
 
     def _work_service_up(self, args: dict[str, Any]) -> Work:
-        _known(args, OWN_TOOLS["service_up"][1])
         settings, ref, port = self.settings(), _required(args, "service"), _optional_int(args, "port")
         network = _optional_bool(args, "network")
         from flakebot.services import control
@@ -506,7 +503,6 @@ class FlakebotMCP:
     async def _tool_service_request(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         from flakebot.services import proxy
 
-        _known(args, OWN_TOOLS["service_request"][1])
         name, method, path = _required(args, "service"), _required(args, "method"), _required(args, "path")
         body, content_type = args.get("body") or "", args.get("content_type") or None
         if not isinstance(body, str) or not (content_type is None or isinstance(content_type, str)):
@@ -585,6 +581,7 @@ class FlakebotMCP:
         return _job_directory(self.settings())
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+        _check_own(name, args)  # the tasks door (mcp_tasks) takes the same check as call_tool, before any job
         process, journal = _start_job(self.settings(), name, args, self.session)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
@@ -631,6 +628,11 @@ def _service_status(status: dict[str, Any]) -> dict[str, Any]:
 
 
 JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
+
+
+def _check_own(name: str, arguments: dict[str, Any]) -> None:
+    """An own tool's arguments against the schema it declares (validation.py), whichever door the call came by."""
+    check_arguments(name, arguments, ACCEPTED.get(name, OWN_TOOLS[name][1]))
 
 
 def _check_job_arguments(name: str, args: dict[str, Any]) -> None:
@@ -801,7 +803,7 @@ async def _threaded(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def _required(args: dict[str, Any], key: str) -> str:
     value = args.get(key)
     if value is not None and not isinstance(value, str):
-        raise UsageError(f"'{key}' must be a string, got {_json_type(value)}", fix=f"pass {key} as a string")
+        raise UsageError(f"'{key}' must be a string, got {kind_of(value)}", fix=f"pass {key} as a string")
     if not value or not value.strip():
         raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
     return value
@@ -812,7 +814,7 @@ def _optional_int(args: dict[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"'{key}' must be a whole number, got {_json_type(value)}", fix=f"pass {key} as a number")
+        raise UsageError(f"'{key}' must be a whole number, got {kind_of(value)}", fix=f"pass {key} as a number")
     return value
 
 
@@ -821,7 +823,7 @@ def _optional_bool(args: dict[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise UsageError(f"'{key}' must be true or false, got {_json_type(value)}", fix=f"pass {key} as a boolean")
+        raise UsageError(f"'{key}' must be true or false, got {kind_of(value)}", fix=f"pass {key} as a boolean")
     return value
 
 
@@ -836,18 +838,7 @@ def _argv(value: Any) -> list[str]:
             return shlex.split(value)
         except ValueError as exc:
             raise UsageError(f"cannot split args {value!r}: {exc}", fix="pass args as a list of strings") from None
-    raise UsageError(f"'args' must be a list of strings, got {_json_type(value)}", fix="pass args as a list of strings")
-
-
-def _json_type(value: Any) -> str:
-    names = {bool: "a boolean", int: "a number", float: "a number", dict: "an object", list: "a list"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _known(args: dict[str, Any], schema: dict[str, Any]) -> None:
-    unknown = sorted(set(args) - set(schema["properties"]))
-    if unknown:
-        raise UsageError(f"unknown argument(s): {', '.join(unknown)}", fix=f"use: {', '.join(schema['properties'])}")
+    raise UsageError(f"'args' must be a list of strings, got {kind_of(value)}", fix="pass args as a list of strings")
 
 
 def _result(payload: dict[str, Any], *, error: bool = False) -> Any:

@@ -47,7 +47,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 
 from flakebot import config, processid
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, UsageError
 from flakebot.fsutil import atomic_write_json  # another server may read a record at any moment
 from flakebot.pipeline import jobs
 
@@ -147,6 +147,8 @@ class Tasks:
             process, journal = self.jobs.start_job(ctx, params.name, dict(params.arguments or {}))
         except jobs.JobLimit as exc:  # nothing started, nothing written
             raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
+        except UsageError as exc:  # arguments the tool's schema refuses: nothing started either
+            raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}

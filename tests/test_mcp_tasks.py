@@ -246,3 +246,12 @@ def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
 def _processes_naming(directory: Path) -> list[str]:
     """Command lines of this test's live processes that name a file in `directory` (a job's names its journal)."""
     return [text for text in (" ".join(argv) for _, argv in descendants()) if str(directory) in text]
+
+
+def test_a_task_takes_the_same_argument_check_as_a_call_and_starts_nothing_when_refused(flakebot_home: Path) -> None:
+    with raw_session("2025-11-25") as session:
+        answer = session.ask("tools/call", {"name": "craft", "arguments": {"need": 123}, "task": {}})
+    assert answer["error"]["code"] == types.INVALID_PARAMS, answer
+    assert "'need' must be a string, got a whole number" in answer["error"]["message"]
+    jobs = flakebot_home / "work" / "mcp-jobs"
+    assert not jobs.exists() or not list(jobs.iterdir())  # no job, no task record
