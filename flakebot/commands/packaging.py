@@ -75,7 +75,7 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
     from flakebot.stages.catalogue import PACKAGED_NEED, catalog_name
 
     catalog_name(name, "")
-    holder = Catalog.open(settings).tools().get(name)
+    holder = Catalog.open(settings).entry(name)  # one row, not the whole index
     if holder is not None and not str(holder.get("need", "")).startswith(PACKAGED_NEED):
         raise UsageError(
             f"the catalog already has a tool named {name} for another need ({holder.get('need', '')!r})",
