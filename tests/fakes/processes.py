@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,15 +83,9 @@ def alive(pid: int) -> bool:
 
 
 def remove_cgroup(path: Path) -> None:
-    """Kill whatever a test's cgroup still holds, then remove it."""
-    from tests.conftest import wait_for
+    """Kill whatever a test's cgroup still holds, then remove it (flakebot's own Group.remove), and see it gone."""
+    from flakebot.sandbox.cgroup import Group
 
-    if not path.is_dir():
-        return
-    for pid in (path / "cgroup.procs").read_text().split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    wait_for(lambda: not (path / "cgroup.procs").read_text().split(), timeout=5)
-    path.rmdir()
+    if path.is_dir():
+        Group("v1", (path,)).remove()
+    assert not path.exists(), f"cgroup {path} left behind"
