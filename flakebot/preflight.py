@@ -82,11 +82,14 @@ def check_could_be_dir(path: Path, setting: str) -> None:
         raise HostError(f"{setting} {path} lies under {missing.parent}, which is not a directory", fix=fix)
     try:
         missing.mkdir()
-        missing.rmdir()
-    except FileExistsError:
-        pass
+    except FileExistsError:  # another process made it meanwhile (concurrent crafts): it can be a directory
+        return
     except OSError as exc:
         raise HostError(f"{setting} {path} cannot be made ({exc.strerror or exc})", fix=fix) from None
+    try:
+        missing.rmdir()
+    except OSError:  # another process is filling it already (its runs/): it is a directory, and stays
+        pass
 
 
 def check_free_space(path: Path, least_mb: int = FREE_SPACE_MB) -> None:
