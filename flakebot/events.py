@@ -2,7 +2,7 @@
 
 Kinds, in the order a run emits them: run_started, stage_started | stage_skipped, progress (any number),
 stage_finished | stage_failed, and last run_finished | run_failed. A door that follows a run adds `heartbeat` events
-in between while a step is long (flakebot.hosts.heartbeat; never in the run's events.jsonl).
+in between while a step is long (flakebot.pipeline.heartbeat; never in the run's events.jsonl).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def ignore(_event: Event) -> None:
 
 # ------------------------------------------------------------------ what a run is waiting on, for heartbeats
 # A step that may take long (the model's reply, cargo test, nix build) says so with `with waiting_on("..."):`. Outside
-# a run followed by a heartbeat (flakebot.hosts.heartbeat) that is a no-op; inside one, the heartbeat's thread reads
+# a run followed by a heartbeat (flakebot.pipeline.heartbeat) that is a no-op; inside one, the heartbeat's thread reads
 # it to say what flakebot waits on and for how long. The tracker travels in a context variable, so runs in one
 # process (the MCP server's worker threads) each see their own.
 

@@ -19,7 +19,7 @@ Who passes what (anything not listed: neutral_dir() and host_env()):
     cargo.runner, cargo.depcache     a fresh empty temp directory; the toolchain's own env (host_env for rustc -V)
     nix.build (nix build)            the flake directory flakebot generated; host_env()
     nix.standin (rustc --print)      neutral_dir(); host_env() and flakebot's cargo env
-    mcp_server (a long call's job)   neutral_dir(), then run_job works in the server's cwd; flakebot_env(keys=True)
+    mcp.server (a long call's job)   neutral_dir(), then run_job works in the server's cwd; flakebot_env(keys=True)
     services.control (supervisor)    neutral_dir(); flakebot_env()
 
 tests/test_launcher.py keeps every subprocess, os.exec*, os.spawn*, os.system and asyncio subprocess call out of

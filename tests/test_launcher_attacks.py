@@ -22,7 +22,7 @@ from tests.test_mcp import Client
 
 pytestmark = pytest.mark.slow
 CONSOLE_SCRIPT = Path(sys.executable).with_name("flakebot")  # as a user starts it: sys.path[0] is bin/, not the cwd
-PLANTED = ("flakebot/__init__.py", "flakebot/__main__.py", "flakebot/mcp_server.py", "flakebot/services/__init__.py",
+PLANTED = ("flakebot/__init__.py", "flakebot/__main__.py", "flakebot/mcp/server.py", "flakebot/services/__init__.py",
            "flakebot/services/supervisor.py", "sitecustomize.py", "usercustomize.py")  # fmt: skip
 SPY = """import os
 with open({marker!r}, "a") as out:

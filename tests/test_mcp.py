@@ -20,7 +20,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from benchmarks.scenarios.many_tools import Tools, store_path
 from benchmarks.scenarios.shout import shout_script
 from flakebot import __version__
-from flakebot.mcp_server import OWN_TOOLS
+from flakebot.mcp.server import OWN_TOOLS
 from tests.conftest import REPO, require, run_cli
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"

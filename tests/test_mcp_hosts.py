@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from flakebot.hosts.heartbeat import HEARTBEAT_SECONDS
-from flakebot.hosts.results import RESULT_BUDGET
+from flakebot.mcp.results import RESULT_BUDGET
 from flakebot.modeltext import QUOTE_NOTE
+from flakebot.pipeline.heartbeat import HEARTBEAT_SECONDS
 from tests.conftest import require, run_cli
 from tests.test_mcp import SESSION, TS_CLIENT, mcp_client, require_typescript_sdk
 

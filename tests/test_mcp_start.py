@@ -1,4 +1,4 @@
-"""`flakebot mcp`'s start (flakebot.mcp_start), over stdio as a client speaks it: `initialize` answered from the cache
+"""`flakebot mcp`'s start (flakebot.mcp.start), over stdio as a client speaks it: `initialize` answered from the cache
 is the SDK's own answer, byte for byte, for every protocol version the SDK negotiates; requests sent before the server
 is ready are answered in order; a first line that is no `initialize` goes to the SDK unchanged; and a client that
 closes its input right after its requests gets every answer."""

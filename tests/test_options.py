@@ -14,7 +14,7 @@ import pytest
 from flakebot import api
 from flakebot.cli.reference import cli_reference
 from flakebot.errors import UsageError
-from flakebot.mcp_server import OWN_TOOLS
+from flakebot.mcp.server import OWN_TOOLS
 from flakebot.pipeline.request import VERBS, Improvement, RunRequest, check_bounds, from_keywords, options
 from flakebot.toolschema import field_docs
 

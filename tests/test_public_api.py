@@ -151,7 +151,7 @@ def test_flakebot_run_starts_without_typer_rich_or_an_sdk(tmp_path: Path, monkey
 
 
 def test_the_mcp_server_imports_the_sdks_server_without_its_client() -> None:
-    loaded = _loaded_after("from flakebot.mcp_server import load_sdk\nload_sdk()")
+    loaded = _loaded_after("from flakebot.mcp.server import load_sdk\nload_sdk()")
     assert {"mcp.server.lowlevel.server", "mcp.server.stdio", "mcp_types"} <= set(loaded)
     assert [m for m in loaded if m.startswith(("mcp.client", "mcp.server.mcpserver", "typer"))] == []
 
@@ -159,7 +159,7 @@ def test_the_mcp_server_imports_the_sdks_server_without_its_client() -> None:
 def test_the_sdks_wire_models_are_built_when_first_used_and_then_work() -> None:
     """load_sdk defers the wire models' builds (start-up); a deferred model still validates and dumps as built."""
     probe = (
-        "from flakebot.mcp_server import load_sdk\nload_sdk()\n"
+        "from flakebot.mcp.server import load_sdk\nload_sdk()\n"
         "from mcp_types import _v2025_11_25 as wire\n"
         "print(wire.Tool.__pydantic_complete__)\n"
         "tool = wire.Tool.model_validate({'name': 'hi', 'inputSchema': {'type': 'object'}})\n"

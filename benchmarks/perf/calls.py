@@ -6,10 +6,10 @@ the sandbox (bubblewrap, prlimit, setpriv), the catalog and the protocol. The MC
 the server's pipes directly, so no client library's cost is counted. Rounds are interleaved (each round runs
 every measure once) so a burst of other work on the shared machine hits them alike; medians are the figures.
 P11 ends at the tools/list answer, and the `initialize` answer (given at once from flakebot's cache, before the SDK is
-imported: flakebot.mcp_start) is timed on the way, each beside `python -c pass` and with its spread; the time until the server's process ended after the client closed its stdin
+imported: flakebot.mcp.start) is timed on the way, each beside `python -c pass` and with its spread; the time until the server's process ended after the client closed its stdin
 (a client that starts a server per call waits for that) is measured beside it. What the SDK's own import costs is
 measured beside start-up: whole (`import mcp.server.lowlevel, mcp.server.stdio`) and as the server imports it
-(flakebot.mcp_server.load_sdk: the low-level server without the package's client, then gc.freeze as `flakebot mcp`
+(flakebot.mcp.server.load_sdk: the low-level server without the package's client, then gc.freeze as `flakebot mcp`
 does).
 """
 
@@ -135,7 +135,7 @@ def run(repeat: int = 7, calls: int = 15) -> dict[str, Any]:
             subprocess.run(argv, cwd=work, env=env, capture_output=True, check=True)
 
         sdk = [sys.executable, "-c", "import mcp.server.lowlevel, mcp.server.stdio"]
-        served = [sys.executable, "-c", "from flakebot.mcp_server import load_sdk; load_sdk(); import gc; gc.freeze()"]
+        served = [sys.executable, "-c", "from flakebot.mcp.server import load_sdk; load_sdk(); import gc; gc.freeze()"]
         start()  # warm-up, not counted: writes the bytecode, the initialize cache and the sandbox probe's record
         for name in ("mcp_initialize", "mcp_start", "mcp_closed"):
             samples[name].clear()

@@ -24,7 +24,7 @@ from typing import Any
 
 # A craft whose model takes minutes to write the spec: its job keeps running while the attack looks.
 SLOW_MODEL = {"format": 1, "stages": {"spec": [{"fault": {"kind": "slow", "seconds": 300}, "content": "too late"}]}}
-FORGED = "20261125-120000-1-{:016x}"  # a task id shaped like the server's (mcp_server._journal_path)
+FORGED = "20261125-120000-1-{:016x}"  # a task id shaped like the server's (server._journal_path)
 
 
 def slow_craft(scratch: Path, wait: bool | None = False) -> dict[str, Any]:

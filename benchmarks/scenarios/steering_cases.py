@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-PACKAGE = ("flakebot/__init__.py", "flakebot/__main__.py", "flakebot/mcp_server.py", "flakebot/services/__init__.py",
+PACKAGE = ("flakebot/__init__.py", "flakebot/__main__.py", "flakebot/mcp/server.py", "flakebot/services/__init__.py",
            "flakebot/services/supervisor.py", "sitecustomize.py", "usercustomize.py")  # fmt: skip
 SPY = """with open({marker!r}, "a") as out:
     out.write({name!r} + " " + open("/proc/self/cmdline", "rb").read().replace(b"\\0", b" ").decode() + "\\n")

@@ -456,7 +456,7 @@ def mcp_cmd(
     ] = None,
 ) -> None:
     """Serve flakebot as an MCP server over stdio: its own tools (craft, status, resume, ...) and every crafted tool."""
-    from flakebot.mcp_server import load_sdk, serve
+    from flakebot.mcp.server import load_sdk, serve
 
     load_sdk()
     serve(grant_roots=list(grant_root or []))

@@ -150,12 +150,12 @@ def _json_arguments(text: str) -> Any:
 def _mcp(grant_roots: list[str]) -> int:
     import gc
 
-    from flakebot.mcp_start import open_session
+    from flakebot.mcp.start import open_session
 
     # The first line, and `initialize` answered from the cache, before the SDK's imports (0.3-0.6 s): hosts give a
-    # server about a second to answer it (flakebot.mcp_start).
+    # server about a second to answer it (flakebot.mcp.start).
     opening = open_session()
-    from flakebot.mcp_server import load_sdk, serve
+    from flakebot.mcp.server import load_sdk, serve
 
     load_sdk()
     # What the imports made lives as long as the process: keep it out of every collection, the one at exit too

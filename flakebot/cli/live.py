@@ -15,8 +15,8 @@ from rich.text import Text
 from flakebot.cli.jsonout import json_line as json_line  # re-exported: the commands print JSON through live
 from flakebot.cli.jsonout import json_result as json_result
 from flakebot.events import Event, EventSink
-from flakebot.hosts.heartbeat import beating
 from flakebot.modeltext import one_line
+from flakebot.pipeline.heartbeat import beating
 
 STATUS_STYLE = {
     "pending": ("·", "dim"),

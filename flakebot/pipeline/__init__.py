@@ -6,6 +6,7 @@
     cleanup.py  what clean removes from a run directory, and `flakebot clean`
     models.py   the run's model for a stage (one transcript, one budget across stages and resumes)
     jobs.py     long MCP calls' jobs: admission (max_jobs, max_session_jobs) and identity (pid + start time)
+    heartbeat.py a heartbeat event while a step is long, naming what the run waits on (events.waiting_on)
 
 May import flakebot.config, errors, events, fsutil, llm (models.py only). Never stages/ (they import this).
 """

@@ -126,7 +126,7 @@ def live_records(directory: Path) -> list[dict[str, Any]]:
 
 
 def _done(record: Path, job_id: str) -> bool:
-    """Whether the job's journal ends with its result or error (mcp_server.run_job writes it last)."""
+    """Whether the job's journal ends with its result or error (mcp.server.run_job writes it last)."""
     try:
         last = record.with_name(f"{job_id}.jsonl").read_text().splitlines()[-1:]
         line = json.loads(last[0]) if last else {}

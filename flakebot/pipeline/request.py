@@ -5,7 +5,7 @@ A craft fills the craft fields, an improve adds `improve`, a package the package
 use stays at its default. Every field's docstring is what it means.
 
 An option is declared once, here: a field made with `option(...)` names the verbs that take it and how each door
-spells it. The CLI's typer options (flakebot.cli.options), the MCP tools' input schemas (flakebot.mcp_server) and the
+spells it. The CLI's typer options (flakebot.cli.options), the MCP tools' input schemas (flakebot.mcp.server) and the
 Python API's keywords (flakebot.api) are generated from these fields, their types and their docstrings; a field
 with `setting=True` overrides the setting of the same name for this run (`overrides()`).
 """

@@ -15,11 +15,11 @@ when the client ends its session (LangChain's adapters start a server for every 
 after it); its events, with a heartbeat at least every HEARTBEAT_SECONDS while a step is long, are in the state
 directory's mcp-jobs/. Each job passes admission first (pipeline.jobs: max_jobs, max_session_jobs; refused past
 either, docs/limits.md). A request that carries a progress token is answered when the work is done, each event
-relayed as notifications/progress (flakebot.hosts.follow); one without (the OpenAI Agents SDK's, whose requests time
+relayed as notifications/progress (flakebot.mcp.follow); one without (the OpenAI Agents SDK's, whose requests time
 out after 5 s) gets a run handle as soon as the run exists, and follows it with `status` (whose wait_seconds holds
 an answer until the run moves on). `wait: true` or `detach: true` overrides either default. Results are compact
-(flakebot.hosts.results) and tools carry annotations (flakebot.hosts.hints). On protocol 2025-11-25 the long
-tools are also MCP tasks (flakebot.mcp_tasks): a call with a `task` param is answered at once with a task naming
+(flakebot.mcp.results) and tools carry annotations (flakebot.mcp.hints). On protocol 2025-11-25 the long
+tools are also MCP tasks (flakebot.mcp.tasks): a call with a `task` param is answered at once with a task naming
 such a detached job, followed with tasks/get and tasks/result. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
 (and as structuredContent); a failure is flakebot's error object with isError set.
@@ -48,18 +48,19 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from flakebot import __version__, api, config, launcher, mcp_start, preflight
+from flakebot import __version__, api, config, launcher, preflight
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
-from flakebot.hosts.follow import MAX_WAIT_SECONDS, follow_job, wait_seconds, waited_status
-from flakebot.hosts.heartbeat import with_heartbeat
-from flakebot.hosts.hints import tool_annotations
-from flakebot.hosts.results import compact_result, compact_status
-from flakebot.mcp_start import Opening
+from flakebot.mcp import start as mcp_start
+from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job, wait_seconds, waited_status
+from flakebot.mcp.hints import tool_annotations
+from flakebot.mcp.results import compact_result, compact_status
+from flakebot.mcp.start import Opening
 from flakebot.modeltext import one_line
 from flakebot.pipeline import jobs
+from flakebot.pipeline.heartbeat import with_heartbeat
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
@@ -318,7 +319,7 @@ class FlakebotMCP:
     def server(self) -> Any:
         from mcp.server.lowlevel import Server
 
-        from flakebot import mcp_tasks
+        from flakebot.mcp import tasks as mcp_tasks
 
         server = Server(
             "flakebot",
@@ -334,7 +335,7 @@ class FlakebotMCP:
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
 
-        from flakebot.mcp_tasks import execution
+        from flakebot.mcp.tasks import execution
 
         own = [
             types.Tool(
@@ -575,7 +576,7 @@ class FlakebotMCP:
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
-    # What flakebot.mcp_tasks needs of the detached jobs (its Jobs protocol).
+    # What flakebot.mcp.tasks needs of the detached jobs (its Jobs protocol).
 
     def job_directory(self) -> Path:
         return _job_directory(self.settings())
@@ -657,7 +658,7 @@ def _start_job(
     limits = jobs.Limits.of(settings)
     with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
         journal = _journal_path(settings)
-        code = "from flakebot.mcp_server import run_job; run_job(*sys.argv[1:5])"
+        code = "from flakebot.mcp.server import run_job; run_job(*sys.argv[1:5])"
         # isolated, started in flakebot's empty directory; the work itself is done in the server's (run_job)
         argv = launcher.python_code(code, name, json.dumps(args), str(journal), os.getcwd())
         with open(journal.with_suffix(".log"), "ab") as log:
@@ -905,7 +906,7 @@ def serve(
     """Serve over stdio until the client disconnects, answering every request read before it did; jobs still running
     then are interrupted (resume them later). `grant_roots`: the user's --grant-root directories, added to the
     grant_roots setting for every call. `opening`: what `flakebot mcp` read (and answered) before the SDK started
-    (flakebot.mcp_start); the SDK reads it first."""
+    (flakebot.mcp.start); the SDK reads it first."""
     anyio.run(_serve, FlakebotMCP(settings, grant_roots), opening)
 
 
@@ -928,7 +929,7 @@ async def _serve(state: FlakebotMCP, opening: Opening | None) -> None:
 
 class _Unanswered:
     """The requests read and not yet answered (by id), so that the end of input waits for their answers; and the
-    opening `initialize` (flakebot.mcp_start), whose answer from the SDK goes to the client only when none was sent
+    opening `initialize` (flakebot.mcp.start), whose answer from the SDK goes to the client only when none was sent
     early."""
 
     def __init__(self, opening: Opening | None) -> None:
@@ -978,7 +979,7 @@ class _Unanswered:
 
 async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any:
     """The stream the SDK writes to: each message goes on to `write`, counted as an answer; the SDK's answer to an
-    `initialize` answered early is checked against it and cached (flakebot.mcp_start.settle), not sent twice."""
+    `initialize` answered early is checked against it and cached (flakebot.mcp.start.settle), not sent twice."""
     sender, receiver = anyio.create_memory_object_stream[Any](0)
 
     async def relay() -> None:

@@ -63,12 +63,12 @@ DEFAULT_TTL_MS = 24 * 3600 * 1000
 MAX_TTL_MS = 30 * 24 * 3600 * 1000
 PAGE_SIZE = 50  # tasks per tasks/list page
 CANCEL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a cancelled job's process group
-TASK_ID = re.compile(r"\d{8}-\d{6}-\d+-[0-9a-f]+")  # a journal's name (mcp_server._journal_path)
+TASK_ID = re.compile(r"\d{8}-\d{6}-\d+-[0-9a-f]+")  # a journal's name (server._journal_path)
 TERMINAL = ("completed", "failed", "cancelled")
 
 
 class Jobs(Protocol):
-    """What tasks need of the server (mcp_server.FlakebotMCP): its detached jobs."""
+    """What tasks need of the server (server.FlakebotMCP): its detached jobs."""
 
     def settings(self) -> config.Settings:
         """The settings (task_result_wait)."""

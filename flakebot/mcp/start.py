@@ -5,7 +5,7 @@ Importing the SDK's server and flakebot's takes 0.3-0.6 s on a loaded machine, a
 second to answer `initialize` (Codex) runs on without its tools when that is missed. So the process reads its first
 line with plain Python, and when it is an `initialize` whose answer the cache holds, writes that answer before
 importing anything else. The SDK stays the source of truth: it reads the same bytes (the first line included) as if
-nothing had been read, answers the same `initialize` itself, and the server swallows that answer (mcp_server._serve),
+nothing had been read, answers the same `initialize` itself, and the server swallows that answer (server._serve),
 checks it against what was sent (`settle`), and caches it, so the next start answers from the cache. A mismatch (a
 stale cache) is logged and the cache refreshed.
 
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_FILE = "mcp-initialize.json"
 FIRST_LINE_LIMIT = 1 << 20  # bytes read looking for the first newline; a longer first line is the SDK's alone
-SOURCES = ("mcp_server.py", "mcp_tasks.py")  # flakebot's files that decide the answer (instructions, capabilities)
+SOURCES = ("mcp/server.py", "mcp/tasks.py")  # flakebot's files that decide the answer (instructions, capabilities)
 
 
 @dataclass
@@ -180,7 +180,7 @@ def _cache_key() -> str:
     modification times."""
     import importlib.util
 
-    here = Path(__file__).parent
+    here = Path(__file__).parent.parent  # the package root: SOURCES name files under it
     sources = [(name, (s := (here / name).stat()).st_size, s.st_mtime_ns) for name in SOURCES]
     spec = importlib.util.find_spec("mcp")  # a top-level package: found, not imported
     sdk = "none"
