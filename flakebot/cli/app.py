@@ -572,11 +572,11 @@ def publish_cmd(
 # ---------------------------------------------------------------- bench
 
 
-# ---------------------------------------------------------------- services (cli/serve.py)
+# ---------------------------------------------------------------- the command table's commands (cli/generated.py)
 
-from flakebot.cli.serve import register as _register_services  # noqa: E402
+from flakebot.cli.generated import register as _register_table  # noqa: E402
 
-_register_services(app, lambda: G.settings)
+_register_table(app, {"config": config_app}, G)
 
 
 # ---------------------------------------------------------------- entry point

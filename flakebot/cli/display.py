@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
+from flakebot.cli.jsonout import json_result
 from flakebot.cli.live import STATUS_STYLE, out
 from flakebot.modeltext import markup, one_line, plain
 
@@ -270,3 +273,35 @@ def print_models(providers: list[dict[str, Any]]) -> None:
         key = f"{p['key_env']} {'set' if p['key_present'] else 'NOT SET'}" if p["key_required"] else "not needed"
         table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
     out.print(table)
+
+
+# ---------------------------------------------------------------- displays of the command table's commands
+
+
+def show_services(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        json_result(result)
+    elif not result["services"]:
+        out.print("No services: start one with 'flakebot up NAME'.")
+    else:
+        print_services(result["services"])
+
+
+def show_logs(result: dict[str, Any], as_json: bool) -> None:
+    """A service's lines as they are (no markup); with follow, the lines written after them until Ctrl-C."""
+    if as_json:
+        json_result({k: v for k, v in result.items() if k != "following"})
+        return
+    for line in result["lines"]:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    try:
+        for line in result.get("following", ()):
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        return
+
+
+# command name -> how the CLI shows its result to a person, or as JSON (cli/generated.py); may return an exit code
+SHOWN: dict[str, Callable[[Any, bool], int | None]] = {"services": show_services, "logs": show_logs}

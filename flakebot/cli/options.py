@@ -41,6 +41,11 @@ def request_command(
     return decorate
 
 
+def request_parameters(verb: str) -> list[tuple[inspect.Parameter, bool]]:
+    """The typer parameters of `verb`'s request fields, each with whether it is positional."""
+    return [*_parameters(Improvement, verb), *_parameters(RunRequest, verb)]
+
+
 def build_request(verb: str, given: dict[str, Any]) -> RunRequest:
     """The RunRequest (with its Improvement for improve) the typer values of `verb` make; paths resolved as given."""
     values = {f.name: _value(given[f.name], meta) for f, meta in options(RunRequest, verb)}

@@ -33,13 +33,6 @@ OWN: dict[str, dict[str, Any]] = {
     "runs": _hints("List runs", True, False, True, False),
     "run": _hints("Run a crafted tool", False, True, False, False),
     "rm": _hints("Remove a crafted tool", False, True, True, False),
-    # services: started, stopped and asked on this machine only; service_up may give one outbound network (its
-    # `network` argument), so it is open-world; the others act on this machine only
-    "service_up": _hints("Start or upgrade a service", False, False, False, True),
-    "service_down": _hints("Stop a service", False, True, True, False),
-    "services": _hints("List services", True, False, True, False),
-    "service_logs": _hints("Read a service's log", True, False, True, False),
-    "service_request": _hints("Send an HTTP request to a service", False, True, False, False),
 }
 # A crafted tool: sandboxed, no network, reads what its arguments name, writes (and may overwrite) only the paths a
 # call names in `writable`.
@@ -47,5 +40,11 @@ CRAFTED = _hints("", False, True, False, False)
 
 
 def tool_annotations(name: str) -> dict[str, Any]:
-    """A tool's annotations as tools/list sends them (camelCase keys): flakebot's own, or a crafted tool's."""
+    """A tool's annotations as tools/list sends them (camelCase keys): flakebot's own (a command's hints), or a
+    crafted tool's."""
+    from flakebot.commands.table import by_mcp_name
+
+    command = by_mcp_name().get(name)
+    if command is not None and command.hints is not None:
+        return command.hints.annotations()
     return OWN.get(name) or {**CRAFTED, "title": name}

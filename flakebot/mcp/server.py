@@ -49,11 +49,13 @@ import anyio
 import anyio.to_thread
 
 from flakebot import __version__, api, config, launcher, preflight
+from flakebot.commands.table import Command
 from flakebot.deliver.schema import Field, closed_object, strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.mcp import start as mcp_start
+from flakebot.mcp import tooltable
 from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job, wait_seconds, waited_status
 from flakebot.mcp.hints import tool_annotations
 from flakebot.mcp.results import compact_result, compact_status
@@ -190,59 +192,6 @@ class OwnTools:
         tool: The tool's name.
         """
 
-    def service_up(self, service: str, port: int | None = None, network: bool | None = None) -> None:
-        """Start a catalogued service (sandboxed, no network unless `network` is true, its state kept across restarts
-        and versions) and answer once it is healthy, with its status. It never replaces the program of a service that
-        runs (an upgrade to NAME@VERSION is the user's `flakebot up NAME@VERSION`) and never starts one the user gave
-        secrets (the user's `flakebot restart NAME`). Reach it with service_request. Can run as an MCP task; otherwise it
-        answers once the service is healthy (seconds; at most the service's start timeout).
-
-        service: A catalogued service: NAME, or NAME@VERSION.
-        port: Host port on 127.0.0.1 (1024-65535); null for a free one.
-        network: true: the service may reach the outside (never the host's 127.0.0.1), kept over its restarts and
-            upgrades; false or absent: no network.
-        """
-
-    def service_down(self, service: str) -> None:
-        """Stop a service: SIGTERM, SIGKILL after its grace period; its state is kept for the next start.
-
-        service: The service's name.
-        """
-
-    def services(self) -> None:
-        """List the services started here: version (and the previous one), state, port, network, health, restarts,
-        uptime."""
-
-    def service_logs(self, service: str, lines: int | None = None) -> None:
-        """The last lines of a service's log (its output and the supervisor's notes, redacted).
-
-        service: The service's name.
-        lines: How many of the last lines (1-500, default 50).
-        """
-
-    def service_request(
-        self,
-        service: str,
-        method: str,
-        path: str,
-        body: str | None = None,
-        content_type: str | None = None,
-        timeout_seconds: int | None = None,
-    ) -> None:
-        """Send one HTTP request to a running service through flakebot (to 127.0.0.1 and that service's own port
-        only; redirects are returned, not followed) and return its status, content type and body (at most 1 MiB).
-
-        service: The service's name.
-        method: GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS.
-        path: The path and query on the service, starting with '/' (printable ASCII, percent-encode the rest).
-        body: The request body (text, at most 1 MiB).
-        content_type: The body's Content-Type.
-        timeout_seconds: For the whole exchange (default 10, at most 60).
-        """
-
-
-SERVICE_TOOLS = ("service_up", "service_down", "services", "service_logs", "service_request")
-
 
 def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
     """Each own tool's description and strict input schema (deliver/schema.py), in the order clients list them."""
@@ -251,13 +200,14 @@ def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
         "improve": (IMPROVE_ARGS, ("tool", "request")),
         "package": (PACKAGE_ARGS, ("target",)),
     }
-    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm",
-             *SERVICE_TOOLS)  # fmt: skip
+    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
     tools = {}
     for name in names:
         declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
         schema = _request_schema(*requests[name]) if name in requests else strict_schema(declared)
         tools[name] = (declared.description, schema)
+    for name, command in tooltable.table_tools().items():
+        tools[name] = (tooltable.description(command), tooltable.input_schema(command))
     return tools
 
 
@@ -285,6 +235,7 @@ def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, .
     return RunRequest(**plain, improve=Improvement(**improvement) if improvement else None)
 
 
+TABLE_TOOLS = tooltable.table_tools()
 OWN_TOOLS = _own_tools()
 # What a tool accepts beyond its declared schema, as its description says: `run`'s args as one string, split as a
 # shell would (the declared schema stays an array, the form every client can send).
@@ -377,7 +328,11 @@ class FlakebotMCP:
         try:
             if params.name in OWN_TOOLS:
                 _check_own(params.name, arguments)
-                payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
+                command = TABLE_TOOLS.get(params.name)
+                if command is not None:
+                    payload = await self._call_command(ctx, command, arguments)
+                else:
+                    payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
                 return _result(payload, error=payload.get("ok") is False)  # `run` of a tool that failed
             call = await anyio.to_thread.run_sync(
                 lambda: api.call_tool(params.name, arguments, self.settings(), cwd=self.start)
@@ -469,62 +424,31 @@ class FlakebotMCP:
         await _tools_changed(ctx)
         return removed
 
-    # ------------------------------------------------------------ services (flakebot.services)
+    # ------------------------------------------------------------ the command table's tools (mcp/tooltable.py)
 
-    async def _tool_service_up(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "service_up", args, changes_catalog=False)
+    async def _call_command(self, ctx: Any, command: Command, args: dict[str, Any]) -> dict[str, Any]:
+        if command.long:
+            return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
+        settings, arguments = self.settings(), tooltable.arguments(command, args)
+        result = await anyio.to_thread.run_sync(lambda: command.call(arguments, settings=settings, agent=True))
+        if command.changes_catalog:
+            await _tools_changed(ctx)
+        return {"ok": True, **_for_agent(command, result)}
 
-    def _work_service_up(self, args: dict[str, Any]) -> Work:
-        settings, ref, port = self.settings(), _required(args, "service"), _optional_int(args, "port")
-        network = _optional_bool(args, "network")
-        from flakebot.services import control
-
-        control.check_up(ref, settings, port)  # what needs nothing started, before a job exists
-        # an agent's up: it never upgrades a running service nor starts one the user gave secrets (identity.py)
-        return lambda sink: _service_status(control.up(ref, settings, port=port, network=network, agent=True))
-
-    async def _tool_service_down(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        from flakebot.services import control
-
-        return await _threaded(lambda: _service_status(control.down(_required(args, "service"), self.settings())))
-
-    async def _tool_services(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        from flakebot.services import control
-
-        return await _threaded(lambda: {"services": [_service_status(s) for s in control.statuses(self.settings())]})
-
-    async def _tool_service_logs(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        from flakebot.services import control
-
-        name, lines = _required(args, "service"), _optional_int(args, "lines")
-        lines = 50 if lines is None else lines
-        found = await anyio.to_thread.run_sync(lambda: control.logs(name, self.settings(), lines=lines, most=500))
-        return {"ok": True, "service": name, "lines": [line[:2000] for line in found]}
-
-    async def _tool_service_request(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        from flakebot.services import proxy
-
-        name, method, path = _required(args, "service"), _required(args, "method"), _required(args, "path")
-        body, content_type = args.get("body") or "", args.get("content_type") or None
-        if not isinstance(body, str) or not (content_type is None or isinstance(content_type, str)):
-            raise UsageError("body and content_type must be strings", fix="pass text, or null")
-        timeout = args.get("timeout_seconds") or proxy.DEFAULT_TIMEOUT
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise UsageError("timeout_seconds must be a number", fix="pass seconds, or null")
-        settings = self.settings()
-        answer = await anyio.to_thread.run_sync(
-            lambda: proxy.request(
-                name, settings, method, path, body=body, content_type=content_type, timeout=float(timeout)
-            )  # fmt: skip
-        )
-        return {"ok": True, "service": name, **answer}
+    def _work_command(self, command: Command, args: dict[str, Any]) -> Work:
+        """A long command's work as a function of the run's event sink: its arguments made (and checked by its
+        own check) before anything starts."""
+        settings, arguments = self.settings(), tooltable.arguments(command, args)
+        if command.check is not None:
+            command.call_check(arguments, settings=settings, agent=True)
+        return lambda sink: _for_agent(command, command.call(arguments, settings=settings, sink=sink, agent=True))
 
     # ------------------------------------------------------------ long work
 
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         """Long work: to its end in a worker thread with progress notifications, or (wait=False) in a process of its
         own, answered as soon as its run exists (the run goes on when this client's session ends)."""
-        getattr(self, f"_work_{name}")(args)  # the arguments are checked here, before anything starts
+        self.work(name, args)  # the arguments are checked here, before anything starts
         if not _wait(ctx, args):
             return await self._detached(ctx, name, args, changes_catalog)
         return await self._followed(ctx, name, args, changes_catalog)
@@ -576,6 +500,13 @@ class FlakebotMCP:
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
+    def work(self, name: str, args: dict[str, Any]) -> Work:
+        """Long tool `name`'s work for these arguments, checked before anything starts."""
+        command = TABLE_TOOLS.get(name)
+        if command is not None:
+            return self._work_command(command, args)
+        return getattr(self, f"_work_{name}")(args)  # type: ignore[no-any-return]
+
     # What flakebot.mcp.tasks needs of the detached jobs (its Jobs protocol).
 
     def job_directory(self) -> Path:
@@ -618,14 +549,15 @@ class FlakebotMCP:
 
 Work = Callable[[EventSink], dict[str, Any]]
 # The long tools (their work can run detached, or as MCP tasks), and whether each changes the catalog.
-LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False, "service_up": False}
-SERVICE_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "network",
-                  "restarts", "uptime_s", "message")  # fmt: skip
+LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False} | {
+    name: command.changes_catalog for name, command in TABLE_TOOLS.items() if command.long
+}
 
 
-def _service_status(status: dict[str, Any]) -> dict[str, Any]:
-    """A service's status as an agent needs it (no pids or host paths)."""
-    return {k: status.get(k) for k in SERVICE_FIELDS}
+def _for_agent(command: Command, result: Any) -> dict[str, Any]:
+    """A command's result as an agent gets it: its data, compacted as the command says."""
+    data = command.data(result)
+    return command.agent(data) if command.agent is not None else data
 
 
 JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
@@ -693,7 +625,7 @@ def run_job(name: str, arguments: str, journal: str, workdir: str | None = None)
             out.write(json.dumps(line, default=str) + "\n")
 
     try:
-        work = getattr(FlakebotMCP(), f"_work_{name}")(json.loads(arguments))
+        work = FlakebotMCP().work(name, json.loads(arguments))
         write({"result": with_heartbeat(work, lambda event: write(event.to_dict()))})
     except FlakebotError as exc:
         write({"error": exc.result()})
