@@ -4,6 +4,7 @@
 
     result = flakebot.craft("need a CSV deduper")  # a CraftResult: the tool's name, manifest, usage
     flakebot.call_tool(result.name, {"args": ["--help"]})
+    flakebot.up("kv-store")  # a catalogued service, started and healthy: its port, state, version
 
 The names below are flakebot.api's, Settings (flakebot.config), RunRequest (a run's input, flakebot.pipeline.request)
 and the root of the exception tree (flakebot.errors).
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         search,
         status,
     )
+    from flakebot.commands.services import down, list_services, up
     from flakebot.config import Settings
     from flakebot.errors import FlakebotError
     from flakebot.pipeline.request import RunRequest
@@ -45,6 +47,9 @@ _LAZY = {
     "call_tool": "flakebot.api",
     "list_tools": "flakebot.api",
     "CraftResult": "flakebot.api",
+    "up": "flakebot.api",
+    "down": "flakebot.api",
+    "list_services": "flakebot.api",
     "Settings": "flakebot.config",
     "FlakebotError": "flakebot.errors",
     "RunRequest": "flakebot.pipeline.request",
@@ -58,12 +63,15 @@ __all__ = [
     "__version__",
     "call_tool",
     "craft",
+    "down",
     "improve",
+    "list_services",
     "list_tools",
     "package",
     "resume",
     "search",
     "status",
+    "up",
 ]
 
 if not TYPE_CHECKING:  # for type checkers the imports above are the whole module: no name is silently Any

@@ -1,11 +1,12 @@
-"""What the CLI, the MCP server and Python users call: the commands (flakebot.commands, one module per verb),
-re-exported by name, and `evaluate`. Each function returns plain data or a typed result."""
+"""What Python users call: every command of the command table (flakebot.commands.table) under its function's name,
+bound from the table (a command added there is here too), and the library functions the doors use beside them
+(a crafted tool's call and definitions). Each function returns plain data or a typed result."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flakebot import config
 from flakebot.commands.catalog_tools import (
@@ -25,6 +26,7 @@ from flakebot.commands.packaging import package, package_request
 from flakebot.commands.runs import list_runs, remove_runs, resume, resume_report, run_result, show, show_run, status
 from flakebot.commands.setup import models, search, set_setting, settings_report
 from flakebot.commands.share import install, list_remote, publish
+from flakebot.commands.table import commands
 from flakebot.pipeline.request import Improvement, RunRequest
 
 if TYPE_CHECKING:
@@ -65,6 +67,15 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
     "tool_manifest",
 ]
 INTERNAL = (craft_result, run_result)  # public-looking, but they take a Run (flakebot's own)
+
+# The command table's functions: each command under its function's name (commands/table.py).
+COMMANDS = {command.api: command.run for command in commands() if "api" in command.doors}
+globals().update(COMMANDS)
+__all__ = sorted({*__all__, *COMMANDS})
+
+
+def __getattr__(name: str) -> Any:  # for type checkers: a command's function is bound above, from the table
+    raise AttributeError(f"module 'flakebot.api' has no attribute {name!r}")
 
 
 def evaluate(

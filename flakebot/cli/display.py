@@ -277,7 +277,21 @@ def print_models(providers: list[dict[str, Any]]) -> None:
 
 # ---------------------------------------------------------------- displays of the command table's commands
 
+# command name -> how the CLI shows its result to a person, or as JSON (cli/generated.py); may return an exit code
+SHOWN: dict[str, Callable[[Any, bool], int | None]] = {}
 
+
+def shows(name: str) -> Callable[[Callable[[Any, bool], int | None]], Callable[[Any, bool], int | None]]:
+    """Make the decorated function the CLI's display of command `name`'s result."""
+
+    def register(display: Callable[[Any, bool], int | None]) -> Callable[[Any, bool], int | None]:
+        SHOWN[name] = display
+        return display
+
+    return register
+
+
+@shows("services")
 def show_services(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         json_result(result)
@@ -287,6 +301,7 @@ def show_services(result: dict[str, Any], as_json: bool) -> None:
         print_services(result["services"])
 
 
+@shows("logs")
 def show_logs(result: dict[str, Any], as_json: bool) -> None:
     """A service's lines as they are (no markup); with follow, the lines written after them until Ctrl-C."""
     if as_json:
@@ -301,7 +316,3 @@ def show_logs(result: dict[str, Any], as_json: bool) -> None:
             sys.stdout.flush()
     except KeyboardInterrupt:
         return
-
-
-# command name -> how the CLI shows its result to a person, or as JSON (cli/generated.py); may return an exit code
-SHOWN: dict[str, Callable[[Any, bool], int | None]] = {"services": show_services, "logs": show_logs}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The command modules, in the order `flakebot --help` and MCP's tools/list show their commands: the one table.
-MODULES = ("services",)
+MODULES = ("craft", "improve", "runs", "setup", "catalog_tools", "packaging", "share", "services")
 
 DOORS = frozenset({"cli", "mcp", "api"})
 GIVEN = ("settings", "sink", "agent")  # what a door passes itself (agent: the caller is a model, over MCP)
@@ -169,7 +169,7 @@ def commands() -> tuple[Command, ...]:
     """Every command, in MODULES' order."""
     found: list[Command] = []
     for module in MODULES:
-        found += importlib.import_module(f"flakebot.commands.{module}").COMMANDS
+        found += getattr(importlib.import_module(f"flakebot.commands.{module}"), "COMMANDS", [])
     names = [c.name for c in found]
     repeated = {n for n in names if names.count(n) > 1}
     if repeated:

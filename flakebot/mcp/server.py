@@ -202,7 +202,7 @@ def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
     }
     names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
     tools = {}
-    for name in names:
+    for name in [n for n in names if n not in TABLE_TOOLS]:
         declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
         schema = _request_schema(*requests[name]) if name in requests else strict_schema(declared)
         tools[name] = (declared.description, schema)
