@@ -435,7 +435,7 @@ class FlakebotMCP:
             await _tools_changed(ctx)
         return {"ok": True, **_for_agent(command, result)}
 
-    def _work_command(self, command: Command, args: dict[str, Any]) -> Work:
+    def _command_work(self, command: Command, args: dict[str, Any]) -> Work:
         """A long command's work as a function of the run's event sink: its arguments made (and checked by its
         own check) before anything starts."""
         settings, arguments = self.settings(), tooltable.arguments(command, args)
@@ -504,7 +504,7 @@ class FlakebotMCP:
         """Long tool `name`'s work for these arguments, checked before anything starts."""
         command = TABLE_TOOLS.get(name)
         if command is not None:
-            return self._work_command(command, args)
+            return self._command_work(command, args)
         return getattr(self, f"_work_{name}")(args)  # type: ignore[no-any-return]
 
     # What flakebot.mcp.tasks needs of the detached jobs (its Jobs protocol).
