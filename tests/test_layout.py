@@ -42,7 +42,7 @@ ALLOWED = {
     "commands": {"crates", "deliver", "llm", "nix", "pipeline", "services", "source", "stages"},
     "evaluate": {"commands", "llm", "pipeline", "sandbox", "source"},
     "mcp": {"api", "commands", "deliver", "pipeline", "services", "validation"},
-    "services": {"api", "deliver", "nix", "sandbox"},
+    "services": {"deliver", "nix", "sandbox"},
 }
 NEVER_IMPORTED = {"cli", "mcp"}  # the outermost callers: nothing in the library reaches back to them
 

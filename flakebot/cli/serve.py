@@ -36,9 +36,9 @@ def register(app: typer.Typer, settings: Any) -> None:
         kept over a restart) and catalog it as a service for 'flakebot up'."""
         from pathlib import Path
 
+        from flakebot.commands.package_service import package_service
         from flakebot.services.declaration import Health, ServiceSpec
         from flakebot.services.lifecycle import Examples
-        from flakebot.services.register import package_service
 
         spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace,
                            start_s=start_timeout)  # fmt: skip

@@ -11,8 +11,8 @@ from typing import Any
 from flakebot.errors import NixError
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
+from flakebot.services.catalogued import service_manifest, usage_markdown
 from flakebot.services.crafting import ServiceNeed, lifecycle_of
-from flakebot.services.register import service_manifest, usage_markdown
 from flakebot.stages.outputs import AcquireOut, SpecOut
 
 
