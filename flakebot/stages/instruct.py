@@ -45,7 +45,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
 
         manifest, usage_md = instruct_service(ctx, spec, package, binary, nix_run, need)
         manifest.update(catalog_dir=str(catalog.version_dir(spec.name, version)), catalog_version=version)
-        entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+        entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
     help_text = observe(ctx, [str(binary), "--help"]).stdout
@@ -74,11 +74,11 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         manifest["improves"] = {"version": improve.from_version, "request": improve.request}
     # it quotes the tool's output; JSON records are redacted as written
     usage_md = redact_text(usage_markdown(manifest))
-    entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+    entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
-def catalogue(
+def add_to_catalog(
     ctx: StageContext,
     catalog: Catalog,
     name: str,
