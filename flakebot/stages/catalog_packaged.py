@@ -18,9 +18,10 @@ from typing import Any
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import UsageError
+from flakebot.nix.command import require_nix_run_target
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
-from flakebot.stages.instruct import add_to_catalog, observe, package_run, require_nix_run_target
+from flakebot.stages.instruct import add_to_catalog, observe, package_run
 from flakebot.stages.outputs import CatalogOut, LocateOut, PackageOut
 from flakebot.toolspec import NAME_RE
 
@@ -97,7 +98,7 @@ def _help(ctx: StageContext, built: PackageOut) -> tuple[str, str]:
 
 def _verify(ctx: StageContext, package: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
     """The `nix run` command a caller will use must start the binary the smoke run ran (evaluated, not run)."""
-    program = require_nix_run_target(ctx, package, "smoke-run")
+    program = require_nix_run_target(package, "smoke-run", ctx.settings.nix_build_timeout)
     smoke = package.get("smoke") or {}
     return {
         "command": shell_command(nix_run, list(smoke.get("argv", ["", "--help"])[1:])),
