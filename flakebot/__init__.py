@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         search,
         status,
     )
-    from flakebot.commands.services import down, list_services, up
+    from flakebot.commands.service_verbs import down, list_services, up
     from flakebot.config import Settings
     from flakebot.errors import FlakebotError
     from flakebot.pipeline.request import RunRequest

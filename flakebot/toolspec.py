@@ -1,8 +1,6 @@
-"""The spec stage: a need in plain words -> a ToolSpec, and the ToolSpec -> a frozen acceptance test.
-
-The model answers through one of two tools: `submit_spec` (name, summary, usage, 3-6 examples)
-or `reject_need` (the need is empty or makes no sense; its explanation ends the craft cleanly).
-`--spec FILE` supplies the spec instead (JSON or TOML of the same shape).
+"""The ToolSpec, what a tool must do: its name, summary, usage and acceptance examples, the checks that make a spec
+usable, and a spec read from `--spec FILE` (JSON or TOML). The data type only: the spec stage that asks the model for
+one is flakebot/stages/spec.py, and agent/acceptance.py renders a spec's examples as the frozen acceptance test.
 
 An improved tool's spec (`flakebot improve TOOL "also support X"`) keeps every acceptance example of the
 version it starts from (users rely on them) and adds new ones; a new example with a kept one's input but
@@ -183,6 +181,3 @@ def improvement_from_file(kept: ToolSpec, path: Path) -> ToolSpec:
             fix="leave the name out of an improvement's spec (the tool keeps its name)",
         )
     return improved_spec(kept, data, source=str(path))
-
-
-# ------------------------------------------------------------------ the acceptance test

@@ -172,7 +172,11 @@ def test_a_command_added_to_the_table_reaches_the_cli_mcp_and_api(flakebot_home:
     assert tool.description == "Greet someone, TIMES times."
     assert tool.input_schema["properties"]["times"]["type"] == ["integer", "null"]
     assert tool.annotations.read_only_hint is True
-    assert json.loads(called.content[0].text) == {"ok": True, "greeting": "hello cy hello cy hello cy", "workdir_set": True}
+    assert json.loads(called.content[0].text) == {
+        "ok": True,
+        "greeting": "hello cy hello cy hello cy",
+        "workdir_set": True,
+    }
 
     python = textwrap.dedent(f"""
         import flakebot.commands

@@ -1,5 +1,5 @@
-"""The package's shape: each folder imports only what its README (the folder's __init__ docstring) allows,
-and no module name is used twice."""
+"""The package's shape: each folder imports only what its README (the folder's __init__ docstring) allows, no
+import circle joins folders, and no module name is used twice."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ ALLOWED = {
     "commands": {"crates", "deliver", "llm", "nix", "pipeline", "services", "source", "stages"},
     "evaluate": {"commands", "llm", "pipeline", "sandbox", "source"},
     "mcp": {"api", "commands", "deliver", "pipeline", "services", "validation"},
-    "services": {"api", "deliver", "nix", "sandbox"},
+    "services": {"deliver", "nix", "sandbox"},
 }
 NEVER_IMPORTED = {"cli", "mcp"}  # the outermost callers: nothing in the library reaches back to them
 
@@ -79,6 +79,62 @@ def test_each_folder_imports_only_what_its_readme_allows() -> None:
             if folder not in ("cli", "mcp", "__main__")
         ]
     assert problems == []
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan): each holds at least one import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, set())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_between_folders() -> None:
+    """Each folder of flakebot/ is a node, and each root module (api, config, ...) one of its own; an import at any
+    level (inside a function or under TYPE_CHECKING too) is an arrow. No arrows may close a circle. (`__version__`,
+    a constant of the package's __init__, is a node with no arrows out.)"""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        node = path.relative_to(PACKAGE).parts[0] if path.parent != PACKAGE else path.stem
+        graph.setdefault(node, set()).update(imports_of(path) - {node})
+    assert circles(graph) == []
+
+
+def test_no_two_services_modules_import_each_other() -> None:
+    """Within services/, the modules import one way (imports inside functions count)."""
+    graph: dict[str, set[str]] = {}
+    for path in (PACKAGE / "services").glob("*.py"):
+        found = graph.setdefault(path.stem, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "flakebot.services":
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flakebot.services."):
+                found.add(str(node.module).split(".")[2])
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("flakebot.services.")}
+        found.discard(path.stem)
+    assert circles(graph) == []
 
 
 def test_every_folder_has_a_readme_naming_what_it_may_import() -> None:
@@ -172,7 +228,7 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ("source/tree.py", "_make_writable"): ({".chmod()"}, "the fresh staging dir just copied; links are skipped"),
     # the dependency cache's own directories: the sandbox writes only crate/ and target/ inside a build's temp dir,
     # and those go through safefs (build_entry, _drop_skeleton_outputs, _hand_to_owner, the target-dir removals)
-    ("cargo/cache_skeleton.py", "Skeleton.write"): (
+    ("cargo/cache_skeleton.py", "CacheSkeleton.write"): (
         {".mkdir()", ".write_text()"},
         "the build's fresh temp dir, before the sandbox runs there",
     ),
@@ -205,7 +261,7 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
     ),
     ("stages/locate.py", "_acquire"): ({"remove_tree"}, "the run's workspace, removed before it is acquired again"),
     ("stages/edit.py", "edit_stage"): ({"atomic_write_json"}, "edit.json in the run's directory (flakebot's)"),
-    ("stages/instruct.py", "catalogue"): (
+    ("stages/instruct.py", "add_to_catalog"): (
         {"atomic_write_json", "atomic_write_text"},
         "manifest.json and USAGE.md in the run's directory (flakebot's)",
     ),

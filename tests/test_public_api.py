@@ -66,6 +66,8 @@ API = [
 ]
 API_INTERNAL = {"run_result", "craft_result", "with_service_note"}  # public-looking, but they take a Run or
 # its CraftResult (flakebot's own)
+# the service verbs (package-service) have no Python API yet: they join api.__all__ with the table of commands
+SERVICE_VERBS: set[str] = set()
 # what the commands share among themselves (flakebot.commands.common), not the API
 COMMON = {"settings_or_default", "workdir_of", "run_overrides", "check_limits", "check_craft_options", "check_host"}
 API_REEXPORTED = {"RunRequest", "Improvement"}  # the request types, defined in flakebot.pipeline.request
@@ -96,7 +98,7 @@ def test_every_public_function_and_class_of_the_commands_is_exported_or_named_in
             and (inspect.isfunction(value) or inspect.isclass(value))
             and value.__module__ == module.__name__
         }
-    assert defined - API_INTERNAL - COMMON == set(API) - API_REEXPORTED
+    assert defined - API_INTERNAL - COMMON - SERVICE_VERBS == set(API) - API_REEXPORTED
 
 
 @pytest.mark.parametrize("module", [flakebot, api, errors, events], ids=lambda m: m.__name__)

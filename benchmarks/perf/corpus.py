@@ -183,7 +183,7 @@ def measure(name: str) -> dict[str, Any]:
 
 
 def input_origins(native_inputs: dict[str, Any], reason: str = "") -> dict[str, list[str]]:
-    """The flake's native inputs by origin: declared from the lock's crates (deps.PACKAGES), added from the build
+    """The flake's native inputs by origin: declared from the lock's crates (build_inputs.PACKAGES), added from the build
     log, and (for a failed build) those its error says it lacked."""
     because = native_inputs.get("because", {})
     from_log = sorted(n for n, why in because.items() if any(str(w).startswith("build log") for w in why))

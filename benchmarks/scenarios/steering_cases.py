@@ -33,7 +33,7 @@ SPY = """with open({marker!r}, "a") as out:
 BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); "  # flakebot from this checkout, whatever the cwd
 MCP_SERVER = BOOT + "sys.argv[0] = 'flakebot'; from flakebot.cli import main; main()"
 SUPERVISOR = BOOT + (
-    "from pathlib import Path; from flakebot.services.control import _spawn_supervisor; "
+    "from pathlib import Path; from flakebot.services.supervised import _spawn_supervisor; "
     "from flakebot.services.layout import ServiceDir; _spawn_supervisor(ServiceDir(Path(sys.argv[1])))"
 )
 TIMEOUT = 60.0

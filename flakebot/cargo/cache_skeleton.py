@@ -8,9 +8,10 @@ the real crate's (cargo keys a path package's outputs by its name, and would fin
 Crates whose dependencies are not all registry crates (path or git dependencies, `[patch]`, a workspace member)
 have no skeleton: their dependency build depends on code in the tree or outside the registry.
 
-The Nix deps derivation has its own skeleton (nix/skeleton.py): it is written after `cargo metadata` has described
-the crate, keeps workspaces and path members, and lets cargo relock it; this one is read before any cargo call on a
-tree the model is editing, so it takes the manifest and lock as data only and refuses what it cannot key safely.
+The Nix deps derivation has its own skeleton (nix/skeleton.py's Skeleton; this one is CacheSkeleton): it is written
+after `cargo metadata` has described the crate, keeps workspaces and path members, and lets cargo relock it; this one
+is read before any cargo call on a tree the model is editing, so it takes the manifest and lock as data only and
+refuses what it cannot key safely.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ class NoSkeleton(Exception):
 
 
 @dataclass(frozen=True)
-class Skeleton:
-    """The files of a dependency-only crate, and what of the real crate decides its dependency build."""
+class CacheSkeleton:
+    """The files of a dependency-only crate, and what of the real crate decides its dependency build: what the
+    dependency cache (cargo/depcache.py) and the loop's stub crate (nix/loopdeps.py) build and key on. The flake's own
+    skeleton, written after `cargo metadata`, is nix/skeleton.py's Skeleton."""
 
     manifest_text: str  # the crate's own, as read once (the tree may change after)
     lock_text: str
@@ -64,7 +67,7 @@ class Skeleton:
         return json.dumps({k: v for k, v in self.keyed.items() if k != "name"}, sort_keys=True, default=str)
 
 
-def skeleton_of(crate_dir: Path) -> Skeleton:
+def skeleton_of(crate_dir: Path) -> CacheSkeleton:
     """The skeleton of the crate at `crate_dir` (its Cargo.lock beside it); NoSkeleton says why there is none."""
     manifest_path, lock_path = crate_dir / "Cargo.toml", crate_dir / "Cargo.lock"
     if not lock_path.is_file():
@@ -83,7 +86,7 @@ def skeleton_of(crate_dir: Path) -> Skeleton:
     _refuse_non_registry(plain, lock)
     # a build script matters to the dependency build only through its build-dependencies
     build_script = _has_build_script(package, crate_dir) and any(t == "build-dependencies" for t, _ in _tables(plain))
-    return Skeleton(
+    return CacheSkeleton(
         manifest_text=manifest_text,
         lock_text=lock_text,
         build_script=build_script,

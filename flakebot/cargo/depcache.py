@@ -38,7 +38,7 @@ from pathlib import Path
 import tomlkit
 
 from flakebot import launcher
-from flakebot.cargo.cache_skeleton import SKELETON_NAME, NoSkeleton, Skeleton, skeleton_of
+from flakebot.cargo.cache_skeleton import SKELETON_NAME, CacheSkeleton, NoSkeleton, skeleton_of
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.fsutil import tree_bytes
@@ -190,7 +190,7 @@ def _seed(
     return Seeded(status, f"{key[:12]}, {size} MiB copied", key, time.monotonic() - started)
 
 
-def dependency_key(skeleton: Skeleton, cargo: Cargo) -> str:
+def dependency_key(skeleton: CacheSkeleton, cargo: Cargo) -> str:
     """The entry's name: a digest of everything that changes the dependency build (see the module docstring)."""
     material = {"base": _base_key(cargo), "skeleton": json.loads(skeleton.key_material())}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
@@ -226,7 +226,7 @@ def _rustc_version(env_items: tuple[tuple[str, str], ...]) -> str:
     return done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
 
 
-def build_entry(settings: Settings, cargo: Cargo, skeleton: Skeleton, key: str) -> Path:
+def build_entry(settings: Settings, cargo: Cargo, skeleton: CacheSkeleton, key: str) -> Path:
     """Compile the skeleton's dependencies in the sandbox and store them atomically as entry `key`."""
     from flakebot.sandbox import limits_for, open_sandbox
 

@@ -72,7 +72,7 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
     """--name is well formed and not held by a crafted tool or a service: a packaged crate replaces only another
     packaged crate's entry (which crate, cargo says only once the run has the crate, so the stage checks that)."""
     from flakebot.deliver.catalog import Catalog
-    from flakebot.stages.catalogue import PACKAGED_NEED, catalog_name
+    from flakebot.stages.catalog_packaged import PACKAGED_NEED, catalog_name
 
     catalog_name(name, "")
     holder = Catalog.open(settings).entry(name)  # one row, not the whole index

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The command modules, in the order `flakebot --help` and MCP's tools/list show their commands: the one table.
-MODULES = ("craft", "improve", "runs", "setup", "catalog_tools", "packaging", "share", "services")
+MODULES = ("craft", "improve", "runs", "setup", "catalog_tools", "packaging", "share", "service_verbs")
 
 DOORS = frozenset({"cli", "mcp", "api"})
 GIVEN = ("settings", "sink", "agent")  # what a door passes itself (agent: the caller is a model, over MCP)

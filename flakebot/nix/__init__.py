@@ -9,8 +9,8 @@
     reuse.py     what a build reused: the deps derivation a tool was built on, the crates a build compiled
     devdeps.py   dev-dependencies cargo cannot resolve, left out of the copy (asked of cargo, never read from its text)
     gitdeps.py   git dependencies: the clone nix fetches for each (as fetchgit names it), lib.fakeHash
-    deps.py      native build inputs keyed on crate names in Cargo.lock (as nix-init does); PACKAGES, the one table
-                 of what each nixpkgs attribute gives a build (programs, pkg-config modules, -lNAME)
+    build_inputs.py native build inputs keyed on crate names in Cargo.lock (as nix-init does); PACKAGES, the one
+                 table of what each nixpkgs attribute gives a build (programs, pkg-config modules, -lNAME)
     evidence.py  what a failed build's log asks for (a program, a pkg-config module, -lNAME; a denied lint)
     licenses.py  SPDX expressions → nixpkgs lib.licenses names
     lock.py      the pinned nixpkgs (nixos-26.05) and flake.lock

@@ -186,6 +186,19 @@ def resolved_program(run: list[str], timeout: float) -> str:
     return result.stdout.strip()
 
 
+def require_nix_run_target(package: dict[str, Any], what: str, timeout: float) -> str:
+    """The binary `nix run` of the package's flake would start (evaluated, not run), required to be the `what` one:
+    the store path's main program; returned."""
+    expected = str(Path(package["store_path"]) / "bin" / (package.get("main_program") or ""))
+    program = resolved_program(package["nix_run_argv"], timeout=timeout)
+    if program != expected:
+        raise NixError(
+            f"nix run would start {program}, not the {what} {expected}",
+            fix="the flake's apps.default does not point at the built package: inspect flake.nix in the run directory",
+        )
+    return program
+
+
 def nix_system() -> str:
     """This machine's Nix system name, such as x86_64-linux."""
     machine = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())

@@ -13,7 +13,7 @@ import tomlkit
 
 from flakebot.config import Settings
 from flakebot.errors import NixError, UsageError
-from flakebot.nix import deps, devdeps
+from flakebot.nix import build_inputs, devdeps
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.lock import PINNED_RUSTC, version_tuple
 from flakebot.safefs import Tree
@@ -304,7 +304,7 @@ def _read_local(facts: CrateFacts, meta: dict[str, Any], crate_dir: Path) -> Non
 
 
 def _read_lock(facts: CrateFacts, lock_file: Path) -> None:
-    for entry in deps.lock_packages(lock_file):
+    for entry in build_inputs.lock_packages(lock_file):
         name, version, source = str(entry.get("name", "")), str(entry.get("version", "")), str(entry.get("source", ""))
         facts.lock_crates.append(name)
         if source.startswith("git+"):

@@ -2,8 +2,8 @@
 program (perl, pkg-config, cmake, protoc, nasm, curl-config) a build step could not start; and whether it failed only on a lint the
 crate denies (`#![deny(warnings)]` meeting a newer compiler's warnings).
 
-deps.py guesses from crate names before the build; this reads what the build itself said after it failed,
-maps the module or library to a nixpkgs attribute (deps.PACKAGES), and names the log line as the reason.
+build_inputs.py guesses from crate names before the build; this reads what the build itself said after it failed,
+maps the module or library to a nixpkgs attribute (build_inputs.PACKAGES), and names the log line as the reason.
 
     missing_inputs(log_lines) -> {nixpkgs attribute: the log line that asked for it}
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from flakebot.nix.deps import PACKAGES
+from flakebot.nix.build_inputs import PACKAGES
 
 # pkg-config module names (as in `pkg-config --libs NAME`) and linker library names (`-lNAME`) -> nixpkgs attribute.
 PKG_CONFIG_MODULES: dict[str, str] = {module: name for name, p in PACKAGES.items() for module in p.modules}
@@ -81,7 +81,7 @@ def worth_keeping(line: str) -> bool:
 
 
 def unknown_libraries(lines: list[str]) -> dict[str, str]:
-    """-lNAME the linker did not find that no nixpkgs attribute of deps.PACKAGES gives: {NAME: the line}."""
+    """-lNAME the linker did not find that no nixpkgs attribute of build_inputs.PACKAGES gives: {NAME: the line}."""
     found: dict[str, str] = {}
     for line in lines:
         for pattern in _LINKER:

@@ -19,7 +19,7 @@ from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
-from flakebot.nix import command, deps, evidence, gitdeps, licenses
+from flakebot.nix import build_inputs, command, evidence, gitdeps, licenses
 from flakebot.nix.build import build, make_gc_root
 from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
@@ -139,7 +139,7 @@ class Written:
     """A flake written into out_dir: what cargo said, and what the flake declares from it."""
 
     facts: CrateFacts
-    native: deps.NativeInputs
+    native: build_inputs.NativeInputs
     licenses: list[str]
     unknown_licenses: list[str]
     # cargoLock.outputHashes learned from builds (NAME-VERSION -> hash as nix prints it); the others are lib.fakeHash
@@ -241,7 +241,7 @@ def write_flake(
         label=source_dir.name,
         member=member,
     )
-    flake = Written(facts, deps.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
+    flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     flake.skeleton = write_skeleton(out_dir, facts, settings)
     flake.rust_version_replaced = replaced
     flake.service = choice.service
@@ -364,7 +364,7 @@ def _unknown_library(exc: NixError, pname: str) -> NixError | None:
     names = ", ".join(f"-l{name}" for name in unknown)
     return NixError(
         f"nix build of {pname} failed: it links {names}, which no nixpkgs attribute in flakebot's table gives",
-        fix=f"add the nixpkgs attribute that ships lib{next(iter(unknown))}.so to PACKAGES in flakebot/nix/deps.py "
+        fix=f"add the nixpkgs attribute that ships lib{next(iter(unknown))}.so to PACKAGES in flakebot/nix/build_inputs.py "
         f'(libraries=("{next(iter(unknown))}",)) and, for the crate that links it, an entry in NATIVE_INPUTS',
         **exc.details,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import NixError, UsageError
-from flakebot.nix import deps
+from flakebot.nix import build_inputs
 from flakebot.nix.crate import CrateFacts
 from flakebot.nix.skeleton import Skeleton
 from flakebot.trust import check_link, git_reason, steering_reason
@@ -84,7 +84,7 @@ def nix_str(value: str) -> str:
 def render_flake(
     facts: CrateFacts,
     description: str,
-    native: deps.NativeInputs,
+    native: build_inputs.NativeInputs,
     nix_licenses: list[str],
     unknown_licenses: list[str] | None = None,
     output_hashes: dict[str, str] | None = None,

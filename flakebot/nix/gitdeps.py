@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from flakebot.errors import NixError
-from flakebot.nix import deps
+from flakebot.nix import build_inputs
 
 FAKE_HASH = "sha256-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="  # nixpkgs' lib.fakeHash
 _GIT_SOURCE = re.compile(r"git\+([^?]+)(?:\?(?:rev|tag|branch)=.*)?#(.*)")
@@ -36,7 +36,7 @@ def fetched_by(drv: str, lock_file: Path) -> list[str]:
     repository gives several); none when `drv` is no git fetch of this lock or there is no readable lock."""
     name = _STORE_PREFIX.sub("", Path(drv).name).removesuffix(".drv")
     try:
-        packages = deps.lock_packages(lock_file) if lock_file.is_file() else []
+        packages = build_inputs.lock_packages(lock_file) if lock_file.is_file() else []
     except NixError:
         return []
     return [f"{p['name']}-{p['version']}" for p in packages if fetch_name(str(p.get("source", ""))) == name]

@@ -45,7 +45,7 @@ from pathlib import Path
 import tomlkit
 
 from flakebot import launcher
-from flakebot.cargo.cache_skeleton import TARGET_TABLES, NoSkeleton, Skeleton, skeleton_of
+from flakebot.cargo.cache_skeleton import TARGET_TABLES, CacheSkeleton, NoSkeleton, skeleton_of
 from flakebot.cargo.depcache import Seeded, rustc_version
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -278,11 +278,13 @@ def evict(directory: Path, keep: int) -> None:
         old.unlink(missing_ok=True)
 
 
-def _key(skeleton: Skeleton) -> str:
+def _key(skeleton: CacheSkeleton) -> str:
     return hashlib.sha256(skeleton.key_material().encode()).hexdigest()
 
 
-def build_deps(settings: Settings, skeleton: Skeleton, crate_dir: Path, work: Path, root: Path | None = None) -> Path:
+def build_deps(
+    settings: Settings, skeleton: CacheSkeleton, crate_dir: Path, work: Path, root: Path | None = None
+) -> Path:
     """Build the deps derivation of `skeleton` (the flake the package stage writes, on a stub crate): its output path,
     held by the GC root `root` (the index's), else by one in `work` while the run lasts."""
     from flakebot.nix import command
@@ -309,7 +311,7 @@ def build_deps(settings: Settings, skeleton: Skeleton, crate_dir: Path, work: Pa
     return Path(json.loads(outcome.stdout)[0]["outputs"]["out"])
 
 
-def write_stub(directory: Path, skeleton: Skeleton, *, build_script: bool) -> None:
+def write_stub(directory: Path, skeleton: CacheSkeleton, *, build_script: bool) -> None:
     """The crate with no code: its manifest less its targets, its lock, an empty main (and build script)."""
     manifest = tomlkit.parse(skeleton.manifest_text)
     for table in TARGET_TABLES:
@@ -327,7 +329,7 @@ def write_stub(directory: Path, skeleton: Skeleton, *, build_script: bool) -> No
         (directory / "build.rs").write_text("fn main() {}\n")
 
 
-def _has_build_script(crate_dir: Path, skeleton: Skeleton) -> bool:
+def _has_build_script(crate_dir: Path, skeleton: CacheSkeleton) -> bool:
     """As cargo decides it (the package stage's skeleton has an empty build script exactly then)."""
     build = tomlkit.parse(skeleton.manifest_text).get("package", {}).get("build")
     return build is not False and (isinstance(build, str) or (crate_dir / "build.rs").is_file())

@@ -31,7 +31,7 @@ import tomlkit
 from flakebot.config import Settings
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text, remove_tree
-from flakebot.nix import deps
+from flakebot.nix import build_inputs
 from flakebot.nix.crate import CrateFacts, LocalPackage
 
 logger = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ def _locked(lock: Path) -> set[tuple[str, str, str, str]]:
     """The lock's packages that come from a source (registry, git), with their checksums."""
     return {
         (str(p.get("name")), str(p.get("version")), str(p["source"]), str(p.get("checksum", "")))
-        for p in deps.lock_packages(lock)
+        for p in build_inputs.lock_packages(lock)
         if p.get("source")
     }
 

@@ -23,7 +23,7 @@ from flakebot import launcher
 from flakebot.config import Settings, rustup_home
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text
-from flakebot.nix import deps, licenses
+from flakebot.nix import build_inputs, licenses
 from flakebot.render import template_dir
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ STATIC_FILES = (
 )
 # What nixpkgs' stdenv puts on a builder's PATH (coreutils, findutils, diffutils, sed, grep, awk, tar, gzip, bzip2, xz,
 # make, patch, bash, the C compiler and binutils): a stand-in build sees these host programs and the toolchain, and
-# other programs (perl, python3, cmake, protoc, pkg-config) only when it declares them (deps.PACKAGES).
+# other programs (perl, python3, cmake, protoc, pkg-config) only when it declares them (build_inputs.PACKAGES).
 STDENV_PROGRAMS = (
     *("bash", "sh", "[", "basename", "cat", "chmod", "chown", "cksum", "comm", "cp", "csplit", "cut", "date", "dd"),
     *("df", "dirname", "du", "echo", "env", "expand", "expr", "factor", "false", "fold", "head", "id", "install"),
@@ -126,9 +126,11 @@ def host_facts(settings: Settings) -> dict[str, Any]:
         "path": ":".join(dict.fromkeys(path_dirs)),
         # the builder's PATH: the toolchain and the stdenv programs; a declared input adds its own bin/
         "stdenv": host_programs(STDENV_PROGRAMS),
-        "packages": {name: package_links(package) for name, package in deps.PACKAGES.items()},
+        "packages": {name: package_links(package) for name, package in build_inputs.PACKAGES.items()},
         # -lNAME of each attribute: the build's cc refuses one whose attribute is not declared (as ld finds none)
-        "libraries": {name: list(package.libraries) for name, package in deps.PACKAGES.items() if package.libraries},
+        "libraries": {
+            name: list(package.libraries) for name, package in build_inputs.PACKAGES.items() if package.libraries
+        },
         "hostTriple": host_triple(sysroot),
     }
 
@@ -143,7 +145,7 @@ def host_programs(names: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def package_links(package: deps.Package) -> dict[str, str]:
+def package_links(package: build_inputs.Package) -> dict[str, str]:
     """What the stand-in's placeholder for one nixpkgs attribute links: bin/PROGRAM and lib/pkgconfig/MODULE.pc ->
     host file. The host lacking one leaves it out, so the build fails as it would without the attribute."""
     links = {f"bin/{name}": path for name, path in host_programs(package.programs).items()}

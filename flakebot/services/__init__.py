@@ -1,7 +1,7 @@
 """Services: a catalogued flake whose program runs long, supervised, health-checked, its port on 127.0.0.1.
 
     declaration.py ServiceSpec: the port variable and inner port, the health check, stop grace, restart policy
-    register.py    `package-service`: flakebot's package pipeline, then catalogued with kind "service" and its spec
+    catalogued.py  a service's catalog entry: its manifest (kind "service" and its spec), USAGE.md, read back
     layout.py      a service's directory under the workdir: state/, logs, launch.json, status.json, the locks
     forward.py     free host ports, the pasta command that forwards one into the service's network namespace
     health.py      one health check through the forward: an HTTP GET of a path, or a TCP connect
@@ -10,6 +10,7 @@
     envelope.py    what bounds a service beyond its sandbox: its cgroup (memory, processes), its state's disk quota
     supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
     control.py     up, down, rollback, status, logs: what the CLI and the MCP server call
+    supervised.py  start a service's supervisor on a launch and wait, stop it, its status now (control, upgrade)
     upgrade.py     `up NAME@VERSION` over a running version: checked on a copy of the state, then switched
     identity.py    the program a service is (launch.json's `program`, `previous`): what restarts run and secrets
                    reach, checked before each start and kept by the service's own GC roots, never its catalog name
@@ -22,8 +23,8 @@
     crafting.py    `craft --service`: a service's spec (declaration + lifecycle examples), flakebot's lifecycle check
                    of the built binary, the template crate a craft starts from (flakebot/data/service-template)
 
-May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program), flakebot.api
-(register.py only: the package pipeline) and the leaves.
+May import flakebot.sandbox, flakebot.deliver, flakebot.nix (nixos.py: the nix program) and the leaves.
+`package-service` (the package pipeline, then the catalog) is a command: flakebot/commands/service_verbs.py.
 
 One supervisor process per service (flakebot's own, not a Debian supervisor such as supervisord or runit: those
 run every program from one daemon's config file, cannot tell bubblewrap's own process from the service's inside

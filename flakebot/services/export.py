@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
+from flakebot.services.catalogued import service_manifest_of
 from flakebot.services.exportfiles import export_dir
-from flakebot.services.register import service_manifest_of
 
 TARGETS = ("nixos", "oci", "deploy-rs")
 

@@ -20,8 +20,8 @@ import httpx
 
 from flakebot.config import Settings
 from flakebot.errors import UsageError
-from flakebot.services.control import show
 from flakebot.services.layout import ServiceDir
+from flakebot.services.supervised import show
 
 logger = logging.getLogger(__name__)
 

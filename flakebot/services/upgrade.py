@@ -20,11 +20,11 @@ from flakebot.config import Settings
 from flakebot.errors import UpgradeRefused, UsageError
 from flakebot.modeltext import output_quoted
 from flakebot.services import envelope, forward, identity
-from flakebot.services.control import show, start_supervised, stop_supervised
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.lifecycle import Examples, check_lifecycle
 from flakebot.services.logfile import tail
+from flakebot.services.supervised import show, start_supervised, stop_supervised
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@
               and adds new ones, its instruct stage catalogs the next version
 
 Each stage is `stage(ctx: StageContext) -> <Out>` with its output type from outputs.py. Stage modules
-are imported only when their stage runs, so listing or showing runs stays fast.
+are imported only when their stage runs, so listing or showing runs stays fast. A module is named for its stage,
+but for the package pipeline's catalog stage: catalog_packaged.py (deliver/catalog.py is the catalog itself).
 
 May import every other folder of flakebot except cli/ and api.py (services/: a crafted service's spec and
 lifecycle check).
@@ -45,6 +46,6 @@ CRAFT = [
 PACKAGE = [
     Stage("locate", _lazy("flakebot.stages.locate:locate_stage")),
     Stage("package", _lazy("flakebot.stages.package:package_only_stage")),
-    Stage("catalog", _lazy("flakebot.stages.catalogue:catalog_stage")),
+    Stage("catalog", _lazy("flakebot.stages.catalog_packaged:catalog_stage")),
     Stage("clean", _lazy("flakebot.stages.clean:package_clean_stage"), always=True),
 ]

@@ -19,10 +19,12 @@ from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_json, atomic_write_text
+from flakebot.nix.command import require_nix_run_target
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
 from flakebot.sandbox import CommandResult, limits_for, open_sandbox
 from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut, SpecOut, tested_spec
+from flakebot.stages.service import instruct_service
 from flakebot.toolspec import Example
 
 logger = logging.getLogger(__name__)
@@ -41,11 +43,9 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     binary = built_file(store / "bin" / (built.main_program or spec.name), store, STORE)
     nix_run = package_run(package, flake_ref)
     if spec.service:
-        from flakebot.stages.service import instruct_service
-
         manifest, usage_md = instruct_service(ctx, spec, package, binary, nix_run, need)
         manifest.update(catalog_dir=str(catalog.version_dir(spec.name, version)), catalog_version=version)
-        entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+        entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
     help_text = observe(ctx, [str(binary), "--help"]).stdout
@@ -74,11 +74,11 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         manifest["improves"] = {"version": improve.from_version, "request": improve.request}
     # it quotes the tool's output; JSON records are redacted as written
     usage_md = redact_text(usage_markdown(manifest))
-    entry = catalogue(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
+    entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
-def catalogue(
+def add_to_catalog(
     ctx: StageContext,
     catalog: Catalog,
     name: str,
@@ -158,28 +158,13 @@ def _require_all_passed(examples: list[dict[str, Any]]) -> None:
         )
 
 
-def require_nix_run_target(ctx: StageContext, package: dict[str, Any], what: str) -> str:
-    """The binary `nix run` of the package's flake would start (evaluated, not run), required to be the `what` one:
-    the store path's main program; returned."""
-    from flakebot.nix.command import resolved_program
-
-    expected = str(Path(package["store_path"]) / "bin" / (package.get("main_program") or ""))
-    program = resolved_program(package["nix_run_argv"], timeout=ctx.settings.nix_build_timeout)
-    if program != expected:
-        raise NixError(
-            f"nix run would start {program}, not the {what} {expected}",
-            fix="the flake's apps.default does not point at the built package: inspect flake.nix in the run directory",
-        )
-    return program
-
-
 def verify(
     ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Check the `nix run` command a caller will use: it must start the binary every example just passed on.
 
     The run's own flake is evaluated (the catalog's copy is the same files, so the same store path)."""
-    program = require_nix_run_target(ctx, package, "tested")
+    program = require_nix_run_target(package, "tested", ctx.settings.nix_build_timeout)
     shown = next((e for e in examples if not e["files"] and e["expected_exit_code"] == 0), None)
     args, stdin = (shown["args"], shown["stdin"]) if shown else (["--help"], "")
     return {

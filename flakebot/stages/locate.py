@@ -52,6 +52,11 @@ def _acquire(ctx: StageContext, name: str) -> LocateOut:
     if workspace.exists():  # left by an attempt that failed part-way
         remove_tree(workspace)
     origin = acquire(crate, workspace, branch=f"flakebot/package-{crate.name}", settings=ctx.settings, run=ctx.run)
+    crate_dir = str(origin["crate_dir"])  # every acquisition method records it, as the acquire stage reads it
     return LocateOut(
-        kind="crate", source_dir=str(workspace / origin.get("crate_dir", "")), origin=origin, workspace=str(workspace)
+        kind="crate",
+        source_dir=str(workspace / crate_dir),
+        origin=origin,
+        workspace=str(workspace),
+        crate_dir=crate_dir,
     )

@@ -125,9 +125,10 @@ class LocateOut(StageOut):
 
     STAGE: ClassVar[str] = "locate"
     kind: str = ""  # "path" or "crate"
-    source_dir: str = ""
-    origin: dict[str, Any] = field(default_factory=dict)
+    source_dir: str = ""  # the crate's directory: the PATH given, or workspace/crate_dir
+    origin: dict[str, Any] = field(default_factory=dict)  # a crate's acquisition record (source/acquisition.py)
     workspace: str = ""
+    crate_dir: str = ""  # a crate's directory in the workspace (relative, "" at the top), as AcquireOut.crate_dir
 
 
 @dataclass
@@ -172,7 +173,7 @@ class PackageOut(StageOut, PackageResult):
 
 def _migrate(stage: str, data: dict[str, Any]) -> dict[str, Any]:
     """Outputs as format 1 stored them, in today's shape."""
-    if stage == "acquire" and "crate_dir" not in data:
+    if stage in ("acquire", "locate") and "crate_dir" not in data:
         # format 1 kept crate_dir only inside origin (and the edit stage then looked for it at the top)
         return {**data, "crate_dir": (data.get("origin") or {}).get("crate_dir", "")}
     return data

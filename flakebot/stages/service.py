@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from flakebot.errors import NixError
+from flakebot.nix.command import require_nix_run_target
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
+from flakebot.services.catalogued import service_manifest, usage_markdown
 from flakebot.services.crafting import ServiceNeed, lifecycle_of
-from flakebot.services.register import service_manifest, usage_markdown
 from flakebot.stages.outputs import AcquireOut, SpecOut
 
 
@@ -20,8 +21,6 @@ def instruct_service(
     ctx: StageContext, spec: SpecOut, package: dict[str, Any], binary: Path, nix_run: list[str], need: str
 ) -> tuple[dict[str, Any], str]:
     """(manifest, USAGE.md) of the crafted service whose store binary `binary` passed its lifecycle check."""
-    from flakebot.stages.instruct import require_nix_run_target
-
     wanted = ServiceNeed.from_dict(spec.service)
     ctx.progress("checking the built service's lifecycle (sandboxed, its own network, as flakebot up runs it)")
     report = lifecycle_of(binary, spec.service, ctx.settings)
@@ -33,7 +32,7 @@ def instruct_service(
             lifecycle=report.to_dict(),
         )
     ctx.progress("checking that nix run resolves to the tested store path")
-    program = require_nix_run_target(ctx, package, "tested")
+    program = require_nix_run_target(package, "tested", ctx.settings.nix_build_timeout)
     manifest = {
         **service_manifest(spec.name, package, wanted.declaration),
         "summary": spec.summary,

@@ -1,8 +1,10 @@
-"""The spec stage of the craft pipeline: from `--spec FILE` or from the model.
+"""The spec stage of the craft pipeline: a need in plain words -> a ToolSpec (flakebot/toolspec.py, the data type and
+its checks), from `--spec FILE` or from the model.
 
 The model answers with submit_spec (name, summary, examples) or reject_need, or use_existing when a
-catalogued tool already meets the need; each tool is declared by the function of its name (flakebot.toolschema). For `flakebot improve` it answers with submit_improvement: the new
-examples beside the tool's kept ones (toolspec.improved_spec).
+catalogued tool already meets the need; each tool is declared by the function of its name (flakebot.toolschema).
+For `flakebot improve` it answers with submit_improvement: the new examples beside the tool's kept ones
+(toolspec.improved_spec).
 """
 
 from __future__ import annotations

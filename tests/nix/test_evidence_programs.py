@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.nix import deps, evidence
+from flakebot.nix import build_inputs, evidence
 from flakebot.nix.flake import package_crate
 from tests.fakes.nix_crates import host_settings, manifest, write
 
@@ -71,7 +71,7 @@ def test_lines_naming_no_program_add_nothing(line: str) -> None:
 
 
 def test_a_program_added_from_the_log_goes_to_native_build_inputs() -> None:
-    inputs = deps.native_inputs(["openssl-sys"])
+    inputs = build_inputs.native_inputs(["openssl-sys"])
     added = inputs.add_evidence(evidence.missing_inputs(["  Couldn't find NASM"]))
     assert added == ["nasm"] and "nasm" in inputs.native_build_inputs and "nasm" not in inputs.build_inputs
 
@@ -81,11 +81,11 @@ def test_inputs_for_crates_nixpkgs_packages_match_its_expressions() -> None:
     declares nativeBuildInputs = [ pkg-config (lib.getDev curl) ] and buildInputs = [ openssl curl ], and
     pkgs/by-name/ra/rav1e/package.nix (at 01eff1fc9f892ca6cae5e2ded2074c20c4f39d23) nativeBuildInputs = [ cargo-c
     nasm ] (cargo-c for its C library, which flakebot does not build). The crate names are those of their Cargo.lock
-    that deps.NATIVE_INPUTS keys on (cargo-c: curl-sys, openssl-sys, pkg-config; rav1e: nasm-rs)."""
-    cargo_c = deps.native_inputs(["curl", "curl-sys", "openssl", "openssl-sys", "pkg-config", "libz-sys"])
+    that build_inputs.NATIVE_INPUTS keys on (cargo-c: curl-sys, openssl-sys, pkg-config; rav1e: nasm-rs)."""
+    cargo_c = build_inputs.native_inputs(["curl", "curl-sys", "openssl", "openssl-sys", "pkg-config", "libz-sys"])
     assert {"pkg-config", "curl.dev"} <= set(cargo_c.native_build_inputs)
     assert {"openssl", "curl"} <= set(cargo_c.build_inputs)
-    rav1e = deps.native_inputs(["nasm-rs", "av1-grain", "rayon"])
+    rav1e = build_inputs.native_inputs(["nasm-rs", "av1-grain", "rayon"])
     assert rav1e.native_build_inputs == ["nasm"] and rav1e.build_inputs == []
     assert rav1e.because["nasm"] == ["nasm-rs"]
 
@@ -93,7 +93,7 @@ def test_inputs_for_crates_nixpkgs_packages_match_its_expressions() -> None:
 def test_libslirp_sys_gets_libslirp_and_its_missing_module_line_names_it() -> None:
     """Debian's libslirp-sys 4.2.0 asks pkg-config for `slirp >= 4.2.0` (nixpkgs' `libslirp` gives slirp.pc); the
     line is the one its build script's panic quotes in a real nix build that lacked it (the corpus' libslirp)."""
-    inputs = deps.native_inputs(["libslirp", "libslirp-sys", "pkg-config"])
+    inputs = build_inputs.native_inputs(["libslirp", "libslirp-sys", "pkg-config"])
     assert inputs.build_inputs == ["libslirp", "glib"] and inputs.native_build_inputs == ["pkg-config"]
     assert evidence.missing_inputs(["  = note: /usr/bin/ld: cannot find -lglib-2.0: No such file or directory"]) == {
         "glib": "= note: /usr/bin/ld: cannot find -lglib-2.0: No such file or directory"
@@ -117,7 +117,7 @@ def test_a_build_script_running_nasm_that_no_crate_name_announces_gets_nasm_from
     """Debian's nasm-rs 0.2.4 assembles a file in the build script; with nasm-rs taken out of the crate-name table (a
     crate flakebot does not know), the nix build runs without nasm, fails with nasm-rs's own words ("Unable to run
     nasm: No such file or directory"), and is built again with nasm in nativeBuildInputs."""
-    monkeypatch.delitem(deps.NATIVE_INPUTS, "nasm-rs")
+    monkeypatch.delitem(build_inputs.NATIVE_INPUTS, "nasm-rs")
     marker = secrets.token_hex(8)
     build_rs = (
         f"// {marker}\nfn main() {{\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.nix import command, deps, licenses
+from flakebot.nix import build_inputs, command, licenses
 from flakebot.nix.crate import CrateFacts
 from flakebot.nix.flake_files import nix_str, render_flake
 from flakebot.nix.lock import PINNED_NIXPKGS, flake_lock
@@ -36,12 +36,12 @@ def test_spdx_expressions_map_to_lib_licenses(expression: str, names: list[str],
 
 
 def test_native_inputs_follow_the_crates_in_the_lock() -> None:
-    found = deps.native_inputs(["libc", "openssl-sys", "pkg-config", "libgit2-sys", "onig_sys", "prost-build"])
+    found = build_inputs.native_inputs(["libc", "openssl-sys", "pkg-config", "libgit2-sys", "onig_sys", "prost-build"])
     assert found.native_build_inputs == ["pkg-config", "protobuf"]
     assert found.build_inputs == ["libgit2", "oniguruma", "openssl"]
     assert found.env == {"RUSTONIG_SYSTEM_LIBONIG": "true"}
     assert found.because["openssl"] == ["openssl-sys"]
-    assert deps.native_inputs(["serde", "clap"]).to_dict() == {
+    assert build_inputs.native_inputs(["serde", "clap"]).to_dict() == {
         "nativeBuildInputs": [],
         "buildInputs": [],
         "env": {},
@@ -51,7 +51,7 @@ def test_native_inputs_follow_the_crates_in_the_lock() -> None:
 
 def test_a_library_alone_still_gets_pkg_config() -> None:
     # libsqlite3-sys finds sqlite through pkg-config even when the pkg-config crate is not in the lock.
-    assert deps.native_inputs(["libsqlite3-sys"]).native_build_inputs == ["pkg-config"]
+    assert build_inputs.native_inputs(["libsqlite3-sys"]).native_build_inputs == ["pkg-config"]
 
 
 def test_flake_lock_pins_a_real_nixos_26_05_node() -> None:
@@ -100,7 +100,7 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
         cargo_test_flags=["-p", "tool"],
         git_dependencies=["gitdep-0.1.0", "hashed-0.2.0"],
     )
-    native = deps.native_inputs(["openssl-sys", "onig_sys", "bindgen"])
+    native = build_inputs.native_inputs(["openssl-sys", "onig_sys", "bindgen"])
     learned = {"hashed-0.2.0": "sha256-q23e50NvLHqX65cy9itYMhPtlAKjGImm1xKw5ZMql/A="}
     text = render_flake(
         facts,
@@ -130,7 +130,7 @@ def test_rendered_flake_with_every_section_parses(tmp_path: Path) -> None:
 
 
 def test_minimal_flake_parses_and_omits_empty_sections(tmp_path: Path) -> None:
-    text = render_flake(_facts(homepage=""), "", deps.native_inputs([]), [], [])
+    text = render_flake(_facts(homepage=""), "", build_inputs.native_inputs([]), [], [])
     _parse(text, tmp_path)
     for absent in (
         "cargoBuildFlags",

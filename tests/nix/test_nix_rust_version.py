@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flakebot.cargo.runner import Cargo
-from flakebot.nix import crate, deps
+from flakebot.nix import build_inputs, crate
 from flakebot.nix import flake as flake_module
 from flakebot.nix.crate import inspect_crate, needs_newer_rustc
 from flakebot.nix.flake import Choice, Written, _notices, _portability, write_flake
@@ -26,7 +26,7 @@ def _clap_user(root: Path, rust_version: str = "", deps: str = CLAP_ANY) -> Path
 
 
 def _locked_clap(lock: Path) -> str:
-    return next(str(p["version"]) for p in deps.lock_packages(lock) if p["name"] == "clap")
+    return next(str(p["version"]) for p in build_inputs.lock_packages(lock) if p["name"] == "clap")
 
 
 def test_cargo_resolves_dependencies_for_the_declared_rust_version(tmp_path: Path) -> None:
@@ -66,13 +66,13 @@ def test_a_locked_crate_needing_a_newer_rustc_makes_the_tool_not_portable(
     facts = inspect_crate(source, settings)
     assert facts.needs_newer_rustc == []
     # (this registry's lock has placeholder checksums, another reason; none is about rustc)
-    assert "rustc" not in _portability("pinned", Written(facts, deps.NativeInputs(), [], []))["portable_reason"]
+    assert "rustc" not in _portability("pinned", Written(facts, build_inputs.NativeInputs(), [], []))["portable_reason"]
 
     for module in (crate, flake_module):  # as if the pin's rustc were 1.59.0
         monkeypatch.setattr(module, "PINNED_RUSTC", "1.59.0")
     older = inspect_crate(source, settings)
     assert older.needs_newer_rustc == ["clap 4.0.32 (rust-version 1.60.0)", "clap_lex 0.3.0 (rust-version 1.60.0)"]
-    verdict = _portability("pinned", Written(older, deps.NativeInputs(), [], []))
+    verdict = _portability("pinned", Written(older, build_inputs.NativeInputs(), [], []))
     assert verdict["portable"] is False
     assert verdict["portable_reason"].split("; ")[-1] == (
         f"locked crates need a newer rustc than nixpkgs {NIXPKGS_BRANCH}'s 1.59.0: "

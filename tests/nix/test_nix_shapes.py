@@ -107,12 +107,12 @@ def test_build_log_lines_map_to_nixpkgs_attributes(line: str, attribute: str) ->
 
 
 def test_every_input_flakebot_declares_is_in_the_one_table() -> None:
-    """deps.PACKAGES is what the stand-in provides: what crate names or a build log add must be in it."""
-    from flakebot.nix import deps
+    """build_inputs.PACKAGES is what the stand-in provides: what crate names or a build log add must be in it."""
+    from flakebot.nix import build_inputs
 
-    named = {name for needs in deps.NATIVE_INPUTS.values() for name in needs.native + needs.build}
+    named = {name for needs in build_inputs.NATIVE_INPUTS.values() for name in needs.native + needs.build}
     read = {*evidence.PKG_CONFIG_MODULES.values(), *evidence.LINK_LIBRARIES.values(), *evidence.PROGRAMS.values()}
-    assert named | read <= set(deps.PACKAGES) and evidence.LINK_LIBRARIES["ssl"] == "openssl"
+    assert named | read <= set(build_inputs.PACKAGES) and evidence.LINK_LIBRARIES["ssl"] == "openssl"
 
 
 def test_unknown_libraries_in_a_build_log_add_nothing() -> None:
@@ -222,7 +222,7 @@ def test_linking_an_undeclared_library_fails_and_the_build_log_adds_it(tmp_path:
 
 @pytest.mark.slow
 def test_linking_a_library_outside_the_table_fails_naming_it_and_how_to_add_it(tmp_path: Path, source: Path) -> None:
-    """-lNAME of a host library no attribute of deps.PACKAGES gives (nixpkgs would need it declared): refused,
+    """-lNAME of a host library no attribute of build_inputs.PACKAGES gives (nixpkgs would need it declared): refused,
     and the error names the library and the table to add it to. The host's own cc links it (the control)."""
     names = [
         n

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.nix import deps, licenses
+from flakebot.nix import build_inputs, licenses
 from flakebot.nix.standin import ensure_standin, package_links, pc_requires
 from tests.conftest import DEBIAN_REGISTRY, require
 from tests.fakes.nix_crates import greeter, host_settings, json_of, standin_eval
@@ -85,7 +85,7 @@ def test_provides_every_licence_and_native_input_flakebot_emits(standin: Path) -
     names = sorted(licenses.license_table())
     expression = f"map (n: lib.licenses.${{n}}.shortName) {json.dumps(names).replace(',', ' ')}"
     assert json_of(standin_eval(standin, expression)) == names
-    paths = deps.all_attribute_paths()
+    paths = build_inputs.all_attribute_paths()
     drvs = " ".join(f"pkgs.{p}.drvPath" for p in paths)
     assert len(json_of(standin_eval(standin, f"[ {drvs} ]"))) == len(paths)  # type: ignore[arg-type]
     tools = json_of(standin_eval(standin, "map (p: p.name) (with pkgs; [ cargo rustc clippy rustfmt rust-analyzer ])"))
@@ -130,5 +130,5 @@ def test_a_declared_module_brings_the_modules_its_pc_file_requires(tmp_path: Pat
     host_pc = Path("/usr/lib/x86_64-linux-gnu/pkgconfig/libgit2.pc")
     if not host_pc.is_file():
         pytest.skip("libgit2-dev is not installed here")
-    links = package_links(deps.PACKAGES["libgit2"])
+    links = package_links(build_inputs.PACKAGES["libgit2"])
     assert {f"lib/pkgconfig/{m}.pc" for m in ["libgit2", *pc_requires(host_pc)]} <= set(links)

@@ -24,7 +24,7 @@ from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates.mirror import Mirror, serve_mirror
 from flakebot.errors import NixError
-from flakebot.nix import deps
+from flakebot.nix import build_inputs
 from flakebot.nix.flake import nix_run, package_crate
 from flakebot.nix.reuse import compiled_crates, dependency_output
 from flakebot.nix.standin import ensure_standin
@@ -63,7 +63,7 @@ def _dependencies(crate: Path, dest: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     stamp = f"{time.time_ns()} {os.getpid()}\n"
-    for package in deps.lock_packages(crate / "Cargo.lock"):
+    for package in build_inputs.lock_packages(crate / "Cargo.lock"):
         if package.get("source") == CRATES_IO:
             key = f"{package['name']}-{package['version']}"
             shutil.copytree(DEBIAN_REGISTRY / key, dest / key, ignore=shutil.ignore_patterns(".cargo-checksum.json"))
@@ -77,7 +77,7 @@ def _lock_against(mirror: Mirror, crate: Path, cargo_home: Path) -> dict[str, st
     argv = ["cargo", *mirror.cargo_config(), "generate-lockfile"]
     result = subprocess.run(argv, cwd=crate, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    packages = [p for p in deps.lock_packages(crate / "Cargo.lock") if p.get("source") == CRATES_IO]
+    packages = [p for p in build_inputs.lock_packages(crate / "Cargo.lock") if p.get("source") == CRATES_IO]
     return {f"{p['name']}-{p['version']}": str(p["checksum"]) for p in packages}
 
 

@@ -3,7 +3,7 @@ judged from outside: what status.json says, what the state directory holds on di
 
 The service is the attacker's own program: a small Python script started as the service's binary (python3 from the
 host's /usr, which every sandbox sees read-only) that answers /health on $PORT and then does one hostile thing. Its
-supervisor is started as `up` starts it (control.start_supervised: launch.json, the detached supervisor, wait until
+supervisor is started as `up` starts it (supervised.start_supervised: launch.json, the detached supervisor, wait until
 settled) and stopped with the real `flakebot down`."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def start(work: Path, attack: str, *, disk_mb: int) -> tuple[ServiceDir, dict[st
 STARTER = """
 import json, sys
 from pathlib import Path
-from flakebot.services.control import start_supervised
+from flakebot.services.supervised import start_supervised
 from flakebot.services.layout import ServiceDir
 where = ServiceDir(Path(sys.argv[1]))
 with where.control_lock():

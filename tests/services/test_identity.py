@@ -11,8 +11,8 @@ import pytest
 
 from flakebot.errors import SandboxError, UsageError
 from flakebot.services import identity
-from flakebot.services.control import write_launch
 from flakebot.services.layout import ServiceDir
+from flakebot.services.supervised import write_launch
 
 
 def program(tmp_path: Path, name: str, content: bytes) -> Path:

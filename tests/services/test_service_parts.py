@@ -106,7 +106,7 @@ def test_up_and_down_of_what_is_not_there_say_so() -> None:
 def test_a_catalogued_service_is_not_offered_as_an_mcp_tool(tmp_path: Path) -> None:
     from flakebot import api, config
     from flakebot.deliver.catalog import Catalog
-    from flakebot.services.register import service_manifest, service_manifest_of
+    from flakebot.services.catalogued import service_manifest, service_manifest_of
 
     (tmp_path / "flake").mkdir()
     package = {"pname": "kv", "version": "0.1.0", "store_path": str(tmp_path), "main_program": "kv",

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from flakebot import config
 from flakebot.commands.common import settings_or_default
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import UsageError
+
+if TYPE_CHECKING:
+    from flakebot.services.declaration import ServiceSpec
+    from flakebot.services.lifecycle import Examples
 
 # A service's status as an agent needs it (no pids or host paths).
 AGENT_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "network",
@@ -42,14 +46,66 @@ def package_service(
     kept over a restart) and catalog it as a service for 'flakebot up'."""
     from flakebot.services.declaration import Health, ServiceSpec
     from flakebot.services.lifecycle import Examples
-    from flakebot.services.register import package_service as catalogued
 
     spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace,
                        start_s=start_timeout)  # fmt: skip
     cases = Examples.load(Path(examples)) if examples else None
     overrides = {"offline": offline} if offline is not None else {}
-    return catalogued(
+    return _catalogued(
         target, spec, settings_or_default(settings), name=name, bin_name=bin_name, overrides=overrides, examples=cases
+    )
+
+
+def _catalogued(
+    target: str,
+    spec: ServiceSpec,
+    settings: config.Settings,
+    *,
+    name: str | None = None,
+    bin_name: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    examples: Examples | None = None,
+) -> dict[str, Any]:
+    """Package the crate at `target` (a directory or a crate name), check its lifecycle (with `examples`) and
+    catalog it as a service; its catalog entry. A service whose lifecycle fails is not catalogued (NixError)."""
+    from flakebot.commands.packaging import package_request
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.errors import NixError
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.services.catalogued import catalog_version, service_manifest, usage_markdown
+    from flakebot.services.layout import checked_name
+    from flakebot.services.lifecycle import check_lifecycle
+
+    if name is not None:  # before any build: a name `up` would refuse is refused here
+        checked_name(name, fix="pass --name with lower-case letters, digits, '-' and '_'")
+    # the flake carries the service's outputs beside its package: declaration, NixOS module, OCI image
+    outputs = {"name": name, "spec": spec.to_dict()}
+    request = RunRequest(target=target, bin=bin_name, settings=overrides or {}, service_flake=outputs)
+    built = package_request(request, settings=settings)
+    name = checked_name(name or built.main_program, fix="pass --name NAME (lower-case letters, digits, '-', '_')")
+    report = check_lifecycle(Path(built.bin_path), spec, settings, examples)
+    if not report.ok:
+        raise NixError(
+            f"service {name} failed its lifecycle check: {report.first_problem()}",
+            fix="a service must answer its health check, exit 0 on SIGTERM and keep its state in $STATE_DIRECTORY; "
+            "its output: " + report.last_output(),
+            lifecycle=report.to_dict(),
+            flake_dir=built.flake_dir,
+        )
+    manifest = {**service_manifest(name, built.to_dict(), spec), "lifecycle": report.steps}
+    if examples is not None:
+        manifest["lifecycle_examples"] = examples.to_dict()  # as a crafted service keeps them: an upgrade checks them
+    return Catalog.open(settings).add(
+        name,
+        need=f"service {name}",
+        flake_dir=Path(built.flake_dir),
+        manifest=manifest,
+        usage_md=usage_markdown(manifest),
+        store_path=built.store_path,
+        run_id=built.run_id,
+        origin={"kind": "package", "target": target},
+        dependencies_path=built.dependencies_path,
+        version=catalog_version(built.to_dict().get("version")),
     )
 
 

@@ -1,4 +1,5 @@
-"""The package pipeline's catalog stage (`flakebot package CRATE --catalog`): the packaged crate as an agent tool.
+"""The package pipeline's catalog stage (`flakebot package CRATE --catalog`): the packaged crate catalogued as an agent
+tool.
 
 No model is involved: the manifest is built from what flakebot observed of the built binary (its `--help` where it
 has one, read in the sandbox; else what its smoke run printed) and the crate's own description, so `flakebot run`,
@@ -17,9 +18,10 @@ from typing import Any
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import UsageError
+from flakebot.nix.command import require_nix_run_target
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
-from flakebot.stages.instruct import catalogue, observe, package_run, require_nix_run_target
+from flakebot.stages.instruct import add_to_catalog, observe, package_run
 from flakebot.stages.outputs import CatalogOut, LocateOut, PackageOut
 from flakebot.toolspec import NAME_RE
 
@@ -58,7 +60,7 @@ def catalog_stage(ctx: StageContext) -> CatalogOut:
     manifest["catalog_dir"] = str(catalog.version_dir(name, version))
     manifest["catalog_version"] = version
     usage_md = redact_text(usage_markdown(manifest))  # it quotes the tool's output
-    entry = catalogue(ctx, catalog, name, package, manifest, usage_md, need=need, version=version)
+    entry = add_to_catalog(ctx, catalog, name, package, manifest, usage_md, need=need, version=version)
     return CatalogOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
@@ -96,7 +98,7 @@ def _help(ctx: StageContext, built: PackageOut) -> tuple[str, str]:
 
 def _verify(ctx: StageContext, package: dict[str, Any], nix_run: list[str]) -> dict[str, Any]:
     """The `nix run` command a caller will use must start the binary the smoke run ran (evaluated, not run)."""
-    program = require_nix_run_target(ctx, package, "smoke-run")
+    program = require_nix_run_target(package, "smoke-run", ctx.settings.nix_build_timeout)
     smoke = package.get("smoke") or {}
     return {
         "command": shell_command(nix_run, list(smoke.get("argv", ["", "--help"])[1:])),
