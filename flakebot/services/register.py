@@ -39,7 +39,7 @@ def package_service(
     # the flake carries the service's outputs beside its package: declaration, NixOS module, OCI image
     outputs = {"name": name, "spec": spec.to_dict()}
     request = api.RunRequest(target=target, bin=bin_name, settings=overrides or {}, service_flake=outputs)
-    built = api.package_request(request, settings=settings)
+    built = api.COMMANDS["package_request"](request, settings=settings)  # the package command, from the table
     name = checked_name(name or built.main_program, fix="pass --name NAME (lower-case letters, digits, '-', '_')")
     report = check_lifecycle(Path(built.bin_path), spec, settings, examples)
     if not report.ok:
