@@ -39,8 +39,8 @@ ALLOWED = {
     "nix": {"cargo", "sandbox", "source"},
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "services", "source"},
-    "commands": {"crates", "deliver", "llm", "nix", "pipeline", "services", "source", "stages"},
-    "evaluate": {"commands", "llm", "pipeline", "sandbox", "source"},
+    "commands": {"crates", "deliver", "evaluate", "llm", "nix", "pipeline", "services", "source", "stages"},
+    "evaluate": {"llm", "pipeline", "sandbox", "source"},
     "mcp": {"api", "commands", "deliver", "pipeline", "services", "validation"},
     "services": {"deliver", "nix", "sandbox"},
 }

@@ -230,6 +230,7 @@ def test_mcp_craft_without_waiting_then_status_until_done(
         s["status"] == "finished" for s in status["stages"]
     )
     assert status["result"]["name"] == "shout" and status["result"]["call"]["mcp_tool"] == "shout"
+    assert status["result"]["kind"] == "tool"  # what it is, beside the door to use it by (deliver/howto.py)
     assert len(json.dumps(status)) <= 2048 and "manifest" not in status["result"]
     assert seen["shown"]["manifest"]["name"] == "shout" and seen["shown"]["manifest"]["verification_command"]["passed"]
     assert seen["changes"] >= 1  # the job's craft changed the catalog

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require, run_cli
+from tests.conftest import json_result, require, run_cli
 from tests.services.test_supervisor import KV_SERVICE, pasta_pids, port_free
 from tests.test_mcp import TS_CLIENT, mcp_client, require_typescript_sdk
 
@@ -27,6 +27,9 @@ def packaged(flakebot_home: Path) -> str:
     require("nix", "cargo", "bwrap", "pasta")
     done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json")
     assert done.returncode == 0, done.stderr
+    catalogued = json_result(done)  # a service: started with up (service_up), not called as a tool
+    assert catalogued["kind"] == "service" and catalogued["start"]["cli"] == "flakebot up kv-service"
+    assert catalogued["reach"]["mcp_tool"] == "service_request" and "call" not in catalogued
     return "kv-service"
 
 

@@ -10,9 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from flakebot import config
-from flakebot.cli.options import request_command
 from flakebot.errors import FlakebotError, Interrupted, UsageError
-from flakebot.pipeline.request import RunRequest
 
 app = typer.Typer(
     help="flakebot: a tool factory for agents. Describe a need; get back a tested Rust CLI built by Nix.",
@@ -48,10 +46,6 @@ class Globals:
 G = Globals()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
-# The invocation's own options (craft, improve and package take the rest from their request fields).
-StopAfterOpt = Annotated[
-    str | None, typer.Option(help="Stop after this stage (spec, search, choose, acquire, edit, package, instruct).")
-]
 
 
 def _print_version(given: bool) -> None:
@@ -244,83 +238,6 @@ def config_set(
 # ---------------------------------------------------------------- craft and the catalog
 
 
-@app.command("craft")
-@request_command("craft", {"stop_after": (StopAfterOpt, None), "as_json": (JsonOpt, False)})
-def craft_cmd(request: RunRequest, stop_after: str | None, as_json: bool) -> None:
-    """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
-
-    Stages: spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
-    Resume an interrupted craft with 'flakebot resume RUN'.
-    """
-    from flakebot import api
-    from flakebot.cli.live import event_sink
-
-    with event_sink(as_json, f"craft: {request.need}", quiet=G.quiet) as sink:
-        result = api.craft_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
-    from flakebot.cli.display import print_craft_result
-
-    print_craft_result(result.to_dict(), as_json)
-
-
-@app.command("improve")
-@request_command("improve", {"stop_after": (StopAfterOpt, None), "as_json": (JsonOpt, False)})
-def improve_cmd(request: RunRequest, stop_after: str | None, as_json: bool) -> None:
-    """Craft a catalogued tool's next version: flakebot improve csv-dedup "also support --delimiter".
-
-    The new version starts from the tool's own source (fork mode), keeps every acceptance example it has and
-    adds new ones for the change; it is catalogued as the next version (0.1.0 -> 0.2.0), the current one from
-    then on. Earlier versions stay runnable: flakebot run csv-dedup@0.1.0. 'flakebot show TOOL' lists them.
-    """
-    from flakebot import api
-    from flakebot.cli.live import event_sink
-
-    asked = request.improve or api.Improvement(tool="", request="")
-    with event_sink(as_json, f"improve {asked.tool}: {asked.request}", quiet=G.quiet) as sink:
-        result = api.improve_request(request, stop_after=stop_after, sink=sink, settings=G.settings)
-    from flakebot.cli.display import print_craft_result
-
-    print_craft_result(result.to_dict(), as_json)
-
-
-@app.command("eval")
-def eval_cmd(
-    suite: Annotated[str, typer.Argument(help="A shipped suite's name or a directory holding suite.json.")] = "default",
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Give every need to this model (provider:model); default: replay each need's hand-written session."
-        ),
-    ] = None,
-    only: Annotated[list[str] | None, typer.Option(help="Evaluate only this need (repeatable).")] = None,
-    out: Annotated[Path, typer.Option(help="Directory for eval.md and eval.json.")] = Path("bench"),
-    record: Annotated[
-        Path | None, typer.Option(help="Write each need's session as a replayable model script (DIR/NEED.json).")
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Craft every need of a suite and score the tools on held-out checks; writes bench/eval.md and bench/eval.json."""
-    from flakebot import api
-    from flakebot.cli.live import console, json_line
-    from flakebot.cli.live import out as stdout
-
-    report, paths = api.evaluate(
-        suite,
-        model=model,
-        only=only,
-        out_dir=out,
-        record=record,
-        settings=G.settings,
-        progress=lambda line: console.print(line, markup=False),
-    )
-    if as_json:
-        json_line(report.to_dict())
-    else:
-        stdout.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)  # the table eval.md holds
-        stdout.print(f"written: {paths['markdown']} {paths['json']}", markup=False)
-    if report.totals()["passed"] < len(report.results):
-        raise typer.Exit(1)
-
-
 @app.command("list")
 def list_cmd(
     remote: Annotated[
@@ -498,41 +415,6 @@ def models_cmd(as_json: JsonOpt = False) -> None:
             out.print(p["served_error"], markup=False, highlight=False)
     for warning in report["warnings"]:
         out.print(f"warning: {warning}", markup=False, highlight=False)
-
-
-# ---------------------------------------------------------------- package
-
-
-@app.command("package")
-@request_command("package", {"as_json": (JsonOpt, False)})
-def package_cmd(request: RunRequest, as_json: bool) -> None:
-    """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
-    from flakebot import api
-    from flakebot.cli.live import event_sink, json_line, out
-
-    with event_sink(as_json, f"package {request.target}", quiet=G.quiet) as sink:
-        result = api.package_request(request, sink=sink, settings=G.settings)
-    if as_json:
-        json_line({"result": result.to_dict()})
-        return
-    from rich.markup import escape
-
-    out.print(
-        f"[green]{escape(result.pname)} {escape(result.version)}[/green] built ({result.nixpkgs_mode} nixpkgs): {result.store_path}"
-    )
-    for notice in result.notices:
-        out.print(f"[yellow]note:[/yellow] {escape(notice)}")
-    smoke = result.smoke
-    colour = "green" if smoke.get("level") == "help" else "yellow"
-    out.print(
-        f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
-        f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
-    )
-    out.print(f"flake: {escape(result.flake_dir)}")
-    out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
-    if result.catalog:
-        tool = f"{result.catalog['name']}@{result.catalog['version']}"
-        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
 
 
 # ---------------------------------------------------------------- publish

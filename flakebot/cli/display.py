@@ -316,3 +316,51 @@ def show_logs(result: dict[str, Any], as_json: bool) -> None:
             sys.stdout.flush()
     except KeyboardInterrupt:
         return
+
+
+@shows("craft")
+@shows("improve")
+def show_crafted(result: Any, as_json: bool) -> None:
+    """A craft's or improvement's CraftResult (print_craft_result)."""
+    print_craft_result(result.to_dict(), as_json)
+
+
+@shows("package")
+def show_packaged(result: Any, as_json: bool) -> None:
+    """A packaged crate (a PackageOut): what was built, its smoke level, where the flake is, how to run it."""
+    from rich.markup import escape
+
+    from flakebot.cli.live import json_line
+
+    if as_json:
+        json_line({"result": result.to_dict()})
+        return
+    out.print(
+        f"[green]{escape(result.pname)} {escape(result.version)}[/green] built ({result.nixpkgs_mode} nixpkgs): {result.store_path}"
+    )
+    for notice in result.notices:
+        out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+    smoke = result.smoke
+    colour = "green" if smoke.get("level") == "help" else "yellow"
+    out.print(
+        f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
+        f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
+    )
+    out.print(f"flake: {escape(result.flake_dir)}")
+    out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
+    if result.catalog:
+        tool = f"{result.catalog['name']}@{result.catalog['version']}"
+        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
+
+
+@shows("eval")
+def show_eval(result: Any, as_json: bool) -> None:
+    """An evaluation's report: as JSON, or the table eval.md holds and where it was written."""
+    from flakebot.cli.live import json_line
+
+    report, paths = result
+    if as_json:
+        json_line(report.to_dict())
+        return
+    out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)  # the table eval.md holds
+    out.print(f"written: {paths['markdown']} {paths['json']}", markup=False)

@@ -16,6 +16,7 @@ import typer
 from flakebot.commands.table import Command, Parameter, commands
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
+JsonLinesOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer], door: Any) -> None:
@@ -42,7 +43,8 @@ def _handler(command: Command, door: Any) -> Callable[..., None]:
         if code:
             raise typer.Exit(code)
 
-    extra = [inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=JsonOpt, default=False)]
+    json_opt = JsonLinesOpt if command.json_lines else JsonOpt
+    extra = [inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=json_opt, default=False)]
     handler.__signature__ = inspect.Signature(fields + (extra if own else []))  # type: ignore[attr-defined]
     handler.__name__ = command.api
     return handler
@@ -90,8 +92,9 @@ def _arguments(command: Command, given: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def _progress(command: Command, as_json: bool, arguments: dict[str, Any], door: Any) -> Iterator[dict[str, Any]]:
-    """Live progress while the command works: its run's events when it takes a sink, else a live line naming what
-    it does; Ctrl-C on a service command says where it left the service."""
+    """Live progress while the command works: its run's events when it takes a sink, its lines when it takes a
+    progress printer, else a live line naming what it does; Ctrl-C on a service command says where it left the
+    service."""
     takes_sink = "sink" in inspect.signature(command.run).parameters
     title = _title(command, arguments)
     if takes_sink:
@@ -99,6 +102,11 @@ def _progress(command: Command, as_json: bool, arguments: dict[str, Any], door: 
 
         with event_sink(as_json, title, quiet=door.quiet) as sink:
             yield {"sink": sink}
+        return
+    if "progress" in inspect.signature(command.run).parameters:  # its lines, on stderr as they come
+        from flakebot.cli.live import console
+
+        yield {"progress": lambda line: console.print(line, markup=False)}
         return
     if not command.working:
         yield {}

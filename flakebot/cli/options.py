@@ -1,13 +1,12 @@
 """The typer options of craft, improve and package, generated from the request fields that declare them
 (flakebot.pipeline.request.option): a field's type, default and docstring become its option, so an option is
-written once. `request_command(app, verb, ...)` turns a handler taking the built RunRequest into a typer command."""
+written once. A command's RunRequest parameter (commands/table.py Param(request=VERB)) is these options on the CLI
+(cli/generated.py), and build_request makes the RunRequest from their values."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,30 +14,6 @@ import typer
 
 from flakebot.pipeline.request import Improvement, RunRequest, options
 from flakebot.toolschema import field_docs
-
-
-def request_command(
-    verb: str, extra: dict[str, tuple[Any, Any]]
-) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Give `handler(request, **extra)` the signature typer reads: the verb's request fields (positional ones first)
-    and then `extra` (name -> (Annotated type, default)), which are the invocation's own (--json, --stop-after)."""
-
-    def decorate(handler: Callable[..., None]) -> Callable[..., None]:
-        fields = [*_parameters(Improvement, verb), *_parameters(RunRequest, verb)]
-        fields.sort(key=lambda pair: not pair[1])  # positional arguments first, in declaration order
-        own = [
-            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=a, default=d) for n, (a, d) in extra.items()
-        ]
-
-        @functools.wraps(handler)
-        def command(**given: Any) -> None:
-            handler(build_request(verb, given), **{name: given[name] for name in extra})
-
-        command.__signature__ = inspect.Signature([p for p, _ in fields] + own)  # type: ignore[attr-defined]
-        del command.__wrapped__  # typer must read the generated signature, not the handler's
-        return command
-
-    return decorate
 
 
 def request_parameters(verb: str) -> list[tuple[inspect.Parameter, bool]]:

@@ -9,6 +9,9 @@ from typing import Any
 from flakebot import config, preflight
 from flakebot.errors import UsageError
 
+# What a long command's MCP description ends with: how an agent gets its result.
+LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
+
 
 def settings_or_default(settings: config.Settings | None) -> config.Settings:
     return settings or config.load()

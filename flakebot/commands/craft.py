@@ -7,10 +7,11 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from flakebot import config, preflight
 from flakebot.commands.common import (
+    LONG,
     check_craft_options,
     check_host,
     check_limits,
@@ -18,6 +19,7 @@ from flakebot.commands.common import (
     settings_or_default,
     workdir_of,
 )
+from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.pipeline.request import RunRequest, check_bounds, from_keywords, keyword_signature
@@ -47,7 +49,13 @@ class CraftResult:
         return self.status in ("cached", "installed")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "from_catalog": self.from_catalog}
+        """Its fields, and once there is a tool or service: what it is and the door to use it by (deliver/howto.py)."""
+        from flakebot.deliver.howto import how_to_use
+
+        made = {**asdict(self), "from_catalog": self.from_catalog}
+        if self.status != "stopped" and self.name:
+            made |= how_to_use(self.name, self.manifest.get("kind"))
+        return made
 
 
 def craft(
@@ -70,14 +78,23 @@ def craft(
 craft.__signature__ = keyword_signature("craft", craft)  # type: ignore[attr-defined]
 
 
+STAGES = "spec, search, choose, acquire, edit, package, instruct"  # where --stop-after may stop a craft
+StopAfter = Annotated[str | None, Param(f"Stop after this stage ({STAGES}).", doors=frozenset({"cli", "api"}))]
+
+
 def craft_request(
-    request: RunRequest,
+    request: Annotated[RunRequest, Param("The craft's request: its need and options.", request="craft")],
     *,
-    stop_after: str | None = None,
+    stop_after: StopAfter = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> CraftResult:
-    """`craft` of a RunRequest as the caller built it (from_location not yet resolved, settings as given)."""
+    """Craft a tested, Nix-built command-line tool from a need (or return the catalogued one).
+
+    Stages: spec -> search -> choose -> acquire -> edit -> package -> instruct -> clean.
+    Resume an interrupted craft with 'flakebot resume RUN'.
+    """
+    # `craft` of a RunRequest as the caller built it: from_location not yet resolved, settings as given
     from flakebot.deliver.catalog import Catalog
     from flakebot.pipeline import engine as pipeline
 
@@ -265,3 +282,20 @@ def _cached(entry: dict[str, Any], settings: config.Settings, started: float) ->
         seconds=round(time.monotonic() - started, 3),
         version=str(entry.get("version") or ""),
     )
+
+
+COMMANDS = [
+    Command(
+        "craft",
+        craft_request,
+        mcp="craft",
+        hints=Hints("Craft a tool", open_world=True),  # the model provider, crates.io, nixpkgs
+        long=True,
+        changes_catalog=True,
+        json_lines=True,
+        working="craft: {request}",
+        mcp_description="Craft a tested, Nix-built command-line tool from a need in plain words (or return the "
+        "catalogued one for the same need); returns its manifest. Start from a git repository or local crate with "
+        f"`from`.{LONG}",
+    )
+]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from flakebot import config, preflight
 from flakebot.commands.common import (
+    LONG,
     check_craft_options,
     check_host,
     check_limits,
@@ -16,7 +17,8 @@ from flakebot.commands.common import (
     settings_or_default,
     workdir_of,
 )
-from flakebot.commands.craft import CraftResult, craft_result, with_service_note
+from flakebot.commands.craft import CraftResult, StopAfter, craft_result, with_service_note
+from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import CatalogError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.pipeline.request import Improvement, RunRequest, check_bounds, from_keywords, keyword_signature
@@ -49,13 +51,21 @@ improve.__signature__ = keyword_signature("improve", improve)  # type: ignore[at
 
 
 def improve_request(
-    request: RunRequest,
+    request: Annotated[
+        RunRequest, Param("The improvement's request: the tool, the change, options.", request="improve")
+    ],
     *,
-    stop_after: str | None = None,
+    stop_after: StopAfter = None,
     sink: EventSink = ignore,
     settings: config.Settings | None = None,
 ) -> CraftResult:
-    """`improve` of a RunRequest whose `improve` names the tool and the change (the rest is filled in here)."""
+    """Craft a catalogued tool's next version: flakebot improve csv-dedup "also support --delimiter".
+
+    The new version starts from the tool's own source (fork mode), keeps every acceptance example it has and
+    adds new ones for the change; it is catalogued as the next version (0.1.0 -> 0.2.0), the current one from
+    then on. Earlier versions stay runnable: flakebot run csv-dedup@0.1.0. 'flakebot show TOOL' lists them.
+    """
+    # `improve` of a RunRequest whose `improve` names the tool and the change (the rest is filled in here)
     from flakebot.deliver.catalog import Catalog, show_tool
     from flakebot.deliver.versions import newest, next_version
     from flakebot.llm.providers import check_model
@@ -131,3 +141,29 @@ def _kept_spec(entry: dict[str, Any], manifest: dict[str, Any], settings: config
             fix=f"craft it again with 'flakebot craft --fresh \"{entry.get('need', '')}\"', then improve that",
         )
     return ToolSpec.from_dict(spec, source=f"{entry['name']}@{entry['version']}")
+
+
+def _check_improve(request: RunRequest) -> None:
+    """The tool and the change are named (an agent's empty string is absent), before any job starts."""
+    asked = request.improve or Improvement(tool="", request="")
+    for key, value in (("tool", asked.tool), ("request", asked.request)):
+        if not (value or "").strip():
+            raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
+
+
+COMMANDS = [
+    Command(
+        "improve",
+        improve_request,
+        mcp="improve",
+        hints=Hints("Improve a crafted tool", open_world=True),
+        long=True,
+        changes_catalog=True,
+        json_lines=True,
+        working="improve {request}",
+        check=_check_improve,
+        mcp_description="Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every "
+        "acceptance example it has must still pass, new ones are added for the change. Earlier versions stay callable "
+        f"through `run` as NAME@VERSION.{LONG}",
+    )
+]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from flakebot import config
-from flakebot.commands.common import run_overrides, settings_or_default, workdir_of
+from flakebot.commands.common import LONG, run_overrides, settings_or_default, workdir_of
+from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.pipeline.request import RunRequest, from_keywords, keyword_signature
@@ -35,9 +36,13 @@ package.__signature__ = keyword_signature("package", package)  # type: ignore[at
 
 
 def package_request(
-    request: RunRequest, *, sink: EventSink = ignore, settings: config.Settings | None = None
+    request: Annotated[RunRequest, Param("The crate to package and how.", request="package")],
+    *,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
 ) -> PackageOut:
-    """`package` of a RunRequest naming its target (and registry, bin, out, and the nixpkgs or offline settings)."""
+    """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
+    # `package` of a RunRequest naming its target (and registry, bin, out, and the nixpkgs or offline settings)
     from flakebot.nix.flake import check_out_dir
     from flakebot.pipeline import engine as pipeline
     from flakebot.stages.locate import check_target
@@ -81,3 +86,27 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
             f"the catalog already has a tool named {name} for another need ({holder.get('need', '')!r})",
             fix=f"pass --name {name}-2 (or another free name), or remove the old one with 'flakebot rm {name}'",
         )
+
+
+def _check_package(request: RunRequest) -> None:
+    """The target is named (an agent's empty string is absent), before any job starts."""
+    if not (request.target or "").strip():
+        raise UsageError("'target' is required", fix="pass target as a non-empty string")
+
+
+COMMANDS = [
+    Command(
+        "package",
+        package_request,
+        mcp="package",
+        hints=Hints("Package a crate", idempotent=True, open_world=True),
+        long=True,
+        changes_catalog=True,  # with catalog: tools/list_changed once its result holds the catalog entry
+        json_lines=True,
+        working="package {request}",
+        check=_check_package,
+        mcp_description="Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, "
+        "build it and smoke-run it. No model. With catalog, the built tool joins the catalog (and this server's tool "
+        f"list) like a crafted one.{LONG}",
+    )
+]

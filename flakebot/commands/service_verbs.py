@@ -44,6 +44,7 @@ def package_service(
 ) -> dict[str, Any]:
     """Package a crate as a flake (nix build, smoke run), check its lifecycle (health, examples, SIGTERM, state
     kept over a restart) and catalog it as a service for 'flakebot up'."""
+    from flakebot.deliver.howto import how_to_use
     from flakebot.services.declaration import Health, ServiceSpec
     from flakebot.services.lifecycle import Examples
 
@@ -51,9 +52,10 @@ def package_service(
                        start_s=start_timeout)  # fmt: skip
     cases = Examples.load(Path(examples)) if examples else None
     overrides = {"offline": offline} if offline is not None else {}
-    return _catalogued(
+    entry = _catalogued(
         target, spec, settings_or_default(settings), name=name, bin_name=bin_name, overrides=overrides, examples=cases
     )
+    return {**entry, **how_to_use(entry["name"], "service")}  # a service: started with up, not called as a tool
 
 
 def _catalogued(

@@ -12,8 +12,8 @@ docstring the command's help, its return value the result. The CLI (flakebot.cli
 
     COMMANDS = [Command("hello", hello, mcp="hello", hints=Hints("Greet", read_only=True))]
 
-`settings`, `sink` (the run's event sink, for long work) and `agent` (true over MCP) are given by the door, never
-asked of the caller.
+`settings`, `sink` (the run's event sink, for long work), `agent` (true over MCP) and `progress` (a line of progress
+for a person: stderr on the CLI) are given by the door, never asked of the caller.
 """
 
 from __future__ import annotations
@@ -21,16 +21,18 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 # The command modules, in the order `flakebot --help` and MCP's tools/list show their commands: the one table.
-MODULES = ("craft", "improve", "runs", "setup", "catalog_tools", "packaging", "share", "service_verbs")
+MODULES = ("craft", "improve", "evaluating", "runs", "setup", "catalog_tools", "packaging", "share", "service_verbs")
 
 DOORS = frozenset({"cli", "mcp", "api"})
-GIVEN = ("settings", "sink", "agent")  # what a door passes itself (agent: the caller is a model, over MCP)
+# what a door passes itself (agent: the caller is a model, over MCP; progress: prints a line of progress, the CLI's)
+GIVEN = ("settings", "sink", "agent", "progress")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Command:
     doors: frozenset[str] = DOORS
     check: Callable[..., None] | None = None  # what a door runs before any job starts (the arguments run would take)
     cli_extra: dict[str, Any] = field(default_factory=dict)  # typer command settings (run: extra args after --)
+    json_lines: bool = False  # its --json help says "JSON (lines)" (the CLI's words for it before the table)
 
     @property
     def api(self) -> str:
@@ -151,7 +154,7 @@ class Parameter:
 @functools.cache
 def parameters(run: Callable[..., Any]) -> tuple[Parameter, ...]:
     """A command function's parameters, each with its Param (one is required: a parameter no door may guess)."""
-    hints = typing.get_type_hints(run, include_extras=True)
+    hints = _parameter_hints(run)
     found = []
     for p in inspect.signature(run).parameters.values():
         if p.name in GIVEN:
@@ -162,6 +165,14 @@ def parameters(run: Callable[..., Any]) -> tuple[Parameter, ...]:
             raise TypeError(f"{run.__qualname__}: parameter {p.name!r} has no Param (Annotated[TYPE, Param(...)])")
         found.append(Parameter(p.name, typing.get_args(hint)[0], p.default, metadata[0]))
     return tuple(found)
+
+
+def _parameter_hints(run: Callable[..., Any]) -> dict[str, Any]:
+    """The types of a function's parameters (Annotated kept); its return type is not evaluated: a result's type may
+    be imported for type checkers only (a heavy module)."""
+    annotations = {k: v for k, v in run.__annotations__.items() if k != "return"}
+    shim = types.SimpleNamespace(__annotations__=annotations)
+    return typing.get_type_hints(shim, globalns=getattr(run, "__globals__", {}), include_extras=True)
 
 
 @functools.cache

@@ -7,6 +7,7 @@
     catalogdb.py the catalog's index, catalog.db (SQLite): one row per tool, catalog.json moved in on first open
     definitions.py  each catalogued tool's MCP definition, cached against its version, manifest and the code
     versions.py  NAME@VERSION references and the version an improvement gets
+    howto.py     what a catalogued thing is (tool or service) and the door to use it by, for a result's caller
     publish.py   nix copy of a catalogued tool's closure to a binary cache or another store, signed
     shared.py    a shared catalog in a binary cache: the entry as a store path, its files, the index (file://)
     index.py     a shared catalog's signed index: verified (signature, expiry) and validated before it is read

@@ -6,6 +6,6 @@ checks.py   held-out checks run on the built tool in the sandbox
 record.py   a live run's transcript as a replayable model script (--record)
 harness.py  evaluate(): one craft per need, the scores, bench/eval.{md,json}
 
-May import commands (craft), llm, pipeline, sandbox and source (safegit, for fixture repositories) (and the leaves); nothing
-imports it but flakebot.api's evaluate() (when called), which the CLI's `eval` uses.
+May import llm, pipeline, sandbox and source (safegit, for fixture repositories) (and the leaves), never commands: the
+eval command (commands/evaluating.py) hands the harness the craft function; nothing imports it but that command.
 """

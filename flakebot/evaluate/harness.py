@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flakebot.commands.craft import craft
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, SpecError
 from flakebot.evaluate.checks import run_checks
@@ -28,6 +27,9 @@ from flakebot.pipeline.run import Run, list_runs
 logger = logging.getLogger(__name__)
 
 FORMAT = 1
+# The craft command's function (flakebot.commands.craft.craft), given by the eval command: evaluate/ does not import
+# the commands that call it.
+Craft = Callable[..., Any]
 
 
 @dataclass
@@ -92,16 +94,17 @@ def evaluate(
     root: Path,
     record: Path | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    craft: Craft,
 ) -> EvalReport:
-    """Craft each need of `suite` under `root` (emptied first) and score it; with `record`, write each need's
-    session as a replayable script there (DIR/<need id>.json)."""
+    """Craft each need of `suite` under `root` (emptied first) with `craft` (the craft command's function) and score
+    it; with `record`, write each need's session as a replayable script there (DIR/<need id>.json)."""
     remove_tree(root)
     root.mkdir(parents=True)
     started = time.monotonic()
     results = []
     for number, need in enumerate(suite.needs, 1):
         progress(f"[{number}/{len(suite.needs)}] {need.id}: {need.need}")
-        result = evaluate_need(need, suite, model, settings, root / need.id)
+        result = evaluate_need(need, suite, model, settings, root / need.id, craft)
         if record is not None and result.run_id:
             _record(root / need.id, result, record / f"{need.id}.json")
         progress(
@@ -111,7 +114,9 @@ def evaluate(
     return EvalReport(suite.name, model or "hand-written sessions", results, time.monotonic() - started)
 
 
-def evaluate_need(need: Need, suite: Suite, model: str | None, settings: Settings, root: Path) -> NeedResult:
+def evaluate_need(
+    need: Need, suite: Suite, model: str | None, settings: Settings, root: Path, craft: Craft
+) -> NeedResult:
     registry = (
         str(prepare_fixture(suite.directory / "fixtures" / need.fixture, root)) if need.fixture else need.registry
     )
@@ -242,8 +247,10 @@ def run_eval(
     record: Path | None = None,
     settings: Settings,
     progress: Callable[[str], None] = lambda _: None,
+    craft: Craft,
 ) -> tuple[EvalReport, dict[str, Path]]:
-    """`flakebot eval`: load the suite, craft and score every need, write the report."""
+    """`flakebot eval`: load the suite, craft (with `craft`, the craft command's function) and score every need,
+    write the report."""
     from flakebot.evaluate.suite import load_suite
     from flakebot.llm.providers import check_model
 
@@ -251,5 +258,5 @@ def run_eval(
         check_model(model, settings)  # a missing key fails before the first craft
     suite = load_suite(suite_name).select(only or [])
     root = settings.path("workdir") / "eval" / suite.name
-    report = evaluate(suite, model=model, settings=settings, root=root, record=record, progress=progress)
+    report = evaluate(suite, model=model, settings=settings, root=root, record=record, progress=progress, craft=craft)
     return report, write_report(report, out_dir)

@@ -2,9 +2,10 @@
 
 A craft's whole result (its manifest and USAGE.md) is about 12 KB, and some hosts cut a long tool result in the
 middle before the model sees it (Codex does), so the JSON no longer parses. The first level of a result is what an
-agent needs next: ok, status, name, version, run id, how to call the tool (its MCP tool name, the CLI line), its
-summary and usage (the tool's own words, marked as such), and where the rest is. Every result fits RESULT_BUDGET
-bytes of JSON.
+agent needs next: ok, status, name, version, run id, what it is (kind: a tool or a service) and the door to use it
+by (a tool: its MCP tool and CLI line; a service: service_up or `flakebot up`, then service_request), its summary
+and usage (the tool's own words, marked as such), and where the rest is. Every result fits RESULT_BUDGET bytes of
+JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flakebot.deliver.howto import how_to_use
 from flakebot.modeltext import DATA_NOTE, one_line
 
 __all__ = ["RESULT_BUDGET", "compact_result", "compact_status"]
@@ -52,11 +54,7 @@ def _craft(result: dict[str, Any]) -> dict[str, Any]:
         "run_id": result.get("run_id", ""),
     }
     if result.get("status") in CRAFTED and name:
-        answer["call"] = {
-            "mcp_tool": name,
-            "cli": f"flakebot run {name} -- ARGS",
-            "nix_run": one_line(manifest.get("nix_run", ""), 400),
-        }
+        answer |= how_to_use(name, manifest.get("kind"), one_line(manifest.get("nix_run", ""), 400))
         answer["summary"] = one_line(manifest.get("summary", ""), 200)
         answer["usage"] = one_line(manifest.get("usage", ""), 200)
         answer["words"] = f"summary and usage: {DATA_NOTE}"
@@ -82,7 +80,7 @@ def _package(result: dict[str, Any]) -> dict[str, Any]:
         answer["smoke"] = {"level": smoke["level"], "meaning": one_line(smoke.get("meaning", ""), 200)}
     entry = result.get("catalog") or {}
     if entry.get("name"):  # package --catalog: the crate is an agent tool now
-        answer["call"] = {"mcp_tool": entry["name"], "cli": f"flakebot run {entry['name']} -- ARGS"}
+        answer |= how_to_use(entry["name"], "tool")
         answer["catalog"] = {"name": entry["name"], "version": entry.get("version", "")}
     if result.get("run_id"):
         answer["details"] = f"call show with name {result['run_id']!r} for the whole result (smoke run, licenses)"
@@ -103,5 +101,5 @@ def _fitted(answer: dict[str, Any]) -> dict[str, Any]:
         if len(json.dumps(answer)) <= RESULT_BUDGET - 16:
             return answer
         answer = {k: one_line(v, limit) if isinstance(v, str) else v for k, v in answer.items()}
-    keep = ("status", "name", "version", "run_id", "call", "details")
+    keep = ("status", "name", "version", "run_id", "kind", "call", "start", "reach", "details")
     return {k: v for k, v in answer.items() if k in keep}

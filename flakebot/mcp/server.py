@@ -40,7 +40,6 @@ import signal
 import subprocess
 import sys
 import time
-import typing
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ import anyio.to_thread
 
 from flakebot import __version__, api, config, launcher, preflight
 from flakebot.commands.table import Command
-from flakebot.deliver.schema import Field, closed_object, strict_schema
+from flakebot.deliver.schema import strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
@@ -63,10 +62,8 @@ from flakebot.mcp.start import Opening
 from flakebot.modeltext import one_line
 from flakebot.pipeline import jobs
 from flakebot.pipeline.heartbeat import with_heartbeat
-from flakebot.pipeline.request import Improvement, RunRequest
-from flakebot.pipeline.request import options as request_options
 from flakebot.redact import RedactFilter
-from flakebot.toolschema import declare, field_docs, json_schema
+from flakebot.toolschema import declare
 from flakebot.validation import check_arguments, kind_of
 
 logger = logging.getLogger(__name__)
@@ -98,36 +95,11 @@ FOLLOW = (
     "until status is succeeded (the result is in it) or failed"
 )
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
-# craft, improve and package take a RunRequest: each argument is a request field its option() offers over MCP
-# (improve.X: a field of its Improvement), typed and described as the field is; `wait` is the server's own.
-
-
-def _request_args(verb: str) -> dict[str, str]:
-    """The MCP arguments of `verb`: argument name -> request field path."""
-    return {
-        meta["mcp_name"] or f.name: f"{prefix}{f.name}"
-        for cls, prefix in ((Improvement, "improve."), (RunRequest, ""))
-        for f, meta in request_options(cls, verb, "mcp")
-    }
-
-
-CRAFT_ARGS = _request_args("craft")
-IMPROVE_ARGS = _request_args("improve")
-PACKAGE_ARGS = _request_args("package")
 
 
 class OwnTools:
     """flakebot's own MCP tools, each declared by a method (flakebot.toolschema) and carried out by
-    FlakebotMCP._tool_NAME; craft, improve and package take their arguments from a RunRequest's fields."""
-
-    def craft(self) -> None:
-        """Craft a tested, Nix-built command-line tool from a need in plain words (or return the catalogued one for
-        the same need); returns its manifest. Start from a git repository or local crate with `from`.{LONG}"""
-
-    def improve(self) -> None:
-        """Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every acceptance example it
-        has must still pass, new ones are added for the change. Earlier versions stay callable through `run` as
-        NAME@VERSION.{LONG}"""
+    FlakebotMCP._tool_NAME."""
 
     def status(self, run_id: str, wait_seconds: int | None = None) -> None:
         """A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it
@@ -164,11 +136,6 @@ class OwnTools:
         name: A run id or a tool name.
         """
 
-    def package(self) -> None:
-        """Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, build it and
-        smoke-run it. No model. With catalog, the built tool joins the catalog (and this server's tool list) like a
-        crafted one.{LONG}"""
-
     def runs(self) -> None:
         """List runs, newest first, with status and need."""
 
@@ -195,44 +162,14 @@ class OwnTools:
 
 def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
     """Each own tool's description and strict input schema (deliver/schema.py), in the order clients list them."""
-    requests = {
-        "craft": (CRAFT_ARGS, ("need",)),
-        "improve": (IMPROVE_ARGS, ("tool", "request")),
-        "package": (PACKAGE_ARGS, ("target",)),
-    }
     names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
     tools = {}
     for name in [n for n in names if n not in TABLE_TOOLS]:
         declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
-        schema = _request_schema(*requests[name]) if name in requests else strict_schema(declared)
-        tools[name] = (declared.description, schema)
+        tools[name] = (declared.description, strict_schema(declared))
     for name, command in tooltable.table_tools().items():
         tools[name] = (tooltable.description(command), tooltable.input_schema(command))
     return tools
-
-
-def _request_schema(args: dict[str, str], required: tuple[str, ...]) -> dict[str, Any]:
-    """A strict-compatible input schema for arguments that are RunRequest fields, and `wait`."""
-    fields = {name: _request_field(path, name in required) for name, path in args.items()}
-    return closed_object({**fields, "wait": Field("boolean", WAIT), "detach": Field("boolean", DETACH)})
-
-
-def _request_field(path: str, required: bool) -> Field:
-    cls, name = (Improvement, path.removeprefix("improve.")) if path.startswith("improve.") else (RunRequest, path)
-    kind = json_schema(typing.get_type_hints(cls)[name])["type"]
-    return Field(kind, field_docs(cls)[name], required)
-
-
-def _request(args: dict[str, Any], names: dict[str, str], required: tuple[str, ...] = ()) -> RunRequest:
-    """The RunRequest a call's arguments make: null, "" and false are absent (schema.py); required ones are checked."""
-    values: dict[str, Any] = {}
-    for name, path in names.items():
-        given = _required(args, name) if name in required else args.get(name)
-        kind = _request_field(path, False).kind
-        values[path] = bool(given) if kind == "boolean" else (str(given) if given else None)
-    improvement = {k.removeprefix("improve."): v for k, v in values.items() if k.startswith("improve.")}
-    plain = {k: v for k, v in values.items() if not k.startswith("improve.") and v is not None}
-    return RunRequest(**plain, improve=Improvement(**improvement) if improvement else None)
 
 
 TABLE_TOOLS = tooltable.table_tools()
@@ -343,31 +280,10 @@ class FlakebotMCP:
 
     # ------------------------------------------------------------ flakebot's own tools
 
-    async def _tool_craft(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "craft", args, changes_catalog=True)
-
-    async def _tool_improve(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "improve", args, changes_catalog=True)
-
     async def _tool_resume(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         return await self._long(ctx, "resume", args, changes_catalog=True)
 
-    async def _tool_package(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "package", args, changes_catalog=bool(args.get("catalog")))
-
     # The long tools' work, as a function of the run's event sink (in a worker thread, or in a detached process).
-
-    def _work_craft(self, args: dict[str, Any]) -> Work:
-        settings, request = self.settings(), _request(args, CRAFT_ARGS)
-
-        def work(sink: EventSink) -> dict[str, Any]:
-            return api.craft_request(request, sink=sink, settings=settings).to_dict()
-
-        return work
-
-    def _work_improve(self, args: dict[str, Any]) -> Work:
-        settings, request = self.settings(), _request(args, IMPROVE_ARGS, required=("tool", "request"))
-        return lambda sink: api.improve_request(request, sink=sink, settings=settings).to_dict()
 
     def _work_resume(self, args: dict[str, Any]) -> Work:
         from flakebot.pipeline.run import find_run_dir
@@ -375,14 +291,6 @@ class FlakebotMCP:
         settings, run_id = self.settings(), _required(args, "run_id")
         find_run_dir(settings.path("workdir"), run_id)  # no such run: refused before a job exists
         return lambda sink: api.resume(run_id, sink=sink, settings=settings)
-
-    def _work_package(self, args: dict[str, Any]) -> Work:
-        settings, request = self.settings(), _request(args, PACKAGE_ARGS, required=("target",))
-
-        def work(sink: EventSink) -> dict[str, Any]:
-            return api.package_request(request, sink=sink, settings=settings).to_dict()
-
-        return work
 
     async def _tool_status(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         run_id, settings = _required(args, "run_id"), self.settings()
@@ -549,9 +457,7 @@ class FlakebotMCP:
 
 Work = Callable[[EventSink], dict[str, Any]]
 # The long tools (their work can run detached, or as MCP tasks), and whether each changes the catalog.
-LONG_TOOLS = {"craft": True, "improve": True, "resume": True, "package": False} | {
-    name: command.changes_catalog for name, command in TABLE_TOOLS.items() if command.long
-}
+LONG_TOOLS = {"resume": True} | {name: command.changes_catalog for name, command in TABLE_TOOLS.items() if command.long}
 
 
 def _for_agent(command: Command, result: Any) -> dict[str, Any]:

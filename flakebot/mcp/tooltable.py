@@ -5,6 +5,7 @@ function's, absent ones (null, "", false: schema.py) left to its defaults."""
 
 from __future__ import annotations
 
+import inspect
 import typing
 from typing import Any
 
@@ -48,7 +49,7 @@ def input_schema(command: Command) -> dict[str, Any]:
 
 
 def _makes_a_run(command: Command) -> bool:
-    return "sink" in typing.get_type_hints(command.run)
+    return "sink" in inspect.signature(command.run).parameters
 
 
 def _field(p: Parameter) -> Field:

@@ -170,6 +170,13 @@ class PackageOut(StageOut, PackageResult):
     def of(cls, result: PackageResult) -> PackageOut:
         return cls(**dataclasses.asdict(result))
 
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields; catalogued, also what it is (a tool) and the door to call it by (deliver/howto.py)."""
+        from flakebot.deliver.howto import how_to_use
+
+        data = super().to_dict()
+        return {**data, **how_to_use(self.catalog["name"], "tool")} if self.catalog.get("name") else data
+
 
 def _migrate(stage: str, data: dict[str, Any]) -> dict[str, Any]:
     """Outputs as format 1 stored them, in today's shape."""

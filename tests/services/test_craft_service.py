@@ -66,6 +66,8 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(
     assert code == 0, crafted
     manifest = crafted["result"]["manifest"]
     assert manifest["kind"] == "service" and manifest["name"] == NAME
+    start = {"mcp_tool": "service_up", "arguments": {"service": NAME}, "cli": f"flakebot up {NAME}"}
+    assert crafted["result"]["kind"] == "service" and crafted["result"]["start"] == start  # not a tool to call
     assert manifest["service"]["health"] == {"kind": "http", "path": "/health"}
     assert manifest["service"]["stop_grace_s"] == 2
     flake = (Path(manifest["catalog_dir"]) / "flake" / "flake.nix").read_text()
@@ -80,6 +82,7 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(
     offered = {"need": NEED, "service": True, "model": "scripted:/nonexistent.json", "registry": "local"}
     answer = mcp_call("craft", offered)
     assert answer.get("status") == "cached", answer
+    assert answer["kind"] == "service" and answer["start"]["mcp_tool"] == "service_up" and "call" not in answer
     assert api.craft(NEED, service=True, model="scripted:/nonexistent.json", offline=True).status == "cached"
     as_tool = run_cli("craft", NEED, "--model", "scripted:/nonexistent.json", *OFFLINE, "--json")
     assert as_tool.returncode != 0 and "nonexistent" in as_tool.stdout  # a service never answers a tool's need
