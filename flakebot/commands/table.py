@@ -12,8 +12,8 @@ docstring the command's help, its return value the result. The CLI (flakebot.cli
 
     COMMANDS = [Command("hello", hello, mcp="hello", hints=Hints("Greet", read_only=True))]
 
-`settings`, `sink` (the run's event sink, for long work) and `agent` (true over MCP) are given by the door, never
-asked of the caller.
+`settings`, `sink` (the run's event sink, for long work), `agent` (true over MCP) and `sources` (where each setting
+came from, as the CLI loaded them) are given by the door, never asked of the caller.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 MODULES = ("craft", "improve", "runs", "setup", "catalog_tools", "packaging", "share", "services")
 
 DOORS = frozenset({"cli", "mcp", "api"})
-GIVEN = ("settings", "sink", "agent")  # what a door passes itself (agent: the caller is a model, over MCP)
+GIVEN = ("settings", "sink", "agent", "sources")  # what a door passes itself (agent: the caller is a model, over MCP)
 
 
 @dataclass(frozen=True)

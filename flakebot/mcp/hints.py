@@ -24,13 +24,8 @@ def _hints(title: str, read_only: bool, destructive: bool, idempotent: bool, ope
 OWN: dict[str, dict[str, Any]] = {
     "craft": _hints("Craft a tool", False, False, False, True),
     "improve": _hints("Improve a crafted tool", False, False, False, True),
-    "status": _hints("Status of a run", True, False, True, False),
-    "resume": _hints("Resume a run", False, False, True, True),
-    "search": _hints("Search crates", True, False, True, True),
     "list": _hints("List crafted tools", True, False, True, False),
-    "show": _hints("Show a run or tool", True, False, True, False),
     "package": _hints("Package a crate", False, False, True, True),
-    "runs": _hints("List runs", True, False, True, False),
     "run": _hints("Run a crafted tool", False, True, False, False),
     "rm": _hints("Remove a crafted tool", False, True, True, False),
 }
