@@ -23,8 +23,7 @@ from flakebot.commands.common import settings_or_default
 from flakebot.commands.craft import CraftResult, craft, craft_request, craft_result
 from flakebot.commands.improve import improve, improve_request
 from flakebot.commands.packaging import package, package_request
-from flakebot.commands.runs import list_runs, remove_runs, resume, resume_report, run_result, show, show_run, status
-from flakebot.commands.setup import models, search, set_setting, settings_report
+from flakebot.commands.runs import resume, run_result, show_run
 from flakebot.commands.share import install, list_remote, publish
 from flakebot.commands.table import commands
 from flakebot.pipeline.request import Improvement, RunRequest
@@ -45,23 +44,14 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
     "improve_request",
     "install",
     "list_remote",
-    "list_runs",
     "list_tools",
-    "models",
     "package",
     "package_request",
     "publish",
-    "remove_runs",
     "remove_tool",
     "resume",
-    "resume_report",
     "run_tool",
-    "search",
-    "set_setting",
-    "settings_report",
-    "show",
     "show_run",
-    "status",
     "tool_arguments",
     "tool_definitions",
     "tool_manifest",

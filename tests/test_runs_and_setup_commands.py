@@ -4,7 +4,6 @@ table declares them: each door made from one declaration, through the real CLI a
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from pathlib import Path
