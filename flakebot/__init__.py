@@ -28,10 +28,10 @@ if TYPE_CHECKING:
         list_tools,
         package,
         resume,
-        search,
-        status,
     )
+    from flakebot.commands.runs import status
     from flakebot.commands.service_verbs import down, list_services, up
+    from flakebot.commands.setup import search
     from flakebot.config import Settings
     from flakebot.errors import FlakebotError
     from flakebot.pipeline.request import RunRequest

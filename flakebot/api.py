@@ -19,8 +19,7 @@ from flakebot.commands.catalog_tools import (
 from flakebot.commands.craft import CraftResult, craft, craft_result
 from flakebot.commands.improve import improve
 from flakebot.commands.packaging import package
-from flakebot.commands.runs import list_runs, remove_runs, resume, resume_report, run_result, show, show_run, status
-from flakebot.commands.setup import models, search, set_setting, settings_report
+from flakebot.commands.runs import resume, run_result, show_run
 from flakebot.commands.share import install, list_remote, publish
 from flakebot.commands.table import commands
 from flakebot.pipeline.request import Improvement, RunRequest
@@ -35,22 +34,13 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
     "improve",
     "install",
     "list_remote",
-    "list_runs",
     "list_tools",
-    "models",
     "package",
     "publish",
-    "remove_runs",
     "remove_tool",
     "resume",
-    "resume_report",
     "run_tool",
-    "search",
-    "set_setting",
-    "settings_report",
-    "show",
     "show_run",
-    "status",
     "tool_arguments",
     "tool_definitions",
     "tool_manifest",

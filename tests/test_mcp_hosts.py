@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from flakebot.mcp.results import RESULT_BUDGET
+from flakebot.deliver.results import RESULT_BUDGET
 from flakebot.modeltext import QUOTE_NOTE
 from flakebot.pipeline.heartbeat import HEARTBEAT_SECONDS
 from tests.conftest import require, run_cli

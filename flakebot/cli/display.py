@@ -278,13 +278,14 @@ def print_models(providers: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- displays of the command table's commands
 
 # command name -> how the CLI shows its result to a person, or as JSON (cli/generated.py); may return an exit code
-SHOWN: dict[str, Callable[[Any, bool], int | None]] = {}
+# (result, as_json, and by name any of the command's arguments and `settings` it takes)
+SHOWN: dict[str, Callable[..., int | None]] = {}
 
 
-def shows(name: str) -> Callable[[Callable[[Any, bool], int | None]], Callable[[Any, bool], int | None]]:
+def shows(name: str) -> Callable[[Callable[..., int | None]], Callable[..., int | None]]:
     """Make the decorated function the CLI's display of command `name`'s result."""
 
-    def register(display: Callable[[Any, bool], int | None]) -> Callable[[Any, bool], int | None]:
+    def register(display: Callable[..., int | None]) -> Callable[..., int | None]:
         SHOWN[name] = display
         return display
 
@@ -364,3 +365,87 @@ def show_eval(result: Any, as_json: bool) -> None:
         return
     out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)  # the table eval.md holds
     out.print(f"written: {paths['markdown']} {paths['json']}", markup=False)
+
+
+@shows("runs")
+def show_runs(runs: list[dict[str, Any]], as_json: bool, settings: Any) -> None:
+    if as_json:
+        json_result({"runs": runs})
+    elif not runs:
+        out.print(f"No runs in {settings.path('workdir') / 'runs'}.")
+    else:
+        print_runs(runs)
+
+
+@shows("show")
+def show_run_or_tool(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        json_result(report)
+    else:
+        print_report(report)
+
+
+@shows("resume")
+def show_resumed(report: dict[str, Any], as_json: bool) -> None:
+    """The run's id, status and outputs for programs; a person gets a craft's summary, or the run's status."""
+    from flakebot.cli.jsonout import json_line
+
+    if as_json:
+        json_line({"result": {key: report[key] for key in ("run_id", "status", "outputs")}})
+    elif report["craft"]:
+        print_craft_result(report["craft"], as_json=False)
+    else:
+        out.print(f"[green]run {report['run_id']} {report['status']}[/green]")
+
+
+@shows("search")
+def show_candidates(found: list[Any], as_json: bool, query: str) -> None:
+    if as_json:
+        json_result({"candidates": [candidate.to_dict() for candidate in found]})
+    elif not found:
+        out.print(f"No crate matches '{query}'.")
+    else:
+        print_candidates(query, found)
+
+
+@shows("config show")
+def show_settings(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        json_result(report["values"])
+    else:
+        print_settings(report)
+
+
+@shows("config set")
+def show_written(written: dict[str, Any], as_json: bool, value: str) -> None:
+    if as_json:
+        json_result(written)
+    else:
+        out.print(f"{written['key']} = {value!r} written to {written['file']}")
+
+
+@shows("models")
+def show_models(report: dict[str, Any], as_json: bool) -> None:
+    """The providers table, the default model, what each provider serves, and warnings."""
+    if as_json:
+        json_result(report)
+        return
+    print_models(report["providers"])
+    default = report["default"]
+    out.print(
+        f"default: {default['model']} (from {default['source']})"
+        if default["model"]
+        else f"default: none. {default['error']}",
+        highlight=False,
+    )
+    for p in report["providers"]:
+        if p.get("served"):
+            out.print(
+                f"{p['provider']} serves {len(p['served'])} models: {', '.join(p['served'])}",
+                markup=False,
+                highlight=False,
+            )
+        elif p.get("served_error"):
+            out.print(p["served_error"], markup=False, highlight=False)
+    for warning in report["warnings"]:
+        out.print(f"warning: {warning}", markup=False, highlight=False)

@@ -15,8 +15,7 @@ import typer
 
 from flakebot.commands.table import Command, Parameter, commands
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of tables.")]
-JsonLinesOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
 
 
 def register(app: typer.Typer, groups: dict[str, typer.Typer], door: Any) -> None:
@@ -38,13 +37,12 @@ def _handler(command: Command, door: Any) -> Callable[..., None]:
         as_json = bool(given.pop("as_json", False)) if own else bool(given.get("as_json"))
         arguments = _arguments(command, given)
         with _progress(command, as_json, arguments, door) as extra:
-            result = command.call(arguments, settings=door.settings, **extra)
-        code = _show(command, result, as_json)
+            result = command.call(arguments, settings=door.settings, sources=door.sources, **extra)
+        code = _show(command, result, as_json, {**arguments, "settings": door.settings})
         if code:
             raise typer.Exit(code)
 
-    json_opt = JsonLinesOpt if command.json_lines else JsonOpt
-    extra = [inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=json_opt, default=False)]
+    extra = [inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, annotation=JsonOpt, default=False)]
     handler.__signature__ = inspect.Signature(fields + (extra if own else []))  # type: ignore[attr-defined]
     handler.__name__ = command.api
     return handler
@@ -67,7 +65,7 @@ def _fields(command: Command) -> Iterator[inspect.Parameter]:
 
 def _typer_parameter(p: Parameter) -> inspect.Parameter:
     if p.param.positional:
-        info: Any = typer.Argument(help=p.param.help, metavar=p.name.upper() if p.required else None)
+        info: Any = typer.Argument(help=p.param.help)
     else:
         info = typer.Option(*p.param.cli, help=p.param.help)
     default = p.default
@@ -144,14 +142,16 @@ def _titled(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _show(command: Command, result: Any, as_json: bool) -> int:
-    """Print the result for a person or a program; the exit code its result calls for."""
+def _show(command: Command, result: Any, as_json: bool, given: dict[str, Any]) -> int:
+    """Print the result for a person or a program; the exit code its result calls for. A display may also take the
+    command's arguments and the settings (`given`) by name."""
     from flakebot.cli.display import SHOWN
 
     data = command.data(result)
     shown = SHOWN.get(command.name)
     if shown is not None:
-        code = shown(result, as_json)
+        takes = inspect.signature(shown).parameters
+        code = shown(result, as_json, **{k: v for k, v in given.items() if k in takes})
         return code if code is not None else command.exit_code(data)
     if as_json:
         from flakebot.cli.jsonout import json_result

@@ -292,7 +292,6 @@ COMMANDS = [
         hints=Hints("Craft a tool", open_world=True),  # the model provider, crates.io, nixpkgs
         long=True,
         changes_catalog=True,
-        json_lines=True,
         working="craft: {request}",
         mcp_description="Craft a tested, Nix-built command-line tool from a need in plain words (or return the "
         "catalogued one for the same need); returns its manifest. Start from a git repository or local crate with "

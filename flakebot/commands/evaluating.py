@@ -57,6 +57,4 @@ def _all_passed(report: dict[str, Any]) -> int:
     return 1 if report["totals"]["passed"] < len(report["results"]) else 0
 
 
-COMMANDS = [
-    Command("eval", evaluate, doors=frozenset({"cli", "api"}), data=_data, exit_code=_all_passed, json_lines=True)
-]
+COMMANDS = [Command("eval", evaluate, doors=frozenset({"cli", "api"}), data=_data, exit_code=_all_passed)]

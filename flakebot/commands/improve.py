@@ -159,7 +159,6 @@ COMMANDS = [
         hints=Hints("Improve a crafted tool", open_world=True),
         long=True,
         changes_catalog=True,
-        json_lines=True,
         working="improve {request}",
         check=_check_improve,
         mcp_description="Craft a catalogued tool's next version (0.1.0 -> 0.2.0) from its own source: every "

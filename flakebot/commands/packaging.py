@@ -102,7 +102,6 @@ COMMANDS = [
         hints=Hints("Package a crate", idempotent=True, open_world=True),
         long=True,
         changes_catalog=True,  # with catalog: tools/list_changed once its result holds the catalog entry
-        json_lines=True,
         working="package {request}",
         check=_check_package,
         mcp_description="Wrap a Rust crate (a directory, or a crate name from the registry) as a pinned Nix flake, "

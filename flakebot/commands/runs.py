@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from flakebot import config
 from flakebot.commands.common import settings_or_default, workdir_of
 from flakebot.commands.craft import craft_result
-from flakebot.errors import CatalogError, FlakebotError, RunError
+from flakebot.commands.table import Command, Hints, Param
+from flakebot.deliver.results import compact_status
+from flakebot.errors import CatalogError, FlakebotError, RunError, UsageError
 from flakebot.events import EventSink, ignore
 from flakebot.fsutil import remove_tree
 from flakebot.pipeline.run import Run
 
 logger = logging.getLogger(__name__)
+
+MAX_WAIT_SECONDS = 50  # the longest `status` holds an answer: below a client's 60 s request timeout
+SETTLE_SECONDS = 2.0  # a change answers once nothing more changed for this long
+POLL_SECONDS = 0.5
+ENDED = ("succeeded", "failed", "stopped", "interrupted")
 
 
 def show_run(run_id: str, settings: config.Settings | None = None) -> dict[str, Any]:
@@ -44,9 +52,28 @@ def show_run(run_id: str, settings: config.Settings | None = None) -> dict[str, 
     }
 
 
-def status(run_id: str, settings: config.Settings | None = None) -> dict[str, Any]:
-    """What a caller polling a run needs: its status, the stage timeline and, once it succeeded, its result (a craft's manifest)."""
+def status(
+    run_id: Annotated[str, Param("The run id craft returned.")],
+    settings: config.Settings | None = None,
+    *,
+    wait_seconds: Annotated[
+        int | None,
+        Param(
+            "Hold the answer until the run's stage changes or it ends, at most this many seconds (at most 50; keep it "
+            "below your client's request timeout). Null or 0: answer at once.",
+            doors=frozenset({"mcp", "api"}),
+        ),
+    ] = None,
+) -> dict[str, Any]:
+    """What a caller polling a run needs: its status, the stage timeline and, once it succeeded, its result (a craft's
+    manifest). With `wait_seconds`, held (blocking) until the run ended or its status or stage changed and settled,
+    at most that long (MAX_WAIT_SECONDS): an agent following a craft spends a few turns on it, not one per poll."""
     settings = settings_or_default(settings)
+    seconds = max(0, min(wait_seconds or 0, MAX_WAIT_SECONDS))
+    return _held(lambda: _status(run_id, settings), seconds)
+
+
+def _status(run_id: str, settings: config.Settings) -> dict[str, Any]:
     report = show_run(run_id, settings)
     stages = [{k: stage.get(k) for k in ("name", "status", "seconds", "attempts")} for stage in report["stages"]]
     answer = {
@@ -62,14 +89,42 @@ def status(run_id: str, settings: config.Settings | None = None) -> dict[str, An
     return answer
 
 
+def _held(read: Callable[[], dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """`read()` (a run's status) once the run ended or its status or stage changed (and settled), or `seconds` passed."""
+    report = read()
+    deadline = time.monotonic() + seconds
+    changed_at: float | None = None
+    while report["status"] not in ENDED and time.monotonic() < deadline:
+        if changed_at is not None and time.monotonic() - changed_at >= SETTLE_SECONDS:
+            break
+        time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        before, report = _where(report), read()
+        if _where(report) != before:
+            changed_at = time.monotonic()
+    return report
+
+
+def _where(report: dict[str, Any]) -> tuple[Any, ...]:
+    """Where a run is: its status and each stage's status."""
+    return (report.get("status"), tuple((s.get("name"), s.get("status")) for s in report.get("stages", [])))
+
+
 def resume(run_id: str, *, sink: EventSink = ignore, settings: config.Settings | None = None) -> dict[str, Any]:
     """Continue a run from its first unfinished stage; returns its result as `status` gives it."""
     return run_result(_resume(run_id, sink, settings))
 
 
-def resume_report(run_id: str, *, sink: EventSink = ignore, settings: config.Settings | None = None) -> dict[str, Any]:
-    """Continue a run (as `resume` does); its id, pipeline, status and stage outputs, and under "craft" the
-    CraftResult of a craft that got as far as its instructions (else None)."""
+def resume_report(
+    run_id: Annotated[
+        str, Param("The run to continue (id or unique prefix).", positional=True, mcp_help="The run to continue.")
+    ],
+    *,
+    sink: EventSink = ignore,
+    settings: config.Settings | None = None,
+) -> dict[str, Any]:
+    """Continue a run from its first unfinished stage (after a crash, Ctrl-C or failure)."""
+    # its id, pipeline, status and stage outputs; under "craft" the CraftResult of a craft that got as far as its
+    # instructions (else None); under "result" its result as `resume` and `status` give it
     run = _resume(run_id, sink, settings)
     crafted = craft_result(run).to_dict() if run.state["pipeline"] == "craft" and run.output("instruct") else None
     return {
@@ -78,7 +133,15 @@ def resume_report(run_id: str, *, sink: EventSink = ignore, settings: config.Set
         "outputs": run.state["outputs"],
         "pipeline": run.state["pipeline"],
         "craft": crafted,
+        "result": run_result(run),
     }
+
+
+def _check_resume(run_id: str, settings: config.Settings | None = None) -> None:
+    """No such run: refused before a job exists."""
+    from flakebot.pipeline.run import find_run_dir
+
+    find_run_dir(settings_or_default(settings).path("workdir"), run_id)
 
 
 def _resume(run_id: str, sink: EventSink, settings: config.Settings | None) -> Run:
@@ -97,8 +160,19 @@ def run_result(run: Run) -> dict[str, Any]:
     return {"run_id": run.id, "status": run.state.get("status"), "outputs": run.state["outputs"]}
 
 
-def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
-    """A run (by id) or, failing that, a catalogued tool (by name)."""
+def show(
+    name: Annotated[
+        str,
+        Param(
+            "A run id (or unique prefix), or a catalogued tool: NAME or NAME@VERSION.",
+            positional=True,
+            mcp_help="A run id or a tool name.",
+        ),
+    ],
+    settings: config.Settings | None = None,
+) -> dict[str, Any]:
+    """Show a run's stage timeline and outcome, or a catalogued tool's usage."""
+    # a run (by id) or, failing that, a catalogued tool (by name)
     settings = settings_or_default(settings)
     try:
         return show_run(name, settings)
@@ -118,7 +192,8 @@ def show(name: str, settings: config.Settings | None = None) -> dict[str, Any]:
 
 
 def list_runs(settings: config.Settings | None = None) -> list[dict[str, Any]]:
-    """Every readable run, newest first: id, status, pipeline, need, created."""
+    """List runs, newest first, with status, age and need."""
+    # every readable run: id, status, pipeline, need, created
     from flakebot.pipeline.run import list_runs as runs
 
     keys = ("pipeline", "need", "created")
@@ -128,12 +203,20 @@ def list_runs(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def remove_runs(run_id: str | None, settings: config.Settings | None = None) -> list[Path]:
-    """`flakebot clean RUN|--all`: remove one run directory (or all), releasing its forks and paths first."""
+def remove_runs(
+    run_id: Annotated[str | None, Param("The run whose directory to remove.", positional=True)] = None,
+    settings: config.Settings | None = None,
+    *,
+    every: Annotated[bool, Param("Remove every run directory.", cli=("--all",))] = False,
+) -> list[Path]:
+    """Remove run directories and everything the runs created."""
+    # one run's directory (or every run's with `every`), its forks and paths released first
     from flakebot.pipeline.cleanup import clean_run
     from flakebot.pipeline.run import Run, find_run_dir, runs_dir
     from flakebot.source.remote import release_run_forks
 
+    if bool(run_id) == every:
+        raise UsageError("give either a RUN id or --all", fix="run 'flakebot clean RUN' or 'flakebot clean --all'")
     settings = settings_or_default(settings)
     workdir = workdir_of(settings)
     directories = (
@@ -150,3 +233,53 @@ def remove_runs(run_id: str | None, settings: config.Settings | None = None) -> 
             logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
         remove_tree(directory)
     return directories
+
+
+LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
+
+COMMANDS = [
+    Command(
+        "runs",
+        list_runs,
+        mcp="runs",
+        hints=Hints("List runs", read_only=True, idempotent=True),
+        data=lambda runs: {"runs": runs},
+        mcp_description="List runs, newest first, with status and need.",
+    ),
+    Command(
+        "show",
+        show,
+        mcp="show",
+        hints=Hints("Show a run or tool", read_only=True, idempotent=True),
+        mcp_description="Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.",
+    ),
+    Command(
+        "resume",
+        resume_report,
+        mcp="resume",
+        hints=Hints("Resume a run", idempotent=True, open_world=True),
+        long=True,
+        changes_catalog=True,
+        agent=lambda report: report["result"],
+        working="resume {run_id}",
+        check=_check_resume,
+        mcp_description=f"Continue an interrupted or failed run from its first unfinished stage.{LONG}",
+    ),
+    Command(
+        "clean",
+        remove_runs,
+        data=lambda removed: {"removed": [str(path) for path in removed]},
+        text=lambda data: f"removed {len(data['removed'])} run(s)",
+    ),
+    Command(
+        "status",
+        status,
+        mcp="status",
+        hints=Hints("Status of a run", read_only=True, idempotent=True),
+        agent=compact_status,
+        doors=frozenset({"mcp", "api"}),
+        mcp_description="A run's status (created, running, succeeded, failed, stopped or interrupted) and stage "
+        "timeline; once it succeeded, its result (a craft's: the tool's name, how to call it, its usage). Follow a "
+        "run handle with it, holding each answer with wait_seconds.",
+    ),
+]

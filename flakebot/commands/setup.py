@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from flakebot import config
 from flakebot.commands.common import settings_or_default
+from flakebot.commands.table import Command, Hints, Param
 from flakebot.crates import Candidate
 
 
 def models(settings: config.Settings | None = None) -> dict[str, Any]:
-    """Model providers, the default model and whether each API key is set (never the key). Unless offline, a
-    provider whose key is set is asked which models it serves now."""
+    """List model providers, the default model and whether each API key is set (keys are never shown).
+
+    With a provider's key set (and the offline setting off), the provider is asked which models it serves now, and a default
+    it no longer serves is a warning."""
     from flakebot.llm.providers import describe
 
     settings = settings_or_default(settings)
@@ -21,8 +23,9 @@ def models(settings: config.Settings | None = None) -> dict[str, Any]:
 
 
 def settings_report(settings: config.Settings | None = None, sources: dict[str, str] | None = None) -> dict[str, Any]:
-    """Every setting: "values" (key -> value), "settings" (key, value, where it came from ("source": `sources`'
-    entry, else default), trust class and meaning of each), "files" (the configuration files read)."""
+    """Print every setting, its value, where the value came from and what it is for."""
+    # "values" (key -> value), "settings" (key, value, where it came from ("source": `sources`' entry (the CLI's
+    # loading gives it), else default), trust class and meaning of each), "files" (the configuration files read)
     settings = settings_or_default(settings)
     rows = [
         {
@@ -38,24 +41,67 @@ def settings_report(settings: config.Settings | None = None, sources: dict[str, 
     return {"values": settings.as_dict(), "settings": rows, "files": files}
 
 
-def set_setting(key: str, value: str, *, local: bool = False) -> Path:
-    """Write one setting to the user's flakebot.toml (./flakebot.toml when `local`: a limit only), comments kept;
-    the file written."""
-    return config.set_value(key, value, local=local)
+def set_setting(
+    key: Annotated[str, Param("Setting name (see 'flakebot config show').", positional=True)],
+    value: Annotated[str, Param("New value.", positional=True)],
+    *,
+    local: Annotated[
+        bool,
+        Param("Write ./flakebot.toml instead of the user file (it may only lower limits).", cli=("--local",)),
+    ] = False,
+) -> dict[str, Any]:
+    """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
+    # (./flakebot.toml when `local`: a limit only); the setting as read back and the file written
+    path = config.set_value(key, value, local=local)
+    return {"key": key, "value": config.load().get(key), "file": str(path)}
 
 
 def search(
-    query: str,
+    query: Annotated[
+        str,
+        Param(
+            "What the tool should do or work on, e.g. 'csv dedupe'.",
+            positional=True,
+            mcp_help="What the tool should do or work on.",
+        ),
+    ],
     *,
-    registry: str | None = None,
-    limit: int = 10,
-    offline: bool | None = None,
+    registry: Annotated[
+        str | None,
+        Param(
+            "crates-io, local, or a cargo directory source PATH (default: crates.io, else local).",
+            mcp_help="auto, crates-io or local.",
+        ),
+    ] = None,
+    limit: Annotated[int, Param("How many crates to show.", mcp_help="How many.")] = 10,
+    offline: Annotated[
+        bool | None,
+        Param(
+            "Never contact crates.io; search the local registry.", cli=("--offline",), doors=frozenset({"cli", "api"})
+        ),
+    ] = None,
     settings: config.Settings | None = None,
 ) -> list[Candidate]:
-    """Crates for `query`, best first; registry: crates-io, local, a path, or auto."""
+    """Find crates a tool could start from, ranked for tool-making."""
+    # best first; registry: crates-io, local, a path, or auto
     from flakebot.crates.registries import search as search_crates
 
     settings = settings_or_default(settings)
     if offline is not None:
         settings = dataclasses.replace(settings, offline=offline)
     return search_crates(query, settings, registry, limit)[1]
+
+
+COMMANDS = [
+    Command(
+        "search",
+        search,
+        mcp="search",
+        hints=Hints("Search crates", read_only=True, idempotent=True, open_world=True),
+        data=lambda found: {"candidates": [candidate.to_dict() for candidate in found]},
+        mcp_description="Search Rust crates a tool could start from, ranked for tool-making.",
+    ),
+    Command("config show", settings_report),
+    Command("config set", set_setting),
+    Command("models", models),
+]

@@ -12,8 +12,9 @@ docstring the command's help, its return value the result. The CLI (flakebot.cli
 
     COMMANDS = [Command("hello", hello, mcp="hello", hints=Hints("Greet", read_only=True))]
 
-`settings`, `sink` (the run's event sink, for long work), `agent` (true over MCP) and `progress` (a line of progress
-for a person: stderr on the CLI) are given by the door, never asked of the caller.
+`settings`, `sink` (the run's event sink, for long work), `agent` (true over MCP), `progress` (a line of progress for
+a person: stderr on the CLI) and `sources` (where each setting came from, as the CLI loaded them) are given by the
+door, never asked of the caller.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from typing import Any
 MODULES = ("craft", "improve", "evaluating", "runs", "setup", "catalog_tools", "packaging", "share", "service_verbs")
 
 DOORS = frozenset({"cli", "mcp", "api"})
-# what a door passes itself (agent: the caller is a model, over MCP; progress: prints a line of progress, the CLI's)
-GIVEN = ("settings", "sink", "agent", "progress")
+# what a door passes itself (agent: the caller is a model, over MCP; progress: prints a line of progress, the CLI's;
+# sources: where each setting came from, as the CLI loaded them)
+GIVEN = ("settings", "sink", "agent", "progress", "sources")
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,6 @@ class Command:
     doors: frozenset[str] = DOORS
     check: Callable[..., None] | None = None  # what a door runs before any job starts (the arguments run would take)
     cli_extra: dict[str, Any] = field(default_factory=dict)  # typer command settings (run: extra args after --)
-    json_lines: bool = False  # its --json help says "JSON (lines)" (the CLI's words for it before the table)
 
     @property
     def api(self) -> str:

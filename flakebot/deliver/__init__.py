@@ -18,6 +18,7 @@
     grants.py    the grant roots a tool's writable paths must lie beneath (an allow list; never configuration)
     writelayer.py  a tool's writable paths as staged copies, copied back as data only (no links, no config names)
     outputfiles.py outputs/: a tool call's stdout past tool_output_limit, under outputs_mb (oldest removed first)
+    results.py   the results agents get, compact: what an agent acts on first, under a size budget
 
 May import flakebot.nix, config, errors, fsutil, templates, sandbox.
 """

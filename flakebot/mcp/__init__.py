@@ -4,7 +4,6 @@
     tasks.py      MCP tasks (protocol 2025-11-25): a long call answered at once with a task, followed by tasks/get
     start.py      `initialize` answered from a cache before the SDK imports (hosts give a server about a second)
     follow.py     a status that waits for the run to move on; a detached job's journal relayed as progress
-    results.py    long tools' results, compact: what an agent acts on first, under a size budget
     hints.py      MCP tool annotations: read-only, destructive, idempotent, open-world, per tool
 
 May import: api, commands, deliver, pipeline, services, validation (the library it serves). Nothing in the library imports it;

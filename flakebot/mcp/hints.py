@@ -22,12 +22,7 @@ def _hints(title: str, read_only: bool, destructive: bool, idempotent: bool, ope
 
 # read_only, destructive, idempotent, open_world (the model provider, crates.io, nixpkgs are the open world)
 OWN: dict[str, dict[str, Any]] = {
-    "status": _hints("Status of a run", True, False, True, False),
-    "resume": _hints("Resume a run", False, False, True, True),
-    "search": _hints("Search crates", True, False, True, True),
     "list": _hints("List crafted tools", True, False, True, False),
-    "show": _hints("Show a run or tool", True, False, True, False),
-    "runs": _hints("List runs", True, False, True, False),
     "run": _hints("Run a crafted tool", False, True, False, False),
     "rm": _hints("Remove a crafted tool", False, True, True, False),
 }

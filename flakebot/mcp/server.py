@@ -18,7 +18,7 @@ either, docs/limits.md). A request that carries a progress token is answered whe
 relayed as notifications/progress (flakebot.mcp.follow); one without (the OpenAI Agents SDK's, whose requests time
 out after 5 s) gets a run handle as soon as the run exists, and follows it with `status` (whose wait_seconds holds
 an answer until the run moves on). `wait: true` or `detach: true` overrides either default. Results are compact
-(flakebot.mcp.results) and tools carry annotations (flakebot.mcp.hints). On protocol 2025-11-25 the long
+(flakebot.deliver.results) and tools carry annotations (flakebot.mcp.hints). On protocol 2025-11-25 the long
 tools are also MCP tasks (flakebot.mcp.tasks): a call with a `task` param is answered at once with a task naming
 such a detached job, followed with tasks/get and tasks/result. A craft, improve or `rm` that changes the
 catalog sends notifications/tools/list_changed. Every result is one JSON object in a text block
@@ -49,15 +49,15 @@ import anyio.to_thread
 
 from flakebot import __version__, api, config, launcher, preflight
 from flakebot.commands.table import Command
+from flakebot.deliver.results import compact_result
 from flakebot.deliver.schema import strict_schema
 from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.mcp import start as mcp_start
 from flakebot.mcp import tooltable
-from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job, wait_seconds, waited_status
+from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job
 from flakebot.mcp.hints import tool_annotations
-from flakebot.mcp.results import compact_result, compact_status
 from flakebot.mcp.start import Opening
 from flakebot.modeltext import one_line
 from flakebot.pipeline import jobs
@@ -101,43 +101,8 @@ class OwnTools:
     """flakebot's own MCP tools, each declared by a method (flakebot.toolschema) and carried out by
     FlakebotMCP._tool_NAME."""
 
-    def status(self, run_id: str, wait_seconds: int | None = None) -> None:
-        """A run's status (created, running, succeeded, failed, stopped or interrupted) and stage timeline; once it
-        succeeded, its result (a craft's: the tool's name, how to call it, its usage). Follow a run handle with it,
-        holding each answer with wait_seconds.
-
-        run_id: The run id craft returned.
-        wait_seconds: Hold the answer until the run's stage changes or it ends, at most this many seconds (at most
-            50; keep it below your client's request timeout). Null or 0: answer at once.
-        """
-
-    def resume(self, run_id: str, wait: bool | None = None, detach: bool | None = None) -> None:
-        """Continue an interrupted or failed run from its first unfinished stage.{LONG}
-
-        run_id: The run to continue.
-        wait: {WAIT}
-        detach: {DETACH}
-        """
-
-    def search(self, query: str, registry: str | None = None, limit: int | None = None) -> None:
-        """Search Rust crates a tool could start from, ranked for tool-making.
-
-        query: What the tool should do or work on.
-        registry: auto, crates-io or local.
-        limit: How many.
-        """
-
     def list_(self) -> None:
         """List the crafted tools in flakebot's catalog with their summaries."""
-
-    def show(self, name: str) -> None:
-        """Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.
-
-        name: A run id or a tool name.
-        """
-
-    def runs(self) -> None:
-        """List runs, newest first, with status and need."""
 
     def run(
         self, tool: str, args: list[str] | None = None, stdin: str | None = None, writable: list[str] | None = None
@@ -280,40 +245,10 @@ class FlakebotMCP:
 
     # ------------------------------------------------------------ flakebot's own tools
 
-    async def _tool_resume(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await self._long(ctx, "resume", args, changes_catalog=True)
-
-    # The long tools' work, as a function of the run's event sink (in a worker thread, or in a detached process).
-
-    def _work_resume(self, args: dict[str, Any]) -> Work:
-        from flakebot.pipeline.run import find_run_dir
-
-        settings, run_id = self.settings(), _required(args, "run_id")
-        find_run_dir(settings.path("workdir"), run_id)  # no such run: refused before a job exists
-        return lambda sink: api.resume(run_id, sink=sink, settings=settings)
-
-    async def _tool_status(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        run_id, settings = _required(args, "run_id"), self.settings()
-        report = await waited_status(lambda: api.status(run_id, settings), wait_seconds(args))
-        return {"ok": True, **compact_status(report)}
-
-    async def _tool_search(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        query, limit = _required(args, "query"), int(args.get("limit") or 10)
-        found = await anyio.to_thread.run_sync(
-            lambda: api.search(query, registry=args.get("registry") or None, limit=limit, settings=self.settings())
-        )
-        return {"ok": True, "candidates": [c.to_dict() for c in found]}
-
     async def _tool_list(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tools = await anyio.to_thread.run_sync(lambda: api.list_tools(self.settings()))
         keys = ("name", "version", "summary", "need", "run_id")
         return {"ok": True, "tools": [{k: e.get(k) for k in keys} for e in tools]}
-
-    async def _tool_show(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await _threaded(lambda: api.show(_required(args, "name"), self.settings()))
-
-    async def _tool_runs(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        return await _threaded(lambda: {"runs": api.list_runs(self.settings())})
 
     async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         tool, settings = _required(args, "tool"), self.settings()
@@ -457,7 +392,7 @@ class FlakebotMCP:
 
 Work = Callable[[EventSink], dict[str, Any]]
 # The long tools (their work can run detached, or as MCP tasks), and whether each changes the catalog.
-LONG_TOOLS = {"resume": True} | {name: command.changes_catalog for name, command in TABLE_TOOLS.items() if command.long}
+LONG_TOOLS = {name: command.changes_catalog for name, command in TABLE_TOOLS.items() if command.long}
 
 
 def _for_agent(command: Command, result: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from flakebot.commands.table import Command, Parameter, by_mcp_name
 from flakebot.deliver.schema import Field, closed_object, is_absent
+from flakebot.errors import UsageError
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.toolschema import field_docs, json_schema
@@ -81,9 +82,15 @@ def arguments(command: Command, args: dict[str, Any]) -> dict[str, Any]:
     for p in command.params("mcp"):
         if p.param.request:
             made[p.name] = _request(args, request_args(p))
+        elif p.required and _blank(args.get(p.name)):  # the function has no default to fall back on
+            raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
         elif not is_absent(args.get(p.name)):
             made[p.name] = args[p.name]
     return made
+
+
+def _blank(value: Any) -> bool:
+    return is_absent(value) or (isinstance(value, str) and not value.strip())
 
 
 def _request(args: dict[str, Any], names: dict[str, tuple[str, bool]]) -> RunRequest:

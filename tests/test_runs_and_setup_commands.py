@@ -1,0 +1,132 @@
+"""The run and setup commands (runs, show, resume, clean, status, search, config show/set, models) as the command
+table declares them: each door made from one declaration, through the real CLI and the real MCP SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flakebot import api
+from flakebot.errors import UsageError
+from flakebot.pipeline.request import RunRequest
+from flakebot.pipeline.run import Run
+from tests.conftest import json_result, run_cli
+from tests.test_mcp import mcp_client
+
+
+def _running_run(workdir: Path) -> Run:
+    """A craft run this test process drives (its pid is alive: the run reads as running)."""
+    run = Run.create(workdir, "craft", RunRequest(need="need a CSV deduper"))
+    run.state["status"] = "running"
+    run.save()
+    return run
+
+
+def _moved_later(run: Run, seconds: float) -> threading.Thread:
+    def move() -> None:
+        time.sleep(seconds)
+        run.state["stages"]["spec"] = {"status": "running"}
+        run.save()
+
+    thread = threading.Thread(target=move)
+    thread.start()
+    return thread
+
+
+def test_integers_an_agent_sends_are_declared_integers(flakebot_home: Path) -> None:
+    async def schemas() -> dict[str, Any]:
+        async with mcp_client() as client:
+            return {t.name: t.input_schema for t in (await client.session.list_tools()).tools}
+
+    tools = asyncio.run(schemas())
+    assert tools["status"]["properties"]["wait_seconds"]["type"] == ["integer", "null"]
+    assert tools["search"]["properties"]["limit"]["type"] == ["integer", "null"]
+
+
+def test_search_takes_its_limit_as_an_integer_over_mcp(flakebot_home: Path) -> None:
+    async def calls() -> tuple[Any, Any]:
+        async with mcp_client() as client:
+            found = await client.call("search", {"query": "csv", "registry": "local", "limit": 1})
+            refused = await client.call("search", {"query": "csv", "registry": "local", "limit": "1"})
+            return found, refused
+
+    (found, found_error), (refused, refused_error) = asyncio.run(calls())
+    assert found_error is False and found["ok"] is True and len(found["candidates"]) == 1, found
+    assert refused_error is True and "'limit' must be a whole number" in refused["error"], refused
+
+
+def test_status_holds_its_answer_until_the_run_moves_on_over_mcp(workdir: Path) -> None:
+    """wait_seconds holds the answer (a blocking wait in the server's worker thread): the whole wait when nothing
+    moves, until the change has settled when a stage starts; no wait without it."""
+    run = _running_run(workdir)
+
+    async def calls() -> list[tuple[float, Any]]:
+        answers = []
+        async with mcp_client() as client:
+            for arguments in ({"wait_seconds": 1}, {"wait_seconds": None}, {"wait_seconds": 30}):
+                if arguments["wait_seconds"] == 30:
+                    _moved_later(run, 0.5)
+                started = time.monotonic()
+                answer = await client.call("status", {"run_id": run.id, **arguments})
+                answers.append((time.monotonic() - started, answer))
+        return answers
+
+    (still, held), (_, at_once), (moved, changed) = asyncio.run(calls())
+    assert held[0]["status"] == "running" and 1 <= still < 5, (still, held)
+    assert at_once[0]["status"] == "running" and at_once[1] is False
+    assert 2 <= moved < 10, moved  # the stage started after 0.5 s, and answered once that had settled (2 s)
+    assert {"name": "spec", "status": "running", "seconds": None} in changed[0]["stages"], changed
+
+
+def test_status_waits_in_the_python_api_too(workdir: Path) -> None:
+    run = _running_run(workdir)
+    started = time.monotonic()
+    assert api.status(run.id)["status"] == "running" and time.monotonic() - started < 1
+    _moved_later(run, 0.3).join()
+    started = time.monotonic()
+    assert api.status(run.id, wait_seconds=1)["stages"][0]["status"] == "running"
+    assert 1 <= time.monotonic() - started < 4
+
+
+def test_a_blank_required_argument_is_refused_over_mcp(flakebot_home: Path) -> None:
+    async def calls() -> list[Any]:
+        async with mcp_client() as client:
+            return [await client.call(name, arguments) for name, arguments in
+                    (("show", {"name": ""}), ("status", {"run_id": "  "}), ("resume", {"run_id": ""}))]  # fmt: skip
+
+    for answer, error in asyncio.run(calls()):
+        assert error is True and answer["type"] == "UsageError", answer
+        assert answer["error"] in ("'name' is required", "'run_id' is required"), answer
+
+
+def test_clean_takes_a_run_or_all_and_says_so_in_every_door(workdir: Path) -> None:
+    for argv in (("clean",), ("clean", "some-run", "--all")):
+        result = run_cli(*argv)
+        assert result.returncode == UsageError.exit_code and "give either a RUN id or --all" in result.stderr
+    with pytest.raises(UsageError, match="give either a RUN id or --all"):
+        api.remove_runs()
+    run = Run.create(workdir, "craft", RunRequest(need="x"))
+    assert run_cli("clean", run.id, check=True).stdout.strip() == "removed 1 run(s)"
+    assert api.remove_runs(every=True) == []
+
+
+def test_runs_show_and_config_speak_to_people_and_programs(workdir: Path) -> None:
+    assert run_cli("runs", check=True).stdout.strip() == f"No runs in {workdir / 'runs'}."
+    run = Run.create(workdir, "craft", RunRequest(need="need a CSV deduper"))
+    listed = json_result(run_cli("runs", "--json", check=True))
+    assert [r["id"] for r in listed["runs"]] == [run.id]
+    shown = json_result(run_cli("show", run.id, "--json", check=True))
+    assert shown["kind"] == "run" and shown["id"] == run.id
+    assert f"run {run.id}" in run_cli("show", run.id, check=True).stdout
+    written = run_cli("config", "set", "max_iterations", "12", check=True).stdout
+    assert written.startswith("max_iterations = '12' written to ")
+    values = json_result(run_cli("config", "show", "--json", check=True))
+    assert values["max_iterations"] == 12
+    assert api.set_setting("max_iterations", "13")["value"] == 13
+    models = json_result(run_cli("models", "--json", check=True))
+    assert {"providers", "default", "warnings"} <= set(models)
