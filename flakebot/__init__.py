@@ -25,12 +25,12 @@ if TYPE_CHECKING:
         call_tool,
         craft,
         improve,
-        list_tools,
         package,
         resume,
         search,
         status,
     )
+    from flakebot.commands.catalog_tools import list_tools
     from flakebot.commands.services import down, list_services, up
     from flakebot.config import Settings
     from flakebot.errors import FlakebotError

@@ -9,23 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flakebot import config
-from flakebot.commands.catalog_tools import (
-    call_tool,
-    call_tool_argv,
-    list_tools,
-    remove_tool,
-    run_tool,
-    tool_arguments,
-    tool_definitions,
-    tool_manifest,
-)
+from flakebot.commands.catalog_tools import call_tool, call_tool_argv, tool_arguments, tool_definitions, tool_manifest
 from flakebot.commands.common import settings_or_default
 from flakebot.commands.craft import CraftResult, craft, craft_request, craft_result
 from flakebot.commands.improve import improve, improve_request
 from flakebot.commands.packaging import package, package_request
 from flakebot.commands.runs import list_runs, remove_runs, resume, resume_report, run_result, show, show_run, status
 from flakebot.commands.setup import models, search, set_setting, settings_report
-from flakebot.commands.share import install, list_remote, publish
+from flakebot.commands.share import list_remote
 from flakebot.commands.table import commands
 from flakebot.pipeline.request import Improvement, RunRequest
 
@@ -43,19 +34,14 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
     "evaluate",
     "improve",
     "improve_request",
-    "install",
     "list_remote",
     "list_runs",
-    "list_tools",
     "models",
     "package",
     "package_request",
-    "publish",
     "remove_runs",
-    "remove_tool",
     "resume",
     "resume_report",
-    "run_tool",
     "search",
     "set_setting",
     "settings_report",

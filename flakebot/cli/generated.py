@@ -31,14 +31,16 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer], door: Any) -> Non
 
 def _handler(command: Command, door: Any) -> Callable[..., None]:
     fields = [*_fields(command)]
-    own = "as_json" not in {p.name for p in fields}
+    # a parameter spelled --json (or named as_json) is the command's own --json: it is what --json means there
+    named = [p.name for p in command.params("cli") if "--json" in p.param.cli] or ["as_json"]
+    own = named[0] not in {p.name for p in fields}
 
     def handler(**given: Any) -> None:
-        as_json = bool(given.pop("as_json", False)) if own else bool(given.get("as_json"))
+        as_json = bool(given.pop("as_json", False)) if own else bool(given.get(named[0]))
         arguments = _arguments(command, given)
         with _progress(command, as_json, arguments, door) as extra:
             result = command.call(arguments, settings=door.settings, **extra)
-        code = _show(command, result, as_json)
+        code = _show(command, result, as_json, arguments)
         if code:
             raise typer.Exit(code)
 
@@ -136,14 +138,16 @@ def _titled(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _show(command: Command, result: Any, as_json: bool) -> int:
-    """Print the result for a person or a program; the exit code its result calls for."""
+def _show(command: Command, result: Any, as_json: bool, arguments: dict[str, Any]) -> int:
+    """Print the result for a person or a program (a display that takes `arguments` is given the command's); the
+    exit code its result calls for."""
     from flakebot.cli.display import SHOWN
 
     data = command.data(result)
     shown = SHOWN.get(command.name)
     if shown is not None:
-        code = shown(result, as_json)
+        asked = {"arguments": arguments} if "arguments" in inspect.signature(shown).parameters else {}
+        code = shown(result, as_json, **asked)
         return code if code is not None else command.exit_code(data)
     if as_json:
         from flakebot.cli.jsonout import json_result

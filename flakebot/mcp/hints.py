@@ -27,12 +27,9 @@ OWN: dict[str, dict[str, Any]] = {
     "status": _hints("Status of a run", True, False, True, False),
     "resume": _hints("Resume a run", False, False, True, True),
     "search": _hints("Search crates", True, False, True, True),
-    "list": _hints("List crafted tools", True, False, True, False),
     "show": _hints("Show a run or tool", True, False, True, False),
     "package": _hints("Package a crate", False, False, True, True),
     "runs": _hints("List runs", True, False, True, False),
-    "run": _hints("Run a crafted tool", False, True, False, False),
-    "rm": _hints("Remove a crafted tool", False, True, True, False),
 }
 # A crafted tool: sandboxed, no network, reads what its arguments name, writes (and may overwrite) only the paths a
 # call names in `writable`.

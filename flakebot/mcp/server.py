@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
@@ -51,7 +50,6 @@ import anyio.to_thread
 from flakebot import __version__, api, config, launcher, preflight
 from flakebot.commands.table import Command
 from flakebot.deliver.schema import Field, closed_object, strict_schema
-from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.mcp import start as mcp_start
@@ -155,9 +153,6 @@ class OwnTools:
         limit: How many.
         """
 
-    def list_(self) -> None:
-        """List the crafted tools in flakebot's catalog with their summaries."""
-
     def show(self, name: str) -> None:
         """Show a run (by id) or a catalogued tool (by name): its manifest and USAGE.md.
 
@@ -171,26 +166,6 @@ class OwnTools:
 
     def runs(self) -> None:
         """List runs, newest first, with status and need."""
-
-    def run(
-        self, tool: str, args: list[str] | None = None, stdin: str | None = None, writable: list[str] | None = None
-    ) -> None:
-        """Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments
-        instead). {TRUNCATION}
-
-        tool: The tool's name, or NAME@VERSION for an earlier version.
-        args: Command-line arguments, one item each (a single string is split as a shell would, shlex); paths they
-            name are read-only to the tool.
-        stdin: Standard input.
-        writable: Existing files or directories the tool may write, each beneath a grant root the user started the
-            server with (its start directory unless configured); nothing else is writable.
-        """
-
-    def rm(self, tool: str) -> None:
-        """Remove a crafted tool from the catalog.
-
-        tool: The tool's name.
-        """
 
 
 def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
@@ -396,33 +371,11 @@ class FlakebotMCP:
         )
         return {"ok": True, "candidates": [c.to_dict() for c in found]}
 
-    async def _tool_list(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        tools = await anyio.to_thread.run_sync(lambda: api.list_tools(self.settings()))
-        keys = ("name", "version", "summary", "need", "run_id")
-        return {"ok": True, "tools": [{k: e.get(k) for k in keys} for e in tools]}
-
     async def _tool_show(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         return await _threaded(lambda: api.show(_required(args, "name"), self.settings()))
 
     async def _tool_runs(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         return await _threaded(lambda: {"runs": api.list_runs(self.settings())})
-
-    async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        tool, settings = _required(args, "tool"), self.settings()
-        argv, stdin = _argv(args.get("args")), str(args.get("stdin") or "")
-        writable = writable_argument(args)
-
-        def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable, cwd=self.start).to_dict()
-            return {k: v for k, v in call.items() if k not in ("tool", "argv")} | {"stderr": call["stderr"][-4000:]}
-
-        result = await anyio.to_thread.run_sync(run)
-        return {"ok": result["exit_code"] == 0, **result}
-
-    async def _tool_rm(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        removed = await _threaded(lambda: api.remove_tool(_required(args, "tool"), self.settings()))
-        await _tools_changed(ctx)
-        return removed
 
     # ------------------------------------------------------------ the command table's tools (mcp/tooltable.py)
 
@@ -430,7 +383,9 @@ class FlakebotMCP:
         if command.long:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
         settings, arguments = self.settings(), tooltable.arguments(command, args)
-        result = await anyio.to_thread.run_sync(lambda: command.call(arguments, settings=settings, agent=True))
+        result = await anyio.to_thread.run_sync(
+            lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start)
+        )
         if command.changes_catalog:
             await _tools_changed(ctx)
         return {"ok": True, **_for_agent(command, result)}
@@ -758,20 +713,6 @@ def _optional_bool(args: dict[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"'{key}' must be true or false, got {kind_of(value)}", fix=f"pass {key} as a boolean")
     return value
-
-
-def _argv(value: Any) -> list[str]:
-    """`run`'s args: a list (items as strings), or one string split as a shell would; null is none."""
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [str(item) for item in value]
-    if isinstance(value, str):
-        try:
-            return shlex.split(value)
-        except ValueError as exc:
-            raise UsageError(f"cannot split args {value!r}: {exc}", fix="pass args as a list of strings") from None
-    raise UsageError(f"'args' must be a list of strings, got {kind_of(value)}", fix="pass args as a list of strings")
 
 
 def _result(payload: dict[str, Any], *, error: bool = False) -> Any:
