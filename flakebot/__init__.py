@@ -25,10 +25,10 @@ if TYPE_CHECKING:
         call_tool,
         craft,
         improve,
-        list_tools,
         package,
         resume,
     )
+    from flakebot.commands.catalog_tools import list_tools
     from flakebot.commands.runs import status
     from flakebot.commands.service_verbs import down, list_services, up
     from flakebot.commands.setup import search

@@ -6,21 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flakebot.commands.catalog_tools import (
-    call_tool,
-    call_tool_argv,
-    list_tools,
-    remove_tool,
-    run_tool,
-    tool_arguments,
-    tool_definitions,
-    tool_manifest,
-)
+from flakebot.commands.catalog_tools import call_tool, call_tool_argv, tool_arguments, tool_definitions, tool_manifest
 from flakebot.commands.craft import CraftResult, craft, craft_result
 from flakebot.commands.improve import improve
 from flakebot.commands.packaging import package
 from flakebot.commands.runs import resume, run_result, show_run
-from flakebot.commands.share import install, list_remote, publish
+from flakebot.commands.share import list_remote
 from flakebot.commands.table import commands
 from flakebot.pipeline.request import Improvement, RunRequest
 
@@ -32,14 +23,9 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
     "call_tool_argv",
     "craft",
     "improve",
-    "install",
     "list_remote",
-    "list_tools",
     "package",
-    "publish",
-    "remove_tool",
     "resume",
-    "run_tool",
     "show_run",
     "tool_arguments",
     "tool_definitions",

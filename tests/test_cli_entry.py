@@ -11,7 +11,7 @@ from tests.conftest import run_cli
 
 def test_run_lines_the_entry_reads_itself() -> None:
     assert run_options(["csv-dedup", "--", "--key", "id", "data.csv"]) == {
-        "tool": "csv-dedup", "args": ["--key", "id", "data.csv"], "args_json": None, "as_json": False,
+        "tool": "csv-dedup", "args": ["--key", "id", "data.csv"], "args_json": None, "capture": False,
         "writable": [], "grant_roots": [], "sandbox": None,
     }  # fmt: skip
     read = run_options(["--json", "t", "--writable", "a", "--writable=b", "--sandbox=auto", "--args-json", "{}",
@@ -20,13 +20,13 @@ def test_run_lines_the_entry_reads_itself() -> None:
         "tool": "t",
         "args": [],
         "args_json": "{}",
-        "as_json": True,
+        "capture": True,
         "writable": ["a", "b"],
         "grant_roots": ["r", "s"],
         "sandbox": "auto",
     }
     after = run_options(["t", "--", "--json"])  # after `--`, everything is the tool's
-    assert after is not None and after["args"] == ["--json"] and after["as_json"] is False
+    assert after is not None and after["args"] == ["--json"] and after["capture"] is False
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ LIBRARY = [
     "call_tool_argv",
     "craft",  # the keyword forms of the craft_request, improve_request and package_request commands
     "improve",
+    "list_remote",  # list --remote's listing on its own
     "package",
     "resume",  # resume_report's run, for callers that want the Run's outputs only
     "run_tool",

@@ -193,9 +193,10 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     for tool in tools:
         older = len(tool.get("versions") or {}) - 1
         version = str(tool.get("version", "")) + (f" (+{older} earlier)" if older > 0 else "")
-        rows.append((tool["name"], version, one_line(tool.get("summary", "")), plain(tool.get("need", "")),
-                     tool.get("run_id", "")))  # fmt: skip
-    out.print(fitted(("tool", "version", "summary", "need", "run"), ("tool", "version", "run"), rows))
+        rows.append((tool["name"], tool.get("kind", "tool"), version, one_line(tool.get("summary", "")),
+                     plain(tool.get("need", "")), tool.get("run_id", "")))  # fmt: skip
+    headers = ("tool", "kind", "version", "summary", "need", "run")
+    out.print(fitted(headers, ("tool", "kind", "version", "run"), rows))
 
 
 def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
@@ -277,8 +278,9 @@ def print_models(providers: list[dict[str, Any]]) -> None:
 
 # ---------------------------------------------------------------- displays of the command table's commands
 
-# command name -> how the CLI shows its result to a person, or as JSON (cli/generated.py); may return an exit code
-# (result, as_json, and by name any of the command's arguments and `settings` it takes)
+# command name -> how the CLI shows its result to a person, or as JSON (cli/generated.py); may return an exit code.
+# Called as display(result, as_json), and by name with any of the command's arguments and `settings` it takes, or
+# all its arguments as `arguments`.
 SHOWN: dict[str, Callable[..., int | None]] = {}
 
 
@@ -449,3 +451,59 @@ def show_models(report: dict[str, Any], as_json: bool) -> None:
             out.print(p["served_error"], markup=False, highlight=False)
     for warning in report["warnings"]:
         out.print(f"warning: {warning}", markup=False, highlight=False)
+
+
+@shows("list")
+def show_tools(result: dict[str, Any], as_json: bool, arguments: dict[str, Any]) -> None:
+    if arguments.get("remote") or arguments.get("from_url"):
+        print_remote_tools(result["tools"], as_json)
+    else:
+        print_tools(result["tools"], as_json)
+
+
+@shows("run")
+def show_run(call: dict[str, Any], as_json: bool) -> None:
+    """Attached, the tool printed its own output; with --json (captured), {exit_code, stdout, stderr} is printed."""
+    if as_json:
+        json_result(call)
+
+
+@shows("rm")
+def show_removed(entry: dict[str, Any], as_json: bool, arguments: dict[str, Any]) -> None:
+    if as_json:
+        json_result({"removed": {key: entry.get(key) for key in ("name", "version", "store_path")}})
+        return
+    which = entry["name"] if "@" not in arguments["tool"] else f"{entry['name']} {entry['version']}"
+    out.print(f"removed {which} (store path {entry.get('store_path', '?')} is no longer held)")
+
+
+@shows("install")
+def show_installed(entry: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        json_result(entry)
+        return
+    source = entry.get("installed_from") or {}  # a cache's text: no markup, no terminal escapes
+    out.print(
+        f"[green]installed[/green] {markup(entry['name'])} {markup(entry['version'])} from "
+        f"{markup(source.get('catalog', ''))}, signed by {markup(source.get('signed_by') or '')}: "
+        f"{markup(entry['store_path'])}",
+        soft_wrap=True,
+    )
+    out.print(f"run it: flakebot run {markup(entry['name'])} -- ARGS", soft_wrap=True)
+
+
+@shows("publish")
+def show_published(result: dict[str, Any], as_json: bool) -> None:
+    from rich.markup import escape
+
+    if as_json:
+        json_result(result)
+        return
+    size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
+    out.print(
+        f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True
+    )
+    if result["public_key"]:
+        out.print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
+    out.print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)
+    out.print(f"then run: {escape(result['run_command']['shell'])}", soft_wrap=True)

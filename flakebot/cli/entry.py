@@ -15,11 +15,6 @@ from typing import Any
 from flakebot import config
 from flakebot.errors import FlakebotError, Interrupted, UsageError
 
-# `flakebot run`'s own options; the ones in VALUED take a value (--name VALUE or --name=VALUE).
-RUN_FLAGS = {"--json"}
-RUN_VALUED = {"--writable", "--grant-root", "--sandbox", "--args-json"}
-REPEATED = {"writable", "grant_roots"}  # options given once per path
-
 
 def main() -> None:
     """Run the command line: a fast command when this reader takes it, else the typer app."""
@@ -27,7 +22,7 @@ def main() -> None:
     if argv[:1] == ["mcp"] and (roots := mcp_options(argv[1:])) is not None:
         _guarded(lambda: _mcp(roots), as_json=False)
     elif argv[:1] == ["run"] and (options := run_options(argv[1:])) is not None:
-        _guarded(lambda: run_command(config.load({"workdir": None}), **options), as_json=options["as_json"])
+        _guarded(lambda: run_command(config.load({"workdir": None}), options), as_json=options["capture"])
     else:
         from flakebot.cli.app import main as typer_main
 
@@ -35,45 +30,49 @@ def main() -> None:
 
 
 def run_options(argv: list[str]) -> dict[str, Any] | None:
-    """`run`'s arguments as run_command takes them, or None when typer should read them (help, a second positional,
-    an option `run` does not have, a missing value)."""
-    options: dict[str, Any] = {
-        "tool": None,
-        "args": [],
-        "args_json": None,
-        "as_json": False,
-        "writable": [],
-        "grant_roots": [],
-        "sandbox": None,
-    }
-    names = {
-        "--writable": "writable",
-        "--grant-root": "grant_roots",
-        "--sandbox": "sandbox",
-        "--args-json": "args_json",
-    }
-    index = 0
+    """`run`'s arguments by parameter name (the command table's declaration of run: its options, which are flags and
+    which repeat), or None when typer should read them (help, a second positional, an option `run` does not have, a
+    missing value)."""
+    declared = _run().params("cli")
+    options: dict[str, Any] = {p.name: [] if _repeated(p) else p.default for p in declared}
+    spelled = {spelling: p for p in declared if not p.param.positional for spelling in p.param.cli}
+    tool, rest = (p.name for p in declared if p.param.positional)  # NAME, then the tool's own arguments
+    options[tool], index = None, 0
     while index < len(argv):
         token = argv[index]
         index += 1
         if token == "--":
-            options["args"] = argv[index:]
+            options[rest] = argv[index:]
             break
         name, _, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        if token in RUN_FLAGS:
-            options["as_json"] = True
-        elif name in RUN_VALUED:
+        p = spelled.get(name)
+        if p is not None and p.kind is bool and token == name:
+            options[p.name] = True
+        elif p is not None and p.kind is not bool:
             if not inline and token == name:
                 if index >= len(argv) or argv[index] == "--":
                     return None
                 inline, index = argv[index], index + 1
-            key = names[name]
-            options[key] = [*options[key], inline] if key in REPEATED else inline
-        elif not token.startswith("-") and options["tool"] is None:
-            options["tool"] = token
+            options[p.name] = [*options[p.name], inline] if _repeated(p) else inline
+        elif not token.startswith("-") and options[tool] is None:
+            options[tool] = token
         else:
             return None
-    return options if options["tool"] is not None else None
+    return options if options[tool] is not None else None
+
+
+def _run() -> Any:
+    """The command table's `run`, from its own module only (the whole table imports every command module)."""
+    from flakebot.commands.catalog_tools import COMMANDS
+
+    return next(c for c in COMMANDS if c.name == "run")
+
+
+def _repeated(p: Any) -> bool:
+    """A list-typed option of run's: given once per value (--writable A --writable B)."""
+    import typing
+
+    return any(typing.get_origin(kind) is list for kind in (p.kind, *typing.get_args(p.kind)))
 
 
 def mcp_options(argv: list[str]) -> list[str] | None:
@@ -88,63 +87,16 @@ def mcp_options(argv: list[str]) -> list[str] | None:
     return roots
 
 
-def run_command(
-    settings: config.Settings,
-    *,
-    tool: str,
-    args: list[str],
-    args_json: str | None,
-    as_json: bool,
-    writable: list[str],
-    sandbox: str | None,
-    grant_roots: list[str] | None = None,
-) -> int:
-    """`flakebot run`: the tool's exit code (with --json, after printing {exit_code, stdout, stderr} as the result)."""
-    import dataclasses
-
-    from flakebot import api
-    from flakebot.deliver.grants import widened
-
-    settings = widened(settings, grant_roots or [])
-    if sandbox is not None:
-        settings = dataclasses.replace(settings, sandbox=config.coerce("sandbox", sandbox, "--sandbox"))
-    arguments = _json_arguments(args_json) if args_json is not None else None
-    if arguments is not None and args:
-        raise UsageError(
-            "give the tool's arguments either after -- or as --args-json, not both",
-            fix="move them all into the --args-json object",
-        )
-    allowed = list(writable)
-    if arguments is not None:  # the JSON call's own `writable` (toolcall is imported only for JSON calls)
-        from flakebot.deliver.toolcall import writable_argument
-
-        allowed += writable_argument(arguments)
-    if as_json:
+def run_command(settings: config.Settings, arguments: dict[str, Any]) -> int:
+    """`flakebot run` read by run_options: the tool's exit code (captured, with --json, after printing {exit_code,
+    stdout, stderr} as the result), as the typer app's run (cli/generated.py, the command table's run) does."""
+    command = _run()
+    data = command.data(command.call(arguments, settings=settings))
+    if arguments["capture"]:
         from flakebot.cli.jsonout import json_result
 
-        # Without --args-json the tool reads the caller's standard input, as it does without --json.
-        call = (
-            api.call_tool(
-                tool, {**arguments, "writable": allowed} if isinstance(arguments, dict) else arguments, settings
-            )
-            if arguments is not None
-            else api.call_tool_argv(tool, list(args), settings, writable=allowed)
-        )
-        json_result(call.to_dict())
-        return call.exit_code
-    argv, stdin = api.tool_arguments(tool, arguments, settings) if arguments is not None else (list(args), None)
-    return api.run_tool(tool, argv, settings, stdin=stdin, writable=allowed)
-
-
-def _json_arguments(text: str) -> Any:
-    import json
-
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\''
-        ) from None
+        json_result(data)
+    return int(command.exit_code(data))
 
 
 def _mcp(grant_roots: list[str]) -> int:

@@ -31,14 +31,16 @@ def register(app: typer.Typer, groups: dict[str, typer.Typer], door: Any) -> Non
 
 def _handler(command: Command, door: Any) -> Callable[..., None]:
     fields = [*_fields(command)]
-    own = "as_json" not in {p.name for p in fields}
+    # a parameter spelled --json (or named as_json) is the command's own --json: it is what --json means there
+    named = [p.name for p in command.params("cli") if "--json" in p.param.cli] or ["as_json"]
+    own = named[0] not in {p.name for p in fields}
 
     def handler(**given: Any) -> None:
-        as_json = bool(given.pop("as_json", False)) if own else bool(given.get("as_json"))
+        as_json = bool(given.pop("as_json", False)) if own else bool(given.get(named[0]))
         arguments = _arguments(command, given)
         with _progress(command, as_json, arguments, door) as extra:
             result = command.call(arguments, settings=door.settings, sources=door.sources, **extra)
-        code = _show(command, result, as_json, {**arguments, "settings": door.settings})
+        code = _show(command, result, as_json, {**arguments, "settings": door.settings, "arguments": arguments})
         if code:
             raise typer.Exit(code)
 
@@ -144,7 +146,7 @@ def _titled(value: Any) -> str:
 
 def _show(command: Command, result: Any, as_json: bool, given: dict[str, Any]) -> int:
     """Print the result for a person or a program; the exit code its result calls for. A display may also take the
-    command's arguments and the settings (`given`) by name."""
+    command's arguments and the settings (`given`) by name, or all its arguments as `arguments`."""
     from flakebot.cli.display import SHOWN
 
     data = command.data(result)

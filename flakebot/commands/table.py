@@ -13,8 +13,8 @@ docstring the command's help, its return value the result. The CLI (flakebot.cli
     COMMANDS = [Command("hello", hello, mcp="hello", hints=Hints("Greet", read_only=True))]
 
 `settings`, `sink` (the run's event sink, for long work), `agent` (true over MCP), `progress` (a line of progress for
-a person: stderr on the CLI) and `sources` (where each setting came from, as the CLI loaded them) are given by the
-door, never asked of the caller.
+a person: stderr on the CLI), `sources` (where each setting came from, as the CLI loaded them) and `cwd` (the MCP
+server's start directory) are given by the door, never asked of the caller.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ MODULES = ("craft", "improve", "evaluating", "runs", "setup", "catalog_tools", "
 
 DOORS = frozenset({"cli", "mcp", "api"})
 # what a door passes itself (agent: the caller is a model, over MCP; progress: prints a line of progress, the CLI's;
-# sources: where each setting came from, as the CLI loaded them)
-GIVEN = ("settings", "sink", "agent", "progress", "sources")
+# sources: where each setting came from, as the CLI loaded them; cwd: the directory the door works in)
+GIVEN = ("settings", "sink", "agent", "progress", "sources", "cwd")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Command:
     `data`: its result as plain data (CLI --json, MCP); `agent`: that data as an agent gets it (compact);
     `text`: the CLI's lines for a person (None: a display of the CLI's own, or the data as key: value lines);
     `exit_code`: a non-zero exit for a result that reports a failure; `mcp_description`: said to a model instead
-    of the docstring; `working`: the CLI's live line while it works ({NAME} is an argument's value)."""
+    of the docstring (or a function making it, for text another module holds); `working`: the CLI's live line while it works ({NAME} is an argument's value)."""
 
     name: str
     run: Callable[..., Any]
@@ -99,7 +99,7 @@ class Command:
     agent: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     text: Callable[[dict[str, Any]], str] | None = None
     exit_code: Callable[[dict[str, Any]], int] = lambda _: 0
-    mcp_description: str | None = None
+    mcp_description: str | Callable[[], str] | None = None  # a callable: text made when first asked
     working: str | None = None
     doors: frozenset[str] = DOORS
     check: Callable[..., None] | None = None  # what a door runs before any job starts (the arguments run would take)

@@ -44,6 +44,14 @@ def catalog_definitions(catalog: Catalog) -> list[dict[str, Any]]:
         return [d for name in stamps if name in _made and (d := _made[name][1]) is not None]
 
 
+def service_names(catalog: Catalog) -> set[str]:
+    """The catalogued names that are services (started with `up`, not called), known from the same made-once pass
+    as catalog_definitions: a list of kinds reads no manifest it read before."""
+    catalog_definitions(catalog)
+    with _lock:
+        return {name for name, (_, definition) in _made.items() if definition is None}
+
+
 def _refresh(catalog: Catalog, stale: list[str], stamps: dict[str, str]) -> None:
     """The stale tools' definitions: from the index where their stamps hold, else made and stored there."""
     with catalog.index.reading() as db:

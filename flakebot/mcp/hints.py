@@ -21,11 +21,7 @@ def _hints(title: str, read_only: bool, destructive: bool, idempotent: bool, ope
 
 
 # read_only, destructive, idempotent, open_world (the model provider, crates.io, nixpkgs are the open world)
-OWN: dict[str, dict[str, Any]] = {
-    "list": _hints("List crafted tools", True, False, True, False),
-    "run": _hints("Run a crafted tool", False, True, False, False),
-    "rm": _hints("Remove a crafted tool", False, True, True, False),
-}
+OWN: dict[str, dict[str, Any]] = {}
 # A crafted tool: sandboxed, no network, reads what its arguments name, writes (and may overwrite) only the paths a
 # call names in `writable`.
 CRAFTED = _hints("", False, True, False, False)

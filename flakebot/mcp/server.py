@@ -1,16 +1,17 @@
 """flakebot as an MCP server (stdio), on the MCP SDK's low-level Server.
 
 Two kinds of tool:
-- flakebot's own: craft, improve, status, resume, search, list, show, package, runs, run, rm, and the service
-  tools service_up (long: a task when asked), service_down, services, service_logs and service_request (one HTTP
-  request to that service's own port on 127.0.0.1, flakebot.services.proxy);
+- flakebot's own: every command of the command table with an MCP name (flakebot.commands.table, made into tools by
+  flakebot.mcp.tooltable): craft, improve, status, resume, search, list, show, package, runs, run, rm, and the
+  service tools service_up (long: a task when asked), service_down, services, service_logs and service_request (one
+  HTTP request to that service's own port on 127.0.0.1, flakebot.services.proxy);
 - every catalogued tool under its own name, with the input schema read from its clap --help. A call
   maps the arguments to argv (deliver.toolcall, the same mapping as `flakebot run --args-json`), runs
   the built program (a `stdin` argument is its standard input) and returns stdout, stderr and the exit
   code; a non-zero exit sets isError. A stdout past tool_output_limit comes back as its first lines with
   truncated: true and the file holding all of it (the call still succeeded: no isError for that).
 
-Long work (`craft`, `improve`, `package`, `resume`) runs in a process of its own session (run_job), so it goes on
+Long work (a command declared long: `craft`, `improve`, `package`, `resume`, `service_up`) runs in a process of its own session (run_job), so it goes on
 when the client ends its session (LangChain's adapters start a server for every call and kill its process group
 after it); its events, with a heartbeat at least every HEARTBEAT_SECONDS while a step is long, are in the state
 directory's mcp-jobs/. Each job passes admission first (pipeline.jobs: max_jobs, max_session_jobs; refused past
@@ -35,7 +36,6 @@ import json
 import logging
 import os
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
@@ -50,8 +50,6 @@ import anyio.to_thread
 from flakebot import __version__, api, config, launcher, preflight
 from flakebot.commands.table import Command
 from flakebot.deliver.results import compact_result
-from flakebot.deliver.schema import strict_schema
-from flakebot.deliver.toolcall import TRUNCATION, writable_argument  # noqa: F401 - OwnTools.run's docstring names it
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
 from flakebot.mcp import start as mcp_start
@@ -63,8 +61,7 @@ from flakebot.modeltext import one_line
 from flakebot.pipeline import jobs
 from flakebot.pipeline.heartbeat import with_heartbeat
 from flakebot.redact import RedactFilter
-from flakebot.toolschema import declare
-from flakebot.validation import check_arguments, kind_of
+from flakebot.validation import check_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -82,63 +79,15 @@ INSTRUCTIONS = (
 )
 
 
-WAIT = (
-    "true: answer when the work is done (with progress notifications). Null, false or absent: as the request asks "
-    "(done when it carries a progress token, else at once with a run handle)."
-)
-DETACH = (
-    "true: answer at once with a run handle {run_id, status: running, follow}, then follow it with status. Null, "
-    "false or absent: as the request asks."
-)
 FOLLOW = (
     f"call status with run_id and wait_seconds (up to {MAX_WAIT_SECONDS:.0f}, below your client's request timeout) "
     "until status is succeeded (the result is in it) or failed"
 )
-LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."
 
 
-class OwnTools:
-    """flakebot's own MCP tools, each declared by a method (flakebot.toolschema) and carried out by
-    FlakebotMCP._tool_NAME."""
-
-    def list_(self) -> None:
-        """List the crafted tools in flakebot's catalog with their summaries."""
-
-    def run(
-        self, tool: str, args: list[str] | None = None, stdin: str | None = None, writable: list[str] | None = None
-    ) -> None:
-        """Run a crafted tool with raw command-line arguments (the tool's own MCP tool takes schema arguments
-        instead). {TRUNCATION}
-
-        tool: The tool's name, or NAME@VERSION for an earlier version.
-        args: Command-line arguments, one item each (a single string is split as a shell would, shlex); paths they
-            name are read-only to the tool.
-        stdin: Standard input.
-        writable: Existing files or directories the tool may write, each beneath a grant root the user started the
-            server with (its start directory unless configured); nothing else is writable.
-        """
-
-    def rm(self, tool: str) -> None:
-        """Remove a crafted tool from the catalog.
-
-        tool: The tool's name.
-        """
-
-
-def _own_tools() -> dict[str, tuple[str, dict[str, Any]]]:
-    """Each own tool's description and strict input schema (deliver/schema.py), in the order clients list them."""
-    names = ("craft", "improve", "status", "resume", "search", "list", "show", "package", "runs", "run", "rm")
-    tools = {}
-    for name in [n for n in names if n not in TABLE_TOOLS]:
-        declared = declare(getattr(OwnTools, name if name != "list" else "list_"))
-        tools[name] = (declared.description, strict_schema(declared))
-    for name, command in tooltable.table_tools().items():
-        tools[name] = (tooltable.description(command), tooltable.input_schema(command))
-    return tools
-
-
-TABLE_TOOLS = tooltable.table_tools()
-OWN_TOOLS = _own_tools()
+TABLE_TOOLS = tooltable.table_tools()  # flakebot's own tools: the command table's (mcp/tooltable.py), by tool name
+# each own tool's description and strict input schema (deliver/schema.py), in the order clients list them
+OWN_TOOLS = {name: (tooltable.description(c), tooltable.input_schema(c)) for name, c in TABLE_TOOLS.items()}
 # What a tool accepts beyond its declared schema, as its description says: `run`'s args as one string, split as a
 # shell would (the declared schema stays an array, the form every client can send).
 ACCEPTED = {
@@ -245,35 +194,15 @@ class FlakebotMCP:
 
     # ------------------------------------------------------------ flakebot's own tools
 
-    async def _tool_list(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        tools = await anyio.to_thread.run_sync(lambda: api.list_tools(self.settings()))
-        keys = ("name", "version", "summary", "need", "run_id")
-        return {"ok": True, "tools": [{k: e.get(k) for k in keys} for e in tools]}
-
-    async def _tool_run(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        tool, settings = _required(args, "tool"), self.settings()
-        argv, stdin = _argv(args.get("args")), str(args.get("stdin") or "")
-        writable = writable_argument(args)
-
-        def run() -> dict[str, Any]:
-            call = api.call_tool_argv(tool, argv, settings, stdin=stdin, writable=writable, cwd=self.start).to_dict()
-            return {k: v for k, v in call.items() if k not in ("tool", "argv")} | {"stderr": call["stderr"][-4000:]}
-
-        result = await anyio.to_thread.run_sync(run)
-        return {"ok": result["exit_code"] == 0, **result}
-
-    async def _tool_rm(self, ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-        removed = await _threaded(lambda: api.remove_tool(_required(args, "tool"), self.settings()))
-        await _tools_changed(ctx)
-        return removed
-
     # ------------------------------------------------------------ the command table's tools (mcp/tooltable.py)
 
     async def _call_command(self, ctx: Any, command: Command, args: dict[str, Any]) -> dict[str, Any]:
         if command.long:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
         settings, arguments = self.settings(), tooltable.arguments(command, args)
-        result = await anyio.to_thread.run_sync(lambda: command.call(arguments, settings=settings, agent=True))
+        result = await anyio.to_thread.run_sync(
+            lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start)
+        )
         if command.changes_catalog:
             await _tools_changed(ctx)
         return {"ok": True, **_for_agent(command, result)}
@@ -572,47 +501,6 @@ async def _tools_changed(ctx: Any) -> None:
 
 async def _threaded(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return {"ok": True, **await anyio.to_thread.run_sync(call)}
-
-
-def _required(args: dict[str, Any], key: str) -> str:
-    value = args.get(key)
-    if value is not None and not isinstance(value, str):
-        raise UsageError(f"'{key}' must be a string, got {kind_of(value)}", fix=f"pass {key} as a string")
-    if not value or not value.strip():
-        raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
-    return value
-
-
-def _optional_int(args: dict[str, Any], key: str) -> int | None:
-    value = args.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UsageError(f"'{key}' must be a whole number, got {kind_of(value)}", fix=f"pass {key} as a number")
-    return value
-
-
-def _optional_bool(args: dict[str, Any], key: str) -> bool:
-    value = args.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise UsageError(f"'{key}' must be true or false, got {kind_of(value)}", fix=f"pass {key} as a boolean")
-    return value
-
-
-def _argv(value: Any) -> list[str]:
-    """`run`'s args: a list (items as strings), or one string split as a shell would; null is none."""
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [str(item) for item in value]
-    if isinstance(value, str):
-        try:
-            return shlex.split(value)
-        except ValueError as exc:
-            raise UsageError(f"cannot split args {value!r}: {exc}", fix="pass args as a list of strings") from None
-    raise UsageError(f"'args' must be a list of strings, got {kind_of(value)}", fix="pass args as a list of strings")
 
 
 def _result(payload: dict[str, Any], *, error: bool = False) -> Any:

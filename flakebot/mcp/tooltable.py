@@ -32,7 +32,8 @@ def table_tools() -> dict[str, Command]:
 
 
 def description(command: Command) -> str:
-    return command.mcp_description or " ".join(command.help.split())
+    text = command.mcp_description
+    return (text() if callable(text) else text) or " ".join(command.help.split())
 
 
 def input_schema(command: Command) -> dict[str, Any]:

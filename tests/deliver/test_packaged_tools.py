@@ -69,7 +69,7 @@ def test_cargo_lock_is_catalogued_at_its_usage_level_and_runs(tmp_path: Path) ->
     ran = run_cli("run", "cargo-lock", "--", "list", "-f", str(lock))
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "- alpha 1.2.3\n- beta 0.4.0\n"
-    assert "cargo-lock" in [t["name"] for t in api.list_tools()]
+    assert "cargo-lock" in [t["name"] for t in api.list_tools()["tools"]]
     assert "cargo-lock" in [d["name"] for d in api.tool_definitions()]  # what `flakebot mcp` lists
 
     strict = run_cli("package", str(crate), "--strict-smoke", "--nixpkgs", "host", "--offline", timeout=1500)
