@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from tests.mcp.test_server import Client
 from tests.services.test_supervisor import catalog_env, pasta_pids, port_free  # noqa: F401 - catalog_env: a fixture
-from tests.test_mcp import Client
 
 pytestmark = pytest.mark.slow
 CONSOLE_SCRIPT = Path(sys.executable).with_name("flakebot")  # as a user starts it: sys.path[0] is bin/, not the cwd

@@ -35,7 +35,7 @@ TOP = [
     "up",
 ]
 # flakebot.api: the library functions the doors use beside the commands, and every command of the table (bound from
-# it: tests/test_command_table.py), the request types and CraftResult
+# it: tests/commands/test_table.py), the request types and CraftResult
 LIBRARY = [
     "CraftResult",
     "Improvement",

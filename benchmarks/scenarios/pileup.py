@@ -2,7 +2,7 @@
 processes run, what a task whose pid is now another process's reads as, how long tasks/result waits, which files
 stay in outputs/. Each function drives the real server over stdio (the Python SDK's client; a task is created
 over raw JSON-RPC, which that client cannot do) in the flakebot home `env` names, and returns what it saw.
-tests/test_mcp_limits.py asserts every detail; the reliability report (benchmarks/reliability/limits.py) counts
+tests/mcp/test_limits.py asserts every detail; the reliability report (benchmarks/reliability/limits.py) counts
 the attacks that were bounded.
 """
 

@@ -4,7 +4,7 @@ A command is a function in a module of this folder with a `Command` beside it. T
 command's request (each one `Annotated[TYPE, Param(...)]`: its help, its CLI spelling, the doors that offer it), its
 docstring the command's help, its return value the result. The CLI (flakebot.cli.generated), the MCP tools
 (flakebot.mcp.server) and the Python API (flakebot.api) are made from `commands()`; none wires a command by hand
-(tests/test_command_table.py). Adding a command is its module plus its line in MODULES:
+(tests/commands/test_table.py). Adding a command is its module plus its line in MODULES:
 
     def hello(name: Annotated[str, Param("Who to greet.", positional=True)], settings: Settings | None = None) -> dict:
         \"\"\"Greet someone.\"\"\"

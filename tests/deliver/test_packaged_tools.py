@@ -146,7 +146,7 @@ def test_the_mcp_package_tool_catalogues_a_crate_which_becomes_an_mcp_tool(
 
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")  # the host stand-in, as the other packaging tests
 
-    from tests.test_mcp import mcp_client
+    from tests.mcp.test_server import mcp_client
 
     marker = f"greet-{secrets.token_hex(6)}"
     crate = tmp_path / "greet"

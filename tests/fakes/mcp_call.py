@@ -1,5 +1,5 @@
 """One call of flakebot's MCP server through the mcp Python SDK's client over stdio: for tests that need a single
-answer, not a session (tests/test_mcp.py holds the sessions)."""
+answer, not a session (tests/mcp/test_server.py holds the sessions)."""
 
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ from flakebot.deliver.catalog import Catalog
 from tests.conftest import json_result, require, run_cli, wait_for
 from tests.fakes.mcp_call import mcp_call
 from tests.fakes.service_sessions import NAME, session
+from tests.mcp.test_server import mcp_client
 from tests.services.test_supervisor import KV_SERVICE
-from tests.test_mcp import mcp_client
 
 pytestmark = pytest.mark.slow
 CRAFT_NEED = "need a key-value store over HTTP"

@@ -15,7 +15,7 @@ from typing import Any
 
 from flakebot.services.logfile import LogFile
 from tests.conftest import FLAKEBOT
-from tests.test_mcp import mcp_client
+from tests.mcp.test_server import mcp_client
 
 HOSTILE = (
     b"\x1b]52;c;cm0gLXJmIH4K\x07"  # OSC 52: writes the terminal's clipboard

@@ -1,7 +1,7 @@
 """The request tool's proxy (flakebot.services.proxy) attacked: a caller names a service and a path, and must not
 make flakebot send anything to another host or port. Real HTTP servers on 127.0.0.1: "the service" (whose port its
 launch.json names, as `flakebot up` writes it, its supervisor lock held) and a victim on another port that counts
-every connection it gets. Fast: no sandbox, no nix; the whole path through `up` is in test_mcp_services.py."""
+every connection it gets. Fast: no sandbox, no nix; the whole path through `up` is in tests/mcp/test_services.py."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import require, run_cli
+from tests.mcp.test_server import mcp_client
+from tests.mcp.test_services import packaged as packaged  # noqa: F401 - the fixture: kv-service in this test's home
 from tests.services.test_supervisor import KV_SERVICE
-from tests.test_mcp import mcp_client
-from tests.test_mcp_services import packaged as packaged  # noqa: F401 - the fixture: kv-service in this test's home
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import json_result, require, run_cli
+from tests.mcp.test_server import TS_CLIENT, mcp_client, require_typescript_sdk
 from tests.services.test_supervisor import KV_SERVICE, pasta_pids, port_free
-from tests.test_mcp import TS_CLIENT, mcp_client, require_typescript_sdk
 
 pytestmark = pytest.mark.slow
 SERVICE_TOOLS = {"service_up", "service_down", "services", "service_logs", "service_request"}

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from tests.test_mcp import mcp_client
+from tests.mcp.test_server import mcp_client
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 

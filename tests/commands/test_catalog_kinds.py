@@ -16,7 +16,7 @@ import pytest
 from flakebot import config
 from flakebot.deliver.catalog import Catalog
 from tests.conftest import json_result, run_cli
-from tests.test_mcp import mcp_client
+from tests.mcp.test_server import mcp_client
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from flakebot.errors import UsageError
 from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from tests.conftest import json_result, run_cli
-from tests.test_mcp import mcp_client
+from tests.mcp.test_server import mcp_client
 
 
 def _running_run(workdir: Path) -> Run:

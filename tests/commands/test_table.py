@@ -23,7 +23,7 @@ from flakebot.commands.table import Command, commands
 from flakebot.mcp.server import OWN_TOOLS
 from flakebot.mcp.tooltable import table_tools
 
-PACKAGE = Path(__file__).resolve().parent.parent / "flakebot"
+PACKAGE = Path(__file__).resolve().parents[2] / "flakebot"
 DOOR_ENTRIES = {"mcp"}  # `flakebot mcp` starts the MCP door itself: it is a door, not a command
 
 

@@ -22,7 +22,7 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from tests.conftest import REPO, require, wait_for
 from tests.fakes.processes import descendants, own_processes
-from tests.test_mcp import TS_CLIENT, Client, mcp_client, require_typescript_sdk
+from tests.mcp.test_server import TS_CLIENT, Client, mcp_client, require_typescript_sdk
 
 LONG_TOOLS = {"craft", "improve", "package", "resume", "service_up"}
 # A craft whose model takes minutes to write the spec: its task is still working when it is cancelled.

@@ -19,7 +19,7 @@ from flakebot.deliver.results import RESULT_BUDGET
 from flakebot.modeltext import QUOTE_NOTE
 from flakebot.pipeline.heartbeat import HEARTBEAT_SECONDS
 from tests.conftest import require, run_cli
-from tests.test_mcp import SESSION, TS_CLIENT, mcp_client, require_typescript_sdk
+from tests.mcp.test_server import SESSION, TS_CLIENT, mcp_client, require_typescript_sdk
 
 READ_ONLY = {"status", "search", "list", "show", "runs", "services", "service_logs"}
 INJECTION = (
