@@ -139,45 +139,61 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         origin = markup(f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}")
     version = f" {result['version']}" if result.get("version") else ""
     summary = markup(one_line(manifest.get("summary", "")))
-    out.print(f"[bold green]✔ {result['name']}{version}[/bold green] {summary} ({origin})")
+    out.print(
+        _hanging(
+            [("[bold green]✔[/bold green]", f"[bold green]{result['name']}{version}[/bold green] {summary} ({origin})")]
+        )
+    )
+    lines: list[tuple[str, str]] = []
     improves = manifest.get("improves")
     if improves and not result["from_catalog"]:
         kept = (manifest.get("spec") or {}).get("inherited_examples", 0)
-        out.print(
-            f"  improves {result['name']}@{improves['version']} ({markup(improves['request'])}): its {kept} examples still pass; "
-            f"the earlier version stays runnable as {result['name']}@{improves['version']}"
-        )
+        lines.append(("improves:", f"{result['name']}@{improves['version']} ({markup(improves['request'])}): its {kept} "
+                      f"examples still pass; the earlier version stays runnable as {result['name']}@{improves['version']}"))  # fmt: skip
     if result.get("choice", {}).get("crate") and not improves:
         choice = result["choice"]
-        out.print(
-            f"  started from [bold]{markup(choice['crate'])}[/bold] ({choice.get('mode')}): {markup(choice.get('reason', ''))}"
-        )
+        reason = markup(choice.get("reason", ""))
+        lines.append(("from:", f"[bold]{markup(choice['crate'])}[/bold] ({choice.get('mode')}): {reason}"))
     if result.get("service"):
-        out.print(f"  [yellow]{markup(result['service'])}[/yellow]")
+        lines.append(("note:", f"[yellow]{markup(result['service'])}[/yellow]"))
     usage = result.get("usage") or {}
     if usage:
         cost = usage.get("cost_usd")
-        out.print(
-            f"  model: {usage.get('prompt_tokens', 0) + usage.get('completion_tokens', 0)} tokens"
-            + (f", ${cost:.4f}" if cost else "")
-        )
+        tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        lines.append(("model:", f"{tokens} tokens" + (f", ${cost:.4f}" if cost else "")))
     verification = manifest.get("verification_command") or {}
     verified = "[green]nix run of the catalogued flake passed[/green]" if verification.get("passed") else "no"
     if manifest.get("kind") == "service":
         passed = [step for step in manifest.get("lifecycle") or [] if step.get("ok")]
         verified = f"[green]its lifecycle passed on the store path ({len(passed)} steps)[/green]" if passed else "no"
-        out.print(f"  start it: [bold]flakebot up {markup(result['name'])}[/bold] (sandboxed, its port on 127.0.0.1)")
-    else:
-        out.print(
-            f"  run it:   [bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only the paths its arguments name)"
+        lines.append(
+            ("start it:", f"[bold]flakebot up {markup(result['name'])}[/bold] (sandboxed, its port on 127.0.0.1)")
         )
-    out.print(
-        f"  usage:    {markup(manifest.get('catalog_dir', ''))}/USAGE.md, or flakebot show {markup(result['name'])}"
+    else:
+        lines.append(("run it:", f"[bold]flakebot run {markup(result['name'])} -- ARGS[/bold] (sandboxed: it sees only "
+                      "the paths its arguments name)"))  # fmt: skip
+    lines.append(
+        ("usage:", f"{markup(manifest.get('catalog_dir', ''))}/USAGE.md, or flakebot show {markup(result['name'])}")
     )
-    out.print(f"  verified: {verified}")
-    out.print(f"  without flakebot: {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
+    lines.append(("verified:", verified))
     if not manifest.get("portable", True):
-        out.print(f"  [yellow]host-only:[/yellow] {markup(manifest.get('portable_reason', ''))}")
+        lines.append(("host-only:", f"[yellow]{markup(manifest.get('portable_reason', ''))}[/yellow]"))
+    out.print(_hanging(lines, indent=2))
+    # on a line of its own, never broken by rich: the terminal may wrap it, a copy of it still runs
+    out.print("  without flakebot:")
+    out.print(f"    {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
+
+
+def _hanging(rows: list[tuple[str, str]], indent: int = 0) -> Any:
+    """`label value` rows whose values wrap under themselves (a hanging indent), not under the label."""
+    from rich.padding import Padding
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, value in rows:
+        grid.add_row(label, value)
+    return Padding(grid, (0, 0, 0, indent))
 
 
 def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
