@@ -106,6 +106,11 @@ class ToolSpec:
 
 def load_spec_file(path: Path) -> ToolSpec:
     """A spec supplied by a person or agent (JSON or TOML)."""
+    return ToolSpec.from_dict(read_spec_file(path), source=str(path))
+
+
+def read_spec_file(path: Path) -> Any:
+    """A spec file's data, parsed (JSON or TOML) but not yet checked."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -116,7 +121,7 @@ def load_spec_file(path: Path) -> ToolSpec:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"spec file {path} does not parse ({exc})", fix="fix the JSON/TOML syntax") from None
-    return ToolSpec.from_dict(data, source=str(path))
+    return data
 
 
 # ------------------------------------------------------------------ the next version

@@ -41,8 +41,11 @@ def check_limits(settings: config.Settings) -> None:
             )
 
 
-def check_craft_options(crate: str | None, mode: str | None, spec_file: str | None, stop_after: str | None) -> None:
-    """Bad options, an unreadable spec file and a missing nix fail before a run exists (and before any model call)."""
+def check_craft_options(
+    crate: str | None, mode: str | None, spec_file: str | None, stop_after: str | None, service: bool = False
+) -> None:
+    """Bad options, an unreadable spec file (a service's spec for `service`) and a missing nix fail before a run
+    exists (and before any model call)."""
     from flakebot.stages.choose import MODES
 
     if mode is not None and mode not in MODES:
@@ -51,7 +54,11 @@ def check_craft_options(crate: str | None, mode: str | None, spec_file: str | No
         raise UsageError(
             "--mode needs --crate", fix="name the crate to start from with --crate NAME, or leave --mode out"
         )
-    if spec_file:
+    if spec_file and service:
+        from flakebot.services.crafting import load_service_spec
+
+        load_service_spec(Path(spec_file))
+    elif spec_file:
         from flakebot.toolspec import load_spec_file
 
         load_spec_file(Path(spec_file))

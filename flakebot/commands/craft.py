@@ -117,7 +117,7 @@ def craft_request(
     from flakebot.llm.providers import check_model
 
     check_model(request.model, settings)  # fail before any work when no model can be used
-    check_craft_options(request.crate, request.mode, request.spec_file, stop_after)
+    check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
     _check_method(request.method)
     check_limits(settings)
     _check_name(request.name, need, settings)

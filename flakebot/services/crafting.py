@@ -17,6 +17,7 @@ from flakebot.config import Settings
 from flakebot.errors import SpecError, UsageError
 from flakebot.services.declaration import Health, ServiceSpec
 from flakebot.services.lifecycle import Examples, Report, check_lifecycle
+from flakebot.toolspec import ToolSpec, read_spec_file
 
 PROTOCOLS = ("http",)
 MAX_EXCHANGES = 12  # per life: the spec is a few requests, not a load test
@@ -76,6 +77,27 @@ FIX = (
     "give health (/PATH or tcp), port_env, 1-12 first and 1-12 after_restart examples "
     "{method, path, body, status, body_out, headers, headers_out}"
 )
+
+
+SPEC_FILE_FIX = (
+    'a service\'s spec file is {"name", "summary", "usage", "service": {"declaration": {"health": "/PATH or tcp", '
+    '"port_env": "PORT"}, "examples": {"first": [...], "after_restart": [...]}}} (docs/services.md, "Crafting a '
+    'service")'
+)
+
+
+def load_service_spec(path: Path) -> ToolSpec:
+    """craft --service --spec FILE: a spec with a service part (no command-line examples), checked as the model's
+    would be; a SpecError with a service's advice, not a tool's."""
+    data = read_spec_file(path)
+    if not isinstance(data, dict) or not data.get("service"):
+        raise SpecError(f"{path} has no service part", fix=SPEC_FILE_FIX)
+    try:
+        spec = ToolSpec.from_dict({"examples": [], **data}, source=str(path))
+    except SpecError as exc:
+        raise SpecError(exc.message, fix=SPEC_FILE_FIX) from None
+    ServiceNeed.from_dict(spec.service, str(path))
+    return spec
 
 
 def from_answer(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -97,8 +97,10 @@ class ServiceSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServiceSpec:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k not in ("health", "restart")}
+        health = data.get("health", {})
         return cls(
             **known,
-            health=Health(**data.get("health", {})),
+            # as written by hand ("/health" or "tcp", as --health takes it) or as to_dict() writes it
+            health=Health.parse(health) if isinstance(health, str) else Health(**health),
             restart=Restart(**data.get("restart", {})),
         )

@@ -63,15 +63,11 @@ def spec_stage(ctx: StageContext) -> SpecOut:
 def _service_spec(ctx: StageContext) -> tuple[ToolSpec, str]:
     """craft --service: the spec (name, summary, the service's declaration and lifecycle examples) from --spec FILE
     (a "service" part beside name and summary) or from the model's submit_service_spec."""
-    from flakebot.services.crafting import ServiceNeed
+    from flakebot.services.crafting import load_service_spec
 
     spec_file = ctx.request.spec_file
     if spec_file:
-        spec = load_spec_file(Path(spec_file))
-        if not spec.service:
-            raise SpecError(f"{spec_file} has no service part", fix='add "service": {declaration, examples}')
-        ServiceNeed.from_dict(spec.service, spec_file)
-        return spec, f"file {spec_file}"
+        return load_service_spec(Path(spec_file)), f"file {spec_file}"
     from flakebot.pipeline.models import stage_model
 
     with stage_model(ctx) as model:

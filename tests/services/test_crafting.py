@@ -257,3 +257,31 @@ def test_a_model_whose_spec_has_a_bad_header_is_told_the_rule_and_asked_again(tm
         "error: submit_service_spec: example GET /docs: headers_out Location: the value holds CR or LF. " in transcript
     )
     assert "Fix: give headers as {NAME: VALUE}: NAME an HTTP token" in transcript
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"name": "kv", "summary": "a store", "usage": "kv"}, "has no service part"),
+        ({"name": "kv", "summary": "a store", "examples": [{"args": [], "stdout": "x"}]}, "has no service part"),
+        ({"summary": "a store", "service": {"declaration": {"health": "/health"}}}, "missing or malformed field"),
+        ({"name": "kv", "summary": "s", "service": {"declaration": {"health": "/health"}}}, "0 first examples given"),
+    ],
+)
+def test_a_service_spec_file_gets_a_services_advice_before_any_run(
+    flakebot_home: Path, tmp_path: Path, spec: dict[str, Any], said: str
+) -> None:
+    """craft --service --spec FILE: a spec file that is no service's is refused before a run exists, with the advice
+    for a service's spec (not a tool's 3-6 command-line examples); a health check written as "/health" is read."""
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    script = tmp_path / "no-model.json"
+    script.write_text(json.dumps({"format": 1, "stages": {}}))
+    done = run_cli("craft", "--service", "a kv store", "--spec", str(path), "--model", f"scripted:{script}",
+                   "--registry", "local", "--offline")  # fmt: skip
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 42 and len(errors) == 1, done.stderr
+    assert said in errors[0], errors[0]
+    assert "a service's spec file is" in errors[0] or "after_restart examples" in errors[0], errors[0]
+    assert "3-6 examples" not in errors[0] and "Health()" not in errors[0]
+    assert not (flakebot_home / "work" / "runs").exists() or not any((flakebot_home / "work" / "runs").iterdir())
