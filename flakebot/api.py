@@ -9,10 +9,10 @@ from typing import Any
 from flakebot.commands.catalog_tools import call_tool, call_tool_argv, tool_arguments, tool_definitions, tool_manifest
 from flakebot.commands.craft import CraftResult, craft, craft_result
 from flakebot.commands.improve import improve
-from flakebot.commands.packaging import package
 from flakebot.commands.runs import resume, run_result, show_run
 from flakebot.commands.share import list_remote
 from flakebot.commands.table import commands
+from flakebot.commands.wrap import package
 from flakebot.pipeline.request import Improvement, RunRequest
 
 __all__ = [  # the public API; run_result and craft_result take a Run, flakebot's own

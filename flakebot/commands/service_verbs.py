@@ -70,7 +70,7 @@ def _catalogued(
 ) -> dict[str, Any]:
     """Package the crate at `target` (a directory or a crate name), check its lifecycle (with `examples`) and
     catalog it as a service; its catalog entry. A service whose lifecycle fails is not catalogued (NixError)."""
-    from flakebot.commands.packaging import package_request
+    from flakebot.commands.wrap import package_request
     from flakebot.deliver.catalog import Catalog
     from flakebot.errors import NixError
     from flakebot.pipeline.request import RunRequest
