@@ -1,4 +1,5 @@
-"""package: an existing crate wrapped as a flake, built and smoke-run (no model; the package stage, stages/package.py, does the building for every run); catalogued with catalog=True."""
+"""package: an existing crate wrapped as a flake, built and smoke-run (no model; the package stage,
+stages/package.py, does the building for every run); catalogued with catalog=True."""
 
 from __future__ import annotations
 
