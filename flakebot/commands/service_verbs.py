@@ -110,7 +110,9 @@ def _catalogued(
 
 
 def up(
-    service: Annotated[str | None, Param("A catalogued service: NAME or NAME@VERSION.", positional=True)] = None,
+    service: Annotated[
+        str | None, Param("A catalogued service: NAME or NAME@VERSION.", positional=True, mcp_required=True)
+    ] = None,
     port: Annotated[
         int | None,
         Param(

@@ -10,6 +10,7 @@ from typing import Any
 
 from flakebot.commands.table import Command, Parameter, by_mcp_name
 from flakebot.deliver.schema import Field, closed_object, is_absent
+from flakebot.errors import UsageError
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.toolschema import field_docs, json_schema
@@ -54,7 +55,12 @@ def _makes_a_run(command: Command) -> bool:
 def _field(p: Parameter) -> Field:
     schema = json_schema(p.kind)
     items = str(schema.get("items", {}).get("type", "string"))
-    return Field(schema["type"], p.param.mcp_help or p.param.help, p.required, items=items)
+    return Field(schema["type"], p.param.mcp_help or p.param.help, _asked(p), items=items)
+
+
+def _asked(p: Parameter) -> bool:
+    """Whether a call must give it over MCP."""
+    return p.required or p.param.mcp_required
 
 
 def request_args(p: Parameter) -> dict[str, tuple[str, bool]]:
@@ -81,8 +87,20 @@ def arguments(command: Command, args: dict[str, Any]) -> dict[str, Any]:
         if p.param.request:
             made[p.name] = _request(args, request_args(p))
         elif not is_absent(args.get(p.name)):
-            made[p.name] = args[p.name]
+            made[p.name] = _checked(p, args[p.name])
+        elif _asked(p):
+            raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
     return made
+
+
+def _checked(p: Parameter, value: Any) -> Any:
+    """A given value as the function takes it: a required string not blank; a whole number not sent as 8080.0
+    (JSON Schema counts it an integer, a socket does not)."""
+    if isinstance(value, str) and _asked(p) and not value.strip():
+        raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
+    if isinstance(value, float) and json_schema(p.kind)["type"] == "integer":
+        raise UsageError(f"'{p.name}' must be a whole number, got a number", fix=f"pass {p.name} as a whole number")
+    return value
 
 
 def _request(args: dict[str, Any], names: dict[str, tuple[str, bool]]) -> RunRequest:
