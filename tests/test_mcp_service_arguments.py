@@ -77,3 +77,19 @@ def test_a_whole_number_sent_as_a_float_is_refused_in_one_line(
     assert error and answer["type"] == "UsageError", answer
     assert answer["error"] == f"'{name}' must be a whole number, got a number", answer
     assert _jobs(flakebot_home) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"service": "nosuch"}, {"service": ""}, {"service": "kv-service", "port": 18080.0}],
+)
+def test_service_up_as_a_task_is_checked_before_a_job_is_admitted(flakebot_home: Path, args: dict[str, Any]) -> None:
+    """The tasks door (protocol 2025-11-25) starts a detached job: what `service_up` would refuse at once (no such
+    service, no service at all, a port that is no whole number) is refused there too, with no job process."""
+    from tests.test_mcp_tasks import raw_session
+
+    with raw_session("2025-11-25") as session:
+        answer = session.ask("tools/call", {"name": "service_up", "arguments": args, "task": {"ttl": 60000}})
+    assert "error" in answer and answer["error"]["code"] == -32602, answer  # INVALID_PARAMS, one line
+    assert "\n" not in answer["error"]["message"]
+    assert _jobs(flakebot_home) == []
