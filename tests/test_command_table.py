@@ -12,14 +12,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer.main
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from flakebot import api
 from flakebot.cli.app import app
-from flakebot.commands.table import Command, commands
+from flakebot.commands.table import Command, Param, commands
 from flakebot.mcp.server import OWN_TOOLS
 from flakebot.mcp.tooltable import table_tools
 
@@ -188,3 +188,23 @@ def test_a_command_added_to_the_table_reaches_the_cli_mcp_and_api(flakebot_home:
     """)
     from_api = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
     assert from_api.stdout.split() == ["hello", "dee", "True"], from_api.stderr
+
+
+def _checked_export(
+    service: Annotated[str, Param("A service.", positional=True)],
+    run_check: Annotated[bool, Param("Check what was written.", cli=("--check/--no-check",))] = True,
+) -> dict[str, Any]:
+    """Export, checked unless told not to."""
+    return {"service": service, "checked": run_check}
+
+
+def test_a_flag_that_defaults_to_true_can_be_turned_off_over_mcp() -> None:
+    """`false` reads as absent over MCP (hosts that strip null make a model send it), and absent is the default:
+    for a flag whose default is true that made false unsayable."""
+    from flakebot.mcp.tooltable import arguments, input_schema
+
+    command = Command("checked-export", _checked_export, mcp="checked_export")
+    assert input_schema(command)["properties"]["run_check"]["type"] == ["boolean", "null"]
+    for given, checked in ((False, False), (None, True), (True, True)):
+        assert command.call(arguments(command, {"service": "kv", "run_check": given}))["checked"] is checked, given
+    assert command.call(arguments(command, {"service": "kv"}))["checked"] is True

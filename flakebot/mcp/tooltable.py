@@ -86,8 +86,8 @@ def arguments(command: Command, args: dict[str, Any]) -> dict[str, Any]:
     for p in command.params("mcp"):
         if p.param.request:
             made[p.name] = _request(args, request_args(p))
-        elif not is_absent(args.get(p.name)):
-            made[p.name] = _checked(p, args[p.name])
+        elif not is_absent(args.get(p.name)) or (args.get(p.name) is False and p.default is True):
+            made[p.name] = _checked(p, args[p.name])  # false is absent, but not for a flag whose default is true
         elif _asked(p):
             raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
     return made
