@@ -208,3 +208,22 @@ def test_a_flag_that_defaults_to_true_can_be_turned_off_over_mcp() -> None:
     for given, checked in ((False, False), (None, True), (True, True)):
         assert command.call(arguments(command, {"service": "kv", "run_check": given}))["checked"] is checked, given
     assert command.call(arguments(command, {"service": "kv"}))["checked"] is True
+
+
+def test_ctrl_c_during_up_all_names_no_empty_service(flakebot_home: Path) -> None:
+    """`up --all` names no service: Ctrl-C while it works says so, not "interrupted:  is not started"."""
+    prelude = textwrap.dedent("""
+        import sys
+        import flakebot.services.control as control
+        def interrupted(settings):
+            raise KeyboardInterrupt
+        control.up_all = interrupted
+        from flakebot.cli.entry import main
+        sys.argv = ["flakebot", *sys.argv[1:]]
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", prelude, "up", "--all"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "interrupted" in line and "  " not in line and "'flakebot down '" not in line, line
+    assert "flakebot services" in line, line
