@@ -93,3 +93,15 @@ def test_service_up_as_a_task_is_checked_before_a_job_is_admitted(flakebot_home:
     assert "error" in answer and answer["error"]["code"] == -32602, answer  # INVALID_PARAMS, one line
     assert "\n" not in answer["error"]["message"]
     assert _jobs(flakebot_home) == []
+
+
+def test_a_huge_timeout_is_refused_as_out_of_range(flakebot_home: Path) -> None:
+    """A whole number too large for a float (10**400 is valid JSON) is out of range, not an OverflowError."""
+
+    async def session() -> Any:
+        async with mcp_client() as client:
+            args = {"service": "kv-service", "method": "GET", "path": "/", "timeout_seconds": 10**400}
+            return await client.call("service_request", args)
+
+    answer, error = asyncio.run(session())
+    assert error and answer["type"] == "UsageError" and "out of range" in answer["error"], answer
