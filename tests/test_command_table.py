@@ -22,6 +22,7 @@ from flakebot.cli.app import app
 from flakebot.commands.table import Command, Param, commands
 from flakebot.mcp.server import OWN_TOOLS
 from flakebot.mcp.tooltable import table_tools
+from flakebot.pipeline.request import RunRequest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "flakebot"
 DOOR_ENTRIES = {"mcp"}  # `flakebot mcp` starts the MCP door itself: it is a door, not a command
@@ -227,3 +228,24 @@ def test_ctrl_c_during_up_all_names_no_empty_service(flakebot_home: Path) -> Non
     [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "interrupted" in line and "  " not in line and "'flakebot down '" not in line, line
     assert "flakebot services" in line, line
+
+
+def _package_like(request: Annotated[RunRequest, Param("The crate to package and how.", request="package")]) -> Any:
+    """Package a crate."""
+    return {"target": request.target}
+
+
+def test_a_request_field_the_schema_requires_is_refused_when_empty() -> None:
+    """A RunRequest's required field (package's target) sent as "" or blank is refused in one line before any work,
+    as the hand-written tools refused it ("'target' is required"), not a request with no target."""
+    import pytest
+
+    from flakebot.errors import UsageError
+    from flakebot.mcp.tooltable import arguments, input_schema
+
+    command = Command("package-like", _package_like, mcp="package_like")
+    assert input_schema(command)["properties"]["target"]["type"] == "string"
+    for empty in ("", "  ", None):
+        with pytest.raises(UsageError, match="'target' is required"):
+            arguments(command, {"target": empty})
+    assert command.call(arguments(command, {"target": "hexyl"})) == {"target": "hexyl"}

@@ -105,8 +105,10 @@ def _checked(p: Parameter, value: Any) -> Any:
 
 def _request(args: dict[str, Any], names: dict[str, tuple[str, bool]]) -> RunRequest:
     values: dict[str, Any] = {}
-    for name, (path, _) in names.items():
+    for name, (path, required) in names.items():
         given = args.get(name)
+        if required and (is_absent(given) or (isinstance(given, str) and not given.strip())):
+            raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
         kind = _request_field(path, False).kind
         values[path] = bool(given) if kind == "boolean" else (str(given) if given else None)
     improvement = {k.removeprefix("improve."): v for k, v in values.items() if k.startswith("improve.")}
