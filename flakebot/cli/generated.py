@@ -124,6 +124,8 @@ def _progress(command: Command, as_json: bool, arguments: dict[str, Any], door: 
         from flakebot.services.control import statuses
 
         name = str(arguments.get("service") or "").partition("@")[0]
+        if not name:  # up --all: no one service to say where it is
+            raise Interrupted("interrupted", fix="see where each service is with 'flakebot services'") from None
         state = next((s["state"] for s in statuses(door.settings) if s["name"] == name), "not started")
         raise Interrupted(
             f"interrupted: {name} is {state}", fix=f"see 'flakebot services'; 'flakebot down {name}' stops it"

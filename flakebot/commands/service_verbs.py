@@ -112,7 +112,9 @@ def _catalogued(
 
 
 def up(
-    service: Annotated[str | None, Param("A catalogued service: NAME or NAME@VERSION.", positional=True)] = None,
+    service: Annotated[
+        str | None, Param("A catalogued service: NAME or NAME@VERSION.", positional=True, mcp_required=True)
+    ] = None,
     port: Annotated[
         int | None,
         Param(
@@ -303,6 +305,8 @@ def service_request(
     only; redirects are returned, not followed) and return its status, content type and body (at most 1 MiB)."""
     from flakebot.services import proxy
 
+    if timeout_seconds and not 0 < timeout_seconds <= proxy.MAX_TIMEOUT:  # before float(): 10**400 is valid JSON
+        raise UsageError("timeout_seconds is out of range", fix=f"pass 1 to {proxy.MAX_TIMEOUT:g} (seconds)")
     timeout = float(timeout_seconds) if timeout_seconds else proxy.DEFAULT_TIMEOUT
     answer = proxy.request(
         service, settings_or_default(settings), method, path, body=body or "", content_type=content_type or None,

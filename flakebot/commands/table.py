@@ -41,7 +41,8 @@ GIVEN = ("settings", "sink", "agent", "progress", "sources", "cwd")
 class Param:
     """How a command's parameter is offered: its help, and per door. `cli`: its option spelling(s) ("--from", "-n");
     `positional`: an argument on the command line; `mcp_help`: said differently to a model; `doors`: where it is
-    offered (a parameter the MCP door does not offer keeps its default there)."""
+    offered (a parameter the MCP door does not offer keeps its default there); `mcp_required`: the MCP door asks for it
+    although the function has a default (what the default stands for, such as `up --all`, is not offered there)."""
 
     help: str
     cli: tuple[str, ...] = ()
@@ -50,6 +51,7 @@ class Param:
     doors: frozenset[str] = DOORS
     check: Callable[..., None] | None = None  # what a door runs before any job starts (the arguments run would take)
     request: str | None = None  # a RunRequest: its fields for this verb are the parameters (pipeline/request.py)
+    mcp_required: bool = False
 
 
 @dataclass(frozen=True)

@@ -286,6 +286,8 @@ class FlakebotMCP:
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
         _check_own(name, args)  # the tasks door (mcp_tasks) takes the same check as call_tool, before any job
+        if name in TABLE_TOOLS:  # a table command's check too (as _long runs it), before admission
+            self.work(name, args)
         process, journal = _start_job(self.settings(), name, args, self.session)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)

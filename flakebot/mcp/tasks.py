@@ -47,7 +47,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 
 from flakebot import config, processid
-from flakebot.errors import FlakebotError, UsageError
+from flakebot.errors import FlakebotError
 from flakebot.fsutil import atomic_write_json  # another server may read a record at any moment
 from flakebot.pipeline import jobs
 
@@ -147,7 +147,7 @@ class Tasks:
             process, journal = self.jobs.start_job(ctx, params.name, dict(params.arguments or {}))
         except jobs.JobLimit as exc:  # nothing started, nothing written
             raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
-        except UsageError as exc:  # arguments the tool's schema refuses: nothing started either
+        except FlakebotError as exc:  # arguments the tool refuses (its schema, its check): nothing started either
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
         task_id = journal.stem
         self.processes[task_id] = process

@@ -57,7 +57,12 @@ def _makes_a_run(command: Command) -> bool:
 def _field(p: Parameter) -> Field:
     schema = json_schema(p.kind)
     items = str(schema.get("items", {}).get("type", "string"))
-    return Field(schema["type"], p.param.mcp_help or p.param.help, p.required, items=items)
+    return Field(schema["type"], p.param.mcp_help or p.param.help, _asked(p), items=items)
+
+
+def _asked(p: Parameter) -> bool:
+    """Whether a call must give it over MCP."""
+    return p.required or p.param.mcp_required
 
 
 def request_args(p: Parameter) -> dict[str, tuple[str, bool]]:
@@ -83,21 +88,29 @@ def arguments(command: Command, args: dict[str, Any]) -> dict[str, Any]:
     for p in command.params("mcp"):
         if p.param.request:
             made[p.name] = _request(args, request_args(p))
-        elif p.required and _blank(args.get(p.name)):  # the function has no default to fall back on
+        elif not is_absent(args.get(p.name)) or (args.get(p.name) is False and p.default is True):
+            made[p.name] = _checked(p, args[p.name])  # false is absent, but not for a flag whose default is true
+        elif _asked(p):
             raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
-        elif not is_absent(args.get(p.name)):
-            made[p.name] = args[p.name]
     return made
 
 
-def _blank(value: Any) -> bool:
-    return is_absent(value) or (isinstance(value, str) and not value.strip())
+def _checked(p: Parameter, value: Any) -> Any:
+    """A given value as the function takes it: a required string not blank; a whole number not sent as 8080.0
+    (JSON Schema counts it an integer, a socket does not)."""
+    if isinstance(value, str) and _asked(p) and not value.strip():
+        raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
+    if isinstance(value, float) and json_schema(p.kind)["type"] == "integer":
+        raise UsageError(f"'{p.name}' must be a whole number, got a number", fix=f"pass {p.name} as a whole number")
+    return value
 
 
 def _request(args: dict[str, Any], names: dict[str, tuple[str, bool]]) -> RunRequest:
     values: dict[str, Any] = {}
-    for name, (path, _) in names.items():
+    for name, (path, required) in names.items():
         given = args.get(name)
+        if required and (is_absent(given) or (isinstance(given, str) and not given.strip())):
+            raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
         kind = _request_field(path, False).kind
         values[path] = bool(given) if kind == "boolean" else (str(given) if given else None)
     improvement = {k.removeprefix("improve."): v for k, v in values.items() if k.startswith("improve.")}

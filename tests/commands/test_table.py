@@ -12,16 +12,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer.main
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from flakebot import api
 from flakebot.cli.app import app
-from flakebot.commands.table import Command, commands
+from flakebot.commands.table import Command, Param, commands
 from flakebot.mcp.server import OWN_TOOLS
 from flakebot.mcp.tooltable import table_tools
+from flakebot.pipeline.request import RunRequest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flakebot"
 DOOR_ENTRIES = {"mcp"}  # `flakebot mcp` starts the MCP door itself: it is a door, not a command
@@ -188,3 +189,63 @@ def test_a_command_added_to_the_table_reaches_the_cli_mcp_and_api(flakebot_home:
     """)
     from_api = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
     assert from_api.stdout.split() == ["hello", "dee", "True"], from_api.stderr
+
+
+def _checked_export(
+    service: Annotated[str, Param("A service.", positional=True)],
+    run_check: Annotated[bool, Param("Check what was written.", cli=("--check/--no-check",))] = True,
+) -> dict[str, Any]:
+    """Export, checked unless told not to."""
+    return {"service": service, "checked": run_check}
+
+
+def test_a_flag_that_defaults_to_true_can_be_turned_off_over_mcp() -> None:
+    """`false` reads as absent over MCP (hosts that strip null make a model send it), and absent is the default:
+    for a flag whose default is true that made false unsayable."""
+    from flakebot.mcp.tooltable import arguments, input_schema
+
+    command = Command("checked-export", _checked_export, mcp="checked_export")
+    assert input_schema(command)["properties"]["run_check"]["type"] == ["boolean", "null"]
+    for given, checked in ((False, False), (None, True), (True, True)):
+        assert command.call(arguments(command, {"service": "kv", "run_check": given}))["checked"] is checked, given
+    assert command.call(arguments(command, {"service": "kv"}))["checked"] is True
+
+
+def test_ctrl_c_during_up_all_names_no_empty_service(flakebot_home: Path) -> None:
+    """`up --all` names no service: Ctrl-C while it works says so, not "interrupted:  is not started"."""
+    prelude = textwrap.dedent("""
+        import sys
+        import flakebot.services.control as control
+        def interrupted(settings):
+            raise KeyboardInterrupt
+        control.up_all = interrupted
+        from flakebot.cli.entry import main
+        sys.argv = ["flakebot", *sys.argv[1:]]
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", prelude, "up", "--all"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "interrupted" in line and "  " not in line and "'flakebot down '" not in line, line
+    assert "flakebot services" in line, line
+
+
+def _package_like(request: Annotated[RunRequest, Param("The crate to package and how.", request="package")]) -> Any:
+    """Package a crate."""
+    return {"target": request.target}
+
+
+def test_a_request_field_the_schema_requires_is_refused_when_empty() -> None:
+    """A RunRequest's required field (package's target) sent as "" or blank is refused in one line before any work,
+    as the hand-written tools refused it ("'target' is required"), not a request with no target."""
+    import pytest
+
+    from flakebot.errors import UsageError
+    from flakebot.mcp.tooltable import arguments, input_schema
+
+    command = Command("package-like", _package_like, mcp="package_like")
+    assert input_schema(command)["properties"]["target"]["type"] == "string"
+    for empty in ("", "  ", None):
+        with pytest.raises(UsageError, match="'target' is required"):
+            arguments(command, {"target": empty})
+    assert command.call(arguments(command, {"target": "hexyl"})) == {"target": "hexyl"}

@@ -29,8 +29,12 @@ for await (const message of stream) {
 }
 seen.listed = await tasks.listTasks();
 
-// A call the job refuses (no target) fails; one whose ttl has passed once it failed is forgotten.
-const refused = { method: "tools/call", params: { name: "package", arguments: { target: "" } } };
+// A call the job refuses (a crate no registry has: found out only once the job looks) fails; one whose ttl has
+// passed once it failed is forgotten.
+const refused = {
+  method: "tools/call",
+  params: { name: "package", arguments: { target: "no-such-crate-anywhere", registry: "local" } },
+};
 const failedId = (await client.request(refused, CreateTaskResultSchema, { task: {} })).task.taskId;
 const briefId = (await client.request(refused, CreateTaskResultSchema, { task: { ttl: 1 } })).task.taskId;
 for (let i = 0; i < 240 && (await tasks.getTask(failedId)).status === "working"; i += 1) {
