@@ -82,7 +82,14 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
     setup_logging(verbose, quiet, log_file)
 
 
-# ---------------------------------------------------------------- craft and the catalog
+# ---------------------------------------------------------------- the command table's commands (cli/generated.py)
+
+from flakebot.cli.generated import register as _register_table  # noqa: E402
+
+_register_table(app, {"config": config_app}, G)
+
+
+# ---------------------------------------------------------------- the MCP door's start (a door, not a command)
 
 
 @app.command("mcp")
@@ -100,16 +107,6 @@ def mcp_cmd(
 
     load_sdk()
     serve(grant_roots=list(grant_root or []))
-
-
-# ---------------------------------------------------------------- bench
-
-
-# ---------------------------------------------------------------- the command table's commands (cli/generated.py)
-
-from flakebot.cli.generated import register as _register_table  # noqa: E402
-
-_register_table(app, {"config": config_app}, G)
 
 
 # ---------------------------------------------------------------- entry point

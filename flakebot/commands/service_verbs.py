@@ -42,8 +42,10 @@ def package_service(
     ] = None,
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:
-    """Package a crate as a flake (nix build, smoke run), check its lifecycle (health, examples, SIGTERM, state
-    kept over a restart) and catalog it as a service for 'flakebot up'."""
+    """Package a crate as a service: flake, nix build, lifecycle check, catalog.
+
+    The lifecycle check runs the built program: its health check, the --examples requests, SIGTERM, and its state
+    kept over a restart. The service is catalogued for 'flakebot up'."""
     from flakebot.deliver.howto import how_to_use
     from flakebot.services.declaration import Health, ServiceSpec
     from flakebot.services.lifecycle import Examples
@@ -158,6 +160,7 @@ def up(
     agent: bool = False,
 ) -> dict[str, Any]:
     """Start a service under its own supervisor, sandboxed, its port on 127.0.0.1; returns once it is healthy.
+
     NAME@VERSION while another version runs upgrades it: checked on a copy of its state first, never replacing
     the running version when it fails (exit 43). The program started is recorded: restart, --all and rollback
     run that program, whatever the catalog's name means later."""
@@ -217,8 +220,9 @@ def service_logs(
     settings: config.Settings | None = None,
     agent: bool = False,
 ) -> dict[str, Any]:
-    """Print a service's log (its output and the supervisor's notes), redacted. With follow, `following` iterates
-    over the lines written after these."""
+    """Print a service's log (its output and the supervisor's notes), redacted.
+
+    From Python, with follow: the result's `following` yields the lines written after these."""
     from flakebot.services import control
 
     settings = settings_or_default(settings)

@@ -1,4 +1,5 @@
-"""MCP tool annotations (spec `ToolAnnotations`): what each tool may do, for hosts that decide approval by them.
+"""MCP tool annotations (spec `ToolAnnotations`): what each tool may do, for hosts that decide approval by them:
+flakebot's own tools say what their command's Hints say (flakebot.commands.table), a crafted tool what CRAFTED says.
 
 Codex, for one, runs a tool without asking only when it says `readOnlyHint: true`; under `approval_policy = "never"`
 every other call is refused. The hints are honest rather than convenient: `run` and every crafted tool may write
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CRAFTED", "OWN", "tool_annotations"]
+__all__ = ["CRAFTED", "tool_annotations"]
 
 
 def _hints(title: str, read_only: bool, destructive: bool, idempotent: bool, open_world: bool) -> dict[str, Any]:
@@ -20,8 +21,6 @@ def _hints(title: str, read_only: bool, destructive: bool, idempotent: bool, ope
     return hints
 
 
-# read_only, destructive, idempotent, open_world (the model provider, crates.io, nixpkgs are the open world)
-OWN: dict[str, dict[str, Any]] = {}
 # A crafted tool: sandboxed, no network, reads what its arguments name, writes (and may overwrite) only the paths a
 # call names in `writable`.
 CRAFTED = _hints("", False, True, False, False)
@@ -35,4 +34,4 @@ def tool_annotations(name: str) -> dict[str, Any]:
     command = by_mcp_name().get(name)
     if command is not None and command.hints is not None:
         return command.hints.annotations()
-    return OWN.get(name) or {**CRAFTED, "title": name}
+    return {**CRAFTED, "title": name}
