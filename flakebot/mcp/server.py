@@ -112,6 +112,7 @@ class FlakebotMCP:
         self.start = Path.cwd().resolve()
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
         self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
+        self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
 
     def settings(self) -> config.Settings:
         from flakebot.deliver.grants import widened
@@ -201,11 +202,19 @@ class FlakebotMCP:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
         settings, arguments = self.settings(), tooltable.arguments(command, args)
         result = await anyio.to_thread.run_sync(
-            lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start)
+            lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start),
+            limiter=self._limiter(command),
         )
         if command.changes_catalog:
             await _tools_changed(ctx)
         return {"ok": True, **_for_agent(command, result)}
+
+    def _limiter(self, command: Command) -> anyio.CapacityLimiter:
+        """The worker threads `command`'s calls run in, its own: calls that hold their answer (status's wait_seconds,
+        up to 50 s each) or run a tool never take the threads every other call (tools/list, list) needs."""
+        if command.name not in self._threads:
+            self._threads[command.name] = anyio.CapacityLimiter(THREADS_PER_COMMAND)
+        return self._threads[command.name]
 
     def _command_work(self, command: Command, args: dict[str, Any]) -> Work:
         """A long command's work as a function of the run's event sink: its arguments made (and checked by its
@@ -331,6 +340,8 @@ def _for_agent(command: Command, result: Any) -> dict[str, Any]:
     data = command.data(result)
     return command.agent(data) if command.agent is not None else data
 
+
+THREADS_PER_COMMAND = 64  # one command's calls at once over MCP; past it, its calls wait for a thread of its own
 
 JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
 

@@ -130,3 +130,27 @@ def test_runs_show_and_config_speak_to_people_and_programs(workdir: Path) -> Non
     assert api.set_setting("max_iterations", "13")["value"] == 13
     models = json_result(run_cli("models", "--json", check=True))
     assert {"providers", "default", "warnings"} <= set(models)
+
+
+def test_status_holding_its_answer_does_not_hold_up_other_calls_over_mcp(workdir: Path) -> None:
+    """Many agents following runs at once (each status held up to 50 s) leave the server answering everything else:
+    a held answer takes none of the worker threads the other tools (list, tools/list, crafted tools) run in."""
+    run = _running_run(workdir)
+
+    async def calls() -> float:
+        async with mcp_client() as client:
+            held = [
+                asyncio.create_task(client.call("status", {"run_id": run.id, "wait_seconds": 50})) for _ in range(45)
+            ]
+            await asyncio.sleep(2)
+            started = time.monotonic()
+            listed = await client.call("list", {})
+            took = time.monotonic() - started
+            assert listed[1] is False, listed
+            run.state["status"] = "failed"  # the held answers end at their next look
+            run.save()
+            await asyncio.gather(*held)
+            return took
+
+    took = asyncio.run(calls())
+    assert took < 10, took
