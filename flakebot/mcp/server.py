@@ -252,9 +252,7 @@ class FlakebotMCP:
         known = last or _job_died(name, process.returncode, journal)
         if "error" in known:
             return {"ok": False, **known["error"]}
-        if changes_catalog and (
-            known["result"].get("status") in ("crafted", "succeeded") or known["result"].get("catalog")
-        ):
+        if changes_catalog and _catalogued(known["result"]):
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
@@ -277,7 +275,7 @@ class FlakebotMCP:
             return {"ok": True, "run_id": known["run_id"], "status": "running", "follow": FOLLOW}
         if "error" in known:
             return {"ok": False, **known["error"]}
-        if changes_catalog and known["result"].get("status") in ("crafted", "succeeded"):
+        if changes_catalog and _catalogued(known["result"]):
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
@@ -318,7 +316,7 @@ class FlakebotMCP:
         return _result({"ok": True, **compact_result(line["result"])})
 
     async def _notify_when_done(self, ctx: Any, process: subprocess.Popen[bytes], journal: Path) -> None:
-        """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts): its
+        """tools/list_changed when a detached craft, improve or package catalogued its tool (while this session lasts): its
         journal's last line is its result as soon as the work returns."""
         while True:
             last = _journal_lines(journal)[-1:]
@@ -326,7 +324,7 @@ class FlakebotMCP:
                 break
             await anyio.sleep(0.1)
         last = _journal_lines(journal)[-1:]
-        if last and last[0].get("result", {}).get("status") in ("crafted", "succeeded"):
+        if last and _catalogued(last[0].get("result") or {}):
             await _tools_changed(ctx)
 
 
@@ -502,6 +500,12 @@ def progress_message(event: Event) -> str | None:
     }
     text = texts.get(event.kind)
     return None if text is None else one_line(text, 1000)  # messages quote model text (a spec's summary)
+
+
+def _catalogued(result: dict[str, Any]) -> bool:
+    """Whether a long tool's result changed the catalog: a craft or improvement that catalogued its tool, or a
+    package with catalog (its entry in `catalog`), however the call was answered (waited, detached, a task)."""
+    return result.get("status") in ("crafted", "succeeded") or bool(result.get("catalog"))
 
 
 async def _tools_changed(ctx: Any) -> None:

@@ -335,3 +335,32 @@ def test_the_sdk_lists_a_thousand_catalogued_tools_and_each_change(
     assert "t00042: dedupe rows of CSV files" in first["t00042"]["description"]
     assert set(added) == set(first) | {"t99999"} and set(removed) == set(added) - {"t00500"}
     assert again == removed  # the definitions kept in catalog.db are the ones made from the manifests
+
+
+@pytest.mark.slow
+def test_a_detached_mcp_package_with_catalog_tells_the_client_its_tool_list_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`package` with catalog answered at once with a run handle (no progress token, no wait): once the run has
+    catalogued the tool, the session that asked still hears notifications/tools/list_changed, as after a craft."""
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+
+    crate = tmp_path / "hello"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text('[package]\nname = "hello"\nversion = "1.0.0"\nedition = "2021"\n')
+    (crate / "src" / "main.rs").write_text('fn main() {\n    println!("hello");\n}\n')
+
+    async def session() -> tuple[Any, Any, int, list[str]]:
+        async with mcp_client() as client:
+            handle = await client.call("package", {"target": str(crate), "catalog": True})
+            status = await client.call("status", {"run_id": handle[0].get("run_id", ""), "wait_seconds": 0})
+            deadline = time.monotonic() + 1200
+            while status[0].get("status") not in ("succeeded", "failed") and time.monotonic() < deadline:
+                status = await client.call("status", {"run_id": handle[0]["run_id"], "wait_seconds": 20})
+            await asyncio.sleep(2)  # the server watches the job's journal every 0.1 s
+            return handle, status, client.list_changes(), await client.tool_names()
+
+    handle, status, changes, names = asyncio.run(session())
+    assert handle[0]["status"] == "running", handle
+    assert status[0]["status"] == "succeeded" and "hello" in names, status
+    assert changes >= 1
