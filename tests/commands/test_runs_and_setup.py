@@ -154,3 +154,37 @@ def test_status_holding_its_answer_does_not_hold_up_other_calls_over_mcp(workdir
 
     took = asyncio.run(calls())
     assert took < 10, took
+
+
+def test_a_cancelled_held_status_lets_the_server_end_at_once(workdir: Path) -> None:
+    """A client that cancels a status it asked to hold (notifications/cancelled), then ends its input: the server
+    stops holding (within a poll) and exits, not 50 s later with a worker thread still asleep."""
+    import json
+    import subprocess
+    import sys
+
+    run = _running_run(workdir)
+    with subprocess.Popen(
+        [sys.executable, "-m", "flakebot", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+
+        def send(message: dict[str, Any]) -> None:
+            assert server.stdin is not None
+            server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            server.stdin.flush()
+
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        send({"id": 1, "method": "initialize", "params": hello})
+        assert "result" in json.loads(server.stdout.readline())
+        send({"method": "notifications/initialized"})
+        held = {"name": "status", "arguments": {"run_id": run.id, "wait_seconds": 50}}
+        send({"id": 2, "method": "tools/call", "params": held})
+        time.sleep(2)
+        send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+        time.sleep(0.5)
+        started = time.monotonic()
+        server.stdin.close()
+        server.wait(timeout=120)
+        took = time.monotonic() - started
+    assert took < 10, took
