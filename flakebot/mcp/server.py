@@ -503,9 +503,10 @@ def progress_message(event: Event) -> str | None:
 
 
 def _catalogued(result: dict[str, Any]) -> bool:
-    """Whether a long tool's result changed the catalog: a craft or improvement that catalogued its tool, or a
-    package with catalog (its entry in `catalog`), however the call was answered (waited, detached, a task)."""
-    return result.get("status") in ("crafted", "succeeded") or bool(result.get("catalog"))
+    """Whether a long tool's result changed the catalog: a craft or improvement that catalogued its tool, a craft
+    that installed one from a shared catalog, or a package with catalog (its entry in `catalog`), however the call
+    was answered (waited, detached, a task)."""
+    return result.get("status") in ("crafted", "installed", "succeeded") or bool(result.get("catalog"))
 
 
 async def _tools_changed(ctx: Any) -> None:

@@ -22,6 +22,7 @@ from benchmarks.scenarios.shout import shout_script
 from flakebot import __version__
 from flakebot.mcp.server import OWN_TOOLS
 from tests.conftest import REPO, require, run_cli
+from tests.deliver.test_shared_index import a as publisher_a  # noqa: F401 - fixture `a`: a shared catalog
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
@@ -364,3 +365,44 @@ def test_a_detached_mcp_package_with_catalog_tells_the_client_its_tool_list_chan
     assert handle[0]["status"] == "running", handle
     assert status[0]["status"] == "succeeded" and "hello" in names, status
     assert changes >= 1
+
+
+# A client of `flakebot mcp` run as a step of machine B: one craft (waited), then every method the server sent.
+_CRAFT_CLIENT = """
+import json, subprocess, sys
+server = subprocess.Popen([sys.executable, "-m", "flakebot", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True)
+def send(message):
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\\n"); server.stdin.flush()
+hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+send({"id": 1, "method": "initialize", "params": hello}); server.stdout.readline()
+send({"method": "notifications/initialized"})
+send({"id": 2, "method": "tools/call", "params": {"name": "craft", "arguments": {"need": "need note", "wait": True}}})
+methods, answer = [], None
+while answer is None:
+    message = json.loads(server.stdout.readline())
+    if message.get("id") == 2:
+        answer = message["result"]
+    elif "method" in message:
+        methods.append(message["method"])
+server.stdin.close(); server.wait(timeout=60)
+print(json.dumps({"answer": json.loads(answer["content"][0]["text"]), "methods": methods}))
+"""
+
+
+@pytest.mark.slow
+def test_a_craft_installed_from_a_shared_catalog_tells_the_client_its_tool_list_changed(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A craft over MCP whose need a trusted shared catalog already answers installs that tool (status installed):
+    the catalog, and so the tool list, changed, and the client hears notifications/tools/list_changed."""
+    from tests.fakes.machines import Step, on_machine_b
+
+    a = request.getfixturevalue("publisher_a")  # publisher A of tests/deliver/test_shared_index.py: note 0.1.0, 0.2.0
+    catalogs = f"file://{a.cache} {a.key}"
+    b = on_machine_b(tmp_path / "b", catalogs, [Step([sys.executable, "-c", _CRAFT_CLIENT])])
+    (done,) = b.results
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["answer"]["status"] == "installed", seen
+    assert "notifications/tools/list_changed" in seen["methods"], seen
