@@ -108,11 +108,11 @@ def _held(read: Callable[[], dict[str, Any]], seconds: float) -> dict[str, Any]:
 def _stop_if_cancelled() -> None:
     """End a hold whose caller went away: in a door's worker thread (the MCP server's), a call the client cancelled
     raises here, within a poll, instead of sleeping out its wait and keeping the server from ending."""
-    import anyio.from_thread
-
     try:
+        import anyio.from_thread  # the MCP SDK's; the Python API works without it
+
         anyio.from_thread.check_cancelled()
-    except RuntimeError:  # not in an AnyIO worker thread (the Python API's caller): nobody to cancel it
+    except (ImportError, RuntimeError):  # not in an AnyIO worker thread (the Python API's caller): nobody cancels it
         pass
 
 
