@@ -98,10 +98,22 @@ def _held(read: Callable[[], dict[str, Any]], seconds: float) -> dict[str, Any]:
         if changed_at is not None and time.monotonic() - changed_at >= SETTLE_SECONDS:
             break
         time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        _stop_if_cancelled()
         before, report = _where(report), read()
         if _where(report) != before:
             changed_at = time.monotonic()
     return report
+
+
+def _stop_if_cancelled() -> None:
+    """End a hold whose caller went away: in a door's worker thread (the MCP server's), a call the client cancelled
+    raises here, within a poll, instead of sleeping out its wait and keeping the server from ending."""
+    try:
+        import anyio.from_thread  # the MCP SDK's; the Python API works without it
+
+        anyio.from_thread.check_cancelled()
+    except (ImportError, RuntimeError):  # not in an AnyIO worker thread (the Python API's caller): nobody cancels it
+        pass
 
 
 def _where(report: dict[str, Any]) -> tuple[Any, ...]:

@@ -112,6 +112,7 @@ class FlakebotMCP:
         self.start = Path.cwd().resolve()
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
         self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
+        self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
 
     def settings(self) -> config.Settings:
         from flakebot.deliver.grants import widened
@@ -201,11 +202,19 @@ class FlakebotMCP:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
         settings, arguments = self.settings(), tooltable.arguments(command, args)
         result = await anyio.to_thread.run_sync(
-            lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start)
+            lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start),
+            limiter=self._limiter(command),
         )
         if command.changes_catalog:
             await _tools_changed(ctx)
         return {"ok": True, **_for_agent(command, result)}
+
+    def _limiter(self, command: Command) -> anyio.CapacityLimiter:
+        """The worker threads `command`'s calls run in, its own: calls that hold their answer (status's wait_seconds,
+        up to 50 s each) or run a tool never take the threads every other call (tools/list, list) needs."""
+        if command.name not in self._threads:
+            self._threads[command.name] = anyio.CapacityLimiter(THREADS_PER_COMMAND)
+        return self._threads[command.name]
 
     def _command_work(self, command: Command, args: dict[str, Any]) -> Work:
         """A long command's work as a function of the run's event sink: its arguments made (and checked by its
@@ -243,9 +252,7 @@ class FlakebotMCP:
         known = last or _job_died(name, process.returncode, journal)
         if "error" in known:
             return {"ok": False, **known["error"]}
-        if changes_catalog and (
-            known["result"].get("status") in ("crafted", "succeeded") or known["result"].get("catalog")
-        ):
+        if changes_catalog and _catalogued(known["result"]):
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
@@ -268,7 +275,7 @@ class FlakebotMCP:
             return {"ok": True, "run_id": known["run_id"], "status": "running", "follow": FOLLOW}
         if "error" in known:
             return {"ok": False, **known["error"]}
-        if changes_catalog and known["result"].get("status") in ("crafted", "succeeded"):
+        if changes_catalog and _catalogued(known["result"]):
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
@@ -309,7 +316,7 @@ class FlakebotMCP:
         return _result({"ok": True, **compact_result(line["result"])})
 
     async def _notify_when_done(self, ctx: Any, process: subprocess.Popen[bytes], journal: Path) -> None:
-        """tools/list_changed when a detached craft or improve catalogued its tool (while this session lasts): its
+        """tools/list_changed when a detached craft, improve or package catalogued its tool (while this session lasts): its
         journal's last line is its result as soon as the work returns."""
         while True:
             last = _journal_lines(journal)[-1:]
@@ -317,7 +324,7 @@ class FlakebotMCP:
                 break
             await anyio.sleep(0.1)
         last = _journal_lines(journal)[-1:]
-        if last and last[0].get("result", {}).get("status") in ("crafted", "succeeded"):
+        if last and _catalogued(last[0].get("result") or {}):
             await _tools_changed(ctx)
 
 
@@ -331,6 +338,8 @@ def _for_agent(command: Command, result: Any) -> dict[str, Any]:
     data = command.data(result)
     return command.agent(data) if command.agent is not None else data
 
+
+THREADS_PER_COMMAND = 64  # one command's calls at once over MCP; past it, its calls wait for a thread of its own
 
 JOB_ARGUMENTS_LIMIT = 64 * 1024  # bytes of JSON: a long tool's arguments travel to its job on a command line
 
@@ -491,6 +500,13 @@ def progress_message(event: Event) -> str | None:
     }
     text = texts.get(event.kind)
     return None if text is None else one_line(text, 1000)  # messages quote model text (a spec's summary)
+
+
+def _catalogued(result: dict[str, Any]) -> bool:
+    """Whether a long tool's result changed the catalog: a craft or improvement that catalogued its tool, a craft
+    that installed one from a shared catalog, or a package with catalog (its entry in `catalog`), however the call
+    was answered (waited, detached, a task)."""
+    return result.get("status") in ("crafted", "installed", "succeeded") or bool(result.get("catalog"))
 
 
 async def _tools_changed(ctx: Any) -> None:

@@ -130,3 +130,61 @@ def test_runs_show_and_config_speak_to_people_and_programs(workdir: Path) -> Non
     assert api.set_setting("max_iterations", "13")["value"] == 13
     models = json_result(run_cli("models", "--json", check=True))
     assert {"providers", "default", "warnings"} <= set(models)
+
+
+def test_status_holding_its_answer_does_not_hold_up_other_calls_over_mcp(workdir: Path) -> None:
+    """Many agents following runs at once (each status held up to 50 s) leave the server answering everything else:
+    a held answer takes none of the worker threads the other tools (list, tools/list, crafted tools) run in."""
+    run = _running_run(workdir)
+
+    async def calls() -> float:
+        async with mcp_client() as client:
+            held = [
+                asyncio.create_task(client.call("status", {"run_id": run.id, "wait_seconds": 50})) for _ in range(45)
+            ]
+            await asyncio.sleep(2)
+            started = time.monotonic()
+            listed = await client.call("list", {})
+            took = time.monotonic() - started
+            assert listed[1] is False, listed
+            run.state["status"] = "failed"  # the held answers end at their next look
+            run.save()
+            await asyncio.gather(*held)
+            return took
+
+    took = asyncio.run(calls())
+    assert took < 10, took
+
+
+def test_a_cancelled_held_status_lets_the_server_end_at_once(workdir: Path) -> None:
+    """A client that cancels a status it asked to hold (notifications/cancelled), then ends its input: the server
+    stops holding (within a poll) and exits, not 50 s later with a worker thread still asleep."""
+    import json
+    import subprocess
+    import sys
+
+    run = _running_run(workdir)
+    with subprocess.Popen(
+        [sys.executable, "-m", "flakebot", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+
+        def send(message: dict[str, Any]) -> None:
+            assert server.stdin is not None
+            server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            server.stdin.flush()
+
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        send({"id": 1, "method": "initialize", "params": hello})
+        assert "result" in json.loads(server.stdout.readline())
+        send({"method": "notifications/initialized"})
+        held = {"name": "status", "arguments": {"run_id": run.id, "wait_seconds": 50}}
+        send({"id": 2, "method": "tools/call", "params": held})
+        time.sleep(2)
+        send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+        time.sleep(0.5)
+        started = time.monotonic()
+        server.stdin.close()
+        server.wait(timeout=120)
+        took = time.monotonic() - started
+    assert took < 10, took

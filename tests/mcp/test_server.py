@@ -22,6 +22,7 @@ from benchmarks.scenarios.shout import shout_script
 from flakebot import __version__
 from flakebot.mcp.server import OWN_TOOLS
 from tests.conftest import REPO, require, run_cli
+from tests.deliver.test_shared_index import a as publisher_a  # noqa: F401 - fixture `a`: a shared catalog
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
 CSV = "id,name\n1,ann\n2,bob\n1,ann\n3,cy\n2,bob\n"
@@ -335,3 +336,73 @@ def test_the_sdk_lists_a_thousand_catalogued_tools_and_each_change(
     assert "t00042: dedupe rows of CSV files" in first["t00042"]["description"]
     assert set(added) == set(first) | {"t99999"} and set(removed) == set(added) - {"t00500"}
     assert again == removed  # the definitions kept in catalog.db are the ones made from the manifests
+
+
+@pytest.mark.slow
+def test_a_detached_mcp_package_with_catalog_tells_the_client_its_tool_list_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`package` with catalog answered at once with a run handle (no progress token, no wait): once the run has
+    catalogued the tool, the session that asked still hears notifications/tools/list_changed, as after a craft."""
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+
+    crate = tmp_path / "hello"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text('[package]\nname = "hello"\nversion = "1.0.0"\nedition = "2021"\n')
+    (crate / "src" / "main.rs").write_text('fn main() {\n    println!("hello");\n}\n')
+
+    async def session() -> tuple[Any, Any, int, list[str]]:
+        async with mcp_client() as client:
+            handle = await client.call("package", {"target": str(crate), "catalog": True})
+            status = await client.call("status", {"run_id": handle[0].get("run_id", ""), "wait_seconds": 0})
+            deadline = time.monotonic() + 1200
+            while status[0].get("status") not in ("succeeded", "failed") and time.monotonic() < deadline:
+                status = await client.call("status", {"run_id": handle[0]["run_id"], "wait_seconds": 20})
+            await asyncio.sleep(2)  # the server watches the job's journal every 0.1 s
+            return handle, status, client.list_changes(), await client.tool_names()
+
+    handle, status, changes, names = asyncio.run(session())
+    assert handle[0]["status"] == "running", handle
+    assert status[0]["status"] == "succeeded" and "hello" in names, status
+    assert changes >= 1
+
+
+# A client of `flakebot mcp` run as a step of machine B: one craft (waited), then every method the server sent.
+_CRAFT_CLIENT = """
+import json, subprocess, sys
+server = subprocess.Popen([sys.executable, "-m", "flakebot", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True)
+def send(message):
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\\n"); server.stdin.flush()
+hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+send({"id": 1, "method": "initialize", "params": hello}); server.stdout.readline()
+send({"method": "notifications/initialized"})
+send({"id": 2, "method": "tools/call", "params": {"name": "craft", "arguments": {"need": "need note", "wait": True}}})
+methods, answer = [], None
+while answer is None:
+    message = json.loads(server.stdout.readline())
+    if message.get("id") == 2:
+        answer = message["result"]
+    elif "method" in message:
+        methods.append(message["method"])
+server.stdin.close(); server.wait(timeout=60)
+print(json.dumps({"answer": json.loads(answer["content"][0]["text"]), "methods": methods}))
+"""
+
+
+@pytest.mark.slow
+def test_a_craft_installed_from_a_shared_catalog_tells_the_client_its_tool_list_changed(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A craft over MCP whose need a trusted shared catalog already answers installs that tool (status installed):
+    the catalog, and so the tool list, changed, and the client hears notifications/tools/list_changed."""
+    from tests.fakes.machines import Step, on_machine_b
+
+    a = request.getfixturevalue("publisher_a")  # publisher A of tests/deliver/test_shared_index.py: note 0.1.0, 0.2.0
+    catalogs = f"file://{a.cache} {a.key}"
+    b = on_machine_b(tmp_path / "b", catalogs, [Step([sys.executable, "-c", _CRAFT_CLIENT])])
+    (done,) = b.results
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["answer"]["status"] == "installed", seen
+    assert "notifications/tools/list_changed" in seen["methods"], seen
