@@ -139,11 +139,8 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         origin = markup(f"installed from {source.get('catalog', '')}, signed by {source.get('signed_by', '')}")
     version = f" {result['version']}" if result.get("version") else ""
     summary = markup(one_line(manifest.get("summary", "")))
-    out.print(
-        _hanging(
-            [("[bold green]✔[/bold green]", f"[bold green]{result['name']}{version}[/bold green] {summary} ({origin})")]
-        )
-    )
+    title = f"[bold green]{result['name']}{version}[/bold green] {summary} ({origin})"
+    out.print(_hanging([("[bold green]✔[/bold green]", title)]), soft_wrap=True)
     lines: list[tuple[str, str]] = []
     improves = manifest.get("improves")
     if improves and not result["from_catalog"]:
@@ -178,22 +175,30 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     lines.append(("verified:", verified))
     if not manifest.get("portable", True):
         lines.append(("host-only:", f"[yellow]{markup(manifest.get('portable_reason', ''))}[/yellow]"))
-    out.print(_hanging(lines, indent=2))
+    out.print(_hanging(lines, indent=2), soft_wrap=True)
     # on a line of its own, never broken by rich: the terminal may wrap it, a copy of it still runs
     out.print("  without flakebot:")
     out.print(f"    {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
 
 
-def _hanging(rows: list[tuple[str, str]], indent: int = 0) -> Any:
-    """`label value` rows whose values wrap under themselves (a hanging indent), not under the label."""
-    from rich.padding import Padding
-
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    for label, value in rows:
-        grid.add_row(label, value)
-    return Padding(grid, (0, 0, 0, indent))
+def _hanging(rows: list[tuple[str, str]], indent: int = 0) -> Text:
+    """`label value` rows whose values wrap under themselves (a hanging indent), not under the label, at the
+    terminal's width, with no padding after the last word (a pipe gets the words only)."""
+    labels = [Text.from_markup(label) for label, _ in rows]
+    width = max(len(label) for label in labels)
+    room = max(out.width - indent - width - 1, 20)
+    shown = Text()
+    for label, (_, value) in zip(labels, rows, strict=True):
+        label.pad_right(width - len(label))
+        for number, line in enumerate(Text.from_markup(value).wrap(out, room, overflow="fold")):
+            line.rstrip()
+            shown.append(" " * indent)
+            shown.append(label if number == 0 else " " * width)
+            shown.append(" ")
+            shown.append(line)
+            shown.append("\n")
+    shown.rstrip()
+    return shown
 
 
 def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:

@@ -1,5 +1,5 @@
 """The craft summary a person reads at 80 columns: long values wrap under themselves (a hanging indent, never back at
-the margin), and the `nix run` command stands whole on a line of its own, so a copy of it runs."""
+the margin, no padding after the last word), and the `nix run` command stands whole on a line of its own, so a copy of it runs."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def test_the_summary_wraps_under_its_values_and_keeps_the_nix_run_line_whole(mon
     assert all(line.startswith("  ") for line in lines[1:]), lines  # nothing wraps back to the margin
     assert [line.strip() for line in lines].count(NIX_RUN) == 1  # whole, on its own line
     assert all(len(line) <= 80 for line in lines if NIX_RUN not in line)
+    assert all(line == line.rstrip() for line in lines), "no padding after the last word"
     started = next(i for i, line in enumerate(lines) if line.lstrip().startswith("from:"))
     column = lines[started].index("csv (fork)")
     assert lines[started + 1][:column].strip() == ""  # the reason's next line starts under its first word
