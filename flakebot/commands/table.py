@@ -49,7 +49,6 @@ class Param:
     positional: bool = False
     mcp_help: str | None = None
     doors: frozenset[str] = DOORS
-    check: Callable[..., None] | None = None  # what a door runs before any job starts (the arguments run would take)
     request: str | None = None  # a RunRequest: its fields for this verb are the parameters (pipeline/request.py)
     mcp_required: bool = False
 
@@ -89,7 +88,9 @@ class Command:
     `data`: its result as plain data (CLI --json, MCP); `agent`: that data as an agent gets it (compact);
     `text`: the CLI's lines for a person (None: a display of the CLI's own, or the data as key: value lines);
     `exit_code`: a non-zero exit for a result that reports a failure; `mcp_description`: said to a model instead
-    of the docstring (or a function making it, for text another module holds); `working`: the CLI's live line while it works ({NAME} is an argument's value)."""
+    of the docstring (or a function making it, for text another module holds); `working`: the CLI's live line
+    while it works ({NAME} is an argument's value); `doors`: which of cli, mcp, api offer it; `check`: what a door
+    runs before any job starts (taking the arguments `run` would)."""
 
     name: str
     run: Callable[..., Any]
@@ -104,7 +105,7 @@ class Command:
     mcp_description: str | Callable[[], str] | None = None  # a callable: text made when first asked
     working: str | None = None
     doors: frozenset[str] = DOORS
-    check: Callable[..., None] | None = None  # what a door runs before any job starts (the arguments run would take)
+    check: Callable[..., None] | None = None
     cli_extra: dict[str, Any] = field(default_factory=dict)  # typer command settings (run: extra args after --)
 
     @property
@@ -156,7 +157,8 @@ class Parameter:
 
 @functools.cache
 def parameters(run: Callable[..., Any]) -> tuple[Parameter, ...]:
-    """A command function's parameters, each with its Param (one is required: a parameter no door may guess)."""
+    """A command function's parameters, each with its Param (a parameter without one is a TypeError: no door may
+    guess how to offer it)."""
     hints = _parameter_hints(run)
     found = []
     for p in inspect.signature(run).parameters.values():
@@ -183,7 +185,7 @@ def commands() -> tuple[Command, ...]:
     """Every command, in MODULES' order."""
     found: list[Command] = []
     for module in MODULES:
-        found += getattr(importlib.import_module(f"flakebot.commands.{module}"), "COMMANDS", [])
+        found += importlib.import_module(f"flakebot.commands.{module}").COMMANDS
     names = [c.name for c in found]
     repeated = {n for n in names if names.count(n) > 1}
     if repeated:
