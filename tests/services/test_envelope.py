@@ -143,14 +143,15 @@ def test_a_service_past_its_disk_quota_is_stopped_and_not_started_again_until_un
     started = up(quota, "kv-service@0.1.0")
     value, accepted = os.urandom(64 * 1024), 0
     with client() as http:
-        for key in range(800):  # 50 MiB of values, 64 KiB each
+        # 200 MiB of values, 64 KiB each: more than a loaded machine writes between two measures (50 MiB was not)
+        for key in range(3200):
             try:
                 if http.put(f"http://127.0.0.1:{started['port']}/kv/k{key}", content=value).status_code != 200:
                     break
             except httpx.HTTPError:
                 break
             accepted += 1
-    assert accepted < 800, "50 MiB of values written under a 16 MiB quota"
+    assert accepted < 3200, "200 MiB of values written under a 16 MiB quota"
     failed = wait_for(lambda: (s := status(quota))["state"] == "failed" and s, timeout=10)
     assert "disk quota" in failed["message"] and "sandbox_disk_mb = 16 MiB" in failed["message"], failed
     assert not alive(started["service_pid"])
