@@ -30,7 +30,16 @@ from typing import Any
 
 # The command modules, in the order `flakebot --help` and MCP's tools/list show their commands: the one table.
 MODULES = (
-    "craft", "improve", "evaluating", "runs", "setup", "catalog_tools", "wrap", "share", "service_verbs", "team_worker",
+    "craft",
+    "improve",
+    "evaluating",
+    "runs",
+    "setup",
+    "catalog_tools",
+    "wrap",
+    "share",
+    "service_verbs",
+    "team_worker",
 )
 
 DOORS = frozenset({"cli", "mcp", "api"})

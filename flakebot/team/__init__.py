@@ -1,1 +1,1 @@
-"""Team mode: one server many agents share; crafts queued, deduplicated and spread over workers."""
+"""Team mode: the work queue, quotas and workers in PostgreSQL (db, queue, worker). May import deliver, pipeline."""

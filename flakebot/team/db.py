@@ -76,16 +76,17 @@ def shown(url: str) -> str:
     return redact_text(url) if url else "(libpq's PG* environment)"
 
 
-def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection[dict[str, object]]:
+def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> psycopg.Connection[dict[str, object]]:
     """A connection to the team's database, its schema made or brought up to date; `url` empty: libpq's PG*
-    variables and ~/.pgpass (a password kept off the command line)."""
+    variables and ~/.pgpass (a password kept off the command line). `name`: its application_name, as
+    pg_stat_activity shows who is connected."""
     import psycopg
     from psycopg.rows import dict_row
 
     from flakebot.errors import HostError
 
     try:
-        conn = psycopg.connect(url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT)
+        conn = psycopg.connect(url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT, application_name=name)
     except psycopg.Error as exc:
         raise HostError(
             f"cannot reach the team database {shown(url)}: {_first_line(exc)}",

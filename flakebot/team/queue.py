@@ -86,8 +86,7 @@ def enqueue(conn: Conn, tenant: str, principal: str, request: RunRequest, kind: 
             return Enqueued(int(same["id"]), True, str(same["state"]))
         _check_quota(conn, tenant, quota)
         row = conn.execute(
-            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, %s, %s, %s, %s) "
-            "RETURNING id",
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, %s, %s, %s, %s) RETURNING id",
             (tenant, principal, kind, digest, _json(data)),
         ).fetchone()
         assert row is not None
@@ -184,7 +183,9 @@ def record_run(conn: Conn, job_id: int, worker: str, run_id: str) -> None:
         conn.execute("UPDATE jobs SET run_id = %s WHERE id = %s AND worker = %s", (run_id, job_id, worker))
 
 
-def finish(conn: Conn, job_id: int, worker: str, *, result: dict[str, Any] | None, error: dict[str, Any] | None) -> bool:
+def finish(
+    conn: Conn, job_id: int, worker: str, *, result: dict[str, Any] | None, error: dict[str, Any] | None
+) -> bool:
     """Write a job's end (done with its result, or failed with its error); False when `worker` no longer holds it."""
     state = "failed" if error is not None else "done"
     with conn.transaction():
@@ -215,4 +216,3 @@ def _json(value: Any) -> Any:
     from psycopg.types.json import Jsonb
 
     return None if value is None else Jsonb(value)
-

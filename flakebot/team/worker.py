@@ -1,10 +1,9 @@
 """A worker: claims jobs from the team's queue and runs each through today's pipeline, unchanged.
 
-The loop: LISTEN for new jobs, claim one (flakebot.team.queue.claim), craft it exactly as `flakebot craft` does
-(commands.craft.craft_request: its checks, stages and sandbox), renewing the job's lease from a heartbeat thread,
-and write its result (or its error) back. A job claimed after its lease ran out (its worker was killed) has the
-run its craft worked in recorded: that run is resumed (commands.runs.resume), from its first unfinished stage, in the
-work directory the workers share. A database that goes away is reconnected to, with a pause that grows to
+The loop: LISTEN for new jobs, claim one (flakebot.team.queue.claim), hand it to `crafts` (the command's: today's
+pipeline, as `flakebot craft` runs it) while a heartbeat thread renews its lease, and write its result (or its
+error) back. The run a job's craft works in is recorded in its row as it starts, so a worker that claims the job
+after its lease ran out (its worker was killed) resumes that run from its first unfinished stage. A database that goes away is reconnected to, with a pause that grows to
 RECONNECT_MAX seconds; the job at hand goes on meanwhile.
 """
 
@@ -19,9 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flakebot import config
-from flakebot.errors import FlakebotError, UsageError
-from flakebot.events import Event
+from flakebot.errors import FlakebotError
+from flakebot.events import Event, EventSink
 from flakebot.team import db, queue
 
 if TYPE_CHECKING:
@@ -47,7 +45,7 @@ class Worker:
     """One worker process's link to the queue: its name, its lease, and a connection made again when lost."""
 
     url: str
-    settings: config.Settings
+    crafts: Callable[[dict[str, Any], EventSink], dict[str, Any]]  # a claimed job's row -> its result (or raises)
     name: str = field(default_factory=default_name)
     lease_seconds: float = 60.0
     poll_seconds: float = POLL_SECONDS
@@ -85,7 +83,7 @@ class Worker:
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         try:
-            result = self.craft(job)
+            result = self.crafts(job, self.run_recorder(int(job["id"])))
         except FlakebotError as exc:
             logger.warning("job %s failed: %s", job["id"], exc.one_line())
             error = exc.result()
@@ -96,27 +94,6 @@ class Worker:
             logger.warning("job %s was taken over by another worker: its end here is not recorded", job["id"])
         state = "failed" if error is not None else "done"
         return {"job": int(job["id"]), "state": state, "recorded": held, "run_id": (result or {}).get("run_id")}
-
-    def craft(self, job: dict[str, Any]) -> dict[str, Any]:
-        """The job's craft, as `flakebot craft` makes it; a job that already has a run resumes that run."""
-        from flakebot.commands.craft import craft_request
-        from flakebot.commands.runs import resume
-        from flakebot.pipeline.request import RunRequest
-        from flakebot.pipeline.run import find_run_dir
-
-        if job["kind"] != "craft":
-            raise UsageError(f"this worker does not know jobs of kind {job['kind']!r}", fix="upgrade the worker")
-        sink = self.run_recorder(int(job["id"]))
-        if job["run_id"]:
-            try:
-                find_run_dir(self.settings.path("workdir"), job["run_id"])
-            except FlakebotError:
-                logger.warning("job %s: run %s is not in this worker's workdir; crafting afresh", job["id"], job["run_id"])
-            else:
-                logger.info("job %s: resuming run %s", job["id"], job["run_id"])
-                return resume(job["run_id"], sink=sink, settings=self.settings)
-        request = RunRequest.from_dict(job["request"])
-        return craft_request(request, sink=sink, settings=self.settings).to_dict()
 
     def run_recorder(self, job_id: int) -> Callable[[Event], None]:
         """An event sink that records the job's run id in its row when the run starts (a worker taking the job over
@@ -130,7 +107,7 @@ class Worker:
 
     def connection(self) -> Conn:
         if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self.url, autocommit=True)
+            self._conn = db.connect(self.url, autocommit=True, name=f"flakebot worker {self.name}")
             self._conn.execute(f"LISTEN {queue.CHANNEL}")
             logger.info("worker %s connected to %s", self.name, db.shown(self.url))
         return self._conn
@@ -171,7 +148,7 @@ class Heartbeat(threading.Thread):
         while not self.stopped.wait(every):
             try:
                 if self.conn is None or self.conn.closed:
-                    self.conn = db.connect(self.worker.url, autocommit=True)
+                    self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot heartbeat {self.job_id}")
                 if not queue.renew(self.conn, self.job_id, self.worker.name, self.worker.lease_seconds):
                     logger.warning("job %s: lease lost to another worker", self.job_id)
             except _lost() as exc:

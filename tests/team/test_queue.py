@@ -54,7 +54,12 @@ def test_a_job_is_enqueued_claimed_once_and_finished(database: str) -> None:
     assert (queued.joined, queued.state) == (False, "queued")
 
     job = queue.claim(conn, "w1", lease_seconds=30)
-    assert job is not None and (job["id"], job["state"], job["worker"], job["attempts"]) == (queued.job_id, "running", "w1", 1)
+    assert job is not None and (job["id"], job["state"], job["worker"], job["attempts"]) == (
+        queued.job_id,
+        "running",
+        "w1",
+        1,
+    )
     assert job["request"]["need"] == "need a CSV deduper"
     assert queue.claim(conn, "w2", lease_seconds=30) is None  # held by w1
     assert queue.renew(conn, queued.job_id, "w1", 30) and not queue.renew(conn, queued.job_id, "w2", 30)
