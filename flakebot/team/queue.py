@@ -200,6 +200,21 @@ def finish(
     return True
 
 
+def release(conn: Conn, job_id: int, worker: str) -> bool:
+    """Hand a job `worker` holds back to the queue (the worker is stopping): the next claim resumes its run."""
+    with conn.transaction():
+        row = conn.execute(
+            "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL "
+            "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
+            (job_id, worker),
+        ).fetchone()
+        if row is None:
+            return False
+        _audit(conn, row["tenant"], worker, "released", job_id, {})
+        conn.execute(f"NOTIFY {CHANNEL}")
+    return True
+
+
 def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:
     """A job as its tenant sees it (another tenant's job is not found)."""
     return conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s", (job_id, tenant)).fetchone()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flakebot.errors import FlakebotError
+from flakebot.errors import FlakebotError, Interrupted
 from flakebot.events import Event, EventSink
 from flakebot.team import db, queue
 
@@ -52,7 +52,9 @@ class Worker:
     _conn: Conn | None = None
 
     def run(self, once: bool = False) -> list[dict[str, Any]]:
-        """Work jobs as they come (forever, or one with `once`); what each ended as."""
+        """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
+        start is an error (a wrong URL says so at once); one lost later is waited for."""
+        self.connection()
         done = []
         while True:
             job = self.next_job()
@@ -84,6 +86,11 @@ class Worker:
         error: dict[str, Any] | None = None
         try:
             result = self.crafts(job, self.run_recorder(int(job["id"])))
+        except (Interrupted, KeyboardInterrupt):  # this worker is stopping, not the job failing: another resumes it
+            heartbeat.stop()
+            self.with_db(lambda conn: queue.release(conn, int(job["id"]), self.name))
+            logger.warning("job %s handed back to the queue: this worker was stopped", job["id"])
+            raise
         except FlakebotError as exc:
             logger.warning("job %s failed: %s", job["id"], exc.one_line())
             error = exc.result()
@@ -161,7 +168,8 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self.stopped.set()
-        self.join(timeout=30)
+        if self.is_alive():
+            self.join(timeout=30)
 
 
 def _lost() -> tuple[type[Exception], ...]:

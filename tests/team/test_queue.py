@@ -168,3 +168,18 @@ def test_a_job_whose_lease_ran_out_is_claimed_again_then_failed_after_max_attemp
     failed = queue.get(conn, job_id, "acme")
     assert failed is not None and failed["state"] == "failed" and failed["error"]["type"] == "WorkerLost"
     conn.close()
+
+
+def test_a_job_handed_back_by_a_stopping_worker_is_claimed_again_with_its_run(database: str) -> None:
+    conn = db.connect(database)
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a patient tool")).job_id
+    assert queue.claim(conn, "w1", 30) is not None
+    queue.record_run(conn, job_id, "w1", "20260101-000000-abcdef")
+    assert not queue.release(conn, job_id, "w2") and queue.release(conn, job_id, "w1")
+    again = queue.claim(conn, "w2", 30)
+    assert again is not None and (again["id"], again["attempts"], again["run_id"]) == (
+        job_id,
+        2,
+        "20260101-000000-abcdef",
+    )
+    conn.close()

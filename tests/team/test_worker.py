@@ -83,6 +83,17 @@ def test_a_bad_lease_is_refused_before_connecting(database: str, tmp_path: Path)
     assert done.returncode == 2 and json.loads(done.stdout.splitlines()[-1])["type"] == "UsageError"
 
 
+def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster) -> None:
+    wrong = f"postgresql://flakebot:{postgres.password}@127.0.0.1:1/postgres"  # nothing listens on port 1
+    done = subprocess.run(
+        [*FLAKEBOT, "worker", "--database", wrong, "--once"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 5, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the team database"), done.stderr
+    assert postgres.password not in done.stderr + done.stdout and "[REDACTED]" in done.stderr
+
+
 @pytest.mark.slow
 def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_path: Path, workdir: Path) -> None:
     require("bwrap", "cargo", "nix")
