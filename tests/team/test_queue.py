@@ -183,3 +183,18 @@ def test_a_job_handed_back_by_a_stopping_worker_is_claimed_again_with_its_run(da
         "20260101-000000-abcdef",
     )
     conn.close()
+
+
+def test_workers_claiming_at_once_never_take_one_job_twice(database: str) -> None:
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+        jobs = {queue.enqueue(conn, "acme", "alice", craft(f"need tool{i}")).job_id for i in range(30)}
+
+    def worker(conn: Any, n: int) -> list[int]:
+        taken = []
+        while (job := queue.claim(conn, f"w{n}", 30)) is not None:
+            taken.append(int(job["id"]))
+        return taken
+
+    first, second = raced(database, worker)
+    assert sorted(first + second) == sorted(jobs)  # each job once, none left

@@ -115,3 +115,23 @@ def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_
     run = Run.load(workdir, run_id)
     assert run.state["status"] == "succeeded" and run.state["stages"]["edit"]["attempts"] == 2
     assert run.state["stages"]["spec"]["attempts"] == 1  # resumed, not crafted again
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_mid_craft_hands_its_job_back_at_once(database: str, tmp_path: Path, workdir: Path) -> None:
+    require("bwrap", "cargo", "nix")
+    with db.connect(database) as conn:
+        asked = RunRequest(need="need a CSV deduper", model=f"scripted:{SESSION}", registry="local", offline=True)
+        job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
+    log = tmp_path / "worker.log"
+    with worker(database, log, "--lease", "600") as proc:  # a lease that would hold the job for ten minutes
+        run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
+        events = workdir / "runs" / run_id / "events.jsonl"
+        wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, log.read_text()
+    row = job_row(database, job_id)
+    assert (row["state"], row["worker"], row["run_id"]) == ("queued", None, run_id), log.read_text()
+    with db.connect(database) as conn:
+        again = queue.claim(conn, "next", 30)
+    assert again is not None and again["id"] == job_id  # free now, not after the ten minutes
