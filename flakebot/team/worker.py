@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from flakebot.errors import FlakebotError, Interrupted
+from flakebot.errors import FlakebotError, HostError, Interrupted
 from flakebot.events import Event, EventSink
 from flakebot.team import db, queue
 
@@ -49,7 +49,7 @@ class Worker:
     name: str = field(default_factory=default_name)
     lease_seconds: float = 60.0
     poll_seconds: float = POLL_SECONDS
-    _conn: Conn | None = None
+    _conn: Conn | None = field(default=None, init=False, repr=False)
 
     def run(self, once: bool = False) -> list[dict[str, Any]]:
         """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
@@ -107,8 +107,12 @@ class Worker:
         resumes that run)."""
 
         def sink(event: Event) -> None:
-            if event.kind == "run_started":
-                self.with_db(lambda conn: queue.record_run(conn, job_id, self.name, event.run_id))
+            if event.kind != "run_started":
+                return
+            try:  # a few tries only: the craft goes on meanwhile, and without it a takeover crafts afresh
+                self.with_db(lambda conn: queue.record_run(conn, job_id, self.name, event.run_id), attempts=3)
+            except HostError as exc:
+                logger.warning("job %s: its run %s is not recorded (%s)", job_id, event.run_id, exc.one_line())
 
         return sink
 
@@ -119,15 +123,15 @@ class Worker:
             logger.info("worker %s connected to %s", self.name, db.shown(self.url))
         return self._conn
 
-    def with_db(self, call: Callable[[Conn], T]) -> T:
+    def with_db(self, call: Callable[[Conn], T], attempts: int = WRITE_ATTEMPTS) -> T:
         """`call(connection)`, through reconnects when the database goes away meanwhile."""
         pause = 0.2
-        for _ in range(WRITE_ATTEMPTS):
+        for _ in range(attempts):
             try:
                 return call(self.connection())
             except _lost() as exc:
                 pause = self.lost(exc, pause)
-        raise FlakebotError(
+        raise HostError(
             f"the team database {db.shown(self.url)} stayed unreachable", fix="check that PostgreSQL runs there"
         )
 
@@ -175,8 +179,6 @@ class Heartbeat(threading.Thread):
 def _lost() -> tuple[type[Exception], ...]:
     """The errors that mean the database went away (reconnect), not a bug of ours."""
     import psycopg
-
-    from flakebot.errors import HostError
 
     return (psycopg.OperationalError, psycopg.InterfaceError, HostError)
 
