@@ -16,6 +16,7 @@
     ├── NixError                       exit 50  nix missing, flake build or smoke run failed
     ├── CatalogError                   exit 60  tool unknown, catalog unusable
     │   └── CatalogTrustError          exit 61  a shared catalog's index refused (unsigned, stale, malformed)
+    ├── QuotaExceeded                  exit 70  a tenant's quota used up (crafts in flight, crafts per day)
     └── Interrupted                    exit 130 Ctrl-C / SIGTERM
 
 Every error carries a one-line `message` naming the problem and a `fix` naming the remedy.
@@ -40,6 +41,7 @@ __all__ = [
     "Interrupted",
     "ModelError",
     "NixError",
+    "QuotaExceeded",
     "RunError",
     "SandboxError",
     "SearchError",
@@ -212,6 +214,12 @@ class CatalogTrustError(CatalogError):
     """A shared catalog's index refused: unsigned, by an untrusted key, expired, rolled back or malformed."""
 
     exit_code = 61
+
+
+class QuotaExceeded(FlakebotError):
+    """A tenant's quota is used up: crafts in flight or crafts per day (team mode)."""
+
+    exit_code = 70
 
 
 class UnsafePath(UsageError, OSError):

@@ -1,0 +1,120 @@
+"""The team's PostgreSQL database: a connection, and the schema made (idempotently) on every connect.
+
+Tables: `tenants` (each tenant's quotas and share of the workers), `jobs` (the work queue: one row per craft, its
+need's digest, request, state, worker, lease and result) and `audit` (append-only: a trigger refuses UPDATE and
+DELETE). A URL's password never reaches a log: `shown()` is the URL as logs and errors say it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from flakebot.redact import redact_text
+
+if TYPE_CHECKING:
+    import psycopg
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
+CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS flakebot_schema (version integer PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS tenants (
+    name text PRIMARY KEY,
+    max_in_flight integer NOT NULL,
+    max_per_day integer NOT NULL,
+    shares integer NOT NULL DEFAULT 1 CHECK (shares > 0),
+    created timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id bigserial PRIMARY KEY,
+    tenant text NOT NULL REFERENCES tenants (name),
+    principal text NOT NULL,
+    kind text NOT NULL,
+    need_digest text NOT NULL,
+    request jsonb NOT NULL,
+    state text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed')),
+    worker text,
+    lease_until timestamptz,
+    attempts integer NOT NULL DEFAULT 0,
+    run_id text,
+    result jsonb,
+    error jsonb,
+    created timestamptz NOT NULL DEFAULT now(),
+    started timestamptz,
+    ended timestamptz
+);
+-- one craft per need: at most one queued or running job per tenant, kind and digest
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_per_need ON jobs (tenant, kind, need_digest)
+    WHERE state IN ('queued', 'running');
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, lease_until) WHERE state IN ('queued', 'running');
+CREATE INDEX IF NOT EXISTS jobs_by_tenant ON jobs (tenant, created);
+CREATE TABLE IF NOT EXISTS audit (
+    id bigserial PRIMARY KEY,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    tenant text NOT NULL,
+    principal text NOT NULL,
+    action text NOT NULL,
+    job bigint,
+    detail jsonb NOT NULL DEFAULT '{}'
+);
+CREATE OR REPLACE FUNCTION flakebot_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the audit table is append-only';
+END $$;
+CREATE OR REPLACE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit
+    FOR EACH STATEMENT EXECUTE FUNCTION flakebot_audit_append_only();
+"""
+
+
+def shown(url: str) -> str:
+    """`url` as a log line or an error may say it: its password (and any key-shaped text) redacted."""
+    return redact_text(url) if url else "(libpq's PG* environment)"
+
+
+def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> psycopg.Connection[dict[str, object]]:
+    """A connection to the team's database, its schema made or brought up to date; `url` empty: libpq's PG*
+    variables and ~/.pgpass (a password kept off the command line). `name`: its application_name, as
+    pg_stat_activity shows who is connected."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from flakebot.errors import HostError
+
+    try:
+        conn = psycopg.connect(url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT, application_name=name)
+    except psycopg.Error as exc:
+        raise HostError(
+            f"cannot reach the team database {shown(url)}: {_first_line(exc)}",
+            fix="check that PostgreSQL runs there and the URL (or PGHOST, PGUSER, ~/.pgpass) is right",
+        ) from None
+    migrate(conn)
+    conn.autocommit = autocommit
+    return conn
+
+
+def migrate(conn: psycopg.Connection[dict[str, object]]) -> None:
+    """Make the schema (idempotent), one process at a time."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        if _version(conn) >= SCHEMA_VERSION:
+            return
+        logger.info("making the team schema (version %d)", SCHEMA_VERSION)
+        conn.execute(SCHEMA)
+        conn.execute("INSERT INTO flakebot_schema VALUES (%s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
+
+
+def _version(conn: psycopg.Connection[dict[str, object]]) -> int:
+    made = conn.execute("SELECT to_regclass('flakebot_schema') IS NOT NULL AS made").fetchone()
+    if not made or not made["made"]:
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) AS version FROM flakebot_schema").fetchone()
+    return int(row["version"]) if row else 0  # type: ignore[call-overload]
+
+
+def _first_line(exc: Exception) -> str:
+    return redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)

@@ -1,0 +1,233 @@
+"""The work queue in PostgreSQL: enqueue (one craft per need, quotas exact), claim (fair, SKIP LOCKED), leases,
+and a job's end written back.
+
+Races are the database's to settle, not ours:
+- enqueue takes a transaction-scoped advisory lock on its tenant, so two fronts enqueueing for one tenant count
+  its jobs one after the other (a quota can never be exceeded), and a unique partial index on (tenant, kind,
+  need_digest) over queued and running jobs keeps a need to one job even if a writer skipped the lock;
+- claim picks with `FOR UPDATE SKIP LOCKED`, so two workers never take one job and never wait on each other;
+- a lease is a time in the row: a worker renews it while it works (heartbeat); a job whose lease ran out (its
+  worker was killed, or lost the database) is claimable again and resumed from its run. Only the worker named in
+  the row may renew or finish it (a worker that lost its job to another cannot overwrite its result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flakebot.errors import QuotaExceeded
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from flakebot.pipeline.request import RunRequest
+
+    Conn = psycopg.Connection[dict[str, Any]]
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "flakebot_jobs"  # NOTIFY'd on every enqueue: waiting workers wake at once instead of at their next poll
+TENANT_LOCK = 0x666C6B71  # first key of pg_advisory_xact_lock(TENANT_LOCK, hashtext(tenant))
+DEFAULT_MAX_IN_FLIGHT = 4  # a tenant's queued + running crafts, until set_quota says otherwise
+DEFAULT_MAX_PER_DAY = 100  # crafts a tenant may enqueue per UTC day
+MAX_ATTEMPTS = 3  # claims of one job: a job whose workers keep dying is failed, not claimed forever
+WINDOW = "24 hours"  # the share used is measured over this window (as Hydra's scheduler does)
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """A job an enqueue gave back: a new one, or the one already queued or running for the same need."""
+
+    job_id: int
+    joined: bool
+    state: str
+
+
+def need_digest(kind: str, request: dict[str, Any]) -> str:
+    """The digest of what a job will make: its kind, its need as the catalog keys needs, and every other option (a
+    request that differs in any option is another craft)."""
+    from flakebot.deliver.catalog import normalize_need
+
+    key = {**request, "need": normalize_need(str(request.get("need", "")))}
+    canonical = json.dumps({"kind": kind, "request": key}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, shares: int = 1) -> None:
+    """A tenant's quotas and its share of the workers (made if new)."""
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO tenants (name, max_in_flight, max_per_day, shares) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, "
+            "max_per_day = EXCLUDED.max_per_day, shares = EXCLUDED.shares",
+            (tenant, max_in_flight, max_per_day, shares),
+        )
+
+
+def enqueue(conn: Conn, tenant: str, principal: str, request: RunRequest, kind: str = "craft") -> Enqueued:
+    """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
+    QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day."""
+    data = request.to_dict()
+    digest = need_digest(kind, data)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+        quota = _tenant(conn, tenant)
+        same = conn.execute(
+            "SELECT id, state FROM jobs WHERE tenant = %s AND kind = %s AND need_digest = %s "
+            "AND state IN ('queued', 'running')",
+            (tenant, kind, digest),
+        ).fetchone()
+        if same is not None:
+            _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest})
+            return Enqueued(int(same["id"]), True, str(same["state"]))
+        _check_quota(conn, tenant, quota)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, %s, %s, %s, %s) RETURNING id",
+            (tenant, principal, kind, digest, _json(data)),
+        ).fetchone()
+        assert row is not None
+        _audit(conn, tenant, principal, "enqueued", row["id"], {"need_digest": digest})
+        conn.execute(f"NOTIFY {CHANNEL}")
+    return Enqueued(int(row["id"]), False, "queued")
+
+
+def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:
+    conn.execute(
+        "INSERT INTO tenants (name, max_in_flight, max_per_day) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+        (tenant, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PER_DAY),
+    )
+    row = conn.execute("SELECT * FROM tenants WHERE name = %s", (tenant,)).fetchone()
+    assert row is not None
+    return row
+
+
+def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
+    counts = conn.execute(
+        "SELECT count(*) FILTER (WHERE state IN ('queued', 'running')) AS in_flight, "
+        "count(*) FILTER (WHERE created >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') AS today "
+        "FROM jobs WHERE tenant = %s",
+        (tenant,),
+    ).fetchone()
+    assert counts is not None
+    if counts["in_flight"] >= quota["max_in_flight"]:
+        raise QuotaExceeded(
+            f"tenant {tenant} has {counts['in_flight']} crafts queued or running, its limit",
+            fix="wait for one of them to end (its status says when), then ask again",
+            tenant=tenant,
+            quota="max_in_flight",
+        )
+    if counts["today"] >= quota["max_per_day"]:
+        raise QuotaExceeded(
+            f"tenant {tenant} has made its {quota['max_per_day']} crafts for today",
+            fix="wait until midnight UTC, or ask the team's admin to raise max_per_day",
+            tenant=tenant,
+            quota="max_per_day",
+        )
+
+
+def claim(conn: Conn, worker: str, lease_seconds: float) -> dict[str, Any] | None:
+    """The next job for `worker`, now running under its lease, or None: a job whose lease ran out first (its worker
+    died: resume it), then the queued job of the tenant that used the least of its share over the last day (work
+    seconds / shares, as Hydra orders jobsets), oldest first. Jobs another worker is claiming are skipped."""
+    with conn.transaction():
+        _fail_exhausted(conn)
+        row = conn.execute(
+            "SELECT j.id FROM jobs j JOIN tenants t ON t.name = j.tenant "
+            "WHERE j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()) "
+            "ORDER BY (j.state = 'running') DESC, "
+            f"(SELECT coalesce(sum(extract(epoch FROM coalesce(u.ended, now()) - u.started)), 0) FROM jobs u "
+            f"WHERE u.tenant = j.tenant AND u.started IS NOT NULL AND coalesce(u.ended, now()) > now() - "
+            f"interval '{WINDOW}') / t.shares, j.id "
+            "LIMIT 1 FOR UPDATE OF j SKIP LOCKED"
+        ).fetchone()
+        if row is None:
+            return None
+        job = conn.execute(
+            "UPDATE jobs SET state = 'running', worker = %s, lease_until = now() + make_interval(secs => %s), "
+            "attempts = attempts + 1, started = coalesce(started, now()) WHERE id = %s RETURNING *",
+            (worker, lease_seconds, row["id"]),
+        ).fetchone()
+        assert job is not None
+        _audit(conn, job["tenant"], worker, "claimed", job["id"], {"attempt": job["attempts"]})
+    return job
+
+
+def _fail_exhausted(conn: Conn) -> None:
+    """Jobs whose lease ran out MAX_ATTEMPTS times: failed, so one job that kills its workers cannot cycle forever."""
+    for job in conn.execute(
+        "UPDATE jobs SET state = 'failed', ended = now(), lease_until = NULL, error = %s "
+        "WHERE state = 'running' AND lease_until < now() AND attempts >= %s RETURNING id, tenant, worker",
+        (_json({"error": f"its worker was lost {MAX_ATTEMPTS} times", "type": "WorkerLost"}), MAX_ATTEMPTS),
+    ).fetchall():
+        _audit(conn, job["tenant"], job["worker"] or "", "failed", job["id"], {"why": "attempts"})
+
+
+def renew(conn: Conn, job_id: int, worker: str, lease_seconds: float) -> bool:
+    """Extend `worker`'s lease on a job; False when the job is no longer its own (another worker took it)."""
+    with conn.transaction():
+        done = conn.execute(
+            "UPDATE jobs SET lease_until = now() + make_interval(secs => %s) "
+            "WHERE id = %s AND worker = %s AND state = 'running'",
+            (lease_seconds, job_id, worker),
+        )
+    return done.rowcount == 1
+
+
+def record_run(conn: Conn, job_id: int, worker: str, run_id: str) -> None:
+    """The run a job's craft works in (a worker that takes the job over resumes it)."""
+    with conn.transaction():
+        conn.execute("UPDATE jobs SET run_id = %s WHERE id = %s AND worker = %s", (run_id, job_id, worker))
+
+
+def finish(
+    conn: Conn, job_id: int, worker: str, *, result: dict[str, Any] | None, error: dict[str, Any] | None
+) -> bool:
+    """Write a job's end (done with its result, or failed with its error); False when `worker` no longer holds it."""
+    state = "failed" if error is not None else "done"
+    with conn.transaction():
+        row = conn.execute(
+            "UPDATE jobs SET state = %s, result = %s, error = %s, ended = now(), lease_until = NULL "
+            "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
+            (state, _json(result), _json(error), job_id, worker),
+        ).fetchone()
+        if row is None:
+            return False
+        _audit(conn, row["tenant"], worker, state, job_id, {})
+    return True
+
+
+def release(conn: Conn, job_id: int, worker: str) -> bool:
+    """Hand a job `worker` holds back to the queue (the worker is stopping): the next claim resumes its run."""
+    with conn.transaction():
+        row = conn.execute(
+            "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL "
+            "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
+            (job_id, worker),
+        ).fetchone()
+        if row is None:
+            return False
+        _audit(conn, row["tenant"], worker, "released", job_id, {})
+        conn.execute(f"NOTIFY {CHANNEL}")
+    return True
+
+
+def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:
+    """A job as its tenant sees it (another tenant's job is not found)."""
+    return conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s", (job_id, tenant)).fetchone()
+
+
+def _audit(conn: Conn, tenant: str, principal: str, action: str, job: int | None, detail: dict[str, Any]) -> None:
+    conn.execute(
+        "INSERT INTO audit (tenant, principal, action, job, detail) VALUES (%s, %s, %s, %s, %s)",
+        (tenant, principal, action, job, _json(detail)),
+    )
+
+
+def _json(value: Any) -> Any:
+    from psycopg.types.json import Jsonb
+
+    return None if value is None else Jsonb(value)

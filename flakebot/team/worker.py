@@ -1,0 +1,187 @@
+"""A worker: claims jobs from the team's queue and runs each through today's pipeline, unchanged.
+
+The loop: LISTEN for new jobs, claim one (flakebot.team.queue.claim), hand it to `crafts` (the command's: today's
+pipeline, as `flakebot craft` runs it) while a heartbeat thread renews its lease, and write its result (or its
+error) back. The run a job's craft works in is recorded in its row as it starts, so a worker that claims the job
+after its lease ran out (its worker was killed) resumes that run from its first unfinished stage. A database that goes away is reconnected to, with a pause that grows to
+RECONNECT_MAX seconds; the job at hand goes on meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from flakebot.errors import FlakebotError, HostError, Interrupted
+from flakebot.events import Event, EventSink
+from flakebot.team import db, queue
+
+if TYPE_CHECKING:
+    import psycopg
+
+    Conn = psycopg.Connection[dict[str, Any]]
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 5.0  # a waiting worker looks again this often even without a NOTIFY (leases that ran out send none)
+RECONNECT_MAX = 5.0  # the longest pause between two attempts to reach the database
+WRITE_ATTEMPTS = 30  # a job's end is written back through this many reconnects before the worker gives up on it
+T = TypeVar("T")
+
+
+def default_name() -> str:
+    """This worker's name in the jobs it holds: host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Worker:
+    """One worker process's link to the queue: its name, its lease, and a connection made again when lost."""
+
+    url: str
+    crafts: Callable[[dict[str, Any], EventSink], dict[str, Any]]  # a claimed job's row -> its result (or raises)
+    name: str = field(default_factory=default_name)
+    lease_seconds: float = 60.0
+    poll_seconds: float = POLL_SECONDS
+    _conn: Conn | None = field(default=None, init=False, repr=False)
+
+    def run(self, once: bool = False) -> list[dict[str, Any]]:
+        """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
+        start is an error (a wrong URL says so at once); one lost later is waited for."""
+        self.connection()
+        done = []
+        while True:
+            job = self.next_job()
+            done.append(self.work(job))
+            if once:
+                return done
+
+    def next_job(self) -> dict[str, Any]:
+        """The next job claimed, waiting (NOTIFY or the poll) as long as none is there."""
+        pause = 0.2
+        while True:
+            try:
+                conn = self.connection()
+                job = queue.claim(conn, self.name, self.lease_seconds)
+                if job is not None:
+                    return job
+                for _ in conn.notifies(timeout=self.poll_seconds, stop_after=1):
+                    pass
+                pause = 0.2
+            except _lost() as exc:
+                pause = self.lost(exc, pause)
+
+    def work(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Run one claimed job under its lease and write its end back."""
+        logger.info("job %s (%s, tenant %s): attempt %s", job["id"], job["kind"], job["tenant"], job["attempts"])
+        heartbeat = Heartbeat(self, int(job["id"]))
+        heartbeat.start()
+        result: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
+        try:
+            result = self.crafts(job, self.run_recorder(int(job["id"])))
+        except (Interrupted, KeyboardInterrupt):  # this worker is stopping, not the job failing: another resumes it
+            heartbeat.stop()
+            self.with_db(lambda conn: queue.release(conn, int(job["id"]), self.name))
+            logger.warning("job %s handed back to the queue: this worker was stopped", job["id"])
+            raise
+        except FlakebotError as exc:
+            logger.warning("job %s failed: %s", job["id"], exc.one_line())
+            error = exc.result()
+        finally:
+            heartbeat.stop()
+        held = self.with_db(lambda conn: queue.finish(conn, int(job["id"]), self.name, result=result, error=error))
+        if not held:
+            logger.warning("job %s was taken over by another worker: its end here is not recorded", job["id"])
+        state = "failed" if error is not None else "done"
+        return {"job": int(job["id"]), "state": state, "recorded": held, "run_id": (result or {}).get("run_id")}
+
+    def run_recorder(self, job_id: int) -> Callable[[Event], None]:
+        """An event sink that records the job's run id in its row when the run starts (a worker taking the job over
+        resumes that run)."""
+
+        def sink(event: Event) -> None:
+            if event.kind != "run_started":
+                return
+            try:  # a few tries only: the craft goes on meanwhile, and without it a takeover crafts afresh
+                self.with_db(lambda conn: queue.record_run(conn, job_id, self.name, event.run_id), attempts=3)
+            except HostError as exc:
+                logger.warning("job %s: its run %s is not recorded (%s)", job_id, event.run_id, exc.one_line())
+
+        return sink
+
+    def connection(self) -> Conn:
+        if self._conn is None or self._conn.closed:
+            self._conn = db.connect(self.url, autocommit=True, name=f"flakebot worker {self.name}")
+            self._conn.execute(f"LISTEN {queue.CHANNEL}")
+            logger.info("worker %s connected to %s", self.name, db.shown(self.url))
+        return self._conn
+
+    def with_db(self, call: Callable[[Conn], T], attempts: int = WRITE_ATTEMPTS) -> T:
+        """`call(connection)`, through reconnects when the database goes away meanwhile."""
+        pause = 0.2
+        for _ in range(attempts):
+            try:
+                return call(self.connection())
+            except _lost() as exc:
+                pause = self.lost(exc, pause)
+        raise HostError(
+            f"the team database {db.shown(self.url)} stayed unreachable", fix="check that PostgreSQL runs there"
+        )
+
+    def lost(self, exc: Exception, pause: float) -> float:
+        """Forget a connection that failed, wait, and return the next (longer) pause."""
+        logger.warning("worker %s lost the database (%s); reconnecting in %.1fs", self.name, _reason(exc), pause)
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+        time.sleep(pause)
+        return min(pause * 2, RECONNECT_MAX)
+
+
+class Heartbeat(threading.Thread):
+    """Renews a job's lease every third of it, on a connection of its own, until stopped."""
+
+    def __init__(self, worker: Worker, job_id: int) -> None:
+        super().__init__(name=f"heartbeat-{job_id}", daemon=True)
+        self.worker, self.job_id = worker, job_id
+        self.stopped = threading.Event()
+        self.conn: Conn | None = None
+
+    def run(self) -> None:
+        every = self.worker.lease_seconds / 3
+        while not self.stopped.wait(every):
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot heartbeat {self.job_id}")
+                if not queue.renew(self.conn, self.job_id, self.worker.name, self.worker.lease_seconds):
+                    logger.warning("job %s: lease lost to another worker", self.job_id)
+            except _lost() as exc:
+                logger.warning("job %s: lease not renewed (%s)", self.job_id, _reason(exc))
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+        if self.conn is not None:
+            self.conn.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.is_alive():
+            self.join(timeout=30)
+
+
+def _lost() -> tuple[type[Exception], ...]:
+    """The errors that mean the database went away (reconnect), not a bug of ours."""
+    import psycopg
+
+    return (psycopg.OperationalError, psycopg.InterfaceError, HostError)
+
+
+def _reason(exc: Exception) -> str:
+    return exc.one_line() if isinstance(exc, FlakebotError) else (str(exc).strip().splitlines() or [""])[0]

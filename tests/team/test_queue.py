@@ -1,0 +1,200 @@
+"""The team's queue on a real PostgreSQL: enqueue, claim and finish; needs folded; quotas exact under races;
+fair claims; leases that run out."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from flakebot.errors import QuotaExceeded
+from flakebot.pipeline.request import RunRequest
+from flakebot.team import db, queue
+
+
+def craft(need: str, **options: Any) -> RunRequest:
+    return RunRequest(need=need, registry="local", offline=True, **options)
+
+
+def raced(database: str, task: Callable[[Any, int], Any], threads: int = 2) -> list[list[Any]]:
+    """`task(connection, i)` in `threads` threads at once, each on a connection of its own; their answers."""
+    connections = [db.connect(database) for _ in range(threads)]
+    start = threading.Barrier(threads)
+    answers: list[list[Any]] = [[] for _ in range(threads)]
+
+    failures: list[BaseException] = []
+
+    def one(n: int) -> None:
+        start.wait()
+        try:
+            answers[n] = task(connections[n], n)
+        except BaseException as exc:  # re-raised in the test's thread
+            failures.append(exc)
+
+    workers = [threading.Thread(target=one, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=60)
+    for conn in connections:
+        conn.close()
+    if failures:
+        raise failures[0]
+    return answers
+
+
+def test_a_job_is_enqueued_claimed_once_and_finished(database: str) -> None:
+    conn = db.connect(database)
+    db.connect(database).close()  # the schema made twice is the same schema
+    queued = queue.enqueue(conn, "acme", "alice", craft("need a CSV deduper"))
+    assert (queued.joined, queued.state) == (False, "queued")
+
+    job = queue.claim(conn, "w1", lease_seconds=30)
+    assert job is not None and (job["id"], job["state"], job["worker"], job["attempts"]) == (
+        queued.job_id,
+        "running",
+        "w1",
+        1,
+    )
+    assert job["request"]["need"] == "need a CSV deduper"
+    assert queue.claim(conn, "w2", lease_seconds=30) is None  # held by w1
+    assert queue.renew(conn, queued.job_id, "w1", 30) and not queue.renew(conn, queued.job_id, "w2", 30)
+    assert not queue.finish(conn, queued.job_id, "w2", result={"status": "crafted"}, error=None)
+    assert queue.finish(conn, queued.job_id, "w1", result={"status": "crafted"}, error=None)
+
+    done = queue.get(conn, queued.job_id, "acme")
+    assert done is not None and (done["state"], done["result"]) == ("done", {"status": "crafted"})
+    assert queue.get(conn, queued.job_id, "other-tenant") is None
+    audit = conn.execute("SELECT action, principal FROM audit ORDER BY id").fetchall()
+    assert [(a["action"], a["principal"]) for a in audit] == [("enqueued", "alice"), ("claimed", "w1"), ("done", "w1")]
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+        with conn.transaction():
+            conn.execute("DELETE FROM audit")
+    conn.close()
+
+
+def test_identical_needs_from_two_fronts_racing_fold_into_one_job(database: str) -> None:
+    rounds = 15
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+
+    def front(conn: Any, _n: int) -> list[queue.Enqueued]:
+        return [queue.enqueue(conn, "acme", "agent", craft(f"need tool number {i}")) for i in range(rounds)]
+
+    first, second = raced(database, front)
+    for a, b in zip(first, second, strict=True):
+        assert a.job_id == b.job_id and sorted([a.joined, b.joined]) == [False, True]
+    conn = db.connect(database)
+    assert conn.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": rounds}
+    # the same words in another order are the same need; another option or another tenant is another job
+    assert queue.enqueue(conn, "acme", "bob", craft("Need TOOL number 0!")).job_id == first[0].job_id
+    assert not queue.enqueue(conn, "acme", "bob", craft("need tool number 0", fresh=True)).joined
+    assert not queue.enqueue(conn, "globex", "carol", craft("need tool number 0")).joined
+    conn.close()
+
+
+@pytest.mark.parametrize("quota", ["max_in_flight", "max_per_day"])
+def test_a_tenants_quota_is_exact_when_two_fronts_race(database: str, quota: str) -> None:
+    conn = db.connect(database)
+    limits = {"max_in_flight": 100, "max_per_day": 100} | {quota: 5}
+    queue.set_quota(conn, "acme", **limits)
+    if quota == "max_per_day":  # jobs that ended still count for the day
+        for i in range(2):
+            queue.enqueue(conn, "acme", "alice", craft(f"need an earlier tool {i}"))
+            job = queue.claim(conn, "w", 30)
+            assert job is not None and queue.finish(conn, job["id"], "w", result={}, error=None)
+
+    def front(conn: Any, n: int) -> list[Any]:
+        answers: list[Any] = []
+        for i in range(12):
+            try:
+                answers.append(queue.enqueue(conn, "acme", "agent", craft(f"need tool{n}x{i}")))
+            except QuotaExceeded as refused:
+                answers.append(refused)
+        return answers
+
+    answers = [a for one in raced(database, front) for a in one]
+    accepted = [a for a in answers if isinstance(a, queue.Enqueued)]
+    refused = [a for a in answers if isinstance(a, QuotaExceeded)]
+    assert len(accepted) == (5 if quota == "max_in_flight" else 3) and len(refused) == 24 - len(accepted)
+    line = refused[0].one_line()
+    assert "Fix: wait" in line and "\n" not in line and refused[0].exit_code == 70
+    assert refused[0].details["quota"] == quota
+    assert not queue.enqueue(conn, "globex", "carol", craft("need tool0x0")).joined  # another tenant is not held
+    conn.close()
+
+
+def test_a_worker_claims_for_the_tenant_that_used_least_of_its_share(database: str) -> None:
+    conn = db.connect(database)
+    busy = [queue.enqueue(conn, "busy", "a", craft(f"need busy tool {i}")).job_id for i in range(3)]
+    job = queue.claim(conn, "w", 30)
+    assert job is not None and job["id"] == busy[0]
+    queue.finish(conn, busy[0], "w", result={}, error=None)
+    conn.execute("UPDATE jobs SET started = now() - interval '1 hour' WHERE id = %s", (busy[0],))
+    conn.commit()
+    quiet = queue.enqueue(conn, "quiet", "b", craft("need a quiet tool")).job_id  # queued after busy's others
+
+    claimed = queue.claim(conn, "w", 30)
+    assert claimed is not None and claimed["id"] == quiet  # quiet used nothing of its share; busy used an hour
+    queue.set_quota(conn, "busy", max_in_flight=4, max_per_day=100, shares=10_000)  # an hour of 10,000 shares
+    queue.enqueue(conn, "quiet", "b", craft("need another quiet tool"))
+    conn.execute("UPDATE jobs SET started = now() - interval '1 minute' WHERE id = %s", (quiet,))
+    conn.commit()
+    claimed = queue.claim(conn, "w", 30)
+    assert claimed is not None and claimed["id"] == busy[1]  # 3600 s / 10,000 shares < quiet's 60 s / 1
+    conn.close()
+
+
+def test_a_job_whose_lease_ran_out_is_claimed_again_then_failed_after_max_attempts(database: str) -> None:
+    conn = db.connect(database)
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a flaky tool")).job_id
+    first = queue.claim(conn, "w1", lease_seconds=0.5)
+    assert first is not None and queue.claim(conn, "w2", lease_seconds=0.5) is None
+    time.sleep(0.7)
+    again = queue.claim(conn, "w2", lease_seconds=0.5)
+    assert again is not None and (again["id"], again["worker"], again["attempts"]) == (job_id, "w2", 2)
+    queue.record_run(conn, job_id, "w2", "20260101-000000-abcdef")
+    assert not queue.renew(conn, job_id, "w1", 30)  # w1 lost it: its heartbeat and its result are refused
+    assert not queue.finish(conn, job_id, "w1", result={"status": "crafted"}, error=None)
+    time.sleep(0.7)
+    third = queue.claim(conn, "w3", lease_seconds=0.5)
+    assert third is not None and (third["attempts"], third["run_id"]) == (3, "20260101-000000-abcdef")
+    time.sleep(0.7)
+    assert queue.claim(conn, "w4", lease_seconds=0.5) is None
+    failed = queue.get(conn, job_id, "acme")
+    assert failed is not None and failed["state"] == "failed" and failed["error"]["type"] == "WorkerLost"
+    conn.close()
+
+
+def test_a_job_handed_back_by_a_stopping_worker_is_claimed_again_with_its_run(database: str) -> None:
+    conn = db.connect(database)
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a patient tool")).job_id
+    assert queue.claim(conn, "w1", 30) is not None
+    queue.record_run(conn, job_id, "w1", "20260101-000000-abcdef")
+    assert not queue.release(conn, job_id, "w2") and queue.release(conn, job_id, "w1")
+    again = queue.claim(conn, "w2", 30)
+    assert again is not None and (again["id"], again["attempts"], again["run_id"]) == (
+        job_id,
+        2,
+        "20260101-000000-abcdef",
+    )
+    conn.close()
+
+
+def test_workers_claiming_at_once_never_take_one_job_twice(database: str) -> None:
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+        jobs = {queue.enqueue(conn, "acme", "alice", craft(f"need tool{i}")).job_id for i in range(30)}
+
+    def worker(conn: Any, n: int) -> list[int]:
+        taken = []
+        while (job := queue.claim(conn, f"w{n}", 30)) is not None:
+            taken.append(int(job["id"]))
+        return taken
+
+    first, second = raced(database, worker)
+    assert sorted(first + second) == sorted(jobs)  # each job once, none left
