@@ -185,7 +185,9 @@ def _start(builder: Builder) -> None:
     """sshd in a mount namespace of its own where builder.root/nix is /nix; returns once it listens."""
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation directory
     script = f'mount --bind "$1" /nix && exec {SSHD} -D -e -f "$2"'
-    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+    # setpriv: the sshd dies with the test or benchmark that started it, even one killed with SIGKILL
+    argv = ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--propagation", "private"]
+    argv += ["sh", "-c", script, "sh"]
     argv += [str(builder.root / "nix"), str(builder.root / "ssh" / "sshd_config")]
     log = (builder.root / "sshd.log").open("ab")
     builder.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)

@@ -68,27 +68,26 @@ def standin_feature(standin: Path | None) -> str:
 def builder_options(mode: str, builders: str, standin: Path | None) -> list[str]:
     """`--option builders` and its companions for the nix_builders setting.
 
-    Pinned: the setting as given (empty leaves Nix's own `builders` alone). Host: no builders means this machine
-    only (`builders` emptied, as before); with builders, this machine advertises the stand-in's toolchain feature
-    (its derivations require it) and Nix offloads only to builders that list it. Builders fetch what they can from
-    their own substituters (builders-use-substitutes) rather than through this machine."""
+    Pinned: the setting as given (empty leaves Nix's own `builders` alone). Host: this machine advertises the
+    stand-in's toolchain feature whenever the stand-in names one (its derivations require it, and this machine has
+    that toolchain by definition: a collected tool rebuilt from its run command, with no builders passed, still
+    builds here). No builders: this machine only (`builders` emptied, as before). With builders, Nix offloads only
+    to those listing the feature; they fetch what they can from their own substituters (builders-use-substitutes)
+    rather than through this machine."""
     if mode != "host":
         return ["--option", "builders", builders] if builders else []
     feature = standin_feature(standin)
+    here = ["--option", "extra-system-features", feature] if feature else []
     if not builders or not feature:
         if builders:
             logger.warning("nix_builders is ignored: the host stand-in names no toolchain feature (render it again)")
-        return ["--option", "builders", ""]
+        return ["--option", "builders", "", *here]
     if not builders.lstrip().startswith("@") and not any(feature in features for features in _entry_features(builders)):
         logger.warning(
             "no builder in nix_builders lists the toolchain feature %s: host stand-in builds stay on this machine",
             feature,
         )
-    return [
-        *("--option", "builders", builders),
-        *("--option", "builders-use-substitutes", "true"),
-        *("--option", "extra-system-features", feature),
-    ]
+    return ["--option", "builders", builders, "--option", "builders-use-substitutes", "true", *here]
 
 
 def _entry_features(builders: str) -> list[list[str]]:

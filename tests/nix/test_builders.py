@@ -97,8 +97,8 @@ def test_the_stand_in_names_the_toolchain_feature_only_with_builders(home: Path,
 
 
 def test_the_feature_is_required_and_this_machine_advertises_it(builders: Fleet, standin: Path) -> None:
-    """A stand-in derivation does not build where the feature is not advertised; flakebot's options (builders set,
-    here only one without the feature) make this machine advertise it, and the build stays here."""
+    """A stand-in derivation does not build where the feature is not advertised; flakebot's options make this
+    machine advertise it, with builders set (here only one without the feature: the build stays here) or none."""
     nonce = secrets.token_hex(6)
     expr = (
         f'(builtins.getFlake "path:{standin}").lib.hostDerivation {{ name = "feature-probe-{nonce}"; '
@@ -106,14 +106,17 @@ def test_the_feature_is_required_and_this_machine_advertises_it(builders: Fleet,
     )
     args = ["--impure", "--no-link", "--json", "--expr", expr]
 
-    def build(builders_setting: str) -> subprocess.CompletedProcess[str]:
-        argv = command.nix_argv(["build"], args, "host", standin, builders_setting)
+    def build(argv: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(argv, capture_output=True, text=True, timeout=SCENARIO_SECONDS)
 
-    refused = build("")  # no builders: flakebot never advertises the feature, and Nix refuses the derivation
+    flakebots = command.nix_argv(["build"], args, "host", standin, "")
+    at = flakebots.index("extra-system-features")
+    refused = build(flakebots[: at - 1] + flakebots[at + 2 :])  # the same call, the feature not advertised
     assert refused.returncode != 0
-    assert standin_feature(standin) in refused.stderr
-    done = build(builders.setting("plain"))
+    assert f"with features {{{standin_feature(standin)}}} is required to build" in refused.stderr
+    assert build(flakebots).returncode == 0  # no builders: built here
+    args[-1] = expr.replace(nonce, nonce + "-plain")
+    done = build(command.nix_argv(["build"], args, "host", standin, builders.setting("plain")))
     assert done.returncode == 0, done.stderr
     assert builders["plain"].sessions() == []
 
