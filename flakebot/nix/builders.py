@@ -68,14 +68,15 @@ def standin_feature(standin: Path | None) -> str:
 def builder_options(mode: str, builders: str, standin: Path | None) -> list[str]:
     """`--option builders` and its companions for the nix_builders setting.
 
-    Pinned: the setting as given (empty leaves Nix's own `builders` alone). Host: this machine advertises the
+    Builders fetch what they can from their own substituters (builders-use-substitutes) rather than through this
+    machine. Pinned: the setting as given (empty leaves Nix's own `builders` alone). Host: this machine advertises the
     stand-in's toolchain feature whenever the stand-in names one (its derivations require it, and this machine has
     that toolchain by definition: a collected tool rebuilt from its run command, with no builders passed, still
     builds here). No builders: this machine only (`builders` emptied, as before). With builders, Nix offloads only
-    to those listing the feature; they fetch what they can from their own substituters (builders-use-substitutes)
-    rather than through this machine."""
+    to those listing the feature."""
+    offload = ["--option", "builders", builders, "--option", "builders-use-substitutes", "true"]
     if mode != "host":
-        return ["--option", "builders", builders] if builders else []
+        return offload if builders else []
     feature = standin_feature(standin)
     here = ["--option", "extra-system-features", feature] if feature else []
     if not builders or not feature:
@@ -87,7 +88,7 @@ def builder_options(mode: str, builders: str, standin: Path | None) -> list[str]
             "no builder in nix_builders lists the toolchain feature %s: host stand-in builds stay on this machine",
             feature,
         )
-    return ["--option", "builders", builders, "--option", "builders-use-substitutes", "true", *here]
+    return [*offload, *here]
 
 
 def _entry_features(builders: str) -> list[list[str]]:

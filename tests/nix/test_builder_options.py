@@ -22,7 +22,10 @@ def standin(root: Path, feature: str | None) -> Path:
 
 def test_pinned_builds_take_the_setting_as_given() -> None:
     assert builder_options("pinned", "", None) == []
-    assert builder_options("pinned", TWO, None) == ["--option", "builders", TWO]
+    assert builder_options("pinned", TWO, None) == [
+        *("--option", "builders", TWO),
+        *("--option", "builders-use-substitutes", "true"),
+    ]
 
 
 def test_stand_in_builds_without_builders_stay_here_as_before(tmp_path: Path) -> None:
