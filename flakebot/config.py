@@ -206,7 +206,10 @@ class Settings:
     )
     nix_build_timeout: float = _limit(1800.0, "Seconds one nix build may take.")
     nix_builders: str = _setting(
-        "", "Nix remote builders for pinned builds (passed as --option builders); empty leaves Nix's own setting alone."
+        "",
+        "Nix remote builders (passed as --option builders, with builders-use-substitutes for stand-in builds); "
+        "empty leaves Nix's own setting alone for pinned builds and builds stand-in builds here. Stand-in (host) "
+        "builds go only to builders listing this machine's toolchain feature (docs/team-builders.md).",
     )
     nix_copy_timeout: float = _limit(1800.0, "Seconds one nix copy (flakebot publish, install) may take.")
     shared_index_lifetime: float = _setting(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:  # the section modules import flakebot; rendering a report needs only their records
     from benchmarks.perf.acquire import AcquireResult
+    from benchmarks.perf.builders import BuildersResult
     from benchmarks.perf.calls import CallsResult
     from benchmarks.perf.catalog import CatalogResult, Spread
     from benchmarks.perf.compile_once import CompileOnceResult
@@ -29,6 +30,8 @@ if TYPE_CHECKING:  # the section modules import flakebot; rendering a report nee
 
 # A section's record by its name (each section module's RESULT), and "_context" (the loads and cores).
 Results = dict[str, Any]
+# Six stand-in builds on two Nix remote builders against one (issue 44).
+GOAL_BUILDERS = 0.6
 
 
 @dataclass(frozen=True)
@@ -670,6 +673,18 @@ def compile_once_heavy_figure(results: Results) -> dict[str, Any]:
     return figure("P14-heavy", title, r.heavy.ratio, "x", r.goal, "<=", measured, gap, "compile_once")
 
 
+def builders_spread(r: Results) -> dict[str, Any]:
+    b: BuildersResult = r["builders"]
+    measured = (
+        f"{b.builds} new stand-in crates (each build script {b.build_seconds:g} s), packaged at once with this machine at "
+        f"max-jobs = 0: {b.one_builder_s:.1f} s on one ssh-ng builder (one job at a time), {b.two_builders_s:.1f} s "
+        f"on two (builds per builder: {', '.join(map(str, b.spread))})"
+    )
+    return figure(
+        "T2", "builds: six on two builders / on one", b.ratio, "x", GOAL_BUILDERS, "<=", measured, bench="builders"
+    )
+
+
 def services_up(r: Results) -> dict[str, Any]:
     s: ServicesResult = r["services"]
     samples = ", ".join(f"{x:.2f}" for x in s.up_samples_s)
@@ -786,6 +801,7 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P14", compile_once_figure, "compile_once"),
     ("P14-shared", compile_once_shared_figure, "compile_once"),
     ("P14-heavy", compile_once_heavy_figure, "compile_once"),
+    ("T2", builders_spread, "builders"),
     ("S1", services_up, "services"),
     ("S2", services_restart, "services"),
     ("S3", services_forward, "services"),

@@ -16,6 +16,8 @@
     lock.py      the pinned nixpkgs (nixos-26.05) and flake.lock
     standin.py   the host-toolchain stand-in for nixpkgs (offline builds, --nixpkgs host)
     service_outputs.py a service's flake outputs as Nix text: its NixOS module, OCI image and declaration
+    builders.py  Nix remote builders (nix_builders): the toolchain feature stand-in builds require, builders'
+                 options, what a builder's nix.conf needs, a build a builder failed
     command.py   nix command lines for Nix 2.8 (every one that can build: nixbld users, sandbox), the nixpkgs mode,
                  bounded runs keeping the log tail
 

@@ -14,7 +14,7 @@ from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError
 from flakebot.events import waiting_on
-from flakebot.nix import command, evidence, gitdeps
+from flakebot.nix import builders, command, evidence, gitdeps
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ def build(
             log_tail=log_tail,
         )
     if outcome.returncode != 0:
+        remote = builders.remote_failure(pname, outcome.tail)
+        if remote is not None:
+            raise remote
         lock = Path(flake_dir) / "Cargo.lock"
         failed = _build_failed(pname, outcome.returncode, outcome.tail, lock, errors, mismatches)
         failed.details["lint_lines"] = "\n".join(lints)

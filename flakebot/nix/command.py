@@ -25,6 +25,7 @@ from typing import IO, Any
 from flakebot import launcher
 from flakebot.config import Settings
 from flakebot.errors import NixError
+from flakebot.nix import builders as builders_module
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def machine_options(mode: str, standin: Path | None = None, builders: str = "") 
         # Builds run model-written code (build.rs, proc-macros, tests): Nix's sandbox (no network, no home
         # directory) with only the system, the host toolchain and the crate directory source let in.
         options += ["--offline", "--option", "extra-sandbox-paths", " ".join(sandbox_paths(standin))]
-    return options + builder_options(mode, builders)
+    return options + builders_module.builder_options(mode, builders, standin)
 
 
 def build_user_options() -> list[str]:
@@ -89,21 +90,6 @@ def require_build_users() -> None:
             f"(groupadd --system {BUILD_USERS_GROUP}; useradd --system --no-create-home --home-dir /var/empty "
             f"--shell /usr/sbin/nologin --gid {BUILD_USERS_GROUP} --groups {BUILD_USERS_GROUP} nixbld1, ... nixbld10)",
         )
-
-
-def builder_options(mode: str, builders: str) -> list[str]:
-    """`--option builders` for the nix_builders setting; empty leaves Nix's own `builders` (nix.conf, NIX_CONFIG) alone.
-
-    Host mode always builds here: the stand-in's builders read this machine's toolchain and registry through
-    extra-sandbox-paths, which a remote builder does not have.
-    """
-    if mode == "host":
-        if builders:
-            logger.warning(
-                "nix_builders is ignored with the host stand-in (--nixpkgs host): its builds need this machine's toolchain"
-            )
-        return ["--option", "builders", ""]
-    return ["--option", "builders", builders] if builders else []
 
 
 def sandbox_paths(standin: Path | None) -> list[str]:

@@ -23,7 +23,7 @@ from flakebot import launcher
 from flakebot.config import Settings, rustup_home
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text
-from flakebot.nix import build_inputs, licenses
+from flakebot.nix import build_inputs, builders, licenses
 from flakebot.render import template_dir
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def host_facts(settings: Settings) -> dict[str, Any]:
     bash = shutil.which("bash") or "/bin/bash"
     host_bin = sysroot / "bin"
     path_dirs = [toolchain_bin, "/usr/local/bin", "/usr/bin", "/bin"]
-    return {
+    facts = {
         "bash": bash,
         "toolchainBin": toolchain_bin,
         # devShells link the host's own tools (`nix develop` runs them on the host, outside any sandbox)
@@ -133,6 +133,9 @@ def host_facts(settings: Settings) -> dict[str, Any]:
         },
         "hostTriple": host_triple(sysroot),
     }
+    if settings.nix_builders:  # derivations then require it (builders.py); without builders they stay as they were
+        facts["systemFeature"] = builders.toolchain_feature(facts, sysroot)
+    return facts
 
 
 def host_programs(names: tuple[str, ...]) -> dict[str, str]:

@@ -21,7 +21,7 @@ let
       configJson = builtins.toJSON config;
       # What the image holds: the store paths its config and contents name, with their closures (as nixpkgs'
       # closureRoots: the config's references and the contents).
-      roots = derivation {
+      roots = lib.hostDerivation {
         name = "${args.name}-image-roots";
         inherit system configJson;
         builder = host.bash;
@@ -35,7 +35,7 @@ let
     else if unknown != [ ] then fail "unexpected argument ${names unknown} (not one of nixpkgs' buildLayeredImage)"
     else if !(args ? name) then fail "buildLayeredImage needs a name"
     else if (args.contents or [ ]) != [ ] then fail "contents (linked into the image root) is not implemented by this offline stand-in; name the programs in config, or build with --nixpkgs pinned"
-    else derivation {
+    else lib.hostDerivation {
       name = "${builtins.replaceStrings [ "/" ] [ "-" ] args.name}.tar.gz";
       inherit system configJson tag;
       imageName = args.name;

@@ -17,6 +17,11 @@ rec {
 
   optionalAttrs = cond: attrs: if cond then attrs else { };
 
+  # Every stand-in derivation: it reads this machine's toolchain and registry (extra-sandbox-paths). With remote
+  # builders set (nix_builders), host.json names the toolchain's digest as a system feature, so Nix builds it only
+  # here (which then advertises the feature) or on a builder advertising the identical toolchain.
+  hostDerivation = attrs: derivation (attrs // optionalAttrs (host ? systemFeature) { requiredSystemFeatures = [ host.systemFeature ]; });
+
   setAttrByPath = path: value:
     if path == [ ] then value
     else { ${builtins.head path} = setAttrByPath (builtins.tail path) value; };

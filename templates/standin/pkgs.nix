@@ -6,7 +6,7 @@ let
   # stdenv programs every build sees, or host toolchain programs for devShells (`nix develop` runs them on the host).
   # `libraries`: the -lNAME names the attribute gives (nix-support/flakebot-libraries; the build's cc refuses the
   # table's other libraries, see cargo-build.sh).
-  hostLinks = name: note: links: derivation {
+  hostLinks = name: note: links: lib.hostDerivation {
     name = "${name}-host";
     inherit system note;
     builder = host.bash;
@@ -36,7 +36,7 @@ let
     (builtins.listToAttrs (map (tool: { name = "bin/${tool}"; value = host.stdenv.${tool}; }) (builtins.attrNames host.stdenv)));
 
   mkShell = { name ? "nix-shell", packages ? [ ], inputsFrom ? [ ], nativeBuildInputs ? [ ], buildInputs ? [ ], shellHook ? "", ... }@args:
-    derivation {
+    lib.hostDerivation {
       inherit name system;
       # `nix develop` runs its get-env.sh with this builder; it writes the environment to each of $outputs.
       outputs = [ "out" ];

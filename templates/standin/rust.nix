@@ -152,7 +152,7 @@ let
 
   # The repository at the locked commit as fetchgit makes it (submodules included, no .git): a fixed-output clone by
   # the host's git, whose recursive sha256 is the outputHashes entry.
-  fetchGitTree = { url, commit, hash }: derivation {
+  fetchGitTree = { url, commit, hash }: lib.hostDerivation {
     name = fetchName url commit;
     inherit system url commit;
     builder = host.bash;
@@ -165,7 +165,7 @@ let
 
   # One git package as a vendored crate: its folder in the clone (found with cargo metadata, as importCargoLock finds
   # it: workspace repositories keep it in a subfolder), with an empty .cargo-checksum.json.
-  gitCrate = tree: pkg: derivation {
+  gitCrate = tree: pkg: lib.hostDerivation {
     name = "${pkg.name}-${pkg.version}";
     inherit system tree;
     builder = host.bash;
@@ -245,7 +245,7 @@ let
   # The fetched crates unpacked into NAME-VERSION/ folders with .cargo-checksum.json, and the git packages' folders
   # beside them: a cargo directory source; .cargo/config.toml holds the git sources' replacements.
   # Cargo.lock goes in too, as importCargoLock puts it there: each lock has its own vendor directory.
-  vendorDir = crates: git: lockText: derivation {
+  vendorDir = crates: git: lockText: lib.hostDerivation {
     name = "cargo-vendor-dir";
     inherit system;
     builder = host.bash;
@@ -263,7 +263,7 @@ let
       parsed = parseLock lock;
       crates = vendoredCrates parsed.packages;
       git = gitVendored lock parsed;
-      drv = derivation ({
+      drv = lib.hostDerivation ({
         name = args.name or "${args.pname}-${args.version}";
         inherit system;
         builder = host.bash;
