@@ -16,6 +16,8 @@
     ├── NixError                       exit 50  nix missing, flake build or smoke run failed
     ├── CatalogError                   exit 60  tool unknown, catalog unusable
     │   └── CatalogTrustError          exit 61  a shared catalog's index refused (unsigned, stale, malformed)
+    ├── TeamError                      exit 70  team mode: a token name unknown, taken or malformed
+    │   └── BindRefused                exit 71  `serve` on a non-loopback address without TLS and tokens
     └── Interrupted                    exit 130 Ctrl-C / SIGTERM
 
 Every error carries a one-line `message` naming the problem and a `fix` naming the remedy.
@@ -30,6 +32,7 @@ from typing import Any
 
 __all__ = [
     "AcquireError",
+    "BindRefused",
     "BudgetExceeded",
     "CatalogError",
     "CatalogTrustError",
@@ -44,6 +47,7 @@ __all__ = [
     "SandboxError",
     "SearchError",
     "SpecError",
+    "TeamError",
     "UnsafePath",
     "UsageError",
     "error_classes",
@@ -212,6 +216,18 @@ class CatalogTrustError(CatalogError):
     """A shared catalog's index refused: unsigned, by an untrusted key, expired, rolled back or malformed."""
 
     exit_code = 61
+
+
+class TeamError(FlakebotError):
+    """Team mode: a token name unknown, taken or malformed, or a token store unusable."""
+
+    exit_code = 70
+
+
+class BindRefused(TeamError):
+    """`flakebot serve` refused an address beyond loopback: TLS and at least one token are needed there."""
+
+    exit_code = 71
 
 
 class UnsafePath(UsageError, OSError):

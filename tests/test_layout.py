@@ -39,10 +39,11 @@ ALLOWED = {
     "nix": {"cargo", "sandbox", "source"},
     "deliver": {"nix", "sandbox"},
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "services", "source"},
-    "commands": {"crates", "deliver", "evaluate", "llm", "nix", "pipeline", "services", "source", "stages"},
+    "commands": {"crates", "deliver", "evaluate", "llm", "nix", "pipeline", "services", "source", "stages", "team"},
     "evaluate": {"llm", "pipeline", "sandbox", "source"},
-    "mcp": {"api", "commands", "deliver", "pipeline", "services", "validation"},
+    "mcp": {"api", "commands", "deliver", "pipeline", "services", "team", "validation"},
     "services": {"deliver", "nix", "sandbox"},
+    "team": {"pipeline"},
 }
 NEVER_IMPORTED = {"cli", "mcp"}  # the outermost callers: nothing in the library reaches back to them
 

@@ -29,7 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The command modules, in the order `flakebot --help` and MCP's tools/list show their commands: the one table.
-MODULES = ("craft", "improve", "evaluating", "runs", "setup", "catalog_tools", "wrap", "share", "service_verbs")
+MODULES = (
+    "craft",
+    "improve",
+    "evaluating",
+    "runs",
+    "setup",
+    "catalog_tools",
+    "wrap",
+    "share",
+    "service_verbs",
+    "token_verbs",
+)
 
 DOORS = frozenset({"cli", "mcp", "api"})
 # what a door passes itself (agent: the caller is a model, over MCP; progress: prints a line of progress, the CLI's;

@@ -1,0 +1,12 @@
+"""Team mode: what lets one flakebot server answer many agents (`flakebot serve`, flakebot.mcp.front).
+
+    tokens.py     static bearer tokens: made once, stored as their SHA-256 only, each naming a principal, its tenant
+                  and its limits; revoked by name; verified on every request (a revocation is seen at once)
+    admission.py  what one token may do now: tool calls per minute (a sliding window) and concurrent long jobs, behind
+                  a small protocol a shared (PostgreSQL) version can replace
+    audit.py      the append-only audit: one JSON line per call (principal, tenant, tool, argument digest, outcome,
+                  duration), never the arguments' text
+
+May import: pipeline (the long jobs' admission it counts per token) and the leaves. The HTTP door itself lives with the
+other MCP door (flakebot.mcp.front): nothing in the library imports a door.
+"""

@@ -1,0 +1,181 @@
+"""`flakebot serve`, the team front, as agents meet it: the real server in a process of its own on a free loopback
+port, the MCP SDK's own Streamable HTTP client (both the 2025-11-25 session protocol and the stateless 2026-07-28 one)
+and plain HTTP for what a client SDK hides (status codes, headers)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.conftest import FLAKEBOT, json_result, run_cli
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def add_token(name: str, *options: str) -> str:
+    return str(json_result(run_cli("token", "add", name, *options, "--json", check=True))["token"])
+
+
+@contextmanager
+def serving(*options: str, log: Path | None = None) -> Iterator[str]:
+    """`flakebot serve --port 0` until the block ends; its URL (the line it prints once listening). Stopped by its pid
+    (SIGTERM, then SIGKILL), whatever happens in the block."""
+    logging = ["-vv", "--log-file", str(log)] if log else []
+    process = subprocess.Popen(
+        [*FLAKEBOT, *logging, "serve", "--port", "0", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        line = process.stdout.readline() if process.stdout else ""
+        assert line.startswith("flakebot serve: "), f"{line}{process.stderr.read() if process.stderr else ''}"
+        yield line.split()[2]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        serving.stderr = process.stderr.read() if process.stderr else ""  # type: ignore[attr-defined]
+        for stream in (process.stdout, process.stderr):
+            if stream:
+                stream.close()
+
+
+def post(url: str, body: Any, token: str | None = None, **headers: str) -> httpx.Response:
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.post(url, json=body, headers={**ACCEPT, **auth, **headers}, timeout=30)
+
+
+async def agent_session(
+    url: str, token: str, mode: str
+) -> tuple[str | None, list[str], dict[str, Any], dict[str, Any]]:
+    """What one agent sees with `token`: the protocol spoken, the tool names, `list`'s and `show`'s results."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            listed = await client.call_tool("list", {})
+            shown = await client.call_tool("show", {"name": "no-such-tool"})
+            texts = [json.loads(r.content[0].text) for r in (listed, shown)]  # type: ignore[union-attr]
+            return client.session.protocol_version, names, texts[0], {**texts[1], "is_error": shown.is_error}
+
+
+def test_a_token_opens_the_front_and_nothing_else_does(flakebot_home: Path, workdir: Path) -> None:
+    token = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    with serving(log=log) as url:
+        refused = post(url, INITIALIZE)
+        assert refused.status_code == 401
+        challenge = refused.headers["www-authenticate"]
+        assert challenge.startswith("Bearer ") and 'resource_metadata="' in challenge
+        metadata_url = challenge.split('resource_metadata="')[1].split('"')[0]
+        metadata = httpx.get(metadata_url, timeout=10).json()
+        assert metadata["resource"] == url and metadata["bearer_methods_supported"] == ["header"]
+        assert httpx.get(url.replace("/mcp", "/.well-known/oauth-protected-resource"), timeout=10).json() == metadata
+        assert post(url, INITIALIZE, "fbt_" + "x" * 43).status_code == 401  # well formed, never issued
+        assert post(url, INITIALIZE, token[:-1]).status_code == 401
+
+        for mode, protocol in (("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")):
+            spoken, names, listed, shown = asyncio.run(agent_session(url, token, mode))
+            assert spoken == protocol
+            assert {"craft", "list", "show", "status"} <= set(names)
+            assert listed == {"ok": True, "tools": []}
+            assert shown["is_error"] and shown["ok"] is False and "no-such-tool" in shown["error"]
+
+        run_cli("token", "revoke", "alice", check=True)
+        assert post(url, INITIALIZE, token).status_code == 401  # the running server sees the revocation at once
+
+    # who called what is audited with the token's principal and tenant, the arguments as a digest only
+    records = json_result(run_cli("token", "audit", "--json", check=True))["records"]
+    assert {(r["method"], r["tool"]) for r in records} >= {("tools/list", None), ("tools/call", "list")}
+    assert {(r["principal"], r["tenant"]) for r in records} == {("alice", "acme")}
+    show = [r for r in records if r["tool"] == "show"]
+    assert len(show) == 2 and all(r["outcome"] == "error" and r["exit_code"] == 4 for r in show)
+    assert all(len(r["arguments_sha256"]) == 64 for r in records if r["method"] == "tools/call")
+    audit_text = (workdir / "team/audit.jsonl").read_text()
+    assert "no-such-tool" not in audit_text
+
+    # the token is nowhere on disk but as its hash, nor in the server's log or output
+    stored = (workdir / "team/tokens.json").read_text()
+    assert token not in stored and token[4:] not in stored
+    assert (workdir / "team/tokens.json").stat().st_mode & 0o077 == 0
+    for path in [*workdir.rglob("*"), log]:
+        if path.is_file():
+            assert token[4:] not in path.read_text(errors="replace"), path
+    assert log.stat().st_size > 0 and token[4:] not in serving.stderr  # type: ignore[attr-defined]
+    listed = run_cli("token", "list", "--json", check=True)
+    assert token[4:] not in listed.stdout and json_result(listed)["tokens"][0]["revoked"]
+
+
+def test_origin_and_sessions_belong_to_their_caller(flakebot_home: Path) -> None:
+    alice, bob = add_token("alice"), add_token("bob")
+    with serving() as url:
+        assert post(url, INITIALIZE, alice, Origin="https://evil.example").status_code == 403
+        opened = post(url, INITIALIZE, alice, Origin="http://localhost:1234")
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        version = {"mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        assert post(url, listing, bob, **version).status_code == 404  # another principal: as if it did not exist
+        assert post(url, listing, alice, **version).status_code == 200
+
+
+def test_calls_past_a_tokens_rate_are_429_with_retry_after(flakebot_home: Path) -> None:
+    slow, other = add_token("slow", "--calls-per-minute", "2"), add_token("other")
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+    with serving() as url:
+        session = {"mcp-session-id": post(url, INITIALIZE, slow).headers["mcp-session-id"]}
+        answers = [post(url, call, slow, **session) for _ in range(3)]
+        assert [a.status_code for a in answers[:2]] == [200, 200], answers[0].text
+        refused = answers[2]
+        assert refused.status_code == 429
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        error = refused.json()["error"]
+        assert (
+            refused.json()["id"] == 3 and "limit: 2" in error["message"] and "Fix: call again after" in error["message"]
+        )
+        # another token's calls go on; so do the slow token's calls that are no tool calls
+        assert asyncio.run(agent_session(url, other, "2026-07-28"))[2] == {"ok": True, "tools": []}
+        listing = {"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {}}
+        assert post(url, listing, slow, **session).status_code == 200
+        with pytest.raises(Exception) as raised:  # the SDK's client: the call fails, it does not hang
+            asyncio.run(agent_session(url, slow, "legacy"))
+        assert "its limit: 2" in repr(raised.value)  # the MCP error carries the one line
+    refusals = [r for r in json_result(run_cli("token", "audit", "--json"))["records"] if r["outcome"] == "refused"]
+    assert [(r["principal"], r["tool"]) for r in refusals][:1] == [("slow", "list")]
+
+
+def test_serve_beyond_loopback_needs_tls_and_a_token(flakebot_home: Path) -> None:
+    refused = run_cli("serve", "--host", "0.0.0.0", "--port", "0", timeout=60)
+    assert refused.returncode == 71
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: refusing to serve on 0.0.0.0") and "Fix: " in lines[0]
+    assert "TLS and a token" in lines[0]
+    cert, key = flakebot_home / "cert.pem", flakebot_home / "key.pem"
+    cert.write_text("x"), key.write_text("x")
+    with_tls = run_cli("serve", "--host", "0.0.0.0", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key))
+    assert with_tls.returncode == 71 and "without a token" in with_tls.stderr
+    as_json = run_cli("serve", "--host", "0.0.0.0", "--json")
+    assert as_json.returncode == 2  # serve has no --json: a usage error, still one line
