@@ -20,7 +20,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import FLAKEBOT, json_result, run_cli
+from benchmarks.scenarios import pileup
+from tests.conftest import FLAKEBOT, json_result, require, run_cli
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -133,6 +134,7 @@ def test_origin_and_sessions_belong_to_their_caller(flakebot_home: Path) -> None
     alice, bob = add_token("alice"), add_token("bob")
     with serving() as url:
         assert post(url, INITIALIZE, alice, Origin="https://evil.example").status_code == 403
+        assert post(url, INITIALIZE, alice, Host="evil.example").status_code == 421  # a rebound DNS name
         opened = post(url, INITIALIZE, alice, Origin="http://localhost:1234")
         assert opened.status_code == 200
         session = opened.headers["mcp-session-id"]
@@ -179,3 +181,31 @@ def test_serve_beyond_loopback_needs_tls_and_a_token(flakebot_home: Path) -> Non
     assert with_tls.returncode == 71 and "without a token" in with_tls.stderr
     as_json = run_cli("serve", "--host", "0.0.0.0", "--json")
     assert as_json.returncode == 2  # serve has no --json: a usage error, still one line
+
+
+async def crafts(url: str, token: str, craft: dict[str, Any], count: int, mode: str) -> list[dict[str, Any]]:
+    """`count` detached crafts from one session with `token`: each answer (a run handle, or an error)."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+            answers = [await client.call_tool("craft", craft) for _ in range(count)]
+            return [json.loads(a.content[0].text) for a in answers]  # type: ignore[union-attr]
+
+
+def test_concurrent_crafts_are_counted_per_token_not_per_session(
+    flakebot_home: Path, workdir: Path, tmp_path: Path
+) -> None:
+    """A token's cap holds across its sessions (and protocols): a client cannot open sessions to multiply it."""
+    require("nix")
+    one, two = add_token("one", "--concurrent-crafts", "1"), add_token("two", "--concurrent-crafts", "1")
+    craft = pileup.slow_craft(tmp_path)
+    try:
+        with serving() as url:
+            first = asyncio.run(crafts(url, one, craft, 1, "legacy"))
+            again = asyncio.run(crafts(url, one, craft, 1, "2026-07-28"))
+            other = asyncio.run(crafts(url, two, craft, 1, "legacy"))
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    assert first[0]["ok"] and first[0]["status"] == "running", first
+    assert again[0]["ok"] is False and again[0]["type"] == "JobLimit", again
+    assert "1 jobs are running on token 'one'" in again[0]["error"]
+    assert other[0]["ok"] and other[0]["status"] == "running", other
