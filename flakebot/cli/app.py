@@ -138,7 +138,7 @@ def serve_cmd(
     from flakebot.cli.entry import share_logging
     from flakebot.mcp.front import FrontOptions, serve
 
-    share_logging("uvicorn", "mcp")
+    share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
     options = FrontOptions(host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []))
 
     def ready(address: str, tokens: int) -> None:

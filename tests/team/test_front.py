@@ -209,3 +209,56 @@ def test_concurrent_crafts_are_counted_per_token_not_per_session(
     assert again[0]["ok"] is False and again[0]["type"] == "JobLimit", again
     assert "1 jobs are running on token 'one'" in again[0]["error"]
     assert other[0]["ok"] and other[0]["status"] == "running", other
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its IP in the subject alternative names) and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "flakebot test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_tls_serves_https_to_an_agent_that_checks_the_certificate(flakebot_home: Path, tmp_path: Path) -> None:
+    import ssl
+
+    token = add_token("alice")
+    cert, key = self_signed(tmp_path)
+    with serving("--tls-cert", str(cert), "--tls-key", str(key)) as url:
+        assert url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(cert))
+        assert httpx.post(url, json=INITIALIZE, headers=ACCEPT, verify=context, timeout=30).status_code == 401
+        metadata_url = url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+        assert httpx.get(metadata_url, verify=context, timeout=10).json()["resource"] == url
+
+        async def agent() -> list[str]:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx2.AsyncClient(headers=headers, verify=context, timeout=30) as http:
+                async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+                    return [tool.name for tool in (await client.list_tools()).tools]
+
+        assert "craft" in asyncio.run(agent())
