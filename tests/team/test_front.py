@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -38,19 +39,24 @@ def add_token(name: str, *options: str) -> str:
 
 @contextmanager
 def serving(*options: str, log: Path | None = None) -> Iterator[str]:
-    """`flakebot serve --port 0` until the block ends; its URL (the line it prints once listening). Stopped by its pid
-    (SIGTERM, then SIGKILL), whatever happens in the block."""
+    """`flakebot serve --port 0` until the block ends; its URL (the line it prints once listening, within a minute).
+    Its stderr goes to `log`.err (a pipe nobody reads could fill and stall it). Stopped by its pid (SIGTERM, then
+    SIGKILL), whatever happens in the block."""
     logging = ["-vv", "--log-file", str(log)] if log else []
-    process = subprocess.Popen(
-        [*FLAKEBOT, *logging, "serve", "--port", "0", *options],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )
+    errors = (log or Path(os.getcwd()) / "serve.log").with_suffix(".err")
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(
+            [*FLAKEBOT, *logging, "serve", "--port", "0", *options],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=dict(os.environ),
+        )
     try:
-        line = process.stdout.readline() if process.stdout else ""
-        assert line.startswith("flakebot serve: "), f"{line}{process.stderr.read() if process.stderr else ''}"
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        line = process.stdout.readline() if ready else ""
+        assert line.startswith("flakebot serve: "), f"{line}{errors.read_text()}"
         yield line.split()[2]
     finally:
         process.send_signal(signal.SIGTERM)
@@ -59,10 +65,8 @@ def serving(*options: str, log: Path | None = None) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        serving.stderr = process.stderr.read() if process.stderr else ""  # type: ignore[attr-defined]
-        for stream in (process.stdout, process.stderr):
-            if stream:
-                stream.close()
+        if process.stdout:
+            process.stdout.close()
 
 
 def post(url: str, body: Any, token: str | None = None, **headers: str) -> httpx.Response:
@@ -125,7 +129,7 @@ def test_a_token_opens_the_front_and_nothing_else_does(flakebot_home: Path, work
     for path in [*workdir.rglob("*"), log]:
         if path.is_file():
             assert token[4:] not in path.read_text(errors="replace"), path
-    assert log.stat().st_size > 0 and token[4:] not in serving.stderr  # type: ignore[attr-defined]
+    assert log.stat().st_size > 0 and token[4:] not in log.with_suffix(".err").read_text()
     listed = run_cli("token", "list", "--json", check=True)
     assert token[4:] not in listed.stdout and json_result(listed)["tokens"][0]["revoked"]
 
