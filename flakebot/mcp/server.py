@@ -243,9 +243,8 @@ class FlakebotMCP:
         """The work in a process of its own session (as _detached), its journal relayed as progress notifications
         (heartbeats included) until its result: a client that goes away leaves it running, not a run marked running
         whose process is gone."""
-        process, journal = _start_job(
-            self.settings(), name, args, self.job_owner(ctx)
-        )  # JobLimit: call_tool answers it
+        # JobLimit: call_tool answers it
+        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
         count = 0
 
         async def report(line: dict[str, Any]) -> None:
@@ -266,9 +265,8 @@ class FlakebotMCP:
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        process, journal = _start_job(
-            self.settings(), name, args, self.job_owner(ctx)
-        )  # JobLimit: call_tool answers it
+        # JobLimit: call_tool answers it
+        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
         deadline = time.monotonic() + jobs.bounded(self.settings(), "task_result_wait", 1, 3600)
         while True:
             known = _journal_reading(journal)
