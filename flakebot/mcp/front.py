@@ -68,6 +68,21 @@ class FrontOptions:
         return self.tls_cert is not None and self.tls_key is not None
 
 
+def check_tls(options: FrontOptions) -> None:
+    """The certificate and key load as a TLS server's pair (else one line here, not a traceback from the server)."""
+    import ssl
+
+    if not options.tls:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(options.tls_cert), str(options.tls_key))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(
+            f"cannot use {options.tls_cert} and {options.tls_key} for TLS: {getattr(exc, 'strerror', None) or exc}",
+            fix="pass a PEM certificate (chain) and its unencrypted PEM private key",
+        ) from None
+
+
 def check_exposure(options: FrontOptions, store: TokenStore) -> None:
     """Refuse what would expose the server: half a TLS pair, or an address beyond loopback without TLS and tokens."""
     if (options.tls_cert is None) != (options.tls_key is None):
@@ -318,6 +333,7 @@ def serve(
     settings = settings or config.load()
     store = TokenStore(settings.path("workdir"))
     check_exposure(options, store)
+    check_tls(options)
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])
     state = TeamMCP(settings, options.grant_roots, store, MemoryAdmission())

@@ -183,6 +183,8 @@ def test_serve_beyond_loopback_needs_tls_and_a_token(flakebot_home: Path) -> Non
     cert.write_text("x"), key.write_text("x")
     with_tls = run_cli("serve", "--host", "0.0.0.0", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key))
     assert with_tls.returncode == 71 and "without a token" in with_tls.stderr
+    bad_pair = run_cli("serve", "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key))
+    assert bad_pair.returncode == 2 and bad_pair.stderr.count("\n") == 1 and "cannot use" in bad_pair.stderr
     as_json = run_cli("serve", "--host", "0.0.0.0", "--json")
     assert as_json.returncode == 2  # serve has no --json: a usage error, still one line
 
