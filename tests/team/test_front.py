@@ -24,6 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 from benchmarks.scenarios import pileup
 from tests.conftest import FLAKEBOT, json_result, require, run_cli
 
+pytestmark = pytest.mark.timeout(180)  # each scenario bounded: a front that hangs fails its test, not the suite
+
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
