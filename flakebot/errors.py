@@ -16,7 +16,9 @@
     ├── NixError                       exit 50  nix missing, flake build or smoke run failed
     ├── CatalogError                   exit 60  tool unknown, catalog unusable
     │   └── CatalogTrustError          exit 61  a shared catalog's index refused (unsigned, stale, malformed)
-    ├── QuotaExceeded                  exit 70  a tenant's quota used up (crafts in flight, crafts per day)
+    ├── TeamError                      exit 70  team mode: a token name unknown, taken or malformed
+    │   ├── BindRefused                exit 71  `serve` on a non-loopback address without TLS and tokens
+    │   └── QuotaExceeded              exit 72  a tenant's quota used up (crafts in flight, crafts per day)
     └── Interrupted                    exit 130 Ctrl-C / SIGTERM
 
 Every error carries a one-line `message` naming the problem and a `fix` naming the remedy.
@@ -31,6 +33,7 @@ from typing import Any
 
 __all__ = [
     "AcquireError",
+    "BindRefused",
     "BudgetExceeded",
     "CatalogError",
     "CatalogTrustError",
@@ -46,6 +49,7 @@ __all__ = [
     "SandboxError",
     "SearchError",
     "SpecError",
+    "TeamError",
     "UnsafePath",
     "UsageError",
     "error_classes",
@@ -216,10 +220,22 @@ class CatalogTrustError(CatalogError):
     exit_code = 61
 
 
-class QuotaExceeded(FlakebotError):
-    """A tenant's quota is used up: crafts in flight or crafts per day (team mode)."""
+class TeamError(FlakebotError):
+    """Team mode: a token name unknown, taken or malformed, or a token store unusable."""
 
     exit_code = 70
+
+
+class BindRefused(TeamError):
+    """`flakebot serve` refused an address beyond loopback: TLS and at least one token are needed there."""
+
+    exit_code = 71
+
+
+class QuotaExceeded(TeamError):
+    """A tenant's quota is used up: crafts in flight or crafts per day (team mode)."""
+
+    exit_code = 72
 
 
 class UnsafePath(UsageError, OSError):

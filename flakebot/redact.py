@@ -23,6 +23,7 @@ SECRET_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
     re.compile(r"\bgsk_[A-Za-z0-9]{8,}"),
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bfbt_[A-Za-z0-9_\-]{20,}"),  # a flakebot team token (flakebot.team.tokens)
     re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{8,}"),
     re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@host in a URL
 )

@@ -41,7 +41,7 @@ ALLOWED = {
     "stages": {"agent", "cargo", "crates", "deliver", "llm", "nix", "pipeline", "sandbox", "services", "source"},
     "commands": {"crates", "deliver", "evaluate", "llm", "nix", "pipeline", "services", "source", "stages", "team"},
     "evaluate": {"llm", "pipeline", "sandbox", "source"},
-    "mcp": {"api", "commands", "deliver", "pipeline", "services", "validation"},
+    "mcp": {"api", "commands", "deliver", "pipeline", "services", "team", "validation"},
     "services": {"deliver", "nix", "sandbox"},
     "team": {"deliver", "pipeline"},
 }

@@ -21,6 +21,8 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Show or change settings (flakebot.toml).", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+token_app = typer.Typer(help="Make, list and revoke the tokens agents use with `flakebot serve`.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
 
 
 class Globals:
@@ -86,10 +88,11 @@ def _setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
 
 from flakebot.cli.generated import register as _register_table  # noqa: E402
 
-_register_table(app, {"config": config_app}, G)
+_register_table(app, {"config": config_app, "token": token_app}, G)
 
 
-# ---------------------------------------------------------------- the MCP door's start (a door, not a command)
+# ---------------------------------------------------------------- the MCP doors' starts (doors, not commands: the
+# library, commands/ included, never imports the MCP server they start)
 
 
 @app.command("mcp")
@@ -107,6 +110,41 @@ def mcp_cmd(
 
     load_sdk()
     serve(grant_roots=list(grant_root or []))
+
+
+@app.command("serve")
+def serve_cmd(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on; beyond loopback only with --tls-cert, --tls-key and a token.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one, printed).")] = 8765,
+    tls_cert: Annotated[Path | None, typer.Option(help="PEM certificate (chain) for HTTPS.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(help="The URL agents use, when not http(s)://HOST:PORT/mcp (a proxy's, a DNS name's)."),
+    ] = None,
+    grant_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-root",
+            help="A directory a call's writable paths may lie beneath, beside the grant_roots setting (repeatable).",
+        ),
+    ] = None,
+) -> None:
+    """Serve flakebot's MCP server over Streamable HTTP for a team: bearer tokens, limits per token, an audit (docs/team.md).
+
+    Runs until Ctrl-C or SIGTERM. Make tokens with `flakebot token add NAME`."""
+    from flakebot.cli.entry import share_logging
+    from flakebot.mcp.front import FrontOptions, serve
+
+    share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
+    options = FrontOptions(host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []))
+
+    def ready(address: str, tokens: int) -> None:
+        print(f"flakebot serve: {address} ({tokens} active token(s))", flush=True)
+
+    serve(options, G.settings, ready)
 
 
 # ---------------------------------------------------------------- entry point

@@ -188,3 +188,15 @@ def setup_logging(verbose: int, quiet: bool, log_file: Path | None) -> None:
         file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         file_handler.addFilter(RedactFilter())
         root.addHandler(file_handler)
+
+
+def share_logging(*names: str) -> None:
+    """Give other libraries' loggers (`serve`: uvicorn's, the MCP SDK's) flakebot's handlers, redaction included, at
+    flakebot's level, so whatever they say reaches the same terminal and log file with secrets removed."""
+    ours = logging.getLogger("flakebot")
+    for name in names:
+        theirs = logging.getLogger(name)
+        theirs.setLevel(ours.level)
+        theirs.propagate = False
+        for handler in ours.handlers:
+            theirs.addHandler(handler)

@@ -40,6 +40,7 @@ MODULES = (
     "share",
     "service_verbs",
     "team_worker",
+    "token_verbs",
 )
 
 DOORS = frozenset({"cli", "mcp", "api"})

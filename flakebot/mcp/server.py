@@ -114,6 +114,11 @@ class FlakebotMCP:
         self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
         self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
 
+    def job_owner(self, ctx: Any) -> tuple[str, jobs.Limits]:
+        """Whom a long job started by this request counts against, and the caps: over stdio, this server's session
+        (max_session_jobs); the team front (mcp/front.py) counts by token."""
+        return self.session, jobs.Limits.of(self.settings())
+
     def settings(self) -> config.Settings:
         from flakebot.deliver.grants import widened
 
@@ -238,7 +243,8 @@ class FlakebotMCP:
         """The work in a process of its own session (as _detached), its journal relayed as progress notifications
         (heartbeats included) until its result: a client that goes away leaves it running, not a run marked running
         whose process is gone."""
-        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
+        # JobLimit: call_tool answers it
+        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
         count = 0
 
         async def report(line: dict[str, Any]) -> None:
@@ -259,7 +265,8 @@ class FlakebotMCP:
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        process, journal = _start_job(self.settings(), name, args, self.session)  # JobLimit: call_tool answers it
+        # JobLimit: call_tool answers it
+        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
         deadline = time.monotonic() + jobs.bounded(self.settings(), "task_result_wait", 1, 3600)
         while True:
             known = _journal_reading(journal)
@@ -295,7 +302,7 @@ class FlakebotMCP:
         _check_own(name, args)  # the tasks door (mcp_tasks) takes the same check as call_tool, before any job
         if name in TABLE_TOOLS:  # a table command's check too (as _long runs it), before admission
             self.work(name, args)
-        process, journal = _start_job(self.settings(), name, args, self.session)
+        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
         return process, journal
@@ -363,12 +370,13 @@ def _check_job_arguments(name: str, args: dict[str, Any]) -> None:
 
 
 def _start_job(
-    settings: config.Settings, name: str, args: dict[str, Any], session: str
+    settings: config.Settings, name: str, args: dict[str, Any], owner: tuple[str, jobs.Limits]
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A long tool's work in a process of its own session (run_job), its journal beside its .log in mcp-jobs/, once
-    admission (pipeline.jobs: max_jobs, max_session_jobs) let it start; refused, it raises JobLimit."""
+    admission (pipeline.jobs: max_jobs, and the owner's cap: max_session_jobs or a token's) let it start; refused, it
+    raises JobLimit."""
     _check_job_arguments(name, args)  # before admission: a refused call leaves no job file
-    limits = jobs.Limits.of(settings)
+    session, limits = owner
     with jobs.admission(_job_directory(settings), name, session, limits) as admitted:
         journal = _journal_path(settings)
         code = "from flakebot.mcp.server import run_job; run_job(*sys.argv[1:5])"

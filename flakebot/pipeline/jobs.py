@@ -54,10 +54,13 @@ class JobLimit(HostError):
 
 @dataclass(frozen=True)
 class Limits:
-    """The caps admission enforces, from the settings."""
+    """The caps admission enforces, from the settings: on this machine, and per owner (an MCP session; in team mode
+    a token, whose cap and words team.admission gives)."""
 
     machine: int
     session: int
+    session_key: str = "max_session_jobs"  # what the refusal tells the caller to raise
+    owner: str = "this MCP session"
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -96,7 +99,7 @@ def admission(directory: Path, tool: str, session: str, limits: Limits) -> Itera
         _clear_old(directory, {r["id"] for r in running})
         mine = [r for r in running if r.get("session") == session]
         if len(mine) >= limits.session:
-            raise _refused(tool, mine, limits.session, "max_session_jobs", "this MCP session")
+            raise _refused(tool, mine, limits.session, limits.session_key, limits.owner)
         if len(running) >= limits.machine:
             raise _refused(tool, running, limits.machine, "max_jobs", "this machine")
         yield Admission(directory, tool, session)

@@ -1,1 +1,16 @@
-"""Team mode: the work queue, quotas and workers in PostgreSQL (db, queue, worker). May import deliver, pipeline."""
+"""Team mode: what lets one flakebot serve many agents (`flakebot serve` is flakebot.mcp.front) and spread their
+crafts over workers.
+
+    tokens.py     static bearer tokens: made once, stored as their SHA-256 only, each naming a principal, its tenant
+                  and its limits; revoked by name; verified on every request (a revocation is seen at once)
+    admission.py  what one token may do now: tool calls per minute (a sliding window) and concurrent long jobs, behind
+                  a small protocol a shared (PostgreSQL) version can replace
+    audit.py      the append-only audit: one JSON line per call (principal, tenant, tool, argument digest, outcome,
+                  duration), never the arguments' text
+    db.py         the PostgreSQL connection and schema (jobs, tenants, audit)
+    queue.py      the work queue: one craft per need, tenant quotas exact under races, fair claims, leases
+    worker.py     `flakebot worker`'s loop: claim a job, run today's pipeline on it, write the result back
+
+May import deliver, pipeline (and the leaves). The HTTP door itself lives with the other MCP door (flakebot.mcp.front):
+nothing in the library imports a door.
+"""

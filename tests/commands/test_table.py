@@ -25,7 +25,8 @@ from flakebot.mcp.tooltable import table_tools
 from flakebot.pipeline.request import RunRequest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "flakebot"
-DOOR_ENTRIES = {"mcp"}  # `flakebot mcp` starts the MCP door itself: it is a door, not a command
+# `flakebot mcp` (stdio) and `flakebot serve` (HTTP) start the MCP door themselves: doors, not commands
+DOOR_ENTRIES = {"mcp", "serve"}
 
 
 def _cli_commands() -> dict[str, Any]:

@@ -122,7 +122,7 @@ def test_a_tenants_quota_is_exact_when_two_fronts_race(database: str, quota: str
     refused = [a for a in answers if isinstance(a, QuotaExceeded)]
     assert len(accepted) == (5 if quota == "max_in_flight" else 3) and len(refused) == 24 - len(accepted)
     line = refused[0].one_line()
-    assert "Fix: wait" in line and "\n" not in line and refused[0].exit_code == 70
+    assert "Fix: wait" in line and "\n" not in line and refused[0].exit_code == 72
     assert refused[0].details["quota"] == quota
     assert not queue.enqueue(conn, "globex", "carol", craft("need tool0x0")).joined  # another tenant is not held
     conn.close()

@@ -1,0 +1,353 @@
+"""The team front: flakebot's MCP server (the same tools as `flakebot mcp`) over Streamable HTTP, for many agents.
+
+The MCP SDK's session manager serves both protocols on one endpoint, `/mcp`: the 2025-11-25 session protocol
+(`initialize`, then `Mcp-Session-Id`; a session answers only the principal that opened it, another's id is "not
+found") and the stateless 2026-07-28 one (each POST stands alone, routed by its `MCP-Protocol-Version` header).
+
+Auth is an OAuth 2.1 resource server's, as the MCP spec has it: every request carries `Authorization: Bearer TOKEN`;
+a missing, unknown or revoked token is 401 with `WWW-Authenticate: Bearer ... resource_metadata="URL"`, and the
+protected-resource metadata (RFC 9728) is served at `/.well-known/oauth-protected-resource` (and under the
+resource's path, `.../mcp`). Tokens are flakebot's own static ones (flakebot.team.tokens: hashed on disk). A
+foreign `Origin` (a browser page of another site) is 403 and a foreign `Host` 421: DNS rebinding cannot reach it.
+
+Admission per token (flakebot.team.admission) comes before the MCP layer: a `tools/call` past the token's calls per
+minute is 429 with `Retry-After` and a JSON-RPC error saying how long to wait; long jobs count against the token's
+concurrent crafts (pipeline.jobs' owner). Each tools/call and tools/list is audited (flakebot.team.audit) with the
+caller's principal and tenant, which the handlers read from the request's authenticated user.
+
+The front binds 127.0.0.1 unless told otherwise, and refuses any address beyond loopback without TLS and at least
+one active token (BindRefused), before it binds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+
+from flakebot import config
+from flakebot.errors import BindRefused, UsageError
+from flakebot.loopback import is_loopback
+from flakebot.mcp.server import FlakebotMCP
+from flakebot.pipeline import jobs
+from flakebot.team.admission import Admission, MemoryAdmission
+from flakebot.team.audit import Audit
+from flakebot.team.tokens import Principal, TokenStore
+
+logger = logging.getLogger(__name__)
+
+PATH = "/mcp"
+DEFAULT_PORT = 8765
+BODY_LIMIT = 4 * 1024 * 1024  # the SDK's own request body limit: a larger body is its 413, not inspected here
+RATE_LIMITED = -32029  # a server-defined JSON-RPC error code (the -32000 range): too many calls, wait
+
+
+@dataclass
+class FrontOptions:
+    """How `flakebot serve` was asked to serve."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    url: str | None = None  # the URL clients use, when it differs from http(s)://HOST:PORT/mcp (a proxy, a name)
+    issuer: str | None = None  # the authorization server named in the metadata (default: this server's origin)
+    grant_roots: list[str] = field(default_factory=list)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None and self.tls_key is not None
+
+
+def check_tls(options: FrontOptions) -> None:
+    """The certificate and key load as a TLS server's pair (else one line here, not a traceback from the server)."""
+    import ssl
+
+    if not options.tls:
+        return
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(options.tls_cert), str(options.tls_key))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(
+            f"cannot use {options.tls_cert} and {options.tls_key} for TLS: {getattr(exc, 'strerror', None) or exc}",
+            fix="pass a PEM certificate (chain) and its unencrypted PEM private key",
+        ) from None
+
+
+def check_exposure(options: FrontOptions, store: TokenStore) -> None:
+    """Refuse what would expose the server: half a TLS pair, or an address beyond loopback without TLS and tokens."""
+    if (options.tls_cert is None) != (options.tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together", fix="pass both (a PEM certificate and its key)")
+    if is_loopback(options.host):
+        return
+    missing = [what for what, ok in (("TLS", options.tls), ("a token", bool(store.active()))) if not ok]
+    if missing:
+        raise BindRefused(
+            f"refusing to serve on {options.host}, beyond loopback, without {' and '.join(missing)}: "
+            "anyone who reaches that address could read what agents send or call flakebot's tools",
+            fix="pass --tls-cert and --tls-key and make a token with 'flakebot token add NAME', or serve on "
+            "127.0.0.1 (the default) behind a TLS proxy",
+        )
+
+
+class TeamMCP(FlakebotMCP):
+    """The MCP server of the front: each call knows its principal; long jobs count against its token; calls are
+    audited."""
+
+    def __init__(self, settings: config.Settings, grant_roots: list[str], store: TokenStore, admission: Admission):
+        super().__init__(settings, grant_roots)
+        self.store, self.admission = store, admission
+        self.audit = Audit(settings.path("workdir"))
+
+    def principal(self, ctx: Any) -> Principal | None:
+        """The principal of the request `ctx` answers (its verified token, as the HTTP layer authenticated it)."""
+        return principal_of_scope(getattr(getattr(ctx, "request", None), "scope", None) or {}, self.store)
+
+    def job_owner(self, ctx: Any) -> tuple[str, jobs.Limits]:
+        principal = self.principal(ctx)
+        machine = jobs.Limits.of(self.settings())
+        if principal is None:  # not through the front's auth (cannot happen over HTTP): one owner for all such calls
+            return "token:none", jobs.Limits(machine.machine, 1)
+        return self.admission.job_owner(principal, machine)
+
+    async def list_tools(self, ctx: Any, params: Any) -> Any:
+        started = time.monotonic()
+        result = await super().list_tools(ctx, params)
+        self._audited(ctx, "tools/list", None, None, "ok", None, started)
+        return result
+
+    async def call_tool(self, ctx: Any, params: Any) -> Any:
+        started = time.monotonic()
+        result = await super().call_tool(ctx, params)
+        data = result.structured_content if isinstance(result.structured_content, dict) else {}
+        code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
+        outcome = "error" if result.is_error else "ok"
+        self._audited(ctx, "tools/call", params.name, params.arguments or {}, outcome, code, started)
+        return result
+
+    def _audited(
+        self, ctx: Any, method: str, tool: str | None, arguments: Any, outcome: str, code: int | None, started: float
+    ) -> None:
+        principal = self.principal(ctx)
+        if principal is None:
+            logger.warning("%s answered without a principal: not audited", method)
+            return
+        elapsed = time.monotonic() - started
+        self.audit.record(
+            principal, method, tool=tool, arguments=arguments, outcome=outcome, exit_code=code, seconds=elapsed
+        )
+
+
+def principal_of_scope(scope: Any, store: TokenStore) -> Principal | None:
+    """The principal of an ASGI scope the SDK's bearer backend authenticated (its `user`), or None."""
+    user = scope.get("user") if isinstance(scope, dict) else None
+    token = getattr(getattr(user, "access_token", None), "token", None)
+    return store.verify(token) if isinstance(token, str) else None
+
+
+class StoreVerifier:
+    """The SDK's TokenVerifier over flakebot's token store: a token's principal as an AccessToken (client_id: the
+    principal's name; subject: its id, so a new token under a revoked one's name is another principal and cannot
+    take over its sessions)."""
+
+    def __init__(self, store: TokenStore, resource: str) -> None:
+        self.store, self.resource = store, resource
+
+    async def verify_token(self, token: str) -> Any:
+        from mcp.server.auth.provider import AccessToken
+
+        principal = self.store.verify(token)
+        if principal is None:
+            return None
+        claims = {"tenant": principal.tenant}
+        return AccessToken(
+            token=token,
+            client_id=principal.name,
+            scopes=[],
+            resource=self.resource,
+            subject=principal.id,
+            claims=claims,
+        )
+
+
+class AdmittedCalls:
+    """ASGI: a POST's `tools/call` counted against its token's calls per minute; past it, 429 with Retry-After (and a
+    JSON-RPC error naming the wait), audited as refused. Everything else passes unchanged (the body replayed)."""
+
+    def __init__(self, app: Any, store: TokenStore, admission: Admission, audit: Audit) -> None:
+        self.app, self.store, self.admission, self.audit = app, store, admission, audit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        principal = principal_of_scope(scope, self.store)
+        if scope.get("type") != "http" or scope.get("method") != "POST" or principal is None:
+            await self.app(scope, receive, send)
+            return
+        messages, body = await _read_body(receive)
+        call = _posted_tool_call(body)
+        refusal = self.admission.admit_call(principal) if call is not None else None
+        if call is None or refusal is None:
+            await self.app(scope, _replaying(messages, receive), send)
+            return
+        request_id, tool, arguments = call
+        self.audit.record(principal, "tools/call", tool=tool, arguments=arguments, outcome="refused")
+        message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
+        error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}
+        payload = json.dumps(error).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+            (b"retry-after", str(refusal.retry_after).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+async def _read_body(receive: Any) -> tuple[list[Any], bytes]:
+    """The request's messages as received (to replay them) and its body; stops reading past BODY_LIMIT (the body is
+    then not inspected: the SDK refuses it with 413)."""
+    messages, size, more = [], 0, True
+    while more and size <= BODY_LIMIT:
+        message = await receive()
+        messages.append(message)
+        if message.get("type") != "http.request":
+            break
+        size += len(message.get("body", b""))
+        more = bool(message.get("more_body"))
+    body = b"".join(m.get("body", b"") for m in messages) if not more else b""
+    return messages, body
+
+
+def _replaying(messages: list[Any], receive: Any) -> Any:
+    pending = list(messages)
+
+    async def replayed() -> Any:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
+def _posted_tool_call(body: bytes) -> tuple[Any, str, Any] | None:
+    """(id, tool name, arguments) when the body is one JSON-RPC tools/call request, else None."""
+    try:
+        message = json.loads(body) if body else None
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    params = message.get("params")
+    if not isinstance(params, dict):
+        params = {}
+    return message.get("id"), str(params.get("name")), params.get("arguments")
+
+
+# ---------------------------------------------------------------- the application
+
+
+def resource_url(options: FrontOptions, port: int) -> str:
+    """The URL clients reach `/mcp` at: --url, else this server's scheme, host and port."""
+    if options.url:
+        return options.url.rstrip("/")
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    return f"{'https' if options.tls else 'http'}://{host}:{port}{PATH}"
+
+
+def security_settings(options: FrontOptions, url: str) -> Any:
+    """The Host and Origin values the SDK accepts: loopback names on a loopback address, and the URL's own."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    parts = urlsplit(url)
+    hosts, origins = [str(parts.netloc)], [f"{parts.scheme}://{parts.netloc}"]
+    if is_loopback(options.host):
+        for name in ("127.0.0.1", "localhost", "[::1]"):
+            hosts.append(f"{name}:*")
+            origins += [f"http://{name}:*", f"https://{name}:*"]
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
+    """The ASGI application: `/mcp` behind the bearer check and admission, and the protected-resource metadata."""
+    from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+    from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+    from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+    from pydantic import AnyHttpUrl
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.routing import Route
+
+    manager = StreamableHTTPSessionManager(app=state.server(), security_settings=security_settings(options, url))
+    resource = AnyHttpUrl(url)
+    parts = urlsplit(url)
+    issuer = AnyHttpUrl(options.issuer or f"{parts.scheme}://{parts.netloc}")
+    admitted = AdmittedCalls(StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit)
+    endpoint = RequireAuthMiddleware(admitted, [], build_resource_metadata_url(resource))
+    metadata = create_protected_resource_routes(resource, [issuer], resource_name="flakebot")
+    # the path RFC 9728 derives from the resource (.../mcp), and the bare well-known path clients also try
+    bare = Route("/.well-known/oauth-protected-resource", endpoint=metadata[0].endpoint, methods=["GET", "OPTIONS"])
+    routes = [Route(PATH, endpoint=endpoint), *metadata, bare]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with manager.run(), anyio.create_task_group() as group:
+            state.jobs = group  # what outlives a request: watching detached work for tools/list_changed
+            yield
+            group.cancel_scope.cancel()
+
+    middleware = [
+        Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreVerifier(state.store, url))),
+        Middleware(AuthContextMiddleware),
+    ]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one), made before the server starts so its port is known."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", fix="pick another --port") from None
+    sock.listen(128)
+    sock.set_inheritable(False)
+    return sock
+
+
+def serve(
+    options: FrontOptions, settings: config.Settings | None = None, ready: Callable[[str, int], None] | None = None
+) -> None:
+    """Serve until SIGINT or SIGTERM. `ready(url, active tokens)` is called once the socket listens."""
+    import uvicorn
+
+    settings = settings or config.load()
+    store = TokenStore(settings.path("workdir"))
+    check_exposure(options, store)
+    check_tls(options)
+    sock = bind(options.host, options.port)
+    url = resource_url(options, sock.getsockname()[1])
+    state = TeamMCP(settings, options.grant_roots, store, MemoryAdmission())
+    uv = uvicorn.Config(
+        build_app(state, options, url),
+        log_config=None,  # flakebot's handlers (redacted) take uvicorn's records; it configures nothing itself
+        access_log=False,  # the audit says who called what; a line per request would only repeat the path
+        ssl_certfile=str(options.tls_cert) if options.tls_cert else None,
+        ssl_keyfile=str(options.tls_key) if options.tls_key else None,
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+    )
+    if not store.active():
+        logger.warning("no active token: every request is refused until 'flakebot token add NAME'")
+    if ready is not None:
+        ready(url, len(store.active()))
+    uvicorn.Server(uv).run(sockets=[sock])

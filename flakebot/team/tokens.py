@@ -1,0 +1,199 @@
+"""Static bearer tokens for `flakebot serve`: the small team's way in (OAuth 2.1's resource server, with flakebot as
+the issuer of opaque tokens).
+
+A token is `fbt_` and 256 random bits, shown once when made. The store keeps only its SHA-256: a salt adds nothing
+to a hash of 256 random bits (no dictionary or table covers that space), and a plain digest lets a request's token
+be found with one lookup. The store is one JSON file in the workdir's team/ directory (mode 0600), written
+atomically under a lock; a server re-reads it when it changes, so `token revoke` takes effect on the next request.
+A revoked token stays listed (revoked, with when) so the audit still names its principal; its name can be given to a
+new token, which is a new principal (its own id).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from flakebot.errors import TeamError
+from flakebot.fsutil import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "fbt_"
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+DEFAULT_TENANT = "default"
+DEFAULT_CALLS_PER_MINUTE = 120
+DEFAULT_CONCURRENT_CRAFTS = 2
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a token speaks for: its name, its id (the first hex digits of its hash: a new token under an old name is
+    another principal), its tenant and its limits."""
+
+    name: str
+    id: str
+    tenant: str
+    calls_per_minute: int
+    concurrent_crafts: int
+    created: float
+    revoked: float | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What `token list` shows: everything but the hash (which is not here) and never the token."""
+        return asdict(self)
+
+
+def team_dir(workdir: Path) -> Path:
+    return workdir / "team"
+
+
+class TokenStore:
+    """The tokens of one workdir: add, list, revoke, and verify (cached until the file changes)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.directory = team_dir(workdir)
+        self.path = self.directory / "tokens.json"
+        self._seen: tuple[int, int, int] | None = None
+        self._by_hash: dict[str, Principal] = {}
+
+    # ---------------------------------------------------------------- administration
+
+    def add(
+        self,
+        name: str,
+        tenant: str = DEFAULT_TENANT,
+        calls_per_minute: int = DEFAULT_CALLS_PER_MINUTE,
+        concurrent_crafts: int = DEFAULT_CONCURRENT_CRAFTS,
+    ) -> tuple[Principal, str]:
+        """A new token for `name` (refused while an active one has that name): its principal and the token."""
+        _check_name("token name", name)
+        _check_name("tenant", tenant)
+        _check_limit("calls per minute", calls_per_minute, 100_000)
+        _check_limit("concurrent crafts", concurrent_crafts, 256)
+        token = PREFIX + secrets.token_urlsafe(32)
+        digest = _digest(token)
+        with self._locked() as records:
+            if any(r["name"] == name and r.get("revoked") is None for r in records):
+                raise TeamError(
+                    f"a token named {name!r} exists already",
+                    fix=f"pick another name, or 'flakebot token revoke {name}' first",
+                )
+            record = {
+                "name": name,
+                "id": digest[:16],
+                "sha256": digest,
+                "tenant": tenant,
+                "calls_per_minute": calls_per_minute,
+                "concurrent_crafts": concurrent_crafts,
+                "created": time.time(),
+                "revoked": None,
+            }
+            records.append(record)
+        logger.info("token %s added (tenant %s)", name, tenant)
+        return _principal(record), token
+
+    def principals(self) -> list[Principal]:
+        return [_principal(r) for r in self._read()]
+
+    def revoke(self, name: str) -> Principal:
+        """Revoke the active token named `name`."""
+        with self._locked() as records:
+            active = [r for r in records if r["name"] == name and r.get("revoked") is None]
+            if not active:
+                raise TeamError(f"no active token is named {name!r}", fix="see 'flakebot token list'")
+            active[0]["revoked"] = time.time()
+        logger.info("token %s revoked", name)
+        return _principal(active[0])
+
+    # ---------------------------------------------------------------- a request's token
+
+    def verify(self, token: str) -> Principal | None:
+        """The active principal `token` belongs to, or None (unknown, revoked, malformed)."""
+        if not token.startswith(PREFIX) or len(token) > 200:
+            return None
+        self._refresh()
+        return self._by_hash.get(_digest(token))  # a lookup by digest: its timing says nothing about the token
+
+    def active(self) -> list[Principal]:
+        self._refresh()
+        return list(self._by_hash.values())
+
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+            seen: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            seen = None
+        if seen == self._seen and seen is not None:
+            return
+        self._by_hash = {r["sha256"]: _principal(r) for r in self._read() if r.get("revoked") is None}
+        self._seen = seen
+
+    # ---------------------------------------------------------------- the file
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise TeamError(
+                f"the token store {self.path} is unreadable: {exc}", fix="restore it or remove it"
+            ) from None
+        records = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(records, list):
+            raise TeamError(f"the token store {self.path} is malformed", fix="restore it or remove it")
+        return records
+
+    @contextmanager
+    def _locked(self) -> Iterator[list[dict[str, Any]]]:
+        """The records under the store's lock, written back (0600, atomically) when the block ends without error."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.directory, 0o700)
+        with open(self.directory / ".tokens.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            records = self._read()
+            yield records
+            # atomic_write_text makes its file with mkstemp: mode 0600 from the start
+            atomic_write_text(self.path, json.dumps({"format": FORMAT, "tokens": records}, indent=2) + "\n")
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _principal(record: dict[str, Any]) -> Principal:
+    return Principal(
+        name=str(record["name"]),
+        id=str(record["id"]),
+        tenant=str(record["tenant"]),
+        calls_per_minute=int(record["calls_per_minute"]),
+        concurrent_crafts=int(record["concurrent_crafts"]),
+        created=float(record["created"]),
+        revoked=record.get("revoked"),
+    )
+
+
+def _check_name(what: str, value: str) -> None:
+    if not NAME.match(value):
+        raise TeamError(
+            f"{what} {value[:80]!r} is not a name", fix="use lower-case letters, digits, '.', '_' and '-' (64 at most)"
+        )
+
+
+def _check_limit(what: str, value: int, high: int) -> None:
+    if not 1 <= value <= high:
+        raise TeamError(f"{what} must be between 1 and {high:,}, got {value}", fix=f"pass {what} within them")
