@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(nix-bin bubblewrap git jq passt systemd umoci)  # passt: a service's port (services/forward.py); systemd: systemd-analyze checks its NixOS unit; umoci: unpacks its OCI image in tests
+APT_PACKAGES=(nix-bin bubblewrap git jq passt systemd umoci podman runc slirp4netns)  # passt: a service's port (services/forward.py); systemd: systemd-analyze checks its NixOS unit; umoci: unpacks its OCI image in tests; podman, runc (not crun: it cannot run where cgroups are in hybrid mode), slirp4netns: its OCI image under a real container engine
 # Debian's Rust crates the tests use: one list, read here and by tests/fakes/registry.py.
 mapfile -t test_crates < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^[[:space:]]*$/d' scripts/test-crates.txt)
 APT_PACKAGES+=("${test_crates[@]}")

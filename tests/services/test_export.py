@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -122,16 +126,17 @@ def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
     assert state.stat().st_uid == 65534
     bundle.parent.chmod(0o755)
     bundle.chmod(0o755)  # umoci makes it 0700; the service's user must reach its rootfs
-    # the rootfs's own directories on an empty root, the host's /usr beside them: with the host stand-in the binary
-    # links the host's glibc (a portable image needs real nixpkgs)
+    # the rootfs's own directories on an empty root and nothing of the host's: the image carries the loader and the
+    # libraries its binary links (the host stand-in's build links this machine's)
+    assert (rootfs / "lib64" / "ld-linux-x86-64.so.2").is_file() and not (rootfs / "usr").exists()
+    assert not (rootfs / "lib64" / "ld-linux-x86-64.so.2").is_symlink()
     binds = [arg for entry in sorted(rootfs.iterdir()) for arg in ("--bind", str(entry), f"/{entry.name}")]
     env_args = [arg for item in process["env"] for arg in ("--setenv", *item.split("=", 1))]
     user = [f"--reuid={process['user']['uid']}", f"--regid={process['user']['gid']}", "--clear-groups"]
     info = tmp_path / "info.json"
     with info.open("w") as info_file:
         sandbox = subprocess.Popen(
-            ["setpriv", *user, "bwrap", *binds, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
-             "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
+            ["setpriv", *user, "bwrap", *binds, "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
              "--die-with-parent", "--clearenv", *env_args, "--chdir", process["cwd"],
              "--info-fd", str(info_file.fileno()), "--", *process["args"]],
             pass_fds=(info_file.fileno(),), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -153,6 +158,79 @@ def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
         sandbox.wait(timeout=10)
     text = run_cli("export", "kv-service", "--oci", "-o", str(tmp_path / "out"), env=env)
     assert text.returncode == 2 and "exists" in text.stderr and len(text.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A `podman` of its own: runc (crun cannot run where cgroups are in hybrid mode), cgroupfs, slirp4netns,
+    vfs storage and its run and temporary directories all in a fresh directory; removed after."""
+    require("podman", "runc", "slirp4netns")
+    home = Path(tempfile.mkdtemp(prefix="flakebot-podman-"))
+    (home / "containers.conf").write_text(
+        '[containers]\nnetns = "slirp4netns"\n'
+        # no more than the machine's own limits: without CAP_SYS_RESOURCE (a container) runc cannot raise them
+        f'default_ulimits = ["nofile={min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 4096)}", '
+        f'"nproc={min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 4096)}"]\n'
+        f'[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+        f'tmp_dir = "{home}/tmp"\nvolume_path = "{home}/volumes"\n'
+    )
+    (home / "storage.conf").write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{home}/root"\nrunroot = "{home}/run"\n'
+    )
+    env = {**os.environ, "CONTAINERS_CONF": str(home / "containers.conf"),
+           "CONTAINERS_STORAGE_CONF": str(home / "storage.conf")}  # fmt: skip
+
+    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+
+    yield run
+    run("rm", "--all", "--force", "--time", "0")
+    run("rmi", "--all", "--force")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_oci_export_runs_under_podman_and_answers_through_its_published_port(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path, podman: Any
+) -> None:
+    """The layout export wrote, loaded by a real container engine and run with `-p`: a request from the host
+    through the published port reaches the service (it listens on all addresses of its own network namespace)."""
+    env, manifest = packaged
+    exported = json_result(run_cli("export", "kv-service", "--oci", "-o", str(tmp_path), "--json", env=env))
+    assert exported["network"] is False
+    loaded = podman("load", "--input", exported["layout"])
+    assert loaded.returncode == 0, loaded.stderr
+    image = loaded.stdout.strip().rpartition("Loaded image: ")[2].strip() or loaded.stdout
+    labels = json.loads(podman("image", "inspect", image).stdout)[0]["Labels"]
+    assert labels == {"io.flakebot.network": "none"}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        host_port = probe.getsockname()[1]
+    name = f"flakebot-test-{os.getpid()}"
+    started = podman("run", "--detach", "--name", name, "--publish", f"127.0.0.1:{host_port}:8080", image)
+    assert started.returncode == 0, started.stderr
+    try:
+        base = f"http://127.0.0.1:{host_port}"
+        assert _eventually(lambda: _http("GET", f"{base}/health")[0] == 200), podman("logs", name).stderr
+        assert _http("PUT", f"{base}/kv/k", b"kept") == (200, b"stored\n")
+        assert _http("GET", f"{base}/kv/k") == (200, b"kept")
+        inside = json.loads(podman("inspect", name).stdout)[0]
+        assert inside["Config"]["User"] == "65534:65534" and inside["State"]["Running"]
+    finally:
+        removed = podman("rm", "--force", "--time", "2", name)
+    assert removed.returncode == 0, removed.stderr
+    assert podman("ps", "--all", "--quiet", "--filter", f"name={name}").stdout.strip() == ""
+
+
+def _http(method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
+    """One request from the host (status 0 when nothing answers)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method), timeout=2) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except OSError:
+        return 0, b""
 
 
 def test_the_oci_export_builds_from_the_catalog_entry_not_from_the_flake_tree(

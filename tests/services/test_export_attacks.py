@@ -95,8 +95,14 @@ def _archive(tmp_path: Path, *, config: dict[str, Any] | None = None, layer: byt
     layer = layer if layer is not None else _root_layer()
     image_config = {
         "Entrypoint": [f"{STORE}/bin/kv-service"],
-        "Env": ["KV_PORT=9090", "STATE_DIRECTORY=/var/lib/flakebot-kv-service", "TMPDIR=/tmp"],
+        "Env": [
+            "KV_PORT=9090",
+            "LISTEN_ADDRESS=0.0.0.0",
+            "STATE_DIRECTORY=/var/lib/flakebot-kv-service",
+            "TMPDIR=/tmp",
+        ],
         "ExposedPorts": {"9090/tcp": {}},
+        "Labels": {"io.flakebot.network": "none"},
         "User": "65534:65534",
         **(config or {}),
     }
