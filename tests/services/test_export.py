@@ -233,6 +233,40 @@ def _http(method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]
         return 0, b""
 
 
+def test_export_carries_outbound_network_from_the_flag_and_from_the_services_own_run(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """Closed unless asked: `--network`, or the service last ran here with `up --network` (its launch record)."""
+    env, _ = packaged
+
+    def exported(out: str, *extra: str) -> tuple[bool, str]:
+        done = run_cli("export", "kv-service", "--nixos", "--no-check", "-o", str(tmp_path / out), *extra, "--json",
+                       env=env)  # fmt: skip
+        result = json_result(done)
+        return result["network"], (tmp_path / out / "flakebot-kv-service.nix").read_text()
+
+    network, text = exported("closed")
+    assert network is False and "default = false;" in text
+    network, text = exported("asked", "--network")
+    assert network is True and "default = true;  # exported with --network" in text
+    node = json_result(run_cli("export", "kv-service", "--deploy-rs", "--network", "-o", str(tmp_path / "node"),
+                               "--json", env=env))  # fmt: skip
+    assert node["problems"] == [] and node["network"] is True
+    assert not {"IPAddressDeny=any", "IPAddressAllow=localhost"} & set(node["unit"].splitlines())
+    up = run_cli("up", "kv-service", "--network", "--json", env=env)
+    try:
+        assert json_result(up)["network"] is True
+        network, text = exported("from-launch")
+        assert network is True and "default = true;" in text
+    finally:
+        assert run_cli("down", "kv-service", env=env).returncode == 0
+    # the record is the last run's: a run without --network closes the export again (and leaves the other tests
+    # of this module a service that last ran closed)
+    assert run_cli("up", "kv-service", env=env).returncode == 0
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    assert exported("closed-again")[0] is False
+
+
 def test_the_oci_export_builds_from_the_catalog_entry_not_from_the_flake_tree(
     packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
 ) -> None:
