@@ -222,6 +222,82 @@ def test_the_oci_export_runs_under_podman_and_answers_through_its_published_port
     assert podman("ps", "--all", "--quiet", "--filter", f"name={name}").stdout.strip() == ""
 
 
+def test_the_nixos_modules_unit_runs_under_systemd_as_pid_1_with_its_address_port_and_credential(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path, podman: Any
+) -> None:
+    """The unit the exported module makes (listenAddress, port and credentialFiles set as a configuration sets
+    them), run by a real systemd as PID 1 in a podman container (the host's /usr and /nix/store read-only beside a
+    tiny /etc): its dynamic user, environment and credential, and a request through the published port."""
+    env, manifest = packaged
+    exported = json_result(run_cli("export", "kv-service", "--nixos", "-o", str(tmp_path), "--json", env=env))
+    options = {"listenAddress": "0.0.0.0", "credentialFiles": {"token": "/etc/flakebot-keys/token"},
+               # podman's port forward (slirp4netns) comes from its gateway, not localhost: let it in where
+               # systemd's IP filter applies (cgroup v2)
+               "allowedAddresses": ["any"]}  # fmt: skip
+    service = nixos.evaluate(Path(exported["module"]), "kv-service", manifest["store_path"], 9191,
+                             manifest["main_program"], options=options)  # fmt: skip
+    unit = nixos.unit_file(service)
+    assert nixos.verify(unit, "kv-service")[0] == []
+    root = Path(tempfile.mkdtemp(prefix="flakebot-systemd-"))
+    try:
+        _systemd_root(root, unit)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            host_port = probe.getsockname()[1]
+        name = f"flakebot-systemd-{os.getpid()}"
+        started = podman("run", "--detach", "--name", name, "--systemd=always", "--volume", "/usr:/usr:ro",
+                         "--volume", "/nix/store:/nix/store:ro", "--publish", f"127.0.0.1:{host_port}:9191",
+                         "--rootfs", str(root), "/lib/systemd/systemd", "--unit=flakebot-check.target")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        base = f"http://127.0.0.1:{host_port}"
+        healthy = _eventually(lambda: _http("GET", f"{base}/health")[0] == 200)
+        assert healthy, podman("exec", name, "systemctl", "status", "flakebot-kv-service").stdout
+        assert _http("PUT", f"{base}/kv/k", b"kept") == (200, b"stored\n")
+
+        def inside(*argv: str, user: str = "0") -> subprocess.CompletedProcess[str]:
+            return podman("exec", "--user", user, name, *argv)
+
+        shown = inside("systemctl", "show", "flakebot-kv-service", "-p", "MainPID", "-p", "ActiveState").stdout
+        state = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+        assert state["ActiveState"] == "active", shown
+        pid = state["MainPID"]
+        environ = dict(item.split("=", 1) for item in inside("cat", f"/proc/{pid}/environ").stdout.split("\0") if item)
+        assert environ["LISTEN_ADDRESS"] == "0.0.0.0" and environ["PORT"] == "9191"
+        credentials = environ["CREDENTIALS_DIRECTORY"]
+        uid = next(line.split()[1] for line in inside("cat", f"/proc/{pid}/status").stdout.splitlines()
+                   if line.startswith("Uid:"))  # fmt: skip
+        assert uid not in ("0", "65534")  # DynamicUser: a uid of its own
+        assert inside("cat", f"{credentials}/token", user=uid).stdout == "s3cret\n"  # the service's user reads it
+        assert inside("cat", f"{credentials}/token", user="65534").returncode != 0  # nobody else does
+        assert (root / "var" / "lib" / "private" / "flakebot-kv-service" / "kv" / "k").read_bytes() == b"kept"
+        removed = podman("rm", "--force", "--time", "5", name)
+        assert removed.returncode == 0, removed.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _systemd_root(root: Path, unit: str) -> None:
+    """A root for systemd as PID 1: /usr and /nix/store come from the host (bound read-only), /etc holds the unit,
+    a target that wants it, the credential file and the few files systemd reads."""
+    root.chmod(0o755)  # mkdtemp's 0700 would keep the service's dynamic user out of /
+    for directory in ("usr", "nix/store", "etc/systemd/system", "etc/flakebot-keys", "var", "run", "tmp", "root"):
+        (root / directory).mkdir(parents=True)
+    for link in ("bin", "sbin", "lib", "lib64"):
+        (root / link).symlink_to(f"usr/{link}")
+    etc = root / "etc"
+    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n")
+    (etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (etc / "nsswitch.conf").write_text("passwd: files systemd\ngroup: files systemd\n")
+    (etc / "machine-id").write_text("")
+    (etc / "os-release").symlink_to("../usr/lib/os-release")
+    (etc / "flakebot-keys" / "token").write_text("s3cret\n")
+    (etc / "flakebot-keys" / "token").chmod(0o600)
+    (etc / "systemd" / "system" / "flakebot-kv-service.service").write_text(unit)
+    (etc / "systemd" / "system" / "flakebot-check.target").write_text(
+        "[Unit]\nDescription=flakebot check\nWants=flakebot-kv-service.service\n"
+    )
+
+
 def _http(method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
     """One request from the host (status 0 when nothing answers)."""
     try:
