@@ -147,6 +147,17 @@ def test_an_image_as_asked_for_passes_and_becomes_a_layout(manifest: dict[str, A
             "environment",
         ),
         ({"config": {"ExposedPorts": {"22/tcp": {}}}}, "exposes"),
+        # the service would listen on the container's loopback only: a published port gets no answer
+        (
+            {
+                "config": {
+                    "Env": ["KV_PORT=9090", "LISTEN_ADDRESS=127.0.0.1", "STATE_DIRECTORY=/var/lib/flakebot-kv-service"]
+                }
+            },
+            "environment",
+        ),
+        ({"config": {"Labels": {"io.flakebot.network": "outbound"}}}, "labels"),  # not exported with --network
+        ({"config": {"Labels": {}}}, "labels"),
         ({"diff_id": "sha256:" + "0" * 64}, "digests"),
         ({"extra": ("../../etc/cron.d/x", b"* * * * * root sh\n")}, "not a plain file"),
         ({"layer": _root_layer(tmp_mode=0o755)}, "/tmp"),
