@@ -4,7 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(nix-bin bubblewrap git jq openssh-server passt postgresql-15 systemd umoci)  # openssh-server: remote builders in tests/nix/test_builders.py; postgresql-15: tests/team/ start a temporary cluster; passt: a service's port (services/forward.py); systemd: systemd-analyze checks its NixOS unit; umoci: unpacks its OCI image in tests
+# openssh-server: remote builders in tests/nix/test_builders.py; postgresql-15: tests/team/ start a temporary cluster;
+# passt: a service's port (services/forward.py); systemd: systemd-analyze checks its NixOS unit, and runs it as PID 1;
+# umoci: unpacks its OCI image in tests; podman, runc (not crun: it cannot run where cgroups are in hybrid mode),
+# slirp4netns: its OCI image under a real container engine
+APT_PACKAGES=(nix-bin bubblewrap git jq openssh-server passt postgresql-15 systemd umoci podman runc slirp4netns)
 # Debian's Rust crates the tests use: one list, read here and by tests/fakes/registry.py.
 mapfile -t test_crates < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^[[:space:]]*$/d' scripts/test-crates.txt)
 APT_PACKAGES+=("${test_crates[@]}")

@@ -276,6 +276,10 @@ def export_service(
     run_check: Annotated[
         bool, Param("nix eval what was written, systemd-analyze verify units.", cli=("--check/--no-check",))
     ] = True,
+    network: Annotated[
+        bool,
+        Param("It needs outbound network (as `up --network`; on too when it last ran so here).", cli=("--network",)),
+    ] = False,
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:
     """Write what another engine takes to run the service: --nixos (a NixOS module), --oci (an OCI image
@@ -289,8 +293,9 @@ def export_service(
             "say what to export, one at a time", fix=f"flakebot export {service} --nixos|--oci|--deploy-rs"
         )
     result = export(
-        service, chosen[0], Path(out), settings_or_default(settings), host=host, force=force, run_check=run_check
-    )
+        service, chosen[0], Path(out), settings_or_default(settings), host=host, force=force, run_check=run_check,
+        network=network,
+    )  # fmt: skip
     return {**result, "checked": run_check}
 
 
@@ -346,17 +351,24 @@ def _up_text(result: dict[str, Any]) -> str:
 
 
 def _export_text(result: dict[str, Any]) -> str:
+    network = "outbound network: on" if result.get("network") else "outbound network: none"
     if result["target"] == "oci":
-        note = "" if result["portable"] else "\n(built with the host stand-in: it runs on this machine only)"
+        note = (
+            ""
+            if result["portable"]
+            else "\n(built with the host stand-in: it carries this machine's loader and libraries)"
+        )
+        port = result["port"]
         return (
             f"wrote {result['layout']} (tag {result['tag']}, {result['layers']} layers, user {result['user']}){note}"
-            f"\nunpack it: umoci unpack --image {result['layout']}:{result['tag']} BUNDLE"
+            f"\n{network} (label io.flakebot.network; a container engine gives network unless told otherwise)"
+            f"\nrun it: podman run -p 127.0.0.1:{port}:{port} oci:{result['layout']}:{result['tag']}"
         )
     problems = result.get("problems") or []
     verdict = "not checked" if not result["checked"] else ("; ".join(problems) or "systemd-analyze verify: passed")
     if result["target"] == "nixos":
         return (
-            f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n"
+            f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n{network}\n"
             f"in your NixOS configuration:\n{result['configuration']}"
         )
     return (

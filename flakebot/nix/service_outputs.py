@@ -29,15 +29,18 @@ def plain(value: str, what: str, pattern: re.Pattern[str] = PLAIN_NAME) -> str:
     return value
 
 
-def module_text(name: str, spec: dict[str, Any]) -> str:
-    """The NixOS module of service `name` (its package an option, run with lib.getExe)."""
+def module_text(name: str, spec: dict[str, Any], *, network: bool = False) -> str:
+    """The NixOS module of service `name` (its package an option, run with lib.getExe); `network`: its
+    outboundNetwork option on by default."""
     from flakebot.render import render
 
-    return render("nixos-module.nix.j2", name=plain(name, "service name"), unit=unit_name(name), spec=_checked(spec))
+    return render("nixos-module.nix.j2", name=plain(name, "service name"), unit=unit_name(name), spec=_checked(spec),
+                  network=network)  # fmt: skip
 
 
-def image_text(name: str, version: str, program: str, spec: dict[str, Any]) -> str:
-    """`pkgs: package: <the image>`: dockerTools.buildLayeredImage with the service's entrypoint, port and state."""
+def image_text(name: str, version: str, program: str, spec: dict[str, Any], *, network: bool = False) -> str:
+    """`pkgs: package: <the image>`: dockerTools.buildLayeredImage with the service's entrypoint, port and state;
+    its label io.flakebot.network says whether the service needs outbound network (`network`) or none."""
     from flakebot.render import render
 
     unit = unit_name(plain(name, "service name"))
@@ -50,6 +53,7 @@ def image_text(name: str, version: str, program: str, spec: dict[str, Any]) -> s
         spec=_checked(spec),
         user=IMAGE_USER,
         state_dir=f"var/lib/{unit}",
+        network=network,
     )
 
 

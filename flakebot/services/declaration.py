@@ -82,7 +82,7 @@ class ServiceSpec:
             )
         if not 0 < self.start_s <= 3600:
             raise UsageError(f"start timeout {self.start_s:g} s is out of range", fix="pass --start-timeout 1..3600")
-        if self.port_env in ("STATE_DIRECTORY", "PATH", "HOME"):
+        if self.port_env in ("STATE_DIRECTORY", "PATH", "HOME", "LISTEN_ADDRESS", "CREDENTIALS_DIRECTORY"):
             raise UsageError(f"port variable '{self.port_env}' is taken", fix="pass --port-env PORT")
         _in_range("stop grace", self.stop_grace_s, 0, 3600, "pass --stop-grace SECONDS between 0 and 3600")
         _in_range("health check interval", self.interval_s, 0.05, 3600, "declare interval_s between 0.05 and 3600")

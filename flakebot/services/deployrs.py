@@ -50,11 +50,12 @@ def host_attr(host: str) -> str:
     return host.replace(".", "-")
 
 
-def deploy_text(manifest: dict[str, Any], host: str) -> str:
+def deploy_text(manifest: dict[str, Any], host: str, *, network: bool = False) -> str:
     from flakebot.render import render
 
     name = manifest["name"]
-    return render("deploy-rs.nix.j2", name=name, unit=nixos.unit_name(name), host=host, host_attr=host_attr(host))
+    return render("deploy-rs.nix.j2", name=name, unit=nixos.unit_name(name), host=host, host_attr=host_attr(host),
+                  network=network)  # fmt: skip
 
 
 def evaluate(
@@ -69,9 +70,10 @@ def evaluate(
         f"self = deployment; inherit nixpkgs deploy-rs system; service.nixosModules.default = serviceModule; }}; "
         f"in deployment.deploy.nodes.{host_attr(host)}"
     )
-    return nixos.eval_json(
+    node: dict[str, Any] = nixos.eval_json(
         ["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout
     )
+    return node
 
 
 def catalogued_flake(manifest: dict[str, Any], settings: Settings) -> tuple[str, str, Path | None]:
@@ -111,12 +113,16 @@ def export_deploy_rs(
     settings: Settings,
     *,
     run_check: bool = True,
+    network: bool = False,
 ) -> dict[str, Any]:
     """Write flakebot-NAME-deploy.nix (and the module, flakebot-NAME.nix, for a configuration without the flake)
-    into `target` and check the node."""
+    into `target` and check the node. `network`: the node turns the service's outboundNetwork on."""
     ServiceSpec.from_dict(manifest["service"])
     unit = nixos.unit_name(manifest["name"])
-    files = {f"{unit}-deploy.nix": deploy_text(manifest, host), f"{unit}.nix": nixos.module_text(manifest)}
+    files = {
+        f"{unit}-deploy.nix": deploy_text(manifest, host, network=network),
+        f"{unit}.nix": nixos.module_text(manifest, network=network),
+    }
     deploy_file, module = target.write_text(files)
     result: dict[str, Any] = {
         "deploy": str(deploy_file),
@@ -124,6 +130,7 @@ def export_deploy_rs(
         "host": host,
         "node": host_attr(host),
         "checked": run_check,
+        "network": network,
     }
     if run_check:
         node = evaluate(deploy_file, manifest, host, settings)

@@ -1,4 +1,8 @@
-"""`flakebot export NAME --nixos|--oci|--deploy-rs`: the catalogued service in the form another engine takes."""
+"""`flakebot export NAME --nixos|--oci|--deploy-rs`: the catalogued service in the form another engine takes.
+
+Outbound network goes with it when the user asks (`--network`) or when the service last ran with it here (its
+launch.json, flakebot's own record of `up --network`): the unit then has no IP filter and the image's label says
+`outbound`; otherwise both stay closed."""
 
 from __future__ import annotations
 
@@ -21,9 +25,11 @@ def export_service(
     host: str = "server",
     force: bool = False,
     run_check: bool = True,
+    network: bool = False,
 ) -> dict[str, Any]:
     """Write `target` for catalogued service `ref` into `out`; what was written and what its check found."""
     manifest = service_manifest_of(ref, settings)
+    network = network or recorded_network(manifest["name"], settings)
     if target == "deploy-rs":
         from flakebot.services.deployrs import host_attr
 
@@ -32,11 +38,23 @@ def export_service(
         if target == "oci":
             from flakebot.services.oci import export_oci
 
-            return {"target": target, **export_oci(manifest, into, settings)}
+            return {"target": target, **export_oci(manifest, into, settings, network=network)}
         if target == "deploy-rs":
             from flakebot.services.deployrs import export_deploy_rs
 
-            return {"target": target, **export_deploy_rs(manifest, into, host, settings, run_check=run_check)}
+            return {
+                "target": target,
+                **export_deploy_rs(manifest, into, host, settings, run_check=run_check, network=network),
+            }
         from flakebot.services.nixos import export_nixos
 
-        return {"target": target, **export_nixos(manifest, into, run_check=run_check)}
+        return {"target": target, **export_nixos(manifest, into, run_check=run_check, network=network)}
+
+
+def recorded_network(name: str, settings: Settings) -> bool:
+    """Whether service `name` last ran here with outbound network (its launch.json: only `up --network` writes it)."""
+    from flakebot.services.forward import outbound_network
+    from flakebot.services.layout import ServiceDir
+
+    where = ServiceDir.of(name, settings)
+    return outbound_network(where.read_json(where.launch_file))

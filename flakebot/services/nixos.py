@@ -1,12 +1,14 @@
-"""A catalogued service as a NixOS module, and the check this machine can give it (no systemd as PID 1 here).
+"""A catalogued service as a NixOS module, and the check this machine can give it.
 
-The module declares `services.flakebot-NAME` (enable, package, port) and a systemd service from the same
-declaration the supervisor runs: DynamicUser, StateDirectory (systemd sets $STATE_DIRECTORY), Restart=on-failure
-with the restart limit, TimeoutStopSec from the stop grace, and hardening that keeps what flakebot's sandbox keeps
-(no capabilities, no outbound network: IPAddressAllow=localhost). The check evaluates the module text itself with
-`nix eval` against a small stand-in for nixpkgs' `lib` (mkOption, mkIf, ...), renders the unit file NixOS would
-write, and runs `systemd-analyze verify` on it, plus `systemd-analyze security --offline=true` for a score.
-What only a NixOS host confirms: the module under the real module system, and the service started by systemd.
+The module declares `services.flakebot-NAME` as a nixpkgs module user expects it (enable, package, listenAddress,
+port, openFirewall, credentialFiles -> LoadCredential, outboundNetwork and allowedAddresses) and a systemd service
+from the same declaration the supervisor runs: DynamicUser, StateDirectory (systemd sets $STATE_DIRECTORY),
+Restart=on-failure with the restart limit, TimeoutStopSec from the stop grace, and hardening that keeps what
+flakebot's sandbox keeps (no capabilities; no outbound network unless exported with --network: IPAddressDeny=any,
+IPAddressAllow=localhost). The check evaluates the module text itself with `nix eval` against a small stand-in for
+nixpkgs' `lib` (mkOption, mkIf, ...), renders the unit file NixOS would write, and runs `systemd-analyze verify` on
+it, plus `systemd-analyze security --offline=true` for a score. What only a NixOS host confirms: the module under
+the real module system.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from flakebot.render import template_dir
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.exportfiles import ExportDir
 
-# The user's own definitions the check adds: the service enabled, a package, and a credential (LoadCredential, as a
-# configuration passes secrets; its definition merges with the module's empty list).
+# The user's own definitions the check adds: the service enabled, a package, and a credential (credentialFiles, as a
+# configuration passes secrets; the module makes it this LoadCredential entry).
 CHECK_CREDENTIAL = "token:/run/keys/flakebot-check-token"
 
 
@@ -43,11 +45,12 @@ def unit_name(name: str) -> str:
     return service_outputs.unit_name(name)
 
 
-def module_text(manifest: dict[str, Any]) -> str:
+def module_text(manifest: dict[str, Any], *, network: bool = False) -> str:
     """The NixOS module for catalogued service `manifest` (its package is an option: the flake's package); the
-    same text as the flake's nixosModules.default imports (flakebot.nix.service_outputs)."""
+    same text as the flake's nixosModules.default imports (flakebot.nix.service_outputs). `network`: its
+    outboundNetwork option defaults to on (export --network)."""
     ServiceSpec.from_dict(manifest["service"])  # a malformed declaration fails here, before any text
-    return service_outputs.module_text(manifest["name"], manifest["service"])
+    return service_outputs.module_text(manifest["name"], manifest["service"], network=network)
 
 
 def modules_stand_in() -> Path:
@@ -55,36 +58,47 @@ def modules_stand_in() -> Path:
     return template_dir() / "standin" / "nixos.nix"
 
 
-def _user_module(unit: str, port: int, package: str | None) -> str:
-    """The definitions a NixOS configuration would make: enable, port, a credential and (when given) the package."""
-    package_line = f"services.{json.dumps(unit)}.package = {package};" if package else ""
-    return (
-        f"{{ services.{json.dumps(unit)} = {{ enable = true; port = {port}; }}; {package_line} "
-        f"systemd.services.{json.dumps(unit)}.serviceConfig.LoadCredential = [ {json.dumps(CHECK_CREDENTIAL)} ]; }}"
-    )
+def _user_module(unit: str, port: int, package: str | None, options: dict[str, Any] | None = None) -> str:
+    """The definitions a NixOS configuration would make: enable, port, a credential, the package (when given) and
+    any other `options` of services.UNIT (JSON values, read by builtins.fromJSON)."""
+    key, _, file = CHECK_CREDENTIAL.partition(":")
+    given = {"enable": True, "port": port, "credentialFiles": {key: file}, **(options or {})}
+    package_set = f"{{ package = {package}; }}" if package else "{ }"
+    return f"{{ services.{json.dumps(unit)} = builtins.fromJSON {json.dumps(json.dumps(given))} // {package_set}; }}"
 
 
-def _evaluated(unit: str, modules: str) -> str:
-    """A Nix function of the module under test: its systemd.services entry evaluated with the stand-in."""
+def _evaluated(unit: str, modules: str, attribute: str = "") -> str:
+    """A Nix function of the module under test: its systemd.services entry (or `attribute` of the configuration)
+    evaluated with the stand-in."""
     lib = json.dumps(str(modules_stand_in()))
     return (
         f"module: ((import {lib}).evalModules {{ modules = [ module {modules} ]; "
         f'specialArgs.pkgs = {{ system = "{command.nix_system()}"; stdenv.hostPlatform.system = "{command.nix_system()}"; }}; }})'
-        f'.config.systemd.services."{unit}"'
+        f".config.{attribute or f'systemd.services.{json.dumps(unit)}'}"
     )
 
 
 def evaluate(
-    module: Path, name: str, store_path: str, port: int, program: str = "", timeout: float = 60
-) -> dict[str, Any]:
-    """The module's systemd.services entry as `nix eval` computes it with the service enabled and its package the
-    catalogued store path (with meta.mainProgram, as a flake's package has it)."""
+    module: Path,
+    name: str,
+    store_path: str,
+    port: int,
+    program: str = "",
+    timeout: float = 60,
+    *,
+    options: dict[str, Any] | None = None,
+    attribute: str = "",
+) -> Any:
+    """The module's systemd.services entry (or `attribute` of the configuration, e.g.
+    networking.firewall.allowedTCPPorts) as `nix eval` computes it with the service enabled, its package the
+    catalogued store path (with meta.mainProgram, as a flake's package has it) and `options` set."""
     unit = unit_name(name)
     package = (
         f'{{ type = "derivation"; outPath = {json.dumps(store_path)}; '
         f"meta.mainProgram = {json.dumps(program or name)}; }}"
     )
-    expr = f"({_evaluated(unit, _user_module(unit, port, package))}) (import {json.dumps(str(module.resolve()))})"
+    evaluated = _evaluated(unit, _user_module(unit, port, package, options), attribute)
+    expr = f"({evaluated}) (import {json.dumps(str(module.resolve()))})"
     return eval_json(["--impure", "--json", "--expr", expr], "pinned", None, timeout)
 
 
@@ -95,10 +109,13 @@ def evaluate_flake(
     flake's own packages.<system>.default)."""
     unit = unit_name(name)
     apply = _evaluated(unit, _user_module(unit, port, None))
-    return eval_json(["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout)
+    service: dict[str, Any] = eval_json(
+        ["--impure", "--json", f"{flake}#nixosModules.default", "--apply", apply], mode, standin, timeout
+    )
+    return service
 
 
-def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) -> dict[str, Any]:
+def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) -> Any:
     # through nix_argv, as every nix call that could build: the build users and Nix's sandbox
     argv = command.nix_argv(["eval"], args, mode, standin)
     done = launcher.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -111,8 +128,7 @@ def eval_json(args: list[str], mode: str, standin: Path | None, timeout: float) 
             if old_flake
             else "report it: the module flakebot wrote does not evaluate",
         )
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return json.loads(done.stdout)
 
 
 def _first_error(stderr: str) -> str:
@@ -163,22 +179,27 @@ def verify(unit: str, name: str, timeout: float = 60) -> tuple[list[str], str]:
 def check(module: Path, manifest: dict[str, Any]) -> Verified:
     """Evaluate the module, render its unit and verify it."""
     spec = ServiceSpec.from_dict(manifest["service"])
-    service = evaluate(module, manifest["name"], manifest["store_path"], spec.port, manifest.get("main_program", ""))
+    service: dict[str, Any] = evaluate(
+        module, manifest["name"], manifest["store_path"], spec.port, manifest.get("main_program", "")
+    )
     unit = unit_file(service)
     problems, exposure = verify(unit, manifest["name"])
     return Verified(unit_name(manifest["name"]), unit, problems, exposure)
 
 
-def export_nixos(manifest: dict[str, Any], target: ExportDir, *, run_check: bool = True) -> dict[str, Any]:
+def export_nixos(
+    manifest: dict[str, Any], target: ExportDir, *, run_check: bool = True, network: bool = False
+) -> dict[str, Any]:
     """Write the module into `target` as flakebot-NAME.nix and check it; what was written, the check's verdict,
     and the NixOS configuration lines that use it. An existing file is replaced only when `target` was opened with
-    force."""
+    force. `network`: the service's outbound network is on by default (export --network)."""
     unit = unit_name(manifest["name"])
-    [module] = target.write_text({f"{unit}.nix": module_text(manifest)})
+    [module] = target.write_text({f"{unit}.nix": module_text(manifest, network=network)})
     result: dict[str, Any] = {
         "module": str(module),
         "configuration": configuration_lines(manifest["name"], f"./{module.name}"),
         "checked": run_check,
+        "network": network,
     }
     if run_check:
         verified = check(module, manifest)

@@ -38,6 +38,7 @@ LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ROOT_USERS = ("", "0", "root")
+NETWORK_LABEL = "io.flakebot.network"  # "none" or "outbound": what the service needs of its engine's network
 STORE_PATH = re.compile(r"/nix/store/[0-9a-z]{32}-[A-Za-z0-9+._?=-]+")
 
 
@@ -50,18 +51,18 @@ class Image:
     tag: str
 
 
-def image_expression(manifest: dict[str, Any], pkgs: str) -> str:
+def image_expression(manifest: dict[str, Any], pkgs: str, *, network: bool = False) -> str:
     """The Nix expression of the service's image: the flake's image function applied to `pkgs` and the catalogued
     store path (builtins.storePath: the path the catalog holds, nothing rebuilt from a source tree)."""
     text = service_outputs.image_text(manifest["name"], manifest.get("version", ""), manifest["main_program"],
-                                      manifest["service"])  # fmt: skip
+                                      manifest["service"], network=network)  # fmt: skip
     store_path = manifest.get("store_path", "")
     if not STORE_PATH.fullmatch(store_path):
         raise UsageError(f"the catalog entry's store path {store_path!r} is not a store path", fix="package it again")
     return f"({text}) ({pkgs}) (builtins.storePath {json.dumps(store_path)})"
 
 
-def build_image(manifest: dict[str, Any], settings: Settings) -> Path:
+def build_image(manifest: dict[str, Any], settings: Settings, *, network: bool = False) -> Path:
     """nix build of the image (the host stand-in's dockerTools offline, else the pinned nixpkgs'); its .tar.gz."""
     mode = "host" if manifest.get("nixpkgs_mode") == "host" else "pinned"
     system = command.nix_system()
@@ -73,7 +74,7 @@ def build_image(manifest: dict[str, Any], settings: Settings) -> Path:
     else:
         standin = None
         pkgs = f'(builtins.getFlake "github:NixOS/nixpkgs/{PINNED_NIXPKGS["rev"]}").legacyPackages.{system}'
-    expr = image_expression(manifest, pkgs)
+    expr = image_expression(manifest, pkgs, network=network)
     # through nix_argv, as every nix call that can build: the build users and Nix's sandbox (the nixpkgs override it
     # adds is inert here: the expression names its nixpkgs itself)
     argv = command.nix_argv(["build"], ["--impure", "--json", "--no-link", "--expr", expr], mode, standin,
@@ -128,10 +129,11 @@ def read_archive(path: Path) -> Image:
     return Image(config, layers, tag)
 
 
-def check_config(image: Image, manifest: dict[str, Any]) -> dict[str, Any]:
+def check_config(image: Image, manifest: dict[str, Any], *, network: bool = False) -> dict[str, Any]:
     """The image's config when it is what flakebot asked for: the catalogued entrypoint, a non-root user, the
-    service's port variable and $STATE_DIRECTORY, a sticky world-writable /tmp and the state directory in the last
-    layer owned by that user; else UnsafePath naming the first difference."""
+    service's port variable, LISTEN_ADDRESS=0.0.0.0 and $STATE_DIRECTORY, the network label (`network`), a sticky
+    world-writable /tmp and the state directory in the last layer owned by that user; else UnsafePath naming the
+    first difference."""
     spec = ServiceSpec.from_dict(manifest["service"])
     config = json.loads(image.config).get("config") or {}
     entrypoint = [f"{manifest['store_path']}/bin/{manifest['main_program']}"]
@@ -145,9 +147,12 @@ def check_config(image: Image, manifest: dict[str, Any]) -> dict[str, Any]:
         raise _hostile(f"its user {user!r} is not numeric uid:gid (a name needs an /etc/passwd the image lacks)")
     unit = service_outputs.unit_name(manifest["name"])
     env = dict(item.partition("=")[::2] for item in config.get("Env", []))
-    wanted = {spec.port_env: str(spec.port), "STATE_DIRECTORY": f"/var/lib/{unit}"}
+    wanted = {spec.port_env: str(spec.port), "LISTEN_ADDRESS": "0.0.0.0", "STATE_DIRECTORY": f"/var/lib/{unit}"}
     if {k: env.get(k) for k in wanted} != wanted or set(env) - {*wanted, "TMPDIR"}:
         raise _hostile(f"its environment {sorted(env)} is not the service's ({sorted(wanted)} and TMPDIR)")
+    label = {NETWORK_LABEL: "outbound" if network else "none"}
+    if config.get("Labels") != label:
+        raise _hostile(f"its labels {config.get('Labels')!r} are not {label!r}")
     if set(config.get("ExposedPorts", {})) != {f"{spec.port}/tcp"}:
         raise _hostile(f"it exposes {sorted(config.get('ExposedPorts', {}))}, not {spec.port}/tcp")
     _check_root_layer(image.layers[-1], f"var/lib/{unit}", int(uid))
@@ -196,13 +201,16 @@ def layout_files(image: Image, name: str) -> dict[str, bytes]:
     }
 
 
-def export_oci(manifest: dict[str, Any], target: ExportDir, settings: Settings) -> dict[str, Any]:
-    """Build the image, check it, write its layout as OUT/flakebot-NAME.oci (whole, or not at all)."""
+def export_oci(
+    manifest: dict[str, Any], target: ExportDir, settings: Settings, *, network: bool = False
+) -> dict[str, Any]:
+    """Build the image, check it, write its layout as OUT/flakebot-NAME.oci (whole, or not at all). `network`:
+    its label says the service needs outbound network."""
     unit = service_outputs.unit_name(manifest["name"])
     target.refuse_existing([f"{unit}.oci"])  # before the build: a refusal costs nothing
-    archive = build_image(manifest, settings)
+    archive = build_image(manifest, settings, network=network)
     image = read_archive(archive)
-    config = check_config(image, manifest)
+    config = check_config(image, manifest, network=network)
     layout = target.write_tree(f"{unit}.oci", layout_files(image, manifest["name"]))
     return {
         "layout": str(layout),
@@ -213,4 +221,6 @@ def export_oci(manifest: dict[str, Any], target: ExportDir, settings: Settings) 
         "env": config.get("Env", []),
         "layers": len(image.layers),
         "portable": bool(manifest.get("portable")),
+        "network": network,
+        "port": ServiceSpec.from_dict(manifest["service"]).port,
     }

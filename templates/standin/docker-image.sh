@@ -22,7 +22,59 @@ addLayer() {  # a layer tar already written at $work/layer.tar: moved into the a
   layers+=("$digest")
 }
 
-perLayer=$((maxLayers - 1))
+# The stand-in builds with this machine's toolchain, so its programs link this machine's dynamic loader and libraries
+# (real nixpkgs' closure carries its own glibc). They go into the image at the paths the loader looks them up (the
+# program's PT_INTERP; each DT_NEEDED in its DT_RUNPATH, else the system's library directories), each file's own
+# needs followed too, so the image runs where this machine's /usr is not. Read with readelf: nothing is run.
+hostLibs="$work/hostlibs"
+mkdir -p "$hostLibs"
+libDirs=("/lib/$(uname -m)-linux-gnu" "/usr/lib/$(uname -m)-linux-gnu" /lib64 /usr/lib64 /lib /usr/lib)
+declare -A added=()
+queue=()
+for path in "${paths[@]}"; do
+  while IFS= read -r -d '' file; do
+    if [ "$(od -An -tx1 -N4 "$file" | tr -d ' \n')" = 7f454c46 ]; then queue+=("$file"); fi
+  done < <(find "$path" -type f -print0)
+done
+addHost() {  # $1: a path as the loader opens it (outside the store); its file's content there, and its own needs
+  local at="$1" real
+  [ -n "${added[$at]:-}" ] && return 0
+  real=$(readlink -f "$at")
+  added[$at]=1
+  mkdir -p "$hostLibs$(dirname "$at")"
+  cp "$real" "$hostLibs$at"
+  chmod "$(stat -c %a "$real")" "$hostLibs$at"
+  queue+=("$real")
+}
+i=0
+while [ "$i" -lt "${#queue[@]}" ]; do
+  file="${queue[$i]}"
+  i=$((i + 1))
+  interp=$(readelf -lW "$file" 2>/dev/null | sed -n 's/.*\[Requesting program interpreter: \(.*\)\]$/\1/p')
+  if [ -n "$interp" ] && [ "${interp#/nix/store/}" = "$interp" ]; then addHost "$interp"; fi
+  dynamic=$(readelf -dW "$file" 2>/dev/null || true)
+  runpath=$(sed -n 's/.*(RU*N*PATH).*\[\(.*\)\]$/\1/p' <<< "$dynamic" | sed "s|\$ORIGIN|$(dirname "$file")|g" | tr ':' ' ')
+  for needed in $(sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' <<< "$dynamic"); do
+    found=""
+    for dir in $runpath "${libDirs[@]}"; do
+      if [ -e "$dir/$needed" ]; then found="$dir/$needed"; break; fi
+    done
+    if [ -z "$found" ]; then
+      echo "flakebot stand-in dockerTools: $needed (needed by $file) is not on this machine" >&2
+      exit 1
+    fi
+    if [ "${found#/nix/store/}" = "$found" ]; then
+      addHost "$found"
+    elif [ -L "$found" ]; then  # a store path linking a host library (a stand-in package): the target goes in too
+      target=$(readlink "$found")
+      case "$target" in /nix/store/*) ;; /*) addHost "$target" ;; esac
+    fi
+  done
+done
+withHostLibs=0
+if [ "${#added[@]}" -gt 0 ]; then withHostLibs=1; fi
+
+perLayer=$((maxLayers - 1 - withHostLibs))
 if [ "$perLayer" -lt 1 ]; then perLayer=1; fi
 i=0
 rest=()
@@ -39,6 +91,12 @@ done
 if [ "${#rest[@]}" -gt 0 ]; then
   tar -cf "$work/layer.tar" "${tarOptions[@]}" -C / --no-recursion nix nix/store
   tar -rf "$work/layer.tar" "${tarOptions[@]}" -C / "${rest[@]}"
+  addLayer
+fi
+
+if [ "$withHostLibs" = 1 ]; then
+  (cd "$hostLibs" && find . -mindepth 1 -printf '%P\n' | sort) > "$NIX_BUILD_TOP/host-files"
+  tar -cf "$work/layer.tar" "${tarOptions[@]}" -C "$hostLibs" --no-recursion -T "$NIX_BUILD_TOP/host-files"
   addLayer
 fi
 

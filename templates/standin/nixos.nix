@@ -1,5 +1,6 @@
 # A stand-in for the part of nixpkgs' lib and NixOS's module system that a flakebot service module uses, to
-# evaluate it where no NixOS is (flakebot.services.nixos): mkOption, mkEnableOption, mkIf, mkDefault, getExe and
+# evaluate it where no NixOS is (flakebot.services.nixos): mkOption, mkEnableOption, mkIf, mkDefault, getExe,
+# optionalAttrs, mapAttrsToList and
 # evalModules over modules given as functions, attribute sets or paths, with imports. Definitions merge as NixOS
 # merges them: attribute sets by name (an mkIf pushed down to the values, so a condition may read config), lists
 # concatenated, and of several values the one with the highest priority (a plain definition over mkDefault over an
@@ -9,7 +10,9 @@ rec {
   mkEnableOption = description: mkOption { default = false; inherit description; };
   mkIf = condition: content: { _type = "if"; inherit condition content; };
   mkDefault = content: { _type = "override"; priority = 1000; inherit content; };
-  types = { package = "package"; port = "port"; bool = "bool"; str = "str"; };
+  types = { package = "package"; port = "port"; bool = "bool"; str = "str"; listOf = t: "listOf ${t}"; attrsOf = t: "attrsOf ${t}"; };
+  optionalAttrs = condition: set: if condition then set else { };
+  mapAttrsToList = f: set: map (name: f name set.${name}) (builtins.attrNames set);
   getExe = package: "${package}/bin/${package.meta.mainProgram or (throw "lib.getExe: the package has no meta.mainProgram")}";
 
   isIf = value: builtins.isAttrs value && (value._type or null) == "if";

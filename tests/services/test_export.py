@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -122,16 +126,17 @@ def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
     assert state.stat().st_uid == 65534
     bundle.parent.chmod(0o755)
     bundle.chmod(0o755)  # umoci makes it 0700; the service's user must reach its rootfs
-    # the rootfs's own directories on an empty root, the host's /usr beside them: with the host stand-in the binary
-    # links the host's glibc (a portable image needs real nixpkgs)
+    # the rootfs's own directories on an empty root and nothing of the host's: the image carries the loader and the
+    # libraries its binary links (the host stand-in's build links this machine's)
+    assert (rootfs / "lib64" / "ld-linux-x86-64.so.2").is_file() and not (rootfs / "usr").exists()
+    assert not (rootfs / "lib64" / "ld-linux-x86-64.so.2").is_symlink()
     binds = [arg for entry in sorted(rootfs.iterdir()) for arg in ("--bind", str(entry), f"/{entry.name}")]
     env_args = [arg for item in process["env"] for arg in ("--setenv", *item.split("=", 1))]
     user = [f"--reuid={process['user']['uid']}", f"--regid={process['user']['gid']}", "--clear-groups"]
     info = tmp_path / "info.json"
     with info.open("w") as info_file:
         sandbox = subprocess.Popen(
-            ["setpriv", *user, "bwrap", *binds, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
-             "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
+            ["setpriv", *user, "bwrap", *binds, "--proc", "/proc", "--dev", "/dev", "--unshare-net", "--unshare-pid",
              "--die-with-parent", "--clearenv", *env_args, "--chdir", process["cwd"],
              "--info-fd", str(info_file.fileno()), "--", *process["args"]],
             pass_fds=(info_file.fileno(),), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -153,6 +158,189 @@ def test_the_oci_export_unpacks_with_umoci_and_answers_under_bubblewrap(
         sandbox.wait(timeout=10)
     text = run_cli("export", "kv-service", "--oci", "-o", str(tmp_path / "out"), env=env)
     assert text.returncode == 2 and "exists" in text.stderr and len(text.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def podman(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A `podman` of its own: runc (crun cannot run where cgroups are in hybrid mode), cgroupfs, slirp4netns,
+    vfs storage and its run and temporary directories all in a fresh directory; removed after."""
+    require("podman", "runc", "slirp4netns")
+    home = Path(tempfile.mkdtemp(prefix="flakebot-podman-"))
+    (home / "containers.conf").write_text(
+        '[containers]\nnetns = "slirp4netns"\n'
+        # no more than the machine's own limits: without CAP_SYS_RESOURCE (a container) runc cannot raise them
+        f'default_ulimits = ["nofile={min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 4096)}", '
+        f'"nproc={min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 4096)}"]\n'
+        f'[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+        f'tmp_dir = "{home}/tmp"\nvolume_path = "{home}/volumes"\n'
+    )
+    (home / "storage.conf").write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{home}/root"\nrunroot = "{home}/run"\n'
+    )
+    env = {**os.environ, "CONTAINERS_CONF": str(home / "containers.conf"),
+           "CONTAINERS_STORAGE_CONF": str(home / "storage.conf")}  # fmt: skip
+
+    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+
+    yield run
+    run("rm", "--all", "--force", "--time", "0")
+    run("rmi", "--all", "--force")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_oci_export_runs_under_podman_and_answers_through_its_published_port(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path, podman: Any
+) -> None:
+    """The layout export wrote, loaded by a real container engine and run with `-p`: a request from the host
+    through the published port reaches the service (it listens on all addresses of its own network namespace)."""
+    env, manifest = packaged
+    exported = json_result(run_cli("export", "kv-service", "--oci", "-o", str(tmp_path), "--json", env=env))
+    assert exported["network"] is False
+    loaded = podman("load", "--input", exported["layout"])
+    assert loaded.returncode == 0, loaded.stderr
+    image = loaded.stdout.strip().rpartition("Loaded image: ")[2].strip() or loaded.stdout
+    labels = json.loads(podman("image", "inspect", image).stdout)[0]["Labels"]
+    assert labels == {"io.flakebot.network": "none"}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        host_port = probe.getsockname()[1]
+    name = f"flakebot-test-{os.getpid()}"
+    started = podman("run", "--detach", "--name", name, "--publish", f"127.0.0.1:{host_port}:8080", image)
+    assert started.returncode == 0, started.stderr
+    try:
+        base = f"http://127.0.0.1:{host_port}"
+        assert _eventually(lambda: _http("GET", f"{base}/health")[0] == 200), podman("logs", name).stderr
+        assert _http("PUT", f"{base}/kv/k", b"kept") == (200, b"stored\n")
+        assert _http("GET", f"{base}/kv/k") == (200, b"kept")
+        inside = json.loads(podman("inspect", name).stdout)[0]
+        assert inside["Config"]["User"] == "65534:65534" and inside["State"]["Running"]
+    finally:
+        removed = podman("rm", "--force", "--time", "2", name)
+    assert removed.returncode == 0, removed.stderr
+    assert podman("ps", "--all", "--quiet", "--filter", f"name={name}").stdout.strip() == ""
+
+
+def test_the_nixos_modules_unit_runs_under_systemd_as_pid_1_with_its_address_port_and_credential(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path, podman: Any
+) -> None:
+    """The unit the exported module makes (listenAddress, port and credentialFiles set as a configuration sets
+    them), run by a real systemd as PID 1 in a podman container (the host's /usr and /nix/store read-only beside a
+    tiny /etc): its dynamic user, environment and credential, and a request through the published port."""
+    env, manifest = packaged
+    exported = json_result(run_cli("export", "kv-service", "--nixos", "-o", str(tmp_path), "--json", env=env))
+    options = {"listenAddress": "0.0.0.0", "credentialFiles": {"token": "/etc/flakebot-keys/token"},
+               # podman's port forward (slirp4netns) comes from its gateway, not localhost: let it in where
+               # systemd's IP filter applies (cgroup v2)
+               "allowedAddresses": ["any"]}  # fmt: skip
+    service = nixos.evaluate(Path(exported["module"]), "kv-service", manifest["store_path"], 9191,
+                             manifest["main_program"], options=options)  # fmt: skip
+    unit = nixos.unit_file(service)
+    assert nixos.verify(unit, "kv-service")[0] == []
+    root = Path(tempfile.mkdtemp(prefix="flakebot-systemd-"))
+    try:
+        _systemd_root(root, unit)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            host_port = probe.getsockname()[1]
+        name = f"flakebot-systemd-{os.getpid()}"
+        started = podman("run", "--detach", "--name", name, "--systemd=always", "--volume", "/usr:/usr:ro",
+                         "--volume", "/nix/store:/nix/store:ro", "--publish", f"127.0.0.1:{host_port}:9191",
+                         "--rootfs", str(root), "/lib/systemd/systemd", "--unit=flakebot-check.target")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        base = f"http://127.0.0.1:{host_port}"
+        healthy = _eventually(lambda: _http("GET", f"{base}/health")[0] == 200)
+        assert healthy, podman("exec", name, "systemctl", "status", "flakebot-kv-service").stdout
+        assert _http("PUT", f"{base}/kv/k", b"kept") == (200, b"stored\n")
+
+        def inside(*argv: str, user: str = "0") -> subprocess.CompletedProcess[str]:
+            return podman("exec", "--user", user, name, *argv)
+
+        shown = inside("systemctl", "show", "flakebot-kv-service", "-p", "MainPID", "-p", "ActiveState").stdout
+        state = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+        assert state["ActiveState"] == "active", shown
+        pid = state["MainPID"]
+        environ = dict(item.split("=", 1) for item in inside("cat", f"/proc/{pid}/environ").stdout.split("\0") if item)
+        assert environ["LISTEN_ADDRESS"] == "0.0.0.0" and environ["PORT"] == "9191"
+        credentials = environ["CREDENTIALS_DIRECTORY"]
+        uid = next(line.split()[1] for line in inside("cat", f"/proc/{pid}/status").stdout.splitlines()
+                   if line.startswith("Uid:"))  # fmt: skip
+        assert uid not in ("0", "65534")  # DynamicUser: a uid of its own
+        assert inside("cat", f"{credentials}/token", user=uid).stdout == "s3cret\n"  # the service's user reads it
+        assert inside("cat", f"{credentials}/token", user="65534").returncode != 0  # nobody else does
+        assert (root / "var" / "lib" / "private" / "flakebot-kv-service" / "kv" / "k").read_bytes() == b"kept"
+        removed = podman("rm", "--force", "--time", "5", name)
+        assert removed.returncode == 0, removed.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _systemd_root(root: Path, unit: str) -> None:
+    """A root for systemd as PID 1: /usr and /nix/store come from the host (bound read-only), /etc holds the unit,
+    a target that wants it, the credential file and the few files systemd reads."""
+    root.chmod(0o755)  # mkdtemp's 0700 would keep the service's dynamic user out of /
+    for directory in ("usr", "nix/store", "etc/systemd/system", "etc/flakebot-keys", "var", "run", "tmp", "root"):
+        (root / directory).mkdir(parents=True)
+    for link in ("bin", "sbin", "lib", "lib64"):
+        (root / link).symlink_to(f"usr/{link}")
+    etc = root / "etc"
+    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n")
+    (etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    (etc / "nsswitch.conf").write_text("passwd: files systemd\ngroup: files systemd\n")
+    (etc / "machine-id").write_text("")
+    (etc / "os-release").symlink_to("../usr/lib/os-release")
+    (etc / "flakebot-keys" / "token").write_text("s3cret\n")
+    (etc / "flakebot-keys" / "token").chmod(0o600)
+    (etc / "systemd" / "system" / "flakebot-kv-service.service").write_text(unit)
+    (etc / "systemd" / "system" / "flakebot-check.target").write_text(
+        "[Unit]\nDescription=flakebot check\nWants=flakebot-kv-service.service\n"
+    )
+
+
+def _http(method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
+    """One request from the host (status 0 when nothing answers)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method), timeout=2) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except OSError:
+        return 0, b""
+
+
+def test_export_carries_outbound_network_from_the_flag_and_from_the_services_own_run(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    """Closed unless asked: `--network`, or the service last ran here with `up --network` (its launch record)."""
+    env, _ = packaged
+
+    def exported(out: str, *extra: str) -> tuple[bool, str]:
+        done = run_cli("export", "kv-service", "--nixos", "--no-check", "-o", str(tmp_path / out), *extra, "--json",
+                       env=env)  # fmt: skip
+        result = json_result(done)
+        return result["network"], (tmp_path / out / "flakebot-kv-service.nix").read_text()
+
+    network, text = exported("closed")
+    assert network is False and "default = false;" in text
+    network, text = exported("asked", "--network")
+    assert network is True and "default = true;  # exported with --network" in text
+    node = json_result(run_cli("export", "kv-service", "--deploy-rs", "--network", "-o", str(tmp_path / "node"),
+                               "--json", env=env))  # fmt: skip
+    assert node["problems"] == [] and node["network"] is True
+    assert not {"IPAddressDeny=any", "IPAddressAllow=localhost"} & set(node["unit"].splitlines())
+    up = run_cli("up", "kv-service", "--network", "--json", env=env)
+    try:
+        assert json_result(up)["network"] is True
+        network, text = exported("from-launch")
+        assert network is True and "default = true;" in text
+    finally:
+        assert run_cli("down", "kv-service", env=env).returncode == 0
+    # the record is the last run's: a run without --network closes the export again (and leaves the other tests
+    # of this module a service that last ran closed)
+    assert run_cli("up", "kv-service", env=env).returncode == 0
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    assert exported("closed-again")[0] is False
 
 
 def test_the_oci_export_builds_from_the_catalog_entry_not_from_the_flake_tree(

@@ -95,8 +95,14 @@ def _archive(tmp_path: Path, *, config: dict[str, Any] | None = None, layer: byt
     layer = layer if layer is not None else _root_layer()
     image_config = {
         "Entrypoint": [f"{STORE}/bin/kv-service"],
-        "Env": ["KV_PORT=9090", "STATE_DIRECTORY=/var/lib/flakebot-kv-service", "TMPDIR=/tmp"],
+        "Env": [
+            "KV_PORT=9090",
+            "LISTEN_ADDRESS=0.0.0.0",
+            "STATE_DIRECTORY=/var/lib/flakebot-kv-service",
+            "TMPDIR=/tmp",
+        ],
         "ExposedPorts": {"9090/tcp": {}},
+        "Labels": {"io.flakebot.network": "none"},
         "User": "65534:65534",
         **(config or {}),
     }
@@ -141,6 +147,17 @@ def test_an_image_as_asked_for_passes_and_becomes_a_layout(manifest: dict[str, A
             "environment",
         ),
         ({"config": {"ExposedPorts": {"22/tcp": {}}}}, "exposes"),
+        # the service would listen on the container's loopback only: a published port gets no answer
+        (
+            {
+                "config": {
+                    "Env": ["KV_PORT=9090", "LISTEN_ADDRESS=127.0.0.1", "STATE_DIRECTORY=/var/lib/flakebot-kv-service"]
+                }
+            },
+            "environment",
+        ),
+        ({"config": {"Labels": {"io.flakebot.network": "outbound"}}}, "labels"),  # not exported with --network
+        ({"config": {"Labels": {}}}, "labels"),
         ({"diff_id": "sha256:" + "0" * 64}, "digests"),
         ({"extra": ("../../etc/cron.d/x", b"* * * * * root sh\n")}, "not a plain file"),
         ({"layer": _root_layer(tmp_mode=0o755)}, "/tmp"),

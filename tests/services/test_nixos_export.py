@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flakebot.errors import NixError
-from flakebot.services import nixos
+from flakebot.nix import service_outputs
+from flakebot.services import deployrs, nixos
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.exportfiles import ExportDir
 from tests.conftest import require
@@ -49,3 +52,62 @@ def test_verify_catches_a_broken_module(manifest: dict[str, Any], tmp_path: Path
     module.write_text(nixos.module_text(manifest).replace("toString cfg.port", "cfg.nowhere"))
     with pytest.raises(NixError, match="nix eval of the NixOS module failed"):
         nixos.check(module, manifest)
+
+
+def test_the_module_offers_what_a_nixpkgs_module_user_sets(manifest: dict[str, Any], tmp_path: Path) -> None:
+    """listenAddress, port, openFirewall, credentialFiles and allowedAddresses reach the unit and the firewall."""
+    module = tmp_path / "flakebot-kv-service.nix"
+    module.write_text(nixos.module_text(manifest))
+    store, program = manifest["store_path"], manifest["main_program"]
+    options = {"listenAddress": "0.0.0.0", "openFirewall": True, "allowedAddresses": ["192.168.1.0/24"],
+               "credentialFiles": {"db": "/run/keys/db-password"}}  # fmt: skip
+    service = nixos.evaluate(module, "kv-service", store, 9191, program, options=options)
+    lines = nixos.unit_file(service).splitlines()
+    for line in ('Environment="LISTEN_ADDRESS=0.0.0.0"', 'Environment="KV_PORT=9191"', "IPAddressDeny=any",
+                 "IPAddressAllow=192.168.1.0/24", "LoadCredential=db:/run/keys/db-password"):  # fmt: skip
+        assert line in lines, line
+    assert "IPAddressAllow=localhost" not in lines  # the user's list replaces the default
+    assert nixos.verify(nixos.unit_file(service), "kv-service")[0] == []
+    firewall = nixos.evaluate(module, "kv-service", store, 9191, program, options=options,
+                              attribute="networking.firewall.allowedTCPPorts")  # fmt: skip
+    assert firewall == [9191]
+    with pytest.raises(NixError, match="allowedTCPPorts' is used but not defined"):  # off: no port opened
+        nixos.evaluate(module, "kv-service", store, 9191, program, attribute="networking.firewall.allowedTCPPorts")
+    # the defaults: loopback only, no outbound network
+    lines = nixos.unit_file(nixos.evaluate(module, "kv-service", store, 9090, program)).splitlines()
+    assert {'Environment="LISTEN_ADDRESS=127.0.0.1"', "IPAddressDeny=any", "IPAddressAllow=localhost"} <= set(lines)
+
+
+def test_every_option_path_the_module_names_is_one_it_declares(manifest: dict[str, Any], tmp_path: Path) -> None:
+    module = tmp_path / "flakebot-kv-service.nix"
+    text = nixos.module_text(manifest)
+    module.write_text(text)
+    lib = json.dumps(str(nixos.modules_stand_in()))
+    expr = (f'builtins.attrNames ((import {json.dumps(str(module))}) {{ config.services."flakebot-kv-service" = {{ }}; '
+            f'lib = import {lib}; }}).options.services."flakebot-kv-service"')  # fmt: skip
+    declared = set(nixos.eval_json(["--impure", "--json", "--expr", expr], "pinned", None, 60))
+    assert {"enable", "package", "listenAddress", "port", "openFirewall", "credentialFiles"} <= declared
+    named = set(re.findall(r"(?<!systemd\.)services\.flakebot-kv-service\.([A-Za-z]+)", text))
+    assert named and named <= declared, named - declared  # the old comment named serviceConfig, which is not one
+    assert "systemd.services.flakebot-kv-service.serviceConfig.LoadCredential" in text  # the real path of that
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_outbound_network_is_carried_into_the_module_the_node_and_the_image(
+    manifest: dict[str, Any], tmp_path: Path, network: bool
+) -> None:
+    """Exported with --network: no IP filter in the unit, the node turns it on, the image's label says outbound;
+    without: IPAddressDeny=any and the label says none."""
+    result = nixos.export_nixos(manifest, ExportDir(tmp_path / "nixos"), network=network)
+    assert result["problems"] == [] and result["network"] is network
+    lines = result["unit"].splitlines()
+    closed = {"IPAddressDeny=any", "IPAddressAllow=localhost"}
+    assert (closed & set(lines)) == (set() if network else closed)
+    assert not any(line.startswith("PrivateNetwork=") for line in lines)
+    text = (tmp_path / "nixos" / "flakebot-kv-service.nix").read_text()
+    assert f"default = {'true' if network else 'false'};" in text
+    node = deployrs.deploy_text(manifest, "web1", network=network)
+    assert ("services.flakebot-kv-service.outboundNetwork = true;" in node) is network
+    image = service_outputs.image_text("kv-service", "0.1.0", "kv-service", manifest["service"], network=network)
+    assert f'"io.flakebot.network" = "{"outbound" if network else "none"}";' in image
+    assert '"LISTEN_ADDRESS=0.0.0.0"' in image

@@ -1,6 +1,7 @@
 //! A std-only HTTP/1.0 service skeleton: flakebot's starting point for `craft --service`.
 //!
-//! Listens on 127.0.0.1:$PORT (default 8080); GET /health answers 200 once it listens. Keep every piece of
+//! Listens on $LISTEN_ADDRESS:$PORT (default 127.0.0.1:8080; an OCI image sets 0.0.0.0, the address of its own
+//! network namespace a container engine publishes); GET /health answers 200 once it listens. Keep every piece of
 //! state under $STATE_DIRECTORY (write a temporary file and rename it, so a kill never leaves half a value).
 //! SIGTERM (or SIGINT): stops accepting and exits 0. Add the service's routes in `route`: each returns a
 //! `Response` (status and body, plus any header: `Response::new(302, "").header("Location", "/there")`).
@@ -62,7 +63,7 @@ impl Response {
 
 fn main() {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        println!("{}: an HTTP service\n\nEnvironment:\n  PORT             port on 127.0.0.1 (default 8080)\n  STATE_DIRECTORY  where its state is kept", env!("CARGO_PKG_NAME"));
+        println!("{}: an HTTP service\n\nEnvironment:\n  PORT             port to listen on (default 8080)\n  LISTEN_ADDRESS   address to listen on (default 127.0.0.1)\n  STATE_DIRECTORY  where its state is kept", env!("CARGO_PKG_NAME"));
         return;
     }
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8080);
@@ -71,12 +72,13 @@ fn main() {
         signal(SIGTERM, on_stop);
         signal(SIGINT, on_stop);
     }
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| {
-        eprintln!("cannot listen on 127.0.0.1:{port}: {e}");
+    let address = listen_address();
+    let listener = TcpListener::bind((address, port)).unwrap_or_else(|e| {
+        eprintln!("cannot listen on {address}:{port}: {e}");
         std::process::exit(1);
     });
     listener.set_nonblocking(true).expect("nonblocking listener");
-    eprintln!("listening on 127.0.0.1:{port}, state in {}", state.display());
+    eprintln!("listening on {address}:{port}, state in {}", state.display());
     while !STOP.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _)) => {
@@ -89,6 +91,17 @@ fn main() {
         }
     }
     eprintln!("stopping (signal)");
+}
+
+/// $LISTEN_ADDRESS, or 127.0.0.1 when unset; one that is not an IP address ends the start (never a silent default).
+fn listen_address() -> std::net::IpAddr {
+    match std::env::var("LISTEN_ADDRESS") {
+        Err(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+        Ok(text) => text.parse().unwrap_or_else(|_| {
+            eprintln!("LISTEN_ADDRESS {text:?} is not an IP address");
+            std::process::exit(1);
+        }),
+    }
 }
 
 /// The answer to one request.
