@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import json_result, require, run_cli
 from tests.services.test_supervisor import KV_SERVICE, client, status
+from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
 from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
 
 pytestmark = pytest.mark.slow
@@ -145,3 +146,23 @@ def test_an_unknown_or_cyclic_need_is_refused_before_anything_starts(env: dict[s
     assert itself.returncode == 2 and "cannot need itself" in itself.stderr
     twice = package(own, "kv-twice", "kv-service", "kv-service")
     assert twice.returncode == 2 and "needs 'kv-service' twice" in twice.stderr
+
+
+def test_a_dependency_that_ran_here_starts_as_its_recorded_program_not_the_catalogs(  # noqa: F811
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """kv-service ran here (0.1.0, recorded); the catalog's kv-service is now 0.2.0: `up kv-app` starts the recorded
+    0.1.0 for it, as `restart` would (identity.py), never what the name means now."""
+    assert run_cli("up", "kv-service", env=env, timeout=120).returncode == 0
+    ran = status(env, "kv-service")["store_path"]
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    newer = version_of(tmp_path, "0.2.0", edits={'("GET", "/health") => reply(&mut stream, 200, "ok\\n")':
+                                                 UPGRADED_HEALTH})  # fmt: skip
+    done = run_cli("package-service", str(newer), "--offline", "--stop-grace", "2", "--name", "kv-service", env=env)
+    assert done.returncode == 0, done.stderr
+    assert run_cli("up", "kv-app", env=env, timeout=120).returncode == 0
+    service = status(env, "kv-service")
+    assert service["version"] == "0.1.0" and service["store_path"] == ran
+    with client() as http:
+        assert http.get(f"http://127.0.0.1:{service['port']}/health").content == b"ok\n"
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
