@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import json_result, require, run_cli
 from tests.services.test_supervisor import KV_SERVICE, client, status
-from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
 from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
+from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
 
 pytestmark = pytest.mark.slow
 CHAIN = {"kv-service": (), "kv-app": ("kv-service",), "kv-top": ("kv-app",)}
