@@ -195,20 +195,25 @@ def up(
     if every:
         return {"services": control.up_all(settings)}
     assert service is not None
-    control.check_up(service, settings, port)  # what needs nothing started, before anything starts
+    control.check_up(service, settings, port, agent=agent)  # what needs nothing started, before anything starts
     secrets = credentials.parse(list(secret or []), Path.cwd())
     # an agent's up never upgrades a running service nor starts one the user gave secrets (identity.py)
     return control.up(service, settings, port=port, secrets=secrets, network=network, replace=replace, agent=agent)
 
 
 def _check_up(
-    service: str | None = None, port: int | None = None, every: bool = False, settings: config.Settings | None = None
+    service: str | None = None,
+    port: int | None = None,
+    every: bool = False,
+    settings: config.Settings | None = None,
+    agent: bool = False,
 ) -> None:
-    """What up needs nothing started for: a catalogued service, a port it may have (before a job exists)."""
+    """What up needs nothing started for: a catalogued service, a port it may have, what it needs (before a job
+    exists)."""
     from flakebot.services import control
 
     if service and not every:
-        control.check_up(service, settings_or_default(settings), port)
+        control.check_up(service, settings_or_default(settings), port, agent=agent)
 
 
 def list_services(settings: config.Settings | None = None) -> dict[str, Any]:

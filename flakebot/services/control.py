@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
@@ -64,7 +65,7 @@ def _up_locked(
     ref: str,
     manifest: dict[str, Any],
     spec: ServiceSpec,
-    binary: Any,
+    binary: Path,
     program: dict[str, Any],
     settings: Settings,
     *,
@@ -175,15 +176,17 @@ def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, 
     return show(where)
 
 
-def relaunch(where: ServiceDir, launch: dict[str, Any], port: int | None, settings: Settings) -> dict[str, Any]:
+def relaunch(
+    where: ServiceDir, launch: dict[str, Any], port: int | None, settings: Settings, *, agent: bool = False
+) -> dict[str, Any]:
     """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
-    state, on `port` (None: a free one); the catalog is not read. What it needs starts first (as `up`), reached at
-    the ports those run on now."""
+    state, on `port` (None: a free one); the catalog is not read. What it needs starts first (as `up`, `agent` as
+    there), reached at the ports those run on now."""
     forward.pasta_program()
     program = identity.program_of(launch)
     binary = identity.checked_binary(where.name, program)
     spec = ServiceSpec.from_dict(launch["spec"])
-    started = _start_needed(where.name, _planned(where.name, spec, settings, agent=False), settings, agent=False)
+    started = _start_needed(where.name, _planned(where.name, spec, settings, agent=agent), settings, agent=agent)
     try:
         with where.control_lock():
             if where.supervisor_alive():
@@ -246,7 +249,7 @@ def rollback(name: str, settings: Settings, *, agent: bool = False) -> dict[str,
     back = {**launch, **{k: before.get(k) for k in identity.PROGRAM_FIELDS}, "program": program,
             "version": str(before.get("version") or previous), "previous_version": str(launch.get("version") or ""),
             "previous": identity.snapshot(launch)}  # fmt: skip
-    return relaunch(where, back, forward.port_if_free(launch.get("host_port")), settings)
+    return relaunch(where, back, forward.port_if_free(launch.get("host_port")), settings, agent=agent)
 
 
 RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
@@ -293,10 +296,13 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
     return {**status, "restarted_dependents": list(reversed(dependents))}
 
 
-def check_up(ref: str, settings: Settings, port: int | None) -> None:
+def check_up(ref: str, settings: Settings, port: int | None, *, agent: bool = False) -> None:
     """The checks `up` makes that need nothing built or started (a catalogued service by that name, a usable
-    port), for a door that answers before the work starts."""
-    ServiceDir.of(service_manifest_of(ref, settings)["name"], settings)
+    port, what it needs: known, no cycle, none an agent may not start), for a door that answers before the work
+    starts."""
+    manifest = service_manifest_of(ref, settings)
+    where = ServiceDir.of(manifest["name"], settings)
+    _planned(where.name, ServiceSpec.from_dict(manifest["service"]), settings, agent=agent)
     if port is not None:
         _host_port(port)
 
