@@ -249,15 +249,19 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def print_services(found: list[dict[str, Any]]) -> None:
-    """The services table: each service's version (and the one before), state, port, network, health, restarts."""
+    """The services table: each service's version (and the one before), state, port, network, health, restarts,
+    and the services it needs (the first column left out where the table does not fit)."""
     rows = []
     for s in found:
         uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
         network = "outbound" if s.get("network") else "none"
+        needs = ",".join(s.get("needs") or []) or "-"
         rows.append((s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
-                     network, s.get("health"), s.get("restarts"), uptime, one_line(s.get("message", ""))))  # fmt: skip
-    headers = ("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime", "note")
-    optional = ("uptime", "restarts", "network", "health", "previous")
+                     network, s.get("health"), s.get("restarts"), uptime, needs,
+                     one_line(s.get("message", ""))))  # fmt: skip
+    headers = ("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime", "needs",
+               "note")  # fmt: skip
+    optional = ("needs", "uptime", "restarts", "network", "health", "previous")
     out.print(fitted(headers, ("service", "version", "state", "port"), rows, optional=optional, width=out.width))
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # A service's status as an agent needs it (no pids or host paths).
 AGENT_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "network",
-                "restarts", "uptime_s", "message")  # fmt: skip
+                "needs", "restarts", "uptime_s", "message")  # fmt: skip
 MOST_LOG_LINES = 500  # an agent's logs at most; a person's are the log's own bound
 
 Service = Annotated[str, Param("A service's name.", positional=True)]
@@ -34,6 +34,12 @@ def package_service(
     stop_grace: Annotated[float, Param("Seconds from SIGTERM to SIGKILL when it stops.")] = 10.0,
     start_timeout: Annotated[float, Param("Seconds a start may take to become healthy.")] = 30.0,
     name: Annotated[str | None, Param("Catalog name (default: the binary's).")] = None,
+    needs: Annotated[
+        list[str] | None,
+        Param(
+            "A service it needs, started (healthy) before it, at $FLAKEBOT_<NAME>_URL (repeatable).", cli=("--needs",)
+        ),
+    ] = None,
     bin_name: Annotated[str | None, Param("The binary, when the crate has several.", cli=("--bin",))] = None,
     offline: Annotated[bool | None, Param("Local registry only.", cli=("--offline/--online",))] = None,
     examples: Annotated[
@@ -45,13 +51,14 @@ def package_service(
     """Package a crate as a service: flake, nix build, lifecycle check, catalog.
 
     The lifecycle check runs the built program: its health check, the --examples requests, SIGTERM, and its state
-    kept over a restart. The service is catalogued for 'flakebot up'."""
+    kept over a restart. The service is catalogued for 'flakebot up'. --needs NAME: 'flakebot up' starts NAME first
+    and this service reaches it at $FLAKEBOT_<NAME>_URL (docs/services.md)."""
     from flakebot.deliver.howto import how_to_use
     from flakebot.services.declaration import Health, ServiceSpec
     from flakebot.services.lifecycle import Examples
 
     spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace,
-                       start_s=start_timeout)  # fmt: skip
+                       start_s=start_timeout, needs=tuple(needs or ()))  # fmt: skip
     cases = Examples.load(Path(examples)) if examples else None
     overrides = {"offline": offline} if offline is not None else {}
     entry = _catalogued(
@@ -82,11 +89,13 @@ def _catalogued(
 
     if name is not None:  # before any build: a name `up` would refuse is refused here
         checked_name(name, fix="pass --name with lower-case letters, digits, '-' and '_'")
+        _not_needing_itself(name, spec)
     # the flake carries the service's outputs beside its package: declaration, NixOS module, OCI image
     outputs = {"name": name, "spec": spec.to_dict()}
     request = RunRequest(target=target, bin=bin_name, settings=overrides or {}, service_flake=outputs)
     built = package_request(request, settings=settings)
     name = checked_name(name or built.main_program, fix="pass --name NAME (lower-case letters, digits, '-', '_')")
+    _not_needing_itself(name, spec)
     report = check_lifecycle(Path(built.bin_path), spec, settings, examples)
     if not report.ok:
         raise NixError(
@@ -111,6 +120,11 @@ def _catalogued(
         dependencies_path=built.dependencies_path,
         version=catalog_version(built.to_dict().get("version")),
     )
+
+
+def _not_needing_itself(name: str, spec: ServiceSpec) -> None:
+    if name in spec.needs:
+        raise UsageError(f"service {name} cannot need itself", fix=f"drop --needs {name}")
 
 
 def up(
@@ -181,20 +195,25 @@ def up(
     if every:
         return {"services": control.up_all(settings)}
     assert service is not None
-    control.check_up(service, settings, port)  # what needs nothing started, before anything starts
+    control.check_up(service, settings, port, agent=agent)  # what needs nothing started, before anything starts
     secrets = credentials.parse(list(secret or []), Path.cwd())
     # an agent's up never upgrades a running service nor starts one the user gave secrets (identity.py)
     return control.up(service, settings, port=port, secrets=secrets, network=network, replace=replace, agent=agent)
 
 
 def _check_up(
-    service: str | None = None, port: int | None = None, every: bool = False, settings: config.Settings | None = None
+    service: str | None = None,
+    port: int | None = None,
+    every: bool = False,
+    settings: config.Settings | None = None,
+    agent: bool = False,
 ) -> None:
-    """What up needs nothing started for: a catalogued service, a port it may have (before a job exists)."""
+    """What up needs nothing started for: a catalogued service, a port it may have, what it needs (before a job
+    exists)."""
     from flakebot.services import control
 
     if service and not every:
-        control.check_up(service, settings_or_default(settings), port)
+        control.check_up(service, settings_or_default(settings), port, agent=agent)
 
 
 def list_services(settings: config.Settings | None = None) -> dict[str, Any]:
@@ -256,11 +275,12 @@ def restart(service: Service, settings: config.Settings | None = None) -> dict[s
     return again(service, settings_or_default(settings))
 
 
-def rollback(service: Service, settings: config.Settings | None = None) -> dict[str, Any]:
+def rollback(service: Service, settings: config.Settings | None = None, agent: bool = False) -> dict[str, Any]:
     """Go back to the version the service ran before, its state kept (health-gated as an upgrade)."""
     from flakebot.services.control import rollback as back
 
-    return back(service, settings_or_default(settings))
+    # an agent's rollback never hands the user's secrets to another program (identity.may_roll_back)
+    return back(service, settings_or_default(settings), agent=agent)
 
 
 def export_service(
@@ -350,6 +370,12 @@ def _up_text(result: dict[str, Any]) -> str:
     )
 
 
+def _down_text(result: dict[str, Any]) -> str:
+    first = result.get("stopped_dependents") or []
+    before = f"stopped first, as they need it: {', '.join(first)}\n" if first else ""
+    return f"{before}{result['name']} {result['state']}; state kept in {result.get('state_dir')}"
+
+
 def _export_text(result: dict[str, Any]) -> str:
     network = "outbound network: on" if result.get("network") else "outbound network: none"
     if result["target"] == "oci":
@@ -430,11 +456,11 @@ COMMANDS = [
         down,
         mcp="service_down",
         hints=Hints("Stop a service", destructive=True, idempotent=True),
-        agent=_agent_status,
-        text=lambda s: f"{s['name']} {s['state']}; state kept in {s.get('state_dir')}",
+        agent=lambda s: {**_agent_status(s), "stopped_dependents": s.get("stopped_dependents", [])},
+        text=_down_text,
         working="stopping {service}",
         mcp_description="Stop a service: SIGTERM, SIGKILL after its grace period; its state is kept for the next "
-        "start.",
+        "start. Every running service that needs it is stopped first (listed in stopped_dependents).",
     ),
     Command(
         "restart",
@@ -445,6 +471,15 @@ COMMANDS = [
     Command(
         "rollback",
         rollback,
+        mcp="service_rollback",
+        # it swaps the running program (destructive); a second call goes back again (to the version just left)
+        hints=Hints("Roll a service back to its previous version", destructive=True),
+        long=True,
+        agent=_agent_status,
+        mcp_description="Go back to the program the service ran before (as recorded when it ran, not what the "
+        "catalog holds now), its state kept: health-gated as an upgrade when it runs (the running version keeps "
+        "serving when the previous one fails its check), a plain start when stopped. Calling it again goes forward "
+        "again. Never for a service the user started with secrets (the user's `flakebot rollback NAME`).",
         text=lambda s: (
             f"{s['name']} back to {s['version']} (from {s.get('previous_version')}), healthy on {_listening(s)}"
         ),

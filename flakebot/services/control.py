@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import envelope, forward, identity
+from flakebot.services import envelope, forward, identity, needs
 from flakebot.services.catalogued import service_manifest_of
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
@@ -40,13 +41,41 @@ def up(
     kept when the new one fails its checks (UpgradeRefused).
     The program started is recorded (identity.py): restarts run it, not what the catalog's name means later.
     `agent` (an MCP call) may neither upgrade a running service nor start one whose last launch held secrets;
-    the user's `up` of another program than a secret-holding launch recorded needs `replace`."""
+    the user's `up` of another program than a secret-holding launch recorded needs `replace`.
+    What it `needs` (its declaration) starts first, each healthy before the next (needs.py); when something fails,
+    what this call started is stopped again."""
     manifest = service_manifest_of(ref, settings)
     spec = ServiceSpec.from_dict(manifest["service"])
     where = ServiceDir.of(manifest["name"], settings)
+    order = _planned(where.name, spec, settings, agent=agent)  # an unknown name or a cycle: nothing started
     forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     program = identity.record(manifest, binary)
+    started = _start_needed(where.name, order, settings, agent=agent)
+    try:
+        return _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
+                          network=network, replace=replace, agent=agent)  # fmt: skip
+    except BaseException:
+        _stop_all(started)
+        raise
+
+
+def _up_locked(
+    where: ServiceDir,
+    ref: str,
+    manifest: dict[str, Any],
+    spec: ServiceSpec,
+    binary: Path,
+    program: dict[str, Any],
+    settings: Settings,
+    *,
+    port: int | None,
+    secrets: dict[str, str] | None,
+    network: bool,
+    replace: bool,
+    agent: bool,
+) -> dict[str, Any]:
+    """`up` once what it needs runs: an upgrade of the running version or a start of `program`."""
     with where.control_lock():
         earlier = where.read_json(where.launch_file)
         if where.supervisor_alive():
@@ -62,7 +91,8 @@ def up(
                     f"service {where.name} {running} is running: replacing its program is the user's upgrade",
                     fix=f"ask the user to run 'flakebot up {ref}'",
                 )
-            return upgrade(where, manifest, binary, program, earlier, settings, port=port, secrets=secrets,
+            running_now = {**earlier, "needs": needs.reach(where.name, spec, settings)}
+            return upgrade(where, manifest, binary, program, running_now, settings, port=port, secrets=secrets,
                            network=network)  # fmt: skip
         identity.may_start(where, earlier, program, replace=replace, agent=agent)
         launch = {
@@ -79,8 +109,59 @@ def up(
             "program": program,  # what restarts run and secrets go to (identity.py)
             "previous": identity.previous(earlier, manifest["catalog_version"]),  # what rollback runs
             "examples": manifest.get("lifecycle_examples"),  # what an upgrade or a rollback to it is checked with
+            "needs": needs.reach(where.name, spec, settings),  # each needed service's port at this start
         }
         return _healthy_or_stopped(where, launch)
+
+
+def _planned(name: str, spec: ServiceSpec, settings: Settings, *, agent: bool) -> list[str]:
+    """The services `name` needs, in start order, checked before anything starts: every name known, no cycle, and
+    none an agent may not start (a stopped one whose last launch held the user's secrets: identity.may_start)."""
+    order = needs.start_order(name, spec.needs, settings)
+    for need in order if agent else ():
+        where = ServiceDir.of(need, settings)
+        if not needs.running(where) and where.read_json(where.launch_file).get("secrets"):
+            raise UsageError(
+                f"service {name} needs {need}, which the user started with secrets: an agent cannot start it",
+                fix=f"ask the user to run 'flakebot up {need}'",
+            )
+    return order
+
+
+def _start_needed(name: str, order: list[str], settings: Settings, *, agent: bool) -> list[ServiceDir]:
+    """Start each service of `order` that is not running, one at a time, each healthy before the next: the program
+    it last ran when it ran here (recorded, never the catalog's), else the catalog's. The ones it started; when one
+    does not become healthy, those are stopped again and a SandboxError names it."""
+    started: list[ServiceDir] = []
+    for need in order:
+        where = ServiceDir.of(need, settings)
+        if needs.running(where):
+            continue
+        try:
+            if where.supervisor_alive():
+                state = where.status().get("state")
+                raise SandboxError(f"it is {state}, not healthy", fix=f"read 'flakebot logs {need}'")
+            launch = where.read_json(where.launch_file)
+            if launch.get("binary"):
+                relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings)
+            else:
+                up(need, settings, agent=agent)
+        except FlakebotError as exc:
+            _stop_all(started)
+            raise SandboxError(
+                f"service {name} needs {need}, which did not start: {exc.message}",
+                fix=f"{exc.fix} ('flakebot up {need}' starts it alone)",
+            ) from None
+        logger.info("started %s, which %s needs", need, name)
+        started.append(where)
+    return started
+
+
+def _stop_all(started: list[ServiceDir]) -> None:
+    """Stop the services a failed start started, the last started first."""
+    for where in reversed(started):
+        with where.control_lock():
+            stop_supervised(where)
 
 
 def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any]:
@@ -95,17 +176,27 @@ def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, 
     return show(where)
 
 
-def relaunch(where: ServiceDir, launch: dict[str, Any], port: int | None) -> dict[str, Any]:
+def relaunch(
+    where: ServiceDir, launch: dict[str, Any], port: int | None, settings: Settings, *, agent: bool = False
+) -> dict[str, Any]:
     """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
-    state, on `port` (None: a free one); the catalog is not read."""
+    state, on `port` (None: a free one); the catalog is not read. What it needs starts first (as `up`, `agent` as
+    there), reached at the ports those run on now."""
     forward.pasta_program()
     program = identity.program_of(launch)
     binary = identity.checked_binary(where.name, program)
-    with where.control_lock():
-        if where.supervisor_alive():
-            raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
-        again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port)}
-        return _healthy_or_stopped(where, again)
+    spec = ServiceSpec.from_dict(launch["spec"])
+    started = _start_needed(where.name, _planned(where.name, spec, settings, agent=agent), settings, agent=agent)
+    try:
+        with where.control_lock():
+            if where.supervisor_alive():
+                raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
+            again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port),
+                     "needs": needs.reach(where.name, spec, settings)}  # fmt: skip
+            return _healthy_or_stopped(where, again)
+    except BaseException:
+        _stop_all(started)
+        raise
 
 
 def previous_version(earlier: dict[str, Any], version: str) -> str:
@@ -114,12 +205,13 @@ def previous_version(earlier: dict[str, Any], version: str) -> str:
     return last if last and last != version else str(earlier.get("previous_version") or "")
 
 
-def rollback(name: str, settings: Settings) -> dict[str, Any]:
+def rollback(name: str, settings: Settings, *, agent: bool = False) -> dict[str, Any]:
     """Go back to the program the service ran before (its state kept), as its launch recorded it (not what the
     catalog's name@version means now): health-gated as an upgrade when it runs, a plain start (on its port when
-    free) when it does not."""
+    free) when it does not. `agent` (MCP): never for a service holding the user's secrets (identity.may_roll_back)."""
     where = ServiceDir.of(name, settings)
     launch = where.read_json(where.launch_file)
+    identity.may_roll_back(name, launch, agent=agent)
     previous = str(launch.get("previous_version") or "")
     before = launch.get("previous")
     if not previous:
@@ -140,15 +232,24 @@ def rollback(name: str, settings: Settings) -> dict[str, Any]:
     if where.supervisor_alive():
         manifest = {"catalog_version": str(before.get("version") or previous), "service": before["spec"],
                     "lifecycle_examples": before.get("examples")}  # fmt: skip
-        with where.control_lock():
-            running = where.read_json(where.launch_file)
-            if running.get("version") != launch.get("version"):  # another command switched it meanwhile
-                raise UsageError(f"service {name} changed while rolling back", fix=f"'flakebot rollback {name}' again")
-            return upgrade(where, manifest, binary, program, running, settings, secrets=secrets, network=network)
+        spec = ServiceSpec.from_dict(before["spec"])
+        started = _start_needed(name, _planned(name, spec, settings, agent=agent), settings, agent=agent)
+        try:
+            with where.control_lock():
+                running = where.read_json(where.launch_file)
+                if running.get("version") != launch.get("version"):  # another command switched it meanwhile
+                    raise UsageError(
+                        f"service {name} changed while rolling back", fix=f"'flakebot rollback {name}' again"
+                    )
+                running = {**running, "needs": needs.reach(name, spec, settings)}
+                return upgrade(where, manifest, binary, program, running, settings, secrets=secrets, network=network)
+        except BaseException:
+            _stop_all(started)
+            raise
     back = {**launch, **{k: before.get(k) for k in identity.PROGRAM_FIELDS}, "program": program,
             "version": str(before.get("version") or previous), "previous_version": str(launch.get("version") or ""),
             "previous": identity.snapshot(launch)}  # fmt: skip
-    return relaunch(where, back, forward.port_if_free(launch.get("host_port")))
+    return relaunch(where, back, forward.port_if_free(launch.get("host_port")), settings, agent=agent)
 
 
 RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
@@ -157,15 +258,22 @@ RESTORABLE = ("starting", "running", "restarting", "stopping", "lost")
 def up_all(settings: Settings) -> list[dict[str, Any]]:
     """Start again every service that was up when its supervisor went away (a reboot, a kill): the program it ran
     (recorded), its port when it is still free, its secrets, network and state. Each one's status, or
-    {"name", "error"} for one that did not start."""
+    {"name", "error"} for one that did not start. Each starts after what it needs (which starts first when it was
+    stopped)."""
     results: list[dict[str, Any]] = []
+    lost = []
     for where in all_service_dirs(settings):
         status = show(where)
-        if status.get("state") != "lost" and not (status.get("state") in RESTORABLE and not status["supervised"]):
+        if status.get("state") == "lost" or (status.get("state") in RESTORABLE and not status["supervised"]):
+            lost.append(where)
+    for where in needs.in_start_order(lost):
+        status = show(where)
+        if where.supervisor_alive():  # started already, as what a service before it needs
+            results.append(status)
             continue
         try:
             launch = where.read_json(where.launch_file)
-            results.append(relaunch(where, launch, forward.port_if_free(status.get("port"))))
+            results.append(relaunch(where, launch, forward.port_if_free(status.get("port")), settings))
         except FlakebotError as exc:
             results.append({"name": where.name, "error": exc.message})
     return results
@@ -179,14 +287,22 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
     if not launch:
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
     identity.checked_binary(name, identity.program_of(launch))
-    down(name, settings)
-    return relaunch(where, launch, forward.port_if_free(launch.get("host_port")))
+    dependents = down(name, settings)["stopped_dependents"]
+    status = relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings)
+    for other in reversed(dependents):  # what needs it starts again after it, as systemd's Requires restarts them
+        again = ServiceDir.of(other, settings)
+        again_launch = again.read_json(again.launch_file)
+        relaunch(again, again_launch, forward.port_if_free(again_launch.get("host_port")), settings)
+    return {**status, "restarted_dependents": list(reversed(dependents))}
 
 
-def check_up(ref: str, settings: Settings, port: int | None) -> None:
+def check_up(ref: str, settings: Settings, port: int | None, *, agent: bool = False) -> None:
     """The checks `up` makes that need nothing built or started (a catalogued service by that name, a usable
-    port), for a door that answers before the work starts."""
-    ServiceDir.of(service_manifest_of(ref, settings)["name"], settings)
+    port, what it needs: known, no cycle, none an agent may not start), for a door that answers before the work
+    starts."""
+    manifest = service_manifest_of(ref, settings)
+    where = ServiceDir.of(manifest["name"], settings)
+    _planned(where.name, ServiceSpec.from_dict(manifest["service"]), settings, agent=agent)
     if port is not None:
         _host_port(port)
 
@@ -203,12 +319,28 @@ def _host_port(port: int | None) -> int:
 
 def down(name: str, settings: Settings) -> dict[str, Any]:
     """Stop service `name`: its supervisor stops the service (SIGTERM, SIGKILL after the grace period) and exits;
-    a supervisor that does not is killed, and so is anything it left. Its status after."""
+    a supervisor that does not is killed, and so is anything it left. Every running service that needs it (directly
+    or through another) is stopped first, dependents before what they need (systemd's Requires); what `name` itself
+    needs keeps running. Its status after, with `stopped_dependents` in the order they stopped."""
     where = ServiceDir.of(name, settings)
     if not where.status():
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
+    stopped: list[str] = []
+    _stop_dependents(name, settings, stopped, {name})
     with where.control_lock():
-        return stop_supervised(where)
+        return {**stop_supervised(where), "stopped_dependents": stopped}
+
+
+def _stop_dependents(name: str, settings: Settings, stopped: list[str], visiting: set[str]) -> None:
+    for where in needs.dependents(name, settings):
+        if where.name in stopped or where.name in visiting:
+            continue
+        visiting.add(where.name)
+        _stop_dependents(where.name, settings, stopped, visiting)
+        with where.control_lock():
+            stop_supervised(where)
+        logger.info("stopped %s, which needs %s", where.name, name)
+        stopped.append(where.name)
 
 
 def statuses(settings: Settings) -> list[dict[str, Any]]:

@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from flakebot.errors import UsageError
+from flakebot.services.layout import NAME, NAME_RULE
 
+MAX_NEEDS = 16  # services one service needs directly
 PORT_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
 
@@ -71,8 +73,10 @@ class ServiceSpec:
     start_s: float = 30.0  # how long a start may take to become healthy
     stop_grace_s: float = 10.0  # SIGTERM to the service, SIGKILL after this
     restart: Restart = field(default_factory=Restart)
+    needs: tuple[str, ...] = ()  # services started (healthy) before it, stopped after it; reached at url_variable
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", checked_needs(self.needs))
         if not 1 <= self.port <= 65535:
             raise UsageError(f"port {self.port} is not a TCP port", fix="pass --port between 1 and 65535")
         if not PORT_VARIABLE.match(self.port_env):
@@ -92,7 +96,9 @@ class ServiceSpec:
         _in_range("failed checks", self.failures, 1, 100, "declare failures between 1 and 100")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        found = asdict(self)
+        found["needs"] = list(self.needs)
+        return found
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServiceSpec:
@@ -104,3 +110,35 @@ class ServiceSpec:
             health=Health.parse(health) if isinstance(health, str) else Health(**health),
             restart=Restart(**data.get("restart", {})),
         )
+
+
+def url_variable(name: str) -> str:
+    """The environment variable a service that needs `name` finds it at: FLAKEBOT_<NAME>_URL (upper case, '-' as
+    '_'), holding http://127.0.0.1:PORT, the one port of the host's loopback its namespace reaches."""
+    return "FLAKEBOT_" + name.upper().replace("-", "_") + "_URL"
+
+
+def reach_environment(reach: dict[str, int]) -> dict[str, str]:
+    """FLAKEBOT_<NAME>_URL for each needed service (`reach`: name -> its port, the same number inside the
+    dependent's namespace as on the host)."""
+    return {url_variable(name): f"http://127.0.0.1:{port}" for name, port in reach.items()}
+
+
+def checked_needs(needs: Any) -> tuple[str, ...]:
+    """A declaration's `needs`: a list of service names, each once, whose variables differ (a-b and a_b do not)."""
+    fix = f"declare needs as a list of service names ({NAME_RULE}), each once, at most {MAX_NEEDS}"
+    if isinstance(needs, str) or not isinstance(needs, (list, tuple)):
+        raise UsageError(f"needs {repr(needs)[:60]} is not a list of service names", fix=fix)
+    if len(needs) > MAX_NEEDS:
+        raise UsageError(f"{len(needs)} services needed (at most {MAX_NEEDS})", fix=fix)
+    seen: dict[str, str] = {}
+    for name in needs:
+        if not isinstance(name, str) or not NAME.match(name):
+            raise UsageError(f"needs {repr(name)[:70]}: not a service name", fix=fix)
+        if url_variable(name) in seen:
+            twice = (
+                f"{name!r} twice" if seen[url_variable(name)] == name else f"{seen[url_variable(name)]!r} and {name!r}"
+            )
+            raise UsageError(f"needs {twice}: one {url_variable(name)} for both", fix=fix)
+        seen[url_variable(name)] = name
+    return tuple(needs)

@@ -65,11 +65,15 @@ def pasta_program() -> str:
     return found
 
 
-def pasta_argv(pasta: str, host_port: int, inner_port: int, ns_pid: int, *, network: bool = False) -> list[str]:
+def pasta_argv(
+    pasta: str, host_port: int, inner_port: int, ns_pid: int, *, network: bool = False, reach: tuple[int, ...] = ()
+) -> list[str]:
     """pasta forwarding TCP 127.0.0.1:host_port to the namespace of `ns_pid`, port `inner_port`; nothing else
     (no UDP, no port of the host's forwarded in). `network`: the namespace's interface configured too (address,
-    default route), its gateway not mapped to the host's loopback."""
-    argv = [pasta, "-f", "-q", "-t", f"127.0.0.1/{host_port}:{inner_port}", "-T", "none", "-u", "none", "-U", "none"]
+    default route), its gateway not mapped to the host's loopback. `reach`: ports of the host's 127.0.0.1 (the
+    services it needs) it reaches at the same port of its own 127.0.0.1, and no other."""
+    outward = ",".join(map(str, reach)) if reach else "none"
+    argv = [pasta, "-f", "-q", "-t", f"127.0.0.1/{host_port}:{inner_port}", "-T", outward, "-u", "none", "-U", "none"]
     if network:
         # without --no-map-gw, a connection to the gateway address reaches the host's 127.0.0.1 (seen by hand)
         argv += ["--config-net", "--no-map-gw"]

@@ -12,8 +12,8 @@ itself, as `up` found it in the catalog:
 still be the file `up` digested (checked), and services/NAME/gcroot (previous-gcroot) are Nix GC roots of the two
 store paths, so neither a garbage collection nor a catalog `rm` takes a recorded program away. Only the user's own
 commands record another program: `up NAME@VERSION` (an upgrade), `up --replace`, `rollback`. A service whose launch
-holds secrets is never started, upgraded or replaced by an agent (MCP `service_up`): nothing an agent does over MCP
-changes which program receives a secret.
+holds secrets is never started, upgraded, replaced or rolled back by an agent (MCP `service_up`, `service_rollback`):
+nothing an agent does over MCP changes which program receives a secret.
 """
 
 from __future__ import annotations
@@ -130,6 +130,18 @@ def may_start(
         )
 
 
+def may_roll_back(name: str, launch: dict[str, Any], *, agent: bool) -> None:
+    """Whether a rollback may hand the service's launch to the program it ran before. An agent's (MCP) may not when
+    the launch holds the user's secrets: the secrets would go to another program than the one the user last started
+    with them. Without secrets the agent goes back only to a program this service already ran (recorded then), as
+    the user's rollback does."""
+    if agent and launch.get("secrets"):
+        raise UsageError(
+            f"service {name} was started by the user with secrets: an agent cannot switch its program",
+            fix=f"ask the user to run 'flakebot rollback {name}'",
+        )
+
+
 def catalog_change_note(name: str, manifest: dict[str, Any], settings: Settings) -> str:
     """What a craft or improve that catalogued service `name` (its `manifest`) says when a service of that name was
     started here on another program: that service keeps its recorded program, and only the user switches it."""
@@ -170,6 +182,7 @@ __all__ = [
     "catalog_change_note",
     "checked_binary",
     "hold_roots",
+    "may_roll_back",
     "may_start",
     "previous",
     "program_of",

@@ -127,8 +127,13 @@ def show(where: ServiceDir) -> dict[str, Any]:
     status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
     status["supervised"] = alive
     status.setdefault("network", False)  # a status from a supervisor before `up --network` had none
-    recorded = where.read_json(where.launch_file).get("program")
+    launch = where.read_json(where.launch_file)
+    recorded = launch.get("program")
     status["store_path"] = recorded.get("store_path") if isinstance(recorded, dict) else None  # what it runs
+    declared = launch.get("spec")
+    status["needs"] = (
+        list(declared.get("needs") or []) if isinstance(declared, dict) else []
+    )  # what its recorded program's declaration needs
     return status
 
 

@@ -26,7 +26,7 @@ from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
 from flakebot.sandbox.cgroup import Group
 from flakebot.services import credentials, envelope, forward, health
-from flakebot.services.declaration import ServiceSpec
+from flakebot.services.declaration import ServiceSpec, reach_environment
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import LogFile
 
@@ -59,6 +59,7 @@ class Supervisor:
         self.binary = Path(launch["binary"])
         self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
         self.network = forward.outbound_network(launch)
+        self.needs: dict[str, int] = launch.get("needs") or {}  # each needed service's host port (needs.py)
         self.limits = SandboxLimits(**launch.get("limits", {}))
         self.quota_outcome = ""  # set when the state passed its disk quota: a stop without restarts
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
@@ -164,7 +165,7 @@ class Supervisor:
     def start(self) -> Started:
         sandbox = self.sandbox()
         full, _ = sandbox.command([str(self.binary)], cwd=self.where.state)
-        full_env = service_environment(self.spec, self.where.state, bool(self.secrets))
+        full_env = service_environment(self.spec, self.where.state, bool(self.secrets), self.needs)
         secret_args, secret_fds = credentials.bwrap_args(self.secrets)
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
@@ -225,7 +226,8 @@ class Supervisor:
         return sandbox
 
     def forward(self, ns_init: int) -> subprocess.Popen[bytes]:
-        argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init, network=self.network)
+        argv = forward.pasta_argv(forward.pasta_program(), self.port, self.spec.port, ns_init, network=self.network,
+                                  reach=tuple(self.needs.values()))  # fmt: skip
         with open(self.where.supervisor_log, "ab") as out:
             return launcher.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                   preexec_fn=forward.die_with_parent)  # fmt: skip
@@ -351,11 +353,15 @@ def _read_child_pid(fd: int, timeout: float = 30.0) -> int:
 SERVICE_PATH = "/usr/local/bin:/usr/bin:/bin"  # the sandbox's own /usr; a Nix-built service needs none of it
 
 
-def service_environment(spec: ServiceSpec, state: Path, secrets: bool) -> dict[str, str]:
+def service_environment(
+    spec: ServiceSpec, state: Path, secrets: bool, reach: dict[str, int] | None = None
+) -> dict[str, str]:
     """A service's whole environment, declared (as systemd gives a unit): its port variable, STATE_DIRECTORY,
-    CREDENTIALS_DIRECTORY when it has secrets, a fixed PATH and LANG. Nothing of the supervisor's or the build's
-    (no RUSTUP_*, CARGO_HOME, HOME or the host's PATH) reaches it."""
-    env = {"PATH": SERVICE_PATH, "LANG": "C.UTF-8", spec.port_env: str(spec.port), "STATE_DIRECTORY": str(state)}
+    CREDENTIALS_DIRECTORY when it has secrets, FLAKEBOT_<NAME>_URL for each service it needs (`reach`: name ->
+    port), a fixed PATH and LANG. Nothing of the supervisor's or the build's (no RUSTUP_*, CARGO_HOME, HOME or the
+    host's PATH) reaches it."""
+    env = {**reach_environment(reach or {}), "PATH": SERVICE_PATH, "LANG": "C.UTF-8", spec.port_env: str(spec.port),
+           "STATE_DIRECTORY": str(state)}  # fmt: skip
     if secrets:
         env["CREDENTIALS_DIRECTORY"] = str(credentials.INSIDE)
     return env

@@ -53,7 +53,8 @@ def test_every_tool_carries_annotations_as_the_sdk_client_reads_them(flakebot_ho
         assert hints.read_only_hint is (name in READ_ONLY), name
         assert hints.idempotent_hint is not None and hints.open_world_hint is not None, name
         if not hints.read_only_hint:
-            assert hints.destructive_hint is (name in ("rm", "run", "service_down", "service_request")), name
+            destructive = ("rm", "run", "service_down", "service_request", "service_rollback")
+            assert hints.destructive_hint is (name in destructive), name
     for name in ("craft", "improve", "package", "resume", "search"):
         assert tools[name].open_world_hint is True, name
     assert tools["list"].open_world_hint is False and tools["status"].open_world_hint is False

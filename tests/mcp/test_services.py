@@ -19,7 +19,7 @@ from tests.mcp.test_server import TS_CLIENT, mcp_client, require_typescript_sdk
 from tests.services.test_supervisor import KV_SERVICE, pasta_pids, port_free
 
 pytestmark = pytest.mark.slow
-SERVICE_TOOLS = {"service_up", "service_down", "services", "service_logs", "service_request"}
+SERVICE_TOOLS = {"service_up", "service_down", "service_rollback", "services", "service_logs", "service_request"}
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from flakebot.agent.acceptance import SERVICE_TEST, acceptance_test_names, render_acceptance_test
 from flakebot.errors import SpecError
-from flakebot.services.crafting import ServiceNeed, from_answer
+from flakebot.services.crafting import ServiceNeed, from_answer, load_service_spec
 from flakebot.services.lifecycle import Examples
 from flakebot.toolspec import ToolSpec, load_spec_file
 from tests.conftest import require, run_cli
@@ -285,3 +285,19 @@ def test_a_service_spec_file_gets_a_services_advice_before_any_run(
     assert "a service's spec file is" in errors[0] or "after_restart examples" in errors[0], errors[0]
     assert "3-6 examples" not in errors[0] and "Health()" not in errors[0]
     assert not (flakebot_home / "work" / "runs").exists() or not any((flakebot_home / "work" / "runs").iterdir())
+
+
+def test_a_spec_file_declares_what_the_service_needs_and_a_bad_name_is_refused(tmp_path: Path) -> None:
+    """`needs` in a crafted service's declaration, as package-service --needs gives it (tests/services/test_needs.py
+    runs it)."""
+    spec = service_spec().to_dict()
+    spec["service"]["declaration"]["needs"] = ["kv-service", "metrics_db"]
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    needed = ServiceNeed.from_dict(load_service_spec(path).service).declaration.needs
+    assert needed == ("kv-service", "metrics_db")
+    spec["service"]["declaration"]["needs"] = ["kv-service", "Kv Service"]
+    path.write_text(json.dumps(spec))
+    with pytest.raises(SpecError) as refused:
+        load_service_spec(path)
+    assert "needs 'Kv Service': not a service name" in refused.value.message

@@ -4,6 +4,7 @@ own lifecycle check on an empty state, so it is catalogued, but fails health on 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import json_result, require, run_cli
+from tests.mcp.test_server import mcp_client
 from tests.services.test_supervisor import KV_SERVICE, client, pasta_pids, status
 from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
 
@@ -116,4 +118,47 @@ def test_rollback_without_a_previous_version_is_refused(env: dict[str, str]) -> 
     assert done.returncode == 2 and "no previous version" in done.stderr
     same = run_cli("up", "kv-service@0.1.0", env=env)
     assert same.returncode == 2 and "running already" in same.stderr
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_an_agent_rolls_a_service_back_over_mcp_but_never_one_holding_the_users_secrets(
+    env: dict[str, str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    for key, value in env.items():  # the MCP server sees this module's catalog and the test's services
+        monkeypatch.setenv(key, value)
+    first = up(env, "kv-service@0.1.0")
+    up(env, "kv-service@0.2.0")
+
+    async def session(calls: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], list[Any]]:
+        async with mcp_client() as client:
+            tools = {t.name: t for t in (await client.session.list_tools()).tools}
+            return tools, [await client.call(name, arguments) for name, arguments in calls]
+
+    tools, [(back, error), (unknown, unknown_error)] = asyncio.run(
+        session([("service_rollback", {"service": "kv-service"}), ("service_rollback", {"service": "nope"})])
+    )
+    hints = tools["service_rollback"].annotations
+    assert hints.destructive_hint is True and hints.idempotent_hint is False and hints.read_only_hint is False
+    assert "secrets" in (tools["service_rollback"].description or "")
+    assert not error and back["version"] == "0.1.0" and back["previous_version"] == "0.2.0", back
+    assert back["port"] == first["port"] and "service_pid" not in back  # an agent's status: no pids
+    with client() as http:
+        assert http.get(f"http://127.0.0.1:{first['port']}/health").content == b"ok\n"
+    assert unknown_error and "no service nope was started here" in unknown["error"]
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+    # started by the user with a secret: an agent's rollback would hand it to another program
+    secret = tmp_path / "token"
+    secret.write_text("s3cret")
+    up(env, "kv-service@0.1.0", "--secret", f"token={secret}")
+    upgraded = up(env, "kv-service@0.2.0")
+    _, [(refused, refused_error)] = asyncio.run(session([("service_rollback", {"service": "kv-service"})]))
+    assert refused_error and "an agent cannot switch its program" in refused["error"], refused
+    assert "flakebot rollback kv-service" in refused["fix"]
+    still = status(env)
+    assert still["version"] == "0.2.0" and still["service_pid"] == upgraded["service_pid"]
+    mine = run_cli("rollback", "kv-service", "--json", env=env, timeout=120)  # the user's own rollback
+    assert mine.returncode == 0 and json_result(mine)["version"] == "0.1.0", mine.stderr
     assert run_cli("down", "kv-service", env=env).returncode == 0

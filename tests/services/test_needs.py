@@ -1,0 +1,168 @@
+"""Services that need others, through the real commands: kv-service (tests/fixtures) packaged three times, as
+kv-service, kv-app (--needs kv-service) and kv-top (--needs kv-app); each started under its supervisor by `up`, each
+dependent reaching what it needs from inside its own network namespace (kv-service's GET /connect), and nothing else
+of the host's loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import json_result, require, run_cli
+from tests.services.test_supervisor import KV_SERVICE, client, status
+from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
+from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
+
+pytestmark = pytest.mark.slow
+CHAIN = {"kv-service": (), "kv-app": ("kv-service",), "kv-top": ("kv-app",)}
+
+
+def package(env: dict[str, str], name: str, *needs: str) -> Any:
+    args = [arg for need in needs for arg in ("--needs", need)]
+    return run_cli(
+        "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--start-timeout", "4", "--name", name,
+        *args, "--json", env=env,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """kv-service, kv-app needing it and kv-top needing kv-app, packaged once."""
+    require("nix", "cargo", "bwrap", "pasta")
+    home = tmp_path_factory.mktemp("needshome")
+    env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
+    env["FLAKEBOT_WORKDIR"] = str(home / "work")
+    for name, needs in CHAIN.items():
+        done = package(env, name, *needs)
+        assert done.returncode == 0, done.stderr
+        manifest = json.loads((Path(json_result(done)["dir"]) / "manifest.json").read_text())
+        assert manifest["service"]["needs"] == list(needs)
+    return env
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The service's own environment, as the kernel holds it."""
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(pair.decode().split("=", 1) for pair in pairs if pair)
+
+
+def reaches(port: int, other: int) -> str:
+    """What the service on host port `port` says of a connect, from inside its namespace, to 127.0.0.1:`other`."""
+    with client() as http:
+        return http.get(f"http://127.0.0.1:{port}/connect?127.0.0.1:{other}").text.split()[0]
+
+
+def states(env: dict[str, str]) -> dict[str, str]:
+    listed = json_result(run_cli("services", "--json", env=env))["services"]
+    return {s["name"]: s["state"] for s in listed}
+
+
+def test_up_starts_what_a_service_needs_first_and_down_stops_its_dependents_first(env: dict[str, str]) -> None:  # noqa: F811
+    done = run_cli("up", "kv-top", "--json", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    top = json_result(done)
+    service, app = status(env, "kv-service"), status(env, "kv-app")
+    assert service["state"] == app["state"] == top["state"] == "running"
+    assert service["started_at"] < app["started_at"] < top["started_at"]  # each after what it needs
+    assert top["needs"] == ["kv-app"] and app["needs"] == ["kv-service"] and service["needs"] == []
+    # each reaches what it needs at FLAKEBOT_<NAME>_URL, and no other port of the host's loopback
+    assert environ(top["service_pid"])["FLAKEBOT_KV_APP_URL"] == f"http://127.0.0.1:{app['port']}"
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{service['port']}"
+    assert "FLAKEBOT_KV_SERVICE_URL" not in environ(top["service_pid"])
+    assert reaches(top["port"], app["port"]) == "open" and reaches(app["port"], service["port"]) == "open"
+    assert reaches(top["port"], service["port"]) == "refused"
+    wide = run_cli("services", env={**env, "COLUMNS": "160"})
+    assert "needs" in wide.stdout and "kv-app" in wide.stdout.split("kv-top", 1)[1].splitlines()[0]
+
+    # stopping kv-service stops what needs it first, the last dependent first (systemd's Requires)
+    stopped = run_cli("down", "kv-service", "--json", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert json_result(stopped)["stopped_dependents"] == ["kv-top", "kv-app"]
+    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped", "kv-top": "stopped"}
+
+    # after a reboot (supervisors killed), up --all starts each after what it needs, reached at its port now
+    for name in CHAIN:
+        assert run_cli("up", name, env=env, timeout=120).returncode == 0
+    for name in CHAIN:
+        os.kill(status(env, name)["supervisor_pid"], signal.SIGKILL)
+    restored = run_cli("up", "--all", "--json", env=env, timeout=120)
+    assert restored.returncode == 0, restored.stderr
+    assert [s["name"] for s in json_result(restored)["services"]] == ["kv-service", "kv-app", "kv-top"]
+    service, app = status(env, "kv-service"), status(env, "kv-app")
+    assert service["started_at"] < app["started_at"] < status(env, "kv-top")["started_at"]
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{service['port']}"
+    assert reaches(app["port"], service["port"]) == "open"
+
+    # a restart of what others need restarts them after it; down of a dependent leaves what it needs running
+    restarted = json_result(run_cli("restart", "kv-service", "--json", env=env, timeout=120))
+    assert restarted["restarted_dependents"] == ["kv-app", "kv-top"]
+    assert set(states(env).values()) == {"running"}
+    assert json_result(run_cli("down", "kv-top", "--json", env=env))["stopped_dependents"] == []
+    assert states(env) == {"kv-service": "running", "kv-app": "running", "kv-top": "stopped"}
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
+
+
+def test_a_dependency_that_fails_stops_the_chain_and_what_up_started(env: dict[str, str]) -> None:  # noqa: F811
+    """kv-app cannot start (its state's `kv` is a file: kv-service exits 1): `up kv-top` names it, starts no kv-top
+    and stops the kv-service it started; a kv-service that ran before the `up` keeps running."""
+    broken = Path(env["FLAKEBOT_WORKDIR"]) / "services" / "kv-app" / "state" / "kv"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("not a directory")
+    failed = run_cli("up", "kv-top", "--json", env=env, timeout=120)
+    assert failed.returncode == 40, failed.stderr
+    error = json.loads(failed.stdout.splitlines()[-1])
+    assert error["error"].startswith("service kv-top needs kv-app, which did not start: service kv-app did not")
+    assert "flakebot up kv-app" in error["fix"] and len(failed.stderr.strip().splitlines()) == 1
+    assert states(env) == {"kv-service": "stopped", "kv-app": "failed"}  # kv-top never started
+
+    running = run_cli("up", "kv-service", "--json", env=env, timeout=120)
+    assert running.returncode == 0, running.stderr
+    assert run_cli("up", "kv-top", env=env, timeout=120).returncode == 40
+    kept = status(env, "kv-service")
+    assert kept["state"] == "running" and kept["service_pid"] == json_result(running)["service_pid"]
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+
+def test_an_unknown_or_cyclic_need_is_refused_before_anything_starts(env: dict[str, str]) -> None:  # noqa: F811
+    own = {**env}
+    assert package(own, "kv-loop-a", "kv-loop-b").returncode == 0
+    unknown = run_cli("up", "kv-loop-a", env=own, timeout=120)
+    assert unknown.returncode == 2, unknown.stderr
+    assert "service kv-loop-b is needed but is neither started here nor a catalogued service" in unknown.stderr
+    assert "Fix:" in unknown.stderr and len(unknown.stderr.strip().splitlines()) == 1
+    assert package(own, "kv-loop-b", "kv-service", "kv-loop-a").returncode == 0
+    cycle = run_cli("up", "kv-loop-a", "--json", env=own, timeout=120)
+    assert cycle.returncode == 2
+    error = json.loads(cycle.stdout.splitlines()[-1])
+    assert error["error"] == "services need each other in a cycle: kv-loop-a -> kv-loop-b -> kv-loop-a"
+    assert "package it again" in error["fix"]
+    assert not (Path(env["FLAKEBOT_WORKDIR"]) / "services").exists()  # nothing started, not even kv-service
+    itself = package(own, "kv-self", "kv-self")
+    assert itself.returncode == 2 and "cannot need itself" in itself.stderr
+    twice = package(own, "kv-twice", "kv-service", "kv-service")
+    assert twice.returncode == 2 and "needs 'kv-service' twice" in twice.stderr
+
+
+def test_a_dependency_that_ran_here_starts_as_its_recorded_program_not_the_catalogs(  # noqa: F811
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """kv-service ran here (0.1.0, recorded); the catalog's kv-service is now 0.2.0: `up kv-app` starts the recorded
+    0.1.0 for it, as `restart` would (identity.py), never what the name means now."""
+    assert run_cli("up", "kv-service", env=env, timeout=120).returncode == 0
+    ran = status(env, "kv-service")["store_path"]
+    assert run_cli("down", "kv-service", env=env).returncode == 0
+    newer = version_of(tmp_path, "0.2.0", edits={'("GET", "/health") => reply(&mut stream, 200, "ok\\n")':
+                                                 UPGRADED_HEALTH})  # fmt: skip
+    done = run_cli("package-service", str(newer), "--offline", "--stop-grace", "2", "--name", "kv-service", env=env)
+    assert done.returncode == 0, done.stderr
+    assert run_cli("up", "kv-app", env=env, timeout=120).returncode == 0
+    service = status(env, "kv-service")
+    assert service["version"] == "0.1.0" and service["store_path"] == ran
+    with client() as http:
+        assert http.get(f"http://127.0.0.1:{service['port']}/health").content == b"ok\n"
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
