@@ -249,15 +249,18 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def print_services(found: list[dict[str, Any]]) -> None:
-    """The services table: each service's version (and the one before), state, port, network, health, restarts."""
+    """The services table: each service's version (and the one before), state, port, how the port reaches it
+    (socket: handoff or pasta), network, health, restarts."""
     rows = []
     for s in found:
         uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
         network = "outbound" if s.get("network") else "none"
         rows.append((s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
-                     network, s.get("health"), s.get("restarts"), uptime, one_line(s.get("message", ""))))  # fmt: skip
-    headers = ("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime", "note")
-    optional = ("uptime", "restarts", "network", "health", "previous")
+                     s.get("socket") or "pasta", network, s.get("health"), s.get("restarts"), uptime,
+                     one_line(s.get("message", ""))))  # fmt: skip
+    headers = ("service", "version", "previous", "state", "port", "socket", "network", "health", "restarts", "uptime",
+               "note")  # fmt: skip
+    optional = ("uptime", "restarts", "network", "health", "previous", "socket")
     out.print(fitted(headers, ("service", "version", "state", "port"), rows, optional=optional, width=out.width))
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # A service's status as an agent needs it (no pids or host paths).
 AGENT_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "network",
-                "restarts", "uptime_s", "message")  # fmt: skip
+                "socket", "restarts", "uptime_s", "message")  # fmt: skip
 MOST_LOG_LINES = 500  # an agent's logs at most; a person's are the log's own bound
 
 Service = Annotated[str, Param("A service's name.", positional=True)]
@@ -33,6 +33,9 @@ def package_service(
     health: Annotated[str, Param("Health check: an HTTP path answering 2xx, or 'tcp'.")] = "/health",
     stop_grace: Annotated[float, Param("Seconds from SIGTERM to SIGKILL when it stops.")] = 10.0,
     start_timeout: Annotated[float, Param("Seconds a start may take to become healthy.")] = 30.0,
+    socket: Annotated[
+        str, Param("How its port reaches it: 'handoff' (it accepts on fd 3, LISTEN_FDS) or 'pasta' (it binds PORT).")
+    ] = "pasta",
     name: Annotated[str | None, Param("Catalog name (default: the binary's).")] = None,
     bin_name: Annotated[str | None, Param("The binary, when the crate has several.", cli=("--bin",))] = None,
     offline: Annotated[bool | None, Param("Local registry only.", cli=("--offline/--online",))] = None,
@@ -51,7 +54,7 @@ def package_service(
     from flakebot.services.lifecycle import Examples
 
     spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace,
-                       start_s=start_timeout)  # fmt: skip
+                       start_s=start_timeout, socket=socket)  # fmt: skip
     cases = Examples.load(Path(examples)) if examples else None
     overrides = {"offline": offline} if offline is not None else {}
     entry = _catalogued(

@@ -11,7 +11,7 @@ from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import envelope, forward, identity
+from flakebot.services import envelope, forward, handoff, identity
 from flakebot.services.catalogued import service_manifest_of
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
@@ -44,7 +44,8 @@ def up(
     manifest = service_manifest_of(ref, settings)
     spec = ServiceSpec.from_dict(manifest["service"])
     where = ServiceDir.of(manifest["name"], settings)
-    forward.pasta_program()  # before anything starts: no forward, no service
+    if handoff.mode(spec.socket, network) == "pasta":
+        forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     program = identity.record(manifest, binary)
     with where.control_lock():
@@ -98,7 +99,8 @@ def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, 
 def relaunch(where: ServiceDir, launch: dict[str, Any], port: int | None) -> dict[str, Any]:
     """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
     state, on `port` (None: a free one); the catalog is not read."""
-    forward.pasta_program()
+    if handoff.mode(ServiceSpec.from_dict(launch.get("spec") or {}).socket, forward.outbound_network(launch)) == "pasta":
+        forward.pasta_program()
     program = identity.program_of(launch)
     binary = identity.checked_binary(where.name, program)
     with where.control_lock():

@@ -42,9 +42,11 @@ class ServiceNeed:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "spec") -> ServiceNeed:
         """The service part of a spec; a SpecError naming the problem (the model is told it and asked again)."""
+        # its program starts from the template, which accepts on the socket flakebot hands in (unless it says not)
+        declared = {"socket": "handoff", **dict(data.get("declaration") or {})}
         try:
             need = cls(
-                ServiceSpec.from_dict(dict(data.get("declaration") or {})),
+                ServiceSpec.from_dict(declared),
                 Examples.from_dict(dict(data.get("examples") or {})),
                 str(data.get("protocol", "http")),
             )

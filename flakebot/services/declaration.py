@@ -8,6 +8,11 @@ from typing import Any
 
 from flakebot.errors import UsageError
 
+# How its port reaches it: "handoff", flakebot binds the host's port and hands the listening socket in as fd 3
+# (systemd's socket activation: LISTEN_FDS, LISTEN_PID; the template takes it); "pasta", it binds its own port in its
+# namespace and pasta forwards the host's port there (a program that cannot take a socket; what a declaration from
+# before the handoff means).
+SOCKET_MODES = ("handoff", "pasta")
 PORT_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
 
@@ -71,8 +76,14 @@ class ServiceSpec:
     start_s: float = 30.0  # how long a start may take to become healthy
     stop_grace_s: float = 10.0  # SIGTERM to the service, SIGKILL after this
     restart: Restart = field(default_factory=Restart)
+    socket: str = "pasta"  # SOCKET_MODES: how the host's port reaches it
 
     def __post_init__(self) -> None:
+        if self.socket not in SOCKET_MODES:
+            raise UsageError(
+                f"socket {str(self.socket)[:40]!r} is neither of {', '.join(SOCKET_MODES)}",
+                fix="pass --socket handoff (it accepts on fd 3 when LISTEN_FDS is set) or --socket pasta",
+            )
         if not 1 <= self.port <= 65535:
             raise UsageError(f"port {self.port} is not a TCP port", fix="pass --port between 1 and 65535")
         if not PORT_VARIABLE.match(self.port_env):

@@ -127,6 +127,7 @@ def show(where: ServiceDir) -> dict[str, Any]:
     status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
     status["supervised"] = alive
     status.setdefault("network", False)  # a status from a supervisor before `up --network` had none
+    status.setdefault("socket", "pasta")  # ... and one from before the socket handoff was forwarded by pasta
     recorded = where.read_json(where.launch_file).get("program")
     status["store_path"] = recorded.get("store_path") if isinstance(recorded, dict) else None  # what it runs
     return status
