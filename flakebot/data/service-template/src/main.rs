@@ -1,6 +1,7 @@
 //! A std-only HTTP/1.0 service skeleton: flakebot's starting point for `craft --service`.
 //!
-//! Listens on 127.0.0.1:$PORT (default 8080); GET /health answers 200 once it listens. Keep every piece of
+//! Accepts on the socket flakebot hands in (fd 3, with LISTEN_FDS=1 and LISTEN_PID its own pid: systemd's socket
+//! activation), else listens on 127.0.0.1:$PORT (default 8080); GET /health answers 200 once it listens. Keep every piece of
 //! state under $STATE_DIRECTORY (write a temporary file and rename it, so a kill never leaves half a value).
 //! SIGTERM (or SIGINT): stops accepting and exits 0. Add the service's routes in `route`: each returns a
 //! `Response` (status and body, plus any header: `Response::new(302, "").header("Location", "/there")`).
@@ -16,9 +17,28 @@ const SIGTERM: i32 = 15;
 const SIGINT: i32 = 2;
 const MAX_BODY: usize = 64 * 1024;
 
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
 extern "C" {
-    // libc's signal(): std links libc already, so no crate is needed for one flag-setting handler.
+    // libc's signal() and poll(): std links libc already, so no crate is needed for them.
     fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;
+}
+
+/// The listening socket handed in as fd 3 (sd_listen_fds: LISTEN_FDS=1, LISTEN_PID our own pid), if one was.
+fn handed_in() -> Option<TcpListener> {
+    use std::os::unix::io::FromRawFd;
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds != 1 {
+        return None; // meant for another process (or several sockets: not this program's)
+    }
+    Some(unsafe { TcpListener::from_raw_fd(3) })
 }
 
 extern "C" fn on_stop(_signum: i32) {
@@ -62,7 +82,7 @@ impl Response {
 
 fn main() {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        println!("{}: an HTTP service\n\nEnvironment:\n  PORT             port on 127.0.0.1 (default 8080)\n  STATE_DIRECTORY  where its state is kept", env!("CARGO_PKG_NAME"));
+        println!("{}: an HTTP service\n\nEnvironment:\n  LISTEN_FDS       1: accept on fd 3 (with LISTEN_PID its pid), as flakebot and systemd hand it in\n  PORT             port on 127.0.0.1 otherwise (default 8080)\n  STATE_DIRECTORY  where its state is kept", env!("CARGO_PKG_NAME"));
         return;
     }
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8080);
@@ -71,20 +91,34 @@ fn main() {
         signal(SIGTERM, on_stop);
         signal(SIGINT, on_stop);
     }
-    let listener = TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| {
-        eprintln!("cannot listen on 127.0.0.1:{port}: {e}");
-        std::process::exit(1);
-    });
+    let listener = match handed_in() {
+        Some(listener) => {
+            eprintln!("accepting on fd 3 (handed in), state in {}", state.display());
+            listener
+        }
+        None => {
+            let listener = TcpListener::bind(("127.0.0.1", port)).unwrap_or_else(|e| {
+                eprintln!("cannot listen on 127.0.0.1:{port}: {e}");
+                std::process::exit(1);
+            });
+            eprintln!("listening on 127.0.0.1:{port}, state in {}", state.display());
+            listener
+        }
+    };
     listener.set_nonblocking(true).expect("nonblocking listener");
-    eprintln!("listening on 127.0.0.1:{port}, state in {}", state.display());
     while !STOP.load(Ordering::SeqCst) {
+        // woken by a connection at once; every 100 ms to see SIGTERM's flag
+        let mut ready = PollFd { fd: std::os::unix::io::AsRawFd::as_raw_fd(&listener), events: 1, revents: 0 };
+        if unsafe { poll(&mut ready, 1, 100) } <= 0 {
+            continue;
+        }
         match listener.accept() {
             Ok((stream, _)) => {
                 if let Err(e) = serve(stream, &state) {
                     eprintln!("request failed: {e}");
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => eprintln!("accept: {e}"),
         }
     }
