@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -84,9 +85,11 @@ def up(
         return _healthy_or_stopped(where, launch)
 
 
-def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any]:
+def _healthy_or_stopped(
+    where: ServiceDir, launch: dict[str, Any], listener: socket.socket | None = None
+) -> dict[str, Any]:
     """Start `launch` (the control lock held); its status once healthy, else stopped again and a SandboxError."""
-    status = start_supervised(where, launch)
+    status = start_supervised(where, launch, listener)
     if status.get("state") != "running":
         stopped = stop_supervised(where)
         raise SandboxError(
@@ -96,9 +99,12 @@ def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, 
     return show(where)
 
 
-def relaunch(where: ServiceDir, launch: dict[str, Any], port: int | None) -> dict[str, Any]:
+def relaunch(
+    where: ServiceDir, launch: dict[str, Any], port: int | None, listener: socket.socket | None = None
+) -> dict[str, Any]:
     """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
-    state, on `port` (None: a free one); the catalog is not read."""
+    state, on `port` (None: a free one); the catalog is not read. `listener`: its listening socket, taken from the
+    supervisor before (restart): its port, held throughout."""
     if handoff.mode(ServiceSpec.from_dict(launch.get("spec") or {}).socket, forward.outbound_network(launch)) == "pasta":
         forward.pasta_program()
     program = identity.program_of(launch)
@@ -106,8 +112,9 @@ def relaunch(where: ServiceDir, launch: dict[str, Any], port: int | None) -> dic
     with where.control_lock():
         if where.supervisor_alive():
             raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
-        again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port)}
-        return _healthy_or_stopped(where, again)
+        host_port = int(listener.getsockname()[1]) if listener is not None else _host_port(port)
+        again = {**launch, "binary": str(binary), "program": program, "host_port": host_port}
+        return _healthy_or_stopped(where, again, listener)
 
 
 def previous_version(earlier: dict[str, Any], version: str) -> str:
@@ -181,8 +188,14 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
     if not launch:
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
     identity.checked_binary(name, identity.program_of(launch))
-    down(name, settings)
-    return relaunch(where, launch, forward.port_if_free(launch.get("host_port")))
+    # its socket, when flakebot holds it: kept through the restart (connections wait, the port stays ours)
+    held = handoff.take(where.handover) if where.supervisor_alive() else None
+    try:
+        down(name, settings)
+        return relaunch(where, launch, forward.port_if_free(launch.get("host_port")), held)
+    finally:
+        if held is not None:
+            held.close()
 
 
 def check_up(ref: str, settings: Settings, port: int | None) -> None:

@@ -53,7 +53,8 @@ class Started:
 
 
 class Supervisor:
-    def __init__(self, where: ServiceDir, launch: dict[str, Any]) -> None:
+    def __init__(self, where: ServiceDir, launch: dict[str, Any], listener: socket.socket | None = None) -> None:
+        """`listener`: the service's listening socket as the supervisor before this one held it (handoff.adopted)."""
         self.where = where
         self.launch = launch
         self.spec = ServiceSpec.from_dict(launch["spec"])
@@ -62,7 +63,11 @@ class Supervisor:
         self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
         self.network = forward.outbound_network(launch)
         self.socket_mode = handoff.mode(self.spec.socket, self.network)
-        self.listener: socket.socket | None = None  # handoff: bound at the first start, kept until close()
+        # handoff: bound at the first start (or the one before us held), kept until close(); handed over on request
+        self.listener = listener if self.socket_mode == "handoff" else None
+        if listener is not None and self.listener is None:
+            listener.close()
+        self.handover: socket.socket | None = None
         self.limits = SandboxLimits(**launch.get("limits", {}))
         self.quota_outcome = ""  # set when the state passed its disk quota: a stop without restarts
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
@@ -116,6 +121,11 @@ class Supervisor:
             self.listening()
         except OSError as exc:  # taken since `up` found it free: nothing started, nothing to restart
             return self.refuse(f"port {self.port} on 127.0.0.1 cannot be bound ({exc.strerror})")
+        if self.listener is not None:
+            try:
+                self.handover = handoff.handover_server(self.where.handover)
+            except OSError as exc:  # an upgrade or restart then binds again (a moment where the port is free)
+                logger.warning("no handover socket (%s): the next version binds the port again", exc)
         try:
             return self._run()
         finally:
@@ -150,7 +160,11 @@ class Supervisor:
         return self.listener
 
     def close(self) -> None:
-        """The port given up (after the last start has stopped)."""
+        """The port given up (after the last start has stopped): kept only by a copy handed over."""
+        if self.handover is not None:
+            self.handover.close()
+            self.handover = None
+            self.where.handover.unlink(missing_ok=True)
         if self.listener is not None:
             self.listener.close()
             self.listener = None
@@ -186,8 +200,17 @@ class Supervisor:
         self.log.write(f"flakebot: {outcome}; restarting in {delay:.1f} s")
         end = time.monotonic() + delay
         while not self.stopping and time.monotonic() < end:
-            time.sleep(STEP)
+            self.wait_serving_handover(min(STEP, max(end - time.monotonic(), 0)))
         return True
+
+    def wait_serving_handover(self, seconds: float) -> None:
+        """Sleep `seconds`, answering a request for the listening socket meanwhile."""
+        if self.handover is None or self.listener is None:
+            time.sleep(seconds)
+            return
+        ready, _, _ = select.select([self.handover], [], [], seconds)
+        if ready:
+            handoff.serve_handover(self.handover, self.listener)
 
     def start(self) -> Started:
         sandbox = self.sandbox()
@@ -273,9 +296,11 @@ class Supervisor:
         failures, ever_healthy = 0, False
         next_check = next_measure = time.monotonic()
         while not self.stopping:
-            ready, _, _ = select.select([output], [], [], STEP)
-            if ready:
+            ready, _, _ = select.select([output, *([self.handover] if self.handover else [])], [], [], STEP)
+            if output in ready:
                 self._drain(output)
+            if self.handover is not None and self.listener is not None and self.handover in ready:
+                handoff.serve_handover(self.handover, self.listener)
             if over := self.out_of_memory(started):
                 return over
             if started.bwrap.poll() is not None:
@@ -418,12 +443,17 @@ def _parent(pid: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """`DIR [--socket-fd N]`: N, the listening socket the supervisor before this one held (handoff.py)."""
     where = ServiceDir(Path(argv[0]))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    inherited = int(argv[2]) if argv[1:2] == ["--socket-fd"] else None
     lock = where.hold_supervisor_lock()
     try:
         launch = where.read_json(where.launch_file)
-        return Supervisor(where, launch).run()
+        listener = handoff.adopted(inherited, int(launch["host_port"])) if inherited is not None else None
+        if listener is not None:
+            listener.set_inheritable(False)  # pasta or anything else it starts never gets it (bubblewrap: fd 3)
+        return Supervisor(where, launch, listener).run()
     finally:
         os.close(lock)
 

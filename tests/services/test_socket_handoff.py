@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.fakes.processes import alive, cmdline, descendants, own_processes
+from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
 
 KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
 NAME = "kv-socket"
@@ -34,11 +35,13 @@ def catalog_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("sockethome")
     env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
     env["FLAKEBOT_WORKDIR"] = str(home / "work")
-    done = run_cli(
-        "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name", NAME, "--socket", "handoff",
-        "--examples", str(KV_SERVICE / "examples.json"), "--json", env=env,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    later = version_of(home, "0.2.0", edits={'("GET", "/health") => reply(&mut stream, 200, "ok\\n")': UPGRADED_HEALTH})
+    for crate in (KV_SERVICE, later):
+        done = run_cli(
+            "package-service", str(crate), "--offline", "--stop-grace", "2", "--name", NAME, "--socket", "handoff",
+            "--examples", str(KV_SERVICE / "examples.json"), "--json", env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
     return env
 
 
@@ -53,8 +56,8 @@ def env(catalog_env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, str]]
                 os.kill(pid, signal.SIGKILL)
 
 
-def up(env: dict[str, str]) -> dict[str, Any]:
-    done = run_cli("up", NAME, "--json", env=env, timeout=120)
+def up(env: dict[str, str], ref: str = f"{NAME}@0.1.0") -> dict[str, Any]:
+    done = run_cli("up", ref, "--json", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     return dict(json_result(done))
 
@@ -115,6 +118,8 @@ def test_the_service_accepts_on_the_socket_flakebot_holds_with_no_pasta_beside_i
 
     restarted = json_result(run_cli("restart", NAME, "--json", env=env, timeout=120))
     assert restarted["port"] == port and restarted["supervisor_pid"] != supervisor_pid
+    with httpx.Client(trust_env=False, timeout=5) as http:  # the very socket, handed from one supervisor to the next
+        assert f"fd3={values['fd3']}" in http.get(f"http://127.0.0.1:{port}/fds").text
     assert run_cli("down", NAME, env=env).returncode == 0
     with socket.socket() as sock:  # down gave the port up
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -180,4 +185,46 @@ def test_the_port_cannot_be_taken_in_the_restart_gap(env: dict[str, str]) -> Non
     assert back["state"] == "running" and back["health"] == "healthy" and back["port"] == port
     with httpx.Client(trust_env=False, timeout=5) as http:
         assert http.get(f"http://127.0.0.1:{port}/health").status_code == 200
+    assert run_cli("down", NAME, env=env).returncode == 0
+
+
+class Asking:
+    """A client asking /health in a loop from another thread until stopped: every answer's body, every failure."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.answers, self.failures = port, list[str](), list[str]()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._ask)
+
+    def __enter__(self) -> Asking:
+        self.thread.start()
+        wait_for(lambda: len(self.answers) > 20, timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _ask(self) -> None:
+        with httpx.Client(trust_env=False, timeout=10) as http:
+            while not self.done.is_set():
+                try:
+                    self.answers.append(http.get(f"http://127.0.0.1:{self.port}/health").text)
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+
+
+def test_an_upgrade_hands_the_same_socket_to_the_new_version_and_refuses_no_connection(env: dict[str, str]) -> None:
+    first = up(env)
+    port = first["port"]
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        socket_before = http.get(f"http://127.0.0.1:{port}/fds").text.split()[-1]
+    with Asking(port) as asking:
+        upgraded = up(env, f"{NAME}@0.2.0")
+        wait_for(lambda: "ok 0.2.0\n" in asking.answers[-5:], timeout=10)
+    assert asking.failures == []  # none refused or reset while 0.1.0 stopped and 0.2.0 started
+    assert upgraded["version"] == "0.2.0" and upgraded["port"] == port
+    assert upgraded["supervisor_pid"] != first["supervisor_pid"]
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        assert http.get(f"http://127.0.0.1:{port}/fds").text.split()[-1] == socket_before  # the same socket
     assert run_cli("down", NAME, env=env).returncode == 0
