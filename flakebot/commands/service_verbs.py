@@ -342,9 +342,10 @@ def _up_text(result: dict[str, Any]) -> str:
         return "\n".join(lines) or "nothing to start again"
     was = f", previous version {result['previous_version']}" if result.get("previous_version") else ""
     net = "outbound network" if result.get("network") else "no network"
+    how = "its socket handed in" if result.get("socket") == "handoff" else "forwarded by pasta"
     return (
         f"{result['name']} {result['version']} healthy on {_listening(result)} "
-        f"(state: {result['state_dir']}{was}; {net})"
+        f"(state: {result['state_dir']}{was}; {net}; {how})"
     )
 
 

@@ -152,7 +152,9 @@ def test_a_kill_9_loses_no_connection_and_keeps_the_port(env: dict[str, str]) ->
     finally:
         done.set()
         client.join()
-    assert failures == []  # not one refused or reset: they waited in the backlog while it restarted
+    # not one refused: they waited in the backlog while it restarted; only the request the killed process had
+    # accepted and not answered can be lost (a reset, at most one: the client asks one at a time)
+    assert not [f for f in failures if "ConnectError" in f] and len(failures) <= 1, failures
     assert set(answers) == {200}
     assert back["port"] == port and back["service_pid"] != started["service_pid"]
     assert run_cli("down", NAME, env=env).returncode == 0
@@ -227,4 +229,9 @@ def test_an_upgrade_hands_the_same_socket_to_the_new_version_and_refuses_no_conn
     assert upgraded["supervisor_pid"] != first["supervisor_pid"]
     with httpx.Client(trust_env=False, timeout=5) as http:
         assert http.get(f"http://127.0.0.1:{port}/fds").text.split()[-1] == socket_before  # the same socket
+    with Asking(port) as asking:  # `restart` too: the supervisor's socket passes to the next one
+        restarted = json_result(run_cli("restart", NAME, "--json", env=env, timeout=120))
+        served = len(asking.answers)
+        wait_for(lambda: len(asking.answers) > served + 20, timeout=10)  # the restarted one answers
+    assert asking.failures == [] and restarted["port"] == port and restarted["state"] == "running"
     assert run_cli("down", NAME, env=env).returncode == 0

@@ -139,7 +139,7 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
-        let n = stream.read(&mut chunk)?;
+        let n = read_some(&mut stream, &mut chunk)?;
         if n == 0 {
             return Ok(());
         }
@@ -170,7 +170,7 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
     }
     let mut body = buf[head_end..].to_vec();
     while body.len() < length {
-        let n = stream.read(&mut chunk)?;
+        let n = read_some(&mut stream, &mut chunk)?;
         if n == 0 {
             break;
         }
@@ -179,6 +179,17 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
     body.truncate(length);
     let answer = route(&Request { method, path, headers, body }, state);
     reply(&mut stream, answer)
+}
+
+/// One read, tried again when a signal interrupted it (SIGTERM during a request: the read timeout makes the kernel
+/// return EINTR instead of restarting it, and the request in flight must still be answered).
+fn read_some(stream: &mut TcpStream, chunk: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(chunk) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 fn reply(stream: &mut TcpStream, answer: Response) -> std::io::Result<()> {
