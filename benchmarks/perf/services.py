@@ -207,12 +207,13 @@ def _throughput(port: int, requests: int, clients: int) -> float:
     go = time.monotonic() + 1.0
     argv = [sys.executable, "-c", CONCURRENT, str(port), str(requests), str(go)]
     running = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(clients)]
-    spans = []
+    spans: list[tuple[float, float]] = []
     for process in running:
         out, _ = process.communicate(timeout=300)
         if process.returncode != 0:
             raise RuntimeError("a concurrent client failed")
-        spans.append(json.loads(out))
+        began, ended = json.loads(out)
+        spans.append((float(began), float(ended)))
     return clients * requests / (max(end for _, end in spans) - min(start for start, _ in spans))
 
 

@@ -105,7 +105,10 @@ def relaunch(
     """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
     state, on `port` (None: a free one); the catalog is not read. `listener`: its listening socket, taken from the
     supervisor before (restart): its port, held throughout."""
-    if handoff.mode(ServiceSpec.from_dict(launch.get("spec") or {}).socket, forward.outbound_network(launch)) == "pasta":
+    if (
+        handoff.mode(ServiceSpec.from_dict(launch.get("spec") or {}).socket, forward.outbound_network(launch))
+        == "pasta"
+    ):
         forward.pasta_program()
     program = identity.program_of(launch)
     binary = identity.checked_binary(where.name, program)

@@ -266,7 +266,9 @@ class Supervisor:
                     cgroup=group.to_dict() if group else None,
                     envelope=f"{bound}; state at most {self.limits.disk_mb} MiB")  # fmt: skip
         how = f"its socket handed in as fd {handoff.FD}" if listener is not None else "forwarded by pasta"
-        self.log.write(f"flakebot: started {self.binary.name} (pid {started.service_pid}), 127.0.0.1:{self.port}, {how}")
+        self.log.write(
+            f"flakebot: started {self.binary.name} (pid {started.service_pid}), 127.0.0.1:{self.port}, {how}"
+        )
         return started
 
     def sandbox(self) -> BwrapSandbox:
@@ -296,10 +298,11 @@ class Supervisor:
         failures, ever_healthy = 0, False
         next_check = next_measure = time.monotonic()
         while not self.stopping:
-            ready, _, _ = select.select([output, *([self.handover] if self.handover else [])], [], [], STEP)
+            watched = [output, *([self.handover.fileno()] if self.handover else [])]
+            ready, _, _ = select.select(watched, [], [], STEP)
             if output in ready:
                 self._drain(output)
-            if self.handover is not None and self.listener is not None and self.handover in ready:
+            if self.handover is not None and self.listener is not None and self.handover.fileno() in ready:
                 handoff.serve_handover(self.handover, self.listener)
             if over := self.out_of_memory(started):
                 return over

@@ -106,9 +106,13 @@ def test_the_service_accepts_on_the_socket_flakebot_holds_with_no_pasta_beside_i
         fds = http.get(f"http://127.0.0.1:{port}/fds").text.split()
         assert http.get(f"http://127.0.0.1:{port}/net").text.splitlines()[1:] == []  # no route: an empty namespace
     values = dict(word.split("=", 1) for word in fds)
-    nspid = next(line for line in Path(f"/proc/{service_pid}/status").read_text().splitlines() if line.startswith("NSpid:"))
+    nspid = next(
+        line for line in Path(f"/proc/{service_pid}/status").read_text().splitlines() if line.startswith("NSpid:")
+    )
     inner_pid = nspid.split()[-1]  # its pid in the innermost namespace: its own
-    assert values["LISTEN_PID"] == values["pid"] == inner_pid  # its own pid in its PID namespace, as sd_listen_fds wants
+    assert (
+        values["LISTEN_PID"] == values["pid"] == inner_pid
+    )  # its own pid in its PID namespace, as sd_listen_fds wants
     assert values["fd3"] in socket_inodes(supervisor_pid)  # fd 3 is the very socket the supervisor holds
     tree = below(supervisor_pid)
     assert service_pid in [pid for pid, _ in tree]
