@@ -110,6 +110,7 @@ def from_answer(arguments: dict[str, Any]) -> dict[str, Any]:
             health=Health.parse(str(arguments.get("health") or "/health")),
             stop_grace_s=float(arguments.get("stop_grace_s") or 10.0),
             start_s=float(arguments.get("start_s") or 30.0),
+            socket="handoff",  # its program starts from the template, which accepts on the socket flakebot holds
         )
     except UsageError as exc:
         raise SpecError(f"submit_service_spec: {exc.message}", fix=exc.fix) from None
