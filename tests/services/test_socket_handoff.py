@@ -239,3 +239,16 @@ def test_an_upgrade_hands_the_same_socket_to_the_new_version_and_refuses_no_conn
         wait_for(lambda: len(asking.answers) > served + 20, timeout=10)  # the restarted one answers
     assert asking.failures == [] and restarted["port"] == port and restarted["state"] == "running"
     assert run_cli("down", NAME, env=env).returncode == 0
+
+
+def test_a_network_service_keeps_pasta_whatever_it_declares(env: dict[str, str]) -> None:
+    """`up --network`: its outbound connections leave through pasta's sockets, so pasta forwards its port too."""
+    require("pasta")
+    done = run_cli("up", f"{NAME}@0.1.0", "--network", "--json", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    started = json_result(done)
+    assert started["socket"] == "pasta" and started["network"] is True
+    assert [argv for _, argv in below(started["supervisor_pid"]) if "pasta" in " ".join(argv)]
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        assert http.get(f"http://127.0.0.1:{started['port']}/fds").text.startswith("LISTEN_PID= ")  # none handed in
+    assert run_cli("down", NAME, env=env).returncode == 0
