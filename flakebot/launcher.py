@@ -14,7 +14,7 @@ Who passes what (anything not listed: neutral_dir() and host_env()):
 
     sandbox.process.execute          the sandbox's cwd (the workspace or scratch dir it binds); the sandbox's env
     deliver.toolrun.run_attached     the tool's scratch directory; the sandbox's env
-    services.supervisor (bwrap)      the service's state directory; the sandbox's env
+    services.supervisor (bwrap)      the service's state directory; the sandbox's env; its listening socket as fd 3
     source.safegit.git               the repository git works on; safegit.environment()
     cargo.runner, cargo.depcache     a fresh empty temp directory; the toolchain's own env (host_env for rustc -V)
     nix.build (nix build)            the flake directory flakebot generated; host_env()
@@ -22,12 +22,17 @@ Who passes what (anything not listed: neutral_dir() and host_env()):
     mcp.server (a long call's job)   neutral_dir(), then run_job works in the server's cwd; flakebot_env(keys=True)
     services.control (supervisor)    neutral_dir(); flakebot_env()
 
+A child that must find a descriptor at a fixed number (a service's listening socket at fd 3, as systemd's socket
+activation passes it) gets it through `fds` {NUMBER: OUR_FD}: moved there between fork and exec, never by the
+caller reshuffling its own descriptors.
+
 tests/test_launcher.py keeps every subprocess, os.exec*, os.spawn*, os.system and asyncio subprocess call out of
 every other module (git included: flakebot.source.safegit runs the git program through run(), no GitPython).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import stat
@@ -119,21 +124,73 @@ def run(
     return subprocess.run(list(argv), cwd=where, env=dict(host_env() if env is None else env), text=text, **options)
 
 
+Fds = Mapping[int, int] | None
+
+
 @overload
 def popen(
-    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[True], **options: Any
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[True], fds: Fds = None, **options: Any
 ) -> subprocess.Popen[str]: ...
 @overload
 def popen(
-    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: Literal[False] = False, **options: Any
+    argv: Sequence[str],
+    *,
+    cwd: Where = None,
+    env: Env = None,
+    text: Literal[False] = False,
+    fds: Fds = None,
+    **options: Any,
 ) -> subprocess.Popen[bytes]: ...
 def popen(
-    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: bool = False, **options: Any
+    argv: Sequence[str], *, cwd: Where = None, env: Env = None, text: bool = False, fds: Fds = None, **options: Any
 ) -> subprocess.Popen[Any]:
-    """subprocess.Popen of `argv`, its cwd and environment as run() fixes them; `options` as Popen takes them."""
+    """subprocess.Popen of `argv`, its cwd and environment as run() fixes them; `options` as Popen takes them.
+    `fds` {NUMBER: OUR_FD}: the child finds each OUR_FD at NUMBER (3 and up, none of `pass_fds`)."""
     _checked(argv, options)
     where = str(cwd) if cwd is not None else neutral_dir()
-    return subprocess.Popen(list(argv), cwd=where, env=dict(host_env() if env is None else env), text=text, **options)
+    held = _hold_numbers(fds or {})
+    try:
+        options = _with_fds(dict(fds), options) if fds else options
+        return subprocess.Popen(
+            list(argv), cwd=where, env=dict(host_env() if env is None else env), text=text, **options
+        )
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _hold_numbers(fds: Mapping[int, int]) -> list[int]:
+    """Each target number that is free here, taken (by a copy of its source) until the child is started: Popen
+    marks every kept number inheritable in the child before our move, and a number not open fails that. Taken
+    atomically (F_DUPFD gives the lowest free number from the target on: the target itself only when free)."""
+    held = []
+    for target, source in fds.items():
+        copy = fcntl.fcntl(source, fcntl.F_DUPFD_CLOEXEC, target)
+        if copy == target:
+            held.append(copy)
+        else:
+            os.close(copy)  # the number is open already (someone else's): the child's copy of it is replaced
+    return held
+
+
+def _with_fds(fds: dict[int, int], options: dict[str, Any]) -> dict[str, Any]:
+    """Popen options placing `fds` in the child: each source copied above every number in play first (a source may
+    sit at another's target), then moved to its number, after the caller's own preexec_fn (a cgroup's entry)."""
+    passed = tuple(options.get("pass_fds", ()))
+    if any(target < 3 for target in fds) or set(fds) & set(passed):
+        raise ValueError(f"fds {sorted(fds)} must be 3 or more and not among pass_fds {sorted(passed)}")
+    before = options.get("preexec_fn")
+    above = max([*fds, *fds.values(), *passed]) + 1
+
+    def place() -> None:
+        if before is not None:
+            before()
+        copies = {target: fcntl.fcntl(source, fcntl.F_DUPFD, above) for target, source in fds.items()}
+        for target, copy in copies.items():
+            os.dup2(copy, target)  # inheritable: it outlives the exec
+            os.close(copy)
+
+    return {**options, "preexec_fn": place, "pass_fds": (*passed, *fds)}
 
 
 def python_code(code: str, *args: str) -> list[str]:

@@ -210,4 +210,7 @@ def test_services_benchmark_runs_and_reports_its_figures() -> None:
         assert record.forward_over_direct == pytest.approx(record.forward_ms / record.direct_ms, abs=0.001)
         assert record.forward_minus_direct_ms == pytest.approx(record.forward_ms - record.direct_ms, abs=0.001)
     figures = bench("services").summarize(record)
-    assert [f["id"] for f in figures] == ["S1", "S2", "S3"] and all(f["value"] is not None for f in figures[:2])
+    assert [f["id"] for f in figures] == ["S1", "S2", "S3", "S3-concurrent"]
+    assert all(f["value"] is not None for f in figures)  # the handoff's figures against the bare binary, same run
+    assert record.socket_over_bare == pytest.approx(record.socket_ms / record.bare_ms, abs=0.001)
+    assert record.socket_up_over_bare_s == pytest.approx(record.socket_up_s - record.bare_start_s, abs=0.002)

@@ -160,3 +160,31 @@ def test_the_plain_interpreter_would_have_been_steered(tmp_path: Path) -> None:
         [sys.executable, "-c", "import flakebot"], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert done.stdout == "planted\n"
+
+
+def test_fds_puts_each_descriptor_at_its_number_whatever_sits_there_in_the_parent(tmp_path: Path) -> None:
+    """The socket handoff's fd 3: the child finds our descriptor there, whether 3 is free here or another's, and a
+    source sitting at another's target is not lost in the shuffle; pass_fds keep their own numbers."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_text("first")
+    second.write_text("second")
+    a, b = os.open(first, os.O_RDONLY), os.open(second, os.O_RDONLY)
+    kept_r, kept_w = os.pipe()
+    try:
+        # b's content at 3 and a's at 4; a sits at a low number itself (maybe 3)
+        script = "import os,sys; print(os.pread(3, 9, 0).decode(), os.pread(4, 9, 0).decode(), os.read(int(sys.argv[1]), 4).decode())"
+        os.write(kept_w, b"kept")
+        done = launcher.popen(
+            [sys.executable, "-I", "-c", script, str(kept_r)], fds={3: b, 4: a}, pass_fds=(kept_r,),
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        out, _ = done.communicate(timeout=30)
+        assert done.returncode == 0
+        assert out.split() == ["second", "first", "kept"]
+        with pytest.raises(ValueError):
+            launcher.popen(["true"], fds={kept_r: a}, pass_fds=(kept_r,))  # a kept number cannot also be a target
+        with pytest.raises(ValueError):
+            launcher.popen(["true"], fds={2: a})
+    finally:
+        for fd in (a, b, kept_r, kept_w):
+            os.close(fd)

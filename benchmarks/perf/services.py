@@ -1,5 +1,6 @@
-"""S1-S3: a supervised service (tests/fixtures/kv-service, packaged offline into a scratch home): the time from
-`flakebot up` to healthy, the time to healthy again after `kill -9` of the service, and a request's cost through the
+"""S1-S3: a supervised service (tests/fixtures/kv-service, packaged offline into a scratch home twice: as
+`kv-socket`, whose listening socket flakebot holds and hands in, and as `kv-service`, forwarded by pasta), against the
+same binary started bare on the host (PORT, no sandbox) in the same run: the time from `flakebot up` to healthy, the time to healthy again after `kill -9` of the service, and a request's cost through the
 pasta forward and through flakebot's request proxy (the MCP `service_request` path, in-process) against the same
 request sent directly inside the service's own network namespace (nsenter, as root).
 
@@ -9,8 +10,11 @@ backoff, a new sandbox and pasta, the first check); one kill per start, `down` b
 a minute back off longer. Requests: one small client script times `requests`
 sequential GETs of one key, run on the host against the forward's port and inside the namespace against the inner
 port, in the same run one after the other; the proxy is timed in this process. Figures are medians, and the ratios
-and differences are taken between those medians of the same run. kv-service's accept loop polls every 20 ms (a
-std-only way to notice SIGTERM), which dominates every request path alike.
+and differences are taken between those medians of the same run. The socket handoff: S1 is `up` of kv-socket less
+the bare binary's start to its first healthy answer (both medians); S3 its requests through the socket flakebot holds
+over the same requests to the bare binary on the host; concurrency: `clients` client processes at once, each
+4 x `requests` GETs, requests per second through the handoff over the bare binary's (both up at once, measured in
+three alternating turns, medians).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -50,10 +55,14 @@ print(json.dumps(times))
 """
 
 
-def run(samples: int = 5, requests: int = 50) -> dict[str, Any]:
+def run(samples: int = 5, requests: int = 50, clients: int = 4) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-services-") as tmp:
         env = _home(Path(tmp))
         _cli(env, "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2")
+        packaged = _cli(env, "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name",
+                        SOCKET_NAME, "--socket", "handoff")  # fmt: skip
+        handoff = _handoff_figures(env, Path(packaged["store_path"]) / "bin" / "kv-service", Path(tmp), samples,
+                                   requests, clients)  # fmt: skip
         ups: list[float] = []
         restarts: list[float] = []
         for _ in range(samples):  # a fresh start each: restarts within a minute back off longer (0.2 s doubling)
@@ -90,7 +99,122 @@ def run(samples: int = 5, requests: int = 50) -> dict[str, Any]:
         "forward_over_direct": round(forward_ms / direct_ms, 3) if direct_ms else None,
         "forward_minus_direct_ms": round(forward_ms - direct_ms, 3) if direct_ms is not None else None,
         "proxy_minus_forward_ms": round(proxy_ms - forward_ms, 3),
+        **handoff,
     }
+
+
+SOCKET_NAME = "kv-socket"
+
+
+def _handoff_figures(
+    env: dict[str, str], binary: Path, tmp: Path, samples: int, requests: int, clients: int
+) -> dict[str, Any]:
+    """`up` of the handoff service and requests through its socket, against the bare binary on the host (same run)."""
+    ups: list[float] = []
+    for _ in range(samples):
+        began = time.perf_counter()
+        _cli(env, "up", SOCKET_NAME)
+        ups.append(time.perf_counter() - began)
+        _cli(env, "down", SOCKET_NAME)
+    bare_starts: list[float] = []
+    for n in range(samples):
+        process, port, seconds = _bare(binary, tmp / f"bare-{n}")
+        bare_starts.append(seconds)
+        _end(process)
+    process, bare_port, _ = _bare(binary, tmp / "bare")
+    try:
+        port = _cli(env, "up", SOCKET_NAME)["port"]
+        try:
+            _put(bare_port)
+            _put(port)
+            # both running at once, measured in turns: the machine's other load falls on both alike
+            bare = _client_times([], bare_port, requests)
+            socket_times = _client_times([], port, requests)
+            rates = [(_throughput(port, 4 * requests, clients), _throughput(bare_port, 4 * requests, clients))
+                     for _ in range(3)]  # fmt: skip
+        finally:
+            _cli(env, "down", SOCKET_NAME)
+    finally:
+        _end(process)
+    socket_rps = statistics.median(rate for rate, _ in rates)
+    bare_rps = statistics.median(rate for _, rate in rates)
+    up_s, bare_s = statistics.median(ups), statistics.median(bare_starts)
+    socket_ms, bare_ms = _median_ms(socket_times), _median_ms(bare)
+    return {
+        "socket_up_s": round(up_s, 3),
+        "socket_up_samples_s": [round(x, 3) for x in ups],
+        "bare_start_s": round(bare_s, 4),
+        "socket_up_over_bare_s": round(up_s - bare_s, 3),
+        "socket_ms": socket_ms,
+        "bare_ms": bare_ms,
+        "socket_over_bare": round(socket_ms / bare_ms, 3),
+        "clients": clients,
+        "socket_rps": round(socket_rps, 1),
+        "bare_rps": round(bare_rps, 1),
+        "socket_throughput_over_bare": round(socket_rps / bare_rps, 3),
+    }
+
+
+def _bare(binary: Path, state: Path) -> tuple[subprocess.Popen[bytes], int, float]:
+    """The binary started on the host (PORT, its own state directory): the process, its port, seconds to healthy."""
+    state.mkdir()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    began = time.perf_counter()
+    process = subprocess.Popen([str(binary)], env={"PORT": str(port), "STATE_DIRECTORY": str(state)},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    with httpx.Client(trust_env=False, timeout=1) as http:
+        while time.perf_counter() - began < 10:
+            try:
+                if http.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    return process, port, time.perf_counter() - began
+            except httpx.HTTPError:
+                time.sleep(0.001)
+    _end(process)
+    raise RuntimeError("the bare kv-service was not healthy within 10 s")
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def _put(port: int) -> None:
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        http.put(f"http://127.0.0.1:{port}/kv/bench", content=b"value").raise_for_status()
+
+
+CONCURRENT = """
+import http.client, json, sys, time
+port, count, go = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+time.sleep(max(go - time.monotonic(), 0))
+began = time.monotonic()
+for _ in range(count):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    connection.request("GET", "/kv/bench")
+    answer = connection.getresponse()
+    assert answer.status == 200 and answer.read() == b"value", answer.status
+    connection.close()
+print(json.dumps([began, time.monotonic()]))
+"""
+
+
+def _throughput(port: int, requests: int, clients: int) -> float:
+    """Requests per second of `clients` client processes at once, `requests` each: from the first one's first
+    request to the last one's last answer (CLOCK_MONOTONIC, one clock for all), all set to begin at one moment after
+    their interpreters started (their start-up is not the service's)."""
+    go = time.monotonic() + 1.0
+    argv = [sys.executable, "-c", CONCURRENT, str(port), str(requests), str(go)]
+    running = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(clients)]
+    spans: list[tuple[float, float]] = []
+    for process in running:
+        out, _ = process.communicate(timeout=300)
+        if process.returncode != 0:
+            raise RuntimeError("a concurrent client failed")
+        began, ended = json.loads(out)
+        spans.append((float(began), float(ended)))
+    return clients * requests / (max(end for _, end in spans) - min(start for start, _ in spans))
 
 
 def _home(root: Path) -> dict[str, str]:
@@ -169,6 +293,18 @@ class ServicesResult:
     forward_over_direct: float | None
     forward_minus_direct_ms: float | None
     proxy_minus_forward_ms: float
+    # the socket handoff (kv-socket) against the bare binary on the host; absent from reports made before it
+    socket_up_s: float | None = None
+    socket_up_samples_s: list[float] | None = None
+    bare_start_s: float | None = None
+    socket_up_over_bare_s: float | None = None
+    socket_ms: float | None = None
+    bare_ms: float | None = None
+    socket_over_bare: float | None = None
+    clients: int | None = None
+    socket_rps: float | None = None
+    bare_rps: float | None = None
+    socket_throughput_over_bare: float | None = None
 
 
 RESULT = ServicesResult

@@ -249,19 +249,20 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def print_services(found: list[dict[str, Any]]) -> None:
-    """The services table: each service's version (and the one before), state, port, network, health, restarts,
-    and the services it needs (the first column left out where the table does not fit)."""
+    """The services table: each service's version (and the one before), state, port, how the port reaches it
+    (socket: handoff or pasta), network, health, restarts, and the services it needs (the first column left out
+    where the table does not fit)."""
     rows = []
     for s in found:
         uptime = f"{s['uptime_s']:.0f}s" if s.get("uptime_s") is not None else "-"
         network = "outbound" if s.get("network") else "none"
         needs = ",".join(s.get("needs") or []) or "-"
         rows.append((s["name"], s.get("version", ""), s.get("previous_version") or "-", s["state"], s.get("port"),
-                     network, s.get("health"), s.get("restarts"), uptime, needs,
+                     s.get("socket") or "pasta", network, s.get("health"), s.get("restarts"), uptime, needs,
                      one_line(s.get("message", ""))))  # fmt: skip
-    headers = ("service", "version", "previous", "state", "port", "network", "health", "restarts", "uptime", "needs",
-               "note")  # fmt: skip
-    optional = ("needs", "uptime", "restarts", "network", "health", "previous")
+    headers = ("service", "version", "previous", "state", "port", "socket", "network", "health", "restarts", "uptime",
+               "needs", "note")  # fmt: skip
+    optional = ("needs", "uptime", "restarts", "network", "health", "previous", "socket")
     out.print(fitted(headers, ("service", "version", "state", "port"), rows, optional=optional, width=out.width))
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 # A service's status as an agent needs it (no pids or host paths).
 AGENT_FIELDS = ("name", "version", "previous_version", "state", "health", "port", "inner_port", "network",
-                "needs", "restarts", "uptime_s", "message")  # fmt: skip
+                "needs", "socket", "restarts", "uptime_s", "message")  # fmt: skip
 MOST_LOG_LINES = 500  # an agent's logs at most; a person's are the log's own bound
 
 Service = Annotated[str, Param("A service's name.", positional=True)]
@@ -33,6 +33,9 @@ def package_service(
     health: Annotated[str, Param("Health check: an HTTP path answering 2xx, or 'tcp'.")] = "/health",
     stop_grace: Annotated[float, Param("Seconds from SIGTERM to SIGKILL when it stops.")] = 10.0,
     start_timeout: Annotated[float, Param("Seconds a start may take to become healthy.")] = 30.0,
+    socket: Annotated[
+        str, Param("How its port reaches it: 'handoff' (it accepts on fd 3, LISTEN_FDS) or 'pasta' (it binds PORT).")
+    ] = "pasta",
     name: Annotated[str | None, Param("Catalog name (default: the binary's).")] = None,
     needs: Annotated[
         list[str] | None,
@@ -58,7 +61,7 @@ def package_service(
     from flakebot.services.lifecycle import Examples
 
     spec = ServiceSpec(port=port, port_env=port_env, health=Health.parse(health), stop_grace_s=stop_grace,
-                       start_s=start_timeout, needs=tuple(needs or ()))  # fmt: skip
+                       start_s=start_timeout, needs=tuple(needs or ()), socket=socket)  # fmt: skip
     cases = Examples.load(Path(examples)) if examples else None
     overrides = {"offline": offline} if offline is not None else {}
     entry = _catalogued(
@@ -364,9 +367,10 @@ def _up_text(result: dict[str, Any]) -> str:
         return "\n".join(lines) or "nothing to start again"
     was = f", previous version {result['previous_version']}" if result.get("previous_version") else ""
     net = "outbound network" if result.get("network") else "no network"
+    how = "its socket handed in" if result.get("socket") == "handoff" else "forwarded by pasta"
     return (
         f"{result['name']} {result['version']} healthy on {_listening(result)} "
-        f"(state: {result['state_dir']}{was}; {net})"
+        f"(state: {result['state_dir']}{was}; {net}; {how})"
     )
 
 

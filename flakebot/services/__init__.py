@@ -4,11 +4,13 @@
     catalogued.py  a service's catalog entry: its manifest (kind "service" and its spec), USAGE.md, read back
     layout.py      a service's directory under the workdir: state/, logs, launch.json, status.json, the locks
     forward.py     free host ports, the pasta command that forwards one into the service's network namespace
+    handoff.py     the listening socket flakebot holds for a `socket: handoff` service: fd 3 with LISTEN_FDS and
+                   LISTEN_PID, kept across restarts, handed from one supervisor to the next (upgrade, restart)
     health.py      one health check through the forward: an HTTP GET of a path, or a TCP connect
     logfile.py     the service's output as a bounded (rotated), redacted log file
     credentials.py `--secret KEY=FILE`: read-only in $CREDENTIALS_DIRECTORY, through bubblewrap, never on disk
     envelope.py    what bounds a service beyond its sandbox: its cgroup (memory, processes), its state's disk quota
-    supervisor.py  the detached supervisor process: bubblewrap + pasta, checks, restarts with backoff, stop
+    supervisor.py  the detached supervisor process: bubblewrap + its socket or pasta, checks, restarts with backoff, stop
     control.py     up, down, rollback, status, logs: what the CLI and the MCP server call
     supervised.py  start a service's supervisor on a launch and wait, stop it, its status now (control, upgrade)
     upgrade.py     `up NAME@VERSION` over a running version: checked on a copy of the state, then switched
@@ -32,7 +34,7 @@ it, and know nothing of a per-start network namespace to forward into). It holds
 life, so "is it alive" is a non-blocking flock, immune to reused pids. The service runs under bubblewrap with its
 own network namespace (no outbound network: its interface stays down, only its loopback exists), its own PID
 namespace, `--die-with-parent`, a minimal environment plus PORT (or the spec's variable) and STATE_DIRECTORY;
-pasta (passt) forwards 127.0.0.1:HOSTPORT into that namespace's loopback and dies with the supervisor
+its port is the listening socket the supervisor holds and hands in (handoff.py), or pasta (passt) forwards 127.0.0.1:HOSTPORT into that namespace's loopback and dies with the supervisor
 (PR_SET_PDEATHSIG). A stop signals the service's own process (bubblewrap's init ignores SIGTERM), then SIGKILLs
 the namespace after the grace period.
 """

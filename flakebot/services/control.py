@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import envelope, forward, identity, needs
+from flakebot.services import envelope, forward, handoff, identity, needs
 from flakebot.services.catalogued import service_manifest_of
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
@@ -48,7 +49,8 @@ def up(
     spec = ServiceSpec.from_dict(manifest["service"])
     where = ServiceDir.of(manifest["name"], settings)
     order = _planned(where.name, spec, settings, agent=agent)  # an unknown name or a cycle: nothing started
-    forward.pasta_program()  # before anything starts: no forward, no service
+    if handoff.mode(spec, network) == "pasta":
+        forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     program = identity.record(manifest, binary)
     started = _start_needed(where.name, order, settings, agent=agent)
@@ -164,9 +166,11 @@ def _stop_all(started: list[ServiceDir]) -> None:
             stop_supervised(where)
 
 
-def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any]:
+def _healthy_or_stopped(
+    where: ServiceDir, launch: dict[str, Any], listener: socket.socket | None = None
+) -> dict[str, Any]:
     """Start `launch` (the control lock held); its status once healthy, else stopped again and a SandboxError."""
-    status = start_supervised(where, launch)
+    status = start_supervised(where, launch, listener)
     if status.get("state") != "running":
         stopped = stop_supervised(where)
         raise SandboxError(
@@ -177,23 +181,32 @@ def _healthy_or_stopped(where: ServiceDir, launch: dict[str, Any]) -> dict[str, 
 
 
 def relaunch(
-    where: ServiceDir, launch: dict[str, Any], port: int | None, settings: Settings, *, agent: bool = False
+    where: ServiceDir,
+    launch: dict[str, Any],
+    port: int | None,
+    settings: Settings,
+    listener: socket.socket | None = None,
+    *,
+    agent: bool = False,
 ) -> dict[str, Any]:
     """Start exactly the program `launch` recorded (checked: identity.checked_binary) with its secrets, network and
     state, on `port` (None: a free one); the catalog is not read. What it needs starts first (as `up`, `agent` as
-    there), reached at the ports those run on now."""
-    forward.pasta_program()
+    there), reached at the ports those run on now. `listener`: its listening socket, taken from the supervisor before
+    (restart): its port, held throughout."""
+    spec = ServiceSpec.from_dict(launch["spec"])
+    if handoff.mode(spec, forward.outbound_network(launch)) == "pasta":
+        forward.pasta_program()
     program = identity.program_of(launch)
     binary = identity.checked_binary(where.name, program)
-    spec = ServiceSpec.from_dict(launch["spec"])
     started = _start_needed(where.name, _planned(where.name, spec, settings, agent=agent), settings, agent=agent)
     try:
         with where.control_lock():
             if where.supervisor_alive():
                 raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
-            again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port),
+            host_port = int(listener.getsockname()[1]) if listener is not None else _host_port(port)
+            again = {**launch, "binary": str(binary), "program": program, "host_port": host_port,
                      "needs": needs.reach(where.name, spec, settings)}  # fmt: skip
-            return _healthy_or_stopped(where, again)
+            return _healthy_or_stopped(where, again, listener)
     except BaseException:
         _stop_all(started)
         raise
@@ -287,8 +300,14 @@ def restart(name: str, settings: Settings) -> dict[str, Any]:
     if not launch:
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")
     identity.checked_binary(name, identity.program_of(launch))
-    dependents = down(name, settings)["stopped_dependents"]
-    status = relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings)
+    # its socket, when flakebot holds it: kept through the restart (connections wait, the port stays ours)
+    held = handoff.take(where.handover) if where.supervisor_alive() else None
+    try:
+        dependents = down(name, settings)["stopped_dependents"]
+        status = relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings, held)
+    finally:
+        if held is not None:
+            held.close()
     for other in reversed(dependents):  # what needs it starts again after it, as systemd's Requires restarts them
         again = ServiceDir.of(other, settings)
         again_launch = again.read_json(again.launch_file)

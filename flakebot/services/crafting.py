@@ -42,9 +42,11 @@ class ServiceNeed:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "spec") -> ServiceNeed:
         """The service part of a spec; a SpecError naming the problem (the model is told it and asked again)."""
+        # its program starts from the template, which accepts on the socket flakebot hands in (unless it says not)
+        declared = {"socket": "handoff", **dict(data.get("declaration") or {})}
         try:
             need = cls(
-                ServiceSpec.from_dict(dict(data.get("declaration") or {})),
+                ServiceSpec.from_dict(declared),
                 Examples.from_dict(dict(data.get("examples") or {})),
                 str(data.get("protocol", "http")),
             )
@@ -108,6 +110,7 @@ def from_answer(arguments: dict[str, Any]) -> dict[str, Any]:
             health=Health.parse(str(arguments.get("health") or "/health")),
             stop_grace_s=float(arguments.get("stop_grace_s") or 10.0),
             start_s=float(arguments.get("start_s") or 30.0),
+            socket="handoff",  # its program starts from the template, which accepts on the socket flakebot holds
         )
     except UsageError as exc:
         raise SpecError(f"submit_service_spec: {exc.message}", fix=exc.fix) from None

@@ -10,6 +10,11 @@ from flakebot.errors import UsageError
 from flakebot.services.layout import NAME, NAME_RULE
 
 MAX_NEEDS = 16  # services one service needs directly
+# How its port reaches it: "handoff", flakebot binds the host's port and hands the listening socket in as fd 3
+# (systemd's socket activation: LISTEN_FDS, LISTEN_PID; the template takes it); "pasta", it binds its own port in its
+# namespace and pasta forwards the host's port there (a program that cannot take a socket; what a declaration from
+# before the handoff means).
+SOCKET_MODES = ("handoff", "pasta")
 PORT_VARIABLE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
 
@@ -74,9 +79,15 @@ class ServiceSpec:
     stop_grace_s: float = 10.0  # SIGTERM to the service, SIGKILL after this
     restart: Restart = field(default_factory=Restart)
     needs: tuple[str, ...] = ()  # services started (healthy) before it, stopped after it; reached at url_variable
+    socket: str = "pasta"  # SOCKET_MODES: how the host's port reaches it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "needs", checked_needs(self.needs))
+        if self.socket not in SOCKET_MODES:
+            raise UsageError(
+                f"socket {str(self.socket)[:40]!r} is neither of {', '.join(SOCKET_MODES)}",
+                fix="pass --socket handoff (it accepts on fd 3 when LISTEN_FDS is set) or --socket pasta",
+            )
         if not 1 <= self.port <= 65535:
             raise UsageError(f"port {self.port} is not a TCP port", fix="pass --port between 1 and 65535")
         if not PORT_VARIABLE.match(self.port_env):

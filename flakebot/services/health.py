@@ -6,16 +6,19 @@ from __future__ import annotations
 import socket
 import time
 
+from flakebot.services import handoff
 from flakebot.services.declaration import Health
 
 
-def check(health: Health, port: int, timeout: float) -> str:
-    """'' when the service on 127.0.0.1:`port` passes `health`, else why not (one line)."""
+def check(health: Health, port: int, timeout: float, listener: socket.socket | None = None) -> str:
+    """'' when the service on 127.0.0.1:`port` passes `health`, else why not (one line). `listener`: the socket
+    flakebot holds for it (handoff.py), where a connect succeeds whether the service runs or not; a "tcp" check then
+    also waits for the service to accept what is queued."""
     end = time.monotonic() + timeout  # for the whole check: a service answering a byte at a time fails it too
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             if health.kind == "tcp":
-                return ""
+                return _accepted(listener, end) if listener is not None else ""
             sock.settimeout(_left(end))
             sock.sendall(f"GET {health.path} HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
             first = _first_line(sock, end)
@@ -43,3 +46,12 @@ def _first_line(sock: socket.socket, end: float) -> str:
             break
         data += chunk
     return data.split(b"\n", 1)[0].decode("latin-1").strip()
+
+
+def _accepted(listener: socket.socket, end: float) -> str:
+    """'' once nothing waits in the held socket's queue (the check's own connection was taken by the service)."""
+    while (queued := handoff.waiting(listener)) > 0:
+        if time.monotonic() >= end:
+            return f"the service accepted no connection ({queued} waiting on its socket)"
+        time.sleep(0.01)
+    return ""

@@ -56,6 +56,11 @@ class ServiceDir:
         return self.root / "supervisor.log"
 
     @property
+    def handover(self) -> Path:
+        """Where its supervisor gives a copy of the service's listening socket to the next one (handoff.py)."""
+        return self.root / "handover.sock"
+
+    @property
     def launch_file(self) -> Path:
         return self.root / "launch.json"
 

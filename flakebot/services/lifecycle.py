@@ -3,7 +3,7 @@ request/response examples (status, named headers, body), SIGTERM and expect a cl
 same state directory and run the examples that must survive a restart.
 
 It runs the built program exactly as `flakebot up` will (the supervisor's own start and stop: bubblewrap, its own
-network namespace, pasta), on a scratch state directory. A service without its health endpoint, one that ignores
+network namespace, its socket handed in or pasta), on a scratch state directory. A service without its health endpoint, one that ignores
 SIGTERM and one that loses its state all fail here.
 """
 
@@ -210,9 +210,12 @@ def check_lifecycle(
             "secrets": secrets or {}, "network": network,
         }  # fmt: skip
         supervisor = Supervisor(where, launch)
-        _ = _one_life(supervisor, report, "first start", examples.first) and _one_life(
-            supervisor, report, "second start", examples.after_restart
-        )
+        try:
+            _ = _one_life(supervisor, report, "first start", examples.first) and _one_life(
+                supervisor, report, "second start", examples.after_restart
+            )
+        finally:
+            supervisor.close()  # a handed-in socket: held across both starts, as `up` holds it across restarts
         report.log_tail = tail(where.log, 20)
     return report
 
@@ -267,7 +270,7 @@ def _wait_healthy(supervisor: Supervisor, started: Started) -> str:
     while time.monotonic() < end:
         if started.bwrap.poll() is not None:
             return f"the service exited with code {started.bwrap.returncode} before it was healthy"
-        problem = health.check(spec.health, supervisor.port, spec.check_timeout_s)
+        problem = health.check(spec.health, supervisor.port, spec.check_timeout_s, supervisor.listener)
         if not problem:
             return ""
         time.sleep(0.05)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,22 +16,25 @@ from typing import Any
 from flakebot import launcher, processid
 from flakebot.fsutil import atomic_write_text
 from flakebot.sandbox.cgroup import Group
-from flakebot.services import identity
+from flakebot.services import handoff, identity
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 
 SETTLED = ("running", "failed", "stopped")
 
 
-def start_supervised(where: ServiceDir, launch: dict[str, Any]) -> dict[str, Any]:
+def start_supervised(
+    where: ServiceDir, launch: dict[str, Any], listener: socket.socket | None = None
+) -> dict[str, Any]:
     """Write `launch`, start its supervisor and wait until the service settles (running, failed, stopped); the status
-    then. The caller holds the control lock."""
+    then. The caller holds the control lock. `listener`: the service's listening socket, taken from the supervisor
+    before (handoff.take), handed to the new one (its copy here is the caller's to close)."""
     spec = ServiceSpec.from_dict(launch["spec"])
     where.state.mkdir(parents=True, exist_ok=True)
     identity.hold_roots(where, launch)
     write_launch(where, launch)
     where.status_file.unlink(missing_ok=True)
-    _spawn_supervisor(where)
+    _spawn_supervisor(where, listener)
     return _wait_settled(where, spec.start_s + spec.stop_grace_s + 10)
 
 
@@ -40,13 +44,15 @@ def write_launch(where: ServiceDir, launch: dict[str, Any]) -> None:
     atomic_write_text(where.launch_file, json.dumps(launch, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def _spawn_supervisor(where: ServiceDir) -> None:
-    """The supervisor, detached: its own session, no terminal, output to supervisor.log."""
+def _spawn_supervisor(where: ServiceDir, listener: socket.socket | None = None) -> None:
+    """The supervisor, detached: its own session, no terminal, output to supervisor.log; `listener` at fd 3."""
     # isolated python in flakebot's empty directory: the caller's cwd and PYTHON* never steer flakebot's code
+    args = [str(where.root), *(["--socket-fd", str(handoff.FD)] if listener is not None else [])]
     with open(where.supervisor_log, "ab") as out:
         launcher.popen(
-            launcher.python_module("flakebot.services.supervisor", str(where.root)), env=launcher.flakebot_env(),
+            launcher.python_module("flakebot.services.supervisor", *args), env=launcher.flakebot_env(),
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+            fds={handoff.FD: listener.fileno()} if listener is not None else None,
         )  # fmt: skip
 
 
@@ -127,6 +133,7 @@ def show(where: ServiceDir) -> dict[str, Any]:
     status["uptime_s"] = round(time.time() - started, 1) if running and isinstance(started, float) else None
     status["supervised"] = alive
     status.setdefault("network", False)  # a status from a supervisor before `up --network` had none
+    status.setdefault("socket", "pasta")  # ... and one from before the socket handoff was forwarded by pasta
     launch = where.read_json(where.launch_file)
     recorded = launch.get("program")
     status["store_path"] = recorded.get("store_path") if isinstance(recorded, dict) else None  # what it runs

@@ -1,7 +1,8 @@
 """The supervisor: one detached process per service (`python -m flakebot.services.supervisor DIR`).
 
-It starts the service under bubblewrap (own network and PID namespaces, --die-with-parent) and pasta for its port
-(and outbound network when its launch says `network`), checks its health, restarts it with backoff when it exits or
+It starts the service under bubblewrap (own network and PID namespaces, --die-with-parent) with its port either
+handed in (handoff.py: the listening socket the supervisor holds from its start to its end, fd 3) or forwarded by
+pasta (a service declared `socket: pasta`, and outbound network when its launch says `network`), checks its health, restarts it with backoff when it exits or
 stops answering (failed after too many restarts in a window), writes status.json on every change, and on SIGTERM stops it: SIGTERM to the service's own process
 (bubblewrap's init does not pass it on), SIGKILL of the namespace after the grace period, pasta stopped, port freed.
 """
@@ -13,6 +14,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ from flakebot import launcher, processid
 from flakebot.errors import FlakebotError, SandboxError
 from flakebot.sandbox import BwrapSandbox, SandboxLimits, open_sandbox
 from flakebot.sandbox.cgroup import Group
-from flakebot.services import credentials, envelope, forward, health
+from flakebot.services import credentials, envelope, forward, handoff, health
 from flakebot.services.declaration import ServiceSpec, reach_environment
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import LogFile
@@ -51,7 +53,8 @@ class Started:
 
 
 class Supervisor:
-    def __init__(self, where: ServiceDir, launch: dict[str, Any]) -> None:
+    def __init__(self, where: ServiceDir, launch: dict[str, Any], listener: socket.socket | None = None) -> None:
+        """`listener`: the service's listening socket as the supervisor before this one held it (handoff.adopted)."""
         self.where = where
         self.launch = launch
         self.spec = ServiceSpec.from_dict(launch["spec"])
@@ -60,6 +63,12 @@ class Supervisor:
         self.secrets: dict[str, str] = launch.get("secrets") or {}  # KEY -> the file's path, never its content
         self.network = forward.outbound_network(launch)
         self.needs: dict[str, int] = launch.get("needs") or {}  # each needed service's host port (needs.py)
+        self.socket_mode = handoff.mode(self.spec, self.network)
+        # handoff: bound at the first start (or the one before us held), kept until close(); handed over on request
+        self.listener = listener if self.socket_mode == "handoff" else None
+        if listener is not None and self.listener is None:
+            listener.close()
+        self.handover: socket.socket | None = None
         self.limits = SandboxLimits(**launch.get("limits", {}))
         self.quota_outcome = ""  # set when the state passed its disk quota: a stop without restarts
         self.log = LogFile(where.log, secrets=credentials.values(self.secrets))
@@ -76,6 +85,7 @@ class Supervisor:
             "port": self.port,
             "inner_port": self.spec.port,
             "network": self.network,
+            "socket": self.socket_mode,
             "restarts": 0,
             "supervisor_pid": os.getpid(),
             "supervisor_start": processid.start_time(os.getpid()),
@@ -108,6 +118,21 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._stop_requested)
         signal.signal(signal.SIGINT, self._stop_requested)
         self.update()
+        try:
+            self.listening()
+        except OSError as exc:  # taken since `up` found it free: nothing started, nothing to restart
+            return self.refuse(f"port {self.port} on 127.0.0.1 cannot be bound ({exc.strerror})")
+        if self.listener is not None:
+            try:
+                self.handover = handoff.handover_server(self.where.handover)
+            except OSError as exc:  # an upgrade or restart then binds again (a moment where the port is free)
+                logger.warning("no handover socket (%s): the next version binds the port again", exc)
+        try:
+            return self._run()
+        finally:
+            self.close()
+
+    def _run(self) -> int:
         while not self.stopping:
             if over := envelope.over_quota(self.where.state, self.limits.disk_mb):
                 return self.refuse(over)
@@ -127,6 +152,23 @@ class Supervisor:
                 return 1
         self.update(state="stopped", health="unknown", service_pid=None, message="stopped by request")
         return 0
+
+    def listening(self) -> socket.socket | None:
+        """The listening socket handed to each start (bound at the first: OSError when the port is taken), or None
+        for a service forwarded by pasta."""
+        if self.socket_mode == "handoff" and self.listener is None:
+            self.listener = handoff.bind(self.port)
+        return self.listener
+
+    def close(self) -> None:
+        """The port given up (after the last start has stopped): kept only by a copy handed over."""
+        if self.handover is not None:
+            self.handover.close()
+            self.handover = None
+            self.where.handover.unlink(missing_ok=True)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
     def refuse(self, problem: str) -> int:
         """Failed for good, no restart: its state is past the disk quota (kept: it is the user's data)."""
@@ -159,13 +201,27 @@ class Supervisor:
         self.log.write(f"flakebot: {outcome}; restarting in {delay:.1f} s")
         end = time.monotonic() + delay
         while not self.stopping and time.monotonic() < end:
-            time.sleep(STEP)
+            self.wait_serving_handover(min(STEP, max(end - time.monotonic(), 0)))
         return True
+
+    def wait_serving_handover(self, seconds: float) -> None:
+        """Sleep `seconds`, answering a request for the listening socket meanwhile."""
+        if self.handover is None or self.listener is None:
+            time.sleep(seconds)
+            return
+        ready, _, _ = select.select([self.handover], [], [], seconds)
+        if ready:
+            handoff.serve_handover(self.handover, self.listener)
 
     def start(self) -> Started:
         sandbox = self.sandbox()
-        full, _ = sandbox.command([str(self.binary)], cwd=self.where.state)
+        listener = self.listening()
+        program = [str(self.binary)] if listener is None else handoff.argv([str(self.binary)])
+        full, _ = sandbox.command(program, cwd=self.where.state)
         full_env = service_environment(self.spec, self.where.state, bool(self.secrets), self.needs)
+        if listener is not None:
+            handoff.prepare(listener)
+            full_env.update(handoff.environment())
         secret_args, secret_fds = credentials.bwrap_args(self.secrets)
         info_read, info_write = os.pipe()
         full = [full[0], "--info-fd", str(info_write), *secret_args, *full[1:]]
@@ -178,6 +234,7 @@ class Supervisor:
             bwrap = launcher.popen(full, env=full_env, cwd=self.where.state, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    pass_fds=(info_write, *secret_fds),
+                                   fds={handoff.FD: listener.fileno()} if listener is not None else None,
                                    preexec_fn=group.enter if group else None)  # fmt: skip
         finally:
             for fd in (info_write, *secret_fds):
@@ -196,7 +253,7 @@ class Supervisor:
         started = Started(bwrap, ns_init, service_pid, None, time.time(), group, processid.start_time(ns_init),
                           processid.start_time(service_pid) if service_pid else None)  # fmt: skip
         try:
-            started.pasta = self.forward(ns_init)
+            started.pasta = None if listener is not None else self.forward(ns_init)
         except BaseException:
             self.stop(started)
             raise
@@ -209,7 +266,10 @@ class Supervisor:
                     service_start=started.service_start, started_at=started.at, message="",
                     cgroup=group.to_dict() if group else None,
                     envelope=f"{bound}; state at most {self.limits.disk_mb} MiB")  # fmt: skip
-        self.log.write(f"flakebot: started {self.binary.name} (pid {started.service_pid}), 127.0.0.1:{self.port}")
+        how = f"its socket handed in as fd {handoff.FD}" if listener is not None else "forwarded by pasta"
+        self.log.write(
+            f"flakebot: started {self.binary.name} (pid {started.service_pid}), 127.0.0.1:{self.port}, {how}"
+        )
         return started
 
     def sandbox(self) -> BwrapSandbox:
@@ -240,9 +300,12 @@ class Supervisor:
         failures, ever_healthy = 0, False
         next_check = next_measure = time.monotonic()
         while not self.stopping:
-            ready, _, _ = select.select([output], [], [], STEP)
-            if ready:
+            watched = [output, *([self.handover.fileno()] if self.handover else [])]
+            ready, _, _ = select.select(watched, [], [], STEP)
+            if output in ready:
                 self._drain(output)
+            if self.handover is not None and self.listener is not None and self.handover.fileno() in ready:
+                handoff.serve_handover(self.handover, self.listener)
             if over := self.out_of_memory(started):
                 return over
             if started.bwrap.poll() is not None:
@@ -260,7 +323,7 @@ class Supervisor:
                 return f"the port forward (pasta) exited with code {started.pasta.returncode}"
             if time.monotonic() < next_check:
                 continue
-            problem = health.check(self.spec.health, self.port, self.spec.check_timeout_s)
+            problem = health.check(self.spec.health, self.port, self.spec.check_timeout_s, self.listener)
             next_check = time.monotonic() + self.spec.interval_s
             if self.status_unwritten:
                 self.update()  # the disk refused the last status: it is tried again at each check
@@ -389,12 +452,17 @@ def _parent(pid: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """`DIR [--socket-fd N]`: N, the listening socket the supervisor before this one held (handoff.py)."""
     where = ServiceDir(Path(argv[0]))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    inherited = int(argv[2]) if argv[1:2] == ["--socket-fd"] else None
     lock = where.hold_supervisor_lock()
     try:
         launch = where.read_json(where.launch_file)
-        return Supervisor(where, launch).run()
+        listener = handoff.adopted(inherited, int(launch["host_port"])) if inherited is not None else None
+        if listener is not None:
+            listener.set_inheritable(False)  # pasta or anything else it starts never gets it (bubblewrap: fd 3)
+        return Supervisor(where, launch, listener).run()
     finally:
         os.close(lock)
 

@@ -7,7 +7,10 @@ itself: two versions writing the same files at once (a database's lock, a half-m
 state the running version serves, and a version that fails must leave nothing behind. Only when the check passes is
 the service switched: the running version is stopped (SIGTERM, its grace period), the new one started on the same
 port with the live state, and if that start does not become healthy either, the old version is started again. The
-service is down from the old version's stop until the new one answers its health check.
+service does not answer from the old version's stop until the new one accepts. A service whose socket flakebot holds
+(handoff.py) keeps it through the switch: the running supervisor hands a copy over before it stops, the new one (or
+the old one again) is started with it, so the port is never free and a connection made meanwhile waits in the
+backlog for the new version instead of being refused. A pasta-forwarded service's port is closed in that gap.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.errors import UpgradeRefused, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import envelope, forward, identity
+from flakebot.services import envelope, forward, handoff, identity
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.lifecycle import Examples, check_lifecycle
@@ -68,19 +71,30 @@ def upgrade(
     launch = {**running, "version": version, "previous_version": old, "binary": str(binary), "spec": spec.to_dict(),
               "secrets": secrets, "network": network, "limits": envelope.launch_limits(settings), "program": program,
               "previous": identity.snapshot(running), "examples": declared}  # fmt: skip
-    stop_supervised(where)
-    status = start_supervised(where, launch)
-    if status.get("state") == "running":
-        logger.info("%s upgraded from %s to %s", where.name, old, version)
-        return show(where)
-    why, lines = status.get("message", ""), tail(where.log, 5)
-    stop_supervised(where)
-    back = start_supervised(where, running)  # the version that ran, as it ran
+    held = handoff.take(where.handover) if _handed(running) and _handed(launch) else None
+    try:
+        stop_supervised(where)
+        status = start_supervised(where, launch, held)
+        if status.get("state") == "running":
+            logger.info("%s upgraded from %s to %s", where.name, old, version)
+            return show(where)
+        why, lines = status.get("message", ""), tail(where.log, 5)
+        stop_supervised(where)
+        back = start_supervised(where, running, held)  # the version that ran, as it ran
+    finally:
+        if held is not None:
+            held.close()  # the running supervisor has its own copy
     raise UpgradeRefused(
         f"{where.name} {version} passed its check on a copy of the state but not on the live state ({why}): "
         f"{old} started again ({back.get('state')}) on port {host_port}",
         fix="read the log of the failed start: " + output_quoted(lines),
     )
+
+
+def _handed(launch: dict[str, Any]) -> bool:
+    """Whether the launch's service takes its socket from flakebot (both versions must, for it to be kept)."""
+    spec = ServiceSpec.from_dict(launch.get("spec") or {})
+    return handoff.mode(spec, forward.outbound_network(launch)) == "handoff"
 
 
 __all__ = ["upgrade"]

@@ -48,8 +48,9 @@ BROKEN = {  # what each broken session changes in the program: (the text, its re
 }
 DAEMON_MARK = "31337"  # the `sleep` a daemon-forking service leaves behind: how a test finds it among processes
 FORKS_A_DAEMON = (  # a working service that also starts a process meant to outlive it (an attack, not a bug)
-    "let listener = match",
-    f'let _daemon = std::process::Command::new("sleep").arg("{DAEMON_MARK}").spawn();\n    let listener = match',
+    "if let Some(listener) = handed_in() {",  # before either way of listening (fd 3 handed in, or PORT)
+    f'let _daemon = std::process::Command::new("sleep").arg("{DAEMON_MARK}").spawn();\n'
+    "    if let Some(listener) = handed_in() {",
 )
 
 

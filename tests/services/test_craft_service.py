@@ -70,6 +70,7 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(
     assert crafted["result"]["kind"] == "service" and crafted["result"]["start"] == start  # not a tool to call
     assert manifest["service"]["health"] == {"kind": "http", "path": "/health"}
     assert manifest["service"]["stop_grace_s"] == 2
+    assert manifest["service"]["socket"] == "handoff"  # the template takes the socket flakebot holds (fd 3)
     flake = (Path(manifest["catalog_dir"]) / "flake" / "flake.nix").read_text()
     assert "lib.flakebot.service" in flake and "nixosModules.default" in flake  # package-service's outputs too
     steps = [s["step"] for s in manifest["lifecycle"] if s["ok"]]
@@ -95,6 +96,7 @@ def test_a_crafted_key_value_service_is_started_queried_and_stopped(
     started = run_cli("up", NAME, "--json", timeout=120)
     assert started.returncode == 0, started.stderr
     port = json_result(started)["port"]
+    assert json_result(started)["socket"] == "handoff"
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=10) as http:
             assert http.put("/kv/colour", content=b"teal").text == "stored\n"

@@ -53,7 +53,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
-http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+if os.environ.get("LISTEN_FDS") == "1" and os.environ.get("LISTEN_PID") == str(os.getpid()):  # as the template
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+    server.socket = socket.socket(fileno=3)  # the socket flakebot holds, handed in
+else:
+    server = http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+server.serve_forever()
 """
 
 SPEC = ToolSpec.from_dict(

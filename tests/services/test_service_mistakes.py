@@ -54,6 +54,7 @@ def test_declarations_out_of_range_and_bad_names_are_refused_before_any_build(fl
         ("--stop-grace", "1e9", "stop grace 1e+09 is out of range"),
         ("--name", "Bad_Name", "'Bad_Name' is not a service name"),
         ("--name", "../x", "'../x' is not a service name"),
+        ("--socket", "systemd", "socket 'systemd' is neither of handoff, pasta"),
     ):
         done = run_cli("package-service", str(KV_SERVICE), "--offline", flag, value, timeout=60)
         one_error(done, words)

@@ -25,7 +25,10 @@ def test_a_declaration_round_trips_and_refuses_what_no_service_could_use() -> No
     for bad in ("health", "/a b", ""):
         with pytest.raises(UsageError):
             Health.parse(bad)
-    for kwargs in ({"port": 0}, {"port": 70000}, {"port_env": "port"}, {"port_env": "STATE_DIRECTORY"}):
+    assert ServiceSpec.from_dict({}).socket == "pasta"  # a declaration from before the handoff: forwarded as it was
+    assert ServiceSpec.from_dict({"socket": "handoff"}).socket == "handoff"
+    for kwargs in ({"port": 0}, {"port": 70000}, {"port_env": "port"}, {"port_env": "STATE_DIRECTORY"},
+                   {"socket": "systemd"}):  # fmt: skip
         with pytest.raises(UsageError):
             ServiceSpec(**kwargs)  # type: ignore[arg-type]
 
@@ -72,6 +75,36 @@ def test_a_service_that_accepts_but_never_answers_fails_within_the_timeout() -> 
         problem = check(Health("http", "/health"), hung.getsockname()[1], 0.5)
         assert problem and time.monotonic() - start < 2
         assert check(Health("tcp", ""), hung.getsockname()[1], 0.5) == ""  # why an HTTP check finds hangs, TCP not
+
+
+def test_a_tcp_check_on_a_held_socket_waits_for_the_service_to_accept() -> None:
+    """flakebot's own listening socket (the handoff) completes every connect: the check also needs the connection
+    taken off its queue by the service."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert "accepted no connection" in check(Health("tcp", ""), port, 0.5, held)  # nothing accepts
+        taken: list[socket.socket] = []
+        done = threading.Event()
+
+        def accept() -> None:  # a service: accepts what comes (the failed check's connection waits there too)
+            held.settimeout(0.05)
+            while not done.is_set():
+                try:
+                    taken.append(held.accept()[0])
+                except TimeoutError:
+                    pass
+
+        accepting = threading.Thread(target=accept)
+        accepting.start()
+        try:
+            assert check(Health("tcp", ""), port, 2, held) == ""  # a service that accepts passes
+        finally:
+            done.set()
+            accepting.join()
+            for sock in taken:
+                sock.close()
 
 
 def test_the_log_is_redacted_line_by_line_and_rotated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 //! A std-only HTTP/1.0 service skeleton: flakebot's starting point for `craft --service`.
 //!
-//! Listens on $LISTEN_ADDRESS:$PORT (default 127.0.0.1:8080; an OCI image sets 0.0.0.0, the address of its own
-//! network namespace a container engine publishes); GET /health answers 200 once it listens. Keep every piece of
+//! Accepts on the socket flakebot hands in (fd 3, with LISTEN_FDS=1 and LISTEN_PID its own pid: systemd's socket
+//! activation), else listens on $LISTEN_ADDRESS:$PORT (default 127.0.0.1:8080; an OCI image sets 0.0.0.0, the address
+//! of its own network namespace a container engine publishes); GET /health answers 200 once it listens. Keep every piece of
 //! state under $STATE_DIRECTORY (write a temporary file and rename it, so a kill never leaves half a value).
 //! SIGTERM (or SIGINT): stops accepting and exits 0. Add the service's routes in `route`: each returns a
 //! `Response` (status and body, plus any header: `Response::new(302, "").header("Location", "/there")`).
@@ -17,9 +18,28 @@ const SIGTERM: i32 = 15;
 const SIGINT: i32 = 2;
 const MAX_BODY: usize = 64 * 1024;
 
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
 extern "C" {
-    // libc's signal(): std links libc already, so no crate is needed for one flag-setting handler.
+    // libc's signal() and poll(): std links libc already, so no crate is needed for them.
     fn signal(signum: i32, handler: extern "C" fn(i32)) -> usize;
+    fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;
+}
+
+/// The listening socket handed in as fd 3 (sd_listen_fds: LISTEN_FDS=1, LISTEN_PID our own pid), if one was.
+fn handed_in() -> Option<TcpListener> {
+    use std::os::unix::io::FromRawFd;
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds != 1 {
+        return None; // meant for another process (or several sockets: not this program's)
+    }
+    Some(unsafe { TcpListener::from_raw_fd(3) })
 }
 
 extern "C" fn on_stop(_signum: i32) {
@@ -63,7 +83,7 @@ impl Response {
 
 fn main() {
     if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        println!("{}: an HTTP service\n\nEnvironment:\n  PORT             port to listen on (default 8080)\n  LISTEN_ADDRESS   address to listen on (default 127.0.0.1)\n  STATE_DIRECTORY  where its state is kept", env!("CARGO_PKG_NAME"));
+        println!("{}: an HTTP service\n\nEnvironment:\n  LISTEN_FDS       1: accept on fd 3 (with LISTEN_PID its pid), as flakebot and systemd hand it in\n  PORT             port to listen on otherwise (default 8080)\n  LISTEN_ADDRESS   address to listen on otherwise (default 127.0.0.1)\n  STATE_DIRECTORY  where its state is kept", env!("CARGO_PKG_NAME"));
         return;
     }
     let port: u16 = std::env::var("PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(8080);
@@ -72,21 +92,35 @@ fn main() {
         signal(SIGTERM, on_stop);
         signal(SIGINT, on_stop);
     }
-    let address = listen_address();
-    let listener = TcpListener::bind((address, port)).unwrap_or_else(|e| {
-        eprintln!("cannot listen on {address}:{port}: {e}");
-        std::process::exit(1);
-    });
+    let listener = match handed_in() {
+        Some(listener) => {
+            eprintln!("accepting on fd 3 (handed in), state in {}", state.display());
+            listener
+        }
+        None => {
+            let address = listen_address();
+            let listener = TcpListener::bind((address, port)).unwrap_or_else(|e| {
+                eprintln!("cannot listen on {address}:{port}: {e}");
+                std::process::exit(1);
+            });
+            eprintln!("listening on {address}:{port}, state in {}", state.display());
+            listener
+        }
+    };
     listener.set_nonblocking(true).expect("nonblocking listener");
-    eprintln!("listening on {address}:{port}, state in {}", state.display());
     while !STOP.load(Ordering::SeqCst) {
+        // woken by a connection at once; every 100 ms to see SIGTERM's flag
+        let mut ready = PollFd { fd: std::os::unix::io::AsRawFd::as_raw_fd(&listener), events: 1, revents: 0 };
+        if unsafe { poll(&mut ready, 1, 100) } <= 0 {
+            continue;
+        }
         match listener.accept() {
             Ok((stream, _)) => {
                 if let Err(e) = serve(stream, &state) {
                     eprintln!("request failed: {e}");
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => eprintln!("accept: {e}"),
         }
     }
@@ -118,7 +152,7 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
-        let n = stream.read(&mut chunk)?;
+        let n = read_some(&mut stream, &mut chunk)?;
         if n == 0 {
             return Ok(());
         }
@@ -149,7 +183,7 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
     }
     let mut body = buf[head_end..].to_vec();
     while body.len() < length {
-        let n = stream.read(&mut chunk)?;
+        let n = read_some(&mut stream, &mut chunk)?;
         if n == 0 {
             break;
         }
@@ -158,6 +192,17 @@ fn serve(mut stream: TcpStream, state: &Path) -> std::io::Result<()> {
     body.truncate(length);
     let answer = route(&Request { method, path, headers, body }, state);
     reply(&mut stream, answer)
+}
+
+/// One read, tried again when a signal interrupted it (SIGTERM during a request: the read timeout makes the kernel
+/// return EINTR instead of restarting it, and the request in flight must still be answered).
+fn read_some(stream: &mut TcpStream, chunk: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(chunk) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 fn reply(stream: &mut TcpStream, answer: Response) -> std::io::Result<()> {
