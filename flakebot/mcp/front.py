@@ -15,6 +15,10 @@ minute is 429 with `Retry-After` and a JSON-RPC error saying how long to wait; l
 concurrent crafts (pipeline.jobs' owner). Each tools/call and tools/list is audited (flakebot.team.audit) with the
 caller's principal and tenant, which the handlers read from the request's authenticated user.
 
+With a database (`--database`), crafts go to the team's PostgreSQL queue (flakebot.mcp.queued) instead of
+processes of this machine. A tenant sees only its own tasks, queued jobs and runs (flakebot.team.tenancy); another's
+are answered as unknown ones. `/metrics` (flakebot.team.metrics) is behind the same bearer check as `/mcp`.
+
 The front binds 127.0.0.1 unless told otherwise, and refuses any address beyond loopback without TLS and at least
 one active token (BindRefused), before it binds.
 """

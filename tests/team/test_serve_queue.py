@@ -20,7 +20,7 @@ from benchmarks.scenarios import pileup
 from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
 from flakebot.team import db, queue
-from tests.conftest import REPO, require, run_cli
+from tests.conftest import REPO, require, run_cli, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import INITIALIZE, add_token, post, serving
 from tests.team.test_worker import worker
@@ -172,7 +172,9 @@ def test_serve_with_an_unreachable_database_is_one_line(flakebot_home: Path, pos
     assert postgres.password not in done.stderr + done.stdout
 
 
-def test_without_a_database_a_tenants_tasks_are_its_own(flakebot_home: Path, workdir: Path, tmp_path: Path) -> None:
+def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
+    flakebot_home: Path, workdir: Path, tmp_path: Path
+) -> None:
     require("nix")
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
     try:
@@ -187,6 +189,14 @@ def test_without_a_database_a_tenants_tasks_are_its_own(flakebot_home: Path, wor
             assert Session(url, bob).ask("tasks/list", {})["result"]["tasks"] == []
             listed = Session(url, alice).ask("tasks/list", {})["result"]["tasks"]
             assert [t["taskId"] for t in listed] == [task_id]
+            # its run, once it exists: in alice's runs and status, unknown to bob's tenant
+            mine = wait_for(lambda: call(url, alice, "runs", {})["runs"], timeout=120, interval=0.5)
+            run_id = mine[0]["id"]
+            assert call(url, alice, "status", {"run_id": run_id})["status"] in ("created", "running")
+            assert call(url, bob, "runs", {})["runs"] == []
+            theirs = call(url, bob, "status", {"run_id": run_id})
+            assert theirs["is_error"] and theirs["error"].startswith(f"no run '{run_id}'"), theirs
+            assert call(url, bob, "show", {"name": run_id})["error"] == f"no run or tool named '{run_id}'"
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
 
@@ -215,3 +225,28 @@ def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
         assert shown["is_error"] and shown["error"] == f"no run or tool named '{run_id}'", shown
         assert call(one, bob, "runs", {})["runs"] == []
         assert call(two, bob, "status", {"run_id": job})["is_error"]
+
+
+def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, database: str, tmp_path: Path) -> None:
+    """wait: true holds the call until a worker ended the job (here at its first check: no model script there), and
+    tasks/result of the job's task answers the same error."""
+    import concurrent.futures
+
+    alice = add_token("alice", "--tenant", "acme")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waited = pool.submit(call, url, alice, "craft", {**craft, "wait": True})
+        wait_for(lambda: rows(database), timeout=60, interval=0.2)
+        assert not waited.done()  # queued, no worker yet: the call holds
+        session = Session(url, alice)
+        task = session.ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})["result"]["task"]
+        job_id = int(rows(database)[0]["id"])
+        assert task["taskId"] == f"job-{job_id}"  # the same need: the task is the waited job
+        with worker(database, tmp_path / "worker.log") as proc:
+            assert proc.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
+        answer = waited.result(timeout=60)
+        assert answer["is_error"] and answer["type"] == "ScriptError", answer
+        result = session.ask("tasks/result", {"taskId": task["taskId"]})["result"]
+        assert result["isError"] and json.loads(result["content"][0]["text"])["type"] == "ScriptError", result
+        assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+        assert session.ask("tasks/get", {"taskId": task["taskId"]})["result"]["status"] == "failed"
