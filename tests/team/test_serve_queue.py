@@ -250,3 +250,23 @@ def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, 
         assert result["isError"] and json.loads(result["content"][0]["text"])["type"] == "ScriptError", result
         assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
         assert session.ask("tasks/get", {"taskId": task["taskId"]})["result"]["status"] == "failed"
+
+
+def test_serve_takes_the_database_from_libpqs_environment(
+    flakebot_home: Path, database: str, postgres: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--database postgresql://` alone: host, port, user, database from PG* and the password from a passfile, so
+    none of it is on the command line."""
+    passfile = flakebot_home / "pgpass"
+    name = database.rsplit("/", 1)[1]
+    passfile.write_text(f"127.0.0.1:{postgres.port}:{name}:flakebot:{postgres.password}\n")
+    passfile.chmod(0o600)
+    for key, value in (("PGHOST", "127.0.0.1"), ("PGPORT", str(postgres.port)), ("PGUSER", "flakebot")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PGDATABASE", name)
+    monkeypatch.setenv("PGPASSFILE", str(passfile))
+    alice = add_token("alice", "--tenant", "acme")
+    with serving("--database", "postgresql://") as url:
+        answer = call(url, alice, "craft", {"need": "need a csv deduper", "model": "scripted:/nonexistent.json"})
+        assert answer["status"] == "queued", answer
+    assert [(r["tenant"], r["principal"]) for r in rows(database)] == [("acme", "alice")]
