@@ -166,19 +166,27 @@ class TeamMCP(FlakebotMCP):
         runs = tenancy.runs_of(self.job_directory(), tenant)
         return runs | (self.queue.runs_of(tenant) if self.queue is not None else set())
 
-    def check_run_seen(self, ctx: Any, tool: str, run_id: Any) -> None:
-        """Refuse a run id the caller's tenant did not make with the answer an unknown run gets."""
+    def run_seen(self, ctx: Any, tool: str, run_id: Any) -> Any:
+        """The run id to answer for: a prefix the caller's own runs make unique resolved to its run; one the caller's
+        tenant did not make refused with the answer an unknown run gets (a prefix other tenants' runs share too is
+        not "ambiguous" to it: their runs are not there)."""
         from flakebot.pipeline.run import find_run_dir, runs_dir
 
         if not isinstance(run_id, str) or not run_id:
-            return  # the tool's own check says what is wrong
+            return run_id  # the tool's own check says what is wrong
         workdir = self.settings().path("workdir")
+        owned = self.owned_runs(ctx)
         try:
             found = find_run_dir(workdir, run_id).name
-        except RunError:
-            return  # unknown, ambiguous or malformed: the tool answers that itself
-        if found in self.owned_runs(ctx):
-            return
+        except RunError as exc:
+            if exc.details.get("reason") is not None:  # unknown or malformed: the tool answers that itself
+                return run_id
+            mine = [run for run in owned if run.startswith(run_id)]
+            found = mine[0] if len(mine) == 1 else ""
+            if len(mine) > 1:
+                return run_id  # ambiguous among the caller's own runs: the tool says so
+        if found in owned:
+            return found
         if tool == "show":
             raise RunError(f"no run or tool named '{run_id}'", fix="list them with 'flakebot runs' and 'flakebot list'")
         raise RunError(
@@ -287,7 +295,10 @@ class TeamMCP(FlakebotMCP):
                     if row is None:
                         raise queued.not_found(str(key))
                     return _result({"ok": True, **queued.job_status(row)})
-                await anyio.to_thread.run_sync(lambda: self.check_run_seen(ctx, params.name, key))
+                seen = await anyio.to_thread.run_sync(lambda: self.run_seen(ctx, params.name, key))
+                if seen != key:
+                    args["name" if params.name == "show" else "run_id"] = seen
+                    params = params.model_copy(update={"arguments": args})
         except FlakebotError as exc:
             return _result({"ok": False, **exc.result()}, error=True)
         result = await super().call_tool(ctx, params)

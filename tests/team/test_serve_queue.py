@@ -197,6 +197,9 @@ def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
             theirs = call(url, bob, "status", {"run_id": run_id})
             assert theirs["is_error"] and theirs["error"].startswith(f"no run '{run_id}'"), theirs
             assert call(url, bob, "show", {"name": run_id})["error"] == f"no run or tool named '{run_id}'"
+            prefix = run_id[:10]  # a unique prefix: the run for its tenant, unknown to another
+            assert call(url, alice, "status", {"run_id": prefix})["run_id"] == run_id
+            assert call(url, bob, "status", {"run_id": prefix})["error"].startswith(f"no run '{prefix}'")
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
 
