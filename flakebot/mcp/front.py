@@ -230,8 +230,33 @@ class TeamMCP(FlakebotMCP):
         wait = _wait(ctx, args)
         enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args))
         if not wait:
+            self.watch_job(ctx, enqueued.job_id)
             return queued.handle_answer(enqueued)
         return await self._follow_job(ctx, enqueued.job_id, changes_catalog)
+
+    def watch_job(self, ctx: Any, job_id: int) -> None:
+        """Send tools/list_changed to this session once a detached queued craft catalogued its tool (as a detached
+        job of this machine does), watching for at most WATCH_HOURS."""
+        if self.jobs is not None:
+            self.jobs.start_soon(self._notify_job_done, ctx, job_id)
+
+    async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
+        from flakebot.mcp import queued
+        from flakebot.mcp.server import _catalogued, _tools_changed
+
+        deadline = time.monotonic() + WATCH_HOURS * 3600
+        while time.monotonic() < deadline:
+            await anyio.sleep(WATCH_SECONDS)
+            try:
+                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+            except FlakebotError as exc:  # the database is away for now: look again later
+                logger.info("job %s not watched this time: %s", job_id, exc.one_line())
+                continue
+            ended = queued.outcome(row) if row is not None else {}
+            if ended is not None:
+                if _catalogued((ended or {}).get("result") or {}):
+                    await _tools_changed(ctx)
+                return
 
     async def _follow_job(self, ctx: Any, job_id: int, changes_catalog: bool) -> dict[str, Any]:
         """A queued job waited for: each change of its state a progress notification, then its result."""
@@ -321,6 +346,8 @@ class TeamMCP(FlakebotMCP):
         )
 
 
+WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
+WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
 
 

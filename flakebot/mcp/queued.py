@@ -49,6 +49,9 @@ class QueueFront(Protocol):
     def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
         """Check the call's arguments as the door does and queue its request (an Enqueued)."""
 
+    def watch_job(self, ctx: Any, job_id: int) -> None:
+        """Tell the session when the job catalogued its tool."""
+
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
         """The job's row if the caller's tenant may see it."""
 
@@ -152,6 +155,7 @@ class QueueTasks(mcp_tasks.Tasks):
             raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
         except FlakebotError as exc:  # arguments the tool refuses: nothing queued either
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
+        self.front.watch_job(ctx, enqueued.job_id)
         task = (await self._row(ctx, handle(enqueued.job_id)))[1]
         joined = " (joined the job already queued for this need)" if enqueued.joined else ""
         text = f"{params.name} is queued as task {task.task_id}{joined}; its result comes when the task completes"

@@ -204,6 +204,29 @@ def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
         pileup.end_jobs(workdir / "mcp-jobs")
 
 
+async def craft_and_watch(url: str, token: str, craft: dict[str, Any], work: Any) -> tuple[dict[str, Any], bool]:
+    """A detached craft from a 2025-11-25 session that stays open while `work()` runs: its answer, and whether the
+    session was told the tool list changed (within a poll of the job's end)."""
+    import anyio
+    import mcp_types as types
+
+    notices: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notices.append(message)
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=90) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            answer = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
+            await anyio.to_thread.run_sync(work)
+            for _ in range(100):  # the front reads the row every 5 s
+                if any(isinstance(n, types.ToolListChangedNotification) for n in notices):
+                    return answer, True
+                await asyncio.sleep(0.2)
+    return answer, False
+
+
 @pytest.mark.slow
 def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
     flakebot_home: Path, database: str, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -212,10 +235,16 @@ def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")  # the worker crafts from the local registry
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
     craft = {"need": "need a CSV deduper", "model": f"scripted:{SESSION}", "registry": "local"}
+    log = tmp_path / "worker.log"
+
+    def work() -> None:
+        with worker(database, log) as proc:
+            assert proc.wait(timeout=600) == 0, log.read_text()
+
     with serving("--database", database) as one, serving("--database", database) as two:
-        job = call(one, alice, "craft", craft)["run_id"]
-        with worker(database, tmp_path / "worker.log") as proc:
-            assert proc.wait(timeout=600) == 0, (tmp_path / "worker.log").read_text()
+        answer, changed = asyncio.run(craft_and_watch(one, alice, craft, work))
+        job = answer["run_id"]
+        assert changed, "no tools/list_changed once the queued craft catalogued its tool"
         done = call(two, alice, "status", {"run_id": job, "wait_seconds": 5})
         assert done["status"] == "succeeded" and done["result"]["name"] == "csv-dedup", done
         run_id = done["worker_run_id"]
