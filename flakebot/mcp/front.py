@@ -221,6 +221,14 @@ class TeamMCP(FlakebotMCP):
         tenant = self.tenant(ctx)
         return self.queue.job(tenant, job_id) if self.queue is not None and tenant is not None else None
 
+    def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
+        from flakebot.mcp.tasks import DEFAULT_TTL_MS
+
+        tenant = self.tenant(ctx)
+        if self.queue is None or tenant is None:
+            return []
+        return self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000)
+
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         from flakebot.mcp import queued
         from flakebot.mcp.server import _wait

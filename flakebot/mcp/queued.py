@@ -55,6 +55,9 @@ class QueueFront(Protocol):
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
         """The job's row if the caller's tenant may see it."""
 
+    def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
+        """The caller's tenant's jobs a task list shows (none without a database)."""
+
     def call_result(self, line: dict[str, Any]) -> Any:
         """The CallToolResult of a {result} or {error} line."""
 
@@ -184,6 +187,18 @@ class QueueTasks(mcp_tasks.Tasks):
         result = self.front.call_result(ended).model_dump(by_alias=True, mode="json", exclude_none=True)
         wire = methods.serialize_server_result("tools/call", ctx.protocol_version, result)
         return {**wire, "_meta": {**wire.get("_meta", {}), mcp_tasks.RELATED_TASK: {"taskId": params.task_id}}}
+
+    async def listed(self, ctx: Any) -> dict[tuple[float, str], Callable[[], types.Task | None]]:
+        """This machine's detached jobs of the caller's tenant, and its tenant's queued crafts: those queued or
+        running, and those that ended within a task's default ttl."""
+        listed = await super().listed(ctx)
+        for row in await anyio.to_thread.run_sync(lambda: self.front.job_rows(ctx)):
+            task = task_of(row)
+            listed[(row["created"].timestamp(), task.task_id)] = lambda task=task: task  # type: ignore[misc]
+        return listed
+
+    def listable(self, task_id: str) -> bool:
+        return super().listable(task_id) or job_number(task_id) is not None
 
     async def cancel(self, ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
         if job_number(params.task_id) is None:

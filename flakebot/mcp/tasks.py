@@ -184,20 +184,44 @@ class Tasks:
         return {**wire, "_meta": {**wire.get("_meta", {}), RELATED_TASK: {"taskId": params.task_id}}}
 
     async def list_tasks(self, ctx: Any, params: types.PaginatedRequestParams) -> types.ListTasksResult:
-        """This user's tasks, newest first, PAGE_SIZE at a time; a cursor is where the previous page ended."""
+        """The caller's tasks, newest first, PAGE_SIZE at a time; a cursor is where the previous page ended."""
         offered(ctx)
-        after = _cursor_key(params.cursor) if params.cursor is not None else None
-        keys = sorted((key for key in map(_record_key, self._records()) if key is not None), reverse=True)
-        keys = [key for key in keys if after is None or key < after]
+        after = self.cursor_key(params.cursor) if params.cursor is not None else None
+        listed = await self.listed(ctx)
+        keys = [key for key in sorted(listed, reverse=True) if after is None or key < after]
         page: list[types.Task] = []
         for key in keys:
-            view = self._view(key[1]) if self.jobs.may_see(ctx, key[1]) else None
-            if view is not None:
-                page.append(view.task)
+            task = listed[key]()
+            if task is not None:
+                page.append(task)
             if len(page) == PAGE_SIZE:
                 break
         more = len(page) == PAGE_SIZE and key != keys[-1]
         return types.ListTasksResult(tasks=page, next_cursor=f"{key[0]!r} {key[1]}" if more else None)
+
+    async def listed(self, ctx: Any) -> dict[tuple[float, str], Callable[[], types.Task | None]]:
+        """Each task the caller may see, by how tasks/list orders it (when it was created, then its id), with how to
+        read it (None once it expired)."""
+
+        def reader(task_id: str) -> Callable[[], types.Task | None]:
+            return lambda: view.task if (view := self._view(task_id)) is not None else None
+
+        keys = (key for key in map(_record_key, self._records()) if key is not None)
+        return {key: reader(key[1]) for key in keys if self.jobs.may_see(ctx, key[1])}
+
+    def cursor_key(self, cursor: str) -> tuple[float, str]:
+        """Where a tasks/list cursor says the previous page ended."""
+        created, _, task_id = cursor.partition(" ")
+        try:
+            if self.listable(task_id):
+                return float(created), task_id
+        except ValueError:
+            pass
+        raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}: pass the nextCursor tasks/list answered")
+
+    def listable(self, task_id: str) -> bool:
+        """Whether `task_id` has the shape of a task id tasks/list gives."""
+        return TASK_ID.fullmatch(task_id) is not None
 
     async def cancel(self, ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
         """Mark the task cancelled, then end its job's process group (SIGTERM: the run is interrupted)."""
@@ -343,16 +367,6 @@ def _record_key(path: Path) -> tuple[float, str] | None:
     """How tasks/list orders a task: when it was created, then its id."""
     record = _read_record(path)
     return None if record is None else (float(record.get("created", 0)), path.name.removesuffix(".task.json"))
-
-
-def _cursor_key(cursor: str) -> tuple[float, str]:
-    created, _, task_id = cursor.partition(" ")
-    try:
-        if TASK_ID.fullmatch(task_id):
-            return float(created), task_id
-    except ValueError:
-        pass
-    raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}: pass the nextCursor tasks/list answered")
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

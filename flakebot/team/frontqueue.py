@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 JOB_HANDLE = re.compile(r"job-([1-9][0-9]{0,18})")  # a queued job as callers name it: status run_id, a task's id
 STATES = ("queued", "running", "done", "failed")
+LISTED = 1000  # a tenant's jobs tasks/list reads at most (its newest)
 T = TypeVar("T")
 
 
@@ -71,6 +72,17 @@ class FrontQueue:
     def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
         """The job's row as `tenant` sees it: another tenant's job is None, as an unknown one."""
         return self._call(lambda conn: queue.get(conn, job_id, tenant))
+
+    def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
+        """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of
+        them)."""
+        return self._call(
+            lambda conn: conn.execute(
+                "SELECT * FROM jobs WHERE tenant = %s AND (state IN ('queued', 'running') "
+                "OR ended > now() - make_interval(secs => %s)) ORDER BY created DESC, id DESC LIMIT %s",
+                (tenant, seconds, limit),
+            ).fetchall()
+        )
 
     def runs_of(self, tenant: str) -> set[str]:
         """The run ids the tenant's jobs work in."""

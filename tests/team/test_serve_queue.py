@@ -135,7 +135,14 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         bad = call(one, alice, "craft", {**craft, "need": 42})
         assert bad["is_error"] and bad["type"] == "UsageError", bad
         # bob's tenant has its own quota and queue
-        assert call(two, bob, "craft", craft)["status"] == "queued"
+        theirs_job = call(two, bob, "craft", craft)
+        assert theirs_job["status"] == "queued" and not theirs_job["joined"]
+        # tasks/list: the tenant's queued crafts, newest first, and no other tenant's
+        listed = Session(one, alice).ask("tasks/list", {})["result"]["tasks"]
+        assert [t["taskId"] for t in listed] == [task["taskId"], job], listed
+        assert [t["taskId"] for t in Session(two, bob).ask("tasks/list", {})["result"]["tasks"]] == [
+            theirs_job["run_id"]
+        ]
 
         # /metrics: behind the token check; the queue's depth, refusals, calls per tool
         assert metrics(one, None).status_code == 401
