@@ -6,7 +6,9 @@ is answered at once with a CreateTaskResult whose taskId is ID. ID.task.json bes
 the job's process id, when it was created, its ttl and whether it was cancelled. Everything else is read from those
 files, so any `flakebot mcp` of the same user answers tasks/get, tasks/result, tasks/list and tasks/cancel for a
 task another one created (LangChain's adapters start a server per call). The files are the user's own, so a task
-is as private as the state directory; its id carries 64 random bits besides.
+is as private as the state directory; its id carries 64 random bits besides. Behind the team front a task is its
+tenant's only (the server's `may_see`: another tenant's is "no task", as an unknown one), and the front's subclass
+(flakebot.mcp.queued.QueueTasks) also answers the crafts it queued, from their rows.
 
 Status: working while the job's process runs (its pid with the start time the record keeps, pipeline.jobs: a pid
 given to another process since is not the job) and its journal has no result; completed once the journal ends with a
