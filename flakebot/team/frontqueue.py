@@ -58,8 +58,11 @@ class FrontQueue:
 
     def enqueue(self, principal: Principal, request: RunRequest, kind: str = "craft") -> queue.Enqueued:
         """Queue `request` for the principal's tenant, or join the job already there for the same need
-        (QuotaExceeded past the tenant's quotas)."""
-        enqueued = self._call(lambda conn: queue.enqueue(conn, principal.tenant, principal.name, request, kind))
+        (QuotaExceeded past the tenant's quotas or the token's concurrent crafts)."""
+        cap = principal.concurrent_crafts
+        enqueued = self._call(
+            lambda conn: queue.enqueue(conn, principal.tenant, principal.name, request, kind, principal_cap=cap)
+        )
         logger.info(
             "%s job %s for %s (tenant %s)",
             "joined" if enqueued.joined else "queued",

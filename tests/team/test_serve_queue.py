@@ -309,3 +309,19 @@ def test_serve_takes_the_database_from_libpqs_environment(
         answer = call(url, alice, "craft", {"need": "need a csv deduper", "model": "scripted:/nonexistent.json"})
         assert answer["status"] == "queued", answer
     assert [(r["tenant"], r["principal"]) for r in rows(database)] == [("acme", "alice")]
+
+
+def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path, database: str) -> None:
+    solo, other = (
+        add_token("solo", "--tenant", "acme", "--concurrent-crafts", "1"),
+        add_token("other", "--tenant", "acme"),
+    )
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url:
+        assert call(url, solo, "craft", craft)["status"] == "queued"
+        refused = call(url, solo, "craft", {**craft, "need": "need a word counter"})
+        assert refused["is_error"] and (refused["type"], refused["exit_code"]) == ("QuotaExceeded", 72), refused
+        assert refused["error"].startswith("token 'solo' has 1 crafts queued or running, its limit"), refused
+        assert call(url, solo, "craft", craft)["joined"]  # joining adds no craft: never refused
+        assert call(url, other, "craft", {**craft, "need": "need a word counter"})["status"] == "queued"
+    assert [r["principal"] for r in rows(database)] == ["solo", "other"]
