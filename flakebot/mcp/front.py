@@ -11,7 +11,8 @@ resource's path, `.../mcp`). Tokens are flakebot's own static ones (flakebot.tea
 foreign `Origin` (a browser page of another site) is 403 and a foreign `Host` 421: DNS rebinding cannot reach it.
 
 Admission per token (flakebot.team.admission) comes before the MCP layer: a `tools/call` past the token's calls per
-minute is 429 with `Retry-After` and a JSON-RPC error saying how long to wait; long jobs count against the token's
+minute (counted by every front of the database together when there is one) is 429 with `Retry-After` and a JSON-RPC
+error saying how long to wait; long jobs count against the token's
 concurrent crafts (pipeline.jobs' owner). Each tools/call and tools/list is audited (flakebot.team.audit) with the
 caller's principal and tenant, which the handlers read from the request's authenticated user.
 
@@ -45,7 +46,7 @@ from flakebot.loopback import is_loopback
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
 from flakebot.team import db, tenancy
-from flakebot.team.admission import Admission, MemoryAdmission
+from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
 from flakebot.team.metrics import CONTENT_TYPE, Metrics
@@ -405,7 +406,9 @@ class AdmittedCalls:
             return
         messages, body = await _read_body(receive)
         call = _posted_tool_call(body)
-        refusal = self.admission.admit_call(principal) if call is not None else None
+        admission = self.admission
+        # in a thread: a shared admission asks the database
+        refusal = await anyio.to_thread.run_sync(admission.admit_call, principal) if call is not None else None
         if call is None or refusal is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
@@ -574,7 +577,8 @@ def serve(
         logger.info("crafts go to the team queue at %s", db.shown(options.database or ""))
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])
-    state = TeamMCP(settings, options.grant_roots, store, MemoryAdmission(), queue)
+    admission = SharedAdmission(queue) if queue is not None else MemoryAdmission()
+    state = TeamMCP(settings, options.grant_roots, store, admission, queue)
     uv = uvicorn.Config(
         build_app(state, options, url),
         log_config=None,  # flakebot's handlers (redacted) take uvicorn's records; it configures nothing itself

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 JOB_HANDLE = re.compile(r"job-([1-9][0-9]{0,18})")  # a queued job as callers name it: status run_id, a task's id
 STATES = ("queued", "running", "done", "failed")
+CALLS_LOCK = 0x666C6B63  # first key of pg_advisory_xact_lock(CALLS_LOCK, hashtext(principal id))
 LISTED = 1000  # a tenant's jobs tasks/list reads at most (its newest)
 T = TypeVar("T")
 
@@ -95,6 +96,30 @@ class FrontQueue:
             ).fetchall()
         )
         return {str(row["run_id"]) for row in rows}
+
+    def admit_call(self, principal_id: str, cap: int, window: float) -> tuple[int, float] | None:
+        """Count a tool call of the principal in the database, or refuse it: (calls in the window, seconds until the
+        oldest leaves it). The principal's advisory lock makes two fronts count one after the other."""
+
+        def admit(conn: Conn) -> tuple[int, float] | None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (CALLS_LOCK, principal_id))
+                conn.execute(
+                    "DELETE FROM calls WHERE principal = %s AND at <= clock_timestamp() - make_interval(secs => %s)",
+                    (principal_id, window),
+                )
+                seen = conn.execute(
+                    "SELECT count(*) AS n, extract(epoch FROM min(at) + make_interval(secs => %s) - clock_timestamp()) "
+                    "AS wait FROM calls WHERE principal = %s",
+                    (window, principal_id),
+                ).fetchone()
+                assert seen is not None
+                if seen["n"] >= cap:
+                    return int(seen["n"]), float(seen["wait"] or 0)
+                conn.execute("INSERT INTO calls (principal) VALUES (%s)", (principal_id,))
+            return None
+
+        return self._call(admit)
 
     def depth(self) -> dict[str, int]:
         """How many jobs are in each state (every state named, 0 when none)."""

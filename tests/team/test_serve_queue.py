@@ -325,3 +325,19 @@ def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path,
         assert call(url, solo, "craft", craft)["joined"]  # joining adds no craft: never refused
         assert call(url, other, "craft", {**craft, "need": "need a word counter"})["status"] == "queued"
     assert [r["principal"] for r in rows(database)] == ["solo", "other"]
+
+
+def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Path, database: str) -> None:
+    slow = add_token("slow", "--calls-per-minute", "2")
+    listing = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+    with serving("--database", database) as one, serving("--database", database) as two:
+        sessions = {
+            url: {"mcp-session-id": post(url, INITIALIZE, slow).headers["mcp-session-id"]} for url in (one, two)
+        }
+        assert post(one, listing, slow, **sessions[one]).status_code == 200
+        assert post(two, listing, slow, **sessions[two]).status_code == 200
+        refused = post(one, listing, slow, **sessions[one])  # its third call in the minute, whichever front
+        assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60, refused.text
+        assert "made 2 tool calls in the last minute (its limit: 2)" in refused.json()["error"]["message"]
+        assert post(two, listing, slow, **sessions[two]).status_code == 429
+        assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, slow).text
