@@ -131,6 +131,13 @@ def serve_cmd(
             help="A directory a call's writable paths may lie beneath, beside the grant_roots setting (repeatable).",
         ),
     ] = None,
+    database: Annotated[
+        str | None,
+        typer.Option(
+            help="The team's PostgreSQL URL: crafts go to its queue for 'flakebot worker' (postgresql:// alone: "
+            "libpq's PGHOST, PGUSER... and ~/.pgpass, a password kept off the command line).",
+        ),
+    ] = None,
 ) -> None:
     """Serve flakebot's MCP server over Streamable HTTP for a team: bearer tokens, limits per token, an audit (docs/team.md).
 
@@ -139,7 +146,7 @@ def serve_cmd(
     from flakebot.mcp.front import FrontOptions, serve
 
     share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
-    options = FrontOptions(host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []))
+    options = FrontOptions(host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database)
 
     def ready(address: str, tokens: int) -> None:
         print(f"flakebot serve: {address} ({tokens} active token(s))", flush=True)

@@ -3,6 +3,8 @@
     server.py     the server: tools/list and tools/call (flakebot's own tools and every crafted one), jobs, stdio
     front.py      `flakebot serve`: the same server over Streamable HTTP, bearer tokens, admission and audit per
                   token (flakebot.team), the protected-resource metadata, loopback unless TLS and tokens
+    queued.py     the front's crafts in the team queue (--database): a job handle `status` follows, tasks of
+                  queued jobs, read from the job's row by any front, for its tenant only
     tasks.py      MCP tasks (protocol 2025-11-25): a long call answered at once with a task, followed by tasks/get
     start.py      `initialize` answered from a cache before the SDK imports (hosts give a server about a second)
     follow.py     a status that waits for the run to move on; a detached job's journal relayed as progress

@@ -11,9 +11,14 @@ resource's path, `.../mcp`). Tokens are flakebot's own static ones (flakebot.tea
 foreign `Origin` (a browser page of another site) is 403 and a foreign `Host` 421: DNS rebinding cannot reach it.
 
 Admission per token (flakebot.team.admission) comes before the MCP layer: a `tools/call` past the token's calls per
-minute is 429 with `Retry-After` and a JSON-RPC error saying how long to wait; long jobs count against the token's
+minute (counted by every front of the database together when there is one) is 429 with `Retry-After` and a JSON-RPC
+error saying how long to wait; long jobs count against the token's
 concurrent crafts (pipeline.jobs' owner). Each tools/call and tools/list is audited (flakebot.team.audit) with the
 caller's principal and tenant, which the handlers read from the request's authenticated user.
+
+With a database (`--database`), crafts go to the team's PostgreSQL queue (flakebot.mcp.queued) instead of
+processes of this machine. A tenant sees only its own tasks, queued jobs and runs (flakebot.team.tenancy); another's
+are answered as unknown ones. `/metrics` (flakebot.team.metrics) is behind the same bearer check as `/mcp`.
 
 The front binds 127.0.0.1 unless told otherwise, and refuses any address beyond loopback without TLS and at least
 one active token (BindRefused), before it binds.
@@ -35,17 +40,22 @@ from urllib.parse import urlsplit
 import anyio
 
 from flakebot import config
-from flakebot.errors import BindRefused, UsageError
+from flakebot.commands.runs import MAX_WAIT_SECONDS
+from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError, TeamError, UsageError
 from flakebot.loopback import is_loopback
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
-from flakebot.team.admission import Admission, MemoryAdmission
+from flakebot.team import db, tenancy
+from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
 from flakebot.team.audit import Audit
+from flakebot.team.frontqueue import FrontQueue, handle, job_number
+from flakebot.team.metrics import CONTENT_TYPE, Metrics
 from flakebot.team.tokens import Principal, TokenStore
 
 logger = logging.getLogger(__name__)
 
 PATH = "/mcp"
+METRICS_PATH = "/metrics"  # Prometheus' text format, behind the same bearer check as /mcp
 DEFAULT_PORT = 8765
 BODY_LIMIT = 4 * 1024 * 1024  # the SDK's own request body limit: a larger body is its 413, not inspected here
 RATE_LIMITED = -32029  # a server-defined JSON-RPC error code (the -32000 range): too many calls, wait
@@ -62,6 +72,7 @@ class FrontOptions:
     url: str | None = None  # the URL clients use, when it differs from http(s)://HOST:PORT/mcp (a proxy, a name)
     issuer: str | None = None  # the authorization server named in the metadata (default: this server's origin)
     grant_roots: list[str] = field(default_factory=list)
+    database: str | None = None  # the team's PostgreSQL URL: crafts go to its queue (None: crafted here, as before)
 
     @property
     def tls(self) -> bool:
@@ -101,12 +112,21 @@ def check_exposure(options: FrontOptions, store: TokenStore) -> None:
 
 class TeamMCP(FlakebotMCP):
     """The MCP server of the front: each call knows its principal; long jobs count against its token; calls are
-    audited."""
+    audited. With a database (`queue`), crafts go to the team's queue under the caller's tenant; a tenant sees only
+    its own tasks, queued jobs and runs."""
 
-    def __init__(self, settings: config.Settings, grant_roots: list[str], store: TokenStore, admission: Admission):
+    def __init__(
+        self,
+        settings: config.Settings,
+        grant_roots: list[str],
+        store: TokenStore,
+        admission: Admission,
+        queue: FrontQueue | None = None,
+    ):
         super().__init__(settings, grant_roots)
-        self.store, self.admission = store, admission
+        self.store, self.admission, self.queue = store, admission, queue
         self.audit = Audit(settings.path("workdir"))
+        self.metrics = Metrics()
 
     def principal(self, ctx: Any) -> Principal | None:
         """The principal of the request `ctx` answers (its verified token, as the HTTP layer authenticated it)."""
@@ -119,6 +139,160 @@ class TeamMCP(FlakebotMCP):
             return "token:none", jobs.Limits(machine.machine, 1)
         return self.admission.job_owner(principal, machine)
 
+    # ------------------------------------------------------------ whose is what
+
+    def tenant(self, ctx: Any) -> str | None:
+        principal = self.principal(ctx)
+        return principal.tenant if principal is not None else None
+
+    def job_started(self, ctx: Any, journal: Path) -> None:
+        principal = self.principal(ctx)
+        if principal is not None:
+            tenancy.record(journal.parent, journal.stem, principal)
+
+    def may_see(self, ctx: Any, task_id: str) -> bool:
+        tenant = self.tenant(ctx)
+        return tenant is not None and tenancy.tenant_of(self.job_directory(), task_id) == tenant
+
+    def task_handlers(self) -> Any:
+        from flakebot.mcp.queued import QueueTasks
+
+        return QueueTasks
+
+    def owned_runs(self, ctx: Any) -> set[str]:
+        """The runs the caller's tenant made through this front's jobs or the queue's."""
+        tenant = self.tenant(ctx)
+        if tenant is None:
+            return set()
+        runs = tenancy.runs_of(self.job_directory(), tenant)
+        return runs | (self.queue.runs_of(tenant) if self.queue is not None else set())
+
+    def run_seen(self, ctx: Any, tool: str, run_id: Any) -> Any:
+        """The run id to answer for: a prefix the caller's own runs make unique resolved to its run; one the caller's
+        tenant did not make refused with the answer an unknown run gets (a prefix other tenants' runs share too is
+        not "ambiguous" to it: their runs are not there)."""
+        from flakebot.pipeline.run import find_run_dir, runs_dir
+
+        if not isinstance(run_id, str) or not run_id:
+            return run_id  # the tool's own check says what is wrong
+        workdir = self.settings().path("workdir")
+        owned = self.owned_runs(ctx)
+        try:
+            found = find_run_dir(workdir, run_id).name
+        except RunError as exc:
+            if exc.details.get("reason") is not None:  # unknown or malformed: the tool answers that itself
+                return run_id
+            mine = [run for run in owned if run.startswith(run_id)]
+            found = mine[0] if len(mine) == 1 else ""
+            if len(mine) > 1:
+                return run_id  # ambiguous among the caller's own runs: the tool says so
+        if found in owned:
+            return found
+        if tool == "show":
+            raise RunError(f"no run or tool named '{run_id}'", fix="list them with 'flakebot runs' and 'flakebot list'")
+        raise RunError(
+            f"no run '{run_id}' in {runs_dir(workdir)}",
+            fix="list runs with 'flakebot runs' (or pass the --workdir the run used)",
+            reason="not_found",
+        )
+
+    # ------------------------------------------------------------ the queue (QueueFront of mcp/queued.py)
+
+    def queued(self, name: str) -> bool:
+        return self.queue is not None and name in QUEUED_TOOLS
+
+    def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+        """Check a long call as the door checks it (its schema, its size and text, its command's arguments and check)
+        and queue the request those checks made, under the caller's tenant and principal."""
+        from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
+
+        principal = self.principal(ctx)
+        if principal is None or self.queue is None:
+            raise TeamError("no principal for this call", fix="call through the front with a token")
+        _check_own(name, args)
+        _check_job_arguments(name, args)
+        request = self.checked_arguments(TABLE_TOOLS[name], args)["request"]
+        try:
+            return self.queue.enqueue(principal, request)
+        except QuotaExceeded:
+            self.metrics.refused("quota")
+            raise
+
+    def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        tenant = self.tenant(ctx)
+        return self.queue.job(tenant, job_id) if self.queue is not None and tenant is not None else None
+
+    def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
+        from flakebot.mcp.tasks import DEFAULT_TTL_MS
+
+        tenant = self.tenant(ctx)
+        if self.queue is None or tenant is None:
+            return []
+        return self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000)
+
+    async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
+        from flakebot.mcp import queued
+        from flakebot.mcp.server import _wait
+
+        if not self.queued(name):
+            return await super()._long(ctx, name, args, changes_catalog=changes_catalog)
+        wait = _wait(ctx, args)
+        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args))
+        if not wait:
+            self.watch_job(ctx, enqueued.job_id)
+            return queued.handle_answer(enqueued)
+        return await self._follow_job(ctx, enqueued.job_id, changes_catalog)
+
+    def watch_job(self, ctx: Any, job_id: int) -> None:
+        """Send tools/list_changed to this session once a detached queued craft catalogued its tool (as a detached
+        job of this machine does), watching for at most WATCH_HOURS."""
+        if self.jobs is not None:
+            self.jobs.start_soon(self._notify_job_done, ctx, job_id)
+
+    async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
+        from flakebot.mcp import queued
+        from flakebot.mcp.server import _catalogued, _tools_changed
+
+        deadline = time.monotonic() + WATCH_HOURS * 3600
+        while time.monotonic() < deadline:
+            await anyio.sleep(WATCH_SECONDS)
+            try:
+                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+            except FlakebotError as exc:  # the database is away for now: look again later
+                logger.info("job %s not watched this time: %s", job_id, exc.one_line())
+                continue
+            ended = queued.outcome(row) if row is not None else {}
+            if ended is not None:
+                if _catalogued((ended or {}).get("result") or {}):
+                    await _tools_changed(ctx)
+                return
+
+    async def _follow_job(self, ctx: Any, job_id: int, changes_catalog: bool) -> dict[str, Any]:
+        """A queued job waited for: each change of its state a progress notification, then its result."""
+        from flakebot.deliver.results import compact_result
+        from flakebot.mcp import queued
+        from flakebot.mcp.server import _catalogued, _tools_changed
+
+        count, last = 0, None
+        while True:
+            row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+            if row is None:
+                raise queued.not_found(handle(job_id))
+            if row["state"] != last:
+                last, count = row["state"], count + 1
+                await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
+            ended = queued.outcome(row)
+            if ended is not None:
+                break
+            await anyio.sleep(queued.POLL_SECONDS)
+        if "error" in ended:
+            return {"ok": False, **ended["error"]}
+        if changes_catalog and _catalogued(ended["result"]):
+            await _tools_changed(ctx)
+        return {"ok": True, **compact_result(ended["result"])}
+
+    # ------------------------------------------------------------ the MCP handlers
+
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         started = time.monotonic()
         result = await super().list_tools(ctx, params)
@@ -127,11 +301,45 @@ class TeamMCP(FlakebotMCP):
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         started = time.monotonic()
-        result = await super().call_tool(ctx, params)
+        result = await self._tenant_call(ctx, params)
         data = result.structured_content if isinstance(result.structured_content, dict) else {}
         code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
         outcome = "error" if result.is_error else "ok"
+        if data.get("type") == "JobLimit":
+            self.metrics.refused("job_limit")
+        self.metrics.call(str(params.name), outcome, time.monotonic() - started)
         self._audited(ctx, "tools/call", params.name, params.arguments or {}, outcome, code, started)
+        return result
+
+    async def _tenant_call(self, ctx: Any, params: Any) -> Any:
+        """A call as the caller's tenant sees flakebot: a queued job's status from its row, another tenant's run as
+        unknown, `runs` listing its own."""
+        from flakebot.mcp import queued
+        from flakebot.mcp.server import _check_own, _result
+
+        args = dict(params.arguments or {})
+        try:
+            if params.name in ("status", "resume", "show"):
+                _check_own(params.name, args)
+                key = args.get("name") if params.name == "show" else args.get("run_id")
+                number = job_number(key) if isinstance(key, str) else None
+                if number is not None and self.queue is not None and params.name == "status":
+                    wait = max(0, min(int(args.get("wait_seconds") or 0), MAX_WAIT_SECONDS))
+                    row = await anyio.to_thread.run_sync(lambda: queued.hold(lambda: self.job_row(ctx, number), wait))
+                    if row is None:
+                        raise queued.not_found(str(key))
+                    return _result({"ok": True, **queued.job_status(row)})
+                seen = await anyio.to_thread.run_sync(lambda: self.run_seen(ctx, params.name, key))
+                if seen != key:
+                    args["name" if params.name == "show" else "run_id"] = seen
+                    params = params.model_copy(update={"arguments": args})
+        except FlakebotError as exc:
+            return _result({"ok": False, **exc.result()}, error=True)
+        result = await super().call_tool(ctx, params)
+        if params.name == "runs" and not result.is_error and isinstance(result.structured_content, dict):
+            owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
+            runs = [run for run in result.structured_content.get("runs", []) if run.get("id") in owned]
+            return _result({**result.structured_content, "runs": runs})
         return result
 
     def _audited(
@@ -145,6 +353,11 @@ class TeamMCP(FlakebotMCP):
         self.audit.record(
             principal, method, tool=tool, arguments=arguments, outcome=outcome, exit_code=code, seconds=elapsed
         )
+
+
+WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
+WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
+QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
 
 
 def principal_of_scope(scope: Any, store: TokenStore) -> Principal | None:
@@ -183,8 +396,8 @@ class AdmittedCalls:
     """ASGI: a POST's `tools/call` counted against its token's calls per minute; past it, 429 with Retry-After (and a
     JSON-RPC error naming the wait), audited as refused. Everything else passes unchanged (the body replayed)."""
 
-    def __init__(self, app: Any, store: TokenStore, admission: Admission, audit: Audit) -> None:
-        self.app, self.store, self.admission, self.audit = app, store, admission, audit
+    def __init__(self, app: Any, store: TokenStore, admission: Admission, audit: Audit, metrics: Metrics) -> None:
+        self.app, self.store, self.admission, self.audit, self.metrics = app, store, admission, audit, metrics
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         principal = principal_of_scope(scope, self.store)
@@ -193,12 +406,15 @@ class AdmittedCalls:
             return
         messages, body = await _read_body(receive)
         call = _posted_tool_call(body)
-        refusal = self.admission.admit_call(principal) if call is not None else None
+        admission = self.admission
+        # in a thread: a shared admission asks the database
+        refusal = await anyio.to_thread.run_sync(admission.admit_call, principal) if call is not None else None
         if call is None or refusal is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
         request_id, tool, arguments = call
         self.audit.record(principal, "tools/call", tool=tool, arguments=arguments, outcome="refused")
+        self.metrics.refused("rate_limit")
         message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
         error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}
         payload = json.dumps(error).encode()
@@ -249,6 +465,26 @@ def _posted_tool_call(body: bytes) -> tuple[Any, str, Any] | None:
     return message.get("id"), str(params.get("name")), params.get("arguments")
 
 
+class MetricsApp:
+    """ASGI: GET /metrics, the front's metrics as Prometheus text (any active token may read them: a scraper gets a
+    token of its own, e.g. `flakebot token add prometheus`)."""
+
+    def __init__(self, state: TeamMCP) -> None:
+        self.state = state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        queue = self.state.queue
+        try:
+            depth = await anyio.to_thread.run_sync(queue.depth) if queue is not None else None
+        except FlakebotError as exc:  # the database is away: the front's own metrics still answer
+            logger.warning("queue depth not read for /metrics: %s", exc.one_line())
+            depth = None
+        payload = self.state.metrics.render(depth).encode()
+        headers = [(b"content-type", CONTENT_TYPE.encode()), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
 # ---------------------------------------------------------------- the application
 
 
@@ -289,12 +525,13 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     resource = AnyHttpUrl(url)
     parts = urlsplit(url)
     issuer = AnyHttpUrl(options.issuer or f"{parts.scheme}://{parts.netloc}")
-    admitted = AdmittedCalls(StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit)
+    admitted = AdmittedCalls(StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit, state.metrics)
     endpoint = RequireAuthMiddleware(admitted, [], build_resource_metadata_url(resource))
+    metrics = RequireAuthMiddleware(MetricsApp(state), [], build_resource_metadata_url(resource))
     metadata = create_protected_resource_routes(resource, [issuer], resource_name="flakebot")
     # the path RFC 9728 derives from the resource (.../mcp), and the bare well-known path clients also try
     bare = Route("/.well-known/oauth-protected-resource", endpoint=metadata[0].endpoint, methods=["GET", "OPTIONS"])
-    routes = [Route(PATH, endpoint=endpoint), *metadata, bare]
+    routes = [Route(PATH, endpoint=endpoint), Route(METRICS_PATH, endpoint=metrics, methods=["GET"]), *metadata, bare]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -334,9 +571,14 @@ def serve(
     store = TokenStore(settings.path("workdir"))
     check_exposure(options, store)
     check_tls(options)
+    queue = FrontQueue(options.database) if options.database is not None else None
+    if queue is not None:
+        queue.connect()  # a database that cannot be reached is one line now, before the port is taken
+        logger.info("crafts go to the team queue at %s", db.shown(options.database or ""))
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])
-    state = TeamMCP(settings, options.grant_roots, store, MemoryAdmission())
+    admission = SharedAdmission(queue) if queue is not None else MemoryAdmission()
+    state = TeamMCP(settings, options.grant_roots, store, admission, queue)
     uv = uvicorn.Config(
         build_app(state, options, url),
         log_config=None,  # flakebot's handlers (redacted) take uvicorn's records; it configures nothing itself

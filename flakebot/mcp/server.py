@@ -114,6 +114,12 @@ class FlakebotMCP:
         self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
         self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
 
+    def task_handlers(self) -> Any:
+        """The class answering tasks/* (flakebot.mcp.tasks.Tasks; the team front's also answers queued jobs)."""
+        from flakebot.mcp.tasks import Tasks
+
+        return Tasks
+
     def job_owner(self, ctx: Any) -> tuple[str, jobs.Limits]:
         """Whom a long job started by this request counts against, and the caps: over stdio, this server's session
         (max_session_jobs); the team front (mcp/front.py) counts by token."""
@@ -136,7 +142,7 @@ class FlakebotMCP:
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
-        mcp_tasks.install(server, self, LONG_TOOLS)
+        mcp_tasks.install(server, self, LONG_TOOLS, self.task_handlers())
         server.middleware.append(_list_without_collector)
         return server
 
@@ -221,12 +227,18 @@ class FlakebotMCP:
             self._threads[command.name] = anyio.CapacityLimiter(THREADS_PER_COMMAND)
         return self._threads[command.name]
 
+    def checked_arguments(self, command: Command, args: dict[str, Any]) -> dict[str, Any]:
+        """A command's arguments made from a call's (its schema checked before: validation.py) and checked by the
+        command's own check: what its work runs with, or what the team front queues."""
+        arguments = tooltable.arguments(command, args)
+        if command.check is not None:
+            command.call_check(arguments, settings=self.settings(), agent=True)
+        return arguments
+
     def _command_work(self, command: Command, args: dict[str, Any]) -> Work:
         """A long command's work as a function of the run's event sink: its arguments made (and checked by its
         own check) before anything starts."""
-        settings, arguments = self.settings(), tooltable.arguments(command, args)
-        if command.check is not None:
-            command.call_check(arguments, settings=settings, agent=True)
+        settings, arguments = self.settings(), self.checked_arguments(command, args)
         return lambda sink: _for_agent(command, command.call(arguments, settings=settings, sink=sink, agent=True))
 
     # ------------------------------------------------------------ long work
@@ -243,8 +255,7 @@ class FlakebotMCP:
         """The work in a process of its own session (as _detached), its journal relayed as progress notifications
         (heartbeats included) until its result: a client that goes away leaves it running, not a run marked running
         whose process is gone."""
-        # JobLimit: call_tool answers it
-        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
+        process, journal = self._start(ctx, name, args)  # JobLimit: call_tool answers it
         count = 0
 
         async def report(line: dict[str, Any]) -> None:
@@ -265,8 +276,7 @@ class FlakebotMCP:
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
         """Start the work in a process of its own session (a client that ends its session kills the server's process
         group: LangChain's adapters start a server per call) and answer once its run exists, or it ended first."""
-        # JobLimit: call_tool answers it
-        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
+        process, journal = self._start(ctx, name, args)  # JobLimit: call_tool answers it
         deadline = time.monotonic() + jobs.bounded(self.settings(), "task_result_wait", 1, 3600)
         while True:
             known = _journal_reading(journal)
@@ -302,10 +312,22 @@ class FlakebotMCP:
         _check_own(name, args)  # the tasks door (mcp_tasks) takes the same check as call_tool, before any job
         if name in TABLE_TOOLS:  # a table command's check too (as _long runs it), before admission
             self.work(name, args)
-        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
+        process, journal = self._start(ctx, name, args)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
         return process, journal
+
+    def _start(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
+        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
+        self.job_started(ctx, journal)
+        return process, journal
+
+    def job_started(self, ctx: Any, journal: Path) -> None:
+        """A detached job of this request started (the team front records whose it is)."""
+
+    def may_see(self, ctx: Any, task_id: str) -> bool:
+        """Whether the caller of `ctx` may see a detached job's task: over stdio, the user sees all of theirs."""
+        return True
 
     def journal(self, journal: Path) -> list[dict[str, Any]]:
         return _journal_lines(journal)

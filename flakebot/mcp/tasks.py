@@ -6,7 +6,9 @@ is answered at once with a CreateTaskResult whose taskId is ID. ID.task.json bes
 the job's process id, when it was created, its ttl and whether it was cancelled. Everything else is read from those
 files, so any `flakebot mcp` of the same user answers tasks/get, tasks/result, tasks/list and tasks/cancel for a
 task another one created (LangChain's adapters start a server per call). The files are the user's own, so a task
-is as private as the state directory; its id carries 64 random bits besides.
+is as private as the state directory; its id carries 64 random bits besides. Behind the team front a task is its
+tenant's only (the server's `may_see`: another tenant's is "no task", as an unknown one), and the front's subclass
+(flakebot.mcp.queued.QueueTasks) also answers the crafts it queued, from their rows.
 
 Status: working while the job's process runs (its pid with the start time the record keeps, pipeline.jobs: a pid
 given to another process since is not the job) and its journal has no result; completed once the journal ends with a
@@ -88,10 +90,14 @@ class Jobs(Protocol):
     def call_result(self, line: dict[str, Any]) -> Any:
         """The CallToolResult the call answered, from its journal's last line."""
 
+    def may_see(self, ctx: Any, task_id: str) -> bool:
+        """Whether the caller may see this task (the team front: only its tenant's)."""
 
-def install(server: Any, jobs: Jobs, long_tools: Mapping[str, bool]) -> None:
-    """Offer tasks for `long_tools` on an SDK low-level Server: the middleware and the tasks/* handlers."""
-    tasks = Tasks(jobs, set(long_tools))
+
+def install(server: Any, jobs: Jobs, long_tools: Mapping[str, bool], kind: type[Tasks] | None = None) -> None:
+    """Offer tasks for `long_tools` on an SDK low-level Server: the middleware and the tasks/* handlers (`kind`'s:
+    Tasks, or a subclass)."""
+    tasks = (kind or Tasks)(jobs, set(long_tools))
     server.middleware.append(tasks.route)
     server.add_request_handler(CALL_AS_TASK, types.CallToolRequestParams, tasks.call)
     server.add_request_handler("tasks/get", types.GetTaskRequestParams, tasks.get)
@@ -134,7 +140,7 @@ class Tasks:
         return result
 
     async def call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CreateTaskResult:
-        _offered(ctx)
+        offered(ctx)
         if params.name not in self.long_tools:
             raise MCPError(
                 types.METHOD_NOT_FOUND,
@@ -156,49 +162,73 @@ class Tasks:
         atomic_write_json(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
         text = f"{params.name} runs as task {task_id}; its result comes when the task completes"
-        return types.CreateTaskResult(task=self._known(task_id).task, _meta={IMMEDIATE_RESPONSE: text})
+        return types.CreateTaskResult(task=self._known(task_id, ctx).task, _meta={IMMEDIATE_RESPONSE: text})
 
     async def get(self, ctx: Any, params: types.GetTaskRequestParams) -> types.GetTaskResult:
-        _offered(ctx)
-        return types.GetTaskResult(**self._known(params.task_id).task.model_dump())
+        offered(ctx)
+        return types.GetTaskResult(**self._known(params.task_id, ctx).task.model_dump())
 
     async def result(self, ctx: Any, params: types.GetTaskPayloadRequestParams) -> Any:
         """The call's own result once the task is terminal (waiting till then, at most task_result_wait seconds), with
         the related-task _meta."""
-        _offered(ctx)
-        view = self._known(params.task_id)
+        offered(ctx)
+        view = self._known(params.task_id, ctx)
         wait = jobs.bounded(self.jobs.settings(), "task_result_wait", 1, 3600)
         deadline = time.monotonic() + wait
         while view.task.status not in TERMINAL:
             if time.monotonic() >= deadline:
-                raise MCPError(types.REQUEST_TIMEOUT, _still_running(view.task, wait))
+                raise MCPError(types.REQUEST_TIMEOUT, still_running(view.task, wait))
             await anyio.sleep(0.25)
-            view = self._known(params.task_id)
+            view = self._known(params.task_id, ctx)
         outcome = view.outcome or {"error": self._lost(params.task_id, view.task.status).result()}
         result = self.jobs.call_result(outcome).model_dump(by_alias=True, mode="json", exclude_none=True)
         wire = methods.serialize_server_result("tools/call", ctx.protocol_version, result)  # as tools/call sends it
         return {**wire, "_meta": {**wire.get("_meta", {}), RELATED_TASK: {"taskId": params.task_id}}}
 
     async def list_tasks(self, ctx: Any, params: types.PaginatedRequestParams) -> types.ListTasksResult:
-        """This user's tasks, newest first, PAGE_SIZE at a time; a cursor is where the previous page ended."""
-        _offered(ctx)
-        after = _cursor_key(params.cursor) if params.cursor is not None else None
-        keys = sorted((key for key in map(_record_key, self._records()) if key is not None), reverse=True)
-        keys = [key for key in keys if after is None or key < after]
+        """The caller's tasks, newest first, PAGE_SIZE at a time; a cursor is where the previous page ended."""
+        offered(ctx)
+        after = self.cursor_key(params.cursor) if params.cursor is not None else None
+        listed = await self.listed(ctx)
+        keys = [key for key in sorted(listed, reverse=True) if after is None or key < after]
         page: list[types.Task] = []
         for key in keys:
-            view = self._view(key[1])
-            if view is not None:
-                page.append(view.task)
+            task = listed[key]()
+            if task is not None:
+                page.append(task)
             if len(page) == PAGE_SIZE:
                 break
         more = len(page) == PAGE_SIZE and key != keys[-1]
         return types.ListTasksResult(tasks=page, next_cursor=f"{key[0]!r} {key[1]}" if more else None)
 
+    async def listed(self, ctx: Any) -> dict[tuple[float, str], Callable[[], types.Task | None]]:
+        """Each task the caller may see, by how tasks/list orders it (when it was created, then its id), with how to
+        read it (None once it expired)."""
+
+        def reader(task_id: str) -> Callable[[], types.Task | None]:
+            return lambda: view.task if (view := self._view(task_id)) is not None else None
+
+        keys = (key for key in map(_record_key, self._records()) if key is not None)
+        return {key: reader(key[1]) for key in keys if self.jobs.may_see(ctx, key[1])}
+
+    def cursor_key(self, cursor: str) -> tuple[float, str]:
+        """Where a tasks/list cursor says the previous page ended."""
+        created, _, task_id = cursor.partition(" ")
+        try:
+            if self.listable(task_id):
+                return float(created), task_id
+        except ValueError:
+            pass
+        raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}: pass the nextCursor tasks/list answered")
+
+    def listable(self, task_id: str) -> bool:
+        """Whether `task_id` has the shape of a task id tasks/list gives."""
+        return TASK_ID.fullmatch(task_id) is not None
+
     async def cancel(self, ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
         """Mark the task cancelled, then end its job's process group (SIGTERM: the run is interrupted)."""
-        _offered(ctx)
-        view = self._known(params.task_id)
+        offered(ctx)
+        view = self._known(params.task_id, ctx)
         if view.task.status in TERMINAL:
             raise MCPError(
                 types.INVALID_PARAMS,
@@ -208,7 +238,7 @@ class Tasks:
         record = _read_record(path) or {}
         atomic_write_json(path, {**record, "cancelled": time.time()})
         await self._end_group(params.task_id, record)
-        return types.CancelTaskResult(**self._known(params.task_id).task.model_dump())
+        return types.CancelTaskResult(**self._known(params.task_id, ctx).task.model_dump())
 
     # ------------------------------------------------------------ reading a task from its files
 
@@ -219,14 +249,12 @@ class Tasks:
         directory = self.jobs.job_directory()
         return list(directory.glob("*.task.json")) if directory.is_dir() else []
 
-    def _known(self, task_id: str) -> TaskView:
-        view = self._view(task_id) if TASK_ID.fullmatch(task_id) else None
+    def _known(self, task_id: str, ctx: Any) -> TaskView:
+        """The task, or the one "no task" error whether it is unknown, expired or another tenant's."""
+        seen = TASK_ID.fullmatch(task_id) and self.jobs.may_see(ctx, task_id)
+        view = self._view(task_id) if seen else None
         if view is None:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"no task {task_id!r} (unknown, or forgotten once its ttl passed): use a taskId that tools/call "
-                "or tasks/list returned",
-            )
+            raise no_task(task_id)
         return view
 
     def _view(self, task_id: str) -> TaskView | None:
@@ -307,11 +335,20 @@ class Tasks:
             await anyio.sleep(0.05)
 
 
-def _still_running(task: types.Task, waited: float) -> str:
+def still_running(task: types.Task, waited: float) -> str:
     """tasks/result's answer once task_result_wait passed: where the task is, and how to ask again."""
     return (
         f"task {task.task_id} is still {task.status} after {waited:g} s ({task.status_message}): call tasks/result "
         f"again to wait once more, or poll tasks/get every {task.poll_interval // 1000 if task.poll_interval else 2} s"
+    )
+
+
+def no_task(task_id: str) -> MCPError:
+    """The one answer for a task that is unknown, expired or another tenant's."""
+    return MCPError(
+        types.INVALID_PARAMS,
+        f"no task {task_id!r} (unknown, or forgotten once its ttl passed): use a taskId that tools/call "
+        "or tasks/list returned",
     )
 
 
@@ -320,7 +357,7 @@ def _error_line(error: dict[str, Any]) -> str:
     return f"{error.get('error')}. Fix: {error.get('fix')}" if error.get("fix") else str(error.get("error"))
 
 
-def _offered(ctx: Any) -> None:
+def offered(ctx: Any) -> None:
     if ctx.protocol_version != TASKS_PROTOCOL:
         raise MCPError(
             types.METHOD_NOT_FOUND,
@@ -332,16 +369,6 @@ def _record_key(path: Path) -> tuple[float, str] | None:
     """How tasks/list orders a task: when it was created, then its id."""
     record = _read_record(path)
     return None if record is None else (float(record.get("created", 0)), path.name.removesuffix(".task.json"))
-
-
-def _cursor_key(cursor: str) -> tuple[float, str]:
-    created, _, task_id = cursor.partition(" ")
-    try:
-        if TASK_ID.fullmatch(task_id):
-            return float(created), task_id
-    except ValueError:
-        pass
-    raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor!r}: pass the nextCursor tasks/list answered")
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

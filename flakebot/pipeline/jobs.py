@@ -16,7 +16,7 @@ slots, before anything is written. There is no queue on purpose: a queued job wo
 start and kill one per call), and a queued craft would have no run for `status` to follow. A refusal leaves
 nothing behind and costs the caller one retry.
 
-Admission also clears what ended long ago: a job's files (journal, log, task record) untouched for KEEP_DAYS are
+Admission also clears what ended long ago: a job's files (journal, log, task record, the team front's owner record) untouched for KEEP_DAYS are
 removed, so mcp-jobs/ does not grow forever (a task's ttl is at most 30 days, so its record has expired by then).
 """
 
@@ -143,7 +143,12 @@ def _clear_old(directory: Path, running: set[str]) -> None:
     cutoff = time.time() - KEEP_DAYS * 86400
     for journal in directory.glob("*.jsonl"):
         job_id = journal.name.removesuffix(".jsonl")
-        files = [journal, journal.with_suffix(".log"), directory / f"{job_id}.task.json"]
+        files = [
+            journal,
+            journal.with_suffix(".log"),
+            directory / f"{job_id}.task.json",
+            directory / f"{job_id}.owner.json",
+        ]
         try:
             newest = max(path.stat().st_mtime for path in files if path.exists())
         except (OSError, ValueError):  # removed meanwhile

@@ -10,6 +10,9 @@ crafts over workers.
     db.py         the PostgreSQL connection and schema (jobs, tenants, audit)
     queue.py      the work queue: one craft per need, tenant quotas exact under races, fair claims, leases
     worker.py     `flakebot worker`'s loop: claim a job, run today's pipeline on it, write the result back
+    frontqueue.py the front's link to the queue: enqueue the request the door checked, read rows as their tenant
+    tenancy.py    whose a front's detached job is (its tenant, beside its journal) and which runs a tenant made
+    metrics.py    the front's metrics in Prometheus' text format: calls, latency, refusals, the queue's depth
 
 May import deliver, pipeline (and the leaves). The HTTP door itself lives with the other MCP door (flakebot.mcp.front):
 nothing in the library imports a door.

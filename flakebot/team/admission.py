@@ -7,21 +7,26 @@ Two limits, both per token (never per session: a client that opens sessions at w
   under its lock, so here a token only names its owner key and its cap (jobs of one token across sessions, and
   across fronts sharing the workdir, count together).
 
-`Admission` is the seam: `MemoryAdmission` holds the windows of one front in memory; a version shared by several
-fronts (PostgreSQL) implements the same two methods.
+`Admission` is the seam: `MemoryAdmission` holds the windows of one front in memory; `SharedAdmission` (fronts with
+a team database) counts calls per minute in PostgreSQL, so several fronts count a token's calls together.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from flakebot.errors import FlakebotError
 from flakebot.pipeline.jobs import Limits
+from flakebot.team.frontqueue import FrontQueue
 from flakebot.team.tokens import Principal
+
+logger = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 60.0
 
@@ -59,11 +64,7 @@ class MemoryAdmission:
                 window.popleft()
             if len(window) >= principal.calls_per_minute:
                 wait = max(1, math.ceil(window[0] + WINDOW_SECONDS - now))
-                reason = (
-                    f"token {principal.name!r} made {len(window)} tool calls in the last minute "
-                    f"(its limit: {principal.calls_per_minute}); wait {wait} s"
-                )
-                return Refusal(reason, wait)
+                return refusal(principal, len(window), wait)
             window.append(now)
         return None
 
@@ -71,3 +72,30 @@ class MemoryAdmission:
         owner = f"token {principal.name!r}"
         cap = principal.concurrent_crafts
         return f"token:{principal.id}", Limits(machine.machine, cap, "its concurrent crafts (token add)", owner)
+
+
+def refusal(principal: Principal, calls: int, wait: float) -> Refusal:
+    seconds = max(1, math.ceil(wait))
+    reason = (
+        f"token {principal.name!r} made {calls} tool calls in the last minute "
+        f"(its limit: {principal.calls_per_minute}); wait {seconds} s"
+    )
+    return Refusal(reason, seconds)
+
+
+class SharedAdmission(MemoryAdmission):
+    """Admission for fronts sharing a team database: a token's calls per minute counted there, so every front counts
+    them together. If the database does not answer, this front counts alone (in memory) until it does: a call is
+    never refused, nor let through uncounted, for the database's sake."""
+
+    def __init__(self, queue: FrontQueue) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def admit_call(self, principal: Principal) -> Refusal | None:
+        try:
+            refused = self.queue.admit_call(principal.id, principal.calls_per_minute, WINDOW_SECONDS)
+        except FlakebotError as exc:
+            logger.warning("calls of %s counted by this front alone: %s", principal.name, exc.one_line())
+            return super().admit_call(principal)
+        return refusal(principal, *refused) if refused is not None else None

@@ -1,8 +1,8 @@
 """The team's PostgreSQL database: a connection, and the schema made (idempotently) on every connect.
 
 Tables: `tenants` (each tenant's quotas and share of the workers), `jobs` (the work queue: one row per craft, its
-need's digest, request, state, worker, lease and result) and `audit` (append-only: a trigger refuses UPDATE and
-DELETE). A URL's password never reaches a log: `shown()` is the URL as logs and errors say it.
+need's digest, request, state, worker, lease and result), `audit` (append-only: a trigger refuses UPDATE and
+DELETE) and `calls` (each token's tool calls of the last minute, for the fronts' shared admission). A URL's password never reaches a log: `shown()` is the URL as logs and errors say it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: calls (a token's tool calls of the last minute, counted by every front)
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 
@@ -62,6 +62,12 @@ CREATE TABLE IF NOT EXISTS audit (
     job bigint,
     detail jsonb NOT NULL DEFAULT '{}'
 );
+-- each token's tool calls of the last minute, so that every front counts its calls per minute together
+CREATE TABLE IF NOT EXISTS calls (
+    principal text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS calls_by_principal ON calls (principal, at);
 CREATE OR REPLACE FUNCTION flakebot_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'the audit table is append-only';

@@ -68,9 +68,13 @@ def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, 
         )
 
 
-def enqueue(conn: Conn, tenant: str, principal: str, request: RunRequest, kind: str = "craft") -> Enqueued:
+def enqueue(
+    conn: Conn, tenant: str, principal: str, request: RunRequest, kind: str = "craft", principal_cap: int | None = None
+) -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
-    QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day."""
+    QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
+    a token's concurrent crafts) the principal has that many of its own queued or running. Joining is never
+    refused: it adds no craft."""
     data = request.to_dict()
     digest = need_digest(kind, data)
     with conn.transaction():
@@ -84,6 +88,8 @@ def enqueue(conn: Conn, tenant: str, principal: str, request: RunRequest, kind: 
         if same is not None:
             _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest})
             return Enqueued(int(same["id"]), True, str(same["state"]))
+        if principal_cap is not None:
+            _check_principal(conn, tenant, principal, principal_cap)
         _check_quota(conn, tenant, quota)
         row = conn.execute(
             "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, %s, %s, %s, %s) RETURNING id",
@@ -126,6 +132,22 @@ def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
             fix="wait until midnight UTC, or ask the team's admin to raise max_per_day",
             tenant=tenant,
             quota="max_per_day",
+        )
+
+
+def _check_principal(conn: Conn, tenant: str, principal: str, cap: int) -> None:
+    """One principal may not take all of its tenant's crafts in flight: at most `cap` of its own at once."""
+    mine = conn.execute(
+        "SELECT count(*) AS n FROM jobs WHERE tenant = %s AND principal = %s AND state IN ('queued', 'running')",
+        (tenant, principal),
+    ).fetchone()
+    assert mine is not None
+    if mine["n"] >= cap:
+        raise QuotaExceeded(
+            f"token '{principal}' has {mine['n']} crafts queued or running, its limit (concurrent crafts)",
+            fix="wait for one of them to end (its status says when), or ask the admin to raise its --concurrent-crafts",
+            tenant=tenant,
+            quota="concurrent_crafts",
         )
 
 

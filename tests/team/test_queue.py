@@ -198,3 +198,16 @@ def test_workers_claiming_at_once_never_take_one_job_twice(database: str) -> Non
 
     first, second = raced(database, worker)
     assert sorted(first + second) == sorted(jobs)  # each job once, none left
+
+
+def test_a_database_of_schema_1_is_brought_to_the_current_one_keeping_its_jobs(database: str) -> None:
+    with db.connect(database) as conn:
+        kept = queue.enqueue(conn, "acme", "alice", RunRequest(need="need a csv deduper")).job_id
+        conn.execute("DROP TABLE calls")  # as schema 1 had it
+        conn.execute("DELETE FROM flakebot_schema")
+        conn.execute("INSERT INTO flakebot_schema VALUES (1)")
+        conn.commit()
+    with db.connect(database) as conn:
+        assert conn.execute("SELECT max(version) AS v FROM flakebot_schema").fetchone() == {"v": db.SCHEMA_VERSION}
+        assert conn.execute("SELECT to_regclass('calls') IS NOT NULL AS made").fetchone() == {"made": True}
+        assert queue.get(conn, kept, "acme") is not None

@@ -1,0 +1,225 @@
+"""Crafts in the team's queue as MCP callers see them (`flakebot serve --database`): a job handle (`job-ID`) that
+`status` follows and that is the taskId of a task-augmented craft, every answer read from the job's row, so any
+front of the same database answers it. A tenant sees only its own jobs: another tenant's handle is "not found",
+word for word the answer for one that never existed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods
+
+from flakebot.deliver.results import compact_result
+from flakebot.errors import FlakebotError, QuotaExceeded, RunError
+from flakebot.mcp import tasks as mcp_tasks
+from flakebot.pipeline import jobs
+from flakebot.team.frontqueue import handle, job_number
+
+logger = logging.getLogger(__name__)
+
+STATUS = {"queued": "queued", "running": "running", "done": "succeeded", "failed": "failed"}  # row state -> status
+TASK_STATUS: dict[str, types.TaskStatus] = {
+    "queued": "working",
+    "running": "working",
+    "done": "completed",
+    "failed": "failed",
+}
+POLL_SECONDS = 0.5
+FOLLOW = (
+    "call status with this run_id (a queued job's handle) and wait_seconds until status is succeeded (the result is "
+    "in it) or failed"
+)
+
+
+class QueueFront(Protocol):
+    """What these answers need of the team front (flakebot.mcp.front.TeamMCP)."""
+
+    def queued(self, name: str) -> bool:
+        """Whether this tool's long jobs go to the queue."""
+
+    def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+        """Check the call's arguments as the door does and queue its request (an Enqueued)."""
+
+    def watch_job(self, ctx: Any, job_id: int) -> None:
+        """Tell the session when the job catalogued its tool."""
+
+    def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """The job's row if the caller's tenant may see it."""
+
+    def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
+        """The caller's tenant's jobs a task list shows (none without a database)."""
+
+    def call_result(self, line: dict[str, Any]) -> Any:
+        """The CallToolResult of a {result} or {error} line."""
+
+    def settings(self) -> Any: ...
+
+
+def not_found(name: str) -> RunError:
+    return RunError(
+        f"no job '{name}' (unknown here, or not your tenant's)",
+        fix="use the run_id craft answered (job-ID); list your crafts with tasks/list or runs",
+        reason="not_found",
+    )
+
+
+def handle_answer(enqueued: Any) -> dict[str, Any]:
+    """A detached craft's answer: the job's handle, to follow with `status`."""
+    return {
+        "ok": True,
+        "run_id": handle(enqueued.job_id),
+        "status": enqueued.state,
+        "joined": enqueued.joined,
+        "follow": FOLLOW,
+    }
+
+
+def job_status(row: dict[str, Any]) -> dict[str, Any]:
+    """`status` of a queued job, from its row."""
+    answer: dict[str, Any] = {
+        "run_id": handle(int(row["id"])),
+        "status": STATUS[row["state"]],
+        "queue_state": row["state"],
+        "need": (row["request"] or {}).get("need", ""),
+        "attempts": row["attempts"],
+        "worker_run_id": row["run_id"],
+        "error": row["error"],
+    }
+    if row["state"] == "done":
+        answer["result"] = compact_result(row["result"] or {})
+    return answer
+
+
+def outcome(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's end as a journal's last line would say it ({result} or {error}), None while it is not over."""
+    if row["state"] == "done":
+        return {"result": row["result"] or {}}
+    if row["state"] == "failed":
+        return {"error": row["error"] or {"error": "the job failed", "type": "FlakebotError"}}
+    return None
+
+
+def hold(read: Callable[[], dict[str, Any] | None], seconds: float) -> dict[str, Any] | None:
+    """A row read again until its state changes or ends, at most `seconds` (status's wait_seconds)."""
+    row = read()
+    deadline = time.monotonic() + seconds
+    first = row["state"] if row is not None else None
+    while row is not None and row["state"] == first and first in ("queued", "running"):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_SECONDS)
+        row = read()
+    return row
+
+
+def task_of(row: dict[str, Any]) -> types.Task:
+    state = row["state"]
+    message = {"queued": "queued", "running": f"running (attempt {row['attempts']})", "done": "done"}.get(state)
+    if state == "failed":
+        error = row["error"] or {}
+        message = f"{error.get('error')}. Fix: {error.get('fix')}" if error.get("fix") else str(error.get("error"))
+    stamps = [row[key] for key in ("created", "started", "ended") if isinstance(row.get(key), datetime)]
+    return types.Task(
+        task_id=handle(int(row["id"])),
+        status=TASK_STATUS[state],
+        status_message=message,
+        created_at=_iso(row["created"]),
+        last_updated_at=_iso(max(stamps)),
+        ttl=mcp_tasks.DEFAULT_TTL_MS,
+        poll_interval=mcp_tasks.POLL_INTERVAL_MS,
+    )
+
+
+class QueueTasks(mcp_tasks.Tasks):
+    """tasks/* of the team front: a craft's task is its queued job (taskId job-ID, read from the row); every other
+    task is a detached job's, as flakebot.mcp.tasks answers it."""
+
+    @property
+    def front(self) -> QueueFront:
+        return self.jobs  # type: ignore[return-value]  # TeamMCP is both Jobs and QueueFront
+
+    async def call(self, ctx: Any, params: types.CallToolRequestParams) -> types.CreateTaskResult:
+        if not self.front.queued(params.name):
+            return await super().call(ctx, params)
+        mcp_tasks.offered(ctx)
+        arguments = dict(params.arguments or {})
+        try:
+            enqueued = await anyio.to_thread.run_sync(lambda: self.front.enqueue(ctx, params.name, arguments))
+        except (QuotaExceeded, jobs.JobLimit) as exc:  # nothing queued
+            raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
+        except FlakebotError as exc:  # arguments the tool refuses: nothing queued either
+            raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
+        self.front.watch_job(ctx, enqueued.job_id)
+        task = (await self._row(ctx, handle(enqueued.job_id)))[1]
+        joined = " (joined the job already queued for this need)" if enqueued.joined else ""
+        text = f"{params.name} is queued as task {task.task_id}{joined}; its result comes when the task completes"
+        return types.CreateTaskResult(task=task, _meta={mcp_tasks.IMMEDIATE_RESPONSE: text})
+
+    async def get(self, ctx: Any, params: types.GetTaskRequestParams) -> types.GetTaskResult:
+        if job_number(params.task_id) is None:
+            return await super().get(ctx, params)
+        mcp_tasks.offered(ctx)
+        return types.GetTaskResult(**(await self._row(ctx, params.task_id))[1].model_dump())
+
+    async def result(self, ctx: Any, params: types.GetTaskPayloadRequestParams) -> Any:
+        if job_number(params.task_id) is None:
+            return await super().result(ctx, params)
+        mcp_tasks.offered(ctx)
+        wait = jobs.bounded(self.front.settings(), "task_result_wait", 1, 3600)
+        deadline = time.monotonic() + wait
+        row, task = await self._row(ctx, params.task_id)
+        while outcome(row) is None:
+            if time.monotonic() >= deadline:
+                raise MCPError(types.REQUEST_TIMEOUT, mcp_tasks.still_running(task, wait))
+            await anyio.sleep(POLL_SECONDS)
+            row, task = await self._row(ctx, params.task_id)
+        ended = outcome(row)
+        assert ended is not None
+        result = self.front.call_result(ended).model_dump(by_alias=True, mode="json", exclude_none=True)
+        wire = methods.serialize_server_result("tools/call", ctx.protocol_version, result)
+        return {**wire, "_meta": {**wire.get("_meta", {}), mcp_tasks.RELATED_TASK: {"taskId": params.task_id}}}
+
+    async def listed(self, ctx: Any) -> dict[tuple[float, str], Callable[[], types.Task | None]]:
+        """This machine's detached jobs of the caller's tenant, and its tenant's queued crafts: those queued or
+        running, and those that ended within a task's default ttl."""
+        listed = await super().listed(ctx)
+        for row in await anyio.to_thread.run_sync(lambda: self.front.job_rows(ctx)):
+            task = task_of(row)
+            listed[(row["created"].timestamp(), task.task_id)] = lambda task=task: task  # type: ignore[misc]
+        return listed
+
+    def listable(self, task_id: str) -> bool:
+        return super().listable(task_id) or job_number(task_id) is not None
+
+    async def cancel(self, ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
+        if job_number(params.task_id) is None:
+            return await super().cancel(ctx, params)
+        mcp_tasks.offered(ctx)
+        await self._row(ctx, params.task_id)  # another tenant's job: not found, as for any unknown task
+        raise MCPError(
+            types.INVALID_PARAMS,
+            f"task {params.task_id} is a queued craft, which cannot be cancelled yet (other agents may follow it): "
+            "let it end, or ask the team's admin",
+        )
+
+    async def _row(self, ctx: Any, task_id: str) -> tuple[dict[str, Any], types.Task]:
+        number = job_number(task_id)
+        row = None
+        if number is not None:
+            row = await anyio.to_thread.run_sync(lambda: self.front.job_row(ctx, number))
+        if row is None:
+            raise mcp_tasks.no_task(task_id)
+        return row, task_of(row)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,154 @@
+"""The front's link to the team's queue: `flakebot serve --database` enqueues crafts there (the request the door
+validated, under the caller's tenant and principal) and reads job rows back as their tenant sees them.
+
+One connection per front, used by one thread at a time (a lock): calls come from the server's worker threads, and
+every queue operation is a short transaction. A connection the database dropped (a restart) is made again once per
+call before the call fails with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from flakebot.errors import HostError
+from flakebot.team import db, queue
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.tokens import Principal
+
+    Conn = psycopg.Connection[dict[str, Any]]
+
+logger = logging.getLogger(__name__)
+
+JOB_HANDLE = re.compile(r"job-([1-9][0-9]{0,18})")  # a queued job as callers name it: status run_id, a task's id
+STATES = ("queued", "running", "done", "failed")
+CALLS_LOCK = 0x666C6B63  # first key of pg_advisory_xact_lock(CALLS_LOCK, hashtext(principal id))
+LISTED = 1000  # a tenant's jobs tasks/list reads at most (its newest)
+T = TypeVar("T")
+
+
+def handle(job_id: int) -> str:
+    """A job's id as the front gives it to callers (run_id of its status, taskId of its task)."""
+    return f"job-{job_id}"
+
+
+def job_number(name: str) -> int | None:
+    """The job a handle names, or None when `name` is no job handle (a run id, a local task's id)."""
+    found = JOB_HANDLE.fullmatch(name)
+    return int(found.group(1)) if found else None
+
+
+class FrontQueue:
+    """The team database as one front uses it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: Conn | None = None
+        self._lock = threading.Lock()
+
+    def connect(self) -> None:
+        """Reach the database now (at startup: a wrong URL is one line before the server listens)."""
+        self._call(lambda conn: None)
+
+    def enqueue(self, principal: Principal, request: RunRequest, kind: str = "craft") -> queue.Enqueued:
+        """Queue `request` for the principal's tenant, or join the job already there for the same need
+        (QuotaExceeded past the tenant's quotas or the token's concurrent crafts)."""
+        cap = principal.concurrent_crafts
+        enqueued = self._call(
+            lambda conn: queue.enqueue(conn, principal.tenant, principal.name, request, kind, principal_cap=cap)
+        )
+        logger.info(
+            "%s job %s for %s (tenant %s)",
+            "joined" if enqueued.joined else "queued",
+            enqueued.job_id,
+            principal.name,
+            principal.tenant,
+        )
+        return enqueued
+
+    def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
+        """The job's row as `tenant` sees it: another tenant's job is None, as an unknown one."""
+        return self._call(lambda conn: queue.get(conn, job_id, tenant))
+
+    def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
+        """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of
+        them)."""
+        return self._call(
+            lambda conn: conn.execute(
+                "SELECT * FROM jobs WHERE tenant = %s AND (state IN ('queued', 'running') "
+                "OR ended > now() - make_interval(secs => %s)) ORDER BY created DESC, id DESC LIMIT %s",
+                (tenant, seconds, limit),
+            ).fetchall()
+        )
+
+    def runs_of(self, tenant: str) -> set[str]:
+        """The run ids the tenant's jobs work in."""
+        rows = self._call(
+            lambda conn: conn.execute(
+                "SELECT run_id FROM jobs WHERE tenant = %s AND run_id IS NOT NULL", (tenant,)
+            ).fetchall()
+        )
+        return {str(row["run_id"]) for row in rows}
+
+    def admit_call(self, principal_id: str, cap: int, window: float) -> tuple[int, float] | None:
+        """Count a tool call of the principal in the database, or refuse it: (calls in the window, seconds until the
+        oldest leaves it). The principal's advisory lock makes two fronts count one after the other."""
+
+        def admit(conn: Conn) -> tuple[int, float] | None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (CALLS_LOCK, principal_id))
+                conn.execute(
+                    "DELETE FROM calls WHERE principal = %s AND at <= clock_timestamp() - make_interval(secs => %s)",
+                    (principal_id, window),
+                )
+                seen = conn.execute(
+                    "SELECT count(*) AS n, extract(epoch FROM min(at) + make_interval(secs => %s) - clock_timestamp()) "
+                    "AS wait FROM calls WHERE principal = %s",
+                    (window, principal_id),
+                ).fetchone()
+                assert seen is not None
+                if seen["n"] >= cap:
+                    return int(seen["n"]), float(seen["wait"] or 0)
+                conn.execute("INSERT INTO calls (principal) VALUES (%s)", (principal_id,))
+            return None
+
+        return self._call(admit)
+
+    def depth(self) -> dict[str, int]:
+        """How many jobs are in each state (every state named, 0 when none)."""
+        rows = self._call(lambda conn: conn.execute("SELECT state, count(*) AS n FROM jobs GROUP BY state").fetchall())
+        counts = {state: 0 for state in STATES}
+        counts.update({str(row["state"]): int(row["n"]) for row in rows})
+        return counts
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+
+    def _call(self, call: Callable[[Conn], T]) -> T:
+        import psycopg
+
+        with self._lock:
+            for attempt in (1, 2):
+                if self._conn is None or self._conn.closed:
+                    self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+                try:
+                    return call(self._conn)
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    logger.warning("the team database went away (%s); reconnecting", str(exc).strip()[:200])
+                    self._conn.close()
+                    self._conn = None
+                    if attempt == 2:
+                        break
+        raise HostError(
+            f"the team database {db.shown(self.url)} does not answer", fix="check that PostgreSQL runs there"
+        )

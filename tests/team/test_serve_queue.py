@@ -1,0 +1,343 @@
+"""`flakebot serve --database`: crafts go to the team's PostgreSQL queue under the caller's tenant, identical needs
+join one job, quotas refuse in one line, any front answers a job's status and task, a tenant sees only its own
+jobs, tasks and runs, and /metrics reports it all. Real fronts (two, on two ports), the MCP SDK's client with bearer
+tokens, a real PostgreSQL and (slow) a real `flakebot worker` crafting offline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from benchmarks.scenarios import pileup
+from flakebot.mcp import tooltable
+from flakebot.mcp.server import TABLE_TOOLS
+from flakebot.team import db, queue
+from tests.conftest import REPO, require, run_cli, wait_for
+from tests.team.conftest import Cluster
+from tests.team.test_front import INITIALIZE, add_token, post, serving
+from tests.team.test_worker import worker
+
+pytestmark = pytest.mark.timeout(300)
+
+SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
+
+
+async def _call(url: str, token: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=90) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:  # type: ignore[arg-type]
+            answer = await client.call_tool(name, arguments)
+            return {**json.loads(answer.content[0].text), "is_error": answer.is_error}  # type: ignore[union-attr]
+
+
+def call(url: str, token: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One tool call through the SDK's client (the stateless protocol): its JSON answer, and isError."""
+    return asyncio.run(_call(url, token, name, arguments))
+
+
+class Session:
+    """A 2025-11-25 session spoken as raw JSON-RPC (the SDK's client cannot create a task: it checks every
+    tools/call result against CallToolResult)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token, self.next = url, token, 10
+        opened = post(url, INITIALIZE, token)
+        assert opened.status_code == 200, opened.text
+        self.headers = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, token, **self.headers)
+
+    def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The JSON-RPC answer ({result} or {error}) to one request."""
+        self.next += 1
+        answer = post(
+            self.url,
+            {"jsonrpc": "2.0", "id": self.next, "method": method, "params": params},
+            self.token,
+            **self.headers,
+        )
+        assert answer.status_code == 200, answer.text
+        if answer.headers["content-type"].startswith("text/event-stream"):
+            for line in answer.text.splitlines():
+                if line.startswith("data:") and line[5:].strip():
+                    message = json.loads(line[5:])
+                    if message.get("id") == self.next:
+                        return dict(message)
+            raise AssertionError(answer.text)
+        return dict(answer.json())
+
+
+def rows(database: str) -> list[dict[str, Any]]:
+    with db.connect(database) as conn:
+        return conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+
+
+def metrics(url: str, token: str | None) -> httpx.Response:
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.get(url.replace("/mcp", "/metrics"), headers=auth, timeout=30)
+
+
+def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
+    flakebot_home: Path, database: str, postgres: Cluster
+) -> None:
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    bob = add_token("bob", "--tenant", "other")
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=2, max_per_day=10)
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    log_one, log_two = flakebot_home / "one.log", flakebot_home / "two.log"
+    with serving("--database", database, log=log_one) as one, serving("--database", database, log=log_two) as two:
+        assert one != two
+        first = call(one, alice, "craft", craft)
+        assert (first["ok"], first["status"], first["joined"]) == (True, "queued", False), first
+        job = first["run_id"]
+        assert job.startswith("job-") and "status" in first["follow"]
+        # the same need (as the catalog keys needs) from another agent of the tenant, on the other front: one job
+        second = call(two, carol, "craft", {**craft, "need": "Need a CSV deduper"})
+        assert (second["run_id"], second["joined"]) == (job, True), second
+        status = call(two, alice, "status", {"run_id": job})
+        assert (status["ok"], status["status"], status["need"]) == (True, "queued", "need a csv deduper"), status
+
+        # another tenant's job is not found, word for word as one that never was
+        theirs, never = call(one, bob, "status", {"run_id": job}), call(one, bob, "status", {"run_id": "job-99999"})
+        assert theirs["is_error"] and theirs["type"] == never["type"] == "RunError"
+        assert theirs["error"].replace(job, "J") == never["error"].replace("job-99999", "J")
+
+        # a craft as a task: created on one front, read on the other by its tenant only
+        created = Session(one, carol).ask(
+            "tools/call", {"name": "craft", "arguments": {**craft, "need": "need a word counter"}, "task": {}}
+        )
+        task = created["result"]["task"]
+        assert task["taskId"].startswith("job-") and task["status"] == "working", created
+        got = Session(two, alice).ask("tasks/get", {"taskId": task["taskId"]})
+        assert got["result"]["status"] == "working" and got["result"]["statusMessage"] == "queued", got
+        hidden = Session(two, bob).ask("tasks/get", {"taskId": task["taskId"]})
+        unknown = Session(two, bob).ask("tasks/get", {"taskId": "job-99999"})
+        assert hidden["error"]["message"].replace(task["taskId"], "J") == unknown["error"]["message"].replace(
+            "job-99999", "J"
+        )
+
+        # the tenant's quota (2 in flight): one line, QuotaExceeded, exit code 72; over tasks, a JSON-RPC error
+        refused = call(one, alice, "craft", {**craft, "need": "need a json pretty printer"})
+        assert refused["is_error"] and (refused["type"], refused["exit_code"]) == ("QuotaExceeded", 72), refused
+        assert "tenant acme has 2 crafts queued or running" in refused["error"] and "\n" not in refused["error"]
+        as_task = Session(two, alice).ask(
+            "tools/call", {"name": "craft", "arguments": {**craft, "need": "need a json pretty printer"}, "task": {}}
+        )
+        assert "tenant acme has 2 crafts" in as_task["error"]["message"], as_task
+        # arguments the door refuses queue nothing
+        bad = call(one, alice, "craft", {**craft, "need": 42})
+        assert bad["is_error"] and bad["type"] == "UsageError", bad
+        # bob's tenant has its own quota and queue
+        theirs_job = call(two, bob, "craft", craft)
+        assert theirs_job["status"] == "queued" and not theirs_job["joined"]
+        # tasks/list: the tenant's queued crafts, newest first, and no other tenant's
+        listed = Session(one, alice).ask("tasks/list", {})["result"]["tasks"]
+        assert [t["taskId"] for t in listed] == [task["taskId"], job], listed
+        assert [t["taskId"] for t in Session(two, bob).ask("tasks/list", {})["result"]["tasks"]] == [
+            theirs_job["run_id"]
+        ]
+
+        # /metrics: behind the token check; the queue's depth, refusals, calls per tool
+        assert metrics(one, None).status_code == 401
+        scraped = metrics(one, alice)
+        assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
+        text = scraped.text
+        assert 'flakebot_queue_jobs{state="queued"} 3' in text and 'flakebot_queue_jobs{state="done"} 0' in text
+        assert 'flakebot_refusals_total{reason="quota"} 1' in text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="ok"} 1' in text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 2' in text  # the quota, the bad argument
+        assert 'flakebot_tool_call_seconds_count{tool="status"}' in text
+
+    made = rows(database)
+    assert [(r["tenant"], r["principal"], r["state"]) for r in made] == [
+        ("acme", "alice", "queued"),
+        ("acme", "carol", "queued"),
+        ("other", "bob", "queued"),
+    ]
+    # the request in the row is the one the door built from the checked arguments
+    assert made[0]["request"] == tooltable.arguments(TABLE_TOOLS["craft"], craft)["request"].to_dict()
+    with db.connect(database) as conn:
+        joined = conn.execute("SELECT principal FROM audit WHERE action = 'joined'").fetchall()
+    assert [r["principal"] for r in joined] == ["carol"]
+    for log in (log_one, log_two):
+        assert postgres.password not in log.read_text() + log.with_suffix(".err").read_text()
+
+
+def test_serve_with_an_unreachable_database_is_one_line(flakebot_home: Path, postgres: Cluster) -> None:
+    wrong = f"postgresql://flakebot:{postgres.password}@127.0.0.1:1/postgres"
+    done = run_cli("serve", "--port", "0", "--database", wrong, timeout=60)
+    assert done.returncode == 5, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the team database"), done.stderr
+    assert postgres.password not in done.stderr + done.stdout
+
+
+def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
+    flakebot_home: Path, workdir: Path, tmp_path: Path
+) -> None:
+    require("nix")
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    try:
+        with serving() as url:
+            created = Session(url, alice).ask(
+                "tools/call", {"name": "craft", "arguments": pileup.slow_craft(tmp_path), "task": {}}
+            )
+            task_id = created["result"]["task"]["taskId"]
+            assert Session(url, alice).ask("tasks/get", {"taskId": task_id})["result"]["status"] == "working"
+            hidden = Session(url, bob).ask("tasks/get", {"taskId": task_id})
+            assert hidden["error"]["message"].startswith(f"no task '{task_id}'"), hidden
+            assert Session(url, bob).ask("tasks/list", {})["result"]["tasks"] == []
+            listed = Session(url, alice).ask("tasks/list", {})["result"]["tasks"]
+            assert [t["taskId"] for t in listed] == [task_id]
+            # its run, once it exists: in alice's runs and status, unknown to bob's tenant
+            mine = wait_for(lambda: call(url, alice, "runs", {})["runs"], timeout=120, interval=0.5)
+            run_id = mine[0]["id"]
+            assert call(url, alice, "status", {"run_id": run_id})["status"] in ("created", "running")
+            assert call(url, bob, "runs", {})["runs"] == []
+            theirs = call(url, bob, "status", {"run_id": run_id})
+            assert theirs["is_error"] and theirs["error"].startswith(f"no run '{run_id}'"), theirs
+            assert call(url, bob, "show", {"name": run_id})["error"] == f"no run or tool named '{run_id}'"
+            prefix = run_id[:10]  # a unique prefix: the run for its tenant, unknown to another
+            assert call(url, alice, "status", {"run_id": prefix})["run_id"] == run_id
+            assert call(url, bob, "status", {"run_id": prefix})["error"].startswith(f"no run '{prefix}'")
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+
+
+async def craft_and_watch(url: str, token: str, craft: dict[str, Any], work: Any) -> tuple[dict[str, Any], bool]:
+    """A detached craft from a 2025-11-25 session that stays open while `work()` runs: its answer, and whether the
+    session was told the tool list changed (within a poll of the job's end)."""
+    import anyio
+    import mcp_types as types
+
+    notices: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notices.append(message)
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=90) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            answer = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
+            await anyio.to_thread.run_sync(work)
+            for _ in range(100):  # the front reads the row every 5 s
+                if any(isinstance(n, types.ToolListChangedNotification) for n in notices):
+                    return answer, True
+                await asyncio.sleep(0.2)
+    return answer, False
+
+
+@pytest.mark.slow
+def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
+    flakebot_home: Path, database: str, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")  # the worker crafts from the local registry
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    craft = {"need": "need a CSV deduper", "model": f"scripted:{SESSION}", "registry": "local"}
+    log = tmp_path / "worker.log"
+
+    def work() -> None:
+        with worker(database, log) as proc:
+            assert proc.wait(timeout=600) == 0, log.read_text()
+
+    with serving("--database", database) as one, serving("--database", database) as two:
+        answer, changed = asyncio.run(craft_and_watch(one, alice, craft, work))
+        job = answer["run_id"]
+        assert changed, "no tools/list_changed once the queued craft catalogued its tool"
+        done = call(two, alice, "status", {"run_id": job, "wait_seconds": 5})
+        assert done["status"] == "succeeded" and done["result"]["name"] == "csv-dedup", done
+        run_id = done["worker_run_id"]
+        assert call(one, alice, "status", {"run_id": run_id})["status"] == "succeeded"
+        assert run_id in [r["id"] for r in call(one, alice, "runs", {})["runs"]]
+        # bob's tenant: the run is as unknown to it as a run that never was
+        theirs, never = call(one, bob, "status", {"run_id": run_id}), call(one, bob, "status", {"run_id": "0" * 8})
+        assert theirs["is_error"] and theirs["error"].replace(run_id, "R") == never["error"].replace("0" * 8, "R")
+        shown = call(one, bob, "show", {"name": run_id})
+        assert shown["is_error"] and shown["error"] == f"no run or tool named '{run_id}'", shown
+        assert call(one, bob, "runs", {})["runs"] == []
+        assert call(two, bob, "status", {"run_id": job})["is_error"]
+
+
+def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, database: str, tmp_path: Path) -> None:
+    """wait: true holds the call until a worker ended the job (here at its first check: no model script there), and
+    tasks/result of the job's task answers the same error."""
+    import concurrent.futures
+
+    alice = add_token("alice", "--tenant", "acme")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waited = pool.submit(call, url, alice, "craft", {**craft, "wait": True})
+        wait_for(lambda: rows(database), timeout=60, interval=0.2)
+        assert not waited.done()  # queued, no worker yet: the call holds
+        session = Session(url, alice)
+        task = session.ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})["result"]["task"]
+        job_id = int(rows(database)[0]["id"])
+        assert task["taskId"] == f"job-{job_id}"  # the same need: the task is the waited job
+        with worker(database, tmp_path / "worker.log") as proc:
+            assert proc.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
+        answer = waited.result(timeout=60)
+        assert answer["is_error"] and answer["type"] == "ScriptError", answer
+        result = session.ask("tasks/result", {"taskId": task["taskId"]})["result"]
+        assert result["isError"] and json.loads(result["content"][0]["text"])["type"] == "ScriptError", result
+        assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+        assert session.ask("tasks/get", {"taskId": task["taskId"]})["result"]["status"] == "failed"
+
+
+def test_serve_takes_the_database_from_libpqs_environment(
+    flakebot_home: Path, database: str, postgres: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--database postgresql://` alone: host, port, user, database from PG* and the password from a passfile, so
+    none of it is on the command line."""
+    passfile = flakebot_home / "pgpass"
+    name = database.rsplit("/", 1)[1]
+    passfile.write_text(f"127.0.0.1:{postgres.port}:{name}:flakebot:{postgres.password}\n")
+    passfile.chmod(0o600)
+    for key, value in (("PGHOST", "127.0.0.1"), ("PGPORT", str(postgres.port)), ("PGUSER", "flakebot")):
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PGDATABASE", name)
+    monkeypatch.setenv("PGPASSFILE", str(passfile))
+    alice = add_token("alice", "--tenant", "acme")
+    with serving("--database", "postgresql://") as url:
+        answer = call(url, alice, "craft", {"need": "need a csv deduper", "model": "scripted:/nonexistent.json"})
+        assert answer["status"] == "queued", answer
+    assert [(r["tenant"], r["principal"]) for r in rows(database)] == [("acme", "alice")]
+
+
+def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path, database: str) -> None:
+    solo, other = (
+        add_token("solo", "--tenant", "acme", "--concurrent-crafts", "1"),
+        add_token("other", "--tenant", "acme"),
+    )
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url:
+        assert call(url, solo, "craft", craft)["status"] == "queued"
+        refused = call(url, solo, "craft", {**craft, "need": "need a word counter"})
+        assert refused["is_error"] and (refused["type"], refused["exit_code"]) == ("QuotaExceeded", 72), refused
+        assert refused["error"].startswith("token 'solo' has 1 crafts queued or running, its limit"), refused
+        assert call(url, solo, "craft", craft)["joined"]  # joining adds no craft: never refused
+        assert call(url, other, "craft", {**craft, "need": "need a word counter"})["status"] == "queued"
+    assert [r["principal"] for r in rows(database)] == ["solo", "other"]
+
+
+def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Path, database: str) -> None:
+    slow = add_token("slow", "--calls-per-minute", "2")
+    listing = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+    with serving("--database", database) as one, serving("--database", database) as two:
+        sessions = {
+            url: {"mcp-session-id": post(url, INITIALIZE, slow).headers["mcp-session-id"]} for url in (one, two)
+        }
+        assert post(one, listing, slow, **sessions[one]).status_code == 200
+        assert post(two, listing, slow, **sessions[two]).status_code == 200
+        refused = post(one, listing, slow, **sessions[one])  # its third call in the minute, whichever front
+        assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60, refused.text
+        assert "made 2 tool calls in the last minute (its limit: 2)" in refused.json()["error"]["message"]
+        assert post(two, listing, slow, **sessions[two]).status_code == 429
+        assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, slow).text
