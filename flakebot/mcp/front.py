@@ -119,6 +119,11 @@ class TeamMCP(FlakebotMCP):
             return "token:none", jobs.Limits(machine.machine, 1)
         return self.admission.job_owner(principal, machine)
 
+    def task_owner(self, ctx: Any) -> str:
+        """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder
+        must neither read its result nor cancel it."""
+        return self.job_owner(ctx)[0]
+
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         started = time.monotonic()
         result = await super().list_tools(ctx, params)
@@ -312,6 +317,8 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one), made before the server starts so its port is known."""
+    if not 0 <= port <= 65535:  # getaddrinfo takes 99999 modulo 65536: the server would listen where nobody asked
+        raise UsageError(f"--port {port} is not a TCP port", fix="pass a port from 0 to 65535 (0: a free one)")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)

@@ -5,8 +5,10 @@ start_job: a process of its own session, its events then its result in the state
 is answered at once with a CreateTaskResult whose taskId is ID. ID.task.json beside it records the task: the tool,
 the job's process id, when it was created, its ttl and whether it was cancelled. Everything else is read from those
 files, so any `flakebot mcp` of the same user answers tasks/get, tasks/result, tasks/list and tasks/cancel for a
-task another one created (LangChain's adapters start a server per call). The files are the user's own, so a task
-is as private as the state directory; its id carries 64 random bits besides.
+task another one created (LangChain's adapters start a server per call). Under `flakebot serve` a task answers only
+the token that started it (the record's owner, server.task_owner): another token's task is "no task", and tasks/list
+leaves it out. The files are the user's own, so a task is as private as the state directory; its id carries 64
+random bits besides.
 
 Status: working while the job's process runs (its pid with the start time the record keeps, pipeline.jobs: a pid
 given to another process since is not the job) and its journal has no result; completed once the journal ends with a
@@ -78,6 +80,10 @@ class Jobs(Protocol):
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
         """Start a long tool's work detached; its process and journal."""
+
+    def task_owner(self, ctx: Any) -> str | None:
+        """Whose tasks the request `ctx` may see: None, every task of this user (stdio); under `flakebot serve`, the
+        caller's token (a task answers only the token that started it)."""
 
     def journal(self, journal: Path) -> list[dict[str, Any]]:
         """A journal's lines: events, then {result} or {error}."""
@@ -152,28 +158,29 @@ class Tasks:
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}
+        record["owner"] = self.jobs.task_owner(ctx)
         record["start_time"] = processid.start_time(process.pid)  # the job's identity: its pid may be another's later
         atomic_write_json(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
         text = f"{params.name} runs as task {task_id}; its result comes when the task completes"
-        return types.CreateTaskResult(task=self._known(task_id).task, _meta={IMMEDIATE_RESPONSE: text})
+        return types.CreateTaskResult(task=self._known(ctx, task_id).task, _meta={IMMEDIATE_RESPONSE: text})
 
     async def get(self, ctx: Any, params: types.GetTaskRequestParams) -> types.GetTaskResult:
         _offered(ctx)
-        return types.GetTaskResult(**self._known(params.task_id).task.model_dump())
+        return types.GetTaskResult(**self._known(ctx, params.task_id).task.model_dump())
 
     async def result(self, ctx: Any, params: types.GetTaskPayloadRequestParams) -> Any:
         """The call's own result once the task is terminal (waiting till then, at most task_result_wait seconds), with
         the related-task _meta."""
         _offered(ctx)
-        view = self._known(params.task_id)
+        view = self._known(ctx, params.task_id)
         wait = jobs.bounded(self.jobs.settings(), "task_result_wait", 1, 3600)
         deadline = time.monotonic() + wait
         while view.task.status not in TERMINAL:
             if time.monotonic() >= deadline:
                 raise MCPError(types.REQUEST_TIMEOUT, _still_running(view.task, wait))
             await anyio.sleep(0.25)
-            view = self._known(params.task_id)
+            view = self._known(ctx, params.task_id)
         outcome = view.outcome or {"error": self._lost(params.task_id, view.task.status).result()}
         result = self.jobs.call_result(outcome).model_dump(by_alias=True, mode="json", exclude_none=True)
         wire = methods.serialize_server_result("tools/call", ctx.protocol_version, result)  # as tools/call sends it
@@ -187,7 +194,7 @@ class Tasks:
         keys = [key for key in keys if after is None or key < after]
         page: list[types.Task] = []
         for key in keys:
-            view = self._view(key[1])
+            view = self._view(key[1], self.jobs.task_owner(ctx))
             if view is not None:
                 page.append(view.task)
             if len(page) == PAGE_SIZE:
@@ -198,7 +205,7 @@ class Tasks:
     async def cancel(self, ctx: Any, params: types.CancelTaskRequestParams) -> types.CancelTaskResult:
         """Mark the task cancelled, then end its job's process group (SIGTERM: the run is interrupted)."""
         _offered(ctx)
-        view = self._known(params.task_id)
+        view = self._known(ctx, params.task_id)
         if view.task.status in TERMINAL:
             raise MCPError(
                 types.INVALID_PARAMS,
@@ -208,7 +215,7 @@ class Tasks:
         record = _read_record(path) or {}
         atomic_write_json(path, {**record, "cancelled": time.time()})
         await self._end_group(params.task_id, record)
-        return types.CancelTaskResult(**self._known(params.task_id).task.model_dump())
+        return types.CancelTaskResult(**self._known(ctx, params.task_id).task.model_dump())
 
     # ------------------------------------------------------------ reading a task from its files
 
@@ -219,8 +226,8 @@ class Tasks:
         directory = self.jobs.job_directory()
         return list(directory.glob("*.task.json")) if directory.is_dir() else []
 
-    def _known(self, task_id: str) -> TaskView:
-        view = self._view(task_id) if TASK_ID.fullmatch(task_id) else None
+    def _known(self, ctx: Any, task_id: str) -> TaskView:
+        view = self._view(task_id, self.jobs.task_owner(ctx)) if TASK_ID.fullmatch(task_id) else None
         if view is None:
             raise MCPError(
                 types.INVALID_PARAMS,
@@ -229,11 +236,12 @@ class Tasks:
             )
         return view
 
-    def _view(self, task_id: str) -> TaskView | None:
-        """The task now, or None if there is none (or it expired: then its record goes)."""
+    def _view(self, task_id: str, owner: str | None) -> TaskView | None:
+        """The task now, or None if there is none, it is another owner's (`owner` None: any owner's), or it expired
+        (then its record goes)."""
         path = self._record_path(task_id)
         record = _read_record(path)
-        if record is None:
+        if record is None or (owner is not None and record.get("owner") != owner):
             return None
         journal = path.with_name(f"{task_id}.jsonl")
         self._reap(task_id)

@@ -1,0 +1,69 @@
+"""`flakebot serve` attacked as a hostile token holder and a careless admin would: the real server in a process of its
+own on a free loopback port, raw HTTP (what a client SDK would never send) to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from benchmarks.scenarios import pileup
+from tests.conftest import require, run_cli
+from tests.team.test_front import INITIALIZE, add_token, post, serving
+
+pytestmark = pytest.mark.timeout(180)
+
+SESSION = "2025-11-25"  # the session protocol: the one that offers tasks
+
+
+def answer(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a POST's answer, whether sent as JSON or as one SSE event."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return dict(response.json())
+    data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert data, (response.status_code, response.text)
+    return dict(json.loads(data[-1]))
+
+
+def open_session(url: str, token: str) -> dict[str, str]:
+    opened = post(url, INITIALIZE, token)
+    assert opened.status_code == 200, opened.text
+    headers = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": SESSION}
+    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, token, **headers)
+    return headers
+
+
+def rpc(url: str, token: str, session: dict[str, str], method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return answer(post(url, {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, token, **session))
+
+
+def test_one_tokens_tasks_are_not_found_by_another(flakebot_home: Path, workdir: Path, tmp_path: Path) -> None:
+    """tasks/list, get, result and cancel answer only the token that started the task: another token could
+    otherwise read every task id from tasks/list, then its result, or cancel another agent's craft."""
+    require("nix")
+    alice, bob = add_token("alice"), add_token("bob")
+    craft = pileup.slow_craft(tmp_path)
+    try:
+        with serving() as url:
+            mine, theirs = open_session(url, alice), open_session(url, bob)
+            started = rpc(url, alice, mine, "tools/call", {"name": "craft", "arguments": craft, "task": {}})
+            task_id = started["result"]["task"]["taskId"]
+            assert [t["taskId"] for t in rpc(url, alice, mine, "tasks/list", {})["result"]["tasks"]] == [task_id]
+            assert rpc(url, bob, theirs, "tasks/list", {})["result"]["tasks"] == []
+            for method in ("tasks/get", "tasks/cancel", "tasks/result"):
+                refused = rpc(url, bob, theirs, method, {"taskId": task_id})
+                assert "no task" in refused["error"]["message"], (method, refused)
+            assert rpc(url, alice, mine, "tasks/get", {"taskId": task_id})["result"]["status"] == "working"
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+
+
+def test_a_port_out_of_range_is_one_line_and_nothing_listens(flakebot_home: Path) -> None:
+    for port in ("65536", "99999", "-1"):  # 99999 was taken modulo 65536: the server listened on 34463
+        refused = run_cli("serve", "--port", port, timeout=60)
+        assert refused.returncode == 2, (port, refused.stdout, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and "0 to 65535" in refused.stderr and "Fix: " in refused.stderr
+        assert "flakebot serve:" not in refused.stdout
