@@ -11,7 +11,8 @@ resource's path, `.../mcp`). Tokens are flakebot's own static ones (flakebot.tea
 foreign `Origin` (a browser page of another site) is 403 and a foreign `Host` 421: DNS rebinding cannot reach it.
 
 Admission per token (flakebot.team.admission) comes before the MCP layer: a `tools/call` past the token's calls per
-minute is 429 with `Retry-After` and a JSON-RPC error saying how long to wait; long jobs count against the token's
+minute (any other request past ten times that) is 429 with `Retry-After` and a JSON-RPC error saying how long to
+wait; long jobs count against the token's
 concurrent crafts (pipeline.jobs' owner). Each tools/call and tools/list is audited (flakebot.team.audit) with the
 caller's principal and tenant, which the handlers read from the request's authenticated user.
 
@@ -185,8 +186,9 @@ class StoreVerifier:
 
 
 class AdmittedCalls:
-    """ASGI: a POST's `tools/call` counted against its token's calls per minute; past it, 429 with Retry-After (and a
-    JSON-RPC error naming the wait), audited as refused. Everything else passes unchanged (the body replayed)."""
+    """ASGI: a POST's JSON-RPC request counted against its token's requests per minute (a `tools/call` against its
+    calls per minute, anything else against a wider window); past it, 429 with Retry-After (and a JSON-RPC error
+    naming the wait), a tool call audited as refused. Everything else passes unchanged (the body replayed)."""
 
     def __init__(self, app: Any, store: TokenStore, admission: Admission, audit: Audit) -> None:
         self.app, self.store, self.admission, self.audit = app, store, admission, audit
@@ -197,13 +199,14 @@ class AdmittedCalls:
             await self.app(scope, receive, send)
             return
         messages, body = await _read_body(receive)
-        call = _posted_tool_call(body)
-        refusal = self.admission.admit_call(principal) if call is not None else None
-        if call is None or refusal is None:
+        request = _posted_request(body)
+        refusal = self.admission.admit_call(principal, request[1]) if request is not None else None
+        if request is None or refusal is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
-        request_id, tool, arguments = call
-        self.audit.record(principal, "tools/call", tool=tool, arguments=arguments, outcome="refused")
+        request_id, method, tool, arguments = request
+        if method == "tools/call":  # what the audit records: tool calls (a refused flood of listings is not kept)
+            self.audit.record(principal, method, tool=tool, arguments=arguments, outcome="refused")
         message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
         error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}
         payload = json.dumps(error).encode()
@@ -240,18 +243,22 @@ def _replaying(messages: list[Any], receive: Any) -> Any:
     return replayed
 
 
-def _posted_tool_call(body: bytes) -> tuple[Any, str, Any] | None:
-    """(id, tool name, arguments) when the body is one JSON-RPC tools/call request, else None."""
+def _posted_request(body: bytes) -> tuple[Any, str, str | None, Any] | None:
+    """(id, method, tool name, arguments) when the body is one JSON-RPC request (a method and an id), else None (a
+    notification, a response, a body the SDK refuses as it is)."""
     try:
         message = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: the SDK answers its parse error (was a 500 and a traceback)
         return None
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str) or "id" not in message:
         return None
+    method = message["method"]
     params = message.get("params")
+    if method != "tools/call":
+        return message["id"], method, None, None
     if not isinstance(params, dict):
         params = {}
-    return message.get("id"), str(params.get("name")), params.get("arguments")
+    return message["id"], method, str(params.get("name")), params.get("arguments")
 
 
 # ---------------------------------------------------------------- the application

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.scenarios import pileup
 from tests.conftest import require, run_cli
-from tests.team.test_front import INITIALIZE, add_token, post, serving
+from tests.team.test_front import ACCEPT, INITIALIZE, add_token, post, serving
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -67,3 +67,24 @@ def test_a_port_out_of_range_is_one_line_and_nothing_listens(flakebot_home: Path
         assert refused.returncode == 2, (port, refused.stdout, refused.stderr)
         assert refused.stderr.count("\n") == 1 and "0 to 65535" in refused.stderr and "Fix: " in refused.stderr
         assert "flakebot serve:" not in refused.stdout
+
+
+def test_no_request_is_free_of_a_tokens_limits(flakebot_home: Path, workdir: Path) -> None:
+    """Only tools/call was counted: a token past its calls per minute could still send tools/list (which reads the
+    catalog's definitions and writes an audit line) as fast as the network goes. Other requests now have a window of
+    their own, ten times as wide; a body nested too deep for the counting parser is the SDK's parse error, not a 500."""
+    flood, other = add_token("flood", "--calls-per-minute", "2"), add_token("other")
+    listing = {"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {}}
+    with serving() as url:
+        session = open_session(url, flood)  # initialize counts too: one request of the twenty
+        answers = [post(url, listing, flood, **session).status_code for _ in range(25)]
+        assert answers[:19] == [200] * 19 and set(answers[19:]) == {429}, answers
+        refused = post(url, listing, flood, **session)
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert "requests other than tool calls" in refused.json()["error"]["message"]
+        assert post(url, listing, other, **open_session(url, other)).status_code == 200
+        headers = {**ACCEPT, "Authorization": f"Bearer {other}", "mcp-protocol-version": "2026-07-28"}
+        deep = httpx.post(url, content=b"[" * 5000 + b"]" * 5000, headers=headers, timeout=30)
+        assert deep.status_code == 400 and "Parse error" in deep.text, (deep.status_code, deep.text)
+    lines = (workdir / "team/audit.jsonl").read_text().splitlines()
+    assert len(lines) <= 25  # the listings answered, never the refused ones
