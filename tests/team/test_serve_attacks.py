@@ -88,3 +88,29 @@ def test_no_request_is_free_of_a_tokens_limits(flakebot_home: Path, workdir: Pat
         assert deep.status_code == 400 and "Parse error" in deep.text, (deep.status_code, deep.text)
     lines = (workdir / "team/audit.jsonl").read_text().splitlines()
     assert len(lines) <= 25  # the listings answered, never the refused ones
+
+
+def test_a_token_store_others_could_write_is_refused(flakebot_home: Path, workdir: Path) -> None:
+    """The store was read through any link and whatever its mode: whoever could write it (a group-writable file, a
+    link to a file of theirs) could add the hash of a token of their own. Now serve refuses to start on it (one line,
+    exit 70), and a running server refuses every token once it becomes so."""
+    token = add_token("alice")
+    store = workdir / "team/tokens.json"
+    store.chmod(0o664)
+    refused = run_cli("serve", "--port", "0", timeout=60)
+    assert refused.returncode == 70 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "not this user's alone" in refused.stderr and "Fix: " in refused.stderr
+    store.chmod(0o600)
+    elsewhere = workdir / "planted.json"
+    store.rename(elsewhere)
+    store.symlink_to(elsewhere)
+    linked = run_cli("serve", "--port", "0", timeout=60)
+    assert linked.returncode == 70 and "symbolic link" in linked.stderr and linked.stderr.count("\n") == 1
+    store.unlink()
+    elsewhere.rename(store)
+    with serving() as url:
+        assert post(url, INITIALIZE, token).status_code == 200
+        store.chmod(0o666)
+        assert post(url, INITIALIZE, token).status_code == 401  # fails closed, not a 500
+        store.chmod(0o600)
+        assert post(url, INITIALIZE, token).status_code == 200
