@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 PATH = "/mcp"
 DEFAULT_PORT = 8765
 BODY_LIMIT = 4 * 1024 * 1024  # the SDK's own request body limit: a larger body is its 413, not inspected here
+TOKEN_CALLS_AT_ONCE = 8  # a token's tool calls in flight; its others wait in its own queue, not in a shared pool
 RATE_LIMITED = -32029  # a server-defined JSON-RPC error code (the -32000 range): too many calls, wait
 
 
@@ -108,6 +109,7 @@ class TeamMCP(FlakebotMCP):
         super().__init__(settings, grant_roots)
         self.store, self.admission = store, admission
         self.audit = Audit(settings.path("workdir"))
+        self._in_flight: dict[str, anyio.CapacityLimiter] = {}  # each principal's calls at once
 
     def principal(self, ctx: Any) -> Principal | None:
         """The principal of the request `ctx` answers (its verified token, as the HTTP layer authenticated it)."""
@@ -132,8 +134,14 @@ class TeamMCP(FlakebotMCP):
         return result
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
+        """The call, once its token has fewer than TOKEN_CALLS_AT_ONCE in flight: a command's worker threads
+        (THREADS_PER_COMMAND) and the default pool are shared by every token, and calls that hold their answer
+        (status's wait_seconds, a tool's run) from one token must not take them all."""
         started = time.monotonic()
-        result = await super().call_tool(ctx, params)
+        owner = self.job_owner(ctx)[0]
+        limiter = self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
+        async with limiter:
+            result = await super().call_tool(ctx, params)
         data = result.structured_content if isinstance(result.structured_content, dict) else {}
         code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
         outcome = "error" if result.is_error else "ok"

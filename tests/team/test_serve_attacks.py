@@ -114,3 +114,54 @@ def test_a_token_store_others_could_write_is_refused(flakebot_home: Path, workdi
         assert post(url, INITIALIZE, token).status_code == 401  # fails closed, not a 500
         store.chmod(0o600)
         assert post(url, INITIALIZE, token).status_code == 200
+
+
+async def held_statuses(url: str, flood: str, other: str, run_id: str, count: int) -> tuple[int, int]:
+    """`count` calls of `status` holding their answer (wait_seconds) from `flood`, then one plain `status` from
+    `other`: how many of the flood's calls had answered when the other's answer came, and how many were sent."""
+    import asyncio
+
+    def call(token: str, wait: int) -> Any:
+        body = {"name": "status", "arguments": {"run_id": run_id, "wait_seconds": wait}}
+        request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": body}
+        headers = {**ACCEPT, "Authorization": f"Bearer {token}", "mcp-protocol-version": "2026-07-28"}
+        headers["mcp-method"] = "tools/call"
+        headers["mcp-name"] = "status"
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        body["_meta"] = meta
+        return client.post(url, json=request, headers=headers)
+
+    async with httpx.AsyncClient(timeout=90, limits=httpx.Limits(max_connections=count + 8)) as client:
+        held = [asyncio.create_task(call(flood, 25)) for _ in range(count)]
+        await asyncio.sleep(3)  # the held calls reach the server first
+        answered = await call(other, 0)
+        assert answered.status_code == 200, answered.text
+        assert '"run_id"' in answered.text, answered.text
+        done = sum(task.done() for task in held)
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+        return done, count
+
+
+def test_one_token_cannot_take_every_thread_a_command_has(flakebot_home: Path, workdir: Path, tmp_path: Path) -> None:
+    """A command's calls share THREADS_PER_COMMAND worker threads (64): one token holding 70 `status` calls (each
+    waiting up to 25 s for its run to change) held every one, and another token's `status` waited until they ended.
+    Each token now has at most TOKEN_CALLS_AT_ONCE calls in flight; its others wait in its own queue."""
+    import asyncio
+
+    require("nix")
+    flood, other = add_token("flood"), add_token("other")
+    craft = pileup.slow_craft(tmp_path)
+    try:
+        with serving() as url:
+            started = rpc(url, flood, open_session(url, flood), "tools/call", {"name": "craft", "arguments": craft})
+            run_id = json.loads(started["result"]["content"][0]["text"])["run_id"]
+            done, sent = asyncio.run(held_statuses(url, flood, other, run_id, 70))
+            assert done == 0 and sent == 70  # the other token's answer came while every held call still waited
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
