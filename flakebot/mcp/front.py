@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from flakebot import config
-from flakebot.errors import BindRefused, UsageError
+from flakebot.errors import BindRefused, TeamError, UsageError
 from flakebot.loopback import is_loopback
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 PATH = "/mcp"
 DEFAULT_PORT = 8765
 BODY_LIMIT = 4 * 1024 * 1024  # the SDK's own request body limit: a larger body is its 413, not inspected here
+REVOKED_SWEEP_SECONDS = 1.0  # how often open sessions are checked against the token store (revoked: ended)
 TOKEN_CALLS_AT_ONCE = 8  # a token's tool calls in flight; its others wait in its own queue, not in a shared pool
 RATE_LIMITED = -32029  # a server-defined JSON-RPC error code (the -32000 range): too many calls, wait
 
@@ -320,6 +321,7 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     async def lifespan(app: Any) -> AsyncIterator[None]:
         async with manager.run(), anyio.create_task_group() as group:
             state.jobs = group  # what outlives a request: watching detached work for tools/list_changed
+            group.start_soon(_end_revoked_sessions, manager, state.store)
             yield
             group.cancel_scope.cancel()
 
@@ -328,6 +330,25 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
         Middleware(AuthContextMiddleware),
     ]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+async def _end_revoked_sessions(manager: Any, store: TokenStore) -> None:
+    """End the sessions whose principal is no longer active (revoked, or a store that became unsafe): a revoked
+    token's next request is 401 anyway, but a GET stream it opened before would stay open, carrying notifications.
+    The SDK keeps each session's owner (the AccessToken's subject: the principal id) but no hook to end one, hence
+    its private maps, pinned by tests/team/test_serve_attacks.py."""
+    while True:
+        await anyio.sleep(REVOKED_SWEEP_SECONDS)
+        try:
+            active = {principal.id for principal in store.active()}
+        except TeamError as exc:
+            logger.error("ending every session: %s", exc.one_line())
+            active = set()
+        for session_id, owner in list(manager._session_owners.items()):
+            transport = manager._server_instances.get(session_id)
+            if owner.get("subject") not in active and transport is not None:
+                logger.info("session %s ended: its token is no longer active", session_id)
+                await manager._discard_session(session_id, transport)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -165,3 +165,36 @@ def test_one_token_cannot_take_every_thread_a_command_has(flakebot_home: Path, w
             assert done == 0 and sent == 70  # the other token's answer came while every held call still waited
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
+
+
+def test_revoking_a_token_ends_its_open_sessions(flakebot_home: Path) -> None:
+    """A revoked token's next request is 401, but the GET stream its session had open stayed open (server
+    notifications for its crafts went on reaching it), and it could not even be closed with the token. Now the
+    front ends a revoked principal's sessions within a second or two: the stream ends, the session id is gone."""
+    import threading
+
+    carol, alice = add_token("carol"), add_token("alice")
+    with serving() as url:
+        session = open_session(url, carol)
+        other = open_session(url, alice)
+        ended: list[str] = []
+        headers = {**ACCEPT, **session, "Authorization": f"Bearer {carol}", "Accept": "text/event-stream"}
+
+        def listen() -> None:
+            try:
+                with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(30, read=20)) as stream:
+                    assert stream.status_code == 200
+                    for _ in stream.iter_bytes():
+                        pass
+                ended.append("ended")
+            except httpx.ReadTimeout:
+                ended.append("still open after 20 s")
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        assert not ended
+        run_cli("token", "revoke", "carol", check=True)
+        listener.join(timeout=40)
+        assert ended == ["ended"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        assert post(url, listing, alice, **other).status_code == 200  # another token's session goes on
