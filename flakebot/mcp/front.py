@@ -22,6 +22,7 @@ one active token (BindRefused), before it binds.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -197,10 +198,13 @@ class StoreVerifier:
 class AdmittedCalls:
     """ASGI: a POST's JSON-RPC request counted against its token's requests per minute (a `tools/call` against its
     calls per minute, anything else against a wider window); past it, 429 with Retry-After (and a JSON-RPC error
-    naming the wait), a tool call audited as refused. Everything else passes unchanged (the body replayed)."""
+    naming the wait), a tool call audited as refused (up to the token's calls per minute of refusals a minute: past
+    them a flood of 429s would grow the audit at the network's speed). Everything else passes unchanged (the body
+    replayed)."""
 
     def __init__(self, app: Any, store: TokenStore, admission: Admission, audit: Audit) -> None:
         self.app, self.store, self.admission, self.audit = app, store, admission, audit
+        self._refusals: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         principal = principal_of_scope(scope, self.store)
@@ -214,7 +218,7 @@ class AdmittedCalls:
             await self.app(scope, _replaying(messages, receive), send)
             return
         request_id, method, tool, arguments = request
-        if method == "tools/call":  # what the audit records: tool calls (a refused flood of listings is not kept)
+        if method == "tools/call" and self._audit_refusal(principal):  # a refused flood of listings is not kept
             self.audit.record(principal, method, tool=tool, arguments=arguments, outcome="refused")
         message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
         error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}
@@ -226,6 +230,18 @@ class AdmittedCalls:
         ]
         await send({"type": "http.response.start", "status": 429, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+
+    def _audit_refusal(self, principal: Principal) -> bool:
+        """Whether this refusal goes to the audit: fewer than the token's calls per minute were audited in the last
+        minute."""
+        now, audited = time.monotonic(), self._refusals[principal.id]
+        while audited and audited[0] <= now - 60:
+            audited.popleft()
+        if len(audited) >= principal.calls_per_minute:
+            logger.debug("refusal of %s's tool call not audited: %d audited this minute", principal.name, len(audited))
+            return False
+        audited.append(now)
+        return True
 
 
 async def _read_body(receive: Any) -> tuple[list[Any], bytes]:

@@ -198,3 +198,17 @@ def test_revoking_a_token_ends_its_open_sessions(flakebot_home: Path) -> None:
         assert ended == ["ended"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
         assert post(url, listing, alice, **other).status_code == 200  # another token's session goes on
+
+
+def test_a_flood_of_refused_calls_does_not_grow_the_audit_without_bound(flakebot_home: Path, workdir: Path) -> None:
+    """Each tool call refused at the rate limit was one audit line: a token past its limit could grow the audit at
+    the network's speed (a disk filled by 429s). Refusals are audited up to the token's calls per minute a minute."""
+    flood = add_token("flood", "--calls-per-minute", "2")
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+    with serving() as url:
+        session = open_session(url, flood)
+        answers = [post(url, call, flood, **session).status_code for _ in range(40)]
+    assert answers[:2] == [200, 200] and set(answers[2:]) == {429}
+    records = [json.loads(line) for line in (workdir / "team/audit.jsonl").read_text().splitlines()]
+    outcomes = [r["outcome"] for r in records if r["method"] == "tools/call"]
+    assert outcomes == ["ok", "ok", "refused", "refused"], outcomes
