@@ -26,6 +26,7 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -123,6 +124,18 @@ class TeamMCP(FlakebotMCP):
         if principal is None:  # not through the front's auth (cannot happen over HTTP): one owner for all such calls
             return "token:none", jobs.Limits(machine.machine, 1)
         return self.admission.job_owner(principal, machine)
+
+    def work(self, name: str, args: dict[str, Any]) -> Any:
+        """A long tool's work, checked: over the front, `package`'s flake directory (`out`) lies beneath a grant root
+        (a network caller writes nowhere else; over stdio it is the local user's own choice). Both doors (a call, a
+        task) check here, before any job starts."""
+        out = args.get("out") if name == "package" else None
+        if isinstance(out, str) and out:
+            from flakebot.deliver.grants import grants
+
+            source = Path(os.path.realpath(self.start / Path(out).expanduser()))
+            grants(self.settings(), self.start).check(out, source)
+        return super().work(name, args)
 
     def task_owner(self, ctx: Any) -> str:
         """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder

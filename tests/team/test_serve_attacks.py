@@ -212,3 +212,30 @@ def test_a_flood_of_refused_calls_does_not_grow_the_audit_without_bound(flakebot
     records = [json.loads(line) for line in (workdir / "team/audit.jsonl").read_text().splitlines()]
     outcomes = [r["outcome"] for r in records if r["method"] == "tools/call"]
     assert outcomes == ["ok", "ok", "refused", "refused"], outcomes
+
+
+def test_package_writes_its_flake_only_beneath_a_grant_root(
+    flakebot_home: Path, workdir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`package`'s `out` was any directory the server's user may make (new or empty, its parents made too; an earlier
+    flakebot flake there removed): a token holder wrote beyond the grant roots the docs promise. Over the front it
+    must now lie beneath a grant root (the directory serve started in, --grant-root), by call and by task alike."""
+    token = add_token("alice")
+    outside = tmp_path_factory.mktemp("elsewhere") / "made-by-a-caller"
+    target = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    arguments = {"target": target, "out": str(outside), "detach": True}
+    granted = tmp_path_factory.mktemp("granted")
+    try:
+        with serving("--grant-root", str(granted)) as url:
+            session = open_session(url, token)
+            called = rpc(url, token, session, "tools/call", {"name": "package", "arguments": arguments})
+            text = json.loads(called["result"]["content"][0]["text"])
+            assert called["result"]["isError"] and "outside every grant root" in text["error"], text
+            tasked = rpc(url, token, session, "tools/call", {"name": "package", "arguments": arguments, "task": {}})
+            assert "outside every grant root" in tasked["error"]["message"], tasked
+            inside = {**arguments, "out": str(granted / "flake-out")}  # beneath the server's --grant-root: taken
+            taken = rpc(url, token, session, "tools/call", {"name": "package", "arguments": inside})
+            assert "grant root" not in taken["result"]["content"][0]["text"], taken
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    assert not outside.exists()
