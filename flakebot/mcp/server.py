@@ -125,6 +125,10 @@ class FlakebotMCP:
         (max_session_jobs); the team front (mcp/front.py) counts by token."""
         return self.session, jobs.Limits.of(self.settings())
 
+    def task_owner(self, ctx: Any) -> str | None:
+        """Whose tasks a request may see: over stdio every task of this user (None); the team front narrows it."""
+        return None
+
     def settings(self) -> config.Settings:
         from flakebot.deliver.grants import widened
 

@@ -6,9 +6,10 @@ is answered at once with a CreateTaskResult whose taskId is ID. ID.task.json bes
 the job's process id, when it was created, its ttl and whether it was cancelled. Everything else is read from those
 files, so any `flakebot mcp` of the same user answers tasks/get, tasks/result, tasks/list and tasks/cancel for a
 task another one created (LangChain's adapters start a server per call). The files are the user's own, so a task
-is as private as the state directory; its id carries 64 random bits besides. Behind the team front a task is its
-tenant's only (the server's `may_see`: another tenant's is "no task", as an unknown one), and the front's subclass
-(flakebot.mcp.queued.QueueTasks) also answers the crafts it queued, from their rows.
+is as private as the state directory; its id carries 64 random bits besides. Under `flakebot serve` a task answers
+only the token that started it (the record's owner, server.task_owner), within its tenant (the server's `may_see`):
+another's is "no task", as an unknown one, and tasks/list leaves it out. The front's subclass
+(flakebot.mcp.queued.QueueTasks) also answers the crafts it queued, from their rows, to the tenant's agents.
 
 Status: working while the job's process runs (its pid with the start time the record keeps, pipeline.jobs: a pid
 given to another process since is not the job) and its journal has no result; completed once the journal ends with a
@@ -80,6 +81,10 @@ class Jobs(Protocol):
 
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
         """Start a long tool's work detached; its process and journal."""
+
+    def task_owner(self, ctx: Any) -> str | None:
+        """Whose tasks the request `ctx` may see: None, every task of this user (stdio); under `flakebot serve`, the
+        caller's token (a task answers only the token that started it)."""
 
     def journal(self, journal: Path) -> list[dict[str, Any]]:
         """A journal's lines: events, then {result} or {error}."""
@@ -158,6 +163,7 @@ class Tasks:
         task_id = journal.stem
         self.processes[task_id] = process
         record = {"format": 1, "tool": params.name, "pid": process.pid, "created": time.time(), "ttl": ttl}
+        record["owner"] = self.jobs.task_owner(ctx)
         record["start_time"] = processid.start_time(process.pid)  # the job's identity: its pid may be another's later
         atomic_write_json(self._record_path(task_id), record)
         logger.info("task %s: %s in process %d", task_id, params.name, process.pid)
@@ -205,8 +211,10 @@ class Tasks:
         """Each task the caller may see, by how tasks/list orders it (when it was created, then its id), with how to
         read it (None once it expired)."""
 
+        owner = self.jobs.task_owner(ctx)
+
         def reader(task_id: str) -> Callable[[], types.Task | None]:
-            return lambda: view.task if (view := self._view(task_id)) is not None else None
+            return lambda: view.task if (view := self._view(task_id, owner)) is not None else None
 
         keys = (key for key in map(_record_key, self._records()) if key is not None)
         return {key: reader(key[1]) for key in keys if self.jobs.may_see(ctx, key[1])}
@@ -250,18 +258,19 @@ class Tasks:
         return list(directory.glob("*.task.json")) if directory.is_dir() else []
 
     def _known(self, task_id: str, ctx: Any) -> TaskView:
-        """The task, or the one "no task" error whether it is unknown, expired or another tenant's."""
+        """The task, or the one "no task" error whether it is unknown, expired, or another token's or tenant's."""
         seen = TASK_ID.fullmatch(task_id) and self.jobs.may_see(ctx, task_id)
-        view = self._view(task_id) if seen else None
+        view = self._view(task_id, self.jobs.task_owner(ctx)) if seen else None
         if view is None:
             raise no_task(task_id)
         return view
 
-    def _view(self, task_id: str) -> TaskView | None:
-        """The task now, or None if there is none (or it expired: then its record goes)."""
+    def _view(self, task_id: str, owner: str | None) -> TaskView | None:
+        """The task now, or None if there is none, it is another owner's (`owner` None: any owner's), or it expired
+        (then its record goes)."""
         path = self._record_path(task_id)
         record = _read_record(path)
-        if record is None:
+        if record is None or (owner is not None and record.get("owner") != owner):
             return None
         journal = path.with_name(f"{task_id}.jsonl")
         self._reap(task_id)

@@ -1,8 +1,11 @@
 """Admission per token: what one principal may start now, whichever session or front it comes through.
 
-Two limits, both per token (never per session: a client that opens sessions at will must not multiply its share):
+Limits, all per token (never per session: a client that opens sessions at will must not multiply its share):
 - tool calls per minute, over a sliding window of the last 60 s; a call past it is refused with the seconds until the
   oldest call in the window leaves it (what HTTP's Retry-After says);
+- every other request (tools/list, tasks/get, ping, initialize...) per minute, in a window of its own that is
+  OTHER_REQUESTS times as wide: an agent lists and polls freely, but no request is free of limits (a flood of
+  tools/list each ran the catalog's definitions and wrote an audit line, at network speed);
 - concurrent long jobs (craft, improve, package, resume, service_up): pipeline.jobs counts their records per owner
   under its lock, so here a token only names its owner key and its cap (jobs of one token across sessions, and
   across fronts sharing the workdir, count together).
@@ -29,6 +32,7 @@ from flakebot.team.tokens import Principal
 logger = logging.getLogger(__name__)
 
 WINDOW_SECONDS = 60.0
+OTHER_REQUESTS = 10  # requests other than tools/call a token may make per tool call it may make
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,8 @@ class Refusal:
 
 
 class Admission(Protocol):
-    def admit_call(self, principal: Principal) -> Refusal | None:
-        """Count a tool call of `principal`, or refuse it (nothing counted)."""
+    def admit_call(self, principal: Principal, method: str = "tools/call") -> Refusal | None:
+        """Count a request of `principal` (a tool call, or another JSON-RPC method), or refuse it (nothing counted)."""
         ...
 
     def job_owner(self, principal: Principal, machine: Limits) -> tuple[str, Limits]:
@@ -53,18 +57,20 @@ class MemoryAdmission:
     """Admission for one front: each principal's calls of the last minute, in memory."""
 
     def __init__(self) -> None:
-        self._calls: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        self._calls: dict[tuple[str, bool], collections.deque[float]] = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
 
-    def admit_call(self, principal: Principal) -> Refusal | None:
+    def admit_call(self, principal: Principal, method: str = "tools/call") -> Refusal | None:
         now = time.monotonic()
+        call = method == "tools/call"
+        limit = principal.calls_per_minute * (1 if call else OTHER_REQUESTS)
         with self._lock:
-            window = self._calls[principal.id]
+            window = self._calls[principal.id, call]
             while window and window[0] <= now - WINDOW_SECONDS:
                 window.popleft()
-            if len(window) >= principal.calls_per_minute:
+            if len(window) >= limit:
                 wait = max(1, math.ceil(window[0] + WINDOW_SECONDS - now))
-                return refusal(principal, len(window), wait)
+                return refusal(principal, len(window), wait, call=call)
             window.append(now)
         return None
 
@@ -74,12 +80,13 @@ class MemoryAdmission:
         return f"token:{principal.id}", Limits(machine.machine, cap, "its concurrent crafts (token add)", owner)
 
 
-def refusal(principal: Principal, calls: int, wait: float) -> Refusal:
+def refusal(principal: Principal, calls: int, wait: float, *, call: bool = True) -> Refusal:
+    """The refusal of a request past its token's window: tool calls against its calls per minute, other requests
+    against OTHER_REQUESTS times that."""
     seconds = max(1, math.ceil(wait))
-    reason = (
-        f"token {principal.name!r} made {calls} tool calls in the last minute "
-        f"(its limit: {principal.calls_per_minute}); wait {seconds} s"
-    )
+    what = "tool calls" if call else "requests other than tool calls"
+    limit = principal.calls_per_minute * (1 if call else OTHER_REQUESTS)
+    reason = f"token {principal.name!r} made {calls} {what} in the last minute (its limit: {limit}); wait {seconds} s"
     return Refusal(reason, seconds)
 
 
@@ -92,7 +99,9 @@ class SharedAdmission(MemoryAdmission):
         super().__init__()
         self.queue = queue
 
-    def admit_call(self, principal: Principal) -> Refusal | None:
+    def admit_call(self, principal: Principal, method: str = "tools/call") -> Refusal | None:
+        if method != "tools/call":  # the wider window of other requests: this front's own count
+            return super().admit_call(principal, method)
         try:
             refused = self.queue.admit_call(principal.id, principal.calls_per_minute, WINDOW_SECONDS)
         except FlakebotError as exc:

@@ -11,6 +11,7 @@ new token, which is a new principal (its own id).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -18,6 +19,7 @@ import logging
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -66,7 +68,7 @@ class TokenStore:
     def __init__(self, workdir: Path) -> None:
         self.directory = team_dir(workdir)
         self.path = self.directory / "tokens.json"
-        self._seen: tuple[int, int, int] | None = None
+        self._seen: tuple[int, ...] | None = None
         self._by_hash: dict[str, Principal] = {}
 
     # ---------------------------------------------------------------- administration
@@ -121,10 +123,16 @@ class TokenStore:
     # ---------------------------------------------------------------- a request's token
 
     def verify(self, token: str) -> Principal | None:
-        """The active principal `token` belongs to, or None (unknown, revoked, malformed)."""
+        """The active principal `token` belongs to, or None (unknown, revoked, malformed, or a store that became
+        unsafe or unreadable while serving: every token refused, the reason logged)."""
         if not token.startswith(PREFIX) or len(token) > 200:
             return None
-        self._refresh()
+        try:
+            self._refresh()
+        except TeamError as exc:
+            logger.error("refusing every token: %s", exc.one_line())
+            self._by_hash, self._seen = {}, None
+            return None
         return self._by_hash.get(_digest(token))  # a lookup by digest: its timing says nothing about the token
 
     def active(self) -> list[Principal]:
@@ -132,9 +140,12 @@ class TokenStore:
         return list(self._by_hash.values())
 
     def _refresh(self) -> None:
-        try:
-            st = os.stat(self.path)
-            seen: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        try:  # the file and its directory as they are, links not followed: a chmod, chown or a link changes ctime
+            seen: tuple[int, ...] | None = tuple(
+                value
+                for st in (os.lstat(self.directory), os.lstat(self.path))
+                for value in (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+            )
         except FileNotFoundError:
             seen = None
         if seen == self._seen and seen is not None:
@@ -146,7 +157,7 @@ class TokenStore:
 
     def _read(self) -> list[dict[str, Any]]:
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(_read_own(self.directory, self.path))
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as exc:
@@ -169,6 +180,45 @@ class TokenStore:
             yield records
             # atomic_write_text makes its file with mkstemp: mode 0600 from the start
             atomic_write_text(self.path, json.dumps({"format": FORMAT, "tokens": records}, indent=2) + "\n")
+
+
+def _read_own(directory: Path, path: Path) -> bytes:
+    """The store's bytes, if only this user could have written them: a link (at the file or as its directory), a file
+    or directory of another user, or one others may write, could hold a hash someone else chose, i.e. a token of
+    theirs. Raises TeamError (FileNotFoundError when there is no store yet)."""
+    fix = f"make {directory} and {path.name} this user's own, not writable by others (chmod 700 / 600), no links"
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        folder = os.open(directory, flags | os.O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise TeamError(f"the token store's directory {directory} is a symbolic link: refused", fix=fix) from None
+        raise
+    try:
+        _check_own(folder, directory, fix)
+        try:
+            fd = os.open(path.name, flags, dir_fd=folder)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise TeamError(f"the token store {path} is a symbolic link: refused", fix=fix) from None
+            raise
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(_check_own(fd, path, fix).st_mode):
+                raise TeamError(f"the token store {path} is not a regular file", fix=fix)
+            return file.read()
+    finally:
+        os.close(folder)
+
+
+def _check_own(fd: int, place: Path, fix: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        mode = stat.S_IMODE(st.st_mode)
+        raise TeamError(
+            f"the token store's {place} is not this user's alone (owner uid {st.st_uid}, mode {mode:o}): refused",
+            fix=fix,
+        )
+    return st
 
 
 def _digest(token: str) -> str:
