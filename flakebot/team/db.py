@@ -1,8 +1,10 @@
 """The team's PostgreSQL database: a connection, and the schema made (idempotently) on every connect.
 
 Tables: `tenants` (each tenant's quotas and share of the workers), `jobs` (the work queue: one row per craft, its
-need's digest, request, state, worker, lease and result) and `audit` (append-only: a trigger refuses UPDATE and
-DELETE). A URL's password never reaches a log: `shown()` is the URL as logs and errors say it.
+need's digest, request, state, worker, lease and result) and `audit` (append-only: triggers refuse UPDATE,
+DELETE and TRUNCATE; a table's owner can still drop them, so the role workers and fronts connect as should not own
+the tables: docs/team-workers.md). A URL's password never reaches a log: `shown()` is the URL as logs and errors
+say it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: TRUNCATE of audit refused too (SCHEMA is idempotent: an older database just runs it)
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 
@@ -67,6 +69,9 @@ BEGIN
     RAISE EXCEPTION 'the audit table is append-only';
 END $$;
 CREATE OR REPLACE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit
+    FOR EACH STATEMENT EXECUTE FUNCTION flakebot_audit_append_only();
+-- TRUNCATE fires no UPDATE or DELETE trigger: it has its own
+CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
     FOR EACH STATEMENT EXECUTE FUNCTION flakebot_audit_append_only();
 """
 

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -17,7 +18,7 @@ from flakebot.team import db, queue
 
 
 def craft(need: str, **options: Any) -> RunRequest:
-    return RunRequest(need=need, registry="local", offline=True, **options)
+    return RunRequest(need=need, registry="local", **options)
 
 
 def raced(database: str, task: Callable[[Any, int], Any], threads: int = 2) -> list[list[Any]]:
@@ -74,6 +75,10 @@ def test_a_job_is_enqueued_claimed_once_and_finished(database: str) -> None:
     with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
         with conn.transaction():
             conn.execute("DELETE FROM audit")
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"):  # no row trigger sees a TRUNCATE
+        with conn.transaction():
+            conn.execute("TRUNCATE audit")
+    assert conn.execute("SELECT count(*) AS n FROM audit").fetchone() == {"n": 3}
     conn.close()
 
 
@@ -198,3 +203,26 @@ def test_workers_claiming_at_once_never_take_one_job_twice(database: str) -> Non
 
     first, second = raced(database, worker)
     assert sorted(first + second) == sorted(jobs)  # each job once, none left
+
+
+def test_a_role_that_does_not_own_the_tables_works_the_queue_but_cannot_rewrite_the_audit(database: str) -> None:
+    """The grants docs/team-workers.md gives the workers' role: enough for the queue, not for dropping the triggers."""
+    db.connect(database).close()  # the schema made by the owner
+    name = database.rsplit("/", 1)[1]
+    with psycopg.connect(database, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE worker_{name} LOGIN PASSWORD 'pw-{name}'")
+        owner.execute(f"GRANT SELECT ON flakebot_schema TO worker_{name}")
+        owner.execute(f"GRANT SELECT, INSERT, UPDATE ON jobs, tenants TO worker_{name}")
+        owner.execute(f"GRANT SELECT, INSERT ON audit TO worker_{name}")
+        owner.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO worker_{name}")
+    where = urlsplit(database)
+    conn = db.connect(where._replace(netloc=f"worker_{name}:pw-{name}@{where.hostname}:{where.port}").geturl())
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a CSV deduper")).job_id
+    job = queue.claim(conn, "w1", lease_seconds=30)
+    assert job is not None and job["id"] == job_id
+    assert queue.finish(conn, job_id, "w1", result={"status": "crafted"}, error=None)
+    for sql in ("TRUNCATE audit", "DROP TRIGGER audit_append_only ON audit", "ALTER TABLE audit DISABLE TRIGGER ALL"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with conn.transaction():
+                conn.execute(sql)
+    conn.close()
