@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flakebot.errors import QuotaExceeded
+from flakebot.errors import QuotaExceeded, UsageError
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,6 +36,8 @@ DEFAULT_MAX_IN_FLIGHT = 4  # a tenant's queued + running crafts, until set_quota
 DEFAULT_MAX_PER_DAY = 100  # crafts a tenant may enqueue per UTC day
 MAX_ATTEMPTS = 3  # claims of one job: a job whose workers keep dying is failed, not claimed forever
 WINDOW = "24 hours"  # the share used is measured over this window (as Hydra's scheduler does)
+REGISTRIES = ("auto", "crates-io", "local")  # a tenant's registry: by name only (a path would be the worker's)
+REMOTE_SCHEMES = ("https://", "http://", "git://", "ssh://", "git@")  # a tenant's `from`: a repository, not a path
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,44 @@ def need_digest(kind: str, request: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def tenant_request(kind: str, data: Any) -> RunRequest:
+    """A job's request as a tenant may ask it, whoever wrote the row: the arguments of the MCP tool of `kind` only
+    (the door a team's front serves), checked as that door checks them (flakebot.validation, the command table's
+    schema), and nothing a worker owns: no setting overridden (sandbox, workdir, limits, builders...), no path on
+    the worker's host (a spec file, a scripted model's script, a directory registry, a local crate to start from).
+    What else a craft needs (model, offline, registry paths) is the worker's own settings. UsageError otherwise."""
+    import dataclasses
+
+    from flakebot.commands.table import by_mcp_name
+    from flakebot.mcp.tooltable import arguments, input_schema, request_args
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.validation import check_arguments
+
+    command = by_mcp_name().get(kind)
+    if not isinstance(data, dict) or command is None:
+        raise UsageError(f"a {kind} job's request must be an object", fix="enqueue it with flakebot.team.queue")
+    param = next(p for p in command.params("mcp") if p.param.request)
+    offered = {path: name for name, (path, _) in request_args(param).items()}
+    defaults = {f.name: f.default_factory() if callable(f.default_factory) else f.default
+                for f in dataclasses.fields(RunRequest)}  # fmt: skip
+    for key, value in data.items():
+        if key not in offered and (key not in defaults or value != defaults[key]):
+            raise UsageError(
+                f"a {kind} job's request sets {key!r}, which no tenant may set",
+                fix=f"a tenant's request takes only: {', '.join(offered.values())}",
+            )
+    given = {offered[path]: value for path, value in data.items() if path in offered and value is not None}
+    check_arguments(kind, given, input_schema(command))
+    request: RunRequest = arguments(command, given)[param.name]
+    if request.model and request.model.startswith("scripted:"):
+        raise UsageError("a tenant's model cannot be a script on the worker", fix="name a provider's model")
+    if request.registry and request.registry not in REGISTRIES:
+        raise UsageError(f"a tenant's registry is one of {', '.join(REGISTRIES)}", fix="leave registry out")
+    if request.from_location and not request.from_location.startswith(REMOTE_SCHEMES):
+        raise UsageError("a tenant's 'from' is a repository URL (https, git, ssh)", fix="not a path on the worker")
+    return request
+
+
 def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, shares: int = 1) -> None:
     """A tenant's quotas and its share of the workers (made if new)."""
     with conn.transaction():
@@ -71,7 +111,7 @@ def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, 
 def enqueue(conn: Conn, tenant: str, principal: str, request: RunRequest, kind: str = "craft") -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day."""
-    data = request.to_dict()
+    data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
@@ -25,11 +26,17 @@ LEASE = "4"  # seconds: a killed worker's job is free again this soon
 
 
 @contextmanager
-def worker(database: str, log: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A `flakebot worker --once` in a session of its own (killed with all its children if still running)."""
+def worker(
+    database: str, log: Path, *extra: str, model: str = f"scripted:{SESSION}"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `flakebot worker --once` in a session of its own (killed with all its children if still running), offline,
+    with `model` (the worker's settings choose them: a tenant's row may not)."""
     argv = [*FLAKEBOT, "worker", "--database", database, "--once", "--lease", LEASE, "--json", *extra]
+    env = {**os.environ, "FLAKEBOT_MODEL": model, "FLAKEBOT_OFFLINE": "true"}
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd())
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd(), env=env
+        )
     try:
         yield proc
     finally:
@@ -58,11 +65,11 @@ def test_a_waiting_worker_reconnects_after_the_database_restarts(
     postgres: Cluster, database: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "worker.log"
-    with worker(database, log) as proc:
+    with worker(database, log, model="scripted:/nonexistent.json") as proc:
         wait_for(lambda: listening(database), timeout=60, interval=0.2)
         postgres.restart()
         with db.connect(database) as conn:  # a craft that fails at its first check: no model script there
-            asked = RunRequest(need="need a csv deduper", model="scripted:/nonexistent.json", registry="local")
+            asked = RunRequest(need="need a csv deduper", registry="local")
             job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
         assert proc.wait(timeout=90) == 0, log.read_text()
     row = job_row(database, job_id)
@@ -98,7 +105,7 @@ def test_an_unreachable_database_is_one_line_without_its_password(postgres: Clus
 def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_path: Path, workdir: Path) -> None:
     require("bwrap", "cargo", "nix")
     with db.connect(database) as conn:
-        asked = RunRequest(need="need a CSV deduper", model=f"scripted:{SESSION}", registry="local", offline=True)
+        asked = RunRequest(need="need a CSV deduper", registry="local")
         job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
     with worker(database, tmp_path / "first.log", "--name", "first") as first:
         run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
@@ -121,7 +128,7 @@ def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_
 def test_a_worker_stopped_mid_craft_hands_its_job_back_at_once(database: str, tmp_path: Path, workdir: Path) -> None:
     require("bwrap", "cargo", "nix")
     with db.connect(database) as conn:
-        asked = RunRequest(need="need a CSV deduper", model=f"scripted:{SESSION}", registry="local", offline=True)
+        asked = RunRequest(need="need a CSV deduper", registry="local")
         job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
     log = tmp_path / "worker.log"
     with worker(database, log, "--lease", "600") as proc:  # a lease that would hold the job for ten minutes
@@ -135,3 +142,65 @@ def test_a_worker_stopped_mid_craft_hands_its_job_back_at_once(database: str, tm
     with db.connect(database) as conn:
         again = queue.claim(conn, "next", 30)
     assert again is not None and again["id"] == job_id  # free now, not after the ten minutes
+
+
+def forge(database: str, request: Any) -> int:
+    """A job row written straight into the table, as anyone with the database's password could."""
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=99, max_per_day=99)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES ('acme', 'mallory', 'craft', "
+            "md5(random()::text), %s) RETURNING id",
+            (Jsonb(request),),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_a_forged_job_row_cannot_steer_the_worker(database: str, tmp_path: Path) -> None:
+    evil = tmp_path / "evil"
+    need = "need a csv deduper"
+    forged = {
+        "settings": {"need": need, "settings": {"sandbox": "off", "workdir": str(evil)}},
+        "sandbox": {"need": need, "sandbox": "off"},
+        "spec_file": {"need": need, "spec_file": "/etc/passwd"},
+        "model": {"need": need, "model": "scripted:/etc/passwd"},
+        "registry": {"need": need, "registry": "/etc"},
+        "from": {"need": need, "from_location": str(tmp_path)},
+        "need": {"need": ["not", "a", "string"]},
+        "unknown": {"need": need, "grant_root": "/"},
+    }
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(tmp_path / "w")}
+    for field_name, request in forged.items():
+        job_id = forge(database, request)
+        log = tmp_path / f"{field_name}.log"
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, log.read_text()
+        row = job_row(database, job_id)
+        assert row["state"] == "failed" and row["error"]["type"] == "UsageError", (field_name, row["error"])
+        assert "root:" not in json.dumps(row["error"]), row["error"]  # no host file's text in the job's error
+    assert not evil.exists() and not (tmp_path / "w" / "runs").exists()
+
+
+def test_a_forged_run_id_does_not_resume_another_tenants_run(database: str, tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    theirs = Run.create(work, "craft", RunRequest(need="need globex's secret pricing tool"))
+    before = (work / "runs" / theirs.id / "state.json").read_bytes()
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(work)}
+    for run_id in (theirs.id, theirs.id[:9]):
+        job_id = forge(database, {"need": "need a csv deduper"})
+        with db.connect(database) as conn:
+            conn.execute("UPDATE jobs SET run_id = %s WHERE id = %s", (run_id, job_id))
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        row = job_row(database, job_id)
+        assert row["state"] == "failed" and row["error"]["type"] == "ScriptError", row["error"]  # crafted afresh
+        assert row["error"]["run_id"] is None, row["error"]
+    assert (work / "runs" / theirs.id / "state.json").read_bytes() == before
