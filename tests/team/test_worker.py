@@ -90,8 +90,16 @@ def test_a_bad_lease_is_refused_before_connecting(database: str, tmp_path: Path)
     assert done.returncode == 2 and json.loads(done.stdout.splitlines()[-1])["type"] == "UsageError"
 
 
-def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster) -> None:
-    wrong = f"postgresql://flakebot:{postgres.password}@127.0.0.1:1/postgres"  # nothing listens on port 1
+@pytest.mark.parametrize(
+    "form",
+    [
+        "postgresql://flakebot:{pw}@127.0.0.1:1/postgres",
+        "postgresql://flakebot@127.0.0.1:1/postgres?password={pw}&sslmode=disable",
+        "host=127.0.0.1 port=1 user=flakebot password={pw} dbname=postgres",
+    ],
+)
+def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster, form: str) -> None:
+    wrong = form.format(pw=postgres.password)  # nothing listens on port 1; libpq takes each form
     done = subprocess.run(
         [*FLAKEBOT, "worker", "--database", wrong, "--once"], capture_output=True, text=True, timeout=60
     )
