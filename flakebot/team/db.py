@@ -22,6 +22,10 @@ logger = logging.getLogger(__name__)
 SCHEMA_VERSION = 2  # 2: TRUNCATE of audit refused too (SCHEMA is idempotent: an older database just runs it)
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
+# Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
+# lasts milliseconds, and a process stopped inside one (SIGSTOP, a paused VM) would hold its locks (the schema's,
+# a tenant's, a job's row) for every other worker and front until it ran again.
+IDLE_IN_TRANSACTION = 15
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS flakebot_schema (version integer PRIMARY KEY);
@@ -91,7 +95,10 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
     from flakebot.errors import HostError
 
     try:
-        conn = psycopg.connect(url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT, application_name=name)
+        conn = psycopg.connect(
+            url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT, application_name=name, autocommit=True
+        )
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}s'")
     except psycopg.Error as exc:
         raise HostError(
             f"cannot reach the team database {shown(url)}: {_first_line(exc)}",
@@ -103,7 +110,10 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
 
 
 def migrate(conn: psycopg.Connection[dict[str, object]]) -> None:
-    """Make the schema (idempotent), one process at a time."""
+    """Make the schema (idempotent), one process at a time. A current schema is seen without the lock: a process
+    stalled while holding it then delays only processes that must migrate (and only until the server ends it)."""
+    if _version(conn) >= SCHEMA_VERSION:
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         if _version(conn) >= SCHEMA_VERSION:

@@ -180,7 +180,8 @@ def _lost() -> tuple[type[Exception], ...]:
     """The errors that mean the database went away (reconnect), not a bug of ours."""
     import psycopg
 
-    return (psycopg.OperationalError, psycopg.InterfaceError, HostError)
+    # the server ends a session stopped inside a transaction (db.IDLE_IN_TRANSACTION): once running again, reconnect
+    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.IdleInTransactionSessionTimeout, HostError)
 
 
 def _reason(exc: Exception) -> str:

@@ -7,11 +7,13 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -212,3 +214,36 @@ def test_a_forged_run_id_does_not_resume_another_tenants_run(database: str, tmp_
         assert row["state"] == "failed" and row["error"]["type"] == "ScriptError", row["error"]  # crafted afresh
         assert row["error"]["run_id"] is None, row["error"]
     assert (work / "runs" / theirs.id / "state.json").read_bytes() == before
+
+
+def test_a_process_stalled_inside_a_transaction_stalls_nobody_for_long(database: str, tmp_path: Path) -> None:
+    """A process stopped (SIGSTOP, a paused VM) in the middle of one of flakebot's transactions, holding the locks
+    taken there (the schema's on connect, a tenant's on enqueue): other workers still connect and work, and the
+    server ends the stalled transaction so the tenant's enqueues go on."""
+    with db.connect(database) as conn:
+        job_id = queue.enqueue(conn, "acme", "alice", RunRequest(need="need a csv deduper")).job_id
+    stalled = db.connect(database)
+    stalled.execute("SELECT pg_advisory_xact_lock(%s)", (db.MIGRATION_LOCK,))  # as migrate() takes it
+    stalled.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (queue.TENANT_LOCK, "acme"))  # as enqueue
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(tmp_path / "w")}
+    done = subprocess.run(
+        [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert job_row(database, job_id)["state"] == "failed"
+    with db.connect(database) as conn:
+        started = time.monotonic()
+        queue.enqueue(conn, "acme", "alice", RunRequest(need="need a json pretty printer"))
+        assert time.monotonic() - started < db.IDLE_IN_TRANSACTION + 10
+    assert _gone(stalled)  # the server ended the stalled session, its locks with it
+    stalled.close()
+
+
+def _gone(conn: Any) -> bool:
+    """Whether the server closed `conn`'s session."""
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.Error:
+        return True
+    return False
