@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from typing import Annotated, Any
 
 from flakebot import config
@@ -63,9 +64,25 @@ def _craft_job(job: dict[str, Any], sink: EventSink, settings: config.Settings) 
     request = tenant_request(job["kind"], job["request"])  # a row anyone with the database's password may write
     resumed = _own_run(job, settings)
     if resumed:
+        _wait_for_driver(job, resumed, settings)
         logger.info("job %s: resuming its run %s", job["id"], resumed)
         return resume(resumed, sink=sink, settings=settings)
     return craft_request(request, sink=_marking(job, sink, settings), settings=settings).to_dict()
+
+
+def _wait_for_driver(job: dict[str, Any], run_id: str, settings: config.Settings) -> None:
+    """Wait while another process still drives the run (its worker stalled past the lease, then went on): resuming
+    it now would fail the job that process is finishing. Bounded by what the run itself may take (its edit loop's
+    wall time and a nix build); past that, resume says the run is busy and the job fails as before."""
+    from flakebot.pipeline.run import Run
+
+    run = Run.load(settings.path("workdir"), run_id)
+    if not run.driven():
+        return
+    logger.warning("job %s: its run %s is still driven by another process; waiting for it to end", job["id"], run_id)
+    deadline = time.monotonic() + settings.max_wall_seconds + settings.nix_build_timeout
+    while run.driven() and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def _marking(job: dict[str, Any], sink: EventSink, settings: config.Settings) -> EventSink:

@@ -247,3 +247,32 @@ def _gone(conn: Any) -> bool:
     except psycopg.Error:
         return True
     return False
+
+
+@pytest.mark.slow
+def test_a_stalled_workers_job_taken_over_ends_done_once(database: str, tmp_path: Path, workdir: Path) -> None:
+    """A worker stalled past its lease (SIGSTOP: its heartbeat stalls too) while it drives the run: the worker that
+    takes the job over waits for that run instead of failing the job, and records its one result."""
+    require("bwrap", "cargo", "nix")
+    with db.connect(database) as conn:
+        job_id = queue.enqueue(conn, "acme", "alice", RunRequest(need="need a CSV deduper", registry="local")).job_id
+    with worker(database, tmp_path / "first.log", "--name", "first") as first:
+        run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
+        events = workdir / "runs" / run_id / "events.jsonl"
+        wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
+        os.killpg(first.pid, signal.SIGSTOP)
+        try:
+            with worker(database, tmp_path / "second.log", "--name", "second") as second:
+                wait_for(lambda: job_row(database, job_id)["worker"] == "second", timeout=60, interval=0.2)
+                os.killpg(first.pid, signal.SIGCONT)
+                assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()
+                assert second.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGCONT)
+    row = job_row(database, job_id)
+    assert (row["state"], row["worker"], row["run_id"]) == ("done", "second", run_id), row
+    assert row["result"]["status"] == "crafted" and row["result"]["run_id"] == run_id
+    first_summary = json.loads((tmp_path / "first.log").read_text().splitlines()[-1])["result"]
+    assert first_summary["jobs"][0]["recorded"] is False  # the stalled worker's end was not written over it
+    assert Run.load(workdir, run_id).state["status"] == "succeeded"
