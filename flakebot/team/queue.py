@@ -34,6 +34,7 @@ CHANNEL = "flakebot_jobs"  # NOTIFY'd on every enqueue: waiting workers wake at 
 TENANT_LOCK = 0x666C6B71  # first key of pg_advisory_xact_lock(TENANT_LOCK, hashtext(tenant))
 DEFAULT_MAX_IN_FLIGHT = 4  # a tenant's queued + running crafts, until set_quota says otherwise
 DEFAULT_MAX_PER_DAY = 100  # crafts a tenant may enqueue per UTC day
+MAX_QUOTA = 2**31 - 1  # the integer columns' largest
 MAX_ATTEMPTS = 3  # claims of one job: a job whose workers keep dying is failed, not claimed forever
 WINDOW = "24 hours"  # the share used is measured over this window (as Hydra's scheduler does)
 REGISTRIES = ("auto", "crates-io", "local")  # a tenant's registry: by name only (a path would be the worker's)
@@ -98,7 +99,18 @@ def tenant_request(kind: str, data: Any) -> RunRequest:
 
 
 def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, shares: int = 1) -> None:
-    """A tenant's quotas and its share of the workers (made if new)."""
+    """A tenant's quotas and its share of the workers (made if new); each a whole number the column holds (0 refuses
+    every craft; shares at least 1), else one UsageError and nothing changed."""
+    for key, value, least in (
+        ("max_in_flight", max_in_flight, 0),
+        ("max_per_day", max_per_day, 0),
+        ("shares", shares, 1),
+    ):
+        if type(value) is not int or not least <= value <= MAX_QUOTA:
+            raise UsageError(
+                f"{key} must be a whole number from {least} to {MAX_QUOTA}, got {value!r}",
+                fix=f"give {key} as a whole number from {least} to {MAX_QUOTA}",
+            )
     with conn.transaction():
         conn.execute(
             "INSERT INTO tenants (name, max_in_flight, max_per_day, shares) VALUES (%s, %s, %s, %s) "

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from flakebot.errors import QuotaExceeded
+from flakebot.errors import QuotaExceeded, UsageError
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
 
@@ -225,4 +225,24 @@ def test_a_role_that_does_not_own_the_tables_works_the_queue_but_cannot_rewrite_
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             with conn.transaction():
                 conn.execute(sql)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_in_flight": -1, "max_per_day": 5},
+        {"max_in_flight": 5, "max_per_day": 2**40},
+        {"max_in_flight": 5, "max_per_day": 5, "shares": 0},
+        {"max_in_flight": True, "max_per_day": 5},
+        {"max_in_flight": 2.5, "max_per_day": 5},
+    ],
+)
+def test_a_bad_quota_is_one_usage_error_and_changes_nothing(database: str, limits: dict[str, Any]) -> None:
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=3, max_per_day=7)
+    with pytest.raises(UsageError):
+        queue.set_quota(conn, "acme", **limits)
+    row = conn.execute("SELECT max_in_flight, max_per_day, shares FROM tenants WHERE name = 'acme'").fetchone()
+    assert row == {"max_in_flight": 3, "max_per_day": 7, "shares": 1}
     conn.close()
