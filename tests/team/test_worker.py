@@ -276,3 +276,16 @@ def test_a_stalled_workers_job_taken_over_ends_done_once(database: str, tmp_path
     first_summary = json.loads((tmp_path / "first.log").read_text().splitlines()[-1])["result"]
     assert first_summary["jobs"][0]["recorded"] is False  # the stalled worker's end was not written over it
     assert Run.load(workdir, run_id).state["status"] == "succeeded"
+
+
+def test_a_second_worker_with_a_name_in_use_is_refused(database: str, tmp_path: Path) -> None:
+    """Two workers of one name would renew and finish each other's jobs (a lease is held by name)."""
+    with worker(database, tmp_path / "first.log", "--name", "twin"):
+        wait_for(lambda: listening(database), timeout=60, interval=0.2)
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--name", "twin"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "twin" in lines[0] and lines[0].startswith("error: "), done.stderr
