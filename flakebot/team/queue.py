@@ -61,34 +61,45 @@ def need_digest(kind: str, request: dict[str, Any]) -> str:
 
 
 def tenant_request(kind: str, data: Any) -> RunRequest:
-    """A job's request as a tenant may ask it, whoever wrote the row: the arguments of the MCP tool of `kind` only
-    (the door a team's front serves), checked as that door checks them (flakebot.validation, the command table's
-    schema), and nothing a worker owns: no setting overridden (sandbox, workdir, limits, builders...), no path on
-    the worker's host (a spec file, a scripted model's script, a directory registry, a local crate to start from).
-    What else a craft needs (model, offline, registry paths) is the worker's own settings. UsageError otherwise."""
+    """A job's request as a tenant may ask it, whoever wrote the row: the arguments the MCP tool of `kind` offers only
+    (the door a team's front serves, as flakebot.pipeline.request declares them), checked against that schema by
+    flakebot.validation as the door checks them, and nothing a worker owns: no setting overridden (sandbox, workdir,
+    limits, builders...), no path on the worker's host (a spec file, a scripted model's script, a directory registry,
+    a local crate to start from). What else a craft needs (model, offline, registry paths) is the worker's own
+    settings. UsageError otherwise."""
     import dataclasses
+    import typing
 
-    from flakebot.commands.table import by_mcp_name
-    from flakebot.mcp.tooltable import arguments, input_schema, request_args
-    from flakebot.pipeline.request import RunRequest
+    from flakebot.deliver.schema import Field, closed_object
+    from flakebot.pipeline.request import RunRequest, options
+    from flakebot.toolschema import json_schema
     from flakebot.validation import check_arguments
 
-    command = by_mcp_name().get(kind)
-    if not isinstance(data, dict) or command is None:
-        raise UsageError(f"a {kind} job's request must be an object", fix="enqueue it with flakebot.team.queue")
-    param = next(p for p in command.params("mcp") if p.param.request)
-    offered = {path: name for name, (path, _) in request_args(param).items()}
+    if kind != "craft" or not isinstance(data, dict):
+        raise UsageError(f"a {kind} job's request must be a craft's object", fix="enqueue it with flakebot.team.queue")
+    hints = typing.get_type_hints(RunRequest)
+    offered = {
+        f.name: (meta["mcp_name"] or f.name, bool(meta["positional"])) for f, meta in options(RunRequest, kind, "mcp")
+    }
     defaults = {f.name: f.default_factory() if callable(f.default_factory) else f.default
                 for f in dataclasses.fields(RunRequest)}  # fmt: skip
     for key, value in data.items():
         if key not in offered and (key not in defaults or value != defaults[key]):
             raise UsageError(
                 f"a {kind} job's request sets {key!r}, which no tenant may set",
-                fix=f"a tenant's request takes only: {', '.join(offered.values())}",
+                fix=f"a tenant's request takes only: {', '.join(name for name, _ in offered.values())}",
             )
-    given = {offered[path]: value for path, value in data.items() if path in offered and value is not None}
-    check_arguments(kind, given, input_schema(command))
-    request: RunRequest = arguments(command, given)[param.name]
+    kinds = {path: json_schema(hints[path])["type"] for path in offered}
+    schema = closed_object({name: Field(kinds[path], path, required) for path, (name, required) in offered.items()})
+    given = {offered[path][0]: value for path, value in data.items() if path in offered and value is not None}
+    check_arguments(kind, given, schema)
+    values: dict[str, Any] = {}
+    for path, (name, required) in offered.items():
+        value = given.get(name)
+        if required and not (isinstance(value, str) and value.strip()):
+            raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
+        values[path] = bool(value) if kinds[path] == "boolean" else (str(value) if value else None)
+    request = RunRequest(**values)
     if request.model and request.model.startswith("scripted:"):
         raise UsageError("a tenant's model cannot be a script on the worker", fix="name a provider's model")
     if request.registry and request.registry not in REGISTRIES:
