@@ -72,6 +72,7 @@ def tenant_request(kind: str, data: Any) -> RunRequest:
 
     from flakebot.deliver.schema import Field, closed_object
     from flakebot.pipeline.request import RunRequest, options
+    from flakebot.preflight import check_text
     from flakebot.toolschema import json_schema
     from flakebot.validation import check_arguments
 
@@ -99,7 +100,11 @@ def tenant_request(kind: str, data: Any) -> RunRequest:
         if required and not (isinstance(value, str) and value.strip()):
             raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
         values[path] = bool(value) if kinds[path] == "boolean" else (str(value) if value else None)
+    for name, value in values.items():  # jsonb holds no NUL: the database would refuse it with an error of its own
+        if isinstance(value, str) and "\x00" in value:
+            raise UsageError(f"the {name} holds a NUL character", fix=f"pass the {name} as plain text")
     request = RunRequest(**values)
+    check_text("need", request.need, example="need a CSV deduper")  # as craft checks it: empty, not UTF-8, too long
     if request.model and request.model.startswith("scripted:"):
         raise UsageError("a tenant's model cannot be a script on the worker", fix="name a provider's model")
     if request.registry and request.registry not in REGISTRIES:

@@ -246,3 +246,20 @@ def test_a_bad_quota_is_one_usage_error_and_changes_nothing(database: str, limit
     row = conn.execute("SELECT max_in_flight, max_per_day, shares FROM tenants WHERE name = 'acme'").fetchone()
     assert row == {"max_in_flight": 3, "max_per_day": 7, "shares": 1}
     conn.close()
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        craft("need a\x00 tool"),  # jsonb holds no NUL: the database would refuse it with its own error
+        craft("need a tool", name="tool\x00"),
+        craft("need a tool " + "very " * 20_000),
+        craft("   "),
+    ],
+)
+def test_a_need_no_craft_could_take_is_refused_at_enqueue(database: str, request_: RunRequest) -> None:
+    conn = db.connect(database)
+    with pytest.raises(UsageError):
+        queue.enqueue(conn, "acme", "alice", request_)
+    assert conn.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}
+    conn.close()
