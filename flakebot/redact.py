@@ -2,8 +2,8 @@
 (flakebot.fsutil.atomic_write_json), transcripts, and error messages (FlakebotError). Keys never leave the process.
 
 A secret is the value of an environment variable whose name looks secret (*_KEY, *_APIKEY, *_SECRET,
-*_PASSWORD, *_TOKEN, ...), or a string shaped like a key (sk-..., gsk_..., a bearer token, the
-password of a user:pass@ URL) wherever it appears.
+*_PASSWORD, *_TOKEN, ..., libpq's PGPASSWORD), or a string shaped like a key (sk-..., gsk_..., a bearer token, the
+password of a user:pass@ URL, password=... in a URL's query or a libpq connection string) wherever it appears.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from flakebot.modeltext import plain
 
 REDACTED = "[REDACTED]"
 # Environment variables whose values are secrets.
-SECRET_ENV = re.compile(r"(.*_|^)(KEY|APIKEY|SECRET|PASSWORD|PASSWD|PASS|TOKEN|CREDENTIALS?|AUTH)$")
+SECRET_ENV = re.compile(r"(.*_|^|PG)(KEY|APIKEY|SECRET|PASSWORD|PASSWD|PASS|TOKEN|CREDENTIALS?|AUTH)$")  # PG: libpq's
 # Strings that look like keys even when no environment variable holds them.
 SECRET_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"),
@@ -26,6 +26,7 @@ SECRET_PATTERNS = (
     re.compile(r"\bfbt_[A-Za-z0-9_\-]{20,}"),  # a flakebot team token (flakebot.team.tokens)
     re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{8,}"),
     re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@host in a URL
+    re.compile(r"(?i)(?<=\bpassword=)('(?:[^'\\]|\\.)*'|[^\s&']+)"),  # a URL's ?password=, a libpq key=value DSN's
 )
 SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey", "password", "token"}
 MIN_SECRET_LENGTH = 6  # shorter values ("1", "yes") would redact ordinary text

@@ -43,7 +43,7 @@ ALLOWED = {
     "evaluate": {"llm", "pipeline", "sandbox", "source"},
     "mcp": {"api", "commands", "deliver", "pipeline", "services", "team", "validation"},
     "services": {"deliver", "nix", "sandbox"},
-    "team": {"deliver", "pipeline"},
+    "team": {"deliver", "pipeline", "validation"},
 }
 NEVER_IMPORTED = {"cli", "mcp"}  # the outermost callers: nothing in the library reaches back to them
 

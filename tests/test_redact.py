@@ -11,7 +11,17 @@ from flakebot.redact import REDACTED, RedactFilter, redact_text
 
 
 @pytest.mark.parametrize(
-    "name", ["ANTHROPIC_API_KEY", "MY_APIKEY", "SERVICE_KEY", "DB_PASSWORD", "AWS_SECRET", "NPM_TOKEN", "HF_TOKEN"]
+    "name",
+    [
+        "ANTHROPIC_API_KEY",
+        "MY_APIKEY",
+        "SERVICE_KEY",
+        "DB_PASSWORD",
+        "AWS_SECRET",
+        "NPM_TOKEN",
+        "HF_TOKEN",
+        "PGPASSWORD",
+    ],
 )
 def test_secret_looking_variables_are_redacted(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv(name, "s3cr3t-value-123")

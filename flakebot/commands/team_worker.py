@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import time
 from typing import Annotated, Any
 
 from flakebot import config
 from flakebot.commands.common import settings_or_default
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import RunError, UsageError
-from flakebot.events import EventSink
+from flakebot.events import Event, EventSink
 
 logger = logging.getLogger(__name__)
 
 CLI = frozenset({"cli"})
+JOB_MARK = "team-job.json"  # in a run's directory: the job (id and tenant) the run was started for
 
 
 def worker(
@@ -54,20 +57,70 @@ def _craft_job(job: dict[str, Any], sink: EventSink, settings: config.Settings) 
     whose run is recorded (its last worker was lost) resumes that run, when it is in this worker's workdir."""
     from flakebot.commands.craft import craft_request
     from flakebot.commands.runs import resume
-    from flakebot.pipeline.request import RunRequest
-    from flakebot.pipeline.run import find_run_dir
+    from flakebot.team.queue import tenant_request
 
     if job["kind"] != "craft":
         raise UsageError(f"this worker does not know jobs of kind {job['kind']!r}", fix="upgrade the worker")
-    if job["run_id"]:
-        try:
-            find_run_dir(settings.path("workdir"), job["run_id"])
-        except RunError:
-            logger.warning("job %s: its run %s is not in this workdir; crafting afresh", job["id"], job["run_id"])
-        else:
-            logger.info("job %s: resuming its run %s", job["id"], job["run_id"])
-            return resume(job["run_id"], sink=sink, settings=settings)
-    return craft_request(RunRequest.from_dict(job["request"]), sink=sink, settings=settings).to_dict()
+    request = tenant_request(job["kind"], job["request"])  # a row anyone with the database's password may write
+    resumed = _own_run(job, settings)
+    if resumed:
+        _wait_for_driver(job, resumed, settings)
+        logger.info("job %s: resuming its run %s", job["id"], resumed)
+        return resume(resumed, sink=sink, settings=settings)
+    return craft_request(request, sink=_marking(job, sink, settings), settings=settings).to_dict()
+
+
+def _wait_for_driver(job: dict[str, Any], run_id: str, settings: config.Settings) -> None:
+    """Wait while another process still drives the run (its worker stalled past the lease, then went on): resuming
+    it now would fail the job that process is finishing. Bounded by what the run itself may take (its edit loop's
+    wall time and a nix build); past that, resume says the run is busy and the job fails as before."""
+    from flakebot.pipeline.run import Run
+
+    run = Run.load(settings.path("workdir"), run_id)
+    if not run.driven():
+        return
+    logger.warning("job %s: its run %s is still driven by another process; waiting for it to end", job["id"], run_id)
+    deadline = time.monotonic() + settings.max_wall_seconds + settings.nix_build_timeout
+    while run.driven() and time.monotonic() < deadline:
+        time.sleep(1)
+
+
+def _marking(job: dict[str, Any], sink: EventSink, settings: config.Settings) -> EventSink:
+    """`sink`, and as the job's run starts, the job written into the run's directory (JOB_MARK): what says later
+    that this run is this job's to resume."""
+    from flakebot.pipeline.run import find_run_dir
+
+    def marked(event: Event) -> None:
+        if event.kind == "run_started":
+            mark = find_run_dir(settings.path("workdir"), event.run_id) / JOB_MARK
+            mark.write_text(json.dumps(_job_key(job)))
+        sink(event)
+
+    return marked
+
+
+def _job_key(job: dict[str, Any]) -> dict[str, Any]:
+    return {"job": int(job["id"]), "tenant": str(job["tenant"])}
+
+
+def _own_run(job: dict[str, Any], settings: config.Settings) -> str | None:
+    """The run a job's row names when it is this job's to resume: that exact run (not a prefix) in this worker's
+    workdir, marked as this job's when it started. A row names any run its writer likes: another job's run (another
+    tenant's) is never resumed, its result would land in this job's row; the job is crafted afresh instead."""
+    from flakebot.pipeline.run import find_run_dir
+
+    run_id = job["run_id"]
+    if not run_id:
+        return None
+    try:
+        directory = find_run_dir(settings.path("workdir"), str(run_id))
+        mark = json.loads((directory / JOB_MARK).read_text())
+    except (RunError, OSError, ValueError):
+        mark, directory = None, None
+    if directory is None or directory.name != run_id or mark != _job_key(job):
+        logger.warning("job %s: its run %s is not this job's run in this workdir; crafting afresh", job["id"], run_id)
+        return None
+    return str(run_id)
 
 
 COMMANDS = [Command("worker", worker, doors=CLI, hints=Hints("Work a team's queue", open_world=True))]

@@ -30,6 +30,9 @@ SUPPORTED_FEATURES_FIELD = 5
 REMOTE_BUILD = re.compile(r"building '(/nix/store/[^']+\.drv)' on '([^']+)'")
 CONNECTION_LOST = ("unexpected end-of-file", "Connection reset", "Broken pipe", "closed by remote host")
 NO_MACHINE = "remote machines may not have all required system features"
+# A build's own output in Nix's log: under -L each line is prefixed `NAME> `, in an error's last lines `> `. Those are
+# the words of the code being built (a build script the model wrote), never Nix's account of its builders.
+BUILD_OUTPUT = re.compile(r"^\s*[^\s>]*> ")
 
 
 def toolchain_feature(facts: dict[str, Any], sysroot: Path) -> str:
@@ -121,7 +124,9 @@ def builder_nix_conf(standin: Path) -> str:
 
 def remote_failure(pname: str, tail: list[str]) -> NixError | None:
     """A failed build's NixError when a remote builder is why: the builder it ran on went away mid-build (Nix 2.8
-    moves a started build to no other builder), or no builder (nor this machine) may build it. None otherwise."""
+    moves a started build to no other builder), or no builder (nor this machine) may build it. None otherwise. Only
+    Nix's own lines count: a build printing the same words is an ordinary failed build."""
+    tail = [line for line in tail if not BUILD_OUTPUT.match(line)]
     if any(NO_MACHINE in line for line in tail):
         return NixError(
             f"nix build of {pname} failed: no builder offers what its derivations require ({NO_MACHINE})",

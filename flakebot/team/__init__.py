@@ -14,6 +14,7 @@ crafts over workers.
     tenancy.py    whose a front's detached job is (its tenant, beside its journal) and which runs a tenant made
     metrics.py    the front's metrics in Prometheus' text format: calls, latency, refusals, the queue's depth
 
-May import deliver, pipeline (and the leaves). The HTTP door itself lives with the other MCP door (flakebot.mcp.front):
+May import deliver, pipeline, validation (a job's request is checked as the doors check their
+arguments) and the leaves. The HTTP door itself lives with the other MCP door (flakebot.mcp.front):
 nothing in the library imports a door.
 """

@@ -1,8 +1,10 @@
 """The team's PostgreSQL database: a connection, and the schema made (idempotently) on every connect.
 
 Tables: `tenants` (each tenant's quotas and share of the workers), `jobs` (the work queue: one row per craft, its
-need's digest, request, state, worker, lease and result), `audit` (append-only: a trigger refuses UPDATE and
-DELETE) and `calls` (each token's tool calls of the last minute, for the fronts' shared admission). A URL's password never reaches a log: `shown()` is the URL as logs and errors say it.
+need's digest, request, state, worker, lease and result), `audit` (append-only: triggers refuse UPDATE, DELETE and
+TRUNCATE; a table's owner can still drop them, so the role workers and fronts connect as should not own the tables:
+docs/team.md) and `calls` (each token's tool calls of the last minute, for the fronts' shared admission). A URL's
+password never reaches a log: `shown()` is the URL as logs and errors say it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: calls (a token's tool calls of the last minute, counted by every front)
+SCHEMA_VERSION = 3  # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
+# Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
+# lasts milliseconds, and a process stopped inside one (SIGSTOP, a paused VM) would hold its locks (the schema's,
+# a tenant's, a job's row) for every other worker and front until it ran again.
+IDLE_IN_TRANSACTION = 15
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS flakebot_schema (version integer PRIMARY KEY);
@@ -74,6 +80,9 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit
     FOR EACH STATEMENT EXECUTE FUNCTION flakebot_audit_append_only();
+-- TRUNCATE fires no UPDATE or DELETE trigger: it has its own
+CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+    FOR EACH STATEMENT EXECUTE FUNCTION flakebot_audit_append_only();
 """
 
 
@@ -92,7 +101,10 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
     from flakebot.errors import HostError
 
     try:
-        conn = psycopg.connect(url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT, application_name=name)
+        conn = psycopg.connect(
+            url, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT, application_name=name, autocommit=True
+        )
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}s'")
     except psycopg.Error as exc:
         raise HostError(
             f"cannot reach the team database {shown(url)}: {_first_line(exc)}",
@@ -104,7 +116,10 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
 
 
 def migrate(conn: psycopg.Connection[dict[str, object]]) -> None:
-    """Make the schema (idempotent), one process at a time."""
+    """Make the schema (idempotent), one process at a time. A current schema is seen without the lock: a process
+    stalled while holding it then delays only processes that must migrate (and only until the server ends it)."""
+    if _version(conn) >= SCHEMA_VERSION:
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         if _version(conn) >= SCHEMA_VERSION:

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flakebot.errors import QuotaExceeded
+from flakebot.errors import QuotaExceeded, UsageError
 
 if TYPE_CHECKING:
     import psycopg
@@ -34,8 +34,11 @@ CHANNEL = "flakebot_jobs"  # NOTIFY'd on every enqueue: waiting workers wake at 
 TENANT_LOCK = 0x666C6B71  # first key of pg_advisory_xact_lock(TENANT_LOCK, hashtext(tenant))
 DEFAULT_MAX_IN_FLIGHT = 4  # a tenant's queued + running crafts, until set_quota says otherwise
 DEFAULT_MAX_PER_DAY = 100  # crafts a tenant may enqueue per UTC day
+MAX_QUOTA = 2**31 - 1  # the integer columns' largest
 MAX_ATTEMPTS = 3  # claims of one job: a job whose workers keep dying is failed, not claimed forever
 WINDOW = "24 hours"  # the share used is measured over this window (as Hydra's scheduler does)
+REGISTRIES = ("auto", "crates-io", "local")  # a tenant's registry: by name only (a path would be the worker's)
+REMOTE_SCHEMES = ("https://", "http://", "git://", "ssh://", "git@")  # a tenant's `from`: a repository, not a path
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,73 @@ def need_digest(kind: str, request: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def tenant_request(kind: str, data: Any) -> RunRequest:
+    """A job's request as a tenant may ask it, whoever wrote the row: the arguments the MCP tool of `kind` offers only
+    (the door a team's front serves, as flakebot.pipeline.request declares them), checked against that schema by
+    flakebot.validation as the door checks them, and nothing a worker owns: no setting overridden (sandbox, workdir,
+    limits, builders...), no path on the worker's host (a spec file, a scripted model's script, a directory registry,
+    a local crate to start from). What else a craft needs (model, offline, registry paths) is the worker's own
+    settings. UsageError otherwise."""
+    import dataclasses
+    import typing
+
+    from flakebot.deliver.schema import Field, closed_object
+    from flakebot.pipeline.request import RunRequest, options
+    from flakebot.preflight import check_text
+    from flakebot.toolschema import json_schema
+    from flakebot.validation import check_arguments
+
+    if kind != "craft" or not isinstance(data, dict):
+        raise UsageError(f"a {kind} job's request must be a craft's object", fix="enqueue it with flakebot.team.queue")
+    hints = typing.get_type_hints(RunRequest)
+    offered = {
+        f.name: (meta["mcp_name"] or f.name, bool(meta["positional"])) for f, meta in options(RunRequest, kind, "mcp")
+    }
+    defaults = {f.name: f.default_factory() if callable(f.default_factory) else f.default
+                for f in dataclasses.fields(RunRequest)}  # fmt: skip
+    for key, value in data.items():
+        if key not in offered and (key not in defaults or value != defaults[key]):
+            raise UsageError(
+                f"a {kind} job's request sets {key!r}, which no tenant may set",
+                fix=f"a tenant's request takes only: {', '.join(name for name, _ in offered.values())}",
+            )
+    kinds = {path: json_schema(hints[path])["type"] for path in offered}
+    schema = closed_object({name: Field(kinds[path], path, required) for path, (name, required) in offered.items()})
+    given = {offered[path][0]: value for path, value in data.items() if path in offered and value is not None}
+    check_arguments(kind, given, schema)
+    values: dict[str, Any] = {}
+    for path, (name, required) in offered.items():
+        value = given.get(name)
+        if required and not (isinstance(value, str) and value.strip()):
+            raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
+        values[path] = bool(value) if kinds[path] == "boolean" else (str(value) if value else None)
+    for name, value in values.items():  # jsonb holds no NUL: the database would refuse it with an error of its own
+        if isinstance(value, str) and "\x00" in value:
+            raise UsageError(f"the {name} holds a NUL character", fix=f"pass the {name} as plain text")
+    request = RunRequest(**values)
+    check_text("need", request.need, example="need a CSV deduper")  # as craft checks it: empty, not UTF-8, too long
+    if request.model and request.model.startswith("scripted:"):
+        raise UsageError("a tenant's model cannot be a script on the worker", fix="name a provider's model")
+    if request.registry and request.registry not in REGISTRIES:
+        raise UsageError(f"a tenant's registry is one of {', '.join(REGISTRIES)}", fix="leave registry out")
+    if request.from_location and not request.from_location.startswith(REMOTE_SCHEMES):
+        raise UsageError("a tenant's 'from' is a repository URL (https, git, ssh)", fix="not a path on the worker")
+    return request
+
+
 def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, shares: int = 1) -> None:
-    """A tenant's quotas and its share of the workers (made if new)."""
+    """A tenant's quotas and its share of the workers (made if new); each a whole number the column holds (0 refuses
+    every craft; shares at least 1), else one UsageError and nothing changed."""
+    for key, value, least in (
+        ("max_in_flight", max_in_flight, 0),
+        ("max_per_day", max_per_day, 0),
+        ("shares", shares, 1),
+    ):
+        if type(value) is not int or not least <= value <= MAX_QUOTA:
+            raise UsageError(
+                f"{key} must be a whole number from {least} to {MAX_QUOTA}, got {value!r}",
+                fix=f"give {key} as a whole number from {least} to {MAX_QUOTA}",
+            )
     with conn.transaction():
         conn.execute(
             "INSERT INTO tenants (name, max_in_flight, max_per_day, shares) VALUES (%s, %s, %s, %s) "
@@ -75,7 +143,7 @@ def enqueue(
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
     a token's concurrent crafts) the principal has that many of its own queued or running. Joining is never
     refused: it adds no craft."""
-    data = request.to_dict()
+    data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))

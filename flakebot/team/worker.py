@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 5.0  # a waiting worker looks again this often even without a NOTIFY (leases that ran out send none)
 RECONNECT_MAX = 5.0  # the longest pause between two attempts to reach the database
 WRITE_ATTEMPTS = 30  # a job's end is written back through this many reconnects before the worker gives up on it
+NAMEDATALEN = 63  # pg_stat_activity keeps this much of an application_name
 T = TypeVar("T")
 
 
@@ -54,13 +55,32 @@ class Worker:
     def run(self, once: bool = False) -> list[dict[str, Any]]:
         """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
         start is an error (a wrong URL says so at once); one lost later is waited for."""
-        self.connection()
+        self.check_name(self.connection())
         done = []
         while True:
             job = self.next_job()
             done.append(self.work(job))
             if once:
                 return done
+
+    def check_name(self, conn: Conn) -> None:
+        """Refuse to start beside a connected worker of the same name: a lease is held by name, so two would renew
+        and finish each other's jobs."""
+        from flakebot.errors import UsageError
+
+        twin = conn.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND pid <> pg_backend_pid()",
+            (self.application_name()[:NAMEDATALEN],),
+        ).fetchone()
+        if twin and twin["n"]:
+            raise UsageError(
+                f"a worker named {self.name} is already connected to the team database",
+                fix="give this worker another --name (or leave --name out: HOST:PID), or stop the other one first",
+            )
+
+    def application_name(self) -> str:
+        return f"flakebot worker {self.name}"
 
     def next_job(self) -> dict[str, Any]:
         """The next job claimed, waiting (NOTIFY or the poll) as long as none is there."""
@@ -118,7 +138,7 @@ class Worker:
 
     def connection(self) -> Conn:
         if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self.url, autocommit=True, name=f"flakebot worker {self.name}")
+            self._conn = db.connect(self.url, autocommit=True, name=self.application_name())
             self._conn.execute(f"LISTEN {queue.CHANNEL}")
             logger.info("worker %s connected to %s", self.name, db.shown(self.url))
         return self._conn
@@ -180,7 +200,8 @@ def _lost() -> tuple[type[Exception], ...]:
     """The errors that mean the database went away (reconnect), not a bug of ours."""
     import psycopg
 
-    return (psycopg.OperationalError, psycopg.InterfaceError, HostError)
+    # the server ends a session stopped inside a transaction (db.IDLE_IN_TRANSACTION): once running again, reconnect
+    return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.IdleInTransactionSessionTimeout, HostError)
 
 
 def _reason(exc: Exception) -> str:

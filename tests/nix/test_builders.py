@@ -187,3 +187,23 @@ def test_a_builder_killed_mid_build_fails_the_build_with_its_name(
     assert isinstance(error, NixError), outcome
     assert "the remote builder ssh-ng://two went away mid-build (error: unexpected end-of-file)" in str(error)
     assert error.details["builder"] == "ssh-ng://two"
+
+
+# A build script (model-written code) printing what Nix prints when a builder is lost or missing, then failing.
+FORGED_BUILD_RS = r"""fn main() {
+    eprintln!("building '/nix/store/00000000000000000000000000000000-x.drv' on 'ssh-ng://innocent'");
+    eprintln!("error: unexpected end-of-file");
+    eprintln!("remote machines may not have all required system features");
+    panic!("a build script that fails");
+}
+"""
+
+
+def test_a_build_log_cannot_pose_as_nix_blaming_a_builder(home: Path, settings: Settings) -> None:
+    """The build's own log lines (prefixed with its name under -L) are the crate's words, not Nix's: a failed build
+    that prints Nix's messages is an ordinary failed build, never 'the builder went away' or 'no builder'."""
+    crate, _ = fresh_crate(home / "src", FORGED_BUILD_RS)
+    with pytest.raises(NixError) as failed:
+        package(crate, home / "out" / crate.name, settings, "")
+    assert "innocent" not in failed.value.message and "no builder offers" not in failed.value.message, failed.value
+    assert "builder" not in failed.value.details

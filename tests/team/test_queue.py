@@ -7,17 +7,18 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
-from flakebot.errors import QuotaExceeded
+from flakebot.errors import QuotaExceeded, UsageError
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
 
 
 def craft(need: str, **options: Any) -> RunRequest:
-    return RunRequest(need=need, registry="local", offline=True, **options)
+    return RunRequest(need=need, registry="local", **options)
 
 
 def raced(database: str, task: Callable[[Any, int], Any], threads: int = 2) -> list[list[Any]]:
@@ -74,6 +75,10 @@ def test_a_job_is_enqueued_claimed_once_and_finished(database: str) -> None:
     with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
         with conn.transaction():
             conn.execute("DELETE FROM audit")
+    with pytest.raises(psycopg.errors.RaiseException, match="append-only"):  # no row trigger sees a TRUNCATE
+        with conn.transaction():
+            conn.execute("TRUNCATE audit")
+    assert conn.execute("SELECT count(*) AS n FROM audit").fetchone() == {"n": 3}
     conn.close()
 
 
@@ -211,3 +216,63 @@ def test_a_database_of_schema_1_is_brought_to_the_current_one_keeping_its_jobs(d
         assert conn.execute("SELECT max(version) AS v FROM flakebot_schema").fetchone() == {"v": db.SCHEMA_VERSION}
         assert conn.execute("SELECT to_regclass('calls') IS NOT NULL AS made").fetchone() == {"made": True}
         assert queue.get(conn, kept, "acme") is not None
+
+
+def test_a_role_that_does_not_own_the_tables_works_the_queue_but_cannot_rewrite_the_audit(database: str) -> None:
+    """The grants docs/team.md gives the workers' role: enough for the queue, not for dropping the triggers."""
+    db.connect(database).close()  # the schema made by the owner
+    name = database.rsplit("/", 1)[1]
+    with psycopg.connect(database, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE worker_{name} LOGIN PASSWORD 'pw-{name}'")
+        owner.execute(f"GRANT SELECT ON flakebot_schema TO worker_{name}")
+        owner.execute(f"GRANT SELECT, INSERT, UPDATE ON jobs, tenants TO worker_{name}")
+        owner.execute(f"GRANT SELECT, INSERT ON audit TO worker_{name}")
+        owner.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO worker_{name}")
+    where = urlsplit(database)
+    conn = db.connect(where._replace(netloc=f"worker_{name}:pw-{name}@{where.hostname}:{where.port}").geturl())
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a CSV deduper")).job_id
+    job = queue.claim(conn, "w1", lease_seconds=30)
+    assert job is not None and job["id"] == job_id
+    assert queue.finish(conn, job_id, "w1", result={"status": "crafted"}, error=None)
+    for sql in ("TRUNCATE audit", "DROP TRIGGER audit_append_only ON audit", "ALTER TABLE audit DISABLE TRIGGER ALL"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with conn.transaction():
+                conn.execute(sql)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_in_flight": -1, "max_per_day": 5},
+        {"max_in_flight": 5, "max_per_day": 2**40},
+        {"max_in_flight": 5, "max_per_day": 5, "shares": 0},
+        {"max_in_flight": True, "max_per_day": 5},
+        {"max_in_flight": 2.5, "max_per_day": 5},
+    ],
+)
+def test_a_bad_quota_is_one_usage_error_and_changes_nothing(database: str, limits: dict[str, Any]) -> None:
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=3, max_per_day=7)
+    with pytest.raises(UsageError):
+        queue.set_quota(conn, "acme", **limits)
+    row = conn.execute("SELECT max_in_flight, max_per_day, shares FROM tenants WHERE name = 'acme'").fetchone()
+    assert row == {"max_in_flight": 3, "max_per_day": 7, "shares": 1}
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        craft("need a\x00 tool"),  # jsonb holds no NUL: the database would refuse it with its own error
+        craft("need a tool", name="tool\x00"),
+        craft("need a tool " + "very " * 20_000),
+        craft("   "),
+    ],
+)
+def test_a_need_no_craft_could_take_is_refused_at_enqueue(database: str, request_: RunRequest) -> None:
+    conn = db.connect(database)
+    with pytest.raises(UsageError):
+        queue.enqueue(conn, "acme", "alice", request_)
+    assert conn.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}
+    conn.close()

@@ -7,12 +7,15 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
@@ -25,11 +28,17 @@ LEASE = "4"  # seconds: a killed worker's job is free again this soon
 
 
 @contextmanager
-def worker(database: str, log: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A `flakebot worker --once` in a session of its own (killed with all its children if still running)."""
+def worker(
+    database: str, log: Path, *extra: str, model: str = f"scripted:{SESSION}"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A `flakebot worker --once` in a session of its own (killed with all its children if still running), offline,
+    with `model` (the worker's settings choose them: a tenant's row may not)."""
     argv = [*FLAKEBOT, "worker", "--database", database, "--once", "--lease", LEASE, "--json", *extra]
+    env = {**os.environ, "FLAKEBOT_MODEL": model, "FLAKEBOT_OFFLINE": "true"}
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd())
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd(), env=env
+        )
     try:
         yield proc
     finally:
@@ -58,11 +67,11 @@ def test_a_waiting_worker_reconnects_after_the_database_restarts(
     postgres: Cluster, database: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "worker.log"
-    with worker(database, log) as proc:
+    with worker(database, log, model="scripted:/nonexistent.json") as proc:
         wait_for(lambda: listening(database), timeout=60, interval=0.2)
         postgres.restart()
         with db.connect(database) as conn:  # a craft that fails at its first check: no model script there
-            asked = RunRequest(need="need a csv deduper", model="scripted:/nonexistent.json", registry="local")
+            asked = RunRequest(need="need a csv deduper", registry="local")
             job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
         assert proc.wait(timeout=90) == 0, log.read_text()
     row = job_row(database, job_id)
@@ -83,8 +92,16 @@ def test_a_bad_lease_is_refused_before_connecting(database: str, tmp_path: Path)
     assert done.returncode == 2 and json.loads(done.stdout.splitlines()[-1])["type"] == "UsageError"
 
 
-def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster) -> None:
-    wrong = f"postgresql://flakebot:{postgres.password}@127.0.0.1:1/postgres"  # nothing listens on port 1
+@pytest.mark.parametrize(
+    "form",
+    [
+        "postgresql://flakebot:{pw}@127.0.0.1:1/postgres",
+        "postgresql://flakebot@127.0.0.1:1/postgres?password={pw}&sslmode=disable",
+        "host=127.0.0.1 port=1 user=flakebot password={pw} dbname=postgres",
+    ],
+)
+def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster, form: str) -> None:
+    wrong = form.format(pw=postgres.password)  # nothing listens on port 1; libpq takes each form
     done = subprocess.run(
         [*FLAKEBOT, "worker", "--database", wrong, "--once"], capture_output=True, text=True, timeout=60
     )
@@ -98,7 +115,7 @@ def test_an_unreachable_database_is_one_line_without_its_password(postgres: Clus
 def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_path: Path, workdir: Path) -> None:
     require("bwrap", "cargo", "nix")
     with db.connect(database) as conn:
-        asked = RunRequest(need="need a CSV deduper", model=f"scripted:{SESSION}", registry="local", offline=True)
+        asked = RunRequest(need="need a CSV deduper", registry="local")
         job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
     with worker(database, tmp_path / "first.log", "--name", "first") as first:
         run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
@@ -121,7 +138,7 @@ def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_
 def test_a_worker_stopped_mid_craft_hands_its_job_back_at_once(database: str, tmp_path: Path, workdir: Path) -> None:
     require("bwrap", "cargo", "nix")
     with db.connect(database) as conn:
-        asked = RunRequest(need="need a CSV deduper", model=f"scripted:{SESSION}", registry="local", offline=True)
+        asked = RunRequest(need="need a CSV deduper", registry="local")
         job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
     log = tmp_path / "worker.log"
     with worker(database, log, "--lease", "600") as proc:  # a lease that would hold the job for ten minutes
@@ -135,3 +152,140 @@ def test_a_worker_stopped_mid_craft_hands_its_job_back_at_once(database: str, tm
     with db.connect(database) as conn:
         again = queue.claim(conn, "next", 30)
     assert again is not None and again["id"] == job_id  # free now, not after the ten minutes
+
+
+def forge(database: str, request: Any) -> int:
+    """A job row written straight into the table, as anyone with the database's password could."""
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=99, max_per_day=99)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES ('acme', 'mallory', 'craft', "
+            "md5(random()::text), %s) RETURNING id",
+            (Jsonb(request),),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_a_forged_job_row_cannot_steer_the_worker(database: str, tmp_path: Path) -> None:
+    evil = tmp_path / "evil"
+    need = "need a csv deduper"
+    forged = {
+        "settings": {"need": need, "settings": {"sandbox": "off", "workdir": str(evil)}},
+        "sandbox": {"need": need, "sandbox": "off"},
+        "spec_file": {"need": need, "spec_file": "/etc/passwd"},
+        "model": {"need": need, "model": "scripted:/etc/passwd"},
+        "registry": {"need": need, "registry": "/etc"},
+        "from": {"need": need, "from_location": str(tmp_path)},
+        "need": {"need": ["not", "a", "string"]},
+        "unknown": {"need": need, "grant_root": "/"},
+    }
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(tmp_path / "w")}
+    for field_name, request in forged.items():
+        job_id = forge(database, request)
+        log = tmp_path / f"{field_name}.log"
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, log.read_text()
+        row = job_row(database, job_id)
+        assert row["state"] == "failed" and row["error"]["type"] == "UsageError", (field_name, row["error"])
+        assert "root:" not in json.dumps(row["error"]), row["error"]  # no host file's text in the job's error
+    assert not evil.exists() and not (tmp_path / "w" / "runs").exists()
+
+
+def test_a_forged_run_id_does_not_resume_another_tenants_run(database: str, tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    theirs = Run.create(work, "craft", RunRequest(need="need globex's secret pricing tool"))
+    before = (work / "runs" / theirs.id / "state.json").read_bytes()
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(work)}
+    for run_id in (theirs.id, theirs.id[:9]):
+        job_id = forge(database, {"need": "need a csv deduper"})
+        with db.connect(database) as conn:
+            conn.execute("UPDATE jobs SET run_id = %s WHERE id = %s", (run_id, job_id))
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        row = job_row(database, job_id)
+        assert row["state"] == "failed" and row["error"]["type"] == "ScriptError", row["error"]  # crafted afresh
+        assert row["error"]["run_id"] is None, row["error"]
+    assert (work / "runs" / theirs.id / "state.json").read_bytes() == before
+
+
+def test_a_process_stalled_inside_a_transaction_stalls_nobody_for_long(database: str, tmp_path: Path) -> None:
+    """A process stopped (SIGSTOP, a paused VM) in the middle of one of flakebot's transactions, holding the locks
+    taken there (the schema's on connect, a tenant's on enqueue): other workers still connect and work, and the
+    server ends the stalled transaction so the tenant's enqueues go on."""
+    with db.connect(database) as conn:
+        job_id = queue.enqueue(conn, "acme", "alice", RunRequest(need="need a csv deduper")).job_id
+    stalled = db.connect(database)
+    stalled.execute("SELECT pg_advisory_xact_lock(%s)", (db.MIGRATION_LOCK,))  # as migrate() takes it
+    stalled.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (queue.TENANT_LOCK, "acme"))  # as enqueue
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(tmp_path / "w")}
+    done = subprocess.run(
+        [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert job_row(database, job_id)["state"] == "failed"
+    with db.connect(database) as conn:
+        started = time.monotonic()
+        queue.enqueue(conn, "acme", "alice", RunRequest(need="need a json pretty printer"))
+        assert time.monotonic() - started < db.IDLE_IN_TRANSACTION + 10
+    assert _gone(stalled)  # the server ended the stalled session, its locks with it
+    stalled.close()
+
+
+def _gone(conn: Any) -> bool:
+    """Whether the server closed `conn`'s session."""
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.Error:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_a_stalled_workers_job_taken_over_ends_done_once(database: str, tmp_path: Path, workdir: Path) -> None:
+    """A worker stalled past its lease (SIGSTOP: its heartbeat stalls too) while it drives the run: the worker that
+    takes the job over waits for that run instead of failing the job, and records its one result."""
+    require("bwrap", "cargo", "nix")
+    with db.connect(database) as conn:
+        job_id = queue.enqueue(conn, "acme", "alice", RunRequest(need="need a CSV deduper", registry="local")).job_id
+    with worker(database, tmp_path / "first.log", "--name", "first") as first:
+        run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
+        events = workdir / "runs" / run_id / "events.jsonl"
+        wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
+        os.killpg(first.pid, signal.SIGSTOP)
+        try:
+            with worker(database, tmp_path / "second.log", "--name", "second") as second:
+                wait_for(lambda: job_row(database, job_id)["worker"] == "second", timeout=60, interval=0.2)
+                os.killpg(first.pid, signal.SIGCONT)
+                assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()
+                assert second.wait(timeout=600) == 0, (tmp_path / "second.log").read_text()
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGCONT)
+    row = job_row(database, job_id)
+    assert (row["state"], row["worker"], row["run_id"]) == ("done", "second", run_id), row
+    assert row["result"]["status"] == "crafted" and row["result"]["run_id"] == run_id
+    first_summary = json.loads((tmp_path / "first.log").read_text().splitlines()[-1])["result"]
+    assert first_summary["jobs"][0]["recorded"] is False  # the stalled worker's end was not written over it
+    assert Run.load(workdir, run_id).state["status"] == "succeeded"
+
+
+def test_a_second_worker_with_a_name_in_use_is_refused(database: str, tmp_path: Path) -> None:
+    """Two workers of one name would renew and finish each other's jobs (a lease is held by name)."""
+    with worker(database, tmp_path / "first.log", "--name", "twin"):
+        wait_for(lambda: listening(database), timeout=60, interval=0.2)
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--name", "twin"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "twin" in lines[0] and lines[0].startswith("error: "), done.stderr
