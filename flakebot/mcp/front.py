@@ -325,7 +325,7 @@ class TeamMCP(FlakebotMCP):
                 number = job_number(key) if isinstance(key, str) else None
                 if number is not None and self.queue is not None and params.name == "status":
                     wait = max(0, min(int(args.get("wait_seconds") or 0), MAX_WAIT_SECONDS))
-                    row = await anyio.to_thread.run_sync(lambda: queued.hold(lambda: self.job_row(ctx, number), wait))
+                    row = await queued.hold(lambda: self.job_row(ctx, number), wait)
                     if row is None:
                         raise queued.not_found(str(key))
                     return _result({"ok": True, **queued.job_status(row)})

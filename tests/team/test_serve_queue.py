@@ -341,3 +341,33 @@ def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Pat
         assert "made 2 tool calls in the last minute (its limit: 2)" in refused.json()["error"]["message"]
         assert post(two, listing, slow, **sessions[two]).status_code == 429
         assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, slow).text
+
+
+async def _starve(url: str, bob: str, alice: str, job: str, holds: int) -> tuple[dict[str, Any], int]:
+    """`holds` status calls of bob's queued job held (wait_seconds), then alice's `list`: her answer, and how many of
+    bob's holds had ended by then."""
+
+    async def hold() -> None:
+        await _call(url, bob, "status", {"run_id": job, "wait_seconds": 50})
+
+    held = [asyncio.create_task(hold()) for _ in range(holds)]
+    await asyncio.sleep(5)  # every hold has reached the front
+    assert not any(task.done() for task in held), [task.exception() for task in held if task.done()]
+    answer = await asyncio.wait_for(_call(url, alice, "list", {}), 45)
+    ended = sum(task.done() for task in held)
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    return answer, ended
+
+
+def test_one_tenants_held_status_calls_do_not_starve_another(flakebot_home: Path, database: str) -> None:
+    """Held `status` calls of a queued job (wait_seconds) take no worker thread the other calls need: a tenant holding
+    more of them than the server has threads does not stop another tenant's `list` (nor its admission)."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database, log=flakebot_home / "serve.log") as url:
+        job = call(url, bob, "craft", craft)["run_id"]  # no worker: it stays queued, so status holds
+        answer, ended = asyncio.run(_starve(url, bob, alice, job, holds=48))  # anyio's default: 40 threads
+        assert answer["ok"] is True and not answer["is_error"], answer
+        assert ended == 0, "alice's list waited for bob's held status calls"
