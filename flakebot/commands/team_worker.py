@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Annotated, Any
 
 from flakebot import config
@@ -15,6 +16,7 @@ from flakebot.events import EventSink
 logger = logging.getLogger(__name__)
 
 CLI = frozenset({"cli"})
+IN_FLIGHT_POLL = 5.0  # seconds between looks at a run crafting a job's need for another tenant
 
 
 def worker(
@@ -67,7 +69,24 @@ def _craft_job(job: dict[str, Any], sink: EventSink, settings: config.Settings) 
         else:
             logger.info("job %s: resuming its run %s", job["id"], job["run_id"])
             return resume(job["run_id"], sink=sink, settings=settings)
-    return craft_request(RunRequest.from_dict(job["request"]), sink=sink, settings=settings).to_dict()
+    request = RunRequest.from_dict(job["request"])
+    if not request.fresh:
+        _wait_for_in_flight(job["id"], request.need, settings)
+    return craft_request(request, sink=sink, settings=settings).to_dict()
+
+
+def _wait_for_in_flight(job_id: int, need: str, settings: config.Settings) -> None:
+    """Wait while another run crafts the same need (another tenant's job: needs join only within a tenant), so that
+    the catalog answers this job once that run ends, instead of craft's refusal, which names the other run (a run
+    id the job's tenant may not see) and fails the job because of another tenant's work."""
+    from flakebot.commands.craft import in_flight
+
+    waited = None
+    while (run_id := in_flight(need, settings)) is not None:
+        if run_id != waited:  # the admin's log says why a job stays running without a run of its own
+            logger.warning("job %s waits for the run crafting its need (%s)", job_id, run_id)
+            waited = run_id
+        time.sleep(IN_FLIGHT_POLL)
 
 
 COMMANDS = [Command("worker", worker, doors=CLI, hints=Hints("Work a team's queue", open_world=True))]

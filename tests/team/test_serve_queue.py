@@ -20,6 +20,7 @@ from benchmarks.scenarios import pileup
 from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
 from flakebot.team import db, queue
+from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, require, run_cli, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import INITIALIZE, add_token, post, serving
@@ -371,3 +372,31 @@ def test_one_tenants_held_status_calls_do_not_starve_another(flakebot_home: Path
         answer, ended = asyncio.run(_starve(url, bob, alice, job, holds=48))  # anyio's default: 40 threads
         assert answer["ok"] is True and not answer["is_error"], answer
         assert ended == 0, "alice's list waited for bob's held status calls"
+
+
+def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_its_run(
+    flakebot_home: Path, database: str, workdir: Path, tmp_path: Path
+) -> None:
+    """Needs join only within a tenant; a job of one tenant whose need another tenant's run is crafting right now
+    waits for that run (then the one catalog answers it) instead of failing with the other tenant's run id."""
+    require("nix")
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    craft = {**pileup.slow_craft(tmp_path), "fresh": None}  # stays in its spec stage for minutes
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with serving("--database", database) as url:
+        theirs = job_number(call(url, alice, "craft", craft)["run_id"])
+        assert theirs is not None
+        with worker(database, first_log):
+            run = wait_for(lambda: rows(database)[0]["run_id"], timeout=120, interval=0.5)
+            mine = call(url, bob, "craft", craft)
+            assert mine["joined"] is False, mine  # another tenant's job is never joined
+            with worker(database, second_log):
+
+                def settled() -> bool:
+                    row = rows(database)[1]
+                    return row["state"] == "failed" or "waits for the run" in second_log.read_text()
+
+                wait_for(settled, timeout=120, interval=0.5)
+                status = call(url, bob, "status", {"run_id": mine["run_id"]})
+    assert status["status"] == "running", status
+    assert run not in json.dumps(status), status
