@@ -6,6 +6,7 @@ tokens, a real PostgreSQL and (slow) a real `flakebot worker` crafting offline."
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from benchmarks.scenarios import pileup
 from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
-from flakebot.team import db, queue
+from flakebot.team import audit, db, queue
 from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, require, run_cli, wait_for
 from tests.team.conftest import Cluster
@@ -400,3 +401,25 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
                 status = call(url, bob, "status", {"run_id": mine["run_id"]})
     assert status["status"] == "running", status
     assert run not in json.dumps(status), status
+
+
+def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flakebot_home: Path, workdir: Path) -> None:
+    """/metrics labels a call by its tool's name, and the audit records it, only when it has a tool name's shape
+    (MCP: at most 128 of A-Z a-z 0-9 _ - .): a tenant calling made-up names of a megabyte each would otherwise make
+    every front keep (and every scrape, by any tenant's token, carry) what it sent, and the audit grow by it."""
+    bob = add_token("bob", "--tenant", "other")
+    with serving() as url:
+        # a name in the body only (a session's raw JSON-RPC), up to the body's 4 MB: the SDK's client also sends
+        # it in a header, which the HTTP server bounds
+        huge = Session(url, bob).ask("tools/call", {"name": "x" * 1_000_000, "arguments": {}})
+        assert huge["result"]["isError"], str(huge)[:300]
+        for name in ('a"b\nc', "no-such-tool"):
+            assert call(url, bob, name, {})["is_error"]
+        text = metrics(url, bob).text
+    assert len(text) < 20_000, len(text)
+    assert 'flakebot_tool_calls_total{tool="other",outcome="error"} 2' in text, text
+    assert 'flakebot_tool_calls_total{tool="no-such-tool",outcome="error"} 1' in text, text
+    records = audit.read(workdir)
+    assert len(audit.audit_path(workdir).read_text()) < 5_000
+    made_up = [r["tool"] for r in records if r["method"] == "tools/call"]
+    assert made_up[0] == "sha256:" + hashlib.sha256(b"x" * 1_000_000).hexdigest() and made_up[2] == "no-such-tool"
