@@ -127,6 +127,7 @@ class TeamMCP(FlakebotMCP):
         self.store, self.admission, self.queue = store, admission, queue
         self.audit = Audit(settings.path("workdir"))
         self.metrics = Metrics()
+        self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
 
     def principal(self, ctx: Any) -> Principal | None:
         """The principal of the request `ctx` answers (its verified token, as the HTTP layer authenticated it)."""
@@ -245,8 +246,15 @@ class TeamMCP(FlakebotMCP):
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Send tools/list_changed to this session once a detached queued craft catalogued its tool (as a detached
-        job of this machine does), watching for at most WATCH_HOURS."""
-        if self.jobs is not None:
+        job of this machine does), watching for at most WATCH_HOURS. One reader per job on this front, whatever
+        number of calls joined it: a job's callers are all of its tenant, and joining is never refused, so a reader
+        per call would let one tenant pile up queries on the connection every call waits on."""
+        session = getattr(ctx, "session_id", None)
+        if self.jobs is None or not session:  # a stateless request: no session is left to tell once it answered
+            return
+        watching = self._watchers.setdefault(job_id, {})
+        watching.setdefault(session, ctx)
+        if len(watching) == 1:
             self.jobs.start_soon(self._notify_job_done, ctx, job_id)
 
     async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
@@ -254,18 +262,22 @@ class TeamMCP(FlakebotMCP):
         from flakebot.mcp.server import _catalogued, _tools_changed
 
         deadline = time.monotonic() + WATCH_HOURS * 3600
-        while time.monotonic() < deadline:
-            await anyio.sleep(WATCH_SECONDS)
-            try:
-                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
-            except FlakebotError as exc:  # the database is away for now: look again later
-                logger.info("job %s not watched this time: %s", job_id, exc.one_line())
-                continue
-            ended = queued.outcome(row) if row is not None else {}
-            if ended is not None:
-                if _catalogued((ended or {}).get("result") or {}):
-                    await _tools_changed(ctx)
-                return
+        try:
+            while time.monotonic() < deadline:
+                await anyio.sleep(WATCH_SECONDS)
+                try:
+                    row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                except FlakebotError as exc:  # the database is away for now: look again later
+                    logger.info("job %s not watched this time: %s", job_id, exc.one_line())
+                    continue
+                ended = queued.outcome(row) if row is not None else {}
+                if ended is not None:
+                    if _catalogued((ended or {}).get("result") or {}):
+                        for watcher in list(self._watchers.get(job_id, {}).values()):
+                            await _tools_changed(watcher)  # a session gone meanwhile: logged, the others still hear
+                    return
+        finally:
+            self._watchers.pop(job_id, None)
 
     async def _follow_job(self, ctx: Any, job_id: int, changes_catalog: bool) -> dict[str, Any]:
         """A queued job waited for: each change of its state a progress notification, then its result."""

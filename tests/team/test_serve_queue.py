@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -423,3 +424,30 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
     assert len(audit.audit_path(workdir).read_text()) < 5_000
     made_up = [r["tool"] for r in records if r["method"] == "tools/call"]
     assert made_up[0] == "sha256:" + hashlib.sha256(b"x" * 1_000_000).hexdigest() and made_up[2] == "no-such-tool"
+
+
+def _transactions(database: str) -> int:
+    with db.connect(database) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row["xact_commit"])
+
+
+def test_joining_one_job_many_times_reads_its_row_once_per_poll(flakebot_home: Path, database: str) -> None:
+    """A detached queued craft's row is read every 5 s for its end (tools/list_changed): once per job on a front,
+    however many calls joined it. A tenant repeating an identical need (joining is never refused) would otherwise
+    add a reader per call for a day, each a query on the front's one connection every other tenant's calls wait on."""
+    bob = add_token("bob", "--tenant", "other")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url:
+        handles = {call(url, bob, "craft", craft)["run_id"] for _ in range(15)}  # stateless requests
+        for _ in range(15):  # and sessions (2025-11-25), each one to tell
+            answer = Session(url, bob).ask("tools/call", {"name": "craft", "arguments": craft})
+            handles.add(json.loads(answer["result"]["content"][0]["text"])["run_id"])
+        assert len(handles) == 1  # one job, joined 29 times
+        time.sleep(12)  # idle backends report their counts at least every 10 s
+        before = _transactions(database)
+        time.sleep(20)
+        read = _transactions(database) - before
+    assert read < 30, f"{read} transactions in 20 s: a reader per joined call"
