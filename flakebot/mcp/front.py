@@ -249,7 +249,7 @@ class TeamMCP(FlakebotMCP):
         job of this machine does), watching for at most WATCH_HOURS. One reader per job on this front, whatever
         number of calls joined it: a job's callers are all of its tenant, and joining is never refused, so a reader
         per call would let one tenant pile up queries on the connection every call waits on."""
-        session = getattr(ctx, "session_id", None)
+        session = _session_id(ctx)
         if self.jobs is None or not session:  # a stateless request: no session is left to tell once it answered
             return
         watching = self._watchers.setdefault(job_id, {})
@@ -370,6 +370,13 @@ class TeamMCP(FlakebotMCP):
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
+
+
+def _session_id(ctx: Any) -> str | None:
+    """The 2025-11-25 session a request came in (its Mcp-Session-Id header), None for a stateless request."""
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    found = headers.get("mcp-session-id") if headers is not None else None
+    return found if isinstance(found, str) and found else None
 
 
 def principal_of_scope(scope: Any, store: TokenStore) -> Principal | None:
