@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,8 @@ class TeamMCP(FlakebotMCP):
         self.store, self.admission, self.queue = store, admission, queue
         self.audit = Audit(settings.path("workdir"))
         self.metrics = Metrics()
+        self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
+        self._rows_lock = threading.Lock()
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
 
     def principal(self, ctx: Any) -> Principal | None:
@@ -220,8 +223,22 @@ class TeamMCP(FlakebotMCP):
             raise
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
+        job (held status calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one
+        tenant holds, so they cannot crowd the front's one connection every call's admission waits on."""
         tenant = self.tenant(ctx)
-        return self.queue.job(tenant, job_id) if self.queue is not None and tenant is not None else None
+        if self.queue is None or tenant is None:
+            return None
+        with self._rows_lock:
+            now = time.monotonic()
+            read = self._rows.get((tenant, job_id))
+            if read is not None and now - read[0] < ROW_FRESH:
+                return read[1]
+            row = self.queue.job(tenant, job_id)
+            if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
+                self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
+            self._rows[(tenant, job_id)] = (time.monotonic(), row)
+            return row
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
@@ -367,6 +384,8 @@ class TeamMCP(FlakebotMCP):
         )
 
 
+ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job (queued.POLL_SECONDS)
+ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here

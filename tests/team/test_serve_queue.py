@@ -451,3 +451,28 @@ def test_joining_one_job_many_times_reads_its_row_once_per_poll(flakebot_home: P
         time.sleep(20)
         read = _transactions(database) - before
     assert read < 30, f"{read} transactions in 20 s: a reader per joined call"
+
+
+async def _held_reads(url: str, bob: str, job: str, database: str, holds: int) -> int:
+    """Transactions of the database in 10 s while `holds` status calls of one queued job are held."""
+    held = [asyncio.create_task(_call(url, bob, "status", {"run_id": job, "wait_seconds": 30})) for _ in range(holds)]
+    await asyncio.sleep(3)  # every hold reached the front
+    before = await asyncio.to_thread(_transactions, database)
+    await asyncio.sleep(10)
+    read = await asyncio.to_thread(_transactions, database) - before
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    return read
+
+
+def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, database: str) -> None:
+    """Held calls following one queued job (status's wait_seconds, a waited craft, tasks/result) read its row twice a
+    second together, not each: 30 held calls of one job would otherwise be 60 queries a second on the front's one
+    connection, which every other tenant's calls wait on (their calls per minute are counted through it)."""
+    bob = add_token("bob", "--tenant", "other")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url:
+        job = call(url, bob, "craft", craft)["run_id"]
+        read = asyncio.run(_held_reads(url, bob, job, database, holds=30))
+    assert read < 100, f"{read} transactions in 10 s: each held call reads the row"
