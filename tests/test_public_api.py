@@ -53,8 +53,8 @@ LIBRARY = [
     "tool_definitions",
     "tool_manifest",
 ]
-API_INTERNAL = {"run_result", "craft_result", "with_service_note"}  # public-looking, but they take a Run or
-# its CraftResult (flakebot's own)
+# public-looking, but they take a Run or its CraftResult (flakebot's own), or serve the team worker (in_flight)
+API_INTERNAL = {"run_result", "craft_result", "with_service_note", "in_flight"}
 # the command table's own types (flakebot.commands.table): how a command is declared, not a command
 TABLE = {"Command", "Hints", "Param", "Parameter", "commands", "by_mcp_name", "parameters", "plain"}
 # what the commands share among themselves (flakebot.commands.common), not the API

@@ -175,6 +175,18 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
 
 def _check_in_flight(need: str, settings: config.Settings) -> None:
     """A craft of the same need that a process is driving right now is not paid for twice: say which run it is."""
+    run_id = in_flight(need, settings)
+    if run_id is not None:
+        raise RunError(
+            f"a craft of this need is already running: run {run_id}",
+            fix=f"follow it with 'flakebot show {run_id}' (its tool is catalogued when it ends), "
+            "or pass --fresh to craft another",
+            run=run_id,
+        )
+
+
+def in_flight(need: str, settings: config.Settings) -> str | None:
+    """The run a process is crafting the same need in right now (as the catalog keys needs), or None."""
     from flakebot.deliver.catalog import normalize_need
     from flakebot.pipeline.run import list_runs
 
@@ -182,12 +194,8 @@ def _check_in_flight(need: str, settings: config.Settings) -> None:
     for run in list_runs(workdir_of(settings)):
         same = run.state.get("pipeline") == "craft" and normalize_need(str(run.state.get("need", ""))) == key
         if same and run.state.get("status") == "running" and run.driven():
-            raise RunError(
-                f"a craft of this need is already running: run {run.id}",
-                fix=f"follow it with 'flakebot show {run.id}' (its tool is catalogued when it ends), "
-                "or pass --fresh to craft another",
-                run=run.id,
-            )
+            return run.id
+    return None
 
 
 def _check_method(method: str | None) -> None:

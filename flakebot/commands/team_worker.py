@@ -18,6 +18,7 @@ logger = logging.getLogger(__name__)
 
 CLI = frozenset({"cli"})
 JOB_MARK = "team-job.json"  # in a run's directory: the job (id and tenant) the run was started for
+IN_FLIGHT_POLL = 5.0  # seconds between looks at a run crafting a job's need for another tenant
 
 
 def worker(
@@ -67,6 +68,8 @@ def _craft_job(job: dict[str, Any], sink: EventSink, settings: config.Settings) 
         _wait_for_driver(job, resumed, settings)
         logger.info("job %s: resuming its run %s", job["id"], resumed)
         return resume(resumed, sink=sink, settings=settings)
+    if not request.fresh:
+        _wait_for_in_flight(job["id"], request.need, settings)
     return craft_request(request, sink=_marking(job, sink, settings), settings=settings).to_dict()
 
 
@@ -121,6 +124,20 @@ def _own_run(job: dict[str, Any], settings: config.Settings) -> str | None:
         logger.warning("job %s: its run %s is not this job's run in this workdir; crafting afresh", job["id"], run_id)
         return None
     return str(run_id)
+
+
+def _wait_for_in_flight(job_id: int, need: str, settings: config.Settings) -> None:
+    """Wait while another run crafts the same need (another tenant's job: needs join only within a tenant), so that
+    the catalog answers this job once that run ends, instead of craft's refusal, which names the other run (a run
+    id the job's tenant may not see) and fails the job because of another tenant's work."""
+    from flakebot.commands.craft import in_flight
+
+    waited = None
+    while (run_id := in_flight(need, settings)) is not None:
+        if run_id != waited:  # the admin's log says why a job stays running without a run of its own
+            logger.warning("job %s waits for the run crafting its need (%s)", job_id, run_id)
+            waited = run_id
+        time.sleep(IN_FLIGHT_POLL)
 
 
 COMMANDS = [Command("worker", worker, doors=CLI, hints=Hints("Work a team's queue", open_world=True))]

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -132,6 +133,9 @@ class TeamMCP(FlakebotMCP):
         self.audit = Audit(settings.path("workdir"))
         self.metrics = Metrics()
         self._in_flight: dict[str, anyio.CapacityLimiter] = {}  # each principal's calls at once
+        self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
+        self._rows_lock = threading.Lock()
+        self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
 
     def principal(self, ctx: Any) -> Principal | None:
         """The principal of the request `ctx` answers (its verified token, as the HTTP layer authenticated it)."""
@@ -224,8 +228,22 @@ class TeamMCP(FlakebotMCP):
             raise
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
+        job (held status calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one
+        tenant holds, so they cannot crowd the front's one connection every call's admission waits on."""
         tenant = self.tenant(ctx)
-        return self.queue.job(tenant, job_id) if self.queue is not None and tenant is not None else None
+        if self.queue is None or tenant is None:
+            return None
+        with self._rows_lock:
+            now = time.monotonic()
+            read = self._rows.get((tenant, job_id))
+            if read is not None and now - read[0] < ROW_FRESH:
+                return read[1]
+            row = self.queue.job(tenant, job_id)
+            if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
+                self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
+            self._rows[(tenant, job_id)] = (time.monotonic(), row)
+            return row
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
@@ -250,8 +268,15 @@ class TeamMCP(FlakebotMCP):
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Send tools/list_changed to this session once a detached queued craft catalogued its tool (as a detached
-        job of this machine does), watching for at most WATCH_HOURS."""
-        if self.jobs is not None:
+        job of this machine does), watching for at most WATCH_HOURS. One reader per job on this front, whatever
+        number of calls joined it: a job's callers are all of its tenant, and joining is never refused, so a reader
+        per call would let one tenant pile up queries on the connection every call waits on."""
+        session = _session_id(ctx)
+        if self.jobs is None or not session:  # a stateless request: no session is left to tell once it answered
+            return
+        watching = self._watchers.setdefault(job_id, {})
+        watching.setdefault(session, ctx)
+        if len(watching) == 1:
             self.jobs.start_soon(self._notify_job_done, ctx, job_id)
 
     async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
@@ -259,18 +284,22 @@ class TeamMCP(FlakebotMCP):
         from flakebot.mcp.server import _catalogued, _tools_changed
 
         deadline = time.monotonic() + WATCH_HOURS * 3600
-        while time.monotonic() < deadline:
-            await anyio.sleep(WATCH_SECONDS)
-            try:
-                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
-            except FlakebotError as exc:  # the database is away for now: look again later
-                logger.info("job %s not watched this time: %s", job_id, exc.one_line())
-                continue
-            ended = queued.outcome(row) if row is not None else {}
-            if ended is not None:
-                if _catalogued((ended or {}).get("result") or {}):
-                    await _tools_changed(ctx)
-                return
+        try:
+            while time.monotonic() < deadline:
+                await anyio.sleep(WATCH_SECONDS)
+                try:
+                    row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                except FlakebotError as exc:  # the database is away for now: look again later
+                    logger.info("job %s not watched this time: %s", job_id, exc.one_line())
+                    continue
+                ended = queued.outcome(row) if row is not None else {}
+                if ended is not None:
+                    if _catalogued((ended or {}).get("result") or {}):
+                        for watcher in list(self._watchers.get(job_id, {}).values()):
+                            await _tools_changed(watcher)  # a session gone meanwhile: logged, the others still hear
+                    return
+        finally:
+            self._watchers.pop(job_id, None)
 
     async def _follow_job(self, ctx: Any, job_id: int, changes_catalog: bool) -> dict[str, Any]:
         """A queued job waited for: each change of its state a progress notification, then its result."""
@@ -352,7 +381,7 @@ class TeamMCP(FlakebotMCP):
                 number = job_number(key) if isinstance(key, str) else None
                 if number is not None and self.queue is not None and params.name == "status":
                     wait = max(0, min(int(args.get("wait_seconds") or 0), MAX_WAIT_SECONDS))
-                    row = await anyio.to_thread.run_sync(lambda: queued.hold(lambda: self.job_row(ctx, number), wait))
+                    row = await queued.hold(lambda: self.job_row(ctx, number), wait)
                     if row is None:
                         raise queued.not_found(str(key))
                     return _result({"ok": True, **queued.job_status(row)})
@@ -382,9 +411,18 @@ class TeamMCP(FlakebotMCP):
         )
 
 
+ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job (queued.POLL_SECONDS)
+ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
+
+
+def _session_id(ctx: Any) -> str | None:
+    """The 2025-11-25 session a request came in (its Mcp-Session-Id header), None for a stateless request."""
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    found = headers.get("mcp-session-id") if headers is not None else None
+    return found if isinstance(found, str) and found else None
 
 
 def principal_of_scope(scope: Any, store: TokenStore) -> Principal | None:

@@ -108,16 +108,18 @@ def outcome(row: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def hold(read: Callable[[], dict[str, Any] | None], seconds: float) -> dict[str, Any] | None:
-    """A row read again until its state changes or ends, at most `seconds` (status's wait_seconds)."""
-    row = read()
+async def hold(read: Callable[[], dict[str, Any] | None], seconds: float) -> dict[str, Any] | None:
+    """A row read again until its state changes or ends, at most `seconds` (status's wait_seconds). Each read is a
+    short call in a worker thread and the wait between them is the event loop's: a held call keeps no thread, so one
+    tenant's held calls cannot take the threads every other call needs (admission, tools/list)."""
+    row = await anyio.to_thread.run_sync(read)
     deadline = time.monotonic() + seconds
     first = row["state"] if row is not None else None
     while row is not None and row["state"] == first and first in ("queued", "running"):
         if time.monotonic() >= deadline:
             break
-        time.sleep(POLL_SECONDS)
-        row = read()
+        await anyio.sleep(POLL_SECONDS)
+        row = await anyio.to_thread.run_sync(read)
     return row
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flakebot.team.metrics import TOOL_NAME
 from flakebot.team.tokens import Principal, team_dir
 
 FORMAT = 1
@@ -29,6 +30,14 @@ def digest(arguments: Any) -> str:
     """The arguments' SHA-256 as canonical JSON (sorted keys, no spaces)."""
     text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tool_named(name: str | None) -> str | None:
+    """A call's tool as recorded: its name when it has a tool name's shape, else the name's SHA-256 (a caller's
+    made-up name may be megabytes, and may hold what the arguments' digest keeps out of the file)."""
+    if name is None or TOOL_NAME.fullmatch(name):
+        return name
+    return "sha256:" + hashlib.sha256(name.encode(errors="surrogatepass")).hexdigest()
 
 
 class Audit:
@@ -55,7 +64,7 @@ class Audit:
             "principal_id": principal.id,
             "tenant": principal.tenant,
             "method": method,
-            "tool": tool,
+            "tool": tool_named(tool),
             "arguments_sha256": None if arguments is None else digest(arguments),
             "outcome": outcome,
             "exit_code": exit_code,

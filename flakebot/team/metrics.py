@@ -6,6 +6,7 @@ each scrape, so every front reports the one queue.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
@@ -13,6 +14,9 @@ from collections.abc import Mapping
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0)  # seconds: a list answers in ms, a waited craft in minutes
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_TOOLS = 1000  # distinct tool labels kept; past it (callers name tools at will) a call counts as "other"
+# a tool name as MCP shapes one; any other name a caller sends (up to the body's 4 MB, repeated in every bucket line
+# of every scrape) counts as "other"
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 class Metrics:
@@ -29,7 +33,7 @@ class Metrics:
     def call(self, tool: str, outcome: str, seconds: float) -> None:
         """A tools/call answered (`outcome`: ok or error) after `seconds`."""
         with self._lock:
-            if tool not in self._counts and len(self._counts) >= MAX_TOOLS:
+            if not TOOL_NAME.fullmatch(tool) or (tool not in self._counts and len(self._counts) >= MAX_TOOLS):
                 tool = "other"
             self._calls[(tool, outcome)] += 1
             buckets = self._buckets[tool]

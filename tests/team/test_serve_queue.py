@@ -6,7 +6,9 @@ tokens, a real PostgreSQL and (slow) a real `flakebot worker` crafting offline."
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ from mcp.client.streamable_http import streamable_http_client
 from benchmarks.scenarios import pileup
 from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
-from flakebot.team import db, queue
+from flakebot.team import audit, db, queue
+from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, require, run_cli, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import INITIALIZE, add_token, post, serving
@@ -341,3 +344,135 @@ def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Pat
         assert "made 2 tool calls in the last minute (its limit: 2)" in refused.json()["error"]["message"]
         assert post(two, listing, slow, **sessions[two]).status_code == 429
         assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, slow).text
+
+
+async def _starve(url: str, bob: str, alice: str, job: str, holds: int) -> tuple[dict[str, Any], int]:
+    """`holds` status calls of bob's queued job held (wait_seconds), then alice's `list`: her answer, and how many of
+    bob's holds had ended by then."""
+
+    async def hold() -> None:
+        await _call(url, bob, "status", {"run_id": job, "wait_seconds": 50})
+
+    held = [asyncio.create_task(hold()) for _ in range(holds)]
+    await asyncio.sleep(5)  # every hold has reached the front
+    assert not any(task.done() for task in held), [task.exception() for task in held if task.done()]
+    answer = await asyncio.wait_for(_call(url, alice, "list", {}), 45)
+    ended = sum(task.done() for task in held)
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    return answer, ended
+
+
+def test_one_tenants_held_status_calls_do_not_starve_another(flakebot_home: Path, database: str) -> None:
+    """Held `status` calls of a queued job (wait_seconds) take no worker thread the other calls need: a tenant holding
+    more of them than the server has threads does not stop another tenant's `list` (nor its admission)."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database, log=flakebot_home / "serve.log") as url:
+        job = call(url, bob, "craft", craft)["run_id"]  # no worker: it stays queued, so status holds
+        answer, ended = asyncio.run(_starve(url, bob, alice, job, holds=48))  # anyio's default: 40 threads
+        assert answer["ok"] is True and not answer["is_error"], answer
+        assert ended == 0, "alice's list waited for bob's held status calls"
+
+
+def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_its_run(
+    flakebot_home: Path, database: str, workdir: Path, tmp_path: Path
+) -> None:
+    """Needs join only within a tenant; a job of one tenant whose need another tenant's run is crafting right now
+    waits for that run (then the one catalog answers it) instead of failing with the other tenant's run id."""
+    require("nix")
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    craft = {**pileup.slow_craft(tmp_path), "fresh": None}  # stays in its spec stage for minutes
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with serving("--database", database) as url:
+        theirs = job_number(call(url, alice, "craft", craft)["run_id"])
+        assert theirs is not None
+        with worker(database, first_log):
+            run = wait_for(lambda: rows(database)[0]["run_id"], timeout=120, interval=0.5)
+            mine = call(url, bob, "craft", craft)
+            assert mine["joined"] is False, mine  # another tenant's job is never joined
+            with worker(database, second_log):
+
+                def settled() -> bool:
+                    row = rows(database)[1]
+                    return row["state"] == "failed" or "waits for the run" in second_log.read_text()
+
+                wait_for(settled, timeout=120, interval=0.5)
+                status = call(url, bob, "status", {"run_id": mine["run_id"]})
+    assert status["status"] == "running", status
+    assert run not in json.dumps(status), status
+
+
+def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flakebot_home: Path, workdir: Path) -> None:
+    """/metrics labels a call by its tool's name, and the audit records it, only when it has a tool name's shape
+    (MCP: at most 128 of A-Z a-z 0-9 _ - .): a tenant calling made-up names of a megabyte each would otherwise make
+    every front keep (and every scrape, by any tenant's token, carry) what it sent, and the audit grow by it."""
+    bob = add_token("bob", "--tenant", "other")
+    with serving() as url:
+        # a name in the body only (a session's raw JSON-RPC), up to the body's 4 MB: the SDK's client also sends
+        # it in a header, which the HTTP server bounds
+        huge = Session(url, bob).ask("tools/call", {"name": "x" * 1_000_000, "arguments": {}})
+        assert huge["result"]["isError"], str(huge)[:300]
+        for name in ('a"b\nc', "no-such-tool"):
+            assert call(url, bob, name, {})["is_error"]
+        text = metrics(url, bob).text
+    assert len(text) < 20_000, len(text)
+    assert 'flakebot_tool_calls_total{tool="other",outcome="error"} 2' in text, text
+    assert 'flakebot_tool_calls_total{tool="no-such-tool",outcome="error"} 1' in text, text
+    records = audit.read(workdir)
+    assert len(audit.audit_path(workdir).read_text()) < 5_000
+    made_up = [r["tool"] for r in records if r["method"] == "tools/call"]
+    assert made_up[0] == "sha256:" + hashlib.sha256(b"x" * 1_000_000).hexdigest() and made_up[2] == "no-such-tool"
+
+
+def _transactions(database: str) -> int:
+    with db.connect(database) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row["xact_commit"])
+
+
+def test_joining_one_job_many_times_reads_its_row_once_per_poll(flakebot_home: Path, database: str) -> None:
+    """A detached queued craft's row is read every 5 s for its end (tools/list_changed): once per job on a front,
+    however many calls joined it. A tenant repeating an identical need (joining is never refused) would otherwise
+    add a reader per call for a day, each a query on the front's one connection every other tenant's calls wait on."""
+    bob = add_token("bob", "--tenant", "other")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url:
+        handles = {call(url, bob, "craft", craft)["run_id"] for _ in range(15)}  # stateless requests
+        for _ in range(15):  # and sessions (2025-11-25), each one to tell
+            answer = Session(url, bob).ask("tools/call", {"name": "craft", "arguments": craft})
+            handles.add(json.loads(answer["result"]["content"][0]["text"])["run_id"])
+        assert len(handles) == 1  # one job, joined 29 times
+        time.sleep(12)  # idle backends report their counts at least every 10 s
+        before = _transactions(database)
+        time.sleep(20)
+        read = _transactions(database) - before
+    assert read < 30, f"{read} transactions in 20 s: a reader per joined call"
+
+
+async def _held_reads(url: str, bob: str, job: str, database: str, holds: int) -> int:
+    """Transactions of the database in 10 s while `holds` status calls of one queued job are held."""
+    held = [asyncio.create_task(_call(url, bob, "status", {"run_id": job, "wait_seconds": 30})) for _ in range(holds)]
+    await asyncio.sleep(3)  # every hold reached the front
+    before = await asyncio.to_thread(_transactions, database)
+    await asyncio.sleep(10)
+    read = await asyncio.to_thread(_transactions, database) - before
+    for task in held:
+        task.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    return read
+
+
+def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, database: str) -> None:
+    """Held calls following one queued job (status's wait_seconds, a waited craft, tasks/result) read its row twice a
+    second together, not each: 30 held calls of one job would otherwise be 60 queries a second on the front's one
+    connection, which every other tenant's calls wait on (their calls per minute are counted through it)."""
+    bob = add_token("bob", "--tenant", "other")
+    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    with serving("--database", database) as url:
+        job = call(url, bob, "craft", craft)["run_id"]
+        read = asyncio.run(_held_reads(url, bob, job, database, holds=30))
+    assert read < 100, f"{read} transactions in 10 s: each held call reads the row"
