@@ -93,7 +93,7 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
     bob = add_token("bob", "--tenant", "other")
     with db.connect(database) as conn:
         queue.set_quota(conn, "acme", max_in_flight=2, max_per_day=10)
-    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    craft = {"need": "need a csv deduper", "registry": "local"}
     log_one, log_two = flakebot_home / "one.log", flakebot_home / "two.log"
     with serving("--database", database, log=log_one) as one, serving("--database", database, log=log_two) as two:
         assert one != two
@@ -244,7 +244,7 @@ def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
     require("bwrap", "cargo", "nix")
     monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")  # the worker crafts from the local registry
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
-    craft = {"need": "need a CSV deduper", "model": f"scripted:{SESSION}", "registry": "local"}
+    craft = {"need": "need a CSV deduper", "registry": "local"}
     log = tmp_path / "worker.log"
 
     def work() -> None:
@@ -275,7 +275,7 @@ def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, 
     import concurrent.futures
 
     alice = add_token("alice", "--tenant", "acme")
-    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    craft = {"need": "need a csv deduper", "registry": "local"}
     with serving("--database", database) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
         waited = pool.submit(call, url, alice, "craft", {**craft, "wait": True})
         wait_for(lambda: rows(database), timeout=60, interval=0.2)
@@ -284,7 +284,7 @@ def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, 
         task = session.ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})["result"]["task"]
         job_id = int(rows(database)[0]["id"])
         assert task["taskId"] == f"job-{job_id}"  # the same need: the task is the waited job
-        with worker(database, tmp_path / "worker.log") as proc:
+        with worker(database, tmp_path / "worker.log", model="scripted:/nonexistent.json") as proc:
             assert proc.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
         answer = waited.result(timeout=60)
         assert answer["is_error"] and answer["type"] == "ScriptError", answer
@@ -309,7 +309,7 @@ def test_serve_takes_the_database_from_libpqs_environment(
     monkeypatch.setenv("PGPASSFILE", str(passfile))
     alice = add_token("alice", "--tenant", "acme")
     with serving("--database", "postgresql://") as url:
-        answer = call(url, alice, "craft", {"need": "need a csv deduper", "model": "scripted:/nonexistent.json"})
+        answer = call(url, alice, "craft", {"need": "need a csv deduper"})
         assert answer["status"] == "queued", answer
     assert [(r["tenant"], r["principal"]) for r in rows(database)] == [("acme", "alice")]
 
@@ -319,7 +319,7 @@ def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path,
         add_token("solo", "--tenant", "acme", "--concurrent-crafts", "1"),
         add_token("other", "--tenant", "acme"),
     )
-    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    craft = {"need": "need a csv deduper", "registry": "local"}
     with serving("--database", database) as url:
         assert call(url, solo, "craft", craft)["status"] == "queued"
         refused = call(url, solo, "craft", {**craft, "need": "need a word counter"})
@@ -368,7 +368,7 @@ def test_one_tenants_held_status_calls_do_not_starve_another(flakebot_home: Path
     """Held `status` calls of a queued job (wait_seconds) take no worker thread the other calls need: a tenant holding
     more of them than the server has threads does not stop another tenant's `list` (nor its admission)."""
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
-    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    craft = {"need": "need a csv deduper", "registry": "local"}
     with serving("--database", database, log=flakebot_home / "serve.log") as url:
         job = call(url, bob, "craft", craft)["run_id"]  # no worker: it stays queued, so status holds
         answer, ended = asyncio.run(_starve(url, bob, alice, job, holds=48))  # anyio's default: 40 threads
@@ -383,16 +383,18 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
     waits for that run (then the one catalog answers it) instead of failing with the other tenant's run id."""
     require("nix")
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
-    craft = {**pileup.slow_craft(tmp_path), "fresh": None}  # stays in its spec stage for minutes
+    slow = pileup.slow_craft(tmp_path)  # stays in its spec stage for minutes: its model is the workers' setting
+    model = slow.pop("model")
+    craft = {**slow, "fresh": None}
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     with serving("--database", database) as url:
         theirs = job_number(call(url, alice, "craft", craft)["run_id"])
         assert theirs is not None
-        with worker(database, first_log):
+        with worker(database, first_log, model=model):
             run = wait_for(lambda: rows(database)[0]["run_id"], timeout=120, interval=0.5)
             mine = call(url, bob, "craft", craft)
             assert mine["joined"] is False, mine  # another tenant's job is never joined
-            with worker(database, second_log):
+            with worker(database, second_log, model=model):
 
                 def settled() -> bool:
                     row = rows(database)[1]
@@ -439,7 +441,7 @@ def test_joining_one_job_many_times_reads_its_row_once_per_poll(flakebot_home: P
     however many calls joined it. A tenant repeating an identical need (joining is never refused) would otherwise
     add a reader per call for a day, each a query on the front's one connection every other tenant's calls wait on."""
     bob = add_token("bob", "--tenant", "other")
-    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    craft = {"need": "need a csv deduper", "registry": "local"}
     with serving("--database", database) as url:
         handles = {call(url, bob, "craft", craft)["run_id"] for _ in range(15)}  # stateless requests
         for _ in range(15):  # and sessions (2025-11-25), each one to tell
@@ -471,7 +473,7 @@ def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, databa
     second together, not each: 30 held calls of one job would otherwise be 60 queries a second on the front's one
     connection, which every other tenant's calls wait on (their calls per minute are counted through it)."""
     bob = add_token("bob", "--tenant", "other")
-    craft = {"need": "need a csv deduper", "model": "scripted:/nonexistent.json", "registry": "local"}
+    craft = {"need": "need a csv deduper", "registry": "local"}
     with serving("--database", database) as url:
         job = call(url, bob, "craft", craft)["run_id"]
         read = asyncio.run(_held_reads(url, bob, job, database, holds=30))
