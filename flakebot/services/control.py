@@ -51,7 +51,8 @@ def up(
     forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     program = identity.record(manifest, binary)
-    started = _start_needed(where.name, order, settings, agent=agent)
+    _may_up(where, ref, manifest, program, where.read_json(where.launch_file), replace=replace, agent=agent)
+    started = _start_needed(where.name, order, settings, agent=agent)  # after: a refused up starts none of them
     try:
         return _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
                           network=network, replace=replace, agent=agent)  # fmt: skip
@@ -78,23 +79,11 @@ def _up_locked(
     """`up` once what it needs runs: an upgrade of the running version or a start of `program`."""
     with where.control_lock():
         earlier = where.read_json(where.launch_file)
+        _may_up(where, ref, manifest, program, earlier, replace=replace, agent=agent)  # again, under the lock
         if where.supervisor_alive():
-            running = str(earlier.get("version", ""))
-            if "@" not in ref or manifest["catalog_version"] == running:
-                raise UsageError(
-                    f"service {where.name} {running} is running already (port {where.status().get('port')})",
-                    fix=f"stop it first with 'flakebot down {where.name}', or upgrade with 'flakebot up "
-                    f"{where.name}@VERSION'",
-                )
-            if agent:
-                raise UsageError(
-                    f"service {where.name} {running} is running: replacing its program is the user's upgrade",
-                    fix=f"ask the user to run 'flakebot up {ref}'",
-                )
             running_now = {**earlier, "needs": needs.reach(where.name, spec, settings)}
             return upgrade(where, manifest, binary, program, running_now, settings, port=port, secrets=secrets,
                            network=network)  # fmt: skip
-        identity.may_start(where, earlier, program, replace=replace, agent=agent)
         launch = {
             "name": where.name,
             "version": manifest["catalog_version"],
@@ -112,6 +101,35 @@ def _up_locked(
             "needs": needs.reach(where.name, spec, settings),  # each needed service's port at this start
         }
         return _healthy_or_stopped(where, launch)
+
+
+def _may_up(
+    where: ServiceDir,
+    ref: str,
+    manifest: dict[str, Any],
+    program: dict[str, Any],
+    earlier: dict[str, Any],
+    *,
+    replace: bool,
+    agent: bool,
+) -> None:
+    """Whether `up` of `ref` may go on over the service's last launch `earlier`: an upgrade when it runs (the user's
+    only), else a start identity.may_start allows. Checked before what it needs starts, and again under the lock."""
+    if where.supervisor_alive():
+        running = str(earlier.get("version", ""))
+        if "@" not in ref or manifest["catalog_version"] == running:
+            raise UsageError(
+                f"service {where.name} {running} is running already (port {where.status().get('port')})",
+                fix=f"stop it first with 'flakebot down {where.name}', or upgrade with 'flakebot up "
+                f"{where.name}@VERSION'",
+            )
+        if agent:
+            raise UsageError(
+                f"service {where.name} {running} is running: replacing its program is the user's upgrade",
+                fix=f"ask the user to run 'flakebot up {ref}'",
+            )
+        return
+    identity.may_start(where, earlier, program, replace=replace, agent=agent)
 
 
 def _planned(name: str, spec: ServiceSpec, settings: Settings, *, agent: bool) -> list[str]:
@@ -142,6 +160,11 @@ def _start_needed(name: str, order: list[str], settings: Settings, *, agent: boo
                 state = where.status().get("state")
                 raise SandboxError(f"it is {state}, not healthy", fix=f"read 'flakebot logs {need}'")
             launch = where.read_json(where.launch_file)
+            if agent and launch.get("secrets"):  # as _planned, at the start itself (the user may have started it since)
+                raise UsageError(
+                    f"service {need} was started by the user with secrets: an agent cannot start it",
+                    fix=f"ask the user to run 'flakebot up {need}'",
+                )
             if launch.get("binary"):
                 relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings)
             else:
@@ -303,6 +326,8 @@ def check_up(ref: str, settings: Settings, port: int | None, *, agent: bool = Fa
     manifest = service_manifest_of(ref, settings)
     where = ServiceDir.of(manifest["name"], settings)
     _planned(where.name, ServiceSpec.from_dict(manifest["service"]), settings, agent=agent)
+    if agent:  # refused at once (before a job): no upgrade, no secret-holding launch (its program not read then)
+        _may_up(where, ref, manifest, {}, where.read_json(where.launch_file), replace=False, agent=True)
     if port is not None:
         _host_port(port)
 

@@ -5,6 +5,7 @@ of the host's loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import json_result, require, run_cli
+from tests.mcp.test_server import mcp_client
 from tests.services.test_supervisor import KV_SERVICE, client, status
 from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
 from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
@@ -166,3 +168,32 @@ def test_a_dependency_that_ran_here_starts_as_its_recorded_program_not_the_catal
     with client() as http:
         assert http.get(f"http://127.0.0.1:{service['port']}/health").content == b"ok\n"
     assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
+
+
+def test_an_agents_refused_up_starts_nothing_it_needs(  # noqa: F811
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The user started kv-app with a secret; both stopped since. An agent's service_up of kv-app is refused (the
+    user's secrets), and so is one of kv-top (its need kv-app holds them): neither starts kv-service first, which the
+    agent could not start by its own name here either (its status and log unchanged)."""
+    for key, value in env.items():  # the MCP server sees this module's catalog and the test's services
+        monkeypatch.setenv(key, value)
+    secret = tmp_path / "token"
+    secret.write_text("s3cret")
+    assert run_cli("up", "kv-app", "--secret", f"token={secret}", env=env, timeout=120).returncode == 0
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
+    services = Path(env["FLAKEBOT_WORKDIR"]) / "services"
+    before = {p: p.read_bytes() for p in (services / "kv-service").glob("*.json")}
+    log = (services / "kv-service" / "supervisor.log").read_bytes()
+
+    async def session() -> list[Any]:
+        async with mcp_client() as mcp:
+            return [await mcp.call("service_up", {"service": name}) for name in ("kv-app", "kv-top")]
+
+    [(app, app_error), (top, top_error)] = asyncio.run(session())
+    assert app_error and "an agent cannot start it" in app["error"], app
+    assert top_error and "which the user started with secrets" in top["error"], top
+    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped"}
+    assert {p: p.read_bytes() for p in (services / "kv-service").glob("*.json")} == before  # never started
+    assert not (services / "kv-top").exists()
+    assert (services / "kv-service" / "supervisor.log").read_bytes() == log
