@@ -27,6 +27,10 @@ def version_of(tmp: Path, version: str, *, edits: dict[str, str]) -> Path:
     shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
     manifest = crate / "Cargo.toml"
     manifest.write_text(manifest.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
+    lock = crate / "Cargo.lock"  # its own entry too: builds are --locked
+    kept = '[[package]]\nname = "kv-service"\nversion = "0.1.0"'
+    assert kept in lock.read_text()
+    lock.write_text(lock.read_text().replace(kept, kept.replace("0.1.0", version)))
     source = crate / "src" / "main.rs"
     text = source.read_text()
     for old, new in edits.items():
