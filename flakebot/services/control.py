@@ -54,11 +54,36 @@ def up(
     _may_up(where, ref, manifest, program, where.read_json(where.launch_file), replace=replace, agent=agent)
     started = _start_needed(where.name, order, settings, agent=agent)  # after: a refused up starts none of them
     try:
-        return _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
-                          network=network, replace=replace, agent=agent)  # fmt: skip
+        status = _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
+                            network=network, replace=replace, agent=agent)  # fmt: skip
     except BaseException:
         _stop_all(started)
         raise
+    return {**status, **_reach_again(where.name, status.get("port"), settings, agent=agent)}
+
+
+def _reach_again(name: str, port: object, settings: Settings, *, agent: bool) -> dict[str, Any]:
+    """After `name` started on `port`: services still running from before (its supervisor died under them) reach
+    it at the port it had, which any service may take once free. They stop (what needs them first) and start again
+    after it, as `restart` does, reaching it where it is now; an agent's never starts one holding the user's secrets
+    again (left stopped, named). Nothing when none is stale."""
+    if all(_reached_at(dependent, name) == port for dependent in needs.dependents(name, settings)):
+        return {}
+    stopped: list[str] = []
+    _stop_dependents(name, settings, stopped, {name})
+    restarted, left = [], []
+    for other in reversed(stopped):
+        again = ServiceDir.of(other, settings)
+        launch = again.read_json(again.launch_file)
+        try:
+            if agent and launch.get("secrets"):
+                raise UsageError(f"service {other} holds the user's secrets", fix=f"'flakebot restart {other}'")
+            relaunch(again, launch, forward.port_if_free(launch.get("host_port")), settings, agent=agent)
+            restarted.append(other)
+        except FlakebotError as exc:
+            logger.warning("%s, which needs %s, did not start again: %s", other, name, exc.message)
+            left.append(other)
+    return {"restarted_dependents": restarted, **({"stopped_dependents": left} if left else {})}
 
 
 def _up_locked(
@@ -101,6 +126,12 @@ def _up_locked(
             "needs": needs.reach(where.name, spec, settings),  # each needed service's port at this start
         }
         return _healthy_or_stopped(where, launch)
+
+
+def _reached_at(dependent: ServiceDir, name: str) -> object:
+    """The host port `dependent`'s launch reaches service `name` at."""
+    reached = dependent.read_json(dependent.launch_file).get("needs")
+    return reached.get(name) if isinstance(reached, dict) else None
 
 
 def _may_up(

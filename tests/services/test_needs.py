@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,23 @@ def test_an_agents_refused_up_starts_nothing_it_needs(  # noqa: F811
     assert {p: p.read_bytes() for p in (services / "kv-service").glob("*.json")} == before  # never started
     assert not (services / "kv-top").exists()
     assert (services / "kv-service" / "supervisor.log").read_bytes() == log
+
+
+def test_a_dependency_that_died_and_starts_again_elsewhere_is_reached_there(env: dict[str, str]) -> None:  # noqa: F811
+    """kv-service's supervisor killed (a crash) while kv-app runs: kv-app's namespace still forwards kv-service's old
+    port (free again in a minute, for any service to take). `up kv-service` starts it on another port (the old one
+    is in TIME_WAIT), and kv-app (and kv-top, which needs kv-app) start again after it, reaching it there."""
+    assert run_cli("up", "kv-top", env=env, timeout=120).returncode == 0
+    service = status(env, "kv-service")
+    os.kill(service["supervisor_pid"], signal.SIGKILL)
+    for _ in range(50):
+        if status(env, "kv-service")["state"] == "lost":
+            break
+        time.sleep(0.1)
+    again = json_result(run_cli("up", "kv-service", "--json", env=env, timeout=120))
+    app, top = status(env, "kv-app"), status(env, "kv-top")
+    assert again["state"] == app["state"] == top["state"] == "running"
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{again['port']}"
+    assert environ(top["service_pid"])["FLAKEBOT_KV_APP_URL"] == f"http://127.0.0.1:{app['port']}"
+    assert again["restarted_dependents"] == ["kv-app", "kv-top"]
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-top", "kv-app"]
