@@ -63,7 +63,7 @@ def up(
 
 
 def _reach_again(name: str, port: object, settings: Settings, *, agent: bool) -> dict[str, Any]:
-    """After `name` started on `port`: services still running from before (its supervisor died under them) reach
+    """After `name` started on `port` (up, relaunch): services still running from before (its supervisor died under them) reach
     it at the port it had, which any service may take once free. They stop (what needs them first) and start again
     after it, as `restart` does, reaching it where it is now; an agent's never starts one holding the user's secrets
     again (left stopped, named). Nothing when none is stale."""
@@ -247,10 +247,11 @@ def relaunch(
                 raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
             again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port),
                      "needs": needs.reach(where.name, spec, settings)}  # fmt: skip
-            return _healthy_or_stopped(where, again)
+            status = _healthy_or_stopped(where, again)
     except BaseException:
         _stop_all(started)
         raise
+    return {**status, **_reach_again(where.name, status.get("port"), settings, agent=agent)}
 
 
 def previous_version(earlier: dict[str, Any], version: str) -> str:

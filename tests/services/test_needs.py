@@ -6,9 +6,11 @@ of the host's loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -200,21 +202,37 @@ def test_an_agents_refused_up_starts_nothing_it_needs(  # noqa: F811
     assert (services / "kv-service" / "supervisor.log").read_bytes() == log
 
 
+def lost(env: dict[str, str], name: str) -> None:
+    """Kill service `name`'s supervisor (as a crash would) and wait until it is lost."""
+    os.kill(status(env, name)["supervisor_pid"], signal.SIGKILL)
+    for _ in range(50):
+        if status(env, name)["state"] == "lost":
+            return
+        time.sleep(0.1)
+
+
 def test_a_dependency_that_died_and_starts_again_elsewhere_is_reached_there(env: dict[str, str]) -> None:  # noqa: F811
     """kv-service's supervisor killed (a crash) while kv-app runs: kv-app's namespace still forwards kv-service's old
     port (free again in a minute, for any service to take). `up kv-service` starts it on another port (the old one
     is in TIME_WAIT), and kv-app (and kv-top, which needs kv-app) start again after it, reaching it there."""
     assert run_cli("up", "kv-top", env=env, timeout=120).returncode == 0
-    service = status(env, "kv-service")
-    os.kill(service["supervisor_pid"], signal.SIGKILL)
-    for _ in range(50):
-        if status(env, "kv-service")["state"] == "lost":
-            break
-        time.sleep(0.1)
+    lost(env, "kv-service")
     again = json_result(run_cli("up", "kv-service", "--json", env=env, timeout=120))
     app, top = status(env, "kv-app"), status(env, "kv-top")
     assert again["state"] == app["state"] == top["state"] == "running"
     assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{again['port']}"
     assert environ(top["service_pid"])["FLAKEBOT_KV_APP_URL"] == f"http://127.0.0.1:{app['port']}"
     assert again["restarted_dependents"] == ["kv-app", "kv-top"]
+    # the same through up --all (which starts only what is lost: kv-service), its old port taken meanwhile
+    old_port = status(env, "kv-service")["port"]
+    lost(env, "kv-service")
+    with contextlib.ExitStack() as taken:
+        with contextlib.suppress(OSError):  # taken already when its closed connections linger (TIME_WAIT)
+            taken.enter_context(socket.create_server(("127.0.0.1", old_port)))
+        restored = json_result(run_cli("up", "--all", "--json", env=env, timeout=120))["services"]
+    assert restored[0]["port"] != old_port
+    assert [s["name"] for s in restored] == ["kv-service"], restored
+    app = status(env, "kv-app")
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{restored[0]['port']}"
+    assert status(env, "kv-top")["state"] == "running"
     assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-top", "kv-app"]
