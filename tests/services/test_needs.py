@@ -236,3 +236,33 @@ def test_a_dependency_that_died_and_starts_again_elsewhere_is_reached_there(env:
     assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{restored[0]['port']}"
     assert status(env, "kv-top")["state"] == "running"
     assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-top", "kv-app"]
+
+
+def test_an_agents_start_of_a_lost_dependency_never_starts_the_users_secret_holder_again(  # noqa: F811
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """kv-app runs with the user's secret; kv-service under it died and its old port is taken. An agent's
+    service_up of kv-service moves it, stops kv-app (it would reach the old port) and leaves it stopped, named."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    secret = tmp_path / "token"
+    secret.write_text("s3cret")
+    assert run_cli("up", "kv-app", "--secret", f"token={secret}", env=env, timeout=120).returncode == 0
+    old_port = status(env, "kv-service")["port"]
+    lost(env, "kv-service")
+
+    async def session() -> Any:
+        async with mcp_client() as mcp:
+            return await mcp.call("service_up", {"service": "kv-service"})
+
+    with contextlib.ExitStack() as taken:
+        with contextlib.suppress(OSError):
+            taken.enter_context(socket.create_server(("127.0.0.1", old_port)))
+        started, error = asyncio.run(session())
+    assert not error and started["state"] == "running" and started["port"] != old_port, started
+    assert started["stopped_dependents"] == ["kv-app"] and started["restarted_dependents"] == []
+    assert states(env) == {"kv-service": "running", "kv-app": "stopped"}
+    assert json_result(run_cli("restart", "kv-app", "--json", env=env, timeout=120))["state"] == "running"
+    app = status(env, "kv-app")
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{started['port']}"
+    assert run_cli("down", "kv-service", env=env).returncode == 0
