@@ -115,7 +115,7 @@ def _up_locked(
             "previous_version": previous_version(earlier, manifest["catalog_version"]),
             "binary": str(binary),
             "spec": spec.to_dict(),
-            "host_port": _host_port(port),
+            "host_port": _host_port(port, where.name, settings),
             "sandbox": settings.sandbox,
             "limits": envelope.launch_limits(settings),
             "secrets": secrets or {},  # paths only: the supervisor reads them at each start
@@ -245,7 +245,7 @@ def relaunch(
         with where.control_lock():
             if where.supervisor_alive():
                 raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
-            again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port),
+            again = {**launch, "binary": str(binary), "program": program, "host_port": _host_port(port, where.name, settings, given=False),
                      "needs": needs.reach(where.name, spec, settings)}  # fmt: skip
             status = _healthy_or_stopped(where, again)
     except BaseException:
@@ -361,12 +361,31 @@ def check_up(ref: str, settings: Settings, port: int | None, *, agent: bool = Fa
     if agent:  # refused at once (before a job): no upgrade, no secret-holding launch (its program not read then)
         _may_up(where, ref, manifest, {}, where.read_json(where.launch_file), replace=False, agent=True)
     if port is not None:
-        _host_port(port)
+        _host_port(port, where.name, settings)
 
 
-def _host_port(port: int | None) -> int:
+def _host_port(port: int | None, name: str, settings: Settings, *, given: bool = True) -> int:
+    """The host port a start of service `name` listens on: `port` (the user's --port when `given`, else a recorded
+    one, None when taken), else the one its running dependents still reach it at when free, else a free one; never
+    a port running services reach as another service (needs.reached_ports)."""
+    reached = needs.reached_ports(settings)
+    others = {p: why for p, why in reached.items() if why[1] != name}
+    if port is not None and port in others:
+        if given:
+            dependent, need = others[port]
+            raise UsageError(
+                f"port {port} is where running {dependent} reaches {need}",
+                fix="pass another --port, or none for a free one",
+            )
+        port = None
     if port is None:
-        return forward.free_port()
+        kept = [p for p, why in reached.items() if why[1] == name and not forward.port_in_use(p)]
+        if kept:
+            return kept[0]
+        chosen = forward.free_port()
+        while chosen in others:
+            chosen = forward.free_port()
+        return chosen
     if not 1024 <= port <= 65535:
         raise UsageError(f"--port {port} is not a free unprivileged port", fix="pass --port between 1024 and 65535")
     if forward.port_in_use(port):
