@@ -197,7 +197,7 @@ def _start_needed(name: str, order: list[str], settings: Settings, *, agent: boo
                     fix=f"ask the user to run 'flakebot up {need}'",
                 )
             if launch.get("binary"):
-                relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings)
+                relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings, agent=agent)
             else:
                 up(need, settings, agent=agent)
         except FlakebotError as exc:

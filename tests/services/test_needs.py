@@ -88,7 +88,7 @@ def test_up_starts_what_a_service_needs_first_and_down_stops_its_dependents_firs
     stopped = run_cli("down", "kv-service", "--json", env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert json_result(stopped)["stopped_dependents"] == ["kv-top", "kv-app"]
-    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped", "kv-top": "stopped"}
+    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped"}  # kv-top never started
 
     # after a reboot (supervisors killed), up --all starts each after what it needs, reached at its port now
     for name in CHAIN:
@@ -272,4 +272,19 @@ def test_an_agents_start_of_a_lost_dependency_never_starts_the_users_secret_hold
     assert json_result(run_cli("restart", "kv-app", "--json", env=env, timeout=120))["state"] == "running"
     app = status(env, "kv-app")
     assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{started['port']}"
-    assert run_cli("down", "kv-service", env=env).returncode == 0
+
+    # the same when the agent's service_up of kv-top starts the lost kv-service as what it needs: kv-app (the user's,
+    # with the secret) is stopped, not started again by the agent, and kv-top (which needs it) does not start
+    old_port = started["port"]
+    lost(env, "kv-service")
+
+    async def top() -> Any:
+        async with mcp_client() as mcp:
+            return await mcp.call("service_up", {"service": "kv-top"})
+
+    with contextlib.ExitStack() as taken:
+        with contextlib.suppress(OSError):
+            taken.enter_context(socket.create_server(("127.0.0.1", old_port)))
+        refused, error = asyncio.run(top())
+    assert error and "service kv-top needs kv-app" in refused["error"], refused
+    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped"}  # kv-top never started
