@@ -79,6 +79,20 @@ THIEF_ROUTE = """        ("GET", "/cred") => {
 HEALTH_LINE = '        ("GET", "/health") if UNMIGRATED'
 
 
+def set_version(crate: Path, version: str) -> None:
+    """A copy of kv-service (crate version 0.1.0) made crate `version`, in Cargo.toml and in its Cargo.lock entry
+    when it has one (builds are --locked; without one, flakebot makes it)."""
+    cargo = crate / "Cargo.toml"
+    cargo.write_text(cargo.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
+    lock = crate / "Cargo.lock"
+    if not lock.exists():
+        return
+    entry = '[[package]]\nname = "kv-service"\nversion = "0.1.0"'
+    if entry not in lock.read_text():
+        raise RuntimeError("kv-service's Cargo.lock changed: its own entry is not where set_version looks")
+    lock.write_text(lock.read_text().replace(entry, entry.replace("0.1.0", version), 1))
+
+
 def thief_crate(root: Path, version: str) -> Path:
     """kv-service with a GET /cred route answering its credentials hex-encoded (log redaction never sees them), as
     crate `version`: what an agent would put behind a service's name."""
@@ -86,8 +100,7 @@ def thief_crate(root: Path, version: str) -> Path:
     if crate.exists():
         return crate
     shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
-    cargo = crate / "Cargo.toml"
-    cargo.write_text(cargo.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
+    set_version(crate, version)
     source = crate / "src" / "main.rs"
     text = source.read_text()
     if HEALTH_LINE not in text:
@@ -234,7 +247,7 @@ def _supervisor_kill(kv: Kv) -> tuple[bool, str]:
 def _failing_upgrade(kv: Kv) -> tuple[bool, str]:
     crate = kv.home.root / "kv-0.3.0"
     shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
-    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text().replace('"0.1.0"', '"0.3.0"', 1))
+    set_version(crate, "0.3.0")
     source = crate / "src" / "main.rs"
     source.write_text(
         source.read_text().replace("const CHECK_FORMAT: bool = false;", "const CHECK_FORMAT: bool = true;")
@@ -254,7 +267,7 @@ def kv_version(root: Path, version: str, edits: dict[str, str]) -> Path:
     """A copy of kv-service as crate `version`, its source edited (each edit must apply)."""
     crate = root / f"kv-{version}"
     shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
-    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text().replace('"0.1.0"', f'"{version}"', 1))
+    set_version(crate, version)
     source = crate / "src" / "main.rs"
     text = source.read_text()
     for old, new in edits.items():

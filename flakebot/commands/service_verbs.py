@@ -351,6 +351,12 @@ def _agent_status(status: dict[str, Any]) -> dict[str, Any]:
     return {k: status.get(k) for k in AGENT_FIELDS}
 
 
+def _agent_start(status: dict[str, Any]) -> dict[str, Any]:
+    """A start's status for an agent, with the dependents it started again (control._reach_again), when any."""
+    moved = ("restarted_dependents", "stopped_dependents")
+    return {**_agent_status(status), **{k: status[k] for k in moved if k in status}}
+
+
 def _agent_statuses(result: dict[str, Any]) -> dict[str, Any]:
     return {"services": [_agent_status(s) for s in result["services"]]}
 
@@ -426,7 +432,7 @@ COMMANDS = [
         mcp="service_up",
         hints=Hints("Start or upgrade a service", open_world=True),  # `network` may give it the outside
         long=True,
-        agent=_agent_status,
+        agent=_agent_start,
         text=_up_text,
         exit_code=lambda r: 40 if any("error" in s for s in r.get("services", [])) else 0,
         working="starting {service} (health-gated)",
@@ -479,7 +485,7 @@ COMMANDS = [
         # it swaps the running program (destructive); a second call goes back again (to the version just left)
         hints=Hints("Roll a service back to its previous version", destructive=True),
         long=True,
-        agent=_agent_status,
+        agent=_agent_start,
         mcp_description="Go back to the program the service ran before (as recorded when it ran, not what the "
         "catalog holds now), its state kept: health-gated as an upgrade when it runs (the running version keeps "
         "serving when the previous one fails its check), a plain start when stopped. Calling it again goes forward "

@@ -89,10 +89,17 @@ def _package(result: dict[str, Any]) -> dict[str, Any]:
 
 def _scalars(result: dict[str, Any]) -> dict[str, Any]:
     """Anything else: its short scalar fields, and where the rest is."""
-    answer = {k: v for k, v in result.items() if isinstance(v, (str, int, float, bool)) and len(str(v)) <= 300}
+    answer = {
+        k: v for k, v in result.items() if (isinstance(v, (str, int, float, bool)) or _names(v)) and len(str(v)) <= 300
+    }
     if result.get("run_id"):
         answer["details"] = f"call show with name {result['run_id']!r} for the run's stages and outputs"
     return answer
+
+
+def _names(value: object) -> bool:
+    """A short list of names (a service's needs, the dependents a start moved): kept as the scalars are."""
+    return isinstance(value, list) and len(value) <= 16 and all(isinstance(v, str) and len(v) <= 64 for v in value)
 
 
 def _fitted(answer: dict[str, Any]) -> dict[str, Any]:

@@ -53,13 +53,39 @@ def up(
         forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     program = identity.record(manifest, binary)
-    started = _start_needed(where.name, order, settings, agent=agent)
+    _may_up(where, ref, manifest, program, where.read_json(where.launch_file), replace=replace, agent=agent)
+    started = _start_needed(where.name, order, settings, agent=agent)  # after: a refused up starts none of them
     try:
-        return _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
-                          network=network, replace=replace, agent=agent)  # fmt: skip
+        status = _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
+                            network=network, replace=replace, agent=agent)  # fmt: skip
     except BaseException:
         _stop_all(started)
         raise
+    return {**status, **_reach_again(where.name, status.get("port"), settings, agent=agent)}
+
+
+def _reach_again(name: str, port: object, settings: Settings, *, agent: bool) -> dict[str, Any]:
+    """After `name` started on `port` (up, relaunch): services still running from before (its supervisor died under them) reach
+    it at the port it had, which any service may take once free. They stop (what needs them first) and start again
+    after it, as `restart` does, reaching it where it is now; an agent's never starts one holding the user's secrets
+    again (left stopped, named). Nothing when none is stale."""
+    if all(_reached_at(dependent, name) == port for dependent in needs.dependents(name, settings)):
+        return {}
+    stopped: list[str] = []
+    _stop_dependents(name, settings, stopped, {name})
+    restarted, left = [], []
+    for other in reversed(stopped):
+        again = ServiceDir.of(other, settings)
+        launch = again.read_json(again.launch_file)
+        try:
+            if agent and launch.get("secrets"):
+                raise UsageError(f"service {other} holds the user's secrets", fix=f"'flakebot restart {other}'")
+            relaunch(again, launch, forward.port_if_free(launch.get("host_port")), settings, agent=agent)
+            restarted.append(other)
+        except FlakebotError as exc:
+            logger.warning("%s, which needs %s, did not start again: %s", other, name, exc.message)
+            left.append(other)
+    return {"restarted_dependents": restarted, **({"stopped_dependents": left} if left else {})}
 
 
 def _up_locked(
@@ -80,30 +106,18 @@ def _up_locked(
     """`up` once what it needs runs: an upgrade of the running version or a start of `program`."""
     with where.control_lock():
         earlier = where.read_json(where.launch_file)
+        _may_up(where, ref, manifest, program, earlier, replace=replace, agent=agent)  # again, under the lock
         if where.supervisor_alive():
-            running = str(earlier.get("version", ""))
-            if "@" not in ref or manifest["catalog_version"] == running:
-                raise UsageError(
-                    f"service {where.name} {running} is running already (port {where.status().get('port')})",
-                    fix=f"stop it first with 'flakebot down {where.name}', or upgrade with 'flakebot up "
-                    f"{where.name}@VERSION'",
-                )
-            if agent:
-                raise UsageError(
-                    f"service {where.name} {running} is running: replacing its program is the user's upgrade",
-                    fix=f"ask the user to run 'flakebot up {ref}'",
-                )
             running_now = {**earlier, "needs": needs.reach(where.name, spec, settings)}
             return upgrade(where, manifest, binary, program, running_now, settings, port=port, secrets=secrets,
                            network=network)  # fmt: skip
-        identity.may_start(where, earlier, program, replace=replace, agent=agent)
         launch = {
             "name": where.name,
             "version": manifest["catalog_version"],
             "previous_version": previous_version(earlier, manifest["catalog_version"]),
             "binary": str(binary),
             "spec": spec.to_dict(),
-            "host_port": _host_port(port),
+            "host_port": _host_port(port, where.name, settings),
             "sandbox": settings.sandbox,
             "limits": envelope.launch_limits(settings),
             "secrets": secrets or {},  # paths only: the supervisor reads them at each start
@@ -114,6 +128,41 @@ def _up_locked(
             "needs": needs.reach(where.name, spec, settings),  # each needed service's port at this start
         }
         return _healthy_or_stopped(where, launch)
+
+
+def _reached_at(dependent: ServiceDir, name: str) -> object:
+    """The host port `dependent`'s launch reaches service `name` at."""
+    reached = dependent.read_json(dependent.launch_file).get("needs")
+    return reached.get(name) if isinstance(reached, dict) else None
+
+
+def _may_up(
+    where: ServiceDir,
+    ref: str,
+    manifest: dict[str, Any],
+    program: dict[str, Any],
+    earlier: dict[str, Any],
+    *,
+    replace: bool,
+    agent: bool,
+) -> None:
+    """Whether `up` of `ref` may go on over the service's last launch `earlier`: an upgrade when it runs (the user's
+    only), else a start identity.may_start allows. Checked before what it needs starts, and again under the lock."""
+    if where.supervisor_alive():
+        running = str(earlier.get("version", ""))
+        if "@" not in ref or manifest["catalog_version"] == running:
+            raise UsageError(
+                f"service {where.name} {running} is running already (port {where.status().get('port')})",
+                fix=f"stop it first with 'flakebot down {where.name}', or upgrade with 'flakebot up "
+                f"{where.name}@VERSION'",
+            )
+        if agent:
+            raise UsageError(
+                f"service {where.name} {running} is running: replacing its program is the user's upgrade",
+                fix=f"ask the user to run 'flakebot up {ref}'",
+            )
+        return
+    identity.may_start(where, earlier, program, replace=replace, agent=agent)
 
 
 def _planned(name: str, spec: ServiceSpec, settings: Settings, *, agent: bool) -> list[str]:
@@ -144,8 +193,13 @@ def _start_needed(name: str, order: list[str], settings: Settings, *, agent: boo
                 state = where.status().get("state")
                 raise SandboxError(f"it is {state}, not healthy", fix=f"read 'flakebot logs {need}'")
             launch = where.read_json(where.launch_file)
+            if agent and launch.get("secrets"):  # as _planned, at the start itself (the user may have started it since)
+                raise UsageError(
+                    f"service {need} was started by the user with secrets: an agent cannot start it",
+                    fix=f"ask the user to run 'flakebot up {need}'",
+                )
             if launch.get("binary"):
-                relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings)
+                relaunch(where, launch, forward.port_if_free(launch.get("host_port")), settings, agent=agent)
             else:
                 up(need, settings, agent=agent)
         except FlakebotError as exc:
@@ -203,13 +257,18 @@ def relaunch(
         with where.control_lock():
             if where.supervisor_alive():
                 raise UsageError(f"service {where.name} is running already", fix=f"'flakebot restart {where.name}'")
-            host_port = int(listener.getsockname()[1]) if listener is not None else _host_port(port)
+            host_port = (
+                int(listener.getsockname()[1])
+                if listener is not None
+                else _host_port(port, where.name, settings, given=False)
+            )
             again = {**launch, "binary": str(binary), "program": program, "host_port": host_port,
                      "needs": needs.reach(where.name, spec, settings)}  # fmt: skip
-            return _healthy_or_stopped(where, again, listener)
+            status = _healthy_or_stopped(where, again, listener)
     except BaseException:
         _stop_all(started)
         raise
+    return {**status, **_reach_again(where.name, status.get("port"), settings, agent=agent)}
 
 
 def previous_version(earlier: dict[str, Any], version: str) -> str:
@@ -322,13 +381,34 @@ def check_up(ref: str, settings: Settings, port: int | None, *, agent: bool = Fa
     manifest = service_manifest_of(ref, settings)
     where = ServiceDir.of(manifest["name"], settings)
     _planned(where.name, ServiceSpec.from_dict(manifest["service"]), settings, agent=agent)
+    if agent:  # refused at once (before a job): no upgrade, no secret-holding launch (its program not read then)
+        _may_up(where, ref, manifest, {}, where.read_json(where.launch_file), replace=False, agent=True)
     if port is not None:
-        _host_port(port)
+        _host_port(port, where.name, settings)
 
 
-def _host_port(port: int | None) -> int:
+def _host_port(port: int | None, name: str, settings: Settings, *, given: bool = True) -> int:
+    """The host port a start of service `name` listens on: `port` (the user's --port when `given`, else a recorded
+    one, None when taken), else the one its running dependents still reach it at when free, else a free one; never
+    a port running services reach as another service (needs.reached_ports)."""
+    reached = needs.reached_ports(settings)
+    others = {p: why for p, why in reached.items() if why[1] != name}
+    if port is not None and port in others:
+        if given:
+            dependent, need = others[port]
+            raise UsageError(
+                f"port {port} is where running {dependent} reaches {need}",
+                fix="pass another --port, or none for a free one",
+            )
+        port = None
     if port is None:
-        return forward.free_port()
+        kept = [p for p, why in reached.items() if why[1] == name and not forward.port_in_use(p)]
+        if kept:
+            return kept[0]
+        chosen = forward.free_port()
+        while chosen in others:
+            chosen = forward.free_port()
+        return chosen
     if not 1024 <= port <= 65535:
         raise UsageError(f"--port {port} is not a free unprivileged port", fix="pass --port between 1024 and 65535")
     if forward.port_in_use(port):

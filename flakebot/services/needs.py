@@ -98,6 +98,18 @@ def dependents(name: str, settings: Settings) -> list[ServiceDir]:
     return found
 
 
+def reached_ports(settings: Settings) -> dict[int, tuple[str, str]]:
+    """The host ports running services reach as a service they need (launch.json `needs`, the ports at their
+    start): port -> (the dependent, the service it reaches there). A start of any other service never takes one:
+    the dependent would reach it as the one it needs (after that one's supervisor died, its port is free)."""
+    found: dict[int, tuple[str, str]] = {}
+    for where in all_service_dirs(settings):
+        reached = where.read_json(where.launch_file).get("needs")
+        if isinstance(reached, dict) and where.supervisor_alive():
+            found.update({port: (where.name, need) for need, port in reached.items() if isinstance(port, int)})
+    return found
+
+
 def _needs_of(launch: dict[str, Any]) -> tuple[str, ...]:
     try:
         return ServiceSpec.from_dict(launch["spec"]).needs if isinstance(launch.get("spec"), dict) else ()
@@ -126,4 +138,4 @@ def in_start_order(services: list[ServiceDir]) -> list[ServiceDir]:
     return order
 
 
-__all__ = ["declared", "dependents", "in_start_order", "reach", "running", "start_order"]
+__all__ = ["declared", "dependents", "in_start_order", "reach", "reached_ports", "running", "start_order"]

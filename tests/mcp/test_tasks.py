@@ -24,7 +24,7 @@ from tests.conftest import REPO, require, wait_for
 from tests.fakes.processes import descendants, own_processes
 from tests.mcp.test_server import TS_CLIENT, Client, mcp_client, require_typescript_sdk
 
-LONG_TOOLS = {"craft", "improve", "package", "resume", "service_up", "service_rollback"}
+LONG_TOOLS = {"craft", "improve", "package", "resume", "service_rollback", "service_up"}
 # A craft whose model takes minutes to write the spec: its task is still working when it is cancelled.
 SLOW_MODEL = {"format": 1, "stages": {"spec": [{"fault": {"kind": "slow", "seconds": 300}, "content": "too late"}]}}
 # What a package result says about the build itself (the rest names its run).

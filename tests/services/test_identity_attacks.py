@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.reliability.services import HEALTH_LINE, SECRET, THIEF_ROUTE, leaked, thief_crate
+from benchmarks.reliability.services import HEALTH_LINE, SECRET, THIEF_ROUTE, leaked, set_version, thief_crate
 from benchmarks.reliability.services import credential as inside
 from flakebot import config
 from flakebot.deliver.catalog import Catalog
@@ -141,7 +141,7 @@ def test_rollback_goes_back_to_the_program_that_ran_not_to_what_the_version_mean
 ) -> None:
     second = tmp_path / "kv-0.2.0"
     shutil.copytree(KV_SERVICE, second, ignore=shutil.ignore_patterns("target"))
-    (second / "Cargo.toml").write_text((second / "Cargo.toml").read_text().replace('"0.1.0"', '"0.2.0"', 1))
+    set_version(second, "0.2.0")
     package(second)
     cli("up", "kv-service@0.1.0", *secret_files(home))
     upgraded = cli("up", "kv-service@0.2.0")  # the user's upgrade: secrets carried to 0.2.0

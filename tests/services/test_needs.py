@@ -5,15 +5,20 @@ of the host's loopback."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import json_result, require, run_cli
+from tests.mcp.test_server import mcp_client
 from tests.services.test_supervisor import KV_SERVICE, client, status
 from tests.services.test_supervisor import env as env  # noqa: F401 - the per-test fixture, on this module's catalog
 from tests.services.test_upgrade import UPGRADED_HEALTH, version_of
@@ -166,3 +171,120 @@ def test_a_dependency_that_ran_here_starts_as_its_recorded_program_not_the_catal
     with client() as http:
         assert http.get(f"http://127.0.0.1:{service['port']}/health").content == b"ok\n"
     assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
+
+
+def test_an_agents_refused_up_starts_nothing_it_needs(  # noqa: F811
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The user started kv-app with a secret; both stopped since. An agent's service_up of kv-app is refused (the
+    user's secrets), and so is one of kv-top (its need kv-app holds them): neither starts kv-service first, which the
+    agent could not start by its own name here either (its status and log unchanged)."""
+    for key, value in env.items():  # the MCP server sees this module's catalog and the test's services
+        monkeypatch.setenv(key, value)
+    secret = tmp_path / "token"
+    secret.write_text("s3cret")
+    assert run_cli("up", "kv-app", "--secret", f"token={secret}", env=env, timeout=120).returncode == 0
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-app"]
+    services = Path(env["FLAKEBOT_WORKDIR"]) / "services"
+    before = {p: p.read_bytes() for p in (services / "kv-service").glob("*.json")}
+    log = (services / "kv-service" / "supervisor.log").read_bytes()
+
+    async def session() -> list[Any]:
+        async with mcp_client() as mcp:
+            return [await mcp.call("service_up", {"service": name}) for name in ("kv-app", "kv-top")]
+
+    [(app, app_error), (top, top_error)] = asyncio.run(session())
+    assert app_error and "an agent cannot start it" in app["error"], app
+    assert top_error and "which the user started with secrets" in top["error"], top
+    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped"}
+    assert {p: p.read_bytes() for p in (services / "kv-service").glob("*.json")} == before  # never started
+    assert not (services / "kv-top").exists()
+    assert (services / "kv-service" / "supervisor.log").read_bytes() == log
+
+
+def lost(env: dict[str, str], name: str) -> None:
+    """Kill service `name`'s supervisor (as a crash would) and wait until it is lost."""
+    os.kill(status(env, name)["supervisor_pid"], signal.SIGKILL)
+    for _ in range(50):
+        if status(env, name)["state"] == "lost":
+            return
+        time.sleep(0.1)
+
+
+def test_a_dependency_that_died_and_starts_again_elsewhere_is_reached_there(env: dict[str, str]) -> None:  # noqa: F811
+    """kv-service's supervisor killed (a crash) while kv-app runs: kv-app's namespace still forwards kv-service's old
+    port. No other service may take that port meanwhile (kv-app would reach it as kv-service); `up kv-service` starts
+    it there or elsewhere, and kv-app (and kv-top, which needs kv-app) start again after it, reaching it there."""
+    assert run_cli("up", "kv-top", env=env, timeout=120).returncode == 0
+    assert package(env, "kv-other").returncode == 0
+    service = status(env, "kv-service")
+    lost(env, "kv-service")
+    taken = run_cli("up", "kv-other", "--port", str(service["port"]), env=env, timeout=120)  # kv-app would reach it
+    assert taken.returncode == 2, taken.stderr
+    assert f"port {service['port']} is where running kv-app reaches kv-service" in taken.stderr
+    assert "kv-other" not in states(env)
+    again = json_result(run_cli("up", "kv-service", "--json", env=env, timeout=120))
+    app, top = status(env, "kv-app"), status(env, "kv-top")
+    assert again["state"] == app["state"] == top["state"] == "running"
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{again['port']}"
+    assert environ(top["service_pid"])["FLAKEBOT_KV_APP_URL"] == f"http://127.0.0.1:{app['port']}"
+    moved = again["port"] != service["port"]  # its old port kept for it, unless still in TIME_WAIT
+    assert again.get("restarted_dependents", []) == (["kv-app", "kv-top"] if moved else [])
+    # the same through up --all (which starts only what is lost: kv-service), its old port taken meanwhile
+    old_port = status(env, "kv-service")["port"]
+    lost(env, "kv-service")
+    with contextlib.ExitStack() as taken:
+        with contextlib.suppress(OSError):  # taken already when its closed connections linger (TIME_WAIT)
+            taken.enter_context(socket.create_server(("127.0.0.1", old_port)))
+        restored = json_result(run_cli("up", "--all", "--json", env=env, timeout=120))["services"]
+    assert restored[0]["port"] != old_port
+    assert [s["name"] for s in restored] == ["kv-service"], restored
+    app = status(env, "kv-app")
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{restored[0]['port']}"
+    assert status(env, "kv-top")["state"] == "running"
+    assert json_result(run_cli("down", "kv-service", "--json", env=env))["stopped_dependents"] == ["kv-top", "kv-app"]
+
+
+def test_an_agents_start_of_a_lost_dependency_never_starts_the_users_secret_holder_again(  # noqa: F811
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """kv-app runs with the user's secret; kv-service under it died and its old port is taken. An agent's
+    service_up of kv-service moves it, stops kv-app (it would reach the old port) and leaves it stopped, named."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    secret = tmp_path / "token"
+    secret.write_text("s3cret")
+    assert run_cli("up", "kv-app", "--secret", f"token={secret}", env=env, timeout=120).returncode == 0
+    old_port = status(env, "kv-service")["port"]
+    lost(env, "kv-service")
+
+    async def session() -> Any:
+        async with mcp_client() as mcp:
+            return await mcp.call("service_up", {"service": "kv-service"})
+
+    with contextlib.ExitStack() as taken:
+        with contextlib.suppress(OSError):
+            taken.enter_context(socket.create_server(("127.0.0.1", old_port)))
+        started, error = asyncio.run(session())
+    assert not error and started["state"] == "running" and started["port"] != old_port, started
+    assert started["stopped_dependents"] == ["kv-app"] and started["restarted_dependents"] == []
+    assert states(env) == {"kv-service": "running", "kv-app": "stopped"}
+    assert json_result(run_cli("restart", "kv-app", "--json", env=env, timeout=120))["state"] == "running"
+    app = status(env, "kv-app")
+    assert environ(app["service_pid"])["FLAKEBOT_KV_SERVICE_URL"] == f"http://127.0.0.1:{started['port']}"
+
+    # the same when the agent's service_up of kv-top starts the lost kv-service as what it needs: kv-app (the user's,
+    # with the secret) is stopped, not started again by the agent, and kv-top (which needs it) does not start
+    old_port = started["port"]
+    lost(env, "kv-service")
+
+    async def top() -> Any:
+        async with mcp_client() as mcp:
+            return await mcp.call("service_up", {"service": "kv-top"})
+
+    with contextlib.ExitStack() as taken:
+        with contextlib.suppress(OSError):
+            taken.enter_context(socket.create_server(("127.0.0.1", old_port)))
+        refused, error = asyncio.run(top())
+    assert error and "service kv-top needs kv-app" in refused["error"], refused
+    assert states(env) == {"kv-service": "stopped", "kv-app": "stopped"}  # kv-top never started

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.reliability.services import set_version
 from tests.conftest import json_result, require, run_cli
 from tests.mcp.test_server import mcp_client
 from tests.services.test_supervisor import KV_SERVICE, client, pasta_pids, status
@@ -25,8 +26,7 @@ def version_of(tmp: Path, version: str, *, edits: dict[str, str]) -> Path:
     """A copy of kv-service as crate `version`, its source edited (each edit must apply)."""
     crate = tmp / f"kv-{version}"
     shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
-    manifest = crate / "Cargo.toml"
-    manifest.write_text(manifest.read_text().replace('version = "0.1.0"', f'version = "{version}"', 1))
+    set_version(crate, version)
     source = crate / "src" / "main.rs"
     text = source.read_text()
     for old, new in edits.items():
