@@ -51,8 +51,8 @@ from flakebot.team import db, tenancy
 from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
-from flakebot.team.metrics import CONTENT_TYPE, Metrics
 from flakebot.team.idtokens import JwtOptions, JwtVerifier
+from flakebot.team.metrics import CONTENT_TYPE, Metrics
 from flakebot.team.tokens import Principal, TokenStore, Verifier, Verifiers
 
 logger = logging.getLogger(__name__)
