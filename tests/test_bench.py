@@ -214,3 +214,17 @@ def test_services_benchmark_runs_and_reports_its_figures() -> None:
     assert all(f["value"] is not None for f in figures)  # the handoff's figures against the bare binary, same run
     assert record.socket_over_bare == pytest.approx(record.socket_ms / record.bare_ms, abs=0.001)
     assert record.socket_up_over_bare_s == pytest.approx(record.socket_up_s - record.bare_start_s, abs=0.002)
+
+
+def test_front_benchmark_runs_and_reports_its_figure() -> None:
+    """One small run of T1: real tokens, a real `flakebot serve`, the MCP SDK's clients; every call answered and
+    timed, the figure made from the typed record against its goal."""
+    from benchmarks.perf import bench
+    from benchmarks.perf import front as bench_front
+
+    record = bench("front").load(bench_front.run(tokens=3, rounds=1))
+    assert (record.tokens, record.calls, record.errors) == (3, 6, 0)
+    assert 0 < record.p50_ms <= record.p95_ms <= record.max_ms and record.alone_p95_ms > 0
+    assert record.p95_over_alone == pytest.approx(record.p95_ms / record.alone_p95_ms, abs=0.02)
+    [figure] = bench("front").summarize(record)
+    assert (figure["id"], figure["value"], figure["goal"]) == ("T1", record.p95_ms, 250.0)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the section modules import flakebot; rendering a report nee
     from benchmarks.perf.craft import CraftResult
     from benchmarks.perf.diagnostics import DiagnosticsResult
     from benchmarks.perf.fork import ForkResult
+    from benchmarks.perf.front import FrontResult
     from benchmarks.perf.loop import Iterations, LoopResult
     from benchmarks.perf.nix import NixResult
     from benchmarks.perf.repeat import RepeatResult, RepeatRun
@@ -32,6 +33,8 @@ if TYPE_CHECKING:  # the section modules import flakebot; rendering a report nee
 Results = dict[str, Any]
 # Six stand-in builds on two Nix remote builders against one (issue 44).
 GOAL_BUILDERS = 0.6
+# The p95 latency of `list`/`show` with 50 agents on one front at once (issue 44).
+GOAL_FRONT_P95_MS = 250.0
 
 
 @dataclass(frozen=True)
@@ -673,6 +676,28 @@ def compile_once_heavy_figure(results: Results) -> dict[str, Any]:
     return figure("P14-heavy", title, r.heavy.ratio, "x", r.goal, "<=", measured, gap, "compile_once")
 
 
+def front_latency(r: Results) -> dict[str, Any]:
+    f: FrontResult = r["front"]
+    measured = (
+        f"{f.tokens} tokens (made with `flakebot token add`), each an MCP SDK Streamable HTTP client, all at once "
+        f"against one `flakebot serve` on 127.0.0.1, {f.rounds} rounds of `list` and `show` each: {f.calls} calls, "
+        f"median {f.p50_ms:.0f} ms, p95 {f.p95_ms:.0f} ms, slowest {f.max_ms:.0f} ms, {f.errors} failed, "
+        f"{f.wall_s:.1f} s in all; one client alone in the same run: p95 {f.alone_p95_ms:.0f} ms "
+        f"(the load's p95 {f.p95_over_alone:g}x that). Each agent calls again the moment an answer comes (no think "
+        f"time): a closed loop that keeps all {f.tokens} calls in flight"
+    )
+    per_call = f.server_cpu_ms_per_call + f.clients_cpu_ms_per_call
+    gap = (
+        f"CPU, not waiting on anything: per call the server spent {f.server_cpu_ms_per_call:.1f} ms and the "
+        f"{f.tokens} SDK clients (one Python process on the same two cores) {f.clients_cpu_ms_per_call:.1f} ms; "
+        f"{f.tokens} calls in flight behind each other are about {f.tokens} x {per_call:.1f} ms / 2 cores = "
+        f"{f.tokens * per_call / 2:.0f} ms, before the machine's other load"
+    )
+    title = f"front: p95 of list/show, {f.tokens} agents at once"
+    met = f.p95_ms <= GOAL_FRONT_P95_MS
+    return figure("T1", title, f.p95_ms, "ms", GOAL_FRONT_P95_MS, "<=", measured, "" if met else gap, "front")
+
+
 def builders_spread(r: Results) -> dict[str, Any]:
     b: BuildersResult = r["builders"]
     measured = (
@@ -829,6 +854,7 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P14", compile_once_figure, "compile_once"),
     ("P14-shared", compile_once_shared_figure, "compile_once"),
     ("P14-heavy", compile_once_heavy_figure, "compile_once"),
+    ("T1", front_latency, "front"),
     ("T2", builders_spread, "builders"),
     ("S1", services_up, "services"),
     ("S2", services_restart, "services"),
