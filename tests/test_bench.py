@@ -228,3 +228,21 @@ def test_front_benchmark_runs_and_reports_its_figure() -> None:
     assert record.p95_over_alone == pytest.approx(record.p95_ms / record.alone_p95_ms, abs=0.02)
     [figure] = bench("front").summarize(record)
     assert (figure["id"], figure["value"], figure["goal"]) == ("T1", record.p95_ms, 250.0)
+
+
+def test_failover_figure_is_the_failovers_wall_beyond_the_crafts_own() -> None:
+    """T4's record and figure (its run crafts twice, minutes: `make bench` runs it): the figure is the overhead the
+    run measured, with the timeline that makes it."""
+    failover = perf.bench("failover")
+    result = {
+        "lease_s": 20.0,
+        "killed_after_s": 30.0,
+        "kill_to_done_s": 70.0,
+        "failover_wall_s": 100.0,
+        "own_s": 60.0,
+        "overhead_s": 40.0,
+        "attempts": 2,
+    }
+    (made,) = failover.summarize(failover.load(result))
+    assert (made["id"], made["value"], made["goal"], made["met"]) == ("T4", 40.0, 60.0, True)
+    assert "killed with SIGKILL 30.0 s in" in made["measured"] and "60.0 s for the same craft" in made["measured"]
