@@ -246,3 +246,12 @@ def test_failover_figure_is_the_failovers_wall_beyond_the_crafts_own() -> None:
     (made,) = failover.summarize(failover.load(result))
     assert (made["id"], made["value"], made["goal"], made["met"]) == ("T4", 40.0, 60.0, True)
     assert "killed with SIGKILL 30.0 s in" in made["measured"] and "60.0 s for the same craft" in made["measured"]
+
+
+def test_workers_figure_is_the_ratio_of_the_two_walls() -> None:
+    """T3's record and figure (its run crafts twelve times: `make bench` runs it)."""
+    workers = perf.bench("workers")
+    result = {"crafts": 6, "one_worker_s": 100.0, "two_workers_s": 55.0, "ratio": 0.55, "spread": [3, 3]}
+    (made,) = workers.summarize(workers.load(result))
+    assert (made["id"], made["value"], made["goal"], made["met"]) == ("T3", 0.55, 0.6, True)
+    assert "100.0 s by one" in made["measured"] and "crafts per worker: 3, 3" in made["measured"]

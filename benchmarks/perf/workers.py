@@ -42,6 +42,7 @@ RESULT = WorkersResult
 def enqueue(database: str, crafts: int, batch: str) -> list[int]:
     ids = []
     with db.connect(database) as conn:
+        queue.set_quota(conn, TENANT, max_in_flight=crafts, max_per_day=100)  # all queued before a worker starts
         for i in range(crafts):
             asked = RunRequest(need=f"need a CSV deduper ({batch}{i})", model=f"scripted:{SESSION}", registry="local",
                                offline=True, name=f"csv-dedup-{batch}{i}", fresh=True)  # fmt: skip
