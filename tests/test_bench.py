@@ -214,3 +214,44 @@ def test_services_benchmark_runs_and_reports_its_figures() -> None:
     assert all(f["value"] is not None for f in figures)  # the handoff's figures against the bare binary, same run
     assert record.socket_over_bare == pytest.approx(record.socket_ms / record.bare_ms, abs=0.001)
     assert record.socket_up_over_bare_s == pytest.approx(record.socket_up_s - record.bare_start_s, abs=0.002)
+
+
+def test_front_benchmark_runs_and_reports_its_figure() -> None:
+    """One small run of T1: real tokens, a real `flakebot serve`, the MCP SDK's clients; every call answered and
+    timed, the figure made from the typed record against its goal."""
+    from benchmarks.perf import bench
+    from benchmarks.perf import front as bench_front
+
+    record = bench("front").load(bench_front.run(tokens=3, rounds=1))
+    assert (record.tokens, record.calls, record.errors) == (3, 6, 0)
+    assert 0 < record.p50_ms <= record.p95_ms <= record.max_ms and record.alone_p95_ms > 0
+    assert record.p95_over_alone == pytest.approx(record.p95_ms / record.alone_p95_ms, abs=0.02)
+    [figure] = bench("front").summarize(record)
+    assert (figure["id"], figure["value"], figure["goal"]) == ("T1", record.p95_ms, 250.0)
+
+
+def test_failover_figure_is_the_failovers_wall_beyond_the_crafts_own() -> None:
+    """T4's record and figure (its run crafts twice, minutes: `make bench` runs it): the figure is the overhead the
+    run measured, with the timeline that makes it."""
+    failover = perf.bench("failover")
+    result = {
+        "lease_s": 20.0,
+        "killed_after_s": 30.0,
+        "kill_to_done_s": 70.0,
+        "failover_wall_s": 100.0,
+        "own_s": 60.0,
+        "overhead_s": 40.0,
+        "attempts": 2,
+    }
+    (made,) = failover.summarize(failover.load(result))
+    assert (made["id"], made["value"], made["goal"], made["met"]) == ("T4", 40.0, 60.0, True)
+    assert "killed with SIGKILL 30.0 s in" in made["measured"] and "60.0 s for the same craft" in made["measured"]
+
+
+def test_workers_figure_is_the_ratio_of_the_two_walls() -> None:
+    """T3's record and figure (its run crafts twelve times: `make bench` runs it)."""
+    workers = perf.bench("workers")
+    result = {"crafts": 6, "one_worker_s": 100.0, "two_workers_s": 55.0, "ratio": 0.55, "spread": [3, 3]}
+    (made,) = workers.summarize(workers.load(result))
+    assert (made["id"], made["value"], made["goal"], made["met"]) == ("T3", 0.55, 0.6, True)
+    assert "100.0 s by one" in made["measured"] and "crafts per worker: 3, 3" in made["measured"]

@@ -69,9 +69,10 @@ SECTIONS: tuple[Bench, ...] = (
     Bench("corpus"),
     Bench("shared", {"samples": 3}),
     Bench("services", {"samples": 5, "requests": 50}),
-    Bench(
-        "builders", {"builds": 6, "build_seconds": 3.0}
-    ),  # T2: six stand-in builds on two ssh-ng builders vs one  # S1-S3: a supervised service (kv-service)
+    Bench("front", {"tokens": 50, "rounds": 4}),  # T1: 50 agents at once on one `flakebot serve`
+    Bench("builders", {"builds": 6, "build_seconds": 3.0}),  # T2: six stand-in builds on two ssh-ng builders vs one
+    Bench("workers", {"crafts": 6}),  # T3: six queued crafts on two workers vs one (PostgreSQL)
+    Bench("failover", {"lease": 20.0}),  # T4: a worker killed -9 mid-craft, another finishing it (PostgreSQL)
     # P15, P16: 10,000 tools catalogued through Catalog.add (each its own nix-store GC root): minutes of its own
     Bench(
         "catalog", {"sizes": (1, 1000, 10_000), "repeat": 5}, quick={"sizes": (1, 10, 20), "repeat": 2, "nix": False}

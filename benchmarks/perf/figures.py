@@ -19,7 +19,9 @@ if TYPE_CHECKING:  # the section modules import flakebot; rendering a report nee
     from benchmarks.perf.corpus import CorpusResult
     from benchmarks.perf.craft import CraftResult
     from benchmarks.perf.diagnostics import DiagnosticsResult
+    from benchmarks.perf.failover import FailoverResult
     from benchmarks.perf.fork import ForkResult
+    from benchmarks.perf.front import FrontResult
     from benchmarks.perf.loop import Iterations, LoopResult
     from benchmarks.perf.nix import NixResult
     from benchmarks.perf.repeat import RepeatResult, RepeatRun
@@ -27,11 +29,18 @@ if TYPE_CHECKING:  # the section modules import flakebot; rendering a report nee
     from benchmarks.perf.services import ServicesResult
     from benchmarks.perf.shared import SharedResult
     from benchmarks.perf.startup import StartupResult
+    from benchmarks.perf.workers import WorkersResult
 
 # A section's record by its name (each section module's RESULT), and "_context" (the loads and cores).
 Results = dict[str, Any]
 # Six stand-in builds on two Nix remote builders against one (issue 44).
 GOAL_BUILDERS = 0.6
+# The p95 latency of `list`/`show` with 50 agents on one front at once (issue 44).
+GOAL_FRONT_P95_MS = 250.0
+# A craft whose worker was killed -9, finished by another: the time that cost beyond the craft's own (issue 44).
+GOAL_FAILOVER_S = 60.0
+# Six queued crafts on two workers against one (issue 44).
+GOAL_WORKERS = 0.6
 
 
 @dataclass(frozen=True)
@@ -673,6 +682,56 @@ def compile_once_heavy_figure(results: Results) -> dict[str, Any]:
     return figure("P14-heavy", title, r.heavy.ratio, "x", r.goal, "<=", measured, gap, "compile_once")
 
 
+def front_latency(r: Results) -> dict[str, Any]:
+    f: FrontResult = r["front"]
+    measured = (
+        f"{f.tokens} tokens (made with `flakebot token add`), each an MCP SDK Streamable HTTP client, all at once "
+        f"against one `flakebot serve` on 127.0.0.1, {f.rounds} rounds of `list` and `show` each: {f.calls} calls, "
+        f"median {f.p50_ms:.0f} ms, p95 {f.p95_ms:.0f} ms, slowest {f.max_ms:.0f} ms, {f.errors} failed, "
+        f"{f.wall_s:.1f} s in all; one client alone in the same run: p95 {f.alone_p95_ms:.0f} ms "
+        f"(the load's p95 {f.p95_over_alone:g}x that). Each agent calls again the moment an answer comes (no think "
+        f"time): a closed loop that keeps all {f.tokens} calls in flight"
+    )
+    per_call = f.server_cpu_ms_per_call + f.clients_cpu_ms_per_call
+    gap = (
+        f"CPU, not waiting on anything: per call the server spent {f.server_cpu_ms_per_call:.1f} ms and the "
+        f"{f.tokens} SDK clients (one Python process on the same two cores) {f.clients_cpu_ms_per_call:.1f} ms; "
+        f"{f.tokens} calls in flight behind each other are about {f.tokens} x {per_call:.1f} ms / 2 cores = "
+        f"{f.tokens * per_call / 2:.0f} ms, before the machine's other load"
+    )
+    title = f"front: p95 of list/show, {f.tokens} agents at once"
+    met = f.p95_ms <= GOAL_FRONT_P95_MS
+    return figure("T1", title, f.p95_ms, "ms", GOAL_FRONT_P95_MS, "<=", measured, "" if met else gap, "front")
+
+
+def workers_spread(r: Results) -> dict[str, Any]:
+    w: WorkersResult = r["workers"]
+    measured = (
+        f"{w.crafts} offline crafts (scripted csv-dedup, each under its own name) queued in PostgreSQL: "
+        f"{w.one_worker_s:.1f} s by one `flakebot worker`, {w.crafts} others {w.two_workers_s:.1f} s by two "
+        f"(crafts per worker: {', '.join(map(str, w.spread))}), on one machine's two cores"
+    )
+    title = f"crafts: {w.crafts} queued on two workers / on one"
+    gap = (
+        "the two workers share one machine's two cores (each craft's cargo builds and tests are CPU-bound): two "
+        "workers on two machines would not; and each of the two starts with a cold cargo cache"
+    )
+    met = w.ratio <= GOAL_WORKERS
+    return figure("T3", title, w.ratio, "x", GOAL_WORKERS, "<=", measured, "" if met else gap, "workers")
+
+
+def failover_cost(r: Results) -> dict[str, Any]:
+    f: FailoverResult = r["failover"]
+    measured = (
+        f"one offline craft (scripted csv-dedup) queued in PostgreSQL; its `flakebot worker` killed with SIGKILL "
+        f"{f.killed_after_s:.1f} s in (mid-edit), a second worker started then finished it {f.kill_to_done_s:.1f} s "
+        f"later (lease {f.lease_s:g} s, attempt {f.attempts}): {f.failover_wall_s:.1f} s in all, against "
+        f"{f.own_s:.1f} s for the same craft undisturbed by one worker in the same run"
+    )
+    title = "failover: a worker killed -9 mid-craft, time beyond the craft's own"
+    return figure("T4", title, f.overhead_s, "s", GOAL_FAILOVER_S, "<=", measured, bench="failover")
+
+
 def builders_spread(r: Results) -> dict[str, Any]:
     b: BuildersResult = r["builders"]
     measured = (
@@ -829,7 +888,10 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("P14", compile_once_figure, "compile_once"),
     ("P14-shared", compile_once_shared_figure, "compile_once"),
     ("P14-heavy", compile_once_heavy_figure, "compile_once"),
+    ("T1", front_latency, "front"),
     ("T2", builders_spread, "builders"),
+    ("T3", workers_spread, "workers"),
+    ("T4", failover_cost, "failover"),
     ("S1", services_up, "services"),
     ("S2", services_restart, "services"),
     ("S3", services_forward, "services"),

@@ -138,6 +138,17 @@ def serve_cmd(
             "libpq's PGHOST, PGUSER... and ~/.pgpass, a password kept off the command line).",
         ),
     ] = None,
+    jwt_issuer: Annotated[
+        str | None,
+        typer.Option(help="Also let in JWTs of this identity provider (its `iss`); with --jwt-audience and --jwt-key."),
+    ] = None,
+    jwt_audience: Annotated[str | None, typer.Option(help="The `aud` the provider's JWTs must carry.")] = None,
+    jwt_key: Annotated[
+        Path | None, typer.Option(help="The provider's public key: a PEM file or its JWKS saved as JSON (read once).")
+    ] = None,
+    jwt_tenant_claim: Annotated[
+        str, typer.Option(help="The JWT claim naming the caller's tenant (a token without it is refused).")
+    ] = "flakebot_tenant",
 ) -> None:
     """Serve flakebot's MCP server over Streamable HTTP for a team: bearer tokens, limits per token, an audit (docs/team.md).
 
@@ -146,7 +157,12 @@ def serve_cmd(
     from flakebot.mcp.front import FrontOptions, serve
 
     share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
-    options = FrontOptions(host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database)
+    from flakebot.team.idtokens import jwt_options
+
+    jwt = jwt_options(jwt_issuer, jwt_audience, jwt_key, jwt_tenant_claim)
+    options = FrontOptions(
+        host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database, jwt=jwt
+    )
 
     def ready(address: str, tokens: int) -> None:
         print(f"flakebot serve: {address} ({tokens} active token(s))", flush=True)

@@ -7,7 +7,9 @@ found") and the stateless 2026-07-28 one (each POST stands alone, routed by its 
 Auth is an OAuth 2.1 resource server's, as the MCP spec has it: every request carries `Authorization: Bearer TOKEN`;
 a missing, unknown or revoked token is 401 with `WWW-Authenticate: Bearer ... resource_metadata="URL"`, and the
 protected-resource metadata (RFC 9728) is served at `/.well-known/oauth-protected-resource` (and under the
-resource's path, `.../mcp`). Tokens are flakebot's own static ones (flakebot.team.tokens: hashed on disk). A
+resource's path, `.../mcp`). Tokens are flakebot's own static ones (flakebot.team.tokens: hashed on disk) and, with
+--jwt-issuer, the identity provider's JWTs verified here with its public key (flakebot.team.idtokens); both behind
+one verifier (tokens.Verifier), and the metadata then names that provider as the authorization server. A
 foreign `Origin` (a browser page of another site) is 403 and a foreign `Host` 421: DNS rebinding cannot reach it.
 
 Admission per token (flakebot.team.admission) comes before the MCP layer: a `tools/call` past the token's calls per
@@ -48,12 +50,13 @@ from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError,
 from flakebot.loopback import is_loopback
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
-from flakebot.team import db, tenancy
+from flakebot.team import db, idtokens, tenancy
 from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
+from flakebot.team.idtokens import JwtOptions, JwtVerifier
 from flakebot.team.metrics import CONTENT_TYPE, Metrics
-from flakebot.team.tokens import Principal, TokenStore
+from flakebot.team.tokens import Principal, TokenStore, Verifier, Verifiers
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +81,7 @@ class FrontOptions:
     issuer: str | None = None  # the authorization server named in the metadata (default: this server's origin)
     grant_roots: list[str] = field(default_factory=list)
     database: str | None = None  # the team's PostgreSQL URL: crafts go to its queue (None: crafted here, as before)
+    jwt: JwtOptions | None = None  # the identity provider whose JWTs are let in, beside the static tokens
 
     @property
     def tls(self) -> bool:
@@ -99,13 +103,17 @@ def check_tls(options: FrontOptions) -> None:
         ) from None
 
 
-def check_exposure(options: FrontOptions, store: TokenStore) -> None:
+def check_exposure(options: FrontOptions, store: Verifier) -> None:
     """Refuse what would expose the server: half a TLS pair, or an address beyond loopback without TLS and tokens."""
     if (options.tls_cert is None) != (options.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together", fix="pass both (a PEM certificate and its key)")
     if is_loopback(options.host):
         return
-    missing = [what for what, ok in (("TLS", options.tls), ("a token", bool(store.active()))) if not ok]
+    missing = [
+        what
+        for what, ok in (("TLS", options.tls), ("a token", bool(store.active()) or options.jwt is not None))
+        if not ok
+    ]
     if missing:
         raise BindRefused(
             f"refusing to serve on {options.host}, beyond loopback, without {' and '.join(missing)}: "
@@ -124,7 +132,7 @@ class TeamMCP(FlakebotMCP):
         self,
         settings: config.Settings,
         grant_roots: list[str],
-        store: TokenStore,
+        store: Verifier,
         admission: Admission,
         queue: FrontQueue | None = None,
     ):
@@ -425,7 +433,7 @@ def _session_id(ctx: Any) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
-def principal_of_scope(scope: Any, store: TokenStore) -> Principal | None:
+def principal_of_scope(scope: Any, store: Verifier) -> Principal | None:
     """The principal of an ASGI scope the SDK's bearer backend authenticated (its `user`), or None."""
     user = scope.get("user") if isinstance(scope, dict) else None
     token = getattr(getattr(user, "access_token", None), "token", None)
@@ -437,7 +445,7 @@ class StoreVerifier:
     principal's name; subject: its id, so a new token under a revoked one's name is another principal and cannot
     take over its sessions)."""
 
-    def __init__(self, store: TokenStore, resource: str) -> None:
+    def __init__(self, store: Verifier, resource: str) -> None:
         self.store, self.resource = store, resource
 
     async def verify_token(self, token: str) -> Any:
@@ -464,7 +472,7 @@ class AdmittedCalls:
     them a flood of 429s would grow the audit at the network's speed). Everything else passes unchanged (the body
     replayed)."""
 
-    def __init__(self, app: Any, store: TokenStore, admission: Admission, audit: Audit, metrics: Metrics) -> None:
+    def __init__(self, app: Any, store: Verifier, admission: Admission, audit: Audit, metrics: Metrics) -> None:
         self.app, self.store, self.admission, self.audit, self.metrics = app, store, admission, audit, metrics
         self._refusals: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
 
@@ -609,7 +617,9 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     manager = StreamableHTTPSessionManager(app=state.server(), security_settings=security_settings(options, url))
     resource = AnyHttpUrl(url)
     parts = urlsplit(url)
-    issuer = AnyHttpUrl(options.issuer or f"{parts.scheme}://{parts.netloc}")
+    # the authorization server: the IdP whose JWTs are let in, else this server (the issuer of its static tokens)
+    named = options.jwt.issuer if options.jwt is not None else options.issuer
+    issuer = AnyHttpUrl(named or f"{parts.scheme}://{parts.netloc}")
     admitted = AdmittedCalls(StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit, state.metrics)
     endpoint = RequireAuthMiddleware(admitted, [], build_resource_metadata_url(resource))
     metrics = RequireAuthMiddleware(MetricsApp(state), [], build_resource_metadata_url(resource))
@@ -633,9 +643,10 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
-async def _end_revoked_sessions(manager: Any, store: TokenStore) -> None:
-    """End the sessions whose principal is no longer active (revoked, or a store that became unsafe): a revoked
+async def _end_revoked_sessions(manager: Any, store: Verifier) -> None:
+    """End the sessions whose static token is no longer active (revoked, or a store that became unsafe): a revoked
     token's next request is 401 anyway, but a GET stream it opened before would stay open, carrying notifications.
+    A JWT's session is left to its token's expiry (the IdP lists no active users; each request is verified again).
     The SDK keeps each session's owner (the AccessToken's subject: the principal id) but no hook to end one, hence
     its private maps, pinned by tests/team/test_serve_attacks.py."""
     while True:
@@ -647,7 +658,10 @@ async def _end_revoked_sessions(manager: Any, store: TokenStore) -> None:
             active = set()
         for session_id, owner in list(manager._session_owners.items()):
             transport = manager._server_instances.get(session_id)
-            if owner.get("subject") not in active and transport is not None:
+            subject = str(owner.get("subject") or "")
+            if subject.startswith(idtokens.ID_PREFIX):
+                continue
+            if subject not in active and transport is not None:
                 logger.info("session %s ended: its token is no longer active", session_id)
                 await manager._discard_session(session_id, transport)
 
@@ -668,6 +682,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def verifiers(options: FrontOptions, settings: config.Settings) -> Verifier:
+    """The ways in: the workdir's static tokens, and the IdP's JWTs when --jwt-issuer was given (its key read now)."""
+    store = TokenStore(settings.path("workdir"))
+    if options.jwt is None:
+        return store
+    return Verifiers(store, JwtVerifier(options.jwt))
+
+
 def serve(
     options: FrontOptions, settings: config.Settings | None = None, ready: Callable[[str, int], None] | None = None
 ) -> None:
@@ -675,7 +697,7 @@ def serve(
     import uvicorn
 
     settings = settings or config.load()
-    store = TokenStore(settings.path("workdir"))
+    store = verifiers(options, settings)
     check_exposure(options, store)
     check_tls(options)
     queue = FrontQueue(options.database) if options.database is not None else None
@@ -695,7 +717,7 @@ def serve(
         timeout_graceful_shutdown=5,
         lifespan="on",
     )
-    if not store.active():
+    if not store.active() and options.jwt is None:
         logger.warning("no active token: every request is refused until 'flakebot token add NAME'")
     if ready is not None:
         ready(url, len(store.active()))

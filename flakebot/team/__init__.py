@@ -3,6 +3,8 @@ crafts over workers.
 
     tokens.py     static bearer tokens: made once, stored as their SHA-256 only, each naming a principal, its tenant
                   and its limits; revoked by name; verified on every request (a revocation is seen at once)
+    idtokens.py   an identity provider's JWTs, verified here with its public key (algorithms pinned by the key),
+                  behind the same verifier as the static tokens (tokens.Verifier)
     admission.py  what one token may do now: tool calls per minute (a sliding window) and concurrent long jobs, behind
                   a small protocol a shared (PostgreSQL) version can replace
     audit.py      the append-only audit: one JSON line per call (principal, tenant, tool, argument digest, outcome,

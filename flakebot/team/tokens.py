@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from flakebot.errors import TeamError
 from flakebot.fsutil import atomic_write_text
@@ -56,6 +56,31 @@ class Principal:
     def public(self) -> dict[str, Any]:
         """What `token list` shows: everything but the hash (which is not here) and never the token."""
         return asdict(self)
+
+
+class Verifier(Protocol):
+    """What the front asks of a way in (these static tokens, an IdP's JWTs: flakebot.team.idtokens)."""
+
+    def verify(self, token: str) -> Principal | None: ...
+
+    def active(self) -> list[Principal]: ...
+
+
+class Verifiers:
+    """Several ways in, tried in order: the first that knows a token names its principal."""
+
+    def __init__(self, *verifiers: Verifier) -> None:
+        self.verifiers = verifiers
+
+    def verify(self, token: str) -> Principal | None:
+        for verifier in self.verifiers:
+            principal = verifier.verify(token)
+            if principal is not None:
+                return principal
+        return None
+
+    def active(self) -> list[Principal]:
+        return [p for verifier in self.verifiers for p in verifier.active()]
 
 
 def team_dir(workdir: Path) -> Path:
