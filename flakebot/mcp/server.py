@@ -52,6 +52,7 @@ from flakebot.commands.table import Command
 from flakebot.deliver.results import compact_result
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
+from flakebot.mcp import listing
 from flakebot.mcp import start as mcp_start
 from flakebot.mcp import tooltable
 from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job
@@ -111,7 +112,7 @@ class FlakebotMCP:
         # Where the user started the server, once: every tool call runs here and relative grant roots start here.
         self.start = Path.cwd().resolve()
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
-        self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
+        self._forms = listing.WireForms()  # each crafted tool's tools/list entry, made once per definition
         self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
 
     def settings(self) -> config.Settings:
@@ -132,7 +133,7 @@ class FlakebotMCP:
             on_call_tool=self.call_tool,
         )
         mcp_tasks.install(server, self, LONG_TOOLS)
-        server.middleware.append(_list_without_collector)
+        server.middleware += [_list_without_collector, listing.add_crafted]
         return server
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
@@ -154,26 +155,10 @@ class FlakebotMCP:
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
-        for gone in self._tools.keys() - {d["name"] for d in crafted}:
-            del self._tools[gone]
-        return types.ListToolsResult(tools=own + [self._tool(d) for d in crafted if d["name"] not in OWN_TOOLS])
-
-    def _tool(self, definition: dict[str, Any]) -> Any:
-        """A crafted tool's entry in tools/list; an unchanged definition (the same object: deliver/definitions.py
-        keeps it) keeps the one made before, so a list after a change validates only what changed."""
-        import mcp_types as types
-
-        made = self._tools.get(definition["name"])
-        if made is not None and made[0] is definition:
-            return made[1]
-        tool = types.Tool(
-            name=definition["name"],
-            description=definition["description"],
-            input_schema=definition["inputSchema"],
-            annotations=types.ToolAnnotations.model_validate(tool_annotations(definition["name"])),
-        )
-        self._tools[definition["name"]] = (definition, tool)
-        return tool
+        listed = [d for d in crafted if d["name"] not in OWN_TOOLS]
+        if listing.put_aside(self._forms.forms(listed, ctx.protocol_version)):  # sent as made (mcp/listing.py)
+            return types.ListToolsResult(tools=own)
+        return types.ListToolsResult(tools=own + [listing.tool(d) for d in listed])
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         arguments = dict(params.arguments or {})
