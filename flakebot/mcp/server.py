@@ -52,9 +52,8 @@ from flakebot.commands.table import Command
 from flakebot.deliver.results import compact_result
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
-from flakebot.mcp import listing
+from flakebot.mcp import listing, tooltable
 from flakebot.mcp import start as mcp_start
-from flakebot.mcp import tooltable
 from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job
 from flakebot.mcp.hints import tool_annotations
 from flakebot.mcp.start import Opening
