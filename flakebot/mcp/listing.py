@@ -12,13 +12,28 @@ crafted tool is still validated by the SDK, once: when its wire form is made.
 from __future__ import annotations
 
 import contextvars
+import logging
+import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from flakebot.mcp.hints import tool_annotations
 
-# The crafted tools' wire forms the current tools/list handler put aside; None outside `add_crafted`.
-_aside: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar("flakebot_aside", default=None)
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Aside:
+    """What the tools/list handler puts aside for `add_crafted`: the crafted tools' wire forms in list order, and
+    every catalogued tool's [stamp, wire form or None] (None: a service, or named like an own tool) for the early
+    list of the next server (mcp/earlylist.py)."""
+
+    forms: list[dict[str, Any]] = field(default_factory=list)
+    crafted: dict[str, list[Any]] | None = None
+
+
+_aside: contextvars.ContextVar[_Aside | None] = contextvars.ContextVar("flakebot_aside", default=None)
 
 
 class WireForms:
@@ -66,29 +81,45 @@ def tool(definition: dict[str, Any]) -> Any:
     )
 
 
-def put_aside(forms: list[dict[str, Any]]) -> bool:
-    """Hand the crafted tools' wire forms to `add_crafted`; False when no `add_crafted` runs around this handler
-    (the handler then returns them in its result)."""
+def put_aside(forms: list[dict[str, Any]], crafted: dict[str, list[Any]]) -> bool:
+    """Hand the crafted tools' wire forms (and every catalogued tool's [stamp, form or None]) to `add_crafted`; False
+    when no `add_crafted` runs around this handler (the handler then returns them in its result)."""
     aside = _aside.get()
     if aside is None:
         return False
-    aside.extend(forms)
+    aside.forms.extend(forms)
+    aside.crafted = crafted
     return True
 
 
 async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
     """Server middleware: tools/list's answer, the SDK's (flakebot's own tools), with the crafted tools' wire forms the
-    handler put aside appended, in the order the handler listed them."""
+    handler put aside appended, in the order the handler listed them. The SDK's part and the stamps go to the early
+    list's cache (mcp/earlylist.py) on a thread of their own: the answer waits for no file (the process's exit
+    does, when the list changed since the cache was written)."""
     if ctx.method != "tools/list":
         return await call_next(ctx)
-    aside: list[dict[str, Any]] = []
+    aside = _Aside()
     token = _aside.set(aside)
     try:
         result = await call_next(ctx)
     finally:
         _aside.reset(token)
-    if not aside:
+    if aside.crafted is None:
         return result
     if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
         raise RuntimeError("tools/list answered without a tools list: its crafted tools cannot be added to it")
-    return {**result, "tools": [*result["tools"], *aside]}
+    envelope = {key: value for key, value in result.items() if key != "tools"}
+    remember = (ctx.protocol_version, envelope, result["tools"], aside.crafted)
+    # not a daemon: a server whose client closes right after its first list still leaves the cache whole
+    threading.Thread(target=_remember, args=remember, name="flakebot-list-cache").start()
+    return {**result, "tools": [*result["tools"], *aside.forms]}
+
+
+def _remember(*args: Any) -> None:
+    from flakebot.mcp import earlylist
+
+    try:
+        earlylist.remember(*args)
+    except Exception:  # a favour to the next server: never a failure of this one
+        logger.exception("could not cache the tool list")

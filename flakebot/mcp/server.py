@@ -52,7 +52,7 @@ from flakebot.commands.table import Command
 from flakebot.deliver.results import compact_result
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
-from flakebot.mcp import listing, tooltable
+from flakebot.mcp import earlylist, listing, tooltable
 from flakebot.mcp import start as mcp_start
 from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job
 from flakebot.mcp.hints import tool_annotations
@@ -138,6 +138,8 @@ class FlakebotMCP:
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
 
+        from flakebot.deliver.catalog import Catalog
+        from flakebot.deliver.definitions import stamped_definitions
         from flakebot.mcp.tasks import execution
 
         own = [
@@ -150,12 +152,16 @@ class FlakebotMCP:
             )
             for name, (text, schema) in OWN_TOOLS.items()
         ]
-        crafted = await anyio.to_thread.run_sync(lambda: api.tool_definitions(self.settings()))
+        stamped = await anyio.to_thread.run_sync(lambda: stamped_definitions(Catalog.open(self.settings())))
+        crafted = [d for _, d in stamped.values() if d is not None]
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
         listed = [d for d in crafted if d["name"] not in OWN_TOOLS]
-        if listing.put_aside(self._forms.forms(listed, ctx.protocol_version)):  # sent as made (mcp/listing.py)
+        forms = self._forms.forms(listed, ctx.protocol_version)
+        by_name = {d["name"]: form for d, form in zip(listed, forms, strict=True)}
+        stamps = {name: [stamp, by_name.get(name)] for name, (stamp, _) in stamped.items()}
+        if listing.put_aside(forms, stamps):  # sent as made (mcp/listing.py)
             return types.ListToolsResult(tools=own)
         return types.ListToolsResult(tools=own + [listing.tool(d) for d in listed])
 
@@ -597,6 +603,8 @@ class _Unanswered:
 
     def __init__(self, opening: Opening | None) -> None:
         self.opening = opening if opening is not None and opening.request is not None else None
+        self.listed = opening.listed if opening is not None else None  # the tools/list answered early, if any
+        self.listed_sent = opening.listed_sent if opening is not None else None
         self.ids: collections.Counter[Any] = collections.Counter()
         self.none = anyio.Event()
         self.none.set()
@@ -635,6 +643,18 @@ class _Unanswered:
         self.opening = None  # answered once: a later request reusing its id is answered as any other
         return opening
 
+    def early_list(self, message: Any) -> dict[str, Any] | None:
+        """When `message` answers the tools/list answered early (flakebot.mcp.earlylist), what was sent for it."""
+        import mcp_types as types
+
+        listed, sent = self.listed, self.listed_sent
+        if listed is None or sent is None or not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            return None
+        if message.id != listed["id"]:
+            return None
+        self.listed = self.listed_sent = None  # answered once, as the opening initialize
+        return sent
+
     def _settled(self) -> None:
         if not self.ids:
             self.none.set()
@@ -642,14 +662,18 @@ class _Unanswered:
 
 async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any:
     """The stream the SDK writes to: each message goes on to `write`, counted as an answer; the SDK's answer to an
-    `initialize` answered early is checked against it and cached (flakebot.mcp.start.settle), not sent twice."""
+    `initialize` answered early is checked against it and cached (flakebot.mcp.start.settle), and its answer to a
+    tools/list answered early checked against it (flakebot.mcp.earlylist), neither sent twice."""
     sender, receiver = anyio.create_memory_object_stream[Any](0)
 
     async def relay() -> None:
         async with receiver, write:
             async for item in receiver:
+                listed = unanswered.early_list(item.message)
                 opening = unanswered.answered(item.message)
-                if opening is None or opening.sent is None:
+                if listed is not None:  # sent before the SDK was imported: checked, not sent twice
+                    group.start_soon(anyio.to_thread.run_sync, _check_early_list, item.message, listed)
+                elif opening is None or opening.sent is None:
                     await write.send(item)
                 if opening is not None:
                     answer = item.message.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -657,6 +681,17 @@ async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any
 
     group.start_soon(relay)
     return sender
+
+
+def _check_early_list(message: Any, sent: dict[str, Any]) -> None:
+    """Log when the SDK's own answer to a tools/list answered early (flakebot.mcp.earlylist) differs from it, and drop
+    the cache it came from (the server's next list writes it again)."""
+    answer = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if answer.get("result") != sent:
+        logger.warning(
+            "the early tool list differed from the MCP SDK's answer (a tool changed meanwhile, or a stale cache)"
+        )
+        earlylist.forget()
 
 
 async def _answer_unreadable_lines(read: Any, write: Any, group: Any, unanswered: _Unanswered) -> Any:

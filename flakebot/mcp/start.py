@@ -44,6 +44,8 @@ class Opening:
     request: dict[str, Any] | None = None
     sent: dict[str, Any] | None = None
     cache: Path | None = None
+    listed: dict[str, Any] | None = None  # the client's tools/list answered early (mcp/earlylist.py)
+    listed_sent: dict[str, Any] | None = None  # the result sent for it
 
 
 def open_session(fd: int = 0, out: int = 1) -> Opening:
@@ -64,7 +66,29 @@ def open_session(fd: int = 0, out: int = 1) -> Opening:
             logger.debug("could not write the early initialize answer: %s", exc)
             return opening
         opening.sent = result
+        _answer_list(opening, fd, out)
     return opening
+
+
+def _answer_list(opening: Opening, fd: int, out: int) -> None:
+    """The client's tools/list after the early `initialize`, answered from flakebot.mcp.earlylist's cache when it
+    holds the catalog as it is now; the lines read for it join `opening.head`."""
+    from flakebot.mcp import earlylist
+
+    opening.head, request = earlylist.read_until_list(fd, opening.head)
+    version = (opening.sent or {}).get("protocolVersion")
+    result = earlylist.answer(version) if request is not None and isinstance(version, str) else None
+    if request is None or result is None:
+        return
+    line = json.dumps(
+        {"jsonrpc": "2.0", "id": request["id"], "result": result}, separators=(",", ":"), ensure_ascii=False
+    )
+    try:
+        _write_all(out, (line + "\n").encode())
+    except OSError as exc:
+        logger.debug("could not write the early tools/list answer: %s", exc)
+        return
+    opening.listed, opening.listed_sent = request, result
 
 
 def settle(opening: Opening, answer: dict[str, Any]) -> None:
@@ -178,16 +202,22 @@ def _cached(path: Path) -> dict[str, Any]:
 def _cache_key() -> str:
     """flakebot's version, the SDK's (its installed distribution's name), and flakebot's deciding sources' sizes and
     modification times."""
-    import importlib.util
-
     here = Path(__file__).parent.parent  # the package root: SOURCES name files under it
     sources = [(name, (s := (here / name).stat()).st_size, s.st_mtime_ns) for name in SOURCES]
+    return json.dumps([__version__, sdk_name(), sources])
+
+
+@functools.cache
+def sdk_name() -> str:
+    """The installed MCP SDK's distribution (its dist-info's name, version included), found without importing it."""
+    import importlib.util
+
     spec = importlib.util.find_spec("mcp")  # a top-level package: found, not imported
     sdk = "none"
     if spec is not None and spec.origin is not None:
         found = sorted(p.name for p in Path(spec.origin).parent.parent.glob("mcp-*.dist-info"))
         sdk = found[0] if found else spec.origin
-    return json.dumps([__version__, sdk, sources])
+    return sdk
 
 
 def _write_all(fd: int, data: bytes) -> None:
