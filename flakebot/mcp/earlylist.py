@@ -11,8 +11,8 @@ made with today's code (flakebot's sources, the SDK's version) for every catalog
 
 The cache is written by the server after a tools/list whose tools changed (`remember`, from mcp/listing.py): the
 SDK's answer without the crafted tools (its envelope and flakebot's own tools, shaped for the version) and each
-crafted tool's wire form with its stamp. It lives in the cache_dir setting, one file; a tool left out of a list
-(a service, a name of flakebot's own) is recorded as None.
+crafted tool's wire form with its stamp. It lives in the cache_dir setting, one file per protocol version; a tool
+left out of a list (a service, a name of flakebot's own) is recorded as None.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from flakebot.errors import FlakebotError
 
 logger = logging.getLogger(__name__)
 
-CACHE_FILE = "mcp-tools-list.json"
+CACHE_FILE = "mcp-tools-list-{version}.json"
 LIST_WAIT_SECONDS = 0.15  # after the early initialize answer: how long the client's tools/list is waited for
 READ_LIMIT = 1 << 20  # bytes read past the first line looking for the tools/list
 
@@ -83,13 +83,13 @@ def _scan(head: bytes) -> tuple[dict[str, Any] | None, bool]:
 
 def answer(version: str) -> dict[str, Any] | None:
     """The cached tools/list result for `version` when the catalog holds exactly the tools it was made from."""
-    path = cache_path()
+    path = cache_path(version)
     if path is None:
         return None
     try:
         with path.open("rb") as file:
-            header, made = json.loads(file.readline()), json.loads(file.readline()).get(version)
-    except (OSError, ValueError, AttributeError):
+            header, made = json.loads(file.readline()), json.loads(file.readline())
+    except (OSError, ValueError):
         return None
     stamps = _stamps()
     if not isinstance(header, dict) or header.get("key") != cache_key() or not isinstance(made, dict):
@@ -106,41 +106,32 @@ def answer(version: str) -> dict[str, Any] | None:
 def remember(version: str, envelope: dict[str, Any], own: list[Any], crafted: dict[str, list[Any]]) -> None:
     """Keep a list's answer for `version` (its `envelope` without tools, flakebot's own tools' wire forms, and each
     crafted tool's [stamp, wire form or None]) for the next server's early answer; nothing is written when the cache
-    holds it already (its first line names each version's answer by a digest)."""
-    path = cache_path()
+    holds it already (the file's first line names the answer by a digest of what it was made from)."""
+    path = cache_path(version)
     if path is None:
         return
-    signature = hashlib.sha256(
-        json.dumps([envelope, own, {name: stamp for name, (stamp, _) in crafted.items()}]).encode()
-    ).hexdigest()
-    header: Any = {}
-    answers: Any = {}
+    stamps = {name: stamp for name, (stamp, _) in crafted.items()}
+    signature = hashlib.sha256(json.dumps([cache_key(), envelope, own, stamps]).encode()).hexdigest()
     try:
         with path.open("rb") as file:
-            header = json.loads(file.readline())
-            if isinstance(header, dict) and header.get("key") == cache_key():
-                if header.get("signatures", {}).get(version) == signature:
-                    return
-                answers = json.loads(file.readline())
+            if json.loads(file.readline()).get("signature") == signature:
+                return
     except (OSError, ValueError, AttributeError):
         pass
-    ok = isinstance(header, dict) and header.get("key") == cache_key() and isinstance(answers, dict)
-    signatures = header.get("signatures", {}) if ok else {}
-    answers = answers if ok else {}
-    answers[version], signatures[version] = {"envelope": envelope, "own": own, "crafted": crafted}, signature
-    lines = [{"key": cache_key(), "signatures": signatures}, answers]
+    header = {"key": cache_key(), "signature": signature}
+    made = {"envelope": envelope, "own": own, "crafted": crafted}
     try:
         from flakebot.fsutil import atomic_write_text
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+        atomic_write_text(path, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in (header, made)))
     except OSError as exc:
         logger.info("could not cache the tool list in %s: %s", path, exc)
 
 
-def forget() -> None:
-    """Drop the cache (an early answer the SDK disagreed with): the server's next list writes it again."""
-    path = cache_path()
+def forget(version: str) -> None:
+    """Drop `version`'s cache (an early answer the SDK disagreed with): the server's next list writes it again."""
+    path = cache_path(version)
     try:
         if path is not None:
             path.unlink(missing_ok=True)
@@ -168,9 +159,12 @@ def _stamps() -> dict[str, str] | None:
     return {name: f"{code_key()}:{digest}" for name, digest in digests.items()}
 
 
-def cache_path() -> Path | None:
+def cache_path(version: str) -> Path | None:
+    """The cache of `version`'s answer: one file per protocol version (a write never reads another's)."""
+    if not version.replace("-", "").isalnum():  # a version is a date; nothing else names a file
+        return None
     try:
-        return config.load().path("cache_dir") / CACHE_FILE
+        return config.load().path("cache_dir") / CACHE_FILE.format(version=version)
     except FlakebotError as exc:
         logger.debug("no tool list cache: %s", exc)
         return None

@@ -605,6 +605,7 @@ class _Unanswered:
         self.opening = opening if opening is not None and opening.request is not None else None
         self.listed = opening.listed if opening is not None else None  # the tools/list answered early, if any
         self.listed_sent = opening.listed_sent if opening is not None else None
+        self.version = str(((opening.sent if opening is not None else None) or {}).get("protocolVersion", ""))
         self.ids: collections.Counter[Any] = collections.Counter()
         self.none = anyio.Event()
         self.none.set()
@@ -672,7 +673,8 @@ async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any
                 listed = unanswered.early_list(item.message)
                 opening = unanswered.answered(item.message)
                 if listed is not None:  # sent before the SDK was imported: checked, not sent twice
-                    group.start_soon(anyio.to_thread.run_sync, _check_early_list, item.message, listed)
+                    check = (_check_early_list, item.message, listed, unanswered.version)
+                    group.start_soon(anyio.to_thread.run_sync, *check)
                 elif opening is None or opening.sent is None:
                     await write.send(item)
                 if opening is not None:
@@ -683,7 +685,7 @@ async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any
     return sender
 
 
-def _check_early_list(message: Any, sent: dict[str, Any]) -> None:
+def _check_early_list(message: Any, sent: dict[str, Any], version: str) -> None:
     """Log when the SDK's own answer to a tools/list answered early (flakebot.mcp.earlylist) differs from it, and drop
     the cache it came from (the server's next list writes it again)."""
     answer = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -691,7 +693,7 @@ def _check_early_list(message: Any, sent: dict[str, Any]) -> None:
         logger.warning(
             "the early tool list differed from the MCP SDK's answer (a tool changed meanwhile, or a stale cache)"
         )
-        earlylist.forget()
+        earlylist.forget(version)
 
 
 async def _answer_unreadable_lines(read: Any, write: Any, group: Any, unanswered: _Unanswered) -> Any:

@@ -127,7 +127,8 @@ def test_the_first_tools_list_is_the_sdks_answer_from_the_cache_while_the_catalo
     tools.grow(3)
     opening = (initialize(version), INITIALIZED, tools_list(1))
     sdk, _ = session(*opening)  # no cache yet: the SDK answers, and the server caches its list
-    assert (flakebot_home / "cache/flakebot/mcp-tools-list.json").exists()
+    path = flakebot_home / f"cache/flakebot/mcp-tools-list-{version}.json"
+    assert path.exists()
     early, stderr = session(*opening)
     assert early == sdk and len(early) == 2 and "differed" not in stderr
     names = [t["name"] for t in json.loads(early[1])["result"]["tools"]]
@@ -140,10 +141,9 @@ def test_the_first_tools_list_is_the_sdks_answer_from_the_cache_while_the_catalo
     assert names[-3:] == ["t00002", "t00003", "t00004"] and "differed" not in stderr
     assert session(*opening)[0] == changed  # the new list, cached in turn
 
-    path = flakebot_home / "cache/flakebot/mcp-tools-list.json"
-    header, answers = path.read_text().splitlines()
-    lying = json.loads(answers)
-    lying[version]["crafted"]["t00002"][1]["description"] = "from the cache"
+    header, answer = path.read_text().splitlines()
+    lying = json.loads(answer)
+    lying["crafted"]["t00002"][1]["description"] = "from the cache"
     path.write_text(header + "\n" + json.dumps(lying) + "\n")
     stale, stderr = session(*opening)
     listed = {t["name"]: t for t in json.loads(stale[1])["result"]["tools"]}
