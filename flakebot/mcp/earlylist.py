@@ -10,9 +10,9 @@ made with today's code (flakebot's sources, the SDK's version) for every catalog
 (server._watch_answers) and logs a warning should it differ.
 
 The cache is written by the server after a tools/list whose tools changed (`remember`, from mcp/listing.py): the
-SDK's answer without the crafted tools (its envelope and flakebot's own tools, shaped for the version) and each
-crafted tool's wire form with its stamp. It lives in the cache_dir setting, one file per protocol version; a tool
-left out of a list (a service, a name of flakebot's own) is recorded as None.
+list's result as the JSON text it is sent as (read back without parsing it: 23 MB with 10,000 tools), under the
+stamps of the catalogued tools it was made from (as deliver/definitions.py makes them; with flakebot's code, the
+cache's key, they decide the answer). It lives in the cache_dir setting, one file per protocol version.
 """
 
 from __future__ import annotations
@@ -81,50 +81,44 @@ def _scan(head: bytes) -> tuple[dict[str, Any] | None, bool]:
     return None, False
 
 
-def answer(version: str) -> dict[str, Any] | None:
-    """The cached tools/list result for `version` when the catalog holds exactly the tools it was made from."""
+def answer(version: str) -> str | None:
+    """The cached tools/list result for `version`, as the JSON text it is sent as, when the catalog holds exactly
+    the tools (each at the same stamp) it was made from."""
     path = cache_path(version)
     if path is None:
         return None
     try:
         with path.open("rb") as file:
-            header, made = json.loads(file.readline()), json.loads(file.readline())
+            header, result = json.loads(file.readline()), file.readline().decode().rstrip("\n")
     except (OSError, ValueError):
         return None
+    if not isinstance(header, dict) or header.get("key") != cache_key() or not result:
+        return None
     stamps = _stamps()
-    if not isinstance(header, dict) or header.get("key") != cache_key() or not isinstance(made, dict):
-        return None
-    if stamps is None or made["crafted"].keys() != stamps.keys():
-        return None
-    crafted = made["crafted"]
-    if any(crafted[name][0] != stamp for name, stamp in stamps.items()):
-        return None
-    tools = [*made["own"], *(crafted[name][1] for name in stamps if crafted[name][1] is not None)]
-    return {**made["envelope"], "tools": tools}
+    return result if stamps is not None and header.get("stamps") == stamps else None
 
 
-def remember(version: str, envelope: dict[str, Any], own: list[Any], crafted: dict[str, list[Any]]) -> None:
-    """Keep a list's answer for `version` (its `envelope` without tools, flakebot's own tools' wire forms, and each
-    crafted tool's [stamp, wire form or None]) for the next server's early answer; nothing is written when the cache
-    holds it already (the file's first line names the answer by a digest of what it was made from)."""
+def remember(version: str, result: dict[str, Any], stamps: dict[str, str]) -> None:
+    """Keep a list's `result` for `version` (as sent) with the stamps of the catalogued tools it was made from, for
+    the next server's early answer. Nothing is written when the cache holds it already: given flakebot's code (the
+    key) and the version, the stamps decide the answer."""
     path = cache_path(version)
     if path is None:
         return
-    stamps = {name: stamp for name, (stamp, _) in crafted.items()}
-    signature = hashlib.sha256(json.dumps([cache_key(), envelope, own, stamps]).encode()).hexdigest()
     try:
         with path.open("rb") as file:
-            if json.loads(file.readline()).get("signature") == signature:
-                return
-    except (OSError, ValueError, AttributeError):
+            header = json.loads(file.readline())
+        if isinstance(header, dict) and header.get("key") == cache_key() and header.get("stamps") == stamps:
+            return
+    except (OSError, ValueError):
         pass
-    header = {"key": cache_key(), "signature": signature}
-    made = {"envelope": envelope, "own": own, "crafted": crafted}
+    lines = [{"key": cache_key(), "stamps": stamps}, result]
     try:
         from flakebot.fsutil import atomic_write_text
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in (header, made)))
+        text = "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)
+        atomic_write_text(path, text)
     except OSError as exc:
         logger.info("could not cache the tool list in %s: %s", path, exc)
 

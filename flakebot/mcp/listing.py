@@ -26,11 +26,10 @@ logger = logging.getLogger(__name__)
 @dataclass
 class _Aside:
     """What the tools/list handler puts aside for `add_crafted`: the crafted tools' wire forms in list order, and
-    every catalogued tool's [stamp, wire form or None] (None: a service, or named like an own tool) for the early
-    list of the next server (mcp/earlylist.py)."""
+    every catalogued tool's stamp, which the early list of the next server checks (mcp/earlylist.py)."""
 
     forms: list[dict[str, Any]] = field(default_factory=list)
-    crafted: dict[str, list[Any]] | None = None
+    stamps: dict[str, str] | None = None
 
 
 _aside: contextvars.ContextVar[_Aside | None] = contextvars.ContextVar("flakebot_aside", default=None)
@@ -81,20 +80,20 @@ def tool(definition: dict[str, Any]) -> Any:
     )
 
 
-def put_aside(forms: list[dict[str, Any]], crafted: dict[str, list[Any]]) -> bool:
-    """Hand the crafted tools' wire forms (and every catalogued tool's [stamp, form or None]) to `add_crafted`; False
-    when no `add_crafted` runs around this handler (the handler then returns them in its result)."""
+def put_aside(forms: list[dict[str, Any]], stamps: dict[str, str]) -> bool:
+    """Hand the crafted tools' wire forms (and every catalogued tool's stamp) to `add_crafted`; False when no
+    `add_crafted` runs around this handler (the handler then returns them in its result)."""
     aside = _aside.get()
     if aside is None:
         return False
     aside.forms.extend(forms)
-    aside.crafted = crafted
+    aside.stamps = stamps
     return True
 
 
 async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
     """Server middleware: tools/list's answer, the SDK's (flakebot's own tools), with the crafted tools' wire forms the
-    handler put aside appended, in the order the handler listed them. The SDK's part and the stamps go to the early
+    handler put aside appended, in the order the handler listed them. The answer and the stamps go to the early
     list's cache (mcp/earlylist.py) on a thread of their own: the answer waits for no file (the process's exit
     does, when the list changed since the cache was written)."""
     if ctx.method != "tools/list":
@@ -105,15 +104,15 @@ async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> A
         result = await call_next(ctx)
     finally:
         _aside.reset(token)
-    if aside.crafted is None:
+    if aside.stamps is None:
         return result
     if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
         raise RuntimeError("tools/list answered without a tools list: its crafted tools cannot be added to it")
-    envelope = {key: value for key, value in result.items() if key != "tools"}
-    remember = (ctx.protocol_version, envelope, result["tools"], aside.crafted)
+    result = {**result, "tools": [*result["tools"], *aside.forms]}
+    remember = (ctx.protocol_version, result, aside.stamps)
     # not a daemon: a server whose client closes right after its first list still leaves the cache whole
     threading.Thread(target=_remember, args=remember, name="flakebot-list-cache").start()
-    return {**result, "tools": [*result["tools"], *aside.forms]}
+    return result
 
 
 def _remember(*args: Any) -> None:

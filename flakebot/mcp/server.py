@@ -159,8 +159,7 @@ class FlakebotMCP:
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
         listed = [d for d in crafted if d["name"] not in OWN_TOOLS]
         forms = self._forms.forms(listed, ctx.protocol_version)
-        by_name = {d["name"]: form for d, form in zip(listed, forms, strict=True)}
-        stamps = {name: [stamp, by_name.get(name)] for name, (stamp, _) in stamped.items()}
+        stamps = {name: stamp for name, (stamp, _) in stamped.items()}
         if listing.put_aside(forms, stamps):  # sent as made (mcp/listing.py)
             return types.ListToolsResult(tools=own)
         return types.ListToolsResult(tools=own + [listing.tool(d) for d in listed])
@@ -644,7 +643,7 @@ class _Unanswered:
         self.opening = None  # answered once: a later request reusing its id is answered as any other
         return opening
 
-    def early_list(self, message: Any) -> dict[str, Any] | None:
+    def early_list(self, message: Any) -> str | None:
         """When `message` answers the tools/list answered early (flakebot.mcp.earlylist), what was sent for it."""
         import mcp_types as types
 
@@ -685,11 +684,11 @@ async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any
     return sender
 
 
-def _check_early_list(message: Any, sent: dict[str, Any], version: str) -> None:
+def _check_early_list(message: Any, sent: str, version: str) -> None:
     """Log when the SDK's own answer to a tools/list answered early (flakebot.mcp.earlylist) differs from it, and drop
     the cache it came from (the server's next list writes it again)."""
     answer = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    if answer.get("result") != sent:
+    if answer.get("result") != json.loads(sent):
         logger.warning(
             "the early tool list differed from the MCP SDK's answer (a tool changed meanwhile, or a stale cache)"
         )

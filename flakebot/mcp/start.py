@@ -45,7 +45,7 @@ class Opening:
     sent: dict[str, Any] | None = None
     cache: Path | None = None
     listed: dict[str, Any] | None = None  # the client's tools/list answered early (mcp/earlylist.py)
-    listed_sent: dict[str, Any] | None = None  # the result sent for it
+    listed_sent: str | None = None  # the result sent for it (its JSON text)
 
 
 def open_session(fd: int = 0, out: int = 1) -> Opening:
@@ -80,9 +80,7 @@ def _answer_list(opening: Opening, fd: int, out: int) -> None:
     result = earlylist.answer(version) if request is not None and isinstance(version, str) else None
     if request is None or result is None:
         return
-    line = json.dumps(
-        {"jsonrpc": "2.0", "id": request["id"], "result": result}, separators=(",", ":"), ensure_ascii=False
-    )
+    line = '{"jsonrpc":"2.0","id":' + json.dumps(request["id"], ensure_ascii=False) + ',"result":' + result + "}"
     try:
         _write_all(out, (line + "\n").encode())
     except OSError as exc:

@@ -143,7 +143,7 @@ def test_the_first_tools_list_is_the_sdks_answer_from_the_cache_while_the_catalo
 
     header, answer = path.read_text().splitlines()
     lying = json.loads(answer)
-    lying["crafted"]["t00002"][1]["description"] = "from the cache"
+    next(t for t in lying["tools"] if t["name"] == "t00002")["description"] = "from the cache"
     path.write_text(header + "\n" + json.dumps(lying) + "\n")
     stale, stderr = session(*opening)
     listed = {t["name"]: t for t in json.loads(stale[1])["result"]["tools"]}
