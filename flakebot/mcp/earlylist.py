@@ -75,7 +75,12 @@ def _scan(head: bytes) -> tuple[dict[str, Any] | None, bool]:
             continue  # a notification (notifications/initialized): the SDK handles it in order
         plain = message.get("params") in (None, {}, {"cursor": None})
         id_ = message.get("id")
-        if message.get("method") == "tools/list" and plain and isinstance(id_, (int, str)) and id_ is not True:
+        if (
+            message.get("method") == "tools/list"
+            and plain
+            and isinstance(id_, (int, str))
+            and not isinstance(id_, bool)
+        ):
             return message, True
         return None, True
     return None, False

@@ -7,7 +7,8 @@ line with plain Python, and when it is an `initialize` whose answer the cache ho
 importing anything else. The SDK stays the source of truth: it reads the same bytes (the first line included) as if
 nothing had been read, answers the same `initialize` itself, and the server swallows that answer (server._serve),
 checks it against what was sent (`settle`), and caches it, so the next start answers from the cache. A mismatch (a
-stale cache) is logged and the cache refreshed.
+stale cache) is logged and the cache refreshed. A tools/list that follows at once is answered the same way
+(flakebot.mcp.earlylist).
 
 The cache lives in the cache_dir setting (a trusted setting: never from a working directory's flakebot.toml), one
 file keyed by flakebot's version, the SDK's version and the server's own source files (an edited checkout is a new
