@@ -103,10 +103,11 @@ def answer(version: str) -> str | None:
     return result if stamps is not None and header.get("stamps") == stamps else None
 
 
-def remember(version: str, result: dict[str, Any], stamps: dict[str, str]) -> None:
-    """Keep a list's `result` for `version` (as sent) with the stamps of the catalogued tools it was made from, for
-    the next server's early answer. Nothing is written when the cache holds it already: given flakebot's code (the
-    key) and the version, the stamps decide the answer."""
+def remember(version: str, result: dict[str, Any], crafted: list[str], stamps: dict[str, str]) -> None:
+    """Keep a list's result for `version` (the SDK's `result` with the `crafted` tools' JSON texts appended to its
+    tools, as the list was sent) with the stamps of the catalogued tools it was made from, for the next server's
+    early answer. Nothing is written when the cache holds it already: given flakebot's code (the key) and the
+    version, the stamps decide the answer."""
     path = cache_path(version)
     if path is None:
         return
@@ -117,15 +118,22 @@ def remember(version: str, result: dict[str, Any], stamps: dict[str, str]) -> No
             return
     except (OSError, ValueError):
         pass
-    lines = [{"key": cache_key(), "stamps": stamps}, result]
+    # The SDK's part serialized with a marker after its tools, the crafted tools' texts joined in at the marker.
+    marker, comma = "\x00crafted\x00", "," if result["tools"] else ""
+    marked = _json({**result, "tools": [*result["tools"], marker]})
+    text = marked.replace(comma + _json(marker), (comma + ",".join(crafted)) if crafted else "", 1)
+    header_line = _json({"key": cache_key(), "stamps": stamps})
     try:
         from flakebot.fsutil import atomic_write_text
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n" for line in lines)
-        atomic_write_text(path, text)
+        atomic_write_text(path, header_line + "\n" + text + "\n")
     except OSError as exc:
         logger.info("could not cache the tool list in %s: %s", path, exc)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def forget(version: str) -> None:

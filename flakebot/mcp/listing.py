@@ -12,6 +12,7 @@ crafted tool is still validated by the SDK, once: when its wire form is made.
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ class _Aside:
     every catalogued tool's stamp, which the early list of the next server checks (mcp/earlylist.py)."""
 
     forms: list[dict[str, Any]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # the forms' JSON texts
     stamps: dict[str, str] | None = None
 
 
@@ -36,25 +38,28 @@ _aside: contextvars.ContextVar[_Aside | None] = contextvars.ContextVar("flakebot
 
 
 class WireForms:
-    """Each crafted tool's wire form by protocol version, kept while its definition is the same object (an unchanged
-    definition is: deliver/definitions.py keeps it), so a list after a change validates only what changed."""
+    """Each crafted tool's wire form by protocol version, and its JSON text, kept while its definition is the same
+    object (an unchanged definition is: deliver/definitions.py keeps it), so a list after a change validates only
+    what changed, and the early list's cache (mcp/earlylist.py) joins texts instead of serializing the whole list."""
 
     def __init__(self) -> None:
-        self._made: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {}
+        self._made: dict[str, tuple[dict[str, Any], dict[str, tuple[dict[str, Any], str]]]] = {}
 
-    def forms(self, definitions: list[dict[str, Any]], version: str) -> list[dict[str, Any]]:
-        """The definitions' wire forms for `version`, in their order; tools no longer listed are forgotten."""
+    def forms(self, definitions: list[dict[str, Any]], version: str) -> list[tuple[dict[str, Any], str]]:
+        """The definitions' wire forms for `version` with their JSON texts, in their order; tools no longer listed are
+        forgotten."""
         for gone in self._made.keys() - {d["name"] for d in definitions}:
             del self._made[gone]
         return [self._form(d, version) for d in definitions]
 
-    def _form(self, definition: dict[str, Any], version: str) -> dict[str, Any]:
+    def _form(self, definition: dict[str, Any], version: str) -> tuple[dict[str, Any], str]:
         made = self._made.get(definition["name"])
         if made is None or made[0] is not definition:
             made = self._made[definition["name"]] = (definition, {})
         form = made[1].get(version)
         if form is None:
-            form = made[1][version] = wire_form(definition, version)
+            shaped = wire_form(definition, version)
+            form = made[1][version] = (shaped, json.dumps(shaped, separators=(",", ":"), ensure_ascii=False))
         return form
 
 
@@ -80,13 +85,15 @@ def tool(definition: dict[str, Any]) -> Any:
     )
 
 
-def put_aside(forms: list[dict[str, Any]], stamps: dict[str, str]) -> bool:
-    """Hand the crafted tools' wire forms (and every catalogued tool's stamp) to `add_crafted`; False when no
-    `add_crafted` runs around this handler (the handler then returns them in its result)."""
+def put_aside(forms: list[tuple[dict[str, Any], str]], stamps: dict[str, str]) -> bool:
+    """Hand the crafted tools' wire forms (with their JSON texts) and every catalogued tool's stamp to
+    `add_crafted`; False when no `add_crafted` runs around this handler (the handler then returns them in its
+    result)."""
     aside = _aside.get()
     if aside is None:
         return False
-    aside.forms.extend(forms)
+    aside.forms.extend(form for form, _ in forms)
+    aside.texts.extend(text for _, text in forms)
     aside.stamps = stamps
     return True
 
@@ -108,11 +115,10 @@ async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> A
         return result
     if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
         raise RuntimeError("tools/list answered without a tools list: its crafted tools cannot be added to it")
-    result = {**result, "tools": [*result["tools"], *aside.forms]}
-    remember = (ctx.protocol_version, result, aside.stamps)
+    remember = (ctx.protocol_version, result, aside.texts, aside.stamps)
     # not a daemon: a server whose client closes right after its first list still leaves the cache whole
     threading.Thread(target=_remember, args=remember, name="flakebot-list-cache").start()
-    return result
+    return {**result, "tools": [*result["tools"], *aside.forms]}
 
 
 def _remember(*args: Any) -> None:
