@@ -825,10 +825,12 @@ def catalog_list_figure(index: int, id: str) -> Callable[[Results], dict[str, An
             f"{_spread(row.client_parse_s)} more. catalog.db: {row.index_bytes / 1e6:.3g} MB."
         )
         gap = (
-            f"flakebot's own part (the index's digests in one pass, cached definitions and list entries) is a few ms; "
-            f"every list still sends all {row.size:,} definitions ({row.answer_bytes / row.size / 1000:.2g} KB each, "
-            "most of it the description every crafted tool carries), and the MCP SDK validates and dumps every one of "
-            "them on every list (mcp.server.runner._serialize), then writes the line."
+            f"flakebot's own part (the index's digests in one pass, cached definitions and each crafted tool's wire "
+            f"form, made once per definition and protocol version: mcp/listing.py) is a few ms; every list still "
+            f"sends all {row.size:,} definitions ({row.answer_bytes / row.size / 1000:.2g} KB each, most of it the "
+            "description every crafted tool carries), which the SDK's stdio transport serializes (model_dump_json) "
+            "and writes as one line. A fresh server's first list comes from the early-list cache (mcp/earlylist.py) "
+            "before the SDK is imported, so its next list waits for those imports (the max of the changed lists)."
         )
         title = f"MCP tools/list after a change, {row.size:,} catalogued tools"
         goal = c.list_goals_s.get(str(row.size))

@@ -1,4 +1,5 @@
-"""The console-script entry. `flakebot mcp` and `flakebot run TOOL [OPTIONS] -- ARGS` start without typer: building
+"""The console-script entry. `flakebot mcp` and `flakebot run TOOL [OPTIONS] -- ARGS` start without typer, and
+`flakebot --help` is printed from what typer printed for it before (cli/helpcache.py): building
 the typer app (typer, its pydantic adapters, rich) costs more than a tool call itself, and an agent pays start-up on
 every call. Any other command line, or one of theirs this reader does not take exactly as typer would (help, global
 options, arguments before `--`), goes to the typer app (app.py) unchanged.
@@ -24,9 +25,14 @@ def main() -> None:
     elif argv[:1] == ["run"] and (options := run_options(argv[1:])) is not None:
         _guarded(lambda: run_command(config.load({"workdir": None}), options), as_json=options["capture"])
     else:
+        from flakebot.cli import helpcache
+
+        if helpcache.serve(argv):  # the help typer printed last time for the same inputs
+            sys.exit(0)
         from flakebot.cli.app import main as typer_main
 
-        typer_main()
+        with helpcache.recording(argv):
+            typer_main()
 
 
 def run_options(argv: list[str]) -> dict[str, Any] | None:

@@ -33,6 +33,11 @@ _lock = threading.Lock()
 def catalog_definitions(catalog: Catalog) -> list[dict[str, Any]]:
     """Every catalogued tool's MCP definition, sorted by name; a tool whose definition cannot be made is left out
     (one broken entry must not hide the others). Unchanged tools give the same definition objects as before."""
+    return [d for _, d in stamped_definitions(catalog).values() if d is not None]
+
+
+def stamped_definitions(catalog: Catalog) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    """catalog_definitions with each tool's stamp, services (None) included, by name in the same order."""
     with catalog.index.reading() as db:
         stamps = {name: f"{code_key()}:{digest}" for name, digest in catalogdb.digests(db).items()}
     with _lock:
@@ -41,7 +46,7 @@ def catalog_definitions(catalog: Catalog) -> list[dict[str, Any]]:
         stale = [name for name, stamp in stamps.items() if name not in _made or _made[name][0] != stamp]
         if stale:
             _refresh(catalog, stale, stamps)
-        return [d for name in stamps if name in _made and (d := _made[name][1]) is not None]
+        return {name: _made[name] for name in stamps if name in _made}
 
 
 def service_names(catalog: Catalog) -> set[str]:

@@ -52,8 +52,8 @@ from flakebot.commands.table import Command
 from flakebot.deliver.results import compact_result
 from flakebot.errors import FlakebotError, UsageError
 from flakebot.events import Event, EventSink
+from flakebot.mcp import earlylist, listing, tooltable
 from flakebot.mcp import start as mcp_start
-from flakebot.mcp import tooltable
 from flakebot.mcp.follow import MAX_WAIT_SECONDS, follow_job
 from flakebot.mcp.hints import tool_annotations
 from flakebot.mcp.start import Opening
@@ -111,7 +111,7 @@ class FlakebotMCP:
         # Where the user started the server, once: every tool call runs here and relative grant roots start here.
         self.start = Path.cwd().resolve()
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
-        self._tools: dict[str, tuple[dict[str, Any], Any]] = {}  # name -> (its definition, its tools/list entry)
+        self._forms = listing.WireForms()  # each crafted tool's tools/list entry, made once per definition
         self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
 
     def task_handlers(self) -> Any:
@@ -147,12 +147,14 @@ class FlakebotMCP:
             on_call_tool=self.call_tool,
         )
         mcp_tasks.install(server, self, LONG_TOOLS, self.task_handlers())
-        server.middleware.append(_list_without_collector)
+        server.middleware += [_list_without_collector, listing.add_crafted]
         return server
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
 
+        from flakebot.deliver.catalog import Catalog
+        from flakebot.deliver.definitions import stamped_definitions
         from flakebot.mcp.tasks import execution
 
         own = [
@@ -165,30 +167,17 @@ class FlakebotMCP:
             )
             for name, (text, schema) in OWN_TOOLS.items()
         ]
-        crafted = await anyio.to_thread.run_sync(lambda: api.tool_definitions(self.settings()))
+        stamped = await anyio.to_thread.run_sync(lambda: stamped_definitions(Catalog.open(self.settings())))
+        crafted = [d for _, d in stamped.values() if d is not None]
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
-        for gone in self._tools.keys() - {d["name"] for d in crafted}:
-            del self._tools[gone]
-        return types.ListToolsResult(tools=own + [self._tool(d) for d in crafted if d["name"] not in OWN_TOOLS])
-
-    def _tool(self, definition: dict[str, Any]) -> Any:
-        """A crafted tool's entry in tools/list; an unchanged definition (the same object: deliver/definitions.py
-        keeps it) keeps the one made before, so a list after a change validates only what changed."""
-        import mcp_types as types
-
-        made = self._tools.get(definition["name"])
-        if made is not None and made[0] is definition:
-            return made[1]
-        tool = types.Tool(
-            name=definition["name"],
-            description=definition["description"],
-            input_schema=definition["inputSchema"],
-            annotations=types.ToolAnnotations.model_validate(tool_annotations(definition["name"])),
-        )
-        self._tools[definition["name"]] = (definition, tool)
-        return tool
+        listed = [d for d in crafted if d["name"] not in OWN_TOOLS]
+        forms = self._forms.forms(listed, ctx.protocol_version)
+        stamps = {name: stamp for name, (stamp, _) in stamped.items()}
+        if listing.put_aside(forms, stamps):  # sent as made (mcp/listing.py)
+            return types.ListToolsResult(tools=own)
+        return types.ListToolsResult(tools=own + [listing.tool(d) for d in listed])
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         arguments = dict(params.arguments or {})
@@ -647,6 +636,9 @@ class _Unanswered:
 
     def __init__(self, opening: Opening | None) -> None:
         self.opening = opening if opening is not None and opening.request is not None else None
+        self.listed = opening.listed if opening is not None else None  # the tools/list answered early, if any
+        self.listed_sent = opening.listed_sent if opening is not None else None
+        self.version = str(((opening.sent if opening is not None else None) or {}).get("protocolVersion", ""))
         self.ids: collections.Counter[Any] = collections.Counter()
         self.none = anyio.Event()
         self.none.set()
@@ -685,6 +677,18 @@ class _Unanswered:
         self.opening = None  # answered once: a later request reusing its id is answered as any other
         return opening
 
+    def early_list(self, message: Any) -> str | None:
+        """When `message` answers the tools/list answered early (flakebot.mcp.earlylist), what was sent for it."""
+        import mcp_types as types
+
+        listed, sent = self.listed, self.listed_sent
+        if listed is None or sent is None or not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            return None
+        if message.id != listed["id"]:
+            return None
+        self.listed = self.listed_sent = None  # answered once, as the opening initialize
+        return sent
+
     def _settled(self) -> None:
         if not self.ids:
             self.none.set()
@@ -692,14 +696,19 @@ class _Unanswered:
 
 async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any:
     """The stream the SDK writes to: each message goes on to `write`, counted as an answer; the SDK's answer to an
-    `initialize` answered early is checked against it and cached (flakebot.mcp.start.settle), not sent twice."""
+    `initialize` answered early is checked against it and cached (flakebot.mcp.start.settle), and its answer to a
+    tools/list answered early checked against it (flakebot.mcp.earlylist), neither sent twice."""
     sender, receiver = anyio.create_memory_object_stream[Any](0)
 
     async def relay() -> None:
         async with receiver, write:
             async for item in receiver:
+                listed = unanswered.early_list(item.message)
                 opening = unanswered.answered(item.message)
-                if opening is None or opening.sent is None:
+                if listed is not None:  # sent before the SDK was imported: checked, not sent twice
+                    check = (_check_early_list, item.message, listed, unanswered.version)
+                    group.start_soon(anyio.to_thread.run_sync, *check)
+                elif opening is None or opening.sent is None:
                     await write.send(item)
                 if opening is not None:
                     answer = item.message.model_dump(mode="json", by_alias=True, exclude_unset=True)
@@ -707,6 +716,19 @@ async def _watch_answers(write: Any, unanswered: _Unanswered, group: Any) -> Any
 
     group.start_soon(relay)
     return sender
+
+
+def _check_early_list(message: Any, sent: str, version: str) -> None:
+    """Log when the SDK's own answer to a tools/list answered early (flakebot.mcp.earlylist) differs from it, and drop
+    the cache it came from (the server's next list writes it again)."""
+    if message.model_dump_json(by_alias=True, exclude_unset=True).endswith(f',"result":{sent}}}'):
+        return  # the same bytes, as the SDK writes them: no parse of a list that may be 23 MB (10,000 tools)
+    answer = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if answer.get("result") != json.loads(sent):
+        logger.warning(
+            "the early tool list differed from the MCP SDK's answer (a tool changed meanwhile, or a stale cache)"
+        )
+        earlylist.forget(version)
 
 
 async def _answer_unreadable_lines(read: Any, write: Any, group: Any, unanswered: _Unanswered) -> Any:

@@ -7,7 +7,8 @@ line with plain Python, and when it is an `initialize` whose answer the cache ho
 importing anything else. The SDK stays the source of truth: it reads the same bytes (the first line included) as if
 nothing had been read, answers the same `initialize` itself, and the server swallows that answer (server._serve),
 checks it against what was sent (`settle`), and caches it, so the next start answers from the cache. A mismatch (a
-stale cache) is logged and the cache refreshed.
+stale cache) is logged and the cache refreshed. A tools/list that follows at once is answered the same way
+(flakebot.mcp.earlylist).
 
 The cache lives in the cache_dir setting (a trusted setting: never from a working directory's flakebot.toml), one
 file keyed by flakebot's version, the SDK's version and the server's own source files (an edited checkout is a new
@@ -44,6 +45,8 @@ class Opening:
     request: dict[str, Any] | None = None
     sent: dict[str, Any] | None = None
     cache: Path | None = None
+    listed: dict[str, Any] | None = None  # the client's tools/list answered early (mcp/earlylist.py)
+    listed_sent: str | None = None  # the result sent for it (its JSON text)
 
 
 def open_session(fd: int = 0, out: int = 1) -> Opening:
@@ -64,7 +67,27 @@ def open_session(fd: int = 0, out: int = 1) -> Opening:
             logger.debug("could not write the early initialize answer: %s", exc)
             return opening
         opening.sent = result
+        _answer_list(opening, fd, out)
     return opening
+
+
+def _answer_list(opening: Opening, fd: int, out: int) -> None:
+    """The client's tools/list after the early `initialize`, answered from flakebot.mcp.earlylist's cache when it
+    holds the catalog as it is now; the lines read for it join `opening.head`."""
+    from flakebot.mcp import earlylist
+
+    opening.head, request = earlylist.read_until_list(fd, opening.head)
+    version = (opening.sent or {}).get("protocolVersion")
+    result = earlylist.answer(version) if request is not None and isinstance(version, str) else None
+    if request is None or result is None:
+        return
+    line = '{"jsonrpc":"2.0","id":' + json.dumps(request["id"], ensure_ascii=False) + ',"result":' + result + "}"
+    try:
+        _write_all(out, (line + "\n").encode())
+    except OSError as exc:
+        logger.debug("could not write the early tools/list answer: %s", exc)
+        return
+    opening.listed, opening.listed_sent = request, result
 
 
 def settle(opening: Opening, answer: dict[str, Any]) -> None:
@@ -178,16 +201,22 @@ def _cached(path: Path) -> dict[str, Any]:
 def _cache_key() -> str:
     """flakebot's version, the SDK's (its installed distribution's name), and flakebot's deciding sources' sizes and
     modification times."""
-    import importlib.util
-
     here = Path(__file__).parent.parent  # the package root: SOURCES name files under it
     sources = [(name, (s := (here / name).stat()).st_size, s.st_mtime_ns) for name in SOURCES]
+    return json.dumps([__version__, sdk_name(), sources])
+
+
+@functools.cache
+def sdk_name() -> str:
+    """The installed MCP SDK's distribution (its dist-info's name, version included), found without importing it."""
+    import importlib.util
+
     spec = importlib.util.find_spec("mcp")  # a top-level package: found, not imported
     sdk = "none"
     if spec is not None and spec.origin is not None:
         found = sorted(p.name for p in Path(spec.origin).parent.parent.glob("mcp-*.dist-info"))
         sdk = found[0] if found else spec.origin
-    return json.dumps([__version__, sdk, sources])
+    return sdk
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -3,6 +3,12 @@ them; every other line goes to the typer app, which reads it as before."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from flakebot.cli.entry import mcp_options, run_options
@@ -58,3 +64,30 @@ def test_a_line_left_to_typer_still_works() -> None:
     assert helped.returncode == 0 and "--args-json" in helped.stdout
     unknown = run_cli("run", "no-such-tool", "--no-such-option")
     assert unknown.returncode != 0 and "no-such-tool" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def _help(*options: str, env: dict[str, str] | None = None) -> tuple[str, bool]:
+    """`flakebot` with `options`, run under `python -X importtime`: (its standard output, whether typer was imported)."""
+    ran = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flakebot", *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=True,
+    )
+    return ran.stdout, any(line.split("|")[-1].strip() == "typer" for line in ran.stderr.splitlines())
+
+
+def test_help_is_printed_from_what_typer_printed_for_the_same_layout(flakebot_home: Path) -> None:
+    """`flakebot --help` prints typer's own help the first time and stores it; the next run prints the same text
+    without importing typer; another layout (COLUMNS) is typer's again, and stored beside nothing else."""
+    first, typer_first = _help("--help")
+    again, typer_again = _help("--help")
+    assert typer_first and not typer_again
+    assert again == first and "Usage: flakebot [OPTIONS] COMMAND" in first and "craft" in first
+    narrow, typer_narrow = _help("--help", env={"COLUMNS": "60"})
+    assert typer_narrow and narrow != first and max(map(len, narrow.splitlines())) <= 60
+    assert _help("-h", env={"COLUMNS": "60"})[0] == narrow
+    stored = (flakebot_home / "cache/flakebot/cli-help.json").read_text()
+    assert "COLUMNS" not in stored and len(json.loads(stored)) == 1  # the digest alone, never the environment

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from benchmarks.scenarios.many_tools import Tools, store_path
 from tests.mcp.test_server import mcp_client
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -108,3 +109,45 @@ def test_the_sdk_client_gets_the_same_initialize_result_from_the_cache(flakebot_
     (flakebot_home / "cache/flakebot/mcp-initialize.json").write_text(json.dumps(record))
     third, _ = asyncio.run(start())
     assert third.instructions == "from the cache"  # what the second start answered came from the cache
+
+
+def tools_list(id_: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": "tools/list", "params": {}}
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", HANDSHAKE_PROTOCOL_VERSIONS[-1]])
+def test_the_first_tools_list_is_the_sdks_answer_from_the_cache_while_the_catalog_holds_its_tools(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """A tools/list right after `initialize` is answered from the cache the last server left (flakebot.mcp.earlylist)
+    with the SDK's own answer, byte for byte and once; a tool added or removed since then is the SDK's answer again;
+    and a cache that lies is what the client gets, with a warning when the SDK's answer differs."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")  # no nix-store: plain GC links
+    tools = Tools(flakebot_home, store_path(tmp_path, nix=False))
+    tools.grow(3)
+    opening = (initialize(version), INITIALIZED, tools_list(1))
+    sdk, _ = session(*opening)  # no cache yet: the SDK answers, and the server caches its list
+    path = flakebot_home / f"cache/flakebot/mcp-tools-list-{version}.json"
+    assert path.exists()
+    early, stderr = session(*opening)
+    assert early == sdk and len(early) == 2 and "differed" not in stderr
+    names = [t["name"] for t in json.loads(early[1])["result"]["tools"]]
+    assert names[-3:] == ["t00001", "t00002", "t00003"]
+
+    tools.add("t00004")
+    tools.catalog.remove("t00001")
+    changed, stderr = session(*opening)
+    names = [t["name"] for t in json.loads(changed[1])["result"]["tools"]]
+    assert names[-3:] == ["t00002", "t00003", "t00004"] and "differed" not in stderr
+    assert session(*opening)[0] == changed  # the new list, cached in turn
+
+    header, answer = path.read_text().splitlines()
+    lying = json.loads(answer)
+    next(t for t in lying["tools"] if t["name"] == "t00002")["description"] = "from the cache"
+    path.write_text(header + "\n" + json.dumps(lying) + "\n")
+    stale, stderr = session(*opening)
+    listed = {t["name"]: t for t in json.loads(stale[1])["result"]["tools"]}
+    assert listed["t00002"]["description"] == "from the cache" and len(stale) == 2
+    assert "early tool list differed from the MCP SDK's answer" in stderr
+    assert not path.exists() or "from the cache" not in path.read_text()  # dropped (or rewritten by the SDK's list)
+    assert session(*opening)[0] == session(*opening)[0] == changed
