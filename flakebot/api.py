@@ -11,7 +11,7 @@ from flakebot.commands.craft import CraftResult, craft, craft_result
 from flakebot.commands.improve import improve
 from flakebot.commands.runs import resume, run_result, show_run
 from flakebot.commands.share import list_remote
-from flakebot.commands.table import commands
+from flakebot.commands.table import checked, commands
 from flakebot.commands.wrap import package
 from flakebot.pipeline.request import Improvement, RunRequest
 
@@ -33,8 +33,10 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
 ]
 INTERNAL = (craft_result, run_result)  # public-looking, but they take a Run (flakebot's own)
 
-# The command table's functions: each command under its function's name (commands/table.py).
-COMMANDS = {command.api: command.run for command in commands() if "api" in command.doors}
+# The command table's functions: each command under its function's name (commands/table.py), its arguments checked
+# against the table's declaration as MCP's and the CLI's are (table.checked: types never coerced, blank or out of
+# range refused) before it runs. Each one's __wrapped__ is the table's own function.
+COMMANDS = {command.api: checked(command) for command in commands() if "api" in command.doors}
 globals().update(COMMANDS)
 __all__ = sorted({*__all__, *COMMANDS})
 

@@ -201,6 +201,7 @@ class FlakebotMCP:
         if command.long:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
         settings, arguments = self.settings(), tooltable.arguments(command, args)
+        command.call_check(arguments, settings=settings, agent=True)
         result = await anyio.to_thread.run_sync(
             lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start),
             limiter=self._limiter(command),
@@ -220,8 +221,7 @@ class FlakebotMCP:
         """A long command's work as a function of the run's event sink: its arguments made (and checked by its
         own check) before anything starts."""
         settings, arguments = self.settings(), tooltable.arguments(command, args)
-        if command.check is not None:
-            command.call_check(arguments, settings=settings, agent=True)
+        command.call_check(arguments, settings=settings, agent=True)
         return lambda sink: _for_agent(command, command.call(arguments, settings=settings, sink=sink, agent=True))
 
     # ------------------------------------------------------------ long work
