@@ -245,7 +245,9 @@ def check_values(command: Command, arguments: dict[str, Any], door: str) -> None
             if isinstance(value, float) and not math.isfinite(value):  # (10**400 is no float: no overflow)
                 raise UsageError(f"'{name}' must be a finite number, got {value}", fix=f"pass {name} as a number")
             if least is not None and value < least:
-                raise UsageError(f"'{name}' must be at least {least:g}, got {value}", fix=f"pass {name} {least:g} or more")
+                raise UsageError(
+                    f"'{name}' must be at least {least:g}, got {value}", fix=f"pass {name} {least:g} or more"
+                )
 
 
 def _check_request_values(request: Any, verb: str, door: str) -> None:

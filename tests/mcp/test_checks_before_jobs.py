@@ -27,7 +27,9 @@ def _jobs(home: Path) -> list[Path]:
     return sorted(jobs.iterdir()) if jobs.exists() else []
 
 
-@pytest.mark.parametrize(("tool", "args", "kind", "said"), REFUSED, ids=[f"{t}-{i}" for i, (t, *_) in enumerate(REFUSED)])
+@pytest.mark.parametrize(
+    ("tool", "args", "kind", "said"), REFUSED, ids=[f"{t}-{i}" for i, (t, *_) in enumerate(REFUSED)]
+)
 def test_a_long_call_refused_by_its_check_leaves_no_job(
     flakebot_home: Path, tool: str, args: dict[str, Any], kind: str, said: str
 ) -> None:
