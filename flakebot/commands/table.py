@@ -20,9 +20,9 @@ server's start directory) are given by the door, never asked of the caller.
 from __future__ import annotations
 
 import functools
-import os
 import importlib
 import inspect
+import os
 import types
 import typing
 from collections.abc import Callable
