@@ -208,11 +208,12 @@ def api_names(verb: str) -> dict[str, tuple[type, str]]:
 def request_fields(verb: str, door: str) -> list[tuple[type, str, str, bool]]:
     """The request fields `door` (cli, mcp or api) offers for `verb`: (RunRequest or Improvement, field name, how
     the door spells it, positional), in order."""
-    found = []
+    found: list[tuple[type, str, str, bool]] = []
     for cls in (Improvement, RunRequest):
         for f, meta in options(cls, verb, door):
-            spelled = {"cli": f.name.upper() if meta["positional"] else meta["cli"].split("/")[0] or "--" + f.name.replace("_", "-"),
-                       "mcp": meta["mcp_name"] or f.name, "api": meta["api"] or f.name}[door]  # fmt: skip
+            flag = meta["cli"].split("/")[0] or "--" + f.name.replace("_", "-")
+            cli = f.name.upper() if meta["positional"] else flag
+            spelled = {"cli": cli, "mcp": meta["mcp_name"] or f.name, "api": meta["api"] or f.name}[door]
             found.append((cls, f.name, spelled, bool(meta["positional"])))
     return found
 
