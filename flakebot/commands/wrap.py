@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from flakebot import config
+from flakebot import config, preflight
 from flakebot.commands.common import LONG, run_overrides, settings_or_default, workdir_of
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import UsageError
@@ -83,7 +83,7 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
 def _check_package(request: RunRequest, settings: config.Settings | None = None) -> None:
     """What needs nothing built, before a run or an MCP job exists (the command's check, and the first thing
     package_request does): --name only with --catalog and free for a packaged crate, the target a crate
-    directory or a crate name, --out new or empty. That the target is named at all, every door checks first
+    directory or a crate name, --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
     (table.check_values)."""
     from flakebot.nix.flake import check_out_dir
     from flakebot.stages.locate import check_target
@@ -97,6 +97,8 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None)
     check_target(request.target or "")
     if request.out:
         check_out_dir(Path(request.out).expanduser())
+    if request.catalog:  # a read-only catalog is said now, not after the build
+        preflight.check_writable_dir(settings_or_default(settings).path("catalog_dir"), "catalog_dir")
 
 
 COMMANDS = [

@@ -58,3 +58,23 @@ def test_the_cli_and_mcp_run_the_same_range_check_each_naming_its_own_argument(f
         blank.returncode == 2
         and blank.stderr.strip() == "error: 'NAME' is required. Fix: pass NAME as a non-empty string"
     )
+
+
+def test_package_into_a_read_only_catalog_is_refused_before_a_run_or_job(flakebot_home: Path) -> None:
+    import asyncio
+
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.mcp.test_server import mcp_client
+
+    async def session() -> tuple[dict[str, Any], bool]:
+        async with mcp_client() as client:
+            return await client.call("package", {"target": "hexyl", "catalog": True})
+
+    with _read_only(flakebot_home / "data" / "flakebot"):
+        done = run_cli("package", "hexyl", "--registry", "local", "--catalog", "--offline")
+        answer, error = asyncio.run(session())
+    assert done.returncode == 5 and done.stderr.startswith("error: catalog_dir ") and "Traceback" not in done.stderr
+    assert error and answer["type"] == "HostError" and "is not writable" in answer["error"], answer
+    work = flakebot_home / "work"
+    assert not (work / "runs").exists() or not list((work / "runs").iterdir())
+    assert not (work / "mcp-jobs").exists() or not list((work / "mcp-jobs").iterdir())
