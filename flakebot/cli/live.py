@@ -110,7 +110,6 @@ class LiveStages:
         parts: list[Any] = [Text(self.title, style="bold")] if self.title else []
         return Group(*parts, table)
 
-
     def _waiting(self) -> str | None:
         """What the run waits on, from the moment it starts waiting, ticking each second: "waiting on the model's
         reply (groq/...) (12 s)" (a heartbeat event comes only after HEARTBEAT_SECONDS of silence)."""
