@@ -201,7 +201,7 @@ def show(
     try:
         return catalog.show_tool(name, settings)
     except CatalogError as exc:
-        if exc.details.get("reason") == "damaged":  # the tool exists: say what is wrong with it
+        if exc.details.get("reason") != "unknown":  # a damaged tool or catalog: say what is wrong with it
             raise
         raise RunError(
             f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'"

@@ -70,7 +70,7 @@ def service_manifest_of(ref: str, settings: Settings) -> dict[str, Any]:
     try:
         tool = show_tool(ref, settings)
     except CatalogError as exc:
-        if not exc.message.startswith(f"no tool '{name}'"):
+        if exc.details.get("reason") != "unknown":
             raise
         raise CatalogError(
             f"no service '{name}' in the catalog",

@@ -246,3 +246,13 @@ def test_resume_into_a_read_only_catalog_is_one_line_and_loses_nothing(flakebot_
     assert resumed.returncode == 0, resumed.stderr
     assert Run.load(workdir, built.id).state["status"] == "succeeded"
     assert "hexyl" in {t["name"] for t in api.list_tools()["tools"]}
+
+
+def test_show_of_a_damaged_catalog_says_it_is_damaged_not_that_nothing_is_there(flakebot_home: Path) -> None:
+    """As list and run say it: a catalog index cut short is unusable (exit 60), not "no run or tool named X"."""
+    index = flakebot_home / "data" / "flakebot" / "catalog.db"
+    index.parent.mkdir(parents=True)
+    index.write_bytes(b"SQLite format 3\x00" + b"\x10\x00" + b"\x00" * 80)  # a header, then nothing: cut short
+    listed, shown = run_cli("list"), run_cli("show", "hexyl")
+    assert listed.returncode == 60 and "is unusable" in listed.stderr, listed.stderr
+    assert shown.returncode == 60 and shown.stderr == listed.stderr, shown.stderr
