@@ -72,6 +72,7 @@ TABLE = {
     "schema",
     "spelled",
     "value_schema",
+    "typed",
 }  # the table and the checks every door shares
 # what the commands share among themselves (flakebot.commands.common), not the API
 COMMON = {"settings_or_default", "workdir_of", "run_overrides", "check_limits", "check_craft_options", "check_host"}

@@ -316,22 +316,53 @@ def _is_path(kind: Any) -> bool:
 def checked(command: Command) -> Callable[..., Any]:
     """The command's function as the API offers it: a call's arguments checked (`check_types`, `check_values`)
     before it runs; what the door gives (settings, sink, ...) is passed on as the caller gave it."""
-    run = command.run
+
+    def check(arguments: dict[str, Any]) -> None:
+        check_types(command, arguments)
+        check_values(command, arguments, "api")
+
+    known = ", ".join(p.name for p in command.params("api")) or "no arguments"
+    return _checking(command.run, command.api, known, check)
+
+
+def typed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A library function the API offers beside the table's commands, its arguments checked against its annotations
+    as a command's are (never coerced); what a door gives, and a parameter whose type has no JSON schema (Any), pass
+    as the caller gave them."""
+    from flakebot.validation import check_arguments
+
+    name = function.__name__
+    taken = [p for p in inspect.signature(function).parameters.values() if p.name not in GIVEN]
+    shim = types.SimpleNamespace(__annotations__={p.name: function.__annotations__[p.name] for p in taken})
+    hints = typing.get_type_hints(shim, globalns=getattr(function, "__globals__", {}))
+    properties = {}
+    for p in taken:
+        try:
+            properties[p.name] = value_schema(hints[p.name])
+        except TypeError:  # Any: whatever the function itself accepts
+            properties[p.name] = {}
+    required = [p.name for p in taken if p.default is inspect.Parameter.empty]
+    schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return _checking(function, name, ", ".join(properties), lambda arguments: check_arguments(name, arguments, schema))
+
+
+def _checking(
+    run: Callable[..., Any], name: str, known: str, check: Callable[[dict[str, Any]], None]
+) -> Callable[..., Any]:
+    """`run` with its call bound to its signature (an unknown or missing argument is one UsageError) and `check`ed
+    (the arguments by name, without what a door gives) before it runs."""
     signature = inspect.signature(run)
 
     @functools.wraps(run)
     def call(*args: Any, **kwargs: Any) -> Any:
         unknown = sorted(set(kwargs) - set(signature.parameters))
         if unknown:
-            known = ", ".join(p.name for p in command.params("api")) or "no arguments"
-            raise UsageError(f"{command.api}() takes no argument {', '.join(unknown)}", fix=f"use: {known}")
+            raise UsageError(f"{name}() takes no argument {', '.join(unknown)}", fix=f"use: {known or 'no arguments'}")
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise UsageError(f"{command.api}(): {exc}", fix=f"see help(flakebot.api.{command.api})") from None
-        arguments = {k: v for k, v in bound.arguments.items() if k not in GIVEN}
-        check_types(command, arguments)
-        check_values(command, arguments, "api")
+            raise UsageError(f"{name}(): {exc}", fix=f"see help(flakebot.api.{name})") from None
+        check({k: v for k, v in bound.arguments.items() if k not in GIVEN})
         return run(*bound.args, **bound.kwargs)
 
     return call

@@ -32,6 +32,11 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: api.craft_request(api.RunRequest(need=5)), "'request.need' must be a string, got a whole number"),
     (lambda: api.improve_request(api.RunRequest(improve=api.Improvement(tool=" ", request="x"))), "'tool' is required"),
     (lambda: api.up("kv", port="8080"), "'port' must be a whole number or null, got a string"),
+    # the library functions beside the commands, checked against their annotations (table.typed)
+    (lambda: api.resume(123), "'run_id' must be a string, got a whole number"),
+    (lambda: api.call_tool(5, {}), "'name' must be a string, got a whole number"),
+    (lambda: api.tool_manifest("t", x=1), "tool_manifest() takes no argument x"),
+    (lambda: api.list_remote(5), "'url' must be a string or null, got a whole number"),
 ]
 
 
