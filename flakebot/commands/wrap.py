@@ -96,7 +96,9 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None)
         _check_catalog_name(request.name, settings_or_default(settings))
     check_target(request.target or "")
     if request.out:
-        check_out_dir(Path(request.out).expanduser())
+        out = Path(request.out).expanduser()
+        check_out_dir(out)
+        preflight.check_could_be_dir(out, "out", fix="choose an output directory that can be made (new or empty)")
     if request.catalog:  # a read-only catalog is said now, not after the build
         preflight.check_writable_dir(settings_or_default(settings).path("catalog_dir"), "catalog_dir")
 

@@ -83,3 +83,11 @@ def test_package_into_a_read_only_catalog_is_refused_before_a_run_or_job(flakebo
     work = flakebot_home / "work"
     assert not (work / "runs").exists() or not list((work / "runs").iterdir())
     assert not (work / "mcp-jobs").exists() or not list((work / "mcp-jobs").iterdir())
+
+
+def test_package_out_where_no_directory_can_be_made_is_one_line_before_a_run(flakebot_home: Path) -> None:
+    done = run_cli("package", "hexyl", "--registry", "local", "--out", "/proc/nope/new")
+    assert done.returncode == 5 and "Traceback" not in done.stderr, done.stderr  # was a FileNotFoundError traceback
+    assert done.stderr.startswith("error: out /proc/nope/new cannot be made") and ". Fix: " in done.stderr
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())

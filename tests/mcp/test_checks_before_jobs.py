@@ -19,6 +19,9 @@ REFUSED = [
     ("package", {"target": "./no-such-dir"}, "UsageError", "./no-such-dir is not a directory"),
     ("package", {"target": "hexyl", "name": "hex"}, "UsageError", "a name is for a catalogued package only"),
     ("improve", {"tool": "nosuch", "request": "add --x"}, "CatalogError", "no tool 'nosuch' in the catalog"),
+    ("package", {"target": "hexyl", "out": "/proc/nope"}, "HostError", "out /proc/nope cannot be made"),
+    ("craft", {"need": "need a CSV deduper", "model": "nosuch:model"}, "ModelError", "unknown model provider 'nosuch'"),
+    ("craft", {"need": "need a CSV deduper"}, "ModelError", "no model chosen"),  # no key in this test's environment
 ]
 
 
