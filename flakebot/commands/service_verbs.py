@@ -122,6 +122,8 @@ def up(
         Param(
             "Host port on 127.0.0.1 (default: a free one).",
             mcp_help="Host port on 127.0.0.1 (1024-65535); null for a free one.",
+            least=1024,
+            most=65535,
         ),
     ] = None,
     every: Annotated[
@@ -212,6 +214,7 @@ def service_logs(
             "How many of the last lines.",
             cli=("--lines", "-n"),
             mcp_help="How many of the last lines (1-500, default 50).",
+            least=1,
         ),
     ] = 50,
     follow: Annotated[

@@ -55,6 +55,7 @@ class Param:
     request: str | None = None  # a RunRequest: its fields for this verb are the parameters (pipeline/request.py)
     mcp_required: bool = False
     least: float | None = None  # the least number it takes: every door refuses less, naming it as that door does
+    most: float | None = None  # the most it takes, likewise
 
 
 @dataclass(frozen=True)
@@ -244,10 +245,17 @@ def check_values(command: Command, arguments: dict[str, Any], door: str) -> None
             least = p.param.least
             if isinstance(value, float) and not math.isfinite(value):  # (10**400 is no float: no overflow)
                 raise UsageError(f"'{name}' must be a finite number, got {value}", fix=f"pass {name} as a number")
-            if least is not None and value < least:
-                raise UsageError(
-                    f"'{name}' must be at least {least:g}, got {value}", fix=f"pass {name} {least:g} or more"
-                )
+            most = p.param.most
+            if (least is not None and value < least) or (most is not None and value > most):
+                within = _within(least, most)
+                raise UsageError(f"'{name}' must be {within}, got {value}", fix=f"pass {name} {within}")
+
+
+def _within(least: float | None, most: float | None) -> str:
+    """A declared range in words: "from 1024 to 65535", "at least 1", "at most 60"."""
+    if least is not None and most is not None:
+        return f"from {least:g} to {most:g}"
+    return f"at least {least:g}" if least is not None else f"at most {most:g}"
 
 
 def _check_request_values(request: Any, verb: str, door: str) -> None:

@@ -80,19 +80,18 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
         )
 
 
-def _check_package(request: RunRequest, settings: config.Settings | None = None) -> None:
+def _check_package(request: RunRequest, settings: config.Settings | None = None, agent: bool = False) -> None:
     """What needs nothing built, before a run or an MCP job exists (the command's check, and the first thing
     package_request does): --name only with --catalog and free for a packaged crate, the target a crate
     directory or a crate name, --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
-    (table.check_values)."""
+    (table.check_values). `agent`: over MCP, its arguments named as MCP names them."""
     from flakebot.nix.flake import check_out_dir
     from flakebot.stages.locate import check_target
 
     if request.name:
         if not request.catalog:
-            raise UsageError(
-                "a name is for a catalogued package only", fix="add catalog (--catalog), or leave the name out"
-            )
+            fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
+            raise UsageError("a name is for a catalogued package only", fix=fix)
         _check_catalog_name(request.name, settings_or_default(settings))
     check_target(request.target or "")
     if request.out:

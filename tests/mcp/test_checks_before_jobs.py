@@ -11,6 +11,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
+from tests.conftest import run_cli
 from tests.mcp.test_server import mcp_client
 from tests.mcp.test_tasks import raw_session
 
@@ -57,9 +58,19 @@ def test_mcp_errors_name_the_mcp_argument(flakebot_home: Path) -> None:
             return [
                 await client.call("search", {"query": "csv", "limit": 0}),
                 await client.call("package", {"target": "hexyl", "name": "hex"}),
+                await client.call("service_up", {"service": "nosuch", "port": 80}),
+                await client.call("service_logs", {"service": "nosuch", "lines": 0}),
             ]
 
-    (limit, limit_error), (name, name_error) = asyncio.run(session())
+    (limit, limit_error), (name, name_error), (port, port_error), (lines, lines_error) = asyncio.run(session())
+    assert port_error and port["error"] == "'port' must be from 1024 to 65535, got 80", port
+    assert lines_error and lines["error"] == "'lines' must be at least 1, got 0", lines
+    cli = run_cli("up", "nosuch", "--port", "80")
+    assert cli.returncode == 2 and cli.stderr.startswith("error: '--port' must be from 1024 to 65535, got 80"), (
+        cli.stderr
+    )
+    for said in (port, lines, name):
+        assert "--" not in said["error"] + said["fix"], said
     assert limit_error and limit["error"] == "'limit' must be at least 1, got 0", limit
     assert name_error and "--" not in name["error"], name
     assert "--" not in limit["error"] + limit["fix"]
