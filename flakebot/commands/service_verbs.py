@@ -214,7 +214,6 @@ def service_logs(
             "How many of the last lines.",
             cli=("--lines", "-n"),
             mcp_help="How many of the last lines (1-500, default 50).",
-            least=1,
         ),
     ] = 50,
     follow: Annotated[
