@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flakebot.commands.catalog_tools import call_tool, call_tool_argv, tool_arguments, tool_definitions, tool_manifest
+from flakebot.commands import catalog_tools, runs, share
+from flakebot.commands.catalog_tools import tool_definitions
 from flakebot.commands.craft import CraftResult, craft, craft_result
 from flakebot.commands.improve import improve
-from flakebot.commands.runs import resume, run_result, show_run
-from flakebot.commands.share import list_remote
-from flakebot.commands.table import commands
+from flakebot.commands.runs import run_result
+from flakebot.commands.table import checked, commands, typed
 from flakebot.commands.wrap import package
 from flakebot.pipeline.request import Improvement, RunRequest
 
@@ -31,10 +31,20 @@ __all__ = [  # the public API; run_result and craft_result take a Run, flakebot'
     "tool_definitions",
     "tool_manifest",
 ]
+# the library functions, their arguments checked against their annotations as the commands' are (table.typed)
+call_tool = typed(catalog_tools.call_tool)
+call_tool_argv = typed(catalog_tools.call_tool_argv)
+tool_arguments = typed(catalog_tools.tool_arguments)
+tool_manifest = typed(catalog_tools.tool_manifest)
+resume = typed(runs.resume)
+show_run = typed(runs.show_run)
+list_remote = typed(share.list_remote)
 INTERNAL = (craft_result, run_result)  # public-looking, but they take a Run (flakebot's own)
 
-# The command table's functions: each command under its function's name (commands/table.py).
-COMMANDS = {command.api: command.run for command in commands() if "api" in command.doors}
+# The command table's functions: each command under its function's name (commands/table.py), its arguments checked
+# against the table's declaration as MCP's and the CLI's are (table.checked: types never coerced, blank or out of
+# range refused) before it runs. Each one's __wrapped__ is the table's own function.
+COMMANDS = {command.api: checked(command) for command in commands() if "api" in command.doors}
 globals().update(COMMANDS)
 __all__ = sorted({*__all__, *COMMANDS})
 

@@ -67,10 +67,11 @@ def check_writable_dir(path: Path, setting: str) -> None:
         ) from None
 
 
-def check_could_be_dir(path: Path, setting: str) -> None:
+def check_could_be_dir(path: Path, setting: str, fix: str | None = None) -> None:
     """`path` is a directory, or one could be made there: its nearest existing ancestor is a directory in which the
-    first missing component can be made (made and removed again, so nothing is left)."""
-    fix = f"point {setting} at a directory (--{setting.replace('_', '-')} DIR or FLAKEBOT_{setting.upper()})"
+    first missing component can be made (made and removed again, so nothing is left). `fix`: what to say instead of
+    pointing the setting elsewhere (for a path that is no setting, such as package's --out)."""
+    fix = fix or f"point {setting} at a directory (--{setting.replace('_', '-')} DIR or FLAKEBOT_{setting.upper()})"
     missing = path
     while not missing.parent.exists() and missing.parent != missing:
         missing = missing.parent

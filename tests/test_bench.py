@@ -71,7 +71,8 @@ def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: P
 
 
 def test_the_project_readme_quotes_the_headline_figures_of_the_report_it_was_given(tmp_path: Path) -> None:
-    """The front page's headline lines (P14 and its kin) come from the same report.json as docs/performance.md."""
+    """The front page's headline lines (P14 and its kin, in plain words) come from the same report.json as
+    docs/performance.md."""
     from benchmarks.readme import markers
 
     start, end = markers("bench-headline")
@@ -83,8 +84,8 @@ def test_the_project_readme_quotes_the_headline_figures_of_the_report_it_was_giv
     report.update_readme(page, data)
     text = front.read_text()
     figures = {f["id"]: f for f in data["figures"]}
-    for name in report.HEADLINE:
-        assert f"- {name}, {figures[name]['title']}: **{report.value_text(figures[name])}**" in text
+    for name, words in report.HEADLINE.items():
+        assert f"- {words}: **{report.value_text(figures[name])}**" in text
     assert "old lines" not in text and text.endswith(f"{end}\n\n## After\n")
     assert report.START in page.read_text()
 

@@ -25,6 +25,7 @@ LEAVES = {
     "toolschema",
     "toolspec",
     "trust",
+    "validation",
     "__version__",
 }
 # What each folder may import besides the leaves (as each folder's __init__ docstring says).

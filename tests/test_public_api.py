@@ -56,7 +56,24 @@ LIBRARY = [
 # public-looking, but they take a Run or its CraftResult (flakebot's own), or serve the team worker (in_flight)
 API_INTERNAL = {"run_result", "craft_result", "with_service_note", "in_flight"}
 # the command table's own types (flakebot.commands.table): how a command is declared, not a command
-TABLE = {"Command", "Hints", "Param", "Parameter", "commands", "by_mcp_name", "parameters", "plain"}
+TABLE = {
+    "Command",
+    "Hints",
+    "Param",
+    "Parameter",
+    "commands",
+    "by_mcp_name",
+    "parameters",
+    "plain",
+    "checked",
+    "check_types",
+    "check_values",
+    "required_text",
+    "schema",
+    "spelled",
+    "value_schema",
+    "typed",
+}  # the table and the checks every door shares
 # what the commands share among themselves (flakebot.commands.common), not the API
 COMMON = {"settings_or_default", "workdir_of", "run_overrides", "check_limits", "check_craft_options", "check_host"}
 API_REEXPORTED = {"RunRequest", "Improvement"}  # the request types, defined in flakebot.pipeline.request

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flakebot.commands.table import Command, Parameter, commands
+from flakebot.commands.table import Command, Parameter, check_values, commands
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
 
@@ -38,6 +38,7 @@ def _handler(command: Command, door: Any) -> Callable[..., None]:
     def handler(**given: Any) -> None:
         as_json = bool(given.pop("as_json", False)) if own else bool(given.get(named[0]))
         arguments = _arguments(command, given)
+        check_values(command, arguments, "cli")  # beyond typer's types: the check every door runs
         with _progress(command, as_json, arguments, door) as extra:
             result = command.call(arguments, settings=door.settings, sources=door.sources, **extra)
         code = _show(command, result, as_json, {**arguments, "settings": door.settings, "arguments": arguments})

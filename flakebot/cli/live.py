@@ -14,9 +14,9 @@ from rich.text import Text
 
 from flakebot.cli.jsonout import json_line as json_line  # re-exported: the commands print JSON through live
 from flakebot.cli.jsonout import json_result as json_result
-from flakebot.events import Event, EventSink
+from flakebot.events import Activity, Event, EventSink, tracking
 from flakebot.modeltext import one_line
-from flakebot.pipeline.heartbeat import beating
+from flakebot.pipeline.heartbeat import Heartbeat
 
 STATUS_STYLE = {
     "pending": ("·", "dim"),
@@ -54,6 +54,7 @@ class LiveStages:
         # get_renderable: every refresh draws anew, so a running stage's clock and spinner tick between events
         self.live = Live(console=console, refresh_per_second=4, transient=False, get_renderable=self._render)
         self.started = False
+        self.activity: Activity | None = None  # what the run waits on now (the model's reply): the running row says so
 
     def __enter__(self) -> LiveStages:
         return self
@@ -99,14 +100,23 @@ class LiveStages:
                 seconds = time.time() - row["started"]
                 mark = SPINNER[int(seconds * 4) % len(SPINNER)]
             elapsed = f"{seconds:6.1f}s" if seconds is not None else " " * 7
+            note = self._waiting() if row["status"] == "running" else None
             table.add_row(
                 Text(mark, style=style),
                 Text(name, style=style),
                 Text(elapsed, style="dim"),
-                Text(one_line(row["note"], 100)),  # notes quote model text (a spec's summary)
+                Text(note or one_line(row["note"], 100)),  # notes quote model text (a spec's summary)
             )
         parts: list[Any] = [Text(self.title, style="bold")] if self.title else []
         return Group(*parts, table)
+
+    def _waiting(self) -> str | None:
+        """What the run waits on, from the moment it starts waiting, ticking each second: "waiting on the model's
+        reply (groq/...) (12 s)" (a heartbeat event comes only after HEARTBEAT_SECONDS of silence)."""
+        waiting = self.activity.current() if self.activity is not None else None
+        if waiting is None:
+            return None
+        return f"waiting on {one_line(waiting.what, 80)} ({time.monotonic() - waiting.since:.0f} s)"
 
 
 class Quiet:
@@ -127,7 +137,9 @@ def event_sink(as_json: bool, title: str = "", quiet: bool = False) -> Iterator[
     """Where a command's run events go (JSON lines, the live table, or nowhere with -q), with a heartbeat while a
     step is long."""
     shown: JsonEvents | LiveStages | Quiet = JsonEvents() if as_json else Quiet() if quiet else LiveStages(title)
-    with shown, beating(shown) as sink:
+    with shown, tracking() as activity, Heartbeat(shown, activity) as sink:
+        if isinstance(shown, LiveStages):
+            shown.activity = activity
         yield sink
 
 

@@ -99,13 +99,10 @@ def craft_request(
     from flakebot.pipeline import engine as pipeline
 
     need = request.need
-    preflight.check_text("need", need, example='flakebot craft "need a CSV deduper"')
-    check_bounds(request)
+    _check_request(request, settings)
     overrides = run_overrides(request.overrides())
     settings = dataclasses.replace(settings_or_default(settings), **overrides)
     started = time.monotonic()
-    preflight.check_request_flags(request.fork, request.push, request.delete_fork)
-    _check_fork(request.fork, settings)
     if not request.fresh and stop_after is None:
         hit = Catalog.open(settings).find_need(need)
         if hit is not None and _is_service(hit, settings) == request.service:  # a tool never answers --service
@@ -134,6 +131,28 @@ def craft_request(
     if reused:  # the model judged a catalogued tool equivalent to this need
         return dataclasses.replace(_cached(Catalog.open(settings).get(reused), settings, started), run_id=run.id)
     return with_service_note(craft_result(run, time.monotonic() - started), settings)
+
+
+def _check_request(request: RunRequest, settings: config.Settings | None) -> None:
+    """The need, the numbers and the flags, before anything (the first thing craft_request does)."""
+    preflight.check_text("need", request.need, example='flakebot craft "need a CSV deduper"')
+    check_bounds(request)
+    preflight.check_request_flags(request.fork, request.push, request.delete_fork)
+    _check_fork(request.fork, dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides())))
+
+
+def _check_craft(request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None) -> None:
+    """What needs nothing built, before an MCP job exists: `_check_request`, and a usable model unless a catalog
+    could answer the need without one (this machine's, or a shared one)."""
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.llm.providers import check_model
+
+    _check_request(request, settings)
+    settings = dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides()))
+    answered = not request.fresh and stop_after is None
+    if not (answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None)):
+        check_model(request.model, settings)
+        check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
 
 
 def with_service_note(result: CraftResult, settings: config.Settings) -> CraftResult:
@@ -301,6 +320,7 @@ COMMANDS = [
         long=True,
         changes_catalog=True,
         working="craft: {request}",
+        check=_check_craft,
         mcp_description="Craft a tested, Nix-built command-line tool from a need in plain words (or return the "
         "catalogued one for the same need); returns its manifest. Start from a git repository or local crate with "
         f"`from`.{LONG}",

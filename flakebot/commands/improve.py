@@ -66,7 +66,6 @@ def improve_request(
     then on. Earlier versions stay runnable: flakebot run csv-dedup@0.1.0. 'flakebot show TOOL' lists them.
     """
     # `improve` of a RunRequest whose `improve` names the tool and the change (the rest is filled in here)
-    from flakebot.deliver.catalog import Catalog, show_tool
     from flakebot.deliver.versions import newest, next_version
     from flakebot.llm.providers import check_model
     from flakebot.pipeline import engine as pipeline
@@ -79,14 +78,7 @@ def improve_request(
     overrides = run_overrides(request.overrides())
     settings = dataclasses.replace(settings_or_default(settings), **overrides)
     started = time.monotonic()
-    catalog = Catalog.open(settings)
-    entry = catalog.get(asked.tool)  # NAME@VERSION: that version's fields, and every version under "versions"
-    manifest = show_tool(asked.tool, settings)["manifest"]
-    if manifest.get("kind") == "service":  # its spec is a lifecycle, not command-line examples to keep
-        raise UsageError(
-            f"'{asked.tool}' is a service: improving a service is not built yet",
-            fix=f"craft it again with 'flakebot craft --service --fresh \"...\" --name {entry['name']}'",
-        )
+    entry, manifest = _improved(asked, settings)
     kept = _kept_spec(entry, manifest, settings)
     if request.spec_file:  # a bad file fails before any work
         improvement_from_file(kept, Path(request.spec_file))
@@ -143,12 +135,25 @@ def _kept_spec(entry: dict[str, Any], manifest: dict[str, Any], settings: config
     return ToolSpec.from_dict(spec, source=f"{entry['name']}@{entry['version']}")
 
 
-def _check_improve(request: RunRequest) -> None:
-    """The tool and the change are named (an agent's empty string is absent), before any job starts."""
-    asked = request.improve or Improvement(tool="", request="")
-    for key, value in (("tool", asked.tool), ("request", asked.request)):
-        if not (value or "").strip():
-            raise UsageError(f"'{key}' is required", fix=f"pass {key} as a non-empty string")
+def _improved(asked: Improvement, settings: config.Settings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The catalogued tool an improvement starts from (its entry, NAME@VERSION's fields with every version under
+    "versions", and its manifest), refused when unknown or a service."""
+    from flakebot.deliver.catalog import Catalog, show_tool
+
+    entry = Catalog.open(settings).get(asked.tool)
+    manifest = show_tool(asked.tool, settings)["manifest"]
+    if manifest.get("kind") == "service":  # its spec is a lifecycle, not command-line examples to keep
+        raise UsageError(
+            f"'{asked.tool}' is a service: improving a service is not built yet",
+            fix=f"craft it again with 'flakebot craft --service --fresh \"...\" --name {entry['name']}'",
+        )
+    return entry, manifest
+
+
+def _check_improve(request: RunRequest, settings: config.Settings | None = None) -> None:
+    """What needs nothing built, before an MCP job exists: the tool is catalogued and not a service (that the tool
+    and the change are named at all, every door checks first: table.check_values)."""
+    _improved(request.improve or Improvement(tool="", request=""), settings_or_default(settings))
 
 
 COMMANDS = [

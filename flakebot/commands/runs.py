@@ -150,10 +150,15 @@ def resume_report(
 
 
 def _check_resume(run_id: str, settings: config.Settings | None = None) -> None:
-    """No such run: refused before a job exists."""
-    from flakebot.pipeline.run import find_run_dir
+    """No such run, or one whose next stages would write a directory that cannot be written (a read-only
+    catalog): refused before a job exists."""
+    from flakebot.pipeline.engine import check_writes
+    from flakebot.pipeline.run import Run
 
-    find_run_dir(settings_or_default(settings).path("workdir"), run_id)
+    settings = settings_or_default(settings)
+    run = Run.load(settings.path("workdir"), run_id)
+    if run.status != "succeeded":
+        check_writes(run, settings)
 
 
 def _resume(run_id: str, sink: EventSink, settings: config.Settings | None) -> Run:
@@ -196,7 +201,7 @@ def show(
     try:
         return catalog.show_tool(name, settings)
     except CatalogError as exc:
-        if exc.details.get("reason") == "damaged":  # the tool exists: say what is wrong with it
+        if exc.details.get("reason") != "unknown":  # a damaged tool or catalog: say what is wrong with it
             raise
         raise RunError(
             f"no run or tool named '{name}'", fix="list them with 'flakebot runs' and 'flakebot list'"

@@ -139,6 +139,8 @@ def up(
         Param(
             "Host port on 127.0.0.1 (default: a free one).",
             mcp_help="Host port on 127.0.0.1 (1024-65535); null for a free one.",
+            least=1024,
+            most=65535,
         ),
     ] = None,
     every: Annotated[

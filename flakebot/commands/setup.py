@@ -73,7 +73,7 @@ def search(
             mcp_help="auto, crates-io or local.",
         ),
     ] = None,
-    limit: Annotated[int, Param("How many crates to show.", mcp_help="How many.")] = 10,
+    limit: Annotated[int, Param("How many crates to show.", mcp_help="How many (1 or more).", least=1)] = 10,
     offline: Annotated[
         bool | None,
         Param(

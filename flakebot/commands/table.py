@@ -22,11 +22,14 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from flakebot.errors import UsageError
 
 # The command modules, in the order `flakebot --help` and MCP's tools/list show their commands: the one table.
 MODULES = (
@@ -63,6 +66,8 @@ class Param:
     doors: frozenset[str] = DOORS
     request: str | None = None  # a RunRequest: its fields for this verb are the parameters (pipeline/request.py)
     mcp_required: bool = False
+    least: float | None = None  # the least number it takes: every door refuses less, naming it as that door does
+    most: float | None = None  # the most it takes, likewise
 
 
 @dataclass(frozen=True)
@@ -208,3 +213,176 @@ def commands() -> tuple[Command, ...]:
 @functools.cache
 def by_mcp_name() -> dict[str, Command]:
     return {c.mcp: c for c in commands() if c.mcp}
+
+
+# The checks every door shares: types against the declared schema (`check_types`: the API's; MCP checks the schema
+# it lists, flakebot.validation, and the CLI has typer parse them) and what types cannot say (`check_values`, the
+# one function all three run), each before any work, run or job exists.
+
+
+def required_text(name: str, value: Any) -> None:
+    """The one check of a required text argument: given and not blank (an agent's empty string or null is absent)."""
+    if value is None or value is False or (isinstance(value, str) and not value.strip()):
+        raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
+
+
+def spelled(p: Parameter, door: str) -> str:
+    """How `door` names a parameter in an error: the CLI's option or argument (--limit, QUERY), else its name."""
+    if door != "cli":
+        return p.name
+    if p.param.positional:
+        return p.name.upper()
+    return p.param.cli[0] if p.param.cli else "--" + p.name.replace("_", "-")
+
+
+def check_values(command: Command, arguments: dict[str, Any], door: str) -> None:
+    """What every door checks of a call's arguments (by parameter name) beyond their types, the same for the CLI,
+    MCP and the API: a required string is not blank, a whole number is not 8080.0 (JSON Schema counts it an
+    integer; a socket does not), a number is finite and at least its declared least; a request's required fields
+    (its positional ones) are not blank. Each problem names the argument as `door` spells it."""
+    import math
+
+    for p in command.params(door):
+        if p.name not in arguments:
+            continue
+        value, name = arguments[p.name], spelled(p, door)
+        if p.param.request:
+            if door != "cli":  # the CLI's are arguments typer requires, their words checked by the command (an example)
+                _check_request_values(value, p.param.request, door)
+        elif isinstance(value, str) and (p.required or (door == "mcp" and p.param.mcp_required)):
+            required_text(name, value)
+        elif isinstance(value, float) and _json_type(p.kind) == "integer":
+            raise UsageError(f"'{name}' must be a whole number, got a number", fix=f"pass {name} as a whole number")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            least = p.param.least
+            if isinstance(value, float) and not math.isfinite(value):  # (10**400 is no float: no overflow)
+                raise UsageError(f"'{name}' must be a finite number, got {value}", fix=f"pass {name} as a number")
+            most = p.param.most
+            if (least is not None and value < least) or (most is not None and value > most):
+                within = _within(least, most)
+                raise UsageError(f"'{name}' must be {within}, got {value}", fix=f"pass {name} {within}")
+
+
+def _within(least: float | None, most: float | None) -> str:
+    """A declared range in words: "from 1024 to 65535", "at least 1", "at most 60"."""
+    if least is not None and most is not None:
+        return f"from {least:g} to {most:g}"
+    return f"at least {least:g}" if least is not None else f"at most {most:g}"
+
+
+def _check_request_values(request: Any, verb: str, door: str) -> None:
+    from flakebot.pipeline.request import Improvement, request_fields
+
+    for cls, field_name, name, positional in request_fields(verb, door):
+        if positional:
+            part = (request.improve or Improvement()) if cls is Improvement else request
+            required_text(name, getattr(part, field_name))
+
+
+def check_types(command: Command, arguments: dict[str, Any]) -> None:
+    """The API's arguments (by parameter name) against the command's declared schema (`schema`): types as
+    annotated, never coerced; a RunRequest's fields as its verb declares them. One UsageError for the first
+    problem (flakebot.validation)."""
+    from flakebot.pipeline.request import RunRequest, as_fields
+    from flakebot.validation import check_arguments
+
+    plain = dict(arguments)
+    for p in command.params("api"):
+        value = plain.get(p.name)
+        if p.param.request and p.name in plain:
+            if not isinstance(value, RunRequest):
+                raise UsageError(
+                    f"'{p.name}' must be a RunRequest, got {type(value).__name__}",
+                    fix=f"pass RunRequest(...), or call flakebot.api.{p.param.request}() with keywords",
+                )
+            plain[p.name] = as_fields(value, p.param.request)
+        elif _is_path(p.kind) and isinstance(value, os.PathLike):
+            plain[p.name] = os.fspath(value)
+    check_arguments(command.api, plain, schema(command))
+
+
+def schema(command: Command) -> dict[str, Any]:
+    """The JSON schema of the arguments the API takes by name: each parameter's type as annotated (null only where
+    it allows None, a path as a string), required when it has no default; a RunRequest as its verb's fields."""
+    from flakebot.pipeline.request import request_schema
+
+    properties: dict[str, Any] = {}
+    for p in command.params("api"):
+        properties[p.name] = request_schema(p.param.request) if p.param.request else value_schema(p.kind)
+    required = [p.name for p in command.params("api") if p.required]
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def value_schema(kind: Any) -> dict[str, Any]:
+    """A Python type's JSON schema for a value passed by name: null too when it allows None; a path is a string."""
+    from flakebot.toolschema import json_schema
+
+    nullable = type(None) in typing.get_args(kind)
+    made = {"type": "string"} if _is_path(kind) else json_schema(kind)
+    return {**made, "type": [made["type"], "null"]} if nullable else made
+
+
+def _json_type(kind: Any) -> str:
+    kinds = value_schema(kind)["type"]
+    return str(kinds if isinstance(kinds, str) else kinds[0])
+
+
+def _is_path(kind: Any) -> bool:
+    import pathlib
+
+    return kind is pathlib.Path or pathlib.Path in typing.get_args(kind)
+
+
+def checked(command: Command) -> Callable[..., Any]:
+    """The command's function as the API offers it: a call's arguments checked (`check_types`, `check_values`)
+    before it runs; what the door gives (settings, sink, ...) is passed on as the caller gave it."""
+
+    def check(arguments: dict[str, Any]) -> None:
+        check_types(command, arguments)
+        check_values(command, arguments, "api")
+
+    known = ", ".join(p.name for p in command.params("api")) or "no arguments"
+    return _checking(command.run, command.api, known, check)
+
+
+def typed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A library function the API offers beside the table's commands, its arguments checked against its annotations
+    as a command's are (never coerced); what a door gives, and a parameter whose type has no JSON schema (Any), pass
+    as the caller gave them."""
+    from flakebot.validation import check_arguments
+
+    name = function.__name__
+    taken = [p for p in inspect.signature(function).parameters.values() if p.name not in GIVEN]
+    shim = types.SimpleNamespace(__annotations__={p.name: function.__annotations__[p.name] for p in taken})
+    hints = typing.get_type_hints(shim, globalns=getattr(function, "__globals__", {}))
+    properties = {}
+    for p in taken:
+        try:
+            properties[p.name] = value_schema(hints[p.name])
+        except TypeError:  # Any: whatever the function itself accepts
+            properties[p.name] = {}
+    required = [p.name for p in taken if p.default is inspect.Parameter.empty]
+    schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return _checking(function, name, ", ".join(properties), lambda arguments: check_arguments(name, arguments, schema))
+
+
+def _checking(
+    run: Callable[..., Any], name: str, known: str, check: Callable[[dict[str, Any]], None]
+) -> Callable[..., Any]:
+    """`run` with its call bound to its signature (an unknown or missing argument is one UsageError) and `check`ed
+    (the arguments by name, without what a door gives) before it runs."""
+    signature = inspect.signature(run)
+
+    @functools.wraps(run)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        unknown = sorted(set(kwargs) - set(signature.parameters))
+        if unknown:
+            raise UsageError(f"{name}() takes no argument {', '.join(unknown)}", fix=f"use: {known or 'no arguments'}")
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise UsageError(f"{name}(): {exc}", fix=f"see help(flakebot.api.{name})") from None
+        check({k: v for k, v in bound.arguments.items() if k not in GIVEN})
+        return run(*bound.args, **bound.kwargs)
+
+    return call

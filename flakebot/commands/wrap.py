@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from flakebot import config
+from flakebot import config, preflight
 from flakebot.commands.common import LONG, run_overrides, settings_or_default, workdir_of
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import UsageError
@@ -44,20 +44,11 @@ def package_request(
 ) -> PackageOut:
     """Wrap a Rust crate as a pinned Nix flake, nix build it and smoke-run it (no model involved)."""
     # `package` of a RunRequest naming its target (and registry, bin, out, and the nixpkgs or offline settings)
-    from flakebot.nix.flake import check_out_dir
     from flakebot.pipeline import engine as pipeline
-    from flakebot.stages.locate import check_target
     from flakebot.stages.outputs import PackageOut
 
-    # what needs nothing built is checked before a run (and its directory) exists
-    if request.name:
-        if not request.catalog:
-            raise UsageError("--name names a catalogued tool", fix="add --catalog, or leave --name out")
-        _check_catalog_name(request.name, settings_or_default(settings))
+    _check_package(request, settings)  # what needs nothing built, before a run (and its directory) exists
     target = request.target or ""
-    check_target(target)
-    if request.out:
-        check_out_dir(Path(request.out).expanduser())
     # offline: no crates.io, cargo --offline, the host stand-in for nixpkgs (as craft does)
     overrides = run_overrides(request.overrides())
     settings = dataclasses.replace(settings_or_default(settings), **overrides)
@@ -89,10 +80,26 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
         )
 
 
-def _check_package(request: RunRequest) -> None:
-    """The target is named (an agent's empty string is absent), before any job starts."""
-    if not (request.target or "").strip():
-        raise UsageError("'target' is required", fix="pass target as a non-empty string")
+def _check_package(request: RunRequest, settings: config.Settings | None = None, agent: bool = False) -> None:
+    """What needs nothing built, before a run or an MCP job exists (the command's check, and the first thing
+    package_request does): --name only with --catalog and free for a packaged crate, the target a crate
+    directory or a crate name, --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
+    (table.check_values). `agent`: over MCP, its arguments named as MCP names them."""
+    from flakebot.nix.flake import check_out_dir
+    from flakebot.stages.locate import check_target
+
+    if request.name:
+        if not request.catalog:
+            fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
+            raise UsageError("a name is for a catalogued package only", fix=fix)
+        _check_catalog_name(request.name, settings_or_default(settings))
+    check_target(request.target or "")
+    if request.out:
+        out = Path(request.out).expanduser()
+        check_out_dir(out)
+        preflight.check_could_be_dir(out, "out", fix="choose an output directory that can be made (new or empty)")
+    if request.catalog:  # a read-only catalog is said now, not after the build
+        preflight.check_writable_dir(settings_or_default(settings).path("catalog_dir"), "catalog_dir")
 
 
 COMMANDS = [

@@ -86,7 +86,7 @@ class AutoRegistry:
 def search(query: str, settings: Settings, registry: str | None = None, limit: int = 10) -> tuple[str, list[Candidate]]:
     """Ranked candidates for `query` and the name of the registry that answered."""
     if limit < 1:
-        raise SearchError(f"--limit must be at least 1, got {limit}", fix="pass --limit 1 or more")
+        raise SearchError(f"the limit must be at least 1, got {limit}", fix="ask for 1 or more crates")
     chosen = open_registry(settings, registry)
     found = chosen.search(query, limit)
     return chosen.name, found

@@ -128,7 +128,9 @@ class Catalog:
                 names = catalogdb.names(db)
             known = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") or "none yet"
             raise CatalogError(
-                f"no tool '{ref.name}' in the catalog", fix=f"list tools with 'flakebot list' (known: {known})"
+                f"no tool '{ref.name}' in the catalog",
+                fix=f"list tools with 'flakebot list' (known: {known})",
+                reason="unknown",
             )
         return _at_version(found, ref)
 

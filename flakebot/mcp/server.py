@@ -205,6 +205,7 @@ class FlakebotMCP:
         if command.long:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
         settings, arguments = self.settings(), tooltable.arguments(command, args)
+        command.call_check(arguments, settings=settings, agent=True)
         result = await anyio.to_thread.run_sync(
             lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start),
             limiter=self._limiter(command),

@@ -9,9 +9,8 @@ import inspect
 import typing
 from typing import Any
 
-from flakebot.commands.table import Command, Parameter, by_mcp_name
+from flakebot.commands.table import Command, Parameter, by_mcp_name, check_values, required_text
 from flakebot.deliver.schema import Field, closed_object, is_absent
-from flakebot.errors import UsageError
 from flakebot.pipeline.request import Improvement, RunRequest
 from flakebot.pipeline.request import options as request_options
 from flakebot.toolschema import field_docs, json_schema
@@ -83,34 +82,24 @@ def _request_field(path: str, required: bool) -> Field:
 
 def arguments(command: Command, args: dict[str, Any]) -> dict[str, Any]:
     """The function's arguments from a call's (checked against the schema already, validation.py): absent ones are
-    left to the function's defaults; a RunRequest is built from its fields."""
+    left to the function's defaults; a RunRequest is built from its fields. Then what every door checks beyond
+    types (table.check_values), each argument named as MCP names it."""
     made: dict[str, Any] = {}
     for p in command.params("mcp"):
         if p.param.request:
             made[p.name] = _request(args, request_args(p))
         elif not is_absent(args.get(p.name)) or (args.get(p.name) is False and p.default is True):
-            made[p.name] = _checked(p, args[p.name])  # false is absent, but not for a flag whose default is true
+            made[p.name] = args[p.name]  # false is absent, but not for a flag whose default is true
         elif _asked(p):
-            raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
+            required_text(p.name, None)
+    check_values(command, made, "mcp")
     return made
-
-
-def _checked(p: Parameter, value: Any) -> Any:
-    """A given value as the function takes it: a required string not blank; a whole number not sent as 8080.0
-    (JSON Schema counts it an integer, a socket does not)."""
-    if isinstance(value, str) and _asked(p) and not value.strip():
-        raise UsageError(f"'{p.name}' is required", fix=f"pass {p.name} as a non-empty string")
-    if isinstance(value, float) and json_schema(p.kind)["type"] == "integer":
-        raise UsageError(f"'{p.name}' must be a whole number, got a number", fix=f"pass {p.name} as a whole number")
-    return value
 
 
 def _request(args: dict[str, Any], names: dict[str, tuple[str, bool]]) -> RunRequest:
     values: dict[str, Any] = {}
-    for name, (path, required) in names.items():
-        given = args.get(name)
-        if required and (is_absent(given) or (isinstance(given, str) and not given.strip())):
-            raise UsageError(f"'{name}' is required", fix=f"pass {name} as a non-empty string")
+    for name, (path, _) in names.items():
+        given = args.get(name)  # a required one blank or absent: check_values refuses it
         kind = _request_field(path, False).kind
         values[path] = bool(given) if kind == "boolean" else (str(given) if given else None)
     improvement = {k.removeprefix("improve."): v for k, v in values.items() if k.startswith("improve.")}

@@ -49,6 +49,9 @@ class Stage:
     # For a finished stage: is what it made still there? When not (clean removed it after a failure or
     # Ctrl-C), a resume runs the stage again, and every stage after it, since they built on its work.
     valid: Callable[[Run], bool] | None = None
+    # The settings naming directories it writes besides the run's (catalog_dir), for this run: checked writable
+    # before a resume drives any stage, so a read-only catalog is said at once, not after the build before it.
+    writes: Callable[[Run], tuple[str, ...]] | None = None
 
 
 @dataclass
@@ -195,6 +198,12 @@ def _run_stage(
     except FlakebotError as exc:
         exc.stage = exc.stage or stage.name
         return _stage_failed(run, sink, stage.name, record, exc)
+    except OSError as exc:  # the machine's trouble (a read-only catalog, a full disk): one line, the run resumable
+        trouble = _host_trouble(exc, run)
+        if trouble is None:
+            raise
+        trouble.stage = stage.name
+        return _stage_failed(run, sink, stage.name, record, trouble)
     except KeyboardInterrupt:
         return _stage_failed(
             run,
@@ -209,6 +218,22 @@ def _run_stage(
     run.save()
     _emit(run, sink, Event("stage_finished", run.id, stage.name, data={"seconds": record["seconds"]}))
     return None
+
+
+def _host_trouble(exc: OSError, run: Run) -> FlakebotError | None:
+    """A stage's OSError as the HostError it is (a read-only file system, a full disk, a denied write), naming the
+    resume that continues the run once it is mended; None for any other OSError (a bug: its traceback)."""
+    import errno
+
+    from flakebot import preflight
+    from flakebot.errors import HostError
+
+    trouble = preflight.host_error(exc)
+    if trouble is None and exc.errno in (errno.EACCES, errno.EPERM):
+        trouble = HostError(f"permission denied: cannot write {exc.filename or 'a file flakebot writes'}")
+    if trouble is not None:
+        trouble.fix = f"make it writable (or free space), then 'flakebot resume {run.id}'"
+    return trouble
 
 
 def _stored(output: Any) -> dict[str, Any]:
@@ -295,4 +320,16 @@ def resume(
     run = Run.load(workdir, run_id)
     if run.status == "succeeded":
         return run
+    check_writes(run, settings)
     return execute(run, settings, sink, stop_after)
+
+
+def check_writes(run: Run, settings: Settings) -> None:
+    """The directories `run`'s unfinished stages will write (Stage.writes) can be written, before any stage runs
+    (HostError otherwise; the run is left as it was, to resume once they can)."""
+    from flakebot import preflight
+
+    for stage in load_stages(run.state["pipeline"]):
+        if stage.writes is not None and run.stage_status(stage.name) != "finished":
+            for setting in stage.writes(run):
+                preflight.check_writable_dir(settings.path(setting), setting)

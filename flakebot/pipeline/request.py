@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,12 +205,61 @@ def api_names(verb: str) -> dict[str, tuple[type, str]]:
     }
 
 
+def request_fields(verb: str, door: str) -> list[tuple[type, str, str, bool]]:
+    """The request fields `door` (cli, mcp or api) offers for `verb`: (RunRequest or Improvement, field name, how
+    the door spells it, positional), in order."""
+    found: list[tuple[type, str, str, bool]] = []
+    for cls in (Improvement, RunRequest):
+        for f, meta in options(cls, verb, door):
+            flag = meta["cli"].split("/")[0] or "--" + f.name.replace("_", "-")
+            cli = f.name.upper() if meta["positional"] else flag
+            spelled = {"cli": cli, "mcp": meta["mcp_name"] or f.name, "api": meta["api"] or f.name}[door]
+            found.append((cls, f.name, spelled, bool(meta["positional"])))
+    return found
+
+
+def field_schema(cls: type, name: str) -> dict[str, Any]:
+    """A request field's JSON schema as declared by its type (null too when it allows None)."""
+    from flakebot.toolschema import json_schema
+
+    kind = typing.get_type_hints(cls)[name]
+    made = json_schema(kind)
+    return {**made, "type": [made["type"], "null"]} if type(None) in typing.get_args(kind) else made
+
+
+def request_schema(verb: str) -> dict[str, Any]:
+    """A `verb` request's caller fields as a JSON object (`as_fields`), by field name: the API checks a RunRequest
+    it is given against this."""
+    fields = {f.name: field_schema(RunRequest, f.name) for f, _ in options(RunRequest, verb, "api")}
+    improved = {f.name: field_schema(Improvement, f.name) for f, _ in options(Improvement, verb, "api")}
+    if improved:
+        fields["improve"] = {"type": "object", "properties": improved, "additionalProperties": True}
+    return {"type": "object", "properties": fields, "additionalProperties": True}
+
+
+def as_fields(request: RunRequest, verb: str) -> dict[str, Any]:
+    """A request's caller fields for `verb` as plain data (`request_schema`)."""
+    made = {f.name: getattr(request, f.name) for f, _ in options(RunRequest, verb, "api")}
+    if options(Improvement, verb, "api"):
+        made["improve"] = {f.name: getattr(request.improve, f.name) for f, _ in options(Improvement, verb, "api")}
+        if request.improve is None:
+            made["improve"] = {}
+    return made
+
+
 def from_keywords(verb: str, given: dict[str, Any]) -> RunRequest:
-    """The RunRequest the API keywords of `verb` make; an unknown keyword is one clear error."""
+    """The RunRequest the API keywords of `verb` make, each checked against its field's declared type (never
+    coerced: flakebot.validation); an unknown keyword is one clear error."""
+    from flakebot.validation import check_arguments
+
     names = api_names(verb)
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise UsageError(f"{verb}() got unknown option(s): {', '.join(unknown)}", fix=f"use: {', '.join(names)}")
+    paths = {k: str(v) if v is not None and _is_path(*names[k]) and isinstance(v, os.PathLike) else v
+             for k, v in given.items()}  # fmt: skip
+    keywords = {keyword: field_schema(*names[keyword]) for keyword in names}
+    check_arguments(f"{verb}()", paths, {"type": "object", "properties": keywords})
     values: dict[type, dict[str, Any]] = {RunRequest: {}, Improvement: {}}
     for keyword, value in given.items():
         cls, name = names[keyword]

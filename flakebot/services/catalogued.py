@@ -60,8 +60,23 @@ def usage_markdown(manifest: dict[str, Any]) -> str:
 
 
 def service_manifest_of(ref: str, settings: Settings) -> dict[str, Any]:
-    """The manifest of catalogued service `ref` (NAME or NAME@VERSION); a CatalogError when it is a tool."""
-    tool = show_tool(ref, settings)
+    """The manifest of catalogued service `ref` (NAME or NAME@VERSION); a UsageError when NAME can name no service,
+    a CatalogError when no service has it or it is a tool."""
+    from flakebot.deliver.versions import parse_ref
+    from flakebot.services.layout import checked_name
+
+    name = checked_name(ref.partition("@")[0], fix="use a catalogued service's name: 'flakebot list' shows them")
+    parse_ref(ref)
+    try:
+        tool = show_tool(ref, settings)
+    except CatalogError as exc:
+        if exc.details.get("reason") != "unknown":
+            raise
+        raise CatalogError(
+            f"no service '{name}' in the catalog",
+            fix="'flakebot list' shows the catalogued services (kind service); "
+            "catalog one with 'flakebot package-service PATH' or 'flakebot craft --service'",
+        ) from None
     manifest: dict[str, Any] = tool["manifest"]
     if manifest.get("kind") != KIND or "service" not in manifest:
         raise CatalogError(

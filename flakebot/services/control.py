@@ -453,7 +453,7 @@ MAX_LOG_LINES = 10_000  # what one answer holds (the log itself rotates at 1 MiB
 def logs(name: str, settings: Settings, *, lines: int = 50, most: int = MAX_LOG_LINES) -> list[str]:
     """The last `lines` lines of the service's log, each through the renderer for others' text."""
     if not 1 <= lines <= most:
-        raise UsageError(f"lines {lines} is out of range", fix=f"ask for 1 to {most} lines (flakebot logs -n N)")
+        raise UsageError(f"lines {lines} is out of range", fix=f"ask for 1 to {most} lines")
     where = ServiceDir.of(name, settings)
     if not where.root.is_dir():
         raise UsageError(f"no service {name} was started here", fix="list services with 'flakebot services'")

@@ -39,13 +39,17 @@ CRAFT = [
     Stage("acquire", _lazy("flakebot.stages.acquire:acquire_stage"), valid=lambda run: run.workspace.is_dir()),
     Stage("edit", _lazy("flakebot.stages.edit:edit_stage")),
     Stage("package", _lazy("flakebot.stages.package:package_stage")),
-    Stage("instruct", _lazy("flakebot.stages.instruct:instruct_stage")),
+    Stage("instruct", _lazy("flakebot.stages.instruct:instruct_stage"), writes=lambda run: ("catalog_dir",)),
     Stage("clean", _lazy("flakebot.stages.clean:clean_stage"), always=True),
 ]
 
 PACKAGE = [
     Stage("locate", _lazy("flakebot.stages.locate:locate_stage")),
     Stage("package", _lazy("flakebot.stages.package:package_only_stage")),
-    Stage("catalog", _lazy("flakebot.stages.catalog_packaged:catalog_stage")),
+    Stage(
+        "catalog",
+        _lazy("flakebot.stages.catalog_packaged:catalog_stage"),
+        writes=lambda run: ("catalog_dir",) if run.request.catalog else (),
+    ),
     Stage("clean", _lazy("flakebot.stages.clean:package_clean_stage"), always=True),
 ]

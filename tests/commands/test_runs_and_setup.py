@@ -4,8 +4,12 @@ table declares them: each door made from one declaration, through the real CLI a
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,7 @@ from flakebot import api
 from flakebot.errors import UsageError
 from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
-from tests.conftest import json_result, run_cli
+from tests.conftest import json_result, require, run_cli
 from tests.mcp.test_server import mcp_client
 
 
@@ -188,3 +192,67 @@ def test_a_cancelled_held_status_lets_the_server_end_at_once(workdir: Path) -> N
         server.wait(timeout=120)
         took = time.monotonic() - started
     assert took < 10, took
+
+
+@contextmanager
+def _read_only(where: Path) -> Iterator[Callable[[bool], None]]:
+    """`where` on a read-only bind mount of itself (root writes anywhere else); the callable makes it writable
+    again (False) or read-only (True)."""
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
+
+    def read_only(yes: bool) -> None:
+        subprocess.run(["mount", "-o", f"remount,bind,{'ro' if yes else 'rw'}", str(where)], check=True)
+
+    try:
+        read_only(True)
+        yield read_only
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+@pytest.mark.slow
+def test_resume_into_a_read_only_catalog_is_one_line_and_loses_nothing(flakebot_home: Path, workdir: Path) -> None:
+    """A package run built to its catalog stage: resumed into a read-only catalog it is refused at once (exit 5,
+    one line, before any stage); a catalog that turns read-only while the stage writes fails that stage in one line
+    (no OSError traceback); made writable again, the same run resumes to its catalogued tool."""
+    require("nix", "cargo", "bwrap")
+    from flakebot import config
+    from flakebot.errors import HostError
+    from flakebot.pipeline import engine
+
+    settings = config.load()
+    overrides = {"offline": True, "nixpkgs": "host"}
+    request = RunRequest(need="package hexyl", target="hexyl", registry="local", catalog=True, settings=overrides)
+    built = engine.start("package", workdir, settings, request, stop_after="package")  # built, not catalogued
+    assert built.state["status"] == "stopped" and built.stage_status("catalog") == "pending"
+    catalog = flakebot_home / "data" / "flakebot"
+    with _read_only(catalog) as read_only:
+        refused = run_cli("resume", built.id)
+        assert refused.returncode == HostError.exit_code and "Traceback" not in refused.stderr, refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert line.startswith(f"error: catalog_dir {catalog} is not writable") and ". Fix: " in line, line
+        as_json = run_cli("resume", built.id, "--json")
+        assert as_json.returncode == 5 and json.loads(as_json.stdout)["type"] == "HostError", as_json.stdout
+        assert Run.load(workdir, built.id).stage_status("catalog") == "pending"  # refused before any stage ran
+
+        with pytest.raises(HostError) as failed:  # read-only only once the stage writes: no check could know
+            engine.execute(Run.load(workdir, built.id), settings)
+        assert failed.value.stage == "catalog" and "read-only" in failed.value.message
+        assert f"flakebot resume {built.id}" in (failed.value.fix or "")
+        assert Run.load(workdir, built.id).stage_status("package") == "finished"
+        read_only(False)
+        resumed = run_cli("resume", built.id, "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert Run.load(workdir, built.id).state["status"] == "succeeded"
+    assert "hexyl" in {t["name"] for t in api.list_tools()["tools"]}
+
+
+def test_show_of_a_damaged_catalog_says_it_is_damaged_not_that_nothing_is_there(flakebot_home: Path) -> None:
+    """As list and run say it: a catalog index cut short is unusable (exit 60), not "no run or tool named X"."""
+    index = flakebot_home / "data" / "flakebot" / "catalog.db"
+    index.parent.mkdir(parents=True)
+    index.write_bytes(b"SQLite format 3\x00" + b"\x10\x00" + b"\x00" * 80)  # a header, then nothing: cut short
+    listed, shown = run_cli("list"), run_cli("show", "hexyl")
+    assert listed.returncode == 60 and "is unusable" in listed.stderr, listed.stderr
+    assert shown.returncode == 60 and shown.stderr == listed.stderr, shown.stderr

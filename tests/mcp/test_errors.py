@@ -129,8 +129,9 @@ def test_arguments_of_the_wrong_type_are_refused_never_coerced_and_leave_nothing
 @pytest.mark.parametrize(
     ("tool", "arguments", "says"),
     [
-        ("service_up", {"service": "nosuch"}, "no tool 'nosuch' in the catalog"),
-        ("service_up", {"service": "Bad/Name"}, "no tool 'Bad/Name'"),
+        ("service_up", {"service": "nosuch"}, "no service 'nosuch' in the catalog"),
+        ("service_up", {"service": "Bad/Name"}, "'Bad/Name' is not a service name"),
+        ("service_up", {"service": "x" * 100_000}, f"'{'x' * 64}...' is not a service name"),
         ("resume", {"run_id": "nosuch"}, "no run 'nosuch'"),
         ("resume", {"run_id": "nosuch", "wait": False}, "no run 'nosuch'"),
     ],

@@ -128,7 +128,7 @@ def test_the_log_is_redacted_line_by_line_and_rotated(tmp_path: Path, monkeypatc
 
 def test_up_and_down_of_what_is_not_there_say_so() -> None:
     missing = run_cli("up", "nothing-here")
-    assert missing.returncode == 60 and "no tool 'nothing-here'" in missing.stderr
+    assert missing.returncode == 60 and "no service 'nothing-here' in the catalog" in missing.stderr
     assert "Fix:" in missing.stderr or "fix" in missing.stderr.lower()
     never = run_cli("down", "nothing-here")
     assert never.returncode == 2 and "no service nothing-here was started here" in never.stderr

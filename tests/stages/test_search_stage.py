@@ -14,7 +14,7 @@ from flakebot.config import Settings
 from flakebot.crates.cratesio import CratesIo
 from flakebot.crates.local import LocalRegistry
 from flakebot.crates.registries import open_registry
-from flakebot.errors import SearchError
+from flakebot.errors import SearchError, UsageError
 from flakebot.pipeline import engine as pipeline
 from flakebot.pipeline.engine import Stage, StageContext
 from flakebot.pipeline.request import RunRequest
@@ -100,7 +100,7 @@ def test_api_search_offline_and_limit(server: CratesServer) -> None:
     found = api.search("csv", offline=True, limit=1, settings=server_settings(server))
     assert [(c.crate.name, c.crate.source) for c in found] == [("csv", "local")]
     assert server.requests() == []
-    with pytest.raises(SearchError, match="--limit must be at least 1"):
+    with pytest.raises(UsageError, match="'limit' must be at least 1, got 0"):  # the API names its own keyword
         api.search("csv", registry="local", limit=0)
 
 

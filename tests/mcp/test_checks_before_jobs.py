@@ -1,0 +1,76 @@
+"""A long tool's checks that need nothing built run before its job exists (the command's `check`, table.py), over
+the real MCP SDK and as an MCP task: refused, nothing is left in mcp-jobs/; and an MCP error names the argument as
+MCP spells it, never the CLI's option."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from tests.conftest import run_cli
+from tests.mcp.test_server import mcp_client
+from tests.mcp.test_tasks import raw_session
+
+REFUSED = [
+    ("package", {"target": "/nonexistent/crate"}, "UsageError", "/nonexistent/crate is not a directory"),
+    ("package", {"target": "./no-such-dir"}, "UsageError", "./no-such-dir is not a directory"),
+    ("package", {"target": "hexyl", "name": "hex"}, "UsageError", "a name is for a catalogued package only"),
+    ("improve", {"tool": "nosuch", "request": "add --x"}, "CatalogError", "no tool 'nosuch' in the catalog"),
+    ("package", {"target": "hexyl", "out": "/proc/nope"}, "HostError", "out /proc/nope cannot be made"),
+    ("craft", {"need": "need a CSV deduper", "model": "nosuch:model"}, "ModelError", "unknown model provider 'nosuch'"),
+    ("craft", {"need": "need a CSV deduper"}, "ModelError", "no model chosen"),  # no key in this test's environment
+]
+
+
+def _jobs(home: Path) -> list[Path]:
+    jobs = home / "work" / "mcp-jobs"
+    return sorted(jobs.iterdir()) if jobs.exists() else []
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "kind", "said"), REFUSED, ids=[f"{t}-{i}" for i, (t, *_) in enumerate(REFUSED)]
+)
+def test_a_long_call_refused_by_its_check_leaves_no_job(
+    flakebot_home: Path, tool: str, args: dict[str, Any], kind: str, said: str
+) -> None:
+    async def session() -> list[tuple[dict[str, Any], bool]]:
+        async with mcp_client() as client:
+            return [
+                await client.call(tool, args),  # detached by default: answered with a run handle once a run exists
+                await client.call(tool, {**args, "wait": True}),
+            ]
+
+    for answer, error in asyncio.run(session()):
+        assert error and answer["type"] == kind and said in answer["error"], answer
+    with raw_session("2025-11-25") as wire:  # as a task: refused before a task (and its job) exists
+        refused = wire.ask("tools/call", {"name": tool, "arguments": args, "task": {}})
+    assert refused["error"]["code"] == types.INVALID_PARAMS and said in refused["error"]["message"], refused
+    assert _jobs(flakebot_home) == []
+
+
+def test_mcp_errors_name_the_mcp_argument(flakebot_home: Path) -> None:
+    async def session() -> list[tuple[dict[str, Any], bool]]:
+        async with mcp_client() as client:
+            return [
+                await client.call("search", {"query": "csv", "limit": 0}),
+                await client.call("package", {"target": "hexyl", "name": "hex"}),
+                await client.call("service_up", {"service": "nosuch", "port": 80}),
+                await client.call("service_logs", {"service": "nosuch", "lines": 0}),
+            ]
+
+    (limit, limit_error), (name, name_error), (port, port_error), (lines, lines_error) = asyncio.run(session())
+    assert port_error and port["error"] == "'port' must be from 1024 to 65535, got 80", port
+    assert lines_error and lines["error"] == "lines 0 is out of range", lines  # its range differs by door: control.logs
+    cli = run_cli("up", "nosuch", "--port", "80")
+    assert cli.returncode == 2 and cli.stderr.startswith("error: '--port' must be from 1024 to 65535, got 80"), (
+        cli.stderr
+    )
+    for said in (port, lines, name):
+        assert "--" not in said["error"] + said["fix"], said
+    assert limit_error and limit["error"] == "'limit' must be at least 1, got 0", limit
+    assert name_error and "--" not in name["error"], name
+    assert "--" not in limit["error"] + limit["fix"]
