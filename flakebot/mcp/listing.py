@@ -69,7 +69,9 @@ def wire_form(definition: dict[str, Any], version: str) -> dict[str, Any]:
     from mcp_types import methods
 
     dumped = tool(definition).model_dump(by_alias=True, mode="json", exclude_none=True)
-    shaped: dict[str, Any] = methods.serialize_server_result("tools/list", version, {"tools": [dumped]})["tools"][0]
+    # the envelope a version requires (2026-07-28: resultType, ttlMs, cacheScope) around the one tool; only it is kept
+    envelope = {"tools": [dumped], "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+    shaped: dict[str, Any] = methods.serialize_server_result("tools/list", version, envelope)["tools"][0]
     return shaped
 
 
