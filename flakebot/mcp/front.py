@@ -219,8 +219,11 @@ class TeamMCP(FlakebotMCP):
         return self.queue is not None and name in QUEUED_TOOLS
 
     def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
-        """Check a long call as the door checks it (its schema, its size and text, its command's arguments and check)
-        and queue the request those checks made, under the caller's tenant and principal."""
+        """Check a long call as the door checks it (its schema, its size and text, its arguments' values) and queue
+        the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
+        asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
+        what a tenant may ask."""
+        from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
         principal = self.principal(ctx)
@@ -228,7 +231,7 @@ class TeamMCP(FlakebotMCP):
             raise TeamError("no principal for this call", fix="call through the front with a token")
         _check_own(name, args)
         _check_job_arguments(name, args)
-        request = self.checked_arguments(TABLE_TOOLS[name], args)["request"]
+        request = tooltable.arguments(TABLE_TOOLS[name], args)["request"]
         try:
             return self.queue.enqueue(principal, request)
         except QuotaExceeded:

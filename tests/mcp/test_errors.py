@@ -92,7 +92,7 @@ def test_requests_in_flight_when_the_input_ends_are_answered_before_the_server_e
 def test_bad_input_is_a_tool_error_and_an_oversized_need_leaves_no_job(wire: Wire, flakebot_home: Path) -> None:
     typed = wire.call(1, "status", {"run_id": ["not", "a", "string"]})["result"]
     assert typed["isError"] and typed["structuredContent"]["type"] == "UsageError"
-    for id_, need, words in ((2, "x" * 1_000_000, "more than 65,536"), (3, "y" * 5000, "5,000 characters")):
+    for id_, need, words in ((2, "x" * 1_000_000, "1,000,000 characters"), (3, "y" * 5000, "5,000 characters")):
         answer = wire.call(id_, "craft", {"need": need})["result"]
         assert answer["isError"] and words in answer["structuredContent"]["error"], answer["structuredContent"]
     jobs = flakebot_home / "state/flakebot/mcp-jobs"

@@ -106,8 +106,10 @@ def test_a_job_that_wrote_its_result_holds_no_slot_while_its_process_exits(
 
     async def session() -> list[tuple[dict[str, Any], bool]]:
         async with pileup.sdk_session(dict(os.environ), python=python) as client:
-            # a job that ends at once with an error of its own (no model can be used: no key here)
-            need = {"need": "need a CSV deduper", "wait": False}
+            # a job that ends at once with an error of its own: its model script has no turn for the spec stage
+            script = tmp_path / "empty-script.json"
+            script.write_text('{"turns": []}')
+            need = {"need": "need a CSV deduper", "model": f"scripted:{script}", "registry": "local", "wait": True}
             return [await pileup.call(client, "craft", need) for _ in range(3)]
 
     try:
