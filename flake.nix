@@ -12,7 +12,7 @@
       forAllSystems = lib.genAttrs [ "x86_64-linux" "aarch64-linux" "x86_64-darwin" "aarch64-darwin" ];
 
       # pyproject.toml's [project].dependencies, as python3Packages attributes.
-      runtimeDeps = ps: with ps; [ groq openai gitpython httpx typer jinja2 tomlkit rich mcp cryptography jsonschema psycopg ];
+      runtimeDeps = ps: with ps; [ groq openai gitpython httpx typer jinja2 tomlkit rich mcp cryptography jsonschema psycopg uvicorn starlette pyjwt ];
       testDeps = ps: with ps; [ pytest pytest-timeout mypy ];
 
       # Programs flakebot drives: git for workspaces, nix for packaging, cargo/rustc for the edit loop, bwrap for its sandbox.
