@@ -185,10 +185,11 @@ def test_a_forged_job_row_cannot_steer_the_worker(database: str, tmp_path: Path)
     for field_name, request in forged.items():
         job_id = forge(database, request)
         log = tmp_path / f"{field_name}.log"
-        done = subprocess.run(
-            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, timeout=120,
-        )  # fmt: skip
+        with log.open("wb") as out:
+            done = subprocess.run(
+                [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+                stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120,
+            )  # fmt: skip
         assert done.returncode == 0, log.read_text()
         row = job_row(database, job_id)
         assert row["state"] == "failed" and row["error"]["type"] == "UsageError", (field_name, row["error"])
