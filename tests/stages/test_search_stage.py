@@ -173,7 +173,6 @@ def test_cli_search_crates_io(server: CratesServer) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["", "--registry", "local"], "the search query is empty"),
         (["the of a", "--registry", "local"], "has only common words"),
         (["csv", "--registry", "{empty}"], "is not a cargo directory source"),
         (["csv", "--registry", "{file}"], "is not a directory"),
@@ -187,3 +186,9 @@ def test_cli_search_bad_input(args: list[str], message: str, tmp_path: Path) -> 
     result = run_cli("search", *args)
     assert result.returncode == 10, result.stderr
     assert message in result.stderr and "Fix:" in result.stderr and result.stdout == ""
+
+
+def test_cli_search_of_nothing_is_every_doors_blank_check() -> None:
+    result = run_cli("search", "", "--registry", "local")
+    assert result.returncode == 2, result.stderr  # a usage error (table.check_values), before any registry is read
+    assert "'QUERY' is required" in result.stderr and "Fix:" in result.stderr and result.stdout == ""
