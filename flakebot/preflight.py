@@ -69,7 +69,8 @@ def check_writable_dir(path: Path, setting: str) -> None:
 
 def check_could_be_dir(path: Path, setting: str, fix: str | None = None) -> None:
     """`path` is a directory, or one could be made there: its nearest existing ancestor is a directory in which the
-    first missing component can be made (made and removed again, so nothing is left). `fix`: what to say instead of
+    first missing component can be made (tried with a probe directory beside it, removed again, so nothing is left and
+    a concurrent flakebot making the directory for real never sees it vanish). `fix`: what to say instead of
     pointing the setting elsewhere (for a path that is no setting, such as package's --out)."""
     fix = fix or f"point {setting} at a directory (--{setting.replace('_', '-')} DIR or FLAKEBOT_{setting.upper()})"
     missing = path
@@ -82,15 +83,10 @@ def check_could_be_dir(path: Path, setting: str, fix: str | None = None) -> None
     if not missing.parent.is_dir():
         raise HostError(f"{setting} {path} lies under {missing.parent}, which is not a directory", fix=fix)
     try:
-        missing.mkdir()
-    except FileExistsError:  # another process made it meanwhile (concurrent crafts): it can be a directory
-        return
+        probe = tempfile.mkdtemp(prefix=".flakebot-probe-", dir=missing.parent)
     except OSError as exc:
         raise HostError(f"{setting} {path} cannot be made ({exc.strerror or exc})", fix=fix) from None
-    try:
-        missing.rmdir()
-    except OSError:  # another process is filling it already (its runs/): it is a directory, and stays
-        pass
+    os.rmdir(probe)
 
 
 def check_free_space(path: Path, least_mb: int = FREE_SPACE_MB) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,3 +47,26 @@ def test_a_directory_in_a_missing_parent_is_checked_at_its_nearest_ancestor(tmp_
     (tmp_path / "file").write_text("x")
     with pytest.raises(HostError, match="not a directory"):
         preflight.check_writable_dir(tmp_path / "file", "catalog_dir")
+
+
+RACE = """
+import sys
+from pathlib import Path
+from flakebot import preflight
+base = Path(sys.argv[1])
+for i in range(300):
+    preflight.check_could_be_dir(base / str(i) / "work", "workdir")
+    preflight.check_writable_dir(base / str(i) / "work", "workdir")
+"""
+
+
+def test_concurrent_flakebots_making_one_workdir_never_see_it_vanish(tmp_path: Path) -> None:
+    """Four crafts started at once on a fresh home all check, then make, the same work directory: one's check must
+    not remove the directory another has just made (seen as "workdir ... is not writable (File exists)")."""
+    racers = [
+        subprocess.Popen([sys.executable, "-c", RACE, str(tmp_path)], stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    errors = [racer.communicate(timeout=120)[1] for racer in racers]
+    assert [racer.returncode for racer in racers] == [0] * 4, [e[-500:] for e in errors]
+    assert not list(tmp_path.glob("*/.flakebot-probe-*")), "a probe directory was left behind"
