@@ -20,6 +20,12 @@ def unit_name(name: str) -> str:
     return f"flakebot-{name}"
 
 
+def url_variable(name: str) -> str:
+    """The environment variable a service that needs `name` finds it at: FLAKEBOT_<NAME>_URL (upper case, '-' as
+    '_'), holding http://127.0.0.1:PORT, the one port of the host's loopback its namespace reaches."""
+    return "FLAKEBOT_" + name.upper().replace("-", "_") + "_URL"
+
+
 def plain(value: str, what: str, pattern: re.Pattern[str] = PLAIN_NAME) -> str:
     """`value` when it can stand in Nix text and a unit name unquoted; else a UsageError."""
     if not pattern.fullmatch(value):
@@ -35,7 +41,7 @@ def module_text(name: str, spec: dict[str, Any], *, network: bool = False) -> st
     from flakebot.render import render
 
     return render("nixos-module.nix.j2", name=plain(name, "service name"), unit=unit_name(name), spec=_checked(spec),
-                  network=network)  # fmt: skip
+                  network=network, needs=_needs(spec))  # fmt: skip
 
 
 def image_text(name: str, version: str, program: str, spec: dict[str, Any], *, network: bool = False) -> str:
@@ -54,7 +60,19 @@ def image_text(name: str, version: str, program: str, spec: dict[str, Any], *, n
         user=IMAGE_USER,
         state_dir=f"var/lib/{unit}",
         network=network,
+        needs=_needs(spec),
     )
+
+
+def needs_label(spec: dict[str, Any]) -> str:
+    """The image's io.flakebot.needs label: the services it needs, comma-separated ("" : none). An engine cannot
+    start them from an image; the label says which, and the run gives each FLAKEBOT_<NAME>_URL with -e."""
+    return ",".join(name for name, _, _ in _needs(spec))
+
+
+def _needs(spec: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Each needed service as (name, unit, variable), checked again for Nix text (ServiceSpec checks them too)."""
+    return [(plain(str(n), "needed service"), unit_name(str(n)), url_variable(str(n))) for n in spec.get("needs", [])]
 
 
 def declaration_json(name: str, spec: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from flakebot.errors import UsageError
+from flakebot.nix.service_outputs import url_variable  # where a dependent finds what it needs: one name for every door
 from flakebot.services.layout import NAME, NAME_RULE
 
 MAX_NEEDS = 16  # services one service needs directly
@@ -121,12 +122,6 @@ class ServiceSpec:
             health=Health.parse(health) if isinstance(health, str) else Health(**health),
             restart=Restart(**data.get("restart", {})),
         )
-
-
-def url_variable(name: str) -> str:
-    """The environment variable a service that needs `name` finds it at: FLAKEBOT_<NAME>_URL (upper case, '-' as
-    '_'), holding http://127.0.0.1:PORT, the one port of the host's loopback its namespace reaches."""
-    return "FLAKEBOT_" + name.upper().replace("-", "_") + "_URL"
 
 
 def reach_environment(reach: dict[str, int]) -> dict[str, str]:

@@ -54,20 +54,28 @@ def deploy_text(manifest: dict[str, Any], host: str, *, network: bool = False) -
     from flakebot.render import render
 
     name = manifest["name"]
+    needs = ServiceSpec.from_dict(manifest["service"]).needs
     return render("deploy-rs.nix.j2", name=name, unit=nixos.unit_name(name), host=host, host_attr=host_attr(host),
-                  network=network)  # fmt: skip
+                  network=network, needs=needs)  # fmt: skip
 
 
 def evaluate(
-    deploy_file: Path, manifest: dict[str, Any], host: str, settings: Settings, timeout: float = 120
+    deploy_file: Path,
+    manifest: dict[str, Any],
+    host: str,
+    settings: Settings,
+    timeout: float = 120,
+    needed: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The node as `nix eval` computes it: the written file applied to the catalogued flake's module and the
-    stand-ins (nixpkgs.lib.nixosSystem, deploy-rs.lib)."""
+    stand-ins (nixpkgs.lib.nixosSystem, deploy-rs.lib); the services it needs (`needed`: name -> port) as a host
+    module defining what their modules would."""
     flake, mode, standin = catalogued_flake(manifest, settings)
     stand_ins = STAND_INS.format(modules=json.dumps(str(nixos.modules_stand_in())), system=command.nix_system())
     apply = (
         f"serviceModule: let {stand_ins} deployment = import {json.dumps(str(deploy_file.resolve()))} {{ "
-        f"self = deployment; inherit nixpkgs deploy-rs system; service.nixosModules.default = serviceModule; }}; "
+        f"self = deployment; inherit nixpkgs deploy-rs system; service.nixosModules.default = serviceModule; "
+        f"hostModules = [ {nixos.needed_modules(needed)} ]; }}; "
         f"in deployment.deploy.nodes.{host_attr(host)}"
     )
     node: dict[str, Any] = nixos.eval_json(
@@ -102,7 +110,7 @@ def check_node(node: dict[str, Any], manifest: dict[str, Any], host: str) -> tup
     unit = nixos.unit_file(service)
     if f"ExecStart={manifest['store_path']}/bin/{manifest['main_program']}" not in unit.splitlines():
         problems.append("the activated service does not run the catalogued store path")
-    verify_problems, _ = nixos.verify(unit, manifest["name"])
+    verify_problems, _ = nixos.verify(unit, manifest["name"], needs=ServiceSpec.from_dict(manifest["service"]).needs)
     return problems + verify_problems, unit
 
 
@@ -114,6 +122,7 @@ def export_deploy_rs(
     *,
     run_check: bool = True,
     network: bool = False,
+    needed: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Write flakebot-NAME-deploy.nix (and the module, flakebot-NAME.nix, for a configuration without the flake)
     into `target` and check the node. `network`: the node turns the service's outboundNetwork on."""
@@ -131,9 +140,10 @@ def export_deploy_rs(
         "node": host_attr(host),
         "checked": run_check,
         "network": network,
+        "needs": sorted(needed or {}),
     }
     if run_check:
-        node = evaluate(deploy_file, manifest, host, settings)
+        node = evaluate(deploy_file, manifest, host, settings, needed=needed)
         problems, unit_text = check_node(node, manifest, host)
         result.update(problems=problems, unit=unit_text, settings={k: v for k, v in node.items() if k != "profiles"})
     return result

@@ -30,6 +30,7 @@ def export_service(
     """Write `target` for catalogued service `ref` into `out`; what was written and what its check found."""
     manifest = service_manifest_of(ref, settings)
     network = network or recorded_network(manifest["name"], settings)
+    needed = needed_ports(manifest, settings)  # before anything is made: a need not catalogued is refused
     if target == "deploy-rs":
         from flakebot.services.deployrs import host_attr
 
@@ -44,11 +45,32 @@ def export_service(
 
             return {
                 "target": target,
-                **export_deploy_rs(manifest, into, host, settings, run_check=run_check, network=network),
+                **export_deploy_rs(manifest, into, host, settings, run_check=run_check, network=network, needed=needed),
             }
         from flakebot.services.nixos import export_nixos
 
-        return {"target": target, **export_nixos(manifest, into, run_check=run_check, network=network)}
+        return {
+            "target": target,
+            **export_nixos(manifest, into, run_check=run_check, network=network, needed=needed),
+        }
+
+
+def needed_ports(manifest: dict[str, Any], settings: Settings) -> dict[str, int]:
+    """The catalogued port of each service `manifest` needs: the port its own module listens on by default, which
+    the check gives the dependent's module as the needed module would. A need not catalogued is a CatalogError."""
+    from flakebot.errors import CatalogError
+    from flakebot.services.declaration import ServiceSpec
+
+    ports = {}
+    for need in ServiceSpec.from_dict(manifest["service"]).needs:
+        try:
+            ports[need] = ServiceSpec.from_dict(service_manifest_of(need, settings)["service"]).port
+        except CatalogError:
+            raise CatalogError(
+                f"service {manifest['name']} needs {need}, which is not a catalogued service here",
+                fix=f"package it first ('flakebot package-service PATH --name {need}'), then export both",
+            ) from None
+    return ports
 
 
 def recorded_network(name: str, settings: Settings) -> bool:

@@ -14,6 +14,7 @@ the real module system.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -67,6 +68,15 @@ def _user_module(unit: str, port: int, package: str | None, options: dict[str, A
     return f"{{ services.{json.dumps(unit)} = builtins.fromJSON {json.dumps(json.dumps(given))} // {package_set}; }}"
 
 
+def needed_modules(needed: dict[str, int] | None) -> str:
+    """The definitions the modules of the services it needs would make (their listenAddress and port), as Nix
+    modules in a list's text: what the dependent's module reads of them."""
+    return "".join(
+        f' {{ services.{json.dumps(unit_name(name))} = {{ listenAddress = "127.0.0.1"; port = {int(port)}; }}; }}'
+        for name, port in (needed or {}).items()
+    )
+
+
 def _evaluated(unit: str, modules: str, attribute: str = "") -> str:
     """A Nix function of the module under test: its systemd.services entry (or `attribute` of the configuration)
     evaluated with the stand-in."""
@@ -88,16 +98,18 @@ def evaluate(
     *,
     options: dict[str, Any] | None = None,
     attribute: str = "",
+    needed: dict[str, int] | None = None,
 ) -> Any:
     """The module's systemd.services entry (or `attribute` of the configuration, e.g.
     networking.firewall.allowedTCPPorts) as `nix eval` computes it with the service enabled, its package the
-    catalogued store path (with meta.mainProgram, as a flake's package has it) and `options` set."""
+    catalogued store path (with meta.mainProgram, as a flake's package has it) and `options` set; `needed` (name ->
+    port): the services it needs, as their own modules define them (on loopback, at their declared port)."""
     unit = unit_name(name)
     package = (
         f'{{ type = "derivation"; outPath = {json.dumps(store_path)}; '
         f"meta.mainProgram = {json.dumps(program or name)}; }}"
     )
-    evaluated = _evaluated(unit, _user_module(unit, port, package, options), attribute)
+    evaluated = _evaluated(unit, _user_module(unit, port, package, options) + needed_modules(needed), attribute)
     expr = f"({evaluated}) (import {json.dumps(str(module.resolve()))})"
     return eval_json(["--impure", "--json", "--expr", expr], "pinned", None, timeout)
 
@@ -139,6 +151,7 @@ def _first_error(stderr: str) -> str:
 def unit_file(service: dict[str, Any]) -> str:
     """The unit file NixOS writes for a systemd.services entry (the options this module sets)."""
     unit = [f"Description={service['description']}", *(f"After={a}" for a in service.get("after", []))]
+    unit += [f"Requires={r}" for r in service.get("requires", [])]
     unit += [
         f"StartLimitIntervalSec={service['startLimitIntervalSec']}",
         f"StartLimitBurst={service['startLimitBurst']}",
@@ -155,8 +168,9 @@ def _unit_value(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def verify(unit: str, name: str, timeout: float = 60) -> tuple[list[str], str]:
-    """systemd-analyze verify's complaints about the unit ([] when none) and security's overall exposure line."""
+def verify(unit: str, name: str, timeout: float = 60, needs: tuple[str, ...] = ()) -> tuple[list[str], str]:
+    """systemd-analyze verify's complaints about the unit ([] when none) and security's overall exposure line.
+    `needs`: the services its unit requires, present as units of their own (each verified by its own export)."""
     program = shutil.which("systemd-analyze")
     if program is None:
         raise UsageError(
@@ -165,7 +179,10 @@ def verify(unit: str, name: str, timeout: float = 60) -> tuple[list[str], str]:
     with tempfile.TemporaryDirectory(prefix="flakebot-unit-") as tmp:
         path = Path(tmp) / f"{unit_name(name)}.service"
         path.write_text(unit)
-        done = launcher.run([program, "verify", str(path)], capture_output=True, text=True, timeout=timeout)
+        for need in needs:
+            (Path(tmp) / f"{unit_name(need)}.service").write_text(f"[Service]\nExecStart={program}\n")
+        found = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp}:"}  # and the default paths after it
+        done = launcher.run([program, "verify", str(path)], capture_output=True, text=True, timeout=timeout, env=found)
         problems = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         if done.returncode != 0 and not problems:
             problems = [f"systemd-analyze verify exited {done.returncode}"]
@@ -176,42 +193,53 @@ def verify(unit: str, name: str, timeout: float = 60) -> tuple[list[str], str]:
     return problems, (overall[-1].lstrip("→ ").strip() if overall else "")
 
 
-def check(module: Path, manifest: dict[str, Any]) -> Verified:
-    """Evaluate the module, render its unit and verify it."""
+def check(module: Path, manifest: dict[str, Any], needed: dict[str, int] | None = None) -> Verified:
+    """Evaluate the module (beside the services it needs, `needed`: name -> port), render its unit and verify it."""
     spec = ServiceSpec.from_dict(manifest["service"])
     service: dict[str, Any] = evaluate(
-        module, manifest["name"], manifest["store_path"], spec.port, manifest.get("main_program", "")
+        module, manifest["name"], manifest["store_path"], spec.port, manifest.get("main_program", ""), needed=needed
     )
     unit = unit_file(service)
-    problems, exposure = verify(unit, manifest["name"])
+    problems, exposure = verify(unit, manifest["name"], needs=tuple(needed or {}))
     return Verified(unit_name(manifest["name"]), unit, problems, exposure)
 
 
 def export_nixos(
-    manifest: dict[str, Any], target: ExportDir, *, run_check: bool = True, network: bool = False
+    manifest: dict[str, Any],
+    target: ExportDir,
+    *,
+    run_check: bool = True,
+    network: bool = False,
+    needed: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Write the module into `target` as flakebot-NAME.nix and check it; what was written, the check's verdict,
     and the NixOS configuration lines that use it. An existing file is replaced only when `target` was opened with
-    force. `network`: the service's outbound network is on by default (export --network)."""
+    force. `network`: the service's outbound network is on by default (export --network); `needed`: the services
+    it needs (name -> port), whose modules a configuration imports beside it."""
     unit = unit_name(manifest["name"])
     [module] = target.write_text({f"{unit}.nix": module_text(manifest, network=network)})
     result: dict[str, Any] = {
         "module": str(module),
-        "configuration": configuration_lines(manifest["name"], f"./{module.name}"),
+        "configuration": configuration_lines(manifest["name"], f"./{module.name}", needed),
         "checked": run_check,
         "network": network,
+        "needs": sorted(needed or {}),
     }
     if run_check:
-        verified = check(module, manifest)
+        verified = check(module, manifest, needed)
         result.update(unit=verified.unit, problems=verified.problems, exposure=verified.exposure)
     return result
 
 
-def configuration_lines(name: str, module: str) -> str:
-    """The NixOS configuration lines that import the module and run the service from its flake (input NAME)."""
-    unit = unit_name(name)
-    return (
-        f"imports = [ {module} ];\n"
-        f"services.{unit}.enable = true;\n"
-        f"services.{unit}.package = inputs.{name}.packages.${{pkgs.system}}.default;"
-    )
+def configuration_lines(name: str, module: str, needed: dict[str, int] | None = None) -> str:
+    """The NixOS configuration lines that import the module and run the service from its flake (input NAME), and
+    the same for each service it needs (their modules: `flakebot export NEED --nixos`)."""
+    services = [(name, module), *((need, f"./{unit_name(need)}.nix") for need in needed or {})]
+    lines = [f"imports = [ {' '.join(path for _, path in services)} ];"]
+    for service, _ in services:
+        unit = unit_name(service)
+        lines += [
+            f"services.{unit}.enable = true;",
+            f"services.{unit}.package = inputs.{service}.packages.${{pkgs.system}}.default;",
+        ]
+    return "\n".join(lines)

@@ -28,6 +28,7 @@ from flakebot.config import Settings
 from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.nix import command, service_outputs
 from flakebot.nix.lock import PINNED_NIXPKGS
+from flakebot.nix.service_outputs import url_variable
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.exportfiles import ExportDir
 
@@ -38,6 +39,7 @@ LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ROOT_USERS = ("", "0", "root")
+NEEDS_LABEL = "io.flakebot.needs"  # the services it needs, comma-separated (an engine starts none of them)
 NETWORK_LABEL = "io.flakebot.network"  # "none" or "outbound": what the service needs of its engine's network
 STORE_PATH = re.compile(r"/nix/store/[0-9a-z]{32}-[A-Za-z0-9+._?=-]+")
 
@@ -151,6 +153,8 @@ def check_config(image: Image, manifest: dict[str, Any], *, network: bool = Fals
     if {k: env.get(k) for k in wanted} != wanted or set(env) - {*wanted, "TMPDIR"}:
         raise _hostile(f"its environment {sorted(env)} is not the service's ({sorted(wanted)} and TMPDIR)")
     label = {NETWORK_LABEL: "outbound" if network else "none"}
+    if spec.needs:
+        label[NEEDS_LABEL] = service_outputs.needs_label(manifest["service"])
     if config.get("Labels") != label:
         raise _hostile(f"its labels {config.get('Labels')!r} are not {label!r}")
     if set(config.get("ExposedPorts", {})) != {f"{spec.port}/tcp"}:
@@ -223,4 +227,6 @@ def export_oci(
         "portable": bool(manifest.get("portable")),
         "network": network,
         "port": ServiceSpec.from_dict(manifest["service"]).port,
+        # what an engine cannot start from the image: run each, and pass its URL (-e FLAKEBOT_<NAME>_URL=...)
+        "needs": {name: url_variable(name) for name in ServiceSpec.from_dict(manifest["service"]).needs},
     }

@@ -10,7 +10,7 @@ rec {
   mkEnableOption = description: mkOption { default = false; inherit description; };
   mkIf = condition: content: { _type = "if"; inherit condition content; };
   mkDefault = content: { _type = "override"; priority = 1000; inherit content; };
-  types = { package = "package"; port = "port"; bool = "bool"; str = "str"; listOf = t: "listOf ${t}"; attrsOf = t: "attrsOf ${t}"; };
+  types = { package = "package"; port = "port"; bool = "bool"; str = "str"; listOf = t: "listOf ${t}"; nullOr = t: "nullOr ${t}"; attrsOf = t: "attrsOf ${t}"; };
   optionalAttrs = condition: set: if condition then set else { };
   mapAttrsToList = f: set: map (name: f name set.${name}) (builtins.attrNames set);
   getExe = package: "${package}/bin/${package.meta.mainProgram or (throw "lib.getExe: the package has no meta.mainProgram")}";

@@ -179,3 +179,16 @@ def test_a_layout_is_written_whole_and_an_existing_one_kept_without_force(tmp_pa
     ExportDir(tmp_path, force=True).write_tree("img.oci", {"index.json": b"{2}"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.oci"]  # no staging or old copy left
     assert sorted(p.name for p in (tmp_path / "img.oci").iterdir()) == ["index.json"]
+
+
+def test_an_image_of_a_service_with_needs_carries_them_in_its_label(manifest: dict[str, Any], tmp_path: Path) -> None:
+    """An engine starts none of what a service needs: the image names them (io.flakebot.needs), and one without
+    that label, or naming others, is not the image asked for."""
+    needing = {**manifest, "service": ServiceSpec(port=9090, port_env="KV_PORT", needs=("auth", "kv-store")).to_dict()}
+    labels = {"io.flakebot.network": "none", "io.flakebot.needs": "auth,kv-store"}
+    assert oci.check_config(oci.read_archive(_archive(tmp_path, config={"Labels": labels})), needing)
+    text = oci.service_outputs.image_text("kv-service", "0.1.0", "kv-service", needing["service"])
+    assert '"io.flakebot.needs" = "auth,kv-store";' in text
+    for wrong in ({"io.flakebot.network": "none"}, {**labels, "io.flakebot.needs": "auth"}):
+        with pytest.raises(UnsafePath, match="labels"):
+            oci.check_config(oci.read_archive(_archive(tmp_path, config={"Labels": wrong})), needing)

@@ -288,3 +288,24 @@ def test_an_agents_start_of_a_lost_dependency_never_starts_the_users_secret_hold
         refused, error = asyncio.run(top())
     assert error and "service kv-top needs kv-app" in refused["error"], refused
     assert states(env) == {"kv-service": "stopped", "kv-app": "stopped"}  # kv-top never started
+
+
+def test_an_export_carries_what_the_service_needs(env: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
+    """`export --nixos` of kv-top: its unit requires kv-app's and finds it at kv-app's catalogued port, and the
+    configuration lines import both modules; a need not catalogued is refused before anything is written."""
+    done = run_cli("export", "kv-top", "--nixos", "--out", str(tmp_path / "nixos"), "--json", env=env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    result = json_result(done)
+    assert result["needs"] == ["kv-app"] and result["problems"] == []
+    app_port = json.loads(
+        next((Path(env["XDG_DATA_HOME"]) / "flakebot" / "tools" / "kv-app").glob("*/manifest.json")).read_text()
+    )["service"]["port"]
+    lines = result["unit"].splitlines()
+    assert f'Environment="FLAKEBOT_KV_APP_URL=http://127.0.0.1:{app_port}"' in lines, lines
+    assert "Requires=flakebot-kv-app.service" in lines
+    assert "./flakebot-kv-app.nix" in result["configuration"]
+    assert package(env, "kv-orphan", "kv-nowhere").returncode == 0
+    orphan = run_cli("export", "kv-orphan", "--nixos", "--out", str(tmp_path / "orphan"), env=env, timeout=120)
+    assert orphan.returncode == 60, orphan.stderr
+    assert "needs kv-nowhere, which is not a catalogued service here" in orphan.stderr
+    assert not (tmp_path / "orphan").exists()

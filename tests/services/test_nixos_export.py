@@ -111,3 +111,29 @@ def test_outbound_network_is_carried_into_the_module_the_node_and_the_image(
     image = service_outputs.image_text("kv-service", "0.1.0", "kv-service", manifest["service"], network=network)
     assert f'"io.flakebot.network" = "{"outbound" if network else "none"}";' in image
     assert '"LISTEN_ADDRESS=0.0.0.0"' in image
+
+
+def test_a_service_that_needs_another_starts_after_it_and_finds_it_at_its_url(
+    manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    """`needs` reach the unit as systemd orders services (Requires + After) and the URL as flakebot gives it
+    (FLAKEBOT_<NAME>_URL), read from the needed service's own module; without that module, one line says what to
+    import."""
+    needing = {**manifest, "service": ServiceSpec(port=9090, port_env="KV_PORT", needs=("kv-store",)).to_dict()}
+    result = nixos.export_nixos(needing, ExportDir(tmp_path / "export"), needed={"kv-store": 7070})
+    assert result["problems"] == [] and result["needs"] == ["kv-store"]
+    lines = result["unit"].splitlines()
+    for line in ('Environment="FLAKEBOT_KV_STORE_URL=http://127.0.0.1:7070"', "After=flakebot-kv-store.service",
+                 "Requires=flakebot-kv-store.service"):  # fmt: skip
+        assert line in lines, line
+    assert "./flakebot-kv-store.nix" in result["configuration"].splitlines()[0]  # one imports line for both
+    module = Path(result["module"])
+    with pytest.raises(NixError, match=r"needs the flakebot service kv-store: import and enable its module"):
+        nixos.evaluate(module, "kv-service", manifest["store_path"], 9090, "kv-service")
+    # the user's own URL (another machine's service) is taken as it is
+    service = nixos.evaluate(module, "kv-service", manifest["store_path"], 9090, "kv-service",
+                             options={"needs": {"kv-store": "http://10.0.0.5:7070"}})  # fmt: skip
+    assert service["environment"]["FLAKEBOT_KV_STORE_URL"] == "http://10.0.0.5:7070"
+    # a service without needs is the module it was
+    plain = nixos.module_text(manifest)
+    assert "needs" not in plain and "requires" not in plain
