@@ -15,6 +15,7 @@ import contextvars
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,10 +118,43 @@ async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> A
         return result
     if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
         raise RuntimeError("tools/list answered without a tools list: its crafted tools cannot be added to it")
-    remember = (ctx.protocol_version, result, aside.texts, aside.stamps)
-    # not a daemon: a server whose client closes right after its first list still leaves the cache whole
-    threading.Thread(target=_remember, args=remember, name="flakebot-list-cache").start()
+    _cache_writer.submit((ctx.protocol_version, result, aside.texts, aside.stamps))
     return {**result, "tools": [*result["tools"], *aside.forms]}
+
+
+class CacheWriter:
+    """Writes the early list's cache on a thread of its own, the latest list only: lists that change in a burst
+    (an agent adding tools, each add followed by a list) make one write of the last, not one each; with 10,000
+    tools a write is 23 MB of text, and writes one after another took the lists' time. The first write after a
+    quiet GAP_SECONDS starts at once. Not a daemon: a server whose client closes right after a list still leaves
+    the cache whole."""
+
+    GAP_SECONDS = 1.0
+
+    def __init__(self, write: Callable[..., None]) -> None:
+        self._write = write
+        self._lock = threading.Lock()
+        self._pending: tuple[Any, ...] | None = None
+        self._thread: threading.Thread | None = None
+        self._last = float("-inf")
+
+    def submit(self, args: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._pending = args
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="flakebot-list-cache")
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(max(0.0, self._last + self.GAP_SECONDS - time.monotonic()))
+            with self._lock:
+                args, self._pending = self._pending, None
+                if args is None:
+                    self._thread = None
+                    return
+            self._last = time.monotonic()
+            self._write(*args)
 
 
 def _remember(*args: Any) -> None:
@@ -130,3 +164,6 @@ def _remember(*args: Any) -> None:
         earlylist.remember(*args)
     except Exception:  # a favour to the next server: never a failure of this one
         logger.exception("could not cache the tool list")
+
+
+_cache_writer = CacheWriter(_remember)
