@@ -41,7 +41,7 @@ def module_text(name: str, spec: dict[str, Any], *, network: bool = False) -> st
     from flakebot.render import render
 
     return render("nixos-module.nix.j2", name=plain(name, "service name"), unit=unit_name(name), spec=_checked(spec),
-                  network=network, needs=_needs(spec))  # fmt: skip
+                  network=network, needs=_needs(spec), handoff=spec.get("socket") == "handoff")  # fmt: skip
 
 
 def image_text(name: str, version: str, program: str, spec: dict[str, Any], *, network: bool = False) -> str:

@@ -38,6 +38,7 @@ CHECK_CREDENTIAL = "token:/run/keys/flakebot-check-token"
 class Verified:
     unit_name: str
     unit: str  # the unit file NixOS would write
+    socket: str  # its socket unit ("" : none; a `socket: handoff` service has one)
     problems: list[str]  # systemd-analyze verify's complaints ([] : it passed)
     exposure: str  # systemd-analyze security's overall line
 
@@ -164,13 +165,26 @@ def unit_file(service: dict[str, Any]) -> str:
     return "\n".join(["[Unit]", *unit, "", "[Service]", *body, "", "[Install]", *install, ""])
 
 
+def socket_file(socket: dict[str, Any]) -> str:
+    """The socket unit NixOS writes for a systemd.sockets entry (the options this module sets)."""
+    body = [f"ListenStream={stream}" for stream in socket.get("listenStreams", [])]
+    for key, value in socket.get("socketConfig", {}).items():
+        body += [f"{key}={_unit_value(v)}" for v in (value if isinstance(value, list) else [value])]
+    install = [f"WantedBy={w}" for w in socket.get("wantedBy", [])]
+    return "\n".join(["[Unit]", f"Description={socket['description']}", "", "[Socket]", *body, "", "[Install]",
+                      *install, ""])  # fmt: skip
+
+
 def _unit_value(value: Any) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def verify(unit: str, name: str, timeout: float = 60, needs: tuple[str, ...] = ()) -> tuple[list[str], str]:
+def verify(
+    unit: str, name: str, timeout: float = 60, needs: tuple[str, ...] = (), socket: str = ""
+) -> tuple[list[str], str]:
     """systemd-analyze verify's complaints about the unit ([] when none) and security's overall exposure line.
-    `needs`: the services its unit requires, present as units of their own (each verified by its own export)."""
+    `needs`: the services its unit requires, present as units of their own (each verified by its own export);
+    `socket`: its socket unit's text (a `socket: handoff` service), verified beside it."""
     program = shutil.which("systemd-analyze")
     if program is None:
         raise UsageError(
@@ -179,6 +193,8 @@ def verify(unit: str, name: str, timeout: float = 60, needs: tuple[str, ...] = (
     with tempfile.TemporaryDirectory(prefix="flakebot-unit-") as tmp:
         path = Path(tmp) / f"{unit_name(name)}.service"
         path.write_text(unit)
+        if socket:
+            path.with_suffix(".socket").write_text(socket)
         for need in needs:
             (Path(tmp) / f"{unit_name(need)}.service").write_text(f"[Service]\nExecStart={program}\n")
         found = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp}:"}  # and the default paths after it
@@ -200,8 +216,22 @@ def check(module: Path, manifest: dict[str, Any], needed: dict[str, int] | None 
         module, manifest["name"], manifest["store_path"], spec.port, manifest.get("main_program", ""), needed=needed
     )
     unit = unit_file(service)
-    problems, exposure = verify(unit, manifest["name"], needs=tuple(needed or {}))
-    return Verified(unit_name(manifest["name"]), unit, problems, exposure)
+    socket = ""
+    if spec.socket == "handoff":
+        attribute = f"systemd.sockets.{json.dumps(unit_name(manifest['name']))}"
+        socket = socket_file(
+            evaluate(
+                module,
+                manifest["name"],
+                manifest["store_path"],
+                spec.port,
+                manifest.get("main_program", ""),
+                needed=needed,
+                attribute=attribute,
+            )  # fmt: skip
+        )
+    problems, exposure = verify(unit, manifest["name"], needs=tuple(needed or {}), socket=socket)
+    return Verified(unit_name(manifest["name"]), unit, socket, problems, exposure)
 
 
 def export_nixos(
@@ -228,6 +258,8 @@ def export_nixos(
     if run_check:
         verified = check(module, manifest, needed)
         result.update(unit=verified.unit, problems=verified.problems, exposure=verified.exposure)
+        if verified.socket:
+            result["socket"] = verified.socket
     return result
 
 

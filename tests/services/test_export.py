@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +23,7 @@ import pytest
 
 from flakebot.nix import command, service_outputs
 from flakebot.services import nixos, oci
+from flakebot.services.exportfiles import ExportDir
 from tests.conftest import REPO, json_result, require, run_cli
 
 KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
@@ -276,7 +278,71 @@ def test_the_nixos_modules_unit_runs_under_systemd_as_pid_1_with_its_address_por
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _systemd_root(root: Path, unit: str) -> None:
+def test_a_handoff_services_socket_unit_holds_the_port_across_a_kill_under_systemd_as_pid_1(
+    packaged: tuple[dict[str, str], dict[str, Any]], tmp_path: Path, podman: Any
+) -> None:
+    """kv-service declared `socket: handoff` (it accepts on fd 3 when LISTEN_FDS is set), its exported module's
+    socket and service units run by a real systemd as PID 1: the service gets the socket systemd listens on, and a
+    client looping requests while the service is killed with SIGKILL is never refused (systemd keeps the socket
+    and starts the service again; requests wait in its backlog)."""
+    _, manifest = packaged
+    handoff = {**manifest, "service": {**manifest["service"], "socket": "handoff"}}
+    exported = nixos.export_nixos(handoff, ExportDir(tmp_path / "export"))
+    assert exported["problems"] == [], exported["problems"]
+    options = {"listenAddress": "0.0.0.0", "allowedAddresses": ["any"],  # podman's forward: see the test above
+               "credentialFiles": {"token": "/etc/flakebot-keys/token"}}  # fmt: skip
+    module = Path(exported["module"])
+    evaluated = {kind: nixos.evaluate(module, "kv-service", manifest["store_path"], 9191, manifest["main_program"],
+                                      options=options, attribute=f'systemd.{kind}."flakebot-kv-service"')
+                 for kind in ("services", "sockets")}  # fmt: skip
+    root = Path(tempfile.mkdtemp(prefix="flakebot-systemd-"))
+    try:
+        _systemd_root(root, nixos.unit_file(evaluated["services"]), socket=nixos.socket_file(evaluated["sockets"]))
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            host_port = probe.getsockname()[1]
+        name = f"flakebot-systemd-socket-{os.getpid()}"
+        started = podman("run", "--detach", "--name", name, "--systemd=always", "--volume", "/usr:/usr:ro",
+                         "--volume", "/nix/store:/nix/store:ro", "--publish", f"127.0.0.1:{host_port}:9191",
+                         "--rootfs", str(root), "/lib/systemd/systemd", "--unit=flakebot-check.target")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        base = f"http://127.0.0.1:{host_port}"
+        healthy = _eventually(lambda: _http("GET", f"{base}/health")[0] == 200)
+        assert healthy, podman("exec", name, "journalctl", "--no-pager", "-n", "20").stdout
+
+        def main_pid() -> str:
+            shown = podman("exec", name, "systemctl", "show", "flakebot-kv-service", "-p", "MainPID").stdout
+            return shown.strip().partition("=")[2]
+
+        pid = main_pid()
+        environ = dict(item.split("=", 1) for item in podman("exec", name, "cat", f"/proc/{pid}/environ").stdout
+                       .split("\0") if item)  # fmt: skip
+        assert environ["LISTEN_FDS"] == "1" and environ["LISTEN_PID"] == pid
+        answers: list[int] = []
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                answers.append(_http("GET", f"{base}/health", timeout=10)[0])
+
+        client = threading.Thread(target=loop)
+        client.start()
+        try:
+            time.sleep(0.3)
+            killed = podman("exec", name, "kill", "-KILL", pid)
+            assert killed.returncode == 0, killed.stderr
+            assert _eventually(lambda: main_pid() not in ("", "0", pid)), "systemd did not start it again"
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            client.join(30)
+        assert answers and set(answers) == {200}, answers  # none refused, none lost
+        podman("rm", "--force", "--time", "5", name)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _systemd_root(root: Path, unit: str, socket: str = "") -> None:
     """A root for systemd as PID 1: /usr and /nix/store come from the host (bound read-only), /etc holds the unit,
     a target that wants it, the credential file and the few files systemd reads."""
     root.chmod(0o755)  # mkdtemp's 0700 would keep the service's dynamic user out of /
@@ -293,15 +359,20 @@ def _systemd_root(root: Path, unit: str) -> None:
     (etc / "flakebot-keys" / "token").write_text("s3cret\n")
     (etc / "flakebot-keys" / "token").chmod(0o600)
     (etc / "systemd" / "system" / "flakebot-kv-service.service").write_text(unit)
+    wants = "flakebot-kv-service.service"
+    if socket:
+        (etc / "systemd" / "system" / "flakebot-kv-service.socket").write_text(socket)
+        wants = f"flakebot-kv-service.socket {wants}"
     (etc / "systemd" / "system" / "flakebot-check.target").write_text(
-        "[Unit]\nDescription=flakebot check\nWants=flakebot-kv-service.service\n"
+        f"[Unit]\nDescription=flakebot check\nWants={wants}\n"
     )
 
 
-def _http(method: str, url: str, data: bytes | None = None) -> tuple[int, bytes]:
+def _http(method: str, url: str, data: bytes | None = None, timeout: float = 2) -> tuple[int, bytes]:
     """One request from the host (status 0 when nothing answers)."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method), timeout=2) as answer:
+        request = urllib.request.Request(url, data=data, method=method)
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, answer.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()

@@ -137,3 +137,24 @@ def test_a_service_that_needs_another_starts_after_it_and_finds_it_at_its_url(
     # a service without needs is the module it was
     plain = nixos.module_text(manifest)
     assert "needs" not in plain and "requires" not in plain
+
+
+def test_a_handoff_service_gets_its_socket_from_systemd(manifest: dict[str, Any], tmp_path: Path) -> None:
+    """`socket: handoff`: a socket unit on the service's address and port, the service requiring it, both verified
+    by systemd-analyze; the socket unit carries the service's IP filter (the socket is systemd's)."""
+    handoff = {**manifest, "service": ServiceSpec(port=9090, port_env="KV_PORT", socket="handoff").to_dict()}
+    result = nixos.export_nixos(handoff, ExportDir(tmp_path / "export"))
+    assert result["problems"] == []
+    socket = result["socket"].splitlines()
+    for line in ("ListenStream=127.0.0.1:9090", "IPAddressDeny=any", "IPAddressAllow=localhost",
+                 "WantedBy=sockets.target"):  # fmt: skip
+        assert line in socket, line
+    unit = result["unit"].splitlines()
+    assert "Requires=flakebot-kv-service.socket" in unit and "After=flakebot-kv-service.socket" in unit
+    # a configuration's address and port reach the socket, not only the service's variables
+    module = Path(result["module"])
+    opened = nixos.evaluate(module, "kv-service", manifest["store_path"], 9191, "kv-service",
+                            options={"listenAddress": "0.0.0.0", "outboundNetwork": True},
+                            attribute='systemd.sockets."flakebot-kv-service"')  # fmt: skip
+    assert nixos.socket_file(opened).splitlines()[4:6] == ["ListenStream=0.0.0.0:9191", ""]
+    assert "socket" not in nixos.export_nixos(manifest, ExportDir(tmp_path / "pasta"))  # pasta: no socket unit
