@@ -69,7 +69,14 @@ class Index:
     @contextmanager
     def writing(self, busy: float = BUSY_SECONDS, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """A write transaction, after waiting up to `busy` seconds for another writer's: committed when the block
-        ends (synced to disk unless not `durable`: a cache), rolled back when it raises."""
+        ends (synced to disk unless not `durable`: a cache), rolled back when it raises. A catalog this process
+        cannot write is refused before anything is touched."""
+        if self.path.exists() and not os.access(self.root, os.W_OK):
+            raise CatalogError(
+                f"catalog {self.root} is read-only here: it can be read, not changed",
+                fix="set catalog_dir to a writable directory (--catalog-dir DIR or FLAKEBOT_CATALOG_DIR), or make "
+                f"{self.root} writable",
+            )
         db = self._connection()
         db.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
         db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -85,11 +92,24 @@ class Index:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
 
     def _connection(self) -> sqlite3.Connection:
+        read_only = self.path.exists() and not os.access(self.root, os.W_OK)
         try:
-            db = _connections.get(self.path) or self._connect()
+            db = _connections.get(self.path) or (self._connect_read_only() if read_only else self._connect())
             if db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
+                if read_only:
+                    raise CatalogError(
+                        f"catalog {self.root} is read-only here and its index is not in the format this flakebot reads",
+                        fix="open it once where it is writable with this flakebot version, or upgrade flakebot",
+                    )
                 self._prepare(db)
         except sqlite3.DatabaseError as exc:
+            if read_only:  # never "remove it": the file is fine, this process just cannot write beside it
+                raise CatalogError(
+                    f"catalog {self.root} cannot be read here: it is read-only to this user, and SQLite needs to "
+                    f"write its lock files beside catalog.db to read it ({exc})",
+                    fix="make the directory writable to this user, or use a catalog_dir of your own and "
+                    "'flakebot install' from a shared cache",
+                ) from None
             raise CatalogError(
                 f"{self.path} is unusable ({exc})", fix=f"restore {self.path} from a backup, or remove it"
             ) from None
@@ -103,6 +123,21 @@ class Index:
             raise CatalogError(
                 f"catalog {self.root} is not writable ({exc})", fix="set catalog_dir to a writable directory"
             ) from None
+        _connections.keep(self.path, db)
+        return db
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """catalog.db where this process cannot write (a read-only mount, another user's directory): opened to read
+        only, through the lock files its writers leave (SQLite reads a WAL database's newest commits from them).
+        On a read-only file system without them nobody writes it at all: it is opened immutable."""
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
+            db.execute("PRAGMA user_version").fetchone()
+        except sqlite3.OperationalError:
+            if not os.statvfs(self.root).f_flag & os.ST_RDONLY:
+                raise
+            db = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=BUSY_SECONDS, isolation_level=None)
         _connections.keep(self.path, db)
         return db
 

@@ -184,3 +184,47 @@ def test_definitions_are_made_once_per_change_and_services_and_broken_entries_le
     add("alpha", summary="alpha, better")  # the same need crafted again: a new entry
     again = catalog_definitions(catalog)
     assert again[0] is not first[0] and "alpha, better" in again[0]["description"]
+
+
+def test_a_catalog_on_a_read_only_mount_is_read_and_refuses_changes_in_one_line(flakebot_home: Path) -> None:
+    """A catalog on a read-only file system (a shared mount): `list` and `show` read it (SQLite opens it
+    immutable, and the definitions it cannot store stay in the process), `rm` is refused in one line naming the
+    read-only catalog and removes nothing; never "remove catalog.db", the words for a damaged one."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import json_result, run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(2)
+    catalog = tools.catalog.root
+    with _read_only(catalog):
+        listed = run_cli("list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [t["name"] for t in json_result(listed)["tools"]] == ["t00001", "t00002"]
+        assert run_cli("show", "t00001").returncode == 0
+        removed = run_cli("rm", "t00001")
+        assert removed.returncode == CatalogError.exit_code and "Traceback" not in removed.stderr, removed.stderr
+        [line] = removed.stderr.strip().splitlines()
+        assert f"catalog {catalog} is read-only here" in line and "remove it" not in line, line
+    assert (catalog / "tools" / "t00001").is_dir() and sorted(Catalog(catalog).tools()) == ["t00001", "t00002"]
+
+
+def test_a_closed_catalog_on_a_read_only_mount_is_read_without_its_lock_files(flake: Path, tmp_path: Path) -> None:
+    """A catalog whose writers all ended (SQLite removed its -wal and -shm files) on a read-only mount: nobody can
+    write it, so it is read as immutable."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import json_result, run_cli
+
+    adding = adder(flake, ["alpha", "beta"])
+    _, errors = adding.communicate(timeout=60)
+    assert adding.returncode == 0, errors
+    catalog = Catalog.open(config.load()).root
+    assert not (catalog / "catalog.db-wal").exists() and not (catalog / "catalog.db-shm").exists()
+    with _read_only(catalog):
+        listed = run_cli("list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(t["name"] for t in json_result(listed)["tools"]) == ["alpha", "beta"]
