@@ -256,3 +256,20 @@ def test_workers_figure_is_the_ratio_of_the_two_walls() -> None:
     (made,) = workers.summarize(workers.load(result))
     assert (made["id"], made["value"], made["goal"], made["met"]) == ("T3", 0.55, 0.6, True)
     assert "100.0 s by one" in made["measured"] and "crafts per worker: 3, 3" in made["measured"]
+
+
+def test_a_figure_whose_repeats_cross_its_goal_is_reported_as_one_this_run_cannot_tell() -> None:
+    """A figure with repeats gives their range; when the range falls on both sides of the goal, the report says
+    the run cannot tell met from missed (issue 45: P14 moved either side of its goal with the machine's load)."""
+    from benchmarks.perf import figures, report
+
+    crossing = figures.figure("P14", "cold", 1.18, "x", 1.2, "<=", "m", "gap", spread=(1.12, 1.18, 1.25))
+    inside = figures.figure("P14", "cold", 1.1, "x", 1.2, "<=", "m", "gap", spread=(1.05, 1.15))
+    single = figures.figure("P1", "overhead", 1.1, "x", 1.05, "<=", "m", "gap")
+    crossing_row, inside_row, single_row = report.figure_table([crossing, inside, single])[2:]
+    assert (
+        "1.18x (1.12x to 1.25x over 3)" in crossing_row
+        and "met; its spread crosses the goal: cannot tell" in crossing_row
+    )
+    assert inside_row.endswith("| met |") and "(1.05x to 1.15x over 2)" in inside_row
+    assert single_row.endswith("| **not met** |") and "spread" not in single

@@ -6,7 +6,7 @@ numbers), and for a missed goal the gap and where it comes from (also generated 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -60,9 +60,18 @@ def figure(
     measured: str,
     gap: str = "",
     bench: str = "",
+    spread: Sequence[float] = (),
 ) -> dict[str, Any]:
-    met = None if goal is None or value is None else {"<=": value <= goal, "<": value < goal, ">=": value >= goal}[op]
-    return {
+    """One figure of the report. `spread`: the figure's value in each repeat of its measure (alternated with the raw
+    work it is divided by), when it has repeats: the report gives their range and says when that range crosses the
+    goal, so that this run cannot tell met from missed."""
+
+    def meets(v: float) -> bool:
+        assert goal is not None
+        return {"<=": v <= goal, "<": v < goal, ">=": v >= goal}[op]
+
+    met = None if goal is None or value is None else meets(value)
+    found: dict[str, Any] = {
         "id": id,
         "title": title,
         "value": value,
@@ -74,6 +83,11 @@ def figure(
         "gap": gap if met is False else "",
         "bench": bench,
     }
+    if len(spread) >= 2:
+        found["spread"] = {"min": min(spread), "max": max(spread), "n": len(spread)}
+        if met is not None:
+            found["tells"] = meets(min(spread)) == meets(max(spread))  # the whole range on one side of the goal
+    return found
 
 
 def number(value: float, unit: str) -> str:
@@ -82,7 +96,13 @@ def number(value: float, unit: str) -> str:
 
 
 def value_text(f: dict[str, Any]) -> str:
-    return "not measured" if f["value"] is None else number(f["value"], f["unit"])
+    if f["value"] is None:
+        return "not measured"
+    spread = f.get("spread")
+    if not spread:
+        return number(f["value"], f["unit"])
+    low, high = number(spread["min"], f["unit"]), number(spread["max"], f["unit"])
+    return f"{number(f['value'], f['unit'])} ({low} to {high} over {spread['n']})"
 
 
 def goal_text(f: dict[str, Any]) -> str:
@@ -639,7 +659,7 @@ def compile_once_figure(results: Results) -> dict[str, Any]:
     )
     gap = _cold_craft_gap(cold)
     return figure("P14", "cold craft: cargo + nix / one release build of the same crate from nothing", r.ratio, "x",
-                  r.goal, "<=", measured, gap, "compile_once")  # fmt: skip
+                  r.goal, "<=", measured, gap, "compile_once", spread=r.round_ratios)  # fmt: skip
 
 
 def compile_once_shared_figure(results: Results) -> dict[str, Any]:
