@@ -44,6 +44,13 @@ def serving(*options: str, log: Path | None = None) -> Iterator[str]:
     """`flakebot serve --port 0` until the block ends; its URL (the line it prints once listening, within a minute).
     Its stderr goes to `log`.err (a pipe nobody reads could fill and stall it). Stopped by its pid (SIGTERM, then
     SIGKILL), whatever happens in the block."""
+    with serving_process(*options, log=log) as (url, _):
+        yield url
+
+
+@contextmanager
+def serving_process(*options: str, log: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """serving's URL and the front's process (for a test that kills it)."""
     logging = ["-vv", "--log-file", str(log)] if log else []
     errors = (log or Path(os.getcwd()) / "serve.log").with_suffix(".err")
     with errors.open("w") as stderr:
@@ -59,7 +66,7 @@ def serving(*options: str, log: Path | None = None) -> Iterator[str]:
         ready, _, _ = select.select([process.stdout], [], [], 60)
         line = process.stdout.readline() if ready else ""
         assert line.startswith("flakebot serve: "), f"{line}{errors.read_text()}"
-        yield line.split()[2]
+        yield line.split()[2], process
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -25,7 +25,7 @@ from flakebot.team import audit, db, queue
 from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, require, run_cli, wait_for
 from tests.team.conftest import Cluster
-from tests.team.test_front import INITIALIZE, add_token, post, serving
+from tests.team.test_front import INITIALIZE, add_token, post, serving, serving_process
 from tests.team.test_worker import worker
 
 pytestmark = pytest.mark.timeout(300)
@@ -291,6 +291,29 @@ def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, 
         result = session.ask("tasks/result", {"taskId": task["taskId"]})["result"]
         assert result["isError"] and json.loads(result["content"][0]["text"])["type"] == "ScriptError", result
         assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+        assert session.ask("tasks/get", {"taskId": task["taskId"]})["result"]["status"] == "failed"
+
+
+def test_a_front_killed_with_a_task_in_flight_loses_no_task(flakebot_home: Path, database: str, tmp_path: Path) -> None:
+    """A craft started as a task on one front, that front then killed with SIGKILL: the task lives in the queue,
+    so the other front answers tasks/get while it waits, and tasks/result once a worker ended it."""
+    import signal
+
+    alice = add_token("alice", "--tenant", "acme")
+    craft = {"need": "need a csv deduper", "registry": "local"}
+    with serving("--database", database) as two:
+        with serving_process("--database", database) as (one, front):
+            created = Session(one, alice).ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})
+            task = created["result"]["task"]
+            front.send_signal(signal.SIGKILL)
+            front.wait(timeout=30)
+        session = Session(two, alice)
+        got = session.ask("tasks/get", {"taskId": task["taskId"]})["result"]
+        assert (got["taskId"], got["status"], got["statusMessage"]) == (task["taskId"], "working", "queued"), got
+        with worker(database, tmp_path / "worker.log", model="scripted:/nonexistent.json") as proc:
+            assert proc.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
+        result = session.ask("tasks/result", {"taskId": task["taskId"]})["result"]
+        assert result["isError"] and json.loads(result["content"][0]["text"])["type"] == "ScriptError", result
         assert session.ask("tasks/get", {"taskId": task["taskId"]})["result"]["status"] == "failed"
 
 
