@@ -43,6 +43,7 @@ MODULES = (
     "share",
     "service_verbs",
     "team_worker",
+    "team_quota",
     "token_verbs",
 )
 

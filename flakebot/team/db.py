@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3  # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too
+# 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
+# and a tenant's bound on them per day
+SCHEMA_VERSION = 4
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -83,6 +85,10 @@ CREATE OR REPLACE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit
 -- TRUNCATE fires no UPDATE or DELETE trigger: it has its own
 CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
     FOR EACH STATEMENT EXECUTE FUNCTION flakebot_audit_append_only();
+-- the CPU-seconds a job's worker spent on it (the craft and every process it waited for: cargo, nix and its builds)
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS cpu_seconds double precision NOT NULL DEFAULT 0;
+-- a tenant's bound on them per UTC day (NULL: none)
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS max_cpu_seconds_per_day integer;
 """
 
 

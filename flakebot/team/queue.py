@@ -36,6 +36,7 @@ DEFAULT_MAX_IN_FLIGHT = 4  # a tenant's queued + running crafts, until set_quota
 DEFAULT_MAX_PER_DAY = 100  # crafts a tenant may enqueue per UTC day
 MAX_QUOTA = 2**31 - 1  # the integer columns' largest
 MAX_ATTEMPTS = 3  # claims of one job: a job whose workers keep dying is failed, not claimed forever
+TODAY = "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"  # the UTC day's start, in SQL
 WINDOW = "24 hours"  # the share used is measured over this window (as Hydra's scheduler does)
 REGISTRIES = ("auto", "crates-io", "local")  # a tenant's registry: by name only (a path would be the worker's)
 REMOTE_SCHEMES = ("https://", "http://", "git://", "ssh://", "git@")  # a tenant's `from`: a repository, not a path
@@ -114,13 +115,22 @@ def tenant_request(kind: str, data: Any) -> RunRequest:
     return request
 
 
-def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, shares: int = 1) -> None:
+def set_quota(
+    conn: Conn,
+    tenant: str,
+    *,
+    max_in_flight: int,
+    max_per_day: int,
+    shares: int = 1,
+    max_cpu_seconds_per_day: int | None = None,
+) -> None:
     """A tenant's quotas and its share of the workers (made if new); each a whole number the column holds (0 refuses
-    every craft; shares at least 1), else one UsageError and nothing changed."""
+    every craft; shares at least 1; no CPU-seconds bound: None), else one UsageError and nothing changed."""
     for key, value, least in (
         ("max_in_flight", max_in_flight, 0),
         ("max_per_day", max_per_day, 0),
         ("shares", shares, 1),
+        ("max_cpu_seconds_per_day", 0 if max_cpu_seconds_per_day is None else max_cpu_seconds_per_day, 0),
     ):
         if type(value) is not int or not least <= value <= MAX_QUOTA:
             raise UsageError(
@@ -129,11 +139,37 @@ def set_quota(conn: Conn, tenant: str, *, max_in_flight: int, max_per_day: int, 
             )
     with conn.transaction():
         conn.execute(
-            "INSERT INTO tenants (name, max_in_flight, max_per_day, shares) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (name) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, "
-            "max_per_day = EXCLUDED.max_per_day, shares = EXCLUDED.shares",
-            (tenant, max_in_flight, max_per_day, shares),
+            "INSERT INTO tenants (name, max_in_flight, max_per_day, shares, max_cpu_seconds_per_day) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, "
+            "max_per_day = EXCLUDED.max_per_day, shares = EXCLUDED.shares, "
+            "max_cpu_seconds_per_day = EXCLUDED.max_cpu_seconds_per_day",
+            (tenant, max_in_flight, max_per_day, shares, max_cpu_seconds_per_day),
         )
+
+
+def quota_of(conn: Conn, tenant: str) -> dict[str, Any]:
+    """A tenant's quotas (the defaults for one never seen: nothing is made) and what it used of them: crafts queued
+    or running, made today and their CPU-seconds (UTC day)."""
+    row = conn.execute("SELECT * FROM tenants WHERE name = %s", (tenant,)).fetchone()
+    quotas = {
+        "max_in_flight": row["max_in_flight"] if row else DEFAULT_MAX_IN_FLIGHT,
+        "max_per_day": row["max_per_day"] if row else DEFAULT_MAX_PER_DAY,
+        "shares": row["shares"] if row else 1,
+        "max_cpu_seconds_per_day": row["max_cpu_seconds_per_day"] if row else None,
+    }
+    return {"tenant": tenant, "known": row is not None, **quotas, "used": _used(conn, tenant)}
+
+
+def _used(conn: Conn, tenant: str) -> dict[str, Any]:
+    counts = conn.execute(
+        "SELECT count(*) FILTER (WHERE state IN ('queued', 'running')) AS in_flight, "
+        f"count(*) FILTER (WHERE created >= {TODAY}) AS today, "
+        f"coalesce(sum(cpu_seconds) FILTER (WHERE coalesce(ended, started, created) >= {TODAY}), 0) AS cpu_seconds "
+        "FROM jobs WHERE tenant = %s",
+        (tenant,),
+    ).fetchone()
+    assert counts is not None
+    return {"in_flight": counts["in_flight"], "today": counts["today"], "cpu_seconds": round(counts["cpu_seconds"], 1)}
 
 
 def enqueue(
@@ -180,13 +216,7 @@ def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:
 
 
 def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
-    counts = conn.execute(
-        "SELECT count(*) FILTER (WHERE state IN ('queued', 'running')) AS in_flight, "
-        "count(*) FILTER (WHERE created >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') AS today "
-        "FROM jobs WHERE tenant = %s",
-        (tenant,),
-    ).fetchone()
-    assert counts is not None
+    counts = _used(conn, tenant)
     if counts["in_flight"] >= quota["max_in_flight"]:
         raise QuotaExceeded(
             f"tenant {tenant} has {counts['in_flight']} crafts queued or running, its limit",
@@ -200,6 +230,14 @@ def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
             fix="wait until midnight UTC, or ask the team's admin to raise max_per_day",
             tenant=tenant,
             quota="max_per_day",
+        )
+    bound = quota.get("max_cpu_seconds_per_day")
+    if bound is not None and counts["cpu_seconds"] >= bound:  # the crafts already running count once they end
+        raise QuotaExceeded(
+            f"tenant {tenant} has used its {bound} CPU-seconds of crafting for today ({counts['cpu_seconds']:g})",
+            fix="wait until midnight UTC, or ask the team's admin to raise it (flakebot quota TENANT --cpu-seconds)",
+            tenant=tenant,
+            quota="max_cpu_seconds_per_day",
         )
 
 
@@ -274,15 +312,22 @@ def record_run(conn: Conn, job_id: int, worker: str, run_id: str) -> None:
 
 
 def finish(
-    conn: Conn, job_id: int, worker: str, *, result: dict[str, Any] | None, error: dict[str, Any] | None
+    conn: Conn,
+    job_id: int,
+    worker: str,
+    *,
+    result: dict[str, Any] | None,
+    error: dict[str, Any] | None,
+    cpu_seconds: float = 0.0,
 ) -> bool:
-    """Write a job's end (done with its result, or failed with its error); False when `worker` no longer holds it."""
+    """Write a job's end (done with its result, or failed with its error) and the CPU-seconds this attempt took;
+    False when `worker` no longer holds it."""
     state = "failed" if error is not None else "done"
     with conn.transaction():
         row = conn.execute(
-            "UPDATE jobs SET state = %s, result = %s, error = %s, ended = now(), lease_until = NULL "
-            "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
-            (state, _json(result), _json(error), job_id, worker),
+            "UPDATE jobs SET state = %s, result = %s, error = %s, ended = now(), lease_until = NULL, "
+            "cpu_seconds = cpu_seconds + %s WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
+            (state, _json(result), _json(error), max(0.0, cpu_seconds), job_id, worker),
         ).fetchone()
         if row is None:
             return False
@@ -290,13 +335,14 @@ def finish(
     return True
 
 
-def release(conn: Conn, job_id: int, worker: str) -> bool:
-    """Hand a job `worker` holds back to the queue (the worker is stopping): the next claim resumes its run."""
+def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> bool:
+    """Hand a job `worker` holds back to the queue (the worker is stopping), with the CPU-seconds it spent on it:
+    the next claim resumes its run."""
     with conn.transaction():
         row = conn.execute(
-            "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL "
+            "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL, cpu_seconds = cpu_seconds + %s "
             "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
-            (job_id, worker),
+            (max(0.0, cpu_seconds), job_id, worker),
         ).fetchone()
         if row is None:
             return False

@@ -262,6 +262,11 @@ def _principal(record: dict[str, Any]) -> Principal:
     )
 
 
+def check_tenant(tenant: str) -> None:
+    """`tenant` is a tenant's name, as `token add --tenant` takes it (a TeamError otherwise)."""
+    _check_name("tenant", tenant)
+
+
 def _check_name(what: str, value: str) -> None:
     if not NAME.match(value):
         raise TeamError(

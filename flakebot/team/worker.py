@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
 import threading
 import time
@@ -39,6 +40,14 @@ T = TypeVar("T")
 def default_name() -> str:
     """This worker's name in the jobs it holds: host and pid."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def cpu_seconds() -> float:
+    """CPU-seconds of this process and every child it waited for (cargo, nix and the builds nix waited for, in this
+    worker's sandboxes; one job at a time, so a difference is one job's). A build a remote builder runs is that
+    machine's, not counted here."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 @dataclass
@@ -102,13 +111,15 @@ class Worker:
         logger.info("job %s (%s, tenant %s): attempt %s", job["id"], job["kind"], job["tenant"], job["attempts"])
         heartbeat = Heartbeat(self, int(job["id"]))
         heartbeat.start()
+        spent = cpu_seconds()
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         try:
             result = self.crafts(job, self.run_recorder(int(job["id"])))
         except (Interrupted, KeyboardInterrupt):  # this worker is stopping, not the job failing: another resumes it
             heartbeat.stop()
-            self.with_db(lambda conn: queue.release(conn, int(job["id"]), self.name))
+            used = cpu_seconds() - spent
+            self.with_db(lambda conn: queue.release(conn, int(job["id"]), self.name, used))
             logger.warning("job %s handed back to the queue: this worker was stopped", job["id"])
             raise
         except FlakebotError as exc:
@@ -116,7 +127,10 @@ class Worker:
             error = exc.result()
         finally:
             heartbeat.stop()
-        held = self.with_db(lambda conn: queue.finish(conn, int(job["id"]), self.name, result=result, error=error))
+        used = cpu_seconds() - spent
+        held = self.with_db(
+            lambda conn: queue.finish(conn, int(job["id"]), self.name, result=result, error=error, cpu_seconds=used)
+        )
         if not held:
             logger.warning("job %s was taken over by another worker: its end here is not recorded", job["id"])
         state = "failed" if error is not None else "done"

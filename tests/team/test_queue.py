@@ -276,3 +276,46 @@ def test_a_need_no_craft_could_take_is_refused_at_enqueue(database: str, request
         queue.enqueue(conn, "acme", "alice", request_)
     assert conn.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}
     conn.close()
+
+
+def test_a_tenants_cpu_seconds_for_the_day_bound_its_next_craft(database: str) -> None:
+    """A tenant's CPU-seconds bound: the seconds its finished jobs took today (as their workers counted them) refuse
+    its next craft in one line; another tenant and a join are not refused."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=4, max_per_day=10, max_cpu_seconds_per_day=60)
+    first = queue.enqueue(conn, "acme", "alice", craft("need a CSV deduper"))
+    job = queue.claim(conn, "w1", lease_seconds=30)
+    assert job is not None and job["id"] == first.job_id
+    assert queue.release(conn, first.job_id, "w1", cpu_seconds=25.0)  # a stopping worker's seconds count too
+    assert queue.claim(conn, "w2", lease_seconds=30) is not None
+    assert queue.finish(conn, first.job_id, "w2", result={"status": "crafted"}, error=None, cpu_seconds=40.0)
+    assert queue.quota_of(conn, "acme")["used"] == {"in_flight": 0, "today": 1, "cpu_seconds": 65.0}
+    with pytest.raises(QuotaExceeded, match=r"tenant acme has used its 60 CPU-seconds of crafting for today \(65\)"):
+        queue.enqueue(conn, "acme", "alice", craft("need a word counter"))
+    assert not queue.enqueue(conn, "other", "bob", craft("need a word counter")).joined  # not another's bound
+    queue.set_quota(conn, "acme", max_in_flight=4, max_per_day=10)  # no bound: None
+    assert not queue.enqueue(conn, "acme", "alice", craft("need a word counter")).joined
+    with pytest.raises(UsageError, match="max_cpu_seconds_per_day must be a whole number"):
+        queue.set_quota(conn, "acme", max_in_flight=4, max_per_day=10, max_cpu_seconds_per_day=-1)
+    conn.close()
+
+
+def test_the_quota_command_shows_and_sets_a_tenants_quotas(database: str) -> None:
+    """`flakebot quota TENANT --database URL`: the defaults for a tenant with no job yet, then set a field at a time
+    (the others stay); a bad value is one line, changing nothing."""
+    from tests.conftest import json_result, run_cli
+
+    shown = json_result(run_cli("quota", "acme", "--database", database, "--json", check=True))
+    assert (shown["known"], shown["max_in_flight"], shown["max_cpu_seconds_per_day"]) == (False, 4, None)
+    set_ = json_result(run_cli("quota", "acme", "--database", database, "--cpu-seconds", "600", "--json", check=True))
+    assert (set_["changed"], set_["max_cpu_seconds_per_day"], set_["max_per_day"]) == (True, 600, 100)
+    more = json_result(run_cli("quota", "acme", "--database", database, "--shares", "3", "--json", check=True))
+    assert (more["shares"], more["max_cpu_seconds_per_day"]) == (3, 600)
+    both = run_cli("quota", "acme", "--database", database, "--cpu-seconds", "5", "--no-cpu-bound")
+    assert both.returncode == 2 and "cannot be combined" in both.stderr
+    negative = run_cli("quota", "acme", "--database", database, "--max-per-day", "-1")
+    assert negative.returncode == 2 and "\n" not in negative.stderr.strip(), negative.stderr
+    lifted = run_cli("quota", "acme", "--database", database, "--no-cpu-bound")
+    assert lifted.returncode == 0 and "no bound" in lifted.stdout and "shares     3" in lifted.stdout, lifted.stdout
+    bad = run_cli("quota", "Not A Name", "--database", database)
+    assert bad.returncode != 0 and "is not a name" in bad.stderr

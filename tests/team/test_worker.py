@@ -129,6 +129,8 @@ def test_a_killed_workers_craft_is_resumed_by_another_worker(database: str, tmp_
     row = job_row(database, job_id)
     assert (row["state"], row["worker"], row["attempts"], row["run_id"]) == ("done", "second", 2, run_id)
     assert row["result"]["status"] == "crafted" and row["result"]["name"] == "csv-dedup"
+    # the second worker's CPU-seconds (its cargo and nix builds); the killed one's were lost with it
+    assert row["cpu_seconds"] > 1.0, row["cpu_seconds"]
     run = Run.load(workdir, run_id)
     assert run.state["status"] == "succeeded" and run.state["stages"]["edit"]["attempts"] == 2
     assert run.state["stages"]["spec"]["attempts"] == 1  # resumed, not crafted again
