@@ -73,6 +73,8 @@ TABLE = {
     "spelled",
     "value_schema",
     "typed",
+    "bound",
+    "check_given",
 }  # the table and the checks every door shares
 # what the commands share among themselves (flakebot.commands.common), not the API
 COMMON = {"settings_or_default", "workdir_of", "run_overrides", "check_limits", "check_craft_options", "check_host"}

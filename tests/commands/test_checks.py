@@ -37,6 +37,16 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: api.call_tool(5, {}), "'name' must be a string, got a whole number"),
     (lambda: api.tool_manifest("t", x=1), "tool_manifest() takes no argument x"),
     (lambda: api.list_remote(5), "'url' must be a string or null, got a whole number"),
+    # what a door gives (settings, sink, ...), passed by an API caller: checked as the door would give it
+    (lambda: api.search("csv", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
+    (lambda: api.list_runs(settings={"offline": True}), "'settings' must be a flakebot.config.Settings or None, got dict"),
+    (lambda: api.resume("r", sink="x"), "'sink' must be a function taking an event, got str"),
+    (lambda: api.run_tool("t", agent="yes"), "'agent' must be true or false, got str"),
+    (lambda: api.call_tool("t", {}, cwd=5), "'cwd' must be a path or None, got int"),
+    # the request-building functions (craft, improve, package) bound to their signatures as the others are
+    (lambda: api.craft(), "craft(): missing a required argument: 'need'"),
+    (lambda: api.package("a", "b"), "package(): too many positional arguments"),
+    (lambda: api.improve("t", "x", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
 ]
 
 
