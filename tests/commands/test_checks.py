@@ -47,6 +47,8 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: api.craft(), "craft(): missing a required argument: 'need'"),
     (lambda: api.package("a", "b"), "package(): too many positional arguments"),
     (lambda: api.improve("t", "x", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
+    # a value JSON has no word for is named by its Python type, never "null"
+    (lambda: api.search(b"csv"), "'query' must be a string, got bytes"),
 ]
 
 
