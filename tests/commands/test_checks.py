@@ -49,6 +49,9 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: api.improve("t", "x", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
     # a value JSON has no word for is named by its Python type, never "null"
     (lambda: api.search(b"csv"), "'query' must be a string, got bytes"),
+    # negative waits and windows: refused, not read as 0 or as no window at all
+    (lambda: api.status("r", wait_seconds=-5), "'wait_seconds' must be at least 0, got -5"),
+    (lambda: api.token_audit(minutes=-1.0), "'minutes' must be at least 0, got -1.0"),
 ]
 
 
