@@ -19,6 +19,8 @@ REFUSED = [
     ("package", {"target": "/nonexistent/crate"}, "UsageError", "/nonexistent/crate is not a directory"),
     ("package", {"target": "./no-such-dir"}, "UsageError", "./no-such-dir is not a directory"),
     ("package", {"target": "hexyl", "name": "hex"}, "UsageError", "a name is for a catalogued package only"),
+    # a target too long for a file name (was an OSError: a JSON-RPC error, a traceback in the log)
+    ("package", {"target": "a" * 300}, "UsageError", "is neither a directory nor a crate name"),
     ("improve", {"tool": "nosuch", "request": "add --x"}, "CatalogError", "no tool 'nosuch' in the catalog"),
     ("package", {"target": "hexyl", "out": "/proc/nope"}, "HostError", "out /proc/nope cannot be made"),
     ("craft", {"need": "need a CSV deduper", "model": "nosuch:model"}, "ModelError", "unknown model provider 'nosuch'"),
