@@ -80,10 +80,23 @@ def _check_catalog_name(name: str, settings: config.Settings) -> None:
         )
 
 
+def _check_crate(name: str, request: RunRequest, settings: config.Settings) -> None:
+    """A crate name is one the registry holds, when that registry is on this machine (local, a directory source,
+    or any registry offline): asked now, not by a run's locate stage. crates.io is left to that stage, as a
+    network call has no place before a run or job starts."""
+    from flakebot.crates.registries import open_registry
+
+    settings = dataclasses.replace(settings, **run_overrides(request.overrides()))
+    choice = request.registry or settings.registry or "auto"
+    if choice in ("crates-io", "crates.io") or (choice == "auto" and not settings.offline):
+        return
+    open_registry(settings, choice).get(name)  # SearchError: not there
+
+
 def _check_package(request: RunRequest, settings: config.Settings | None = None, agent: bool = False) -> None:
     """What needs nothing built, before a run or an MCP job exists (the command's check, and the first thing
     package_request does): --name only with --catalog and free for a packaged crate, the target a crate
-    directory or a crate name, --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
+    directory or a crate name (one the registry holds, when it is on this machine), --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
     (table.check_values). `agent`: over MCP, its arguments named as MCP names them."""
     from flakebot.nix.flake import check_out_dir
     from flakebot.stages.locate import check_target
@@ -93,7 +106,8 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None,
             fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
             raise UsageError("a name is for a catalogued package only", fix=fix)
         _check_catalog_name(request.name, settings_or_default(settings))
-    check_target(request.target or "")
+    if check_target(request.target or "") is None:
+        _check_crate(request.target or "", request, settings_or_default(settings))
     if request.out:
         out = Path(request.out).expanduser()
         check_out_dir(out)

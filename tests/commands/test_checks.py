@@ -106,3 +106,19 @@ def test_package_out_where_no_directory_can_be_made_is_one_line_before_a_run(fla
     assert done.stderr.startswith("error: out /proc/nope/new cannot be made") and ". Fix: " in done.stderr
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_package_of_what_is_no_crate_is_one_line_before_a_run(flakebot_home: Path) -> None:
+    """A target too long for a file name (was an OSError traceback), a crate the local registry does not hold (was a
+    run failing in its locate stage): refused before a run exists, each in one line with its own exit code."""
+    long = run_cli("package", "a" * 300, "--registry", "local", "--json")
+    assert long.returncode == 2 and "Traceback" not in long.stderr, long.stderr
+    said = json.loads(long.stdout)
+    assert said["error"] == f"'{'a' * 64}...' is neither a directory nor a crate name", said
+    missing = run_cli("package", "nosuchcrate-zz", "--registry", "local")
+    assert missing.returncode == 10 and missing.stderr.startswith("error: crate 'nosuchcrate-zz' is not in"), (
+        missing.stderr
+    )
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())

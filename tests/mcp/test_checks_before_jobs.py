@@ -19,8 +19,10 @@ REFUSED = [
     ("package", {"target": "/nonexistent/crate"}, "UsageError", "/nonexistent/crate is not a directory"),
     ("package", {"target": "./no-such-dir"}, "UsageError", "./no-such-dir is not a directory"),
     ("package", {"target": "hexyl", "name": "hex"}, "UsageError", "a name is for a catalogued package only"),
-    # a target too long for a file name (was an OSError: a JSON-RPC error, a traceback in the log)
+    # a target too long for a file name (was an OSError: JSON-RPC error, a traceback in the log) and a crate the
+    # local registry does not hold (was a detached job and a run, failing in its locate stage)
     ("package", {"target": "a" * 300}, "UsageError", "is neither a directory nor a crate name"),
+    ("package", {"target": "nosuchcrate-zz", "registry": "local"}, "SearchError", "crate 'nosuchcrate-zz' is not in"),
     ("improve", {"tool": "nosuch", "request": "add --x"}, "CatalogError", "no tool 'nosuch' in the catalog"),
     ("package", {"target": "hexyl", "out": "/proc/nope"}, "HostError", "out /proc/nope cannot be made"),
     ("craft", {"need": "need a CSV deduper", "model": "nosuch:model"}, "ModelError", "unknown model provider 'nosuch'"),
