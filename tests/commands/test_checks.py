@@ -122,3 +122,26 @@ def test_package_of_what_is_no_crate_is_one_line_before_a_run(flakebot_home: Pat
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_a_search_query_past_its_bound_is_one_short_line_at_every_door(flakebot_home: Path) -> None:
+    """A 100 KB query was echoed whole by the CLI ("No crate matches 'aaa...'", exit 0) and, sent to crates.io, an
+    httpx InvalidURL: a JSON-RPC error with a Python message over MCP and a traceback in its log."""
+    import asyncio
+
+    from tests.mcp.test_server import mcp_client
+
+    huge = "csv " * 25_000
+    done = run_cli("search", huge, "--registry", "local")
+    assert done.returncode == 2 and done.stdout == "", done.stdout[:200]
+    assert done.stderr.startswith("error: the search query is 100,000 characters, more than 500. Fix: ")
+    assert len(done.stderr) < 300, done.stderr[:300]
+
+    async def session() -> tuple[dict[str, Any], bool]:
+        async with mcp_client() as client:
+            return await client.call("search", {"query": huge})  # no registry: crates.io first, as an agent's
+
+    answer, error = asyncio.run(session())
+    assert error and answer["type"] == "UsageError" and answer["exit_code"] == 2, answer
+    with pytest.raises(UsageError, match="more than 500"):
+        api.search(huge, registry="local")
