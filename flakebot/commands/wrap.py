@@ -65,18 +65,21 @@ def package_request(
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
 
 
-def _check_catalog_name(name: str, settings: config.Settings) -> None:
+def _check_catalog_name(name: str, settings: config.Settings, agent: bool = False) -> None:
     """--name is well formed and not held by a crafted tool or a service: a packaged crate replaces only another
-    packaged crate's entry (which crate, cargo says only once the run has the crate, so the stage checks that)."""
+    packaged crate's entry (which crate, cargo says only once the run has the crate, so the stage checks that).
+    `agent`: said as MCP names the argument (`name`) and the removal (the rm tool)."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.stages.catalog_packaged import PACKAGED_NEED, catalog_name
 
-    catalog_name(name, "")
+    option = "name" if agent else "--name"
+    catalog_name(name, "", option)
     holder = Catalog.open(settings).entry(name)  # one row, not the whole index
     if holder is not None and not str(holder.get("need", "")).startswith(PACKAGED_NEED):
+        remove = f"the rm tool with tool {name}" if agent else f"'flakebot rm {name}'"
         raise UsageError(
             f"the catalog already has a tool named {name} for another need ({holder.get('need', '')!r})",
-            fix=f"pass --name {name}-2 (or another free name), or remove the old one with 'flakebot rm {name}'",
+            fix=f"pass {option} {name}-2 (or another free name), or remove the old one with {remove}",
         )
 
 
@@ -105,7 +108,7 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None,
         if not request.catalog:
             fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
             raise UsageError("a name is for a catalogued package only", fix=fix)
-        _check_catalog_name(request.name, settings_or_default(settings))
+        _check_catalog_name(request.name, settings_or_default(settings), agent)
     if check_target(request.target or "") is None:
         _check_crate(request.target or "", request, settings_or_default(settings))
     if request.out:

@@ -11,7 +11,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.mcp.test_server import mcp_client
 from tests.mcp.test_tasks import raw_session
 
@@ -28,6 +28,9 @@ REFUSED = [
     ("craft", {"need": "need a CSV deduper", "model": "nosuch:model"}, "ModelError", "unknown model provider 'nosuch'"),
     ("craft", {"need": "need a CSV deduper"}, "ModelError", "no model chosen"),  # no key in this test's environment
 ]
+
+
+SCRIPTED = f"scripted:{REPO / 'flakebot/data/sessions/csv-dedup.json'}"
 
 
 def _jobs(home: Path) -> list[Path]:
@@ -78,3 +81,34 @@ def test_mcp_errors_name_the_mcp_argument(flakebot_home: Path) -> None:
     assert limit_error and limit["error"] == "'limit' must be at least 1, got 0", limit
     assert name_error and "--" not in name["error"], name
     assert "--" not in limit["error"] + limit["fix"]
+
+
+def test_a_catalog_name_refused_over_mcp_names_the_mcp_argument(flakebot_home: Path, tmp_path: Path) -> None:
+    """package's and craft's catalog name, malformed, too long or held by another need: the fix said `--name` over
+    MCP, where the argument is `name`; the name is said back cut short; craft's was checked only inside its job (a
+    job file left, and a 5000-character name taken: a run started)."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\n")
+    Catalog.open(config.load()).add(
+        "shout", need="shout at me", flake_dir=flake, manifest={}, usage_md="", store_path="/nonexistent",
+        run_id="r1", origin={},
+    )  # fmt: skip
+
+    async def session() -> list[tuple[dict[str, Any], bool]]:
+        async with mcp_client() as client:
+            return [
+                await client.call("package", {"target": "hexyl", "catalog": True, "name": name})
+                for name in ("../x", "Bad_Name", "shout")
+            ]
+
+    for answer, error in asyncio.run(session()):
+        assert error and answer["type"] == "UsageError", answer
+        assert "--" not in answer["fix"] and "name" in answer["fix"], answer
+        assert len(answer["error"]) < 200, answer["error"][:300]
+    cli = run_cli("package", "hexyl", "--catalog", "--name", "shout", "--registry", "local")
+    assert cli.returncode == 2 and "pass --name shout-2" in cli.stderr, cli.stderr
+    assert _jobs(flakebot_home) == []
