@@ -141,9 +141,12 @@ def _check_request(request: RunRequest, settings: config.Settings | None) -> Non
     _check_fork(request.fork, dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides())))
 
 
-def _check_craft(request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None) -> None:
-    """What needs nothing built, before an MCP job exists: `_check_request`, and a usable model unless a catalog
-    could answer the need without one (this machine's, or a shared one)."""
+def _check_craft(
+    request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None, agent: bool = False
+) -> None:
+    """What needs nothing built, before an MCP job exists: `_check_request`, and a usable model and a free --name
+    unless a catalog could answer the need without them (this machine's, or a shared one). `agent`: the name's
+    problems said as MCP names the argument."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.llm.providers import check_model
 
@@ -153,6 +156,7 @@ def _check_craft(request: RunRequest, stop_after: str | None = None, settings: c
     if not (answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None)):
         check_model(request.model, settings)
         check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
+        _check_name(request.name, request.need, settings, agent)
 
 
 def with_service_note(result: CraftResult, settings: config.Settings) -> CraftResult:
@@ -241,24 +245,29 @@ def _check_fork(fork: bool, settings: config.Settings) -> None:
         )
 
 
-def _check_name(name: str | None, need: str, settings: config.Settings) -> None:
-    """--name must be a binary name, and not one the catalog holds for another need."""
+def _check_name(name: str | None, need: str, settings: config.Settings, agent: bool = False) -> None:
+    """--name must be a binary name (said back cut short), and not one the catalog holds for another need. `agent`:
+    said as MCP names the argument (`name`) and the removal (the rm tool)."""
     if name is None:
         return
     from flakebot.deliver.catalog import Catalog
-    from flakebot.toolspec import NAME_RE
+    from flakebot.toolspec import NAME_MAX, NAME_RE
 
+    option = "name" if agent else "--name"
     if not NAME_RE.match(name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
         raise UsageError(
-            f"--name '{name}' is not kebab-case", fix="pass a name like csv-dedup (lower-case words joined by -)"
+            f"{option} '{shown}' is not kebab-case",
+            fix=f"pass a name like csv-dedup (lower-case words joined by -, at most {NAME_MAX} characters)",
         )
     catalog = Catalog.open(settings)
     holder = catalog.name_holder(name, need)
     if holder is not None:
         free = catalog.free_name(name, need)
+        remove = f"the rm tool with tool {name}" if agent else f"'flakebot rm {name}'"
         raise UsageError(
             f"the catalog holds a tool named {name} for another need ({holder.get('need', '')!r})",
-            fix=f"pass --name {free}, or remove the old one with 'flakebot rm {name}'",
+            fix=f"pass {option} {free}, or remove the old one with {remove}",
         )
 
 

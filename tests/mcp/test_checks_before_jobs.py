@@ -102,7 +102,10 @@ def test_a_catalog_name_refused_over_mcp_names_the_mcp_argument(flakebot_home: P
         async with mcp_client() as client:
             return [
                 await client.call("package", {"target": "hexyl", "catalog": True, "name": name})
-                for name in ("../x", "Bad_Name", "shout")
+                for name in ("../x", "Bad_Name", "shout", "x" * 5000)
+            ] + [
+                await client.call("craft", {"need": "upper-case my input", "model": SCRIPTED, "name": name})
+                for name in ("Bad_Name", "shout", "x" * 5000, "csv\n")
             ]
 
     for answer, error in asyncio.run(session()):
