@@ -50,11 +50,14 @@ def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> N
         )
 
 
-def check_writable_dir(path: Path, setting: str) -> None:
+def check_writable_dir(path: Path, setting: str, fix: str | None = None) -> None:
     """`path` is a directory flakebot can create and write (checked before a run, not when its result is stored). Tried
-    for real, by making the directory and a file in it: root passes every permission check but not a read-only mount."""
+    for real, by making the directory and a file in it: root passes every permission check but not a read-only mount.
+    `fix`: what to say instead of pointing the setting elsewhere (for a directory that is no setting, a run's)."""
     if path.exists() and not path.is_dir():
-        raise HostError(f"{setting} {path} is not a directory", fix=f"point {setting} at a directory, or remove {path}")
+        raise HostError(
+            f"{setting} {path} is not a directory", fix=fix or f"point {setting} at a directory, or remove {path}"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
         handle, probe = tempfile.mkstemp(prefix=".flakebot-probe-", dir=path)
@@ -63,7 +66,7 @@ def check_writable_dir(path: Path, setting: str) -> None:
     except OSError as exc:
         raise HostError(
             f"{setting} {path} is not writable ({exc.strerror or exc})",
-            fix=f"make {path} writable, or point {setting} at a writable directory",
+            fix=fix or f"make {path} writable, or point {setting} at a writable directory",
         ) from None
 
 

@@ -145,3 +145,37 @@ def test_a_search_query_past_its_bound_is_one_short_line_at_every_door(flakebot_
     assert error and answer["type"] == "UsageError" and answer["exit_code"] == 2, answer
     with pytest.raises(UsageError, match="more than 500"):
         api.search(huge, registry="local")
+
+
+def test_resume_of_a_run_whose_directory_is_read_only_is_one_line_before_any_stage(flakebot_home: Path) -> None:
+    """The run's own directory is written first (its lock, state.json): read-only, resume was an OSError traceback
+    (exit 1) from the lock. Now refused before any stage as the read-only catalog is (exit 5), by the CLI and MCP,
+    and the run is left to resume once it can be written."""
+    import asyncio
+
+    from flakebot.pipeline.run import Run
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import REPO, json_result
+    from tests.mcp.test_server import mcp_client
+
+    script = REPO / "flakebot/data/sessions/csv-dedup.json"
+    offline = ("--registry", "local", "--offline")
+    made = run_cli("craft", "need a CSV deduper", "--model", f"scripted:{script}", *offline, "--stop-after", "spec", "--json")
+    run_id = json_result(made)["run_id"]
+    workdir = flakebot_home / "work"
+
+    async def session() -> tuple[dict[str, Any], bool]:
+        async with mcp_client() as client:
+            return await client.call("resume", {"run_id": run_id})
+
+    with _read_only(workdir / "runs" / run_id):
+        done = run_cli("resume", run_id)
+        answer, error = asyncio.run(session())
+    assert done.returncode == 5 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: run {run_id}'s directory ") and "is not writable" in line and ". Fix: " in line
+    assert error and answer["type"] == "HostError", answer
+    jobs = workdir / "mcp-jobs"
+    assert not jobs.exists() or not [p for p in jobs.iterdir() if not p.name.startswith(".")]
+    run = Run.load(workdir, run_id)
+    assert run.state["status"] == "stopped" and run.stage_status("search") == "pending"
