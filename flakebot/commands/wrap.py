@@ -102,13 +102,19 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None,
     directory or a crate name (one the registry holds, when it is on this machine), --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
     (table.check_values). `agent`: over MCP, its arguments named as MCP names them."""
     from flakebot.nix.flake import check_out_dir
-    from flakebot.stages.locate import check_target
+    from flakebot.stages.locate import CRATE_NAME, check_target
 
     if request.name:
         if not request.catalog:
             fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
             raise UsageError("a name is for a catalogued package only", fix=fix)
         _check_catalog_name(request.name, settings_or_default(settings), agent)
+    if request.bin and not CRATE_NAME.match(request.bin):  # which binaries it has, cargo says in the run
+        shown = request.bin if len(request.bin) <= 64 else request.bin[:64] + "..."
+        raise UsageError(
+            f"'{shown}' is not a binary name",
+            fix=f"pass {'bin' if agent else '--bin'} with one of the crate's binaries (letters, digits, '-' and '_')",
+        )
     if check_target(request.target or "") is None:
         _check_crate(request.target or "", request, settings_or_default(settings))
     if request.out:

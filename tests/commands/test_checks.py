@@ -120,6 +120,10 @@ def test_package_of_what_is_no_crate_is_one_line_before_a_run(flakebot_home: Pat
         missing.stderr
     )
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    bad_bin = run_cli("package-service", kv_service, "--bin", "b" * 300, "--offline")  # was refused after a run began
+    assert bad_bin.returncode == 2 and bad_bin.stderr.startswith(f"error: '{'b' * 64}...' is not a binary name")
+    assert len(bad_bin.stderr) < 300, bad_bin.stderr
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
 

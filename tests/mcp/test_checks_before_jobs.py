@@ -22,6 +22,7 @@ REFUSED = [
     # a target too long for a file name (was an OSError: JSON-RPC error, a traceback in the log) and a crate the
     # local registry does not hold (was a detached job and a run, failing in its locate stage)
     ("package", {"target": "a" * 300}, "UsageError", "is neither a directory nor a crate name"),
+    ("package", {"target": "hexyl", "bin": "b" * 300}, "UsageError", "is not a binary name"),
     ("package", {"target": "nosuchcrate-zz", "registry": "local"}, "SearchError", "crate 'nosuchcrate-zz' is not in"),
     ("improve", {"tool": "nosuch", "request": "add --x"}, "CatalogError", "no tool 'nosuch' in the catalog"),
     ("package", {"target": "hexyl", "out": "/proc/nope"}, "HostError", "out /proc/nope cannot be made"),
