@@ -114,10 +114,12 @@ def check_registry(settings: Settings, registry: str | None) -> None:
             fix="drop --offline (or the offline setting), or use '--registry local'",
         )
     if choice not in ("crates-io", "auto", "local"):
-        path = Path(choice).expanduser()
-        if not path.is_dir():
+        from flakebot.crates.registries import is_directory
+
+        if not is_directory(choice):
+            shown = choice if len(choice) <= 64 else choice[:64] + "..."
             raise UsageError(
-                f"the registry {choice} is not a directory",
+                f"the registry {shown} is not a directory",
                 fix="pass crates-io, local, auto or the path of a cargo directory source (e.g. /usr/share/cargo/registry)",
             )
     elif (choice == "local" or settings.offline) and not Path(settings.local_registry).is_dir():

@@ -46,11 +46,20 @@ def open_registry(settings: Settings, registry: str | None = None) -> Registry:
         return CratesIo(settings)
     if choice == "auto":
         return local_registry(settings) if settings.offline else AutoRegistry(settings)
-    if not Path(choice).expanduser().exists():
+    if not is_directory(choice):
+        shown = choice if len(choice) <= 64 else choice[:64] + "..."
         raise SearchError(
-            f"unknown registry '{choice}'", fix="use crates-io, local, auto or the path of a cargo directory source"
+            f"unknown registry '{shown}'", fix="use crates-io, local, auto or the path of a cargo directory source"
         )
     return local_registry(settings, choice)
+
+
+def is_directory(path: str) -> bool:
+    """Whether `path` names a directory (a registry given as a path); a name no file can have (too long) is none."""
+    try:
+        return Path(path).expanduser().is_dir()
+    except OSError:
+        return False
 
 
 class AutoRegistry:

@@ -183,3 +183,21 @@ def test_resume_of_a_run_whose_directory_is_read_only_is_one_line_before_any_sta
     assert not jobs.exists() or not [p for p in jobs.iterdir() if not p.name.startswith(".")]
     run = Run.load(workdir, run_id)
     assert run.state["status"] == "stopped" and run.stage_status("search") == "pending"
+
+
+def test_a_registry_path_too_long_for_a_file_name_is_one_line(flakebot_home: Path) -> None:
+    """`--registry` names crates-io, local or a directory: one too long for a file name was an OSError traceback
+    (search, package, craft's preflight); now the unknown registry's one line, the name cut short."""
+    long = "r" * 300
+    script = Path(__file__).parents[2] / "flakebot/data/sessions/csv-dedup.json"
+    for args in (
+        ("search", "csv", "--registry", long),
+        ("package", "hexyl", "--registry", long),
+        ("craft", "need a CSV deduper", "--model", f"scripted:{script}", "--registry", long),
+    ):
+        done = run_cli(*args)
+        assert done.returncode in (2, 10) and "Traceback" not in done.stderr, done.stderr[-1500:]
+        [line] = done.stderr.strip().splitlines()
+        assert f"{'r' * 64}..." in line and long not in line and ". Fix: " in line, line
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
