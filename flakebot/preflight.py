@@ -3,6 +3,7 @@ of after the spec stage has called the model or the build has run.
 
     check_text(kind, text, example)    a need or an improvement: non-empty, UTF-8, bounded
     check_writable_dir(path, setting)  a directory flakebot will write (runs, catalog): creatable, writable
+    check_path_name(path, what)        a name a file can have (no ENAMETOOLONG from asking whether it exists)
     check_free_space(path, least_mb)   room for a craft's workspace and target dir
     check_registry(settings, registry) the registry exists and --offline agrees with it
     check_request_flags(fork, push, delete_fork)
@@ -25,6 +26,7 @@ from flakebot.errors import HostError, UsageError
 NEED_LIMIT = 4000  # characters: a need is a sentence or a paragraph; an argument list has room for it
 FREE_SPACE_MB = 1024  # a craft's workspace, target dir and flake need about this much at the least
 WORKING_FLOOR_MB = 100  # below this, mid-run, a failing build is the disk's doing, not the model's
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: a path's part, and the whole path (Linux's limits)
 HOST_ERRNOS = {
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is spent",
@@ -48,6 +50,16 @@ def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> N
             f"the {kind} is {len(text):,} characters, more than {limit:,}",
             fix="say it in fewer words; put examples in a --spec file instead",
         )
+
+
+def check_path_name(path: str | Path, what: str) -> None:
+    """`path` is a name a file can have: no part past NAME_MAX bytes, the whole below PATH_MAX. Past them every
+    system call fails with ENAMETOOLONG, an OSError where a check only asked whether the path exists."""
+    encoded = os.fsencode(path)
+    if len(encoded) >= PATH_MAX or any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+        text = str(path)
+        shown = text if len(text) <= 64 else text[:64] + "..."
+        raise UsageError(f"{what} {shown} is too long for a file name", fix=f"pass a shorter {what}")
 
 
 def check_writable_dir(path: Path, setting: str, fix: str | None = None) -> None:
@@ -76,6 +88,7 @@ def check_could_be_dir(path: Path, setting: str, fix: str | None = None) -> None
     a concurrent flakebot making the directory for real never sees it vanish). `fix`: what to say instead of
     pointing the setting elsewhere (for a path that is no setting, such as package's --out)."""
     fix = fix or f"point {setting} at a directory (--{setting.replace('_', '-')} DIR or FLAKEBOT_{setting.upper()})"
+    check_path_name(path, setting)
     missing = path
     while not missing.parent.exists() and missing.parent != missing:
         missing = missing.parent

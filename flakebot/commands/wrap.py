@@ -118,6 +118,7 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None,
     if check_target(request.target or "") is None:
         _check_crate(request.target or "", request, settings_or_default(settings))
     if request.out:
+        preflight.check_path_name(request.out, "out")
         out = Path(request.out).expanduser()
         check_out_dir(out)
         preflight.check_could_be_dir(out, "out", fix="choose an output directory that can be made (new or empty)")

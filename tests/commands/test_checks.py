@@ -201,3 +201,23 @@ def test_a_registry_path_too_long_for_a_file_name_is_one_line(flakebot_home: Pat
         assert f"{'r' * 64}..." in line and long not in line and ". Fix: " in line, line
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_a_path_too_long_for_a_file_name_is_one_line_wherever_a_path_is_taken(flakebot_home: Path) -> None:
+    """craft --from, package --out, --workdir and eval's suite, each a path 300 characters long: an OSError
+    (ENAMETOOLONG) traceback from asking whether it exists; now one line naming it, cut short (preflight)."""
+    long = "/tmp/" + "p" * 300
+    script = Path(__file__).parents[2] / "flakebot/data/sessions/csv-dedup.json"
+    craft = ("craft", "need a CSV deduper", "--model", f"scripted:{script}", "--registry", "local", "--offline")
+    for args in (
+        (*craft, "--from", long),
+        ("package", "hexyl", "--registry", "local", "--out", long),
+        ("--workdir", long, "runs"),
+        ("eval", long),
+    ):
+        done = run_cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args[0], done.stderr[-1500:])
+        [line] = done.stderr.strip().splitlines()
+        assert "is too long for a file name" in line and long not in line and ". Fix: " in line, line
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
