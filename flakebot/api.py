@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flakebot.commands import catalog_tools, craft as crafting, improve as improving, runs, share, wrap
+from flakebot.commands import catalog_tools, runs, share, wrap
+from flakebot.commands import craft as crafting
+from flakebot.commands import improve as improving
 from flakebot.commands.catalog_tools import tool_definitions
 from flakebot.commands.craft import CraftResult, craft_result
 from flakebot.commands.runs import run_result

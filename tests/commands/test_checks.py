@@ -39,7 +39,10 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: api.list_remote(5), "'url' must be a string or null, got a whole number"),
     # what a door gives (settings, sink, ...), passed by an API caller: checked as the door would give it
     (lambda: api.search("csv", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
-    (lambda: api.list_runs(settings={"offline": True}), "'settings' must be a flakebot.config.Settings or None, got dict"),
+    (
+        lambda: api.list_runs(settings={"offline": True}),
+        "'settings' must be a flakebot.config.Settings or None, got dict",
+    ),
     (lambda: api.resume("r", sink="x"), "'sink' must be a function taking an event, got str"),
     (lambda: api.run_tool("t", agent="yes"), "'agent' must be true or false, got str"),
     (lambda: api.call_tool("t", {}, cwd=5), "'cwd' must be a path or None, got int"),
@@ -164,7 +167,9 @@ def test_resume_of_a_run_whose_directory_is_read_only_is_one_line_before_any_sta
 
     script = REPO / "flakebot/data/sessions/csv-dedup.json"
     offline = ("--registry", "local", "--offline")
-    made = run_cli("craft", "need a CSV deduper", "--model", f"scripted:{script}", *offline, "--stop-after", "spec", "--json")
+    made = run_cli(
+        "craft", "need a CSV deduper", "--model", f"scripted:{script}", *offline, "--stop-after", "spec", "--json"
+    )
     run_id = json_result(made)["run_id"]
     workdir = flakebot_home / "work"
 
