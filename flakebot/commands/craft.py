@@ -144,19 +144,22 @@ def _check_request(request: RunRequest, settings: config.Settings | None) -> Non
 def _check_craft(
     request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None, agent: bool = False
 ) -> None:
-    """What needs nothing built, before an MCP job exists: `_check_request`, and a usable model and a free --name
-    unless a catalog could answer the need without them (this machine's, or a shared one). `agent`: the name's
-    problems said as MCP names the argument."""
+    """What needs nothing built, before an MCP job exists: `_check_request`, and no craft of the need running now,
+    a usable model and a free --name unless a catalog could answer the need without them (this machine's, or a
+    shared one). `agent`: said as MCP names the arguments and tools."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.llm.providers import check_model
 
     _check_request(request, settings)
     settings = dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides()))
     answered = not request.fresh and stop_after is None
-    if not (answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None)):
-        check_model(request.model, settings)
-        check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
-        _check_name(request.name, request.need, settings, agent)
+    if answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None):
+        return  # a catalog may answer the need: no model, no run of its own
+    if answered:
+        _check_in_flight(request.need, settings, agent)
+    check_model(request.model, settings)
+    check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
+    _check_name(request.name, request.need, settings, agent)
 
 
 def with_service_note(result: CraftResult, settings: config.Settings) -> CraftResult:
@@ -196,14 +199,16 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     return None
 
 
-def _check_in_flight(need: str, settings: config.Settings) -> None:
-    """A craft of the same need that a process is driving right now is not paid for twice: say which run it is."""
+def _check_in_flight(need: str, settings: config.Settings, agent: bool = False) -> None:
+    """A craft of the same need that a process is driving right now is not paid for twice: say which run it is
+    (`agent`: as MCP names the tool to follow it and the argument)."""
     run_id = in_flight(need, settings)
     if run_id is not None:
+        follow = f"the status tool (run_id {run_id})" if agent else f"'flakebot show {run_id}'"
         raise RunError(
             f"a craft of this need is already running: run {run_id}",
-            fix=f"follow it with 'flakebot show {run_id}' (its tool is catalogued when it ends), "
-            "or pass --fresh to craft another",
+            fix=f"follow it with {follow} (its tool is catalogued when it ends), "
+            f"or pass {'fresh: true' if agent else '--fresh'} to craft another",
             run=run_id,
         )
 

@@ -116,3 +116,24 @@ def test_a_catalog_name_refused_over_mcp_names_the_mcp_argument(flakebot_home: P
     cli = run_cli("package", "hexyl", "--catalog", "--name", "shout", "--registry", "local")
     assert cli.returncode == 2 and "pass --name shout-2" in cli.stderr, cli.stderr
     assert _jobs(flakebot_home) == []
+
+
+def test_a_craft_of_a_need_already_being_crafted_is_refused_before_its_job(flakebot_home: Path) -> None:
+    """The same need crafted by a process now: craft's check says which run, before a job exists (it was said only
+    by the job, a job file left per refused call)."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.pipeline.run import Run
+
+    run = Run.create(flakebot_home / "work", "craft", RunRequest(need="upper-case my input"))
+    run.state["status"] = "running"
+    run.save()
+
+    async def session() -> tuple[dict[str, Any], bool]:
+        async with mcp_client() as client:
+            return await client.call("craft", {"need": "upper-case my input", "model": SCRIPTED})
+
+    with run.lock():  # this test's process drives it, as far as anyone can tell
+        answer, error = asyncio.run(session())
+    assert error and answer["type"] == "RunError" and f"already running: run {run.id}" in answer["error"], answer
+    assert "--" not in answer["fix"] and "status tool" in answer["fix"], answer
+    assert _jobs(flakebot_home) == []
