@@ -144,9 +144,10 @@ def _check_request(request: RunRequest, settings: config.Settings | None) -> Non
 def _check_craft(
     request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None, agent: bool = False
 ) -> None:
-    """What needs nothing built, before an MCP job exists: `_check_request`, and no craft of the need running now,
-    a usable model and a free --name unless a catalog could answer the need without them (this machine's, or a
-    shared one). `agent`: said as MCP names the arguments and tools."""
+    """What needs nothing built, before an MCP job exists: `_check_request`, and unless a catalog could answer the
+    need without a run (this machine's, or a shared one) what craft_request checks before its run: no craft of the
+    need running now, a usable model, the options, a free --name, this machine (registry, writable directories,
+    room) and where --from points. `agent`: said as MCP names the arguments and tools."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.llm.providers import check_model
 
@@ -159,7 +160,11 @@ def _check_craft(
         _check_in_flight(request.need, settings, agent)
     check_model(request.model, settings)
     check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
+    _check_method(request.method)
+    check_limits(settings)
     _check_name(request.name, request.need, settings, agent)
+    check_host(settings, request.registry)
+    _start_point(request.from_location, request.ref, request.crate, request.mode)  # a directory, or a URL's form
 
 
 def with_service_note(result: CraftResult, settings: config.Settings) -> CraftResult:

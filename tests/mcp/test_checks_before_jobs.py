@@ -15,6 +15,8 @@ from tests.conftest import REPO, run_cli
 from tests.mcp.test_server import mcp_client
 from tests.mcp.test_tasks import raw_session
 
+SCRIPTED = f"scripted:{REPO / 'flakebot/data/sessions/csv-dedup.json'}"
+CRAFT = {"need": "need a CSV deduper", "model": SCRIPTED}
 REFUSED = [
     ("package", {"target": "/nonexistent/crate"}, "UsageError", "/nonexistent/crate is not a directory"),
     ("package", {"target": "./no-such-dir"}, "UsageError", "./no-such-dir is not a directory"),
@@ -28,10 +30,10 @@ REFUSED = [
     ("package", {"target": "hexyl", "out": "/proc/nope"}, "HostError", "out /proc/nope cannot be made"),
     ("craft", {"need": "need a CSV deduper", "model": "nosuch:model"}, "ModelError", "unknown model provider 'nosuch'"),
     ("craft", {"need": "need a CSV deduper"}, "ModelError", "no model chosen"),  # no key in this test's environment
+    # what craft's run checks before its first stage, checked before its job too (each left a job file)
+    ("craft", {**CRAFT, "registry": "/nonexistent"}, "UsageError", "the registry /nonexistent is not a directory"),
+    ("craft", {**CRAFT, "from": "/nonexistent"}, "UsageError", "/nonexistent is neither a directory nor a repository"),
 ]
-
-
-SCRIPTED = f"scripted:{REPO / 'flakebot/data/sessions/csv-dedup.json'}"
 
 
 def _jobs(home: Path) -> list[Path]:
