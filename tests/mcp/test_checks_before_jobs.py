@@ -33,6 +33,8 @@ REFUSED = [
     # what craft's run checks before its first stage, checked before its job too (each left a job file)
     ("craft", {**CRAFT, "registry": "/nonexistent"}, "UsageError", "the registry /nonexistent is not a directory"),
     ("craft", {**CRAFT, "from": "/nonexistent"}, "UsageError", "/nonexistent is neither a directory nor a repository"),
+    # a URL no git can clone (a space in its host): was a run, failing in acquire after the spec stage's model call
+    ("craft", {**CRAFT, "from": "https://exa mple.com/x"}, "UsageError", "has a space or control character"),
 ]
 
 
