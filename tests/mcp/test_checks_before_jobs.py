@@ -141,3 +141,31 @@ def test_a_craft_of_a_need_already_being_crafted_is_refused_before_its_job(flake
     assert error and answer["type"] == "RunError" and f"already running: run {run.id}" in answer["error"], answer
     assert "--" not in answer["fix"] and "status tool" in answer["fix"], answer
     assert _jobs(flakebot_home) == []
+
+
+def test_an_improvement_improve_would_refuse_before_its_run_is_refused_before_its_job(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """improve's check asked only that the tool is catalogued: a tool without its acceptance examples kept (or its
+    sources), a model that cannot be used, were said by the job, a job file left per call."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\\n")
+    Catalog.open(config.load()).add(
+        "shout", need="shout at me", flake_dir=flake, manifest={"name": "shout"}, usage_md="",
+        store_path="/nonexistent", run_id="r1", origin={},
+    )  # fmt: skip
+
+    async def session() -> list[tuple[dict[str, Any], bool]]:
+        async with mcp_client() as client:
+            return [
+                await client.call("improve", {"tool": "shout", "request": "add a flag", "model": SCRIPTED}),
+                await client.call("improve", {"tool": "shout", "request": "add a flag", "wait": True}),
+            ]
+
+    for answer, error in asyncio.run(session()):
+        assert error and answer["type"] == "CatalogError" and "kept its acceptance examples" in answer["error"], answer
+    assert _jobs(flakebot_home) == []
