@@ -46,12 +46,20 @@ def open_registry(settings: Settings, registry: str | None = None) -> Registry:
         return CratesIo(settings)
     if choice == "auto":
         return local_registry(settings) if settings.offline else AutoRegistry(settings)
-    if not is_directory(choice):
+    if not _exists(choice):
         shown = choice if len(choice) <= 64 else choice[:64] + "..."
         raise SearchError(
             f"unknown registry '{shown}'", fix="use crates-io, local, auto or the path of a cargo directory source"
         )
     return local_registry(settings, choice)
+
+
+def _exists(path: str) -> bool:
+    """Whether `path` names anything (a file is said to be no directory source by the registry itself)."""
+    try:
+        return Path(path).expanduser().exists()
+    except OSError:  # a name too long for a file name: nothing is there
+        return False
 
 
 def is_directory(path: str) -> bool:
