@@ -13,6 +13,7 @@ from flakebot import config, preflight
 from flakebot.commands.common import (
     LONG,
     check_craft_options,
+    check_crate,
     check_host,
     check_limits,
     run_overrides,
@@ -119,6 +120,8 @@ def craft_request(
     check_limits(settings)
     _check_name(request.name, need, settings)
     check_host(settings, request.registry)
+    if request.crate and not request.from_location:
+        check_crate(request.crate, request.registry, settings)
     if request.service and request.from_location is None and request.crate is None:
         from flakebot.services.crafting import TEMPLATE
 
@@ -164,6 +167,8 @@ def _check_craft(
     check_limits(settings)
     _check_name(request.name, request.need, settings, agent)
     check_host(settings, request.registry)
+    if request.crate and not request.from_location:  # --from names the crate's source; --crate picks its package
+        check_crate(request.crate, request.registry, settings)
     _start_point(request.from_location, request.ref, request.crate, request.mode)  # a directory, or a URL's form
 
 

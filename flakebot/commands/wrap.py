@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from flakebot import config, preflight
-from flakebot.commands.common import LONG, run_overrides, settings_or_default, workdir_of
+from flakebot.commands.common import LONG, check_crate, run_overrides, settings_or_default, workdir_of
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import UsageError
 from flakebot.events import EventSink, ignore
@@ -83,19 +83,6 @@ def _check_catalog_name(name: str, settings: config.Settings, agent: bool = Fals
         )
 
 
-def _check_crate(name: str, request: RunRequest, settings: config.Settings) -> None:
-    """A crate name is one the registry holds, when that registry is on this machine (local, a directory source,
-    or any registry offline): asked now, not by a run's locate stage. crates.io is left to that stage, as a
-    network call has no place before a run or job starts."""
-    from flakebot.crates.registries import open_registry
-
-    settings = dataclasses.replace(settings, **run_overrides(request.overrides()))
-    choice = request.registry or settings.registry or "auto"
-    if choice in ("crates-io", "crates.io") or (choice == "auto" and not settings.offline):
-        return
-    open_registry(settings, choice).get(name)  # SearchError: not there
-
-
 def _check_package(request: RunRequest, settings: config.Settings | None = None, agent: bool = False) -> None:
     """What needs nothing built, before a run or an MCP job exists (the command's check, and the first thing
     package_request does): --name only with --catalog and free for a packaged crate, the target a crate
@@ -115,8 +102,9 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None,
             f"'{shown}' is not a binary name",
             fix=f"pass {'bin' if agent else '--bin'} with one of the crate's binaries (letters, digits, '-' and '_')",
         )
-    if check_target(request.target or "") is None:
-        _check_crate(request.target or "", request, settings_or_default(settings))
+    if check_target(request.target or "") is None:  # a crate name: the registry holds it (when it is here)
+        overridden = dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides()))
+        check_crate(request.target or "", request.registry, overridden)
     if request.out:
         preflight.check_path_name(request.out, "out")
         out = Path(request.out).expanduser()

@@ -33,6 +33,10 @@ REFUSED = [
     # what craft's run checks before its first stage, checked before its job too (each left a job file)
     ("craft", {**CRAFT, "registry": "/nonexistent"}, "UsageError", "the registry /nonexistent is not a directory"),
     ("craft", {**CRAFT, "from": "/nonexistent"}, "UsageError", "/nonexistent is neither a directory nor a repository"),
+    # a --crate that is no crate name, or one the local registry does not hold: was a run, failing in its search
+    # stage after the spec stage's model call (the name echoed whole)
+    ("craft", {**CRAFT, "crate": "x" * 300}, "UsageError", f"'{'x' * 64}...' is not a crate name"),
+    ("craft", {**CRAFT, "crate": "nosuchcrate-zz", "registry": "local"}, "SearchError", "crate 'nosuchcrate-zz'"),
     # a URL no git can clone (a space in its host): was a run, failing in acquire after the spec stage's model call
     ("craft", {**CRAFT, "from": "https://exa mple.com/x"}, "UsageError", "has a space or control character"),
 ]
