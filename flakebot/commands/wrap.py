@@ -65,22 +65,36 @@ def package_request(
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
 
 
-def _check_catalog_name(name: str, settings: config.Settings, agent: bool = False) -> None:
-    """--name is well formed and not held by a crafted tool or a service: a packaged crate replaces only another
-    packaged crate's entry (which crate, cargo says only once the run has the crate, so the stage checks that).
-    `agent`: said as MCP names the argument (`name`) and the removal (the rm tool)."""
+def _check_catalog_name(name: str, target: str, settings: config.Settings, agent: bool = False) -> None:
+    """--name is well formed and not held by a crafted tool, a service, or another crate's package: a packaged
+    crate replaces only its own earlier entry. Which crate a directory holds, cargo says only once the run has it
+    (the catalog stage checks that); a crate named from the registry is known now. `agent`: said as MCP names the
+    argument (`name`) and the removal (the rm tool)."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.stages.catalog_packaged import PACKAGED_NEED, catalog_name
 
     option = "name" if agent else "--name"
     catalog_name(name, "", option)
     holder = Catalog.open(settings).entry(name)  # one row, not the whole index
-    if holder is not None and not str(holder.get("need", "")).startswith(PACKAGED_NEED):
-        remove = f"the rm tool with tool {name}" if agent else f"'flakebot rm {name}'"
-        raise UsageError(
-            f"the catalog already has a tool named {name} for another need ({holder.get('need', '')!r})",
-            fix=f"pass {option} {name}-2 (or another free name), or remove the old one with {remove}",
-        )
+    need = str((holder or {}).get("need", ""))
+    if holder is None or (need.startswith(PACKAGED_NEED) and _replaceable(need, target)):
+        return
+    remove = f"the rm tool with tool {name}" if agent else f"'flakebot rm {name}'"
+    raise UsageError(
+        f"the catalog already has a tool named {name} for another need ({need!r})",
+        fix=f"pass {option} {name}-2 (or another free name), or remove the old one with {remove}",
+    )
+
+
+def _replaceable(need: str, target: str) -> bool:
+    """Whether packaging `target` may replace the packaged crate whose need is `need`: a directory's crate cargo
+    names in the run (the catalog stage checks it); a crate named from the registry must be the same crate."""
+    from flakebot.stages.catalog_packaged import packaged_need
+    from flakebot.stages.locate import check_target
+
+    if check_target(target) is not None:
+        return True
+    return need.replace("_", "-").lower() == packaged_need(target).replace("_", "-").lower()
 
 
 def _check_package(request: RunRequest, settings: config.Settings | None = None, agent: bool = False) -> None:
@@ -95,7 +109,7 @@ def _check_package(request: RunRequest, settings: config.Settings | None = None,
         if not request.catalog:
             fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
             raise UsageError("a name is for a catalogued package only", fix=fix)
-        _check_catalog_name(request.name, settings_or_default(settings), agent)
+        _check_catalog_name(request.name, request.target or "", settings_or_default(settings), agent)
     if request.bin and not CRATE_NAME.match(request.bin):  # which binaries it has, cargo says in the run
         shown = request.bin if len(request.bin) <= 64 else request.bin[:64] + "..."
         raise UsageError(

@@ -226,3 +226,27 @@ def test_a_path_too_long_for_a_file_name_is_one_line_wherever_a_path_is_taken(fl
         assert "is too long for a file name" in line and long not in line and ". Fix: " in line, line
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_package_catalog_name_held_by_another_crates_package_is_refused_before_the_build(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """`package CRATE --catalog --name N` where N is another crate's packaged tool: the catalog stage refused it
+    after the nix build, a run left; a crate named from the registry is known before the run."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\n")
+    Catalog.open(config.load()).add(
+        "locks", need="packaged crate cargo-lock", flake_dir=flake, manifest={"name": "locks"}, usage_md="",
+        store_path="/nonexistent", run_id="r1", origin={},
+    )  # fmt: skip
+    done = run_cli("package", "hexyl", "--registry", "local", "--offline", "--catalog", "--name", "locks")
+    assert done.returncode == 2 and done.stderr.startswith("error: the catalog already has a tool named locks"), (
+        done.stderr[-1500:]
+    )
+    assert "--name locks-2" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
