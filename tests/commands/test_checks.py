@@ -250,3 +250,26 @@ def test_package_catalog_name_held_by_another_crates_package_is_refused_before_t
     assert "--name locks-2" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+
+
+@pytest.mark.slow
+def test_a_directory_crates_catalog_name_held_by_another_crate_is_said_without_craft_words(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """A directory's crate is known only once cargo reads it in the run: its catalog stage refuses a name another
+    crate's package holds. The fix said "craft again with --name" to a package."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\n")
+    Catalog.open(config.load()).add(
+        "locks", need="packaged crate cargo-lock", flake_dir=flake, manifest={"name": "locks"}, usage_md="",
+        store_path="/nonexistent", run_id="r1", origin={},
+    )  # fmt: skip
+    kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    done = run_cli("package", kv_service, "--offline", "--catalog", "--name", "locks", timeout=1200)
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 60 and "already has a tool named locks" in said, done.stderr[-1500:]
+    assert "craft" not in said and "--name locks-2" in said, said
