@@ -173,3 +173,24 @@ def test_an_improvement_improve_would_refuse_before_its_run_is_refused_before_it
     for answer, error in asyncio.run(session()):
         assert error and answer["type"] == "CatalogError" and "kept its acceptance examples" in answer["error"], answer
     assert _jobs(flakebot_home) == []
+
+
+def test_a_call_whose_arguments_or_task_are_no_object_says_which_over_the_wire() -> None:
+    """tools/call with `arguments` a list or `task` a string was the SDK's bare "Invalid request parameters" (data
+    ""): one JSON-RPC error naming what is wrong and the fix, as a tool's own refusal says it."""
+    with raw_session("2025-11-25") as wire:
+        answers = [
+            wire.ask("tools/call", {"name": "search", "arguments": [1]}),
+            wire.ask("tools/call", {"name": "search", "arguments": "csv"}),
+            wire.ask("tools/call", {"name": 5, "arguments": {}}),
+            wire.ask("tools/call", {"name": "package", "arguments": {"target": "hexyl"}, "task": "soon"}),
+            wire.ask("tools/call", {"name": "search", "arguments": {"query": "csv", "limit": 1}}),  # still answered
+        ]
+    *refused, taken = answers
+    said = [answer["error"] for answer in refused]
+    assert all(error["code"] == types.INVALID_PARAMS and ". Fix: " in error["message"] for error in said), said
+    assert said[0]["message"].startswith("tools/call: 'arguments' must be an object, got a list"), said
+    assert said[1]["message"].startswith("tools/call: 'arguments' must be an object, got a string"), said
+    assert said[2]["message"].startswith("tools/call: 'name' must be a string, got a whole number"), said
+    assert said[3]["message"].startswith("tools/call: 'task' must be an object, got a string"), said
+    assert "result" in taken, taken
