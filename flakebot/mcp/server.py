@@ -576,6 +576,13 @@ async def _call_shape(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> A
                 raise MCPError(
                     INVALID_PARAMS, f"tools/call: '{key}' must be {wanted}, got {kind_of(value)}. Fix: {fix}"
                 )
+        ttl = (params.get("task") or {}).get("ttl")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
+            raise MCPError(
+                INVALID_PARAMS,
+                f"tools/call: 'task.ttl' must be a number (milliseconds), got {kind_of(ttl)}. Fix: pass a number or "
+                "leave ttl out",
+            )
     return await call_next(ctx)
 
 

@@ -176,14 +176,15 @@ def test_an_improvement_improve_would_refuse_before_its_run_is_refused_before_it
 
 
 def test_a_call_whose_arguments_or_task_are_no_object_says_which_over_the_wire() -> None:
-    """tools/call with `arguments` a list or `task` a string was the SDK's bare "Invalid request parameters" (data
-    ""): one JSON-RPC error naming what is wrong and the fix, as a tool's own refusal says it."""
+    """tools/call with `arguments` a list, `task` a string or its ttl a string was the SDK's bare "Invalid request
+    parameters" (data ""): one JSON-RPC error naming what is wrong and the fix, as a tool's own refusal says it."""
     with raw_session("2025-11-25") as wire:
         answers = [
             wire.ask("tools/call", {"name": "search", "arguments": [1]}),
             wire.ask("tools/call", {"name": "search", "arguments": "csv"}),
             wire.ask("tools/call", {"name": 5, "arguments": {}}),
             wire.ask("tools/call", {"name": "package", "arguments": {"target": "hexyl"}, "task": "soon"}),
+            wire.ask("tools/call", {"name": "package", "arguments": {"target": "hexyl"}, "task": {"ttl": "1h"}}),
             wire.ask("tools/call", {"name": "search", "arguments": {"query": "csv", "limit": 1}}),  # still answered
         ]
     *refused, taken = answers
@@ -193,4 +194,5 @@ def test_a_call_whose_arguments_or_task_are_no_object_says_which_over_the_wire()
     assert said[1]["message"].startswith("tools/call: 'arguments' must be an object, got a string"), said
     assert said[2]["message"].startswith("tools/call: 'name' must be a string, got a whole number"), said
     assert said[3]["message"].startswith("tools/call: 'task' must be an object, got a string"), said
+    assert said[4]["message"].startswith("tools/call: 'task.ttl' must be a number (milliseconds), got a string"), said
     assert "result" in taken, taken
