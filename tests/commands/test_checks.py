@@ -273,3 +273,11 @@ def test_a_directory_crates_catalog_name_held_by_another_crate_is_said_without_c
     said = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 60 and "already has a tool named locks" in said, done.stderr[-1500:]
     assert "craft" not in said and "--name locks-2" in said, said
+
+
+def test_a_negative_number_where_typer_sees_an_option_says_how_to_pass_it(flakebot_home: Path) -> None:
+    """`config set max_iterations -5` read -5 as an option: "No such option: -5", and a fix pointing at --help;
+    the fix says to put the value after --."""
+    done = run_cli("config", "set", "max_iterations", "-5")
+    assert done.returncode == 2 and done.stderr.startswith("error: No such option: -5"), done.stderr
+    assert "after '--'" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
