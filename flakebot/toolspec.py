@@ -123,6 +123,8 @@ def read_spec_file(path: Path) -> Any:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"spec file {path} does not parse ({exc})", fix="fix the JSON/TOML syntax") from None
+    except RecursionError:  # the decoders recurse per level
+        raise UsageError(f"spec file {path} is nested too deeply to read", fix="write the spec flatter") from None
     return data
 
 

@@ -281,3 +281,24 @@ def test_a_negative_number_where_typer_sees_an_option_says_how_to_pass_it(flakeb
     done = run_cli("config", "set", "max_iterations", "-5")
     assert done.returncode == 2 and done.stderr.startswith("error: No such option: -5"), done.stderr
     assert "after '--'" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_json_nested_deeper_than_python_reads_is_one_line(flakebot_home: Path, tmp_path: Path) -> None:
+    """`--args-json '[[[...]]]'` 50,000 deep, a spec file or a service's examples file as deep: a RecursionError
+    traceback from json.loads; now the not-JSON line each already had."""
+    deep = "[" * 50_000 + "]" * 50_000
+    spec = tmp_path / "spec.json"
+    spec.write_text(deep)
+    script = Path(__file__).parents[2] / "flakebot/data/sessions/csv-dedup.json"
+    kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    for args in (
+        ("run", "t", "--args-json", deep),
+        ("craft", "need a CSV deduper", "--model", f"scripted:{script}", "--spec", str(spec), "--offline"),
+        ("package-service", kv_service, "--examples", str(spec), "--offline"),
+    ):
+        done = run_cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args[0], done.stderr[-800:])
+        [line] = done.stderr.strip().splitlines()
+        assert "nested too deeply" in line and ". Fix: " in line, line
+    with pytest.raises(UsageError, match="nested too deeply"):
+        api.run_tool("t", args_json=deep)
