@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flakebot.commands import catalog_tools, runs, share
+from flakebot.commands import catalog_tools, runs, share, wrap
+from flakebot.commands import craft as crafting
+from flakebot.commands import improve as improving
 from flakebot.commands.catalog_tools import tool_definitions
-from flakebot.commands.craft import CraftResult, craft, craft_result
-from flakebot.commands.improve import improve
+from flakebot.commands.craft import CraftResult, craft_result
 from flakebot.commands.runs import run_result
-from flakebot.commands.table import checked, commands, typed
-from flakebot.commands.wrap import package
+from flakebot.commands.table import bound, checked, commands, typed
 from flakebot.pipeline.request import Improvement, RunRequest
 
 __all__ = [  # the public API; run_result and craft_result take a Run, flakebot's own
@@ -39,6 +39,10 @@ tool_manifest = typed(catalog_tools.tool_manifest)
 resume = typed(runs.resume)
 show_run = typed(runs.show_run)
 list_remote = typed(share.list_remote)
+# the request-building functions check their own keywords (from_keywords); bound to their signatures here
+craft = bound(crafting.craft)
+improve = bound(improving.improve)
+package = bound(wrap.package)
 INTERNAL = (craft_result, run_result)  # public-looking, but they take a Run (flakebot's own)
 
 # The command table's functions: each command under its function's name (commands/table.py), its arguments checked

@@ -3,6 +3,7 @@ of after the spec stage has called the model or the build has run.
 
     check_text(kind, text, example)    a need or an improvement: non-empty, UTF-8, bounded
     check_writable_dir(path, setting)  a directory flakebot will write (runs, catalog): creatable, writable
+    check_path_name(path, what)        a name a file can have (no ENAMETOOLONG from asking whether it exists)
     check_free_space(path, least_mb)   room for a craft's workspace and target dir
     check_registry(settings, registry) the registry exists and --offline agrees with it
     check_request_flags(fork, push, delete_fork)
@@ -25,6 +26,7 @@ from flakebot.errors import HostError, UsageError
 NEED_LIMIT = 4000  # characters: a need is a sentence or a paragraph; an argument list has room for it
 FREE_SPACE_MB = 1024  # a craft's workspace, target dir and flake need about this much at the least
 WORKING_FLOOR_MB = 100  # below this, mid-run, a failing build is the disk's doing, not the model's
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: a path's part, and the whole path (Linux's limits)
 HOST_ERRNOS = {
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is spent",
@@ -50,11 +52,24 @@ def check_text(kind: str, text: str, example: str, limit: int = NEED_LIMIT) -> N
         )
 
 
-def check_writable_dir(path: Path, setting: str) -> None:
+def check_path_name(path: str | Path, what: str) -> None:
+    """`path` is a name a file can have: no part past NAME_MAX bytes, the whole below PATH_MAX. Past them every
+    system call fails with ENAMETOOLONG, an OSError where a check only asked whether the path exists."""
+    encoded = os.fsencode(path)
+    if len(encoded) >= PATH_MAX or any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+        text = str(path)
+        shown = text if len(text) <= 64 else text[:64] + "..."
+        raise UsageError(f"{what} {shown} is too long for a file name", fix=f"pass a shorter {what}")
+
+
+def check_writable_dir(path: Path, setting: str, fix: str | None = None) -> None:
     """`path` is a directory flakebot can create and write (checked before a run, not when its result is stored). Tried
-    for real, by making the directory and a file in it: root passes every permission check but not a read-only mount."""
+    for real, by making the directory and a file in it: root passes every permission check but not a read-only mount.
+    `fix`: what to say instead of pointing the setting elsewhere (for a directory that is no setting, a run's)."""
     if path.exists() and not path.is_dir():
-        raise HostError(f"{setting} {path} is not a directory", fix=f"point {setting} at a directory, or remove {path}")
+        raise HostError(
+            f"{setting} {path} is not a directory", fix=fix or f"point {setting} at a directory, or remove {path}"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
         handle, probe = tempfile.mkstemp(prefix=".flakebot-probe-", dir=path)
@@ -63,7 +78,7 @@ def check_writable_dir(path: Path, setting: str) -> None:
     except OSError as exc:
         raise HostError(
             f"{setting} {path} is not writable ({exc.strerror or exc})",
-            fix=f"make {path} writable, or point {setting} at a writable directory",
+            fix=fix or f"make {path} writable, or point {setting} at a writable directory",
         ) from None
 
 
@@ -73,6 +88,7 @@ def check_could_be_dir(path: Path, setting: str, fix: str | None = None) -> None
     a concurrent flakebot making the directory for real never sees it vanish). `fix`: what to say instead of
     pointing the setting elsewhere (for a path that is no setting, such as package's --out)."""
     fix = fix or f"point {setting} at a directory (--{setting.replace('_', '-')} DIR or FLAKEBOT_{setting.upper()})"
+    check_path_name(path, setting)
     missing = path
     while not missing.parent.exists() and missing.parent != missing:
         missing = missing.parent
@@ -111,10 +127,12 @@ def check_registry(settings: Settings, registry: str | None) -> None:
             fix="drop --offline (or the offline setting), or use '--registry local'",
         )
     if choice not in ("crates-io", "auto", "local"):
-        path = Path(choice).expanduser()
-        if not path.is_dir():
+        from flakebot.crates.registries import is_directory
+
+        if not is_directory(choice):
+            shown = choice if len(choice) <= 64 else choice[:64] + "..."
             raise UsageError(
-                f"the registry {choice} is not a directory",
+                f"the registry {shown} is not a directory",
                 fix="pass crates-io, local, auto or the path of a cargo directory source (e.g. /usr/share/cargo/registry)",
             )
     elif (choice == "local" or settings.offline) and not Path(settings.local_registry).is_dir():

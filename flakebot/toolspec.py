@@ -21,7 +21,9 @@ from flakebot.errors import SpecError, UsageError
 
 logger = logging.getLogger(__name__)
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+NAME_MAX = 100  # characters: a tool's name is a directory of the catalog and a key of a shared index
+# kebab-case, bounded; \Z, not $: "csv\n" is no name
+NAME_RE = re.compile(rf"^(?=[a-z0-9-]{{1,{NAME_MAX}}}\Z)[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
 
 
 @dataclass
@@ -121,6 +123,8 @@ def read_spec_file(path: Path) -> Any:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"spec file {path} does not parse ({exc})", fix="fix the JSON/TOML syntax") from None
+    except RecursionError:  # the decoders recurse per level
+        raise UsageError(f"spec file {path} is nested too deeply to read", fix="write the spec flatter") from None
     return data
 
 

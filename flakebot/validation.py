@@ -29,9 +29,11 @@ def check_arguments(tool: str, arguments: Any, schema: dict[str, Any]) -> None:
 
 
 def kind_of(value: Any) -> str:
-    """A JSON value's kind in words ("a string", "a whole number", ...)."""
+    """A JSON value's kind in words ("a string", "a whole number", ...); a Python value JSON has no word for (bytes,
+    a tuple, an object) by its type's name, never "null"."""
     names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
-    return JSON_TYPES.get(names.get(type(value), "null"), type(value).__name__)
+    kind = "null" if value is None else names.get(type(value))
+    return JSON_TYPES[kind] if kind else type(value).__name__
 
 
 def _absent_may_be_null(schema: dict[str, Any]) -> dict[str, Any]:

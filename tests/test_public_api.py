@@ -73,9 +73,19 @@ TABLE = {
     "spelled",
     "value_schema",
     "typed",
+    "bound",
+    "check_given",
 }  # the table and the checks every door shares
 # what the commands share among themselves (flakebot.commands.common), not the API
-COMMON = {"settings_or_default", "workdir_of", "run_overrides", "check_limits", "check_craft_options", "check_host"}
+COMMON = {
+    "settings_or_default",
+    "workdir_of",
+    "run_overrides",
+    "check_limits",
+    "check_craft_options",
+    "check_host",
+    "check_crate",
+}
 API_REEXPORTED = {"RunRequest", "Improvement"}  # the request types, defined in flakebot.pipeline.request
 # imported only when a model, a registry, a repository or the CLI is used
 HEAVY = ("openai", "groq", "httpx", "git", "mcp", "rich", "typer", "jinja2", "tomlkit", "flakebot.api")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -185,11 +186,10 @@ def main() -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":  # `flakebot` or `flakebot config` alone: the help is the answer
             exc.show()  # type: ignore[attr-defined]  # click's UsageError, vendored by typer
             sys.exit(getattr(exc, "exit_code", 2))
-        _print_error(
-            UsageError(
-                getattr(exc, "format_message", exc.__str__)(), fix="see 'flakebot --help' and 'flakebot COMMAND --help'"
-            )
-        )
+        fix = "see 'flakebot --help' and 'flakebot COMMAND --help'"
+        if re.fullmatch(r"-\d[\d.]*", str(getattr(exc, "option_name", ""))):  # a negative number read as an option
+            fix = f"a value starting with '-' goes after '--' (flakebot ... -- {exc.option_name}), or {fix}"  # type: ignore[attr-defined]
+        _print_error(UsageError(getattr(exc, "format_message", exc.__str__)(), fix=fix))
         sys.exit(getattr(exc, "exit_code", 2))
     except FlakebotError as exc:
         if os.environ.get("FLAKEBOT_RAISE_ERRORS") == "1":

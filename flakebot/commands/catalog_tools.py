@@ -252,6 +252,10 @@ def _json_arguments(text: str) -> Any:
         raise UsageError(
             f"--args-json is not JSON: {exc}", fix='pass one object, e.g. --args-json \'{"stdin": "a\\nb\\n"}\''
         ) from None
+    except RecursionError:  # json's decoder recurses per level
+        raise UsageError(
+            "--args-json is nested too deeply to read", fix="pass one flat object of the tool's arguments"
+        ) from None
 
 
 def _run_attached(name: str, args: list[str], settings: config.Settings, stdin: str | None, writable: list[str]) -> int:

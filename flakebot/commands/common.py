@@ -68,6 +68,25 @@ def check_craft_options(
         nix_program()
 
 
+def check_crate(name: str, registry: str | None, settings: config.Settings) -> None:
+    """A crate name (package's target, craft's --crate) is a name crates.io could hold (said back cut short), and
+    one the registry holds when that registry is on this machine (local, a directory source, or any registry
+    offline): asked now, not by a run's stage after a model call. crates.io is left to the run, as a network call
+    has no place before a run or job starts."""
+    from flakebot.crates.registries import open_registry
+    from flakebot.stages.locate import CRATE_NAME
+
+    if not CRATE_NAME.match(name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
+        raise UsageError(
+            f"'{shown}' is not a crate name", fix="name a crate: letters, digits, '-' and '_', at most 64 (e.g. csv)"
+        )
+    choice = registry or settings.registry or "auto"
+    if choice in ("crates-io", "crates.io") or (choice == "auto" and not settings.offline):
+        return
+    open_registry(settings, choice).get(name)  # SearchError: not there
+
+
 def check_host(settings: config.Settings, registry: str | None) -> None:
     """What the run will need of this machine, checked before the model is called: the registry, room to work, and
     the directories its runs and its tool go to (a read-only catalog fails now, not after the build)."""

@@ -13,6 +13,7 @@ from flakebot import config, preflight
 from flakebot.commands.common import (
     LONG,
     check_craft_options,
+    check_crate,
     check_host,
     check_limits,
     run_overrides,
@@ -119,6 +120,8 @@ def craft_request(
     check_limits(settings)
     _check_name(request.name, need, settings)
     check_host(settings, request.registry)
+    if request.crate and not request.from_location:
+        check_crate(request.crate, request.registry, settings)
     if request.service and request.from_location is None and request.crate is None:
         from flakebot.services.crafting import TEMPLATE
 
@@ -141,18 +144,32 @@ def _check_request(request: RunRequest, settings: config.Settings | None) -> Non
     _check_fork(request.fork, dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides())))
 
 
-def _check_craft(request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None) -> None:
-    """What needs nothing built, before an MCP job exists: `_check_request`, and a usable model unless a catalog
-    could answer the need without one (this machine's, or a shared one)."""
+def _check_craft(
+    request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None, agent: bool = False
+) -> None:
+    """What needs nothing built, before an MCP job exists: `_check_request`, and unless a catalog could answer the
+    need without a run (this machine's, or a shared one) what craft_request checks before its run: no craft of the
+    need running now, a usable model, the options, a free --name, this machine (registry, writable directories,
+    room) and where --from points. `agent`: said as MCP names the arguments and tools."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.llm.providers import check_model
 
     _check_request(request, settings)
     settings = dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides()))
     answered = not request.fresh and stop_after is None
-    if not (answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None)):
-        check_model(request.model, settings)
-        check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
+    if answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None):
+        return  # a catalog may answer the need: no model, no run of its own
+    if answered:
+        _check_in_flight(request.need, settings, agent)
+    check_model(request.model, settings)
+    check_craft_options(request.crate, request.mode, request.spec_file, stop_after, service=request.service)
+    _check_method(request.method)
+    check_limits(settings)
+    _check_name(request.name, request.need, settings, agent)
+    check_host(settings, request.registry)
+    if request.crate and not request.from_location:  # --from names the crate's source; --crate picks its package
+        check_crate(request.crate, request.registry, settings)
+    _start_point(request.from_location, request.ref, request.crate, request.mode)  # a directory, or a URL's form
 
 
 def with_service_note(result: CraftResult, settings: config.Settings) -> CraftResult:
@@ -192,14 +209,16 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     return None
 
 
-def _check_in_flight(need: str, settings: config.Settings) -> None:
-    """A craft of the same need that a process is driving right now is not paid for twice: say which run it is."""
+def _check_in_flight(need: str, settings: config.Settings, agent: bool = False) -> None:
+    """A craft of the same need that a process is driving right now is not paid for twice: say which run it is
+    (`agent`: as MCP names the tool to follow it and the argument)."""
     run_id = in_flight(need, settings)
     if run_id is not None:
+        follow = f"the status tool (run_id {run_id})" if agent else f"'flakebot show {run_id}'"
         raise RunError(
             f"a craft of this need is already running: run {run_id}",
-            fix=f"follow it with 'flakebot show {run_id}' (its tool is catalogued when it ends), "
-            "or pass --fresh to craft another",
+            fix=f"follow it with {follow} (its tool is catalogued when it ends), "
+            f"or pass {'fresh: true' if agent else '--fresh'} to craft another",
             run=run_id,
         )
 
@@ -241,24 +260,29 @@ def _check_fork(fork: bool, settings: config.Settings) -> None:
         )
 
 
-def _check_name(name: str | None, need: str, settings: config.Settings) -> None:
-    """--name must be a binary name, and not one the catalog holds for another need."""
+def _check_name(name: str | None, need: str, settings: config.Settings, agent: bool = False) -> None:
+    """--name must be a binary name (said back cut short), and not one the catalog holds for another need. `agent`:
+    said as MCP names the argument (`name`) and the removal (the rm tool)."""
     if name is None:
         return
     from flakebot.deliver.catalog import Catalog
-    from flakebot.toolspec import NAME_RE
+    from flakebot.toolspec import NAME_MAX, NAME_RE
 
+    option = "name" if agent else "--name"
     if not NAME_RE.match(name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
         raise UsageError(
-            f"--name '{name}' is not kebab-case", fix="pass a name like csv-dedup (lower-case words joined by -)"
+            f"{option} '{shown}' is not kebab-case",
+            fix=f"pass a name like csv-dedup (lower-case words joined by -, at most {NAME_MAX} characters)",
         )
     catalog = Catalog.open(settings)
     holder = catalog.name_holder(name, need)
     if holder is not None:
         free = catalog.free_name(name, need)
+        remove = f"the rm tool with tool {name}" if agent else f"'flakebot rm {name}'"
         raise UsageError(
             f"the catalog holds a tool named {name} for another need ({holder.get('need', '')!r})",
-            fix=f"pass --name {free}, or remove the old one with 'flakebot rm {name}'",
+            fix=f"pass {option} {free}, or remove the old one with {remove}",
         )
 
 

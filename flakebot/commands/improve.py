@@ -67,31 +67,12 @@ def improve_request(
     """
     # `improve` of a RunRequest whose `improve` names the tool and the change (the rest is filled in here)
     from flakebot.deliver.versions import newest, next_version
-    from flakebot.llm.providers import check_model
     from flakebot.pipeline import engine as pipeline
     from flakebot.source.acquisition import start_point
-    from flakebot.toolspec import improvement_from_file
 
-    asked = request.improve or Improvement(tool="", request="")
-    preflight.check_text("improvement", asked.request, example='flakebot improve csv-dedup "also support --delimiter"')
-    check_bounds(request)
-    overrides = run_overrides(request.overrides())
-    settings = dataclasses.replace(settings_or_default(settings), **overrides)
     started = time.monotonic()
-    entry, manifest = _improved(asked, settings)
-    kept = _kept_spec(entry, manifest, settings)
-    if request.spec_file:  # a bad file fails before any work
-        improvement_from_file(kept, Path(request.spec_file))
-    check_model(request.model, settings)
-    check_craft_options(None, None, None, stop_after)
-    check_limits(settings)
-    check_host(settings, request.registry)
+    asked, overrides, settings, entry, manifest, kept = _checked(request, stop_after, settings)
     source = Path(entry["dir"]) / "flake"
-    if not (source / "Cargo.toml").is_file():
-        raise CatalogError(
-            f"{entry['name']}@{entry['version']} has no sources in {source}",
-            fix=f"craft it again with 'flakebot craft --fresh', or remove it with 'flakebot rm {entry['name']}'",
-        )
     start, _ = start_point(str(source), name=str(manifest.get("package") or ""))
     improvement = Improvement(
         tool=entry["name"],
@@ -114,6 +95,38 @@ def improve_request(
     )
     run = pipeline.start("craft", workdir_of(settings), settings, request, sink, stop_after)
     return with_service_note(craft_result(run, time.monotonic() - started), settings)
+
+
+def _checked(
+    request: RunRequest, stop_after: str | None, settings: config.Settings | None
+) -> tuple[Improvement, dict[str, Any], config.Settings, dict[str, Any], dict[str, Any], ToolSpec]:
+    """What improve checks before its run (and before an MCP job: the command's check): the change's words, the
+    tool (catalogued, not a service, its examples and sources kept), the spec file, the model, the options and this
+    machine. Returns the improvement asked, the settings it overrides, the settings, the entry, its manifest and the
+    spec it keeps."""
+    from flakebot.llm.providers import check_model
+    from flakebot.toolspec import improvement_from_file
+
+    asked = request.improve or Improvement(tool="", request="")
+    preflight.check_text("improvement", asked.request, example='flakebot improve csv-dedup "also support --delimiter"')
+    check_bounds(request)
+    overrides = run_overrides(request.overrides())
+    settings = dataclasses.replace(settings_or_default(settings), **overrides)
+    entry, manifest = _improved(asked, settings)
+    kept = _kept_spec(entry, manifest, settings)
+    if request.spec_file:  # a bad file fails before any work
+        improvement_from_file(kept, Path(request.spec_file))
+    check_model(request.model, settings)
+    check_craft_options(None, None, None, stop_after)
+    check_limits(settings)
+    check_host(settings, request.registry)
+    source = Path(entry["dir"]) / "flake"
+    if not (source / "Cargo.toml").is_file():
+        raise CatalogError(
+            f"{entry['name']}@{entry['version']} has no sources in {source}",
+            fix=f"craft it again with 'flakebot craft --fresh', or remove it with 'flakebot rm {entry['name']}'",
+        )
+    return asked, overrides, settings, entry, manifest, kept
 
 
 def _kept_spec(entry: dict[str, Any], manifest: dict[str, Any], settings: config.Settings) -> ToolSpec:
@@ -150,10 +163,10 @@ def _improved(asked: Improvement, settings: config.Settings) -> tuple[dict[str, 
     return entry, manifest
 
 
-def _check_improve(request: RunRequest, settings: config.Settings | None = None) -> None:
-    """What needs nothing built, before an MCP job exists: the tool is catalogued and not a service (that the tool
-    and the change are named at all, every door checks first: table.check_values)."""
-    _improved(request.improve or Improvement(tool="", request=""), settings_or_default(settings))
+def _check_improve(request: RunRequest, stop_after: str | None = None, settings: config.Settings | None = None) -> None:
+    """What needs nothing built, before an MCP job exists: what improve checks before its run (`_checked`; that the
+    tool and the change are named at all, every door checks first: table.check_values)."""
+    _checked(request, stop_after, settings)
 
 
 COMMANDS = [

@@ -62,6 +62,7 @@ def status(
             "Hold the answer until the run's stage changes or it ends, at most this many seconds (at most 50; keep it "
             "below your client's request timeout). Null or 0: answer at once.",
             doors=frozenset({"mcp", "api"}),
+            least=0,
         ),
     ] = None,
 ) -> dict[str, Any]:

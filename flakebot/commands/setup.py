@@ -9,6 +9,9 @@ from flakebot import config
 from flakebot.commands.common import settings_or_default
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.crates import Candidate
+from flakebot.errors import UsageError
+
+QUERY_LIMIT = 500  # characters: a few keywords; crates.io refuses a URL past about 64 KB with a Python error
 
 
 def models(settings: config.Settings | None = None) -> dict[str, Any]:
@@ -86,6 +89,11 @@ def search(
     # best first; registry: crates-io, local, a path, or auto
     from flakebot.crates.registries import search as search_crates
 
+    if len(query) > QUERY_LIMIT:  # said in one short line, never echoed back whole
+        raise UsageError(
+            f"the search query is {len(query):,} characters, more than {QUERY_LIMIT}",
+            fix="search for a few keywords, e.g. 'csv dedupe'",
+        )
     settings = settings_or_default(settings)
     if offline is not None:
         settings = dataclasses.replace(settings, offline=offline)

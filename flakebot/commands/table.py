@@ -51,6 +51,7 @@ DOORS = frozenset({"cli", "mcp", "api"})
 # what a door passes itself (agent: the caller is a model, over MCP; progress: prints a line of progress, the CLI's;
 # sources: where each setting came from, as the CLI loaded them; cwd: the directory the door works in)
 GIVEN = ("settings", "sink", "agent", "progress", "sources", "cwd")
+F = typing.TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -367,11 +368,38 @@ def typed(function: Callable[..., Any]) -> Callable[..., Any]:
     return _checking(function, name, ", ".join(properties), lambda arguments: check_arguments(name, arguments, schema))
 
 
+def bound(function: F) -> F:
+    """A library function that checks its own keywords (craft, improve, package: pipeline.request.from_keywords),
+    its call bound to its signature as a command's is: a missing or extra argument, or what a door gives of the
+    wrong kind, is one UsageError, not a TypeError from inside."""
+    known = ", ".join(p for p in inspect.signature(function).parameters if p not in GIVEN)
+    return typing.cast(F, _checking(function, function.__name__, known, lambda arguments: None))
+
+
+def check_given(name: str, value: Any) -> None:
+    """What a door gives (settings, sink, agent, progress, sources, cwd), when an API caller gives it instead: of the
+    kind the door would give, or one UsageError (a string for `settings` is a mistake, not an AttributeError deep
+    inside the command)."""
+    from flakebot.config import Settings
+
+    kinds: dict[str, tuple[bool, str]] = {
+        "settings": (value is None or isinstance(value, Settings), "a flakebot.config.Settings or None"),
+        "sink": (callable(value), "a function taking an event"),
+        "progress": (callable(value), "a function taking a line of text"),
+        "agent": (isinstance(value, bool), "true or false"),
+        "sources": (value is None or isinstance(value, dict), "a dict or None"),
+        "cwd": (value is None or isinstance(value, (str, os.PathLike)), "a path or None"),
+    }
+    fits, wanted = kinds.get(name, (True, ""))
+    if not fits:
+        raise UsageError(f"'{name}' must be {wanted}, got {type(value).__name__}", fix=f"pass {name} as {wanted}")
+
+
 def _checking(
     run: Callable[..., Any], name: str, known: str, check: Callable[[dict[str, Any]], None]
 ) -> Callable[..., Any]:
-    """`run` with its call bound to its signature (an unknown or missing argument is one UsageError) and `check`ed
-    (the arguments by name, without what a door gives) before it runs."""
+    """`run` with its call bound to its signature (an unknown or missing argument is one UsageError), what a door
+    gives checked for its kind (`check_given`) and the rest `check`ed (by name) before it runs."""
     signature = inspect.signature(run)
 
     @functools.wraps(run)
@@ -383,6 +411,9 @@ def _checking(
             bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise UsageError(f"{name}(): {exc}", fix=f"see help(flakebot.api.{name})") from None
+        for given in GIVEN:
+            if given in bound.arguments:
+                check_given(given, bound.arguments[given])
         check({k: v for k, v in bound.arguments.items() if k not in GIVEN})
         return run(*bound.args, **bound.kwargs)
 

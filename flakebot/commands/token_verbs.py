@@ -55,7 +55,7 @@ def token_revoke(
 
 def token_audit(
     principal: Annotated[str | None, Param("Only this token's calls (its name).", cli=("--token",))] = None,
-    minutes: Annotated[float | None, Param("Only the calls of the last MINUTES.", cli=("--minutes",))] = None,
+    minutes: Annotated[float | None, Param("Only the calls of the last MINUTES.", cli=("--minutes",), least=0)] = None,
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:
     """Print the audit of `flakebot serve`: one record per call (who, tool, argument digest, outcome, duration)."""

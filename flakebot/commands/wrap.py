@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from flakebot import config, preflight
-from flakebot.commands.common import LONG, run_overrides, settings_or_default, workdir_of
+from flakebot.commands.common import LONG, check_crate, run_overrides, settings_or_default, workdir_of
 from flakebot.commands.table import Command, Hints, Param
 from flakebot.errors import UsageError
 from flakebot.events import EventSink, ignore
@@ -65,36 +65,62 @@ def package_request(
     return dataclasses.replace(PackageOut.from_dict(run.output("package")), run_id=run.id, catalog=catalogued)
 
 
-def _check_catalog_name(name: str, settings: config.Settings) -> None:
-    """--name is well formed and not held by a crafted tool or a service: a packaged crate replaces only another
-    packaged crate's entry (which crate, cargo says only once the run has the crate, so the stage checks that)."""
+def _check_catalog_name(name: str, target: str, settings: config.Settings, agent: bool = False) -> None:
+    """--name is well formed and not held by a crafted tool, a service, or another crate's package: a packaged
+    crate replaces only its own earlier entry. Which crate a directory holds, cargo says only once the run has it
+    (the catalog stage checks that); a crate named from the registry is known now. `agent`: said as MCP names the
+    argument (`name`) and the removal (the rm tool)."""
     from flakebot.deliver.catalog import Catalog
     from flakebot.stages.catalog_packaged import PACKAGED_NEED, catalog_name
 
-    catalog_name(name, "")
+    option = "name" if agent else "--name"
+    catalog_name(name, "", option)
     holder = Catalog.open(settings).entry(name)  # one row, not the whole index
-    if holder is not None and not str(holder.get("need", "")).startswith(PACKAGED_NEED):
-        raise UsageError(
-            f"the catalog already has a tool named {name} for another need ({holder.get('need', '')!r})",
-            fix=f"pass --name {name}-2 (or another free name), or remove the old one with 'flakebot rm {name}'",
-        )
+    need = str((holder or {}).get("need", ""))
+    if holder is None or (need.startswith(PACKAGED_NEED) and _replaceable(need, target)):
+        return
+    remove = f"the rm tool with tool {name}" if agent else f"'flakebot rm {name}'"
+    raise UsageError(
+        f"the catalog already has a tool named {name} for another need ({need!r})",
+        fix=f"pass {option} {name}-2 (or another free name), or remove the old one with {remove}",
+    )
+
+
+def _replaceable(need: str, target: str) -> bool:
+    """Whether packaging `target` may replace the packaged crate whose need is `need`: a directory's crate cargo
+    names in the run (the catalog stage checks it); a crate named from the registry must be the same crate."""
+    from flakebot.stages.catalog_packaged import packaged_need
+    from flakebot.stages.locate import check_target
+
+    if check_target(target) is not None:
+        return True
+    return need.replace("_", "-").lower() == packaged_need(target).replace("_", "-").lower()
 
 
 def _check_package(request: RunRequest, settings: config.Settings | None = None, agent: bool = False) -> None:
     """What needs nothing built, before a run or an MCP job exists (the command's check, and the first thing
     package_request does): --name only with --catalog and free for a packaged crate, the target a crate
-    directory or a crate name, --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
+    directory or a crate name (one the registry holds, when it is on this machine), --out new or empty, the catalog writable when the crate goes into it. That the target is named at all, every door checks first
     (table.check_values). `agent`: over MCP, its arguments named as MCP names them."""
     from flakebot.nix.flake import check_out_dir
-    from flakebot.stages.locate import check_target
+    from flakebot.stages.locate import CRATE_NAME, check_target
 
     if request.name:
         if not request.catalog:
             fix = "add catalog: true, or leave name out" if agent else "add --catalog, or leave --name out"
             raise UsageError("a name is for a catalogued package only", fix=fix)
-        _check_catalog_name(request.name, settings_or_default(settings))
-    check_target(request.target or "")
+        _check_catalog_name(request.name, request.target or "", settings_or_default(settings), agent)
+    if request.bin and not CRATE_NAME.match(request.bin):  # which binaries it has, cargo says in the run
+        shown = request.bin if len(request.bin) <= 64 else request.bin[:64] + "..."
+        raise UsageError(
+            f"'{shown}' is not a binary name",
+            fix=f"pass {'bin' if agent else '--bin'} with one of the crate's binaries (letters, digits, '-' and '_')",
+        )
+    if check_target(request.target or "") is None:  # a crate name: the registry holds it (when it is here)
+        overridden = dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides()))
+        check_crate(request.target or "", request.registry, overridden)
     if request.out:
+        preflight.check_path_name(request.out, "out")
         out = Path(request.out).expanduser()
         check_out_dir(out)
         preflight.check_could_be_dir(out, "out", fix="choose an output directory that can be made (new or empty)")

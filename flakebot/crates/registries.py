@@ -46,11 +46,28 @@ def open_registry(settings: Settings, registry: str | None = None) -> Registry:
         return CratesIo(settings)
     if choice == "auto":
         return local_registry(settings) if settings.offline else AutoRegistry(settings)
-    if not Path(choice).expanduser().exists():
+    if not _exists(choice):
+        shown = choice if len(choice) <= 64 else choice[:64] + "..."
         raise SearchError(
-            f"unknown registry '{choice}'", fix="use crates-io, local, auto or the path of a cargo directory source"
+            f"unknown registry '{shown}'", fix="use crates-io, local, auto or the path of a cargo directory source"
         )
     return local_registry(settings, choice)
+
+
+def _exists(path: str) -> bool:
+    """Whether `path` names anything (a file is said to be no directory source by the registry itself)."""
+    try:
+        return Path(path).expanduser().exists()
+    except OSError:  # a name too long for a file name: nothing is there
+        return False
+
+
+def is_directory(path: str) -> bool:
+    """Whether `path` names a directory (a registry given as a path); a name no file can have (too long) is none."""
+    try:
+        return Path(path).expanduser().is_dir()
+    except OSError:
+        return False
 
 
 class AutoRegistry:

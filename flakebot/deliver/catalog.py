@@ -341,7 +341,8 @@ def _refuse_other_need(entry: dict[str, Any] | None, need: str) -> None:
     if entry is not None and entry.get("need_key") != normalize_need(need):
         raise CatalogError(
             f"the catalog already has a tool named {entry['name']} for another need ({entry.get('need', '')!r})",
-            fix=f"craft again with --name {entry['name']}-2 (or another free name), or remove the old one with 'flakebot rm {entry['name']}'",
+            fix=f"pass --name {entry['name']}-2 (or another free name), or remove the old one with "
+            f"'flakebot rm {entry['name']}'",  # a craft's or a package's: the words fit both
             name=entry["name"],
         )
 

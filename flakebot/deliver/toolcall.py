@@ -19,6 +19,7 @@ from flakebot.errors import UsageError
 from flakebot.modeltext import tool_description
 
 logger = logging.getLogger(__name__)
+MAX_COUNT = 100  # times a counted flag (-vvv) is given: 10**9 was a billion-item argv in the server's memory
 
 TIMED_OUT = 124
 HEAD_BYTES = 65536  # at most this much of a truncated stdout comes back in the result, in whole lines
@@ -128,8 +129,8 @@ def _type_problem(params: list[CliParam], arguments: dict[str, Any]) -> str | No
         value = arguments.get(param.name)
         if value is None:
             continue
-        if param.kind == "flag" and param.multiple and not (isinstance(value, int) and value >= 0):
-            return f"{param.name} is a counted flag: pass how many times (0, 1, 2...) or true or false"
+        if param.kind == "flag" and param.multiple and not (isinstance(value, int) and 0 <= value <= MAX_COUNT):
+            return f"{param.name} is a counted flag: pass how many times (0 to {MAX_COUNT}) or true or false"
         if param.kind == "flag" and not param.multiple and not isinstance(value, bool):
             return f"{param.name} is a flag: pass true or false"
         items = value if isinstance(value, list) and param.multiple else [value]

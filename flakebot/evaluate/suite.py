@@ -84,6 +84,9 @@ def shipped_suites() -> Path:
 
 def load_suite(name_or_path: str = "default") -> Suite:
     """A shipped suite by name, or a suite directory (or its suite.json) by path."""
+    from flakebot.preflight import check_path_name
+
+    check_path_name(name_or_path, "the suite")
     path = Path(name_or_path)
     directory = path.parent if path.name == "suite.json" else path if path.is_dir() else shipped_suites() / name_or_path
     file = directory / "suite.json"

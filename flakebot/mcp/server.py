@@ -147,6 +147,7 @@ class FlakebotMCP:
             on_call_tool=self.call_tool,
         )
         mcp_tasks.install(server, self, LONG_TOOLS, self.task_handlers())
+        server.middleware.insert(0, _call_shape)
         server.middleware += [_list_without_collector, listing.add_crafted]
         return server
 
@@ -552,6 +553,37 @@ def _result(payload: dict[str, Any], *, error: bool = False) -> Any:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structured_content=json.loads(text), is_error=error
     )
+
+
+CALL_SHAPE = {"name": (str,), "arguments": (dict, type(None)), "task": (dict, type(None))}
+
+
+async def _call_shape(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """A tools/call whose name is no string, or whose arguments or task is no object, said as one line naming which
+    (the SDK's own validation answers a bare "Invalid request parameters"); a task's route reads `task` too."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import INVALID_PARAMS
+
+    from flakebot.validation import JSON_TYPES, kind_of
+
+    params = ctx.params if isinstance(ctx.params, dict) else {}
+    if ctx.method == "tools/call":
+        for key, kinds in CALL_SHAPE.items():
+            value = params.get(key)
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                wanted = JSON_TYPES["string" if key == "name" else "object"]
+                fix = "name one of the tools tools/list gives" if key == "name" else f"pass {key} as an object"
+                raise MCPError(
+                    INVALID_PARAMS, f"tools/call: '{key}' must be {wanted}, got {kind_of(value)}. Fix: {fix}"
+                )
+        ttl = (params.get("task") or {}).get("ttl")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
+            raise MCPError(
+                INVALID_PARAMS,
+                f"tools/call: 'task.ttl' must be a number (milliseconds), got {kind_of(ttl)}. Fix: pass a number or "
+                "leave ttl out",
+            )
+    return await call_next(ctx)
 
 
 async def _list_without_collector(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:

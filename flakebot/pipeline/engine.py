@@ -325,10 +325,13 @@ def resume(
 
 
 def check_writes(run: Run, settings: Settings) -> None:
-    """The directories `run`'s unfinished stages will write (Stage.writes) can be written, before any stage runs
-    (HostError otherwise; the run is left as it was, to resume once they can)."""
+    """The run's own directory (its lock and state.json are written first) and the directories its unfinished stages
+    will write (Stage.writes) can be written, before any stage runs (HostError otherwise; the run is left as it was,
+    to resume once they can)."""
     from flakebot import preflight
 
+    fix = f"make {run.dir} writable, then 'flakebot resume {run.id}'"
+    preflight.check_writable_dir(run.dir, f"run {run.id}'s directory", fix=fix)
     for stage in load_stages(run.state["pipeline"]):
         if stage.writes is not None and run.stage_status(stage.name) != "finished":
             for setting in stage.writes(run):

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from flakebot.errors import UnsafePath, UsageError
+from flakebot.errors import HostError, UnsafePath, UsageError
 from flakebot.safefs import Tree
 
 
@@ -43,9 +43,9 @@ class ExportDir:
         except UsageError:  # UnsafePath too, though it is an OSError as well
             self.discard()
             raise
-        except OSError as exc:
+        except OSError as exc:  # read-only, /proc, no permission: the machine's trouble (exit 5), as package --out's
             self.discard()
-            raise UsageError(
+            raise HostError(
                 f"cannot write into {path}: {exc.strerror or exc}", fix="pass --out a directory you can write"
             ) from exc
 

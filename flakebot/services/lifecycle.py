@@ -138,6 +138,8 @@ class Examples:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise UsageError(f"examples file {path} is unreadable ({exc})", fix="see docs/services.md") from None
+        except RecursionError:  # json's decoder recurses per level
+            raise UsageError(f"examples file {path} is nested too deeply to read", fix="see docs/services.md") from None
         if not isinstance(data, dict):
             raise UsageError(f"examples file {path} is not a JSON object", fix="see docs/services.md")
         try:

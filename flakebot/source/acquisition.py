@@ -229,6 +229,9 @@ def from_git(job: Job, tmp: Path, url: str = "", token: str = "") -> dict[str, A
 def start_point(location: str, ref: str | None = None, *, name: str = "") -> tuple[CrateInfo, str | None]:
     """The crate `craft --from` starts at, and the git ref to check out: a local crate directory, or a
     repository URL (URL#ref names the ref; `ref` may too). `name` picks a package of a workspace."""
+    from flakebot.preflight import check_path_name
+
+    check_path_name(location, "the crate location")
     path = Path(location).expanduser()
     if path.is_dir():
         if ref or "#" in location:

@@ -28,6 +28,12 @@ def check_url(url: str) -> str:
             f"repository URL {url!r} is not an http(s), git, ssh or file URL",
             fix="pass a plain https:// or git:// repository URL",
         )
+    if any(c.isspace() or not c.isprintable() for c in url):  # no clone of it can work: say so before a run
+        shown = url if len(url) <= 64 else url[:64] + "..."
+        raise AcquireError(
+            f"repository URL {shown!r} has a space or control character",
+            fix="percent-encode it (a space is %20), or pass the repository's plain URL",
+        )
     if parts.hostname in _FORGE_HOSTS:
         # crates.io metadata often links a subfolder (.../tree/main/cli): the repository is owner/name.
         segments = [s for s in parts.path.split("/") if s][:2]

@@ -64,14 +64,16 @@ def catalog_stage(ctx: StageContext) -> CatalogOut:
     return CatalogOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
 
 
-def catalog_name(given: str | None, binary: str) -> str:
+def catalog_name(given: str | None, binary: str, option: str = "--name") -> str:
     """The tool's name in the catalog: --name, else the binary's in kebab-case (look_up -> look-up); the name is a
-    directory of the catalog, so anything else is refused."""
+    directory of the catalog, so anything else is refused (said back cut short; `option`: the argument as the
+    caller's door spells it, `name` over MCP)."""
     name = given or re.sub(r"[_.]+", "-", binary.lower()).strip("-")
     if not NAME_RE.match(name):
+        shown = name if len(name) <= 64 else name[:64] + "..."
         raise UsageError(
-            f"'{name}' cannot name a catalogued tool (lower-case words joined by -)",
-            fix="pass --name with a name like csv-dedup",
+            f"'{shown}' cannot name a catalogued tool (lower-case words joined by -)",
+            fix=f"pass {option} with a name like csv-dedup",
         )
     return name
 

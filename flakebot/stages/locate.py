@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from flakebot.errors import UsageError
@@ -10,6 +11,9 @@ from flakebot.pipeline.engine import StageContext
 from flakebot.stages.outputs import LocateOut
 
 logger = logging.getLogger(__name__)
+
+CRATE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")  # crates.io's rule: ASCII, at most 64
+ECHOED = 64  # characters of a refused target said back
 
 
 def locate_stage(ctx: StageContext) -> LocateOut:
@@ -29,11 +33,22 @@ def check_target(target: str) -> Path | None:
             "nothing to package", fix="give a crate directory or a crate name: flakebot package PATH|CRATE"
         )
     path = Path(target).expanduser()
-    if path.is_dir():
+    shown = target if len(target) <= ECHOED else target[:ECHOED] + "..."
+    try:
+        is_dir = path.is_dir()
+    except OSError:  # a name too long for a file name: no directory, and (CRATE_NAME) no crate either
+        is_dir = False
+    if is_dir:
         return path
     if "/" in target or target.startswith("."):
         raise UsageError(
-            f"{target} is not a directory", fix="give the directory holding the crate's Cargo.toml, or a crate name"
+            f"{shown} is not a directory", fix="give the directory holding the crate's Cargo.toml, or a crate name"
+        )
+    if not CRATE_NAME.match(target):
+        raise UsageError(
+            f"'{shown}' is neither a directory nor a crate name",
+            fix="give the directory holding the crate's Cargo.toml, or a crate name (letters, digits, '-' and '_', "
+            "at most 64)",
         )
     return None
 

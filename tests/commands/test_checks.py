@@ -37,6 +37,24 @@ REFUSED: list[tuple[Callable[[], Any], str]] = [
     (lambda: api.call_tool(5, {}), "'name' must be a string, got a whole number"),
     (lambda: api.tool_manifest("t", x=1), "tool_manifest() takes no argument x"),
     (lambda: api.list_remote(5), "'url' must be a string or null, got a whole number"),
+    # what a door gives (settings, sink, ...), passed by an API caller: checked as the door would give it
+    (lambda: api.search("csv", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
+    (
+        lambda: api.list_runs(settings={"offline": True}),
+        "'settings' must be a flakebot.config.Settings or None, got dict",
+    ),
+    (lambda: api.resume("r", sink="x"), "'sink' must be a function taking an event, got str"),
+    (lambda: api.run_tool("t", agent="yes"), "'agent' must be true or false, got str"),
+    (lambda: api.call_tool("t", {}, cwd=5), "'cwd' must be a path or None, got int"),
+    # the request-building functions (craft, improve, package) bound to their signatures as the others are
+    (lambda: api.craft(), "craft(): missing a required argument: 'need'"),
+    (lambda: api.package("a", "b"), "package(): too many positional arguments"),
+    (lambda: api.improve("t", "x", settings="x"), "'settings' must be a flakebot.config.Settings or None, got str"),
+    # a value JSON has no word for is named by its Python type, never "null"
+    (lambda: api.search(b"csv"), "'query' must be a string, got bytes"),
+    # negative waits and windows: refused, not read as 0 or as no window at all
+    (lambda: api.status("r", wait_seconds=-5), "'wait_seconds' must be at least 0, got -5"),
+    (lambda: api.token_audit(minutes=-1.0), "'minutes' must be at least 0, got -1.0"),
 ]
 
 
@@ -91,3 +109,196 @@ def test_package_out_where_no_directory_can_be_made_is_one_line_before_a_run(fla
     assert done.stderr.startswith("error: out /proc/nope/new cannot be made") and ". Fix: " in done.stderr
     runs = flakebot_home / "work" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_package_of_what_is_no_crate_is_one_line_before_a_run(flakebot_home: Path) -> None:
+    """A target too long for a file name (was an OSError traceback), a crate the local registry does not hold (was a
+    run failing in its locate stage): refused before a run exists, each in one line with its own exit code."""
+    long = run_cli("package", "a" * 300, "--registry", "local", "--json")
+    assert long.returncode == 2 and "Traceback" not in long.stderr, long.stderr
+    said = json.loads(long.stdout)
+    assert said["error"] == f"'{'a' * 64}...' is neither a directory nor a crate name", said
+    missing = run_cli("package", "nosuchcrate-zz", "--registry", "local")
+    assert missing.returncode == 10 and missing.stderr.startswith("error: crate 'nosuchcrate-zz' is not in"), (
+        missing.stderr
+    )
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    bad_bin = run_cli("package-service", kv_service, "--bin", "b" * 300, "--offline")  # was refused after a run began
+    assert bad_bin.returncode == 2 and bad_bin.stderr.startswith(f"error: '{'b' * 64}...' is not a binary name")
+    assert len(bad_bin.stderr) < 300, bad_bin.stderr
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_a_search_query_past_its_bound_is_one_short_line_at_every_door(flakebot_home: Path) -> None:
+    """A 100 KB query was echoed whole by the CLI ("No crate matches 'aaa...'", exit 0) and, sent to crates.io, an
+    httpx InvalidURL: a JSON-RPC error with a Python message over MCP and a traceback in its log."""
+    import asyncio
+
+    from tests.mcp.test_server import mcp_client
+
+    huge = "csv " * 25_000
+    done = run_cli("search", huge, "--registry", "local")
+    assert done.returncode == 2 and done.stdout == "", done.stdout[:200]
+    assert done.stderr.startswith("error: the search query is 100,000 characters, more than 500. Fix: ")
+    assert len(done.stderr) < 300, done.stderr[:300]
+
+    async def session() -> tuple[dict[str, Any], bool]:
+        async with mcp_client() as client:
+            return await client.call("search", {"query": huge})  # no registry: crates.io first, as an agent's
+
+    answer, error = asyncio.run(session())
+    assert error and answer["type"] == "UsageError" and answer["exit_code"] == 2, answer
+    with pytest.raises(UsageError, match="more than 500"):
+        api.search(huge, registry="local")
+
+
+def test_resume_of_a_run_whose_directory_is_read_only_is_one_line_before_any_stage(flakebot_home: Path) -> None:
+    """The run's own directory is written first (its lock, state.json): read-only, resume was an OSError traceback
+    (exit 1) from the lock. Now refused before any stage as the read-only catalog is (exit 5), by the CLI and MCP,
+    and the run is left to resume once it can be written."""
+    import asyncio
+
+    from flakebot.pipeline.run import Run
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import REPO, json_result
+    from tests.mcp.test_server import mcp_client
+
+    script = REPO / "flakebot/data/sessions/csv-dedup.json"
+    offline = ("--registry", "local", "--offline")
+    made = run_cli(
+        "craft", "need a CSV deduper", "--model", f"scripted:{script}", *offline, "--stop-after", "spec", "--json"
+    )
+    run_id = json_result(made)["run_id"]
+    workdir = flakebot_home / "work"
+
+    async def session() -> tuple[dict[str, Any], bool]:
+        async with mcp_client() as client:
+            return await client.call("resume", {"run_id": run_id})
+
+    with _read_only(workdir / "runs" / run_id):
+        done = run_cli("resume", run_id)
+        answer, error = asyncio.run(session())
+    assert done.returncode == 5 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: run {run_id}'s directory ") and "is not writable" in line and ". Fix: " in line
+    assert error and answer["type"] == "HostError", answer
+    jobs = workdir / "mcp-jobs"
+    assert not jobs.exists() or not [p for p in jobs.iterdir() if not p.name.startswith(".")]
+    run = Run.load(workdir, run_id)
+    assert run.state["status"] == "stopped" and run.stage_status("search") == "pending"
+
+
+def test_a_registry_path_too_long_for_a_file_name_is_one_line(flakebot_home: Path) -> None:
+    """`--registry` names crates-io, local or a directory: one too long for a file name was an OSError traceback
+    (search, package, craft's preflight); now the unknown registry's one line, the name cut short."""
+    long = "r" * 300
+    script = Path(__file__).parents[2] / "flakebot/data/sessions/csv-dedup.json"
+    for args in (
+        ("search", "csv", "--registry", long),
+        ("package", "hexyl", "--registry", long),
+        ("craft", "need a CSV deduper", "--model", f"scripted:{script}", "--registry", long),
+    ):
+        done = run_cli(*args)
+        assert done.returncode in (2, 10) and "Traceback" not in done.stderr, done.stderr[-1500:]
+        [line] = done.stderr.strip().splitlines()
+        assert f"{'r' * 64}..." in line and long not in line and ". Fix: " in line, line
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_a_path_too_long_for_a_file_name_is_one_line_wherever_a_path_is_taken(flakebot_home: Path) -> None:
+    """craft --from, package --out, --workdir and eval's suite, each a path 300 characters long: an OSError
+    (ENAMETOOLONG) traceback from asking whether it exists; now one line naming it, cut short (preflight)."""
+    long = "/tmp/" + "p" * 300
+    script = Path(__file__).parents[2] / "flakebot/data/sessions/csv-dedup.json"
+    craft = ("craft", "need a CSV deduper", "--model", f"scripted:{script}", "--registry", "local", "--offline")
+    for args in (
+        (*craft, "--from", long),
+        ("package", "hexyl", "--registry", "local", "--out", long),
+        ("--workdir", long, "runs"),
+        ("eval", long),
+    ):
+        done = run_cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args[0], done.stderr[-1500:])
+        [line] = done.stderr.strip().splitlines()
+        assert "is too long for a file name" in line and long not in line and ". Fix: " in line, line
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+def test_package_catalog_name_held_by_another_crates_package_is_refused_before_the_build(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """`package CRATE --catalog --name N` where N is another crate's packaged tool: the catalog stage refused it
+    after the nix build, a run left; a crate named from the registry is known before the run."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\n")
+    Catalog.open(config.load()).add(
+        "locks", need="packaged crate cargo-lock", flake_dir=flake, manifest={"name": "locks"}, usage_md="",
+        store_path="/nonexistent", run_id="r1", origin={},
+    )  # fmt: skip
+    done = run_cli("package", "hexyl", "--registry", "local", "--offline", "--catalog", "--name", "locks")
+    assert done.returncode == 2 and done.stderr.startswith("error: the catalog already has a tool named locks"), (
+        done.stderr[-1500:]
+    )
+    assert "--name locks-2" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    runs = flakebot_home / "work" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+@pytest.mark.slow
+def test_a_directory_crates_catalog_name_held_by_another_crate_is_said_without_craft_words(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """A directory's crate is known only once cargo reads it in the run: its catalog stage refuses a name another
+    crate's package holds. The fix said "craft again with --name" to a package."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\n")
+    Catalog.open(config.load()).add(
+        "locks", need="packaged crate cargo-lock", flake_dir=flake, manifest={"name": "locks"}, usage_md="",
+        store_path="/nonexistent", run_id="r1", origin={},
+    )  # fmt: skip
+    kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    done = run_cli("package", kv_service, "--offline", "--catalog", "--name", "locks", timeout=1200)
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 60 and "already has a tool named locks" in said, done.stderr[-1500:]
+    assert "craft" not in said and "--name locks-2" in said, said
+
+
+def test_a_negative_number_where_typer_sees_an_option_says_how_to_pass_it(flakebot_home: Path) -> None:
+    """`config set max_iterations -5` read -5 as an option: "No such option: -5", and a fix pointing at --help;
+    the fix says to put the value after --."""
+    done = run_cli("config", "set", "max_iterations", "-5")
+    assert done.returncode == 2 and done.stderr.startswith("error: No such option: -5"), done.stderr
+    assert "after '--'" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_json_nested_deeper_than_python_reads_is_one_line(flakebot_home: Path, tmp_path: Path) -> None:
+    """`--args-json '[[[...]]]'` 50,000 deep, a spec file or a service's examples file as deep: a RecursionError
+    traceback from json.loads; now the not-JSON line each already had."""
+    deep = "[" * 50_000 + "]" * 50_000
+    spec = tmp_path / "spec.json"
+    spec.write_text(deep)
+    script = Path(__file__).parents[2] / "flakebot/data/sessions/csv-dedup.json"
+    kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
+    for args in (
+        ("run", "t", "--args-json", deep),
+        ("craft", "need a CSV deduper", "--model", f"scripted:{script}", "--spec", str(spec), "--offline"),
+        ("package-service", kv_service, "--examples", str(spec), "--offline"),
+    ):
+        done = run_cli(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (args[0], done.stderr[-800:])
+        [line] = done.stderr.strip().splitlines()
+        assert "nested too deeply" in line and ". Fix: " in line, line
+    with pytest.raises(UsageError, match="nested too deeply"):
+        api.run_tool("t", args_json=deep)

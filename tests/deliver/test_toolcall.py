@@ -49,3 +49,19 @@ def test_a_strict_models_call_with_every_property_filled() -> None:
 def test_wrong_types_are_named(arguments: dict[str, object], says: str) -> None:
     with pytest.raises(UsageError, match=says):
         arguments_to_argv(OLD_MANIFEST, arguments)
+
+
+COUNTED = {  # a tool with `-v...` (clap's ArgAction::Count), as its manifest records it
+    "name": "csv-dedup",
+    "parameters": [CliParam("verbose", "flag", "--verbose", multiple=True).to_dict()],
+}
+
+
+@pytest.mark.parametrize("count", [10**30, 10**9, 101, -1, 2.0])
+def test_a_counted_flag_takes_a_bounded_count(count: object) -> None:
+    """`{"verbose": 10**30}` was an OverflowError traceback, `10**9` a list of a billion flags (the server's memory):
+    a count is a whole number from 0 to 100, or one UsageError."""
+    with pytest.raises(UsageError, match="verbose is a counted flag: pass how many times"):
+        arguments_to_argv(COUNTED, {"verbose": count})
+    assert arguments_to_argv(COUNTED, {"verbose": 3}) == (["--verbose"] * 3, None)
+    assert arguments_to_argv(COUNTED, {"verbose": True}) == (["--verbose"], None)
