@@ -110,6 +110,14 @@ def _mcp(grant_roots: list[str]) -> int:
 
     from flakebot.mcp.start import open_session
 
+    if grant_roots:  # a root no call could use is refused before the host is answered
+        from pathlib import Path
+
+        from flakebot import config
+        from flakebot.deliver.grants import check_flag_roots
+
+        check_flag_roots(grant_roots, config.load(), Path.cwd())
+
     # The first line, and `initialize` answered from the cache, before the SDK's imports (0.3-0.6 s): hosts give a
     # server about a second to answer it (flakebot.mcp.start).
     opening = open_session()

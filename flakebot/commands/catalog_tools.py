@@ -221,8 +221,9 @@ def _run_settings(settings: config.Settings, grant_roots: list[str] | None, sand
     """The settings a run takes: the user's --grant-root directories added, --sandbox in place of the setting."""
     import dataclasses
 
-    from flakebot.deliver.grants import widened
+    from flakebot.deliver.grants import check_flag_roots, widened
 
+    check_flag_roots(grant_roots or [], settings, Path.cwd())
     settings = widened(settings, grant_roots or [])
     if sandbox is not None:
         settings = dataclasses.replace(settings, sandbox=config.coerce("sandbox", sandbox, "--sandbox"))

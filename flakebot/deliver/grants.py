@@ -103,6 +103,20 @@ def widened(settings: config.Settings, roots: Sequence[str]) -> config.Settings:
     return dataclasses.replace(settings, grant_roots=(*settings.grant_roots, *roots))
 
 
+def check_flag_roots(roots: Sequence[str], settings: config.Settings, start: Path) -> None:
+    """The roots a user's --grant-root flags name, refused at once (a UsageError naming the first and why) when one
+    could never be a grant root: else a server would start and refuse every call that writes there."""
+    for text in roots:
+        root = Path(os.path.realpath(start / Path(text).expanduser()))
+        why = root_refusal(root, settings) if root.is_dir() else "it is not an existing directory"  # as grants() says
+        if why:
+            raise UsageError(
+                f"--grant-root {text[:200]!r} refused: {why}",
+                fix="pass --grant-root DIR with a directory of yours that exists and holds no configuration "
+                "(the grant_roots setting takes the same)",
+            )
+
+
 def grants(settings: config.Settings, start: Path) -> Grants:
     """The grant roots of `settings`, relative ones from `start` (where the command or the MCP server started)."""
     roots: list[Path] = []

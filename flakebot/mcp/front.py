@@ -703,6 +703,9 @@ def serve(
     store = verifiers(options, settings)
     check_exposure(options, store)
     check_tls(options)
+    from flakebot.deliver.grants import check_flag_roots
+
+    check_flag_roots(options.grant_roots, settings, Path.cwd())
     queue = FrontQueue(options.database) if options.database is not None else None
     if queue is not None:
         queue.connect()  # a database that cannot be reached is one line now, before the port is taken

@@ -220,9 +220,14 @@ def test_an_mcp_caller_grants_only_beneath_the_servers_start_directory(caller: P
     assert _snapshot(Path("/etc/nix")) == nix_before and list((outside / "elsewhere").iterdir()) == []
     assert not answers[5]["isError"] and (caller / "out" / PROBE).read_text() == HOOK, answers[5]
     assert (caller / "out" / PROBE).stat().st_mode & 0o111 == 0
-    # the user who starts the server widens the roots; /etc stays refused even then
-    widened = mcp_session(attempts[:2], "--grant-root", elsewhere, "--grant-root", "/etc/nix")
-    assert widened[0]["isError"] and "refused: it is, holds or lies in /etc" in widened[0]["error"], widened
+    # the user who starts the server widens the roots; /etc stays refused even then, before the server starts
+    etc = run_cli("mcp", "--grant-root", elsewhere, "--grant-root", "/etc/nix", input="")
+    assert refused(etc, "refused: it is, holds or lies in /etc"), etc.stderr
+    for door in ("mcp", "serve"):  # a root that is no directory: refused before a host or agent is answered
+        missing = run_cli(door, "--grant-root", str(outside / "nowhere"), input="")
+        assert refused(missing, "refused: it is not an existing directory"), (door, missing.stderr)
+    widened = mcp_session(attempts[:2], "--grant-root", elsewhere)
+    assert widened[0]["isError"] and "outside every grant root" in widened[0]["error"], widened
     assert not widened[1]["isError"] and (outside / "elsewhere" / PROBE).read_text() == HOOK, widened
 
 
