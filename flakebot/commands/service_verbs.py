@@ -396,17 +396,27 @@ def _export_text(result: dict[str, Any]) -> str:
             if result["portable"]
             else "\n(built with the host stand-in: it carries this machine's loader and libraries)"
         )
-        port = result["port"]
+        port, needs = result["port"], result.get("needs") or {}
+        needed = (
+            f"\nit needs {', '.join(needs)} (label io.flakebot.needs): run each, and pass "
+            + " ".join(f"-e {variable}=http://HOST:PORT" for variable in needs.values())
+            if needs
+            else ""
+        )
         return (
             f"wrote {result['layout']} (tag {result['tag']}, {result['layers']} layers, user {result['user']}){note}"
             f"\n{network} (label io.flakebot.network; a container engine gives network unless told otherwise)"
-            f"\nrun it: podman run -p 127.0.0.1:{port}:{port} oci:{result['layout']}:{result['tag']}"
+            f"{needed}\nrun it: podman run -p 127.0.0.1:{port}:{port} oci:{result['layout']}:{result['tag']}"
         )
     problems = result.get("problems") or []
     verdict = "not checked" if not result["checked"] else ("; ".join(problems) or "systemd-analyze verify: passed")
     if result["target"] == "nixos":
+        socket = (
+            "\nits socket unit holds the port and hands it in as fd 3 (socket: handoff)" if result.get("socket") else ""
+        )
+        needs = f"\nstarted after what it needs: {', '.join(result['needs'])}" if result.get("needs") else ""
         return (
-            f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}\n{network}\n"
+            f"wrote {result['module']}\n{verdict}\n{result.get('exposure', '')}{socket}{needs}\n{network}\n"
             f"in your NixOS configuration:\n{result['configuration']}"
         )
     return (
