@@ -117,6 +117,10 @@ async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> A
         return result
     if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
         raise RuntimeError("tools/list answered without a tools list: its crafted tools cannot be added to it")
+    from flakebot.mcp import earlylist
+
+    if earlylist.remembered(ctx.protocol_version, aside.stamps):  # the cache holds this list already
+        return {**result, "tools": [*result["tools"], *aside.forms]}
     remember = (ctx.protocol_version, result, aside.texts, aside.stamps)
     # not a daemon: a server whose client closes right after its first list still leaves the cache whole
     threading.Thread(target=_remember, args=remember, name="flakebot-list-cache").start()
