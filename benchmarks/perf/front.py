@@ -1,7 +1,9 @@
 """The team front under many agents: `tokens` tokens (each made with `flakebot token add`), each an MCP SDK
 Streamable HTTP client of its own, all at once against one `flakebot serve` on 127.0.0.1, each doing `rounds` rounds
 of `list` and `show`; the figure is the p95 latency of those calls (goal <= 250 ms), beside one client alone's p95
-in the same run (the same calls with nothing else waiting: what the load adds).
+in the same run (the same calls with nothing else waiting: what the load adds). Each agent lists the tools once on
+connecting, before the common start, as hosts do (the SDK client would otherwise send that tools/list inside its first
+timed call_tool: 50 lists in the first round's burst, the tail of the figure).
 
 The agents run in `processes` client processes (ten tokens each by default), not all in this one: an MCP SDK client
 costs more CPU per call than the server's answer (about 4 ms against 1-3 ms), so fifty of them behind one Python
@@ -88,7 +90,9 @@ def serving(env: dict[str, str], home: Path) -> Iterator[tuple[str, int]]:
             process.stdout.close()
 
 
-async def agent(url: str, token: str, rounds: int, start: asyncio.Event) -> tuple[list[float], int]:
+async def agent(
+    url: str, token: str, rounds: int, start: asyncio.Event, connected: asyncio.Event | None = None
+) -> tuple[list[float], int]:
     """One agent's call latencies (seconds) and its failed calls: a session, then `rounds` of list and show."""
     import httpx2
     from mcp import Client
@@ -97,6 +101,9 @@ async def agent(url: str, token: str, rounds: int, start: asyncio.Event) -> tupl
     latencies, errors = [], 0
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
         async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
+            await client.list_tools()  # as a host lists tools on connecting (else the SDK lists before a first call)
+            if connected is not None:
+                connected.set()
             await start.wait()
             for _ in range(rounds):
                 for name, arguments in (("list", {}), ("show", {"name": "no-such-tool"})):
@@ -114,8 +121,11 @@ async def agent(url: str, token: str, rounds: int, start: asyncio.Event) -> tupl
 async def agents(url: str, tokens: list[str], rounds: int) -> tuple[list[float], int, float]:
     """Every token's agent at once (sessions opened first, then released together): latencies, errors, wall."""
     start = asyncio.Event()
-    tasks = [asyncio.create_task(agent(url, token, rounds, start)) for token in tokens]
-    await asyncio.sleep(0)
+    connected = [asyncio.Event() for _ in tokens]
+    tasks = [
+        asyncio.create_task(agent(url, token, rounds, start, c)) for token, c in zip(tokens, connected, strict=True)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(c.wait() for c in connected)), 120)
     began = time.perf_counter()
     start.set()
     done = await asyncio.gather(*tasks)
@@ -129,8 +139,11 @@ def agents_process(url: str, tokens: list[str], rounds: int, ready: Any, start: 
 
     async def main() -> tuple[list[float], int, float]:
         go = asyncio.Event()
-        tasks = [asyncio.create_task(agent(url, token, rounds, go)) for token in tokens]
-        await asyncio.sleep(0.5)  # the sessions opened (a 2026-07-28 client opens none: its first call is its own)
+        connected = [asyncio.Event() for _ in tokens]
+        tasks = [
+            asyncio.create_task(agent(url, token, rounds, go, c)) for token, c in zip(tokens, connected, strict=True)
+        ]
+        await asyncio.wait_for(asyncio.gather(*(c.wait() for c in connected)), 120)  # connected, tools listed
         await asyncio.to_thread(ready.wait)
         await asyncio.to_thread(start.wait)
         cpu = time.process_time()
