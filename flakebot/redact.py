@@ -33,7 +33,28 @@ MIN_SECRET_LENGTH = 6  # shorter values ("1", "yes") would redact ordinary text
 
 
 def secret_values() -> list[str]:
-    """Values of secret-looking environment variables, longest first (so overlaps redact whole)."""
+    """Values of secret-looking environment variables, longest first (so overlaps redact whole).
+
+    Every error message is redacted (errors.py), so this runs several times per failed call: scanning the environment
+    through os.environ decodes each name and value (0.3-0.7 ms with ~50 variables, most of an unknown `show` over the
+    team front). The answer is kept with a copy of the environment's raw mapping, and made again whenever the
+    environment differs from it (one C-level comparison: a variable set, changed or removed is seen at once)."""
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping behind os.environ, kept in step with it
+    if not isinstance(raw, dict):
+        return _secret_values()
+    global _kept
+    kept = _kept
+    if kept is not None and kept[0] == raw:
+        return list(kept[1])
+    values = _secret_values()
+    _kept = (dict(raw), tuple(values))
+    return values
+
+
+_kept: tuple[dict[bytes, bytes], tuple[str, ...]] | None = None  # (the raw environment seen, its secret values)
+
+
+def _secret_values() -> list[str]:
     values = {v for k, v in os.environ.items() if SECRET_ENV.match(k.upper()) and len(v) >= MIN_SECRET_LENGTH}
     return sorted(values, key=len, reverse=True)
 

@@ -18,14 +18,34 @@ JSON_TYPES = {"string": "a string", "integer": "a whole number", "number": "a nu
 
 def check_arguments(tool: str, arguments: Any, schema: dict[str, Any]) -> None:
     """Refuse `arguments` (one UsageError) unless they match `schema`, the tool's declared input schema."""
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
     if not isinstance(arguments, dict):
         raise UsageError(f"{tool}'s arguments must be an object, got {kind_of(arguments)}", fix="pass an object")
-    error = best_match(Draft202012Validator(_absent_may_be_null(schema)).iter_errors(arguments))
+    error = best_match(_validator(schema).iter_errors(arguments))
     if error is not None:
         raise _refusal(tool, error, schema)
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """The validator of `schema`, made once per schema object: flakebot's own tools check the same declared schemas
+    (module constants) on every call, several times per team-front call, and making a validator (its meta-schema
+    lookups) was most of the check. Kept by identity with the schema itself (an id is never reused while kept), at
+    most VALIDATORS_KEPT of them (crafted tools' schemas are new objects per call)."""
+    from jsonschema import Draft202012Validator
+
+    kept = _validators.get(id(schema))
+    if kept is not None and kept[0] is schema:
+        return kept[1]
+    validator = Draft202012Validator(_absent_may_be_null(schema))
+    if len(_validators) >= VALIDATORS_KEPT:
+        _validators.clear()
+    _validators[id(schema)] = (schema, validator)
+    return validator
+
+
+VALIDATORS_KEPT = 256
+_validators: dict[int, tuple[dict[str, Any], Any]] = {}
 
 
 def kind_of(value: Any) -> str:

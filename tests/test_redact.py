@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from flakebot.errors import NixError
-from flakebot.redact import REDACTED, RedactFilter, redact_text
+from flakebot.redact import REDACTED, RedactFilter, redact_text, secret_values
 
 
 @pytest.mark.parametrize(
@@ -61,3 +61,16 @@ def test_error_messages_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
         "build said gsk_plantedplanted", fix="unset gsk_plantedplanted", log_tail="... gsk_plantedplanted ..."
     )
     assert "planted" not in error.one_line() + str(error.to_dict())
+
+
+def test_a_secret_set_changed_or_removed_after_a_redaction_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """secret_values() keeps its answer while the environment is unchanged: a variable set, changed or removed
+    afterwards must still decide the next redaction."""
+    assert "late-secret-0123" not in secret_values()
+    monkeypatch.setenv("LATE_SERVICE_TOKEN", "late-secret-0123")
+    assert redact_text("a late-secret-0123 b") == f"a {REDACTED} b"
+    monkeypatch.setenv("LATE_SERVICE_TOKEN", "later-secret-4567")
+    assert redact_text("late-secret-0123 later-secret-4567") == f"late-secret-0123 {REDACTED}"
+    monkeypatch.delenv("LATE_SERVICE_TOKEN")
+    assert "later-secret-4567" not in secret_values()
+    assert redact_text("later-secret-4567") == "later-secret-4567"

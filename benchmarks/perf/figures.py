@@ -706,7 +706,7 @@ def front_latency(r: Results) -> dict[str, Any]:
     f: FrontResult = r["front"]
     measured = (
         f"{f.tokens} tokens (made with `flakebot token add`), each an MCP SDK Streamable HTTP client, all at once "
-        f"against one `flakebot serve` on 127.0.0.1, {f.rounds} rounds of `list` and `show` each: {f.calls} calls, "
+        f"against one `flakebot serve` on 127.0.0.1 (from {f.processes} client processes), {f.rounds} rounds of `list` and `show` each: {f.calls} calls, "
         f"median {f.p50_ms:.0f} ms, p95 {f.p95_ms:.0f} ms, slowest {f.max_ms:.0f} ms, {f.errors} failed, "
         f"{f.wall_s:.1f} s in all; one client alone in the same run: p95 {f.alone_p95_ms:.0f} ms "
         f"(the load's p95 {f.p95_over_alone:g}x that). Each agent calls again the moment an answer comes (no think "
@@ -715,7 +715,7 @@ def front_latency(r: Results) -> dict[str, Any]:
     per_call = f.server_cpu_ms_per_call + f.clients_cpu_ms_per_call
     gap = (
         f"CPU, not waiting on anything: per call the server spent {f.server_cpu_ms_per_call:.1f} ms and the "
-        f"{f.tokens} SDK clients (one Python process on the same two cores) {f.clients_cpu_ms_per_call:.1f} ms; "
+        f"{f.tokens} SDK clients ({f.processes} Python process(es) on the same two cores) {f.clients_cpu_ms_per_call:.1f} ms; "
         f"{f.tokens} calls in flight behind each other are about {f.tokens} x {per_call:.1f} ms / 2 cores = "
         f"{f.tokens * per_call / 2:.0f} ms, before the machine's other load"
     )

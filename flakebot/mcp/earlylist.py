@@ -115,6 +115,7 @@ def remember(version: str, result: dict[str, Any], crafted: list[str], stamps: d
         with path.open("rb") as file:
             header = json.loads(file.readline())
         if isinstance(header, dict) and header.get("key") == cache_key() and header.get("stamps") == stamps:
+            _remembered[version] = dict(stamps)
             return
     except (OSError, ValueError):
         pass
@@ -130,6 +131,19 @@ def remember(version: str, result: dict[str, Any], crafted: list[str], stamps: d
         atomic_write_text(path, header_line + "\n" + text + "\n")
     except OSError as exc:
         logger.info("could not cache the tool list in %s: %s", path, exc)
+        return
+    _remembered[version] = dict(stamps)
+
+
+def remembered(version: str, stamps: dict[str, str]) -> bool:
+    """Whether this process found or wrote `version`'s cache at these stamps already: a list of the same tools then
+    has nothing to remember (the team front lists for many agents; each list read the settings and the cache's
+    header on a thread of its own, 2 ms of CPU a list). The cache file is the next server's favour, not this one's
+    state: one removed by hand is written again once the catalog changes, or by the next server."""
+    return _remembered.get(version) == stamps
+
+
+_remembered: dict[str, dict[str, str]] = {}  # protocol version -> the stamps its cache holds (found or written)
 
 
 def _json(value: Any) -> str:
@@ -138,6 +152,7 @@ def _json(value: Any) -> str:
 
 def forget(version: str) -> None:
     """Drop `version`'s cache (an early answer the SDK disagreed with): the server's next list writes it again."""
+    _remembered.pop(version, None)
     path = cache_path(version)
     try:
         if path is not None:

@@ -118,7 +118,10 @@ async def add_crafted(ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> A
         return result
     if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
         raise RuntimeError("tools/list answered without a tools list: its crafted tools cannot be added to it")
-    _cache_writer.submit((ctx.protocol_version, result, aside.texts, aside.stamps))
+    from flakebot.mcp import earlylist
+
+    if not earlylist.remembered(ctx.protocol_version, aside.stamps):  # the cache holds this list already
+        _cache_writer.submit((ctx.protocol_version, result, aside.texts, aside.stamps))
     return {**result, "tools": [*result["tools"], *aside.forms]}
 
 

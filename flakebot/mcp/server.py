@@ -113,6 +113,7 @@ class FlakebotMCP:
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
         self._forms = listing.WireForms()  # each crafted tool's tools/list entry, made once per definition
         self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
+        self._crafted_schemas: dict[str, Any] = {}  # each crafted tool's inputSchema as the last tools/list sent it
 
     def task_handlers(self) -> Any:
         """The class answering tasks/* (flakebot.mcp.tasks.Tasks; the team front's also answers queued jobs)."""
@@ -145,11 +146,22 @@ class FlakebotMCP:
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
+            get_tool_input_schema=self.tool_input_schema,
         )
         mcp_tasks.install(server, self, LONG_TOOLS, self.task_handlers())
         server.middleware.insert(0, _call_shape)
         server.middleware += [_list_without_collector, listing.add_crafted]
         return server
+
+    def tool_input_schema(self, name: str) -> dict[str, Any] | None:
+        """The inputSchema tools/list gives `name`, for the SDK's check of a stateless tools/call's Mcp-Param headers:
+        without it the SDK ran a whole tools/list (the catalog read, an audit line for a list nobody asked for) before
+        every such call, half of a `show`'s time over the team front under load (yappi). Flakebot's own tools have
+        their declared schema; a crafted tool the one the last tools/list of this server sent (None, as when the SDK's
+        listing does not name the tool, until then: the SDK then skips the headers' check, which it also does for a
+        schema with no x-mcp-header, and flakebot's schemas declare none)."""
+        own = OWN_TOOLS.get(name)
+        return own[1] if own is not None else self._crafted_schemas.get(name)
 
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         import mcp_types as types
@@ -174,6 +186,7 @@ class FlakebotMCP:
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
         listed = [d for d in crafted if d["name"] not in OWN_TOOLS]
+        self._crafted_schemas = {d["name"]: d["inputSchema"] for d in listed}
         forms = self._forms.forms(listed, ctx.protocol_version)
         stamps = {name: stamp for name, (stamp, _) in stamped.items()}
         if listing.put_aside(forms, stamps):  # sent as made (mcp/listing.py)

@@ -302,3 +302,20 @@ def test_json_nested_deeper_than_python_reads_is_one_line(flakebot_home: Path, t
         assert "nested too deeply" in line and ". Fix: " in line, line
     with pytest.raises(UsageError, match="nested too deeply"):
         api.run_tool("t", args_json=deep)
+
+
+def test_a_schemas_validator_is_made_once_and_never_serves_another_schema() -> None:
+    """validation keeps one validator per schema object (flakebot's own schemas are checked several times per call):
+    the same object gets the same validator; another schema, even equal in shape, is checked by its own."""
+    from flakebot import validation
+
+    whole = {"type": "object", "properties": {"n": {"type": "integer"}}, "additionalProperties": False}
+    text = {"type": "object", "properties": {"n": {"type": "string"}}, "additionalProperties": False}
+    assert validation._validator(whole) is validation._validator(whole)
+    for _ in range(2):
+        validation.check_arguments("t", {"n": 5}, whole)
+        with pytest.raises(UsageError, match="'n' must be a string"):
+            validation.check_arguments("t", {"n": 5}, text)
+    for _ in range(validation.VALIDATORS_KEPT + 1):  # schemas made per call (crafted tools): the cache stays bounded
+        validation.check_arguments("t", {"n": "x"}, {**text})
+    assert len(validation._validators) <= validation.VALIDATORS_KEPT

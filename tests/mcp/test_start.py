@@ -151,3 +151,21 @@ def test_the_first_tools_list_is_the_sdks_answer_from_the_cache_while_the_catalo
     assert "early tool list differed from the MCP SDK's answer" in stderr
     assert not path.exists() or "from the cache" not in path.read_text()  # dropped (or rewritten by the SDK's list)
     assert session(*opening)[0] == session(*opening)[0] == changed
+
+
+def test_a_list_already_cached_is_not_remembered_again_until_the_cache_is_forgotten(flakebot_home: Path) -> None:
+    """The team front lists for many agents: once this process found or wrote a version's cache at some stamps, a
+    list of the same tools writes nothing; other stamps, or a cache forgotten (an early answer the SDK disagreed
+    with), are written again."""
+    from flakebot.mcp import earlylist
+
+    version, stamps = "2025-11-25", {"tool-a": "k:1"}
+    path = earlylist.cache_path(version)
+    assert path is not None and not earlylist.remembered(version, stamps)
+    earlylist.remember(version, {"tools": []}, [], stamps)
+    assert path.exists() and earlylist.remembered(version, stamps)
+    assert not earlylist.remembered(version, {"tool-a": "k:2"})
+    earlylist.forget(version)
+    assert not path.exists() and not earlylist.remembered(version, stamps)
+    earlylist.remember(version, {"tools": []}, [], stamps)
+    assert path.exists() and earlylist.remembered(version, stamps)

@@ -124,6 +124,9 @@ def test_a_token_opens_the_front_and_nothing_else_does(flakebot_home: Path, work
     # who called what is audited with the token's principal and tenant, the arguments as a digest only
     records = json_result(run_cli("token", "audit", "--json", check=True))["records"]
     assert {(r["method"], r["tool"]) for r in records} >= {("tools/list", None), ("tools/call", "list")}
+    # the two lists the agents asked for; a stateless call with arguments runs no listing of its own (the SDK's check
+    # of Mcp-Param headers asks the server for the tool's schema: a whole tools/list per call before)
+    assert sum(r["method"] == "tools/list" for r in records) == 2
     assert {(r["principal"], r["tenant"]) for r in records} == {("alice", "acme")}
     show = [r for r in records if r["tool"] == "show"]
     assert len(show) == 2 and all(r["outcome"] == "error" and r["exit_code"] == 4 for r in show)
