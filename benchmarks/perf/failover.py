@@ -54,11 +54,14 @@ def home_env(home: Path) -> dict[str, str]:
         env[var] = str(home / var)
     env["FLAKEBOT_WORKDIR"] = str(home / "work")
     env["FLAKEBOT_LOCAL_REGISTRY"] = REGISTRY
+    # the model and offline are the worker's own settings: a job's row may not set them (queue.tenant_request)
+    env["FLAKEBOT_MODEL"] = f"scripted:{SESSION}"
+    env["FLAKEBOT_OFFLINE"] = "1"
     return env
 
 
 def enqueue(database: str) -> int:
-    asked = RunRequest(need="need a CSV deduper", model=f"scripted:{SESSION}", registry="local", offline=True)
+    asked = RunRequest(need="need a CSV deduper", registry="local")
     with db.connect(database) as conn:
         return queue.enqueue(conn, TENANT, "bench", asked).job_id
 

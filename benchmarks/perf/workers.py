@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.perf.failover import SESSION, TENANT, home_env, worker
+from benchmarks.perf.failover import TENANT, home_env, worker
 from benchmarks.scenarios.postgres import new_database, temporary_cluster
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
@@ -45,8 +45,9 @@ def enqueue(database: str, crafts: int, batch: str) -> list[int]:
     with db.connect(database) as conn:
         queue.set_quota(conn, TENANT, max_in_flight=crafts, max_per_day=100)  # all queued before a worker starts
         for i in range(crafts):
-            asked = RunRequest(need=f"need a CSV deduper ({batch}{i})", model=f"scripted:{SESSION}", registry="local",
-                               offline=True, name=f"csv-dedup-{batch}{i}", fresh=True)  # fmt: skip
+            # the model (the scripted session) and offline are each worker's settings (failover.home_env)
+            asked = RunRequest(need=f"need a CSV deduper ({batch}{i})", registry="local", name=f"csv-dedup-{batch}{i}",
+                               fresh=True)  # fmt: skip
             ids.append(queue.enqueue(conn, TENANT, "bench", asked).job_id)
     return ids
 
