@@ -51,7 +51,8 @@ def _spawn_supervisor(where: ServiceDir, listener: socket.socket | None = None) 
     args = [str(where.root), *(["--socket-fd", str(handoff.FD)] if listener is not None else [])]
     with open(where.supervisor_log, "ab") as out:
         launcher.popen(
-            launcher.python_module("flakebot.services.supervisor", *args), env=launcher.flakebot_env(),
+            # the standard library and flakebot only (tests/services/test_supervisor.py holds it to that): no site
+            launcher.python_module("flakebot.services.supervisor", *args, site=False), env=launcher.flakebot_env(),
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
             fds={handoff.FD: listener.fileno()} if listener is not None else None,
         )  # fmt: skip
