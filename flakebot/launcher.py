@@ -193,13 +193,14 @@ def _with_fds(fds: dict[int, int], options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "preexec_fn": place, "pass_fds": (*passed, *fds)}
 
 
-def python_code(code: str, *args: str) -> list[str]:
+def python_code(code: str, *args: str, site: bool = True) -> list[str]:
     """The command line of a flakebot Python child running `code` (sys.argv: ['-c', *args], as with `python -c`):
-    an isolated interpreter (-I) that imports flakebot from PACKAGE_ROOT only."""
-    return [sys.executable, "-I", "-c", BOOTSTRAP + code, PACKAGE_ROOT, *args]
+    an isolated interpreter (-I) that imports flakebot from PACKAGE_ROOT only. `site=False`: a child of the standard
+    library and flakebot alone (-S: no site-packages, no .pth files run; 20-30 ms less start-up, less memory)."""
+    return [sys.executable, "-I", *([] if site else ["-S"]), "-c", BOOTSTRAP + code, PACKAGE_ROOT, *args]
 
 
-def python_module(module: str, *args: str) -> list[str]:
+def python_module(module: str, *args: str, site: bool = True) -> list[str]:
     """The command line of `python -m MODULE ARGS` as a flakebot Python child (see python_code)."""
     code = "import runpy; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
-    return python_code(code, module, *args)
+    return python_code(code, module, *args, site=site)

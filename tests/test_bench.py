@@ -211,10 +211,14 @@ def test_services_benchmark_runs_and_reports_its_figures() -> None:
         assert record.forward_over_direct == pytest.approx(record.forward_ms / record.direct_ms, abs=0.001)
         assert record.forward_minus_direct_ms == pytest.approx(record.forward_ms - record.direct_ms, abs=0.001)
     figures = bench("services").summarize(record)
-    assert [f["id"] for f in figures] == ["S1", "S2", "S3", "S3-concurrent"]
+    assert [f["id"] for f in figures] == ["S1", "S2", "S3", "S3-concurrent", "S4", "S5"]
     assert all(f["value"] is not None for f in figures)  # the handoff's figures against the bare binary, same run
     assert record.socket_over_bare == pytest.approx(record.socket_ms / record.bare_ms, abs=0.001)
     assert record.socket_up_over_bare_s == pytest.approx(record.socket_up_s - record.bare_start_s, abs=0.002)
+    # the upgrade under a looping client answered some; the memory of every process in the tree, the service's in it
+    assert record.upgrade_requests_ok and record.upgrade_requests_lost is not None and record.tree_mb
+    assert record.tree_pss_mb == pytest.approx(sum(v["Pss"] for v in record.tree_mb.values()), abs=0.05)
+    assert 0 < record.service_pss_mb < record.tree_pss_mb and any("kv-service" in k for k in record.tree_mb)
 
 
 def test_front_benchmark_runs_and_reports_its_figure() -> None:

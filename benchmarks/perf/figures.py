@@ -827,6 +827,39 @@ def services_concurrent(r: Results) -> dict[str, Any]:
     return figure("S3-concurrent", title, s.socket_throughput_over_bare, "x", 0.9, ">=", measured, bench="services")
 
 
+GOAL_UPGRADE_LOST = 0  # requests lost while an upgrade hands the socket over (issue 46)
+MEMORY_SLACK_MB = 15  # a service's whole tree at most 2x its own memory plus this (issue 46)
+
+
+def services_upgrade(r: Results) -> dict[str, Any]:
+    s: ServicesResult = r["services"]
+    title = "service: requests lost during an upgrade"
+    if s.upgrade_requests_lost is None or s.upgrade_requests_ok is None or s.upgrade_s is None:
+        return figure("S4", title, None, "", None, "", "not measured in this run", bench="services")
+    why = f" ({', '.join(s.upgrade_lost_why or [])})" if s.upgrade_requests_lost else ""
+    measured = (
+        f"a client looping GETs through kv-socket's port while `flakebot up kv-socket@0.2.0` upgraded it from 0.1.0 "
+        f"({s.upgrade_s:.2f} s) and 0.5 s before and after: {s.upgrade_requests_ok} answered, "
+        f"{s.upgrade_requests_lost} refused, reset or wrong{why}"
+    )
+    return figure("S4", title, s.upgrade_requests_lost, "", GOAL_UPGRADE_LOST, "<=", measured, bench="services")
+
+
+def services_memory(r: Results) -> dict[str, Any]:
+    s: ServicesResult = r["services"]
+    title = "service: memory of its whole tree over 2x its own (PSS)"
+    if s.tree_pss_mb is None or s.service_pss_mb is None or s.tree_mb is None:
+        return figure("S5", title, None, "", None, "", "not measured in this run", bench="services")
+    each = ", ".join(f"{name.split(' ', 1)[1]} {v['Pss']:.1f} ({v['Rss']:.1f})" for name, v in s.tree_mb.items())
+    measured = (
+        f"kv-socket up: PSS (RSS) in MB of each process of its supervisor's tree, found by parent links: {each}; "
+        f"the tree {s.tree_pss_mb:.1f} ({s.tree_rss_mb:.1f}), the service's own {s.service_pss_mb:.1f} "
+        f"({s.service_rss_mb:.1f}); the figure is the tree less twice the service's own"
+    )
+    over = round(s.tree_pss_mb - 2 * s.service_pss_mb, 2)
+    return figure("S5", title, over, "MB", MEMORY_SLACK_MB, "<=", measured, bench="services")
+
+
 def _spread(s: Spread, scale: float = 1000, unit: str = "ms") -> str:
     return f"{s.median * scale:.3g} {unit} (min {s.min * scale:.3g}, max {s.max * scale:.3g})"
 
@@ -924,6 +957,8 @@ FIGURES: list[tuple[str, Callable[[Results], dict[str, Any]], str]] = [
     ("S2", services_restart, "services"),
     ("S3", services_forward, "services"),
     ("S3-concurrent", services_concurrent, "services"),
+    ("S4", services_upgrade, "services"),
+    ("S5", services_memory, "services"),
     ("P15", catalog_list_figure(1, "P15"), "catalog"),
     ("P15-10k", catalog_list_figure(2, "P15-10k"), "catalog"),
     ("P16", catalog_add_figure, "catalog"),

@@ -15,12 +15,20 @@ the bare binary's start to its first healthy answer (both medians); S3 its reque
 over the same requests to the bare binary on the host; concurrency: `clients` client processes at once, each
 4 x `requests` GETs, requests per second through the handoff over the bare binary's (both up at once, measured in
 three alternating turns, medians).
+
+Memory (S5): with kv-socket up, the proportional set size (PSS, /proc/PID/smaps_rollup) and RSS of every process in
+its supervisor's tree (the supervisor, bubblewrap, its init, the service: found by parent links from the supervisor's
+pid, never by name), against the service process's own. Upgrade (S4): a client process loops GETs through kv-socket's
+port while `flakebot up kv-socket@0.2.0` (a copy of the crate as 0.2.0, packaged the same way) upgrades it, and
+0.5 s on after the upgrade returned; every request refused, reset, timed out or not answered 200 with the value
+counts as lost.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -34,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.reliability.services import set_version
 from flakebot import config
 from flakebot.services import proxy
 
@@ -63,6 +72,7 @@ def run(samples: int = 5, requests: int = 50, clients: int = 4) -> dict[str, Any
                         SOCKET_NAME, "--socket", "handoff")  # fmt: skip
         handoff = _handoff_figures(env, Path(packaged["store_path"]) / "bin" / "kv-service", Path(tmp), samples,
                                    requests, clients)  # fmt: skip
+        handoff.update(_upgrade_figures(env, Path(tmp)))
         ups: list[float] = []
         restarts: list[float] = []
         for _ in range(samples):  # a fresh start each: restarts within a minute back off longer (0.2 s doubling)
@@ -123,8 +133,10 @@ def _handoff_figures(
         _end(process)
     process, bare_port, _ = _bare(binary, tmp / "bare")
     try:
-        port = _cli(env, "up", SOCKET_NAME)["port"]
+        started = _cli(env, "up", SOCKET_NAME)
+        port = started["port"]
         try:
+            memory = _tree_memory(started["supervisor_pid"], started["service_pid"])
             _put(bare_port)
             _put(port)
             # both running at once, measured in turns: the machine's other load falls on both alike
@@ -152,7 +164,84 @@ def _handoff_figures(
         "socket_rps": round(socket_rps, 1),
         "bare_rps": round(bare_rps, 1),
         "socket_throughput_over_bare": round(socket_rps / bare_rps, 3),
+        **memory,
     }
+
+
+def _tree_memory(supervisor: int, service: int) -> dict[str, Any]:
+    """PSS and RSS (MB) of the supervisor's whole process tree and of the service's own process; each process named
+    by its command."""
+    pids, seen = [supervisor], []
+    while pids:
+        pid = pids.pop()
+        seen.append(pid)
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            pids.extend(int(child) for child in (task / "children").read_text().split())
+    tree: dict[str, dict[str, float]] = {}
+    for pid in seen:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+        command = Path(f"/proc/{pid}/comm").read_text().strip()
+        tree[f"{pid} {command}"] = {k: round(int(fields[k].split()[0]) / 1024, 2) for k in ("Pss", "Rss")}
+    own = next(v for k, v in tree.items() if int(k.split()[0]) == service)
+    return {
+        "tree_pss_mb": round(sum(v["Pss"] for v in tree.values()), 2),
+        "tree_rss_mb": round(sum(v["Rss"] for v in tree.values()), 2),
+        "service_pss_mb": own["Pss"],
+        "service_rss_mb": own["Rss"],
+        "tree_mb": tree,
+    }
+
+
+LOOP = """
+import http.client, json, os, sys
+port, stop = int(sys.argv[1]), sys.argv[2]
+ok, lost, why = 0, 0, []
+while not os.path.exists(stop):
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        connection.request("GET", "/kv/bench")
+        answer = connection.getresponse()
+        body = answer.read()
+        connection.close()
+        if answer.status == 200 and body == b"value":
+            ok += 1
+            continue
+        lost, why = lost + 1, why + [f"status {answer.status}"]
+    except OSError as exc:
+        lost, why = lost + 1, why + [type(exc).__name__]
+print(json.dumps({"ok": ok, "lost": lost, "why": why[:5]}))
+"""
+
+
+def _upgrade_figures(env: dict[str, str], tmp: Path) -> dict[str, Any]:
+    """kv-socket 0.1.0 upgraded to 0.2.0 while a client loops GETs through its port: requests answered, lost."""
+    crate = tmp / "kv-0.2.0"
+    shutil.copytree(KV_SERVICE, crate, ignore=shutil.ignore_patterns("target"))
+    set_version(crate, "0.2.0")
+    _cli(env, "package-service", str(crate), "--offline", "--stop-grace", "2", "--name", SOCKET_NAME, "--socket",
+         "handoff")  # fmt: skip
+    port = _cli(env, "up", f"{SOCKET_NAME}@0.1.0")["port"]
+    stop = tmp / "stop-loop"
+    try:
+        _put(port)
+        client = subprocess.Popen([sys.executable, "-c", LOOP, str(port), str(stop)], stdout=subprocess.PIPE,
+                                  text=True)  # fmt: skip
+        try:
+            time.sleep(0.5)
+            began = time.perf_counter()
+            upgraded = _cli(env, "up", f"{SOCKET_NAME}@0.2.0")
+            seconds = time.perf_counter() - began
+            time.sleep(0.5)
+        finally:
+            stop.touch()
+            out, _ = client.communicate(timeout=30)
+    finally:
+        _cli(env, "down", SOCKET_NAME)
+    if upgraded["version"] != "0.2.0" or upgraded["port"] != port:
+        raise RuntimeError(f"the upgrade ended at {upgraded['version']} on port {upgraded['port']}")
+    counts = json.loads(out)
+    return {"upgrade_s": round(seconds, 3), "upgrade_requests_ok": counts["ok"], "upgrade_requests_lost": counts["lost"],
+            "upgrade_lost_why": counts["why"]}  # fmt: skip
 
 
 def _bare(binary: Path, state: Path) -> tuple[subprocess.Popen[bytes], int, float]:
@@ -305,6 +394,17 @@ class ServicesResult:
     socket_rps: float | None = None
     bare_rps: float | None = None
     socket_throughput_over_bare: float | None = None
+    # memory of the supervisor's whole tree against the service's own (kv-socket), MB; each process of the tree
+    tree_pss_mb: float | None = None
+    tree_rss_mb: float | None = None
+    service_pss_mb: float | None = None
+    service_rss_mb: float | None = None
+    tree_mb: dict[str, dict[str, float]] | None = None
+    # an upgrade of kv-socket (0.1.0 to 0.2.0) under a client looping GETs: its seconds, requests answered and lost
+    upgrade_s: float | None = None
+    upgrade_requests_ok: int | None = None
+    upgrade_requests_lost: int | None = None
+    upgrade_lost_why: list[str] | None = None
 
 
 RESULT = ServicesResult

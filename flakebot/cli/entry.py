@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ def main() -> None:
         _guarded(lambda: _mcp(roots), as_json=False)
     elif argv[:1] == ["run"] and (options := run_options(argv[1:])) is not None:
         _guarded(lambda: run_command(config.load({"workdir": None}), options), as_json=options["capture"])
+    elif argv[:1] in ([name] for name in AS_JSON) and (arguments := json_options(argv[0], argv[1:])) is not None:
+        _guarded(lambda: json_command(config.load({"workdir": None}), argv[0], arguments), as_json=True)
     else:
         from flakebot.cli import helpcache
 
@@ -67,6 +70,103 @@ def run_options(argv: list[str]) -> dict[str, Any] | None:
     return options if options[tool] is not None else None
 
 
+AS_JSON = ("up",)  # commands a program calls with --json, read here: their --json output is their data, shown by none
+# of cli/display.py's displays (tests/cli/test_entry.py holds them to both)
+
+
+def json_options(name: str, argv: list[str]) -> dict[str, Any] | None:
+    """The arguments of `name` (one of AS_JSON) called with --json, by parameter name, or None when typer should read
+    them: no --json, help, an option it does not have or given twice, a value typer would convert (a number that is
+    not one), a second positional. Defaults as declared, so the command sees what typer would give it."""
+    if "--json" not in argv:
+        return None
+    from flakebot.commands.table import spelled as spelled_as
+
+    declared = [p for p in _table_command(name).params("cli") if not p.param.request]
+    arguments: dict[str, Any] = {p.name: p.default for p in declared}
+    # typer's spelling: the declared one, else --NAME (a flag without one is typer's --NAME/--no-NAME: typer reads it)
+    spelled = {spelling: p for p in declared if not p.param.positional
+               for spelling in p.param.cli or ([] if p.kind is bool else [spelled_as(p, "cli")])}  # fmt: skip
+    positional = [p for p in declared if p.param.positional]
+    seen: set[str] = set()
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token == "--json":
+            continue
+        name_, _, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        p = spelled.get(name_)
+        if p is not None and p.kind is bool and token == name_ and p.name not in seen:
+            arguments[p.name] = True
+        elif p is not None and p.kind is not bool and (_repeated(p) or p.name not in seen):
+            if not inline and token == name_:
+                if index >= len(argv) or argv[index].startswith("-"):
+                    return None
+                inline, index = argv[index], index + 1
+            value = _value(p, inline)
+            if value is None:
+                return None
+            arguments[p.name] = [*(arguments[p.name] or []), value] if _repeated(p) else value
+        elif not token.startswith("-") and positional:
+            arguments[positional.pop(0).name] = token
+            continue
+        else:
+            return None
+        seen.add(p.name)
+    return arguments
+
+
+def _value(p: Any, text: str) -> Any:
+    """An option's value as typer would give it (a str, or an int for a whole number), else None (typer says why)."""
+    kinds = set(typing.get_args(p.kind) if typing.get_origin(p.kind) is not list else ()) or {p.kind}
+    kinds -= {type(None)}
+    if kinds <= {str} or (_repeated(p) and kinds <= {list[str]}):
+        return text
+    if kinds == {int} and text.lstrip("-").isdigit():
+        return int(text)
+    return None
+
+
+def json_command(settings: config.Settings, name: str, arguments: dict[str, Any]) -> int:
+    """A command of AS_JSON read by json_options, as the typer app runs it with --json: the check every door runs,
+    the call, its result as the one JSON result line, its exit code."""
+    from flakebot.cli.jsonout import json_result
+    from flakebot.commands.table import check_values
+
+    command = _table_command(name)
+    check_values(command, arguments, "cli")
+    try:
+        result = command.call(arguments, settings=settings)
+    except KeyboardInterrupt:
+        interrupted_service(arguments, settings)
+        raise
+    data = command.data(result)
+    json_result(data)
+    return int(command.exit_code(data))
+
+
+def interrupted_service(arguments: dict[str, Any], settings: config.Settings) -> None:
+    """Ctrl-C during a service command: an Interrupted saying where it left the service (none for up --all)."""
+    from flakebot.services.control import statuses
+
+    name = str(arguments.get("service") or "").partition("@")[0]
+    if not name:  # up --all: no one service to say where it is
+        raise Interrupted("interrupted", fix="see where each service is with 'flakebot services'") from None
+    state = next((s["state"] for s in statuses(settings) if s["name"] == name), "not started")
+    raise Interrupted(
+        f"interrupted: {name} is {state}", fix=f"see 'flakebot services'; 'flakebot down {name}' stops it"
+    ) from None
+
+
+def _table_command(name: str) -> Any:
+    """A service command of the command table, from its own module only (the whole table imports every command
+    module, the typer app typer and pydantic: 0.2-0.3 s before `up` starts anything)."""
+    from flakebot.commands.service_verbs import COMMANDS
+
+    return next(c for c in COMMANDS if c.name == name)
+
+
 def _run() -> Any:
     """The command table's `run`, from its own module only (the whole table imports every command module)."""
     from flakebot.commands.catalog_tools import COMMANDS
@@ -75,9 +175,7 @@ def _run() -> Any:
 
 
 def _repeated(p: Any) -> bool:
-    """A list-typed option of run's: given once per value (--writable A --writable B)."""
-    import typing
-
+    """A list-typed option: given once per value (--writable A --writable B)."""
     return any(typing.get_origin(kind) is list for kind in (p.kind, *typing.get_args(p.kind)))
 
 

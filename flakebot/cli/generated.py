@@ -113,7 +113,6 @@ def _progress(command: Command, as_json: bool, arguments: dict[str, Any], door: 
         yield {}
         return
     from flakebot.cli.live import console
-    from flakebot.errors import Interrupted
 
     try:
         if as_json or not console.is_terminal:
@@ -122,15 +121,9 @@ def _progress(command: Command, as_json: bool, arguments: dict[str, Any], door: 
             with console.status(title):
                 yield {}
     except KeyboardInterrupt:
-        from flakebot.services.control import statuses
+        from flakebot.cli.entry import interrupted_service
 
-        name = str(arguments.get("service") or "").partition("@")[0]
-        if not name:  # up --all: no one service to say where it is
-            raise Interrupted("interrupted", fix="see where each service is with 'flakebot services'") from None
-        state = next((s["state"] for s in statuses(door.settings) if s["name"] == name), "not started")
-        raise Interrupted(
-            f"interrupted: {name} is {state}", fix=f"see 'flakebot services'; 'flakebot down {name}' stops it"
-        ) from None
+        interrupted_service(arguments, door.settings)
 
 
 def _title(command: Command, arguments: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +167,16 @@ def catalog_change_note(name: str, manifest: dict[str, Any], settings: Settings)
 def hold_roots(where: ServiceDir, launch: dict[str, Any]) -> None:
     """GC roots in the service's directory for the program `launch` runs and the one it rolls back to, whatever the
     catalog holds (a catalog `rm` removes only the catalog's own roots)."""
-    from flakebot.deliver.catalog import add_gc_root
-
     where.root.mkdir(parents=True, exist_ok=True)
     for link, program in (("gcroot", launch.get("program")), ("previous-gcroot", (launch.get("previous") or {}).get("program"))):  # fmt: skip
         path = where.root / link
         store = (program or {}).get("store_path") if isinstance(program, dict) else None
         if store and Path(store).exists():
+            if path.is_symlink() and os.readlink(path) == str(store):
+                continue  # the root it is already: nix keeps an indirect root while its link names the path (an up
+                # of the same program again skips 25-40 ms of nix-store)
+            from flakebot.deliver.catalog import add_gc_root
+
             add_gc_root(path, str(store))
         elif link == "previous-gcroot":
             path.unlink(missing_ok=True)

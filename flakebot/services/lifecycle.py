@@ -17,9 +17,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, UnsafePath, UsageError
@@ -30,6 +28,9 @@ from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir
 from flakebot.services.logfile import tail
 from flakebot.services.supervisor import Started, Supervisor
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +282,8 @@ def _wait_healthy(supervisor: Supervisor, started: Started) -> str:
 
 def _ask(port: int, exchange: Exchange) -> str:
     """'' when the service answers `exchange` as expected, else what it answered."""
+    import httpx  # here, not at the top: `up` imports this module and never asks (httpx is 0.1-0.2 s of start-up)
+
     body = b""
     try:
         with httpx.Client(trust_env=False, timeout=5) as http:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.cli.entry import mcp_options, run_options
+from flakebot.cli.entry import AS_JSON, json_options, mcp_options, run_options
 from tests.conftest import run_cli
 
 
@@ -57,6 +57,55 @@ def test_mcp_lines_the_entry_reads_itself() -> None:
     assert mcp_options([]) == [] and mcp_options(["--grant-root", "a", "--grant-root=b"]) == ["a", "b"]
     for left in (["--help"], ["--grant-root"], ["--other"], ["x"]):
         assert mcp_options(left) is None, left
+
+
+def test_up_lines_with_json_the_entry_reads_itself() -> None:
+    default = {"service": None, "port": None, "every": False, "secret": None, "network": False, "replace": False}
+    assert json_options("up", ["kv", "--json"]) == {**default, "service": "kv"}
+    read = json_options("up", ["--json", "kv@0.2.0", "--port", "8080", "--secret", "a=f", "--secret=b=g",
+                               "--network", "--replace"])  # fmt: skip
+    assert read == {**default, "service": "kv@0.2.0", "port": 8080, "secret": ["a=f", "b=g"], "network": True,
+                    "replace": True}  # fmt: skip
+    assert json_options("up", ["--all", "--json"]) == {**default, "every": True}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["kv"],  # no --json: a person's, shown by typer's app
+        ["kv", "--json", "--help"],
+        ["kv", "other", "--json"],
+        ["kv", "--port", "abc", "--json"],  # typer says what is wrong with it
+        ["kv", "--port=8.5", "--json"],
+        ["kv", "--port", "--json"],
+        ["kv", "--port", "1", "--port", "2", "--json"],
+        ["kv", "--network", "--network", "--json"],
+        ["kv", "--no-such-option", "--json"],
+        ["kv", "--", "--json"],
+    ],
+)
+def test_up_lines_left_to_typer(argv: list[str]) -> None:
+    assert json_options("up", argv) is None
+
+
+def test_commands_read_here_print_their_data_as_typer_would() -> None:
+    """With --json, typer's app prints a command's data, unless cli/display.py names a display for it: none of the
+    commands read here may have one (their --json output would differ by who read the line)."""
+    from flakebot.cli.display import SHOWN
+
+    assert AS_JSON and not set(AS_JSON) & set(SHOWN)
+
+
+def test_up_read_here_fails_as_typer_s_app_does(flakebot_home: Path) -> None:
+    """`up NAME --json`, read by the entry without importing typer, refuses an unknown service with the same error
+    object and exit code as the typer app (reached here through a global option)."""
+    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "flakebot", "up", "no-such-service", "--json"],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert not any(line.split("|")[-1].strip() == "typer" for line in ran.stderr.splitlines())
+    typer_s = run_cli("-q", "up", "no-such-service", "--json")
+    assert ran.returncode == typer_s.returncode == 60
+    assert json.loads(ran.stdout.splitlines()[-1]) == json.loads(typer_s.stdout.splitlines()[-1])
+    assert ran.stderr.splitlines()[-1] == typer_s.stderr.splitlines()[-1]
 
 
 def test_a_line_left_to_typer_still_works() -> None:

@@ -70,3 +70,31 @@ def test_launch_json_keeps_secret_paths_under_keys_the_redactor_knows(tmp_path: 
     secrets = {key: str(tmp_path / f"{key}.txt") for key in ("token", "password", "api_key", "authorization")}
     write_launch(where, {"name": "kv", "secrets": secrets, "binary": "/nix/store/x-kv/bin/kv"})
     assert json.loads(where.launch_file.read_text())["secrets"] == secrets
+
+
+def test_a_service_s_gc_root_is_made_once_and_follows_its_program(tmp_path: Path) -> None:
+    """hold_roots: a GC root nix lists for the program's store path; an `up` of the same program again keeps the
+    link nix registered (no nix-store run: the same link, the same inode); another program moves it."""
+    import subprocess
+
+    from tests.conftest import require
+
+    require("nix-store")
+    stores = []
+    for name in ("one", "two"):
+        (tmp_path / name).write_text(f"{name} {tmp_path}\n")  # a store path of this run's own
+        added = subprocess.run(["nix-store", "--add", str(tmp_path / name)], capture_output=True, text=True, check=True)
+        stores.append(added.stdout.strip())
+    where = ServiceDir(tmp_path / "services" / "kv")
+    link = where.root / "gcroot"
+
+    def roots(store: str) -> str:
+        return subprocess.run(["nix-store", "--query", "--roots", store], capture_output=True, text=True).stdout
+
+    identity.hold_roots(where, {"program": {"store_path": stores[0]}})
+    made = link.lstat().st_ino
+    assert str(link) in roots(stores[0])
+    identity.hold_roots(where, {"program": {"store_path": stores[0]}})
+    assert link.lstat().st_ino == made and str(link) in roots(stores[0])
+    identity.hold_roots(where, {"program": {"store_path": stores[1]}})
+    assert str(link) in roots(stores[1]) and str(link) not in roots(stores[0])

@@ -384,3 +384,17 @@ def test_a_full_disk_under_the_service_costs_log_lines_and_status_writes_never_t
     finally:
         run_cli("down", "kv-service", env=env)
         subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_the_supervisor_starts_without_site_packages() -> None:
+    """The supervisor runs with -S (no site-packages, no .pth files: less start-up before the service starts, less
+    memory beside it): everything its module imports is the standard library's or flakebot's."""
+    from flakebot import launcher
+
+    code = (
+        "import flakebot.services.supervisor, flakebot.services.health, flakebot.services.envelope; "
+        "print(any('site-packages' in p for p in sys.path), 'site' in sys.modules)"
+    )
+    done = launcher.run(launcher.python_code(code, site=False), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
