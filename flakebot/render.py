@@ -21,6 +21,7 @@ def _environment() -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
+        bytecode_cache=_bytecode_cache(jinja2),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -35,6 +36,19 @@ def _environment() -> Any:
         one_line=modeltext.one_line,
     )
     return env
+
+
+def _bytecode_cache(jinja2: Any) -> Any:
+    """Compiled templates kept in flakebot's own cache (keyed by each template's source): compiling a craft's seven
+    templates again took 0.1-0.2 s of every craft. None when that folder cannot be made (the templates compile)."""
+    from flakebot.config import cache_home
+
+    folder = cache_home() / "templates"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder))
 
 
 def render(template: str, /, **context: Any) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,12 +178,17 @@ class Bench:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
         runner = example_runner(self.settings, self.cargo.target_dir)
 
+        lock = threading.Lock()
+
         def run_example(binary: Any, example: Any) -> Any:  # a green verdict runs every example on the built binary
             start = time.perf_counter()
             try:
                 return runner(binary, example)
-            finally:
-                spent["examples"] = spent.get("examples", 0.0) + time.perf_counter() - start
+            finally:  # several run at once: the examples' part is from the first start to the last end
+                with lock:
+                    first = min(spent.get("examples_start", start), start)
+                    spent["examples_start"] = first
+                    spent["examples"] = time.perf_counter() - first
 
         return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, run_example)
 

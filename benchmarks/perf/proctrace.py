@@ -10,6 +10,7 @@ A process's seconds are therefore spawn-to-reap, as its caller experienced them.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -99,12 +100,20 @@ def main() -> None:
     log, args = Path(sys.argv[1]), sys.argv[2:]
     install()
     sys.argv = ["flakebot", *args]
-    from flakebot.cli.app import main as cli_main
+    returned: list[float] = []
+
+    def write() -> None:  # registered first, so the last exit handler: flakebot's entry leaves without teardown
+        main_returned = returned[0] if returned else time.time()
+        log.write_text(json.dumps({"processes": RECORDS, "main_returned": main_returned}))
+
+    atexit.register(write)
+    from flakebot.cli.entry import main as cli_main  # the console script's entry, as a user runs it
 
     try:
         cli_main()
-    finally:  # the time flakebot's main returned: what follows is the interpreter's own shutdown
-        log.write_text(json.dumps({"processes": RECORDS, "main_returned": time.time()}))
+    except SystemExit:  # what follows is the interpreter's own shutdown
+        returned.append(time.time())
+        raise
 
 
 if __name__ == "__main__":

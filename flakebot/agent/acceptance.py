@@ -11,15 +11,18 @@ import hashlib
 import logging
 import re
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flakebot.agent.loop import StopLoop
 from flakebot.errors import EditError, UnsafePath
 from flakebot.safefs import Tree, file_below
 from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
 from flakebot.toolspec import Example, ToolSpec
+
+R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +226,21 @@ def run_example(
         sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.parent], limits=limits, adopt=True)
         result = sandbox.run([str(binary), *example.args], cwd=cwd, stdin=example.stdin)
     return result.stdout == example.stdout and result.returncode == example.exit_code and not result.timed_out, result
+
+
+EXAMPLES_AT_ONCE = 4
+
+
+def each_example(run: Callable[[Example], R], examples: Sequence[Example]) -> list[R]:
+    """run(example) for every example, several at once, the results in the examples' order. Each example runs in a
+    sandbox and a directory of its own (run_example), so they cannot meet; one after another, a tool's five examples
+    took 0.3 s of the green iteration and as much again in the instruct stage, mostly waiting for bubblewrap."""
+    if len(examples) < 2:
+        return [run(example) for example in examples]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(EXAMPLES_AT_ONCE, len(examples)), thread_name_prefix="example") as pool:
+        return list(pool.map(run, examples))
 
 
 def example_failure(number: int, example: Example, result: CommandResult) -> str:

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TARGET, ACCEPTANCE_TEST, acceptance_test_names, example_failure
+from flakebot.agent.acceptance import (
+    ACCEPTANCE_TARGET,
+    ACCEPTANCE_TEST,
+    acceptance_test_names,
+    each_example,
+    example_failure,
+)
 from flakebot.agent.loop import Verdict
 from flakebot.safefs import read_file_text
 from flakebot.sandbox import CommandResult
@@ -65,8 +71,12 @@ def on_binary(
     elif spec.service:
         failures = lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
     else:
-        outcomes = [(n, e, *run_example(binary, e)) for n, e in enumerate(spec.examples, 1)]
-        failures = [example_failure(n, e, result) for n, e, passed, result in outcomes if not passed]
+        outcomes = each_example(lambda e: run_example(binary, e), spec.examples)
+        failures = [
+            example_failure(n, e, result)
+            for (n, e), (passed, result) in zip(enumerate(spec.examples, 1), outcomes, strict=True)
+            if not passed
+        ]
     if not failures:
         return verdict
     what = "its lifecycle" if spec.service else "the examples"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -93,7 +94,10 @@ class ChatModel:
         self.budget = budget
         self.server = server  # the scripted model's stub server, closed with the model
         self.format_errors = 0  # in a row, across calls
-        self._sdk, self._client = make_client(endpoint, timeout, retries)
+        # a scripted model's stub server lives as long as this model, and its client with it; any other model's
+        # client is shared by the run's stages
+        self._owns_client = server is not None
+        self._sdk, self._client = (make_client if server is not None else shared_client)(endpoint, timeout, retries)
         self._recorded: tuple[int, int] = (0, 0)  # (id, length) of the history last written to the transcript
         self._closed = False
         atexit.register(self.close)
@@ -269,7 +273,8 @@ class ChatModel:
             return
         self._closed = True
         atexit.unregister(self.close)
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
         if self.server is not None:
             self.server.close()
 
@@ -375,6 +380,31 @@ def make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[Modul
     return openai, openai.OpenAI(
         api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries
     )
+
+
+_SHARED: dict[tuple[str, str | None, str, float, int], tuple[ModuleType, Any]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[ModuleType, Any]:
+    """make_client's answer, made once per process for the same provider, key and limits: a craft's stages each ask
+    for their model, and each new SDK client costs 40-80 ms (its HTTP pool, its TLS context). The clients hold no
+    conversation; they are closed at exit."""
+    key = (endpoint.sdk, endpoint.base_url, endpoint.api_key, timeout, retries)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            if not _SHARED:
+                atexit.register(_close_shared)
+            _SHARED[key] = make_client(endpoint, timeout, retries)
+        return _SHARED[key]
+
+
+def _close_shared() -> None:
+    with _SHARED_LOCK:
+        clients = [client for _sdk, client in _SHARED.values()]
+        _SHARED.clear()
+    for client in clients:
+        client.close()
 
 
 def _clip(text: str, limit: int = 300) -> str:

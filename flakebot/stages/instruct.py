@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import built_file, example_record, run_example
+from flakebot.agent.acceptance import built_file, each_example, example_record, run_example
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import NixError
@@ -49,7 +49,7 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
     help_text = observe(ctx, [str(binary), "--help"]).stdout
-    examples = [_example(ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
+    examples = each_example(lambda example: _example(ctx, binary, store, example, nix_run), spec.tool_spec().examples)
     _require_all_passed(examples)
     ctx.progress("checking that nix run resolves to the tested store path")
     verification = verify(ctx, package, nix_run, examples)

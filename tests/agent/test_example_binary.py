@@ -93,3 +93,26 @@ def test_the_binary_cargo_built_in_the_target_dir_still_runs(run: Path, tmp_path
     for target in (run / "target", tmp_path / "via" / "target"):
         verdict = judged(forged(str(target / "debug" / "tool")), Example(args=[], stdout="expected\n"), target)
         assert verdict.green, verdict.summary
+
+
+def test_examples_run_together_each_with_its_own_files_and_failures_keep_their_numbers(run: Path) -> None:
+    """The examples run several at once (each_example): each still sees only its own files, and a failure names
+    its own example, in the examples' order."""
+    require("bwrap")
+    binary = run / "target" / "debug" / "tool"
+    binary.write_text('#!/bin/sh\ncat "$1"\n')
+    binary.chmod(0o755)
+    wanted = ["one\n", "two\n", "three\n", "four\n", "five\n"]
+    printed = ["one\n", "TWO\n", "three\n", "FOUR\n", "five\n"]  # what each example's own file holds
+    examples = [
+        {"args": ["in.txt"], "files": {"in.txt": got}, "stdout": want, "description": f"example {want.strip()}"}
+        for want, got in zip(wanted, printed, strict=True)
+    ]
+    spec = ToolSpec.from_dict({"name": "tool", "summary": "s", "usage": "tool", "examples": examples})
+    report = parse_output("test", CommandResult(["cargo", "test"], 0, forged(str(binary)), "", 1.0))
+    green = Verdict(green=True, failures=0, summary="1 passed", key="", data={})
+    verdict = on_binary(green, report, spec, example_runner(Settings(sandbox="required"), run / "target"))
+    assert not verdict.green
+    failed = [line for line in verdict.summary.splitlines() if line.startswith("example ")]
+    assert [line.split(" (")[0] for line in failed] == ["example 2", "example 4"]
+    assert "'TWO\\n'" in failed[0] and "'FOUR\\n'" in failed[1]

@@ -140,3 +140,25 @@ def test_help_is_printed_from_what_typer_printed_for_the_same_layout(flakebot_ho
     assert _help("-h", env={"COLUMNS": "60"})[0] == narrow
     stored = (flakebot_home / "cache/flakebot/cli-help.json").read_text()
     assert "COLUMNS" not in stored and len(json.loads(stored)) == 1  # the digest alone, never the environment
+
+
+LEAVING = """
+import atexit, concurrent.futures, sys, threading, time
+from flakebot.cli.entry import leave
+pool = concurrent.futures.ThreadPoolExecutor(2)
+pool.submit(int).result()  # left idle, never shut down: the interpreter's exit step stops it
+worker = threading.Thread(target=lambda: (time.sleep(0.2), print("worker done", file=sys.stderr)))
+worker.start()
+atexit.register(lambda: print("exit handler ran", flush=True))
+print("result", end="")  # buffered: stdout is a pipe
+leave(3)
+"""
+
+
+def test_leaving_without_teardown_keeps_what_an_exit_does() -> None:
+    """A typer command ends through leave(): its exit code, the threads it started finished, the exit handlers run,
+    standard output flushed; an idle thread pool does not hold it."""
+    done = subprocess.run([sys.executable, "-c", LEAVING], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "resultexit handler ran\n"
+    assert done.stderr == "worker done\n"

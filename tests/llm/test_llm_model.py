@@ -333,3 +333,21 @@ def test_the_shipped_fault_script_replays_as_documented(tmp_path: Path) -> None:
 def test_shipped_scripts_pass_check_model(name: str) -> None:
     path = REPO / "tests/fixtures/scripts" / name
     assert check_model(f"scripted:{path}", config.load()) == f"scripted:{path}"
+
+
+def test_the_stages_of_a_run_share_one_sdk_client_for_a_hosted_model(tmp_path: Path) -> None:
+    """Each stage asks for its model; a hosted model's SDK client (its HTTP pool, its TLS context) is made once."""
+    from flakebot.llm.chat import Endpoint
+    from flakebot.llm.stub_server import StubServer
+
+    with StubServer([{"content": "spec"}, {"content": "edit"}]) as server:
+        endpoint = Endpoint(
+            name="ollama:m", provider="ollama", model="m", sdk="openai", api_key="x", base_url=server.openai_url
+        )
+        spec = ChatModel(endpoint, timeout=2.0, retries=0, stage="spec")
+        assert spec.complete(ASK).text == "spec"
+        spec.close()
+        edit = ChatModel(endpoint, timeout=2.0, retries=0, stage="edit")
+        assert edit._client is spec._client  # the same client: not closed with the spec stage's model
+        assert edit.complete(ASK).text == "edit"
+        edit.close()
