@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -161,6 +162,17 @@ class TeamMCP(FlakebotMCP):
     def tenant(self, ctx: Any) -> str | None:
         principal = self.principal(ctx)
         return principal.tenant if principal is not None else None
+
+    def settings(self, ctx: Any = None) -> config.Settings:
+        """The settings of a call: its tenant's catalog over the organisation's (deliver/catalog.py). A request with
+        no principal (none comes through the front's auth) gets no catalog of anyone's: refused."""
+        settings = super().settings()
+        if ctx is None:  # what is no call's catalog: the workdir, limits, the job directory
+            return settings
+        tenant = self.tenant(ctx)
+        if tenant is None:
+            raise TeamError("no principal for this call", fix="call through the front with a token")
+        return dataclasses.replace(settings, tenant=tenant)
 
     def job_started(self, ctx: Any, journal: Path) -> None:
         principal = self.principal(ctx)
@@ -337,7 +349,7 @@ class TeamMCP(FlakebotMCP):
         return {"ok": True, **compact_result(ended["result"])}
 
     # ------------------------------------------------------------ the MCP handlers
-    def work(self, name: str, args: dict[str, Any]) -> Any:
+    def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Any:
         """A long tool's work, checked: over the front, `package`'s flake directory (`out`) lies beneath a grant root
         (a network caller writes nowhere else; over stdio it is the local user's own choice). Both doors (a call, a
         task) check here, before any job starts."""
@@ -346,8 +358,8 @@ class TeamMCP(FlakebotMCP):
             from flakebot.deliver.grants import grants
 
             source = Path(os.path.realpath(self.start / Path(out).expanduser()))
-            grants(self.settings(), self.start).check(out, source)
-        return super().work(name, args)
+            grants(self.settings(ctx), self.start).check(out, source)
+        return super().work(name, args, ctx)
 
     def task_owner(self, ctx: Any) -> str:
         """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder
