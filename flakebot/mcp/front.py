@@ -51,7 +51,7 @@ from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError,
 from flakebot.loopback import is_loopback
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
-from flakebot.team import db, idtokens, tenancy
+from flakebot.team import db, idtokens, tenancy, tenantservices
 from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
@@ -359,7 +359,11 @@ class TeamMCP(FlakebotMCP):
 
             source = Path(os.path.realpath(self.start / Path(out).expanduser()))
             grants(self.settings(ctx), self.start).check(out, source)
-        return super().work(name, args, ctx)
+        starting = self._service_up_gate(ctx, args) if name == "service_up" and ctx is not None else None
+        work = super().work(name, args, ctx)
+        if starting is not None:
+            tenantservices.record_owner(self.settings(ctx), starting, str(self.tenant(ctx)))
+        return work
 
     def task_owner(self, ctx: Any) -> str:
         """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder
@@ -412,6 +416,12 @@ class TeamMCP(FlakebotMCP):
                 if seen != key:
                     args["name" if params.name == "show" else "run_id"] = seen
                     params = params.model_copy(update={"arguments": args})
+            if params.name in tenantservices.NAMED and isinstance(args.get("service"), str):  # service_up: work()
+                _check_own(params.name, args)
+                settings, tenant = self.settings(ctx), str(self.tenant(ctx))
+                service = args["service"].partition("@")[0]
+                if not await anyio.to_thread.run_sync(lambda: tenantservices.is_callers(settings, service, tenant)):
+                    return await self._as_never_started(ctx, params, service)
         except FlakebotError as exc:
             return _result({"ok": False, **exc.result()}, error=True)
         result = await super().call_tool(ctx, params)
@@ -419,7 +429,53 @@ class TeamMCP(FlakebotMCP):
             owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
             runs = [run for run in result.structured_content.get("runs", []) if run.get("id") in owned]
             return _result({**result.structured_content, "runs": runs})
+        if params.name == "services" and not result.is_error and isinstance(result.structured_content, dict):
+            settings = self.settings(ctx)
+            listed = result.structured_content.get("services", [])
+            tenant = str(self.tenant(ctx))
+            kept = await anyio.to_thread.run_sync(lambda: tenantservices.callers_services(settings, listed, tenant))
+            return _result({**result.structured_content, "services": kept})
         return result
+
+    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> str | None:
+        """Whether the caller may start the service `args` names (tenantservices): another's service of a name the
+        caller's catalog also holds is refused (a name the caller's catalog lacks is the verb's own "no service"); the
+        service's name when this up starts it afresh, so that its starter is recorded."""
+        from flakebot.deliver.catalog import Catalog
+
+        service = args.get("service")
+        if not isinstance(service, str):
+            return None  # the tool's own check says what is wrong
+        name, settings, tenant = service.partition("@")[0], self.settings(ctx), str(self.tenant(ctx))
+        try:
+            started = tenantservices.started_program(settings, name)
+        except UsageError:  # no service name: the verb refuses it
+            return None
+        if started is None:
+            return name
+        if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:
+            raise tenantservices.refuse_up(name)
+        return None
+
+    async def _as_never_started(self, ctx: Any, params: Any, service: str) -> Any:
+        """A service verb (not service_up) about a service not the caller's, answered by the verb itself in a
+        workdir where no service was ever started: an unknown name's answer, word for word."""
+        from flakebot.mcp import tooltable
+        from flakebot.mcp.server import TABLE_TOOLS, _result
+
+        nowhere = self.settings(ctx).path("workdir") / "team" / tenantservices.NOWHERE
+        nowhere.mkdir(parents=True, exist_ok=True)
+        command = TABLE_TOOLS[params.name]
+        settings = dataclasses.replace(self.settings(ctx), workdir=str(nowhere))
+        try:
+            arguments = tooltable.arguments(command, dict(params.arguments or {}))
+            command.call_check(arguments, settings=settings, agent=True)
+            await anyio.to_thread.run_sync(lambda: command.call(arguments, settings=settings, agent=True))
+        except FlakebotError as exc:
+            return _result({"ok": False, **exc.result()}, error=True)
+        logger.error("%s answered for %s in a workdir holding no service", params.name, service)
+        unexpected = TeamError(f"no service {service} for this token", fix="list services with the services tool")
+        return _result({"ok": False, **unexpected.result()}, error=True)
 
     def _audited(
         self, ctx: Any, method: str, tool: str | None, arguments: Any, outcome: str, code: int | None, started: float

@@ -122,7 +122,9 @@ def test_an_organisations_tool_is_not_improved_by_a_token(flakebot_home: Path, t
     with serving() as url:
         refused = asyncio.run(improve(url))
     assert refused["is_error"] and "organisation's catalog" in refused["error"], refused
-    assert not (flakebot_home / "work" / "mcp-jobs").exists() or not list((flakebot_home / "work/mcp-jobs").glob("*.jsonl"))
+    assert not (flakebot_home / "work" / "mcp-jobs").exists() or not list(
+        (flakebot_home / "work/mcp-jobs").glob("*.jsonl")
+    )
 
 
 def forge(database: str, tenant: str, need: str) -> int:
@@ -160,3 +162,61 @@ def test_a_worker_crafts_into_the_job_rows_tenants_catalog(database: str, flakeb
     assert escape is not None and escape["state"] == "failed" and escape["error"]["type"] == "UsageError", escape
     assert not (settings.path("catalog_dir") / "escape").exists()
     assert Catalog.open(settings).tools() == {}  # the organisation's catalog untouched
+
+
+async def service_view(url: str, token: str, names: list[str], up: bool) -> dict[str, Any]:
+    """`token`'s answers of every service verb naming each of `names` (after its own service_up of the first, with
+    `up`), and its `services`."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            seen: dict[str, Any] = {}
+            if up:
+                seen["up"] = answer(await client.call_tool("service_up", {"service": names[0]}))
+            seen["services"] = answer(await client.call_tool("services", {}))
+            for name in names:
+                seen[name] = {
+                    "logs": answer(await client.call_tool("service_logs", {"service": name, "lines": 5})),
+                    "request": answer(
+                        await client.call_tool("service_request", {"service": name, "method": "GET", "path": "/kv/x"})
+                    ),
+                    "rollback": answer(await client.call_tool("service_rollback", {"service": name})),
+                    "down": answer(await client.call_tool("service_down", {"service": name})),
+                    "up": answer(await client.call_tool("service_up", {"service": name})),
+                }
+            return seen
+
+
+@pytest.mark.slow
+def test_a_tenants_service_is_its_own(flakebot_home: Path, tmp_path: Path) -> None:
+    """kv-service packaged into acme's catalog and into globex's (the CLI with the tenant setting: one program, one
+    store path) and started by acme's agent: globex's agent neither lists it nor reaches, reads, rolls back or stops
+    it (each answer is an unknown name's), and cannot start its own kv-service over it."""
+    from tests.conftest import json_result, require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    for tenant in ("acme", "globex"):
+        done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json",
+                       env={"FLAKEBOT_TENANT": tenant})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json_result(done)["kind"] == "service"
+    assert Catalog.open(config.load()).tools() == {}  # in the tenants' catalogs, not the organisation's
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    with serving() as url:
+        try:
+            acme = asyncio.run(service_view(url, alice, [], up=False))  # nothing started yet
+            started = asyncio.run(service_view(url, alice, ["kv-service"], up=True))["up"]
+            globex = asyncio.run(service_view(url, bob, ["kv-service", UNKNOWN], up=False))
+            listed = asyncio.run(service_view(url, alice, [], up=False))["services"]
+        finally:
+            run_cli("down", "kv-service")
+    assert acme["services"]["services"] == []
+    assert not started["is_error"] and started["state"] == "running", started
+    assert [s["name"] for s in listed["services"]] == ["kv-service"]
+    assert globex["services"]["services"] == []
+    hidden, unknown = globex["kv-service"], globex[UNKNOWN]
+    taken = hidden.pop("up")
+    assert taken["is_error"] and "taken on this machine" in taken["error"] and taken["fix"], taken
+    assert all(hidden[verb]["is_error"] for verb in hidden), hidden
+    unknown.pop("up")
+    assert same_as_unknown(hidden, "kv-service") == unknown
