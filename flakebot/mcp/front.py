@@ -49,9 +49,10 @@ from flakebot import config
 from flakebot.commands.runs import MAX_WAIT_SECONDS
 from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError, TeamError, UsageError
 from flakebot.loopback import is_loopback
+from flakebot.mcp import tenantservices
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
-from flakebot.team import db, idtokens, tenancy, tenantservices
+from flakebot.team import db, idtokens, tenancy
 from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
