@@ -70,6 +70,13 @@ async def tenant_view(url: str, token: str, probes: list[str], rm: list[str]) ->
             return {"listed": listed, "names": names, "probed": probed, "removed": removed, "after": after}
 
 
+async def craft(url: str, token: str, need: str) -> dict[str, Any]:
+    """`token`'s craft of `need`, waited for (a detached job of the front's, as every long call)."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            return answer(await client.call_tool("craft", {"need": need, "wait": True}))
+
+
 def same_as_unknown(seen: dict[str, Any], name: str) -> dict[str, Any]:
     """`seen`'s answers for `name` with the name written as UNKNOWN: word for word an unknown name's, if hidden."""
     return json.loads(json.dumps(seen).replace(name, UNKNOWN))
@@ -83,6 +90,11 @@ def test_a_tenants_tools_are_its_own_and_the_organisations_everyones(flakebot_ho
     with serving() as url:
         acme = asyncio.run(tenant_view(url, alice, ["acme-lines"], rm=["org-lines"]))
         globex = asyncio.run(tenant_view(url, bob, ["acme-lines", UNKNOWN], rm=["acme-lines", UNKNOWN, "org-lines"]))
+        crafts = {
+            ("acme", "own"): asyncio.run(craft(url, alice, "need acme-lines rows")),
+            ("acme", "org"): asyncio.run(craft(url, alice, "need org-lines rows")),
+            ("globex", "acme's"): asyncio.run(craft(url, bob, "need acme-lines rows")),
+        }
         acme_again = asyncio.run(tenant_view(url, alice, [], rm=["acme-lines"]))
 
     # acme sees its own tool and the organisation's, and calls its own
@@ -99,6 +111,11 @@ def test_a_tenants_tools_are_its_own_and_the_organisations_everyones(flakebot_ho
     assert all(hidden[door]["is_error"] for door in hidden), hidden
     assert same_as_unknown(hidden, "acme-lines") == unknown
     assert same_as_unknown(globex["removed"]["acme-lines"], "acme-lines") == globex["removed"][UNKNOWN]
+
+    # a craft is answered from the caller's catalog or the organisation's, never from another tenant's
+    assert crafts[("acme", "own")]["name"] == "acme-lines" and not crafts[("acme", "own")]["is_error"], crafts
+    assert crafts[("acme", "org")]["name"] == "org-lines" and not crafts[("acme", "org")]["is_error"], crafts
+    assert crafts[("globex", "acme's")]["is_error"] and "acme-lines" not in json.dumps(crafts[("globex", "acme's")])
 
     # no token removes (or improves) the organisation's tool: one line saying whose it is and what to do instead
     for refused in (acme["removed"]["org-lines"], globex["removed"]["org-lines"]):
