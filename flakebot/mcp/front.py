@@ -391,7 +391,7 @@ class TeamMCP(FlakebotMCP):
         outcome = "error" if result.is_error else "ok"
         if data.get("type") == "JobLimit":
             self.metrics.refused("job_limit")
-        self.metrics.call(str(params.name), outcome, time.monotonic() - started)
+        self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
         self._audited(ctx, "tools/call", params.name, params.arguments or {}, outcome, code, started)
         return result
 
@@ -496,6 +496,17 @@ ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
+
+
+CRAFTED = "crafted"  # the metrics' label of every crafted tool's calls
+
+
+def _metric_label(tool: str) -> str:
+    """A call's tool as /metrics names it: flakebot's own tools by name, every other name as CRAFTED (any token reads
+    /metrics, and one tenant's tool names are not another's to read)."""
+    from flakebot.mcp.server import OWN_TOOLS
+
+    return tool if tool in OWN_TOOLS else CRAFTED
 
 
 def _session_id(ctx: Any) -> str | None:

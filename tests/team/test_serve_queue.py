@@ -407,7 +407,8 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
 
 
 def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flakebot_home: Path, workdir: Path) -> None:
-    """/metrics labels a call by its tool's name, and the audit records it, only when it has a tool name's shape
+    """/metrics labels a call by its tool's name only for flakebot's own tools (every other name is `crafted`: one
+    tenant's tool names are not another's to read), and the audit records a name only when it has a tool name's shape
     (MCP: at most 128 of A-Z a-z 0-9 _ - .): a tenant calling made-up names of a megabyte each would otherwise make
     every front keep (and every scrape, by any tenant's token, carry) what it sent, and the audit grow by it."""
     bob = add_token("bob", "--tenant", "other")
@@ -420,8 +421,8 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
             assert call(url, bob, name, {})["is_error"]
         text = metrics(url, bob).text
     assert len(text) < 20_000, len(text)
-    assert 'flakebot_tool_calls_total{tool="other",outcome="error"} 2' in text, text
-    assert 'flakebot_tool_calls_total{tool="no-such-tool",outcome="error"} 1' in text, text
+    assert 'flakebot_tool_calls_total{tool="crafted",outcome="error"} 3' in text, text  # no name but flakebot's own
+    assert "no-such-tool" not in text, text
     records = audit.read(workdir)
     assert len(audit.audit_path(workdir).read_text()) < 5_000
     made_up = [r["tool"] for r in records if r["method"] == "tools/call"]

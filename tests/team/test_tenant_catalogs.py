@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -96,6 +97,8 @@ def test_a_tenants_tools_are_its_own_and_the_organisations_everyones(flakebot_ho
             ("globex", "acme's"): asyncio.run(craft(url, bob, "need acme-lines rows")),
         }
         acme_again = asyncio.run(tenant_view(url, alice, [], rm=["acme-lines"]))
+        scraped = httpx.get(url.replace("/mcp", "/metrics"), headers={"Authorization": f"Bearer {bob}"}, timeout=30)
+    assert scraped.status_code == 200 and "acme-lines" not in scraped.text  # any token reads /metrics
 
     # acme sees its own tool and the organisation's, and calls its own
     assert {"acme-lines", "org-lines"} <= acme["listed"] and acme["names"] == {"acme-lines", "org-lines"}
