@@ -23,7 +23,7 @@ from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
 from flakebot.team import audit, db, queue
 from flakebot.team.frontqueue import job_number
-from tests.conftest import REPO, require, run_cli, wait_for
+from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import INITIALIZE, add_token, post, serving
 from tests.team.test_worker import worker
@@ -267,6 +267,10 @@ def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
         assert shown["is_error"] and shown["error"] == f"no run or tool named '{run_id}'", shown
         assert call(one, bob, "runs", {})["runs"] == []
         assert call(two, bob, "status", {"run_id": job})["is_error"]
+        # the tool is in acme's catalog: alice's list has it, bob's does not, nor does the organisation's
+        assert "csv-dedup" in [t["name"] for t in call(two, alice, "list", {})["tools"]]
+        assert call(two, bob, "list", {})["tools"] == []
+    assert json_result(run_cli("list", "--json", check=True))["tools"] == []
 
 
 def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, database: str, tmp_path: Path) -> None:
@@ -380,7 +384,8 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
     flakebot_home: Path, database: str, workdir: Path, tmp_path: Path
 ) -> None:
     """Needs join only within a tenant; a job of one tenant whose need another tenant's run is crafting right now
-    waits for that run (then the one catalog answers it) instead of failing with the other tenant's run id."""
+    waits for that run (then crafts its own into its tenant's catalog) instead of failing with the other tenant's run
+    id."""
     require("nix")
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
     slow = pileup.slow_craft(tmp_path)  # stays in its spec stage for minutes: its model is the workers' setting
