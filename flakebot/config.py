@@ -107,6 +107,11 @@ class Settings:
         "Directory holding runs/; empty means $XDG_STATE_HOME/flakebot (relative paths are from the current directory).",
     )
     catalog_dir: str = _setting("", "Catalog of crafted tools; empty means $XDG_DATA_HOME/flakebot.")
+    tenant: str = _setting(
+        "",
+        "Team mode: the tenant whose catalog (catalog_dir/tenants/NAME) this process writes, reading catalog_dir's "
+        "tools beneath it; empty: catalog_dir alone. flakebot serve and workers set it per call and per job.",
+    )
     cache_dir: str = _setting("", "HTTP and index caches; empty means $XDG_CACHE_HOME/flakebot.")
     model: str = _setting(
         "", "Model as provider:name (groq:..., openai:..., ollama:..., scripted:FILE); empty picks from API keys."

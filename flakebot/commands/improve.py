@@ -153,7 +153,9 @@ def _improved(asked: Improvement, settings: config.Settings) -> tuple[dict[str, 
     "versions", and its manifest), refused when unknown or a service."""
     from flakebot.deliver.catalog import Catalog, show_tool
 
-    entry = Catalog.open(settings).get(asked.tool)
+    catalog = Catalog.open(settings)
+    entry = catalog.get(asked.tool)
+    catalog.writable(entry["name"])  # a tenant improves its own tools, not the organisation's
     manifest = show_tool(asked.tool, settings)["manifest"]
     if manifest.get("kind") == "service":  # its spec is a lifecycle, not command-line examples to keep
         raise UsageError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -58,11 +59,12 @@ def _craft_job(job: dict[str, Any], sink: EventSink, settings: config.Settings) 
     whose run is recorded (its last worker was lost) resumes that run, when it is in this worker's workdir."""
     from flakebot.commands.craft import craft_request
     from flakebot.commands.runs import resume
-    from flakebot.team.queue import tenant_request
+    from flakebot.team.queue import job_tenant, tenant_request
 
     if job["kind"] != "craft":
         raise UsageError(f"this worker does not know jobs of kind {job['kind']!r}", fix="upgrade the worker")
     request = tenant_request(job["kind"], job["request"])  # a row anyone with the database's password may write
+    settings = dataclasses.replace(settings, tenant=job_tenant(job["tenant"]))  # crafted into the tenant's catalog
     resumed = _own_run(job, settings)
     if resumed:
         _wait_for_driver(job, resumed, settings)

@@ -12,6 +12,15 @@ formats 1 and 2 moves into catalog.db on first open.
 
 Concurrent writers (crafts, installs, `rm`) queue on the index's write transaction; a version directory is
 assembled beside its final place and renamed in inside it, so a reader never sees half of one.
+
+Team mode (the `tenant` setting, set per call by `flakebot serve` and per job by a worker): catalog_dir is the
+organisation's catalog and each tenant's is a catalog of the same shape beneath it,
+
+    tenants/<tenant>/               catalog.db, tools/... : that tenant's tools
+
+A tenant's Catalog reads its own tools over the organisation's (its entry of a name shadows the organisation's) and
+writes its own only: removing, improving or updating a tool only the organisation's catalog holds is refused.
+Another tenant's tools are not there at all, so they are "no tool" as an unknown name is.
 """
 
 from __future__ import annotations
@@ -31,11 +40,13 @@ from typing import Any
 from flakebot.config import Settings
 from flakebot.deliver import catalogdb
 from flakebot.deliver.versions import FIRST_VERSION, ToolRef, newest, next_version, parse_ref, version_key
-from flakebot.errors import CatalogError, NixError
+from flakebot.errors import CatalogError, ConfigError, NixError
 from flakebot.fsutil import atomic_write_json, remove_tree
 
 logger = logging.getLogger(__name__)
 
+TENANTS = "tenants"  # <catalog_dir>/tenants/<tenant>/: each tenant's own catalog
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a token's tenant (team.tokens.NAME): one plain name, no path
 CATALOG_FORMAT = catalogdb.FORMAT
 # What each version keeps of its own; the entry shows the current version's at its top.
 VERSION_FIELDS = (
@@ -74,17 +85,53 @@ def normalize_need(need: str) -> str:
     return " ".join(sorted(words - STOPWORDS))
 
 
-class Catalog:
-    """Crafted tools on this machine."""
+def tenant_root(settings: Settings, tenant: str) -> Path:
+    """Where `tenant`'s own catalog lives: beneath catalog_dir, under a name that is one plain name (ConfigError
+    otherwise: a tenant never names a path)."""
+    if not TENANT_NAME.fullmatch(tenant):
+        raise ConfigError(
+            f"tenant {tenant!r} is not a tenant name",
+            fix="use lower-case letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)",
+        )
+    return settings.path("catalog_dir") / TENANTS / tenant
 
-    def __init__(self, root: Path) -> None:
+
+class Catalog:
+    """Crafted tools on this machine: those in `root`, read over the organisation's (`shared`, a tenant's catalog
+    only), which this catalog never writes."""
+
+    def __init__(self, root: Path, shared: Catalog | None = None) -> None:
         self.root = root
+        self.shared = shared
         self.index = catalogdb.Index(root)
         self.index_path = self.index.legacy  # catalog.json: read once into catalog.db (index.path)
 
     @classmethod
     def open(cls, settings: Settings) -> Catalog:
-        return cls(settings.path("catalog_dir"))
+        """The catalog of `settings`: catalog_dir's, or with a `tenant`, that tenant's over catalog_dir's."""
+        organisation = settings.path("catalog_dir")
+        if not settings.tenant:
+            return cls(organisation)
+        return cls(tenant_root(settings, settings.tenant), shared=cls(organisation))
+
+    def layers(self) -> list[Catalog]:
+        """The catalogs read, the shadowed first: the organisation's, then this one."""
+        return [*(self.shared.layers() if self.shared is not None else []), Catalog(self.root)]
+
+    def writable(self, name: str) -> None:
+        """Refuse to change `name` when only the organisation's catalog holds it (a tenant reads it, never changes
+        it); a name no catalog holds is left to the caller's own "no tool" answer."""
+        if self.shared is None:
+            return
+        with self.index.reading() as db:
+            own = catalogdb.entry(db, name)
+        if own is None and self.shared.entry(name) is not None:
+            raise CatalogError(
+                f"'{name}' is in the organisation's catalog, which this token reads but cannot change",
+                fix=f"ask an admin to change it ('flakebot rm {name}' or 'flakebot improve' on the server), or craft "
+                "a tool of your own under another name",
+                reason="organisation",
+            )
 
     def tool_dir(self, name: str) -> Path:
         """Where every version of a tool lives."""
@@ -109,23 +156,35 @@ class Catalog:
                     catalogdb.put(db, name, entry)
 
     def tools(self) -> dict[str, dict[str, Any]]:
-        """Every tool's entry by name, read in one pass."""
+        """Every tool's entry by name, read in one pass (the organisation's too, shadowed by this catalog's)."""
+        shared = self.shared.tools() if self.shared is not None else {}
         with self.index.reading() as db:
-            return {name: _with_versions(entry) for name, entry in catalogdb.entries(db).items()}
+            return {**shared, **{name: _with_versions(entry) for name, entry in catalogdb.entries(db).items()}}
 
     def entry(self, name: str) -> dict[str, Any] | None:
-        """A tool's entry (every version), None when the catalog has no such tool."""
+        """A tool's entry (every version), None when the catalog (nor the organisation's beneath) has no such tool."""
+        found = self._own(name)
+        if found is None and self.shared is not None:
+            return self.shared.entry(name)
+        return found
+
+    def _own(self, name: str) -> dict[str, Any] | None:
         with self.index.reading() as db:
             found = catalogdb.entry(db, name)
         return None if found is None else _with_versions(found)
+
+    def names(self) -> list[str]:
+        """Every tool's name, sorted (the organisation's too)."""
+        with self.index.reading() as db:
+            own = catalogdb.names(db)
+        return sorted({*own, *(self.shared.names() if self.shared is not None else [])})
 
     def get(self, name: str) -> dict[str, Any]:
         """A tool's entry by `NAME` (its current version) or `NAME@VERSION` (that version's fields at the top)."""
         ref = parse_ref(name)
         found = self.entry(ref.name)
         if found is None:
-            with self.index.reading() as db:
-                names = catalogdb.names(db)
+            names = self.names()
             known = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") or "none yet"
             raise CatalogError(
                 f"no tool '{ref.name}' in the catalog",
@@ -141,7 +200,7 @@ class Catalog:
         for entry in found.values():
             if Path(entry.get("store_path", "/nonexistent")).exists():
                 return _with_versions(entry)
-        return None
+        return self.shared.find_need(need) if self.shared is not None else None
 
     def name_holder(self, name: str, need: str) -> dict[str, Any] | None:
         """The entry holding `name` for a different need (None when the name is free or holds the same need)."""
@@ -150,9 +209,11 @@ class Catalog:
 
     def free_name(self, name: str, need: str) -> str:
         """`name`, or when a different need holds it, the first free `name-2`, `name-3`, ..."""
-        with self.index.reading() as db:
-            rows = [] if db is None else db.execute("SELECT name, need_key FROM tools").fetchall()
-        taken = {name: {"need_key": key} for name, key in rows}
+        taken: dict[str, dict[str, Any]] = {}
+        for layer in self.layers():  # this catalog's names over the organisation's: a free name is free in both
+            with layer.index.reading() as db:
+                rows = [] if db is None else db.execute("SELECT name, need_key FROM tools").fetchall()
+            taken.update({name: {"need_key": key} for name, key in rows})
         for candidate in (name, *(f"{name}-{n}" for n in range(2, 1000))):
             entry = taken.get(candidate)
             if entry is None or entry.get("need_key") == normalize_need(need):
@@ -162,8 +223,9 @@ class Catalog:
     def version_for(self, name: str, *, improving: bool = False) -> str:
         """The version a new build of `name` becomes. An improvement gets the next version. A plain craft of a
         need the catalog holds replaces that craft (its current version) unless the current version is an
-        improvement, which a plain re-craft must not silently drop: then it too gets the next version."""
-        entry = self.entry(name)
+        improvement, which a plain re-craft must not silently drop: then it too gets the next version (this catalog's
+        own versions: an organisation's tool of the name is not this catalog's to continue)."""
+        entry = self._own(name)
         if entry is None:
             return FIRST_VERSION
         current = entry["version"]
@@ -251,6 +313,7 @@ class Catalog:
     def update(self, name: str, **fields: Any) -> dict[str, Any]:
         """Change fields of a tool's entry under the lock. A dict value is merged into the entry's dict of that
         name, so concurrent updates of different keys (say, two publications) both land."""
+        self.writable(name)
         with self.index.writing() as db:
             entry = catalogdb.entry(db, name)
             if entry is None:
@@ -267,6 +330,7 @@ class Catalog:
         """Drop a tool (`NAME`: every version, its directory and so its GC roots) or one version (`NAME@VERSION`;
         the newest left becomes current, and removing the only one removes the tool)."""
         ref = parse_ref(name)
+        self.writable(ref.name)
         with self.index.writing() as db:
             entry = catalogdb.entry(db, ref.name)
             if entry is None:

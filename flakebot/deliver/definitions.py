@@ -6,6 +6,8 @@ index: every add, update or remove of the tool changes it) and the code (flakebo
 modules that make it). A version's manifest is written once, before the version is renamed into place, so the
 entry stands for it. Definitions are kept in this process and in the index (catalog.db's definitions table, so a
 new server starts warm): a list reads the index's digests in one pass and makes only the changed tools' definitions.
+A tenant's catalog (deliver/catalog.py) is listed layer by layer, each catalog's definitions kept apart, its own
+shadowing the organisation's of the same name.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from flakebot.errors import CatalogError
 logger = logging.getLogger(__name__)
 
 STORE_BUSY_SECONDS = 0.05  # storing definitions is a favour to the next server: never wait behind a craft for it
-# name -> (stamp, definition); None for a tool that is not called as one (a service)
-_made: dict[str, tuple[str, dict[str, Any] | None]] = {}
+# catalog root -> name -> (stamp, definition); None for a tool that is not called as one (a service)
+_made: dict[Path, dict[str, tuple[str, dict[str, Any] | None]]] = {}
 _lock = threading.Lock()
 
 
@@ -38,27 +40,40 @@ def catalog_definitions(catalog: Catalog) -> list[dict[str, Any]]:
 
 def stamped_definitions(catalog: Catalog) -> dict[str, tuple[str, dict[str, Any] | None]]:
     """catalog_definitions with each tool's stamp, services (None) included, by name in the same order."""
+    layers = catalog.layers()
+    if len(layers) == 1:
+        return _layer_definitions(layers[0])
+    merged: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    for layer in layers:  # the organisation's, then the tenant's over it
+        merged.update(_layer_definitions(layer))
+    return dict(sorted(merged.items()))
+
+
+def _layer_definitions(catalog: Catalog) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    """One catalog's (not its layers') stamped definitions."""
     with catalog.index.reading() as db:
         stamps = {name: f"{code_key()}:{digest}" for name, digest in catalogdb.digests(db).items()}
     with _lock:
-        for name in _made.keys() - stamps.keys():
-            del _made[name]
-        stale = [name for name, stamp in stamps.items() if name not in _made or _made[name][0] != stamp]
+        made = _made.setdefault(catalog.root, {})
+        for name in made.keys() - stamps.keys():
+            del made[name]
+        stale = [name for name, stamp in stamps.items() if name not in made or made[name][0] != stamp]
         if stale:
-            _refresh(catalog, stale, stamps)
-        return {name: _made[name] for name in stamps if name in _made}
+            _refresh(catalog, made, stale, stamps)
+        return {name: made[name] for name in stamps if name in made}
 
 
 def service_names(catalog: Catalog) -> set[str]:
     """The catalogued names that are services (started with `up`, not called), known from the same made-once pass
     as catalog_definitions: a list of kinds reads no manifest it read before."""
-    catalog_definitions(catalog)
-    with _lock:
-        return {name for name, (_, definition) in _made.items() if definition is None}
+    return {name for name, (_, definition) in stamped_definitions(catalog).items() if definition is None}
 
 
-def _refresh(catalog: Catalog, stale: list[str], stamps: dict[str, str]) -> None:
-    """The stale tools' definitions: from the index where their stamps hold, else made and stored there."""
+def _refresh(
+    catalog: Catalog, kept_here: dict[str, tuple[str, dict[str, Any] | None]], stale: list[str], stamps: dict[str, str]
+) -> None:
+    """The stale tools' definitions, into `kept_here` (the catalog's in _made): from the index where their stamps
+    hold, else made and stored there."""
     with catalog.index.reading() as db:
         stored = catalogdb.definitions(db, stale)
     made: dict[str, tuple[str, str]] = {}
@@ -67,7 +82,7 @@ def _refresh(catalog: Catalog, stale: list[str], stamps: dict[str, str]) -> None
     for name in stale:
         kept = stored.get(name)
         if kept is not None and kept[0] == stamps[name]:
-            _made[name] = (stamps[name], json.loads(kept[1]))
+            kept_here[name] = (stamps[name], json.loads(kept[1]))
             continue
         try:
             entry = entries.get(name) or catalog.entry(name)
@@ -76,9 +91,9 @@ def _refresh(catalog: Catalog, stale: list[str], stamps: dict[str, str]) -> None
             definition = make(entry)
         except (CatalogError, OSError, ValueError) as exc:
             logger.warning("tool %s left out of the tool list: %s", name, exc)
-            _made.pop(name, None)
+            kept_here.pop(name, None)
             continue
-        _made[name] = (stamps[name], definition)
+        kept_here[name] = (stamps[name], definition)
         made[name] = (stamps[name], json.dumps(definition))
     if made:
         try:

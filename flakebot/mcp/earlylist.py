@@ -169,12 +169,13 @@ def _stamps() -> dict[str, str] | None:
     from flakebot.deliver.definitions import code_key
     from flakebot.errors import CatalogError
 
+    digests: dict[str, str] = {}
     try:
-        catalog = Catalog.open(config.load())
-        if not catalog.index.exists() and catalog.index_path.exists():
-            return None
-        with catalog.index.reading() as db:
-            digests = catalogdb.digests(db)
+        for layer in Catalog.open(config.load()).layers():  # a tenant's catalog over the organisation's, as listed
+            if not layer.index.exists() and layer.index_path.exists():
+                return None
+            with layer.index.reading() as db:
+                digests.update(catalogdb.digests(db))
     except (FlakebotError, CatalogError, OSError) as exc:
         logger.debug("no early tool list: %s", exc)
         return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ from flakebot import config
 from flakebot.commands.runs import MAX_WAIT_SECONDS
 from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError, TeamError, UsageError
 from flakebot.loopback import is_loopback
+from flakebot.mcp import tenantservices
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.pipeline import jobs
 from flakebot.team import db, idtokens, tenancy
@@ -161,6 +163,17 @@ class TeamMCP(FlakebotMCP):
     def tenant(self, ctx: Any) -> str | None:
         principal = self.principal(ctx)
         return principal.tenant if principal is not None else None
+
+    def settings(self, ctx: Any = None) -> config.Settings:
+        """The settings of a call: its tenant's catalog over the organisation's (deliver/catalog.py). A request with
+        no principal (none comes through the front's auth) gets no catalog of anyone's: refused."""
+        settings = super().settings()
+        if ctx is None:  # what is no call's catalog: the workdir, limits, the job directory
+            return settings
+        tenant = self.tenant(ctx)
+        if tenant is None:
+            raise TeamError("no principal for this call", fix="call through the front with a token")
+        return dataclasses.replace(settings, tenant=tenant)
 
     def job_started(self, ctx: Any, journal: Path) -> None:
         principal = self.principal(ctx)
@@ -337,7 +350,7 @@ class TeamMCP(FlakebotMCP):
         return {"ok": True, **compact_result(ended["result"])}
 
     # ------------------------------------------------------------ the MCP handlers
-    def work(self, name: str, args: dict[str, Any]) -> Any:
+    def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Any:
         """A long tool's work, checked: over the front, `package`'s flake directory (`out`) lies beneath a grant root
         (a network caller writes nowhere else; over stdio it is the local user's own choice). Both doors (a call, a
         task) check here, before any job starts."""
@@ -346,8 +359,12 @@ class TeamMCP(FlakebotMCP):
             from flakebot.deliver.grants import grants
 
             source = Path(os.path.realpath(self.start / Path(out).expanduser()))
-            grants(self.settings(), self.start).check(out, source)
-        return super().work(name, args)
+            grants(self.settings(ctx), self.start).check(out, source)
+        starting = self._service_up_gate(ctx, args) if name == "service_up" and ctx is not None else None
+        work = super().work(name, args, ctx)
+        if starting is not None:
+            tenantservices.record_owner(self.settings(ctx), starting, str(self.tenant(ctx)))
+        return work
 
     def task_owner(self, ctx: Any) -> str:
         """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder
@@ -374,7 +391,7 @@ class TeamMCP(FlakebotMCP):
         outcome = "error" if result.is_error else "ok"
         if data.get("type") == "JobLimit":
             self.metrics.refused("job_limit")
-        self.metrics.call(str(params.name), outcome, time.monotonic() - started)
+        self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
         self._audited(ctx, "tools/call", params.name, params.arguments or {}, outcome, code, started)
         return result
 
@@ -400,6 +417,12 @@ class TeamMCP(FlakebotMCP):
                 if seen != key:
                     args["name" if params.name == "show" else "run_id"] = seen
                     params = params.model_copy(update={"arguments": args})
+            if params.name in tenantservices.NAMED and isinstance(args.get("service"), str):  # service_up: work()
+                _check_own(params.name, args)
+                settings, tenant = self.settings(ctx), str(self.tenant(ctx))
+                service = args["service"].partition("@")[0]
+                if not await anyio.to_thread.run_sync(lambda: tenantservices.is_callers(settings, service, tenant)):
+                    return await self._as_never_started(ctx, params, service)
         except FlakebotError as exc:
             return _result({"ok": False, **exc.result()}, error=True)
         result = await super().call_tool(ctx, params)
@@ -407,7 +430,53 @@ class TeamMCP(FlakebotMCP):
             owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
             runs = [run for run in result.structured_content.get("runs", []) if run.get("id") in owned]
             return _result({**result.structured_content, "runs": runs})
+        if params.name == "services" and not result.is_error and isinstance(result.structured_content, dict):
+            settings = self.settings(ctx)
+            listed = result.structured_content.get("services", [])
+            tenant = str(self.tenant(ctx))
+            kept = await anyio.to_thread.run_sync(lambda: tenantservices.callers_services(settings, listed, tenant))
+            return _result({**result.structured_content, "services": kept})
         return result
+
+    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> str | None:
+        """Whether the caller may start the service `args` names (tenantservices): another's service of a name the
+        caller's catalog also holds is refused (a name the caller's catalog lacks is the verb's own "no service"); the
+        service's name when this up starts it afresh, so that its starter is recorded."""
+        from flakebot.deliver.catalog import Catalog
+
+        service = args.get("service")
+        if not isinstance(service, str):
+            return None  # the tool's own check says what is wrong
+        name, settings, tenant = service.partition("@")[0], self.settings(ctx), str(self.tenant(ctx))
+        try:
+            started = tenantservices.started_program(settings, name)
+        except UsageError:  # no service name: the verb refuses it
+            return None
+        if started is None:
+            return name
+        if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:
+            raise tenantservices.refuse_up(name)
+        return None
+
+    async def _as_never_started(self, ctx: Any, params: Any, service: str) -> Any:
+        """A service verb (not service_up) about a service not the caller's, answered by the verb itself in a
+        workdir where no service was ever started: an unknown name's answer, word for word."""
+        from flakebot.mcp import tooltable
+        from flakebot.mcp.server import TABLE_TOOLS, _result
+
+        nowhere = self.settings(ctx).path("workdir") / "team" / tenantservices.NOWHERE
+        nowhere.mkdir(parents=True, exist_ok=True)
+        command = TABLE_TOOLS[params.name]
+        settings = dataclasses.replace(self.settings(ctx), workdir=str(nowhere))
+        try:
+            arguments = tooltable.arguments(command, dict(params.arguments or {}))
+            command.call_check(arguments, settings=settings, agent=True)
+            await anyio.to_thread.run_sync(lambda: command.call(arguments, settings=settings, agent=True))
+        except FlakebotError as exc:
+            return _result({"ok": False, **exc.result()}, error=True)
+        logger.error("%s answered for %s in a workdir holding no service", params.name, service)
+        unexpected = TeamError(f"no service {service} for this token", fix="list services with the services tool")
+        return _result({"ok": False, **unexpected.result()}, error=True)
 
     def _audited(
         self, ctx: Any, method: str, tool: str | None, arguments: Any, outcome: str, code: int | None, started: float
@@ -427,6 +496,17 @@ ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
+
+
+CRAFTED = "crafted"  # the metrics' label of every crafted tool's calls
+
+
+def _metric_label(tool: str) -> str:
+    """A call's tool as /metrics names it: flakebot's own tools by name, every other name as CRAFTED (any token reads
+    /metrics, and one tenant's tool names are not another's to read)."""
+    from flakebot.mcp.server import OWN_TOOLS
+
+    return tool if tool in OWN_TOOLS else CRAFTED
 
 
 def _session_id(ctx: Any) -> str | None:

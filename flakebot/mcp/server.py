@@ -111,7 +111,7 @@ class FlakebotMCP:
         # Where the user started the server, once: every tool call runs here and relative grant roots start here.
         self.start = Path.cwd().resolve()
         self.grant_roots = list(grant_roots or [])  # the user's --grant-root; no call can add one
-        self._forms = listing.WireForms()  # each crafted tool's tools/list entry, made once per definition
+        self._forms: dict[Path, listing.WireForms] = {}  # per catalog: each crafted tool's entry, made once
         self._threads: dict[str, anyio.CapacityLimiter] = {}  # each table command's own worker threads
         self._crafted_schemas: dict[str, Any] = {}  # each crafted tool's inputSchema as the last tools/list sent it
 
@@ -130,7 +130,9 @@ class FlakebotMCP:
         """Whose tasks a request may see: over stdio every task of this user (None); the team front narrows it."""
         return None
 
-    def settings(self) -> config.Settings:
+    def settings(self, ctx: Any = None) -> config.Settings:
+        """The settings a call works with; `ctx`, the request they are for, matters to the team front only (its
+        caller's tenant picks the catalog), so every call that reads or writes the catalog passes it."""
         from flakebot.deliver.grants import widened
 
         return widened(self._settings or config.load(), self.grant_roots)
@@ -180,14 +182,17 @@ class FlakebotMCP:
             )
             for name, (text, schema) in OWN_TOOLS.items()
         ]
-        stamped = await anyio.to_thread.run_sync(lambda: stamped_definitions(Catalog.open(self.settings())))
+        catalog = Catalog.open(self.settings(ctx))
+        stamped = await anyio.to_thread.run_sync(lambda: stamped_definitions(catalog))
         crafted = [d for _, d in stamped.values() if d is not None]
         shadowed = [d["name"] for d in crafted if d["name"] in OWN_TOOLS]
         if shadowed:  # still callable through `run`
             logger.warning("catalogued tools named like flakebot's own are not listed: %s", ", ".join(shadowed))
         listed = [d for d in crafted if d["name"] not in OWN_TOOLS]
+        # the last list's schemas, whichever tenant's catalog it was: only the SDK's check of Mcp-Param headers reads
+        # them, and no flakebot schema declares one (x-mcp-header)
         self._crafted_schemas = {d["name"]: d["inputSchema"] for d in listed}
-        forms = self._forms.forms(listed, ctx.protocol_version)
+        forms = self._forms.setdefault(catalog.root, listing.WireForms()).forms(listed, ctx.protocol_version)
         stamps = {name: stamp for name, (stamp, _) in stamped.items()}
         if listing.put_aside(forms, stamps):  # sent as made (mcp/listing.py)
             return types.ListToolsResult(tools=own)
@@ -205,7 +210,7 @@ class FlakebotMCP:
                     payload = await getattr(self, f"_tool_{params.name}")(ctx, arguments)
                 return _result(payload, error=payload.get("ok") is False)  # `run` of a tool that failed
             call = await anyio.to_thread.run_sync(
-                lambda: api.call_tool(params.name, arguments, self.settings(), cwd=self.start)
+                lambda: api.call_tool(params.name, arguments, self.settings(ctx), cwd=self.start)
             )
         except FlakebotError as exc:
             return _result({"ok": False, **exc.result()}, error=True)
@@ -218,7 +223,7 @@ class FlakebotMCP:
     async def _call_command(self, ctx: Any, command: Command, args: dict[str, Any]) -> dict[str, Any]:
         if command.long:
             return await self._long(ctx, command.mcp or command.name, args, changes_catalog=command.changes_catalog)
-        settings, arguments = self.settings(), tooltable.arguments(command, args)
+        settings, arguments = self.settings(ctx), tooltable.arguments(command, args)
         command.call_check(arguments, settings=settings, agent=True)
         result = await anyio.to_thread.run_sync(
             lambda: command.call(arguments, settings=settings, agent=True, cwd=self.start),
@@ -235,18 +240,18 @@ class FlakebotMCP:
             self._threads[command.name] = anyio.CapacityLimiter(THREADS_PER_COMMAND)
         return self._threads[command.name]
 
-    def checked_arguments(self, command: Command, args: dict[str, Any]) -> dict[str, Any]:
+    def checked_arguments(self, command: Command, args: dict[str, Any], ctx: Any = None) -> dict[str, Any]:
         """A command's arguments made from a call's (its schema checked before: validation.py) and checked by the
         command's own check: what its work runs with, or what the team front queues."""
         arguments = tooltable.arguments(command, args)
         if command.check is not None:
-            command.call_check(arguments, settings=self.settings(), agent=True)
+            command.call_check(arguments, settings=self.settings(ctx), agent=True)
         return arguments
 
-    def _command_work(self, command: Command, args: dict[str, Any]) -> Work:
+    def _command_work(self, command: Command, args: dict[str, Any], ctx: Any = None) -> Work:
         """A long command's work as a function of the run's event sink: its arguments made (and checked by its
         own check) before anything starts."""
-        settings, arguments = self.settings(), self.checked_arguments(command, args)
+        settings, arguments = self.settings(ctx), self.checked_arguments(command, args, ctx)
         return lambda sink: _for_agent(command, command.call(arguments, settings=settings, sink=sink, agent=True))
 
     # ------------------------------------------------------------ long work
@@ -254,7 +259,7 @@ class FlakebotMCP:
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         """Long work: to its end in a worker thread with progress notifications, or (wait=False) in a process of its
         own, answered as soon as its run exists (the run goes on when this client's session ends)."""
-        self.work(name, args)  # the arguments are checked here, before anything starts
+        self.work(name, args, ctx)  # the arguments are checked here, before anything starts
         if not _wait(ctx, args):
             return await self._detached(ctx, name, args, changes_catalog)
         return await self._followed(ctx, name, args, changes_catalog)
@@ -304,11 +309,11 @@ class FlakebotMCP:
             await _tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
-    def work(self, name: str, args: dict[str, Any]) -> Work:
-        """Long tool `name`'s work for these arguments, checked before anything starts."""
+    def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Work:
+        """Long tool `name`'s work for these arguments (for the request `ctx`), checked before anything starts."""
         command = TABLE_TOOLS.get(name)
         if command is not None:
-            return self._command_work(command, args)
+            return self._command_work(command, args, ctx)
         return getattr(self, f"_work_{name}")(args)  # type: ignore[no-any-return]
 
     # What flakebot.mcp.tasks needs of the detached jobs (its Jobs protocol).
@@ -319,14 +324,14 @@ class FlakebotMCP:
     def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
         _check_own(name, args)  # the tasks door (mcp_tasks) takes the same check as call_tool, before any job
         if name in TABLE_TOOLS:  # a table command's check too (as _long runs it), before admission
-            self.work(name, args)
+            self.work(name, args, ctx)
         process, journal = self._start(ctx, name, args)
         if LONG_TOOLS[name] and self.jobs is not None:
             self.jobs.start_soon(self._notify_when_done, ctx, process, journal)
         return process, journal
 
     def _start(self, ctx: Any, name: str, args: dict[str, Any]) -> tuple[subprocess.Popen[bytes], Path]:
-        process, journal = _start_job(self.settings(), name, args, self.job_owner(ctx))
+        process, journal = _start_job(self.settings(ctx), name, args, self.job_owner(ctx))
         self.job_started(ctx, journal)
         return process, journal
 
@@ -415,7 +420,7 @@ def _start_job(
         with open(journal.with_suffix(".log"), "ab") as log:
             process = launcher.popen(
                 argv,
-                env=launcher.flakebot_env(keys=True),
+                env=launcher.flakebot_env(keys=True, extra={"FLAKEBOT_TENANT": settings.tenant}),  # its catalog
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

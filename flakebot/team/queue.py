@@ -115,6 +115,16 @@ def tenant_request(kind: str, data: Any) -> RunRequest:
     return request
 
 
+def job_tenant(value: Any) -> str:
+    """A job row's tenant as a worker uses it (the catalog its craft goes to: deliver/catalog.py's tenant_root),
+    checked as the row's request is: a tenant name (team.tokens.NAME), whoever wrote the row. UsageError otherwise."""
+    from flakebot.team.tokens import NAME
+
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise UsageError("a job's tenant is not a tenant name", fix="enqueue it with flakebot.team.queue")
+    return value
+
+
 def set_quota(
     conn: Conn,
     tenant: str,

@@ -23,7 +23,7 @@ from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
 from flakebot.team import audit, db, queue
 from flakebot.team.frontqueue import job_number
-from tests.conftest import REPO, require, run_cli, wait_for
+from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import INITIALIZE, add_token, post, serving, serving_process
 from tests.team.test_worker import worker
@@ -267,6 +267,10 @@ def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
         assert shown["is_error"] and shown["error"] == f"no run or tool named '{run_id}'", shown
         assert call(one, bob, "runs", {})["runs"] == []
         assert call(two, bob, "status", {"run_id": job})["is_error"]
+        # the tool is in acme's catalog: alice's list has it, bob's does not, nor does the organisation's
+        assert "csv-dedup" in [t["name"] for t in call(two, alice, "list", {})["tools"]]
+        assert call(two, bob, "list", {})["tools"] == []
+    assert json_result(run_cli("list", "--json", check=True))["tools"] == []
 
 
 def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, database: str, tmp_path: Path) -> None:
@@ -403,7 +407,8 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
     flakebot_home: Path, database: str, workdir: Path, tmp_path: Path
 ) -> None:
     """Needs join only within a tenant; a job of one tenant whose need another tenant's run is crafting right now
-    waits for that run (then the one catalog answers it) instead of failing with the other tenant's run id."""
+    waits for that run (then crafts its own into its tenant's catalog) instead of failing with the other tenant's run
+    id."""
     require("nix")
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
     slow = pileup.slow_craft(tmp_path)  # stays in its spec stage for minutes: its model is the workers' setting
@@ -430,7 +435,8 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
 
 
 def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flakebot_home: Path, workdir: Path) -> None:
-    """/metrics labels a call by its tool's name, and the audit records it, only when it has a tool name's shape
+    """/metrics labels a call by its tool's name only for flakebot's own tools (every other name is `crafted`: one
+    tenant's tool names are not another's to read), and the audit records a name only when it has a tool name's shape
     (MCP: at most 128 of A-Z a-z 0-9 _ - .): a tenant calling made-up names of a megabyte each would otherwise make
     every front keep (and every scrape, by any tenant's token, carry) what it sent, and the audit grow by it."""
     bob = add_token("bob", "--tenant", "other")
@@ -443,8 +449,8 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
             assert call(url, bob, name, {})["is_error"]
         text = metrics(url, bob).text
     assert len(text) < 20_000, len(text)
-    assert 'flakebot_tool_calls_total{tool="other",outcome="error"} 2' in text, text
-    assert 'flakebot_tool_calls_total{tool="no-such-tool",outcome="error"} 1' in text, text
+    assert 'flakebot_tool_calls_total{tool="crafted",outcome="error"} 3' in text, text  # no name but flakebot's own
+    assert "no-such-tool" not in text, text
     records = audit.read(workdir)
     assert len(audit.audit_path(workdir).read_text()) < 5_000
     made_up = [r["tool"] for r in records if r["method"] == "tools/call"]

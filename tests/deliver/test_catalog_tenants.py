@@ -1,0 +1,51 @@
+"""A tenant's catalog over the organisation's (deliver/catalog.py): where it lives, what it reads, what it refuses to
+change; through the CLI with the tenant setting, as an admin would use it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from flakebot import config
+from flakebot.deliver.catalog import Catalog, tenant_root
+from flakebot.errors import CatalogError, ConfigError
+from tests.conftest import json_result, run_cli
+from tests.team.test_tenant_catalogs import catalogue
+
+
+@pytest.mark.parametrize("tenant", ["../x", "a/b", "..", ".hidden", "acme\n", "Acme", "x" * 65])
+def test_a_tenant_is_one_plain_name_never_a_path(flakebot_home: Path, tenant: str) -> None:
+    settings = dataclasses.replace(config.load(), tenant=tenant)
+    with pytest.raises(ConfigError):
+        tenant_root(settings, tenant)
+    with pytest.raises(ConfigError):
+        Catalog.open(settings)
+    done = run_cli("list", "--json", env={"FLAKEBOT_TENANT": tenant})
+    assert done.returncode == 3 and json.loads(done.stdout.splitlines()[-1])["type"] == "ConfigError", done.stdout
+    assert not any(path.name != "flakebot" for path in (flakebot_home / "data").rglob("*")), "nothing made"
+
+
+def test_a_tenant_reads_the_organisations_tools_and_changes_only_its_own(flakebot_home: Path, tmp_path: Path) -> None:
+    organisation = config.load()
+    acme = dataclasses.replace(organisation, tenant="acme")
+    catalogue(organisation, tmp_path, "csv")  # need "csv rows"
+    catalogue(acme, tmp_path, "own")
+    tenant = Catalog.open(acme)
+    assert tenant.root == organisation.path("catalog_dir") / "tenants" / "acme"
+    assert set(tenant.tools()) == {"csv", "own"} and tenant.get("csv")["name"] == "csv"
+    assert tenant.find_need("need csv rows") is not None  # a craft of the organisation's need is answered by it
+    assert tenant.free_name("csv", "another need") == "csv-2"  # a name the organisation holds is not free
+    assert tenant.version_for("csv") == "0.1.0"  # the tenant's own first version, not the organisation's next
+    for change in (lambda: tenant.remove("csv"), lambda: tenant.update("csv", note="x")):
+        with pytest.raises(CatalogError, match="organisation's catalog") as refused:
+            change()
+        assert refused.value.details["reason"] == "organisation"
+    tenant.remove("own")
+    assert set(Catalog.open(organisation).tools()) == {"csv"}  # the organisation's catalog never had acme's tool
+    listed = json_result(run_cli("list", "--json", env={"FLAKEBOT_TENANT": "globex"}, check=True))
+    assert [t["name"] for t in listed["tools"]] == ["csv"]  # another tenant: the organisation's tools only
+    gone = run_cli("rm", "csv", "--json", env={"FLAKEBOT_TENANT": "globex"})
+    assert gone.returncode == 60 and "organisation's catalog" in json.loads(gone.stdout.splitlines()[-1])["error"]

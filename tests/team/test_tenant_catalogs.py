@@ -1,0 +1,242 @@
+"""Each tenant's tools in a catalog of its own, over the organisation's catalog every token reads
+(flakebot/deliver/catalog.py), as agents meet them through a real `flakebot serve` and the MCP SDK's client; and a
+worker crafting a queued job into the job row's tenant's catalog."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from psycopg.types.json import Jsonb
+
+from flakebot import config
+from flakebot.deliver.catalog import Catalog
+from flakebot.pipeline.request import RunRequest
+from flakebot.team import db, queue
+from tests.conftest import FLAKEBOT
+from tests.team.test_front import add_token, serving
+
+pytestmark = pytest.mark.timeout(180)
+
+UNKNOWN = "zz-never-made"  # what another tenant's tool must be indistinguishable from
+
+
+def catalogue(settings: config.Settings, root: Path, name: str) -> None:
+    """`name`, a shell script standing in for a crafted binary (its directory as the store path), catalogued as a
+    craft catalogues it: into the catalog `settings` open (a tenant's, with `tenant` set)."""
+    store = root / f"store-{name}"
+    (store / "bin").mkdir(parents=True)
+    (store / "bin" / name).write_text('#!/bin/sh\necho "made by $0"\n')
+    (store / "bin" / name).chmod(0o755)
+    flake = root / f"flake-{name}"
+    flake.mkdir()
+    manifest = {"name": name, "main_program": name, "store_path": str(store), "nix_run_argv": ["nix", "run", "x"]}
+    Catalog.open(settings).add(
+        name, need=f"{name} rows", flake_dir=flake, manifest={**manifest, "summary": ""}, usage_md=f"# {name}\n",
+        store_path=str(store), run_id=f"r-{name}", origin={},
+    )  # fmt: skip
+
+
+def answer(result: Any) -> dict[str, Any]:
+    return {**json.loads(result.content[0].text), "is_error": result.is_error}
+
+
+async def tenant_view(url: str, token: str, probes: list[str], rm: list[str]) -> dict[str, Any]:
+    """What `token` sees: its tools/list's crafted names, `list`'s names, and for each probed name the answers of
+    show, run, improve and a call of it as a tool; then `rm` of each name in `rm`, and the list after."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            names = {t["name"] for t in answer(await client.call_tool("list", {}))["tools"]}
+            probed = {}
+            for name in probes:
+                probed[name] = {
+                    "show": answer(await client.call_tool("show", {"name": name})),
+                    "run": answer(await client.call_tool("run", {"tool": name, "args": []})),
+                    "call": answer(await client.call_tool(name, {})),
+                    "improve": answer(await client.call_tool("improve", {"tool": name, "request": "add --json"})),
+                }
+            removed = {name: answer(await client.call_tool("rm", {"tool": name})) for name in rm}
+            after = {t["name"] for t in answer(await client.call_tool("list", {}))["tools"]}
+            return {"listed": listed, "names": names, "probed": probed, "removed": removed, "after": after}
+
+
+async def craft(url: str, token: str, need: str) -> dict[str, Any]:
+    """`token`'s craft of `need`, waited for (a detached job of the front's, as every long call)."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            return answer(await client.call_tool("craft", {"need": need, "wait": True}))
+
+
+def same_as_unknown(seen: dict[str, Any], name: str) -> dict[str, Any]:
+    """`seen`'s answers for `name` with the name written as UNKNOWN: word for word an unknown name's, if hidden."""
+    return json.loads(json.dumps(seen).replace(name, UNKNOWN))
+
+
+def test_a_tenants_tools_are_its_own_and_the_organisations_everyones(flakebot_home: Path, tmp_path: Path) -> None:
+    settings = config.load()
+    catalogue(settings, tmp_path, "org-lines")  # the admin's catalog: catalog_dir itself
+    catalogue(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    with serving() as url:
+        acme = asyncio.run(tenant_view(url, alice, ["acme-lines"], rm=["org-lines"]))
+        globex = asyncio.run(tenant_view(url, bob, ["acme-lines", UNKNOWN], rm=["acme-lines", UNKNOWN, "org-lines"]))
+        crafts = {
+            ("acme", "own"): asyncio.run(craft(url, alice, "need acme-lines rows")),
+            ("acme", "org"): asyncio.run(craft(url, alice, "need org-lines rows")),
+            ("globex", "acme's"): asyncio.run(craft(url, bob, "need acme-lines rows")),
+        }
+        acme_again = asyncio.run(tenant_view(url, alice, [], rm=["acme-lines"]))
+        scraped = httpx.get(url.replace("/mcp", "/metrics"), headers={"Authorization": f"Bearer {bob}"}, timeout=30)
+    assert scraped.status_code == 200 and "acme-lines" not in scraped.text  # any token reads /metrics
+
+    # acme sees its own tool and the organisation's, and calls its own
+    assert {"acme-lines", "org-lines"} <= acme["listed"] and acme["names"] == {"acme-lines", "org-lines"}
+    own = acme["probed"]["acme-lines"]
+    assert not own["show"]["is_error"] and own["show"]["name"] == "acme-lines"
+    assert not own["call"]["is_error"] and "made by" in own["call"]["stdout"], own["call"]
+    assert not own["run"]["is_error"] and "made by" in own["run"]["stdout"], own["run"]
+
+    # globex sees the organisation's tool, never acme's: every answer about it is an unknown name's, word for word
+    assert "org-lines" in globex["listed"] and "acme-lines" not in globex["listed"]
+    assert globex["names"] == {"org-lines"}
+    hidden, unknown = globex["probed"]["acme-lines"], globex["probed"][UNKNOWN]
+    assert all(hidden[door]["is_error"] for door in hidden), hidden
+    assert same_as_unknown(hidden, "acme-lines") == unknown
+    assert same_as_unknown(globex["removed"]["acme-lines"], "acme-lines") == globex["removed"][UNKNOWN]
+
+    # a craft is answered from the caller's catalog or the organisation's, never from another tenant's
+    assert crafts[("acme", "own")]["name"] == "acme-lines" and not crafts[("acme", "own")]["is_error"], crafts
+    assert crafts[("acme", "org")]["name"] == "org-lines" and not crafts[("acme", "org")]["is_error"], crafts
+    assert crafts[("globex", "acme's")]["is_error"] and "acme-lines" not in json.dumps(crafts[("globex", "acme's")])
+
+    # no token removes (or improves) the organisation's tool: one line saying whose it is and what to do instead
+    for refused in (acme["removed"]["org-lines"], globex["removed"]["org-lines"]):
+        assert refused["is_error"] and "organisation's catalog" in refused["error"] and refused["fix"], refused
+    improved = acme_again["removed"]  # acme removes its own tool: its catalog only
+    assert not improved["acme-lines"]["is_error"], improved
+    assert acme_again["after"] == {"org-lines"}
+    assert Catalog.open(settings).entry("org-lines") is not None  # the organisation's catalog as it was
+    assert Catalog.open(settings).tools().keys() == {"org-lines"}  # acme's tool was never in it
+
+
+def test_an_organisations_tool_is_not_improved_by_a_token(flakebot_home: Path, tmp_path: Path) -> None:
+    catalogue(config.load(), tmp_path, "org-lines")
+    token = add_token("alice", "--tenant", "acme")
+
+    async def improve(url: str) -> dict[str, Any]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                return answer(await client.call_tool("improve", {"tool": "org-lines", "request": "add --json"}))
+
+    with serving() as url:
+        refused = asyncio.run(improve(url))
+    assert refused["is_error"] and "organisation's catalog" in refused["error"], refused
+    assert not (flakebot_home / "work" / "mcp-jobs").exists() or not list(
+        (flakebot_home / "work/mcp-jobs").glob("*.jsonl")
+    )
+
+
+def forge(database: str, tenant: str, need: str) -> int:
+    """A craft job row of `tenant`, written straight into the table (as anyone with the database's password could)."""
+    with db.connect(database) as conn:
+        queue.set_quota(conn, tenant, max_in_flight=99, max_per_day=99)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, 'mallory', 'craft', "
+            "md5(random()::text), %s) RETURNING id",
+            (tenant, Jsonb(RunRequest(need=need).to_dict())),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_a_worker_crafts_into_the_job_rows_tenants_catalog(database: str, flakebot_home: Path, tmp_path: Path) -> None:
+    """A need acme's catalog holds is answered from it for acme's job, not for globex's (which goes on to craft, and
+    fails on the worker's model); a row whose tenant is no tenant name fails before any catalog is touched."""
+    settings = config.load()
+    catalogue(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
+    jobs = {tenant: forge(database, tenant, "need acme-lines rows") for tenant in ("acme", "globex", "../escape")}
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json"}
+    for _ in jobs:
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    with db.connect(database) as conn:
+        rows = {tenant: queue.get(conn, job, tenant) for tenant, job in jobs.items()}
+    acme, globex, escape = rows["acme"], rows["globex"], rows["../escape"]
+    assert acme is not None and acme["state"] == "done" and acme["result"]["name"] == "acme-lines", acme
+    assert globex is not None and globex["state"] == "failed" and "acme-lines" not in json.dumps(globex["error"])
+    assert escape is not None and escape["state"] == "failed" and escape["error"]["type"] == "UsageError", escape
+    assert not (settings.path("catalog_dir") / "escape").exists()
+    assert Catalog.open(settings).tools() == {}  # the organisation's catalog untouched
+
+
+async def service_view(url: str, token: str, names: list[str], up: bool) -> dict[str, Any]:
+    """`token`'s answers of every service verb naming each of `names` (after its own service_up of the first, with
+    `up`), and its `services`."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            seen: dict[str, Any] = {}
+            if up:
+                seen["up"] = answer(await client.call_tool("service_up", {"service": names[0]}))
+            seen["services"] = answer(await client.call_tool("services", {}))
+            for name in names:
+                seen[name] = {
+                    "logs": answer(await client.call_tool("service_logs", {"service": name, "lines": 5})),
+                    "request": answer(
+                        await client.call_tool("service_request", {"service": name, "method": "GET", "path": "/kv/x"})
+                    ),
+                    "rollback": answer(await client.call_tool("service_rollback", {"service": name})),
+                    "down": answer(await client.call_tool("service_down", {"service": name})),
+                    "up": answer(await client.call_tool("service_up", {"service": name})),
+                }
+            return seen
+
+
+@pytest.mark.slow
+def test_a_tenants_service_is_its_own(flakebot_home: Path, tmp_path: Path) -> None:
+    """kv-service packaged into acme's catalog and into globex's (the CLI with the tenant setting: one program, one
+    store path) and started by acme's agent: globex's agent neither lists it nor reaches, reads, rolls back or stops
+    it (each answer is an unknown name's), and cannot start its own kv-service over it."""
+    from tests.conftest import json_result, require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    for tenant in ("acme", "globex"):
+        done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json",
+                       env={"FLAKEBOT_TENANT": tenant})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json_result(done)["kind"] == "service"
+    assert Catalog.open(config.load()).tools() == {}  # in the tenants' catalogs, not the organisation's
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    with serving() as url:
+        try:
+            acme = asyncio.run(service_view(url, alice, [], up=False))  # nothing started yet
+            started = asyncio.run(service_view(url, alice, ["kv-service"], up=True))["up"]
+            globex = asyncio.run(service_view(url, bob, ["kv-service", UNKNOWN], up=False))
+            listed = asyncio.run(service_view(url, alice, [], up=False))["services"]
+        finally:
+            run_cli("down", "kv-service")
+    assert acme["services"]["services"] == []
+    assert not started["is_error"] and started["state"] == "running", started
+    assert [s["name"] for s in listed["services"]] == ["kv-service"]
+    assert globex["services"]["services"] == []
+    hidden, unknown = globex["kv-service"], globex[UNKNOWN]
+    taken = hidden.pop("up")
+    assert taken["is_error"] and "taken on this machine" in taken["error"] and taken["fix"], taken
+    assert all(hidden[verb]["is_error"] for verb in hidden), hidden
+    unknown.pop("up")
+    assert same_as_unknown(hidden, "kv-service") == unknown
