@@ -130,7 +130,11 @@ def test_a_bare_repository_a_tool_lays_out_never_lands_as_one(caller: Path, tmp_
         said = " ".join(ran.stderr.split())
         assert ran.returncode == 0 and "read as configuration by git" in said and 'HEAD"' in said, ran.stderr
         if where.is_dir():
-            subprocess.run(["script", "-qc", "git log -1; git branch", "/dev/null"], cwd=where, capture_output=True)
+            # git looks no higher than the caller (a checkout above would be read, its log paged on script's terminal,
+            # the pager waiting on whatever stdin the test run has)
+            ceiling = {**os.environ, "GIT_CEILING_DIRECTORIES": str(caller)}
+            subprocess.run(["script", "-qc", "git log -1; git branch", "/dev/null"], cwd=where, capture_output=True,
+                           stdin=subprocess.DEVNULL, env=ceiling, timeout=60)  # fmt: skip
         assert not marker.exists(), where
     # nothing the tool wrote in a would-be repository lands (the directory it made does, empty)
     assert (caller / "out" / "repo").is_dir() and not (caller / "out" / "repo" / "config").exists()
