@@ -62,7 +62,10 @@ def test_readme_performance_section_is_rewritten_between_the_markers(tmp_path: P
     first = bench.run(profile="quick", only=["startup"], out_dir=tmp_path / "out", readme=readme)
     text = readme.read_text()
     assert text.startswith("# tool\n\nintro\n\n## Performance\n") and text.count(report.START) == 1
-    assert f"| P7 | CLI start-up: flakebot --help | {report.value_text(first['report']['figures'][0])} |" in text
+    assert (
+        f"| P7 | CLI start-up: flakebot --help, over a bare `python -c pass` | {report.value_text(first['report']['figures'][0])} |"
+        in text
+    )
     readme.write_text(text.replace("intro", "intro, edited by hand") + "\n## Licence\n\nMIT\n")
     report.update_readme(readme, json.loads((tmp_path / "out/report.json").read_text()))
     again = readme.read_text()

@@ -411,7 +411,10 @@ def startup_help(r: Results) -> dict[str, Any]:
         f"mostly {_top(imports.top_imports_s)} (typer renders help with rich, which pulls in its markdown parser); "
         f"the rest is building the app and rendering the help."
     ) + _waiting(value, cpu, 0.3, r, "startup")
-    return figure("P7", "CLI start-up: flakebot --help", value, "s", 0.3, "<", measured, gap, "startup")
+    # issue 45: at most 0.1 s over the bare interpreter, measured beside it in the same run
+    over = round(value - s.python_startup_s, 4)
+    return figure("P7", "CLI start-up: flakebot --help, over a bare `python -c pass`", over, "s", 0.1, "<=", measured,
+                  gap, "startup")  # fmt: skip
 
 
 def startup_commands(r: Results) -> dict[str, Any]:
