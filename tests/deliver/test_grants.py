@@ -343,3 +343,18 @@ def test_other_spellings_of_a_path_outside_the_roots_are_refused(caller: Path, t
         widened = save(target, "--grant-root", root)
         assert widened.returncode == 2 and "refused" in widened.stderr, (target, root, widened.stderr)
     assert not os.path.lexists(f"/etc/cron.d/{PROBE}")
+
+
+@pytest.mark.usefixtures("flakebot_home")
+def test_a_grant_root_the_system_cannot_even_look_up_is_refused_in_one_line() -> None:
+    """A --grant-root too long for the kernel (ENAMETOOLONG) or naming a user who does not exist (~nobody-here) is
+    refused as any other unusable root, one line, not an OSError or RuntimeError traceback."""
+    for root, says in (
+        ("a" * 5000, "cannot be looked up"),
+        ("a/" * 3000, "cannot be looked up"),
+        ("~no-such-user-here/x", "cannot be looked up"),
+    ):
+        for door in ("mcp", "run"):
+            argv = ["mcp", "--grant-root", root] if door == "mcp" else ["run", "t", "--grant-root", root, "--", "x"]
+            ran = run_cli(*argv, input="")
+            assert refused(ran, says), (door, root[:20], ran.stderr[-400:])
