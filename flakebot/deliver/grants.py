@@ -107,8 +107,11 @@ def check_flag_roots(roots: Sequence[str], settings: config.Settings, start: Pat
     """The roots a user's --grant-root flags name, refused at once (a UsageError naming the first and why) when one
     could never be a grant root: else a server would start and refuse every call that writes there."""
     for text in roots:
-        root = Path(os.path.realpath(start / Path(text).expanduser()))
-        why = root_refusal(root, settings) if root.is_dir() else "it is not an existing directory"  # as grants() says
+        try:
+            root = Path(os.path.realpath(start / Path(text).expanduser()))
+            why = root_refusal(root, settings) if root.is_dir() else "it is not an existing directory"  # as grants()
+        except (OSError, RuntimeError, ValueError) as exc:  # too long a name, ~no-such-user, a NUL byte
+            why = f"it cannot be looked up ({exc.strerror if isinstance(exc, OSError) else exc})"
         if why:
             raise UsageError(
                 f"--grant-root {text[:200]!r} refused: {why}",
