@@ -228,3 +228,23 @@ def test_a_closed_catalog_on_a_read_only_mount_is_read_without_its_lock_files(fl
         listed = run_cli("list", "--json")
         assert listed.returncode == 0, listed.stderr
         assert sorted(t["name"] for t in json_result(listed)["tools"]) == ["alpha", "beta"]
+
+
+def test_publish_from_a_read_only_catalog_is_refused_before_a_key_or_a_copy(flakebot_home: Path) -> None:
+    """`publish` records the publication in the catalog: on a read-only one it is refused in one line (exit 60)
+    before it makes a signing key in it (was an OSError traceback) or copies anything to the cache."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(1)
+    catalog, cache = tools.catalog.root, flakebot_home / "cache-out"
+    with _read_only(catalog):
+        ran = run_cli("publish", "t00001", "--to", f"file://{cache}")
+        assert ran.returncode == CatalogError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
+        [line] = ran.stderr.strip().splitlines()
+        assert f"catalog {catalog} is read-only here" in line, line
+    assert not (catalog / "keys").exists() and not cache.exists()
