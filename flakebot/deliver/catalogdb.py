@@ -71,12 +71,7 @@ class Index:
         """A write transaction, after waiting up to `busy` seconds for another writer's: committed when the block
         ends (synced to disk unless not `durable`: a cache), rolled back when it raises. A catalog this process
         cannot write is refused before anything is touched."""
-        if self.path.exists() and not os.access(self.root, os.W_OK):
-            raise CatalogError(
-                f"catalog {self.root} is read-only here: it can be read, not changed",
-                fix="set catalog_dir to a writable directory (--catalog-dir DIR or FLAKEBOT_CATALOG_DIR), or make "
-                f"{self.root} writable",
-            )
+        self.refuse_read_only()
         db = self._connection()
         db.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
         db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -90,6 +85,16 @@ class Index:
             db.execute("COMMIT")
         finally:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+
+    def refuse_read_only(self) -> None:
+        """A CatalogError when this process cannot write the catalog: what changes it (an add's staging copy, a
+        publication's key and copy) calls this before its first step, not only at the index's transaction."""
+        if self.exists() and not os.access(self.root, os.W_OK):
+            raise CatalogError(
+                f"catalog {self.root} is read-only here: it can be read, not changed",
+                fix="set catalog_dir to a writable directory (--catalog-dir DIR or FLAKEBOT_CATALOG_DIR), or make "
+                f"{self.root} writable",
+            )
 
     def _connection(self) -> sqlite3.Connection:
         read_only = self.path.exists() and not os.access(self.root, os.W_OK)
