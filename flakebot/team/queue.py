@@ -126,24 +126,43 @@ def set_quota(
 ) -> None:
     """A tenant's quotas and its share of the workers (made if new); each a whole number the column holds (0 refuses
     every craft; shares at least 1; no CPU-seconds bound: None), else one UsageError and nothing changed."""
-    for key, value, least in (
-        ("max_in_flight", max_in_flight, 0),
-        ("max_per_day", max_per_day, 0),
-        ("shares", shares, 1),
-        ("max_cpu_seconds_per_day", 0 if max_cpu_seconds_per_day is None else max_cpu_seconds_per_day, 0),
-    ):
+    change_quota(
+        conn,
+        tenant,
+        {
+            "max_in_flight": max_in_flight,
+            "max_per_day": max_per_day,
+            "shares": shares,
+            "max_cpu_seconds_per_day": max_cpu_seconds_per_day,
+        },
+    )
+
+
+QUOTA_LEAST = {"max_in_flight": 0, "max_per_day": 0, "shares": 1, "max_cpu_seconds_per_day": 0}
+QUOTA_DEFAULTS = {"max_in_flight": DEFAULT_MAX_IN_FLIGHT, "max_per_day": DEFAULT_MAX_PER_DAY, "shares": 1}
+
+
+def change_quota(conn: Conn, tenant: str, changes: dict[str, int | None]) -> None:
+    """Set the quotas `changes` names, in one statement: the others stay as they are when it commits (a read, then
+    a write of every field, would put back what another admin changed meanwhile). A new tenant gets the defaults
+    for the rest. max_cpu_seconds_per_day None: no bound."""
+    for key, value in changes.items():
+        least = QUOTA_LEAST[key]  # a KeyError is a caller's bug: only these columns are ever named in the SQL
+        if key == "max_cpu_seconds_per_day" and value is None:
+            continue
         if type(value) is not int or not least <= value <= MAX_QUOTA:
             raise UsageError(
                 f"{key} must be a whole number from {least} to {MAX_QUOTA}, got {value!r}",
                 fix=f"give {key} as a whole number from {least} to {MAX_QUOTA}",
             )
+    row = {**QUOTA_DEFAULTS, "max_cpu_seconds_per_day": None, **changes}
+    columns = list(row)
+    updates = ", ".join(f"{key} = EXCLUDED.{key}" for key in changes) or "name = EXCLUDED.name"
     with conn.transaction():
         conn.execute(
-            "INSERT INTO tenants (name, max_in_flight, max_per_day, shares, max_cpu_seconds_per_day) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, "
-            "max_per_day = EXCLUDED.max_per_day, shares = EXCLUDED.shares, "
-            "max_cpu_seconds_per_day = EXCLUDED.max_cpu_seconds_per_day",
-            (tenant, max_in_flight, max_per_day, shares, max_cpu_seconds_per_day),
+            f"INSERT INTO tenants (name, {', '.join(columns)}) VALUES (%s{', %s' * len(columns)}) "
+            f"ON CONFLICT (name) DO UPDATE SET {updates}",
+            (tenant, *row.values()),
         )
 
 
