@@ -158,3 +158,23 @@ def test_a_handoff_service_gets_its_socket_from_systemd(manifest: dict[str, Any]
                             attribute='systemd.sockets."flakebot-kv-service"')  # fmt: skip
     assert nixos.socket_file(opened).splitlines()[4:6] == ["ListenStream=0.0.0.0:9191", ""]
     assert "socket" not in nixos.export_nixos(manifest, ExportDir(tmp_path / "pasta"))  # pasta: no socket unit
+
+
+def test_the_deployment_flake_a_deploy_rs_export_shows_for_a_service_with_needs_parses(
+    manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    """The lines a deploy-rs export shows for the user's flake, with what the service needs, are Nix that parses:
+    the `needed` set names each needed flake's input, so `outputs` binds them (was `inputs.kv-store`, unbound:
+    "undefined variable 'inputs'") and each has its own input line."""
+    require("nix")
+    import subprocess
+
+    needing = {**manifest, "service": ServiceSpec(port=9090, port_env="KV_PORT", needs=("kv-store",)).to_dict()}
+    text = deployrs.deploy_text(needing, "web1")
+    header = text.split("In your deployment flake:\n", 1)[1].split("\n#\n# then", 1)[0]
+    flake = "{\n" + "\n".join(line.removeprefix("#").strip() for line in header.splitlines()) + "\n}\n"
+    (tmp_path / "flake.nix").write_text(flake)
+    parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "flake.nix")], capture_output=True,
+                            text=True)  # fmt: skip
+    assert parsed.returncode == 0, (flake, parsed.stderr)
+    assert 'inputs.kv-store.url = "<' in flake, flake
