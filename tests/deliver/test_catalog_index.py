@@ -248,3 +248,34 @@ def test_publish_from_a_read_only_catalog_is_refused_before_a_key_or_a_copy(flak
         [line] = ran.stderr.strip().splitlines()
         assert f"catalog {catalog} is read-only here" in line, line
     assert not (catalog / "keys").exists() and not cache.exists()
+
+
+def test_a_read_only_catalog_whose_wal_cannot_be_read_is_refused_not_read_stale(flakebot_home: Path) -> None:
+    """catalog.db with a -wal holding commits but no -shm beside it (copied without it) on a read-only mount:
+    SQLite can read the WAL only through a -shm it cannot make there, and immutable mode would read catalog.db
+    without the WAL, an older catalog. That is refused in one line (a tool removed still listed, before)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    import shutil
+    import sqlite3
+
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(2)
+    catalog, copy = tools.catalog.root, flakebot_home / "copy"
+    holder = sqlite3.connect(catalog / "catalog.db")  # open, so the rm's commit stays in the WAL
+    holder.execute("PRAGMA wal_autocheckpoint = 0")
+    holder.execute("SELECT count(*) FROM tools").fetchone()
+    assert run_cli("rm", "t00002").returncode == 0
+    copy.mkdir()
+    for name in ("catalog.db", "catalog.db-wal"):
+        shutil.copy(catalog / name, copy / name)
+    holder.close()
+    with _read_only(copy):
+        listed = run_cli("list", "--json", env={"FLAKEBOT_CATALOG_DIR": str(copy)})
+        assert listed.returncode == CatalogError.exit_code and "Traceback" not in listed.stderr, listed.stdout
+        [line] = listed.stderr.strip().splitlines()
+        assert "catalog.db-wal" in line and "remove it" not in line, line
