@@ -279,3 +279,25 @@ def test_a_read_only_catalog_whose_wal_cannot_be_read_is_refused_not_read_stale(
         assert listed.returncode == CatalogError.exit_code and "Traceback" not in listed.stderr, listed.stdout
         [line] = listed.stderr.strip().splitlines()
         assert "catalog.db-wal" in line and "remove it" not in line, line
+
+
+@pytest.mark.slow
+def test_package_service_into_a_read_only_catalog_is_refused_before_its_build(flakebot_home: Path) -> None:
+    """package-service catalogs what it builds: into a read-only catalog it is refused in one line (exit 60) before
+    a run, a build or a lifecycle check (was an OSError traceback at the catalog's staging copy, after them)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import REPO, run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(1)
+    catalog, runs = tools.catalog.root, flakebot_home / "work" / "runs"
+    with _read_only(catalog):
+        ran = run_cli("package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline", "--name", "kv-ro")
+        assert ran.returncode == CatalogError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
+        [line] = ran.stderr.strip().splitlines()
+        assert f"catalog {catalog} is read-only here" in line, line
+    assert not runs.exists() or list(runs.iterdir()) == []
+    assert sorted(Catalog(catalog).tools()) == ["t00001"]
