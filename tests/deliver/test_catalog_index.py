@@ -19,7 +19,7 @@ import pytest
 from flakebot import config
 from flakebot.deliver.catalog import Catalog, normalize_need
 from flakebot.deliver.definitions import catalog_definitions
-from flakebot.errors import CatalogError
+from flakebot.errors import CatalogError, HostError
 
 # A child process's adds: one tool per name given, each printed once its add returned.
 ADDS = """
@@ -284,7 +284,7 @@ def test_a_read_only_catalog_whose_wal_cannot_be_read_is_refused_not_read_stale(
 @pytest.mark.slow
 def test_package_service_into_a_read_only_catalog_is_refused_before_its_build(flakebot_home: Path) -> None:
     """package-service catalogs what it builds: into a read-only catalog it is refused in one line (exit 60) before
-    a run, a build or a lifecycle check (was an OSError traceback at the catalog's staging copy, after them)."""
+    a run, a build or a lifecycle check, as package --catalog is (was an OSError traceback at the catalog's staging copy, after them)."""
     if os.geteuid() != 0:
         pytest.skip("a read-only bind mount needs root")
     from benchmarks.scenarios.many_tools import Tools, store_path
@@ -296,8 +296,8 @@ def test_package_service_into_a_read_only_catalog_is_refused_before_its_build(fl
     catalog, runs = tools.catalog.root, flakebot_home / "work" / "runs"
     with _read_only(catalog):
         ran = run_cli("package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline", "--name", "kv-ro")
-        assert ran.returncode == CatalogError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
-        [line] = ran.stderr.strip().splitlines()
-        assert f"catalog {catalog} is read-only here" in line, line
+        assert ran.returncode == HostError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
+        [line] = ran.stderr.strip().splitlines()  # as package --catalog says it
+        assert f"catalog_dir {catalog} is not writable (Read-only file system)" in line, line
     assert not runs.exists() or list(runs.iterdir()) == []
     assert sorted(Catalog(catalog).tools()) == ["t00001"]
