@@ -165,16 +165,22 @@ def test_the_deployment_flake_a_deploy_rs_export_shows_for_a_service_with_needs_
 ) -> None:
     """The lines a deploy-rs export shows for the user's flake, with what the service needs, are Nix that parses:
     the `needed` set names each needed flake's input, so `outputs` binds them (was `inputs.kv-store`, unbound:
-    "undefined variable 'inputs'") and each has its own input line."""
+    "undefined variable 'inputs'") and each has its own input line; a name starting with a digit (a service name
+    may) is quoted (was a syntax error)."""
     require("nix")
     import subprocess
 
-    needing = {**manifest, "service": ServiceSpec(port=9090, port_env="KV_PORT", needs=("kv-store",)).to_dict()}
-    text = deployrs.deploy_text(needing, "web1")
-    header = text.split("In your deployment flake:\n", 1)[1].split("\n#\n# then", 1)[0]
-    flake = "{\n" + "\n".join(line.removeprefix("#").strip() for line in header.splitlines()) + "\n}\n"
-    (tmp_path / "flake.nix").write_text(flake)
-    parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "flake.nix")], capture_output=True,
-                            text=True)  # fmt: skip
-    assert parsed.returncode == 0, (flake, parsed.stderr)
-    assert 'inputs.kv-store.url = "<' in flake, flake
+    for name, need in (("kv-service", "kv-store"), ("9kv", "2db")):
+        needing = {
+            **manifest,
+            "name": name,
+            "service": ServiceSpec(port=9090, port_env="KV_PORT", needs=(need,)).to_dict(),
+        }
+        text = deployrs.deploy_text(needing, "web1")
+        header = text.split("In your deployment flake:\n", 1)[1].split("\n#\n# then", 1)[0]
+        flake = "{\n" + "\n".join(line.removeprefix("#").strip() for line in header.splitlines()) + "\n}\n"
+        (tmp_path / "flake.nix").write_text(flake)
+        parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "flake.nix")], capture_output=True,
+                                text=True)  # fmt: skip
+        assert parsed.returncode == 0, (flake, parsed.stderr)
+        assert f'inputs."{need}".url = "<' in flake, flake
