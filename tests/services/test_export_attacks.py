@@ -212,3 +212,22 @@ def test_a_need_that_is_a_catalogued_tool_is_named_as_a_tool_at_export(flakebot_
         assert ran.returncode == 60 and "Traceback" not in ran.stderr, ran.stderr
         assert "needs t00001, which is a tool, not a service" in ran.stderr, ran.stderr
         assert "package-service PATH --name t00001" not in ran.stderr and not out.exists(), ran.stderr
+
+
+@pytest.mark.slow
+def test_services_that_need_each_other_are_refused_at_export_as_up_refuses_them(flakebot_home: Path) -> None:
+    """kv-c1 needs kv-c2 and kv-c2 needs kv-c1: `up` refuses the cycle; export did not, writing units that Require
+    and order After each other (a cycle systemd breaks by dropping a start). Refused in the same words, nothing
+    written."""
+    from tests.conftest import REPO, require, run_cli
+
+    require("nix", "cargo", "bwrap", "pasta")
+    for name, need in (("kv-c1", "kv-c2"), ("kv-c2", "kv-c1")):
+        packaged = run_cli("package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline",
+                           "--name", name, "--needs", need, "--stop-grace", "2", "--start-timeout", "4")  # fmt: skip
+        assert packaged.returncode == 0, packaged.stderr
+    for target in ("--nixos", "--oci"):
+        out = flakebot_home / target.strip("-")
+        ran = run_cli("export", "kv-c1", target, "--out", str(out))
+        assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+        assert "services need each other in a cycle: kv-c1 -> kv-c2 -> kv-c1" in ran.stderr and not out.exists()
