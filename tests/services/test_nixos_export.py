@@ -184,3 +184,16 @@ def test_the_deployment_flake_a_deploy_rs_export_shows_for_a_service_with_needs_
                                 text=True)  # fmt: skip
         assert parsed.returncode == 0, (flake, parsed.stderr)
         assert f'inputs."{need}".url = "<' in flake, flake
+
+
+def test_the_configuration_lines_of_an_export_parse_for_names_starting_with_a_digit(tmp_path: Path) -> None:
+    """The configuration lines `export --nixos` gives (the service and what it needs, from their flakes' inputs)
+    are Nix that parses for any service name, one starting with a digit too (was inputs.9kv: a syntax error)."""
+    require("nix")
+    import subprocess
+
+    lines = nixos.configuration_lines("9kv", "./flakebot-9kv.nix", {"2db": 7070})
+    (tmp_path / "configuration.nix").write_text("{ inputs, pkgs, ... }: {\n" + lines + "\n}\n")
+    parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "configuration.nix")], capture_output=True,
+                            text=True)  # fmt: skip
+    assert parsed.returncode == 0, (lines, parsed.stderr)
