@@ -295,7 +295,9 @@ def test_package_service_into_a_read_only_catalog_is_refused_before_its_build(fl
     tools.grow(1)
     catalog, runs = tools.catalog.root, flakebot_home / "work" / "runs"
     with _read_only(catalog):
-        ran = run_cli("package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline", "--name", "kv-ro")
+        ran = run_cli(
+            "package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline", "--name", "kv-ro"
+        )
         assert ran.returncode == HostError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
         [line] = ran.stderr.strip().splitlines()  # as package --catalog says it
         assert f"catalog_dir {catalog} is not writable (Read-only file system)" in line, line
