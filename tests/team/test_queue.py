@@ -349,3 +349,16 @@ def test_two_admins_setting_different_quotas_of_a_tenant_at_once_both_land(datab
     assert huge.returncode == 2 and "'--cpu-seconds'" in huge.stderr, huge.stderr
     other.close()
     watch.close()
+
+
+def test_cpu_seconds_that_are_no_count_are_not_added(database: str) -> None:
+    """finish and release add a job's CPU-seconds: an infinite or NaN figure (no real count) adds nothing, so the
+    tenant's day is not spent for good and `quota --json` stays JSON (was Infinity, which no JSON parser takes)."""
+    conn = db.connect(database)
+    first = queue.enqueue(conn, "acme", "alice", craft("need a CSV deduper"))
+    assert queue.claim(conn, "w1", lease_seconds=30) is not None
+    assert queue.release(conn, first.job_id, "w1", cpu_seconds=float("nan"))
+    assert queue.claim(conn, "w2", lease_seconds=30) is not None
+    assert queue.finish(conn, first.job_id, "w2", result={"status": "crafted"}, error=None, cpu_seconds=float("inf"))
+    assert queue.quota_of(conn, "acme")["used"]["cpu_seconds"] == 0.0
+    conn.close()
