@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -346,12 +347,18 @@ def finish(
         row = conn.execute(
             "UPDATE jobs SET state = %s, result = %s, error = %s, ended = now(), lease_until = NULL, "
             "cpu_seconds = cpu_seconds + %s WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
-            (state, _json(result), _json(error), max(0.0, cpu_seconds), job_id, worker),
+            (state, _json(result), _json(error), _counted(cpu_seconds), job_id, worker),
         ).fetchone()
         if row is None:
             return False
         _audit(conn, row["tenant"], worker, state, job_id, {})
     return True
+
+
+def _counted(cpu_seconds: float) -> float:
+    """A worker's CPU-seconds as a job adds them: a finite count of at least 0; anything else (NaN, infinite, a
+    negative difference) adds nothing rather than spending the tenant's day for good or making its JSON invalid."""
+    return cpu_seconds if math.isfinite(cpu_seconds) and cpu_seconds > 0 else 0.0
 
 
 def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> bool:
@@ -361,7 +368,7 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
         row = conn.execute(
             "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL, cpu_seconds = cpu_seconds + %s "
             "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
-            (max(0.0, cpu_seconds), job_id, worker),
+            (_counted(cpu_seconds), job_id, worker),
         ).fetchone()
         if row is None:
             return False
