@@ -82,6 +82,7 @@ def _catalogued(
 ) -> dict[str, Any]:
     """Package the crate at `target` (a directory or a crate name), check its lifecycle (with `examples`) and
     catalog it as a service; its catalog entry. A service whose lifecycle fails is not catalogued (NixError)."""
+    from flakebot import preflight
     from flakebot.commands.wrap import package_request
     from flakebot.deliver.catalog import Catalog
     from flakebot.errors import NixError
@@ -90,6 +91,7 @@ def _catalogued(
     from flakebot.services.layout import checked_name
     from flakebot.services.lifecycle import check_lifecycle
 
+    preflight.check_writable_dir(settings.path("catalog_dir"), "catalog_dir")  # as package --catalog: before a run
     if name is not None:  # before any build: a name `up` would refuse is refused here
         checked_name(name, fix="pass --name with lower-case letters, digits, '-' and '_'")
         _not_needing_itself(name, spec)

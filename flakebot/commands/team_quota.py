@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from flakebot import config
 from flakebot.commands.table import Command, Param
 from flakebot.errors import UsageError
+from flakebot.team.queue import MAX_QUOTA
 
 CLI_API = frozenset({"cli", "api"})
 
@@ -21,10 +22,11 @@ def quota(
         Param("The team's PostgreSQL URL; empty: libpq's PGHOST, PGUSER... and ~/.pgpass.", cli=("--database",)),
     ] = "",
     max_in_flight: Annotated[
-        int | None, Param("Crafts it may have queued or running at once.", cli=("--max-in-flight",), least=0)
+        int | None,
+        Param("Crafts it may have queued or running at once.", cli=("--max-in-flight",), least=0, most=MAX_QUOTA),
     ] = None,
     max_per_day: Annotated[
-        int | None, Param("Crafts it may queue per UTC day.", cli=("--max-per-day",), least=0)
+        int | None, Param("Crafts it may queue per UTC day.", cli=("--max-per-day",), least=0, most=MAX_QUOTA)
     ] = None,
     cpu_seconds: Annotated[
         int | None,
@@ -33,11 +35,13 @@ def quota(
             "--no-cpu-bound lifts it).",
             cli=("--cpu-seconds",),
             least=0,
+            most=MAX_QUOTA,
         ),
     ] = None,
     no_cpu_bound: Annotated[bool, Param("Lift the CPU-seconds bound.", cli=("--no-cpu-bound",))] = False,
     shares: Annotated[
-        int | None, Param("Its share of the workers against other tenants'.", cli=("--shares",), least=1)
+        int | None,
+        Param("Its share of the workers against other tenants'.", cli=("--shares",), least=1, most=MAX_QUOTA),
     ] = None,
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:
@@ -48,14 +52,17 @@ def quota(
     if no_cpu_bound and cpu_seconds is not None:
         raise UsageError("--cpu-seconds and --no-cpu-bound cannot be combined", fix="pass one of them")
     check_tenant(tenant)
+    changes: dict[str, int | None] = {
+        key: value
+        for key, value in (("max_in_flight", max_in_flight), ("max_per_day", max_per_day), ("shares", shares))
+        if value is not None
+    }
+    if no_cpu_bound or cpu_seconds is not None:
+        changes["max_cpu_seconds_per_day"] = cpu_seconds  # None: --no-cpu-bound
     with db.connect(database) as conn:
-        found = queue.quota_of(conn, tenant)
-        changes = {"max_in_flight": max_in_flight, "max_per_day": max_per_day, "shares": shares}
-        if no_cpu_bound or cpu_seconds is not None or any(v is not None for v in changes.values()):
-            bound = None if no_cpu_bound else found["max_cpu_seconds_per_day"] if cpu_seconds is None else cpu_seconds
-            wanted = {k: found[k] if v is None else v for k, v in changes.items()}
-            queue.set_quota(conn, tenant, **wanted, max_cpu_seconds_per_day=bound)
-            found = {**queue.quota_of(conn, tenant), "changed": True}
+        if changes:  # only what was given: another admin's change meanwhile stays
+            queue.change_quota(conn, tenant, changes)
+        found = {**queue.quota_of(conn, tenant), **({"changed": True} if changes else {})}
     return found
 
 

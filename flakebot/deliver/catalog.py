@@ -257,6 +257,7 @@ class Catalog:
         A tool of the same name crafted for a different need is never replaced silently: that is an error.
         `change` (an improvement's request) marks a new version: one another run already made is not replaced.
         `installed_from` (a shared catalog's URL, the signer) marks a version fetched rather than built here."""
+        self.index.refuse_read_only()  # before the staging copy, which would fail half-way on a read-only mount
         version = version or self.version_for(name, improving=bool(change))
         staging = Path(tempfile.mkdtemp(dir=self._staging_root(), prefix=f"{name}."))
         try:

@@ -71,12 +71,7 @@ class Index:
         """A write transaction, after waiting up to `busy` seconds for another writer's: committed when the block
         ends (synced to disk unless not `durable`: a cache), rolled back when it raises. A catalog this process
         cannot write is refused before anything is touched."""
-        if self.path.exists() and not os.access(self.root, os.W_OK):
-            raise CatalogError(
-                f"catalog {self.root} is read-only here: it can be read, not changed",
-                fix="set catalog_dir to a writable directory (--catalog-dir DIR or FLAKEBOT_CATALOG_DIR), or make "
-                f"{self.root} writable",
-            )
+        self.refuse_read_only()
         db = self._connection()
         db.execute(f"PRAGMA busy_timeout = {int(busy * 1000)}")
         db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
@@ -90,6 +85,16 @@ class Index:
             db.execute("COMMIT")
         finally:
             db.execute(f"PRAGMA busy_timeout = {int(BUSY_SECONDS * 1000)}")
+
+    def refuse_read_only(self) -> None:
+        """A CatalogError when this process cannot write the catalog: what changes it (an add's staging copy, a
+        publication's key and copy) calls this before its first step, not only at the index's transaction."""
+        if self.exists() and not os.access(self.root, os.W_OK):
+            raise CatalogError(
+                f"catalog {self.root} is read-only here: it can be read, not changed",
+                fix="set catalog_dir to a writable directory (--catalog-dir DIR or FLAKEBOT_CATALOG_DIR), or make "
+                f"{self.root} writable",
+            )
 
     def _connection(self) -> sqlite3.Connection:
         read_only = self.path.exists() and not os.access(self.root, os.W_OK)
@@ -129,7 +134,9 @@ class Index:
     def _connect_read_only(self) -> sqlite3.Connection:
         """catalog.db where this process cannot write (a read-only mount, another user's directory): opened to read
         only, through the lock files its writers leave (SQLite reads a WAL database's newest commits from them).
-        On a read-only file system without them nobody writes it at all: it is opened immutable."""
+        On a read-only file system without them nobody writes it at all: it is opened immutable. A -wal with
+        commits in it but no -shm cannot be read there, and immutable would read catalog.db without them (an older
+        catalog, or none): refused."""
         uri = self.path.resolve().as_uri() + "?mode=ro"
         try:
             db = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
@@ -137,6 +144,14 @@ class Index:
         except sqlite3.OperationalError:
             if not os.statvfs(self.root).f_flag & os.ST_RDONLY:
                 raise
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise CatalogError(
+                    f"catalog {self.root} is read-only here and its {wal.name} holds changes that are not in "
+                    f"{self.path.name} yet, which SQLite cannot read there (its -shm file is missing)",
+                    fix=f"open the catalog once where it is writable ('flakebot list' folds {wal.name} into "
+                    f"{self.path.name}), then share it read-only again",
+                ) from None
             db = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=BUSY_SECONDS, isolation_level=None)
         _connections.keep(self.path, db)
         return db

@@ -107,8 +107,7 @@ def check_flag_roots(roots: Sequence[str], settings: config.Settings, start: Pat
     """The roots a user's --grant-root flags name, refused at once (a UsageError naming the first and why) when one
     could never be a grant root: else a server would start and refuse every call that writes there."""
     for text in roots:
-        root = Path(os.path.realpath(start / Path(text).expanduser()))
-        why = root_refusal(root, settings) if root.is_dir() else "it is not an existing directory"  # as grants() says
+        _, why = _resolved(text, settings, start)
         if why:
             raise UsageError(
                 f"--grant-root {text[:200]!r} refused: {why}",
@@ -122,14 +121,22 @@ def grants(settings: config.Settings, start: Path) -> Grants:
     roots: list[Path] = []
     refused: list[tuple[str, str]] = []
     for text in settings.grant_roots:
-        root = Path(os.path.realpath(start / Path(text).expanduser()))
-        name = f"{text} ({root})" if text != str(root) else text
-        why = root_refusal(root, settings) if root.is_dir() else "not an existing directory"
-        if why:
+        root, why = _resolved(text, settings, start)
+        if root is None or why:
+            name = f"{text} ({root})" if root is not None and text != str(root) else text[:200]
             refused.append((name, why))
         else:
             roots.append(root)
     return Grants(tuple(dict.fromkeys(roots)), tuple(refused))
+
+
+def _resolved(text: str, settings: config.Settings, start: Path) -> tuple[Path | None, str]:
+    """Grant root `text` resolved from `start`, and why it cannot be one ("" when it can)."""
+    try:
+        root = Path(os.path.realpath(start / Path(text).expanduser()))
+        return root, (root_refusal(root, settings) if root.is_dir() else "it is not an existing directory")
+    except (OSError, RuntimeError, ValueError) as exc:  # too long a name, ~no-such-user, a NUL byte
+        return None, f"it cannot be looked up ({exc.strerror if isinstance(exc, OSError) else exc})"
 
 
 def root_refusal(root: Path, settings: config.Settings) -> str:

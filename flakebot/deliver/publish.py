@@ -75,6 +75,7 @@ def publish(tool: str, to: str, settings: Settings) -> dict[str, Any]:
     destination = parse_destination(to)
     catalog = Catalog.open(settings)
     entry = catalog.get(tool)  # NAME or NAME@VERSION
+    catalog.index.refuse_read_only()  # the publication is recorded there: refused before a key or a copy is made
     store_path = _live_store_path(tool, entry)
     command.nix_program()  # fail before generating a key when nix is missing
     key = signing_key(settings) if destination.binary_cache and "secret-key=" not in to else None

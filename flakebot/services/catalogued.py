@@ -76,12 +76,14 @@ def service_manifest_of(ref: str, settings: Settings) -> dict[str, Any]:
             f"no service '{name}' in the catalog",
             fix="'flakebot list' shows the catalogued services (kind service); "
             "catalog one with 'flakebot package-service PATH' or 'flakebot craft --service'",
+            reason="unknown",
         ) from None
     manifest: dict[str, Any] = tool["manifest"]
     if manifest.get("kind") != KIND or "service" not in manifest:
         raise CatalogError(
             f"'{ref}' is a tool, not a service: it has no service declaration",
             fix="run a tool with 'flakebot run', or catalog a service with 'flakebot package-service PATH'",
+            reason="not_a_service",
         )
     found = {**manifest, "catalog_version": tool.get("version", "")}
     if tool.get("installed_from"):  # the shared catalog and signer it came from: part of what `up` records

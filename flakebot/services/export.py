@@ -60,16 +60,32 @@ def needed_ports(manifest: dict[str, Any], settings: Settings) -> dict[str, int]
     the check gives the dependent's module as the needed module would. A need not catalogued is a CatalogError."""
     from flakebot.errors import CatalogError
     from flakebot.services.declaration import ServiceSpec
+    from flakebot.services.needs import start_order
 
     ports = {}
     for need in ServiceSpec.from_dict(manifest["service"]).needs:
         try:
             ports[need] = ServiceSpec.from_dict(service_manifest_of(need, settings)["service"]).port
-        except CatalogError:
+        except CatalogError as exc:
+            if exc.details.get("reason") == "not_a_service":  # the name is a tool's: "package it" would be refused
+                raise CatalogError(
+                    f"service {manifest['name']} needs {need}, which is a tool, not a service",
+                    fix=f"package {manifest['name']} again without '--needs {need}', or with the name of the service "
+                    "it needs",
+                ) from None
+            if exc.details.get("reason") != "unknown":  # there, but unreadable: its own words
+                raise
             raise CatalogError(
                 f"service {manifest['name']} needs {need}, which is not a catalogued service here",
                 fix=f"package it first ('flakebot package-service PATH --name {need}'), then export both",
             ) from None
+    # what those need in turn, from the catalog too: a cycle would be units that Require each other (up refuses it)
+    start_order(
+        manifest["name"],
+        tuple(ports),
+        settings,
+        lambda need: ServiceSpec.from_dict(service_manifest_of(need, settings)["service"]).needs,
+    )
     return ports
 
 

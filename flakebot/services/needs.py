@@ -11,6 +11,7 @@ anything starts, so an unknown name or a cycle starts nothing. A dependent reach
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from flakebot.config import Settings
@@ -39,9 +40,13 @@ def declared(name: str, settings: Settings) -> tuple[str, ...]:
     return ServiceSpec.from_dict(manifest["service"]).needs
 
 
-def start_order(name: str, needs: tuple[str, ...], settings: Settings) -> list[str]:
+def start_order(
+    name: str, needs: tuple[str, ...], settings: Settings, declared_of: Callable[[str], tuple[str, ...]] | None = None
+) -> list[str]:
     """The services `name` (needing `needs`) needs, directly or through others, each after what it needs; `name`
-    itself not included. A UsageError for a cycle or an unknown name, before anything starts."""
+    itself not included. A UsageError for a cycle or an unknown name, before anything starts. `declared_of`: what a
+    service needs (default: `declared`, as `up` would start it; export reads the catalog's)."""
+    declared_of = declared_of or (lambda need: declared(need, settings))
     order: list[str] = []
     path: list[str] = [name]
 
@@ -56,7 +61,7 @@ def start_order(name: str, needs: tuple[str, ...], settings: Settings) -> list[s
             if need in order:
                 continue
             path.append(need)
-            visit(need, declared(need, settings))
+            visit(need, declared_of(need))
             path.pop()
             order.append(need)
 

@@ -272,6 +272,6 @@ def configuration_lines(name: str, module: str, needed: dict[str, int] | None = 
         unit = unit_name(service)
         lines += [
             f"services.{unit}.enable = true;",
-            f"services.{unit}.package = inputs.{service}.packages.${{pkgs.system}}.default;",
+            f'services.{unit}.package = inputs."{service}".packages.${{pkgs.system}}.default;',
         ]
     return "\n".join(lines)

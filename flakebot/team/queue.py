@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,24 +137,43 @@ def set_quota(
 ) -> None:
     """A tenant's quotas and its share of the workers (made if new); each a whole number the column holds (0 refuses
     every craft; shares at least 1; no CPU-seconds bound: None), else one UsageError and nothing changed."""
-    for key, value, least in (
-        ("max_in_flight", max_in_flight, 0),
-        ("max_per_day", max_per_day, 0),
-        ("shares", shares, 1),
-        ("max_cpu_seconds_per_day", 0 if max_cpu_seconds_per_day is None else max_cpu_seconds_per_day, 0),
-    ):
+    change_quota(
+        conn,
+        tenant,
+        {
+            "max_in_flight": max_in_flight,
+            "max_per_day": max_per_day,
+            "shares": shares,
+            "max_cpu_seconds_per_day": max_cpu_seconds_per_day,
+        },
+    )
+
+
+QUOTA_LEAST = {"max_in_flight": 0, "max_per_day": 0, "shares": 1, "max_cpu_seconds_per_day": 0}
+QUOTA_DEFAULTS = {"max_in_flight": DEFAULT_MAX_IN_FLIGHT, "max_per_day": DEFAULT_MAX_PER_DAY, "shares": 1}
+
+
+def change_quota(conn: Conn, tenant: str, changes: dict[str, int | None]) -> None:
+    """Set the quotas `changes` names, in one statement: the others stay as they are when it commits (a read, then
+    a write of every field, would put back what another admin changed meanwhile). A new tenant gets the defaults
+    for the rest. max_cpu_seconds_per_day None: no bound."""
+    for key, value in changes.items():
+        least = QUOTA_LEAST[key]  # a KeyError is a caller's bug: only these columns are ever named in the SQL
+        if key == "max_cpu_seconds_per_day" and value is None:
+            continue
         if type(value) is not int or not least <= value <= MAX_QUOTA:
             raise UsageError(
                 f"{key} must be a whole number from {least} to {MAX_QUOTA}, got {value!r}",
                 fix=f"give {key} as a whole number from {least} to {MAX_QUOTA}",
             )
+    row = {**QUOTA_DEFAULTS, "max_cpu_seconds_per_day": None, **changes}
+    columns = list(row)
+    updates = ", ".join(f"{key} = EXCLUDED.{key}" for key in changes) or "name = EXCLUDED.name"
     with conn.transaction():
         conn.execute(
-            "INSERT INTO tenants (name, max_in_flight, max_per_day, shares, max_cpu_seconds_per_day) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET max_in_flight = EXCLUDED.max_in_flight, "
-            "max_per_day = EXCLUDED.max_per_day, shares = EXCLUDED.shares, "
-            "max_cpu_seconds_per_day = EXCLUDED.max_cpu_seconds_per_day",
-            (tenant, max_in_flight, max_per_day, shares, max_cpu_seconds_per_day),
+            f"INSERT INTO tenants (name, {', '.join(columns)}) VALUES (%s{', %s' * len(columns)}) "
+            f"ON CONFLICT (name) DO UPDATE SET {updates}",
+            (tenant, *row.values()),
         )
 
 
@@ -337,12 +357,18 @@ def finish(
         row = conn.execute(
             "UPDATE jobs SET state = %s, result = %s, error = %s, ended = now(), lease_until = NULL, "
             "cpu_seconds = cpu_seconds + %s WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
-            (state, _json(result), _json(error), max(0.0, cpu_seconds), job_id, worker),
+            (state, _json(result), _json(error), _counted(cpu_seconds), job_id, worker),
         ).fetchone()
         if row is None:
             return False
         _audit(conn, row["tenant"], worker, state, job_id, {})
     return True
+
+
+def _counted(cpu_seconds: float) -> float:
+    """A worker's CPU-seconds as a job adds them: a finite count of at least 0; anything else (NaN, infinite, a
+    negative difference) adds nothing rather than spending the tenant's day for good or making its JSON invalid."""
+    return cpu_seconds if math.isfinite(cpu_seconds) and cpu_seconds > 0 else 0.0
 
 
 def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> bool:
@@ -352,7 +378,7 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
         row = conn.execute(
             "UPDATE jobs SET state = 'queued', worker = NULL, lease_until = NULL, cpu_seconds = cpu_seconds + %s "
             "WHERE id = %s AND worker = %s AND state = 'running' RETURNING tenant",
-            (max(0.0, cpu_seconds), job_id, worker),
+            (_counted(cpu_seconds), job_id, worker),
         ).fetchone()
         if row is None:
             return False

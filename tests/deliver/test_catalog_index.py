@@ -19,7 +19,7 @@ import pytest
 from flakebot import config
 from flakebot.deliver.catalog import Catalog, normalize_need
 from flakebot.deliver.definitions import catalog_definitions
-from flakebot.errors import CatalogError
+from flakebot.errors import CatalogError, HostError
 
 # A child process's adds: one tool per name given, each printed once its add returned.
 ADDS = """
@@ -228,3 +228,78 @@ def test_a_closed_catalog_on_a_read_only_mount_is_read_without_its_lock_files(fl
         listed = run_cli("list", "--json")
         assert listed.returncode == 0, listed.stderr
         assert sorted(t["name"] for t in json_result(listed)["tools"]) == ["alpha", "beta"]
+
+
+def test_publish_from_a_read_only_catalog_is_refused_before_a_key_or_a_copy(flakebot_home: Path) -> None:
+    """`publish` records the publication in the catalog: on a read-only one it is refused in one line (exit 60)
+    before it makes a signing key in it (was an OSError traceback) or copies anything to the cache."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(1)
+    catalog, cache = tools.catalog.root, flakebot_home / "cache-out"
+    with _read_only(catalog):
+        ran = run_cli("publish", "t00001", "--to", f"file://{cache}")
+        assert ran.returncode == CatalogError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
+        [line] = ran.stderr.strip().splitlines()
+        assert f"catalog {catalog} is read-only here" in line, line
+    assert not (catalog / "keys").exists() and not cache.exists()
+
+
+def test_a_read_only_catalog_whose_wal_cannot_be_read_is_refused_not_read_stale(flakebot_home: Path) -> None:
+    """catalog.db with a -wal holding commits but no -shm beside it (copied without it) on a read-only mount:
+    SQLite can read the WAL only through a -shm it cannot make there, and immutable mode would read catalog.db
+    without the WAL, an older catalog. That is refused in one line (a tool removed still listed, before)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    import shutil
+    import sqlite3
+
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(2)
+    catalog, copy = tools.catalog.root, flakebot_home / "copy"
+    holder = sqlite3.connect(catalog / "catalog.db")  # open, so the rm's commit stays in the WAL
+    holder.execute("PRAGMA wal_autocheckpoint = 0")
+    holder.execute("SELECT count(*) FROM tools").fetchone()
+    assert run_cli("rm", "t00002").returncode == 0
+    copy.mkdir()
+    for name in ("catalog.db", "catalog.db-wal"):
+        shutil.copy(catalog / name, copy / name)
+    holder.close()
+    with _read_only(copy):
+        listed = run_cli("list", "--json", env={"FLAKEBOT_CATALOG_DIR": str(copy)})
+        assert listed.returncode == CatalogError.exit_code and "Traceback" not in listed.stderr, listed.stdout
+        [line] = listed.stderr.strip().splitlines()
+        assert "catalog.db-wal" in line and "remove it" not in line, line
+
+
+@pytest.mark.slow
+def test_package_service_into_a_read_only_catalog_is_refused_before_its_build(flakebot_home: Path) -> None:
+    """package-service catalogs what it builds: into a read-only catalog it is refused in one line (exit 60) before
+    a run, a build or a lifecycle check, as package --catalog is (was an OSError traceback at the catalog's staging copy, after them)."""
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.commands.test_runs_and_setup import _read_only
+    from tests.conftest import REPO, run_cli
+
+    tools = Tools(flakebot_home, store_path(flakebot_home, nix=False))
+    tools.grow(1)
+    catalog, runs = tools.catalog.root, flakebot_home / "work" / "runs"
+    with _read_only(catalog):
+        ran = run_cli(
+            "package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline", "--name", "kv-ro"
+        )
+        assert ran.returncode == HostError.exit_code and "Traceback" not in ran.stderr, ran.stderr[-600:]
+        [line] = ran.stderr.strip().splitlines()  # as package --catalog says it
+        assert f"catalog_dir {catalog} is not writable (Read-only file system)" in line, line
+    assert not runs.exists() or list(runs.iterdir()) == []
+    assert sorted(Catalog(catalog).tools()) == ["t00001"]

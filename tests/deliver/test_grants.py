@@ -343,3 +343,35 @@ def test_other_spellings_of_a_path_outside_the_roots_are_refused(caller: Path, t
         widened = save(target, "--grant-root", root)
         assert widened.returncode == 2 and "refused" in widened.stderr, (target, root, widened.stderr)
     assert not os.path.lexists(f"/etc/cron.d/{PROBE}")
+
+
+@pytest.mark.usefixtures("flakebot_home")
+def test_a_grant_root_the_system_cannot_even_look_up_is_refused_in_one_line() -> None:
+    """A --grant-root too long for the kernel (ENAMETOOLONG) or naming a user who does not exist (~nobody-here) is
+    refused as any other unusable root, one line, not an OSError or RuntimeError traceback."""
+    for root, says in (
+        ("a" * 5000, "cannot be looked up"),
+        ("a/" * 3000, "cannot be looked up"),
+        ("~no-such-user-here/x", "cannot be looked up"),
+    ):
+        for door in ("mcp", "run"):
+            argv = ["mcp", "--grant-root", root] if door == "mcp" else ["run", "t", "--grant-root", root, "--", "x"]
+            ran = run_cli(*argv, input="")
+            assert refused(ran, says), (door, root[:20], ran.stderr[-400:])
+
+
+def test_a_grant_roots_setting_the_system_cannot_look_up_is_a_refused_root_not_a_traceback(
+    flakebot_home: Path,
+) -> None:
+    """The grant_roots setting (here FLAKEBOT_GRANT_ROOTS) holding a name too long for the kernel or ~no-such-user:
+    a call that asks to write is refused in one line naming that root, not an OSError/RuntimeError traceback."""
+    from benchmarks.scenarios.many_tools import Tools, store_path
+
+    Tools(flakebot_home, store_path(flakebot_home, nix=False)).grow(1)
+    (flakebot_home / "out").mkdir()
+    for root in ("c" * 5000, "~no-such-user-here/x"):
+        ran = run_cli("run", "t00001", "--writable", str(flakebot_home / "out"), "--", "x",
+                      env={"FLAKEBOT_GRANT_ROOTS": root})  # fmt: skip
+        assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr[-400:]
+        [line] = ran.stderr.strip().splitlines()
+        assert "cannot be looked up" in line, line

@@ -192,3 +192,42 @@ def test_an_image_of_a_service_with_needs_carries_them_in_its_label(manifest: di
     for wrong in ({"io.flakebot.network": "none"}, {**labels, "io.flakebot.needs": "auth"}):
         with pytest.raises(UnsafePath, match="labels"):
             oci.check_config(oci.read_archive(_archive(tmp_path, config={"Labels": wrong})), needing)
+
+
+@pytest.mark.slow
+def test_a_need_that_is_a_catalogued_tool_is_named_as_a_tool_at_export(flakebot_home: Path) -> None:
+    """A service declared as needing a name the catalog holds for a tool: export refuses it saying so, and never
+    "package it first ('package-service --name NAME')", which the catalog would refuse (the name is the tool's)."""
+    from benchmarks.scenarios.many_tools import Tools, store_path
+    from tests.conftest import REPO, require, run_cli
+
+    require("nix", "cargo", "bwrap", "pasta")
+    Tools(flakebot_home, store_path(flakebot_home, nix=False)).grow(1)  # t00001, a tool
+    packaged = run_cli("package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline",
+                       "--name", "kv-needs-tool", "--needs", "t00001", "--stop-grace", "2", "--start-timeout", "4")  # fmt: skip
+    assert packaged.returncode == 0, packaged.stderr
+    for target in ("--nixos", "--oci"):
+        out = flakebot_home / target.strip("-")
+        ran = run_cli("export", "kv-needs-tool", target, "--out", str(out))
+        assert ran.returncode == 60 and "Traceback" not in ran.stderr, ran.stderr
+        assert "needs t00001, which is a tool, not a service" in ran.stderr, ran.stderr
+        assert "package-service PATH --name t00001" not in ran.stderr and not out.exists(), ran.stderr
+
+
+@pytest.mark.slow
+def test_services_that_need_each_other_are_refused_at_export_as_up_refuses_them(flakebot_home: Path) -> None:
+    """kv-c1 needs kv-c2 and kv-c2 needs kv-c1: `up` refuses the cycle; export did not, writing units that Require
+    and order After each other (a cycle systemd breaks by dropping a start). Refused in the same words, nothing
+    written."""
+    from tests.conftest import REPO, require, run_cli
+
+    require("nix", "cargo", "bwrap", "pasta")
+    for name, need in (("kv-c1", "kv-c2"), ("kv-c2", "kv-c1")):
+        packaged = run_cli("package-service", str(REPO / "tests" / "fixtures" / "kv-service"), "--offline",
+                           "--name", name, "--needs", need, "--stop-grace", "2", "--start-timeout", "4")  # fmt: skip
+        assert packaged.returncode == 0, packaged.stderr
+    for target in ("--nixos", "--oci"):
+        out = flakebot_home / target.strip("-")
+        ran = run_cli("export", "kv-c1", target, "--out", str(out))
+        assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+        assert "services need each other in a cycle: kv-c1 -> kv-c2 -> kv-c1" in ran.stderr and not out.exists()

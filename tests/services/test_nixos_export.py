@@ -158,3 +158,42 @@ def test_a_handoff_service_gets_its_socket_from_systemd(manifest: dict[str, Any]
                             attribute='systemd.sockets."flakebot-kv-service"')  # fmt: skip
     assert nixos.socket_file(opened).splitlines()[4:6] == ["ListenStream=0.0.0.0:9191", ""]
     assert "socket" not in nixos.export_nixos(manifest, ExportDir(tmp_path / "pasta"))  # pasta: no socket unit
+
+
+def test_the_deployment_flake_a_deploy_rs_export_shows_for_a_service_with_needs_parses(
+    manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    """The lines a deploy-rs export shows for the user's flake, with what the service needs, are Nix that parses:
+    the `needed` set names each needed flake's input, so `outputs` binds them (was `inputs.kv-store`, unbound:
+    "undefined variable 'inputs'") and each has its own input line; a name starting with a digit (a service name
+    may) is quoted (was a syntax error)."""
+    require("nix")
+    import subprocess
+
+    for name, need in (("kv-service", "kv-store"), ("9kv", "2db")):
+        needing = {
+            **manifest,
+            "name": name,
+            "service": ServiceSpec(port=9090, port_env="KV_PORT", needs=(need,)).to_dict(),
+        }
+        text = deployrs.deploy_text(needing, "web1")
+        header = text.split("In your deployment flake:\n", 1)[1].split("\n#\n# then", 1)[0]
+        flake = "{\n" + "\n".join(line.removeprefix("#").strip() for line in header.splitlines()) + "\n}\n"
+        (tmp_path / "flake.nix").write_text(flake)
+        parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "flake.nix")], capture_output=True,
+                                text=True)  # fmt: skip
+        assert parsed.returncode == 0, (flake, parsed.stderr)
+        assert f'inputs."{need}".url = "<' in flake, flake
+
+
+def test_the_configuration_lines_of_an_export_parse_for_names_starting_with_a_digit(tmp_path: Path) -> None:
+    """The configuration lines `export --nixos` gives (the service and what it needs, from their flakes' inputs)
+    are Nix that parses for any service name, one starting with a digit too (was inputs.9kv: a syntax error)."""
+    require("nix")
+    import subprocess
+
+    lines = nixos.configuration_lines("9kv", "./flakebot-9kv.nix", {"2db": 7070})
+    (tmp_path / "configuration.nix").write_text("{ inputs, pkgs, ... }: {\n" + lines + "\n}\n")
+    parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "configuration.nix")], capture_output=True,
+                            text=True)  # fmt: skip
+    assert parsed.returncode == 0, (lines, parsed.stderr)

@@ -319,3 +319,46 @@ def test_the_quota_command_shows_and_sets_a_tenants_quotas(database: str) -> Non
     assert lifted.returncode == 0 and "no bound" in lifted.stdout and "shares     3" in lifted.stdout, lifted.stdout
     bad = run_cli("quota", "Not A Name", "--database", database)
     assert bad.returncode != 0 and "is not a name" in bad.stderr
+
+
+def test_two_admins_setting_different_quotas_of_a_tenant_at_once_both_land(database: str) -> None:
+    """`quota TENANT --cpu-seconds N` changes that field only: an admin's --shares committed while it waited for
+    the tenant's row stays (was read before, then written back over: a lost update). Also: a value past the
+    column's largest names the option the user gave, not the column."""
+    from tests.conftest import json_result, run_cli, wait_for
+
+    queue.set_quota(db.connect(database), "acme", max_in_flight=4, max_per_day=10)
+    other = db.connect(database)
+    other.execute("UPDATE tenants SET shares = 3 WHERE name = 'acme'")  # uncommitted: the row is locked
+    ran: list[Any] = []
+    setting = threading.Thread(
+        target=lambda: ran.append(run_cli("quota", "acme", "--database", database, "--cpu-seconds", "600", "--json"))
+    )
+    setting.start()
+    watch = db.connect(database, autocommit=True)  # pg_stat_activity is read once per transaction
+    wait_for(
+        lambda: watch.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+    )
+    other.commit()
+    setting.join(timeout=60)
+    assert json_result(ran[0])["max_cpu_seconds_per_day"] == 600, ran[0].stderr
+    assert queue.quota_of(other, "acme")["shares"] == 3
+    huge = run_cli("quota", "acme", "--database", database, "--cpu-seconds", str(2**40))
+    assert huge.returncode == 2 and "'--cpu-seconds'" in huge.stderr, huge.stderr
+    other.close()
+    watch.close()
+
+
+def test_cpu_seconds_that_are_no_count_are_not_added(database: str) -> None:
+    """finish and release add a job's CPU-seconds: an infinite or NaN figure (no real count) adds nothing, so the
+    tenant's day is not spent for good and `quota --json` stays JSON (was Infinity, which no JSON parser takes)."""
+    conn = db.connect(database)
+    first = queue.enqueue(conn, "acme", "alice", craft("need a CSV deduper"))
+    assert queue.claim(conn, "w1", lease_seconds=30) is not None
+    assert queue.release(conn, first.job_id, "w1", cpu_seconds=float("nan"))
+    assert queue.claim(conn, "w2", lease_seconds=30) is not None
+    assert queue.finish(conn, first.job_id, "w2", result={"status": "crafted"}, error=None, cpu_seconds=float("inf"))
+    assert queue.quota_of(conn, "acme")["used"]["cpu_seconds"] == 0.0
+    conn.close()
