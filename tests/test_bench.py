@@ -88,7 +88,10 @@ def test_the_project_readme_quotes_the_headline_figures_of_the_report_it_was_giv
     text = front.read_text()
     figures = {f["id"]: f for f in data["figures"]}
     for name, words in report.HEADLINE.items():
-        assert f"- {words}: **{report.value_text(figures[name])}**" in text
+        f = figures[name]
+        assert f"- {words}: **{report.number(f['value'], f['unit'])}** (goal {report.goal_text(f)}, " in text
+    crossing = {**figures["P14"], "met": True, "tells": False, "spread": {"min": 0.9, "max": 1.4, "n": 3}}
+    assert report._verdict(crossing) == "its repeats span 0.9x-1.4x"  # not "met": the run cannot tell
     assert "old lines" not in text and text.endswith(f"{end}\n\n## After\n")
     assert report.START in page.read_text()
 

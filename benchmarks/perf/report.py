@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import readme
 from benchmarks.perf import SECTIONS, bench, chart, machine
-from benchmarks.perf.figures import goal_text, in_order, value_text
+from benchmarks.perf.figures import goal_text, in_order, number, value_text
 
 logger = logging.getLogger(__name__)
 
@@ -318,13 +318,18 @@ HEADLINE = {
 }
 
 
+def _verdict(f: dict[str, Any]) -> str:
+    """met / not met, or, when the figure's repeats fall on both sides of its goal, the range that cannot tell."""
+    if f.get("tells") is False:
+        return f"its repeats span {number(f['spread']['min'], f['unit'])}-{number(f['spread']['max'], f['unit'])}"
+    return "met" if f.get("met") else "not met"
+
+
 def headline_section(report: dict[str, Any]) -> str:
     """The README's lines: the headline figures, each with its goal, linking the performance page."""
     chosen = [f for f in report["figures"] if f["id"] in HEADLINE]
-    lines = [
-        f"- {HEADLINE[f['id']]}: **{value_text(f)}** (goal {goal_text(f)}, {'met' if f.get('met') else 'not met'})"
-        for f in chosen
-    ]
+    lines = [f"- {HEADLINE[f['id']]}: **{number(f['value'], f['unit'])}** (goal {goal_text(f)}, {_verdict(f)})"
+             for f in chosen]  # fmt: skip
     return "\n".join([*lines, "", "Every figure, and how it is measured: [docs/performance.md](docs/performance.md)."])
 
 
