@@ -243,17 +243,8 @@ def test_the_nixos_modules_unit_runs_under_systemd_as_pid_1_with_its_address_por
     root = Path(tempfile.mkdtemp(prefix="flakebot-systemd-"))
     try:
         _systemd_root(root, unit)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            host_port = probe.getsockname()[1]
         name = f"flakebot-systemd-{os.getpid()}"
-        started = podman("run", "--detach", "--name", name, "--systemd=always", "--volume", "/usr:/usr:ro",
-                         "--volume", "/nix/store:/nix/store:ro", "--publish", f"127.0.0.1:{host_port}:9191",
-                         "--rootfs", str(root), "/lib/systemd/systemd", "--unit=flakebot-check.target")  # fmt: skip
-        assert started.returncode == 0, started.stderr
-        base = f"http://127.0.0.1:{host_port}"
-        healthy = _eventually(lambda: _http("GET", f"{base}/health")[0] == 200)
-        assert healthy, podman("exec", name, "systemctl", "status", "flakebot-kv-service").stdout
+        base = _boot_systemd(podman, root, name)
         assert _http("PUT", f"{base}/kv/k", b"kept") == (200, b"stored\n")
 
         def inside(*argv: str, user: str = "0") -> subprocess.CompletedProcess[str]:
@@ -298,17 +289,8 @@ def test_a_handoff_services_socket_unit_holds_the_port_across_a_kill_under_syste
     root = Path(tempfile.mkdtemp(prefix="flakebot-systemd-"))
     try:
         _systemd_root(root, nixos.unit_file(evaluated["services"]), socket=nixos.socket_file(evaluated["sockets"]))
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            host_port = probe.getsockname()[1]
         name = f"flakebot-systemd-socket-{os.getpid()}"
-        started = podman("run", "--detach", "--name", name, "--systemd=always", "--volume", "/usr:/usr:ro",
-                         "--volume", "/nix/store:/nix/store:ro", "--publish", f"127.0.0.1:{host_port}:9191",
-                         "--rootfs", str(root), "/lib/systemd/systemd", "--unit=flakebot-check.target")  # fmt: skip
-        assert started.returncode == 0, started.stderr
-        base = f"http://127.0.0.1:{host_port}"
-        healthy = _eventually(lambda: _http("GET", f"{base}/health")[0] == 200)
-        assert healthy, podman("exec", name, "journalctl", "--no-pager", "-n", "20").stdout
+        base = _boot_systemd(podman, root, name)
 
         def main_pid() -> str:
             shown = podman("exec", name, "systemctl", "show", "flakebot-kv-service", "-p", "MainPID").stdout
@@ -340,6 +322,22 @@ def test_a_handoff_services_socket_unit_holds_the_port_across_a_kill_under_syste
         podman("rm", "--force", "--time", "5", name)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _boot_systemd(podman: Any, root: Path, name: str) -> str:
+    """systemd as PID 1 of container `name` on `root` (the host's /usr and /nix/store read-only), its port 9191
+    published on a free port of the host's loopback: the service's base URL once it answers /health."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        host_port = probe.getsockname()[1]
+    started = podman("run", "--detach", "--name", name, "--systemd=always", "--volume", "/usr:/usr:ro",
+                     "--volume", "/nix/store:/nix/store:ro", "--publish", f"127.0.0.1:{host_port}:9191",
+                     "--rootfs", str(root), "/lib/systemd/systemd", "--unit=flakebot-check.target")  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    base = f"http://127.0.0.1:{host_port}"
+    healthy = _eventually(lambda: _http("GET", f"{base}/health")[0] == 200)
+    assert healthy, podman("exec", name, "journalctl", "--no-pager", "-n", "20").stdout
+    return base
 
 
 def _systemd_root(root: Path, unit: str, socket: str = "") -> None:
