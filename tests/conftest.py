@@ -92,3 +92,16 @@ def require(*programs: str) -> None:
     for program in programs:
         if shutil.which(program) is None:
             pytest.fail(f"{program} is not installed; run 'make setup'")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Any:
+    """A directory on a read-only bind mount of itself (root can write anywhere else)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)

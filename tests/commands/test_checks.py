@@ -233,16 +233,7 @@ def test_package_catalog_name_held_by_another_crates_package_is_refused_before_t
 ) -> None:
     """`package CRATE --catalog --name N` where N is another crate's packaged tool: the catalog stage refused it
     after the nix build, a run left; a crate named from the registry is known before the run."""
-    from flakebot import config
-    from flakebot.deliver.catalog import Catalog
-
-    flake = tmp_path / "flake"
-    flake.mkdir()
-    (flake / "flake.nix").write_text("{ }\n")
-    Catalog.open(config.load()).add(
-        "locks", need="packaged crate cargo-lock", flake_dir=flake, manifest={"name": "locks"}, usage_md="",
-        store_path="/nonexistent", run_id="r1", origin={},
-    )  # fmt: skip
+    catalogued("locks", "packaged crate cargo-lock", tmp_path)
     done = run_cli("package", "hexyl", "--registry", "local", "--offline", "--catalog", "--name", "locks")
     assert done.returncode == 2 and done.stderr.startswith("error: the catalog already has a tool named locks"), (
         done.stderr[-1500:]
@@ -258,16 +249,7 @@ def test_a_directory_crates_catalog_name_held_by_another_crate_is_said_without_c
 ) -> None:
     """A directory's crate is known only once cargo reads it in the run: its catalog stage refuses a name another
     crate's package holds. The fix said "craft again with --name" to a package."""
-    from flakebot import config
-    from flakebot.deliver.catalog import Catalog
-
-    flake = tmp_path / "flake"
-    flake.mkdir()
-    (flake / "flake.nix").write_text("{ }\n")
-    Catalog.open(config.load()).add(
-        "locks", need="packaged crate cargo-lock", flake_dir=flake, manifest={"name": "locks"}, usage_md="",
-        store_path="/nonexistent", run_id="r1", origin={},
-    )  # fmt: skip
+    catalogued("locks", "packaged crate cargo-lock", tmp_path)
     kv_service = str(Path(__file__).parents[1] / "fixtures/kv-service")
     done = run_cli("package", kv_service, "--offline", "--catalog", "--name", "locks", timeout=1200)
     said = done.stderr.strip().splitlines()[-1]
@@ -319,3 +301,17 @@ def test_a_schemas_validator_is_made_once_and_never_serves_another_schema() -> N
     for _ in range(validation.VALIDATORS_KEPT + 1):  # schemas made per call (crafted tools): the cache stays bounded
         validation.check_arguments("t", {"n": "x"}, {**text})
     assert len(validation._validators) <= validation.VALIDATORS_KEPT
+
+
+def catalogued(name: str, need: str, tmp_path: Path) -> None:
+    """A tool `name` in this test's catalog (an empty flake, no store path): what a name check meets."""
+    from flakebot import config
+    from flakebot.deliver.catalog import Catalog
+
+    flake = tmp_path / "flake"
+    flake.mkdir()
+    (flake / "flake.nix").write_text("{ }\n")
+    Catalog.open(config.load()).add(
+        name, need=need, flake_dir=flake, manifest={"name": name}, usage_md="", store_path="/nonexistent",
+        run_id="r1", origin={},
+    )  # fmt: skip

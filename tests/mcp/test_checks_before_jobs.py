@@ -96,16 +96,9 @@ def test_a_catalog_name_refused_over_mcp_names_the_mcp_argument(flakebot_home: P
     """package's and craft's catalog name, malformed, too long or held by another need: the fix said `--name` over
     MCP, where the argument is `name`; the name is said back cut short; craft's was checked only inside its job (a
     job file left, and a 5000-character name taken: a run started)."""
-    from flakebot import config
-    from flakebot.deliver.catalog import Catalog
+    from tests.commands.test_checks import catalogued
 
-    flake = tmp_path / "flake"
-    flake.mkdir()
-    (flake / "flake.nix").write_text("{ }\n")
-    Catalog.open(config.load()).add(
-        "shout", need="shout at me", flake_dir=flake, manifest={}, usage_md="", store_path="/nonexistent",
-        run_id="r1", origin={},
-    )  # fmt: skip
+    catalogued("shout", "shout at me", tmp_path)
 
     async def session() -> list[tuple[dict[str, Any], bool]]:
         async with mcp_client() as client:

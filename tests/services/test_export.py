@@ -492,19 +492,6 @@ def _eventually(probe: Any, timeout: float = 20) -> Any:
     return probe()
 
 
-@pytest.fixture
-def read_only_dir(tmp_path: Path) -> Any:
-    """A directory on a read-only bind mount of itself (root can write anywhere else)."""
-    where = tmp_path / "ro"
-    where.mkdir()
-    subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True)
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
-
-
 def _refused(done: subprocess.CompletedProcess[str], words: str, code: int = 2) -> None:
     """One `error: ... Fix: ...` line, exit `code` (2: the arguments; 5: this machine), no traceback."""
     assert done.returncode == code, done.stderr

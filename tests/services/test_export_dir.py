@@ -4,27 +4,12 @@ docs/exit-codes.md and `package --out` say it; nothing is left behind."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from flakebot.errors import HostError
 from flakebot.services.exportfiles import ExportDir
-
-
-@pytest.fixture
-def read_only_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a read-only bind mount of itself (root can write anywhere else)."""
-    where = tmp_path / "ro"
-    where.mkdir()
-    subprocess.run(["mount", "--bind", str(where), str(where)], check=True)
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True)
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
 
 
 def test_an_out_directory_the_machine_cannot_write_is_a_host_error(read_only_dir: Path) -> None:
