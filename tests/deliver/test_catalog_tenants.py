@@ -49,3 +49,20 @@ def test_a_tenant_reads_the_organisations_tools_and_changes_only_its_own(flakebo
     assert [t["name"] for t in listed["tools"]] == ["csv"]  # another tenant: the organisation's tools only
     gone = run_cli("rm", "csv", "--json", env={"FLAKEBOT_TENANT": "globex"})
     assert gone.returncode == 60 and "organisation's catalog" in json.loads(gone.stdout.splitlines()[-1])["error"]
+
+
+def test_a_craft_in_flight_for_another_tenant_is_not_named_to_this_one(flakebot_home: Path) -> None:
+    """globex crafting a need right now is not acme's business: acme's craft of the same need is not refused with
+    globex's run id (a run acme may not see, and work that is not acme's to wait for); the same tenant's is."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.pipeline.run import Run
+
+    theirs = Run.create(config.load().path("workdir"), "craft", RunRequest(need="need globex's secret pricing tool"))
+    theirs.state.update(status="running", tenant="globex")
+    theirs.save()
+    env = {"FLAKEBOT_MODEL": "scripted:/nonexistent.json"}
+    with theirs.lock():
+        acme = run_cli("craft", "need globex's secret pricing tool", "--json", env={**env, "FLAKEBOT_TENANT": "acme"})
+        assert theirs.id not in acme.stdout + acme.stderr, acme.stdout
+        same = run_cli("craft", "need globex's secret pricing tool", "--json", env={**env, "FLAKEBOT_TENANT": "globex"})
+        assert theirs.id in json.loads(same.stdout.splitlines()[-1])["error"], same.stdout
