@@ -44,7 +44,7 @@ def is_callers(settings: Settings, name: str, tenant: str) -> bool:
     docstring. A name that can name no service is left to the verb's own check (True)."""
     import dataclasses
 
-    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.catalog import Catalog, tenant_root
 
     try:
         started = started_program(settings, name)
@@ -55,6 +55,8 @@ def is_callers(settings: Settings, name: str, tenant: str) -> bool:
     owner = owner_of(settings, name)
     if owner is not None:
         return owner == tenant
+    if settings.tenant and Catalog(tenant_root(settings, settings.tenant)).entry(name) is not None:
+        return False  # the caller's own entry shadows the organisation's: its view does not hold the started program
     entry = Catalog.open(dataclasses.replace(settings, tenant="")).entry(name)  # the organisation's catalog alone
     return entry is not None and started in {str(v.get("store_path") or "") for v in entry["versions"].values()}
 
