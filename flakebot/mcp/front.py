@@ -452,6 +452,9 @@ class TeamMCP(FlakebotMCP):
             started = tenantservices.started_program(settings, name)
         except UsageError:  # no service name: the verb refuses it
             return None
+        foreign = tenantservices.foreign_need(settings, name, tenant)
+        if foreign is not None:
+            raise tenantservices.refuse_need(name, foreign)
         if started is None:
             return name
         if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:
