@@ -354,6 +354,10 @@ class TeamMCP(FlakebotMCP):
         """A long tool's work, checked: over the front, `package`'s flake directory (`out`) lies beneath a grant root
         (a network caller writes nowhere else; over stdio it is the local user's own choice). Both doors (a call, a
         task) check here, before any job starts."""
+        if ctx is not None:  # a tenant's call: what it reads is no file of this machine (queue.check_tenant_sources)
+            from flakebot.team.queue import check_tenant_sources
+
+            check_tenant_sources(args.get("model"), args.get("from"))
         out = args.get("out") if name == "package" else None
         if isinstance(out, str) and out:
             from flakebot.deliver.grants import grants

@@ -266,3 +266,27 @@ def test_a_tenants_service_cannot_need_another_tenants_running_service(flakebot_
     assert not started["is_error"] and started["state"] == "running", started
     assert spy["is_error"] and "kv-service" in spy["error"] and spy["fix"], spy
     assert not (flakebot_home / "work" / "services" / "spy" / "launch.json").exists()
+
+
+def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """globex's craft `from` a directory of acme's catalog (its tool's flake) is answered as from a path of a tool
+    acme does not hold: the server's files are no door into another tenant's catalog."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"turns": []}))
+    monkeypatch.setenv("FLAKEBOT_MODEL", f"scripted:{script}")
+    acme = dataclasses.replace(config.load(), tenant="acme")
+    catalogue(acme, tmp_path, "secret")
+    flake = Catalog.open(acme).get("secret")["dir"] + "/flake"
+    bob = add_token("bob", "--tenant", "globex")
+
+    async def craft(url: str, source: str) -> dict[str, Any]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bob}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                return answer(await client.call_tool("craft", {"need": "need a copy", "from": source, "wait": True}))
+
+    with serving() as url:
+        known = asyncio.run(craft(url, flake))
+        unknown = asyncio.run(craft(url, flake.replace("/secret/", f"/{UNKNOWN}/")))
+    assert known == json.loads(json.dumps(unknown).replace(UNKNOWN, "secret")), (known, unknown)
