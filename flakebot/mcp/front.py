@@ -357,7 +357,7 @@ class TeamMCP(FlakebotMCP):
         if ctx is not None:  # a tenant's call: what it reads is no file of this machine (queue.check_tenant_sources)
             from flakebot.team.queue import check_tenant_sources
 
-            check_tenant_sources(args.get("model"), args.get("from"))
+            check_tenant_sources(args.get("model"), args.get("from"), args.get("registry"))
         out = args.get("out") if name == "package" else None
         if isinstance(out, str) and out:
             from flakebot.deliver.grants import grants
