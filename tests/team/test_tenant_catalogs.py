@@ -284,7 +284,9 @@ def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_on
     async def craft(url: str, source: str, **more: str) -> dict[str, Any]:
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bob}"}, timeout=60) as http:
             async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
-                return answer(await client.call_tool("craft", {"need": "need a copy", "from": source, "wait": True, **more}))
+                return answer(
+                    await client.call_tool("craft", {"need": "need a copy", "from": source, "wait": True, **more})
+                )
 
     with serving() as url:
         known = asyncio.run(craft(url, flake))
