@@ -223,14 +223,16 @@ def _check_in_flight(need: str, settings: config.Settings, agent: bool = False) 
         )
 
 
-def in_flight(need: str, settings: config.Settings) -> str | None:
-    """The run a process is crafting the same need in right now (as the catalog keys needs), or None."""
+def in_flight(need: str, settings: config.Settings, any_tenant: bool = False) -> str | None:
+    """The run a process is crafting the same need in right now (as the catalog keys needs) for the tenant of
+    `settings` (another tenant's run is not this one's to name or wait for; `any_tenant`: anyone's), or None."""
     from flakebot.deliver.catalog import normalize_need
     from flakebot.pipeline.run import list_runs
 
     key = normalize_need(need)
     for run in list_runs(workdir_of(settings)):
         same = run.state.get("pipeline") == "craft" and normalize_need(str(run.state.get("need", ""))) == key
+        same = same and (any_tenant or run.state.get("tenant", "") == settings.tenant)
         if same and run.state.get("status") == "running" and run.driven():
             return run.id
     return None

@@ -135,7 +135,7 @@ def _wait_for_in_flight(job_id: int, need: str, settings: config.Settings) -> No
     from flakebot.commands.craft import in_flight
 
     waited = None
-    while (run_id := in_flight(need, settings)) is not None:
+    while (run_id := in_flight(need, settings, any_tenant=True)) is not None:
         if run_id != waited:  # the admin's log says why a job stays running without a run of its own
             logger.warning("job %s waits for the run crafting its need (%s)", job_id, run_id)
             waited = run_id

@@ -354,6 +354,10 @@ class TeamMCP(FlakebotMCP):
         """A long tool's work, checked: over the front, `package`'s flake directory (`out`) lies beneath a grant root
         (a network caller writes nowhere else; over stdio it is the local user's own choice). Both doors (a call, a
         task) check here, before any job starts."""
+        if ctx is not None:  # a tenant's call: what it reads is no file of this machine (queue.check_tenant_sources)
+            from flakebot.team.queue import check_tenant_sources
+
+            check_tenant_sources(args.get("model"), args.get("from"), args.get("registry"))
         out = args.get("out") if name == "package" else None
         if isinstance(out, str) and out:
             from flakebot.deliver.grants import grants
@@ -452,6 +456,9 @@ class TeamMCP(FlakebotMCP):
             started = tenantservices.started_program(settings, name)
         except UsageError:  # no service name: the verb refuses it
             return None
+        foreign = tenantservices.foreign_need(settings, name, tenant)
+        if foreign is not None:
+            raise tenantservices.refuse_need(name, foreign)
         if started is None:
             return name
         if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:

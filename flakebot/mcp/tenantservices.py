@@ -44,7 +44,7 @@ def is_callers(settings: Settings, name: str, tenant: str) -> bool:
     docstring. A name that can name no service is left to the verb's own check (True)."""
     import dataclasses
 
-    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.catalog import Catalog, tenant_root
 
     try:
         started = started_program(settings, name)
@@ -55,8 +55,31 @@ def is_callers(settings: Settings, name: str, tenant: str) -> bool:
     owner = owner_of(settings, name)
     if owner is not None:
         return owner == tenant
+    if settings.tenant and Catalog(tenant_root(settings, settings.tenant)).entry(name) is not None:
+        return False  # the caller's own entry shadows the organisation's: its view does not hold the started program
     entry = Catalog.open(dataclasses.replace(settings, tenant="")).entry(name)  # the organisation's catalog alone
     return entry is not None and started in {str(v.get("store_path") or "") for v in entry["versions"].values()}
+
+
+def foreign_need(settings: Settings, name: str, tenant: str) -> str | None:
+    """A service `name` needs (directly or through others) that runs here and is not `tenant`'s: `up` would hand
+    `name` its port (FLAKEBOT_<NEED>_URL), another tenant's data. None when there is none, or when the needs cannot
+    be read (the verb then says what is wrong)."""
+    from flakebot.services import needs
+
+    try:
+        order = needs.start_order(name, needs.declared(name, settings), settings)
+        return next((need for need in order if not is_callers(settings, need, tenant)), None)
+    except FlakebotError:
+        return None
+
+
+def refuse_need(name: str, need: str) -> UsageError:
+    """`service_up` of a service needing another catalog's service running on this machine."""
+    return UsageError(
+        f"service {name} needs {need}, which runs on this machine as a service of another catalog",
+        fix=f"package a service of your own under another name than {need}, and make {name} need that",
+    )
 
 
 def callers_services(settings: Settings, listed: list[dict[str, Any]], tenant: str) -> list[dict[str, Any]]:

@@ -309,7 +309,7 @@ def start(
     names = stage_names(pipeline)  # fail before creating a directory for an unknown pipeline or stage
     if stop_after and stop_after not in names:
         raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
-    run = Run.create(workdir, pipeline, request)
+    run = Run.create(workdir, pipeline, request, tenant=settings.tenant)
     return execute(run, settings, sink, stop_after)
 
 

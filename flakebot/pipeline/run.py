@@ -97,7 +97,8 @@ class Run:
         return status
 
     @classmethod
-    def create(cls, workdir: Path, pipeline: str, request: RunRequest | None = None) -> Run:
+    def create(cls, workdir: Path, pipeline: str, request: RunRequest | None = None, tenant: str = "") -> Run:
+        """A new run; `tenant` is whose catalog it works for (team mode; "" the organisation's or a lone user's)."""
         root = runs_dir(workdir)
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -115,6 +116,7 @@ class Run:
             "id": directory.name,
             "pipeline": pipeline,
             "need": request.need,
+            "tenant": tenant,
             "request": request.to_dict(),
             "settings": {},
             "created": now,

@@ -119,7 +119,7 @@ class JwtVerifier:
         subject, tenant = claims.get("sub"), claims.get(self.options.tenant_claim)
         if not isinstance(subject, str) or not subject or len(subject) > 256:
             return None
-        if not isinstance(tenant, str) or not NAME.match(tenant):
+        if not isinstance(tenant, str) or not NAME.fullmatch(tenant):  # "$" passes "acme\n"
             logger.debug("a JWT refused: no tenant in its %s claim", self.options.tenant_claim)
             return None
         digest = hashlib.sha256(f"{self.options.issuer}\0{subject}".encode()).hexdigest()

@@ -107,13 +107,20 @@ def tenant_request(kind: str, data: Any) -> RunRequest:
             raise UsageError(f"the {name} holds a NUL character", fix=f"pass the {name} as plain text")
     request = RunRequest(**values)
     check_text("need", request.need, example="need a CSV deduper")  # as craft checks it: empty, not UTF-8, too long
-    if request.model and request.model.startswith("scripted:"):
-        raise UsageError("a tenant's model cannot be a script on the worker", fix="name a provider's model")
-    if request.registry and request.registry not in REGISTRIES:
-        raise UsageError(f"a tenant's registry is one of {', '.join(REGISTRIES)}", fix="leave registry out")
-    if request.from_location and not request.from_location.startswith(REMOTE_SCHEMES):
-        raise UsageError("a tenant's 'from' is a repository URL (https, git, ssh)", fix="not a path on the worker")
+    check_tenant_sources(request.model, request.from_location, request.registry)
     return request
+
+
+def check_tenant_sources(model: Any, from_location: Any, registry: Any) -> None:
+    """What a tenant's craft reads is not a file of the machine doing it (a worker's, or a front's that crafts
+    itself): its model a provider's, not a script; its registry one by name, not a directory; its `from` a repository URL, not a path (a path could name another
+    tenant's catalog, a tool's sources, beneath the organisation's catalog). UsageError otherwise."""
+    if isinstance(model, str) and model.startswith("scripted:"):
+        raise UsageError("a tenant's model cannot be a script on the worker", fix="name a provider's model")
+    if isinstance(from_location, str) and from_location and not from_location.startswith(REMOTE_SCHEMES):
+        raise UsageError("a tenant's 'from' is a repository URL (https, git, ssh)", fix="not a path on the worker")
+    if isinstance(registry, str) and registry and registry not in REGISTRIES:
+        raise UsageError(f"a tenant's registry is one of {', '.join(REGISTRIES)}", fix="leave registry out")
 
 
 def job_tenant(value: Any) -> str:

@@ -268,7 +268,7 @@ def check_tenant(tenant: str) -> None:
 
 
 def _check_name(what: str, value: str) -> None:
-    if not NAME.match(value):
+    if not NAME.fullmatch(value):
         raise TeamError(
             f"{what} {value[:80]!r} is not a name", fix="use lower-case letters, digits, '.', '_' and '-' (64 at most)"
         )

@@ -49,3 +49,41 @@ def test_a_tenant_reads_the_organisations_tools_and_changes_only_its_own(flakebo
     assert [t["name"] for t in listed["tools"]] == ["csv"]  # another tenant: the organisation's tools only
     gone = run_cli("rm", "csv", "--json", env={"FLAKEBOT_TENANT": "globex"})
     assert gone.returncode == 60 and "organisation's catalog" in json.loads(gone.stdout.splitlines()[-1])["error"]
+
+
+def test_a_craft_in_flight_for_another_tenant_is_not_named_to_this_one(flakebot_home: Path) -> None:
+    """globex crafting a need right now is not acme's business: acme's craft of the same need is not refused with
+    globex's run id (a run acme may not see, and work that is not acme's to wait for); the same tenant's is."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.pipeline.run import Run
+
+    theirs = Run.create(config.load().path("workdir"), "craft", RunRequest(need="need globex's secret pricing tool"))
+    theirs.state.update(status="running", tenant="globex")
+    theirs.save()
+    env = {"FLAKEBOT_MODEL": "scripted:/nonexistent.json"}
+    with theirs.lock():
+        acme = run_cli("craft", "need globex's secret pricing tool", "--json", env={**env, "FLAKEBOT_TENANT": "acme"})
+        assert theirs.id not in acme.stdout + acme.stderr, acme.stdout
+        same = run_cli("craft", "need globex's secret pricing tool", "--json", env={**env, "FLAKEBOT_TENANT": "globex"})
+        assert theirs.id in json.loads(same.stdout.splitlines()[-1])["error"], same.stdout
+
+
+def test_an_organisations_service_is_not_a_tenant_that_shadows_its_name(flakebot_home: Path, tmp_path: Path) -> None:
+    """The admin's `up` of the organisation's kv is every tenant's that reads the organisation's kv; a tenant whose
+    own kv shadows it does not read it, so cannot stop, read or roll it back (and then take its name on this machine
+    with its own program, which the organisation's other tenants' tools would reach at its port)."""
+    from flakebot.mcp import tenantservices
+    from flakebot.services.layout import ServiceDir
+
+    organisation = config.load()
+    catalogue(organisation, tmp_path, "kv")
+    program = Catalog.open(organisation).get("kv")["store_path"]
+    where = ServiceDir.of("kv", organisation)
+    where.root.mkdir(parents=True)
+    launch = {"program": {"binary": f"{program}/bin/kv", "sha256": "0" * 64, "store_path": program}}
+    where.launch_file.write_text(json.dumps(launch))  # as the admin's `flakebot up kv` records it
+    acme, globex = (dataclasses.replace(organisation, tenant=t) for t in ("acme", "globex"))
+    (tmp_path / "globex").mkdir()
+    catalogue(globex, tmp_path / "globex", "kv")  # globex's own kv: its view of kv is not the organisation's
+    assert tenantservices.is_callers(acme, "kv", "acme")
+    assert not tenantservices.is_callers(globex, "kv", "globex")

@@ -83,6 +83,7 @@ def test_an_identity_providers_jwts_are_verified_locally(flakebot_home: Path) ->
             "wrong issuer": jwt.encode(claims(iss="https://evil.example.test"), private, algorithm="RS256"),
             "another key": jwt.encode(claims(), other, algorithm="RS256"),
             "no tenant": jwt.encode(claims(flakebot_tenant=None), private, algorithm="RS256"),
+            "a tenant and a newline": jwt.encode(claims(flakebot_tenant="acme\n"), private, algorithm="RS256"),
             "no expiry": jwt.encode(claims(exp=None), private, algorithm="RS256"),
             "alg none": forged({"alg": "none", "typ": "JWT"}, claims(), None),
             "HS256 keyed with the public key": forged({"alg": "HS256", "typ": "JWT"}, claims(), public_pem),

@@ -240,3 +240,57 @@ def test_a_tenants_service_is_its_own(flakebot_home: Path, tmp_path: Path) -> No
     assert all(hidden[verb]["is_error"] for verb in hidden), hidden
     unknown.pop("up")
     assert same_as_unknown(hidden, "kv-service") == unknown
+
+
+@pytest.mark.slow
+def test_a_tenants_service_cannot_need_another_tenants_running_service(flakebot_home: Path) -> None:
+    """globex packages spy needing kv-service while acme's kv-service runs: globex's service_up of spy is refused
+    in one line (its start would hand spy acme's kv-service at FLAKEBOT_KV_SERVICE_URL), and nothing of globex's
+    starts."""
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    common = [str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json"]
+    for tenant, extra in (("acme", []), ("globex", []), ("globex", ["--name", "spy", "--needs", "kv-service"])):
+        done = run_cli("package-service", *common, *extra, env={"FLAKEBOT_TENANT": tenant})
+        assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    with serving() as url:
+        try:
+            started = asyncio.run(service_view(url, alice, ["kv-service"], up=True))["up"]
+            spy = asyncio.run(service_view(url, bob, ["spy"], up=True))["up"]
+        finally:
+            run_cli("down", "spy")
+            run_cli("down", "kv-service")
+    assert not started["is_error"] and started["state"] == "running", started
+    assert spy["is_error"] and "kv-service" in spy["error"] and spy["fix"], spy
+    assert not (flakebot_home / "work" / "services" / "spy" / "launch.json").exists()
+
+
+def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
+    flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """globex's craft `from` a directory of acme's catalog (its tool's flake) is answered as from a path of a tool
+    acme does not hold: the server's files are no door into another tenant's catalog."""
+    script = tmp_path / "model.json"
+    script.write_text(json.dumps({"turns": []}))
+    monkeypatch.setenv("FLAKEBOT_MODEL", f"scripted:{script}")
+    acme = dataclasses.replace(config.load(), tenant="acme")
+    catalogue(acme, tmp_path, "secret")
+    flake = Catalog.open(acme).get("secret")["dir"] + "/flake"
+    bob = add_token("bob", "--tenant", "globex")
+
+    async def craft(url: str, source: str, **more: str) -> dict[str, Any]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bob}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                return answer(
+                    await client.call_tool("craft", {"need": "need a copy", "from": source, "wait": True, **more})
+                )
+
+    with serving() as url:
+        known = asyncio.run(craft(url, flake))
+        unknown = asyncio.run(craft(url, flake.replace("/secret/", f"/{UNKNOWN}/")))
+        registry = asyncio.run(craft(url, "https://example.test/x.git", registry=flake))  # a directory registry
+    assert known == json.loads(json.dumps(unknown).replace(UNKNOWN, "secret")), (known, unknown)
+    assert known["type"] == registry["type"] == "UsageError" and "registry" in registry["error"], registry

@@ -11,7 +11,12 @@ def test_a_name_has_one_active_token_and_a_revoked_name_can_be_reused(workdir: P
     first = json_result(run_cli("token", "add", "alice", "--json", check=True))
     taken = run_cli("token", "add", "alice")
     assert taken.returncode == 70 and taken.stderr.count("\n") == 1 and "exists already" in taken.stderr
-    for bad in (["Alice!"], ["bob", "--tenant", "a b"], ["bob", "--calls-per-minute", "0"]):
+    for bad in (
+        ["Alice!"],
+        ["bob", "--tenant", "a b"],
+        ["bob", "--tenant", "acme\n"],
+        ["bob", "--calls-per-minute", "0"],
+    ):
         refused = run_cli("token", "add", *bad, "--json")
         assert refused.returncode == 70 and refused.stderr.startswith("error: ") and "Fix: " in refused.stderr, bad
     unknown = run_cli("token", "revoke", "nobody")
