@@ -201,6 +201,14 @@ def test_serve_beyond_loopback_needs_tls_and_a_token(flakebot_home: Path) -> Non
     assert as_json.returncode == 2  # serve has no --json: a usage error, still one line
 
 
+def served_slow_craft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """A slow craft's arguments as a token sends them: its model, a script on the server, is the server's own
+    setting (set in the environment `serve` starts with): a token may not name a script."""
+    craft = pileup.slow_craft(tmp_path)
+    monkeypatch.setenv("FLAKEBOT_MODEL", craft.pop("model"))
+    return craft
+
+
 async def crafts(url: str, token: str, craft: dict[str, Any], count: int, mode: str) -> list[dict[str, Any]]:
     """`count` detached crafts from one session with `token`: each answer (a run handle, or an error)."""
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
@@ -210,12 +218,12 @@ async def crafts(url: str, token: str, craft: dict[str, Any], count: int, mode: 
 
 
 def test_concurrent_crafts_are_counted_per_token_not_per_session(
-    flakebot_home: Path, workdir: Path, tmp_path: Path
+    flakebot_home: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A token's cap holds across its sessions (and protocols): a client cannot open sessions to multiply it."""
     require("nix")
     one, two = add_token("one", "--concurrent-crafts", "1"), add_token("two", "--concurrent-crafts", "1")
-    craft = pileup.slow_craft(tmp_path)
+    craft = served_slow_craft(tmp_path, monkeypatch)
     try:
         with serving() as url:
             first = asyncio.run(crafts(url, one, craft, 1, "legacy"))

@@ -327,7 +327,8 @@ def test_two_admins_setting_different_quotas_of_a_tenant_at_once_both_land(datab
     column's largest names the option the user gave, not the column."""
     from tests.conftest import json_result, run_cli, wait_for
 
-    queue.set_quota(db.connect(database), "acme", max_in_flight=4, max_per_day=10)
+    with db.connect(database) as first:
+        queue.set_quota(first, "acme", max_in_flight=4, max_per_day=10)
     other = db.connect(database)
     other.execute("UPDATE tenants SET shares = 3 WHERE name = 'acme'")  # uncommitted: the row is locked
     ran: list[Any] = []

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.scenarios import pileup
 from tests.conftest import require, run_cli
-from tests.team.test_front import ACCEPT, INITIALIZE, add_token, post, serving
+from tests.team.test_front import ACCEPT, INITIALIZE, add_token, post, served_slow_craft, serving
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,12 +40,14 @@ def rpc(url: str, token: str, session: dict[str, str], method: str, params: dict
     return answer(post(url, {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, token, **session))
 
 
-def test_one_tokens_tasks_are_not_found_by_another(flakebot_home: Path, workdir: Path, tmp_path: Path) -> None:
+def test_one_tokens_tasks_are_not_found_by_another(
+    flakebot_home: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """tasks/list, get, result and cancel answer only the token that started the task: another token could
     otherwise read every task id from tasks/list, then its result, or cancel another agent's craft."""
     require("nix")
     alice, bob = add_token("alice"), add_token("bob")
-    craft = pileup.slow_craft(tmp_path)
+    craft = served_slow_craft(tmp_path, monkeypatch)
     try:
         with serving() as url:
             mine, theirs = open_session(url, alice), open_session(url, bob)
@@ -148,7 +150,9 @@ async def held_statuses(url: str, flood: str, other: str, run_id: str, count: in
         return done, count
 
 
-def test_one_token_cannot_take_every_thread_a_command_has(flakebot_home: Path, workdir: Path, tmp_path: Path) -> None:
+def test_one_token_cannot_take_every_thread_a_command_has(
+    flakebot_home: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A command's calls share THREADS_PER_COMMAND worker threads (64): one token holding 70 `status` calls (each
     waiting up to 25 s for its run to change) held every one, and another token's `status` waited until they ended.
     Each token now has at most TOKEN_CALLS_AT_ONCE calls in flight; its others wait in its own queue."""
@@ -156,7 +160,7 @@ def test_one_token_cannot_take_every_thread_a_command_has(flakebot_home: Path, w
 
     require("nix")
     flood, other = add_token("flood"), add_token("other")
-    craft = pileup.slow_craft(tmp_path)
+    craft = served_slow_craft(tmp_path, monkeypatch)
     try:
         with serving() as url:
             started = rpc(url, flood, open_session(url, flood), "tools/call", {"name": "craft", "arguments": craft})

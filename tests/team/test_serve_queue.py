@@ -25,7 +25,7 @@ from flakebot.team import audit, db, queue
 from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.team.conftest import Cluster
-from tests.team.test_front import INITIALIZE, add_token, post, serving, serving_process
+from tests.team.test_front import INITIALIZE, add_token, post, served_slow_craft, serving, serving_process
 from tests.team.test_worker import worker
 
 pytestmark = pytest.mark.timeout(300)
@@ -183,15 +183,14 @@ def test_serve_with_an_unreachable_database_is_one_line(flakebot_home: Path, pos
 
 
 def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
-    flakebot_home: Path, workdir: Path, tmp_path: Path
+    flakebot_home: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     require("nix")
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    craft = served_slow_craft(tmp_path, monkeypatch)
     try:
         with serving() as url:
-            created = Session(url, alice).ask(
-                "tools/call", {"name": "craft", "arguments": pileup.slow_craft(tmp_path), "task": {}}
-            )
+            created = Session(url, alice).ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})
             task_id = created["result"]["task"]["taskId"]
             assert Session(url, alice).ask("tasks/get", {"taskId": task_id})["result"]["status"] == "working"
             hidden = Session(url, bob).ask("tasks/get", {"taskId": task_id})
