@@ -189,7 +189,7 @@ def test_typescript_sdk_runs_package_as_a_task_and_cancels_a_craft(
     # A call the job refuses fails (its result the error the call returns); a task past its ttl is forgotten.
     assert seen["failed"]["status"] == "failed" and seen["failedResult"]["isError"]
     refused = seen["failedResult"]["structuredContent"]
-    assert "no-such-crate-anywhere" in refused["error"] and seen["failed"]["statusMessage"].startswith(refused["error"])
+    assert "library crate" in refused["error"] and seen["failed"]["statusMessage"].startswith(refused["error"]), refused
     assert seen["brief"]["code"] == types.INVALID_PARAMS and "forgotten once its ttl passed" in seen["brief"]["message"]
 
     # The craft task: cancelled while its run waits for the model; the run is interrupted, as on Ctrl-C.

@@ -29,11 +29,11 @@ for await (const message of stream) {
 }
 seen.listed = await tasks.listTasks();
 
-// A call the job refuses (a crate no registry has: found out only once the job looks) fails; one whose ttl has
-// passed once it failed is forgotten.
+// A call the job refuses (a library crate, no binary to package: found out only once the job reads the crate; a
+// crate the registry lacks is refused before a job now) fails; one whose ttl has passed once it failed is forgotten.
 const refused = {
   method: "tools/call",
-  params: { name: "package", arguments: { target: "no-such-crate-anywhere", registry: "local" } },
+  params: { name: "package", arguments: { target: "csv", registry: "local" } },
 };
 const failedId = (await client.request(refused, CreateTaskResultSchema, { task: {} })).task.taskId;
 const briefId = (await client.request(refused, CreateTaskResultSchema, { task: { ttl: 1 } })).task.taskId;

@@ -5,6 +5,7 @@ node (evaluated against the real flake's module, its unit verified by systemd-an
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import resource
@@ -305,7 +306,14 @@ def test_a_handoff_services_socket_unit_holds_the_port_across_a_kill_under_syste
 
         def loop() -> None:
             while not stop.is_set():
-                answers.append(_http("GET", f"{base}/health", timeout=10)[0])
+                try:
+                    with urllib.request.urlopen(f"{base}/health", timeout=10) as answer:
+                        answers.append(answer.status)
+                except urllib.error.URLError as exc:  # refused: the port had no listener
+                    refused = isinstance(exc.reason, ConnectionRefusedError)
+                    answers.append(0 if refused else -1)
+                except (OSError, http.client.HTTPException):  # the request the killed process held: reset
+                    answers.append(-1)
 
         client = threading.Thread(target=loop)
         client.start()
@@ -318,7 +326,8 @@ def test_a_handoff_services_socket_unit_holds_the_port_across_a_kill_under_syste
         finally:
             stop.set()
             client.join(30)
-        assert answers and set(answers) == {200}, answers  # none refused, none lost
+        # none refused; at most the one request the killed process had accepted is lost (a reset, not a refusal)
+        assert 0 not in answers and answers.count(-1) <= 1 and answers.count(200) > 10, answers
         podman("rm", "--force", "--time", "5", name)
     finally:
         shutil.rmtree(root, ignore_errors=True)
