@@ -14,6 +14,7 @@ import importlib
 import json
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -189,6 +190,8 @@ def _run_stage(
 ) -> FlakebotError | None:
     """Run one stage and record its outcome; returns the error that ended it, if any."""
     record = run.state["stages"].setdefault(stage.name, {})
+    if failed is None and _terminated.is_set():  # stopped meanwhile (cleanup stages still run)
+        return _interrupted(run, sink, stage.name, record)
     record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
     run.save()
     _emit(run, sink, Event("stage_started", run.id, stage.name))
@@ -205,19 +208,21 @@ def _run_stage(
         trouble.stage = stage.name
         return _stage_failed(run, sink, stage.name, record, trouble)
     except KeyboardInterrupt:
-        return _stage_failed(
-            run,
-            sink,
-            stage.name,
-            record,
-            Interrupted("interrupted", fix=f"continue with 'flakebot resume {run.id}'", stage=stage.name),
-        )
+        return _interrupted(run, sink, stage.name, record)
+    if failed is None and _terminated.is_set():  # the interrupt was raised where it was swallowed (a __del__)
+        return _interrupted(run, sink, stage.name, record)
     record.update(status="finished", finished=time.time())
     record["seconds"] = round(record["finished"] - record["started"], 3)
     run.state["outputs"][stage.name] = output
     run.save()
     _emit(run, sink, Event("stage_finished", run.id, stage.name, data={"seconds": record["seconds"]}))
     return None
+
+
+def _interrupted(run: Run, sink: EventSink, stage: str, record: dict[str, Any]) -> FlakebotError:
+    record.setdefault("started", time.time())
+    stopped = Interrupted("interrupted", fix=f"continue with 'flakebot resume {run.id}'", stage=stage)
+    return _stage_failed(run, sink, stage, record, stopped)
 
 
 def _host_trouble(exc: OSError, run: Run) -> FlakebotError | None:
@@ -279,13 +284,21 @@ def _run_log(run: Run) -> Iterator[None]:
         handler.close()
 
 
+# SIGTERM seen during this run. Raised as KeyboardInterrupt where the signal lands, which can be inside a __del__ (a
+# Popen collected meanwhile) that swallows it: the stage then ran on to its end. The flag makes the stop stick: the
+# stage that was running is marked interrupted when it returns, and no later one starts.
+_terminated = threading.Event()
+
+
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM ends a run like Ctrl-C: the stage is marked interrupted and clean runs."""
 
     def raise_interrupt(signum: int, frame: Any) -> None:
+        _terminated.set()
         raise KeyboardInterrupt
 
+    _terminated.clear()
     try:
         previous = signal.signal(signal.SIGTERM, raise_interrupt)
     except ValueError:  # not the main thread: leave signals alone

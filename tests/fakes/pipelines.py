@@ -47,5 +47,25 @@ def cleanup(ctx: StageContext) -> dict:
     return {"after_failure": ctx.failed is not None}
 
 
+class _TermOnCollect:
+    """An object whose collection sends this process SIGTERM: the KeyboardInterrupt the engine's handler raises lands
+    in __del__, which Python reports and swallows (as a Popen collected at the wrong moment did in a worker)."""
+
+    def __del__(self) -> None:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def swallowed(ctx: StageContext) -> dict:
+    """A stage during which SIGTERM arrives where its interrupt is swallowed; it then returns as if nothing happened."""
+    _record(ctx)
+    _TermOnCollect()  # made and collected at once
+    return {"value": 2}
+
+
 SLOW = [Stage("first", first), Stage("slow", slow), Stage("last", last)]
+SWALLOWED = [Stage("first", first), Stage("swallowed", swallowed), Stage("last", last),
+             Stage("cleanup", cleanup, always=True)]  # fmt: skip
 FAILING = [Stage("first", first), Stage("broken", broken), Stage("last", last), Stage("cleanup", cleanup, always=True)]

@@ -54,6 +54,21 @@ def test_failure_is_recorded_and_cleanup_still_runs(workdir: Path) -> None:
     assert "last" not in run.state["stages"]
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt, on purpose
+def test_a_sigterm_whose_interrupt_was_swallowed_still_stops_the_run(workdir: Path) -> None:
+    """SIGTERM raises KeyboardInterrupt wherever the signal lands; inside a __del__ Python swallows it (a worker told
+    to stop went on to finish its craft). The stage that was running is marked interrupted, no later stage starts,
+    cleanup runs, and the run is resumable."""
+    from flakebot.errors import Interrupted
+
+    with pytest.raises(Interrupted) as caught:
+        pipeline.start("tests.fakes.pipelines:SWALLOWED", workdir, config.load())
+    assert caught.value.stage == "swallowed"
+    run = Run.load(workdir, os.listdir(workdir / "runs")[0])
+    assert calls(run) == ["first", "swallowed", "cleanup"] and run.state["status"] == "interrupted"
+    assert run.state["stages"]["swallowed"]["status"] == "failed" and "last" not in run.state["stages"]
+
+
 def test_resume_after_sigkill_redoes_only_the_unfinished_stage(workdir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": TESTS}
     code = (
