@@ -298,12 +298,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         _terminated.set()
         raise KeyboardInterrupt
 
-    _terminated.clear()
     try:
         previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
+    except ValueError:  # not the main thread: leave signals (and the main thread's run's flag) alone
         yield
         return
+    _terminated.clear()
     try:
         yield
     finally:
