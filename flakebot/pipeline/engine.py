@@ -129,7 +129,7 @@ def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None
     names = [s.name for s in stages]
     if stop_after and stop_after not in names:
         raise UsageError(f"unknown stage '{stop_after}'", fix=f"use one of: {', '.join(names)}")
-    with run.lock(), _run_log(run), _sigterm_as_interrupt():
+    with run.lock(), _run_log(run), _sigterm_as_interrupt() as stop:
         run.state.update(status="running", **own_process(), stop_after=stop_after)
         run.save()
         mode = run_settings(run, settings).sandbox
@@ -151,12 +151,12 @@ def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None
                 continue
             if failure is not None or done_early:
                 if stage.always:
-                    _run_stage(run, settings, stage, sink, failed=failure)
+                    _run_stage(run, settings, stage, sink, stop, failed=failure)
                 continue
             if run.stage_status(stage.name) == "finished" and not stage.always and index < stale:
                 _emit(run, sink, Event("stage_skipped", run.id, stage.name, "already finished"))
             else:
-                failure = _run_stage(run, settings, stage, sink)
+                failure = _run_stage(run, settings, stage, sink, stop)
             done_early = failure is None and bool(run.output(stage.name).get("end_run"))
             stopped_early = stop_after == stage.name and not done_early
         return _finish(run, sink, failure, stopped_early)
@@ -186,11 +186,16 @@ def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_ea
 
 
 def _run_stage(
-    run: Run, settings: Settings, stage: Stage, sink: EventSink, failed: FlakebotError | None = None
+    run: Run,
+    settings: Settings,
+    stage: Stage,
+    sink: EventSink,
+    stop: threading.Event,
+    failed: FlakebotError | None = None,
 ) -> FlakebotError | None:
     """Run one stage and record its outcome; returns the error that ended it, if any."""
     record = run.state["stages"].setdefault(stage.name, {})
-    if failed is None and _terminated.is_set():  # stopped meanwhile (cleanup stages still run)
+    if failed is None and stop.is_set():  # stopped meanwhile (cleanup stages still run)
         return _interrupted(run, sink, stage.name, record)
     record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
     run.save()
@@ -209,7 +214,7 @@ def _run_stage(
         return _stage_failed(run, sink, stage.name, record, trouble)
     except KeyboardInterrupt:
         return _interrupted(run, sink, stage.name, record)
-    if failed is None and _terminated.is_set():  # the interrupt was raised where it was swallowed (a __del__)
+    if failed is None and stop.is_set():  # the interrupt was raised where it was swallowed (a __del__)
         return _interrupted(run, sink, stage.name, record)
     record.update(status="finished", finished=time.time())
     record["seconds"] = round(record["finished"] - record["started"], 3)
@@ -284,28 +289,25 @@ def _run_log(run: Run) -> Iterator[None]:
         handler.close()
 
 
-# SIGTERM seen during this run. Raised as KeyboardInterrupt where the signal lands, which can be inside a __del__ (a
-# Popen collected meanwhile) that swallows it: the stage then ran on to its end. The flag makes the stop stick: the
-# stage that was running is marked interrupted when it returns, and no later one starts.
-_terminated = threading.Event()
-
-
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends a run like Ctrl-C: the stage is marked interrupted and clean runs."""
+def _sigterm_as_interrupt() -> Iterator[threading.Event]:
+    """SIGTERM ends a run like Ctrl-C: the stage is marked interrupted and clean runs. The event it gives is set when
+    SIGTERM came: the KeyboardInterrupt raised where the signal lands can fall inside a __del__ (a Popen collected
+    meanwhile) that swallows it, and the stage then ran on to its end; the event makes the stop stick (the running
+    stage is marked interrupted when it returns, and no later one starts)."""
+    stop = threading.Event()
 
     def raise_interrupt(signum: int, frame: Any) -> None:
-        _terminated.set()
+        stop.set()
         raise KeyboardInterrupt
 
     try:
         previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    except ValueError:  # not the main thread: leave signals (and the main thread's run's flag) alone
-        yield
+    except ValueError:  # not the main thread: leave signals alone
+        yield stop
         return
-    _terminated.clear()
     try:
-        yield
+        yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
 
