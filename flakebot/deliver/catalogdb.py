@@ -89,15 +89,20 @@ class Index:
     def refuse_read_only(self) -> None:
         """A CatalogError when this process cannot write the catalog: what changes it (an add's staging copy, a
         publication's key and copy) calls this before its first step, not only at the index's transaction."""
-        if self.exists() and not os.access(self.root, os.W_OK):
+        if self.exists() and self._unwritable():
             raise CatalogError(
                 f"catalog {self.root} is read-only here: it can be read, not changed",
                 fix="set catalog_dir to a writable directory (--catalog-dir DIR or FLAKEBOT_CATALOG_DIR), or make "
                 f"{self.root} writable",
             )
 
+    def _unwritable(self) -> bool:
+        """This process cannot write the catalog's directory (a read-only mount, another user's): SQLite's lock files
+        and every change go there."""
+        return not os.access(self.root, os.W_OK)
+
     def _connection(self) -> sqlite3.Connection:
-        read_only = self.path.exists() and not os.access(self.root, os.W_OK)
+        read_only = self.path.exists() and self._unwritable()
         try:
             db = _connections.get(self.path) or (self._connect_read_only() if read_only else self._connect())
             if db.execute("PRAGMA user_version").fetchone()[0] != FORMAT:
