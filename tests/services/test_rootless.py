@@ -1,0 +1,97 @@
+"""Without root: an unprivileged uid (nobody, through `setpriv`) runs `flakebot up` of a packaged `socket: handoff`
+service from its own home and catalog, gets a healthy answer on its port, sees it in `services`, and `down` leaves
+no process. Its interpreter is Debian's /usr/bin/python3 in a venv made here (pyenv's lives under /root, mode 700):
+the venv's one .pth file adds this checkout's site-packages, which the uid can read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, json_result, require, run_cli
+from tests.fakes.processes import alive, own_processes
+
+KV_SERVICE = REPO / "tests" / "fixtures" / "kv-service"
+NAME = "kv-socket"
+UID = GID = 65534  # nobody: no home, no groups, nothing of root's readable
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+pytestmark = pytest.mark.slow
+
+
+def _readable_by_others(path: Path) -> bool:
+    """Every directory from / down to `path` lets others through, and `path` lets them read."""
+    return all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents])
+
+
+@pytest.fixture(scope="module")
+def user_home() -> Iterator[Path]:
+    """A home owned by the unprivileged uid, holding a catalog that root packaged kv-service into as `kv-socket`
+    (`socket: handoff`), then handed over (chown), and a Debian-python venv the uid can run flakebot with."""
+    require("nix", "cargo", "bwrap", "setpriv")
+    if not SYSTEM_PYTHON.exists():
+        pytest.fail(f"{SYSTEM_PYTHON} is not installed; run 'make setup'")
+    site = Path(sysconfig.get_paths()["purelib"])
+    if not (_readable_by_others(site) and _readable_by_others(REPO / "flakebot")):
+        pytest.fail(f"{site} or {REPO} is not readable by other users: clone where they are (not under /root)")
+    home = Path(tempfile.mkdtemp(prefix="flakebot-rootless-"))  # in /tmp: pytest's own tmp dirs are root's, 700
+    try:
+        env = _dirs(home)
+        done = run_cli(
+            "package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--name", NAME, "--socket",
+            "handoff", "--examples", str(KV_SERVICE / "examples.json"), "--json", env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", home / "python"], check=True)
+        (home / "python" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages").joinpath(
+            "checkout.pth"
+        ).write_text(f"import site; site.addsitedir({str(site)!r})\n")
+        subprocess.run(["chown", "-R", f"{UID}:{GID}", home], check=True)
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _dirs(home: Path) -> dict[str, str]:
+    env = {f"XDG_{d.upper()}_HOME": str(home / d) for d in ("data", "cache", "state", "config")}
+    return {**env, "FLAKEBOT_WORKDIR": str(home / "work"), "HOME": str(home)}
+
+
+def as_user(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`flakebot ARGS` run by the unprivileged uid with only its own environment (none of root's)."""
+    env = {**_dirs(home), "PATH": "/usr/local/bin:/usr/bin:/bin:/nix/var/nix/profiles/default/bin", "LANG": "C.UTF-8"}
+    if os.environ.get("PATH"):  # nix and the toolchains where root's PATH finds them (unreadable ones are skipped)
+        env["PATH"] += ":" + os.environ["PATH"]
+    argv = ["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "--"]
+    argv += [str(home / "python" / "bin" / "python3"), "-m", "flakebot", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=home)
+
+
+def test_an_unprivileged_user_runs_a_handoff_service_up_and_down(user_home: Path) -> None:
+    with own_processes() as listing:
+        done = as_user(user_home, "up", f"{NAME}@0.1.0", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        started: dict[str, Any] = json_result(done)
+        port, supervisor_pid, service_pid = started["port"], started["supervisor_pid"], started["service_pid"]
+        assert started["socket"] == "handoff"
+        for pid in (supervisor_pid, service_pid):
+            assert os.stat(f"/proc/{pid}").st_uid == UID  # run by the user, not root
+        assert supervisor_pid in [pid for pid, _ in listing()]  # under this test's tree (a subreaper)
+        with httpx.Client(trust_env=False, timeout=5) as http:
+            assert http.get(f"http://127.0.0.1:{port}/health").status_code == 200
+        shown = json_result(as_user(user_home, "services", "--json"))["services"]
+        assert [(s["name"], s["state"]) for s in shown] == [(NAME, "running")], json.dumps(shown)
+        stopped = as_user(user_home, "down", NAME)
+        assert stopped.returncode == 0, stopped.stderr
+        assert not alive(supervisor_pid) and not alive(service_pid)
+        assert listing() == []
