@@ -11,6 +11,8 @@
     ├── ModelError                     exit 30  provider, key, transport, script
     │   └── BudgetExceeded             exit 31  tokens / cost / time budget spent
     ├── SandboxError                   exit 40  sandbox required but unavailable, command failed to start
+    │   ├── UpgradeRefused             exit 43  a service's new version failed its checks
+    │   └── PrivilegeError             exit 44  not root, and this needs what root has (pasta's tun device)
     ├── EditError                      exit 41  the loop ended without green tests
     ├── SpecError                      exit 42  the need could not become a spec
     ├── NixError                       exit 50  nix missing, flake build or smoke run failed
@@ -44,6 +46,7 @@ __all__ = [
     "Interrupted",
     "ModelError",
     "NixError",
+    "PrivilegeError",
     "QuotaExceeded",
     "RunError",
     "SandboxError",
@@ -188,6 +191,12 @@ class UpgradeRefused(SandboxError):
     """A service's new version failed its checks; the running version keeps serving."""
 
     exit_code = 43
+
+
+class PrivilegeError(SandboxError):
+    """flakebot is not root and this needs what root has (a device, a namespace it may not join)."""
+
+    exit_code = 44
 
 
 class EditError(FlakebotError):

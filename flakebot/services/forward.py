@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import shutil
 import signal
 import socket
 from typing import Any
 
-from flakebot.errors import SandboxError
+from flakebot.errors import PrivilegeError, SandboxError
 from flakebot.sandbox import real_root
 
 PR_SET_PDEATHSIG = 1
+TUN = "/dev/net/tun"  # pasta opens it inside the service's namespace
 
 
 def free_port() -> int:
@@ -61,6 +63,13 @@ def pasta_program() -> str:
     if found is None:
         raise SandboxError(
             "pasta is not installed: a service's port cannot reach the host", fix="apt-get install passt"
+        )
+    if not real_root() and not os.access(TUN, os.R_OK | os.W_OK):
+        # seen: pasta as a user exits 1 ("Failed to open tun socket in namespace") and the service fails restarting
+        raise PrivilegeError(
+            f"pasta cannot forward a port without root here: {TUN} is not readable and writable by this user",
+            fix="declare the service 'socket: handoff' and start it without --network (no pasta, runs without root),"
+            f" run flakebot as root, or let users open {TUN} (chmod 0666 {TUN}, most distributions' default)",
         )
     return found
 

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from flakebot.errors import PrivilegeError
 from tests.conftest import REPO, json_result, require, run_cli
 from tests.fakes.processes import alive, own_processes
 
@@ -56,7 +57,9 @@ def user_home() -> Iterator[Path]:
         (home / "python" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages").joinpath(
             "checkout.pth"
         ).write_text(f"import site; site.addsitedir({str(site)!r})\n")
+        (home / "tun").touch(mode=0o600)
         subprocess.run(["chown", "-R", f"{UID}:{GID}", home], check=True)
+        os.chown(home / "tun", 0, 0)
         yield home
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -67,12 +70,16 @@ def _dirs(home: Path) -> dict[str, str]:
     return {**env, "FLAKEBOT_WORKDIR": str(home / "work"), "HOME": str(home)}
 
 
-def as_user(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`flakebot ARGS` run by the unprivileged uid with only its own environment (none of root's)."""
+def as_user(home: Path, *args: str, timeout: float = 120, no_tun: bool = False) -> subprocess.CompletedProcess[str]:
+    """`flakebot ARGS` run by the unprivileged uid with only its own environment (none of root's). `no_tun`: in a
+    mount namespace of its own where /dev/net/tun is root's alone (mode 600, as on this machine; most distributions
+    give it 666), so the refusal below is the same on every machine."""
     env = {**_dirs(home), "PATH": "/usr/local/bin:/usr/bin:/bin:/nix/var/nix/profiles/default/bin", "LANG": "C.UTF-8"}
     if os.environ.get("PATH"):  # nix and the toolchains where root's PATH finds them (unreadable ones are skipped)
         env["PATH"] += ":" + os.environ["PATH"]
-    argv = ["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "--"]
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /dev/net/tun && exec "$@"',
+            str(home / "tun")] if no_tun else []  # fmt: skip
+    argv += ["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "--"]
     argv += [str(home / "python" / "bin" / "python3"), "-m", "flakebot", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=home)
 
@@ -95,3 +102,16 @@ def test_an_unprivileged_user_runs_a_handoff_service_up_and_down(user_home: Path
         assert stopped.returncode == 0, stopped.stderr
         assert not alive(supervisor_pid) and not alive(service_pid)
         assert listing() == []
+
+
+def test_a_port_forward_without_root_is_refused_before_anything_starts(user_home: Path) -> None:
+    """`--network` needs pasta, which needs /dev/net/tun: as a user that cannot open it, pasta exited 1 at each of
+    the supervisor's 5 restarts and `up` failed after them; now one line, exit 44, and nothing started."""
+    with own_processes() as listing:
+        done = as_user(user_home, "up", f"{NAME}@0.1.0", "--network", no_tun=True)
+        assert done.returncode == PrivilegeError.exit_code, done.stdout + done.stderr
+        assert done.stderr.count("error:") == 1 and "Fix: declare the service 'socket: handoff'" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert listing() == []
+        status = user_home / "work" / "services" / NAME / "status.json"
+        assert not status.exists() or json.loads(status.read_text()).get("state") != "running"
