@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 # openssh-server: remote builders in tests/nix/test_builders.py; postgresql-15: tests/team/ start a temporary cluster;
 # passt: a service's port (services/forward.py); systemd: systemd-analyze checks its NixOS unit, and runs it as PID 1;
 # umoci: unpacks its OCI image in tests; podman, runc (not crun: it cannot run where cgroups are in hybrid mode),
-# slirp4netns: its OCI image under a real container engine
-APT_PACKAGES=(nix-bin bubblewrap git jq openssh-server passt postgresql-15 systemd umoci podman runc slirp4netns)
+# slirp4netns: its OCI image under a real container engine; python3: the interpreter an unprivileged user runs
+# flakebot with in tests/services/test_rootless.py (a venv of it made in /tmp; pyenv's under /root is unreadable)
+APT_PACKAGES=(nix-bin bubblewrap git jq openssh-server passt postgresql-15 systemd umoci podman runc slirp4netns
+  python3)
 # Debian's Rust crates the tests use: one list, read here and by tests/fakes/registry.py.
 mapfile -t test_crates < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^[[:space:]]*$/d' scripts/test-crates.txt)
 APT_PACKAGES+=("${test_crates[@]}")
