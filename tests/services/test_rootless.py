@@ -54,9 +54,9 @@ def user_home() -> Iterator[Path]:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", home / "python"], check=True)
-        (home / "python" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages").joinpath(
-            "checkout.pth"
-        ).write_text(f"import site; site.addsitedir({str(site)!r})\n")
+        (
+            home / "python" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        ).joinpath("checkout.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
         (home / "tun").touch(mode=0o600)
         subprocess.run(["chown", "-R", f"{UID}:{GID}", home], check=True)
         os.chown(home / "tun", 0, 0)
