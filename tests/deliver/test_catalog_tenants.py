@@ -87,3 +87,26 @@ def test_an_organisations_service_is_not_a_tenant_that_shadows_its_name(flakebot
     catalogue(globex, tmp_path / "globex", "kv")  # globex's own kv: its view of kv is not the organisation's
     assert tenantservices.is_callers(acme, "kv", "acme")
     assert not tenantservices.is_callers(globex, "kv", "globex")
+
+
+def test_the_admins_resume_of_a_tenants_run_catalogues_into_that_tenants_catalog(flakebot_home: Path) -> None:
+    """acme's run, stopped before it catalogues, resumed by the admin's CLI (no tenant setting): the tool lands in
+    acme's catalog, the one the run was started for, never in the organisation's every tenant reads; a process of
+    another tenant is refused the run, in one line, and nothing is catalogued."""
+    from flakebot.pipeline import engine
+    from flakebot.pipeline.request import RunRequest
+    from tests.conftest import REPO
+
+    organisation = config.load()
+    acme = dataclasses.replace(organisation, tenant="acme")
+    pipeline = "tests.fakes.pipelines:CATALOGUING"
+    run = engine.start(pipeline, acme.path("workdir"), acme, RunRequest(need="acme-secret"), stop_after="first")
+    env = {"PYTHONPATH": str(REPO)}
+    other = run_cli("resume", run.id, "--json", env={**env, "FLAKEBOT_TENANT": "globex"})
+    assert other.returncode != 0 and len(other.stderr.strip().splitlines()) == 1, other.stderr
+    assert "acme-secret" not in Catalog.open(dataclasses.replace(organisation, tenant="globex")).tools()
+    resumed = run_cli("resume", run.id, "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json_result(resumed)["outputs"]["catalogue"] == {"tenant": "acme"}
+    assert "acme-secret" in Catalog.open(acme).tools()
+    assert Catalog.open(organisation).tools() == {}  # every tenant reads this one: acme's tool is not in it
