@@ -294,3 +294,68 @@ def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_on
         registry = asyncio.run(craft(url, "https://example.test/x.git", registry=flake))  # a directory registry
     assert known == json.loads(json.dumps(unknown).replace(UNKNOWN, "secret")), (known, unknown)
     assert known["type"] == registry["type"] == "UsageError" and "registry" in registry["error"], registry
+
+
+async def listen(url: str, token: str, heard: list[Any], ready: asyncio.Event, done: asyncio.Event) -> None:
+    """A 2025-11-25 session of `token` that lists its tools, then holds its stream open until `done`, keeping every
+    notification it hears in `heard`."""
+    import mcp_types as types
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            heard.append(message)
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            await client.list_tools()
+            await asyncio.sleep(1)  # the session's standalone stream (GET) opens after initialize
+            ready.set()
+            await done.wait()
+
+
+def test_a_tenants_catalog_change_is_told_to_each_of_its_sessions_and_no_other_tenants(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """alice removes one of acme's tools: carol's open session (another token of acme) hears tools/list_changed as
+    alice's does, bob's (globex) hears nothing; then bob's removal of his own tool is told to bob, not to acme."""
+    settings = config.load()
+    catalogue(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-one")
+    catalogue(dataclasses.replace(settings, tenant="globex"), tmp_path, "globex-one")
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    bob, dave = add_token("bob", "--tenant", "globex"), add_token("dave", "--tenant", "globex")
+
+    async def scenario(url: str) -> dict[str, Any]:
+        heard: dict[str, list[Any]] = {"alice": [], "carol": [], "bob": [], "dave": []}
+        ready = {name: asyncio.Event() for name in heard}
+        done = asyncio.Event()
+        tokens = {"alice": alice, "carol": carol, "bob": bob, "dave": dave}
+        sessions = [asyncio.create_task(listen(url, tokens[n], heard[n], ready[n], done)) for n in heard]
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready.values())), 30)
+        removed = {}
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                removed["acme"] = answer(await client.call_tool("rm", {"tool": "acme-one"}))
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if heard["carol"]:
+                break
+        await asyncio.sleep(1)  # what globex's sessions would have heard by now
+        after_acme = {name: len(notes) for name, notes in heard.items()}
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bob}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                removed["globex"] = answer(await client.call_tool("rm", {"tool": "globex-one"}))
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if heard["dave"]:
+                break
+        await asyncio.sleep(1)
+        done.set()
+        await asyncio.gather(*sessions)
+        return {"removed": removed, "after_acme": after_acme, "after_globex": {n: len(v) for n, v in heard.items()}}
+
+    with serving() as url:
+        seen = asyncio.run(scenario(url))
+    assert not seen["removed"]["acme"]["is_error"] and not seen["removed"]["globex"]["is_error"], seen
+    assert seen["after_acme"] == {"alice": 1, "carol": 1, "bob": 0, "dave": 0}, seen
+    assert seen["after_globex"] == {"alice": 1, "carol": 1, "bob": 1, "dave": 1}, seen
