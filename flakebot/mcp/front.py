@@ -393,10 +393,10 @@ class TeamMCP(FlakebotMCP):
 
             source = Path(os.path.realpath(self.start / Path(out).expanduser()))
             grants(self.settings(ctx), self.start).check(out, source)
-        starting = self._service_up_gate(ctx, args) if name == "service_up" and ctx is not None else None
+        starting = self._service_up_gate(ctx, args) if name == "service_up" and ctx is not None else []
         work = super().work(name, args, ctx)
-        if starting is not None:
-            tenantservices.record_owner(self.settings(ctx), starting, str(self.tenant(ctx)))
+        for service in starting:
+            tenantservices.record_owner(self.settings(ctx), service, str(self.tenant(ctx)))
         return work
 
     def task_owner(self, ctx: Any) -> str:
@@ -471,28 +471,31 @@ class TeamMCP(FlakebotMCP):
             return _result({**result.structured_content, "services": kept})
         return result
 
-    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> str | None:
-        """Whether the caller may start the service `args` names (tenantservices): another's service of a name the
-        caller's catalog also holds is refused (a name the caller's catalog lacks is the verb's own "no service"); the
-        service's name when this up starts it afresh, so that its starter is recorded."""
+    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> list[str]:
+        """Whether the caller may start the service `args` names (tenantservices): one needing another's running
+        service is refused, and so is another's service of a name the caller's catalog also holds (a name the
+        caller's catalog lacks is the verb's own "no service"). The names this up starts afresh (the service, the
+        services it needs never started here), so that the caller's tenant is recorded as their starter."""
         from flakebot.deliver.catalog import Catalog
 
         service = args.get("service")
         if not isinstance(service, str):
-            return None  # the tool's own check says what is wrong
+            return []  # the tool's own check says what is wrong
         name, settings, tenant = service.partition("@")[0], self.settings(ctx), str(self.tenant(ctx))
         try:
             started = tenantservices.started_program(settings, name)
         except UsageError:  # no service name: the verb refuses it
-            return None
-        foreign = tenantservices.foreign_need(settings, name, tenant)
+            return []
+        order = tenantservices.needed(settings, name)
+        foreign = tenantservices.foreign_need(settings, order, tenant)
         if foreign is not None:
             raise tenantservices.refuse_need(name, foreign)
+        fresh = tenantservices.never_started(settings, order)
         if started is None:
-            return name
+            return [*fresh, name]
         if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:
             raise tenantservices.refuse_up(name)
-        return None
+        return fresh
 
     async def _as_never_started(self, ctx: Any, params: Any, service: str) -> Any:
         """A service verb (not service_up) about a service not the caller's, answered by the verb itself in a

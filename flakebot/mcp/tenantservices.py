@@ -3,8 +3,9 @@
 Services run under one name per machine (workdir/services/NAME: their supervisors, ports and state), whichever
 catalog their program came from. The front records the tenant whose token started a service
 (workdir/team/service-owners/NAME.json, written when its `service_up` started it). A started service is the caller's
-when that tenant is the caller's; one without a record (started by the admin's CLI, or as another service's
-dependency) is everyone's who reads the organisation's catalog when the program it runs is one of that catalog's
+when that tenant is the caller's; a service it needs, never started here before, is recorded
+as that tenant's too (it runs for that tenant's service, from its catalog). One without a record (started by the
+admin's CLI, or before owners were recorded) is everyone's who reads the organisation's catalog when the program it runs is one of that catalog's
 versions of its name, and nobody's otherwise. A service never started is left to the verb, which reads the caller's
 own catalog. The front answers a service verb about a service not the caller's as the verb answers where no service
 was ever started (mcp/front.py), refuses `service_up` of a name the caller's catalog holds but another's service
@@ -61,17 +62,37 @@ def is_callers(settings: Settings, name: str, tenant: str) -> bool:
     return entry is not None and started in {str(v.get("store_path") or "") for v in entry["versions"].values()}
 
 
-def foreign_need(settings: Settings, name: str, tenant: str) -> str | None:
-    """A service `name` needs (directly or through others) that runs here and is not `tenant`'s: `up` would hand
-    `name` its port (FLAKEBOT_<NEED>_URL), another tenant's data. None when there is none, or when the needs cannot
-    be read (the verb then says what is wrong)."""
+def needed(settings: Settings, name: str) -> list[str]:
+    """The services `name` needs, directly or through others, as `up` would start them; [] when the needs cannot be
+    read (the verb then says what is wrong)."""
     from flakebot.services import needs
 
     try:
-        order = needs.start_order(name, needs.declared(name, settings), settings)
+        return needs.start_order(name, needs.declared(name, settings), settings)
+    except FlakebotError:
+        return []
+
+
+def foreign_need(settings: Settings, order: list[str], tenant: str) -> str | None:
+    """A service of `order` (what a service needs) that runs here and is not `tenant`'s: `up` would hand the service
+    its port (FLAKEBOT_<NEED>_URL), another tenant's data. None when there is none."""
+    try:
         return next((need for need in order if not is_callers(settings, need, tenant)), None)
     except FlakebotError:
         return None
+
+
+def never_started(settings: Settings, names: list[str]) -> list[str]:
+    """Those of `names` never started on this machine: the ones a service_up starting them makes its caller's (a
+    need started for a tenant's service is that tenant's, as the service is)."""
+    fresh = []
+    for name in names:
+        try:
+            if started_program(settings, name) is None:
+                fresh.append(name)
+        except UsageError:  # no service name: up refuses it
+            continue
+    return fresh
 
 
 def refuse_need(name: str, need: str) -> UsageError:
@@ -111,7 +132,8 @@ def owner_of(settings: Settings, name: str) -> str | None:
 
 
 def record_owner(settings: Settings, name: str, tenant: str) -> None:
-    """Say that `tenant`'s token started service `name` (its service_up found it not started)."""
+    """Say that `tenant`'s token started service `name` (its service_up found it, or a service it needs, never
+    started)."""
     path = _owner_file(settings, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {"format": 1, "tenant": tenant})

@@ -268,6 +268,50 @@ def test_a_tenants_service_cannot_need_another_tenants_running_service(flakebot_
     assert not (flakebot_home / "work" / "services" / "spy" / "launch.json").exists()
 
 
+async def calls(url: str, token: str, steps: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """`token`'s answers to each (tool, arguments) of `steps`, in one session."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            return [answer(await client.call_tool(tool, arguments)) for tool, arguments in steps]
+
+
+@pytest.mark.slow
+def test_a_service_a_tenants_service_up_starts_as_a_need_is_that_tenants(flakebot_home: Path) -> None:
+    """acme's web needs acme's kv-service; alice's service_up of web starts both: kv-service is acme's as web is
+    (alice lists it, reads its logs and stops it), and globex's agent sees neither (its answers an unknown name's)."""
+    from flakebot.mcp import tenantservices
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    common = [str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json"]
+    for extra in ([], ["--name", "web", "--needs", "kv-service"]):
+        done = run_cli("package-service", *common, *extra, env={"FLAKEBOT_TENANT": "acme"})
+        assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    logs = {"service": "kv-service", "lines": 5}
+    with serving() as url:
+        try:
+            up, listed = asyncio.run(calls(url, alice, [("service_up", {"service": "web"}), ("services", {})]))
+            theirs, hidden, unknown = asyncio.run(
+                calls(
+                    url, bob, [("services", {}), ("service_logs", logs), ("service_logs", {**logs, "service": UNKNOWN})]
+                )
+            )
+            read, down = asyncio.run(
+                calls(url, alice, [("service_logs", logs), ("service_down", {"service": "kv-service"})])
+            )
+        finally:
+            run_cli("down", "web")
+            run_cli("down", "kv-service")
+    assert not up["is_error"] and up["state"] == "running", up
+    assert sorted(s["name"] for s in listed["services"]) == ["kv-service", "web"], listed
+    assert theirs["services"] == [] and hidden["is_error"], (theirs, hidden)
+    assert same_as_unknown(hidden, "kv-service") == unknown
+    assert not read["is_error"] and not down["is_error"], (read, down)
+    assert tenantservices.owner_of(config.load(), "kv-service") == "acme"
+
+
 def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
     flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
