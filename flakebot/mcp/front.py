@@ -393,11 +393,9 @@ class TeamMCP(FlakebotMCP):
 
             source = Path(os.path.realpath(self.start / Path(out).expanduser()))
             grants(self.settings(ctx), self.start).check(out, source)
-        starting = self._service_up_gate(ctx, args) if name == "service_up" and ctx is not None else []
-        work = super().work(name, args, ctx)
-        for service in starting:
-            tenantservices.record_owner(self.settings(ctx), service, str(self.tenant(ctx)))
-        return work
+        if name == "service_up" and ctx is not None:
+            self._service_up_gate(ctx, args)
+        return super().work(name, args, ctx)
 
     def task_owner(self, ctx: Any) -> str:
         """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder
@@ -471,31 +469,28 @@ class TeamMCP(FlakebotMCP):
             return _result({**result.structured_content, "services": kept})
         return result
 
-    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> list[str]:
+    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> None:
         """Whether the caller may start the service `args` names (tenantservices): one needing another's running
         service is refused, and so is another's service of a name the caller's catalog also holds (a name the
-        caller's catalog lacks is the verb's own "no service"). The names this up starts afresh (the service, the
-        services it needs never started here), so that the caller's tenant is recorded as their starter."""
+        caller's catalog lacks is the verb's own "no service"). The start itself records the caller's tenant, and
+        refuses another's name again under the service's lock (services/owner.py: two tenants' ups at once)."""
         from flakebot.deliver.catalog import Catalog
 
         service = args.get("service")
         if not isinstance(service, str):
-            return []  # the tool's own check says what is wrong
+            return  # the tool's own check says what is wrong
         name, settings, tenant = service.partition("@")[0], self.settings(ctx), str(self.tenant(ctx))
         try:
             started = tenantservices.started_program(settings, name)
         except UsageError:  # no service name: the verb refuses it
-            return []
-        order = tenantservices.needed(settings, name)
-        foreign = tenantservices.foreign_need(settings, order, tenant)
+            return
+        foreign = tenantservices.foreign_need(settings, tenantservices.needed(settings, name), tenant)
         if foreign is not None:
             raise tenantservices.refuse_need(name, foreign)
-        fresh = tenantservices.never_started(settings, order)
         if started is None:
-            return [*fresh, name]
+            return
         if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:
             raise tenantservices.refuse_up(name)
-        return fresh
 
     async def _as_never_started(self, ctx: Any, params: Any, service: str) -> Any:
         """A service verb (not service_up) about a service not the caller's, answered by the verb itself in a

@@ -312,6 +312,57 @@ def test_a_service_a_tenants_service_up_starts_as_a_need_is_that_tenants(flakebo
     assert tenantservices.owner_of(config.load(), "kv-service") == "acme"
 
 
+@pytest.mark.slow
+def test_two_tenants_first_service_up_of_one_name_at_once_starts_one_and_refuses_the_other(flakebot_home: Path) -> None:
+    """acme and globex each hold a kv-service and both agents ask for it at the same moment, before it ever ran
+    here: one starts it and owns it, the other is told the name is taken (never "running already" at a port, never
+    handed the other's service); the owner alone lists and stops it."""
+    import threading
+
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    for tenant in ("acme", "globex"):
+        done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json",
+                       env={"FLAKEBOT_TENANT": tenant})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    tokens = {"acme": add_token("alice", "--tenant", "acme"), "globex": add_token("bob", "--tenant", "globex")}
+    barrier = threading.Barrier(len(tokens))
+    ups: dict[str, dict[str, Any]] = {}
+
+    def up(tenant: str, url: str) -> None:
+        async def race() -> dict[str, Any]:
+            headers = {"Authorization": f"Bearer {tokens[tenant]}"}
+            async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
+                async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                    await asyncio.to_thread(barrier.wait, 30)  # both sessions open: the calls leave together
+                    return answer(await client.call_tool("service_up", {"service": "kv-service"}))
+
+        ups[tenant] = asyncio.run(race())
+
+    with serving() as url:
+        try:
+            racers = [threading.Thread(target=up, args=(tenant, url)) for tenant in tokens]
+            for racer in racers:
+                racer.start()
+            for racer in racers:
+                racer.join(180)
+            after = {t: asyncio.run(calls(url, token, [("services", {})]))[0] for t, token in tokens.items()}
+            won = [t for t, seen in ups.items() if not seen["is_error"]]
+            lost = [t for t in tokens if t not in won]
+            assert len(won) == 1 and len(lost) == 1, ups
+            (down,) = asyncio.run(calls(url, tokens[won[0]], [("service_down", {"service": "kv-service"})]))
+        finally:
+            run_cli("down", "kv-service")
+    winner, loser = ups[won[0]], ups[lost[0]]
+    assert winner["state"] == "running", winner
+    assert "taken on this machine" in loser["error"] and loser["fix"] and "port" not in loser["error"], loser
+    assert [s["name"] for s in after[won[0]]["services"]] == ["kv-service"], after
+    assert after[lost[0]]["services"] == [], after
+    assert not down["is_error"], down
+
+
 def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
     flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
