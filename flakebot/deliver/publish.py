@@ -205,7 +205,7 @@ def signing_key(settings: Settings) -> SigningKey:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two first publishes must not make two different keys
         if not secret_file.exists():
             logger.info("generating flakebot's signing key %s in %s", name, keys)
-            atomic_write_text(secret_file, _nix_key(["generate-secret", "--key-name", name]))  # mkstemp: mode 0600
+            atomic_write_text(secret_file, _nix_key(["generate-secret", "--key-name", name]))  # made with mode 0600
         if not public_file.exists():
             atomic_write_text(public_file, _nix_key(["convert-secret-to-public"], stdin=secret_file.read_text()))
             public_file.chmod(0o644)
