@@ -96,11 +96,16 @@ class RemoteKeys:
     def keys(self) -> list[Key]:
         """The keys held, fetched first when none is held or they are older than the TTL (at most one fetch per
         `refetch` seconds)."""
-        with self._lock:
-            now = time.monotonic()
-            if self._fetched is None or now - self._fetched >= self.ttl:
-                self._fetch_if_due(now, "expired" if self._fetched is not None else "first use")
+        if self._fresh():  # no lock: a token whose key is held never waits behind a fetch for an unknown kid
             return self._keys
+        with self._lock:
+            if not self._fresh():
+                self._fetch_if_due(time.monotonic(), "expired" if self._fetched is not None else "first use")
+            return self._keys
+
+    def _fresh(self) -> bool:
+        fetched = self._fetched
+        return fetched is not None and time.monotonic() - fetched < self.ttl
 
     def after_unknown_kid(self) -> list[Key]:
         """The keys after one more fetch, if none was tried in the last `refetch` seconds (a rotation)."""
@@ -125,7 +130,8 @@ class RemoteKeys:
                 self.refetch,
             )
             return
-        self._keys, self._fetched = keys, time.monotonic()
+        self._keys = keys  # before _fetched: a lock-free reader that sees the new time sees these keys
+        self._fetched = time.monotonic()
         logger.info("fetched %d key(s) of the identity provider (%s)", len(keys), why)
 
     def _fetch(self) -> list[Key]:
