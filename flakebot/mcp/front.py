@@ -562,13 +562,17 @@ class StoreVerifier:
     principal's name; subject: its id, so a new token under a revoked one's name is another principal and cannot
     take over its sessions)."""
 
-    def __init__(self, store: Verifier, resource: str) -> None:
+    def __init__(self, store: Verifier, resource: str, fetches: bool = False) -> None:
         self.store, self.resource = store, resource
+        self.fetches = fetches  # verifying may fetch the IdP's keys: in a worker thread, never blocking the loop
 
     async def verify_token(self, token: str) -> Any:
         from mcp.server.auth.provider import AccessToken
 
-        principal = self.store.verify(token)
+        if self.fetches:
+            principal = await anyio.to_thread.run_sync(self.store.verify, token)
+        else:
+            principal = self.store.verify(token)
         if principal is None:
             return None
         claims = {"tenant": principal.tenant}
@@ -755,7 +759,10 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
             group.cancel_scope.cancel()
 
     middleware = [
-        Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreVerifier(state.store, url))),
+        Middleware(
+            AuthenticationMiddleware,
+            backend=BearerAuthBackend(StoreVerifier(state.store, url, options.jwt is not None and options.jwt.fetched)),
+        ),
         Middleware(AuthContextMiddleware),
     ]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
