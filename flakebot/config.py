@@ -14,16 +14,18 @@ new setting is TRUSTED unless its field says otherwise.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flakebot.errors import ConfigError
+from flakebot.homes import cache_home as cache_home  # re-exported: every caller's config.*_home()
+from flakebot.homes import config_home as config_home
+from flakebot.homes import data_home as data_home
+from flakebot.homes import rustup_home as rustup_home
 
 if TYPE_CHECKING:
     import tomlkit
@@ -64,33 +66,6 @@ def _to_paths(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) and item for item in value):
         raise ValueError(value)
     return tuple(value)
-
-
-def config_home() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "flakebot"
-
-
-def data_home() -> Path:
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "flakebot"
-
-
-def cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flakebot"
-
-
-@functools.cache
-def rustup_home() -> Path:
-    """rustup's home: RUSTUP_HOME when set; else the `.rustup` beside the `.cargo/bin` that `cargo` (rustup's proxy)
-    is found in on PATH, so a process started with another HOME (hosts that isolate their servers' environment) still
-    finds the toolchains; else ~/.rustup. Resolved once per process."""
-    if os.environ.get("RUSTUP_HOME"):
-        return Path(os.environ["RUSTUP_HOME"])
-    for program in ("cargo", "rustup"):
-        found = shutil.which(program)
-        bin_dir = Path(found).parent if found else None  # not resolved: the proxy links to rustup beside it
-        if bin_dir is not None and bin_dir.name == "bin" and (bin_dir.parent.parent / ".rustup").is_dir():
-            return bin_dir.parent.parent / ".rustup"
-    return Path.home() / ".rustup"
 
 
 def state_home() -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from typing import Any
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` so readers see the old or the new file, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temporary_beside(path)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
@@ -21,9 +20,21 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _temporary_beside(path: Path) -> tuple[int, Path]:
+    """A new file (mode 0600) next to `path`, named `.NAME.RANDOM.tmp`: what tempfile.mkstemp does, without importing
+    tempfile (and random, shutil's archivers) into every process that writes a record, such as a service's
+    supervisor (benchmarks S5: its memory)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp"
+        try:
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -164,10 +165,11 @@ def test_sandboxed_cargo_is_classified_by_its_own_command() -> None:
 
 def test_overlapping_processes_are_counted_once() -> None:
     procs = [
-        {"kind": "cargo test", "start": 10.0, "end": 14.0, "seconds": 4.0},
-        {"kind": "cargo metadata", "start": 13.0, "end": 15.0, "seconds": 2.0},  # overlaps the test: 1 s more, not 2
-        {"kind": "nix build", "start": 16.0, "end": 18.0, "seconds": 2.0},
-        {"kind": "git", "start": 17.5, "end": 19.0, "seconds": 1.5},  # half inside the nix build
+        {"kind": "cargo test", "start": 10.0, "end": 14.0, "seconds": 4.0, "cpu_s": 6.0},
+        # overlaps the test: 1 s more wall, not 2; its CPU seconds add to the test's all the same
+        {"kind": "cargo metadata", "start": 13.0, "end": 15.0, "seconds": 2.0, "cpu_s": 0.5},
+        {"kind": "nix build", "start": 16.0, "end": 18.0, "seconds": 2.0, "cpu_s": 3.0},
+        {"kind": "git", "start": 17.5, "end": 19.0, "seconds": 1.5, "cpu_s": 1.0},  # half inside the nix build
     ]
     split = bench_craft.attribute(procs, (9.0, 20.0))
     assert (
@@ -181,9 +183,28 @@ def test_overlapping_processes_are_counted_once() -> None:
             "other_processes_s": 1.0,
             "own_s": 3.0,
             "fixed_s": 5.0,  # the build work is the test and nix build (6 s); cargo metadata's second outside the test is fixed cost
+            "raw_cpu_s": 9.5,  # cargo's and nix's, not git's
         }
     )
     assert bench_craft.attribute(procs, (12.0, 13.5))["raw_s"] == 1.5
+    assert bench_craft.attribute(procs, (12.0, 13.5))["raw_cpu_s"] == 0.5  # only what started in the window
+
+
+def test_the_process_trace_counts_the_cpu_seconds_of_a_child_and_what_it_reaped(tmp_path: Path) -> None:
+    """A shell that waits for a busy grandchild: its CPU seconds (from wait4) hold the grandchild's, and a sleeping
+    process's stay near zero however long it ran."""
+    proctrace = importlib.import_module("benchmarks.perf.proctrace")
+    busy = "import time\nt = time.process_time() + 0.3\nwhile time.process_time() < t: pass"
+    plain = subprocess.Popen
+    proctrace.install()
+    try:
+        subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(busy)}; true"], check=True)
+        subprocess.run(["sleep", "0.3"], check=True)
+    finally:
+        subprocess.Popen = plain  # type: ignore[misc]
+    shell, sleeper = proctrace.RECORDS[-2:]
+    assert shell["cpu_s"] >= 0.3 and shell["seconds"] >= 0.3
+    assert sleeper["cpu_s"] < 0.1 <= sleeper["seconds"]
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ LEAVES = {
     "errors",
     "events",
     "fsutil",
+    "homes",
     "launcher",
     "loopback",
     "modeltext",

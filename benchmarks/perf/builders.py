@@ -2,7 +2,7 @@
 `build_seconds`, packaged by flakebot's package_crate, six at once) on one builder, then six others on two builders,
 in the same run; the figure is the wall on two over the wall on one (goal <= 0.6).
 
-The builders are sshd processes on 127.0.0.1, each in its own mount namespace with its own /nix and one job at a time
+The builders are sshd processes, each in its own mount and network namespace with its own /nix and one job at a time
 (benchmarks/scenarios/builders.py); this machine builds nothing itself (max-jobs = 0). Each builder first builds one
 crate of its own, so both hold the stand-in's common inputs before anything is timed. Needs root and openssh-server.
 """

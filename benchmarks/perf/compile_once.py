@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import secrets
 import shutil
 import subprocess
@@ -51,24 +52,31 @@ def crate_copy(flake: Path, dest: Path) -> Path:
     return dest
 
 
-def release_build(crate: Path, home: Path, target: Path) -> float:
-    """Seconds of one `cargo build --release` of `crate` into the empty `target`, offline against the registry."""
+def release_build(crate: Path, home: Path, target: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one `cargo build --release` of `crate` into the empty `target`, offline against the
+    registry (CPU: cargo's and every rustc's it reaped, as the craft's trace counts them)."""
     home.mkdir(parents=True)
     (home / "config.toml").write_text(
         '[source.crates-io]\nreplace-with = "local"\n\n'
         f'[source.local]\ndirectory = "{DEBIAN_REGISTRY}"\n\n[net]\noffline = true\n'
     )
     env = {**os.environ, "CARGO_HOME": str(home), "CARGO_TARGET_DIR": str(target), "CARGO_TERM_COLOR": "never"}
-    started = time.perf_counter()
+    before, started = _children_cpu(), time.perf_counter()
     subprocess.run(["cargo", "build", "--release", "--locked"], cwd=crate, env=env, check=True, capture_output=True,
                    timeout=1800)  # fmt: skip
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _children_cpu() - before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run(rounds: int = ROUNDS, heavy: bool = True) -> dict[str, Any]:
     colds: list[dict[str, Any]] = []
     todays: list[dict[str, Any]] = []
     samples: list[float] = []
+    cpu_samples: list[float] = []
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-compile-once-") as tmp:
         root = Path(tmp)
         for n in range(rounds):  # alternating, so a load that moves within the run weighs on both crafts alike
@@ -76,10 +84,12 @@ def run(rounds: int = ROUNDS, heavy: bool = True) -> dict[str, Any]:
             flake = Path(env["FLAKEBOT_WORKDIR"]) / "runs" / cold.pop("result")["run_id"] / "flake"
             plain = root / f"plain-{n}"
             crate = crate_copy(flake, plain / "crate")
-            samples.append(release_build(crate, plain / "home-1", plain / "target-1"))
+            after_cold = release_build(crate, plain / "home-1", plain / "target-1")
             today, _ = craft(root, f"today-{n}", salt=secrets.token_hex(4), cache=False)
             today.pop("result")
-            samples.append(release_build(crate, plain / "home-2", plain / "target-2"))
+            after_today = release_build(crate, plain / "home-2", plain / "target-2")
+            samples += [after_cold[0], after_today[0]]
+            cpu_samples += [after_cold[1], after_today[1]]
             colds.append(cold)
             todays.append(today)
         # Debian's librust-tokio-dev comes with the corpus make bench-setup installs (several of its crates need it)
@@ -87,6 +97,7 @@ def run(rounds: int = ROUNDS, heavy: bool = True) -> dict[str, Any]:
     release_s = sum(samples) / len(samples)
     cold_s = sum(c["raw_s"] for c in colds) / len(colds)
     today_s = sum(t["raw_s"] for t in todays) / len(todays)
+    release_cpu = sum(cpu_samples) / len(cpu_samples)
     return {
         "runs": {"cold": colds[0], "today": todays[0]},
         "cold_samples_s": [round(c["raw_s"], 3) for c in colds],
@@ -96,6 +107,13 @@ def run(rounds: int = ROUNDS, heavy: bool = True) -> dict[str, Any]:
         "ratio": round(cold_s / release_s, 3),
         "round_ratios": [
             round(c["raw_s"] / ((samples[2 * n] + samples[2 * n + 1]) / 2), 3) for n, c in enumerate(colds)
+        ],
+        # the same ratio in CPU seconds, which the machine's other load moves far less than wall seconds
+        "release_cpu_samples_s": [round(s, 3) for s in cpu_samples],
+        "cold_cpu_samples_s": [round(c["raw_cpu_s"], 3) for c in colds],
+        "cpu_ratio": round(sum(c["raw_cpu_s"] for c in colds) / len(colds) / release_cpu, 3),
+        "cpu_round_ratios": [
+            round(c["raw_cpu_s"] / ((cpu_samples[2 * n] + cpu_samples[2 * n + 1]) / 2), 3) for n, c in enumerate(colds)
         ],
         "goal": GOAL,
         "shared_ratio": round(cold_s / today_s, 3),
@@ -109,8 +127,14 @@ def _heavier(root: Path) -> dict[str, Any]:
     cold, env = craft(root, "heavy", salt=secrets.token_hex(4), extra=HEAVIER)
     flake = Path(env["FLAKEBOT_WORKDIR"]) / "runs" / cold.pop("result")["run_id"] / "flake"
     crate = crate_copy(flake, root / "heavy-plain" / "crate")
-    release_s = release_build(crate, root / "heavy-plain" / "home", root / "heavy-plain" / "target")
-    return {"cold": cold, "release_build_s": round(release_s, 3), "ratio": round(cold["raw_s"] / release_s, 3)}
+    release_s, release_cpu = release_build(crate, root / "heavy-plain" / "home", root / "heavy-plain" / "target")
+    return {
+        "cold": cold,
+        "release_build_s": round(release_s, 3),
+        "ratio": round(cold["raw_s"] / release_s, 3),
+        "release_cpu_s": round(release_cpu, 3),
+        "cpu_ratio": round(cold["raw_cpu_s"] / release_cpu, 3),
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +144,8 @@ class HeavierRun:
     cold: RepeatRun
     release_build_s: float
     ratio: float
+    release_cpu_s: float = 0.0  # older reports: not counted
+    cpu_ratio: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +163,11 @@ class CompileOnceResult:
     today_samples_s: tuple[float, ...] = ()
     heavy: HeavierRun | None = None  # older reports did not measure it
     round_ratios: tuple[float, ...] = ()  # each round's cold craft over its two release builds (older: none)
+    # the same in CPU seconds (older reports: not counted)
+    release_cpu_samples_s: tuple[float, ...] = ()
+    cold_cpu_samples_s: tuple[float, ...] = ()
+    cpu_ratio: float | None = None
+    cpu_round_ratios: tuple[float, ...] = ()
 
 
 RESULT = CompileOnceResult

@@ -76,6 +76,7 @@ def processes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "start": record["start"],
                 "end": record["start"] + record["seconds"],
                 "seconds": record["seconds"],
+                "cpu_s": record.get("cpu_s") or 0.0,  # traces from before CPU was counted: none
             }
         )
     return found
@@ -98,6 +99,13 @@ def attribute(procs: list[dict[str, Any]], window: Interval) -> dict[str, float]
     )
     every = union([(p["start"], p["end"]) for p in procs])
     raw_s, all_s = covered(raw, window), covered(every, window)
+    # CPU seconds add up (two cargos at once cost both; wall seconds overlap, their union is counted), each
+    # process's in the window it started in
+    raw_cpu = sum(
+        p["cpu_s"]
+        for p in procs
+        if (p["kind"].startswith("cargo ") or p["kind"] == "nix build") and window[0] <= p["start"] < window[1]
+    )
     total = window[1] - window[0]
     return {
         "seconds": round(total, 3),
@@ -108,6 +116,7 @@ def attribute(procs: list[dict[str, Any]], window: Interval) -> dict[str, float]
         "other_processes_s": round(all_s - raw_s, 3),
         "own_s": round(total - all_s, 3),
         "fixed_s": round(total - covered(work, window), 3),
+        "raw_cpu_s": round(raw_cpu, 3),
     }
 
 
@@ -359,6 +368,7 @@ class Attributed:
     other_processes_s: float
     own_s: float
     fixed_s: float = 0.0  # not in reports from before it was measured
+    raw_cpu_s: float = 0.0  # CPU seconds of cargo and nix build, with what they reaped (older reports: none)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,9 @@
 How: before flakebot (or GitPython, which binds Popen at import) is imported, `subprocess.Popen` is replaced by
 a subclass that notes the wall-clock time a process was spawned and the time it was reaped (its wait()/poll()
 first saw an exit status). Nothing of flakebot is changed; the cost is two clock reads per process.
-A process's seconds are therefore spawn-to-reap, as its caller experienced them.
+A process's seconds are therefore spawn-to-reap, as its caller experienced them. Its CPU seconds (`cpu_s`, user +
+system) are the kernel's count for it and every descendant it reaped, read from wait4 as it is reaped: a measure the
+machine's other load moves far less than wall time.
 """
 
 from __future__ import annotations
@@ -33,13 +35,25 @@ class TimedPopen(subprocess.Popen):  # type: ignore[type-arg]
 
     def __init__(self, args: Any, *rest: Any, **kwargs: Any) -> None:
         self._started = time.perf_counter()
-        self._record: dict[str, Any] = {"argv": _argv(args), "start": time.time(), "seconds": None, "returncode": None}
+        self._record: dict[str, Any] = {
+            "argv": _argv(args), "start": time.time(), "seconds": None, "returncode": None, "cpu_s": None,
+        }  # fmt: skip
         super().__init__(args, *rest, **kwargs)
         RECORDS.append(self._record)
 
     def _note_exit(self) -> None:
         if self.returncode is not None and self._record["seconds"] is None:
             self._record.update(seconds=time.perf_counter() - self._started, returncode=self.returncode)
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        """Popen's own reaping (its waitpid), through wait4 to keep the process tree's CPU seconds."""
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): no status, no usage
+            return self.pid, 0
+        if pid == self.pid:
+            self._record["cpu_s"] = usage.ru_utime + usage.ru_stime
+        return pid, status
 
     def wait(self, timeout: float | None = None) -> int:
         code = super().wait(timeout)

@@ -1,12 +1,15 @@
-"""Nix remote builders on this machine, for the builders tests and benchmark: each an sshd on 127.0.0.1 (a port of
-its own) in its own mount namespace, with its own /nix (a directory bound over /nix: Nix starts a fresh store and
-database there), its own nix.conf and no build users (two builders sharing this host's nixbld users would kill each
-other's builds). The client reaches them as ssh-ng://NAME through an ssh config (NIX_SSHOPTS="-F CONFIG") that
-holds each port, the client key made here and a known_hosts of the builders' host keys.
+"""Nix remote builders on this machine, for the builders tests and benchmark: each an sshd in its own mount and
+network namespace, with its own /nix (a directory bound over /nix: Nix starts a fresh store and database there),
+its own nix.conf and no build users (two builders sharing this host's nixbld users would kill each other's builds).
+A builder's sshd listens on 127.0.0.1:22 of its own network namespace (only its loopback is up): the client shares no
+network with it and reaches it through ssh's ProxyCommand (nsrelay.py: enters that namespace, relays the stream), as
+ssh-ng://NAME through an ssh config (NIX_SSHOPTS="-F CONFIG") that holds each proxy, the client key made here and a
+known_hosts of the builders' host keys.
 
 Each ssh session runs a wrapper (ForceCommand) that logs the connection and starts `nix-daemon --stdio` with the
 builder's NIX_CONF_DIR and TMPDIR. A builder is stopped, or killed as a machine dies, by SIGKILL to its whole
-process tree (found from its sshd's pid, never by name). Needs root (mount), sshd (openssh-server) and ssh.
+process tree (found from its sshd's pid, never by name); a killed builder's namespace goes with it, so a later
+connection is refused as by a machine that is down. Needs root (mount, namespaces), sshd (openssh-server) and ssh.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+RELAY = Path(__file__).with_name("nsrelay.py")
+PORT = 22  # inside each builder's own network namespace
 
 
 @dataclass
@@ -31,9 +36,14 @@ class Builder:
 
     name: str
     root: Path
-    port: int
     features: str
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    started: int = 0  # its sshd's start time (clock ticks after boot): the relay never enters a reused pid
+
+    def proxy(self) -> list[str]:
+        """The command that connects to its sshd inside its network namespace (ssh's ProxyCommand)."""
+        assert self.process is not None
+        return [sys.executable, str(RELAY), str(self.process.pid), str(self.started), str(PORT)]
 
     def entry(self, jobs: int = 1) -> str:
         """Its line in Nix's `builders`: ssh-ng URL, system, key (from the ssh config), jobs, speed, features."""
@@ -93,13 +103,6 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @dataclass
 class Fleet:
     """Builders and what the client needs to reach them: NIX_SSHOPTS and the `builders` setting."""
@@ -132,19 +135,20 @@ def fleet(root: Path, specs: dict[str, tuple[str, str]]) -> Iterator[Fleet]:
     known: list[str] = []
     try:
         for name, (features, conf) in specs.items():
-            builder = Builder(name, root / name, free_port(), features)
+            builder = Builder(name, root / name, features)
             host_key = _prepare(builder, conf, key.with_suffix(".pub").read_text())
-            known.append(f"[127.0.0.1]:{builder.port} {host_key}")
-            config.append(
-                f"Host {name}\n  HostName 127.0.0.1\n  Port {builder.port}\n  User root\n  IdentityFile {key}\n"
-                f"  IdentitiesOnly yes\n  UserKnownHostsFile {root / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
-                "  BatchMode yes\n  ConnectTimeout 10\n"
-            )
+            known.append(f"{name} {host_key}")
             started.builders.append(builder)
-        (root / "known_hosts").write_text("\n".join(known) + "\n")
-        (root / "ssh_config").write_text("".join(config))
         for builder in started.builders:
             _start(builder)
+            config.append(
+                f"Host {builder.name}\n  ProxyCommand {' '.join(builder.proxy())}\n  HostKeyAlias {builder.name}\n"
+                f"  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+                f"  UserKnownHostsFile {root / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+                "  BatchMode yes\n  ConnectTimeout 10\n"
+            )
+        (root / "known_hosts").write_text("\n".join(known) + "\n")
+        (root / "ssh_config").write_text("".join(config))
         yield started
     finally:
         for builder in started.builders:
@@ -173,7 +177,7 @@ def _prepare(builder: Builder, conf: str, client_key: str) -> str:
     )
     wrapper.chmod(0o755)
     (ssh / "sshd_config").write_text(
-        f"ListenAddress 127.0.0.1\nPort {builder.port}\nHostKey {ssh / 'host'}\n"
+        f"ListenAddress 127.0.0.1\nPort {PORT}\nHostKey {ssh / 'host'}\n"
         f"AuthorizedKeysFile {ssh / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n"
         f"ForceCommand {wrapper}\n"
@@ -182,23 +186,31 @@ def _prepare(builder: Builder, conf: str, client_key: str) -> str:
 
 
 def _start(builder: Builder) -> None:
-    """sshd in a mount namespace of its own where builder.root/nix is /nix; returns once it listens."""
+    """sshd in a mount and network namespace of its own (only loopback up) where builder.root/nix is /nix; returns
+    once it answers through the relay."""
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation directory
-    script = f'mount --bind "$1" /nix && exec {SSHD} -D -e -f "$2"'
-    # setpriv: the sshd dies with the test or benchmark that started it, even one killed with SIGKILL
-    argv = ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--propagation", "private"]
+    script = f'ip link set lo up && mount --bind "$1" /nix && exec {SSHD} -D -e -f "$2"'
+    # setpriv: the sshd dies with the test or benchmark that started it, even one killed with SIGKILL; unshare and
+    # sh exec in place, so the pid started here is the sshd's, holding the namespaces
+    argv = ["setpriv", "--pdeathsig", "KILL", "--", "unshare", "--mount", "--net", "--propagation", "private"]
     argv += ["sh", "-c", script, "sh"]
     argv += [str(builder.root / "nix"), str(builder.root / "ssh" / "sshd_config")]
     log = (builder.root / "sshd.log").open("ab")
     builder.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     log.close()
+    builder.started = _start_time(builder.process.pid)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if builder.process.poll() is not None:
             raise RuntimeError(f"sshd of {builder.name} ended: {(builder.root / 'sshd.log').read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", builder.port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"sshd of {builder.name} did not listen on {builder.port}")
+        # a client's banner through the relay: sshd's comes back once it listens (to a bare end, it sends none)
+        probe = subprocess.run(builder.proxy(), input=b"SSH-2.0-probe\r\n", capture_output=True, timeout=15)
+        if probe.stdout.startswith(b"SSH-"):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"sshd of {builder.name} did not answer in its namespace")
+
+
+def _start_time(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])

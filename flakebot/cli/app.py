@@ -141,12 +141,24 @@ def serve_cmd(
     ] = None,
     jwt_issuer: Annotated[
         str | None,
-        typer.Option(help="Also let in JWTs of this identity provider (its `iss`); with --jwt-audience and --jwt-key."),
+        typer.Option(
+            help="Also let in JWTs of this identity provider (its `iss`); with --jwt-audience. Its keys: --jwt-key, "
+            "--jwt-jwks, or else fetched from the jwks_uri of its /.well-known/openid-configuration."
+        ),
     ] = None,
     jwt_audience: Annotated[str | None, typer.Option(help="The `aud` the provider's JWTs must carry.")] = None,
     jwt_key: Annotated[
         Path | None, typer.Option(help="The provider's public key: a PEM file or its JWKS saved as JSON (read once).")
     ] = None,
+    jwt_jwks: Annotated[
+        str | None,
+        typer.Option(
+            help="The provider's JWKS URL (https, or http to loopback): fetched, cached, refetched on rotation."
+        ),
+    ] = None,
+    jwt_jwks_ttl: Annotated[
+        float, typer.Option(help="Seconds the fetched keys are kept before they are fetched again.")
+    ] = 300.0,
     jwt_tenant_claim: Annotated[
         str, typer.Option(help="The JWT claim naming the caller's tenant (a token without it is refused).")
     ] = "flakebot_tenant",
@@ -160,7 +172,7 @@ def serve_cmd(
     share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
     from flakebot.team.idtokens import jwt_options
 
-    jwt = jwt_options(jwt_issuer, jwt_audience, jwt_key, jwt_tenant_claim)
+    jwt = jwt_options(jwt_issuer, jwt_audience, jwt_key, jwt_tenant_claim, jwt_jwks, jwt_jwks_ttl)
     options = FrontOptions(
         host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database, jwt=jwt
     )

@@ -153,11 +153,12 @@ def resume_report(
 def _check_resume(run_id: str, settings: config.Settings | None = None) -> None:
     """No such run, or one whose next stages would write a directory that cannot be written (a read-only
     catalog): refused before a job exists."""
-    from flakebot.pipeline.engine import check_writes
+    from flakebot.pipeline.engine import check_tenant, check_writes
     from flakebot.pipeline.run import Run
 
     settings = settings_or_default(settings)
     run = Run.load(settings.path("workdir"), run_id)
+    check_tenant(run, settings)
     if run.status != "succeeded":
         check_writes(run, settings)
 

@@ -193,16 +193,19 @@ def _live_store_path(tool: str, entry: dict[str, Any]) -> str:
 
 
 def signing_key(settings: Settings) -> SigningKey:
-    """flakebot's key pair in <catalog_dir>/keys/, generated with `nix key generate-secret` on first use."""
-    keys = settings.path("catalog_dir") / "keys"
-    name = f"flakebot-{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())}-1"
+    """flakebot's key pair in the keys/ of the catalog `settings` write (<catalog_dir>/keys/; a tenant's own in its
+    catalog, named after it: what a tenant publishes is signed by a key its agents trust and no other tenant's
+    need), generated with `nix key generate-secret` on first use."""
+    keys = Catalog.open(settings).root / "keys"
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())
+    name = f"flakebot-{host}-{settings.tenant}-1" if settings.tenant else f"flakebot-{host}-1"
     secret_file, public_file = keys / f"{name}.secret", keys / f"{name}.public"
     keys.mkdir(parents=True, exist_ok=True)
     with open(keys / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two first publishes must not make two different keys
         if not secret_file.exists():
             logger.info("generating flakebot's signing key %s in %s", name, keys)
-            atomic_write_text(secret_file, _nix_key(["generate-secret", "--key-name", name]))  # mkstemp: mode 0600
+            atomic_write_text(secret_file, _nix_key(["generate-secret", "--key-name", name]))  # made with mode 0600
         if not public_file.exists():
             atomic_write_text(public_file, _nix_key(["convert-secret-to-public"], stdin=secret_file.read_text()))
             public_file.chmod(0o644)

@@ -51,6 +51,7 @@ from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError,
 from flakebot.loopback import is_loopback
 from flakebot.mcp import tenantservices
 from flakebot.mcp.server import FlakebotMCP
+from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
 from flakebot.team import db, idtokens, tenancy
 from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
@@ -146,6 +147,35 @@ class TeamMCP(FlakebotMCP):
         self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
         self._rows_lock = threading.Lock()
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
+        self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
+
+    def server(self) -> Any:
+        server = super().server()
+        server.middleware.append(self._remember_session)
+        return server
+
+    async def _remember_session(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        """Each request of a session remembers the session under its caller's tenant (mcp/tenantsessions.py)."""
+        session_id, tenant = _session_id(ctx), self.tenant(ctx)
+        if session_id and tenant is not None and getattr(ctx, "session", None) is not None:
+            self.sessions.remember(session_id, tenant, ctx.session)
+        return await call_next(ctx)
+
+    async def tools_changed(self, ctx: Any) -> None:
+        """The caller's tenant's catalog changed: its own session hears it now, each other open session of its
+        tenant on this front soon after (in the background: a slow client does not hold the caller's answer), no
+        other tenant's."""
+        from flakebot.mcp.server import _tools_changed
+
+        await _tools_changed(ctx)
+        tenant = self.tenant(ctx)
+        others = self.sessions.of(tenant, _session_id(ctx)) if tenant is not None else []
+        if not others:
+            return
+        if self.jobs is not None:
+            self.jobs.start_soon(tell, others)
+        else:
+            await tell(others)
 
     def principal(self, ctx: Any) -> Principal | None:
         """The principal of the request `ctx` answers (its verified token, as the HTTP layer authenticated it)."""
@@ -291,8 +321,8 @@ class TeamMCP(FlakebotMCP):
         return await self._follow_job(ctx, enqueued.job_id, changes_catalog)
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
-        """Send tools/list_changed to this session once a detached queued craft catalogued its tool (as a detached
-        job of this machine does), watching for at most WATCH_HOURS. One reader per job on this front, whatever
+        """Send tools/list_changed to this session (and so to every open session of its tenant) once a detached
+        queued craft catalogued its tool (as a detached job of this machine does), watching for at most WATCH_HOURS. One reader per job on this front, whatever
         number of calls joined it: a job's callers are all of its tenant, and joining is never refused, so a reader
         per call would let one tenant pile up queries on the connection every call waits on."""
         session = _session_id(ctx)
@@ -305,7 +335,7 @@ class TeamMCP(FlakebotMCP):
 
     async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
         from flakebot.mcp import queued
-        from flakebot.mcp.server import _catalogued, _tools_changed
+        from flakebot.mcp.server import _catalogued
 
         deadline = time.monotonic() + WATCH_HOURS * 3600
         try:
@@ -319,8 +349,7 @@ class TeamMCP(FlakebotMCP):
                 ended = queued.outcome(row) if row is not None else {}
                 if ended is not None:
                     if _catalogued((ended or {}).get("result") or {}):
-                        for watcher in list(self._watchers.get(job_id, {}).values()):
-                            await _tools_changed(watcher)  # a session gone meanwhile: logged, the others still hear
+                        await self.tools_changed(ctx)  # the watchers' sessions are all of ctx's tenant
                     return
         finally:
             self._watchers.pop(job_id, None)
@@ -329,7 +358,7 @@ class TeamMCP(FlakebotMCP):
         """A queued job waited for: each change of its state a progress notification, then its result."""
         from flakebot.deliver.results import compact_result
         from flakebot.mcp import queued
-        from flakebot.mcp.server import _catalogued, _tools_changed
+        from flakebot.mcp.server import _catalogued
 
         count, last = 0, None
         while True:
@@ -346,7 +375,7 @@ class TeamMCP(FlakebotMCP):
         if "error" in ended:
             return {"ok": False, **ended["error"]}
         if changes_catalog and _catalogued(ended["result"]):
-            await _tools_changed(ctx)
+            await self.tools_changed(ctx)
         return {"ok": True, **compact_result(ended["result"])}
 
     # ------------------------------------------------------------ the MCP handlers
@@ -364,11 +393,9 @@ class TeamMCP(FlakebotMCP):
 
             source = Path(os.path.realpath(self.start / Path(out).expanduser()))
             grants(self.settings(ctx), self.start).check(out, source)
-        starting = self._service_up_gate(ctx, args) if name == "service_up" and ctx is not None else None
-        work = super().work(name, args, ctx)
-        if starting is not None:
-            tenantservices.record_owner(self.settings(ctx), starting, str(self.tenant(ctx)))
-        return work
+        if name == "service_up" and ctx is not None:
+            self._service_up_gate(ctx, args)
+        return super().work(name, args, ctx)
 
     def task_owner(self, ctx: Any) -> str:
         """A task answers only the token that started it (tasks/list, get, result, cancel): another token holder
@@ -442,28 +469,28 @@ class TeamMCP(FlakebotMCP):
             return _result({**result.structured_content, "services": kept})
         return result
 
-    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> str | None:
-        """Whether the caller may start the service `args` names (tenantservices): another's service of a name the
-        caller's catalog also holds is refused (a name the caller's catalog lacks is the verb's own "no service"); the
-        service's name when this up starts it afresh, so that its starter is recorded."""
+    def _service_up_gate(self, ctx: Any, args: dict[str, Any]) -> None:
+        """Whether the caller may start the service `args` names (tenantservices): one needing another's running
+        service is refused, and so is another's service of a name the caller's catalog also holds (a name the
+        caller's catalog lacks is the verb's own "no service"). The start itself records the caller's tenant, and
+        refuses another's name again under the service's lock (services/owner.py: two tenants' ups at once)."""
         from flakebot.deliver.catalog import Catalog
 
         service = args.get("service")
         if not isinstance(service, str):
-            return None  # the tool's own check says what is wrong
+            return  # the tool's own check says what is wrong
         name, settings, tenant = service.partition("@")[0], self.settings(ctx), str(self.tenant(ctx))
         try:
             started = tenantservices.started_program(settings, name)
         except UsageError:  # no service name: the verb refuses it
-            return None
-        foreign = tenantservices.foreign_need(settings, name, tenant)
+            return
+        foreign = tenantservices.foreign_need(settings, tenantservices.needed(settings, name), tenant)
         if foreign is not None:
             raise tenantservices.refuse_need(name, foreign)
         if started is None:
-            return name
+            return
         if not tenantservices.is_callers(settings, name, tenant) and Catalog.open(settings).entry(name) is not None:
             raise tenantservices.refuse_up(name)
-        return None
 
     async def _as_never_started(self, ctx: Any, params: Any, service: str) -> Any:
         """A service verb (not service_up) about a service not the caller's, answered by the verb itself in a
@@ -535,13 +562,17 @@ class StoreVerifier:
     principal's name; subject: its id, so a new token under a revoked one's name is another principal and cannot
     take over its sessions)."""
 
-    def __init__(self, store: Verifier, resource: str) -> None:
+    def __init__(self, store: Verifier, resource: str, fetches: bool = False) -> None:
         self.store, self.resource = store, resource
+        self.fetches = fetches  # verifying may fetch the IdP's keys: in a worker thread, never blocking the loop
 
     async def verify_token(self, token: str) -> Any:
         from mcp.server.auth.provider import AccessToken
 
-        principal = self.store.verify(token)
+        if self.fetches:
+            principal = await anyio.to_thread.run_sync(self.store.verify, token)
+        else:
+            principal = self.store.verify(token)
         if principal is None:
             return None
         claims = {"tenant": principal.tenant}
@@ -722,12 +753,16 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     async def lifespan(app: Any) -> AsyncIterator[None]:
         async with manager.run(), anyio.create_task_group() as group:
             state.jobs = group  # what outlives a request: watching detached work for tools/list_changed
+            state.sessions.live = lambda: manager._server_instances.keys()  # the SDK's open sessions (its private map)
             group.start_soon(_end_revoked_sessions, manager, state.store)
             yield
             group.cancel_scope.cancel()
 
     middleware = [
-        Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(StoreVerifier(state.store, url))),
+        Middleware(
+            AuthenticationMiddleware,
+            backend=BearerAuthBackend(StoreVerifier(state.store, url, options.jwt is not None and options.jwt.fetched)),
+        ),
         Middleware(AuthContextMiddleware),
     ]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

@@ -230,7 +230,7 @@ class FlakebotMCP:
             limiter=self._limiter(command),
         )
         if command.changes_catalog:
-            await _tools_changed(ctx)
+            await self.tools_changed(ctx)
         return {"ok": True, **_for_agent(command, result)}
 
     def _limiter(self, command: Command) -> anyio.CapacityLimiter:
@@ -283,7 +283,7 @@ class FlakebotMCP:
         if "error" in known:
             return {"ok": False, **known["error"]}
         if changes_catalog and _catalogued(known["result"]):
-            await _tools_changed(ctx)
+            await self.tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
     async def _detached(self, ctx: Any, name: str, args: dict[str, Any], changes_catalog: bool) -> dict[str, Any]:
@@ -306,7 +306,7 @@ class FlakebotMCP:
         if "error" in known:
             return {"ok": False, **known["error"]}
         if changes_catalog and _catalogued(known["result"]):
-            await _tools_changed(ctx)
+            await self.tools_changed(ctx)
         return {"ok": True, **compact_result(known["result"])}
 
     def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Work:
@@ -338,6 +338,11 @@ class FlakebotMCP:
     def job_started(self, ctx: Any, journal: Path) -> None:
         """A detached job of this request started (the team front records whose it is)."""
 
+    async def tools_changed(self, ctx: Any) -> None:
+        """The catalog `ctx`'s call reads changed: tell its session (the team front tells every session of the
+        caller's tenant)."""
+        await _tools_changed(ctx)
+
     def may_see(self, ctx: Any, task_id: str) -> bool:
         """Whether the caller of `ctx` may see a detached job's task: over stdio, the user sees all of theirs."""
         return True
@@ -367,7 +372,7 @@ class FlakebotMCP:
             await anyio.sleep(0.1)
         last = _journal_lines(journal)[-1:]
         if last and _catalogued(last[0].get("result") or {}):
-            await _tools_changed(ctx)
+            await self.tools_changed(ctx)
 
 
 Work = Callable[[EventSink], dict[str, Any]]

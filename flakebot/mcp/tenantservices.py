@@ -1,31 +1,28 @@
 """Whose is a service started on the team front's machine: the services one tenant may see and act on.
 
 Services run under one name per machine (workdir/services/NAME: their supervisors, ports and state), whichever
-catalog their program came from. The front records the tenant whose token started a service
-(workdir/team/service-owners/NAME.json, written when its `service_up` started it). A started service is the caller's
-when that tenant is the caller's; one without a record (started by the admin's CLI, or as another service's
-dependency) is everyone's who reads the organisation's catalog when the program it runs is one of that catalog's
-versions of its name, and nobody's otherwise. A service never started is left to the verb, which reads the caller's
-own catalog. The front answers a service verb about a service not the caller's as the verb answers where no service
-was ever started (mcp/front.py), refuses `service_up` of a name the caller's catalog holds but another's service
-took, and `services` lists the caller's only.
+catalog their program came from. The `up` that starts a service records the tenant it ran for in its launch record
+(services/owner.py: the front's service_up runs with the caller's tenant, and so do the starts of what the service
+needs that it makes; the same lock that serializes the start decides which of two tenants' ups takes a name). A
+started service is the caller's when that tenant is the caller's; one without a tenant (started by the admin's CLI)
+is everyone's who reads the organisation's catalog when the program it runs is one of that catalog's versions of its
+name, and nobody's otherwise. A service never started is left to the verb, which reads the caller's own catalog. The
+front answers a service verb about a service not the caller's as the verb answers where no service was ever started
+(mcp/front.py), refuses `service_up` of a name the caller's catalog holds but another's service took, and
+`services` lists the caller's only.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from flakebot.config import Settings
 from flakebot.errors import FlakebotError, UsageError
-from flakebot.fsutil import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
 NAMED = frozenset({"service_down", "service_logs", "service_request", "service_rollback"})  # act on a started one
-OWNERS = "service-owners"  # beneath the front's team/ directory: NAME.json, who started service NAME
 NOWHERE = "no-services"  # beneath the front's team/ directory: a workdir where no service was ever started
 
 
@@ -61,14 +58,21 @@ def is_callers(settings: Settings, name: str, tenant: str) -> bool:
     return entry is not None and started in {str(v.get("store_path") or "") for v in entry["versions"].values()}
 
 
-def foreign_need(settings: Settings, name: str, tenant: str) -> str | None:
-    """A service `name` needs (directly or through others) that runs here and is not `tenant`'s: `up` would hand
-    `name` its port (FLAKEBOT_<NEED>_URL), another tenant's data. None when there is none, or when the needs cannot
-    be read (the verb then says what is wrong)."""
+def needed(settings: Settings, name: str) -> list[str]:
+    """The services `name` needs, directly or through others, as `up` would start them; [] when the needs cannot be
+    read (the verb then says what is wrong)."""
     from flakebot.services import needs
 
     try:
-        order = needs.start_order(name, needs.declared(name, settings), settings)
+        return needs.start_order(name, needs.declared(name, settings), settings)
+    except FlakebotError:
+        return []
+
+
+def foreign_need(settings: Settings, order: list[str], tenant: str) -> str | None:
+    """A service of `order` (what a service needs) that runs here and is not `tenant`'s: `up` would hand the service
+    its port (FLAKEBOT_<NEED>_URL), another tenant's data. None when there is none."""
+    try:
         return next((need for need in order if not is_callers(settings, need, tenant)), None)
     except FlakebotError:
         return None
@@ -94,32 +98,17 @@ def callers_services(settings: Settings, listed: list[dict[str, Any]], tenant: s
     return kept
 
 
-def _owner_file(settings: Settings, name: str) -> Path:
-    from flakebot.services.layout import checked_name
-
-    return settings.path("workdir") / "team" / OWNERS / f"{checked_name(name)}.json"
-
-
 def owner_of(settings: Settings, name: str) -> str | None:
-    """The tenant whose token started service `name` through the front, None when none did (or it is unreadable)."""
-    try:
-        owner = json.loads(_owner_file(settings, name).read_text())
-    except (OSError, ValueError):
-        return None
-    tenant = owner.get("tenant") if isinstance(owner, dict) else None
-    return tenant if isinstance(tenant, str) else None
+    """The tenant whose process started service `name` (its launch record), None when none did or it never ran."""
+    from flakebot.services.layout import ServiceDir
+    from flakebot.services.owner import tenant_of
 
-
-def record_owner(settings: Settings, name: str, tenant: str) -> None:
-    """Say that `tenant`'s token started service `name` (its service_up found it not started)."""
-    path = _owner_file(settings, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"format": 1, "tenant": tenant})
+    where = ServiceDir.of(name, settings)
+    return tenant_of(where.read_json(where.launch_file))
 
 
 def refuse_up(name: str) -> UsageError:
     """`service_up` of a name another catalog's service holds on this machine (running services share one name)."""
-    return UsageError(
-        f"service {name} is taken on this machine by a service of another catalog",
-        fix="package your service under another name ('flakebot package-service PATH --name NAME')",
-    )
+    from flakebot.services.owner import taken
+
+    return taken(name)

@@ -92,9 +92,11 @@ class StageContext:
 
 def run_settings(run: Run, settings: Settings) -> Settings:
     """`settings` with what the run pinned: the flags it started with and what earlier stages resolved
-    (so a resume, or a later stage, sees the same values). Not the sandbox mode: the caller's current setting
-    wins, so a resume runs unsandboxed only when the user says `off` now."""
-    pinned = {**run.request.settings, **run.state["settings"]}
+    (so a resume, or a later stage, sees the same values), and the tenant the run was started for (its catalog is
+    the one it writes, whoever resumes it: the admin's resume of a tenant's run never catalogues into the
+    organisation's catalog every tenant reads). Not the sandbox mode: the caller's current setting wins, so a resume
+    runs unsandboxed only when the user says `off` now."""
+    pinned = {**run.request.settings, **run.state["settings"], "tenant": run_tenant(run)}
     recorded = pinned.pop("sandbox", settings.sandbox)
     if recorded != settings.sandbox:
         logger.info("run %s recorded sandbox %s; the current setting %s applies", run.id, recorded, settings.sandbox)
@@ -333,10 +335,28 @@ def resume(
 ) -> Run:
     """Continue a run from its first unfinished stage."""
     run = Run.load(workdir, run_id)
+    check_tenant(run, settings)
     if run.status == "succeeded":
         return run
     check_writes(run, settings)
     return execute(run, settings, sink, stop_after)
+
+
+def run_tenant(run: Run) -> str:
+    """The tenant a run was started for ("" the organisation's or a lone user's; a run made before runs recorded
+    theirs is the organisation's)."""
+    tenant = run.state.get("tenant") or ""
+    return tenant if isinstance(tenant, str) else ""
+
+
+def check_tenant(run: Run, settings: Settings) -> None:
+    """A process of one tenant (the `tenant` setting) resumes only that tenant's runs: another's would work, and
+    catalogue, for a tenant the caller is not. The admin (no tenant) resumes anyone's, into the run's own catalog."""
+    if settings.tenant and settings.tenant != run_tenant(run):
+        raise RunError(
+            f"run {run.id} was not started for tenant {settings.tenant}",
+            fix="resume it without the tenant setting (the admin's CLI): it catalogues into its own tenant's catalog",
+        )
 
 
 def check_writes(run: Run, settings: Settings) -> None:

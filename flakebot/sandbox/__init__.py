@@ -37,12 +37,15 @@ import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flakebot.config import Settings
 from flakebot.errors import SandboxError
 from flakebot.sandbox import probed
 from flakebot.sandbox.bubblewrap import BwrapSandbox, real_root
 from flakebot.sandbox.process import MAX_PROCESSES, CommandResult, PlainSandbox, Sandbox, SandboxLimits, execute
+
+if TYPE_CHECKING:  # a type only: the supervisor imports this module, never config (benchmarks S5: its memory)
+    from flakebot.config import Settings
 
 logger = logging.getLogger(__name__)
 

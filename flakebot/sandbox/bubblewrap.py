@@ -7,7 +7,6 @@ import functools
 import logging
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -102,6 +101,11 @@ class BwrapSandbox:
     def command(
         self, argv: list[str], *, cwd: Path, env: dict[str, str] | None = None
     ) -> tuple[list[str], dict[str, str]]:
+        return self.command_line(argv, cwd=cwd), self.env(env)
+
+    def command_line(self, argv: list[str], *, cwd: Path) -> list[str]:
+        """command's argv alone: for a caller that gives the command its own whole environment (a service's
+        supervisor), which then never reads rustup's settings for an environment it drops."""
         limit = self.limit_argv()
         uid = self.sandbox_uid()
         for path in self.writable:  # made before they are adopted: a directory made after would stay root's
@@ -110,7 +114,7 @@ class BwrapSandbox:
             own = [self.workspace, *self.writable, *(source for rw, source, _ in self.binds if rw)]
             trees = [p for p in dict.fromkeys(own) if not (self.read_only and p == self.workspace)]
             adopt(trees, uid, self.frozen)
-        return [*self.bwrap_argv(Path(cwd).resolve()), *limit, *argv], self.env(env)
+        return [*self.bwrap_argv(Path(cwd).resolve()), *limit, *argv]
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The command's environment: minimal, the caller's additions, HOME and CARGO_HOME inside the sandbox."""
@@ -250,11 +254,23 @@ def _sandbox_home() -> Path:
     return home if home != Path("/") and not any(home.is_relative_to(d) for d in SYSTEM_DIRS) else Path("/home/sandbox")
 
 
+def _new_directory(parent: Path, prefix: str) -> Path:
+    """A new directory (0700) `PREFIX<random>` in `parent`: tempfile.mkdtemp's, without tempfile and random in a
+    service's supervisor (benchmarks S5: its memory)."""
+    while True:
+        directory = parent / f"{prefix}{os.urandom(6).hex()}"
+        try:
+            directory.mkdir(mode=0o700)
+            return directory
+        except FileExistsError:
+            continue
+
+
 @functools.cache
 def _users_with(uid: int, home: Path) -> Path:
     """A directory holding the host's /etc/passwd and /etc/group plus a line for the sandbox uid (and its gid), made
     once per process and removed at exit."""
-    directory = Path(tempfile.mkdtemp(prefix="flakebot-users-"))
+    directory = _new_directory(Path(os.environ.get("TMPDIR") or "/tmp"), "flakebot-users-")
     directory.chmod(0o755)
     atexit.register(shutil.rmtree, directory, True)
     lines = {"passwd": f"flakebot:x:{uid}:{uid}:flakebot sandbox:{home}:/bin/sh", "group": f"flakebot:x:{uid}:"}

@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-from flakebot import config
+from flakebot.homes import cache_home
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def remember(bwrap: str, start_overhead: float | None) -> None:
 
 
 def _record_path() -> Path:
-    return config.cache_home() / f"bwrap-probe-{os.geteuid()}.json"
+    return cache_home() / f"bwrap-probe-{os.geteuid()}.json"
 
 
 def _conditions(bwrap: str) -> dict[str, object]:

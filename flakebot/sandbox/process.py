@@ -9,15 +9,13 @@ import shutil
 import signal
 import subprocess
 import time
-import tomllib
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from flakebot import launcher
-from flakebot.config import rustup_home
+from flakebot.homes import rustup_home
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +181,8 @@ def _base_env(home: Path) -> dict[str, str]:
 
 def _default_toolchain() -> str:
     """rustup's default toolchain (its settings.toml), or '' without rustup."""
+    import tomllib  # here: the supervisor, which never reads it, imports this module (benchmarks S5: its memory)
+
     try:
         return str(tomllib.loads((_rustup_home() / "settings.toml").read_text()).get("default_toolchain") or "")
     except (OSError, tomllib.TOMLDecodeError):
@@ -248,7 +248,7 @@ class _Spill(_Capture):
 
     def _open(self) -> Path:
         self.spill.directory.mkdir(parents=True, exist_ok=True)
-        path = self.spill.directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.stdout"
+        path = self.spill.directory / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(4).hex()}.stdout"
         self.file = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")  # noqa: SIM115 - closed by close()
         return path
 

@@ -13,7 +13,7 @@ from flakebot.config import Settings
 from flakebot.deliver.toolrun import built_program
 from flakebot.errors import FlakebotError, SandboxError, UsageError
 from flakebot.modeltext import output_quoted
-from flakebot.services import envelope, forward, handoff, identity, needs
+from flakebot.services import envelope, forward, handoff, identity, needs, owner
 from flakebot.services.catalogued import service_manifest_of
 from flakebot.services.declaration import ServiceSpec
 from flakebot.services.layout import ServiceDir, all_service_dirs
@@ -53,7 +53,9 @@ def up(
         forward.pasta_program()  # before anything starts: no forward, no service
     binary = built_program(manifest, settings.nix_build_timeout)
     program = identity.record(manifest, binary)
-    _may_up(where, ref, manifest, program, where.read_json(where.launch_file), replace=replace, agent=agent)
+    earlier = where.read_json(where.launch_file)
+    owner.may_take(where.name, earlier, settings)  # another tenant's: taken, before "running already" at its port
+    _may_up(where, ref, manifest, program, earlier, replace=replace, agent=agent)
     started = _start_needed(where.name, order, settings, agent=agent)  # after: a refused up starts none of them
     try:
         status = _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
@@ -106,6 +108,7 @@ def _up_locked(
     """`up` once what it needs runs: an upgrade of the running version or a start of `program`."""
     with where.control_lock():
         earlier = where.read_json(where.launch_file)
+        owner.may_take(where.name, earlier, settings)  # again, under the lock: two tenants' first ups at once
         _may_up(where, ref, manifest, program, earlier, replace=replace, agent=agent)  # again, under the lock
         if where.supervisor_alive():
             running_now = {**earlier, "needs": needs.reach(where.name, spec, settings)}
@@ -126,6 +129,7 @@ def _up_locked(
             "previous": identity.previous(earlier, manifest["catalog_version"]),  # what rollback runs
             "examples": manifest.get("lifecycle_examples"),  # what an upgrade or a rollback to it is checked with
             "needs": needs.reach(where.name, spec, settings),  # each needed service's port at this start
+            owner.TENANT: settings.tenant,  # whose it is (owner.py); the services it needs that this up starts too
         }
         return _healthy_or_stopped(where, launch)
 
@@ -186,6 +190,11 @@ def _start_needed(name: str, order: list[str], settings: Settings, *, agent: boo
     started: list[ServiceDir] = []
     for need in order:
         where = ServiceDir.of(need, settings)
+        try:
+            owner.may_take(need, where.read_json(where.launch_file), settings)  # another tenant's is never reached
+        except UsageError:
+            _stop_all(started)
+            raise
         if needs.running(where):
             continue
         try:

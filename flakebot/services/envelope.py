@@ -17,17 +17,18 @@ identity           its supervisor and its service recorded as pid + start time (
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flakebot.config import Settings
 from flakebot.sandbox import SandboxLimits
 from flakebot.sandbox.cgroup import Group
+
+if TYPE_CHECKING:  # a type only: the supervisor imports this module, never config (benchmarks S5: its memory)
+    from flakebot.config import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +48,23 @@ def launch_limits(settings: Settings) -> dict[str, Any]:
 
 def group_for(root: Path, limits: SandboxLimits) -> Group | None:
     """The service's own cgroup (named by its directory, so two workdirs' services never share one)."""
-    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    digest = _sha256_hex(str(root.resolve()).encode())[:12]
     return Group.create(
         f"flakebot-{root.name[:40]}-{digest}", memory_bytes=limits.memory_mb * MIB, max_processes=limits.max_processes
     )
+
+
+def _sha256_hex(data: bytes) -> str:
+    """SHA-256 from Python's own module (the one hashlib falls back to): hashlib maps OpenSSL's libcrypto (3 MB) into
+    the supervisor, which names one cgroup per start with it (benchmarks S5: the supervisor's memory)."""
+    try:
+        from _sha256 import sha256  # 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.12 on
+        except ImportError:  # a build without them: the same digest through OpenSSL
+            from hashlib import sha256
+    return str(sha256(data).hexdigest())
 
 
 INODE_BYTES = 4096  # the least one entry is charged: an inode, and a block once it holds anything

@@ -13,12 +13,12 @@ the sandbox otherwise) as the supervisor's child, killed with it (PR_SET_PDEATHS
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import shutil
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from flakebot.errors import PrivilegeError, SandboxError
@@ -92,7 +92,15 @@ def pasta_argv(
     return [*argv, "--userns", f"/proc/{ns_pid}/ns/user"]  # bubblewrap's user namespace owns the network one
 
 
-def die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the supervisor dies (the supervisor is single-threaded)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent() -> Callable[[], None]:
+    """A preexec_fn: SIGKILL this child when the supervisor dies (the supervisor is single-threaded). ctypes and libc
+    are loaded here, in the parent, at the first pasta start: a supervisor whose service takes its socket never loads
+    them (benchmarks S5: its memory)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return preexec

@@ -16,7 +16,11 @@ def check(health: Health, port: int, timeout: float, listener: socket.socket | N
     also waits for the service to accept what is queued."""
     end = time.monotonic() + timeout  # for the whole check: a service answering a byte at a time fails it too
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        # not create_connection: its getaddrinfo takes the host through the idna codec (unicodedata, stringprep) in
+        # the supervisor (benchmarks S5: its memory); an address needs no lookup
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(("127.0.0.1", port))
             if health.kind == "tcp":
                 return _accepted(listener, end) if listener is not None else ""
             sock.settimeout(_left(end))

@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flakebot.config import Settings
 from flakebot.errors import UsageError
 from flakebot.fsutil import atomic_write_json
+
+if TYPE_CHECKING:  # a type only: the supervisor imports this module, never config (benchmarks S5: its memory)
+    from flakebot.config import Settings
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 NAME_RULE = "lower-case letters, digits, '-' and '_', at most 64"

@@ -218,7 +218,7 @@ class Supervisor:
         sandbox = self.sandbox()
         listener = self.listening()
         program = [str(self.binary)] if listener is None else handoff.argv([str(self.binary)])
-        full, _ = sandbox.command(program, cwd=self.where.state)
+        full = sandbox.command_line(program, cwd=self.where.state)
         full_env = service_environment(self.spec, self.where.state, bool(self.secrets), self.needs)
         if listener is not None:
             handoff.prepare(listener)
@@ -291,7 +291,7 @@ class Supervisor:
                                   reach=tuple(self.needs.values()))  # fmt: skip
         with open(self.where.supervisor_log, "ab") as out:
             return launcher.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                  preexec_fn=forward.die_with_parent)  # fmt: skip
+                                  preexec_fn=forward.die_with_parent())  # fmt: skip
 
     def watch(self, started: Started) -> str:
         """Until the service exits, fails its checks or a stop is asked: why it ended ('' for a stop)."""

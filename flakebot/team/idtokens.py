@@ -1,5 +1,7 @@
-"""JWTs from the team's identity provider, verified here with its public key (`flakebot serve --jwt-issuer URL
---jwt-audience AUD --jwt-key FILE`): no network fetch, so a front works offline and an IdP outage stops no call.
+"""JWTs from the team's identity provider, verified here with its public keys (`flakebot serve --jwt-issuer URL
+--jwt-audience AUD`): from a file (--jwt-key FILE: no network fetch, so a front works offline and an IdP outage stops
+no call), or fetched from the provider and cached (--jwt-jwks URL, or by default the jwks_uri of the issuer's OpenID
+configuration: flakebot.team.jwks).
 
 The key file is a PEM public key or a JWKS (JSON) as the IdP publishes it, saved to disk. The algorithms accepted are
 pinned by the key's own type (RSA: RS256/384/512; EC: the one ES* of its curve; Ed25519: EdDSA; a JWKS key: its
@@ -14,7 +16,6 @@ another's tenant by default), its limits the static tokens' defaults.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from flakebot.errors import UsageError
+from flakebot.team.jwks import DEFAULT_TTL_SECONDS, REFETCH_SECONDS, Key, RemoteKeys, check_url, parse_jwks
 from flakebot.team.tokens import (
     DEFAULT_CALLS_PER_MINUTE,
     DEFAULT_CONCURRENT_CRAFTS,
@@ -43,46 +45,65 @@ LEEWAY_SECONDS = 30  # clock skew between the IdP and this machine
 MAX_TOKEN = 16 * 1024
 RSA_ALGORITHMS = ["RS256", "RS384", "RS512"]
 EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
-ASYMMETRIC = {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 
 
 @dataclass(frozen=True)
 class JwtOptions:
     issuer: str
     audience: str
-    key: Path
+    key: Path | None = None  # a key file; None: fetched (jwks_url, else discovered from the issuer)
     tenant_claim: str = DEFAULT_TENANT_CLAIM
+    jwks_url: str | None = None
+    jwks_ttl: float = DEFAULT_TTL_SECONDS
+    refetch_seconds: float = REFETCH_SECONDS
+
+    @property
+    def fetched(self) -> bool:
+        """Whether keys come over the network (a verification may then wait for a fetch)."""
+        return self.key is None
 
 
-def jwt_options(issuer: str | None, audience: str | None, key: Path | None, tenant_claim: str) -> JwtOptions | None:
-    """The --jwt-* options as one JwtOptions (None when none is given; all three or a UsageError)."""
-    if issuer is None and audience is None and key is None:
+def jwt_options(
+    issuer: str | None,
+    audience: str | None,
+    key: Path | None,
+    tenant_claim: str,
+    jwks_url: str | None = None,
+    jwks_ttl: float = DEFAULT_TTL_SECONDS,
+) -> JwtOptions | None:
+    """The --jwt-* options as one JwtOptions (None when none is given), else a UsageError."""
+    if issuer is None and audience is None and key is None and jwks_url is None:
         return None
-    if issuer is None or audience is None or key is None:
+    if issuer is None or audience is None:
         raise UsageError(
-            "--jwt-issuer, --jwt-audience and --jwt-key go together",
-            fix="pass all three: the provider's issuer URL, the audience its tokens name, its public key file",
+            "--jwt-issuer and --jwt-audience go together (with --jwt-key or --jwt-jwks, or neither)",
+            fix="pass the provider's issuer URL and the audience its tokens name; its keys: a file (--jwt-key), "
+            "a JWKS URL (--jwt-jwks), or by default the jwks_uri of the issuer's OpenID configuration",
         )
     if not issuer.startswith(("https://", "http://")):
         raise UsageError(f"--jwt-issuer {issuer[:80]!r} is not a URL", fix="pass the provider's issuer (its `iss`)")
     if not tenant_claim:
         raise UsageError("--jwt-tenant-claim is empty", fix="name the claim that carries the tenant")
-    return JwtOptions(issuer, audience, key, tenant_claim)
-
-
-@dataclass(frozen=True)
-class _Key:
-    key: Any
-    algorithms: list[str]
-    kid: str | None = None
+    if key is not None and jwks_url is not None:
+        raise UsageError("--jwt-key and --jwt-jwks exclude each other", fix="pass the key file or the JWKS URL")
+    if not jwks_ttl > 0:
+        raise UsageError(f"--jwt-jwks-ttl {jwks_ttl} is not positive", fix="pass seconds, e.g. 300")
+    if key is None:  # fetched: from here, or from what the issuer's configuration names
+        check_url(jwks_url or issuer, "--jwt-jwks" if jwks_url else "--jwt-issuer (whose keys are fetched)")
+    return JwtOptions(issuer, audience, key, tenant_claim, jwks_url, jwks_ttl)
 
 
 class JwtVerifier:
-    """Verifies the IdP's JWTs with the keys of one file (read once, at start)."""
+    """Verifies the IdP's JWTs with the keys of one file (read once, at start) or fetched from the IdP."""
 
     def __init__(self, options: JwtOptions) -> None:
         self.options = options
-        self.keys = load_keys(options.key)
+        self.keys = load_keys(options.key) if options.key is not None else []
+        self.remote = (
+            None
+            if options.key is not None
+            else RemoteKeys(options.issuer, options.jwks_url, options.jwks_ttl, options.refetch_seconds)
+        )
 
     def verify(self, token: str) -> Principal | None:
         """The principal of a valid token (signature, issuer, audience, expiry), or None."""
@@ -110,10 +131,13 @@ class JwtVerifier:
     def active(self) -> list[Principal]:
         return []  # the IdP knows its users; none is listed here
 
-    def _key(self, kid: Any) -> _Key | None:
-        if kid is not None:
-            return next((k for k in self.keys if k.kid == kid), None)
-        return self.keys[0] if len(self.keys) == 1 else None  # several keys: the token must say which
+    def _key(self, kid: Any) -> Key | None:
+        if self.remote is None:
+            return _pick(self.keys, kid)
+        found = _pick(self.remote.keys(), kid)
+        if found is None:  # rotated keys, or a made-up kid: one fetch at most per refetch interval
+            found = _pick(self.remote.after_unknown_kid(), kid)
+        return found
 
     def _principal(self, claims: dict[str, Any]) -> Principal | None:
         subject, tenant = claims.get("sub"), claims.get(self.options.tenant_claim)
@@ -134,7 +158,13 @@ class JwtVerifier:
         )
 
 
-def load_keys(path: Path) -> list[_Key]:
+def _pick(keys: list[Key], kid: Any) -> Key | None:
+    if kid is not None:
+        return next((k for k in keys if k.kid == kid), None)
+    return keys[0] if len(keys) == 1 else None  # several keys: the token must say which
+
+
+def load_keys(path: Path) -> list[Key]:
     """The public keys of a PEM or JWKS file, each with the algorithms it may verify (else one UsageError line)."""
     fix = "pass the identity provider's public key as PEM, or its JWKS saved as JSON"
     try:
@@ -142,7 +172,10 @@ def load_keys(path: Path) -> list[_Key]:
     except OSError as exc:
         raise UsageError(f"cannot read --jwt-key {path}: {exc.strerror or exc}", fix=fix) from None
     if data.lstrip().startswith(b"{"):
-        return _jwks(path, data, fix)
+        try:
+            return parse_jwks(data)
+        except ValueError as exc:
+            raise UsageError(f"--jwt-key {path}: {exc}", fix=fix) from None
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError):
@@ -150,19 +183,7 @@ def load_keys(path: Path) -> list[_Key]:
     algorithms = _algorithms(key)
     if not algorithms:
         raise UsageError(f"--jwt-key {path} is a {type(key).__name__}, which signs no JWT flakebot accepts", fix=fix)
-    return [_Key(key, algorithms)]
-
-
-def _jwks(path: Path, data: bytes, fix: str) -> list[_Key]:
-    try:
-        document = json.loads(data)
-        keys = [jwt.PyJWK(k) for k in document["keys"] if k.get("use", "sig") == "sig"]
-    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as exc:
-        raise UsageError(f"--jwt-key {path} is not a usable JWKS: {exc}", fix=fix) from None
-    usable = [_Key(k.key, [k.algorithm_name], k.key_id) for k in keys if k.algorithm_name in ASYMMETRIC]
-    if not usable:
-        raise UsageError(f"--jwt-key {path} holds no public signing key", fix=fix)
-    return usable
+    return [Key(key, algorithms)]
 
 
 def _algorithms(key: Any) -> list[str]:

@@ -203,7 +203,7 @@ class TokenStore:
             fcntl.flock(lock, fcntl.LOCK_EX)
             records = self._read()
             yield records
-            # atomic_write_text makes its file with mkstemp: mode 0600 from the start
+            # atomic_write_text makes its file with mode 0600 from the start
             atomic_write_text(self.path, json.dumps({"format": FORMAT, "tokens": records}, indent=2) + "\n")
 
 

@@ -87,3 +87,64 @@ def test_an_organisations_service_is_not_a_tenant_that_shadows_its_name(flakebot
     catalogue(globex, tmp_path / "globex", "kv")  # globex's own kv: its view of kv is not the organisation's
     assert tenantservices.is_callers(acme, "kv", "acme")
     assert not tenantservices.is_callers(globex, "kv", "globex")
+
+
+def test_the_admins_resume_of_a_tenants_run_catalogues_into_that_tenants_catalog(flakebot_home: Path) -> None:
+    """acme's run, stopped before it catalogues, resumed by the admin's CLI (no tenant setting): the tool lands in
+    acme's catalog, the one the run was started for, never in the organisation's every tenant reads; a process of
+    another tenant is refused the run, in one line, and nothing is catalogued."""
+    from flakebot.pipeline import engine
+    from flakebot.pipeline.request import RunRequest
+    from tests.conftest import REPO
+
+    organisation = config.load()
+    acme = dataclasses.replace(organisation, tenant="acme")
+    pipeline = "tests.fakes.pipelines:CATALOGUING"
+    run = engine.start(pipeline, acme.path("workdir"), acme, RunRequest(need="acme-secret"), stop_after="first")
+    env = {"PYTHONPATH": str(REPO)}
+    other = run_cli("resume", run.id, "--json", env={**env, "FLAKEBOT_TENANT": "globex"})
+    assert other.returncode != 0 and len(other.stderr.strip().splitlines()) == 1, other.stderr
+    assert "acme-secret" not in Catalog.open(dataclasses.replace(organisation, tenant="globex")).tools()
+    resumed = run_cli("resume", run.id, "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json_result(resumed)["outputs"]["catalogue"] == {"tenant": "acme"}
+    assert "acme-secret" in Catalog.open(acme).tools()
+    assert Catalog.open(organisation).tools() == {}  # every tenant reads this one: acme's tool is not in it
+
+
+def test_a_tenants_tools_are_published_signed_with_its_own_key(flakebot_home: Path, tmp_path: Path) -> None:
+    """acme's tool published (the CLI with the tenant setting) is signed with acme's key, kept in acme's catalog, not
+    the organisation's key every tenant's agents trust: a machine trusting only the organisation's key lists nothing
+    of acme's cache, one trusting acme's key lists acme's tool."""
+    import subprocess
+
+    from tests.conftest import require
+
+    require("nix")
+    organisation = config.load()
+    acme = dataclasses.replace(organisation, tenant="acme")
+    for settings, name in ((organisation, "org-note"), (acme, "acme-note")):
+        (tmp_path / f"{name}.txt").write_text(f"{name}\n")
+        added = subprocess.run(["nix-store", "--add", str(tmp_path / f"{name}.txt")], capture_output=True, text=True)
+        assert added.returncode == 0, added.stderr
+        (tmp_path / name).mkdir()
+        Catalog.open(settings).add(
+            name, need=f"need {name}", flake_dir=tmp_path / name, usage_md=f"# {name}\n", run_id="test", origin={},
+            manifest={"name": name, "summary": "a note", "main_program": name, "store_path": added.stdout.strip()},
+            store_path=added.stdout.strip(),
+        )  # fmt: skip
+    published = {}
+    for tenant, name in (("", "org-note"), ("acme", "acme-note")):
+        done = run_cli("publish", name, "--to", f"file://{tmp_path / 'cache' / name}", "--json",
+                       env={"FLAKEBOT_TENANT": tenant})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        published[tenant] = json_result(done)
+    org_key, acme_key = published[""]["public_key"], published["acme"]["public_key"]
+    assert org_key != acme_key and published["acme"]["signed_by"] == acme_key.partition(":")[0]
+    assert (tenant_root(organisation, "acme") / "keys" / f"{published['acme']['signed_by']}.secret").is_file()
+    assert not (organisation.path("catalog_dir") / "keys" / f"{published['acme']['signed_by']}.secret").exists()
+    cache = f"file://{tmp_path / 'cache' / 'acme-note'}"
+    for key, seen in ((org_key, []), (acme_key, ["acme-note"])):
+        listed = run_cli("list", "--remote", "--json", env={"FLAKEBOT_CATALOGS": f"{cache} {key}"})
+        names = [t["name"] for t in json_result(listed).get("tools", [])] if listed.returncode == 0 else []
+        assert names == seen, (key, listed.stdout, listed.stderr)

@@ -65,7 +65,28 @@ def swallowed(ctx: StageContext) -> dict:
     return {"value": 2}
 
 
+def catalogue(ctx: StageContext) -> dict:
+    """Catalogue a tool named after the run's need into the catalog the stage's settings open (as instruct does)."""
+    from flakebot.deliver.catalog import Catalog
+
+    _record(ctx)
+    name = ctx.request.need
+    store = ctx.run.dir / "store"
+    (store / "bin").mkdir(parents=True, exist_ok=True)
+    (store / "bin" / name).write_text("#!/bin/sh\necho made\n")
+    (store / "bin" / name).chmod(0o755)
+    flake = ctx.run.dir / "flake"
+    flake.mkdir(exist_ok=True)
+    manifest = {"name": name, "main_program": name, "store_path": str(store), "nix_run_argv": ["nix", "run", "x"]}
+    Catalog.open(ctx.settings).add(
+        name, need=f"{name} rows", flake_dir=flake, manifest={**manifest, "summary": ""}, usage_md=f"# {name}\n",
+        store_path=str(store), run_id=ctx.run.id, origin={},
+    )  # fmt: skip
+    return {"tenant": ctx.settings.tenant}
+
+
 SLOW = [Stage("first", first), Stage("slow", slow), Stage("last", last)]
 SWALLOWED = [Stage("first", first), Stage("swallowed", swallowed), Stage("last", last),
              Stage("cleanup", cleanup, always=True)]  # fmt: skip
 FAILING = [Stage("first", first), Stage("broken", broken), Stage("last", last), Stage("cleanup", cleanup, always=True)]
+CATALOGUING = [Stage("first", first), Stage("catalogue", catalogue, writes=lambda run: ("catalog_dir",))]

@@ -1,5 +1,6 @@
-"""Stand-in builds over real Nix remote builders: sshd processes on 127.0.0.1, each in its own mount namespace with
-its own /nix and no build users (benchmarks/scenarios/builders.py), reached as ssh-ng:// through NIX_SSHOPTS.
+"""Stand-in builds over real Nix remote builders: sshd processes, each in its own mount and network namespace with
+its own /nix and no build users (benchmarks/scenarios/builders.py), reached as ssh-ng:// through NIX_SSHOPTS (an
+ssh config whose ProxyCommand enters the builder's network namespace: the client shares no network with it).
 
 The stand-in's derivations require the host toolchain's feature: they go to a builder advertising it (the local
 machine is given max-jobs = 0, so it cannot build them itself), never to one without it, and build here when this
@@ -8,6 +9,7 @@ machine advertises the feature. Every crate is new (a store hit proves nothing).
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import shutil
 import subprocess
@@ -87,6 +89,19 @@ def fresh_crate(root: Path, build_rs: str = "") -> tuple[Path, str]:
 
 def package(crate: Path, out: Path, settings: Settings, builders: str) -> PackageResult:
     return package_crate(crate, out, dataclasses.replace(settings, nix_builders=builders))
+
+
+def test_each_builder_has_a_network_of_its_own(builders: Fleet) -> None:
+    """No builder is on this machine's network nor on another builder's: the client reaches each one only through
+    the relay into its namespace, which refuses a pid that names another process now."""
+    nets = {os.readlink(f"/proc/{b.process.pid}/ns/net") for b in builders.builders if b.process is not None}
+    assert len(nets) == len(builders.builders) == 3 and os.readlink("/proc/self/ns/net") not in nets
+    config = (builders.root / "ssh_config").read_text()
+    assert "HostName" not in config and "Port" not in config and config.count("ProxyCommand") == 3
+    reused = builders["one"].proxy()
+    reused[3] = str(builders["one"].started + 1)  # the same pid, another start time: as if the pid were reused
+    refused = subprocess.run(reused, input=b"SSH-2.0-probe\r\n", capture_output=True, timeout=30)
+    assert refused.returncode == 1 and refused.stdout == b"" and b"is not the builder any more" in refused.stderr
 
 
 def test_the_stand_in_names_the_toolchain_feature_only_with_builders(home: Path, standin: Path) -> None:

@@ -398,3 +398,22 @@ def test_the_supervisor_starts_without_site_packages() -> None:
     done = launcher.run(launcher.python_code(code, site=False), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_the_supervisor_never_loads_what_only_other_commands_need() -> None:
+    """Its memory beside every service (benchmarks S5): importing it and running a health check loads no settings
+    (flakebot.config), no OpenSSL (hashlib), no ctypes, tempfile, tomllib or uuid, and no idna codec."""
+    from flakebot import launcher
+
+    code = (
+        "import socket\n"
+        "from flakebot.services import supervisor, health, envelope\n"
+        "from flakebot.services.declaration import Health\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "print(health.check(Health('tcp'), server.getsockname()[1], 2.0) == '', len(envelope._sha256_hex(b'x')))\n"
+        "unwanted = ('flakebot.config', 'hashlib', 'ctypes', 'tempfile', 'tomllib', 'uuid', 'encodings.idna')\n"
+        "print(' '.join(sorted(set(unwanted) & set(sys.modules))) or 'none')\n"
+    )
+    done = launcher.run(launcher.python_code(code, site=False), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True 64", "none"]

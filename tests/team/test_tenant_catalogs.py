@@ -268,6 +268,101 @@ def test_a_tenants_service_cannot_need_another_tenants_running_service(flakebot_
     assert not (flakebot_home / "work" / "services" / "spy" / "launch.json").exists()
 
 
+async def calls(url: str, token: str, steps: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """`token`'s answers to each (tool, arguments) of `steps`, in one session."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            return [answer(await client.call_tool(tool, arguments)) for tool, arguments in steps]
+
+
+@pytest.mark.slow
+def test_a_service_a_tenants_service_up_starts_as_a_need_is_that_tenants(flakebot_home: Path) -> None:
+    """acme's web needs acme's kv-service; alice's service_up of web starts both: kv-service is acme's as web is
+    (alice lists it, reads its logs and stops it), and globex's agent sees neither (its answers an unknown name's)."""
+    from flakebot.mcp import tenantservices
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    common = [str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json"]
+    for extra in ([], ["--name", "web", "--needs", "kv-service"]):
+        done = run_cli("package-service", *common, *extra, env={"FLAKEBOT_TENANT": "acme"})
+        assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    logs = {"service": "kv-service", "lines": 5}
+    with serving() as url:
+        try:
+            up, listed = asyncio.run(calls(url, alice, [("service_up", {"service": "web"}), ("services", {})]))
+            theirs, hidden, unknown = asyncio.run(
+                calls(
+                    url, bob, [("services", {}), ("service_logs", logs), ("service_logs", {**logs, "service": UNKNOWN})]
+                )
+            )
+            read, down = asyncio.run(
+                calls(url, alice, [("service_logs", logs), ("service_down", {"service": "kv-service"})])
+            )
+        finally:
+            run_cli("down", "web")
+            run_cli("down", "kv-service")
+    assert not up["is_error"] and up["state"] == "running", up
+    assert sorted(s["name"] for s in listed["services"]) == ["kv-service", "web"], listed
+    assert theirs["services"] == [] and hidden["is_error"], (theirs, hidden)
+    assert same_as_unknown(hidden, "kv-service") == unknown
+    assert not read["is_error"] and not down["is_error"], (read, down)
+    assert tenantservices.owner_of(config.load(), "kv-service") == "acme"
+
+
+@pytest.mark.slow
+def test_two_tenants_first_service_up_of_one_name_at_once_starts_one_and_refuses_the_other(flakebot_home: Path) -> None:
+    """acme and globex each hold a kv-service and both agents ask for it at the same moment, before it ever ran
+    here: one starts it and owns it, the other is told the name is taken (never "running already" at a port, never
+    handed the other's service); the owner alone lists and stops it."""
+    import threading
+
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    for tenant in ("acme", "globex"):
+        done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json",
+                       env={"FLAKEBOT_TENANT": tenant})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    tokens = {"acme": add_token("alice", "--tenant", "acme"), "globex": add_token("bob", "--tenant", "globex")}
+    barrier = threading.Barrier(len(tokens))
+    ups: dict[str, dict[str, Any]] = {}
+
+    def up(tenant: str, url: str) -> None:
+        async def race() -> dict[str, Any]:
+            headers = {"Authorization": f"Bearer {tokens[tenant]}"}
+            async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
+                async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                    await asyncio.to_thread(barrier.wait, 30)  # both sessions open: the calls leave together
+                    return answer(await client.call_tool("service_up", {"service": "kv-service"}))
+
+        ups[tenant] = asyncio.run(race())
+
+    with serving() as url:
+        try:
+            racers = [threading.Thread(target=up, args=(tenant, url)) for tenant in tokens]
+            for racer in racers:
+                racer.start()
+            for racer in racers:
+                racer.join(180)
+            after = {t: asyncio.run(calls(url, token, [("services", {})]))[0] for t, token in tokens.items()}
+            won = [t for t, seen in ups.items() if not seen["is_error"]]
+            lost = [t for t in tokens if t not in won]
+            assert len(won) == 1 and len(lost) == 1, ups
+            (down,) = asyncio.run(calls(url, tokens[won[0]], [("service_down", {"service": "kv-service"})]))
+        finally:
+            run_cli("down", "kv-service")
+    winner, loser = ups[won[0]], ups[lost[0]]
+    assert winner["state"] == "running", winner
+    assert "taken on this machine" in loser["error"] and loser["fix"] and "port" not in loser["error"], loser
+    assert [s["name"] for s in after[won[0]]["services"]] == ["kv-service"], after
+    assert after[lost[0]]["services"] == [], after
+    assert not down["is_error"], down
+
+
 def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
     flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,3 +389,68 @@ def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_on
         registry = asyncio.run(craft(url, "https://example.test/x.git", registry=flake))  # a directory registry
     assert known == json.loads(json.dumps(unknown).replace(UNKNOWN, "secret")), (known, unknown)
     assert known["type"] == registry["type"] == "UsageError" and "registry" in registry["error"], registry
+
+
+async def listen(url: str, token: str, heard: list[Any], ready: asyncio.Event, done: asyncio.Event) -> None:
+    """A 2025-11-25 session of `token` that lists its tools, then holds its stream open until `done`, keeping every
+    notification it hears in `heard`."""
+    import mcp_types as types
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            heard.append(message)
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            await client.list_tools()
+            await asyncio.sleep(1)  # the session's standalone stream (GET) opens after initialize
+            ready.set()
+            await done.wait()
+
+
+def test_a_tenants_catalog_change_is_told_to_each_of_its_sessions_and_no_other_tenants(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """alice removes one of acme's tools: carol's open session (another token of acme) hears tools/list_changed as
+    alice's does, bob's (globex) hears nothing; then bob's removal of his own tool is told to bob, not to acme."""
+    settings = config.load()
+    catalogue(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-one")
+    catalogue(dataclasses.replace(settings, tenant="globex"), tmp_path, "globex-one")
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    bob, dave = add_token("bob", "--tenant", "globex"), add_token("dave", "--tenant", "globex")
+
+    async def scenario(url: str) -> dict[str, Any]:
+        heard: dict[str, list[Any]] = {"alice": [], "carol": [], "bob": [], "dave": []}
+        ready = {name: asyncio.Event() for name in heard}
+        done = asyncio.Event()
+        tokens = {"alice": alice, "carol": carol, "bob": bob, "dave": dave}
+        sessions = [asyncio.create_task(listen(url, tokens[n], heard[n], ready[n], done)) for n in heard]
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready.values())), 30)
+        removed = {}
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                removed["acme"] = answer(await client.call_tool("rm", {"tool": "acme-one"}))
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if heard["carol"]:
+                break
+        await asyncio.sleep(1)  # what globex's sessions would have heard by now
+        after_acme = {name: len(notes) for name, notes in heard.items()}
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bob}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                removed["globex"] = answer(await client.call_tool("rm", {"tool": "globex-one"}))
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if heard["dave"]:
+                break
+        await asyncio.sleep(1)
+        done.set()
+        await asyncio.gather(*sessions)
+        return {"removed": removed, "after_acme": after_acme, "after_globex": {n: len(v) for n, v in heard.items()}}
+
+    with serving() as url:
+        seen = asyncio.run(scenario(url))
+    assert not seen["removed"]["acme"]["is_error"] and not seen["removed"]["globex"]["is_error"], seen
+    assert seen["after_acme"] == {"alice": 1, "carol": 1, "bob": 0, "dave": 0}, seen
+    assert seen["after_globex"] == {"alice": 1, "carol": 1, "bob": 1, "dave": 1}, seen

@@ -1,0 +1,176 @@
+"""An identity provider's signing keys as it publishes them: a JWKS fetched over HTTPS from `--jwt-jwks URL`, or from
+the `jwks_uri` its `/.well-known/openid-configuration` names (with --jwt-issuer and neither --jwt-key nor --jwt-jwks).
+
+Fetched when first needed, then kept for a TTL (--jwt-jwks-ttl); a token naming a `kid` the keys lack (the provider
+rotated its keys) makes one fetch again, but never more than one fetch per REFETCH_SECONDS whatever the tokens say,
+so a flood of made-up kids cannot make this front hammer the provider. A failed fetch keeps the keys held (a stale
+key still verifies until the provider answers again); with none held, JWTs are refused (401) and the admin reads one
+log line naming the URL and what went wrong (never a token: this module never sees one). HTTPS is required except
+to a loopback address; redirects are not followed; a document over MAX_DOCUMENT bytes is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import jwt
+
+from flakebot.errors import UsageError
+from flakebot.loopback import is_loopback
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TTL_SECONDS = 300.0
+REFETCH_SECONDS = 30.0  # the least time between two fetches (unknown kids, failures)
+FETCH_TIMEOUT_SECONDS = 5.0
+MAX_DOCUMENT = 1 << 20
+DISCOVERY = "/.well-known/openid-configuration"
+ASYMMETRIC = {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+
+@dataclass(frozen=True)
+class Key:
+    key: Any
+    algorithms: list[str]
+    kid: str | None = None
+
+
+def parse_jwks(data: bytes) -> list[Key]:
+    """The public signing keys of a JWKS document (a ValueError saying what is wrong otherwise)."""
+    try:
+        document = json.loads(data)
+        keys = [jwt.PyJWK(k) for k in document["keys"] if k.get("use", "sig") == "sig"]
+    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as exc:
+        raise ValueError(f"not a usable JWKS: {exc}") from None
+    usable = [Key(k.key, [k.algorithm_name], k.key_id) for k in keys if k.algorithm_name in ASYMMETRIC]
+    if not usable:
+        raise ValueError("it holds no public signing key")
+    return usable
+
+
+def url_problem(url: str) -> str | None:
+    """Why url may not be fetched from (None when it may): HTTPS, or HTTP to a loopback address only."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "is not an http(s) URL"
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        return "is plain HTTP beyond loopback (keys an attacker on the path could replace)"
+    return None
+
+
+def check_url(url: str, option: str) -> str:
+    problem = url_problem(url)
+    if problem is not None:
+        raise UsageError(f"{option} {url[:120]!r} {problem}", fix="pass the provider's https:// URL")
+    return url
+
+
+class FetchError(Exception):
+    """One fetch of the provider's keys failed (its message: the URL and what went wrong)."""
+
+
+class RemoteKeys:
+    """The provider's keys, fetched and cached (thread-safe: the front verifies in worker threads)."""
+
+    def __init__(
+        self,
+        issuer: str,
+        jwks_url: str | None,
+        ttl: float = DEFAULT_TTL_SECONDS,
+        refetch: float = REFETCH_SECONDS,
+    ) -> None:
+        self.issuer, self.jwks_url, self.ttl, self.refetch = issuer, jwks_url, ttl, refetch
+        self.fetches = 0  # attempts made (the tests and /metrics read it)
+        self._keys: list[Key] = []
+        self._fetched: float | None = None  # when the keys held were fetched
+        self._attempted: float | None = None  # when the last fetch was tried, successful or not
+        self._lock = threading.Lock()
+
+    def keys(self) -> list[Key]:
+        """The keys held, fetched first when none is held or they are older than the TTL (at most one fetch per
+        `refetch` seconds)."""
+        if self._fresh():  # no lock: a token whose key is held never waits behind a fetch for an unknown kid
+            return self._keys
+        with self._lock:
+            if not self._fresh():
+                self._fetch_if_due(time.monotonic(), "expired" if self._fetched is not None else "first use")
+            return self._keys
+
+    def _fresh(self) -> bool:
+        fetched = self._fetched
+        return fetched is not None and time.monotonic() - fetched < self.ttl
+
+    def after_unknown_kid(self) -> list[Key]:
+        """The keys after one more fetch, if none was tried in the last `refetch` seconds (a rotation)."""
+        with self._lock:
+            self._fetch_if_due(time.monotonic(), "a token names a key not held")
+            return self._keys
+
+    def _fetch_if_due(self, now: float, why: str) -> None:
+        if self._attempted is not None and now - self._attempted < self.refetch:
+            return
+        self._attempted = now
+        self.fetches += 1
+        try:
+            keys = self._fetch()
+        except FetchError as exc:
+            kept = f"keeping the {len(self._keys)} key(s) held" if self._keys else "JWTs are refused (401)"
+            logger.error(
+                "cannot fetch the identity provider's keys (%s): %s; %s, next try in %.0f s at the earliest",
+                why,
+                exc,
+                kept,
+                self.refetch,
+            )
+            return
+        self._keys = keys  # before _fetched: a lock-free reader that sees the new time sees these keys
+        self._fetched = time.monotonic()
+        logger.info("fetched %d key(s) of the identity provider (%s)", len(keys), why)
+
+    def _fetch(self) -> list[Key]:
+        with httpx.Client(timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False) as client:
+            url = self.jwks_url or self._discover(client)
+            try:
+                return parse_jwks(_get(client, url))
+            except ValueError as exc:
+                raise FetchError(f"{url}: {exc}") from None
+
+    def _discover(self, client: httpx.Client) -> str:
+        """The jwks_uri of the issuer's OpenID configuration (which must name this very issuer)."""
+        url = self.issuer.rstrip("/") + DISCOVERY
+        try:
+            document = json.loads(_get(client, url))
+        except ValueError as exc:
+            raise FetchError(f"{url}: not JSON ({exc})") from None
+        if not isinstance(document, dict) or document.get("issuer") != self.issuer:
+            raise FetchError(f"{url}: its `issuer` is not {self.issuer}")
+        jwks_uri = document.get("jwks_uri")
+        if not isinstance(jwks_uri, str):
+            raise FetchError(f"{url}: no jwks_uri")
+        problem = url_problem(jwks_uri)
+        if problem is not None:
+            raise FetchError(f"{url}: its jwks_uri {jwks_uri[:120]!r} {problem}")
+        return jwks_uri
+
+
+def _get(client: httpx.Client, url: str) -> bytes:
+    """The body of a 200 answer to GET url, at most MAX_DOCUMENT bytes (else a FetchError)."""
+    try:
+        with client.stream("GET", url, headers={"Accept": "application/json"}) as answer:
+            if answer.status_code != 200:
+                raise FetchError(f"{url}: HTTP {answer.status_code}")
+            body = b""
+            for chunk in answer.iter_bytes():
+                body += chunk
+                if len(body) > MAX_DOCUMENT:
+                    raise FetchError(f"{url}: more than {MAX_DOCUMENT} bytes")
+            return body
+    except httpx.HTTPError as exc:
+        raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None

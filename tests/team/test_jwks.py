@@ -1,0 +1,174 @@
+"""An identity provider's keys fetched from its JWKS (flakebot.team.jwks): a real HTTP server on 127.0.0.1 serves the
+JWKS and the OpenID configuration, counting what it is asked; the verifier is flakebot's own (in this process, with a
+short refetch interval) and, end to end, `flakebot serve` discovering the keys from the issuer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from flakebot.team.idtokens import JwtOptions, JwtVerifier
+from tests.conftest import run_cli
+from tests.team.test_front import serving
+from tests.team.test_jwt import AUDIENCE, claims, refused_with_metadata
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@dataclass
+class Provider:
+    """What the IdP serves: its keys (kid -> private key, the public halves published) and the hits per path."""
+
+    url: str = ""
+    keys: dict[str, ec.EllipticCurvePrivateKey] = field(default_factory=dict)
+    hits: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def jwks_url(self) -> str:
+        return f"{self.url}/jwks.json"
+
+    def rotate(self, kid: str) -> None:
+        """The provider now signs with a new key, and publishes only that one."""
+        with self.lock:
+            self.keys = {kid: ec.generate_private_key(ec.SECP256R1())}
+
+    def token(self, kid: str, **changes: Any) -> str:
+        return jwt.encode(claims(iss=self.url, **changes), self.keys[kid], algorithm="ES256", headers={"kid": kid})
+
+    def document(self, path: str) -> dict[str, Any] | None:
+        if path == "/.well-known/openid-configuration":
+            return {"issuer": self.url, "jwks_uri": self.jwks_url}
+        if path == "/jwks.json":
+            with self.lock:
+                published = [
+                    {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(k.public_key())), "kid": kid, "alg": "ES256"}
+                    for kid, k in self.keys.items()
+                ]
+            return {"keys": published}
+        return None
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    served = Provider()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            served.hits[self.path] += 1
+            document = served.document(self.path)
+            body = json.dumps(document).encode()
+            self.send_response(200 if document is not None else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
+    served.rotate("k1")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_rotated_keys_are_fetched_again_on_an_unknown_kid(provider: Provider) -> None:
+    verifier = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url, refetch_seconds=0.5))
+    assert provider.hits["/jwks.json"] == 0  # fetched when first needed, not before
+    first = verifier.verify(provider.token("k1"))
+    assert first is not None and first.tenant == "acme"
+    assert verifier.verify(provider.token("k1")) is not None and provider.hits["/jwks.json"] == 1  # cached
+    provider.rotate("k2")
+    rotated = provider.token("k2")
+    assert verifier.verify(rotated) is None  # within the refetch interval: no fetch, refused
+    assert provider.hits["/jwks.json"] == 1
+    time.sleep(0.6)
+    assert verifier.verify(rotated) is not None  # the unknown kid fetched the keys again
+    assert provider.hits["/jwks.json"] == 2
+    assert verifier.verify(provider.token("k2", aud="another-service")) is None  # fetched keys, same checks
+
+
+def test_a_flood_of_unknown_kids_fetches_once_per_interval(provider: Provider) -> None:
+    interval, seconds = 0.5, 2.0
+    verifier = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url, refetch_seconds=interval))
+    assert verifier.verify(provider.token("k1")) is not None
+    signer = provider.keys["k1"]
+    made_up = [
+        jwt.encode(claims(iss=provider.url), signer, algorithm="ES256", headers={"kid": secrets.token_hex(4)})
+        for _ in range(50)
+    ]
+    refused = Counter[bool]()
+    end = time.monotonic() + seconds
+
+    def flood() -> None:
+        while time.monotonic() < end:
+            for token in made_up:
+                refused[verifier.verify(token) is None] += 1
+
+    threads = [threading.Thread(target=flood) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # the first fetch, then at most one per interval during the flood (and one for a boundary)
+    assert 2 <= provider.hits["/jwks.json"] <= 1 + seconds / interval + 1, (provider.hits, refused)
+    assert refused[True] >= 400 and refused[False] == 0
+
+
+def test_serve_discovers_the_keys_from_the_issuer(provider: Provider, flakebot_home: Path) -> None:
+    from tests.team.test_front import agent_session
+
+    log = flakebot_home / "serve.log"
+    with serving("--jwt-issuer", provider.url, "--jwt-audience", AUDIENCE, log=log) as url:
+        valid = provider.token("k1")
+        assert asyncio.run(agent_session(url, valid, "legacy"))[2] == {"ok": True, "tools": []}
+        assert provider.hits["/.well-known/openid-configuration"] == 1 and provider.hits["/jwks.json"] == 1
+        assert refused_with_metadata(url, provider.token("k1", aud="another-service"))
+    assert valid.split(".")[2] not in log.read_text() + log.with_suffix(".err").read_text()
+
+
+def test_a_provider_that_cannot_be_reached_is_a_401_and_one_log_line(provider: Provider, flakebot_home: Path) -> None:
+    """No key could be fetched: every JWT is refused (401, the front keeps serving), the admin reads why, once per
+    refetch interval, and no token reaches the log."""
+    log = flakebot_home / "serve.log"
+    gone = f"{provider.url}/no-such-jwks.json"
+    with serving("--jwt-issuer", provider.url, "--jwt-audience", AUDIENCE, "--jwt-jwks", gone, log=log) as url:
+        tokens = [provider.token("k1") for _ in range(3)]
+        assert all(refused_with_metadata(url, token) for token in tokens)
+    text = log.read_text()
+    lines = [line for line in text.splitlines() if "cannot fetch the identity provider's keys" in line]
+    assert len(lines) == 1 and f"{gone}: HTTP 404" in lines[0] and "JWTs are refused (401)" in lines[0], text
+    assert provider.hits["/no-such-jwks.json"] == 1
+    assert not any(token.split(".")[2] in text for token in tokens)
+
+
+def test_a_jwks_url_must_be_https_beyond_loopback(flakebot_home: Path) -> None:
+    options = ["serve", "--port", "0", "--jwt-issuer", "https://idp.example.test", "--jwt-audience", AUDIENCE]
+    plain = run_cli(*options, "--jwt-jwks", "http://idp.example.test/jwks.json", timeout=60)
+    assert plain.returncode == 2 and plain.stderr.count("\n") == 1 and "plain HTTP beyond loopback" in plain.stderr
+    key = flakebot_home / "k.pem"
+    key.write_text("x")
+    both = run_cli(*options, "--jwt-jwks", "https://idp.example.test/jwks.json", "--jwt-key", str(key), timeout=60)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+    discovered = run_cli("serve", "--port", "0", "--jwt-issuer", "http://idp.example.test", "--jwt-audience", "a")
+    assert discovered.returncode == 2 and "plain HTTP beyond loopback" in discovered.stderr
