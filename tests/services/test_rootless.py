@@ -1,7 +1,8 @@
 """Without root: an unprivileged uid (nobody, through `setpriv`) runs `flakebot up` of a packaged `socket: handoff`
 service from its own home and catalog, gets a healthy answer on its port, sees it in `services`, and `down` leaves
-no process. Its interpreter is Debian's /usr/bin/python3 in a venv made here (pyenv's lives under /root, mode 700):
-the venv's one .pth file adds this checkout's site-packages, which the uid can read."""
+no process. Its interpreter is Debian's /usr/bin/python3 in a venv made here (pyenv's lives under /root, mode 700).
+The uid runs in a mount namespace of its own where this checkout is bound at a path it can reach (a clone may lie
+under /root too): the venv's one .pth file puts the bound checkout and its site-packages on the path."""
 
 from __future__ import annotations
 
@@ -30,11 +31,6 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 pytestmark = pytest.mark.slow
 
 
-def _readable_by_others(path: Path) -> bool:
-    """Every directory from / down to `path` lets others through, and `path` lets them read."""
-    return all(os.stat(p).st_mode & 0o005 == 0o005 for p in [path, *path.parents])
-
-
 @pytest.fixture(scope="module")
 def user_home() -> Iterator[Path]:
     """A home owned by the unprivileged uid, holding a catalog that root packaged kv-service into as `kv-socket`
@@ -42,9 +38,6 @@ def user_home() -> Iterator[Path]:
     require("nix", "cargo", "bwrap", "setpriv")
     if not SYSTEM_PYTHON.exists():
         pytest.fail(f"{SYSTEM_PYTHON} is not installed; run 'make setup'")
-    site = Path(sysconfig.get_paths()["purelib"])
-    if not (_readable_by_others(site) and _readable_by_others(REPO / "flakebot")):
-        pytest.fail(f"{site} or {REPO} is not readable by other users: clone where they are (not under /root)")
     home = Path(tempfile.mkdtemp(prefix="flakebot-rootless-"))  # in /tmp: pytest's own tmp dirs are root's, 700
     try:
         env = _dirs(home)
@@ -56,7 +49,11 @@ def user_home() -> Iterator[Path]:
         subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", home / "python"], check=True)
         (
             home / "python" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-        ).joinpath("checkout.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
+        ).joinpath("checkout.pth").write_text(
+            f"import sys, site; sys.path.insert(0, {str(home / 'checkout')!r}); site.addsitedir({str(home / 'site')!r})\n"
+        )
+        (home / "checkout").mkdir()
+        (home / "site").mkdir()
         (home / "tun").touch(mode=0o600)
         subprocess.run(["chown", "-R", f"{UID}:{GID}", home], check=True)
         os.chown(home / "tun", 0, 0)
@@ -79,8 +76,12 @@ def as_user(home: Path, *args: str, timeout: float = 120, no_tun: bool = False) 
     env = {**_dirs(home), "PATH": "/usr/local/bin:/usr/bin:/bin:/nix/var/nix/profiles/default/bin", "LANG": "C.UTF-8"}
     if os.environ.get("PATH"):  # nix and the toolchains where root's PATH finds them (unreadable ones are skipped)
         env["PATH"] += ":" + os.environ["PATH"]
-    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /dev/net/tun && exec "$@"',
-            str(home / "tun")] if no_tun else []  # fmt: skip
+    # the checkout and its site-packages bound where the uid can reach them (their own modes still apply: 755, 644)
+    site = sysconfig.get_paths()["purelib"]
+    bind = 'mount --bind "$0" "$1" && mount --bind "$2" "$3" && '
+    bind += 'mount --bind "$4" /dev/net/tun && ' if no_tun else ""
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind + 'shift 4 && exec "$@"', str(REPO),
+            str(home / "checkout"), site, str(home / "site"), str(home / "tun")]  # fmt: skip
     argv += ["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", "--"]
     argv += [str(home / "python" / "bin" / "python3"), "-m", "flakebot", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=home)
