@@ -363,6 +363,38 @@ def test_two_tenants_first_service_up_of_one_name_at_once_starts_one_and_refuses
     assert not down["is_error"], down
 
 
+@pytest.mark.slow
+def test_a_tenants_service_up_of_the_organisations_stopped_service_leaves_it_the_organisations(
+    flakebot_home: Path,
+) -> None:
+    """The admin started the organisation's kv-service and stopped it (its state kept: what every tenant's agents
+    stored in it): alice's (acme) service_up starts it again, and it stays the organisation's, not acme's with that
+    state: bob (globex) still lists it and stops it."""
+    from flakebot.mcp import tenantservices
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    for verb in ("up", "down"):
+        done = run_cli(verb, "kv-service")
+        assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    with serving() as url:
+        try:
+            (up,) = asyncio.run(calls(url, alice, [("service_up", {"service": "kv-service"})]))
+            listed, down = asyncio.run(
+                calls(url, bob, [("services", {}), ("service_down", {"service": "kv-service"})])
+            )
+        finally:
+            run_cli("down", "kv-service")
+    assert not up["is_error"] and up["state"] == "running", up
+    assert tenantservices.owner_of(config.load(), "kv-service") is None
+    assert [s["name"] for s in listed["services"]] == ["kv-service"], listed
+    assert not down["is_error"], down
+
+
 def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
     flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
