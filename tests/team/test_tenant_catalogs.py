@@ -24,7 +24,7 @@ from flakebot.deliver.catalog import Catalog
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
 from tests.conftest import FLAKEBOT
-from tests.team.test_front import add_token, serving
+from tests.team.test_front import ACCEPT, INITIALIZE, add_token, serving
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -529,6 +529,10 @@ def test_a_tenants_catalog_change_is_told_to_each_of_its_sessions_and_no_other_t
 
     with serving() as url:
         seen = asyncio.run(scenario(url))
+        opened = httpx.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {alice}"}, timeout=30)
+    # a client acts on tools/list_changed only from a server that said it sends it (as `flakebot mcp` says)
+    capabilities = json.loads(opened.text.split("data: ", 1)[1].splitlines()[0])["result"]["capabilities"]
+    assert capabilities["tools"]["listChanged"] is True, capabilities
     assert not seen["removed"]["acme"]["is_error"] and not seen["removed"]["globex"]["is_error"], seen
     assert seen["after_acme"] == {"alice": 1, "carol": 1, "bob": 0, "dave": 0}, seen
     assert seen["after_globex"] == {"alice": 1, "carol": 1, "bob": 1, "dave": 1}, seen
