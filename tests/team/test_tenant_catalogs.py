@@ -393,6 +393,34 @@ def test_a_tenants_service_up_of_the_organisations_stopped_service_leaves_it_the
     assert not down["is_error"], down
 
 
+@pytest.mark.slow
+def test_a_tenants_first_service_up_of_an_organisations_service_does_not_take_its_name(flakebot_home: Path) -> None:
+    """kv-service is the organisation's, never started here: alice's (acme) service_up starts it as the organisation's,
+    not as acme's (else the first tenant to ask would take every organisation service's name, and what other
+    tenants store in it, from all the others): bob (globex) lists it and stops it, and starts it again himself."""
+    from flakebot.mcp import tenantservices
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    up = {"service": "kv-service"}
+    with serving() as url:
+        try:
+            (started,) = asyncio.run(calls(url, alice, [("service_up", up)]))
+            listed, down, again = asyncio.run(
+                calls(url, bob, [("services", {}), ("service_down", up), ("service_up", up)])
+            )
+        finally:
+            run_cli("down", "kv-service")
+    assert not started["is_error"] and started["state"] == "running", started
+    assert [s["name"] for s in listed["services"]] == ["kv-service"], listed
+    assert not down["is_error"] and not again["is_error"], (down, again)
+    assert tenantservices.owner_of(config.load(), "kv-service") is None
+
+
 def test_a_tenants_tool_is_never_shown_another_tenants_catalog_or_flakebots_own_files(
     flakebot_home: Path, tmp_path: Path
 ) -> None:
