@@ -168,7 +168,10 @@ class TeamMCP(FlakebotMCP):
         """Each request of a session remembers the session under its caller's tenant (mcp/tenantsessions.py)."""
         session_id, tenant = _session_id(ctx), self.tenant(ctx)
         if session_id and tenant is not None and getattr(ctx, "session", None) is not None:
-            self.sessions.remember(session_id, tenant, ctx.session)
+            scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
+            token = getattr(getattr(scope.get("user"), "access_token", None), "token", None)
+            store = self.store
+            self.sessions.remember(session_id, tenant, ctx.session, lambda: store.verify(str(token)) is not None)
         return await call_next(ctx)
 
     async def tools_changed(self, ctx: Any) -> None:
