@@ -137,6 +137,24 @@ def writable_paths(paths: list[str], cwd: Path, settings: Settings) -> list[Bind
     return binds
 
 
+def _refuse_team_reads(args: list[str], named: list[Bind], cwd: Path, settings: Settings) -> None:
+    """A tenant's call (team mode) shows a tool no file of flakebot's own (Settings.own_dirs), nor a directory holding
+    one: they hold every tenant's catalog and signing keys, runs and services, and the token store, and a tool reading
+    its argument would hand them to the caller. A path spelled into them is refused whether it exists or not (else
+    the refusal would tell which of another tenant's files exist). A lone user's own files are the user's to name."""
+    if not settings.tenant:
+        return
+    own = settings.own_dirs()
+    spelled = [(arg, text) for arg in args for text in dict.fromkeys([arg, arg.partition("=")[2]]) if "/" in text]
+    for arg, source in [*((a, _resolved(t, cwd)) for a, t in spelled), *((b.arg, b.source) for b in named)]:
+        if source is not None and any(source.is_relative_to(d) or d.is_relative_to(source) for d in own):
+            raise UsageError(
+                f"argument '{arg}' names a path that holds or lies in flakebot's own files (catalogs, keys, runs, "
+                "services): refusing to show it to the tool",
+                fix="name only the files or directories of your own the tool needs (e.g. ./data.csv)",
+            )
+
+
 def _resolved(text: str, cwd: Path) -> Path | None:
     """`text` from `cwd` with every link followed and '..' folded; None when it is no path."""
     try:
@@ -269,6 +287,7 @@ def tool_sandbox(
     named, allowed = [], []
     if settings.sandbox != "off":  # off, by request: a plain process in the caller's directory, as it always was
         named, allowed = named_paths(args, cwd), writable_paths(writable or [], cwd, settings)
+        _refuse_team_reads(args, named, cwd, settings)
     limit = settings.sandbox_disk_mb * MIB
     with (
         tempfile.TemporaryDirectory(prefix="flakebot-tool-") as scratch,

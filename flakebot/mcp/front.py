@@ -54,7 +54,7 @@ from flakebot.mcp.server import FlakebotMCP
 from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
 from flakebot.team import db, idtokens, tenancy
-from flakebot.team.admission import Admission, MemoryAdmission, SharedAdmission
+from flakebot.team.admission import Admission, MemoryAdmission, Refusal, SharedAdmission
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
 from flakebot.team.idtokens import JwtOptions, JwtVerifier
@@ -67,6 +67,8 @@ PATH = "/mcp"
 METRICS_PATH = "/metrics"  # Prometheus' text format, behind the same bearer check as /mcp
 DEFAULT_PORT = 8765
 BODY_LIMIT = 4 * 1024 * 1024  # the SDK's own request body limit: a larger body is its 413, not inspected here
+SESSIONS_PER_TOKEN = 64  # open 2025-11-25 sessions one token may hold (the SDK's 10,000 are every token's together)
+SESSION_RETRY_SECONDS = 60  # the Retry-After of an initialize past them (an agent's sessions end or expire meanwhile)
 REVOKED_SWEEP_SECONDS = 1.0  # how often open sessions are checked against the token store (revoked: ended)
 TOKEN_CALLS_AT_ONCE = 8  # a token's tool calls in flight; its others wait in its own queue, not in a shared pool
 RATE_LIMITED = -32029  # a server-defined JSON-RPC error code (the -32000 range): too many calls, wait
@@ -150,15 +152,26 @@ class TeamMCP(FlakebotMCP):
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
 
     def server(self) -> Any:
+        import functools
+
+        from mcp.server.lowlevel.server import NotificationOptions
+
         server = super().server()
         server.middleware.append(self._remember_session)
+        # The SDK's session manager asks for the initialize answer with no options (tools.listChanged false): say
+        # that this front sends tools/list_changed, as `flakebot mcp` does, or a client may ignore what it is told.
+        changed = NotificationOptions(tools_changed=True)
+        server.create_initialization_options = functools.partial(server.create_initialization_options, changed)
         return server
 
     async def _remember_session(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
         """Each request of a session remembers the session under its caller's tenant (mcp/tenantsessions.py)."""
         session_id, tenant = _session_id(ctx), self.tenant(ctx)
         if session_id and tenant is not None and getattr(ctx, "session", None) is not None:
-            self.sessions.remember(session_id, tenant, ctx.session)
+            scope = getattr(getattr(ctx, "request", None), "scope", None) or {}
+            token = getattr(getattr(scope.get("user"), "access_token", None), "token", None)
+            store = self.store
+            self.sessions.remember(session_id, tenant, ctx.session, lambda: store.verify(str(token)) is not None)
         return await call_next(ctx)
 
     async def tools_changed(self, ctx: Any) -> None:
@@ -593,8 +606,17 @@ class AdmittedCalls:
     them a flood of 429s would grow the audit at the network's speed). Everything else passes unchanged (the body
     replayed)."""
 
-    def __init__(self, app: Any, store: Verifier, admission: Admission, audit: Audit, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        app: Any,
+        store: Verifier,
+        admission: Admission,
+        audit: Audit,
+        metrics: Metrics,
+        sessions_of: Callable[[str], int] = lambda principal_id: 0,
+    ) -> None:
         self.app, self.store, self.admission, self.audit, self.metrics = app, store, admission, audit, metrics
+        self.sessions_of = sessions_of  # the open sessions a principal (by id) holds on this front
         self._refusals: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -606,13 +628,33 @@ class AdmittedCalls:
         request = _posted_request(body)
         # in a thread: a shared admission asks the database
         refusal = await anyio.to_thread.run_sync(self.admission.admit_call, principal, request[1]) if request else None
+        label = "rate_limit"
+        if request is not None and refusal is None and request[1] == "initialize":
+            refusal, label = self._too_many_sessions(principal, scope), "sessions"
         if request is None or refusal is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
+        await self._refuse(request, refusal, send, principal, label)
+
+    def _too_many_sessions(self, principal: Principal, scope: Any) -> Refusal | None:
+        """An initialize (a new session) of a principal holding SESSIONS_PER_TOKEN open sessions already: refused, so
+        that one token's sessions never fill the SDK's cap of every token's together."""
+        if any(name == b"mcp-session-id" for name, _ in scope.get("headers") or []):
+            return None
+        held = self.sessions_of(principal.id)
+        if held < SESSIONS_PER_TOKEN:
+            return None
+        reason = (
+            f"token {principal.name} holds {held} open sessions, the most one token may; end one you no longer use "
+            "(HTTP DELETE with its Mcp-Session-Id) or let idle ones expire"
+        )
+        return Refusal(reason, SESSION_RETRY_SECONDS)
+
+    async def _refuse(self, request: Any, refusal: Refusal, send: Any, principal: Principal, label: str) -> None:
         request_id, method, tool, arguments = request
         if method == "tools/call" and self._audit_refusal(principal):  # a refused flood of listings is not kept
             self.audit.record(principal, method, tool=tool, arguments=arguments, outcome="refused")
-        self.metrics.refused("rate_limit")
+        self.metrics.refused(label)
         message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
         error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}
         payload = json.dumps(error).encode()
@@ -741,7 +783,13 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     # the authorization server: the IdP whose JWTs are let in, else this server (the issuer of its static tokens)
     named = options.jwt.issuer if options.jwt is not None else options.issuer
     issuer = AnyHttpUrl(named or f"{parts.scheme}://{parts.netloc}")
-    admitted = AdmittedCalls(StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit, state.metrics)
+
+    def sessions_of(principal_id: str) -> int:  # the SDK's owner of each session (its private map, as below)
+        return sum(str(owner.get("subject") or "") == principal_id for owner in manager._session_owners.values())
+
+    admitted = AdmittedCalls(
+        StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit, state.metrics, sessions_of
+    )
     endpoint = RequireAuthMiddleware(admitted, [], build_resource_metadata_url(resource))
     metrics = RequireAuthMiddleware(MetricsApp(state), [], build_resource_metadata_url(resource))
     metadata = create_protected_resource_routes(resource, [issuer], resource_name="flakebot")

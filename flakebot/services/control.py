@@ -129,7 +129,7 @@ def _up_locked(
             "previous": identity.previous(earlier, manifest["catalog_version"]),  # what rollback runs
             "examples": manifest.get("lifecycle_examples"),  # what an upgrade or a rollback to it is checked with
             "needs": needs.reach(where.name, spec, settings),  # each needed service's port at this start
-            owner.TENANT: settings.tenant,  # whose it is (owner.py); the services it needs that this up starts too
+            owner.TENANT: owner.recorded(where.name, earlier, settings),  # whose it is (owner.py)
         }
         return _healthy_or_stopped(where, launch)
 

@@ -44,7 +44,7 @@ class Metrics:
             self._counts[tool] += 1
 
     def refused(self, reason: str) -> None:
-        """A call refused before its work: `reason` is rate_limit, quota, job_limit."""
+        """A call refused before its work: `reason` is rate_limit, quota, job_limit, sessions."""
         with self._lock:
             self._refusals[reason] += 1
 

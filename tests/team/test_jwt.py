@@ -143,3 +143,52 @@ def test_a_jwt_session_outlives_the_sweep_for_revoked_tokens(flakebot_home: Path
     options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
     with serving(*options, log=flakebot_home / "serve.log") as url:
         assert asyncio.run(one_session(url)) == [False, False]
+
+
+def test_an_expired_jwts_open_session_hears_no_more_of_its_tenants_changes(flakebot_home: Path, tmp_path: Path) -> None:
+    """carol's JWT (acme) expires while her session holds its stream open (the revocation sweep leaves a JWT's session
+    to its expiry): alice's rm of an acme tool is told to alice's open session, and no longer to carol's."""
+    import dataclasses
+
+    from flakebot import config
+    from tests.team.test_tenant_catalogs import answer, catalogue, listen
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    catalogue(dataclasses.replace(config.load(), tenant="acme"), tmp_path, "acme-one")
+    from flakebot.team.idtokens import LEEWAY_SECONDS
+
+    expiry = int(time.time()) + 5 - LEEWAY_SECONDS  # it verifies for 5 s more (the leeway for clock skew)
+    tokens = {
+        "alice": jwt.encode(claims(sub="alice@example.test"), private, algorithm="ES256"),
+        "carol": jwt.encode(claims(exp=expiry), private, algorithm="ES256"),
+    }
+
+    async def scenario(url: str) -> dict[str, Any]:
+        heard: dict[str, list[Any]] = {name: [] for name in tokens}
+        ready, done = {name: asyncio.Event() for name in tokens}, asyncio.Event()
+        sessions = [asyncio.create_task(listen(url, tokens[n], heard[n], ready[n], done)) for n in tokens]
+        await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready.values())), 30)
+        # carol's token no longer verifies; her stream is still open
+        await asyncio.sleep(max(0.0, expiry + LEEWAY_SECONDS - time.time()) + 1.5)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+                removed = answer(await client.call_tool("rm", {"tool": "acme-one"}))
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if heard["alice"]:
+                break
+        await asyncio.sleep(1)  # what carol's session would have heard by now
+        told = {name: len(notes) for name, notes in heard.items()}
+        done.set()
+        await asyncio.gather(*sessions, return_exceptions=True)  # carol's closing DELETE is refused: expired
+        return {"removed": removed, "told": told}
+
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    with serving(*options, log=flakebot_home / "serve.log") as url:
+        seen = asyncio.run(scenario(url))
+    assert not seen["removed"]["is_error"], seen
+    assert seen["told"] == {"alice": 1, "carol": 0}, seen

@@ -243,3 +243,29 @@ def test_package_writes_its_flake_only_beneath_a_grant_root(
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
     assert not outside.exists()
+
+
+def test_one_tokens_sessions_cannot_take_every_session_of_the_front(flakebot_home: Path) -> None:
+    """The SDK holds at most 10,000 sessions on a front, every token's together, each kept 30 idle minutes: one token
+    opening sessions at its request rate would fill them and every other tenant's initialize would get 503. A token
+    holds at most SESSIONS_PER_TOKEN open sessions: its next initialize is 429 with Retry-After and one line saying
+    why; another token still opens its own, and one ended (DELETE) makes room again."""
+    from flakebot.mcp.front import SESSIONS_PER_TOKEN
+
+    flood, other = add_token("flood"), add_token("other", "--tenant", "globex")
+    with serving() as url:
+        opened = [post(url, INITIALIZE, flood) for _ in range(SESSIONS_PER_TOKEN)]
+        refused = post(url, INITIALIZE, flood)
+        theirs = post(url, INITIALIZE, other)
+        ended = httpx.delete(
+            url,
+            headers={"Authorization": f"Bearer {flood}", "mcp-session-id": opened[0].headers["mcp-session-id"],
+                     "mcp-protocol-version": SESSION},
+            timeout=30,
+        )  # fmt: skip
+        again = post(url, INITIALIZE, flood)
+    assert [r.status_code for r in opened] == [200] * SESSIONS_PER_TOKEN
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0, refused.text
+    message = refused.json()["error"]["message"]
+    assert "sessions" in message and "Fix:" in message and "mcp-session-id" not in refused.headers, message
+    assert theirs.status_code == 200 and ended.status_code == 200 and again.status_code == 200, (ended, again.text)

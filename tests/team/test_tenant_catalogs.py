@@ -24,7 +24,7 @@ from flakebot.deliver.catalog import Catalog
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
 from tests.conftest import FLAKEBOT
-from tests.team.test_front import add_token, serving
+from tests.team.test_front import ACCEPT, INITIALIZE, add_token, serving
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -363,6 +363,112 @@ def test_two_tenants_first_service_up_of_one_name_at_once_starts_one_and_refuses
     assert not down["is_error"], down
 
 
+@pytest.mark.slow
+def test_a_tenants_service_up_of_the_organisations_stopped_service_leaves_it_the_organisations(
+    flakebot_home: Path,
+) -> None:
+    """The admin started the organisation's kv-service and stopped it (its state kept: what every tenant's agents
+    stored in it): alice's (acme) service_up starts it again, and it stays the organisation's, not acme's with that
+    state: bob (globex) still lists it and stops it."""
+    from flakebot.mcp import tenantservices
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    for verb in ("up", "down"):
+        done = run_cli(verb, "kv-service")
+        assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    with serving() as url:
+        try:
+            (up,) = asyncio.run(calls(url, alice, [("service_up", {"service": "kv-service"})]))
+            listed, down = asyncio.run(calls(url, bob, [("services", {}), ("service_down", {"service": "kv-service"})]))
+        finally:
+            run_cli("down", "kv-service")
+    assert not up["is_error"] and up["state"] == "running", up
+    assert tenantservices.owner_of(config.load(), "kv-service") is None
+    assert [s["name"] for s in listed["services"]] == ["kv-service"], listed
+    assert not down["is_error"], down
+
+
+@pytest.mark.slow
+def test_a_tenants_first_service_up_of_an_organisations_service_does_not_take_its_name(flakebot_home: Path) -> None:
+    """kv-service is the organisation's, never started here: alice's (acme) service_up starts it as the organisation's,
+    not as acme's (else the first tenant to ask would take every organisation service's name, and what other
+    tenants store in it, from all the others): bob (globex) lists it and stops it, and starts it again himself."""
+    from flakebot.mcp import tenantservices
+    from tests.conftest import require, run_cli
+    from tests.services.test_supervisor import KV_SERVICE
+
+    require("nix", "cargo", "bwrap", "pasta")
+    done = run_cli("package-service", str(KV_SERVICE), "--offline", "--stop-grace", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "globex")
+    up = {"service": "kv-service"}
+    with serving() as url:
+        try:
+            (started,) = asyncio.run(calls(url, alice, [("service_up", up)]))
+            listed, down, again = asyncio.run(
+                calls(url, bob, [("services", {}), ("service_down", up), ("service_up", up)])
+            )
+        finally:
+            run_cli("down", "kv-service")
+    assert not started["is_error"] and started["state"] == "running", started
+    assert [s["name"] for s in listed["services"]] == ["kv-service"], listed
+    assert not down["is_error"] and not again["is_error"], (down, again)
+    assert tenantservices.owner_of(config.load(), "kv-service") is None
+
+
+def test_a_tenants_tool_is_never_shown_another_tenants_catalog_or_flakebots_own_files(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """alice's (acme) own tool prints the file its argument names; named globex's tool's USAGE.md, globex's catalog
+    database or the directory its signing keys live in (catalog_dir/tenants/globex/keys), the run is refused in one
+    line before the tool starts (an argument's file is bound into the sandbox; flakebot's own directories hold every
+    tenant's catalog, keys, runs and services), as is one naming the organisation's catalog; a file of the caller's
+    own reaches the tool. A path there that does not exist is refused alike (the refusal tells nothing). The tree is made traversable as a server's /var/lib is (else the sandbox's unprivileged uid
+    could not reach it under root anyway)."""
+    settings = config.load()
+    acme, globex = dataclasses.replace(settings, tenant="acme"), dataclasses.replace(settings, tenant="globex")
+    catalogue(globex, tmp_path, "globex-one")
+    store = tmp_path / "store-peek"
+    (store / "bin").mkdir(parents=True)
+    (store / "bin" / "peek").write_text('#!/bin/sh\ncat "$1"\n')
+    (store / "bin" / "peek").chmod(0o755)
+    (tmp_path / "flake-peek").mkdir()
+    manifest = {"name": "peek", "main_program": "peek", "store_path": str(store), "nix_run_argv": ["nix", "run", "x"]}
+    Catalog.open(acme).add(
+        "peek", need="print a file", flake_dir=tmp_path / "flake-peek", manifest={**manifest, "summary": ""},
+        usage_md="# peek\n", store_path=str(store), run_id="r-peek", origin={},
+    )  # fmt: skip
+    theirs = Path(Catalog.open(globex).entry("globex-one")["dir"]) / "USAGE.md"
+    keys = Catalog.open(globex).root / "keys"
+    keys.mkdir()
+    mine = flakebot_home / "mine.txt"
+    mine.write_text("acme's own data\n")
+    assert "globex-one" in theirs.read_text()
+    opened = [p for p in [theirs, *theirs.parents] if p.is_relative_to(Path("/tmp")) and p != Path("/tmp")]
+    modes = {p: p.stat().st_mode & 0o777 for p in [*opened, store, store / "bin"]}
+    alice = add_token("alice", "--tenant", "acme")
+    try:
+        for path in modes:
+            path.chmod(modes[path] | 0o755 if path.is_dir() else modes[path] | 0o644)
+        targets = [theirs, Catalog.open(globex).index.path, keys, settings.path("catalog_dir") / "catalog.db",
+                   flakebot_home / "data", keys / "flakebot-x-globex-1.secret", mine]  # fmt: skip
+        with serving() as url:
+            seen = asyncio.run(calls(url, alice, [("run", {"tool": "peek", "args": [str(t)]}) for t in targets]))
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+    *refused, own = seen
+    for answered in refused:
+        assert answered["is_error"] and "flakebot's own files" in answered["error"] and answered["fix"], answered
+        assert "stdout" not in answered, answered
+    assert not own["is_error"] and "acme's own data" in json.dumps(own), own
+
+
 def test_a_craft_from_a_path_in_another_tenants_catalog_is_as_from_an_unknown_one(
     flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -451,6 +557,10 @@ def test_a_tenants_catalog_change_is_told_to_each_of_its_sessions_and_no_other_t
 
     with serving() as url:
         seen = asyncio.run(scenario(url))
+        opened = httpx.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {alice}"}, timeout=30)
+    # a client acts on tools/list_changed only from a server that said it sends it (as `flakebot mcp` says)
+    capabilities = json.loads(opened.text.split("data: ", 1)[1].splitlines()[0])["result"]["capabilities"]
+    assert capabilities["tools"]["listChanged"] is True, capabilities
     assert not seen["removed"]["acme"]["is_error"] and not seen["removed"]["globex"]["is_error"], seen
     assert seen["after_acme"] == {"alice": 1, "carol": 1, "bob": 0, "dave": 0}, seen
     assert seen["after_globex"] == {"alice": 1, "carol": 1, "bob": 1, "dave": 1}, seen
