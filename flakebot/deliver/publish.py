@@ -197,8 +197,7 @@ def signing_key(settings: Settings) -> SigningKey:
     catalog, named after it: what a tenant publishes is signed by a key its agents trust and no other tenant's
     need), generated with `nix key generate-secret` on first use."""
     keys = Catalog.open(settings).root / "keys"
-    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())
-    name = f"flakebot-{host}-{settings.tenant}-1" if settings.tenant else f"flakebot-{host}-1"
+    name = key_name(socket.gethostname(), settings.tenant)
     secret_file, public_file = keys / f"{name}.secret", keys / f"{name}.public"
     keys.mkdir(parents=True, exist_ok=True)
     with open(keys / ".lock", "w") as lock:
@@ -210,6 +209,13 @@ def signing_key(settings: Settings) -> SigningKey:
             atomic_write_text(public_file, _nix_key(["convert-secret-to-public"], stdin=secret_file.read_text()))
             public_file.chmod(0o644)
     return SigningKey(name, secret_file, public_file.read_text().strip())
+
+
+def key_name(hostname: str, tenant: str | None) -> str:
+    """The key's name: the host's, and a tenant's after `_`, which no host part holds (it is kept to letters,
+    digits, `.` and `-`), so no two hosts' and tenants' keys share a name (`a` with tenant `b` and host `a-b`)."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", hostname)
+    return f"flakebot-{host}_{tenant}-1" if tenant else f"flakebot-{host}-1"
 
 
 def _nix_key(args: list[str], stdin: str | None = None) -> str:

@@ -112,6 +112,19 @@ def test_the_admins_resume_of_a_tenants_run_catalogues_into_that_tenants_catalog
     assert Catalog.open(organisation).tools() == {}  # every tenant reads this one: acme's tool is not in it
 
 
+def test_no_two_hosts_and_tenants_sign_with_one_key_name() -> None:
+    """A key's name says whose it is: tenant `b` on host `a` and the organisation on host `a-b` (both were
+    flakebot-a-b-1, and a machine trusting both kept one and refused the other's paths), and any other pair."""
+    from itertools import product
+
+    from flakebot.deliver.publish import key_name
+
+    pairs = list(product(["a", "a-b", "a.b", "b"], [None, "b", "a-b", "b-1", "1"]))  # hosts as they are kept
+    names = {key_name(host, tenant) for host, tenant in pairs}
+    assert len(names) == len(pairs)
+    assert key_name("a", "b") != key_name("a-b", None)
+
+
 def test_a_tenants_tools_are_published_signed_with_its_own_key(flakebot_home: Path, tmp_path: Path) -> None:
     """acme's tool published (the CLI with the tenant setting) is signed with acme's key, kept in acme's catalog, not
     the organisation's key every tenant's agents trust: a machine trusting only the organisation's key lists nothing

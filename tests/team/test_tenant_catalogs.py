@@ -456,7 +456,7 @@ def test_a_tenants_tool_is_never_shown_another_tenants_catalog_or_flakebots_own_
         for path in modes:
             path.chmod(modes[path] | 0o755 if path.is_dir() else modes[path] | 0o644)
         targets = [theirs, Catalog.open(globex).index.path, keys, settings.path("catalog_dir") / "catalog.db",
-                   flakebot_home / "data", keys / "flakebot-x-globex-1.secret", mine]  # fmt: skip
+                   flakebot_home / "data", keys / "flakebot-x_globex-1.secret", mine]  # fmt: skip
         with serving() as url:
             seen = asyncio.run(calls(url, alice, [("run", {"tool": "peek", "args": [str(t)]}) for t in targets]))
     finally:
