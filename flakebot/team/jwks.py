@@ -48,16 +48,39 @@ class Key:
 
 
 def parse_jwks(data: bytes) -> list[Key]:
-    """The public signing keys of a JWKS document (a ValueError saying what is wrong otherwise)."""
+    """The public signing keys of a JWKS document (a ValueError saying what is wrong otherwise). A key that cannot be
+    used here (an algorithm PyJWT lacks, a broken key, private material) is skipped, not fatal to the others."""
     try:
-        document = json.loads(data)
-        keys = [jwt.PyJWK(k) for k in document["keys"] if k.get("use", "sig") == "sig"]
-    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as exc:
+        published = json.loads(data)["keys"]
+        if not isinstance(published, list):
+            raise TypeError("its `keys` is not a list")
+    except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"not a usable JWKS: {exc}") from None
-    usable = [Key(k.key, [k.algorithm_name], k.key_id) for k in keys if k.algorithm_name in ASYMMETRIC]
+    usable = [key for key in map(_usable, published) if key is not None]
     if not usable:
         raise ValueError("it holds no public signing key")
     return usable
+
+
+def _usable(jwk: Any) -> Key | None:
+    """One published key as a Key, or None when it is no public signing key of an asymmetric algorithm (logged by
+    its kid, type and algorithm, and the error's class: never its material, which a provider's mistake makes
+    private)."""
+    if not isinstance(jwk, dict) or jwk.get("use", "sig") != "sig":
+        return None
+    why = "it carries private key material (anyone holding this JWKS could sign)" if "d" in jwk else ""
+    if not why:
+        try:
+            parsed = jwt.PyJWK(jwk)
+        except Exception as exc:  # noqa: BLE001 (PyJWT raises NotImplementedError for `none`, ValueError for a bad point)
+            why = f"PyJWT cannot read it ({type(exc).__name__})"
+        else:
+            if parsed.algorithm_name in ASYMMETRIC and not hasattr(parsed.key, "private_bytes"):
+                return Key(parsed.key, [parsed.algorithm_name], parsed.key_id)
+            why = f"{parsed.algorithm_name} is not an asymmetric signature flakebot accepts"
+    described = ", ".join(f"{name} {str(jwk.get(name))[:64]!r}" for name in ("kid", "kty", "alg") if name in jwk)
+    logger.warning("a key of the identity provider skipped (%s): %s", described, why)
+    return None
 
 
 def url_problem(url: str) -> str | None:

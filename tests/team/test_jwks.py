@@ -271,3 +271,56 @@ def _quietly(work: Any, *args: Any) -> None:
         work(*args)
     except Exception:  # noqa: BLE001 (a flood's request may time out; the test asks about another's call)
         pass
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"alg": "none"},  # PyJWT raises NotImplementedError for it, not a PyJWTError
+        {"alg": "RSA-OAEP"},  # an encryption key published without `use`: no algorithm PyJWT verifies with
+        {"kty": "OKP", "crv": "X25519", "x": "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"},  # a key agreement key
+        {"kty": "EC", "crv": "P-256", "x": "AA", "y": "AA"},  # not a point on the curve
+    ],
+)
+def test_a_jwks_key_flakebot_cannot_use_is_skipped_not_fatal(provider: Provider, odd: dict[str, Any]) -> None:
+    """A key the verifier cannot use (an algorithm it lacks, a broken one) is skipped: the provider's other keys
+    still verify, and no exception escapes a verification (the front would answer 500)."""
+    signer = provider.keys["k1"]
+    published = {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(signer.public_key())), "kid": "k1", "alg": "ES256"}
+    odd_key = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(_rsa().public_key())), "kid": "odd", **odd}
+    provider.document = lambda path: {"keys": [odd_key, published]}  # type: ignore[method-assign]
+    verifier = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url))
+    assert verifier.verify(provider.token("k1")) is not None
+    forged = jwt.encode(claims(iss=provider.url), "x" * 32, algorithm="HS256", headers={"kid": "odd"})
+    assert verifier.verify(forged) is None
+
+
+def test_a_published_private_key_is_never_used(provider: Provider) -> None:
+    """A JWKS that carries a private key (a provider's mistake: anyone could sign with it) verifies nothing with it,
+    and the verification answers None rather than raising (cryptography's private key has no verify)."""
+    private = _rsa()
+    leaked = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(private)), "kid": "k1", "alg": "RS256"}
+    provider.document = lambda path: {"keys": [leaked]}  # type: ignore[method-assign]
+    verifier = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url))
+    token = jwt.encode(claims(iss=provider.url), private, algorithm="RS256", headers={"kid": "k1"})
+    assert verifier.verify(token) is None
+
+
+def test_two_keys_under_one_kid_each_verify_their_tokens(provider: Provider) -> None:
+    """A kid two published keys share (a provider mid-rotation that reused it): a token signed by either verifies."""
+    first, second = provider.keys["k1"], ec.generate_private_key(ec.SECP256R1())
+    published = [
+        {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(k.public_key())), "kid": "k1", "alg": "ES256"}
+        for k in (first, second)
+    ]
+    provider.document = lambda path: {"keys": published}  # type: ignore[method-assign]
+    verifier = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url))
+    for signer in (first, second):
+        token = jwt.encode(claims(iss=provider.url), signer, algorithm="ES256", headers={"kid": "k1"})
+        assert verifier.verify(token) is not None
+
+
+def _rsa() -> Any:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
