@@ -124,13 +124,15 @@ class RemoteKeys:
     def keys(self) -> list[Key]:
         """The keys held; past the TTL they still answer at once while one fetch refreshes them in the background
         (a hung provider never makes a caller wait, nor the front's event loop, which verifies a token again). With
-        none held, the first fetch, waited for (at most FETCH_DEADLINE_SECONDS)."""
+        none held, a fetch (the very first one under way waited for, at most FETCH_DEADLINE_SECONDS)."""
         if self._fresh():
             return self._keys
         if self._keys:
             self._refresh_in_background("expired")
             return self._keys
-        if self._lock.acquire(timeout=FETCH_DEADLINE_SECONDS + 1):
+        # only the very first fetch is waited for: behind a provider that failed, a flood would hold every worker
+        # thread for a whole deadline at each retry
+        if self._lock.acquire(timeout=FETCH_DEADLINE_SECONDS + 1 if self._attempted is None else 0):
             try:
                 if not self._keys:
                     self._fetch_if_due(time.monotonic(), "first use")
