@@ -156,6 +156,9 @@ class RemoteKeys:
         return self._keys
 
     def _refresh_in_background(self, why: str) -> None:
+        attempted = self._attempted
+        if attempted is not None and time.monotonic() - attempted < self.refetch:
+            return  # not due: no thread started per verification while the provider stays down
         if not self._lock.acquire(blocking=False):
             return  # a fetch is under way
 
