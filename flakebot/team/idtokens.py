@@ -43,6 +43,7 @@ ID_PREFIX = "jwt-"  # a JWT principal's id: no static token's id (hex digits) st
 DEFAULT_TENANT_CLAIM = "flakebot_tenant"
 LEEWAY_SECONDS = 30  # clock skew between the IdP and this machine
 MAX_TOKEN = 16 * 1024
+MAX_CANDIDATES = 4  # keys one kid may name that a token is tried against
 RSA_ALGORITHMS = ["RS256", "RS384", "RS512"]
 EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 
@@ -111,31 +112,36 @@ class JwtVerifier:
             return None
         try:
             header = jwt.get_unverified_header(token)
-            key = self._key(header.get("kid"))
-            if key is None:
-                return None
-            claims = jwt.decode(
-                token,
-                key.key,
-                algorithms=key.algorithms,
-                audience=self.options.audience,
-                issuer=self.options.issuer,
-                leeway=LEEWAY_SECONDS,
-                options={"require": ["exp", "iss", "aud", "sub"]},
-            )
         except jwt.PyJWTError as exc:
             logger.debug("a JWT refused: %s", type(exc).__name__)  # never the token itself
             return None
-        return self._principal(claims)
+        refusal = "no key held names its kid"
+        for key in self._keys(header.get("kid")):
+            try:
+                claims = jwt.decode(
+                    token,
+                    key.key,
+                    algorithms=key.algorithms,
+                    audience=self.options.audience,
+                    issuer=self.options.issuer,
+                    leeway=LEEWAY_SECONDS,
+                    options={"require": ["exp", "iss", "aud", "sub"]},
+                )
+            except jwt.PyJWTError as exc:
+                refusal = type(exc).__name__
+                continue
+            return self._principal(claims)
+        logger.debug("a JWT refused: %s", refusal)  # never the token itself
+        return None
 
     def active(self) -> list[Principal]:
         return []  # the IdP knows its users; none is listed here
 
-    def _key(self, kid: Any) -> Key | None:
+    def _keys(self, kid: Any) -> list[Key]:
         if self.remote is None:
             return _pick(self.keys, kid)
         found = _pick(self.remote.keys(), kid)
-        if found is None:  # rotated keys, or a made-up kid: one fetch at most per refetch interval
+        if not found:  # rotated keys, or a made-up kid: one fetch at most per refetch interval
             found = _pick(self.remote.after_unknown_kid(), kid)
         return found
 
@@ -158,10 +164,12 @@ class JwtVerifier:
         )
 
 
-def _pick(keys: list[Key], kid: Any) -> Key | None:
+def _pick(keys: list[Key], kid: Any) -> list[Key]:
+    """The keys a token naming kid may be signed with: those under that kid (a provider may reuse one across a
+    rotation; at most MAX_CANDIDATES, each verification costs), or the only key when it names none."""
     if kid is not None:
-        return next((k for k in keys if k.kid == kid), None)
-    return keys[0] if len(keys) == 1 else None  # several keys: the token must say which
+        return [k for k in keys if k.kid == kid][:MAX_CANDIDATES]
+    return keys[:1] if len(keys) == 1 else []  # several keys: the token must say which
 
 
 def load_keys(path: Path) -> list[Key]:

@@ -6,11 +6,15 @@ rotated its keys) makes one fetch again, but never more than one fetch per REFET
 so a flood of made-up kids cannot make this front hammer the provider. A failed fetch keeps the keys held (a stale
 key still verifies until the provider answers again); with none held, JWTs are refused (401) and the admin reads one
 log line naming the URL and what went wrong (never a token: this module never sees one). HTTPS is required except
-to a loopback address; redirects are not followed; a document over MAX_DOCUMENT bytes is refused.
+to a loopback address (never through an HTTP proxy from the environment); redirects are not followed; a document over
+MAX_DOCUMENT bytes is refused; a whole fetch ends within FETCH_DEADLINE_SECONDS. Keys past their TTL keep verifying
+while one fetch refreshes them in the background, and no caller waits behind a fetch another started, except for the
+very first keys.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -30,6 +34,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TTL_SECONDS = 300.0
 REFETCH_SECONDS = 30.0  # the least time between two fetches (unknown kids, failures)
 FETCH_TIMEOUT_SECONDS = 5.0
+FETCH_DEADLINE_SECONDS = 10.0  # a whole fetch (discovery and keys), however slowly the provider trickles
 MAX_DOCUMENT = 1 << 20
 DISCOVERY = "/.well-known/openid-configuration"
 ASYMMETRIC = {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -43,16 +48,39 @@ class Key:
 
 
 def parse_jwks(data: bytes) -> list[Key]:
-    """The public signing keys of a JWKS document (a ValueError saying what is wrong otherwise)."""
+    """The public signing keys of a JWKS document (a ValueError saying what is wrong otherwise). A key that cannot be
+    used here (an algorithm PyJWT lacks, a broken key, private material) is skipped, not fatal to the others."""
     try:
-        document = json.loads(data)
-        keys = [jwt.PyJWK(k) for k in document["keys"] if k.get("use", "sig") == "sig"]
-    except (ValueError, KeyError, TypeError, AttributeError, jwt.PyJWTError) as exc:
+        published = json.loads(data)["keys"]
+        if not isinstance(published, list):
+            raise TypeError("its `keys` is not a list")
+    except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"not a usable JWKS: {exc}") from None
-    usable = [Key(k.key, [k.algorithm_name], k.key_id) for k in keys if k.algorithm_name in ASYMMETRIC]
+    usable = [key for key in map(_usable, published) if key is not None]
     if not usable:
         raise ValueError("it holds no public signing key")
     return usable
+
+
+def _usable(jwk: Any) -> Key | None:
+    """One published key as a Key, or None when it is no public signing key of an asymmetric algorithm (logged by
+    its kid, type and algorithm, and the error's class: never its material, which a provider's mistake makes
+    private)."""
+    if not isinstance(jwk, dict) or jwk.get("use", "sig") != "sig":
+        return None
+    why = "it carries private key material (anyone holding this JWKS could sign)" if "d" in jwk else ""
+    if not why:
+        try:
+            parsed = jwt.PyJWK(jwk)
+        except Exception as exc:  # noqa: BLE001 (PyJWT raises NotImplementedError for `none`, ValueError for a bad point)
+            why = f"PyJWT cannot read it ({type(exc).__name__})"
+        else:
+            if parsed.algorithm_name in ASYMMETRIC and not hasattr(parsed.key, "private_bytes"):
+                return Key(parsed.key, [parsed.algorithm_name], parsed.key_id)
+            why = f"{parsed.algorithm_name} is not an asymmetric signature flakebot accepts"
+    described = ", ".join(f"{name} {str(jwk.get(name))[:64]!r}" for name in ("kid", "kty", "alg") if name in jwk)
+    logger.warning("a key of the identity provider skipped (%s): %s", described, why)
+    return None
 
 
 def url_problem(url: str) -> str | None:
@@ -94,24 +122,57 @@ class RemoteKeys:
         self._lock = threading.Lock()
 
     def keys(self) -> list[Key]:
-        """The keys held, fetched first when none is held or they are older than the TTL (at most one fetch per
-        `refetch` seconds)."""
-        if self._fresh():  # no lock: a token whose key is held never waits behind a fetch for an unknown kid
+        """The keys held; past the TTL they still answer at once while one fetch refreshes them in the background
+        (a hung provider never makes a caller wait, nor the front's event loop, which verifies a token again). With
+        none held, a fetch (the very first one under way waited for, at most FETCH_DEADLINE_SECONDS)."""
+        if self._fresh():
             return self._keys
-        with self._lock:
-            if not self._fresh():
-                self._fetch_if_due(time.monotonic(), "expired" if self._fetched is not None else "first use")
+        if self._keys:
+            self._refresh_in_background("expired")
             return self._keys
+        # only the very first fetch is waited for: behind a provider that failed, a flood would hold every worker
+        # thread for a whole deadline at each retry
+        if self._lock.acquire(timeout=FETCH_DEADLINE_SECONDS + 1 if self._attempted is None else 0):
+            try:
+                if not self._keys:
+                    self._fetch_if_due(time.monotonic(), "first use")
+            finally:
+                self._lock.release()
+        return self._keys
 
     def _fresh(self) -> bool:
         fetched = self._fetched
         return fetched is not None and time.monotonic() - fetched < self.ttl
 
     def after_unknown_kid(self) -> list[Key]:
-        """The keys after one more fetch, if none was tried in the last `refetch` seconds (a rotation)."""
-        with self._lock:
-            self._fetch_if_due(time.monotonic(), "a token names a key not held")
+        """The keys after one more fetch, if none was tried in the last `refetch` seconds (a rotation). A fetch
+        already under way is not waited for (a flood of made-up kids would hold every worker thread behind it)."""
+        if not self._lock.acquire(blocking=False):
             return self._keys
+        try:
+            self._fetch_if_due(time.monotonic(), "a token names a key not held")
+        finally:
+            self._lock.release()
+        return self._keys
+
+    def _refresh_in_background(self, why: str) -> None:
+        attempted = self._attempted
+        if attempted is not None and time.monotonic() - attempted < self.refetch:
+            return  # not due: no thread started per verification while the provider stays down
+        if not self._lock.acquire(blocking=False):
+            return  # a fetch is under way
+
+        def refresh() -> None:
+            try:
+                self._fetch_if_due(time.monotonic(), why)
+            finally:
+                self._lock.release()
+
+        try:
+            threading.Thread(target=refresh, name="jwks-refresh", daemon=True).start()
+        except BaseException:
+            self._lock.release()
+            raise
 
     def _fetch_if_due(self, now: float, why: str) -> None:
         if self._attempted is not None and now - self._attempted < self.refetch:
@@ -135,18 +196,47 @@ class RemoteKeys:
         logger.info("fetched %d key(s) of the identity provider (%s)", len(keys), why)
 
     def _fetch(self) -> list[Key]:
-        with httpx.Client(timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False) as client:
-            url = self.jwks_url or self._discover(client)
+        """The keys, fetched within FETCH_DEADLINE_SECONDS whatever the provider does: the read timeout alone lets one
+        that trickles a byte every few seconds hold the fetch for days. On an event loop of its own, in a thread of its
+        own (the caller may be on the front's loop), so the deadline cuts a read mid-way."""
+        outcome: list[list[Key] | FetchError] = []
+
+        def run() -> None:
             try:
-                return parse_jwks(_get(client, url))
+                outcome.append(asyncio.run(asyncio.wait_for(self._fetch_async(), FETCH_DEADLINE_SECONDS)))
+            except TimeoutError:
+                where = self.jwks_url or self.issuer
+                outcome.append(FetchError(f"{where}: no complete answer within {FETCH_DEADLINE_SECONDS:.0f} s"))
+            except FetchError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name="jwks-fetch", daemon=True)
+        thread.start()
+        thread.join()
+        if not outcome:
+            raise FetchError(f"{self.jwks_url or self.issuer}: the fetch ended without an answer")
+        if isinstance(outcome[0], FetchError):
+            raise outcome[0]
+        return outcome[0]
+
+    async def _fetch_async(self) -> list[Key]:
+        # plain HTTP (loopback only) never goes through a proxy from the environment: its keys would come from
+        # wherever the proxy likes; HTTPS may (a CONNECT tunnel, the provider's certificate checked end to end)
+        plain = httpx.AsyncHTTPTransport()
+        async with httpx.AsyncClient(
+            timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False, mounts={"http://": plain}
+        ) as client:
+            url = self.jwks_url or await self._discover(client)
+            try:
+                return parse_jwks(await _get(client, url))
             except ValueError as exc:
                 raise FetchError(f"{url}: {exc}") from None
 
-    def _discover(self, client: httpx.Client) -> str:
+    async def _discover(self, client: httpx.AsyncClient) -> str:
         """The jwks_uri of the issuer's OpenID configuration (which must name this very issuer)."""
         url = self.issuer.rstrip("/") + DISCOVERY
         try:
-            document = json.loads(_get(client, url))
+            document = json.loads(await _get(client, url))
         except ValueError as exc:
             raise FetchError(f"{url}: not JSON ({exc})") from None
         if not isinstance(document, dict) or document.get("issuer") != self.issuer:
@@ -160,14 +250,14 @@ class RemoteKeys:
         return jwks_uri
 
 
-def _get(client: httpx.Client, url: str) -> bytes:
+async def _get(client: httpx.AsyncClient, url: str) -> bytes:
     """The body of a 200 answer to GET url, at most MAX_DOCUMENT bytes (else a FetchError)."""
     try:
-        with client.stream("GET", url, headers={"Accept": "application/json"}) as answer:
+        async with client.stream("GET", url, headers={"Accept": "application/json"}) as answer:
             if answer.status_code != 200:
                 raise FetchError(f"{url}: HTTP {answer.status_code}")
             body = b""
-            for chunk in answer.iter_bytes():
+            async for chunk in answer.aiter_bytes():
                 body += chunk
                 if len(body) > MAX_DOCUMENT:
                     raise FetchError(f"{url}: more than {MAX_DOCUMENT} bytes")
