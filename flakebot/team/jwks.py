@@ -253,11 +253,16 @@ class RemoteKeys:
 async def _get(client: httpx.AsyncClient, url: str) -> bytes:
     """The body of a 200 answer to GET url, at most MAX_DOCUMENT bytes (else a FetchError)."""
     try:
-        async with client.stream("GET", url, headers={"Accept": "application/json"}) as answer:
+        # identity only: a compressed body is inflated before its size could be checked (a few KB of gzip -> 64 MB)
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        async with client.stream("GET", url, headers=headers) as answer:
             if answer.status_code != 200:
                 raise FetchError(f"{url}: HTTP {answer.status_code}")
+            encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise FetchError(f"{url}: answered with Content-Encoding {encoding[:40]!r}, not the identity asked for")
             body = b""
-            async for chunk in answer.aiter_bytes():
+            async for chunk in answer.aiter_raw():
                 body += chunk
                 if len(body) > MAX_DOCUMENT:
                     raise FetchError(f"{url}: more than {MAX_DOCUMENT} bytes")

@@ -5,6 +5,7 @@ short refetch interval) and, end to end, `flakebot serve` discovering the keys f
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import secrets
 import threading
@@ -37,6 +38,8 @@ class Provider:
     hits: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
     trickle: bool = False  # the keys answered one byte a second, never ending (a hung or hostile provider)
+    gzipped: bool = False  # the keys answered gzip-compressed whatever the client asked for
+    encodings: list[str] = field(default_factory=list)  # the Accept-Encoding of each request
     stop: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -89,9 +92,13 @@ def _provider() -> Iterator[Provider]:
                     self.wfile.write(b" ")
                     self.wfile.flush()
                 return
+            served.encodings.append(self.headers.get("Accept-Encoding", ""))
             document = served.document(self.path)
             body = json.dumps(document).encode()
             self.send_response(200 if document is not None else 404)
+            if served.gzipped:
+                body = gzip.compress(body)
+                self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -324,3 +331,14 @@ def _rsa() -> Any:
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def test_keys_are_fetched_uncompressed_and_a_compressed_answer_is_refused(provider: Provider) -> None:
+    """The fetch asks for the identity encoding; a provider that compresses anyway is refused before anything is
+    inflated (a few KB of gzip inflate to tens of MB, before the size cap could see them)."""
+    verifier = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url))
+    assert verifier.verify(provider.token("k1")) is not None
+    assert provider.encodings == ["identity"]
+    provider.gzipped = True
+    fresh = JwtVerifier(JwtOptions(provider.url, AUDIENCE, jwks_url=provider.jwks_url))
+    assert fresh.verify(provider.token("k1")) is None
