@@ -26,6 +26,8 @@ from flakebot.safefs import Tree
 logger = logging.getLogger(__name__)
 
 KEPT = 16  # answers kept per process (a long-lived server crafts many crates)
+# a tree with more entries is not walked (cargo is asked): past this, the walk would cost more than the call it saves
+MAX_ENTRIES = 4000
 READ = ("Cargo.toml", "Cargo.lock", "config", "config.toml")  # their bytes count, not only their names
 _answers: OrderedDict[str, subprocess.CompletedProcess[str]] = OrderedDict()
 hits = 0  # answers given from the cache in this process (read by tests and the benchmark's trace)
@@ -45,7 +47,10 @@ def digest(argv: list[str], env: dict[str, str], tree: Path, skip: Path, registr
         h.update(f"{path}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}\0".encode())
     try:
         with Tree(tree) as t:
-            _walk(t, "", h, _inside(tree, skip))
+            _walk(t, "", h, _inside(tree, skip), [MAX_ENTRIES])
+    except _TooBig:
+        logger.debug("cargo metadata not cached: the tree %s has over %d entries", tree, MAX_ENTRIES)
+        return None
     except (OSError, UnsafePath) as exc:
         logger.debug("cargo metadata not cached: the tree %s cannot be read (%s)", tree, exc)
         return None
@@ -61,8 +66,16 @@ def _inside(tree: Path, skip: Path) -> str | None:
         return None
 
 
-def _walk(t: Tree, rel: str, h: Any, skip: str | None) -> None:
-    for name in t.listdir(rel):
+class _TooBig(Exception):
+    pass
+
+
+def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
+    names = t.listdir(rel)
+    left[0] -= len(names)
+    if left[0] < 0:
+        raise _TooBig
+    for name in names:
         child = f"{rel}/{name}" if rel else name
         if child == skip:
             continue
@@ -76,7 +89,7 @@ def _walk(t: Tree, rel: str, h: Any, skip: str | None) -> None:
         elif stat.S_ISLNK(info.st_mode):
             h.update(t.readlink(child).encode() + b"\0")
         elif stat.S_ISDIR(info.st_mode):
-            _walk(t, child, h, skip)
+            _walk(t, child, h, skip, left)
 
 
 def get(key: str) -> subprocess.CompletedProcess[str] | None:

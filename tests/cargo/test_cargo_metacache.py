@@ -104,3 +104,15 @@ def test_the_sources_check_reuses_a_plain_no_deps_answer_offline(tmp_path: Path,
     checked = cargo.call(["metadata", "--format-version", "1", "--no-deps", "--offline"], crate, timeout=120)
     assert plain.returncode == checked.returncode == 0 and plain.stdout == checked.stdout
     assert _metadata_calls(counted) == 1
+
+
+def test_a_tree_too_big_to_walk_cheaply_asks_cargo(
+    tmp_path: Path, counted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cargo, crate = _run_tree(tmp_path)
+    monkeypatch.setattr(metacache, "MAX_ENTRIES", 20)
+    for i in range(20):
+        (crate / f"data-{i}.txt").write_text("x")
+    for _ in range(2):
+        assert cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).returncode == 0
+    assert _metadata_calls(counted) == 2
