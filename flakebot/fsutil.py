@@ -9,20 +9,24 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so readers see the old or the new file, never half of one."""
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write `text` to `path` so readers see the old or the new file, never half of one. `durable`: also on disk
+    before returning (fsync of the file and its directory), so a machine's crash keeps it; without, a crash of the
+    machine (not of the process) may bring back the previous version, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temporary_beside(path)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _temporary_beside(path: Path) -> tuple[int, Path]:
@@ -37,12 +41,12 @@ def _temporary_beside(path: Path) -> tuple[int, Path]:
             continue
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     """Write a JSON record (state.json, manifest.json, edit.json, ...) atomically, secrets redacted."""
     from flakebot.redact import redact
 
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
-    atomic_write_text(path, json.dumps(redact(json.loads(text)), indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(redact(json.loads(text)), indent=2, sort_keys=True) + "\n", durable=durable)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -5,6 +5,7 @@
     sources.py      which sources host calls may reach (crates.io, allowed git hosts, paths in the tree)
     fetch.py        the host-side fetch (generate-lockfile, fetch) before offline builds; the run's git view;
                     ManifestWatch
+    metacache.py    one `cargo metadata` per workspace state: answers kept under a digest of what cargo reads
     metadata.py     `cargo metadata` / `locate-project` / lock generation: where packages sit, what they build
     diagnostics.py  `cargo --message-format=json` in the sandbox turned into compact diagnostics for the model
     cache_skeleton.py  the cache's skeleton crate: manifest and lock with empty targets, registry dependencies only

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flakebot import launcher
-from flakebot.cargo import sources
+from flakebot.cargo import metacache, sources
 from flakebot.config import Settings, cache_home, rustup_home
 from flakebot.errors import FlakebotError
 from flakebot.events import waiting_on
@@ -263,7 +263,10 @@ class Cargo:
     def host_argv(self, args: list[str], crate_dir: Path | None) -> list[str]:
         """`cargo [source flags] SUBCOMMAND --manifest-path CRATE_DIR/Cargo.toml ARGS...` (no manifest for `init PATH`)."""
         manifest = ["--manifest-path", str(Path(crate_dir).resolve() / "Cargo.toml")] if crate_dir is not None else []
-        return [cargo_program(), *self.config_args(), args[0], *manifest, *args[1:]]
+        # offline, --offline is already a global flag: said once, the sources check's `metadata --no-deps --offline`
+        # and a plain `metadata --no-deps` are one call (and one answer kept, cargo/metacache.py)
+        rest = [a for a in args[1:] if not (self.offline and a == "--offline")]
+        return [cargo_program(), *self.config_args(), args[0], *manifest, *rest]
 
     def run(
         self, args: list[str], crate_dir: Path | None, timeout: float | None = None
@@ -287,11 +290,27 @@ class Cargo:
         """The host call itself, unchecked: only for calls that cannot fetch (`metadata --no-deps --offline`)."""
         argv = self.host_argv(args, crate_dir)
         env = self.host_env()
+        key = self._metadata_key(argv, env, crate_dir) if args[0] == "metadata" else None
+        kept = metacache.get(key) if key is not None else None
+        if kept is not None:
+            return kept
         logger.debug("cargo (host): %s %s", " ".join(args), crate_dir or "")
         with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as neutral, waiting_on(f"cargo {args[0]}"):
-            return launcher.run(
+            result = launcher.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
+        if key is not None and result.returncode == 0:  # keyed on the state after the call (a Cargo.lock it wrote)
+            after = self._metadata_key(argv, env, crate_dir)
+            if after is not None:
+                metacache.put(after, result)
+        return result
+
+    def _metadata_key(self, argv: list[str], env: dict[str, str], crate_dir: Path | None) -> str | None:
+        """The digest a `cargo metadata` answer is kept under (cargo/metacache.py); None (never kept) unless the crate
+        is inside the run's tree, the whole of what cargo may read for it."""
+        if crate_dir is None or self.tree is None or not Path(crate_dir).resolve().is_relative_to(self.tree.resolve()):
+            return None
+        return metacache.digest(argv, env, self.tree, self.target_dir, self.registry_dir)
 
 
 def _lock_of(crate_dir: Path) -> Path:

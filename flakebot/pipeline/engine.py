@@ -200,7 +200,7 @@ def _run_stage(
     if failed is None and stop.is_set():  # stopped meanwhile (cleanup stages still run)
         return _interrupted(run, sink, stage.name, record)
     record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
-    run.save()
+    run.save(durable=False)  # lost to a crash, the stage is pending and runs again: the same as running
     _emit(run, sink, Event("stage_started", run.id, stage.name))
     ctx = StageContext(run, run_settings(run, settings), stage.name, sink, failed)
     try:

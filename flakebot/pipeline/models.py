@@ -33,4 +33,4 @@ def stage_model(ctx: StageContext, budget: Budget | None = None) -> Iterator[Mod
     finally:
         model.close()
         ctx.run.state["usage"] = budget.spent.to_dict()
-        ctx.run.save()
+        ctx.run.save(durable=False)  # the stage's own end (finished or failed) saves it durably

@@ -160,10 +160,12 @@ class Run:
             )
         return cls(directory, state)
 
-    def save(self) -> None:
-        """Write state.json atomically (temp file, fsync, rename)."""
+    def save(self, *, durable: bool = True) -> None:
+        """Write state.json atomically (temp file, fsync, rename). Not `durable`: a checkpoint whose loss to a machine's
+        crash changes nothing a resume does (a stage marked running: the previous state has it pending, and it is
+        run again either way), written without fsync."""
         self.state["updated"] = time.time()
-        atomic_write_json(self.dir / "state.json", self.state)
+        atomic_write_json(self.dir / "state.json", self.state, durable=durable)
 
     def output(self, stage: str) -> dict[str, Any]:
         """What a finished stage produced; {} if it has not run."""

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,25 @@ def test_a_second_driver_of_the_same_run_is_refused(workdir: Path) -> None:
         with pytest.raises(RunError, match="another process"):
             with Run.load(workdir, run.id).lock():
                 pass
+
+
+def test_only_checkpoints_a_resume_needs_are_fsynced(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage's start is written without fsync (lost to a machine's crash, the stage is pending and runs again);
+    its end, and the run's start and end, are on disk before the run goes on. The real fsync runs underneath."""
+    synced: list[dict[str, Any]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if path.name.startswith(".state.json."):
+            synced.append(json.loads(path.read_text()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run = pipeline.start(
+        "tests.fakes.pipelines:FAILING", workdir, config.load(), RunRequest(need="n"), stop_after="first"
+    )
+    assert run.state["status"] == "stopped"
+    first = [state["stages"].get("first", {}).get("status", "pending") for state in synced]
+    assert "running" not in first and "finished" in first
+    assert "running" in [state["status"] for state in synced] and synced[-1]["status"] == "stopped"

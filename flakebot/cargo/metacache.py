@@ -1,0 +1,109 @@
+"""One `cargo metadata` per workspace state: a successful answer is kept, in this process, under a digest of
+everything it depends on, and given again while that digest holds.
+
+The digest covers the call (argv and environment: the crate source's replacement, the toolchain, CARGO_HOME), the
+names of every entry in the run's tree (cargo discovers targets from file names), the bytes of every Cargo.toml,
+Cargo.lock and .cargo/config* in it, CARGO_HOME's own config, and the directory registry's mtime. The tree was written
+by the model, so it is read through safefs (no link followed) and nothing in it is trusted: a file that changes is
+a new key. Only a call on a crate inside the run's tree (`Cargo.tree`) is kept: cargo follows path dependencies only
+inside it (cargo/sources.py refuses the others), so the digest sees all it reads. The digest is taken after the call,
+so a Cargo.lock that `cargo metadata` writes is part of the state the answer is kept for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import stat
+import subprocess
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from flakebot.errors import UnsafePath
+from flakebot.safefs import Tree
+
+logger = logging.getLogger(__name__)
+
+KEPT = 16  # answers kept per process (a long-lived server crafts many crates)
+# a tree with more entries is not walked (cargo is asked): past this, the walk would cost more than the call it saves
+MAX_ENTRIES = 400  # about 45 us an entry: a walk of 400 costs about what one `cargo metadata` does
+READ = ("Cargo.toml", "Cargo.lock", "config", "config.toml")  # their bytes count, not only their names
+_answers: OrderedDict[str, subprocess.CompletedProcess[str]] = OrderedDict()
+hits = 0  # answers given from the cache in this process (read by tests and the benchmark's trace)
+
+
+def digest(argv: list[str], env: dict[str, str], tree: Path, skip: Path, registry: Path | None) -> str | None:
+    """The key of a `cargo metadata` call's answer; None when the tree cannot be read whole (then cargo is asked)."""
+    h = hashlib.sha256()
+    for part in [*argv, "\0", *(f"{k}={v}" for k, v in sorted(env.items()))]:
+        h.update(part.encode() + b"\0")
+    cargo_home = Path(env.get("CARGO_HOME", "/nonexistent"))
+    for path in (cargo_home / "config.toml", cargo_home / "config", registry):
+        try:
+            info = path.lstat() if path is not None else None
+        except OSError:
+            info = None
+        h.update(f"{path}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}\0".encode())
+    try:
+        with Tree(tree) as t:
+            _walk(t, "", h, _inside(tree, skip), [MAX_ENTRIES])
+    except _TooBig:
+        logger.debug("cargo metadata not cached: the tree %s has over %d entries", tree, MAX_ENTRIES)
+        return None
+    except (OSError, UnsafePath) as exc:
+        logger.debug("cargo metadata not cached: the tree %s cannot be read (%s)", tree, exc)
+        return None
+    return h.hexdigest()
+
+
+def _inside(tree: Path, skip: Path) -> str | None:
+    """`skip` (the target dir) relative to `tree` when it lies inside it: not walked (cargo writes it, reads no
+    manifest there)."""
+    try:
+        return skip.resolve().relative_to(tree.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
+    names = t.listdir(rel)
+    left[0] -= len(names)
+    if left[0] < 0:
+        raise _TooBig
+    for name in names:
+        child = f"{rel}/{name}" if rel else name
+        if child == skip:
+            continue
+        info = t.lstat(child)
+        # inside .git only the manifests count: its objects change with every commit, its file names list no target
+        in_git = child == ".git" or child.startswith(".git/") or "/.git/" in f"/{child}"
+        if not in_git or name in READ:
+            h.update(f"{child}\0{stat.S_IFMT(info.st_mode)}\0".encode())
+        if stat.S_ISREG(info.st_mode) and name in READ:
+            h.update(t.read_bytes(child) + b"\0")
+        elif stat.S_ISLNK(info.st_mode):
+            h.update(t.readlink(child).encode() + b"\0")
+        elif stat.S_ISDIR(info.st_mode):
+            _walk(t, child, h, skip, left)
+
+
+def get(key: str) -> subprocess.CompletedProcess[str] | None:
+    global hits
+    found = _answers.get(key)
+    if found is not None:
+        _answers.move_to_end(key)
+        hits += 1
+        logger.debug("cargo metadata: the workspace is unchanged, its answer reused")
+    return found
+
+
+def put(key: str, answer: subprocess.CompletedProcess[str]) -> None:
+    _answers[key] = answer
+    _answers.move_to_end(key)
+    while len(_answers) > KEPT:
+        _answers.popitem(last=False)

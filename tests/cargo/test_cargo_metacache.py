@@ -1,0 +1,118 @@
+"""One `cargo metadata` per workspace state (cargo/metacache.py): counted through a PATH wrapper of cargo that logs each
+call and runs the real cargo underneath."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flakebot.cargo import metacache
+from flakebot.cargo.runner import Cargo
+from flakebot.config import Settings
+
+MANIFEST = '[package]\nname = "m"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nitoa = "1"\n'
+
+
+@pytest.fixture
+def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cargo on PATH that appends its subcommand to the returned log, then runs the real cargo."""
+    real = shutil.which("cargo")
+    assert real is not None
+    bin_dir, log = tmp_path / "bin", tmp_path / "cargo.log"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "cargo"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    log.touch()
+    return log
+
+
+def _metadata_calls(log: Path) -> int:
+    return sum(1 for line in log.read_text().splitlines() if " metadata " in f" {line} ")
+
+
+def _run_tree(tmp_path: Path) -> tuple[Cargo, Path]:
+    run_dir = tmp_path / "run"
+    crate = run_dir / "workspace"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text(MANIFEST)
+    (crate / "src/main.rs").write_text("fn main() {}\n")
+    return Cargo.for_run(Settings(registry="local"), run_dir / "target", run_dir), crate
+
+
+def _targets(answer: str) -> set[str]:
+    return {t["name"] for p in json.loads(answer)["packages"] if p["name"] == "m" for t in p["targets"]}
+
+
+def test_an_unchanged_workspace_asks_cargo_once(tmp_path: Path, counted: Path) -> None:
+    cargo, crate = _run_tree(tmp_path)
+    args = ["metadata", "--format-version", "1"]
+    first = cargo.run(args, crate, timeout=120)
+    assert first.returncode == 0, first.stderr
+    asked = _metadata_calls(counted)  # the full call, and the sources check's --no-deps one before it
+    assert asked == 2 and (crate / "Cargo.lock").is_file()  # the call wrote Cargo.lock: kept for the state after it
+    again = cargo.run(args, crate, timeout=120)
+    # the full answer was kept; the check's --no-deps one was kept for the tree before Cargo.lock, so it is asked again
+    assert again.stdout == first.stdout and _metadata_calls(counted) == asked + 1
+    for _ in range(3):
+        assert cargo.run(args, crate, timeout=120).stdout == first.stdout
+    assert _metadata_calls(counted) == asked + 1
+    asked += 1
+
+    (crate / "src/bin").mkdir()
+    (crate / "src/bin/other.rs").write_text("fn main() {}\n")  # a new file name: a new target cargo discovers
+    found = cargo.run(args, crate, timeout=120)
+    assert _metadata_calls(counted) > asked and "other" in _targets(found.stdout)
+
+    asked = _metadata_calls(counted)
+    (crate / "Cargo.toml").write_text(MANIFEST.replace('itoa = "1"', 'itoa = "1"\nmemchr = "2"'))
+    changed = cargo.run(args, crate, timeout=120)
+    assert _metadata_calls(counted) > asked
+    assert "memchr" in {d["name"] for p in json.loads(changed.stdout)["packages"] for d in p["dependencies"]}
+
+
+def test_a_planted_git_source_is_seen_after_an_answer_was_kept(tmp_path: Path, counted: Path) -> None:
+    """The sources check runs on the new manifest, not a kept answer: a git dependency added later is refused."""
+    cargo, crate = _run_tree(tmp_path)
+    assert cargo.run(["metadata", "--format-version", "1"], crate, timeout=120).returncode == 0
+    (crate / "Cargo.toml").write_text(MANIFEST + 'evil = { git = "https://evil.example/evil" }\n')
+    refused = cargo.run(["metadata", "--format-version", "1"], crate, timeout=120)
+    assert refused.returncode == 101 and "evil" in refused.stderr
+
+
+def test_a_crate_outside_the_runs_tree_is_never_kept(tmp_path: Path, counted: Path) -> None:
+    _, crate = _run_tree(tmp_path)
+    cargo = Cargo.for_run(
+        Settings(registry="local"), tmp_path / "target"
+    )  # no run dir: no tree bounds what cargo reads
+    hits = metacache.hits
+    for _ in range(2):
+        assert cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).returncode == 0
+    assert _metadata_calls(counted) == 2 and metacache.hits == hits
+
+
+def test_the_sources_check_reuses_a_plain_no_deps_answer_offline(tmp_path: Path, counted: Path) -> None:
+    """Offline, `metadata --no-deps` (the acquire stage's) and the sources check's `metadata --no-deps --offline` are
+    one question: cargo is asked once."""
+    cargo, crate = _run_tree(tmp_path)
+    plain = cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120)
+    checked = cargo.call(["metadata", "--format-version", "1", "--no-deps", "--offline"], crate, timeout=120)
+    assert plain.returncode == checked.returncode == 0 and plain.stdout == checked.stdout
+    assert _metadata_calls(counted) == 1
+
+
+def test_a_tree_too_big_to_walk_cheaply_asks_cargo(
+    tmp_path: Path, counted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cargo, crate = _run_tree(tmp_path)
+    monkeypatch.setattr(metacache, "MAX_ENTRIES", 20)
+    for i in range(20):
+        (crate / f"data-{i}.txt").write_text("x")
+    for _ in range(2):
+        assert cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).returncode == 0
+    assert _metadata_calls(counted) == 2
