@@ -295,6 +295,11 @@ def test_workers_figure_says_the_floor_the_cores_set() -> None:
     reach = "allows the goal" if max(made.round_floors) <= 0.6 else "cannot reach the goal"
     assert reach in figure["measured"] and "0 lock waits" in figure["gap"]
     assert "a craft took 4.8 s on one worker and 7.7 s on each of two" in figure["gap"]
+    assert "slow each other down" in figure["gap"]
+    # the cores busy, the crafts' own share small: the gap names the machine's other load
+    loaded = dataclasses.replace(made, cpu_one_s=8.0, cpu_two_s=9.0)
+    (figure,) = workers.summarize(workers.load(dataclasses.asdict(loaded)))
+    assert "saturated, mostly by other work: the two workers got 0.39 of the 1.90 busy cores" in figure["gap"]
 
 
 def test_a_figure_whose_repeats_cross_its_goal_is_reported_as_one_this_run_cannot_tell() -> None:

@@ -790,7 +790,8 @@ def _workers_floor(w: WorkersResult) -> str:
         f"CPU floor: the {w.crafts} crafts took {w.cpu_one_s:.1f} CPU-seconds on one worker and {w.cpu_two_s:.1f} on two "
         f"(the workers and every child they waited for: cargo, rustc, nix, its builds); over {w.cores} cores the two "
         f"workers need at least {w.cpu_two_s / w.cores:.1f} s, {w.floor_ratio:.3g}x one worker's wall "
-        f"({', '.join(f'{f:.3g}x' for f in floors)} by round): {reach} (goal <= {GOAL_WORKERS}x)"
+        f"({', '.join(f'{f:.3g}x' for f in floors)} by round): {reach} (goal <= {GOAL_WORKERS}x). Each of the two "
+        f"makes half the crafts one after another, so below 0.5x each craft would have to take less than on one worker"
     )
 
 
@@ -813,7 +814,14 @@ def _workers_gap(w: WorkersResult) -> str:
         )
     if w.lock_waits is not None:
         said.append(f"{w.lock_waits} lock waits in the crafts' logs (cargo's package cache, Nix's store, SQLite)")
-    return "; ".join(said) + ": two workers gain what the cores one worker leaves idle give them, no more"
+    if w.busy_two is not None and w.busy_two >= 0.9 * w.cores and ours_two < w.busy_two / 2:
+        why = (
+            f"the cores were saturated, mostly by other work: the two workers got {ours_two:.2f} of the "
+            f"{w.busy_two:.2f} busy cores, so the figure measures this machine's other load as much as the workers"
+        )
+    else:
+        why = "two workers gain only what cores one worker leaves idle, and their crafts slow each other down"
+    return "; ".join(said) + f". {why}"
 
 
 def failover_cost(r: Results) -> dict[str, Any]:
