@@ -281,7 +281,7 @@ def test_workers_figure_says_the_floor_the_cores_set() -> None:
 
     def phase(n: int, workers: int, wall: float, cpu: float) -> Phase:
         return Phase(round=n, workers=workers, wall_s=wall, cpu_s=cpu, machine_busy_s=wall * 1.9,
-                     spread=[6] if workers == 1 else [3, 3], craft_s=wall / 6 * workers, lock_waits=0)  # fmt: skip
+                     spread=[6] if workers == 1 else [3, 3], craft_s=wall / 6 * workers, lock_waits=0, first_claim_s=0.8, claim_gap_s=0.012)  # fmt: skip
 
     phases = [phase(0, 1, 30.0, 40.0), phase(0, 2, 24.0, 44.0), phase(1, 2, 22.0, 42.0), phase(1, 1, 28.0, 38.0)]
     made = summary(6, 2, phases)
@@ -296,6 +296,7 @@ def test_workers_figure_says_the_floor_the_cores_set() -> None:
     assert reach in figure["measured"] and "0 lock waits" in figure["gap"]
     assert "a craft took 4.8 s on one worker and 7.7 s on each of two" in figure["gap"]
     assert "slow each other down" in figure["gap"]
+    assert "its first job 0.80 s after its start and its next one 12 ms after a job's end" in figure["gap"]
     # the cores busy, the crafts' own share small: the gap names the machine's other load
     loaded = dataclasses.replace(made, cpu_one_s=8.0, cpu_two_s=9.0)
     (figure,) = workers.summarize(workers.load(dataclasses.asdict(loaded)))

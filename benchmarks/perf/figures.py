@@ -814,6 +814,11 @@ def _workers_gap(w: WorkersResult) -> str:
         )
     if w.lock_waits is not None:
         said.append(f"{w.lock_waits} lock waits in the crafts' logs (cargo's package cache, Nix's store, SQLite)")
+    if w.first_claim_s is not None and w.claim_gap_s is not None:
+        said.append(
+            f"a worker claimed its first job {w.first_claim_s:.2f} s after its start and its next one "
+            f"{w.claim_gap_s * 1000:.0f} ms after a job's end, at most"
+        )
     if w.busy_two is not None and w.busy_two >= 0.9 * w.cores and ours_two < w.busy_two / 2:
         why = (
             f"the cores were saturated, mostly by other work: the two workers got {ours_two:.2f} of the "

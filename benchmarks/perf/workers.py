@@ -27,6 +27,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.perf.failover import TENANT, home_env, worker
 from benchmarks.scenarios.postgres import new_database, temporary_cluster
@@ -50,6 +51,8 @@ class Phase:
     spread: list[int]  # how many crafts each worker made
     craft_s: float = 0.0  # a craft's own wall (its job's claim to its end), mean
     lock_waits: int = 0  # lines of the crafts' logs saying they waited on a lock (LOCK_WAIT)
+    first_claim_s: float = 0.0  # the workers' start to the first job's claim (a worker's own start-up)
+    claim_gap_s: float = 0.0  # a job's end to its worker's next claim, the longest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +76,8 @@ class WorkersResult:
     craft_one_s: float | None = None  # a craft's own wall on one worker, mean over every craft
     craft_two_s: float | None = None  # on each of two
     lock_waits: int | None = None  # the crafts' logs' lines saying they waited on a lock, every phase
+    first_claim_s: float | None = None  # the workers' start to their first claim, the longest of any phase
+    claim_gap_s: float | None = None  # a job's end to its worker's next claim, the longest of any phase
     phases: list[Phase] = field(default_factory=list)
 
 
@@ -96,7 +101,7 @@ def enqueue(database: str, crafts: int, batch: str) -> list[int]:
     return ids
 
 
-def rows(database: str, ids: list[int]) -> list[dict[str, object]]:
+def rows(database: str, ids: list[int]) -> list[dict[str, Any]]:
     with db.connect(database) as conn:
         found = [queue.get(conn, job_id, TENANT) for job_id in ids]
     return [dict(r) for r in found if r is not None]
@@ -139,11 +144,22 @@ def crafted(database: str, ids: list[int], homes: list[Path], timeout: float = 3
     failed = [r for r in found if r["state"] != "done"]
     if failed:
         raise RuntimeError(f"{len(failed)} crafts failed: {failed[0].get('error')}")
-    last = max(r["ended"].timestamp() for r in found)  # type: ignore[attr-defined]
-    own = [(r["ended"] - r["started"]).total_seconds() for r in found]  # type: ignore[operator]
+    last = max(r["ended"].timestamp() for r in found)
+    own = [(r["ended"] - r["started"]).total_seconds() for r in found]
+    first = min(r["started"].timestamp() for r in found)
     return Phase(round=0, workers=len(homes), wall_s=round(last - started, 2), cpu_s=round(children_cpu() - cpu, 2),
                  machine_busy_s=round(busy, 2), spread=[sum(r["worker"] == f"w{n}" for r in found) for n in range(len(homes))],
-                 craft_s=round(sum(own) / len(own), 2), lock_waits=sum(lock_waits(home) for home in homes))  # fmt: skip
+                 craft_s=round(sum(own) / len(own), 2), lock_waits=sum(lock_waits(home) for home in homes),
+                 first_claim_s=round(first - started, 2), claim_gap_s=claim_gap(found))  # fmt: skip
+
+
+def claim_gap(found: list[dict[str, Any]]) -> float:
+    """The longest a worker took from one job's end to its next claim (the queue's own cost between two crafts)."""
+    gaps = [0.0]
+    for name in {r["worker"] for r in found}:
+        mine = sorted((r for r in found if r["worker"] == name), key=lambda r: r["started"])
+        gaps += [(b["started"] - a["ended"]).total_seconds() for a, b in zip(mine, mine[1:], strict=False)]
+    return round(max(gaps), 3)
 
 
 def lock_waits(home: Path) -> int:
@@ -193,6 +209,8 @@ def summary(crafts: int, rounds: int, phases: list[Phase]) -> WorkersResult:
         craft_one_s=round(sum(p.craft_s for p in one) / len(one), 2),
         craft_two_s=round(sum(p.craft_s for p in two) / len(two), 2),
         lock_waits=sum(p.lock_waits for p in phases),
+        first_claim_s=max(p.first_claim_s for p in phases),
+        claim_gap_s=max(p.claim_gap_s for p in phases),
         phases=phases,
     )
 
