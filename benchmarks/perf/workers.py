@@ -81,10 +81,10 @@ class WorkersResult:
     phases: list[Phase] = field(default_factory=list)
 
 
-# What cargo (its package cache, the stand-in build's output), Nix (a store path, the GC lock) or SQLite print when
-# they wait on a lock: each run's run.log keeps the package stage's build output and every warning.
+# What cargo (its package cache, the stand-in build's output), Nix (a store path, the GC lock, its SQLite database
+# busy) or SQLite print when they wait on a lock: each run's run.log keeps the package stage's build output and every warning.
 LOCK_WAIT = re.compile(
-    r"Blocking waiting for file lock|waiting for (the big garbage collector )?lock|database is locked"
+    r"Blocking waiting for file lock|waiting for (the big garbage collector )?lock|database is locked|SQLite database .* is busy"
 )
 RESULT = WorkersResult
 
