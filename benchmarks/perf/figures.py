@@ -813,7 +813,7 @@ def _workers_gap(w: WorkersResult) -> str:
             f"a craft took {w.craft_one_s:.1f} s on one worker and {w.craft_two_s:.1f} s on each of two (claim to end)"
         )
     if w.lock_waits is not None:
-        said.append(f"{w.lock_waits} lock waits in the crafts' logs (cargo's package cache, Nix's store, SQLite)")
+        said.append(f"{w.lock_waits} lock waits in the crafts' logs (Nix's and SQLite's, where run.log keeps them)")
     if w.first_claim_s is not None and w.claim_gap_s is not None:
         said.append(
             f"a worker claimed its first job {w.first_claim_s:.2f} s after its start and its next one "

@@ -4,9 +4,9 @@ PostgreSQL (benchmarks/scenarios/postgres.py), made by one `flakebot worker`, th
 (each in a home of its own, as on two machines), for ROUNDS rounds in both orders (one then two, two then one); the
 figure is the two workers' walls over the one worker's, summed over the rounds, each round's ratio its spread (goal
 <= 0.6). Beside it, the floor the two cores set: the two workers' CPU-seconds (their processes and every child they
-waited for: cargo, rustc, nix and its builds) over the cores (2 here) is the least wall two workers can have on this machine, given
-as a fraction of the one worker's wall; and how busy the machine's cores were meanwhile (/proc/stat, every
-process's: the other load on this machine included).
+waited for: cargo, rustc, nix and its builds) over the cores (2 here) is the least wall two workers can have on this
+machine, given as a fraction of the one worker's wall; and how busy the machine's cores were meanwhile (/proc/stat,
+every process's: the other load on this machine included).
 
 Each wall runs from the workers' start to the last job's end (its row's `ended`). Every worker starts from a home of
 its own, its cargo cache cold, and keeps it across its crafts. The crafts share one dependency set, so the first
@@ -68,7 +68,7 @@ class WorkersResult:
     round_ratios: list[float] = field(default_factory=list)
     cpu_one_s: float | None = None  # mean over the rounds
     cpu_two_s: float | None = None
-    floor_ratio: float | None = None  # the two workers' CPU-seconds / 2 over the one worker's wall, summed over rounds
+    floor_ratio: float | None = None  # the two workers' CPU-seconds / cores over the one worker's wall, all rounds
     round_floors: list[float] = field(default_factory=list)
     busy_one: float | None = None  # the machine's busy cores during the one-worker phases, mean (of its `cores`)
     busy_two: float | None = None
@@ -81,10 +81,12 @@ class WorkersResult:
     phases: list[Phase] = field(default_factory=list)
 
 
-# What cargo (its package cache, the stand-in build's output), Nix (a store path, the GC lock, its SQLite database
-# busy) or SQLite print when they wait on a lock: each run's run.log keeps the package stage's build output and every warning.
+# What cargo (its package cache), Nix (a store path, the GC lock, its SQLite database busy) or SQLite print when they
+# wait on a lock, as run.log keeps it: every line of the loop's dependency build and every warning; of the package
+# stage's nix build only its progress lines (flakebot.nix.build), so a wait there is not counted.
 LOCK_WAIT = re.compile(
-    r"Blocking waiting for file lock|waiting for (the big garbage collector )?lock|database is locked|SQLite database .* is busy"
+    r"Blocking waiting for file lock|waiting for (the big garbage collector )?lock"
+    r"|database is locked|SQLite database .* is busy"
 )
 RESULT = WorkersResult
 
