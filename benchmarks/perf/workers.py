@@ -81,9 +81,10 @@ class WorkersResult:
     phases: list[Phase] = field(default_factory=list)
 
 
-# What cargo (its package cache), Nix (a store path, the GC lock, its SQLite database busy) or SQLite print when they
-# wait on a lock, as run.log keeps it: every line of the loop's dependency build and every warning; of the package
-# stage's nix build only its progress lines (flakebot.nix.build), so a wait there is not counted.
+# What cargo (its package cache), Nix (the GC lock, its SQLite database busy) or SQLite print when they wait on a lock,
+# as run.log keeps it: every line of the loop's dependency build and every warning; of the package stage's nix build
+# only its progress lines (flakebot.nix.build). Nix 2.8 prints nothing while it waits for another process's lock on
+# an output (it polls: flakebot.nix.command.POLL_SECONDS): each craft here builds outputs of its own.
 LOCK_WAIT = re.compile(
     r"Blocking waiting for file lock|waiting for (the big garbage collector )?lock"
     r"|database is locked|SQLite database .* is busy"
