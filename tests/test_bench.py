@@ -4,6 +4,7 @@ benchmark) do what the report says they do. Speed itself is never asserted."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -285,12 +286,42 @@ def test_failover_figure_is_the_failovers_wall_beyond_the_crafts_own() -> None:
 
 
 def test_workers_figure_is_the_ratio_of_the_two_walls() -> None:
-    """T3's record and figure (its run crafts twelve times: `make bench` runs it)."""
+    """T3's record and figure (its run crafts twelve times: `make bench` runs it); a report from before the rounds
+    and the CPU floor still renders."""
     workers = perf.bench("workers")
     result = {"crafts": 6, "one_worker_s": 100.0, "two_workers_s": 55.0, "ratio": 0.55, "spread": [3, 3]}
     (made,) = workers.summarize(workers.load(result))
     assert (made["id"], made["value"], made["goal"], made["met"]) == ("T3", 0.55, 0.6, True)
     assert "100.0 s by one" in made["measured"] and "crafts per worker: 3, 3" in made["measured"]
+
+
+def test_workers_figure_says_the_floor_the_cores_set() -> None:
+    """T3 gives each round's ratio as its spread and the CPU floor measured in the same run: the two workers'
+    CPU-seconds over the cores against one worker's wall, and whether the goal lies above it on this machine."""
+    from benchmarks.perf.workers import Phase, summary
+
+    def phase(n: int, workers: int, wall: float, cpu: float) -> Phase:
+        return Phase(round=n, workers=workers, wall_s=wall, cpu_s=cpu, machine_busy_s=wall * 1.9,
+                     spread=[6] if workers == 1 else [3, 3], craft_s=wall / 6 * workers, lock_waits=0, first_claim_s=0.8, claim_gap_s=0.012)  # fmt: skip
+
+    phases = [phase(0, 1, 30.0, 40.0), phase(0, 2, 24.0, 44.0), phase(1, 2, 22.0, 42.0), phase(1, 1, 28.0, 38.0)]
+    made = summary(6, 2, phases)
+    assert (made.round_ratios, made.ratio, made.cpu_two_s) == ([0.8, 0.786], 0.793, 43.0)
+    cores = made.cores or 1
+    assert made.floor_ratio == round(86 / cores / 58, 3)
+    workers = perf.bench("workers")
+    (figure,) = workers.summarize(workers.load(dataclasses.asdict(made)))
+    assert figure["spread"] == {"min": 0.786, "max": 0.8, "n": 2} and figure["met"] is False
+    assert f"over {cores} cores the two workers need at least {43.0 / cores:.1f} s" in figure["measured"]
+    reach = "allows the goal" if max(made.round_floors) <= 0.6 else "cannot reach the goal"
+    assert reach in figure["measured"] and "0 lock waits" in figure["gap"]
+    assert "a craft took 4.8 s on one worker and 7.7 s on each of two" in figure["gap"]
+    assert "slow each other down" in figure["gap"]
+    assert "its first job 0.80 s after its start and its next one 12 ms after a job's end" in figure["gap"]
+    # the cores busy, the crafts' own share small: the gap names the machine's other load
+    loaded = dataclasses.replace(made, cpu_one_s=8.0, cpu_two_s=9.0)
+    (figure,) = workers.summarize(workers.load(dataclasses.asdict(loaded)))
+    assert "saturated, mostly by other work: the two workers got 0.39 of the 1.90 busy cores" in figure["gap"]
 
 
 def test_a_figure_whose_repeats_cross_its_goal_is_reported_as_one_this_run_cannot_tell() -> None:

@@ -71,7 +71,7 @@ SECTIONS: tuple[Bench, ...] = (
     Bench("services", {"samples": 5, "requests": 50}),
     Bench("front", {"tokens": 50, "rounds": 4}),  # T1: 50 agents at once on one `flakebot serve`
     Bench("builders", {"builds": 6, "build_seconds": 3.0}),  # T2: six stand-in builds on two ssh-ng builders vs one
-    Bench("workers", {"crafts": 6}),  # T3: six queued crafts on two workers vs one (PostgreSQL)
+    Bench("workers", {"crafts": 6, "rounds": 2}),  # T3: six queued crafts, two workers vs one (PostgreSQL)
     Bench("failover", {"lease": 20.0}),  # T4: a worker killed -9 mid-craft, another finishing it (PostgreSQL)
     # P15, P16: 10,000 tools catalogued through Catalog.add (each its own nix-store GC root): minutes of its own
     Bench(

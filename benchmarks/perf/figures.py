@@ -768,18 +768,85 @@ def front_latency(r: Results) -> dict[str, Any]:
 
 def workers_spread(r: Results) -> dict[str, Any]:
     w: WorkersResult = r["workers"]
+    title = f"crafts: {w.crafts} queued on two workers / on one"
+    rounds = (
+        f" (each the mean of {w.rounds} rounds, in both orders: one then two, two then one; crafts per worker, all "
+        f"rounds: {', '.join(map(str, w.spread))})"
+        if w.rounds > 1
+        else f" (crafts per worker: {', '.join(map(str, w.spread))})"
+    )
     measured = (
         f"{w.crafts} offline crafts (scripted csv-dedup, each under its own name) queued in PostgreSQL: "
-        f"{w.one_worker_s:.1f} s by one `flakebot worker`, {w.crafts} others {w.two_workers_s:.1f} s by two "
-        f"(crafts per worker: {', '.join(map(str, w.spread))}), on one machine's two cores"
+        f"{w.one_worker_s:.1f} s by one `flakebot worker`, {w.crafts} others {w.two_workers_s:.1f} s by two{rounds}, "
+        f"on one machine's {w.cores or 'two'} cores"
     )
-    title = f"crafts: {w.crafts} queued on two workers / on one"
+    floor = _workers_floor(w)
+    met = w.ratio <= GOAL_WORKERS
     gap = (
-        "the two workers share one machine's two cores (each craft's cargo builds and tests are CPU-bound): two "
+        "the two workers share one machine's cores (each craft's cargo builds and tests are CPU-bound): two "
         "workers on two machines would not; and each of the two starts with a cold cargo cache"
     )
-    met = w.ratio <= GOAL_WORKERS
-    return figure("T3", title, w.ratio, "x", GOAL_WORKERS, "<=", measured, "" if met else gap, "workers")
+    if floor:
+        measured += f". {floor}"
+        gap = _workers_gap(w)
+    return figure("T3", title, w.ratio, "x", GOAL_WORKERS, "<=", measured, "" if met else gap, "workers",
+                  spread=w.round_ratios)  # fmt: skip
+
+
+def _workers_floor(w: WorkersResult) -> str:
+    """What the cores allow: the two workers' CPU-seconds over the cores, against the one worker's wall (a report
+    from before the floor was measured: nothing)."""
+    if w.floor_ratio is None or w.cpu_two_s is None or w.cpu_one_s is None or not w.cores:
+        return ""
+    floors = w.round_floors or [w.floor_ratio]
+    reach = (
+        "so this machine allows the goal"
+        if max(floors) <= GOAL_WORKERS
+        else "so this machine cannot reach the goal in this run"
+        if min(floors) > GOAL_WORKERS
+        else "so whether this machine allows the goal depends on the round"
+    )
+    return (
+        f"CPU floor: the {w.crafts} crafts took {w.cpu_one_s:.1f} CPU-seconds on one worker and {w.cpu_two_s:.1f} on two "
+        f"(the workers and every child they waited for: cargo, rustc, nix, its builds); over {w.cores} cores the two "
+        f"workers need at least {w.cpu_two_s / w.cores:.1f} s, {w.floor_ratio:.3g}x one worker's wall "
+        f"({', '.join(f'{f:.3g}x' for f in floors)} by round): {reach} (goal <= {GOAL_WORKERS}x). Each of the two "
+        f"makes half the crafts one after another, so below 0.5x each craft would have to take less than on one worker"
+    )
+
+
+def _workers_gap(w: WorkersResult) -> str:
+    """Where the wall beyond the floor goes: the cores busy with this run's crafts, or with the machine's other load."""
+    assert w.cpu_one_s is not None and w.cpu_two_s is not None and w.cores
+    ours_one, ours_two = w.cpu_one_s / w.one_worker_s, w.cpu_two_s / w.two_workers_s
+    said = [
+        f"the crafts kept {ours_one:.2f} of {w.cores} cores busy on one worker and {ours_two:.2f} on two (their "
+        "CPU-seconds over the wall)"
+    ]
+    if w.busy_one is not None and w.busy_two is not None:
+        said.append(
+            f"the machine's cores were busy {w.busy_one:.2f} during one worker's phases and {w.busy_two:.2f} during "
+            "two's (every process's: the rest is other work on this machine)"
+        )
+    if w.craft_one_s is not None and w.craft_two_s is not None:
+        said.append(
+            f"a craft took {w.craft_one_s:.1f} s on one worker and {w.craft_two_s:.1f} s on each of two (claim to end)"
+        )
+    if w.lock_waits is not None:
+        said.append(f"{w.lock_waits} lock waits in the crafts' logs (Nix's and SQLite's, where run.log keeps them)")
+    if w.first_claim_s is not None and w.claim_gap_s is not None:
+        said.append(
+            f"a worker claimed its first job {w.first_claim_s:.2f} s after its start and its next one "
+            f"{w.claim_gap_s * 1000:.0f} ms after a job's end, at most"
+        )
+    if w.busy_two is not None and w.busy_two >= 0.9 * w.cores and ours_two < w.busy_two / 2:
+        why = (
+            f"the cores were saturated, mostly by other work: the two workers got {ours_two:.2f} of the "
+            f"{w.busy_two:.2f} busy cores, so the figure measures this machine's other load as much as the workers"
+        )
+    else:
+        why = "two workers gain only what cores one worker leaves idle, and their crafts slow each other down"
+    return "; ".join(said) + f". {why}"
 
 
 def failover_cost(r: Results) -> dict[str, Any]:

@@ -38,6 +38,8 @@ INSTALL_FIX = (
 NETWORK_PROBES = (("github.com", 443), ("cache.nixos.org", 443))
 # Who builds when flakebot runs as root: the users Nix's installers (and Debian's nix-bin) create.
 BUILD_USERS_GROUP = "nixbld"
+# Seconds between a waiting build's looks at another nix process's lock on the same output (Nix's default: 5).
+POLL_SECONDS = "1"
 # System directories a stand-in build reads (bash, coreutils, git, the C toolchain and libraries); root-owned,
 # so a build user cannot write them.
 SYSTEM_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/etc/alternatives")
@@ -73,7 +75,9 @@ def build_user_options() -> list[str]:
     if os.geteuid() != 0:
         return []
     require_build_users()
-    return ["--option", "build-users-group", BUILD_USERS_GROUP]
+    # A build whose output another nix process is building (two workers' crafts on one new dependency set) waits for
+    # that process's lock by polling: every 5 s by default, so it went on up to 5 s after the other's path was there.
+    return ["--option", "build-users-group", BUILD_USERS_GROUP, "--option", "build-poll-interval", POLL_SECONDS]
 
 
 def require_build_users() -> None:

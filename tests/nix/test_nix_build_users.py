@@ -61,6 +61,8 @@ def test_every_nix_call_builds_as_nixbld_in_the_sandbox(tmp_path: Path) -> None:
         shown = json.loads(subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout)
         assert shown["build-users-group"]["value"] == "nixbld" and shown["sandbox"]["value"] is True, mode
         assert shown["sandbox-fallback"]["value"] is False, mode
+        # a build waiting on another nix process's lock on its output looks again each second, not Nix's 5
+        assert shown["build-poll-interval"]["value"] == 1, mode
     paths = command.sandbox_paths(standin)
     host = json.loads((standin / "host.json").read_text())
     assert f"/flakebot/registry={DEBIAN_REGISTRY.resolve()}" in paths
