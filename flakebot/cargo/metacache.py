@@ -5,7 +5,8 @@ The digest covers the call (argv and environment: the crate source's replacement
 names of every entry in the run's tree (cargo discovers targets from file names), the bytes of every Cargo.toml,
 Cargo.lock and .cargo/config* in it, CARGO_HOME's own config, and the directory registry's mtime. The tree was written
 by the model, so it is read through safefs (no link followed) and nothing in it is trusted: a file that changes is
-a new key. Only a call on a crate inside the run's tree (`Cargo.tree`) is kept: cargo follows path dependencies only
+a new key. A tree holding a symbolic link (cargo follows it, the walk does not) or a package inside its .git (whose
+names are otherwise not walked) is not kept: cargo is asked. Only a call on a crate inside the run's tree (`Cargo.tree`) is kept: cargo follows path dependencies only
 inside it (cargo/sources.py refuses the others), so the digest sees all it reads. The digest is taken after the call,
 so a Cargo.lock that `cargo metadata` writes is part of the state the answer is kept for.
 """
@@ -51,6 +52,9 @@ def digest(argv: list[str], env: dict[str, str], tree: Path, skip: Path, registr
     except _TooBig:
         logger.debug("cargo metadata not cached: the tree %s has over %d entries", tree, MAX_ENTRIES)
         return None
+    except _Unseen as exc:
+        logger.debug("cargo metadata not cached: %s", exc)
+        return None
     except (OSError, UnsafePath) as exc:
         logger.debug("cargo metadata not cached: the tree %s cannot be read (%s)", tree, exc)
         return None
@@ -70,6 +74,10 @@ class _TooBig(Exception):
     pass
 
 
+class _Unseen(Exception):
+    """The tree holds something cargo reads that the digest would not see."""
+
+
 def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
     names = t.listdir(rel)
     left[0] -= len(names)
@@ -80,14 +88,19 @@ def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
         if child == skip:
             continue
         info = t.lstat(child)
-        # inside .git only the manifests count: its objects change with every commit, its file names list no target
-        in_git = child == ".git" or child.startswith(".git/") or "/.git/" in f"/{child}"
+        if stat.S_ISLNK(info.st_mode):
+            # cargo follows a link; the walk does not, so what cargo reads through it (a Cargo.toml linked to a file of
+            # another name, a directory of targets) would be outside the digest
+            raise _Unseen(f"{child} is a symbolic link")
+        # in the tree's own .git only the manifests count: its objects change with every commit, its file names list
+        # no target, unless a package lives in it (cargo discovers its targets from names there): then ask cargo
+        in_git = child == ".git" or child.startswith(".git/")
+        if in_git and name == "Cargo.toml":
+            raise _Unseen(f"{child} is a package inside .git")
         if not in_git or name in READ:
             h.update(f"{child}\0{stat.S_IFMT(info.st_mode)}\0".encode())
         if stat.S_ISREG(info.st_mode) and name in READ:
             h.update(t.read_bytes(child) + b"\0")
-        elif stat.S_ISLNK(info.st_mode):
-            h.update(t.readlink(child).encode() + b"\0")
         elif stat.S_ISDIR(info.st_mode):
             _walk(t, child, h, skip, left)
 

@@ -116,3 +116,44 @@ def test_a_tree_too_big_to_walk_cheaply_asks_cargo(
     for _ in range(2):
         assert cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).returncode == 0
     assert _metadata_calls(counted) == 2
+
+
+def _package(answer: str) -> tuple[str, str]:
+    meta = json.loads(answer)
+    return meta["packages"][0]["name"], meta["packages"][0]["version"]
+
+
+def test_a_manifest_linked_to_another_file_of_the_tree_is_not_answered_stale(tmp_path: Path, counted: Path) -> None:
+    """Cargo.toml a symbolic link to a file of another name: cargo reads that file, so its edit is a new answer."""
+    cargo, crate = _run_tree(tmp_path)
+    (crate / "Cargo.toml").unlink()
+    (crate / "notes.txt").write_text(MANIFEST)
+    (crate / "Cargo.toml").symlink_to("notes.txt")
+    args = ["metadata", "--format-version", "1", "--no-deps"]
+    first = cargo.call(args, crate, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert _package(first.stdout) == ("m", "0.1.0")
+    (crate / "notes.txt").write_text(MANIFEST.replace('name = "m"', 'name = "other"').replace("0.1.0", "6.6.6"))
+    now = cargo.call(args, crate, timeout=120)
+    assert now.returncode == 0, now.stderr
+    assert _package(now.stdout) == ("other", "6.6.6")
+
+
+def test_a_member_inside_a_git_directory_has_its_targets_seen(tmp_path: Path, counted: Path) -> None:
+    """Names inside a directory called .git count when a package lives there: cargo discovers its targets."""
+    cargo, crate = _run_tree(tmp_path)
+    member = crate / ".git/hidden"
+    (member / "src").mkdir(parents=True)
+    (member / "Cargo.toml").write_text('[package]\nname = "hidden"\nversion = "0.1.0"\nedition = "2021"\n')
+    (member / "src/main.rs").write_text("fn main() {}\n")
+    (crate / "Cargo.toml").write_text(
+        MANIFEST + 'hidden = { path = ".git/hidden" }\n\n[workspace]\nmembers = [".git/hidden"]\n'
+    )
+    args = ["metadata", "--format-version", "1", "--no-deps"]
+    first = cargo.call(args, crate, timeout=120)
+    assert first.returncode == 0, first.stderr
+    (member / "src/bin").mkdir()
+    (member / "src/bin/undeclared.rs").write_text("fn main() {}\n")
+    now = cargo.call(args, crate, timeout=120)
+    targets = {t["name"] for p in json.loads(now.stdout)["packages"] if p["name"] == "hidden" for t in p["targets"]}
+    assert "undeclared" in targets
