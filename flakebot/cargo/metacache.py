@@ -7,13 +7,15 @@ Cargo.lock and .cargo/config* in it, CARGO_HOME's own config, and the directory 
 by the model, so it is read through safefs (no link followed) and nothing in it is trusted: a file that changes is
 a new key. A tree holding a symbolic link (cargo follows it, the walk does not) or a package inside its .git (whose
 names are otherwise not walked) is not kept: cargo is asked. Only a call on a crate inside the run's tree (`Cargo.tree`) is kept: cargo follows path dependencies only
-inside it (cargo/sources.py refuses the others), so the digest sees all it reads. The digest is taken after the call,
+inside it (cargo/sources.py refuses the others), so the digest sees all it reads; an answer naming a manifest outside it (a member
+or workspace root in the run's target dir, which the sandbox writes) is not kept. The digest is taken after the call,
 so a Cargo.lock that `cargo metadata` writes is part of the state the answer is kept for.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import stat
 import subprocess
@@ -103,6 +105,19 @@ def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
             h.update(t.read_bytes(child) + b"\0")
         elif stat.S_ISDIR(info.st_mode):
             _walk(t, child, h, skip, left)
+
+
+def confined(answer: str, tree: Path) -> bool:
+    """Every manifest the answer names (the workspace root's, each path package's) lies inside `tree`: a member or
+    workspace root elsewhere (the run's target dir, which the sandbox writes) is read by cargo but not by the digest."""
+    try:
+        meta = json.loads(answer)
+        inside = tree.resolve()
+        manifests = [Path(meta["workspace_root"]) / "Cargo.toml"]
+        manifests += [Path(p["manifest_path"]) for p in meta["packages"] if p.get("source") is None]
+        return all(m.resolve().is_relative_to(inside) for m in manifests)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return False
 
 
 def get(key: str) -> subprocess.CompletedProcess[str] | None:

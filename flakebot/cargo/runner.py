@@ -299,7 +299,8 @@ class Cargo:
             result = launcher.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
-        if key is not None and result.returncode == 0:  # keyed on the state after the call (a Cargo.lock it wrote)
+        # keyed on the state after the call (a Cargo.lock it wrote); only an answer whose manifests the digest saw
+        if key is not None and result.returncode == 0 and self.tree and metacache.confined(result.stdout, self.tree):
             after = self._metadata_key(argv, env, crate_dir)
             if after is not None:
                 metacache.put(after, result)

@@ -157,3 +157,22 @@ def test_a_member_inside_a_git_directory_has_its_targets_seen(tmp_path: Path, co
     now = cargo.call(args, crate, timeout=120)
     targets = {t["name"] for p in json.loads(now.stdout)["packages"] if p["name"] == "hidden" for t in p["targets"]}
     assert "undeclared" in targets
+
+
+def test_a_member_outside_the_runs_tree_is_not_answered_stale(tmp_path: Path, counted: Path) -> None:
+    """A workspace member in the run's target dir (which the sandbox writes, and the digest does not walk): cargo reads
+    its manifest, so an answer naming it is not kept."""
+    cargo, crate = _run_tree(tmp_path)
+    outside = cargo.target_dir / "evil"
+    (outside / "src").mkdir(parents=True)
+    (outside / "src/main.rs").write_text("fn main() {}\n")
+    evil = '[package]\nname = "evil"\nversion = "0.1.0"\nedition = "2021"\nworkspace = "../../workspace"\n'
+    (outside / "Cargo.toml").write_text(evil)
+    (crate / "Cargo.toml").write_text(MANIFEST + '\n[workspace]\nmembers = ["../target/evil"]\n')
+    args = ["metadata", "--format-version", "1", "--no-deps"]
+    first = cargo.run(args, crate, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert ("evil", "0.1.0") in {(p["name"], p["version"]) for p in json.loads(first.stdout)["packages"]}
+    (outside / "Cargo.toml").write_text(evil.replace("0.1.0", "6.6.6"))
+    now = cargo.run(args, crate, timeout=120)
+    assert ("evil", "6.6.6") in {(p["name"], p["version"]) for p in json.loads(now.stdout)["packages"]}
