@@ -3,13 +3,14 @@ everything it depends on, and given again while that digest holds.
 
 The digest covers the call (argv and environment: the crate source's replacement, the toolchain, CARGO_HOME), the
 names of every entry in the run's tree (cargo discovers targets from file names), the bytes of every Cargo.toml,
-Cargo.lock and .cargo/config* in it, CARGO_HOME's own config, and the directory registry's mtime. The tree was written
-by the model, so it is read through safefs (no link followed) and nothing in it is trusted: a file that changes is
-a new key. A tree holding a symbolic link (cargo follows it, the walk does not) or a package inside its .git (whose
-names are otherwise not walked) is not kept: cargo is asked. Only a call on a crate inside the run's tree (`Cargo.tree`) is kept: cargo follows path dependencies only
-inside it (cargo/sources.py refuses the others), so the digest sees all it reads; an answer naming a manifest outside it (a member
-or workspace root in the run's target dir, which the sandbox writes) is not kept. The digest is taken after the call,
-so a Cargo.lock that `cargo metadata` writes is part of the state the answer is kept for.
+Cargo.lock and .cargo/config* in it, the cargo config files outside it (CARGO_HOME's, those above the call's
+directory), and the directory registry's mtime. The tree was written by the model, so it is read through safefs
+(no link followed) and nothing in it is trusted: a file that changes is a new key. A tree holding a symbolic link
+(cargo follows it, the walk does not) or a package inside its .git (whose names are otherwise not walked) is not
+kept: cargo is asked. Only a call on a crate inside the run's tree (`Cargo.tree`) is kept, and only an answer whose
+manifests all lie inside it (a member or workspace root in the run's target dir, which the sandbox writes, is read
+by cargo but not by the digest). The digest is taken after the call, so a Cargo.lock that `cargo metadata` writes
+is part of the state the answer is kept for.
 """
 
 from __future__ import annotations
@@ -36,18 +37,21 @@ _answers: OrderedDict[str, subprocess.CompletedProcess[str]] = OrderedDict()
 hits = 0  # answers given from the cache in this process (read by tests and the benchmark's trace)
 
 
-def digest(argv: list[str], env: dict[str, str], tree: Path, skip: Path, registry: Path | None) -> str | None:
-    """The key of a `cargo metadata` call's answer; None when the tree cannot be read whole (then cargo is asked)."""
+def digest(
+    argv: list[str], env: dict[str, str], tree: Path, skip: Path, registry: Path | None, configs: list[Path]
+) -> str | None:
+    """The key of a `cargo metadata` call's answer; None when the tree cannot be read whole (then cargo is asked).
+    `configs`: the cargo config files the call may read outside the tree (CARGO_HOME's, those above its directory)."""
     h = hashlib.sha256()
     for part in [*argv, "\0", *(f"{k}={v}" for k, v in sorted(env.items()))]:
         h.update(part.encode() + b"\0")
-    cargo_home = Path(env.get("CARGO_HOME", "/nonexistent"))
-    for path in (cargo_home / "config.toml", cargo_home / "config", registry):
-        try:
-            info = path.lstat() if path is not None else None
-        except OSError:
-            info = None
-        h.update(f"{path}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}\0".encode())
+    for config in configs:
+        h.update(f"{config}\0".encode() + _config_bytes(config) + b"\0")
+    try:
+        info = registry.lstat() if registry is not None else None
+    except OSError:
+        info = None
+    h.update(f"{registry}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}\0".encode())
     try:
         with Tree(tree) as t:
             _walk(t, "", h, _inside(tree, skip), [MAX_ENTRIES])
@@ -61,6 +65,17 @@ def digest(argv: list[str], env: dict[str, str], tree: Path, skip: Path, registr
         logger.debug("cargo metadata not cached: the tree %s cannot be read (%s)", tree, exc)
         return None
     return h.hexdigest()
+
+
+def _config_bytes(path: Path) -> bytes:
+    """A config file's bytes as cargo would read them (through a link); its kind and time when not a regular file."""
+    try:
+        info = path.stat()
+        if stat.S_ISREG(info.st_mode):
+            return b"file:" + path.read_bytes()
+        return f"other:{stat.S_IFMT(info.st_mode)}:{info.st_mtime_ns}".encode()
+    except OSError as exc:
+        return f"none:{exc.errno}".encode()
 
 
 def _inside(tree: Path, skip: Path) -> str | None:

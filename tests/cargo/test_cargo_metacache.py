@@ -176,3 +176,28 @@ def test_a_member_outside_the_runs_tree_is_not_answered_stale(tmp_path: Path, co
     (outside / "Cargo.toml").write_text(evil.replace("0.1.0", "6.6.6"))
     now = cargo.run(args, crate, timeout=120)
     assert ("evil", "6.6.6") in {(p["name"], p["version"]) for p in json.loads(now.stdout)["packages"]}
+
+
+def test_a_cargo_config_above_the_calls_directory_is_part_of_the_state(
+    tmp_path: Path, counted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cargo reads .cargo/config.toml in every directory above its working directory (a temporary one): one written
+    there after an answer was kept (a [patch] of a dependency) changes what cargo answers, so it is a new key."""
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    (temp / ".cargo").mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    cargo, crate = _run_tree(tmp_path)
+    args = ["metadata", "--format-version", "1"]
+    first = cargo.run(args, crate, timeout=120)
+    assert first.returncode == 0, first.stderr
+    locked = next(p["version"] for p in json.loads(first.stdout)["packages"] if p["name"] == "itoa")
+    patched = tmp_path / "itoa"
+    (patched / "src").mkdir(parents=True)
+    (patched / "src/lib.rs").write_text("")
+    (patched / "Cargo.toml").write_text(f'[package]\nname = "itoa"\nversion = "{locked}"\nedition = "2021"\n')
+    (temp / ".cargo/config.toml").write_text(f'[patch.crates-io]\nitoa = {{ path = "{patched}" }}\n')
+    now = cargo.run(args, crate, timeout=120)
+    assert now.returncode == 0, now.stderr
+    assert {p["source"] for p in json.loads(now.stdout)["packages"] if p["name"] == "itoa"} == {None}  # the patch
