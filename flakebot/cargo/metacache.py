@@ -43,15 +43,15 @@ def digest(
     """The key of a `cargo metadata` call's answer; None when the tree cannot be read whole (then cargo is asked).
     `configs`: the cargo config files the call may read outside the tree (CARGO_HOME's, those above its directory)."""
     h = hashlib.sha256()
-    for part in [*argv, "\0", *(f"{k}={v}" for k, v in sorted(env.items()))]:
-        h.update(part.encode() + b"\0")
+    _put(h, *(part.encode() for part in argv))
+    _put(h, b"env", *(f"{k}={v}".encode() for k, v in sorted(env.items())))
     for config in configs:
-        h.update(f"{config}\0".encode() + _config_bytes(config) + b"\0")
+        _put(h, str(config).encode(), _config_bytes(config))
     try:
         info = registry.lstat() if registry is not None else None
     except OSError:
         info = None
-    h.update(f"{registry}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}\0".encode())
+    _put(h, f"{registry}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}".encode())
     try:
         with Tree(tree) as t:
             _walk(t, "", h, _inside(tree, skip), [MAX_ENTRIES])
@@ -65,6 +65,13 @@ def digest(
         logger.debug("cargo metadata not cached: the tree %s cannot be read (%s)", tree, exc)
         return None
     return h.hexdigest()
+
+
+def _put(h: Any, *parts: bytes) -> None:
+    """Each part with its length before it: a file's bytes cannot spell the record of the entries after it."""
+    h.update(len(parts).to_bytes(8, "big"))
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big") + part)
 
 
 def _config_bytes(path: Path) -> bytes:
@@ -115,9 +122,9 @@ def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
         if in_git and name == "Cargo.toml":
             raise _Unseen(f"{child} is a package inside .git")
         if not in_git or name in READ:
-            h.update(f"{child}\0{stat.S_IFMT(info.st_mode)}\0".encode())
+            _put(h, child.encode(), str(stat.S_IFMT(info.st_mode)).encode())
         if stat.S_ISREG(info.st_mode) and name in READ:
-            h.update(t.read_bytes(child) + b"\0")
+            _put(h, t.read_bytes(child))
         elif stat.S_ISDIR(info.st_mode):
             _walk(t, child, h, skip, left)
 

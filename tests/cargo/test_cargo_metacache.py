@@ -201,3 +201,20 @@ def test_a_cargo_config_above_the_calls_directory_is_part_of_the_state(
     now = cargo.run(args, crate, timeout=120)
     assert now.returncode == 0, now.stderr
     assert {p["source"] for p in json.loads(now.stdout)["packages"] if p["name"] == "itoa"} == {None}  # the patch
+
+
+def test_a_file_whose_bytes_spell_the_next_entry_is_not_that_entry(tmp_path: Path, counted: Path) -> None:
+    """A file of a counted name (`config`) cargo does not read, whose bytes end as the digest's record of a next entry
+    would: without lengths in the digest, the tree with that file alone and the tree with the entry itself (a new
+    bin target) gave one key."""
+    cargo, crate = _run_tree(tmp_path)
+    (crate / "src/bin").mkdir()
+    args = ["metadata", "--format-version", "1", "--no-deps"]
+    (crate / "src/bin/config").write_bytes(b"x\0src/bin/extra.rs\0" + str(0o100000).encode())
+    first = cargo.call(args, crate, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "extra" not in _targets(first.stdout)
+    (crate / "src/bin/config").write_bytes(b"x")
+    (crate / "src/bin/extra.rs").write_text("")
+    now = cargo.call(args, crate, timeout=120)
+    assert "extra" in _targets(now.stdout)
