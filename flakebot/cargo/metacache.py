@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import stat
 import subprocess
 from collections import OrderedDict
@@ -43,15 +44,15 @@ def digest(
     """The key of a `cargo metadata` call's answer; None when the tree cannot be read whole (then cargo is asked).
     `configs`: the cargo config files the call may read outside the tree (CARGO_HOME's, those above its directory)."""
     h = hashlib.sha256()
-    _put(h, *(part.encode() for part in argv))
-    _put(h, b"env", *(f"{k}={v}".encode() for k, v in sorted(env.items())))
+    _put(h, *(os.fsencode(part) for part in argv))  # fsencode: a path or name need not be UTF-8
+    _put(h, b"env", *(os.fsencode(f"{k}={v}") for k, v in sorted(env.items())))
     for config in configs:
-        _put(h, str(config).encode(), _config_bytes(config))
+        _put(h, os.fsencode(config), _config_bytes(config))
     try:
         info = registry.lstat() if registry is not None else None
     except OSError:
         info = None
-    _put(h, f"{registry}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}".encode())
+    _put(h, os.fsencode(f"{registry}:{info.st_mtime_ns if info else '-'}:{info.st_size if info else '-'}"))
     try:
         with Tree(tree) as t:
             _walk(t, "", h, _inside(tree, skip), [MAX_ENTRIES])
@@ -122,7 +123,7 @@ def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
         if in_git and name == "Cargo.toml":
             raise _Unseen(f"{child} is a package inside .git")
         if not in_git or name in READ:
-            _put(h, child.encode(), str(stat.S_IFMT(info.st_mode)).encode())
+            _put(h, os.fsencode(child), str(stat.S_IFMT(info.st_mode)).encode())
         if stat.S_ISREG(info.st_mode) and name in READ:
             _put(h, t.read_bytes(child))
         elif stat.S_ISDIR(info.st_mode):

@@ -218,3 +218,13 @@ def test_a_file_whose_bytes_spell_the_next_entry_is_not_that_entry(tmp_path: Pat
     (crate / "src/bin/extra.rs").write_text("")
     now = cargo.call(args, crate, timeout=120)
     assert "extra" in _targets(now.stdout)
+
+
+def test_a_file_name_that_is_not_utf8_is_walked(tmp_path: Path, counted: Path) -> None:
+    """Cargo takes a tree with a file name that is not UTF-8 in it; so does the digest (no exception out of the call)."""
+    cargo, crate = _run_tree(tmp_path)
+    (crate / os.fsdecode(b"notes-\xff.txt")).write_text("")
+    args = ["metadata", "--format-version", "1", "--no-deps"]
+    for _ in range(2):
+        assert cargo.call(args, crate, timeout=120).returncode == 0
+    assert _metadata_calls(counted) == 1
