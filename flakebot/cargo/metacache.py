@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 KEPT = 16  # answers kept per process (a long-lived server crafts many crates)
 # a tree with more entries is not walked (cargo is asked): past this, the walk would cost more than the call it saves
 MAX_ENTRIES = 400  # about 45 us an entry: a walk of 400 costs about what one `cargo metadata` does
+READ_LIMIT = 4 * 1024 * 1024  # a bigger file of a READ name (cargo's are KBs) is not read: the tree is not kept
 READ = ("Cargo.toml", "Cargo.lock", "config", "config.toml")  # their bytes count, not only their names
 _answers: OrderedDict[str, subprocess.CompletedProcess[str]] = OrderedDict()
 hits = 0  # answers given from the cache in this process (read by tests and the benchmark's trace)
@@ -125,7 +126,7 @@ def _walk(t: Tree, rel: str, h: Any, skip: str | None, left: list[int]) -> None:
         if not in_git or name in READ:
             _put(h, os.fsencode(child), str(stat.S_IFMT(info.st_mode)).encode())
         if stat.S_ISREG(info.st_mode) and name in READ:
-            _put(h, t.read_bytes(child))
+            _put(h, t.read_bytes(child, limit=READ_LIMIT))  # over it: UnsafePath, not kept
         elif stat.S_ISDIR(info.st_mode):
             _walk(t, child, h, skip, left)
 

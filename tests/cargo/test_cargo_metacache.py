@@ -228,3 +228,15 @@ def test_a_file_name_that_is_not_utf8_is_walked(tmp_path: Path, counted: Path) -
     for _ in range(2):
         assert cargo.call(args, crate, timeout=120).returncode == 0
     assert _metadata_calls(counted) == 1
+
+
+def test_a_huge_file_of_a_counted_name_is_not_read_whole(tmp_path: Path, counted: Path) -> None:
+    """A file named `config` cargo never reads, of hundreds of MB (sparse: no disk): the digest would read it into
+    memory on every call; past metacache.READ_LIMIT the tree is not kept and cargo is asked."""
+    cargo, crate = _run_tree(tmp_path)
+    with open(crate / "src/config", "wb") as big:
+        big.truncate(300 * 1024 * 1024)
+    args = ["metadata", "--format-version", "1", "--no-deps"]
+    for _ in range(2):
+        assert cargo.call(args, crate, timeout=120).returncode == 0
+    assert _metadata_calls(counted) == 2
