@@ -7,7 +7,8 @@ what it fetches lands in flakebot's CARGO_HOME, which sandboxes read. So before 
     registry crates   crates.io only (flakebot's own replacement of it is configuration, not the manifest)
     git               https:// on a host of the `git_sources` setting (github.com, gitlab.com, ...); an entry
                       with a scheme (`git://127.0.0.1`) allows exactly that scheme, host and path prefix
-    path              inside the tree (the run's workspace, else the cargo workspace root)
+    path              inside the tree (the run's workspace, else the cargo workspace root); so is every
+                      manifest read (a workspace member), and through a link, where it leads
 
 checked in dependencies of every kind and target (cargo metadata --no-deps --offline lists them, inherited
 workspace dependencies resolved), `[workspace.dependencies]`, `[patch.*]` and `[replace]` (the manifests

@@ -136,3 +136,20 @@ def test_a_patch_in_a_linked_manifest_is_not_skipped(tmp_path: Path) -> None:
         result.stderr
     )
     assert not (tmp_path / "cargo-home/git").exists()
+
+
+def test_a_member_outside_the_tree_is_refused(tmp_path: Path) -> None:
+    """A workspace member outside the tree (the run's target dir, which the sandbox writes) is a path source outside
+    it: refused like a path dependency there."""
+    require("cargo")
+    crate = _crate(tmp_path, "", '\n[workspace]\nmembers = ["../target/evil"]\n')
+    evil = tmp_path / "target/evil"
+    (evil / "src").mkdir(parents=True)
+    (evil / "src/main.rs").write_text("fn main() {}\n")
+    (evil / "Cargo.toml").write_text(
+        crate_manifest("evil", "0.1.0").replace("[package]\n", '[package]\nworkspace = "../../app"\n')
+    )
+    cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate, offline=True)
+    result = cargo.run(["generate-lockfile"], crate, timeout=120)
+    assert result.returncode == 101 and "outside the crate's tree" in result.stderr, result.stderr
+    assert not (crate / "Cargo.lock").exists()
