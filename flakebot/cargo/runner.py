@@ -5,9 +5,10 @@ Two kinds of call, and nothing in between (DESIGN.md, "The trust boundary"):
 - **host calls** (`Cargo.run`): flakebot's trusted steps that never compile or run crate code
   (`metadata`, `generate-lockfile`, `fetch`, `add`, `locate-project`, `init`). They may use the network.
   Each runs from a fresh empty directory with `--manifest-path`, so no `.cargo/config.toml` or
-  `rust-toolchain.toml` from the tree is read; with a minimal environment (nothing of flakebot's own but
-  PATH and rustup's home: no API keys or tokens); with flakebot's own CARGO_HOME (shared by every run, so a
-  crate is downloaded once) and the active toolchain pinned through RUSTUP_TOOLCHAIN.
+  `rust-toolchain.toml` from the tree is read (a config above that directory, which cargo also reads, counts
+  in the metadata cache's key, and is refused when another user's); with a minimal environment (nothing of
+  flakebot's own but PATH and rustup's home: no API keys or tokens); with flakebot's own CARGO_HOME (shared by
+  every run, so a crate is downloaded once) and the active toolchain pinned through RUSTUP_TOOLCHAIN.
 - **sandboxed calls** (`Cargo.argv` + `Cargo.env`, given to a Sandbox): everything that builds or tests.
   Always `--offline`: they read only what host calls fetched into CARGO_HOME's registry/ (bound read-only
   into the sandbox) or a local directory source.
@@ -290,7 +291,17 @@ class Cargo:
         """The host call itself, unchecked: only for calls that cannot fetch (`metadata --no-deps --offline`)."""
         argv = self.host_argv(args, crate_dir)
         env = self.host_env()
-        key = self._metadata_key(argv, env, crate_dir) if args[0] == "metadata" else None
+        above = _configs_above(Path(tempfile.gettempdir()))
+        foreign = [config for config in above if _foreign(config)]
+        if foreign:  # another user's config would steer the call (a [patch], a source replacing crates.io)
+            return sources.refused(
+                argv,
+                f"cargo config {foreign[0]} refused: another user's, above the host call's directory "
+                "(remove it, or set TMPDIR to a directory of your own)",
+            )
+        home = Path(env["CARGO_HOME"])
+        configs = [home / "config.toml", home / "config", *above]
+        key = self._metadata_key(argv, env, crate_dir, configs) if args[0] == "metadata" else None
         kept = metacache.get(key) if key is not None else None
         if kept is not None:
             return kept
@@ -299,18 +310,41 @@ class Cargo:
             result = launcher.run(
                 argv, cwd=neutral, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
-        if key is not None and result.returncode == 0:  # keyed on the state after the call (a Cargo.lock it wrote)
-            after = self._metadata_key(argv, env, crate_dir)
+        # keyed on the state after the call (a Cargo.lock it wrote); only an answer whose manifests the digest saw
+        if key is not None and result.returncode == 0 and self.tree and metacache.confined(result.stdout, self.tree):
+            after = self._metadata_key(argv, env, crate_dir, configs)
             if after is not None:
                 metacache.put(after, result)
         return result
 
-    def _metadata_key(self, argv: list[str], env: dict[str, str], crate_dir: Path | None) -> str | None:
+    def _metadata_key(
+        self, argv: list[str], env: dict[str, str], crate_dir: Path | None, configs: list[Path]
+    ) -> str | None:
         """The digest a `cargo metadata` answer is kept under (cargo/metacache.py); None (never kept) unless the crate
         is inside the run's tree, the whole of what cargo may read for it."""
         if crate_dir is None or self.tree is None or not Path(crate_dir).resolve().is_relative_to(self.tree.resolve()):
             return None
-        return metacache.digest(argv, env, self.tree, self.target_dir, self.registry_dir)
+        return metacache.digest(argv, env, self.tree, self.target_dir, self.registry_dir, configs)
+
+
+def _configs_above(directory: Path) -> list[Path]:
+    """The cargo config files a call from a new directory under `directory` reads besides CARGO_HOME's: cargo looks in
+    every directory above its working directory (the host calls' is a temporary one, under a shared /tmp)."""
+    found = []
+    for above in [directory, *directory.parents]:
+        for name in ("config", "config.toml"):
+            if os.path.lexists(above / ".cargo" / name):
+                found.append(above / ".cargo" / name)
+    return found
+
+
+def _foreign(config: Path) -> bool:
+    """The config file, or the .cargo directory holding it, is neither root's nor ours (or cannot be told)."""
+    try:
+        owners = {config.lstat().st_uid, config.parent.lstat().st_uid}
+    except OSError:
+        return True
+    return not owners <= {0, os.getuid()}
 
 
 def _lock_of(crate_dir: Path) -> Path:

@@ -7,7 +7,8 @@ what it fetches lands in flakebot's CARGO_HOME, which sandboxes read. So before 
     registry crates   crates.io only (flakebot's own replacement of it is configuration, not the manifest)
     git               https:// on a host of the `git_sources` setting (github.com, gitlab.com, ...); an entry
                       with a scheme (`git://127.0.0.1`) allows exactly that scheme, host and path prefix
-    path              inside the tree (the run's workspace, else the cargo workspace root)
+    path              inside the tree (the run's workspace, else the cargo workspace root); so is every
+                      manifest read (a workspace member), and through a link, where it leads
 
 checked in dependencies of every kind and target (cargo metadata --no-deps --offline lists them, inherited
 workspace dependencies resolved), `[workspace.dependencies]`, `[patch.*]` and `[replace]` (the manifests
@@ -163,7 +164,14 @@ def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
                 return f"{reason} (dependency {dep['name']} of {package['name']})"
     manifests = dict.fromkeys([root / "Cargo.toml", *(Path(p["manifest_path"]) for p in meta["packages"])])
     for manifest in manifests:
-        for name, spec, where in _table_specs(manifest):
+        real = manifest.resolve()  # cargo reads a manifest through links: so does the check, inside the tree only
+        if not real.is_relative_to(tree.resolve()):
+            return f"manifest {manifest} refused: it is outside the crate's tree {tree}"
+        try:
+            specs = list(_table_specs(real))
+        except (OSError, UnicodeDecodeError) as exc:  # a FIFO at the name: refused, not waited on
+            return f"manifest {manifest} refused: it cannot be read as a file ({exc})"
+        for name, spec, where in specs:
             reason = spec_refusal(name, spec, manifest.parent, tree, allowed, where)
             if reason:
                 return reason
@@ -173,8 +181,8 @@ def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
 def _table_specs(manifest: Path) -> Iterator[tuple[str, Any, str]]:
     """(name, spec, where) of `[workspace.dependencies]`, `[patch.*]` and `[replace]` in one Cargo.toml."""
     try:
-        doc = tomllib.loads(read_file_text(manifest))  # a FIFO or link at the name: refused, not waited on
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        doc = tomllib.loads(read_file_text(manifest))  # a FIFO at the name raises: refused, not waited on
+    except (FileNotFoundError, tomllib.TOMLDecodeError):  # gone since cargo listed it, or cargo's own error to give
         return
     tables = {"[workspace.dependencies]": doc.get("workspace", {}).get("dependencies", {})}
     tables["[replace]"] = doc.get("replace", {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -125,3 +126,27 @@ def test_cargo_calls_use_a_toolchain_of_the_pins_rustc_when_one_is_installed(mon
         timeout=60,
     )
     assert shown.stdout.split()[1] == PINNED_RUSTC, shown.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root")
+def test_another_users_cargo_config_above_the_calls_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cargo reads .cargo/config.toml above its working directory (under a shared /tmp): another user's there would
+    steer the host call (a [patch], a source replacing crates.io), so the call is refused before cargo runs."""
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    (temp / ".cargo").mkdir(parents=True)
+    (temp / ".cargo/config.toml").write_text('[patch.crates-io]\nitoa = { path = "/nonexistent/itoa" }\n')
+    os.chown(temp / ".cargo/config.toml", 65534, 65534)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    crate = tmp_path / "run/workspace"
+    (crate / "src").mkdir(parents=True)
+    (crate / "src/main.rs").write_text("fn main() {}\n")
+    (crate / "Cargo.toml").write_text('[package]\nname = "m"\nversion = "0.1.0"\nedition = "2021"\n')
+    cargo = Cargo.for_run(Settings(registry="local"), tmp_path / "run/target", tmp_path / "run")
+    refused = cargo.run(["metadata", "--format-version", "1"], crate, timeout=120)
+    assert refused.returncode == 101 and "another user's" in refused.stderr, refused.stderr
+    os.chown(temp / ".cargo/config.toml", 0, 0)
+    assert cargo.run(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).returncode == 0

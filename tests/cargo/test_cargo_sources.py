@@ -120,3 +120,36 @@ def test_the_settings_allow_list_reaches_host_calls(tmp_path: Path) -> None:
     cargo = Cargo.for_run(Settings(git_sources="git://127.0.0.1, example.org"), tmp_path / "t", tmp_path / "run")
     assert cargo.git_sources == ("git://127.0.0.1", "example.org")
     assert cargo.tree == tmp_path / "run/workspace" and cargo.git_view == tmp_path / "run/cargo-git"
+
+
+def test_a_patch_in_a_linked_manifest_is_not_skipped(tmp_path: Path) -> None:
+    """Cargo.toml a symbolic link to a file of the tree: cargo reads its [patch] through the link, so the check must
+    not pass it by (a manifest it cannot read as a file is refused, not skipped)."""
+    require("cargo")
+    crate = _crate(tmp_path, "", SHAPES["patch"][1])
+    (crate / "manifest.txt").write_text((crate / "Cargo.toml").read_text())
+    (crate / "Cargo.toml").unlink()
+    (crate / "Cargo.toml").symlink_to("manifest.txt")
+    cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate)
+    result = cargo.run(["generate-lockfile"], crate, timeout=120)
+    assert result.returncode == 101 and result.stderr.startswith("error: ") and "refused" in result.stderr, (
+        result.stderr
+    )
+    assert not (tmp_path / "cargo-home/git").exists()
+
+
+def test_a_member_outside_the_tree_is_refused(tmp_path: Path) -> None:
+    """A workspace member outside the tree (the run's target dir, which the sandbox writes) is a path source outside
+    it: refused like a path dependency there."""
+    require("cargo")
+    crate = _crate(tmp_path, "", '\n[workspace]\nmembers = ["../target/evil"]\n')
+    evil = tmp_path / "target/evil"
+    (evil / "src").mkdir(parents=True)
+    (evil / "src/main.rs").write_text("fn main() {}\n")
+    (evil / "Cargo.toml").write_text(
+        crate_manifest("evil", "0.1.0").replace("[package]\n", '[package]\nworkspace = "../../app"\n')
+    )
+    cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate, offline=True)
+    result = cargo.run(["generate-lockfile"], crate, timeout=120)
+    assert result.returncode == 101 and "outside the crate's tree" in result.stderr, result.stderr
+    assert not (crate / "Cargo.lock").exists()
