@@ -163,7 +163,7 @@ class Run:
     def save(self, *, durable: bool = True) -> None:
         """Write state.json atomically (temp file, fsync, rename). Not `durable`: a checkpoint whose loss to a machine's
         crash changes nothing a resume does (a stage marked running: the previous state has it pending, and it is
-        run again either way), written without fsync."""
+        run again either way), its rename not synced (its bytes are: never an empty state.json after a crash)."""
         self.state["updated"] = time.time()
         atomic_write_json(self.dir / "state.json", self.state, durable=durable)
 

@@ -165,16 +165,27 @@ def test_a_second_driver_of_the_same_run_is_refused(workdir: Path) -> None:
 
 
 def test_only_checkpoints_a_resume_needs_are_fsynced(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stage's start is written without fsync (lost to a machine's crash, the stage is pending and runs again);
-    its end, and the run's start and end, are on disk before the run goes on. The real fsync runs underneath."""
-    synced: list[dict[str, Any]] = []
-    real_fsync = os.fsync
+    """A stage's start is saved without syncing its rename (lost to a machine's crash, the stage is pending and runs
+    again); its end, and the run's start and end, are on disk before the run goes on; every version's bytes are
+    synced before its rename (else a crash may leave state.json empty). The real fsync runs underneath."""
+    synced: list[dict[str, Any]] = []  # state.json as each sync of the run's directory made it durable
+    written, bytes_synced = [], []
+    real_fsync, real_replace = os.fsync, os.replace
 
     def fsync(fd: int) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))
         if path.name.startswith(".state.json."):
-            synced.append(json.loads(path.read_text()))
+            bytes_synced.append(path)
+        elif (path / "state.json").is_file():
+            synced.append(json.loads((path / "state.json").read_text()))
         real_fsync(fd)
+
+    def replace(source: Any, target: Any) -> None:
+        if Path(target).name == "state.json":
+            written.append(Path(source))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
 
     monkeypatch.setattr(os, "fsync", fsync)
     run = pipeline.start(
@@ -184,3 +195,4 @@ def test_only_checkpoints_a_resume_needs_are_fsynced(workdir: Path, monkeypatch:
     first = [state["stages"].get("first", {}).get("status", "pending") for state in synced]
     assert "running" not in first and "finished" in first
     assert "running" in [state["status"] for state in synced] and synced[-1]["status"] == "stopped"
+    assert written and written == bytes_synced
