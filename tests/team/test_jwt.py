@@ -151,7 +151,7 @@ def test_an_expired_jwts_open_session_hears_no_more_of_its_tenants_changes(flake
     import dataclasses
 
     from flakebot import config
-    from tests.team.test_tenant_catalogs import answer, catalogue, listen
+    from tests.team.test_tenant_catalogs import catalogue, listen, rm_then_wait
 
     private = ec.generate_private_key(ec.SECP256R1())
     key_file = flakebot_home / "idp.pem"
@@ -174,14 +174,7 @@ def test_an_expired_jwts_open_session_hears_no_more_of_its_tenants_changes(flake
         await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready.values())), 30)
         # carol's token no longer verifies; her stream is still open
         await asyncio.sleep(max(0.0, expiry + LEEWAY_SECONDS - time.time()) + 1.5)
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60) as http:
-            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
-                removed = answer(await client.call_tool("rm", {"tool": "acme-one"}))
-        for _ in range(50):
-            await asyncio.sleep(0.1)
-            if heard["alice"]:
-                break
-        await asyncio.sleep(1)  # what carol's session would have heard by now
+        removed = await rm_then_wait(url, tokens["alice"], "acme-one", heard["alice"])  # and what carol's would hear
         told = {name: len(notes) for name, notes in heard.items()}
         done.set()
         await asyncio.gather(*sessions, return_exceptions=True)  # carol's closing DELETE is refused: expired

@@ -515,6 +515,20 @@ async def listen(url: str, token: str, heard: list[Any], ready: asyncio.Event, d
             await done.wait()
 
 
+async def rm_then_wait(url: str, token: str, tool: str, heard: list[Any]) -> dict[str, Any]:
+    """`rm TOOL` as `token`'s own session; then up to 5 s for `heard` (a listener of the same tenant) to hear of it,
+    and 1 s more: what any other session would have heard by then."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
+            removed = answer(await client.call_tool("rm", {"tool": tool}))
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if heard:
+            break
+    await asyncio.sleep(1)
+    return removed
+
+
 def test_a_tenants_catalog_change_is_told_to_each_of_its_sessions_and_no_other_tenants(
     flakebot_home: Path, tmp_path: Path
 ) -> None:
@@ -533,24 +547,9 @@ def test_a_tenants_catalog_change_is_told_to_each_of_its_sessions_and_no_other_t
         tokens = {"alice": alice, "carol": carol, "bob": bob, "dave": dave}
         sessions = [asyncio.create_task(listen(url, tokens[n], heard[n], ready[n], done)) for n in heard]
         await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready.values())), 30)
-        removed = {}
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=60) as http:
-            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
-                removed["acme"] = answer(await client.call_tool("rm", {"tool": "acme-one"}))
-        for _ in range(50):
-            await asyncio.sleep(0.1)
-            if heard["carol"]:
-                break
-        await asyncio.sleep(1)  # what globex's sessions would have heard by now
+        removed = {"acme": await rm_then_wait(url, alice, "acme-one", heard["carol"])}
         after_acme = {name: len(notes) for name, notes in heard.items()}
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bob}"}, timeout=60) as http:
-            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:  # type: ignore[arg-type]
-                removed["globex"] = answer(await client.call_tool("rm", {"tool": "globex-one"}))
-        for _ in range(50):
-            await asyncio.sleep(0.1)
-            if heard["dave"]:
-                break
-        await asyncio.sleep(1)
+        removed["globex"] = await rm_then_wait(url, bob, "globex-one", heard["dave"])
         done.set()
         await asyncio.gather(*sessions)
         return {"removed": removed, "after_acme": after_acme, "after_globex": {n: len(v) for n, v in heard.items()}}
