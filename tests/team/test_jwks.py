@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from flakebot.loopback import LoopbackServer
 from flakebot.team.idtokens import JwtOptions, JwtVerifier
 from tests.conftest import run_cli
 from tests.team.test_front import serving
@@ -107,17 +108,13 @@ def _provider() -> Iterator[Provider]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    served.url = f"http://127.0.0.1:{server.server_address[1]}"
-    served.rotate("k1")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield served
-    finally:
-        served.stop.set()
-        server.shutdown()
-        server.server_close()
+    with LoopbackServer(Handler) as server:
+        served.url = server.url
+        served.rotate("k1")
+        try:
+            yield served
+        finally:
+            served.stop.set()  # a trickling answer stops writing
 
 
 def _within(seconds: float, work: Any) -> tuple[bool, Any]:
