@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flakebot import processid
+
 SSHD = "/usr/sbin/sshd"
 RELAY = Path(__file__).with_name("nsrelay.py")
 PORT = 22  # inside each builder's own network namespace
@@ -198,7 +200,10 @@ def _start(builder: Builder) -> None:
     log = (builder.root / "sshd.log").open("ab")
     builder.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     log.close()
-    builder.started = _start_time(builder.process.pid)
+    started = processid.start_time(builder.process.pid)
+    if started is None:  # gone already: its log says why
+        raise RuntimeError(f"sshd of {builder.name} ended: {(builder.root / 'sshd.log').read_text()[-2000:]}")
+    builder.started = started
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if builder.process.poll() is not None:
@@ -209,8 +214,3 @@ def _start(builder: Builder) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"sshd of {builder.name} did not answer in its namespace")
-
-
-def _start_time(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[19])
