@@ -161,6 +161,10 @@ class Catalog:
             return self.shared.entry(name)
         return found
 
+    def own_entry(self, name: str) -> dict[str, Any] | None:
+        """A tool's entry in this catalog itself (a tenant's own), never the organisation's beneath it."""
+        return self._own(name)
+
     def _own(self, name: str) -> dict[str, Any] | None:
         with self.index.reading() as db:
             found = catalogdb.entry(db, name)
