@@ -306,7 +306,9 @@ class TeamMCP(FlakebotMCP):
             read = self._rows.get((tenant, job_id))
             if read is not None and now - read[0] < ROW_FRESH:
                 return read[1]
-            row = self.queue.job(tenant, job_id)
+            from flakebot.mcp.queued import vouched
+
+            row = vouched(self.queue.job(tenant, job_id), self.settings(ctx))  # the row names, the catalog tells
             if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
                 self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
             self._rows[(tenant, job_id)] = (time.monotonic(), row)

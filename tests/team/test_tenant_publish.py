@@ -127,3 +127,47 @@ def test_a_worker_publishes_a_tenants_craft_signed_by_its_key_and_a_forged_row_o
     done = run_cli("install", "acme-lines", env={"FLAKEBOT_TENANT": "globex"})
     assert done.returncode == INDEX_REFUSED and "not signed by" in only_line(done), done.stderr
     assert Catalog.open(dataclasses.replace(settings, tenant="globex")).own_entry("acme-lines") is None
+
+
+def forge_done(database: str, tenant: str, result: dict[str, Any]) -> int:
+    """A job row that says it is done, with a result of the forger's choosing."""
+    with db.connect(database) as conn:
+        queue.set_quota(conn, tenant, max_in_flight=99, max_per_day=99)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, result, ended) VALUES "
+            "(%s, 'mallory', 'craft', md5(random()::text), %s, 'done', %s, now()) RETURNING id",
+            (tenant, Jsonb(RunRequest(need="need anything").to_dict()), Jsonb(result)),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_a_forged_done_row_never_hands_a_caller_a_path_or_command(
+    database: str, flakebot_home: Path, tmp_path: Path
+) -> None:
+    """A row's result names a tool; what the front tells the caller of it (its manifest, how it runs, its usage)
+    is the front's catalog's for the caller's tenant, or nothing: never the row's store path or command."""
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    evil = "/nix/store/" + "e" * 32 + "-evil"
+    settings = config.load()
+    stored_tool(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
+    stored_tool(dataclasses.replace(settings, tenant="globex"), tmp_path, "globex-lines")
+    manifest = {"nix_run": f"{evil}/bin/x -- ARGS", "store_path": evil, "summary": f"run {evil}/bin/x", "kind": "tool"}
+    forged = {"status": "crafted", "version": "0.1.0", "run_id": "r", "manifest": manifest,
+              "usage_markdown": f"run {evil}", "call": {"nix_run": evil}, "installed_from": {"catalog": evil}}  # fmt: skip
+    jobs = {
+        name: forge_done(database, "acme", {**forged, "name": name})
+        for name in ("acme-lines", "ghost", "globex-lines", "../x")
+    }
+    alice = add_token("alice", "--tenant", "acme")
+    with serving("--database", database, log=flakebot_home / "front.log") as url:
+        answers = {name: call(url, alice, "status", {"run_id": f"job-{job}"}) for name, job in jobs.items()}
+    for name, answer in answers.items():
+        assert answer["ok"] and answer["status"] == "succeeded", answer
+        assert "eeeeeeee" not in json.dumps(answer), (name, answer)
+    assert answers["acme-lines"]["result"]["name"] == "acme-lines"
+    assert answers["acme-lines"]["result"]["call"]["mcp_tool"] == "acme-lines"  # as acme's catalog says
+    assert "name" not in answers["../x"]["result"]
