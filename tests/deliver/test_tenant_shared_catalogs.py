@@ -71,7 +71,10 @@ def test_a_tenants_file_holds_only_a_tenants_settings(flakebot_home: Path) -> No
     assert done.returncode != 0 and "without a secret-key" in done.stderr
     done = run_cli("config", "set", "publish_to", "file:///srv/c")  # no tenant: nobody's setting
     assert done.returncode != 0 and "is a tenant's setting" in done.stderr
-    assert not (flakebot_home / "data/flakebot/tenants").exists() and not (flakebot_home / "config/flakebot/flakebot.toml").exists()
+    assert (
+        not (flakebot_home / "data/flakebot/tenants").exists()
+        and not (flakebot_home / "config/flakebot/flakebot.toml").exists()
+    )
     done = run_cli("config", "set", "publish_to", "file:///srv/c", "--json", env={"FLAKEBOT_TENANT": "acme"})
     assert json_result(done)["value"] == "file:///srv/c", done.stderr
     (flakebot_home / "data/flakebot/tenants/acme/flakebot.toml").write_text('sandbox = "off"\n')
