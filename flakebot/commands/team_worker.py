@@ -89,8 +89,11 @@ def _published(result: dict[str, Any], settings: config.Settings) -> dict[str, A
     name, version = str(result.get("name") or ""), str(result.get("version") or "")
     if not target or result.get("status") not in ("crafted", "cached") or not name:
         return result
-    if Catalog.open(settings).own_entry(name) is None:
+    own = Catalog.open(settings).own_entry(name)
+    if own is None:
         return result  # the organisation's tool: not the tenant's to sign
+    if ((own.get("versions") or {}).get(version) or own).get("installed_from"):
+        return result  # another catalog's signer vouched for it: not re-signed as the tenant's
     publication = publish(f"{name}@{version}" if version else name, target, settings)
     logger.info("published %s for tenant %s to %s", publication["store_path"], settings.tenant, target)
     kept = ("to", "store_path", "entry_path", "signed_by", "public_key")
