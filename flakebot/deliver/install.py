@@ -302,7 +302,9 @@ def require_closure_signed(store_path: str, source: dict[str, Any], settings: Se
             raise _untrusted(str(info.get("path", store_path)), source)
         vouched = info.get("ultimate") or not info.get("ca")
         if not vouched and trusted_signer(info, source["keys"]) is None:
-            raise _untrusted(str(info["path"]), source)
+            # a path this store held already (nix copy did not bring its signatures): the cache's own signature over
+            # this very content (its NAR hash, size and references here), or a refusal
+            require_signed(str(info["path"]), source, settings)
 
 
 def _path_infos(

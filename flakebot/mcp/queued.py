@@ -103,12 +103,15 @@ ROW_RESULT_KEPT = ("status", "name", "version", "run_id", "seconds", "from_catal
 ENDED = ("crafted", "cached", "installed", "stopped")  # a craft result's statuses
 
 
-def vouched(row: dict[str, Any] | None, settings: Any) -> dict[str, Any] | None:
+def vouched(
+    row: dict[str, Any] | None, settings: Any, fetch: Callable[[Any, str], None] | None = None
+) -> dict[str, Any] | None:
     """The row with its result as a front hands it on. A row is anyone's with the database's password, so its result
     only names the tool (name, version, status, run, seconds, token use, kept to their shapes); what the tool is and
     how it runs (its manifest: store path, nix run, summary, usage; USAGE.md, where it was installed from) are this
     front's catalog's for the caller's tenant (`settings`), at the version named. A tool that catalog lacks is named
-    only: no path or command of a row's reaches a caller as flakebot's words."""
+    only: no path or command of a row's reaches a caller as flakebot's words. `fetch(settings, NAME@VERSION)` may
+    first install a tool the catalog lacks from the tenant's signed shared catalogs."""
     if row is None or row.get("state") != "done":
         return row
     from flakebot.deliver.catalog import show_tool
@@ -122,10 +125,14 @@ def vouched(row: dict[str, Any] | None, settings: Any) -> dict[str, Any] | None:
         return {**row, "result": {k: v for k, v in result.items() if k in ("run_id", "seconds") and len(str(v)) < 200}}
     usage: dict[str, Any] = said["usage"] if isinstance(said.get("usage"), dict) else {}
     result["usage"] = {k: v for k, v in usage.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    ref = f"{name}@{version}" if version else name
     try:
-        shown = show_tool(f"{name}@{version}" if version else name, settings)
+        shown = show_tool(ref, settings)
     except FlakebotError:  # not in this front's catalog for the tenant (another machine's worker made it)
-        return {**row, "result": result}
+        if fetch is None or result["status"] == "stopped":
+            return {**row, "result": result}
+        fetch(settings, ref)
+        return vouched(row, settings)
     manifest = shown["manifest"]
     kept = {"manifest": manifest, "usage_markdown": shown["usage_markdown"]}
     installed = manifest.get("installed_from")

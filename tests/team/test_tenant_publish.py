@@ -171,3 +171,49 @@ def test_a_forged_done_row_never_hands_a_caller_a_path_or_command(
     assert answers["acme-lines"]["result"]["name"] == "acme-lines"
     assert answers["acme-lines"]["result"]["call"]["mcp_tool"] == "acme-lines"  # as acme's catalog says
     assert "name" not in answers["../x"]["result"]
+
+
+def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenants_signed_cache(
+    database: str, flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers' catalog is not the front's (another machine's): acme's finished job's tool reaches acme's
+    agents through acme's cache, verified with acme's key; a forged row naming globex's published tool installs
+    nothing for acme (acme's front reads only the organisation's catalogs and acme's)."""
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    require("nix")
+    settings = config.load()
+    caches, keys = {}, {}
+    for tenant in ("acme", "globex"):
+        caches[tenant] = tmp_path / f"{tenant}-cache"
+        keys[tenant] = signing_key(dataclasses.replace(settings, tenant=tenant)).public
+        done = run_cli("config", "set", "publish_to", f"file://{caches[tenant]}", env={"FLAKEBOT_TENANT": tenant})
+        assert done.returncode == 0, done.stderr
+        stored_tool(dataclasses.replace(settings, tenant=tenant), tmp_path, f"{tenant}-lines")
+    jobs = {t: forge(database, t, RunRequest(need=f"need {t}-lines rows").to_dict()) for t in ("acme", "globex")}
+    work(database, len(jobs))
+    forged = forge_done(database, "acme", {"status": "crafted", "name": "globex-lines", "version": "0.1.0"})
+
+    front = tmp_path / "front-catalog"  # the front's machine: its own catalog, acme's cache and key configured
+    monkeypatch.setenv("FLAKEBOT_CATALOG_DIR", str(front))
+    for tenant in ("acme", "globex"):
+        done = run_cli(
+            "config", "set", "catalogs", f"file://{caches[tenant]} {keys[tenant]}", env={"FLAKEBOT_TENANT": tenant}
+        )
+        assert done.returncode == 0, done.stderr
+    alice = add_token("alice", "--tenant", "acme")
+    with serving("--database", database, log=flakebot_home / "front.log") as url:
+        answer = call(url, alice, "status", {"run_id": f"job-{jobs['acme']}"})
+        shown = call(url, alice, "show", {"name": "acme-lines"})
+        other = call(url, alice, "status", {"run_id": f"job-{forged}"})
+        unknown = call(url, alice, "show", {"name": "globex-lines"})
+        never = call(url, alice, "show", {"name": "zz-never-made"})
+    assert answer["result"]["call"]["mcp_tool"] == "acme-lines", answer
+    installed = shown["versions"][-1]["installed_from"]
+    assert (installed["catalog"], installed["public_key"]) == (f"file://{caches['acme']}", keys["acme"]), shown
+    assert other["result"] == {"status": "crafted", "name": "globex-lines", "version": "0.1.0"}, other
+    assert unknown["is_error"] and json.dumps(unknown).replace("globex-lines", "N") == json.dumps(never).replace(
+        "zz-never-made", "N"
+    )
+    assert Catalog.open(dataclasses.replace(config.load(), tenant="acme")).own_entry("globex-lines") is None
