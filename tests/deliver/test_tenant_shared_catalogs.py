@@ -10,7 +10,15 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import json_result, require, run_cli
-from tests.deliver.test_shared_index import INDEX_REFUSED, index_file, only_line, signed_cache, snapshot, stranger_key
+from tests.deliver.test_shared_index import (
+    INDEX_REFUSED,
+    index_file,
+    only_line,
+    signed_cache,
+    snapshot,
+    stranger_key,
+    warned_skip,
+)
 
 
 def as_tenant(tenant: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -56,6 +64,11 @@ def test_a_tenant_reads_the_organisations_catalogs_and_its_own_never_anothers(
     unknown = as_tenant("acme", "install", "zzzz")
     assert known.returncode == unknown.returncode != 0
     assert only_line(known).replace("note", "NAME") == only_line(unknown).replace("zzzz", "NAME")
+
+    # a craft of globex's tool's need: globex's looks in globex's catalog (its entry is nowhere: skipped), acme's never
+    craft = ("craft", "need note", "--model", "scripted:/nonexistent.json", "--offline", "--registry", "local")
+    assert warned_skip(as_tenant("globex", *craft, **org).stderr, globex_cache)
+    assert str(globex_cache) not in "".join(as_tenant("acme", *craft, **org).stderr.split())
 
     # globex's signed index planted in acme's cache: signed by a key acme does not trust, refused
     shutil.copy(index_file(globex_cache), index_file(acme_cache))
