@@ -218,7 +218,8 @@ class Settings:
     )
     catalogs: tuple[dict[str, Any], ...] = _setting(
         (),
-        "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'.",
+        "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'. "
+        "Team mode: every tenant's; a tenant's own go in its file (FLAKEBOT_TENANT=T flakebot config set catalogs ...).",
     )
 
     def shared_catalogs(self) -> tuple[dict[str, Any], ...]:

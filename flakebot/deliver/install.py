@@ -2,7 +2,8 @@
 check them, catalogue the tool.
 
 Trust is explicit: only the caches in the `catalogs` setting are read (with a team tenant, the organisation's and
-that tenant's own: Settings.shared_catalogs), and only with the keys configured for each. `read_catalog` is the one way in to a cache's index: its snapshot must be signed by one of those keys,
+that tenant's own: Settings.shared_catalogs), and only with the keys configured for each. `read_catalog` is the one
+way in to a cache's index: its snapshot must be signed by one of those keys,
 unexpired and well formed (flakebot.deliver.index), and no older than what this machine saw of that catalog
 (flakebot.deliver.seen) before anything reads it; a refusal is a CatalogTrustError (exit 61), and craft skips that
 catalog with a warning. The entry and the tool's closure are fetched with `nix copy --from` against exactly those
@@ -32,7 +33,7 @@ from flakebot.deliver import seen, shared
 from flakebot.deliver.catalog import Catalog, normalize_need
 from flakebot.deliver.index import Snapshot, verify
 from flakebot.deliver.manifest import install_command
-from flakebot.deliver.versions import VERSION_RE, parse_ref
+from flakebot.deliver.versions import VERSION_RE, ToolRef, parse_ref
 from flakebot.errors import CatalogError, NixError
 from flakebot.modeltext import DATA_NOTE, fenced, markdown, one_line
 from flakebot.nix import command
@@ -148,7 +149,7 @@ def install_from_catalog(
 
 
 def _install_listed(
-    tool_ref: Any, source: dict[str, Any], settings: Settings, need: str | None
+    tool_ref: ToolRef, source: dict[str, Any], settings: Settings, need: str | None
 ) -> dict[str, Any] | None:
     """The tool installed from `source` when its verified index lists it, None when it does not."""
     tool = read_catalog(source, settings).tools.get(tool_ref.name)
