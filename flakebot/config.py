@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,17 @@ ENV_PREFIX = "FLAKEBOT_"
 # Environment variables with the prefix that are not settings.
 NON_SETTING_ENV = {"FLAKEBOT_RAISE_ERRORS"}
 
+
+TENANTS = "tenants"  # <catalog_dir>/tenants/<tenant>/: each tenant's own catalog (flakebot.deliver.catalog)
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a token's tenant (team.tokens.NAME): one plain name, no path
+TENANT_FILE = "flakebot.toml"  # <catalog_dir>/tenants/<tenant>/flakebot.toml: that tenant's own settings
+# The settings a tenant's own file holds (team mode), each with what it means. Nothing else is read from it.
+TENANT_SETTINGS = {
+    "catalogs": "The tenant's own shared catalogs and the keys to trust for them (read with the organisation's "
+    "catalogs by this tenant's calls and jobs only): [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'.",
+    "publish_to": "The binary cache a worker publishes each tool it crafts for this tenant to, signed with the "
+    "tenant's key the worker holds (<catalog_dir>/tenants/T/keys/); empty: workers publish nothing.",
+}
 
 # Trust classes of settings (see the module docstring).
 TRUSTED = "trusted"  # only from the user's file, the environment or a flag
@@ -206,8 +218,24 @@ class Settings:
     )
     catalogs: tuple[dict[str, Any], ...] = _setting(
         (),
-        "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'.",
+        "Shared catalogs (binary caches others publish to), each with the public keys to trust: TOML [[catalogs]] url = ... keys = [...], or 'URL KEY...; URL KEY...'. "
+        "Team mode: every tenant's; a tenant's own go in its file (FLAKEBOT_TENANT=T flakebot config set catalogs ...).",
     )
+
+    def shared_catalogs(self) -> tuple[dict[str, Any], ...]:
+        """The shared catalogs this process reads: the organisation's (`catalogs`), then, with a `tenant`, that
+        tenant's own (its file's `catalogs`). Each is verified with its own keys only, so no tenant's key vouches
+        for the organisation's catalogs nor another tenant's: a tenant reads no other tenant's list."""
+        if not self.tenant:
+            return self.catalogs
+        own = tenant_values(self, self.tenant).get("catalogs", ())
+        return (*self.catalogs, *own)
+
+    def tenant_setting(self, key: str) -> Any:
+        """A setting of this process's tenant's own file (TENANT_SETTINGS), its default ("" or ()) when unset or
+        with no tenant."""
+        default = () if key == "catalogs" else ""
+        return tenant_values(self, self.tenant).get(key, default) if self.tenant else default
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -244,6 +272,58 @@ class Settings:
         them could rewrite what flakebot runs or trusts next, so no caller may hand one to a tool."""
         dirs = [self.path("catalog_dir"), self.path("cache_dir"), self.path("workdir"), cache_home(), config_home()]
         return list(dict.fromkeys(d.expanduser().resolve() for d in dirs))
+
+
+def tenant_dir(settings: Settings, tenant: str) -> Path:
+    """Where `tenant`'s own catalog and settings live: beneath catalog_dir, under a name that is one plain name
+    (ConfigError otherwise: a tenant never names a path)."""
+    if not TENANT_NAME.fullmatch(tenant):
+        raise ConfigError(
+            f"tenant {tenant!r} is not a tenant name",
+            fix="use lower-case letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)",
+        )
+    return settings.path("catalog_dir") / TENANTS / tenant
+
+
+def tenant_file(settings: Settings, tenant: str) -> Path:
+    """The tenant's own settings file. It is in flakebot's data directory, written by the admin's `config set` with
+    the tenant setting; no token, tool, model or cache owner writes there (catalogs and keys are trusted from it)."""
+    return tenant_dir(settings, tenant) / TENANT_FILE
+
+
+def tenant_values(settings: Settings, tenant: str) -> dict[str, Any]:
+    """The settings the tenant's own file sets, checked as the user's file is (ConfigError on a bad one)."""
+    import tomllib  # the standard library's reader: a tool call reads this file, and tomlkit is slow to import
+
+    path = tenant_file(settings, tenant)
+    try:
+        with path.open("rb") as file:
+            raw = tomllib.load(file)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc})", fix=f"correct or remove {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", fix=f"check the permissions of {path}") from None
+    return {key: _tenant_coerce(key, value, str(path)) for key, value in raw.items()}
+
+
+def _tenant_coerce(key: str, value: Any, source: str) -> Any:
+    if key not in TENANT_SETTINGS:
+        raise ConfigError(
+            f"{source}: '{key}' is not a tenant's setting",
+            fix=f"a tenant's file holds only {', '.join(TENANT_SETTINGS)}; set '{key}' without the tenant setting",
+        )
+    if key == "catalogs":
+        return coerce("catalogs", value, source)
+    text = str(value).strip()
+    if text and not (text.startswith("/") or "://" in text) or "secret-key=" in text:
+        raise ConfigError(  # a key in a URL would be a key in a file a tenant's readers may see: keys stay in keys/
+            f"{source}: 'publish_to' must be a binary cache URL (file:///DIR, https://..., s3://...) without a "
+            f"secret-key, got {text!r}",
+            fix="FLAKEBOT_TENANT=T flakebot config set publish_to file:///srv/cache-T",
+        )
+    return text
 
 
 def _field(key: str) -> dataclasses.Field[Any]:
@@ -426,6 +506,14 @@ def set_value(key: str, raw: str, *, local: bool = False) -> Path:
     comments. Returns the file written."""
     import tomlkit
 
+    tenant = load().tenant
+    if tenant:
+        return _set_tenant_value(tenant, key, raw, local)
+    if key == "publish_to":
+        raise ConfigError(
+            "'publish_to' is a tenant's setting (where workers publish its crafts)",
+            fix=f"FLAKEBOT_TENANT=T flakebot config set publish_to {raw}",
+        )
     value = coerce(key, raw, "config set")
     path = (local_file() if local else None) or user_file()
     if local and Settings.trust_class(key) != LIMIT:
@@ -436,6 +524,29 @@ def set_value(key: str, raw: str, *, local: bool = False) -> Path:
     if path != user_file():
         _lowered(key, raw, path, _user_values())  # refused now, not on the next command
     doc = read_toml(path) if path.exists() else tomlkit.document()
+    doc[key] = list(value) if isinstance(value, tuple) else value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from flakebot.fsutil import atomic_write_text
+
+    atomic_write_text(path, tomlkit.dumps(doc))
+    return path
+
+
+def _set_tenant_value(tenant: str, key: str, raw: str, local: bool) -> Path:
+    """`config set` with the tenant setting: one of TENANT_SETTINGS into the tenant's own file; any other key is
+    refused (it would apply to every tenant, not this one)."""
+    import tomlkit
+
+    if key not in TENANT_SETTINGS or local:
+        raise ConfigError(
+            f"'{key}' is not a tenant's setting{' (and a tenant has no --local file)' if local else ''}: with "
+            f"the tenant setting ({tenant}), config set writes only {', '.join(TENANT_SETTINGS)}",
+            fix=f"unset FLAKEBOT_TENANT to set '{key}' for the whole organisation",
+        )
+    settings = load()
+    path = tenant_file(settings, tenant)
+    value = _tenant_coerce(key, raw, "config set")
+    doc = tomlkit.parse(path.read_text()) if path.is_file() else tomlkit.document()
     doc[key] = list(value) if isinstance(value, tuple) else value
     path.parent.mkdir(parents=True, exist_ok=True)
     from flakebot.fsutil import atomic_write_text

@@ -157,7 +157,7 @@ def _check_craft(
     _check_request(request, settings)
     settings = dataclasses.replace(settings_or_default(settings), **run_overrides(request.overrides()))
     answered = not request.fresh and stop_after is None
-    if answered and (settings.catalogs or Catalog.open(settings).find_need(request.need) is not None):
+    if answered and (settings.shared_catalogs() or Catalog.open(settings).find_need(request.need) is not None):
         return  # a catalog may answer the need: no model, no run of its own
     if answered:
         _check_in_flight(request.need, settings, agent)
@@ -191,18 +191,17 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     """The tool a shared catalog holds for the same need, installed (signatures checked), or None. A catalog that
     fails in any way (its index, a fetch, nix copy, a signature, an entry's shape) is skipped with one warning and the
     next one asked: a catalog someone else owns never stops a craft."""
-    from flakebot.deliver.install import find_need, install
+    from flakebot.deliver.install import find_need, install_from_catalog
     from flakebot.errors import FlakebotError
 
-    for catalog in settings.catalogs:
-        one = dataclasses.replace(settings, catalogs=(catalog,))
-        found = find_need(need, one)
+    for catalog in settings.shared_catalogs():  # a tenant's: the organisation's, then its own
+        found = find_need(need, settings, only=catalog)
         if found is None:
             continue
         source, ref = found
         logger.info("%s answers this need in the shared catalog %s: installing it", ref, source["url"])
         try:
-            return install(ref, one, source["url"], need=need)
+            return install_from_catalog(ref, source, settings, need=need)
         except (FlakebotError, OSError, ValueError) as exc:
             why = exc.one_line() if isinstance(exc, FlakebotError) else str(exc)
             logger.warning("shared catalog %s skipped: %s", source["url"], why)

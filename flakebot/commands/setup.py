@@ -53,10 +53,15 @@ def set_setting(
         Param("Write ./flakebot.toml instead of the user file (it may only lower limits).", cli=("--local",)),
     ] = False,
 ) -> dict[str, Any]:
-    """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept)."""
+    """Write one setting to ~/.config/flakebot/flakebot.toml (comments are kept).
+
+    With FLAKEBOT_TENANT=T (team mode): a tenant's setting (catalogs, publish_to) into T's own file."""
     # (./flakebot.toml when `local`: a limit only); the setting as read back and the file written
     path = config.set_value(key, value, local=local)
-    return {"key": key, "value": config.load().get(key), "file": str(path)}
+    settings = config.load()
+    if settings.tenant:  # the tenant's own file (config.TENANT_SETTINGS), as that tenant's calls read it
+        return {"key": key, "value": settings.tenant_setting(key), "file": str(path), "tenant": settings.tenant}
+    return {"key": key, "value": settings.get(key), "file": str(path)}
 
 
 def search(

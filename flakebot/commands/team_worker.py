@@ -69,10 +69,35 @@ def _craft_job(job: dict[str, Any], sink: EventSink, settings: config.Settings) 
     if resumed:
         _wait_for_driver(job, resumed, settings)
         logger.info("job %s: resuming its run %s", job["id"], resumed)
-        return resume(resumed, sink=sink, settings=settings)
+        return _published(resume(resumed, sink=sink, settings=settings), settings)
     if not request.fresh:
         _wait_for_in_flight(job["id"], request.need, settings)
-    return craft_request(request, sink=_marking(job, sink, settings), settings=settings).to_dict()
+    return _published(craft_request(request, sink=_marking(job, sink, settings), settings=settings).to_dict(), settings)
+
+
+def _published(result: dict[str, Any], settings: config.Settings) -> dict[str, Any]:
+    """The job's result, its tool published first into the tenant's signed cache when the tenant's own file names
+    one (`publish_to`): signed with the tenant's key in this worker's catalog (`<catalog_dir>/tenants/T/keys/`,
+    made on first use), never a key or a URL from the row (its request holds neither: queue.tenant_request). Only a
+    tool of the tenant's own catalog (crafted, or answered from it), never the organisation's nor one installed from
+    a shared catalog. A publication that fails fails the job (the tool stays in the tenant's catalog here; the same
+    need queued again is answered from it and published again)."""
+    from flakebot.deliver.catalog import Catalog
+    from flakebot.deliver.publish import publish
+
+    target = settings.tenant_setting("publish_to")
+    name, version = str(result.get("name") or ""), str(result.get("version") or "")
+    if not target or result.get("status") not in ("crafted", "cached") or not name:
+        return result
+    own = Catalog.open(settings).own_entry(name)
+    if own is None:
+        return result  # the organisation's tool: not the tenant's to sign
+    if ((own.get("versions") or {}).get(version) or own).get("installed_from"):
+        return result  # another catalog's signer vouched for it: not re-signed as the tenant's
+    publication = publish(f"{name}@{version}" if version else name, target, settings)
+    logger.info("published %s for tenant %s to %s", publication["store_path"], settings.tenant, target)
+    kept = ("to", "store_path", "entry_path", "signed_by", "public_key")
+    return {**result, "published": {key: publication.get(key) for key in kept}}
 
 
 def _wait_for_driver(job: dict[str, Any], run_id: str, settings: config.Settings) -> None:

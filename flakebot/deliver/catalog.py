@@ -37,16 +37,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from flakebot.config import Settings
+from flakebot.config import Settings, tenant_dir
 from flakebot.deliver import catalogdb
 from flakebot.deliver.versions import FIRST_VERSION, ToolRef, newest, next_version, parse_ref, version_key
-from flakebot.errors import CatalogError, ConfigError, NixError
+from flakebot.errors import CatalogError, NixError
 from flakebot.fsutil import atomic_write_json, remove_tree
 
 logger = logging.getLogger(__name__)
 
-TENANTS = "tenants"  # <catalog_dir>/tenants/<tenant>/: each tenant's own catalog
-TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a token's tenant (team.tokens.NAME): one plain name, no path
 CATALOG_FORMAT = catalogdb.FORMAT
 # What each version keeps of its own; the entry shows the current version's at its top.
 VERSION_FIELDS = (
@@ -88,12 +86,7 @@ def normalize_need(need: str) -> str:
 def tenant_root(settings: Settings, tenant: str) -> Path:
     """Where `tenant`'s own catalog lives: beneath catalog_dir, under a name that is one plain name (ConfigError
     otherwise: a tenant never names a path)."""
-    if not TENANT_NAME.fullmatch(tenant):
-        raise ConfigError(
-            f"tenant {tenant!r} is not a tenant name",
-            fix="use lower-case letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)",
-        )
-    return settings.path("catalog_dir") / TENANTS / tenant
+    return tenant_dir(settings, tenant)
 
 
 class Catalog:
@@ -167,6 +160,10 @@ class Catalog:
         if found is None and self.shared is not None:
             return self.shared.entry(name)
         return found
+
+    def own_entry(self, name: str) -> dict[str, Any] | None:
+        """A tool's entry in this catalog itself (a tenant's own), never the organisation's beneath it."""
+        return self._own(name)
 
     def _own(self, name: str) -> dict[str, Any] | None:
         with self.index.reading() as db:

@@ -1,8 +1,9 @@
 """Installing a tool from a shared catalog: verify the cache's signed index, fetch the entry and closure it names,
 check them, catalogue the tool.
 
-Trust is explicit: only the caches in the `catalogs` setting are read, and only with the keys configured for
-each. `read_catalog` is the one way in to a cache's index: its snapshot must be signed by one of those keys,
+Trust is explicit: only the caches in the `catalogs` setting are read (with a team tenant, the organisation's and
+that tenant's own: Settings.shared_catalogs), and only with the keys configured for each. `read_catalog` is the one
+way in to a cache's index: its snapshot must be signed by one of those keys,
 unexpired and well formed (flakebot.deliver.index), and no older than what this machine saw of that catalog
 (flakebot.deliver.seen) before anything reads it; a refusal is a CatalogTrustError (exit 61), and craft skips that
 catalog with a warning. The entry and the tool's closure are fetched with `nix copy --from` against exactly those
@@ -32,7 +33,7 @@ from flakebot.deliver import seen, shared
 from flakebot.deliver.catalog import Catalog, normalize_need
 from flakebot.deliver.index import Snapshot, verify
 from flakebot.deliver.manifest import install_command
-from flakebot.deliver.versions import VERSION_RE, parse_ref
+from flakebot.deliver.versions import VERSION_RE, ToolRef, parse_ref
 from flakebot.errors import CatalogError, NixError
 from flakebot.modeltext import DATA_NOTE, fenced, markdown, one_line
 from flakebot.nix import command
@@ -45,8 +46,9 @@ REFUSED = ("lacks a valid signature", "no signature", "not signed")
 
 
 def sources(settings: Settings, url: str | None = None) -> list[dict[str, Any]]:
-    """The configured shared catalogs ({url, keys}), or the one `url` names, which must be configured."""
-    configured = list(settings.catalogs)
+    """The configured shared catalogs ({url, keys}), or the one `url` names, which must be configured (a tenant's:
+    the organisation's and its own, never another tenant's)."""
+    configured = list(settings.shared_catalogs())
     if url is None:
         if not configured:
             raise CatalogError("no shared catalogs are configured", fix=CONFIGURE_FIX)
@@ -102,11 +104,12 @@ def remote_tools(settings: Settings, url: str | None = None) -> list[dict[str, A
     return listed
 
 
-def find_need(need: str, settings: Settings) -> tuple[dict[str, Any], str] | None:
-    """(catalog, NAME@VERSION) of a tool a configured shared catalog holds for the same (normalized) need. A catalog
-    that cannot be read, or whose index is refused, is skipped with a warning: a craft goes on without it."""
+def find_need(need: str, settings: Settings, only: dict[str, Any] | None = None) -> tuple[dict[str, Any], str] | None:
+    """(catalog, NAME@VERSION) of a tool a configured shared catalog (or `only` that one) holds for the same
+    (normalized) need. A catalog that cannot be read, or whose index is refused, is skipped with a warning: a craft
+    goes on without it."""
     key = normalize_need(need)
-    for source in settings.catalogs:
+    for source in [only] if only is not None else settings.shared_catalogs():
         try:
             snapshot = read_catalog(source, settings)
         except CatalogError as exc:
@@ -123,21 +126,43 @@ def install(ref: str, settings: Settings, url: str | None = None, need: str | No
     `need`: the tool must have been made for that need (as craft finds it)."""
     tool_ref = parse_ref(ref)
     for source in sources(settings, url):
-        tool = read_catalog(source, settings).tools.get(tool_ref.name)
-        if tool is None:
-            continue
-        version = tool_ref.version or tool["version"]
-        record = tool["versions"].get(version)
-        if record is None:
-            raise CatalogError(
-                f"{source['url']} has no version {version} of {tool_ref.name} (it has {', '.join(tool['versions'])})",
-                fix=f"install one of those: flakebot install {tool_ref.name}@VERSION",
-            )
-        return install_from(source, record, settings, Wanted(tool_ref.name, str(version), need))
-    where = url or ", ".join(s["url"] for s in settings.catalogs)
+        installed = _install_listed(tool_ref, source, settings, need)
+        if installed is not None:
+            return installed
+    where = url or ", ".join(s["url"] for s in settings.shared_catalogs())
     raise CatalogError(
         f"no tool '{tool_ref.name}' in the shared catalogs ({where})", fix="list them with 'flakebot list --remote'"
     )
+
+
+def install_from_catalog(
+    ref: str, source: dict[str, Any], settings: Settings, need: str | None = None
+) -> dict[str, Any]:
+    """Install NAME or NAME@VERSION from the one configured catalog `source` (verified with its own keys only)."""
+    installed = _install_listed(parse_ref(ref), source, settings, need)
+    if installed is None:
+        raise CatalogError(
+            f"no tool '{parse_ref(ref).name}' in the shared catalogs ({source['url']})",
+            fix="list them with 'flakebot list --remote'",
+        )
+    return installed
+
+
+def _install_listed(
+    tool_ref: ToolRef, source: dict[str, Any], settings: Settings, need: str | None
+) -> dict[str, Any] | None:
+    """The tool installed from `source` when its verified index lists it, None when it does not."""
+    tool = read_catalog(source, settings).tools.get(tool_ref.name)
+    if tool is None:
+        return None
+    version = tool_ref.version or tool["version"]
+    record = tool["versions"].get(version)
+    if record is None:
+        raise CatalogError(
+            f"{source['url']} has no version {version} of {tool_ref.name} (it has {', '.join(tool['versions'])})",
+            fix=f"install one of those: flakebot install {tool_ref.name}@VERSION",
+        )
+    return install_from(source, record, settings, Wanted(tool_ref.name, str(version), need))
 
 
 @dataclass(frozen=True)
@@ -278,7 +303,9 @@ def require_closure_signed(store_path: str, source: dict[str, Any], settings: Se
             raise _untrusted(str(info.get("path", store_path)), source)
         vouched = info.get("ultimate") or not info.get("ca")
         if not vouched and trusted_signer(info, source["keys"]) is None:
-            raise _untrusted(str(info["path"]), source)
+            # a path this store held already (nix copy did not bring its signatures): the cache's own signature over
+            # this very content (its NAR hash, size and references here), or a refusal
+            require_signed(str(info["path"]), source, settings)
 
 
 def _path_infos(

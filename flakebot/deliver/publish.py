@@ -139,7 +139,7 @@ def index_key(destination: Destination, key: SigningKey | None, settings: Settin
                 fix="give secret-key=PATH of a key made with 'nix key generate-secret'",
             ) from None
     url = destination.url.split("?", 1)[0].rstrip("/")
-    configured = [k for source in settings.catalogs if source["url"] == url for k in source["keys"]]
+    configured = [k for source in settings.shared_catalogs() if source["url"] == url for k in source["keys"]]
     return shared.IndexKey(secret, [public_key(secret), *configured], settings.shared_index_lifetime)
 
 

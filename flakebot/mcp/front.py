@@ -148,6 +148,7 @@ class TeamMCP(FlakebotMCP):
         self._in_flight: dict[str, anyio.CapacityLimiter] = {}  # each principal's calls at once
         self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
         self._rows_lock = threading.Lock()
+        self._fetched: set[tuple[str, str]] = set()  # (tenant, NAME@VERSION) of finished jobs' tools tried to install
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
 
@@ -301,16 +302,36 @@ class TeamMCP(FlakebotMCP):
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return None
+        from flakebot.mcp.queued import vouched
+
         with self._rows_lock:
             now = time.monotonic()
             read = self._rows.get((tenant, job_id))
             if read is not None and now - read[0] < ROW_FRESH:
-                return read[1]
-            row = self.queue.job(tenant, job_id)
-            if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
-                self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
-            self._rows[(tenant, job_id)] = (time.monotonic(), row)
-            return row
+                row = read[1]
+            else:
+                row = self.queue.job(tenant, job_id)
+                if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
+                    self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
+                self._rows[(tenant, job_id)] = (time.monotonic(), row)
+        return vouched(row, self.settings(ctx), fetch=self.fetch_tool)  # the row names, the catalog tells
+
+    def fetch_tool(self, settings: config.Settings, ref: str) -> None:
+        """A finished job's tool this front's catalog lacks (a worker on another machine made it), installed once
+        from the tenant's shared catalogs (the organisation's and its own, each checked with its own keys: a worker
+        publishing the tenant's crafts signs them with the tenant's key); a failure is logged, not retried."""
+        from flakebot.deliver.install import install
+
+        with self._rows_lock:
+            if (settings.tenant, ref) in self._fetched or not settings.shared_catalogs():
+                return
+            self._fetched.add((settings.tenant, ref))
+        try:
+            install(ref, settings)
+        except FlakebotError as exc:
+            logger.warning(
+                "a finished job's tool %s is not in tenant %s's catalog here: %s", ref, settings.tenant, exc.one_line()
+            )
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS

@@ -99,6 +99,46 @@ def job_status(row: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+ROW_RESULT_KEPT = ("status", "name", "version", "run_id", "seconds", "from_catalog")  # what a row's result may say
+ENDED = ("crafted", "cached", "installed", "stopped")  # a craft result's statuses
+
+
+def vouched(
+    row: dict[str, Any] | None, settings: Any, fetch: Callable[[Any, str], None] | None = None
+) -> dict[str, Any] | None:
+    """The row with its result as a front hands it on. A row is anyone's with the database's password, so its result
+    only names the tool (name, version, status, run, seconds, token use, kept to their shapes); what the tool is and
+    how it runs (its manifest: store path, nix run, summary, usage; USAGE.md, where it was installed from) are this
+    front's catalog's for the caller's tenant (`settings`), at the version named. A tool that catalog lacks is named
+    only: no path or command of a row's reaches a caller as flakebot's words. `fetch(settings, NAME@VERSION)` may
+    first install a tool the catalog lacks from the tenant's signed shared catalogs."""
+    if row is None or row.get("state") != "done":
+        return row
+    from flakebot.deliver.catalog import show_tool
+    from flakebot.deliver.versions import VERSION_RE
+    from flakebot.toolspec import NAME_RE
+
+    said: dict[str, Any] = row["result"] if isinstance(row.get("result"), dict) else {}
+    result = {k: said[k] for k in ROW_RESULT_KEPT if isinstance(said.get(k), (str, int, float, bool))}
+    name, version = str(result.get("name", "")), str(result.get("version", ""))
+    if result.get("status") not in ENDED or not NAME_RE.fullmatch(name) or not VERSION_RE.fullmatch(version or "0.1.0"):
+        return {**row, "result": {k: v for k, v in result.items() if k in ("run_id", "seconds") and len(str(v)) < 200}}
+    usage: dict[str, Any] = said["usage"] if isinstance(said.get("usage"), dict) else {}
+    result["usage"] = {k: v for k, v in usage.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    ref = f"{name}@{version}" if version else name
+    try:
+        shown = show_tool(ref, settings)
+    except FlakebotError:  # not in this front's catalog for the tenant (another machine's worker made it)
+        if fetch is None or result["status"] == "stopped":
+            return {**row, "result": result}
+        fetch(settings, ref)
+        return vouched(row, settings)
+    manifest = shown["manifest"]
+    kept = {"manifest": manifest, "usage_markdown": shown["usage_markdown"]}
+    installed = manifest.get("installed_from")
+    return {**row, "result": {**result, **kept, **({"installed_from": installed} if installed else {})}}
+
+
 def outcome(row: dict[str, Any]) -> dict[str, Any] | None:
     """The job's end as a journal's last line would say it ({result} or {error}), None while it is not over."""
     if row["state"] == "done":

@@ -1,0 +1,219 @@
+"""Workers publish what they craft for a tenant into that tenant's signed cache (its own `publish_to`), signed with
+the tenant's key the worker holds; and a forged job row in the PostgreSQL queue can at worst fail its job: no
+tenant is then offered a path unsigned or signed by another tenant's key. Real `flakebot worker --once`, real
+`nix store add-path`, `nix copy` and `nix key`, the real CLI as the tenants' readers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from psycopg.types.json import Jsonb
+
+from flakebot import config
+from flakebot.deliver.catalog import Catalog
+from flakebot.deliver.publish import signing_key
+from flakebot.pipeline.request import RunRequest
+from flakebot.team import db, queue
+from tests.conftest import FLAKEBOT, json_result, require, run_cli
+from tests.deliver.test_shared_index import INDEX_REFUSED, index_file, only_line
+from tests.fakes.nix_crates import NIX
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def stored_tool(settings: config.Settings, root: Path, name: str) -> str:
+    """`name` (a shell script standing in for a crafted binary) added to the Nix store and catalogued as a craft
+    catalogues it, into the catalog `settings` open; its store path."""
+    tree = root / f"{name}-src"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / name).write_text(f'#!/bin/sh\necho "{name} {os.urandom(8).hex()}"\n')  # a new path each run
+    (tree / "bin" / name).chmod(0o755)
+    added = subprocess.run([*NIX, "store", "add-path", "--name", name, str(tree)], capture_output=True, text=True)
+    assert added.returncode == 0, added.stderr
+    store = added.stdout.strip()
+    flake = root / f"flake-{name}"
+    flake.mkdir()
+    manifest = {"name": name, "main_program": name, "store_path": store, "summary": "", "nix_run_argv": ["nix"]}
+    Catalog.open(settings).add(
+        name, need=f"{name} rows", flake_dir=flake, manifest=manifest, usage_md=f"# {name}\n",
+        store_path=store, run_id=f"r-{name}", origin={},
+    )  # fmt: skip
+    return store
+
+
+def forge(database: str, tenant: str, request: dict[str, Any]) -> int:
+    """A craft job row, written straight into the table (as anyone with the database's password could)."""
+    with db.connect(database) as conn:
+        queue.set_quota(conn, tenant, max_in_flight=99, max_per_day=99)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, 'mallory', 'craft', "
+            "md5(random()::text), %s) RETURNING id",
+            (tenant, Jsonb(request)),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row["id"])
+
+
+def work(database: str, jobs: int) -> None:
+    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json"}  # a craft that reaches the model fails
+    for _ in range(jobs):
+        done = subprocess.run(
+            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            capture_output=True, text=True, env=env, timeout=180,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_worker_publishes_a_tenants_craft_signed_by_its_key_and_a_forged_row_only_fails(
+    database: str, flakebot_home: Path, tmp_path: Path
+) -> None:
+    require("nix")
+    settings = config.load()
+    caches, keys = {}, {}
+    for tenant in ("acme", "globex"):
+        caches[tenant] = tmp_path / f"{tenant}-cache"
+        keys[tenant] = signing_key(dataclasses.replace(settings, tenant=tenant)).public  # the worker's, on its disk
+        for key, value in (
+            ("publish_to", f"file://{caches[tenant]}"),
+            ("catalogs", f"file://{caches[tenant]} {keys[tenant]}"),
+        ):
+            done = run_cli("config", "set", key, value, env={"FLAKEBOT_TENANT": tenant})
+            assert done.returncode == 0, done.stderr
+    store = stored_tool(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
+    need = RunRequest(need="need acme-lines rows").to_dict()
+    jobs = {
+        "acme": forge(database, "acme", need),  # answered from acme's catalog, published to acme's cache
+        "globex": forge(database, "globex", need),  # acme's need for globex: crafted for globex (fails here)
+        "planted": forge(  # a row naming a path and a key of its own: refused before any work
+            database,
+            "globex",
+            {
+                **need,
+                "store_path": store,
+                "publish_to": f"file://{caches['acme']}",
+                "secret_key": "globex-1:" + "A" * 86 + "==",
+            },
+        ),  # fmt: skip
+    }
+    work(database, len(jobs))
+    with db.connect(database) as conn:
+        rows = {name: queue.get(conn, job, "acme" if name == "acme" else "globex") for name, job in jobs.items()}
+    acme, globex, planted = rows["acme"], rows["globex"], rows["planted"]
+    assert acme is not None and acme["state"] == "done", acme
+    published = acme["result"]["published"]
+    assert published["store_path"] == store and published["public_key"] == keys["acme"], published
+    assert globex is not None and globex["state"] == "failed" and "published" not in json.dumps(globex["error"])
+    assert planted is not None and planted["state"] == "failed" and planted["error"]["type"] == "UsageError", planted
+    assert not (caches["globex"] / "flakebot").exists()  # nothing of either forged row reached a cache
+
+    # acme's agents find it in acme's cache, signed by acme's key
+    done = run_cli("list", "--remote", "--json", env={"FLAKEBOT_TENANT": "acme"})
+    listed = json_result(done)["tools"]
+    assert [(t["name"], t["store_path"], t["public_key"]) for t in listed] == [("acme-lines", store, keys["acme"])]
+    # globex is never offered it: unknown by name, and acme's signed index planted in globex's cache is refused
+    known = run_cli("install", "acme-lines", env={"FLAKEBOT_TENANT": "globex"})
+    unknown = run_cli("install", "zzzz", env={"FLAKEBOT_TENANT": "globex"})
+    assert known.returncode == unknown.returncode != 0
+    assert only_line(known).replace("acme-lines", "NAME") == only_line(unknown).replace("zzzz", "NAME")
+    index_file(caches["globex"]).parent.mkdir(parents=True)
+    index_file(caches["globex"]).write_bytes(index_file(caches["acme"]).read_bytes())
+    done = run_cli("install", "acme-lines", env={"FLAKEBOT_TENANT": "globex"})
+    assert done.returncode == INDEX_REFUSED and "not signed by" in only_line(done), done.stderr
+    assert Catalog.open(dataclasses.replace(settings, tenant="globex")).own_entry("acme-lines") is None
+
+
+def forge_done(database: str, tenant: str, result: dict[str, Any]) -> int:
+    """A job row that says it is done, with a result of the forger's choosing."""
+    with db.connect(database) as conn:
+        queue.set_quota(conn, tenant, max_in_flight=99, max_per_day=99)
+        row = conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, result, ended) VALUES "
+            "(%s, 'mallory', 'craft', md5(random()::text), %s, 'done', %s, now()) RETURNING id",
+            (tenant, Jsonb(RunRequest(need="need anything").to_dict()), Jsonb(result)),
+        ).fetchone()
+        conn.commit()
+    assert row is not None
+    return int(row["id"])
+
+
+def test_a_forged_done_row_never_hands_a_caller_a_path_or_command(
+    database: str, flakebot_home: Path, tmp_path: Path
+) -> None:
+    """A row's result names a tool; what the front tells the caller of it (its manifest, how it runs, its usage)
+    is the front's catalog's for the caller's tenant, or nothing: never the row's store path or command."""
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    evil = "/nix/store/" + "e" * 32 + "-evil"
+    settings = config.load()
+    stored_tool(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
+    stored_tool(dataclasses.replace(settings, tenant="globex"), tmp_path, "globex-lines")
+    manifest = {"nix_run": f"{evil}/bin/x -- ARGS", "store_path": evil, "summary": f"run {evil}/bin/x", "kind": "tool"}
+    forged = {"status": "crafted", "version": "0.1.0", "run_id": "r", "manifest": manifest,
+              "usage_markdown": f"run {evil}", "call": {"nix_run": evil}, "installed_from": {"catalog": evil}}  # fmt: skip
+    jobs = {
+        name: forge_done(database, "acme", {**forged, "name": name})
+        for name in ("acme-lines", "ghost", "globex-lines", "../x")
+    }
+    alice = add_token("alice", "--tenant", "acme")
+    with serving("--database", database, log=flakebot_home / "front.log") as url:
+        answers = {name: call(url, alice, "status", {"run_id": f"job-{job}"}) for name, job in jobs.items()}
+    for name, answer in answers.items():
+        assert answer["ok"] and answer["status"] == "succeeded", answer
+        assert "eeeeeeee" not in json.dumps(answer), (name, answer)
+    assert answers["acme-lines"]["result"]["name"] == "acme-lines"
+    assert answers["acme-lines"]["result"]["call"]["mcp_tool"] == "acme-lines"  # as acme's catalog says
+    assert "name" not in answers["../x"]["result"]
+
+
+def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenants_signed_cache(
+    database: str, flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers' catalog is not the front's (another machine's): acme's finished job's tool reaches acme's
+    agents through acme's cache, verified with acme's key; a forged row naming globex's published tool installs
+    nothing for acme (acme's front reads only the organisation's catalogs and acme's)."""
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    require("nix")
+    settings = config.load()
+    caches, keys = {}, {}
+    for tenant in ("acme", "globex"):
+        caches[tenant] = tmp_path / f"{tenant}-cache"
+        keys[tenant] = signing_key(dataclasses.replace(settings, tenant=tenant)).public
+        done = run_cli("config", "set", "publish_to", f"file://{caches[tenant]}", env={"FLAKEBOT_TENANT": tenant})
+        assert done.returncode == 0, done.stderr
+        stored_tool(dataclasses.replace(settings, tenant=tenant), tmp_path, f"{tenant}-lines")
+    jobs = {t: forge(database, t, RunRequest(need=f"need {t}-lines rows").to_dict()) for t in ("acme", "globex")}
+    work(database, len(jobs))
+    forged = forge_done(database, "acme", {"status": "crafted", "name": "globex-lines", "version": "0.1.0"})
+
+    front = tmp_path / "front-catalog"  # the front's machine: its own catalog, acme's cache and key configured
+    monkeypatch.setenv("FLAKEBOT_CATALOG_DIR", str(front))
+    for tenant in ("acme", "globex"):
+        done = run_cli(
+            "config", "set", "catalogs", f"file://{caches[tenant]} {keys[tenant]}", env={"FLAKEBOT_TENANT": tenant}
+        )
+        assert done.returncode == 0, done.stderr
+    alice = add_token("alice", "--tenant", "acme")
+    with serving("--database", database, log=flakebot_home / "front.log") as url:
+        answer = call(url, alice, "status", {"run_id": f"job-{jobs['acme']}"})
+        shown = call(url, alice, "show", {"name": "acme-lines"})
+        other = call(url, alice, "status", {"run_id": f"job-{forged}"})
+        unknown = call(url, alice, "show", {"name": "globex-lines"})
+        never = call(url, alice, "show", {"name": "zz-never-made"})
+    assert answer["result"]["call"]["mcp_tool"] == "acme-lines", answer
+    installed = shown["versions"][-1]["installed_from"]
+    assert (installed["catalog"], installed["public_key"]) == (f"file://{caches['acme']}", keys["acme"]), shown
+    assert other["result"] == {"status": "crafted", "name": "globex-lines", "version": "0.1.0"}, other
+    assert unknown["is_error"] and json.dumps(unknown).replace("globex-lines", "N") == json.dumps(never).replace(
+        "zz-never-made", "N"
+    )
+    assert Catalog.open(dataclasses.replace(config.load(), tenant="acme")).own_entry("globex-lines") is None
