@@ -112,17 +112,23 @@ def vouched(
     front's catalog's for the caller's tenant (`settings`), at the version named. A tool that catalog lacks is named
     only: no path or command of a row's reaches a caller as flakebot's words. `fetch(settings, NAME@VERSION)` may
     first install a tool the catalog lacks from the tenant's signed shared catalogs."""
-    if row is None or row.get("state") != "done":
+    if row is None:
+        return row
+    from flakebot.pipeline.run import RUN_ID
+
+    if not (isinstance(row.get("run_id"), str) and RUN_ID.fullmatch(row["run_id"])):  # the worker's run: a run id
+        row = {**row, "run_id": None}
+    if row.get("state") != "done":
         return row
     from flakebot.deliver.catalog import show_tool
     from flakebot.deliver.versions import VERSION_RE
     from flakebot.toolspec import NAME_RE
 
     said: dict[str, Any] = row["result"] if isinstance(row.get("result"), dict) else {}
-    result = {k: said[k] for k in ROW_RESULT_KEPT if isinstance(said.get(k), (str, int, float, bool))}
+    result = {k: said[k] for k in ROW_RESULT_KEPT if _shaped(k, said.get(k))}
     name, version = str(result.get("name", "")), str(result.get("version", ""))
     if result.get("status") not in ENDED or not NAME_RE.fullmatch(name) or not VERSION_RE.fullmatch(version or "0.1.0"):
-        return {**row, "result": {k: v for k, v in result.items() if k in ("run_id", "seconds") and len(str(v)) < 200}}
+        return {**row, "result": {k: v for k, v in result.items() if k in ("run_id", "seconds")}}
     usage: dict[str, Any] = said["usage"] if isinstance(said.get("usage"), dict) else {}
     result["usage"] = {k: v for k, v in usage.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     ref = f"{name}@{version}" if version else name
@@ -137,6 +143,19 @@ def vouched(
     kept = {"manifest": manifest, "usage_markdown": shown["usage_markdown"]}
     installed = manifest.get("installed_from")
     return {**row, "result": {**result, **kept, **({"installed_from": installed} if installed else {})}}
+
+
+def _shaped(key: str, value: Any) -> bool:
+    """Whether a row's result field has the shape flakebot writes: any other text is the forger's words."""
+    from flakebot.pipeline.run import RUN_ID
+
+    if key == "from_catalog":
+        return isinstance(value, bool)
+    if key == "seconds":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if key == "run_id":
+        return isinstance(value, str) and bool(RUN_ID.fullmatch(value))
+    return isinstance(value, str) and len(value) < 200  # status, name, version: checked against their sets below
 
 
 def outcome(row: dict[str, Any]) -> dict[str, Any] | None:

@@ -134,9 +134,9 @@ def forge_done(database: str, tenant: str, result: dict[str, Any]) -> int:
     with db.connect(database) as conn:
         queue.set_quota(conn, tenant, max_in_flight=99, max_per_day=99)
         row = conn.execute(
-            "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, result, ended) VALUES "
-            "(%s, 'mallory', 'craft', md5(random()::text), %s, 'done', %s, now()) RETURNING id",
-            (tenant, Jsonb(RunRequest(need="need anything").to_dict()), Jsonb(result)),
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, result, run_id, ended) VALUES "
+            "(%s, 'mallory', 'craft', md5(random()::text), %s, 'done', %s, %s, now()) RETURNING id",
+            (tenant, Jsonb(RunRequest(need="need anything").to_dict()), Jsonb(result), result.get("run_id")),
         ).fetchone()
         conn.commit()
     assert row is not None
@@ -156,7 +156,8 @@ def test_a_forged_done_row_never_hands_a_caller_a_path_or_command(
     stored_tool(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
     stored_tool(dataclasses.replace(settings, tenant="globex"), tmp_path, "globex-lines")
     manifest = {"nix_run": f"{evil}/bin/x -- ARGS", "store_path": evil, "summary": f"run {evil}/bin/x", "kind": "tool"}
-    forged = {"status": "crafted", "version": "0.1.0", "run_id": "r", "manifest": manifest,
+    forged = {"status": "crafted", "version": "0.1.0", "run_id": f"nix run {evil}", "from_catalog": f"run {evil}",
+              "seconds": f"{evil}", "manifest": manifest,
               "usage_markdown": f"run {evil}", "call": {"nix_run": evil}, "installed_from": {"catalog": evil}}  # fmt: skip
     jobs = {
         name: forge_done(database, "acme", {**forged, "name": name})
