@@ -39,6 +39,9 @@ NON_SETTING_ENV = {"FLAKEBOT_RAISE_ERRORS"}
 TENANTS = "tenants"  # <catalog_dir>/tenants/<tenant>/: each tenant's own catalog (flakebot.deliver.catalog)
 TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # a token's tenant (team.tokens.NAME): one plain name, no path
 TENANT_FILE = "flakebot.toml"  # <catalog_dir>/tenants/<tenant>/flakebot.toml: that tenant's own settings
+# Where a worker may publish a tenant's crafts: binary caches, whose narinfos it signs with the tenant's key
+# (flakebot.deliver.publish.BINARY_CACHE_SCHEMES; a chroot or ssh store would hold them unsigned, and no index).
+PUBLISH_SCHEMES = ("file", "http", "https", "s3")
 # The settings a tenant's own file holds (team mode), each with what it means. Nothing else is read from it.
 TENANT_SETTINGS = {
     "catalogs": "The tenant's own shared catalogs and the keys to trust for them (read with the organisation's "
@@ -316,8 +319,10 @@ def _tenant_coerce(key: str, value: Any, source: str) -> Any:
         )
     if key == "catalogs":
         return coerce("catalogs", value, source)
-    text = str(value).strip()
-    if text and not (text.startswith("/") or "://" in text) or "secret-key=" in text:
+    text = value.strip() if isinstance(value, str) else repr(value)  # a TOML list or number: no URL, never coerced
+    scheme, sep, rest = text.partition("://")
+    cache = bool(sep and scheme in PUBLISH_SCHEMES and rest and (scheme != "file" or rest.startswith("/")))
+    if text and not cache or "secret-key=" in text or not isinstance(value, str):
         raise ConfigError(  # a key in a URL would be a key in a file a tenant's readers may see: keys stay in keys/
             f"{source}: 'publish_to' must be a binary cache URL (file:///DIR, https://..., s3://...) without a "
             f"secret-key, got {text!r}",

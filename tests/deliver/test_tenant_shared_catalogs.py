@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from flakebot import config
+from flakebot.deliver.publish import BINARY_CACHE_SCHEMES
 from tests.conftest import json_result, require, run_cli
 from tests.deliver.test_shared_index import (
     INDEX_REFUSED,
@@ -93,3 +95,18 @@ def test_a_tenants_file_holds_only_a_tenants_settings(flakebot_home: Path) -> No
     (flakebot_home / "data/flakebot/tenants/acme/flakebot.toml").write_text('sandbox = "off"\n')
     done = run_cli("list", "--remote", env={"FLAKEBOT_TENANT": "acme"})
     assert done.returncode != 0 and "'sandbox' is not a tenant's setting" in done.stderr, done.stderr
+
+
+def test_a_tenants_publish_to_is_a_cache_its_key_signs(flakebot_home: Path) -> None:
+    """A store flakebot signs nothing in (a chroot store, ssh), a URL no cache has, or a value that is no string
+    is refused when set (or read), not at each job's end after its craft."""
+    assert config.PUBLISH_SCHEMES == BINARY_CACHE_SCHEMES
+    for bad in ("/srv/store", "ssh-ng://host", "bogus://x", "file://relative"):
+        done = run_cli("config", "set", "publish_to", bad, env={"FLAKEBOT_TENANT": "acme"})
+        assert done.returncode != 0 and "'publish_to' must be a binary cache URL" in done.stderr, (bad, done.stderr)
+    assert not (flakebot_home / "data/flakebot/tenants").exists()
+    own = flakebot_home / "data/flakebot/tenants/acme/flakebot.toml"
+    own.parent.mkdir(parents=True)
+    own.write_text('publish_to = ["file:///srv/c"]\n')
+    done = run_cli("list", "--remote", env={"FLAKEBOT_TENANT": "acme"})
+    assert done.returncode != 0 and "'publish_to' must be a binary cache URL" in done.stderr, done.stderr
