@@ -293,16 +293,16 @@ def require_signed(path: str, source: dict[str, Any], settings: Settings) -> str
 
 
 def require_closure_signed(store_path: str, source: dict[str, Any], settings: Settings) -> None:
-    """Every path of the tool's closure is signed by a configured key, or came in under Nix's own check (an
-    input-addressed path, which require-sigs made Nix verify) or was built on this machine (ultimate). A
-    content-addressed path that Nix let in unsigned is refused."""
+    """Every path of the tool's closure is signed by a configured key (its record here, or the cache's over the
+    same content) or was built on this machine (ultimate). Neither kind of path is taken on Nix's word: Nix lets a
+    content-addressed path in unsigned, and copies (so checks) no path this store held already, an input-addressed
+    one fetched from another catalog under another key included."""
     from flakebot.deliver.signatures import trusted_signer
 
     for info in _path_infos([store_path], settings, recursive=True):
         if info.get("valid") is False:
             raise _untrusted(str(info.get("path", store_path)), source)
-        vouched = info.get("ultimate") or not info.get("ca")
-        if not vouched and trusted_signer(info, source["keys"]) is None:
+        if not info.get("ultimate") and trusted_signer(info, source["keys"]) is None:
             # a path this store held already (nix copy did not bring its signatures): the cache's own signature over
             # this very content (its NAR hash, size and references here), or a refusal
             require_signed(str(info["path"]), source, settings)

@@ -478,10 +478,20 @@ derivation {
 """
 
 
-def built_with_a_dependency(home: Path) -> tuple[str, str]:
+BUILT_DEP = """derivation {
+    name = "deps-lib"; system = builtins.currentSystem; builder = "/bin/sh";
+    args = [ "-c" "echo 'deps 0.1.0 says hello from its dependency (NONCE)' > $out" ];
+  }"""
+
+
+def built_with_a_dependency(home: Path, input_addressed: bool = False) -> tuple[str, str]:
     """(tool, dependency): an input-addressed tool whose closure holds a content-addressed path (builtins.toFile),
-    the kind Nix admits unsigned."""
-    (home / "deps.nix").write_text(DEP_TOOL.replace("NONCE", uuid.uuid4().hex))
+    the kind Nix admits unsigned, or (`input_addressed`) a built one, whose signatures Nix checks as it copies."""
+    nix = DEP_TOOL.replace(
+        'builtins.toFile "deps-lib" "deps 0.1.0 says hello from its dependency (NONCE)\\n"', BUILT_DEP
+    )
+    assert nix != DEP_TOOL
+    (home / "deps.nix").write_text((nix if input_addressed else DEP_TOOL).replace("NONCE", uuid.uuid4().hex))
     argv = [*NIX, "build", "--no-link", "--json", "--option", "substituters", "", "-f", str(home / "deps.nix")]
     built = subprocess.run(argv, capture_output=True, text=True, check=True)
     tool = json.loads(built.stdout)[0]["outputs"]["out"]
@@ -516,6 +526,38 @@ def test_an_unsigned_path_in_the_closure_is_refused(a: Publisher, tmp_path: Path
     assert f"refused {dep} from file://{cache}: it is not signed by a key you trust" in only_line(installed)
     assert Path(dep).name in b.store  # Nix let it in unsigned; flakebot went no further
     assert json_result(listed)["tools"] == []
+
+
+@pytest.mark.slow
+def test_a_held_input_addressed_path_another_key_signed_is_refused(a: Publisher, tmp_path: Path) -> None:
+    """B holds the tool's input-addressed dependency already, fetched from another catalog under that catalog's key
+    (another tenant's cache); A's cache has it unsigned. Nix copies nothing it holds, so it checks nothing: flakebot
+    asks A's cache for its signature over that content, and refuses."""
+    cache = copy_of(a, tmp_path)
+    tool, dep = built_with_a_dependency(tmp_path, input_addressed=True)
+    code = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from flakebot import config
+        from flakebot.deliver.catalog import Catalog
+        flake = Path({str(tmp_path / "flake")!r}); flake.mkdir(); (flake / "flake.nix").write_text("{{}}\\n")
+        Catalog.open(config.load()).add("deps", need="need deps", flake_dir=flake, manifest={{"name": "deps",
+            "summary": "deps", "main_program": "deps", "store_path": {tool!r}}}, usage_md="# deps\\n",
+            store_path={tool!r}, run_id="test", origin={{}})
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], env=a.env, check=True, timeout=60)
+    publish(a.env, cache, "deps")
+    info = cache / f"{Path(dep).name.split('-')[0]}.narinfo"
+    info.write_text("".join(line for line in info.read_text().splitlines(True) if not line.startswith("Sig:")))
+    other, secret = stranger_key(tmp_path)  # the other catalog's key, which signs the dependency there
+    subprocess.run([*NIX, "copy", "--to", f"file://{tmp_path / 'other'}?secret-key={secret}", dep], check=True)
+    fetch = [*NIX, "copy", "--from", f"file://{tmp_path / 'other'}", "--option", "trusted-public-keys", other, dep]
+    b = on_machine_b(tmp_path / "b", trusting(cache, a.key), [Step(fetch), flakebot("install", "deps")])
+    held, installed = b.results
+    assert held.returncode == 0, held.stderr
+    assert installed.returncode == 60, (installed.stdout, installed.stderr)
+    assert f"refused {dep} from file://{cache}: it is not signed by a key you trust" in only_line(installed)
 
 
 def test_an_index_published_with_the_urls_own_secret_key_is_signed_by_it(tmp_path: Path) -> None:
