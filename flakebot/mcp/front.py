@@ -316,22 +316,28 @@ class TeamMCP(FlakebotMCP):
                 self._rows[(tenant, job_id)] = (time.monotonic(), row)
         return vouched(row, self.settings(ctx), fetch=self.fetch_tool)  # the row names, the catalog tells
 
-    def fetch_tool(self, settings: config.Settings, ref: str) -> None:
+    def fetch_tool(self, settings: config.Settings, ref: str, need: str) -> None:
         """A finished job's tool this front's catalog lacks (a worker on another machine made it), installed once
         from the tenant's shared catalogs (the organisation's and its own, each checked with its own keys: a worker
-        publishing the tenant's crafts signs them with the tenant's key); a failure is logged, not retried."""
-        from flakebot.deliver.install import install
+        publishing the tenant's crafts signs them with the tenant's key). The first that holds it made for the job's
+        `need`: another catalog's tool of the same name and version, made for another need, is not the job's. A
+        failure is logged, not retried."""
+        from flakebot.deliver.install import install_from_catalog
 
         with self._rows_lock:
-            if (settings.tenant, ref) in self._fetched or not settings.shared_catalogs():
+            if (settings.tenant, ref) in self._fetched or not settings.shared_catalogs() or not need:
                 return
             self._fetched.add((settings.tenant, ref))
-        try:
-            install(ref, settings)
-        except FlakebotError as exc:
-            logger.warning(
-                "a finished job's tool %s is not in tenant %s's catalog here: %s", ref, settings.tenant, exc.one_line()
-            )
+        why = []
+        for source in settings.shared_catalogs():
+            try:
+                install_from_catalog(ref, source, settings, need=need)
+                return
+            except (FlakebotError, OSError, ValueError) as exc:  # as craft's skip: one catalog never stops the next
+                why.append(exc.one_line() if isinstance(exc, FlakebotError) else str(exc))
+        logger.warning(
+            "a finished job's tool %s is not in tenant %s's catalog here: %s", ref, settings.tenant, "; ".join(why)
+        )
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS

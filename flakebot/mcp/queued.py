@@ -104,14 +104,14 @@ ENDED = ("crafted", "cached", "installed", "stopped")  # a craft result's status
 
 
 def vouched(
-    row: dict[str, Any] | None, settings: Any, fetch: Callable[[Any, str], None] | None = None
+    row: dict[str, Any] | None, settings: Any, fetch: Callable[[Any, str, str], None] | None = None
 ) -> dict[str, Any] | None:
     """The row with its result as a front hands it on. A row is anyone's with the database's password, so its result
     only names the tool (name, version, status, run, seconds, token use, kept to their shapes); what the tool is and
     how it runs (its manifest: store path, nix run, summary, usage; USAGE.md, where it was installed from) are this
     front's catalog's for the caller's tenant (`settings`), at the version named. A tool that catalog lacks is named
-    only: no path or command of a row's reaches a caller as flakebot's words. `fetch(settings, NAME@VERSION)` may
-    first install a tool the catalog lacks from the tenant's signed shared catalogs."""
+    only: no path or command of a row's reaches a caller as flakebot's words. `fetch(settings, NAME@VERSION, need)`
+    may first install a tool the catalog lacks, made for the job's need, from the tenant's signed shared catalogs."""
     if row is None:
         return row
     from flakebot.pipeline.run import RUN_ID
@@ -137,7 +137,8 @@ def vouched(
     except FlakebotError:  # not in this front's catalog for the tenant (another machine's worker made it)
         if fetch is None or result["status"] == "stopped":
             return {**row, "result": result}
-        fetch(settings, ref)
+        request: dict[str, Any] = row["request"] if isinstance(row.get("request"), dict) else {}
+        fetch(settings, ref, str(request.get("need") or ""))
         return vouched(row, settings)
     manifest = shown["manifest"]
     kept = {"manifest": manifest, "usage_markdown": shown["usage_markdown"]}

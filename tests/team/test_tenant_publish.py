@@ -27,7 +27,7 @@ from tests.fakes.nix_crates import NIX
 pytestmark = pytest.mark.timeout(300)
 
 
-def stored_tool(settings: config.Settings, root: Path, name: str) -> str:
+def stored_tool(settings: config.Settings, root: Path, name: str, need: str = "") -> str:
     """`name` (a shell script standing in for a crafted binary) added to the Nix store and catalogued as a craft
     catalogues it, into the catalog `settings` open; its store path."""
     tree = root / f"{name}-src"
@@ -41,7 +41,7 @@ def stored_tool(settings: config.Settings, root: Path, name: str) -> str:
     flake.mkdir()
     manifest = {"name": name, "main_program": name, "store_path": store, "summary": "", "nix_run_argv": ["nix"]}
     Catalog.open(settings).add(
-        name, need=f"{name} rows", flake_dir=flake, manifest=manifest, usage_md=f"# {name}\n",
+        name, need=need or f"{name} rows", flake_dir=flake, manifest=manifest, usage_md=f"# {name}\n",
         store_path=store, run_id=f"r-{name}", origin={},
     )  # fmt: skip
     return store
@@ -178,8 +178,9 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
     database: str, flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The workers' catalog is not the front's (another machine's): acme's finished job's tool reaches acme's
-    agents through acme's cache, verified with acme's key; a forged row naming globex's published tool installs
-    nothing for acme (acme's front reads only the organisation's catalogs and acme's)."""
+    agents through acme's cache, verified with acme's key, not the organisation's cache's tool of the same name and
+    version made for another need; a forged row naming globex's published tool installs nothing for acme (acme's
+    front reads only the organisation's catalogs and acme's)."""
     from tests.team.test_front import add_token, serving
     from tests.team.test_serve_queue import call
 
@@ -195,6 +196,10 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
     jobs = {t: forge(database, t, RunRequest(need=f"need {t}-lines rows").to_dict()) for t in ("acme", "globex")}
     work(database, len(jobs))
     forged = forge_done(database, "acme", {"status": "crafted", "name": "globex-lines", "version": "0.1.0"})
+    stored_tool(settings, tmp_path / "org", "acme-lines", need="count the organisation's lines")  # its own name
+    org = tmp_path / "org-cache"
+    run_cli("publish", "acme-lines", "--to", f"file://{org}", check=True)
+    monkeypatch.setenv("FLAKEBOT_CATALOGS", f"file://{org} {signing_key(settings).public}")
 
     front = tmp_path / "front-catalog"  # the front's machine: its own catalog, acme's cache and key configured
     monkeypatch.setenv("FLAKEBOT_CATALOG_DIR", str(front))
