@@ -110,7 +110,8 @@ def vouched(
     only names the tool (name, version, status, run, seconds, token use, kept to their shapes); what the tool is and
     how it runs (its manifest: store path, nix run, summary, usage; USAGE.md, where it was installed from) are this
     front's catalog's for the caller's tenant (`settings`), at the version named. A tool that catalog lacks is named
-    only: no path or command of a row's reaches a caller as flakebot's words. `fetch(settings, NAME@VERSION, need)`
+    only: no path or command of a row's reaches a caller as flakebot's words, and so is one that catalog holds made
+    for another need than the job's (another tool of that name: catalogs on several machines need not agree). `fetch(settings, NAME@VERSION, need)`
     may first install a tool the catalog lacks, made for the job's need, from the tenant's signed shared catalogs."""
     if row is None:
         return row
@@ -120,7 +121,7 @@ def vouched(
         row = {**row, "run_id": None}
     if row.get("state") != "done":
         return row
-    from flakebot.deliver.catalog import show_tool
+    from flakebot.deliver.catalog import normalize_need, show_tool
     from flakebot.deliver.versions import VERSION_RE
     from flakebot.toolspec import NAME_RE
 
@@ -132,13 +133,16 @@ def vouched(
     usage: dict[str, Any] = said["usage"] if isinstance(said.get("usage"), dict) else {}
     result["usage"] = {k: v for k, v in usage.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     ref = f"{name}@{version}" if version else name
+    request: dict[str, Any] = row["request"] if isinstance(row.get("request"), dict) else {}
+    need = str(request.get("need") or "")
     try:
         shown = show_tool(ref, settings)
     except FlakebotError:  # not in this front's catalog for the tenant (another machine's worker made it)
+        shown = None
+    if shown is None or shown.get("need_key") != normalize_need(need):  # none here, or this name made for another need
         if fetch is None or result["status"] == "stopped":
             return {**row, "result": result}
-        request: dict[str, Any] = row["request"] if isinstance(row.get("request"), dict) else {}
-        fetch(settings, ref, str(request.get("need") or ""))
+        fetch(settings, ref, need)
         return vouched(row, settings)
     manifest = shown["manifest"]
     kept = {"manifest": manifest, "usage_markdown": shown["usage_markdown"]}

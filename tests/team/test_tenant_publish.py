@@ -136,7 +136,12 @@ def forge_done(database: str, tenant: str, result: dict[str, Any]) -> int:
         row = conn.execute(
             "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, result, run_id, ended) VALUES "
             "(%s, 'mallory', 'craft', md5(random()::text), %s, 'done', %s, %s, now()) RETURNING id",
-            (tenant, Jsonb(RunRequest(need="need anything").to_dict()), Jsonb(result), result.get("run_id")),
+            (
+                tenant,
+                Jsonb(RunRequest(need=f"{result.get('name')} rows").to_dict()),
+                Jsonb(result),
+                result.get("run_id"),
+            ),
         ).fetchone()
         conn.commit()
     assert row is not None
@@ -203,6 +208,7 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
 
     front = tmp_path / "front-catalog"  # the front's machine: its own catalog, acme's cache and key configured
     monkeypatch.setenv("FLAKEBOT_CATALOG_DIR", str(front))
+    stored_tool(config.load(), tmp_path / "front-org", "acme-lines", need="another need")  # this machine's own
     for tenant in ("acme", "globex"):
         done = run_cli(
             "config", "set", "catalogs", f"file://{caches[tenant]} {keys[tenant]}", env={"FLAKEBOT_TENANT": tenant}
