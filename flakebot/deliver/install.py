@@ -297,15 +297,24 @@ def require_closure_signed(store_path: str, source: dict[str, Any], settings: Se
     same content) or was built on this machine (ultimate). Neither kind of path is taken on Nix's word: Nix lets a
     content-addressed path in unsigned, and copies (so checks) no path this store held already, an input-addressed
     one fetched from another catalog under another key included."""
-    from flakebot.deliver.signatures import trusted_signer
+    from flakebot.deliver.signatures import fingerprint, trusted_signer, verified_signer
 
+    unvouched = []
     for info in _path_infos([store_path], settings, recursive=True):
         if info.get("valid") is False:
             raise _untrusted(str(info.get("path", store_path)), source)
         if not info.get("ultimate") and trusted_signer(info, source["keys"]) is None:
-            # a path this store held already (nix copy did not bring its signatures): the cache's own signature over
-            # this very content (its NAR hash, size and references here), or a refusal
-            require_signed(str(info["path"]), source, settings)
+            unvouched.append(info)
+    if not unvouched:
+        return
+    # paths this store held already (nix copy did not bring their signatures): the cache's own signature over this
+    # very content (its NAR hash, size and references here), asked for all at once, or a refusal
+    cached = _path_infos([str(info["path"]) for info in unvouched], settings, store=source["url"])
+    signed = {str(record.get("path")): [str(sig) for sig in record.get("signatures") or []] for record in cached}
+    for info in unvouched:
+        signatures = [*(str(sig) for sig in info.get("signatures") or []), *signed.get(str(info["path"]), [])]
+        if verified_signer(fingerprint(info), signatures, source["keys"]) is None:
+            raise _untrusted(str(info["path"]), source)
 
 
 def _path_infos(

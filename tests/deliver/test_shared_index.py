@@ -548,16 +548,20 @@ def test_a_held_input_addressed_path_another_key_signed_is_refused(a: Publisher,
     )
     subprocess.run([sys.executable, "-c", code], env=a.env, check=True, timeout=60)
     publish(a.env, cache, "deps")
+    signed = shutil.copytree(cache, tmp_path / "signed")  # as published: A signed the dependency there
     info = cache / f"{Path(dep).name.split('-')[0]}.narinfo"
     info.write_text("".join(line for line in info.read_text().splitlines(True) if not line.startswith("Sig:")))
     other, secret = stranger_key(tmp_path)  # the other catalog's key, which signs the dependency there
     subprocess.run([*NIX, "copy", "--to", f"file://{tmp_path / 'other'}?secret-key={secret}", dep], check=True)
     fetch = [*NIX, "copy", "--from", f"file://{tmp_path / 'other'}", "--option", "trusted-public-keys", other, dep]
-    b = on_machine_b(tmp_path / "b", trusting(cache, a.key), [Step(fetch), flakebot("install", "deps")])
-    held, installed = b.results
+    again = flakebot("install", "deps")
+    again = Step(["env", f"FLAKEBOT_CATALOGS={trusting(signed, a.key)}", *again.argv])
+    b = on_machine_b(tmp_path / "b", trusting(cache, a.key), [Step(fetch), flakebot("install", "deps"), again])
+    held, installed, from_signed = b.results
     assert held.returncode == 0, held.stderr
     assert installed.returncode == 60, (installed.stdout, installed.stderr)
     assert f"refused {dep} from file://{cache}: it is not signed by a key you trust" in only_line(installed)
+    assert from_signed.returncode == 0, from_signed.stderr  # the cache's own signature over the held path counts
 
 
 def test_an_index_published_with_the_urls_own_secret_key_is_signed_by_it(tmp_path: Path) -> None:
