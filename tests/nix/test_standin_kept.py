@@ -1,42 +1,27 @@
 """The stand-in's host facts and toolchain answers are asked once per machine state (nix/standin.py), not once per
-build: counted through Python's audit event for every process started, with the real rustc and registry."""
+build: counted through Python's audit event for every process started (tests/fakes/spawns.py), with the real rustc."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from flakebot.nix import standin
 from tests.fakes.nix_crates import host_settings
-
-_spawned: list[list[str]] | None = None
-
-
-def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event == "subprocess.Popen" and _spawned is not None:
-        _spawned.append([str(a) for a in args[1]] if isinstance(args[1], list | tuple) else [str(args[1])])
-
-
-sys.addaudithook(_hook)  # added once (a hook cannot be removed): it records only while a test holds `spawned`
+from tests.fakes.spawns import spawns
 
 
 @pytest.fixture
 def spawned() -> Iterator[list[list[str]]]:
     """Every process started while the test runs; the stand-in's kept answers forgotten first."""
-    global _spawned
     for kept in (standin._facts, standin._sysroots, standin._reports):
         kept.clear()
-    _spawned = []
-    try:
-        yield _spawned
-    finally:
-        _spawned = None
+    with spawns() as started:
+        yield started
 
 
 def _registry(root: Path, *crates: str) -> Path:
