@@ -289,7 +289,7 @@ def rust_sysroot() -> Path:
     env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
     home = rustup_home()
     stamps = (_stamp(Path(rustc)), _stamp(home / "settings.toml"), _stamp(home / "toolchains"))
-    key = (rustc, tuple(sorted(env.items())), os.getcwd(), stamps)
+    key = (rustc, tuple(sorted(env.items())), _cwd(), stamps)
     kept = _sysroots.get(key)
     if kept is not None and (kept / "bin" / "cargo").exists():
         return kept
@@ -297,6 +297,14 @@ def rust_sysroot() -> Path:
     _sysroots.clear()
     _sysroots[key] = sysroot
     return sysroot
+
+
+def _cwd() -> str:
+    """The directory rustup would look for a toolchain file from ('' when it was removed: rustc still runs there)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
 
 
 def _ask_sysroot(rustc: str, env: dict[str, str]) -> Path:
