@@ -102,7 +102,9 @@ _facts: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, Any]]] = {}
 def host_facts(settings: Settings) -> dict[str, Any]:
     """This machine's toolchain as the stand-in needs it (_host_facts), asked again only when what it read changed."""
     sysroot = rust_sysroot()
-    key = (settings.local_registry, settings.cratesio_static_url, settings.nix_builders, str(sysroot))
+    # what else they are read with: PATH finds bash, RUSTUP_HOME is where builds see the toolchain
+    where = (os.environ.get("PATH", ""), str(rustup_home()), str(sysroot))
+    key = (settings.local_registry, settings.cratesio_static_url, settings.nix_builders, *where)
     seen = _fingerprint(Path(settings.local_registry).expanduser(), sysroot)
     kept = _facts.get(key)
     if kept is not None and kept[0] == seen:
@@ -118,7 +120,7 @@ def _fingerprint(registry: Path, sysroot: Path) -> tuple[Any, ...]:
     files into place), a toolchain's binaries, a host program or a pkg-config module changes a directory's or file's
     inode, size or times here."""
     places = [registry, sysroot / "bin", sysroot / "bin" / "rustc", sysroot / "bin" / "cargo", Path("/usr/lib")]
-    places += [Path(d) for d in (*HOST_BIN_DIRS, *PKG_CONFIG_DIRS)]
+    places += [Path(d) for d in (*HOST_BIN_DIRS, *pkg_config_dirs())]  # the multiarch one holds most .pc files
     try:
         with os.scandir(registry) as entries:  # each crate's directory and the checksum file it vouches with
             crates = sorted(entry.path for entry in entries)
