@@ -30,8 +30,8 @@ def build(
     report: Progress,
     *,
     keep_going: bool = False,
-) -> tuple[str, float]:
-    """`nix build --json --no-link` of the flake's default package; returns (store path, seconds).
+) -> tuple[str, float, str]:
+    """`nix build --json --no-link` of the flake's default package; returns (store path, seconds, its derivation).
 
     `keep_going`: for a build expected to fail (a git dependency's hash is still lib.fakeHash). Without it nix stops
     at the first failure and kills the fixed-output fetches still running (a crate's download on a slow link), which
@@ -63,7 +63,8 @@ def build(
         failed.details["lint_lines"] = "\n".join(lints)
         raise failed
     try:
-        return str(json.loads(outcome.stdout)[0]["outputs"]["out"]), outcome.seconds
+        built = json.loads(outcome.stdout)[0]
+        return str(built["outputs"]["out"]), outcome.seconds, str(built.get("drvPath") or "")
     except (json.JSONDecodeError, LookupError, TypeError):
         raise NixError(
             f"nix build of {pname} printed no store path",

@@ -167,7 +167,7 @@ def _package(
     facts = flake.facts
     standin = _standin(settings, mode)
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
-    store_path, seconds = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report)
+    store_path, seconds, drv = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report)
     try:
         bin_path = _built_binary(store_path, facts)
         report(f"smoke run: {facts.bin_name} --help")
@@ -178,7 +178,7 @@ def _package(
         exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
     root = make_gc_root(store_path, gc_root or out_dir / "result")
-    dependencies = _root_dependencies(store_path, root)
+    dependencies = _root_dependencies(store_path, root, drv)
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
         flake_dir=str(out_dir),
@@ -205,12 +205,12 @@ def _package(
     )
 
 
-def _root_dependencies(store_path: str, root: Path) -> str:
+def _root_dependencies(store_path: str, root: Path, drv: str) -> str:
     """The output of the dependency derivation the tool was built on, held by a GC root beside the tool's (`root`-deps):
     it is a build input, not in the tool's closure, so without it nix-collect-garbage would drop what the next craft
     on the same dependencies reuses. '' when the tool had none (or the store cannot say: it is only a speed-up)."""
     try:
-        output = dependency_output(store_path)
+        output = dependency_output(store_path, drv)  # the build named its derivation: read, not asked of the store
         if output:
             make_gc_root(output, root.with_name(f"{root.name}-deps"))
     except NixError as exc:
@@ -275,7 +275,7 @@ def _build_with_evidence(
     settings: Settings,
     description: str,
     report: Progress,
-) -> tuple[str, float]:
+) -> tuple[str, float, str]:
     """nix build, and again after what a failed build taught: the git dependencies' hashes in place of lib.fakeHash
     (the --keep-going build reports every clone's mismatch, so once; once per git dependency at most), or a program,
     pkg-config module or library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints

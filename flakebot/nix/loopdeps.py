@@ -97,7 +97,7 @@ def crate_name(crate_dir: Path) -> str:
 def plan(settings: Settings, cargo: Cargo) -> Plan:
     """The plan for this run, or NoStoreDeps saying why the loop cannot reuse the deps derivation."""
     from flakebot.nix.command import resolve_mode
-    from flakebot.nix.standin import ensure_standin
+    from flakebot.nix.standin import ensure_standin, rustc_report
 
     if cargo.registry_dir is None:
         raise NoStoreDeps("online, the flake fetches crates the loop's registry does not hold")
@@ -114,7 +114,10 @@ def plan(settings: Settings, cargo: Cargo) -> Plan:
     if not inside:
         raise NoStoreDeps(f"the stand-in's builds do not see {registry}")
     toolchain = Path(host.get("hostToolchainBin", "")) / "rustc"
-    theirs = launcher.run([str(toolchain), "-vV"], capture_output=True, text=True, timeout=60, check=False).stdout
+    try:
+        theirs = rustc_report(toolchain)  # the stand-in's host triple asked it already
+    except (OSError, subprocess.SubprocessError):
+        theirs = ""
     if theirs.strip() != rustc_version(cargo):
         raise NoStoreDeps("the stand-in's rustc is not the loop's")
     triple = str(host["hostTriple"])

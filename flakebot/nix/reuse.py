@@ -15,21 +15,58 @@ from flakebot import launcher
 from flakebot.errors import NixError
 from flakebot.nix import command
 
+STORE = Path("/nix/store")
 DEPS_DERIVATION_SUFFIX = "-cargo-deps-0.drv"  # pname "cargo-deps", version "0" in templates/flake.nix.j2
 _COMPILING = re.compile(r"^\s*Compiling (\S+) ", re.MULTILINE)
 
 
-def dependency_derivation(store_path: str) -> str | None:
-    """The deps derivation the derivation of `store_path` builds on (None: its dependencies built with it)."""
-    tool = _nix_store("--query", "--deriver", store_path)
-    found = [drv for drv in _nix_store("--query", "--references", tool).split() if drv.endswith(DEPS_DERIVATION_SUFFIX)]
+def dependency_derivation(store_path: str, deriver: str = "") -> str | None:
+    """The deps derivation the derivation of `store_path` (`deriver` when the build named it, else the store's deriver)
+    builds on (None: its dependencies built with it)."""
+    tool = deriver or _nix_store("--query", "--deriver", store_path)
+    read = _derivation(tool)
+    inputs = read[1] if read is not None else _nix_store("--query", "--references", tool).split()
+    found = [drv for drv in inputs if drv.endswith(DEPS_DERIVATION_SUFFIX)]
     return found[0] if found else None
 
 
-def dependency_output(store_path: str) -> str | None:
+def dependency_output(store_path: str, deriver: str = "") -> str | None:
     """The output path of the deps derivation `store_path` was built on (None: none)."""
-    drv = dependency_derivation(store_path)
-    return _nix_store("--query", "--outputs", drv) if drv else None
+    drv = dependency_derivation(store_path, deriver)
+    if not drv:
+        return None
+    read = _derivation(drv)
+    return (read[0].get("out") if read is not None else None) or _nix_store("--query", "--outputs", drv)
+
+
+# The head of a .drv file (Nix's ATerm): Derive([("out","/nix/store/…","",""),…],[("/nix/store/….drv",["out"]),…],…
+# Output names, store paths and output names hold no quote or backslash, so the two lists read unambiguously.
+_DERIVE = re.compile(
+    r'Derive\(\[(?P<outputs>(?:\("[^"\\]*","[^"\\]*","[^"\\]*","[^"\\]*"\),?)*)\],'
+    r'\[(?P<inputs>(?:\("[^"\\]*",\[(?:"[^"\\]*",?)*\]\),?)*)\]'
+)
+_OUTPUT = re.compile(r'\("([^"\\]*)","([^"\\]*)"')
+_INPUT = re.compile(r'\("([^"\\]*)",\[')
+DERIVATION_HEAD = 1 << 20  # bytes read of a .drv: its outputs and input derivations come first
+
+
+def _derivation(drv: str) -> tuple[dict[str, str], list[str]] | None:
+    """({output name: path}, input derivations) of a derivation in the store, read from its file: what
+    `nix-store --query --outputs/--references` would answer, without a process. None when the file is not in the
+    store or not in that form (a newer format): then the store is asked."""
+    path = Path(drv)
+    if not (path.is_relative_to(STORE) and path.name.endswith(".drv")):
+        return None
+    try:
+        with path.open("rb") as file:
+            head = file.read(DERIVATION_HEAD).decode(errors="replace")
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = _DERIVE.match(head)
+    if found is None:
+        return None
+    outputs = {name: out for name, out in _OUTPUT.findall(found["outputs"]) if out}
+    return outputs, _INPUT.findall(found["inputs"])
 
 
 def compiled_crates(store_path: str) -> list[str]:

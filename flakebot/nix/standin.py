@@ -94,7 +94,51 @@ def ensure_standin(settings: Settings) -> Path:
     return directory
 
 
+# host_facts' answer, kept in this process while nothing it read has changed (_fingerprint): a craft asks it in the edit
+# loop's deps plan, the deps build and the package build, each time two rustc processes and ~0.1 s of reads.
+_facts: dict[tuple[Any, ...], tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+
 def host_facts(settings: Settings) -> dict[str, Any]:
+    """This machine's toolchain as the stand-in needs it (_host_facts), asked again only when what it read changed."""
+    sysroot = rust_sysroot()
+    # what else they are read with: PATH finds bash, RUSTUP_HOME is where builds see the toolchain
+    where = (os.environ.get("PATH", ""), str(rustup_home()), str(sysroot))
+    key = (settings.local_registry, settings.cratesio_static_url, settings.nix_builders, *where)
+    seen = _fingerprint(Path(settings.local_registry).expanduser(), sysroot)
+    kept = _facts.get(key)
+    if kept is not None and kept[0] == seen:
+        return dict(json.loads(json.dumps(kept[1])))  # a copy: the caller may change it
+    facts = _host_facts(settings, sysroot)
+    _facts.clear()  # one machine, one answer: a changed toolchain or registry replaces it
+    _facts[key] = (seen, json.loads(json.dumps(facts)))
+    return facts
+
+
+def _fingerprint(registry: Path, sysroot: Path) -> tuple[Any, ...]:
+    """What host facts are read from, as the kernel stamps it: installing, removing or upgrading a crate (dpkg renames
+    files into place), a toolchain's binaries, a host program or a pkg-config module changes a directory's or file's
+    inode, size or times here."""
+    places = [registry, sysroot / "bin", sysroot / "bin" / "rustc", sysroot / "bin" / "cargo", Path("/usr/lib")]
+    places += [Path(d) for d in (*HOST_BIN_DIRS, *pkg_config_dirs())]  # the multiarch one holds most .pc files
+    try:
+        with os.scandir(registry) as entries:  # each crate's directory and the checksum file it vouches with
+            crates = sorted(entry.path for entry in entries)
+    except OSError:
+        crates = []
+    places += [Path(c) for c in crates] + [Path(c, ".cargo-checksum.json") for c in crates]
+    return tuple((str(place), _stamp(place)) for place in places)
+
+
+def _stamp(path: Path) -> tuple[int, ...]:
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return (-1, exc.errno or 0)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _host_facts(settings: Settings, sysroot: Path) -> dict[str, Any]:
     """This machine's toolchain as the stand-in needs it: absolute paths only (builders get an empty PATH).
 
     Builds see the toolchain, RUSTUP_HOME and the registry at SANDBOX_ROOT paths (sandboxPaths maps them to the host
@@ -106,7 +150,6 @@ def host_facts(settings: Settings) -> dict[str, Any]:
             f"the local crate registry {registry} does not exist",
             fix="install Debian's Rust crates (apt-get install librust-<name>-dev) or set local_registry to a cargo directory source",
         )
-    sysroot = rust_sysroot()
     mounts, toolchain_bin, rustup_home = toolchain_mounts(sysroot)
     mounts[f"{SANDBOX_ROOT}/registry"] = str(registry)
     bash = shutil.which("bash") or "/bin/bash"
@@ -188,9 +231,7 @@ def pkg_config_dirs() -> list[str]:
 def host_triple(sysroot: Path) -> str:
     """The toolchain's host target triple (nixpkgs builds with `--target` it, so output lands in target/TRIPLE/)."""
     try:
-        version = launcher.run(
-            [str(sysroot / "bin" / "rustc"), "-vV"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
+        version = rustc_report(sysroot / "bin" / "rustc")
     except (OSError, subprocess.SubprocessError) as exc:
         raise NixError(f"cannot ask rustc for its host triple ({exc})", fix="check that 'rustc -vV' works") from None
     return next((line.split(":", 1)[1].strip() for line in version.splitlines() if line.startswith("host:")), "")
@@ -224,13 +265,51 @@ def registry_checksums(registry: Path) -> dict[str, str]:
     return found
 
 
+# answers of the two toolchain questions, kept while the binaries (and rustup's choice) that gave them are unchanged
+_reports: dict[tuple[Any, ...], str] = {}
+_sysroots: dict[tuple[Any, ...], Path] = {}
+
+
+def rustc_report(rustc: Path) -> str:
+    """`rustc -vV` of a toolchain's own rustc (not rustup's proxy), asked once per binary: an update replaces the file,
+    and a new inode or time asks again. Raises OSError or SubprocessError when it does not run."""
+    key = (str(rustc), _stamp(rustc))
+    if key not in _reports:
+        report = launcher.run([str(rustc), "-vV"], capture_output=True, text=True, timeout=60, check=True).stdout
+        _reports.clear()
+        _reports[key] = report
+    return _reports[key]
+
+
 def rust_sysroot() -> Path:
-    """The host toolchain's sysroot (its bin/ holds the real cargo and rustc, not rustup's proxies)."""
+    """The host toolchain's sysroot (its bin/ holds the real cargo and rustc, not rustup's proxies), asked once while
+    the proxy, its environment (the pinned RUSTUP_TOOLCHAIN) and rustup's toolchains and settings are unchanged."""
     from flakebot.cargo.runner import Cargo, cargo_program
 
     cargo = Path(cargo_program())
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
     env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
+    home = rustup_home()
+    stamps = (_stamp(Path(rustc)), _stamp(home / "settings.toml"), _stamp(home / "toolchains"))
+    key = (rustc, tuple(sorted(env.items())), _cwd(), stamps)
+    kept = _sysroots.get(key)
+    if kept is not None and (kept / "bin" / "cargo").exists():
+        return kept
+    sysroot = _ask_sysroot(rustc, env)
+    _sysroots.clear()
+    _sysroots[key] = sysroot
+    return sysroot
+
+
+def _cwd() -> str:
+    """The directory rustup would look for a toolchain file from ('' when it was removed: rustc still runs there)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+def _ask_sysroot(rustc: str, env: dict[str, str]) -> Path:
     try:
         sysroot = launcher.run(
             [rustc, "--print", "sysroot"], capture_output=True, text=True, env=env, timeout=60, check=True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def _create(cargo: Cargo, name: str, tmp: Path, library: CrateInfo | None, branc
         # online: resolves against the index, runs no crate code
         _cargo(cargo, ["add", f"{library.name}@{library.version}"], tmp)
         message += f" using {library.name} {library.version}"
-    _, version = locate(cargo, tmp, name)
+    version = _written_version(tmp) or locate(cargo, tmp, name)[1]
     revision = gitrepo.init_commit(tmp, message, branch)
     origin: dict[str, Any] = {
         "method": "new",
@@ -63,6 +64,16 @@ def _create(cargo: Cargo, name: str, tmp: Path, library: CrateInfo | None, branc
     if library is not None:
         origin["library"] = {"name": library.name, "version": library.version}
     return origin
+
+
+def _written_version(crate: Path) -> str:
+    """The version `cargo init` wrote into the manifest ('' when it is not a plain string, e.g. a workspace's): the
+    crate is cargo's own writing, so no `cargo metadata` is needed to read it back."""
+    try:
+        version = tomllib.loads((crate / "Cargo.toml").read_text()).get("package", {}).get("version")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return version if isinstance(version, str) else ""
 
 
 def _cargo(cargo: Cargo, args: list[str], crate_dir: Path | None) -> None:

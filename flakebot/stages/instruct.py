@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,13 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
-    help_text = observe(ctx, [str(binary), "--help"]).stdout
-    examples = each_example(lambda example: _example(ctx, binary, store, example, nix_run), spec.tool_spec().examples)
+    # --help beside the examples, not before them: a sandbox's start-up is most of each run (the examples run at once)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="help") as pool:
+        helped = pool.submit(observe, ctx, [str(binary), "--help"])
+        examples = each_example(
+            lambda example: _example(ctx, binary, store, example, nix_run), spec.tool_spec().examples
+        )
+        help_text = helped.result().stdout
     _require_all_passed(examples)
     ctx.progress("checking that nix run resolves to the tested store path")
     verification = verify(ctx, package, nix_run, examples)

@@ -14,6 +14,7 @@ from flakebot.nix.flake import package_crate
 from flakebot.nix.reuse import compiled_crates, dependency_derivation, dependency_output
 from flakebot.nix.skeleton import SKELETON_DIR
 from tests.fakes.nix_crates import NIX, host_settings, lib_workspace, libc_tool
+from tests.fakes.spawns import spawns
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +28,10 @@ def _registered(path: str) -> int:
     return int(info[0]["registrationTime"])
 
 
+def _store(*args: str) -> str:
+    return subprocess.run([*NIX_STORE, *args], capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+
+
 def test_two_tools_on_the_same_dependencies_build_them_once(tmp_path: Path) -> None:
     settings = host_settings(tmp_path)
     # A feature named for this run makes the dependencies' derivation new: this run builds it (a store hit would not)
@@ -35,6 +40,13 @@ def test_two_tools_on_the_same_dependencies_build_them_once(tmp_path: Path) -> N
     first = package_crate(libc_tool(tmp_path / "a", "tally", "0.1.0", markers[0], features), tmp_path / "fa", settings)
     deps_drv, deps_out = dependency_derivation(first.store_path), dependency_output(first.store_path)
     assert deps_drv and deps_out
+    # read from the derivations' files, as the store answers it, and without a process when the build named the drv
+    tool_drv = _store("--query", "--deriver", first.store_path)
+    assert deps_drv in _store("--query", "--references", tool_drv).split()
+    assert _store("--query", "--outputs", deps_drv) == deps_out
+    with spawns() as started:
+        assert dependency_output(first.store_path, tool_drv) == deps_out
+    assert started == []
     built_at = _registered(deps_out)
     assert {"libc", "itoa"} <= set(compiled_crates(deps_out)) and "tally" not in compiled_crates(deps_out)
     assert compiled_crates(first.store_path) == ["tally"]  # the dependencies came from their own derivation

@@ -15,6 +15,7 @@ from flakebot.errors import AcquireError
 from flakebot.source.acquisition import acquire
 from flakebot.source.newcrate import new_crate
 from tests.conftest import DEBIAN_REGISTRY
+from tests.fakes.spawns import cargo_subcommands, spawns
 
 CSV = CrateInfo(
     name="csv",
@@ -98,6 +99,14 @@ def test_new_crate_depends_on_the_library_at_the_registry_version(tmp_path: Path
         assert repo.active_branch.name == "flakebot/csv-dedupe"
         assert repo.head.commit.message.strip() == "new csv-dedupe using csv 1.1.6"
         assert not repo.is_dirty(untracked_files=True)
+
+
+def test_new_crate_asks_cargo_metadata_only_to_check_sources_before_adding_the_library(tmp_path: Path) -> None:
+    # the version is read from the manifest cargo init wrote (a `cargo metadata` read it back before)
+    with spawns() as started:
+        origin = new_crate("csv-count", tmp_path / "ws", library=CSV, settings=OFFLINE)
+    assert origin["version"] == "0.1.0"
+    assert cargo_subcommands(started) == ["init", "metadata", "add"]  # the metadata: the sources check of `add`
 
 
 def test_new_crate_without_a_library(tmp_path: Path) -> None:

@@ -1,0 +1,41 @@
+"""The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
+(benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
+new crate's version not asked of cargo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.perf.proctrace import command_of
+from tests.conftest import REPO, require
+
+pytestmark = pytest.mark.slow
+SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
+
+
+def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_named(tmp_path: Path) -> None:
+    require("nix", "bwrap")
+    log = tmp_path / "processes.json"
+    craft = ["craft", "need a CSV deduper", "--model", f"scripted:{SESSION}", "--registry", "local", "--offline"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.perf.proctrace", str(log), *craft, "--json"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    argvs = [command_of(record["argv"]) for record in json.loads(log.read_text())["processes"]]
+    named = [(Path(argv[0]).name, argv) for argv in argvs if argv]
+
+    rustc = [argv for name, argv in named if name == "rustc"]
+    assert [argv[1:] for argv in rustc].count(["--print", "sysroot"]) == 1  # the stand-in's host facts: once
+    reports = [argv[0] for argv in rustc if argv[1:] == ["-vV"]]
+    assert reports and len(reports) == len(set(reports)), reports  # each toolchain binary's -vV: once
+    assert not [argv for name, argv in named if name == "nix-store" and "--query" in argv]  # the drv files read
+    new_crate = [argv for name, argv in named if name == "cargo" and any(".workspace.partial" in a for a in argv)]
+    metadata = [argv for argv in new_crate if "metadata" in argv]
+    assert len(metadata) == 1 and "--no-deps" in metadata[0]  # the sources check of `cargo add` alone
