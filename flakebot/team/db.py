@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from flakebot.redact import redact_text
+from flakebot.team import dburl
 
 if TYPE_CHECKING:
     import psycopg
@@ -94,7 +95,16 @@ ALTER TABLE tenants ADD COLUMN IF NOT EXISTS max_cpu_seconds_per_day integer;
 
 def shown(url: str) -> str:
     """`url` as a log line or an error may say it: its password (and any key-shaped text) redacted."""
-    return redact_text(url) if url else "(libpq's PG* environment)"
+    return _redacted(url, url) if url else "(libpq's PG* environment)"
+
+
+def _redacted(text: str, url: str) -> str:
+    """`text` redacted, the password `url` carries included however libpq spells it (an empty user, %-escapes, a
+    connection string's quotes), which no general pattern of flakebot.redact covers."""
+    from flakebot.redact import MIN_SECRET_LENGTH, secret_values
+
+    secret = dburl.password(url) or ""
+    return redact_text(text, [*([secret] if len(secret) >= MIN_SECRET_LENGTH else []), *secret_values()])
 
 
 def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> psycopg.Connection[dict[str, object]]:
@@ -113,7 +123,7 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
         conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}s'")
     except psycopg.Error as exc:
         raise HostError(
-            f"cannot reach the team database {shown(url)}: {_first_line(exc)}",
+            f"cannot reach the team database {shown(url)}: {_redacted(_first_line(exc), url)}",
             fix="check that PostgreSQL runs there and the URL (or PGHOST, PGUSER, ~/.pgpass) is right",
         ) from None
     migrate(conn)
