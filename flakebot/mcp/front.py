@@ -312,6 +312,17 @@ class TeamMCP(FlakebotMCP):
             self._rows[(tenant, job_id)] = (time.monotonic(), row)
             return row
 
+    def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """Cancel the caller's queued job (FrontQueue.cancel); the row's kept read is dropped, so every follower of
+        this front sees it cancelled at its next read."""
+        principal = self.principal(ctx)
+        if self.queue is None or principal is None:
+            return None
+        row = self.queue.cancel(principal, job_id)
+        with self._rows_lock:
+            self._rows.pop((principal.tenant, job_id), None)
+        return row
+
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
 

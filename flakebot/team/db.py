@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
-# and a tenant's bound on them per day
-SCHEMA_VERSION = 4
+# and a tenant's bound on them per day; 5: a job's state 'cancelled'
+SCHEMA_VERSION = 5
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -90,6 +90,10 @@ CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS cpu_seconds double precision NOT NULL DEFAULT 0;
 -- a tenant's bound on them per UTC day (NULL: none)
 ALTER TABLE tenants ADD COLUMN IF NOT EXISTS max_cpu_seconds_per_day integer;
+-- a queued craft its only follower cancelled (flakebot.team.queue.cancel)
+ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
+ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
+    CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled'));
 """
 
 

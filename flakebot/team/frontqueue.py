@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 JOB_HANDLE = re.compile(r"job-([1-9][0-9]{0,18})")  # a queued job as callers name it: status run_id, a task's id
-STATES = ("queued", "running", "done", "failed")
+STATES = ("queued", "running", "done", "failed", "cancelled")
 CALLS_LOCK = 0x666C6B63  # first key of pg_advisory_xact_lock(CALLS_LOCK, hashtext(principal id))
 LISTED = 1000  # a tenant's jobs tasks/list reads at most (its newest)
 T = TypeVar("T")
@@ -76,6 +76,13 @@ class FrontQueue:
     def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
         """The job's row as `tenant` sees it: another tenant's job is None, as an unknown one."""
         return self._call(lambda conn: queue.get(conn, job_id, tenant))
+
+    def cancel(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
+        """Cancel a queued job the principal alone follows (queue.cancel): its row, None when not its to cancel."""
+        row = self._call(lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name))
+        if row is not None:
+            logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
+        return row
 
     def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
         """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of

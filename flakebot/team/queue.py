@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flakebot.errors import QuotaExceeded, UsageError
+from flakebot.errors import QuotaExceeded, RunError, UsageError
 
 if TYPE_CHECKING:
     import psycopg
@@ -392,6 +392,45 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
         _audit(conn, row["tenant"], worker, "released", job_id, {})
         conn.execute(f"NOTIFY {CHANNEL}")
     return True
+
+
+def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, Any] | None:
+    """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it): its row ends
+    `cancelled` and no worker claims it. None when the tenant has no such job or the principal does not follow it
+    (answered as an unknown job). Refused in one line (RunError) when another principal of the tenant follows it
+    too (its craft is theirs as well), or a worker claimed it already. Under the tenant's lock, as enqueue: nobody
+    joins between the count of followers and the cancel; the row's lock keeps a claim from crossing it."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+        row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
+        followers = {
+            str(found["principal"])
+            for found in conn.execute(
+                "SELECT DISTINCT principal FROM audit WHERE job = %s AND tenant = %s "
+                "AND action IN ('enqueued', 'joined')",
+                (job_id, tenant),
+            ).fetchall()
+        }
+        if row is None or principal not in followers:
+            return None
+        if row["state"] != "queued":
+            raise RunError(
+                f"job-{job_id} is {row['state']}, not queued: only a craft no worker has claimed can be cancelled",
+                fix="let it end (status with wait_seconds follows it)",
+            )
+        if followers - {principal}:
+            raise RunError(
+                f"job-{job_id} is followed by {len(followers) - 1} other agent(s) of your tenant, who joined it: "
+                "cancelling it would end their craft too",
+                fix="stop following it (its result stays unread), or let it end",
+            )
+        error = {"error": f"cancelled by {principal} before a worker claimed it", "type": "Cancelled"}
+        ended = conn.execute(
+            "UPDATE jobs SET state = 'cancelled', ended = now(), error = %s WHERE id = %s RETURNING *",
+            (_json(error), job_id),
+        ).fetchone()
+        _audit(conn, tenant, principal, "cancelled", job_id, {})
+    return ended
 
 
 def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:

@@ -524,3 +524,54 @@ def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, databa
         job = call(url, bob, "craft", craft)["run_id"]
         read = asyncio.run(_held_reads(url, bob, job, database, holds=30))
     assert read < 100, f"{read} transactions in 10 s: each held call reads the row"
+
+
+def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: Path, database: str) -> None:
+    """tasks/cancel of a queued craft: cancelled when the caller alone follows it (no worker claims it, the same need
+    queues afresh); refused in one line when another agent of the tenant joined it or a worker claimed it; another
+    tenant's, or a job the caller does not follow, is "no task" as an unknown one."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    bob = add_token("bob", "--tenant", "other")
+
+    def task(session: Session, need: str) -> str:
+        created = session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+        return str(created["result"]["task"]["taskId"])
+
+    with serving(database=database) as url:
+        mine, theirs, ours = Session(url, alice), Session(url, bob), Session(url, carol)
+        alone = task(mine, "need a csv deduper")
+        hidden = theirs.ask("tasks/cancel", {"taskId": alone})
+        unknown = theirs.ask("tasks/cancel", {"taskId": "job-99999"})
+        assert hidden["error"]["message"].replace(alone, "J") == unknown["error"]["message"].replace("job-99999", "J")
+        not_following = ours.ask("tasks/cancel", {"taskId": alone})  # carol's tenant, but not carol's task
+        assert "error" in not_following, not_following
+        cancelled = mine.ask("tasks/cancel", {"taskId": alone})
+        assert cancelled["result"]["status"] == "cancelled", cancelled
+        assert mine.ask("tasks/get", {"taskId": alone})["result"]["status"] == "cancelled"
+        again = mine.ask("tasks/cancel", {"taskId": alone})
+        assert "not queued" in again["error"]["message"], again
+
+        shared = task(mine, "need a word counter")
+        assert task(ours, "Need a word counter") == shared  # carol joined alice's job
+        refused = mine.ask("tasks/cancel", {"taskId": shared})
+        assert "1 other agent(s)" in refused["error"]["message"] and "Fix:" in refused["error"]["message"], refused
+
+        claimed = task(mine, "need a json pretty printer")
+        with db.connect(database) as conn:
+            first = queue.claim(conn, "w1", 60)  # the oldest queued job no one cancelled: the shared one
+            second = queue.claim(conn, "w1", 60)
+        assert first is not None and second is not None
+        assert {handle_of(first), handle_of(second)} == {shared, claimed}  # the cancelled job was never claimed
+        running = mine.ask("tasks/cancel", {"taskId": claimed})
+        assert "is running, not queued" in running["error"]["message"], running
+        anew = call(url, carol, "craft", {"need": "need a csv deduper"})  # free to queue again (alice: at her 2)
+        assert anew["status"] == "queued" and anew["run_id"] != alone and anew["joined"] is False, anew
+    states = {f"job-{r['id']}": r["state"] for r in rows(database)}
+    assert (states[alone], states[shared], states[claimed]) == ("cancelled", "running", "running"), states
+    with db.connect(database) as conn:
+        actions = conn.execute("SELECT principal, action FROM audit WHERE action = 'cancelled'").fetchall()
+    assert [(a["principal"], a["action"]) for a in actions] == [("alice", "cancelled")]
+
+
+def handle_of(row: dict[str, Any]) -> str:
+    return f"job-{row['id']}"
