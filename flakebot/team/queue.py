@@ -424,7 +424,11 @@ def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, An
                 "cancelling it would end their craft too",
                 fix="stop following it (its result stays unread), or let it end",
             )
-        error = {"error": f"cancelled by {principal} before a worker claimed it", "type": "Cancelled"}
+        error = {
+            "error": f"cancelled by {principal} before a worker claimed it",
+            "fix": "craft the need again to queue it afresh",
+            "type": "Cancelled",
+        }
         ended = conn.execute(
             "UPDATE jobs SET state = 'cancelled', ended = now(), error = %s WHERE id = %s RETURNING *",
             (_json(error), job_id),

@@ -547,7 +547,10 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
         assert "error" in not_following, not_following
         cancelled = mine.ask("tasks/cancel", {"taskId": alone})
         assert cancelled["result"]["status"] == "cancelled", cancelled
-        assert mine.ask("tasks/get", {"taskId": alone})["result"]["status"] == "cancelled"
+        got = mine.ask("tasks/get", {"taskId": alone})["result"]
+        assert got["status"] == "cancelled" and got["statusMessage"].startswith("cancelled by alice"), got
+        result = mine.ask("tasks/result", {"taskId": alone})["result"]  # the task's end, at once: an error result
+        assert result["isError"] is True and "cancelled by alice" in result["content"][0]["text"], result
         again = mine.ask("tasks/cancel", {"taskId": alone})
         assert "not queued" in again["error"]["message"], again
 
