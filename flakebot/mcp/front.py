@@ -289,10 +289,13 @@ class TeamMCP(FlakebotMCP):
         _check_job_arguments(name, args)
         request = tooltable.arguments(TABLE_TOOLS[name], args)["request"]
         try:
-            return self.queue.enqueue(principal, request)
+            enqueued = self.queue.enqueue(principal, request)
         except QuotaExceeded:
             self.metrics.refused("quota")
             raise
+        with self._rows_lock:  # a caller who had left the job it joins again follows it again from its next read
+            self._rows.pop((principal.tenant, enqueued.job_id), None)
+        return enqueued
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
         """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
@@ -305,23 +308,31 @@ class TeamMCP(FlakebotMCP):
             now = time.monotonic()
             read = self._rows.get((tenant, job_id))
             if read is not None and now - read[0] < ROW_FRESH:
-                return read[1]
+                return self._seen(ctx, read[1])
             row = self.queue.job(tenant, job_id)
             if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
                 self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
             self._rows[(tenant, job_id)] = (time.monotonic(), row)
-            return row
+            return self._seen(ctx, row)
+
+    def _seen(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A job's row as the caller sees it: cancelled for a caller who left it (queued.seen_by)."""
+        from flakebot.mcp import queued
+
+        principal = self.principal(ctx)
+        return queued.seen_by(row, principal.name) if row is not None and principal is not None else row
 
     def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """Cancel the caller's queued job (FrontQueue.cancel); the row's kept read is dropped, so every follower of
-        this front sees it cancelled at its next read."""
+        """Cancel the caller's queued job, or leave it when others follow it too (FrontQueue.cancel), as the caller
+        then sees it; the row's kept read is dropped, so every follower of this front sees the change at its next
+        read."""
         principal = self.principal(ctx)
         if self.queue is None or principal is None:
             return None
         row = self.queue.cancel(principal, job_id)
         with self._rows_lock:
             self._rows.pop((principal.tenant, job_id), None)
-        return row
+        return self._seen(ctx, row)
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
@@ -329,7 +340,8 @@ class TeamMCP(FlakebotMCP):
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return []
-        return self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000)
+        seen = (self._seen(ctx, row) for row in self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000))
+        return [row for row in seen if row is not None]
 
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         from flakebot.mcp import queued

@@ -93,6 +93,20 @@ def handle_answer(enqueued: Any) -> dict[str, Any]:
     }
 
 
+def seen_by(row: dict[str, Any], principal: str) -> dict[str, Any]:
+    """A job's row as `principal` sees it: a job it left (tasks/cancel while other agents of its tenant follow it)
+    is cancelled for it, whatever the job does for the others."""
+    if principal not in (row.get("left_by") or ()) or row["state"] not in ("queued", "running"):
+        return row
+    error = {
+        "error": f"you stopped following {handle(int(row['id']))} (cancelled for you); it goes on for the other "
+        "agents of your tenant who joined it",
+        "fix": "craft the same need again to follow it again",
+        "type": "Cancelled",
+    }
+    return {**row, "state": "cancelled", "error": error}
+
+
 def job_status(row: dict[str, Any]) -> dict[str, Any]:
     """`status` of a queued job, from its row."""
     answer: dict[str, Any] = {

@@ -74,8 +74,13 @@ class FrontQueue:
         return enqueued
 
     def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
-        """The job's row as `tenant` sees it: another tenant's job is None, as an unknown one."""
-        return self._call(lambda conn: queue.get(conn, job_id, tenant))
+        """The job's row as `tenant` sees it (`left_by`: the principals who stopped following it): another tenant's
+        job is None, as an unknown one."""
+        return self._call(
+            lambda conn: conn.execute(
+                f"SELECT j.*, {queue.LEFT_BY} FROM jobs j WHERE j.id = %s AND j.tenant = %s", (job_id, tenant)
+            ).fetchone()
+        )
 
     def cancel(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
         """Cancel a queued job the principal alone follows (queue.cancel): its row, None when not its to cancel."""
@@ -89,7 +94,7 @@ class FrontQueue:
         them)."""
         return self._call(
             lambda conn: conn.execute(
-                "SELECT * FROM jobs WHERE tenant = %s AND (state IN ('queued', 'running') "
+                f"SELECT j.*, {queue.LEFT_BY} FROM jobs j WHERE tenant = %s AND (state IN ('queued', 'running') "
                 "OR ended > now() - make_interval(secs => %s)) ORDER BY created DESC, id DESC LIMIT %s",
                 (tenant, seconds, limit),
             ).fetchall()

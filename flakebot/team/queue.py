@@ -394,35 +394,40 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
     return True
 
 
+# Each principal's last word on a job (it queued it, joined it, or left it), for a job %s of a tenant %s; those whose
+# last word is 'left' no longer follow it. LEFT_BY: the same as a column of a row of jobs (alias j).
+_LAST_WORDS = (
+    "SELECT DISTINCT ON (principal) principal, action FROM audit WHERE job = {job} AND tenant = {tenant} "
+    "AND action IN ('enqueued', 'joined', 'left') ORDER BY principal, id DESC"
+)
+LEFT_BY = (
+    f"ARRAY(SELECT principal FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w "
+    "WHERE action = 'left') AS left_by"
+)
+
+
 def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, Any] | None:
-    """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it): its row ends
-    `cancelled` and no worker claims it. None when the tenant has no such job or the principal does not follow it
-    (answered as an unknown job). Refused in one line (RunError) when another principal of the tenant follows it
-    too (its craft is theirs as well), or a worker claimed it already. Under the tenant's lock, as enqueue: nobody
-    joins between the count of followers and the cancel; the row's lock keeps a claim from crossing it."""
+    """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
+    leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
+    on for the others; the row returned has it in `left_by`); otherwise its row ends `cancelled` and no worker
+    claims it, which only a job no worker has claimed yet may (RunError in one line otherwise). None when the tenant
+    has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
+    enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
+    it."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
-        followers = {
-            str(found["principal"])
-            for found in conn.execute(
-                "SELECT DISTINCT principal FROM audit WHERE job = %s AND tenant = %s "
-                "AND action IN ('enqueued', 'joined')",
-                (job_id, tenant),
-            ).fetchall()
-        }
+        words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
+        followers = {str(word["principal"]) for word in words if word["action"] != "left"}
         if row is None or principal not in followers:
             return None
+        if followers - {principal}:  # the craft is theirs too: stop only the caller's following of it
+            _audit(conn, tenant, principal, "left", job_id, {})
+            return {**row, "left_by": [principal]}
         if row["state"] != "queued":
             raise RunError(
                 f"job-{job_id} is {row['state']}, not queued: only a craft no worker has claimed can be cancelled",
                 fix="let it end (status with wait_seconds follows it)",
-            )
-        if followers - {principal}:
-            raise RunError(
-                f"job-{job_id} is followed by {len(followers) - 1} other agent(s) of your tenant, who joined it: "
-                "cancelling it would end their craft too",
-                fix="stop following it (its result stays unread), or let it end",
             )
         error = {
             "error": f"cancelled by {principal} before a worker claimed it",

@@ -528,8 +528,9 @@ def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, databa
 
 def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: Path, database: str) -> None:
     """tasks/cancel of a queued craft: cancelled when the caller alone follows it (no worker claims it, the same need
-    queues afresh); refused in one line when another agent of the tenant joined it or a worker claimed it; another
-    tenant's, or a job the caller does not follow, is "no task" as an unknown one."""
+    queues afresh); only the caller's task stopped when another agent of the tenant joined it (the job goes on for
+    that agent); refused in one line once a worker claimed it; another tenant's, or a job the caller does not follow,
+    is "no task" as an unknown one."""
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     bob = add_token("bob", "--tenant", "other")
 
@@ -556,8 +557,13 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
 
         shared = task(mine, "need a word counter")
         assert task(ours, "Need a word counter") == shared  # carol joined alice's job
-        refused = mine.ask("tasks/cancel", {"taskId": shared})
-        assert "1 other agent(s)" in refused["error"]["message"] and "Fix:" in refused["error"]["message"], refused
+        left = mine.ask("tasks/cancel", {"taskId": shared})  # carol follows it too: alice's task alone stops
+        assert left["result"]["status"] == "cancelled", left
+        assert mine.ask("tasks/get", {"taskId": shared})["result"]["status"] == "cancelled"
+        assert ours.ask("tasks/get", {"taskId": shared})["result"]["status"] == "working"  # the job goes on for carol
+        assert task(mine, "need a word counter") == shared  # asked again: alice follows it again
+        assert mine.ask("tasks/get", {"taskId": shared})["result"]["status"] == "working"
+        assert mine.ask("tasks/cancel", {"taskId": shared})["result"]["status"] == "cancelled"
 
         claimed = task(mine, "need a json pretty printer")
         with db.connect(database) as conn:
@@ -567,13 +573,21 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
         assert {handle_of(first), handle_of(second)} == {shared, claimed}  # the cancelled job was never claimed
         running = mine.ask("tasks/cancel", {"taskId": claimed})
         assert "is running, not queued" in running["error"]["message"], running
+        last = ours.ask("tasks/cancel", {"taskId": shared})  # carol, its one follower left, once a worker took it
+        assert "is running, not queued" in last["error"]["message"], last
         anew = call(url, carol, "craft", {"need": "need a csv deduper"})  # free to queue again (alice: at her 2)
         assert anew["status"] == "queued" and anew["run_id"] != alone and anew["joined"] is False, anew
     states = {f"job-{r['id']}": r["state"] for r in rows(database)}
     assert (states[alone], states[shared], states[claimed]) == ("cancelled", "running", "running"), states
     with db.connect(database) as conn:
-        actions = conn.execute("SELECT principal, action FROM audit WHERE action = 'cancelled'").fetchall()
-    assert [(a["principal"], a["action"]) for a in actions] == [("alice", "cancelled")]
+        actions = conn.execute(
+            "SELECT principal, action, job FROM audit WHERE action IN ('cancelled', 'left') ORDER BY id"
+        ).fetchall()
+    assert [(a["principal"], a["action"], f"job-{a['job']}") for a in actions] == [
+        ("alice", "cancelled", alone),
+        ("alice", "left", shared),
+        ("alice", "left", shared),
+    ], actions
 
 
 def handle_of(row: dict[str, Any]) -> str:
