@@ -419,8 +419,18 @@ def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, An
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
         words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
         followers = {str(word["principal"]) for word in words if word["action"] != "left"}
+        if row is not None and any(word["principal"] == principal and word["action"] == "left" for word in words):
+            raise RunError(
+                f"you stopped following job-{job_id} already: your task of it is cancelled",
+                fix="craft the same need again to follow it again",
+            )
         if row is None or principal not in followers:
             return None
+        if row["state"] not in ("queued", "running"):  # ended: nothing to stop, for anyone
+            raise RunError(
+                f"job-{job_id} is {row['state']} already: it cannot be cancelled",
+                fix="read its end with tasks/result (or status)",
+            )
         if followers - {principal}:  # the craft is theirs too: stop only the caller's following of it
             _audit(conn, tenant, principal, "left", job_id, {})
             return {**row, "left_by": [principal]}

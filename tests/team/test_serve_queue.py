@@ -553,13 +553,15 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
         result = mine.ask("tasks/result", {"taskId": alone})["result"]  # the task's end, at once: an error result
         assert result["isError"] is True and "cancelled by alice" in result["content"][0]["text"], result
         again = mine.ask("tasks/cancel", {"taskId": alone})
-        assert "not queued" in again["error"]["message"], again
+        assert "is cancelled already" in again["error"]["message"], again
 
         shared = task(mine, "need a word counter")
         assert task(ours, "Need a word counter") == shared  # carol joined alice's job
         left = mine.ask("tasks/cancel", {"taskId": shared})  # carol follows it too: alice's task alone stops
         assert left["result"]["status"] == "cancelled", left
         assert mine.ask("tasks/get", {"taskId": shared})["result"]["status"] == "cancelled"
+        twice = mine.ask("tasks/cancel", {"taskId": shared})
+        assert "stopped following" in twice["error"]["message"], twice
         assert ours.ask("tasks/get", {"taskId": shared})["result"]["status"] == "working"  # the job goes on for carol
         assert task(mine, "need a word counter") == shared  # asked again: alice follows it again
         assert mine.ask("tasks/get", {"taskId": shared})["result"]["status"] == "working"
