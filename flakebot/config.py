@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 ENV_PREFIX = "FLAKEBOT_"
 # Environment variables with the prefix that are not settings.
-NON_SETTING_ENV = {"FLAKEBOT_RAISE_ERRORS"}
+NON_SETTING_ENV = {"FLAKEBOT_RAISE_ERRORS", "FLAKEBOT_DATABASE_URL"}  # the latter: flakebot.team.dburl
 
 
 TENANTS = "tenants"  # <catalog_dir>/tenants/<tenant>/: each tenant's own catalog (flakebot.deliver.catalog)

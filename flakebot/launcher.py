@@ -56,6 +56,9 @@ HOST_ENV = (
 HOST_PREFIXES = ("NIX_", "AWS_")
 # What flakebot's own Python children add: its settings, and (for a job that calls a model) the providers' keys.
 FLAKEBOT_PREFIXES = ("FLAKEBOT_",)
+# ...but never these: the team database's URL and its password (flakebot.team.dburl) are the front's or worker's own;
+# no child (a detached job, a service's supervisor) talks to the database.
+PRIVATE_ENV = ("FLAKEBOT_DATABASE_URL",)
 KEY_SUFFIXES = ("_API_KEY", "_BASE_URL")
 KEY_NAMES = ("GITHUB_TOKEN",)
 BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); "  # then the child's own code, argv as with -c
@@ -70,10 +73,12 @@ def host_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def flakebot_env(*, keys: bool = False, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of flakebot's own Python child: host_env() and FLAKEBOT_*; `keys`: the model providers' keys
-    and URLs and GITHUB_TOKEN too (a job that crafts)."""
+    """The environment of flakebot's own Python child: host_env() and FLAKEBOT_* (but PRIVATE_ENV); `keys`: the model
+    providers' keys and URLs and GITHUB_TOKEN too (a job that crafts)."""
     env = host_env()
     for name, value in os.environ.items():
+        if name in PRIVATE_ENV:
+            continue
         if name.startswith(FLAKEBOT_PREFIXES) or keys and (name.endswith(KEY_SUFFIXES) or name in KEY_NAMES):
             env[name] = value
     return {**env, **(extra or {})}

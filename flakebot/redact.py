@@ -25,7 +25,7 @@ SECRET_PATTERNS = (
     re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
     re.compile(r"\bfbt_[A-Za-z0-9_\-]{20,}"),  # a flakebot team token (flakebot.team.tokens)
     re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{8,}"),
-    re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@host in a URL
+    re.compile(r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)"),  # user:password@host in a URL (or :password@, no user)
     re.compile(r"(?i)(?<=\bpassword=)('(?:[^'\\]|\\.)*'|[^\s&']+)"),  # a URL's ?password=, a libpq key=value DSN's
 )
 SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey", "password", "token"}

@@ -188,3 +188,13 @@ def test_fds_puts_each_descriptor_at_its_number_whatever_sits_there_in_the_paren
     finally:
         for fd in (a, b, kept_r, kept_w):
             os.close(fd)
+
+
+def test_flakebot_s_children_never_get_the_team_database_s_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A front's detached job and a service's supervisor get flakebot's settings (FLAKEBOT_*), but not the team
+    database's URL and its password (flakebot.team.dburl): no child talks to the database."""
+    monkeypatch.setenv("FLAKEBOT_DATABASE_URL", "postgresql://flakebot:pw-of-the-team@db/flakebot")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "true")
+    for env in (launcher.flakebot_env(), launcher.flakebot_env(keys=True)):
+        shown = launcher.run(["sh", "-c", "env"], capture_output=True, text=True, check=True, env=env).stdout
+        assert "FLAKEBOT_OFFLINE=true" in shown and "pw-of-the-team" not in shown, shown

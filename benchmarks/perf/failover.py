@@ -77,8 +77,9 @@ def worker(
     database: str, env: dict[str, str], home: Path, name: str, lease: float, once: bool = True
 ) -> subprocess.Popen[bytes]:
     """A `flakebot worker` (--once: one job, then exit) in a session of its own, its output in HOME/NAME.log."""
-    argv = [sys.executable, "-m", "flakebot", "worker", "--database", database, *(["--once"] if once else []),
+    argv = [sys.executable, "-m", "flakebot", "worker", *(["--once"] if once else []),
             "--lease", f"{lease:g}", "--json", "--name", name]  # fmt: skip
+    env = {**env, "FLAKEBOT_DATABASE_URL": database}  # its password off the command line (flakebot.team.dburl)
     with (home / f"{name}.log").open("wb") as out:
         return subprocess.Popen(argv, env=env, cwd=home, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 

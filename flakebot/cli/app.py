@@ -135,8 +135,9 @@ def serve_cmd(
     database: Annotated[
         str | None,
         typer.Option(
-            help="The team's PostgreSQL URL: crafts go to its queue for 'flakebot worker' (postgresql:// alone: "
-            "libpq's PGHOST, PGUSER... and ~/.pgpass, a password kept off the command line).",
+            help="The team's PostgreSQL URL, without a password (refused: `ps` shows it): crafts go to its queue for "
+            "'flakebot worker'. Default: FLAKEBOT_DATABASE_URL when set (no queue otherwise); postgresql:// alone: "
+            "libpq's PGHOST, PGUSER... and ~/.pgpass.",
         ),
     ] = None,
     jwt_issuer: Annotated[
@@ -168,7 +169,9 @@ def serve_cmd(
     Runs until Ctrl-C or SIGTERM. Make tokens with `flakebot token add NAME`."""
     from flakebot.cli.entry import share_logging
     from flakebot.mcp.front import FrontOptions, serve
+    from flakebot.team import dburl
 
+    database = dburl.chosen(database)  # before anything: a password in argv is one line, nothing started
     share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
     from flakebot.team.idtokens import jwt_options
 

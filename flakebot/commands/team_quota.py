@@ -19,7 +19,11 @@ def quota(
     *,
     database: Annotated[
         str,
-        Param("The team's PostgreSQL URL; empty: libpq's PGHOST, PGUSER... and ~/.pgpass.", cli=("--database",)),
+        Param(
+            "The team's PostgreSQL URL, without a password (refused: `ps` shows it). Empty: FLAKEBOT_DATABASE_URL, "
+            "else libpq's PGHOST, PGUSER... and ~/.pgpass.",
+            cli=("--database",),
+        ),
     ] = "",
     max_in_flight: Annotated[
         int | None,
@@ -46,7 +50,7 @@ def quota(
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:
     """Show a tenant's quotas and what it used today; with options, set those first (the others stay)."""
-    from flakebot.team import db, queue
+    from flakebot.team import db, dburl, queue
     from flakebot.team.tokens import check_tenant
 
     if no_cpu_bound and cpu_seconds is not None:
@@ -59,7 +63,7 @@ def quota(
     }
     if no_cpu_bound or cpu_seconds is not None:
         changes["max_cpu_seconds_per_day"] = cpu_seconds  # None: --no-cpu-bound
-    with db.connect(database) as conn:
+    with db.connect(dburl.chosen(database) or "") as conn:
         if changes:  # only what was given: another admin's change meanwhile stays
             queue.change_quota(conn, tenant, changes)
         found = {**queue.quota_of(conn, tenant), **({"changed": True} if changes else {})}

@@ -26,8 +26,8 @@ def worker(
     database: Annotated[
         str,
         Param(
-            "The team's PostgreSQL URL (postgresql://USER@HOST/DB). Empty: libpq's PGHOST, PGUSER... and ~/.pgpass, "
-            "which keep a password off the command line.",
+            "The team's PostgreSQL URL (postgresql://USER@HOST/DB), without a password (refused: `ps` shows it). "
+            "Empty: FLAKEBOT_DATABASE_URL, else libpq's PGHOST, PGUSER... and ~/.pgpass.",
             cli=("--database",),
             doors=CLI,
         ),
@@ -44,13 +44,14 @@ def worker(
     """Work a team's queue: claim crafts from PostgreSQL and run each as 'flakebot craft' does, sandbox included.
 
     Workers sharing a work directory resume a killed worker's craft from its first unfinished stage."""
+    from flakebot.team import dburl
     from flakebot.team.worker import Worker, default_name
 
     if lease < 3:
         raise UsageError(f"--lease {lease:g} is too short to renew", fix="pass --lease 3 or more (seconds)")
     settings = settings_or_default(settings)
     crafts = functools.partial(_craft_job, settings=settings)
-    found = Worker(database, crafts, name or default_name(), lease_seconds=lease)
+    found = Worker(dburl.chosen(database) or "", crafts, name or default_name(), lease_seconds=lease)
     return {"worker": found.name, "jobs": found.run(once=once)}
 
 

@@ -290,10 +290,13 @@ class TeamMCP(FlakebotMCP):
         _check_job_arguments(name, args)
         request = tooltable.arguments(TABLE_TOOLS[name], args)["request"]
         try:
-            return self.queue.enqueue(principal, request)
+            enqueued = self.queue.enqueue(principal, request)
         except QuotaExceeded:
             self.metrics.refused("quota")
             raise
+        with self._rows_lock:  # a caller who had left the job it joins again follows it again from its next read
+            self._rows.pop((principal.tenant, enqueued.job_id), None)
+        return enqueued
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
         """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
@@ -302,8 +305,6 @@ class TeamMCP(FlakebotMCP):
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return None
-        from flakebot.mcp.queued import vouched
-
         with self._rows_lock:
             now = time.monotonic()
             read = self._rows.get((tenant, job_id))
@@ -314,7 +315,17 @@ class TeamMCP(FlakebotMCP):
                 if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
                     self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
                 self._rows[(tenant, job_id)] = (time.monotonic(), row)
-        return vouched(row, self.settings(ctx), fetch=self.fetch_tool)  # the row names, the catalog tells
+        return self._handed(ctx, row)
+
+    def _handed(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A job's row as the caller is handed it: cancelled for a caller who left it (queued.seen_by), and its result
+        vouched for by this front's catalog (the row names, the catalog tells: queued.vouched)."""
+        from flakebot.mcp import queued
+
+        principal = self.principal(ctx)
+        if row is not None and principal is not None:
+            row = queued.seen_by(row, principal.name)
+        return queued.vouched(row, self.settings(ctx), fetch=self.fetch_tool)
 
     def fetch_tool(self, settings: config.Settings, ref: str, need: str) -> None:
         """A finished job's tool this front's catalog lacks (a worker on another machine made it), installed once
@@ -339,13 +350,29 @@ class TeamMCP(FlakebotMCP):
             "a finished job's tool %s is not in tenant %s's catalog here: %s", ref, settings.tenant, "; ".join(why)
         )
 
+    def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """Cancel the caller's queued job, or leave it when others follow it too (FrontQueue.cancel), as the caller
+        then sees it; the row's kept read is dropped, so every follower of this front sees the change at its next
+        read."""
+        principal = self.principal(ctx)
+        if self.queue is None or principal is None:
+            return None
+        row = self.queue.cancel(principal, job_id)
+        with self._rows_lock:
+            self._rows.pop((principal.tenant, job_id), None)
+        return self._handed(ctx, row)
+
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
 
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return []
-        return self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000)
+        from flakebot.mcp.queued import seen_by
+
+        principal = self.principal(ctx)
+        rows = self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000)
+        return [seen_by(row, principal.name) for row in rows] if principal is not None else rows
 
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         from flakebot.mcp import queued
@@ -640,11 +667,18 @@ class AdmittedCalls:
         admission: Admission,
         audit: Audit,
         metrics: Metrics,
-        sessions_of: Callable[[str], int] = lambda principal_id: 0,
+        sessions_of: Callable[[str], set[str]] = lambda principal_id: set(),
     ) -> None:
         self.app, self.store, self.admission, self.audit, self.metrics = app, store, admission, audit, metrics
-        self.sessions_of = sessions_of  # the open sessions a principal (by id) holds on this front
+        self.sessions_of = sessions_of  # the ids of the open sessions a principal (by id) holds on this front
         self._refusals: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        # initializes let through whose answer has not started yet, by principal id: the SDK registers a session
+        # only after awaits of its own, so a cap counted from registered sessions alone let every initialize in
+        # flight through (100 at once all opened one)
+        self._opening: collections.Counter[str] = collections.Counter()
+        # the sessions whose opening answer started, by principal id: a registered session counts once, either
+        # among those being opened or among these (pruned to the registered ones at each count)
+        self._answered: dict[str, set[str]] = collections.defaultdict(set)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         principal = principal_of_scope(scope, self.store)
@@ -656,19 +690,57 @@ class AdmittedCalls:
         # in a thread: a shared admission asks the database
         refusal = await anyio.to_thread.run_sync(self.admission.admit_call, principal, request[1]) if request else None
         label = "rate_limit"
-        if request is not None and refusal is None and request[1] == "initialize":
-            refusal, label = self._too_many_sessions(principal, scope), "sessions"
+        if request is not None and refusal is None and request[1] == "initialize" and _opens_session(scope):
+            refusal, label = self._too_many_sessions(principal), "sessions"
+            if refusal is None:  # counted (no await since the check) until the SDK answers it
+                await self._opening_session(principal.id, scope, _replaying(messages, receive), send)
+                return
         if request is None or refusal is None:
             await self.app(scope, _replaying(messages, receive), send)
             return
         await self._refuse(request, refusal, send, principal, label)
 
-    def _too_many_sessions(self, principal: Principal, scope: Any) -> Refusal | None:
-        """An initialize (a new session) of a principal holding SESSIONS_PER_TOKEN open sessions already: refused, so
-        that one token's sessions never fill the SDK's cap of every token's together."""
-        if any(name == b"mcp-session-id" for name, _ in scope.get("headers") or []):
-            return None
-        held = self.sessions_of(principal.id)
+    async def _opening_session(self, principal_id: str, scope: Any, receive: Any, send: Any) -> None:
+        """The SDK's answer to an initialize let through, counted among the principal's sessions being opened until
+        that answer starts; then the session it names (if the SDK opened one) counts among the answered ones."""
+        self._opening[principal_id] += 1
+        counted = True
+
+        def release(session_id: str | None = None) -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                self._opening[principal_id] -= 1
+                if self._opening[principal_id] <= 0:
+                    del self._opening[principal_id]
+                if session_id:
+                    self._answered[principal_id].add(session_id)
+
+        async def sending(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                headers = dict(message.get("headers") or [])
+                opened = headers.get(b"mcp-session-id")
+                release(opened.decode("latin-1") if isinstance(opened, bytes) else None)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            release()
+
+    def _too_many_sessions(self, principal: Principal) -> Refusal | None:
+        """An initialize (a new session) of a principal holding SESSIONS_PER_TOKEN open sessions already, those being
+        opened counted: refused, so that one token's sessions never fill the SDK's cap of every token's together.
+        Exact under concurrent initializes: this check and the count of this one (_opening_session) run with no
+        await between them. A registered session counts once: among those being opened until its answer starts,
+        then among the answered ones (a session the SDK registered but had not answered yet, counted twice, refused
+        60 of 100 initializes at once instead of 36)."""
+        answered = self._answered[principal.id] & self.sessions_of(principal.id)  # those the SDK still holds
+        if answered:
+            self._answered[principal.id] = answered
+        else:
+            self._answered.pop(principal.id, None)
+        held = len(answered) + self._opening[principal.id]
         if held < SESSIONS_PER_TOKEN:
             return None
         reason = (
@@ -719,6 +791,11 @@ async def _read_body(receive: Any) -> tuple[list[Any], bytes]:
         more = bool(message.get("more_body"))
     body = b"".join(m.get("body", b"") for m in messages) if not more else b""
     return messages, body
+
+
+def _opens_session(scope: Any) -> bool:
+    """Whether a request would open a session: one without an Mcp-Session-Id."""
+    return not any(name == b"mcp-session-id" for name, _ in scope.get("headers") or [])
 
 
 def _replaying(messages: list[Any], receive: Any) -> Any:
@@ -811,8 +888,9 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     named = options.jwt.issuer if options.jwt is not None else options.issuer
     issuer = AnyHttpUrl(named or f"{parts.scheme}://{parts.netloc}")
 
-    def sessions_of(principal_id: str) -> int:  # the SDK's owner of each session (its private map, as below)
-        return sum(str(owner.get("subject") or "") == principal_id for owner in manager._session_owners.values())
+    def sessions_of(principal_id: str) -> set[str]:  # the SDK's owner of each session (its private map, as below)
+        owners = list(manager._session_owners.items())
+        return {sid for sid, owner in owners if str(owner.get("subject") or "") == principal_id}
 
     admitted = AdmittedCalls(
         StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit, state.metrics, sessions_of

@@ -26,12 +26,19 @@ from flakebot.team.frontqueue import handle, job_number
 
 logger = logging.getLogger(__name__)
 
-STATUS = {"queued": "queued", "running": "running", "done": "succeeded", "failed": "failed"}  # row state -> status
+STATUS = {  # row state -> status
+    "queued": "queued",
+    "running": "running",
+    "done": "succeeded",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
 TASK_STATUS: dict[str, types.TaskStatus] = {
     "queued": "working",
     "running": "working",
     "done": "completed",
     "failed": "failed",
+    "cancelled": "cancelled",
 }
 POLL_SECONDS = 0.5
 FOLLOW = (
@@ -58,6 +65,9 @@ class QueueFront(Protocol):
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         """The caller's tenant's jobs a task list shows (none without a database)."""
 
+    def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """Cancel the caller's queued job: its row, None when it is not the caller's to cancel."""
+
     def call_result(self, line: dict[str, Any]) -> Any:
         """The CallToolResult of a {result} or {error} line."""
 
@@ -81,6 +91,20 @@ def handle_answer(enqueued: Any) -> dict[str, Any]:
         "joined": enqueued.joined,
         "follow": FOLLOW,
     }
+
+
+def seen_by(row: dict[str, Any], principal: str) -> dict[str, Any]:
+    """A job's row as `principal` sees it: a job it left (tasks/cancel while other agents of its tenant follow it)
+    is cancelled for it, whatever the job does for the others."""
+    if principal not in (row.get("left_by") or ()) or row["state"] not in ("queued", "running"):
+        return row
+    error = {
+        "error": f"you stopped following {handle(int(row['id']))} (cancelled for you); it goes on for the other "
+        "agents of your tenant who joined it",
+        "fix": "craft the same need again to follow it again",
+        "type": "Cancelled",
+    }
+    return {**row, "state": "cancelled", "error": error}
 
 
 def job_status(row: dict[str, Any]) -> dict[str, Any]:
@@ -167,8 +191,8 @@ def outcome(row: dict[str, Any]) -> dict[str, Any] | None:
     """The job's end as a journal's last line would say it ({result} or {error}), None while it is not over."""
     if row["state"] == "done":
         return {"result": row["result"] or {}}
-    if row["state"] == "failed":
-        return {"error": row["error"] or {"error": "the job failed", "type": "FlakebotError"}}
+    if row["state"] in ("failed", "cancelled"):
+        return {"error": row["error"] or {"error": f"the job {row['state']}", "type": "FlakebotError"}}
     return None
 
 
@@ -190,7 +214,7 @@ async def hold(read: Callable[[], dict[str, Any] | None], seconds: float) -> dic
 def task_of(row: dict[str, Any]) -> types.Task:
     state = row["state"]
     message = {"queued": "queued", "running": f"running (attempt {row['attempts']})", "done": "done"}.get(state)
-    if state == "failed":
+    if state in ("failed", "cancelled"):
         error = row["error"] or {}
         message = f"{error.get('error')}. Fix: {error.get('fix')}" if error.get("fix") else str(error.get("error"))
     stamps = [row[key] for key in ("created", "started", "ended") if isinstance(row.get(key), datetime)]
@@ -270,12 +294,15 @@ class QueueTasks(mcp_tasks.Tasks):
         if job_number(params.task_id) is None:
             return await super().cancel(ctx, params)
         mcp_tasks.offered(ctx)
-        await self._row(ctx, params.task_id)  # another tenant's job: not found, as for any unknown task
-        raise MCPError(
-            types.INVALID_PARAMS,
-            f"task {params.task_id} is a queued craft, which cannot be cancelled yet (other agents may follow it): "
-            "let it end, or ask the team's admin",
-        )
+        number = job_number(params.task_id)
+        assert number is not None
+        try:
+            row = await anyio.to_thread.run_sync(lambda: self.front.cancel_job(ctx, number))
+        except RunError as exc:  # claimed by a worker already, or followed by other agents too
+            raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
+        if row is None:  # another tenant's job, or one the caller does not follow: as any unknown task
+            raise mcp_tasks.no_task(params.task_id)
+        return types.CancelTaskResult(**task_of(row).model_dump())
 
     async def _row(self, ctx: Any, task_id: str) -> tuple[dict[str, Any], types.Task]:
         number = job_number(task_id)

@@ -12,6 +12,7 @@ crafts over workers.
     audit.py      the append-only audit: one JSON line per call (principal, tenant, tool, argument digest, outcome,
                   duration), never the arguments' text
     db.py         the PostgreSQL connection and schema (jobs, tenants, audit)
+    dburl.py      which database (--database, else FLAKEBOT_DATABASE_URL), a password on a command line refused
     queue.py      the work queue: one craft per need, tenant quotas exact under races, fair claims, leases
     worker.py     `flakebot worker`'s loop: claim a job, run today's pipeline on it, write the result back
     frontqueue.py the front's link to the queue: enqueue the request the door checked, read rows as their tenant

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from flakebot.redact import redact_text
+from flakebot.team import dburl
 
 if TYPE_CHECKING:
     import psycopg
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
-# and a tenant's bound on them per day
-SCHEMA_VERSION = 4
+# and a tenant's bound on them per day; 5: a job's state 'cancelled'
+SCHEMA_VERSION = 5
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -89,12 +90,25 @@ CREATE OR REPLACE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
 ALTER TABLE jobs ADD COLUMN IF NOT EXISTS cpu_seconds double precision NOT NULL DEFAULT 0;
 -- a tenant's bound on them per UTC day (NULL: none)
 ALTER TABLE tenants ADD COLUMN IF NOT EXISTS max_cpu_seconds_per_day integer;
+-- a queued craft its only follower cancelled (flakebot.team.queue.cancel)
+ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
+ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
+    CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled'));
 """
 
 
 def shown(url: str) -> str:
     """`url` as a log line or an error may say it: its password (and any key-shaped text) redacted."""
-    return redact_text(url) if url else "(libpq's PG* environment)"
+    return _redacted(url, url) if url else "(libpq's PG* environment)"
+
+
+def _redacted(text: str, url: str) -> str:
+    """`text` redacted, the password `url` carries included however libpq spells it (an empty user, %-escapes, a
+    connection string's quotes), which no general pattern of flakebot.redact covers."""
+    from flakebot.redact import MIN_SECRET_LENGTH, secret_values
+
+    secret = dburl.password(url) or ""
+    return redact_text(text, [*([secret] if len(secret) >= MIN_SECRET_LENGTH else []), *secret_values()])
 
 
 def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> psycopg.Connection[dict[str, object]]:
@@ -113,7 +127,7 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
         conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}s'")
     except psycopg.Error as exc:
         raise HostError(
-            f"cannot reach the team database {shown(url)}: {_first_line(exc)}",
+            f"cannot reach the team database {shown(url)}: {_redacted(_first_line(exc), url)}",
             fix="check that PostgreSQL runs there and the URL (or PGHOST, PGUSER, ~/.pgpass) is right",
         ) from None
     migrate(conn)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 JOB_HANDLE = re.compile(r"job-([1-9][0-9]{0,18})")  # a queued job as callers name it: status run_id, a task's id
-STATES = ("queued", "running", "done", "failed")
+STATES = ("queued", "running", "done", "failed", "cancelled")
 CALLS_LOCK = 0x666C6B63  # first key of pg_advisory_xact_lock(CALLS_LOCK, hashtext(principal id))
 LISTED = 1000  # a tenant's jobs tasks/list reads at most (its newest)
 T = TypeVar("T")
@@ -74,15 +74,27 @@ class FrontQueue:
         return enqueued
 
     def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
-        """The job's row as `tenant` sees it: another tenant's job is None, as an unknown one."""
-        return self._call(lambda conn: queue.get(conn, job_id, tenant))
+        """The job's row as `tenant` sees it (`left_by`: the principals who stopped following it): another tenant's
+        job is None, as an unknown one."""
+        return self._call(
+            lambda conn: conn.execute(
+                f"SELECT j.*, {queue.LEFT_BY} FROM jobs j WHERE j.id = %s AND j.tenant = %s", (job_id, tenant)
+            ).fetchone()
+        )
+
+    def cancel(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
+        """Cancel a queued job the principal alone follows (queue.cancel): its row, None when not its to cancel."""
+        row = self._call(lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name))
+        if row is not None:
+            logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
+        return row
 
     def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
         """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of
         them)."""
         return self._call(
             lambda conn: conn.execute(
-                "SELECT * FROM jobs WHERE tenant = %s AND (state IN ('queued', 'running') "
+                f"SELECT j.*, {queue.LEFT_BY} FROM jobs j WHERE tenant = %s AND (state IN ('queued', 'running') "
                 "OR ended > now() - make_interval(secs => %s)) ORDER BY created DESC, id DESC LIMIT %s",
                 (tenant, seconds, limit),
             ).fetchall()

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flakebot.errors import QuotaExceeded, UsageError
+from flakebot.errors import QuotaExceeded, RunError, UsageError
 
 if TYPE_CHECKING:
     import psycopg
@@ -392,6 +392,64 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
         _audit(conn, row["tenant"], worker, "released", job_id, {})
         conn.execute(f"NOTIFY {CHANNEL}")
     return True
+
+
+# Each principal's last word on a job (it queued it, joined it, or left it), for a job %s of a tenant %s; those whose
+# last word is 'left' no longer follow it. LEFT_BY: the same as a column of a row of jobs (alias j).
+_LAST_WORDS = (
+    "SELECT DISTINCT ON (principal) principal, action FROM audit WHERE job = {job} AND tenant = {tenant} "
+    "AND action IN ('enqueued', 'joined', 'left') ORDER BY principal, id DESC"
+)
+LEFT_BY = (
+    f"ARRAY(SELECT principal FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w "
+    "WHERE action = 'left') AS left_by"
+)
+
+
+def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, Any] | None:
+    """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
+    leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
+    on for the others; the row returned has it in `left_by`); otherwise its row ends `cancelled` and no worker
+    claims it, which only a job no worker has claimed yet may (RunError in one line otherwise). None when the tenant
+    has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
+    enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
+    it."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+        row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
+        words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
+        followers = {str(word["principal"]) for word in words if word["action"] != "left"}
+        if row is not None and any(word["principal"] == principal and word["action"] == "left" for word in words):
+            raise RunError(
+                f"you stopped following job-{job_id} already: your task of it is cancelled",
+                fix="craft the same need again to follow it again",
+            )
+        if row is None or principal not in followers:
+            return None
+        if row["state"] not in ("queued", "running"):  # ended: nothing to stop, for anyone
+            raise RunError(
+                f"job-{job_id} is {row['state']} already: it cannot be cancelled",
+                fix="read its end with tasks/result (or status)",
+            )
+        if followers - {principal}:  # the craft is theirs too: stop only the caller's following of it
+            _audit(conn, tenant, principal, "left", job_id, {})
+            return {**row, "left_by": [principal]}
+        if row["state"] != "queued":
+            raise RunError(
+                f"job-{job_id} is {row['state']}, not queued: only a craft no worker has claimed can be cancelled",
+                fix="let it end (status with wait_seconds follows it)",
+            )
+        error = {
+            "error": f"cancelled by {principal} before a worker claimed it",
+            "fix": "craft the need again to queue it afresh",
+            "type": "Cancelled",
+        }
+        ended = conn.execute(
+            "UPDATE jobs SET state = 'cancelled', ended = now(), error = %s WHERE id = %s RETURNING *",
+            (_json(error), job_id),
+        ).fetchone()
+        _audit(conn, tenant, principal, "cancelled", job_id, {})
+    return ended
 
 
 def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:

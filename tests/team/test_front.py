@@ -22,6 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from benchmarks.scenarios import pileup
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from tests.conftest import FLAKEBOT, json_result, require, run_cli
 
 pytestmark = pytest.mark.timeout(180)  # each scenario bounded: a front that hangs fails its test, not the suite
@@ -40,16 +41,19 @@ def add_token(name: str, *options: str) -> str:
 
 
 @contextmanager
-def serving(*options: str, log: Path | None = None) -> Iterator[str]:
+def serving(*options: str, log: Path | None = None, database: str | None = None) -> Iterator[str]:
     """`flakebot serve --port 0` until the block ends; its URL (the line it prints once listening, within a minute).
     Its stderr goes to `log`.err (a pipe nobody reads could fill and stall it). Stopped by its pid (SIGTERM, then
-    SIGKILL), whatever happens in the block."""
-    with serving_process(*options, log=log) as (url, _):
+    SIGKILL), whatever happens in the block. `database`: the team database's URL (password and all), given as an
+    admin should, in FLAKEBOT_DATABASE_URL (on the command line a password is refused)."""
+    with serving_process(*options, log=log, database=database) as (url, _):
         yield url
 
 
 @contextmanager
-def serving_process(*options: str, log: Path | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def serving_process(
+    *options: str, log: Path | None = None, database: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """serving's URL and the front's process (for a test that kills it)."""
     logging = ["-vv", "--log-file", str(log)] if log else []
     errors = (log or Path(os.getcwd()) / "serve.log").with_suffix(".err")
@@ -59,7 +63,7 @@ def serving_process(*options: str, log: Path | None = None) -> Iterator[tuple[st
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            env=dict(os.environ),
+            env={**os.environ, **({DATABASE_ENV: database} if database else {})},
         )
     try:
         assert process.stdout is not None

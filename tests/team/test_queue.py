@@ -3,6 +3,7 @@ fair claims; leases that run out."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import pytest
 from flakebot.errors import QuotaExceeded, UsageError
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
+from flakebot.team.dburl import ENV as DATABASE_ENV
 
 
 def craft(need: str, **options: Any) -> RunRequest:
@@ -300,24 +302,31 @@ def test_a_tenants_cpu_seconds_for_the_day_bound_its_next_craft(database: str) -
     conn.close()
 
 
+def quota(database: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`flakebot quota ARGS` on `database`, given as an admin should: in FLAKEBOT_DATABASE_URL."""
+    from tests.conftest import run_cli
+
+    return run_cli("quota", *args, env={DATABASE_ENV: database}, check=check)
+
+
 def test_the_quota_command_shows_and_sets_a_tenants_quotas(database: str) -> None:
     """`flakebot quota TENANT --database URL`: the defaults for a tenant with no job yet, then set a field at a time
     (the others stay); a bad value is one line, changing nothing."""
-    from tests.conftest import json_result, run_cli
+    from tests.conftest import json_result
 
-    shown = json_result(run_cli("quota", "acme", "--database", database, "--json", check=True))
+    shown = json_result(quota(database, "acme", "--json", check=True))
     assert (shown["known"], shown["max_in_flight"], shown["max_cpu_seconds_per_day"]) == (False, 4, None)
-    set_ = json_result(run_cli("quota", "acme", "--database", database, "--cpu-seconds", "600", "--json", check=True))
+    set_ = json_result(quota(database, "acme", "--cpu-seconds", "600", "--json", check=True))
     assert (set_["changed"], set_["max_cpu_seconds_per_day"], set_["max_per_day"]) == (True, 600, 100)
-    more = json_result(run_cli("quota", "acme", "--database", database, "--shares", "3", "--json", check=True))
+    more = json_result(quota(database, "acme", "--shares", "3", "--json", check=True))
     assert (more["shares"], more["max_cpu_seconds_per_day"]) == (3, 600)
-    both = run_cli("quota", "acme", "--database", database, "--cpu-seconds", "5", "--no-cpu-bound")
+    both = quota(database, "acme", "--cpu-seconds", "5", "--no-cpu-bound")
     assert both.returncode == 2 and "cannot be combined" in both.stderr
-    negative = run_cli("quota", "acme", "--database", database, "--max-per-day", "-1")
+    negative = quota(database, "acme", "--max-per-day", "-1")
     assert negative.returncode == 2 and "\n" not in negative.stderr.strip(), negative.stderr
-    lifted = run_cli("quota", "acme", "--database", database, "--no-cpu-bound")
+    lifted = quota(database, "acme", "--no-cpu-bound")
     assert lifted.returncode == 0 and "no bound" in lifted.stdout and "shares     3" in lifted.stdout, lifted.stdout
-    bad = run_cli("quota", "Not A Name", "--database", database)
+    bad = quota(database, "Not A Name")
     assert bad.returncode != 0 and "is not a name" in bad.stderr
 
 
@@ -325,16 +334,14 @@ def test_two_admins_setting_different_quotas_of_a_tenant_at_once_both_land(datab
     """`quota TENANT --cpu-seconds N` changes that field only: an admin's --shares committed while it waited for
     the tenant's row stays (was read before, then written back over: a lost update). Also: a value past the
     column's largest names the option the user gave, not the column."""
-    from tests.conftest import json_result, run_cli, wait_for
+    from tests.conftest import json_result, wait_for
 
     with db.connect(database) as first:
         queue.set_quota(first, "acme", max_in_flight=4, max_per_day=10)
     other = db.connect(database)
     other.execute("UPDATE tenants SET shares = 3 WHERE name = 'acme'")  # uncommitted: the row is locked
     ran: list[Any] = []
-    setting = threading.Thread(
-        target=lambda: ran.append(run_cli("quota", "acme", "--database", database, "--cpu-seconds", "600", "--json"))
-    )
+    setting = threading.Thread(target=lambda: ran.append(quota(database, "acme", "--cpu-seconds", "600", "--json")))
     setting.start()
     watch = db.connect(database, autocommit=True)  # pg_stat_activity is read once per transaction
     wait_for(
@@ -346,7 +353,7 @@ def test_two_admins_setting_different_quotas_of_a_tenant_at_once_both_land(datab
     setting.join(timeout=60)
     assert json_result(ran[0])["max_cpu_seconds_per_day"] == 600, ran[0].stderr
     assert queue.quota_of(other, "acme")["shares"] == 3
-    huge = run_cli("quota", "acme", "--database", database, "--cpu-seconds", str(2**40))
+    huge = quota(database, "acme", "--cpu-seconds", str(2**40))
     assert huge.returncode == 2 and "'--cpu-seconds'" in huge.stderr, huge.stderr
     other.close()
     watch.close()

@@ -3,6 +3,8 @@ own on a free loopback port, raw HTTP (what a client SDK would never send) to 12
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import json
 from pathlib import Path
 from typing import Any
@@ -269,3 +271,30 @@ def test_one_tokens_sessions_cannot_take_every_session_of_the_front(flakebot_hom
     message = refused.json()["error"]["message"]
     assert "sessions" in message and "Fix:" in message and "mcp-session-id" not in refused.headers, message
     assert theirs.status_code == 200 and ended.status_code == 200 and again.status_code == 200, (ended, again.text)
+
+
+def test_a_tokens_session_cap_is_exact_under_concurrent_initializes(flakebot_home: Path) -> None:
+    """SESSIONS_PER_TOKEN + 36 initializes of one token sent at once over HTTP: exactly SESSIONS_PER_TOKEN open a
+    session, every other is 429 with Retry-After (checked before the SDK registers a session, a cap counted from the
+    sessions already registered let every initialize in flight through)."""
+    from flakebot.mcp.front import SESSIONS_PER_TOKEN
+
+    flood = add_token("flood")  # 100 initializes: well within its 1,200 requests other than tool calls a minute
+
+    async def initialize_all(url: str) -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        headers = {**ACCEPT, "Authorization": f"Bearer {flood}"}
+        async with httpx.AsyncClient(headers=headers, timeout=60, limits=limits) as http:
+            return list(
+                await asyncio.gather(*(http.post(url, json=INITIALIZE) for _ in range(SESSIONS_PER_TOKEN + 36)))
+            )
+
+    with serving() as url:
+        answers = asyncio.run(initialize_all(url))
+        after = post(url, INITIALIZE, flood)  # the cap holds afterwards too
+    codes = collections.Counter(r.status_code for r in answers)
+    assert codes == {200: SESSIONS_PER_TOKEN, 429: 36}, codes
+    opened = {r.headers["mcp-session-id"] for r in answers if r.status_code == 200}
+    assert len(opened) == SESSIONS_PER_TOKEN
+    assert all(int(r.headers["retry-after"]) > 0 for r in answers if r.status_code == 429)
+    assert after.status_code == 429, after.text

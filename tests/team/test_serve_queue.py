@@ -22,6 +22,7 @@ from benchmarks.scenarios import pileup
 from flakebot.mcp import tooltable
 from flakebot.mcp.server import TABLE_TOOLS
 from flakebot.team import audit, db, queue
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
 from tests.team.conftest import Cluster
@@ -95,7 +96,7 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         queue.set_quota(conn, "acme", max_in_flight=2, max_per_day=10)
     craft = {"need": "need a csv deduper", "registry": "local"}
     log_one, log_two = flakebot_home / "one.log", flakebot_home / "two.log"
-    with serving("--database", database, log=log_one) as one, serving("--database", database, log=log_two) as two:
+    with serving(database=database, log=log_one) as one, serving(database=database, log=log_two) as two:
         assert one != two
         first = call(one, alice, "craft", craft)
         assert (first["ok"], first["status"], first["joined"]) == (True, "queued", False), first
@@ -175,11 +176,28 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
 
 def test_serve_with_an_unreachable_database_is_one_line(flakebot_home: Path, postgres: Cluster) -> None:
     wrong = f"postgresql://flakebot:{postgres.password}@127.0.0.1:1/postgres"
-    done = run_cli("serve", "--port", "0", "--database", wrong, timeout=60)
+    done = run_cli("serve", "--port", "0", env={DATABASE_ENV: wrong}, timeout=60)
     assert done.returncode == 5, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the team database"), done.stderr
     assert postgres.password not in done.stderr + done.stdout
+
+
+def test_a_front_given_its_database_in_the_environment_shows_its_password_nowhere(
+    flakebot_home: Path, database: str, postgres: Cluster
+) -> None:
+    """FLAKEBOT_DATABASE_URL (no --database): the front queues crafts in that database, and neither its command line
+    (every local user reads it), its log nor the job's row holds the password."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    with serving_process(log=log, database=database) as (url, front):
+        cmdline = Path(f"/proc/{front.pid}/cmdline").read_bytes()
+        assert b"serve" in cmdline and postgres.password.encode() not in cmdline, cmdline
+        answer = call(url, alice, "craft", {"need": "need a csv deduper", "registry": "local"})
+        assert answer.get("status") == "queued", answer
+    text = log.read_text() + log.with_suffix(".err").read_text()
+    assert "postgresql://[REDACTED]@127.0.0.1" in text and postgres.password not in text, text
+    assert postgres.password not in json.dumps(rows(database), default=str)
 
 
 def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
@@ -250,7 +268,7 @@ def test_a_worker_crafts_the_queued_job_and_its_run_is_its_tenants_only(
         with worker(database, log) as proc:
             assert proc.wait(timeout=600) == 0, log.read_text()
 
-    with serving("--database", database) as one, serving("--database", database) as two:
+    with serving(database=database) as one, serving(database=database) as two:
         answer, changed = asyncio.run(craft_and_watch(one, alice, craft, work))
         job = answer["run_id"]
         assert changed, "no tools/list_changed once the queued craft catalogued its tool"
@@ -279,7 +297,7 @@ def test_a_waited_craft_follows_its_job_to_the_workers_end(flakebot_home: Path, 
 
     alice = add_token("alice", "--tenant", "acme")
     craft = {"need": "need a csv deduper", "registry": "local"}
-    with serving("--database", database) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
+    with serving(database=database) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
         waited = pool.submit(call, url, alice, "craft", {**craft, "wait": True})
         wait_for(lambda: rows(database), timeout=60, interval=0.2)
         assert not waited.done()  # queued, no worker yet: the call holds
@@ -304,8 +322,8 @@ def test_a_front_killed_with_a_task_in_flight_loses_no_task(flakebot_home: Path,
 
     alice = add_token("alice", "--tenant", "acme")
     craft = {"need": "need a csv deduper", "registry": "local"}
-    with serving("--database", database) as two:
-        with serving_process("--database", database) as (one, front):
+    with serving(database=database) as two:
+        with serving_process(database=database) as (one, front):
             created = Session(one, alice).ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})
             task = created["result"]["task"]
             front.send_signal(signal.SIGKILL)
@@ -346,7 +364,7 @@ def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path,
         add_token("other", "--tenant", "acme"),
     )
     craft = {"need": "need a csv deduper", "registry": "local"}
-    with serving("--database", database) as url:
+    with serving(database=database) as url:
         assert call(url, solo, "craft", craft)["status"] == "queued"
         refused = call(url, solo, "craft", {**craft, "need": "need a word counter"})
         assert refused["is_error"] and (refused["type"], refused["exit_code"]) == ("QuotaExceeded", 72), refused
@@ -359,7 +377,7 @@ def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path,
 def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Path, database: str) -> None:
     slow = add_token("slow", "--calls-per-minute", "2")
     listing = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
-    with serving("--database", database) as one, serving("--database", database) as two:
+    with serving(database=database) as one, serving(database=database) as two:
         sessions = {
             url: {"mcp-session-id": post(url, INITIALIZE, slow).headers["mcp-session-id"]} for url in (one, two)
         }
@@ -395,7 +413,7 @@ def test_one_tenants_held_status_calls_do_not_starve_another(flakebot_home: Path
     more of them than the server has threads does not stop another tenant's `list` (nor its admission)."""
     alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
     craft = {"need": "need a csv deduper", "registry": "local"}
-    with serving("--database", database, log=flakebot_home / "serve.log") as url:
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
         job = call(url, bob, "craft", craft)["run_id"]  # no worker: it stays queued, so status holds
         answer, ended = asyncio.run(_starve(url, bob, alice, job, holds=48))  # anyio's default: 40 threads
         assert answer["ok"] is True and not answer["is_error"], answer
@@ -414,7 +432,7 @@ def test_another_tenants_craft_of_the_same_need_neither_fails_a_job_nor_shows_it
     model = slow.pop("model")
     craft = {**slow, "fresh": None}
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
-    with serving("--database", database) as url:
+    with serving(database=database) as url:
         theirs = job_number(call(url, alice, "craft", craft)["run_id"])
         assert theirs is not None
         with worker(database, first_log, model=model):
@@ -470,7 +488,7 @@ def test_joining_one_job_many_times_reads_its_row_once_per_poll(flakebot_home: P
     add a reader per call for a day, each a query on the front's one connection every other tenant's calls wait on."""
     bob = add_token("bob", "--tenant", "other")
     craft = {"need": "need a csv deduper", "registry": "local"}
-    with serving("--database", database) as url:
+    with serving(database=database) as url:
         handles = {call(url, bob, "craft", craft)["run_id"] for _ in range(15)}  # stateless requests
         for _ in range(15):  # and sessions (2025-11-25), each one to tell
             answer = Session(url, bob).ask("tools/call", {"name": "craft", "arguments": craft})
@@ -502,7 +520,77 @@ def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, databa
     connection, which every other tenant's calls wait on (their calls per minute are counted through it)."""
     bob = add_token("bob", "--tenant", "other")
     craft = {"need": "need a csv deduper", "registry": "local"}
-    with serving("--database", database) as url:
+    with serving(database=database) as url:
         job = call(url, bob, "craft", craft)["run_id"]
         read = asyncio.run(_held_reads(url, bob, job, database, holds=30))
     assert read < 100, f"{read} transactions in 10 s: each held call reads the row"
+
+
+def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: Path, database: str) -> None:
+    """tasks/cancel of a queued craft: cancelled when the caller alone follows it (no worker claims it, the same need
+    queues afresh); only the caller's task stopped when another agent of the tenant joined it (the job goes on for
+    that agent); refused in one line once a worker claimed it; another tenant's, or a job the caller does not follow,
+    is "no task" as an unknown one."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    bob = add_token("bob", "--tenant", "other")
+
+    def task(session: Session, need: str) -> str:
+        created = session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+        return str(created["result"]["task"]["taskId"])
+
+    with serving(database=database) as url:
+        mine, theirs, ours = Session(url, alice), Session(url, bob), Session(url, carol)
+        alone = task(mine, "need a csv deduper")
+        hidden = theirs.ask("tasks/cancel", {"taskId": alone})
+        unknown = theirs.ask("tasks/cancel", {"taskId": "job-99999"})
+        assert hidden["error"]["message"].replace(alone, "J") == unknown["error"]["message"].replace("job-99999", "J")
+        not_following = ours.ask("tasks/cancel", {"taskId": alone})  # carol's tenant, but not carol's task
+        assert "error" in not_following, not_following
+        cancelled = mine.ask("tasks/cancel", {"taskId": alone})
+        assert cancelled["result"]["status"] == "cancelled", cancelled
+        got = mine.ask("tasks/get", {"taskId": alone})["result"]
+        assert got["status"] == "cancelled" and got["statusMessage"].startswith("cancelled by alice"), got
+        result = mine.ask("tasks/result", {"taskId": alone})["result"]  # the task's end, at once: an error result
+        assert result["isError"] is True and "cancelled by alice" in result["content"][0]["text"], result
+        again = mine.ask("tasks/cancel", {"taskId": alone})
+        assert "is cancelled already" in again["error"]["message"], again
+
+        shared = task(mine, "need a word counter")
+        assert task(ours, "Need a word counter") == shared  # carol joined alice's job
+        left = mine.ask("tasks/cancel", {"taskId": shared})  # carol follows it too: alice's task alone stops
+        assert left["result"]["status"] == "cancelled", left
+        assert mine.ask("tasks/get", {"taskId": shared})["result"]["status"] == "cancelled"
+        twice = mine.ask("tasks/cancel", {"taskId": shared})
+        assert "stopped following" in twice["error"]["message"], twice
+        assert ours.ask("tasks/get", {"taskId": shared})["result"]["status"] == "working"  # the job goes on for carol
+        assert task(mine, "need a word counter") == shared  # asked again: alice follows it again
+        assert mine.ask("tasks/get", {"taskId": shared})["result"]["status"] == "working"
+        assert mine.ask("tasks/cancel", {"taskId": shared})["result"]["status"] == "cancelled"
+
+        claimed = task(mine, "need a json pretty printer")
+        with db.connect(database) as conn:
+            first = queue.claim(conn, "w1", 60)  # the oldest queued job no one cancelled: the shared one
+            second = queue.claim(conn, "w1", 60)
+        assert first is not None and second is not None
+        assert {handle_of(first), handle_of(second)} == {shared, claimed}  # the cancelled job was never claimed
+        running = mine.ask("tasks/cancel", {"taskId": claimed})
+        assert "is running, not queued" in running["error"]["message"], running
+        last = ours.ask("tasks/cancel", {"taskId": shared})  # carol, its one follower left, once a worker took it
+        assert "is running, not queued" in last["error"]["message"], last
+        anew = call(url, carol, "craft", {"need": "need a csv deduper"})  # free to queue again (alice: at her 2)
+        assert anew["status"] == "queued" and anew["run_id"] != alone and anew["joined"] is False, anew
+    states = {f"job-{r['id']}": r["state"] for r in rows(database)}
+    assert (states[alone], states[shared], states[claimed]) == ("cancelled", "running", "running"), states
+    with db.connect(database) as conn:
+        actions = conn.execute(
+            "SELECT principal, action, job FROM audit WHERE action IN ('cancelled', 'left') ORDER BY id"
+        ).fetchall()
+    assert [(a["principal"], a["action"], f"job-{a['job']}") for a in actions] == [
+        ("alice", "cancelled", alone),
+        ("alice", "left", shared),
+        ("alice", "left", shared),
+    ], actions
+
+
+def handle_of(row: dict[str, Any]) -> str:
+    return f"job-{row['id']}"

@@ -23,6 +23,7 @@ from flakebot import config
 from flakebot.deliver.catalog import Catalog
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from tests.conftest import FLAKEBOT
 from tests.team.test_front import ACCEPT, INITIALIZE, add_token, serving
 
@@ -167,10 +168,10 @@ def test_a_worker_crafts_into_the_job_rows_tenants_catalog(database: str, flakeb
     settings = config.load()
     catalogue(dataclasses.replace(settings, tenant="acme"), tmp_path, "acme-lines")
     jobs = {tenant: forge(database, tenant, "need acme-lines rows") for tenant in ("acme", "globex", "../escape")}
-    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json"}
+    env = {**os.environ, DATABASE_ENV: database, "FLAKEBOT_MODEL": "scripted:/nonexistent.json"}
     for _ in jobs:
         done = subprocess.run(
-            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            [*FLAKEBOT, "worker", "--once", "--json"],
             capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr

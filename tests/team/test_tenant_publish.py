@@ -20,6 +20,7 @@ from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.publish import signing_key
 from flakebot.pipeline.request import RunRequest
 from flakebot.team import db, queue
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from tests.conftest import FLAKEBOT, json_result, require, run_cli
 from tests.deliver.test_shared_index import INDEX_REFUSED, index_file, only_line
 from tests.fakes.nix_crates import NIX
@@ -62,10 +63,14 @@ def forge(database: str, tenant: str, request: dict[str, Any]) -> int:
 
 
 def work(database: str, jobs: int) -> None:
-    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json"}  # a craft that reaches the model fails
+    env = {
+        **os.environ,
+        "FLAKEBOT_MODEL": "scripted:/nonexistent.json",
+        DATABASE_ENV: database,
+    }  # a craft that reaches the model fails
     for _ in range(jobs):
         done = subprocess.run(
-            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            [*FLAKEBOT, "worker", "--once", "--json"],
             capture_output=True, text=True, env=env, timeout=180,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -169,7 +174,7 @@ def test_a_forged_done_row_never_hands_a_caller_a_path_or_command(
         for name in ("acme-lines", "ghost", "globex-lines", "../x")
     }
     alice = add_token("alice", "--tenant", "acme")
-    with serving("--database", database, log=flakebot_home / "front.log") as url:
+    with serving(log=flakebot_home / "front.log", database=database) as url:
         answers = {name: call(url, alice, "status", {"run_id": f"job-{job}"}) for name, job in jobs.items()}
     for name, answer in answers.items():
         assert answer["ok"] and answer["status"] == "succeeded", answer
@@ -215,7 +220,7 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
         )
         assert done.returncode == 0, done.stderr
     alice = add_token("alice", "--tenant", "acme")
-    with serving("--database", database, log=flakebot_home / "front.log") as url:
+    with serving(log=flakebot_home / "front.log", database=database) as url:
         answer = call(url, alice, "status", {"run_id": f"job-{jobs['acme']}"})
         shown = call(url, alice, "show", {"name": "acme-lines"})
         other = call(url, alice, "status", {"run_id": f"job-{forged}"})

@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from flakebot.team import db, queue
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from tests.conftest import FLAKEBOT, REPO, require, wait_for
 from tests.team.conftest import Cluster
 
@@ -29,12 +30,13 @@ LEASE = "4"  # seconds: a killed worker's job is free again this soon
 
 @contextmanager
 def worker(
-    database: str, log: Path, *extra: str, model: str = f"scripted:{SESSION}"
+    database: str, log: Path, *extra: str, model: str = f"scripted:{SESSION}", verbose: bool = False
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A `flakebot worker --once` in a session of its own (killed with all its children if still running), offline,
-    with `model` (the worker's settings choose them: a tenant's row may not)."""
-    argv = [*FLAKEBOT, "worker", "--database", database, "--once", "--lease", LEASE, "--json", *extra]
-    env = {**os.environ, "FLAKEBOT_MODEL": model, "FLAKEBOT_OFFLINE": "true"}
+    with `model` (the worker's settings choose them: a tenant's row may not); its database in FLAKEBOT_DATABASE_URL,
+    as an admin gives it (a password on the command line is refused)."""
+    argv = [*FLAKEBOT, *(["-vv"] if verbose else []), "worker", "--once", "--lease", LEASE, "--json", *extra]
+    env = {**os.environ, DATABASE_ENV: database, "FLAKEBOT_MODEL": model, "FLAKEBOT_OFFLINE": "true"}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd(), env=env
@@ -84,31 +86,79 @@ def test_a_waiting_worker_reconnects_after_the_database_restarts(
 
 def test_a_bad_lease_is_refused_before_connecting(database: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [*FLAKEBOT, "worker", "--database", database, "--lease", "1", "--json"],
+        [*FLAKEBOT, "worker", "--lease", "1", "--json"],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, DATABASE_ENV: database},
     )
     assert done.returncode == 2 and json.loads(done.stdout.splitlines()[-1])["type"] == "UsageError"
 
 
-@pytest.mark.parametrize(
-    "form",
-    [
-        "postgresql://flakebot:{pw}@127.0.0.1:1/postgres",
-        "postgresql://flakebot@127.0.0.1:1/postgres?password={pw}&sslmode=disable",
-        "host=127.0.0.1 port=1 user=flakebot password={pw} dbname=postgres",
-    ],
-)
+PASSWORD_FORMS = [
+    "postgresql://flakebot:{pw}@127.0.0.1:1/postgres",
+    "postgresql://:{pw}@127.0.0.1:1/postgres",  # no user: libpq's default user, this password
+    "postgresql://flakebot@127.0.0.1:1/postgres?password={pw}&sslmode=disable",
+    "host=127.0.0.1 port=1 user=flakebot password={pw} dbname=postgres",
+]
+
+
+@pytest.mark.parametrize("form", PASSWORD_FORMS)
 def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster, form: str) -> None:
     wrong = form.format(pw=postgres.password)  # nothing listens on port 1; libpq takes each form
     done = subprocess.run(
-        [*FLAKEBOT, "worker", "--database", wrong, "--once"], capture_output=True, text=True, timeout=60
-    )
+        [*FLAKEBOT, "worker", "--once"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, DATABASE_ENV: wrong},
+    )  # fmt: skip
     assert done.returncode == 5, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the team database"), done.stderr
     assert postgres.password not in done.stderr + done.stdout and "[REDACTED]" in done.stderr
+
+
+@pytest.mark.parametrize("form", PASSWORD_FORMS)
+@pytest.mark.parametrize("command", [("worker", "--once"), ("quota", "acme"), ("serve", "--port", "0")])
+def test_a_password_on_the_command_line_is_refused_in_one_line(
+    postgres: Cluster, form: str, command: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Every user of the machine reads a process's arguments (ps, /proc/PID/cmdline): a --database with a password
+    is refused before anything starts, in one line that names the private ways and never echoes the password."""
+    given = form.format(pw=postgres.password).replace("127.0.0.1:1", f"127.0.0.1:{postgres.port}")
+    given = given.replace("port=1 ", f"port={postgres.port} ")  # a database that answers: the refusal is not its
+    done = subprocess.run(
+        [*FLAKEBOT, "--log-file", str(tmp_path / "log"), "-vv", command[0], "--database", given, *command[1:]],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --database holds a password"), done.stderr
+    assert DATABASE_ENV in lines[0] and "pgpass" in lines[0], lines[0]
+    logged = (tmp_path / "log").read_text() if (tmp_path / "log").exists() else ""
+    assert postgres.password not in done.stderr + done.stdout + logged
+    assert "flakebot serve:" not in done.stdout  # nothing listened
+
+
+def test_a_worker_given_its_database_in_the_environment_shows_its_password_nowhere(
+    postgres: Cluster, database: str, tmp_path: Path
+) -> None:
+    """The URL with its password in FLAKEBOT_DATABASE_URL: the worker connects and works, and neither its command
+    line (which every local user reads), its log, its output nor the job's row and audit hold the password."""
+    assert postgres.password in database
+    log = tmp_path / "worker.log"
+    with worker(database, log, model="scripted:/nonexistent.json", verbose=True) as proc:
+        wait_for(lambda: listening(database), timeout=60, interval=0.2)
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert b"worker" in cmdline and postgres.password.encode() not in cmdline, cmdline
+        with db.connect(database) as conn:  # a craft that fails at its first check: no model script there
+            job_id = queue.enqueue(conn, "acme", "alice", RunRequest(need="need a csv deduper")).job_id
+        assert proc.wait(timeout=90) == 0, log.read_text()
+    row = job_row(database, job_id)
+    assert row["state"] == "failed", row
+    with db.connect(database) as conn:
+        audit = conn.execute("SELECT * FROM audit").fetchall()
+    text = log.read_text()
+    assert audit and postgres.password not in text + json.dumps(row, default=str) + str(audit)
+    assert "postgresql://[REDACTED]@127.0.0.1" in text, text  # the log names the database, redacted
 
 
 @pytest.mark.slow
@@ -183,13 +233,18 @@ def test_a_forged_job_row_cannot_steer_the_worker(database: str, tmp_path: Path)
         "need": {"need": ["not", "a", "string"]},
         "unknown": {"need": need, "grant_root": "/"},
     }
-    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(tmp_path / "w")}
+    env = {
+        **os.environ,
+        DATABASE_ENV: database,
+        "FLAKEBOT_MODEL": "scripted:/nonexistent.json",
+        "FLAKEBOT_WORKDIR": str(tmp_path / "w"),
+    }
     for field_name, request in forged.items():
         job_id = forge(database, request)
         log = tmp_path / f"{field_name}.log"
         with log.open("wb") as out:
             done = subprocess.run(
-                [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+                [*FLAKEBOT, "worker", "--once", "--json"],
                 stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120,
             )  # fmt: skip
         assert done.returncode == 0, log.read_text()
@@ -203,13 +258,18 @@ def test_a_forged_run_id_does_not_resume_another_tenants_run(database: str, tmp_
     work = tmp_path / "w"
     theirs = Run.create(work, "craft", RunRequest(need="need globex's secret pricing tool"))
     before = (work / "runs" / theirs.id / "state.json").read_bytes()
-    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(work)}
+    env = {
+        **os.environ,
+        DATABASE_ENV: database,
+        "FLAKEBOT_MODEL": "scripted:/nonexistent.json",
+        "FLAKEBOT_WORKDIR": str(work),
+    }
     for run_id in (theirs.id, theirs.id[:9]):
         job_id = forge(database, {"need": "need a csv deduper"})
         with db.connect(database) as conn:
             conn.execute("UPDATE jobs SET run_id = %s WHERE id = %s", (run_id, job_id))
         done = subprocess.run(
-            [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+            [*FLAKEBOT, "worker", "--once", "--json"],
             capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -228,9 +288,14 @@ def test_a_process_stalled_inside_a_transaction_stalls_nobody_for_long(database:
     stalled = db.connect(database)
     stalled.execute("SELECT pg_advisory_xact_lock(%s)", (db.MIGRATION_LOCK,))  # as migrate() takes it
     stalled.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (queue.TENANT_LOCK, "acme"))  # as enqueue
-    env = {**os.environ, "FLAKEBOT_MODEL": "scripted:/nonexistent.json", "FLAKEBOT_WORKDIR": str(tmp_path / "w")}
+    env = {
+        **os.environ,
+        DATABASE_ENV: database,
+        "FLAKEBOT_MODEL": "scripted:/nonexistent.json",
+        "FLAKEBOT_WORKDIR": str(tmp_path / "w"),
+    }
     done = subprocess.run(
-        [*FLAKEBOT, "worker", "--database", database, "--once", "--json"],
+        [*FLAKEBOT, "worker", "--once", "--json"],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -286,8 +351,8 @@ def test_a_second_worker_with_a_name_in_use_is_refused(database: str, tmp_path: 
     with worker(database, tmp_path / "first.log", "--name", "twin"):
         wait_for(lambda: listening(database), timeout=60, interval=0.2)
         done = subprocess.run(
-            [*FLAKEBOT, "worker", "--database", database, "--once", "--name", "twin"],
-            capture_output=True, text=True, timeout=60,
+            [*FLAKEBOT, "worker", "--once", "--name", "twin"],
+            capture_output=True, text=True, timeout=60, env={**os.environ, DATABASE_ENV: database},
         )  # fmt: skip
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
