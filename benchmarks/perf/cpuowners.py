@@ -26,6 +26,7 @@ class Seen:
     """One process as sampled: its parent, name, and its own and reaped children's CPU ticks, first and last."""
 
     ppid: int  # as first seen: an orphan's parent becomes pid 1, its owner stays its first parent's
+    session: int  # an orphan first seen after its parent ended is owned by its session's leader, if a root
     comm: str
     first: int  # own + children ticks at the first sample that saw it
     last: int
@@ -35,8 +36,8 @@ class Seen:
     orphan: bool = False  # its parent ended first: pid 1 reaps it, and its time shows in pid 1's children's
 
 
-def read_stat(pid: str) -> tuple[int, int, str, int, int] | None:
-    """(start time, ppid, comm, own ticks, reaped children's ticks) of /proc/PID/stat, None if it ended."""
+def read_stat(pid: str) -> tuple[int, int, int, str, int, int] | None:
+    """(start time, ppid, session, comm, own ticks, reaped children's ticks) of /proc/PID/stat, None if it ended."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -44,7 +45,14 @@ def read_stat(pid: str) -> tuple[int, int, str, int, int] | None:
     comm = text[text.index("(") + 1 : text.rindex(")")]
     fields = text[text.rindex(")") + 2 :].split()
     own = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return int(fields[19]), int(fields[1]), comm, own, int(fields[13]) + int(fields[14])  # cutime, cstime (16, 17)
+    return (
+        int(fields[19]),
+        int(fields[1]),
+        int(fields[3]),
+        comm,
+        own,
+        int(fields[13]) + int(fields[14]),
+    )  # cutime, cstime (16, 17)
 
 
 def pressure() -> dict[str, float]:
@@ -99,14 +107,16 @@ class CpuOwners(threading.Thread):
             stat = read_stat(pid)
             if stat is None:
                 continue
-            start, ppid, comm, own, children = stat
+            start, ppid, session, comm, own, children = stat
             key = (int(pid), start)
             was = self.seen.get(key)
-            if was is None:
-                self.seen[key] = Seen(ppid, comm, 0 if not first else own + children, own + children,
+            if was is None and not first and ppid == 1 and session != int(pid):  # orphaned before we saw it
+                self.seen[key] = Seen(ppid, session, comm, 0, own + children, 0, own, False, orphan=True)
+            elif was is None:
+                self.seen[key] = Seen(ppid, session, comm, 0 if not first else own + children, own + children,
                                       0 if not first else own, own, first)  # fmt: skip
             else:
-                was.last, was.own_last, was.orphan = own + children, own, ppid == 1 and was.ppid != 1
+                was.last, was.own_last, was.orphan = own + children, own, was.orphan or ppid == 1 != was.ppid
 
     def spent(self, key: tuple[int, int]) -> tuple[int, int]:
         """A process's own and its reaped children's ticks in the phase (see the module's docstring)."""
@@ -118,15 +128,24 @@ class CpuOwners(threading.Thread):
 
     def top(self, roots: dict[int, str], count: int = 8) -> list[str]:
         """The processes that spent the most in the phase (children included): 'owner: name pid seconds'."""
-        parent = {pid: s.ppid for (pid, _), s in self.seen.items()}
+        parent = self.parents(roots)
         ranked = sorted(self.seen, key=lambda key: -sum(self.spent(key)))[:count]
         return [f"{_owner(k[0], parent, roots)}: {self.seen[k].comm} {k[0]} {sum(self.spent(k)) / TICK:.2f}"
                 for k in ranked]  # fmt: skip
 
-    def owners(self, roots: dict[int, str], split: frozenset[str] = frozenset()) -> dict[str, float]:
-        """CPU-seconds per owner; a root named in `split`: its own processes as '<name> itself', every descendant
-        as "<name>' children"."""
+    def parents(self, roots: dict[int, str]) -> dict[int, int]:
+        """Each process's parent as first seen; an orphan first seen with pid 1 for its parent: its session's
+        leader when that is a root (the workers start their sessions), else pid 1."""
         parent = {pid: s.ppid for (pid, _), s in self.seen.items()}
+        for (pid, _), s in self.seen.items():
+            if s.orphan and s.ppid == 1 and s.session in roots and s.session != 1:
+                parent[pid] = s.session
+        return parent
+
+    def owners(self, roots: dict[int, str], split: frozenset[str] = frozenset()) -> dict[str, float]:
+        """CPU-seconds per owner; a root named in `split`: its own processes as '<name> itself', the descendants
+        they reaped as "<name>' children", the others (orphans pid 1 reaped, those running at the end) apart."""
+        parent = self.parents(roots)
         spent: dict[str, float] = {}
         for key, s in self.seen.items():
             own, children = self.spent(key)
@@ -134,6 +153,8 @@ class CpuOwners(threading.Thread):
             if key[0] in roots and name in split:
                 _add(spent, f"{name} itself", own)
                 _add(spent, f"{name}' children", children)
+            elif name in split:  # an orphan pid 1 reaped, or one still running at the end
+                _add(spent, f"{name}' processes no {name} reaped", own + children)
             else:
                 _add(spent, name, own + children)
             if s.orphan and key not in self.alive:  # what pid 1 reaped of it is counted above, under its owner
