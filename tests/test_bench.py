@@ -323,6 +323,13 @@ def test_workers_figure_says_the_floor_the_cores_set() -> None:
     loaded = dataclasses.replace(made, cpu_one_s=8.0, cpu_two_s=9.0)
     (figure,) = workers.summarize(workers.load(dataclasses.asdict(loaded)))
     assert "saturated, mostly by other work: the two workers got 0.39 of the 1.90 busy cores" in figure["gap"]
+    # whose the cores were, per owner, and a craft's own CPU from its job row
+    owned = dataclasses.replace(made, owners_one={"workers' children": 1.2, "other processes": 0.3, "postgresql": 0.001},
+                                owners_two={"workers' children": 1.8}, craft_cpu_one_s=4.6, craft_cpu_two_s=4.5,
+                                cpu_wait_one=0.2, cpu_wait_two=0.9)  # fmt: skip
+    (figure,) = workers.summarize(workers.load(dataclasses.asdict(owned)))
+    assert "one worker: workers' children 1.20, other processes 0.30; two: workers' children 1.80" in figure["gap"]
+    assert "4.6 on one worker and 4.5 on each of two; some task waited for a core 20%" in figure["gap"]
 
 
 def test_a_figure_whose_repeats_cross_its_goal_is_reported_as_one_this_run_cannot_tell() -> None:
