@@ -157,8 +157,8 @@ class CpuOwners(threading.Thread):
                 _add(spent, f"{name}' processes no {name} reaped", own + children)
             else:
                 _add(spent, name, own + children)
-            if s.orphan and key not in self.alive:  # what pid 1 reaped of it is counted above, under its owner
-                _add(spent, _owner(1, parent, roots), -(own + children))
+            if s.orphan and key not in self.alive:  # pid 1 reaped its whole life: the phase's part is counted
+                _add(spent, _owner(1, parent, roots), -s.last)  # above, under its owner; before the phase, nobody's
         spent["kernel interrupts (irq, softirq)"] = self.interrupts
         return {k: round(v / TICK, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if round(v / TICK, 2)}
 
