@@ -26,18 +26,27 @@ A child that must find a descriptor at a fixed number (a service's listening soc
 activation passes it) gets it through `fds` {NUMBER: OUR_FD}: moved there between fork and exec, never by the
 caller reshuffling its own descriptors.
 
+A process that counts the CPU-seconds of what it starts (a team worker: a job's build CPU-seconds) becomes the reaper of
+what its children leave behind (`become_subreaper`) and reaps it between two jobs (`reap_orphans`): bubblewrap's monitor, the
+process a sandboxed command's caller waits for, exits once the sandbox's init reports the command's exit, without
+waiting for that init, so the init (and in its reaped children's time, everything the command ran) would otherwise
+be reaped by the machine's init and counted nowhere of ours.
+
 tests/test_launcher.py keeps every subprocess, os.exec*, os.spawn*, os.system and asyncio subprocess call out of
 every other module (git included: flakebot.source.safegit runs the git program through run(), no GitPython).
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import logging
 import os
 import stat
 import subprocess
 import sys
+import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -61,6 +70,9 @@ FLAKEBOT_PREFIXES = ("FLAKEBOT_",)
 PRIVATE_ENV = ("FLAKEBOT_DATABASE_URL",)
 KEY_SUFFIXES = ("_API_KEY", "_BASE_URL")
 KEY_NAMES = ("GITHUB_TOKEN",)
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+REAP_GRACE = 1.0  # seconds reap_orphans() waits for an inherited process still running
+_STARTED: weakref.WeakSet[subprocess.Popen[Any]] = weakref.WeakSet()  # popen()'s, while their callers hold them
 BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); "  # then the child's own code, argv as with -c
 
 
@@ -156,9 +168,11 @@ def popen(
     held = _hold_numbers(fds or {})
     try:
         options = _with_fds(dict(fds), options) if fds else options
-        return subprocess.Popen(
+        started = subprocess.Popen(
             list(argv), cwd=where, env=dict(host_env() if env is None else env), text=text, **options
         )
+        _STARTED.add(started)
+        return started
     finally:
         for fd in held:
             os.close(fd)
@@ -209,3 +223,61 @@ def python_module(module: str, *args: str, site: bool = True) -> list[str]:
     """The command line of `python -m MODULE ARGS` as a flakebot Python child (see python_code)."""
     code = "import runpy; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
     return python_code(code, module, *args, site=site)
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of every process its descendants leave behind (PR_SET_CHILD_SUBREAPER), so
+    that their CPU-seconds reach its RUSAGE_CHILDREN once reap_orphans() waits for them; whether the kernel agreed
+    (Linux only). For a process that counts its children's CPU and calls reap_orphans() between jobs: whatever a
+    child leaves running stays this process's child until it ends."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+            return True
+        logger.warning("processes our children leave behind are not reaped by us (%s)", os.strerror(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:
+        logger.warning("processes our children leave behind are not reaped by us (%s)", exc)
+    return False
+
+
+def reap_orphans(grace: float = REAP_GRACE) -> int:
+    """Wait for every child of this process that is no Popen's a caller still holds (what become_subreaper let it
+    inherit: a sandbox's init), those still running for at most `grace` seconds (an init exits just after the
+    monitor its caller waited for; one that runs on is left for a later call); how many were reaped. Call it when
+    no other thread starts processes through subprocess.run (a worker between two jobs): a run() whose child just
+    ended could find it taken."""
+    held = {p.pid for p in list(_STARTED) if p.returncode is None}
+    reaped, deadline = 0, time.monotonic() + grace
+    while True:
+        running = 0
+        for pid in _children():
+            if pid in held:
+                continue
+            if _state(pid) != "Z":
+                running += 1
+                continue
+            try:
+                reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:  # reaped meanwhile by its Popen
+                continue
+        if not running or time.monotonic() >= deadline:
+            return reaped
+        time.sleep(0.01)
+
+
+def _children() -> list[int]:
+    found: list[int] = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            found += [int(pid) for pid in Path(f"/proc/self/task/{task}/children").read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return text[text.rindex(")") + 2 :].split()[0]

@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -322,6 +323,13 @@ def test_workers_figure_says_the_floor_the_cores_set() -> None:
     loaded = dataclasses.replace(made, cpu_one_s=8.0, cpu_two_s=9.0)
     (figure,) = workers.summarize(workers.load(dataclasses.asdict(loaded)))
     assert "saturated, mostly by other work: the two workers got 0.39 of the 1.90 busy cores" in figure["gap"]
+    # whose the cores were, per owner, and a craft's own CPU from its job row
+    owned = dataclasses.replace(made, owners_one={"workers' children": 1.2, "other processes": 0.3, "postgresql": 0.001},
+                                owners_two={"workers' children": 1.8}, craft_cpu_one_s=4.6, craft_cpu_two_s=4.5,
+                                cpu_wait_one=0.2, cpu_wait_two=0.9)  # fmt: skip
+    (figure,) = workers.summarize(workers.load(dataclasses.asdict(owned)))
+    assert "one worker: workers' children 1.20, other processes 0.30; two: workers' children 1.80" in figure["gap"]
+    assert "4.6 on one worker and 4.5 on each of two; some task waited for a core 20%" in figure["gap"]
 
 
 def test_a_figure_whose_repeats_cross_its_goal_is_reported_as_one_this_run_cannot_tell() -> None:
@@ -339,3 +347,29 @@ def test_a_figure_whose_repeats_cross_its_goal_is_reported_as_one_this_run_canno
     )
     assert inside_row.endswith("| met |") and "(1.05x to 1.15x over 2)" in inside_row
     assert single_row.endswith("| **not met** |") and "spread" not in single
+
+
+def test_cpu_owners_gives_an_orphans_time_to_the_tree_it_came_from() -> None:
+    """benchmarks.perf.cpuowners: a child's CPU-seconds go to its root; an orphan's (its parent exited, pid 1
+    reaped it, as a sandbox's init is) go to the root it was started under, not to pid 1's tree, whether the sampler
+    saw it before its parent exited or after (then by its session)."""
+    import subprocess
+
+    from benchmarks.perf.cpuowners import CpuOwners
+
+    loop = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done"
+    sampler = CpuOwners()
+    sampler.start()
+    child = subprocess.Popen(["sh", "-c", loop])
+    parent = subprocess.Popen(  # in a session of its own, as the benchmark's workers are
+        ["sh", "-c", f"sh -c '{loop}' & echo $!"], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    orphan = int(parent.communicate()[0])  # its parent has exited: pid 1 reaps it
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped: a root alive at the end
+    while Path(f"/proc/{orphan}").exists():
+        time.sleep(0.05)
+    sampler.stop()
+    child.wait()
+    owners = sampler.owners({child.pid: "child", parent.pid: "parent", 1: "pid 1"}, split=frozenset({"child"}))
+    assert owners.get("child' children", 0) == 0 and owners["child itself"] > 0.1
+    assert owners["parent"] >= 0.5 * owners["child itself"], owners

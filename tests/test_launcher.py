@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -198,3 +199,45 @@ def test_flakebot_s_children_never_get_the_team_database_s_url(monkeypatch: pyte
     for env in (launcher.flakebot_env(), launcher.flakebot_env(keys=True)):
         shown = launcher.run(["sh", "-c", "env"], capture_output=True, text=True, check=True, env=env).stdout
         assert "FLAKEBOT_OFFLINE=true" in shown and "pw-of-the-team" not in shown, shown
+
+
+# In a child of its own (a subreaper is a process-wide setting): the CPU-seconds of a shell loop run plainly, then
+# the same loop run in the real bubblewrap sandbox, each as RUSAGE_CHILDREN counts it.
+COUNTED = """
+import json, resource, sys
+from pathlib import Path
+from flakebot import launcher
+from flakebot.sandbox import open_sandbox
+
+def children() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+if sys.argv[2] == "subreaper":
+    assert launcher.become_subreaper()
+loop = ["sh", "-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"]
+ws = Path(sys.argv[1])
+before = children()
+launcher.run(loop, check=True)
+plain = children() - before
+sandbox = open_sandbox("required", workspace=ws, writable=[ws], timeout=120)
+before = children()
+assert sandbox.run(loop, cwd=ws).returncode == 0
+reaped = launcher.reap_orphans()
+print(json.dumps({"plain": plain, "sandboxed": children() - before, "reaped": reaped}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["subreaper", "plain"])
+def test_a_subreaper_counts_the_cpu_of_a_sandboxed_command(tmp_path: Path, mode: str) -> None:
+    """bubblewrap's monitor exits without waiting for the sandbox's init, which the machine's init then reaps: the
+    CPU-seconds of everything the command ran reach no RUSAGE_CHILDREN of ours (a worker counted ~40% of a craft's
+    CPU as nobody's). A subreaper that reaps its orphans counts them."""
+    done = launcher.run(launcher.python_code(COUNTED, str(tmp_path), mode), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counted = json.loads(done.stdout.splitlines()[-1])
+    assert counted["plain"] > 0.1  # the loop spends enough CPU for the comparison to mean something
+    if mode == "subreaper":
+        assert counted["reaped"] >= 1 and counted["sandboxed"] >= 0.7 * counted["plain"]
+    else:  # what the worker counted before: the sandboxed loop's CPU missing
+        assert counted["reaped"] == 0 and counted["sandboxed"] < 0.3 * counted["plain"]

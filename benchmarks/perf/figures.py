@@ -832,6 +832,14 @@ def _workers_gap(w: WorkersResult) -> str:
         said.append(
             f"a craft took {w.craft_one_s:.1f} s on one worker and {w.craft_two_s:.1f} s on each of two (claim to end)"
         )
+    if w.craft_cpu_one_s is not None and w.craft_cpu_two_s is not None and w.cpu_wait_one is not None:
+        said.append(
+            f"a craft's own CPU-seconds (its job row's, sandboxed commands included) {w.craft_cpu_one_s:.1f} on one "
+            f"worker and {w.craft_cpu_two_s:.1f} on each of two; some task waited for a core {w.cpu_wait_one:.0%} of "
+            f"one worker's wall and {w.cpu_wait_two:.0%} of two's (PSI)"
+        )
+    if w.owners_one and w.owners_two:
+        said.append(f"whose the busy cores were, one worker: {_owners(w.owners_one)}; two: {_owners(w.owners_two)}")
     if w.lock_waits is not None:
         said.append(f"{w.lock_waits} lock waits in the crafts' logs (Nix's and SQLite's, where run.log keeps them)")
     if w.first_claim_s is not None and w.claim_gap_s is not None:
@@ -847,6 +855,12 @@ def _workers_gap(w: WorkersResult) -> str:
     else:
         why = "two workers gain only what cores one worker leaves idle, and their crafts slow each other down"
     return "; ".join(said) + f". {why}"
+
+
+def _owners(busy: dict[str, float]) -> str:
+    """'workers 1.10, other processes 0.31, ...': cores each owner kept busy, the largest first (cpuowners)."""
+    shown = [f"{name} {cores:.2f}" for name, cores in busy.items() if cores >= 0.005]
+    return ", ".join(shown) or "none"
 
 
 def failover_cost(r: Results) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf.cpuowners import CpuOwners, pressure
 from benchmarks.perf.failover import TENANT, home_env, worker
 from benchmarks.scenarios.postgres import new_database, temporary_cluster
 from flakebot.pipeline.request import RunRequest
@@ -53,6 +54,11 @@ class Phase:
     lock_waits: int = 0  # lines of the crafts' logs saying they waited on a lock (LOCK_WAIT)
     first_claim_s: float = 0.0  # the workers' start to the first job's claim (a worker's own start-up)
     claim_gap_s: float = 0.0  # a job's end to its worker's next claim, the longest
+    craft_cpu_s: float = 0.0  # a craft's CPU-seconds (its job row's: the worker and every child it waited for), mean
+    cpu_wait: float = 0.0  # the share of the wall some task waited for a core (PSI), every process's
+    io_wait: float = 0.0  # for I/O
+    owners: dict[str, float] = field(default_factory=dict)  # CPU-seconds per owner, every process's (cpuowners)
+    top: list[str] = field(default_factory=list)  # the processes that spent the most
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,9 +81,15 @@ class WorkersResult:
     cores: int | None = None
     craft_one_s: float | None = None  # a craft's own wall on one worker, mean over every craft
     craft_two_s: float | None = None  # on each of two
+    craft_cpu_one_s: float | None = None  # a craft's CPU-seconds on one worker, mean over every craft
+    craft_cpu_two_s: float | None = None
+    cpu_wait_one: float | None = None  # the share of the one-worker phases' wall some task waited for a core (PSI)
+    cpu_wait_two: float | None = None
     lock_waits: int | None = None  # the crafts' logs' lines saying they waited on a lock, every phase
     first_claim_s: float | None = None  # the workers' start to their first claim, the longest of any phase
     claim_gap_s: float | None = None  # a job's end to its worker's next claim, the longest of any phase
+    owners_one: dict[str, float] = field(default_factory=dict)  # busy cores per owner during one worker's phases
+    owners_two: dict[str, float] = field(default_factory=dict)
     phases: list[Phase] = field(default_factory=list)
 
 
@@ -90,6 +102,7 @@ LOCK_WAIT = re.compile(
     r"|database is locked|SQLite database .* is busy"
 )
 RESULT = WorkersResult
+LOOK_SECONDS = 0.5  # between the benchmark's looks at the jobs' rows
 
 
 def enqueue(database: str, crafts: int, batch: str) -> list[int]:
@@ -104,10 +117,17 @@ def enqueue(database: str, crafts: int, batch: str) -> list[int]:
     return ids
 
 
-def rows(database: str, ids: list[int]) -> list[dict[str, Any]]:
-    with db.connect(database) as conn:
-        found = [queue.get(conn, job_id, TENANT) for job_id in ids]
-    return [dict(r) for r in found if r is not None]
+def until_ended(conn: Any, ids: list[int], running: list[Any], started: float, timeout: float) -> list[dict[str, Any]]:
+    """The jobs' rows once all have ended, looked at every LOOK_SECONDS on one connection (the wall is read from the
+    rows' `ended`, so how often this looks moves no figure: only the CPU it costs, which is the benchmark's)."""
+    while True:
+        found = [dict(r) for r in (queue.get(conn, job_id, TENANT) for job_id in ids) if r is not None]
+        ended = [r for r in found if r["state"] in ("done", "failed")]
+        if len(ended) == len(ids):
+            return found
+        if time.time() - started > timeout or any(w.poll() is not None for w in running):
+            raise RuntimeError(f"{len(ended)} of {len(ids)} crafts ended; workers: {[w.poll() for w in running]}")
+        time.sleep(LOOK_SECONDS)
 
 
 def children_cpu() -> float:
@@ -124,21 +144,20 @@ def machine_busy() -> float:
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is already counted in user
 
 
-def crafted(database: str, ids: list[int], homes: list[Path], timeout: float = 3600) -> Phase:
+def crafted(database: str, ids: list[int], homes: list[Path], postmaster: int, timeout: float = 3600) -> Phase:
     """Workers, one per home, until every job has ended: the wall from their start to the last job's end (its row's
-    `ended`), their CPU-seconds, the machine's busy CPU-seconds meanwhile, and how many jobs each made."""
-    cpu, busy, started = children_cpu(), machine_busy(), time.time()
+    `ended`), their CPU-seconds, the machine's busy CPU-seconds meanwhile and whose they were, and how many jobs each
+    made."""
+    sampler = CpuOwners()
+    sampler.start()
+    cpu, busy, waits, started = children_cpu(), machine_busy(), pressure(), time.time()
     running = [worker(database, home_env(home), home, f"w{n}", 60.0, once=False) for n, home in enumerate(homes)]
     try:
-        while True:
-            found = rows(database, ids)
-            ended = [r for r in found if r["state"] in ("done", "failed")]
-            if len(ended) == len(ids):
-                break
-            if time.time() - started > timeout or any(w.poll() is not None for w in running):
-                raise RuntimeError(f"{len(ended)} of {len(ids)} crafts ended; workers: {[w.poll() for w in running]}")
-            time.sleep(0.2)
+        with db.connect(database, autocommit=True, name="bench workers") as conn:  # one for the phase's looks
+            found = until_ended(conn, ids, running, started, timeout)
         busy = machine_busy() - busy
+        waits = {kind: total - waits[kind] for kind, total in pressure().items()}
+        sampler.stop()
     finally:
         for w in running:
             if w.poll() is None:
@@ -150,10 +169,16 @@ def crafted(database: str, ids: list[int], homes: list[Path], timeout: float = 3
     last = max(r["ended"].timestamp() for r in found)
     own = [(r["ended"] - r["started"]).total_seconds() for r in found]
     first = min(r["started"].timestamp() for r in found)
+    roots = {postmaster: "postgresql", os.getpid(): "benchmark (its polling)", 1: "other processes"}
+    roots.update({w.pid: "workers" for w in running})
+    wall = last - started
     return Phase(round=0, workers=len(homes), wall_s=round(last - started, 2), cpu_s=round(children_cpu() - cpu, 2),
                  machine_busy_s=round(busy, 2), spread=[sum(r["worker"] == f"w{n}" for r in found) for n in range(len(homes))],
                  craft_s=round(sum(own) / len(own), 2), lock_waits=sum(lock_waits(home) for home in homes),
-                 first_claim_s=round(first - started, 2), claim_gap_s=claim_gap(found))  # fmt: skip
+                 first_claim_s=round(first - started, 2), claim_gap_s=claim_gap(found),
+                 craft_cpu_s=round(sum(r["cpu_seconds"] for r in found) / len(found), 2),
+                 cpu_wait=round(waits.get("cpu", 0.0) / wall, 3), io_wait=round(waits.get("io", 0.0) / wall, 3),
+                 owners=sampler.owners(roots, split=frozenset({"workers"})), top=sampler.top(roots))  # fmt: skip
 
 
 def claim_gap(found: list[dict[str, Any]]) -> float:
@@ -178,13 +203,16 @@ def run(crafts: int = 6, rounds: int = ROUNDS) -> dict[str, object]:
         root = Path(tmp)
         root.chmod(0o755)
         warm = new_database(cluster)
-        crafted(warm, enqueue(warm, 1, f"{salt}warm"), [root / "warm"])  # the dependency derivation, into the store
+        postmaster = cluster.postmaster()
+        crafted(
+            warm, enqueue(warm, 1, f"{salt}warm"), [root / "warm"], postmaster
+        )  # the dependency derivation, into the store
         for n in range(rounds):
             for count in (1, 2) if n % 2 == 0 else (2, 1):  # both orders: a load that moves weighs on both alike
                 batch = f"{salt}r{n}w{count}x"
                 database = new_database(cluster)
                 homes = [root / f"{batch}-{k}" for k in range(count)]
-                phase = crafted(database, enqueue(database, crafts, batch), homes)
+                phase = crafted(database, enqueue(database, crafts, batch), homes, postmaster)
                 phases.append(Phase(**{**asdict(phase), "round": n}))
     return asdict(summary(crafts, rounds, phases))
 
@@ -211,11 +239,25 @@ def summary(crafts: int, rounds: int, phases: list[Phase]) -> WorkersResult:
         cores=cores,
         craft_one_s=round(sum(p.craft_s for p in one) / len(one), 2),
         craft_two_s=round(sum(p.craft_s for p in two) / len(two), 2),
+        craft_cpu_one_s=round(sum(p.craft_cpu_s for p in one) / len(one), 2),
+        craft_cpu_two_s=round(sum(p.craft_cpu_s for p in two) / len(two), 2),
+        cpu_wait_one=round(sum(p.cpu_wait * p.wall_s for p in one) / one_wall, 3),
+        cpu_wait_two=round(sum(p.cpu_wait * p.wall_s for p in two) / two_wall, 3),
         lock_waits=sum(p.lock_waits for p in phases),
         first_claim_s=max(p.first_claim_s for p in phases),
         claim_gap_s=max(p.claim_gap_s for p in phases),
+        owners_one=per_core(one),
+        owners_two=per_core(two),
         phases=phases,
     )
+
+
+def per_core(phases: list[Phase]) -> dict[str, float]:
+    """Each owner's CPU-seconds over the phases' walls: how many cores it kept busy."""
+    wall = sum(p.wall_s for p in phases)
+    names = {name for p in phases for name in p.owners}
+    busy = {name: round(sum(p.owners.get(name, 0.0) for p in phases) / wall, 3) for name in names}
+    return dict(sorted(busy.items(), key=lambda kv: -kv[1]))
 
 
 if __name__ == "__main__":

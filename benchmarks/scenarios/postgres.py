@@ -49,6 +49,10 @@ class Cluster:
         prefix = ["runuser", "-u", self.owner, "--"] if self.owner else []
         subprocess.run([*prefix, *argv], check=True, capture_output=True, timeout=120, cwd=self.base)
 
+    def postmaster(self) -> int:
+        """The server's pid (its backends are its children)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
     def restart(self) -> None:
         self.ctl("-m", "fast", "restart")
 

@@ -51,7 +51,7 @@ def worker(
         raise UsageError(f"--lease {lease:g} is too short to renew", fix="pass --lease 3 or more (seconds)")
     settings = settings_or_default(settings)
     crafts = functools.partial(_craft_job, settings=settings)
-    found = Worker(dburl.chosen(database) or "", crafts, name or default_name(), lease_seconds=lease)
+    found = Worker(dburl.chosen(database) or "", crafts, name or default_name(), lease_seconds=lease, subreaper=True)
     return {"worker": found.name, "jobs": found.run(once=once)}
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from flakebot import launcher
 from flakebot.errors import FlakebotError, HostError, Interrupted
 from flakebot.events import Event, EventSink
 from flakebot.team import db, queue
@@ -44,8 +45,9 @@ def default_name() -> str:
 
 def cpu_seconds() -> float:
     """CPU-seconds of this process and every child it waited for (cargo, nix and the builds nix waited for, in this
-    worker's sandboxes; one job at a time, so a difference is one job's). A build a remote builder runs is that
-    machine's, not counted here."""
+    worker's sandboxes; one job at a time, so a difference is one job's). A sandboxed command's time reaches it only
+    through the sandbox's init, which a worker inherits and reaps (Worker.subreaper). A build a remote builder runs
+    is that machine's, not counted here."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
@@ -59,12 +61,17 @@ class Worker:
     name: str = field(default_factory=default_name)
     lease_seconds: float = 60.0
     poll_seconds: float = POLL_SECONDS
+    # inherit what a job's processes leave behind (a sandbox's init) and reap it before its CPU-seconds are
+    # counted (launcher); a worker process's own choice: a process that starts other things meanwhile must not
+    subreaper: bool = False
     _conn: Conn | None = field(default=None, init=False, repr=False)
 
     def run(self, once: bool = False) -> list[dict[str, Any]]:
         """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
         start is an error (a wrong URL says so at once); one lost later is waited for."""
         self.check_name(self.connection())
+        if self.subreaper:
+            launcher.become_subreaper()
         done = []
         while True:
             job = self.next_job()
@@ -111,14 +118,14 @@ class Worker:
         logger.info("job %s (%s, tenant %s): attempt %s", job["id"], job["kind"], job["tenant"], job["attempts"])
         heartbeat = Heartbeat(self, int(job["id"]))
         heartbeat.start()
-        spent = cpu_seconds()
+        spent = self.cpu_seconds()
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         try:
             result = self.crafts(job, self.run_recorder(int(job["id"])))
         except (Interrupted, KeyboardInterrupt):  # this worker is stopping, not the job failing: another resumes it
             heartbeat.stop()
-            used = cpu_seconds() - spent
+            used = self.cpu_seconds() - spent
             self.with_db(lambda conn: queue.release(conn, int(job["id"]), self.name, used))
             logger.warning("job %s handed back to the queue: this worker was stopped", job["id"])
             raise
@@ -127,7 +134,7 @@ class Worker:
             error = exc.result()
         finally:
             heartbeat.stop()
-        used = cpu_seconds() - spent
+        used = self.cpu_seconds() - spent
         held = self.with_db(
             lambda conn: queue.finish(conn, int(job["id"]), self.name, result=result, error=error, cpu_seconds=used)
         )
@@ -135,6 +142,12 @@ class Worker:
             logger.warning("job %s was taken over by another worker: its end here is not recorded", job["id"])
         state = "failed" if error is not None else "done"
         return {"job": int(job["id"]), "state": state, "recorded": held, "run_id": (result or {}).get("run_id")}
+
+    def cpu_seconds(self) -> float:
+        """cpu_seconds(), the sandboxes' inits this worker inherited reaped first (their commands' time is theirs)."""
+        if self.subreaper:
+            launcher.reap_orphans()
+        return cpu_seconds()
 
     def run_recorder(self, job_id: int) -> Callable[[Event], None]:
         """An event sink that records the job's run id in its row when the run starts (a worker taking the job over
