@@ -18,6 +18,7 @@ import atexit
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -374,26 +375,28 @@ def parse_usage(usage: dict[str, Any]) -> Usage:
 
 def make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[ModuleType, Any]:
     """The SDK module (for its exception classes) and a client; SDKs are imported only when used. The client's HTTP
-    pool is the SDK's default one (DefaultHttpxClient), verifying TLS with tls_context()."""
+    pool is the SDK's default one (its DefaultHttpxClient), verifying TLS with tls_context()."""
+    sdk: ModuleType
+    make: Callable[..., Any]
     if endpoint.sdk == "groq":
         import groq
-        import httpx
 
-        pool = groq.DefaultHttpxClient(timeout=timeout, verify=tls_context(httpx.create_ssl_context))
-        return groq, groq.Groq(
-            api_key=endpoint.api_key,
-            base_url=endpoint.base_url,
-            timeout=timeout,
-            max_retries=retries,
-            http_client=pool,
-        )
-    import httpx2  # the openai SDK's HTTP library
-    import openai
+        sdk, make = groq, groq.Groq
+    else:
+        import openai
 
-    pool2 = openai.DefaultHttpxClient(timeout=timeout, verify=tls_context(httpx2.create_ssl_context))
-    return openai, openai.OpenAI(
-        api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries, http_client=pool2
+        sdk, make = openai, openai.OpenAI
+    pool = sdk.DefaultHttpxClient(timeout=timeout, verify=tls_context(http_library(sdk).create_ssl_context))
+    client = make(
+        api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries, http_client=pool
     )
+    return sdk, client
+
+
+def http_library(sdk: ModuleType) -> ModuleType:
+    """The HTTP library an SDK's clients are built on: httpx, or httpx2 for newer openai releases."""
+    base = next(k for k in sdk.DefaultHttpxClient.__mro__ if k.__name__ == "Client" and k.__module__ != sdk.__name__)
+    return sys.modules[base.__module__.partition(".")[0]]
 
 
 _TLS: dict[tuple[Any, str | None, str | None], ssl.SSLContext] = {}
