@@ -191,10 +191,13 @@ def _install_need(need: str, settings: config.Settings) -> dict[str, Any] | None
     """The tool a shared catalog holds for the same need, installed (signatures checked), or None. A catalog that
     fails in any way (its index, a fetch, nix copy, a signature, an entry's shape) is skipped with one warning and the
     next one asked: a catalog someone else owns never stops a craft."""
+    catalogs = settings.shared_catalogs()  # a tenant's: the organisation's, then its own
+    if not catalogs:  # none to ask: the installer (signatures, nix copy, its HTTP) is not loaded
+        return None
     from flakebot.deliver.install import find_need, install_from_catalog
     from flakebot.errors import FlakebotError
 
-    for catalog in settings.shared_catalogs():  # a tenant's: the organisation's, then its own
+    for catalog in catalogs:
         found = find_need(need, settings, only=catalog)
         if found is None:
             continue

@@ -17,11 +17,14 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flakebot.errors import ModelError
 from flakebot.events import waiting_on
@@ -32,6 +35,9 @@ from flakebot.llm.prices import Price, cost
 from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import Transcript
 from flakebot.redact import redact_text
+
+if TYPE_CHECKING:
+    import ssl
 
 logger = logging.getLogger(__name__)
 
@@ -368,18 +374,45 @@ def parse_usage(usage: dict[str, Any]) -> Usage:
 
 
 def make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[ModuleType, Any]:
-    """The SDK module (for its exception classes) and a client; SDKs are imported only when used."""
+    """The SDK module (for its exception classes) and a client; SDKs are imported only when used. The client's HTTP
+    pool is the SDK's default one (its DefaultHttpxClient), verifying TLS with tls_context()."""
+    sdk: ModuleType
+    make: Callable[..., Any]
     if endpoint.sdk == "groq":
         import groq
 
-        return groq, groq.Groq(
-            api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries
-        )
-    import openai
+        sdk, make = groq, groq.Groq
+    else:
+        import openai
 
-    return openai, openai.OpenAI(
-        api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries
+        sdk, make = openai, openai.OpenAI
+    pool = sdk.DefaultHttpxClient(timeout=timeout, verify=tls_context(http_library(sdk).create_ssl_context))
+    client = make(
+        api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries, http_client=pool
     )
+    return sdk, client
+
+
+def http_library(sdk: ModuleType) -> ModuleType:
+    """The HTTP library an SDK's clients are built on: httpx, or httpx2 for newer openai releases."""
+    base = next(k for k in sdk.DefaultHttpxClient.__mro__ if k.__name__ == "Client" and k.__module__ != sdk.__name__)
+    return sys.modules[base.__module__.partition(".")[0]]
+
+
+_TLS: dict[tuple[Any, str | None, str | None], ssl.SSLContext] = {}
+_TLS_LOCK = threading.Lock()  # its own: shared_client calls make_client holding _SHARED_LOCK
+
+
+def tls_context(make: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+    """The TLS context `make` (an SDK's HTTP library's create_ssl_context: the one its clients make by default, CA
+    bundle and SSL_CERT_FILE / SSL_CERT_DIR included) builds, made once per process and library: reading the CA
+    bundle took 50-70 ms per client, and a scripted craft makes one client per model stage. The same trust, read
+    once; a context verifies each connection itself and may serve many."""
+    key = (make, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    with _TLS_LOCK:
+        if key not in _TLS:
+            _TLS[key] = make()
+        return _TLS[key]
 
 
 _SHARED: dict[tuple[str, str | None, str, float, int], tuple[ModuleType, Any]] = {}

@@ -12,12 +12,13 @@ import re
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from flakebot.config import Settings
 from flakebot.errors import AcquireError
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,9 @@ class GitHub:
             "Authorization": f"Bearer {token}",
             "User-Agent": f"flakebot ({settings.contact})",
         }
+        # here, not at the top: every craft imports this module (acquisition), few fork; httpx is 0.1-0.2 s
+        import httpx
+
         self._client = httpx.Client(base_url=settings.github_api_url.rstrip("/"), headers=headers, timeout=30.0)
 
     def __enter__(self) -> GitHub:
@@ -111,6 +115,8 @@ class GitHub:
         raise AcquireError(f"GitHub refused to delete {full_name}: {_describe(response)}", fix=_fix_for(response))
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        import httpx
+
         try:
             return self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:

@@ -244,3 +244,30 @@ def test_sandbox_off_is_only_by_request_and_warned_on_every_run(workdir: Path, t
         if '"run_started"' in line
     ]
     assert sorted(e["data"]["sandbox"] for e in started) == ["off", "required"]
+
+
+def test_a_craft_never_loads_what_only_other_crafts_need(tmp_path: Path) -> None:
+    """flakebot's own seconds in a craft (benchmarks P1-own): an offline craft of a tool, no shared catalog set, through
+    the real CLI, with every stage module of the craft pipeline imported too, loads no httpx (only a fork on GitHub
+    asks over it here: 0.1-0.2 s of import) and not the installer of shared catalogs (after the catalog is asked)."""
+    code = (
+        "import atexit, importlib, sys\n"
+        "from flakebot.stages import CRAFT\n"
+        "def loaded():\n"
+        "    for stage in CRAFT:\n"
+        "        importlib.import_module(f'flakebot.stages.{stage.name}')\n"
+        "    unwanted = ('httpx', 'flakebot.deliver.install', 'flakebot.deliver.shared')\n"
+        "    print('loaded:', ' '.join(sorted(set(unwanted) & set(sys.modules))) or 'none')\n"
+        "atexit.register(loaded)\n"
+        "sys.argv = ['flakebot', *sys.argv[1:]]\n"
+        "from flakebot.cli.entry import main\n"
+        "main()\n"
+    )
+    offline = ["--registry", "local", "--offline", "--json"]
+    # to the spec stage (no catalog asked), and a whole craft's start (the catalog asked) stopped by a missing script
+    for model, more, status in ((SESSION, ["--stop-after", "spec"], "stopped"), (tmp_path / "none.json", [], None)):
+        argv = ["craft", "need a CSV deduper", "--model", f"scripted:{model}", *offline, *more]
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+        *printed, loaded = done.stdout.splitlines()
+        assert json.loads(printed[-1]).get("result", {}).get("status") == status, done.stderr[-2000:]
+        assert loaded == "loaded: none"

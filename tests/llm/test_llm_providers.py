@@ -243,3 +243,44 @@ def test_craft_with_an_unusable_model_stops_before_any_work(workdir: Path, model
     assert result.returncode == 30, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())
+
+
+@pytest.mark.parametrize("sdk", ["openai", "groq"])
+def test_model_clients_read_the_trust_store_once_and_still_check_certificates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sdk: str
+) -> None:
+    """Every client of an SDK verifies TLS with the one context its HTTP library makes by default, read once per
+    process (flakebot.llm.chat.tls_context: 50-70 ms a client). A model served over TLS with a certificate nobody
+    trusts is refused by every client; trusted through SSL_CERT_FILE (as the SDK's own default honours it), answered."""
+    import ssl
+
+    from flakebot.llm.chat import Endpoint, make_client
+    from tests.team.test_front import self_signed
+
+    cert, key = self_signed(tmp_path)
+    server = StubServer([])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server._httpd.socket = context.wrap_socket(server._httpd.socket, server_side=True)
+    url = server.url.replace("http://", "https://") + ("/v1" if sdk == "openai" else "")
+    endpoint = Endpoint(name=f"{sdk}:m", provider=sdk, model="m", sdk=sdk, api_key="k", base_url=url)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+
+    def models(client: object) -> list[str]:
+        return [m.id for m in client.models.list().data]  # type: ignore[attr-defined]
+
+    with server:
+        first, second = (make_client(endpoint, 10.0, 0) for _ in range(2))
+        pools = [client._client._transport._pool for _, client in (first, second)]  # the HTTP library's own
+        assert pools[0]._ssl_context is pools[1]._ssl_context
+        for module, client in (first, second):
+            with pytest.raises(module.APIConnectionError):
+                models(client)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusting = make_client(endpoint, 10.0, 0)[1]
+        assert models(trusting) == [server.script.model]
+        with pytest.raises(first[0].APIConnectionError):  # a client made before keeps the trust it was made with
+            models(first[1])
+        for _, client in (first, second, (None, trusting)):
+            client.close()
