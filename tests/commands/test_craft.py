@@ -253,9 +253,9 @@ def test_a_craft_never_loads_what_only_other_crafts_need(tmp_path: Path) -> None
     code = (
         "import atexit, importlib, sys\n"
         "from flakebot.stages import CRAFT\n"
+        "for stage in CRAFT:  # before the craft: a module importing concurrent.futures cannot once it has ended\n"
+        "    importlib.import_module(f'flakebot.stages.{stage.name}')\n"
         "def loaded():\n"
-        "    for stage in CRAFT:\n"
-        "        importlib.import_module(f'flakebot.stages.{stage.name}')\n"
         "    unwanted = ('httpx', 'flakebot.deliver.install', 'flakebot.deliver.shared')\n"
         "    print('loaded:', ' '.join(sorted(set(unwanted) & set(sys.modules))) or 'none')\n"
         "atexit.register(loaded)\n"
