@@ -15,9 +15,9 @@ Each sample, raw and iteration interleaved:
              edit_file with the same kind of one-line edit; the toolbox applies it and checks the frozen test;
              flakebot's verdict (`judge` of the edit stage: `cargo test --tests` as JSON, then the full `cargo test`
              once green) runs; the state is committed (the edit stage's WorkspaceGit, on the loop's thread beside the
-             step's report and the next model call; the raw run between samples edits the tree, so each iteration
-             here waits for its own commit at its end: only the report's seconds overlap it, where a run's next
-             model call, seconds long, hides it whole); the run's state.json is saved
+             step's report and the next model call); the run's state.json is saved. As in a run, a red iteration
+             waits for the commit the iteration before it left running (two steps in one loop, the second timed)
+             and the green one, a run's last, for its own
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
   green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
@@ -213,53 +213,67 @@ class Bench:
         spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
         return report
 
-    def loop(self) -> TimedLoop:
-        """One phase's EditLoop, as a run has one."""
-        self.spent: dict[str, float] = {}
+    def iteration(self, steps: int) -> dict[str, Any]:
+        """`steps` real EditLoop steps in one loop, as a run makes them, the last one timed: a red step waits for the
+        commit the step before it left running beside its model call, not for its own (the next model call hides
+        that); the green one, a run's last, waits for its own too. Its wall seconds and where they went."""
         transcript = Transcript(self.run.transcript_path)
-        toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
-        workspace = BenchWorkspace(Timed(self, "commit", self.spent, "commit_thread").commit, self.verdict(self.spent))
-        loop = TimedLoop(
-            None,  # type: ignore[arg-type]  # each iteration's own scripted model, set below
-            Timed(toolbox, "call", self.spent, "tools"),
-            workspace,
-            LoopLimits(5, 600),
-            BenchEvents(self.run, transcript),
-        )
-        loop.spent = self.spent
-        return loop
-
-    def iteration(self, loop: TimedLoop) -> dict[str, Any]:
-        """One real EditLoop step and the wait for its commit; its wall seconds and where they went."""
-        search, replace = self.next_edit()
-        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
-        turn = {"tool_calls": [call], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
-        self.script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
-        transcript = Transcript(self.run.transcript_path)
-        self.spent.clear()
-        model = resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
+        spent: dict[str, float] = {}
+        commits: list[float] = []  # each commit's own seconds, on the loop's thread
+        models = [self._model(transcript, n) for n in range(steps)]  # their stub servers started beforehand
         try:
-            loop.model = Timed(model, "complete", self.spent, "model")
+            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
+            workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent))
+            loop = TimedLoop(
+                models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
+                BenchEvents(self.run, transcript),
+            )  # fmt: skip
+            loop.spent = spent
             loop.messages = [
                 {"role": "system", "content": "Edit the crate."},
                 {"role": "user", "content": "Make the tests pass."},
             ]
-            start = time.perf_counter()
-            green = loop.step()
+            for model in models:
+                spent.clear()
+                loop.model = Timed(model, "complete", spent, "model")
+                start = time.perf_counter()
+                green = loop.step()
+                if green:
+                    loop.settle()  # the end of a run waits for its last commit
+                seconds = time.perf_counter() - start
+            timed = {"seconds": seconds, "green": green, **spent, "commit_thread": commits[0]}
             loop.settle()  # the raw run next edits the tree
-            seconds = time.perf_counter() - start
         finally:
-            model.close()
-        return {"seconds": seconds, "green": green, **self.spent}
+            for model in models:
+                model.close()
+        return timed
+
+    def _model(self, transcript: Transcript, n: int) -> Any:
+        """A scripted model whose one turn makes the next one-line edit (edit_file)."""
+        search, replace = self.next_edit()
+        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
+        turn = {"tool_calls": [call], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
+        script = self.script.with_name(f"script-{n}.json")
+        script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
+        return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
+
+    def _timed_commit(self, commits: list[float]) -> Callable[[str], str]:
+        def commit(message: str) -> str:
+            start = time.perf_counter()
+            try:
+                return self.commit(message)
+            finally:
+                commits.append(time.perf_counter() - start)
+
+        return commit
 
 
 def _phase(bench: Bench, main_rs: str, samples: int, want_green: bool) -> dict[str, Any]:
     bench.use(main_rs)
-    loop = bench.loop()
     raws, iterations = [], []
     for _ in range(samples):
         raws.append(bench.raw())
-        iterations.append(bench.iteration(loop))
+        iterations.append(bench.iteration(1 if want_green else 2))
         if iterations[-1]["green"] != want_green:
             raise RuntimeError(f"expected a {'green' if want_green else 'red'} iteration, got {iterations[-1]}")
     return _figures(raws, iterations)
