@@ -272,7 +272,7 @@ def loop_green(r: Results) -> dict[str, Any]:
         "last (green) edit-loop iteration / its cargo test",
         green.ratio,
         "x",
-        loop.goal_ratio,
+        loop.goal_green,
         "<=",
         measured,
         gap,

@@ -14,16 +14,19 @@ Each sample, raw and iteration interleaved:
   iteration  `EditLoop.step()`: the scripted model (behind the stub server, through the real openai SDK) sends
              edit_file with the same kind of one-line edit; the toolbox applies it and checks the frozen test;
              flakebot's verdict (`judge` of the edit stage: `cargo test --tests` as JSON, then the full `cargo test`
-             once green) runs; the state is committed; the run's state.json is saved
+             once green) runs; the state is committed (the edit stage's WorkspaceGit, on the loop's thread beside the
+             step's report and the next model call); the run's state.json is saved. As in a run, a red iteration
+             waits for the commit the iteration before it left running (two steps in one loop, the second timed)
+             and the green one, a run's last, for its own
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
   green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
          a crate with a library would need for its doc tests)
 
-Ratio (goal <= 1.05): per iteration, its seconds against the seconds of the (first) cargo test it ran, measured in the same
+Ratio (goal <= 1.05, the green iteration's <= 1.1): per iteration, its seconds against the seconds of the (first) cargo test it ran, measured in the same
 moment (on a shared machine consecutive `cargo test` runs differ by more than flakebot's overhead, so two separate
 medians cannot resolve it); the median over the samples. The median sample's seconds are split into model call,
-tools, cargo, the git commit and the rest, so the overhead has a name. The raw `cargo test` after the same edit
+tools, cargo, the wait for the git commit (and the commit's own seconds beside) and the rest, so the overhead has a name. The raw `cargo test` after the same edit
 is set beside the verdict's cargo (median and range): it checks that the verdict's cargo is the same work.
 """
 
@@ -39,12 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import git
-
 from flakebot.agent.acceptance import Frozen, write_acceptance_test
 from flakebot.agent.loop import EditLoop, LoopLimits, Verdict
 from flakebot.agent.tools import Toolbox
 from flakebot.agent.verdict import make_verdict
+from flakebot.agent.workspace import WorkspaceGit
 from flakebot.cargo.diagnostics import run_cargo
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -59,6 +61,7 @@ from flakebot.stages.edit import example_runner
 from flakebot.toolspec import ToolSpec
 
 GOAL_RATIO = 1.05
+GOAL_GREEN = 1.1  # the last iteration also runs every example on the built binary (issue 45: P2g at most 1.1)
 SESSION = Path(__file__).resolve().parents[2] / "flakebot/data/sessions/csv-dedup.json"
 
 
@@ -116,6 +119,19 @@ class BenchEvents:
         self.run.save()
 
 
+class TimedLoop(EditLoop):
+    """The edit stage's loop, the seconds it waits for a commit made on its thread added to `spent["commit"]`."""
+
+    spent: dict[str, float]
+
+    def settle(self) -> None:
+        start = time.perf_counter()
+        try:
+            super().settle()
+        finally:
+            self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
+
+
 class Bench:
     """One workspace, sandbox, cargo and run, shared by every sample."""
 
@@ -131,7 +147,7 @@ class Bench:
     def create(self) -> None:
         """The session's crate: new binary crate on csv, clap added as the model asked, the frozen acceptance test."""
         new_crate(self.spec.name, self.crate, library=local_registry(self.settings).get("csv"), settings=self.settings)
-        self.repo = git.Repo(self.crate)
+        self.git = WorkspaceGit(self.crate)
         self.cargo = Cargo.for_run(self.settings, self.target)
         store = loop_plan(self.settings, self.cargo)  # the edit stage's profile and registry path, when it has them
         registry = self.cargo.registry_dir
@@ -153,11 +169,8 @@ class Bench:
         run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)
 
     def commit(self, message: str) -> str:
-        """The edit stage's commit: everything, only when something changed."""
-        self.repo.git.add("-A")
-        if self.repo.is_dirty(index=True):
-            self.repo.index.commit(message)
-        return str(self.repo.head.commit.hexsha)
+        """The edit stage's commit (WorkspaceGit): everything, only when something changed."""
+        return self.git.commit(message)
 
     def next_edit(self) -> tuple[str, str]:
         self.edits += 1
@@ -200,35 +213,59 @@ class Bench:
         spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
         return report
 
-    def iteration(self) -> dict[str, Any]:
-        """One real EditLoop step; its wall seconds and where they went."""
-        search, replace = self.next_edit()
-        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
-        turn = {"tool_calls": [call], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
-        self.script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
+    def iteration(self, steps: int) -> dict[str, Any]:
+        """`steps` real EditLoop steps in one loop, as a run makes them, the last one timed: a red step waits for the
+        commit the step before it left running beside its model call, not for its own (the next model call hides
+        that); the green one, a run's last, waits for its own too. Its wall seconds and where they went."""
         transcript = Transcript(self.run.transcript_path)
         spent: dict[str, float] = {}
-        model = resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
+        commits: list[float] = []  # each commit's own seconds, on the loop's thread
+        models = [self._model(transcript, n) for n in range(steps)]  # their stub servers started beforehand
         try:
             toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
-            workspace = BenchWorkspace(Timed(self, "commit", spent, "commit").commit, self.verdict(spent))
-            loop = EditLoop(
-                Timed(model, "complete", spent, "model"),
-                Timed(toolbox, "call", spent, "tools"),
-                workspace,
-                LoopLimits(5, 600),
+            workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent))
+            loop = TimedLoop(
+                models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
                 BenchEvents(self.run, transcript),
-            )
+            )  # fmt: skip
+            loop.spent = spent
             loop.messages = [
                 {"role": "system", "content": "Edit the crate."},
                 {"role": "user", "content": "Make the tests pass."},
             ]
-            start = time.perf_counter()
-            green = loop.step()
-            seconds = time.perf_counter() - start
+            for model in models:
+                spent.clear()
+                loop.model = Timed(model, "complete", spent, "model")
+                start = time.perf_counter()
+                green = loop.step()
+                if green:
+                    loop.settle()  # the end of a run waits for its last commit
+                seconds = time.perf_counter() - start
+            timed = {"seconds": seconds, "green": green, **spent, "commit_thread": commits[0]}
+            loop.settle()  # the raw run next edits the tree
         finally:
-            model.close()
-        return {"seconds": seconds, "green": green, **spent}
+            for model in models:
+                model.close()
+        return timed
+
+    def _model(self, transcript: Transcript, n: int) -> Any:
+        """A scripted model whose one turn makes the next one-line edit (edit_file)."""
+        search, replace = self.next_edit()
+        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
+        turn = {"tool_calls": [call], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
+        script = self.script.with_name(f"script-{n}.json")
+        script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
+        return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
+
+    def _timed_commit(self, commits: list[float]) -> Callable[[str], str]:
+        def commit(message: str) -> str:
+            start = time.perf_counter()
+            try:
+                return self.commit(message)
+            finally:
+                commits.append(time.perf_counter() - start)
+
+        return commit
 
 
 def _phase(bench: Bench, main_rs: str, samples: int, want_green: bool) -> dict[str, Any]:
@@ -236,7 +273,7 @@ def _phase(bench: Bench, main_rs: str, samples: int, want_green: bool) -> dict[s
     raws, iterations = [], []
     for _ in range(samples):
         raws.append(bench.raw())
-        iterations.append(bench.iteration())
+        iterations.append(bench.iteration(1 if want_green else 2))
         if iterations[-1]["green"] != want_green:
             raise RuntimeError(f"expected a {'green' if want_green else 'red'} iteration, got {iterations[-1]}")
     return _figures(raws, iterations)
@@ -250,6 +287,7 @@ def _figures(raws: list[float], iterations: list[dict[str, Any]]) -> dict[str, A
     middle = sorted(iterations, key=lambda i: i["seconds"] / i["cargo_first"])[len(iterations) // 2]
     parts = {key: round(middle.get(key, 0.0), 4) for key in ("model", "tools", "cargo", "commit", "examples")}
     parts["other"] = round(middle["seconds"] - sum(parts.values()), 4)
+    parts["commit_thread"] = round(middle.get("commit_thread", 0.0), 4)  # the commit's own seconds, mostly overlapped
     return {
         "iteration_s": round(statistics.median(i["seconds"] for i in iterations), 3),
         "verdict_cargo_s": round(statistics.median(i["cargo_first"] for i in iterations), 3),
@@ -287,7 +325,8 @@ def run(samples: int = 7) -> dict[str, Any]:
         "green": green,
         "ratio": red["ratio"],
         "goal_ratio": GOAL_RATIO,
-        "met": red["ratio"] <= GOAL_RATIO and green["ratio"] <= GOAL_RATIO,
+        "goal_green": GOAL_GREEN,
+        "met": red["ratio"] <= GOAL_RATIO and green["ratio"] <= GOAL_GREEN,
     }
 
 
@@ -320,6 +359,7 @@ class LoopResult:
     ratio: float
     goal_ratio: float
     met: bool
+    goal_green: float = GOAL_GREEN
 
 
 RESULT = LoopResult

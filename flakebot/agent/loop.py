@@ -3,7 +3,9 @@
 run -> step -> query -> execute -> verdict
   limits (iterations, wall time, tokens/cost) are checked before every model call;
   after a step that changed files flakebot runs the tests itself and shows the model the result;
-  a state no worse than the best so far is committed, and the best is restored at the end;
+  a state no worse than the best so far is committed, and the best is restored at the end; the commit runs on a
+  thread beside the step's report and the next model call (nothing touches the tree then), and is settled before
+  the next tool call or verdict, a restore, and the end of the run;
   the same edit or the same failures three times in a row stops the loop;
   `workspace.guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
@@ -15,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,6 +101,28 @@ class LoopResult:
         return asdict(self)
 
 
+class PendingCommit:
+    """A commit made on a thread while the loop goes on; `sha()` waits for it (and raises what it raised)."""
+
+    def __init__(self, commit: Callable[[str], str], message: str) -> None:
+        self._sha = ""
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._make, args=(commit, message), name="loop-commit", daemon=True)
+        self._thread.start()
+
+    def _make(self, commit: Callable[[str], str], message: str) -> None:
+        try:
+            self._sha = commit(message)
+        except BaseException as exc:  # handed to the loop's thread by sha()
+            self._error = exc
+
+    def sha(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._sha
+
+
 class StopLoop(Exception):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
@@ -122,6 +148,7 @@ class EditLoop:
         self._recent_edits: list[str] = []
         self._recent_failures: list[str] = []
         self._started = 0.0
+        self._pending: PendingCommit | None = None
 
     def run(self, system: str, task: str, baseline: Verdict) -> LoopResult:
         self._started = time.monotonic()
@@ -143,9 +170,18 @@ class EditLoop:
         except ModelError as exc:
             self.result.status, self.result.error, self.result.fix = "model_error", exc.message, exc.fix
         finally:
-            if not self.result.green and self.result.best_commit:
-                self.workspace.restore(self.result.best_commit)
+            try:
+                self.settle()
+            finally:
+                if not self.result.green and self.result.best_commit:
+                    self.workspace.restore(self.result.best_commit)
         return self.result
+
+    def settle(self) -> None:
+        """Wait for the commit still being made (if any): its sha becomes the best commit."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.result.best_commit = pending.sha()
 
     def _check_limits(self) -> None:
         if self.result.iterations >= self.limits.max_iterations:
@@ -198,6 +234,7 @@ class EditLoop:
             return "flakebot is running the tests to check.", False, True
         if call.name in EDIT_TOOLS:
             self._note_edit(call)
+        self.settle()  # the tool may change the tree (or run cargo on it): the last good state is committed first
         outcome = self.toolbox.call(call.name, call.arguments)
         text = outcome.text
         self.workspace.guard()  # a tool's cargo run executes model code: check before anything is committed
@@ -219,16 +256,16 @@ class EditLoop:
             raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
 
     def _judge(self) -> Verdict:
+        self.settle()  # after a step of only `done`: the verdict's cargo runs in the tree the commit reads
         verdict = self.workspace.verdict()
         self.workspace.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
         self.events.record(
             "verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key
         )
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
-            self._remember(
-                verdict,
-                self.workspace.commit(f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"),
-            )
+            message = f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"
+            self._pending = PendingCommit(self.workspace.commit, message)  # settled before anything touches the tree
+            self._remember(verdict, self.result.best_commit)
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
         if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:
             raise StopLoop("loop_detected", f"the same failures {REPEAT_LIMIT} times in a row")

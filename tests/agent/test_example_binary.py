@@ -116,3 +116,15 @@ def test_examples_run_together_each_with_its_own_files_and_failures_keep_their_n
     failed = [line for line in verdict.summary.splitlines() if line.startswith("example ")]
     assert [line.split(" (")[0] for line in failed] == ["example 2", "example 4"]
     assert "'TWO\\n'" in failed[0] and "'FOUR\\n'" in failed[1]
+
+
+def test_a_specs_six_examples_run_in_one_wave() -> None:
+    """Every example of a spec (3 to 6) is under way before any of them ends: with fewer at once, the last waited
+    for the first (the barrier below breaks)."""
+    from threading import Barrier
+
+    from flakebot.agent.acceptance import each_example
+
+    examples = [Example(description=f"e{n}", args=[str(n)], stdout="") for n in range(6)]
+    barrier = Barrier(len(examples), timeout=10)
+    assert each_example(lambda e: (barrier.wait(), e.args[0])[1], examples) == [str(n) for n in range(6)]
