@@ -499,24 +499,29 @@ def built_with_a_dependency(home: Path, input_addressed: bool = False) -> tuple[
     return tool, refs.stdout.split()[0]
 
 
-@pytest.mark.slow
-def test_an_unsigned_path_in_the_closure_is_refused(a: Publisher, tmp_path: Path) -> None:
-    """The cache owner strips the signature of a content-addressed path in the tool's closure: Nix lets it in,
-    flakebot checks the whole closure and refuses."""
-    cache = copy_of(a, tmp_path)
-    tool, dep = built_with_a_dependency(tmp_path)
+def catalogue_deps(a: Publisher, tool: str, flake: Path) -> None:
+    """`tool` catalogued as "deps" in A's catalog, as a craft would leave it (in A's own process and settings)."""
     code = textwrap.dedent(
         f"""
         from pathlib import Path
         from flakebot import config
         from flakebot.deliver.catalog import Catalog
-        flake = Path({str(tmp_path / "flake")!r}); flake.mkdir(); (flake / "flake.nix").write_text("{{}}\\n")
+        flake = Path({str(flake)!r}); flake.mkdir(); (flake / "flake.nix").write_text("{{}}\\n")
         Catalog.open(config.load()).add("deps", need="need deps", flake_dir=flake, manifest={{"name": "deps",
             "summary": "deps", "main_program": "deps", "store_path": {tool!r}}}, usage_md="# deps\\n",
             store_path={tool!r}, run_id="test", origin={{}})
         """
     )
     subprocess.run([sys.executable, "-c", code], env=a.env, check=True, timeout=60)
+
+
+@pytest.mark.slow
+def test_an_unsigned_path_in_the_closure_is_refused(a: Publisher, tmp_path: Path) -> None:
+    """The cache owner strips the signature of a content-addressed path in the tool's closure: Nix lets it in,
+    flakebot checks the whole closure and refuses."""
+    cache = copy_of(a, tmp_path)
+    tool, dep = built_with_a_dependency(tmp_path)
+    catalogue_deps(a, tool, tmp_path / "flake")
     publish(a.env, cache, "deps")
     info = cache / f"{Path(dep).name.split('-')[0]}.narinfo"
     info.write_text("".join(line for line in info.read_text().splitlines(True) if not line.startswith("Sig:")))
@@ -535,18 +540,7 @@ def test_a_held_input_addressed_path_another_key_signed_is_refused(a: Publisher,
     asks A's cache for its signature over that content, and refuses."""
     cache = copy_of(a, tmp_path)
     tool, dep = built_with_a_dependency(tmp_path, input_addressed=True)
-    code = textwrap.dedent(
-        f"""
-        from pathlib import Path
-        from flakebot import config
-        from flakebot.deliver.catalog import Catalog
-        flake = Path({str(tmp_path / "flake")!r}); flake.mkdir(); (flake / "flake.nix").write_text("{{}}\\n")
-        Catalog.open(config.load()).add("deps", need="need deps", flake_dir=flake, manifest={{"name": "deps",
-            "summary": "deps", "main_program": "deps", "store_path": {tool!r}}}, usage_md="# deps\\n",
-            store_path={tool!r}, run_id="test", origin={{}})
-        """
-    )
-    subprocess.run([sys.executable, "-c", code], env=a.env, check=True, timeout=60)
+    catalogue_deps(a, tool, tmp_path / "flake")
     publish(a.env, cache, "deps")
     signed = shutil.copytree(cache, tmp_path / "signed")  # as published: A signed the dependency there
     info = cache / f"{Path(dep).name.split('-')[0]}.narinfo"
