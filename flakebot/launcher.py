@@ -38,7 +38,6 @@ every other module (git included: flakebot.source.safegit runs the git program t
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import logging
 import os
@@ -230,6 +229,8 @@ def become_subreaper() -> bool:
     that their CPU-seconds reach its RUSAGE_CHILDREN once reap_orphans() waits for them; whether the kernel agreed
     (Linux only). For a process that counts its children's CPU and calls reap_orphans() between jobs: whatever a
     child leaves running stays this process's child until it ends."""
+    import ctypes  # here, not at the top: a service's supervisor starts processes through this module (its memory, S5)
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
