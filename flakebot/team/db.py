@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from flakebot.redact import redact_text
+from flakebot.redact import REDACTED, redact_text
 from flakebot.team import dburl
 
 if TYPE_CHECKING:
@@ -99,7 +99,21 @@ ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
 
 def shown(url: str) -> str:
     """`url` as a log line or an error may say it: its password (and any key-shaped text) redacted."""
-    return _redacted(url, url) if url else "(libpq's PG* environment)"
+    if not url:
+        return "(libpq's PG* environment)"
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parsed = conninfo_to_dict(url)
+    except ProgrammingError:
+        return _redacted(url, url)
+    if not any(parsed.get(key) for key in dburl.SECRETS):
+        return _redacted(url, url)
+    # said as libpq read it, its secrets left out: a short one spelled as libpq also reads it (a %-escaped key,
+    # spaces around '=') is neither long enough to be replaced wherever it appears nor matched by a pattern
+    said = " ".join(f"{key}={REDACTED if key in dburl.SECRETS else value}" for key, value in parsed.items())
+    return _redacted(said, url)
 
 
 def _redacted(text: str, url: str) -> str:
@@ -107,8 +121,8 @@ def _redacted(text: str, url: str) -> str:
     connection string's quotes), which no general pattern of flakebot.redact covers."""
     from flakebot.redact import MIN_SECRET_LENGTH, secret_values
 
-    secret = dburl.password(url) or ""
-    return redact_text(text, [*([secret] if len(secret) >= MIN_SECRET_LENGTH else []), *secret_values()])
+    own = [secret for secret in dburl.passwords(url) if len(secret) >= MIN_SECRET_LENGTH]
+    return redact_text(text, [*sorted(own, key=len, reverse=True), *secret_values()])
 
 
 def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> psycopg.Connection[dict[str, object]]:
