@@ -298,10 +298,12 @@ class TeamMCP(FlakebotMCP):
             self._rows.pop((principal.tenant, enqueued.job_id), None)
         return enqueued
 
-    def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+    def job_row(self, ctx: Any, job_id: int, *, as_caller: bool = True) -> dict[str, Any] | None:
         """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
         job (held status calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one
-        tenant holds, so they cannot crowd the front's one connection every call's admission waits on."""
+        tenant holds, so they cannot crowd the front's one connection every call's admission waits on. `as_caller`
+        False: the job's own state, not 'cancelled' for a caller who left it (the watcher, which watches for every
+        follower on this front)."""
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return None
@@ -315,14 +317,14 @@ class TeamMCP(FlakebotMCP):
                 if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
                     self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
                 self._rows[(tenant, job_id)] = (time.monotonic(), row)
-        return self._handed(ctx, row)
+        return self._handed(ctx, row, as_caller=as_caller)
 
-    def _handed(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _handed(self, ctx: Any, row: dict[str, Any] | None, *, as_caller: bool = True) -> dict[str, Any] | None:
         """A job's row as the caller is handed it: cancelled for a caller who left it (queued.seen_by), and its result
         vouched for by this front's catalog (the row names, the catalog tells: queued.vouched)."""
         from flakebot.mcp import queued
 
-        principal = self.principal(ctx)
+        principal = self.principal(ctx) if as_caller else None
         if row is not None and principal is not None:
             row = queued.seen_by(row, principal.name)
         return queued.vouched(row, self.settings(ctx), fetch=self.fetch_tool)
@@ -409,7 +411,8 @@ class TeamMCP(FlakebotMCP):
             while time.monotonic() < deadline:
                 await anyio.sleep(WATCH_SECONDS)
                 try:
-                    row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                    # the job's own end: the first watcher's ctx may be of an agent who left it since
+                    row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id, as_caller=False))
                 except FlakebotError as exc:  # the database is away for now: look again later
                     logger.info("job %s not watched this time: %s", job_id, exc.one_line())
                     continue
