@@ -175,14 +175,14 @@ class TeamMCP(FlakebotMCP):
             self.sessions.remember(session_id, tenant, ctx.session, lambda: store.verify(str(token)) is not None)
         return await call_next(ctx)
 
-    async def tools_changed(self, ctx: Any) -> None:
+    async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
         """The caller's tenant's catalog changed: its own session hears it now, each other open session of its
         tenant on this front soon after (in the background: a slow client does not hold the caller's answer), no
-        other tenant's."""
+        other tenant's. `tenant`: the caller's, taken earlier (a job's watcher: ctx's token may be gone since)."""
         from flakebot.mcp.server import _tools_changed
 
         await _tools_changed(ctx)
-        tenant = self.tenant(ctx)
+        tenant = tenant or self.tenant(ctx)
         others = self.sessions.of(tenant, _session_id(ctx)) if tenant is not None else []
         if not others:
             return
@@ -298,33 +298,35 @@ class TeamMCP(FlakebotMCP):
             self._rows.pop((principal.tenant, enqueued.job_id), None)
         return enqueued
 
-    def job_row(self, ctx: Any, job_id: int, *, as_caller: bool = True) -> dict[str, Any] | None:
-        """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
-        job (held status calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one
-        tenant holds, so they cannot crowd the front's one connection every call's admission waits on. `as_caller`
-        False: the job's own state, not 'cancelled' for a caller who left it (the watcher, which watches for every
-        follower on this front)."""
+    def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+        """The job's row as the caller sees it (_handed), read at most ROW_FRESH seconds ago (_kept_row)."""
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return None
+        return self._handed(ctx, self._kept_row(tenant, job_id))
+
+    def _kept_row(self, tenant: str, job_id: int) -> dict[str, Any] | None:
+        """The tenant's job's row, read at most ROW_FRESH seconds ago: the calls following one job (held status
+        calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one tenant holds, so
+        they cannot crowd the front's one connection every call's admission waits on."""
+        assert self.queue is not None
         with self._rows_lock:
             now = time.monotonic()
             read = self._rows.get((tenant, job_id))
             if read is not None and now - read[0] < ROW_FRESH:
-                row = read[1]
-            else:
-                row = self.queue.job(tenant, job_id)
-                if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
-                    self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
-                self._rows[(tenant, job_id)] = (time.monotonic(), row)
-        return self._handed(ctx, row, as_caller=as_caller)
+                return read[1]
+            row = self.queue.job(tenant, job_id)
+            if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
+                self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
+            self._rows[(tenant, job_id)] = (time.monotonic(), row)
+            return row
 
-    def _handed(self, ctx: Any, row: dict[str, Any] | None, *, as_caller: bool = True) -> dict[str, Any] | None:
+    def _handed(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """A job's row as the caller is handed it: cancelled for a caller who left it (queued.seen_by), and its result
         vouched for by this front's catalog (the row names, the catalog tells: queued.vouched)."""
         from flakebot.mcp import queued
 
-        principal = self.principal(ctx) if as_caller else None
+        principal = self.principal(ctx)
         if row is not None and principal is not None:
             row = queued.seen_by(row, principal.name)
         return queued.vouched(row, self.settings(ctx), fetch=self.fetch_tool)
@@ -397,12 +399,18 @@ class TeamMCP(FlakebotMCP):
         session = _session_id(ctx)
         if self.jobs is None or not session:  # a stateless request: no session is left to tell once it answered
             return
+        tenant = self.tenant(ctx)
+        if tenant is None or self.queue is None:  # no tenant's call: no job of its to watch
+            return
         watching = self._watchers.setdefault(job_id, {})
         watching.setdefault(session, ctx)
         if len(watching) == 1:
-            self.jobs.start_soon(self._notify_job_done, ctx, job_id)
+            self.jobs.start_soon(self._notify_job_done, ctx, job_id, tenant, self.settings(ctx))
 
-    async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
+    async def _notify_job_done(self, ctx: Any, job_id: int, tenant: str, settings: config.Settings) -> None:
+        """The watcher of one job for every follower on this front: its tenant and catalog are taken when it starts,
+        and the job's own end read (not as ctx's principal sees it: that first follower may leave the job, or its
+        token be revoked or expire, while the others still follow it)."""
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
 
@@ -411,15 +419,16 @@ class TeamMCP(FlakebotMCP):
             while time.monotonic() < deadline:
                 await anyio.sleep(WATCH_SECONDS)
                 try:
-                    # the job's own end: the first watcher's ctx may be of an agent who left it since
-                    row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id, as_caller=False))
+                    row = await anyio.to_thread.run_sync(
+                        lambda: queued.vouched(self._kept_row(tenant, job_id), settings, fetch=self.fetch_tool)
+                    )
                 except FlakebotError as exc:  # the database is away for now: look again later
                     logger.info("job %s not watched this time: %s", job_id, exc.one_line())
                     continue
                 ended = queued.outcome(row) if row is not None else {}
                 if ended is not None:
                     if _catalogued((ended or {}).get("result") or {}):
-                        await self.tools_changed(ctx)  # the watchers' sessions are all of ctx's tenant
+                        await self.tools_changed(ctx, tenant)  # the watchers' sessions are all of ctx's tenant
                     return
         finally:
             self._watchers.pop(job_id, None)

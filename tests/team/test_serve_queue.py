@@ -597,8 +597,8 @@ def handle_of(row: dict[str, Any]) -> str:
     return f"job-{row['id']}"
 
 
-async def _left_then_done(url: str, alice: str, carol: str, database: str) -> bool:
-    """alice's detached craft, joined by carol's; alice leaves it (tasks/cancel); the job then ends having catalogued
+async def _first_follower_gone(url: str, alice: str, carol: str, database: str, gone: Any) -> bool:
+    """alice's detached craft, joined by carol's; `gone(alice's session, job)`; the job then ends having catalogued
     its tool: whether carol's session was told the tool list changed."""
     import anyio
     import mcp_types as types
@@ -617,9 +617,8 @@ async def _left_then_done(url: str, alice: str, carol: str, database: str) -> bo
         async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
             joined = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
             assert joined["run_id"] == job and joined["joined"] is True, joined
-            left = await anyio.to_thread.run_sync(mine.ask, "tasks/cancel", {"taskId": job})
-            assert left["result"]["status"] == "cancelled", left  # alice's task alone: carol still follows the job
-            await asyncio.sleep(6)  # the front reads the queued row at least once after alice left it (every 5 s)
+            await anyio.to_thread.run_sync(gone, mine, job)
+            await asyncio.sleep(6)  # the front reads the queued row at least once since (every 5 s)
             with db.connect(database) as conn:  # its worker's end (the catalogued tool's name, as a worker says it)
                 done = {"status": "crafted", "name": "csv-dedup", "version": "0.1.0"}
                 conn.execute(
@@ -634,12 +633,23 @@ async def _left_then_done(url: str, alice: str, carol: str, database: str) -> bo
     return False
 
 
-def test_a_job_one_follower_left_still_tells_the_others_its_tool_list_changed(
-    flakebot_home: Path, database: str
+def _leave(mine: Session, job: str) -> None:
+    left = mine.ask("tasks/cancel", {"taskId": job})
+    assert left["result"]["status"] == "cancelled", left  # alice's task alone: carol still follows the job
+
+
+def _revoke(mine: Session, job: str) -> None:
+    run_cli("token", "revoke", "alice", check=True)
+
+
+@pytest.mark.parametrize("gone", [_leave, _revoke], ids=["left", "revoked"])
+def test_a_job_its_first_follower_left_still_tells_the_others_its_tool_list_changed(
+    flakebot_home: Path, database: str, gone: Any
 ) -> None:
-    """The front watches a detached queued craft's end once per job, reading it as its first follower on this front
-    sees it: once that follower left the job (tasks/cancel while another agent follows it), it read 'cancelled' and
-    stopped watching, so the agents still following were never told the tool list changed when the job ended."""
+    """The front watches a detached queued craft's end once per job, through the call of its first follower on this
+    front: once that follower left the job (tasks/cancel while another agent follows it) it read 'cancelled', once
+    its token was revoked (or a JWT expired) it read no job, and stopped watching either way, so the agents still
+    following were never told the tool list changed when the job ended."""
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     with serving(database=database) as url:
-        assert asyncio.run(_left_then_done(url, alice, carol, database)), "carol was never told"
+        assert asyncio.run(_first_follower_gone(url, alice, carol, database, gone)), "carol was never told"
