@@ -97,17 +97,16 @@ ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
 """
 
 
+UNREADABLE = "(a URL or connection string libpq cannot read, not shown: it may hold a password)"
+
+
 def shown(url: str) -> str:
     """`url` as a log line or an error may say it: its password (and any key-shaped text) redacted."""
     if not url:
         return "(libpq's PG* environment)"
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        parsed = conninfo_to_dict(url)
-    except ProgrammingError:
-        return _redacted(url, url)
+    parsed = dburl.parsed(url)
+    if parsed is None:  # its password, if any, is none libpq could name: nothing of it is said
+        return UNREADABLE
     if not any(parsed.get(key) for key in dburl.SECRETS):
         return _redacted(url, url)
     # said as libpq read it, its secrets left out: a short one spelled as libpq also reads it (a %-escaped key,
@@ -140,8 +139,10 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
         )
         conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}s'")
     except psycopg.Error as exc:
+        # libpq's complaint about a URL it cannot read quotes the piece it stopped at, maybe of the password
+        why = _redacted(_first_line(exc), url) if dburl.parsed(url) is not None else "libpq cannot read its URL"
         raise HostError(
-            f"cannot reach the team database {shown(url)}: {_redacted(_first_line(exc), url)}",
+            f"cannot reach the team database {shown(url)}: {why}",
             fix="check that PostgreSQL runs there and the URL (or PGHOST, PGUSER, ~/.pgpass) is right",
         ) from None
     migrate(conn)

@@ -38,16 +38,24 @@ def passwords(url: str, *, flag: bool = False) -> list[str]:
     """The secrets a URL or libpq connection string carries, its password and its client key's sslpassword ([]:
     none, or libpq cannot parse it). `flag`: an unparseable value is refused in one line that does not echo it (it
     may hold a password)."""
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        found = conninfo_to_dict(url)
-    except ProgrammingError:  # its message may quote a piece of the URL (a bad %-escape in the password): not said
+    found = parsed(url)
+    if found is None:
         if flag:
             raise UsageError(
                 "--database is not a PostgreSQL URL or connection string libpq reads",
                 fix="pass postgresql://USER@HOST:PORT/DB (the password in ~/.pgpass), or the URL in " + ENV,
-            ) from None
+            )
         return []
     return [str(found[key]) for key in SECRETS if found.get(key)]
+
+
+def parsed(url: str) -> dict[str, str] | None:
+    """The URL's or connection string's parameters as libpq reads them; None when libpq cannot read it (its
+    message is not kept: it may quote a piece of the password, a bad %-escape or an unterminated quote)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    except ProgrammingError:
+        return None
