@@ -107,12 +107,12 @@ def shown(url: str) -> str:
     parsed = dburl.parsed(url)
     if parsed is None:  # its password, if any, is none libpq could name: nothing of it is said
         return UNREADABLE
-    if not any(parsed.get(key) for key in dburl.SECRETS):
-        return _redacted(url, url)
-    # said as libpq read it, its secrets left out: a short one spelled as libpq also reads it (a %-escaped key,
-    # spaces around '=') is neither long enough to be replaced wherever it appears nor matched by a pattern
-    said = " ".join(f"{key}={REDACTED if key in dburl.SECRETS else value}" for key, value in parsed.items())
-    return _redacted(said, url)
+    said = _redacted(url, url)
+    if dburl.parsed(said) is not None and all(secret == REDACTED for secret in dburl.passwords(said)):
+        return said  # libpq reads no secret in what is said
+    # a short password spelled as libpq also reads it (a %-escaped key, spaces around '=') is neither long enough to
+    # be replaced wherever it appears nor matched by a pattern: said as libpq read it, its secrets left out
+    return _redacted(" ".join(f"{k}={REDACTED if k in dburl.SECRETS else v}" for k, v in parsed.items()), url)
 
 
 def _redacted(text: str, url: str) -> str:
