@@ -399,23 +399,28 @@ class TeamMCP(FlakebotMCP):
         session = _session_id(ctx)
         if self.jobs is None or not session:  # a stateless request: no session is left to tell once it answered
             return
-        tenant = self.tenant(ctx)
-        if tenant is None or self.queue is None:  # no tenant's call: no job of its to watch
-            return
         watching = self._watchers.setdefault(job_id, {})
         watching.setdefault(session, ctx)
         if len(watching) == 1:
-            self.jobs.start_soon(self._notify_job_done, ctx, job_id, tenant, self.settings(ctx))
+            self.jobs.start_soon(self._notify_job_done, ctx, job_id)
 
-    async def _notify_job_done(self, ctx: Any, job_id: int, tenant: str, settings: config.Settings) -> None:
-        """The watcher of one job for every follower on this front: its tenant and catalog are taken when it starts,
-        and the job's own end read (not as ctx's principal sees it: that first follower may leave the job, or its
-        token be revoked or expire, while the others still follow it)."""
+    async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
+        """The watcher of one job for every follower on this front: its tenant and catalog are taken when it starts
+        (in a thread: verifying a token may read the store), and the job's own end read, not as ctx's principal sees
+        it (that first follower may leave the job, or its token be revoked or expire, while the others follow it)."""
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
 
         deadline = time.monotonic() + WATCH_HOURS * 3600
         try:
+            try:
+                tenant = await anyio.to_thread.run_sync(self.tenant, ctx)
+                settings = await anyio.to_thread.run_sync(self.settings, ctx) if tenant is not None else None
+            except FlakebotError as exc:  # its token gone already: no tenant's job left to watch for it
+                logger.info("job %s not watched: %s", job_id, exc.one_line())
+                return
+            if tenant is None or settings is None or self.queue is None:  # no tenant's call: no job of its to watch
+                return
             while time.monotonic() < deadline:
                 await anyio.sleep(WATCH_SECONDS)
                 try:
