@@ -26,7 +26,8 @@ SECRET_PATTERNS = (
     re.compile(r"\bfbt_[A-Za-z0-9_\-]{20,}"),  # a flakebot team token (flakebot.team.tokens)
     re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/=\-]{8,}"),
     re.compile(r"(?<=://)[^/\s:@]*:[^/\s@]+(?=@)"),  # user:password@host in a URL (or :password@, no user)
-    re.compile(r"(?i)(?<=\bpassword=)('(?:[^'\\]|\\.)*'|[^\s&']+)"),  # a URL's ?password=, a libpq key=value DSN's
+    # a URL's ?password=, a libpq key=value string's (quoted: to its closing quote, or to the end when it has none)
+    re.compile(r"(?i)(?:(?<=\bpassword=)|(?<=\bsslpassword=))('(?:[^'\\]|\\.)*'?|[^\s&']+)"),
 )
 SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey", "password", "token"}
 MIN_SECRET_LENGTH = 6  # shorter values ("1", "yes") would redact ordinary text

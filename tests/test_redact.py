@@ -33,6 +33,15 @@ def test_url_passwords_and_key_shapes_are_redacted() -> None:
     assert redact_text(text) == f"fetch https://{REDACTED}@git.example.com/x.git with {REDACTED} and {REDACTED}"
 
 
+def test_every_password_a_libpq_connection_string_takes_is_redacted() -> None:
+    for given in (
+        "postgresql://u@db/x?sslpassword=key-pass-1&sslmode=require",
+        "host=db sslpassword=key-pass-1",
+        "host=db password='key-pass-1",  # its closing quote missing (libpq refuses it; a log line may hold it)
+    ):
+        assert "key-pass-1" not in redact_text(given), given
+
+
 def test_the_log_filter_redacts_arguments_and_tracebacks(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory
 ) -> None:

@@ -175,14 +175,14 @@ class TeamMCP(FlakebotMCP):
             self.sessions.remember(session_id, tenant, ctx.session, lambda: store.verify(str(token)) is not None)
         return await call_next(ctx)
 
-    async def tools_changed(self, ctx: Any) -> None:
+    async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
         """The caller's tenant's catalog changed: its own session hears it now, each other open session of its
         tenant on this front soon after (in the background: a slow client does not hold the caller's answer), no
-        other tenant's."""
+        other tenant's. `tenant`: the caller's, taken earlier (a job's watcher: ctx's token may be gone since)."""
         from flakebot.mcp.server import _tools_changed
 
         await _tools_changed(ctx)
-        tenant = self.tenant(ctx)
+        tenant = tenant or self.tenant(ctx)
         others = self.sessions.of(tenant, _session_id(ctx)) if tenant is not None else []
         if not others:
             return
@@ -299,23 +299,27 @@ class TeamMCP(FlakebotMCP):
         return enqueued
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """The job's row as the caller's tenant sees it, read at most ROW_FRESH seconds ago: the calls following one
-        job (held status calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one
-        tenant holds, so they cannot crowd the front's one connection every call's admission waits on."""
+        """The job's row as the caller sees it (_handed), read at most ROW_FRESH seconds ago (_kept_row)."""
         tenant = self.tenant(ctx)
         if self.queue is None or tenant is None:
             return None
+        return self._handed(ctx, self._kept_row(tenant, job_id))
+
+    def _kept_row(self, tenant: str, job_id: int) -> dict[str, Any] | None:
+        """The tenant's job's row, read at most ROW_FRESH seconds ago: the calls following one job (held status
+        calls, waited crafts, tasks/result, the watcher) share one read per poll, however many one tenant holds, so
+        they cannot crowd the front's one connection every call's admission waits on."""
+        assert self.queue is not None
         with self._rows_lock:
             now = time.monotonic()
             read = self._rows.get((tenant, job_id))
             if read is not None and now - read[0] < ROW_FRESH:
-                row = read[1]
-            else:
-                row = self.queue.job(tenant, job_id)
-                if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
-                    self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
-                self._rows[(tenant, job_id)] = (time.monotonic(), row)
-        return self._handed(ctx, row)
+                return read[1]
+            row = self.queue.job(tenant, job_id)
+            if len(self._rows) >= ROWS_KEPT:  # only fresh reads are worth keeping
+                self._rows = {key: kept for key, kept in self._rows.items() if now - kept[0] < ROW_FRESH}
+            self._rows[(tenant, job_id)] = (time.monotonic(), row)
+            return row
 
     def _handed(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """A job's row as the caller is handed it: cancelled for a caller who left it (queued.seen_by), and its result
@@ -401,22 +405,35 @@ class TeamMCP(FlakebotMCP):
             self.jobs.start_soon(self._notify_job_done, ctx, job_id)
 
     async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
+        """The watcher of one job for every follower on this front: its tenant and catalog are taken when it starts
+        (in a thread: verifying a token may read the store), and the job's own end read, not as ctx's principal sees
+        it (that first follower may leave the job, or its token be revoked or expire, while the others follow it)."""
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
 
         deadline = time.monotonic() + WATCH_HOURS * 3600
         try:
+            try:
+                tenant = await anyio.to_thread.run_sync(self.tenant, ctx)
+                settings = await anyio.to_thread.run_sync(self.settings, ctx) if tenant is not None else None
+            except FlakebotError as exc:  # its token gone already: no tenant's job left to watch for it
+                logger.info("job %s not watched: %s", job_id, exc.one_line())
+                return
+            if tenant is None or settings is None or self.queue is None:  # no tenant's call: no job of its to watch
+                return
             while time.monotonic() < deadline:
                 await anyio.sleep(WATCH_SECONDS)
                 try:
-                    row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                    row = await anyio.to_thread.run_sync(
+                        lambda: queued.vouched(self._kept_row(tenant, job_id), settings, fetch=self.fetch_tool)
+                    )
                 except FlakebotError as exc:  # the database is away for now: look again later
                     logger.info("job %s not watched this time: %s", job_id, exc.one_line())
                     continue
                 ended = queued.outcome(row) if row is not None else {}
                 if ended is not None:
                     if _catalogued((ended or {}).get("result") or {}):
-                        await self.tools_changed(ctx)  # the watchers' sessions are all of ctx's tenant
+                        await self.tools_changed(ctx, tenant)  # the watchers' sessions are all of ctx's tenant
                     return
         finally:
             self._watchers.pop(job_id, None)

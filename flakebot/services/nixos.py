@@ -14,7 +14,6 @@ the real module system.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -197,7 +196,8 @@ def verify(
             path.with_suffix(".socket").write_text(socket)
         for need in needs:
             (Path(tmp) / f"{unit_name(need)}.service").write_text(f"[Service]\nExecStart={program}\n")
-        found = {**os.environ, "SYSTEMD_UNIT_PATH": f"{tmp}:"}  # and the default paths after it
+        # a host program: the host's variables (never the team database's URL or a model key), the unit path after them
+        found = launcher.host_env({"SYSTEMD_UNIT_PATH": f"{tmp}:"})  # and the default paths after it
         done = launcher.run([program, "verify", str(path)], capture_output=True, text=True, timeout=timeout, env=found)
         problems = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         if done.returncode != 0 and not problems:

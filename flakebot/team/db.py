@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from flakebot.redact import redact_text
+from flakebot.redact import REDACTED, redact_text
 from flakebot.team import dburl
 
 if TYPE_CHECKING:
@@ -97,9 +97,22 @@ ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
 """
 
 
+UNREADABLE = "(a URL or connection string libpq cannot read, not shown: it may hold a password)"
+
+
 def shown(url: str) -> str:
     """`url` as a log line or an error may say it: its password (and any key-shaped text) redacted."""
-    return _redacted(url, url) if url else "(libpq's PG* environment)"
+    if not url:
+        return "(libpq's PG* environment)"
+    parsed = dburl.parsed(url)
+    if parsed is None:  # its password, if any, is none libpq could name: nothing of it is said
+        return UNREADABLE
+    said = _redacted(url, url)
+    if dburl.parsed(said) is not None and all(secret == REDACTED for secret in dburl.passwords(said)):
+        return said  # libpq reads no secret in what is said
+    # a short password spelled as libpq also reads it (a %-escaped key, spaces around '=') is neither long enough to
+    # be replaced wherever it appears nor matched by a pattern: said as libpq read it, its secrets left out
+    return _redacted(" ".join(f"{k}={REDACTED if k in dburl.SECRETS else v}" for k, v in parsed.items()), url)
 
 
 def _redacted(text: str, url: str) -> str:
@@ -107,8 +120,8 @@ def _redacted(text: str, url: str) -> str:
     connection string's quotes), which no general pattern of flakebot.redact covers."""
     from flakebot.redact import MIN_SECRET_LENGTH, secret_values
 
-    secret = dburl.password(url) or ""
-    return redact_text(text, [*([secret] if len(secret) >= MIN_SECRET_LENGTH else []), *secret_values()])
+    own = [secret for secret in dburl.passwords(url) if len(secret) >= MIN_SECRET_LENGTH]
+    return redact_text(text, [*sorted(own, key=len, reverse=True), *secret_values()])
 
 
 def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> psycopg.Connection[dict[str, object]]:
@@ -126,8 +139,10 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
         )
         conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}s'")
     except psycopg.Error as exc:
+        # libpq's complaint about a URL it cannot read quotes the piece it stopped at, maybe of the password
+        why = _redacted(_first_line(exc), url) if dburl.parsed(url) is not None else "libpq cannot read its URL"
         raise HostError(
-            f"cannot reach the team database {shown(url)}: {_redacted(_first_line(exc), url)}",
+            f"cannot reach the team database {shown(url)}: {why}",
             fix="check that PostgreSQL runs there and the URL (or PGHOST, PGUSER, ~/.pgpass) is right",
         ) from None
     migrate(conn)

@@ -13,6 +13,7 @@ import os
 from flakebot.errors import UsageError
 
 ENV = "FLAKEBOT_DATABASE_URL"
+SECRETS = ("password", "sslpassword")  # libpq's keywords holding a secret: the server's, the client key's
 FIX = (
     f"put the whole URL in the environment variable {ENV} and leave --database out, or keep the password in "
     "~/.pgpass (or PGPASSFILE) and pass the URL without it"
@@ -23,7 +24,7 @@ def chosen(given: str | None) -> str | None:
     """The database to use: `given` (a flag's value; refused when it holds a password), else FLAKEBOT_DATABASE_URL,
     else None (no flag, no variable: `serve` queues nothing; `worker` and `quota` take "" as libpq's PG* variables)."""
     if given is not None and given != "":
-        if password(given, flag=True):
+        if passwords(given, flag=True):
             raise UsageError(
                 "--database holds a password, which every user of this machine can read in ps and /proc/PID/cmdline",
                 fix=FIX,
@@ -33,19 +34,28 @@ def chosen(given: str | None) -> str | None:
     return from_env if from_env else given
 
 
-def password(url: str, *, flag: bool = False) -> str | None:
-    """The password a URL or libpq connection string carries (None: none, or libpq cannot parse it). `flag`: an
-    unparseable value is refused in one line that does not echo it (it may hold a password)."""
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        found = conninfo_to_dict(url).get("password")
-    except ProgrammingError:  # its message may quote a piece of the URL (a bad %-escape in the password): not said
+def passwords(url: str, *, flag: bool = False) -> list[str]:
+    """The secrets a URL or libpq connection string carries, its password and its client key's sslpassword ([]:
+    none, or libpq cannot parse it). `flag`: an unparseable value is refused in one line that does not echo it (it
+    may hold a password)."""
+    found = parsed(url)
+    if found is None:
         if flag:
             raise UsageError(
                 "--database is not a PostgreSQL URL or connection string libpq reads",
                 fix="pass postgresql://USER@HOST:PORT/DB (the password in ~/.pgpass), or the URL in " + ENV,
-            ) from None
+            )
+        return []
+    return [str(found[key]) for key in SECRETS if found.get(key)]
+
+
+def parsed(url: str) -> dict[str, str] | None:
+    """The URL's or connection string's parameters as libpq reads them; None when libpq cannot read it (its
+    message is not kept: it may quote a piece of the password, a bad %-escape or an unterminated quote)."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    except ProgrammingError:
         return None
-    return str(found) if found else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,22 @@ def test_the_configuration_lines_of_an_export_parse_for_names_starting_with_a_di
     parsed = subprocess.run(["nix-instantiate", "--parse", str(tmp_path / "configuration.nix")], capture_output=True,
                             text=True)  # fmt: skip
     assert parsed.returncode == 0, (lines, parsed.stderr)
+
+
+def test_systemd_analyze_gets_no_secret_of_flakebot_s_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A front or worker checking a module has the team database's URL and the model keys in its environment:
+    systemd-analyze (a host program like nix) gets the host's variables and its unit path, not those."""
+    bin_dir, seen = tmp_path / "bin", tmp_path / "env"
+    bin_dir.mkdir()
+    stand_in = bin_dir / "systemd-analyze"  # records what the module check hands the program it finds on PATH
+    stand_in.write_text(f"#!/bin/sh\nenv >> {seen}\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FLAKEBOT_DATABASE_URL", "postgresql://flakebot:pw-of-the-team@db/flakebot")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-model-key-123456")
+    nixos.verify("[Service]\nExecStart=/bin/true\n", "kv-service")
+    env = seen.read_text()
+    assert "SYSTEMD_UNIT_PATH=" in env and "PATH=" in env, env
+    assert "pw-of-the-team" not in env and "sk-ant-model-key" not in env, env

@@ -17,6 +17,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from psycopg.types.json import Jsonb
 
 from benchmarks.scenarios import pileup
 from flakebot.mcp import tooltable
@@ -594,3 +595,61 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
 
 def handle_of(row: dict[str, Any]) -> str:
     return f"job-{row['id']}"
+
+
+async def _first_follower_gone(url: str, alice: str, carol: str, database: str, gone: Any) -> bool:
+    """alice's detached craft, joined by carol's; `gone(alice's session, job)`; the job then ends having catalogued
+    its tool: whether carol's session was told the tool list changed."""
+    import anyio
+    import mcp_types as types
+
+    craft = {"need": "need a csv deduper"}
+    mine = await anyio.to_thread.run_sync(Session, url, alice)
+    answer = await anyio.to_thread.run_sync(mine.ask, "tools/call", {"name": "craft", "arguments": craft})
+    job = json.loads(answer["result"]["content"][0]["text"])["run_id"]  # detached: the front watches its end
+    notices: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notices.append(message)
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {carol}"}, timeout=90) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            joined = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
+            assert joined["run_id"] == job and joined["joined"] is True, joined
+            await anyio.to_thread.run_sync(gone, mine, job)
+            await asyncio.sleep(6)  # the front reads the queued row at least once since (every 5 s)
+            with db.connect(database) as conn:  # its worker's end (the catalogued tool's name, as a worker says it)
+                done = {"status": "crafted", "name": "csv-dedup", "version": "0.1.0"}
+                conn.execute(
+                    "UPDATE jobs SET state = 'done', ended = now(), result = %s WHERE id = %s",
+                    (Jsonb(done), job_number(job)),
+                )
+                conn.commit()
+            for _ in range(75):  # the front reads the row every 5 s
+                if any(isinstance(n, types.ToolListChangedNotification) for n in notices):
+                    return True
+                await asyncio.sleep(0.2)
+    return False
+
+
+def _leave(mine: Session, job: str) -> None:
+    left = mine.ask("tasks/cancel", {"taskId": job})
+    assert left["result"]["status"] == "cancelled", left  # alice's task alone: carol still follows the job
+
+
+def _revoke(mine: Session, job: str) -> None:
+    run_cli("token", "revoke", "alice", check=True)
+
+
+@pytest.mark.parametrize("gone", [_leave, _revoke], ids=["left", "revoked"])
+def test_a_job_its_first_follower_left_still_tells_the_others_its_tool_list_changed(
+    flakebot_home: Path, database: str, gone: Any
+) -> None:
+    """The front watches a detached queued craft's end once per job, through the call of its first follower on this
+    front: once that follower left the job (tasks/cancel while another agent follows it) it read 'cancelled', once
+    its token was revoked (or a JWT expired) it read no job, and stopped watching either way, so the agents still
+    following were never told the tool list changed when the job ended."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    with serving(database=database) as url:
+        assert asyncio.run(_first_follower_gone(url, alice, carol, database, gone)), "carol was never told"

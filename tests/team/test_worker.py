@@ -100,7 +100,34 @@ PASSWORD_FORMS = [
     "postgresql://:{pw}@127.0.0.1:1/postgres",  # no user: libpq's default user, this password
     "postgresql://flakebot@127.0.0.1:1/postgres?password={pw}&sslmode=disable",
     "host=127.0.0.1 port=1 user=flakebot password={pw} dbname=postgres",
+    "postgresql://flakebot@127.0.0.1:1/postgres?sslpassword={pw}&sslmode=disable",  # the client key's password
 ]
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://u@db/x?%70assword=ab12", "host=db password = ab12", "host=db sslpassword = 'ab12'"],
+)
+def test_the_database_a_log_line_names_holds_no_password_however_short_or_spelled(url: str) -> None:
+    """libpq decodes a URL's query keys and takes spaces around a connection string's '=': a short password so
+    spelled matches neither a general pattern nor the length a secret must have to be replaced wherever it appears."""
+    assert "ab12" not in db.shown(url), db.shown(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u:hunter%zz22secret@127.0.0.1:1/db", "host=127.0.0.1 port=1 password='hunter22secret"]
+)
+def test_a_database_url_libpq_cannot_read_is_one_line_without_its_password(url: str) -> None:
+    """libpq's complaint about a URL it cannot read quotes the piece it stopped at (a bad %-escape in the password,
+    an unterminated quoted password): that piece is no pattern's, and libpq names no password to replace."""
+    done = subprocess.run(
+        [*FLAKEBOT, "worker", "--once"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, DATABASE_ENV: url},
+    )  # fmt: skip
+    assert done.returncode == 5, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "hunter" not in done.stderr + done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("form", PASSWORD_FORMS)
