@@ -7,6 +7,7 @@ every tool call and every verdict; a changed, removed or replaced file ends the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -21,6 +22,7 @@ from flakebot.agent.loop import StopLoop
 from flakebot.errors import EditError, UnsafePath
 from flakebot.safefs import Tree, file_below
 from flakebot.sandbox import CommandResult, SandboxLimits, open_sandbox
+from flakebot.sandbox.process import at_once
 from flakebot.toolspec import Example, ToolSpec
 
 R = TypeVar("R")
@@ -242,10 +244,7 @@ def each_example(run: Callable[[Example], R], examples: Sequence[Example]) -> li
     namespaces and mounts: about 10 ms of a 15 ms example here)."""
     if len(examples) < 2:
         return [run(example) for example in examples]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(EXAMPLES_AT_ONCE, len(examples)), thread_name_prefix="example") as pool:
-        return list(pool.map(run, examples))
+    return at_once([functools.partial(run, example) for example in examples], min(EXAMPLES_AT_ONCE, len(examples)))
 
 
 def example_failure(number: int, example: Example, result: CommandResult) -> str:

@@ -121,6 +121,9 @@ def _fingerprint(registry: Path, sysroot: Path) -> tuple[Any, ...]:
     inode, size or times here."""
     places = [registry, sysroot / "bin", sysroot / "bin" / "rustc", sysroot / "bin" / "cargo", Path("/usr/lib")]
     places += [Path(d) for d in (*HOST_BIN_DIRS, *pkg_config_dirs())]  # the multiarch one holds most .pc files
+    # the C compiler whose --version the builders' feature digests, stamped through its links: update-alternatives
+    # retargets /etc/alternatives/cc and leaves /usr/bin as it was
+    places += [Path(p) for p in host_programs(("cc",)).values()]
     try:
         with os.scandir(registry) as entries:  # each crate's directory and the checksum file it vouches with
             crates = sorted(entry.path for entry in entries)

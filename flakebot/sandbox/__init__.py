@@ -1,6 +1,7 @@
 """The sandbox every command that runs model-written code goes through (cargo build and test, the built tool).
 
-    process.py     Sandbox protocol, CommandResult, limits, running one command (timeout, output cap, no leftovers)
+    process.py     Sandbox protocol, CommandResult, limits, running one command (timeout, output cap, no leftovers);
+                   at_once: calls on a pool whose commands die when the caller is interrupted
     bubblewrap.py  BwrapSandbox: the bubblewrap command line, mounts, the unprivileged uid for root
     ownership.py   adopt(): flakebot's writable trees handed to that uid's group before each command
     probed.py      bubblewrap programs whose probe passed (this process, and this boot), so each is probed once

@@ -8,11 +8,13 @@ import selectors
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from flakebot import launcher
 from flakebot.homes import rustup_home
@@ -26,6 +28,11 @@ EXIT_GRACE = 1.0  # seconds to keep reading pipes after the command ended or was
 # so the check must be frequent for the overshoot to stay small (statvfs costs microseconds).
 WATCH_INTERVAL = 0.05
 MIB = 1024 * 1024
+R = TypeVar("R")
+# The stops of the callers running this thread's commands (at_once): Ctrl-C and SIGTERM land in the main thread only,
+# so a command on another thread is killed when its caller's stop is set, as the main thread's own is by `finally`.
+_stops: ContextVar[tuple[threading.Event, ...]] = ContextVar("flakebot_command_stops", default=())
+INTERRUPTED = "the caller was interrupted: the command was killed"
 
 
 @dataclass
@@ -302,6 +309,8 @@ def execute(
     out: _Capture = _Capture(output_cap) if spill is None else _Spill(spill)
     err = _Capture(output_cap)
     breach = _Breach(_also(watch, out.over) if isinstance(out, _Spill) else watch)
+    if stops := _stops.get():
+        breach = _Breach(_also(breach.watch, lambda: INTERRUPTED if any(s.is_set() for s in stops) else ""))
     try:
         timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
     finally:  # also on Ctrl-C: nothing outlives the call
@@ -321,6 +330,33 @@ def execute(
         shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason,
         str(spilled or ""), out.size if isinstance(out, _Spill) and spilled else 0,
     )  # fmt: skip
+
+
+def at_once(calls: Sequence[Callable[[], R]], workers: int) -> list[R]:
+    """Each call on a thread of a pool (`workers` at once), the results in the calls' order. When the caller is
+    interrupted or a call raises, the commands the other calls are running are killed (execute), not left to run to
+    their timeouts while the caller waits for its pool."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop = threading.Event()
+    stops = (*_stops.get(), stop)  # a nested caller's stop reaches the commands of the calls it made
+
+    def stoppable(call: Callable[[], R]) -> R:
+        token = _stops.set(stops)
+        try:
+            return call()
+        finally:
+            _stops.reset(token)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="at-once") as pool:
+        futures = [pool.submit(stoppable, call) for call in calls]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def _also(first: Callable[[], str] | None, second: Callable[[], str]) -> Callable[[], str]:

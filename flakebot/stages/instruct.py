@@ -9,13 +9,13 @@ One failing example, or a `nix run` that resolves elsewhere, means no catalog en
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from flakebot.agent.acceptance import built_file, each_example, example_record, run_example
+from flakebot.agent.acceptance import EXAMPLES_AT_ONCE, built_file, example_record, run_example
 from flakebot.deliver.catalog import Catalog
 from flakebot.deliver.manifest import build_manifest, shell_command, usage_markdown
 from flakebot.errors import NixError
@@ -24,6 +24,7 @@ from flakebot.nix.command import require_nix_run_target
 from flakebot.pipeline.engine import StageContext
 from flakebot.redact import redact_text
 from flakebot.sandbox import CommandResult, limits_for, open_sandbox
+from flakebot.sandbox.process import at_once
 from flakebot.stages.outputs import AcquireOut, EditOut, InstructOut, PackageOut, SpecOut, tested_spec
 from flakebot.stages.service import instruct_service
 from flakebot.toolspec import Example
@@ -49,13 +50,13 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help and running every example on the built tool (sandboxed)")
-    # --help beside the examples, not before them: a sandbox's start-up is most of each run (the examples run at once)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="help") as pool:
-        helped = pool.submit(observe, ctx, [str(binary), "--help"])
-        examples = each_example(
-            lambda example: _example(ctx, binary, store, example, nix_run), spec.tool_spec().examples
-        )
-        help_text = helped.result().stdout
+    # --help beside the examples, not before them: a sandbox's start-up is most of each run. at_once: a Ctrl-C or a
+    # failure kills every run still going, as it killed --help when that ran on this thread
+    runs = [functools.partial(_example, ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
+    observed: list[Any] = at_once(
+        [functools.partial(observe, ctx, [str(binary), "--help"]), *runs], EXAMPLES_AT_ONCE + 1
+    )
+    help_text, examples = observed[0].stdout, observed[1:]
     _require_all_passed(examples)
     ctx.progress("checking that nix run resolves to the tested store path")
     verification = verify(ctx, package, nix_run, examples)

@@ -128,3 +128,35 @@ def test_a_specs_six_examples_run_in_one_wave() -> None:
     examples = [Example(description=f"e{n}", args=[str(n)], stdout="") for n in range(6)]
     barrier = Barrier(len(examples), timeout=10)
     assert each_example(lambda e: (barrier.wait(), e.args[0])[1], examples) == [str(n) for n in range(6)]
+
+
+def test_a_ctrl_c_while_examples_run_at_once_kills_their_commands_at_once(tmp_path: Path) -> None:
+    """Ctrl-C (or SIGTERM, which a run turns into one) lands in the main thread only: the commands the pool's threads
+    run are killed then too, as a command run on the main thread is, not left to run to their timeout."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from flakebot.agent.acceptance import each_example
+    from flakebot.sandbox.process import execute
+
+    started, results = tmp_path / "started", []
+
+    def run(example: Example) -> object:
+        if example.args == ["wait"]:
+            argv = ["sh", "-c", f"touch {started}; exec sleep 30"]
+            env = {"PATH": os.environ["PATH"]}
+            results.append(execute(argv, argv, cwd=tmp_path, env=env, timeout=20, stdin=None, output_cap=4096))
+            return results[-1]
+        while not started.exists():
+            time.sleep(0.01)
+        main = threading.main_thread().ident
+        assert main is not None
+        signal.pthread_kill(main, signal.SIGINT)  # what the terminal's Ctrl-C does
+        return None
+
+    examples = [Example(description=name, args=[name], stdout="") for name in ("wait", "interrupt")]
+    with pytest.raises(KeyboardInterrupt):
+        each_example(run, examples)
+    assert len(results) == 1 and not results[0].timed_out and results[0].returncode == -signal.SIGKILL

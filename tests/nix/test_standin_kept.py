@@ -55,3 +55,33 @@ def test_a_toolchains_version_report_is_asked_once_per_binary(spawned: list[list
     assert "host: " in report and standin.rust_sysroot() / "bin" / "rustc" == rustc
     assert standin.rustc_report(rustc) == report
     assert [argv[1:] for argv in spawned] == [["--print", "sysroot"], ["-vV"]]
+
+
+def _program(path: Path, body: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_c_compiler_switched_behind_a_link_is_seen_by_the_builders_feature(
+    tmp_path: Path, spawned: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """update-alternatives switches cc by retargeting /etc/alternatives/cc: /usr/bin (stamped) is unchanged, yet with
+    nix_builders the feature digests `cc --version`, so the kept facts must see the compiler behind the link."""
+    compilers = {name: _program(tmp_path / "compilers" / name, f"echo {name} 1.0") for name in ("gcc", "clang")}
+    alternative = tmp_path / "alternatives" / "cc"
+    alternative.parent.mkdir()
+    alternative.symlink_to(compilers["gcc"])
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "cc").symlink_to(alternative)
+    monkeypatch.setattr(standin, "HOST_BIN_DIRS", (str(tmp_path / "bin"),))
+    registry = _registry(tmp_path / "registry", "a-1.0.0")
+    settings = dataclasses.replace(
+        host_settings(tmp_path), local_registry=str(registry), nix_builders="ssh://builder x86_64-linux"
+    )
+    with_gcc = standin.host_facts(settings)["systemFeature"]
+    switched = alternative.with_name("cc.new")
+    switched.symlink_to(compilers["clang"])
+    switched.rename(alternative)  # as update-alternatives does: the link replaced, bin/ untouched
+    assert standin.host_facts(settings)["systemFeature"] != with_gcc
