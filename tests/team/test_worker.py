@@ -114,32 +114,32 @@ def test_the_database_a_log_line_names_holds_no_password_however_short_or_spelle
     assert "ab12" not in db.shown(url), db.shown(url)
 
 
-@pytest.mark.parametrize(
-    "url", ["postgresql://u:hunter%zz22secret@127.0.0.1:1/db", "host=127.0.0.1 port=1 password='hunter22secret"]
-)
-def test_a_database_url_libpq_cannot_read_is_one_line_without_its_password(url: str) -> None:
-    """libpq's complaint about a URL it cannot read quotes the piece it stopped at (a bad %-escape in the password,
-    an unterminated quoted password): that piece is no pattern's, and libpq names no password to replace."""
+def worker_refused(url: str, error: str) -> subprocess.CompletedProcess[str]:
+    """`flakebot worker --once` given `url` in FLAKEBOT_DATABASE_URL: exit 5 and one line, starting with `error`."""
     done = subprocess.run(
         [*FLAKEBOT, "worker", "--once"],
         capture_output=True, text=True, timeout=60, env={**os.environ, DATABASE_ENV: url},
     )  # fmt: skip
     assert done.returncode == 5, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert len(lines) == 1 and lines[0].startswith(error), done.stderr
+    return done
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://u:hunter%zz22secret@127.0.0.1:1/db", "host=127.0.0.1 port=1 password='hunter22secret"]
+)
+def test_a_database_url_libpq_cannot_read_is_one_line_without_its_password(url: str) -> None:
+    """libpq's complaint about a URL it cannot read quotes the piece it stopped at (a bad %-escape in the password,
+    an unterminated quoted password): that piece is no pattern's, and libpq names no password to replace."""
+    done = worker_refused(url, "error: ")
     assert "hunter" not in done.stderr + done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("form", PASSWORD_FORMS)
 def test_an_unreachable_database_is_one_line_without_its_password(postgres: Cluster, form: str) -> None:
     wrong = form.format(pw=postgres.password)  # nothing listens on port 1; libpq takes each form
-    done = subprocess.run(
-        [*FLAKEBOT, "worker", "--once"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, DATABASE_ENV: wrong},
-    )  # fmt: skip
-    assert done.returncode == 5, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: cannot reach the team database"), done.stderr
+    done = worker_refused(wrong, "error: cannot reach the team database")
     assert postgres.password not in done.stderr + done.stdout and "[REDACTED]" in done.stderr
 
 
