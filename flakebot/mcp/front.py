@@ -328,7 +328,7 @@ class TeamMCP(FlakebotMCP):
 
         principal = self.principal(ctx)
         if row is not None and principal is not None:
-            row = queued.seen_by(row, principal.name)
+            row = queued.seen_by(row, principal.id)
         return queued.vouched(row, self.settings(ctx), fetch=self.fetch_tool)
 
     def fetch_tool(self, settings: config.Settings, ref: str, need: str) -> None:
@@ -376,7 +376,7 @@ class TeamMCP(FlakebotMCP):
 
         principal = self.principal(ctx)
         rows = self.queue.jobs_of(tenant, DEFAULT_TTL_MS / 1000)
-        return [seen_by(row, principal.name) for row in rows] if principal is not None else rows
+        return [seen_by(row, principal.id) for row in rows] if principal is not None else rows
 
     async def _long(self, ctx: Any, name: str, args: dict[str, Any], *, changes_catalog: bool) -> dict[str, Any]:
         from flakebot.mcp import queued

@@ -94,7 +94,7 @@ def handle_answer(enqueued: Any) -> dict[str, Any]:
 
 
 def seen_by(row: dict[str, Any], principal: str) -> dict[str, Any]:
-    """A job's row as `principal` sees it: a job it left (tasks/cancel while other agents of its tenant follow it)
+    """A job's row as `principal` (its identity, as `left_by` holds them) sees it: a job it left (tasks/cancel while other agents of its tenant follow it)
     is cancelled for it, whatever the job does for the others."""
     if principal not in (row.get("left_by") or ()) or row["state"] not in ("queued", "running"):
         return row

@@ -62,7 +62,9 @@ class FrontQueue:
         (QuotaExceeded past the tenant's quotas or the token's concurrent crafts)."""
         cap = principal.concurrent_crafts
         enqueued = self._call(
-            lambda conn: queue.enqueue(conn, principal.tenant, principal.name, request, kind, principal_cap=cap)
+            lambda conn: queue.enqueue(
+                conn, principal.tenant, principal.name, request, kind, principal_cap=cap, principal_id=principal.id
+            )
         )
         logger.info(
             "%s job %s for %s (tenant %s)",
@@ -84,7 +86,7 @@ class FrontQueue:
 
     def cancel(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
         """Cancel a queued job the principal alone follows (queue.cancel): its row, None when not its to cancel."""
-        row = self._call(lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name))
+        row = self._call(lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name, principal.id))
         if row is not None:
             logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
         return row

@@ -210,12 +210,18 @@ def _used(conn: Conn, tenant: str) -> dict[str, Any]:
 
 
 def enqueue(
-    conn: Conn, tenant: str, principal: str, request: RunRequest, kind: str = "craft", principal_cap: int | None = None
+    conn: Conn,
+    tenant: str,
+    principal: str,
+    request: RunRequest,
+    kind: str = "craft",
+    principal_cap: int | None = None,
+    principal_id: str | None = None,
 ) -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
     a token's concurrent crafts) the principal has that many of its own queued or running. Joining is never
-    refused: it adds no craft."""
+    refused: it adds no craft. `principal_id`: the principal's identity, by which its following is known (cancel)."""
     data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
     with conn.transaction():
@@ -227,7 +233,7 @@ def enqueue(
             (tenant, kind, digest),
         ).fetchone()
         if same is not None:
-            _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest})
+            _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest, **_identity(principal_id)})
             return Enqueued(int(same["id"]), True, str(same["state"]))
         if principal_cap is not None:
             _check_principal(conn, tenant, principal, principal_cap)
@@ -237,7 +243,7 @@ def enqueue(
             (tenant, principal, kind, digest, _json(data)),
         ).fetchone()
         assert row is not None
-        _audit(conn, tenant, principal, "enqueued", row["id"], {"need_digest": digest})
+        _audit(conn, tenant, principal, "enqueued", row["id"], {"need_digest": digest, **_identity(principal_id)})
         conn.execute(f"NOTIFY {CHANNEL}")
     return Enqueued(int(row["id"]), False, "queued")
 
@@ -395,45 +401,51 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
 
 
 # Each principal's last word on a job (it queued it, joined it, or left it), for a job %s of a tenant %s; those whose
-# last word is 'left' no longer follow it. LEFT_BY: the same as a column of a row of jobs (alias j).
+# last word is 'left' no longer follow it. A principal is its identity (detail's principal_id: a token's hash prefix,
+# a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else. LEFT_BY: the
+# same as a column of a row of jobs (alias j), as identities.
 _LAST_WORDS = (
-    "SELECT DISTINCT ON (principal) principal, action FROM audit WHERE job = {job} AND tenant = {tenant} "
-    "AND action IN ('enqueued', 'joined', 'left') ORDER BY principal, id DESC"
+    "SELECT DISTINCT ON (who) who, action FROM (SELECT coalesce(detail->>'principal_id', principal) AS who, action, "
+    "id FROM audit WHERE job = {job} AND tenant = {tenant} AND action IN ('enqueued', 'joined', 'left')) a "
+    "ORDER BY who, id DESC"
 )
 LEFT_BY = (
-    f"ARRAY(SELECT principal FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w "
-    "WHERE action = 'left') AS left_by"
+    f"ARRAY(SELECT who FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w WHERE action = 'left') AS left_by"
 )
 
 
-def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, Any] | None:
+def cancel(
+    conn: Conn, job_id: int, tenant: str, principal: str, principal_id: str | None = None
+) -> dict[str, Any] | None:
     """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
     leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
     on for the others; the row returned has it in `left_by`); otherwise its row ends `cancelled` and no worker
     claims it, which only a job no worker has claimed yet may (RunError in one line otherwise). None when the tenant
     has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
     enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
-    it."""
+    it. A follower is known by `principal_id` (the principal's identity; its name `principal` when none is given),
+    `principal` being only the name said."""
+    who = principal_id or principal
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
         words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
-        followers = {str(word["principal"]) for word in words if word["action"] != "left"}
-        if row is not None and any(word["principal"] == principal and word["action"] == "left" for word in words):
+        followers = {str(word["who"]) for word in words if word["action"] != "left"}
+        if row is not None and any(word["who"] == who and word["action"] == "left" for word in words):
             raise RunError(
                 f"you stopped following job-{job_id} already: your task of it is cancelled",
                 fix="craft the same need again to follow it again",
             )
-        if row is None or principal not in followers:
+        if row is None or who not in followers:
             return None
         if row["state"] not in ("queued", "running"):  # ended: nothing to stop, for anyone
             raise RunError(
                 f"job-{job_id} is {row['state']} already: it cannot be cancelled",
                 fix="read its end with tasks/result (or status)",
             )
-        if followers - {principal}:  # the craft is theirs too: stop only the caller's following of it
-            _audit(conn, tenant, principal, "left", job_id, {})
-            return {**row, "left_by": [principal]}
+        if followers - {who}:  # the craft is theirs too: stop only the caller's following of it
+            _audit(conn, tenant, principal, "left", job_id, _identity(principal_id))
+            return {**row, "left_by": [who]}
         if row["state"] != "queued":
             raise RunError(
                 f"job-{job_id} is {row['state']}, not queued: only a craft no worker has claimed can be cancelled",
@@ -448,13 +460,18 @@ def cancel(conn: Conn, job_id: int, tenant: str, principal: str) -> dict[str, An
             "UPDATE jobs SET state = 'cancelled', ended = now(), error = %s WHERE id = %s RETURNING *",
             (_json(error), job_id),
         ).fetchone()
-        _audit(conn, tenant, principal, "cancelled", job_id, {})
+        _audit(conn, tenant, principal, "cancelled", job_id, _identity(principal_id))
     return ended
 
 
 def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:
     """A job as its tenant sees it (another tenant's job is not found)."""
     return conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s", (job_id, tenant)).fetchone()
+
+
+def _identity(principal_id: str | None) -> dict[str, Any]:
+    """An audit row's detail naming the principal's identity, by which its following of a job is known."""
+    return {"principal_id": principal_id} if principal_id else {}
 
 
 def _audit(conn: Conn, tenant: str, principal: str, action: str, job: int | None, detail: dict[str, Any]) -> None:

@@ -593,6 +593,22 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
     ], actions
 
 
+def test_a_new_token_under_a_revoked_ones_name_cannot_cancel_its_craft(flakebot_home: Path, database: str) -> None:
+    """tasks/cancel is keyed by the token's identity, not its name: after `token revoke alice` and `token add alice`
+    the new alice is another principal, and the old alice's queued craft is no task of hers (it stays queued)."""
+    old = add_token("alice", "--tenant", "acme")
+    with serving(database=database) as url:
+        created = Session(url, old).ask(
+            "tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
+        )
+        job = str(created["result"]["task"]["taskId"])
+        run_cli("token", "revoke", "alice", check=True)
+        new = add_token("alice", "--tenant", "acme")
+        refused = Session(url, new).ask("tasks/cancel", {"taskId": job})
+        assert "error" in refused and "result" not in refused, refused
+    assert {f"job-{r['id']}": r["state"] for r in rows(database)}[job] == "queued"
+
+
 def handle_of(row: dict[str, Any]) -> str:
     return f"job-{row['id']}"
 
