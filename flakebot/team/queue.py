@@ -200,7 +200,8 @@ def quota_of(conn: Conn, tenant: str) -> dict[str, Any]:
 def _used(conn: Conn, tenant: str) -> dict[str, Any]:
     counts = conn.execute(
         "SELECT count(*) FILTER (WHERE state IN ('queued', 'running')) AS in_flight, "
-        f"count(*) FILTER (WHERE created >= {TODAY}) AS today, "
+        # a craft cancelled before any worker claimed it never ran: not one of the day's
+        f"count(*) FILTER (WHERE created >= {TODAY} AND state <> 'cancelled') AS today, "
         f"coalesce(sum(cpu_seconds) FILTER (WHERE coalesce(ended, started, created) >= {TODAY}), 0) AS cpu_seconds "
         "FROM jobs WHERE tenant = %s",
         (tenant,),

@@ -104,6 +104,24 @@ def test_identical_needs_from_two_fronts_racing_fold_into_one_job(database: str)
     conn.close()
 
 
+def test_a_cancelled_queued_craft_does_not_count_for_the_day(database: str) -> None:
+    """A craft cancelled before any worker claimed it never ran: it takes none of the tenant's crafts for the day
+    (max_per_day); one a worker claimed and ran counts, whatever its end."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=2)
+    ran = queue.enqueue(conn, "acme", "alice", craft("need a tool that ran"), principal_id="id-alice")
+    job = queue.claim(conn, "w", 30)
+    assert job is not None and job["id"] == ran.job_id and queue.finish(conn, job["id"], "w", result={}, error=None)
+    for i in range(3):  # each cancelled before a claim: the day's second craft is still free
+        dropped = queue.enqueue(conn, "acme", "alice", craft(f"need a dropped tool {i}"), principal_id="id-alice")
+        assert queue.cancel(conn, dropped.job_id, "acme", "alice", "id-alice") is not None
+    assert queue.quota_of(conn, "acme")["used"]["today"] == 1
+    queue.enqueue(conn, "acme", "alice", craft("need a second tool"), principal_id="id-alice")
+    with pytest.raises(QuotaExceeded):
+        queue.enqueue(conn, "acme", "alice", craft("need a third tool"), principal_id="id-alice")
+    conn.close()
+
+
 @pytest.mark.parametrize("quota", ["max_in_flight", "max_per_day"])
 def test_a_tenants_quota_is_exact_when_two_fronts_race(database: str, quota: str) -> None:
     conn = db.connect(database)
