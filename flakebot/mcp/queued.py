@@ -302,7 +302,10 @@ class QueueTasks(mcp_tasks.Tasks):
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
         if row is None:  # another tenant's job, or one the caller does not follow: as any unknown task
             raise mcp_tasks.no_task(params.task_id)
-        return types.CancelTaskResult(**task_of(row).model_dump())
+        task = task_of(row)
+        if row.get("unchanged") and task.status in mcp_tasks.TERMINAL:  # the spec: a terminal task's cancel is -32602
+            raise mcp_tasks.terminal(task)
+        return types.CancelTaskResult(**task.model_dump())
 
     async def _row(self, ctx: Any, task_id: str) -> tuple[dict[str, Any], types.Task]:
         number = job_number(task_id)

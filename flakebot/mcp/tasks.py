@@ -238,10 +238,7 @@ class Tasks:
         offered(ctx)
         view = self._known(params.task_id, ctx)
         if view.task.status in TERMINAL:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"cannot cancel task {params.task_id}: it is already {view.task.status} (get its result with tasks/result)",
-            )
+            raise terminal(view.task)
         path = self._record_path(params.task_id)
         record = _read_record(path) or {}
         atomic_write_json(path, {**record, "cancelled": time.time()})
@@ -349,6 +346,16 @@ def still_running(task: types.Task, waited: float) -> str:
     return (
         f"task {task.task_id} is still {task.status} after {waited:g} s ({task.status_message}): call tasks/result "
         f"again to wait once more, or poll tasks/get every {task.poll_interval // 1000 if task.poll_interval else 2} s"
+    )
+
+
+def terminal(task: types.Task) -> MCPError:
+    """tasks/cancel of a task already terminal, as the spec asks (-32602, nothing changed): the same answer however
+    often it is asked, its status said in words and in `data`."""
+    return MCPError(
+        types.INVALID_PARAMS,
+        f"cannot cancel task {task.task_id}: it is already {task.status} (get its result with tasks/result)",
+        data={"taskId": task.task_id, "status": task.status},
     )
 
 

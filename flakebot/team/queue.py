@@ -421,7 +421,8 @@ def cancel(
     """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
     leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
     on for the others; the row returned has it in `left_by`); otherwise its row ends `cancelled` and no worker
-    claims it, which only a job no worker has claimed yet may (RunError in one line otherwise). None when the tenant
+    claims it, which only a job no worker has claimed yet may (RunError in one line otherwise). A job that ended, or
+    one the principal left, is its row as it is, marked `unchanged` (a cancel retried is idempotent). None when the tenant
     has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
     enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
     it. A follower is known by `principal_id` (the principal's identity; its name `principal` when none is given),
@@ -432,18 +433,13 @@ def cancel(
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
         words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
         followers = {str(word["who"]) for word in words if word["action"] != "left"}
+        # a cancel again (the caller left it, or it ended) changes nothing: its row as it is, `unchanged`
         if row is not None and any(word["who"] == who and word["action"] == "left" for word in words):
-            raise RunError(
-                f"you stopped following job-{job_id} already: your task of it is cancelled",
-                fix="craft the same need again to follow it again",
-            )
+            return {**row, "left_by": [who], "unchanged": True}
         if row is None or who not in followers:
             return None
         if row["state"] not in ("queued", "running"):  # ended: nothing to stop, for anyone
-            raise RunError(
-                f"job-{job_id} is {row['state']} already: it cannot be cancelled",
-                fix="read its end with tasks/result (or status)",
-            )
+            return {**row, "unchanged": True}
         if followers - {who}:  # the craft is theirs too: stop only the caller's following of it
             _audit(conn, tenant, principal, "left", job_id, _identity(principal_id))
             return {**row, "left_by": [who]}
