@@ -299,16 +299,41 @@ def tenant_values(settings: Settings, tenant: str) -> dict[str, Any]:
     import tomllib  # the standard library's reader: a tool call reads this file, and tomlkit is slow to import
 
     path = tenant_file(settings, tenant)
-    try:
-        with path.open("rb") as file:
-            raw = tomllib.load(file)
-    except FileNotFoundError:
+    data = _tenant_bytes(settings, tenant, path)
+    if data is None:
         return {}
-    except tomllib.TOMLDecodeError as exc:
+    try:
+        raw = tomllib.loads(data.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML ({exc})", fix=f"correct or remove {path}") from None
+    return {key: _tenant_coerce(key, value, str(path)) for key, value in raw.items()}
+
+
+def _tenant_bytes(settings: Settings, tenant: str, path: Path) -> bytes | None:
+    """The tenant's file (None when there is none), only as the catalog's owner wrote it: it names the catalogs and
+    keys the tenant trusts, so a link on the way or at the name (safefs), another owner, or a group- or
+    world-writable file is refused in one line, never read."""
+    from flakebot import safefs
+    from flakebot.errors import UnsafePath
+
+    root = settings.path("catalog_dir")
+    fix = f"make {path} a regular file of the catalog's owner that only it may write (chown, then chmod go-w {path})"
+    try:
+        with safefs.Tree(root) as tree, tree.open_read(f"{TENANTS}/{tenant}/{TENANT_FILE}") as file:
+            info, owner = os.fstat(file.fileno()), os.stat(root).st_uid
+            if info.st_uid != owner or info.st_mode & 0o022:
+                raise ConfigError(
+                    f"{path} could be written by another user than the catalog's owner (owner uid {info.st_uid}, "
+                    f"mode {info.st_mode & 0o777:o}): refused, it names the catalogs tenant {tenant} trusts",
+                    fix=fix,
+                )
+            return file.read()
+    except FileNotFoundError:
+        return None
+    except UnsafePath:
+        raise ConfigError(f"{path} is a link, or reached through one, or not a file: refused", fix=fix) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", fix=f"check the permissions of {path}") from None
-    return {key: _tenant_coerce(key, value, str(path)) for key, value in raw.items()}
 
 
 def _tenant_coerce(key: str, value: Any, source: str) -> Any:

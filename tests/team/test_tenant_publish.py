@@ -234,3 +234,26 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
         "zz-never-made", "N"
     )
     assert Catalog.open(dataclasses.replace(config.load(), tenant="acme")).own_entry("globex-lines") is None
+
+
+def test_a_tenants_file_another_user_could_write_is_refused(flakebot_home: Path, tmp_path: Path) -> None:
+    """<catalog_dir>/tenants/T/flakebot.toml names the catalogs a tenant trusts: one group- or world-writable, or a
+    link, could add catalogs, so it is refused in one line naming the file and the fix, never read."""
+    settings = dataclasses.replace(config.load(), tenant="acme")
+    key = signing_key(settings).public
+    tenant = {"FLAKEBOT_TENANT": "acme"}
+    done = run_cli("config", "set", "catalogs", f"file://{tmp_path / 'cache'} {key}", env=tenant)
+    assert done.returncode == 0, done.stderr
+    path = config.tenant_file(settings, "acme")
+    read = run_cli("list", "--remote", "--json", env=tenant)  # the admin's own file, 0644: its catalog is tried
+    assert str(tmp_path / "cache") in only_line(read) and str(path) not in only_line(read), read.stderr
+    path.chmod(0o664)
+    loose = run_cli("list", "--remote", "--json", env=tenant)
+    assert loose.returncode != 0 and str(path) in only_line(loose) and "chmod go-w" in only_line(loose), loose.stderr
+    path.chmod(0o644)
+    elsewhere = tmp_path / "planted.toml"
+    elsewhere.write_text(path.read_text())
+    path.unlink()
+    path.symlink_to(elsewhere)
+    linked = run_cli("list", "--remote", "--json", env=tenant)
+    assert linked.returncode != 0 and str(path) in only_line(linked), linked.stderr
