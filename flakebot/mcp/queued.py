@@ -41,6 +41,7 @@ TASK_STATUS: dict[str, types.TaskStatus] = {
     "cancelled": "cancelled",
 }
 POLL_SECONDS = 0.5
+ROW_ERROR_CHARS = 400  # of a failed row's error (or fix) told to the caller: the rest is the row's, in the table
 FOLLOW = (
     "call status with this run_id (a queued job's handle) and wait_seconds until status is succeeded (the result is "
     "in it) or failed"
@@ -116,7 +117,7 @@ def job_status(row: dict[str, Any]) -> dict[str, Any]:
         "need": (row["request"] or {}).get("need", ""),
         "attempts": row["attempts"],
         "worker_run_id": row["run_id"],
-        "error": row["error"],
+        "error": row_error(row),
     }
     if row["state"] == "done":
         answer["result"] = compact_result(row["result"] or {})
@@ -187,12 +188,32 @@ def _shaped(key: str, value: Any) -> bool:
     return isinstance(value, str) and len(value) < 200  # status, name, version: checked against their sets below
 
 
+def row_error(row: dict[str, Any]) -> Any:
+    """A failed row's error as the caller is told it: the row's text (a worker's, or a forger's who can write the
+    table) quoted as the row's words, bounded and without control characters (modeltext.quoted), never as
+    flakebot's own error and fix. Errors the fronts write (cancelled) and other states' are the row's as it is."""
+    from flakebot.modeltext import ROW_NOTE, quoted
+
+    error = row["error"]
+    if row["state"] != "failed" or not isinstance(error, dict):
+        return (
+            error if row["state"] != "failed" or error is None else {"error": "the job failed", "type": "FlakebotError"}
+        )
+    told = {
+        "error": f"{handle(int(row['id']))} failed; its row says {quoted(error.get('error'), ROW_ERROR_CHARS, ROW_NOTE)}",
+        "type": "FlakebotError",
+    }
+    if error.get("fix"):
+        told["fix"] = f"its row suggests {quoted(error.get('fix'), ROW_ERROR_CHARS, ROW_NOTE)}"
+    return told
+
+
 def outcome(row: dict[str, Any]) -> dict[str, Any] | None:
     """The job's end as a journal's last line would say it ({result} or {error}), None while it is not over."""
     if row["state"] == "done":
         return {"result": row["result"] or {}}
     if row["state"] in ("failed", "cancelled"):
-        return {"error": row["error"] or {"error": f"the job {row['state']}", "type": "FlakebotError"}}
+        return {"error": row_error(row) or {"error": f"the job {row['state']}", "type": "FlakebotError"}}
     return None
 
 
@@ -215,7 +236,7 @@ def task_of(row: dict[str, Any]) -> types.Task:
     state = row["state"]
     message = {"queued": "queued", "running": f"running (attempt {row['attempts']})", "done": "done"}.get(state)
     if state in ("failed", "cancelled"):
-        error = row["error"] or {}
+        error = row_error(row) or {}
         message = f"{error.get('error')}. Fix: {error.get('fix')}" if error.get("fix") else str(error.get("error"))
     stamps = [row[key] for key in ("created", "started", "ended") if isinstance(row.get(key), datetime)]
     return types.Task(
