@@ -148,7 +148,9 @@ class TeamMCP(FlakebotMCP):
         self._in_flight: dict[str, anyio.CapacityLimiter] = {}  # each principal's calls at once
         self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
         self._rows_lock = threading.Lock()
-        self._fetched: set[tuple[str, str]] = set()  # (tenant, NAME@VERSION) of finished jobs' tools tried to install
+        # (tenant, NAME@VERSION) of finished jobs' tools tried to install, the FETCHED_KEPT last asked (a front
+        # serves for months: one forgotten is tried once more, at worst)
+        self._fetched: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
 
@@ -340,9 +342,15 @@ class TeamMCP(FlakebotMCP):
         from flakebot.deliver.install import install_from_catalog
 
         with self._rows_lock:
-            if (settings.tenant, ref) in self._fetched or not settings.shared_catalogs() or not need:
+            key = (settings.tenant, ref)
+            if key in self._fetched:
+                self._fetched.move_to_end(key)
                 return
-            self._fetched.add((settings.tenant, ref))
+            if not settings.shared_catalogs() or not need:
+                return
+            self._fetched[key] = None
+            while len(self._fetched) > FETCHED_KEPT:
+                self._fetched.popitem(last=False)
         why = []
         for source in settings.shared_catalogs():
             try:
@@ -609,6 +617,7 @@ class TeamMCP(FlakebotMCP):
         )
 
 
+FETCHED_KEPT = 4096  # finished jobs' tools a front remembers having tried to install (TeamMCP.fetch_tool)
 ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job (queued.POLL_SECONDS)
 ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)

@@ -292,3 +292,36 @@ def test_tls_serves_https_to_an_agent_that_checks_the_certificate(flakebot_home:
                     return [tool.name for tool in (await client.list_tools()).tools]
 
         assert "craft" in asyncio.run(agent())
+
+
+def test_a_long_running_fronts_tried_tools_are_bounded(flakebot_home: Path, tmp_path: Path, caplog: Any) -> None:
+    """A front tries once to install each finished job's tool its catalog lacks; what it remembers of those tries is
+    bounded (the least recently asked forgotten first), or a front serving for months would grow without end."""
+    import dataclasses
+    import logging
+
+    from flakebot import config
+    from flakebot.deliver.publish import signing_key
+    from flakebot.mcp import front
+    from flakebot.team.admission import MemoryAdmission
+    from flakebot.team.tokens import TokenStore
+
+    settings = dataclasses.replace(config.load(), tenant="acme")
+    done = run_cli("config", "set", "catalogs", f"file://{tmp_path} {signing_key(settings).public}",
+                   env={"FLAKEBOT_TENANT": "acme"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    settings = dataclasses.replace(config.load(), tenant="acme")
+    state = front.TeamMCP(settings, [], TokenStore(settings.path("workdir")), MemoryAdmission())
+
+    def tries(ref: str) -> int:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=front.__name__):
+            state.fetch_tool(settings, ref, "need it")
+        return sum(ref in record.getMessage() for record in caplog.records)
+
+    assert tries("tool-0@0.1.0") == 1 and tries("tool-0@0.1.0") == 0  # tried once
+    for n in range(1, front.FETCHED_KEPT + 1):
+        state.fetch_tool(settings, f"tool-{n}@0.1.0", "need it")
+    assert len(state._fetched) == front.FETCHED_KEPT
+    assert tries(f"tool-{front.FETCHED_KEPT}@0.1.0") == 0  # the latest still remembered
+    assert tries("tool-0@0.1.0") == 1  # the oldest forgotten: tried again
