@@ -7,6 +7,7 @@ word for word the answer for one that never existed.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -41,6 +42,7 @@ TASK_STATUS: dict[str, types.TaskStatus] = {
     "cancelled": "cancelled",
 }
 POLL_SECONDS = 0.5
+ERROR_TYPE = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")  # a failed row's error type the caller is told as it is
 ROW_ERROR_CHARS = 400  # of a failed row's error (or fix) told to the caller: the rest is the row's, in the table
 FOLLOW = (
     "call status with this run_id (a queued job's handle) and wait_seconds until status is succeeded (the result is "
@@ -201,7 +203,8 @@ def row_error(row: dict[str, Any]) -> Any:
         )
     told = {
         "error": f"{handle(int(row['id']))} failed; its row says {quoted(error.get('error'), ROW_ERROR_CHARS, ROW_NOTE)}",
-        "type": "FlakebotError",
+        # an error class's name (ScriptError, UsageError: what the caller's exit code follows), or the base one
+        "type": kind if isinstance(kind := error.get("type"), str) and ERROR_TYPE.fullmatch(kind) else "FlakebotError",
     }
     if error.get("fix"):
         told["fix"] = f"its row suggests {quoted(error.get('fix'), ROW_ERROR_CHARS, ROW_NOTE)}"
