@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -168,19 +167,15 @@ def run_cargo(
     cwd: Path,
     extra: list[str] | None = None,
     timeout: float | None = None,
-    on_line: Callable[[str], None] | None = None,
 ) -> CargoReport:
-    """Run `cargo SUBCOMMAND --message-format=json EXTRA` in the sandbox and read what it says. `on_line`: each
-    stdout line as cargo writes it (its JSON messages, then the test harness's output)."""
+    """Run `cargo SUBCOMMAND --message-format=json EXTRA` in the sandbox and read what it says."""
     if subcommand not in SUBCOMMANDS:
         raise UsageError(f"unsupported cargo subcommand '{subcommand}'", fix=f"use one of: {', '.join(SUBCOMMANDS)}")
     args = [subcommand, "--message-format=json", *(["--features", ",".join(cargo.features)] if cargo.features else [])]
     if subcommand == "test":
         args.append("--no-fail-fast")  # every test binary runs, so unit and acceptance failures both show
     with waiting_on(f"cargo {subcommand} (sandboxed)"):
-        result = sandbox.run(
-            cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout, on_line=on_line
-        )
+        result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout)
     return parse_output(subcommand, result)
 
 
