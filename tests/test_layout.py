@@ -215,6 +215,9 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
         {".mkdir()", ".rmdir()", ".rename()", "remove_tree"},
         "the run's directory and the fresh staging dir in it",
     ),
+    # the snapshot of a built binary: a fresh mkdtemp directory of flakebot's own, outside every sandbox
+    ("agent/acceptance.py", "snapshot_binary"): ({".chmod()"}, "the fresh mkdtemp directory the snapshot is copied to"),
+    ("agent/acceptance.py", "Snapshot.remove"): ({"shutil.rmtree"}, "that mkdtemp directory, flakebot's own"),
     ("source/archive.py", "extract"): (
         {".rename()", ".rmdir()"},
         "the fresh staging dir, after tarfile's data filter refused links leaving it",

@@ -203,10 +203,13 @@ class Bench:
                     spent["examples_start"] = first
                     spent["examples"] = time.perf_counter() - first
 
-        return make_verdict(lambda extra: self._cargo_test(spent, extra), self.spec, self.crate, run_example)
+        return make_verdict(
+            lambda extra, on_line=None: self._cargo_test(spent, extra, on_line),
+            self.spec, self.crate, run_example, snapshot=runner.snapshot,
+        )  # fmt: skip
 
-    def _cargo_test(self, spent: dict[str, float], extra: list[str]) -> Any:
-        report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra)
+    def _cargo_test(self, spent: dict[str, float], extra: list[str], on_line: Any = None) -> Any:
+        report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra, on_line=on_line)
         # the one `cargo test` a person would run; a second run is flakebot's choice
         spent.setdefault("cargo_first", report.seconds)
         spent["cargo"] = spent.get("cargo", 0.0) + report.seconds

@@ -12,6 +12,7 @@ import hashlib
 import io
 import logging
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -232,6 +233,57 @@ def run_example(
         sandbox = open_sandbox(mode, workspace=cwd, writable=[cwd], readable=[binary.parent], limits=limits, adopt=True)
         result = sandbox.run([str(binary), *example.args], cwd=cwd, stdin=example.stdin)
     return result.stdout == example.stdout and result.returncode == example.exit_code and not result.timed_out, result
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The binary cargo built, copied the moment cargo said so (its artifact message) into a directory of flakebot's
+    own that no sandbox writes: what the examples run, whatever the build's other steps or the tests then do to the
+    target dir. `sha256` is the copy's; `unchanged()` says whether the file cargo named still holds it."""
+
+    source: Path  # the file in the target dir, as built_file spelled it
+    inside: Path  # the target dir
+    copy: Path
+    sha256: str
+
+    def unchanged(self) -> bool:
+        try:
+            now = Tree(self.inside.resolve()).read_bytes(str(self.source.relative_to(self.inside.resolve())))
+        except OSError:  # gone, or a link now
+            return False
+        return hashlib.sha256(now).hexdigest() == self.sha256
+
+    def remove(self) -> None:
+        shutil.rmtree(self.copy.parent, ignore_errors=True)
+
+
+def snapshot_binary(binary: Path, inside: Path, where: str = "the run's target dir") -> Snapshot:
+    """A Snapshot of `binary`, a regular file below `inside` (built_file: UnsafePath otherwise), read without following
+    a link. The copy's directory is readable by the sandbox's uid, writable by flakebot alone."""
+    source = built_file(binary, inside, where)
+    data = Tree(inside.resolve()).read_bytes(str(source.relative_to(inside.resolve())))
+    directory = Path(tempfile.mkdtemp(prefix="flakebot-built-"))
+    directory.chmod(0o755)  # the examples run as the sandbox's uid (as root): it reads, it cannot write
+    Tree(directory).write_bytes(source.name, data, mode=0o755)
+    return Snapshot(source, inside, directory / source.name, hashlib.sha256(data).hexdigest())
+
+
+class BuiltRunner:
+    """Runs an example (run_example) on a binary cargo built in `target_dir`, or on a Snapshot this runner made of one
+    (`snapshot`): a copy is accepted only in a directory the runner made itself."""
+
+    def __init__(self, mode: str, limits: SandboxLimits, target_dir: Path) -> None:
+        self.mode, self.limits, self.target_dir = mode, limits, target_dir
+        self.made: set[Path] = set()
+
+    def __call__(self, binary: Path, example: Example) -> tuple[bool, CommandResult]:
+        inside = binary.parent if binary.parent in self.made else self.target_dir
+        return run_example(binary, example, self.mode, self.limits, inside)
+
+    def snapshot(self, binary: Path) -> Snapshot:
+        snap = snapshot_binary(binary, self.target_dir)
+        self.made.add(snap.copy.parent)
+        return snap
 
 
 EXAMPLES_AT_ONCE = 6  # a spec's 3 to 6 examples in one wave (with 4 the 5th and 6th waited for the first)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -14,16 +15,21 @@ from typing import Any
 from flakebot.agent.acceptance import (
     ACCEPTANCE_TARGET,
     ACCEPTANCE_TEST,
+    Snapshot,
     acceptance_test_names,
     each_example,
     example_failure,
 )
 from flakebot.agent.loop import Verdict
+from flakebot.errors import UnsafePath
 from flakebot.safefs import read_file_text
 from flakebot.sandbox import CommandResult
+from flakebot.sandbox.process import at_once
 from flakebot.toolspec import Example, ToolSpec
 
 ExampleRunner = Callable[[Path, Example], tuple[bool, CommandResult]]
+Snapshotter = Callable[[Path], Snapshot]  # the built binary copied where no sandbox writes (BuiltRunner.snapshot)
+Outcomes = list[tuple[bool, CommandResult]]
 # A service's lifecycle run by flakebot on the built binary: what failed, for the model ([] when it passed).
 LifecycleCheck = Callable[[Path], list[str]]
 
@@ -34,30 +40,114 @@ COMPILE_FAILURE = 10_000  # a crate that does not build is worse than any number
 
 
 def make_verdict(
-    cargo_test: Callable[[list[str]], Any],
+    cargo_test: Callable[..., Any],  # (extra_args) or (extra_args, on_line)
     spec: ToolSpec,
     workspace: Path,
     run_example: ExampleRunner,
     *,
     only_acceptance: bool = False,
     lifecycle: LifecycleCheck | None = None,
+    snapshot: Snapshotter | None = None,
 ) -> Callable[[], Verdict]:
     """flakebot's verdict on the workspace: `cargo test --tests`, then, once that is green and the
     workspace has doc tests (slow: rustdoc compiles them anew every run), the full `cargo test`; once
     green, every example run by flakebot on the binary cargo built.
     `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport;
     `run_example(binary, example)` runs one example (in the sandbox): (passed, result).
-    `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone."""
+    `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone.
+    `snapshot`: with it (a tool, not a service), the examples start beside the tests (Early)."""
+    early = snapshot is not None and not spec.service
+
+    def tested(extra: list[str]) -> tuple[Any, Verdict, Early | None]:
+        if not early:
+            report = cargo_test(extra)
+            return report, judge(report, spec), None
+        assert snapshot is not None
+        beside = Early(spec, run_example, snapshot)
+
+        def cargo() -> Any:
+            try:
+                return cargo_test(extra, beside.on_line)
+            finally:
+                beside.ready.set()  # no artifact message: the examples' thread stops waiting
+
+        report, _ = at_once([cargo, beside.examples], 2)
+        return report, judge(report, spec), beside
 
     def verdict() -> Verdict:
-        report = cargo_test(ACCEPTANCE_TARGET if only_acceptance else ["--tests"])
-        result = judge(report, spec)
+        report, result, beside = tested(ACCEPTANCE_TARGET if only_acceptance else ["--tests"])
         if result.green and not only_acceptance and has_doctests(report, workspace):
-            report = cargo_test([])
-            result = judge(report, spec)
-        return on_binary(result, report, spec, run_example, lifecycle) if result.green else result
+            if beside:
+                beside.drop()
+            report, result, beside = tested([])
+        if not result.green:
+            if beside:
+                beside.drop()  # red as the tests say: the examples' results are not shown
+            return result
+        if beside and beside.outcomes is not None:
+            return beside.judge(result, report)
+        return on_binary(result, report, spec, run_example, lifecycle)
 
     return verdict
+
+
+class Early:
+    """The examples run on the bin target's executable from the moment cargo reports it built (its compiler-artifact
+    message, before the test binaries run), beside the tests: the binary is copied then (Snapshot, outside every
+    sandbox), so what the examples judge is what cargo built, not what a build script, proc macro or test writes in
+    its place afterwards; after cargo, the file it named must still hold the copy's bytes (else red: swapped).
+    `examples()` runs on its own thread of at_once beside `cargo test` and waits for the message (or cargo's end)."""
+
+    def __init__(self, spec: ToolSpec, run_example: ExampleRunner, snapshot: Snapshotter) -> None:
+        self.spec, self.run_example, self.snapshot = spec, run_example, snapshot
+        self.ready = threading.Event()
+        self.named: Path | None = None  # the executable the artifact message named
+        self.snap: Snapshot | None = None
+        self.outcomes: Outcomes | None = None
+
+    def on_line(self, line: str) -> None:
+        """cargo's stdout, line by line, on cargo's thread: the first artifact message of the bin target starts it."""
+        if self.ready.is_set():
+            return
+        binary = bin_executable(line, self.spec.name)
+        if binary is None:
+            return
+        self.named = binary
+        try:
+            self.snap = self.snapshot(binary)
+        except UnsafePath as exc:  # judged after cargo as before (on_binary refuses it and says why)
+            logger.info("no early examples: %s", exc)
+        self.ready.set()
+
+    def examples(self) -> None:
+        """The examples on the snapshot, once it is taken; nothing when cargo ends without one."""
+        self.ready.wait()
+        if self.snap is not None:
+            copy = self.snap.copy
+            self.outcomes = each_example(lambda e: self.run_example(copy, e), self.spec.examples)
+
+    def judge(self, verdict: Verdict, report: Any) -> Verdict:
+        """A green test verdict held to the examples run on the snapshot, and to the binary being what cargo built."""
+        assert self.snap is not None and self.outcomes is not None
+        snap, outcomes = self.snap, self.outcomes
+        named = built_binary(report, self.spec.name)
+        if named != self.named or not snap.unchanged():
+            failures = [
+                f"{snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
+                "reported it (by a build script, a proc macro or a test): the examples judge what cargo built"
+            ]
+        else:
+            failures = [
+                example_failure(n, e, result)
+                for (n, e), (passed, result) in zip(enumerate(self.spec.examples, 1), outcomes, strict=True)
+                if not passed
+            ]
+        self.drop()
+        return _held(verdict, failures, "the examples")
+
+    def drop(self) -> None:
+        if self.snap is not None:
+            self.snap.remove()
 
 
 def on_binary(
@@ -77,9 +167,13 @@ def on_binary(
             for (n, e), (passed, result) in zip(enumerate(spec.examples, 1), outcomes, strict=True)
             if not passed
         ]
+    return _held(verdict, failures, "its lifecycle" if spec.service else "the examples")
+
+
+def _held(verdict: Verdict, failures: list[str], what: str) -> Verdict:
+    """The green `verdict`, red with `failures` when there are any."""
     if not failures:
         return verdict
-    what = "its lifecycle" if spec.service else "the examples"
     summary = f"{verdict.summary}\nThe tests passed, but flakebot's own run of {what} did not:\n" + "\n".join(failures)
     data = {**verdict.data, "examples_failed": len(failures)}
     return Verdict(
@@ -94,13 +188,26 @@ def on_binary(
 def built_binary(report: Any, name: str) -> Path | None:
     """The executable cargo built for the bin target `name` (from its compiler-artifact messages)."""
     for line in report.result.stdout.splitlines() if report.result else []:
-        if '"compiler-artifact"' not in line or '"executable"' not in line:
-            continue
+        binary = bin_executable(line, name)
+        if binary is not None:
+            return binary
+    return None
+
+
+def bin_executable(line: str, name: str) -> Path | None:
+    """The executable of the bin target `name` when `line` is cargo's compiler-artifact message for it."""
+    if '"compiler-artifact"' not in line or '"executable"' not in line:
+        return None
+    try:
         message = json.loads(line)
-        target, as_test = message.get("target", {}), message.get("profile", {}).get("test")
-        # not its unit-test harness
-        if message.get("executable") and "bin" in target.get("kind", []) and target.get("name") == name and not as_test:
-            return Path(message["executable"])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(message, dict):
+        return None
+    target, as_test = message.get("target", {}), message.get("profile", {}).get("test")
+    # not its unit-test harness
+    if message.get("executable") and "bin" in target.get("kind", []) and target.get("name") == name and not as_test:
+        return Path(message["executable"])
     return None
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from flakebot import preflight
 from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop, Verdict
-from flakebot.agent.verdict import ExampleRunner, ForkVerdict, LifecycleCheck, make_verdict
+from flakebot.agent.verdict import ExampleRunner, ForkVerdict, LifecycleCheck, Snapshotter, make_verdict
 from flakebot.errors import EditError
 from flakebot.fsutil import tree_bytes
 
@@ -80,6 +80,8 @@ class Checks:
     record: Callable[..., None] = field(default=lambda *_, **__: None)  # the transcript, for the fork's cargo runs
     before_test: Callable[[], None] = field(default=lambda: None)  # the dependency cache follows the manifest
     lifecycle: LifecycleCheck | None = None  # a service: its lifecycle, run by flakebot on the built binary
+    # copies the built binary at cargo's artifact message, so the examples run beside the tests (verdict.py)
+    snapshot: Snapshotter | None = None
 
 
 class Workspace:
@@ -122,6 +124,7 @@ class Workspace:
                 checks.run_example,
                 only_acceptance=checks.only_acceptance,
                 lifecycle=checks.lifecycle,
+                snapshot=checks.snapshot,
             )
 
     def commit(self, message: str) -> str:
@@ -153,13 +156,19 @@ class Workspace:
                 f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({self.disk_mb} MiB)",
             )
 
-    def _cargo_test(self, extra: list[str]) -> CargoReport:
+    def _cargo_test(self, extra: list[str], on_line: Callable[[str], None] | None = None) -> CargoReport:
         from flakebot.cargo.diagnostics import run_cargo
 
         checks = self.checks
         checks.before_test()
         report = run_cargo(
-            checks.sandbox, checks.cargo, "test", cwd=self.crate_dir, extra=extra, timeout=checks.timeout
+            checks.sandbox,
+            checks.cargo,
+            "test",
+            cwd=self.crate_dir,
+            extra=extra,
+            timeout=checks.timeout,
+            on_line=on_line,
         )
         if not report.ok:  # a linker's bus error or a write error on a full disk is not the model's to fix
             preflight.check_free_space(self.root, preflight.WORKING_FLOOR_MB)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -167,15 +168,19 @@ def run_cargo(
     cwd: Path,
     extra: list[str] | None = None,
     timeout: float | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> CargoReport:
-    """Run `cargo SUBCOMMAND --message-format=json EXTRA` in the sandbox and read what it says."""
+    """Run `cargo SUBCOMMAND --message-format=json EXTRA` in the sandbox and read what it says. `on_line`: each
+    stdout line as cargo writes it (its JSON messages, then the test harness's output)."""
     if subcommand not in SUBCOMMANDS:
         raise UsageError(f"unsupported cargo subcommand '{subcommand}'", fix=f"use one of: {', '.join(SUBCOMMANDS)}")
     args = [subcommand, "--message-format=json", *(["--features", ",".join(cargo.features)] if cargo.features else [])]
     if subcommand == "test":
         args.append("--no-fail-fast")  # every test binary runs, so unit and acceptance failures both show
     with waiting_on(f"cargo {subcommand} (sandboxed)"):
-        result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout)
+        result = sandbox.run(
+            cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout, on_line=on_line
+        )
     return parse_output(subcommand, result)
 
 

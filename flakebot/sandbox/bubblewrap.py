@@ -8,7 +8,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ class BwrapSandbox:
         env: dict[str, str] | None = None,
         timeout: float | None = None,
         stdin: str | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> CommandResult:
         cwd = Path(cwd).resolve()
         inside = [self.workspace_at or self.workspace, *self.writable, *(dest for rw, _, dest in self.binds if rw)]
@@ -96,6 +97,7 @@ class BwrapSandbox:
             output_cap=self.limits.output_cap,
             watch=watch,
             spill=self.limits.spill,
+            on_line=on_line,
         )
 
     def command(

@@ -71,6 +71,7 @@ class Sandbox(Protocol):
         env: dict[str, str] | None = None,
         timeout: float | None = None,
         stdin: str | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> CommandResult: ...
 
     def command(
@@ -147,6 +148,7 @@ class PlainSandbox:
         env: dict[str, str] | None = None,
         timeout: float | None = None,
         stdin: str | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> CommandResult:
         full, full_env = self.command(argv, cwd=cwd, env=env)
         timeout = timeout or self.limits.timeout
@@ -161,6 +163,7 @@ class PlainSandbox:
             output_cap=self.limits.output_cap,
             watch=watch,
             spill=self.limits.spill,
+            on_line=on_line,
         )
 
     def command(
@@ -275,6 +278,29 @@ class _Spill(_Capture):
             self.file.close()
 
 
+class _Lines(_Capture):
+    """A capture that also hands each whole line to `on_line` as it arrives (cargo's artifact messages, read while
+    the tests still run); the capture itself stays the one `execute` reads."""
+
+    def __init__(self, inner: _Capture, on_line: Callable[[str], None]) -> None:
+        super().__init__(0)
+        self.inner, self.on_line, self.partial = inner, on_line, bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.inner.add(chunk)
+        self.partial += chunk
+        *lines, rest = self.partial.split(b"\n")
+        self.partial = bytearray(rest)
+        for line in lines:
+            self.on_line(line.decode(errors="replace"))
+
+    def text(self) -> str:
+        return self.inner.text()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def execute(
     shown: list[str],
     argv: list[str],
@@ -287,10 +313,12 @@ def execute(
     watch: Callable[[], str] | None = None,
     spill: Spill | None = None,
     inherit_stdin: bool = False,
+    on_line: Callable[[str], None] | None = None,
 ) -> CommandResult:
     """Run `argv` in a new session: capped output (with `spill`, stdout whole: in memory or in a file), stdin fed
     (or the caller's own, `inherit_stdin`), the whole group killed at `timeout`, when `watch()` names a limit it
-    passed, and at the end."""
+    passed, and at the end. `on_line(line)`: each whole stdout line as it arrives (before the command ends), whatever
+    the cap keeps."""
     start = time.perf_counter()
     try:
         proc = launcher.popen(
@@ -312,7 +340,8 @@ def execute(
     if stops := _stops.get():
         breach = _Breach(_also(breach.watch, lambda: INTERRUPTED if any(s.is_set() for s in stops) else ""))
     try:
-        timed_out = _pump(proc, out, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
+        sink = out if on_line is None else _Lines(out, on_line)
+        timed_out = _pump(proc, sink, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
     finally:  # also on Ctrl-C: nothing outlives the call
         _kill_group(proc.pid)
         returncode = proc.wait()

@@ -13,10 +13,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flakebot.agent.acceptance import ACCEPTANCE_TEST, Frozen, built_file, run_example, write_acceptance_test
+from flakebot.agent.acceptance import ACCEPTANCE_TEST, BuiltRunner, Frozen, built_file, write_acceptance_test
 from flakebot.agent.disputes import DisputeDesk, refreezer
 from flakebot.agent.loop import EditLoop, LoopLimits, LoopResult, Verdict
-from flakebot.agent.verdict import ExampleRunner, LifecycleCheck, not_run
+from flakebot.agent.verdict import LifecycleCheck, not_run
 from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.config import Settings
 from flakebot.errors import BudgetExceeded, EditError, FlakebotError, ModelError, UnsafePath
@@ -82,11 +82,13 @@ def edit_stage(ctx: StageContext) -> EditOut:
     )
 
     transcript = Transcript(ctx.run.transcript_path)
+    runner = example_runner(settings, ctx.run.target_dir)
     checks = Checks(
         sandbox,
         cargo,
         spec,
-        example_runner(settings, ctx.run.target_dir),
+        runner,
+        snapshot=runner.snapshot,
         timeout=settings.command_timeout,
         fork=ctx.get(ChoiceOut).mode == "fork",
         only_acceptance=alone,
@@ -201,13 +203,13 @@ def _lazy_model(ctx: StageContext, budget: Budget, transcript: Any, stack: ExitS
     return get
 
 
-def example_runner(settings: Settings, target_dir: Path) -> ExampleRunner:
+def example_runner(settings: Settings, target_dir: Path) -> BuiltRunner:
     """Runs one example on a built binary in the sandbox the settings ask for (the smoke timeout per example); the
     binary must be a regular file in the run's `target_dir` (cargo's JSON naming it is the build's to forge)."""
     from flakebot.sandbox import limits_for
 
     limits = limits_for(settings, timeout=settings.smoke_timeout)
-    return lambda binary, example: run_example(binary, example, settings.sandbox, limits, target_dir)
+    return BuiltRunner(settings.sandbox, limits, target_dir)
 
 
 def service_check(settings: Settings, target_dir: Path, spec: ToolSpec) -> LifecycleCheck | None:

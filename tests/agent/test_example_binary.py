@@ -160,3 +160,37 @@ def test_a_ctrl_c_while_examples_run_at_once_kills_their_commands_at_once(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         each_example(run, examples)
     assert len(results) == 1 and not results[0].timed_out and results[0].returncode == -signal.SIGKILL
+
+
+def early_verdict(run: Path, swap: bool) -> Verdict:
+    """The examples started at cargo's artifact message (Early), then the file swapped (or not) before cargo ends."""
+    from flakebot.agent.verdict import Early
+
+    binary = run / "target" / "debug" / "tool"
+    binary.write_text("#!/bin/sh\necho built\n")
+    binary.chmod(0o755)
+    line = {"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": "tool"}, "profile": {"test": False},
+            "executable": str(binary), "fresh": False}  # fmt: skip
+    stdout = f"{json.dumps(line)}\ntest acceptance ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored\n"
+    report = parse_output("test", CommandResult(["cargo", "test"], 0, stdout, "", 1.0))
+    examples = [{"args": [], "stdout": "built\n", "description": f"run {n}"} for n in range(3)]
+    spec = ToolSpec.from_dict({"name": "tool", "summary": "s", "usage": "tool", "examples": examples})
+    runner = example_runner(Settings(sandbox="required"), run / "target")
+    early = Early(spec, runner, runner.snapshot)
+    early.on_line(json.dumps(line))
+    if swap:  # a test rewrites the binary after the message: a copy that prints what the examples want stays
+        binary.write_text("#!/bin/sh\necho forged\n")
+    early.examples()
+    green = Verdict(green=True, failures=0, summary="1 passed", key="", data={})
+    return early.judge(green, report)
+
+
+def test_examples_started_at_the_artifact_message_judge_the_built_binary(run: Path) -> None:
+    require("bwrap")
+    assert early_verdict(run, swap=False).green
+
+
+def test_a_binary_swapped_after_the_artifact_message_is_caught(run: Path) -> None:
+    require("bwrap")
+    verdict = early_verdict(run, swap=True)
+    assert not verdict.green and "was replaced after cargo reported it" in verdict.summary, verdict.summary
