@@ -99,8 +99,11 @@ class Timed:
 class BenchWorkspace:
     """The loop's workspace here: the bench's commit and the edit stage's verdict, no restore, no frozen-file guard."""
 
-    def __init__(self, commit: Callable[[str], str], verdict: Callable[[], Verdict]) -> None:
-        self.commit, self.verdict = commit, verdict
+    def __init__(self, commit: Callable[[str], str], verdict: Callable[[bool], Verdict]) -> None:
+        self.commit, self._verdict = commit, verdict
+
+    def verdict(self, claimed: bool = False) -> Verdict:
+        return self._verdict(claimed)
 
     def restore(self, sha: str) -> None:
         pass
@@ -187,7 +190,7 @@ class Bench:
             raise RuntimeError(f"raw cargo test did not run the tests:\n{result.stderr[-2000:]}")
         return seconds
 
-    def verdict(self, spent: dict[str, float]) -> Callable[[], Verdict]:
+    def verdict(self, spent: dict[str, float]) -> Callable[[bool], Verdict]:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
         runner = example_runner(self.settings, self.cargo.target_dir)
 
@@ -216,14 +219,18 @@ class Bench:
         spent["cargo_runs"] = spent.get("cargo_runs", 0) + 1
         return report
 
-    def iteration(self, steps: int) -> dict[str, Any]:
+    def iteration(self, steps: int, claims: bool = False) -> dict[str, Any]:
         """`steps` real EditLoop steps in one loop, as a run makes them, the last one timed: a red step waits for the
         commit the step before it left running beside its model call, not for its own (the next model call hides
         that); the green one, a run's last, waits for its own too. Its wall seconds and where they went."""
         transcript = Transcript(self.run.transcript_path)
         spent: dict[str, float] = {}
         commits: list[float] = []  # each commit's own seconds, on the loop's thread
-        models = [self._model(transcript, n) for n in range(steps)]  # their stub servers started beforehand
+        # `claims`: the last turn also calls `done` (a model sure of its edit), which lets the verdict start the
+        # examples beside the tests (agent/verdict.py Early); a red iteration's turn does not
+        models = [
+            self._model(transcript, n, claims and n == steps - 1) for n in range(steps)
+        ]  # their stub servers started beforehand
         try:
             toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
             workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent))
@@ -251,11 +258,12 @@ class Bench:
                 model.close()
         return timed
 
-    def _model(self, transcript: Transcript, n: int) -> Any:
-        """A scripted model whose one turn makes the next one-line edit (edit_file)."""
+    def _model(self, transcript: Transcript, n: int, done: bool = False) -> Any:
+        """A scripted model whose one turn makes the next one-line edit (edit_file), and with `done` says so."""
         search, replace = self.next_edit()
         call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
-        turn = {"tool_calls": [call], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
+        said = [{"name": "done", "arguments": {"summary": "the tests pass"}}] if done else []
+        turn = {"tool_calls": [call, *said], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
         script = self.script.with_name(f"script-{n}.json")
         script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
         return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
@@ -276,7 +284,7 @@ def _phase(bench: Bench, main_rs: str, samples: int, want_green: bool) -> dict[s
     raws, iterations = [], []
     for _ in range(samples):
         raws.append(bench.raw())
-        iterations.append(bench.iteration(1 if want_green else 2))
+        iterations.append(bench.iteration(1, claims=True) if want_green else bench.iteration(2))
         if iterations[-1]["green"] != want_green:
             raise RuntimeError(f"expected a {'green' if want_green else 'red'} iteration, got {iterations[-1]}")
     return _figures(raws, iterations)

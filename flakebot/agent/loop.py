@@ -47,7 +47,7 @@ class Environment(Protocol):
 
     def commit(self, message: str) -> str: ...
     def restore(self, sha: str) -> None: ...
-    def verdict(self) -> Verdict: ...
+    def verdict(self, claimed: bool = False) -> Verdict: ...
     def guard(self) -> None: ...
 
 
@@ -212,7 +212,7 @@ class EditLoop:
             changed |= edited
             finished |= finished_now
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
-        verdict = self._judge() if changed or finished else None
+        verdict = self._judge(finished) if changed or finished else None
         self.events.step(self.result.iterations, self.result, verdict)
         if verdict is None:
             return False
@@ -255,9 +255,11 @@ class EditLoop:
         if len(self._recent_edits) == REPEAT_LIMIT and len(set(self._recent_edits)) == 1:
             raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
 
-    def _judge(self) -> Verdict:
+    def _judge(self, claimed: bool = False) -> Verdict:
         self.settle()  # after a step of only `done`: the verdict's cargo runs in the tree the commit reads
-        verdict = self.workspace.verdict()
+        # `claimed`: the model called `done` this step. Never trusted for the verdict; it only tells the workspace
+        # a green verdict is expected, so work that pays only then may start early (the examples beside the tests)
+        verdict = self.workspace.verdict(claimed)
         self.workspace.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
         self.events.record(
             "verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key

@@ -115,7 +115,7 @@ class Workspace:
                 checks.record,
                 checks.lifecycle,
             )
-            self._verdict: Callable[[], Verdict] = self._fork
+            self._verdict: Callable[..., Verdict] = self._fork
         else:
             self._verdict = make_verdict(
                 self._cargo_test,
@@ -141,8 +141,9 @@ class Workspace:
         """The verdict before any edit (a fork's whole suite)."""
         return self._fork.full() if self._fork else self._verdict()
 
-    def verdict(self) -> Verdict:
-        return self._verdict()
+    def verdict(self, claimed: bool = False) -> Verdict:
+        """flakebot's verdict on the tree; `claimed`: the model said it is done (only when to start what pays then)."""
+        return self._fork() if self._fork else self._verdict(claimed)
 
     def guard(self) -> None:
         """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the

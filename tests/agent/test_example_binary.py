@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from flakebot.agent.acceptance import acceptance_test_names
 from flakebot.agent.loop import Verdict
 from flakebot.agent.verdict import on_binary
 from flakebot.cargo.diagnostics import parse_output
@@ -162,6 +164,52 @@ def test_a_ctrl_c_while_examples_run_at_once_kills_their_commands_at_once(tmp_pa
     assert len(results) == 1 and not results[0].timed_out and results[0].returncode == -signal.SIGKILL
 
 
+def claimed_verdicts(run: Path, passed: bool) -> tuple[list[bool], list[Verdict]]:
+    """make_verdict's verdict called as the loop calls it, without and with the model's `done`: whether each cargo
+    run was read line by line (the examples started beside it), and the two verdicts."""
+    from flakebot.agent.verdict import make_verdict
+
+    binary = run / "target" / "debug" / "tool"
+    binary.write_text("#!/bin/sh\necho built\n")
+    binary.chmod(0o755)
+    line = json.dumps({"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": "tool"},
+                       "profile": {"test": False}, "executable": str(binary), "fresh": False})  # fmt: skip
+    examples = [{"args": [], "stdout": "built\n", "description": f"run {n}"} for n in range(3)]
+    spec = ToolSpec.from_dict({"name": "tool", "summary": "s", "usage": "tool", "examples": examples})
+    names = acceptance_test_names(spec)
+    outcome = "ok" if passed else "FAILED"
+    tests = "".join(f"test {name} ... {outcome}\n" for name in names)
+    failed = 0 if passed else len(names)
+    stdout = f"{line}\n{tests}\ntest result: {outcome}. {len(names) - failed} passed; {failed} failed; 0 ignored\n"
+    ran = "     Running tests/flakebot_acceptance.rs (target/debug/deps/flakebot_acceptance-0)\n"
+    report = parse_output("test", CommandResult(["cargo", "test"], 0 if passed else 101, stdout, ran, 1.0))
+    runner = example_runner(Settings(sandbox="required"), run / "target")
+    streamed: list[bool] = []
+
+    def cargo_test(extra: list[str], on_line: Any = None) -> Any:
+        streamed.append(on_line is not None)
+        for each in stdout.splitlines() if on_line else []:
+            on_line(each)
+        return report
+
+    verdict = make_verdict(cargo_test, spec, run, runner, snapshot=runner.snapshot)
+    return streamed, [verdict(), verdict(True)]
+
+
+def test_the_examples_start_beside_the_tests_only_when_the_model_said_done(run: Path) -> None:
+    """In a red iteration they would take the cores from its tests: only the model's `done` makes green likely."""
+    require("bwrap")
+    streamed, verdicts = claimed_verdicts(run, passed=True)
+    assert streamed == [False, True] and all(v.green for v in verdicts)
+
+
+def test_a_red_test_run_stays_red_whatever_the_early_examples_say(run: Path) -> None:
+    require("bwrap")
+    streamed, verdicts = claimed_verdicts(run, passed=False)
+    assert streamed == [False, True] and not any(v.green for v in verdicts)
+    assert "flakebot's own run of the examples" not in verdicts[1].summary
+
+
 def early_verdict(run: Path, swap: bool) -> Verdict:
     """The examples started at cargo's artifact message (Early), then the file swapped (or not) before cargo ends."""
     from flakebot.agent.verdict import Early
@@ -182,7 +230,10 @@ def early_verdict(run: Path, swap: bool) -> Verdict:
         binary.write_text("#!/bin/sh\necho forged\n")
     early.examples()
     green = Verdict(green=True, failures=0, summary="1 passed", key="", data={})
-    return early.judge(green, report)
+    try:
+        return early.judge(green, report)
+    finally:
+        early.drop()
 
 
 def test_examples_started_at_the_artifact_message_judge_the_built_binary(run: Path) -> None:

@@ -59,7 +59,7 @@ class Judged:
     def guard(self) -> None:
         self.ws.guard()
 
-    def verdict(self) -> Verdict:
+    def verdict(self, claimed: bool = False) -> Verdict:
         self.judged.append((self.ws.root / MAIN).read_text())
         failures = self.failures[len(self.judged) - 1]
         return Verdict(failures == 0, failures, f"{failures} failing", f"key{len(self.judged)}")
