@@ -21,7 +21,9 @@ Each sample, raw and iteration interleaved:
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
   green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
-         a crate with a library would need for its doc tests)
+         a crate with a library would need for its doc tests). Its model turn also calls `done`, as a model sure of
+         its edit does: the verdict then starts the examples beside the tests (agent/verdict.py Early); a red
+         iteration's turn does not, and a model that says done too early pays for them in that red iteration
 
 Ratio (goal <= 1.05, the green iteration's <= 1.1): per iteration, its seconds against the seconds of the (first) cargo test it ran, measured in the same
 moment (on a shared machine consecutive `cargo test` runs differ by more than flakebot's overhead, so two separate
