@@ -243,9 +243,10 @@ def _example_runs(green: Iterations) -> str:
     """The green verdict's own check: every example run on the built binary in the sandbox (the green verdict)."""
     seconds = green.iteration_parts_s.get("examples")
     what = (
-        "the verdict running every acceptance example on the built binary in the sandbox, the check a model cannot game"
+        "the verdict running every acceptance example on a copy of the built binary in the sandbox, the check a "
+        "model cannot game, started beside the tests at cargo's artifact message once the model said done"
     )
-    return f"{what}: {seconds:.3f} s" if seconds else what
+    return f"{what}: {seconds:.3f} s, mostly under cargo's" if seconds else what
 
 
 def loop_green(r: Results) -> dict[str, Any]:
