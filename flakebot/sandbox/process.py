@@ -28,6 +28,9 @@ EXIT_GRACE = 1.0  # seconds to keep reading pipes after the command ended or was
 # so the check must be frequent for the overshoot to stay small (statvfs costs microseconds).
 WATCH_INTERVAL = 0.05
 MIB = 1024 * 1024
+# The longest stdout line handed to an on_line reader (cargo's JSON messages, a rendered diagnostic included, are far
+# shorter): past it the line's rest is dropped, so a command writing without a newline cannot grow our memory.
+LINE_CAP = MIB
 R = TypeVar("R")
 # The stops of the callers running this thread's commands (at_once): Ctrl-C and SIGTERM land in the main thread only,
 # so a command on another thread is killed when its caller's stop is set, as the main thread's own is by `finally`.
@@ -280,7 +283,8 @@ class _Spill(_Capture):
 
 class _Lines(_Capture):
     """A capture that also hands each whole line to `on_line` as it arrives (cargo's artifact messages, read while
-    the tests still run); the capture itself stays the one `execute` reads."""
+    the tests still run); the capture itself stays the one `execute` reads. A line is handed on at most LINE_CAP long:
+    the rest of a longer one is never held (a test may write without a newline for as long as it likes)."""
 
     def __init__(self, inner: _Capture, on_line: Callable[[str], None]) -> None:
         super().__init__(0)
@@ -288,11 +292,11 @@ class _Lines(_Capture):
 
     def add(self, chunk: bytes) -> None:
         self.inner.add(chunk)
-        self.partial += chunk
-        *lines, rest = self.partial.split(b"\n")
-        self.partial = bytearray(rest)
+        *lines, rest = chunk.split(b"\n")
         for line in lines:
-            self.on_line(line.decode(errors="replace"))
+            self.on_line((self.partial + line[: max(0, LINE_CAP - len(self.partial))]).decode(errors="replace"))
+            self.partial = bytearray()
+        self.partial += rest[: max(0, LINE_CAP - len(self.partial))]
 
     def text(self) -> str:
         return self.inner.text()
