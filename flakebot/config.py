@@ -317,14 +317,19 @@ def _tenant_bytes(settings: Settings, tenant: str, path: Path) -> bytes | None:
     from flakebot.errors import UnsafePath
 
     root = settings.path("catalog_dir")
-    fix = f"make {path} a regular file of the catalog's owner that only it may write (chown, then chmod go-w {path})"
+    fix = (
+        f"make {path} a regular file of the catalog's owner that only it may write, under no other name (chown, "
+        f"then chmod go-w {path}; a hard link: copy it in place)"
+    )
     try:
         with safefs.Tree(root) as tree, tree.open_read(f"{TENANTS}/{tenant}/{TENANT_FILE}") as file:
             info, owner = os.fstat(file.fileno()), os.stat(root).st_uid
-            if info.st_uid != owner or info.st_mode & 0o022:
+            # a second name (a hard link) is a way in this directory's rights do not govern
+            if info.st_uid != owner or info.st_mode & 0o022 or info.st_nlink != 1:
                 raise ConfigError(
                     f"{path} could be written by another user than the catalog's owner (owner uid {info.st_uid}, "
-                    f"mode {info.st_mode & 0o777:o}): refused, it names the catalogs tenant {tenant} trusts",
+                    f"mode {info.st_mode & 0o777:o}, {info.st_nlink} names): refused, it names the catalogs tenant "
+                    f"{tenant} trusts",
                     fix=fix,
                 )
             return file.read()

@@ -257,6 +257,10 @@ def test_a_tenants_file_another_user_could_write_is_refused(flakebot_home: Path,
     path.symlink_to(elsewhere)
     linked = run_cli("list", "--remote", "--json", env=tenant)
     assert linked.returncode != 0 and str(path) in only_line(linked), linked.stderr
+    path.unlink()
+    os.link(elsewhere, path)  # another name of one file: who may write through that name is not this directory's say
+    hard = run_cli("list", "--remote", "--json", env=tenant)
+    assert hard.returncode != 0 and str(path) in only_line(hard), hard.stderr
 
 
 def test_a_forged_failed_rows_error_is_told_as_the_rows_text(database: str, flakebot_home: Path) -> None:
