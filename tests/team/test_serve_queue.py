@@ -6,9 +6,11 @@ tokens, a real PostgreSQL and (slow) a real `flakebot worker` crafting offline."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -232,10 +234,10 @@ def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
         pileup.end_jobs(workdir / "mcp-jobs")
 
 
-async def craft_and_watch(url: str, token: str, craft: dict[str, Any], work: Any) -> tuple[dict[str, Any], bool]:
-    """A detached craft from a 2025-11-25 session that stays open while `work()` runs: its answer, and whether the
-    session was told the tool list changed (within a poll of the job's end)."""
-    import anyio
+@contextlib.asynccontextmanager
+async def listening(url: str, token: str) -> AsyncIterator[tuple[Any, Callable[[int], Awaitable[bool]]]]:
+    """A 2025-11-25 session (the SDK's legacy mode) whose notifications are kept: its client, and `told(tries)`:
+    whether the session was told the tool list changed within `tries` looks 0.2 s apart."""
     import mcp_types as types
 
     notices: list[Any] = []
@@ -243,16 +245,28 @@ async def craft_and_watch(url: str, token: str, craft: dict[str, Any], work: Any
     async def on_message(message: Any) -> None:
         notices.append(message)
 
+    async def told(tries: int) -> bool:
+        for _ in range(tries):
+            if any(isinstance(n, types.ToolListChangedNotification) for n in notices):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=90) as http:
         transport = streamable_http_client(url, http_client=http)
         async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
-            answer = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
-            await anyio.to_thread.run_sync(work)
-            for _ in range(100):  # the front reads the row every 5 s
-                if any(isinstance(n, types.ToolListChangedNotification) for n in notices):
-                    return answer, True
-                await asyncio.sleep(0.2)
-    return answer, False
+            yield client, told
+
+
+async def craft_and_watch(url: str, token: str, craft: dict[str, Any], work: Any) -> tuple[dict[str, Any], bool]:
+    """A detached craft from a 2025-11-25 session that stays open while `work()` runs: its answer, and whether the
+    session was told the tool list changed (within a poll of the job's end)."""
+    import anyio
+
+    async with listening(url, token) as (client, told):
+        answer = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
+        await anyio.to_thread.run_sync(work)
+        return answer, await told(100)  # the front reads the row every 5 s
 
 
 @pytest.mark.slow
@@ -622,36 +636,24 @@ async def _first_follower_gone(url: str, alice: str, carol: str, database: str, 
     """alice's detached craft, joined by carol's; `gone(alice's session, job)`; the job then ends having catalogued
     its tool: whether carol's session was told the tool list changed."""
     import anyio
-    import mcp_types as types
 
     craft = {"need": "need a csv deduper"}
     mine = await anyio.to_thread.run_sync(Session, url, alice)
     answer = await anyio.to_thread.run_sync(mine.ask, "tools/call", {"name": "craft", "arguments": craft})
     job = json.loads(answer["result"]["content"][0]["text"])["run_id"]  # detached: the front watches its end
-    notices: list[Any] = []
-
-    async def on_message(message: Any) -> None:
-        notices.append(message)
-
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {carol}"}, timeout=90) as http:
-        transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
-            joined = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
-            assert joined["run_id"] == job and joined["joined"] is True, joined
-            await anyio.to_thread.run_sync(gone, mine, job)
-            await asyncio.sleep(6)  # the front reads the queued row at least once since (every 5 s)
-            with db.connect(database) as conn:  # its worker's end (the catalogued tool's name, as a worker says it)
-                done = {"status": "crafted", "name": "csv-dedup", "version": "0.1.0"}
-                conn.execute(
-                    "UPDATE jobs SET state = 'done', ended = now(), result = %s WHERE id = %s",
-                    (Jsonb(done), job_number(job)),
-                )
-                conn.commit()
-            for _ in range(75):  # the front reads the row every 5 s
-                if any(isinstance(n, types.ToolListChangedNotification) for n in notices):
-                    return True
-                await asyncio.sleep(0.2)
-    return False
+    async with listening(url, carol) as (client, told):
+        joined = json.loads((await client.call_tool("craft", craft)).content[0].text)  # type: ignore[union-attr]
+        assert joined["run_id"] == job and joined["joined"] is True, joined
+        await anyio.to_thread.run_sync(gone, mine, job)
+        await asyncio.sleep(6)  # the front reads the queued row at least once since (every 5 s)
+        with db.connect(database) as conn:  # its worker's end (the catalogued tool's name, as a worker says it)
+            done = {"status": "crafted", "name": "csv-dedup", "version": "0.1.0"}
+            conn.execute(
+                "UPDATE jobs SET state = 'done', ended = now(), result = %s WHERE id = %s",
+                (Jsonb(done), job_number(job)),
+            )
+            conn.commit()
+        return await told(75)  # the front reads the row every 5 s
 
 
 def _leave(mine: Session, job: str) -> None:
