@@ -248,7 +248,7 @@ class Snapshot:
 
     def unchanged(self) -> bool:
         try:
-            now = Tree(self.inside.resolve()).read_bytes(str(self.source.relative_to(self.inside.resolve())))
+            now = _read_built(self.source, self.inside)
         except OSError:  # gone, or a link now
             return False
         return hashlib.sha256(now).hexdigest() == self.sha256
@@ -261,11 +261,17 @@ def snapshot_binary(binary: Path, inside: Path, where: str = "the run's target d
     """A Snapshot of `binary`, a regular file below `inside` (built_file: UnsafePath otherwise), read without following
     a link. The copy's directory is readable by the sandbox's uid, writable by flakebot alone."""
     source = built_file(binary, inside, where)
-    data = Tree(inside.resolve()).read_bytes(str(source.relative_to(inside.resolve())))
+    data = _read_built(source, inside)
     directory = Path(tempfile.mkdtemp(prefix="flakebot-built-"))
     directory.chmod(0o755)  # the examples run as the sandbox's uid (as root): it reads, it cannot write
     Tree(directory).write_bytes(source.name, data, mode=0o755)
     return Snapshot(source, inside, directory / source.name, hashlib.sha256(data).hexdigest())
+
+
+def _read_built(source: Path, inside: Path) -> bytes:
+    """The built file's bytes, read below `inside` without following a link (safefs)."""
+    root = inside.resolve()
+    return Tree(root).read_bytes(str(source.relative_to(root)))
 
 
 class BuiltRunner:

@@ -141,11 +141,7 @@ class Early:
                 "reported it (by a build script, a proc macro or a test): the examples judge what cargo built"
             ]
         else:
-            failures = [
-                example_failure(n, e, result)
-                for (n, e), (passed, result) in zip(enumerate(self.spec.examples, 1), outcomes, strict=True)
-                if not passed
-            ]
+            failures = example_failures(self.spec, outcomes)
         return _held(verdict, failures, "the examples")
 
     def drop(self) -> None:
@@ -164,13 +160,17 @@ def on_binary(
     elif spec.service:
         failures = lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
     else:
-        outcomes = each_example(lambda e: run_example(binary, e), spec.examples)
-        failures = [
-            example_failure(n, e, result)
-            for (n, e), (passed, result) in zip(enumerate(spec.examples, 1), outcomes, strict=True)
-            if not passed
-        ]
+        failures = example_failures(spec, each_example(lambda e: run_example(binary, e), spec.examples))
     return _held(verdict, failures, "its lifecycle" if spec.service else "the examples")
+
+
+def example_failures(spec: ToolSpec, outcomes: Outcomes) -> list[str]:
+    """What each failed example run says, numbered as the spec lists them."""
+    return [
+        example_failure(n, e, result)
+        for (n, e), (passed, result) in zip(enumerate(spec.examples, 1), outcomes, strict=True)
+        if not passed
+    ]
 
 
 def _held(verdict: Verdict, failures: list[str], what: str) -> Verdict:

@@ -97,8 +97,8 @@ def handle_answer(enqueued: Any) -> dict[str, Any]:
 
 
 def seen_by(row: dict[str, Any], principal: str) -> dict[str, Any]:
-    """A job's row as `principal` (its identity, as `left_by` holds them) sees it: a job it left (tasks/cancel while other agents of its tenant follow it)
-    is cancelled for it, whatever the job does for the others."""
+    """A job's row as `principal` (its identity, as `left_by` holds them) sees it: a job it left (tasks/cancel while
+    other agents of its tenant follow it) is cancelled for it, whatever the job does for the others."""
     if principal not in (row.get("left_by") or ()) or row["state"] not in ("queued", "running"):
         return row
     error = {
@@ -197,10 +197,10 @@ def row_error(row: dict[str, Any]) -> Any:
     from flakebot.modeltext import ROW_NOTE, quoted
 
     error = row["error"]
-    if row["state"] != "failed" or not isinstance(error, dict):
-        return (
-            error if row["state"] != "failed" or error is None else {"error": "the job failed", "type": "FlakebotError"}
-        )
+    if row["state"] != "failed" or error is None:
+        return error
+    if not isinstance(error, dict):  # no shape flakebot writes: none of its words told
+        return {"error": "the job failed", "type": "FlakebotError"}
     told = {
         "error": f"{handle(int(row['id']))} failed; its row says {quoted(error.get('error'), ROW_ERROR_CHARS, ROW_NOTE)}",
         # an error class's name (ScriptError, UsageError: what the caller's exit code follows), or the base one
