@@ -312,7 +312,7 @@ def tenant_values(settings: Settings, tenant: str) -> dict[str, Any]:
 def _tenant_bytes(settings: Settings, tenant: str, path: Path) -> bytes | None:
     """The tenant's file (None when there is none), only as the catalog's owner wrote it: it names the catalogs and
     keys the tenant trusts, so a link on the way or at the name (safefs), another owner, or a group- or
-    world-writable file is refused in one line, never read."""
+    world-writable file, or such a directory on its way from catalog_dir, is refused in one line, never read."""
     from flakebot import safefs
     from flakebot.errors import UnsafePath
 
@@ -322,17 +322,30 @@ def _tenant_bytes(settings: Settings, tenant: str, path: Path) -> bytes | None:
         f"then chmod go-w {path}; a hard link: copy it in place)"
     )
     try:
-        with safefs.Tree(root) as tree, tree.open_read(f"{TENANTS}/{tenant}/{TENANT_FILE}") as file:
-            info, owner = os.fstat(file.fileno()), os.stat(root).st_uid
-            # a second name (a hard link) is a way in this directory's rights do not govern
-            if info.st_uid != owner or info.st_mode & 0o022 or info.st_nlink != 1:
-                raise ConfigError(
-                    f"{path} could be written by another user than the catalog's owner (owner uid {info.st_uid}, "
-                    f"mode {info.st_mode & 0o777:o}, {info.st_nlink} names): refused, it names the catalogs tenant "
-                    f"{tenant} trusts",
-                    fix=fix,
-                )
-            return file.read()
+        with safefs.Tree(root) as tree:
+            owner = os.stat(root).st_uid
+            # each directory on the way, from the top: another user who could rename or replace one could put
+            # another file at the name (a directory nobody else may write keeps the one below it in place)
+            for rel, where in (("", root), (TENANTS, root / TENANTS), (f"{TENANTS}/{tenant}", path.parent)):
+                seen = tree.lstat(rel) if rel else os.stat(root)
+                if seen.st_uid != owner or seen.st_mode & 0o022:
+                    raise ConfigError(
+                        f"{where} could be written by another user than the catalog's owner (owner uid "
+                        f"{seen.st_uid}, mode {seen.st_mode & 0o777:o}): refused, {path} in it names the catalogs "
+                        f"tenant {tenant} trusts",
+                        fix=f"make {where} the catalog owner's, writable only by it (chown, then chmod go-w {where})",
+                    )
+            with tree.open_read(f"{TENANTS}/{tenant}/{TENANT_FILE}") as file:
+                info = os.fstat(file.fileno())
+                # a second name (a hard link) is a way in this directory's rights do not govern
+                if info.st_uid != owner or info.st_mode & 0o022 or info.st_nlink != 1:
+                    raise ConfigError(
+                        f"{path} could be written by another user than the catalog's owner (owner uid "
+                        f"{info.st_uid}, mode {info.st_mode & 0o777:o}, {info.st_nlink} names): refused, it names the "
+                        f"catalogs tenant {tenant} trusts",
+                        fix=fix,
+                    )
+                return file.read()
     except FileNotFoundError:
         return None
     except UnsafePath:

@@ -44,6 +44,8 @@ TASK_STATUS: dict[str, types.TaskStatus] = {
 POLL_SECONDS = 0.5
 ERROR_TYPE = re.compile(r"[A-Z][A-Za-z0-9]{0,63}")  # a failed row's error type the caller is told as it is
 ROW_ERROR_CHARS = 400  # of a failed row's error (or fix) told to the caller: the rest is the row's, in the table
+OWN = object()  # marks an error this front made (seen_by): no row read from the table can hold it
+OWN_ERROR = "own_error"
 FOLLOW = (
     "call status with this run_id (a queued job's handle) and wait_seconds until status is succeeded (the result is "
     "in it) or failed"
@@ -107,7 +109,7 @@ def seen_by(row: dict[str, Any], principal: str) -> dict[str, Any]:
         "fix": "craft the same need again to follow it again",
         "type": "Cancelled",
     }
-    return {**row, "state": "cancelled", "error": error}
+    return {**row, "state": "cancelled", "error": error, OWN_ERROR: OWN}
 
 
 def job_status(row: dict[str, Any]) -> dict[str, Any]:
@@ -191,20 +193,24 @@ def _shaped(key: str, value: Any) -> bool:
 
 
 def row_error(row: dict[str, Any]) -> Any:
-    """A failed row's error as the caller is told it: the row's text (a worker's, or a forger's who can write the
+    """An ended row's error as the caller is told it: the row's text (a worker's, or a forger's who can write the
     table) quoted as the row's words, bounded and without control characters (modeltext.quoted), never as
-    flakebot's own error and fix. Errors the fronts write (cancelled) and other states' are the row's as it is."""
+    flakebot's own error and fix. Told as the row has it: the error a front writes when it cancels a job (exactly its
+    shape, queue.is_cancel_error), the one seen_by makes, and other states' (none)."""
     from flakebot.modeltext import ROW_NOTE, quoted
+    from flakebot.team.queue import is_cancel_error
 
-    error = row["error"]
-    if row["state"] != "failed" or error is None:
+    error, state = row["error"], row["state"]
+    if row.get(OWN_ERROR) is OWN or state not in ("failed", "cancelled") or error is None or is_cancel_error(error):
         return error
+    # a cancelled job's type is known from its state; a failed one's names the error class its exit code follows
+    fallback = "Cancelled" if state == "cancelled" else "FlakebotError"
     if not isinstance(error, dict):  # no shape flakebot writes: none of its words told
-        return {"error": "the job failed", "type": "FlakebotError"}
+        return {"error": f"the job {state}", "type": fallback}
+    kind = error.get("type")
     told = {
-        "error": f"{handle(int(row['id']))} failed; its row says {quoted(error.get('error'), ROW_ERROR_CHARS, ROW_NOTE)}",
-        # an error class's name (ScriptError, UsageError: what the caller's exit code follows), or the base one
-        "type": kind if isinstance(kind := error.get("type"), str) and ERROR_TYPE.fullmatch(kind) else "FlakebotError",
+        "error": f"{handle(int(row['id']))} {state}; its row says {quoted(error.get('error'), ROW_ERROR_CHARS, ROW_NOTE)}",
+        "type": kind if state == "failed" and isinstance(kind, str) and ERROR_TYPE.fullmatch(kind) else fallback,
     }
     if error.get("fix"):
         told["fix"] = f"its row suggests {quoted(error.get('fix'), ROW_ERROR_CHARS, ROW_NOTE)}"

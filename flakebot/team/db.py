@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
 # and a tenant's bound on them per day; 5: a job's state 'cancelled'
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -94,6 +94,8 @@ ALTER TABLE tenants ADD COLUMN IF NOT EXISTS max_cpu_seconds_per_day integer;
 ALTER TABLE jobs DROP CONSTRAINT IF EXISTS jobs_state_check;
 ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
     CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled'));
+-- a job's audit rows, read at each cancel and each admission of a token's concurrent crafts (who queued it)
+CREATE INDEX IF NOT EXISTS audit_by_job ON audit (job);
 """
 
 

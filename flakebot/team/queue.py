@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -200,8 +201,9 @@ def quota_of(conn: Conn, tenant: str) -> dict[str, Any]:
 def _used(conn: Conn, tenant: str) -> dict[str, Any]:
     counts = conn.execute(
         "SELECT count(*) FILTER (WHERE state IN ('queued', 'running')) AS in_flight, "
-        # a craft cancelled before any worker claimed it never ran: not one of the day's
-        f"count(*) FILTER (WHERE created >= {TODAY} AND state <> 'cancelled') AS today, "
+        # a craft cancelled before any worker claimed it never ran: not one of the day's; one a worker started,
+        # then handed back (its worker lost) before the cancel, did run, and counts
+        f"count(*) FILTER (WHERE created >= {TODAY} AND (state <> 'cancelled' OR started IS NOT NULL)) AS today, "
         f"coalesce(sum(cpu_seconds) FILTER (WHERE coalesce(ended, started, created) >= {TODAY}), 0) AS cpu_seconds "
         "FROM jobs WHERE tenant = %s",
         (tenant,),
@@ -237,7 +239,7 @@ def enqueue(
             _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest, **_identity(principal_id)})
             return Enqueued(int(same["id"]), True, str(same["state"]))
         if principal_cap is not None:
-            _check_principal(conn, tenant, principal, principal_cap)
+            _check_principal(conn, tenant, principal, principal_cap, principal_id)
         _check_quota(conn, tenant, quota)
         row = conn.execute(
             "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES (%s, %s, %s, %s, %s) RETURNING id",
@@ -285,11 +287,15 @@ def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
         )
 
 
-def _check_principal(conn: Conn, tenant: str, principal: str, cap: int) -> None:
-    """One principal may not take all of its tenant's crafts in flight: at most `cap` of its own at once."""
+def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principal_id: str | None) -> None:
+    """One principal may not take all of its tenant's crafts in flight: at most `cap` of those it queued at once. A
+    principal is its identity (the audit's enqueued row says who queued a job), never its name: a new token under a
+    revoked one's name starts with none of its crafts, and another token under the same name takes none of its cap."""
     mine = conn.execute(
-        "SELECT count(*) AS n FROM jobs WHERE tenant = %s AND principal = %s AND state IN ('queued', 'running')",
-        (tenant, principal),
+        "SELECT count(*) AS n FROM jobs j WHERE j.tenant = %s AND j.state IN ('queued', 'running') AND EXISTS ("
+        "SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' "
+        "AND coalesce(a.detail->>'principal_id', a.principal) = %s)",
+        (tenant, principal_id or principal),
     ).fetchone()
     assert mine is not None
     if mine["n"] >= cap:
@@ -448,17 +454,35 @@ def cancel(
                 f"job-{job_id} is {row['state']}, not queued: only a craft no worker has claimed can be cancelled",
                 fix="let it end (status with wait_seconds follows it)",
             )
-        error = {
-            "error": f"cancelled by {principal} before a worker claimed it",
-            "fix": "craft the need again to queue it afresh",
-            "type": "Cancelled",
-        }
+        error = error_of_cancel(principal)
         ended = conn.execute(
             "UPDATE jobs SET state = 'cancelled', ended = now(), error = %s WHERE id = %s RETURNING *",
             (_json(error), job_id),
         ).fetchone()
         _audit(conn, tenant, principal, "cancelled", job_id, _identity(principal_id))
     return ended
+
+
+CANCEL_FIX = "craft the need again to queue it afresh"
+CANCELLED = re.compile(r"cancelled by ([a-z0-9][a-z0-9._-]{0,63}) before a worker claimed it")  # a token's name
+
+
+def error_of_cancel(principal: str) -> dict[str, str]:
+    """The error a cancelled row holds, as a front writes it: the only shape a reader tells as flakebot's words
+    (`is_cancel_error`); any other text in a cancelled row is whoever wrote the table's."""
+    return {"error": f"cancelled by {principal} before a worker claimed it", "fix": CANCEL_FIX, "type": "Cancelled"}
+
+
+def is_cancel_error(error: Any) -> bool:
+    """Whether `error` is exactly what error_of_cancel writes, for a token's name."""
+    return (
+        isinstance(error, dict)
+        and set(error) == {"error", "fix", "type"}
+        and isinstance(error["error"], str)
+        and CANCELLED.fullmatch(error["error"]) is not None
+        and error["fix"] == CANCEL_FIX
+        and error["type"] == "Cancelled"
+    )
 
 
 def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:

@@ -122,6 +122,35 @@ def test_a_cancelled_queued_craft_does_not_count_for_the_day(database: str) -> N
     conn.close()
 
 
+def test_a_tokens_concurrent_crafts_are_counted_by_its_identity_not_its_name(database: str) -> None:
+    """The concurrent-crafts cap is a token's: a new token under a revoked one's name (another identity) starts with
+    none of its crafts in flight, and the old identity's crafts still bound the old identity."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+    queue.enqueue(conn, "acme", "bob", craft("need a first tool"), principal_cap=1, principal_id="id-old")
+    with pytest.raises(QuotaExceeded) as refused:
+        queue.enqueue(conn, "acme", "bob", craft("need a second tool"), principal_cap=1, principal_id="id-old")
+    assert refused.value.one_line().startswith("token 'bob' has 1 crafts queued or running"), refused.value
+    again = queue.enqueue(conn, "acme", "bob", craft("need a third tool"), principal_cap=1, principal_id="id-new")
+    assert not again.joined and again.state == "queued"
+    conn.close()
+
+
+def test_a_craft_a_worker_handed_back_then_cancelled_still_counts_for_the_day(database: str) -> None:
+    """A craft a worker claimed ran (a build, model calls), even when the worker handed it back and it was then
+    cancelled while queued again: it is one of the day's crafts, so a cancel after a hand-back frees nothing."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=1)
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a tool that started"), principal_id="id-alice").job_id
+    assert queue.claim(conn, "w1", 30) is not None and queue.release(conn, job_id, "w1")
+    cancelled = queue.cancel(conn, job_id, "acme", "alice", "id-alice")
+    assert cancelled is not None and cancelled["state"] == "cancelled"
+    assert queue.quota_of(conn, "acme")["used"]["today"] == 1
+    with pytest.raises(QuotaExceeded):
+        queue.enqueue(conn, "acme", "alice", craft("need another tool"), principal_id="id-alice")
+    conn.close()
+
+
 @pytest.mark.parametrize("quota", ["max_in_flight", "max_per_day"])
 def test_a_tenants_quota_is_exact_when_two_fronts_race(database: str, quota: str) -> None:
     conn = db.connect(database)
