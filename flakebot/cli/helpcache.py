@@ -6,7 +6,7 @@ stored (when it exited 0) under a digest of everything its text depends on: flak
 the package (the command table is read from them), typer's and rich's installed files, and what decides how rich
 lays it out (the terminal size rich finds on the standard streams, the environment variables rich and typer read).
 Only output that is not a terminal is served or stored: a terminal gets colours and is left to typer every time.
-The digest alone is kept, never the environment (FLAKEBOT_ variables may hold secrets).
+The digest alone is kept, never the environment; a setting that may hold a secret enters it only as set or not.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ LAYOUT_VARIABLES = (
     "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM", "COLORTERM", "TERMINAL_WIDTH", "TYPER_USE_RICH",
 )  # fmt: skip
 PREFIXES = ("_TYPER", "TYPER_", "FLAKEBOT_")  # typer's own switches; flakebot's settings by environment
+# Settings that may hold a secret (FLAKEBOT_DATABASE_URL's password, a key or token): no help prints them, so only
+# whether they are set goes into the digest, never their value (a digest of a weak password can be guessed back).
+SECRET_PARTS = ("URL", "KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 
 
 def serve(argv: list[str]) -> bool:
@@ -148,6 +151,10 @@ def _key(argv: list[str]) -> str:
             break
         except (OSError, ValueError):
             continue
-    layout = {k: v for k, v in os.environ.items() if k in LAYOUT_VARIABLES or k.startswith(PREFIXES)}
+    layout = {
+        k: "(set)" if any(part in k for part in SECRET_PARTS) else v
+        for k, v in os.environ.items()
+        if k in LAYOUT_VARIABLES or k.startswith(PREFIXES)
+    }
     digest.update(json.dumps(sorted(layout.items())).encode())
     return digest.hexdigest()

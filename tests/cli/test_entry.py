@@ -142,6 +142,15 @@ def test_help_is_printed_from_what_typer_printed_for_the_same_layout(flakebot_ho
     assert "COLUMNS" not in stored and len(json.loads(stored)) == 1  # the digest alone, never the environment
 
 
+def test_a_secret_in_the_environment_never_enters_the_helps_digest(flakebot_home: Path) -> None:
+    """FLAKEBOT_DATABASE_URL may carry a password: the stored digest depends on whether it is set, not on its value
+    (a digest of a weak password could be guessed back), so another password serves the same stored help."""
+    first, typer_first = _help("--help", env={"FLAKEBOT_DATABASE_URL": "postgresql://u:first-password@db/flakebot"})
+    again, typer_again = _help("--help", env={"FLAKEBOT_DATABASE_URL": "postgresql://u:other-password@db/flakebot"})
+    assert typer_first and not typer_again and again == first
+    assert "password" not in (flakebot_home / "cache/flakebot/cli-help.json").read_text()
+
+
 LEAVING = """
 import atexit, concurrent.futures, sys, threading, time
 from flakebot.cli.entry import leave
