@@ -236,15 +236,20 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
     assert Catalog.open(dataclasses.replace(config.load(), tenant="acme")).own_entry("globex-lines") is None
 
 
+def acme_trusts(cache: Path) -> tuple[Path, dict[str, str]]:
+    """Tenant acme's own file, written by the admin's `config set`, trusting `cache` under this home's key; the file
+    and the environment a call of acme's runs with."""
+    settings = dataclasses.replace(config.load(), tenant="acme")
+    tenant = {"FLAKEBOT_TENANT": "acme"}
+    done = run_cli("config", "set", "catalogs", f"file://{cache} {signing_key(settings).public}", env=tenant)
+    assert done.returncode == 0, done.stderr
+    return config.tenant_file(settings, "acme"), tenant
+
+
 def test_a_tenants_file_another_user_could_write_is_refused(flakebot_home: Path, tmp_path: Path) -> None:
     """<catalog_dir>/tenants/T/flakebot.toml names the catalogs a tenant trusts: one group- or world-writable, or a
     link, could add catalogs, so it is refused in one line naming the file and the fix, never read."""
-    settings = dataclasses.replace(config.load(), tenant="acme")
-    key = signing_key(settings).public
-    tenant = {"FLAKEBOT_TENANT": "acme"}
-    done = run_cli("config", "set", "catalogs", f"file://{tmp_path / 'cache'} {key}", env=tenant)
-    assert done.returncode == 0, done.stderr
-    path = config.tenant_file(settings, "acme")
+    path, tenant = acme_trusts(tmp_path / "cache")
     read = run_cli("list", "--remote", "--json", env=tenant)  # the admin's own file, 0644: its catalog is tried
     assert str(tmp_path / "cache") in only_line(read) and str(path) not in only_line(read), read.stderr
     path.chmod(0o664)
@@ -269,12 +274,7 @@ def test_a_tenants_file_in_a_directory_another_user_could_write_is_refused(
 ) -> None:
     """Whoever may write a directory on the way to the tenant's file (tenants/, or tenants/T) could rename the file
     away and put their own at its name, owner and mode as the admin's: the file is refused, naming the directory."""
-    settings = dataclasses.replace(config.load(), tenant="acme")
-    key = signing_key(settings).public
-    tenant = {"FLAKEBOT_TENANT": "acme"}
-    done = run_cli("config", "set", "catalogs", f"file://{tmp_path / 'cache'} {key}", env=tenant)
-    assert done.returncode == 0, done.stderr
-    path = config.tenant_file(settings, "acme")
+    path, tenant = acme_trusts(tmp_path / "cache")
     directory = path.parent if loose == "tenant" else path.parent.parent
     directory.chmod(0o775)
     refused = run_cli("list", "--remote", "--json", env=tenant)
