@@ -286,6 +286,22 @@ def test_a_tenants_file_in_a_directory_another_user_could_write_is_refused(
     assert str(tmp_path / "cache") in only_line(read), read.stderr
 
 
+def test_a_tenants_file_the_admin_writes_under_umask_002_is_read(flakebot_home: Path, tmp_path: Path) -> None:
+    """An admin whose umask is 002 (a private group's, Debian's default for users) sets a tenant's catalogs: the
+    directories `config set` makes on the way are still writable by the catalog's owner alone, so the file it wrote
+    is read, not refused as one another user could have written."""
+    tenant = {"FLAKEBOT_TENANT": "acme"}
+    before = os.umask(0o002)
+    try:
+        key = signing_key(dataclasses.replace(config.load(), tenant="acme")).public
+        done = run_cli("config", "set", "catalogs", f"file://{tmp_path / 'cache'} {key}", env=tenant)
+        assert done.returncode == 0, done.stderr
+        read = run_cli("list", "--remote", "--json", env=tenant)
+    finally:
+        os.umask(before)
+    assert str(tmp_path / "cache") in only_line(read), read.stderr
+
+
 def test_a_forged_cancelled_rows_error_is_told_as_the_rows_text(database: str, flakebot_home: Path) -> None:
     """A cancelled row's error is told as flakebot's own only in the exact shape a front writes when it cancels;
     other text in a cancelled row is whoever wrote the table's, quoted as the row's words (its type Cancelled)."""
