@@ -302,6 +302,29 @@ def test_a_tenants_file_the_admin_writes_under_umask_002_is_read(flakebot_home: 
     assert str(tmp_path / "cache") in only_line(read), read.stderr
 
 
+def test_a_tenants_file_under_a_linked_catalog_dir_is_read_and_a_linked_tenant_dir_refused(
+    flakebot_home: Path, tmp_path: Path
+) -> None:
+    """catalog_dir is the admin's setting: a link there is followed once (its target is the catalog) and the tenant's
+    file beneath is read; a link below it, at tenants/ or tenants/T, is another way in and refused in one line."""
+    real = tmp_path / "real-catalog"
+    real.mkdir()
+    (tmp_path / "catalog").symlink_to(real)
+    tenant = {"FLAKEBOT_TENANT": "acme", "FLAKEBOT_CATALOG_DIR": str(tmp_path / "catalog")}
+    settings = dataclasses.replace(config.load(), tenant="acme", catalog_dir=str(tmp_path / "catalog"))
+    key = signing_key(settings).public
+    done = run_cli("config", "set", "catalogs", f"file://{tmp_path / 'cache'} {key}", env=tenant)
+    assert done.returncode == 0, done.stderr
+    assert (real / "tenants" / "acme" / "flakebot.toml").is_file()
+    read = run_cli("list", "--remote", "--json", env=tenant)
+    assert str(tmp_path / "cache") in only_line(read), read.stderr
+    (real / "tenants" / "acme").rename(tmp_path / "elsewhere")
+    (real / "tenants" / "acme").symlink_to(tmp_path / "elsewhere")
+    linked = run_cli("list", "--remote", "--json", env=tenant)
+    line = only_line(linked)
+    assert linked.returncode != 0 and "link" in line and str(tmp_path / "cache") not in line, linked.stderr
+
+
 def test_a_forged_cancelled_rows_error_is_told_as_the_rows_text(database: str, flakebot_home: Path) -> None:
     """A cancelled row's error is told as flakebot's own only in the exact shape a front writes when it cancels;
     other text in a cancelled row is whoever wrote the table's, quoted as the row's words (its type Cancelled). That
