@@ -14,9 +14,11 @@ new setting is TRUSTED unless its field says otherwise.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +30,12 @@ from flakebot.homes import config_home as config_home
 from flakebot.homes import data_home as data_home
 from flakebot.homes import rustup_home as rustup_home
 
+logger = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     import tomlkit
+
+    from flakebot import safefs
 
 ENV_PREFIX = "FLAKEBOT_"
 # Environment variables with the prefix that are not settings.
@@ -323,18 +329,9 @@ def _tenant_bytes(settings: Settings, tenant: str, path: Path) -> bytes | None:
     )
     try:
         with safefs.Tree(root) as tree:
-            owner = os.stat(root).st_uid
-            # each directory on the way, from the top: another user who could rename or replace one could put
-            # another file at the name (a directory nobody else may write keeps the one below it in place)
-            for rel, where in (("", root), (TENANTS, root / TENANTS), (f"{TENANTS}/{tenant}", path.parent)):
-                seen = tree.lstat(rel) if rel else os.stat(root)
-                if seen.st_uid != owner or seen.st_mode & 0o022:
-                    raise ConfigError(
-                        f"{where} could be written by another user than the catalog's owner (owner uid "
-                        f"{seen.st_uid}, mode {seen.st_mode & 0o777:o}): refused, {path} in it names the catalogs "
-                        f"tenant {tenant} trusts",
-                        fix=f"make {where} the catalog owner's, writable only by it (chown, then chmod go-w {where})",
-                    )
+            # no file (FileNotFoundError): nothing of the tenant's trusted, so no way to it to check
+            tree.lstat(f"{TENANTS}/{tenant}/{TENANT_FILE}")
+            owner = _tenant_way(tree, tenant, path)
             with tree.open_read(f"{TENANTS}/{tenant}/{TENANT_FILE}") as file:
                 info = os.fstat(file.fileno())
                 # a second name (a hard link) is a way in this directory's rights do not govern
@@ -352,6 +349,25 @@ def _tenant_bytes(settings: Settings, tenant: str, path: Path) -> bytes | None:
         raise ConfigError(f"{path} is a link, or reached through one, or not a file: refused", fix=fix) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", fix=f"check the permissions of {path}") from None
+
+
+def _tenant_way(tree: safefs.Tree, tenant: str, path: Path) -> int:
+    """The catalog owner's uid, once each directory on the way to the tenant's file (catalog_dir, tenants/,
+    tenants/T, opened in `tree`, a safefs.Tree of catalog_dir) is checked from the top: another user who could rename
+    or replace one could put another file at the name (a directory nobody else may write keeps the one below it in
+    place). ConfigError in one line naming the directory otherwise."""
+    root = tree.root
+    owner = os.stat(root).st_uid
+    for rel, where in (("", root), (TENANTS, root / TENANTS), (f"{TENANTS}/{tenant}", path.parent)):
+        seen = tree.lstat(rel) if rel else os.stat(root)
+        if seen.st_uid != owner or seen.st_mode & 0o022:
+            raise ConfigError(
+                f"{where} could be written by another user than the catalog's owner (owner uid "
+                f"{seen.st_uid}, mode {seen.st_mode & 0o777:o}): refused, {path} in it names the catalogs "
+                f"tenant {tenant} trusts",
+                fix=f"make {where} the catalog owner's, writable only by it (chown, then chmod go-w {where})",
+            )
+    return owner
 
 
 def _tenant_coerce(key: str, value: Any, source: str) -> Any:
@@ -594,10 +610,40 @@ def _set_tenant_value(tenant: str, key: str, raw: str, local: bool) -> Path:
     settings = load()
     path = tenant_file(settings, tenant)
     value = _tenant_coerce(key, raw, "config set")
-    doc = tomlkit.parse(path.read_text()) if path.is_file() else tomlkit.document()
+    _make_tenant_way(settings, tenant, path)
+    written = _tenant_bytes(settings, tenant, path)
+    doc = tomlkit.parse(written.decode()) if written is not None else tomlkit.document()
     doc[key] = list(value) if isinstance(value, tuple) else value
-    path.parent.mkdir(parents=True, exist_ok=True)
     from flakebot.fsutil import atomic_write_text
 
     atomic_write_text(path, tomlkit.dumps(doc))
     return path
+
+
+def _make_tenant_way(settings: Settings, tenant: str, path: Path) -> None:
+    """The way to the tenant's file (catalog_dir, tenants/, tenants/T) made, or kept, as its reader wants it before
+    the admin writes the file: flakebot's own directories, this user's, writable by it alone whatever its umask (002
+    made them group-writable, and the file in them would never be read: _tenant_way). One another user owns is
+    left as it is and refused, so a file that would be refused is not written (ConfigError in one line)."""
+    from flakebot import safefs
+    from flakebot.errors import UnsafePath
+
+    root = settings.path("catalog_dir")
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with safefs.Tree(root) as tree:
+            tree.mkdir(f"{TENANTS}/{tenant}", mode=0o755)
+            for rel in ("", TENANTS, f"{TENANTS}/{tenant}"):
+                seen = tree.lstat(rel) if rel else os.stat(root)
+                if seen.st_uid == os.geteuid() and seen.st_mode & 0o022:
+                    logger.info(
+                        "%s made writable by its owner only (tenant %s's settings are in it)", root / rel, tenant
+                    )
+                    tree.chmod(rel, stat.S_IMODE(seen.st_mode) & ~0o022)
+            _tenant_way(tree, tenant, path)
+    except UnsafePath:
+        raise ConfigError(
+            f"{path.parent} is a link, or reached through one: refused, {path} in it names the catalogs tenant "
+            f"{tenant} trusts",
+            fix=f"make {root / TENANTS} and {path.parent} plain directories of the catalog's owner",
+        ) from None

@@ -201,7 +201,9 @@ def row_error(row: dict[str, Any]) -> Any:
     from flakebot.team.queue import is_cancel_error
 
     error, state = row["error"], row["state"]
-    if row.get(OWN_ERROR) is OWN or state not in ("failed", "cancelled") or error is None or is_cancel_error(error):
+    if row.get(OWN_ERROR) is OWN or state not in ("failed", "cancelled") or error is None:
+        return error
+    if state == "cancelled" and is_cancel_error(error):  # a front writes it only as it cancels: in no failed row
         return error
     # a cancelled job's type is known from its state; a failed one's names the error class its exit code follows
     fallback = "Cancelled" if state == "cancelled" else "FlakebotError"

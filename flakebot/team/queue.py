@@ -290,12 +290,15 @@ def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
 def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principal_id: str | None) -> None:
     """One principal may not take all of its tenant's crafts in flight: at most `cap` of those it queued at once. A
     principal is its identity (the audit's enqueued row says who queued a job), never its name: a new token under a
-    revoked one's name starts with none of its crafts, and another token under the same name takes none of its cap."""
+    revoked one's name starts with none of its crafts, and another token under the same name takes none of its cap.
+    One it left since (its last word on it 'left': the job goes on for those who joined it) is no longer its own."""
+    who = principal_id or principal
     mine = conn.execute(
         "SELECT count(*) AS n FROM jobs j WHERE j.tenant = %s AND j.state IN ('queued', 'running') AND EXISTS ("
-        "SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' "
-        "AND coalesce(a.detail->>'principal_id', a.principal) = %s)",
-        (tenant, principal_id or principal),
+        f"SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' AND {_WHO} = %s) "
+        f"AND NOT EXISTS (SELECT 1 FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w "
+        "WHERE w.who = %s AND w.action = 'left')",
+        (tenant, who, who),
     ).fetchone()
     assert mine is not None
     if mine["n"] >= cap:
@@ -411,10 +414,10 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
 # last word is 'left' no longer follow it. A principal is its identity (detail's principal_id: a token's hash prefix,
 # a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else. LEFT_BY: the
 # same as a column of a row of jobs (alias j), as identities.
+_WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
 _LAST_WORDS = (
-    "SELECT DISTINCT ON (who) who, action FROM (SELECT coalesce(detail->>'principal_id', principal) AS who, action, "
-    "id FROM audit WHERE job = {job} AND tenant = {tenant} AND action IN ('enqueued', 'joined', 'left')) a "
-    "ORDER BY who, id DESC"
+    f"SELECT DISTINCT ON (who) who, action FROM (SELECT {_WHO} AS who, action, a.id FROM audit a WHERE "
+    "a.job = {job} AND a.tenant = {tenant} AND action IN ('enqueued', 'joined', 'left')) a ORDER BY who, id DESC"
 )
 LEFT_BY = (
     f"ARRAY(SELECT who FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w WHERE action = 'left') AS left_by"

@@ -151,6 +151,54 @@ def test_a_craft_a_worker_handed_back_then_cancelled_still_counts_for_the_day(da
     conn.close()
 
 
+def test_a_craft_its_queuer_left_to_a_joiner_no_longer_takes_the_queuers_concurrent_crafts(database: str) -> None:
+    """A token that queued a craft, then left it to another agent who joined it (tasks/cancel: the job goes on for
+    the joiner), no longer follows it: the craft is not one of its own in flight, so its cap is not held by a job it
+    left until someone else's craft ends. Left and joined again, it is its own again."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+    job_id = queue.enqueue(
+        conn, "acme", "alice", craft("need a shared tool"), principal_cap=1, principal_id="id-a"
+    ).job_id
+    assert queue.enqueue(conn, "acme", "bob", craft("need a shared tool"), principal_cap=1, principal_id="id-b").joined
+    left = queue.cancel(conn, job_id, "acme", "alice", "id-a")
+    assert left is not None and left["left_by"] == ["id-a"] and left["state"] == "queued"
+    mine = queue.enqueue(conn, "acme", "alice", craft("need alice's next tool"), principal_cap=1, principal_id="id-a")
+    assert not mine.joined and mine.state == "queued"
+    with pytest.raises(QuotaExceeded):  # alice's own craft in flight now holds her one
+        queue.enqueue(conn, "acme", "alice", craft("need a third tool"), principal_cap=1, principal_id="id-a")
+    queue.cancel(conn, mine.job_id, "acme", "alice", "id-a")
+    assert queue.enqueue(
+        conn, "acme", "alice", craft("need a shared tool"), principal_cap=1, principal_id="id-a"
+    ).joined
+    with pytest.raises(QuotaExceeded):  # following the craft she queued again: it is hers again
+        queue.enqueue(conn, "acme", "alice", craft("need a fourth tool"), principal_cap=1, principal_id="id-a")
+    conn.close()
+
+
+def test_a_tokens_concurrent_crafts_are_exact_when_two_fronts_race(database: str) -> None:
+    """One token calling through two fronts at once gets exactly its cap of crafts in flight, whatever the race."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+
+    def front(conn: Any, n: int) -> list[Any]:
+        answers: list[Any] = []
+        for i in range(8):
+            try:
+                answers.append(
+                    queue.enqueue(conn, "acme", "agent", craft(f"need tool{n}x{i}"), principal_cap=3, principal_id="id")
+                )
+            except QuotaExceeded as refused:
+                answers.append(refused)
+        return answers
+
+    answers = [a for one in raced(database, front) for a in one]
+    accepted = [a for a in answers if isinstance(a, queue.Enqueued)]
+    assert len(accepted) == 3 and all(isinstance(a, QuotaExceeded) for a in answers if a not in accepted)
+    assert queue.quota_of(conn, "acme")["used"]["in_flight"] == 3
+    conn.close()
+
+
 @pytest.mark.parametrize("quota", ["max_in_flight", "max_per_day"])
 def test_a_tenants_quota_is_exact_when_two_fronts_race(database: str, quota: str) -> None:
     conn = db.connect(database)
