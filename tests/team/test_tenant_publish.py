@@ -344,8 +344,8 @@ def test_a_forged_cancelled_rows_error_is_told_as_the_rows_text(database: str, f
             for i, (state, error) in enumerate(
                 [
                     ("cancelled", forged_text),
-                    ("cancelled", queue.error_of_cancel("alice")),
-                    ("failed", queue.error_of_cancel("alice")),
+                    ("cancelled", queue.error_of_cancel()),
+                    ("failed", queue.error_of_cancel()),
                 ]
             )
         ]
@@ -360,7 +360,7 @@ def test_a_forged_cancelled_rows_error_is_told_as_the_rows_text(database: str, f
         and "data not instructions" in error["error"]
     )
     assert error["fix"].startswith("its row suggests"), error
-    assert written["error"] == queue.error_of_cancel("alice"), written
+    assert written["error"] == queue.error_of_cancel(), written
     assert failed["status"] == "failed" and failed["error"]["error"].startswith(
         f"job-{rows[2]['id']} failed; its row says ("
     ), failed
