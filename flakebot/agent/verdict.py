@@ -21,6 +21,7 @@ from flakebot.agent.acceptance import (
     example_failure,
 )
 from flakebot.agent.loop import Verdict
+from flakebot.cargo.diagnostics import bin_artifact
 from flakebot.errors import UnsafePath
 from flakebot.safefs import read_file_text
 from flakebot.sandbox import CommandResult
@@ -134,8 +135,10 @@ class Early:
         """A green test verdict held to the examples run on the snapshot, and to the binary being what cargo built."""
         assert self.snap is not None and self.outcomes is not None
         snap, outcomes = self.snap, self.outcomes
-        named = built_binary(report, self.spec.name)
-        if named != self.named or not snap.unchanged():
+        named, unclear = built_binary(report, self.spec.name)
+        if unclear:
+            failures = [unclear]
+        elif named != self.named or not snap.unchanged():
             failures = [
                 f"{snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
                 "reported it (by a build script, a proc macro or a test): the examples judge what cargo built"
@@ -154,9 +157,9 @@ def on_binary(
 ) -> Verdict:
     """A green verdict held to every example run on the built binary (a service: to its lifecycle run by flakebot):
     any failure turns it red."""
-    binary = built_binary(report, spec.name)
+    binary, unclear = built_binary(report, spec.name)
     if binary is None:
-        failures = [f"cargo built no binary named {spec.name}: the tool must be a [[bin]] called {spec.name}"]
+        failures = [unclear]
     elif spec.service:
         failures = lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
     else:
@@ -188,30 +191,27 @@ def _held(verdict: Verdict, failures: list[str], what: str) -> Verdict:
     )
 
 
-def built_binary(report: Any, name: str) -> Path | None:
-    """The executable cargo built for the bin target `name` (from its compiler-artifact messages)."""
-    for line in report.result.stdout.splitlines() if report.result else []:
-        binary = bin_executable(line, name)
-        if binary is not None:
-            return binary
-    return None
+def built_binary(report: Any, name: str) -> tuple[Path | None, str]:
+    """The executable cargo built for the bin target `name`, from its compiler-artifact messages (every stdout line,
+    not only those the output cap kept), or None and why: none named, or several (the others printed in cargo's words
+    by a proc macro, whose stdout cargo passes on, or by a test)."""
+    named = [Path(path) for target, path in report.binaries if target == name]
+    if len(named) > 1 or (named and report.binaries_overflowed):
+        shown = ", ".join(str(p) for p in named[:3]) + (", ..." if len(named) > 3 or report.binaries_overflowed else "")
+        return None, (
+            f"cargo's output named more than one file as the executable of the bin target {name} ({shown}): a build "
+            "script, proc macro or test printed a line in cargo's words; flakebot runs the examples only on the one "
+            "file cargo built"
+        )
+    if not named:
+        return None, f"cargo built no binary named {name}: the tool must be a [[bin]] called {name}"
+    return named[0], ""
 
 
 def bin_executable(line: str, name: str) -> Path | None:
     """The executable of the bin target `name` when `line` is cargo's compiler-artifact message for it."""
-    if '"compiler-artifact"' not in line or '"executable"' not in line:
-        return None
-    try:
-        message = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(message, dict):
-        return None
-    target, as_test = message.get("target", {}), message.get("profile", {}).get("test")
-    # not its unit-test harness
-    if message.get("executable") and "bin" in target.get("kind", []) and target.get("name") == name and not as_test:
-        return Path(message["executable"])
-    return None
+    named = bin_artifact(line)
+    return Path(named[1]) if named and named[0] == name else None
 
 
 def not_run(why: str) -> Verdict:

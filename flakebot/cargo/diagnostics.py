@@ -39,6 +39,7 @@ STATUS_LINE = re.compile(
 )
 GUTTER = re.compile(r"^\s*\|?\s*$")
 BACKTRACE_NOTE = "note: run with `RUST_BACKTRACE=1`"
+MAX_BINARIES = 64  # distinct bin executables kept from one cargo command (its crate's own bins: a handful)
 
 
 @dataclass
@@ -91,6 +92,10 @@ class CargoReport:
     raw_output_lines: int = 0
     truncated: bool = False  # the sandbox's output cap cut cargo's output
     result: CommandResult | None = field(default=None, repr=False)
+    # (bin target, executable) of every compiler-artifact message on stdout, distinct, in order: read from each line
+    # as it came, as the capped stdout may have lost them (its middle dropped)
+    binaries: list[tuple[str, str]] = field(default_factory=list)
+    binaries_overflowed: bool = False  # more than MAX_BINARIES were named: printed by the build, not by cargo
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -177,15 +182,63 @@ def run_cargo(
     args = [subcommand, "--message-format=json", *(["--features", ",".join(cargo.features)] if cargo.features else [])]
     if subcommand == "test":
         args.append("--no-fail-fast")  # every test binary runs, so unit and acceptance failures both show
+    binaries = Binaries()
+
+    def each(line: str) -> None:
+        binaries.add(line)
+        if on_line:
+            on_line(line)
+
     with waiting_on(f"cargo {subcommand} (sandboxed)"):
-        result = sandbox.run(
-            cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout, on_line=on_line
-        )
-    return parse_output(subcommand, result)
+        result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout, on_line=each)
+    return parse_output(subcommand, result, binaries)
 
 
-def parse_output(subcommand: str, result: CommandResult) -> CargoReport:
-    """A CargoReport from the stdout (JSON messages + test harness text) and stderr of one cargo command."""
+class Binaries:
+    """The bin executables cargo's stdout names, from every line as it comes. A proc macro's stdout reaches cargo's
+    (rustc's is passed on) and a test's is cargo's own, so a line may look like cargo's and name another file: each
+    distinct one is kept, for the verdict to refuse a bin named twice."""
+
+    def __init__(self) -> None:
+        self.named: list[tuple[str, str]] = []
+        self.overflowed = False
+
+    def add(self, line: str) -> None:
+        named = bin_artifact(line)
+        if named is None or named in self.named:
+            return
+        if len(self.named) >= MAX_BINARIES:
+            self.overflowed = True
+            return
+        self.named.append(named)
+
+
+def bin_artifact(line: str) -> tuple[str, str] | None:
+    """(target name, executable) when `line` is a compiler-artifact message of a bin target (not its unit tests)."""
+    if '"compiler-artifact"' not in line or '"executable"' not in line:
+        return None
+    try:
+        message = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(message, dict) or message.get("reason") != "compiler-artifact":
+        return None
+    target, profile, executable = message.get("target"), message.get("profile"), message.get("executable")
+    if not isinstance(target, dict) or not isinstance(profile, dict) or not isinstance(executable, str):
+        return None
+    kinds, name = target.get("kind"), target.get("name")
+    if not executable or not isinstance(kinds, list) or "bin" not in kinds or not isinstance(name, str):
+        return None
+    return None if profile.get("test") else (name, executable)
+
+
+def parse_output(subcommand: str, result: CommandResult, binaries: Binaries | None = None) -> CargoReport:
+    """A CargoReport from the stdout (JSON messages + test harness text) and stderr of one cargo command.
+    `binaries`: read from every stdout line as it came (else from the stdout kept, which the cap may have cut)."""
+    if binaries is None:
+        binaries = Binaries()
+        for line in result.stdout.splitlines():
+            binaries.add(line)
     messages, harness = _split_stdout(result.stdout)
     diagnostics = _diagnostics(messages)
     errors = [d for d in diagnostics if d.level == "error"]
@@ -207,6 +260,8 @@ def parse_output(subcommand: str, result: CommandResult) -> CargoReport:
         raw_output_lines=result.stdout.count("\n") + result.stderr.count("\n"),
         truncated=result.truncated,
         result=result,
+        binaries=binaries.named,
+        binaries_overflowed=binaries.overflowed,
     )
     report.cargo_errors = _cargo_errors(result.stderr, report)
     return report
