@@ -3,7 +3,6 @@ passed, and every acceptance example passes when flakebot runs it itself on the 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -56,16 +55,17 @@ def make_verdict(
     `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport;
     `run_example(binary, example)` runs one example (in the sandbox): (passed, result).
     `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone.
-    `snapshot`: with it (a tool, not a service), the examples start beside the tests (Early) when the verdict is
-    called with `claimed` (the model said it is done): only then is green likely, and only a green verdict runs them.
-    In a red iteration they would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21)."""
-    may_start_early = snapshot is not None and not spec.service
+    `snapshot`: with it (a tool, not a service), the binary is copied at cargo's artifact message (Early) and the
+    examples judge the copy, the file cargo named holding it still after cargo: a test that wrote over the binary
+    would otherwise be what they judge. They start beside the tests when the verdict is called with `claimed` (the
+    model said it is done): only then is green likely, and only a green verdict runs them; in a red iteration they
+    would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21). Otherwise they run after cargo.
+    """
 
     def tested(extra: list[str], early: bool, started: list[Early]) -> tuple[Any, Verdict, Early | None]:
-        if not early:
+        if snapshot is None or spec.service:
             report = cargo_test(extra)
             return report, judge(report, spec), None
-        assert snapshot is not None
         beside = Early(spec, run_example, snapshot)
         started.append(beside)
 
@@ -75,18 +75,20 @@ def make_verdict(
             finally:
                 beside.ready.set()  # no artifact message: the examples' thread stops waiting
 
-        report, _ = at_once([cargo, beside.examples], 2)
+        report = at_once([cargo, beside.examples], 2)[0] if early else cargo()
         return report, judge(report, spec), beside
 
     def verdict(claimed: bool = False) -> Verdict:
-        early, started = claimed and may_start_early, list[Early]()
+        early, started = claimed, list[Early]()
         try:
             report, result, beside = tested(ACCEPTANCE_TARGET if only_acceptance else ["--tests"], early, started)
             if result.green and not only_acceptance and has_doctests(report, workspace):
                 report, result, beside = tested([], early, started)
             if not result.green:
                 return result  # red as the tests say: the examples' results (if any ran) are not shown
-            if beside and beside.outcomes is not None:
+            if beside and beside.snap is not None:
+                if beside.outcomes is None:
+                    beside.examples()  # after cargo, on the copy taken at its message
                 return beside.judge(result, report)
             return on_binary(result, report, spec, run_example, lifecycle)
         finally:
@@ -101,7 +103,8 @@ class Early:
     message, before the test binaries run), beside the tests: the binary is copied then (Snapshot, outside every
     sandbox), so what the examples judge is what cargo built, not what a build script, proc macro or test writes in
     its place afterwards; after cargo, the file it named must still hold the copy's bytes (else red: swapped).
-    `examples()` runs on its own thread of at_once beside `cargo test` and waits for the message (or cargo's end)."""
+    `examples()` runs on its own thread of at_once beside `cargo test` and waits for the message (or cargo's end);
+    when the model did not say it is done, it runs after cargo, still on the copy."""
 
     def __init__(self, spec: ToolSpec, run_example: ExampleRunner, snapshot: Snapshotter) -> None:
         self.spec, self.run_example, self.snapshot = spec, run_example, snapshot
@@ -243,14 +246,7 @@ def judge(report: Any, spec: ToolSpec) -> Verdict:
 
 def has_doctests(report: Any, workspace: Path) -> bool:
     """Whether cargo built a target of the workspace's own crates that has doc tests (a library)."""
-    for line in report.result.stdout.splitlines() if report.result else []:
-        if '"doctest":true' not in line:
-            continue
-        message = json.loads(line)
-        if message.get("reason") == "compiler-artifact" and message.get("target", {}).get("doctest"):
-            if Path(message.get("manifest_path", "/")).resolve().is_relative_to(workspace.resolve()):
-                return True
-    return False
+    return any(Path(manifest).resolve().is_relative_to(workspace.resolve()) for manifest in report.doctests)
 
 
 def acceptance_missing(report: Any, spec: ToolSpec) -> list[str]:

@@ -101,7 +101,9 @@ def test_a_proc_macros_forged_artifact_line_does_not_make_another_file_the_binar
     )
     for verdict in verdicts(workspace, target, "tool"):
         assert not verdict.green, "a script a proc macro wrote passed the examples in the built binary's place"
-        assert "named more than one file as the executable of the bin target tool" in verdict.summary, verdict.summary
+        # refused, or (a run where cargo found the bin fresh, so no macro ran) the examples judged the real binary
+        refused = "named more than one file as the executable of the bin target tool" in verdict.summary
+        assert refused or "got exit 0 and stdout 'wrong\\n'" in verdict.summary, verdict.summary
 
 
 def test_a_binary_whose_build_warned_a_lot_is_still_judged(workspace: Path) -> None:
@@ -121,3 +123,48 @@ def test_a_binary_whose_build_warned_a_lot_is_still_judged(workspace: Path) -> N
     )
     for verdict in verdicts(workspace, target, ""):
         assert verdict.green, verdict.summary
+
+
+def test_a_test_printing_a_broken_doctest_message_is_not_a_crash(workspace: Path) -> None:
+    """A line with cargo's `"doctest":true` that is not JSON (a JSON tool's test printing a fragment): the verdict
+    still answers."""
+    target = workspace.parent / "target"
+    write(
+        workspace,
+        {
+            "Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/main.rs": 'fn main() { println!("expected"); }\n',
+            # written to the stdout itself: libtest keeps a passing test's println! to itself
+            "tests/fragment.rs": "use std::io::Write;\n#[test]\nfn fragment() {\n"
+            '    std::io::stdout().write_all(b"{\\"doctest\\":true,\\n").unwrap();\n}\n',
+            ACCEPTANCE_TEST: GAMED,
+        },
+    )
+    for verdict in verdicts(workspace, target, ""):
+        assert verdict.green, verdict.summary
+
+
+def test_a_test_that_replaces_the_binary_does_not_pass_the_examples_in_its_place(workspace: Path) -> None:
+    """A test (run after cargo reported the bin) writes a script that passes every example over the binary, which
+    prints the wrong thing: judged after cargo (no `done`) as beside it."""
+    target = workspace.parent / "target"
+    replace = """#[test]
+fn replace() {
+    let bin = env!("CARGO_BIN_EXE_tool");
+    std::fs::write(format!("{bin}.new"), "#!/bin/sh\\necho expected\\n").unwrap();
+    std::process::Command::new("chmod").args(["755", &format!("{bin}.new")]).status().unwrap();
+    std::fs::rename(format!("{bin}.new"), bin).unwrap();
+}
+"""
+    write(
+        workspace,
+        {
+            "Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/main.rs": 'fn main() { println!("wrong"); }\n',
+            "build.rs": ALWAYS_REBUILT,  # rebuilt for every cargo test, so there is a new file to replace
+            "tests/replace.rs": replace,
+            ACCEPTANCE_TEST: GAMED,
+        },
+    )
+    for verdict in verdicts(workspace, target, ""):
+        assert not verdict.green, "a script a test wrote over the binary passed the examples in its place"
