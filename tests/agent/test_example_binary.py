@@ -252,3 +252,26 @@ def test_a_binary_swapped_after_the_artifact_message_is_caught(run: Path) -> Non
     require("bwrap")
     verdict = early_verdict(run, swap=True)
     assert not verdict.green and "was replaced after cargo reported it" in verdict.summary, verdict.summary
+
+
+def test_a_huge_binary_is_copied_and_checked_without_being_held(run: Path) -> None:
+    """The build may leave a binary as large as the sandbox's file limit (2 GiB): its snapshot and the check after
+    cargo stream it, in a few MiB of flakebot's memory (here 64 MiB, sparse)."""
+    import tracemalloc
+
+    from flakebot.agent.acceptance import snapshot_binary
+
+    binary = run / "target" / "debug" / "tool"
+    with binary.open("wb") as file:
+        file.truncate(64 << 20)
+    tracemalloc.start()
+    try:
+        snap = snapshot_binary(binary, run / "target")
+        try:
+            assert snap.unchanged() and snap.copy.stat().st_size == 64 << 20
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            snap.remove()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"flakebot held {peak >> 20} MiB to copy and check a 64 MiB binary"
