@@ -278,25 +278,37 @@ class ForkVerdict:
 
     def __init__(
         self,
-        cargo_test: Callable[[list[str]], Any],
+        cargo_test: Callable[..., Any],  # (extra_args) or (extra_args, on_line)
         spec: ToolSpec,
         crate_dir: Path,
         changed: Callable[[], list[str]],
         run_example: ExampleRunner,
         record: Callable[..., None] = lambda *_, **__: None,
         lifecycle: LifecycleCheck | None = None,
+        snapshot: Snapshotter | None = None,
     ) -> None:
         self.cargo_test, self.spec, self.crate_dir = cargo_test, spec, crate_dir
         self.changed, self.run_example, self.record, self.lifecycle = changed, run_example, record, lifecycle
+        self.snapshot = snapshot  # as make_verdict's: the examples judge the copy taken at cargo's artifact message
 
     def full(self) -> Verdict:
         return self._scoped(self._complete(), ["full"])
 
     def _complete(self) -> Verdict:
         """The whole `cargo test`; when green, held to every example run on the built binary (as make_verdict does)."""
-        report = self._run("full", [])
-        verdict = judge(report, self.spec)
-        return on_binary(verdict, report, self.spec, self.run_example, self.lifecycle) if verdict.green else verdict
+        copied = Early(self.spec, self.run_example, self.snapshot) if self.snapshot and not self.spec.service else None
+        try:
+            report = self._run("full", [], copied.on_line if copied else None)
+            verdict = judge(report, self.spec)
+            if not verdict.green:
+                return verdict
+            if copied and copied.snap is not None:
+                copied.examples()
+                return copied.judge(verdict, report)
+            return on_binary(verdict, report, self.spec, self.run_example, self.lifecycle)
+        finally:
+            if copied:
+                copied.drop()
 
     def __call__(self) -> Verdict:
         acceptance = judge(self._run("acceptance", ["--test", Path(ACCEPTANCE_TEST).stem]), self.spec)
@@ -309,8 +321,8 @@ class ForkVerdict:
                 return self._scoped(affected, ["acceptance", "affected"])
         return self._scoped(self._complete(), ["acceptance", "affected", "full"] if targets else ["acceptance", "full"])
 
-    def _run(self, scope: str, args: list[str]) -> Any:
-        report = self.cargo_test(args)
+    def _run(self, scope: str, args: list[str], on_line: Callable[[str], None] | None = None) -> Any:
+        report = self.cargo_test(args, on_line) if on_line else self.cargo_test(args)
         self.record("cargo_test", scope=scope, args=args, ok=report.ok, seconds=round(report.seconds, 3))
         return report
 

@@ -51,6 +51,17 @@ ALWAYS_REBUILT = """fn main() {
 """
 
 
+# A test (run after cargo reported the bin) that writes a script passing every example over the binary.
+REPLACING_TEST = """#[test]
+fn replace() {
+    let bin = env!("CARGO_BIN_EXE_tool");
+    std::fs::write(format!("{bin}.new"), "#!/bin/sh\\necho expected\\n").unwrap();
+    std::process::Command::new("chmod").args(["755", &format!("{bin}.new")]).status().unwrap();
+    std::fs::rename(format!("{bin}.new"), bin).unwrap();
+}
+"""
+
+
 def write(root: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -148,23 +159,44 @@ def test_a_test_that_replaces_the_binary_does_not_pass_the_examples_in_its_place
     """A test (run after cargo reported the bin) writes a script that passes every example over the binary, which
     prints the wrong thing: judged after cargo (no `done`) as beside it."""
     target = workspace.parent / "target"
-    replace = """#[test]
-fn replace() {
-    let bin = env!("CARGO_BIN_EXE_tool");
-    std::fs::write(format!("{bin}.new"), "#!/bin/sh\\necho expected\\n").unwrap();
-    std::process::Command::new("chmod").args(["755", &format!("{bin}.new")]).status().unwrap();
-    std::fs::rename(format!("{bin}.new"), bin).unwrap();
-}
-"""
     write(
         workspace,
         {
             "Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n',
             "src/main.rs": 'fn main() { println!("wrong"); }\n',
             "build.rs": ALWAYS_REBUILT,  # rebuilt for every cargo test, so there is a new file to replace
-            "tests/replace.rs": replace,
+            "tests/replace.rs": REPLACING_TEST,
             ACCEPTANCE_TEST: GAMED,
         },
     )
     for verdict in verdicts(workspace, target, ""):
+        assert not verdict.green, "a script a test wrote over the binary passed the examples in its place"
+
+
+def test_a_forks_complete_verdict_does_not_judge_a_binary_a_test_replaced(workspace: Path) -> None:
+    """Fork mode's verdict (ForkVerdict: the acceptance test first, the whole suite when it passes) holds the examples
+    to the copy taken at cargo's artifact message too."""
+    from flakebot.agent.verdict import ForkVerdict
+
+    require("bwrap", "cargo")
+    target = workspace.parent / "target"
+    write(
+        workspace,
+        {
+            "Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/main.rs": 'fn main() { println!("wrong"); }\n',
+            "build.rs": ALWAYS_REBUILT,
+            "tests/replace.rs": REPLACING_TEST,
+            ACCEPTANCE_TEST: GAMED,
+        },
+    )
+    sandbox = open_sandbox("required", workspace=workspace, writable=[workspace, target], timeout=600, adopt=True)
+    cargo = Cargo(target_dir=target, offline=True)
+    runner = example_runner(Settings(sandbox="required"), target)
+
+    def cargo_test(extra: list[str], on_line: Any = None) -> Any:
+        return run_cargo(sandbox, cargo, "test", cwd=workspace, extra=extra, on_line=on_line)
+
+    fork = ForkVerdict(cargo_test, SPEC, workspace, lambda: ["tests/replace.rs"], runner, snapshot=runner.snapshot)
+    for verdict in (fork.full(), fork()):
         assert not verdict.green, "a script a test wrote over the binary passed the examples in its place"
