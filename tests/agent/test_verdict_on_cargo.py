@@ -200,3 +200,22 @@ def test_a_forks_complete_verdict_does_not_judge_a_binary_a_test_replaced(worksp
     fork = ForkVerdict(cargo_test, SPEC, workspace, lambda: ["tests/replace.rs"], runner, snapshot=runner.snapshot)
     for verdict in (fork.full(), fork()):
         assert not verdict.green, "a script a test wrote over the binary passed the examples in its place"
+
+
+def test_a_librarys_doc_tests_run_when_its_warnings_filled_the_kept_output(workspace: Path) -> None:
+    """The library's artifact message (it has doc tests) comes after its warnings, in the middle the cap drops: its
+    failing doc test still runs and the verdict is red."""
+    target = workspace.parent / "target"
+    unused = "".join(f"    let unused_{n} = {n};\n" for n in range(400))
+    write(
+        workspace,
+        {
+            "Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/lib.rs": f"/// ```\n/// assert_eq!(1, 2);\n/// ```\npub fn noisy() {{\n{unused}}}\n",
+            "src/main.rs": 'fn main() { println!("expected"); }\n',
+            "tests/noisy.rs": f"#[test]\nfn noisy() {{\n{unused}}}\n",
+            ACCEPTANCE_TEST: GAMED,
+        },
+    )
+    for verdict in verdicts(workspace, target, ""):
+        assert not verdict.green and verdict.data["failed"], verdict.summary
