@@ -275,3 +275,20 @@ def test_a_huge_binary_is_copied_and_checked_without_being_held(run: Path) -> No
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, f"flakebot held {peak >> 20} MiB to copy and check a 64 MiB binary"
+
+
+def test_a_fifo_at_the_binary_is_refused_not_waited_on(run: Path) -> None:
+    """A build leaves a FIFO where cargo's message names the binary: opening it to copy or to run would wait for a
+    writer that never comes."""
+    import os
+
+    from flakebot.agent.acceptance import snapshot_binary
+    from flakebot.errors import UnsafePath
+
+    require("bwrap")
+    binary = run / "target" / "debug" / "tool"
+    os.mkfifo(binary)
+    with pytest.raises(UnsafePath, match="not a file"):
+        snapshot_binary(binary, run / "target")
+    verdict = judged(forged(str(binary)), Example(args=[], stdout="x\n"), run / "target")
+    assert not verdict.green and "not a file" in verdict.summary, verdict.summary
