@@ -216,7 +216,10 @@ TRUSTED_ROOT_WRITES: dict[tuple[str, str], tuple[set[str], str]] = {
         "the run's directory and the fresh staging dir in it",
     ),
     # the snapshot of a built binary: a fresh mkdtemp directory of flakebot's own, outside every sandbox
-    ("agent/acceptance.py", "snapshot_binary"): ({".chmod()"}, "the fresh mkdtemp directory the snapshot is copied to"),
+    ("agent/acceptance.py", "snapshot_binary"): (
+        {".chmod()", "shutil.rmtree"},
+        "the fresh mkdtemp directory the snapshot is copied to (removed when the copy fails)",
+    ),
     ("agent/acceptance.py", "Snapshot.remove"): ({"shutil.rmtree"}, "that mkdtemp directory, flakebot's own"),
     ("source/archive.py", "extract"): (
         {".rename()", ".rmdir()"},

@@ -15,9 +15,10 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar, cast
 
 from flakebot.agent.loop import StopLoop
 from flakebot.errors import EditError, UnsafePath
@@ -248,10 +249,10 @@ class Snapshot:
 
     def unchanged(self) -> bool:
         try:
-            now = _read_built(self.source, self.inside)
+            with _open_built(self.source, self.inside) as file:
+                return _Hashed(file).rest() == self.sha256
         except OSError:  # gone, or a link now
             return False
-        return hashlib.sha256(now).hexdigest() == self.sha256
 
     def remove(self) -> None:
         shutil.rmtree(self.copy.parent, ignore_errors=True)
@@ -261,17 +262,40 @@ def snapshot_binary(binary: Path, inside: Path, where: str = "the run's target d
     """A Snapshot of `binary`, a regular file below `inside` (built_file: UnsafePath otherwise), read without following
     a link. The copy's directory is readable by the sandbox's uid, writable by flakebot alone."""
     source = built_file(binary, inside, where)
-    data = _read_built(source, inside)
     directory = Path(tempfile.mkdtemp(prefix="flakebot-built-"))
-    directory.chmod(0o755)  # the examples run as the sandbox's uid (as root): it reads, it cannot write
-    Tree(directory).write_bytes(source.name, data, mode=0o755)
-    return Snapshot(source, inside, directory / source.name, hashlib.sha256(data).hexdigest())
+    try:
+        directory.chmod(0o755)  # the examples run as the sandbox's uid (as root): it reads, it cannot write
+        with _open_built(source, inside) as file:
+            hashed = _Hashed(file)  # streamed: the build may leave a binary as large as the sandbox's file limit
+            Tree(directory).write_from(source.name, cast(BinaryIO, hashed), mode=0o755, sync=False)  # a scratch copy
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return Snapshot(source, inside, directory / source.name, hashed.sha256.hexdigest())
 
 
-def _read_built(source: Path, inside: Path) -> bytes:
-    """The built file's bytes, read below `inside` without following a link (safefs)."""
+def _open_built(source: Path, inside: Path) -> AbstractContextManager[BinaryIO]:
+    """The built file opened below `inside` without following a link (safefs), to stream."""
     root = inside.resolve()
-    return Tree(root).read_bytes(str(source.relative_to(root)))
+    return Tree(root).open_read(str(source.relative_to(root)))
+
+
+class _Hashed:
+    """A stream read through (all write_from's copy asks of it), its sha256 taken of what was read."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self.inner, self.sha256 = inner, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.inner.read(size)
+        self.sha256.update(chunk)
+        return chunk
+
+    def rest(self) -> str:
+        """The sha256 of the whole stream, read to its end in chunks."""
+        while self.read(1 << 20):
+            pass
+        return self.sha256.hexdigest()
 
 
 class BuiltRunner:

@@ -3,7 +3,6 @@ passed, and every acceptance example passes when flakebot runs it itself on the 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -21,6 +20,7 @@ from flakebot.agent.acceptance import (
     example_failure,
 )
 from flakebot.agent.loop import Verdict
+from flakebot.cargo.diagnostics import bin_artifact
 from flakebot.errors import UnsafePath
 from flakebot.safefs import read_file_text
 from flakebot.sandbox import CommandResult
@@ -55,16 +55,17 @@ def make_verdict(
     `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport;
     `run_example(binary, example)` runs one example (in the sandbox): (passed, result).
     `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone.
-    `snapshot`: with it (a tool, not a service), the examples start beside the tests (Early) when the verdict is
-    called with `claimed` (the model said it is done): only then is green likely, and only a green verdict runs them.
-    In a red iteration they would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21)."""
-    may_start_early = snapshot is not None and not spec.service
+    `snapshot`: with it (a tool, not a service), the binary is copied at cargo's artifact message (Early) and the
+    examples judge the copy, the file cargo named holding it still after cargo: a test that wrote over the binary
+    would otherwise be what they judge. They start beside the tests when the verdict is called with `claimed` (the
+    model said it is done): only then is green likely, and only a green verdict runs them; in a red iteration they
+    would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21). Otherwise they run after cargo.
+    """
 
     def tested(extra: list[str], early: bool, started: list[Early]) -> tuple[Any, Verdict, Early | None]:
-        if not early:
+        if snapshot is None or spec.service:
             report = cargo_test(extra)
             return report, judge(report, spec), None
-        assert snapshot is not None
         beside = Early(spec, run_example, snapshot)
         started.append(beside)
 
@@ -74,18 +75,20 @@ def make_verdict(
             finally:
                 beside.ready.set()  # no artifact message: the examples' thread stops waiting
 
-        report, _ = at_once([cargo, beside.examples], 2)
+        report = at_once([cargo, beside.examples], 2)[0] if early else cargo()
         return report, judge(report, spec), beside
 
     def verdict(claimed: bool = False) -> Verdict:
-        early, started = claimed and may_start_early, list[Early]()
+        early, started = claimed, list[Early]()
         try:
             report, result, beside = tested(ACCEPTANCE_TARGET if only_acceptance else ["--tests"], early, started)
             if result.green and not only_acceptance and has_doctests(report, workspace):
                 report, result, beside = tested([], early, started)
             if not result.green:
                 return result  # red as the tests say: the examples' results (if any ran) are not shown
-            if beside and beside.outcomes is not None:
+            if beside and beside.snap is not None:
+                if beside.outcomes is None:
+                    beside.examples()  # after cargo, on the copy taken at its message
                 return beside.judge(result, report)
             return on_binary(result, report, spec, run_example, lifecycle)
         finally:
@@ -100,7 +103,8 @@ class Early:
     message, before the test binaries run), beside the tests: the binary is copied then (Snapshot, outside every
     sandbox), so what the examples judge is what cargo built, not what a build script, proc macro or test writes in
     its place afterwards; after cargo, the file it named must still hold the copy's bytes (else red: swapped).
-    `examples()` runs on its own thread of at_once beside `cargo test` and waits for the message (or cargo's end)."""
+    `examples()` runs on its own thread of at_once beside `cargo test` and waits for the message (or cargo's end);
+    when the model did not say it is done, it runs after cargo, still on the copy."""
 
     def __init__(self, spec: ToolSpec, run_example: ExampleRunner, snapshot: Snapshotter) -> None:
         self.spec, self.run_example, self.snapshot = spec, run_example, snapshot
@@ -134,8 +138,10 @@ class Early:
         """A green test verdict held to the examples run on the snapshot, and to the binary being what cargo built."""
         assert self.snap is not None and self.outcomes is not None
         snap, outcomes = self.snap, self.outcomes
-        named = built_binary(report, self.spec.name)
-        if named != self.named or not snap.unchanged():
+        named, unclear = built_binary(report, self.spec.name)
+        if unclear:
+            failures = [unclear]
+        elif named != self.named or not snap.unchanged():
             failures = [
                 f"{snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
                 "reported it (by a build script, a proc macro or a test): the examples judge what cargo built"
@@ -154,9 +160,9 @@ def on_binary(
 ) -> Verdict:
     """A green verdict held to every example run on the built binary (a service: to its lifecycle run by flakebot):
     any failure turns it red."""
-    binary = built_binary(report, spec.name)
+    binary, unclear = built_binary(report, spec.name)
     if binary is None:
-        failures = [f"cargo built no binary named {spec.name}: the tool must be a [[bin]] called {spec.name}"]
+        failures = [unclear]
     elif spec.service:
         failures = lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
     else:
@@ -188,30 +194,27 @@ def _held(verdict: Verdict, failures: list[str], what: str) -> Verdict:
     )
 
 
-def built_binary(report: Any, name: str) -> Path | None:
-    """The executable cargo built for the bin target `name` (from its compiler-artifact messages)."""
-    for line in report.result.stdout.splitlines() if report.result else []:
-        binary = bin_executable(line, name)
-        if binary is not None:
-            return binary
-    return None
+def built_binary(report: Any, name: str) -> tuple[Path | None, str]:
+    """The executable cargo built for the bin target `name`, from its compiler-artifact messages (every stdout line,
+    not only those the output cap kept), or None and why: none named, or several (the others printed in cargo's words
+    by a proc macro, whose stdout cargo passes on, or by a test)."""
+    named = [Path(path) for target, path in report.binaries if target == name]
+    if len(named) > 1 or (named and report.binaries_overflowed):
+        shown = ", ".join(str(p) for p in named[:3]) + (", ..." if len(named) > 3 or report.binaries_overflowed else "")
+        return None, (
+            f"cargo's output named more than one file as the executable of the bin target {name} ({shown}): a build "
+            "script, proc macro or test printed a line in cargo's words; flakebot runs the examples only on the one "
+            "file cargo built"
+        )
+    if not named:
+        return None, f"cargo built no binary named {name}: the tool must be a [[bin]] called {name}"
+    return named[0], ""
 
 
 def bin_executable(line: str, name: str) -> Path | None:
     """The executable of the bin target `name` when `line` is cargo's compiler-artifact message for it."""
-    if '"compiler-artifact"' not in line or '"executable"' not in line:
-        return None
-    try:
-        message = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(message, dict):
-        return None
-    target, as_test = message.get("target", {}), message.get("profile", {}).get("test")
-    # not its unit-test harness
-    if message.get("executable") and "bin" in target.get("kind", []) and target.get("name") == name and not as_test:
-        return Path(message["executable"])
-    return None
+    named = bin_artifact(line)
+    return Path(named[1]) if named and named[0] == name else None
 
 
 def not_run(why: str) -> Verdict:
@@ -243,14 +246,7 @@ def judge(report: Any, spec: ToolSpec) -> Verdict:
 
 def has_doctests(report: Any, workspace: Path) -> bool:
     """Whether cargo built a target of the workspace's own crates that has doc tests (a library)."""
-    for line in report.result.stdout.splitlines() if report.result else []:
-        if '"doctest":true' not in line:
-            continue
-        message = json.loads(line)
-        if message.get("reason") == "compiler-artifact" and message.get("target", {}).get("doctest"):
-            if Path(message.get("manifest_path", "/")).resolve().is_relative_to(workspace.resolve()):
-                return True
-    return False
+    return any(Path(manifest).resolve().is_relative_to(workspace.resolve()) for manifest in report.doctests)
 
 
 def acceptance_missing(report: Any, spec: ToolSpec) -> list[str]:
@@ -282,25 +278,37 @@ class ForkVerdict:
 
     def __init__(
         self,
-        cargo_test: Callable[[list[str]], Any],
+        cargo_test: Callable[..., Any],  # (extra_args) or (extra_args, on_line)
         spec: ToolSpec,
         crate_dir: Path,
         changed: Callable[[], list[str]],
         run_example: ExampleRunner,
         record: Callable[..., None] = lambda *_, **__: None,
         lifecycle: LifecycleCheck | None = None,
+        snapshot: Snapshotter | None = None,
     ) -> None:
         self.cargo_test, self.spec, self.crate_dir = cargo_test, spec, crate_dir
         self.changed, self.run_example, self.record, self.lifecycle = changed, run_example, record, lifecycle
+        self.snapshot = snapshot  # as make_verdict's: the examples judge the copy taken at cargo's artifact message
 
     def full(self) -> Verdict:
         return self._scoped(self._complete(), ["full"])
 
     def _complete(self) -> Verdict:
         """The whole `cargo test`; when green, held to every example run on the built binary (as make_verdict does)."""
-        report = self._run("full", [])
-        verdict = judge(report, self.spec)
-        return on_binary(verdict, report, self.spec, self.run_example, self.lifecycle) if verdict.green else verdict
+        copied = Early(self.spec, self.run_example, self.snapshot) if self.snapshot and not self.spec.service else None
+        try:
+            report = self._run("full", [], copied.on_line if copied else None)
+            verdict = judge(report, self.spec)
+            if not verdict.green:
+                return verdict
+            if copied and copied.snap is not None:
+                copied.examples()
+                return copied.judge(verdict, report)
+            return on_binary(verdict, report, self.spec, self.run_example, self.lifecycle)
+        finally:
+            if copied:
+                copied.drop()
 
     def __call__(self) -> Verdict:
         acceptance = judge(self._run("acceptance", ["--test", Path(ACCEPTANCE_TEST).stem]), self.spec)
@@ -313,8 +321,8 @@ class ForkVerdict:
                 return self._scoped(affected, ["acceptance", "affected"])
         return self._scoped(self._complete(), ["acceptance", "affected", "full"] if targets else ["acceptance", "full"])
 
-    def _run(self, scope: str, args: list[str]) -> Any:
-        report = self.cargo_test(args)
+    def _run(self, scope: str, args: list[str], on_line: Callable[[str], None] | None = None) -> Any:
+        report = self.cargo_test(args, on_line) if on_line else self.cargo_test(args)
         self.record("cargo_test", scope=scope, args=args, ok=report.ok, seconds=round(report.seconds, 3))
         return report
 

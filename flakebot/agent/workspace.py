@@ -114,6 +114,7 @@ class Workspace:
                 checks.run_example,
                 checks.record,
                 checks.lifecycle,
+                checks.snapshot,
             )
             self._verdict: Callable[..., Verdict] = self._fork
         else:

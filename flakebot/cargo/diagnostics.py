@@ -39,6 +39,7 @@ STATUS_LINE = re.compile(
 )
 GUTTER = re.compile(r"^\s*\|?\s*$")
 BACKTRACE_NOTE = "note: run with `RUST_BACKTRACE=1`"
+MAX_ARTIFACTS = 64  # distinct bins (and doc-tested targets) kept from one cargo command: its crate's own, a handful
 
 
 @dataclass
@@ -91,6 +92,11 @@ class CargoReport:
     raw_output_lines: int = 0
     truncated: bool = False  # the sandbox's output cap cut cargo's output
     result: CommandResult | None = field(default=None, repr=False)
+    # (bin target, executable) of every compiler-artifact message on stdout, distinct, in order: read from each line
+    # as it came, as the capped stdout may have lost them (its middle dropped)
+    binaries: list[tuple[str, str]] = field(default_factory=list)
+    binaries_overflowed: bool = False  # more than MAX_ARTIFACTS were named: printed by the build, not by cargo
+    doctests: list[str] = field(default_factory=list)  # the manifest of each target with doc tests, as `binaries`
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -177,15 +183,85 @@ def run_cargo(
     args = [subcommand, "--message-format=json", *(["--features", ",".join(cargo.features)] if cargo.features else [])]
     if subcommand == "test":
         args.append("--no-fail-fast")  # every test binary runs, so unit and acceptance failures both show
+    artifacts = Artifacts()
+
+    def each(line: str) -> None:
+        artifacts.add(line)
+        if on_line:
+            on_line(line)
+
     with waiting_on(f"cargo {subcommand} (sandboxed)"):
-        result = sandbox.run(
-            cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout, on_line=on_line
-        )
-    return parse_output(subcommand, result)
+        result = sandbox.run(cargo.argv(*args, *(extra or [])), cwd=cwd, env=cargo.env(), timeout=timeout, on_line=each)
+    return parse_output(subcommand, result, artifacts)
 
 
-def parse_output(subcommand: str, result: CommandResult) -> CargoReport:
-    """A CargoReport from the stdout (JSON messages + test harness text) and stderr of one cargo command."""
+class Artifacts:
+    """What cargo's compiler-artifact messages on stdout say, read from every line as it comes (the stdout kept in the
+    report is capped: its middle dropped). A proc macro's stdout reaches cargo's (rustc's is passed on) and a test's
+    is cargo's own, so a line may look like cargo's and name another file: each distinct one is kept, for the verdict
+    to refuse a bin named twice."""
+
+    def __init__(self) -> None:
+        self.binaries: list[tuple[str, str]] = []  # (bin target, executable)
+        self.doctests: list[str] = []  # the manifest of each target with doc tests
+        self.binaries_overflowed = False
+
+    def add(self, line: str) -> None:
+        message = artifact_message(line)
+        if message is None:
+            return
+        named = _bin_of(message)
+        if named is not None and not _kept(self.binaries, named):
+            self.binaries_overflowed = True
+        target, manifest = message.get("target"), message.get("manifest_path")
+        if isinstance(target, dict) and target.get("doctest") is True and isinstance(manifest, str):
+            _kept(self.doctests, manifest)
+
+
+def _kept(kept: list[Any], item: Any) -> bool:
+    """Add `item` to `kept` unless it is there; False when it is not and there is no room (MAX_ARTIFACTS)."""
+    if item in kept:
+        return True
+    if len(kept) >= MAX_ARTIFACTS:
+        return False
+    kept.append(item)
+    return True
+
+
+def artifact_message(line: str) -> dict[str, Any] | None:
+    """The compiler-artifact message `line` holds, or None (another message, the harness's text, a broken line)."""
+    if '"compiler-artifact"' not in line:
+        return None
+    try:
+        message = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return message if isinstance(message, dict) and message.get("reason") == "compiler-artifact" else None
+
+
+def bin_artifact(line: str) -> tuple[str, str] | None:
+    """(target name, executable) when `line` is a compiler-artifact message of a bin target (not its unit tests)."""
+    message = artifact_message(line) if '"executable"' in line else None
+    return None if message is None else _bin_of(message)
+
+
+def _bin_of(message: dict[str, Any]) -> tuple[str, str] | None:
+    target, profile, executable = message.get("target"), message.get("profile"), message.get("executable")
+    if not isinstance(target, dict) or not isinstance(profile, dict) or not isinstance(executable, str):
+        return None
+    kinds, name = target.get("kind"), target.get("name")
+    if not executable or not isinstance(kinds, list) or "bin" not in kinds or not isinstance(name, str):
+        return None
+    return None if profile.get("test") else (name, executable)
+
+
+def parse_output(subcommand: str, result: CommandResult, artifacts: Artifacts | None = None) -> CargoReport:
+    """A CargoReport from the stdout (JSON messages + test harness text) and stderr of one cargo command.
+    `artifacts`: read from every stdout line as it came (else from the stdout kept, which the cap may have cut)."""
+    if artifacts is None:
+        artifacts = Artifacts()
+        for line in result.stdout.splitlines():
+            artifacts.add(line)
     messages, harness = _split_stdout(result.stdout)
     diagnostics = _diagnostics(messages)
     errors = [d for d in diagnostics if d.level == "error"]
@@ -207,6 +283,9 @@ def parse_output(subcommand: str, result: CommandResult) -> CargoReport:
         raw_output_lines=result.stdout.count("\n") + result.stderr.count("\n"),
         truncated=result.truncated,
         result=result,
+        binaries=artifacts.binaries,
+        binaries_overflowed=artifacts.binaries_overflowed,
+        doctests=artifacts.doctests,
     )
     report.cargo_errors = _cargo_errors(result.stderr, report)
     return report

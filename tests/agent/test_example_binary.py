@@ -165,8 +165,10 @@ def test_a_ctrl_c_while_examples_run_at_once_kills_their_commands_at_once(tmp_pa
 
 
 def claimed_verdicts(run: Path, passed: bool) -> tuple[list[bool], list[Verdict]]:
-    """make_verdict's verdict called as the loop calls it, without and with the model's `done`: whether each cargo
-    run was read line by line (the examples started beside it), and the two verdicts."""
+    """make_verdict's verdict called as the loop calls it, without and with the model's `done`: whether an example
+    started while each cargo run was still under way (beside it), and the two verdicts."""
+    import threading
+
     from flakebot.agent.verdict import make_verdict
 
     binary = run / "target" / "debug" / "tool"
@@ -184,29 +186,34 @@ def claimed_verdicts(run: Path, passed: bool) -> tuple[list[bool], list[Verdict]
     ran = "     Running tests/flakebot_acceptance.rs (target/debug/deps/flakebot_acceptance-0)\n"
     report = parse_output("test", CommandResult(["cargo", "test"], 0 if passed else 101, stdout, ran, 1.0))
     runner = example_runner(Settings(sandbox="required"), run / "target")
-    streamed: list[bool] = []
+    started, beside, waited = threading.Event(), list[bool](), [0.5, 30.0]  # long only where one is expected
+
+    def run_example(binary: Path, example: Example) -> tuple[bool, CommandResult]:
+        started.set()
+        return runner(binary, example)
 
     def cargo_test(extra: list[str], on_line: Any = None) -> Any:
-        streamed.append(on_line is not None)
+        started.clear()
         for each in stdout.splitlines() if on_line else []:
             on_line(each)
+        beside.append(started.wait(waited[len(beside)]))
         return report
 
-    verdict = make_verdict(cargo_test, spec, run, runner, snapshot=runner.snapshot)
-    return streamed, [verdict(), verdict(True)]
+    verdict = make_verdict(cargo_test, spec, run, run_example, snapshot=runner.snapshot)
+    return beside, [verdict(), verdict(True)]
 
 
 def test_the_examples_start_beside_the_tests_only_when_the_model_said_done(run: Path) -> None:
     """In a red iteration they would take the cores from its tests: only the model's `done` makes green likely."""
     require("bwrap")
-    streamed, verdicts = claimed_verdicts(run, passed=True)
-    assert streamed == [False, True] and all(v.green for v in verdicts)
+    beside, verdicts = claimed_verdicts(run, passed=True)
+    assert beside == [False, True] and all(v.green for v in verdicts)
 
 
 def test_a_red_test_run_stays_red_whatever_the_early_examples_say(run: Path) -> None:
     require("bwrap")
-    streamed, verdicts = claimed_verdicts(run, passed=False)
-    assert streamed == [False, True] and not any(v.green for v in verdicts)
+    beside, verdicts = claimed_verdicts(run, passed=False)
+    assert beside == [False, True] and not any(v.green for v in verdicts)
     assert "flakebot's own run of the examples" not in verdicts[1].summary
 
 
@@ -245,3 +252,43 @@ def test_a_binary_swapped_after_the_artifact_message_is_caught(run: Path) -> Non
     require("bwrap")
     verdict = early_verdict(run, swap=True)
     assert not verdict.green and "was replaced after cargo reported it" in verdict.summary, verdict.summary
+
+
+def test_a_huge_binary_is_copied_and_checked_without_being_held(run: Path) -> None:
+    """The build may leave a binary as large as the sandbox's file limit (2 GiB): its snapshot and the check after
+    cargo stream it, in a few MiB of flakebot's memory (here 64 MiB, sparse)."""
+    import tracemalloc
+
+    from flakebot.agent.acceptance import snapshot_binary
+
+    binary = run / "target" / "debug" / "tool"
+    with binary.open("wb") as file:
+        file.truncate(64 << 20)
+    tracemalloc.start()
+    try:
+        snap = snapshot_binary(binary, run / "target")
+        try:
+            assert snap.unchanged() and snap.copy.stat().st_size == 64 << 20
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            snap.remove()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"flakebot held {peak >> 20} MiB to copy and check a 64 MiB binary"
+
+
+def test_a_fifo_at_the_binary_is_refused_not_waited_on(run: Path) -> None:
+    """A build leaves a FIFO where cargo's message names the binary: opening it to copy or to run would wait for a
+    writer that never comes."""
+    import os
+
+    from flakebot.agent.acceptance import snapshot_binary
+    from flakebot.errors import UnsafePath
+
+    require("bwrap")
+    binary = run / "target" / "debug" / "tool"
+    os.mkfifo(binary)
+    with pytest.raises(UnsafePath, match="not a file"):
+        snapshot_binary(binary, run / "target")
+    verdict = judged(forged(str(binary)), Example(args=[], stdout="x\n"), run / "target")
+    assert not verdict.green and "not a file" in verdict.summary, verdict.summary
