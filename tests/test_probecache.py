@@ -1,0 +1,114 @@
+"""Toolchain probes remembered across processes (flakebot/probecache.py): each flakebot process below is a real one,
+and each probed binary a real program that notes every time it runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flakebot import probecache
+from flakebot.nix import standin
+from tests.fakes.spawns import spawns
+
+ASK_REPORT = "import sys; from pathlib import Path; from flakebot.nix import standin; print(standin.rustc_report(Path(sys.argv[1])), end='')"
+
+
+def _rustc(path: Path, version: str) -> Path:
+    """A program answering `-vV` as rustc does, appending a line to runs.log each time it runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.parent / "runs.log"
+    path.write_text(f"#!/bin/sh\necho run >> {log}\nprintf 'rustc {version}\\nhost: x86_64-unknown-linux-gnu\\n'\n")
+    path.chmod(0o755)
+    return path
+
+
+def _runs(rustc: Path) -> int:
+    log = rustc.parent / "runs.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def _report_in_new_process(rustc: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", ASK_REPORT, str(rustc)], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout
+
+
+def test_a_version_report_is_asked_once_across_processes_and_again_when_the_binary_changes(tmp_path: Path) -> None:
+    rustc = _rustc(tmp_path / "toolchain" / "bin" / "rustc", "1.95.0")
+    assert "rustc 1.95.0" in _report_in_new_process(rustc)
+    assert "rustc 1.95.0" in _report_in_new_process(rustc)
+    assert _runs(rustc) == 1  # the second process read the record
+
+    before = rustc.stat()
+    _rustc(rustc, "1.96.0")  # rewritten in place, same size, its time put back (cp -p, rsync -t): the ctime moves
+    os.utime(rustc, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert rustc.stat().st_size == before.st_size
+    assert "rustc 1.96.0" in _report_in_new_process(rustc)
+    assert _runs(rustc) == 2
+
+    replacement = _rustc(tmp_path / "new" / "rustc", "1.97.0")
+    replacement.replace(rustc)  # an update replaces the file: a new inode
+    assert "rustc 1.97.0" in _report_in_new_process(rustc)
+
+
+def test_a_link_to_the_binary_is_keyed_by_what_it_points_at(tmp_path: Path) -> None:
+    """A toolchain's `current` link moved to another version: the same path, another binary."""
+    old = _rustc(tmp_path / "1.95" / "rustc", "1.95.0")
+    new = _rustc(tmp_path / "1.96" / "rustc", "1.96.0")
+    link = tmp_path / "current"
+    link.symlink_to(old)
+    assert "1.95.0" in _report_in_new_process(link)
+    link.unlink()
+    link.symlink_to(new)
+    assert "1.96.0" in _report_in_new_process(link)
+
+
+def test_a_probe_that_fails_is_not_remembered(tmp_path: Path) -> None:
+    rustc = tmp_path / "rustc"
+    rustc.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs.log'}\nexit 3\n")
+    rustc.chmod(0o755)
+    probecache.forget()
+    for _ in range(2):
+        with pytest.raises(subprocess.CalledProcessError):
+            standin.rustc_report(rustc)
+    assert _runs(rustc) == 2
+    assert not probecache.record_path().exists()
+
+
+def test_an_unreadable_record_costs_a_probe_and_is_written_anew(tmp_path: Path) -> None:
+    rustc = _rustc(tmp_path / "bin" / "rustc", "1.95.0")
+    probecache.record_path().parent.mkdir(parents=True, exist_ok=True)
+    probecache.record_path().write_text("{not json")
+    assert "1.95.0" in _report_in_new_process(rustc)
+    assert "1.95.0" in _report_in_new_process(rustc)
+    assert _runs(rustc) == 1
+
+
+def test_rustups_choice_is_asked_again_when_a_toolchain_file_appears_above_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rustc --print sysroot` through rustup's proxy depends on toolchain files in the directory it is asked from and
+    above it: one that appears is a new question (with the real rustup and rustc)."""
+    project = tmp_path / "project" / "src"
+    project.mkdir(parents=True)
+    monkeypatch.chdir(project)
+    probecache.forget()
+    with spawns() as started:
+        first = standin.rust_sysroot()
+        probecache.forget()  # as a new process: only the record
+        assert standin.rust_sysroot() == first
+    assert _sysroot_asked(started) == 1
+    (tmp_path / "project" / "rust-toolchain.toml").write_text('[toolchain]\nchannel = "stable"\n')
+    probecache.forget()
+    with spawns() as started:
+        assert (standin.rust_sysroot() / "bin" / "cargo").exists()
+    assert _sysroot_asked(started) == 1
+
+
+def _sysroot_asked(started: list[list[str]]) -> int:
+    return sum(argv[1:] == ["--print", "sysroot"] for argv in started)
