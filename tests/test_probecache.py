@@ -4,13 +4,16 @@ and each probed binary a real program that notes every time it runs."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from flakebot import probecache
+from flakebot import launcher, probecache
+from flakebot.cargo.runner import Cargo, active_toolchain, toolchain_versions
+from flakebot.homes import rustup_home
 from flakebot.nix import standin
 from tests.fakes.spawns import spawns
 
@@ -89,25 +92,49 @@ def test_an_unreadable_record_costs_a_probe_and_is_written_anew(tmp_path: Path) 
     assert _runs(rustc) == 1
 
 
-def test_rustups_choice_is_asked_again_when_a_toolchain_file_appears_above_the_directory(
+def test_without_a_pin_a_toolchain_file_above_the_directory_asked_from_is_a_new_question(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`rustc --print sysroot` through rustup's proxy depends on toolchain files in the directory it is asked from and
-    above it: one that appears is a new question (with the real rustup and rustc)."""
-    project = tmp_path / "project" / "src"
-    project.mkdir(parents=True)
-    monkeypatch.chdir(project)
-    probecache.forget()
-    with spawns() as started:
-        first = standin.rust_sysroot()
+    """Unpinned (no rustup on PATH to pin with, only its proxies), `rustc --print sysroot` answers what a
+    rust-toolchain.toml in or above the directory it runs in (launcher's neutral one) says: one that appears after
+    an answer was kept changes it (the real rustup and toolchains)."""
+    proxy = shutil.which("rustc")
+    toolchains = sorted(toolchain_versions())
+    if proxy is None or len(toolchains) < 2:
+        pytest.skip(f"needs rustup with two toolchains (installed: {toolchains})")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("rustc", "cargo"):
+        (bin_dir / name).symlink_to(os.path.realpath(proxy))  # rustup's proxies, without rustup itself
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.delenv("RUSTUP_TOOLCHAIN", raising=False)
+    monkeypatch.setenv("RUSTUP_HOME", str(rustup_home()))
+    above = Path(launcher.neutral_dir()).parent  # this test's own XDG_STATE_HOME/flakebot
+    active_toolchain.cache_clear()
+    try:
+        (above.parent / "rust-toolchain.toml").write_text(f'[toolchain]\nchannel = "{toolchains[0]}"\n')
+        assert standin.rust_sysroot().name == toolchains[0]
         probecache.forget()  # as a new process: only the record
-        assert standin.rust_sysroot() == first
-    assert _sysroot_asked(started) == 1
-    (tmp_path / "project" / "rust-toolchain.toml").write_text('[toolchain]\nchannel = "stable"\n')
+        with spawns() as started:
+            assert standin.rust_sysroot().name == toolchains[0]
+        assert _sysroot_asked(started) == 0
+        (above / "rust-toolchain.toml").write_text(f'[toolchain]\nchannel = "{toolchains[1]}"\n')  # nearer
+        probecache.forget()
+        assert standin.rust_sysroot().name == toolchains[1]
+    finally:
+        active_toolchain.cache_clear()
+
+
+def test_with_the_pin_a_toolchain_file_changes_nothing(tmp_path: Path) -> None:
+    """RUSTUP_TOOLCHAIN (Cargo.env's pin) outranks toolchain files: a file naming a toolchain that is not installed
+    leaves the answer rustup itself gives there."""
+    pinned = standin.rust_sysroot()
+    (Path(launcher.neutral_dir()) / "rust-toolchain.toml").write_text('[toolchain]\nchannel = "nightly-1999-01-01"\n')
     probecache.forget()
-    with spawns() as started:
-        assert (standin.rust_sysroot() / "bin" / "cargo").exists()
-    assert _sysroot_asked(started) == 1
+    assert standin.rust_sysroot() == pinned
+    env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
+    shown = launcher.run(["rustc", "--print", "sysroot"], env=env, capture_output=True, text=True, timeout=60)
+    assert Path(shown.stdout.strip()) == pinned, shown.stderr
 
 
 def _sysroot_asked(started: list[list[str]]) -> int:

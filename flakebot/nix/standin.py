@@ -281,15 +281,15 @@ def rustc_report(rustc: Path) -> str:
 
 def rust_sysroot() -> Path:
     """The host toolchain's sysroot (its bin/ holds the real cargo and rustc, not rustup's proxies), asked once
-    (probecache, across processes) while the proxy, its environment (the pinned RUSTUP_TOOLCHAIN), the directory it
-    is asked from and what rustup chooses a toolchain by (its settings, its toolchains, toolchain files above that
-    directory) are unchanged."""
+    (probecache, across processes) while the proxy, its environment (the pinned RUSTUP_TOOLCHAIN) and what rustup
+    chooses a toolchain by (its settings, its toolchains, toolchain files in or above the directory it is asked
+    from) are unchanged."""
     from flakebot.cargo.runner import Cargo, cargo_program
 
     cargo = Path(cargo_program())
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
     env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
-    where = _cwd()
+    where = launcher.neutral_dir()  # launcher.run's directory: rustup looks for toolchain files from there up
     question = ["--print sysroot", rustc, sorted(env.items()), where]
     files = [Path(rustc), *toolchain_choice(Path(env.get("RUSTUP_HOME") or rustup_home()), where)]
     kept = Path(probecache.remembered(question, files, lambda: str(_ask_sysroot(rustc, env))))
@@ -309,14 +309,6 @@ def toolchain_choice(home: Path, where: str) -> list[Path]:
         for directory in [Path(where), *Path(where).parents]:
             files += [directory / "rust-toolchain", directory / "rust-toolchain.toml"]
     return files
-
-
-def _cwd() -> str:
-    """The directory rustup would look for a toolchain file from ('' when it was removed: rustc still runs there)."""
-    try:
-        return os.getcwd()
-    except OSError:
-        return ""
 
 
 def _ask_sysroot(rustc: str, env: dict[str, str]) -> Path:
