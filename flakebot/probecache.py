@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,6 +25,7 @@ from flakebot.homes import cache_home
 logger = logging.getLogger(__name__)
 
 KEPT = 64  # answers in the record: a machine has a few toolchains and one Nix
+READ_LIMIT = 1024 * 1024  # a record is a few KB; a bigger one is not read whole (then it is not JSON: ignored)
 _answers: dict[str, str] = {}  # this process's, by key
 _lock = threading.Lock()
 
@@ -75,10 +77,22 @@ def record_path() -> Path:
 
 
 def _read() -> dict[str, str]:
+    """The record's answers; none from a record that is not this user's alone (another user who could write it
+    would choose the sysroot whose toolchain sandboxes mount, and the version that keys dependency builds)."""
     try:
-        record = json.loads(record_path().read_text())
-    except (OSError, ValueError):
+        fd = os.open(record_path(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no hang
+    except OSError:
         return {}
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            logger.warning("ignoring %s: not this user's alone (owner uid %d, mode %o)", record_path(), info.st_uid,
+                           info.st_mode & 0o777)  # fmt: skip
+            return {}
+        try:
+            record = json.loads(handle.read(READ_LIMIT))
+        except ValueError:
+            return {}
     if not isinstance(record, dict):
         return {}
     return {k: v for k, v in record.items() if isinstance(k, str) and isinstance(v, str)}

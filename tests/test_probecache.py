@@ -92,6 +92,19 @@ def test_an_unreadable_record_costs_a_probe_and_is_written_anew(tmp_path: Path) 
     assert _runs(rustc) == 1
 
 
+def test_a_record_another_user_could_write_is_not_believed(tmp_path: Path) -> None:
+    """A group- or world-writable record (or one not this user's) could name any sysroot or version: it is ignored,
+    the binary asked, and the record written anew as this user's alone."""
+    rustc = _rustc(tmp_path / "bin" / "rustc", "1.95.0")
+    _report_in_new_process(rustc)
+    probecache.record_path().chmod(0o666)
+    assert "1.95.0" in _report_in_new_process(rustc)
+    assert _runs(rustc) == 2
+    assert probecache.record_path().stat().st_mode & 0o777 == 0o600
+    assert "1.95.0" in _report_in_new_process(rustc)
+    assert _runs(rustc) == 2  # the record written anew is believed
+
+
 def test_without_a_pin_a_toolchain_file_above_the_directory_asked_from_is_a_new_question(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
