@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,9 +59,20 @@ class LoopbackServer(ThreadingHTTPServer):
             return
         self._closed = True
         if self._thread is not None:
+            self._wake()
             self.shutdown()
             self._thread.join()
         self.server_close()
+
+    def _wake(self) -> None:
+        """Make the serving loop's wait for a connection return now, so shutdown() is seen at once rather than up to
+        poll_interval later (a scripted craft closed three stub servers, 25 ms each on average). On Linux a listening
+        socket shut down reads as ready and accept() fails, which the loop shrugs off until it sees the shutdown;
+        where shutting it down is refused, the poll interval still ends the wait."""
+        try:
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except OSError as exc:
+            logger.debug("could not wake the serving loop early: %s", exc)
 
     def __enter__(self) -> Self:
         return self.start()

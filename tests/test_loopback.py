@@ -38,3 +38,20 @@ def test_serves_on_a_free_loopback_port_and_stops_whole_on_leaving() -> None:
 def test_refuses_an_address_that_is_not_loopback() -> None:
     with pytest.raises(ValueError, match="loopback addresses only, not 0.0.0.0"):
         LoopbackServer(Hello, host="0.0.0.0")
+
+
+class Patient(LoopbackServer):
+    poll_interval = 3600.0  # a serving loop that would notice a shutdown only an hour later
+
+
+def test_close_stops_the_serving_loop_at_once_not_at_its_next_poll() -> None:
+    """close() wakes the loop's wait for a connection: a stage closing its stub model server does not wait out the
+    poll interval (50 ms, three times a craft). Here the interval is an hour: only the wake-up can stop it."""
+    server = Patient(Hello).start()
+    assert httpx.get(server.url + "/before").text == "hello /before"
+    closing = threading.Thread(target=server.close, daemon=True)
+    closing.start()
+    closing.join(timeout=60)  # a bound on a hang, not a measure: the wake-up takes a millisecond
+    assert not closing.is_alive(), "close() waited for the serving loop's poll interval"
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.port), timeout=2):
+        pass

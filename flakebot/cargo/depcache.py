@@ -21,7 +21,6 @@ code running unisolated could rewrite any entry.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -37,10 +36,10 @@ from pathlib import Path
 
 import tomlkit
 
-from flakebot import launcher
+from flakebot import launcher, probecache
 from flakebot.cargo.cache_skeleton import SKELETON_NAME, CacheSkeleton, NoSkeleton, skeleton_of
 from flakebot.cargo.runner import Cargo
-from flakebot.config import Settings
+from flakebot.config import Settings, rustup_home
 from flakebot.fsutil import tree_bytes
 from flakebot.safefs import Tree
 
@@ -216,14 +215,35 @@ def rustc_version(cargo: Cargo) -> str:
     )
 
 
-@functools.cache
 def _rustc_version(env_items: tuple[tuple[str, str], ...]) -> str:
+    """Asked once while rustup's proxy and what it chooses a toolchain by are unchanged (probecache, across
+    processes): this answer keys dependency builds, so a toolchain updated in place must be asked again."""
+    from flakebot.nix.standin import toolchain_choice
+
     rustc = shutil.which("rustc") or "rustc"
+    home = Path(dict(env_items).get("RUSTUP_HOME") or rustup_home())
+    try:
+        return probecache.remembered(
+            ["-vV from a neutral directory", rustc, env_items],
+            [Path(rustc), *toolchain_choice(home, tempfile.gettempdir())],
+            lambda: _ask_rustc_version(rustc, env_items),
+        )
+    except _NoVersion as failed:
+        return str(failed)
+
+
+class _NoVersion(Exception):
+    """rustc printed no version: the text to key by instead, never remembered."""
+
+
+def _ask_rustc_version(rustc: str, env_items: tuple[tuple[str, str], ...]) -> str:
     with tempfile.TemporaryDirectory(prefix="flakebot-rustc-") as neutral:
         done = launcher.run(
             [rustc, "-vV"], cwd=neutral, env=dict(env_items), capture_output=True, text=True, timeout=60, check=False
         )
-    return done.stdout.strip() or f"unknown ({done.stderr.strip()[-200:]})"
+    if not done.stdout.strip():
+        raise _NoVersion(f"unknown ({done.stderr.strip()[-200:]})")
+    return done.stdout.strip()
 
 
 def build_entry(settings: Settings, cargo: Cargo, skeleton: CacheSkeleton, key: str) -> Path:

@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flakebot import launcher
+from flakebot import launcher, probecache
 from flakebot.cargo import metacache, sources
 from flakebot.config import Settings, cache_home, rustup_home
 from flakebot.errors import FlakebotError
@@ -121,12 +121,16 @@ def toolchain_versions() -> dict[str, str]:
         if not rustc.is_file():
             continue
         try:
-            shown = launcher.run([str(rustc), "-V"], capture_output=True, text=True, timeout=60).stdout.split()
+            shown = probecache.remembered(["-V", str(rustc)], [rustc], functools.partial(_version, rustc)).split()
         except (OSError, subprocess.SubprocessError):
             continue
         if len(shown) >= 2 and shown[0] == "rustc":
             found[toolchain.name] = shown[1]
     return found
+
+
+def _version(rustc: Path) -> str:
+    return launcher.run([str(rustc), "-V"], capture_output=True, text=True, timeout=60, check=True).stdout
 
 
 def _rustup_active(rustup: str) -> str | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from flakebot import launcher
+from flakebot import launcher, probecache
 from flakebot.config import Settings
 from flakebot.errors import NixError
 from flakebot.nix import builders as builders_module
@@ -237,11 +237,16 @@ def nix_too_old(minimum: str) -> str:
 def nix_version() -> str:
     """`nix --version`'s number ("2.8.0"), or '' without nix."""
     try:
-        shown = launcher.run([nix_program(), "--version"], capture_output=True, text=True, timeout=60).stdout
+        nix = nix_program()
+        shown = probecache.remembered(["--version", nix], [nix], lambda: _version_shown(nix))
     except (NixError, OSError, subprocess.SubprocessError):
         return ""
     words = shown.split()
     return words[-1] if words else ""
+
+
+def _version_shown(nix: str) -> str:
+    return launcher.run([nix, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
 
 
 def _reachable(timeout: float) -> bool:

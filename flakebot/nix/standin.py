@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flakebot import launcher
+from flakebot import launcher, probecache
 from flakebot.config import Settings, rustup_home
 from flakebot.errors import NixError
 from flakebot.fsutil import atomic_write_text
@@ -268,48 +268,47 @@ def registry_checksums(registry: Path) -> dict[str, str]:
     return found
 
 
-# answers of the two toolchain questions, kept while the binaries (and rustup's choice) that gave them are unchanged
-_reports: dict[tuple[Any, ...], str] = {}
-_sysroots: dict[tuple[Any, ...], Path] = {}
-
-
 def rustc_report(rustc: Path) -> str:
-    """`rustc -vV` of a toolchain's own rustc (not rustup's proxy), asked once per binary: an update replaces the file,
-    and a new inode or time asks again. Raises OSError or SubprocessError when it does not run."""
-    key = (str(rustc), _stamp(rustc))
-    if key not in _reports:
-        report = launcher.run([str(rustc), "-vV"], capture_output=True, text=True, timeout=60, check=True).stdout
-        _reports.clear()
-        _reports[key] = report
-    return _reports[key]
+    """`rustc -vV` of a toolchain's own rustc (not rustup's proxy), asked once per binary (probecache, across
+    processes): an update replaces the file, and a new inode or time asks again. Raises OSError or SubprocessError
+    when it does not run."""
+    return probecache.remembered(
+        ["-vV", str(rustc)],
+        [rustc],
+        lambda: launcher.run([str(rustc), "-vV"], capture_output=True, text=True, timeout=60, check=True).stdout,
+    )
 
 
 def rust_sysroot() -> Path:
-    """The host toolchain's sysroot (its bin/ holds the real cargo and rustc, not rustup's proxies), asked once while
-    the proxy, its environment (the pinned RUSTUP_TOOLCHAIN) and rustup's toolchains and settings are unchanged."""
+    """The host toolchain's sysroot (its bin/ holds the real cargo and rustc, not rustup's proxies), asked once
+    (probecache, across processes) while the proxy, its environment (the pinned RUSTUP_TOOLCHAIN) and what rustup
+    chooses a toolchain by (its settings, its toolchains, toolchain files in or above the directory it is asked
+    from) are unchanged."""
     from flakebot.cargo.runner import Cargo, cargo_program
 
     cargo = Path(cargo_program())
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
     env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
-    home = rustup_home()
-    stamps = (_stamp(Path(rustc)), _stamp(home / "settings.toml"), _stamp(home / "toolchains"))
-    key = (rustc, tuple(sorted(env.items())), _cwd(), stamps)
-    kept = _sysroots.get(key)
-    if kept is not None and (kept / "bin" / "cargo").exists():
+    where = launcher.neutral_dir()  # launcher.run's directory: rustup looks for toolchain files from there up
+    question = ["--print sysroot", rustc, sorted(env.items()), where]
+    files = [Path(rustc), *toolchain_choice(Path(env.get("RUSTUP_HOME") or rustup_home()), where)]
+    kept = Path(probecache.remembered(question, files, lambda: str(_ask_sysroot(rustc, env))))
+    if (kept / "bin" / "cargo").exists():
         return kept
-    sysroot = _ask_sysroot(rustc, env)
-    _sysroots.clear()
-    _sysroots[key] = sysroot
-    return sysroot
+    return _ask_sysroot(rustc, env)  # the toolchain went away under an unchanged key: rustup's own answer decides
 
 
-def _cwd() -> str:
-    """The directory rustup would look for a toolchain file from ('' when it was removed: rustc still runs there)."""
-    try:
-        return os.getcwd()
-    except OSError:
-        return ""
+def toolchain_choice(home: Path, where: str) -> list[Path]:
+    """The files rustup's proxy reads to choose a toolchain (its settings, each installed toolchain's rustc, the
+    toolchain files in `where` and above it): a question to the proxy is asked again when one changes, appears
+    or goes away."""
+    toolchains = home / "toolchains"
+    files = [home / "settings.toml", toolchains]
+    files += sorted(toolchains.glob("*/bin/rustc")) if toolchains.is_dir() else []
+    if where:
+        for directory in [Path(where), *Path(where).parents]:
+            files += [directory / "rust-toolchain", directory / "rust-toolchain.toml"]
+    return files
 
 
 def _ask_sysroot(rustc: str, env: dict[str, str]) -> Path:

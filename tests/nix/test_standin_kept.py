@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from flakebot import probecache
 from flakebot.nix import standin
 from tests.fakes.nix_crates import host_settings
 from tests.fakes.spawns import spawns
@@ -17,9 +18,10 @@ from tests.fakes.spawns import spawns
 
 @pytest.fixture
 def spawned() -> Iterator[list[list[str]]]:
-    """Every process started while the test runs; the stand-in's kept answers forgotten first."""
-    for kept in (standin._facts, standin._sysroots, standin._reports):
-        kept.clear()
+    """Every process started while the test runs; the stand-in's kept answers forgotten first (the probes' record
+    is in this test's own cache directory)."""
+    standin._facts.clear()
+    probecache.forget()
     with spawns() as started:
         yield started
 
