@@ -47,6 +47,19 @@ def key(question: object, files: Iterable[Path | str]) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
+def toolchain_choice(home: Path, where: str) -> list[Path]:
+    """The files rustup's proxy reads to choose a toolchain (its settings, each installed toolchain's rustc, the
+    toolchain files in `where` and above it): a question to the proxy is asked again when one changes, appears
+    or goes away."""
+    toolchains = home / "toolchains"
+    files = [home / "settings.toml", toolchains]
+    files += sorted(toolchains.glob("*/bin/rustc")) if toolchains.is_dir() else []
+    if where:
+        for directory in [Path(where), *Path(where).parents]:
+            files += [directory / "rust-toolchain", directory / "rust-toolchain.toml"]
+    return files
+
+
 def remembered(question: object, files: Iterable[Path | str], ask: Callable[[], str]) -> str:
     """`ask()`'s answer to `question`, given again while the stamps of `files` (the binary first) are unchanged. An
     exception from `ask` is not kept: the next call asks again."""

@@ -19,6 +19,7 @@ LEAVES = {
     "loopback",
     "modeltext",
     "preflight",
+    "probecache",
     "processid",
     "redact",
     "render",

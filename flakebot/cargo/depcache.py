@@ -218,14 +218,12 @@ def rustc_version(cargo: Cargo) -> str:
 def _rustc_version(env_items: tuple[tuple[str, str], ...]) -> str:
     """Asked once while rustup's proxy and what it chooses a toolchain by are unchanged (probecache, across
     processes): this answer keys dependency builds, so a toolchain updated in place must be asked again."""
-    from flakebot.nix.standin import toolchain_choice
-
     rustc = shutil.which("rustc") or "rustc"
     home = Path(dict(env_items).get("RUSTUP_HOME") or rustup_home())
     try:
         return probecache.remembered(
             ["-vV from a neutral directory", rustc, env_items],
-            [Path(rustc), *toolchain_choice(home, tempfile.gettempdir())],
+            [Path(rustc), *probecache.toolchain_choice(home, tempfile.gettempdir())],
             lambda: _ask_rustc_version(rustc, env_items),
         )
     except _NoVersion as failed:

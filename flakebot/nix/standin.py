@@ -291,24 +291,11 @@ def rust_sysroot() -> Path:
     env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
     where = launcher.neutral_dir()  # launcher.run's directory: rustup looks for toolchain files from there up
     question = ["--print sysroot", rustc, sorted(env.items()), where]
-    files = [Path(rustc), *toolchain_choice(Path(env.get("RUSTUP_HOME") or rustup_home()), where)]
+    files = [Path(rustc), *probecache.toolchain_choice(Path(env.get("RUSTUP_HOME") or rustup_home()), where)]
     kept = Path(probecache.remembered(question, files, lambda: str(_ask_sysroot(rustc, env))))
     if (kept / "bin" / "cargo").exists():
         return kept
     return _ask_sysroot(rustc, env)  # the toolchain went away under an unchanged key: rustup's own answer decides
-
-
-def toolchain_choice(home: Path, where: str) -> list[Path]:
-    """The files rustup's proxy reads to choose a toolchain (its settings, each installed toolchain's rustc, the
-    toolchain files in `where` and above it): a question to the proxy is asked again when one changes, appears
-    or goes away."""
-    toolchains = home / "toolchains"
-    files = [home / "settings.toml", toolchains]
-    files += sorted(toolchains.glob("*/bin/rustc")) if toolchains.is_dir() else []
-    if where:
-        for directory in [Path(where), *Path(where).parents]:
-            files += [directory / "rust-toolchain", directory / "rust-toolchain.toml"]
-    return files
 
 
 def _ask_sysroot(rustc: str, env: dict[str, str]) -> Path:
