@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
-# and a tenant's bound on them per day; 5: a job's state 'cancelled'
+# and a tenant's bound on them per day; 5: a job's state 'cancelled'; 6: audit rows indexed by job
 SCHEMA_VERSION = 6
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
