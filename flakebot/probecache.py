@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from flakebot import launcher
 from flakebot.fsutil import atomic_write_text
 from flakebot.homes import cache_home
 
@@ -77,6 +78,16 @@ def remembered(question: object, files: Iterable[Path | str], ask: Callable[[], 
         _answers[digest] = answer
     _write(digest, answer)
     return answer
+
+
+def output(binary: Path | str, *args: str) -> str:
+    """`binary args`'s standard output (a version probe: `rustc -vV`, `nix --version`), remembered while the
+    binary's stamp is unchanged. Raises OSError or SubprocessError when it does not run or fails."""
+    return remembered(
+        [*args, str(binary)],
+        [binary],
+        lambda: launcher.run([str(binary), *args], capture_output=True, text=True, timeout=60, check=True).stdout,
+    )
 
 
 def forget() -> None:

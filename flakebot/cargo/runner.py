@@ -121,16 +121,12 @@ def toolchain_versions() -> dict[str, str]:
         if not rustc.is_file():
             continue
         try:
-            shown = probecache.remembered(["-V", str(rustc)], [rustc], functools.partial(_version, rustc)).split()
+            shown = probecache.output(rustc, "-V").split()
         except (OSError, subprocess.SubprocessError):
             continue
         if len(shown) >= 2 and shown[0] == "rustc":
             found[toolchain.name] = shown[1]
     return found
-
-
-def _version(rustc: Path) -> str:
-    return launcher.run([str(rustc), "-V"], capture_output=True, text=True, timeout=60, check=True).stdout
 
 
 def _rustup_active(rustup: str) -> str | None:

@@ -237,16 +237,11 @@ def nix_too_old(minimum: str) -> str:
 def nix_version() -> str:
     """`nix --version`'s number ("2.8.0"), or '' without nix."""
     try:
-        nix = nix_program()
-        shown = probecache.remembered(["--version", nix], [nix], lambda: _version_shown(nix))
+        shown = probecache.output(nix_program(), "--version")
     except (NixError, OSError, subprocess.SubprocessError):
         return ""
     words = shown.split()
     return words[-1] if words else ""
-
-
-def _version_shown(nix: str) -> str:
-    return launcher.run([nix, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
 
 
 def _reachable(timeout: float) -> bool:

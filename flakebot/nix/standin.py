@@ -130,15 +130,7 @@ def _fingerprint(registry: Path, sysroot: Path) -> tuple[Any, ...]:
     except OSError:
         crates = []
     places += [Path(c) for c in crates] + [Path(c, ".cargo-checksum.json") for c in crates]
-    return tuple((str(place), _stamp(place)) for place in places)
-
-
-def _stamp(path: Path) -> tuple[int, ...]:
-    try:
-        info = path.stat()
-    except OSError as exc:
-        return (-1, exc.errno or 0)
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    return tuple((str(place), probecache.stamp(place)) for place in places)
 
 
 def _host_facts(settings: Settings, sysroot: Path) -> dict[str, Any]:
@@ -272,11 +264,7 @@ def rustc_report(rustc: Path) -> str:
     """`rustc -vV` of a toolchain's own rustc (not rustup's proxy), asked once per binary (probecache, across
     processes): an update replaces the file, and a new inode or time asks again. Raises OSError or SubprocessError
     when it does not run."""
-    return probecache.remembered(
-        ["-vV", str(rustc)],
-        [rustc],
-        lambda: launcher.run([str(rustc), "-vV"], capture_output=True, text=True, timeout=60, check=True).stdout,
-    )
+    return probecache.output(rustc, "-vV")
 
 
 def rust_sysroot() -> Path:
