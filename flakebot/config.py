@@ -19,7 +19,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -356,10 +356,8 @@ def _tenant_way(tree: safefs.Tree, tenant: str, path: Path) -> int:
     tenants/T, opened in `tree`, a safefs.Tree of catalog_dir) is checked from the top: another user who could rename
     or replace one could put another file at the name (a directory nobody else may write keeps the one below it in
     place). ConfigError in one line naming the directory otherwise."""
-    root = tree.root
-    owner = os.stat(root).st_uid
-    for rel, where in (("", root), (TENANTS, root / TENANTS), (f"{TENANTS}/{tenant}", path.parent)):
-        seen = tree.lstat(rel) if rel else os.stat(root)
+    owner = os.stat(tree.root).st_uid
+    for _, where, seen in _way_to_tenant(tree, tenant, path):
         if seen.st_uid != owner or seen.st_mode & 0o022:
             raise ConfigError(
                 f"{where} could be written by another user than the catalog's owner (owner uid "
@@ -368,6 +366,15 @@ def _tenant_way(tree: safefs.Tree, tenant: str, path: Path) -> int:
                 fix=f"make {where} the catalog owner's, writable only by it (chown, then chmod go-w {where})",
             )
     return owner
+
+
+def _way_to_tenant(tree: safefs.Tree, tenant: str, path: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """Each directory on the way to the tenant's file, from the top (catalog_dir, tenants/, tenants/T): its path in
+    `tree` (a safefs.Tree of catalog_dir), its path, and its status, not through a link; each is looked at only
+    once the one above it was dealt with."""
+    root = tree.root
+    for rel, where in (("", root), (TENANTS, root / TENANTS), (f"{TENANTS}/{tenant}", path.parent)):
+        yield rel, where, tree.lstat(rel) if rel else os.stat(root)
 
 
 def _tenant_coerce(key: str, value: Any, source: str) -> Any:
@@ -633,12 +640,9 @@ def _make_tenant_way(settings: Settings, tenant: str, path: Path) -> None:
     try:
         with safefs.Tree(root) as tree:
             tree.mkdir(f"{TENANTS}/{tenant}", mode=0o755)
-            for rel in ("", TENANTS, f"{TENANTS}/{tenant}"):
-                seen = tree.lstat(rel) if rel else os.stat(root)
+            for rel, where, seen in _way_to_tenant(tree, tenant, path):
                 if seen.st_uid == os.geteuid() and seen.st_mode & 0o022:
-                    logger.info(
-                        "%s made writable by its owner only (tenant %s's settings are in it)", root / rel, tenant
-                    )
+                    logger.info("%s made writable by its owner only (tenant %s's settings are in it)", where, tenant)
                     tree.chmod(rel, stat.S_IMODE(seen.st_mode) & ~0o022)
             _tenant_way(tree, tenant, path)
     except UnsafePath:
