@@ -155,7 +155,7 @@ class CargoReport:
                 parts += [d.one_line() for d in group]
                 continue
             parts.append(cut_middle(_compact(group[0].rendered) or group[0].one_line(), RENDERED_LINES))
-            parts += [f"  also at {d.location}{_code_if_other(d, group[0])}: {d.source}" for d in group[1:]]
+            parts += _repeats(group[0], group[1:])
         if self.error_count > len(self.errors):
             parts.append(f"(... {self.error_count - len(self.errors)} more errors not shown)")
         if not self.errors:
@@ -348,6 +348,17 @@ def _diagnostic(message: dict[str, Any]) -> Diagnostic | None:
         rendered,
         source,
     )
+
+
+def _repeats(first: Diagnostic, repeats: list[Diagnostic]) -> list[str]:
+    """`also at` lines of an error's repeats; two or more in the file of the rendered one go under one `also in FILE`
+    line, each as `LINE:COLUMN: source` (the file's name said once: a renamed item's repeats are many, in one file)."""
+    same = [d for d in repeats if d.file and d.file == first.file]
+    if len(same) < 2:
+        return [f"  also at {d.location}{_code_if_other(d, first)}: {d.source}" for d in repeats]
+    lines = [f"  also in {first.file}:"]
+    lines += [f"    {d.line}:{d.column}{_code_if_other(d, first)}: {d.source}" for d in same]
+    return lines + [f"  also at {d.location}{_code_if_other(d, first)}: {d.source}" for d in repeats if d not in same]
 
 
 def _code_if_other(diagnostic: Diagnostic, first: Diagnostic) -> str:

@@ -66,6 +66,18 @@ def test_missing_import_and_type_mismatch(tmp_path: Path, target: Path) -> None:
 
 
 @pytest.mark.slow
+def test_repeats_in_one_file_name_it_once(tmp_path: Path, target: Path) -> None:
+    """A renamed function's call sites: the first rendered, the others each a line under one `also in FILE`."""
+    lib = "pub fn a() -> usize {\n    old(1)\n}\npub fn b() -> usize {\n    old(2) + old(3)\n}\n"
+    report = cargo_on(tmp_path / "demo", target, "build", lib)
+    summary = report.summary()
+    assert summary.count("cannot find function `old`") == 1
+    assert "--> src/lib.rs:2:5" in summary
+    assert "  also in src/lib.rs:\n    5:5: old(2) + old(3)\n    5:14: old(2) + old(3)" in summary
+    assert "also at" not in summary and summary.count("src/lib.rs") == 2
+
+
+@pytest.mark.slow
 def test_borrow_error(tmp_path: Path, target: Path) -> None:
     lib = "pub fn f() -> usize {\n    let v = vec![1];\n    let w = v;\n    v.len() + w.len()\n}\n"
     report = cargo_on(tmp_path / "demo", target, "check", lib)
