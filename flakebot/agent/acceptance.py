@@ -300,15 +300,19 @@ class _Hashed:
 
 class BuiltRunner:
     """Runs an example (run_example) on a binary cargo built in `target_dir`, or on a Snapshot this runner made of one
-    (`snapshot`): a copy is accepted only in a directory the runner made itself."""
+    (`snapshot`): a copy is accepted only in a directory the runner made itself (`inside`, which a service's lifecycle
+    check asks too)."""
 
     def __init__(self, mode: str, limits: SandboxLimits, target_dir: Path) -> None:
         self.mode, self.limits, self.target_dir = mode, limits, target_dir
         self.made: set[Path] = set()
 
     def __call__(self, binary: Path, example: Example) -> tuple[bool, CommandResult]:
-        inside = binary.parent if binary.parent in self.made else self.target_dir
-        return run_example(binary, example, self.mode, self.limits, inside)
+        return run_example(binary, example, self.mode, self.limits, self.inside(binary))
+
+    def inside(self, binary: Path) -> Path:
+        """Where `binary` must be a regular file (built_file): a copy's own directory, else the run's target dir."""
+        return binary.parent if binary.parent in self.made else self.target_dir
 
     def snapshot(self, binary: Path) -> Snapshot:
         snap = snapshot_binary(binary, self.target_dir)

@@ -55,18 +55,20 @@ def make_verdict(
     `cargo_test(extra_args)` runs `cargo test` (in the sandbox) and returns its CargoReport;
     `run_example(binary, example)` runs one example (in the sandbox): (passed, result).
     `only_acceptance`: the crate's own tests cannot build (dev-dependencies left out), so run the acceptance test alone.
-    `snapshot`: with it (a tool, not a service), the binary is copied at cargo's artifact message (Early) and the
-    examples judge the copy, the file cargo named holding it still after cargo: a test that wrote over the binary
-    would otherwise be what they judge. They start beside the tests when the verdict is called with `claimed` (the
-    model said it is done): only then is green likely, and only a green verdict runs them; in a red iteration they
-    would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21). Otherwise they run after cargo.
+    `snapshot`: with it, the binary is copied at cargo's artifact message (Early) and the examples (a service: its
+    lifecycle) judge the copy, the file cargo named holding it still after cargo: a test that wrote over the binary
+    would otherwise be what they judge. A tool's examples start beside the tests when the verdict is called with
+    `claimed` (the model said it is done): only then is green likely, and only a green verdict runs them; in a red
+    iteration they would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21). Otherwise they
+    run after cargo, as a service's lifecycle always does (its frozen test starts the service too, and the two starts
+    would share the cores within their start timeouts).
     """
 
     def tested(extra: list[str], early: bool, started: list[Early]) -> tuple[Any, Verdict, Early | None]:
-        if snapshot is None or spec.service:
+        if snapshot is None:
             report = cargo_test(extra)
             return report, judge(report, spec), None
-        beside = Early(spec, run_example, snapshot)
+        beside = Early(spec, run_example, snapshot, lifecycle)
         started.append(beside)
 
         def cargo() -> Any:
@@ -75,7 +77,7 @@ def make_verdict(
             finally:
                 beside.ready.set()  # no artifact message: the examples' thread stops waiting
 
-        report = at_once([cargo, beside.examples], 2)[0] if early else cargo()
+        report = at_once([cargo, beside.examples], 2)[0] if early and not spec.service else cargo()
         return report, judge(report, spec), beside
 
     def verdict(claimed: bool = False) -> Verdict:
@@ -87,7 +89,7 @@ def make_verdict(
             if not result.green:
                 return result  # red as the tests say: the examples' results (if any ran) are not shown
             if beside and beside.snap is not None:
-                if beside.outcomes is None:
+                if beside.failures is None:
                     beside.examples()  # after cargo, on the copy taken at its message
                 return beside.judge(result, report)
             return on_binary(result, report, spec, run_example, lifecycle)
@@ -104,14 +106,17 @@ class Early:
     sandbox), so what the examples judge is what cargo built, not what a build script, proc macro or test writes in
     its place afterwards; after cargo, the file it named must still hold the copy's bytes (else red: swapped).
     `examples()` runs on its own thread of at_once beside `cargo test` and waits for the message (or cargo's end);
-    when the model did not say it is done, it runs after cargo, still on the copy."""
+    when the model did not say it is done, it runs after cargo, still on the copy. A service's lifecycle (`lifecycle`)
+    runs on the copy in the examples' place."""
 
-    def __init__(self, spec: ToolSpec, run_example: ExampleRunner, snapshot: Snapshotter) -> None:
-        self.spec, self.run_example, self.snapshot = spec, run_example, snapshot
+    def __init__(
+        self, spec: ToolSpec, run_example: ExampleRunner, snapshot: Snapshotter, lifecycle: LifecycleCheck | None = None
+    ) -> None:
+        self.spec, self.run_example, self.snapshot, self.lifecycle = spec, run_example, snapshot, lifecycle
         self.ready = threading.Event()
         self.named: Path | None = None  # the executable the artifact message named
         self.snap: Snapshot | None = None
-        self.outcomes: Outcomes | None = None
+        self.failures: list[str] | None = None  # of the run on the copy, once it ran
 
     def on_line(self, line: str) -> None:
         """cargo's stdout, line by line, on cargo's thread: the first artifact message of the bin target starts it."""
@@ -128,27 +133,25 @@ class Early:
         self.ready.set()
 
     def examples(self) -> None:
-        """The examples on the snapshot, once it is taken; nothing when cargo ends without one."""
+        """The examples (a service: its lifecycle) on the snapshot, once it is taken; nothing when cargo ends without one."""
         self.ready.wait()
         if self.snap is not None:
-            copy = self.snap.copy
-            self.outcomes = each_example(lambda e: self.run_example(copy, e), self.spec.examples)
+            self.failures = failures_on(self.snap.copy, self.spec, self.run_example, self.lifecycle)
 
     def judge(self, verdict: Verdict, report: Any) -> Verdict:
-        """A green test verdict held to the examples run on the snapshot, and to the binary being what cargo built."""
-        assert self.snap is not None and self.outcomes is not None
-        snap, outcomes = self.snap, self.outcomes
+        """A green test verdict held to the run on the snapshot, and to the binary being what cargo built."""
+        assert self.snap is not None and self.failures is not None
+        snap, failures = self.snap, self.failures
         named, unclear = built_binary(report, self.spec.name)
         if unclear:
             failures = [unclear]
         elif named != self.named or not snap.unchanged():
             failures = [
                 f"{snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
-                "reported it (by a build script, a proc macro or a test): the examples judge what cargo built"
+                f"reported it (by a build script, a proc macro or a test): flakebot runs {_judged(self.spec)} on what "
+                "cargo built"
             ]
-        else:
-            failures = example_failures(self.spec, outcomes)
-        return _held(verdict, failures, "the examples")
+        return _held(verdict, failures, _judged(self.spec))
 
     def drop(self) -> None:
         if self.snap is not None:
@@ -161,13 +164,22 @@ def on_binary(
     """A green verdict held to every example run on the built binary (a service: to its lifecycle run by flakebot):
     any failure turns it red."""
     binary, unclear = built_binary(report, spec.name)
-    if binary is None:
-        failures = [unclear]
-    elif spec.service:
-        failures = lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
-    else:
-        failures = example_failures(spec, each_example(lambda e: run_example(binary, e), spec.examples))
-    return _held(verdict, failures, "its lifecycle" if spec.service else "the examples")
+    failures = [unclear] if binary is None else failures_on(binary, spec, run_example, lifecycle)
+    return _held(verdict, failures, _judged(spec))
+
+
+def failures_on(
+    binary: Path, spec: ToolSpec, run_example: ExampleRunner, lifecycle: LifecycleCheck | None
+) -> list[str]:
+    """What failed when flakebot ran the spec on `binary` (the copy, or the file cargo named): every example of a
+    tool, a service's lifecycle."""
+    if spec.service:
+        return lifecycle(binary) if lifecycle else ["no lifecycle check for a service: flakebot cannot judge it"]
+    return example_failures(spec, each_example(lambda e: run_example(binary, e), spec.examples))
+
+
+def _judged(spec: ToolSpec) -> str:
+    return "its lifecycle" if spec.service else "the examples"
 
 
 def example_failures(spec: ToolSpec, outcomes: Outcomes) -> list[str]:
@@ -296,7 +308,7 @@ class ForkVerdict:
 
     def _complete(self) -> Verdict:
         """The whole `cargo test`; when green, held to every example run on the built binary (as make_verdict does)."""
-        copied = Early(self.spec, self.run_example, self.snapshot) if self.snapshot and not self.spec.service else None
+        copied = Early(self.spec, self.run_example, self.snapshot, self.lifecycle) if self.snapshot else None
         try:
             report = self._run("full", [], copied.on_line if copied else None)
             verdict = judge(report, self.spec)

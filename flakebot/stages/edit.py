@@ -94,7 +94,7 @@ def edit_stage(ctx: StageContext) -> EditOut:
         only_acceptance=alone,
         record=transcript.record,
         before_test=seeder,
-        lifecycle=service_check(settings, ctx.run.target_dir, spec),
+        lifecycle=service_check(settings, runner, spec),
     )
     workspace = Workspace(
         git, crate_rel, frozen, checks, base=base, scratch=[ctx.run.target_dir], disk_mb=settings.sandbox_disk_mb
@@ -212,16 +212,17 @@ def example_runner(settings: Settings, target_dir: Path) -> BuiltRunner:
     return BuiltRunner(settings.sandbox, limits, target_dir)
 
 
-def service_check(settings: Settings, target_dir: Path, spec: ToolSpec) -> LifecycleCheck | None:
-    """For a service: flakebot's own lifecycle check of the binary cargo built (a regular file in the run's target
-    dir, as for examples: cargo's JSON naming it is the build's to forge), run as `flakebot up` runs it."""
+def service_check(settings: Settings, runner: BuiltRunner, spec: ToolSpec) -> LifecycleCheck | None:
+    """For a service: flakebot's own lifecycle check of the binary cargo built, run as `flakebot up` runs it, on the
+    same terms as the examples (`runner`'s): the copy taken at cargo's artifact message, or a regular file in the
+    run's target dir (cargo's JSON naming it is the build's to forge)."""
     if not spec.service:
         return None
     from flakebot.services.crafting import lifecycle_failures
 
     def check(binary: Path) -> list[str]:
         try:
-            binary = built_file(binary, target_dir)
+            binary = built_file(binary, runner.inside(binary))
         except UnsafePath as exc:
             return [f"flakebot refused to run the built binary: {exc}"]
         return lifecycle_failures(binary, spec.service, settings)

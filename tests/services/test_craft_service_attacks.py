@@ -3,7 +3,9 @@ cargo built (flakebot.stages.edit.service_check), run on real programs in the re
 
 - cargo's JSON names the binary, and a test's output can forge it: a link out of the target dir is refused, never run;
 - a service that forks a daemon in a new session: nothing of it outlives the check;
-- a service that binds a port on the host: it binds in its own network namespace, never the host's.
+- a service that binds a port on the host: it binds in its own network namespace, never the host's;
+- a build that swaps the service's file after cargo reported it: the lifecycle runs on the copy taken then, as the
+  examples of a tool do, and the swap turns the verdict red.
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ import socket
 from pathlib import Path
 
 from flakebot import config
+from flakebot.agent.acceptance import ACCEPTANCE_TEST, SERVICE_TEST
+from flakebot.agent.loop import Verdict
+from flakebot.agent.verdict import make_verdict
+from flakebot.cargo.diagnostics import parse_output
+from flakebot.sandbox import CommandResult
 from flakebot.services.crafting import from_answer
-from flakebot.stages.edit import service_check
+from flakebot.stages.edit import example_runner, service_check
 from flakebot.toolspec import ToolSpec
 from tests.conftest import require
 from tests.fakes.processes import Listing, own_processes
@@ -99,7 +106,7 @@ def test_a_forged_binary_path_out_of_the_target_dir_is_refused_not_run(tmp_path:
     target = tmp_path / "target"
     (target / "debug").mkdir(parents=True)
     (target / "debug" / "kv-store").symlink_to(outside)
-    check = service_check(config.load(), target, SPEC)
+    check = service_check(config.load(), example_runner(config.load(), target), SPEC)
     assert check is not None
     for named in (target / "debug" / "kv-store", outside):  # a link in the target dir, or a path beside it
         failures = check(named)
@@ -108,7 +115,7 @@ def test_a_forged_binary_path_out_of_the_target_dir_is_refused_not_run(tmp_path:
 
 def test_a_daemon_the_service_forks_does_not_outlive_the_check(tmp_path: Path) -> None:
     target = tmp_path / "target"
-    check = service_check(config.load(), target, SPEC)
+    check = service_check(config.load(), example_runner(config.load(), target), SPEC)
     assert check is not None
     with own_processes() as ours:  # this test's processes: another run's sleep 31337 is not its daemon
         assert check(built(target, daemon=True)) == []  # a correct service otherwise: green
@@ -121,9 +128,56 @@ def test_a_service_binds_its_ports_in_its_own_namespace_not_the_hosts(tmp_path: 
         held.listen()
         port = held.getsockname()[1]
         target = tmp_path / "target"
-        check = service_check(config.load(), target, SPEC)
+        check = service_check(config.load(), example_runner(config.load(), target), SPEC)
         assert check is not None
         failures = check(built(target, host_port=port))
         assert failures == [], json.dumps(failures)  # its bind of the host's taken port succeeded: not the host's
         with socket.create_connection(("127.0.0.1", port), timeout=2):  # and the host's listener is still ours
             pass
+
+
+def claimed_verdict(run: Path, swap: bool) -> tuple[Verdict, list[Path]]:
+    """The loop's verdict once the model said done, on a `cargo test` whose artifact message names the service in the
+    target dir, and the files the lifecycle check ran; `swap`: something the build left running rewrites that file
+    after the message (with a service that passes its lifecycle as well: only the copy taken at the message tells the
+    two apart)."""
+    target = run / "target"
+    program = built(target)
+    line = json.dumps({"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": SPEC.name},
+                       "profile": {"test": False}, "executable": str(program), "fresh": False})  # fmt: skip
+    stdout = f"{line}\ntest {SERVICE_TEST} ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored\n"
+    ran = f"     Running {ACCEPTANCE_TEST} (target/debug/deps/flakebot_acceptance-0)\n"
+    report = parse_output("test", CommandResult(["cargo", "test"], 0, stdout, ran, 1.0))
+
+    def cargo_test(extra: list[str], on_line: object = None) -> object:
+        for each in stdout.splitlines() if callable(on_line) else []:
+            on_line(each)
+        if swap:
+            program.write_text(program.read_text() + "# swapped after cargo reported it\n")
+        return report
+
+    settings = config.load()
+    runner = example_runner(settings, target)
+    check, checked = service_check(settings, runner, SPEC), list[Path]()
+    assert check is not None
+
+    def lifecycle(binary: Path) -> list[str]:
+        checked.append(binary)
+        return check(binary)
+
+    verdict = make_verdict(cargo_test, SPEC, run, runner, lifecycle=lifecycle, snapshot=runner.snapshot)
+    return verdict(True), checked
+
+
+def test_the_lifecycle_check_runs_on_the_copy_taken_when_cargo_reported_the_service(tmp_path: Path) -> None:
+    verdict, checked = claimed_verdict(tmp_path, swap=False)
+    assert verdict.green, verdict.summary
+    assert len(checked) == 1 and checked[0].name == SPEC.name and checked[0].parent != tmp_path / "target" / "debug"
+    assert not checked[0].exists(), "the copy outlived the verdict"
+
+
+def test_a_service_swapped_after_cargo_reported_it_turns_the_verdict_red(tmp_path: Path) -> None:
+    """Checked on the file in the target dir, the swapped service (a working one) passed: the verdict was green."""
+    verdict, _ = claimed_verdict(tmp_path, swap=True)
+    assert not verdict.green and "was replaced after cargo reported it" in verdict.summary, verdict.summary
+    assert "flakebot runs its lifecycle on what cargo built" in verdict.summary
