@@ -1,5 +1,6 @@
-"""Answers of toolchain probes (`rustc -vV`, `rustc -V`, `rustc --print sysroot`, `nix --version`) remembered across
-processes: each craft is a new process, and asking the same binaries the same questions cost about 0.1 s a craft.
+"""Answers of toolchain probes (`rustc -vV`, `rustc -V`, `rustc --print sysroot`, `nix --version`) and of the
+sandbox's bubblewrap probe (sandbox/probed.py) remembered across processes: each craft is a new process, and asking
+the same binaries the same questions cost about 0.1 s a craft.
 
 An answer is kept under a digest of the question (argv, environment, directory) and of the stamp of every file it
 depends on: the binary's resolved path, device, inode, size, mtime and ctime, and for rustup's proxies the files
@@ -65,6 +66,16 @@ def remembered(question: object, files: Iterable[Path | str], ask: Callable[[], 
     """`ask()`'s answer to `question`, given again while the stamps of `files` (the binary first) are unchanged. An
     exception from `ask` is not kept: the next call asks again."""
     digest = key(question, files)
+    kept = recalled(digest)
+    if kept is not None:
+        return kept
+    answer = ask()
+    keep(digest, answer)
+    return answer
+
+
+def recalled(digest: str) -> str | None:
+    """The answer kept under `digest` (a `key`): this process's, else the record's; None when there is none."""
     with _lock:
         if digest in _answers:
             return _answers[digest]
@@ -72,12 +83,14 @@ def remembered(question: object, files: Iterable[Path | str], ask: Callable[[], 
     if kept is not None:
         with _lock:
             _answers[digest] = kept
-        return kept
-    answer = ask()
+    return kept
+
+
+def keep(digest: str, answer: str) -> None:
+    """Keep `answer` under `digest`, in this process and in the record."""
     with _lock:
         _answers[digest] = answer
     _write(digest, answer)
-    return answer
 
 
 def output(binary: Path | str, *args: str) -> str:
@@ -101,8 +114,9 @@ def record_path() -> Path:
 
 
 def _read() -> dict[str, str]:
-    """The record's answers; none from a record that is not this user's alone (another user who could write it
-    would choose the sysroot whose toolchain sandboxes mount, and the version that keys dependency builds)."""
+    """The record's answers; none from a link or a record that is not this user's alone (another user who could
+    write it would choose the sysroot whose toolchain sandboxes mount, the version that keys dependency builds, and
+    whether a sandbox is probed before it is used)."""
     try:
         fd = os.open(record_path(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: no hang
     except OSError:

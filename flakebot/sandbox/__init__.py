@@ -4,7 +4,8 @@
                    at_once: calls on a pool whose commands die when the caller is interrupted
     bubblewrap.py  BwrapSandbox: the bubblewrap command line, mounts, the unprivileged uid for root
     ownership.py   adopt(): flakebot's writable trees handed to that uid's group before each command
-    probed.py      bubblewrap programs whose probe passed (this process, and this boot), so each is probed once
+    probed.py      bubblewrap programs whose probe passed (this process, and this boot; kept by probecache), so
+                   each is probed once
     cgroup.py      Group: a process tree's own cgroup (v2, else v1 memory + pids): total memory, process count
     __init__.py    open_sandbox(): the kind of sandbox a mode asks for
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.scenarios.escape_cases import CASES, MARKER_VAR, marked_processes, run_escape_cases
+from flakebot import probecache
 from flakebot.errors import SandboxError
 from flakebot.sandbox import BwrapSandbox, PlainSandbox, open_sandbox, probed
 from flakebot.sandbox.bubblewrap import real_root
@@ -178,16 +179,51 @@ def test_a_passed_probe_is_remembered_for_that_bwrap_file_only(
     """A later process trusts the record (no probe) only for the same bwrap file, user and kernel settings."""
     require("bwrap")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(probed, "_WORKING", {})
+    probecache.forget()
     bwrap = shutil.which("bwrap") or "bwrap"
     assert probed.known_working(bwrap) == (False, None)
     sandbox = open_sandbox("required", workspace=ws, writable=[])  # probes, and records the pass
     assert isinstance(sandbox, BwrapSandbox) and sandbox.start_overhead is not None
-    monkeypatch.setattr(probed, "_WORKING", {})  # as a new process
+    probecache.forget()  # as a new process: only the record
     assert probed.known_working(bwrap) == (True, sandbox.start_overhead)
     copy = tmp_path / "bwrap"
     shutil.copy2(bwrap, copy)  # another file (an upgrade, another install): probed again
     assert probed.known_working(str(copy)) == (False, None)
+
+
+def _tamper(record: Path, how: str) -> None:
+    if how == "a link":  # to a file that is this user's alone: the link itself is what is not trusted
+        elsewhere = record.with_name("elsewhere.json")
+        record.replace(elsewhere)
+        record.symlink_to(elsewhere)
+    elif how == "another user's":
+        os.chown(record, 4242, -1)  # tests run as root
+    else:
+        record.chmod(0o620 if how == "group-writable" else 0o602)
+
+
+@pytest.mark.parametrize("how", ["a link", "another user's", "group-writable", "world-writable"])
+def test_a_probe_record_another_user_could_plant_is_not_trusted(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A record that is a link, or not this user's alone, would let someone else make flakebot skip the sandbox
+    probe: it is ignored, the probe runs again and its record is written anew as this user's own file."""
+    require("bwrap")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    probecache.forget()
+    bwrap = shutil.which("bwrap") or "bwrap"
+    open_sandbox("required", workspace=ws, writable=[])  # probes, and records the pass
+    [record] = (tmp_path / "cache").rglob("*.json")
+    _tamper(record, how)
+    probecache.forget()  # as a new process: only the record
+    assert probed.known_working(bwrap) == (False, None)
+
+    sandbox = open_sandbox("required", workspace=ws, writable=[])  # probed again: the record rewritten
+    info = record.lstat()
+    assert record.is_file() and not record.is_symlink()
+    assert (info.st_uid, info.st_mode & 0o777) == (os.geteuid(), 0o600)
+    probecache.forget()
+    assert probed.known_working(bwrap) == (True, sandbox.start_overhead)
 
 
 def test_without_bwrap_auto_falls_back_and_required_refuses(
