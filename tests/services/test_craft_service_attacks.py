@@ -145,14 +145,20 @@ def swapped(service: str) -> str:
 
 
 def claimed_verdict(
-    run: Path, swap: bool, *, prelude: str = "", forged_first: str = "", seen: Callable[[Path], None] | None = None
+    run: Path,
+    swap: bool,
+    *,
+    prelude: str = "",
+    forged_first: str = "",
+    seen: Callable[[Path], None] | None = None,
+    checked: list[Path] | None = None,
 ) -> tuple[Verdict, list[Path]]:
     """The loop's verdict once the model said done, on a `cargo test` whose artifact message names the service in the
     target dir, and the files the lifecycle check ran; `swap`: something the build left running rewrites that file
     after the message (with a service that passes its lifecycle as well: only the copy taken at the message tells the
     two apart). `forged_first`: a proc macro prints that message first (it runs before rustc writes the bin), while
     the file it names is a "link" to the service, or holds what the swap writes ("planted"). `seen(binary)`: called
-    after each check."""
+    after each check; `checked`: where the files checked are listed (as they start)."""
     target = run / "target"
     program = built(target, prelude=prelude)
     line = json.dumps({"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": SPEC.name},
@@ -181,7 +187,7 @@ def claimed_verdict(
 
     settings = config.load()
     runner = example_runner(settings, target)
-    check, checked = service_check(settings, runner, SPEC), list[Path]()
+    check, checked = service_check(settings, runner, SPEC), [] if checked is None else checked
     assert check is not None
 
     def lifecycle(binary: Path) -> list[str]:
@@ -262,3 +268,93 @@ def test_the_service_cannot_change_the_copy_it_runs_from(tmp_path: Path) -> None
     data, mode, mtime, listing = before["copy"]  # type: ignore[misc]
     assert data == program.read_bytes(), "the service rewrote the copy it runs from"
     assert mode & 0o777 == 0o755 and mtime > 0 and listing == [checked[0]], (oct(mode), mtime, listing)
+
+
+NEVER_HEALTHY = f"""import signal, subprocess, time
+subprocess.Popen(["sleep", "{MARK}"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # killed only when its grace is over
+while True:
+    time.sleep(1)  # never answers its health check
+"""
+
+
+def left_behind(ours: Listing, workdir: Path, checked: list[Path]) -> list[object]:
+    """What a lifecycle check on a copy left: the copy, its scratch state, a process of this test's tree."""
+    scratch = sorted((workdir / "lifecycle").iterdir()) if (workdir / "lifecycle").exists() else []
+    return [*(copy for copy in checked if copy.parent.exists()), *scratch, *ours()]
+
+
+def test_a_service_never_healthy_that_ignores_sigterm_leaves_nothing(tmp_path: Path, workdir: Path) -> None:
+    """Red by its start timeout, killed after its grace: no copy, no scratch, no process of it (its daemon either)."""
+    with own_processes() as ours:
+        verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=NEVER_HEALTHY)
+        assert not verdict.green and "not healthy within" in verdict.summary, verdict.summary
+        assert left_behind(ours, workdir, checked) == []
+
+
+def test_a_ctrl_c_while_the_lifecycle_runs_on_the_copy_leaves_nothing(tmp_path: Path, workdir: Path) -> None:
+    """Ctrl-C lands while the service runs (its daemon is up): the check stops it and the copy goes too."""
+    import os
+    import signal
+    import threading
+
+    import pytest
+
+    with own_processes() as ours:
+
+        def interrupt_once_up() -> None:
+            for _ in range(600):
+                if daemons(ours):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                threading.Event().wait(0.05)
+
+        watcher = threading.Thread(target=interrupt_once_up)
+        watcher.start()
+        checked: list[Path] = []
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                claimed_verdict(tmp_path, swap=False, prelude=NEVER_HEALTHY, checked=checked)
+        finally:
+            watcher.join()
+        assert len(checked) == 1, checked
+        assert left_behind(ours, workdir, checked) == []
+
+
+# The service's own process forks and ends at once (exit 0); its child, in a session of its own, holds the socket
+# flakebot handed in and answers every request, health included.
+CHILD_ANSWERS = """if os.fork():
+    os._exit(0)
+os.setsid()
+os.environ["LISTEN_PID"] = str(os.getpid())
+"""
+
+# The service's own process answers nothing and exits 0 on SIGTERM; a child it forked holds the socket and answers.
+CHILD_ANSWERS_PARENT_WAITS = """if os.fork():
+    import signal, time
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+    while True:
+        time.sleep(1)
+os.environ["LISTEN_PID"] = str(os.getpid())
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the service's own process is the one flakebot stops
+"""
+
+
+def test_a_service_that_exits_leaving_a_child_holding_its_port_is_red_and_leaves_nothing(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """flakebot watches the process it started, not whoever answers on the port: that one's exit ends the check."""
+    with own_processes() as ours:
+        verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=CHILD_ANSWERS)
+        assert not verdict.green, "a service whose own process exited at once passed its lifecycle"
+        assert left_behind(ours, workdir, checked) == []
+
+
+def test_a_child_answering_for_the_service_dies_with_it(tmp_path: Path, workdir: Path) -> None:
+    """Answers from a child pass the check (what a client sees is right), but the child (SIGTERM ignored) is gone
+    with the service: nothing of it outlives the check."""
+    with own_processes() as ours:
+        verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=CHILD_ANSWERS_PARENT_WAITS)
+        assert verdict.green, verdict.summary
+        assert left_behind(ours, workdir, checked) == []
