@@ -88,8 +88,8 @@ def make_verdict(
                 report, result, beside = tested([], early, started)
             if not result.green:
                 return result  # red as the tests say: the examples' results (if any ran) are not shown
-            if beside and beside.snap is not None:
-                if beside.failures is None:
+            if beside and beside.named is not None:
+                if beside.snap is not None and beside.failures is None:
                     beside.examples()  # after cargo, on the copy taken at its message
                 return beside.judge(result, report)
             return on_binary(result, report, spec, run_example, lifecycle)
@@ -98,6 +98,9 @@ def make_verdict(
                 each.drop()
 
     return verdict
+
+
+REPEATS = 4  # later artifact messages of the bin compared with the copy; past them it counts as replaced
 
 
 class Early:
@@ -117,19 +120,28 @@ class Early:
         self.named: Path | None = None  # the executable the artifact message named
         self.snap: Snapshot | None = None
         self.failures: list[str] | None = None  # of the run on the copy, once it ran
+        self.refused = ""  # why the file named could not be copied (then no copy: red, never the file after cargo)
+        self.moved = False  # a later message of the bin found another file, or other bytes, than the copy's
+        self.repeats = 0  # later messages of the bin
 
     def on_line(self, line: str) -> None:
-        """cargo's stdout, line by line, on cargo's thread: the first artifact message of the bin target starts it."""
-        if self.ready.is_set():
-            return
+        """cargo's stdout, line by line, on cargo's thread: the first artifact message of the bin target whose file
+        can be copied starts it. A proc macro's line may come before cargo's own and name the same file while it is a
+        link or the macro's own file: a later message of the bin must find the copy's bytes there still."""
         binary = bin_executable(line, self.spec.name)
         if binary is None:
+            return
+        if self.snap is not None:  # cargo prints one; each repeat is read whole again, so a few are judged at most
+            self.repeats += 1
+            self.moved = self.moved or self.repeats > REPEATS or binary != self.named or not self.snap.unchanged()
             return
         self.named = binary
         try:
             self.snap = self.snapshot(binary)
-        except (UnsafePath, OSError) as exc:  # judged after cargo as before (on_binary refuses it and says why)
+        except (UnsafePath, OSError) as exc:  # cargo's own message, after the macro's, may still be copied
+            self.refused = f"{binary} run by flakebot on the built binary: not copied when cargo reported it ({exc})"
             logger.info("no early examples: %s", exc)
+            return
         self.ready.set()
 
     def examples(self) -> None:
@@ -140,17 +152,20 @@ class Early:
 
     def judge(self, verdict: Verdict, report: Any) -> Verdict:
         """A green test verdict held to the run on the snapshot, and to the binary being what cargo built."""
-        assert self.snap is not None and self.failures is not None
-        snap, failures = self.snap, self.failures
         named, unclear = built_binary(report, self.spec.name)
         if unclear:
             failures = [unclear]
-        elif named != self.named or not snap.unchanged():
+        elif self.snap is None:
+            failures = [f"{self.refused}: flakebot runs {_judged(self.spec)} only on what cargo built"]
+        elif named != self.named or self.moved or not self.snap.unchanged():
             failures = [
-                f"{snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
+                f"{self.snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
                 f"reported it (by a build script, a proc macro or a test): flakebot runs {_judged(self.spec)} on what "
                 "cargo built"
             ]
+        else:
+            assert self.failures is not None
+            failures = self.failures
         return _held(verdict, failures, _judged(self.spec))
 
     def drop(self) -> None:
@@ -314,8 +329,9 @@ class ForkVerdict:
             verdict = judge(report, self.spec)
             if not verdict.green:
                 return verdict
-            if copied and copied.snap is not None:
-                copied.examples()
+            if copied and copied.named is not None:
+                if copied.snap is not None:
+                    copied.examples()
                 return copied.judge(verdict, report)
             return on_binary(verdict, report, self.spec, self.run_example, self.lifecycle)
         finally:

@@ -117,6 +117,46 @@ def test_a_proc_macros_forged_artifact_line_does_not_make_another_file_the_binar
         assert refused or "got exit 0 and stdout 'wrong\\n'" in verdict.summary, verdict.summary
 
 
+PLANTING_MACRO = """use proc_macro::TokenStream;
+#[proc_macro]
+pub fn plant(_: TokenStream) -> TokenStream {
+    let bin = concat!(env!("TARGET_DIR"), "/debug/tool");
+    let _ = std::fs::remove_file(bin);
+    std::fs::write(bin, "#!/bin/sh\\necho expected\\n").unwrap();
+    std::process::Command::new("chmod").args(["755", bin]).status().unwrap();
+    println!("{}", LINE.replace("@", bin));
+    "".parse().unwrap()
+}
+"""
+
+
+def test_a_proc_macro_planting_the_bin_a_test_puts_back_is_not_what_the_examples_judge(workspace: Path) -> None:
+    """The macro writes a script passing every example at the bin's own path and prints the bin's message naming it:
+    the copy is taken of the script; rustc then writes the real bin there (its message names the same file) and a test
+    writes the same script back (REPLACING_TEST's, byte for byte), so after cargo the file holds the copy's bytes again."""
+    target = workspace.parent / "target"
+    (target / "debug").mkdir(parents=True)
+    line = {"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": "tool"}, "profile": {"test": False},
+            "executable": "@", "fresh": False}  # fmt: skip
+    macro = f"const LINE: &str = {json.dumps(json.dumps(line))};\n" + PLANTING_MACRO
+    write(
+        workspace,
+        {
+            "Cargo.toml": '[workspace]\nmembers = ["tool", "pm"]\nresolver = "2"\n',
+            "pm/Cargo.toml": '[package]\nname = "pm"\nversion = "0.1.0"\nedition = "2021"\n[lib]\nproc-macro = true\ndoctest = false\n',
+            "pm/src/lib.rs": macro.replace('env!("TARGET_DIR")', json.dumps(str(target))),
+            "tool/Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n'
+            '[dependencies]\npm = { path = "../pm" }\n',
+            "tool/src/main.rs": 'pm::plant!();\nfn main() { println!("wrong"); }\n',
+            "tool/build.rs": ALWAYS_REBUILT,
+            "tool/tests/replace.rs": REPLACING_TEST,
+            f"tool/{ACCEPTANCE_TEST}": GAMED,
+        },
+    )
+    for verdict in verdicts(workspace, target, "tool"):
+        assert not verdict.green, "a script a macro planted and a test put back passed the examples in the bin's place"
+
+
 def test_a_binary_whose_build_warned_a_lot_is_still_judged(workspace: Path) -> None:
     """An honest crate whose warnings fill the head the output cap keeps: the bin's artifact message comes after
     them, in the dropped middle of the report's stdout."""

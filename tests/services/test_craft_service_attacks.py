@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from flakebot import config
@@ -31,6 +32,7 @@ MARK = "31337"  # the daemon's `sleep` argument: how the test finds it among its
 SERVICE = """#!/usr/bin/python3
 import http.server, os, pathlib, signal, socket, subprocess, sys
 state = pathlib.Path(os.environ["STATE_DIRECTORY"])
+{prelude}
 if {daemon}:
     subprocess.Popen(["sleep", "{mark}"], start_new_session=True, stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -86,12 +88,13 @@ SPEC = ToolSpec.from_dict(
 )
 
 
-def built(target: Path, *, daemon: bool = False, host_port: int = 0) -> Path:
-    """The service as cargo would leave it in the run's target dir, readable and runnable by the sandbox's uid."""
+def built(target: Path, *, daemon: bool = False, host_port: int = 0, prelude: str = "") -> Path:
+    """The service as cargo would leave it in the run's target dir, readable and runnable by the sandbox's uid;
+    `prelude`: code it runs first, at each start."""
     require("bwrap", "pasta")
     program = target / "debug" / "kv-store"
     program.parent.mkdir(parents=True)
-    program.write_text(SERVICE.format(daemon=daemon, host_port=host_port, mark=MARK))
+    program.write_text(SERVICE.format(daemon=daemon, host_port=host_port, mark=MARK, prelude=prelude))
     for path in (program, program.parent, target):
         path.chmod(0o755)
     return program
@@ -136,13 +139,28 @@ def test_a_service_binds_its_ports_in_its_own_namespace_not_the_hosts(tmp_path: 
             pass
 
 
-def claimed_verdict(run: Path, swap: bool) -> tuple[Verdict, list[Path]]:
+def swapped(service: str) -> str:
+    """A working service with other bytes than the one cargo built."""
+    return service + "# swapped after cargo reported it\n"
+
+
+def claimed_verdict(
+    run: Path,
+    swap: bool,
+    *,
+    prelude: str = "",
+    forged_first: str = "",
+    seen: Callable[[Path], None] | None = None,
+    checked: list[Path] | None = None,
+) -> tuple[Verdict, list[Path]]:
     """The loop's verdict once the model said done, on a `cargo test` whose artifact message names the service in the
     target dir, and the files the lifecycle check ran; `swap`: something the build left running rewrites that file
     after the message (with a service that passes its lifecycle as well: only the copy taken at the message tells the
-    two apart)."""
+    two apart). `forged_first`: a proc macro prints that message first (it runs before rustc writes the bin), while
+    the file it names is a "link" to the service, or holds what the swap writes ("planted"). `seen(binary)`: called
+    after each check; `checked`: where the files checked are listed (as they start)."""
     target = run / "target"
-    program = built(target)
+    program = built(target, prelude=prelude)
     line = json.dumps({"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": SPEC.name},
                        "profile": {"test": False}, "executable": str(program), "fresh": False})  # fmt: skip
     stdout = f"{line}\ntest {SERVICE_TEST} ... ok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored\n"
@@ -150,20 +168,34 @@ def claimed_verdict(run: Path, swap: bool) -> tuple[Verdict, list[Path]]:
     report = parse_output("test", CommandResult(["cargo", "test"], 0, stdout, ran, 1.0))
 
     def cargo_test(extra: list[str], on_line: object = None) -> object:
+        real = program.read_text()
+        if forged_first and callable(on_line):
+            held = program.rename(program.with_name("held"))
+            if forged_first == "link":
+                program.symlink_to(held)
+            else:
+                program.write_text(swapped(real))
+                program.chmod(0o755)
+            on_line(line)
+            program.unlink()
+            held.rename(program)  # rustc writes the bin: its real message, the same line, follows
         for each in stdout.splitlines() if callable(on_line) else []:
             on_line(each)
         if swap:
-            program.write_text(program.read_text() + "# swapped after cargo reported it\n")
+            program.write_text(swapped(real))
         return report
 
     settings = config.load()
     runner = example_runner(settings, target)
-    check, checked = service_check(settings, runner, SPEC), list[Path]()
+    check, checked = service_check(settings, runner, SPEC), [] if checked is None else checked
     assert check is not None
 
     def lifecycle(binary: Path) -> list[str]:
         checked.append(binary)
-        return check(binary)
+        failures = check(binary)
+        if seen:
+            seen(binary)
+        return failures
 
     verdict = make_verdict(cargo_test, SPEC, run, runner, lifecycle=lifecycle, snapshot=runner.snapshot)
     return verdict(True), checked
@@ -181,3 +213,148 @@ def test_a_service_swapped_after_cargo_reported_it_turns_the_verdict_red(tmp_pat
     verdict, _ = claimed_verdict(tmp_path, swap=True)
     assert not verdict.green and "was replaced after cargo reported it" in verdict.summary, verdict.summary
     assert "flakebot runs its lifecycle on what cargo built" in verdict.summary
+
+
+def test_a_forged_message_before_the_real_one_does_not_hand_the_check_the_swapped_file(tmp_path: Path) -> None:
+    """A proc macro prints the bin's artifact message while the file is a link (no copy can be taken then); the real
+    message, the same line, follows. Judged on the target dir's file after cargo, the swapped service passed."""
+    verdict, checked = claimed_verdict(tmp_path, swap=True, forged_first="link")
+    assert not verdict.green, f"the lifecycle judged the file a test rewrote after cargo reported it: {checked}"
+    assert "was replaced after cargo reported it" in verdict.summary, verdict.summary
+
+
+def test_a_forged_message_naming_a_planted_file_and_a_test_putting_it_back_turn_the_verdict_red(
+    tmp_path: Path,
+) -> None:
+    """The macro plants a working service at the bin's path and prints its message: the copy taken then is the
+    macro's file. rustc writes the bin over it (the real message, the same line), and a test writes the planted file
+    back: after cargo the file cargo named holds the copy's bytes again, and the copy passed."""
+    verdict, checked = claimed_verdict(tmp_path, swap=True, forged_first="planted")
+    assert not verdict.green, f"the lifecycle judged a file a macro planted, not what rustc wrote: {checked}"
+    assert "was replaced after cargo reported it" in verdict.summary, verdict.summary
+
+
+WRITES_ITS_COPY = """me = pathlib.Path(__file__)  # the file flakebot runs: the copy taken at cargo's message
+for attempt in (lambda: me.open("a").write("# rewritten by its first life\\n"), lambda: os.chmod(me, 0o777),
+                lambda: (me.parent / "planted").write_text("x"), lambda: os.rename(me, me.with_name("moved")),
+                lambda: me.unlink(), lambda: os.utime(me, (0, 0))):
+    try:
+        attempt()
+    except OSError:
+        pass
+"""
+
+
+def test_the_service_cannot_change_the_copy_it_runs_from(tmp_path: Path) -> None:
+    """Its first life writes over its own file (the second start would run what it wrote), plants a file beside it,
+    renames, removes and touches it: every attempt fails, and the copy is what cargo built."""
+    import hashlib
+
+    before: dict[str, object] = {}
+
+    def seen(binary: Path) -> None:
+        program = tmp_path / "target" / "debug" / "kv-store"
+        before["copy"] = (
+            binary.read_bytes(),
+            binary.stat().st_mode,
+            binary.stat().st_mtime,
+            sorted(binary.parent.iterdir()),
+        )
+        before["built"] = (hashlib.sha256(program.read_bytes()).hexdigest(), [binary])
+
+    verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=WRITES_ITS_COPY, seen=seen)
+    assert verdict.green, verdict.summary
+    program = tmp_path / "target" / "debug" / "kv-store"
+    data, mode, mtime, listing = before["copy"]  # type: ignore[misc]
+    assert data == program.read_bytes(), "the service rewrote the copy it runs from"
+    assert mode & 0o777 == 0o755 and mtime > 0 and listing == [checked[0]], (oct(mode), mtime, listing)
+
+
+NEVER_HEALTHY = f"""import signal, subprocess, time
+subprocess.Popen(["sleep", "{MARK}"], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # killed only when its grace is over
+while True:
+    time.sleep(1)  # never answers its health check
+"""
+
+
+def left_behind(ours: Listing, workdir: Path, checked: list[Path]) -> list[object]:
+    """What a lifecycle check on a copy left: the copy, its scratch state, a process of this test's tree."""
+    scratch = sorted((workdir / "lifecycle").iterdir()) if (workdir / "lifecycle").exists() else []
+    return [*(copy for copy in checked if copy.parent.exists()), *scratch, *ours()]
+
+
+def test_a_service_never_healthy_that_ignores_sigterm_leaves_nothing(tmp_path: Path, workdir: Path) -> None:
+    """Red by its start timeout, killed after its grace: no copy, no scratch, no process of it (its daemon either)."""
+    with own_processes() as ours:
+        verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=NEVER_HEALTHY)
+        assert not verdict.green and "not healthy within" in verdict.summary, verdict.summary
+        assert left_behind(ours, workdir, checked) == []
+
+
+def test_a_ctrl_c_while_the_lifecycle_runs_on_the_copy_leaves_nothing(tmp_path: Path, workdir: Path) -> None:
+    """Ctrl-C lands while the service runs (its daemon is up): the check stops it and the copy goes too."""
+    import os
+    import signal
+    import threading
+
+    import pytest
+
+    with own_processes() as ours:
+
+        def interrupt_once_up() -> None:
+            for _ in range(600):
+                if daemons(ours):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+                threading.Event().wait(0.05)
+
+        watcher = threading.Thread(target=interrupt_once_up)
+        watcher.start()
+        checked: list[Path] = []
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                claimed_verdict(tmp_path, swap=False, prelude=NEVER_HEALTHY, checked=checked)
+        finally:
+            watcher.join()
+        assert len(checked) == 1, checked
+        assert left_behind(ours, workdir, checked) == []
+
+
+# The service's own process forks and ends at once (exit 0); its child, in a session of its own, holds the socket
+# flakebot handed in and answers every request, health included.
+CHILD_ANSWERS = """if os.fork():
+    os._exit(0)
+os.setsid()
+os.environ["LISTEN_PID"] = str(os.getpid())
+"""
+
+# The service's own process answers nothing and exits 0 on SIGTERM; a child it forked holds the socket and answers.
+CHILD_ANSWERS_PARENT_WAITS = """if os.fork():
+    import signal, time
+    signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+    while True:
+        time.sleep(1)
+os.environ["LISTEN_PID"] = str(os.getpid())
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the service's own process is the one flakebot stops
+"""
+
+
+def test_a_service_that_exits_leaving_a_child_holding_its_port_is_red_and_leaves_nothing(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """flakebot watches the process it started, not whoever answers on the port: that one's exit ends the check."""
+    with own_processes() as ours:
+        verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=CHILD_ANSWERS)
+        assert not verdict.green, "a service whose own process exited at once passed its lifecycle"
+        assert left_behind(ours, workdir, checked) == []
+
+
+def test_a_child_answering_for_the_service_dies_with_it(tmp_path: Path, workdir: Path) -> None:
+    """Answers from a child pass the check (what a client sees is right), but the child (SIGTERM ignored) is gone
+    with the service: nothing of it outlives the check."""
+    with own_processes() as ours:
+        verdict, checked = claimed_verdict(tmp_path, swap=False, prelude=CHILD_ANSWERS_PARENT_WAITS)
+        assert verdict.green, verdict.summary
+        assert left_behind(ours, workdir, checked) == []
