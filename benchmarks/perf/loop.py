@@ -101,7 +101,7 @@ class Timed:
 class BenchWorkspace:
     """The loop's workspace here: the bench's commit and the edit stage's verdict, no restore, no frozen-file guard."""
 
-    def __init__(self, commit: Callable[[str], str], verdict: Callable[[bool], Verdict]) -> None:
+    def __init__(self, commit: Callable[..., str], verdict: Callable[[bool], Verdict]) -> None:
         self.commit, self._verdict = commit, verdict
 
     def verdict(self, claimed: bool = False) -> Verdict:
@@ -125,7 +125,8 @@ class BenchEvents:
 
 
 class TimedLoop(EditLoop):
-    """The edit stage's loop, the seconds it waits for a commit made on its thread added to `spent["commit"]`."""
+    """The edit stage's loop, the seconds it waits for a commit made on its thread (whole, or its read of the tree)
+    added to `spent["commit"]`."""
 
     spent: dict[str, float]
 
@@ -133,6 +134,13 @@ class TimedLoop(EditLoop):
         start = time.perf_counter()
         try:
             super().settle()
+        finally:
+            self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
+
+    def settle_tree(self) -> None:
+        start = time.perf_counter()
+        try:
+            super().settle_tree()
         finally:
             self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
 
@@ -173,9 +181,9 @@ class Bench:
         self.commit("bench: the model's version")
         run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)
 
-    def commit(self, message: str) -> str:
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
         """The edit stage's commit (WorkspaceGit): everything, only when something changed."""
-        return self.git.commit(message)
+        return self.git.commit(message, staged)
 
     def next_edit(self) -> tuple[str, str]:
         self.edits += 1
@@ -270,11 +278,11 @@ class Bench:
         script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
         return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
 
-    def _timed_commit(self, commits: list[float]) -> Callable[[str], str]:
-        def commit(message: str) -> str:
+    def _timed_commit(self, commits: list[float]) -> Callable[..., str]:
+        def commit(message: str, staged: Callable[[], None] = lambda: None) -> str:
             start = time.perf_counter()
             try:
-                return self.commit(message)
+                return self.commit(message, staged)
             finally:
                 commits.append(time.perf_counter() - start)
 

@@ -37,26 +37,31 @@ class WorkspaceGit:
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
 
-    def __call__(self, *args: str) -> str:
+    def __call__(self, *args: str, sweep: bool = True) -> str:
+        """`git ARGS` in the tree; `sweep`: nested .git removed first. Only a command that reads nothing of the work
+        tree but tracked paths (the index, objects, refs) may skip it: one that runs while the sandbox writes the tree."""
         from flakebot.source import safegit
 
         return safegit.git(
             self.workspace,
             *args,
-            sweep=True,
+            sweep=sweep,
             error=EditError,
             fix=f"inspect the workspace {self.workspace} (--keep), or start a new run",
         )
 
-    def head(self) -> str:
-        return self("rev-parse", "--verify", "HEAD^{commit}").strip()
+    def head(self, sweep: bool = True) -> str:
+        return self("rev-parse", "--verify", "HEAD^{commit}", sweep=sweep).strip()
 
-    def commit(self, message: str) -> str:
-        """Commit everything (only when something changed); the HEAD commit."""
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
+        """Commit everything (only when something changed); the HEAD commit. `staged()` is called once the tree is
+        read (`git add -A`): what follows reads the index, objects and refs alone (no status, no untracked walk), so
+        the tree may change meanwhile, and no sweep runs beside a command that may be making a repository."""
         self("add", "-A")
-        if self("diff", "--cached", "--name-only").strip():
-            self("commit", "-q", "--no-verify", "-m", message)
-        return self.head()
+        staged()
+        if self("diff", "--cached", "--name-only", sweep=False).strip():
+            self("commit", "-q", "--no-verify", "-m", message, sweep=False)
+        return self.head(sweep=False)
 
     def reset(self, sha: str, *clean: str) -> None:
         """The tree as commit `sha` has it; `clean`: the flags of the `git clean` that follows (-fd, -fdx)."""
@@ -128,8 +133,8 @@ class Workspace:
                 snapshot=checks.snapshot,
             )
 
-    def commit(self, message: str) -> str:
-        return self.git.commit(message)
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
+        return self.git.commit(message, staged)
 
     def restore(self, sha: str) -> None:
         self.git.reset(sha, "-fd")
