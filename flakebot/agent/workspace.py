@@ -9,6 +9,7 @@ flakebot's verdict runs. The loop's one collaborator besides the model and the t
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from flakebot.toolspec import ToolSpec
 
 logger = logging.getLogger(__name__)
+
+COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256
 
 
 class WorkspaceGit:
@@ -61,7 +64,22 @@ class WorkspaceGit:
         staged()
         if self("diff", "--cached", "--name-only", sweep=False).strip():
             self("commit", "-q", "--no-verify", "-m", message, sweep=False)
-        return self.head(sweep=False)
+        return self.head_from_files() or self.head(sweep=False)
+
+    def head_from_files(self) -> str:
+        """HEAD's commit read from .git's own files (written by flakebot's git alone: the sandbox binds .git read-only),
+        one git process fewer per commit; '' when they do not hold it plainly (a packed or reftable ref, a gitdir file):
+        then rev-parse answers."""
+        from flakebot.safefs import Tree
+
+        git_dir = Tree(self.workspace / ".git")
+        try:
+            head = git_dir.read_text("HEAD", limit=4096).strip()
+            if head.startswith("ref: refs/"):
+                head = git_dir.read_text(head.removeprefix("ref: "), limit=4096).strip()
+        except (OSError, UnicodeDecodeError):  # missing, a link, not a file (safefs.UnsafePath is an OSError)
+            return ""
+        return head if COMMIT_ID.fullmatch(head) else ""
 
     def reset(self, sha: str, *clean: str) -> None:
         """The tree as commit `sha` has it; `clean`: the flags of the `git clean` that follows (-fd, -fdx)."""

@@ -53,6 +53,21 @@ def test_commit_makes_a_commit_only_when_something_changed(ws: Workspace) -> Non
     assert changed != ws.base and ws.git("log", "-1", "--format=%s").strip() == "an edit"
 
 
+def test_a_commit_names_head_as_git_does_whether_its_ref_is_loose_or_packed(ws: Workspace) -> None:
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* loose */ }\n")
+    loose = ws.commit("a loose ref")
+    assert loose == ws.git.head() == ws.git.head_from_files() != ws.base
+    ws.git("pack-refs", "--all")  # no refs/heads file left: HEAD is read by rev-parse
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* packed */ }\n")
+    ws.git("add", "-A")
+    ws.git("commit", "-q", "-m", "made while packed")
+    ws.git("pack-refs", "--all")
+    assert ws.git.head_from_files() == ""
+    assert ws.commit("nothing new") == ws.git.head() != loose
+    ws.git("checkout", "-q", "--detach")  # HEAD holds the commit itself
+    assert ws.git.head_from_files() == ws.git.head()
+
+
 def test_restore_brings_back_a_commit_and_removes_new_files_but_not_ignored_ones(ws: Workspace) -> None:
     (ws.crate_dir / "src/main.rs").write_text("broken\n")
     (ws.crate_dir / "src/new.rs").write_text("// new\n")
