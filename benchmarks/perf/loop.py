@@ -115,13 +115,14 @@ class BenchWorkspace:
 
 
 class BenchEvents:
-    """Records go to the transcript; each step saves the run's state.json, as the edit stage does."""
+    """Records go to the transcript; each step saves the run's state.json, as the edit stage does (stages/edit.py
+    _on_step: its bytes synced, not its rename)."""
 
     def __init__(self, run: Run, transcript: Transcript) -> None:
         self.run, self.record = run, transcript.record
 
     def step(self, *_: Any) -> None:
-        self.run.save()
+        self.run.save(durable=False)
 
 
 class TimedLoop(EditLoop):
