@@ -58,12 +58,16 @@ class WorkspaceGit:
 
     def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
         """Commit everything (only when something changed); the HEAD commit. `staged()` is called once the tree is
-        read (`git add -A`): what follows reads the index, objects and refs alone (no status, no untracked walk), so
-        the tree may change meanwhile, and no sweep runs beside a command that may be making a repository."""
+        read (`git add -A`): what follows reads the index, objects, refs and tracked paths alone (the status git
+        commit shows when nothing is staged walks no untracked directory: -uno), so the tree may change meanwhile,
+        and no sweep runs beside a command that may be making a repository."""
         self("add", "-A")
         staged()
-        if self("diff", "--cached", "--name-only", sweep=False).strip():
-            self("commit", "-q", "--no-verify", "-m", message, sweep=False)
+        try:  # asked at once: `diff --cached` before it cost a git process per commit
+            self("commit", "-q", "--no-verify", "--untracked-files=no", "-m", message, sweep=False)
+        except EditError:
+            if self("diff", "--cached", "--name-only", sweep=False).strip():
+                raise  # something to commit, and git could not: its reason, not "nothing to commit"
         return self.head_from_files() or self.head(sweep=False)
 
     def head_from_files(self) -> str:

@@ -12,6 +12,7 @@ from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop
 from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.cargo.runner import Cargo
+from flakebot.errors import EditError
 from flakebot.sandbox import open_sandbox
 from flakebot.toolspec import ToolSpec
 
@@ -51,6 +52,16 @@ def test_commit_makes_a_commit_only_when_something_changed(ws: Workspace) -> Non
     (ws.crate_dir / "src/main.rs").write_text('fn main() { println!("hi"); }\n')
     changed = ws.commit("an edit")
     assert changed != ws.base and ws.git("log", "-1", "--format=%s").strip() == "an edit"
+
+
+def test_a_commit_git_refuses_with_something_staged_ends_with_gits_reason(ws: Workspace) -> None:
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* refused */ }\n")
+    branch = ws.git("symbolic-ref", "HEAD").strip()
+    (ws.root / ".git" / f"{branch}.lock").write_text("")  # another git holds the branch
+    with pytest.raises(EditError, match=r"git commit failed.*\.lock"):
+        ws.commit("refused")
+    (ws.root / ".git" / f"{branch}.lock").unlink()
+    assert ws.commit("then made") != ws.base and ws.commit("nothing new after it") == ws.git.head()
 
 
 def test_a_commit_names_head_as_git_does_whether_its_ref_is_loose_or_packed(ws: Workspace) -> None:
