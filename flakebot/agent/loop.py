@@ -283,7 +283,7 @@ class EditLoop:
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
             message = f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"
             self.settle()  # one commit at a time (the last one finished long before this verdict did)
-            self._pending = PendingCommit(self.workspace.commit, message)  # settled before anything touches the tree
+            self._pending = PendingCommit(self.workspace.commit, message)  # its read waited for before the tree changes
             self._remember(verdict, self.result.best_commit)
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
         if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:
