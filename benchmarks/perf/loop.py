@@ -15,9 +15,9 @@ Each sample, raw and iteration interleaved:
              edit_file with the same kind of one-line edit; the toolbox applies it and checks the frozen test;
              flakebot's verdict (`judge` of the edit stage: `cargo test --tests` as JSON, then the full `cargo test`
              once green) runs; the state is committed (the edit stage's WorkspaceGit, on the loop's thread beside the
-             step's report and the next model call); the run's state.json is saved. As in a run, a red iteration
-             waits for the commit the iteration before it left running (two steps in one loop, the second timed)
-             and the green one, a run's last, for its own
+             step's report and the next model call); the run's state.json is saved. As in a run, a red iteration's
+             tool call waits for the commit the iteration before it left running to have read the tree (two steps in
+             one loop, the second timed), and the green one, a run's last, for the whole of its own
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
   green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
@@ -101,7 +101,7 @@ class Timed:
 class BenchWorkspace:
     """The loop's workspace here: the bench's commit and the edit stage's verdict, no restore, no frozen-file guard."""
 
-    def __init__(self, commit: Callable[[str], str], verdict: Callable[[bool], Verdict]) -> None:
+    def __init__(self, commit: Callable[..., str], verdict: Callable[[bool], Verdict]) -> None:
         self.commit, self._verdict = commit, verdict
 
     def verdict(self, claimed: bool = False) -> Verdict:
@@ -115,17 +115,19 @@ class BenchWorkspace:
 
 
 class BenchEvents:
-    """Records go to the transcript; each step saves the run's state.json, as the edit stage does."""
+    """Records go to the transcript; each step saves the run's state.json, as the edit stage does (stages/edit.py
+    _on_step: its bytes synced, not its rename)."""
 
     def __init__(self, run: Run, transcript: Transcript) -> None:
         self.run, self.record = run, transcript.record
 
     def step(self, *_: Any) -> None:
-        self.run.save()
+        self.run.save(durable=False)
 
 
 class TimedLoop(EditLoop):
-    """The edit stage's loop, the seconds it waits for a commit made on its thread added to `spent["commit"]`."""
+    """The edit stage's loop, the seconds it waits for a commit made on its thread (whole, or its read of the tree)
+    added to `spent["commit"]`."""
 
     spent: dict[str, float]
 
@@ -133,6 +135,13 @@ class TimedLoop(EditLoop):
         start = time.perf_counter()
         try:
             super().settle()
+        finally:
+            self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
+
+    def settle_tree(self) -> None:
+        start = time.perf_counter()
+        try:
+            super().settle_tree()
         finally:
             self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
 
@@ -173,9 +182,9 @@ class Bench:
         self.commit("bench: the model's version")
         run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)
 
-    def commit(self, message: str) -> str:
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
         """The edit stage's commit (WorkspaceGit): everything, only when something changed."""
-        return self.git.commit(message)
+        return self.git.commit(message, staged)
 
     def next_edit(self) -> tuple[str, str]:
         self.edits += 1
@@ -270,11 +279,11 @@ class Bench:
         script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
         return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
 
-    def _timed_commit(self, commits: list[float]) -> Callable[[str], str]:
-        def commit(message: str) -> str:
+    def _timed_commit(self, commits: list[float]) -> Callable[..., str]:
+        def commit(message: str, staged: Callable[[], None] = lambda: None) -> str:
             start = time.perf_counter()
             try:
-                return self.commit(message)
+                return self.commit(message, staged)
             finally:
                 commits.append(time.perf_counter() - start)
 

@@ -4,8 +4,10 @@ run -> step -> query -> execute -> verdict
   limits (iterations, wall time, tokens/cost) are checked before every model call;
   after a step that changed files flakebot runs the tests itself and shows the model the result;
   a state no worse than the best so far is committed, and the best is restored at the end; the commit runs on a
-  thread beside the step's report and the next model call (nothing touches the tree then), and is settled before
-  the next tool call or verdict, a restore, and the end of the run;
+  thread beside the step's report and the next model call; its read of the tree (`git add -A`) is waited for before
+  the next tool call or verdict (they may change the tree), the rest of it (index, objects, refs: nothing the tools
+  or the sandbox write) goes on beside them, and the whole commit is settled before the next commit, a restore, and
+  the end of the run;
   the same edit or the same failures three times in a row stops the loop;
   `workspace.guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
@@ -45,7 +47,7 @@ class Tools(Protocol):
 class Environment(Protocol):
     """What the loop does to the world (agent/workspace.py's Workspace): commit and restore states, judge, guard."""
 
-    def commit(self, message: str) -> str: ...
+    def commit(self, message: str, staged: Callable[[], None] = ...) -> str: ...
     def restore(self, sha: str) -> None: ...
     def verdict(self, claimed: bool = False) -> Verdict: ...
     def guard(self) -> None: ...
@@ -102,19 +104,28 @@ class LoopResult:
 
 
 class PendingCommit:
-    """A commit made on a thread while the loop goes on; `sha()` waits for it (and raises what it raised)."""
+    """A commit made on a thread while the loop goes on: `staged()` waits until it has read the tree, `sha()` for the
+    whole commit (each raises what the commit raised)."""
 
-    def __init__(self, commit: Callable[[str], str], message: str) -> None:
+    def __init__(self, commit: Callable[..., str], message: str) -> None:
         self._sha = ""
         self._error: BaseException | None = None
+        self._staged = threading.Event()
         self._thread = threading.Thread(target=self._make, args=(commit, message), name="loop-commit", daemon=True)
         self._thread.start()
 
-    def _make(self, commit: Callable[[str], str], message: str) -> None:
+    def _make(self, commit: Callable[..., str], message: str) -> None:
         try:
-            self._sha = commit(message)
-        except BaseException as exc:  # handed to the loop's thread by sha()
+            self._sha = commit(message, self._staged.set)
+        except BaseException as exc:  # handed to the loop's thread by staged() or sha()
             self._error = exc
+        finally:
+            self._staged.set()
+
+    def staged(self) -> None:
+        self._staged.wait()
+        if self._error is not None:
+            raise self._error
 
     def sha(self) -> str:
         self._thread.join()
@@ -183,6 +194,11 @@ class EditLoop:
         if pending is not None:
             self.result.best_commit = pending.sha()
 
+    def settle_tree(self) -> None:
+        """Wait until the commit still being made (if any) has read the tree: then the tree may change."""
+        if self._pending is not None:
+            self._pending.staged()
+
     def _check_limits(self) -> None:
         if self.result.iterations >= self.limits.max_iterations:
             raise StopLoop("iterations", f"stopped after {self.result.iterations} iterations without green tests")
@@ -234,7 +250,7 @@ class EditLoop:
             return "flakebot is running the tests to check.", False, True
         if call.name in EDIT_TOOLS:
             self._note_edit(call)
-        self.settle()  # the tool may change the tree (or run cargo on it): the last good state is committed first
+        self.settle_tree()  # the tool may change the tree (or run cargo on it): the last good state is read first
         outcome = self.toolbox.call(call.name, call.arguments)
         text = outcome.text
         self.workspace.guard()  # a tool's cargo run executes model code: check before anything is committed
@@ -256,7 +272,7 @@ class EditLoop:
             raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
 
     def _judge(self, claimed: bool = False) -> Verdict:
-        self.settle()  # after a step of only `done`: the verdict's cargo runs in the tree the commit reads
+        self.settle_tree()  # after a step of only `done`: the verdict's cargo runs in the tree the commit reads
         # `claimed`: the model called `done` this step. Never trusted for the verdict; it only tells the workspace
         # a green verdict is expected, so work that pays only then may start early (the examples beside the tests)
         verdict = self.workspace.verdict(claimed)
@@ -266,7 +282,8 @@ class EditLoop:
         )
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
             message = f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"
-            self._pending = PendingCommit(self.workspace.commit, message)  # settled before anything touches the tree
+            self.settle()  # one commit at a time (the last one finished long before this verdict did)
+            self._pending = PendingCommit(self.workspace.commit, message)  # its read waited for before the tree changes
             self._remember(verdict, self.result.best_commit)
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
         if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:

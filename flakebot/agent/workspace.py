@@ -9,6 +9,7 @@ flakebot's verdict runs. The loop's one collaborator besides the model and the t
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256
+
 
 class WorkspaceGit:
     """Host git in the model's workspace (flakebot.source.safegit): hardened, and every call first removes any
@@ -37,26 +40,50 @@ class WorkspaceGit:
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
 
-    def __call__(self, *args: str) -> str:
+    def __call__(self, *args: str, sweep: bool = True) -> str:
+        """`git ARGS` in the tree; `sweep`: nested .git removed first. Only a command that reads nothing of the work
+        tree but tracked paths (the index, objects, refs) may skip it: one that runs while the sandbox writes the tree."""
         from flakebot.source import safegit
 
         return safegit.git(
             self.workspace,
             *args,
-            sweep=True,
+            sweep=sweep,
             error=EditError,
             fix=f"inspect the workspace {self.workspace} (--keep), or start a new run",
         )
 
-    def head(self) -> str:
-        return self("rev-parse", "--verify", "HEAD^{commit}").strip()
+    def head(self, sweep: bool = True) -> str:
+        return self("rev-parse", "--verify", "HEAD^{commit}", sweep=sweep).strip()
 
-    def commit(self, message: str) -> str:
-        """Commit everything (only when something changed); the HEAD commit."""
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
+        """Commit everything (only when something changed); the HEAD commit. `staged()` is called once the tree is
+        read (`git add -A`): what follows reads the index, objects, refs and tracked paths alone (the status git
+        commit shows when nothing is staged walks no untracked directory: -uno), so the tree may change meanwhile,
+        and no sweep runs beside a command that may be making a repository."""
         self("add", "-A")
-        if self("diff", "--cached", "--name-only").strip():
-            self("commit", "-q", "--no-verify", "-m", message)
-        return self.head()
+        staged()
+        try:  # asked at once: `diff --cached` before it cost a git process per commit
+            self("commit", "-q", "--no-verify", "--untracked-files=no", "-m", message, sweep=False)
+        except EditError:
+            if self("diff", "--cached", "--name-only", sweep=False).strip():
+                raise  # something to commit, and git could not: its reason, not "nothing to commit"
+        return self.head_from_files() or self.head(sweep=False)
+
+    def head_from_files(self) -> str:
+        """HEAD's commit read from .git's own files (written by flakebot's git alone: the sandbox binds .git read-only),
+        one git process fewer per commit; '' when they do not hold it plainly (a packed or reftable ref, a gitdir file):
+        then rev-parse answers."""
+        from flakebot.safefs import Tree
+
+        git_dir = Tree(self.workspace / ".git")
+        try:
+            head = git_dir.read_text("HEAD", limit=4096).strip()
+            if head.startswith("ref: refs/"):
+                head = git_dir.read_text(head.removeprefix("ref: "), limit=4096).strip()
+        except (OSError, UnicodeDecodeError):  # missing, a link, not a file (safefs.UnsafePath is an OSError)
+            return ""
+        return head if COMMIT_ID.fullmatch(head) else ""
 
     def reset(self, sha: str, *clean: str) -> None:
         """The tree as commit `sha` has it; `clean`: the flags of the `git clean` that follows (-fd, -fdx)."""
@@ -128,8 +155,8 @@ class Workspace:
                 snapshot=checks.snapshot,
             )
 
-    def commit(self, message: str) -> str:
-        return self.git.commit(message)
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
+        return self.git.commit(message, staged)
 
     def restore(self, sha: str) -> None:
         self.git.reset(sha, "-fd")

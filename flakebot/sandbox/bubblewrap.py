@@ -345,13 +345,23 @@ def _secret_masks(args: list[str]) -> list[str]:
         (args[i + 1], args[i + 2]) for i, op in enumerate(args) if op in ("--bind", "--ro-bind") and i + 2 < len(args)
     ]
     shown: dict[str, None] = {}
-    secrets = secret_files()
-    for source, dest in binds:
-        real = Path(os.path.realpath(source))
+    secrets = [str(p) for p in secret_files()]
+    for source, dest in binds:  # strings, not Paths: pathlib's tests cost 2 ms of every sandboxed command's start
+        real = os.path.realpath(source)
         for secret in secrets:
-            if secret == real or secret.is_relative_to(real):
-                shown[str(Path(dest) / secret.relative_to(real))] = None
+            below = _below(secret, real)
+            if below is not None:
+                shown[str(Path(dest) / below)] = None
     return [arg for path in shown for arg in ("--ro-bind", "/dev/null", path)]
+
+
+def _below(path: str, top: str) -> str | None:
+    """`path` relative to `top` ('' for `top` itself) when it lies there, else None; both absolute and normalised
+    (as str(Path) and os.path.realpath spell them): Path.relative_to's answer, without building Paths."""
+    if path == top:
+        return ""
+    prefix = top if top.endswith("/") else top + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else None
 
 
 MOUNT_OPS = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1, "--dir": 1}
@@ -362,8 +372,8 @@ def _parents_first(args: list[str]) -> list[str]:
     """`args` with each mount point's missing parents made first as mode-0755 directories: bubblewrap makes them
     0700, which the unprivileged uid (without capabilities) could not traverse to reach its workspace."""
     out: list[str] = []
-    made: set[Path] = {Path("/")}
-    bound: dict[Path, Path] = {}  # real directories mounted (dest -> source): what exists under them needs no --dir
+    made: set[str] = {"/"}  # paths as str(Path) spells them
+    bound: dict[str, Path] = {}  # real directories mounted (dest -> source): what exists under them needs no --dir
     i, pending = 0, []
     while i < len(args):
         op = args[i]
@@ -377,21 +387,32 @@ def _parents_first(args: list[str]) -> list[str]:
             continue
         count = MOUNT_OPS[op]
         dest = Path(args[i + count])
-        for parent in reversed(dest.parents):
+        for parent in _parents(dest):
             if parent not in made and not _exists_under(parent, bound):
-                out += ["--perms", "0755", "--dir", str(parent)]
+                out += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         out += [*pending, *args[i : i + count + 1]]
-        made.add(dest)
+        made.add(str(dest))
         if op in ("--ro-bind", "--bind") and Path(args[i + 1]).is_dir():
-            bound[dest] = Path(args[i + 1])
+            bound[str(dest)] = Path(args[i + 1])
         i, pending = i + count + 1, []
     return out
 
 
-def _exists_under(path: Path, bound: dict[Path, Path]) -> bool:
+def _parents(path: Path) -> list[str]:
+    """Each of `path`'s parents as str(Path) spells it, the root first: reversed(path.parents), without a Path each."""
+    text = str(path)
+    if text == "/" or not text.startswith("/") or text.startswith("//"):
+        return [str(p) for p in reversed(path.parents)]
+    parts = text.split("/")
+    return ["/", *("/".join(parts[:k]) for k in range(2, len(parts)))]
+
+
+def _exists_under(path: str, bound: dict[str, Path]) -> bool:
     """Whether `path` lies in a mounted directory that really holds it (an empty scratch directory mounted at the
     caller's path does not hold the caller's subdirectories: bubblewrap would make those 0700)."""
-    return any(
-        path.is_relative_to(dest) and (source / path.relative_to(dest)).is_dir() for dest, source in bound.items()
-    )
+    for dest, source in bound.items():
+        below = _below(path, dest)
+        if below is not None and (source / below).is_dir():
+            return True
+    return False

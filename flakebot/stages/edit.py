@@ -252,7 +252,9 @@ def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict
     spent = budget.spent
     data: dict[str, Any] = {"iteration": iteration, "tokens": spent.total_tokens, "cost_usd": spent.cost_usd}
     ctx.run.state["usage"] = spent.to_dict()  # saved every step: a killed run keeps what it spent
-    ctx.run.save()
+    # its rename not synced (its bytes are): lost to a machine's crash, the stage redoes itself from edit_base (saved
+    # durably at its start), as a stage's start and its model's usage are (pipeline/engine.py, models.py)
+    ctx.run.save(durable=False)
     if verdict is not None:
         data.update(
             failures=verdict.failures,

@@ -1,10 +1,11 @@
-"""The edit loop's commits on a real git workspace: made on a thread beside the next model call, yet every state the
-loop judged no worse is committed exactly as judged, settled before the next tool touches the tree, the best one
-restored at the end, and a commit's failure still ends the run."""
+"""The edit loop's commits on a real git workspace: made on a thread beside the next model call and tool call, yet
+every state the loop judged no worse is committed exactly as judged (the tree read before the next tool touches it),
+the best one restored at the end, and a commit's failure still ends the run."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +42,27 @@ class Writes:
 
 class Judged:
     """The real workspace (commit, restore, guard) with a verdict per iteration given by the test: `failures[i]`.
-    `commit_waits`: a commit first waits (at most 5 s) for this event, and notes whether it came."""
+    `waits`: an iteration's commit first waits (at most 5 s) for this event, and notes whether it came;
+    `after_read(message)`: called once an iteration's commit has read the tree, before the rest of it."""
 
-    def __init__(self, ws: Workspace, failures: list[int], commit_waits: threading.Event | None = None) -> None:
-        self.ws, self.failures, self.waits = ws, failures, commit_waits
+    def __init__(self, ws: Workspace, failures: list[int]) -> None:
+        self.ws, self.failures = ws, failures
+        self.waits: threading.Event | None = None
+        self.after_read: Callable[[str], None] = lambda message: None
         self.judged: list[str] = []  # main.rs as each verdict saw it
         self.overlapped: list[bool] = []
 
-    def commit(self, message: str) -> str:
-        if self.waits is not None and "iteration" in message:
+    def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
+        ours = "iteration" in message
+        if self.waits is not None and ours:
             self.overlapped.append(self.waits.wait(5))
-        return self.ws.commit(message)
+
+        def read() -> None:
+            staged()
+            if ours:
+                self.after_read(message)
+
+        return self.ws.commit(message, read)
 
     def restore(self, sha: str) -> None:
         self.ws.restore(sha)
@@ -66,18 +77,29 @@ class Judged:
 
 
 class Seen:
-    """The real Toolbox; each call first notes the subject of the workspace's HEAD commit."""
+    """The real Toolbox; each call first notes main.rs as the workspace's index holds it (what a commit read), and
+    is counted once done (`made(n)` waits, at most 5 s, for the n-th)."""
 
     def __init__(self, toolbox: Toolbox, ws: Workspace) -> None:
         self.toolbox, self.ws = toolbox, ws
-        self.heads: list[str] = []
+        self.staged: list[str] = []
+        self.calls, self.counted = 0, threading.Condition()
 
     def schemas(self) -> list[dict[str, Any]]:
         return self.toolbox.schemas()
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
-        self.heads.append(self.ws.git("log", "-1", "--format=%s").strip())
-        return self.toolbox.call(name, arguments)
+        self.staged.append(self.ws.git("show", f":{MAIN}", sweep=False))
+        try:
+            return self.toolbox.call(name, arguments)
+        finally:
+            with self.counted:
+                self.calls += 1
+                self.counted.notify_all()
+
+    def made(self, n: int) -> bool:
+        with self.counted:
+            return self.counted.wait_for(lambda: self.calls >= n, 5)
 
 
 def loop_on(tmp_path: Path, texts: list[str], failures: list[int]) -> Any:
@@ -104,8 +126,8 @@ def test_each_state_judged_no_worse_is_committed_as_judged_and_the_best_restored
     assert subjects[:3] == ["flakebot: iteration 3, 1 failing", "flakebot: iteration 1, 2 failing", "base"]
     assert ws.git("show", f"{result.best_commit}:{MAIN}") == texts[2] == env.judged[2]
     assert (ws.root / MAIN).read_text() == texts[2]  # restored: the 4th state was worse
-    # each tool call came after the commit the iteration before it made
-    assert tools.heads == ["base", *["flakebot: iteration 1, 2 failing"] * 2, "flakebot: iteration 3, 1 failing"]
+    # each tool call came after the commit the iteration before it made had read the tree
+    assert tools.staged == [ws.git("show", f"{ws.base}:{MAIN}"), texts[0], texts[0], texts[2]]
 
 
 def test_the_commit_runs_beside_the_next_model_call(repo: Path) -> None:
@@ -121,11 +143,31 @@ def test_the_commit_runs_beside_the_next_model_call(repo: Path) -> None:
 def test_a_commit_that_fails_on_its_thread_ends_the_run(repo: Path) -> None:
     loop, ws, env, _, _ = loop_on(repo, ["fn main() { /* a */ }\n", "x"], failures=[1, 1])
 
-    def broken(message: str) -> str:
+    def broken(message: str, staged: Callable[[], None] = lambda: None) -> str:
         if "iteration" in message:
             raise EditError("git commit failed", fix="inspect the workspace")
-        return ws.commit(message)
+        return ws.commit(message, staged)
 
     env.commit = broken  # type: ignore[method-assign]
     with pytest.raises(EditError, match="git commit failed"):
         loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+
+
+def test_the_rest_of_a_commit_runs_beside_the_next_tool_call_and_holds_the_tree_as_judged(repo: Path) -> None:
+    texts = ["fn main() { /* a */ }\n", "fn main() { /* b */ }\n", "fn main() { /* c */ }\n"]
+    loop, ws, env, tools, _ = loop_on(repo, texts, failures=[2, 1, 0])
+    waited = []
+
+    def until_the_next_tool_wrote(message: str) -> None:  # iterations 1 and 2: the 3rd is green, the run's last
+        iteration = int(message.split()[2].rstrip(","))
+        if iteration < 3:
+            waited.append(tools.made(iteration + 1))
+
+    env.after_read = until_the_next_tool_wrote
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.green and waited == [True, True]
+    commits = ws.git("log", "--format=%H %s").splitlines()[:3]
+    held = {subject: ws.git("show", f"{sha}:{MAIN}") for sha, subject in (c.split(" ", 1) for c in commits)}
+    assert held == {f"flakebot: iteration {n + 1}, {2 - n} failing": texts[n] for n in range(3)}
+    assert list(held.values()) == env.judged[::-1]  # as each verdict saw it
+    assert ws.git("status", "--porcelain") == ""

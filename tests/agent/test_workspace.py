@@ -12,6 +12,7 @@ from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop
 from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.cargo.runner import Cargo
+from flakebot.errors import EditError
 from flakebot.sandbox import open_sandbox
 from flakebot.toolspec import ToolSpec
 
@@ -51,6 +52,31 @@ def test_commit_makes_a_commit_only_when_something_changed(ws: Workspace) -> Non
     (ws.crate_dir / "src/main.rs").write_text('fn main() { println!("hi"); }\n')
     changed = ws.commit("an edit")
     assert changed != ws.base and ws.git("log", "-1", "--format=%s").strip() == "an edit"
+
+
+def test_a_commit_git_refuses_with_something_staged_ends_with_gits_reason(ws: Workspace) -> None:
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* refused */ }\n")
+    branch = ws.git("symbolic-ref", "HEAD").strip()
+    (ws.root / ".git" / f"{branch}.lock").write_text("")  # another git holds the branch
+    with pytest.raises(EditError, match=r"git commit failed.*\.lock"):
+        ws.commit("refused")
+    (ws.root / ".git" / f"{branch}.lock").unlink()
+    assert ws.commit("then made") != ws.base and ws.commit("nothing new after it") == ws.git.head()
+
+
+def test_a_commit_names_head_as_git_does_whether_its_ref_is_loose_or_packed(ws: Workspace) -> None:
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* loose */ }\n")
+    loose = ws.commit("a loose ref")
+    assert loose == ws.git.head() == ws.git.head_from_files() != ws.base
+    ws.git("pack-refs", "--all")  # no refs/heads file left: HEAD is read by rev-parse
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* packed */ }\n")
+    ws.git("add", "-A")
+    ws.git("commit", "-q", "-m", "made while packed")
+    ws.git("pack-refs", "--all")
+    assert ws.git.head_from_files() == ""
+    assert ws.commit("nothing new") == ws.git.head() != loose
+    ws.git("checkout", "-q", "--detach")  # HEAD holds the commit itself
+    assert ws.git.head_from_files() == ws.git.head()
 
 
 def test_restore_brings_back_a_commit_and_removes_new_files_but_not_ignored_ones(ws: Workspace) -> None:

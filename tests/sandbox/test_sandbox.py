@@ -376,6 +376,24 @@ def test_secret_masks_come_after_every_bind(ws: Path, target: Path) -> None:
     assert shadow.splitlines()[0] not in result.stdout + result.stderr
 
 
+def test_each_secret_is_masked_where_each_bind_puts_it(tmp_path: Path) -> None:
+    """The masks follow every bind that shows a secret: of / at /, of /etc at /x, of a link to /etc, of the secret
+    itself; a bind whose path merely starts with the same letters (/et, /etc-old) shows none."""
+    from flakebot.sandbox.bubblewrap import _secret_masks, secret_files
+
+    secrets = [str(p) for p in secret_files() if p.parent == Path("/etc")]
+    if not secrets:
+        pytest.skip("no secret file in /etc on this machine")
+    (tmp_path / "etc-link").symlink_to("/etc")
+    args = ["--ro-bind", "/", "/", "--ro-bind", "/etc", "/x", "--bind", str(tmp_path / "etc-link"), "/y/z"]
+    args += ["--ro-bind", secrets[0], "/s", "--ro-bind", "/et", "/a", "--ro-bind", "/etc-old", "/b"]
+    masks = _secret_masks(args)
+    assert masks[0::3] == ["--ro-bind"] * len(masks[0::3]) and set(masks[1::3]) == {"/dev/null"}
+    names = [s.removeprefix("/etc/") for s in secrets]
+    under = [f"{top}/{name}" for top in ("/etc", "/x", "/y/z") for name in names]
+    assert {p for p in masks[2::3] if not p.startswith(("/etc/ssh/", "/x/ssh/", "/y/z/ssh/"))} == {*under, "/s"}
+
+
 def test_a_workspace_shown_at_another_path_with_binds_over_it(ws: Path, target: Path, tmp_path: Path) -> None:
     """A tool run's shape: the scratch workspace at the caller's path, a named file read-only, a writable one."""
     caller = tmp_path / "caller"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -27,3 +28,36 @@ def test_doc_tests_are_known_from_cargos_own_messages(tmp_path: Path, kind: str,
     report = run_cargo(sandbox, Cargo(tmp_path / "target", offline=True), "test", cwd=workspace, extra=["--tests"])
     assert report.ok, report.summary()
     assert has_doctests(report, workspace) is expected
+
+
+def test_each_loop_step_saves_the_spend_its_bytes_synced_its_rename_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's save (the usage a killed run keeps) is on disk whole before its rename; the rename is left to the next
+    sync: lost to a machine's crash, the stage redoes itself from edit_base. The real fsync runs underneath."""
+    from flakebot import config
+    from flakebot.agent.loop import LoopResult
+    from flakebot.llm.base import Usage
+    from flakebot.llm.budget import Budget
+    from flakebot.llm.transcript import Transcript
+    from flakebot.pipeline.engine import StageContext
+    from flakebot.pipeline.run import Run
+    from flakebot.stages.edit import StageEvents
+
+    run = Run.create(tmp_path / "work", "craft")
+    settings = config.load()
+    budget = Budget.from_settings(settings)
+    budget.charge(Usage(prompt_tokens=900, completion_tokens=60))
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    StageEvents(StageContext(run, settings, "edit"), budget, Transcript(run.transcript_path)).step(
+        1, LoopResult(status="running"), None
+    )
+    assert [Path(p).name.startswith(".state.json.") for p in synced] == [True]  # the bytes, not the directory
+    assert Run.load(tmp_path / "work", run.id).state["usage"]["completion_tokens"] == 60
