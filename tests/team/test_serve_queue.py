@@ -389,6 +389,36 @@ def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path,
     assert [r["principal"] for r in rows(database)] == ["solo", "other"]
 
 
+def test_a_token_cannot_shed_its_concurrent_crafts_by_leaving_them_to_a_joiner(
+    flakebot_home: Path, database: str
+) -> None:
+    """A craft a token queued stays one of its concurrent crafts until it ends, even once the token left it to a
+    joiner (tasks/cancel while another agent follows it): were it shed at the leave, a token of cap 1 and a second
+    token that joins each of its crafts would hold as many crafts as the tenant allows (queue, joined, left, again).
+    The refusal names the craft to wait for, one the token left included (its task reads cancelled for it)."""
+    solo = add_token("solo", "--tenant", "acme", "--concurrent-crafts", "1")
+    friend = add_token("friend", "--tenant", "acme", "--concurrent-crafts", "1")
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=50, max_per_day=50)
+    with serving(database=database) as url:
+        mine, theirs = Session(url, solo), Session(url, friend)
+        held = []
+        for n in range(3):
+            need = {"name": "craft", "arguments": {"need": f"need tool number {n}"}, "task": {}}
+            created = mine.ask("tools/call", need)
+            if "error" in created:
+                break
+            job = str(created["result"]["task"]["taskId"])
+            assert theirs.ask("tools/call", need)["result"]["task"]["taskId"] == job  # friend joins it
+            assert mine.ask("tasks/cancel", {"taskId": job})["result"]["status"] == "cancelled"  # solo leaves it
+            held.append(job)
+        assert held == ["job-1"], (held, rows(database))
+        message = created["error"]["message"]
+        assert message.startswith("token 'solo' has 1 crafts queued or running, its limit") and "job-1" in message
+        assert "\n" not in message, message
+    assert [(r["state"], r["principal"]) for r in rows(database)] == [("queued", "solo")]
+
+
 def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Path, database: str) -> None:
     slow = add_token("slow", "--calls-per-minute", "2")
     listing = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
