@@ -221,6 +221,18 @@ class TeamMCP(FlakebotMCP):
             raise TeamError("no principal for this call", fix="call through the front with a token")
         return dataclasses.replace(settings, tenant=tenant)
 
+    def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+        """A detached job asked as a task: a `resume`'s run resolved among the caller's tenant's runs first (as
+        _tenant_call does for a plain call), so another tenant's run is an unknown one's answer and no job of it
+        starts."""
+        if name == "resume":
+            from flakebot.mcp.server import _check_own
+
+            _check_own(name, args)
+            seen = self.run_seen(ctx, name, args.get("run_id"))
+            args = {**args, "run_id": seen} if seen != args.get("run_id") else args
+        return super().start_job(ctx, name, args)
+
     def job_started(self, ctx: Any, journal: Path) -> None:
         principal = self.principal(ctx)
         if principal is not None:

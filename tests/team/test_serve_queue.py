@@ -234,6 +234,28 @@ def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
         pileup.end_jobs(workdir / "mcp-jobs")
 
 
+def test_another_tenants_run_is_unknown_to_a_resume_asked_as_a_task(flakebot_home: Path, workdir: Path) -> None:
+    """`resume` asked as a task (tools/call with `task`) meets the tenant check a plain call meets: a run the caller's
+    tenant did not make is answered as an unknown run, word for word, and no job touches it (the task door had
+    started a resume of it, reading its state.json, and would have catalogued it for the caller's tenant)."""
+    bob = add_token("bob", "--tenant", "other")
+    theirs, never = "20260101-000000-abcdef", "20260101-000000-ffffff"
+    (workdir / "runs" / theirs).mkdir(parents=True)  # a run of the server's user, not of bob's tenant
+    try:
+        with serving() as url:
+            session = Session(url, bob)
+            answers = [
+                session.ask("tools/call", {"name": "resume", "arguments": {"run_id": run}, "task": {}})
+                for run in (theirs, never)
+            ]
+            plain = call(url, bob, "resume", {"run_id": theirs})
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    told = [answer.get("error", answer) for answer in answers]
+    assert told[0]["message"].replace(theirs, "R") == told[1]["message"].replace(never, "R"), told
+    assert plain["error"].startswith(f"no run '{theirs}'"), plain
+
+
 @contextlib.asynccontextmanager
 async def listening(url: str, token: str) -> AsyncIterator[tuple[Any, Callable[[int], Awaitable[bool]]]]:
     """A 2025-11-25 session (the SDK's legacy mode) whose notifications are kept: its client, and `told(tries)`:
