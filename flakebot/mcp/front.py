@@ -161,6 +161,7 @@ class TeamMCP(FlakebotMCP):
 
         server = super().server()
         server.middleware.append(self._remember_session)
+        server.middleware.append(self._task_call_audited)
         # The SDK's session manager asks for the initialize answer with no options (tools.listChanged false): say
         # that this front sends tools/list_changed, as `flakebot mcp` does, or a client may ignore what it is told.
         changed = NotificationOptions(tools_changed=True)
@@ -176,6 +177,24 @@ class TeamMCP(FlakebotMCP):
             store = self.store
             self.sessions.remember(session_id, tenant, ctx.session, lambda: store.verify(str(token)) is not None)
         return await call_next(ctx)
+
+    async def _task_call_audited(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        """A tools/call asked as a task is answered by the tasks handlers (mcp/tasks.py routes it), not call_tool:
+        audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error)."""
+        from flakebot.mcp.tasks import CALL_AS_TASK
+
+        if ctx.method != CALL_AS_TASK:
+            return await call_next(ctx)
+        started, outcome = time.monotonic(), "error"
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        name = params.get("name") if isinstance(params.get("name"), str) else None
+        try:
+            result = await call_next(ctx)
+            outcome = "ok"
+            return result
+        finally:
+            self.metrics.call(_metric_label(str(name)), outcome, time.monotonic() - started)
+            self._audited(ctx, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
     async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
         """The caller's tenant's catalog changed: its own session hears it now, each other open session of its

@@ -256,6 +256,29 @@ def test_another_tenants_run_is_unknown_to_a_resume_asked_as_a_task(flakebot_hom
     assert plain["error"].startswith(f"no run '{theirs}'"), plain
 
 
+def test_a_tool_call_asked_as_a_task_is_audited_and_counted(flakebot_home: Path, workdir: Path) -> None:
+    """A tools/call with `task` is answered by the tasks handlers, not call_tool: it is still one audit record (who,
+    tool, argument digest, outcome: ok once its task exists, error when refused) and one call in /metrics."""
+    bob = add_token("bob", "--tenant", "other")
+    (flakebot_home / "empty").mkdir()
+    try:
+        with serving() as url:
+            session = Session(url, bob)
+            made = session.ask(
+                "tools/call", {"name": "package", "arguments": {"target": str(flakebot_home / "empty")}, "task": {}}
+            )
+            refused = session.ask("tools/call", {"name": "resume", "arguments": {"run_id": "no-such-run"}, "task": {}})
+            counted = metrics(url, bob).text
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    assert "result" in made and "error" in refused, (made, refused)
+    records = json_result(run_cli("token", "audit", "--json", check=True))["records"]
+    calls = [(r["principal"], r["tool"], r["outcome"]) for r in records if r["method"] == "tools/call"]
+    assert calls == [("bob", "package", "ok"), ("bob", "resume", "error")], records
+    assert 'flakebot_tool_calls_total{tool="package",outcome="ok"} 1' in counted, counted
+    assert 'flakebot_tool_calls_total{tool="resume",outcome="error"} 1' in counted, counted
+
+
 @contextlib.asynccontextmanager
 async def listening(url: str, token: str) -> AsyncIterator[tuple[Any, Callable[[int], Awaitable[bool]]]]:
     """A 2025-11-25 session (the SDK's legacy mode) whose notifications are kept: its client, and `told(tries)`:
