@@ -158,7 +158,7 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         text = scraped.text
         assert 'flakebot_queue_jobs{state="queued"} 3' in text and 'flakebot_queue_jobs{state="done"} 0' in text
         assert 'flakebot_refusals_total{reason="quota"} 1' in text
-        assert 'flakebot_tool_calls_total{tool="craft",outcome="ok"} 1' in text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="ok"} 2' in text  # alice's, carol's as a task
         assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 2' in text  # the quota, the bad argument
         assert 'flakebot_tool_call_seconds_count{tool="status"}' in text
 
