@@ -263,9 +263,12 @@ def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:
 def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
     counts = _used(conn, tenant)
     if counts["in_flight"] >= quota["max_in_flight"]:
+        flying = conn.execute(
+            "SELECT id FROM jobs WHERE tenant = %s AND state IN ('queued', 'running') ORDER BY id LIMIT 6", (tenant,)
+        ).fetchall()
         raise QuotaExceeded(
-            f"tenant {tenant} has {counts['in_flight']} crafts queued or running, its limit",
-            fix="wait for one of them to end (its status says when), then ask again",
+            f"tenant {tenant} has {counts['in_flight']} crafts queued or running, its limit: {_named(flying)}",
+            fix="wait for one of them to end (status with its run_id and wait_seconds follows it), then ask again",
             tenant=tenant,
             quota="max_in_flight",
         )
@@ -301,14 +304,19 @@ def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principa
         (tenant, who),
     ).fetchall()
     if len(mine) >= cap:
-        shown = ", ".join(f"job-{row['id']}" for row in mine[:5]) + (", ..." if len(mine) > 5 else "")
         raise QuotaExceeded(
-            f"token '{principal}' has {len(mine)} crafts queued or running, its limit (concurrent crafts): {shown}",
+            f"token '{principal}' has {len(mine)} crafts queued or running, its limit (concurrent crafts): "
+            f"{_named(mine)}",
             fix="wait for one of them to end (status with its run_id and wait_seconds follows it), "
             "or ask the admin to raise its --concurrent-crafts",
             tenant=tenant,
             quota="concurrent_crafts",
         )
+
+
+def _named(rows: list[dict[str, Any]]) -> str:
+    """The handles of the jobs a refusal waits for, the first five (a sixth row: more of them)."""
+    return ", ".join(f"job-{row['id']}" for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
 
 
 def claim(conn: Conn, worker: str, lease_seconds: float) -> dict[str, Any] | None:

@@ -133,7 +133,8 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         # the tenant's quota (2 in flight): one line, QuotaExceeded, exit code 72; over tasks, a JSON-RPC error
         refused = call(one, alice, "craft", {**craft, "need": "need a json pretty printer"})
         assert refused["is_error"] and (refused["type"], refused["exit_code"]) == ("QuotaExceeded", 72), refused
-        assert "tenant acme has 2 crafts queued or running" in refused["error"] and "\n" not in refused["error"]
+        in_flight = f"tenant acme has 2 crafts queued or running, its limit: {job}, {task['taskId']}"
+        assert refused["error"] == in_flight and "wait for one" in refused["fix"], refused
         as_task = Session(two, alice).ask(
             "tools/call", {"name": "craft", "arguments": {**craft, "need": "need a json pretty printer"}, "task": {}}
         )
