@@ -267,12 +267,16 @@ class TeamMCP(FlakebotMCP):
         return QueueTasks
 
     def owned_runs(self, ctx: Any) -> set[str]:
-        """The runs the caller's tenant made through this front's jobs or the queue's."""
+        """The runs the caller's tenant made through this front's jobs or the queue's: a run a row of the tenant's
+        names only when the run says it was started for the tenant (the row is anyone's who can write the table)."""
         tenant = self.tenant(ctx)
         if tenant is None:
             return set()
         runs = tenancy.runs_of(self.job_directory(), tenant)
-        return runs | (self.queue.runs_of(tenant) if self.queue is not None else set())
+        if self.queue is None:
+            return runs
+        workdir = self.settings().path("workdir")
+        return runs | {run for run in self.queue.runs_of(tenant) if tenancy.started_for(workdir, run, tenant)}
 
     def run_seen(self, ctx: Any, tool: str, run_id: Any) -> Any:
         """The run id to answer for: a prefix the caller's own runs make unique resolved to its run; one the caller's

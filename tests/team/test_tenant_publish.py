@@ -422,3 +422,33 @@ def test_a_forged_rows_request_neither_breaks_status_nor_floods_it(database: str
     assert [(a["is_error"], a["status"]) for a in answers] == [(False, "queued")] * 4, answers
     assert [a["need"] for a in answers[:3]] == ["", "", ""], answers
     assert answers[3]["need"].startswith("need a tool x") and len(answers[3]["need"]) == NEED_LIMIT
+
+
+def test_a_forged_rows_run_id_does_not_hand_a_tenant_another_tenants_run(
+    database: str, flakebot_home: Path, workdir: Path
+) -> None:
+    """A job row's run_id is whoever wrote the table's: a globex row naming acme's run made that run globex's at the
+    front (the runs a tenant's rows name are its own), so globex's `status`, `show` and `runs` read it. A row's run
+    is the tenant's only when the run says it was started for that tenant: acme's stays unknown to globex."""
+    from flakebot.pipeline.run import Run
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    theirs = Run.create(workdir, "craft", RunRequest(need="need acme's secret pricing tool"), tenant="acme")
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "globex", max_in_flight=9, max_per_day=9)
+        conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, run_id, ended) VALUES "
+            "('globex', 'mallory', 'craft', md5(random()::text), %s, 'failed', %s, now())",
+            (Jsonb(RunRequest(need="need a tool").to_dict()), theirs.id),
+        )
+        conn.commit()
+    bob = add_token("bob", "--tenant", "globex")
+    never = "20260101-000000-ffffff"
+    with serving(database=database) as url:
+        status, unknown = (call(url, bob, "status", {"run_id": run}) for run in (theirs.id, never))
+        shown = call(url, bob, "show", {"name": theirs.id})
+        listed = call(url, bob, "runs", {})
+    assert status["is_error"] and status["error"].replace(theirs.id, "R") == unknown["error"].replace(never, "R")
+    assert shown["error"] == f"no run or tool named '{theirs.id}'", shown
+    assert listed["runs"] == [], listed
