@@ -54,7 +54,9 @@ def token_revoke(
 
 
 def token_audit(
-    principal: Annotated[str | None, Param("Only this token's calls (its name).", cli=("--token",))] = None,
+    principal: Annotated[
+        str | None, Param("Only this token's calls (its name; a JWT user's: its principal_id).", cli=("--token",))
+    ] = None,
     minutes: Annotated[float | None, Param("Only the calls of the last MINUTES.", cli=("--minutes",), least=0)] = None,
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:

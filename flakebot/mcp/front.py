@@ -161,6 +161,7 @@ class TeamMCP(FlakebotMCP):
 
         server = super().server()
         server.middleware.append(self._remember_session)
+        server.middleware.append(self._task_call_audited)
         # The SDK's session manager asks for the initialize answer with no options (tools.listChanged false): say
         # that this front sends tools/list_changed, as `flakebot mcp` does, or a client may ignore what it is told.
         changed = NotificationOptions(tools_changed=True)
@@ -176,6 +177,24 @@ class TeamMCP(FlakebotMCP):
             store = self.store
             self.sessions.remember(session_id, tenant, ctx.session, lambda: store.verify(str(token)) is not None)
         return await call_next(ctx)
+
+    async def _task_call_audited(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        """A tools/call asked as a task is answered by the tasks handlers (mcp/tasks.py routes it), not call_tool:
+        audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error)."""
+        from flakebot.mcp.tasks import CALL_AS_TASK
+
+        if ctx.method != CALL_AS_TASK:
+            return await call_next(ctx)
+        started, outcome = time.monotonic(), "error"
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        name = params.get("name") if isinstance(params.get("name"), str) else None
+        try:
+            result = await call_next(ctx)
+            outcome = "ok"
+            return result
+        finally:
+            self.metrics.call(_metric_label(str(name)), outcome, time.monotonic() - started)
+            self._audited(ctx, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
     async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
         """The caller's tenant's catalog changed: its own session hears it now, each other open session of its
@@ -221,6 +240,18 @@ class TeamMCP(FlakebotMCP):
             raise TeamError("no principal for this call", fix="call through the front with a token")
         return dataclasses.replace(settings, tenant=tenant)
 
+    def start_job(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+        """A detached job asked as a task: a `resume`'s run resolved among the caller's tenant's runs first (as
+        _tenant_call does for a plain call), so another tenant's run is an unknown one's answer and no job of it
+        starts."""
+        if name == "resume":
+            from flakebot.mcp.server import _check_own
+
+            _check_own(name, args)
+            seen = self.run_seen(ctx, name, args.get("run_id"))
+            args = {**args, "run_id": seen} if seen != args.get("run_id") else args
+        return super().start_job(ctx, name, args)
+
     def job_started(self, ctx: Any, journal: Path) -> None:
         principal = self.principal(ctx)
         if principal is not None:
@@ -236,12 +267,16 @@ class TeamMCP(FlakebotMCP):
         return QueueTasks
 
     def owned_runs(self, ctx: Any) -> set[str]:
-        """The runs the caller's tenant made through this front's jobs or the queue's."""
+        """The runs the caller's tenant made through this front's jobs or the queue's: a run a row of the tenant's
+        names only when the run says it was started for the tenant (the row is anyone's who can write the table)."""
         tenant = self.tenant(ctx)
         if tenant is None:
             return set()
         runs = tenancy.runs_of(self.job_directory(), tenant)
-        return runs | (self.queue.runs_of(tenant) if self.queue is not None else set())
+        if self.queue is None:
+            return runs
+        workdir = self.settings().path("workdir")
+        return runs | {run for run in self.queue.runs_of(tenant) if tenancy.started_for(workdir, run, tenant)}
 
     def run_seen(self, ctx: Any, tool: str, run_id: Any) -> Any:
         """The run id to answer for: a prefix the caller's own runs make unique resolved to its run; one the caller's

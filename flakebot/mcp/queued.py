@@ -113,12 +113,17 @@ def seen_by(row: dict[str, Any], principal: str) -> dict[str, Any]:
 
 
 def job_status(row: dict[str, Any]) -> dict[str, Any]:
-    """`status` of a queued job, from its row."""
+    """`status` of a queued job, from its row. Its need as the row says it when that is text, at most a need's
+    length (what a front queues): a row is anyone's with the database's password, its request any JSON."""
+    from flakebot.preflight import NEED_LIMIT
+
+    request = row["request"] if isinstance(row.get("request"), dict) else {}
+    need = request.get("need")
     answer: dict[str, Any] = {
         "run_id": handle(int(row["id"])),
         "status": STATUS[row["state"]],
         "queue_state": row["state"],
-        "need": (row["request"] or {}).get("need", ""),
+        "need": need[:NEED_LIMIT] if isinstance(need, str) else "",
         "attempts": row["attempts"],
         "worker_run_id": row["run_id"],
         "error": row_error(row),

@@ -79,7 +79,11 @@ class Audit:
 
 
 def read(workdir: Path, principal: str | None = None, since: float | None = None) -> list[dict[str, Any]]:
-    """The audit's records, oldest first, of one principal (by name) and from a time on when given."""
+    """The audit's records, oldest first, of one principal and from a time on when given. `principal`: a static
+    token's name (a JWT's subject may be any text, 'alice' too: its records are not that token's), or any
+    principal's id as its records show it (a JWT user's: jwt-...)."""
+    from flakebot.team.idtokens import ID_PREFIX
+
     try:
         text = audit_path(workdir).read_text()
     except FileNotFoundError:
@@ -90,8 +94,10 @@ def read(workdir: Path, principal: str | None = None, since: float | None = None
             record = json.loads(line)
         except ValueError:  # a line cut by a full disk: the others still count
             continue
-        if principal is not None and record.get("principal") != principal:
-            continue
+        if principal is not None and record.get("principal_id") != principal:
+            by_name = record.get("principal") == principal and not str(record.get("principal_id")).startswith(ID_PREFIX)
+            if not by_name:
+                continue
         if since is not None and float(record.get("time", 0)) < since:
             continue
         records.append(record)

@@ -263,9 +263,12 @@ def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:
 def _check_quota(conn: Conn, tenant: str, quota: dict[str, Any]) -> None:
     counts = _used(conn, tenant)
     if counts["in_flight"] >= quota["max_in_flight"]:
+        flying = conn.execute(
+            "SELECT id FROM jobs WHERE tenant = %s AND state IN ('queued', 'running') ORDER BY id LIMIT 6", (tenant,)
+        ).fetchall()
         raise QuotaExceeded(
-            f"tenant {tenant} has {counts['in_flight']} crafts queued or running, its limit",
-            fix="wait for one of them to end (its status says when), then ask again",
+            f"tenant {tenant} has {counts['in_flight']} crafts queued or running, its limit: {_named(flying)}",
+            fix="wait for one of them to end (status with its run_id and wait_seconds follows it), then ask again",
             tenant=tenant,
             quota="max_in_flight",
         )
@@ -290,23 +293,30 @@ def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principa
     """One principal may not take all of its tenant's crafts in flight: at most `cap` of those it queued at once. A
     principal is its identity (the audit's enqueued row says who queued a job), never its name: a new token under a
     revoked one's name starts with none of its crafts, and another token under the same name takes none of its cap.
-    One it left since (its last word on it 'left': the job goes on for those who joined it) is no longer its own."""
+    One it left since (tasks/cancel while others follow it) is still its own until it ends: were it shed at the
+    leave, two tokens (one queueing, the other joining each craft before the first leaves it) would hold every
+    craft their tenant allows, whatever their caps. The refusal names the crafts to wait for."""
     who = principal_id or principal
     mine = conn.execute(
-        "SELECT count(*) AS n FROM jobs j WHERE j.tenant = %s AND j.state IN ('queued', 'running') AND EXISTS ("
+        "SELECT j.id FROM jobs j WHERE j.tenant = %s AND j.state IN ('queued', 'running') AND EXISTS ("
         f"SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' AND {_WHO} = %s) "
-        f"AND NOT EXISTS (SELECT 1 FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w "
-        "WHERE w.who = %s AND w.action = 'left')",
-        (tenant, who, who),
-    ).fetchone()
-    assert mine is not None
-    if mine["n"] >= cap:
+        "ORDER BY j.id",
+        (tenant, who),
+    ).fetchall()
+    if len(mine) >= cap:
         raise QuotaExceeded(
-            f"token '{principal}' has {mine['n']} crafts queued or running, its limit (concurrent crafts)",
-            fix="wait for one of them to end (its status says when), or ask the admin to raise its --concurrent-crafts",
+            f"token '{principal}' has {len(mine)} crafts queued or running, its limit (concurrent crafts): "
+            f"{_named(mine)}",
+            fix="wait for one of them to end (status with its run_id and wait_seconds follows it), "
+            "or ask the admin to raise its --concurrent-crafts",
             tenant=tenant,
             quota="concurrent_crafts",
         )
+
+
+def _named(rows: list[dict[str, Any]]) -> str:
+    """The handles of the jobs a refusal waits for, the first five (a sixth row: more of them)."""
+    return ", ".join(f"job-{row['id']}" for row in rows[:5]) + (", ..." if len(rows) > 5 else "")
 
 
 def claim(conn: Conn, worker: str, lease_seconds: float) -> dict[str, Any] | None:

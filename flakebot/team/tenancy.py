@@ -61,3 +61,18 @@ def _first_run(journal: Path) -> str | None:
         if isinstance(event, dict) and isinstance(event.get("run_id"), str) and event["run_id"]:
             return str(event["run_id"])
     return None
+
+
+def started_for(workdir: Path, run_id: str, tenant: str) -> bool:
+    """Whether the run a queued job's row names was started for `tenant` (its state.json says so, as a worker
+    crafting for the row's tenant writes it): a row is anyone's with the database's password, and its run id could
+    name another tenant's run here. A run this machine lacks, or one of another shape, is nothing to read: False."""
+    from flakebot.pipeline.run import RUN_ID, runs_dir
+
+    if not RUN_ID.fullmatch(run_id):
+        return False
+    try:
+        state = json.loads((runs_dir(workdir) / run_id / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and state.get("tenant") == tenant

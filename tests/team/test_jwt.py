@@ -185,3 +185,47 @@ def test_an_expired_jwts_open_session_hears_no_more_of_its_tenants_changes(flake
         seen = asyncio.run(scenario(url))
     assert not seen["removed"]["is_error"], seen
     assert seen["told"] == {"alice": 1, "carol": 0}, seen
+
+
+def test_a_jwt_named_like_a_static_token_is_another_principal(flakebot_home: Path, database: str) -> None:
+    """Static token 'alice' (cap 1) and JWTs of her tenant whose subject is 'alice', or her token's id: each is
+    another principal. They neither cancel her queued craft nor are charged for it (their own crafts queue), nor see
+    her detached task; `token audit --token alice` lists the static token's calls only (it listed the JWT named
+    'alice' too), and a JWT user's are found by its principal_id."""
+    from tests.team.test_front import add_token
+    from tests.team.test_serve_queue import Session
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    alice = add_token("alice", "--tenant", "acme", "--concurrent-crafts", "1")
+    alice_id = json_result(run_cli("token", "list", "--json", check=True))["tokens"][0]["id"]
+    named = jwt.encode(claims(sub="alice"), private, algorithm="ES256")
+    hexed = jwt.encode(claims(sub=alice_id), private, algorithm="ES256")
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+
+    def task(session: Session, need: str) -> dict[str, Any]:
+        return session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+
+    with serving(*options, database=database, log=flakebot_home / "serve.log") as url:
+        mine, as_name, as_id = Session(url, alice), Session(url, named), Session(url, hexed)
+        job = str(task(mine, "need a csv deduper")["result"]["task"]["taskId"])
+        for other in (as_name, as_id):
+            refused = other.ask("tasks/cancel", {"taskId": job})
+            assert "error" in refused and "result" not in refused, refused
+            assert task(other, f"need a tool of {id(other)}")["result"]["task"]["status"] == "working"
+        assert "concurrent crafts" in task(mine, "need a word counter")["error"]["message"]  # alice's one is hers
+        detached = mine.ask("tools/call", {"name": "package", "arguments": {"target": str(flakebot_home)}, "task": {}})
+        their_view = as_name.ask("tasks/get", {"taskId": detached["result"]["task"]["taskId"]})
+        assert "error" in their_view, their_view
+        assert mine.ask("tasks/cancel", {"taskId": job})["result"]["status"] == "cancelled"  # hers alone
+    every = json_result(run_cli("token", "audit", "--json", check=True))["records"]
+    records = json_result(run_cli("token", "audit", "--token", "alice", "--json", check=True))["records"]
+    assert records and {r["principal_id"] for r in records} == {alice_id}, every
+    jwt_ids = {r["principal_id"] for r in every} - {alice_id}
+    assert len(jwt_ids) == 2 and all(i.startswith("jwt-") for i in jwt_ids), every
+    for jwt_id in jwt_ids:  # a JWT user's calls, by its id
+        theirs = json_result(run_cli("token", "audit", "--token", jwt_id, "--json", check=True))["records"]
+        assert theirs and {r["principal_id"] for r in theirs} == {jwt_id}, theirs

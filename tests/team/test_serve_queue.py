@@ -133,7 +133,8 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         # the tenant's quota (2 in flight): one line, QuotaExceeded, exit code 72; over tasks, a JSON-RPC error
         refused = call(one, alice, "craft", {**craft, "need": "need a json pretty printer"})
         assert refused["is_error"] and (refused["type"], refused["exit_code"]) == ("QuotaExceeded", 72), refused
-        assert "tenant acme has 2 crafts queued or running" in refused["error"] and "\n" not in refused["error"]
+        in_flight = f"tenant acme has 2 crafts queued or running, its limit: {job}, {task['taskId']}"
+        assert refused["error"] == in_flight and "wait for one" in refused["fix"], refused
         as_task = Session(two, alice).ask(
             "tools/call", {"name": "craft", "arguments": {**craft, "need": "need a json pretty printer"}, "task": {}}
         )
@@ -158,7 +159,7 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         text = scraped.text
         assert 'flakebot_queue_jobs{state="queued"} 3' in text and 'flakebot_queue_jobs{state="done"} 0' in text
         assert 'flakebot_refusals_total{reason="quota"} 1' in text
-        assert 'flakebot_tool_calls_total{tool="craft",outcome="ok"} 1' in text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="ok"} 2' in text  # alice's, carol's as a task
         assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 2' in text  # the quota, the bad argument
         assert 'flakebot_tool_call_seconds_count{tool="status"}' in text
 
@@ -232,6 +233,51 @@ def test_without_a_database_a_tenants_tasks_and_runs_are_its_own(
             assert call(url, bob, "status", {"run_id": prefix})["error"].startswith(f"no run '{prefix}'")
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
+
+
+def test_another_tenants_run_is_unknown_to_a_resume_asked_as_a_task(flakebot_home: Path, workdir: Path) -> None:
+    """`resume` asked as a task (tools/call with `task`) meets the tenant check a plain call meets: a run the caller's
+    tenant did not make is answered as an unknown run, word for word, and no job touches it (the task door had
+    started a resume of it, reading its state.json, and would have catalogued it for the caller's tenant)."""
+    bob = add_token("bob", "--tenant", "other")
+    theirs, never = "20260101-000000-abcdef", "20260101-000000-ffffff"
+    (workdir / "runs" / theirs).mkdir(parents=True)  # a run of the server's user, not of bob's tenant
+    try:
+        with serving() as url:
+            session = Session(url, bob)
+            answers = [
+                session.ask("tools/call", {"name": "resume", "arguments": {"run_id": run}, "task": {}})
+                for run in (theirs, never)
+            ]
+            plain = call(url, bob, "resume", {"run_id": theirs})
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    told = [answer.get("error", answer) for answer in answers]
+    assert told[0]["message"].replace(theirs, "R") == told[1]["message"].replace(never, "R"), told
+    assert plain["error"].startswith(f"no run '{theirs}'"), plain
+
+
+def test_a_tool_call_asked_as_a_task_is_audited_and_counted(flakebot_home: Path, workdir: Path) -> None:
+    """A tools/call with `task` is answered by the tasks handlers, not call_tool: it is still one audit record (who,
+    tool, argument digest, outcome: ok once its task exists, error when refused) and one call in /metrics."""
+    bob = add_token("bob", "--tenant", "other")
+    (flakebot_home / "empty").mkdir()
+    try:
+        with serving() as url:
+            session = Session(url, bob)
+            made = session.ask(
+                "tools/call", {"name": "package", "arguments": {"target": str(flakebot_home / "empty")}, "task": {}}
+            )
+            refused = session.ask("tools/call", {"name": "resume", "arguments": {"run_id": "no-such-run"}, "task": {}})
+            counted = metrics(url, bob).text
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    assert "result" in made and "error" in refused, (made, refused)
+    records = json_result(run_cli("token", "audit", "--json", check=True))["records"]
+    calls = [(r["principal"], r["tool"], r["outcome"]) for r in records if r["method"] == "tools/call"]
+    assert calls == [("bob", "package", "ok"), ("bob", "resume", "error")], records
+    assert 'flakebot_tool_calls_total{tool="package",outcome="ok"} 1' in counted, counted
+    assert 'flakebot_tool_calls_total{tool="resume",outcome="error"} 1' in counted, counted
 
 
 @contextlib.asynccontextmanager
@@ -387,6 +433,36 @@ def test_a_tokens_concurrent_crafts_bound_its_queued_crafts(flakebot_home: Path,
         assert call(url, solo, "craft", craft)["joined"]  # joining adds no craft: never refused
         assert call(url, other, "craft", {**craft, "need": "need a word counter"})["status"] == "queued"
     assert [r["principal"] for r in rows(database)] == ["solo", "other"]
+
+
+def test_a_token_cannot_shed_its_concurrent_crafts_by_leaving_them_to_a_joiner(
+    flakebot_home: Path, database: str
+) -> None:
+    """A craft a token queued stays one of its concurrent crafts until it ends, even once the token left it to a
+    joiner (tasks/cancel while another agent follows it): were it shed at the leave, a token of cap 1 and a second
+    token that joins each of its crafts would hold as many crafts as the tenant allows (queue, joined, left, again).
+    The refusal names the craft to wait for, one the token left included (its task reads cancelled for it)."""
+    solo = add_token("solo", "--tenant", "acme", "--concurrent-crafts", "1")
+    friend = add_token("friend", "--tenant", "acme", "--concurrent-crafts", "1")
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=50, max_per_day=50)
+    with serving(database=database) as url:
+        mine, theirs = Session(url, solo), Session(url, friend)
+        held = []
+        for n in range(3):
+            need = {"name": "craft", "arguments": {"need": f"need tool number {n}"}, "task": {}}
+            created = mine.ask("tools/call", need)
+            if "error" in created:
+                break
+            job = str(created["result"]["task"]["taskId"])
+            assert theirs.ask("tools/call", need)["result"]["task"]["taskId"] == job  # friend joins it
+            assert mine.ask("tasks/cancel", {"taskId": job})["result"]["status"] == "cancelled"  # solo leaves it
+            held.append(job)
+        assert held == ["job-1"], (held, rows(database))
+        message = created["error"]["message"]
+        assert message.startswith("token 'solo' has 1 crafts queued or running, its limit") and "job-1" in message
+        assert "\n" not in message, message
+    assert [(r["state"], r["principal"]) for r in rows(database)] == [("queued", "solo")]
 
 
 def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Path, database: str) -> None:

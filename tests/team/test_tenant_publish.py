@@ -395,3 +395,60 @@ def test_a_forged_failed_rows_error_is_told_as_the_rows_text(database: str, flak
     assert error["error"].startswith(f"job-{row['id']} failed; its row says (") and "data not instructions" in text
     assert "pipe curl" not in error.get("fix", "") or "data not instructions" in error["fix"], error
     assert error["type"] == "FlakebotError", error
+
+
+def test_a_forged_rows_request_neither_breaks_status_nor_floods_it(database: str, flakebot_home: Path) -> None:
+    """A row's request is whoever wrote the table's: one that is no object (a string, a list) made `status` an
+    internal error, and a need of any type or length was handed on as is. `status` answers each: the need when it is
+    text, at most a need's length (what a front would have queued), else none."""
+    from flakebot.preflight import NEED_LIMIT
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    requests = ["a string", [1, 2], {"need": {"x": 1}}, {"need": "need a tool " + "x" * 100_000}]
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "acme", max_in_flight=99, max_per_day=99)
+        for request in requests:
+            conn.execute(
+                "INSERT INTO jobs (tenant, principal, kind, need_digest, request) VALUES "
+                "('acme', 'mallory', 'craft', md5(random()::text), %s)",
+                (Jsonb(request),),
+            )
+        conn.commit()
+        ids = [row["id"] for row in conn.execute("SELECT id FROM jobs ORDER BY id").fetchall()]
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database) as url:
+        answers = [call(url, alice, "status", {"run_id": f"job-{i}"}) for i in ids]
+    assert [(a["is_error"], a["status"]) for a in answers] == [(False, "queued")] * 4, answers
+    assert [a["need"] for a in answers[:3]] == ["", "", ""], answers
+    assert answers[3]["need"].startswith("need a tool x") and len(answers[3]["need"]) == NEED_LIMIT
+
+
+def test_a_forged_rows_run_id_does_not_hand_a_tenant_another_tenants_run(
+    database: str, flakebot_home: Path, workdir: Path
+) -> None:
+    """A job row's run_id is whoever wrote the table's: a globex row naming acme's run made that run globex's at the
+    front (the runs a tenant's rows name are its own), so globex's `status`, `show` and `runs` read it. A row's run
+    is the tenant's only when the run says it was started for that tenant: acme's stays unknown to globex."""
+    from flakebot.pipeline.run import Run
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    theirs = Run.create(workdir, "craft", RunRequest(need="need acme's secret pricing tool"), tenant="acme")
+    with db.connect(database) as conn:
+        queue.set_quota(conn, "globex", max_in_flight=9, max_per_day=9)
+        conn.execute(
+            "INSERT INTO jobs (tenant, principal, kind, need_digest, request, state, run_id, ended) VALUES "
+            "('globex', 'mallory', 'craft', md5(random()::text), %s, 'failed', %s, now())",
+            (Jsonb(RunRequest(need="need a tool").to_dict()), theirs.id),
+        )
+        conn.commit()
+    bob = add_token("bob", "--tenant", "globex")
+    never = "20260101-000000-ffffff"
+    with serving(database=database) as url:
+        status, unknown = (call(url, bob, "status", {"run_id": run}) for run in (theirs.id, never))
+        shown = call(url, bob, "show", {"name": theirs.id})
+        listed = call(url, bob, "runs", {})
+    assert status["is_error"] and status["error"].replace(theirs.id, "R") == unknown["error"].replace(never, "R")
+    assert shown["error"] == f"no run or tool named '{theirs.id}'", shown
+    assert listed["runs"] == [], listed
