@@ -221,7 +221,9 @@ def test_loop_benchmark_times_red_and_green_iterations() -> None:
     for phase in (red, green):
         parts = phase["iteration_parts_s"]
         # cargo's part (rounded to 0.1 ms) holds at least the verdict's first cargo run (rounded to 1 ms)
-        assert parts["model"] > 0 and parts["commit"] > 0 and parts["cargo"] >= phase["verdict_cargo_s"] - 0.001 > 0
+        assert parts["model"] > 0 and parts["cargo"] >= phase["verdict_cargo_s"] - 0.001 > 0
+        # a commit was made on its thread; what the step waited for it (its read of the tree) may round to nothing
+        assert parts["commit_thread"] > 0 and parts["commit"] >= 0
         # the commit's own seconds on its thread overlap the others (its wait is in "commit"): not a part of the sum
         inline = {key: seconds for key, seconds in parts.items() if key != "commit_thread"}
         assert sum(inline.values()) == pytest.approx(phase["iteration_s"], abs=0.01)
