@@ -71,8 +71,17 @@ def started_for(workdir: Path, run_id: str, tenant: str) -> bool:
 
     if not RUN_ID.fullmatch(run_id):
         return False
-    try:
-        state = json.loads((runs_dir(workdir) / run_id / "state.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(state, dict) and state.get("tenant") == tenant
+    where = (str(workdir), run_id)
+    if where not in _TENANT_OF:
+        try:
+            state = json.loads((runs_dir(workdir) / run_id / "state.json").read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(state, dict) or not isinstance(state.get("tenant"), str):
+            return False
+        _TENANT_OF[where] = state["tenant"]  # a run's tenant is written as it starts and never changes
+    return _TENANT_OF[where] == tenant
+
+
+# (workdir, run id) -> the tenant its state.json names: a front answers status and runs from many runs, each read once
+_TENANT_OF: dict[tuple[str, str], str] = {}
