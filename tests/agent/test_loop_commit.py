@@ -4,7 +4,9 @@ the best one restored at the end, and a commit's failure still ends the run."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -171,3 +173,37 @@ def test_the_rest_of_a_commit_runs_beside_the_next_tool_call_and_holds_the_tree_
     assert held == {f"flakebot: iteration {n + 1}, {2 - n} failing": texts[n] for n in range(3)}
     assert list(held.values()) == env.judged[::-1]  # as each verdict saw it
     assert ws.git("status", "--porcelain") == ""
+
+
+def test_a_verdict_asking_host_git_for_the_changed_files_does_not_make_the_commit_beside_it_fail(repo: Path) -> None:
+    """ForkVerdict asks `git diff` for the changed files: git refreshes the index under .git/index.lock when a tracked
+    file's stat changed but not its bytes (a build touched it), and a `git commit` started meanwhile dies on that lock.
+    The previous commit, paused after its read until the verdict's git holds the lock (or 3 s), must still be made."""
+    texts = ["fn main() { /* a */ }\n", "fn main() { /* b */ }\n"]
+    big = repo / "repo/crate/assets.bin"  # in the base, the commit `git diff` compares with
+    big.parent.mkdir()
+    big.write_bytes(b"\0" * (96 * 1024 * 1024))  # git takes a while to hash it again
+    loop, ws, env, tools, _ = loop_on(repo, texts, failures=[1, 0])
+    lock = ws.root / ".git/index.lock"
+    judge = env.verdict
+
+    def verdict(claimed: bool = False) -> Verdict:
+        ws.changed_files()  # as ForkVerdict does before it picks the affected targets
+        return judge(claimed)
+
+    def until_the_verdicts_git_holds_the_index(message: str) -> None:
+        if message.startswith("flakebot: iteration 1") and tools.made(2):
+            os.utime(big)  # a build script touched a tracked file: stat changed, bytes not
+            deadline = time.monotonic() + 3
+            while not lock.exists() and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    env.verdict = verdict  # type: ignore[method-assign]
+    env.after_read = until_the_verdicts_git_holds_the_index
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.green
+    assert ws.git("log", "--format=%s").splitlines()[:2] == [
+        "flakebot: iteration 2, 0 failing",
+        "flakebot: iteration 1, 1 failing",
+    ]
+    assert ws.git("show", f"{result.best_commit}:{MAIN}") == texts[1]
