@@ -153,6 +153,9 @@ def test_a_commit_that_fails_on_its_thread_ends_the_run(repo: Path) -> None:
     env.commit = broken  # type: ignore[method-assign]
     with pytest.raises(EditError, match="git commit failed"):
         loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    # the tree is left at the last commit made (the base), not at the state whose commit failed
+    assert ws.git("log", "-1", "--format=%s").strip() == "base"  # the baseline had nothing new to commit
+    assert (ws.root / MAIN).read_text() == "fn main() {}\n" and ws.git("status", "--porcelain") == ""
 
 
 def test_the_rest_of_a_commit_runs_beside_the_next_tool_call_and_holds_the_tree_as_judged(repo: Path) -> None:
@@ -207,3 +210,55 @@ def test_a_verdict_asking_host_git_for_the_changed_files_does_not_make_the_commi
         "flakebot: iteration 1, 1 failing",
     ]
     assert ws.git("show", f"{result.best_commit}:{MAIN}") == texts[1]
+
+
+def change_everything(root: Path, ran: Path) -> None:
+    """What a sandboxed build may do to the tree: a tracked file made a repository whose config names a program, a
+    new nested repository, a tracked file replaced by a link, another deleted, a big untracked file."""
+    hook = root.parent / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    hook.chmod(0o755)
+    (root / "other/notes.txt").unlink()
+    for repo in (root / "other/notes.txt", root / "crate/sub"):
+        (repo / ".git/refs/heads").mkdir(parents=True)
+        (repo / ".git/objects").mkdir()
+        (repo / ".git/config").write_text(f"[core]\n\tfsmonitor = {hook}\n")
+        (repo / ".git/HEAD").write_text("ref: refs/heads/main\n")
+        (repo / "file.txt").write_text("inside a nested repository\n")
+    (root / "crate/Cargo.toml").unlink()
+    (root / "crate/Cargo.toml").symlink_to("/etc/hostname")
+    (root / ".gitignore").unlink()
+    (root / "crate/huge.bin").write_bytes(b"\1" * (64 * 1024 * 1024))
+
+
+@pytest.mark.parametrize(
+    ("changed_at", "failures"),
+    [(1, [1, 2]), (2, [1, 1])],  # a commit with something staged (the next state worse), one with nothing new
+)
+def test_a_tree_changed_every_way_while_git_commit_runs_changes_nothing_committed_or_restored(
+    repo: Path, changed_at: int, failures: list[int]
+) -> None:
+    texts = ["fn main() { /* a */ }\n"] * 2  # the same state twice: the second commit has nothing to commit
+    loop, ws, env, _, _ = loop_on(repo, texts, failures)
+    judged = {rel: ws.git("show", f"HEAD:{rel}") for rel in ("crate/Cargo.toml", "other/notes.txt", ".gitignore")}
+    judged[MAIN] = texts[0]
+    ran = repo / "fsmonitor-ran"
+
+    changed = []
+
+    def changes_the_tree(message: str) -> None:
+        if message.startswith(f"flakebot: iteration {changed_at},"):
+            change_everything(ws.root, ran)
+            changed.append(message)
+
+    env.after_read = changes_the_tree
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.status == "iterations" and result.best_failures == 1 and len(changed) == 1 and not ran.exists()
+    assert {rel: ws.git("show", f"{result.best_commit}:{rel}") for rel in judged} == judged
+    assert ws.git("ls-tree", "-r", "--name-only", result.best_commit).split() == sorted(
+        [*judged, "crate/tests/acceptance.rs"]
+    )
+    # restored: the tree as judged, every change swept, reset or cleaned
+    assert {rel: (ws.root / rel).read_text() for rel in judged} == judged
+    assert not (ws.root / "crate/Cargo.toml").is_symlink() and not (ws.root / "crate/sub").exists()
+    assert ws.git("status", "--porcelain", "--ignored") == ""
