@@ -16,8 +16,9 @@ Each sample, raw and iteration interleaved:
              flakebot's verdict (`judge` of the edit stage: `cargo test --tests` as JSON, then the full `cargo test`
              once green) runs; the state is committed (the edit stage's WorkspaceGit, on the loop's thread beside the
              step's report and the next model call); the run's state.json is saved. As in a run, a red iteration's
-             tool call waits for the commit the iteration before it left running to have read the tree (two steps in
-             one loop, the second timed), and the green one, a run's last, for the whole of its own
+             tool call waits for the commit the iteration before it left running to have read the tree, its verdict
+             for the whole of it (the verdict's host git may lock the index; two steps in one loop, the second
+             timed), and the green one, a run's last, for the whole of its own
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
   green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which

@@ -5,9 +5,9 @@ run -> step -> query -> execute -> verdict
   after a step that changed files flakebot runs the tests itself and shows the model the result;
   a state no worse than the best so far is committed, and the best is restored at the end; the commit runs on a
   thread beside the step's report and the next model call; its read of the tree (`git add -A`) is waited for before
-  the next tool call or verdict (they may change the tree), the rest of it (index, objects, refs: nothing the tools
-  or the sandbox write) goes on beside them, and the whole commit is settled before the next commit, a restore, and
-  the end of the run;
+  the next tool call (it may change the tree), the rest of it (index, objects, refs: nothing the tools or the
+  sandbox write) goes on beside the tool calls, and the whole commit is settled before the verdict (its host git
+  may lock the index), a restore, and the end of the run;
   the same edit or the same failures three times in a row stops the loop;
   `workspace.guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
@@ -272,7 +272,9 @@ class EditLoop:
             raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
 
     def _judge(self, claimed: bool = False) -> Verdict:
-        self.settle_tree()  # after a step of only `done`: the verdict's cargo runs in the tree the commit reads
+        # the whole commit, not only its read: the verdict's own host git (a fork's changed files: `git diff`) may
+        # refresh the index under .git/index.lock, and a `git commit` started meanwhile dies on that lock
+        self.settle()
         # `claimed`: the model called `done` this step. Never trusted for the verdict; it only tells the workspace
         # a green verdict is expected, so work that pays only then may start early (the examples beside the tests)
         verdict = self.workspace.verdict(claimed)
@@ -282,7 +284,6 @@ class EditLoop:
         )
         if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
             message = f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"
-            self.settle()  # one commit at a time (the last one finished long before this verdict did)
             self._pending = PendingCommit(self.workspace.commit, message)  # its read waited for before the tree changes
             self._remember(verdict, self.result.best_commit)
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]

@@ -361,7 +361,9 @@ def _below(path: str, top: str) -> str | None:
     if path == top:
         return ""
     prefix = top if top.endswith("/") else top + "/"
-    return path[len(prefix) :] if path.startswith(prefix) else None
+    if not path.startswith(prefix) or path.startswith("/", len(prefix)):  # '//x' is not below '/': '//' is an anchor
+        return None
+    return path[len(prefix) :]
 
 
 MOUNT_OPS = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1, "--dir": 1}

@@ -4,7 +4,9 @@ the best one restored at the end, and a commit's failure still ends the run."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -151,6 +153,9 @@ def test_a_commit_that_fails_on_its_thread_ends_the_run(repo: Path) -> None:
     env.commit = broken  # type: ignore[method-assign]
     with pytest.raises(EditError, match="git commit failed"):
         loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    # the tree is left at the last commit made (the base), not at the state whose commit failed
+    assert ws.git("log", "-1", "--format=%s").strip() == "base"  # the baseline had nothing new to commit
+    assert (ws.root / MAIN).read_text() == "fn main() {}\n" and ws.git("status", "--porcelain") == ""
 
 
 def test_the_rest_of_a_commit_runs_beside_the_next_tool_call_and_holds_the_tree_as_judged(repo: Path) -> None:
@@ -171,3 +176,89 @@ def test_the_rest_of_a_commit_runs_beside_the_next_tool_call_and_holds_the_tree_
     assert held == {f"flakebot: iteration {n + 1}, {2 - n} failing": texts[n] for n in range(3)}
     assert list(held.values()) == env.judged[::-1]  # as each verdict saw it
     assert ws.git("status", "--porcelain") == ""
+
+
+def test_a_verdict_asking_host_git_for_the_changed_files_does_not_make_the_commit_beside_it_fail(repo: Path) -> None:
+    """ForkVerdict asks `git diff` for the changed files: git refreshes the index under .git/index.lock when a tracked
+    file's stat changed but not its bytes (a build touched it), and a `git commit` started meanwhile dies on that lock.
+    The previous commit, paused after its read until the verdict's git holds the lock (or 3 s), must still be made."""
+    texts = ["fn main() { /* a */ }\n", "fn main() { /* b */ }\n"]
+    big = repo / "repo/crate/assets.bin"  # in the base, the commit `git diff` compares with
+    big.parent.mkdir()
+    big.write_bytes(b"\0" * (96 * 1024 * 1024))  # git takes a while to hash it again
+    loop, ws, env, tools, _ = loop_on(repo, texts, failures=[1, 0])
+    lock = ws.root / ".git/index.lock"
+    judge = env.verdict
+
+    def verdict(claimed: bool = False) -> Verdict:
+        ws.changed_files()  # as ForkVerdict does before it picks the affected targets
+        return judge(claimed)
+
+    def until_the_verdicts_git_holds_the_index(message: str) -> None:
+        if message.startswith("flakebot: iteration 1") and tools.made(2):
+            os.utime(big)  # a build script touched a tracked file: stat changed, bytes not
+            deadline = time.monotonic() + 3
+            while not lock.exists() and time.monotonic() < deadline:
+                time.sleep(0.001)
+
+    env.verdict = verdict  # type: ignore[method-assign]
+    env.after_read = until_the_verdicts_git_holds_the_index
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.green
+    assert ws.git("log", "--format=%s").splitlines()[:2] == [
+        "flakebot: iteration 2, 0 failing",
+        "flakebot: iteration 1, 1 failing",
+    ]
+    assert ws.git("show", f"{result.best_commit}:{MAIN}") == texts[1]
+
+
+def change_everything(root: Path, ran: Path) -> None:
+    """What a sandboxed build may do to the tree: a tracked file made a repository whose config names a program, a
+    new nested repository, a tracked file replaced by a link, another deleted, a big untracked file."""
+    hook = root.parent / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    hook.chmod(0o755)
+    (root / "other/notes.txt").unlink()
+    for repo in (root / "other/notes.txt", root / "crate/sub"):
+        (repo / ".git/refs/heads").mkdir(parents=True)
+        (repo / ".git/objects").mkdir()
+        (repo / ".git/config").write_text(f"[core]\n\tfsmonitor = {hook}\n")
+        (repo / ".git/HEAD").write_text("ref: refs/heads/main\n")
+        (repo / "file.txt").write_text("inside a nested repository\n")
+    (root / "crate/Cargo.toml").unlink()
+    (root / "crate/Cargo.toml").symlink_to("/etc/hostname")
+    (root / ".gitignore").unlink()
+    (root / "crate/huge.bin").write_bytes(b"\1" * (64 * 1024 * 1024))
+
+
+@pytest.mark.parametrize(
+    ("changed_at", "failures"),
+    [(1, [1, 2]), (2, [1, 1])],  # a commit with something staged (the next state worse), one with nothing new
+)
+def test_a_tree_changed_every_way_while_git_commit_runs_changes_nothing_committed_or_restored(
+    repo: Path, changed_at: int, failures: list[int]
+) -> None:
+    texts = ["fn main() { /* a */ }\n"] * 2  # the same state twice: the second commit has nothing to commit
+    loop, ws, env, _, _ = loop_on(repo, texts, failures)
+    judged = {rel: ws.git("show", f"HEAD:{rel}") for rel in ("crate/Cargo.toml", "other/notes.txt", ".gitignore")}
+    judged[MAIN] = texts[0]
+    ran = repo / "fsmonitor-ran"
+
+    changed = []
+
+    def changes_the_tree(message: str) -> None:
+        if message.startswith(f"flakebot: iteration {changed_at},"):
+            change_everything(ws.root, ran)
+            changed.append(message)
+
+    env.after_read = changes_the_tree
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.status == "iterations" and result.best_failures == 1 and len(changed) == 1 and not ran.exists()
+    assert {rel: ws.git("show", f"{result.best_commit}:{rel}") for rel in judged} == judged
+    assert ws.git("ls-tree", "-r", "--name-only", result.best_commit).split() == sorted(
+        [*judged, "crate/tests/acceptance.rs"]
+    )
+    # restored: the tree as judged, every change swept, reset or cleaned
+    assert {rel: (ws.root / rel).read_text() for rel in judged} == judged
+    assert not (ws.root / "crate/Cargo.toml").is_symlink() and not (ws.root / "crate/sub").exists()
+    assert ws.git("status", "--porcelain", "--ignored") == ""

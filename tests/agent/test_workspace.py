@@ -10,11 +10,13 @@ import pytest
 
 from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop
+from flakebot.agent.tools import Toolbox
 from flakebot.agent.workspace import Checks, Workspace, WorkspaceGit
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import EditError
 from flakebot.sandbox import open_sandbox
 from flakebot.toolspec import ToolSpec
+from tests.conftest import require
 
 ACCEPTANCE = "#[test]\nfn adds() {}\n"
 
@@ -75,6 +77,10 @@ def test_a_commit_names_head_as_git_does_whether_its_ref_is_loose_or_packed(ws: 
     ws.git("pack-refs", "--all")
     assert ws.git.head_from_files() == ""
     assert ws.commit("nothing new") == ws.git.head() != loose
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* loose over packed */ }\n")
+    shadowing = ws.commit("a loose ref beside the packed one")  # git reads the loose one first, as head_from_files
+    assert shadowing == ws.git.head() == ws.git.head_from_files()
+    assert shadowing not in (ws.root / ".git/packed-refs").read_text()  # the packed one names the commit before
     ws.git("checkout", "-q", "--detach")  # HEAD holds the commit itself
     assert ws.git.head_from_files() == ws.git.head()
 
@@ -132,3 +138,31 @@ def test_guard_stops_the_loop_when_the_tree_and_target_dir_outgrow_the_disk_limi
     with pytest.raises(StopLoop, match="more than sandbox_disk_mb") as stop:
         ws.guard()
     assert stop.value.status == "disk"
+
+
+def test_head_read_from_git_files_cannot_be_changed_from_the_sandbox_or_through_the_edit_tools(ws: Workspace) -> None:
+    """head_from_files trusts .git's files because only flakebot's git writes them: a sandboxed command (the model's
+    code) and the edit tools try every way to point HEAD elsewhere."""
+    require("bwrap")
+    (ws.root / "crate/src/main.rs").write_text("fn main() { /* judged */ }\n")
+    head = ws.commit("judged")
+    branch = ws.git("symbolic-ref", "HEAD").strip()
+    sandbox = open_sandbox("required", workspace=ws.root, writable=[ws.root.parent / "target"], adopt=True)
+    attempts = [
+        f"echo 0000000000000000000000000000000000000000 > .git/{branch}",
+        "echo 'ref: refs/heads/../../x' > .git/HEAD",
+        f"printf '# pack-refs\\n{ws.base} {branch}\\n' > .git/packed-refs",
+        f"rm -f .git/{branch}",
+        "mv .git elsewhere",
+        "rm -rf .git",
+        "ln -s crate .git",
+        "ln -s ../.git/HEAD crate/head && ln -s ../.git crate/git && echo ok-links",
+    ]
+    ran = sandbox.run(["bash", "-c", "; ".join(f"({a}) 2>/dev/null || echo refused" for a in attempts)], cwd=ws.root)
+    assert ran.stdout.split() == ["refused"] * (len(attempts) - 1) + ["ok-links"], ran
+    tools = Toolbox(ws.root, sandbox, ws.checks.cargo, crate_dir="crate")
+    for path in (".git/HEAD", ".GIT/HEAD", "crate/../.git/HEAD", "../repo/.git/HEAD", "crate/head", "crate/git/HEAD"):
+        for content in (f"{ws.base}\n", "ref: refs/heads/elsewhere\n"):
+            assert not tools.call("write_file", {"path": path, "content": content}).ok, path
+    assert ws.git.head_from_files() == head == ws.git.head(sweep=False)
+    assert (ws.root / ".git/HEAD").read_text() == f"ref: {branch}\n"

@@ -501,6 +501,21 @@ def test_a_file_bound_below_an_empty_directory_mount_gets_traversable_parents(tm
     assert out[demo - 3 : demo] == ["--perms", "0755", "--dir"] and demo < out.index("/work/p/demo/people.csv")
 
 
+def test_a_path_spelled_with_a_leading_double_slash_is_not_taken_for_one_under_a_bind_of_the_root(
+    tmp_path: Path,
+) -> None:
+    """pathlib keeps '//' as an anchor of its own: '//tmp' is not below '/', so an empty directory mounted at / does
+    not hold //tmp (it must be made 0755, as pathlib's parents had it) whatever the host's /tmp is."""
+    from flakebot.sandbox.bubblewrap import _below, _parents_first
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = _parents_first(["--bind", str(scratch), "/", "--ro-bind", "/etc/hostname", "//tmp/p/hostname"])
+    made = [out[i + 1] for i, op in enumerate(out) if op == "--dir"]
+    assert made == ["//", "//tmp", "//tmp/p"]
+    assert _below("//tmp", "/") is None and _below("/tmp", "//") is None and _below("//tmp/p", "//tmp") == "p"
+
+
 def test_a_line_read_as_it_comes_is_bounded_however_long_the_command_writes_without_a_newline(tmp_path: Path) -> None:
     """cargo test's stdout is read line by line while the tests run (the verdict's early examples); a test writing
     megabytes without a newline must not grow flakebot's memory with them: the piece past LINE_CAP is dropped, and
