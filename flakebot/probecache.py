@@ -11,7 +11,6 @@ record that cannot be read or written only costs a probe.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from flakebot import launcher
-from flakebot.fsutil import atomic_write_text
+from flakebot.fsutil import atomic_write_text, sha256_hex
 from flakebot.homes import cache_home
 
 logger = logging.getLogger(__name__)
@@ -46,7 +45,7 @@ def stamp(path: Path | str) -> list[object]:
 def key(question: object, files: Iterable[Path | str]) -> str:
     """The digest an answer is kept under: the question (any JSON value) and the stamps of `files`."""
     material = json.dumps([question, [stamp(path) for path in files]], sort_keys=True, default=str)
-    return hashlib.sha256(material.encode()).hexdigest()
+    return sha256_hex(material.encode())  # not hashlib: the supervisor keys its sandbox probe here
 
 
 def toolchain_choice(home: Path, where: str) -> list[Path]:

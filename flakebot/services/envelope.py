@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flakebot.fsutil import sha256_hex
 from flakebot.sandbox import SandboxLimits
 from flakebot.sandbox.cgroup import Group
 
@@ -48,23 +49,10 @@ def launch_limits(settings: Settings) -> dict[str, Any]:
 
 def group_for(root: Path, limits: SandboxLimits) -> Group | None:
     """The service's own cgroup (named by its directory, so two workdirs' services never share one)."""
-    digest = _sha256_hex(str(root.resolve()).encode())[:12]
+    digest = sha256_hex(str(root.resolve()).encode())[:12]
     return Group.create(
         f"flakebot-{root.name[:40]}-{digest}", memory_bytes=limits.memory_mb * MIB, max_processes=limits.max_processes
     )
-
-
-def _sha256_hex(data: bytes) -> str:
-    """SHA-256 from Python's own module (the one hashlib falls back to): hashlib maps OpenSSL's libcrypto (3 MB) into
-    the supervisor, which names one cgroup per start with it (benchmarks S5: the supervisor's memory)."""
-    try:
-        from _sha256 import sha256  # 3.11
-    except ImportError:
-        try:
-            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.12 on
-        except ImportError:  # a build without them: the same digest through OpenSSL
-            from hashlib import sha256
-    return str(sha256(data).hexdigest())
 
 
 INODE_BYTES = 4096  # the least one entry is charged: an inode, and a block once it holds anything

@@ -402,7 +402,7 @@ def test_the_supervisor_starts_without_site_packages() -> None:
 
 def test_the_supervisor_never_loads_what_only_other_commands_need() -> None:
     """Its memory beside every service (benchmarks S5): importing it and running a health check loads no settings
-    (flakebot.config), no OpenSSL (hashlib), no ctypes, tempfile, tomllib or uuid, and no idna codec."""
+    (flakebot.config), no OpenSSL (hashlib, not even for its sandbox probe's key), no ctypes, tempfile, tomllib or uuid, and no idna codec."""
     from flakebot import launcher
 
     code = (
@@ -410,7 +410,8 @@ def test_the_supervisor_never_loads_what_only_other_commands_need() -> None:
         "from flakebot.services import supervisor, health, envelope\n"
         "from flakebot.services.declaration import Health\n"
         "server = socket.create_server(('127.0.0.1', 0))\n"
-        "print(health.check(Health('tcp'), server.getsockname()[1], 2.0) == '', len(envelope._sha256_hex(b'x')))\n"
+        "from flakebot.sandbox import probed\n"
+        "print(health.check(Health('tcp'), server.getsockname()[1], 2.0) == '', len(probed._key('/usr/bin/bwrap')))\n"
         "unwanted = ('flakebot.config', 'hashlib', 'ctypes', 'tempfile', 'tomllib', 'uuid', 'encodings.idna')\n"
         "print(' '.join(sorted(set(unwanted) & set(sys.modules))) or 'none')\n"
     )
