@@ -33,7 +33,7 @@ GAMED = "".join(f"#[test]\nfn {name}() {{}}\n" for name in acceptance_test_names
 FORGING_MACRO = """use proc_macro::TokenStream;
 #[proc_macro]
 pub fn forge(_: TokenStream) -> TokenStream {
-    let script = concat!(env!("FORGED_DIR"), "/forged");
+    let script = concat!(env!("DIR"), "/forged");
     std::fs::write(script, "#!/bin/sh\\necho expected\\n").unwrap();
     std::process::Command::new("chmod").args(["755", script]).status().unwrap();
     println!("{}", LINE.replace("@", script));
@@ -89,27 +89,34 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path / "ws"
 
 
-def test_a_proc_macros_forged_artifact_line_does_not_make_another_file_the_binary(workspace: Path) -> None:
-    """The macro writes a script that passes every example into the target dir and prints an artifact message naming
-    it: cargo passes it on before the bin's real one, which prints the wrong thing."""
-    target = workspace.parent / "target"
-    target.mkdir()
+def write_macro_crates(workspace: Path, target: Path, macro: str, call: str, **extra: str) -> None:
+    """A workspace of the bin `tool` and its proc macro crate `pm`: `macro` (Rust, with LINE: the bin's artifact
+    message, its executable "@") sees the target dir as `env!("DIR")`, and the bin's main starts with `pm::CALL!();`."""
     line = {"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": "tool"}, "profile": {"test": False},
             "executable": "@", "fresh": False}  # fmt: skip
-    macro = f"const LINE: &str = {json.dumps(json.dumps(line))};\n" + FORGING_MACRO
+    source = f"const LINE: &str = {json.dumps(json.dumps(line))};\n" + macro
     write(
         workspace,
         {
             "Cargo.toml": '[workspace]\nmembers = ["tool", "pm"]\nresolver = "2"\n',
             "pm/Cargo.toml": '[package]\nname = "pm"\nversion = "0.1.0"\nedition = "2021"\n[lib]\nproc-macro = true\ndoctest = false\n',
-            "pm/src/lib.rs": macro.replace('env!("FORGED_DIR")', json.dumps(str(target))),
+            "pm/src/lib.rs": source.replace('env!("DIR")', json.dumps(str(target))),
             "tool/Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n'
             '[dependencies]\npm = { path = "../pm" }\n',
-            "tool/src/main.rs": 'pm::forge!();\nfn main() { println!("wrong"); }\n',
+            "tool/src/main.rs": f'pm::{call}!();\nfn main() {{ println!("wrong"); }}\n',
             "tool/build.rs": ALWAYS_REBUILT,
             f"tool/{ACCEPTANCE_TEST}": GAMED,
+            **extra,
         },
     )
+
+
+def test_a_proc_macros_forged_artifact_line_does_not_make_another_file_the_binary(workspace: Path) -> None:
+    """The macro writes a script that passes every example into the target dir and prints an artifact message naming
+    it: cargo passes it on before the bin's real one, which prints the wrong thing."""
+    target = workspace.parent / "target"
+    target.mkdir()
+    write_macro_crates(workspace, target, FORGING_MACRO, "forge")
     for verdict in verdicts(workspace, target, "tool"):
         assert not verdict.green, "a script a proc macro wrote passed the examples in the built binary's place"
         # refused, or (a run where cargo found the bin fresh, so no macro ran) the examples judged the real binary
@@ -120,7 +127,7 @@ def test_a_proc_macros_forged_artifact_line_does_not_make_another_file_the_binar
 PLANTING_MACRO = """use proc_macro::TokenStream;
 #[proc_macro]
 pub fn plant(_: TokenStream) -> TokenStream {
-    let bin = concat!(env!("TARGET_DIR"), "/debug/tool");
+    let bin = concat!(env!("DIR"), "/debug/tool");
     let _ = std::fs::remove_file(bin);
     std::fs::write(bin, "#!/bin/sh\\necho expected\\n").unwrap();
     std::process::Command::new("chmod").args(["755", bin]).status().unwrap();
@@ -136,23 +143,7 @@ def test_a_proc_macro_planting_the_bin_a_test_puts_back_is_not_what_the_examples
     writes the same script back (REPLACING_TEST's, byte for byte), so after cargo the file holds the copy's bytes again."""
     target = workspace.parent / "target"
     (target / "debug").mkdir(parents=True)
-    line = {"reason": "compiler-artifact", "target": {"kind": ["bin"], "name": "tool"}, "profile": {"test": False},
-            "executable": "@", "fresh": False}  # fmt: skip
-    macro = f"const LINE: &str = {json.dumps(json.dumps(line))};\n" + PLANTING_MACRO
-    write(
-        workspace,
-        {
-            "Cargo.toml": '[workspace]\nmembers = ["tool", "pm"]\nresolver = "2"\n',
-            "pm/Cargo.toml": '[package]\nname = "pm"\nversion = "0.1.0"\nedition = "2021"\n[lib]\nproc-macro = true\ndoctest = false\n',
-            "pm/src/lib.rs": macro.replace('env!("TARGET_DIR")', json.dumps(str(target))),
-            "tool/Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n'
-            '[dependencies]\npm = { path = "../pm" }\n',
-            "tool/src/main.rs": 'pm::plant!();\nfn main() { println!("wrong"); }\n',
-            "tool/build.rs": ALWAYS_REBUILT,
-            "tool/tests/replace.rs": REPLACING_TEST,
-            f"tool/{ACCEPTANCE_TEST}": GAMED,
-        },
-    )
+    write_macro_crates(workspace, target, PLANTING_MACRO, "plant", **{"tool/tests/replace.rs": REPLACING_TEST})
     for verdict in verdicts(workspace, target, "tool"):
         assert not verdict.green, "a script a macro planted and a test put back passed the examples in the bin's place"
 
