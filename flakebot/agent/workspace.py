@@ -76,11 +76,11 @@ class WorkspaceGit:
         then rev-parse answers."""
         from flakebot.safefs import Tree
 
-        git_dir = Tree(self.workspace / ".git")
         try:
-            head = git_dir.read_text("HEAD", limit=4096).strip()
-            if head.startswith("ref: refs/"):
-                head = git_dir.read_text(head.removeprefix("ref: "), limit=4096).strip()
+            with Tree(self.workspace / ".git") as git_dir:  # a .git file (a gitdir line) is no directory: OSError
+                head = git_dir.read_text("HEAD", limit=4096).strip()
+                if head.startswith("ref: refs/"):
+                    head = git_dir.read_text(head.removeprefix("ref: "), limit=4096).strip()
         except (OSError, UnicodeDecodeError):  # missing, a link, not a file (safefs.UnsafePath is an OSError)
             return ""
         return head if COMMIT_ID.fullmatch(head) else ""

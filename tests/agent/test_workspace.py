@@ -166,3 +166,19 @@ def test_head_read_from_git_files_cannot_be_changed_from_the_sandbox_or_through_
             assert not tools.call("write_file", {"path": path, "content": content}).ok, path
     assert ws.git.head_from_files() == head == ws.git.head(sweep=False)
     assert (ws.root / ".git/HEAD").read_text() == f"ref: {branch}\n"
+
+
+def test_a_gitdir_file_leaves_the_head_to_rev_parse(tmp_path: Path) -> None:
+    """A .git that is a file naming the repository elsewhere (`git init --separate-git-dir`) holds no HEAD of its
+    own: head_from_files says '' and rev-parse names the commit."""
+    import subprocess
+
+    tree = tmp_path / "tree"
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(tmp_path / "repo.git"), str(tree)], check=True)
+    git = WorkspaceGit(tree)
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (tree / "file").write_text("one\n")
+    assert git.head_from_files() == ""
+    made = git.commit("first")
+    assert made == git.head() and len(made) == 40
