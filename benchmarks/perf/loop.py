@@ -35,12 +35,13 @@ is set beside the verdict's cargo (median and range): it checks that the verdict
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,16 +134,18 @@ class TimedLoop(EditLoop):
     spent: dict[str, float]
 
     def settle(self) -> None:
-        start = time.perf_counter()
-        try:
+        with self._waiting():
             super().settle()
-        finally:
-            self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
 
     def settle_tree(self) -> None:
+        with self._waiting():
+            super().settle_tree()
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            super().settle_tree()
+            yield
         finally:
             self.spent["commit"] = self.spent.get("commit", 0.0) + time.perf_counter() - start
 
