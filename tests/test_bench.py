@@ -377,3 +377,28 @@ def test_cpu_owners_gives_an_orphans_time_to_the_tree_it_came_from() -> None:
     owners = sampler.owners({child.pid: "child", parent.pid: "parent", 1: "pid 1"}, split=frozenset({"child"}))
     assert owners.get("child' children", 0) == 0 and owners["child itself"] > 0.1
     assert owners["parent"] >= 0.5 * owners["child itself"], owners
+
+
+def test_the_fork_bench_refuses_a_crate_whose_full_test_runs_no_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crate cargo cannot resolve from the registry (flate2 without Debian's libz-sys, say) gave P2-fork a ratio of
+    two failed resolutions (0.99, published as the figure); it is now left out with the reason, and a run where no
+    crate could be measured is an error."""
+    from benchmarks.perf import fork
+
+    registry = tmp_path / "registry"
+    crate = registry / "needs-missing-0.1.0"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "needs-missing"\nversion = "0.1.0"\nedition = "2021"\n\n'
+        '[dependencies]\nno-such-crate-anywhere = "1"\n'
+    )
+    (crate / "src/lib.rs").write_text("pub fn f() {}\n")
+    monkeypatch.setattr(fork, "REGISTRY", registry)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(fork.NoBaseline) as refused:
+        fork.run(crates=("needs-missing-0.1.0",), samples=1)
+    assert "needs-missing-0.1.0: its full cargo test ran no test" in str(refused.value)
+    assert "no-such-crate-anywhere" in str(refused.value)
+    assert "scripts/bench-setup.sh" in str(refused.value)

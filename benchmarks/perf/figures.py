@@ -289,6 +289,7 @@ def fork_iteration(r: Results) -> dict[str, Any]:
         f"after the same kind of edit, ratio {c.ratio:.3f} (median of {len(c.samples)})"
         for name, c in cases.items()
     )
+    measured += "".join(f"; {name} not measured: {why}" for name, why in fork.skipped.items())
     gap = (
         "the worst crate's ratio is shown; a step whose acceptance tests pass also runs the affected unit and integration tests, "
         "and the last one the full suite."
