@@ -30,12 +30,18 @@ LEASE = "4"  # seconds: a killed worker's job is free again this soon
 
 @contextmanager
 def worker(
-    database: str, log: Path, *extra: str, model: str = f"scripted:{SESSION}", verbose: bool = False
+    database: str,
+    log: Path,
+    *extra: str,
+    model: str = f"scripted:{SESSION}",
+    verbose: bool = False,
+    once: bool = True,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A `flakebot worker --once` in a session of its own (killed with all its children if still running), offline,
-    with `model` (the worker's settings choose them: a tenant's row may not); its database in FLAKEBOT_DATABASE_URL,
-    as an admin gives it (a password on the command line is refused)."""
-    argv = [*FLAKEBOT, *(["-vv"] if verbose else []), "worker", "--once", "--lease", LEASE, "--json", *extra]
+    """A `flakebot worker --once` (or working on, `once` False) in a session of its own (killed with all its children
+    if still running), offline, with `model` (the worker's settings choose them: a tenant's row may not); its database
+    in FLAKEBOT_DATABASE_URL, as an admin gives it (a password on the command line is refused)."""
+    argv = [*FLAKEBOT, *(["-vv"] if verbose else []), "worker", *(["--once"] if once else []), "--lease", LEASE]
+    argv += ["--json", *extra]
     env = {**os.environ, DATABASE_ENV: database, "FLAKEBOT_MODEL": model, "FLAKEBOT_OFFLINE": "true"}
     with log.open("wb") as out:
         proc = subprocess.Popen(
