@@ -75,8 +75,9 @@ class Worker:
     subreaper: bool = False
     _conn: Conn | None = field(default=None, init=False, repr=False)
     # the craft's stop on a cancel (Heartbeat.cancelled): whether a craft runs on the main thread with our SIGTERM
-    # handler around it, and the SIGTERMs the heartbeat sent that no handler took yet, under one lock
-    _stopping: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # handler around it, and the SIGTERMs the heartbeat sent that no handler took yet, under one lock (reentrant: the
+    # handler runs on the main thread between two of its bytecodes, possibly while that thread holds it)
+    _stopping: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _crafting: bool = field(default=False, init=False, repr=False)
     _cancel_signals: int = field(default=0, init=False, repr=False)
 
@@ -238,6 +239,12 @@ class Worker:
             self._conn.execute(f"LISTEN {queue.CHANNEL}")
             logger.info("worker %s connected to %s", self.name, db.shown(self.url))
         return self._conn
+
+    def close(self) -> None:
+        """Close this worker's connection (a process that goes on after its worker: a library caller, a test)."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     def with_db(self, call: Callable[[Conn], T], attempts: int = WRITE_ATTEMPTS) -> T:
         """`call(connection)`, through reconnects when the database goes away meanwhile."""
