@@ -505,7 +505,7 @@ CANCEL_ERROR = {
     "type": "Cancelled",
 }
 CANCEL_RUNNING_ERROR = {
-    "error": "cancelled while a worker crafted it, by the only agent following it: its craft was stopped",
+    "error": "cancelled while a worker crafted it, by the only agent following it: the worker stops its craft",
     "fix": "craft the need again to queue it afresh",
     "type": "Cancelled",
 }

@@ -201,7 +201,8 @@ class Worker:
             with self._stopping:
                 self._crafting = False
             signal.signal(signal.SIGTERM, previous)
-            self._cancel_signals = 0  # any SIGTERM of a cancel still on its way finds the previous handler: none is
+            # none of the heartbeat's SIGTERMs is still on its way: it sends them only while _crafting, cleared above
+            self._cancel_signals = 0
 
     def stop_craft(self) -> bool:
         """SIGTERM to the main thread while it crafts (stoppable): its craft stops as `flakebot craft` stops. False
@@ -287,9 +288,8 @@ class Heartbeat(threading.Thread):
                     self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot heartbeat {self.job_id}")
                 if not self.cancelled.is_set() and queue.cancelled_while_held(self.conn, self.job_id, self.worker.name):
                     self.cancelled.set()
-                    stopped = self.worker.stop_craft()
-                    logger.warning("job %s cancelled by its follower: %s", self.job_id,
-                                   "stopping its craft" if stopped else "its craft runs to its end, unrecorded")  # fmt: skip
+                    how = "stopping its craft" if self.worker.stop_craft() else "its craft runs to its end, unrecorded"
+                    logger.warning("job %s cancelled by its follower: %s", self.job_id, how)
                 if time.monotonic() < renew_at or self.cancelled.is_set():
                     continue
                 renew_at = time.monotonic() + every
