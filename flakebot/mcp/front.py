@@ -398,7 +398,7 @@ class TeamMCP(FlakebotMCP):
         )
 
     def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """Cancel the caller's queued job, or leave it when others follow it too (FrontQueue.cancel), as the caller
+        """Cancel the caller's queued or running job, or leave it when others follow it too (FrontQueue.cancel), as the caller
         then sees it; the row's kept read is dropped, so every follower of this front sees the change at its next
         read."""
         principal = self.principal(ctx)

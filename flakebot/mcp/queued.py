@@ -71,7 +71,7 @@ class QueueFront(Protocol):
         """The caller's tenant's jobs a task list shows (none without a database)."""
 
     def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """Cancel the caller's queued job: its row, None when it is not the caller's to cancel."""
+        """Cancel the caller's queued or running job: its row, None when it is not the caller's to cancel."""
 
     def call_result(self, line: dict[str, Any]) -> Any:
         """The CallToolResult of a {result} or {error} line."""
@@ -333,10 +333,7 @@ class QueueTasks(mcp_tasks.Tasks):
         mcp_tasks.offered(ctx)
         number = job_number(params.task_id)
         assert number is not None
-        try:
-            row = await anyio.to_thread.run_sync(lambda: self.front.cancel_job(ctx, number))
-        except RunError as exc:  # claimed by a worker already, or followed by other agents too
-            raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
+        row = await anyio.to_thread.run_sync(lambda: self.front.cancel_job(ctx, number))
         if row is None:  # another tenant's job, or one the caller does not follow: as any unknown task
             raise mcp_tasks.no_task(params.task_id)
         task = task_of(row)

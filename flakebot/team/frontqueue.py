@@ -85,7 +85,7 @@ class FrontQueue:
         )
 
     def cancel(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
-        """Cancel a queued job the principal alone follows (queue.cancel): its row, None when not its to cancel."""
+        """Cancel a job the principal alone follows, queued or running (queue.cancel): its row, None when not its to cancel."""
         row = self._call(lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name, principal.id))
         if row is not None:
             logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)

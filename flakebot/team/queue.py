@@ -9,6 +9,9 @@ Races are the database's to settle, not ours:
 - a lease is a time in the row: a worker renews it while it works (heartbeat); a job whose lease ran out (its
   worker was killed, or lost the database) is claimable again and resumed from its run. Only the worker named in
   the row may renew or finish it (a worker that lost its job to another cannot overwrite its result).
+- a cancel of a running job ends its row `cancelled` at once (as MCP asks of tasks/cancel: cancelled before the answer,
+  and cancelled for good); the worker holding it sees that at its next look (worker.Heartbeat, every second) and
+  stops its craft, and its end is refused by the row (finish: the state is no longer running), whichever comes first.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flakebot.errors import QuotaExceeded, RunError, UsageError
+from flakebot.errors import QuotaExceeded, UsageError
 
 if TYPE_CHECKING:
     import psycopg
@@ -439,7 +442,8 @@ def cancel(
     """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
     leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
     on for the others; the row returned has it in `left_by`); otherwise its row ends `cancelled` and no worker
-    claims it, which only a job no worker has claimed yet may (RunError in one line otherwise). A job that ended, or
+    claims it; a running one ends `cancelled` too, at once (its worker stops its craft when it next looks: the row's
+    `worker` still names it, and what it spent is added by settle_cancelled). A job that ended, or
     one the principal left, is its row as it is, marked `unchanged` (a cancel retried is idempotent). None when the tenant
     has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
     enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
@@ -461,18 +465,36 @@ def cancel(
         if followers - {who}:  # the craft is theirs too: stop only the caller's following of it
             _audit(conn, tenant, principal, "left", job_id, _identity(principal_id))
             return {**row, "left_by": [who]}
-        if row["state"] != "queued":
-            raise RunError(
-                f"job-{job_id} is {row['state']}, not queued: only a craft no worker has claimed can be cancelled",
-                fix="let it end (status with wait_seconds follows it)",
-            )
-        error = error_of_cancel()
+        running = row["state"] == "running"
+        # a running job keeps its worker's name (the one to stop, whose CPU-seconds settle_cancelled adds) and its
+        # `started` (a craft that ran counts for the day); no lease: nobody may claim or renew it again
         ended = conn.execute(
-            "UPDATE jobs SET state = 'cancelled', ended = now(), error = %s WHERE id = %s RETURNING *",
-            (_json(error), job_id),
+            "UPDATE jobs SET state = 'cancelled', ended = now(), lease_until = NULL, error = %s WHERE id = %s "
+            "RETURNING *",
+            (_json(error_of_cancel(running=running)), job_id),
         ).fetchone()
-        _audit(conn, tenant, principal, "cancelled", job_id, _identity(principal_id))
+        worker = {"worker": row["worker"]} if running else {}
+        _audit(conn, tenant, principal, "cancelled", job_id, {**_identity(principal_id), **worker})
     return ended
+
+
+def cancelled_while_held(conn: Conn, job_id: int, worker: str) -> bool:
+    """Whether the job `worker` was crafting has been cancelled (queue.cancel) while it held it: its craft is to stop."""
+    row = conn.execute(
+        "SELECT 1 FROM jobs WHERE id = %s AND worker = %s AND state = 'cancelled'", (job_id, worker)
+    ).fetchone()
+    return row is not None
+
+
+def settle_cancelled(conn: Conn, job_id: int, worker: str, cpu_seconds: float) -> bool:
+    """Add the CPU-seconds `worker` spent on a job cancelled while it crafted it (its end is the cancel's, not the
+    worker's to write: finish refuses it); False when the row is not that."""
+    with conn.transaction():
+        done = conn.execute(
+            "UPDATE jobs SET cpu_seconds = cpu_seconds + %s WHERE id = %s AND worker = %s AND state = 'cancelled'",
+            (_counted(cpu_seconds), job_id, worker),
+        )
+    return done.rowcount == 1
 
 
 # The error a cancelled row holds, as a front writes it. It names nobody: who cancelled is the audit's to say, and a
@@ -482,17 +504,22 @@ CANCEL_ERROR = {
     "fix": "craft the need again to queue it afresh",
     "type": "Cancelled",
 }
+CANCEL_RUNNING_ERROR = {
+    "error": "cancelled while a worker crafted it, by the only agent following it: the worker stops its craft",
+    "fix": "craft the need again to queue it afresh",
+    "type": "Cancelled",
+}
 
 
-def error_of_cancel() -> dict[str, str]:
-    """The error a front writes as it cancels: the only text of a cancelled row a reader tells as flakebot's words
-    (`is_cancel_error`); any other is whoever wrote the table's."""
-    return dict(CANCEL_ERROR)
+def error_of_cancel(running: bool = False) -> dict[str, str]:
+    """The error a front writes as it cancels (a job queued, or `running`): the only texts of a cancelled row a reader
+    tells as flakebot's words (`is_cancel_error`); any other is whoever wrote the table's."""
+    return dict(CANCEL_RUNNING_ERROR if running else CANCEL_ERROR)
 
 
 def is_cancel_error(error: Any) -> bool:
     """Whether `error` is exactly what error_of_cancel writes."""
-    return isinstance(error, dict) and error == CANCEL_ERROR
+    return isinstance(error, dict) and error in (CANCEL_ERROR, CANCEL_RUNNING_ERROR)
 
 
 def get(conn: Conn, job_id: int, tenant: str) -> dict[str, Any] | None:

@@ -5,6 +5,12 @@ pipeline, as `flakebot craft` runs it) while a heartbeat thread renews its lease
 error) back. The run a job's craft works in is recorded in its row as it starts, so a worker that claims the job
 after its lease ran out (its worker was killed) resumes that run from its first unfinished stage. A database that goes away is reconnected to, with a pause that grows to
 RECONNECT_MAX seconds; the job at hand goes on meanwhile.
+
+A job its one follower cancels while it runs (queue.cancel: the row is `cancelled` at once) is stopped the way
+`flakebot craft` stops on SIGTERM: the heartbeat sees the row (every CANCEL_POLL seconds) and sends SIGTERM to this
+worker's main thread, the pipeline marks the stage interrupted and the sandboxes' `finally` kill their commands. The
+worker tells that from its own stop by the heartbeat's mark: a cancelled job is settled (its CPU-seconds added) and
+the next one claimed, where a stopped worker hands its job back and exits.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +43,7 @@ POLL_SECONDS = 5.0  # a waiting worker looks again this often even without a NOT
 RECONNECT_MAX = 5.0  # the longest pause between two attempts to reach the database
 WRITE_ATTEMPTS = 30  # a job's end is written back through this many reconnects before the worker gives up on it
 NAMEDATALEN = 63  # pg_stat_activity keeps this much of an application_name
+CANCEL_POLL = 1.0  # seconds between a heartbeat's looks at its job's row: a cancelled craft stops this soon
 T = TypeVar("T")
 
 
@@ -65,6 +74,12 @@ class Worker:
     # counted (launcher); a worker process's own choice: a process that starts other things meanwhile must not
     subreaper: bool = False
     _conn: Conn | None = field(default=None, init=False, repr=False)
+    # the craft's stop on a cancel (Heartbeat.cancelled): whether a craft runs on the main thread with our SIGTERM
+    # handler around it, and the SIGTERMs the heartbeat sent that no handler took yet, under one lock (reentrant: the
+    # handler runs on the main thread between two of its bytecodes, possibly while that thread holds it)
+    _stopping: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _crafting: bool = field(default=False, init=False, repr=False)
+    _cancel_signals: int = field(default=0, init=False, repr=False)
 
     def run(self, once: bool = False) -> list[dict[str, Any]]:
         """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
@@ -115,33 +130,89 @@ class Worker:
 
     def work(self, job: dict[str, Any]) -> dict[str, Any]:
         """Run one claimed job under its lease and write its end back."""
-        logger.info("job %s (%s, tenant %s): attempt %s", job["id"], job["kind"], job["tenant"], job["attempts"])
-        heartbeat = Heartbeat(self, int(job["id"]))
+        job_id = int(job["id"])
+        logger.info("job %s (%s, tenant %s): attempt %s", job_id, job["kind"], job["tenant"], job["attempts"])
+        heartbeat = Heartbeat(self, job_id)
         heartbeat.start()
         spent = self.cpu_seconds()
         result: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         try:
-            result = self.crafts(job, self.run_recorder(int(job["id"])))
-        except (Interrupted, KeyboardInterrupt):  # this worker is stopping, not the job failing: another resumes it
+            with self.stoppable():
+                result = self.crafts(job, self.run_recorder(job_id))
+        except (Interrupted, KeyboardInterrupt):
             heartbeat.stop()
+            if heartbeat.cancelled.is_set():  # its follower cancelled it: the row says so already
+                return self.settle_cancelled(job_id, spent)
+            # this worker is stopping, not the job failing: another resumes it
             used = self.cpu_seconds() - spent
-            self.with_db(lambda conn: queue.release(conn, int(job["id"]), self.name, used))
-            logger.warning("job %s handed back to the queue: this worker was stopped", job["id"])
+            self.with_db(lambda conn: queue.release(conn, job_id, self.name, used))
+            logger.warning("job %s handed back to the queue: this worker was stopped", job_id)
             raise
         except FlakebotError as exc:
-            logger.warning("job %s failed: %s", job["id"], exc.one_line())
+            logger.warning("job %s failed: %s", job_id, exc.one_line())
             error = exc.result()
         finally:
             heartbeat.stop()
         used = self.cpu_seconds() - spent
         held = self.with_db(
-            lambda conn: queue.finish(conn, int(job["id"]), self.name, result=result, error=error, cpu_seconds=used)
+            lambda conn: queue.finish(conn, job_id, self.name, result=result, error=error, cpu_seconds=used)
         )
+        if not held and self.with_db(lambda conn: queue.cancelled_while_held(conn, job_id, self.name)):
+            # the cancel committed first (between the craft's end and this write): the row stays cancelled, as MCP
+            # asks of a cancelled task; what the craft made before it (a catalogued tool) stays where it is
+            logger.warning("job %s was cancelled as its craft ended: its end here is not recorded", job_id)
+            return self.settle_cancelled(job_id, spent)
         if not held:
-            logger.warning("job %s was taken over by another worker: its end here is not recorded", job["id"])
+            logger.warning("job %s was taken over by another worker: its end here is not recorded", job_id)
         state = "failed" if error is not None else "done"
-        return {"job": int(job["id"]), "state": state, "recorded": held, "run_id": (result or {}).get("run_id")}
+        return {"job": job_id, "state": state, "recorded": held, "run_id": (result or {}).get("run_id")}
+
+    def settle_cancelled(self, job_id: int, spent: float) -> dict[str, Any]:
+        """The end of a job cancelled while this worker crafted it: its CPU-seconds added to the cancelled row."""
+        used = self.cpu_seconds() - spent
+        self.with_db(lambda conn: queue.settle_cancelled(conn, job_id, self.name, used))
+        logger.warning("job %s was cancelled by its follower: its craft stopped, nothing recorded", job_id)
+        return {"job": job_id, "state": "cancelled", "recorded": True, "run_id": None}
+
+    @contextmanager
+    def stoppable(self) -> Iterator[None]:
+        """Around a craft on the main thread: SIGTERM raises KeyboardInterrupt wherever the craft is (the pipeline
+        turns it into Interrupted inside a run, with its own handler), and a SIGTERM the heartbeat sent for a cancel
+        that lands once the craft is over is dropped, not taken for this worker's stop. Elsewhere: nothing (a
+        signal handler is the main thread's to set), and a cancelled craft runs to its end, refused by its row."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            with self._stopping:
+                ours, crafting = self._cancel_signals > 0, self._crafting
+                self._cancel_signals = max(self._cancel_signals - 1, 0)
+            if crafting or not ours:
+                raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        with self._stopping:
+            self._crafting = True
+        try:
+            yield
+        finally:
+            with self._stopping:
+                self._crafting = False
+            signal.signal(signal.SIGTERM, previous)
+            # none of the heartbeat's SIGTERMs is still on its way: it sends them only while _crafting, cleared above
+            self._cancel_signals = 0
+
+    def stop_craft(self) -> bool:
+        """SIGTERM to the main thread while it crafts (stoppable): its craft stops as `flakebot craft` stops. False
+        when no craft runs there to stop."""
+        with self._stopping:
+            if not self._crafting:
+                return False
+            self._cancel_signals += 1
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+        return True
 
     def cpu_seconds(self) -> float:
         """cpu_seconds(), the sandboxes' inits this worker inherited reaped first (their commands' time is theirs)."""
@@ -169,6 +240,12 @@ class Worker:
             self._conn.execute(f"LISTEN {queue.CHANNEL}")
             logger.info("worker %s connected to %s", self.name, db.shown(self.url))
         return self._conn
+
+    def close(self) -> None:
+        """Close this worker's connection (a process that goes on after its worker: a library caller, a test)."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     def with_db(self, call: Callable[[Conn], T], attempts: int = WRITE_ATTEMPTS) -> T:
         """`call(connection)`, through reconnects when the database goes away meanwhile."""
@@ -199,14 +276,23 @@ class Heartbeat(threading.Thread):
         super().__init__(name=f"heartbeat-{job_id}", daemon=True)
         self.worker, self.job_id = worker, job_id
         self.stopped = threading.Event()
+        self.cancelled = threading.Event()  # the job's follower cancelled it: its craft was told to stop
         self.conn: Conn | None = None
 
     def run(self) -> None:
         every = self.worker.lease_seconds / 3
-        while not self.stopped.wait(every):
+        renew_at = time.monotonic() + every
+        while not self.stopped.wait(min(CANCEL_POLL, every)):
             try:
                 if self.conn is None or self.conn.closed:
                     self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot heartbeat {self.job_id}")
+                if not self.cancelled.is_set() and queue.cancelled_while_held(self.conn, self.job_id, self.worker.name):
+                    self.cancelled.set()
+                    how = "stopping its craft" if self.worker.stop_craft() else "its craft runs to its end, unrecorded"
+                    logger.warning("job %s cancelled by its follower: %s", self.job_id, how)
+                if time.monotonic() < renew_at or self.cancelled.is_set():
+                    continue
+                renew_at = time.monotonic() + every
                 if not queue.renew(self.conn, self.job_id, self.worker.name, self.worker.lease_seconds):
                     logger.warning("job %s: lease lost to another worker", self.job_id)
             except _lost() as exc:

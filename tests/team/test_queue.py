@@ -151,6 +151,49 @@ def test_a_craft_a_worker_handed_back_then_cancelled_still_counts_for_the_day(da
     conn.close()
 
 
+def test_a_running_craft_its_only_follower_cancels_ends_cancelled_for_good(database: str) -> None:
+    """A job a worker claimed, cancelled by its one follower: the row ends cancelled at once (as MCP asks), names the
+    worker to stop, is neither renewed, finished, handed back nor claimed again (its worker may die: its lease ran
+    out, and no one resumes it), keeps the CPU-seconds its worker settles, and counts for the day. A cancel that
+    comes after the worker's end changes nothing (whichever commits first is the job's end)."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=2)
+    job_id = queue.enqueue(conn, "acme", "alice", craft("need a tool to stop"), principal_id="id-alice").job_id
+    assert queue.claim(conn, "w1", lease_seconds=0.5) is not None
+    assert not queue.cancelled_while_held(conn, job_id, "w1")
+    cancelled = queue.cancel(conn, job_id, "acme", "alice", "id-alice")
+    assert cancelled is not None and (cancelled["state"], cancelled["worker"], cancelled["lease_until"]) == (
+        "cancelled",
+        "w1",
+        None,
+    )
+    assert cancelled["error"] == queue.error_of_cancel(running=True) and queue.is_cancel_error(cancelled["error"])
+    assert queue.cancelled_while_held(conn, job_id, "w1") and not queue.cancelled_while_held(conn, job_id, "w2")
+    assert not queue.renew(conn, job_id, "w1", 30)
+    assert not queue.finish(conn, job_id, "w1", result={"status": "crafted"}, error=None)
+    assert not queue.release(conn, job_id, "w1")
+    time.sleep(0.7)  # its lease would have run out: the worker died after the cancel
+    assert queue.claim(conn, "w2", lease_seconds=30) is None
+    assert queue.settle_cancelled(conn, job_id, "w1", 2.5) and not queue.settle_cancelled(conn, job_id, "w2", 1.0)
+    row = queue.get(conn, job_id, "acme")
+    assert row is not None and (row["state"], row["cpu_seconds"], row["result"]) == ("cancelled", 2.5, None)
+    assert queue.quota_of(conn, "acme")["used"]["today"] == 1  # it ran: one of the day's crafts
+    audit = conn.execute("SELECT principal, action, detail FROM audit WHERE job = %s ORDER BY id", (job_id,)).fetchall()
+    assert [(a["principal"], a["action"]) for a in audit] == [
+        ("alice", "enqueued"),
+        ("w1", "claimed"),
+        ("alice", "cancelled"),
+    ]
+    assert audit[-1]["detail"] == {"principal_id": "id-alice", "worker": "w1"}
+
+    done_id = queue.enqueue(conn, "acme", "alice", craft("need a tool that ended"), principal_id="id-alice").job_id
+    assert queue.claim(conn, "w1", 30) is not None
+    assert queue.finish(conn, done_id, "w1", result={"status": "crafted"}, error=None)  # the worker's end first
+    late = queue.cancel(conn, done_id, "acme", "alice", "id-alice")
+    assert late is not None and late["state"] == "done" and late["unchanged"]
+    conn.close()
+
+
 def test_a_craft_its_queuer_left_to_a_joiner_still_takes_the_queuers_concurrent_crafts_until_it_ends(
     database: str,
 ) -> None:

@@ -28,9 +28,10 @@ from flakebot.team import audit, db, queue
 from flakebot.team.dburl import ENV as DATABASE_ENV
 from flakebot.team.frontqueue import job_number
 from tests.conftest import REPO, json_result, require, run_cli, wait_for
+from tests.fakes.processes import own_processes
 from tests.team.conftest import Cluster
 from tests.team.test_front import INITIALIZE, add_token, post, served_slow_craft, serving, serving_process
-from tests.team.test_worker import worker
+from tests.team.test_worker import job_row, worker
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -620,8 +621,8 @@ def test_calls_following_one_job_share_its_row_reads(flakebot_home: Path, databa
 def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: Path, database: str) -> None:
     """tasks/cancel of a queued craft: cancelled when the caller alone follows it (no worker claims it, the same need
     queues afresh); only the caller's task stopped when another agent of the tenant joined it (the job goes on for
-    that agent); refused in one line once a worker claimed it; another tenant's, or a job the caller does not follow,
-    is "no task" as an unknown one."""
+    that agent); cancelled too once a worker claimed it (its row says so at once: the worker's part is
+    test_worker.py's); another tenant's, or a job the caller does not follow, is "no task" as an unknown one."""
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     bob = add_token("bob", "--tenant", "other")
 
@@ -673,14 +674,16 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
             second = queue.claim(conn, "w1", 60)
         assert first is not None and second is not None
         assert {handle_of(first), handle_of(second)} == {shared, claimed}  # the cancelled job was never claimed
-        running = mine.ask("tasks/cancel", {"taskId": claimed})
-        assert "is running, not queued" in running["error"]["message"], running
+        running = mine.ask("tasks/cancel", {"taskId": claimed})  # a worker holds it: cancelled all the same
+        assert running["result"]["status"] == "cancelled", running
+        assert running["result"]["statusMessage"].startswith("cancelled while a worker crafted it"), running
         last = ours.ask("tasks/cancel", {"taskId": shared})  # carol, its one follower left, once a worker took it
-        assert "is running, not queued" in last["error"]["message"], last
+        assert last["result"]["status"] == "cancelled", last
+        assert ours.ask("tasks/get", {"taskId": shared})["result"]["status"] == "cancelled"
         anew = call(url, carol, "craft", {"need": "need a csv deduper"})  # free to queue again (alice: at her 2)
         assert anew["status"] == "queued" and anew["run_id"] != alone and anew["joined"] is False, anew
     states = {f"job-{r['id']}": r["state"] for r in rows(database)}
-    assert (states[alone], states[shared], states[claimed]) == ("cancelled", "running", "running"), states
+    assert (states[alone], states[shared], states[claimed]) == ("cancelled", "cancelled", "cancelled"), states
     with db.connect(database) as conn:
         actions = conn.execute(
             "SELECT principal, action, job FROM audit WHERE action IN ('cancelled', 'left') ORDER BY id"
@@ -689,7 +692,73 @@ def test_a_queued_craft_its_only_follower_cancels_ends_cancelled(flakebot_home: 
         ("alice", "cancelled", alone),
         ("alice", "left", shared),
         ("alice", "left", shared),
+        ("alice", "cancelled", claimed),
+        ("carol", "cancelled", shared),
     ], actions
+
+
+@pytest.mark.slow
+def test_a_running_craft_its_only_follower_cancels_stops_on_its_worker(
+    flakebot_home: Path, database: str, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tasks/cancel of a craft a real worker is crafting (mid-edit, a sandboxed command running): the task and the row
+    end cancelled at once, the worker stops the craft as `flakebot craft` stops on SIGTERM (the run interrupted, none
+    of its processes left), catalogues nothing, settles its CPU-seconds in the row, lives on and claims the next job.
+    A lease of ten minutes: nothing here waits for one to run out."""
+    require("bwrap", "cargo", "nix")
+    monkeypatch.setenv("FLAKEBOT_OFFLINE", "1")
+    alice = add_token("alice", "--tenant", "acme")
+    log = tmp_path / "worker.log"
+
+    def task(session: Session, need: str) -> str:
+        arguments = {"need": need, "registry": "local"}
+        return str(
+            session.ask("tools/call", {"name": "craft", "arguments": arguments, "task": {}})["result"]["task"]["taskId"]
+        )
+
+    with (
+        own_processes() as listing,
+        serving_process(database=database) as (url, front),
+        worker(database, log, "--lease", "600", "--name", "w1", once=False) as proc,
+    ):
+
+        def crafting() -> list[tuple[int, list[str]]]:  # the processes of the worker's craft: all below the worker
+            return [(pid, argv) for pid, argv in listing() if pid not in (front.pid, proc.pid)]
+
+        mine = Session(url, alice)
+        job = task(mine, "need a CSV deduper")
+        job_id = job_number(job)
+        assert job_id is not None
+        run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
+        events = workdir / "runs" / run_id / "events.jsonl"
+        wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
+        wait_for(lambda: any("bwrap" in argv[0] for _, argv in crafting()), timeout=120, interval=0.1)
+
+        cancelled = mine.ask("tasks/cancel", {"taskId": job})["result"]
+        assert cancelled["status"] == "cancelled", cancelled
+        assert cancelled["statusMessage"].startswith("cancelled while a worker crafted it"), cancelled
+        wait_for(lambda: not crafting(), timeout=30, interval=0.1)  # its sandboxes, cargo, rustc: gone
+        wait_for(lambda: job_row(database, job_id)["cpu_seconds"] > 0, timeout=30, interval=0.2)  # settled
+        assert proc.poll() is None, log.read_text()  # the worker lives on
+        got = mine.ask("tasks/get", {"taskId": job})["result"]
+        assert got["status"] == "cancelled", got
+        assert call(url, alice, "list", {})["tools"] == []  # nothing catalogued
+        assert json.loads((workdir / "runs" / run_id / "state.json").read_text())["status"] == "interrupted"
+
+        following = job_number(task(mine, "need a word counter"))
+        assert following is not None
+        wait_for(lambda: job_row(database, following)["worker"] == "w1", timeout=60, interval=0.2)
+    row = job_row(database, job_id)
+    assert (row["state"], row["worker"], row["result"]) == ("cancelled", "w1", None), row
+    assert row["cpu_seconds"] > 0 and row["error"] == queue.error_of_cancel(running=True), row
+    with db.connect(database) as conn:
+        said = conn.execute("SELECT principal, action FROM audit WHERE job = %s ORDER BY id", (job_id,)).fetchall()
+        assert queue.quota_of(conn, "acme")["used"]["today"] == 2  # the cancelled craft ran: it counts
+    assert [(a["principal"], a["action"]) for a in said] == [
+        ("alice", "enqueued"),
+        ("w1", "claimed"),
+        ("alice", "cancelled"),
+    ], said
 
 
 def test_a_new_token_under_a_revoked_ones_name_cannot_cancel_its_craft(flakebot_home: Path, database: str) -> None:

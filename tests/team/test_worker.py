@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from flakebot.team import db, queue
 from flakebot.team.dburl import ENV as DATABASE_ENV
+from flakebot.team.worker import Worker
 from tests.conftest import FLAKEBOT, REPO, require, wait_for
 from tests.team.conftest import Cluster
 
@@ -30,12 +32,18 @@ LEASE = "4"  # seconds: a killed worker's job is free again this soon
 
 @contextmanager
 def worker(
-    database: str, log: Path, *extra: str, model: str = f"scripted:{SESSION}", verbose: bool = False
+    database: str,
+    log: Path,
+    *extra: str,
+    model: str = f"scripted:{SESSION}",
+    verbose: bool = False,
+    once: bool = True,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A `flakebot worker --once` in a session of its own (killed with all its children if still running), offline,
-    with `model` (the worker's settings choose them: a tenant's row may not); its database in FLAKEBOT_DATABASE_URL,
-    as an admin gives it (a password on the command line is refused)."""
-    argv = [*FLAKEBOT, *(["-vv"] if verbose else []), "worker", "--once", "--lease", LEASE, "--json", *extra]
+    """A `flakebot worker --once` (or working on, `once` False) in a session of its own (killed with all its children
+    if still running), offline, with `model` (the worker's settings choose them: a tenant's row may not); its database
+    in FLAKEBOT_DATABASE_URL, as an admin gives it (a password on the command line is refused)."""
+    argv = [*FLAKEBOT, *(["-vv"] if verbose else []), "worker", *(["--once"] if once else []), "--lease", LEASE]
+    argv += ["--json", *extra]
     env = {**os.environ, DATABASE_ENV: database, "FLAKEBOT_MODEL": model, "FLAKEBOT_OFFLINE": "true"}
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -384,3 +392,65 @@ def test_a_second_worker_with_a_name_in_use_is_refused(database: str, tmp_path: 
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "twin" in lines[0] and lines[0].startswith("error: "), done.stderr
+
+
+def _claimed(database: str) -> tuple[Any, dict[str, Any]]:
+    """A connection, and a job queued by alice and claimed by worker w1 (as Worker.next_job claims it)."""
+    conn = db.connect(database, autocommit=True)
+    queue.enqueue(conn, "acme", "alice", RunRequest(need="need a CSV deduper"), principal_id="id-alice")
+    job = queue.claim(conn, "w1", 30)
+    assert job is not None
+    return conn, job
+
+
+def test_a_craft_cancelled_while_it_runs_is_stopped_and_its_worker_goes_on(database: str) -> None:
+    """A Worker on the main thread whose craft waits (as a sandboxed command does): the cancel, committed by another
+    connection, stops it within seconds through SIGTERM, and work() answers cancelled instead of raising (a stop of
+    the worker would raise); the row stays cancelled, its CPU-seconds settled."""
+    conn, job = _claimed(database)
+    started = threading.Event()
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        started.set()
+        time.sleep(60)  # interrupted by the cancel's SIGTERM long before
+        raise AssertionError("the craft was not stopped")
+
+    def cancel() -> None:
+        started.wait(10)
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
+
+    helper = threading.Thread(target=cancel)
+    helper.start()
+    begun, working = time.monotonic(), Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        ended = working.work(job)
+    finally:
+        working.close()
+    helper.join(timeout=10)
+    assert ended["state"] == "cancelled" and time.monotonic() - begun < 20, ended
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and (row["state"], row["result"], row["worker"]) == ("cancelled", None, "w1")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the worker's handler is gone with its craft
+    conn.close()
+
+
+def test_a_cancel_between_a_crafts_end_and_its_write_wins_the_row(database: str) -> None:
+    """The cancel commits after the craft ended and before the worker writes its end: the worker's result is refused,
+    the row stays cancelled (as MCP keeps a cancelled task cancelled), and the worker answers cancelled."""
+    conn, job = _claimed(database)
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        with db.connect(database) as other:  # the craft is over; its follower's cancel lands now
+            assert queue.cancel(other, int(row["id"]), "acme", "alice", "id-alice") is not None
+        return {"status": "crafted", "name": "csv-dedup", "run_id": "20260101-000000-abcdef"}
+
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        ended = working.work(job)
+    finally:
+        working.close()
+    assert ended["state"] == "cancelled", ended
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and (row["state"], row["result"]) == ("cancelled", None)
+    conn.close()
