@@ -189,7 +189,8 @@ class TeamMCP(FlakebotMCP):
         params = ctx.params if isinstance(ctx.params, dict) else {}
         name = params.get("name") if isinstance(params.get("name"), str) else None
         try:
-            result = await call_next(ctx)
+            async with self.one_of_its_calls(ctx):
+                result = await call_next(ctx)
             outcome = "ok"
             return result
         finally:
@@ -535,14 +536,21 @@ class TeamMCP(FlakebotMCP):
         self._audited(ctx, "tools/list", None, None, "ok", None, started)
         return result
 
-    async def call_tool(self, ctx: Any, params: Any) -> Any:
-        """The call, once its token has fewer than TOKEN_CALLS_AT_ONCE in flight: a command's worker threads
-        (THREADS_PER_COMMAND) and the default pool are shared by every token, and calls that hold their answer
-        (status's wait_seconds, a tool's run) from one token must not take them all."""
-        started = time.monotonic()
+    @contextlib.asynccontextmanager
+    async def one_of_its_calls(self, ctx: Any) -> AsyncIterator[None]:
+        """Held while a tool call of the caller's token runs, whichever route it came by (a plain tools/call, one
+        asked as a task): entered once the token has fewer than TOKEN_CALLS_AT_ONCE in flight, its others waiting in
+        the token's own queue. A command's worker threads (THREADS_PER_COMMAND) and the default pool are shared by
+        every token, and calls that hold their answer (status's wait_seconds, a tool's run, an enqueue waiting on the
+        database) from one token must not take them all."""
         owner = self.job_owner(ctx)[0]
-        limiter = self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
-        async with limiter:
+        async with self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE)):
+            yield
+
+    async def call_tool(self, ctx: Any, params: Any) -> Any:
+        """The call, as one of its token's calls in flight (one_of_its_calls)."""
+        started = time.monotonic()
+        async with self.one_of_its_calls(ctx):
             result = await self._tenant_call(ctx, params)
         data = result.structured_content if isinstance(result.structured_content, dict) else {}
         code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None

@@ -756,3 +756,40 @@ def test_a_job_its_first_follower_left_still_tells_the_others_its_tool_list_chan
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     with serving(database=database) as url:
         assert asyncio.run(_first_follower_gone(url, alice, carol, database, gone)), "carol was never told"
+
+
+async def _task_behind_held_calls(url: str, alice: str, job: str, holds: int) -> dict[str, Any]:
+    """`holds` status calls of alice's queued job held (wait_seconds), then a craft of alice's asked as a task: its
+    answer."""
+    mine = await asyncio.to_thread(Session, url, alice)
+
+    async def hold() -> None:
+        await _call(url, alice, "status", {"run_id": job, "wait_seconds": 15})
+
+    held = [asyncio.create_task(hold()) for _ in range(holds)]
+    await asyncio.sleep(3)  # every hold has reached the front
+    assert not any(task.done() for task in held), [task.exception() for task in held if task.done()]
+    asked = {"name": "craft", "arguments": {"need": "need a word counter"}, "task": {}}
+    created = await asyncio.wait_for(asyncio.to_thread(mine.ask, "tools/call", asked), 60)
+    await asyncio.gather(*held)
+    return created
+
+
+def test_a_call_asked_as_a_task_waits_behind_its_tokens_calls_in_flight(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """A token's tool calls in flight are TOKEN_CALLS_AT_ONCE (8), whichever route they take: a craft asked as a task
+    skipped that limit (only a plain tools/call took it), so a flood of task calls from one token ran all at once.
+    With 8 of alice's calls held, her task call now waits in her own queue until one of them ends: the audit (each
+    call's record written as it ends, the held call's before its place is given to the next) has a held status
+    before the task's craft."""
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database) as url:
+        job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]  # no worker: it stays queued
+        created = asyncio.run(_task_behind_held_calls(url, alice, job, TOKEN_CALLS_AT_ONCE))
+        assert created["result"]["task"]["taskId"].startswith("job-"), created
+    tools = [record["tool"] for record in audit.read(workdir) if record["method"] == "tools/call"]
+    assert tools.count("status") == TOKEN_CALLS_AT_ONCE and tools.count("craft") == 2, tools
+    assert tools.index("craft", 1) > tools.index("status"), f"alice's task call ran beside her 8 in flight: {tools}"
