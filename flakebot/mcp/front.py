@@ -399,13 +399,13 @@ class TeamMCP(FlakebotMCP):
         )
 
     def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """Cancel the caller's queued job, or leave it when others follow it too (FrontQueue.cancel), as the caller
-        then sees it; the row's kept read is dropped, so every follower of this front sees the change at its next
-        read."""
+        """Cancel the caller's queued job, or leave it when others follow it too (FrontQueue.cancel; a revoked
+        token's following does not count), as the caller then sees it; the row's kept read is dropped, so every
+        follower of this front sees the change at its next read."""
         principal = self.principal(ctx)
         if self.queue is None or principal is None:
             return None
-        row = self.queue.cancel(principal, job_id)
+        row = self.queue.cancel(principal, job_id, self.store.revoked())
         with self._rows_lock:
             self._rows.pop((principal.tenant, job_id), None)
         return self._handed(ctx, row)

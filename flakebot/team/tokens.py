@@ -65,6 +65,10 @@ class Verifier(Protocol):
 
     def active(self) -> list[Principal]: ...
 
+    def revoked(self) -> set[str]:
+        """The ids of principals let in once and never again (a revoked static token): they follow no job."""
+        ...
+
 
 class Verifiers:
     """Several ways in, tried in order: the first that knows a token names its principal."""
@@ -82,6 +86,9 @@ class Verifiers:
     def active(self) -> list[Principal]:
         return [p for verifier in self.verifiers for p in verifier.active()]
 
+    def revoked(self) -> set[str]:
+        return {principal_id for verifier in self.verifiers for principal_id in verifier.revoked()}
+
 
 def team_dir(workdir: Path) -> Path:
     return workdir / "team"
@@ -95,6 +102,7 @@ class TokenStore:
         self.path = self.directory / "tokens.json"
         self._seen: tuple[int, ...] | None = None
         self._by_hash: dict[str, Principal] = {}
+        self._revoked: set[str] = set()
 
     # ---------------------------------------------------------------- administration
 
@@ -164,6 +172,12 @@ class TokenStore:
         self._refresh()
         return list(self._by_hash.values())
 
+    def revoked(self) -> set[str]:
+        """The ids of this store's revoked tokens (a revoked record stays listed, and its token can never verify
+        again). A principal this store never held (another front's store, a JWT) is not among them."""
+        self._refresh()
+        return set(self._revoked)
+
     def _refresh(self) -> None:
         try:  # the file and its directory as they are, links not followed: a chmod, chown or a link changes ctime
             seen: tuple[int, ...] | None = tuple(
@@ -175,7 +189,9 @@ class TokenStore:
             seen = None
         if seen == self._seen and seen is not None:
             return
-        self._by_hash = {r["sha256"]: _principal(r) for r in self._read() if r.get("revoked") is None}
+        records = self._read()
+        self._by_hash = {r["sha256"]: _principal(r) for r in records if r.get("revoked") is None}
+        self._revoked = {str(r["id"]) for r in records if r.get("revoked") is not None}
         self._seen = seen
 
     # ---------------------------------------------------------------- the file

@@ -793,3 +793,35 @@ def test_a_call_asked_as_a_task_waits_behind_its_tokens_calls_in_flight(
     tools = [record["tool"] for record in audit.read(workdir) if record["method"] == "tools/call"]
     assert tools.count("status") == TOKEN_CALLS_AT_ONCE and tools.count("craft") == 2, tools
     assert tools.index("craft", 1) > tools.index("status"), f"alice's task call ran beside her 8 in flight: {tools}"
+
+
+def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, database: str) -> None:
+    """Crafts carol queued and alice joined, then carol's token revoked: alice's tasks/cancel only left a job (carol's
+    following still counted), so it stayed queued for a follower who can never ask for it again. A revoked token
+    follows nothing: alice, the last live follower, cancels the queued job as if she alone followed it; the job a
+    worker claimed is refused to her as to any sole follower (it runs on)."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+
+    def task(session: Session, need: str) -> str:
+        created = session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+        return str(created["result"]["task"]["taskId"])
+
+    with serving(database=database) as url:
+        mine, theirs = Session(url, alice), Session(url, carol)
+        claimed, queued = task(theirs, "need a csv deduper"), task(theirs, "need a word counter")
+        assert task(mine, "Need a CSV deduper") == claimed and task(mine, "need a word counter") == queued
+        with db.connect(database) as conn:
+            taken = queue.claim(conn, "w1", 60)  # the oldest queued job
+        assert taken is not None and handle_of(taken) == claimed
+        run_cli("token", "revoke", "carol", check=True)
+        running = mine.ask("tasks/cancel", {"taskId": claimed})
+        assert "is running, not queued" in running["error"]["message"], running
+        cancelled = mine.ask("tasks/cancel", {"taskId": queued})
+        assert cancelled["result"]["status"] == "cancelled", cancelled
+        got = mine.ask("tasks/get", {"taskId": queued})["result"]
+        assert got["statusMessage"].startswith("cancelled before a worker claimed it"), got
+    states = {f"job-{r['id']}": r["state"] for r in rows(database)}
+    assert (states[queued], states[claimed]) == ("cancelled", "running"), states
+    with db.connect(database) as conn:
+        actions = conn.execute("SELECT principal, action FROM audit WHERE action IN ('cancelled', 'left')").fetchall()
+    assert [(a["principal"], a["action"]) for a in actions] == [("alice", "cancelled")], actions
