@@ -21,7 +21,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +38,10 @@ DEFAULT_TENANT = "default"
 DEFAULT_CALLS_PER_MINUTE = 120
 DEFAULT_CONCURRENT_CRAFTS = 2
 FORMAT = 1
+# What a token may do beyond tool calls, each granted by name (`token add --grant`); nothing else is ever granted.
+# metrics: read the front's /metrics, which count every tenant's work (a scraper's, not an agent's).
+METRICS = "metrics"
+GRANTS = (METRICS,)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Principal:
     concurrent_crafts: int
     created: float
     revoked: float | None = None
+    grants: tuple[str, ...] = ()  # of GRANTS: what else it may do (a JWT's principal: nothing)
 
     def public(self) -> dict[str, Any]:
         """What `token list` shows: everything but the hash (which is not here) and never the token."""
@@ -112,9 +117,14 @@ class TokenStore:
         tenant: str = DEFAULT_TENANT,
         calls_per_minute: int = DEFAULT_CALLS_PER_MINUTE,
         concurrent_crafts: int = DEFAULT_CONCURRENT_CRAFTS,
+        grants: Sequence[str] = (),
     ) -> tuple[Principal, str]:
-        """A new token for `name` (refused while an active one has that name): its principal and the token."""
+        """A new token for `name` (refused while an active one has that name): its principal and the token.
+        `grants`: names of GRANTS (TeamError for any other)."""
         _check_name("token name", name)
+        for grant in grants:
+            if grant not in GRANTS:
+                raise TeamError(f"no grant {grant[:40]!r}", fix=f"grant one of: {', '.join(GRANTS)}")
         _check_name("tenant", tenant)
         _check_limit("calls per minute", calls_per_minute, 100_000)
         _check_limit("concurrent crafts", concurrent_crafts, 256)
@@ -135,6 +145,7 @@ class TokenStore:
                 "concurrent_crafts": concurrent_crafts,
                 "created": time.time(),
                 "revoked": None,
+                "grants": sorted(set(grants)),
             }
             records.append(record)
         logger.info("token %s added (tenant %s)", name, tenant)
@@ -275,6 +286,7 @@ def _principal(record: dict[str, Any]) -> Principal:
         concurrent_crafts=int(record["concurrent_crafts"]),
         created=float(record["created"]),
         revoked=record.get("revoked"),
+        grants=tuple(grant for grant in record.get("grants") or () if grant in GRANTS),  # an allow list, even here
     )
 
 

@@ -94,7 +94,7 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
     flakebot_home: Path, database: str, postgres: Cluster
 ) -> None:
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
-    bob = add_token("bob", "--tenant", "other")
+    bob, scraper = add_token("bob", "--tenant", "other"), add_token("prometheus", "--grant", "metrics")
     with db.connect(database) as conn:
         queue.set_quota(conn, "acme", max_in_flight=2, max_per_day=10)
     craft = {"need": "need a csv deduper", "registry": "local"}
@@ -152,9 +152,10 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
             theirs_job["run_id"]
         ]
 
-        # /metrics: behind the token check; the queue's depth, refusals, calls per tool
+        # /metrics: behind the token check, to the scraper's token; the queue's depth, refusals, calls per tool
         assert metrics(one, None).status_code == 401
-        scraped = metrics(one, alice)
+        assert metrics(one, alice).status_code == 403
+        scraped = metrics(one, scraper)
         assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
         text = scraped.text
         assert 'flakebot_queue_jobs{state="queued"} 3' in text and 'flakebot_queue_jobs{state="done"} 0' in text
@@ -269,7 +270,7 @@ def test_a_tool_call_asked_as_a_task_is_audited_and_counted(flakebot_home: Path,
                 "tools/call", {"name": "package", "arguments": {"target": str(flakebot_home / "empty")}, "task": {}}
             )
             refused = session.ask("tools/call", {"name": "resume", "arguments": {"run_id": "no-such-run"}, "task": {}})
-            counted = metrics(url, bob).text
+            counted = metrics(url, add_token("prometheus", "--grant", "metrics")).text
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
     assert "result" in made and "error" in refused, (made, refused)
@@ -478,7 +479,8 @@ def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Pat
         assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60, refused.text
         assert "made 2 tool calls in the last minute (its limit: 2)" in refused.json()["error"]["message"]
         assert post(two, listing, slow, **sessions[two]).status_code == 429
-        assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, slow).text
+        scraper = add_token("prometheus", "--grant", "metrics")
+        assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, scraper).text
 
 
 async def _starve(url: str, bob: str, alice: str, job: str, holds: int) -> tuple[dict[str, Any], int]:
@@ -546,7 +548,7 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
     """/metrics labels a call by its tool's name only for flakebot's own tools (every other name is `crafted`: one
     tenant's tool names are not another's to read), and the audit records a name only when it has a tool name's shape
     (MCP: at most 128 of A-Z a-z 0-9 _ - .): a tenant calling made-up names of a megabyte each would otherwise make
-    every front keep (and every scrape, by any tenant's token, carry) what it sent, and the audit grow by it."""
+    every front keep (and every scrape carry) what it sent, and the audit grow by it."""
     bob = add_token("bob", "--tenant", "other")
     with serving() as url:
         # a name in the body only (a session's raw JSON-RPC), up to the body's 4 MB: the SDK's client also sends
@@ -555,7 +557,7 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
         assert huge["result"]["isError"], str(huge)[:300]
         for name in ('a"b\nc', "no-such-tool"):
             assert call(url, bob, name, {})["is_error"]
-        text = metrics(url, bob).text
+        text = metrics(url, add_token("prometheus", "--grant", "metrics")).text
     assert len(text) < 20_000, len(text)
     assert 'flakebot_tool_calls_total{tool="crafted",outcome="error"} 3' in text, text  # no name but flakebot's own
     assert "no-such-tool" not in text, text
@@ -825,3 +827,25 @@ def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, data
     with db.connect(database) as conn:
         actions = conn.execute("SELECT principal, action FROM audit WHERE action IN ('cancelled', 'left')").fetchall()
     assert [(a["principal"], a["action"]) for a in actions] == [("alice", "cancelled")], actions
+
+
+def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: str) -> None:
+    """/metrics answered any active token, so every tenant read the whole queue's depth (and the front's calls and
+    refusals): another tenant's work, counted. Now it is 403 in one line to a token without the `metrics` grant
+    (`token add NAME --grant metrics`, the scraper's), whose scrape is the whole front's, as before."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    with serving(database=database) as url:
+        assert call(url, alice, "craft", {"need": "need a csv deduper"})["status"] == "queued"
+        refused = metrics(url, bob)
+        assert refused.status_code == 403 and "flakebot_queue_jobs" not in refused.text, refused.text
+        assert refused.text.count("\n") == 1 and "token 'bob' may not read /metrics" in refused.text, refused.text
+        assert "Fix: " in refused.text and "--grant metrics" in refused.text, refused.text
+        assert metrics(url, None).status_code == 401
+        scraper = add_token("prometheus", "--grant", "metrics")
+        scraped = metrics(url, scraper)
+        assert scraped.status_code == 200 and 'flakebot_queue_jobs{state="queued"} 1' in scraped.text, scraped.text
+    unknown = run_cli("token", "add", "eve", "--grant", "admin")
+    assert unknown.returncode == 70 and unknown.stderr.count("\n") == 1, unknown.stderr
+    assert "no grant 'admin'" in unknown.stderr and "metrics" in unknown.stderr, unknown.stderr
+    listed = json_result(run_cli("token", "list", "--json", check=True))["tokens"]
+    assert [(t["name"], t["grants"]) for t in listed] == [("alice", []), ("bob", []), ("prometheus", ["metrics"])]
