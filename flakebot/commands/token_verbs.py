@@ -100,8 +100,8 @@ def _list_text(data: dict[str, Any]) -> str:
     for t in data["tokens"]:
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(t["created"]))
         state = f"revoked {time.strftime('%Y-%m-%d %H:%M', time.localtime(t['revoked']))}" if t["revoked"] else "active"
-        limits = f"{t['calls_per_minute']}/min, {t['concurrent_crafts']} crafts{_granted(t)}"
-        lines.append(f"{t['name']:<20} {t['tenant']:<12} {limits:<22} made {made}  {state}")
+        limits = f"{t['calls_per_minute']}/min, {t['concurrent_crafts']} crafts"
+        lines.append(f"{t['name']:<20} {t['tenant']:<12} {limits:<22} made {made}  {state}{_granted(t)}")
     return "\n".join(lines)
 
 
