@@ -10,7 +10,13 @@ from flakebot import config
 from flakebot.commands.common import settings_or_default
 from flakebot.commands.table import Command, Param
 from flakebot.team import audit
-from flakebot.team.tokens import DEFAULT_CALLS_PER_MINUTE, DEFAULT_CONCURRENT_CRAFTS, DEFAULT_TENANT, TokenStore
+from flakebot.team.tokens import (
+    DEFAULT_CALLS_PER_MINUTE,
+    DEFAULT_CONCURRENT_CRAFTS,
+    DEFAULT_TENANT,
+    GRANTS,
+    TokenStore,
+)
 
 CLI_API = frozenset({"cli", "api"})
 
@@ -34,10 +40,17 @@ def token_add(
             "Long jobs (craft, improve, package, resume, service_up) it may run at once.", cli=("--concurrent-crafts",)
         ),
     ] = DEFAULT_CONCURRENT_CRAFTS,
+    grant: Annotated[
+        list[str] | None,
+        Param(
+            f"What else it may do (repeatable): {', '.join(GRANTS)} (read /metrics: every tenant's work, counted).",
+            cli=("--grant",),
+        ),
+    ] = None,
     settings: config.Settings | None = None,
 ) -> dict[str, Any]:
     """Make a token for `flakebot serve` and print it, this once: only its SHA-256 is kept."""
-    principal, token = _store(settings).add(name, tenant, calls_per_minute, concurrent_crafts)
+    principal, token = _store(settings).add(name, tenant, calls_per_minute, concurrent_crafts, grant or ())
     return {**principal.public(), "token": token}
 
 
@@ -69,9 +82,15 @@ def _added_text(data: dict[str, Any]) -> str:
     return (
         f"{data['token']}\n"
         f"token {data['name']!r} (tenant {data['tenant']}, {data['calls_per_minute']} calls a minute, "
-        f"{data['concurrent_crafts']} concurrent crafts). It is shown this once: only its hash is kept.\n"
+        f"{data['concurrent_crafts']} concurrent crafts{_granted(data)}). It is shown this once: only its hash is "
+        "kept.\n"
         'Agents send it as "Authorization: Bearer TOKEN" (docs/team.md).'
     )
+
+
+def _granted(data: dict[str, Any]) -> str:
+    grants = data.get("grants") or ()
+    return f", may read {' and '.join(grants)}" if grants else ""
 
 
 def _list_text(data: dict[str, Any]) -> str:
@@ -82,7 +101,7 @@ def _list_text(data: dict[str, Any]) -> str:
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(t["created"]))
         state = f"revoked {time.strftime('%Y-%m-%d %H:%M', time.localtime(t['revoked']))}" if t["revoked"] else "active"
         limits = f"{t['calls_per_minute']}/min, {t['concurrent_crafts']} crafts"
-        lines.append(f"{t['name']:<20} {t['tenant']:<12} {limits:<22} made {made}  {state}")
+        lines.append(f"{t['name']:<20} {t['tenant']:<12} {limits:<22} made {made}  {state}{_granted(t)}")
     return "\n".join(lines)
 
 

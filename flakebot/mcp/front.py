@@ -20,7 +20,8 @@ caller's principal and tenant, which the handlers read from the request's authen
 
 With a database (`--database`), crafts go to the team's PostgreSQL queue (flakebot.mcp.queued) instead of
 processes of this machine. A tenant sees only its own tasks, queued jobs and runs (flakebot.team.tenancy); another's
-are answered as unknown ones. `/metrics` (flakebot.team.metrics) is behind the same bearer check as `/mcp`.
+are answered as unknown ones. `/metrics` (flakebot.team.metrics) is behind the same bearer check as `/mcp`, and
+answers only a token granted `metrics` (tokens.GRANTS): it counts every tenant's work.
 
 The front binds 127.0.0.1 unless told otherwise, and refuses any address beyond loopback without TLS and at least
 one active token (BindRefused), before it binds.
@@ -59,12 +60,12 @@ from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
 from flakebot.team.idtokens import JwtOptions, JwtVerifier
 from flakebot.team.metrics import CONTENT_TYPE, Metrics
-from flakebot.team.tokens import Principal, TokenStore, Verifier, Verifiers
+from flakebot.team.tokens import METRICS, Principal, TokenStore, Verifier, Verifiers
 
 logger = logging.getLogger(__name__)
 
 PATH = "/mcp"
-METRICS_PATH = "/metrics"  # Prometheus' text format, behind the same bearer check as /mcp
+METRICS_PATH = "/metrics"  # Prometheus' text format, behind the same bearer check as /mcp, to a granted token
 DEFAULT_PORT = 8765
 BODY_LIMIT = 4 * 1024 * 1024  # the SDK's own request body limit: a larger body is its 413, not inspected here
 SESSIONS_PER_TOKEN = 64  # open 2025-11-25 sessions one token may hold (the SDK's 10,000 are every token's together)
@@ -189,7 +190,8 @@ class TeamMCP(FlakebotMCP):
         params = ctx.params if isinstance(ctx.params, dict) else {}
         name = params.get("name") if isinstance(params.get("name"), str) else None
         try:
-            result = await call_next(ctx)
+            async with self.one_of_its_calls(ctx):
+                result = await call_next(ctx)
             outcome = "ok"
             return result
         finally:
@@ -398,13 +400,13 @@ class TeamMCP(FlakebotMCP):
         )
 
     def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """Cancel the caller's queued or running job, or leave it when others follow it too (FrontQueue.cancel), as the caller
-        then sees it; the row's kept read is dropped, so every follower of this front sees the change at its next
-        read."""
+        """Cancel the caller's queued or running job, or leave it when others follow it too (FrontQueue.cancel; a revoked
+        token's following does not count), as the caller then sees it; the row's kept read is dropped, so every
+        follower of this front sees the change at its next read."""
         principal = self.principal(ctx)
         if self.queue is None or principal is None:
             return None
-        row = self.queue.cancel(principal, job_id)
+        row = self.queue.cancel(principal, job_id, self.store.revoked())
         with self._rows_lock:
             self._rows.pop((principal.tenant, job_id), None)
         return self._handed(ctx, row)
@@ -535,14 +537,21 @@ class TeamMCP(FlakebotMCP):
         self._audited(ctx, "tools/list", None, None, "ok", None, started)
         return result
 
-    async def call_tool(self, ctx: Any, params: Any) -> Any:
-        """The call, once its token has fewer than TOKEN_CALLS_AT_ONCE in flight: a command's worker threads
-        (THREADS_PER_COMMAND) and the default pool are shared by every token, and calls that hold their answer
-        (status's wait_seconds, a tool's run) from one token must not take them all."""
-        started = time.monotonic()
+    @contextlib.asynccontextmanager
+    async def one_of_its_calls(self, ctx: Any) -> AsyncIterator[None]:
+        """Held while a tool call of the caller's token runs, whichever route it came by (a plain tools/call, one
+        asked as a task): entered once the token has fewer than TOKEN_CALLS_AT_ONCE in flight, its others waiting in
+        the token's own queue. A command's worker threads (THREADS_PER_COMMAND) and the default pool are shared by
+        every token, and calls that hold their answer (status's wait_seconds, a tool's run, an enqueue waiting on the
+        database) from one token must not take them all."""
         owner = self.job_owner(ctx)[0]
-        limiter = self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
-        async with limiter:
+        async with self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE)):
+            yield
+
+    async def call_tool(self, ctx: Any, params: Any) -> Any:
+        """The call, as one of its token's calls in flight (one_of_its_calls)."""
+        started = time.monotonic()
+        async with self.one_of_its_calls(ctx):
             result = await self._tenant_call(ctx, params)
         data = result.structured_content if isinstance(result.structured_content, dict) else {}
         code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
@@ -664,8 +673,8 @@ CRAFTED = "crafted"  # the metrics' label of every crafted tool's calls
 
 
 def _metric_label(tool: str) -> str:
-    """A call's tool as /metrics names it: flakebot's own tools by name, every other name as CRAFTED (any token reads
-    /metrics, and one tenant's tool names are not another's to read)."""
+    """A call's tool as /metrics names it: flakebot's own tools by name, every other name as CRAFTED (tenants' tool names
+    are theirs: not the scraper's to read, nor to fill its storage with names made up at will)."""
     from flakebot.mcp.server import OWN_TOOLS
 
     return tool if tool in OWN_TOOLS else CRAFTED
@@ -887,23 +896,38 @@ def _posted_request(body: bytes) -> tuple[Any, str, str | None, Any] | None:
 
 
 class MetricsApp:
-    """ASGI: GET /metrics, the front's metrics as Prometheus text (any active token may read them: a scraper gets a
-    token of its own, e.g. `flakebot token add prometheus`)."""
+    """ASGI: GET /metrics, the front's metrics as Prometheus text, to a token granted `metrics` only (a scraper's:
+    `flakebot token add prometheus --grant metrics`): they count every tenant's work (the queue's depth, calls and
+    refusals), which no tenant's agent is to read. Any other token: 403 in one line."""
 
     def __init__(self, state: TeamMCP) -> None:
         self.state = state
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        principal = principal_of_scope(scope, self.state.store)
+        if principal is None or METRICS not in principal.grants:
+            who = f"token {principal.name!r}" if principal is not None else "this token"
+            refusal = TeamError(
+                f"{who} may not read /metrics: they count every tenant's work",
+                fix=f"scrape with a token made for it: flakebot token add prometheus --grant {METRICS}",
+            )
+            await _plain(send, 403, refusal.one_line() + "\n")
+            return
         queue = self.state.queue
         try:
             depth = await anyio.to_thread.run_sync(queue.depth) if queue is not None else None
         except FlakebotError as exc:  # the database is away: the front's own metrics still answer
             logger.warning("queue depth not read for /metrics: %s", exc.one_line())
             depth = None
-        payload = self.state.metrics.render(depth).encode()
-        headers = [(b"content-type", CONTENT_TYPE.encode()), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        await _plain(send, 200, self.state.metrics.render(depth))
+
+
+async def _plain(send: Any, status: int, text: str) -> None:
+    """An answer of Prometheus' text type (a refusal too: a scraper shows its body as the scrape's error)."""
+    payload = text.encode()
+    headers = [(b"content-type", CONTENT_TYPE.encode()), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 # ---------------------------------------------------------------- the application

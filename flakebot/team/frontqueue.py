@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flakebot.errors import HostError
@@ -84,9 +84,12 @@ class FrontQueue:
             ).fetchone()
         )
 
-    def cancel(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
-        """Cancel a job the principal alone follows, queued or running (queue.cancel): its row, None when not its to cancel."""
-        row = self._call(lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name, principal.id))
+    def cancel(self, principal: Principal, job_id: int, revoked: Collection[str] = ()) -> dict[str, Any] | None:
+        """Cancel a job the principal alone follows, queued or running, those in `revoked` not counted (queue.cancel):
+        its row, None when not its to cancel."""
+        row = self._call(
+            lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name, principal.id, revoked)
+        )
         if row is not None:
             logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
         return row

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -437,7 +438,12 @@ LEFT_BY = (
 
 
 def cancel(
-    conn: Conn, job_id: int, tenant: str, principal: str, principal_id: str | None = None
+    conn: Conn,
+    job_id: int,
+    tenant: str,
+    principal: str,
+    principal_id: str | None = None,
+    revoked: Collection[str] = (),
 ) -> dict[str, Any] | None:
     """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
     leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
@@ -448,13 +454,15 @@ def cancel(
     has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
     enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
     it. A follower is known by `principal_id` (the principal's identity; its name `principal` when none is given),
-    `principal` being only the name said."""
+    `principal` being only the name said. `revoked`: identities that can never ask again (revoked tokens, as the
+    front's token store says): they follow nothing, so the last live follower's cancel cancels the job (were they
+    counted, a job whose other followers were all revoked would be left to run for nobody)."""
     who = principal_id or principal
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
         words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
-        followers = {str(word["who"]) for word in words if word["action"] != "left"}
+        followers = {str(word["who"]) for word in words if word["action"] != "left"} - set(revoked)
         # a cancel again (the caller left it, or it ended) changes nothing: its row as it is, `unchanged`
         if row is not None and any(word["who"] == who and word["action"] == "left" for word in words):
             return {**row, "left_by": [who], "unchanged": True}

@@ -21,7 +21,7 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,6 +38,10 @@ DEFAULT_TENANT = "default"
 DEFAULT_CALLS_PER_MINUTE = 120
 DEFAULT_CONCURRENT_CRAFTS = 2
 FORMAT = 1
+# What a token may do beyond tool calls, each granted by name (`token add --grant`); nothing else is ever granted.
+# metrics: read the front's /metrics, which count every tenant's work (a scraper's, not an agent's).
+METRICS = "metrics"
+GRANTS = (METRICS,)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Principal:
     concurrent_crafts: int
     created: float
     revoked: float | None = None
+    grants: tuple[str, ...] = ()  # of GRANTS: what else it may do (a JWT's principal: nothing)
 
     def public(self) -> dict[str, Any]:
         """What `token list` shows: everything but the hash (which is not here) and never the token."""
@@ -64,6 +69,10 @@ class Verifier(Protocol):
     def verify(self, token: str) -> Principal | None: ...
 
     def active(self) -> list[Principal]: ...
+
+    def revoked(self) -> set[str]:
+        """The ids of principals let in once and never again (a revoked static token): they follow no job."""
+        ...
 
 
 class Verifiers:
@@ -82,6 +91,9 @@ class Verifiers:
     def active(self) -> list[Principal]:
         return [p for verifier in self.verifiers for p in verifier.active()]
 
+    def revoked(self) -> set[str]:
+        return {principal_id for verifier in self.verifiers for principal_id in verifier.revoked()}
+
 
 def team_dir(workdir: Path) -> Path:
     return workdir / "team"
@@ -95,6 +107,7 @@ class TokenStore:
         self.path = self.directory / "tokens.json"
         self._seen: tuple[int, ...] | None = None
         self._by_hash: dict[str, Principal] = {}
+        self._revoked: set[str] = set()
 
     # ---------------------------------------------------------------- administration
 
@@ -104,9 +117,14 @@ class TokenStore:
         tenant: str = DEFAULT_TENANT,
         calls_per_minute: int = DEFAULT_CALLS_PER_MINUTE,
         concurrent_crafts: int = DEFAULT_CONCURRENT_CRAFTS,
+        grants: Sequence[str] = (),
     ) -> tuple[Principal, str]:
-        """A new token for `name` (refused while an active one has that name): its principal and the token."""
+        """A new token for `name` (refused while an active one has that name): its principal and the token.
+        `grants`: names of GRANTS (TeamError for any other)."""
         _check_name("token name", name)
+        for grant in grants:
+            if grant not in GRANTS:
+                raise TeamError(f"no grant {grant[:40]!r}", fix=f"grant one of: {', '.join(GRANTS)}")
         _check_name("tenant", tenant)
         _check_limit("calls per minute", calls_per_minute, 100_000)
         _check_limit("concurrent crafts", concurrent_crafts, 256)
@@ -127,6 +145,7 @@ class TokenStore:
                 "concurrent_crafts": concurrent_crafts,
                 "created": time.time(),
                 "revoked": None,
+                "grants": sorted(set(grants)),
             }
             records.append(record)
         logger.info("token %s added (tenant %s)", name, tenant)
@@ -164,6 +183,12 @@ class TokenStore:
         self._refresh()
         return list(self._by_hash.values())
 
+    def revoked(self) -> set[str]:
+        """The ids of this store's revoked tokens (a revoked record stays listed, and its token can never verify
+        again). A principal this store never held (another front's store, a JWT) is not among them."""
+        self._refresh()
+        return set(self._revoked)
+
     def _refresh(self) -> None:
         try:  # the file and its directory as they are, links not followed: a chmod, chown or a link changes ctime
             seen: tuple[int, ...] | None = tuple(
@@ -175,7 +200,9 @@ class TokenStore:
             seen = None
         if seen == self._seen and seen is not None:
             return
-        self._by_hash = {r["sha256"]: _principal(r) for r in self._read() if r.get("revoked") is None}
+        records = self._read()
+        self._by_hash = {r["sha256"]: _principal(r) for r in records if r.get("revoked") is None}
+        self._revoked = {str(r["id"]) for r in records if r.get("revoked") is not None}
         self._seen = seen
 
     # ---------------------------------------------------------------- the file
@@ -259,6 +286,7 @@ def _principal(record: dict[str, Any]) -> Principal:
         concurrent_crafts=int(record["concurrent_crafts"]),
         created=float(record["created"]),
         revoked=record.get("revoked"),
+        grants=tuple(grant for grant in record.get("grants") or () if grant in GRANTS),  # an allow list, even here
     )
 
 

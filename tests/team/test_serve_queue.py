@@ -95,7 +95,7 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
     flakebot_home: Path, database: str, postgres: Cluster
 ) -> None:
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
-    bob = add_token("bob", "--tenant", "other")
+    bob, scraper = add_token("bob", "--tenant", "other"), add_token("prometheus", "--grant", "metrics")
     with db.connect(database) as conn:
         queue.set_quota(conn, "acme", max_in_flight=2, max_per_day=10)
     craft = {"need": "need a csv deduper", "registry": "local"}
@@ -153,9 +153,10 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
             theirs_job["run_id"]
         ]
 
-        # /metrics: behind the token check; the queue's depth, refusals, calls per tool
+        # /metrics: behind the token check, to the scraper's token; the queue's depth, refusals, calls per tool
         assert metrics(one, None).status_code == 401
-        scraped = metrics(one, alice)
+        assert metrics(one, alice).status_code == 403
+        scraped = metrics(one, scraper)
         assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
         text = scraped.text
         assert 'flakebot_queue_jobs{state="queued"} 3' in text and 'flakebot_queue_jobs{state="done"} 0' in text
@@ -270,7 +271,7 @@ def test_a_tool_call_asked_as_a_task_is_audited_and_counted(flakebot_home: Path,
                 "tools/call", {"name": "package", "arguments": {"target": str(flakebot_home / "empty")}, "task": {}}
             )
             refused = session.ask("tools/call", {"name": "resume", "arguments": {"run_id": "no-such-run"}, "task": {}})
-            counted = metrics(url, bob).text
+            counted = metrics(url, add_token("prometheus", "--grant", "metrics")).text
     finally:
         pileup.end_jobs(workdir / "mcp-jobs")
     assert "result" in made and "error" in refused, (made, refused)
@@ -479,7 +480,8 @@ def test_fronts_of_one_database_count_a_tokens_calls_together(flakebot_home: Pat
         assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60, refused.text
         assert "made 2 tool calls in the last minute (its limit: 2)" in refused.json()["error"]["message"]
         assert post(two, listing, slow, **sessions[two]).status_code == 429
-        assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, slow).text
+        scraper = add_token("prometheus", "--grant", "metrics")
+        assert 'flakebot_refusals_total{reason="rate_limit"} 1' in metrics(two, scraper).text
 
 
 async def _starve(url: str, bob: str, alice: str, job: str, holds: int) -> tuple[dict[str, Any], int]:
@@ -547,7 +549,7 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
     """/metrics labels a call by its tool's name only for flakebot's own tools (every other name is `crafted`: one
     tenant's tool names are not another's to read), and the audit records a name only when it has a tool name's shape
     (MCP: at most 128 of A-Z a-z 0-9 _ - .): a tenant calling made-up names of a megabyte each would otherwise make
-    every front keep (and every scrape, by any tenant's token, carry) what it sent, and the audit grow by it."""
+    every front keep (and every scrape carry) what it sent, and the audit grow by it."""
     bob = add_token("bob", "--tenant", "other")
     with serving() as url:
         # a name in the body only (a session's raw JSON-RPC), up to the body's 4 MB: the SDK's client also sends
@@ -556,7 +558,7 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
         assert huge["result"]["isError"], str(huge)[:300]
         for name in ('a"b\nc', "no-such-tool"):
             assert call(url, bob, name, {})["is_error"]
-        text = metrics(url, bob).text
+        text = metrics(url, add_token("prometheus", "--grant", "metrics")).text
     assert len(text) < 20_000, len(text)
     assert 'flakebot_tool_calls_total{tool="crafted",outcome="error"} 3' in text, text  # no name but flakebot's own
     assert "no-such-tool" not in text, text
@@ -825,3 +827,94 @@ def test_a_job_its_first_follower_left_still_tells_the_others_its_tool_list_chan
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     with serving(database=database) as url:
         assert asyncio.run(_first_follower_gone(url, alice, carol, database, gone)), "carol was never told"
+
+
+async def _task_behind_held_calls(url: str, alice: str, job: str, holds: int) -> dict[str, Any]:
+    """`holds` status calls of alice's queued job held (wait_seconds), then a craft of alice's asked as a task: its
+    answer."""
+    mine = await asyncio.to_thread(Session, url, alice)
+
+    async def hold() -> None:
+        await _call(url, alice, "status", {"run_id": job, "wait_seconds": 15})
+
+    held = [asyncio.create_task(hold()) for _ in range(holds)]
+    await asyncio.sleep(3)  # every hold has reached the front
+    assert not any(task.done() for task in held), [task.exception() for task in held if task.done()]
+    asked = {"name": "craft", "arguments": {"need": "need a word counter"}, "task": {}}
+    created = await asyncio.wait_for(asyncio.to_thread(mine.ask, "tools/call", asked), 60)
+    await asyncio.gather(*held)
+    return created
+
+
+def test_a_call_asked_as_a_task_waits_behind_its_tokens_calls_in_flight(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """A token's tool calls in flight are TOKEN_CALLS_AT_ONCE (8), whichever route they take: a craft asked as a task
+    skipped that limit (only a plain tools/call took it), so a flood of task calls from one token ran all at once.
+    With 8 of alice's calls held, her task call now waits in her own queue until one of them ends: the audit (each
+    call's record written as it ends, the held call's before its place is given to the next) has a held status
+    before the task's craft."""
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database) as url:
+        job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]  # no worker: it stays queued
+        created = asyncio.run(_task_behind_held_calls(url, alice, job, TOKEN_CALLS_AT_ONCE))
+        assert created["result"]["task"]["taskId"].startswith("job-"), created
+    tools = [record["tool"] for record in audit.read(workdir) if record["method"] == "tools/call"]
+    assert tools.count("status") == TOKEN_CALLS_AT_ONCE and tools.count("craft") == 2, tools
+    assert tools.index("craft", 1) > tools.index("status"), f"alice's task call ran beside her 8 in flight: {tools}"
+
+
+def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, database: str) -> None:
+    """Crafts carol queued and alice joined, then carol's token revoked: alice's tasks/cancel only left a job (carol's
+    following still counted), so it stayed queued for a follower who can never ask for it again. A revoked token
+    follows nothing: alice, the last live follower, cancels both as if she alone followed them, the queued one and
+    the one a worker claimed (as any sole follower's: its worker stops it)."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+
+    def task(session: Session, need: str) -> str:
+        created = session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+        return str(created["result"]["task"]["taskId"])
+
+    with serving(database=database) as url:
+        mine, theirs = Session(url, alice), Session(url, carol)
+        claimed, queued = task(theirs, "need a csv deduper"), task(theirs, "need a word counter")
+        assert task(mine, "Need a CSV deduper") == claimed and task(mine, "need a word counter") == queued
+        with db.connect(database) as conn:
+            taken = queue.claim(conn, "w1", 60)  # the oldest queued job
+        assert taken is not None and handle_of(taken) == claimed
+        run_cli("token", "revoke", "carol", check=True)
+        running = mine.ask("tasks/cancel", {"taskId": claimed})
+        assert running["result"]["status"] == "cancelled", running
+        cancelled = mine.ask("tasks/cancel", {"taskId": queued})
+        assert cancelled["result"]["status"] == "cancelled", cancelled
+        got = mine.ask("tasks/get", {"taskId": queued})["result"]
+        assert got["statusMessage"].startswith("cancelled before a worker claimed it"), got
+    states = {f"job-{r['id']}": r["state"] for r in rows(database)}
+    assert (states[queued], states[claimed]) == ("cancelled", "cancelled"), states
+    with db.connect(database) as conn:
+        actions = conn.execute("SELECT principal, action FROM audit WHERE action IN ('cancelled', 'left')").fetchall()
+    assert [(a["principal"], a["action"]) for a in actions] == [("alice", "cancelled")] * 2, actions
+
+
+def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: str) -> None:
+    """/metrics answered any active token, so every tenant read the whole queue's depth (and the front's calls and
+    refusals): another tenant's work, counted. Now it is 403 in one line to a token without the `metrics` grant
+    (`token add NAME --grant metrics`, the scraper's), whose scrape is the whole front's, as before."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "other")
+    with serving(database=database) as url:
+        assert call(url, alice, "craft", {"need": "need a csv deduper"})["status"] == "queued"
+        refused = metrics(url, bob)
+        assert refused.status_code == 403 and "flakebot_queue_jobs" not in refused.text, refused.text
+        assert refused.text.count("\n") == 1 and "token 'bob' may not read /metrics" in refused.text, refused.text
+        assert "Fix: " in refused.text and "--grant metrics" in refused.text, refused.text
+        assert metrics(url, None).status_code == 401
+        scraper = add_token("prometheus", "--grant", "metrics")
+        scraped = metrics(url, scraper)
+        assert scraped.status_code == 200 and 'flakebot_queue_jobs{state="queued"} 1' in scraped.text, scraped.text
+    unknown = run_cli("token", "add", "eve", "--grant", "admin")
+    assert unknown.returncode == 70 and unknown.stderr.count("\n") == 1, unknown.stderr
+    assert "no grant 'admin'" in unknown.stderr and "metrics" in unknown.stderr, unknown.stderr
+    listed = json_result(run_cli("token", "list", "--json", check=True))["tokens"]
+    assert [(t["name"], t["grants"]) for t in listed] == [("alice", []), ("bob", []), ("prometheus", ["metrics"])]

@@ -98,8 +98,9 @@ def test_a_tenants_tools_are_its_own_and_the_organisations_everyones(flakebot_ho
             ("globex", "acme's"): asyncio.run(craft(url, bob, "need acme-lines rows")),
         }
         acme_again = asyncio.run(tenant_view(url, alice, [], rm=["acme-lines"]))
-        scraped = httpx.get(url.replace("/mcp", "/metrics"), headers={"Authorization": f"Bearer {bob}"}, timeout=30)
-    assert scraped.status_code == 200 and "acme-lines" not in scraped.text  # any token reads /metrics
+        scraper = add_token("prometheus", "--grant", "metrics")
+        scraped = httpx.get(url.replace("/mcp", "/metrics"), headers={"Authorization": f"Bearer {scraper}"}, timeout=30)
+    assert scraped.status_code == 200 and "acme-lines" not in scraped.text  # the scraper reads no tenant's tool name
 
     # acme sees its own tool and the organisation's, and calls its own
     assert {"acme-lines", "org-lines"} <= acme["listed"] and acme["names"] == {"acme-lines", "org-lines"}

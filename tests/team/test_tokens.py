@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flakebot.team.tokens import TokenStore
 from tests.conftest import json_result, run_cli
 
 
@@ -27,5 +28,7 @@ def test_a_name_has_one_active_token_and_a_revoked_name_can_be_reused(workdir: P
     listed = json_result(run_cli("token", "list", "--json", check=True))["tokens"]
     assert [(t["name"], t["revoked"] is None) for t in listed] == [("alice", False), ("alice", True)]
     assert all("token" not in t and "sha256" not in t for t in listed)
+    # the store says whom it revoked, by identity: the old alice follows no job, the new one is not among them
+    assert TokenStore(workdir).revoked() == {first["id"]}
     stored = (workdir / "team/tokens.json").read_text()
     assert first["token"] not in stored and second["token"] not in stored
