@@ -16,6 +16,7 @@ LEAVES = {
     "fsutil",
     "homes",
     "launcher",
+    "longlived",
     "loopback",
     "modeltext",
     "preflight",

@@ -51,6 +51,32 @@ def test_the_schema_comes_from_the_signature_and_the_docstring() -> None:
     assert declared.extra == {"writes": True} and field_docs(Point) == {"x": "across"}
 
 
+if LIMIT:
+
+    @dataclass
+    class Guarded:
+        """A class under an if."""
+
+        size: int
+        """how big"""
+
+
+def test_field_docs_find_a_class_inside_another_inside_a_function_and_under_an_if() -> None:
+    @dataclass
+    class Outer:
+        @dataclass
+        class Inner:
+            depth: int
+            """how deep"""
+
+        name: str
+        """what it is called"""
+
+    assert field_docs(Outer) == {"name": "what it is called"}
+    assert field_docs(Outer.Inner) == {"depth": "how deep"}
+    assert field_docs(Guarded) == {"size": "how big"}
+
+
 def test_an_open_declaration_and_extra_keywords() -> None:
     parameters = declare(_place, closed=False, params={"tags": {"minItems": 1}}).parameters()
     assert "additionalProperties" not in parameters and parameters["properties"]["tags"]["minItems"] == 1

@@ -32,7 +32,10 @@ def main() -> None:
 
         if helpcache.serve(argv):  # the help typer printed last time for the same inputs
             sys.exit(0)
-        from flakebot.cli.app import main as typer_main
+        from flakebot.longlived import imports_kept
+
+        with imports_kept():  # typer, its pydantic adapters, the command table: the process's from now on
+            from flakebot.cli.app import main as typer_main
 
         try:
             with helpcache.recording(argv):

@@ -34,6 +34,7 @@ from flakebot.llm.history import is_overflow, shrink
 from flakebot.llm.prices import Price, cost
 from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import Transcript
+from flakebot.longlived import imports_kept
 from flakebot.redact import redact_text
 
 if TYPE_CHECKING:
@@ -103,7 +104,11 @@ class ChatModel:
         # a scripted model's stub server lives as long as this model, and its client with it; any other model's
         # client is shared by the run's stages
         self._owns_client = server is not None
-        self._sdk, self._client = (make_client if server is not None else shared_client)(endpoint, timeout, retries)
+        # the SDK (tens of thousands of pydantic objects) and the chat resources it imports on first use: the
+        # process's from now on
+        with imports_kept():
+            self._sdk, self._client = (make_client if server is not None else shared_client)(endpoint, timeout, retries)
+            self._client.chat.completions  # noqa: B018
         self._recorded: tuple[int, int] = (0, 0)  # (id, length) of the history last written to the transcript
         self._closed = False
         atexit.register(self.close)

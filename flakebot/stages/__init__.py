@@ -19,6 +19,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from flakebot.longlived import imports_kept
 from flakebot.pipeline.engine import Stage, StageContext
 
 
@@ -26,7 +27,9 @@ def _lazy(target: str) -> Callable[[StageContext], Any]:
     module, _, name = target.partition(":")
 
     def stage(ctx: StageContext) -> Any:
-        return getattr(importlib.import_module(module), name)(ctx)
+        with imports_kept():  # a stage's module and its tool schemas live as long as the process
+            function = getattr(importlib.import_module(module), name)
+        return function(ctx)
 
     stage.__name__ = name
     return stage
