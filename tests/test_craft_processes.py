@@ -1,7 +1,7 @@
 """The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
 (benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
 new crate's version not asked of cargo, the tool's GC root made by its own nix build, and the deps derivation's stub
-(a crate flakebot wrote) not asked of cargo or git what to copy."""
+(a crate flakebot wrote) not asked of cargo or git what to copy, HEAD read rather than asked of git."""
 
 from __future__ import annotations
 
@@ -53,3 +53,5 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     assert located and not [argv for argv in located if any("/loop-deps/" in a for a in argv)], located
     listed = [record for record in json.loads(log.read_text())["processes"] if "ls-files" in record["argv"]]
     assert len(listed) == 1, listed  # the workspace's, for the tool's flake; the stub is walked
+    # HEAD after acquire's branch and at the edit stage's start is read from .git's files (safegit.head_from_files)
+    assert not [argv for name, argv in named if name == "git" and "rev-parse" in argv]
