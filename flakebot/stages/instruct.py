@@ -54,12 +54,14 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     # what nix run starts (no code of the tool's runs in it) beside both. at_once: a Ctrl-C or a failure kills every
     # run still going, as it killed --help when that ran on this thread
     runs = [functools.partial(_example, ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
-    resolve = functools.partial(require_nix_run_target, package, "tested", ctx.settings.nix_build_timeout)
+    resolve = functools.partial(_nix_run_target, package, ctx.settings.nix_build_timeout)
     observed: list[Any] = at_once(
         [resolve, functools.partial(observe, ctx, [str(binary), "--help"]), *runs], EXAMPLES_AT_ONCE + 2
     )
     program, help_text, examples = observed[0], observed[1].stdout, observed[2:]
-    _require_all_passed(examples)
+    _require_all_passed(examples)  # a failing example is the error to report, before what nix run resolves to
+    if isinstance(program, NixError):
+        raise program
     verification = verify(nix_run, examples, program)
     manifest = build_manifest(
         spec=spec.to_dict(),
@@ -148,6 +150,15 @@ def _example(ctx: StageContext, binary: Path, store: Path, example: Example, nix
     limits = limits_for(ctx.settings, timeout=ctx.settings.smoke_timeout)
     passed, result = run_example(binary, example, ctx.settings.sandbox, limits, store, STORE)
     return {**example_record(example, passed, result), "command": shell_command(nix_run, example.args, example.stdin)}
+
+
+def _nix_run_target(package: dict[str, Any], timeout: float) -> str | NixError:
+    """What nix run of the package's flake starts (require_nix_run_target), or the error saying it is not the tested
+    binary: returned, not raised, so a failing example running beside it is still the error reported first."""
+    try:
+        return require_nix_run_target(package, "tested", timeout)
+    except NixError as exc:
+        return exc
 
 
 def _require_all_passed(examples: list[dict[str, Any]]) -> None:
