@@ -1,6 +1,7 @@
 """The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
 (benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
-new crate's version not asked of cargo."""
+new crate's version not asked of cargo, the tool's GC root made by its own nix build, and the deps derivation's stub
+(a crate flakebot wrote) not asked of cargo or git what to copy, HEAD read rather than asked of git."""
 
 from __future__ import annotations
 
@@ -39,3 +40,18 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     new_crate = [argv for name, argv in named if name == "cargo" and any(".workspace.partial" in a for a in argv)]
     metadata = [argv for argv in new_crate if "metadata" in argv]
     assert len(metadata) == 1 and "--no-deps" in metadata[0]  # the sources check of `cargo add` alone
+
+    builds = [argv for name, argv in named if name == "nix" and "build" in argv]
+    tool = [argv for argv in builds if not any(a.endswith("#cargo-deps") for a in argv)]
+    assert tool and all(
+        "--out-link" in argv and argv[argv.index("--out-link") + 1].endswith("/flake/result") for argv in tool
+    )
+    roots = [argv[argv.index("--add-root") + 1] for name, argv in named if name == "nix-store" and "--add-root" in argv]
+    assert not [link for link in roots if link.endswith("/flake/result")], roots  # nix build made it
+    assert sum(link.endswith("/flake/result-deps") for link in roots) == 1, roots
+    located = [argv for name, argv in named if name == "cargo" and "locate-project" in argv]
+    assert located and not [argv for argv in located if any("/loop-deps/" in a for a in argv)], located
+    listed = [record for record in json.loads(log.read_text())["processes"] if "ls-files" in record["argv"]]
+    assert len(listed) == 1, listed  # the workspace's, for the tool's flake; the stub is walked
+    # HEAD after acquire's branch and at the edit stage's start is read from .git's files (safegit.head_from_files)
+    assert not [argv for name, argv in named if name == "git" and "rev-parse" in argv]

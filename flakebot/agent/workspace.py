@@ -9,7 +9,6 @@ flakebot's verdict runs. The loop's one collaborator besides the model and the t
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from flakebot.toolspec import ToolSpec
 
 logger = logging.getLogger(__name__)
-
-COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256
 
 
 class WorkspaceGit:
@@ -71,19 +68,11 @@ class WorkspaceGit:
         return self.head_from_files() or self.head(sweep=False)
 
     def head_from_files(self) -> str:
-        """HEAD's commit read from .git's own files (written by flakebot's git alone: the sandbox binds .git read-only),
-        one git process fewer per commit; '' when they do not hold it plainly (a packed or reftable ref, a gitdir file):
-        then rev-parse answers."""
-        from flakebot.safefs import Tree
+        """HEAD's commit read from .git's own files (safegit.head_from_files: written by flakebot's git alone, the
+        sandbox binds .git read-only), one git process fewer per commit; '' when they do not hold it plainly."""
+        from flakebot.source import safegit
 
-        try:
-            with Tree(self.workspace / ".git") as git_dir:  # a .git file (a gitdir line) is no directory: OSError
-                head = git_dir.read_text("HEAD", limit=4096).strip()
-                if head.startswith("ref: refs/"):
-                    head = git_dir.read_text(head.removeprefix("ref: "), limit=4096).strip()
-        except (OSError, UnicodeDecodeError):  # missing, a link, not a file (safefs.UnsafePath is an OSError)
-            return ""
-        return head if COMMIT_ID.fullmatch(head) else ""
+        return safegit.head_from_files(self.workspace)
 
     def reset(self, sha: str, *clean: str) -> None:
         """The tree as commit `sha` has it; `clean`: the flags of the `git clean` that follows (-fd, -fdx)."""

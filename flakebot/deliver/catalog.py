@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -296,9 +296,10 @@ class Catalog:
                 }
                 if installed_from:
                     record["installed_from"] = installed_from
-                record["gc_root"] = str(add_gc_root(final / "gcroot", store_path))
+                roots = {"gc_root": (final / "gcroot", store_path)}
                 if dependencies_path:
-                    record["dependencies_gc_root"] = str(add_gc_root(final / "deps-gcroot", dependencies_path))
+                    roots["dependencies_gc_root"] = (final / "deps-gcroot", dependencies_path)
+                record.update((key, str(link)) for key, link in add_gc_roots(roots).items())
                 if entry is None:
                     entry = {"name": name, "need": need, "need_key": normalize_need(need), "versions": {}}
                 entry["versions"][version] = record
@@ -412,10 +413,29 @@ def _refuse_other_need(entry: dict[str, Any] | None, need: str) -> None:
 def add_gc_root(link: Path, store_path: str) -> Path:
     """Register `link` as an indirect Nix GC root for `store_path` (nix.build.make_gc_root), or keep a plain symlink
     when nix-store is absent or refuses."""
-    from flakebot.nix.build import make_gc_root
+    return add_gc_roots({"": (link, store_path)})[""]
 
+
+def add_gc_roots(roots: dict[str, tuple[Path, str]]) -> dict[str, Path]:
+    """add_gc_root of each (link, store path) of `roots`, their nix-store processes all running at once (each is
+    mostly nix's own start); the links under the same keys."""
+    from flakebot.nix.build import start_gc_root
+
+    started: dict[str, Callable[[], Path] | None] = {}
+    for key, (link, store_path) in roots.items():
+        try:
+            started[key] = start_gc_root(store_path, link)
+        except (NixError, OSError, subprocess.SubprocessError) as exc:
+            logger.warning("no GC root for %s (%s); keeping a plain link", store_path, exc)
+            started[key] = None
+    return {key: _rooted(finish, *roots[key]) for key, finish in started.items()}
+
+
+def _rooted(finish: Callable[[], Path] | None, link: Path, store_path: str) -> Path:
+    """The root `finish` waits for, or a plain symlink at `link` when it was refused (or never started: None)."""
     try:
-        return make_gc_root(store_path, link)
+        if finish is not None:
+            return finish()
     except (NixError, OSError, subprocess.SubprocessError) as exc:
         logger.warning("no GC root for %s (%s); keeping a plain link", store_path, exc)
     link.unlink(missing_ok=True)

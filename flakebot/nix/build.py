@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import shlex
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,14 +31,19 @@ def build(
     report: Progress,
     *,
     keep_going: bool = False,
+    out_link: Path | None = None,
 ) -> tuple[str, float, str]:
-    """`nix build --json --no-link` of the flake's default package; returns (store path, seconds, its derivation).
+    """`nix build --json` of the flake's default package; returns (store path, seconds, its derivation).
+
+    `out_link`: the GC root nix itself makes as the build ends (`--out-link`: no window in which a garbage collection
+    could take the output, and no nix-store process after it); without it, `--no-link`.
 
     `keep_going`: for a build expected to fail (a git dependency's hash is still lib.fakeHash). Without it nix stops
     at the first failure and kills the fixed-output fetches still running (a crate's download on a slow link), which
     the next build then downloads again; with it they finish and stay in the store, and every clone's mismatch is
     reported at once (details: git_mismatches)."""
-    options = ["--json", "--no-link", "-L", *(["--keep-going"] if keep_going else []), str(flake_dir)]
+    link = ["--out-link", str(out_link)] if out_link is not None else ["--no-link"]
+    options = ["--json", *link, "-L", *(["--keep-going"] if keep_going else []), str(flake_dir)]
     argv = command.nix_argv(["build"], options, mode, standin, settings.nix_builders)
     logger.info("nix build: %s", shlex.join(argv))
     errors: list[str] = []  # the first compiler errors, which a long log pushes out of the tail
@@ -220,17 +226,39 @@ def _hex_sha256(printed: str) -> str:
         return printed
 
 
+GC_ROOT_TIMEOUT = 120  # seconds nix-store --add-root may take (a busy daemon)
+
+
 def make_gc_root(store_path: str, link: Path) -> Path:
     """An indirect GC root at `link` (a symlink to the store path) so nix-collect-garbage keeps the tool."""
+    return start_gc_root(store_path, link)()
+
+
+def start_gc_root(store_path: str, link: Path) -> Callable[[], Path]:
+    """Start `nix-store --add-root` for `link` and return the call that waits for it (the link, or NixError): most of
+    its 20 ms is nix's own start, so two roots, or a root and a sandboxed run, take the time of one. An error starting
+    it (no nix-store) is raised here."""
     link = Path(link)
     if link.is_symlink() or link.exists():
         link.unlink()
     link.parent.mkdir(parents=True, exist_ok=True)
     argv = [command.nix_program("nix-store"), "--add-root", str(link), "--realise", store_path]
-    result = launcher.run(argv, capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        raise NixError(
-            f"cannot add a GC root at {link}: {result.stderr.strip().splitlines()[-1:] or result.returncode}",
-            fix="check that the directory is writable",
-        )
-    return link
+    started = launcher.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finished() -> Path:
+        try:
+            _, stderr = started.communicate(timeout=GC_ROOT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            started.kill()
+            started.communicate()
+            raise NixError(
+                f"cannot add a GC root at {link}: nix-store took over {GC_ROOT_TIMEOUT} s", fix="check the Nix daemon"
+            ) from None
+        if started.returncode != 0:
+            raise NixError(
+                f"cannot add a GC root at {link}: {stderr.strip().splitlines()[-1:] or started.returncode}",
+                fix="check that the directory is writable",
+            )
+        return link
+
+    return finished

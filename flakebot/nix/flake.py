@@ -20,7 +20,7 @@ from flakebot.config import Settings
 from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import build_inputs, command, evidence, gitdeps, licenses
-from flakebot.nix.build import build, make_gc_root
+from flakebot.nix.build import build, start_gc_root
 from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
@@ -49,6 +49,9 @@ class Choice:
     rust_version: str = ""  # written into the flake's copy of the crate's Cargo.toml (a crafted crate: the pin's rustc)
     strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
     service: dict[str, Any] | None = None  # a service's outputs beside the package (flake_files.render_flake)
+    # a crate flakebot wrote itself (the deps derivation's stub): its own workspace, every file its own, so neither
+    # cargo (locate-project) nor git (ls-files) is asked what to copy
+    own_stub: bool = False
 
 
 @dataclass
@@ -167,7 +170,10 @@ def _package(
     facts = flake.facts
     standin = _standin(settings, mode)
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
-    store_path, seconds, drv = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report)
+    root = Path(gc_root or out_dir / "result")  # made by the build itself (--out-link) as it ends
+    root.parent.mkdir(parents=True, exist_ok=True)
+    store_path, seconds, drv = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report, root)
+    rooted_dependencies = _root_dependencies(store_path, root, drv)  # its nix-store runs beside the smoke run
     try:
         bin_path = _built_binary(store_path, facts)
         report(f"smoke run: {facts.bin_name} --help")
@@ -177,8 +183,8 @@ def _package(
     except NixError as exc:
         exc.details.setdefault("native_inputs", flake.native.to_dict())
         raise _kept(exc, out_dir) from None
-    root = make_gc_root(store_path, gc_root or out_dir / "result")
-    dependencies = _root_dependencies(store_path, root, drv)
+    finally:
+        dependencies = rooted_dependencies()
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
         flake_dir=str(out_dir),
@@ -205,28 +211,38 @@ def _package(
     )
 
 
-def _root_dependencies(store_path: str, root: Path, drv: str) -> str:
-    """The output of the dependency derivation the tool was built on, held by a GC root beside the tool's (`root`-deps):
-    it is a build input, not in the tool's closure, so without it nix-collect-garbage would drop what the next craft
-    on the same dependencies reuses. '' when the tool had none (or the store cannot say: it is only a speed-up)."""
+def _root_dependencies(store_path: str, root: Path, drv: str) -> Callable[[], str]:
+    """Start a GC root beside the tool's (`root`-deps) for the output of the dependency derivation the tool was built
+    on; the call returned waits for it and gives that output. It is a build input, not in the tool's closure, so
+    without it nix-collect-garbage would drop what the next craft on the same dependencies reuses. '' when the tool had
+    none (or the store cannot say, or nix-store refused: it is only a speed-up)."""
     try:
         output = dependency_output(store_path, drv)  # the build named its derivation: read, not asked of the store
-        if output:
-            make_gc_root(output, root.with_name(f"{root.name}-deps"))
+        finish = start_gc_root(output, root.with_name(f"{root.name}-deps")) if output else None
     except NixError as exc:
         logger.info("no GC root for the dependencies' output: %s", exc)
-        return ""
-    return output or ""
+        return lambda: ""
+
+    def rooted() -> str:
+        try:
+            if finish is not None:
+                finish()
+        except NixError as exc:
+            logger.info("no GC root for the dependencies' output: %s", exc)
+            return ""
+        return output or ""
+
+    return rooted
 
 
 def write_flake(
     source_dir: Path, out_dir: Path, settings: Settings, choice: Choice, description: str, report: Progress
 ) -> Written:
     """Copy the crate (its whole workspace if it is a member) into out_dir, render flake.nix + flake.lock, commit."""
-    root = workspace_root(source_dir, settings)
+    root = source_dir if choice.own_stub else workspace_root(source_dir, settings)
     member = str(source_dir.relative_to(root)) if root != source_dir else ""
     report(f"copying {root.name} into {out_dir}")
-    copy_sources(root, out_dir)
+    copy_sources(root, out_dir, listed_by_git=not choice.own_stub)
     replaced = ""
     if choice.rust_version:  # the copy's manifest, after any edit of the model's: its own value is not trusted
         replaced = declare_rust_version(out_dir / member / "Cargo.toml", choice.rust_version)
@@ -275,18 +291,21 @@ def _build_with_evidence(
     settings: Settings,
     description: str,
     report: Progress,
+    out_link: Path,
 ) -> tuple[str, float, str]:
-    """nix build, and again after what a failed build taught: the git dependencies' hashes in place of lib.fakeHash
-    (the --keep-going build reports every clone's mismatch, so once; once per git dependency at most), or a program,
-    pkg-config module or library the flake does not give (EVIDENCE_ROUNDS times at most), or RUSTFLAGS=--cap-lints
-    warn when only a denied lint failed it (once)."""
+    """nix build (making its GC root at `out_link`), and again after what a failed build taught: the git dependencies'
+    hashes in place of lib.fakeHash (the --keep-going build reports every clone's mismatch, so once; once per git
+    dependency at most), or a program, pkg-config module or library the flake does not give (EVIDENCE_ROUNDS times at
+    most), or RUSTFLAGS=--cap-lints warn when only a denied lint failed it (once)."""
     git_rounds, evidence_rounds = len(flake.facts.git_dependencies), EVIDENCE_ROUNDS
     while True:
         # A git dependency still at lib.fakeHash fails the build: let every other fetch finish and land in the store
         # (a crate is downloaded once) and every clone report its hash (one more build, not one per dependency).
         learning = any(key not in flake.output_hashes for key in flake.facts.git_dependencies)
         try:
-            return build(out_dir, mode, standin, settings, flake.facts.pname, report, keep_going=learning)
+            return build(
+                out_dir, mode, standin, settings, flake.facts.pname, report, keep_going=learning, out_link=out_link
+            )
         except NixError as exc:
             if git_rounds and (keys := _learn_git_hash(exc, flake)):
                 git_rounds -= 1

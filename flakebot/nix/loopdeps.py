@@ -297,7 +297,7 @@ def build_deps(
     remove_tree(work)
     stub, flake = work / "crate", work / "flake"
     write_stub(stub, skeleton, build_script=_has_build_script(crate_dir, skeleton))
-    written = write_flake(stub, flake, settings, Choice(), "", lambda message: logger.debug("%s", message))
+    written = write_flake(stub, flake, settings, Choice(own_stub=True), "", lambda message: logger.debug("%s", message))
     if written.skeleton is None:
         raise NoStoreDeps("the crate's dependencies have no derivation of their own")
     argv = command.nix_argv(

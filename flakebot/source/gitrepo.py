@@ -114,7 +114,7 @@ def checkout_branch(path: Path, branch: str, start: str) -> str:
             f"cannot create branch {branch} at {start}: {exc.message.partition(': ')[2]}",
             fix="use a tool name that is a valid git branch name",
         ) from None
-    return head(path)
+    return safegit.head_from_files(path) or head(path)  # the branch just written: read, not asked of git
 
 
 def init_commit(path: Path, message: str, branch: str) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from flakebot.errors import FlakebotError
 from flakebot.safefs import Tree
 
 logger = logging.getLogger(__name__)
+
+COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256
 
 HARDENING = (
     "core.fsmonitor=false",  # a program git runs before every status/add
@@ -130,6 +133,20 @@ def git(
     if done.returncode != 0:
         raise error(f"git {args[0]} failed in {cwd}: {reason(done.stderr, done.returncode)}", fix=fix)
     return done.stdout
+
+
+def head_from_files(repo: Path) -> str:
+    """The commit HEAD names, read from repo/.git's own files beneath a descriptor (safefs): one git process fewer,
+    for a repository whose .git only flakebot's git writes. '' when they do not hold it plainly (a packed or reftable
+    ref, a gitdir file, no commit yet): then `rev-parse` answers."""
+    try:
+        with Tree(repo / ".git") as git_dir:  # a .git file (a gitdir line) is no directory: OSError
+            head = git_dir.read_text("HEAD", limit=4096).strip()
+            if head.startswith("ref: refs/"):
+                head = git_dir.read_text(head.removeprefix("ref: "), limit=4096).strip()
+    except (OSError, UnicodeDecodeError):  # missing, a link, not a file (safefs.UnsafePath is an OSError)
+        return ""
+    return head if COMMIT_ID.fullmatch(head) else ""
 
 
 def reason(stderr: str, code: int) -> str:

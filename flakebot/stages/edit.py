@@ -232,8 +232,10 @@ def service_check(settings: Settings, runner: BuiltRunner, spec: ToolSpec) -> Li
 
 def _start_clean(ctx: StageContext, git: WorkspaceGit) -> str:
     """A (re)started edit stage begins from what acquire produced, so a resumed run redoes the stage whole."""
-    base: str = ctx.run.state.setdefault("edit_base", git.head())
-    ctx.run.save()
+    if "edit_base" not in ctx.run.state:  # HEAD read from .git's files when it is plainly there: no git process
+        ctx.run.state["edit_base"] = git.head_from_files() or git.head()
+        ctx.run.save()
+    base: str = ctx.run.state["edit_base"]
     git.reset(base, "-fdx")
     return base
 

@@ -49,17 +49,20 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         manifest.update(catalog_dir=str(catalog.version_dir(spec.name, version)), catalog_version=version)
         entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
-    ctx.progress("reading --help and running every example on the built tool (sandboxed)")
-    # --help beside the examples, not before them: a sandbox's start-up is most of each run. at_once: a Ctrl-C or a
-    # failure kills every run still going, as it killed --help when that ran on this thread
+    ctx.progress("reading --help, running every example (sandboxed), checking what nix run starts")
+    # --help beside the examples, not before them: a sandbox's start-up is most of each run; and the `nix eval` of
+    # what nix run starts (no code of the tool's runs in it) beside both. at_once: a Ctrl-C or a failure kills every
+    # run still going, as it killed --help when that ran on this thread
     runs = [functools.partial(_example, ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
+    resolve = functools.partial(_nix_run_target, package, ctx.settings.nix_build_timeout)
     observed: list[Any] = at_once(
-        [functools.partial(observe, ctx, [str(binary), "--help"]), *runs], EXAMPLES_AT_ONCE + 1
+        [resolve, functools.partial(observe, ctx, [str(binary), "--help"]), *runs], EXAMPLES_AT_ONCE + 2
     )
-    help_text, examples = observed[0].stdout, observed[1:]
-    _require_all_passed(examples)
-    ctx.progress("checking that nix run resolves to the tested store path")
-    verification = verify(ctx, package, nix_run, examples)
+    program, help_text, examples = observed[0], observed[1].stdout, observed[2:]
+    _require_all_passed(examples)  # a failing example is the error to report, before what nix run resolves to
+    if isinstance(program, NixError):
+        raise program
+    verification = verify(nix_run, examples, program)
     manifest = build_manifest(
         spec=spec.to_dict(),
         need=need,
@@ -149,6 +152,15 @@ def _example(ctx: StageContext, binary: Path, store: Path, example: Example, nix
     return {**example_record(example, passed, result), "command": shell_command(nix_run, example.args, example.stdin)}
 
 
+def _nix_run_target(package: dict[str, Any], timeout: float) -> str | NixError:
+    """What nix run of the package's flake starts (require_nix_run_target), or the error saying it is not the tested
+    binary: returned, not raised, so a failing example running beside it is still the error reported first."""
+    try:
+        return require_nix_run_target(package, "tested", timeout)
+    except NixError as exc:
+        return exc
+
+
 def _require_all_passed(examples: list[dict[str, Any]]) -> None:
     failed = [(n, e) for n, e in enumerate(examples, 1) if not e["passed"]]
     if failed:
@@ -165,13 +177,10 @@ def _require_all_passed(examples: list[dict[str, Any]]) -> None:
         )
 
 
-def verify(
-    ctx: StageContext, package: dict[str, Any], nix_run: list[str], examples: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Check the `nix run` command a caller will use: it must start the binary every example just passed on.
-
-    The run's own flake is evaluated (the catalog's copy is the same files, so the same store path)."""
-    program = require_nix_run_target(package, "tested", ctx.settings.nix_build_timeout)
+def verify(nix_run: list[str], examples: list[dict[str, Any]], program: str) -> dict[str, Any]:
+    """The record of the `nix run` command a caller will use: it starts `program`, the binary every example just
+    passed on (require_nix_run_target evaluated the run's own flake: the catalog's copy is the same files, so the
+    same store path)."""
     shown = next((e for e in examples if not e["files"] and e["expected_exit_code"] == 0), None)
     args, stdin = (shown["args"], shown["stdin"]) if shown else (["--help"], "")
     return {
