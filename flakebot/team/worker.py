@@ -146,8 +146,11 @@ class Worker:
                 return self.settle_cancelled(job_id, spent)
             # this worker is stopping, not the job failing: another resumes it
             used = self.cpu_seconds() - spent
-            self.with_db(lambda conn: queue.release(conn, job_id, self.name, used))
-            logger.warning("job %s handed back to the queue: this worker was stopped", job_id)
+            if self.with_db(lambda conn: queue.release(conn, job_id, self.name, used)):
+                logger.warning("job %s handed back to the queue: this worker was stopped", job_id)
+            elif self.with_db(lambda conn: queue.settle_cancelled(conn, job_id, self.name, used)):
+                # cancelled before the heartbeat looked: nothing to hand back, but what it spent counts all the same
+                logger.warning("job %s was cancelled as this worker was stopped: its CPU-seconds settled", job_id)
             raise
         except FlakebotError as exc:
             logger.warning("job %s failed: %s", job_id, exc.one_line())

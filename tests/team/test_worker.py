@@ -454,3 +454,31 @@ def test_a_cancel_between_a_crafts_end_and_its_write_wins_the_row(database: str)
     row = queue.get(conn, int(job["id"]), "acme")
     assert row is not None and (row["state"], row["result"]) == ("cancelled", None)
     conn.close()
+
+
+def test_a_worker_stopped_as_its_job_is_cancelled_still_counts_its_cpu_seconds(database: str) -> None:
+    """The cancel commits, then the operator's SIGTERM reaches the worker before its heartbeat looks at the row: the
+    worker stops (work() raises, as any stop), the job cannot be handed back (its row is cancelled for good), and the
+    CPU-seconds the craft spent are still added to the cancelled row, which counts them against the tenant's day."""
+    conn, job = _claimed(database)
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        until = time.process_time() + 0.3
+        while time.process_time() < until:  # CPU the tenant's day must count
+            pass
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(row["id"]), "acme", "alice", "id-alice") is not None
+        os.kill(os.getpid(), signal.SIGTERM)  # the operator's, within the heartbeat's second
+        time.sleep(60)
+        raise AssertionError("the craft was not stopped")
+
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and row["state"] == "cancelled", row
+    assert row["cpu_seconds"] >= 0.25, row
+    conn.close()
