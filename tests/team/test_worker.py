@@ -482,3 +482,44 @@ def test_a_worker_stopped_as_its_job_is_cancelled_still_counts_its_cpu_seconds(d
     assert row is not None and row["state"] == "cancelled", row
     assert row["cpu_seconds"] >= 0.25, row
     conn.close()
+
+
+def test_after_a_cancelled_craft_its_worker_crafts_the_next_job_to_its_end(database: str) -> None:
+    """The same Worker, its first craft (which spent CPU) cancelled and stopped: its next job, a craft outlasting
+    several of the heartbeat's looks, ends done and recorded (no stop left over from the cancel), SIGTERM's handler
+    is the one before, and the next job is charged none of the cancelled craft's CPU-seconds."""
+    conn, job = _claimed(database)
+    started = threading.Event()
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        until = time.process_time() + (0.5 if row["id"] == job["id"] else 0.0)
+        while time.process_time() < until:
+            pass
+        started.set()
+        time.sleep(60 if row["id"] == job["id"] else 3.5)  # the first is cancelled; the next outlasts three looks
+        return {"status": "crafted", "name": "csv-dedup", "run_id": "20260101-000000-abcdef"}
+
+    def cancel() -> None:
+        started.wait(10)
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
+
+    helper = threading.Thread(target=cancel)
+    helper.start()
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        assert working.work(job)["state"] == "cancelled"
+        helper.join(timeout=10)
+        queue.enqueue(conn, "acme", "alice", RunRequest(need="need a word counter"), principal_id="id-alice")
+        following = queue.claim(conn, "w1", 30)
+        assert following is not None
+        ended = working.work(following)
+    finally:
+        working.close()
+    assert (ended["state"], ended["recorded"]) == ("done", True), ended
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    first, second = queue.get(conn, int(job["id"]), "acme"), queue.get(conn, int(following["id"]), "acme")
+    assert first is not None and second is not None
+    assert (first["state"], second["state"]) == ("cancelled", "done"), (first, second)
+    assert first["cpu_seconds"] >= 0.4 and second["cpu_seconds"] < 0.3, (first, second)
+    conn.close()
