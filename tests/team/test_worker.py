@@ -24,6 +24,7 @@ from flakebot.team import db, queue
 from flakebot.team.dburl import ENV as DATABASE_ENV
 from flakebot.team.worker import Worker
 from tests.conftest import FLAKEBOT, REPO, require, wait_for
+from tests.fakes.processes import own_processes
 from tests.team.conftest import Cluster
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -523,3 +524,32 @@ def test_after_a_cancelled_craft_its_worker_crafts_the_next_job_to_its_end(datab
     assert (first["state"], second["state"]) == ("cancelled", "done"), (first, second)
     assert first["cpu_seconds"] >= 0.4 and second["cpu_seconds"] < 0.3, (first, second)
     conn.close()
+
+
+def test_a_worker_sigtermed_as_its_running_job_is_cancelled_stops_and_counts_it(
+    database: str, tmp_path: Path, workdir: Path
+) -> None:
+    """A real worker mid-edit (a sandboxed command running): its job's one follower cancels it and, at once, before
+    the heartbeat's look, its operator sends SIGTERM. The worker stops as stopped (130), the job stays cancelled (not
+    handed back: nobody resumes it), its CPU-seconds counted, its run interrupted, none of its processes left."""
+    require("bwrap", "cargo", "nix")
+    with db.connect(database) as conn:
+        asked = RunRequest(need="need a CSV deduper", registry="local")
+        job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
+    log = tmp_path / "worker.log"
+    with own_processes() as listing, worker(database, log, "--lease", "600") as proc:
+        run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
+        events = workdir / "runs" / run_id / "events.jsonl"
+        wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
+        wait_for(lambda: any("bwrap" in argv[0] for _, argv in listing()), timeout=120, interval=0.1)
+        with db.connect(database) as conn:
+            assert queue.cancel(conn, job_id, "acme", "alice") is not None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, log.read_text()
+        wait_for(lambda: not listing(), timeout=30, interval=0.1)
+    row = job_row(database, job_id)
+    assert (row["state"], row["result"]) == ("cancelled", None), log.read_text()
+    assert row["cpu_seconds"] > 0, (row, log.read_text())
+    assert json.loads((workdir / "runs" / run_id / "state.json").read_text())["status"] == "interrupted"
+    with db.connect(database) as conn:
+        assert queue.claim(conn, "next", 30) is None  # cancelled for good
