@@ -553,3 +553,75 @@ def test_a_worker_sigtermed_as_its_running_job_is_cancelled_stops_and_counts_it(
     assert json.loads((workdir / "runs" / run_id / "state.json").read_text())["status"] == "interrupted"
     with db.connect(database) as conn:
         assert queue.claim(conn, "next", 30) is None  # cancelled for good
+
+
+def test_a_cancel_seen_while_the_craft_stops_for_its_worker_neither_undoes_the_stop_nor_cuts_its_cleanup(
+    database: str,
+) -> None:
+    """The operator's SIGTERM first; the follower's cancel lands while the craft cleans up (kills its sandboxes, as
+    the pipeline does on SIGTERM), long enough for the heartbeat to see it. The cleanup is not interrupted again (a
+    cut cleanup leaves processes running for nobody), and the worker still stops (work() raises; it took the cancel
+    for the reason and went on to the next job before), the cancelled row counting the CPU-seconds spent."""
+    conn, job = _claimed(database)
+    cleaned: list[bool] = []
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # the operator's
+            time.sleep(60)
+        except KeyboardInterrupt:
+            with db.connect(database) as other:
+                assert queue.cancel(other, int(row["id"]), "acme", "alice", "id-alice") is not None
+            until = time.process_time() + 0.3
+            while time.process_time() < until:  # the cleanup's CPU
+                pass
+            time.sleep(2.5)  # three of the heartbeat's looks
+            cleaned.append(True)
+            raise
+        raise AssertionError("the craft was not stopped")
+
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and row["state"] == "cancelled" and row["cpu_seconds"] >= 0.25, row
+    conn.close()
+
+
+def test_a_worker_sigtermed_while_its_craft_stops_for_a_cancel_stops_too(database: str) -> None:
+    """The cancel's stop first (the heartbeat's SIGTERM), the operator's SIGTERM during the craft's cleanup: the
+    worker stops (work() raises) instead of going on to the next job, the row cancelled."""
+    conn, job = _claimed(database)
+    started = threading.Event()
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        started.set()
+        try:
+            time.sleep(60)  # until the cancel's SIGTERM
+        except KeyboardInterrupt:
+            os.kill(os.getpid(), signal.SIGTERM)  # the operator's, as the craft cleans up
+            time.sleep(5)
+        raise AssertionError("the craft was not stopped")
+
+    def cancel() -> None:
+        started.wait(10)
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
+
+    helper = threading.Thread(target=cancel)
+    helper.start()
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+    helper.join(timeout=10)
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and row["state"] == "cancelled", row
+    conn.close()
