@@ -298,13 +298,16 @@ def _sigterm_as_interrupt() -> Iterator[threading.Event]:
     meanwhile) that swallows it, and the stage then ran on to its end; the event makes the stop stick (the running
     stage is marked interrupted when it returns, and no later one starts)."""
     stop = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
 
     def raise_interrupt(signum: int, frame: Any) -> None:
         stop.set()
+        if callable(previous):  # an outer handler (a team worker's) is told too: it tells a cancel's from its stop
+            previous(signum, frame)
         raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+        signal.signal(signal.SIGTERM, raise_interrupt)
     except ValueError:  # not the main thread: leave signals alone
         yield stop
         return

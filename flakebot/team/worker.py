@@ -80,6 +80,8 @@ class Worker:
     _stopping: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     _crafting: bool = field(default=False, init=False, repr=False)
     _cancel_signals: int = field(default=0, init=False, repr=False)
+    # a SIGTERM none of those: this worker's own stop (its operator's), which a cancel seen later does not undo
+    _stopped: bool = field(default=False, init=False, repr=False)
 
     def run(self, once: bool = False) -> list[dict[str, Any]]:
         """Work jobs as they come (forever, or one with `once`); what each ended as. A database unreachable at the
@@ -142,12 +144,15 @@ class Worker:
                 result = self.crafts(job, self.run_recorder(job_id))
         except (Interrupted, KeyboardInterrupt):
             heartbeat.stop()
-            if heartbeat.cancelled.is_set():  # its follower cancelled it: the row says so already
+            if heartbeat.cancelled.is_set() and not self._stopped:  # its follower cancelled it: the row says so already
                 return self.settle_cancelled(job_id, spent)
             # this worker is stopping, not the job failing: another resumes it
             used = self.cpu_seconds() - spent
-            self.with_db(lambda conn: queue.release(conn, job_id, self.name, used))
-            logger.warning("job %s handed back to the queue: this worker was stopped", job_id)
+            if self.with_db(lambda conn: queue.release(conn, job_id, self.name, used)):
+                logger.warning("job %s handed back to the queue: this worker was stopped", job_id)
+            elif self.with_db(lambda conn: queue.settle_cancelled(conn, job_id, self.name, used)):
+                # cancelled before the heartbeat looked: nothing to hand back, but what it spent counts all the same
+                logger.warning("job %s was cancelled as this worker was stopped: its CPU-seconds settled", job_id)
             raise
         except FlakebotError as exc:
             logger.warning("job %s failed: %s", job_id, exc.one_line())
@@ -179,8 +184,10 @@ class Worker:
     def stoppable(self) -> Iterator[None]:
         """Around a craft on the main thread: SIGTERM raises KeyboardInterrupt wherever the craft is (the pipeline
         turns it into Interrupted inside a run, with its own handler), and a SIGTERM the heartbeat sent for a cancel
-        that lands once the craft is over is dropped, not taken for this worker's stop. Elsewhere: nothing (a
-        signal handler is the main thread's to set), and a cancelled craft runs to its end, refused by its row."""
+        that lands once the craft is over is dropped, not taken for this worker's stop; any other SIGTERM is this
+        worker's stop (`_stopped`: the pipeline's handler passes it on), which a cancel seen after does not undo.
+        Elsewhere: nothing (a signal handler is the main thread's to set), and a cancelled craft runs to its end,
+        refused by its row."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -189,9 +196,11 @@ class Worker:
             with self._stopping:
                 ours, crafting = self._cancel_signals > 0, self._crafting
                 self._cancel_signals = max(self._cancel_signals - 1, 0)
+                self._stopped = self._stopped or not ours
             if crafting or not ours:
                 raise KeyboardInterrupt
 
+        self._stopped = False
         previous = signal.signal(signal.SIGTERM, on_sigterm)
         with self._stopping:
             self._crafting = True
@@ -208,7 +217,7 @@ class Worker:
         """SIGTERM to the main thread while it crafts (stoppable): its craft stops as `flakebot craft` stops. False
         when no craft runs there to stop."""
         with self._stopping:
-            if not self._crafting:
+            if not self._crafting or self._stopped:  # a craft stopping already is not interrupted in its cleanup
                 return False
             self._cancel_signals += 1
             signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
@@ -288,7 +297,11 @@ class Heartbeat(threading.Thread):
                     self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot heartbeat {self.job_id}")
                 if not self.cancelled.is_set() and queue.cancelled_while_held(self.conn, self.job_id, self.worker.name):
                     self.cancelled.set()
-                    how = "stopping its craft" if self.worker.stop_craft() else "its craft runs to its end, unrecorded"
+                    how = (
+                        "stopping its craft"
+                        if self.worker.stop_craft()
+                        else "its craft is not signalled, its end unrecorded"
+                    )
                     logger.warning("job %s cancelled by its follower: %s", self.job_id, how)
                 if time.monotonic() < renew_at or self.cancelled.is_set():
                     continue

@@ -513,3 +513,39 @@ def test_cpu_seconds_that_are_no_count_are_not_added(database: str) -> None:
     assert queue.finish(conn, first.job_id, "w2", result={"status": "crafted"}, error=None, cpu_seconds=float("inf"))
     assert queue.quota_of(conn, "acme")["used"]["cpu_seconds"] == 0.0
     conn.close()
+
+
+def test_cancels_racing_a_claim_and_each_other_end_a_job_once(database: str) -> None:
+    """Each round, a worker's claim and two cancels by the job's one follower at the same moment: the job ends
+    cancelled, cancelled once (one audit row, the other cancel `unchanged`), a claim that won names its worker in the
+    row and the audit (the worker to stop), one that lost got nothing, and nobody claims the job afterwards."""
+    conn = db.connect(database, autocommit=True)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+    for round_ in range(12):
+        job_id = queue.enqueue(conn, "acme", "alice", craft(f"need tool {round_}"), principal_id="id-alice").job_id
+
+        def race(c: Any, n: int, job_id: int = job_id, round_: int = round_) -> Any:
+            if n == 0:
+                return queue.claim(c, "w1", 30)
+            time.sleep(round_ % 4 * 0.004)  # the claim a little ahead in some rounds: both orders happen
+            return queue.cancel(c, job_id, "acme", "alice", "id-alice")
+
+        claimed, *cancels = raced(database, race, threads=3)
+        assert all(answer is not None and answer["state"] == "cancelled" for answer in cancels), cancels
+        assert sum(1 for answer in cancels if not answer.get("unchanged")) == 1, cancels
+        row = queue.get(conn, job_id, "acme")
+        assert row is not None and row["state"] == "cancelled", row
+        said = conn.execute("SELECT action, detail FROM audit WHERE job = %s ORDER BY id", (job_id,)).fetchall()
+        actions = [a["action"] for a in said]
+        assert actions.count("cancelled") == 1, actions
+        if claimed:  # the claim committed first: the cancel stops w1's craft
+            assert (
+                claimed["id"] == job_id
+                and row["worker"] == "w1"
+                and actions.index("claimed") < actions.index("cancelled")
+            )
+            assert said[actions.index("cancelled")]["detail"]["worker"] == "w1"
+        else:
+            assert row["worker"] is None and "claimed" not in actions
+        assert queue.claim(conn, "w2", 30) is None
+    conn.close()

@@ -24,6 +24,7 @@ from flakebot.team import db, queue
 from flakebot.team.dburl import ENV as DATABASE_ENV
 from flakebot.team.worker import Worker
 from tests.conftest import FLAKEBOT, REPO, require, wait_for
+from tests.fakes.processes import own_processes
 from tests.team.conftest import Cluster
 
 SESSION = REPO / "flakebot/data/sessions/csv-dedup.json"
@@ -453,4 +454,174 @@ def test_a_cancel_between_a_crafts_end_and_its_write_wins_the_row(database: str)
     assert ended["state"] == "cancelled", ended
     row = queue.get(conn, int(job["id"]), "acme")
     assert row is not None and (row["state"], row["result"]) == ("cancelled", None)
+    conn.close()
+
+
+def test_a_worker_stopped_as_its_job_is_cancelled_still_counts_its_cpu_seconds(database: str) -> None:
+    """The cancel commits, then the operator's SIGTERM reaches the worker before its heartbeat looks at the row: the
+    worker stops (work() raises, as any stop), the job cannot be handed back (its row is cancelled for good), and the
+    CPU-seconds the craft spent are still added to the cancelled row, which counts them against the tenant's day."""
+    conn, job = _claimed(database)
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        until = time.process_time() + 0.3
+        while time.process_time() < until:  # CPU the tenant's day must count
+            pass
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(row["id"]), "acme", "alice", "id-alice") is not None
+        os.kill(os.getpid(), signal.SIGTERM)  # the operator's, within the heartbeat's second
+        time.sleep(60)
+        raise AssertionError("the craft was not stopped")
+
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and row["state"] == "cancelled", row
+    assert row["cpu_seconds"] >= 0.25, row
+    conn.close()
+
+
+def test_after_a_cancelled_craft_its_worker_crafts_the_next_job_to_its_end(database: str) -> None:
+    """The same Worker, its first craft (which spent CPU) cancelled and stopped: its next job, a craft outlasting
+    several of the heartbeat's looks, ends done and recorded (no stop left over from the cancel), SIGTERM's handler
+    is the one before, and the next job is charged none of the cancelled craft's CPU-seconds."""
+    conn, job = _claimed(database)
+    started = threading.Event()
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        until = time.process_time() + (0.5 if row["id"] == job["id"] else 0.0)
+        while time.process_time() < until:
+            pass
+        started.set()
+        time.sleep(60 if row["id"] == job["id"] else 3.5)  # the first is cancelled; the next outlasts three looks
+        return {"status": "crafted", "name": "csv-dedup", "run_id": "20260101-000000-abcdef"}
+
+    def cancel() -> None:
+        started.wait(10)
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
+
+    helper = threading.Thread(target=cancel)
+    helper.start()
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        assert working.work(job)["state"] == "cancelled"
+        helper.join(timeout=10)
+        queue.enqueue(conn, "acme", "alice", RunRequest(need="need a word counter"), principal_id="id-alice")
+        following = queue.claim(conn, "w1", 30)
+        assert following is not None
+        ended = working.work(following)
+    finally:
+        working.close()
+    assert (ended["state"], ended["recorded"]) == ("done", True), ended
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    first, second = queue.get(conn, int(job["id"]), "acme"), queue.get(conn, int(following["id"]), "acme")
+    assert first is not None and second is not None
+    assert (first["state"], second["state"]) == ("cancelled", "done"), (first, second)
+    assert first["cpu_seconds"] >= 0.4 and second["cpu_seconds"] < 0.3, (first, second)
+    conn.close()
+
+
+def test_a_worker_sigtermed_as_its_running_job_is_cancelled_stops_and_counts_it(
+    database: str, tmp_path: Path, workdir: Path
+) -> None:
+    """A real worker mid-edit (a sandboxed command running): its job's one follower cancels it and, at once, before
+    the heartbeat's look, its operator sends SIGTERM. The worker stops as stopped (130), the job stays cancelled (not
+    handed back: nobody resumes it), its CPU-seconds counted, its run interrupted, none of its processes left."""
+    require("bwrap", "cargo", "nix")
+    with db.connect(database) as conn:
+        asked = RunRequest(need="need a CSV deduper", registry="local")
+        job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
+    log = tmp_path / "worker.log"
+    with own_processes() as listing, worker(database, log, "--lease", "600") as proc:
+        run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
+        events = workdir / "runs" / run_id / "events.jsonl"
+        wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
+        wait_for(lambda: any("bwrap" in argv[0] for _, argv in listing()), timeout=120, interval=0.1)
+        with db.connect(database) as conn:
+            assert queue.cancel(conn, job_id, "acme", "alice") is not None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, log.read_text()
+        wait_for(lambda: not listing(), timeout=30, interval=0.1)
+    row = job_row(database, job_id)
+    assert (row["state"], row["result"]) == ("cancelled", None), log.read_text()
+    assert row["cpu_seconds"] > 0, (row, log.read_text())
+    assert json.loads((workdir / "runs" / run_id / "state.json").read_text())["status"] == "interrupted"
+    with db.connect(database) as conn:
+        assert queue.claim(conn, "next", 30) is None  # cancelled for good
+
+
+def test_a_cancel_seen_while_the_craft_stops_for_its_worker_neither_undoes_the_stop_nor_cuts_its_cleanup(
+    database: str,
+) -> None:
+    """The operator's SIGTERM first; the follower's cancel lands while the craft cleans up (kills its sandboxes, as
+    the pipeline does on SIGTERM), long enough for the heartbeat to see it. The cleanup is not interrupted again (a
+    cut cleanup leaves processes running for nobody), and the worker still stops (work() raises; it took the cancel
+    for the reason and went on to the next job before), the cancelled row counting the CPU-seconds spent."""
+    conn, job = _claimed(database)
+    cleaned: list[bool] = []
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # the operator's
+            time.sleep(60)
+        except KeyboardInterrupt:
+            with db.connect(database) as other:
+                assert queue.cancel(other, int(row["id"]), "acme", "alice", "id-alice") is not None
+            until = time.process_time() + 0.3
+            while time.process_time() < until:  # the cleanup's CPU
+                pass
+            time.sleep(2.5)  # three of the heartbeat's looks
+            cleaned.append(True)
+            raise
+        raise AssertionError("the craft was not stopped")
+
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and row["state"] == "cancelled" and row["cpu_seconds"] >= 0.25, row
+    conn.close()
+
+
+def test_a_worker_sigtermed_while_its_craft_stops_for_a_cancel_stops_too(database: str) -> None:
+    """The cancel's stop first (the heartbeat's SIGTERM), the operator's SIGTERM during the craft's cleanup: the
+    worker stops (work() raises) instead of going on to the next job, the row cancelled."""
+    conn, job = _claimed(database)
+    started = threading.Event()
+
+    def crafts(row: dict[str, Any], sink: Any) -> dict[str, Any]:
+        started.set()
+        try:
+            time.sleep(60)  # until the cancel's SIGTERM
+        except KeyboardInterrupt:
+            os.kill(os.getpid(), signal.SIGTERM)  # the operator's, as the craft cleans up
+            time.sleep(5)
+        raise AssertionError("the craft was not stopped")
+
+    def cancel() -> None:
+        started.wait(10)
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
+
+    helper = threading.Thread(target=cancel)
+    helper.start()
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+    helper.join(timeout=10)
+    row = queue.get(conn, int(job["id"]), "acme")
+    assert row is not None and row["state"] == "cancelled", row
     conn.close()
