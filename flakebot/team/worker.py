@@ -207,11 +207,14 @@ class Worker:
         try:
             yield
         finally:
-            with self._stopping:
+            try:  # a heartbeat's SIGTERM taken while waiting for the lock raises here: the handler is put back anyway
+                with self._stopping:
+                    self._crafting = False
+            finally:
                 self._crafting = False
-            signal.signal(signal.SIGTERM, previous)
-            # none of the heartbeat's SIGTERMs is still on its way: it sends them only while _crafting, cleared above
-            self._cancel_signals = 0
+                signal.signal(signal.SIGTERM, previous)
+                # none of the heartbeat's SIGTERMs is still on its way: it sends them only while _crafting, cleared
+                self._cancel_signals = 0
 
     def stop_craft(self) -> bool:
         """SIGTERM to the main thread while it crafts (stoppable): its craft stops as `flakebot craft` stops. False
