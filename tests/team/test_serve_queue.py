@@ -918,3 +918,38 @@ def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: 
     assert "no grant 'admin'" in unknown.stderr and "metrics" in unknown.stderr, unknown.stderr
     listed = json_result(run_cli("token", "list", "--json", check=True))["tokens"]
     assert [(t["name"], t["grants"]) for t in listed] == [("alice", []), ("bob", []), ("prometheus", ["metrics"])]
+
+
+def test_a_jwt_callers_cancel_is_answered_while_the_token_store_is_unsafe(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """The store of static tokens becomes unsafe (group- and world-writable) while the front serves: every static token
+    is refused, but an IdP's JWT is verified without it, and its tasks/cancel asked the store which tokens are revoked,
+    which raised: a JSON-RPC error of code 0 with no fix, and a traceback in the front's log. Now an unsafe store holds
+    no revoked token (nobody's following is discounted for it: its records may be anyone's), and carol, the only
+    follower of her craft, cancels it."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from tests.team.test_jwt import AUDIENCE, ISSUER, claims
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    add_token("alice", "--tenant", "acme")  # the store exists: a token of the team's own
+    carol = jwt.encode(claims(), private, algorithm="RS256")
+    log = flakebot_home / "serve.log"
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    with serving(*options, log=log, database=database) as url:
+        mine = Session(url, carol)
+        created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
+        job = str(created["result"]["task"]["taskId"])
+        (workdir / "team" / "tokens.json").chmod(0o666)
+        cancelled = mine.ask("tasks/cancel", {"taskId": job})
+        assert cancelled.get("result", {}).get("status") == "cancelled", cancelled
+    assert {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled"
+    logged = log.read_text()
+    assert "no token counted as revoked" in logged and "Traceback" not in logged, logged[-2000:]
