@@ -953,3 +953,60 @@ def test_a_jwt_callers_cancel_is_answered_while_the_token_store_is_unsafe(
     assert {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled"
     logged = log.read_text()
     assert "no token counted as revoked" in logged and "Traceback" not in logged, logged[-2000:]
+
+
+async def _flood_behind_held_calls(url: str, alice: str, bob: str, job: str) -> tuple[dict[str, Any], int]:
+    """alice's TOKEN_CALLS_AT_ONCE status calls held, then a flood of her craft task calls, each waiting in her queue
+    until its client gives up and cancels it (notifications/cancelled); meanwhile bob's craft task. bob's answer,
+    and how many of alice's holds had ended when it came."""
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+    from tests.team.test_front import ACCEPT
+
+    mine, theirs = await asyncio.gather(asyncio.to_thread(Session, url, alice), asyncio.to_thread(Session, url, bob))
+
+    async def hold() -> None:
+        await _call(url, alice, "status", {"run_id": job, "wait_seconds": 20})
+
+    held = [asyncio.create_task(hold()) for _ in range(TOKEN_CALLS_AT_ONCE)]
+    await asyncio.sleep(3)  # every hold has reached the front
+    headers = {**ACCEPT, "Authorization": f"Bearer {alice}", **mine.headers}
+    flood = range(100, 120)
+
+    async def waits(number: int) -> None:
+        asked = {"name": "craft", "arguments": {"need": f"need tool {number}"}, "task": {}}
+        with contextlib.suppress(httpx.TimeoutException):  # the client gives up: the call still waits in her queue
+            async with httpx.AsyncClient(timeout=2) as http:
+                body = {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": asked}
+                answer = await http.post(url, json=body, headers=headers)
+                raise AssertionError(f"alice's task call ran beside her held calls: {answer.text}")
+
+    await asyncio.gather(*(waits(number) for number in flood))
+    asked = {"name": "craft", "arguments": {"need": "need a word counter"}, "task": {}}
+    answer = await asyncio.wait_for(asyncio.to_thread(theirs.ask, "tools/call", asked), 60)
+    ended = sum(task.done() for task in held)
+    for number in flood:
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": number}}
+        assert (await asyncio.to_thread(post, url, cancel, alice, **mine.headers)).status_code == 202
+    await asyncio.gather(*held)
+    return answer, ended
+
+
+def test_a_flood_of_one_tokens_task_calls_starves_no_other_and_a_cancelled_one_queues_nothing(
+    flakebot_home: Path, database: str
+) -> None:
+    """A task call waits in its token's own queue (TOKEN_CALLS_AT_ONCE in flight): 20 of alice's craft task calls
+    waiting behind her 8 held calls do not delay bob's (his own queue), and each she cancels while it waits leaves her
+    queue without queueing its craft (only her first job and bob's are in the table after her holds ended)."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]  # no worker: it stays queued
+        answer, ended = asyncio.run(_flood_behind_held_calls(url, alice, bob, job))
+        assert answer["result"]["task"]["taskId"].startswith("job-"), answer
+        assert ended == 0, "bob's task call waited for alice's held calls"
+        time.sleep(2)  # a waiting call that was not cancelled would take a place now and queue its craft
+        later = Session(url, alice).ask(
+            "tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}
+        )
+        assert later["result"]["task"]["taskId"].startswith("job-"), later
+    needs = [r["request"]["need"] for r in rows(database)]
+    assert needs == ["need a csv deduper", "need a word counter", "need a tac"], needs
