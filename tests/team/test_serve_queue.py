@@ -1010,3 +1010,40 @@ def test_a_flood_of_one_tokens_task_calls_starves_no_other_and_a_cancelled_one_q
         assert later["result"]["task"]["taskId"].startswith("job-"), later
     needs = [r["request"]["need"] for r in rows(database)]
     assert needs == ["need a csv deduper", "need a word counter", "need a tac"], needs
+
+
+def test_revoking_a_token_cancels_no_job_a_live_principal_still_follows(flakebot_home: Path, database: str) -> None:
+    """carol's static token queues a craft; a JWT of the same subject 'carol' and alice join it; static carol is
+    revoked. Her following no longer counts, but the JWT carol's does (another principal, never revoked by the token
+    store): alice's tasks/cancel only leaves the job, which stays queued for JWT carol, whose cancel then ends it."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.team.test_jwt import AUDIENCE, ISSUER, claims
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    carol, alice = add_token("carol", "--tenant", "acme"), add_token("alice", "--tenant", "acme")
+    also_carol = jwt.encode(claims(sub="carol"), private, algorithm="ES256")
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    asked = {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
+    with serving(*options, database=database, log=flakebot_home / "serve.log") as url:
+        theirs, idps, mine = Session(url, carol), Session(url, also_carol), Session(url, alice)
+        job = str(theirs.ask("tools/call", asked)["result"]["task"]["taskId"])
+        assert idps.ask("tools/call", asked)["result"]["task"]["taskId"] == job
+        assert mine.ask("tools/call", asked)["result"]["task"]["taskId"] == job
+        run_cli("token", "revoke", "carol", check=True)
+        left = mine.ask("tasks/cancel", {"taskId": job})
+        assert left["result"]["status"] == "cancelled", left  # alice's task: she left the job
+        assert {handle_of(r): r["state"] for r in rows(database)}[job] == "queued"
+        assert idps.ask("tasks/get", {"taskId": job})["result"]["status"] == "working"
+        ended = idps.ask("tasks/cancel", {"taskId": job})
+        assert ended["result"]["status"] == "cancelled", ended
+    assert {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled"
+    with db.connect(database) as conn:
+        actions = conn.execute("SELECT principal, action FROM audit WHERE action IN ('cancelled', 'left')").fetchall()
+    assert [(a["principal"], a["action"]) for a in actions] == [("alice", "left"), ("carol", "cancelled")], actions
