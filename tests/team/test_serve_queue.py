@@ -965,7 +965,7 @@ async def _flood_behind_held_calls(url: str, alice: str, bob: str, job: str) -> 
     mine, theirs = await asyncio.gather(asyncio.to_thread(Session, url, alice), asyncio.to_thread(Session, url, bob))
 
     async def hold() -> None:
-        await _call(url, alice, "status", {"run_id": job, "wait_seconds": 20})
+        await _call(url, alice, "status", {"run_id": job, "wait_seconds": 30})  # a margin for a loaded machine
 
     held = [asyncio.create_task(hold()) for _ in range(TOKEN_CALLS_AT_ONCE)]
     await asyncio.sleep(3)  # every hold has reached the front
@@ -984,9 +984,10 @@ async def _flood_behind_held_calls(url: str, alice: str, bob: str, job: str) -> 
     asked = {"name": "craft", "arguments": {"need": "need a word counter"}, "task": {}}
     answer = await asyncio.wait_for(asyncio.to_thread(theirs.ask, "tools/call", asked), 60)
     ended = sum(task.done() for task in held)
-    for number in flood:
-        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": number}}
-        assert (await asyncio.to_thread(post, url, cancel, alice, **mine.headers)).status_code == 202
+    cancels = [{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": n}} for n in flood]
+    told = await asyncio.gather(*(asyncio.to_thread(post, url, cancel, alice, **mine.headers) for cancel in cancels))
+    assert [answer.status_code for answer in told] == [202] * len(cancels)
+    assert not any(task.done() for task in held), "alice's holds ended before her waiting calls were cancelled"
     await asyncio.gather(*held)
     return answer, ended
 
