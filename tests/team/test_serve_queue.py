@@ -1048,3 +1048,38 @@ def test_revoking_a_token_cancels_no_job_a_live_principal_still_follows(flakebot
     with db.connect(database) as conn:
         actions = conn.execute("SELECT principal, action FROM audit WHERE action IN ('cancelled', 'left')").fetchall()
     assert [(a["principal"], a["action"]) for a in actions] == [("alice", "left"), ("carol", "cancelled")], actions
+
+
+def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The team database goes away (its connections ended, the database renamed) while alice follows her craft's
+    task: tasks/get, tasks/cancel and tasks/list answer a JSON-RPC error in one line with its fix (they were code 0 with
+    the message alone, and a traceback each in the front's log)."""
+    import psycopg
+
+    alice = add_token("alice", "--tenant", "acme")
+    name = database.rsplit("/", 1)[1]
+    log = flakebot_home / "serve.log"
+    with serving(database=database, log=log) as url:
+        mine = Session(url, alice)
+        created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
+        job = str(created["result"]["task"]["taskId"])
+        with psycopg.connect(postgres.url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+            admin.execute(f"ALTER DATABASE {name} RENAME TO {name}_away")
+        try:
+            time.sleep(1)  # the row the front read last is no longer fresh (ROW_FRESH)
+            for method, params in (
+                ("tasks/get", {"taskId": job}),
+                ("tasks/cancel", {"taskId": job}),
+                ("tasks/list", {}),
+            ):
+                answer = mine.ask(method, params)
+                error = answer.get("error") or {}
+                assert "team database" in error.get("message", "") and "Fix: " in error["message"], (method, answer)
+                assert error["code"] != 0 and "\n" not in error["message"], (method, answer)
+        finally:
+            with psycopg.connect(postgres.url(), autocommit=True) as admin:
+                admin.execute(f"ALTER DATABASE {name}_away RENAME TO {name}")
+    assert "Traceback" not in log.read_text()
