@@ -319,7 +319,7 @@ class QueueTasks(mcp_tasks.Tasks):
         """This machine's detached jobs of the caller's tenant, and its tenant's queued crafts: those queued or
         running, and those that ended within a task's default ttl."""
         listed = await super().listed(ctx)
-        for row in await anyio.to_thread.run_sync(lambda: self.front.job_rows(ctx)):
+        for row in await _asked(lambda: self.front.job_rows(ctx)):
             task = task_of(row)
             listed[(row["created"].timestamp(), task.task_id)] = lambda task=task: task  # type: ignore[misc]
         return listed
@@ -333,7 +333,7 @@ class QueueTasks(mcp_tasks.Tasks):
         mcp_tasks.offered(ctx)
         number = job_number(params.task_id)
         assert number is not None
-        row = await anyio.to_thread.run_sync(lambda: self.front.cancel_job(ctx, number))
+        row = await _asked(lambda: self.front.cancel_job(ctx, number))
         if row is None:  # another tenant's job, or one the caller does not follow: as any unknown task
             raise mcp_tasks.no_task(params.task_id)
         task = task_of(row)
@@ -345,10 +345,20 @@ class QueueTasks(mcp_tasks.Tasks):
         number = job_number(task_id)
         row = None
         if number is not None:
-            row = await anyio.to_thread.run_sync(lambda: self.front.job_row(ctx, number))
+            row = await _asked(lambda: self.front.job_row(ctx, number))
         if row is None:
             raise mcp_tasks.no_task(task_id)
         return row, task_of(row)
+
+
+async def _asked(read: Callable[[], Any]) -> Any:
+    """What a tasks/* request reads from the queue, in a thread; flakebot's own error (the database away) a JSON-RPC
+    error in one line with its fix, not the SDK's code 0 with the message alone and a traceback in the log."""
+    try:
+        return await anyio.to_thread.run_sync(read)
+    except FlakebotError as exc:
+        logger.warning("a task's request not answered: %s", exc.one_line())
+        raise MCPError(types.INTERNAL_ERROR, exc.one_line()) from None
 
 
 def _iso(moment: datetime) -> str:

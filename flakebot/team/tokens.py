@@ -185,8 +185,15 @@ class TokenStore:
 
     def revoked(self) -> set[str]:
         """The ids of this store's revoked tokens (a revoked record stays listed, and its token can never verify
-        again). A principal this store never held (another front's store, a JWT) is not among them."""
-        self._refresh()
+        again). A principal this store never held (another front's store, a JWT) is not among them. A store that
+        became unsafe or unreadable while serving holds none (the reason logged): its records may be anyone's, so
+        they discount nobody's following, and a JWT caller's cancel, which needs no static token, still answers."""
+        try:
+            self._refresh()
+        except TeamError as exc:
+            logger.error("no token counted as revoked: %s", exc.one_line())
+            self._revoked, self._by_hash, self._seen = set(), {}, None
+            return set()
         return set(self._revoked)
 
     def _refresh(self) -> None:

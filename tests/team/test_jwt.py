@@ -229,3 +229,35 @@ def test_a_jwt_named_like_a_static_token_is_another_principal(flakebot_home: Pat
     for jwt_id in jwt_ids:  # a JWT user's calls, by its id
         theirs = json_result(run_cli("token", "audit", "--token", jwt_id, "--json", check=True))["records"]
         assert theirs and {r["principal_id"] for r in theirs} == {jwt_id}, theirs
+
+
+def test_no_claim_of_a_jwt_grants_it_the_metrics(flakebot_home: Path) -> None:
+    """/metrics answers a token granted `metrics` by `token add --grant`, and nothing a JWT says grants it: a claim
+    named grants, scope, scp or metrics, a subject named as the granted static token, or as its id, is 403 in one
+    line like any ungranted token (the claims are the IdP's users' to ask for, the grant the admin's to give)."""
+    from tests.team.test_front import add_token
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    scraper = add_token("prometheus", "--grant", "metrics")
+    scraper_id = json_result(run_cli("token", "list", "--json", check=True))["tokens"][0]["id"]
+    asking = [
+        claims(grants=["metrics"]),
+        claims(scope="metrics openid"),
+        claims(scp=["metrics"]),
+        claims(metrics=True),
+        claims(sub="prometheus", grants=["metrics"]),
+        claims(sub=scraper_id),
+    ]
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    with serving(*options, log=flakebot_home / "serve.log") as url:
+        scrape = url.replace("/mcp", "/metrics")
+        assert httpx.get(scrape, headers={"Authorization": f"Bearer {scraper}"}, timeout=30).status_code == 200
+        for asked in asking:
+            token = jwt.encode(asked, private, algorithm="ES256")
+            refused = httpx.get(scrape, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            assert refused.status_code == 403 and refused.text.count("\n") == 1, (asked, refused.text)
+            assert "may not read /metrics" in refused.text and "flakebot_" not in refused.text, refused.text

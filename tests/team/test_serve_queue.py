@@ -918,3 +918,168 @@ def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: 
     assert "no grant 'admin'" in unknown.stderr and "metrics" in unknown.stderr, unknown.stderr
     listed = json_result(run_cli("token", "list", "--json", check=True))["tokens"]
     assert [(t["name"], t["grants"]) for t in listed] == [("alice", []), ("bob", []), ("prometheus", ["metrics"])]
+
+
+def test_a_jwt_callers_cancel_is_answered_while_the_token_store_is_unsafe(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """The store of static tokens becomes unsafe (group- and world-writable) while the front serves: every static token
+    is refused, but an IdP's JWT is verified without it, and its tasks/cancel asked the store which tokens are revoked,
+    which raised: a JSON-RPC error of code 0 with no fix, and a traceback in the front's log. Now an unsafe store holds
+    no revoked token (nobody's following is discounted for it: its records may be anyone's), and carol, the only
+    follower of her craft, cancels it."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from tests.team.test_jwt import AUDIENCE, ISSUER, claims
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    add_token("alice", "--tenant", "acme")  # the store exists: a token of the team's own
+    carol = jwt.encode(claims(), private, algorithm="RS256")
+    log = flakebot_home / "serve.log"
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    with serving(*options, log=log, database=database) as url:
+        mine = Session(url, carol)
+        created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
+        job = str(created["result"]["task"]["taskId"])
+        (workdir / "team" / "tokens.json").chmod(0o666)
+        cancelled = mine.ask("tasks/cancel", {"taskId": job})
+        assert cancelled.get("result", {}).get("status") == "cancelled", cancelled
+    assert {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled"
+    logged = log.read_text()
+    assert "no token counted as revoked" in logged and "Traceback" not in logged, logged[-2000:]
+
+
+async def _flood_behind_held_calls(url: str, alice: str, bob: str, job: str) -> tuple[dict[str, Any], int]:
+    """alice's TOKEN_CALLS_AT_ONCE status calls held, then a flood of her craft task calls, each waiting in her queue
+    until its client gives up and cancels it (notifications/cancelled); meanwhile bob's craft task. bob's answer,
+    and how many of alice's holds had ended when it came."""
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+    from tests.team.test_front import ACCEPT
+
+    mine, theirs = await asyncio.gather(asyncio.to_thread(Session, url, alice), asyncio.to_thread(Session, url, bob))
+
+    async def hold() -> None:
+        await _call(url, alice, "status", {"run_id": job, "wait_seconds": 30})  # a margin for a loaded machine
+
+    held = [asyncio.create_task(hold()) for _ in range(TOKEN_CALLS_AT_ONCE)]
+    await asyncio.sleep(3)  # every hold has reached the front
+    headers = {**ACCEPT, "Authorization": f"Bearer {alice}", **mine.headers}
+    flood = range(100, 120)
+
+    async def waits(number: int) -> None:
+        asked = {"name": "craft", "arguments": {"need": f"need tool {number}"}, "task": {}}
+        with contextlib.suppress(httpx.TimeoutException):  # the client gives up: the call still waits in her queue
+            async with httpx.AsyncClient(timeout=2) as http:
+                body = {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": asked}
+                answer = await http.post(url, json=body, headers=headers)
+                raise AssertionError(f"alice's task call ran beside her held calls: {answer.text}")
+
+    await asyncio.gather(*(waits(number) for number in flood))
+    asked = {"name": "craft", "arguments": {"need": "need a word counter"}, "task": {}}
+    answer = await asyncio.wait_for(asyncio.to_thread(theirs.ask, "tools/call", asked), 60)
+    ended = sum(task.done() for task in held)
+    cancels = [{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": n}} for n in flood]
+    told = await asyncio.gather(*(asyncio.to_thread(post, url, cancel, alice, **mine.headers) for cancel in cancels))
+    assert [answer.status_code for answer in told] == [202] * len(cancels)
+    assert not any(task.done() for task in held), "alice's holds ended before her waiting calls were cancelled"
+    await asyncio.gather(*held)
+    return answer, ended
+
+
+def test_a_flood_of_one_tokens_task_calls_starves_no_other_and_a_cancelled_one_queues_nothing(
+    flakebot_home: Path, database: str
+) -> None:
+    """A task call waits in its token's own queue (TOKEN_CALLS_AT_ONCE in flight): 20 of alice's craft task calls
+    waiting behind her 8 held calls do not delay bob's (his own queue), and each she cancels while it waits leaves her
+    queue without queueing its craft (only her first job and bob's are in the table after her holds ended)."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]  # no worker: it stays queued
+        answer, ended = asyncio.run(_flood_behind_held_calls(url, alice, bob, job))
+        assert answer["result"]["task"]["taskId"].startswith("job-"), answer
+        assert ended == 0, "bob's task call waited for alice's held calls"
+        time.sleep(2)  # a waiting call that was not cancelled would take a place now and queue its craft
+        later = Session(url, alice).ask(
+            "tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}
+        )
+        assert later["result"]["task"]["taskId"].startswith("job-"), later
+    needs = [r["request"]["need"] for r in rows(database)]
+    assert needs == ["need a csv deduper", "need a word counter", "need a tac"], needs
+
+
+def test_revoking_a_token_cancels_no_job_a_live_principal_still_follows(flakebot_home: Path, database: str) -> None:
+    """carol's static token queues a craft; a JWT of the same subject 'carol' and alice join it; static carol is
+    revoked. Her following no longer counts, but the JWT carol's does (another principal, never revoked by the token
+    store): alice's tasks/cancel only leaves the job, which stays queued for JWT carol, whose cancel then ends it."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.team.test_jwt import AUDIENCE, ISSUER, claims
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    carol, alice = add_token("carol", "--tenant", "acme"), add_token("alice", "--tenant", "acme")
+    also_carol = jwt.encode(claims(sub="carol"), private, algorithm="ES256")
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    asked = {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
+    with serving(*options, database=database, log=flakebot_home / "serve.log") as url:
+        theirs, idps, mine = Session(url, carol), Session(url, also_carol), Session(url, alice)
+        job = str(theirs.ask("tools/call", asked)["result"]["task"]["taskId"])
+        assert idps.ask("tools/call", asked)["result"]["task"]["taskId"] == job
+        assert mine.ask("tools/call", asked)["result"]["task"]["taskId"] == job
+        run_cli("token", "revoke", "carol", check=True)
+        left = mine.ask("tasks/cancel", {"taskId": job})
+        assert left["result"]["status"] == "cancelled", left  # alice's task: she left the job
+        assert {handle_of(r): r["state"] for r in rows(database)}[job] == "queued"
+        assert idps.ask("tasks/get", {"taskId": job})["result"]["status"] == "working"
+        ended = idps.ask("tasks/cancel", {"taskId": job})
+        assert ended["result"]["status"] == "cancelled", ended
+    assert {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled"
+    with db.connect(database) as conn:
+        actions = conn.execute("SELECT principal, action FROM audit WHERE action IN ('cancelled', 'left')").fetchall()
+    assert [(a["principal"], a["action"]) for a in actions] == [("alice", "left"), ("carol", "cancelled")], actions
+
+
+def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The team database goes away (its connections ended, the database renamed) while alice follows her craft's
+    task: tasks/get, tasks/cancel and tasks/list answer a JSON-RPC error in one line with its fix (they were code 0 with
+    the message alone, and a traceback each in the front's log)."""
+    import psycopg
+
+    alice = add_token("alice", "--tenant", "acme")
+    name = database.rsplit("/", 1)[1]
+    log = flakebot_home / "serve.log"
+    with serving(database=database, log=log) as url:
+        mine = Session(url, alice)
+        created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
+        job = str(created["result"]["task"]["taskId"])
+        with psycopg.connect(postgres.url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+            admin.execute(f"ALTER DATABASE {name} RENAME TO {name}_away")
+        try:
+            time.sleep(1)  # the row the front read last is no longer fresh (ROW_FRESH)
+            for method, params in (
+                ("tasks/get", {"taskId": job}),
+                ("tasks/cancel", {"taskId": job}),
+                ("tasks/list", {}),
+            ):
+                answer = mine.ask(method, params)
+                error = answer.get("error") or {}
+                assert "team database" in error.get("message", "") and "Fix: " in error["message"], (method, answer)
+                assert error["code"] != 0 and "\n" not in error["message"], (method, answer)
+        finally:
+            with psycopg.connect(postgres.url(), autocommit=True) as admin:
+                admin.execute(f"ALTER DATABASE {name}_away RENAME TO {name}")
+    assert "Traceback" not in log.read_text()
