@@ -55,7 +55,7 @@ def up(
     program = identity.record(manifest, binary)
     earlier = where.read_json(where.launch_file)
     owner.may_take(where.name, earlier, settings)  # another tenant's: taken, before "running already" at its port
-    _may_up(where, ref, manifest, program, earlier, replace=replace, agent=agent)
+    _may_up(where, ref, manifest, program, earlier, settings, replace=replace, agent=agent)
     started = _start_needed(where.name, order, settings, agent=agent)  # after: a refused up starts none of them
     try:
         status = _up_locked(where, ref, manifest, spec, binary, program, settings, port=port, secrets=secrets,
@@ -109,7 +109,7 @@ def _up_locked(
     with where.control_lock():
         earlier = where.read_json(where.launch_file)
         owner.may_take(where.name, earlier, settings)  # again, under the lock: two tenants' first ups at once
-        _may_up(where, ref, manifest, program, earlier, replace=replace, agent=agent)  # again, under the lock
+        _may_up(where, ref, manifest, program, earlier, settings, replace=replace, agent=agent)  # again, under the lock
         if where.supervisor_alive():
             running_now = {**earlier, "needs": needs.reach(where.name, spec, settings)}
             return upgrade(where, manifest, binary, program, running_now, settings, port=port, secrets=secrets,
@@ -146,6 +146,7 @@ def _may_up(
     manifest: dict[str, Any],
     program: dict[str, Any],
     earlier: dict[str, Any],
+    settings: Settings,
     *,
     replace: bool,
     agent: bool,
@@ -153,6 +154,9 @@ def _may_up(
     """Whether `up` of `ref` may go on over the service's last launch `earlier`: an upgrade when it runs (the user's
     only), else a start identity.may_start allows. Checked before what it needs starts, and again under the lock."""
     if where.supervisor_alive():
+        # whose the running service is, from its launch as read now: `earlier` may predate another tenant's start
+        # (written before its supervisor runs), and "running already" would tell that tenant's port
+        owner.may_take(where.name, where.read_json(where.launch_file), settings)
         running = str(earlier.get("version", ""))
         if "@" not in ref or manifest["catalog_version"] == running:
             raise UsageError(
@@ -391,7 +395,7 @@ def check_up(ref: str, settings: Settings, port: int | None, *, agent: bool = Fa
     where = ServiceDir.of(manifest["name"], settings)
     _planned(where.name, ServiceSpec.from_dict(manifest["service"]), settings, agent=agent)
     if agent:  # refused at once (before a job): no upgrade, no secret-holding launch (its program not read then)
-        _may_up(where, ref, manifest, {}, where.read_json(where.launch_file), replace=False, agent=True)
+        _may_up(where, ref, manifest, {}, where.read_json(where.launch_file), settings, replace=False, agent=True)
     if port is not None:
         _host_port(port, where.name, settings)
 
