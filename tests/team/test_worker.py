@@ -404,6 +404,30 @@ def _claimed(database: str) -> tuple[Any, dict[str, Any]]:
     return conn, job
 
 
+def _work_stopped(database: str, crafts: Any, job: dict[str, Any]) -> None:
+    """Worker w1's work() of `job` with `crafts`, which must end in the worker's own stop (KeyboardInterrupt)."""
+    working = Worker(database, crafts, "w1", lease_seconds=30)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            working.work(job)
+    finally:
+        working.close()
+
+
+def _cancel_once(started: threading.Event, database: str, job: dict[str, Any]) -> threading.Thread:
+    """A thread that cancels `job` as alice (its only follower) on a connection of its own, as a front would, once
+    `started` is set; started."""
+
+    def cancel() -> None:
+        started.wait(10)
+        with db.connect(database) as other:
+            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
+
+    helper = threading.Thread(target=cancel)
+    helper.start()
+    return helper
+
+
 def test_a_craft_cancelled_while_it_runs_is_stopped_and_its_worker_goes_on(database: str) -> None:
     """A Worker on the main thread whose craft waits (as a sandboxed command does): the cancel, committed by another
     connection, stops it within seconds through SIGTERM, and work() answers cancelled instead of raising (a stop of
@@ -416,13 +440,7 @@ def test_a_craft_cancelled_while_it_runs_is_stopped_and_its_worker_goes_on(datab
         time.sleep(60)  # interrupted by the cancel's SIGTERM long before
         raise AssertionError("the craft was not stopped")
 
-    def cancel() -> None:
-        started.wait(10)
-        with db.connect(database) as other:
-            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
-
-    helper = threading.Thread(target=cancel)
-    helper.start()
+    helper = _cancel_once(started, database, job)
     begun, working = time.monotonic(), Worker(database, crafts, "w1", lease_seconds=30)
     try:
         ended = working.work(job)
@@ -473,12 +491,7 @@ def test_a_worker_stopped_as_its_job_is_cancelled_still_counts_its_cpu_seconds(d
         time.sleep(60)
         raise AssertionError("the craft was not stopped")
 
-    working = Worker(database, crafts, "w1", lease_seconds=30)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            working.work(job)
-    finally:
-        working.close()
+    _work_stopped(database, crafts, job)
     row = queue.get(conn, int(job["id"]), "acme")
     assert row is not None and row["state"] == "cancelled", row
     assert row["cpu_seconds"] >= 0.25, row
@@ -500,13 +513,7 @@ def test_after_a_cancelled_craft_its_worker_crafts_the_next_job_to_its_end(datab
         time.sleep(60 if row["id"] == job["id"] else 3.5)  # the first is cancelled; the next outlasts three looks
         return {"status": "crafted", "name": "csv-dedup", "run_id": "20260101-000000-abcdef"}
 
-    def cancel() -> None:
-        started.wait(10)
-        with db.connect(database) as other:
-            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
-
-    helper = threading.Thread(target=cancel)
-    helper.start()
+    helper = _cancel_once(started, database, job)
     working = Worker(database, crafts, "w1", lease_seconds=30)
     try:
         assert working.work(job)["state"] == "cancelled"
@@ -580,12 +587,7 @@ def test_a_cancel_seen_while_the_craft_stops_for_its_worker_neither_undoes_the_s
             raise
         raise AssertionError("the craft was not stopped")
 
-    working = Worker(database, crafts, "w1", lease_seconds=30)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            working.work(job)
-    finally:
-        working.close()
+    _work_stopped(database, crafts, job)
     assert cleaned == [True]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     row = queue.get(conn, int(job["id"]), "acme")
@@ -608,19 +610,8 @@ def test_a_worker_sigtermed_while_its_craft_stops_for_a_cancel_stops_too(databas
             time.sleep(5)
         raise AssertionError("the craft was not stopped")
 
-    def cancel() -> None:
-        started.wait(10)
-        with db.connect(database) as other:
-            assert queue.cancel(other, int(job["id"]), "acme", "alice", "id-alice") is not None
-
-    helper = threading.Thread(target=cancel)
-    helper.start()
-    working = Worker(database, crafts, "w1", lease_seconds=30)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            working.work(job)
-    finally:
-        working.close()
+    helper = _cancel_once(started, database, job)
+    _work_stopped(database, crafts, job)
     helper.join(timeout=10)
     row = queue.get(conn, int(job["id"]), "acme")
     assert row is not None and row["state"] == "cancelled", row
