@@ -21,13 +21,15 @@ Listing = Callable[[], list[tuple[int, list[str]]]]
 
 @contextmanager
 def own_processes() -> Iterator[Listing]:
-    """Yield a function listing the live (not zombie) descendants of this process as (pid, argv)."""
+    """Yield a function listing the live (not zombie) descendants of this process as (pid, argv), but those already
+    running when it was entered (a session's fixtures: a git daemon another test started is not this test's)."""
     libc = ctypes.CDLL(None, use_errno=True)
     earlier = {pid for pid, (parent, _) in _table().items() if parent == os.getpid()}
+    running = {pid for pid, _ in descendants()}
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     try:
-        yield descendants
+        yield lambda: [(pid, argv) for pid, argv in descendants() if pid not in running]
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         ended = {pid for pid, (parent, state) in _table().items() if parent == os.getpid() and state == "Z"}
