@@ -171,11 +171,7 @@ class TokenStore:
         unsafe or unreadable while serving: every token refused, the reason logged)."""
         if not token.startswith(PREFIX) or len(token) > 200:
             return None
-        try:
-            self._refresh()
-        except TeamError as exc:
-            logger.error("refusing every token: %s", exc.one_line())
-            self._by_hash, self._seen = {}, None
+        if not self._refreshed("refusing every token"):
             return None
         return self._by_hash.get(_digest(token))  # a lookup by digest: its timing says nothing about the token
 
@@ -188,13 +184,20 @@ class TokenStore:
         again). A principal this store never held (another front's store, a JWT) is not among them. A store that
         became unsafe or unreadable while serving holds none (the reason logged): its records may be anyone's, so
         they discount nobody's following, and a JWT caller's cancel, which needs no static token, still answers."""
+        if not self._refreshed("no token counted as revoked"):
+            return set()
+        return set(self._revoked)
+
+    def _refreshed(self, otherwise: str) -> bool:
+        """_refresh for a request being served: a store that became unsafe or unreadable is logged (`otherwise`: what
+        the request does then) and forgotten, so nothing read from it before is used, and False is returned."""
         try:
             self._refresh()
         except TeamError as exc:
-            logger.error("no token counted as revoked: %s", exc.one_line())
-            self._revoked, self._by_hash, self._seen = set(), {}, None
-            return set()
-        return set(self._revoked)
+            logger.error("%s: %s", otherwise, exc.one_line())
+            self._by_hash, self._revoked, self._seen = {}, set(), None
+            return False
+        return True
 
     def _refresh(self) -> None:
         try:  # the file and its directory as they are, links not followed: a chmod, chown or a link changes ctime
