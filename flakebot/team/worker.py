@@ -163,11 +163,11 @@ class Worker:
         held = self.with_db(
             lambda conn: queue.finish(conn, job_id, self.name, result=result, error=error, cpu_seconds=used)
         )
-        if not held and self.with_db(lambda conn: queue.cancelled_while_held(conn, job_id, self.name)):
+        if not held and self.with_db(lambda conn: queue.settle_cancelled(conn, job_id, self.name, used)):
             # the cancel committed first (between the craft's end and this write): the row stays cancelled, as MCP
-            # asks of a cancelled task; what the craft made before it (a catalogued tool) stays where it is
+            # asks of a cancelled task, its CPU-seconds added; what the craft made before it (a catalogued tool) stays
             logger.warning("job %s was cancelled as its craft ended: its end here is not recorded", job_id)
-            return self.settle_cancelled(job_id, spent)
+            return _cancelled(job_id)
         if not held:
             logger.warning("job %s was taken over by another worker: its end here is not recorded", job_id)
         state = "failed" if error is not None else "done"
@@ -178,7 +178,7 @@ class Worker:
         used = self.cpu_seconds() - spent
         self.with_db(lambda conn: queue.settle_cancelled(conn, job_id, self.name, used))
         logger.warning("job %s was cancelled by its follower: its craft stopped, nothing recorded", job_id)
-        return {"job": job_id, "state": "cancelled", "recorded": True, "run_id": None}
+        return _cancelled(job_id)
 
     @contextmanager
     def stoppable(self) -> Iterator[None]:
@@ -323,6 +323,12 @@ class Heartbeat(threading.Thread):
         self.stopped.set()
         if self.is_alive():
             self.join(timeout=30)
+
+
+def _cancelled(job_id: int) -> dict[str, Any]:
+    """What work() answers for a job its follower cancelled while this worker crafted it (the row's end is the
+    cancel's, recorded by the front)."""
+    return {"job": job_id, "state": "cancelled", "recorded": True, "run_id": None}
 
 
 def _lost() -> tuple[type[Exception], ...]:
