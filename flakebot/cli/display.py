@@ -5,14 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-from rich.text import Text
-
+from flakebot.cli.consoles import out
 from flakebot.cli.jsonout import json_result
-from flakebot.cli.live import STATUS_STYLE, out
+from flakebot.cli.live import STATUS_STYLE
 from flakebot.modeltext import markup, one_line, plain
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 WRAPPED_MIN = 8  # the narrowest a wrapping column (a summary, a note) is drawn
 
@@ -29,6 +31,9 @@ def fitted(
     a reader tells rows apart by) and the `optional` ones keep their values whole on one line; the other columns
     wrap. Where the whole values do not fit `width`, optional columns are left out, the first named first, and
     the caption says which. Every cell is Text: nothing in it is read as markup."""
+    from rich.table import Table
+    from rich.text import Text
+
     whole = {h: max([len(h), *(len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)}
     shown = list(headers)
 
@@ -61,9 +66,13 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def print_run(report: dict[str, Any]) -> None:
-    out.print(f"[bold]run {report['id']}[/bold]  {report['status']}  ({report['pipeline']})")
+    from rich.table import Table
+
+    out().print(f"[bold]run {report['id']}[/bold]  {report['status']}  ({report['pipeline']})")
     if report.get("need"):
-        out.print(f"need: {markup(one_line(report['need'], 2000))}")  # a caller's words (an agent's): one line, as data
+        out().print(
+            f"need: {markup(one_line(report['need'], 2000))}"
+        )  # a caller's words (an agent's): one line, as data
     table = Table("", "stage", "status", "seconds", "attempts")
     for stage in report["stages"]:
         mark, style = STATUS_STYLE.get(stage["status"], ("?", ""))
@@ -75,30 +84,32 @@ def print_run(report: dict[str, Any]) -> None:
             f"{seconds:.1f}" if seconds is not None else "",
             str(stage.get("attempts", "")),
         )
-    out.print(table)
+    out().print(table)
     if report.get("error"):
         error = report["error"]
         message, fix = (one_line(error.get(key) or "", 2000) for key in ("message", "fix"))
-        out.print(f"[red]error:[/red] {markup(message)}  [dim]{markup(fix)}[/dim]")
-    out.print(f"[dim]{report['dir']}[/dim]")
+        out().print(f"[red]error:[/red] {markup(message)}  [dim]{markup(fix)}[/dim]")
+    out().print(f"[dim]{report['dir']}[/dim]")
 
 
 def print_tool(report: dict[str, Any]) -> None:
     from rich.markdown import Markdown
+    from rich.table import Table
+    from rich.text import Text
 
     usage = report.get("usage_markdown") or f"# {report['name']}\n\n(no USAGE.md: craft it again with --fresh)"
-    out.print(Markdown(plain(usage)))  # an older USAGE.md may still hold the model's control characters
+    out().print(Markdown(plain(usage)))  # an older USAGE.md may still hold the model's control characters
     manifest = report.get("manifest") or {}
     smoke = manifest.get("smoke") or {}
     if smoke.get("level"):
         colour = "green" if smoke["level"] == "help" else "yellow"
-        out.print(
+        out().print(
             f"smoke level: [{colour}]{markup(smoke['level'])}[/{colour}] ({markup(smoke.get('meaning', ''))}; "
             f"'{markup(smoke.get('command', ''))}' exited {smoke.get('exit_code')})"
         )
     if manifest and not manifest.get("portable"):
         reason = manifest.get("portable_reason") or "built before flakebot recorded portability"
-        out.print(f"[yellow]portable: no[/yellow] ({markup(reason)})")
+        out().print(f"[yellow]portable: no[/yellow] ({markup(reason)})")
     versions = report.get("versions") or []
     if len(versions) > 1:
         table = Table("version", "change", "run")
@@ -109,15 +120,15 @@ def print_tool(report: dict[str, Any]) -> None:
                 Text(plain(record.get("change") or "first craft")),
                 record.get("run_id") or "",
             )
-        out.print(table)
-        out.print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
+        out().print(table)
+        out().print(f"[dim]run an earlier version with: flakebot run {report['name']}@VERSION -- ARGS[/dim]")
     source = report.get("installed_from")
     if source:
-        out.print(
+        out().print(
             f"installed from {markup(source.get('catalog', ''))}, signed by {markup(source.get('public_key', ''))}",
             soft_wrap=True,
         )
-    out.print(f"[dim]{report.get('dir', '')}[/dim]")
+    out().print(f"[dim]{report.get('dir', '')}[/dim]")
 
 
 def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
@@ -128,7 +139,7 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
         json_line({"result": result})
         return
     if result["status"] == "stopped":
-        out.print(
+        out().print(
             f"[yellow]run {result['run_id']} stopped as asked[/yellow]; continue with 'flakebot resume {result['run_id']}'"
         )
         return
@@ -140,7 +151,7 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     version = f" {result['version']}" if result.get("version") else ""
     summary = markup(one_line(manifest.get("summary", "")))
     title = f"[bold green]{result['name']}{version}[/bold green] {summary} ({origin})"
-    out.print(_hanging([("[bold green]✔[/bold green]", title)]), soft_wrap=True)
+    out().print(_hanging([("[bold green]✔[/bold green]", title)]), soft_wrap=True)
     lines: list[tuple[str, str]] = []
     improves = manifest.get("improves")
     if improves and not result["from_catalog"]:
@@ -175,22 +186,24 @@ def print_craft_result(result: dict[str, Any], as_json: bool) -> None:
     lines.append(("verified:", verified))
     if not manifest.get("portable", True):
         lines.append(("host-only:", f"[yellow]{markup(manifest.get('portable_reason', ''))}[/yellow]"))
-    out.print(_hanging(lines, indent=2), soft_wrap=True)
+    out().print(_hanging(lines, indent=2), soft_wrap=True)
     # on a line of its own, never broken by rich: the terminal may wrap it, a copy of it still runs
-    out.print("  without flakebot:")
-    out.print(f"    {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
+    out().print("  without flakebot:")
+    out().print(f"    {markup(manifest.get('nix_run', ''))}", soft_wrap=True)
 
 
 def _hanging(rows: list[tuple[str, str]], indent: int = 0) -> Text:
     """`label value` rows whose values wrap under themselves (a hanging indent), not under the label, at the
     terminal's width, with no padding after the last word (a pipe gets the words only)."""
+    from rich.text import Text
+
     labels = [Text.from_markup(label) for label, _ in rows]
     width = max(len(label) for label in labels)
-    room = max(out.width - indent - width - 1, 20)
+    room = max(out().width - indent - width - 1, 20)
     shown = Text()
     for label, (_, value) in zip(labels, rows, strict=True):
         label.pad_right(width - len(label))
-        for number, line in enumerate(Text.from_markup(value).wrap(out, room, overflow="fold")):
+        for number, line in enumerate(Text.from_markup(value).wrap(out(), room, overflow="fold")):
             line.rstrip()
             shown.append(" " * indent)
             shown.append(label if number == 0 else " " * width)
@@ -208,7 +221,7 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
         json_result({"tools": tools})
         return
     if not tools:
-        out.print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")
+        out().print("The catalog is empty: craft a tool with 'flakebot craft \"...\"'.")
         return
     rows = []
     for tool in tools:
@@ -217,25 +230,28 @@ def print_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
         rows.append((tool["name"], tool.get("kind", "tool"), version, one_line(tool.get("summary", "")),
                      plain(tool.get("need", "")), tool.get("run_id", "")))  # fmt: skip
     headers = ("tool", "kind", "version", "summary", "need", "run")
-    out.print(fitted(headers, ("tool", "kind", "version", "run"), rows))
+    out().print(fitted(headers, ("tool", "kind", "version", "run"), rows))
 
 
 def print_remote_tools(tools: list[dict[str, Any]], as_json: bool) -> None:
     """The shared catalogs' tools: each version, where it is, who signed it and whether that key is trusted."""
+    from rich.table import Table
+    from rich.text import Text
+
     from flakebot.cli.live import json_result
 
     if as_json:
         json_result({"tools": tools})
         return
     if not tools:
-        out.print("The shared catalogs list no tools yet: publish one with 'flakebot publish TOOL --to URL'.")
+        out().print("The shared catalogs list no tools yet: publish one with 'flakebot publish TOOL --to URL'.")
         return
     table = Table("tool", "version", "summary", "need", "catalog", "signed by")
     for tool in tools:
         signer = f"{tool.get('signed_by') or '?'}" + ("" if tool.get("trusted") else " (key not configured)")
         cells = (tool["name"], tool["version"], tool.get("summary", ""), tool.get("need", ""), tool["catalog"], signer)
         table.add_row(*(Text(one_line(cell)) for cell in cells))  # a cache's text: data, never markup or escapes
-    out.print(table)
+    out().print(table)
 
 
 def print_runs(runs: list[dict[str, Any]]) -> None:
@@ -245,7 +261,7 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
     now = time.time()
     rows = [(r["id"], r["status"], age(now - (r.get("created") or now)), r["pipeline"], one_line(r.get("need") or ""))
             for r in runs]  # fmt: skip
-    out.print(fitted(("run", "status", "age", "pipeline", "need"), ("run", "status", "age", "pipeline"), rows))
+    out().print(fitted(("run", "status", "age", "pipeline", "need"), ("run", "status", "age", "pipeline"), rows))
 
 
 def print_services(found: list[dict[str, Any]]) -> None:
@@ -263,11 +279,13 @@ def print_services(found: list[dict[str, Any]]) -> None:
     headers = ("service", "version", "previous", "state", "port", "socket", "network", "health", "restarts", "uptime",
                "needs", "note")  # fmt: skip
     optional = ("needs", "uptime", "restarts", "network", "health", "previous", "socket")
-    out.print(fitted(headers, ("service", "version", "state", "port"), rows, optional=optional, width=out.width))
+    out().print(fitted(headers, ("service", "version", "state", "port"), rows, optional=optional, width=out().width))
 
 
 def print_candidates(query: str, found: list[Any]) -> None:
     """The search table: one crate a tool could start from per row, best first."""
+    from rich.table import Table
+
     table = Table(title=f"{found[0].crate.source}: {query}")
     for column in ("crate", "version", "bin?", "licence", "downloads", "why", "description"):
         table.add_column(
@@ -279,27 +297,31 @@ def print_candidates(query: str, found: list[Any]) -> None:
         cells = (info.name, info.version, ", ".join(info.bin_names) or "-", info.license, downloads, c.why)
         # a crate's metadata is its author's text: shown as text, never read as markup
         table.add_row(*(markup(one_line(cell)) for cell in (*cells, info.description)))
-    out.print(table)
+    out().print(table)
 
 
 def print_settings(report: dict[str, Any]) -> None:
     """The settings table (key, value, where the value came from, meaning) and the configuration files read."""
+    from rich.table import Table
+
     table = Table("key", "value", "from", "meaning")
     for row in report["settings"]:
         source = row["source"] + (" (may be lowered in ./flakebot.toml)" if row["trust"] == "limit" else "")
         # "[/path]" is text, not markup
         table.add_row(row["key"], markup(repr(row["value"])), markup(source), markup(row["meaning"]))
-    out.print(table)
-    out.print("files read: " + (", ".join(report["files"]) or "none"))
+    out().print(table)
+    out().print("files read: " + (", ".join(report["files"]) or "none"))
 
 
 def print_models(providers: list[dict[str, Any]]) -> None:
     """The model providers table: how to name each, its default model, its API key's state, its base URL."""
+    from rich.table import Table
+
     table = Table("use as", "default model", "API key", "base URL")
     for p in providers:
         key = f"{p['key_env']} {'set' if p['key_present'] else 'NOT SET'}" if p["key_required"] else "not needed"
         table.add_row(p["usage"], p["default_model"] or "", key, p["base_url"] or "")
-    out.print(table)
+    out().print(table)
 
 
 # ---------------------------------------------------------------- displays of the command table's commands
@@ -325,7 +347,7 @@ def show_services(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         json_result(result)
     elif not result["services"]:
-        out.print("No services: start one with 'flakebot up NAME'.")
+        out().print("No services: start one with 'flakebot up NAME'.")
     else:
         print_services(result["services"])
 
@@ -364,22 +386,22 @@ def show_packaged(result: Any, as_json: bool) -> None:
     if as_json:
         json_line({"result": result.to_dict()})
         return
-    out.print(
+    out().print(
         f"[green]{escape(result.pname)} {escape(result.version)}[/green] built ({result.nixpkgs_mode} nixpkgs): {result.store_path}"
     )
     for notice in result.notices:
-        out.print(f"[yellow]note:[/yellow] {escape(notice)}")
+        out().print(f"[yellow]note:[/yellow] {escape(notice)}")
     smoke = result.smoke
     colour = "green" if smoke.get("level") == "help" else "yellow"
-    out.print(
+    out().print(
         f"smoke level: [{colour}]{escape(str(smoke.get('level')))}[/{colour}] "
         f"('{escape(str(smoke.get('command')))}' exited {smoke.get('exit_code')}; docs/smoke-levels.md)"
     )
-    out.print(f"flake: {escape(result.flake_dir)}")
-    out.print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
+    out().print(f"flake: {escape(result.flake_dir)}")
+    out().print(f"run it: {escape(result.nix_run_command['shell'])}", soft_wrap=True)
     if result.catalog:
         tool = f"{result.catalog['name']}@{result.catalog['version']}"
-        out.print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
+        out().print(f"catalogued as {escape(tool)}: flakebot run {escape(result.catalog['name'])} -- ARGS")
 
 
 @shows("eval")
@@ -391,8 +413,8 @@ def show_eval(result: Any, as_json: bool) -> None:
     if as_json:
         json_line(report.to_dict())
         return
-    out.print(paths["markdown"].read_text(), markup=False, soft_wrap=True)  # the table eval.md holds
-    out.print(f"written: {paths['markdown']} {paths['json']}", markup=False)
+    out().print(paths["markdown"].read_text(), markup=False, soft_wrap=True)  # the table eval.md holds
+    out().print(f"written: {paths['markdown']} {paths['json']}", markup=False)
 
 
 @shows("runs")
@@ -400,7 +422,7 @@ def show_runs(runs: list[dict[str, Any]], as_json: bool, settings: Any) -> None:
     if as_json:
         json_result({"runs": runs})
     elif not runs:
-        out.print(f"No runs in {settings.path('workdir') / 'runs'}.")
+        out().print(f"No runs in {settings.path('workdir') / 'runs'}.")
     else:
         print_runs(runs)
 
@@ -423,7 +445,7 @@ def show_resumed(report: dict[str, Any], as_json: bool) -> None:
     elif report["craft"]:
         print_craft_result(report["craft"], as_json=False)
     else:
-        out.print(f"[green]run {report['run_id']} {report['status']}[/green]")
+        out().print(f"[green]run {report['run_id']} {report['status']}[/green]")
 
 
 @shows("search")
@@ -431,7 +453,7 @@ def show_candidates(found: list[Any], as_json: bool, query: str) -> None:
     if as_json:
         json_result({"candidates": [candidate.to_dict() for candidate in found]})
     elif not found:
-        out.print(f"No crate matches '{query}'.")
+        out().print(f"No crate matches '{query}'.")
     else:
         print_candidates(query, found)
 
@@ -449,7 +471,7 @@ def show_written(written: dict[str, Any], as_json: bool, value: str) -> None:
     if as_json:
         json_result(written)
     else:
-        out.print(f"{written['key']} = {value!r} written to {written['file']}")
+        out().print(f"{written['key']} = {value!r} written to {written['file']}")
 
 
 @shows("models")
@@ -460,7 +482,7 @@ def show_models(report: dict[str, Any], as_json: bool) -> None:
         return
     print_models(report["providers"])
     default = report["default"]
-    out.print(
+    out().print(
         f"default: {default['model']} (from {default['source']})"
         if default["model"]
         else f"default: none. {default['error']}",
@@ -468,15 +490,15 @@ def show_models(report: dict[str, Any], as_json: bool) -> None:
     )
     for p in report["providers"]:
         if p.get("served"):
-            out.print(
+            out().print(
                 f"{p['provider']} serves {len(p['served'])} models: {', '.join(p['served'])}",
                 markup=False,
                 highlight=False,
             )
         elif p.get("served_error"):
-            out.print(p["served_error"], markup=False, highlight=False)
+            out().print(p["served_error"], markup=False, highlight=False)
     for warning in report["warnings"]:
-        out.print(f"warning: {warning}", markup=False, highlight=False)
+        out().print(f"warning: {warning}", markup=False, highlight=False)
 
 
 @shows("list")
@@ -500,7 +522,7 @@ def show_removed(entry: dict[str, Any], as_json: bool, arguments: dict[str, Any]
         json_result({"removed": {key: entry.get(key) for key in ("name", "version", "store_path")}})
         return
     which = entry["name"] if "@" not in arguments["tool"] else f"{entry['name']} {entry['version']}"
-    out.print(f"removed {which} (store path {entry.get('store_path', '?')} is no longer held)")
+    out().print(f"removed {which} (store path {entry.get('store_path', '?')} is no longer held)")
 
 
 @shows("install")
@@ -509,13 +531,13 @@ def show_installed(entry: dict[str, Any], as_json: bool) -> None:
         json_result(entry)
         return
     source = entry.get("installed_from") or {}  # a cache's text: no markup, no terminal escapes
-    out.print(
+    out().print(
         f"[green]installed[/green] {markup(entry['name'])} {markup(entry['version'])} from "
         f"{markup(source.get('catalog', ''))}, signed by {markup(source.get('signed_by') or '')}: "
         f"{markup(entry['store_path'])}",
         soft_wrap=True,
     )
-    out.print(f"run it: flakebot run {markup(entry['name'])} -- ARGS", soft_wrap=True)
+    out().print(f"run it: flakebot run {markup(entry['name'])} -- ARGS", soft_wrap=True)
 
 
 @shows("publish")
@@ -526,10 +548,10 @@ def show_published(result: dict[str, Any], as_json: bool) -> None:
         json_result(result)
         return
     size = f"{result['paths']} path{'s' if result['paths'] != 1 else ''}, {result['closure_size']:,} bytes"
-    out.print(
+    out().print(
         f"[green]published[/green] {escape(result['store_path'])} ({size}) to {escape(result['to'])}", soft_wrap=True
     )
     if result["public_key"]:
-        out.print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
-    out.print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)
-    out.print(f"then run: {escape(result['run_command']['shell'])}", soft_wrap=True)
+        out().print(f"signed by: {escape(result['public_key'])}", soft_wrap=True)
+    out().print(f"fetch it: {escape(result['substitute_command']['shell'])}", soft_wrap=True)
+    out().print(f"then run: {escape(result['run_command']['shell'])}", soft_wrap=True)

@@ -278,12 +278,12 @@ def _guarded(command: Any, *, as_json: bool) -> None:
 
 def print_error(exc: FlakebotError, *, as_json: bool) -> None:
     """The human line on stderr; with --json also the error object, last on stdout, for programs."""
+    from flakebot.cli.consoles import console
     from flakebot.cli.jsonout import json_line
-    from flakebot.cli.live import console
     from flakebot.modeltext import markup
 
     # Escaped: "[edit] ..." and "[[bin]]" in a message are text, not rich markup; it may quote model text.
-    console.print(f"[bold red]error:[/bold red] {markup(exc.one_line())}", highlight=False, soft_wrap=True)
+    console().print(f"[bold red]error:[/bold red] {markup(exc.one_line())}", highlight=False, soft_wrap=True)
     if as_json:
         json_line(exc.result())
 
@@ -301,9 +301,9 @@ class _RichOnFirstRecord(logging.Handler):
         if self.rich is None:
             from rich.logging import RichHandler
 
-            from flakebot.cli.live import console
+            from flakebot.cli.consoles import console
 
-            self.rich = RichHandler(console=console, show_path=False, show_time=self.show_time)
+            self.rich = RichHandler(console=console(), show_path=False, show_time=self.show_time)
         self.rich.emit(record)
 
 

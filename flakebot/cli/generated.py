@@ -105,20 +105,20 @@ def _progress(command: Command, as_json: bool, arguments: dict[str, Any], door: 
             yield {"sink": sink}
         return
     if "progress" in inspect.signature(command.run).parameters:  # its lines, on stderr as they come
-        from flakebot.cli.live import console
+        from flakebot.cli.consoles import console
 
-        yield {"progress": lambda line: console.print(line, markup=False)}
+        yield {"progress": lambda line: console().print(line, markup=False)}
         return
     if not command.working:
         yield {}
         return
-    from flakebot.cli.live import console
+    from flakebot.cli.consoles import console
 
     try:
-        if as_json or not console.is_terminal:
+        if as_json or not console().is_terminal:
             yield {}
         else:
-            with console.status(title):
+            with console().status(title):
                 yield {}
     except KeyboardInterrupt:
         from flakebot.cli.entry import interrupted_service

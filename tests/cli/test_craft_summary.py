@@ -29,7 +29,7 @@ def _result() -> dict[str, Any]:
 
 def test_the_summary_wraps_under_its_values_and_keeps_the_nix_run_line_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     screen = Console(file=io.StringIO(), width=80, color_system=None)
-    monkeypatch.setattr(display, "out", screen)
+    monkeypatch.setattr(display, "out", lambda: screen)
     display.print_craft_result(_result(), as_json=False)
     lines = screen.file.getvalue().splitlines()  # type: ignore[attr-defined]
     assert lines[0].startswith("✔ csv-dedup 0.1.0 Remove duplicate rows")

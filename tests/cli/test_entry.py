@@ -171,3 +171,24 @@ def test_leaving_without_teardown_keeps_what_an_exit_does() -> None:
     assert done.returncode == 3, done.stderr
     assert done.stdout == "resultexit handler ran\n"
     assert done.stderr == "worker done\n"
+
+
+def _imported(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`flakebot ARGV` under `python -X importtime`: the finished process and the modules it imported."""
+    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "flakebot", *argv],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    return ran, {line.split("|")[-1].strip() for line in ran.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_command_that_prints_json_never_imports_rich(flakebot_home: Path) -> None:
+    """An agent's `--json` commands print JSON only: rich (20 ms of start-up) is imported when a person's table or
+    an error line is drawn, not before. The same commands for a person still draw with it."""
+    for argv in (["list", "--json"], ["runs", "--json"], ["config", "show", "--json"]):
+        ran, modules = _imported(argv)
+        assert ran.returncode == 0, ran.stderr[-500:]
+        assert json.loads(ran.stdout.splitlines()[-1])
+        assert "rich" not in modules, argv
+    ran, modules = _imported(["config", "show"])
+    assert ran.returncode == 0 and "rich.table" in modules
+    failed, modules = _imported(["show", "no-such-tool", "--json"])
+    assert failed.returncode != 0 and "error:" in failed.stderr and "rich" in modules  # the person's line on stderr
