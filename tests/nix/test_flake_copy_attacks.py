@@ -3,25 +3,35 @@ ran in the sandbox): nothing outside the tree may reach the flake, whatever git'
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from flakebot.errors import FlakebotError
 from flakebot.nix.flake_files import copy_sources
-from tests.fakes.nix_crates import greeter
+from flakebot.pipeline.engine import Stage, execute
+from flakebot.pipeline.request import RunRequest
+from flakebot.pipeline.run import Run
+from tests.fakes.nix_crates import greeter, host_settings
 
 SECRET = "host secret: never in a flake"
 
 
 def committed(crate: Path) -> Path:
     """`crate` as a git repository with everything committed (as the edit loop leaves it)."""
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(crate)]
-    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(crate), "init", "-q"], check=True)
+    return commit_all(crate)
+
+
+def commit_all(repo: Path) -> Path:
+    """`git add -A` and a commit, as the edit loop's commit after a verdict."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "green"], check=True)
-    return crate
+    return repo
 
 
 def shipped_text(dest: Path) -> str:
@@ -57,3 +67,32 @@ def test_a_directory_swapped_for_an_ignored_link_after_the_commit_copies_no_host
     with pytest.raises(FlakebotError, match="src"):
         copy_sources(crate, dest)
     assert SECRET not in shipped_text(dest)
+
+
+def _package_stage(ctx: Any) -> Any:
+    from flakebot.stages.package import package_stage
+
+    return package_stage(ctx)
+
+
+CRAFT_PACKAGE = [Stage("package", _package_stage)]
+
+
+def test_a_crate_directory_swapped_for_a_link_to_a_host_crate_is_not_packaged(tmp_path: Path) -> None:
+    # a fork's crate at tool/ in the workspace; a test in the sandbox renamed tool/ away and left a link named tool
+    # to a crate of the host's, and the green commit's `git add -A` recorded the link
+    run = Run.create(tmp_path / "work", f"{__name__}:CRAFT_PACKAGE", RunRequest(need="greet people"))
+    committed(greeter(run.workspace / "tool").parent)
+    host = greeter(tmp_path / "host-crate")
+    (host / "src/main.rs").write_text((host / "src/main.rs").read_text() + f"// {SECRET}\n")
+    shutil.rmtree(run.workspace / "tool")
+    (run.workspace / "tool").symlink_to(host)
+    commit_all(run.workspace)
+    run.state["outputs"] = {
+        "acquire": {"origin": {"crate_dir": "tool"}, "crate_dir": "tool"},
+        "spec": {"name": "greeter", "summary": "Greets whoever you name"},
+    }
+    run.save()
+    with pytest.raises(FlakebotError, match="tool: is a symbolic link"):
+        execute(run, host_settings(tmp_path))
+    assert not run.flake_dir.exists() or SECRET not in shipped_text(run.flake_dir)
