@@ -56,6 +56,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
         strict_smoke=ctx.request.strict_smoke,
         # craft --service: the flake carries the service's outputs as package-service's does
         service={"name": spec.name, "spec": spec.service["declaration"]} if spec.service else None,
+        as_tested=True,  # what the tests passed on ships: the model's .gitignore decides nothing
     )
     return PackageOut.of(result)
 

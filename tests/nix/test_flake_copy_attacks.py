@@ -96,3 +96,25 @@ def test_a_crate_directory_swapped_for_a_link_to_a_host_crate_is_not_packaged(tm
     with pytest.raises(FlakebotError, match="tool: is a symbolic link"):
         execute(run, host_settings(tmp_path))
     assert not run.flake_dir.exists() or SECRET not in shipped_text(run.flake_dir)
+
+
+def test_a_file_the_tests_used_ships_though_the_models_gitignore_kept_it_out_of_the_commit(tmp_path: Path) -> None:
+    # what was tested is what is shipped: the model's .gitignore keeps data/ out of the green commit (`git add -A`),
+    # but the tool the tests passed on was compiled with it (include_str!)
+    run = Run.create(tmp_path / "work", f"{__name__}:CRAFT_PACKAGE", RunRequest(need="greet people"))
+    crate = greeter(run.workspace)
+    main = (crate / "src/main.rs").read_text()
+    (crate / "src/main.rs").write_text(main.replace('"hello, {name}"', '"{} {name}", include_str!("../data/hi.txt")'))
+    (crate / "data").mkdir()
+    (crate / "data/hi.txt").write_text("howdy,")
+    (crate / ".gitignore").write_text("/target\nCargo.lock\n/data\n")
+    committed(crate)
+    run.state["outputs"] = {
+        "acquire": {"origin": {"crate_dir": "."}, "crate_dir": "."},
+        "spec": {"name": "greeter", "summary": "Greets whoever you name"},
+    }
+    run.save()
+    execute(run, host_settings(tmp_path))
+    assert (run.flake_dir / "data/hi.txt").read_text() == "howdy,"
+    built = Path(run.output("package")["store_path"], "bin", "greeter")
+    assert subprocess.run([built, "you"], capture_output=True, text=True, check=True).stdout == "howdy, you\n"
