@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import re
+import stat
 import threading
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from flakebot.agent.acceptance import (
 from flakebot.agent.loop import Verdict
 from flakebot.cargo.diagnostics import bin_artifact
 from flakebot.errors import UnsafePath
-from flakebot.safefs import read_file_text
+from flakebot.safefs import Tree, read_file_text
 from flakebot.sandbox import CommandResult
 from flakebot.sandbox.process import at_once
 from flakebot.toolspec import Example, ToolSpec
@@ -36,6 +37,7 @@ LifecycleCheck = Callable[[Path], list[str]]
 logger = logging.getLogger(__name__)
 
 
+SOURCE_LIMIT = 1 << 20  # an integration test's source file read to select tests; a larger one is not
 COMPILE_FAILURE = 10_000  # a crate that does not build is worse than any number of failing tests
 
 
@@ -425,13 +427,31 @@ def _targets(crate_dir: Path) -> dict[str, Any]:
 
 
 def _uses_crate(crate_dir: Path, files: list[str], targets: dict[str, Any]) -> bool:
-    """Whether an integration test's source names the library (`lib::`, `use lib`) or runs one of the binaries."""
+    """Whether an integration test's source names the library (`lib::`, `use lib`) or runs one of the binaries. The
+    sources are read beneath the crate through safefs: a link, a path leaving the crate (a manifest's absolute
+    [[test]] path) or a file over SOURCE_LIMIT is not read, so nothing of the host's decides (the full suite runs
+    before green anyway)."""
     names = [rf"\b{re.escape(targets['lib'])}::", rf"\buse {re.escape(targets['lib'])}\b"] if targets["lib"] else []
     names += [rf"CARGO_BIN_EXE_{re.escape(b)}\b|cargo_bin\(\"{re.escape(b)}\"\)" for b in targets["bins"]]
-    pattern = re.compile("|".join(names)) if names else None
-    for rel in files:
-        directory = (crate_dir / rel).parent if rel.endswith("/main.rs") else None
-        sources = list(directory.rglob("*.rs")) if directory else [crate_dir / rel]
-        if pattern and any(p.is_file() and pattern.search(p.read_text(errors="replace")) for p in sources):
-            return True
-    return False
+    if not names:
+        return False
+    pattern = re.compile("|".join(names))
+    with Tree(crate_dir) as tree:
+        return any(pattern.search(text) for rel in files for text in _sources(tree, rel))
+
+
+def _sources(tree: Tree, rel: str) -> Iterator[str]:
+    """The text of an integration test's Rust sources (all below its directory for a tests/NAME/main.rs); what is
+    refused (a link, a path outside, a file too large) or gone is logged and skipped."""
+    try:
+        paths = [rel]
+        if rel.endswith("/main.rs"):
+            below = tree.walk(rel.removesuffix("/main.rs"))
+            paths = [p for p, info in below if stat.S_ISREG(info.st_mode) and p.endswith(".rs")]
+        for path in paths:
+            try:
+                yield tree.read_bytes(path, limit=SOURCE_LIMIT).decode(errors="replace")
+            except OSError as exc:  # UnsafePath is one
+                logger.info("not read to select tests: %s", exc)
+    except OSError as exc:
+        logger.info("not read to select tests: %s", exc)

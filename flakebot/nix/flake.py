@@ -52,6 +52,9 @@ class Choice:
     # a crate flakebot wrote itself (the deps derivation's stub): its own workspace, every file its own, so neither
     # cargo (locate-project) nor git (ls-files) is asked what to copy
     own_stub: bool = False
+    # a crafted tool: every file of the tree its tests passed on is copied (walked, not git's listing), so a .gitignore
+    # the model wrote cannot leave out of the flake a file the tests compiled with
+    as_tested: bool = False
 
 
 @dataclass
@@ -100,13 +103,15 @@ def package_crate(
     rust_version: str = "",
     strict_smoke: bool = False,
     service: dict[str, Any] | None = None,
+    as_tested: bool = False,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
     `bin_name` must name one of the crate's binaries; `prefer_bin` is used when the crate has it and
     otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
     flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, runs, starts-only) is in `smoke`;
-    `strict_smoke` refuses a tool below help.
+    `strict_smoke` refuses a tool below help. `as_tested`: every file of the tree is copied, not only what git lists
+    (a crafted tool's workspace, as its tests saw it).
     """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
@@ -126,7 +131,7 @@ def package_crate(
             settings,
             mode,
             notice,
-            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke, service),
+            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke, service, as_tested=as_tested),
             description,
             report,
             gc_root,
@@ -242,7 +247,7 @@ def write_flake(
     root = source_dir if choice.own_stub else workspace_root(source_dir, settings)
     member = str(source_dir.relative_to(root)) if root != source_dir else ""
     report(f"copying {root.name} into {out_dir}")
-    copy_sources(root, out_dir, listed_by_git=not choice.own_stub)
+    copy_sources(root, out_dir, listed_by_git=not (choice.own_stub or choice.as_tested))
     replaced = ""
     if choice.rust_version:  # the copy's manifest, after any edit of the model's: its own value is not trusted
         replaced = declare_rust_version(out_dir / member / "Cargo.toml", choice.rust_version)

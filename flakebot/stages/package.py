@@ -45,7 +45,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
     if not spec.name:
         raise NixError("the spec stage gave the tool no name", fix="run the spec stage again (flakebot resume)")
     result = package_crate(
-        ctx.run.workspace / crate_dir,
+        crate_in(ctx.run.workspace, crate_dir),
         ctx.run.flake_dir,
         ctx.settings,
         prefer_bin=spec.name,
@@ -56,5 +56,17 @@ def package_stage(ctx: StageContext) -> PackageOut:
         strict_smoke=ctx.request.strict_smoke,
         # craft --service: the flake carries the service's outputs as package-service's does
         service={"name": spec.name, "spec": spec.service["declaration"]} if spec.service else None,
+        as_tested=True,  # what the tests passed on ships: the model's .gitignore decides nothing
     )
     return PackageOut.of(result)
+
+
+def crate_in(workspace: Path, crate_rel: str) -> Path:
+    """The crate's directory in the run's workspace, reached through real directories only (safefs): the sandbox ran
+    there, and a crate directory it swapped for a link would have the host package whatever directory the link names."""
+    from flakebot.safefs import Tree
+
+    if crate_rel.strip("/") not in ("", "."):
+        with Tree(workspace) as tree:
+            tree.listdir(crate_rel)  # UnsafePath for a link (or anything but a directory) on the way
+    return workspace / crate_rel

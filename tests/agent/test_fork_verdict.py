@@ -43,3 +43,16 @@ def test_declared_binaries_and_tests_count(tmp_path: Path) -> None:
     manifest = '[package]\nname = "x"\nversion = "0.1.0"\n\n[[bin]]\nname = "tool"\npath = "src/tool.rs"\n\n[[test]]\nname = "e2e"\npath = "checks/e2e.rs"\n'
     root = crate(tmp_path, {"Cargo.toml": manifest, "src/tool.rs": "", "checks/e2e.rs": 'Command::cargo_bin("tool")'})
     assert affected_targets(root, ["Cargo.toml"]) == ["--bins", "--test", "e2e"]
+
+
+def test_which_tests_run_is_read_from_the_crate_alone_never_through_a_link_or_a_path_outside(tmp_path: Path) -> None:
+    # the sandbox (or the model's manifest) points an integration test's sources at the host: flakebot reads nothing
+    # there, so host files cannot decide (or, for a path like "/main.rs", make the host walk its whole disk)
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "main.rs").write_text("")
+    (host / "notes.rs").write_text("demo_tool::secret\n")
+    manifest = f'[package]\nname = "demo-tool"\nversion = "0.1.0"\n\n[[test]]\nname = "far"\npath = "{host}/main.rs"\n'
+    root = crate(tmp_path / "crate", {"Cargo.toml": manifest, "src/lib.rs": "", "tests/suite/main.rs": "mod helper;\n"})
+    (root / "tests/suite/helper.rs").symlink_to(host / "notes.rs")
+    assert affected_targets(root, ["src/lib.rs"]) == ["--lib"]
