@@ -128,3 +128,57 @@ def test_the_same_skeleton_again_takes_cargos_lock_from_the_cache_held_to_the_sa
     cached.write_bytes(b"\xff\xfe not a lock")  # nor is one that does not parse
     assert write_skeleton(copies[2][0], copies[2][1], settings) is not None
     assert _files(copies[2][0] / SKELETON_DIR) == _files(crate / SKELETON_DIR) and cached.read_text() == good
+
+
+def _locked_copies(tmp_path: Path, settings: Settings, names: list[str]) -> list[Path]:
+    """Copies of one locked tool (a stub's shape: its lock written before the flake is): the skeleton written at
+    once with cargo's inspect needs the lock there first."""
+    import shutil
+
+    crate = libc_tool(tmp_path / "locked", "tally", "0.1.0", secrets.token_hex(8))
+    inspect_crate(crate, settings)  # writes Cargo.lock
+    for name in names:
+        shutil.copytree(crate, tmp_path / name)
+    return [tmp_path / name for name in names]
+
+
+def test_a_skeleton_relocked_while_cargo_inspects_is_the_one_written_after(tmp_path: Path) -> None:
+    """The loop's stub: its skeleton is relocked at once with cargo's inspect of it (two cargo calls at once), and is
+    then what write_skeleton writes from cargo's facts, file for file."""
+    from flakebot.nix.crate import LocalPackage
+    from flakebot.nix.skeleton import write_skeleton_while
+
+    settings = host_settings(tmp_path)
+    after, during = _locked_copies(tmp_path, settings, ["after", "during"])
+    expected = write_skeleton(after, inspect_crate(after, settings), settings)
+    facts, skeleton = write_skeleton_while(
+        during, [LocalPackage("tally", "Cargo.toml", True)], settings, lambda: inspect_crate(during, settings)
+    )
+    assert skeleton == expected and skeleton is not None and facts == inspect_crate(after, settings)
+    assert _files(during / SKELETON_DIR) == _files(after / SKELETON_DIR)
+
+
+def test_a_skeleton_of_other_packages_than_cargo_lists_is_written_again_from_cargos(tmp_path: Path) -> None:
+    """Expected packages that are not what cargo lists (no build script said, cargo finds one; another name): the
+    skeleton relocked for them is not kept, the one from cargo's facts is written. A failed inspect leaves none."""
+    from flakebot.errors import UsageError
+    from flakebot.nix.crate import LocalPackage
+    from flakebot.nix.skeleton import write_skeleton_while
+
+    settings = host_settings(tmp_path)
+    after, no_build, renamed, failing = _locked_copies(tmp_path, settings, ["after", "no-build", "renamed", "failing"])
+    expected = write_skeleton(after, inspect_crate(after, settings), settings)
+    wrongs = [LocalPackage("tally", "Cargo.toml"), LocalPackage("other", "Cargo.toml", True)]
+    for crate, wrong in zip([no_build, renamed], wrongs, strict=True):
+        _, skeleton = write_skeleton_while(crate, [wrong], settings, lambda crate=crate: inspect_crate(crate, settings))
+        assert skeleton == expected
+        assert _files(crate / SKELETON_DIR) == _files(after / SKELETON_DIR)
+        assert "build.rs" in _files(crate / SKELETON_DIR)
+    with pytest.raises(UsageError, match="no binary named"):
+        write_skeleton_while(
+            failing,
+            [LocalPackage("tally", "Cargo.toml", True)],
+            settings,
+            lambda: inspect_crate(failing, settings, "no-such-bin"),
+        )
+    assert not (failing / SKELETON_DIR).exists()
