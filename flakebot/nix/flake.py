@@ -21,12 +21,12 @@ from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import build_inputs, command, evidence, gitdeps, licenses
 from flakebot.nix.build import build, start_gc_root
-from flakebot.nix.crate import CrateFacts, LocalPackage, declare_rust_version, inspect_crate, workspace_root
+from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
 from flakebot.nix.reuse import dependency_output
-from flakebot.nix.skeleton import Skeleton, write_skeleton, write_skeleton_while
+from flakebot.nix.skeleton import Skeleton, write_skeleton
 from flakebot.nix.smoke import smoke_run
 from flakebot.safefs import file_below
 
@@ -52,9 +52,6 @@ class Choice:
     # a crate flakebot wrote itself (the deps derivation's stub): its own workspace, every file its own, so neither
     # cargo (locate-project) nor git (ls-files) is asked what to copy
     own_stub: bool = False
-    # the packages the stub was written with: its skeleton is relocked while cargo is asked about it, and kept when
-    # cargo lists the same (nix/skeleton.py, write_skeleton_while)
-    stub_packages: tuple[LocalPackage, ...] = ()
 
 
 @dataclass
@@ -251,25 +248,17 @@ def write_flake(
         replaced = declare_rust_version(out_dir / member / "Cargo.toml", choice.rust_version)
         replaced = "" if replaced == choice.rust_version else replaced
     report("asking cargo for the crate's packages and binaries")
-
-    def inspect() -> CrateFacts:
-        return inspect_crate(
-            out_dir,
-            settings,
-            choice.bin_name,
-            prefer_bin=choice.prefer_bin,
-            all_bins=choice.all_bins,
-            label=source_dir.name,
-            member=member,
-        )
-
-    if choice.stub_packages:
-        facts, skeleton = write_skeleton_while(out_dir, list(choice.stub_packages), settings, inspect)
-    else:
-        facts = inspect()
-        skeleton = write_skeleton(out_dir, facts, settings)
+    facts = inspect_crate(
+        out_dir,
+        settings,
+        choice.bin_name,
+        prefer_bin=choice.prefer_bin,
+        all_bins=choice.all_bins,
+        label=source_dir.name,
+        member=member,
+    )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
-    flake.skeleton = skeleton
+    flake.skeleton = write_skeleton(out_dir, facts, settings)
     flake.rust_version_replaced = replaced
     flake.service = choice.service
     _render(out_dir, flake, description)

@@ -291,18 +291,13 @@ def build_deps(
     """Build the deps derivation of `skeleton` (the flake the package stage writes, on a stub crate): its output path,
     held by the GC root `root` (the index's), else by one in `work` while the run lasts."""
     from flakebot.nix import command
-    from flakebot.nix.crate import LocalPackage
     from flakebot.nix.flake import Choice, write_flake
     from flakebot.nix.standin import ensure_standin
 
     remove_tree(work)
     stub, flake = work / "crate", work / "flake"
-    build_script = _has_build_script(crate_dir, skeleton)
-    write_stub(stub, skeleton, build_script=build_script)
-    # one package, as written: no lib (its targets are removed), a build script exactly when build_script
-    package = LocalPackage(str(skeleton.keyed["name"]), "Cargo.toml", build_script)
-    choice = Choice(own_stub=True, stub_packages=(package,))
-    written = write_flake(stub, flake, settings, choice, "", lambda message: logger.debug("%s", message))
+    write_stub(stub, skeleton, build_script=_has_build_script(crate_dir, skeleton))
+    written = write_flake(stub, flake, settings, Choice(own_stub=True), "", lambda message: logger.debug("%s", message))
     if written.skeleton is None:
         raise NoStoreDeps("the crate's dependencies have no derivation of their own")
     argv = command.nix_argv(

@@ -11,8 +11,6 @@ skeleton; its answer cached by the skeleton's content in cache_dir/skeleton-lock
 packages would change is not used, and a cached lock is held to the same check.
 
     write_skeleton(flake_dir, facts, settings) -> Skeleton, or None (the flake then builds in one derivation)
-    write_skeleton_while(flake_dir, expected, settings, inspect) -> (facts, Skeleton | None): the loop's stub, its
-        skeleton relocked while cargo inspects it, kept only when cargo lists the packages expected
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ import logging
 import os
 import tempfile
 import tomllib
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,61 +59,23 @@ class Skeleton:
 
 def write_skeleton(flake_dir: Path, facts: CrateFacts, settings: Settings) -> Skeleton | None:
     """Write the dependency skeleton of the crate copied into flake_dir, or say why not (logged) and return None."""
-    reason = _unsupported(flake_dir, facts.local_packages, facts.outside_path_packages)
+    reason = _unsupported(flake_dir, facts)
     if reason:
         logger.info("dependencies build with the tool (no deps derivation): %s", reason)
         return None
-    return _described(facts) if _relocked(flake_dir, facts.local_packages, settings) else None
-
-
-def write_skeleton_while(
-    flake_dir: Path, expected: list[LocalPackage], settings: Settings, inspect: Callable[[], CrateFacts]
-) -> tuple[CrateFacts, Skeleton | None]:
-    """`inspect()` (cargo asked about the crate in flake_dir) and, at the same time, the skeleton of `expected` (the
-    packages flakebot wrote the crate with: the loop's stub) written and relocked: two cargo calls at once. The skeleton
-    is kept only when cargo's facts name exactly those packages; else it goes, and write_skeleton writes it from the
-    facts. So what is written is what cargo said, whichever ran first. Needs the crate's Cargo.lock written already
-    (inspect then writes nothing in flake_dir)."""
-    if _unsupported(flake_dir, expected, []) or not (flake_dir / "Cargo.lock").is_file():
-        facts = inspect()
-        return facts, write_skeleton(flake_dir, facts, settings)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="flakebot-skeleton") as pool:
-        relocked = pool.submit(_relocked, flake_dir, expected, settings)
-        try:
-            facts = inspect()
-        except BaseException:
-            wait([relocked])  # nothing of the skeleton is left behind a failed inspect, as without it
-            remove_tree(flake_dir / SKELETON_DIR)
-            raise
-    if sorted(facts.local_packages, key=repr) == sorted(expected, key=repr) and not facts.outside_path_packages:
-        return facts, _described(facts) if relocked.result() else None
-    logger.debug("skeleton written again: cargo lists %s, not %s", facts.local_packages, expected)
-    wait([relocked])
-    remove_tree(flake_dir / SKELETON_DIR)
-    return facts, write_skeleton(flake_dir, facts, settings)
-
-
-def _relocked(flake_dir: Path, packages: list[LocalPackage], settings: Settings) -> bool:
-    """Write the skeleton of `packages` into flake_dir and let cargo relock it; False (and nothing written) when cargo
-    cannot, or would lock other registry crates."""
     target = flake_dir / SKELETON_DIR
-    sole = len(packages) == 1
+    sole = len(facts.local_packages) == 1
     files: dict[str, str] = {}
-    for package in packages:
+    for package in facts.local_packages:
         _package_files(files, flake_dir, package, SOLE_NAME if sole else "")
-    _root_files(files, flake_dir, packages)
+    _root_files(files, flake_dir, facts)
     for rel, text in files.items():
         _write(target / rel, text)
     lock = (flake_dir / "Cargo.lock").read_bytes()
     (target / "Cargo.lock").write_bytes(lock)
     if not _relock(target, flake_dir / "Cargo.lock", settings, _relock_key(files, lock, settings)):
         remove_tree(target)
-        return False
-    return True
-
-
-def _described(facts: CrateFacts) -> Skeleton:
-    sole = len(facts.local_packages) == 1
+        return None
     names = [SOLE_NAME] if sole else [p.name for p in facts.local_packages]
     return Skeleton(
         directory=SKELETON_DIR,
@@ -126,13 +84,13 @@ def _described(facts: CrateFacts) -> Skeleton:
     )
 
 
-def _unsupported(flake_dir: Path, packages: list[LocalPackage], outside: list[str]) -> str:
+def _unsupported(flake_dir: Path, facts: CrateFacts) -> str:
     """Why this crate's dependencies cannot build on a skeleton ('' when they can)."""
-    if not packages:
+    if not facts.local_packages:
         return "cargo reported no workspace members"
-    if outside:
+    if facts.outside_path_packages:
         # a path crate that is not a member ([patch] of a registry crate, say) may be what registry crates build on
-        return f"path packages outside the workspace members ({', '.join(outside)})"
+        return f"path packages outside the workspace members ({', '.join(facts.outside_path_packages)})"
     if (flake_dir / SKELETON_DIR).exists():
         return f"the crate has its own {SKELETON_DIR}"
     root = _load(flake_dir / "Cargo.toml")
@@ -166,9 +124,9 @@ def _package_files(files: dict[str, str], flake_dir: Path, package: LocalPackage
         files[str(home / "build.rs")] = "fn main() {}\n"
 
 
-def _root_files(files: dict[str, str], flake_dir: Path, packages: list[LocalPackage]) -> None:
+def _root_files(files: dict[str, str], flake_dir: Path, facts: CrateFacts) -> None:
     """A virtual workspace's root manifest (a root that is a package was written with the packages)."""
-    if any(p.manifest == "Cargo.toml" for p in packages):
+    if any(p.manifest == "Cargo.toml" for p in facts.local_packages):
         return
     files["Cargo.toml"] = tomlkit.dumps(_sorted(_kept(_load(flake_dir / "Cargo.toml"))))
 
