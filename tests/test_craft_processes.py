@@ -1,7 +1,8 @@
 """The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
 (benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
 new crate's version not asked of cargo, the tool's GC root made by its own nix build, and the deps derivation's stub
-(a crate flakebot wrote) not asked of cargo or git what to copy, HEAD read rather than asked of git."""
+(a crate flakebot wrote) not asked of cargo or git what to copy and asked of cargo once, for its members alone, HEAD
+read rather than asked of git."""
 
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     assert sum(link.endswith("/flake/result-deps") for link in roots) == 1, roots
     located = [argv for name, argv in named if name == "cargo" and "locate-project" in argv]
     assert located and not [argv for argv in located if any("/loop-deps/" in a for a in argv)], located
+    stub = [
+        argv
+        for name, argv in named
+        if name == "cargo"
+        and "metadata" in argv
+        and any("/loop-deps/" in a and a.endswith("/flake/Cargo.toml") for a in argv)
+    ]
+    assert len(stub) == 1 and "--no-deps" in stub[0], stub  # the stub's members alone: no sources check, no resolution
     listed = [record for record in json.loads(log.read_text())["processes"] if "ls-files" in record["argv"]]
     assert len(listed) == 1, listed  # the workspace's, for the tool's flake; the stub is walked
     # HEAD after acquire's branch and at the edit stage's start is read from .git's files (safegit.head_from_files)

@@ -116,14 +116,19 @@ def _git_offline_fix(stderr: str) -> str:
     return ""
 
 
-def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str) -> dict[str, Any]:
-    """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source."""
+def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str, *, resolve: bool = True) -> dict[str, Any]:
+    """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source. Without
+    `resolve`, `--no-deps`: the workspace members alone (no dependency packages, no `resolve`), one call of cargo's
+    cheapest (a resolving call is two: the sources check's `--no-deps` first, cargo/sources.py)."""
     result = _cargo(settings, scratch).run(
-        ["metadata", "--format-version", "1", "--locked"], crate_dir, timeout=settings.command_timeout
+        ["metadata", "--format-version", "1", "--locked" if resolve else "--no-deps"],
+        crate_dir,
+        timeout=settings.command_timeout,
     )
     if result.returncode != 0:
+        what = "resolve {} from its Cargo.lock" if resolve else "read the manifests of {}"
         raise NixError(
-            f"cargo cannot resolve {label} from its Cargo.lock: {_first_error(result.stderr)}",
+            f"cargo cannot {what.format(label)}: {_first_error(result.stderr)}",
             fix=_git_offline_fix(result.stderr)
             or "remove Cargo.lock so flakebot regenerates it from the local registry, or install the missing crates (apt-get install librust-<name>-dev)",
         )
@@ -145,14 +150,17 @@ def inspect_crate(
     all_bins: bool = False,
     label: str = "",
     member: str = "",
+    resolve: bool = True,
 ) -> CrateFacts:
     """Lock, ask cargo, and pick the binary: `bin_name`; else `prefer_bin` if present; else the only/default one
-    (of the workspace member at `member`, a path relative to crate_dir, when given)."""
+    (of the workspace member at `member`, a path relative to crate_dir, when given). Without `resolve`, cargo is
+    asked for the workspace members alone: what only resolution tells (the root package, path packages that are not
+    members, the dependencies' rust-versions: needs_newer_rustc) is then not known, and Cargo.lock is not checked."""
     label = label or crate_dir.name
     with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
         dropped: list[Dropped] = []
         generated = ensure_lock(crate_dir, settings, Path(scratch), label, dropped)
-        meta = metadata(crate_dir, settings, Path(scratch), label)
+        meta = metadata(crate_dir, settings, Path(scratch), label, resolve=resolve)
     members = [p for p in meta["packages"] if p["id"] in set(meta["workspace_members"])]
     root_id = (meta.get("resolve") or {}).get("root")
     if member and bin_name is None:

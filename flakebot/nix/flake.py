@@ -50,7 +50,11 @@ class Choice:
     strict_smoke: bool = False  # only a smoke run exiting 0 (help) passes; else usage and starts-only pass too
     service: dict[str, Any] | None = None  # a service's outputs beside the package (flake_files.render_flake)
     # a crate flakebot wrote itself (the deps derivation's stub): its own workspace, every file its own, so neither
-    # cargo (locate-project) nor git (ls-files) is asked what to copy
+    # cargo (locate-project) nor git (ls-files) is asked what to copy; and cargo is asked for its members alone (one
+    # `metadata --no-deps`, not a check and a resolution): its flake is built only for its deps derivation, which takes
+    # of cargo's answer the members and their targets (the rest is read from Cargo.lock). A stub has no path or git
+    # dependencies, no workspace (cargo/cache_skeleton.py refuses them); resolution comes next anyway, in the skeleton's
+    # relock (skeleton.py) and in `nix build` (--frozen), and a lock they cannot take fails the loop's deps as before
     own_stub: bool = False
     # a crafted tool: every file of the tree its tests passed on is copied (walked, not git's listing), so a .gitignore
     # the model wrote cannot leave out of the flake a file the tests compiled with
@@ -261,6 +265,7 @@ def write_flake(
         all_bins=choice.all_bins,
         label=source_dir.name,
         member=member,
+        resolve=not choice.own_stub,
     )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     flake.skeleton = write_skeleton(out_dir, facts, settings)

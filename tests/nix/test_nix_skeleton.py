@@ -3,6 +3,7 @@ no source of the crate in it, equal for tools on the same dependencies, a lock c
 
 from __future__ import annotations
 
+import logging
 import secrets
 import subprocess
 import tempfile
@@ -128,3 +129,33 @@ def test_the_same_skeleton_again_takes_cargos_lock_from_the_cache_held_to_the_sa
     cached.write_bytes(b"\xff\xfe not a lock")  # nor is one that does not parse
     assert write_skeleton(copies[2][0], copies[2][1], settings) is not None
     assert _files(copies[2][0] / SKELETON_DIR) == _files(crate / SKELETON_DIR) and cached.read_text() == good
+
+
+def test_the_loops_stub_asked_for_its_members_alone_gets_the_flake_a_resolving_inspect_gives(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stub's flake (own_stub) asks cargo `--no-deps` alone, one call: its facts and skeleton are those a resolving
+    inspect of the same stub gives, but for what only resolution says (the dependencies' rust-versions)."""
+    import dataclasses
+    import shutil
+
+    from flakebot.cargo.cache_skeleton import skeleton_of
+    from flakebot.nix.flake import Choice, write_flake
+    from flakebot.nix.loopdeps import write_stub
+
+    settings = host_settings(tmp_path)
+    crate = libc_tool(tmp_path / "crate", "tally", "0.1.0", secrets.token_hex(8))
+    inspect_crate(crate, settings)  # writes Cargo.lock
+    stub = tmp_path / "stub"
+    write_stub(stub, skeleton_of(crate), build_script=True)
+    shutil.copytree(stub, tmp_path / "resolved")
+    resolved = inspect_crate(tmp_path / "resolved", settings, label="stub")
+    skeleton = write_skeleton(tmp_path / "resolved", resolved, settings)
+    with caplog.at_level(logging.DEBUG, logger="flakebot.cargo.runner"):
+        written = write_flake(stub, tmp_path / "flake", settings, Choice(own_stub=True), "", lambda _: None)
+    asked = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cargo (host): metadata")]
+    # one call on the stub's flake; its skeleton's relock was cached by the resolved one's
+    assert asked == [f"cargo (host): metadata --format-version 1 --no-deps {tmp_path / 'flake'}"]
+    assert written.facts == dataclasses.replace(resolved, needs_newer_rustc=[])
+    assert written.skeleton == skeleton and skeleton is not None
+    assert _files(tmp_path / "flake" / SKELETON_DIR) == _files(tmp_path / "resolved" / SKELETON_DIR)
