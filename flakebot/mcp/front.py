@@ -594,7 +594,10 @@ class TeamMCP(FlakebotMCP):
             return _result({"ok": False, **exc.result()}, error=True)
         result = await super().call_tool(ctx, params)
         if params.name == "runs" and not result.is_error and isinstance(result.structured_content, dict):
-            owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
+            try:  # the queue's runs of the tenant: the database may be away (FrontQueue says so, in one line)
+                owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
+            except FlakebotError as exc:
+                return _result({"ok": False, **exc.result()}, error=True)
             runs = [run for run in result.structured_content.get("runs", []) if run.get("id") in owned]
             return _result({**result.structured_content, "runs": runs})
         if params.name == "services" and not result.is_error and isinstance(result.structured_content, dict):

@@ -1057,13 +1057,17 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
     flakebot_home: Path, postgres: Cluster, database: str
 ) -> None:
     """The team database goes away (its connections ended, the database renamed) while alice follows her craft's
-    task: tasks/get, tasks/cancel and tasks/list answer a JSON-RPC error in one line with its fix (they were code 0 with
-    the message alone, and a traceback each in the front's log)."""
+    task: every door a client reaches the queue by (tasks/get, tasks/cancel, tasks/list, a craft, status of a job,
+    show and runs, which read the tenant's runs from the queue) answers one line with a fix that is the agent's to
+    take, and none of them says where the database is (its host, port or name: the front's reconnect raised "cannot
+    reach the team database postgresql://...@127.0.0.1:PORT/NAME" to the agent). The operator's log keeps that line;
+    /metrics still answers the front's own counters."""
     import psycopg
 
-    alice = add_token("alice", "--tenant", "acme")
+    alice, scraper = add_token("alice", "--tenant", "acme"), add_token("prometheus", "--grant", "metrics")
     name = database.rsplit("/", 1)[1]
     log = flakebot_home / "serve.log"
+    where = (name, f":{postgres.port}", "127.0.0.1", "postgresql", postgres.password)
     with serving(database=database, log=log) as url:
         mine = Session(url, alice)
         created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
@@ -1077,12 +1081,30 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
                 ("tasks/get", {"taskId": job}),
                 ("tasks/cancel", {"taskId": job}),
                 ("tasks/list", {}),
+                ("tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}),
             ):
                 answer = mine.ask(method, params)
                 error = answer.get("error") or {}
-                assert "team database" in error.get("message", "") and "Fix: " in error["message"], (method, answer)
-                assert error["code"] != 0 and "\n" not in error["message"], (method, answer)
+                said = error.get("message", "")
+                assert "team database" in said and "Fix: " in said, (method, answer)
+                assert error["code"] != 0 and "\n" not in said, (method, answer)
+                assert not [w for w in where if w in said], (method, answer)
+            for tool, arguments in (
+                ("craft", {"need": "need a word counter"}),
+                ("craft", {"need": "need a word counter", "wait": True}),
+                ("status", {"run_id": job}),
+                ("show", {"name": "20260101-000000-abcdef"}),
+                ("runs", {}),
+            ):
+                told = call(url, alice, tool, arguments)
+                assert told["is_error"] and "team database" in told["error"] and told["fix"], (tool, told)
+                assert not [w for w in where if w in json.dumps(told)], (tool, told)
+            scraped = metrics(url, scraper)
+            assert scraped.status_code == 200 and "flakebot_tool_calls_total" in scraped.text, scraped.text
         finally:
             with psycopg.connect(postgres.url(), autocommit=True) as admin:
                 admin.execute(f"ALTER DATABASE {name}_away RENAME TO {name}")
-    assert "Traceback" not in log.read_text()
+    logged = log.read_text()
+    assert "Traceback" not in logged
+    assert f"cannot reach the team database postgresql://[REDACTED]@127.0.0.1:{postgres.port}/{name}" in logged
+    assert postgres.password not in logged
