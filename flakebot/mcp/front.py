@@ -146,7 +146,7 @@ class TeamMCP(FlakebotMCP):
         self.store, self.admission, self.queue = store, admission, queue
         self.audit = Audit(settings.path("workdir"))
         self.metrics = Metrics()
-        self._in_flight: dict[str, anyio.CapacityLimiter] = {}  # each principal's calls at once
+        self._in_flight: dict[str, CallsInFlight] = {}  # each principal's calls at once, while it has any
         self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
         self._rows_lock = threading.Lock()
         # (tenant, NAME@VERSION) of finished jobs' tools tried to install, the FETCHED_KEPT last asked (a front
@@ -545,8 +545,15 @@ class TeamMCP(FlakebotMCP):
         every token, and calls that hold their answer (status's wait_seconds, a tool's run, an enqueue waiting on the
         database) from one token must not take them all."""
         owner = self.job_owner(ctx)[0]
-        async with self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE)):
-            yield
+        calls = self._in_flight.get(owner) or self._in_flight.setdefault(owner, CallsInFlight())
+        calls.users += 1  # from here until the call left: no await since the lookup, so no other call dropped it
+        try:
+            async with calls.limiter:
+                yield
+        finally:
+            calls.users -= 1
+            if calls.users == 0:  # none holds it or waits on it: a fresh one later caps as this one did
+                del self._in_flight[owner]
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         """The call, as one of its token's calls in flight (one_of_its_calls)."""
@@ -662,6 +669,17 @@ class TeamMCP(FlakebotMCP):
         self.audit.record(
             principal, method, tool=tool, arguments=arguments, outcome=outcome, exit_code=code, seconds=elapsed
         )
+
+
+@dataclass
+class CallsInFlight:
+    """A principal's tool calls at once (TeamMCP.one_of_its_calls), kept only while it has any: principals are
+    unbounded (a JWT's subjects), and a map of every one ever seen would grow for the server's life. `users`: the
+    calls holding the limiter or waiting on it; the entry goes when the last leaves, never while one still counts on
+    it (a fresh limiter beside a held one would let the principal past its cap)."""
+
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
+    users: int = 0
 
 
 FETCHED_KEPT = 4096  # finished jobs' tools a front remembers having tried to install (TeamMCP.fetch_tool)

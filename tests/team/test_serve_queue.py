@@ -869,6 +869,78 @@ def test_a_call_asked_as_a_task_waits_behind_its_tokens_calls_in_flight(
     assert tools.index("craft", 1) > tools.index("status"), f"alice's task call ran beside her 8 in flight: {tools}"
 
 
+@contextlib.contextmanager
+def serving_here(state: Any) -> Any:
+    """The front's real application for `state` (a TeamMCP) on a free loopback port, served by uvicorn in a thread of
+    this process, so a test reads what the front holds between calls; its URL."""
+    import threading
+
+    import uvicorn
+
+    from flakebot.mcp import front
+
+    options = front.FrontOptions(port=0)
+    sock = front.bind(options.host, 0)
+    url = front.resource_url(options, sock.getsockname()[1])
+    config = uvicorn.Config(front.build_app(state, options, url), log_config=None, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=30, interval=0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+async def _calls_in_flight(url: str, state: Any, tokens: list[str], alice: str, job: str) -> None:
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+
+    await asyncio.gather(*(_call(url, token, "list", {}) for token in tokens))
+    assert state._in_flight == {}, f"{len(state._in_flight)} principals kept after their calls ended"
+    held = [
+        asyncio.create_task(_call(url, alice, "status", {"run_id": job, "wait_seconds": 5}))
+        for _ in range(TOKEN_CALLS_AT_ONCE + 4)
+    ]
+    await asyncio.sleep(3)  # every call reached the front: 8 hold her place, 4 wait in her queue
+    (calls,) = state._in_flight.values()
+    stats = calls.limiter.statistics()
+    assert (stats.borrowed_tokens, stats.tasks_waiting) == (TOKEN_CALLS_AT_ONCE, 4), stats
+    await asyncio.gather(*(_call(url, token, "list", {}) for token in tokens[:5]))  # others come and go meanwhile
+    assert list(state._in_flight.values()) == [calls], "alice's calls in flight were replaced while held"
+    assert calls.limiter.statistics().borrowed_tokens == TOKEN_CALLS_AT_ONCE  # her cap still holds
+    answers = await asyncio.gather(*held)
+    assert all(answer["status"] == "queued" for answer in answers), answers
+    assert state._in_flight == {}
+
+
+def test_a_fronts_calls_in_flight_keep_no_principal_once_its_calls_ended(flakebot_home: Path, database: str) -> None:
+    """Each principal's calls in flight were a limiter kept for the server's life, one per principal ever seen (a
+    JWT's subjects are unbounded). Now its entry goes when its last call leaves, and never while a call holds or
+    waits on it: 20 tokens' calls leave nothing behind, and one token's 12 calls at once still run 8 at a time while
+    other tokens' calls come and go."""
+    from flakebot import config
+    from flakebot.mcp.front import TeamMCP
+    from flakebot.team.admission import SharedAdmission
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import TokenStore
+
+    settings = config.load()
+    store = TokenStore(settings.path("workdir"))
+    tokens = [store.add(f"agent{n}", tenant="acme")[1] for n in range(20)]
+    alice = store.add("alice", tenant="acme")[1]
+    front_queue = FrontQueue(database)
+    state = TeamMCP(settings, [], store, SharedAdmission(front_queue), front_queue)
+    try:
+        with serving_here(state) as url:
+            job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]  # no worker: it stays queued
+            asyncio.run(_calls_in_flight(url, state, tokens, alice, job))
+    finally:
+        front_queue.close()
+
+
 def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, database: str) -> None:
     """Crafts carol queued and alice joined, then carol's token revoked: alice's tasks/cancel only left a job (carol's
     following still counted), so it stayed queued for a follower who can never ask for it again. A revoked token
