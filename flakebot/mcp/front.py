@@ -411,6 +411,25 @@ class TeamMCP(FlakebotMCP):
             self._rows.pop((principal.tenant, job_id), None)
         return self._handed(ctx, row)
 
+    def drop_revoked_followings(self, seen: set[str]) -> None:
+        """Tokens revoked since this front last looked (not in `seen`, which this adds them to) follow no queued job
+        any more: each job one of them followed is left by it, and cancelled when no live principal follows it
+        (FrontQueue.drop_revoked: queue.cancel's own path). The front does it, not `token revoke`: the store is a
+        workdir's file, which the command changes without knowing any database, and the front holds both (it already
+        sees a revocation within a second, to end the token's sessions). Every front whose store holds the token
+        does it, the first for good (a cancel under the tenant's lock; the others find it done); a front started
+        after the revocation does it at its first look. A database away: tried again at the next look."""
+        if self.queue is None:
+            return
+        revoked = self.store.revoked()
+        new = revoked - seen
+        if not new:
+            return
+        for row in self.queue.drop_revoked(new, revoked):
+            with self._rows_lock:
+                self._rows.pop((str(row["tenant"]), int(row["id"])), None)
+        seen |= new
+
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
 
@@ -1014,6 +1033,7 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
             state.jobs = group  # what outlives a request: watching detached work for tools/list_changed
             state.sessions.live = lambda: manager._server_instances.keys()  # the SDK's open sessions (its private map)
             group.start_soon(_end_revoked_sessions, manager, state.store)
+            group.start_soon(_drop_revoked_followings, state)
             yield
             group.cancel_scope.cancel()
 
@@ -1048,6 +1068,17 @@ async def _end_revoked_sessions(manager: Any, store: Verifier) -> None:
             if subject not in active and transport is not None:
                 logger.info("session %s ended: its token is no longer active", session_id)
                 await manager._discard_session(session_id, transport)
+
+
+async def _drop_revoked_followings(state: TeamMCP) -> None:
+    """Revoked tokens' following of queued jobs ended, as often as sessions are checked (TeamMCP.drop_revoked_followings)."""
+    seen: set[str] = set()
+    while state.queue is not None:
+        await anyio.sleep(REVOKED_SWEEP_SECONDS)
+        try:
+            await anyio.to_thread.run_sync(state.drop_revoked_followings, seen)
+        except FlakebotError as exc:
+            logger.warning("revoked tokens' queued jobs not looked at this time: %s", exc.one_line())
 
 
 def bind(host: str, port: int) -> socket.socket:

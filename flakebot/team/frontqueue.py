@@ -102,6 +102,18 @@ class FrontQueue:
             logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
         return row
 
+    def drop_revoked(self, principal_ids: Collection[str], revoked: Collection[str]) -> list[dict[str, Any]]:
+        """Each of `principal_ids` (tokens revoked since this front last looked) made to follow no job
+        (queue.drop_followings; `revoked`: every revoked id): the rows changed."""
+        changed = []
+        for principal_id in sorted(principal_ids):
+            rows = self._call(lambda conn, who=principal_id: queue.drop_followings(conn, who, revoked))  # type: ignore[misc]
+            for row in rows:
+                how = "left" if row.get("left_by") else "cancelled"
+                logger.info("job %s %s: the token %s following it was revoked", row["id"], how, principal_id)
+            changed += rows
+        return changed
+
     def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
         """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of
         them)."""
