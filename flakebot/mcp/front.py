@@ -154,6 +154,7 @@ class TeamMCP(FlakebotMCP):
         self._fetched: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
+        self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
 
     def server(self) -> Any:
         import functools
@@ -509,22 +510,40 @@ class TeamMCP(FlakebotMCP):
         from flakebot.mcp.server import _catalogued
 
         count, last = 0, None
-        while True:
-            row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
-            if row is None:
-                raise queued.not_found(handle(job_id))
-            if row["state"] != last:
-                last, count = row["state"], count + 1
-                await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
-            ended = queued.outcome(row)
-            if ended is not None:
-                break
-            await anyio.sleep(queued.POLL_SECONDS)
+        try:
+            while True:
+                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                if row is None:
+                    raise queued.not_found(handle(job_id))
+                if row["state"] != last:
+                    last, count = row["state"], count + 1
+                    await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
+                ended = queued.outcome(row)
+                if ended is not None:
+                    break
+                await anyio.sleep(queued.POLL_SECONDS)
+        except anyio.get_cancelled_exc_class():
+            if not self.stopping():  # its client went away (or cancelled the call): nobody gets this answer now
+                with anyio.CancelScope(shield=True):
+                    await self._leave_waited(ctx, job_id)
+            raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
         if changes_catalog and _catalogued(ended["result"]):
             await self.tools_changed(ctx)
         return {"ok": True, **compact_result(ended["result"])}
+
+    async def _leave_waited(self, ctx: Any, job_id: int) -> None:
+        """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
+        sent notifications/cancelled): the caller leaves the job as its tasks/cancel would (cancel_job), so a job it
+        alone followed does not run on for nobody. A front stopping does not (`stopping`): its callers' jobs go on."""
+        try:
+            row = await anyio.to_thread.run_sync(lambda: self.cancel_job(ctx, job_id))
+        except FlakebotError as exc:
+            logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
+            return
+        if row is not None:
+            logger.info("job %s left: its waited call ended before it (%s for the caller)", job_id, row["state"])
 
     # ------------------------------------------------------------ the MCP handlers
     def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Any:
@@ -1139,4 +1158,6 @@ def serve(
         logger.warning("no active token: every request is refused until 'flakebot token add NAME'")
     if ready is not None:
         ready(url, len(store.active()))
-    uvicorn.Server(uv).run(sockets=[sock])
+    server = uvicorn.Server(uv)
+    state.stopping = lambda: server.should_exit  # set on SIGINT/SIGTERM, before any request is cancelled
+    server.run(sockets=[sock])

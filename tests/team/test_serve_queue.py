@@ -980,6 +980,55 @@ def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, data
     assert actions[0]["detail"]["worker"] == "w1"  # the worker to stop, as any cancel of a claimed job names it
 
 
+def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, str] | None) -> None:
+    """A craft called with wait: true (a synchronous tools/call, not a task) whose client gives up after 3 s and closes
+    its connection; `session`: the headers of a 2025-11-25 session, None for a stateless request."""
+    from tests.team.test_front import ACCEPT
+
+    stateless = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "craft"}
+    version = stateless if session is None else session
+    headers = {**ACCEPT, "Authorization": f"Bearer {token}", **version}
+    params: dict[str, Any] = {"name": "craft", "arguments": {"need": need, "wait": True}}
+    if session is None:
+        params["_meta"] = {"io.modelcontextprotocol/clientInfo": {"name": "t", "version": "0"}, "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                           "io.modelcontextprotocol/clientCapabilities": {}}  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+    with (
+        contextlib.suppress(httpx.TimeoutException),
+        httpx.stream("POST", url, json=body, headers=headers, timeout=3) as answer,
+    ):
+        for line in answer.iter_lines():
+            assert '"result"' not in line and '"error"' not in line, line  # no worker: it cannot end
+
+
+SESSION_DISCONNECT = (
+    "the SDK's 2025-11-25 transport does not cancel a session's request when the client closes its POST stream: the "
+    "handler polls on until the job ends (docs/team.md, 'Not yet')"
+)
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    ["2026-07-28", pytest.param("2025-11-25", marks=pytest.mark.xfail(reason=SESSION_DISCONNECT, strict=True))],
+)
+def test_a_waited_craft_whose_client_went_away_is_left(flakebot_home: Path, database: str, protocol: str) -> None:
+    """A craft called with wait: true whose client closes the connection before the job ends: nobody can get its
+    answer any more, yet the job ran on (queued: a worker would still claim it). Now the call's end leaves the job, as
+    the caller's tasks/cancel would: one its caller alone followed is cancelled, one another agent follows too goes on
+    for that agent. Stateless requests only: the SDK cancels their handler when the client goes away."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        session = Session(url, alice).headers if protocol == "2025-11-25" else None
+        _waited_craft_given_up(url, alice, "need a csv deduper", session)
+        shared = call(url, carol, "craft", {"need": "need a word counter"})["run_id"]
+        _waited_craft_given_up(url, alice, "need a word counter", session)
+        alone = f"job-{min(r['id'] for r in rows(database))}"
+        wait_for(lambda: {handle_of(r): r["state"] for r in rows(database)}[alone] == "cancelled", timeout=30)
+        wait_for(lambda: ("alice", "left") in _actions(database), timeout=30)
+        assert {handle_of(r): r["state"] for r in rows(database)}[shared] == "queued"
+    assert _actions(database) == [("alice", "cancelled"), ("alice", "left")]
+
+
 def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: str) -> None:
     """/metrics answered any active token, so every tenant read the whole queue's depth (and the front's calls and
     refusals): another tenant's work, counted. Now it is 403 in one line to a token without the `metrics` grant
