@@ -146,7 +146,7 @@ class TeamMCP(FlakebotMCP):
         self.store, self.admission, self.queue = store, admission, queue
         self.audit = Audit(settings.path("workdir"))
         self.metrics = Metrics()
-        self._in_flight: dict[str, anyio.CapacityLimiter] = {}  # each principal's calls at once
+        self._in_flight: dict[str, CallsInFlight] = {}  # each principal's calls at once, while it has any
         self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
         self._rows_lock = threading.Lock()
         # (tenant, NAME@VERSION) of finished jobs' tools tried to install, the FETCHED_KEPT last asked (a front
@@ -154,6 +154,7 @@ class TeamMCP(FlakebotMCP):
         self._fetched: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
+        self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
 
     def server(self) -> Any:
         import functools
@@ -411,6 +412,25 @@ class TeamMCP(FlakebotMCP):
             self._rows.pop((principal.tenant, job_id), None)
         return self._handed(ctx, row)
 
+    def drop_revoked_followings(self, seen: set[str]) -> None:
+        """Tokens revoked since this front last looked (not in `seen`, which this adds them to) follow no queued job
+        any more: each job one of them followed is left by it, and cancelled when no live principal follows it
+        (FrontQueue.drop_revoked: queue.cancel's own path). The front does it, not `token revoke`: the store is a
+        workdir's file, which the command changes without knowing any database, and the front holds both (it already
+        sees a revocation within a second, to end the token's sessions). Every front whose store holds the token
+        does it, the first for good (a cancel under the tenant's lock; the others find it done); a front started
+        after the revocation does it at its first look. A database away: tried again at the next look."""
+        if self.queue is None:
+            return
+        revoked = self.store.revoked()
+        new = revoked - seen
+        if not new:
+            return
+        for row in self.queue.drop_revoked(new, revoked):
+            with self._rows_lock:
+                self._rows.pop((str(row["tenant"]), int(row["id"])), None)
+        seen |= new
+
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
 
@@ -490,22 +510,40 @@ class TeamMCP(FlakebotMCP):
         from flakebot.mcp.server import _catalogued
 
         count, last = 0, None
-        while True:
-            row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
-            if row is None:
-                raise queued.not_found(handle(job_id))
-            if row["state"] != last:
-                last, count = row["state"], count + 1
-                await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
-            ended = queued.outcome(row)
-            if ended is not None:
-                break
-            await anyio.sleep(queued.POLL_SECONDS)
+        try:
+            while True:
+                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                if row is None:
+                    raise queued.not_found(handle(job_id))
+                if row["state"] != last:
+                    last, count = row["state"], count + 1
+                    await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
+                ended = queued.outcome(row)
+                if ended is not None:
+                    break
+                await anyio.sleep(queued.POLL_SECONDS)
+        except anyio.get_cancelled_exc_class():
+            if not self.stopping():  # its client went away (or cancelled the call): nobody gets this answer now
+                with anyio.CancelScope(shield=True):
+                    await self._leave_waited(ctx, job_id)
+            raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
         if changes_catalog and _catalogued(ended["result"]):
             await self.tools_changed(ctx)
         return {"ok": True, **compact_result(ended["result"])}
+
+    async def _leave_waited(self, ctx: Any, job_id: int) -> None:
+        """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
+        sent notifications/cancelled): the caller leaves the job as its tasks/cancel would (cancel_job), so a job it
+        alone followed does not run on for nobody. A front stopping does not (`stopping`): its callers' jobs go on."""
+        try:
+            row = await anyio.to_thread.run_sync(lambda: self.cancel_job(ctx, job_id))
+        except FlakebotError as exc:
+            logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
+            return
+        if row is not None:
+            logger.info("job %s left: its waited call ended before it (%s for the caller)", job_id, row["state"])
 
     # ------------------------------------------------------------ the MCP handlers
     def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Any:
@@ -545,8 +583,15 @@ class TeamMCP(FlakebotMCP):
         every token, and calls that hold their answer (status's wait_seconds, a tool's run, an enqueue waiting on the
         database) from one token must not take them all."""
         owner = self.job_owner(ctx)[0]
-        async with self._in_flight.setdefault(owner, anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE)):
-            yield
+        calls = self._in_flight.get(owner) or self._in_flight.setdefault(owner, CallsInFlight())
+        calls.users += 1  # from here until the call left: no await since the lookup, so no other call dropped it
+        try:
+            async with calls.limiter:
+                yield
+        finally:
+            calls.users -= 1
+            if calls.users == 0:  # none holds it or waits on it: a fresh one later caps as this one did
+                del self._in_flight[owner]
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
         """The call, as one of its token's calls in flight (one_of_its_calls)."""
@@ -594,7 +639,10 @@ class TeamMCP(FlakebotMCP):
             return _result({"ok": False, **exc.result()}, error=True)
         result = await super().call_tool(ctx, params)
         if params.name == "runs" and not result.is_error and isinstance(result.structured_content, dict):
-            owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
+            try:  # the queue's runs of the tenant: the database may be away (FrontQueue says so, in one line)
+                owned = await anyio.to_thread.run_sync(lambda: self.owned_runs(ctx))
+            except FlakebotError as exc:
+                return _result({"ok": False, **exc.result()}, error=True)
             runs = [run for run in result.structured_content.get("runs", []) if run.get("id") in owned]
             return _result({**result.structured_content, "runs": runs})
         if params.name == "services" and not result.is_error and isinstance(result.structured_content, dict):
@@ -659,6 +707,17 @@ class TeamMCP(FlakebotMCP):
         self.audit.record(
             principal, method, tool=tool, arguments=arguments, outcome=outcome, exit_code=code, seconds=elapsed
         )
+
+
+@dataclass
+class CallsInFlight:
+    """A principal's tool calls at once (TeamMCP.one_of_its_calls), kept only while it has any: principals are
+    unbounded (a JWT's subjects), and a map of every one ever seen would grow for the server's life. `users`: the
+    calls holding the limiter or waiting on it; the entry goes when the last leaves, never while one still counts on
+    it (a fresh limiter beside a held one would let the principal past its cap)."""
+
+    limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
+    users: int = 0
 
 
 FETCHED_KEPT = 4096  # finished jobs' tools a front remembers having tried to install (TeamMCP.fetch_tool)
@@ -993,6 +1052,7 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
             state.jobs = group  # what outlives a request: watching detached work for tools/list_changed
             state.sessions.live = lambda: manager._server_instances.keys()  # the SDK's open sessions (its private map)
             group.start_soon(_end_revoked_sessions, manager, state.store)
+            group.start_soon(_drop_revoked_followings, state)
             yield
             group.cancel_scope.cancel()
 
@@ -1027,6 +1087,17 @@ async def _end_revoked_sessions(manager: Any, store: Verifier) -> None:
             if subject not in active and transport is not None:
                 logger.info("session %s ended: its token is no longer active", session_id)
                 await manager._discard_session(session_id, transport)
+
+
+async def _drop_revoked_followings(state: TeamMCP) -> None:
+    """Revoked tokens' following of queued jobs ended, as often as sessions are checked (TeamMCP.drop_revoked_followings)."""
+    seen: set[str] = set()
+    while state.queue is not None:
+        await anyio.sleep(REVOKED_SWEEP_SECONDS)
+        try:
+            await anyio.to_thread.run_sync(state.drop_revoked_followings, seen)
+        except FlakebotError as exc:
+            logger.warning("revoked tokens' queued jobs not looked at this time: %s", exc.one_line())
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -1087,4 +1158,6 @@ def serve(
         logger.warning("no active token: every request is refused until 'flakebot token add NAME'")
     if ready is not None:
         ready(url, len(store.active()))
-    uvicorn.Server(uv).run(sockets=[sock])
+    server = uvicorn.Server(uv)
+    state.stopping = lambda: server.should_exit  # set on SIGINT/SIGTERM, before any request is cancelled
+    server.run(sockets=[sock])

@@ -4,6 +4,11 @@ validated, under the caller's tenant and principal) and reads job rows back as t
 One connection per front, used by one thread at a time (a lock): calls come from the server's worker threads, and
 every queue operation is a short transaction. A connection the database dropped (a restart) is made again once per
 call before the call fails with one line.
+
+Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
+`_call`, so it alone decides what a client is told when the database is away: `away()`, which says nothing of where
+the database is (host, port, name: none of an agent's business, and a map for an attacker). The operator's log gets
+the whole line (`db.shown`'s URL and libpq's reason); only `connect()` at startup raises it, to the admin's terminal.
 """
 
 from __future__ import annotations
@@ -54,8 +59,11 @@ class FrontQueue:
         self._lock = threading.Lock()
 
     def connect(self) -> None:
-        """Reach the database now (at startup: a wrong URL is one line before the server listens)."""
-        self._call(lambda conn: None)
+        """Reach the database now (at startup: a wrong URL is one line, where and why, on the admin's terminal before
+        the server listens)."""
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
 
     def enqueue(self, principal: Principal, request: RunRequest, kind: str = "craft") -> queue.Enqueued:
         """Queue `request` for the principal's tenant, or join the job already there for the same need
@@ -93,6 +101,18 @@ class FrontQueue:
         if row is not None:
             logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
         return row
+
+    def drop_revoked(self, principal_ids: Collection[str], revoked: Collection[str]) -> list[dict[str, Any]]:
+        """Each of `principal_ids` (tokens revoked since this front last looked) made to follow no job
+        (queue.drop_followings; `revoked`: every revoked id): the rows changed."""
+        changed = []
+        for principal_id in sorted(principal_ids):
+            rows = self._call(lambda conn, who=principal_id: queue.drop_followings(conn, who, revoked))  # type: ignore[misc]
+            for row in rows:
+                how = "left" if row.get("left_by") else "cancelled"
+                logger.info("job %s %s: the token %s following it was revoked", row["id"], how, principal_id)
+            changed += rows
+        return changed
 
     def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
         """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of
@@ -152,12 +172,18 @@ class FrontQueue:
             self._conn = None
 
     def _call(self, call: Callable[[Conn], T]) -> T:
+        """`call` on the front's connection, made again once if the database dropped it; the database away: away()
+        raised, the reason logged."""
         import psycopg
 
         with self._lock:
             for attempt in (1, 2):
                 if self._conn is None or self._conn.closed:
-                    self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+                    try:
+                        self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+                    except HostError as exc:  # where the database is and why: the operator's to read, not a caller's
+                        logger.warning("%s", exc.one_line())
+                        raise away() from None
                 try:
                     return call(self._conn)
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -166,6 +192,14 @@ class FrontQueue:
                     self._conn = None
                     if attempt == 2:
                         break
-        raise HostError(
-            f"the team database {db.shown(self.url)} does not answer", fix="check that PostgreSQL runs there"
-        )
+        logger.warning("the team database %s does not answer", db.shown(self.url))
+        raise away()
+
+
+def away() -> HostError:
+    """What a client is told when the team database does not answer: one line, nothing of where it is, a fix the
+    agent can take (the admin reads why in the front's log)."""
+    return HostError(
+        "the team database does not answer now (the server's admin sees why in its log)",
+        fix="call again in a minute; if it keeps failing, tell your flakebot admin",
+    )

@@ -444,6 +444,7 @@ def cancel(
     principal: str,
     principal_id: str | None = None,
     revoked: Collection[str] = (),
+    because: str | None = None,
 ) -> dict[str, Any] | None:
     """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
     leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
@@ -456,8 +457,10 @@ def cancel(
     it. A follower is known by `principal_id` (the principal's identity; its name `principal` when none is given),
     `principal` being only the name said. `revoked`: identities that can never ask again (revoked tokens, as the
     front's token store says): they follow nothing, so the last live follower's cancel cancels the job (were they
-    counted, a job whose other followers were all revoked would be left to run for nobody)."""
+    counted, a job whose other followers were all revoked would be left to run for nobody). `because`: why, when the
+    principal did not ask (its audit row's detail)."""
     who = principal_id or principal
+    said = {**_identity(principal_id), **({"because": because} if because else {})}
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
@@ -471,7 +474,7 @@ def cancel(
         if row["state"] not in ("queued", "running"):  # ended: nothing to stop, for anyone
             return {**row, "unchanged": True}
         if followers - {who}:  # the craft is theirs too: stop only the caller's following of it
-            _audit(conn, tenant, principal, "left", job_id, _identity(principal_id))
+            _audit(conn, tenant, principal, "left", job_id, said)
             return {**row, "left_by": [who]}
         running = row["state"] == "running"
         # a running job keeps its worker's name (the one to stop, whose CPU-seconds settle_cancelled adds) and its
@@ -482,8 +485,27 @@ def cancel(
             (_json(error_of_cancel(running=running)), job_id),
         ).fetchone()
         worker = {"worker": row["worker"]} if running else {}
-        _audit(conn, tenant, principal, "cancelled", job_id, {**_identity(principal_id), **worker})
+        _audit(conn, tenant, principal, "cancelled", job_id, {**said, **worker})
     return ended
+
+
+def drop_followings(conn: Conn, principal_id: str, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
+    """A revoked principal's following of every job still queued or running, ended as its own tasks/cancel would end
+    it (cancel, `because` 'revoked'): a job another live principal follows goes on for it (the revoked one left it),
+    one nobody else live follows is cancelled (queued: never claimed; running: its worker stops it). `revoked`: every
+    identity revoked (none of them keeps a job going). The rows it changed."""
+    followed = conn.execute(
+        f"SELECT DISTINCT j.id, j.tenant, a.principal FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
+        f"WHERE j.state IN ('queued', 'running') AND {_WHO} = %s AND a.action IN ('enqueued', 'joined') ORDER BY j.id",
+        (principal_id,),
+    ).fetchall()
+    others = set(revoked) - {principal_id}  # cancel counts the caller among the followers: it is the one leaving
+    changed = []
+    for job in followed:
+        row = cancel(conn, job["id"], job["tenant"], job["principal"], principal_id, others, because="revoked")
+        if row is not None and not row.get("unchanged"):
+            changed.append(row)
+    return changed
 
 
 def cancelled_while_held(conn: Conn, job_id: int, worker: str) -> bool:

@@ -7,6 +7,7 @@ it. The queue's jobs carry their tenant in their row (flakebot.team.frontqueue.F
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -67,21 +68,30 @@ def started_for(workdir: Path, run_id: str, tenant: str) -> bool:
     """Whether the run a queued job's row names was started for `tenant` (its state.json says so, as a worker
     crafting for the row's tenant writes it): a row is anyone's with the database's password, and its run id could
     name another tenant's run here. A run this machine lacks, or one of another shape, is nothing to read: False."""
-    from flakebot.pipeline.run import RUN_ID, runs_dir
+    from flakebot.pipeline.run import RUN_ID
 
     if not RUN_ID.fullmatch(run_id):
         return False
-    where = (str(workdir), run_id)
-    if where not in _TENANT_OF:
-        try:
-            state = json.loads((runs_dir(workdir) / run_id / "state.json").read_text())
-        except (OSError, ValueError):
-            return False
-        if not isinstance(state, dict) or not isinstance(state.get("tenant"), str):
-            return False
-        _TENANT_OF[where] = state["tenant"]  # a run's tenant is written as it starts and never changes
-    return _TENANT_OF[where] == tenant
+    try:
+        return _run_tenant(str(workdir), run_id) == tenant
+    except LookupError:
+        return False
 
 
-# (workdir, run id) -> the tenant its state.json names: a front answers status and runs from many runs, each read once
-_TENANT_OF: dict[tuple[str, str], str] = {}
+RUNS_KEPT = 4096  # runs whose tenant a front remembers (the least recently asked forgotten first)
+
+
+@functools.lru_cache(maxsize=RUNS_KEPT)
+def _run_tenant(workdir: str, run_id: str) -> str:
+    """The tenant a run's state.json names, read once per run while it is among the RUNS_KEPT last asked (a front
+    answers status and runs from many runs; a run's tenant is written as it starts and never changes). LookupError
+    when it names none yet or cannot be read: not remembered, so a run that starts later is read again."""
+    from flakebot.pipeline.run import runs_dir
+
+    try:
+        state = json.loads((runs_dir(Path(workdir)) / run_id / "state.json").read_text())
+    except (OSError, ValueError):
+        raise LookupError(run_id) from None
+    if not isinstance(state, dict) or not isinstance(state.get("tenant"), str):
+        raise LookupError(run_id)
+    return str(state["tenant"])

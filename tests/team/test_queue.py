@@ -515,6 +515,40 @@ def test_cpu_seconds_that_are_no_count_are_not_added(database: str) -> None:
     conn.close()
 
 
+def test_a_revoked_principals_followings_end_as_its_cancels_would(database: str) -> None:
+    """drop_followings of a revoked identity: a job it alone follows is cancelled, one another revoked identity also
+    follows too (neither keeps it going), one a live identity follows is left to that one; ended jobs and jobs it
+    already left are untouched, and a second drop changes nothing."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+
+    def job(need: str, *followers: str) -> int:
+        ids = [queue.enqueue(conn, "acme", f"n-{who}", craft(need), principal_id=who).job_id for who in followers]
+        assert len(set(ids)) == 1
+        return ids[0]
+
+    alone = job("need a", "id-c")
+    claimed = queue.claim(conn, "w1", 60)  # running: its worker is the one to stop
+    assert claimed is not None and claimed["id"] == alone
+    with_revoked, with_live = job("need b", "id-c", "id-d"), job("need c", "id-c", "id-a")
+    done, left = job("need d", "id-c"), job("need e", "id-c", "id-a")
+    conn.execute("UPDATE jobs SET state = 'done', ended = now() WHERE id = %s", (done,))
+    assert queue.cancel(conn, left, "acme", "n-id-c", "id-c") is not None  # left already: id-a follows it
+    changed = queue.drop_followings(conn, "id-c", {"id-c", "id-d"})
+    assert [(row["id"], row["state"], row.get("left_by")) for row in changed] == [
+        (alone, "cancelled", None),  # its worker named in the row, as any cancel of a running job
+        (with_revoked, "cancelled", None),
+        (with_live, "queued", ["id-c"]),
+    ], changed
+    assert queue.drop_followings(conn, "id-c", {"id-c", "id-d"}) == []
+    states = {job_id: queue.get(conn, job_id, "acme")["state"] for job_id in (done, left)}  # type: ignore[index]
+    assert states == {done: "done", left: "queued"}, states
+    because = conn.execute("SELECT DISTINCT detail->>'because' AS why FROM audit WHERE principal = 'n-id-c' AND "
+                           "action IN ('cancelled', 'left') AND job <> %s", (left,)).fetchall()  # fmt: skip
+    assert [row["why"] for row in because] == ["revoked"], because
+    conn.close()
+
+
 def test_cancels_racing_a_claim_and_each_other_end_a_job_once(database: str) -> None:
     """Each round, a worker's claim and two cancels by the job's one follower at the same moment: the job ends
     cancelled, cancelled once (one audit row, the other cancel `unchanged`), a claim that won names its worker in the
