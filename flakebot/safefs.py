@@ -73,6 +73,14 @@ class Tree:
         self.root, self._fd = Path(root), -1
         self._fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
+    def subtree(self, rel: str) -> Tree:
+        """The directory `rel` below the root ('' is the root itself) as a Tree of its own, reached through real
+        directories only (a link on the way or at the name: UnsafePath); the caller closes it."""
+        fd = self._open_dir(parts_of(rel) if rel else ())
+        tree = Tree.__new__(Tree)
+        tree.root, tree._fd = self.root / rel, fd
+        return tree
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)

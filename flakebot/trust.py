@@ -154,6 +154,7 @@ import os
 from pathlib import Path
 
 from flakebot.errors import NixError
+from flakebot.safefs import link_leaves
 
 # Files that steer cargo or rustup when present anywhere above the working directory: a model that
 # plants them could make a host-side cargo run its program (build.rustc-wrapper) or fetch a toolchain.
@@ -234,10 +235,11 @@ def steering_name(rel: Path | str) -> str:
 
 
 def check_link(tree: Path, rel: str) -> None:
-    """Refuse the symlink `tree/rel` when it points outside `tree` (or nowhere); links inside are fine."""
+    """Refuse the symlink `tree/rel` when it points outside `tree` (or nowhere); links inside are fine. Judged by its
+    text too (safefs.link_leaves): a text that climbs out and comes back in by the tree's own name resolves inside
+    here, but copied as it is to another directory it names something else there."""
     link = tree / rel
-    target = Path(os.path.realpath(link))
-    if not target.is_relative_to(Path(os.path.realpath(tree))) or not target.exists():
+    if link_leaves(tree, rel) or not Path(os.path.realpath(link)).exists():
         raise NixError(
             f"{rel} is a symbolic link to {os.readlink(link)}, outside the crate: refusing to copy it",
             fix=f"remove the link {rel} (a build script or the model made it) and package again",

@@ -457,3 +457,17 @@ def test_a_tree_deeper_than_pythons_recursion_limit_is_walked_and_copied(tmp_pat
     finally:  # GNU rm: pytest's own clean-up of old temp dirs recurses too
         os.close(fd)
         subprocess.run(["rm", "-rf", str(source), str(tmp_path / "copy")], check=True)
+
+
+def test_a_subtree_is_reached_through_real_directories_only(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "Cargo.toml").write_text("host's\n")
+    (tmp_path / "ws/tool").mkdir(parents=True)
+    (tmp_path / "ws/tool/Cargo.toml").write_text("the crate's\n")
+    (tmp_path / "ws/swapped").symlink_to(host)
+    with Tree(tmp_path / "ws") as tree:
+        with tree.subtree("tool") as crate:
+            assert crate.read_text("Cargo.toml") == "the crate's\n"
+        with pytest.raises(UnsafePath, match="swapped: is a symbolic link"):
+            tree.subtree("swapped")

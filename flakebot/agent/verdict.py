@@ -23,7 +23,7 @@ from flakebot.agent.acceptance import (
 from flakebot.agent.loop import Verdict
 from flakebot.cargo.diagnostics import bin_artifact
 from flakebot.errors import UnsafePath
-from flakebot.safefs import Tree, read_file_text
+from flakebot.safefs import Tree
 from flakebot.sandbox import CommandResult
 from flakebot.sandbox.process import at_once
 from flakebot.toolspec import Example, ToolSpec
@@ -315,8 +315,9 @@ class ForkVerdict:
         record: Callable[..., None] = lambda *_, **__: None,
         lifecycle: LifecycleCheck | None = None,
         snapshot: Snapshotter | None = None,
+        within: Path | None = None,  # the workspace holding crate_dir: the crate is reached beneath it
     ) -> None:
-        self.cargo_test, self.spec, self.crate_dir = cargo_test, spec, crate_dir
+        self.cargo_test, self.spec, self.crate_dir, self.within = cargo_test, spec, crate_dir, within
         self.changed, self.run_example, self.record, self.lifecycle = changed, run_example, record, lifecycle
         self.snapshot = snapshot  # as make_verdict's: the examples judge the copy taken at cargo's artifact message
 
@@ -344,7 +345,7 @@ class ForkVerdict:
         acceptance = judge(self._run("acceptance", ["--test", Path(ACCEPTANCE_TEST).stem]), self.spec)
         if not acceptance.green:
             return self._scoped(acceptance, ["acceptance"])
-        targets = affected_targets(self.crate_dir, self.changed())
+        targets = affected_targets(self.crate_dir, self.changed(), within=self.within)
         if targets:
             affected = _partial(self._run("affected", targets))
             if not affected.green:
@@ -380,23 +381,34 @@ def _partial(report: Any) -> Verdict:
     )
 
 
-def affected_targets(crate_dir: Path, changed: list[str]) -> list[str]:
+def affected_targets(crate_dir: Path, changed: list[str], *, within: Path | None = None) -> list[str]:
     """`cargo test` arguments selecting the tests a change to `changed` (paths relative to the crate) can affect:
     the unit tests of the library and binaries when their sources or the manifest changed, and each integration
-    test whose own files changed or whose source names the library or a binary. Doc tests are left to the full run."""
-    targets = _targets(crate_dir)
-    code_changed = any(p == "Cargo.toml" or p == "build.rs" or p.startswith("src/") for p in changed)
-    args = []
-    if code_changed and targets["lib"]:
-        args.append("--lib")
-    if code_changed and targets["bins"]:
-        args.append("--bins")
-    for name, files in targets["tests"].items():
-        if any(_owns(file, path) for file in files for path in changed) or (
-            code_changed and _uses_crate(crate_dir, files, targets)
-        ):
-            args += ["--test", name]
+    test whose own files changed or whose source names the library or a binary. Doc tests are left to the full run.
+    The crate is read through safefs beneath `within` (the workspace; default the crate itself): a crate directory the
+    sandbox swapped for a link is UnsafePath, never read."""
+    with _crate(crate_dir, within) as tree:
+        targets = _targets(tree)
+        code_changed = any(p == "Cargo.toml" or p == "build.rs" or p.startswith("src/") for p in changed)
+        args = []
+        if code_changed and targets["lib"]:
+            args.append("--lib")
+        if code_changed and targets["bins"]:
+            args.append("--bins")
+        for name, files in targets["tests"].items():
+            if any(_owns(file, path) for file in files for path in changed) or (
+                code_changed and _uses_crate(tree, files, targets)
+            ):
+                args += ["--test", name]
     return args
+
+
+def _crate(crate_dir: Path, within: Path | None) -> Tree:
+    """The crate directory as a Tree reached from `within` through real directories only."""
+    root = within or crate_dir
+    rel = crate_dir.relative_to(root).as_posix()
+    with Tree(root) as top:
+        return top.subtree("" if rel == "." else rel)
 
 
 def _owns(test_file: str, path: str) -> bool:
@@ -404,21 +416,27 @@ def _owns(test_file: str, path: str) -> bool:
     return path == test_file or (test_file.endswith("/main.rs") and path.startswith(test_file.removesuffix("main.rs")))
 
 
-def _targets(crate_dir: Path) -> dict[str, Any]:
-    """The library, binaries and integration tests of the crate (cargo's auto-discovery plus [[bin]]/[[test]])."""
-    manifest = tomllib.loads(read_file_text(crate_dir / "Cargo.toml"))  # a FIFO or link there: refused
+def _targets(tree: Tree) -> dict[str, Any]:
+    """The library, binaries and integration tests of the crate (cargo's auto-discovery plus [[bin]]/[[test]]). The
+    crate's directories are listed beneath it through safefs: a src/bin or tests (or a src/main.rs) the sandbox
+    swapped for a link to the host's counts as absent, so no host file name decides which tests run."""
+    manifest = tomllib.loads(tree.read_text("Cargo.toml"))  # a FIFO or link there: refused
     package = manifest.get("package", {}).get("name", "")
     lib = manifest.get("lib", {}).get("name") or (
-        package.replace("-", "_") if (crate_dir / "src/lib.rs").is_file() or "lib" in manifest else ""
+        package.replace("-", "_") if _is_file(tree, "src/lib.rs") or "lib" in manifest else ""
     )
     bins = {b.get("name", "") for b in manifest.get("bin", [])}
-    bins |= {package} if (crate_dir / "src/main.rs").is_file() else set()
-    bins |= {p.stem for p in (crate_dir / "src/bin").glob("*.rs")}
+    bins |= {package} if _is_file(tree, "src/main.rs") else set()
+    bins |= {
+        n.removesuffix(".rs") for n in _listed(tree, "src/bin") if n.endswith(".rs") and _is_file(tree, f"src/bin/{n}")
+    }
     tests: dict[str, list[str]] = {}
-    for path in sorted((crate_dir / "tests").glob("*.rs")):
-        tests[path.stem] = [f"tests/{path.name}"]
-    for path in sorted((crate_dir / "tests").glob("*/main.rs")):
-        tests[path.parent.name] = [f"tests/{path.parent.name}/main.rs"]
+    for name in _listed(tree, "tests"):
+        if name.endswith(".rs") and _is_file(tree, f"tests/{name}"):
+            tests[name.removesuffix(".rs")] = [f"tests/{name}"]
+    for name in _listed(tree, "tests"):
+        if _is_file(tree, f"tests/{name}/main.rs"):
+            tests[name] = [f"tests/{name}/main.rs"]
     for entry in manifest.get("test", []):
         if entry.get("name"):
             tests[entry["name"]] = [entry.get("path", f"tests/{entry['name']}.rs")]
@@ -426,7 +444,23 @@ def _targets(crate_dir: Path) -> dict[str, Any]:
     return {"lib": lib, "bins": sorted(b for b in bins if b), "tests": tests}
 
 
-def _uses_crate(crate_dir: Path, files: list[str], targets: dict[str, Any]) -> bool:
+def _is_file(tree: Tree, rel: str) -> bool:
+    """A regular file at `rel` reached through real directories (a link on the way or at the name: no)."""
+    try:
+        return stat.S_ISREG(tree.lstat(rel).st_mode)
+    except OSError:  # missing, or refused (UnsafePath is one)
+        return False
+
+
+def _listed(tree: Tree, rel: str) -> list[str]:
+    """The names in the crate's directory `rel` (sorted); none when it is missing, a link or not a directory."""
+    try:
+        return tree.listdir(rel)
+    except OSError:  # UnsafePath is one
+        return []
+
+
+def _uses_crate(tree: Tree, files: list[str], targets: dict[str, Any]) -> bool:
     """Whether an integration test's source names the library (`lib::`, `use lib`) or runs one of the binaries. The
     sources are read beneath the crate through safefs: a link, a path leaving the crate (a manifest's absolute
     [[test]] path) or a file over SOURCE_LIMIT is not read, so nothing of the host's decides (the full suite runs
@@ -436,8 +470,7 @@ def _uses_crate(crate_dir: Path, files: list[str], targets: dict[str, Any]) -> b
     if not names:
         return False
     pattern = re.compile("|".join(names))
-    with Tree(crate_dir) as tree:
-        return any(pattern.search(text) for rel in files for text in _sources(tree, rel))
+    return any(pattern.search(text) for rel in files for text in _sources(tree, rel))
 
 
 def _sources(tree: Tree, rel: str) -> Iterator[str]:

@@ -131,6 +131,7 @@ class Workspace:
                 checks.record,
                 checks.lifecycle,
                 checks.snapshot,
+                within=self.root,
             )
             self._verdict: Callable[..., Verdict] = self._fork
         else:

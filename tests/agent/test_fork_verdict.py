@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from flakebot.agent.verdict import affected_targets
+from flakebot.errors import UnsafePath
 
 
 def crate(root: Path, files: dict[str, str]) -> Path:
@@ -56,3 +59,31 @@ def test_which_tests_run_is_read_from_the_crate_alone_never_through_a_link_or_a_
     root = crate(tmp_path / "crate", {"Cargo.toml": manifest, "src/lib.rs": "", "tests/suite/main.rs": "mod helper;\n"})
     (root / "tests/suite/helper.rs").symlink_to(host / "notes.rs")
     assert affected_targets(root, ["src/lib.rs"]) == ["--lib"]
+
+
+def test_the_crates_targets_are_listed_from_its_own_directories_never_through_a_link(tmp_path: Path) -> None:
+    # a sandboxed test swaps src/bin, src/main.rs and tests for links to the host's: flakebot lists nothing there,
+    # so the host's file names cannot pick which tests a step runs (here --bins and the host's tests/api.rs)
+    host = tmp_path / "host"
+    for rel in ("bin/deploy.rs", "main.rs", "tests/api.rs"):
+        (host / rel).parent.mkdir(parents=True, exist_ok=True)
+        (host / rel).write_text("fn main() {}\n")
+    root = crate(tmp_path / "crate", {"src/lib.rs": ""})
+    (root / "src/bin").symlink_to(host / "bin")
+    (root / "src/main.rs").symlink_to(host / "main.rs")
+    (root / "tests").symlink_to(host / "tests")
+    assert affected_targets(root, ["src/lib.rs", "tests/api.rs"]) == ["--lib"]
+
+
+def test_a_forks_crate_directory_swapped_for_a_link_to_a_host_crate_is_refused(tmp_path: Path) -> None:
+    # the fork's crate is tool/ in the workspace; a sandboxed test replaced tool/ with a link to a crate of the host's:
+    # its manifest and test sources are never read, so they cannot pick the tests either
+    host = crate(
+        tmp_path / "host",
+        {"src/main.rs": "fn main() {}\n", "tests/cli.rs": 'let exe = env!("CARGO_BIN_EXE_demo-tool");\n'},
+    )
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "tool").symlink_to(host)
+    with pytest.raises(UnsafePath, match="tool: is a symbolic link"):
+        affected_targets(workspace / "tool", ["src/main.rs"], within=workspace)

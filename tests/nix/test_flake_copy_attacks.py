@@ -3,6 +3,7 @@ ran in the sandbox): nothing outside the tree may reach the flake, whatever git'
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -118,3 +119,18 @@ def test_a_file_the_tests_used_ships_though_the_models_gitignore_kept_it_out_of_
     assert (run.flake_dir / "data/hi.txt").read_text() == "howdy,"
     built = Path(run.output("package")["store_path"], "bin", "greeter")
     assert subprocess.run([built, "you"], capture_output=True, text=True, check=True).stdout == "howdy, you\n"
+
+
+def test_a_link_climbing_out_of_the_crate_and_back_in_by_its_name_is_refused(tmp_path: Path) -> None:
+    # ../workspace/target/pipe resolves inside the workspace, but copied as it is into the run's flake/ beside it, the
+    # same text names the workspace's own target/pipe, which the copy left out: a FIFO the host then reads the flake's
+    # Cargo.toml through (declare_rust_version) and waits on forever
+    workspace = tmp_path / "workspace"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src/main.rs").write_text("fn main() {}\n")
+    (workspace / "target").mkdir()
+    os.mkfifo(workspace / "target/pipe")
+    (workspace / "Cargo.toml").symlink_to("../workspace/target/pipe")
+    with pytest.raises(FlakebotError, match="Cargo.toml is a symbolic link to ../workspace/target/pipe, outside"):
+        copy_sources(workspace, tmp_path / "flake", listed_by_git=False)
+    assert not (tmp_path / "flake/Cargo.toml").is_symlink()
