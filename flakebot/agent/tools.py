@@ -32,7 +32,7 @@ from flakebot.cargo.diagnostics import CargoReport, run_cargo
 from flakebot.cargo.fetch import ManifestWatch, sync
 from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
-from flakebot.errors import FlakebotError, HostError
+from flakebot.errors import FlakebotError, HostError, UnsafePath
 from flakebot.safefs import Tree
 from flakebot.sandbox import Sandbox
 from flakebot.toolschema import BadArguments, declare
@@ -50,7 +50,7 @@ MAX_LIST = 400  # entries list_files returns
 MAX_READ_LINES = 400  # lines read_file returns per call
 MAX_LINE_CHARS = 1000
 MAX_SEARCH_RESULTS = 100
-MAX_FILE_BYTES = 1_000_000  # larger files are neither searched nor written
+MAX_FILE_BYTES = 1_000_000  # larger files are neither read, searched nor written
 CRATE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 VERSION_REQ = re.compile(r"^[=^~<>]*\s*[0-9][0-9A-Za-z.+*-]*$")
 FEATURE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_+./-]*$")
@@ -244,7 +244,7 @@ class Toolbox:
         end_line: Last line to show (inclusive); default the end of the file.
         """
         file = self._existing_file(path)
-        lines = _text(file).splitlines()
+        lines = _text(self.workspace, file).splitlines()
         if not lines:
             return ToolResult(True, f"{self._rel(file)} is empty", {"path": self._rel(file), "start": 0, "end": 0})
         if end_line is not None and end_line < start_line:
@@ -276,7 +276,7 @@ class Toolbox:
         hits: list[str] = []
         total = 0
         for file in _walk(base, self.workspace):
-            for number, line in _search_file(file, regex):
+            for number, line in _search_file(self.workspace, file, regex):
                 total += 1
                 if len(hits) < MAX_SEARCH_RESULTS:
                     hits.append(f"{self._rel(file)}:{number}: {line.strip()[:200]}")
@@ -320,7 +320,7 @@ class Toolbox:
             raise Refused(f"'{path}' does not exist; use write_file to create it")
         if not search:
             raise Refused("`search` is empty; copy the exact lines to replace from read_file output")
-        text = _text(file)
+        text = _text(self.workspace, file)
         _refuse_placeholder(replace, search)
         count = text.count(search)
         if count == 0:
@@ -488,10 +488,11 @@ def _walk(base: Path, workspace: Path) -> Iterator[Path]:
                 yield path
 
 
-def _search_file(file: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
-    if file.stat().st_size > MAX_FILE_BYTES:
+def _search_file(workspace: Path, file: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]]:
+    try:
+        data = _bytes(workspace, file)
+    except UnsafePath:  # too large, or no longer a regular file reached without a link: not searched
         return
-    data = file.read_bytes()
     if b"\0" in data[:8192]:
         return
     for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
@@ -499,11 +500,26 @@ def _search_file(file: Path, regex: re.Pattern[str]) -> Iterator[tuple[int, str]
             yield number, line
 
 
-def _text(file: Path) -> str:
-    data = file.read_bytes()
+def _text(workspace: Path, file: Path) -> str:
+    try:
+        data = _bytes(workspace, file)
+    except UnsafePath as exc:
+        rel = file.relative_to(workspace)
+        if exc.details.get("rule") == "too-large":
+            raise Refused(
+                f"{rel} is larger than {MAX_FILE_BYTES} bytes; read_file and edit_file take files up to that"
+            ) from None
+        raise Refused(f"{rel} is not a regular file reached without a symbolic link; it was not read") from None
     if b"\0" in data[:8192]:
         raise Refused(f"{file.name} is a binary file")
     return data.decode()
+
+
+def _bytes(workspace: Path, file: Path) -> bytes:
+    """`file`'s bytes, read beneath the workspace through safefs (no link followed; a regular file only) and at most
+    MAX_FILE_BYTES of them: the sandbox writes this tree, and a sparse file of gigabytes read whole would be the
+    host's memory."""
+    return Tree(workspace).read_bytes(str(file.relative_to(workspace)), limit=MAX_FILE_BYTES)
 
 
 def _numbered(lines: list[str], start: int, end: int) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from flakebot.agent.acceptance import Frozen
 from flakebot.agent.loop import StopLoop
-from flakebot.agent.tools import Toolbox
+from flakebot.agent.tools import MAX_FILE_BYTES, Toolbox
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import EditError
 from flakebot.sandbox import open_sandbox
@@ -165,6 +165,22 @@ def test_list_read_search(ws: Path) -> None:
     assert not bad.ok and "invalid regular expression 'fn ('" in bad.text
     missing = tools.call("read_file", {"path": "src/main.rs"})
     assert not missing.ok and "not a file in the workspace" in missing.text
+
+
+def test_a_file_the_sandbox_made_huge_is_neither_read_nor_edited_whole(ws: Path) -> None:
+    """A test the model wrote can leave a sparse file of gigabytes in the workspace (the sandbox's per-file limit is
+    2 GiB): the host's tools read at most MAX_FILE_BYTES of it, so they refuse it in one line (search skips it)
+    instead of holding it whole in the host's memory."""
+    tools = toolbox(ws)
+    with open(ws / "src/huge.rs", "wb") as huge:
+        huge.truncate(3 << 30)  # 3 GiB of holes: costs no disk, and read whole, 3 GiB of the host's memory
+    for name, args in (("read_file", {"path": "src/huge.rs"}),
+                       ("edit_file", {"path": "src/huge.rs", "search": "a", "replace": "b"})):  # fmt: skip
+        refused = tools.call(name, args)
+        assert not refused.ok and f"larger than {MAX_FILE_BYTES} bytes" in refused.text, refused.text
+    found = tools.call("search", {"pattern": "pub fn add"})
+    assert found.text.splitlines() == ["src/lib.rs:1: pub fn add(a: i32, b: i32) -> i32 {"]
+    assert (ws / "src/huge.rs").stat().st_size == 3 << 30  # refused, not touched
 
 
 def test_bad_calls_come_back_as_results(ws: Path) -> None:
