@@ -61,6 +61,6 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     ]
     assert len(stub) == 1 and "--no-deps" in stub[0], stub  # the stub's members alone: no sources check, no resolution
     listed = [record for record in json.loads(log.read_text())["processes"] if "ls-files" in record["argv"]]
-    assert not listed, listed  # the tool's flake holds the tree its tests passed on (walked through safefs), the stub too
+    assert not listed, listed  # the flake holds the tree its tests passed on, walked through safefs (the stub too)
     # HEAD after acquire's branch and at the edit stage's start is read from .git's files (safegit.head_from_files)
     assert not [argv for name, argv in named if name == "git" and "rev-parse" in argv]
