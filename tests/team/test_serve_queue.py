@@ -980,9 +980,9 @@ def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, data
     assert actions[0]["detail"]["worker"] == "w1"  # the worker to stop, as any cancel of a claimed job names it
 
 
-def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, str] | None) -> None:
-    """A craft called with wait: true (a synchronous tools/call, not a task) whose client gives up after 3 s and closes
-    its connection; `session`: the headers of a 2025-11-25 session, None for a stateless request."""
+def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, str] | None, seconds: float = 3) -> None:
+    """A craft called with wait: true (a synchronous tools/call, not a task) whose client gives up after `seconds` and
+    closes its connection; `session`: the headers of a 2025-11-25 session, None for a stateless request."""
     from tests.team.test_front import ACCEPT
 
     stateless = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "craft"}
@@ -995,7 +995,7 @@ def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, s
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
     with (
         contextlib.suppress(httpx.TimeoutException),
-        httpx.stream("POST", url, json=body, headers=headers, timeout=3) as answer,
+        httpx.stream("POST", url, json=body, headers=headers, timeout=seconds) as answer,
     ):
         for line in answer.iter_lines():
             assert '"result"' not in line and '"error"' not in line, line  # no worker: it cannot end
@@ -1027,6 +1027,38 @@ def test_a_waited_craft_whose_client_went_away_is_left(flakebot_home: Path, data
         wait_for(lambda: ("alice", "left") in _actions(database), timeout=30)
         assert {handle_of(r): r["state"] for r in rows(database)}[shared] == "queued"
     assert _actions(database) == [("alice", "cancelled"), ("alice", "left")]
+
+
+def test_a_waited_craft_given_up_leaves_no_job_its_caller_still_follows(flakebot_home: Path, database: str) -> None:
+    """A waited craft whose client goes away leaves its job for its caller; but the caller may follow that job in
+    other ways still: another waited call of the same need (an agent's two sub-agents, one token), or a craft it
+    detached before (its task handle). Its one call gone cancelled the job under the others: the call still waiting
+    got "cancelled", the detached craft was cancelled for nobody's asking. Now a waited call gone leaves the job only
+    when it was its caller's last following of it on this front and its caller followed it not before that call."""
+    import threading
+
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        detached = call(url, alice, "craft", {"need": "need a word counter"})["run_id"]
+        _waited_craft_given_up(url, alice, "need a word counter", None)
+        failed: list[BaseException] = []
+
+        def held() -> None:
+            try:
+                _waited_craft_given_up(url, alice, "need a csv deduper", None, seconds=12)
+            except BaseException as exc:  # an answer came: the job ended under this call
+                failed.append(exc)
+
+        waiting = threading.Thread(target=held)
+        waiting.start()
+        wait_for(lambda: len(rows(database)) == 2, timeout=30)
+        _waited_craft_given_up(url, alice, "need a csv deduper", None)  # gives up while `held` still waits
+        waiting.join(60)
+        assert not failed, f"the job ended under alice's other waited call: {failed[0]}"
+        assert {handle_of(r): r["state"] for r in rows(database)}[detached] == "queued"
+        shared = f"job-{max(r['id'] for r in rows(database))}"
+        wait_for(lambda: {handle_of(r): r["state"] for r in rows(database)}[shared] == "cancelled", timeout=30)
+    assert _actions(database) == [("alice", "cancelled")]
 
 
 def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: str) -> None:
