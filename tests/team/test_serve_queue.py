@@ -1118,6 +1118,31 @@ def test_a_jwt_callers_cancel_is_answered_while_the_token_store_is_unsafe(
     assert "no token counted as revoked" in logged and "Traceback" not in logged, logged[-2000:]
 
 
+def test_an_unsafe_token_store_is_logged_once_each_time_it_becomes_so(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """The token store becomes unsafe while the front serves (world-writable), is made safe again, then unsafe again.
+    The front looks at it every second (revoked tokens' followings, sessions to end), and logged the same error
+    lines each second for as long as it stayed so: a log filled with one fact. Now each line is logged when the
+    store becomes unsafe, and once more only after it was safe again (which is logged too)."""
+    add_token("alice", "--tenant", "acme")
+    store = workdir / "team" / "tokens.json"
+    log = flakebot_home / "serve.log"
+
+    def said(text: str) -> int:
+        return log.read_text().count(text) if log.exists() else 0
+
+    with serving(log=log, database=database):
+        for episode in (1, 2):
+            store.chmod(0o666)
+            wait_for(lambda n=episode: said("no token counted as revoked") >= n, timeout=30)
+            time.sleep(3)  # three more looks at the unsafe store
+            store.chmod(0o600)
+            wait_for(lambda n=episode: said("the token store is safe again") >= n, timeout=30)
+    assert said("no token counted as revoked") == 2, log.read_text()[-3000:]
+    assert said("ending every session") == 2, log.read_text()[-3000:]
+
+
 async def _flood_behind_held_calls(url: str, alice: str, bob: str, job: str) -> tuple[dict[str, Any], int]:
     """alice's TOKEN_CALLS_AT_ONCE status calls held, then a flood of her craft task calls, each waiting in her queue
     until its client gives up and cancels it (notifications/cancelled); meanwhile bob's craft task. bob's answer,
