@@ -1303,3 +1303,47 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
     assert "Traceback" not in logged
     assert f"cannot reach the team database postgresql://[REDACTED]@127.0.0.1:{postgres.port}/{name}" in logged
     assert postgres.password not in logged
+
+
+def test_a_team_database_that_refuses_writes_is_one_line_to_agents(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The team database answers but refuses what the front writes (made read-only, as a standby a failover left
+    behind is, or an admin's default_transaction_read_only): the front passed only a connection's loss through its
+    one line, so PostgreSQL's own error came out as it was: tasks/cancel a JSON-RPC error of code 0 with the server's
+    text and no fix, a tools/call a bare HTTP 500 (the admission's count raised in the ASGI app), both a traceback in
+    the log. Now every door answers the agent one line with a fix, saying nothing of the database's own text; the
+    admission counts on this front alone meanwhile; the log keeps PostgreSQL's reason."""
+    import psycopg
+
+    alice = add_token("alice", "--tenant", "acme")
+    name = database.rsplit("/", 1)[1]
+    log = flakebot_home / "serve.log"
+    with serving(database=database, log=log) as url:
+        mine = Session(url, alice)
+        created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
+        job = str(created["result"]["task"]["taskId"])
+        with psycopg.connect(postgres.url(), autocommit=True) as admin:
+            admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        try:
+            for method, params in (
+                ("tasks/cancel", {"taskId": job}),
+                ("tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}),
+            ):
+                answer = mine.ask(method, params)
+                error = answer.get("error") or {}
+                said = error.get("message", "")
+                assert "team database" in said and "Fix: " in said, (method, answer)
+                assert error["code"] != 0 and "\n" not in said and "read-only" not in said, (method, answer)
+            for arguments in ({"need": "need a word counter"}, {"need": "need a word counter", "wait": True}):
+                told = call(url, alice, "craft", arguments)
+                assert told["is_error"] and "team database" in told["error"] and told["fix"], told
+                assert "read-only" not in json.dumps(told), told
+            assert mine.ask("tasks/get", {"taskId": job})["result"]["status"] == "working"  # reads still answer
+        finally:
+            with psycopg.connect(postgres.url(), autocommit=True) as admin:
+                admin.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
+    logged = log.read_text()
+    assert "Traceback" not in logged and "Exception in ASGI application" not in logged, logged[-3000:]
+    assert "read-only transaction" in logged
