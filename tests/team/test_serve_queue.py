@@ -1347,3 +1347,50 @@ def test_a_team_database_that_refuses_writes_is_one_line_to_agents(
     logged = log.read_text()
     assert "Traceback" not in logged and "Exception in ASGI application" not in logged, logged[-3000:]
     assert "read-only transaction" in logged
+
+
+async def _calls_given_up_while_waiting(url: str, state: Any, alice: str, job: str) -> None:
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+
+    held = [
+        asyncio.create_task(_call(url, alice, "status", {"run_id": job, "wait_seconds": 6}))
+        for _ in range(TOKEN_CALLS_AT_ONCE)
+    ]
+    await asyncio.sleep(2)  # her 8 places are taken
+    waiting = [asyncio.create_task(_call(url, alice, "list", {})) for _ in range(4)]
+    await asyncio.sleep(2)  # the 4 wait in her queue, then their clients give up
+    (calls,) = state._in_flight.values()
+    assert (calls.users, calls.limiter.statistics().tasks_waiting) == (TOKEN_CALLS_AT_ONCE + 4, 4)
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    await asyncio.gather(*held)
+    wait_for(lambda: state._in_flight == {}, timeout=30)
+    answers = await asyncio.gather(*(_call(url, alice, "list", {}) for _ in range(TOKEN_CALLS_AT_ONCE)))
+    assert all(not answer["is_error"] for answer in answers)
+    assert state._in_flight == {}
+
+
+def test_calls_given_up_while_waiting_for_their_tokens_place_leave_nothing_counted(
+    flakebot_home: Path, database: str
+) -> None:
+    """Calls of one token waiting behind its 8 in flight whose clients give up (the SDK cancels their handlers while
+    they wait on the limiter): each leaves its count, so once every call ended the token's entry is gone (not kept
+    for the server's life by a count nobody will take back)."""
+    from flakebot import config
+    from flakebot.mcp.front import TeamMCP
+    from flakebot.team.admission import SharedAdmission
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import TokenStore
+
+    settings = config.load()
+    store = TokenStore(settings.path("workdir"))
+    alice = store.add("alice", tenant="acme")[1]
+    front_queue = FrontQueue(database)
+    state = TeamMCP(settings, [], store, SharedAdmission(front_queue), front_queue)
+    try:
+        with serving_here(state) as url:
+            job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]
+            asyncio.run(_calls_given_up_while_waiting(url, state, alice, job))
+    finally:
+        front_queue.close()
