@@ -1394,3 +1394,32 @@ def test_calls_given_up_while_waiting_for_their_tokens_place_leave_nothing_count
             asyncio.run(_calls_given_up_while_waiting(url, state, alice, job))
     finally:
         front_queue.close()
+
+
+def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: str) -> None:
+    """The front stops (SIGTERM) while waited crafts are held: the calls end with the server, but nobody gave them
+    up; each job goes on, to be followed with status and its job-ID (the progress notification named it) from any
+    front. None is left or cancelled, in either protocol."""
+    import threading
+
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+
+    def waited(url: str, need: str, headers: dict[str, str] | None) -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the server went away mid-answer
+            _waited_craft_given_up(url, alice, need, headers, 60)
+
+    with serving(database=database, log=log) as url:
+        session = Session(url, alice).headers
+        held = [
+            threading.Thread(target=waited, args=(url, need, headers), daemon=True)
+            for need, headers in (("need a csv deduper", None), ("need a word counter", session))
+        ]
+        for thread in held:
+            thread.start()
+        wait_for(lambda: len(rows(database)) == 2, timeout=30)
+    for thread in held:
+        thread.join(30)
+    assert [r["state"] for r in rows(database)] == ["queued", "queued"]
+    assert _actions(database) == []
+    assert "left: its waited call ended" not in log.read_text()
