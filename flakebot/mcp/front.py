@@ -456,11 +456,13 @@ class TeamMCP(FlakebotMCP):
         if not self.queued(name):
             return await super()._long(ctx, name, args, changes_catalog=changes_catalog)
         wait = _wait(ctx, args)
-        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args, wait))
+        # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
+        enqueued, principal = await anyio.to_thread.run_sync(
+            lambda: (self.enqueue(ctx, name, args, wait), self.principal(ctx))
+        )
         if not wait:
             self.watch_job(ctx, enqueued.job_id)
             return queued.handle_answer(enqueued)
-        principal = self.principal(ctx)
         key = (principal.id if principal is not None else "", enqueued.job_id)
         # on the event loop, no await between: counted before any other waited call of the job could end
         held = self._waited.setdefault(key, WaitedCalls(kept=enqueued.followed))
