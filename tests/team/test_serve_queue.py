@@ -1276,6 +1276,7 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
                 ("tasks/get", {"taskId": job}),
                 ("tasks/cancel", {"taskId": job}),
                 ("tasks/list", {}),
+                ("tasks/result", {"taskId": job}),
                 ("tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}),
             ):
                 answer = mine.ask(method, params)
@@ -1288,6 +1289,7 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
                 ("craft", {"need": "need a word counter"}),
                 ("craft", {"need": "need a word counter", "wait": True}),
                 ("status", {"run_id": job}),
+                ("status", {"run_id": job, "wait_seconds": 3}),
                 ("show", {"name": "20260101-000000-abcdef"}),
                 ("runs", {}),
             ):
