@@ -152,6 +152,8 @@ class TeamMCP(FlakebotMCP):
         # (tenant, NAME@VERSION) of finished jobs' tools tried to install, the FETCHED_KEPT last asked (a front
         # serves for months: one forgotten is tried once more, at worst)
         self._fetched: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        # (principal id, job) -> the caller's waited calls of a queued job on this front, while it has any
+        self._waited: dict[tuple[str, int], WaitedCalls] = {}
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
         self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
@@ -315,11 +317,12 @@ class TeamMCP(FlakebotMCP):
     def queued(self, name: str) -> bool:
         return self.queue is not None and name in QUEUED_TOOLS
 
-    def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+    def enqueue(self, ctx: Any, name: str, args: dict[str, Any], waited: bool = False) -> Any:
         """Check a long call as the door checks it (its schema, its size and text, its arguments' values) and queue
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
-        what a tenant may ask."""
+        what a tenant may ask. Not `waited` (a task, a detached craft): the caller's waited calls of the job on this
+        front no longer leave it when they end (_follow_job), the caller holds it by this call too."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
@@ -336,6 +339,9 @@ class TeamMCP(FlakebotMCP):
             raise
         with self._rows_lock:  # a caller who had left the job it joins again follows it again from its next read
             self._rows.pop((principal.tenant, enqueued.job_id), None)
+        held = self._waited.get((principal.id, enqueued.job_id))  # the event loop's map, read here (one dict get)
+        if held is not None and not waited:
+            held.kept = True
         return enqueued
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
@@ -450,11 +456,23 @@ class TeamMCP(FlakebotMCP):
         if not self.queued(name):
             return await super()._long(ctx, name, args, changes_catalog=changes_catalog)
         wait = _wait(ctx, args)
-        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args))
+        # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
+        enqueued, principal = await anyio.to_thread.run_sync(
+            lambda: (self.enqueue(ctx, name, args, wait), self.principal(ctx))
+        )
         if not wait:
             self.watch_job(ctx, enqueued.job_id)
             return queued.handle_answer(enqueued)
-        return await self._follow_job(ctx, enqueued.job_id, changes_catalog)
+        key = (principal.id if principal is not None else "", enqueued.job_id)
+        # on the event loop, no await between: counted before any other waited call of the job could end
+        held = self._waited.setdefault(key, WaitedCalls(kept=enqueued.followed))
+        held.calls += 1
+        try:
+            return await self._follow_job(ctx, enqueued.job_id, changes_catalog, key)
+        finally:
+            held.calls -= 1
+            if held.calls == 0 and self._waited.get(key) is held:
+                del self._waited[key]
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Send tools/list_changed to this session (and so to every open session of its tenant) once a detached
@@ -503,8 +521,11 @@ class TeamMCP(FlakebotMCP):
         finally:
             self._watchers.pop(job_id, None)
 
-    async def _follow_job(self, ctx: Any, job_id: int, changes_catalog: bool) -> dict[str, Any]:
-        """A queued job waited for: each change of its state a progress notification, then its result."""
+    async def _follow_job(
+        self, ctx: Any, job_id: int, changes_catalog: bool, key: tuple[str, int] | None = None
+    ) -> dict[str, Any]:
+        """A queued job waited for: each change of its state a progress notification, then its result. `key`: the
+        caller's waited calls of the job on this front (_waited), of which this is one."""
         from flakebot.deliver.results import compact_result
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
@@ -523,7 +544,7 @@ class TeamMCP(FlakebotMCP):
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
         except anyio.get_cancelled_exc_class():
-            if not self.stopping():  # its client went away (or cancelled the call): nobody gets this answer now
+            if not self.stopping() and self._last_waited(key):  # its client went away: nobody gets this answer now
                 with anyio.CancelScope(shield=True):
                     await self._leave_waited(ctx, job_id)
             raise
@@ -532,6 +553,13 @@ class TeamMCP(FlakebotMCP):
         if changes_catalog and _catalogued(ended["result"]):
             await self.tools_changed(ctx)
         return {"ok": True, **compact_result(ended["result"])}
+
+    def _last_waited(self, key: tuple[str, int] | None) -> bool:
+        """Whether a waited call ending is its caller's last following of the job: no other waited call of the
+        caller follows it on this front, and the caller followed it by no other call (an earlier one's task or
+        detached craft, a waited call on another front: the enqueue found it following already, `kept`)."""
+        held = self._waited.get(key) if key is not None else None
+        return held is None or (held.calls == 1 and not held.kept)
 
     async def _leave_waited(self, ctx: Any, job_id: int) -> None:
         """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
@@ -718,6 +746,15 @@ class CallsInFlight:
 
     limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
     users: int = 0
+
+
+@dataclass
+class WaitedCalls:
+    """A principal's waited calls (craft, wait: true) of one queued job on this front: the last that ends before the
+    job leaves it for the principal (TeamMCP._last_waited), unless the principal holds it otherwise (`kept`)."""
+
+    kept: bool = False  # it followed the job before the first of these calls, or detached a craft of it since
+    calls: int = 0
 
 
 FETCHED_KEPT = 4096  # finished jobs' tools a front remembers having tried to install (TeamMCP.fetch_tool)
@@ -1072,13 +1109,16 @@ async def _end_revoked_sessions(manager: Any, store: Verifier) -> None:
     A JWT's session is left to its token's expiry (the IdP lists no active users; each request is verified again).
     The SDK keeps each session's owner (the AccessToken's subject: the principal id) but no hook to end one, hence
     its private maps, pinned by tests/team/test_serve_attacks.py."""
+    refused: str | None = None  # why the store was refused at the last look: logged when it changes, not each second
     while True:
         await anyio.sleep(REVOKED_SWEEP_SECONDS)
         try:
             active = {principal.id for principal in store.active()}
+            refused = None
         except TeamError as exc:
-            logger.error("ending every session: %s", exc.one_line())
-            active = set()
+            if exc.one_line() != refused:
+                logger.error("ending every session: %s", exc.one_line())
+            refused, active = exc.one_line(), set()
         for session_id, owner in list(manager._session_owners.items()):
             transport = manager._server_instances.get(session_id)
             subject = str(owner.get("subject") or "")

@@ -6,8 +6,9 @@ every queue operation is a short transaction. A connection the database dropped 
 call before the call fails with one line.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
-`_call`, so it alone decides what a client is told when the database is away: `away()`, which says nothing of where
-the database is (host, port, name: none of an agent's business, and a map for an attacker). The operator's log gets
+`_call`, so it alone decides what a client is told when the database is away (`away()`) or answers an error of its
+own (`refused()`: read-only after a failover, say): neither says anything of where the database is (host, port,
+name: none of an agent's business, and a map for an attacker) nor repeats PostgreSQL's text. The operator's log gets
 the whole line (`db.shown`'s URL and libpq's reason); only `connect()` at startup raises it, to the admin's terminal.
 """
 
@@ -192,8 +193,20 @@ class FrontQueue:
                     self._conn = None
                     if attempt == 2:
                         break
+                except psycopg.Error as exc:  # it answers but refuses (read-only after a failover, a privilege)
+                    logger.error("the team database %s refused: %s", db.shown(self.url), str(exc).strip()[:200])
+                    raise refused() from None
         logger.warning("the team database %s does not answer", db.shown(self.url))
         raise away()
+
+
+def refused() -> HostError:
+    """What a client is told when the team database answers with an error of its own (PostgreSQL's text is the
+    operator's: the log has it)."""
+    return HostError(
+        "the team database refused this request now (the server's admin sees why in its log)",
+        fix="call again in a minute; if it keeps failing, tell your flakebot admin",
+    )
 
 
 def away() -> HostError:

@@ -54,6 +54,7 @@ class Enqueued:
     job_id: int
     joined: bool
     state: str
+    followed: bool = False  # joined by a principal that followed the job already (an earlier call of its own)
 
 
 def need_digest(kind: str, request: dict[str, Any]) -> str:
@@ -239,8 +240,10 @@ def enqueue(
             (tenant, kind, digest),
         ).fetchone()
         if same is not None:
+            words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (same["id"], tenant)).fetchall()
+            followed = any(w["who"] == (principal_id or principal) and w["action"] != "left" for w in words)
             _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest, **_identity(principal_id)})
-            return Enqueued(int(same["id"]), True, str(same["state"]))
+            return Enqueued(int(same["id"]), True, str(same["state"]), followed)
         if principal_cap is not None:
             _check_principal(conn, tenant, principal, principal_cap, principal_id)
         _check_quota(conn, tenant, quota)

@@ -108,6 +108,10 @@ class TokenStore:
         self._seen: tuple[int, ...] | None = None
         self._by_hash: dict[str, Principal] = {}
         self._revoked: set[str] = set()
+        # why the store was refused at its last read, and what was logged of it since: a front looks at the store
+        # every second, and an unsafe store is one fact to log once (each consequence once), not once a second
+        self._refused: str | None = None
+        self._told: set[str] = set()
 
     # ---------------------------------------------------------------- administration
 
@@ -194,12 +198,27 @@ class TokenStore:
         try:
             self._refresh()
         except TeamError as exc:
-            logger.error("%s: %s", otherwise, exc.one_line())
+            if otherwise not in self._told:
+                self._told.add(otherwise)
+                logger.error("%s: %s", otherwise, exc.one_line())
             self._by_hash, self._revoked, self._seen = {}, set(), None
             return False
         return True
 
     def _refresh(self) -> None:
+        """The records as the file holds them now (read again only when it changed); TeamError when it is unsafe or
+        unreadable. Why it was refused is remembered until a read succeeds again, which is logged."""
+        try:
+            self._reread()
+        except TeamError as exc:
+            if exc.one_line() != self._refused:  # another reason: each consequence logged again
+                self._refused, self._told = exc.one_line(), set()
+            raise
+        if self._refused is not None:
+            logger.warning("the token store is safe again (%s): tokens are verified from it", self.path)
+            self._refused, self._told = None, set()
+
+    def _reread(self) -> None:
         try:  # the file and its directory as they are, links not followed: a chmod, chown or a link changes ctime
             seen: tuple[int, ...] | None = tuple(
                 value

@@ -583,3 +583,20 @@ def test_cancels_racing_a_claim_and_each_other_end_a_job_once(database: str) -> 
             assert row["worker"] is None and "claimed" not in actions
         assert queue.claim(conn, "w2", 30) is None
     conn.close()
+
+
+def test_a_join_says_whether_its_principal_followed_the_job_already(database: str) -> None:
+    """The front keeps a job a waited call joined when that call's caller followed it already (its task, a detached
+    craft): the join says so, by identity (a token under the same name is someone else), and a caller who left the
+    job follows it no more."""
+    conn = db.connect(database)
+    first = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
+    assert not first.followed
+    again = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
+    assert again.joined and again.followed
+    renamed = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice-2")
+    assert renamed.joined and not renamed.followed
+    assert queue.cancel(conn, first.job_id, "acme", "alice", "id-alice") is not None  # left: id-alice-2 follows
+    back = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
+    assert back.joined and not back.followed
+    conn.close()

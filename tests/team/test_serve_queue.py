@@ -980,9 +980,9 @@ def test_a_revoked_tokens_following_keeps_no_job_alive(flakebot_home: Path, data
     assert actions[0]["detail"]["worker"] == "w1"  # the worker to stop, as any cancel of a claimed job names it
 
 
-def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, str] | None) -> None:
-    """A craft called with wait: true (a synchronous tools/call, not a task) whose client gives up after 3 s and closes
-    its connection; `session`: the headers of a 2025-11-25 session, None for a stateless request."""
+def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, str] | None, seconds: float = 3) -> None:
+    """A craft called with wait: true (a synchronous tools/call, not a task) whose client gives up after `seconds` and
+    closes its connection; `session`: the headers of a 2025-11-25 session, None for a stateless request."""
     from tests.team.test_front import ACCEPT
 
     stateless = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "craft"}
@@ -995,7 +995,7 @@ def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, s
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
     with (
         contextlib.suppress(httpx.TimeoutException),
-        httpx.stream("POST", url, json=body, headers=headers, timeout=3) as answer,
+        httpx.stream("POST", url, json=body, headers=headers, timeout=seconds) as answer,
     ):
         for line in answer.iter_lines():
             assert '"result"' not in line and '"error"' not in line, line  # no worker: it cannot end
@@ -1027,6 +1027,38 @@ def test_a_waited_craft_whose_client_went_away_is_left(flakebot_home: Path, data
         wait_for(lambda: ("alice", "left") in _actions(database), timeout=30)
         assert {handle_of(r): r["state"] for r in rows(database)}[shared] == "queued"
     assert _actions(database) == [("alice", "cancelled"), ("alice", "left")]
+
+
+def test_a_waited_craft_given_up_leaves_no_job_its_caller_still_follows(flakebot_home: Path, database: str) -> None:
+    """A waited craft whose client goes away leaves its job for its caller; but the caller may follow that job in
+    other ways still: another waited call of the same need (an agent's two sub-agents, one token), or a craft it
+    detached before (its task handle). Its one call gone cancelled the job under the others: the call still waiting
+    got "cancelled", the detached craft was cancelled for nobody's asking. Now a waited call gone leaves the job only
+    when it was its caller's last following of it on this front and its caller followed it not before that call."""
+    import threading
+
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        detached = call(url, alice, "craft", {"need": "need a word counter"})["run_id"]
+        _waited_craft_given_up(url, alice, "need a word counter", None)
+        failed: list[BaseException] = []
+
+        def held() -> None:
+            try:
+                _waited_craft_given_up(url, alice, "need a csv deduper", None, seconds=12)
+            except BaseException as exc:  # an answer came: the job ended under this call
+                failed.append(exc)
+
+        waiting = threading.Thread(target=held)
+        waiting.start()
+        wait_for(lambda: len(rows(database)) == 2, timeout=30)
+        _waited_craft_given_up(url, alice, "need a csv deduper", None)  # gives up while `held` still waits
+        waiting.join(60)
+        assert not failed, f"the job ended under alice's other waited call: {failed[0]}"
+        assert {handle_of(r): r["state"] for r in rows(database)}[detached] == "queued"
+        shared = f"job-{max(r['id'] for r in rows(database))}"
+        wait_for(lambda: {handle_of(r): r["state"] for r in rows(database)}[shared] == "cancelled", timeout=30)
+    assert _actions(database) == [("alice", "cancelled")]
 
 
 def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: str) -> None:
@@ -1084,6 +1116,31 @@ def test_a_jwt_callers_cancel_is_answered_while_the_token_store_is_unsafe(
     assert {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled"
     logged = log.read_text()
     assert "no token counted as revoked" in logged and "Traceback" not in logged, logged[-2000:]
+
+
+def test_an_unsafe_token_store_is_logged_once_each_time_it_becomes_so(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """The token store becomes unsafe while the front serves (world-writable), is made safe again, then unsafe again.
+    The front looks at it every second (revoked tokens' followings, sessions to end), and logged the same error
+    lines each second for as long as it stayed so: a log filled with one fact. Now each line is logged when the
+    store becomes unsafe, and once more only after it was safe again (which is logged too)."""
+    add_token("alice", "--tenant", "acme")
+    store = workdir / "team" / "tokens.json"
+    log = flakebot_home / "serve.log"
+
+    def said(text: str) -> int:
+        return log.read_text().count(text) if log.exists() else 0
+
+    with serving(log=log, database=database):
+        for episode in (1, 2):
+            store.chmod(0o666)
+            wait_for(lambda n=episode: said("no token counted as revoked") >= n, timeout=30)
+            time.sleep(3)  # three more looks at the unsafe store
+            store.chmod(0o600)
+            wait_for(lambda n=episode: said("the token store is safe again") >= n, timeout=30)
+    assert said("no token counted as revoked") == 2, log.read_text()[-3000:]
+    assert said("ending every session") == 2, log.read_text()[-3000:]
 
 
 async def _flood_behind_held_calls(url: str, alice: str, bob: str, job: str) -> tuple[dict[str, Any], int]:
@@ -1219,6 +1276,7 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
                 ("tasks/get", {"taskId": job}),
                 ("tasks/cancel", {"taskId": job}),
                 ("tasks/list", {}),
+                ("tasks/result", {"taskId": job}),
                 ("tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}),
             ):
                 answer = mine.ask(method, params)
@@ -1231,6 +1289,7 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
                 ("craft", {"need": "need a word counter"}),
                 ("craft", {"need": "need a word counter", "wait": True}),
                 ("status", {"run_id": job}),
+                ("status", {"run_id": job, "wait_seconds": 3}),
                 ("show", {"name": "20260101-000000-abcdef"}),
                 ("runs", {}),
             ):
@@ -1246,3 +1305,123 @@ def test_a_queued_tasks_calls_while_the_database_is_away_are_one_line_errors(
     assert "Traceback" not in logged
     assert f"cannot reach the team database postgresql://[REDACTED]@127.0.0.1:{postgres.port}/{name}" in logged
     assert postgres.password not in logged
+
+
+def test_a_team_database_that_refuses_writes_is_one_line_to_agents(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The team database answers but refuses what the front writes (made read-only, as a standby a failover left
+    behind is, or an admin's default_transaction_read_only): the front passed only a connection's loss through its
+    one line, so PostgreSQL's own error came out as it was: tasks/cancel a JSON-RPC error of code 0 with the server's
+    text and no fix, a tools/call a bare HTTP 500 (the admission's count raised in the ASGI app), both a traceback in
+    the log. Now every door answers the agent one line with a fix, saying nothing of the database's own text; the
+    admission counts on this front alone meanwhile; the log keeps PostgreSQL's reason."""
+    import psycopg
+
+    alice = add_token("alice", "--tenant", "acme")
+    name = database.rsplit("/", 1)[1]
+    log = flakebot_home / "serve.log"
+    with serving(database=database, log=log) as url:
+        mine = Session(url, alice)
+        created = mine.ask("tools/call", {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}})
+        job = str(created["result"]["task"]["taskId"])
+        with psycopg.connect(postgres.url(), autocommit=True) as admin:
+            admin.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        try:
+            for method, params in (
+                ("tasks/cancel", {"taskId": job}),
+                ("tools/call", {"name": "craft", "arguments": {"need": "need a tac"}, "task": {}}),
+            ):
+                answer = mine.ask(method, params)
+                error = answer.get("error") or {}
+                said = error.get("message", "")
+                assert "team database" in said and "Fix: " in said, (method, answer)
+                assert error["code"] != 0 and "\n" not in said and "read-only" not in said, (method, answer)
+            for arguments in ({"need": "need a word counter"}, {"need": "need a word counter", "wait": True}):
+                told = call(url, alice, "craft", arguments)
+                assert told["is_error"] and "team database" in told["error"] and told["fix"], told
+                assert "read-only" not in json.dumps(told), told
+            assert mine.ask("tasks/get", {"taskId": job})["result"]["status"] == "working"  # reads still answer
+        finally:
+            with psycopg.connect(postgres.url(), autocommit=True) as admin:
+                admin.execute(f"ALTER DATABASE {name} RESET default_transaction_read_only")
+    logged = log.read_text()
+    assert "Traceback" not in logged and "Exception in ASGI application" not in logged, logged[-3000:]
+    assert "read-only transaction" in logged
+
+
+async def _calls_given_up_while_waiting(url: str, state: Any, alice: str, job: str) -> None:
+    from flakebot.mcp.front import TOKEN_CALLS_AT_ONCE
+
+    held = [
+        asyncio.create_task(_call(url, alice, "status", {"run_id": job, "wait_seconds": 6}))
+        for _ in range(TOKEN_CALLS_AT_ONCE)
+    ]
+    await asyncio.sleep(2)  # her 8 places are taken
+    waiting = [asyncio.create_task(_call(url, alice, "list", {})) for _ in range(4)]
+    await asyncio.sleep(2)  # the 4 wait in her queue, then their clients give up
+    (calls,) = state._in_flight.values()
+    assert (calls.users, calls.limiter.statistics().tasks_waiting) == (TOKEN_CALLS_AT_ONCE + 4, 4)
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    await asyncio.gather(*held)
+    wait_for(lambda: state._in_flight == {}, timeout=30)
+    answers = await asyncio.gather(*(_call(url, alice, "list", {}) for _ in range(TOKEN_CALLS_AT_ONCE)))
+    assert all(not answer["is_error"] for answer in answers)
+    assert state._in_flight == {}
+
+
+def test_calls_given_up_while_waiting_for_their_tokens_place_leave_nothing_counted(
+    flakebot_home: Path, database: str
+) -> None:
+    """Calls of one token waiting behind its 8 in flight whose clients give up (the SDK cancels their handlers while
+    they wait on the limiter): each leaves its count, so once every call ended the token's entry is gone (not kept
+    for the server's life by a count nobody will take back)."""
+    from flakebot import config
+    from flakebot.mcp.front import TeamMCP
+    from flakebot.team.admission import SharedAdmission
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import TokenStore
+
+    settings = config.load()
+    store = TokenStore(settings.path("workdir"))
+    alice = store.add("alice", tenant="acme")[1]
+    front_queue = FrontQueue(database)
+    state = TeamMCP(settings, [], store, SharedAdmission(front_queue), front_queue)
+    try:
+        with serving_here(state) as url:
+            job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]
+            asyncio.run(_calls_given_up_while_waiting(url, state, alice, job))
+    finally:
+        front_queue.close()
+
+
+def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: str) -> None:
+    """The front stops (SIGTERM) while waited crafts are held: the calls end with the server, but nobody gave them
+    up; each job goes on, to be followed with status and its job-ID (the progress notification named it) from any
+    front. None is left or cancelled, in either protocol."""
+    import threading
+
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+
+    def waited(url: str, need: str, headers: dict[str, str] | None) -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the server went away mid-answer
+            _waited_craft_given_up(url, alice, need, headers, 60)
+
+    with serving(database=database, log=log) as url:
+        session = Session(url, alice).headers
+        held = [
+            threading.Thread(target=waited, args=(url, need, headers), daemon=True)
+            for need, headers in (("need a csv deduper", None), ("need a word counter", session))
+        ]
+        for thread in held:
+            thread.start()
+        wait_for(lambda: len(rows(database)) == 2, timeout=30)
+    for thread in held:
+        thread.join(30)
+    assert [r["state"] for r in rows(database)] == ["queued", "queued"]
+    assert _actions(database) == []
+    assert "left: its waited call ended" not in log.read_text()
