@@ -337,6 +337,12 @@ class TeamMCP(FlakebotMCP):
         except QuotaExceeded:
             self.metrics.refused("quota")
             raise
+        revoked = self.store.revoked()
+        if principal.id in revoked:  # revoked while this call was admitted: the front's look may have passed already
+            self.queue.drop_revoked({principal.id}, revoked)  # its following ends as that look's would have ended it
+            raise TeamError(
+                "this token was revoked while its call was queued", fix="ask your flakebot admin for a token"
+            )
         with self._rows_lock:  # a caller who had left the job it joins again follows it again from its next read
             self._rows.pop((principal.tenant, enqueued.job_id), None)
         held = self._waited.get((principal.id, enqueued.job_id))  # the event loop's map, read here (one dict get)

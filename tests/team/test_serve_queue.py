@@ -1425,3 +1425,42 @@ def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: 
     assert [r["state"] for r in rows(database)] == ["queued", "queued"]
     assert _actions(database) == []
     assert "left: its waited call ended" not in log.read_text()
+
+
+def test_a_craft_queued_after_the_fronts_look_at_its_revoked_token_is_not_left_running(
+    flakebot_home: Path, database: str
+) -> None:
+    """The token is revoked between the craft's admission and its enqueue, and the front's once-a-second look at
+    revoked tokens passes in between (it finds no job of the token yet, and looks at that token never again): the
+    enqueue sees the revocation after its commit, ends the token's following as that look would have (the job,
+    followed by nobody live, cancelled) and refuses the call in one line. Before, the job stayed queued for nobody."""
+    from flakebot import config
+    from flakebot.mcp.front import REVOKED_SWEEP_SECONDS, TeamMCP
+    from flakebot.team import db
+    from flakebot.team.admission import SharedAdmission
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import TokenStore
+
+    settings = config.load()
+    store = TokenStore(settings.path("workdir"))
+    alice = store.add("alice", tenant="acme")[1]
+    front_queue = FrontQueue(database)
+    state = TeamMCP(settings, [], store, SharedAdmission(front_queue), front_queue)
+    real_enqueue = front_queue.enqueue
+
+    def revoked_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        TokenStore(settings.path("workdir")).revoke("alice")  # `flakebot token revoke alice`, from another process
+        time.sleep(3 * REVOKED_SWEEP_SECONDS)  # the front's look passes: no job of alice's yet
+        return real_enqueue(*args, **kwargs)
+
+    front_queue.enqueue = revoked_meanwhile  # type: ignore[method-assign]
+    try:
+        with serving_here(state) as url:
+            answer = call(url, alice, "craft", {"need": "need a csv deduper", "wait": False})
+            assert answer["is_error"] and "revoked while its call was queued" in json.dumps(answer), answer
+            time.sleep(3 * REVOKED_SWEEP_SECONDS)  # the front's looks go on: none of them would end it
+    finally:
+        front_queue.close()
+    with db.connect(database) as conn:
+        jobs = [dict(row) for row in conn.execute("SELECT * FROM jobs WHERE tenant = 'acme'").fetchall()]
+    assert [job["state"] for job in jobs] == ["cancelled"], jobs
