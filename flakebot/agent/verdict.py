@@ -431,10 +431,11 @@ def _targets(tree: Tree) -> dict[str, Any]:
         n.removesuffix(".rs") for n in _listed(tree, "src/bin") if n.endswith(".rs") and _is_file(tree, f"src/bin/{n}")
     }
     tests: dict[str, list[str]] = {}
-    for name in _listed(tree, "tests"):
+    listed = _listed(tree, "tests")
+    for name in listed:
         if name.endswith(".rs") and _is_file(tree, f"tests/{name}"):
             tests[name.removesuffix(".rs")] = [f"tests/{name}"]
-    for name in _listed(tree, "tests"):
+    for name in listed:  # after every tests/NAME.rs: a tests/NAME/main.rs takes its name, as cargo's discovery does
         if _is_file(tree, f"tests/{name}/main.rs"):
             tests[name] = [f"tests/{name}/main.rs"]
     for entry in manifest.get("test", []):

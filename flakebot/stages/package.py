@@ -67,6 +67,6 @@ def crate_in(workspace: Path, crate_rel: str) -> Path:
     from flakebot.safefs import Tree
 
     if crate_rel.strip("/") not in ("", "."):
-        with Tree(workspace) as tree:
-            tree.listdir(crate_rel)  # UnsafePath for a link (or anything but a directory) on the way
+        with Tree(workspace) as tree, tree.subtree(crate_rel):  # UnsafePath: a link (or no directory) on the way
+            pass
     return workspace / crate_rel
