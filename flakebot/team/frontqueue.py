@@ -203,16 +203,17 @@ class FrontQueue:
 def refused() -> HostError:
     """What a client is told when the team database answers with an error of its own (PostgreSQL's text is the
     operator's: the log has it)."""
-    return HostError(
-        "the team database refused this request now (the server's admin sees why in its log)",
-        fix="call again in a minute; if it keeps failing, tell your flakebot admin",
-    )
+    return _told("refused this request")
 
 
 def away() -> HostError:
     """What a client is told when the team database does not answer: one line, nothing of where it is, a fix the
     agent can take (the admin reads why in the front's log)."""
+    return _told("does not answer")
+
+
+def _told(what: str) -> HostError:
     return HostError(
-        "the team database does not answer now (the server's admin sees why in its log)",
+        f"the team database {what} now (the server's admin sees why in its log)",
         fix="call again in a minute; if it keeps failing, tell your flakebot admin",
     )
