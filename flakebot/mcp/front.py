@@ -1079,8 +1079,15 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
         owners = list(manager._session_owners.items())
         return {sid for sid, owner in owners if str(owner.get("subject") or "") == principal_id}
 
+    from flakebot.mcp.gone import GoneRequests
+
     admitted = AdmittedCalls(
-        StreamableHTTPASGIApp(manager), state.store, state.admission, state.audit, state.metrics, sessions_of
+        GoneRequests(StreamableHTTPASGIApp(manager)),
+        state.store,
+        state.admission,
+        state.audit,
+        state.metrics,
+        sessions_of,
     )
     endpoint = RequireAuthMiddleware(admitted, [], build_resource_metadata_url(resource))
     metrics = RequireAuthMiddleware(MetricsApp(state), [], build_resource_metadata_url(resource))

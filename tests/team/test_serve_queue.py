@@ -1001,21 +1001,17 @@ def _waited_craft_given_up(url: str, token: str, need: str, session: dict[str, s
             assert '"result"' not in line and '"error"' not in line, line  # no worker: it cannot end
 
 
-SESSION_DISCONNECT = (
-    "the SDK's 2025-11-25 transport does not cancel a session's request when the client closes its POST stream: the "
-    "handler polls on until the job ends (docs/team.md, 'Not yet')"
-)
-
-
 @pytest.mark.parametrize(
     "protocol",
-    ["2026-07-28", pytest.param("2025-11-25", marks=pytest.mark.xfail(reason=SESSION_DISCONNECT, strict=True))],
+    ["2026-07-28", "2025-11-25"],
 )
 def test_a_waited_craft_whose_client_went_away_is_left(flakebot_home: Path, database: str, protocol: str) -> None:
     """A craft called with wait: true whose client closes the connection before the job ends: nobody can get its
     answer any more, yet the job ran on (queued: a worker would still claim it). Now the call's end leaves the job, as
     the caller's tasks/cancel would: one its caller alone followed is cancelled, one another agent follows too goes on
-    for that agent. Stateless requests only: the SDK cancels their handler when the client goes away."""
+    for that agent. A stateless request's handler the SDK cancels when its client goes away; a 2025-11-25 session's
+    it did not (the handler followed the job to its end): flakebot.mcp.gone now cancels it, as the client's own
+    notifications/cancelled would."""
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     with serving(database=database, log=flakebot_home / "serve.log") as url:
         session = Session(url, alice).headers if protocol == "2025-11-25" else None
