@@ -43,10 +43,12 @@ def _temporary_beside(path: Path) -> tuple[int, Path]:
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     """Write a JSON record (state.json, manifest.json, edit.json, ...) atomically, secrets redacted."""
-    from flakebot.redact import redact
+    from flakebot.redact import json_may_hold_secrets, redact
 
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
-    atomic_write_text(path, json.dumps(redact(json.loads(text)), indent=2, sort_keys=True) + "\n", durable=durable)
+    if json_may_hold_secrets(text):
+        text = json.dumps(redact(json.loads(text)), indent=2, sort_keys=True)
+    atomic_write_text(path, text + "\n", durable=durable)
 
 
 def _fsync_dir(directory: Path) -> None:

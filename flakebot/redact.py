@@ -8,6 +8,7 @@ password of a user:pass@ URL, password=... in a URL's query or a libpq connectio
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -31,6 +32,12 @@ SECRET_PATTERNS = (
 )
 SECRET_KEYS = {"authorization", "proxy-authorization", "api_key", "api-key", "x-api-key", "apikey", "password", "token"}
 MIN_SECRET_LENGTH = 6  # shorter values ("1", "yes") would redact ordinary text
+# What every SECRET_PATTERNS match holds, found in JSON text wherever the data holds it: plain ASCII words (looked for
+# in the lowered text, as plain substrings: a regular expression's scan of a state.json cost more than the walk it
+# saves), and a URL's user:password@, whose characters JSON escapes without a '/', ':', '@' or space (a URL without a
+# password, in most states, is no mark). tests/test_redact.py holds each pattern to one of these.
+PATTERN_WORDS = ("sk-", "gsk_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "fbt_", "bearer ", "password=")
+URL_PASSWORD_MARK = re.compile(r"://[^/\s:@]*:[^/\s@]+@")
 
 
 def secret_values() -> list[str]:
@@ -67,6 +74,18 @@ def redact_text(text: str, secrets: list[str] | None = None) -> str:
     for pattern in SECRET_PATTERNS:
         text = pattern.sub(REDACTED, text)
     return text
+
+
+def json_may_hold_secrets(text: str, secrets: list[str] | None = None) -> bool:
+    """Whether redact() could change the data `text` holds (JSON as json.dumps writes it, ASCII-escaped): False when
+    no pattern's literal part, no secret-named key and no secret's JSON form appears in the text, which is then written
+    as it is. A state.json's walk string by string, seven patterns each, was most of a craft's state saves."""
+    lowered = text.lower()
+    if any(word in lowered for word in PATTERN_WORDS) or any(f'"{key}"' in lowered for key in SECRET_KEYS):
+        return True
+    if URL_PASSWORD_MARK.search(text):
+        return True
+    return any(json.dumps(secret)[1:-1] in text for secret in (secret_values() if secrets is None else secrets))
 
 
 def redact(value: Any, secrets: list[str] | None = None) -> Any:

@@ -83,3 +83,38 @@ def test_a_secret_set_changed_or_removed_after_a_redaction_is_seen(monkeypatch: 
     monkeypatch.delenv("LATE_SERVICE_TOKEN")
     assert "later-secret-4567" not in secret_values()
     assert redact_text("later-secret-4567") == "later-secret-4567"
+
+
+# One string each SECRET_PATTERNS redacts, after a newline (a word boundary the JSON text's `\n` escape does not keep)
+KEY_SHAPES = [
+    "\nsk-abcdef123456",
+    "\ngsk_abcdefgh1234",
+    "\nghp_abcdefghijklmnopqrstu123",
+    "\nfbt_abcdefghijklmnopqrstuv",
+    "\nBEARER abcdefgh.ijk",
+    "\nhttps://ann:hunter22@git.example.com",
+    "\nhost=db PassWord='key-pass-1'",
+    "\nhost=db sslpassword=key-pass-1",
+]
+
+
+def test_json_text_said_free_of_secrets_is_what_redaction_would_leave_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """atomic_write_json writes a record's JSON as it is when json_may_hold_secrets says nothing in it could be
+    redacted (a state.json's walk, seven patterns per string, was most of a craft's state saves): it must never say so
+    of data redact() changes, whatever the pattern, the key, or the secret's characters JSON escapes."""
+    import json
+
+    from flakebot.redact import SECRET_PATTERNS, json_may_hold_secrets, redact
+
+    assert all(any(pattern.search(shape) for shape in KEY_SHAPES) for pattern in SECRET_PATTERNS), "a shape per pattern"
+    monkeypatch.setenv("SOME_TOKEN", 'se"cr\\et-é-value')
+    records: list[object] = [{"a": [{"b": shape}]} for shape in KEY_SHAPES]
+    records += [{"Token": "plain-word"}, {"x": {"API-KEY": "abc"}}, {"log": 'said se"cr\\et-é-value here'}]
+    for record in records:
+        text = json.dumps(record, indent=2, sort_keys=True)
+        assert redact(record) != record, record
+        assert json_may_hold_secrets(text), record
+    clean = {"status": "running", "stages": {"spec": {"need": "a csv deduper", "keys": ["token-less"]}}}
+    assert redact(clean) == clean and not json_may_hold_secrets(json.dumps(clean, indent=2, sort_keys=True))
