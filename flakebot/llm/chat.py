@@ -391,7 +391,7 @@ def make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[Modul
         import openai
 
         sdk, make = openai, openai.OpenAI
-    pool = sdk.DefaultHttpxClient(timeout=timeout, verify=tls_context(http_library(sdk).create_ssl_context))
+    pool = sdk.DefaultHttpxClient(timeout=timeout, verify=_trust(endpoint, sdk))
     client = make(
         api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries, http_client=pool
     )
@@ -402,6 +402,19 @@ def http_library(sdk: ModuleType) -> ModuleType:
     """The HTTP library an SDK's clients are built on: httpx, or httpx2 for newer openai releases."""
     base = next(k for k in sdk.DefaultHttpxClient.__mro__ if k.__name__ == "Client" and k.__module__ != sdk.__name__)
     return sys.modules[base.__module__.partition(".")[0]]
+
+
+def _trust(endpoint: Endpoint, sdk: ModuleType) -> ssl.SSLContext:
+    """The TLS context of an endpoint's client: its HTTP library's default trust (tls_context), but for an endpoint
+    reached over plain HTTP (a model server on this machine, the offline stub), whose connections never use TLS: a
+    context that verifies and trusts no certificate, made in microseconds (the CA bundle took 50-70 ms, the first
+    client's of every process), so that an https hop from it would fail closed."""
+    import ssl
+    from urllib.parse import urlsplit
+
+    if urlsplit(endpoint.base_url or "").scheme == "http":
+        return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    return tls_context(http_library(sdk).create_ssl_context)
 
 
 _TLS: dict[tuple[Any, str | None, str | None], ssl.SSLContext] = {}

@@ -284,3 +284,22 @@ def test_model_clients_read_the_trust_store_once_and_still_check_certificates(
             models(first[1])
         for _, client in (first, second, (None, trusting)):
             client.close()
+
+
+def test_a_model_over_plain_http_is_reached_without_reading_the_trust_store() -> None:
+    """A model server reached over http:// (one on this machine, the offline stub) never uses TLS; its client read the
+    CA bundle all the same (50-70 ms, the first model client of every craft). Now its context trusts no certificate:
+    made at once, it still answers over HTTP, and it verifies, so an https hop from it would be refused."""
+    import ssl
+
+    from flakebot.llm.chat import Endpoint, make_client
+
+    server = StubServer([])
+    with server:
+        for sdk, url in (("openai", server.openai_url), ("groq", server.url)):
+            endpoint = Endpoint(name=f"{sdk}:m", provider=sdk, model="m", sdk=sdk, api_key="k", base_url=url)
+            _, client = make_client(endpoint, 10.0, 0)
+            context = client._client._transport._pool._ssl_context
+            assert context.cert_store_stats()["x509_ca"] == 0 and context.verify_mode == ssl.CERT_REQUIRED
+            assert [m.id for m in client.models.list().data] == [server.script.model]
+            client.close()
