@@ -1033,8 +1033,8 @@ def test_a_waited_craft_given_up_leaves_no_job_its_caller_still_follows(flakebot
     """A waited craft whose client goes away leaves its job for its caller; but the caller may follow that job in
     other ways still: another waited call of the same need (an agent's two sub-agents, one token), or a craft it
     detached before (its task handle). Its one call gone cancelled the job under the others: the call still waiting
-    got "cancelled", the detached craft was cancelled for nobody's asking. Now a waited call gone leaves the job only
-    when it was its caller's last following of it on this front and its caller followed it not before that call."""
+    got "cancelled", the detached craft was cancelled for nobody's asking. Now a waited call gone ends only its own
+    following of the job (each enqueue or join is one, in the audit); the job is left with the caller's last."""
     import threading
 
     alice = add_token("alice", "--tenant", "acme")
