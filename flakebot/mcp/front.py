@@ -152,8 +152,6 @@ class TeamMCP(FlakebotMCP):
         # (tenant, NAME@VERSION) of finished jobs' tools tried to install, the FETCHED_KEPT last asked (a front
         # serves for months: one forgotten is tried once more, at worst)
         self._fetched: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
-        # (principal id, job) -> the caller's waited calls of a queued job on this front, while it has any
-        self._waited: dict[tuple[str, int], WaitedCalls] = {}
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
         self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
@@ -317,12 +315,12 @@ class TeamMCP(FlakebotMCP):
     def queued(self, name: str) -> bool:
         return self.queue is not None and name in QUEUED_TOOLS
 
-    def enqueue(self, ctx: Any, name: str, args: dict[str, Any], waited: bool = False) -> Any:
+    def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
         """Check a long call as the door checks it (its schema, its size and text, its arguments' values) and queue
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
-        what a tenant may ask. Not `waited` (a task, a detached craft): the caller's waited calls of the job on this
-        front no longer leave it when they end (_follow_job), the caller holds it by this call too."""
+        what a tenant may ask. Each call's enqueue or join is one following of the job (Enqueued.following), which
+        only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
@@ -345,9 +343,6 @@ class TeamMCP(FlakebotMCP):
             )
         with self._rows_lock:  # a caller who had left the job it joins again follows it again from its next read
             self._rows.pop((principal.tenant, enqueued.job_id), None)
-        held = self._waited.get((principal.id, enqueued.job_id))  # the event loop's map, read here (one dict get)
-        if held is not None and not waited:
-            held.kept = True
         return enqueued
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
@@ -412,14 +407,15 @@ class TeamMCP(FlakebotMCP):
             "a finished job's tool %s is not in tenant %s's catalog here: %s", ref, settings.tenant, "; ".join(why)
         )
 
-    def cancel_job(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
+    def cancel_job(self, ctx: Any, job_id: int, following: int | None = None) -> dict[str, Any] | None:
         """Cancel the caller's queued or running job, or leave it when others follow it too (FrontQueue.cancel; a revoked
         token's following does not count), as the caller then sees it; the row's kept read is dropped, so every
-        follower of this front sees the change at its next read."""
+        follower of this front sees the change at its next read. `following`: end only that one following of the
+        caller's (a waited call's), the job left or cancelled only if it was the caller's last (queue.cancel)."""
         principal = self.principal(ctx)
         if self.queue is None or principal is None:
             return None
-        row = self.queue.cancel(principal, job_id, self.store.revoked())
+        row = self.queue.cancel(principal, job_id, self.store.revoked(), following)
         with self._rows_lock:
             self._rows.pop((principal.tenant, job_id), None)
         return self._handed(ctx, row)
@@ -463,22 +459,11 @@ class TeamMCP(FlakebotMCP):
             return await super()._long(ctx, name, args, changes_catalog=changes_catalog)
         wait = _wait(ctx, args)
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
-        enqueued, principal = await anyio.to_thread.run_sync(
-            lambda: (self.enqueue(ctx, name, args, wait), self.principal(ctx))
-        )
+        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args))
         if not wait:
             self.watch_job(ctx, enqueued.job_id)
             return queued.handle_answer(enqueued)
-        key = (principal.id if principal is not None else "", enqueued.job_id)
-        # on the event loop, no await between: counted before any other waited call of the job could end
-        held = self._waited.setdefault(key, WaitedCalls(kept=enqueued.followed))
-        held.calls += 1
-        try:
-            return await self._follow_job(ctx, enqueued.job_id, changes_catalog, key)
-        finally:
-            held.calls -= 1
-            if held.calls == 0 and self._waited.get(key) is held:
-                del self._waited[key]
+        return await self._follow_job(ctx, enqueued.job_id, changes_catalog, enqueued.following)
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Send tools/list_changed to this session (and so to every open session of its tenant) once a detached
@@ -528,10 +513,10 @@ class TeamMCP(FlakebotMCP):
             self._watchers.pop(job_id, None)
 
     async def _follow_job(
-        self, ctx: Any, job_id: int, changes_catalog: bool, key: tuple[str, int] | None = None
+        self, ctx: Any, job_id: int, changes_catalog: bool, following: int | None = None
     ) -> dict[str, Any]:
-        """A queued job waited for: each change of its state a progress notification, then its result. `key`: the
-        caller's waited calls of the job on this front (_waited), of which this is one."""
+        """A queued job waited for: each change of its state a progress notification, then its result. `following`:
+        the one following of the job this call holds (its enqueue or join), ended if the call ends first."""
         from flakebot.deliver.results import compact_result
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
@@ -550,9 +535,9 @@ class TeamMCP(FlakebotMCP):
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
         except anyio.get_cancelled_exc_class():
-            if not self.stopping() and self._last_waited(key):  # its client went away: nobody gets this answer now
+            if not self.stopping() and following is not None:  # its client went away: nobody gets this answer now
                 with anyio.CancelScope(shield=True):
-                    await self._leave_waited(ctx, job_id)
+                    await self._leave_waited(ctx, job_id, following)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
@@ -560,23 +545,20 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx)
         return {"ok": True, **compact_result(ended["result"])}
 
-    def _last_waited(self, key: tuple[str, int] | None) -> bool:
-        """Whether a waited call ending is its caller's last following of the job: no other waited call of the
-        caller follows it on this front, and the caller followed it by no other call (an earlier one's task or
-        detached craft, a waited call on another front: the enqueue found it following already, `kept`)."""
-        held = self._waited.get(key) if key is not None else None
-        return held is None or (held.calls == 1 and not held.kept)
-
-    async def _leave_waited(self, ctx: Any, job_id: int) -> None:
+    async def _leave_waited(self, ctx: Any, job_id: int, following: int) -> None:
         """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
-        sent notifications/cancelled): the caller leaves the job as its tasks/cancel would (cancel_job), so a job it
-        alone followed does not run on for nobody. A front stopping does not (`stopping`): its callers' jobs go on."""
+        sent notifications/cancelled): its own following of the job ends (cancel_job), and with the caller's last
+        one (the database knows them all, on every front: tasks, detached crafts, other waited calls) the caller
+        leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. A front
+        stopping does not (`stopping`): its callers' jobs go on."""
         try:
-            row = await anyio.to_thread.run_sync(lambda: self.cancel_job(ctx, job_id))
+            row = await anyio.to_thread.run_sync(lambda: self.cancel_job(ctx, job_id, following))
         except FlakebotError as exc:
             logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
             return
-        if row is not None:
+        if row is not None and row.get("retracted"):
+            logger.info("job %s: a waited call ended before it; its caller still follows it by another call", job_id)
+        elif row is not None and not row.get("unchanged"):
             logger.info("job %s left: its waited call ended before it (%s for the caller)", job_id, row["state"])
 
     # ------------------------------------------------------------ the MCP handlers
@@ -752,15 +734,6 @@ class CallsInFlight:
 
     limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(TOKEN_CALLS_AT_ONCE))
     users: int = 0
-
-
-@dataclass
-class WaitedCalls:
-    """A principal's waited calls (craft, wait: true) of one queued job on this front: the last that ends before the
-    job leaves it for the principal (TeamMCP._last_waited), unless the principal holds it otherwise (`kept`)."""
-
-    kept: bool = False  # it followed the job before the first of these calls, or detached a craft of it since
-    calls: int = 0
 
 
 FETCHED_KEPT = 4096  # finished jobs' tools a front remembers having tried to install (TeamMCP.fetch_tool)

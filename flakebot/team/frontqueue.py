@@ -93,14 +93,20 @@ class FrontQueue:
             ).fetchone()
         )
 
-    def cancel(self, principal: Principal, job_id: int, revoked: Collection[str] = ()) -> dict[str, Any] | None:
-        """Cancel a job the principal alone follows, queued or running, those in `revoked` not counted (queue.cancel):
-        its row, None when not its to cancel."""
+    def cancel(
+        self, principal: Principal, job_id: int, revoked: Collection[str] = (), following: int | None = None
+    ) -> dict[str, Any] | None:
+        """Cancel a job the principal alone follows, queued or running, those in `revoked` not counted (queue.cancel;
+        `following`: end only that one following of the principal's, the job cancelled with its last): its row, None
+        when not its to cancel."""
         row = self._call(
-            lambda conn: queue.cancel(conn, job_id, principal.tenant, principal.name, principal.id, revoked)
+            lambda conn: queue.cancel(
+                conn, job_id, principal.tenant, principal.name, principal.id, revoked, following=following
+            )
         )
-        if row is not None:
-            logger.info("job %s cancelled by %s (tenant %s)", job_id, principal.name, principal.tenant)
+        if row is not None and not row.get("unchanged"):
+            how = "one following ended" if row.get("retracted") else "left" if row.get("left_by") else "cancelled"
+            logger.info("job %s %s by %s (tenant %s)", job_id, how, principal.name, principal.tenant)
         return row
 
     def drop_revoked(self, principal_ids: Collection[str], revoked: Collection[str]) -> list[dict[str, Any]]:

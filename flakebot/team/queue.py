@@ -54,7 +54,7 @@ class Enqueued:
     job_id: int
     joined: bool
     state: str
-    followed: bool = False  # joined by a principal that followed the job already (an earlier call of its own)
+    following: int  # the audit row of this enqueue or join: the one following a waited call's end retracts (cancel)
 
 
 def need_digest(kind: str, request: dict[str, Any]) -> str:
@@ -240,10 +240,9 @@ def enqueue(
             (tenant, kind, digest),
         ).fetchone()
         if same is not None:
-            words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (same["id"], tenant)).fetchall()
-            followed = any(w["who"] == (principal_id or principal) and w["action"] != "left" for w in words)
-            _audit(conn, tenant, principal, "joined", same["id"], {"need_digest": digest, **_identity(principal_id)})
-            return Enqueued(int(same["id"]), True, str(same["state"]), followed)
+            said = {"need_digest": digest, **_identity(principal_id)}
+            following = _audit(conn, tenant, principal, "joined", same["id"], said)
+            return Enqueued(int(same["id"]), True, str(same["state"]), following)
         if principal_cap is not None:
             _check_principal(conn, tenant, principal, principal_cap, principal_id)
         _check_quota(conn, tenant, quota)
@@ -252,9 +251,11 @@ def enqueue(
             (tenant, principal, kind, digest, _json(data)),
         ).fetchone()
         assert row is not None
-        _audit(conn, tenant, principal, "enqueued", row["id"], {"need_digest": digest, **_identity(principal_id)})
+        following = _audit(
+            conn, tenant, principal, "enqueued", row["id"], {"need_digest": digest, **_identity(principal_id)}
+        )
         conn.execute(f"NOTIFY {CHANNEL}")
-    return Enqueued(int(row["id"]), False, "queued")
+    return Enqueued(int(row["id"]), False, "queued", following)
 
 
 def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:
@@ -426,18 +427,39 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
     return True
 
 
-# Each principal's last word on a job (it queued it, joined it, or left it), for a job %s of a tenant %s; those whose
-# last word is 'left' no longer follow it. A principal is its identity (detail's principal_id: a token's hash prefix,
-# a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else. LEFT_BY: the
-# same as a column of a row of jobs (alias j), as identities.
+# A principal's followings of a job: each enqueue or join is one (its audit row), the call that made it holds it. A
+# following ends when its principal leaves the job ('left': all of its followings before it, as tasks/cancel and a
+# revocation end them) or when the one call holding it ends ('retracted', naming it in detail's `following`: a waited
+# call whose client went away, on whichever front). A principal follows the job while one of its followings is live;
+# one that followed it and holds none left it. A principal is its identity (detail's principal_id: a token's hash
+# prefix, a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else.
+# _FOLLOWINGS: each following of a job {job} of a tenant {tenant}, whose (who), and whether it is live; LEFT_BY: the
+# same as a column of a row of jobs (alias j), the identities that left it.
 _WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
-_LAST_WORDS = (
-    f"SELECT DISTINCT ON (who) who, action FROM (SELECT {_WHO} AS who, action, a.id FROM audit a WHERE "
-    "a.job = {job} AND a.tenant = {tenant} AND action IN ('enqueued', 'joined', 'left')) a ORDER BY who, id DESC"
+_FOLLOWINGS = (  # one pass over the job's rows (a token may join one job thousands of times): the principal's last
+    # 'left' by a window, its retractions by an anti-join (detail's text compared: a forged detail fails no cast)
+    "SELECT who, id, id > last_left AND NOT EXISTS (SELECT 1 FROM audit r WHERE r.job = f.job AND r.tenant = f.tenant "
+    "AND r.action = 'retracted' AND r.detail->>'following' = f.id::text "
+    "AND coalesce(r.detail->>'principal_id', r.principal) = f.who) AS live "
+    f"FROM (SELECT {_WHO} AS who, a.id, a.job, a.tenant, a.action, coalesce(max(a.id) FILTER (WHERE a.action = 'left') "
+    f"OVER (PARTITION BY {_WHO}), 0) AS last_left FROM audit a "
+    "WHERE a.job = {job} AND a.tenant = {tenant} AND a.action IN ('enqueued', 'joined', 'left')) f "
+    "WHERE action IN ('enqueued', 'joined')"
 )
 LEFT_BY = (
-    f"ARRAY(SELECT who FROM ({_LAST_WORDS.format(job='j.id', tenant='j.tenant')}) w WHERE action = 'left') AS left_by"
+    f"ARRAY(SELECT who FROM ({_FOLLOWINGS.format(job='j.id', tenant='j.tenant')}) f GROUP BY who "
+    "HAVING NOT bool_or(live) ORDER BY who) AS left_by"
 )
+
+
+def _followings(conn: Conn, job_id: int, tenant: str) -> dict[str, set[int]]:
+    """Each principal that followed the job (its identity) -> its live followings (none: it left the job)."""
+    held: dict[str, set[int]] = {}
+    for row in conn.execute(_FOLLOWINGS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall():
+        live = held.setdefault(str(row["who"]), set())
+        if row["live"]:
+            live.add(int(row["id"]))
+    return held
 
 
 def cancel(
@@ -448,34 +470,46 @@ def cancel(
     principal_id: str | None = None,
     revoked: Collection[str] = (),
     because: str | None = None,
+    following: int | None = None,
 ) -> dict[str, Any] | None:
     """Cancel a job of `tenant` for `principal`, one of those following it (who queued or joined it, and did not
-    leave it since). When another principal follows it too, `principal` only leaves it (audit 'left'; the job goes
-    on for the others; the row returned has it in `left_by`); otherwise its row ends `cancelled` and no worker
-    claims it; a running one ends `cancelled` too, at once (its worker stops its craft when it next looks: the row's
-    `worker` still names it, and what it spent is added by settle_cancelled). A job that ended, or
-    one the principal left, is its row as it is, marked `unchanged` (a cancel retried is idempotent). None when the tenant
-    has no such job or the principal does not follow it (answered as an unknown job). Under the tenant's lock, as
+    leave it since: _FOLLOWINGS). When another principal follows it too, `principal` only leaves it (audit 'left',
+    every following of its own ended; the job goes on for the others; the row returned has it in `left_by`);
+    otherwise its row ends `cancelled` and no worker claims it; a running one ends `cancelled` too, at once (its
+    worker stops its craft when it next looks: the row's `worker` still names it, and what it spent is added by
+    settle_cancelled). A job that ended, or one the principal left, is its row as it is, marked `unchanged` (a cancel
+    retried is idempotent). None when the tenant has no such job or the principal does not follow it (answered as an
+    unknown job). Under the tenant's lock, as
     enqueue: nobody joins between the count of followers and the cancel; the row's lock keeps a claim from crossing
     it. A follower is known by `principal_id` (the principal's identity; its name `principal` when none is given),
     `principal` being only the name said. `revoked`: identities that can never ask again (revoked tokens, as the
     front's token store says): they follow nothing, so the last live follower's cancel cancels the job (were they
     counted, a job whose other followers were all revoked would be left to run for nobody). `because`: why, when the
-    principal did not ask (its audit row's detail)."""
+    principal did not ask (its audit row's detail). `following`: end only that one following of the principal (the
+    Enqueued.following of a waited call whose client went away): while the principal holds another (a task, a
+    detached craft, a waited call on any front), it is retracted alone (audit 'retracted'; the row returned is marked
+    `retracted`); its last one gone, the principal leaves or cancels the job as above. One already ended:
+    `unchanged`."""
     who = principal_id or principal
     said = {**_identity(principal_id), **({"because": because} if because else {})}
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
         row = conn.execute("SELECT * FROM jobs WHERE id = %s AND tenant = %s FOR UPDATE", (job_id, tenant)).fetchone()
-        words = conn.execute(_LAST_WORDS.format(job="%s", tenant="%s"), (job_id, tenant)).fetchall()
-        followers = {str(word["who"]) for word in words if word["action"] != "left"} - set(revoked)
+        held = _followings(conn, job_id, tenant)
+        mine = held.get(who)
         # a cancel again (the caller left it, or it ended) changes nothing: its row as it is, `unchanged`
-        if row is not None and any(word["who"] == who and word["action"] == "left" for word in words):
+        if row is not None and mine is not None and not mine:
             return {**row, "left_by": [who], "unchanged": True}
-        if row is None or who not in followers:
+        followers = {identity for identity, live in held.items() if live} - set(revoked)
+        if row is None or who not in followers or mine is None:
             return None
-        if row["state"] not in ("queued", "running"):  # ended: nothing to stop, for anyone
-            return {**row, "unchanged": True}
+        if row["state"] not in ("queued", "running") or (following is not None and following not in mine):
+            return {**row, "unchanged": True}  # ended: nothing to stop, for anyone; or that following ended already
+        if following is not None:
+            said["following"] = following
+            if mine - {following}:  # the caller holds the job by another call still: only this one's ends
+                _audit(conn, tenant, principal, "retracted", job_id, said)
+                return {**row, "retracted": True}
         if followers - {who}:  # the craft is theirs too: stop only the caller's following of it
             _audit(conn, tenant, principal, "left", job_id, said)
             return {**row, "left_by": [who]}
@@ -565,11 +599,14 @@ def _identity(principal_id: str | None) -> dict[str, Any]:
     return {"principal_id": principal_id} if principal_id else {}
 
 
-def _audit(conn: Conn, tenant: str, principal: str, action: str, job: int | None, detail: dict[str, Any]) -> None:
-    conn.execute(
-        "INSERT INTO audit (tenant, principal, action, job, detail) VALUES (%s, %s, %s, %s, %s)",
+def _audit(conn: Conn, tenant: str, principal: str, action: str, job: int | None, detail: dict[str, Any]) -> int:
+    """Append an audit row; its id."""
+    row = conn.execute(
+        "INSERT INTO audit (tenant, principal, action, job, detail) VALUES (%s, %s, %s, %s, %s) RETURNING id",
         (tenant, principal, action, job, _json(detail)),
-    )
+    ).fetchone()
+    assert row is not None
+    return int(row["id"])
 
 
 def _json(value: Any) -> Any:

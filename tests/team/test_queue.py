@@ -585,18 +585,42 @@ def test_cancels_racing_a_claim_and_each_other_end_a_job_once(database: str) -> 
     conn.close()
 
 
-def test_a_join_says_whether_its_principal_followed_the_job_already(database: str) -> None:
-    """The front keeps a job a waited call joined when that call's caller followed it already (its task, a detached
-    craft): the join says so, by identity (a token under the same name is someone else), and a caller who left the
-    job follows it no more."""
+def test_each_enqueue_or_join_is_one_following_a_waited_calls_end_retracts_alone(database: str) -> None:
+    """One token follows a job by three calls (a waited call on one front queued it, one on another front joined it,
+    a task joined it): the end of a waited call (cancel of its `following`) retracts that following only, the job
+    goes on while the token holds another, and the same end again changes nothing; a following not the token's own is
+    not its to end. The token's tasks/cancel ends all its followings (it leaves the job another identity follows);
+    joining again follows again, and the last following of the job's last follower gone cancels it."""
     conn = db.connect(database)
-    first = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
-    assert not first.followed
-    again = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
-    assert again.joined and again.followed
-    renamed = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice-2")
-    assert renamed.joined and not renamed.followed
-    assert queue.cancel(conn, first.job_id, "acme", "alice", "id-alice") is not None  # left: id-alice-2 follows
-    back = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
-    assert back.joined and not back.followed
+
+    def follow(who: str) -> int:
+        return queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id=who).following
+
+    def end(who: str, following: int | None = None) -> dict[str, Any]:
+        row = queue.cancel(conn, job, "acme", "alice", who, following=following)
+        assert row is not None
+        return row
+
+    def left_by() -> list[str]:
+        row = conn.execute(f"SELECT {queue.LEFT_BY} FROM jobs j WHERE j.id = %s", (job,)).fetchone()
+        assert row is not None
+        return list(row["left_by"])
+
+    queued = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
+    job, first = queued.job_id, queued.following
+    second, task = follow("id-alice"), follow("id-alice")
+    assert end("id-alice", first).get("retracted") and end("id-alice", second).get("retracted")
+    assert end("id-alice", first).get("unchanged")  # a retried end: nothing more
+    other = follow("id-alice-2")  # a token under the same name: someone else
+    assert end("id-alice", other).get("unchanged") and left_by() == []
+    assert end("id-alice")["left_by"] == ["id-alice"]  # tasks/cancel: all of alice's followings end, task's too
+    assert end("id-alice", task)["left_by"] == ["id-alice"] and left_by() == ["id-alice"]
+    again = follow("id-alice")
+    assert left_by() == [] and end("id-alice", again)["left_by"] == ["id-alice"]
+    assert end("id-alice-2", other)["state"] == "cancelled"
+    said = conn.execute("SELECT action, detail FROM audit WHERE job = %s ORDER BY id", (job,)).fetchall()
+    assert [(a["action"], a["detail"].get("following")) for a in said] == [
+        ("enqueued", None), ("joined", None), ("joined", None), ("retracted", first), ("retracted", second),
+        ("joined", None), ("left", None), ("joined", None), ("left", again), ("cancelled", other),
+    ], said  # fmt: skip
     conn.close()

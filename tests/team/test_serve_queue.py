@@ -1029,8 +1029,8 @@ def test_a_waited_craft_given_up_leaves_no_job_its_caller_still_follows(flakebot
     """A waited craft whose client goes away leaves its job for its caller; but the caller may follow that job in
     other ways still: another waited call of the same need (an agent's two sub-agents, one token), or a craft it
     detached before (its task handle). Its one call gone cancelled the job under the others: the call still waiting
-    got "cancelled", the detached craft was cancelled for nobody's asking. Now a waited call gone leaves the job only
-    when it was its caller's last following of it on this front and its caller followed it not before that call."""
+    got "cancelled", the detached craft was cancelled for nobody's asking. Now a waited call gone ends only its own
+    following of the job (each enqueue or join is one, in the audit); the job is left with the caller's last."""
     import threading
 
     alice = add_token("alice", "--tenant", "acme")
@@ -1055,6 +1055,49 @@ def test_a_waited_craft_given_up_leaves_no_job_its_caller_still_follows(flakebot
         shared = f"job-{max(r['id'] for r in rows(database))}"
         wait_for(lambda: {handle_of(r): r["state"] for r in rows(database)}[shared] == "cancelled", timeout=30)
     assert _actions(database) == [("alice", "cancelled")]
+
+
+def test_one_tokens_waited_calls_of_one_job_on_two_fronts_each_end_only_their_own_following(
+    flakebot_home: Path, database: str, tmp_path: Path
+) -> None:
+    """One token waits on one job through two fronts: its call on the first queued it, its call on the second joined
+    it, then the first's client goes away. Each front counted only its own waited calls, so the first's end was the
+    token's whole following: the job was cancelled under the second front's call. Now each waited call's enqueue or
+    join is one following in the audit and its end retracts that one only: the job goes on and the second call gets
+    its end (a worker's, here a failed first check); the token's last following gone would have left it."""
+    import concurrent.futures
+
+    alice = add_token("alice", "--tenant", "acme")
+    need = "need a csv deduper"
+    with (
+        serving(database=database, log=flakebot_home / "one.log") as one,
+        serving(database=database, log=flakebot_home / "two.log") as two,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        first = pool.submit(_waited_craft_given_up, one, alice, need, None, 10)
+        wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        second = pool.submit(call, two, alice, "craft", {"need": need, "wait": True})
+        wait_for(lambda: "joined" in [action for _, action in _audited(database)], timeout=30, interval=0.2)
+        assert not first.done(), "the first call gave up before the second joined: the scenario did not happen"
+        first.result(timeout=60)  # its client went away
+        wait_for(lambda: len(_audited(database)) > 2, timeout=30, interval=0.2)  # the first front's end of its call
+        assert [r["state"] for r in rows(database)] == ["queued"], _audited(database)
+        assert not second.done(), second.result()
+        with worker(database, tmp_path / "worker.log", model="scripted:/nonexistent.json") as proc:
+            assert proc.wait(timeout=120) == 0, (tmp_path / "worker.log").read_text()
+        answer = second.result(timeout=60)
+        assert answer["is_error"] and answer["type"] == "ScriptError", answer
+    assert _actions(database) == []
+
+
+def _audited(database: str) -> list[tuple[str, str]]:
+    """Who queued, joined, left, cancelled or retracted a following of a job, in order."""
+    with db.connect(database) as conn:
+        said = conn.execute(
+            "SELECT principal, action FROM audit WHERE action IN ('enqueued', 'joined', 'left', 'cancelled', "
+            "'retracted') ORDER BY id"
+        ).fetchall()
+    return [(a["principal"], a["action"]) for a in said]
 
 
 def test_only_a_token_granted_metrics_reads_them(flakebot_home: Path, database: str) -> None:
