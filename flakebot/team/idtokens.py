@@ -137,6 +137,9 @@ class JwtVerifier:
     def active(self) -> list[Principal]:
         return []  # the IdP knows its users; none is listed here
 
+    def live(self) -> set[str]:
+        return set()  # a JWT's session is left to its token's expiry
+
     def revoked(self) -> set[str]:
         return set()  # the IdP revokes, not this server: a subject whose token expired may come back with a new one
 

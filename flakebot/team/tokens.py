@@ -73,6 +73,11 @@ class Verifier(Protocol):
 
     def active(self) -> list[Principal]: ...
 
+    def live(self) -> set[str]:
+        """The ids of the principals listed as active, for what a server does while serving (its sessions kept open):
+        a list that cannot be read now holds none, and says why once (logged), not at each look."""
+        ...
+
     def revoked(self) -> set[str]:
         """The ids of principals let in once and never again (a revoked static token): they follow no job."""
         ...
@@ -93,6 +98,9 @@ class Verifiers:
 
     def active(self) -> list[Principal]:
         return [p for verifier in self.verifiers for p in verifier.active()]
+
+    def live(self) -> set[str]:
+        return {principal_id for verifier in self.verifiers for principal_id in verifier.live()}
 
     def revoked(self) -> set[str]:
         return {principal_id for verifier in self.verifiers for principal_id in verifier.revoked()}
@@ -195,6 +203,11 @@ class TokenStore:
     def active(self) -> list[Principal]:
         """The active principals (TeamError when the store is unsafe or unreadable: `serve` refuses to start)."""
         return list(self._current().by_hash.values())
+
+    def live(self) -> set[str]:
+        """The ids of the active principals; none while the store is unsafe or unreadable (logged once: every
+        session of a static token is then ended)."""
+        return {principal.id for principal in self._refreshed("ending every session").by_hash.values()}
 
     def revoked(self) -> set[str]:
         """The ids of this store's revoked tokens (a revoked record stays listed, and its token can never verify
