@@ -40,6 +40,8 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 DEFAULT_TENANT = "default"
 DEFAULT_CALLS_PER_MINUTE = 120
 DEFAULT_CONCURRENT_CRAFTS = 2
+MAX_CALLS_PER_MINUTE = 100_000
+MAX_CONCURRENT_CRAFTS = 256
 FORMAT = 1
 # What a token may do beyond tool calls, each granted by name (`token add --grant`); nothing else is ever granted.
 # metrics: read the front's /metrics, which count every tenant's work (a scraper's, not an agent's).
@@ -152,8 +154,8 @@ class TokenStore:
             if grant not in GRANTS:
                 raise TeamError(f"no grant {grant[:40]!r}", fix=f"grant one of: {', '.join(GRANTS)}")
         _check_name("tenant", tenant)
-        _check_limit("calls per minute", calls_per_minute, 100_000)
-        _check_limit("concurrent crafts", concurrent_crafts, 256)
+        _check_limit("calls per minute", calls_per_minute, MAX_CALLS_PER_MINUTE)
+        _check_limit("concurrent crafts", concurrent_crafts, MAX_CONCURRENT_CRAFTS)
         token = PREFIX + secrets.token_urlsafe(32)
         digest = _digest(token)
         with self._locked() as records:
