@@ -240,8 +240,8 @@ class TokenStore:
             seen = self._stat()  # again under the lock: another thread may have re-read it meanwhile
             if self._snapshot.seen is not None and self._snapshot.seen == seen:
                 return self._snapshot
-            try:
-                records = self._read()  # after the stat: a change in between only makes the next look read again
+            try:  # read after the stat: a change in between only makes the next look read again
+                snapshot = self._snapshot_of(seen, self._read())
             except TeamError as exc:
                 self._snapshot = _NOTHING  # nothing read before is used
                 if exc.one_line() != self._refused:  # another reason: each consequence logged again
@@ -250,12 +250,19 @@ class TokenStore:
             if self._refused is not None:
                 logger.warning("the token store is safe again (%s): tokens are verified from it", self.path)
                 self._refused, self._told = None, set()
-            self._snapshot = _Snapshot(
+            self._snapshot = snapshot
+            return snapshot
+
+    def _snapshot_of(self, seen: tuple[int, ...] | None, records: list[Any]) -> _Snapshot:
+        """The records as a snapshot; TeamError for a record that is not one `add` writes (a request met a KeyError)."""
+        try:
+            return _Snapshot(
                 seen,
                 {r["sha256"]: _principal(r) for r in records if r.get("revoked") is None},
                 frozenset(str(r["id"]) for r in records if r.get("revoked") is not None),
             )
-            return self._snapshot
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise TeamError(f"the token store {self.path} is malformed", fix="restore it or remove it") from None
 
     def _stat(self) -> tuple[int, ...] | None:
         """The file and its directory as they are, links not followed (a chmod, chown or a link changes ctime); None

@@ -105,3 +105,24 @@ def test_a_revoked_token_never_verifies_again_while_threads_verify_as_the_store_
             thread.join(30)
         sys.setswitchinterval(interval)
     assert not wrong, wrong[:5]
+
+
+def test_a_record_the_store_never_writes_refuses_every_token_without_raising(workdir: Path) -> None:
+    """A record missing its hash (edited by hand, by the store's owner) raised a KeyError out of a request's verify;
+    now the store is malformed: a request's verify refuses, nobody is named revoked, and `active` says it in one line."""
+    import json
+
+    import pytest
+
+    from flakebot.errors import TeamError
+
+    store = TokenStore(workdir)
+    _, token = store.add("alice")
+    path = workdir / "team/tokens.json"
+    data = json.loads(path.read_text())
+    del data["tokens"][0]["sha256"]
+    path.write_text(json.dumps(data))  # its mode kept (0600)
+    assert store.verify(token) is None and store.revoked() == set()
+    with pytest.raises(TeamError) as raised:
+        store.active()
+    assert "is malformed" in raised.value.one_line()
