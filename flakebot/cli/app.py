@@ -163,6 +163,21 @@ def serve_cmd(
     jwt_tenant_claim: Annotated[
         str, typer.Option(help="The JWT claim naming the caller's tenant (a token without it is refused).")
     ] = "flakebot_tenant",
+    jwt_limits_claim: Annotated[
+        str,
+        typer.Option(
+            help='The JWT claim holding the caller\'s limits, an object such as {"calls_per_minute": 30, '
+            '"concurrent_crafts": 1}, each held to the --jwt-max-* caps (a claim that cannot be read: refused).'
+        ),
+    ] = "flakebot_limits",
+    jwt_max_calls_per_minute: Annotated[
+        int | None,
+        typer.Option(help="The most tool calls a minute a JWT's limits claim may give (default: 120, as token add)."),
+    ] = None,
+    jwt_max_concurrent_crafts: Annotated[
+        int | None,
+        typer.Option(help="The most concurrent crafts a JWT's limits claim may give (default: 2, as token add)."),
+    ] = None,
 ) -> None:
     """Serve flakebot's MCP server over Streamable HTTP for a team: bearer tokens, limits per token, an audit (docs/team.md).
 
@@ -175,7 +190,17 @@ def serve_cmd(
     share_logging("uvicorn", "mcp", "starlette", "sse_starlette")
     from flakebot.team.idtokens import jwt_options
 
-    jwt = jwt_options(jwt_issuer, jwt_audience, jwt_key, jwt_tenant_claim, jwt_jwks, jwt_jwks_ttl)
+    jwt = jwt_options(
+        jwt_issuer,
+        jwt_audience,
+        jwt_key,
+        jwt_tenant_claim,
+        jwt_jwks,
+        jwt_jwks_ttl,
+        limits_claim=jwt_limits_claim,
+        max_calls_per_minute=jwt_max_calls_per_minute,
+        max_concurrent_crafts=jwt_max_concurrent_crafts,
+    )
     options = FrontOptions(
         host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database, jwt=jwt
     )

@@ -5,6 +5,7 @@ crafts over workers.
                   and its limits; revoked by name; verified on every request (a revocation is seen at once)
     idtokens.py   an identity provider's JWTs, verified here with its public key (algorithms pinned by the key),
                   behind the same verifier as the static tokens (tokens.Verifier)
+    claimlimits.py a JWT principal's limits: its IdP's limits claim, checked, held to the caps the front sets
     jwks.py       the identity provider's keys fetched from its JWKS URL (or its OpenID configuration's jwks_uri):
                   cached for a TTL, fetched again on an unknown kid at most once per interval, HTTPS beyond loopback
     admission.py  what one token may do now: tool calls per minute (a sliding window) and concurrent long jobs, behind

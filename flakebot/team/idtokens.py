@@ -10,7 +10,8 @@ an HMAC secret is refused. Issuer, audience, expiry and subject are required and
 
 A token's principal is its `sub` (its id: a digest of issuer and subject), its tenant the claim named by
 --jwt-tenant-claim (a token without it, or with a value that is not a tenant name, is refused: no token falls into
-another's tenant by default), its limits the static tokens' defaults.
+another's tenant by default), its limits those its limits claim names, held to the front's caps
+(flakebot.team.claimlimits: a claim that cannot be read refuses the token, in one log line naming the claim).
 """
 
 from __future__ import annotations
@@ -27,14 +28,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from flakebot.errors import UsageError
+from flakebot.team.claimlimits import DEFAULT_LIMITS_CLAIM, Caps, ClaimRefused, caps, limits
 from flakebot.team.jwks import DEFAULT_TTL_SECONDS, REFETCH_SECONDS, Key, RemoteKeys, check_url, parse_jwks
-from flakebot.team.tokens import (
-    DEFAULT_CALLS_PER_MINUTE,
-    DEFAULT_CONCURRENT_CRAFTS,
-    NAME,
-    PREFIX,
-    Principal,
-)
+from flakebot.team.tokens import NAME, PREFIX, Principal
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +40,7 @@ DEFAULT_TENANT_CLAIM = "flakebot_tenant"
 LEEWAY_SECONDS = 30  # clock skew between the IdP and this machine
 MAX_TOKEN = 16 * 1024
 MAX_CANDIDATES = 4  # keys one kid may name that a token is tried against
+MAX_TOLD = 64  # distinct refusals of a limits claim logged (an IdP signing a bad claim: once each, not per request)
 RSA_ALGORITHMS = ["RS256", "RS384", "RS512"]
 EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
 
@@ -57,6 +54,8 @@ class JwtOptions:
     jwks_url: str | None = None
     jwks_ttl: float = DEFAULT_TTL_SECONDS
     refetch_seconds: float = REFETCH_SECONDS
+    limits_claim: str = DEFAULT_LIMITS_CLAIM
+    caps: Caps = Caps()  # the most a limits claim may give
 
     @property
     def fetched(self) -> bool:
@@ -71,9 +70,17 @@ def jwt_options(
     tenant_claim: str,
     jwks_url: str | None = None,
     jwks_ttl: float = DEFAULT_TTL_SECONDS,
+    limits_claim: str = DEFAULT_LIMITS_CLAIM,
+    max_calls_per_minute: int | None = None,
+    max_concurrent_crafts: int | None = None,
 ) -> JwtOptions | None:
     """The --jwt-* options as one JwtOptions (None when none is given), else a UsageError."""
     if issuer is None and audience is None and key is None and jwks_url is None:
+        if max_calls_per_minute is not None or max_concurrent_crafts is not None:
+            raise UsageError(
+                "--jwt-max-calls-per-minute and --jwt-max-concurrent-crafts cap JWTs' limits: they need --jwt-issuer",
+                fix="pass --jwt-issuer and --jwt-audience too, or leave the caps out (static tokens have their own)",
+            )
         return None
     if issuer is None or audience is None:
         raise UsageError(
@@ -85,13 +92,19 @@ def jwt_options(
         raise UsageError(f"--jwt-issuer {issuer[:80]!r} is not a URL", fix="pass the provider's issuer (its `iss`)")
     if not tenant_claim:
         raise UsageError("--jwt-tenant-claim is empty", fix="name the claim that carries the tenant")
+    if not limits_claim or limits_claim == tenant_claim:
+        raise UsageError(
+            f"--jwt-limits-claim {limits_claim!r} is empty or the tenant's claim",
+            fix="name the claim that carries the limits object (flakebot_limits by default)",
+        )
+    held_to = caps(max_calls_per_minute, max_concurrent_crafts)
     if key is not None and jwks_url is not None:
         raise UsageError("--jwt-key and --jwt-jwks exclude each other", fix="pass the key file or the JWKS URL")
     if not jwks_ttl > 0:
         raise UsageError(f"--jwt-jwks-ttl {jwks_ttl} is not positive", fix="pass seconds, e.g. 300")
     if key is None:  # fetched: from here, or from what the issuer's configuration names
         check_url(jwks_url or issuer, "--jwt-jwks" if jwks_url else "--jwt-issuer (whose keys are fetched)")
-    return JwtOptions(issuer, audience, key, tenant_claim, jwks_url, jwks_ttl)
+    return JwtOptions(issuer, audience, key, tenant_claim, jwks_url, jwks_ttl, limits_claim=limits_claim, caps=held_to)
 
 
 class JwtVerifier:
@@ -105,6 +118,7 @@ class JwtVerifier:
             if options.key is not None
             else RemoteKeys(options.issuer, options.jwks_url, options.jwks_ttl, options.refetch_seconds)
         )
+        self._told: set[str] = set()  # the limits claims' refusals logged
 
     def verify(self, token: str) -> Principal | None:
         """The principal of a valid token (signature, issuer, audience, expiry), or None."""
@@ -137,6 +151,9 @@ class JwtVerifier:
     def active(self) -> list[Principal]:
         return []  # the IdP knows its users; none is listed here
 
+    def live(self) -> set[str]:
+        return set()  # a JWT's session is left to its token's expiry
+
     def revoked(self) -> set[str]:
         return set()  # the IdP revokes, not this server: a subject whose token expired may come back with a new one
 
@@ -155,16 +172,29 @@ class JwtVerifier:
         if not isinstance(tenant, str) or not NAME.fullmatch(tenant):  # "$" passes "acme\n"
             logger.debug("a JWT refused: no tenant in its %s claim", self.options.tenant_claim)
             return None
+        try:
+            held = limits(claims, self.options.limits_claim, self.options.caps)
+        except ClaimRefused as exc:
+            self._refused(str(exc))
+            return None
         digest = hashlib.sha256(f"{self.options.issuer}\0{subject}".encode()).hexdigest()
         issued = claims.get("iat")
         return Principal(
             name=subject,
             id=ID_PREFIX + digest[:16],
             tenant=tenant,
-            calls_per_minute=DEFAULT_CALLS_PER_MINUTE,
-            concurrent_crafts=DEFAULT_CONCURRENT_CRAFTS,
+            calls_per_minute=held["calls_per_minute"],
+            concurrent_crafts=held["concurrent_crafts"],
             created=float(issued) if isinstance(issued, int | float) else time.time(),
         )
+
+    def _refused(self, why: str) -> None:
+        """A signed token refused for its limits claim: the IdP's configuration, for the admin to mend (a warning, once
+        per reason, MAX_TOLD reasons at most: its user's every request would repeat it)."""
+        if why in self._told or len(self._told) >= MAX_TOLD:
+            return
+        self._told.add(why)
+        logger.warning("a JWT refused: %s", why)
 
 
 def _pick(keys: list[Key], kid: Any) -> list[Key]:

@@ -5,6 +5,8 @@ A token is `fbt_` and 256 random bits, shown once when made. The store keeps onl
 to a hash of 256 random bits (no dictionary or table covers that space), and a plain digest lets a request's token
 be found with one lookup. The store is one JSON file in the workdir's team/ directory (mode 0600), written
 atomically under a lock; a server re-reads it when it changes, so `token revoke` takes effect on the next request.
+A server verifies in several threads at once: a re-read happens under a lock and swaps one whole snapshot in, and a
+request uses the one snapshot it took, so no thread sees half a store or an older one put back over a newer one.
 A revoked token stays listed (revoked, with when) so the audit still names its principal; its name can be given to a
 new token, which is a new principal (its own id).
 """
@@ -20,6 +22,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +40,8 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 DEFAULT_TENANT = "default"
 DEFAULT_CALLS_PER_MINUTE = 120
 DEFAULT_CONCURRENT_CRAFTS = 2
+MAX_CALLS_PER_MINUTE = 100_000
+MAX_CONCURRENT_CRAFTS = 256
 FORMAT = 1
 # What a token may do beyond tool calls, each granted by name (`token add --grant`); nothing else is ever granted.
 # metrics: read the front's /metrics, which count every tenant's work (a scraper's, not an agent's).
@@ -70,6 +75,11 @@ class Verifier(Protocol):
 
     def active(self) -> list[Principal]: ...
 
+    def live(self) -> set[str]:
+        """The ids of the principals listed as active, for what a server does while serving (its sessions kept open):
+        a list that cannot be read now holds none, and says why once (logged), not at each look."""
+        ...
+
     def revoked(self) -> set[str]:
         """The ids of principals let in once and never again (a revoked static token): they follow no job."""
         ...
@@ -91,6 +101,9 @@ class Verifiers:
     def active(self) -> list[Principal]:
         return [p for verifier in self.verifiers for p in verifier.active()]
 
+    def live(self) -> set[str]:
+        return {principal_id for verifier in self.verifiers for principal_id in verifier.live()}
+
     def revoked(self) -> set[str]:
         return {principal_id for verifier in self.verifiers for principal_id in verifier.revoked()}
 
@@ -99,15 +112,26 @@ def team_dir(workdir: Path) -> Path:
     return workdir / "team"
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """The store as one re-read found it: swapped in whole, so a thread never sees parts of two versions."""
+
+    seen: tuple[int, ...] | None  # the file and its directory as they were before the read (None: no file)
+    by_hash: dict[str, Principal]  # the active principals by their token's digest
+    revoked: frozenset[str]  # the ids of the revoked ones
+
+
+_NOTHING = _Snapshot(None, {}, frozenset())
+
+
 class TokenStore:
     """The tokens of one workdir: add, list, revoke, and verify (cached until the file changes)."""
 
     def __init__(self, workdir: Path) -> None:
         self.directory = team_dir(workdir)
         self.path = self.directory / "tokens.json"
-        self._seen: tuple[int, ...] | None = None
-        self._by_hash: dict[str, Principal] = {}
-        self._revoked: set[str] = set()
+        self._snapshot = _NOTHING
+        self._reading = threading.Lock()  # one re-read at a time, and the refusal's bookkeeping with it
         # why the store was refused at its last read, and what was logged of it since: a front looks at the store
         # every second, and an unsafe store is one fact to log once (each consequence once), not once a second
         self._refused: str | None = None
@@ -130,8 +154,8 @@ class TokenStore:
             if grant not in GRANTS:
                 raise TeamError(f"no grant {grant[:40]!r}", fix=f"grant one of: {', '.join(GRANTS)}")
         _check_name("tenant", tenant)
-        _check_limit("calls per minute", calls_per_minute, 100_000)
-        _check_limit("concurrent crafts", concurrent_crafts, 256)
+        _check_limit("calls per minute", calls_per_minute, MAX_CALLS_PER_MINUTE)
+        _check_limit("concurrent crafts", concurrent_crafts, MAX_CONCURRENT_CRAFTS)
         token = PREFIX + secrets.token_urlsafe(32)
         digest = _digest(token)
         with self._locked() as records:
@@ -175,64 +199,82 @@ class TokenStore:
         unsafe or unreadable while serving: every token refused, the reason logged)."""
         if not token.startswith(PREFIX) or len(token) > 200:
             return None
-        if not self._refreshed("refusing every token"):
-            return None
-        return self._by_hash.get(_digest(token))  # a lookup by digest: its timing says nothing about the token
+        snapshot = self._refreshed("refusing every token")
+        return snapshot.by_hash.get(_digest(token))  # a lookup by digest: its timing says nothing about the token
 
     def active(self) -> list[Principal]:
-        self._refresh()
-        return list(self._by_hash.values())
+        """The active principals (TeamError when the store is unsafe or unreadable: `serve` refuses to start)."""
+        return list(self._current().by_hash.values())
+
+    def live(self) -> set[str]:
+        """The ids of the active principals; none while the store is unsafe or unreadable (logged once: every
+        session of a static token is then ended)."""
+        return {principal.id for principal in self._refreshed("ending every session").by_hash.values()}
 
     def revoked(self) -> set[str]:
         """The ids of this store's revoked tokens (a revoked record stays listed, and its token can never verify
         again). A principal this store never held (another front's store, a JWT) is not among them. A store that
         became unsafe or unreadable while serving holds none (the reason logged): its records may be anyone's, so
         they discount nobody's following, and a JWT caller's cancel, which needs no static token, still answers."""
-        if not self._refreshed("no token counted as revoked"):
-            return set()
-        return set(self._revoked)
+        return set(self._refreshed("no token counted as revoked").revoked)
 
-    def _refreshed(self, otherwise: str) -> bool:
-        """_refresh for a request being served: a store that became unsafe or unreadable is logged (`otherwise`: what
-        the request does then) and forgotten, so nothing read from it before is used, and False is returned."""
+    def _refreshed(self, otherwise: str) -> _Snapshot:
+        """_current for a request being served: a store that became unsafe or unreadable is logged (`otherwise`: what
+        the request does then, once per reason) and an empty snapshot returned: nothing read from it before is used."""
         try:
-            self._refresh()
+            return self._current()
         except TeamError as exc:
-            if otherwise not in self._told:
-                self._told.add(otherwise)
-                logger.error("%s: %s", otherwise, exc.one_line())
-            self._by_hash, self._revoked, self._seen = {}, set(), None
-            return False
-        return True
+            with self._reading:
+                if otherwise not in self._told:
+                    self._told.add(otherwise)
+                    logger.error("%s: %s", otherwise, exc.one_line())
+            return _NOTHING
 
-    def _refresh(self) -> None:
-        """The records as the file holds them now (read again only when it changed); TeamError when it is unsafe or
-        unreadable. Why it was refused is remembered until a read succeeds again, which is logged."""
+    def _current(self) -> _Snapshot:
+        """The store as the file holds it now, re-read only when it changed; TeamError when it is unsafe or unreadable.
+        The unchanged path (nearly every request) takes no lock: a stat, and one read of the current snapshot."""
+        snapshot = self._snapshot
+        if snapshot.seen is not None and snapshot.seen == self._stat():
+            return snapshot
+        with self._reading:
+            seen = self._stat()  # again under the lock: another thread may have re-read it meanwhile
+            if self._snapshot.seen is not None and self._snapshot.seen == seen:
+                return self._snapshot
+            try:  # read after the stat: a change in between only makes the next look read again
+                snapshot = self._snapshot_of(seen, self._read())
+            except TeamError as exc:
+                self._snapshot = _NOTHING  # nothing read before is used
+                if exc.one_line() != self._refused:  # another reason: each consequence logged again
+                    self._refused, self._told = exc.one_line(), set()
+                raise
+            if self._refused is not None:
+                logger.warning("the token store is safe again (%s): tokens are verified from it", self.path)
+                self._refused, self._told = None, set()
+            self._snapshot = snapshot
+            return snapshot
+
+    def _snapshot_of(self, seen: tuple[int, ...] | None, records: list[Any]) -> _Snapshot:
+        """The records as a snapshot; TeamError for a record that is not one `add` writes (a request met a KeyError)."""
         try:
-            self._reread()
-        except TeamError as exc:
-            if exc.one_line() != self._refused:  # another reason: each consequence logged again
-                self._refused, self._told = exc.one_line(), set()
-            raise
-        if self._refused is not None:
-            logger.warning("the token store is safe again (%s): tokens are verified from it", self.path)
-            self._refused, self._told = None, set()
+            return _Snapshot(
+                seen,
+                {r["sha256"]: _principal(r) for r in records if r.get("revoked") is None},
+                frozenset(str(r["id"]) for r in records if r.get("revoked") is not None),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise TeamError(f"the token store {self.path} is malformed", fix="restore it or remove it") from None
 
-    def _reread(self) -> None:
-        try:  # the file and its directory as they are, links not followed: a chmod, chown or a link changes ctime
-            seen: tuple[int, ...] | None = tuple(
+    def _stat(self) -> tuple[int, ...] | None:
+        """The file and its directory as they are, links not followed (a chmod, chown or a link changes ctime); None
+        when there is no store."""
+        try:
+            return tuple(
                 value
                 for st in (os.lstat(self.directory), os.lstat(self.path))
                 for value in (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
             )
         except FileNotFoundError:
-            seen = None
-        if seen == self._seen and seen is not None:
-            return
-        records = self._read()
-        self._by_hash = {r["sha256"]: _principal(r) for r in records if r.get("revoked") is None}
-        self._revoked = {str(r["id"]) for r in records if r.get("revoked") is not None}
-        self._seen = seen
+            return None
 
     # ---------------------------------------------------------------- the file
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from flakebot.team.tokens import TokenStore
@@ -54,3 +55,74 @@ def test_only_the_grant_named_exactly_is_given_and_a_revoked_ones_grant_does_not
     listed = json_result(run_cli("token", "list", "--json", check=True))["tokens"]
     assert [(t["revoked"] is None, t["grants"]) for t in listed] == [(False, ["metrics"]), (True, [])], listed
     assert TokenStore(workdir).principals()[-1].grants == ()
+
+
+def test_a_revoked_token_never_verifies_again_while_threads_verify_as_the_store_changes(workdir: Path) -> None:
+    """A front verifies in several threads (the event loop, the enqueue's thread, the revocation sweep) while `token
+    revoke` rewrites the store. The re-read set the store's three parts one after another: a thread that read an older
+    version late could put its tokens back after a newer re-read had noted the file as seen, and a verify in between
+    let a token in whose revoke had returned (or named it not revoked). Each verify that begins after a revoke returned
+    must refuse that token, and the store must name it revoked; no thread may raise."""
+    import random
+    import sys
+    import threading
+
+    writer, reader = TokenStore(workdir), TokenStore(workdir)  # `token revoke`'s store and the front's: one file
+    for number in range(200):  # a store long enough that a re-read takes a while (and a thread may be overtaken)
+        writer.add(f"filler-{number}")
+    victims = [(f"victim-{n}", *writer.add(f"victim-{n}")) for n in range(100)]
+    revoked: set[str] = set()  # the names whose revoke returned
+    latest: list[tuple[str, str, str]] = [(victims[0][0], victims[0][1].id, victims[0][2])]
+    wrong: list[str] = []
+    stop = threading.Event()
+
+    def verify_again_and_again() -> None:
+        try:
+            while not stop.is_set():
+                name, principal_id, token = random.choice(latest[-2:])
+                was_revoked = name in revoked  # read before the verify begins
+                if reader.verify(token) is not None and was_revoked:
+                    wrong.append(f"{name} verified after its revoke returned")
+                if was_revoked and principal_id not in reader.revoked():
+                    wrong.append(f"{name} not named revoked after its revoke returned")
+        except BaseException as exc:  # any exception is a failure of the store, not of this test
+            wrong.append(f"{type(exc).__name__}: {exc}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads switched often: what a busy front's threads do over hours
+    threads = [threading.Thread(target=verify_again_and_again) for _ in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for name, principal, token in victims:
+            latest.append((name, principal.id, token))
+            writer.revoke(name)
+            revoked.add(name)
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        sys.setswitchinterval(interval)
+    assert not wrong, wrong[:5]
+
+
+def test_a_record_the_store_never_writes_refuses_every_token_without_raising(workdir: Path) -> None:
+    """A record missing its hash (edited by hand, by the store's owner) raised a KeyError out of a request's verify;
+    now the store is malformed: a request's verify refuses, nobody is named revoked, and `active` says it in one line."""
+    import json
+
+    import pytest
+
+    from flakebot.errors import TeamError
+
+    store = TokenStore(workdir)
+    _, token = store.add("alice")
+    path = workdir / "team/tokens.json"
+    data = json.loads(path.read_text())
+    del data["tokens"][0]["sha256"]
+    path.write_text(json.dumps(data))  # its mode kept (0600)
+    assert store.verify(token) is None and store.revoked() == set()
+    with pytest.raises(TeamError) as raised:
+        store.active()
+    assert "is malformed" in raised.value.one_line()
