@@ -316,10 +316,17 @@ def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principa
             f"token '{principal}' has {len(mine)} crafts queued or running, its limit (concurrent crafts): "
             f"{_named(mine)}",
             fix="wait for one of them to end (status with its run_id and wait_seconds follows it), "
-            "or ask the admin to raise its --concurrent-crafts",
+            f"or ask the admin to raise {_raised_by(who)}",
             tenant=tenant,
             quota="concurrent_crafts",
         )
+
+
+def _raised_by(who: str) -> str:
+    """What raises a principal's concurrent crafts: a static token's `token add` option, a JWT's limits claim."""
+    from flakebot.team.idtokens import ID_PREFIX
+
+    return "its JWT's limits claim (up to the front's cap)" if who.startswith(ID_PREFIX) else "its --concurrent-crafts"
 
 
 def _named(rows: list[dict[str, Any]]) -> str:
