@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from benchmarks.scenarios import pileup
+from flakebot.team.tokens import MAX_STORE_BYTES
 from tests.conftest import require, run_cli
 from tests.team.test_front import ACCEPT, INITIALIZE, add_token, post, served_slow_craft, serving
 
@@ -118,6 +119,41 @@ def test_a_token_store_others_could_write_is_refused(flakebot_home: Path, workdi
         assert post(url, INITIALIZE, token).status_code == 401  # fails closed, not a 500
         store.chmod(0o600)
         assert post(url, INITIALIZE, token).status_code == 200
+
+
+def test_a_hostile_token_store_refuses_every_token_once_and_never_answers_500(
+    flakebot_home: Path, workdir: Path
+) -> None:
+    """A store its owner wrote badly (JSON nested past the parser's depth, a limit or a date no number holds, a file
+    far too large to be a store) raised out of a request's verify (RecursionError, OverflowError: a 500 and a traceback
+    per request) or was read whole. Now each is a store that cannot be read: every token refused (401), said once in
+    the log; the store mended, its token verifies again."""
+    token = add_token("alice")
+    store = workdir / "team/tokens.json"
+    good = store.read_text()
+    record = json.loads(good)["tokens"][0]
+    hostile = {
+        "deep": '{"tokens": [' + "[" * 100_000 + "]" * 100_000 + "]}",
+        "infinite": json.dumps({"tokens": [{**record, "calls_per_minute": float("inf")}]}),
+        "huge": json.dumps({"tokens": [{**record, "created": 10**400}]}),
+    }
+    log = flakebot_home / "serve.log"
+    with serving(log=log) as url:
+        assert post(url, INITIALIZE, token).status_code == 200
+        for what, text in hostile.items():
+            store.write_text(text)  # by its owner, in place (0600 kept)
+            assert [post(url, INITIALIZE, token).status_code for _ in range(3)] == [401] * 3, what
+            store.write_text(good)
+            assert post(url, INITIALIZE, token).status_code == 200, what
+        with store.open("r+b") as file:  # sparse: past the largest store read, without writing its bytes
+            file.truncate(MAX_STORE_BYTES + 1)
+        assert post(url, INITIALIZE, token).status_code == 401
+        listed = run_cli("token", "list", timeout=60)
+        assert listed.returncode == 70 and listed.stderr.count("\n") == 1 and "too large" in listed.stderr
+    said = [line for line in log.read_text().splitlines() if "refusing every token" in line]
+    assert len(said) == len(hostile) + 1, said
+    assert "too large" in said[-1], said[-1]
+    assert "Traceback" not in log.with_suffix(".err").read_text() + log.read_text()
 
 
 async def held_statuses(url: str, flood: str, other: str, run_id: str, count: int) -> tuple[int, int]:
