@@ -201,3 +201,23 @@ def test_one_subjects_tokens_share_its_window_each_held_to_its_own_claim(
     assert outcomes[3:5] == ["ok", "ok"] and "its limit: 4" in outcomes[5], outcomes
     assert outcomes[6:] == ["ok", "ok"], outcomes
     assert "Traceback" not in log.read_text() + log.with_suffix(".err").read_text()
+
+
+def test_a_jwts_concurrent_crafts_in_the_queue_are_held_to_the_cap_per_subject(
+    provider: Provider, database: str
+) -> None:
+    """With a team database, crafts are counted in the queue. The front caps JWTs at 1 craft at once: carol's claim
+    asks for 200 and gets 1 (her second craft refused, told to ask for the claim, not `token add`'s option); a fresh
+    token of hers (no claim: the default 2, held to 1) counts the craft her first token queued, her identity being her
+    subject, not her token."""
+    from tests.team.test_serve_queue import call
+
+    options = ["--jwt-issuer", provider.url, "--jwt-audience", AUDIENCE, "--jwt-max-concurrent-crafts", "1"]
+    wide = provider.token("k1", flakebot_limits={"concurrent_crafts": 200})
+    fresh = provider.token("k1", jti="another")
+    with serving(*options, database=database) as url:
+        assert call(url, wide, "craft", {"need": "need a csv deduper"})["status"] == "queued"
+        refused = [call(url, token, "craft", {"need": "need a word counter"}) for token in (wide, fresh)]
+    for answer in refused:
+        assert answer["is_error"] and answer["type"] == "QuotaExceeded", answer
+        assert "has 1 crafts queued or running" in answer["error"] and "limits claim" in answer["fix"], answer
