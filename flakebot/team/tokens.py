@@ -276,14 +276,15 @@ class TokenStore:
 
     def _stat(self) -> tuple[int, ...] | None:
         """The file and its directory as they are, links not followed (a chmod, chown or a link changes ctime); None
-        when there is no store."""
+        when there is no store, or one that cannot be looked at (its directory a file, or not searchable): read again
+        at each look, where the read says why (an OSError raised here was a 500, and ended the revocation sweep)."""
         try:
             return tuple(
                 value
                 for st in (os.lstat(self.directory), os.lstat(self.path))
                 for value in (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
             )
-        except FileNotFoundError:
+        except OSError:
             return None
 
     # ---------------------------------------------------------------- the file
@@ -324,8 +325,9 @@ def _read_own(directory: Path, path: Path) -> bytes:
     try:
         folder = os.open(directory, flags | os.O_DIRECTORY)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise TeamError(f"the token store's directory {directory} is a symbolic link: refused", fix=fix) from None
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW with O_DIRECTORY: a link is ENOTDIR too
+            what = "a symbolic link" if os.path.islink(directory) else "not a directory"
+            raise TeamError(f"the token store's directory {directory} is {what}: refused", fix=fix) from None
         raise
     try:
         _check_own(folder, directory, fix)
