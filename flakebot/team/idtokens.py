@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 ID_PREFIX = "jwt-"  # a JWT principal's id: no static token's id (hex digits) starts so
 
 DEFAULT_TENANT_CLAIM = "flakebot_tenant"
+REGISTERED_CLAIMS = ("iss", "sub", "aud", "exp", "nbf", "iat", "jti")  # RFC 7519's: none holds a limits object
 LEEWAY_SECONDS = 30  # clock skew between the IdP and this machine
 MAX_TOKEN = 16 * 1024
 MAX_CANDIDATES = 4  # keys one kid may name that a token is tried against
@@ -92,9 +93,9 @@ def jwt_options(
         raise UsageError(f"--jwt-issuer {issuer[:80]!r} is not a URL", fix="pass the provider's issuer (its `iss`)")
     if not tenant_claim:
         raise UsageError("--jwt-tenant-claim is empty", fix="name the claim that carries the tenant")
-    if not limits_claim or limits_claim == tenant_claim:
-        raise UsageError(
-            f"--jwt-limits-claim {limits_claim!r} is empty or the tenant's claim",
+    if not limits_claim or limits_claim == tenant_claim or limits_claim in REGISTERED_CLAIMS:
+        raise UsageError(  # a registered claim would refuse every token, said in the log only once
+            f"--jwt-limits-claim {limits_claim!r} is empty, the tenant's claim or one RFC 7519 registers",
             fix="name the claim that carries the limits object (flakebot_limits by default)",
         )
     held_to = caps(max_calls_per_minute, max_concurrent_crafts)
@@ -178,14 +179,13 @@ class JwtVerifier:
             self._refused(str(exc))
             return None
         digest = hashlib.sha256(f"{self.options.issuer}\0{subject}".encode()).hexdigest()
-        issued = claims.get("iat")
         return Principal(
             name=subject,
             id=ID_PREFIX + digest[:16],
             tenant=tenant,
             calls_per_minute=held["calls_per_minute"],
             concurrent_crafts=held["concurrent_crafts"],
-            created=float(issued) if isinstance(issued, int | float) else time.time(),
+            created=_issued(claims),
         )
 
     def _refused(self, why: str) -> None:
@@ -195,6 +195,15 @@ class JwtVerifier:
             return
         self._told.add(why)
         logger.warning("a JWT refused: %s", why)
+
+
+def _issued(claims: dict[str, Any]) -> float:
+    """When the token was issued: its iat, else now. PyJWT checked only that iat is not in the future: one far in the
+    past (-10**400) is let through, and no float holds it (an OverflowError out of a request's verify, a 500)."""
+    issued = claims.get("iat")
+    if isinstance(issued, int | float) and not isinstance(issued, bool) and 0 <= issued <= time.time() + LEEWAY_SECONDS:
+        return float(issued)
+    return time.time()
 
 
 def _pick(keys: list[Key], kid: Any) -> list[Key]:

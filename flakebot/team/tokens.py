@@ -42,6 +42,7 @@ DEFAULT_CALLS_PER_MINUTE = 120
 DEFAULT_CONCURRENT_CRAFTS = 2
 MAX_CALLS_PER_MINUTE = 100_000
 MAX_CONCURRENT_CRAFTS = 256
+MAX_STORE_BYTES = 16 * 1024 * 1024  # some 50,000 tokens: a larger file is no store `add` wrote, and is not read whole
 FORMAT = 1
 # What a token may do beyond tool calls, each granted by name (`token add --grant`); nothing else is ever granted.
 # metrics: read the front's /metrics, which count every tenant's work (a scraper's, not an agent's).
@@ -180,7 +181,9 @@ class TokenStore:
         return _principal(record), token
 
     def principals(self) -> list[Principal]:
-        return [_principal(r) for r in self._read()]
+        records = self._read()
+        with self._well_formed():
+            return [_principal(r) for r in records]
 
     def revoke(self, name: str) -> Principal:
         """Revoke the active token named `name`."""
@@ -255,25 +258,33 @@ class TokenStore:
 
     def _snapshot_of(self, seen: tuple[int, ...] | None, records: list[Any]) -> _Snapshot:
         """The records as a snapshot; TeamError for a record that is not one `add` writes (a request met a KeyError)."""
-        try:
+        with self._well_formed():
             return _Snapshot(
                 seen,
                 {r["sha256"]: _principal(r) for r in records if r.get("revoked") is None},
                 frozenset(str(r["id"]) for r in records if r.get("revoked") is not None),
             )
-        except (AttributeError, KeyError, TypeError, ValueError):
+
+    @contextmanager
+    def _well_formed(self) -> Iterator[None]:
+        """TeamError for a record that is not one `add` writes: a field missing or of another type, or a number no int
+        or float holds (Infinity, 10**400: an OverflowError raised out of a request's verify)."""
+        try:
+            yield
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
             raise TeamError(f"the token store {self.path} is malformed", fix="restore it or remove it") from None
 
     def _stat(self) -> tuple[int, ...] | None:
         """The file and its directory as they are, links not followed (a chmod, chown or a link changes ctime); None
-        when there is no store."""
+        when there is no store, or one that cannot be looked at (its directory a file, or not searchable): read again
+        at each look, where the read says why (an OSError raised here was a 500, and ended the revocation sweep)."""
         try:
             return tuple(
                 value
                 for st in (os.lstat(self.directory), os.lstat(self.path))
                 for value in (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
             )
-        except FileNotFoundError:
+        except OSError:
             return None
 
     # ---------------------------------------------------------------- the file
@@ -283,7 +294,7 @@ class TokenStore:
             data = json.loads(_read_own(self.directory, self.path))
         except FileNotFoundError:
             return []
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than the parser goes
             raise TeamError(
                 f"the token store {self.path} is unreadable: {exc}", fix="restore it or remove it"
             ) from None
@@ -314,8 +325,9 @@ def _read_own(directory: Path, path: Path) -> bytes:
     try:
         folder = os.open(directory, flags | os.O_DIRECTORY)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise TeamError(f"the token store's directory {directory} is a symbolic link: refused", fix=fix) from None
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW with O_DIRECTORY: a link is ENOTDIR too
+            what = "a symbolic link" if os.path.islink(directory) else "not a directory"
+            raise TeamError(f"the token store's directory {directory} is {what}: refused", fix=fix) from None
         raise
     try:
         _check_own(folder, directory, fix)
@@ -328,7 +340,13 @@ def _read_own(directory: Path, path: Path) -> bytes:
         with os.fdopen(fd, "rb") as file:
             if not stat.S_ISREG(_check_own(fd, path, fix).st_mode):
                 raise TeamError(f"the token store {path} is not a regular file", fix=fix)
-            return file.read()
+            data = file.read(MAX_STORE_BYTES + 1)  # never the whole of a file grown huge (a sparse one costs no disk)
+            if len(data) > MAX_STORE_BYTES:
+                raise TeamError(
+                    f"the token store {path} is too large (over {MAX_STORE_BYTES:,} bytes): no store `token add` wrote",
+                    fix="restore it or remove it",
+                )
+            return data
     finally:
         os.close(folder)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ import httpx
 import pytest
 
 from benchmarks.scenarios import pileup
+from flakebot.mcp.front import REVOKED_SWEEP_SECONDS
+from flakebot.team.tokens import MAX_STORE_BYTES
 from tests.conftest import require, run_cli
 from tests.team.test_front import ACCEPT, INITIALIZE, add_token, post, served_slow_craft, serving
 
@@ -120,6 +124,70 @@ def test_a_token_store_others_could_write_is_refused(flakebot_home: Path, workdi
         assert post(url, INITIALIZE, token).status_code == 200
 
 
+def test_a_hostile_token_store_refuses_every_token_once_and_never_answers_500(
+    flakebot_home: Path, workdir: Path
+) -> None:
+    """A store its owner wrote badly (JSON nested past the parser's depth, a limit or a date no number holds, a file
+    far too large to be a store) raised out of a request's verify (RecursionError, OverflowError: a 500 and a traceback
+    per request) or was read whole. Now each is a store that cannot be read: every token refused (401), said once in
+    the log; the store mended, its token verifies again."""
+    token = add_token("alice")
+    store = workdir / "team/tokens.json"
+    good = store.read_text()
+    record = json.loads(good)["tokens"][0]
+    hostile = {
+        "deep": '{"tokens": [' + "[" * 100_000 + "]" * 100_000 + "]}",
+        "infinite": json.dumps({"tokens": [{**record, "calls_per_minute": float("inf")}]}),
+        "huge": json.dumps({"tokens": [{**record, "created": 10**400}]}),
+    }
+    log = flakebot_home / "serve.log"
+    with serving(log=log) as url:
+        assert post(url, INITIALIZE, token).status_code == 200
+        for what, text in hostile.items():
+            store.write_text(text)  # by its owner, in place (0600 kept)
+            assert [post(url, INITIALIZE, token).status_code for _ in range(3)] == [401] * 3, what
+            store.write_text(good)
+            assert post(url, INITIALIZE, token).status_code == 200, what
+        with store.open("r+b") as file:  # sparse: past the largest store read, without writing its bytes
+            file.truncate(MAX_STORE_BYTES + 1)
+        assert post(url, INITIALIZE, token).status_code == 401
+        listed = run_cli("token", "list", timeout=60)
+        assert listed.returncode == 70 and listed.stderr.count("\n") == 1 and "too large" in listed.stderr
+    said = [line for line in log.read_text().splitlines() if "refusing every token" in line]
+    assert len(said) == len(hostile) + 1, said
+    assert "too large" in said[-1], said[-1]
+    assert "Traceback" not in log.with_suffix(".err").read_text() + log.read_text()
+
+
+def test_a_token_revoked_by_any_writer_is_refused_at_the_next_request(workdir: Path) -> None:
+    """The front re-reads its store when the file or its directory looks changed (inode, mtime, ctime, size). A revoke
+    by `flakebot token revoke` in another process (a new file renamed over the old) is refused at the next request; so
+    is a hand edit written in place, of the same size, with its mtime put back as it was (cp -p, rsync -t): only its
+    ctime tells it, which no writer sets."""
+    import os
+
+    alice, bob = add_token("alice"), add_token("bob")
+    store = workdir / "team/tokens.json"
+    with serving() as url:
+        assert post(url, INITIALIZE, alice).status_code == 200 and post(url, INITIALIZE, bob).status_code == 200
+        run_cli("token", "revoke", "bob", check=True)
+        assert post(url, INITIALIZE, bob).status_code == 401
+        before, text = store.stat(), store.read_text()
+        data = json.loads(text)
+        assert data["tokens"][0]["name"] == "alice" and data["tokens"][0]["revoked"] is None
+        edited = text.replace('"revoked": null', '"revoked": 1234', 1)  # alice's record: the first null
+        assert len(edited) == len(text) and json.loads(edited)["tokens"][0]["revoked"] == 1234
+        with store.open("r+") as file:
+            file.write(edited)
+        os.utime(store, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert (store.stat().st_size, store.stat().st_mtime_ns, store.stat().st_ino) == (
+            before.st_size,
+            before.st_mtime_ns,
+            before.st_ino,
+        )
+        assert post(url, INITIALIZE, alice).status_code == 401
+
+
 async def held_statuses(url: str, flood: str, other: str, run_id: str, count: int) -> tuple[int, int]:
     """`count` calls of `status` holding their answer (wait_seconds) from `flood`, then one plain `status` from
     `other`: how many of the flood's calls had answered when the other's answer came, and how many were sent."""
@@ -173,37 +241,76 @@ def test_one_token_cannot_take_every_thread_a_command_has(
         pileup.end_jobs(workdir / "mcp-jobs")
 
 
+def stream_of(url: str, token: str, session: dict[str, str]) -> Callable[[], str]:
+    """The session's GET stream, opened now in a thread; what became of it: "ended", or "still open after 20 s"."""
+    import threading
+
+    ended: list[str] = []
+    headers = {**ACCEPT, **session, "Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+
+    def listen() -> None:
+        try:
+            with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(30, read=20)) as stream:
+                assert stream.status_code == 200
+                for _ in stream.iter_bytes():
+                    pass
+            ended.append("ended")
+        except httpx.ReadTimeout:
+            ended.append("still open after 20 s")
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+
+    def outcome() -> str:
+        listener.join(timeout=40)
+        return ended[0] if ended else "no answer in 40 s"
+
+    return outcome
+
+
 def test_revoking_a_token_ends_its_open_sessions(flakebot_home: Path) -> None:
     """A revoked token's next request is 401, but the GET stream its session had open stayed open (server
     notifications for its crafts went on reaching it), and it could not even be closed with the token. Now the
     front ends a revoked principal's sessions within a second or two: the stream ends, the session id is gone."""
-    import threading
-
     carol, alice = add_token("carol"), add_token("alice")
     with serving() as url:
-        session = open_session(url, carol)
+        ended = stream_of(url, carol, open_session(url, carol))
         other = open_session(url, alice)
-        ended: list[str] = []
-        headers = {**ACCEPT, **session, "Authorization": f"Bearer {carol}", "Accept": "text/event-stream"}
-
-        def listen() -> None:
-            try:
-                with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(30, read=20)) as stream:
-                    assert stream.status_code == 200
-                    for _ in stream.iter_bytes():
-                        pass
-                ended.append("ended")
-            except httpx.ReadTimeout:
-                ended.append("still open after 20 s")
-
-        listener = threading.Thread(target=listen, daemon=True)
-        listener.start()
-        assert not ended
         run_cli("token", "revoke", "carol", check=True)
-        listener.join(timeout=40)
-        assert ended == ["ended"]
+        assert ended() == "ended"
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
         assert post(url, listing, alice, **other).status_code == 200  # another token's session goes on
+
+
+def test_a_store_that_cannot_be_looked_at_refuses_tokens_and_the_sweep_goes_on(
+    flakebot_home: Path, workdir: Path
+) -> None:
+    """The team directory made a file for a moment (or one the server may not search: EACCES, for a server not run as
+    root): looking at the store raised NotADirectoryError out of each request's verify (a 500) and out of the sweep
+    that ends revoked tokens' sessions, which took the front's task group down with it: every request of any token
+    was 500 from then on, the store mended or not, until a restart. Now the store is one that cannot be read: every
+    token refused, said once; mended, tokens verify again, and a token revoked later still has its session ended."""
+    team = workdir / "team"
+    carol, alice = add_token("carol"), add_token("alice")
+    log = flakebot_home / "serve.log"
+    with serving(log=log) as url:
+        session = open_session(url, carol)
+        team.rename(workdir / "team.away")
+        team.write_text("not a directory")
+        team.chmod(0o600)
+        time.sleep(REVOKED_SWEEP_SECONDS * 2.5)  # the sweep looks at it too
+        assert [post(url, INITIALIZE, alice).status_code for _ in range(3)] == [401] * 3
+        team.unlink()
+        (workdir / "team.away").rename(team)
+        assert post(url, INITIALIZE, alice).status_code == 200
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        assert post(url, listing, carol, **session).status_code == 404  # the sweep ended it while no token was live
+        ended = stream_of(url, carol, open_session(url, carol))
+        run_cli("token", "revoke", "carol", check=True)
+        assert ended() == "ended"  # the sweep goes on
+    said = [line for line in log.read_text().splitlines() if "refusing every token" in line]
+    assert len(said) == 1 and "is not a directory" in said[0], said
+    assert "Traceback" not in log.read_text() + log.with_suffix(".err").read_text()
 
 
 def test_a_flood_of_refused_calls_does_not_grow_the_audit_without_bound(flakebot_home: Path, workdir: Path) -> None:
