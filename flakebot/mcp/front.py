@@ -38,7 +38,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1074,8 +1074,10 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
         async with manager.run(), anyio.create_task_group() as group:
             state.jobs = group  # what outlives a request: watching detached work for tools/list_changed
             state.sessions.live = lambda: manager._server_instances.keys()  # the SDK's open sessions (its private map)
-            group.start_soon(_end_revoked_sessions, manager, state.store)
-            group.start_soon(_drop_revoked_followings, state)
+            group.start_soon(
+                _kept_running, "ending revoked tokens' sessions", _end_revoked_sessions, manager, state.store
+            )
+            group.start_soon(_kept_running, "leaving revoked tokens' queued jobs", _drop_revoked_followings, state)
             yield
             group.cancel_scope.cancel()
 
@@ -1087,6 +1089,19 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
         Middleware(AuthContextMiddleware),
     ]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+async def _kept_running(what: str, sweep: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """A background sweep of the front, started again after an error nobody foresaw (logged with its traceback, once
+    per sweep's pause): one raising out of the lifespan's task group took the whole front down, every request of
+    every token answered 500 until a restart (a token store's directory made a file did, until the store said it)."""
+    while True:
+        try:
+            await sweep(*args)
+            return
+        except Exception:
+            logger.exception("%s failed; started again in %s s", what, REVOKED_SWEEP_SECONDS)
+            await anyio.sleep(REVOKED_SWEEP_SECONDS)
 
 
 async def _end_revoked_sessions(manager: Any, store: Verifier) -> None:
