@@ -55,7 +55,14 @@ from flakebot.mcp.server import FlakebotMCP
 from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
 from flakebot.team import db, idtokens, tenancy
-from flakebot.team.admission import Admission, MemoryAdmission, Refusal, SharedAdmission
+from flakebot.team.admission import (
+    WINDOW_SECONDS,
+    Admission,
+    MemoryAdmission,
+    Refusal,
+    SharedAdmission,
+    prune_windows,
+)
 from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
 from flakebot.team.idtokens import JwtOptions, JwtVerifier
@@ -817,6 +824,7 @@ class AdmittedCalls:
         self.app, self.store, self.admission, self.audit, self.metrics = app, store, admission, audit, metrics
         self.sessions_of = sessions_of  # the ids of the open sessions a principal (by id) holds on this front
         self._refusals: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        self._refusals_pruned = time.monotonic()
         # initializes let through whose answer has not started yet, by principal id: the SDK registers a session
         # only after awaits of its own, so a cap counted from registered sessions alone let every initialize in
         # flight through (100 at once all opened one)
@@ -913,7 +921,11 @@ class AdmittedCalls:
     def _audit_refusal(self, principal: Principal) -> bool:
         """Whether this refusal goes to the audit: fewer than the token's calls per minute were audited in the last
         minute."""
-        now, audited = time.monotonic(), self._refusals[principal.id]
+        now = time.monotonic()
+        if now - self._refusals_pruned >= WINDOW_SECONDS:  # a principal refused once keeps no entry for ever
+            prune_windows(self._refusals, now)
+            self._refusals_pruned = now
+        audited = self._refusals[principal.id]
         while audited and audited[0] <= now - 60:
             audited.popleft()
         if len(audited) >= principal.calls_per_minute:

@@ -21,8 +21,9 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from flakebot.errors import FlakebotError
 from flakebot.pipeline.jobs import Limits
@@ -54,18 +55,31 @@ class Admission(Protocol):
         ...
 
 
-class MemoryAdmission:
-    """Admission for one front: each principal's calls of the last minute, in memory."""
+def prune_windows(windows: dict[Any, collections.deque[float]], now: float) -> None:
+    """Drop the windows whose last call left the minute: a principal seen once (JWT subjects are unbounded) would
+    otherwise keep its entry for the front's life."""
+    for key in [key for key, window in windows.items() if not window or window[-1] <= now - WINDOW_SECONDS]:
+        del windows[key]
 
-    def __init__(self) -> None:
+
+class MemoryAdmission:
+    """Admission for one front: each principal's calls of the last minute, in memory (a principal's entry dropped
+    once a minute passed without its calls: prune_windows, at most once a minute)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._calls: dict[tuple[str, bool], collections.deque[float]] = collections.defaultdict(collections.deque)
         self._lock = threading.Lock()
+        self._clock = clock
+        self._pruned = clock()
 
     def admit_call(self, principal: Principal, method: str = "tools/call") -> Refusal | None:
-        now = time.monotonic()
+        now = self._clock()
         call = method == "tools/call"
         limit = principal.calls_per_minute * (1 if call else OTHER_REQUESTS)
         with self._lock:
+            if now - self._pruned >= WINDOW_SECONDS:
+                prune_windows(self._calls, now)
+                self._pruned = now
             window = self._calls[principal.id, call]
             while window and window[0] <= now - WINDOW_SECONDS:
                 window.popleft()
@@ -97,8 +111,8 @@ class SharedAdmission(MemoryAdmission):
     them together. If the database does not answer, this front counts alone (in memory) until it does: a call is
     never refused, nor let through uncounted, for the database's sake."""
 
-    def __init__(self, queue: FrontQueue) -> None:
-        super().__init__()
+    def __init__(self, queue: FrontQueue, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(clock)
         self.queue = queue
 
     def admit_call(self, principal: Principal, method: str = "tools/call") -> Refusal | None:
