@@ -37,9 +37,10 @@ class WorkspaceGit:
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
 
-    def __call__(self, *args: str, sweep: bool = True) -> str:
+    def __call__(self, *args: str, sweep: bool = True, commit: bool = False) -> str:
         """`git ARGS` in the tree; `sweep`: nested .git removed first. Only a command that reads nothing of the work
-        tree but tracked paths (the index, objects, refs) may skip it: one that runs while the sandbox writes the tree."""
+        tree but tracked paths (the index, objects, refs) may skip it: one that runs while the sandbox writes the tree.
+        `commit`: a `git commit` that finds nothing to commit returns its status rather than failing."""
         from flakebot.source import safegit
 
         return safegit.git(
@@ -48,6 +49,7 @@ class WorkspaceGit:
             sweep=sweep,
             error=EditError,
             fix=f"inspect the workspace {self.workspace} (--keep), or start a new run",
+            passes=safegit.nothing_to_commit if commit else lambda done: False,
         )
 
     def head(self, sweep: bool = True) -> str:
@@ -60,9 +62,9 @@ class WorkspaceGit:
         and no sweep runs beside a command that may be making a repository."""
         self("add", "-A")
         staged()
-        try:  # asked at once: `diff --cached` before it cost a git process per commit
-            self("commit", "-q", "--no-verify", "--untracked-files=no", "-m", message, sweep=False)
-        except EditError:
+        try:  # asked at once: `diff --cached` before it cost a git process per commit, and after it one per empty one
+            self("commit", "-q", "--no-verify", "--untracked-files=no", "-m", message, sweep=False, commit=True)
+        except EditError:  # git's status not the one it gives for nothing to commit: whether it was, asked
             if self("diff", "--cached", "--name-only", sweep=False).strip():
                 raise  # something to commit, and git could not: its reason, not "nothing to commit"
         return self.head_from_files() or self.head(sweep=False)

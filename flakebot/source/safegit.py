@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from flakebot import launcher
@@ -106,9 +107,11 @@ def git(
     env: dict[str, str] | None = None,
     fix: str = "check the repository at the path named, or start a new run",
     error: type[FlakebotError] = FlakebotError,
+    passes: Callable[[subprocess.CompletedProcess[str]], bool] = lambda done: False,
 ) -> str:
     """Run `git ARGS` in `cwd`, hardened; its stdout. `sweep`: `cwd` is a model's tree, remove nested .git first.
-    A failure raises `error` (the caller's stage's type) naming the command and git's reason on one line."""
+    A failure raises `error` (the caller's stage's type) naming the command and git's reason on one line, unless
+    `passes(done)` says it is an answer (`nothing_to_commit`)."""
     if sweep:
         try:
             sweep_nested(Path(cwd))
@@ -130,9 +133,16 @@ def git(
         raise error(f"git {args[0]} in {cwd} took longer than {timeout:.0f} s", fix=fix) from None
     except OSError as exc:
         raise error(f"git cannot run: {exc.strerror}", fix="install git (it must be on PATH)") from None
-    if done.returncode != 0:
+    if done.returncode != 0 and not passes(done):
         raise error(f"git {args[0]} failed in {cwd}: {reason(done.stderr, done.returncode)}", fix=fix)
     return done.stdout
+
+
+def nothing_to_commit(done: subprocess.CompletedProcess[str]) -> bool:
+    """`git commit` found the index as HEAD has it (its status, in the C locale git runs in here): no failure. Any
+    other wording is a failure its caller looks into."""
+    last = done.stdout.strip().splitlines()[-1:]
+    return done.returncode == 1 and bool(last) and last[0].startswith(("nothing to commit", "nothing added to commit"))
 
 
 def head_from_files(repo: Path) -> str:

@@ -4,6 +4,8 @@ relative to the crate, nested .git swept before every host git call, and the gua
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,21 @@ def test_commit_makes_a_commit_only_when_something_changed(ws: Workspace) -> Non
     (ws.crate_dir / "src/main.rs").write_text('fn main() { println!("hi"); }\n')
     changed = ws.commit("an edit")
     assert changed != ws.base and ws.git("log", "-1", "--format=%s").strip() == "an edit"
+
+
+def test_a_commit_with_nothing_new_takes_gits_own_status_for_it(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git commit` says it found nothing to commit: that is the answer, the index not asked again (`diff --cached`),
+    counted through a git on PATH that logs each call and runs the real git."""
+    real, log = shutil.which("git"), tmp_path / "git.log"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/git").write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    (tmp_path / "bin/git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    assert ws.commit("nothing new") == ws.base
+    asked = log.read_text().splitlines()
+    assert len(asked) == 2 and " add -A" in asked[0] and " commit " in asked[1], asked  # HEAD read from .git's files
 
 
 def test_a_commit_git_refuses_with_something_staged_ends_with_gits_reason(ws: Workspace) -> None:
