@@ -8,7 +8,8 @@ Two kinds of call, and nothing in between (DESIGN.md, "The trust boundary"):
   `rust-toolchain.toml` from the tree is read (a config above that directory, which cargo also reads, counts
   in the metadata cache's key, and is refused when another user's); with a minimal environment (nothing of
   flakebot's own but PATH and rustup's home: no API keys or tokens); with flakebot's own CARGO_HOME (shared by
-  every run, so a crate is downloaded once) and the active toolchain pinned through RUSTUP_TOOLCHAIN.
+  every run, so a crate is downloaded once) and the active toolchain pinned through RUSTUP_TOOLCHAIN (its own cargo
+  run, not rustup's proxy: `host_cargo`).
 - **sandboxed calls** (`Cargo.argv` + `Cargo.env`, given to a Sandbox): everything that builds or tests.
   Always `--offline`: they read only what host calls fetched into CARGO_HOME's registry/ (bound read-only
   into the sandbox) or a local directory source.
@@ -62,6 +63,19 @@ def cargo_program() -> str:
             "HOME needs cargo on its PATH (e.g. /home/you/.cargo/bin) or RUSTUP_HOME set in its environment",
         )
     return str(Path(found).resolve()) if "rustup" not in Path(found).resolve().name else found
+
+
+def host_cargo() -> str:
+    """The cargo of host calls: when cargo is rustup's proxy, the pinned toolchain's own binary (the proxy would only
+    choose that same toolchain, for several ms a call: RUSTUP_TOOLCHAIN is set on every call); else cargo_program().
+    Sandboxed calls keep the proxy (it also sets the toolchain's library path for what they build and run)."""
+    program = cargo_program()
+    toolchain = active_toolchain()
+    if toolchain and "rustup" in Path(program).resolve().name:
+        own = rustup_home() / "toolchains" / toolchain / "bin" / "cargo"
+        if own.is_file() and os.access(own, os.X_OK):
+            return str(own)
+    return program
 
 
 def registry_dir(settings: Settings) -> Path:
@@ -267,7 +281,7 @@ class Cargo:
         # offline, --offline is already a global flag: said once, the sources check's `metadata --no-deps --offline`
         # and a plain `metadata --no-deps` are one call (and one answer kept, cargo/metacache.py)
         rest = [a for a in args[1:] if not (self.offline and a == "--offline")]
-        return [cargo_program(), *self.config_args(), args[0], *manifest, *rest]
+        return [host_cargo(), *self.config_args(), args[0], *manifest, *rest]
 
     def run(
         self, args: list[str], crate_dir: Path | None, timeout: float | None = None

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.cargo.runner import RESOLVER_ARGS, Cargo, active_toolchain, toolchain_versions
-from flakebot.config import Settings
+from flakebot.cargo.runner import RESOLVER_ARGS, Cargo, active_toolchain, cargo_program, toolchain_versions
+from flakebot.config import Settings, rustup_home
 from flakebot.nix.lock import PINNED_RUSTC
 from tests.conftest import DEBIAN_REGISTRY
 
@@ -90,6 +90,27 @@ def test_host_calls_ignore_the_trees_cargo_config_and_toolchain_file(
     }
     assert env["GIT_ALLOW_PROTOCOL"] == "https"
     assert env["HOME"] != str(Path.home()) and env.get("RUSTUP_TOOLCHAIN")
+
+
+def test_host_calls_run_the_pinned_toolchains_own_cargo(tmp_path: Path) -> None:
+    """rustup's proxy would only choose the toolchain RUSTUP_TOOLCHAIN names on every call: host calls skip it (several
+    ms a call) and run that toolchain's own cargo, which answers as the proxy does; sandboxed calls keep the proxy."""
+    program = cargo_program()
+    if "rustup" not in Path(program).resolve().name:
+        pytest.skip(f"cargo here is not rustup's proxy ({program})")
+    cargo = Cargo.for_run(Settings(registry="local"), tmp_path / "target")
+    crate = tmp_path / "c"
+    assert cargo.run(["init", "--bin", "--vcs", "none", "--name", "c", str(crate)], None, timeout=120).returncode == 0
+    argv = cargo.host_argv(["metadata", "--format-version", "1", "--no-deps"], crate)
+    assert argv[0] == str(rustup_home() / "toolchains" / str(active_toolchain()) / "bin/cargo")
+    assert cargo.argv("test")[0] == program
+    direct = cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120)
+    env = cargo.host_env()
+    proxied = subprocess.run([program, *argv[1:]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert direct.returncode == proxied.returncode == 0, proxied.stderr
+    assert json.loads(direct.stdout) == json.loads(proxied.stdout)
+    versions = [subprocess.run([c, "-V"], env=env, capture_output=True, text=True).stdout for c in (argv[0], program)]
+    assert versions[0] == versions[1] != ""
 
 
 def test_a_sparse_index_setting_replaces_crates_io_by_name() -> None:
