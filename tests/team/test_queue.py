@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from flakebot.errors import QuotaExceeded, UsageError
 from flakebot.pipeline.request import RunRequest
@@ -623,4 +624,36 @@ def test_each_enqueue_or_join_is_one_following_a_waited_calls_end_retracts_alone
         ("enqueued", None), ("joined", None), ("joined", None), ("retracted", first), ("retracted", second),
         ("joined", None), ("left", None), ("joined", None), ("left", again), ("cancelled", other),
     ], said  # fmt: skip
+    conn.close()
+
+
+def test_only_its_own_retraction_ends_a_following(database: str) -> None:
+    """A following is retracted only by a 'retracted' row of its own job, tenant and identity naming its id exactly:
+    rows naming it from another job, another tenant or another identity, as other text ("0007"), or a following
+    retracted in passing by a row written for another one end nothing (whoever writes the table); a job's followings
+    are read in one pass over its rows, however many (queue._FOLLOWINGS: no query per following)."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=10, max_per_day=10)
+    mine = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
+    theirs = queue.enqueue(conn, "acme", "bob", craft("need a tac"), principal_id="id-bob")
+    elsewhere = queue.enqueue(conn, "acme", "alice", craft("need a cat"), principal_id="id-alice").job_id
+    queue.set_quota(conn, "other", max_in_flight=10, max_per_day=10)
+    other_tenant = queue.enqueue(conn, "other", "alice", craft("need a tac"), principal_id="id-alice").job_id
+    job, following = mine.job_id, mine.following
+    forged = [
+        ("acme", elsewhere, {"principal_id": "id-alice", "following": following}),
+        ("other", other_tenant, {"principal_id": "id-alice", "following": following}),
+        ("acme", job, {"principal_id": "id-bob", "following": following}),
+        ("acme", job, {"principal_id": "id-alice", "following": f"000{following}"}),
+        ("acme", job, {"principal_id": "id-alice", "following": theirs.following}),
+        ("acme", job, {"principal_id": "id-alice"}),
+    ]
+    for tenant, job_id, detail in forged:
+        conn.execute(
+            "INSERT INTO audit (tenant, principal, action, job, detail) VALUES (%s, 'alice', 'retracted', %s, %s)",
+            (tenant, job_id, Jsonb(detail)),
+        )
+    assert queue._followings(conn, job, "acme") == {"id-alice": {following}, "id-bob": {theirs.following}}
+    assert queue.cancel(conn, job, "acme", "alice", "id-alice", following=following)["left_by"] == ["id-alice"]  # type: ignore[index]
+    assert queue._followings(conn, job, "acme") == {"id-alice": set(), "id-bob": {theirs.following}}
     conn.close()
