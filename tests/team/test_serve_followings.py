@@ -4,6 +4,7 @@ PostgreSQL, the MCP SDK's client over HTTP."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from pathlib import Path
 
@@ -15,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from flakebot.team import audit
 from flakebot.team.idtokens import LEEWAY_SECONDS
 from tests.conftest import wait_for
-from tests.team.test_front import add_token, serving
+from tests.team.test_front import add_token, post, serving
 from tests.team.test_jwt import AUDIENCE, ISSUER, claims
-from tests.team.test_serve_queue import _audited, call, handle_of, rows
+from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, handle_of, rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -50,3 +51,32 @@ def test_a_waited_craft_whose_jwt_expired_while_it_waited_leaves_no_job_for_nobo
     assert _audited(database) == [("carol@example.test", "enqueued"), ("carol@example.test", "cancelled")]
     crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
     assert [(r["principal"], r["outcome"]) for r in crafts] == [("carol@example.test", "error")], crafts
+
+
+def test_a_sessions_request_id_in_use_is_refused_so_its_waited_craft_can_still_be_cancelled(
+    flakebot_home: Path, database: str
+) -> None:
+    """alice's session waits on a craft as request 7 and, while it waits, asks `list` as request 7 too (MCP: an id is
+    never reused in a session; a client numbering every request 1 does). The SDK kept one request per id: the second
+    took the first's place and left with its answer, so when the waited craft's stream closed, the cancel flakebot
+    sends for request 7 found nothing to cancel; the call went on waiting for nobody and the job, alice's alone, stayed
+    queued. Now a request whose id another open request of the session holds is refused in one line (another
+    principal posting into the session is the SDK's 404, as before), and the waited craft's end leaves its job."""
+    alice, mallory = add_token("alice", "--tenant", "acme"), add_token("mallory", "--tenant", "acme")
+    with (
+        serving(database=database, log=flakebot_home / "serve.log") as url,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        session = Session(url, alice)
+        waited = pool.submit(_waited_craft_given_up, url, alice, "need a csv deduper", session.headers, 6)
+        wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        reused = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+        assert post(url, reused, mallory, **session.headers).status_code == 404
+        refused = post(url, {**reused, "id": "7"}, alice, **session.headers)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert "request id 7 is in use" in error["message"] and "Fix: " in error["message"], error
+        assert "result" in session.ask("tools/call", {"name": "list", "arguments": {}})  # an id of its own: answered
+        waited.result(60)
+        wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+    assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")]
