@@ -532,11 +532,14 @@ def drop_followings(conn: Conn, principal_id: str, revoked: Collection[str] = ()
     it (cancel, `because` 'revoked'): a job another live principal follows goes on for it (the revoked one left it),
     one nobody else live follows is cancelled (queued: never claimed; running: its worker stops it). `revoked`: every
     identity revoked (none of them keeps a job going). The rows it changed."""
-    followed = conn.execute(
-        f"SELECT DISTINCT j.id, j.tenant, a.principal FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
-        f"WHERE j.state IN ('queued', 'running') AND {_WHO} = %s AND a.action IN ('enqueued', 'joined') ORDER BY j.id",
-        (principal_id,),
-    ).fetchall()
+    with conn.transaction():  # its own: on a connection not in autocommit, a bare read would leave a transaction
+        # open, and each cancel's below would be only a savepoint in it, committed by nobody
+        followed = conn.execute(
+            "SELECT DISTINCT j.id, j.tenant, a.principal FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = "
+            f"j.tenant WHERE j.state IN ('queued', 'running') AND {_WHO} = %s AND a.action IN ('enqueued', 'joined') "
+            "ORDER BY j.id",
+            (principal_id,),
+        ).fetchall()
     others = set(revoked) - {principal_id}  # cancel counts the caller among the followers: it is the one leaving
     changed = []
     for job in followed:
