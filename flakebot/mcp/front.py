@@ -636,19 +636,28 @@ class TeamMCP(FlakebotMCP):
                 del self._in_flight[owner]
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
-        """The call, as one of its token's calls in flight (one_of_its_calls)."""
+        """The call, as one of its token's calls in flight (one_of_its_calls); audited however it ends: one cancelled
+        before its answer (its client went away) too, as `cancelled` (a client could otherwise make any call it
+        made, a craft or a tool's run, vanish from the audit by leaving before the answer)."""
         started = time.monotonic()
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
-        async with self.one_of_its_calls(ctx):
-            result = await self._tenant_call(ctx, params)
-        data = result.structured_content if isinstance(result.structured_content, dict) else {}
-        code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
-        outcome = "error" if result.is_error else "ok"
-        if data.get("type") == "JobLimit":
-            self.metrics.refused("job_limit")
-        self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
-        self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
-        return result
+        outcome, code = "error", None
+        try:
+            async with self.one_of_its_calls(ctx):
+                result = await self._tenant_call(ctx, params)
+        except anyio.get_cancelled_exc_class():
+            outcome = "cancelled"
+            raise
+        else:
+            data = result.structured_content if isinstance(result.structured_content, dict) else {}
+            code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
+            outcome = "error" if result.is_error else "ok"
+            if data.get("type") == "JobLimit":
+                self.metrics.refused("job_limit")
+            self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
+            return result
+        finally:
+            self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
 
     async def _tenant_call(self, ctx: Any, params: Any) -> Any:
         """A call as the caller's tenant sees flakebot: a queued job's status from its row, another tenant's run as

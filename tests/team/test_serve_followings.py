@@ -80,3 +80,20 @@ def test_a_sessions_request_id_in_use_is_refused_so_its_waited_craft_can_still_b
         waited.result(60)
         wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
     assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")]
+
+
+@pytest.mark.parametrize("protocol", ["2026-07-28", "2025-11-25"])
+def test_a_call_whose_client_went_away_is_still_audited(
+    flakebot_home: Path, database: str, workdir: Path, protocol: str
+) -> None:
+    """A tool call is audited as it is answered, so a call cancelled first (its client closed the connection, and
+    for a session's request flakebot.mcp.gone's cancel) left no record at all: a client could make any long call (a
+    craft, a tool's run) vanish from the audit by going away before its answer. Now it is audited, outcome
+    `cancelled`, under the principal it was admitted as."""
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        session = Session(url, alice).headers if protocol == "2025-11-25" else None
+        _waited_craft_given_up(url, alice, "need a csv deduper", session)
+        wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+    crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
+    assert [(r["principal"], r["outcome"]) for r in crafts] == [("alice", "cancelled")], crafts
