@@ -195,6 +195,7 @@ class TeamMCP(FlakebotMCP):
         if ctx.method != CALL_AS_TASK:
             return await call_next(ctx)
         started, outcome = time.monotonic(), "error"
+        principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
         params = ctx.params if isinstance(ctx.params, dict) else {}
         name = params.get("name") if isinstance(params.get("name"), str) else None
         try:
@@ -204,7 +205,7 @@ class TeamMCP(FlakebotMCP):
             return result
         finally:
             self.metrics.call(_metric_label(str(name)), outcome, time.monotonic() - started)
-            self._audited(ctx, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
+            self._audited(principal, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
     async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
         """The caller's tenant's catalog changed: its own session hears it now, each other open session of its
@@ -322,16 +323,17 @@ class TeamMCP(FlakebotMCP):
     def queued(self, name: str) -> bool:
         return self.queue is not None and name in QUEUED_TOOLS
 
-    def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+    def enqueue(self, ctx: Any, name: str, args: dict[str, Any], principal: Principal | None = None) -> Any:
         """Check a long call as the door checks it (its schema, its size and text, its arguments' values) and queue
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
         what a tenant may ask. Each call's enqueue or join is one following of the job (Enqueued.following), which
-        only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends."""
+        only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends. `principal`: the
+        caller's, verified already (else verified here)."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
-        principal = self.principal(ctx)
+        principal = principal or self.principal(ctx)
         if principal is None or self.queue is None:
             raise TeamError("no principal for this call", fix="call through the front with a token")
         _check_own(name, args)
@@ -422,10 +424,15 @@ class TeamMCP(FlakebotMCP):
         principal = self.principal(ctx)
         if self.queue is None or principal is None:
             return None
+        return self._handed(ctx, self._cancel(principal, job_id, following))
+
+    def _cancel(self, principal: Principal, job_id: int, following: int | None) -> dict[str, Any] | None:
+        """The queue's cancel for `principal` (cancel_job), its row's kept read dropped: the row as the queue left it."""
+        assert self.queue is not None
         row = self.queue.cancel(principal, job_id, self.store.revoked(), following)
         with self._rows_lock:
             self._rows.pop((principal.tenant, job_id), None)
-        return self._handed(ctx, row)
+        return row
 
     def drop_revoked_followings(self, seen: set[str]) -> None:
         """Tokens revoked since this front last looked (not in `seen`, which this adds them to) follow no queued job
@@ -466,11 +473,13 @@ class TeamMCP(FlakebotMCP):
             return await super()._long(ctx, name, args, changes_catalog=changes_catalog)
         wait = _wait(ctx, args)
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
-        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args))
+        principal = await anyio.to_thread.run_sync(self.principal, ctx)
+        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args, principal))
         if not wait:
             self.watch_job(ctx, enqueued.job_id)
             return queued.handle_answer(enqueued)
-        return await self._follow_job(ctx, enqueued.job_id, changes_catalog, enqueued.following)
+        assert principal is not None  # enqueue refuses a call without one
+        return await self._follow_job(ctx, enqueued.job_id, changes_catalog, (principal, enqueued.following))
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Send tools/list_changed to this session (and so to every open session of its tenant) once a detached
@@ -520,10 +529,12 @@ class TeamMCP(FlakebotMCP):
             self._watchers.pop(job_id, None)
 
     async def _follow_job(
-        self, ctx: Any, job_id: int, changes_catalog: bool, following: int | None = None
+        self, ctx: Any, job_id: int, changes_catalog: bool, following: tuple[Principal, int] | None = None
     ) -> dict[str, Any]:
         """A queued job waited for: each change of its state a progress notification, then its result. `following`:
-        the one following of the job this call holds (its enqueue or join), ended if the call ends first."""
+        the one following of the job this call holds (its enqueue or join) and the principal it was made for, ended
+        if the call ends first, however it ends: cancelled (its client went away), or an error raised (the caller's
+        token no longer valid, the database away): either way nobody waits on the job through this call any more."""
         from flakebot.deliver.results import compact_result
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
@@ -533,7 +544,7 @@ class TeamMCP(FlakebotMCP):
             while True:
                 row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
                 if row is None:
-                    raise queued.not_found(handle(job_id))
+                    raise await self._unseen(ctx, job_id)
                 if row["state"] != last:
                     last, count = row["state"], count + 1
                     await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
@@ -541,10 +552,10 @@ class TeamMCP(FlakebotMCP):
                 if ended is not None:
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
-        except anyio.get_cancelled_exc_class():
-            if not self.stopping() and following is not None:  # its client went away: nobody gets this answer now
+        except BaseException:
+            if not self.stopping() and following is not None:  # nobody gets this job's answer through this call now
                 with anyio.CancelScope(shield=True):
-                    await self._leave_waited(ctx, job_id, following)
+                    await self._leave_waited(job_id, *following)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
@@ -552,14 +563,29 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx)
         return {"ok": True, **compact_result(ended["result"])}
 
-    async def _leave_waited(self, ctx: Any, job_id: int, following: int) -> None:
+    async def _unseen(self, ctx: Any, job_id: int) -> FlakebotError:
+        """Why a waited job's row is not the caller's to read: its token no longer valid (a JWT expired, a token
+        revoked, while the call waited), else an unknown job."""
+        from flakebot.mcp import queued
+
+        if await anyio.to_thread.run_sync(self.principal, ctx) is not None:
+            return queued.not_found(handle(job_id))
+        return TeamError(
+            f"this call's token is no longer valid (expired or revoked) while it waited on {handle(job_id)}",
+            fix="call again with a valid token; status with that job-ID says whether the job went on (another call "
+            "of yours or another agent follows it) or was cancelled",
+        )
+
+    async def _leave_waited(self, job_id: int, principal: Principal, following: int) -> None:
         """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
-        sent notifications/cancelled): its own following of the job ends (cancel_job), and with the caller's last
+        sent notifications/cancelled; or it raised): its own following of the job ends, and with the caller's last
         one (the database knows them all, on every front: tasks, detached crafts, other waited calls) the caller
-        leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. A front
-        stopping does not (`stopping`): its callers' jobs go on."""
+        leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. Ended for
+        the principal the following was made for, not the call's token verified again: a JWT that expired meanwhile
+        still ends what it started (a revoked token's followings the front's look ends: revoked, it counts for
+        nothing here). A front stopping does not (`stopping`): its callers' jobs go on."""
         try:
-            row = await anyio.to_thread.run_sync(lambda: self.cancel_job(ctx, job_id, following))
+            row = await anyio.to_thread.run_sync(lambda: self._cancel(principal, job_id, following))
         except FlakebotError as exc:
             logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
             return
@@ -595,7 +621,7 @@ class TeamMCP(FlakebotMCP):
     async def list_tools(self, ctx: Any, params: Any) -> Any:
         started = time.monotonic()
         result = await super().list_tools(ctx, params)
-        self._audited(ctx, "tools/list", None, None, "ok", None, started)
+        self._audited(self.principal(ctx), "tools/list", None, None, "ok", None, started)
         return result
 
     @contextlib.asynccontextmanager
@@ -617,18 +643,28 @@ class TeamMCP(FlakebotMCP):
                 del self._in_flight[owner]
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
-        """The call, as one of its token's calls in flight (one_of_its_calls)."""
+        """The call, as one of its token's calls in flight (one_of_its_calls); audited however it ends: one cancelled
+        before its answer (its client went away) too, as `cancelled` (a client could otherwise make any call it
+        made, a craft or a tool's run, vanish from the audit by leaving before the answer)."""
         started = time.monotonic()
-        async with self.one_of_its_calls(ctx):
-            result = await self._tenant_call(ctx, params)
-        data = result.structured_content if isinstance(result.structured_content, dict) else {}
-        code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
-        outcome = "error" if result.is_error else "ok"
-        if data.get("type") == "JobLimit":
-            self.metrics.refused("job_limit")
-        self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
-        self._audited(ctx, "tools/call", params.name, params.arguments or {}, outcome, code, started)
-        return result
+        principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
+        outcome, code = "error", None
+        try:
+            async with self.one_of_its_calls(ctx):
+                result = await self._tenant_call(ctx, params)
+        except anyio.get_cancelled_exc_class():
+            outcome = "cancelled"
+            raise
+        else:
+            data = result.structured_content if isinstance(result.structured_content, dict) else {}
+            code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
+            outcome = "error" if result.is_error else "ok"
+            if data.get("type") == "JobLimit":
+                self.metrics.refused("job_limit")
+            self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
+            return result
+        finally:
+            self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
 
     async def _tenant_call(self, ctx: Any, params: Any) -> Any:
         """A call as the caller's tenant sees flakebot: a queued job's status from its row, another tenant's run as
@@ -720,9 +756,15 @@ class TeamMCP(FlakebotMCP):
         return _result({"ok": False, **unexpected.result()}, error=True)
 
     def _audited(
-        self, ctx: Any, method: str, tool: str | None, arguments: Any, outcome: str, code: int | None, started: float
+        self,
+        principal: Principal | None,
+        method: str,
+        tool: str | None,
+        arguments: Any,
+        outcome: str,
+        code: int | None,
+        started: float,
     ) -> None:
-        principal = self.principal(ctx)
         if principal is None:
             logger.warning("%s answered without a principal: not audited", method)
             return

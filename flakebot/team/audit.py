@@ -2,9 +2,10 @@
 
 A record names who called (principal, its id, tenant), what (the MCP method, the tool), a SHA-256 of the arguments
 as canonical JSON (equal arguments give equal digests, so repeats can be found; the text never reaches the file: a
-need may hold what its author would not log), the outcome (ok, error or refused, and a tool's exit code) and the
-duration. The file is the workdir's team/audit.jsonl, mode 0600; each record is one write() of one line to a file
-opened with O_APPEND, so lines from concurrent calls never interleave.
+need may hold what its author would not log), the outcome (ok, error, refused, or cancelled: its client went away
+before the answer; and a tool's exit code) and the duration. The file is the workdir's team/audit.jsonl, mode 0600;
+each record is one write() of one line to a file opened with O_APPEND, so lines from concurrent calls never
+interleave.
 """
 
 from __future__ import annotations

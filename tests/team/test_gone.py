@@ -75,3 +75,12 @@ def test_an_answered_request_a_notification_or_a_stateless_request_is_not_cancel
     stateless = Answering(finish=False)
     _served(stateless, [(b"content-type", b"application/json")], REQUEST)
     assert [len(app.seen) for app in (answered, notified, stateless)] == [1, 1, 1]
+
+
+def test_a_request_naming_a_session_but_a_later_protocol_is_left_to_the_sdk() -> None:
+    """The SDK serves a 2026-07-28 request statelessly whatever session id it names (and cancels its handler itself
+    when its client goes away): no cancel is sent for it."""
+    later = [(b"mcp-session-id", b"s-1"), (b"mcp-protocol-version", b"2026-07-28")]
+    app = Answering(finish=False)
+    _served(app, later, REQUEST)
+    assert len(app.seen) == 1, app.seen

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from flakebot.errors import QuotaExceeded, UsageError
 from flakebot.pipeline.request import RunRequest
@@ -631,4 +632,68 @@ def test_each_enqueue_or_join_is_one_following_a_waited_calls_end_retracts_alone
         ("enqueued", None), ("joined", None), ("joined", None), ("retracted", first), ("retracted", second),
         ("joined", None), ("left", None), ("joined", None), ("left", again), ("cancelled", other),
     ], said  # fmt: skip
+    conn.close()
+
+
+def test_only_its_own_retraction_ends_a_following(database: str) -> None:
+    """A following is retracted only by a 'retracted' row of its own job, tenant and identity naming its id exactly:
+    rows naming it from another job, another tenant or another identity, as other text ("0007"), or a following
+    retracted in passing by a row written for another one end nothing (whoever writes the table); a job's followings
+    are read in one pass over its rows, however many (queue._FOLLOWINGS: no query per following)."""
+    conn = db.connect(database)
+    queue.set_quota(conn, "acme", max_in_flight=10, max_per_day=10)
+    mine = queue.enqueue(conn, "acme", "alice", craft("need a tac"), principal_id="id-alice")
+    theirs = queue.enqueue(conn, "acme", "bob", craft("need a tac"), principal_id="id-bob")
+    elsewhere = queue.enqueue(conn, "acme", "alice", craft("need a cat"), principal_id="id-alice").job_id
+    queue.set_quota(conn, "other", max_in_flight=10, max_per_day=10)
+    other_tenant = queue.enqueue(conn, "other", "alice", craft("need a tac"), principal_id="id-alice").job_id
+    job, following = mine.job_id, mine.following
+    forged = [
+        ("acme", elsewhere, {"principal_id": "id-alice", "following": following}),
+        ("other", other_tenant, {"principal_id": "id-alice", "following": following}),
+        ("acme", job, {"principal_id": "id-bob", "following": following}),
+        ("acme", job, {"principal_id": "id-alice", "following": f"000{following}"}),
+        ("acme", job, {"principal_id": "id-alice", "following": theirs.following}),
+        ("acme", job, {"principal_id": "id-alice"}),
+    ]
+    for tenant, job_id, detail in forged:
+        conn.execute(
+            "INSERT INTO audit (tenant, principal, action, job, detail) VALUES (%s, 'alice', 'retracted', %s, %s)",
+            (tenant, job_id, Jsonb(detail)),
+        )
+    assert queue._followings(conn, job, "acme") == {"id-alice": {following}, "id-bob": {theirs.following}}
+    assert queue.cancel(conn, job, "acme", "alice", "id-alice", following=following)["left_by"] == ["id-alice"]  # type: ignore[index]
+    assert queue._followings(conn, job, "acme") == {"id-alice": set(), "id-bob": {theirs.following}}
+    conn.close()
+
+
+@pytest.mark.parametrize("other_end", ["the other waited call's", "a revocation's", "a tasks/cancel"])
+def test_a_tokens_two_followings_ending_at_once_end_its_job_once(database: str, other_end: str) -> None:
+    """Each round, one token's two followings of a job it alone follows end at the same moment, on two connections
+    (two fronts): a waited call's end (its following retracted) and `other_end`. Whichever commits first, the job ends
+    cancelled once: the audit holds one 'cancelled', and a retraction only when it came first. (A revocation's on a
+    connection not in autocommit, as these are, committed nothing: its cancels were savepoints in the transaction its
+    first read left open.)"""
+    conn = db.connect(database, autocommit=True)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+    for round_ in range(10):
+        first = queue.enqueue(conn, "acme", "alice", craft(f"need tool {round_}"), principal_id="id-alice")
+        second = queue.enqueue(conn, "acme", "alice", craft(f"need tool {round_}"), principal_id="id-alice")
+        job, followings = first.job_id, (first.following, second.following)
+
+        def race(c: Any, n: int, job: int = job, round_: int = round_, ends: tuple[int, int] = followings) -> Any:
+            time.sleep((round_ + n) % 3 * 0.003)  # either first, in some rounds
+            if n == 0:
+                return queue.cancel(c, job, "acme", "alice", "id-alice", following=ends[0])
+            if other_end == "a revocation's":
+                return queue.drop_followings(c, "id-alice", {"id-alice"})
+            following = ends[1] if other_end == "the other waited call's" else None
+            return queue.cancel(c, job, "acme", "alice", "id-alice", following=following)
+
+        raced(database, race)
+        row = queue.get(conn, job, "acme")
+        assert row is not None and row["state"] == "cancelled", row
+        actions = [a["action"] for a in conn.execute("SELECT action FROM audit WHERE job = %s ORDER BY id", (job,))]
+        assert actions.count("cancelled") == 1 and actions.count("left") == 0, actions
+        assert actions.count("retracted") <= 1 and actions.index("cancelled") == len(actions) - 1, actions
     conn.close()

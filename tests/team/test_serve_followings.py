@@ -1,0 +1,99 @@
+"""Attacks on a waited craft's following of its queued job (docs/team.md, "A waited craft whose caller went away"):
+each end of the call before its job's retracts that call's own following, whatever ended it. Real fronts, a real
+PostgreSQL, the MCP SDK's client over HTTP."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from flakebot.team import audit
+from flakebot.team.idtokens import LEEWAY_SECONDS
+from tests.conftest import wait_for
+from tests.team.test_front import add_token, post, serving
+from tests.team.test_jwt import AUDIENCE, ISSUER, claims
+from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, handle_of, rows
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_a_waited_craft_whose_jwt_expired_while_it_waited_leaves_no_job_for_nobody(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """carol's JWT expires while her craft (wait: true) waits on its job. Her call then read the job as her token no
+    longer could: "no job 'job-1' (unknown here...)", an error raised, not a cancel, so her following of the job was
+    never retracted and the job, hers alone, stayed queued for nobody (a worker would craft it); and the call was not
+    audited at all (its principal was looked up again at its end). Now any end of a waited call before its job's
+    retracts its own following (here the job is cancelled: she alone followed it), the answer says why in one line,
+    and the call is audited under the principal it was admitted as."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    key_file = flakebot_home / "idp.pem"
+    key_file.write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    add_token("alice", "--tenant", "acme")
+    expires = int(time.time()) - LEEWAY_SECONDS + 6  # valid for the next ~6 s, the front's leeway counted
+    carol = jwt.encode(claims(exp=expires), private, algorithm="RS256")
+    options = ["--jwt-issuer", ISSUER, "--jwt-audience", AUDIENCE, "--jwt-key", str(key_file)]
+    with serving(*options, log=flakebot_home / "serve.log", database=database) as url:
+        answer = call(url, carol, "craft", {"need": "need a csv deduper", "wait": True})
+        assert answer["is_error"], answer
+        assert "unknown here" not in answer["error"] and "no longer valid" in answer["error"], answer
+        assert answer["fix"], answer
+        job = handle_of(rows(database)[0])
+        wait_for(lambda: {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled", timeout=30)
+    assert _audited(database) == [("carol@example.test", "enqueued"), ("carol@example.test", "cancelled")]
+    crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
+    assert [(r["principal"], r["outcome"]) for r in crafts] == [("carol@example.test", "error")], crafts
+
+
+def test_a_sessions_request_id_in_use_is_refused_so_its_waited_craft_can_still_be_cancelled(
+    flakebot_home: Path, database: str
+) -> None:
+    """alice's session waits on a craft as request 7 and, while it waits, asks `list` as request 7 too (MCP: an id is
+    never reused in a session; a client numbering every request 1 does). The SDK kept one request per id: the second
+    took the first's place and left with its answer, so when the waited craft's stream closed, the cancel flakebot
+    sends for request 7 found nothing to cancel; the call went on waiting for nobody and the job, alice's alone, stayed
+    queued. Now a request whose id another open request of the session holds is refused in one line (another
+    principal posting into the session is the SDK's 404, as before), and the waited craft's end leaves its job."""
+    alice, mallory = add_token("alice", "--tenant", "acme"), add_token("mallory", "--tenant", "acme")
+    with (
+        serving(database=database, log=flakebot_home / "serve.log") as url,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        session = Session(url, alice)
+        waited = pool.submit(_waited_craft_given_up, url, alice, "need a csv deduper", session.headers, 6)
+        wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        reused = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+        assert post(url, reused, mallory, **session.headers).status_code == 404
+        refused = post(url, {**reused, "id": "7"}, alice, **session.headers)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert "request id 7 is in use" in error["message"] and "Fix: " in error["message"], error
+        assert "result" in session.ask("tools/call", {"name": "list", "arguments": {}})  # an id of its own: answered
+        waited.result(60)
+        wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+    assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")]
+
+
+@pytest.mark.parametrize("protocol", ["2026-07-28", "2025-11-25"])
+def test_a_call_whose_client_went_away_is_still_audited(
+    flakebot_home: Path, database: str, workdir: Path, protocol: str
+) -> None:
+    """A tool call is audited as it is answered, so a call cancelled first (its client closed the connection, and
+    for a session's request flakebot.mcp.gone's cancel) left no record at all: a client could make any long call (a
+    craft, a tool's run) vanish from the audit by going away before its answer. Now it is audited, outcome
+    `cancelled`, under the principal it was admitted as."""
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database, log=flakebot_home / "serve.log") as url:
+        session = Session(url, alice).headers if protocol == "2025-11-25" else None
+        _waited_craft_given_up(url, alice, "need a csv deduper", session)
+        wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+    crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
+    assert [(r["principal"], r["outcome"]) for r in crafts] == [("alice", "cancelled")], crafts
