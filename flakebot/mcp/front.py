@@ -564,14 +564,15 @@ class TeamMCP(FlakebotMCP):
         return {"ok": True, **compact_result(ended["result"])}
 
     async def _unseen(self, ctx: Any, job_id: int) -> FlakebotError:
-        """Why a waited job's row is not the caller's to read: its token no longer valid (a JWT expired, a token
-        revoked, while the call waited), else an unknown job."""
+        """Why a waited job's row is not the caller's to read: its token no longer verifies (a JWT expired, a token
+        revoked, or the token store refused, while the call waited), else an unknown job."""
         from flakebot.mcp import queued
 
         if await anyio.to_thread.run_sync(self.principal, ctx) is not None:
             return queued.not_found(handle(job_id))
         return TeamError(
-            f"this call's token is no longer valid (expired or revoked) while it waited on {handle(job_id)}",
+            f"this call's token stopped verifying while it waited on {handle(job_id)} (it expired or was revoked, or the "
+            "front's token store is refused: its log says which)",
             fix="call again with a valid token; status with that job-ID says whether the job went on (another call "
             "of yours or another agent follows it) or was cancelled",
         )

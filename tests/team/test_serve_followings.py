@@ -44,7 +44,7 @@ def test_a_waited_craft_whose_jwt_expired_while_it_waited_leaves_no_job_for_nobo
     with serving(*options, log=flakebot_home / "serve.log", database=database) as url:
         answer = call(url, carol, "craft", {"need": "need a csv deduper", "wait": True})
         assert answer["is_error"], answer
-        assert "unknown here" not in answer["error"] and "no longer valid" in answer["error"], answer
+        assert "unknown here" not in answer["error"] and "stopped verifying" in answer["error"], answer
         assert answer["fix"], answer
         job = handle_of(rows(database)[0])
         wait_for(lambda: {handle_of(r): r["state"] for r in rows(database)}[job] == "cancelled", timeout=30)
