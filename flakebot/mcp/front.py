@@ -377,6 +377,20 @@ class TeamMCP(FlakebotMCP):
             self._rows[(tenant, job_id)] = (time.monotonic(), row)
             return row
 
+    def admitted_row(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
+        """The job's row as a waited call admitted for `principal` sees it, whatever its token has done since: a JWT
+        that expires while the call waits does not end a craft its caller was admitted for (an HTTP request is
+        authorised as it arrives), nor cancel the job for nobody; a revoked token's followings the front's look ends,
+        and this row then says so (queued.seen_by)."""
+        from flakebot.mcp import queued
+
+        if self.queue is None:
+            return None
+        row = self._kept_row(principal.tenant, job_id)
+        if row is not None:
+            row = queued.seen_by(row, principal.id)
+        return queued.vouched(row, dataclasses.replace(self.settings(), tenant=principal.tenant), fetch=self.fetch_tool)
+
     def _handed(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """A job's row as the caller is handed it: cancelled for a caller who left it (queued.seen_by), and its result
         vouched for by this front's catalog (the row names, the catalog tells: queued.vouched)."""
@@ -542,7 +556,9 @@ class TeamMCP(FlakebotMCP):
         count, last = 0, None
         try:
             while True:
-                row = await anyio.to_thread.run_sync(lambda: self.job_row(ctx, job_id))
+                row = await anyio.to_thread.run_sync(
+                    lambda: self.admitted_row(following[0], job_id) if following else self.job_row(ctx, job_id)
+                )
                 if row is None:
                     raise await self._unseen(ctx, job_id)
                 if row["state"] != last:
@@ -560,7 +576,7 @@ class TeamMCP(FlakebotMCP):
         if "error" in ended:
             return {"ok": False, **ended["error"]}
         if changes_catalog and _catalogued(ended["result"]):
-            await self.tools_changed(ctx)
+            await self.tools_changed(ctx, following[0].tenant if following else None)
         return {"ok": True, **compact_result(ended["result"])}
 
     async def _unseen(self, ctx: Any, job_id: int) -> FlakebotError:
