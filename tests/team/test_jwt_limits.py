@@ -115,38 +115,14 @@ def test_caps_are_checked_before_serving(flakebot_home: Path) -> None:
 
     alone = run_cli("serve", "--port", "0", "--jwt-max-calls-per-minute", "10", timeout=60)
     assert alone.returncode == 2 and alone.stderr.count("\n") == 1 and "need --jwt-issuer" in alone.stderr
-    zero = run_cli(
-        "serve",
-        "--port",
-        "0",
-        "--jwt-issuer",
-        "https://idp.example.test",
-        "--jwt-audience",
-        AUDIENCE,
-        "--jwt-key",
-        str(flakebot_home),
-        "--jwt-max-concurrent-crafts",
-        "0",
-        timeout=60,
-    )
+    serve = ["serve", "--port", "0", "--jwt-issuer", "https://idp.example.test", "--jwt-audience", AUDIENCE]
+    serve += ["--jwt-key", str(flakebot_home)]
+    zero = run_cli(*serve, "--jwt-max-concurrent-crafts", "0", timeout=60)
     assert (
         zero.returncode == 2 and zero.stderr.count("\n") == 1 and "--jwt-max-concurrent-crafts must be" in zero.stderr
     )
     for claim in ("exp", "sub", "flakebot_tenant"):  # served, every token was refused, said once in the log
-        named = run_cli(
-            "serve",
-            "--port",
-            "0",
-            "--jwt-issuer",
-            "https://idp.example.test",
-            "--jwt-audience",
-            AUDIENCE,
-            "--jwt-key",
-            str(flakebot_home),
-            "--jwt-limits-claim",
-            claim,
-            timeout=60,
-        )
+        named = run_cli(*serve, "--jwt-limits-claim", claim, timeout=60)
         assert named.returncode == 2 and named.stderr.count("\n") == 1 and "--jwt-limits-claim" in named.stderr, claim
 
 
