@@ -355,11 +355,9 @@ class TeamMCP(FlakebotMCP):
         return enqueued
 
     def job_row(self, ctx: Any, job_id: int) -> dict[str, Any] | None:
-        """The job's row as the caller sees it (_handed), read at most ROW_FRESH seconds ago (_kept_row)."""
-        tenant = self.tenant(ctx)
-        if self.queue is None or tenant is None:
-            return None
-        return self._handed(ctx, self._kept_row(tenant, job_id))
+        """The job's row as the caller sees it (admitted_row for the caller's principal, verified once)."""
+        principal = self.principal(ctx)
+        return self.admitted_row(principal, job_id) if principal is not None else None
 
     def _kept_row(self, tenant: str, job_id: int) -> dict[str, Any] | None:
         """The tenant's job's row, read at most ROW_FRESH seconds ago: the calls following one job (held status
@@ -378,28 +376,24 @@ class TeamMCP(FlakebotMCP):
             return row
 
     def admitted_row(self, principal: Principal, job_id: int) -> dict[str, Any] | None:
-        """The job's row as a waited call admitted for `principal` sees it, whatever its token has done since: a JWT
-        that expires while the call waits does not end a craft its caller was admitted for (an HTTP request is
-        authorised as it arrives), nor cancel the job for nobody; a revoked token's followings the front's look ends,
-        and this row then says so (queued.seen_by)."""
-        from flakebot.mcp import queued
-
+        """The job's row as `principal` sees it (_seen_as), read at most ROW_FRESH seconds ago (_kept_row). A waited
+        call reads it for the principal it was admitted as, whatever its token has done since: a JWT that expires
+        while the call waits does not end a craft its caller was admitted for (an HTTP request is authorised as it
+        arrives), nor cancel the job for nobody; a revoked token's followings the front's look ends, and this row
+        then says so (queued.seen_by)."""
         if self.queue is None:
             return None
-        row = self._kept_row(principal.tenant, job_id)
+        return self._seen_as(principal, self._kept_row(principal.tenant, job_id))
+
+    def _seen_as(self, principal: Principal, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A job's row as `principal` is handed it: cancelled for one who left it (queued.seen_by), and its result
+        vouched for by this front's catalog of the principal's tenant (the row names, the catalog tells:
+        queued.vouched)."""
+        from flakebot.mcp import queued
+
         if row is not None:
             row = queued.seen_by(row, principal.id)
         return queued.vouched(row, dataclasses.replace(self.settings(), tenant=principal.tenant), fetch=self.fetch_tool)
-
-    def _handed(self, ctx: Any, row: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A job's row as the caller is handed it: cancelled for a caller who left it (queued.seen_by), and its result
-        vouched for by this front's catalog (the row names, the catalog tells: queued.vouched)."""
-        from flakebot.mcp import queued
-
-        principal = self.principal(ctx)
-        if row is not None and principal is not None:
-            row = queued.seen_by(row, principal.id)
-        return queued.vouched(row, self.settings(ctx), fetch=self.fetch_tool)
 
     def fetch_tool(self, settings: config.Settings, ref: str, need: str) -> None:
         """A finished job's tool this front's catalog lacks (a worker on another machine made it), installed once
@@ -438,7 +432,7 @@ class TeamMCP(FlakebotMCP):
         principal = self.principal(ctx)
         if self.queue is None or principal is None:
             return None
-        return self._handed(ctx, self._cancel(principal, job_id, following))
+        return self._seen_as(principal, self._cancel(principal, job_id, following))
 
     def _cancel(self, principal: Principal, job_id: int, following: int | None) -> dict[str, Any] | None:
         """The queue's cancel for `principal` (cancel_job), its row's kept read dropped: the row as the queue left it."""
@@ -486,9 +480,13 @@ class TeamMCP(FlakebotMCP):
         if not self.queued(name):
             return await super()._long(ctx, name, args, changes_catalog=changes_catalog)
         wait = _wait(ctx, args)
+
+        def admitted() -> tuple[Principal | None, Any]:  # verified once: the principal the following is made for
+            principal = self.principal(ctx)
+            return principal, self.enqueue(ctx, name, args, principal)
+
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
-        principal = await anyio.to_thread.run_sync(self.principal, ctx)
-        enqueued = await anyio.to_thread.run_sync(lambda: self.enqueue(ctx, name, args, principal))
+        principal, enqueued = await anyio.to_thread.run_sync(admitted)
         if not wait:
             self.watch_job(ctx, enqueued.job_id)
             return queued.handle_answer(enqueued)
@@ -543,24 +541,24 @@ class TeamMCP(FlakebotMCP):
             self._watchers.pop(job_id, None)
 
     async def _follow_job(
-        self, ctx: Any, job_id: int, changes_catalog: bool, following: tuple[Principal, int] | None = None
+        self, ctx: Any, job_id: int, changes_catalog: bool, following: tuple[Principal, int]
     ) -> dict[str, Any]:
         """A queued job waited for: each change of its state a progress notification, then its result. `following`:
-        the one following of the job this call holds (its enqueue or join) and the principal it was made for, ended
-        if the call ends first, however it ends: cancelled (its client went away), or an error raised (the caller's
-        token no longer valid, the database away): either way nobody waits on the job through this call any more."""
+        the one following of the job this call holds (its enqueue or join) and the principal it was admitted as (its
+        row read as that principal sees it: admitted_row), ended if the call ends first, however it ends: cancelled
+        (its client went away), or an error raised (the database away): either way nobody waits on the job through
+        this call any more."""
         from flakebot.deliver.results import compact_result
         from flakebot.mcp import queued
         from flakebot.mcp.server import _catalogued
 
+        principal, _ = following
         count, last = 0, None
         try:
             while True:
-                row = await anyio.to_thread.run_sync(
-                    lambda: self.admitted_row(following[0], job_id) if following else self.job_row(ctx, job_id)
-                )
+                row = await anyio.to_thread.run_sync(self.admitted_row, principal, job_id)
                 if row is None:
-                    raise await self._unseen(ctx, job_id)
+                    raise queued.not_found(handle(job_id))
                 if row["state"] != last:
                     last, count = row["state"], count + 1
                     await ctx.session.report_progress(float(count), None, f"{handle(job_id)}: {last}")
@@ -569,29 +567,15 @@ class TeamMCP(FlakebotMCP):
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
         except BaseException:
-            if not self.stopping() and following is not None:  # nobody gets this job's answer through this call now
+            if not self.stopping():  # nobody gets this job's answer through this call now
                 with anyio.CancelScope(shield=True):
                     await self._leave_waited(job_id, *following)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
         if changes_catalog and _catalogued(ended["result"]):
-            await self.tools_changed(ctx, following[0].tenant if following else None)
+            await self.tools_changed(ctx, principal.tenant)
         return {"ok": True, **compact_result(ended["result"])}
-
-    async def _unseen(self, ctx: Any, job_id: int) -> FlakebotError:
-        """Why a waited job's row is not the caller's to read: its token no longer verifies (a JWT expired, a token
-        revoked, or the token store refused, while the call waited), else an unknown job."""
-        from flakebot.mcp import queued
-
-        if await anyio.to_thread.run_sync(self.principal, ctx) is not None:
-            return queued.not_found(handle(job_id))
-        return TeamError(
-            f"this call's token stopped verifying while it waited on {handle(job_id)} (it expired or was revoked, or the "
-            "front's token store is refused: its log says which)",
-            fix="call again with a valid token; status with that job-ID says whether the job went on (another call "
-            "of yours or another agent follows it) or was cancelled",
-        )
 
     async def _leave_waited(self, job_id: int, principal: Principal, following: int) -> None:
         """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or

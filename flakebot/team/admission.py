@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from flakebot.errors import FlakebotError
 from flakebot.pipeline.jobs import Limits
 from flakebot.team.frontqueue import FrontQueue
-from flakebot.team.idtokens import ID_PREFIX as JWT
+from flakebot.team.idtokens import concurrent_crafts_set_by
 from flakebot.team.tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -92,8 +92,8 @@ class MemoryAdmission:
     def job_owner(self, principal: Principal, machine: Limits) -> tuple[str, Limits]:
         owner = f"token {principal.name!r}"
         cap = principal.concurrent_crafts
-        given = "its JWT's limits claim, up to the front's cap" if principal.id.startswith(JWT) else "token add"
-        return f"token:{principal.id}", Limits(machine.machine, cap, f"its concurrent crafts ({given})", owner)
+        given = f"its concurrent crafts ({concurrent_crafts_set_by(principal.id)})"
+        return f"token:{principal.id}", Limits(machine.machine, cap, given, owner)
 
 
 def refusal(principal: Principal, calls: int, wait: float, *, call: bool = True) -> Refusal:

@@ -36,6 +36,17 @@ logger = logging.getLogger(__name__)
 
 ID_PREFIX = "jwt-"  # a JWT principal's id: no static token's id (hex digits) starts so
 
+
+def concurrent_crafts_set_by(principal_id: str) -> str:
+    """What sets a principal's concurrent crafts, as a refusal names it for the caller to ask about: a JWT's limits
+    claim (held to the front's cap), a static token's `token add` option."""
+    return (
+        "its JWT's limits claim, up to the front's cap"
+        if principal_id.startswith(ID_PREFIX)
+        else "token add --concurrent-crafts"
+    )
+
+
 DEFAULT_TENANT_CLAIM = "flakebot_tenant"
 REGISTERED_CLAIMS = ("iss", "sub", "aud", "exp", "nbf", "iat", "jti")  # RFC 7519's: none holds a limits object
 LEEWAY_SECONDS = 30  # clock skew between the IdP and this machine

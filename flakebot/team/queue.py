@@ -312,21 +312,16 @@ def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principa
         (tenant, who),
     ).fetchall()
     if len(mine) >= cap:
+        from flakebot.team.idtokens import concurrent_crafts_set_by  # a refusal's words: PyJWT imported then
+
         raise QuotaExceeded(
             f"token '{principal}' has {len(mine)} crafts queued or running, its limit (concurrent crafts): "
             f"{_named(mine)}",
             fix="wait for one of them to end (status with its run_id and wait_seconds follows it), "
-            f"or ask the admin to raise {_raised_by(who)}",
+            f"or ask the admin to raise it ({concurrent_crafts_set_by(who)})",
             tenant=tenant,
             quota="concurrent_crafts",
         )
-
-
-def _raised_by(who: str) -> str:
-    """What raises a principal's concurrent crafts: a static token's `token add` option, a JWT's limits claim."""
-    from flakebot.team.idtokens import ID_PREFIX
-
-    return "its JWT's limits claim (up to the front's cap)" if who.startswith(ID_PREFIX) else "its --concurrent-crafts"
 
 
 def _named(rows: list[dict[str, Any]]) -> str:

@@ -140,9 +140,10 @@ def test_a_tokens_concurrent_crafts_are_counted_by_its_identity_not_its_name(dat
 def test_a_jwt_principals_concurrent_crafts_refusal_names_its_claim_not_a_token_option() -> None:
     """A JWT principal's cap comes from its limits claim (flakebot.team.claimlimits): its refusal told it to ask for a
     `token add` option that no JWT has."""
-    from flakebot.team.idtokens import ID_PREFIX
+    from flakebot.team.idtokens import ID_PREFIX, concurrent_crafts_set_by
 
-    assert "limits claim" in queue._raised_by(f"{ID_PREFIX}abc") and "--concurrent-crafts" in queue._raised_by("id-a")
+    assert "limits claim" in concurrent_crafts_set_by(f"{ID_PREFIX}abc")
+    assert "--concurrent-crafts" in concurrent_crafts_set_by("id-a")
 
 
 def test_a_craft_a_worker_handed_back_then_cancelled_still_counts_for_the_day(database: str) -> None:
