@@ -125,6 +125,18 @@ class _Snapshot:
 _NOTHING = _Snapshot(None, {}, frozenset())
 
 
+# A change's timestamps are the kernel's coarse clock (a tick, some milliseconds; whole seconds on some filesystems):
+# an in-place rewrite of the same size within one tick of a read leaves the stat as it was. A snapshot read this soon
+# after the store's last change is not trusted to stand for it (git's "racily clean" index entries): re-read until
+# the change is older than this.
+RACY_NS = 2_000_000_000
+
+
+def _racy(seen: tuple[int, ...] | None) -> bool:
+    """Whether the store (or its directory) changed too recently for its stat to tell a later same-size rewrite."""
+    return seen is not None and time.time_ns() - max(seen[2::4]) < RACY_NS
+
+
 class TokenStore:
     """The tokens of one workdir: add, list, revoke, and verify (cached until the file changes)."""
 
@@ -244,7 +256,7 @@ class TokenStore:
             if self._snapshot.seen is not None and self._snapshot.seen == seen:
                 return self._snapshot
             try:  # read after the stat: a change in between only makes the next look read again
-                snapshot = self._snapshot_of(seen, self._read())
+                snapshot = self._snapshot_of(None if _racy(seen) else seen, self._read())
             except TeamError as exc:
                 self._snapshot = _NOTHING  # nothing read before is used
                 if exc.one_line() != self._refused:  # another reason: each consequence logged again

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from flakebot.team.tokens import TokenStore
 from tests.conftest import json_result, run_cli
 
@@ -126,3 +128,41 @@ def test_a_record_the_store_never_writes_refuses_every_token_without_raising(wor
     with pytest.raises(TeamError) as raised:
         store.active()
     assert "is malformed" in raised.value.one_line()
+
+
+def test_a_same_size_rewrite_in_place_within_one_clock_tick_of_a_read_is_seen(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store is re-read when its stat changes (inode, times, size). On a filesystem whose times are coarse (whole
+    seconds on some; a tick of the kernel's coarse clock on kernels before multigrain timestamps), a rewrite in place
+    of the same size soon after a read left the stat as the read saw it, and the front went on verifying the replaced
+    token and refusing the new one. A store changed that recently is read again at each look. The coarse times are
+    this machine's own, truncated to the second, as such a filesystem reports them."""
+    import os
+    import types
+
+    from flakebot.team.tokens import PREFIX, _digest
+
+    real_lstat = os.lstat
+
+    def coarse_lstat(path: object) -> object:
+        st = real_lstat(path)
+        second = 1_000_000_000
+        return types.SimpleNamespace(
+            st_ino=st.st_ino,
+            st_size=st.st_size,
+            st_mtime_ns=st.st_mtime_ns // second * second,
+            st_ctime_ns=st.st_ctime_ns // second * second,
+        )
+
+    store = TokenStore(workdir)
+    _, old = store.add("alice")
+    path = workdir / "team/tokens.json"
+    new = PREFIX + "x" * (len(old) - len(PREFIX))
+    text = path.read_text()
+    monkeypatch.setattr(os, "lstat", coarse_lstat)
+    assert store.verify(old) is not None  # the store read, its stat noted
+    with path.open("r+") as handle:  # in place: the same inode and size
+        handle.write(text.replace(_digest(old), _digest(new)))
+    assert path.stat().st_size == len(text)
+    assert store.verify(new) is not None and store.verify(old) is None
