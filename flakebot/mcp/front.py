@@ -54,7 +54,7 @@ from flakebot.mcp import tenantservices
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
-from flakebot.team import db, idtokens, tenancy
+from flakebot.team import db, fronts, idtokens, tenancy
 from flakebot.team.admission import (
     WINDOW_SECONDS,
     Admission,
@@ -95,6 +95,7 @@ class FrontOptions:
     grant_roots: list[str] = field(default_factory=list)
     database: str | None = None  # the team's PostgreSQL URL: crafts go to its queue (None: crafted here, as before)
     jwt: JwtOptions | None = None  # the identity provider whose JWTs are let in, beside the static tokens
+    lease: float = fronts.DEFAULT_LEASE  # seconds this front stays live in the database without renewing its lease
 
     @property
     def tls(self) -> bool:
@@ -323,13 +324,16 @@ class TeamMCP(FlakebotMCP):
     def queued(self, name: str) -> bool:
         return self.queue is not None and name in QUEUED_TOOLS
 
-    def enqueue(self, ctx: Any, name: str, args: dict[str, Any], principal: Principal | None = None) -> Any:
+    def enqueue(
+        self, ctx: Any, name: str, args: dict[str, Any], principal: Principal | None = None, waited: bool = False
+    ) -> Any:
         """Check a long call as the door checks it (its schema, its size and text, its arguments' values) and queue
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
         what a tenant may ask. Each call's enqueue or join is one following of the job (Enqueued.following), which
         only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends. `principal`: the
-        caller's, verified already (else verified here)."""
+        caller's, verified already (else verified here). `waited`: this call holds its answer until the job ends, so
+        its following names this front (ended if the front is lost: flakebot.team.fronts)."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
@@ -340,7 +344,7 @@ class TeamMCP(FlakebotMCP):
         _check_job_arguments(name, args)
         request = tooltable.arguments(TABLE_TOOLS[name], args)["request"]
         try:
-            enqueued = self.queue.enqueue(principal, request)
+            enqueued = self.queue.enqueue(principal, request, waited=waited)
         except QuotaExceeded:
             self.metrics.refused("quota")
             raise
@@ -456,10 +460,29 @@ class TeamMCP(FlakebotMCP):
         new = revoked - seen
         if not new:
             return
-        for row in self.queue.drop_revoked(new, revoked):
-            with self._rows_lock:
-                self._rows.pop((str(row["tenant"]), int(row["id"])), None)
+        self._forget_rows(self.queue.drop_revoked(new, revoked))
         seen |= new
+
+    def sweep_lost_fronts(self) -> None:
+        """The waited calls' followings of fronts whose lease ran out (killed, their machine lost) ended, as each
+        call's own end would have ended it (flakebot.team.fronts), the rows' kept reads dropped."""
+        if self.queue is not None:
+            self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked()))
+
+    def leave_front(self) -> None:
+        """This front stopping: its waited calls' followings ended (nobody gets an answer through them now), its
+        lease given up. A database away: logged, and the lease then runs out for another front to sweep."""
+        if self.queue is None:
+            return
+        try:
+            self._forget_rows(self.queue.leave(self.store.revoked()))
+        except FlakebotError as exc:
+            logger.warning("this front's waited calls left to its lease to end: %s", exc.one_line())
+
+    def _forget_rows(self, rows: list[dict[str, Any]]) -> None:
+        with self._rows_lock:
+            for row in rows:
+                self._rows.pop((str(row["tenant"]), int(row["id"])), None)
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
@@ -483,7 +506,7 @@ class TeamMCP(FlakebotMCP):
 
         def admitted() -> tuple[Principal | None, Any]:  # verified once: the principal the following is made for
             principal = self.principal(ctx)
-            return principal, self.enqueue(ctx, name, args, principal)
+            return principal, self.enqueue(ctx, name, args, principal, waited=wait)
 
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
         principal, enqueued = await anyio.to_thread.run_sync(admitted)
@@ -1133,8 +1156,11 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
                 _kept_running, "ending revoked tokens' sessions", _end_revoked_sessions, manager, state.store
             )
             group.start_soon(_kept_running, "leaving revoked tokens' queued jobs", _drop_revoked_followings, state)
+            group.start_soon(_kept_running, "holding this front's lease", _hold_lease, state)
             yield
             group.cancel_scope.cancel()
+        # every request ended with the session manager: no waited call makes a following after this
+        await anyio.to_thread.run_sync(state.leave_front)
 
     middleware = [
         Middleware(
@@ -1189,6 +1215,31 @@ async def _drop_revoked_followings(state: TeamMCP) -> None:
             logger.warning("revoked tokens' queued jobs not looked at this time: %s", exc.one_line())
 
 
+async def _hold_lease(state: TeamMCP) -> None:
+    """This front's lease renewed every third of it, and the fronts whose lease ran out swept
+    (TeamMCP.sweep_lost_fronts) once this front's own renewals have held for a whole lease: after the database was
+    away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts)."""
+    queue = state.queue
+    steady: float | None = None  # since when (monotonic) each renewal of this front's lease found it held
+    while queue is not None:
+        try:
+            if await anyio.to_thread.run_sync(queue.hold_lease):
+                steady = time.monotonic() if steady is None else steady
+            else:
+                steady = None
+                logger.warning(
+                    "this front's lease had run out (it or its database stalled longer than %g s): its waited calls' "
+                    "followings were ended by another front",
+                    queue.lease_seconds,
+                )
+            if steady is not None and time.monotonic() - steady >= queue.lease_seconds:
+                await anyio.to_thread.run_sync(state.sweep_lost_fronts)
+        except FlakebotError as exc:
+            steady = None
+            logger.warning("this front's lease not renewed this time: %s", exc.one_line())
+        await anyio.sleep(queue.lease_seconds / 3)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one), made before the server starts so its port is known."""
     if not 0 <= port <= 65535:  # getaddrinfo takes 99999 modulo 65536: the server would listen where nobody asked
@@ -1226,9 +1277,15 @@ def serve(
     from flakebot.deliver.grants import check_flag_roots
 
     check_flag_roots(options.grant_roots, settings, Path.cwd())
-    queue = FrontQueue(options.database) if options.database is not None else None
+    if options.lease < fronts.LEAST_LEASE:
+        raise UsageError(
+            f"--lease {options.lease:g} is too short to renew",
+            fix=f"pass --lease {fronts.LEAST_LEASE:g} or more (seconds)",
+        )
+    queue = FrontQueue(options.database, options.lease) if options.database is not None else None
     if queue is not None:
         queue.connect()  # a database that cannot be reached is one line now, before the port is taken
+        queue.hold_lease()  # before any call: a waited call's following names a front that holds a lease
         logger.info("crafts go to the team queue at %s", db.shown(options.database or ""))
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])

@@ -1430,10 +1430,11 @@ def test_calls_given_up_while_waiting_for_their_tokens_place_leave_nothing_count
         front_queue.close()
 
 
-def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: str) -> None:
-    """The front stops (SIGTERM) while waited crafts are held: the calls end with the server, but nobody gave them
-    up; each job goes on, to be followed with status and its job-ID (the progress notification named it) from any
-    front. None is left or cancelled, in either protocol."""
+def test_a_front_stopping_ends_its_waited_crafts_followings(flakebot_home: Path, database: str) -> None:
+    """The front stops (SIGTERM) while waited crafts are held: nobody gets their answers through it now, so it ends
+    each call's following as it exits (flakebot.team.fronts), as a killed front's are ended by another's sweep; the
+    jobs, alice's alone, are cancelled, in either protocol. Each call's own end does nothing more (the front is
+    stopping): one cancel per job."""
     import threading
 
     alice = add_token("alice", "--tenant", "acme")
@@ -1454,9 +1455,9 @@ def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: 
         wait_for(lambda: len(rows(database)) == 2, timeout=30)
     for thread in held:
         thread.join(30)
-    assert [r["state"] for r in rows(database)] == ["queued", "queued"]
-    assert _actions(database) == []
-    assert "left: its waited call ended" not in log.read_text()
+    assert [r["state"] for r in rows(database)] == ["cancelled", "cancelled"]
+    assert _actions(database) == [("alice", "cancelled"), ("alice", "cancelled")]
+    assert "left: its waited call ended" not in log.read_text() and "this front stopped" in log.read_text()
 
 
 def test_a_craft_queued_after_the_fronts_look_at_its_revoked_token_is_not_left_running(
