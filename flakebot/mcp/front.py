@@ -163,6 +163,8 @@ class TeamMCP(FlakebotMCP):
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
         self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
+        # (principal, job, following) of waited calls that ended while the database was away: ended once it answers
+        self._unended: list[tuple[Principal, int, int]] = []
 
     def server(self) -> Any:
         import functools
@@ -469,6 +471,20 @@ class TeamMCP(FlakebotMCP):
         if self.queue is not None:
             self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked()))
 
+    def end_unended(self) -> None:
+        """The followings of waited calls that ended while the database was away (_leave_waited), ended now; those
+        the database refuses again kept for the next try."""
+        with self._rows_lock:
+            pending, self._unended = self._unended, []
+        for done, (principal, job_id, following) in enumerate(pending):
+            try:
+                self._cancel(principal, job_id, following)
+            except FlakebotError:
+                with self._rows_lock:
+                    self._unended[:0] = pending[done:]
+                raise
+            logger.info("job %s: the following of a waited call that ended while the database was away ended", job_id)
+
     def leave_front(self) -> None:
         """This front stopping: its waited calls' followings ended (nobody gets an answer through them now), its
         lease given up. A database away: logged, and the lease then runs out for another front to sweep."""
@@ -607,11 +623,14 @@ class TeamMCP(FlakebotMCP):
         leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. Ended for
         the principal the following was made for, not the call's token verified again: a JWT that expired meanwhile
         still ends what it started (a revoked token's followings the front's look ends: revoked, it counts for
-        nothing here). A front stopping does not (`stopping`): its callers' jobs go on."""
+        nothing here). The database away: ended once it answers again (end_unended, at the lease's next renewal).
+        A front stopping leaves it to its exit (`stopping`; leave_front ends every waited following of the front)."""
         try:
             row = await anyio.to_thread.run_sync(lambda: self._cancel(principal, job_id, following))
         except FlakebotError as exc:
-            logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
+            logger.warning("job %s not left yet when its waited call ended (tried again): %s", job_id, exc.one_line())
+            with self._rows_lock:
+                self._unended.append((principal, job_id, following))
             return
         if row is not None and row.get("retracted"):
             logger.info("job %s: a waited call ended before it; its caller still follows it by another call", job_id)
@@ -1216,7 +1235,8 @@ async def _drop_revoked_followings(state: TeamMCP) -> None:
 
 
 async def _hold_lease(state: TeamMCP) -> None:
-    """This front's lease renewed every third of it, and the fronts whose lease ran out swept
+    """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
+    ended: TeamMCP.end_unended), and the fronts whose lease ran out swept
     (TeamMCP.sweep_lost_fronts) once this front's own renewals have held for a whole lease: after the database was
     away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts)."""
     queue = state.queue
@@ -1225,6 +1245,7 @@ async def _hold_lease(state: TeamMCP) -> None:
         try:
             if await anyio.to_thread.run_sync(queue.hold_lease):
                 steady = time.monotonic() if steady is None else steady
+                await anyio.to_thread.run_sync(state.end_unended)
             else:
                 steady = None
                 logger.warning(
