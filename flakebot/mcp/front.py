@@ -485,16 +485,6 @@ class TeamMCP(FlakebotMCP):
                 raise
             logger.info("job %s: the following of a waited call that ended while the database was away ended", job_id)
 
-    def leave_front(self) -> None:
-        """This front stopping: its waited calls' followings ended (nobody gets an answer through them now), its
-        lease given up. A database away: logged, and the lease then runs out for another front to sweep."""
-        if self.queue is None:
-            return
-        try:
-            self._forget_rows(self.queue.leave(self.store.revoked()))
-        except FlakebotError as exc:
-            logger.warning("this front's waited calls left to its lease to end: %s", exc.one_line())
-
     def _forget_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._rows_lock:
             for row in rows:
@@ -624,7 +614,7 @@ class TeamMCP(FlakebotMCP):
         the principal the following was made for, not the call's token verified again: a JWT that expired meanwhile
         still ends what it started (a revoked token's followings the front's look ends: revoked, it counts for
         nothing here). The database away: ended once it answers again (end_unended, at the lease's next renewal).
-        A front stopping leaves it to its exit (`stopping`; leave_front ends every waited following of the front)."""
+        A front stopping does not (`stopping`): its lease, left to run out, ends them (flakebot.team.fronts)."""
         try:
             row = await anyio.to_thread.run_sync(lambda: self._cancel(principal, job_id, following))
         except FlakebotError as exc:
@@ -1178,8 +1168,8 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
             group.start_soon(_kept_running, "holding this front's lease", _hold_lease, state)
             yield
             group.cancel_scope.cancel()
-        # every request ended with the session manager: no waited call makes a following after this
-        await anyio.to_thread.run_sync(state.leave_front)
+        # its lease not given up: its waited calls' followings end when it runs out (another front's sweep), giving
+        # the callers it cut a lease's time to come back to their jobs (flakebot.team.fronts)
 
     middleware = [
         Middleware(

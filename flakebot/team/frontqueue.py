@@ -146,10 +146,6 @@ class FrontQueue:
         """The waited followings of fronts whose lease ran out ended (fronts.sweep): the rows changed."""
         return self._said(self._call(lambda conn: fronts.sweep(conn, revoked)), "its waited call's front was lost")
 
-    def leave(self, revoked: Collection[str]) -> list[dict[str, Any]]:
-        """This front stopping: its waited calls' followings ended, its lease given up (fronts.leave)."""
-        return self._said(self._call(lambda conn: fronts.leave(conn, self.front, revoked)), "this front stopped")
-
     def _said(self, rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
         for row in rows:
             how = "one following ended" if row.get("retracted") else "left" if row.get("left_by") else "cancelled"

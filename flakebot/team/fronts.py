@@ -5,8 +5,9 @@ naming the front that holds the call (queue.enqueue's `front`). The call's own e
 _leave_waited); a front killed (SIGKILL, its machine lost) ends nothing. So each front holds a lease, a time in its
 `fronts` row that it renews while it runs (as a worker renews a job's), and a live front retracts the waited
 followings of any front whose lease ran out, through queue.cancel(following=...): the job goes on for its other
-followers (a task, another front's waited call) and ends when none is left. A front stopping cleanly retracts its own
-as it exits. Tasks and detached crafts name no front: they outlive the front they came through, by design.
+followers (a task, another front's waited call) and ends when none is left. A front stopping cleanly leaves its lease
+to run out the same way, not retracting at once: a caller whose call it cut has a lease's time to come back (a retried
+craft joins its job, and the job keeps that following). Tasks and detached crafts name no front: they outlive the front they came through, by design.
 
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
 LEAST_LEASE = 3.0  # shorter leaves too little time to renew between a database's hiccups
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
-STOPPED = "front stopped"  # ... and of one its own front ended as it stopped
 
 
 def new_identity() -> str:
@@ -68,15 +68,6 @@ def sweep(conn: Conn, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
     changed = retract(conn, lost, revoked, LOST)
     with conn.transaction():
         conn.execute("DELETE FROM fronts WHERE id = ANY(%s) AND lease_until < now()", (lost,))
-    return changed
-
-
-def leave(conn: Conn, front: str, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
-    """A front stopping: its waited followings retracted (nobody gets their answers through it now), its row
-    removed. The job rows changed."""
-    changed = retract(conn, [front], revoked, STOPPED)
-    with conn.transaction():
-        conn.execute("DELETE FROM fronts WHERE id = %s", (front,))
     return changed
 
 

@@ -71,9 +71,10 @@ def test_a_lost_fronts_waited_following_leaves_a_job_a_task_or_another_front_sti
     assert (state(conn, shared.job_id), state(conn, twice.job_id)) == ("queued", "queued")
     assert actions(conn) == [("alice", "left", fronts.LOST), ("alice", "retracted", fronts.LOST)]
     assert conn.execute("SELECT id FROM fronts").fetchall() == [{"id": live}]
-    fronts.leave(conn, live)  # the live front stops: alice's last following of the second job ends with it
+    lapse(conn, live)  # the live front stops too, and its lease runs out: alice's last following of the second job ends
+    fronts.sweep(conn)
     assert state(conn, twice.job_id) == "cancelled" and state(conn, shared.job_id) == "queued"
-    assert actions(conn)[-1] == ("alice", "cancelled", fronts.STOPPED)
+    assert actions(conn)[-1] == ("alice", "cancelled", fronts.LOST)
     assert conn.execute("SELECT id FROM fronts").fetchall() == []
 
 
