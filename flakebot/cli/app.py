@@ -178,6 +178,13 @@ def serve_cmd(
         int | None,
         typer.Option(help="The most concurrent crafts a JWT's limits claim may give (default: 2, as token add)."),
     ] = None,
+    lease: Annotated[
+        float,
+        typer.Option(
+            help="With --database: seconds this front stays live without renewing its lease (every third of it); "
+            "once it ran out, another front ends the followings of this front's waited crafts."
+        ),
+    ] = 30.0,
 ) -> None:
     """Serve flakebot's MCP server over Streamable HTTP for a team: bearer tokens, limits per token, an audit (docs/team.md).
 
@@ -202,7 +209,7 @@ def serve_cmd(
         max_concurrent_crafts=jwt_max_concurrent_crafts,
     )
     options = FrontOptions(
-        host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database, jwt=jwt
+        host, port, tls_cert, tls_key, url, grant_roots=list(grant_root or []), database=database, jwt=jwt, lease=lease
     )
 
     def ready(address: str, tokens: int) -> None:

@@ -54,7 +54,7 @@ from flakebot.mcp import tenantservices
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
-from flakebot.team import db, idtokens, tenancy
+from flakebot.team import db, fronts, idtokens, tenancy
 from flakebot.team.admission import (
     WINDOW_SECONDS,
     Admission,
@@ -95,6 +95,7 @@ class FrontOptions:
     grant_roots: list[str] = field(default_factory=list)
     database: str | None = None  # the team's PostgreSQL URL: crafts go to its queue (None: crafted here, as before)
     jwt: JwtOptions | None = None  # the identity provider whose JWTs are let in, beside the static tokens
+    lease: float = fronts.DEFAULT_LEASE  # seconds this front stays live in the database without renewing its lease
 
     @property
     def tls(self) -> bool:
@@ -162,6 +163,8 @@ class TeamMCP(FlakebotMCP):
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
         self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
+        # (principal, job, following) of waited calls that ended while the database was away: ended once it answers
+        self._unended: list[tuple[Principal, int, int]] = []
 
     def server(self) -> Any:
         import functools
@@ -323,13 +326,16 @@ class TeamMCP(FlakebotMCP):
     def queued(self, name: str) -> bool:
         return self.queue is not None and name in QUEUED_TOOLS
 
-    def enqueue(self, ctx: Any, name: str, args: dict[str, Any], principal: Principal | None = None) -> Any:
+    def enqueue(
+        self, ctx: Any, name: str, args: dict[str, Any], principal: Principal | None = None, waited: bool = False
+    ) -> Any:
         """Check a long call as the door checks it (its schema, its size and text, its arguments' values) and queue
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
         what a tenant may ask. Each call's enqueue or join is one following of the job (Enqueued.following), which
         only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends. `principal`: the
-        caller's, verified already (else verified here)."""
+        caller's, verified already (else verified here). `waited`: this call holds its answer until the job ends, so
+        its following names this front (ended if the front is lost: flakebot.team.fronts)."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
@@ -340,7 +346,7 @@ class TeamMCP(FlakebotMCP):
         _check_job_arguments(name, args)
         request = tooltable.arguments(TABLE_TOOLS[name], args)["request"]
         try:
-            enqueued = self.queue.enqueue(principal, request)
+            enqueued = self.queue.enqueue(principal, request, waited=waited)
         except QuotaExceeded:
             self.metrics.refused("quota")
             raise
@@ -456,10 +462,33 @@ class TeamMCP(FlakebotMCP):
         new = revoked - seen
         if not new:
             return
-        for row in self.queue.drop_revoked(new, revoked):
-            with self._rows_lock:
-                self._rows.pop((str(row["tenant"]), int(row["id"])), None)
+        self._forget_rows(self.queue.drop_revoked(new, revoked))
         seen |= new
+
+    def sweep_lost_fronts(self) -> None:
+        """The waited calls' followings of fronts whose lease ran out (killed, their machine lost) ended, as each
+        call's own end would have ended it (flakebot.team.fronts), the rows' kept reads dropped."""
+        if self.queue is not None:
+            self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked()))
+
+    def end_unended(self) -> None:
+        """The followings of waited calls that ended while the database was away (_leave_waited), ended now; those
+        the database refuses again kept for the next try."""
+        with self._rows_lock:
+            pending, self._unended = self._unended, []
+        for done, (principal, job_id, following) in enumerate(pending):
+            try:
+                self._cancel(principal, job_id, following)
+            except FlakebotError:
+                with self._rows_lock:
+                    self._unended[:0] = pending[done:]
+                raise
+            logger.info("job %s: the following of a waited call that ended while the database was away ended", job_id)
+
+    def _forget_rows(self, rows: list[dict[str, Any]]) -> None:
+        with self._rows_lock:
+            for row in rows:
+                self._rows.pop((str(row["tenant"]), int(row["id"])), None)
 
     def job_rows(self, ctx: Any) -> list[dict[str, Any]]:
         from flakebot.mcp.tasks import DEFAULT_TTL_MS
@@ -483,7 +512,7 @@ class TeamMCP(FlakebotMCP):
 
         def admitted() -> tuple[Principal | None, Any]:  # verified once: the principal the following is made for
             principal = self.principal(ctx)
-            return principal, self.enqueue(ctx, name, args, principal)
+            return principal, self.enqueue(ctx, name, args, principal, waited=wait)
 
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
         principal, enqueued = await anyio.to_thread.run_sync(admitted)
@@ -584,11 +613,14 @@ class TeamMCP(FlakebotMCP):
         leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. Ended for
         the principal the following was made for, not the call's token verified again: a JWT that expired meanwhile
         still ends what it started (a revoked token's followings the front's look ends: revoked, it counts for
-        nothing here). A front stopping does not (`stopping`): its callers' jobs go on."""
+        nothing here). The database away: ended once it answers again (end_unended, at the lease's next renewal).
+        A front stopping does not (`stopping`): its lease, left to run out, ends them (flakebot.team.fronts)."""
         try:
             row = await anyio.to_thread.run_sync(lambda: self._cancel(principal, job_id, following))
         except FlakebotError as exc:
-            logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
+            logger.warning("job %s not left yet when its waited call ended (tried again): %s", job_id, exc.one_line())
+            with self._rows_lock:
+                self._unended.append((principal, job_id, following))
             return
         if row is not None and row.get("retracted"):
             logger.info("job %s: a waited call ended before it; its caller still follows it by another call", job_id)
@@ -1133,8 +1165,11 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
                 _kept_running, "ending revoked tokens' sessions", _end_revoked_sessions, manager, state.store
             )
             group.start_soon(_kept_running, "leaving revoked tokens' queued jobs", _drop_revoked_followings, state)
+            group.start_soon(_kept_running, "holding this front's lease", _hold_lease, state)
             yield
             group.cancel_scope.cancel()
+        # its lease not given up: its waited calls' followings end when it runs out (another front's sweep), giving
+        # the callers it cut a lease's time to come back to their jobs (flakebot.team.fronts)
 
     middleware = [
         Middleware(
@@ -1189,6 +1224,33 @@ async def _drop_revoked_followings(state: TeamMCP) -> None:
             logger.warning("revoked tokens' queued jobs not looked at this time: %s", exc.one_line())
 
 
+async def _hold_lease(state: TeamMCP) -> None:
+    """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
+    ended: TeamMCP.end_unended), and the fronts whose lease ran out swept
+    (TeamMCP.sweep_lost_fronts) once this front's own renewals have held for a whole lease: after the database was
+    away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts)."""
+    queue = state.queue
+    steady: float | None = None  # since when (monotonic) each renewal of this front's lease found it held
+    while queue is not None:
+        try:
+            if await anyio.to_thread.run_sync(queue.hold_lease):
+                steady = time.monotonic() if steady is None else steady
+                await anyio.to_thread.run_sync(state.end_unended)
+            else:
+                steady = None
+                logger.warning(
+                    "this front's lease had run out (it or its database stalled longer than %g s): its waited calls' "
+                    "followings were ended by another front",
+                    queue.lease_seconds,
+                )
+            if steady is not None and time.monotonic() - steady >= queue.lease_seconds:
+                await anyio.to_thread.run_sync(state.sweep_lost_fronts)
+        except FlakebotError as exc:
+            steady = None
+            logger.warning("this front's lease not renewed this time: %s", exc.one_line())
+        await anyio.sleep(queue.lease_seconds / 3)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on host:port (port 0: a free one), made before the server starts so its port is known."""
     if not 0 <= port <= 65535:  # getaddrinfo takes 99999 modulo 65536: the server would listen where nobody asked
@@ -1226,9 +1288,15 @@ def serve(
     from flakebot.deliver.grants import check_flag_roots
 
     check_flag_roots(options.grant_roots, settings, Path.cwd())
-    queue = FrontQueue(options.database) if options.database is not None else None
+    if options.lease < fronts.LEAST_LEASE:
+        raise UsageError(
+            f"--lease {options.lease:g} is too short to renew",
+            fix=f"pass --lease {fronts.LEAST_LEASE:g} or more (seconds)",
+        )
+    queue = FrontQueue(options.database, options.lease) if options.database is not None else None
     if queue is not None:
         queue.connect()  # a database that cannot be reached is one line now, before the port is taken
+        queue.hold_lease()  # before any call: a waited call's following names a front that holds a lease
         logger.info("crafts go to the team queue at %s", db.shown(options.database or ""))
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])

@@ -3,7 +3,8 @@
 Tables: `tenants` (each tenant's quotas and share of the workers), `jobs` (the work queue: one row per craft, its
 need's digest, request, state, worker, lease and result), `audit` (append-only: triggers refuse UPDATE, DELETE and
 TRUNCATE; a table's owner can still drop them, so the role workers and fronts connect as should not own the tables:
-docs/team.md) and `calls` (each token's tool calls of the last minute, for the fronts' shared admission). A URL's
+docs/team.md), `calls` (each token's tool calls of the last minute, for the fronts' shared admission) and `fronts`
+(each front's lease, renewed while it runs: flakebot.team.fronts). A URL's
 password never reaches a log: `shown()` is the URL as logs and errors say it.
 """
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
-# and a tenant's bound on them per day; 5: a job's state 'cancelled'; 6: audit rows indexed by job
-SCHEMA_VERSION = 6
+# and a tenant's bound on them per day; 5: a job's state 'cancelled'; 6: audit rows indexed by job; 7: fronts (each
+# front's lease: flakebot.team.fronts)
+SCHEMA_VERSION = 7
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -96,6 +98,12 @@ ALTER TABLE jobs ADD CONSTRAINT jobs_state_check
     CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled'));
 -- a job's audit rows, read at each cancel and each admission of a token's concurrent crafts (who queued it)
 CREATE INDEX IF NOT EXISTS audit_by_job ON audit (job);
+-- each front's lease (flakebot.team.fronts): a front whose lease ran out was lost, its waited calls' followings end
+CREATE TABLE IF NOT EXISTS fronts (
+    id text PRIMARY KEY,
+    started timestamptz NOT NULL DEFAULT now(),
+    lease_until timestamptz NOT NULL
+);
 """
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flakebot.errors import HostError
-from flakebot.team import db, queue
+from flakebot.team import db, fronts, queue
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,8 +54,11 @@ def job_number(name: str) -> int | None:
 class FrontQueue:
     """The team database as one front uses it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, lease_seconds: float = fronts.DEFAULT_LEASE) -> None:
         self.url = url
+        self.front = fronts.new_identity()  # this front's, in its lease and its waited calls' followings
+        self.lease_seconds = lease_seconds
+        self._leased = False  # whether this front held its lease yet
         self._conn: Conn | None = None
         self._lock = threading.Lock()
 
@@ -66,13 +69,24 @@ class FrontQueue:
             if self._conn is None or self._conn.closed:
                 self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
 
-    def enqueue(self, principal: Principal, request: RunRequest, kind: str = "craft") -> queue.Enqueued:
+    def enqueue(
+        self, principal: Principal, request: RunRequest, kind: str = "craft", waited: bool = False
+    ) -> queue.Enqueued:
         """Queue `request` for the principal's tenant, or join the job already there for the same need
-        (QuotaExceeded past the tenant's quotas or the token's concurrent crafts)."""
+        (QuotaExceeded past the tenant's quotas or the token's concurrent crafts). `waited`: a call of this front
+        holds the following until the job ends (it names this front: flakebot.team.fronts)."""
         cap = principal.concurrent_crafts
+        front = self.front if waited else None
         enqueued = self._call(
             lambda conn: queue.enqueue(
-                conn, principal.tenant, principal.name, request, kind, principal_cap=cap, principal_id=principal.id
+                conn,
+                principal.tenant,
+                principal.name,
+                request,
+                kind,
+                principal_cap=cap,
+                principal_id=principal.id,
+                front=front,
             )
         )
         logger.info(
@@ -120,6 +134,23 @@ class FrontQueue:
                 logger.info("job %s %s: the token %s following it was revoked", row["id"], how, principal_id)
             changed += rows
         return changed
+
+    def hold_lease(self) -> bool:
+        """Renew this front's lease (fronts.hold, its row made the first time): False when a sweep had taken the front
+        for lost since it last held it."""
+        held = self._call(lambda conn: fronts.hold(conn, self.front, self.lease_seconds))
+        lost, self._leased = not held and self._leased, True
+        return not lost
+
+    def sweep_lost_fronts(self, revoked: Collection[str]) -> list[dict[str, Any]]:
+        """The waited followings of fronts whose lease ran out ended (fronts.sweep): the rows changed."""
+        return self._said(self._call(lambda conn: fronts.sweep(conn, revoked)), "its waited call's front was lost")
+
+    def _said(self, rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
+        for row in rows:
+            how = "one following ended" if row.get("retracted") else "left" if row.get("left_by") else "cancelled"
+            logger.info("job %s %s: %s", row["id"], how, why)
+        return rows
 
     def jobs_of(self, tenant: str, seconds: float, limit: int = LISTED) -> list[dict[str, Any]]:
         """The tenant's jobs queued or running, and those that ended within `seconds`, newest first (`limit` of

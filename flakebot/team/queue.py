@@ -224,13 +224,17 @@ def enqueue(
     kind: str = "craft",
     principal_cap: int | None = None,
     principal_id: str | None = None,
+    front: str | None = None,
 ) -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
     a token's concurrent crafts) the principal has that many of its own queued or running. Joining is never
-    refused: it adds no craft. `principal_id`: the principal's identity, by which its following is known (cancel)."""
+    refused: it adds no craft. `principal_id`: the principal's identity, by which its following is known (cancel).
+    `front`: the front whose waited call holds this following (flakebot.team.fronts ends it if that front is lost);
+    None for a following that outlives its front (a task, a detached craft)."""
     data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
+    held_by = {"front": front} if front else {}
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
         quota = _tenant(conn, tenant)
@@ -240,7 +244,7 @@ def enqueue(
             (tenant, kind, digest),
         ).fetchone()
         if same is not None:
-            said = {"need_digest": digest, **_identity(principal_id)}
+            said = {"need_digest": digest, **_identity(principal_id), **held_by}
             following = _audit(conn, tenant, principal, "joined", same["id"], said)
             return Enqueued(int(same["id"]), True, str(same["state"]), following)
         if principal_cap is not None:
@@ -251,9 +255,8 @@ def enqueue(
             (tenant, principal, kind, digest, _json(data)),
         ).fetchone()
         assert row is not None
-        following = _audit(
-            conn, tenant, principal, "enqueued", row["id"], {"need_digest": digest, **_identity(principal_id)}
-        )
+        said = {"need_digest": digest, **_identity(principal_id), **held_by}
+        following = _audit(conn, tenant, principal, "enqueued", row["id"], said)
         conn.execute(f"NOTIFY {CHANNEL}")
     return Enqueued(int(row["id"]), False, "queued", following)
 

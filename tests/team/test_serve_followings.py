@@ -5,18 +5,22 @@ PostgreSQL, the MCP SDK's client over HTTP."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import signal
 import time
 from pathlib import Path
 
+import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from flakebot.team import audit
+from flakebot.team import audit, db, fronts
 from flakebot.team.idtokens import LEEWAY_SECONDS
 from tests.conftest import wait_for
-from tests.team.test_front import add_token, post, serving
+from tests.team.conftest import Cluster
+from tests.team.test_front import add_token, post, serving, serving_process
 from tests.team.test_jwt import AUDIENCE, ISSUER, claims
 from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, rows
 
@@ -105,3 +109,99 @@ def test_a_call_whose_client_went_away_is_still_audited(
         wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
     crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
     assert [(r["principal"], r["outcome"]) for r in crafts] == [("alice", "cancelled")], crafts
+
+
+LEASE = ("--lease", "3")  # the shortest a front takes: a lost front's followings end within seconds
+
+
+def _held(url: str, token: str, need: str) -> None:
+    """A craft called with wait: true, held until its front goes away (no worker: the job cannot end first)."""
+    with contextlib.suppress(httpx.HTTPError):  # the front was killed mid-answer
+        _waited_craft_given_up(url, token, need, None, 120)
+
+
+def _because(database: str) -> list[tuple[str, str, str | None]]:
+    """Who left, cancelled or retracted a following of a job, and why."""
+    with db.connect(database) as conn:
+        said = conn.execute(
+            "SELECT principal, action, detail->>'because' AS because FROM audit "
+            "WHERE action IN ('left', 'cancelled', 'retracted') ORDER BY id"
+        ).fetchall()
+    return [(a["principal"], a["action"], a["because"]) for a in said]
+
+
+def test_a_killed_fronts_waited_craft_is_ended_by_another_fronts_sweep(flakebot_home: Path, database: str) -> None:
+    """alice's craft waits (wait: true) on the first front, which is then killed (SIGKILL): nobody ended the call's
+    following, so her job, hers alone, stayed queued for nobody (a worker would have crafted it). Now the front's
+    lease runs out and the second front's sweep ends that following as the call's own end would: the job is
+    cancelled, within seconds of the short lease."""
+    alice = add_token("alice", "--tenant", "acme")
+    with (
+        serving(*LEASE, database=database, log=flakebot_home / "two.log"),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        with serving_process(*LEASE, database=database, log=flakebot_home / "one.log") as (one, front):
+            held = pool.submit(_held, one, alice, "need a csv deduper")
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            front.send_signal(signal.SIGKILL)
+            front.wait(timeout=30)
+        held.result(timeout=30)
+        wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+    assert _because(database) == [("alice", "cancelled", fronts.LOST)]
+
+
+def test_a_killed_fronts_waited_craft_leaves_a_job_a_task_still_follows(flakebot_home: Path, database: str) -> None:
+    """carol follows alice's job by a task on the second front when the first, where alice's craft waits, is killed.
+    A task outlives its front by design: the sweep ends alice's following only, and the job goes on for carol."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    need = "need a csv deduper"
+    with (
+        serving(*LEASE, database=database, log=flakebot_home / "two.log") as two,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        with serving_process(*LEASE, database=database, log=flakebot_home / "one.log") as (one, front):
+            held = pool.submit(_held, one, alice, need)
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            task = Session(two, carol).ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+            assert task["result"]["task"]["taskId"] == f"job-{rows(database)[0]['id']}", task
+            front.send_signal(signal.SIGKILL)
+            front.wait(timeout=30)
+        held.result(timeout=30)
+        wait_for(lambda: _because(database), timeout=30, interval=0.2)
+        assert [r["state"] for r in rows(database)] == ["queued"]
+    assert _because(database) == [("alice", "left", fronts.LOST)]
+
+
+def test_a_database_away_longer_than_a_lease_takes_no_live_front_for_lost(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The database stops for longer than the fronts' lease, then starts again: every lease in it ran out meanwhile.
+    A lease is a time, so the first front back would have taken the other, still live, for lost and ended its waited
+    calls' followings; a front sweeps only once its own renewals have held for a whole lease, by when every live
+    front has renewed: neither is taken for lost, and no following is ended as a lost front's. alice's waited call
+    ended with the database (its error said so) while its own following's end could not be written: it is written
+    once the database answers, and her job, hers alone, is cancelled (it stayed queued for nobody)."""
+    alice = add_token("alice", "--tenant", "acme")
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with (
+        serving(*LEASE, database=database, log=logs[0]) as one,
+        serving(*LEASE, database=database, log=logs[1]),
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        held = pool.submit(call, one, alice, "craft", {"need": "need a csv deduper", "wait": True})
+        wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        with db.connect(database) as conn:
+            known = {row["id"] for row in conn.execute("SELECT id FROM fronts").fetchall()}
+        assert len(known) == 2
+        postgres.ctl("-m", "fast", "stop")
+        try:
+            time.sleep(2 * float(LEASE[1]))  # every lease ran out
+        finally:
+            postgres.ctl("start")
+        time.sleep(3 * float(LEASE[1]))  # each front renewed, and could have swept after a whole lease of renewals
+        with db.connect(database) as conn:
+            assert {row["id"] for row in conn.execute("SELECT id FROM fronts").fetchall()} == known
+        assert held.result(timeout=60)["type"] == "HostError"  # the call itself ended: the database was away
+        wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+    assert _because(database) == [("alice", "cancelled", None)]
+    assert not [log for log in logs if "lease had run out" in log.read_text()]

@@ -1430,11 +1430,14 @@ def test_calls_given_up_while_waiting_for_their_tokens_place_leave_nothing_count
         front_queue.close()
 
 
-def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: str) -> None:
+def test_a_front_stopping_leaves_its_waited_crafts_to_its_lease(flakebot_home: Path, database: str) -> None:
     """The front stops (SIGTERM) while waited crafts are held: the calls end with the server, but nobody gave them
-    up; each job goes on, to be followed with status and its job-ID (the progress notification named it) from any
-    front. None is left or cancelled, in either protocol."""
+    up. Each job goes on, in either protocol, and the front's lease stays to run out: a caller has that long to come
+    back to its job (a retried craft joins it) before a live front's sweep ends the stopped front's followings (as a
+    killed front's: tests/team/test_serve_followings.py)."""
     import threading
+
+    import psycopg
 
     alice = add_token("alice", "--tenant", "acme")
     log = flakebot_home / "serve.log"
@@ -1457,6 +1460,8 @@ def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: 
     assert [r["state"] for r in rows(database)] == ["queued", "queued"]
     assert _actions(database) == []
     assert "left: its waited call ended" not in log.read_text()
+    with psycopg.connect(database) as conn:
+        assert len(conn.execute("SELECT id FROM fronts WHERE lease_until > now()").fetchall()) == 1
 
 
 def test_a_craft_queued_after_the_fronts_look_at_its_revoked_token_is_not_left_running(

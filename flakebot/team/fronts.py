@@ -1,0 +1,100 @@
+"""Each front's lease in the team database, and the end of a lost front's waited calls' followings.
+
+A waited craft (a tools/call that holds its answer until its job ends) holds one following of its job, its audit row
+naming the front that holds the call (queue.enqueue's `front`). The call's own end retracts it (flakebot.mcp.front's
+_leave_waited); a front killed (SIGKILL, its machine lost) ends nothing. So each front holds a lease, a time in its
+`fronts` row that it renews while it runs (as a worker renews a job's), and a live front retracts the waited
+followings of any front whose lease ran out, through queue.cancel(following=...): the job goes on for its other
+followers (a task, another front's waited call) and ends when none is left. A front stopping cleanly leaves its lease
+to run out the same way, not retracting at once: a caller whose call it cut has a lease's time to come back (a retried
+craft joins its job, and the job keeps that following). Tasks and detached crafts name no front: they outlive the front they came through, by design.
+
+A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
+than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
+lease since (flakebot.mcp.front's lease loop): by then every live front has renewed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from flakebot.team import queue
+
+if TYPE_CHECKING:
+    import psycopg
+
+    Conn = psycopg.Connection[dict[str, Any]]
+
+DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
+LEAST_LEASE = 3.0  # shorter leaves too little time to renew between a database's hiccups
+LOST = "front lost"  # the `because` of a following a lost front's sweep ended
+
+
+def new_identity() -> str:
+    """A front's identity for one run: host, pid and a random part (a restarted front that got the same pid is
+    another front, whose lease is not its predecessor's)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def hold(conn: Conn, front: str, lease_seconds: float) -> bool:
+    """Renew `front`'s lease, its row made if it has none; False when it had none (a new front, or one a sweep took
+    for lost: it or its database stalled past its lease, and its waited calls' followings were ended)."""
+    with conn.transaction():
+        renewed = conn.execute(
+            "UPDATE fronts SET lease_until = now() + make_interval(secs => %s) WHERE id = %s", (lease_seconds, front)
+        )
+        if renewed.rowcount == 1:
+            return True
+        conn.execute(
+            "INSERT INTO fronts (id, lease_until) VALUES (%s, now() + make_interval(secs => %s)) "
+            "ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until",
+            (front, lease_seconds),
+        )
+    return False
+
+
+def sweep(conn: Conn, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Fronts whose lease ran out: each waited following they held retracted (retract), then their rows removed,
+    those whose lease is still out (one that renewed meanwhile came back: its later calls are its own). Idempotent:
+    a sweep cut short, or two fronts sweeping at once, end each following once. The job rows changed."""
+    with conn.transaction():  # its own: on a connection not in autocommit, a bare read would leave one open
+        lost = [str(row["id"]) for row in conn.execute("SELECT id FROM fronts WHERE lease_until < now()").fetchall()]
+    if not lost:
+        return []
+    changed = retract(conn, lost, revoked, LOST)
+    with conn.transaction():
+        conn.execute("DELETE FROM fronts WHERE id = ANY(%s) AND lease_until < now()", (lost,))
+    return changed
+
+
+def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: str) -> list[dict[str, Any]]:
+    """Each following the waited calls of `fronts` hold of a job still queued or running, ended as the call's own end
+    would have ended it (queue.cancel with that `following`; `revoked`: identities that follow nothing). The rows
+    changed."""
+    with conn.transaction():
+        held = conn.execute(
+            "SELECT a.id, a.job, a.tenant, a.principal, a.detail->>'principal_id' AS principal_id "
+            "FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
+            "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
+            "AND a.detail->>'front' = ANY(%s) ORDER BY a.id",
+            (fronts,),
+        ).fetchall()
+    changed = []
+    for following in held:
+        row = queue.cancel(
+            conn,
+            following["job"],
+            following["tenant"],
+            following["principal"],
+            following["principal_id"],
+            revoked,
+            because=because,
+            following=following["id"],
+        )
+        if row is not None and not row.get("unchanged"):
+            changed.append(row)
+    return changed

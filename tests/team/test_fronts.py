@@ -1,0 +1,87 @@
+"""Fronts' leases on a real PostgreSQL (flakebot.team.fronts): a front whose lease ran out has its waited calls'
+followings ended by another front's sweep, through queue.cancel's usual rules; a task's following is kept. A lease
+is run out here by writing its time, as a lost front leaves it: no test sleeps a lease away."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from flakebot.team import db, fronts, queue
+from tests.team.test_queue import craft
+
+LEASE = 30.0
+
+
+@pytest.fixture
+def conn(database: str) -> Iterator[Any]:
+    with db.connect(database, autocommit=True) as connection:
+        yield connection
+
+
+def lapse(conn: Any, front: str) -> None:
+    """`front`'s lease ran out a second ago (it was killed, and nobody renewed it since)."""
+    conn.execute("UPDATE fronts SET lease_until = now() - interval '1 second' WHERE id = %s", (front,))
+
+
+def actions(conn: Any) -> list[tuple[str, str, Any]]:
+    rows = conn.execute(
+        "SELECT principal, action, detail->>'because' AS because FROM audit "
+        "WHERE action IN ('left', 'cancelled', 'retracted') ORDER BY id"
+    ).fetchall()
+    return [(r["principal"], r["action"], r["because"]) for r in rows]
+
+
+def state(conn: Any, job_id: int) -> str:
+    row = queue.get(conn, job_id, "acme")
+    assert row is not None
+    return str(row["state"])
+
+
+def test_a_lost_fronts_waited_following_ends_its_job_when_none_other_follows_it(conn: Any) -> None:
+    lost, live = "front-a", "front-b"
+    assert not fronts.hold(conn, lost, LEASE) and fronts.hold(conn, lost, LEASE)  # made, then renewed
+    fronts.hold(conn, live, LEASE)
+    alone = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front=lost)
+    elsewhere = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", front=live)
+    assert fronts.sweep(conn) == []  # every lease held: nothing is lost
+    lapse(conn, lost)
+    changed = fronts.sweep(conn)
+    assert [row["id"] for row in changed] == [alone.job_id]
+    assert (state(conn, alone.job_id), state(conn, elsewhere.job_id)) == ("cancelled", "queued")
+    assert actions(conn) == [("alice", "cancelled", fronts.LOST)]
+    assert fronts.sweep(conn) == [] and actions(conn) == [("alice", "cancelled", fronts.LOST)]  # once
+    assert not fronts.hold(conn, lost, LEASE)  # it comes back: told that it was taken for lost
+
+
+def test_a_lost_fronts_waited_following_leaves_a_job_a_task_or_another_front_still_follows(conn: Any) -> None:
+    """alice waited on the lost front for two jobs: carol follows one by a task (no front: it outlives any), alice
+    herself the other by a waited call on a live front. Each goes on; only the lost front's followings end."""
+    lost, live = "front-a", "front-b"
+    fronts.hold(conn, lost, LEASE)
+    fronts.hold(conn, live, LEASE)
+    shared = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front=lost)
+    queue.enqueue(conn, "acme", "carol", craft("need a csv deduper"), principal_id="id-carol")  # her task
+    twice = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", front=lost)
+    queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", front=live)
+    lapse(conn, lost)
+    fronts.sweep(conn)
+    assert (state(conn, shared.job_id), state(conn, twice.job_id)) == ("queued", "queued")
+    assert actions(conn) == [("alice", "left", fronts.LOST), ("alice", "retracted", fronts.LOST)]
+    assert conn.execute("SELECT id FROM fronts").fetchall() == [{"id": live}]
+    lapse(conn, live)  # the live front stops too, and its lease runs out: alice's last following of the second job ends
+    fronts.sweep(conn)
+    assert state(conn, twice.job_id) == "cancelled" and state(conn, shared.job_id) == "queued"
+    assert actions(conn)[-1] == ("alice", "cancelled", fronts.LOST)
+    assert conn.execute("SELECT id FROM fronts").fetchall() == []
+
+
+def test_a_lease_that_was_renewed_before_the_sweep_keeps_its_followings(conn: Any) -> None:
+    """A front stalled past its lease that renews before any sweep is live again: nothing of it ends."""
+    fronts.hold(conn, "front-a", LEASE)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="front-a")
+    lapse(conn, "front-a")
+    assert fronts.hold(conn, "front-a", LEASE)
+    assert fronts.sweep(conn) == [] and state(conn, job.job_id) == "queued" and actions(conn) == []
