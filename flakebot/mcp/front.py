@@ -328,7 +328,7 @@ class TeamMCP(FlakebotMCP):
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
         what a tenant may ask. Each call's enqueue or join is one following of the job (Enqueued.following), which
-        only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends. `principal`: the
+        only that call's end (a waited craft's, or a task's before its answer: leave_following) or the caller leaving the job ends. `principal`: the
         caller's, verified already (else verified here)."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
@@ -566,10 +566,8 @@ class TeamMCP(FlakebotMCP):
                 if ended is not None:
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
-        except BaseException:
-            if not self.stopping():  # nobody gets this job's answer through this call now
-                with anyio.CancelScope(shield=True):
-                    await self._leave_waited(job_id, *following)
+        except BaseException:  # nobody gets this job's answer through this call now
+            await self.leave_following(job_id, *following)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
@@ -577,23 +575,31 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx, principal.tenant)
         return {"ok": True, **compact_result(ended["result"])}
 
-    async def _leave_waited(self, job_id: int, principal: Principal, following: int) -> None:
-        """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
-        sent notifications/cancelled; or it raised): its own following of the job ends, and with the caller's last
-        one (the database knows them all, on every front: tasks, detached crafts, other waited calls) the caller
-        leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. Ended for
-        the principal the following was made for, not the call's token verified again: a JWT that expired meanwhile
-        still ends what it started (a revoked token's followings the front's look ends: revoked, it counts for
-        nothing here). A front stopping does not (`stopping`): its callers' jobs go on."""
+    async def leave_following(self, job_id: int, principal: Principal, following: int) -> None:
+        """A call holding one following of a queued job ended before its caller got what it waits for: a waited
+        craft's before its job ended, a craft asked as a task before its task id was sent (the SDK cancelled it: the
+        client closed the connection, or sent notifications/cancelled; or it raised). Its own following of the job
+        ends, and with the caller's last one (the database knows them all, on every front: tasks, detached crafts,
+        other waited calls) the caller leaves the job as its tasks/cancel would, so a job it alone followed does not
+        run on for nobody. Ended for the principal the following was made for, not the call's token verified again:
+        a JWT that expired meanwhile still ends what it started (a revoked token's followings the front's look ends:
+        revoked, it counts for nothing here). Shielded: the call is being cancelled. A front stopping does not
+        (`stopping`): its callers' jobs go on (a caller asks again on another front, and joins the job)."""
+        if self.stopping():
+            return
+        with anyio.CancelScope(shield=True):
+            await self._leave(job_id, principal, following)
+
+    async def _leave(self, job_id: int, principal: Principal, following: int) -> None:
         try:
             row = await anyio.to_thread.run_sync(lambda: self._cancel(principal, job_id, following))
         except FlakebotError as exc:
-            logger.warning("job %s not left when its waited call ended: %s", job_id, exc.one_line())
+            logger.warning("job %s not left when a call of it ended before its answer: %s", job_id, exc.one_line())
             return
         if row is not None and row.get("retracted"):
-            logger.info("job %s: a waited call ended before it; its caller still follows it by another call", job_id)
+            logger.info("job %s: a call ended before its answer; its caller still follows it by another call", job_id)
         elif row is not None and not row.get("unchanged"):
-            logger.info("job %s left: its waited call ended before it (%s for the caller)", job_id, row["state"])
+            logger.info("job %s left: a call of it ended before its answer (%s for the caller)", job_id, row["state"])
 
     # ------------------------------------------------------------ the MCP handlers
     def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Any:

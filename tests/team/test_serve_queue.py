@@ -1456,7 +1456,7 @@ def test_a_front_stopping_leaves_no_waited_craft(flakebot_home: Path, database: 
         thread.join(30)
     assert [r["state"] for r in rows(database)] == ["queued", "queued"]
     assert _actions(database) == []
-    assert "left: its waited call ended" not in log.read_text()
+    assert "left: a call of it ended before its answer" not in log.read_text()
 
 
 def test_a_craft_queued_after_the_fronts_look_at_its_revoked_token_is_not_left_running(
