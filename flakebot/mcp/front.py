@@ -189,22 +189,31 @@ class TeamMCP(FlakebotMCP):
 
     async def _task_call_audited(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
         """A tools/call asked as a task is answered by the tasks handlers (mcp/tasks.py routes it), not call_tool:
-        audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error)."""
-        from flakebot.mcp.tasks import CALL_AS_TASK
+        audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error;
+        cancelled before its answer: cancelled)."""
+        from mcp.shared.exceptions import MCPError
+
+        from flakebot.mcp.tasks import CALL_AS_TASK, REFUSED
 
         if ctx.method != CALL_AS_TASK:
             return await call_next(ctx)
-        started, outcome = time.monotonic(), "error"
+        started, outcome, counted = time.monotonic(), "error", "error"
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
         params = ctx.params if isinstance(ctx.params, dict) else {}
         name = params.get("name") if isinstance(params.get("name"), str) else None
         try:
             async with self.one_of_its_calls(ctx):
                 result = await call_next(ctx)
-            outcome = "ok"
+            outcome = counted = "ok"
             return result
+        except anyio.get_cancelled_exc_class():
+            outcome = counted = "cancelled"
+            raise
+        except MCPError as exc:
+            counted = "refused" if exc.code == REFUSED else counted
+            raise
         finally:
-            self.metrics.call(_metric_label(str(name)), outcome, time.monotonic() - started)
+            self.metrics.call(_metric_label(str(name)), counted, time.monotonic() - started)
             self._audited(principal, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
     async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
@@ -650,27 +659,29 @@ class TeamMCP(FlakebotMCP):
                 del self._in_flight[owner]
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
-        """The call, as one of its token's calls in flight (one_of_its_calls); audited however it ends: one cancelled
-        before its answer (its client went away) too, as `cancelled` (a client could otherwise make any call it
-        made, a craft or a tool's run, vanish from the audit by leaving before the answer)."""
+        """The call, as one of its token's calls in flight (one_of_its_calls); audited and counted however it ends:
+        one cancelled before its answer (its client went away) too, as `cancelled` (a client could otherwise make
+        any call it made, a craft or a tool's run, vanish from the audit by leaving before the answer), and one that
+        raised, as `error`. /metrics counts a call its quota or concurrent crafts refused as `refused`."""
         started = time.monotonic()
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
-        outcome, code = "error", None
+        outcome, code, counted = "error", None, "error"
         try:
             async with self.one_of_its_calls(ctx):
                 result = await self._tenant_call(ctx, params)
         except anyio.get_cancelled_exc_class():
-            outcome = "cancelled"
+            outcome = counted = "cancelled"
             raise
         else:
             data = result.structured_content if isinstance(result.structured_content, dict) else {}
             code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
             outcome = "error" if result.is_error else "ok"
+            counted = "refused" if result.is_error and data.get("type") in REFUSED_TYPES else outcome
             if data.get("type") == "JobLimit":
                 self.metrics.refused("job_limit")
-            self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
             return result
         finally:
+            self.metrics.call(_metric_label(str(params.name)), counted, time.monotonic() - started)
             self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
 
     async def _tenant_call(self, ctx: Any, params: Any) -> Any:
@@ -797,6 +808,7 @@ ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job 
 ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
+REFUSED_TYPES = frozenset({"QuotaExceeded", "JobLimit"})  # a tool call's errors that refused it before any work
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
 
 
@@ -955,6 +967,8 @@ class AdmittedCalls:
         request_id, method, tool, arguments = request
         if method == "tools/call" and self._audit_refusal(principal):  # a refused flood of listings is not kept
             self.audit.record(principal, method, tool=tool, arguments=arguments, outcome="refused")
+        if method == "tools/call":  # counted however many: a counter per tool and outcome takes no more room
+            self.metrics.call(_metric_label(str(tool)), "refused", 0.0)
         self.metrics.refused(label)
         message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
         error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}

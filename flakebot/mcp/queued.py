@@ -294,7 +294,7 @@ class QueueTasks(mcp_tasks.Tasks):
         try:
             principal, enqueued = await anyio.to_thread.run_sync(admitted)
         except (QuotaExceeded, jobs.JobLimit) as exc:  # nothing queued
-            raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
+            raise MCPError(mcp_tasks.REFUSED, exc.one_line()) from None
         except FlakebotError as exc:  # arguments the tool refuses: nothing queued either
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
         try:

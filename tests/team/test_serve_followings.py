@@ -24,7 +24,7 @@ from flakebot.team.queue import TENANT_LOCK
 from tests.conftest import wait_for
 from tests.team.test_front import add_token, post, serving
 from tests.team.test_jwt import AUDIENCE, ISSUER, claims
-from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, handle_of, rows
+from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, handle_of, metrics, rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -187,6 +187,8 @@ def test_a_task_call_cancelled_before_its_answer_leaves_its_job(flakebot_home: P
         wait_for(lambda: len(_audited(database)) == 5, timeout=30, interval=0.2)
         states = {handle_of(r): r["state"] for r in rows(database)}
         assert states == {shared: "queued", "job-2": "cancelled"}, (states, _audited(database))
+        scraped = metrics(url, add_token("prometheus", "--grant", "metrics")).text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="cancelled"} 2' in scraped, scraped
     assert _audited(database) == [
         ("carol", "enqueued"),
         ("alice", "enqueued"),
