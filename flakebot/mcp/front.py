@@ -51,6 +51,7 @@ from flakebot.commands.runs import MAX_WAIT_SECONDS
 from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError, TeamError, UsageError
 from flakebot.loopback import is_loopback
 from flakebot.mcp import tenantservices
+from flakebot.mcp.gone import PARSED, GoneRequests
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
@@ -901,6 +902,7 @@ class AdmittedCalls:
             return
         messages, body = await _read_body(receive)
         request = _posted_request(body)
+        scope[PARSED] = request  # handed on: what serves the request after this parses its body no more (mcp/gone.py)
         # in a thread: a shared admission asks the database
         refusal = await anyio.to_thread.run_sync(self.admission.admit_call, principal, request[1]) if request else None
         label = "rate_limit"
@@ -1126,8 +1128,6 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     def sessions_of(principal_id: str) -> set[str]:  # the SDK's owner of each session (its private map, as below)
         owners = list(manager._session_owners.items())
         return {sid for sid, owner in owners if str(owner.get("subject") or "") == principal_id}
-
-    from flakebot.mcp.gone import GoneRequests
 
     admitted = AdmittedCalls(
         GoneRequests(StreamableHTTPASGIApp(manager)),
