@@ -51,6 +51,7 @@ from flakebot.commands.runs import MAX_WAIT_SECONDS
 from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError, TeamError, UsageError
 from flakebot.loopback import is_loopback
 from flakebot.mcp import tenantservices
+from flakebot.mcp.gone import PARSED, GoneRequests
 from flakebot.mcp.server import FlakebotMCP
 from flakebot.mcp.tenantsessions import TenantSessions, tell
 from flakebot.pipeline import jobs
@@ -192,22 +193,31 @@ class TeamMCP(FlakebotMCP):
 
     async def _task_call_audited(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
         """A tools/call asked as a task is answered by the tasks handlers (mcp/tasks.py routes it), not call_tool:
-        audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error)."""
-        from flakebot.mcp.tasks import CALL_AS_TASK
+        audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error;
+        cancelled before its answer: cancelled)."""
+        from mcp.shared.exceptions import MCPError
+
+        from flakebot.mcp.tasks import CALL_AS_TASK, REFUSED
 
         if ctx.method != CALL_AS_TASK:
             return await call_next(ctx)
-        started, outcome = time.monotonic(), "error"
+        started, outcome, counted = time.monotonic(), "error", "error"
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
         params = ctx.params if isinstance(ctx.params, dict) else {}
         name = params.get("name") if isinstance(params.get("name"), str) else None
         try:
             async with self.one_of_its_calls(ctx):
                 result = await call_next(ctx)
-            outcome = "ok"
+            outcome = counted = "ok"
             return result
+        except anyio.get_cancelled_exc_class():
+            outcome = counted = "cancelled"
+            raise
+        except MCPError as exc:
+            counted = "refused" if exc.code == REFUSED else counted
+            raise
         finally:
-            self.metrics.call(_metric_label(str(name)), outcome, time.monotonic() - started)
+            self.metrics.call(_metric_label(str(name)), counted, time.monotonic() - started)
             self._audited(principal, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
     async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
@@ -333,9 +343,9 @@ class TeamMCP(FlakebotMCP):
         the request those checks made, under the caller's tenant and principal. Not its command's own check: what it
         asks of this machine (a usable model, the catalog) is the worker's to answer, and queue.tenant_request checks
         what a tenant may ask. Each call's enqueue or join is one following of the job (Enqueued.following), which
-        only that call's end (a waited craft's: _leave_waited) or the caller leaving the job ends. `principal`: the
-        caller's, verified already (else verified here). `waited`: this call holds its answer until the job ends, so
-        its following names this front (ended if the front is lost: flakebot.team.fronts)."""
+        only that call's end (a waited craft's, or a task's before its answer: leave_following) or the caller leaving
+        the job ends. `principal`: the caller's, verified already (else verified here). `waited`: this call holds its
+        answer until the job ends, so its following names this front (ended if the front is lost: flakebot.team.fronts)."""
         from flakebot.mcp import tooltable
         from flakebot.mcp.server import TABLE_TOOLS, _check_job_arguments, _check_own
 
@@ -472,7 +482,7 @@ class TeamMCP(FlakebotMCP):
             self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked()))
 
     def end_unended(self) -> None:
-        """The followings of waited calls that ended while the database was away (_leave_waited), ended now; those
+        """The followings of waited calls that ended while the database was away (leave_following), ended now; those
         the database refuses again kept for the next try."""
         with self._rows_lock:
             pending, self._unended = self._unended, []
@@ -595,10 +605,8 @@ class TeamMCP(FlakebotMCP):
                 if ended is not None:
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
-        except BaseException:
-            if not self.stopping():  # nobody gets this job's answer through this call now
-                with anyio.CancelScope(shield=True):
-                    await self._leave_waited(job_id, *following)
+        except BaseException:  # nobody gets this job's answer through this call now
+            await self.leave_following(job_id, *following)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
@@ -606,26 +614,38 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx, principal.tenant)
         return {"ok": True, **compact_result(ended["result"])}
 
-    async def _leave_waited(self, job_id: int, principal: Principal, following: int) -> None:
-        """A waited craft's call ended before its job did (the SDK cancelled it: the client closed the connection, or
-        sent notifications/cancelled; or it raised): its own following of the job ends, and with the caller's last
-        one (the database knows them all, on every front: tasks, detached crafts, other waited calls) the caller
-        leaves the job as its tasks/cancel would, so a job it alone followed does not run on for nobody. Ended for
-        the principal the following was made for, not the call's token verified again: a JWT that expired meanwhile
-        still ends what it started (a revoked token's followings the front's look ends: revoked, it counts for
-        nothing here). The database away: ended once it answers again (end_unended, at the lease's next renewal).
-        A front stopping does not (`stopping`): its lease, left to run out, ends them (flakebot.team.fronts)."""
+    async def leave_following(self, job_id: int, principal: Principal, following: int) -> None:
+        """A call holding one following of a queued job ended before its caller got what it waits for: a waited
+        craft's before its job ended, a craft asked as a task before its task id was sent (the SDK cancelled it: the
+        client closed the connection, or sent notifications/cancelled; or it raised). Its own following of the job
+        ends, and with the caller's last one (the database knows them all, on every front: tasks, detached crafts,
+        other waited calls) the caller leaves the job as its tasks/cancel would, so a job it alone followed does not
+        run on for nobody. Ended for the principal the following was made for, not the call's token verified again:
+        a JWT that expired meanwhile still ends what it started (a revoked token's followings the front's look ends:
+        revoked, it counts for nothing here). Shielded: the call is being cancelled. The database away: ended once it
+        answers again (end_unended, at the lease's next renewal). A front stopping does not (`stopping`): its lease,
+        left to run out, ends them (flakebot.team.fronts), so a caller has that long to ask again and join the job."""
+        if self.stopping():
+            return
+        with anyio.CancelScope(shield=True):
+            await self._leave(job_id, principal, following)
+
+    async def _leave(self, job_id: int, principal: Principal, following: int) -> None:
         try:
             row = await anyio.to_thread.run_sync(lambda: self._cancel(principal, job_id, following))
         except FlakebotError as exc:
-            logger.warning("job %s not left yet when its waited call ended (tried again): %s", job_id, exc.one_line())
+            logger.warning(
+                "job %s not left yet when a call of it ended before its answer (tried again): %s",
+                job_id,
+                exc.one_line(),
+            )
             with self._rows_lock:
                 self._unended.append((principal, job_id, following))
             return
         if row is not None and row.get("retracted"):
-            logger.info("job %s: a waited call ended before it; its caller still follows it by another call", job_id)
+            logger.info("job %s: a call ended before its answer; its caller still follows it by another call", job_id)
         elif row is not None and not row.get("unchanged"):
-            logger.info("job %s left: its waited call ended before it (%s for the caller)", job_id, row["state"])
+            logger.info("job %s left: a call of it ended before its answer (%s for the caller)", job_id, row["state"])
 
     # ------------------------------------------------------------ the MCP handlers
     def work(self, name: str, args: dict[str, Any], ctx: Any = None) -> Any:
@@ -676,27 +696,29 @@ class TeamMCP(FlakebotMCP):
                 del self._in_flight[owner]
 
     async def call_tool(self, ctx: Any, params: Any) -> Any:
-        """The call, as one of its token's calls in flight (one_of_its_calls); audited however it ends: one cancelled
-        before its answer (its client went away) too, as `cancelled` (a client could otherwise make any call it
-        made, a craft or a tool's run, vanish from the audit by leaving before the answer)."""
+        """The call, as one of its token's calls in flight (one_of_its_calls); audited and counted however it ends:
+        one cancelled before its answer (its client went away) too, as `cancelled` (a client could otherwise make
+        any call it made, a craft or a tool's run, vanish from the audit by leaving before the answer), and one that
+        raised, as `error`. /metrics counts a call its quota or concurrent crafts refused as `refused`."""
         started = time.monotonic()
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
-        outcome, code = "error", None
+        outcome, code, counted = "error", None, "error"
         try:
             async with self.one_of_its_calls(ctx):
                 result = await self._tenant_call(ctx, params)
         except anyio.get_cancelled_exc_class():
-            outcome = "cancelled"
+            outcome = counted = "cancelled"
             raise
         else:
             data = result.structured_content if isinstance(result.structured_content, dict) else {}
             code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
             outcome = "error" if result.is_error else "ok"
+            counted = "refused" if result.is_error and data.get("type") in REFUSED_TYPES else outcome
             if data.get("type") == "JobLimit":
                 self.metrics.refused("job_limit")
-            self.metrics.call(_metric_label(str(params.name)), outcome, time.monotonic() - started)
             return result
         finally:
+            self.metrics.call(_metric_label(str(params.name)), counted, time.monotonic() - started)
             self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
 
     async def _tenant_call(self, ctx: Any, params: Any) -> Any:
@@ -823,6 +845,7 @@ ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job 
 ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
+REFUSED_TYPES = frozenset({"QuotaExceeded", "JobLimit"})  # a tool call's errors that refused it before any work
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
 
 
@@ -915,6 +938,7 @@ class AdmittedCalls:
             return
         messages, body = await _read_body(receive)
         request = _posted_request(body)
+        scope[PARSED] = request  # handed on: what serves the request after this parses its body no more (mcp/gone.py)
         # in a thread: a shared admission asks the database
         refusal = await anyio.to_thread.run_sync(self.admission.admit_call, principal, request[1]) if request else None
         label = "rate_limit"
@@ -981,6 +1005,8 @@ class AdmittedCalls:
         request_id, method, tool, arguments = request
         if method == "tools/call" and self._audit_refusal(principal):  # a refused flood of listings is not kept
             self.audit.record(principal, method, tool=tool, arguments=arguments, outcome="refused")
+        if method == "tools/call":  # counted however many: a counter per tool and outcome takes no more room
+            self.metrics.call(_metric_label(str(tool)), "refused", 0.0)
         self.metrics.refused(label)
         message = f"{refusal.reason}. Fix: call again after {refusal.retry_after} s"
         error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": RATE_LIMITED, "message": message}}
@@ -1138,8 +1164,6 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     def sessions_of(principal_id: str) -> set[str]:  # the SDK's owner of each session (its private map, as below)
         owners = list(manager._session_owners.items())
         return {sid for sid, owner in owners if str(owner.get("subject") or "") == principal_id}
-
-    from flakebot.mcp.gone import GoneRequests
 
     admitted = AdmittedCalls(
         GoneRequests(StreamableHTTPASGIApp(manager)),

@@ -25,6 +25,9 @@ import anyio
 logger = logging.getLogger(__name__)
 
 SESSION_HEADER = b"mcp-session-id"
+# the scope key under which the admission (front.AdmittedCalls) hands on the POST's JSON-RPC request as it parsed it
+# (front._posted_request's answer: None when the body holds no request), so that a body of up to 4 MB is parsed once
+PARSED = "flakebot.posted_request"
 CANCEL_TIMEOUT = 5.0  # seconds the cancel's own POST may take (the SDK answers a notification with 202 at once)
 INVALID_REQUEST = -32600  # JSON-RPC's code for a request that is not a valid one
 
@@ -33,7 +36,8 @@ class GoneRequests:
     """Wraps the SDK's Streamable HTTP app: a POST of a session carrying a JSON-RPC request, whose client disconnects
     before the last of its answer was sent, is followed by a `notifications/cancelled` for that request id in the same
     session. A request whose id an open request of its session and principal holds is refused (400, one line). Any
-    other request passes unchanged."""
+    other request passes unchanged. The request is the one the admission parsed and handed on in the scope (PARSED):
+    each body is parsed once."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -45,10 +49,13 @@ class GoneRequests:
         if scope.get("type") != "http" or scope.get("method") != "POST" or not _in_session(scope):
             await self.app(scope, receive, send)
             return
-        messages, body = await _read_body(receive)
-        request = _posted_request(body)
+        if PARSED in scope:  # the admission read and parsed the body: its messages are still to be received
+            request, replayed = scope[PARSED], receive
+        else:  # not through the admission (its token found no principal there): read and parsed here
+            messages, body = await _read_body(receive)
+            request, replayed = _posted_request(body), _replaying(messages, receive)
         if request is None:  # a notification or a response: nothing waits on an answer
-            await self.app(scope, _replaying(messages, receive), send)
+            await self.app(scope, replayed, send)
             return
         key = (_session_of(scope), _principal_of(scope), _request_key(request[0]))
         if key in self._open:
@@ -56,7 +63,6 @@ class GoneRequests:
             return
         self._open.add(key)  # no await since the check: two requests of one id cannot both pass
         answered = gone = False
-        replayed = _replaying(messages, receive)
 
         async def receiving() -> Any:
             nonlocal gone
@@ -113,7 +119,8 @@ class GoneRequests:
             if message.get("type") == "http.response.start":
                 status.append(int(message.get("status", 0)))
 
-        await self.app({**scope, "headers": headers}, receive, send)
+        own = {name: value for name, value in scope.items() if name != PARSED}  # the request's parse: not the cancel's
+        await self.app({**own, "headers": headers}, receive, send)
         logger.info(
             "session %s: request %s cancelled, its client went away (HTTP %s)",
             _session_of(scope),

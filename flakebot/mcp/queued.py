@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -58,8 +59,14 @@ class QueueFront(Protocol):
     def queued(self, name: str) -> bool:
         """Whether this tool's long jobs go to the queue."""
 
-    def enqueue(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
-        """Check the call's arguments as the door does and queue its request (an Enqueued)."""
+    def principal(self, ctx: Any) -> Any:
+        """The caller's principal (its verified token), None without one."""
+
+    def enqueue(self, ctx: Any, name: str, args: dict[str, Any], principal: Any = None) -> Any:
+        """Check the call's arguments as the door does and queue its request (an Enqueued) for `principal`."""
+
+    async def leave_following(self, job_id: int, principal: Any, following: int) -> None:
+        """A call ended before its answer reached its caller: its own following of the job ends (queue.cancel)."""
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Tell the session when the job catalogued its tool."""
@@ -279,14 +286,26 @@ class QueueTasks(mcp_tasks.Tasks):
             return await super().call(ctx, params)
         mcp_tasks.offered(ctx)
         arguments = dict(params.arguments or {})
+
+        def admitted() -> tuple[Any, Any]:  # verified once: the principal the following is made for
+            principal = self.front.principal(ctx)
+            return principal, self.front.enqueue(ctx, params.name, arguments, principal)
+
         try:
-            enqueued = await anyio.to_thread.run_sync(lambda: self.front.enqueue(ctx, params.name, arguments))
+            principal, enqueued = await anyio.to_thread.run_sync(admitted)
         except (QuotaExceeded, jobs.JobLimit) as exc:  # nothing queued
-            raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
+            raise MCPError(mcp_tasks.REFUSED, exc.one_line()) from None
         except FlakebotError as exc:  # arguments the tool refuses: nothing queued either
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
-        self.front.watch_job(ctx, enqueued.job_id)
-        task = (await self._row(ctx, handle(enqueued.job_id)))[1]
+        try:
+            self.front.watch_job(ctx, enqueued.job_id)
+            task = (await self._row(ctx, handle(enqueued.job_id)))[1]
+            # a cancel that came while the row was read (a thread the cancel waits for) is raised here: past this
+            # point nothing awaits before the answer, which the SDK would not send for a cancelled request
+            await anyio.lowlevel.checkpoint()
+        except BaseException:  # cancelled, or the row unread: the caller never learns the task id
+            await self.front.leave_following(enqueued.job_id, principal, enqueued.following)
+            raise
         joined = " (joined the job already queued for this need)" if enqueued.joined else ""
         text = f"{params.name} is queued as task {task.task_id}{joined}; its result comes when the task completes"
         return types.CreateTaskResult(task=task, _meta={mcp_tasks.IMMEDIATE_RESPONSE: text})

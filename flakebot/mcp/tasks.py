@@ -57,6 +57,7 @@ from flakebot.pipeline import jobs
 logger = logging.getLogger(__name__)
 
 TASKS_PROTOCOL = "2025-11-25"
+REFUSED = types.INVALID_REQUEST  # the JSON-RPC code of a task call refused before any work (quota, concurrent jobs)
 CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 CALL_AS_TASK = "flakebot/tools/call-as-task"  # where the middleware sends a task-augmented tools/call
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -157,7 +158,7 @@ class Tasks:
         try:
             process, journal = self.jobs.start_job(ctx, params.name, dict(params.arguments or {}))
         except jobs.JobLimit as exc:  # nothing started, nothing written
-            raise MCPError(types.INVALID_REQUEST, exc.one_line()) from None
+            raise MCPError(REFUSED, exc.one_line()) from None
         except FlakebotError as exc:  # arguments the tool refuses (its schema, its check): nothing started either
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
         task_id = journal.stem

@@ -1,5 +1,6 @@
-"""The front's metrics, in Prometheus' text exposition format (version 0.0.4): tool calls and their latency per tool
-and outcome, refusals by reason, and (with a database) the queue's jobs by state. Counted in this front's memory
+"""The front's metrics, in Prometheus' text exposition format (version 0.0.4): tool calls per tool and outcome (every
+end: answered, refused, cancelled) and the latency of those that ran, refusals by reason, and (with a database) the
+queue's jobs by state. Counted in this front's memory
 since it started, as Prometheus expects of a process it scrapes; the queue's depth is read from the database at
 each scrape, so every front reports the one queue.
 """
@@ -17,6 +18,9 @@ MAX_TOOLS = 1000  # distinct tool labels kept; past it (callers name tools at wi
 # a tool name as MCP shapes one; any other name a caller sends (up to the body's 4 MB, repeated in every bucket line
 # of every scrape) counts as "other"
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+# how a tool call ended, the audit's words: answered (ok, or an error: its result's or a JSON-RPC error), refused
+# before any work (the rate limit's 429, a quota, the token's concurrent crafts), or cancelled before its answer
+OUTCOMES = ("ok", "error", "refused", "cancelled")
 
 
 class Metrics:
@@ -24,6 +28,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._tools: set[str] = set()  # the tool labels counted so far (at most MAX_TOOLS, and "other")
         self._calls: dict[tuple[str, str], int] = defaultdict(int)
         self._buckets: dict[str, list[int]] = defaultdict(lambda: [0] * len(BUCKETS))
         self._sums: dict[str, float] = defaultdict(float)
@@ -31,11 +36,17 @@ class Metrics:
         self._refusals: dict[str, int] = defaultdict(int)
 
     def call(self, tool: str, outcome: str, seconds: float) -> None:
-        """A tools/call answered (`outcome`: ok or error) after `seconds`."""
+        """A tools/call that ended (`outcome`: one of OUTCOMES) after `seconds`; a refused one ran for none, and is
+        counted but not timed."""
+        if outcome not in OUTCOMES:  # a label's values stay the few a scraper expects
+            raise ValueError(f"unknown tool call outcome {outcome!r}")
         with self._lock:
-            if not TOOL_NAME.fullmatch(tool) or (tool not in self._counts and len(self._counts) >= MAX_TOOLS):
+            if not TOOL_NAME.fullmatch(tool) or (tool not in self._tools and len(self._tools) >= MAX_TOOLS):
                 tool = "other"
+            self._tools.add(tool)
             self._calls[(tool, outcome)] += 1
+            if outcome == "refused":
+                return
             buckets = self._buckets[tool]
             for i, bound in enumerate(BUCKETS):
                 if seconds <= bound:
@@ -51,14 +62,14 @@ class Metrics:
     def render(self, depth: Mapping[str, int] | None) -> str:
         """The exposition text; `depth`: jobs per queue state (None: no database, no queue metric)."""
         lines = [
-            "# HELP flakebot_tool_calls_total Tool calls answered, by tool and outcome.",
+            "# HELP flakebot_tool_calls_total Tool calls, by tool and how they ended (ok, error, refused, cancelled).",
             "# TYPE flakebot_tool_calls_total counter",
         ]
         with self._lock:
             for (tool, outcome), n in sorted(self._calls.items()):
                 lines.append(f'flakebot_tool_calls_total{{tool="{_label(tool)}",outcome="{outcome}"}} {n}')
             lines += [
-                "# HELP flakebot_tool_call_seconds Time to answer a tool call, by tool.",
+                "# HELP flakebot_tool_call_seconds Time a tool call ran (answered or cancelled; not refused), by tool.",
                 "# TYPE flakebot_tool_call_seconds histogram",
             ]
             for tool in sorted(self._counts):

@@ -9,7 +9,8 @@ from typing import Any
 
 import anyio
 
-from flakebot.mcp.gone import GoneRequests
+from flakebot.mcp.front import _posted_request
+from flakebot.mcp.gone import PARSED, GoneRequests
 
 SESSION = [
     (b"mcp-session-id", b"s-1"),
@@ -39,17 +40,29 @@ class Answering:
         await receive()  # the client's disconnect
 
 
-def _served(app: Any, headers: list[tuple[bytes, bytes]], body: dict[str, Any]) -> None:
+def _served(app: Any, headers: list[tuple[bytes, bytes]], body: dict[str, Any], **handed: Any) -> list[Any]:
+    """`body` POSTed through GoneRequests to `app` (`handed`: what the admission put in the scope); the messages
+    received before `app` was called."""
     messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+    called: list[bool] = []
+    early: list[Any] = []
 
     async def receive() -> Any:
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
+        message = messages.pop(0) if messages else {"type": "http.disconnect"}
+        if not called:
+            early.append(message)
+        return message
 
     async def send(message: Any) -> None:
         pass
 
+    async def serving(scope: Any, receive: Any, send: Any) -> None:
+        called.append(True)
+        await app(scope, receive, send)
+
     scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers, "user": "alice's principal"}
-    anyio.run(GoneRequests(app), scope, receive, send)
+    anyio.run(GoneRequests(serving), {**scope, **handed}, receive, send)
+    return early
 
 
 def test_a_session_request_whose_client_left_before_its_answer_is_cancelled_in_its_session() -> None:
@@ -84,3 +97,18 @@ def test_a_request_naming_a_session_but_a_later_protocol_is_left_to_the_sdk() ->
     app = Answering(finish=False)
     _served(app, later, REQUEST)
     assert len(app.seen) == 1, app.seen
+
+
+def test_a_body_the_admission_parsed_is_not_read_or_parsed_again() -> None:
+    """Behind the front's admission (AdmittedCalls), which read and parsed the POST's body and hands the request on
+    in the scope, GoneRequests reads nothing of the body before the SDK does and parses nothing (each body of up to
+    4 MB was parsed twice): the request it cancels is the one handed on, and so is a notification it lets pass."""
+    app = Answering(finish=False)
+    parsed = _posted_request(json.dumps(REQUEST).encode())
+    assert _served(app, SESSION, REQUEST, **{PARSED: parsed}) == []
+    assert [json.loads(body)["params"]["requestId"] for _, body in app.seen[1:]] == [41]
+    assert PARSED not in app.seen[1][0]  # the cancel is a request of its own
+    notified = Answering(finish=False)
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert _served(notified, SESSION, initialized, **{PARSED: None}) == []
+    assert len(notified.seen) == 1

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import signal
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
@@ -18,11 +22,12 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from flakebot.team import audit, db, fronts
 from flakebot.team.idtokens import LEEWAY_SECONDS
+from flakebot.team.queue import TENANT_LOCK
 from tests.conftest import wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import add_token, post, serving, serving_process
 from tests.team.test_jwt import AUDIENCE, ISSUER, claims
-from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, rows
+from tests.team.test_serve_queue import Session, _audited, _waited_craft_given_up, call, handle_of, metrics, rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -205,3 +210,88 @@ def test_a_database_away_longer_than_a_lease_takes_no_live_front_for_lost(
         wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
     assert _because(database) == [("alice", "cancelled", None)]
     assert not [log for log in logs if "lease had run out" in log.read_text()]
+
+
+@contextlib.contextmanager
+def _tenant_locked(database: str, tenant: str) -> Iterator[None]:
+    """The tenant's enqueue lock (queue.enqueue's) held by the test: a craft of the tenant waits in its enqueue."""
+    with db.connect(database) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+        yield
+
+
+def _enqueue_waiting(database: str) -> bool:
+    with db.connect(database) as conn:
+        waiting = conn.execute("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return bool(waiting.fetchone()["n"])  # type: ignore[index]
+
+
+def _posted_unread(url: str, token: str, headers: dict[str, str], body: dict[str, object]) -> socket.socket:
+    """`body` POSTed to the front on a connection of its own whose answer nobody reads (closing it: the client
+    gone)."""
+    parts = urlsplit(url)
+    payload = json.dumps(body).encode()
+    lines = [
+        f"POST {parts.path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        f"Authorization: Bearer {token}",
+        "Accept: application/json, text/event-stream",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+    return sock
+
+
+def _task_call_cancelled(
+    url: str, token: str, session: dict[str, str], asked: tuple[int, str], how: str, database: str, log: Path
+) -> None:
+    """A craft asked as a task (`asked`: its request id in `session`, its need) cancelled while its enqueue waits on
+    the tenant's lock (`how`: by notifications/cancelled, or by its connection closed), the lock let go once the
+    front took the cancel (for a connection closed, the front's `log` says so)."""
+    request_id, need = asked
+    craft = {"name": "craft", "arguments": {"need": need}, "task": {}}
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": craft}
+    with _tenant_locked(database, "acme"):
+        sock = _posted_unread(url, token, session, body)
+        wait_for(lambda: _enqueue_waiting(database), timeout=30, interval=0.1)
+        if how == "notification":
+            params = {"requestId": request_id, "reason": "the agent changed its mind"}
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+            assert post(url, cancel, token, **session).status_code == 202
+        else:
+            sock.close()
+            wait_for(lambda: f"request {request_id} cancelled, its client went away" in log.read_text())
+        time.sleep(0.5)  # the SDK applies a cancel it answered 202 for in its session's own loop
+    sock.close()
+
+
+@pytest.mark.parametrize("how", ["notification", "disconnect"])
+def test_a_task_call_cancelled_before_its_answer_leaves_its_job(flakebot_home: Path, database: str, how: str) -> None:
+    """alice asks a craft as a task (tools/call with `task`: its answer is the task id she then polls) and cancels
+    the call (notifications/cancelled, or she closes the connection: flakebot.mcp.gone's cancel) after its craft was
+    enqueued but before its CreateTaskResult was sent. She never learnt the task id, yet her following was kept: the
+    job, hers alone, stayed queued for nobody (a worker would still craft it). Now the call's end retracts its own
+    following, as a waited craft's does: her job alone is cancelled; one carol follows too goes on for carol."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    with serving(database=database, log=log) as url:
+        session = Session(url, alice).headers
+        shared = call(url, carol, "craft", {"need": "need a word counter"})["run_id"]
+        _task_call_cancelled(url, alice, session, (41, "need a csv deduper"), how, database, log)
+        wait_for(lambda: len(_audited(database)) == 3, timeout=30, interval=0.2)  # carol's, alice's enqueue and end
+        _task_call_cancelled(url, alice, session, (42, "need a word counter"), how, database, log)
+        wait_for(lambda: len(_audited(database)) == 5, timeout=30, interval=0.2)
+        states = {handle_of(r): r["state"] for r in rows(database)}
+        assert states == {shared: "queued", "job-2": "cancelled"}, (states, _audited(database))
+        scraped = metrics(url, add_token("prometheus", "--grant", "metrics")).text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="cancelled"} 2' in scraped, scraped
+    assert _audited(database) == [
+        ("carol", "enqueued"),
+        ("alice", "enqueued"),
+        ("alice", "cancelled"),
+        ("alice", "joined"),
+        ("alice", "left"),
+    ]

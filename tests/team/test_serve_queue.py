@@ -162,7 +162,8 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         assert 'flakebot_queue_jobs{state="queued"} 3' in text and 'flakebot_queue_jobs{state="done"} 0' in text
         assert 'flakebot_refusals_total{reason="quota"} 1' in text
         assert 'flakebot_tool_calls_total{tool="craft",outcome="ok"} 2' in text  # alice's, carol's as a task
-        assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 2' in text  # the quota, the bad argument
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 1' in text  # the bad argument
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="refused"} 1' in text  # the quota
         assert 'flakebot_tool_call_seconds_count{tool="status"}' in text
 
     made = rows(database)
@@ -566,6 +567,36 @@ def test_tool_names_a_caller_makes_up_take_no_room_in_metrics_or_the_audit(flake
     assert len(audit.audit_path(workdir).read_text()) < 5_000
     made_up = [r["tool"] for r in records if r["method"] == "tools/call"]
     assert made_up[0] == "sha256:" + hashlib.sha256(b"x" * 1_000_000).hexdigest() and made_up[2] == "no-such-tool"
+
+
+def test_metrics_count_every_end_of_a_tool_call(flakebot_home: Path, database: str) -> None:
+    """/metrics counted the tool calls answered only: one the rate limit refused (429) or one cancelled before its
+    answer (a waited craft whose client went away) was in no counter, so a scrape showed nothing of a flood or of
+    clients giving up. Now each end counts, by tool and outcome (ok, error, refused, cancelled); a refused call ran
+    for no time, and is in no latency bucket."""
+    alice = add_token("alice", "--tenant", "acme", "--calls-per-minute", "3")
+    scraper = add_token("prometheus", "--grant", "metrics")
+    with serving(database=database) as url:
+        _waited_craft_given_up(url, alice, "need a csv deduper", None)
+        assert call(url, alice, "craft", {"need": 42})["is_error"]
+        assert not call(url, alice, "list", {})["is_error"]
+        listing = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list", "arguments": {}}}
+        assert post(url, listing, alice, **Session(url, alice).headers).status_code == 429  # its 4th call this minute
+
+        def scraped() -> str | None:  # the craft's cancel is counted once the front ended its call
+            text = metrics(url, scraper).text
+            return text if 'flakebot_tool_calls_total{tool="craft",outcome="cancelled"} 1' in text else None
+
+        text = wait_for(scraped, timeout=30)
+    for counted in (
+        'flakebot_tool_calls_total{tool="craft",outcome="error"} 1',
+        'flakebot_tool_calls_total{tool="list",outcome="ok"} 1',
+        'flakebot_tool_calls_total{tool="list",outcome="refused"} 1',
+        'flakebot_tool_call_seconds_count{tool="list"} 1',
+        'flakebot_tool_call_seconds_count{tool="craft"} 2',
+        'flakebot_refusals_total{reason="rate_limit"} 1',
+    ):
+        assert counted in text, (counted, text)
 
 
 def _transactions(database: str) -> int:
@@ -1459,7 +1490,7 @@ def test_a_front_stopping_leaves_its_waited_crafts_to_its_lease(flakebot_home: P
         thread.join(30)
     assert [r["state"] for r in rows(database)] == ["queued", "queued"]
     assert _actions(database) == []
-    assert "left: its waited call ended" not in log.read_text()
+    assert "left: a call of it ended before its answer" not in log.read_text()
     with psycopg.connect(database) as conn:
         assert len(conn.execute("SELECT id FROM fronts WHERE lease_until > now()").fetchall()) == 1
 
