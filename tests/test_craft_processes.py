@@ -1,8 +1,9 @@
 """The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
 (benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
-new crate's version not asked of cargo, the tool's GC root made by its own nix build, and the deps derivation's stub
-(a crate flakebot wrote) not asked of cargo or git what to copy and asked of cargo once, for its members alone, HEAD
-read rather than asked of git."""
+new crate's version not asked of cargo, the tool's GC root made by its own nix build, what `nix run` starts evaluated
+beside that build, neither the crafted crate (at its workspace's top) nor the deps derivation's stub (a crate flakebot
+wrote) asked of cargo where its workspace root is, the stub not asked of git what to copy and asked of cargo once, for
+its members alone, HEAD read rather than asked of git."""
 
 from __future__ import annotations
 
@@ -50,8 +51,14 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     roots = [argv[argv.index("--add-root") + 1] for name, argv in named if name == "nix-store" and "--add-root" in argv]
     assert not [link for link in roots if link.endswith("/flake/result")], roots  # nix build made it
     assert sum(link.endswith("/flake/result-deps") for link in roots) == 1, roots
-    located = [argv for name, argv in named if name == "cargo" and "locate-project" in argv]
-    assert located and not [argv for argv in located if any("/loop-deps/" in a for a in argv)], located
+    # the crafted crate is at its workspace's top, the stub is flakebot's own: neither's workspace root is asked of cargo
+    assert not [argv for name, argv in named if name == "cargo" and "locate-project" in argv]
+    records = json.loads(log.read_text())["processes"]
+    evals = [r for r in records if "eval" in command_of(r["argv"]) and any(".default.program" in a for a in r["argv"])]
+    tool_builds = [r for r in records if command_of(r["argv"]) in tool]
+    # what nix run starts is evaluated once, beside the tool's nix build (started before that build ended)
+    assert len(evals) == 1 and len(tool_builds) == 1, (evals, tool_builds)
+    assert evals[0]["start"] < tool_builds[0]["start"] + tool_builds[0]["seconds"], (evals, tool_builds)
     stub = [
         argv
         for name, argv in named
