@@ -1,9 +1,9 @@
 """The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
 (benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
-new crate's version not asked of cargo, the tool's GC root made by its own nix build, what `nix run` starts evaluated
-beside that build, neither the crafted crate (at its workspace's top) nor the deps derivation's stub (a crate flakebot
-wrote) asked of cargo where its workspace root is, the stub not asked of git what to copy and asked of cargo once, for
-its members alone, HEAD read rather than asked of git."""
+new crate's version not asked of cargo nor its lock resolved again, the tool's GC root made by its own nix build,
+what `nix run` starts evaluated beside that build, neither the crafted crate (at its workspace's top) nor the deps
+derivation's stub (a crate flakebot wrote) asked of cargo where its workspace root is, the stub not asked of git what
+to copy and asked of cargo once, for its members alone, HEAD read rather than asked of git."""
 
 from __future__ import annotations
 
@@ -42,6 +42,15 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     new_crate = [argv for name, argv in named if name == "cargo" and any(".workspace.partial" in a for a in argv)]
     metadata = [argv for argv in new_crate if "metadata" in argv]
     assert len(metadata) == 1 and "--no-deps" in metadata[0]  # the sources check of `cargo add` alone
+    # the new crate's lock is the one its `cargo add` wrote, and it names no git source: not resolved again (for an
+    # error to report, or a git view to fill)
+    resolving = [
+        argv
+        for name, argv in named
+        if name == "cargo" and "metadata" in argv and "--no-deps" not in argv
+        and any(a.endswith("/workspace/Cargo.toml") for a in argv)
+    ]  # fmt: skip
+    assert not resolving, resolving
 
     builds = [argv for name, argv in named if name == "nix" and "build" in argv]
     tool = [argv for argv in builds if not any(a.endswith("#cargo-deps") for a in argv)]
