@@ -54,7 +54,8 @@ class Choice:
     # `metadata --no-deps`, not a check and a resolution): its flake is built only for its deps derivation, which takes
     # of cargo's answer the members and their targets (the rest is read from Cargo.lock). A stub has no path or git
     # dependencies, no workspace (cargo/cache_skeleton.py refuses them); resolution comes next anyway, in the skeleton's
-    # relock (skeleton.py) and in `nix build` (--frozen), and a lock they cannot take fails the loop's deps as before
+    # relock (skeleton.py) and in `nix build` (--frozen), and a lock they cannot take fails the loop's deps as before.
+    # Its flake is not made a git repository either: it is built as a path: flake (loopdeps.build_deps)
     own_stub: bool = False
     # a crafted tool: every file of the tree its tests passed on is copied (walked, not git's listing), so a .gitignore
     # the model wrote cannot leave out of the flake a file the tests compiled with
@@ -325,7 +326,8 @@ def write_flake(
     flake.service = choice.service
     _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
-    commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
+    if not choice.own_stub:  # the stub's flake is built as a path: flake (loopdeps.build_deps), every file its own
+        commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
     return flake
 
 

@@ -302,7 +302,10 @@ def build_deps(
         raise NoStoreDeps("the crate's dependencies have no derivation of their own")
     argv = command.nix_argv(
         ["build"],
-        ["--json", "--out-link", str(root or work / "result"), "-L", f"{flake}#{DEPS_ATTRIBUTE}"],
+        # path:, not a git repository: every file of the stub's flake is flakebot's, so no git is needed to say which
+        # (three git processes); the deps derivation takes the skeleton through builtins.path, so it is the same
+        # derivation as the package stage's git flake builds
+        ["--json", "--out-link", str(root or work / "result"), "-L", f"path:{flake}#{DEPS_ATTRIBUTE}"],
         "host",
         ensure_standin(settings),
         settings.nix_builders,
