@@ -3,7 +3,8 @@
 new crate's version not asked of cargo nor its lock resolved again, the tool's GC root made by its own nix build,
 what `nix run` starts evaluated beside that build, neither the crafted crate (at its workspace's top) nor the deps
 derivation's stub (a crate flakebot wrote) asked of cargo where its workspace root is, the stub not asked of git what
-to copy and asked of cargo once, for its members alone, HEAD read rather than asked of git."""
+to copy and asked of cargo once, for its members alone, its skeleton's lock not relocked by cargo, HEAD read rather
+than asked of git."""
 
 from __future__ import annotations
 
@@ -76,6 +77,9 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
         and any("/loop-deps/" in a and a.endswith("/flake/Cargo.toml") for a in argv)
     ]
     assert len(stub) == 1 and "--no-deps" in stub[0], stub  # the stub's members alone: no sources check, no resolution
+    # the stub's skeleton lock is flakebot's rename (its deps build proved it), which the package stage's skeleton takes
+    relocked = [argv for name, argv in named if name == "cargo" and any("/flakebot-deps/Cargo.toml" in a for a in argv)]
+    assert not relocked, relocked
     listed = [record for record in json.loads(log.read_text())["processes"] if "ls-files" in record["argv"]]
     assert not listed, listed  # the flake holds the tree its tests passed on, walked through safefs (the stub too)
     # HEAD after acquire's branch and at the edit stage's start is read from .git's files (safegit.head_from_files)

@@ -321,7 +321,8 @@ def write_flake(
         resolve=not choice.own_stub,
     )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
-    flake.skeleton = write_skeleton(out_dir, facts, settings)
+    # the stub's: its lock renamed, not relocked (its build proves it, and falls back: loopdeps.build_deps)
+    flake.skeleton = write_skeleton(out_dir, facts, settings, provisional=choice.own_stub)
     flake.rust_version_replaced = replaced
     flake.service = choice.service
     _render(out_dir, flake, description)
