@@ -1,10 +1,10 @@
 """The processes one scripted offline craft starts around its builds, traced as the benchmark traces them
 (benchmarks.perf.proctrace): each toolchain question asked once, the store not queried for what the build named, the
 new crate's version not asked of cargo nor its lock resolved again, the tool's GC root made by its own nix build,
-what `nix run` starts evaluated beside that build, neither the crafted crate (at its workspace's top) nor the deps
-derivation's stub (a crate flakebot wrote) asked of cargo where its workspace root is, the stub not asked of git what
-to copy and asked of cargo once, for its members alone, its skeleton's lock not relocked by cargo, HEAD read rather
-than asked of git."""
+what `nix run` starts evaluated and the crafted crate resolved beside that build, neither the crafted crate (at its
+workspace's top) nor the deps derivation's stub (a crate flakebot wrote) asked of cargo where its workspace root is,
+the stub not asked of git what to copy and asked of cargo once, for its members alone, its skeleton's lock not
+relocked by cargo, HEAD read rather than asked of git."""
 
 from __future__ import annotations
 
@@ -69,6 +69,11 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     # what nix run starts is evaluated once, beside the tool's nix build (started before that build ended)
     assert len(evals) == 1 and len(tool_builds) == 1, (evals, tool_builds)
     assert evals[0]["start"] < tool_builds[0]["start"] + tool_builds[0]["seconds"], (evals, tool_builds)
+    # the crafted crate (a lone registry package) is resolved beside its build: its flake needs cargo's --no-deps alone
+    resolving = [
+        r for r in records if "--locked" in r["argv"] and any(a.endswith("/flake/Cargo.toml") for a in r["argv"])
+    ]
+    assert len(resolving) == 1 and resolving[0]["start"] < tool_builds[0]["start"] + tool_builds[0]["seconds"]
     stub = [
         argv
         for name, argv in named

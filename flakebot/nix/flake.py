@@ -21,7 +21,15 @@ from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import build_inputs, command, evidence, gitdeps, licenses
 from flakebot.nix.build import build, start_gc_root
-from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
+from flakebot.nix.crate import (
+    CrateFacts,
+    Resolution,
+    declare_rust_version,
+    inspect_crate,
+    lone_registry_package,
+    needs_newer_rustc,
+    workspace_root,
+)
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
@@ -178,6 +186,7 @@ class Written:
     skeleton: Skeleton | None = None  # the dependencies' own derivation builds from it (None: built with the tool)
     service: dict[str, Any] | None = None  # a service's outputs (declaration, NixOS module, image) beside the package
     renders: int = 0  # how many times flake.nix was written (a build evaluated before the last one is of another)
+    resolution: Resolution | None = None  # cargo's resolving answer, still coming (settle_resolution takes it)
 
 
 def _package(
@@ -200,9 +209,14 @@ def _package(
     root = Path(gc_root or out_dir / "result")  # made by the build itself (--out-link) as it ends
     root.parent.mkdir(parents=True, exist_ok=True)
     argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
-    store_path, seconds, drv, program = _build_and_resolve(
-        out_dir, flake, mode, standin, settings, description, report, root, argv
-    )
+    try:
+        store_path, seconds, drv, program = _build_and_resolve(
+            out_dir, flake, mode, standin, settings, description, report, root, argv
+        )
+    except NixError:
+        settle_resolution(flake)  # a lock cargo cannot resolve is the error, as when cargo was asked first
+        raise
+    settle_resolution(flake)
     rooted_dependencies = _root_dependencies(store_path, root, drv)  # its nix-store runs beside the smoke run
     try:
         bin_path = _built_binary(store_path, facts)
@@ -239,6 +253,14 @@ def _package(
         dropped_dev_dependencies=facts.dropped_dev_dependencies,
         description=description or facts.description,
     )
+
+
+def settle_resolution(flake: Written) -> None:
+    """Take the resolution that ran beside the build (when one did): its error raised (Cargo.lock does not hold), else
+    what only it says (the dependencies' rust-versions, for the notices) added to the facts."""
+    if flake.resolution is not None:
+        resolution, flake.resolution = flake.resolution, None
+        flake.facts.needs_newer_rustc = needs_newer_rustc(resolution.meta(), PINNED_RUSTC)
 
 
 def _build_and_resolve(
@@ -310,6 +332,8 @@ def write_flake(
         replaced = declare_rust_version(out_dir / member / "Cargo.toml", choice.rust_version)
         replaced = "" if replaced == choice.rust_version else replaced
     report("asking cargo for the crate's packages and binaries")
+    # a crafted lone registry package: its members alone, the resolution beside its build (settle_resolution)
+    beside = choice.at_root and not choice.own_stub and lone_registry_package(out_dir)
     facts = inspect_crate(
         out_dir,
         settings,
@@ -318,9 +342,10 @@ def write_flake(
         all_bins=choice.all_bins,
         label=source_dir.name,
         member=member,
-        resolve=not choice.own_stub,
+        resolve=not (choice.own_stub or beside),
     )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
+    flake.resolution = Resolution(out_dir, settings, source_dir.name) if beside else None
     # the stub's: its lock renamed, not relocked (its build proves it, and falls back: loopdeps.build_deps)
     flake.skeleton = write_skeleton(out_dir, facts, settings, provisional=choice.own_stub)
     flake.rust_version_replaced = replaced
