@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flakebot.cargo.cache_skeleton import NoSkeleton, skeleton_of
 from flakebot.cargo.metadata import cargo_error
 from flakebot.cargo.runner import Cargo
 from flakebot.cargo.sources import git_refusal
@@ -63,11 +64,22 @@ class FetchReport:
 
 
 def sync(
-    cargo: Cargo, crate_dir: Path, lock: Path | None = None, timeout: float = 600, *, watch: Path | None = None
+    cargo: Cargo,
+    crate_dir: Path,
+    lock: Path | None = None,
+    timeout: float = 600,
+    *,
+    watch: Path | None = None,
+    locked_now: bool = False,
 ) -> FetchReport:
     """Make sure the crate has a Cargo.lock (at `lock`, the workspace root's) and, online, that every crate it names is
     fetched; the graph is then resolved offline once, for the git view (keyed by `watch`'s manifests, if given) and
-    the report's `resolve_error`."""
+    the report's `resolve_error`. `locked_now`: the lock is cargo's own, written from these manifests just before (a
+    new crate's `cargo add`).
+
+    A lock cargo wrote from the manifests (here, or `locked_now`) resolves: when nothing in the crate can name a git
+    source either (`_names_no_git`), there is nothing to resolve it for (no error to report, an empty git view), and
+    cargo is not asked (~0.08 s of a new crate's craft)."""
     start, report = time.perf_counter(), FetchReport()
     if lock is not None and not lock.exists():
         made = cargo.run(["generate-lockfile"], crate_dir, timeout=timeout)
@@ -81,10 +93,13 @@ def sync(
             refresh_git_view(cargo, crate_dir)  # a refused source: what the sandbox saw of it goes too
             return _failed(report, "fetch", fetched.stderr, start)
         report.downloaded = [m.group(1) for line in fetched.stderr.splitlines() if (m := DOWNLOADED.match(line))]
-    resolved = _resolve(cargo, crate_dir)
-    if resolved.returncode != 0:
-        report.resolve_error = cargo_error(resolved.stderr)
-    refresh_git_view(cargo, crate_dir, resolved=resolved, watch=watch)
+    if (locked_now or report.lock_generated) and _names_no_git(crate_dir, lock):
+        refresh_git_view(cargo, crate_dir, watch=watch, no_git=True)
+    else:
+        resolved = _resolve(cargo, crate_dir)
+        if resolved.returncode != 0:
+            report.resolve_error = cargo_error(resolved.stderr)
+        refresh_git_view(cargo, crate_dir, resolved=resolved, watch=watch)
     report.seconds = time.perf_counter() - start
     logger.info("host fetch for %s: %s (%.1f s)", crate_dir, report.summary(), report.seconds)
     return report
@@ -105,17 +120,33 @@ def _resolve(cargo: Cargo, crate_dir: Path) -> subprocess.CompletedProcess[str]:
     return cargo.run(["metadata", "--format-version", "1", "--offline"], crate_dir, timeout=300)
 
 
+def _names_no_git(crate_dir: Path, lock: Path | None) -> bool:
+    """Nothing cargo reads for the crate can name a git source: it is its own workspace root (`lock`, the one cargo
+    uses, is beside its manifest) and a lone package with no [workspace], [patch] or [replace], no git or path
+    dependency and no git package locked (what cargo/cache_skeleton.py's skeleton_of requires, read as data through
+    safefs). Anything else, or a tree it cannot read, is answered by cargo."""
+    if lock is None or lock.parent.resolve() != crate_dir.resolve():
+        return False
+    try:
+        skeleton_of(crate_dir)
+    except NoSkeleton:
+        return False
+    return True
+
+
 def refresh_git_view(
     cargo: Cargo,
     crate_dir: Path,
     *,
     resolved: subprocess.CompletedProcess[str] | None = None,
     watch: Path | None = None,
+    no_git: bool = False,
 ) -> list[str]:
     """Rebuild `cargo.git_view`: hard-linked copies of the git/ entries (checkouts/X/REV, db/X) the resolved graph
     (`resolved`, else resolved here) uses, each from an allowed source; returns them. Nothing without a view; an
-    unresolvable graph gets an empty one. With `watch`, the view is kept when it was made for the same manifests
-    under it (their digest is its key, beside it); a view made without a key is always made again."""
+    unresolvable graph gets an empty one, and so does a crate that names no git source (`no_git`: not resolved). With
+    `watch`, the view is kept when it was made for the same manifests under it (their digest is its key, beside it);
+    a view made without a key is always made again."""
     if cargo.git_view is None:
         return []
     keyed = cargo.git_view.with_name(cargo.git_view.name + ".key")
@@ -130,9 +161,9 @@ def refresh_git_view(
             return list(kept.get("entries", []))
     keyed.unlink(missing_ok=True)  # from here until it is written again, the view has no key
     entries: list[str] = []
-    resolved = resolved or _resolve(cargo, crate_dir)
+    resolved = None if no_git else resolved or _resolve(cargo, crate_dir)
     git = (cargo.home / "git").resolve()
-    if resolved.returncode == 0:
+    if resolved is not None and resolved.returncode == 0:
         for package in json.loads(resolved.stdout)["packages"]:
             source, manifest = package.get("source") or "", Path(package["manifest_path"]).resolve()
             if source.startswith("git+") and manifest.is_relative_to(git / "checkouts"):

@@ -163,24 +163,51 @@ def run_target(run: list[str]) -> tuple[str, str, Path | None]:
 def resolved_program(run: list[str], timeout: float) -> str:
     """The program a `nix run` command line (as run_argv makes it) would start, found by evaluating the
     flake's default app: nothing built, nothing of the tool run. A trusted host step (flakebot.trust)."""
-    flake, mode, standin = run_target(run)
-    argv = nix_argv(["eval", "--raw"], [f"{flake}#apps.{nix_system()}.default.program"], mode, standin)
-    result = launcher.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        tail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
-        raise NixError(
-            f"cannot evaluate what 'nix run {flake}' runs: {tail[0]}",
-            fix="inspect the flake in the run directory",
-            log_tail=result.stderr[-3000:],
+    return Resolving(run).program(timeout)
+
+
+class Resolving:
+    """resolved_program's `nix eval` started now, its answer taken later (`program`): the package step starts it beside
+    the tool's `nix build` (evaluation builds nothing, so it needs no build to have ended), where its time is hidden."""
+
+    def __init__(self, run: list[str]) -> None:
+        flake, mode, standin = run_target(run)
+        self.flake = flake
+        argv = nix_argv(["eval", "--raw"], [f"{flake}#apps.{nix_system()}.default.program"], mode, standin)
+        self.process = launcher.popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-    return result.stdout.strip()
+
+    def program(self, timeout: float) -> str:
+        try:
+            stdout, stderr = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise NixError(
+                f"cannot evaluate what 'nix run {self.flake}' runs: nix eval took over {timeout:g} s",
+                fix="check the Nix daemon, or raise nix_build_timeout",
+            ) from None
+        if self.process.returncode != 0:
+            tail = stderr.strip().splitlines()[-1:] or [f"exit {self.process.returncode}"]
+            raise NixError(
+                f"cannot evaluate what 'nix run {self.flake}' runs: {tail[0]}",
+                fix="inspect the flake in the run directory",
+                log_tail=stderr[-3000:],
+            )
+        return stdout.strip()
+
+    def stop(self) -> None:
+        """End it (its answer is not wanted: the build failed, or the flake changed since it started)."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate()
 
 
 def require_nix_run_target(package: dict[str, Any], what: str, timeout: float) -> str:
     """The binary `nix run` of the package's flake would start (evaluated, not run), required to be the `what` one:
-    the store path's main program; returned."""
+    the store path's main program; returned. The evaluation beside the build (`nix_run_program`) when it was made."""
     expected = str(Path(package["store_path"]) / "bin" / (package.get("main_program") or ""))
-    program = resolved_program(package["nix_run_argv"], timeout=timeout)
+    program = package.get("nix_run_program") or resolved_program(package["nix_run_argv"], timeout=timeout)
     if program != expected:
         raise NixError(
             f"nix run would start {program}, not the {what} {expected}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,48 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str, *, 
             f"cargo metadata printed something that is not JSON ({exc})",
             fix="check the crate's Cargo.toml with 'cargo metadata'",
         ) from None
+
+
+class Resolution:
+    """`cargo metadata --locked` of a crate (metadata, resolving) on a thread of its own, its answer taken later
+    (`meta`): a lone registry package's flake is rendered from cargo's `--no-deps` answer alone, so what only
+    resolution says (that Cargo.lock holds, the dependencies' rust-versions) can come beside its nix build."""
+
+    def __init__(self, crate_dir: Path, settings: Settings, label: str) -> None:
+        self._answer: dict[str, Any] | BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._resolve, args=(crate_dir, settings, label), name="cargo-resolution", daemon=True
+        )
+        self._thread.start()
+
+    def _resolve(self, crate_dir: Path, settings: Settings, label: str) -> None:
+        try:
+            with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
+                self._answer = metadata(crate_dir, settings, Path(scratch), label)
+        except BaseException as exc:  # given to whoever takes the answer
+            self._answer = exc
+
+    def meta(self) -> dict[str, Any]:
+        """cargo's answer, or the NixError `metadata` raised (the lock cargo cannot resolve)."""
+        self._thread.join()
+        if isinstance(self._answer, BaseException):
+            raise self._answer
+        assert self._answer is not None
+        return self._answer
+
+
+def lone_registry_package(crate_dir: Path) -> bool:
+    """The crate at `crate_dir` is a lone package (its own workspace root, its lock beside it) whose dependencies are
+    all registry crates, with no [patch] or [replace] (cargo/cache_skeleton.py's test, read as data through safefs):
+    resolution adds no package of its own (no path package outside the members), so cargo's `--no-deps` answer gives
+    every fact a flake is written from."""
+    from flakebot.cargo.cache_skeleton import NoSkeleton, skeleton_of
+
+    try:
+        skeleton_of(crate_dir)
+    except NoSkeleton:
+        return False
+    return True
 
 
 def inspect_crate(

@@ -21,7 +21,15 @@ from flakebot.errors import NixError, UnsafePath, UsageError
 from flakebot.fsutil import remove_tree
 from flakebot.nix import build_inputs, command, evidence, gitdeps, licenses
 from flakebot.nix.build import build, start_gc_root
-from flakebot.nix.crate import CrateFacts, declare_rust_version, inspect_crate, workspace_root
+from flakebot.nix.crate import (
+    CrateFacts,
+    Resolution,
+    declare_rust_version,
+    inspect_crate,
+    lone_registry_package,
+    needs_newer_rustc,
+    workspace_root,
+)
 from flakebot.nix.devdeps import Dropped
 from flakebot.nix.flake_files import MARKER, commit_flake, copy_sources, render_flake
 from flakebot.nix.lock import NIXPKGS_BRANCH, PINNED_RUSTC, flake_lock_text
@@ -54,11 +62,15 @@ class Choice:
     # `metadata --no-deps`, not a check and a resolution): its flake is built only for its deps derivation, which takes
     # of cargo's answer the members and their targets (the rest is read from Cargo.lock). A stub has no path or git
     # dependencies, no workspace (cargo/cache_skeleton.py refuses them); resolution comes next anyway, in the skeleton's
-    # relock (skeleton.py) and in `nix build` (--frozen), and a lock they cannot take fails the loop's deps as before
+    # relock (skeleton.py) and in `nix build` (--frozen), and a lock they cannot take fails the loop's deps as before.
+    # Its flake is not made a git repository either: it is built as a path: flake (loopdeps.build_deps)
     own_stub: bool = False
     # a crafted tool: every file of the tree its tests passed on is copied (walked, not git's listing), so a .gitignore
     # the model wrote cannot leave out of the flake a file the tests compiled with
     as_tested: bool = False
+    # the crate's directory is its cargo workspace's root, known without asking cargo (locate-project): a craft's
+    # workspace whose crate is at its top (what is above it is flakebot's run directory, none of the tool's)
+    at_root: bool = False
 
 
 @dataclass
@@ -79,6 +91,8 @@ class PackageResult:
     nix_run_argv: list[str] = field(default_factory=list)  # the same argv as nix_run_command["argv"]
     gc_root: str = ""
     dependencies_path: str = ""  # the dependency derivation's output the tool was built on ('' when it had none)
+    # what `nix run` of the flake starts, evaluated beside its build ('' when not: require_nix_run_target evaluates it)
+    nix_run_program: str = ""
     notices: list[str] = field(default_factory=list)
     native_inputs: dict[str, Any] = field(default_factory=dict)
     licenses: list[str] = field(default_factory=list)
@@ -108,6 +122,7 @@ def package_crate(
     strict_smoke: bool = False,
     service: dict[str, Any] | None = None,
     as_tested: bool = False,
+    at_root: bool = False,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
@@ -115,7 +130,8 @@ def package_crate(
     otherwise falls back to the crate's only (or default) binary. `rust_version`: the crate's rust-version in the
     flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, runs, starts-only) is in `smoke`;
     `strict_smoke` refuses a tool below help. `as_tested`: every file of the tree is copied, not only what git lists
-    (a crafted tool's workspace, as its tests saw it).
+    (a crafted tool's workspace, as its tests saw it). `at_root`: source_dir is its cargo workspace's root (cargo is
+    not asked where that is).
     """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
@@ -135,7 +151,16 @@ def package_crate(
             settings,
             mode,
             notice,
-            Choice(bin_name, prefer_bin, all_bins, rust_version, strict_smoke, service, as_tested=as_tested),
+            Choice(
+                bin_name,
+                prefer_bin,
+                all_bins,
+                rust_version,
+                strict_smoke,
+                service,
+                as_tested=as_tested,
+                at_root=at_root,
+            ),
             description,
             report,
             gc_root,
@@ -160,6 +185,8 @@ class Written:
     capped_lints: str = ""  # the log line of a build that failed only on a denied lint (then built with CAP_LINTS)
     skeleton: Skeleton | None = None  # the dependencies' own derivation builds from it (None: built with the tool)
     service: dict[str, Any] | None = None  # a service's outputs (declaration, NixOS module, image) beside the package
+    renders: int = 0  # how many times flake.nix was written (a build evaluated before the last one is of another)
+    resolution: Resolution | None = None  # cargo's resolving answer, still coming (settle_resolution takes it)
 
 
 def _package(
@@ -181,7 +208,15 @@ def _package(
     report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
     root = Path(gc_root or out_dir / "result")  # made by the build itself (--out-link) as it ends
     root.parent.mkdir(parents=True, exist_ok=True)
-    store_path, seconds, drv = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report, root)
+    argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
+    try:
+        store_path, seconds, drv, program = _build_and_resolve(
+            out_dir, flake, mode, standin, settings, description, report, root, argv
+        )
+    except NixError:
+        settle_resolution(flake)  # a lock cargo cannot resolve is the error, as when cargo was asked first
+        raise
+    settle_resolution(flake)
     rooted_dependencies = _root_dependencies(store_path, root, drv)  # its nix-store runs beside the smoke run
     try:
         bin_path = _built_binary(store_path, facts)
@@ -194,7 +229,6 @@ def _package(
         raise _kept(exc, out_dir) from None
     finally:
         dependencies = rooted_dependencies()
-    argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     return PackageResult(
         flake_dir=str(out_dir),
         flake_ref=str(out_dir),
@@ -210,6 +244,7 @@ def _package(
         smoke=smoke,
         gc_root=str(root),
         dependencies_path=dependencies,
+        nix_run_program=program,
         notices=_notices(notice, flake),
         native_inputs=flake.native.to_dict(),
         licenses=flake.licenses,
@@ -218,6 +253,46 @@ def _package(
         dropped_dev_dependencies=facts.dropped_dev_dependencies,
         description=description or facts.description,
     )
+
+
+def settle_resolution(flake: Written) -> None:
+    """Take the resolution that ran beside the build (when one did): its error raised (Cargo.lock does not hold), else
+    what only it says (the dependencies' rust-versions, for the notices) added to the facts."""
+    if flake.resolution is not None:
+        resolution, flake.resolution = flake.resolution, None
+        flake.facts.needs_newer_rustc = needs_newer_rustc(resolution.meta(), PINNED_RUSTC)
+
+
+def _build_and_resolve(
+    out_dir: Path,
+    flake: Written,
+    mode: str,
+    standin: Path | None,
+    settings: Settings,
+    description: str,
+    report: Progress,
+    out_link: Path,
+    run: list[str],
+) -> tuple[str, float, str, str]:
+    """_build_with_evidence's (store path, seconds, derivation), and what `nix run` of the flake starts, evaluated
+    beside the build (its ~0.07 s hidden there, not paid after it by whoever checks it): '' when the flake was
+    rendered again for another build (the early answer is of the first) or the evaluation failed (the check then
+    evaluates it again and says why)."""
+    rendered = flake.renders
+    resolving = command.Resolving(run)
+    try:
+        built = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report, out_link)
+    except BaseException:
+        resolving.stop()
+        raise
+    if flake.renders != rendered:
+        resolving.stop()
+        return (*built, "")
+    try:
+        return (*built, resolving.program(settings.nix_build_timeout))
+    except NixError as exc:
+        logger.info("what nix run starts is evaluated again later: %s", exc)
+        return (*built, "")
 
 
 def _root_dependencies(store_path: str, root: Path, drv: str) -> Callable[[], str]:
@@ -248,7 +323,7 @@ def write_flake(
     source_dir: Path, out_dir: Path, settings: Settings, choice: Choice, description: str, report: Progress
 ) -> Written:
     """Copy the crate (its whole workspace if it is a member) into out_dir, render flake.nix + flake.lock, commit."""
-    root = source_dir if choice.own_stub else workspace_root(source_dir, settings)
+    root = source_dir if choice.own_stub or choice.at_root else workspace_root(source_dir, settings)
     member = str(source_dir.relative_to(root)) if root != source_dir else ""
     report(f"copying {root.name} into {out_dir}")
     copy_sources(root, out_dir, listed_by_git=not (choice.own_stub or choice.as_tested))
@@ -257,6 +332,8 @@ def write_flake(
         replaced = declare_rust_version(out_dir / member / "Cargo.toml", choice.rust_version)
         replaced = "" if replaced == choice.rust_version else replaced
     report("asking cargo for the crate's packages and binaries")
+    # a crafted lone registry package: its members alone, the resolution beside its build (settle_resolution)
+    beside = choice.at_root and not choice.own_stub and lone_registry_package(out_dir)
     facts = inspect_crate(
         out_dir,
         settings,
@@ -265,20 +342,24 @@ def write_flake(
         all_bins=choice.all_bins,
         label=source_dir.name,
         member=member,
-        resolve=not choice.own_stub,
+        resolve=not (choice.own_stub or beside),
     )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
-    flake.skeleton = write_skeleton(out_dir, facts, settings)
+    flake.resolution = Resolution(out_dir, settings, source_dir.name) if beside else None
+    # the stub's: its lock renamed, not relocked (its build proves it, and falls back: loopdeps.build_deps)
+    flake.skeleton = write_skeleton(out_dir, facts, settings, provisional=choice.own_stub)
     flake.rust_version_replaced = replaced
     flake.service = choice.service
     _render(out_dir, flake, description)
     (out_dir / "flake.lock").write_text(flake_lock_text())
-    commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
+    if not choice.own_stub:  # the stub's flake is built as a path: flake (loopdeps.build_deps), every file its own
+        commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
     return flake
 
 
 def _render(out_dir: Path, flake: Written, description: str) -> None:
     facts = flake.facts
+    flake.renders += 1
     (out_dir / "flake.nix").write_text(
         render_flake(
             facts,

@@ -292,6 +292,7 @@ def build_deps(
     held by the GC root `root` (the index's), else by one in `work` while the run lasts."""
     from flakebot.nix import command
     from flakebot.nix.flake import Choice, write_flake
+    from flakebot.nix.skeleton import keep_renamed, relocked_otherwise
     from flakebot.nix.standin import ensure_standin
 
     remove_tree(work)
@@ -302,13 +303,29 @@ def build_deps(
         raise NoStoreDeps("the crate's dependencies have no derivation of their own")
     argv = command.nix_argv(
         ["build"],
-        ["--json", "--out-link", str(root or work / "result"), "-L", f"{flake}#{DEPS_ATTRIBUTE}"],
+        # path:, not a git repository: every file of the stub's flake is flakebot's, so no git is needed to say which
+        # (three git processes); the deps derivation takes the skeleton through builtins.path, so it is the same
+        # derivation as the package stage's git flake builds
+        ["--json", "--out-link", str(root or work / "result"), "-L", f"path:{flake}#{DEPS_ATTRIBUTE}"],
         "host",
         ensure_standin(settings),
         settings.nix_builders,
     )
     logger.info("nix build of the loop's dependencies: %s", " ".join(argv))
     outcome = command.run_streaming(argv, settings.nix_build_timeout, lambda line: logger.debug("nix: %s", line))
+    if outcome.returncode != 0 and written.skeleton.renamed:
+        # the lock flakebot renamed was not cargo's (a stale one: the model edited the manifest), or the build failed
+        # for another reason: cargo relocks it, and only another lock is built again
+        again = relocked_otherwise(flake, written.skeleton, settings)
+        if again is None:
+            raise NoStoreDeps("cargo cannot relock the skeleton to the crate's registry packages")
+        if again:
+            logger.info("nix build of the loop's dependencies again, on cargo's relock of the skeleton")
+            outcome = command.run_streaming(
+                argv, settings.nix_build_timeout, lambda line: logger.debug("nix: %s", line)
+            )
+    elif outcome.returncode == 0:
+        keep_renamed(flake, written.skeleton, settings)  # cargo --frozen took it: cargo's own
     if outcome.returncode != 0:
         raise NoStoreDeps(f"nix build failed: {' '.join(outcome.tail[-3:])[-300:]}")
     return Path(json.loads(outcome.stdout)[0]["outputs"]["out"])

@@ -8,7 +8,9 @@ and order do not count), and only what decides how dependencies compile is kept 
 patches, the workspace, edition, links). No model-written source goes in: each package gets an empty lib and, when it
 has a build script, an empty one. Cargo rewrites the lock for the renamed package (host call, offline, on the
 skeleton; its answer cached by the skeleton's content in cache_dir/skeleton-locks); a skeleton whose locked registry
-packages would change is not used, and a cached lock is held to the same check.
+packages would change is not used, and a cached lock is held to the same check. The edit loop's stub (`provisional`)
+takes flakebot's rename of its lock instead, which its deps build proves (cargo --frozen takes only cargo's own lock)
+before it is cached, and cargo relocks when that build fails (loopdeps.build_deps).
 
     write_skeleton(flake_dir, facts, settings) -> Skeleton, or None (the flake then builds in one derivation)
 """
@@ -20,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import tomllib
 from dataclasses import dataclass
@@ -55,10 +58,20 @@ class Skeleton:
     directory: str
     build_flags: list[str]
     local_names: list[str]
+    # set when the lock is flakebot's rename of the crate's (provisional), not cargo's relock: its relock key, under
+    # which a build that took the lock keeps it (keep_renamed); '' for cargo's own (or a cached copy of it)
+    renamed: str = ""
 
 
-def write_skeleton(flake_dir: Path, facts: CrateFacts, settings: Settings) -> Skeleton | None:
-    """Write the dependency skeleton of the crate copied into flake_dir, or say why not (logged) and return None."""
+def write_skeleton(
+    flake_dir: Path, facts: CrateFacts, settings: Settings, *, provisional: bool = False
+) -> Skeleton | None:
+    """Write the dependency skeleton of the crate copied into flake_dir, or say why not (logged) and return None.
+
+    `provisional` (the edit loop's stub, whose build falls back when it fails): a lone package's lock not relocked by
+    cargo but renamed by flakebot as cargo would (_renamed, ~0.08 s of cargo's resolution saved), unless cargo's relock
+    is cached. The build proves it: `cargo build --frozen` takes only the lock cargo itself would write, and the caller
+    keeps it then (keep_renamed) or asks cargo when the build failed (relocked_otherwise)."""
     reason = _unsupported(flake_dir, facts)
     if reason:
         logger.info("dependencies build with the tool (no deps derivation): %s", reason)
@@ -73,7 +86,16 @@ def write_skeleton(flake_dir: Path, facts: CrateFacts, settings: Settings) -> Sk
         _write(target / rel, text)
     lock = (flake_dir / "Cargo.lock").read_bytes()
     (target / "Cargo.lock").write_bytes(lock)
-    if not _relock(target, flake_dir / "Cargo.lock", settings, _relock_key(files, lock, settings)):
+    key = _relock_key(files, lock, settings)
+    member = facts.local_packages[0]
+    renamed = (
+        _renamed(lock, member.name, facts.version)
+        if provisional and sole and member.name == facts.pname and not _kept_lock(settings, key).is_file()
+        else None
+    )
+    if renamed is not None:
+        (target / "Cargo.lock").write_text(renamed)
+    elif not _relock(target, flake_dir / "Cargo.lock", settings, key):
         remove_tree(target)
         return None
     names = [SOLE_NAME] if sole else [p.name for p in facts.local_packages]
@@ -81,7 +103,64 @@ def write_skeleton(flake_dir: Path, facts: CrateFacts, settings: Settings) -> Sk
         directory=SKELETON_DIR,
         build_flags=_without_bin_flags(facts.cargo_build_flags),
         local_names=sorted({form for name in names for form in (name, name.replace("-", "_"))}),
+        renamed=key if renamed is not None else "",
     )
+
+
+def keep_renamed(flake_dir: Path, skeleton: Skeleton, settings: Settings) -> None:
+    """A build took the skeleton's renamed lock (`cargo build --frozen` refuses any other than cargo's own): kept as
+    cargo's relock of that skeleton, for the package stage's skeleton (the same key) and later crafts."""
+    if skeleton.renamed:
+        _keep(_kept_lock(settings, skeleton.renamed), (flake_dir / skeleton.directory / "Cargo.lock").read_text())
+
+
+def relocked_otherwise(flake_dir: Path, skeleton: Skeleton, settings: Settings) -> bool | None:
+    """After a failed build of a skeleton whose lock flakebot renamed: cargo's own relock put in its place. True when
+    cargo wrote another lock (build again), False when the same (the build failed for another reason), None when
+    cargo cannot lock it or would lock other registry crates (no deps derivation, as write_skeleton says)."""
+    target = flake_dir / skeleton.directory
+    renamed = (target / "Cargo.lock").read_bytes()
+    (target / "Cargo.lock").write_bytes((flake_dir / "Cargo.lock").read_bytes())
+    if not _relock(target, flake_dir / "Cargo.lock", settings, skeleton.renamed):
+        return None
+    return (target / "Cargo.lock").read_bytes() != renamed
+
+
+def _renamed(lock: bytes, name: str, version: str) -> str | None:
+    """The crate's Cargo.lock as cargo relocks it once its lone package is SOLE_NAME SKELETON_VERSION: that package's
+    entry renamed and moved to its place in cargo's order (packages sorted by name first), nothing else changed; the
+    skeleton's dependency tables are the crate's, so its lock is the crate's when that one is current. None for any
+    lock this rename cannot be sure of: another layout (CR LF, a [metadata] or [[patch.unused]] table), the package not
+    there exactly once, another entry naming it or SOLE_NAME. (A stale lock is caught by the build: cargo --frozen.)"""
+    try:
+        text = lock.decode()
+    except UnicodeDecodeError:
+        return None
+    head, sep, rest = text.partition("\n[[package]]\n")
+    if not sep or "\r" in text or not rest.endswith("\n") or "\n\n\n" in rest:
+        return None
+    blocks = ("[[package]]\n" + rest[:-1]).split("\n\n")
+    if any(not block.startswith("[[package]]\nname = ") for block in blocks):
+        return None
+    names = [block.split("\n", 2)[1].removeprefix("name = ") for block in blocks]
+    own = f'[[package]]\nname = "{name}"\nversion = "{version}"\n'
+    found = [i for i, block in enumerate(blocks) if (block + "\n").startswith(own) and "\nsource = " not in block]
+    if len(found) != 1 or f'"{SOLE_NAME}"' in names:
+        return None
+    mention = re.compile(rf'^ "{re.escape(name)}( [^"]*)?",?$', re.MULTILINE)
+    if any(mention.search(block) for i, block in enumerate(blocks) if i != found[0]):
+        return None  # another package depends on it: its entry would change too
+    entry = (blocks.pop(found[0]) + "\n").replace(
+        own, f'[[package]]\nname = "{SOLE_NAME}"\nversion = "{SKELETON_VERSION}"\n'
+    )
+    del names[found[0]]
+    at = next((i for i, quoted in enumerate(names) if quoted.strip('"') > SOLE_NAME), len(blocks))
+    blocks.insert(at, entry[:-1])
+    return head + sep + "\n\n".join(blocks).removeprefix("[[package]]\n") + "\n"
+
+
+def _kept_lock(settings: Settings, key: str) -> Path:
+    return settings.path("cache_dir") / RELOCKED_DIR / f"{key}.lock"
 
 
 def _unsupported(flake_dir: Path, facts: CrateFacts) -> str:
@@ -181,7 +260,7 @@ def _relock(target: Path, original: Path, settings: Settings, key: str) -> bool:
     takes cargo's lock from the cache, held to the same check."""
     from flakebot.cargo.runner import Cargo
 
-    kept = settings.path("cache_dir") / RELOCKED_DIR / f"{key}.lock"
+    kept = _kept_lock(settings, key)
     if kept.is_file():
         if _from_cache(kept, target / "Cargo.lock", original):
             return True

@@ -74,7 +74,8 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
     cargo_for_run = Cargo.for_run(ctx.settings, run.target_dir, run.dir)
     if cargo_for_run.online:
         ctx.progress("fetching the crate's dependencies on the host (builds and tests run offline in the sandbox)")
-    cargo = prepare_cargo(workspace, origin["crate_dir"], cargo_for_run)
+    new = mode == "new"  # cargo's own crate (init, add): see prepare_cargo
+    cargo = prepare_cargo(workspace, origin["crate_dir"], cargo_for_run, new=new)
     for dropped in cargo["dropped"]:
         ctx.progress(Dropped(**dropped).notice(), notice=True)
     if not cargo["metadata_ok"]:
@@ -95,19 +96,22 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
         delete_fork=request.delete_fork,
         dropped_dev_dependencies=cargo["dropped"],
         untested=untested_note(cargo["dropped"]),
-        features=binary_features(cargo_for_run, workspace / origin["crate_dir"], tool),
+        # `cargo init`'s binary, named like the tool, needs no feature
+        features=[] if new else binary_features(cargo_for_run, workspace / origin["crate_dir"], tool),
     )
 
 
-def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo) -> dict[str, Any]:
+def prepare_cargo(workspace: Path, crate_dir: str, cargo: Cargo, *, new: bool = False) -> dict[str, Any]:
     """Give the workspace a committed Cargo.lock and, online, fetch what it names on the host (sandboxed cargo is offline).
 
-    A lock cargo cannot make is reported (the model may still fix the manifest); a failed download ends the run."""
+    A lock cargo cannot make is reported (the model may still fix the manifest); a failed download ends the run.
+    `new`: a crate cargo made (`cargo init`, then `cargo add`) at the workspace's top: its own workspace root (not
+    asked of cargo), and its lock the one cargo just wrote from the manifest (fetch.sync's `locked_now`)."""
     crate_path = workspace / crate_dir
     report: dict[str, Any] = {"lockfile": "existing", "metadata_ok": True, "cargo_error": "", "dropped": []}
-    root = workspace_root(cargo, crate_path)
+    root = crate_path if new else workspace_root(cargo, crate_path)
     lock = root / "Cargo.lock"
-    fetched = sync(cargo, crate_path, lock, watch=workspace)
+    fetched = sync(cargo, crate_path, lock, watch=workspace, locked_now=new)
     if not fetched.ok and fetched.stage == "lock":
         # The workspace is flakebot's clone: like a packaged copy, it may leave out dev-dependencies that do not resolve.
         dropped = lock_without_unresolvable(cargo, root, 300)

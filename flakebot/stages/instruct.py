@@ -50,9 +50,9 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help, running every example (sandboxed), checking what nix run starts")
-    # --help beside the examples, not before them: a sandbox's start-up is most of each run; and the `nix eval` of
-    # what nix run starts (no code of the tool's runs in it) beside both. at_once: a Ctrl-C or a failure kills every
-    # run still going, as it killed --help when that ran on this thread
+    # --help beside the examples, not before them: a sandbox's start-up is most of each run; and what nix run starts
+    # (evaluated beside the tool's nix build, else its `nix eval` here: no code of the tool's runs in it) beside both.
+    # at_once: a Ctrl-C or a failure kills every run still going, as it killed --help when that ran on this thread
     runs = [functools.partial(_example, ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
     resolve = functools.partial(_nix_run_target, package, ctx.settings.nix_build_timeout)
     observed: list[Any] = at_once(

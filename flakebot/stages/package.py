@@ -41,6 +41,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
     from flakebot.nix.flake import package_crate
 
     crate_dir = ctx.get(AcquireOut).crate_dir
+    at_top = crate_dir.strip("/") in ("", ".")
     spec = ctx.get(SpecOut)
     if not spec.name:
         raise NixError("the spec stage gave the tool no name", fix="run the spec stage again (flakebot resume)")
@@ -57,6 +58,7 @@ def package_stage(ctx: StageContext) -> PackageOut:
         # craft --service: the flake carries the service's outputs as package-service's does
         service={"name": spec.name, "spec": spec.service["declaration"]} if spec.service else None,
         as_tested=True,  # what the tests passed on ships: the model's .gitignore decides nothing
+        at_root=at_top,  # the workspace's top is its cargo workspace's root: nothing above it is the tool's
     )
     return PackageOut.of(result)
 

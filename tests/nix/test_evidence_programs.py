@@ -141,3 +141,4 @@ def test_a_build_script_running_nasm_that_no_crate_name_announces_gets_nasm_from
         == 'build log: called `Result::unwrap()` on an `Err` value: "Unable to run nasm: No such file or directory (os error 2)"'
     )
     assert result.smoke["level"] == "help" and f"asmtool {marker}: the answer is 42" in result.smoke["output_head"]
+    assert result.nix_run_program == ""  # evaluated beside the first build, of a flake built again: not kept

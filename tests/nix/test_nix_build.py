@@ -77,6 +77,7 @@ def test_result_names_the_build_and_how_to_run_it(built: PackageResult) -> None:
     assert not built.portable and "stand-in for nixpkgs" in built.portable_reason
     assert built.nix_run_argv[0].startswith("/") and "--override-input" in built.nix_run_argv
     assert built.bin_path == f"{built.store_path}/bin/greeter" and Path(built.bin_path).is_file()
+    assert built.nix_run_program == built.bin_path  # what nix run starts, evaluated beside the build
     assert built.smoke["argv"] == [built.bin_path, "--help"] and built.smoke["exit_code"] == 0
     assert "says hello to NAME" in built.smoke["output_head"]
     argv = built.nix_run_command["argv"]

@@ -17,7 +17,7 @@ from benchmarks.perf.craft import salted
 from flakebot import config
 from flakebot.cargo.cache_skeleton import skeleton_of
 from flakebot.cargo.runner import Cargo
-from flakebot.nix.loopdeps import build_deps, copy_output, plan
+from flakebot.nix.loopdeps import NoStoreDeps, build_deps, copy_output, plan
 from flakebot.nix.reuse import compiled_crates, dependency_output
 from flakebot.sandbox import Sandbox, limits_for, open_sandbox
 from tests.conftest import json_result, require, run_cli
@@ -235,3 +235,19 @@ def test_a_second_crate_on_the_same_dependencies_takes_the_indexed_output_and_a_
     assert said and detail == f"{output.name}, copied"  # built (a store hit in Nix), not taken from the forged link
     assert Path(os.readlink(root)) == output
     assert b"forged" not in b"".join(p.read_bytes() for p in (tmp_path / "third-target").rglob("libitoa-*.rlib"))
+
+
+def test_a_lock_the_manifest_has_moved_past_gets_no_deps_derivation_after_a_refused_build(tmp_path: Path) -> None:
+    """The stub's skeleton lock is flakebot's rename of the crate's. A crate whose manifest names a dependency its lock
+    does not (the model added it by hand, before the next cargo test) gets its deps build refused by cargo --frozen at
+    once; cargo's relock then locks another registry crate, so there is no deps derivation (the loop builds the
+    dependencies itself), as when cargo relocked first."""
+    require("nix", "cargo")
+    settings = config.load({"offline": True, "registry": "local", "nixpkgs": "host"})
+    manifest = '[package]\nname = "tally"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nlibc = "0.2"\n'
+    crate = write(tmp_path / "crate", {"Cargo.toml": manifest, "src/main.rs": "fn main() {}\n"})
+    host = Cargo.for_run(settings, tmp_path / "scratch")
+    assert host.run(["metadata", "--format-version", "1", "--offline"], crate).returncode == 0  # its lock
+    (crate / "Cargo.toml").write_text(manifest + 'itoa = "1"\n')
+    with pytest.raises(NoStoreDeps, match="cannot relock the skeleton"):
+        build_deps(settings, skeleton_of(crate), crate, tmp_path / "loop-deps")

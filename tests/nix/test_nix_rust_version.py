@@ -90,3 +90,31 @@ def test_rust_versions_compare_as_numbers() -> None:
         ]
     }
     assert needs_newer_rustc(meta, "1.95.0") == ["a 1.0.0 (rust-version 1.100)", "d 4.0.0 (rust-version 1.96.0)"]
+
+
+def test_a_crafted_lone_package_is_resolved_beside_its_build_with_the_same_facts_and_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crafted crate at its workspace's top whose dependencies are registry crates: its flake is written from
+    cargo's --no-deps answer, and the resolution (cargo metadata --locked) comes beside its build: settled, the facts
+    are the resolving inspect's (the dependencies' rust-versions too), and a lock cargo cannot hold to is its error."""
+    import dataclasses
+
+    from flakebot.errors import NixError
+
+    for module in (crate, flake_module):  # as if the pin's rustc were 1.59.0
+        monkeypatch.setattr(module, "PINNED_RUSTC", "1.59.0")
+    settings = host_settings(tmp_path)
+    source = _clap_user(tmp_path / "clap4", deps='clap = "4"\n')
+    resolved = inspect_crate(source, settings)  # locks the crate, as its tests did
+    choice = Choice(at_root=True, as_tested=True)
+    written = write_flake(source, tmp_path / "flake", settings, choice, "", lambda message: None)
+    assert written.resolution is not None and written.facts.needs_newer_rustc == []
+    flake_module.settle_resolution(written)
+    assert written.facts == dataclasses.replace(resolved, lock_generated=False) and written.resolution is None
+    assert resolved.needs_newer_rustc == ["clap 4.0.32 (rust-version 1.60.0)", "clap_lex 0.3.0 (rust-version 1.60.0)"]
+
+    (source / "Cargo.toml").write_text((source / "Cargo.toml").read_text().replace('clap = "4"', 'clap = "2"'))
+    stale = write_flake(source, tmp_path / "stale", settings, choice, "", lambda message: None)
+    with pytest.raises(NixError, match="cargo cannot resolve clap4 from its Cargo.lock"):
+        flake_module.settle_resolution(stale)

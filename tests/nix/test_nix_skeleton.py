@@ -159,3 +159,47 @@ def test_the_loops_stub_asked_for_its_members_alone_gets_the_flake_a_resolving_i
     assert written.facts == dataclasses.replace(resolved, needs_newer_rustc=[])
     assert written.skeleton == skeleton and skeleton is not None
     assert _files(tmp_path / "flake" / SKELETON_DIR) == _files(tmp_path / "resolved" / SKELETON_DIR)
+
+
+def test_the_loops_stub_gets_its_lock_renamed_as_cargo_relocks_it_and_a_stale_one_goes_to_cargo(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stub's skeleton lock is flakebot's rename of the crate's, no cargo call: byte for byte what cargo's relock of
+    the same skeleton writes, and one cargo takes as it is (--locked, as the deps build's --frozen). A lock the crate's
+    manifest has moved past (the model added a dependency by hand) is renamed all the same (the build refuses it):
+    cargo's relock of it then locks other registry crates, so there is no deps derivation, as before."""
+    import shutil
+
+    from flakebot.cargo.cache_skeleton import skeleton_of
+    from flakebot.nix.flake import Choice, write_flake
+    from flakebot.nix.loopdeps import write_stub
+    from flakebot.nix.skeleton import relocked_otherwise
+
+    settings = host_settings(tmp_path)
+    crate = libc_tool(tmp_path / "crate", "word-tally", "0.3.1", secrets.token_hex(8))
+    inspect_crate(crate, settings)  # writes Cargo.lock
+    write_stub(tmp_path / "stub", skeleton_of(crate), build_script=True)
+    with caplog.at_level(logging.DEBUG, logger="flakebot.cargo.runner"):
+        written = write_flake(
+            tmp_path / "stub", tmp_path / "flake", settings, Choice(own_stub=True), "", lambda _: None
+        )
+    asked = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cargo (host): metadata")]
+    assert asked == [f"cargo (host): metadata --format-version 1 --no-deps {tmp_path / 'flake'}"]  # no relock
+    assert written.skeleton is not None and written.skeleton.renamed
+    renamed = (tmp_path / "flake" / SKELETON_DIR / "Cargo.lock").read_text()
+    assert _cargo_locked(tmp_path / "flake" / SKELETON_DIR, settings).returncode == 0
+
+    shutil.copytree(crate, tmp_path / "cargos", ignore=shutil.ignore_patterns(SKELETON_DIR))
+    assert _skeleton(tmp_path / "cargos", settings) is not None  # cargo relocks this one (nothing cached)
+    assert (tmp_path / "cargos" / SKELETON_DIR / "Cargo.lock").read_text() == renamed
+    assert relocked_otherwise(tmp_path / "flake", written.skeleton, settings) is False  # cargo writes the same
+
+    stale = tmp_path / "stale"
+    shutil.copytree(tmp_path / "stub", stale / "stub")
+    manifest = stale / "stub" / "Cargo.toml"
+    manifest.write_text(manifest.read_text().replace("[dependencies]\n", '[dependencies]\nmemchr = "2"\n'))
+    again = write_flake(stale / "stub", stale / "flake", settings, Choice(own_stub=True), "", lambda _: None)
+    assert again.skeleton is not None and again.skeleton.renamed
+    assert 'name = "memchr"' not in (stale / "flake" / SKELETON_DIR / "Cargo.lock").read_text()
+    assert _cargo_locked(stale / "flake" / SKELETON_DIR, settings).returncode != 0  # what the build's --frozen says
+    assert relocked_otherwise(stale / "flake", again.skeleton, settings) is None
