@@ -5,8 +5,8 @@ does: building the skeleton compiles the locked dependencies exactly as the crat
 no line the model wrote. The skeleton's package is renamed, so none of its own artifacts can ever be taken for
 the real crate's (cargo keys a path package's outputs by its name, and would find them fresh).
 
-Crates whose dependencies are not all registry crates (path or git dependencies, `[patch]`, a workspace member)
-have no skeleton: their dependency build depends on code in the tree or outside the registry.
+Crates whose dependencies are not all crates.io's (path or git dependencies, another registry's, `[patch]`, a
+workspace member) have no skeleton: their dependency build depends on code in the tree or outside the registry.
 
 The Nix deps derivation has its own skeleton (nix/skeleton.py's Skeleton; this one is CacheSkeleton): it is written
 after `cargo metadata` has described the crate, keeps workspaces and path members, and lets cargo relock it; this one
@@ -24,6 +24,7 @@ from typing import Any
 
 import tomlkit
 
+from flakebot.cargo.sources import CRATES_IO
 from flakebot.safefs import read_file_text
 
 SKELETON_NAME = "flakebot-deps-skeleton"
@@ -109,9 +110,15 @@ def _refuse_non_registry(manifest: dict[str, Any], lock: dict[str, Any]) -> None
     for name, spec in _dependency_specs(manifest):
         if isinstance(spec, dict) and ("path" in spec or "git" in spec):
             raise NoSkeleton(f"dependency {name} is a path or git dependency")
+        if isinstance(spec, dict) and ("registry" in spec or "registry-index" in spec):
+            raise NoSkeleton(f"dependency {name} is from another registry than crates.io")
+    crates_io = {s.rstrip("/") for s in CRATES_IO}
     for package in lock.get("package", []):
-        if str(package.get("source", "")).startswith("git+"):
+        source = str(package.get("source", ""))
+        if source.startswith("git+"):
             raise NoSkeleton(f"the lock holds git package {package.get('name')}")
+        if source and source.rstrip("/") not in crates_io:  # the sources check refuses it: cargo must be asked
+            raise NoSkeleton(f"the lock holds {package.get('name')} from {source}, not crates.io")
     root = manifest["package"]["name"]
     local = [p.get("name") for p in lock.get("package", []) if "source" not in p and p.get("name") != root]
     if local:
