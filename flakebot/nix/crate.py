@@ -161,6 +161,11 @@ class Resolution:
         except BaseException as exc:  # given to whoever takes the answer
             self._answer = exc
 
+    def wait(self) -> None:
+        """Let cargo finish and drop its answer: what stopped the build (a cancel, an error of another kind) is what
+        the caller hears, and nothing of the resolution is left running, or in its scratch directory, when it does."""
+        self._thread.join()
+
     def meta(self) -> dict[str, Any]:
         """cargo's answer, or the NixError `metadata` raised (the lock cargo cannot resolve)."""
         self._thread.join()

@@ -204,17 +204,20 @@ def _package(
     # fetches it by checksum from cratesio_static_url, as importCargoLock does), offline the local directory source.
     flake = write_flake(source_dir, out_dir, settings, choice, description, report)
     facts = flake.facts
-    standin = _standin(settings, mode)
-    report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
-    root = Path(gc_root or out_dir / "result")  # made by the build itself (--out-link) as it ends
-    root.parent.mkdir(parents=True, exist_ok=True)
-    argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
     try:
+        standin = _standin(settings, mode)
+        report(f"nix build ({mode} nixpkgs) of {facts.pname} {facts.version}")
+        root = Path(gc_root or out_dir / "result")  # made by the build itself (--out-link) as it ends
+        root.parent.mkdir(parents=True, exist_ok=True)
+        argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
         store_path, seconds, drv, program = _build_and_resolve(
             out_dir, flake, mode, standin, settings, description, report, root, argv
         )
     except NixError:
         settle_resolution(flake)  # a lock cargo cannot resolve is the error, as when cargo was asked first
+        raise
+    except BaseException:  # a cancel (KeyboardInterrupt: cargo got no signal), an OSError: that is the error
+        drop_resolution(flake)
         raise
     settle_resolution(flake)
     rooted_dependencies = _root_dependencies(store_path, root, drv)  # its nix-store runs beside the smoke run
@@ -261,6 +264,14 @@ def settle_resolution(flake: Written) -> None:
     if flake.resolution is not None:
         resolution, flake.resolution = flake.resolution, None
         flake.facts.needs_newer_rustc = needs_newer_rustc(resolution.meta(), PINNED_RUSTC)
+
+
+def drop_resolution(flake: Written) -> None:
+    """The resolution beside the build (when one runs) waited for and its answer dropped: the build stopped otherwise
+    than on a nix error, and the caller removes the flake cargo reads (package_crate) once this returns."""
+    if flake.resolution is not None:
+        resolution, flake.resolution = flake.resolution, None
+        resolution.wait()
 
 
 def _build_and_resolve(
@@ -346,14 +357,18 @@ def write_flake(
     )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
     flake.resolution = Resolution(out_dir, settings, source_dir.name) if beside else None
-    # the stub's: its lock renamed, not relocked (its build proves it, and falls back: loopdeps.build_deps)
-    flake.skeleton = write_skeleton(out_dir, facts, settings, provisional=choice.own_stub)
-    flake.rust_version_replaced = replaced
-    flake.service = choice.service
-    _render(out_dir, flake, description)
-    (out_dir / "flake.lock").write_text(flake_lock_text())
-    if not choice.own_stub:  # the stub's flake is built as a path: flake (loopdeps.build_deps), every file its own
-        commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
+    try:
+        # the stub's: its lock renamed, not relocked (its build proves it, and falls back: loopdeps.build_deps)
+        flake.skeleton = write_skeleton(out_dir, facts, settings, provisional=choice.own_stub)
+        flake.rust_version_replaced = replaced
+        flake.service = choice.service
+        _render(out_dir, flake, description)
+        (out_dir / "flake.lock").write_text(flake_lock_text())
+        if not choice.own_stub:  # the stub's flake is built as a path: flake (loopdeps.build_deps), every file its own
+            commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
+    except BaseException:
+        drop_resolution(flake)  # nothing of cargo's left reading the flake its caller removes
+        raise
     return flake
 
 
