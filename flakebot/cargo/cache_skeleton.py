@@ -30,6 +30,8 @@ from flakebot.safefs import read_file_text
 SKELETON_NAME = "flakebot-deps-skeleton"
 TARGET_TABLES = ("lib", "bin", "test", "example", "bench")
 DEPENDENCY_TABLES = ("dependencies", "dev-dependencies", "build-dependencies")
+# cargo's old spellings, still read before edition 2024: a crate using them is left to cargo, not read here
+OLD_DEPENDENCY_TABLES = ("dev_dependencies", "build_dependencies")
 # what the manifest says that changes how dependencies compile (the package's own name and targets do not)
 KEYED_TABLES = (*DEPENDENCY_TABLES, "target", "features", "profile")
 
@@ -84,6 +86,12 @@ def skeleton_of(crate_dir: Path) -> CacheSkeleton:
     package = plain.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
         raise NoSkeleton("the manifest has no [package] name")
+    # a model's edit may be TOML and still not what cargo reads: cargo says what is wrong with it, not this reading
+    if not isinstance(plain.get("target", {}), dict):
+        raise NoSkeleton("the manifest's [target] is not a table")
+    packages = lock.get("package", [])
+    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
+        raise NoSkeleton("the lock's [[package]] entries are not tables")
     _refuse_non_registry(plain, lock)
     # a build script matters to the dependency build only through its build-dependencies
     build_script = _has_build_script(package, crate_dir) and any(t == "build-dependencies" for t, _ in _tables(plain))
@@ -107,6 +115,9 @@ def _refuse_non_registry(manifest: dict[str, Any], lock: dict[str, Any]) -> None
     for table in ("patch", "replace"):
         if table in manifest:
             raise NoSkeleton(f"the manifest has [{table}]")
+    platforms = [manifest, *(p for p in manifest.get("target", {}).values() if isinstance(p, dict))]
+    if any(old in platform for platform in platforms for old in OLD_DEPENDENCY_TABLES):
+        raise NoSkeleton("the manifest spells a dependency table the old way (dev_dependencies, build_dependencies)")
     for name, spec in _dependency_specs(manifest):
         if isinstance(spec, dict) and ("path" in spec or "git" in spec):
             raise NoSkeleton(f"dependency {name} is a path or git dependency")

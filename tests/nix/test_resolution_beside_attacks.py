@@ -101,3 +101,34 @@ def test_a_build_stopped_otherwise_than_by_a_nix_error_leaves_no_resolution_runn
         released.join()
         os.close(held)
     assert running == [] and left == [] and not (tmp_path / "flake").exists(), (running, left)
+
+
+PACKAGE = '[package]\nname = "clapper"\nversion = "0.3.1"\nedition = "2021"\n'
+OWN_LOCK = f'{LOCK_HEAD}\n[[package]]\nname = "clapper"\nversion = "0.3.1"\n'
+
+
+@pytest.mark.parametrize(
+    ("cargo_toml", "cargo_lock"),
+    [
+        # cargo's old spellings of the dependency tables (edition 2021 takes them, with a warning)
+        (PACKAGE + '\n[build_dependencies]\nhelper = { path = "../helper" }\n', OWN_LOCK),
+        (PACKAGE + "\n[target.'cfg(unix)'.dev_dependencies]\nx = { git = \"https://github.com/a/b\" }\n", OWN_LOCK),
+        # TOML, but not what cargo reads: a model's edit of the manifest or the lock
+        ('target = "x86_64-unknown-linux-gnu"\n' + PACKAGE, OWN_LOCK),
+        (PACKAGE, f'{LOCK_HEAD}package = ["clapper"]\n'),
+    ],
+)
+def test_a_manifest_or_lock_the_skeleton_test_cannot_read_as_registry_crates_is_cargos_to_answer_first(
+    tmp_path: Path, cargo_toml: str, cargo_lock: str
+) -> None:
+    """Whatever cache_skeleton does not read as a lone package on crates.io (a dependency under cargo's old spelling of
+    its table, a [target] or [[package]] that is not a table) is no lone registry package, never a Python error: cargo
+    answers it (the sources check refuses the path outside the tree) before a flake is written."""
+    source = write(
+        tmp_path / "crate", {"Cargo.toml": cargo_toml, "Cargo.lock": cargo_lock, "src/main.rs": "fn main() {}\n"}
+    )
+    assert not lone_registry_package(source)
+    with pytest.raises(NixError):
+        write_flake(
+            source, tmp_path / "flake", host_settings(tmp_path), Choice(at_root=True, as_tested=True), "", print
+        )
