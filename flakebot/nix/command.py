@@ -187,6 +187,9 @@ class Resolving:
                 f"cannot evaluate what 'nix run {self.flake}' runs: nix eval took over {timeout:g} s",
                 fix="check the Nix daemon, or raise nix_build_timeout",
             ) from None
+        except BaseException:  # a cancel while it is still evaluating (KeyboardInterrupt: nix eval got no signal)
+            self.stop()
+            raise
         if self.process.returncode != 0:
             tail = stderr.strip().splitlines()[-1:] or [f"exit {self.process.returncode}"]
             raise NixError(

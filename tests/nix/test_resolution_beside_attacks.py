@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from flakebot.cargo.runner import Cargo
 from flakebot.errors import NixError
+from flakebot.nix import command
 from flakebot.nix.crate import lone_registry_package
 from flakebot.nix.flake import Choice, package_crate, settle_resolution, write_flake
 from tests.fakes.nix_crates import host_settings, manifest, write
@@ -132,3 +134,36 @@ def test_a_manifest_or_lock_the_skeleton_test_cannot_read_as_registry_crates_is_
         write_flake(
             source, tmp_path / "flake", host_settings(tmp_path), Choice(at_root=True, as_tested=True), "", print
         )
+
+
+SLOW_APP = """{
+  outputs = { self }: {
+    apps.x86_64-linux.default = {
+      type = "app";
+      # seconds of evaluation, little memory: 400 million additions
+      program = toString (builtins.foldl' (sum: row: sum + builtins.foldl' builtins.add 0 (builtins.genList (x: x) 20000))
+        0 (builtins.genList (x: x) 20000));
+    };
+  };
+}
+"""
+
+
+def test_a_cancel_while_what_nix_run_starts_is_evaluated_leaves_no_nix_eval(tmp_path: Path) -> None:
+    """The evaluation of what `nix run` starts, begun beside the build (command.Resolving), is still running when the
+    build ends quickly (a cached build, a pinned nixpkgs evaluated for seconds): a cancel then (a worker's SIGTERM,
+    raised in flakebot's thread alone) ends it too, as a failed build does, rather than leaving nix eval running."""
+    flake = write(tmp_path / "flake", {"flake.nix": SLOW_APP})
+    resolving = command.Resolving(command.run_argv(flake, "pinned", None))
+    cancel = threading.Timer(0.5, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
+    cancel.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            resolving.program(timeout=300)
+        running = resolving.process.poll() is None
+    finally:
+        cancel.join()
+        if resolving.process.poll() is None:  # the test's own clean-up when the code under test left it
+            resolving.process.kill()
+        resolving.process.communicate()
+    assert not running
