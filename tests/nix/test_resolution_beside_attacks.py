@@ -86,6 +86,8 @@ def test_a_build_stopped_otherwise_than_by_a_nix_error_leaves_no_resolution_runn
     held = os.open(cargo.home / ".package-cache", os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)
     released = threading.Timer(1.0, fcntl.flock, (held, fcntl.LOCK_UN))
+    fallback = threading.Timer(120, fcntl.flock, (held, fcntl.LOCK_UN))  # no hang if cargo waits before the stop
+    fallback.start()
 
     def stop_at_the_build(message: str) -> None:
         if message.startswith("nix build"):
@@ -100,7 +102,10 @@ def test_a_build_stopped_otherwise_than_by_a_nix_error_leaves_no_resolution_runn
         running = [t.name for t in threading.enumerate() if t.name == "cargo-resolution"]
         left = sorted(p.name for p in scratch.iterdir())
     finally:
-        released.join()
+        fallback.cancel()
+        fallback.join()
+        if released.ident is not None:
+            released.join()
         os.close(held)
     assert running == [] and left == [] and not (tmp_path / "flake").exists(), (running, left)
 
