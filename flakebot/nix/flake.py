@@ -366,6 +366,9 @@ def write_flake(
         (out_dir / "flake.lock").write_text(flake_lock_text())
         if not choice.own_stub:  # the stub's flake is built as a path: flake (loopdeps.build_deps), every file its own
             commit_flake(out_dir, f"flakebot: {facts.pname} {facts.version} as a flake")
+    except NixError:
+        settle_resolution(flake)  # a lock cargo cannot resolve is the error, as when it was resolved first
+        raise
     except BaseException:
         drop_resolution(flake)  # nothing of cargo's left reading the flake its caller removes
         raise
