@@ -11,7 +11,8 @@ craft joins its job, and the job keeps that following). Tasks and detached craft
 
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
-lease since (flakebot.mcp.front's lease loop): by then every live front has renewed.
+lease since (flakebot.mcp.front's lease loop): by then every live front has renewed. The same after a stall of the
+front itself (a renewal late: stopped, its VM paused), which may have stalled the fronts beside it as long.
 """
 
 from __future__ import annotations

@@ -205,3 +205,37 @@ def test_a_database_away_longer_than_a_lease_takes_no_live_front_for_lost(
         wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
     assert _because(database) == [("alice", "cancelled", None)]
     assert not [log for log in logs if "lease had run out" in log.read_text()]
+
+
+def test_fronts_stalled_together_past_a_lease_take_none_of_them_for_lost(flakebot_home: Path, database: str) -> None:
+    """Both fronts stall together past their lease (SIGSTOP: a paused VM they share, a host frozen), alice's craft
+    waiting on the second. The first resumed renews its own lease, which nobody swept (every front was stalled), and
+    its renewals had held for a whole lease before the stall: it swept at once and took the second, resumed a moment
+    later, for lost, cancelling alice's job while her call still waited on a live front. A renewal that comes later
+    than the lease's renewals should is a stall of the front itself, as the database away is: the front sweeps only
+    once its renewals have held for a whole lease again, by when every live front has renewed."""
+    alice = add_token("alice", "--tenant", "acme")
+    lease = float(LEASE[1])
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # outermost: its call ends with the fronts
+        with (
+            serving_process(*LEASE, database=database, log=logs[0]) as (_, one),
+            serving_process(*LEASE, database=database, log=logs[1]) as (two, front),
+        ):
+            held = pool.submit(_held, two, alice, "need a csv deduper")
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            time.sleep(2 * lease)  # each front's renewals have held for a whole lease: either may sweep
+            for stalled in (one, front):
+                stalled.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(2 * lease)  # both leases ran out
+            finally:
+                one.send_signal(signal.SIGCONT)
+                time.sleep(lease / 2)  # the first renews (and swept, before), the second not yet resumed
+                front.send_signal(signal.SIGCONT)
+            time.sleep(2 * lease)  # the second renewed; the first could have swept since, after a whole lease
+            assert [r["state"] for r in rows(database)] == ["queued"], _because(database)
+            assert not held.done()
+    held.result(timeout=30)
+    assert _because(database) == []
+    assert not [log for log in logs if "lease had run out" in log.read_text()]
