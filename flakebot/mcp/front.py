@@ -1299,11 +1299,7 @@ def serve(
     from flakebot.deliver.grants import check_flag_roots
 
     check_flag_roots(options.grant_roots, settings, Path.cwd())
-    if options.lease < fronts.LEAST_LEASE:
-        raise UsageError(
-            f"--lease {options.lease:g} is too short to renew",
-            fix=f"pass --lease {fronts.LEAST_LEASE:g} or more (seconds)",
-        )
+    fronts.check_lease(options.lease)
     queue = FrontQueue(options.database, options.lease) if options.database is not None else None
     if queue is not None:
         queue.connect()  # a database that cannot be reached is one line now, before the port is taken

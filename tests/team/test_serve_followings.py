@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,8 +19,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from flakebot.team import audit, db, fronts
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from flakebot.team.idtokens import LEEWAY_SECONDS
-from tests.conftest import wait_for
+from tests.conftest import FLAKEBOT, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import add_token, post, serving, serving_process
 from tests.team.test_jwt import AUDIENCE, ISSUER, claims
@@ -239,3 +242,26 @@ def test_fronts_stalled_together_past_a_lease_take_none_of_them_for_lost(flakebo
     held.result(timeout=30)
     assert _because(database) == []
     assert not [log for log in logs if "lease had run out" in log.read_text()]
+
+
+@pytest.mark.parametrize("lease", ["0", "-1", "2.9", "nan", "inf", "1e300", "86401"])
+def test_a_lease_out_of_range_is_one_line_with_a_fix(flakebot_home: Path, database: str, lease: str) -> None:
+    """`serve --lease` took any float at least 3: nan (no comparison holds), inf and 1e300 reached PostgreSQL, whose
+    "interval out of range" the front told the admin as the database refusing ("call again in a minute", exit 5, a
+    fix that never works), and a lease of a year kept a killed front's waited crafts running for nobody that long.
+    Now a lease from 3 s to a day is taken, anything else is a usage error, in one line with a fix, before the
+    database is asked anything."""
+    done = subprocess.run(
+        [*FLAKEBOT, "serve", "--port", "0", "--lease", lease],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, DATABASE_ENV: database},
+    )
+    said = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(said) == 1, done.stderr
+    assert (
+        said[0].startswith(f"error: --lease {float(lease):g} is ") and "Fix: pass --lease from 3 to 86400" in said[0]
+    ), said
+    with db.connect(database) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM fronts").fetchone() == {"n": 0}
