@@ -1302,8 +1302,9 @@ def serve(
     fronts.check_lease(options.lease)
     queue = FrontQueue(options.database, options.lease) if options.database is not None else None
     if queue is not None:
-        queue.connect()  # a database that cannot be reached is one line now, before the port is taken
-        queue.hold_lease()  # before any call: a waited call's following names a front that holds a lease
+        # a database that cannot be reached is one line now, before the port is taken; and the lease held before any
+        # call: a waited call's following names a front that holds a lease
+        queue.connect()
         logger.info("crafts go to the team queue at %s", db.shown(options.database or ""))
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])

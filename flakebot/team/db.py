@@ -176,7 +176,7 @@ def _not_migrated(conn: psycopg.Connection[dict[str, object]], url: str, exc: Ex
     except psycopg.Error:
         version = 0
     found = f"at schema {version}" if version else "without flakebot's schema"
-    why = _redacted(_first_line(exc), url)
+    why = redacted_reason(exc, url)
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return HostError(
             f"the team database {shown(url)} is {found}, and this role cannot bring it to {SCHEMA_VERSION}: {why}",
@@ -209,6 +209,11 @@ def _version(conn: psycopg.Connection[dict[str, object]]) -> int:
         return 0
     row = conn.execute("SELECT coalesce(max(version), 0) AS version FROM flakebot_schema").fetchone()
     return int(row["version"]) if row else 0  # type: ignore[call-overload]
+
+
+def redacted_reason(exc: Exception, url: str) -> str:
+    """PostgreSQL's reason for `exc` in one line, nothing of `url`'s secrets in it."""
+    return _redacted(_first_line(exc), url)
 
 
 def _first_line(exc: Exception) -> str:

@@ -63,11 +63,25 @@ class FrontQueue:
         self._lock = threading.Lock()
 
     def connect(self) -> None:
-        """Reach the database now (at startup: a wrong URL is one line, where and why, on the admin's terminal before
-        the server listens)."""
+        """Reach the database now and hold this front's lease (at startup: a wrong URL, or a role that may not hold a
+        lease, is one line, where and why, on the admin's terminal before the server listens)."""
+        import psycopg
+
         with self._lock:
             if self._conn is None or self._conn.closed:
                 self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+            try:
+                fronts.hold(self._conn, self.front, self.lease_seconds)
+            except psycopg.Error as exc:  # the admin's to read: PostgreSQL's reason said, as db.connect says it
+                granted = isinstance(exc, psycopg.errors.InsufficientPrivilege)
+                raise HostError(
+                    f"the team database {db.shown(self.url)} refused this front's lease: "
+                    f"{db.redacted_reason(exc, self.url)}",
+                    fix="give this role SELECT, INSERT, UPDATE, DELETE on fronts (docs/team.md, 'The tables')"
+                    if granted
+                    else "check that it is the primary (not a read-only standby); then start again",
+                ) from None
+            self._leased = True
 
     def enqueue(
         self, principal: Principal, request: RunRequest, kind: str = "craft", waited: bool = False

@@ -265,3 +265,23 @@ def test_a_lease_out_of_range_is_one_line_with_a_fix(flakebot_home: Path, databa
     ), said
     with db.connect(database) as conn:
         assert conn.execute("SELECT count(*) AS n FROM fronts").fetchone() == {"n": 0}
+
+
+def test_a_front_whose_role_may_not_hold_a_lease_says_so_at_start(flakebot_home: Path, database: str) -> None:
+    """The fronts' role was given the grants of schema 6 (no `fronts` table then) and the owner brought the database
+    to 7: the front's first lease was refused, and the admin's terminal said what an agent is told, "the team database
+    refused this request now ... call again in a minute", which never works. Now it says the lease was refused, why,
+    and the grant that fixes it."""
+    from tests.team.test_queue import FRONT_GRANTS, _role
+
+    db.connect(database).close()
+    done = subprocess.run(
+        [*FLAKEBOT, "serve", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, DATABASE_ENV: _role(database, FRONT_GRANTS)},
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 5 and "refused this front's lease: permission denied for table fronts" in last, last
+    assert "Fix: give this role SELECT, INSERT, UPDATE, DELETE on fronts" in last and "[REDACTED]" in last, last
