@@ -87,14 +87,17 @@ def sweep(conn: Conn, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
 
 def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: str) -> list[dict[str, Any]]:
     """Each following the waited calls of `fronts` hold of a job still queued or running, ended as the call's own end
-    would have ended it (queue.cancel with that `following`; `revoked`: identities that follow nothing). The rows
+    would have ended it (queue.cancel with that `following`; `revoked`: identities that follow nothing). A front of
+    them whose lease is held again keeps its followings: it only stalled, and renewed since the sweep read it lost (a
+    waited call's enqueue renews its front's lease with it, so one it took meanwhile is kept too). The rows
     changed."""
     with conn.transaction():
         held = conn.execute(
             "SELECT a.id, a.job, a.tenant, a.principal, a.detail->>'principal_id' AS principal_id "
             "FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
             "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
-            "AND a.detail->>'front' = ANY(%s) ORDER BY a.id",
+            "AND a.detail->>'front' = ANY(%s) AND NOT EXISTS (SELECT 1 FROM fronts f "
+            "WHERE f.id = a.detail->>'front' AND f.lease_until >= now()) ORDER BY a.id",
             (fronts,),
         ).fetchall()
     changed = []
