@@ -122,3 +122,36 @@ def test_a_sweep_leaves_the_followings_of_a_front_that_renewed_since_it_found_it
     assert fronts.hold(conn, "front-a", LEASE)  # it resumed and renewed
     assert fronts.retract(conn, ["front-a"], (), fronts.LOST) == []
     assert state(conn, job.job_id) == "queued" and actions(conn) == []
+
+
+def test_two_fronts_sweeping_one_lost_front_at_once_end_each_following_once(conn: Any, database: str) -> None:
+    """Two live fronts sweep the same lost front at the same moment (each on its own connection): every following is
+    ended once (one audit row each), a job two of the lost front's callers followed cancelled once, and the lost
+    front's row removed."""
+    import threading
+
+    fronts.hold(conn, "lost", LEASE)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+    jobs = []
+    for n in range(20):
+        need = f"need a csv deduper number {n}"
+        for who in ("alice", "bob"):
+            jobs.append(queue.enqueue(conn, "acme", who, craft(need), principal_id=f"id-{who}", front="lost").job_id)
+    lapse(conn, "lost")
+    start = threading.Barrier(2)
+    changed: list[list[dict[str, Any]]] = []
+
+    def sweeper() -> None:
+        with db.connect(database, autocommit=True) as own:
+            start.wait()
+            changed.append(fronts.sweep(own))
+
+    threads = [threading.Thread(target=sweeper) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(changed) == 2
+    assert sorted(action for _, action, _ in actions(conn)) == ["cancelled"] * 20 + ["left"] * 20
+    assert {state(conn, job) for job in jobs} == {"cancelled"}
+    assert conn.execute("SELECT id FROM fronts").fetchall() == []
