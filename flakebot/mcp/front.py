@@ -1299,7 +1299,9 @@ def serve(
     from flakebot.deliver.grants import check_flag_roots
 
     check_flag_roots(options.grant_roots, settings, Path.cwd())
-    fronts.check_lease(options.lease)
+    from flakebot.team.queue import check_lease
+
+    check_lease(options.lease)
     queue = FrontQueue(options.database, options.lease) if options.database is not None else None
     if queue is not None:
         # a database that cannot be reached is one line now, before the port is taken; and the lease held before any

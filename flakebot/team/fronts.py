@@ -23,7 +23,6 @@ import socket
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from flakebot.errors import UsageError
 from flakebot.team import queue
 
 if TYPE_CHECKING:
@@ -32,20 +31,7 @@ if TYPE_CHECKING:
     Conn = psycopg.Connection[dict[str, Any]]
 
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
-LEAST_LEASE = 3.0  # shorter leaves too little time to renew between a database's hiccups
-MOST_LEASE = 86400.0  # longer keeps a killed front's waited crafts running for nobody as long
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
-
-
-def check_lease(seconds: float) -> None:
-    """`serve --lease`, refused unless from LEAST_LEASE to MOST_LEASE seconds (nan, which no comparison holds, too:
-    PostgreSQL's 'interval out of range' at the first renewal would read as the database refusing)."""
-    if LEAST_LEASE <= seconds <= MOST_LEASE:
-        return
-    why = "too short to renew" if seconds < LEAST_LEASE else "too long" if seconds > MOST_LEASE else "not a number"
-    raise UsageError(
-        f"--lease {seconds:g} is {why}", fix=f"pass --lease from {LEAST_LEASE:g} to {MOST_LEASE:g} (seconds)"
-    )
 
 
 def new_identity() -> str:
