@@ -285,3 +285,36 @@ def test_a_front_whose_role_may_not_hold_a_lease_says_so_at_start(flakebot_home:
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 5 and "refused this front's lease: permission denied for table fronts" in last, last
     assert "Fix: give this role SELECT, INSERT, UPDATE, DELETE on fronts" in last and "[REDACTED]" in last, last
+
+
+def test_a_front_swept_while_stalled_recovers_and_its_new_calls_are_its_own(flakebot_home: Path, database: str) -> None:
+    """The second front stalls (SIGSTOP) past its lease while alice's craft waits on it; the first, live, sweeps it:
+    her job, hers alone, is cancelled, as for a killed front. Resumed, the second finds its lease taken (it says so in
+    its log, no traceback), answers her call with the job's end, and holds its lease again: bob's craft waited on it
+    since is followed as any, through the first front's sweeps."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "acme")
+    lease = float(LEASE[1])
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        with (
+            serving_process(*LEASE, database=database, log=logs[0]),
+            serving_process(*LEASE, database=database, log=logs[1]) as (two, front),
+        ):
+            first = pool.submit(call, two, alice, "craft", {"need": "need a csv deduper", "wait": True})
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            front.send_signal(signal.SIGSTOP)
+            try:
+                wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+            finally:
+                front.send_signal(signal.SIGCONT)
+            assert first.result(timeout=60)["is_error"]  # the job's end as alice now sees it
+            wait_for(lambda: "lease had run out" in logs[1].read_text(), timeout=30, interval=0.2)
+            second = pool.submit(_held, two, bob, "need a word counter")
+            wait_for(lambda: len(rows(database)) == 2, timeout=30, interval=0.2)
+            time.sleep(3 * lease)  # the first front swept every third of a lease since
+            assert [r["state"] for r in rows(database)] == ["cancelled", "queued"], _because(database)
+            assert not second.done()
+        second.result(timeout=30)
+    assert _because(database) == [("alice", "cancelled", fronts.LOST)]
+    served = [log.read_text().split("Shutting down")[0] for log in logs]  # (a stop cuts bob's call: uvicorn's trace)
+    assert not [text for text in served if "Traceback" in text or "failed; started again" in text]
