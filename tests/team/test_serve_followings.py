@@ -318,3 +318,29 @@ def test_a_front_swept_while_stalled_recovers_and_its_new_calls_are_its_own(flak
     assert _because(database) == [("alice", "cancelled", fronts.LOST)]
     served = [log.read_text().split("Shutting down")[0] for log in logs]  # (a stop cuts bob's call: uvicorn's trace)
     assert not [text for text in served if "Traceback" in text or "failed; started again" in text]
+
+
+def test_a_database_restart_within_a_lease_ends_no_following(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The database restarts (fast: every connection cut) while two fronts hold a lease and alice's craft waits on
+    the first, a task of carol's following the same job on the second. Each front's next renewal reconnects; no
+    lease runs out, so no sweep ends anything and neither front says its lease had run out. (alice's call itself
+    may end with the cut connection: its own following's end is the call's, not a lost front's.)"""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    need = "need a csv deduper"
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with (
+            serving(*LEASE, database=database, log=logs[0]) as one,
+            serving(*LEASE, database=database, log=logs[1]) as two,
+        ):
+            held = pool.submit(_held, one, alice, need)
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            Session(two, carol).ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+            postgres.restart()
+            time.sleep(3 * float(LEASE[1]))  # renewed since, and either could have swept
+            assert [r["state"] for r in rows(database)] == ["queued"], _because(database)
+        held.result(timeout=30)
+    assert fronts.LOST not in [because for _, _, because in _because(database)]
+    assert not [log for log in logs if "lease had run out" in log.read_text()]
