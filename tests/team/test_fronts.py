@@ -155,3 +155,15 @@ def test_two_fronts_sweeping_one_lost_front_at_once_end_each_following_once(conn
     assert sorted(action for _, action, _ in actions(conn)) == ["cancelled"] * 20 + ["left"] * 20
     assert {state(conn, job) for job in jobs} == {"cancelled"}
     assert conn.execute("SELECT id FROM fronts").fetchall() == []
+
+
+def test_a_sweep_counts_no_revoked_follower_and_ends_nothing_for_one(conn: Any) -> None:
+    """alice's token was revoked (the sweeping front's store says so) and bob follows the same job, both by waited
+    calls on the lost front: bob's is the last live following, so the job is cancelled as his, and nothing is written
+    for alice (a revoked token follows nothing: the front's look ends hers)."""
+    fronts.hold(conn, "lost", LEASE)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="lost")
+    queue.enqueue(conn, "acme", "bob", craft("need a csv deduper"), principal_id="id-bob", front="lost")
+    lapse(conn, "lost")
+    assert [row["id"] for row in fronts.sweep(conn, revoked={"id-alice"})] == [job.job_id]
+    assert state(conn, job.job_id) == "cancelled" and actions(conn) == [("bob", "cancelled", fronts.LOST)]
