@@ -181,8 +181,8 @@ def serve_cmd(
     lease: Annotated[
         float,
         typer.Option(
-            help="With --database: seconds this front stays live without renewing its lease (every third of it); "
-            "once it ran out, another front ends the followings of this front's waited crafts."
+            help="With --database: seconds this front stays live without renewing its lease (every third of it), 3 to "
+            "86400; once it ran out, another front ends the followings of this front's waited crafts."
         ),
     ] = 30.0,
 ) -> None:

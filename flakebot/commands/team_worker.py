@@ -36,7 +36,9 @@ def worker(
     once: Annotated[bool, Param("Work one job, then exit.", cli=("--once",), doors=CLI)] = False,
     lease: Annotated[
         float,
-        Param("Seconds a job stays this worker's without a heartbeat (renewed every third of it).", doors=CLI),
+        Param(
+            "Seconds a job stays this worker's without a heartbeat (renewed every third of it), 3 to 86400.", doors=CLI
+        ),
     ] = 60.0,
     name: Annotated[str, Param("This worker's name in the jobs it holds (default HOST:PID).", doors=CLI)] = "",
     settings: config.Settings | None = None,
@@ -45,10 +47,10 @@ def worker(
 
     Workers sharing a work directory resume a killed worker's craft from its first unfinished stage."""
     from flakebot.team import dburl
+    from flakebot.team.queue import check_lease
     from flakebot.team.worker import Worker, default_name
 
-    if lease < 3:
-        raise UsageError(f"--lease {lease:g} is too short to renew", fix="pass --lease 3 or more (seconds)")
+    check_lease(lease)
     settings = settings_or_default(settings)
     crafts = functools.partial(_craft_job, settings=settings)
     found = Worker(dburl.chosen(database) or "", crafts, name or default_name(), lease_seconds=lease, subreaper=True)

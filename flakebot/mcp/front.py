@@ -1252,12 +1252,22 @@ async def _hold_lease(state: TeamMCP) -> None:
     """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
     ended: TeamMCP.end_unended), and the fronts whose lease ran out swept
     (TeamMCP.sweep_lost_fronts) once this front's own renewals have held for a whole lease: after the database was
-    away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts)."""
+    away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts). A renewal
+    later than it was due by a sixth of a lease is a stall of this front (SIGSTOP, a paused VM, the host frozen) that
+    may have held up the fronts beside it too, so it starts the whole lease again: a live front lapses only after a
+    stall of two thirds of a lease, which makes this front's renewal at least a third late."""
     queue = state.queue
     steady: float | None = None  # since when (monotonic) each renewal of this front's lease found it held
+    due = time.monotonic()  # when this renewal should come
     while queue is not None:
         try:
             if await anyio.to_thread.run_sync(queue.hold_lease):
+                late = time.monotonic() - due
+                if steady is not None and late > queue.lease_seconds / 6:
+                    logger.info(
+                        "this front stalled (its lease renewed %.1f s late): it sweeps no front for a lease", late
+                    )
+                    steady = None
                 steady = time.monotonic() if steady is None else steady
                 await anyio.to_thread.run_sync(state.end_unended)
             else:
@@ -1272,6 +1282,7 @@ async def _hold_lease(state: TeamMCP) -> None:
         except FlakebotError as exc:
             steady = None
             logger.warning("this front's lease not renewed this time: %s", exc.one_line())
+        due = time.monotonic() + queue.lease_seconds / 3
         await anyio.sleep(queue.lease_seconds / 3)
 
 
@@ -1312,15 +1323,14 @@ def serve(
     from flakebot.deliver.grants import check_flag_roots
 
     check_flag_roots(options.grant_roots, settings, Path.cwd())
-    if options.lease < fronts.LEAST_LEASE:
-        raise UsageError(
-            f"--lease {options.lease:g} is too short to renew",
-            fix=f"pass --lease {fronts.LEAST_LEASE:g} or more (seconds)",
-        )
+    from flakebot.team.queue import check_lease
+
+    check_lease(options.lease)
     queue = FrontQueue(options.database, options.lease) if options.database is not None else None
     if queue is not None:
-        queue.connect()  # a database that cannot be reached is one line now, before the port is taken
-        queue.hold_lease()  # before any call: a waited call's following names a front that holds a lease
+        # a database that cannot be reached is one line now, before the port is taken; and the lease held before any
+        # call: a waited call's following names a front that holds a lease
+        queue.connect()
         logger.info("crafts go to the team queue at %s", db.shown(options.database or ""))
     sock = bind(options.host, options.port)
     url = resource_url(options, sock.getsockname()[1])

@@ -155,9 +155,38 @@ def connect(url: str, *, autocommit: bool = False, name: str = "flakebot") -> ps
             f"cannot reach the team database {shown(url)}: {why}",
             fix="check that PostgreSQL runs there and the URL (or PGHOST, PGUSER, ~/.pgpass) is right",
         ) from None
-    migrate(conn)
+    try:
+        migrate(conn)
+    except psycopg.Error as exc:
+        with conn:  # closed as it is left
+            raise _not_migrated(conn, url, exc) from None
     conn.autocommit = autocommit
     return conn
+
+
+def _not_migrated(conn: psycopg.Connection[dict[str, object]], url: str, exc: Exception) -> Exception:
+    """Why the schema could not be made or brought up here, in one line: most often a role that does not own the
+    tables (as docs/team.md has workers and fronts connect) meeting a database an older flakebot made."""
+    import psycopg
+
+    from flakebot.errors import HostError
+
+    try:
+        version = _version(conn)  # the failed migration's transaction rolled back: the connection still answers
+    except psycopg.Error:
+        version = 0
+    found = f"at schema {version}" if version else "without flakebot's schema"
+    why = redacted_reason(exc, url)
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return HostError(
+            f"the team database {shown(url)} is {found}, and this role cannot bring it to {SCHEMA_VERSION}: {why}",
+            fix="connect once as the role that owns the tables (any flakebot command with its URL: the schema is "
+            "made then), and give this role the grants docs/team.md lists under 'The tables'",
+        )
+    return HostError(
+        f"cannot bring the team database {shown(url)} to schema {SCHEMA_VERSION}: {why}",
+        fix="check that it is the primary (not a read-only standby) and that it has room; then start again",
+    )
 
 
 def migrate(conn: psycopg.Connection[dict[str, object]]) -> None:
@@ -180,6 +209,11 @@ def _version(conn: psycopg.Connection[dict[str, object]]) -> int:
         return 0
     row = conn.execute("SELECT coalesce(max(version), 0) AS version FROM flakebot_schema").fetchone()
     return int(row["version"]) if row else 0  # type: ignore[call-overload]
+
+
+def redacted_reason(exc: Exception, url: str) -> str:
+    """PostgreSQL's reason for `exc` in one line, nothing of `url`'s secrets in it."""
+    return _redacted(_first_line(exc), url)
 
 
 def _first_line(exc: Exception) -> str:

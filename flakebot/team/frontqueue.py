@@ -59,15 +59,30 @@ class FrontQueue:
         self.front = fronts.new_identity()  # this front's, in its lease and its waited calls' followings
         self.lease_seconds = lease_seconds
         self._leased = False  # whether this front held its lease yet
+        self._lost = False  # a renewal found its lease taken for lost, not yet told by hold_lease
         self._conn: Conn | None = None
         self._lock = threading.Lock()
 
     def connect(self) -> None:
-        """Reach the database now (at startup: a wrong URL is one line, where and why, on the admin's terminal before
-        the server listens)."""
+        """Reach the database now and hold this front's lease (at startup: a wrong URL, or a role that may not hold a
+        lease, is one line, where and why, on the admin's terminal before the server listens)."""
+        import psycopg
+
         with self._lock:
             if self._conn is None or self._conn.closed:
                 self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+            try:
+                fronts.hold(self._conn, self.front, self.lease_seconds)
+            except psycopg.Error as exc:  # the admin's to read: PostgreSQL's reason said, as db.connect says it
+                granted = isinstance(exc, psycopg.errors.InsufficientPrivilege)
+                raise HostError(
+                    f"the team database {db.shown(self.url)} refused this front's lease: "
+                    f"{db.redacted_reason(exc, self.url)}",
+                    fix="give this role SELECT, INSERT, UPDATE, DELETE on fronts (docs/team.md, 'The tables')"
+                    if granted
+                    else "check that it is the primary (not a read-only standby); then start again",
+                ) from None
+            self._leased = True
 
     def enqueue(
         self, principal: Principal, request: RunRequest, kind: str = "craft", waited: bool = False
@@ -77,18 +92,23 @@ class FrontQueue:
         holds the following until the job ends (it names this front: flakebot.team.fronts)."""
         cap = principal.concurrent_crafts
         front = self.front if waited else None
-        enqueued = self._call(
-            lambda conn: queue.enqueue(
-                conn,
-                principal.tenant,
-                principal.name,
-                request,
-                kind,
-                principal_cap=cap,
-                principal_id=principal.id,
-                front=front,
-            )
-        )
+
+        def enqueue(conn: Conn) -> queue.Enqueued:
+            with conn.transaction():
+                if front is not None:  # its lease renewed with it: a sweep that finds it live keeps it (fronts.retract)
+                    self._renewed(conn)
+                return queue.enqueue(
+                    conn,
+                    principal.tenant,
+                    principal.name,
+                    request,
+                    kind,
+                    principal_cap=cap,
+                    principal_id=principal.id,
+                    front=front,
+                )
+
+        enqueued = self._call(enqueue)
         logger.info(
             "%s job %s for %s (tenant %s)",
             "joined" if enqueued.joined else "queued",
@@ -137,10 +157,15 @@ class FrontQueue:
 
     def hold_lease(self) -> bool:
         """Renew this front's lease (fronts.hold, its row made the first time): False when a sweep had taken the front
-        for lost since it last held it."""
-        held = self._call(lambda conn: fronts.hold(conn, self.front, self.lease_seconds))
-        lost, self._leased = not held and self._leased, True
+        for lost since it last held it (or a waited call's enqueue found it so)."""
+        self._call(self._renewed)
+        lost, self._lost = self._lost, False
         return not lost
+
+    def _renewed(self, conn: Conn) -> None:
+        """This front's lease renewed on `conn` (the caller holds the lock), a sweep having taken it for lost noted."""
+        held = fronts.hold(conn, self.front, self.lease_seconds)
+        self._lost, self._leased = self._lost or (not held and self._leased), True
 
     def sweep_lost_fronts(self, revoked: Collection[str]) -> list[dict[str, Any]]:
         """The waited followings of fronts whose lease ran out ended (fronts.sweep): the rows changed."""

@@ -11,7 +11,8 @@ craft joins its job, and the job keeps that following). Tasks and detached craft
 
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
-lease since (flakebot.mcp.front's lease loop): by then every live front has renewed.
+lease since (flakebot.mcp.front's lease loop): by then every live front has renewed. The same after a stall of the
+front itself (a renewal late: stopped, its VM paused), which may have stalled the fronts beside it as long.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     Conn = psycopg.Connection[dict[str, Any]]
 
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
-LEAST_LEASE = 3.0  # shorter leaves too little time to renew between a database's hiccups
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
 
 
@@ -73,14 +73,17 @@ def sweep(conn: Conn, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
 
 def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: str) -> list[dict[str, Any]]:
     """Each following the waited calls of `fronts` hold of a job still queued or running, ended as the call's own end
-    would have ended it (queue.cancel with that `following`; `revoked`: identities that follow nothing). The rows
+    would have ended it (queue.cancel with that `following`; `revoked`: identities that follow nothing). A front of
+    them whose lease is held again keeps its followings: it only stalled, and renewed since the sweep read it lost (a
+    waited call's enqueue renews its front's lease with it, so one it took meanwhile is kept too). The rows
     changed."""
     with conn.transaction():
         held = conn.execute(
             "SELECT a.id, a.job, a.tenant, a.principal, a.detail->>'principal_id' AS principal_id "
             "FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
             "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
-            "AND a.detail->>'front' = ANY(%s) ORDER BY a.id",
+            "AND a.detail->>'front' = ANY(%s) AND NOT EXISTS (SELECT 1 FROM fronts f "
+            "WHERE f.id = a.detail->>'front' AND f.lease_until >= now()) ORDER BY a.id",
             (fronts,),
         ).fetchall()
     changed = []

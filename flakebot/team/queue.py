@@ -216,6 +216,21 @@ def _used(conn: Conn, tenant: str) -> dict[str, Any]:
     return {"in_flight": counts["in_flight"], "today": counts["today"], "cpu_seconds": round(counts["cpu_seconds"], 1)}
 
 
+LEAST_LEASE = 3.0  # a job's or a front's: shorter leaves too little time to renew between a database's hiccups
+MOST_LEASE = 86400.0  # longer keeps a killed worker's job from the others, or a killed front's crafts going, as long
+
+
+def check_lease(seconds: float) -> None:
+    """A `--lease` (a worker's, a front's), refused unless from LEAST_LEASE to MOST_LEASE seconds: nan (which no
+    comparison holds), inf or 1e300 reach PostgreSQL as an 'interval out of range' at the first renewal."""
+    if LEAST_LEASE <= seconds <= MOST_LEASE:
+        return
+    why = "too short to renew" if seconds < LEAST_LEASE else "too long" if seconds > MOST_LEASE else "not a number"
+    raise UsageError(
+        f"--lease {seconds:g} is {why}", fix=f"pass --lease from {LEAST_LEASE:g} to {MOST_LEASE:g} (seconds)"
+    )
+
+
 def enqueue(
     conn: Conn,
     tenant: str,

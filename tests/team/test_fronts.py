@@ -85,3 +85,85 @@ def test_a_lease_that_was_renewed_before_the_sweep_keeps_its_followings(conn: An
     lapse(conn, "front-a")
     assert fronts.hold(conn, "front-a", LEASE)
     assert fronts.sweep(conn) == [] and state(conn, job.job_id) == "queued" and actions(conn) == []
+
+
+def test_a_waited_call_a_front_takes_after_its_lease_ran_out_is_not_swept_as_the_lost_fronts(database: str) -> None:
+    """A front stalled past its lease (SIGSTOP, its VM paused) and resumed before anyone swept it takes a waited
+    craft before its lease loop renews (a request that waited in its socket's backlog). That call's following named a
+    front whose lease had run out, so the next sweep ended it as a lost front's and cancelled alice's job while her
+    call waited on a live front. A waited call's enqueue now renews its front's lease with it."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            lapse(conn, front.front)  # stalled past its lease; nobody swept it yet
+            job = front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True).job_id
+            assert fronts.sweep(conn) == []
+            assert state(conn, job) == "queued" and actions(conn) == []
+    finally:
+        front.close()
+
+
+def test_a_sweep_leaves_the_followings_of_a_front_that_renewed_since_it_found_it_lost(conn: Any) -> None:
+    """Two fronts' work interleaved: a sweep read front-a's lease as run out, then front-a, resumed, renewed it
+    before the sweep reached its followings. Its calls still wait on it (it only stalled): they are not a lost
+    front's, and their jobs go on."""
+    fronts.hold(conn, "front-a", LEASE)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="front-a")
+    lapse(conn, "front-a")
+    assert [row["id"] for row in conn.execute("SELECT id FROM fronts WHERE lease_until < now()").fetchall()] == [
+        "front-a"
+    ]  # what the sweep read
+    assert fronts.hold(conn, "front-a", LEASE)  # it resumed and renewed
+    assert fronts.retract(conn, ["front-a"], (), fronts.LOST) == []
+    assert state(conn, job.job_id) == "queued" and actions(conn) == []
+
+
+def test_two_fronts_sweeping_one_lost_front_at_once_end_each_following_once(conn: Any, database: str) -> None:
+    """Two live fronts sweep the same lost front at the same moment (each on its own connection): every following is
+    ended once (one audit row each), a job two of the lost front's callers followed cancelled once, and the lost
+    front's row removed."""
+    import threading
+
+    fronts.hold(conn, "lost", LEASE)
+    queue.set_quota(conn, "acme", max_in_flight=100, max_per_day=100)
+    jobs = []
+    for n in range(20):
+        need = f"need a csv deduper number {n}"
+        for who in ("alice", "bob"):
+            jobs.append(queue.enqueue(conn, "acme", who, craft(need), principal_id=f"id-{who}", front="lost").job_id)
+    lapse(conn, "lost")
+    start = threading.Barrier(2)
+    changed: list[list[dict[str, Any]]] = []
+
+    def sweeper() -> None:
+        with db.connect(database, autocommit=True) as own:
+            start.wait()
+            changed.append(fronts.sweep(own))
+
+    threads = [threading.Thread(target=sweeper) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(changed) == 2
+    assert sorted(action for _, action, _ in actions(conn)) == ["cancelled"] * 20 + ["left"] * 20
+    assert {state(conn, job) for job in jobs} == {"cancelled"}
+    assert conn.execute("SELECT id FROM fronts").fetchall() == []
+
+
+def test_a_sweep_counts_no_revoked_follower_and_ends_nothing_for_one(conn: Any) -> None:
+    """alice's token was revoked (the sweeping front's store says so) and bob follows the same job, both by waited
+    calls on the lost front: bob's is the last live following, so the job is cancelled as his, and nothing is written
+    for alice (a revoked token follows nothing: the front's look ends hers)."""
+    fronts.hold(conn, "lost", LEASE)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="lost")
+    queue.enqueue(conn, "acme", "bob", craft("need a csv deduper"), principal_id="id-bob", front="lost")
+    lapse(conn, "lost")
+    assert [row["id"] for row in fronts.sweep(conn, revoked={"id-alice"})] == [job.job_id]
+    assert state(conn, job.job_id) == "cancelled" and actions(conn) == [("bob", "cancelled", fronts.LOST)]

@@ -396,6 +396,62 @@ def test_a_role_that_does_not_own_the_tables_works_the_queue_but_cannot_rewrite_
     conn.close()
 
 
+def _role(database: str, grants: list[str]) -> str:
+    """A role that does not own the tables, given `grants` (ON ... clauses), logging in: its URL."""
+    name = database.rsplit("/", 1)[1]
+    with psycopg.connect(database, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE front_{name} LOGIN PASSWORD 'pw-{name}'")
+        for grant in grants:
+            owner.execute(f"GRANT {grant} TO front_{name}")
+    where = urlsplit(database)
+    return where._replace(netloc=f"front_{name}:pw-{name}@{where.hostname}:{where.port}").geturl()
+
+
+FRONT_GRANTS = [  # docs/team.md, The tables: the workers' grants and a front's
+    "SELECT ON flakebot_schema",
+    "SELECT, INSERT, UPDATE ON jobs, tenants",
+    "SELECT, INSERT ON audit",
+    "USAGE ON ALL SEQUENCES IN SCHEMA public",
+    "SELECT, INSERT, DELETE ON calls",
+]
+
+
+def test_a_role_that_does_not_own_the_tables_cannot_bring_an_old_schema_up_and_says_so_in_one_line(
+    database: str,
+) -> None:
+    """A database schema 6 made (before fronts' leases), the fronts and workers connecting as the role docs/team.md
+    grants, not the tables' owner: its first connect after the upgrade tried the DDL and PostgreSQL's "permission
+    denied for schema public" left db.connect raw, a traceback on the admin's terminal (exit 1). Now it is one line
+    saying which schema the database has and what to do; once the owner connected, the role with a front's grants
+    holds a lease and sweeps a lost one."""
+    from flakebot.errors import HostError
+    from flakebot.team import fronts
+
+    with db.connect(database) as conn:  # schema 6, as the previous version left it
+        conn.execute("DROP TABLE fronts")
+        conn.execute("DELETE FROM flakebot_schema")
+        conn.execute("INSERT INTO flakebot_schema VALUES (6)")
+        conn.commit()
+    role = _role(database, [*FRONT_GRANTS])
+    with pytest.raises(HostError) as refused:
+        db.connect(role)
+    said = refused.value.one_line()
+    assert f"at schema 6, and this role cannot bring it to {db.SCHEMA_VERSION}" in said and "owns" in said, said
+    assert f"pw-{database.rsplit('/', 1)[1]}" not in said
+    done = quota(role, "acme")  # any command connecting as that role: the CLI prints the one line
+    assert done.returncode == 5 and done.stderr.strip().splitlines() == [f"error: {said}"], done.stderr
+    db.connect(database).close()  # the owner brings it up
+    with psycopg.connect(database, autocommit=True) as owner:
+        owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON fronts TO front_{database.rsplit('/', 1)[1]}")
+    with db.connect(role, autocommit=True) as conn:
+        assert not fronts.hold(conn, "front-a", 30) and fronts.hold(conn, "front-a", 30)
+        alice = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="a")
+        fronts.hold(conn, "a", 30)
+        conn.execute("UPDATE fronts SET lease_until = now() - interval '1 second' WHERE id = 'a'")
+        assert [row["id"] for row in fronts.sweep(conn)] == [alice.job_id]
+        assert [row["id"] for row in conn.execute("SELECT id FROM fronts").fetchall()] == ["front-a"]
+
+
 @pytest.mark.parametrize(
     "limits",
     [

@@ -7,8 +7,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +23,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from flakebot.team import audit, db, fronts
+from flakebot.team.dburl import ENV as DATABASE_ENV
 from flakebot.team.idtokens import LEEWAY_SECONDS
 from flakebot.team.queue import TENANT_LOCK
-from tests.conftest import wait_for
+from tests.conftest import FLAKEBOT, wait_for
 from tests.team.conftest import Cluster
 from tests.team.test_front import add_token, post, serving, serving_process
 from tests.team.test_jwt import AUDIENCE, ISSUER, claims
@@ -295,3 +298,145 @@ def test_a_task_call_cancelled_before_its_answer_leaves_its_job(flakebot_home: P
         ("alice", "joined"),
         ("alice", "left"),
     ]
+
+
+def test_fronts_stalled_together_past_a_lease_take_none_of_them_for_lost(flakebot_home: Path, database: str) -> None:
+    """Both fronts stall together past their lease (SIGSTOP: a paused VM they share, a host frozen), alice's craft
+    waiting on the second. The first resumed renews its own lease, which nobody swept (every front was stalled), and
+    its renewals had held for a whole lease before the stall: it swept at once and took the second, resumed a moment
+    later, for lost, cancelling alice's job while her call still waited on a live front. A renewal that comes later
+    than the lease's renewals should is a stall of the front itself, as the database away is: the front sweeps only
+    once its renewals have held for a whole lease again, by when every live front has renewed."""
+    alice = add_token("alice", "--tenant", "acme")
+    lease = float(LEASE[1])
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # outermost: its call ends with the fronts
+        with (
+            serving_process(*LEASE, database=database, log=logs[0]) as (_, one),
+            serving_process(*LEASE, database=database, log=logs[1]) as (two, front),
+        ):
+            held = pool.submit(_held, two, alice, "need a csv deduper")
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            time.sleep(2 * lease)  # each front's renewals have held for a whole lease: either may sweep
+            for stalled in (one, front):
+                stalled.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(2 * lease)  # both leases ran out
+            finally:
+                one.send_signal(signal.SIGCONT)
+                time.sleep(lease / 2)  # the first renews (and swept, before), the second not yet resumed
+                front.send_signal(signal.SIGCONT)
+            time.sleep(2 * lease)  # the second renewed; the first could have swept since, after a whole lease
+            assert [r["state"] for r in rows(database)] == ["queued"], _because(database)
+            assert not held.done()
+    held.result(timeout=30)
+    assert _because(database) == []
+    assert not [log for log in logs if "lease had run out" in log.read_text()]
+
+
+@pytest.mark.parametrize("lease", ["0", "-1", "2.9", "nan", "inf", "1e300", "86401"])
+def test_a_lease_out_of_range_is_one_line_with_a_fix(flakebot_home: Path, database: str, lease: str) -> None:
+    """`serve --lease` took any float at least 3: nan (no comparison holds), inf and 1e300 reached PostgreSQL, whose
+    "interval out of range" the front told the admin as the database refusing ("call again in a minute", exit 5, a
+    fix that never works), and a lease of a year kept a killed front's waited crafts running for nobody that long.
+    Now a lease from 3 s to a day is taken, anything else is a usage error, in one line with a fix, before the
+    database is asked anything."""
+    done = subprocess.run(
+        [*FLAKEBOT, "serve", "--port", "0", "--lease", lease],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, DATABASE_ENV: database},
+    )
+    said = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(said) == 1, done.stderr
+    assert (
+        said[0].startswith(f"error: --lease {float(lease):g} is ") and "Fix: pass --lease from 3 to 86400" in said[0]
+    ), said
+    with db.connect(database) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM fronts").fetchone() == {"n": 0}
+
+
+def test_a_front_whose_role_may_not_hold_a_lease_says_so_at_start(flakebot_home: Path, database: str) -> None:
+    """The fronts' role was given the grants of schema 6 (no `fronts` table then) and the owner brought the database
+    to 7: the front's first lease was refused, and the admin's terminal said what an agent is told, "the team database
+    refused this request now ... call again in a minute", which never works. Now it says the lease was refused, why,
+    and the grant that fixes it."""
+    from tests.team.test_queue import FRONT_GRANTS, _role
+
+    db.connect(database).close()
+    done = subprocess.run(
+        [*FLAKEBOT, "serve", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, DATABASE_ENV: _role(database, FRONT_GRANTS)},
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 5 and "refused this front's lease: permission denied for table fronts" in last, last
+    assert "Fix: give this role SELECT, INSERT, UPDATE, DELETE on fronts" in last and "[REDACTED]" in last, last
+
+
+def test_a_front_swept_while_stalled_recovers_and_its_new_calls_are_its_own(flakebot_home: Path, database: str) -> None:
+    """The second front stalls (SIGSTOP) past its lease while alice's craft waits on it; the first, live, sweeps it:
+    her job, hers alone, is cancelled, as for a killed front. Resumed, the second finds its lease taken (it says so in
+    its log, no traceback), answers her call with the job's end, and holds its lease again: bob's craft waited on it
+    since is followed as any, through the first front's sweeps."""
+    alice, bob = add_token("alice", "--tenant", "acme"), add_token("bob", "--tenant", "acme")
+    lease = float(LEASE[1])
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        with (
+            serving_process(*LEASE, database=database, log=logs[0]),
+            serving_process(*LEASE, database=database, log=logs[1]) as (two, front),
+        ):
+            first = pool.submit(call, two, alice, "craft", {"need": "need a csv deduper", "wait": True})
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            front.send_signal(signal.SIGSTOP)
+            try:
+                wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
+            finally:
+                front.send_signal(signal.SIGCONT)
+            assert first.result(timeout=60)["is_error"]  # the job's end as alice now sees it
+            wait_for(lambda: "lease had run out" in logs[1].read_text(), timeout=30, interval=0.2)
+            second = pool.submit(_held, two, bob, "need a word counter")
+            wait_for(lambda: len(rows(database)) == 2, timeout=30, interval=0.2)
+            time.sleep(3 * lease)  # the first front swept every third of a lease since
+            assert [r["state"] for r in rows(database)] == ["cancelled", "queued"], _because(database)
+            assert not second.done()
+        second.result(timeout=30)
+    assert _because(database) == [("alice", "cancelled", fronts.LOST)]
+    served = [log.read_text().split("Shutting down")[0] for log in logs]  # (a stop cuts bob's call: uvicorn's trace)
+    assert not [text for text in served if "Traceback" in text or "failed; started again" in text]
+
+
+def _answered_or_cut(url: str, token: str, need: str) -> None:
+    """A craft called with wait: true, however it ends (its answer, the database away, its front stopping)."""
+    with contextlib.suppress(Exception):
+        call(url, token, "craft", {"need": need, "wait": True})
+
+
+def test_a_database_restart_within_a_lease_ends_no_following(
+    flakebot_home: Path, postgres: Cluster, database: str
+) -> None:
+    """The database restarts (fast: every connection cut) while two fronts hold a lease and alice's craft waits on
+    the first, a task of carol's following the same job on the second. Each front's next renewal reconnects; no
+    lease runs out, so no sweep ends anything and neither front says its lease had run out. (alice's call itself
+    may end with the cut connection: its own following's end is the call's, not a lost front's.)"""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    need = "need a csv deduper"
+    logs = [flakebot_home / "one.log", flakebot_home / "two.log"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with (
+            serving(*LEASE, database=database, log=logs[0]) as one,
+            serving(*LEASE, database=database, log=logs[1]) as two,
+        ):
+            held = pool.submit(_answered_or_cut, one, alice, need)
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            Session(two, carol).ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+            postgres.restart()
+            time.sleep(3 * float(LEASE[1]))  # renewed since, and either could have swept
+            assert [r["state"] for r in rows(database)] == ["queued"], _because(database)
+        held.result(timeout=30)
+    assert fronts.LOST not in [because for _, _, because in _because(database)]
+    assert not [log for log in logs if "lease had run out" in log.read_text()]

@@ -93,9 +93,13 @@ def test_a_waiting_worker_reconnects_after_the_database_restarts(
     assert "lost the database" in text and postgres.password not in text  # the URL's password never logged
 
 
-def test_a_bad_lease_is_refused_before_connecting(database: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lease", ["1", "1e300", "86401"])
+def test_a_bad_lease_is_refused_before_connecting(database: str, tmp_path: Path, lease: str) -> None:
+    """Too short to renew, or longer than a day: 1e300 passed and the worker started, a lease PostgreSQL cannot add to
+    a time ("timestamp out of range", as serve's first lease was refused); a lease of a year kept a killed worker's
+    job from every other worker as long."""
     done = subprocess.run(
-        [*FLAKEBOT, "worker", "--lease", "1", "--json"],
+        [*FLAKEBOT, "worker", "--lease", lease, "--json"],
         capture_output=True,
         text=True,
         timeout=60,
