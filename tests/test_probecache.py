@@ -152,3 +152,23 @@ def test_with_the_pin_a_toolchain_file_changes_nothing(tmp_path: Path) -> None:
 
 def _sysroot_asked(started: list[list[str]]) -> int:
     return sum(argv[1:] == ["--print", "sysroot"] for argv in started)
+
+
+def test_the_sysroot_is_asked_again_for_rustups_settings_not_for_other_xdg_homes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`rustc --print sysroot` is remembered under what can change its answer: another XDG data or config home (each
+    benchmark craft's; a user's other shell) asks nothing again; another rustup setting in the environment does."""
+    first = standin.rust_sysroot()
+    for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(name, f"/elsewhere/{name.lower()}")
+    probecache.forget()  # as a new process: only the record
+    with spawns() as started:
+        assert standin.rust_sysroot() == first
+    assert _sysroot_asked(started) == 0
+    monkeypatch.setenv("RUSTUP_DIST_SERVER", "https://mirror.invalid")  # passed on to rustup, which may read it
+    monkeypatch.setattr(launcher, "HOST_PREFIXES", (*launcher.HOST_PREFIXES, "RUSTUP_"))
+    probecache.forget()
+    with spawns() as started:
+        assert standin.rust_sysroot() == first
+    assert _sysroot_asked(started) == 1

@@ -293,12 +293,19 @@ def rust_sysroot() -> Path:
     rustc = shutil.which("rustc") or str(cargo.with_name("rustc"))
     env = launcher.host_env(Cargo(target_dir=Path(os.devnull)).env())
     where = launcher.neutral_dir()  # launcher.run's directory: rustup looks for toolchain files from there up
-    question = ["--print sysroot", rustc, sorted(env.items()), where]
+    question = ["--print sysroot", rustc, sorted((k, v) for k, v in env.items() if _chooses_toolchain(k)), where]
     files = [Path(rustc), *probecache.toolchain_choice(Path(env.get("RUSTUP_HOME") or rustup_home()), where)]
     kept = Path(probecache.remembered(question, files, lambda: str(_ask_sysroot(rustc, env))))
     if (kept / "bin" / "cargo").exists():
         return kept
     return _ask_sysroot(rustc, env)  # the toolchain went away under an unchanged key: rustup's own answer decides
+
+
+def _chooses_toolchain(name: str) -> bool:
+    """Whether an environment variable can change what rustup's proxy and rustc answer (the rest of the host
+    environment, its locale or XDG homes, cannot: a craft run with other XDG homes, as each benchmark craft is, asked
+    again for nothing)."""
+    return name in ("PATH", "HOME") or name.startswith(("RUSTUP_", "CARGO_", "RUSTC", "RUST_"))
 
 
 def _ask_sysroot(rustc: str, env: dict[str, str]) -> Path:
