@@ -295,3 +295,29 @@ def test_a_task_call_cancelled_before_its_answer_leaves_its_job(flakebot_home: P
         ("alice", "joined"),
         ("alice", "left"),
     ]
+
+
+@pytest.mark.parametrize("how", ["notification", "disconnect"])
+def test_a_task_call_answered_keeps_its_following_whatever_comes_after(
+    flakebot_home: Path, database: str, how: str
+) -> None:
+    """alice asks a craft as a task and gets its task id; she then cancels that request (too late: it was answered)
+    and asks the same need as a task again, a call cancelled before its answer (it joined the job, then retracted its
+    own following). Neither may end the following her first call holds: she learnt that task id and polls it. The
+    job stays queued for her; her task still reads `working`."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    need = "need a csv deduper"
+    with serving(database=database, log=log) as url:
+        session = Session(url, alice)
+        created = session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+        task_id = created["result"]["task"]["taskId"]
+        late = {"requestId": session.next, "reason": "too late"}
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": late}
+        assert post(url, cancel, alice, **session.headers).status_code == 202
+        _task_call_cancelled(url, alice, session.headers, (41, need), how, database, log)
+        wait_for(lambda: len(_audited(database)) == 3, timeout=30, interval=0.2)
+        assert [r["state"] for r in rows(database)] == ["queued"], _audited(database)
+        polled = session.ask("tasks/get", {"taskId": task_id})
+        assert polled["result"]["status"] == "working", polled
+    assert _audited(database) == [("alice", "enqueued"), ("alice", "joined"), ("alice", "retracted")]
