@@ -622,7 +622,7 @@ class TeamMCP(FlakebotMCP):
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
         except BaseException:  # nobody gets this job's answer through this call now
-            await self.leave_following(job_id, *following)
+            await self.leave_following(job_id, *following, waited=True)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
@@ -630,7 +630,7 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx, principal.tenant)
         return {"ok": True, **compact_result(ended["result"])}
 
-    async def leave_following(self, job_id: int, principal: Principal, following: int) -> None:
+    async def leave_following(self, job_id: int, principal: Principal, following: int, waited: bool = False) -> None:
         """A call holding one following of a queued job ended before its caller got what it waits for: a waited
         craft's before its job ended, a craft asked as a task before its task id was sent (the SDK cancelled it: the
         client closed the connection, or sent notifications/cancelled; or it raised). Its own following of the job
@@ -639,9 +639,11 @@ class TeamMCP(FlakebotMCP):
         run on for nobody. Ended for the principal the following was made for, not the call's token verified again:
         a JWT that expired meanwhile still ends what it started (a revoked token's followings the front's look ends:
         revoked, it counts for nothing here). Shielded: the call is being cancelled. The database away: ended once it
-        answers again (end_unended, at the lease's next renewal). A front stopping does not (`stopping`): its lease,
-        left to run out, ends them (flakebot.team.fronts), so a caller has that long to ask again and join the job."""
-        if self.stopping():
+        answers again (end_unended, at the lease's next renewal). A front stopping does not end a `waited` call's
+        (`stopping`): that following names the front, whose lease, left to run out, ends it (flakebot.team.fronts), so
+        a caller has that long to ask again and join the job. A task's names no front (it outlives the front once its
+        id is sent): no lease ends it, so it is ended now, stopping or not."""
+        if waited and self.stopping():
             return
         with anyio.CancelScope(shield=True):
             await self._leave(job_id, principal, following)

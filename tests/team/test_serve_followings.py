@@ -321,3 +321,27 @@ def test_a_task_call_answered_keeps_its_following_whatever_comes_after(
         polled = session.ask("tasks/get", {"taskId": task_id})
         assert polled["result"]["status"] == "working", polled
     assert _audited(database) == [("alice", "enqueued"), ("alice", "joined"), ("alice", "retracted")]
+
+
+def test_a_task_call_a_stopping_front_cut_before_its_answer_leaves_its_job(flakebot_home: Path, database: str) -> None:
+    """alice asks a craft as a task; its enqueue waits (the tenant's lock) while the front stops (SIGTERM), and the
+    stop cuts the call after its job was queued, before its CreateTaskResult. A stopping front left the call's
+    following to its lease, but a task's following names no front: no sweep ever ends it, and the job, alice's alone,
+    of a task id she never learnt, stayed queued for nobody. Now a stopping front ends a cut task call's following
+    as any front does (a waited call's it still leaves to its lease)."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    craft = {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
+    body = {"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": craft}
+    with serving_process(database=database, log=log) as (url, process):
+        session = Session(url, alice).headers
+        with _tenant_locked(database, "acme"):
+            sock = _posted_unread(url, alice, session, body)
+            wait_for(lambda: _enqueue_waiting(database), timeout=30, interval=0.1)
+            process.send_signal(signal.SIGTERM)
+            # the front's own tasks ended, the SDK's sessions ending: the call is cut as its enqueue returns
+            wait_for(lambda: "session manager shutting down" in log.read_text(), timeout=30, interval=0.2)
+        process.wait(timeout=30)
+        sock.close()
+    assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")], log.read_text()[-3000:]
+    assert [r["state"] for r in rows(database)] == ["cancelled"]
