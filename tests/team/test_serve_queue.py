@@ -166,6 +166,9 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 1' in text  # the bad argument
         assert 'flakebot_tool_calls_total{tool="craft",outcome="refused"} 1' in text  # the quota
         assert 'flakebot_tool_call_seconds_count{tool="status"}' in text
+        told = metrics(two, scraper).text  # alice's task call, its quota refused on the other front: counted there
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="refused"} 1' in told, told
+        assert 'flakebot_refusals_total{reason="quota"} 1' in told, told
 
     made = rows(database)
     assert [(r["tenant"], r["principal"], r["state"]) for r in made] == [
