@@ -46,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 
 from flakebot import config
 from flakebot.commands.runs import MAX_WAIT_SECONDS
@@ -542,10 +543,17 @@ class TeamMCP(FlakebotMCP):
 
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
         principal, enqueued = await anyio.to_thread.run_sync(admitted)
-        if not wait:
-            self.watch_job(ctx, enqueued.job_id)
-            return queued.handle_answer(enqueued)
         assert principal is not None  # enqueue refuses a call without one
+        if not wait:
+            try:
+                self.watch_job(ctx, enqueued.job_id)
+                # a cancel that came while the enqueue ran (a thread the cancel waits for) is raised here: the SDK
+                # sends no answer for a cancelled request, so the caller never learns the run_id (as a task call's)
+                await anyio.lowlevel.checkpoint()
+            except BaseException:
+                await self.leave_following(enqueued.job_id, principal, enqueued.following)
+                raise
+            return queued.handle_answer(enqueued)
         return await self._follow_job(ctx, enqueued.job_id, changes_catalog, (principal, enqueued.following))
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
@@ -726,6 +734,9 @@ class TeamMCP(FlakebotMCP):
         try:
             async with self.one_of_its_calls(ctx):
                 result = await self._tenant_call(ctx, params)
+                # a cancel that came while the call's last thread ran is raised here: the SDK sends no answer for a
+                # cancelled request, so the call is counted and audited as cancelled, not as the answer dropped
+                await anyio.lowlevel.checkpoint()
         except anyio.get_cancelled_exc_class():
             outcome = "cancelled"
             raise
