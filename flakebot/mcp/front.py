@@ -649,8 +649,8 @@ class TeamMCP(FlakebotMCP):
         revoked, it counts for nothing here). Shielded: the call is being cancelled. The database away: ended once it
         answers again (end_unended, at the lease's next renewal). A front stopping does not end a `waited` call's
         (`stopping`): that following names the front, whose lease, left to run out, ends it (flakebot.team.fronts), so
-        a caller has that long to ask again and join the job. A task's names no front (it outlives the front once its
-        id is sent): no lease ends it, so it is ended now, stopping or not."""
+        a caller has that long to ask again and join the job. A task's or a detached craft's names no front (it
+        outlives the front once its id is sent): no lease ends it, so it is ended now, stopping or not."""
         if waited and self.stopping():
             return
         with anyio.CancelScope(shield=True):
