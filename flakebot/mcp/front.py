@@ -39,12 +39,14 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 
 from flakebot import config
 from flakebot.commands.runs import MAX_WAIT_SECONDS
@@ -195,28 +197,27 @@ class TeamMCP(FlakebotMCP):
         """A tools/call asked as a task is answered by the tasks handlers (mcp/tasks.py routes it), not call_tool:
         audited and counted here as call_tool does a plain call, its outcome the task's creation (refused: error;
         cancelled before its answer: cancelled)."""
-        from mcp.shared.exceptions import MCPError
-
-        from flakebot.mcp.tasks import CALL_AS_TASK, REFUSED
+        from flakebot.mcp.tasks import CALL_AS_TASK
 
         if ctx.method != CALL_AS_TASK:
             return await call_next(ctx)
-        started, outcome, counted = time.monotonic(), "error", "error"
+        started, outcome = time.monotonic(), "error"
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
         params = ctx.params if isinstance(ctx.params, dict) else {}
         name = params.get("name") if isinstance(params.get("name"), str) else None
+        refused: list[str] = []  # filled by _refused
+        refusals = _REFUSALS.set(refused)
         try:
             async with self.one_of_its_calls(ctx):
                 result = await call_next(ctx)
-            outcome = counted = "ok"
+            outcome = "ok"
             return result
         except anyio.get_cancelled_exc_class():
-            outcome = counted = "cancelled"
-            raise
-        except MCPError as exc:
-            counted = "refused" if exc.code == REFUSED else counted
+            outcome = "cancelled"
             raise
         finally:
+            counted = "refused" if refused and outcome == "error" else outcome
+            _REFUSALS.reset(refusals)
             self.metrics.call(_metric_label(str(name)), counted, time.monotonic() - started)
             self._audited(principal, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
@@ -275,6 +276,22 @@ class TeamMCP(FlakebotMCP):
             seen = self.run_seen(ctx, name, args.get("run_id"))
             args = {**args, "run_id": seen} if seen != args.get("run_id") else args
         return super().start_job(ctx, name, args)
+
+    def _start(self, ctx: Any, name: str, args: dict[str, Any]) -> Any:
+        try:
+            return super()._start(ctx, name, args)
+        except jobs.JobLimit:  # a plain call's and a task's: both start here
+            self._refused("job_limit")
+            raise
+
+    def _refused(self, reason: str) -> None:
+        """The call being served was refused before any work (`reason`: quota, job_limit): counted, and its end
+        counted `refused` (call_tool, _task_call_audited). Only here: an error's type in a call's answer is also a
+        job's words (a row's, a journal's), which would make a call that ran count as refused."""
+        self.metrics.refused(reason)
+        refusals = _REFUSALS.get(None)
+        if refusals is not None:  # a list shared with the call's own context: set in a worker thread too
+            refusals.append(reason)
 
     def job_started(self, ctx: Any, journal: Path) -> None:
         principal = self.principal(ctx)
@@ -358,7 +375,7 @@ class TeamMCP(FlakebotMCP):
         try:
             enqueued = self.queue.enqueue(principal, request, waited=waited)
         except QuotaExceeded:
-            self.metrics.refused("quota")
+            self._refused("quota")
             raise
         revoked = self.store.revoked()
         if principal.id in revoked:  # revoked while this call was admitted: the front's look may have passed already
@@ -526,10 +543,17 @@ class TeamMCP(FlakebotMCP):
 
         # in a thread: verifying the caller's token may read the store or fetch an IdP's keys
         principal, enqueued = await anyio.to_thread.run_sync(admitted)
-        if not wait:
-            self.watch_job(ctx, enqueued.job_id)
-            return queued.handle_answer(enqueued)
         assert principal is not None  # enqueue refuses a call without one
+        if not wait:
+            try:
+                self.watch_job(ctx, enqueued.job_id)
+                # a cancel that came while the enqueue ran (a thread the cancel waits for) is raised here: the SDK
+                # sends no answer for a cancelled request, so the caller never learns the run_id (as a task call's)
+                await anyio.lowlevel.checkpoint()
+            except BaseException:
+                await self.leave_following(enqueued.job_id, principal, enqueued.following)
+                raise
+            return queued.handle_answer(enqueued)
         return await self._follow_job(ctx, enqueued.job_id, changes_catalog, (principal, enqueued.following))
 
     def watch_job(self, ctx: Any, job_id: int) -> None:
@@ -606,7 +630,7 @@ class TeamMCP(FlakebotMCP):
                     break
                 await anyio.sleep(queued.POLL_SECONDS)
         except BaseException:  # nobody gets this job's answer through this call now
-            await self.leave_following(job_id, *following)
+            await self.leave_following(job_id, *following, waited=True)
             raise
         if "error" in ended:
             return {"ok": False, **ended["error"]}
@@ -614,7 +638,7 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx, principal.tenant)
         return {"ok": True, **compact_result(ended["result"])}
 
-    async def leave_following(self, job_id: int, principal: Principal, following: int) -> None:
+    async def leave_following(self, job_id: int, principal: Principal, following: int, waited: bool = False) -> None:
         """A call holding one following of a queued job ended before its caller got what it waits for: a waited
         craft's before its job ended, a craft asked as a task before its task id was sent (the SDK cancelled it: the
         client closed the connection, or sent notifications/cancelled; or it raised). Its own following of the job
@@ -623,9 +647,11 @@ class TeamMCP(FlakebotMCP):
         run on for nobody. Ended for the principal the following was made for, not the call's token verified again:
         a JWT that expired meanwhile still ends what it started (a revoked token's followings the front's look ends:
         revoked, it counts for nothing here). Shielded: the call is being cancelled. The database away: ended once it
-        answers again (end_unended, at the lease's next renewal). A front stopping does not (`stopping`): its lease,
-        left to run out, ends them (flakebot.team.fronts), so a caller has that long to ask again and join the job."""
-        if self.stopping():
+        answers again (end_unended, at the lease's next renewal). A front stopping does not end a `waited` call's
+        (`stopping`): that following names the front, whose lease, left to run out, ends it (flakebot.team.fronts), so
+        a caller has that long to ask again and join the job. A task's or a detached craft's names no front (it
+        outlives the front once its id is sent): no lease ends it, so it is ended now, stopping or not."""
+        if waited and self.stopping():
             return
         with anyio.CancelScope(shield=True):
             await self._leave(job_id, principal, following)
@@ -702,22 +728,26 @@ class TeamMCP(FlakebotMCP):
         raised, as `error`. /metrics counts a call its quota or concurrent crafts refused as `refused`."""
         started = time.monotonic()
         principal = self.principal(ctx)  # as admitted: the token may expire or be revoked before the call ends
-        outcome, code, counted = "error", None, "error"
+        outcome, code = "error", None
+        refused: list[str] = []  # filled by _refused
+        refusals = _REFUSALS.set(refused)
         try:
             async with self.one_of_its_calls(ctx):
                 result = await self._tenant_call(ctx, params)
+                # a cancel that came while the call's last thread ran is raised here: the SDK sends no answer for a
+                # cancelled request, so the call is counted and audited as cancelled, not as the answer dropped
+                await anyio.lowlevel.checkpoint()
         except anyio.get_cancelled_exc_class():
-            outcome = counted = "cancelled"
+            outcome = "cancelled"
             raise
         else:
             data = result.structured_content if isinstance(result.structured_content, dict) else {}
             code = data.get("exit_code") if isinstance(data.get("exit_code"), int) else None
             outcome = "error" if result.is_error else "ok"
-            counted = "refused" if result.is_error and data.get("type") in REFUSED_TYPES else outcome
-            if data.get("type") == "JobLimit":
-                self.metrics.refused("job_limit")
             return result
         finally:
+            counted = "refused" if refused and outcome == "error" else outcome
+            _REFUSALS.reset(refusals)
             self.metrics.call(_metric_label(str(params.name)), counted, time.monotonic() - started)
             self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
 
@@ -845,7 +875,8 @@ ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job 
 ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
-REFUSED_TYPES = frozenset({"QuotaExceeded", "JobLimit"})  # a tool call's errors that refused it before any work
+# the refusals (TeamMCP._refused) of the tool call this context serves: its end is counted `refused` by them alone
+_REFUSALS: ContextVar[list[str]] = ContextVar("flakebot_call_refusals")
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
 
 

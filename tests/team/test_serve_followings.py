@@ -249,13 +249,21 @@ def _posted_unread(url: str, token: str, headers: dict[str, str], body: dict[str
 
 
 def _task_call_cancelled(
-    url: str, token: str, session: dict[str, str], asked: tuple[int, str], how: str, database: str, log: Path
+    url: str,
+    token: str,
+    session: dict[str, str],
+    asked: tuple[int, str],
+    how: str,
+    database: str,
+    log: Path,
+    as_task: bool = True,
 ) -> None:
-    """A craft asked as a task (`asked`: its request id in `session`, its need) cancelled while its enqueue waits on
-    the tenant's lock (`how`: by notifications/cancelled, or by its connection closed), the lock let go once the
-    front took the cancel (for a connection closed, the front's `log` says so)."""
+    """A craft asked as a task (`asked`: its request id in `session`, its need; `as_task` False: a plain detached
+    craft) cancelled while its enqueue waits on the tenant's lock (`how`: by notifications/cancelled, or by its
+    connection closed), the lock let go once the front took the cancel (for a connection closed, the front's `log`
+    says so)."""
     request_id, need = asked
-    craft = {"name": "craft", "arguments": {"need": need}, "task": {}}
+    craft: dict[str, object] = {"name": "craft", "arguments": {"need": need}, **({"task": {}} if as_task else {})}
     body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": craft}
     with _tenant_locked(database, "acme"):
         sock = _posted_unread(url, token, session, body)
@@ -440,3 +448,128 @@ def test_a_database_restart_within_a_lease_ends_no_following(
         held.result(timeout=30)
     assert fronts.LOST not in [because for _, _, because in _because(database)]
     assert not [log for log in logs if "lease had run out" in log.read_text()]
+
+
+@pytest.mark.parametrize("how", ["notification", "disconnect"])
+def test_a_task_call_answered_keeps_its_following_whatever_comes_after(
+    flakebot_home: Path, database: str, how: str
+) -> None:
+    """alice asks a craft as a task and gets its task id; she then cancels that request (too late: it was answered)
+    and asks the same need as a task again, a call cancelled before its answer (it joined the job, then retracted its
+    own following). Neither may end the following her first call holds: she learnt that task id and polls it. The
+    job stays queued for her; her task still reads `working`."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    need = "need a csv deduper"
+    with serving(database=database, log=log) as url:
+        session = Session(url, alice)
+        created = session.ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
+        task_id = created["result"]["task"]["taskId"]
+        late = {"requestId": session.next, "reason": "too late"}
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": late}
+        assert post(url, cancel, alice, **session.headers).status_code == 202
+        _task_call_cancelled(url, alice, session.headers, (41, need), how, database, log)
+        wait_for(lambda: len(_audited(database)) == 3, timeout=30, interval=0.2)
+        assert [r["state"] for r in rows(database)] == ["queued"], _audited(database)
+        polled = session.ask("tasks/get", {"taskId": task_id})
+        assert polled["result"]["status"] == "working", polled
+    assert _audited(database) == [("alice", "enqueued"), ("alice", "joined"), ("alice", "retracted")]
+
+
+def test_a_task_call_a_stopping_front_cut_before_its_answer_leaves_its_job(flakebot_home: Path, database: str) -> None:
+    """alice asks a craft as a task; its enqueue waits (the tenant's lock) while the front stops (SIGTERM), and the
+    stop cuts the call after its job was queued, before its CreateTaskResult. A stopping front left the call's
+    following to its lease, but a task's following names no front: no sweep ever ends it, and the job, alice's alone,
+    of a task id she never learnt, stayed queued for nobody. Now a stopping front ends a cut task call's following
+    as any front does (a waited call's it still leaves to its lease)."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    craft = {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
+    body = {"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": craft}
+    with serving_process(database=database, log=log) as (url, process):
+        session = Session(url, alice).headers
+        with _tenant_locked(database, "acme"):
+            sock = _posted_unread(url, alice, session, body)
+            wait_for(lambda: _enqueue_waiting(database), timeout=30, interval=0.1)
+            process.send_signal(signal.SIGTERM)
+            # the front's own tasks ended, the SDK's sessions ending: the call is cut as its enqueue returns
+            wait_for(lambda: "session manager shutting down" in log.read_text(), timeout=30, interval=0.2)
+        process.wait(timeout=30)
+        sock.close()
+    assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")], log.read_text()[-3000:]
+    assert [r["state"] for r in rows(database)] == ["cancelled"]
+
+
+@pytest.mark.parametrize("how", ["notification", "disconnect"])
+def test_a_detached_craft_cancelled_before_its_answer_leaves_its_job(
+    flakebot_home: Path, database: str, workdir: Path, how: str
+) -> None:
+    """alice asks a craft (no wait, no task: its answer is the job's run_id) and cancels the call after its craft was
+    enqueued (the enqueue, a worker thread, runs to its end) but before its answer. The call then returned with no
+    await left, so the SDK dropped its answer for the cancelled request: she never learnt the run_id, yet her
+    following was kept (the job, hers alone, queued for nobody), and the call was audited and counted `ok`. Now,
+    as a task call's, its end retracts its own following (her job alone is cancelled; one carol follows goes on for
+    carol), and it is counted and audited `cancelled`."""
+    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    with serving(database=database, log=log) as url:
+        session = Session(url, alice).headers
+        shared = call(url, carol, "craft", {"need": "need a word counter"})["run_id"]
+        _task_call_cancelled(url, alice, session, (41, "need a csv deduper"), how, database, log, as_task=False)
+        wait_for(lambda: len(_audited(database)) == 3, timeout=30, interval=0.2)  # carol's, alice's enqueue and end
+        _task_call_cancelled(url, alice, session, (42, "need a word counter"), how, database, log, as_task=False)
+        wait_for(lambda: len(_audited(database)) == 5, timeout=30, interval=0.2)
+        states = {handle_of(r): r["state"] for r in rows(database)}
+        assert states == {shared: "queued", "job-2": "cancelled"}, (states, _audited(database))
+        scraped = metrics(url, add_token("prometheus", "--grant", "metrics")).text
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="cancelled"} 2' in scraped, scraped
+    assert _audited(database) == [
+        ("carol", "enqueued"),
+        ("alice", "enqueued"),
+        ("alice", "cancelled"),
+        ("alice", "joined"),
+        ("alice", "left"),
+    ]
+    crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
+    assert [(r["principal"], r["outcome"]) for r in crafts][1:] == [("alice", "cancelled")] * 2, crafts
+
+
+def _read_waiting(database: str) -> bool:
+    """Whether a read of the jobs table waits on the test's lock of it."""
+    with db.connect(database) as conn:
+        waiting = conn.execute("SELECT count(*) AS n FROM pg_locks WHERE relation = 'jobs'::regclass AND NOT granted")
+        return bool(waiting.fetchone()["n"])  # type: ignore[index]
+
+
+def test_a_call_cancelled_while_its_thread_ran_is_counted_and_audited_cancelled(
+    flakebot_home: Path, database: str, workdir: Path
+) -> None:
+    """alice asks `status` of her job and cancels the call while its read of the row runs (the table locked: a worker
+    thread the cancel waits for). The call then returned with no await left: the SDK dropped its answer, as it does
+    for a cancelled request, while the front audited and counted the call `ok`, an answer nobody got. Now it is
+    `cancelled`, as any call ended before its answer."""
+    alice = add_token("alice", "--tenant", "acme")
+    with serving(database=database) as url:
+        job = call(url, alice, "craft", {"need": "need a csv deduper"})["run_id"]
+        session = Session(url, alice).headers
+        asked = {"name": "status", "arguments": {"run_id": job}}
+        body = {"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": asked}
+        time.sleep(1)  # the front's kept read of the row (ROW_FRESH) gone stale: the status reads the table
+        with db.connect(database) as conn, conn.transaction():
+            conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+            sock = _posted_unread(url, alice, session, body)
+            wait_for(lambda: _read_waiting(database), timeout=30, interval=0.1)
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 41}}
+            assert post(url, cancel, alice, **session).status_code == 202
+            time.sleep(0.5)  # the SDK applies a cancel it answered 202 for in its session's own loop
+        scraper = add_token("prometheus", "--grant", "metrics")
+
+        def scraped() -> str | None:
+            text = metrics(url, scraper).text
+            return text if 'flakebot_tool_calls_total{tool="status",outcome="cancelled"} 1' in text else None
+
+        text = wait_for(scraped, timeout=30)
+        sock.close()
+    assert 'tool="status",outcome="ok"' not in text, text
+    statuses = [r["outcome"] for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "status"]
+    assert statuses == ["cancelled"], statuses

@@ -6,6 +6,7 @@ tokens, a real PostgreSQL and (slow) a real `flakebot worker` crafting offline."
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -165,6 +166,9 @@ def test_crafts_are_queued_joined_across_fronts_and_seen_by_their_tenant_only(
         assert 'flakebot_tool_calls_total{tool="craft",outcome="error"} 1' in text  # the bad argument
         assert 'flakebot_tool_calls_total{tool="craft",outcome="refused"} 1' in text  # the quota
         assert 'flakebot_tool_call_seconds_count{tool="status"}' in text
+        told = metrics(two, scraper).text  # alice's task call, its quota refused on the other front: counted there
+        assert 'flakebot_tool_calls_total{tool="craft",outcome="refused"} 1' in told, told
+        assert 'flakebot_refusals_total{reason="quota"} 1' in told, told
 
     made = rows(database)
     assert [(r["tenant"], r["principal"], r["state"]) for r in made] == [
@@ -595,6 +599,59 @@ def test_metrics_count_every_end_of_a_tool_call(flakebot_home: Path, database: s
         'flakebot_tool_call_seconds_count{tool="list"} 1',
         'flakebot_tool_call_seconds_count{tool="craft"} 2',
         'flakebot_refusals_total{reason="rate_limit"} 1',
+    ):
+        assert counted in text, (counted, text)
+
+
+def test_a_waited_craft_whose_row_names_a_refusal_is_counted_as_the_error_it_ran_to(
+    flakebot_home: Path, database: str
+) -> None:
+    """alice's craft (wait: true) waits on its job; a writer of the table (anyone with the database's password, or a
+    worker's failure) ends the row `failed` with the error type `JobLimit`. /metrics decided `refused` from the
+    answer's error type, so that call, which ran until its job ended, counted as refused before any work, in no
+    latency bucket, and as a concurrent-crafts refusal that never was. Now only the front's own refusal (its quota
+    or concurrent crafts check) counts as one: this call is an `error`, timed, and no refusal."""
+    alice = add_token("alice", "--tenant", "acme")
+    scraper = add_token("prometheus", "--grant", "metrics")
+    with serving(database=database) as url, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waited = pool.submit(call, url, alice, "craft", {"need": "need a csv deduper", "wait": True})
+        wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        forged = {"error": "cap reached", "fix": "wait", "type": "JobLimit"}
+        with db.connect(database) as conn:
+            conn.execute("UPDATE jobs SET state = 'failed', error = %s, ended = now()", (Jsonb(forged),))
+        answer = waited.result(timeout=60)
+        assert answer["is_error"] and answer["type"] == "JobLimit", answer
+        text = metrics(url, scraper).text
+    for counted in (
+        'flakebot_tool_calls_total{tool="craft",outcome="error"} 1',
+        'flakebot_tool_call_seconds_count{tool="craft"} 1',
+        'flakebot_refusals_total{reason="job_limit"} 0',
+    ):
+        assert counted in text, (counted, text)
+    assert 'outcome="refused"' not in text, text
+
+
+def test_a_task_call_its_concurrent_crafts_refused_is_counted_as_a_refusal(
+    flakebot_home: Path, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alice (one concurrent craft) has a craft running and asks another as a task (no database: the front starts
+    it): refused (-32600, JobLimit's line), counted `refused` by tool, but flakebot_refusals_total{job_limit} counted
+    only a plain call's refusal, so the two counters disagreed. Now a refusal counts where the front refuses."""
+    require("nix")
+    alice = add_token("alice", "--concurrent-crafts", "1")
+    scraper = add_token("prometheus", "--grant", "metrics")
+    craft = served_slow_craft(tmp_path, monkeypatch)
+    try:
+        with serving() as url:
+            assert call(url, alice, "craft", craft)["status"] == "running"
+            refused = Session(url, alice).ask("tools/call", {"name": "craft", "arguments": craft, "task": {}})
+            assert refused["error"]["code"] == -32600 and "jobs are running" in refused["error"]["message"], refused
+            text = metrics(url, scraper).text
+    finally:
+        pileup.end_jobs(workdir / "mcp-jobs")
+    for counted in (
+        'flakebot_tool_calls_total{tool="craft",outcome="refused"} 1',
+        'flakebot_refusals_total{reason="job_limit"} 1',
     ):
         assert counted in text, (counted, text)
 
