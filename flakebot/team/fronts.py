@@ -2,12 +2,13 @@
 
 A waited craft (a tools/call that holds its answer until its job ends) holds one following of its job, its audit row
 naming the front that holds the call (queue.enqueue's `front`). The call's own end retracts it (flakebot.mcp.front's
-_leave_waited); a front killed (SIGKILL, its machine lost) ends nothing. So each front holds a lease, a time in its
+leave_following); a front killed (SIGKILL, its machine lost) ends nothing. So each front holds a lease, a time in its
 `fronts` row that it renews while it runs (as a worker renews a job's), and a live front retracts the waited
 followings of any front whose lease ran out, through queue.cancel(following=...): the job goes on for its other
 followers (a task, another front's waited call) and ends when none is left. A front stopping cleanly leaves its lease
 to run out the same way, not retracting at once: a caller whose call it cut has a lease's time to come back (a retried
-craft joins its job, and the job keeps that following). Tasks and detached crafts name no front: they outlive the front they came through, by design.
+craft joins its job, and the job keeps that following). Tasks and detached crafts name no front: they outlive the
+front they came through, by design.
 
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
