@@ -279,21 +279,20 @@ def _task_call_cancelled(
     sock.close()
 
 
-@pytest.mark.parametrize("how", ["notification", "disconnect"])
-def test_a_task_call_cancelled_before_its_answer_leaves_its_job(flakebot_home: Path, database: str, how: str) -> None:
-    """alice asks a craft as a task (tools/call with `task`: its answer is the task id she then polls) and cancels
-    the call (notifications/cancelled, or she closes the connection: flakebot.mcp.gone's cancel) after its craft was
-    enqueued but before its CreateTaskResult was sent. She never learnt the task id, yet her following was kept: the
-    job, hers alone, stayed queued for nobody (a worker would still craft it). Now the call's end retracts its own
-    following, as a waited craft's does: her job alone is cancelled; one carol follows too goes on for carol."""
+def _two_crafts_cancelled_before_their_answers(
+    flakebot_home: Path, database: str, workdir: Path, how: str, as_task: bool
+) -> None:
+    """alice's craft cancelled (`how`) before its answer, hers alone: cancelled; then one carol follows too: alice
+    leaves it, it goes on for carol. Both of alice's calls audited and counted `cancelled`. `as_task`: asked as a
+    task (else detached: no wait, no task)."""
     alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
     log = flakebot_home / "serve.log"
     with serving(database=database, log=log) as url:
         session = Session(url, alice).headers
         shared = call(url, carol, "craft", {"need": "need a word counter"})["run_id"]
-        _task_call_cancelled(url, alice, session, (41, "need a csv deduper"), how, database, log)
+        _task_call_cancelled(url, alice, session, (41, "need a csv deduper"), how, database, log, as_task=as_task)
         wait_for(lambda: len(_audited(database)) == 3, timeout=30, interval=0.2)  # carol's, alice's enqueue and end
-        _task_call_cancelled(url, alice, session, (42, "need a word counter"), how, database, log)
+        _task_call_cancelled(url, alice, session, (42, "need a word counter"), how, database, log, as_task=as_task)
         wait_for(lambda: len(_audited(database)) == 5, timeout=30, interval=0.2)
         states = {handle_of(r): r["state"] for r in rows(database)}
         assert states == {shared: "queued", "job-2": "cancelled"}, (states, _audited(database))
@@ -306,6 +305,20 @@ def test_a_task_call_cancelled_before_its_answer_leaves_its_job(flakebot_home: P
         ("alice", "joined"),
         ("alice", "left"),
     ]
+    crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
+    assert [(r["principal"], r["outcome"]) for r in crafts][1:] == [("alice", "cancelled")] * 2, crafts
+
+
+@pytest.mark.parametrize("how", ["notification", "disconnect"])
+def test_a_task_call_cancelled_before_its_answer_leaves_its_job(
+    flakebot_home: Path, database: str, workdir: Path, how: str
+) -> None:
+    """alice asks a craft as a task (tools/call with `task`: its answer is the task id she then polls) and cancels
+    the call (notifications/cancelled, or she closes the connection: flakebot.mcp.gone's cancel) after its craft was
+    enqueued but before its CreateTaskResult was sent. She never learnt the task id, yet her following was kept: the
+    job, hers alone, stayed queued for nobody (a worker would still craft it). Now the call's end retracts its own
+    following, as a waited craft's does: her job alone is cancelled; one carol follows too goes on for carol."""
+    _two_crafts_cancelled_before_their_answers(flakebot_home, database, workdir, how, as_task=True)
 
 
 def test_fronts_stalled_together_past_a_lease_take_none_of_them_for_lost(flakebot_home: Path, database: str) -> None:
@@ -510,28 +523,7 @@ def test_a_detached_craft_cancelled_before_its_answer_leaves_its_job(
     following was kept (the job, hers alone, queued for nobody), and the call was audited and counted `ok`. Now,
     as a task call's, its end retracts its own following (her job alone is cancelled; one carol follows goes on for
     carol), and it is counted and audited `cancelled`."""
-    alice, carol = add_token("alice", "--tenant", "acme"), add_token("carol", "--tenant", "acme")
-    log = flakebot_home / "serve.log"
-    with serving(database=database, log=log) as url:
-        session = Session(url, alice).headers
-        shared = call(url, carol, "craft", {"need": "need a word counter"})["run_id"]
-        _task_call_cancelled(url, alice, session, (41, "need a csv deduper"), how, database, log, as_task=False)
-        wait_for(lambda: len(_audited(database)) == 3, timeout=30, interval=0.2)  # carol's, alice's enqueue and end
-        _task_call_cancelled(url, alice, session, (42, "need a word counter"), how, database, log, as_task=False)
-        wait_for(lambda: len(_audited(database)) == 5, timeout=30, interval=0.2)
-        states = {handle_of(r): r["state"] for r in rows(database)}
-        assert states == {shared: "queued", "job-2": "cancelled"}, (states, _audited(database))
-        scraped = metrics(url, add_token("prometheus", "--grant", "metrics")).text
-        assert 'flakebot_tool_calls_total{tool="craft",outcome="cancelled"} 2' in scraped, scraped
-    assert _audited(database) == [
-        ("carol", "enqueued"),
-        ("alice", "enqueued"),
-        ("alice", "cancelled"),
-        ("alice", "joined"),
-        ("alice", "left"),
-    ]
-    crafts = [r for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "craft"]
-    assert [(r["principal"], r["outcome"]) for r in crafts][1:] == [("alice", "cancelled")] * 2, crafts
+    _two_crafts_cancelled_before_their_answers(flakebot_home, database, workdir, how, as_task=False)
 
 
 def _read_waiting(database: str) -> bool:
