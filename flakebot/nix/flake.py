@@ -211,7 +211,10 @@ def _package(
         root.parent.mkdir(parents=True, exist_ok=True)
         argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
         store_path, seconds, drv, program = _build_and_resolve(
-            out_dir, flake, mode, standin, settings, description, report, root, argv
+            flake,
+            argv,
+            settings.nix_build_timeout,
+            lambda: _build_with_evidence(out_dir, flake, mode, standin, settings, description, report, root),
         )
     except NixError:
         settle_resolution(flake)  # a lock cargo cannot resolve is the error, as when cargo was asked first
@@ -275,24 +278,16 @@ def drop_resolution(flake: Written) -> None:
 
 
 def _build_and_resolve(
-    out_dir: Path,
-    flake: Written,
-    mode: str,
-    standin: Path | None,
-    settings: Settings,
-    description: str,
-    report: Progress,
-    out_link: Path,
-    run: list[str],
+    flake: Written, run: list[str], timeout: float, build: Callable[[], tuple[str, float, str]]
 ) -> tuple[str, float, str, str]:
-    """_build_with_evidence's (store path, seconds, derivation), and what `nix run` of the flake starts, evaluated
-    beside the build (its ~0.07 s hidden there, not paid after it by whoever checks it): '' when the flake was
-    rendered again for another build (the early answer is of the first) or the evaluation failed (the check then
-    evaluates it again and says why)."""
+    """`build`'s (store path, seconds, derivation: _build_with_evidence), and what `nix run` of the flake starts (`run`,
+    its argv), evaluated beside the build (its ~0.07 s hidden there, not paid after it by whoever checks it): '' when
+    the flake was rendered again for another build (the early answer is of the first) or the evaluation failed (the
+    check then evaluates it again and says why)."""
     rendered = flake.renders
     resolving = command.Resolving(run)
     try:
-        built = _build_with_evidence(out_dir, flake, mode, standin, settings, description, report, out_link)
+        built = build()
     except BaseException:
         resolving.stop()
         raise
@@ -300,7 +295,7 @@ def _build_and_resolve(
         resolving.stop()
         return (*built, "")
     try:
-        return (*built, resolving.program(settings.nix_build_timeout))
+        return (*built, resolving.program(timeout))
     except NixError as exc:
         logger.info("what nix run starts is evaluated again later: %s", exc)
         return (*built, "")
