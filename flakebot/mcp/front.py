@@ -216,9 +216,8 @@ class TeamMCP(FlakebotMCP):
             outcome = "cancelled"
             raise
         finally:
-            counted = "refused" if refused and outcome == "error" else outcome
             _REFUSALS.reset(refusals)
-            self.metrics.call(_metric_label(str(name)), counted, time.monotonic() - started)
+            self._count_call(name, outcome, refused, started)
             self._audited(principal, "tools/call", name, params.get("arguments") or {}, outcome, None, started)
 
     async def tools_changed(self, ctx: Any, tenant: str | None = None) -> None:
@@ -283,6 +282,12 @@ class TeamMCP(FlakebotMCP):
         except jobs.JobLimit:  # a plain call's and a task's: both start here
             self._refused("job_limit")
             raise
+
+    def _count_call(self, name: object, outcome: str, refused: list[str], started: float) -> None:
+        """A tool call's end in /metrics: an error its own quota or concurrent-crafts check made (`refused`, filled
+        by _refused) counted `refused`, not `error`."""
+        counted = "refused" if refused and outcome == "error" else outcome
+        self.metrics.call(_metric_label(str(name)), counted, time.monotonic() - started)
 
     def _refused(self, reason: str) -> None:
         """The call being served was refused before any work (`reason`: quota, job_limit): counted, and its end
@@ -746,9 +751,8 @@ class TeamMCP(FlakebotMCP):
             outcome = "error" if result.is_error else "ok"
             return result
         finally:
-            counted = "refused" if refused and outcome == "error" else outcome
             _REFUSALS.reset(refusals)
-            self.metrics.call(_metric_label(str(params.name)), counted, time.monotonic() - started)
+            self._count_call(params.name, outcome, refused, started)
             self._audited(principal, "tools/call", params.name, params.arguments or {}, outcome, code, started)
 
     async def _tenant_call(self, ctx: Any, params: Any) -> Any:
