@@ -24,7 +24,7 @@ from typing import Any
 
 import tomlkit
 
-from flakebot.cargo.sources import CRATES_IO
+from flakebot.cargo.sources import is_crates_io
 from flakebot.safefs import read_file_text
 
 SKELETON_NAME = "flakebot-deps-skeleton"
@@ -123,12 +123,11 @@ def _refuse_non_registry(manifest: dict[str, Any], lock: dict[str, Any]) -> None
             raise NoSkeleton(f"dependency {name} is a path or git dependency")
         if isinstance(spec, dict) and ("registry" in spec or "registry-index" in spec):
             raise NoSkeleton(f"dependency {name} is from another registry than crates.io")
-    crates_io = {s.rstrip("/") for s in CRATES_IO}
     for package in lock.get("package", []):
         source = str(package.get("source", ""))
         if source.startswith("git+"):
             raise NoSkeleton(f"the lock holds git package {package.get('name')}")
-        if source and source.rstrip("/") not in crates_io:  # the sources check refuses it: cargo must be asked
+        if source and not is_crates_io(source):  # the sources check refuses it: cargo must be asked
             raise NoSkeleton(f"the lock holds {package.get('name')} from {source}, not crates.io")
     root = manifest["package"]["name"]
     local = [p.get("name") for p in lock.get("package", []) if "source" not in p and p.get("name") != root]

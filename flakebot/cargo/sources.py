@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_GIT_SOURCES = "github.com,gitlab.com,codeberg.org,git.sr.ht,bitbucket.org"
 CRATES_IO = ("registry+https://github.com/rust-lang/crates.io-index", "sparse+https://index.crates.io/")
+_CRATES_IO = frozenset(s.rstrip("/") for s in CRATES_IO)
 SPEC_KEYS = ("git", "path", "registry", "registry-index")
 
 
@@ -104,11 +105,16 @@ def git_fetch_env(allowed: tuple[str, ...]) -> dict[str, str]:
     }
 
 
+def is_crates_io(source: str) -> bool:
+    """Whether a cargo source id is crates.io's index (git or sparse, with or without its trailing slash)."""
+    return source.rstrip("/") in _CRATES_IO
+
+
 def source_refusal(source: str, allowed: tuple[str, ...]) -> str:
     """Why a cargo source id (`registry+URL`, `git+URL?...#rev`, `sparse+URL`) may not be used ('' when it may)."""
     if source.startswith("git+"):
         return git_refusal(source, allowed)
-    if source.rstrip("/") in {s.rstrip("/") for s in CRATES_IO}:
+    if is_crates_io(source):
         return ""
     return f"crate source {source} refused: only crates.io (the configured registry) and allowed git sources"
 
