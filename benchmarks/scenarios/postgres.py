@@ -70,6 +70,13 @@ def _owner() -> str | None:
     raise RuntimeError("no postgres or nobody user to run PostgreSQL as")
 
 
+def _scratch() -> str | None:
+    """Where a cluster lives: memory when the machine has it (a test session leaves hundreds of databases, whose
+    removal from disk took 22 s of its end; 1.4 s from tmpfs), else the usual temporary directory."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -81,7 +88,7 @@ def temporary_cluster() -> Iterator[Cluster]:
     """A started cluster until the block ends (then stopped and removed)."""
     if not (PG_BIN / "initdb").exists():
         raise RuntimeError(f"{PG_BIN}/initdb is missing; run 'make setup' (postgresql-15)")
-    base = Path(tempfile.mkdtemp(prefix="flakebot-pg-"))
+    base = Path(tempfile.mkdtemp(prefix="flakebot-pg-", dir=_scratch()))
     cluster = Cluster(base, _free_port(), secrets.token_hex(12), _owner())
     if cluster.owner:
         shutil.chown(base, cluster.owner)
