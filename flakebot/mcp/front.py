@@ -1285,40 +1285,32 @@ async def _drop_revoked_followings(state: TeamMCP) -> None:
 
 async def _hold_lease(state: TeamMCP) -> None:
     """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
-    ended: TeamMCP.end_unended), and the fronts whose lease ran out swept
-    (TeamMCP.sweep_lost_fronts) once this front's own renewals have held for a whole lease: after the database was
-    away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts). A renewal
-    later than it was due by a sixth of a lease is a stall of this front (SIGSTOP, a paused VM, the host frozen) that
-    may have held up the fronts beside it too, so it starts the whole lease again: a live front lapses only after a
-    stall of two thirds of a lease, which makes this front's renewal at least a third late."""
+    ended: TeamMCP.end_unended), and the fronts whose lease ran out swept (TeamMCP.sweep_lost_fronts) once this
+    front's own renewals have held on time for a whole lease (fronts.SweepGuard): after the database was away longer
+    than a lease, or a stall of this front, every live front renews before any is taken for lost."""
     queue = state.queue
-    steady: float | None = None  # since when (monotonic) each renewal of this front's lease found it held
-    due = time.monotonic()  # when this renewal should come
-    while queue is not None:
+    if queue is None:
+        return
+    guard = fronts.SweepGuard(queue.lease_seconds, "this front")
+    while True:
         try:
+            sweeps = False
             if await anyio.to_thread.run_sync(queue.hold_lease):
-                late = time.monotonic() - due
-                if steady is not None and late > queue.lease_seconds / 6:
-                    logger.info(
-                        "this front stalled (its lease renewed %.1f s late): it sweeps no front for a lease", late
-                    )
-                    steady = None
-                steady = time.monotonic() if steady is None else steady
+                sweeps = guard.held()
                 await anyio.to_thread.run_sync(state.end_unended)
             else:
-                steady = None
+                guard.lapsed()
                 logger.warning(
                     "this front's lease had run out (it or its database stalled longer than %g s): its waited calls' "
-                    "followings were ended by another front",
+                    "followings were ended by another front; it holds a lease again under a new identity",
                     queue.lease_seconds,
                 )
-            if steady is not None and time.monotonic() - steady >= queue.lease_seconds:
+            if sweeps:
                 await anyio.to_thread.run_sync(state.sweep_lost_fronts)
         except FlakebotError as exc:
-            steady = None
+            guard.lapsed()
             logger.warning("this front's lease not renewed this time: %s", exc.one_line())
-        due = time.monotonic() + queue.lease_seconds / 3
-        await anyio.sleep(queue.lease_seconds / 3)
+        await anyio.sleep(guard.pause())
 
 
 def bind(host: str, port: int) -> socket.socket:

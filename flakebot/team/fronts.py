@@ -12,15 +12,21 @@ front they came through, by design.
 
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
-lease since (flakebot.mcp.front's lease loop): by then every live front has renewed. The same after a stall of the
-front itself (a renewal late: stopped, its VM paused), which may have stalled the fronts beside it as long.
+lease since (SweepGuard): by then every live front has renewed. The same after a stall of the front itself (a renewal
+late: stopped, its VM paused), which may have stalled the fronts beside it as long.
+
+Workers sweep too (flakebot.team.worker's FrontSweeps), through the same sweep and the same guard, their own looks at
+the database every third of their lease standing for a front's renewals: with every front killed, a waited craft's
+job does not run to its end for nobody.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +36,8 @@ if TYPE_CHECKING:
     import psycopg
 
     Conn = psycopg.Connection[dict[str, Any]]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
@@ -102,3 +110,34 @@ def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: st
         if row is not None and not row.get("unchanged"):
             changed.append(row)
     return changed
+
+
+class SweepGuard:
+    """When a sweeper (a front, a worker) may take others' leases for lost: once its own renewals, each due a third
+    of `lease_seconds` after the last, have held on time for a whole lease. A renewal that failed (the database
+    away) starts the lease again, and so does one late by more than a sixth of a lease: a stall of the sweeper itself
+    (SIGSTOP, a paused VM, the host frozen) that may have held up the fronts beside it too, so a live front lapses
+    only after a stall of two thirds of a lease, which makes this renewal at least a third late."""
+
+    def __init__(self, lease_seconds: float, who: str) -> None:
+        self.lease_seconds, self.who = lease_seconds, who
+        self.steady: float | None = None  # since when (monotonic) each renewal held
+        self.due = time.monotonic()  # when the next renewal should come
+
+    def held(self) -> bool:
+        """A renewal held now: whether the sweeper may sweep."""
+        now = time.monotonic()
+        if self.steady is not None and now - self.due > self.lease_seconds / 6:
+            logger.info("%s stalled (renewed %.1f s late): it sweeps no front for a lease", self.who, now - self.due)
+            self.steady = None
+        self.steady = now if self.steady is None else self.steady
+        return now - self.steady >= self.lease_seconds
+
+    def lapsed(self) -> None:
+        """A renewal failed, or found its lease taken: the whole lease starts again."""
+        self.steady = None
+
+    def pause(self) -> float:
+        """The seconds until the next renewal is due (a third of the lease), from now."""
+        self.due = time.monotonic() + self.lease_seconds / 3
+        return self.lease_seconds / 3
