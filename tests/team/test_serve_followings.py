@@ -557,7 +557,9 @@ def test_a_task_call_a_stopping_front_cut_before_its_answer_leaves_its_job(flake
     stop cuts the call after its job was queued, before its CreateTaskResult. A stopping front left the call's
     following to its lease, but a task's following names no front: no sweep ever ends it, and the job, alice's alone,
     of a task id she never learnt, stayed queued for nobody. Now a stopping front ends a cut task call's following
-    as any front does (a waited call's it still leaves to its lease)."""
+    as any front does (a waited call's it still leaves to its lease). And the call, whose enqueue returned after the
+    front's task group ended, logged a traceback ("This task group is not active", from its job's watcher): a
+    stopping front now refuses such late work in one line."""
     alice = add_token("alice", "--tenant", "acme")
     log = flakebot_home / "serve.log"
     craft = {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
@@ -574,6 +576,9 @@ def test_a_task_call_a_stopping_front_cut_before_its_answer_leaves_its_job(flake
         sock.close()
     assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")], log.read_text()[-3000:]
     assert [r["state"] for r in rows(database)] == ["cancelled"]
+    said = log.read_text()
+    assert "Traceback" not in said, said[-3000:]  # "This task group is not active", from the call's watcher
+    assert "a call refused: this front is stopping" in said, said[-3000:]
 
 
 @pytest.mark.parametrize("how", ["notification", "disconnect"])
