@@ -50,7 +50,7 @@ import anyio.lowlevel
 
 from flakebot import config
 from flakebot.commands.runs import MAX_WAIT_SECONDS
-from flakebot.errors import BindRefused, FlakebotError, QuotaExceeded, RunError, TeamError, UsageError
+from flakebot.errors import BindRefused, FlakebotError, Interrupted, QuotaExceeded, RunError, TeamError, UsageError
 from flakebot.loopback import is_loopback
 from flakebot.mcp import tenantservices
 from flakebot.mcp.gone import PARSED, GoneRequests
@@ -374,6 +374,7 @@ class TeamMCP(FlakebotMCP):
         principal = principal or self.principal(ctx)
         if principal is None or self.queue is None:
             raise TeamError("no principal for this call", fix="call through the front with a token")
+        self.refuse_if_stopping()
         _check_own(name, args)
         _check_job_arguments(name, args)
         request = tooltable.arguments(TABLE_TOOLS[name], args)["request"]
@@ -566,13 +567,26 @@ class TeamMCP(FlakebotMCP):
         queued craft catalogued its tool (as a detached job of this machine does), watching for at most WATCH_HOURS. One reader per job on this front, whatever
         number of calls joined it: a job's callers are all of its tenant, and joining is never refused, so a reader
         per call would let one tenant pile up queries on the connection every call waits on."""
+        self.refuse_if_stopping()  # its enqueue ended as the front stopped: its caller is told in one line
         session = _session_id(ctx)
         if self.jobs is None or not session:  # a stateless request: no session is left to tell once it answered
             return
         watching = self._watchers.setdefault(job_id, {})
         watching.setdefault(session, ctx)
         if len(watching) == 1:
-            self.jobs.start_soon(self._notify_job_done, ctx, job_id)
+            try:
+                self.jobs.start_soon(self._notify_job_done, ctx, job_id)
+            except RuntimeError:  # the lifespan's task group ended: the front is stopping (its flag not set: a test's)
+                self._watchers.pop(job_id, None)
+                raise stopping() from None
+
+    def refuse_if_stopping(self) -> None:
+        """A call that would queue work (or answered for work it queued) refused in one line while the front stops:
+        nothing of this front would watch it, and its caller can call again elsewhere (the call's own following is
+        then left by its caller's door, as any call cut before its answer)."""
+        if self.stopping():
+            logger.info("a call refused: this front is stopping")
+            raise stopping()
 
     async def _notify_job_done(self, ctx: Any, job_id: int) -> None:
         """The watcher of one job for every follower on this front: its tenant and catalog are taken when it starts
@@ -1240,6 +1254,14 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
+def stopping() -> Interrupted:
+    """What a call that came as the front stops is told."""
+    return Interrupted(
+        "this flakebot server is stopping and takes no new work",
+        fix="call again in a moment: another front of the team answers it, or this one once restarted",
+    )
+
+
 async def _kept_running(what: str, sweep: Callable[..., Awaitable[None]], *args: Any) -> None:
     """A background sweep of the front, started again after an error nobody foresaw (logged with its traceback, once
     per sweep's pause): one raising out of the lifespan's task group took the whole front down, every request of
@@ -1285,40 +1307,32 @@ async def _drop_revoked_followings(state: TeamMCP) -> None:
 
 async def _hold_lease(state: TeamMCP) -> None:
     """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
-    ended: TeamMCP.end_unended), and the fronts whose lease ran out swept
-    (TeamMCP.sweep_lost_fronts) once this front's own renewals have held for a whole lease: after the database was
-    away longer than a lease, every live front renews before any is taken for lost (flakebot.team.fronts). A renewal
-    later than it was due by a sixth of a lease is a stall of this front (SIGSTOP, a paused VM, the host frozen) that
-    may have held up the fronts beside it too, so it starts the whole lease again: a live front lapses only after a
-    stall of two thirds of a lease, which makes this front's renewal at least a third late."""
+    ended: TeamMCP.end_unended), and the fronts whose lease ran out swept (TeamMCP.sweep_lost_fronts) once this
+    front's own renewals have held on time for a whole lease (fronts.SweepGuard): after the database was away longer
+    than a lease, or a stall of this front, every live front renews before any is taken for lost."""
     queue = state.queue
-    steady: float | None = None  # since when (monotonic) each renewal of this front's lease found it held
-    due = time.monotonic()  # when this renewal should come
-    while queue is not None:
+    if queue is None:
+        return
+    guard = fronts.SweepGuard(queue.lease_seconds, "this front")
+    while True:
         try:
+            sweeps = False
             if await anyio.to_thread.run_sync(queue.hold_lease):
-                late = time.monotonic() - due
-                if steady is not None and late > queue.lease_seconds / 6:
-                    logger.info(
-                        "this front stalled (its lease renewed %.1f s late): it sweeps no front for a lease", late
-                    )
-                    steady = None
-                steady = time.monotonic() if steady is None else steady
+                sweeps = guard.held()
                 await anyio.to_thread.run_sync(state.end_unended)
             else:
-                steady = None
+                guard.lapsed()
                 logger.warning(
                     "this front's lease had run out (it or its database stalled longer than %g s): its waited calls' "
-                    "followings were ended by another front",
+                    "followings were ended by another front; it holds a lease again under a new identity",
                     queue.lease_seconds,
                 )
-            if steady is not None and time.monotonic() - steady >= queue.lease_seconds:
+            if sweeps:
                 await anyio.to_thread.run_sync(state.sweep_lost_fronts)
         except FlakebotError as exc:
-            steady = None
+            guard.lapsed()
             logger.warning("this front's lease not renewed this time: %s", exc.one_line())
-        due = time.monotonic() + queue.lease_seconds / 3
-        await anyio.sleep(queue.lease_seconds / 3)
+        await anyio.sleep(guard.pause())
 
 
 def bind(host: str, port: int) -> socket.socket:

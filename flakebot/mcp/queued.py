@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import methods
 
 from flakebot.deliver.results import compact_result
-from flakebot.errors import FlakebotError, QuotaExceeded, RunError
+from flakebot.errors import FlakebotError, Interrupted, QuotaExceeded, RunError
 from flakebot.mcp import tasks as mcp_tasks
 from flakebot.pipeline import jobs
 from flakebot.team.frontqueue import handle, job_number
@@ -293,7 +293,7 @@ class QueueTasks(mcp_tasks.Tasks):
 
         try:
             principal, enqueued = await anyio.to_thread.run_sync(admitted)
-        except (QuotaExceeded, jobs.JobLimit) as exc:  # nothing queued
+        except (QuotaExceeded, jobs.JobLimit, Interrupted) as exc:  # nothing queued (Interrupted: the front stopping)
             raise MCPError(mcp_tasks.REFUSED, exc.one_line()) from None
         except FlakebotError as exc:  # arguments the tool refuses: nothing queued either
             raise MCPError(types.INVALID_PARAMS, exc.one_line()) from None
@@ -303,8 +303,10 @@ class QueueTasks(mcp_tasks.Tasks):
             # a cancel that came while the row was read (a thread the cancel waits for) is raised here: past this
             # point nothing awaits before the answer, which the SDK would not send for a cancelled request
             await anyio.lowlevel.checkpoint()
-        except BaseException:  # cancelled, or the row unread: the caller never learns the task id
+        except BaseException as exc:  # cancelled, or the row unread: the caller never learns the task id
             await self.front.leave_following(enqueued.job_id, principal, enqueued.following)
+            if isinstance(exc, FlakebotError):  # the front stopping: one line to the caller, not a traceback
+                raise MCPError(types.INTERNAL_ERROR, exc.one_line()) from None
             raise
         joined = " (joined the job already queued for this need)" if enqueued.joined else ""
         text = f"{params.name} is queued as task {task.task_id}{joined}; its result comes when the task completes"

@@ -15,7 +15,9 @@ crafts over workers.
     db.py         the PostgreSQL connection and schema (jobs, tenants, audit)
     dburl.py      which database (--database, else FLAKEBOT_DATABASE_URL), a password on a command line refused
     queue.py      the work queue: one craft per need, tenant quotas exact under races, fair claims, leases
-    worker.py     `flakebot worker`'s loop: claim a job, run today's pipeline on it, write the result back
+    worker.py     `flakebot worker`'s loop: claim a job, run today's pipeline on it, write the result back; it sweeps lost
+                  fronts too
+    fronts.py     each front's lease; a lost front's waited calls' followings ended by a sweep (fronts, workers)
     frontqueue.py the front's link to the queue: enqueue the request the door checked, read rows as their tenant
     tenancy.py    whose a front's detached job is (its tenant, beside its journal) and which runs a tenant made
     metrics.py    the front's metrics in Prometheus' text format: calls, latency, refusals, the queue's depth

@@ -72,7 +72,7 @@ class FrontQueue:
             if self._conn is None or self._conn.closed:
                 self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
             try:
-                fronts.hold(self._conn, self.front, self.lease_seconds)
+                self._held(self._conn)
             except psycopg.Error as exc:  # the admin's to read: PostgreSQL's reason said, as db.connect says it
                 granted = isinstance(exc, psycopg.errors.InsufficientPrivilege)
                 raise HostError(
@@ -82,7 +82,6 @@ class FrontQueue:
                     if granted
                     else "check that it is the primary (not a read-only standby); then start again",
                 ) from None
-            self._leased = True
 
     def enqueue(
         self, principal: Principal, request: RunRequest, kind: str = "craft", waited: bool = False
@@ -91,12 +90,13 @@ class FrontQueue:
         (QuotaExceeded past the tenant's quotas or the token's concurrent crafts). `waited`: a call of this front
         holds the following until the job ends (it names this front: flakebot.team.fronts)."""
         cap = principal.concurrent_crafts
-        front = self.front if waited else None
 
-        def enqueue(conn: Conn) -> queue.Enqueued:
+        def enqueue(conn: Conn) -> queue.Enqueued | None:
             with conn.transaction():
-                if front is not None:  # its lease renewed with it: a sweep that finds it live keeps it (fronts.retract)
-                    self._renewed(conn)
+                # a waited call's following names this front, whose lease is renewed with it (a sweep finds it live);
+                # its row claimed by a sweep: nothing written, this front holds a lease again under a new identity
+                if waited and not fronts.renew(conn, self.front, self.lease_seconds):
+                    return None
                 return queue.enqueue(
                     conn,
                     principal.tenant,
@@ -105,10 +105,15 @@ class FrontQueue:
                     kind,
                     principal_cap=cap,
                     principal_id=principal.id,
-                    front=front,
+                    front=self.front if waited else None,
                 )
 
         enqueued = self._call(enqueue)
+        if enqueued is None:  # swept meanwhile: enqueued under the identity it holds a lease as now
+            self._call(self._held)
+            enqueued = self._call(enqueue)
+        if enqueued is None:  # swept again within milliseconds: its database's clock jumped, say
+            raise away()
         logger.info(
             "%s job %s for %s (tenant %s)",
             "joined" if enqueued.joined else "queued",
@@ -156,16 +161,25 @@ class FrontQueue:
         return changed
 
     def hold_lease(self) -> bool:
-        """Renew this front's lease (fronts.hold, its row made the first time): False when a sweep had taken the front
-        for lost since it last held it (or a waited call's enqueue found it so)."""
-        self._call(self._renewed)
+        """Renew this front's lease (its row made the first time): False when a sweep had taken the front for lost
+        since it last held it (or a waited call's enqueue found it so); it holds a lease under a new identity then."""
+        self._call(self._held)
         lost, self._lost = self._lost, False
         return not lost
 
-    def _renewed(self, conn: Conn) -> None:
-        """This front's lease renewed on `conn` (the caller holds the lock), a sweep having taken it for lost noted."""
-        held = fronts.hold(conn, self.front, self.lease_seconds)
-        self._lost, self._leased = self._lost or (not held and self._leased), True
+    def _held(self, conn: Conn) -> None:
+        """This front's lease renewed on `conn` (the caller holds the lock). Its row claimed or removed by a sweep: a
+        new identity registered (the old one's followings are the sweep's to end), the loss noted for hold_lease."""
+        if fronts.renew(conn, self.front, self.lease_seconds):
+            return
+        if self._leased:
+            front = fronts.new_identity()
+            fronts.hold(conn, front, self.lease_seconds)  # committed (autocommit) before the identity is taken
+            logger.warning("front %s was swept as lost: it holds a lease again as %s", self.front, front)
+            self.front, self._lost = front, True
+        else:
+            fronts.hold(conn, self.front, self.lease_seconds)
+            self._leased = True
 
     def sweep_lost_fronts(self, revoked: Collection[str]) -> list[dict[str, Any]]:
         """The waited followings of fronts whose lease ran out ended (fronts.sweep): the rows changed."""

@@ -10,17 +10,28 @@ to run out the same way, not retracting at once: a caller whose call it cut has 
 craft joins its job, and the job keeps that following). Tasks and detached crafts name no front: they outlive the
 front they came through, by design.
 
+A sweep claims a lost front's row in the statement that finds its lease run out (sweep), before ending any of its
+followings: a front that stalled and renews meanwhile either renews first (it is live: not swept) or finds its row
+claimed, learns that its waited calls' followings are being ended, and holds a lease again under a new identity
+(flakebot.team.frontqueue), so none of its later calls is taken for the lost one's.
+
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
-lease since (flakebot.mcp.front's lease loop): by then every live front has renewed. The same after a stall of the
-front itself (a renewal late: stopped, its VM paused), which may have stalled the fronts beside it as long.
+lease since (SweepGuard): by then every live front has renewed. The same after a stall of the front itself (a renewal
+late: stopped, its VM paused), which may have stalled the fronts beside it as long.
+
+Workers sweep too (flakebot.team.worker's FrontSweeps), through the same sweep and the same guard, their own looks at
+the database every third of their lease standing for a front's renewals: with every front killed, a waited craft's
+job does not run to its end for nobody.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +42,11 @@ if TYPE_CHECKING:
 
     Conn = psycopg.Connection[dict[str, Any]]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
+SWEPT = "'-infinity'::timestamptz"  # the lease of a front a sweep claimed: never renewed again (SQL)
 
 
 def new_identity() -> str:
@@ -41,50 +55,62 @@ def new_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+def renew(conn: Conn, front: str, lease_seconds: float) -> bool:
+    """Renew `front`'s lease; False when it has none to renew: a sweep claimed it (or removed it since), so its
+    identity is over (its waited calls' followings are ended), or it never registered."""
+    renewed = conn.execute(
+        f"UPDATE fronts SET lease_until = now() + make_interval(secs => %s) WHERE id = %s AND lease_until > {SWEPT}",
+        (lease_seconds, front),
+    )
+    return renewed.rowcount == 1
+
+
 def hold(conn: Conn, front: str, lease_seconds: float) -> bool:
-    """Renew `front`'s lease, its row made if it has none; False when it had none (a new front, or one a sweep took
-    for lost: it or its database stalled past its lease, and its waited calls' followings were ended)."""
+    """Renew `front`'s lease, its row made if it has none; False when it had none to renew (a new front; or one a
+    sweep took for lost: it or its database stalled past its lease, and its waited calls' followings were ended. A
+    row a sweep claimed and did not remove yet is not made again: a front told False registers a new identity)."""
     with conn.transaction():
-        renewed = conn.execute(
-            "UPDATE fronts SET lease_until = now() + make_interval(secs => %s) WHERE id = %s", (lease_seconds, front)
-        )
-        if renewed.rowcount == 1:
+        if renew(conn, front, lease_seconds):
             return True
         conn.execute(
             "INSERT INTO fronts (id, lease_until) VALUES (%s, now() + make_interval(secs => %s)) "
-            "ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until",
+            "ON CONFLICT (id) DO NOTHING",
             (front, lease_seconds),
         )
     return False
 
 
 def sweep(conn: Conn, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
-    """Fronts whose lease ran out: each waited following they held retracted (retract), then their rows removed,
-    those whose lease is still out (one that renewed meanwhile came back: its later calls are its own). Idempotent:
-    a sweep cut short, or two fronts sweeping at once, end each following once. The job rows changed."""
-    with conn.transaction():  # its own: on a connection not in autocommit, a bare read would leave one open
-        lost = [str(row["id"]) for row in conn.execute("SELECT id FROM fronts WHERE lease_until < now()").fetchall()]
+    """Fronts whose lease ran out: each claimed (its lease made SWEPT) in the one statement that finds it run out, so
+    a renewal either comes first (the front is live, and not swept) or finds its row claimed (renew: False), then
+    each waited following they held retracted (retract), then their rows removed. No lock is held across the cancels
+    (each takes its tenant's lock, as a waited enqueue does after renewing its front's row). Idempotent: a sweep cut
+    short leaves its claimed rows run out for the next sweep, and two fronts sweeping at once end each following
+    once. The job rows changed."""
+    with conn.transaction():  # its own: on a connection not in autocommit, a bare statement would leave one open
+        claimed = conn.execute(
+            f"UPDATE fronts SET lease_until = {SWEPT} WHERE id IN (SELECT id FROM fronts WHERE lease_until < now() "
+            "ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id"
+        ).fetchall()
+    lost = sorted(str(row["id"]) for row in claimed)
     if not lost:
         return []
     changed = retract(conn, lost, revoked, LOST)
     with conn.transaction():
-        conn.execute("DELETE FROM fronts WHERE id = ANY(%s) AND lease_until < now()", (lost,))
+        conn.execute(f"DELETE FROM fronts WHERE id = ANY(%s) AND lease_until = {SWEPT}", (lost,))
     return changed
 
 
 def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: str) -> list[dict[str, Any]]:
-    """Each following the waited calls of `fronts` hold of a job still queued or running, ended as the call's own end
-    would have ended it (queue.cancel with that `following`; `revoked`: identities that follow nothing). A front of
-    them whose lease is held again keeps its followings: it only stalled, and renewed since the sweep read it lost (a
-    waited call's enqueue renews its front's lease with it, so one it took meanwhile is kept too). The rows
-    changed."""
+    """Each following the waited calls of `fronts` (claimed by a sweep: their identities are over, no call names them
+    again) hold of a job still queued or running, ended as the call's own end would have ended it (queue.cancel with
+    that `following`; `revoked`: identities that follow nothing). The rows changed."""
     with conn.transaction():
         held = conn.execute(
             "SELECT a.id, a.job, a.tenant, a.principal, a.detail->>'principal_id' AS principal_id "
             "FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
             "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
-            "AND a.detail->>'front' = ANY(%s) AND NOT EXISTS (SELECT 1 FROM fronts f "
-            "WHERE f.id = a.detail->>'front' AND f.lease_until >= now()) ORDER BY a.id",
+            "AND a.detail->>'front' = ANY(%s) ORDER BY a.id",
             (fronts,),
         ).fetchall()
     changed = []
@@ -102,3 +128,34 @@ def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: st
         if row is not None and not row.get("unchanged"):
             changed.append(row)
     return changed
+
+
+class SweepGuard:
+    """When a sweeper (a front, a worker) may take others' leases for lost: once its own renewals, each due a third
+    of `lease_seconds` after the last, have held on time for a whole lease. A renewal that failed (the database
+    away) starts the lease again, and so does one late by more than a sixth of a lease: a stall of the sweeper itself
+    (SIGSTOP, a paused VM, the host frozen) that may have held up the fronts beside it too, so a live front lapses
+    only after a stall of two thirds of a lease, which makes this renewal at least a third late."""
+
+    def __init__(self, lease_seconds: float, who: str) -> None:
+        self.lease_seconds, self.who = lease_seconds, who
+        self.steady: float | None = None  # since when (monotonic) each renewal held
+        self.due = time.monotonic()  # when the next renewal should come
+
+    def held(self) -> bool:
+        """A renewal held now: whether the sweeper may sweep."""
+        now = time.monotonic()
+        if self.steady is not None and now - self.due > self.lease_seconds / 6:
+            logger.info("%s stalled (renewed %.1f s late): it sweeps no front for a lease", self.who, now - self.due)
+            self.steady = None
+        self.steady = now if self.steady is None else self.steady
+        return now - self.steady >= self.lease_seconds
+
+    def lapsed(self) -> None:
+        """A renewal failed, or found its lease taken: the whole lease starts again."""
+        self.steady = None
+
+    def pause(self) -> float:
+        """The seconds until the next renewal is due (a third of the lease), from now."""
+        self.due = time.monotonic() + self.lease_seconds / 3
+        return self.lease_seconds / 3

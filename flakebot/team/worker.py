@@ -11,6 +11,9 @@ A job its one follower cancels while it runs (queue.cancel: the row is `cancelle
 worker's main thread, the pipeline marks the stage interrupted and the sandboxes' `finally` kill their commands. The
 worker tells that from its own stop by the heartbeat's mark: a cancelled job is settled (its CPU-seconds added) and
 the next one claimed, where a stopped worker hands its job back and exits.
+
+A worker also sweeps lost fronts (FrontSweeps: flakebot.team.fronts's sweep and guard, on a connection of its own as
+a heartbeat's), so a waited craft whose every front was killed is cancelled, and stopped here, all the same.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from flakebot import launcher
 from flakebot.errors import FlakebotError, HostError, Interrupted
 from flakebot.events import Event, EventSink
-from flakebot.team import db, queue
+from flakebot.team import db, fronts, queue
 
 if TYPE_CHECKING:
     import psycopg
@@ -89,12 +92,17 @@ class Worker:
         self.check_name(self.connection())
         if self.subreaper:
             launcher.become_subreaper()
+        sweeps = FrontSweeps(self)
+        sweeps.start()
         done = []
-        while True:
-            job = self.next_job()
-            done.append(self.work(job))
-            if once:
-                return done
+        try:
+            while True:
+                job = self.next_job()
+                done.append(self.work(job))
+                if once:
+                    return done
+        finally:
+            sweeps.stop()
 
     def check_name(self, conn: Conn) -> None:
         """Refuse to start beside a connected worker of the same name: a lease is held by name, so two would renew
@@ -325,6 +333,47 @@ class Heartbeat(threading.Thread):
             self.join(timeout=30)
 
 
+class FrontSweeps(threading.Thread):
+    """The waited followings of fronts whose lease ran out ended (fronts.sweep), as a live front ends them: looked at
+    every third of this worker's lease, on a connection of its own (as a Heartbeat renews a job's lease), and swept
+    only once those looks have held on time for a whole lease (fronts.SweepGuard): a worker that was away from the
+    database, or stalled, takes no live front for lost. No token store here: a revoked token's following still counts
+    (a live front's look ends it)."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name="front-sweeps", daemon=True)
+        self.worker = worker
+        self.stopped = threading.Event()
+        self.conn: Conn | None = None
+
+    def run(self) -> None:
+        guard = fronts.SweepGuard(self.worker.lease_seconds, f"worker {self.worker.name}")
+        while not self.stopped.wait(guard.pause()):
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot sweeps {self.worker.name}")
+                self.conn.execute("SELECT 1")  # this look at the database held now
+                if guard.held():
+                    for row in fronts.sweep(self.conn):
+                        logger.info("job %s: its waited call's front was lost (swept by this worker)", row["id"])
+            except _lost() as exc:
+                guard.lapsed()
+                logger.warning("worker %s: lost fronts not swept this time (%s)", self.worker.name, _reason(exc))
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+            except _refused() as exc:  # a role without the fronts table's privileges: the admin's to grant
+                guard.lapsed()
+                logger.error("worker %s: the team database refused a sweep of lost fronts: %s", self.worker.name, exc)
+        if self.conn is not None:
+            self.conn.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.is_alive():
+            self.join(timeout=30)
+
+
 def _cancelled(job_id: int) -> dict[str, Any]:
     """What work() answers for a job its follower cancelled while this worker crafted it (the row's end is the
     cancel's, recorded by the front)."""
@@ -337,6 +386,13 @@ def _lost() -> tuple[type[Exception], ...]:
 
     # the server ends a session stopped inside a transaction (db.IDLE_IN_TRANSACTION): once running again, reconnect
     return (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.IdleInTransactionSessionTimeout, HostError)
+
+
+def _refused() -> tuple[type[Exception], ...]:
+    """The errors of a database that answers but refuses (a privilege missing, a read-only standby)."""
+    import psycopg
+
+    return (psycopg.Error,)
 
 
 def _reason(exc: Exception) -> str:

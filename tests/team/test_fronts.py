@@ -4,12 +4,14 @@ is run out here by writing its time, as a lost front leaves it: no test sleeps a
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from flakebot.team import db, fronts, queue
+from tests.conftest import wait_for
 from tests.team.test_queue import craft
 
 LEASE = 30.0
@@ -109,19 +111,70 @@ def test_a_waited_call_a_front_takes_after_its_lease_ran_out_is_not_swept_as_the
         front.close()
 
 
-def test_a_sweep_leaves_the_followings_of_a_front_that_renewed_since_it_found_it_lost(conn: Any) -> None:
-    """Two fronts' work interleaved: a sweep read front-a's lease as run out, then front-a, resumed, renewed it
-    before the sweep reached its followings. Its calls still wait on it (it only stalled): they are not a lost
-    front's, and their jobs go on."""
+@contextlib.contextmanager
+def _sweeping_behind_the_tenants_lock(database: str) -> Iterator[list[list[dict[str, Any]]]]:
+    """A sweep on a connection of its own, held up at its first cancel: the test holds acme's lock (a cancel's, as an
+    enqueue's) until the block ends. What it changed, once it ended."""
+    import threading
+
+    from tests.team.test_serve_followings import _enqueue_waiting, _tenant_locked
+
+    changed: list[list[dict[str, Any]]] = []
+
+    def sweeper() -> None:
+        with db.connect(database, autocommit=True) as own:
+            changed.append(fronts.sweep(own))
+
+    thread = threading.Thread(target=sweeper)
+    with _tenant_locked(database, "acme"):
+        thread.start()
+        wait_for(lambda: _enqueue_waiting(database), timeout=30, interval=0.05)  # the sweep waits in its cancel
+        yield changed
+    thread.join(timeout=30)
+    assert changed, "the sweep did not end"
+
+
+def test_a_front_renewing_inside_a_sweeps_window_is_told_it_was_swept(conn: Any, database: str) -> None:
+    """front-a stalled past its lease and renews in the window between a sweep's finding it lost and the end of its
+    followings (the sweep waits on the tenant's lock here). The sweep only read the lease, so the renewal held: the
+    front was told nothing, and its caller's job was cancelled under it. Now the sweep claims the front's row in the
+    statement that finds it lost: the renewal finds it claimed, and says so (the front holds a lease again under a
+    new identity); the following is ended as the lost front's, and the claimed row removed."""
     fronts.hold(conn, "front-a", LEASE)
     job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="front-a")
     lapse(conn, "front-a")
-    assert [row["id"] for row in conn.execute("SELECT id FROM fronts WHERE lease_until < now()").fetchall()] == [
-        "front-a"
-    ]  # what the sweep read
-    assert fronts.hold(conn, "front-a", LEASE)  # it resumed and renewed
-    assert fronts.retract(conn, ["front-a"], (), fronts.LOST) == []
-    assert state(conn, job.job_id) == "queued" and actions(conn) == []
+    with _sweeping_behind_the_tenants_lock(database) as changed:
+        assert not fronts.hold(conn, "front-a", LEASE)  # its row claimed: neither renewed nor made again
+    assert [row["id"] for row in changed[0]] == [job.job_id]
+    assert state(conn, job.job_id) == "cancelled" and actions(conn) == [("alice", "cancelled", fronts.LOST)]
+    assert conn.execute("SELECT id FROM fronts").fetchall() == []
+
+
+def test_a_front_swept_while_it_stalled_holds_a_lease_again_and_its_later_calls_are_its_own(database: str) -> None:
+    """A FrontQueue swept as lost (its renewal inside the sweep's window): hold_lease says so and the front holds a
+    lease under a new identity; a waited call it takes then names that identity, and the sweep, ending, ends only
+    the lost identity's following."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            first = front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True).job_id
+            lost = front.front
+            lapse(conn, lost)
+            with _sweeping_behind_the_tenants_lock(database):
+                assert not front.hold_lease() and front.front != lost
+                assert front.hold_lease()  # held again, as the new identity
+            later = front.enqueue(alice, RunRequest(need="need a word counter"), waited=True).job_id
+            assert (state(conn, first), state(conn, later)) == ("cancelled", "queued")
+            assert fronts.sweep(conn) == [] and actions(conn) == [("alice", "cancelled", fronts.LOST)]
+            assert conn.execute("SELECT id FROM fronts").fetchall() == [{"id": front.front}]
+    finally:
+        front.close()
 
 
 def test_two_fronts_sweeping_one_lost_front_at_once_end_each_following_once(conn: Any, database: str) -> None:

@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from flakebot.errors import QuotaExceeded, UsageError
 from flakebot.pipeline.request import RunRequest
-from flakebot.team import db, queue
+from flakebot.team import db, fronts, queue
 from flakebot.team.dburl import ENV as DATABASE_ENV
 
 
@@ -382,6 +382,7 @@ def test_a_role_that_does_not_own_the_tables_works_the_queue_but_cannot_rewrite_
         owner.execute(f"GRANT SELECT ON flakebot_schema TO worker_{name}")
         owner.execute(f"GRANT SELECT, INSERT, UPDATE ON jobs, tenants TO worker_{name}")
         owner.execute(f"GRANT SELECT, INSERT ON audit TO worker_{name}")
+        owner.execute(f"GRANT SELECT, UPDATE, DELETE ON fronts TO worker_{name}")
         owner.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO worker_{name}")
     where = urlsplit(database)
     conn = db.connect(where._replace(netloc=f"worker_{name}:pw-{name}@{where.hostname}:{where.port}").geturl())
@@ -389,6 +390,10 @@ def test_a_role_that_does_not_own_the_tables_works_the_queue_but_cannot_rewrite_
     job = queue.claim(conn, "w1", lease_seconds=30)
     assert job is not None and job["id"] == job_id
     assert queue.finish(conn, job_id, "w1", result={"status": "crafted"}, error=None)
+    with psycopg.connect(database, autocommit=True) as owner:  # a front's lease, run out: the worker sweeps it
+        owner.execute("INSERT INTO fronts (id, lease_until) VALUES ('lost', now() - interval '1 second')")
+    waited = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", front="lost")
+    assert [row["id"] for row in fronts.sweep(conn)] == [waited.job_id]
     for sql in ("TRUNCATE audit", "DROP TRIGGER audit_append_only ON audit", "ALTER TABLE audit DISABLE TRIGGER ALL"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             with conn.transaction():
@@ -425,7 +430,6 @@ def test_a_role_that_does_not_own_the_tables_cannot_bring_an_old_schema_up_and_s
     saying which schema the database has and what to do; once the owner connected, the role with a front's grants
     holds a lease and sweeps a lost one."""
     from flakebot.errors import HostError
-    from flakebot.team import fronts
 
     with db.connect(database) as conn:  # schema 6, as the previous version left it
         conn.execute("DROP TABLE fronts")

@@ -180,6 +180,35 @@ def test_a_killed_fronts_waited_craft_leaves_a_job_a_task_still_follows(flakebot
     assert _because(database) == [("alice", "left", fronts.LOST)]
 
 
+def test_a_waited_craft_whose_every_front_was_killed_is_stopped_by_its_worker(
+    flakebot_home: Path, database: str, tmp_path: Path
+) -> None:
+    """alice's craft waits on the only front, which is then killed (SIGKILL), and a worker claims her job. Only live
+    fronts swept lost fronts: with none left, the worker crafted her job to its end for nobody. Now the worker sweeps
+    too (once its own looks at the database have held for a whole lease): her following ends as a lost front's, the
+    job, hers alone, is cancelled, and the worker stops its craft (a model reply that would take minutes)."""
+    from tests.team.test_worker import job_row, worker
+
+    alice = add_token("alice", "--tenant", "acme")
+    slow = tmp_path / "slow.json"  # the craft's first model call answers after five minutes: it runs until stopped
+    slow.write_text(json.dumps({"format": 1, "turns": [{"fault": {"kind": "slow", "seconds": 300}, "content": "-"}]}))
+    log = tmp_path / "worker.log"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with serving_process(*LEASE, database=database, log=flakebot_home / "one.log") as (one, front):
+            held = pool.submit(_held, one, alice, "need a csv deduper")
+            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+            front.send_signal(signal.SIGKILL)
+            front.wait(timeout=30)
+        held.result(timeout=30)
+        job_id = int(rows(database)[0]["id"])
+        with worker(database, log, model=f"scripted:{slow}") as proc:
+            wait_for(lambda: job_row(database, job_id)["state"] != "queued", timeout=30, interval=0.2)
+            assert proc.wait(timeout=30) == 0, log.read_text()  # --once: its one job ended, cancelled
+    assert job_row(database, job_id)["state"] == "cancelled"
+    assert _because(database) == [("alice", "cancelled", fronts.LOST)]
+    assert '"state": "cancelled"' in log.read_text().splitlines()[-1], log.read_text()
+
+
 def test_a_database_away_longer_than_a_lease_takes_no_live_front_for_lost(
     flakebot_home: Path, postgres: Cluster, database: str
 ) -> None:
@@ -355,6 +384,40 @@ def test_fronts_stalled_together_past_a_lease_take_none_of_them_for_lost(flakebo
     assert not [log for log in logs if "lease had run out" in log.read_text()]
 
 
+def test_a_worker_stalled_with_the_front_takes_it_for_lost_no_sooner_than_a_front_would(
+    flakebot_home: Path, database: str, tmp_path: Path
+) -> None:
+    """A worker sweeps lost fronts under a front's guard: the worker and the front stall together past the front's
+    lease (SIGSTOP: a host frozen), and the worker, resumed a moment before the front, finds the front's lease run
+    out. Its look came late: a stall of its own, so it sweeps nothing for a whole lease, by when the front renewed.
+    The front's row is the one it had, and it never says its lease had run out."""
+    from tests.team.test_worker import LEASE as WORKER_LEASE
+    from tests.team.test_worker import listening, worker
+
+    log = flakebot_home / "one.log"
+    with (
+        serving_process(*LEASE, database=database, log=log) as (_, front),
+        worker(database, tmp_path / "worker.log", model="scripted:/nonexistent.json", once=False) as proc,
+    ):
+        wait_for(lambda: listening(database), timeout=60, interval=0.2)
+        with db.connect(database) as conn:
+            known = conn.execute("SELECT id FROM fronts").fetchall()
+        time.sleep(1.5 * float(WORKER_LEASE))  # the worker's looks have held for a whole lease: it may sweep
+        for stalled in (front, proc):
+            stalled.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.5 * float(LEASE[1]))  # the front's lease ran out
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(1.5)  # the worker looks again (every third of its lease), the front not yet resumed
+            front.send_signal(signal.SIGCONT)
+        time.sleep(float(LEASE[1]) / 2)  # the front renewed
+        with db.connect(database) as conn:
+            assert conn.execute("SELECT id FROM fronts").fetchall() == known
+        assert proc.poll() is None
+    assert "lease had run out" not in log.read_text()
+
+
 @pytest.mark.parametrize("lease", ["0", "-1", "2.9", "nan", "inf", "1e300", "86401"])
 def test_a_lease_out_of_range_is_one_line_with_a_fix(flakebot_home: Path, database: str, lease: str) -> None:
     """`serve --lease` took any float at least 3: nan (no comparison holds), inf and 1e300 reached PostgreSQL, whose
@@ -494,7 +557,9 @@ def test_a_task_call_a_stopping_front_cut_before_its_answer_leaves_its_job(flake
     stop cuts the call after its job was queued, before its CreateTaskResult. A stopping front left the call's
     following to its lease, but a task's following names no front: no sweep ever ends it, and the job, alice's alone,
     of a task id she never learnt, stayed queued for nobody. Now a stopping front ends a cut task call's following
-    as any front does (a waited call's it still leaves to its lease)."""
+    as any front does (a waited call's it still leaves to its lease). And the call, whose enqueue returned after the
+    front's task group ended, logged a traceback ("This task group is not active", from its job's watcher): a
+    stopping front now refuses such late work in one line."""
     alice = add_token("alice", "--tenant", "acme")
     log = flakebot_home / "serve.log"
     craft = {"name": "craft", "arguments": {"need": "need a csv deduper"}, "task": {}}
@@ -511,6 +576,9 @@ def test_a_task_call_a_stopping_front_cut_before_its_answer_leaves_its_job(flake
         sock.close()
     assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")], log.read_text()[-3000:]
     assert [r["state"] for r in rows(database)] == ["cancelled"]
+    said = log.read_text()
+    assert "Traceback" not in said, said[-3000:]  # "This task group is not active", from the call's watcher
+    assert "a call refused: this front is stopping" in said, said[-3000:]
 
 
 @pytest.mark.parametrize("how", ["notification", "disconnect"])
