@@ -369,7 +369,7 @@ def at_once(calls: Sequence[Callable[[], R]], workers: int) -> list[R]:
     """Each call on a thread of a pool (`workers` at once), the results in the calls' order. When the caller is
     interrupted or a call raises, the commands the other calls are running are killed (execute), not left to run to
     their timeouts while the caller waits for its pool."""
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     stop = threading.Event()
     stops = (*_stops.get(), stop)  # a nested caller's stop reaches the commands of the calls it made
@@ -382,8 +382,10 @@ def at_once(calls: Sequence[Callable[[], R]], workers: int) -> list[R]:
             _stops.reset(token)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="at-once") as pool:
-        futures = [pool.submit(stoppable, call) for call in calls]
-        try:
+        futures: list[Future[R]] = []
+        try:  # submitting too: a Ctrl-C between two submits must stop the calls already running
+            for call in calls:
+                futures.append(pool.submit(stoppable, call))
             return [future.result() for future in futures]
         except BaseException:
             stop.set()
