@@ -21,8 +21,9 @@ Each sample, raw and iteration interleaved:
              timed), and the green one, a run's last, for the whole of its own
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
-  green  everything passes (the last iteration): the verdict runs cargo a second time (the full `cargo test`, which
-         a crate with a library would need for its doc tests). Its model turn also calls `done`, as a model sure of
+  green  everything passes (the last iteration): the verdict then runs every example on the built binary (a crate
+         with a library would also run the full `cargo test` for its doc tests; this binary crate has none, so
+         verdict_cargo_runs is 1). Its model turn also calls `done`, as a model sure of
          its edit does: the verdict then starts the examples beside the tests (agent/verdict.py Early); a red
          iteration's turn does not, and a model that says done too early pays for them in that red iteration
 
