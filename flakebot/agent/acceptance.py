@@ -11,6 +11,7 @@ import functools
 import hashlib
 import io
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -240,17 +241,20 @@ def run_example(
 class Snapshot:
     """The binary cargo built, copied the moment cargo said so (its artifact message) into a directory of flakebot's
     own that no sandbox writes: what the examples run, whatever the build's other steps or the tests then do to the
-    target dir. `sha256` is the copy's; `unchanged()` says whether the file cargo named still holds it."""
+    target dir. `sha256` is the copy's; `unchanged()` says whether the file cargo named is still the very file copied
+    (`identity`) holding it: bytes alone are not enough, as a build step that planted a file before cargo's message
+    can plant the same bytes again over what rustc then wrote, before cargo's own message of it is read."""
 
     source: Path  # the file in the target dir, as built_file spelled it
     inside: Path  # the target dir
     copy: Path
     sha256: str
+    identity: tuple[int, int, int]  # (device, inode, ctime_ns) of the file copied: any file written since differs
 
     def unchanged(self) -> bool:
         try:
             with _open_built(self.source, self.inside) as file:
-                return _Hashed(file).rest() == self.sha256
+                return _identity(file) == self.identity and _Hashed(file).rest() == self.sha256
         except OSError:  # gone, or a link now
             return False
 
@@ -266,12 +270,20 @@ def snapshot_binary(binary: Path, inside: Path, where: str = "the run's target d
     try:
         directory.chmod(0o755)  # the examples run as the sandbox's uid (as root): it reads, it cannot write
         with _open_built(source, inside) as file:
+            identity = _identity(file)  # before reading: a write while it is copied changes the ctime after this
             hashed = _Hashed(file)  # streamed: the build may leave a binary as large as the sandbox's file limit
             Tree(directory).write_from(source.name, cast(BinaryIO, hashed), mode=0o755, sync=False)  # a scratch copy
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
-    return Snapshot(source, inside, directory / source.name, hashed.sha256.hexdigest())
+    return Snapshot(source, inside, directory / source.name, hashed.sha256.hexdigest(), identity)
+
+
+def _identity(file: BinaryIO) -> tuple[int, int, int]:
+    """Which file this is, and its last change: a file made anew (a new inode, or a freed one reused) or written in
+    place gets a later ctime, which no unprivileged process can set back."""
+    status = os.fstat(file.fileno())
+    return status.st_dev, status.st_ino, status.st_ctime_ns
 
 
 def _open_built(source: Path, inside: Path) -> AbstractContextManager[BinaryIO]:

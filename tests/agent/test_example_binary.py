@@ -277,6 +277,33 @@ def test_a_huge_binary_is_copied_and_checked_without_being_held(run: Path) -> No
     assert peak < 16 << 20, f"flakebot held {peak >> 20} MiB to copy and check a 64 MiB binary"
 
 
+@pytest.mark.parametrize("how", ["made anew", "written in place"])
+def test_the_same_bytes_written_again_after_the_copy_are_not_the_file_copied(run: Path, how: str) -> None:
+    """A proc macro plants a script at the bin's path and prints the bin's message (the copy is of the script); rustc
+    then writes the real bin there, and another step (the bin's test build runs the macro again) plants the same
+    script back before cargo's own message of the bin is read: the file holds the copy's bytes, but it is not the
+    file copied. Seen once under load in test_verdict_on_cargo's planting macro, green."""
+    import time
+
+    from flakebot.agent.acceptance import snapshot_binary
+
+    binary = run / "target" / "debug" / "tool"
+    script = "#!/bin/sh\necho expected\n"
+    binary.write_text(script)
+    snap = snapshot_binary(binary, run / "target")
+    try:
+        assert snap.unchanged()
+        time.sleep(0.02)  # past the file system's clock tick, as rustc's link is after the macro ran
+        if how == "made anew":
+            binary.unlink()
+            binary.write_text("#!/bin/sh\necho wrong\n")  # rustc's bin
+            binary.unlink()
+        binary.write_text(script)
+        assert binary.read_text() == script and not snap.unchanged()
+    finally:
+        snap.remove()
+
+
 def test_a_fifo_at_the_binary_is_refused_not_waited_on(run: Path) -> None:
     """A build leaves a FIFO where cargo's message names the binary: opening it to copy or to run would wait for a
     writer that never comes."""
