@@ -7,6 +7,7 @@ whole group killed at their end) and nix builds get a parent-death signal."""
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,50 @@ KEPT = {
 }
 
 
+class _Removal:
+    """One tree being removed on a thread of its own; wait() gives whether it was there, or raises what the removal
+    raised."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._outcome: list[bool | Exception] = []
+        # not a daemon: a process that ends before clean waits (at its exit) for the tree to be gone, not half-gone
+        self._thread = threading.Thread(target=self._remove, name=f"remove-{path.name}")
+        self._thread.start()
+
+    def _remove(self) -> None:
+        try:
+            self._outcome.append(remove_tree(self.path))
+        except Exception as exc:  # raised again by wait(), in clean, as clean itself would have raised it
+            self._outcome.append(exc)
+
+    def wait(self) -> bool:
+        self._thread.join()
+        outcome = self._outcome[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+
+_EARLY: dict[Path, _Removal] = {}  # by path: removals begun before clean, which waits for them
+
+
+def remove_early(run: Run, path: Path) -> None:
+    """Begin removing `path`, a resource of the run that no later stage reads, on a thread while the run waits on a
+    build: its unlinks (the edit loop's target dir: 50 MB in 600 files, 0.06-0.15 s) wait on the disk, not on the
+    interpreter. clean_run waits for it and counts it removed as if it had removed it itself."""
+    inside = inside_run(run, str(path))
+    if inside is not None and inside not in _EARLY:
+        _EARLY[inside] = _Removal(inside)
+
+
 def clean_run(run: Run) -> list[str]:
     """Remove what the run created, keeping the audit record. Returns what was removed."""
     removed = []
+    mine = [path for path in _EARLY if path.is_relative_to(run.dir.resolve())]
+    early = {path: _EARLY.pop(path).wait() for path in mine}
     for resource in run.state.get("resources", []):
-        if _release(run, resource):
+        if _release(run, resource, early):
             removed.append(f"{resource['kind']}:{resource.get('path')}")
     for child in sorted(run.dir.iterdir()):
         if child.name not in KEPT and remove_tree(child):
@@ -41,11 +81,14 @@ def clean_run(run: Run) -> list[str]:
     return removed
 
 
-def _release(run: Run, resource: dict[str, Any]) -> bool:
+def _release(run: Run, resource: dict[str, Any], early: dict[Path, bool]) -> bool:
+    """Remove a resource the run registered; one removed early counts as removed here when it was there then."""
     kind = resource.get("kind")
     if kind == "path":
         path = inside_run(run, resource.get("path"))
-        return remove_tree(path) if path is not None else False
+        if path is None:
+            return False
+        return early.pop(path) if path in early else remove_tree(path)
     return False  # other kinds (forks) are released by the stage that knows how
 
 

@@ -39,6 +39,10 @@ def package_only_stage(ctx: StageContext) -> PackageOut:
 def package_stage(ctx: StageContext) -> PackageOut:
     """The craft pipeline's package stage: the edited workspace as a flake in the run's flake/, built and smoke-run."""
     from flakebot.nix.flake import package_crate
+    from flakebot.pipeline.cleanup import remove_early
+
+    if not ctx.request.keep:  # the edit loop's cargo builds are no later stage's: gone while nix builds the package
+        remove_early(ctx.run, ctx.run.target_dir)
 
     crate_dir = ctx.get(AcquireOut).crate_dir
     at_top = crate_dir.strip("/") in ("", ".")
