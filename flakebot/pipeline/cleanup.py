@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,9 @@ class _Removal:
             self._outcome.append(exc)
 
     def wait(self) -> bool:
+        waited = time.monotonic()
         self._thread.join()
+        logger.debug("waited %.3f s for the removal of %s begun early", time.monotonic() - waited, self.path)
         outcome = self._outcome[0]
         if isinstance(outcome, Exception):
             raise outcome
@@ -61,7 +64,7 @@ _EARLY: dict[Path, _Removal] = {}  # by path: removals begun before clean, which
 def remove_early(run: Run, path: Path) -> None:
     """Begin removing `path`, a resource of the run that no later stage reads, on a thread while the run waits on a
     build: its unlinks (the edit loop's target dir: 50 MB in 600 files, 0.06-0.15 s) wait on the disk, not on the
-    interpreter. clean_run waits for it and counts it removed as if it had removed it itself."""
+    interpreter. clean_run waits for it where it would have removed it, and counts it removed the same way."""
     inside = inside_run(run, str(path))
     if inside is not None and inside not in _EARLY:
         _EARLY[inside] = _Removal(inside)
@@ -70,26 +73,27 @@ def remove_early(run: Run, path: Path) -> None:
 def clean_run(run: Run) -> list[str]:
     """Remove what the run created, keeping the audit record. Returns what was removed."""
     removed = []
-    mine = [path for path in _EARLY if path.is_relative_to(run.dir.resolve())]
-    early = {path: _EARLY.pop(path).wait() for path in mine}
     for resource in run.state.get("resources", []):
-        if _release(run, resource, early):
+        if _release(run, resource):
             removed.append(f"{resource['kind']}:{resource.get('path')}")
     for child in sorted(run.dir.iterdir()):
-        if child.name not in KEPT and remove_tree(child):
+        if child.name not in KEPT and _remove(child):
             removed.append(f"path:{child}")
     return removed
 
 
-def _release(run: Run, resource: dict[str, Any], early: dict[Path, bool]) -> bool:
-    """Remove a resource the run registered; one removed early counts as removed here when it was there then."""
+def _release(run: Run, resource: dict[str, Any]) -> bool:
     kind = resource.get("kind")
     if kind == "path":
         path = inside_run(run, resource.get("path"))
-        if path is None:
-            return False
-        return early.pop(path) if path in early else remove_tree(path)
+        return _remove(path) if path is not None else False
     return False  # other kinds (forks) are released by the stage that knows how
+
+
+def _remove(path: Path) -> bool:
+    """remove_tree(path), or the wait for its removal begun early (True when the tree was there then)."""
+    early = _EARLY.pop(path.parent.resolve() / path.name, None)
+    return early.wait() if early is not None else remove_tree(path)
 
 
 def inside_run(run: Run, raw: Any) -> Path | None:

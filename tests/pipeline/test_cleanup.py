@@ -1,10 +1,17 @@
 """A tree removed early (the edit loop's target dir, while nix builds the package) is gone by the time clean ends, and
-clean reports it as it reports what it removed itself; a path outside the run is never removed early."""
+clean reports it as it reports what it removed itself, or raises what the removal raised, as it raised it before; a
+path outside the run is never removed early."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from flakebot.pipeline.cleanup import clean_run, remove_early
 from flakebot.pipeline.request import RunRequest
@@ -46,3 +53,23 @@ def test_a_path_outside_the_run_is_not_removed_early(workdir: Path, tmp_path: Pa
     remove_early(run, run.dir / "link" / ".")
     clean_run(run)
     assert outside.is_dir()
+
+
+@contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """`path` made immutable (chattr +i: not even root may unlink it) for the block."""
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available on this file system")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_an_early_removal_that_fails_fails_clean(workdir: Path) -> None:
+    run = built_run(workdir)
+    with immutable(run.target_dir / "debug/deps/lib7.rlib"):
+        remove_early(run, run.target_dir)
+        with pytest.raises(PermissionError):
+            clean_run(run)
+    assert clean_run(run) == [f"path:{run.target_dir}"]  # mended, clean removes what is left
