@@ -41,9 +41,6 @@ def package_stage(ctx: StageContext) -> PackageOut:
     from flakebot.nix.flake import package_crate
     from flakebot.pipeline.cleanup import remove_early
 
-    if not ctx.request.keep:  # the edit loop's cargo builds are no later stage's: gone while nix builds the package
-        remove_early(ctx.run, ctx.run.target_dir)
-
     crate_dir = ctx.get(AcquireOut).crate_dir
     at_top = crate_dir.strip("/") in ("", ".")
     spec = ctx.get(SpecOut)
@@ -63,6 +60,9 @@ def package_stage(ctx: StageContext) -> PackageOut:
         service={"name": spec.name, "spec": spec.service["declaration"]} if spec.service else None,
         as_tested=True,  # what the tests passed on ships: the model's .gitignore decides nothing
         at_root=at_top,  # the workspace's top is its cargo workspace's root: nothing above it is the tool's
+        # the edit loop's cargo builds are no later stage's: removed while nix builds (its unlinks then take nothing
+        # from the host steps before the build), unless --keep
+        at_build=None if ctx.request.keep else lambda: remove_early(ctx.run, ctx.run.target_dir),
     )
     return PackageOut.of(result)
 
