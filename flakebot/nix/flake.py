@@ -123,6 +123,7 @@ def package_crate(
     service: dict[str, Any] | None = None,
     as_tested: bool = False,
     at_root: bool = False,
+    at_build: Callable[[], None] | None = None,
 ) -> PackageResult:
     """Copy the crate into out_dir as a flake, build it with nix, smoke-run it and keep it alive with a GC root.
 
@@ -131,7 +132,7 @@ def package_crate(
     flake's copy, whatever its Cargo.toml said. The smoke run's level (help, usage, runs, starts-only) is in `smoke`;
     `strict_smoke` refuses a tool below help. `as_tested`: every file of the tree is copied, not only what git lists
     (a crafted tool's workspace, as its tests saw it). `at_root`: source_dir is its cargo workspace's root (cargo is
-    not asked where that is).
+    not asked where that is). `at_build` is called as the nix build starts: what the caller does beside it.
     """
     report = progress or (lambda message: None)
     command.nix_program()  # fail before touching anything when nix is missing
@@ -164,6 +165,7 @@ def package_crate(
             description,
             report,
             gc_root,
+            at_build,
         )
     except BaseException as exc:
         if not (isinstance(exc, NixError) and exc.details.get("flake_dir")):
@@ -199,6 +201,7 @@ def _package(
     description: str,
     report: Progress,
     gc_root: Path | None,
+    at_build: Callable[[], None] | None = None,
 ) -> PackageResult:
     # Lock and check the crate against the run's crate source: online a checksummed crates.io lock (the stand-in
     # fetches it by checksum from cratesio_static_url, as importCargoLock does), offline the local directory source.
@@ -210,6 +213,8 @@ def _package(
         root = Path(gc_root or out_dir / "result")  # made by the build itself (--out-link) as it ends
         root.parent.mkdir(parents=True, exist_ok=True)
         argv = command.run_argv(out_dir, mode, standin)  # callers append "--" and the tool's arguments
+        if at_build is not None:
+            at_build()
         store_path, seconds, drv, program = _build_and_resolve(
             flake,
             argv,

@@ -39,6 +39,7 @@ def package_only_stage(ctx: StageContext) -> PackageOut:
 def package_stage(ctx: StageContext) -> PackageOut:
     """The craft pipeline's package stage: the edited workspace as a flake in the run's flake/, built and smoke-run."""
     from flakebot.nix.flake import package_crate
+    from flakebot.pipeline.cleanup import remove_early
 
     crate_dir = ctx.get(AcquireOut).crate_dir
     at_top = crate_dir.strip("/") in ("", ".")
@@ -59,6 +60,9 @@ def package_stage(ctx: StageContext) -> PackageOut:
         service={"name": spec.name, "spec": spec.service["declaration"]} if spec.service else None,
         as_tested=True,  # what the tests passed on ships: the model's .gitignore decides nothing
         at_root=at_top,  # the workspace's top is its cargo workspace's root: nothing above it is the tool's
+        # the edit loop's cargo builds are no later stage's: removed while nix builds (its unlinks then take nothing
+        # from the host steps before the build), unless --keep
+        at_build=None if ctx.request.keep else lambda: remove_early(ctx.run, ctx.run.target_dir),
     )
     return PackageOut.of(result)
 
