@@ -13,6 +13,7 @@ const connect = async (name) => {
   return client;
 };
 const timeout = Number(timeoutMs);
+const holdSeconds = Math.max(1, Math.floor(timeout / 1000) - 10); // a held status call ends well inside the timeout
 const seen = { progress: [], statusCalls: [] };
 const crafter = await connect("flakebot-tests-ts-heartbeat");
 const follower = await connect("flakebot-tests-ts-follower");
@@ -20,10 +21,10 @@ let runId = null;
 let followed = null;
 
 const follow = async () => {
-  // One status call per turn, each held until the run moves on; under the same 60 s timeout (no reset: no progress).
+  // One status call per turn, each held until the run moves on; under the same timeout (no reset: no progress).
   for (let turn = 0; turn < 200; turn += 1) {
     const started = Date.now();
-    const answer = await follower.callTool({ name: "status", arguments: { run_id: runId, wait_seconds: 50 } }, undefined, { timeout });
+    const answer = await follower.callTool({ name: "status", arguments: { run_id: runId, wait_seconds: holdSeconds } }, undefined, { timeout });
     const status = JSON.parse(answer.content[0].text);
     seen.statusCalls.push({ status: status.status, seconds: (Date.now() - started) / 1000 });
     if (!["created", "running"].includes(status.status)) return status;
