@@ -213,6 +213,11 @@ class Settings:
         "builds go only to builders listing this machine's toolchain feature (docs/team-builders.md).",
     )
     nix_copy_timeout: float = _limit(1800.0, "Seconds one nix copy (flakebot publish, install) may take.")
+    catalog_read_timeout: float = _limit(
+        30.0,
+        "Seconds reading one shared catalog's index over http(s) may take, whole (list --remote, craft, install): "
+        "a server that sends it a byte at a time is given up on then.",
+    )
     shared_index_lifetime: float = _setting(
         30 * 86400.0,
         "Seconds a shared catalog's index that flakebot publish signs stays valid; readers refuse it once expired (publish again to renew it).",

@@ -67,7 +67,7 @@ def read_catalog(source: dict[str, Any], settings: Settings) -> Snapshot:
     """The catalog's index, verified: signed by one of its configured keys, unexpired, well formed, and not older
     than what this machine saw of it (which it then records). The only way anything reads a shared index."""
     url, keys = source["url"], list(source["keys"])
-    raw = shared.read_index(url)
+    raw = shared.read_index(url, settings.catalog_read_timeout)
     if raw is None:
         if seen.last_sequence(url, settings) is not None:  # it had an index: taking it away hides every update
             raise seen.rollback(url, "its index is gone, though this machine saw one", seen.state_file(settings))
