@@ -182,8 +182,12 @@ class FrontQueue:
             self._leased = True
 
     def sweep_lost_fronts(self, revoked: Collection[str]) -> list[dict[str, Any]]:
-        """The waited followings of fronts whose lease ran out ended (fronts.sweep): the rows changed."""
-        return self._said(self._call(lambda conn: fronts.sweep(conn, revoked)), "its waited call's front was lost")
+        """The waited followings of fronts whose lease ran out ended (fronts.sweep, past this front's unseen stall):
+        the rows changed."""
+        grace = fronts.unseen_stall(self.lease_seconds)
+        return self._said(
+            self._call(lambda conn: fronts.sweep(conn, revoked, grace)), "its waited call's front was lost"
+        )
 
     def _said(self, rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
         for row in rows:

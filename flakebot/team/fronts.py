@@ -80,17 +80,27 @@ def hold(conn: Conn, front: str, lease_seconds: float) -> bool:
     return False
 
 
-def sweep(conn: Conn, revoked: Collection[str] = ()) -> list[dict[str, Any]]:
+def unseen_stall(lease_seconds: float) -> float:
+    """The longest stall of a sweeper that its SweepGuard cannot tell from renewals on time: its renewal was due up to
+    a third of its lease after the stall began, and is taken as on time when late by up to a sixth. Fronts stalled
+    with it (one paused VM or host) whose lease is shorter than its own lapsed meanwhile and renew only as they
+    resume: a sweeper takes for lost only fronts whose lease ran out longer ago than this (sweep's `grace`)."""
+    return lease_seconds / 2
+
+
+def sweep(conn: Conn, revoked: Collection[str] = (), grace: float = 0.0) -> list[dict[str, Any]]:
     """Fronts whose lease ran out: each claimed (its lease made SWEPT) in the one statement that finds it run out, so
     a renewal either comes first (the front is live, and not swept) or finds its row claimed (renew: False), then
     each waited following they held retracted (retract), then their rows removed. No lock is held across the cancels
     (each takes its tenant's lock, as a waited enqueue does after renewing its front's row). Idempotent: a sweep cut
     short leaves its claimed rows run out for the next sweep, and two fronts sweeping at once end each following
-    once. The job rows changed."""
+    once. Only fronts whose lease ran out over `grace` seconds ago (unseen_stall of the sweeper's lease). The job rows
+    changed."""
     with conn.transaction():  # its own: on a connection not in autocommit, a bare statement would leave one open
         claimed = conn.execute(
-            f"UPDATE fronts SET lease_until = {SWEPT} WHERE id IN (SELECT id FROM fronts WHERE lease_until < now() "
-            "ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id"
+            f"UPDATE fronts SET lease_until = {SWEPT} WHERE id IN (SELECT id FROM fronts "
+            "WHERE lease_until < now() - make_interval(secs => %s) ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id",
+            (grace,),
         ).fetchall()
     lost = sorted(str(row["id"]) for row in claimed)
     if not lost:
@@ -150,6 +160,11 @@ class SweepGuard:
             self.steady = None
         self.steady = now if self.steady is None else self.steady
         return now - self.steady >= self.lease_seconds
+
+    @property
+    def grace(self) -> float:
+        """How long ago a front's lease must have run out for this sweeper to take it for lost (unseen_stall)."""
+        return unseen_stall(self.lease_seconds)
 
     def lapsed(self) -> None:
         """A renewal failed, or found its lease taken: the whole lease starts again."""

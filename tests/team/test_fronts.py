@@ -80,6 +80,32 @@ def test_a_lost_fronts_waited_following_leaves_a_job_a_task_or_another_front_sti
     assert conn.execute("SELECT id FROM fronts").fetchall() == []
 
 
+def test_a_sweeper_takes_no_front_for_lost_whose_lease_ran_out_within_a_stall_it_could_not_see(
+    conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker (lease 24 s, a look every 8 s) and a front (lease 3 s) paused together 3.5 s: the worker's look comes
+    late by under a sixth of its lease, so its guard holds, while the front's lease ran out and it renews only as it
+    resumes. The worker's sweep came first and took the live front for lost (with --lease 60 and fronts' 30 s, as
+    the defaults are, a pause of 25 s did the same); a sweeper now takes only fronts whose lease ran out longer ago
+    than the stall it cannot see (half its lease)."""
+    clock = [1000.0]
+    monkeypatch.setattr(fronts.time, "monotonic", lambda: clock[0])
+    guard = fronts.SweepGuard(24.0, "worker w1")
+    for _ in range(4):  # its looks held on time for a whole lease
+        clock[0] += guard.pause()
+        assert guard.held() == (clock[0] - 1008.0 >= 24.0)
+    assert guard.held()
+    fronts.hold(conn, "front-a", 3.0)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="front-a")
+    clock[0] += guard.pause() + 3.5  # paused: its look is 3.5 s late, the front's lease ran out 1 s before now
+    conn.execute("UPDATE fronts SET lease_until = now() - interval '1 second'")
+    assert guard.held(), "a stall of 3.5 s is within what the guard takes as on time"
+    assert fronts.sweep(conn, grace=guard.grace) == [] and state(conn, job.job_id) == "queued"
+    assert fronts.hold(conn, "front-a", 3.0)  # it resumes: renewed, never taken for lost
+    conn.execute("UPDATE fronts SET lease_until = now() - make_interval(secs => %s)", (guard.grace + 1,))
+    assert [row["id"] for row in fronts.sweep(conn, grace=guard.grace)] == [job.job_id]  # killed: past the grace
+
+
 def test_a_lease_that_was_renewed_before_the_sweep_keeps_its_followings(conn: Any) -> None:
     """A front stalled past its lease that renews before any sweep is live again: nothing of it ends."""
     fronts.hold(conn, "front-a", LEASE)
