@@ -11,7 +11,9 @@ summary carries a nonce: the flake's source is then new and `nix build` really b
   ratio     wall / raw (goal <= 1.10); the stage chart splits each stage (state.json's started/finished) the same way.
   fixed     wall - the build work (cargo's building, testing and fetching, and `nix build`): a craft's fixed cost,
             flakebot's own seconds plus the processes it runs around that work, `cargo metadata` and
-            `cargo locate-project` included (questions flakebot asks, not work a plain build does); goal <= 1 s
+            `cargo locate-project` included (questions flakebot asks, not work a plain build does); goal <= 1 s.
+            The session speaks through the groq SDK, as a craft with GROQ_API_KEY (the default provider) does; the
+            openai SDK (OPENAI_API_KEY, openai-compatible, ollama) takes about 0.12-0.16 s more to import, once.
 P5. The same command again for the same need in the same catalog: a catalog hit (goal < 1 s), median of `hits` runs.
 P1-online. The same craft online (`--registry crates-io`), in the same benchmark run, against a local crates.io on
 127.0.0.1 (flakebot.crates.mirror serving Debian's crates; flakebot's CARGO_HOME empty, so the host-side fetch

@@ -11,7 +11,7 @@ nix/loopdeps.py).
 
 Each sample, raw and iteration interleaved:
   raw        Python writes a one-line edit into src/main.rs, then `cargo test --no-fail-fast` runs in the same sandbox
-  iteration  `EditLoop.step()`: the scripted model (behind the stub server, through the real openai SDK) sends
+  iteration  `EditLoop.step()`: the scripted model (behind the stub server, through the real groq SDK the session names) sends
              edit_file with the same kind of one-line edit; the toolbox applies it and checks the frozen test;
              flakebot's verdict (`judge` of the edit stage: `cargo test --tests` as JSON, then the full `cargo test`
              once green) runs; the state is committed (the edit stage's WorkspaceGit, on the loop's thread beside the

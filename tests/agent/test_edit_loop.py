@@ -1,5 +1,5 @@
 """The edit loop end to end: `flakebot craft --stop-after edit` with scripted models behind the stub
-server (real openai SDK), real cargo in real bubblewrap, on crates from Debian's registry."""
+server (the real openai or groq SDK, as each script names), real cargo in real bubblewrap, on crates from Debian's registry."""
 
 from __future__ import annotations
 

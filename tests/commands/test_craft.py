@@ -1,4 +1,4 @@
-"""Craft end to end, offline: scripted model behind the stub server (real openai SDK), Debian's
+"""Craft end to end, offline: scripted model behind the stub server (the real SDK the script names), Debian's
 registry, real cargo in bubblewrap, real nix with the host stand-in, the catalog, the MCP server."""
 
 from __future__ import annotations
@@ -264,8 +264,10 @@ def test_a_craft_never_loads_what_only_other_crafts_need(tmp_path: Path) -> None
         "main()\n"
     )
     offline = ["--registry", "local", "--offline", "--json"]
+    session = tmp_path / "session.json"  # through the openai SDK, which loads no httpx (the groq SDK is built on it)
+    session.write_text(json.dumps({**json.loads(SESSION.read_text()), "sdk": "openai"}))
     # to the spec stage (no catalog asked), and a whole craft's start (the catalog asked) stopped by a missing script
-    for model, more, status in ((SESSION, ["--stop-after", "spec"], "stopped"), (tmp_path / "none.json", [], None)):
+    for model, more, status in ((session, ["--stop-after", "spec"], "stopped"), (tmp_path / "none.json", [], None)):
         argv = ["craft", "need a CSV deduper", "--model", f"scripted:{model}", *offline, *more]
         done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
         *printed, loaded = done.stdout.splitlines()
