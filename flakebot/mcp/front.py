@@ -498,11 +498,12 @@ class TeamMCP(FlakebotMCP):
         self._forget_rows(self.queue.drop_revoked(new, revoked))
         seen |= new
 
-    def sweep_lost_fronts(self) -> None:
+    def sweep_lost_fronts(self, held_for: float | None = None) -> None:
         """The waited calls' followings of fronts whose lease ran out (killed, their machine lost) ended, as each
-        call's own end would have ended it (flakebot.team.fronts), the rows' kept reads dropped."""
+        call's own end would have ended it (flakebot.team.fronts; `held_for`: the seconds this front's renewals have
+        held, no front of a longer lease taken for lost), the rows' kept reads dropped."""
         if self.queue is not None:
-            self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked()))
+            self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked(), held_for))
 
     def end_unended(self) -> None:
         """The followings of waited calls that ended while the database was away (leave_following), ended now; those
@@ -1328,7 +1329,7 @@ async def _hold_lease(state: TeamMCP) -> None:
                     queue.lease_seconds,
                 )
             if sweeps:
-                await anyio.to_thread.run_sync(state.sweep_lost_fronts)
+                await anyio.to_thread.run_sync(state.sweep_lost_fronts, guard.held_for())
         except FlakebotError as exc:
             guard.lapsed()
             logger.warning("this front's lease not renewed this time: %s", exc.one_line())

@@ -181,9 +181,11 @@ class FrontQueue:
             fronts.hold(conn, self.front, self.lease_seconds)
             self._leased = True
 
-    def sweep_lost_fronts(self, revoked: Collection[str]) -> list[dict[str, Any]]:
-        """The waited followings of fronts whose lease ran out ended (fronts.sweep): the rows changed."""
-        return self._said(self._call(lambda conn: fronts.sweep(conn, revoked)), "its waited call's front was lost")
+    def sweep_lost_fronts(self, revoked: Collection[str], held_for: float | None = None) -> list[dict[str, Any]]:
+        """The waited followings of fronts whose lease ran out ended (fronts.sweep; `held_for`: the seconds this
+        front's renewals have held, no front of a longer lease taken for lost): the rows changed."""
+        swept = self._call(lambda conn: fronts.sweep(conn, revoked, held_for))
+        return self._said(swept, "its waited call's front was lost")
 
     def _said(self, rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
         for row in rows:
