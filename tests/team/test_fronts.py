@@ -254,3 +254,14 @@ def test_a_sweeper_with_a_shorter_lease_takes_no_front_for_lost_before_that_fron
         sweeps.stop()
         slow.close()
         quick.close()
+
+
+def test_a_front_a_sweeper_claimed_and_died_on_is_swept_by_the_next_whatever_its_lease(conn: Any) -> None:
+    """A sweep claimed a front of a day's lease (its row at -infinity) and died before ending its followings: the
+    next sweep, by a sweeper whose own looks held for 3 s only, ends them and removes the row (the claim already
+    said the front is over: no renewal of it can come)."""
+    fronts.hold(conn, "front-a", 86400.0)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="front-a")
+    conn.execute(f"UPDATE fronts SET lease_until = {fronts.SWEPT} WHERE id = 'front-a'")  # claimed, then it died
+    assert [row["id"] for row in fronts.sweep(conn, held_for=3.0)] == [job.job_id]
+    assert state(conn, job.job_id) == "cancelled" and conn.execute("SELECT id FROM fronts").fetchall() == []
