@@ -1310,30 +1310,43 @@ async def _hold_lease(state: TeamMCP) -> None:
     """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
     ended: TeamMCP.end_unended), and the fronts whose lease ran out swept (TeamMCP.sweep_lost_fronts) once this
     front's own renewals have held on time for a whole lease (fronts.SweepGuard): after the database was away longer
-    than a lease, or a stall of this front, every live front renews before any is taken for lost."""
+    than a lease, or a stall of this front, every live front renews before any is taken for lost. A sweep runs beside
+    the renewals, on a connection of its own (FrontQueue): its cancels may wait seconds on a tenant's lock, and a
+    renewal waiting behind them would let this live front's own lease run out."""
     queue = state.queue
     if queue is None:
         return
     guard = fronts.SweepGuard(queue.lease_seconds, "this front")
-    while True:
+    sweeping = False  # a sweep runs (beside the renewals: its cancels may wait on a tenant's lock for seconds)
+
+    async def sweep(held_for: float) -> None:
+        nonlocal sweeping
         try:
-            sweeps = False
-            if await anyio.to_thread.run_sync(queue.hold_lease):
-                sweeps = guard.held()
-                await anyio.to_thread.run_sync(state.end_unended)
-            else:
-                guard.lapsed()
-                logger.warning(
-                    "this front's lease had run out (it or its database stalled longer than %g s): its waited calls' "
-                    "followings were ended by another front; it holds a lease again under a new identity",
-                    queue.lease_seconds,
-                )
-            if sweeps:
-                await anyio.to_thread.run_sync(state.sweep_lost_fronts, guard.held_for())
+            await anyio.to_thread.run_sync(state.sweep_lost_fronts, held_for)
         except FlakebotError as exc:
-            guard.lapsed()
-            logger.warning("this front's lease not renewed this time: %s", exc.one_line())
-        await anyio.sleep(guard.pause())
+            logger.warning("lost fronts not swept this time: %s", exc.one_line())
+        finally:
+            sweeping = False
+
+    async with anyio.create_task_group() as sweeps:
+        while True:
+            try:
+                if await anyio.to_thread.run_sync(queue.hold_lease):
+                    if guard.held() and not sweeping:
+                        sweeping = True
+                        sweeps.start_soon(sweep, guard.held_for())
+                    await anyio.to_thread.run_sync(state.end_unended)
+                else:
+                    guard.lapsed()
+                    logger.warning(
+                        "this front's lease had run out (it or its database stalled longer than %g s): its waited "
+                        "calls' followings were ended by another front; it holds a lease again under a new identity",
+                        queue.lease_seconds,
+                    )
+            except FlakebotError as exc:
+                guard.lapsed()
+                logger.warning("this front's lease not renewed this time: %s", exc.one_line())
+            await anyio.sleep(guard.pause())
 
 
 def bind(host: str, port: int) -> socket.socket:

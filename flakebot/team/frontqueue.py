@@ -2,7 +2,9 @@
 validated, under the caller's tenant and principal) and reads job rows back as their tenant sees them.
 
 One connection per front, used by one thread at a time (a lock): calls come from the server's worker threads, and
-every queue operation is a short transaction. A connection the database dropped (a restart) is made again once per
+every queue operation is a short transaction. Sweeps of lost fronts have a connection of their own: a sweep's cancels
+may each wait on a tenant's lock (held by a process stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and
+meanwhile the front's calls, and the renewals of its own lease, go on. A connection the database dropped (a restart) is made again once per
 call before the call fails with one line.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
@@ -60,19 +62,19 @@ class FrontQueue:
         self.lease_seconds = lease_seconds
         self._leased = False  # whether this front held its lease yet
         self._lost = False  # a renewal found its lease taken for lost, not yet told by hold_lease
-        self._conn: Conn | None = None
-        self._lock = threading.Lock()
+        self._calls = _Line()  # every call's connection, and the lease's
+        self._sweeps = _Line()  # sweeps' (sweep_lost_fronts)
 
     def connect(self) -> None:
         """Reach the database now and hold this front's lease (at startup: a wrong URL, or a role that may not hold a
         lease, is one line, where and why, on the admin's terminal before the server listens)."""
         import psycopg
 
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+        with self._calls.lock:
+            if self._calls.conn is None or self._calls.conn.closed:
+                self._calls.conn = db.connect(self.url, autocommit=True, name="flakebot serve")
             try:
-                self._held(self._conn)
+                self._held(self._calls.conn)
             except psycopg.Error as exc:  # the admin's to read: PostgreSQL's reason said, as db.connect says it
                 granted = isinstance(exc, psycopg.errors.InsufficientPrivilege)
                 raise HostError(
@@ -184,7 +186,7 @@ class FrontQueue:
     def sweep_lost_fronts(self, revoked: Collection[str], held_for: float | None = None) -> list[dict[str, Any]]:
         """The waited followings of fronts whose lease ran out ended (fronts.sweep; `held_for`: the seconds this
         front's renewals have held, no front of a longer lease taken for lost): the rows changed."""
-        swept = self._call(lambda conn: fronts.sweep(conn, revoked, held_for))
+        swept = self._call(lambda conn: fronts.sweep(conn, revoked, held_for), self._sweeps)
         return self._said(swept, "its waited call's front was lost")
 
     def _said(self, rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
@@ -245,30 +247,32 @@ class FrontQueue:
         return counts
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
+        for line in (self._calls, self._sweeps):
+            with line.lock:
+                if line.conn is not None:
+                    line.conn.close()
+                line.conn = None
 
-    def _call(self, call: Callable[[Conn], T]) -> T:
-        """`call` on the front's connection, made again once if the database dropped it; the database away: away()
-        raised, the reason logged."""
+    def _call(self, call: Callable[[Conn], T], line: _Line | None = None) -> T:
+        """`call` on the front's connection (`line`: another of its connections), made again once if the database
+        dropped it; the database away: away() raised, the reason logged."""
         import psycopg
 
-        with self._lock:
+        line = line or self._calls
+        with line.lock:
             for attempt in (1, 2):
-                if self._conn is None or self._conn.closed:
+                if line.conn is None or line.conn.closed:
                     try:
-                        self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+                        line.conn = db.connect(self.url, autocommit=True, name="flakebot serve")
                     except HostError as exc:  # where the database is and why: the operator's to read, not a caller's
                         logger.warning("%s", exc.one_line())
                         raise away() from None
                 try:
-                    return call(self._conn)
+                    return call(line.conn)
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     logger.warning("the team database went away (%s); reconnecting", str(exc).strip()[:200])
-                    self._conn.close()
-                    self._conn = None
+                    line.conn.close()
+                    line.conn = None
                     if attempt == 2:
                         break
                 except psycopg.Error as exc:  # it answers but refuses (read-only after a failover, a privilege)
@@ -276,6 +280,14 @@ class FrontQueue:
                     raise refused() from None
         logger.warning("the team database %s does not answer", db.shown(self.url))
         raise away()
+
+
+class _Line:
+    """One connection of a front to the database, used by one thread at a time (its lock)."""
+
+    def __init__(self) -> None:
+        self.conn: Conn | None = None
+        self.lock = threading.Lock()
 
 
 def refused() -> HostError:
