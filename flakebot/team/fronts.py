@@ -96,7 +96,8 @@ def sweep(conn: Conn, revoked: Collection[str] = (), held_for: float | None = No
     with conn.transaction():  # its own: on a connection not in autocommit, a bare statement would leave one open
         claimed = conn.execute(
             f"UPDATE fronts SET lease_until = {SWEPT} WHERE id IN (SELECT id FROM fronts WHERE lease_until < now() "
-            f"AND (%(held)s::float8 IS NULL OR lease_seconds IS NULL OR lease_seconds <= %(held)s OR lease_until = {SWEPT}) "
+            "AND (%(held)s::float8 IS NULL OR lease_seconds IS NULL OR lease_seconds <= %(held)s "
+            f"OR lease_until = {SWEPT}) "
             "ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id",
             {"held": held_for},
         ).fetchall()
