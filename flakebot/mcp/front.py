@@ -1310,19 +1310,21 @@ async def _hold_lease(state: TeamMCP) -> None:
     """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
     ended: TeamMCP.end_unended), and the fronts whose lease ran out swept (TeamMCP.sweep_lost_fronts) once this
     front's own renewals have held on time for a whole lease (fronts.SweepGuard): after the database was away longer
-    than a lease, or a stall of this front, every live front renews before any is taken for lost. A sweep runs beside
-    the renewals, on a connection of its own (FrontQueue): its cancels may wait seconds on a tenant's lock, and a
-    renewal waiting behind them would let this live front's own lease run out."""
+    than a lease, or a stall of this front, every live front renews before any is taken for lost. The renewals have a
+    connection of their own (FrontQueue), and the ends and the sweep run beside them: their cancels may wait seconds
+    on a tenant's lock, and a renewal waiting behind them would let this live front's own lease run out."""
     queue = state.queue
     if queue is None:
         return
     guard = fronts.SweepGuard(queue.lease_seconds, "this front")
-    sweeping = False  # a sweep runs (beside the renewals: its cancels may wait on a tenant's lock for seconds)
+    sweeping = False  # the ends and a sweep run (beside the renewals: their cancels may wait on a tenant's lock)
 
-    async def sweep(held_for: float) -> None:
+    async def sweep(held_for: float | None) -> None:
         nonlocal sweeping
         try:
-            await anyio.to_thread.run_sync(state.sweep_lost_fronts, held_for)
+            await anyio.to_thread.run_sync(state.end_unended)
+            if held_for is not None:
+                await anyio.to_thread.run_sync(state.sweep_lost_fronts, held_for)
         except FlakebotError as exc:
             logger.warning("lost fronts not swept this time: %s", exc.one_line())
         finally:
@@ -1332,10 +1334,10 @@ async def _hold_lease(state: TeamMCP) -> None:
         while True:
             try:
                 if await anyio.to_thread.run_sync(queue.hold_lease):
-                    if guard.held() and not sweeping:
+                    held_for = guard.held_for() if guard.held() else None
+                    if not sweeping:
                         sweeping = True
-                        sweeps.start_soon(sweep, guard.held_for())
-                    await anyio.to_thread.run_sync(state.end_unended)
+                        sweeps.start_soon(sweep, held_for)
                 else:
                     guard.lapsed()
                     logger.warning(

@@ -2,9 +2,9 @@
 validated, under the caller's tenant and principal) and reads job rows back as their tenant sees them.
 
 One connection per front, used by one thread at a time (a lock): calls come from the server's worker threads, and
-every queue operation is a short transaction. Sweeps of lost fronts have a connection of their own: a sweep's cancels
-may each wait on a tenant's lock (held by a process stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and
-meanwhile the front's calls, and the renewals of its own lease, go on. A connection the database dropped (a restart)
+every queue operation is a short transaction. The front's lease and its sweeps of lost fronts have a connection each
+of their own: a call's enqueue or cancel, and a sweep's cancels, may wait on a tenant's lock (held by a process
+stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and meanwhile the front's lease is renewed all the same. A connection the database dropped (a restart)
 is made again once per call before the call fails with one line.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
@@ -62,8 +62,10 @@ class FrontQueue:
         self.lease_seconds = lease_seconds
         self._leased = False  # whether this front held its lease yet
         self._lost = False  # a renewal found its lease taken for lost, not yet told by hold_lease
-        self._calls = _Line()  # every call's connection, and the lease's
+        self._calls = _Line()  # every call's connection
+        self._lease = _Line()  # the lease's renewals (hold_lease)
         self._sweeps = _Line()  # sweeps' (sweep_lost_fronts)
+        self._identity = threading.Lock()  # held while this front's identity is renewed or changed (_held)
 
     def connect(self) -> None:
         """Reach the database now and hold this front's lease (at startup: a wrong URL, or a role that may not hold a
@@ -94,10 +96,11 @@ class FrontQueue:
         cap = principal.concurrent_crafts
 
         def enqueue(conn: Conn) -> queue.Enqueued | None:
+            front = self.front  # read once: the lease's thread may change it once a sweep claimed it
             with conn.transaction():
                 # a waited call's following names this front, whose lease is renewed with it (a sweep finds it live);
                 # its row claimed by a sweep: nothing written, this front holds a lease again under a new identity
-                if waited and not fronts.renew(conn, self.front, self.lease_seconds):
+                if waited and not fronts.renew(conn, front, self.lease_seconds):
                     return None
                 return queue.enqueue(
                     conn,
@@ -107,7 +110,7 @@ class FrontQueue:
                     kind,
                     principal_cap=cap,
                     principal_id=principal.id,
-                    front=self.front if waited else None,
+                    front=front if waited else None,
                 )
 
         enqueued = self._call(enqueue)
@@ -165,23 +168,26 @@ class FrontQueue:
     def hold_lease(self) -> bool:
         """Renew this front's lease (its row made the first time): False when a sweep had taken the front for lost
         since it last held it (or a waited call's enqueue found it so); it holds a lease under a new identity then."""
-        self._call(self._held)
-        lost, self._lost = self._lost, False
+        self._call(self._held, self._lease)
+        with self._identity:
+            lost, self._lost = self._lost, False
         return not lost
 
     def _held(self, conn: Conn) -> None:
         """This front's lease renewed on `conn` (the caller holds the lock). Its row claimed or removed by a sweep: a
-        new identity registered (the old one's followings are the sweep's to end), the loss noted for hold_lease."""
-        if fronts.renew(conn, self.front, self.lease_seconds):
-            return
-        if self._leased:
-            front = fronts.new_identity()
-            fronts.hold(conn, front, self.lease_seconds)  # committed (autocommit) before the identity is taken
-            logger.warning("front %s was swept as lost: it holds a lease again as %s", self.front, front)
-            self.front, self._lost = front, True
-        else:
-            fronts.hold(conn, self.front, self.lease_seconds)
-            self._leased = True
+        new identity registered (the old one's followings are the sweep's to end), the loss noted for hold_lease.
+        One thread at a time (the lease's, and a waited enqueue's that found its front claimed), so one new identity."""
+        with self._identity:
+            if fronts.renew(conn, self.front, self.lease_seconds):
+                return
+            if self._leased:
+                front = fronts.new_identity()
+                fronts.hold(conn, front, self.lease_seconds)  # committed (autocommit) before the identity is taken
+                logger.warning("front %s was swept as lost: it holds a lease again as %s", self.front, front)
+                self.front, self._lost = front, True
+            else:
+                fronts.hold(conn, self.front, self.lease_seconds)
+                self._leased = True
 
     def sweep_lost_fronts(self, revoked: Collection[str], held_for: float | None = None) -> list[dict[str, Any]]:
         """The waited followings of fronts whose lease ran out ended (fronts.sweep; `held_for`: the seconds this
@@ -247,7 +253,7 @@ class FrontQueue:
         return counts
 
     def close(self) -> None:
-        for line in (self._calls, self._sweeps):
+        for line in (self._calls, self._lease, self._sweeps):
             with line.lock:
                 if line.conn is not None:
                     line.conn.close()

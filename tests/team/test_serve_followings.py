@@ -673,3 +673,35 @@ def test_a_front_whose_sweep_waits_on_a_tenants_lock_still_renews_its_own_lease(
                 ).fetchone()
                 assert held == {"held": True}, "the live front's lease ran out while its sweep waited"
             wait_for(lambda: queue.get(conn, job.job_id, "acme")["state"] == "cancelled", timeout=10, interval=0.2)
+
+
+def test_a_front_whose_call_waits_on_a_tenants_lock_still_renews_its_own_lease(
+    flakebot_home: Path, database: str
+) -> None:
+    """alice's detached craft waits on her tenant's lock (another process holds it, as one stalled in a transaction
+    does) on the front's one connection, where its lease was renewed too: the renewal waited behind the call, and
+    the live front's lease (`--lease 3`) ran out for any sweeper to take it for lost. Now the lease is renewed on a
+    connection of its own; the call goes on once the lock is free."""
+    alice = add_token("alice", "--tenant", "acme")
+    with (
+        serving(*LEASE, database=database, log=flakebot_home / "serve.log") as url,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        db.connect(database, autocommit=True) as conn,
+        db.connect(database, autocommit=True) as holder,
+    ):
+        live = wait_for(lambda: conn.execute("SELECT id FROM fronts").fetchall(), timeout=30, interval=0.2)
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('acme'))", (TENANT_LOCK,))
+            detached = pool.submit(call, url, alice, "craft", {"need": "need a csv deduper"})
+            wait_for(  # the craft's enqueue waits on acme's lock
+                lambda: conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                ).fetchone()["n"],
+                timeout=30,
+                interval=0.1,
+            )
+            time.sleep(5)  # longer than the front's lease
+            held = conn.execute("SELECT lease_until > now() AS held FROM fronts WHERE id = %s", (live[0]["id"],))
+            assert held.fetchone() == {"held": True}, "the live front's lease ran out while a call waited"
+        assert not detached.result(timeout=30)["is_error"]
