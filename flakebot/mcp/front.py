@@ -1326,7 +1326,9 @@ async def _hold_lease(state: TeamMCP) -> None:
             if held_for is not None:
                 await anyio.to_thread.run_sync(state.sweep_lost_fronts, held_for)
         except FlakebotError as exc:
-            logger.warning("lost fronts not swept this time: %s", exc.one_line())
+            logger.warning(
+                "waited calls' followings not ended, or lost fronts not swept, this time: %s", exc.one_line()
+            )
         finally:
             sweeping = False
 
