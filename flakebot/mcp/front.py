@@ -498,11 +498,12 @@ class TeamMCP(FlakebotMCP):
         self._forget_rows(self.queue.drop_revoked(new, revoked))
         seen |= new
 
-    def sweep_lost_fronts(self) -> None:
+    def sweep_lost_fronts(self, held_for: float | None = None) -> None:
         """The waited calls' followings of fronts whose lease ran out (killed, their machine lost) ended, as each
-        call's own end would have ended it (flakebot.team.fronts), the rows' kept reads dropped."""
+        call's own end would have ended it (flakebot.team.fronts; `held_for`: the seconds this front's renewals have
+        held, no front of a longer lease taken for lost), the rows' kept reads dropped."""
         if self.queue is not None:
-            self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked()))
+            self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked(), held_for))
 
     def end_unended(self) -> None:
         """The followings of waited calls that ended while the database was away (leave_following), ended now; those
@@ -1309,30 +1310,47 @@ async def _hold_lease(state: TeamMCP) -> None:
     """This front's lease renewed every third of it (with it, waited calls' followings the database was away to end
     ended: TeamMCP.end_unended), and the fronts whose lease ran out swept (TeamMCP.sweep_lost_fronts) once this
     front's own renewals have held on time for a whole lease (fronts.SweepGuard): after the database was away longer
-    than a lease, or a stall of this front, every live front renews before any is taken for lost."""
+    than a lease, or a stall of this front, every live front renews before any is taken for lost. The renewals have a
+    connection of their own (FrontQueue), and the ends and the sweep run beside them: their cancels may wait seconds
+    on a tenant's lock, and a renewal waiting behind them would let this live front's own lease run out."""
     queue = state.queue
     if queue is None:
         return
     guard = fronts.SweepGuard(queue.lease_seconds, "this front")
-    while True:
+    sweeping = False  # the ends and a sweep run (beside the renewals: their cancels may wait on a tenant's lock)
+
+    async def sweep(held_for: float | None) -> None:
+        nonlocal sweeping
         try:
-            sweeps = False
-            if await anyio.to_thread.run_sync(queue.hold_lease):
-                sweeps = guard.held()
-                await anyio.to_thread.run_sync(state.end_unended)
-            else:
-                guard.lapsed()
-                logger.warning(
-                    "this front's lease had run out (it or its database stalled longer than %g s): its waited calls' "
-                    "followings were ended by another front; it holds a lease again under a new identity",
-                    queue.lease_seconds,
-                )
-            if sweeps:
-                await anyio.to_thread.run_sync(state.sweep_lost_fronts)
+            await anyio.to_thread.run_sync(state.end_unended)
+            if held_for is not None:
+                await anyio.to_thread.run_sync(state.sweep_lost_fronts, held_for)
         except FlakebotError as exc:
-            guard.lapsed()
-            logger.warning("this front's lease not renewed this time: %s", exc.one_line())
-        await anyio.sleep(guard.pause())
+            logger.warning(
+                "waited calls' followings not ended, or lost fronts not swept, this time: %s", exc.one_line()
+            )
+        finally:
+            sweeping = False
+
+    async with anyio.create_task_group() as sweeps:
+        while True:
+            try:
+                if await anyio.to_thread.run_sync(queue.hold_lease):
+                    held_for = guard.held_for() if guard.held() else None
+                    if not sweeping:
+                        sweeping = True
+                        sweeps.start_soon(sweep, held_for)
+                else:
+                    guard.lapsed()
+                    logger.warning(
+                        "this front's lease had run out (it or its database stalled longer than %g s): its waited "
+                        "calls' followings were ended by another front; it holds a lease again under a new identity",
+                        queue.lease_seconds,
+                    )
+            except FlakebotError as exc:
+                guard.lapsed()
+                logger.warning("this front's lease not renewed this time: %s", exc.one_line())
+            await anyio.sleep(guard.pause())
 
 
 def bind(host: str, port: int) -> socket.socket:

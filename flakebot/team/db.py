@@ -23,8 +23,8 @@ logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
 # and a tenant's bound on them per day; 5: a job's state 'cancelled'; 6: audit rows indexed by job; 7: fronts (each
-# front's lease: flakebot.team.fronts)
-SCHEMA_VERSION = 7
+# front's lease: flakebot.team.fronts); 8: a front's lease length in its row (a sweeper waits that long first)
+SCHEMA_VERSION = 8
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -104,6 +104,9 @@ CREATE TABLE IF NOT EXISTS fronts (
     started timestamptz NOT NULL DEFAULT now(),
     lease_until timestamptz NOT NULL
 );
+-- how long the front's lease is (NULL: a front of schema 7, swept as before): a sweeper takes it for lost only once
+-- its own looks at the database have held that long (flakebot.team.fronts.sweep)
+ALTER TABLE fronts ADD COLUMN IF NOT EXISTS lease_seconds double precision;
 """
 
 

@@ -2,8 +2,10 @@
 validated, under the caller's tenant and principal) and reads job rows back as their tenant sees them.
 
 One connection per front, used by one thread at a time (a lock): calls come from the server's worker threads, and
-every queue operation is a short transaction. A connection the database dropped (a restart) is made again once per
-call before the call fails with one line.
+every queue operation is a short transaction. The front's lease and its sweeps of lost fronts have a connection each
+of their own: a call's enqueue or cancel, and a sweep's cancels, may wait on a tenant's lock (held by a process
+stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and meanwhile the front's lease is renewed all the same. A connection the database dropped (a restart)
+is made again once per call before the call fails with one line.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
 `_call`, so it alone decides what a client is told when the database is away (`away()`) or answers an error of its
@@ -60,19 +62,21 @@ class FrontQueue:
         self.lease_seconds = lease_seconds
         self._leased = False  # whether this front held its lease yet
         self._lost = False  # a renewal found its lease taken for lost, not yet told by hold_lease
-        self._conn: Conn | None = None
-        self._lock = threading.Lock()
+        self._calls = _Line()  # every call's connection
+        self._lease = _Line()  # the lease's renewals (hold_lease)
+        self._sweeps = _Line()  # sweeps' (sweep_lost_fronts)
+        self._identity = threading.Lock()  # held while this front's identity is renewed or changed (_held)
 
     def connect(self) -> None:
         """Reach the database now and hold this front's lease (at startup: a wrong URL, or a role that may not hold a
         lease, is one line, where and why, on the admin's terminal before the server listens)."""
         import psycopg
 
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+        with self._calls.lock:
+            if self._calls.conn is None or self._calls.conn.closed:
+                self._calls.conn = db.connect(self.url, autocommit=True, name="flakebot serve")
             try:
-                self._held(self._conn)
+                self._held(self._calls.conn)
             except psycopg.Error as exc:  # the admin's to read: PostgreSQL's reason said, as db.connect says it
                 granted = isinstance(exc, psycopg.errors.InsufficientPrivilege)
                 raise HostError(
@@ -92,10 +96,11 @@ class FrontQueue:
         cap = principal.concurrent_crafts
 
         def enqueue(conn: Conn) -> queue.Enqueued | None:
+            front = self.front  # read once: the lease's thread may change it once a sweep claimed it
             with conn.transaction():
                 # a waited call's following names this front, whose lease is renewed with it (a sweep finds it live);
                 # its row claimed by a sweep: nothing written, this front holds a lease again under a new identity
-                if waited and not fronts.renew(conn, self.front, self.lease_seconds):
+                if waited and not fronts.renew(conn, front, self.lease_seconds):
                     return None
                 return queue.enqueue(
                     conn,
@@ -105,7 +110,7 @@ class FrontQueue:
                     kind,
                     principal_cap=cap,
                     principal_id=principal.id,
-                    front=self.front if waited else None,
+                    front=front if waited else None,
                 )
 
         enqueued = self._call(enqueue)
@@ -163,31 +168,34 @@ class FrontQueue:
     def hold_lease(self) -> bool:
         """Renew this front's lease (its row made the first time): False when a sweep had taken the front for lost
         since it last held it (or a waited call's enqueue found it so); it holds a lease under a new identity then."""
-        self._call(self._held)
-        lost, self._lost = self._lost, False
+        self._call(self._held, self._lease)
+        with self._identity:
+            lost, self._lost = self._lost, False
         return not lost
 
     def _held(self, conn: Conn) -> None:
         """This front's lease renewed on `conn` (the caller holds the lock). Its row claimed or removed by a sweep: a
-        new identity registered (the old one's followings are the sweep's to end), the loss noted for hold_lease."""
-        if fronts.renew(conn, self.front, self.lease_seconds):
-            return
-        if self._leased:
-            front = fronts.new_identity()
-            fronts.hold(conn, front, self.lease_seconds)  # committed (autocommit) before the identity is taken
-            logger.warning("front %s was swept as lost: it holds a lease again as %s", self.front, front)
-            self.front, self._lost = front, True
-        else:
-            fronts.hold(conn, self.front, self.lease_seconds)
-            self._leased = True
+        new identity registered (the old one's followings are the sweep's to end), the loss noted for hold_lease.
+        One thread at a time (the lease's, and a waited enqueue's that found its front claimed), so one new identity."""
+        with self._identity:
+            if fronts.renew(conn, self.front, self.lease_seconds):
+                return
+            if self._leased:
+                front = fronts.new_identity()
+                fronts.hold(conn, front, self.lease_seconds)  # committed (autocommit) before the identity is taken
+                logger.warning("front %s was swept as lost: it holds a lease again as %s", self.front, front)
+                self.front, self._lost = front, True
+            else:
+                fronts.hold(conn, self.front, self.lease_seconds)
+                self._leased = True
 
-    def sweep_lost_fronts(self, revoked: Collection[str]) -> list[dict[str, Any]]:
-        """The waited followings of fronts whose lease ran out ended (fronts.sweep, past this front's unseen stall):
-        the rows changed."""
+    def sweep_lost_fronts(self, revoked: Collection[str], held_for: float | None = None) -> list[dict[str, Any]]:
+        """The waited followings of fronts whose lease ran out ended (fronts.sweep; `held_for`: the seconds this
+        front's renewals have held, no front of a longer lease taken for lost; none whose lease ran out within this
+        front's unseen stall): the rows changed."""
         grace = fronts.unseen_stall(self.lease_seconds)
-        return self._said(
-            self._call(lambda conn: fronts.sweep(conn, revoked, grace)), "its waited call's front was lost"
-        )
+        swept = self._call(lambda conn: fronts.sweep(conn, revoked, held_for, grace), self._sweeps)
+        return self._said(swept, "its waited call's front was lost")
 
     def _said(self, rows: list[dict[str, Any]], why: str) -> list[dict[str, Any]]:
         for row in rows:
@@ -247,30 +255,32 @@ class FrontQueue:
         return counts
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
+        for line in (self._calls, self._lease, self._sweeps):
+            with line.lock:
+                if line.conn is not None:
+                    line.conn.close()
+                line.conn = None
 
-    def _call(self, call: Callable[[Conn], T]) -> T:
-        """`call` on the front's connection, made again once if the database dropped it; the database away: away()
-        raised, the reason logged."""
+    def _call(self, call: Callable[[Conn], T], line: _Line | None = None) -> T:
+        """`call` on the front's connection (`line`: another of its connections), made again once if the database
+        dropped it; the database away: away() raised, the reason logged."""
         import psycopg
 
-        with self._lock:
+        line = line or self._calls
+        with line.lock:
             for attempt in (1, 2):
-                if self._conn is None or self._conn.closed:
+                if line.conn is None or line.conn.closed:
                     try:
-                        self._conn = db.connect(self.url, autocommit=True, name="flakebot serve")
+                        line.conn = db.connect(self.url, autocommit=True, name="flakebot serve")
                     except HostError as exc:  # where the database is and why: the operator's to read, not a caller's
                         logger.warning("%s", exc.one_line())
                         raise away() from None
                 try:
-                    return call(self._conn)
+                    return call(line.conn)
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     logger.warning("the team database went away (%s); reconnecting", str(exc).strip()[:200])
-                    self._conn.close()
-                    self._conn = None
+                    line.conn.close()
+                    line.conn = None
                     if attempt == 2:
                         break
                 except psycopg.Error as exc:  # it answers but refuses (read-only after a failover, a privilege)
@@ -278,6 +288,14 @@ class FrontQueue:
                     raise refused() from None
         logger.warning("the team database %s does not answer", db.shown(self.url))
         raise away()
+
+
+class _Line:
+    """One connection of a front to the database, used by one thread at a time (its lock)."""
+
+    def __init__(self) -> None:
+        self.conn: Conn | None = None
+        self.lock = threading.Lock()
 
 
 def refused() -> HostError:

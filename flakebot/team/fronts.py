@@ -18,7 +18,10 @@ claimed, learns that its waited calls' followings are being ended, and holds a l
 A lease is a time, not a connection: a database restart ends none by itself. After the database was away longer
 than a lease every front's time ran out, so a front sweeps others only once its own renewals have held for a whole
 lease since (SweepGuard): by then every live front has renewed. The same after a stall of the front itself (a renewal
-late: stopped, its VM paused), which may have stalled the fronts beside it as long.
+late: stopped, its VM paused), which may have stalled the fronts beside it as long. Leases differ (`serve --lease`,
+`worker --lease`), so each front's row says its own, and a sweep takes a front for lost only once the sweeper's
+renewals have held for that front's lease, however short the sweeper's own: a worker of `--lease 3` takes no front of
+`--lease 30` for lost in the seconds before it renews after the database's absence.
 
 Workers sweep too (flakebot.team.worker's FrontSweeps), through the same sweep and the same guard, their own looks at
 the database every third of their lease standing for a front's renewals: with every front killed, a waited craft's
@@ -59,8 +62,9 @@ def renew(conn: Conn, front: str, lease_seconds: float) -> bool:
     """Renew `front`'s lease; False when it has none to renew: a sweep claimed it (or removed it since), so its
     identity is over (its waited calls' followings are ended), or it never registered."""
     renewed = conn.execute(
-        f"UPDATE fronts SET lease_until = now() + make_interval(secs => %s) WHERE id = %s AND lease_until > {SWEPT}",
-        (lease_seconds, front),
+        "UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
+        f"WHERE id = %s AND lease_until > {SWEPT}",
+        (lease_seconds, lease_seconds, front),
     )
     return renewed.rowcount == 1
 
@@ -73,9 +77,9 @@ def hold(conn: Conn, front: str, lease_seconds: float) -> bool:
         if renew(conn, front, lease_seconds):
             return True
         conn.execute(
-            "INSERT INTO fronts (id, lease_until) VALUES (%s, now() + make_interval(secs => %s)) "
+            "INSERT INTO fronts (id, lease_until, lease_seconds) VALUES (%s, now() + make_interval(secs => %s), %s) "
             "ON CONFLICT (id) DO NOTHING",
-            (front, lease_seconds),
+            (front, lease_seconds, lease_seconds),
         )
     return False
 
@@ -88,19 +92,26 @@ def unseen_stall(lease_seconds: float) -> float:
     return lease_seconds / 2
 
 
-def sweep(conn: Conn, revoked: Collection[str] = (), grace: float = 0.0) -> list[dict[str, Any]]:
-    """Fronts whose lease ran out: each claimed (its lease made SWEPT) in the one statement that finds it run out, so
+def sweep(
+    conn: Conn, revoked: Collection[str] = (), held_for: float | None = None, grace: float = 0.0
+) -> list[dict[str, Any]]:
+    """Fronts whose lease ran out over `grace` seconds ago (unseen_stall of the sweeper's lease; `held_for`: the
+    seconds the sweeper's own renewals have held, SweepGuard; a front whose lease is longer is left, as it may not
+    have renewed since the database came back; a row already claimed is taken whatever its lease): each claimed (its
+    lease made SWEPT) in the one statement that finds it run out, so
     a renewal either comes first (the front is live, and not swept) or finds its row claimed (renew: False), then
     each waited following they held retracted (retract), then their rows removed. No lock is held across the cancels
     (each takes its tenant's lock, as a waited enqueue does after renewing its front's row). Idempotent: a sweep cut
     short leaves its claimed rows run out for the next sweep, and two fronts sweeping at once end each following
-    once. Only fronts whose lease ran out over `grace` seconds ago (unseen_stall of the sweeper's lease). The job rows
-    changed."""
+    once. The job rows changed."""
     with conn.transaction():  # its own: on a connection not in autocommit, a bare statement would leave one open
         claimed = conn.execute(
             f"UPDATE fronts SET lease_until = {SWEPT} WHERE id IN (SELECT id FROM fronts "
-            "WHERE lease_until < now() - make_interval(secs => %s) ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id",
-            (grace,),
+            "WHERE lease_until < now() - make_interval(secs => %(grace)s) "
+            "AND (%(held)s::float8 IS NULL OR lease_seconds IS NULL OR lease_seconds <= %(held)s "
+            f"OR lease_until = {SWEPT}) "
+            "ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id",
+            {"held": held_for, "grace": grace},
         ).fetchall()
     lost = sorted(str(row["id"]) for row in claimed)
     if not lost:
@@ -165,6 +176,11 @@ class SweepGuard:
     def grace(self) -> float:
         """How long ago a front's lease must have run out for this sweeper to take it for lost (unseen_stall)."""
         return unseen_stall(self.lease_seconds)
+
+    def held_for(self) -> float:
+        """The seconds the renewals have held on time (0 when the last one failed): the longest lease of another
+        front a sweep may take for lost now (sweep's `held_for`)."""
+        return 0.0 if self.steady is None else time.monotonic() - self.steady
 
     def lapsed(self) -> None:
         """A renewal failed, or found its lease taken: the whole lease starts again."""

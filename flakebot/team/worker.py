@@ -354,7 +354,7 @@ class FrontSweeps(threading.Thread):
                     self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot sweeps {self.worker.name}")
                 self.conn.execute("SELECT 1")  # this look at the database held now
                 if guard.held():
-                    for row in fronts.sweep(self.conn, grace=guard.grace):
+                    for row in fronts.sweep(self.conn, held_for=guard.held_for(), grace=guard.grace):
                         logger.info("job %s: its waited call's front was lost (swept by this worker)", row["id"])
             except _lost() as exc:
                 guard.lapsed()

@@ -246,3 +246,48 @@ def test_a_sweep_counts_no_revoked_follower_and_ends_nothing_for_one(conn: Any) 
     lapse(conn, "lost")
     assert [row["id"] for row in fronts.sweep(conn, revoked={"id-alice"})] == [job.job_id]
     assert state(conn, job.job_id) == "cancelled" and actions(conn) == [("bob", "cancelled", fronts.LOST)]
+
+
+def test_a_sweeper_with_a_shorter_lease_takes_no_front_for_lost_before_that_fronts_own_lease(database: str) -> None:
+    """The database was away longer than every front's lease (each ran out); back, a live front renews within a
+    third of its own lease. A `flakebot worker --lease 3` beside fronts of `--lease 20` swept after its own looks
+    held for 3 s: it took the live front for lost (its caller's job cancelled under it), though the docs only asked
+    for a longer worker lease and nothing refused a shorter one. A front's row now says its lease, and a sweeper
+    takes a front for lost only once its own looks have held for that front's lease: the front of 3 s is swept, the
+    front of 20 s is not, and renews."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+    from flakebot.team.worker import FrontSweeps, Worker
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    slow, quick = FrontQueue(database, 20.0), FrontQueue(database, 3.0)
+    slow.connect()
+    quick.connect()
+    sweeps = FrontSweeps(Worker(database, crafts=lambda job, sink: {}, lease_seconds=3.0))
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            live = slow.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True).job_id
+            lost = quick.enqueue(alice, RunRequest(need="need a word counter"), waited=True).job_id
+            lapse(conn, slow.front)  # the database was away: both leases ran out
+            lapse(conn, quick.front)
+            sweeps.start()
+            wait_for(lambda: state(conn, lost) == "cancelled", timeout=15)
+            assert state(conn, live) == "queued"  # the same sweep used to take it too
+            assert slow.hold_lease()  # it renews, within a third of its lease: it was live, never swept
+            assert state(conn, live) == "queued"
+    finally:
+        sweeps.stop()
+        slow.close()
+        quick.close()
+
+
+def test_a_front_a_sweeper_claimed_and_died_on_is_swept_by_the_next_whatever_its_lease(conn: Any) -> None:
+    """A sweep claimed a front of a day's lease (its row at -infinity) and died before ending its followings: the
+    next sweep, by a sweeper whose own looks held for 3 s only, ends them and removes the row (the claim already
+    said the front is over: no renewal of it can come)."""
+    fronts.hold(conn, "front-a", 86400.0)
+    job = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="front-a")
+    conn.execute(f"UPDATE fronts SET lease_until = {fronts.SWEPT} WHERE id = 'front-a'")  # claimed, then it died
+    assert [row["id"] for row in fronts.sweep(conn, held_for=3.0)] == [job.job_id]
+    assert state(conn, job.job_id) == "cancelled" and conn.execute("SELECT id FROM fronts").fetchall() == []

@@ -633,3 +633,75 @@ def test_a_call_cancelled_while_its_thread_ran_is_counted_and_audited_cancelled(
     assert 'tool="status",outcome="ok"' not in text, text
     statuses = [r["outcome"] for r in audit.read(workdir) if r["method"] == "tools/call" and r["tool"] == "status"]
     assert statuses == ["cancelled"], statuses
+
+
+def test_a_front_whose_sweep_waits_on_a_tenants_lock_still_renews_its_own_lease(
+    flakebot_home: Path, database: str
+) -> None:
+    """A front (`--lease 3`) sweeps a lost front whose waited following is of tenant acme, while another process
+    holds acme's lock (as one stalled inside a transaction does, up to db.IDLE_IN_TRANSACTION). The sweep ran in the
+    lease loop, on the front's one connection, so it held up the front's own renewals: its lease ran out, and any
+    other sweeper would have taken this live front for lost (its waited calls' jobs cancelled). Now the sweep waits
+    on a connection of its own, beside the renewals, and the front's lease stays held; the lost front's following
+    ends once the lock is free."""
+    from flakebot.team import queue
+    from tests.team.test_queue import craft
+
+    with serving(*LEASE, database=database, log=flakebot_home / "serve.log"):
+        with db.connect(database, autocommit=True) as conn, db.connect(database, autocommit=True) as holder:
+            live = wait_for(lambda: conn.execute("SELECT id FROM fronts").fetchall(), timeout=30, interval=0.2)
+            conn.execute(  # a front of the same lease, lost later (once the lock is held)
+                "INSERT INTO fronts (id, lease_until, lease_seconds) VALUES ('lost', now() + interval '1 minute', 3)"
+            )
+            job = queue.enqueue(
+                conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", front="lost"
+            )
+            time.sleep(4)  # the live front's renewals held for its lease: it sweeps at each renewal now
+            with holder.transaction():
+                holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('acme'))", (TENANT_LOCK,))
+                conn.execute("UPDATE fronts SET lease_until = now() - interval '1 second' WHERE id = 'lost'")
+                wait_for(  # the live front's sweep claimed it, and waits on acme's lock
+                    lambda: conn.execute(
+                        "SELECT lease_until = '-infinity' AS claimed FROM fronts WHERE id = 'lost'"
+                    ).fetchone()["claimed"],
+                    timeout=10,
+                    interval=0.1,
+                )
+                time.sleep(5)  # longer than the live front's lease
+                held = conn.execute(
+                    "SELECT lease_until > now() AS held FROM fronts WHERE id = %s", (live[0]["id"],)
+                ).fetchone()
+                assert held == {"held": True}, "the live front's lease ran out while its sweep waited"
+            wait_for(lambda: queue.get(conn, job.job_id, "acme")["state"] == "cancelled", timeout=10, interval=0.2)
+
+
+def test_a_front_whose_call_waits_on_a_tenants_lock_still_renews_its_own_lease(
+    flakebot_home: Path, database: str
+) -> None:
+    """alice's detached craft waits on her tenant's lock (another process holds it, as one stalled in a transaction
+    does) on the front's one connection, where its lease was renewed too: the renewal waited behind the call, and
+    the live front's lease (`--lease 3`) ran out for any sweeper to take it for lost. Now the lease is renewed on a
+    connection of its own; the call goes on once the lock is free."""
+    alice = add_token("alice", "--tenant", "acme")
+    with (
+        serving(*LEASE, database=database, log=flakebot_home / "serve.log") as url,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        db.connect(database, autocommit=True) as conn,
+        db.connect(database, autocommit=True) as holder,
+    ):
+        live = wait_for(lambda: conn.execute("SELECT id FROM fronts").fetchall(), timeout=30, interval=0.2)
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('acme'))", (TENANT_LOCK,))
+            detached = pool.submit(call, url, alice, "craft", {"need": "need a csv deduper"})
+            wait_for(  # the craft's enqueue waits on acme's lock
+                lambda: conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                ).fetchone()["n"],
+                timeout=30,
+                interval=0.1,
+            )
+            time.sleep(5)  # longer than the front's lease
+            held = conn.execute("SELECT lease_until > now() AS held FROM fronts WHERE id = %s", (live[0]["id"],))
+            assert held.fetchone() == {"held": True}, "the live front's lease ran out while a call waited"
+        assert not detached.result(timeout=30)["is_error"]
