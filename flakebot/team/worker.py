@@ -289,24 +289,48 @@ class Worker:
         return min(pause * 2, RECONNECT_MAX)
 
 
-class Heartbeat(threading.Thread):
+class _Connected(threading.Thread):
+    """A worker's background thread on a database connection of its own (made again after the database went away),
+    until stopped."""
+
+    def __init__(self, worker: Worker, name: str, label: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.worker, self.label = worker, label
+        self.stopped = threading.Event()
+        self.conn: Conn | None = None
+
+    def connection(self) -> Conn:
+        if self.conn is None or self.conn.closed:
+            self.conn = db.connect(self.worker.url, autocommit=True, name=self.label)
+        return self.conn
+
+    def drop(self) -> None:
+        """The connection closed: the database went away (the next look connects again), or the thread ends."""
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.is_alive():
+            self.join(timeout=30)
+
+
+class Heartbeat(_Connected):
     """Renews a job's lease every third of it, on a connection of its own, until stopped."""
 
     def __init__(self, worker: Worker, job_id: int) -> None:
-        super().__init__(name=f"heartbeat-{job_id}", daemon=True)
-        self.worker, self.job_id = worker, job_id
-        self.stopped = threading.Event()
+        super().__init__(worker, f"heartbeat-{job_id}", f"flakebot heartbeat {job_id}")
+        self.job_id = job_id
         self.cancelled = threading.Event()  # the job's follower cancelled it: its craft was told to stop
-        self.conn: Conn | None = None
 
     def run(self) -> None:
         every = self.worker.lease_seconds / 3
         renew_at = time.monotonic() + every
         while not self.stopped.wait(min(CANCEL_POLL, every)):
             try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot heartbeat {self.job_id}")
-                if not self.cancelled.is_set() and queue.cancelled_while_held(self.conn, self.job_id, self.worker.name):
+                conn = self.connection()
+                if not self.cancelled.is_set() and queue.cancelled_while_held(conn, self.job_id, self.worker.name):
                     self.cancelled.set()
                     how = (
                         "stopping its craft"
@@ -317,23 +341,15 @@ class Heartbeat(threading.Thread):
                 if time.monotonic() < renew_at or self.cancelled.is_set():
                     continue
                 renew_at = time.monotonic() + every
-                if not queue.renew(self.conn, self.job_id, self.worker.name, self.worker.lease_seconds):
+                if not queue.renew(conn, self.job_id, self.worker.name, self.worker.lease_seconds):
                     logger.warning("job %s: lease lost to another worker", self.job_id)
             except _lost() as exc:
                 logger.warning("job %s: lease not renewed (%s)", self.job_id, _reason(exc))
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
-        if self.conn is not None:
-            self.conn.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.is_alive():
-            self.join(timeout=30)
+                self.drop()
+        self.drop()
 
 
-class FrontSweeps(threading.Thread):
+class FrontSweeps(_Connected):
     """The waited followings of fronts whose lease ran out ended (fronts.sweep), as a live front ends them: looked at
     every third of this worker's lease, on a connection of its own (as a Heartbeat renews a job's lease), and swept
     only once those looks have held on time for a whole lease (fronts.SweepGuard): a worker that was away from the
@@ -341,37 +357,25 @@ class FrontSweeps(threading.Thread):
     (a live front's look ends it)."""
 
     def __init__(self, worker: Worker) -> None:
-        super().__init__(name="front-sweeps", daemon=True)
-        self.worker = worker
-        self.stopped = threading.Event()
-        self.conn: Conn | None = None
+        super().__init__(worker, "front-sweeps", f"flakebot sweeps {worker.name}")
 
     def run(self) -> None:
         guard = fronts.SweepGuard(self.worker.lease_seconds, f"worker {self.worker.name}")
         while not self.stopped.wait(guard.pause()):
             try:
-                if self.conn is None or self.conn.closed:
-                    self.conn = db.connect(self.worker.url, autocommit=True, name=f"flakebot sweeps {self.worker.name}")
-                self.conn.execute("SELECT 1")  # this look at the database held now
+                conn = self.connection()
+                conn.execute("SELECT 1")  # this look at the database held now
                 if guard.held():
-                    for row in fronts.sweep(self.conn, held_for=guard.held_for(), grace=guard.grace):
+                    for row in fronts.sweep(conn, held_for=guard.held_for(), grace=guard.grace):
                         logger.info("job %s: its waited call's front was lost (swept by this worker)", row["id"])
             except _lost() as exc:
                 guard.lapsed()
                 logger.warning("worker %s: lost fronts not swept this time (%s)", self.worker.name, _reason(exc))
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
+                self.drop()
             except _refused() as exc:  # a role without the fronts table's privileges: the admin's to grant
                 guard.lapsed()
                 logger.error("worker %s: the team database refused a sweep of lost fronts: %s", self.worker.name, exc)
-        if self.conn is not None:
-            self.conn.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.is_alive():
-            self.join(timeout=30)
+        self.drop()
 
 
 def _cancelled(job_id: int) -> dict[str, Any]:

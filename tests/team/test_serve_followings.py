@@ -138,6 +138,21 @@ def _because(database: str) -> list[tuple[str, str, str | None]]:
     return [(a["principal"], a["action"], a["because"]) for a in said]
 
 
+@contextlib.contextmanager
+def _killed_while_a_craft_waits(
+    pool: concurrent.futures.ThreadPoolExecutor, database: str, log: Path, token: str, need: str
+) -> Iterator[str]:
+    """A front of its own (a short lease) where `token`'s craft of `need` waits (wait: true, on `pool`), its job
+    queued; SIGKILLed as the block ends, the waited call's end then collected. The front's URL."""
+    with serving_process(*LEASE, database=database, log=log) as (url, front):
+        held = pool.submit(_held, url, token, need)
+        wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        yield url
+        front.send_signal(signal.SIGKILL)
+        front.wait(timeout=30)
+    held.result(timeout=30)
+
+
 def test_a_killed_fronts_waited_craft_is_ended_by_another_fronts_sweep(flakebot_home: Path, database: str) -> None:
     """alice's craft waits (wait: true) on the first front, which is then killed (SIGKILL): nobody ended the call's
     following, so her job, hers alone, stayed queued for nobody (a worker would have crafted it). Now the front's
@@ -148,12 +163,8 @@ def test_a_killed_fronts_waited_craft_is_ended_by_another_fronts_sweep(flakebot_
         serving(*LEASE, database=database, log=flakebot_home / "two.log"),
         concurrent.futures.ThreadPoolExecutor(1) as pool,
     ):
-        with serving_process(*LEASE, database=database, log=flakebot_home / "one.log") as (one, front):
-            held = pool.submit(_held, one, alice, "need a csv deduper")
-            wait_for(lambda: rows(database), timeout=30, interval=0.2)
-            front.send_signal(signal.SIGKILL)
-            front.wait(timeout=30)
-        held.result(timeout=30)
+        with _killed_while_a_craft_waits(pool, database, flakebot_home / "one.log", alice, "need a csv deduper"):
+            pass
         wait_for(lambda: rows(database)[0]["state"] == "cancelled", timeout=30, interval=0.2)
     assert _because(database) == [("alice", "cancelled", fronts.LOST)]
 
@@ -167,14 +178,9 @@ def test_a_killed_fronts_waited_craft_leaves_a_job_a_task_still_follows(flakebot
         serving(*LEASE, database=database, log=flakebot_home / "two.log") as two,
         concurrent.futures.ThreadPoolExecutor(1) as pool,
     ):
-        with serving_process(*LEASE, database=database, log=flakebot_home / "one.log") as (one, front):
-            held = pool.submit(_held, one, alice, need)
-            wait_for(lambda: rows(database), timeout=30, interval=0.2)
+        with _killed_while_a_craft_waits(pool, database, flakebot_home / "one.log", alice, need):
             task = Session(two, carol).ask("tools/call", {"name": "craft", "arguments": {"need": need}, "task": {}})
             assert task["result"]["task"]["taskId"] == f"job-{rows(database)[0]['id']}", task
-            front.send_signal(signal.SIGKILL)
-            front.wait(timeout=30)
-        held.result(timeout=30)
         wait_for(lambda: _because(database), timeout=30, interval=0.2)
         assert [r["state"] for r in rows(database)] == ["queued"]
     assert _because(database) == [("alice", "left", fronts.LOST)]
@@ -194,12 +200,8 @@ def test_a_waited_craft_whose_every_front_was_killed_is_stopped_by_its_worker(
     slow.write_text(json.dumps({"format": 1, "turns": [{"fault": {"kind": "slow", "seconds": 300}, "content": "-"}]}))
     log = tmp_path / "worker.log"
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        with serving_process(*LEASE, database=database, log=flakebot_home / "one.log") as (one, front):
-            held = pool.submit(_held, one, alice, "need a csv deduper")
-            wait_for(lambda: rows(database), timeout=30, interval=0.2)
-            front.send_signal(signal.SIGKILL)
-            front.wait(timeout=30)
-        held.result(timeout=30)
+        with _killed_while_a_craft_waits(pool, database, flakebot_home / "one.log", alice, "need a csv deduper"):
+            pass
         job_id = int(rows(database)[0]["id"])
         with worker(database, log, model=f"scripted:{slow}") as proc:
             wait_for(lambda: job_row(database, job_id)["state"] != "queued", timeout=30, interval=0.2)
