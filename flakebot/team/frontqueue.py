@@ -4,8 +4,8 @@ validated, under the caller's tenant and principal) and reads job rows back as t
 One connection per front, used by one thread at a time (a lock): calls come from the server's worker threads, and
 every queue operation is a short transaction. The front's lease and its sweeps of lost fronts have a connection each
 of their own: a call's enqueue or cancel, and a sweep's cancels, may wait on a tenant's lock (held by a process
-stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and meanwhile the front's lease is renewed all the same. A connection the database dropped (a restart)
-is made again once per call before the call fails with one line.
+stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and meanwhile the front's lease is renewed all the same. A
+connection the database dropped (a restart) is made again once per call before the call fails with one line.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
 `_call`, so it alone decides what a client is told when the database is away (`away()`) or answers an error of its
