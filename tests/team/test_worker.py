@@ -233,7 +233,13 @@ def test_a_worker_stopped_mid_craft_hands_its_job_back_at_once(database: str, tm
         asked = RunRequest(need="need a CSV deduper", registry="local")
         job_id = queue.enqueue(conn, "acme", "alice", asked).job_id
     log = tmp_path / "worker.log"
-    with worker(database, log, "--lease", "600") as proc:  # a lease that would hold the job for ten minutes
+    # the edit stage's first model call answers after five minutes: the craft is mid-edit when stopped, however slowly
+    # this machine ran it up to there (a craft that ended first would hand back nothing)
+    session = json.loads(SESSION.read_text())
+    session["stages"]["edit"].insert(0, {"fault": {"kind": "slow", "seconds": 300}, "content": "-"})
+    stalled = tmp_path / "stalled-mid-edit.json"
+    stalled.write_text(json.dumps(session))
+    with worker(database, log, "--lease", "600", model=f"scripted:{stalled}") as proc:  # a lease of ten minutes
         run_id = wait_for(lambda: job_row(database, job_id)["run_id"], timeout=120, interval=0.2)
         events = workdir / "runs" / run_id / "events.jsonl"
         wait_for(lambda: events.exists() and '"stage": "edit", "message": "' in events.read_text(), timeout=180)
