@@ -61,6 +61,9 @@ class Skeleton:
     # set when the lock is flakebot's rename of the crate's (provisional), not cargo's relock: its relock key, under
     # which a build that took the lock keeps it (keep_renamed); '' for cargo's own (or a cached copy of it)
     renamed: str = ""
+    # whether a package declares dev-dependencies: only then does the derivation's check phase compile anything (the
+    # dev-dependencies, the features tests unify) that `cargo build` did not
+    dev_dependencies: bool = True
 
 
 def write_skeleton(
@@ -104,6 +107,9 @@ def write_skeleton(
         build_flags=_without_bin_flags(facts.cargo_build_flags),
         local_names=sorted({form for name in names for form in (name, name.replace("-", "_"))}),
         renamed=key if renamed is not None else "",
+        dev_dependencies=any(
+            _declares_dev_dependencies(tomllib.loads(text)) for rel, text in files.items() if rel.endswith("Cargo.toml")
+        ),
     )
 
 
@@ -229,6 +235,12 @@ def _dependency_tables(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(workspace.get("dependencies"), dict):
         tables.append(workspace["dependencies"])
     return tables
+
+
+def _declares_dev_dependencies(manifest: dict[str, Any]) -> bool:
+    """Whether a skeleton manifest names any dev-dependency, for every platform or for one ([target.X])."""
+    platforms = [manifest, *(t for t in manifest.get("target", {}).values() if isinstance(t, dict))]
+    return any(platform.get(key) for platform in platforms for key in ("dev-dependencies", "dev_dependencies"))
 
 
 def _sorted(value: Any) -> Any:

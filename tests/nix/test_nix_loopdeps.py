@@ -10,6 +10,7 @@ import os
 import secrets
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,13 +164,30 @@ def loop_sandbox(settings: config.Settings, crate: Path, target: Path, host: Car
 
 
 def test_the_loops_cargo_test_finds_the_dev_dependencies_built(tmp_path: Path) -> None:
+    dev = '[dependencies]\nlibc = "0.2"\n\n[dev-dependencies]\nitoa = "1"\n'
+    test = '#[test]\nfn formats() { assert_eq!(itoa::Buffer::new().format(7), "7"); }\n'
+    artifacts, log = loop_test_on_deps(tmp_path, dev, test)
+    assert {a["package_id"].rsplit("#", 1)[-1] for a in artifacts if not a["fresh"]} == {"tally@0.1.0"}
+    assert any(a["fresh"] and "itoa" in a["package_id"] for a in artifacts)  # the dev-dependency came built
+    assert "cargo test --release" in log and "--no-run" in log  # compiled, not run: the skeleton has no tests
+
+
+def test_without_dev_dependencies_the_deps_derivation_has_no_check_phase_and_the_loops_cargo_test_finds_all_built(
+    tmp_path: Path,
+) -> None:
+    test = "#[test]\nfn pid() { assert!(unsafe { libc::getpid() } > 0); }\n"
+    artifacts, log = loop_test_on_deps(tmp_path, '[dependencies]\nlibc = "0.2"\n', test)
+    assert {a["package_id"].rsplit("#", 1)[-1] for a in artifacts if not a["fresh"]} == {"tally@0.1.0"}
+    assert any(a["fresh"] and "libc" in a["package_id"] for a in artifacts)
+    assert "cargo build --release" in log and "cargo test" not in log
+
+
+def loop_test_on_deps(tmp_path: Path, dependencies: str, test: str) -> tuple[list[dict[str, Any]], str]:
+    """The crate tally (`dependencies`, an integration test `test`) given a dependency set of its own: the loop's
+    `cargo test` on a copy of its deps derivation's output (cargo's artifact messages), and that derivation's log."""
     require("nix", "bwrap", "cargo")
     settings = config.load({"offline": True, "registry": "local", "nixpkgs": "host"})
-    manifest = (
-        f'[package]\nname = "tally"\nversion = "0.1.0"\nedition = "2021"\n\n{salt_table()}\n\n'
-        '[dependencies]\nlibc = "0.2"\n\n[dev-dependencies]\nitoa = "1"\n'
-    )
-    test = '#[test]\nfn formats() { assert_eq!(itoa::Buffer::new().format(7), "7"); }\n'
+    manifest = f'[package]\nname = "tally"\nversion = "0.1.0"\nedition = "2021"\n\n{salt_table()}\n\n{dependencies}'
     crate = write(tmp_path / "crate", {"Cargo.toml": manifest, "src/main.rs": "fn main() {}\n", "tests/t.rs": test})
     host = Cargo.for_run(settings, tmp_path / "scratch")
     assert host.run(["metadata", "--format-version", "1", "--offline"], crate).returncode == 0
@@ -183,9 +201,8 @@ def test_the_loops_cargo_test_finds_the_dev_dependencies_built(tmp_path: Path) -
         cargo.argv("test", "--locked", "--message-format=json"), cwd=crate, env=cargo.env()
     )
     assert done.ok, done.stderr[-2000:]
-    artifacts = [json.loads(line) for line in done.stdout.splitlines() if '"compiler-artifact"' in line]
-    assert {a["package_id"].rsplit("#", 1)[-1] for a in artifacts if not a["fresh"]} == {"tally@0.1.0"}
-    assert any(a["fresh"] and "itoa" in a["package_id"] for a in artifacts)  # the dev-dependency came built
+    log = subprocess.run([NIX_STORE, "--read-log", str(output)], capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in done.stdout.splitlines() if '"compiler-artifact"' in line], log
 
 
 def test_a_second_crate_on_the_same_dependencies_takes_the_indexed_output_and_a_forged_index_is_not_followed(
