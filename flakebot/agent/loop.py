@@ -11,7 +11,8 @@ run -> step -> query -> execute -> verdict
   as the verdict's tests have passed, beside flakebot's own run of the examples (which writes nothing of the tree),
   and should that run fail, the commit made gets the count of failures (the best commit is still the one restored);
   the same edit or the same failures three times in a row stops the loop;
-  `workspace.guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
+  `workspace.guard()` runs after every tool call and every verdict (the frozen-file check; in a verdict that commits
+  beside the examples, once cargo has ended, before the commit): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
 What the loop does to the world goes through the workspace (agent/workspace.py); what it reports, through `events`.
 """
