@@ -18,7 +18,8 @@ Each sample, raw and iteration interleaved:
              step's report and the next model call); the run's state.json is saved. As in a run, a red iteration's
              tool call waits for the commit the iteration before it left running to have read the tree, its verdict
              for the whole of it (the verdict's host git may lock the index; two steps in one loop, the second
-             timed), and the green one, a run's last, for the whole of its own
+             timed), and the green one, a run's last, for the whole of its own (started, as the model said done, once
+             the tests passed, beside the examples)
 Two kinds of iteration, as a craft has them:
   red    a test still fails after the edit (every iteration but the last): the verdict runs cargo once
   green  everything passes (the last iteration): the verdict then runs every example on the built binary (a crate
@@ -104,11 +105,11 @@ class Timed:
 class BenchWorkspace:
     """The loop's workspace here: the bench's commit and the edit stage's verdict, no restore, no frozen-file guard."""
 
-    def __init__(self, commit: Callable[..., str], verdict: Callable[[bool], Verdict]) -> None:
-        self.commit, self._verdict = commit, verdict
+    def __init__(self, commit: Callable[..., str], verdict: Callable[..., Verdict], git: WorkspaceGit) -> None:
+        self.commit, self._verdict, self.reword = commit, verdict, git.reword
 
-    def verdict(self, claimed: bool = False) -> Verdict:
-        return self._verdict(claimed)
+    def verdict(self, claimed: bool = False, on_tested: Callable[[], None] | None = None) -> Verdict:
+        return self._verdict(claimed, on_tested)
 
     def restore(self, sha: str) -> None:
         pass
@@ -206,7 +207,7 @@ class Bench:
             raise RuntimeError(f"raw cargo test did not run the tests:\n{result.stderr[-2000:]}")
         return seconds
 
-    def verdict(self, spent: dict[str, float]) -> Callable[[bool], Verdict]:
+    def verdict(self, spent: dict[str, float]) -> Callable[..., Verdict]:
         """The edit stage's own verdict (make_verdict), its cargo runs timed."""
         runner = example_runner(self.settings, self.cargo.target_dir)
 
@@ -249,7 +250,7 @@ class Bench:
         ]  # their stub servers started beforehand
         try:
             toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
-            workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent))
+            workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent), self.git)
             loop = TimedLoop(
                 models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
                 BenchEvents(self.run, transcript),

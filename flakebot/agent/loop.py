@@ -7,9 +7,12 @@ run -> step -> query -> execute -> verdict
   thread beside the step's report and the next model call; its read of the tree (`git add -A`) is waited for before
   the next tool call (it may change the tree), the rest of it (index, objects, refs: nothing the tools or the
   sandbox write) goes on beside the tool calls, and the whole commit is settled before the verdict (its host git
-  may lock the index), a restore, and the end of the run;
+  may lock the index), a restore, and the end of the run; when the model said it is done, the commit starts as soon
+  as the verdict's tests have passed, beside flakebot's own run of the examples (which writes nothing of the tree),
+  and should that run fail, the commit made gets the count of failures (the best commit is still the one restored);
   the same edit or the same failures three times in a row stops the loop;
-  `workspace.guard()` runs after every tool call and every verdict (the frozen-file check): it may stop the loop;
+  `workspace.guard()` runs after every tool call and every verdict (the frozen-file check; in a verdict that commits
+  beside the examples, once cargo has ended, before the commit): it may stop the loop;
   `done` is not trusted: only flakebot's verdict ends the loop green.
 What the loop does to the world goes through the workspace (agent/workspace.py); what it reports, through `events`.
 """
@@ -48,8 +51,9 @@ class Environment(Protocol):
     """What the loop does to the world (agent/workspace.py's Workspace): commit and restore states, judge, guard."""
 
     def commit(self, message: str, staged: Callable[[], None] = ...) -> str: ...
+    def reword(self, made: str, message: str) -> str: ...
     def restore(self, sha: str) -> None: ...
-    def verdict(self, claimed: bool = False) -> Verdict: ...
+    def verdict(self, claimed: bool = False, on_tested: Callable[[], None] | None = None) -> Verdict: ...
     def guard(self) -> None: ...
 
 
@@ -132,6 +136,10 @@ class PendingCommit:
         if self._error is not None:
             raise self._error
         return self._sha
+
+    def wait(self) -> None:
+        """Until the commit has ended, whatever its outcome."""
+        self._thread.join()
 
 
 class StopLoop(Exception):
@@ -275,16 +283,40 @@ class EditLoop:
         # the whole commit, not only its read: the verdict's own host git (a fork's changed files: `git diff`) may
         # refresh the index under .git/index.lock, and a `git commit` started meanwhile dies on that lock
         self.settle()
+        ahead: list[PendingCommit] = []
+        message = f"flakebot: iteration {self.result.iterations}, {{}} failing"
+
+        def on_tested() -> None:
+            # the tests passed and cargo has ended: only flakebot's own run of the examples is left, which writes
+            # nothing of the tree, so the tree is guarded and committed now, beside it, as a green verdict has it
+            self.workspace.guard()
+            ahead.append(PendingCommit(self.workspace.commit, message.format(0)))
+
         # `claimed`: the model called `done` this step. Never trusted for the verdict; it only tells the workspace
-        # a green verdict is expected, so work that pays only then may start early (the examples beside the tests)
-        verdict = self.workspace.verdict(claimed)
-        self.workspace.guard()  # the verdict's own cargo test ran build scripts: a green from a changed test means nothing
+        # a green verdict is expected, so work that pays only then may start early (the examples beside the tests,
+        # the commit beside the examples)
+        try:
+            verdict = self.workspace.verdict(claimed, on_tested) if claimed else self.workspace.verdict()
+        except BaseException:
+            for commit in ahead:  # no git left running beside what follows (a restore)
+                commit.wait()
+            raise
+        if not ahead:  # (on_tested guarded the tree the commit read, as cargo left it)
+            self.workspace.guard()  # the verdict's cargo test ran build scripts: a green from a changed test means nothing
         self.events.record(
             "verdict", iteration=self.result.iterations, green=verdict.green, failures=verdict.failures, key=verdict.key
         )
-        if self.result.best_failures is None or verdict.failures <= self.result.best_failures:
-            message = f"flakebot: iteration {self.result.iterations}, {verdict.failures} failing"
-            self._pending = PendingCommit(self.workspace.commit, message)  # its read waited for before the tree changes
+        better = self.result.best_failures is None or verdict.failures <= self.result.best_failures
+        if ahead and verdict.failures:  # the examples failed: the commit made says how many
+            ahead[0].sha()  # made (or its failure raised) before its message changes
+            sha = self.workspace.reword(message.format(0), message.format(verdict.failures))
+            if better:
+                self._remember(verdict, sha)
+        elif ahead or better:
+            # its read waited for before the tree changes
+            self._pending = (
+                ahead[0] if ahead else PendingCommit(self.workspace.commit, message.format(verdict.failures))
+            )
             self._remember(verdict, self.result.best_commit)
         self._recent_failures = (self._recent_failures + [verdict.key])[-REPEAT_LIMIT:]
         if not verdict.green and len(self._recent_failures) == REPEAT_LIMIT and len(set(self._recent_failures)) == 1:

@@ -64,30 +64,50 @@ def make_verdict(
     iteration they would take the cores from its tests (on 2 cores P2 rose from 1.08 to 1.17-1.21). Otherwise they
     run after cargo, as a service's lifecycle always does (its frozen test starts the service too, and the two starts
     would share the cores within their start timeouts).
+    `on_tested()`, given to a claimed verdict, is called (on cargo's thread) once its last cargo run has ended with every
+    test passing while the examples still run beside: the tree is then as judged (the examples write nothing of it),
+    so the loop guards and commits it beside them rather than after them.
     """
 
-    def tested(extra: list[str], early: bool, started: list[Early]) -> tuple[Any, Verdict, Early | None]:
+    def last(extra: list[str], report: Any) -> bool:
+        """Whether no other cargo run follows this green one (the full `cargo test`, for doc tests)."""
+        return only_acceptance or not extra or not has_doctests(report, workspace)
+
+    def tested(
+        extra: list[str], early: bool, started: list[Early], on_tested: Callable[[], None] | None
+    ) -> tuple[Any, Verdict, Early | None]:
         if snapshot is None:
             report = cargo_test(extra)
             return report, judge(report, spec), None
         beside = Early(spec, run_example, snapshot, lifecycle)
         started.append(beside)
+        at_once_examples = early and not spec.service
 
-        def cargo() -> Any:
+        done: list[tuple[Any, Verdict]] = []
+
+        def cargo() -> None:
             try:
-                return cargo_test(extra, beside.on_line)
+                report = cargo_test(extra, beside.on_line)
             finally:
                 beside.ready.set()  # no artifact message: the examples' thread stops waiting
+            beside.after_cargo()  # the file cargo named held to the copy now, beside the examples still running
+            done.append((report, judge(report, spec)))
+            if at_once_examples and on_tested is not None and done[0][1].green and last(extra, report):
+                on_tested()
 
-        report = at_once([cargo, beside.examples], 2)[0] if early and not spec.service else cargo()
-        return report, judge(report, spec), beside
+        if at_once_examples:
+            at_once([cargo, beside.examples], 2)
+        else:
+            cargo()
+        return *done[0], beside
 
-    def verdict(claimed: bool = False) -> Verdict:
+    def verdict(claimed: bool = False, on_tested: Callable[[], None] | None = None) -> Verdict:
         early, started = claimed, list[Early]()
         try:
-            report, result, beside = tested(ACCEPTANCE_TARGET if only_acceptance else ["--tests"], early, started)
-            if result.green and not only_acceptance and has_doctests(report, workspace):
-                report, result, beside = tested([], early, started)
+            extra = ACCEPTANCE_TARGET if only_acceptance else ["--tests"]
+            report, result, beside = tested(extra, early, started, on_tested)
+            if result.green and not last(extra, report):
+                report, result, beside = tested([], early, started, on_tested)
             if not result.green:
                 return result  # red as the tests say: the examples' results (if any ran) are not shown
             if beside and beside.named is not None:
@@ -125,6 +145,7 @@ class Early:
         self.refused = ""  # why the file named could not be copied (then no copy: red, never the file after cargo)
         self.moved = False  # a later message of the bin found another file, or other bytes, than the copy's
         self.repeats = 0  # later messages of the bin
+        self.kept: bool | None = None  # after cargo: the file cargo named still the very file copied (after_cargo)
 
     def on_line(self, line: str) -> None:
         """cargo's stdout, line by line, on cargo's thread: the first artifact message of the bin target whose file
@@ -146,6 +167,12 @@ class Early:
             return
         self.ready.set()
 
+    def after_cargo(self) -> None:
+        """Once cargo has ended: whether the file it named is still the very file copied. Nothing of the build runs
+        after its end, so this holds for the judgement too; taken here, it is read while the examples still run."""
+        if self.snap is not None:
+            self.kept = self.snap.unchanged()
+
     def examples(self) -> None:
         """The examples (a service: its lifecycle) on the snapshot, once it is taken; nothing when cargo ends without one."""
         self.ready.wait()
@@ -159,7 +186,7 @@ class Early:
             failures = [unclear]
         elif self.snap is None:
             failures = [f"{self.refused}: flakebot runs {_judged(self.spec)} only on what cargo built"]
-        elif named != self.named or self.moved or not self.snap.unchanged():
+        elif named != self.named or self.moved or not (self.snap.unchanged() if self.kept is None else self.kept):
             failures = [
                 f"{self.snap.source} run by flakebot on the built binary: the file cargo built was replaced after cargo "
                 f"reported it (by a build script, a proc macro or a test): flakebot runs {_judged(self.spec)} on what "

@@ -69,6 +69,13 @@ class WorkspaceGit:
                 raise  # something to commit, and git could not: its reason, not "nothing to commit"
         return self.head_from_files() or self.head(sweep=False)
 
+    def reword(self, made: str, message: str) -> str:
+        """HEAD's message `made` replaced by `message`, its tree and parents kept (nothing staged is taken: --only);
+        HEAD's commit. A HEAD with another message (that commit found nothing to commit) is left as it is."""
+        if self("log", "-1", "--format=%B", sweep=False).strip() == made:
+            self("commit", "-q", "--no-verify", "--amend", "--only", "--allow-empty", "-m", message, sweep=False)
+        return self.head_from_files() or self.head(sweep=False)
+
     def head_from_files(self) -> str:
         """HEAD's commit read from .git's own files (safegit.head_from_files: written by flakebot's git alone, the
         sandbox binds .git read-only), one git process fewer per commit; '' when they do not hold it plainly."""
@@ -150,6 +157,9 @@ class Workspace:
     def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
         return self.git.commit(message, staged)
 
+    def reword(self, made: str, message: str) -> str:
+        return self.git.reword(made, message)
+
     def restore(self, sha: str) -> None:
         self.git.reset(sha, "-fd")
 
@@ -161,9 +171,11 @@ class Workspace:
         """The verdict before any edit (a fork's whole suite)."""
         return self._fork.full() if self._fork else self._verdict()
 
-    def verdict(self, claimed: bool = False) -> Verdict:
-        """flakebot's verdict on the tree; `claimed`: the model said it is done (only when to start what pays then)."""
-        return self._fork() if self._fork else self._verdict(claimed)
+    def verdict(self, claimed: bool = False, on_tested: Callable[[], None] | None = None) -> Verdict:
+        """flakebot's verdict on the tree; `claimed`: the model said it is done (only when to start what pays then);
+        `on_tested()`: called once the tests passed while flakebot's own examples still run (make_verdict; a fork's
+        verdict never calls it)."""
+        return self._fork() if self._fork else self._verdict(claimed, on_tested)
 
     def guard(self) -> None:
         """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the

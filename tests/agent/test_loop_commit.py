@@ -66,6 +66,9 @@ class Judged:
 
         return self.ws.commit(message, read)
 
+    def reword(self, made: str, message: str) -> str:
+        return self.ws.reword(made, message)
+
     def restore(self, sha: str) -> None:
         self.ws.restore(sha)
 
@@ -262,3 +265,77 @@ def test_a_tree_changed_every_way_while_git_commit_runs_changes_nothing_committe
     assert {rel: (ws.root / rel).read_text() for rel in judged} == judged
     assert not (ws.root / "crate/Cargo.toml").is_symlink() and not (ws.root / "crate/sub").exists()
     assert ws.git("status", "--porcelain", "--ignored") == ""
+
+
+class Claiming(Writes):
+    """Writes, and says it is done in the turns (1-based) of `claims`."""
+
+    def __init__(self, texts: list[str], claims: set[int]) -> None:
+        super().__init__(texts)
+        self.claims = claims
+
+    def complete(self, messages: list[dict[str, Any]], tools: Any = None, *, temperature: float = 0.0) -> Reply:
+        reply = super().complete(messages, tools, temperature=temperature)
+        said = [ToolCall(f"d{self.turns}", "done", {"summary": "done"})] if self.turns in self.claims else []
+        return Reply("", [*reply.tool_calls, *said])
+
+
+class Examined(Judged):
+    """As the edit stage's verdict does once the model said it is done: every test passed, so `on_tested()` is called
+    while flakebot's own run of the examples goes on; that run here waits (at most 5 s) until the iteration's commit
+    is in the log, noting whether it came, then fails `failures[i]` examples."""
+
+    def __init__(self, ws: Workspace, failures: list[int]) -> None:
+        super().__init__(ws, failures)
+        self.committed_while_examined: list[bool] = []
+
+    def verdict(self, claimed: bool = False, on_tested: Callable[[], None] | None = None) -> Verdict:
+        if claimed and on_tested is not None:
+            on_tested()
+            made = f"flakebot: iteration {len(self.judged) + 1}, 0 failing"
+            deadline = time.monotonic() + 5
+            while made not in self.ws.git("log", "--format=%s", sweep=False) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            self.committed_while_examined.append(time.monotonic() < deadline)
+        return super().verdict(claimed)
+
+
+def claiming_loop(tmp_path: Path, texts: list[str], failures: list[int], claims: set[int]) -> Any:
+    ws = make_workspace(tmp_path / "repo")
+    env = Examined(ws, failures)
+    tools = Toolbox(ws.root, ws.checks.sandbox, ws.checks.cargo, crate_dir="crate")
+    loop = EditLoop(Claiming(texts, claims), tools, env, LoopLimits(len(texts), 60))  # type: ignore[arg-type]
+    return loop, ws, env
+
+
+def test_a_claimed_verdict_commits_once_the_tests_passed_beside_the_examples(repo: Path) -> None:
+    texts = ["fn main() { /* a */ }\n"]
+    loop, ws, env = claiming_loop(repo, texts, failures=[0], claims={1})
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.green and env.committed_while_examined == [True]  # made before the examples' run ended
+    assert ws.git("log", "-1", "--format=%s").strip() == "flakebot: iteration 1, 0 failing"
+    assert result.best_commit == ws.git.head() and ws.git("show", f"{result.best_commit}:{MAIN}") == texts[0]
+    assert ws.git("status", "--porcelain") == ""
+
+
+def test_a_commit_made_beside_examples_that_then_fail_says_how_many(repo: Path) -> None:
+    """No worse than the best: the commit made beside the examples is the best, its message their count."""
+    texts = ["fn main() { /* a */ }\n", "fn main() { /* b */ }\n"]
+    loop, ws, env = claiming_loop(repo, texts, failures=[2, 3], claims={1})
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.status == "iterations" and env.committed_while_examined == [True]
+    assert ws.git("log", "--format=%s").splitlines()[:2] == ["flakebot: iteration 1, 2 failing", "base"]
+    assert ws.git("show", f"{result.best_commit}:{MAIN}") == texts[0] == (ws.root / MAIN).read_text()  # restored
+    assert result.best_failures == 2
+
+
+def test_a_commit_made_beside_examples_that_fail_worse_than_the_best_is_not_the_best(repo: Path) -> None:
+    """Worse than the best: the commit made says its count, and the best is restored."""
+    texts = ["fn main() { /* a */ }\n", "fn main() { /* b */ }\n"]
+    loop, ws, env = claiming_loop(repo, texts, failures=[1, 3], claims={2})
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.status == "iterations" and env.committed_while_examined == [True]
+    assert ws.git("log", "--format=%s").splitlines()[:2] == ["flakebot: iteration 1, 1 failing", "base"]
+    assert "flakebot: iteration 2, 3 failing" in ws.git("log", "-g", "--format=%s").splitlines()  # before the restore
+    assert ws.git("log", "-1", "--format=%s", result.best_commit).strip() == "flakebot: iteration 1, 1 failing"
+    assert (ws.root / MAIN).read_text() == texts[0] and result.best_failures == 1  # the best restored

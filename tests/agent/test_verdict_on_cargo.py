@@ -8,6 +8,7 @@ in the report is capped (its middle dropped). Judged from outside: the verdict, 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,47 @@ def test_a_librarys_doc_tests_run_when_its_warnings_filled_the_kept_output(works
     )
     for verdict in verdicts(workspace, target, ""):
         assert not verdict.green and verdict.data["failed"], verdict.summary
+
+
+def test_a_claimed_verdict_says_its_tests_passed_while_its_examples_still_run(workspace: Path) -> None:
+    """With the model's `done`, once cargo has ended and every test passed, `on_tested()` is called (the loop commits
+    the tree then) while flakebot's own examples still run; it is not called when a test failed, nor without `done`."""
+    require("bwrap", "cargo")
+    target = workspace.parent / "target"
+    files = {
+        "Cargo.toml": '[package]\nname = "tool"\nversion = "0.1.0"\nedition = "2021"\n',
+        "src/main.rs": 'fn main() { println!("expected"); }\n',
+        ACCEPTANCE_TEST: GAMED,
+    }
+    write(workspace, files)
+    sandbox = open_sandbox("required", workspace=workspace, writable=[workspace, target], timeout=600, adopt=True)
+    cargo = Cargo(target_dir=target, offline=True)
+    runner = example_runner(Settings(sandbox="required"), target)
+    events: list[str] = []
+    tested = threading.Event()
+
+    def cargo_test(extra: list[str], on_line: Any = None) -> Any:
+        report = run_cargo(sandbox, cargo, "test", cwd=workspace, extra=extra, on_line=on_line)
+        events.append("cargo")
+        return report
+
+    def run_example(binary: Path, example: Any) -> Any:
+        ran = runner(binary, example)
+        tested.wait(10)  # an example's run ends only once the tests were said to pass (if they are)
+        events.append("example")
+        return ran
+
+    def on_tested() -> None:
+        events.append("tested")
+        tested.set()
+
+    verdict = make_verdict(cargo_test, SPEC, workspace, run_example, snapshot=runner.snapshot)
+    assert verdict(True, on_tested).green
+    assert events == ["cargo", "tested", *["example"] * len(EXAMPLES)]
+    events.clear()  # `tested` stays set: the examples after cargo do not wait
+    assert verdict(False, on_tested).green
+    assert "tested" not in events
+    write(workspace, {"tests/failing.rs": "#[test]\nfn failing() { panic!() }\n"})
+    events.clear()
+    assert not verdict(True, on_tested).green
+    assert "tested" not in events
