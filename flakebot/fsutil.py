@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -75,14 +76,24 @@ def remove_tree(path: Path) -> bool:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes held by the files under `path` (links not followed)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue  # removed meanwhile
+    """Bytes held by the files under `path` (links not followed): one lstat per entry, read as its directory is
+    listed (the edit loop's guard totals its trees after every tool call and verdict)."""
+    total, pending = 0, [os.fspath(path)]
+    while pending:
+        try:
+            listing = os.scandir(pending.pop())
+        except OSError:
+            continue  # gone, or not a directory
+        with listing:
+            for entry in listing:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # removed meanwhile
+                if stat.S_ISDIR(st.st_mode):
+                    pending.append(entry.path)
+                else:
+                    total += st.st_size
     return total
 
 

@@ -7,7 +7,10 @@ edit (red: --key is missing, two acceptance tests fail) or its second (green). A
 phase, so `cargo test` and the verdict's `cargo test --tests` build and run the same tests.
 Everything runs in the bubblewrap sandbox with one warm target dir, cargo called as the edit stage calls it (offline:
 release, the stand-in's --target, the crate incremental and unoptimised, the registry where Nix builds see it;
-nix/loopdeps.py).
+nix/loopdeps.py). The iteration pays what the stage's does around cargo: the sandbox opened as the stage opens it
+(as root, flakebot's trees handed to the sandbox's uid before each command), the dependency set looked at before each
+`cargo test` (the target dir seeded from the flake's deps derivation first), the stage's guard (frozen test, disk
+total) after each tool call and verdict.
 
 Each sample, raw and iteration interleaved:
   raw        Python writes a one-line edit into src/main.rs, then `cargo test --no-fail-fast` runs in the same sandbox
@@ -52,16 +55,16 @@ from flakebot.agent.acceptance import Frozen, write_acceptance_test
 from flakebot.agent.loop import EditLoop, LoopLimits, Verdict
 from flakebot.agent.tools import Toolbox
 from flakebot.agent.verdict import make_verdict
-from flakebot.agent.workspace import WorkspaceGit
+from flakebot.agent.workspace import WorkspaceGit, guard_trees
 from flakebot.cargo.diagnostics import run_cargo
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
 from flakebot.crates.registries import local_registry
 from flakebot.llm.providers import resolve_model
 from flakebot.llm.transcript import Transcript
-from flakebot.nix.loopdeps import NoStoreDeps, Plan, crate_name, plan
+from flakebot.nix.loopdeps import NoStoreDeps, Plan, StoreSeeder, crate_name, plan
 from flakebot.pipeline.run import Run
-from flakebot.sandbox import Sandbox, open_sandbox
+from flakebot.sandbox import Sandbox, limits_for, open_sandbox
 from flakebot.source.newcrate import new_crate
 from flakebot.stages.edit import example_runner
 from flakebot.toolspec import ToolSpec
@@ -103,18 +106,18 @@ class Timed:
 
 
 class BenchWorkspace:
-    """The loop's workspace here: the bench's commit and the edit stage's verdict, no restore, no frozen-file guard."""
+    """The loop's workspace here: the bench's commit, the edit stage's verdict and guard (the frozen test checked,
+    the disk limit totalled), no restore."""
 
-    def __init__(self, commit: Callable[..., str], verdict: Callable[..., Verdict], git: WorkspaceGit) -> None:
-        self.commit, self._verdict, self.reword = commit, verdict, git.reword
+    def __init__(
+        self, commit: Callable[..., str], verdict: Callable[..., Verdict], git: WorkspaceGit, guard: Callable[[], None]
+    ) -> None:
+        self.commit, self._verdict, self.reword, self.guard = commit, verdict, git.reword, guard
 
     def verdict(self, claimed: bool = False, on_tested: Callable[[], None] | None = None) -> Verdict:
         return self._verdict(claimed, on_tested)
 
     def restore(self, sha: str) -> None:
-        pass
-
-    def guard(self) -> None:
         pass
 
 
@@ -171,21 +174,37 @@ class Bench:
         self.cargo = Cargo.for_run(self.settings, self.target)
         store = loop_plan(self.settings, self.cargo)  # the edit stage's profile and registry path, when it has them
         registry = self.cargo.registry_dir
+        self.frozen = write_acceptance_test(self.spec, self.crate)  # rel path -> digest, as the edit stage freezes it
+        # as the edit stage opens it (stages/edit.py): as root, flakebot's trees handed to the sandbox's own uid
+        # before each command (adopt), the frozen test left alone, the stage's limits
         self.sandbox: Sandbox = open_sandbox(
-            "required", workspace=self.crate, writable=[self.crate, self.target], timeout=600,
+            "required", workspace=self.crate, writable=[self.crate, self.target], adopt=True,
+            frozen=Frozen(self.crate, self.frozen).paths(), limits=limits_for(self.settings, timeout=600),
             binds=[(False, registry, store.registry)] if store and registry else [],
         )  # fmt: skip
+        self.seeder: StoreSeeder | None = None
         if store:
             self.cargo.sandbox_registry, self.cargo.profile = store.registry, store.profile(crate_name(self.crate))
+            self.seeder = StoreSeeder(self.settings, self.crate, self.target, self.run.dir / "loop-deps", store)
         added = Toolbox(self.crate, self.sandbox, self.cargo).call("add_dependency", {"name": "clap"})
         if not added.ok:
             raise RuntimeError(f"cargo add clap failed: {added.text}")
-        self.frozen = write_acceptance_test(self.spec, self.crate)  # rel path -> digest, as the edit stage freezes it
+
+    def before_test(self) -> None:
+        """What the edit stage does before each `cargo test` (stages/edit.py _seed_dependencies): the target dir
+        seeded from the flake's deps derivation the first time, after that the dependency set looked at again."""
+        if self.seeder is not None:
+            self.seeder.refresh()
+
+    def guard(self) -> None:
+        """The edit stage's guard after every tool call and verdict (agent/workspace.py guard_trees)."""
+        guard_trees(Frozen(self.crate, self.frozen), [self.crate, self.target], self.settings.sandbox_disk_mb)
 
     def use(self, main_rs: str) -> None:
         """src/main.rs as the model wrote it, committed, and the target dir warmed by a first `cargo test`."""
         (self.crate / "src/main.rs").write_text(main_rs)
         self.commit("bench: the model's version")
+        self.before_test()
         run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate)
 
     def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
@@ -200,9 +219,8 @@ class Bench:
         search, replace = self.next_edit()
         main = self.crate / "src/main.rs"
         main.write_text(main.read_text().replace(search, replace, 1))
-        start = time.perf_counter()
         result = self.sandbox.run(self.cargo.argv("test", "--no-fail-fast"), cwd=self.crate, env=self.cargo.env())
-        seconds = time.perf_counter() - start
+        seconds = result.seconds  # the process's, as the verdict's cargo is timed (not flakebot's steps before it)
         if result.timed_out or "test result" not in result.stdout:
             raise RuntimeError(f"raw cargo test did not run the tests:\n{result.stderr[-2000:]}")
         return seconds
@@ -229,6 +247,7 @@ class Bench:
         )  # fmt: skip
 
     def _cargo_test(self, spent: dict[str, float], extra: list[str], on_line: Any = None) -> Any:
+        self.before_test()
         report = run_cargo(self.sandbox, self.cargo, "test", cwd=self.crate, extra=extra, on_line=on_line)
         # the one `cargo test` a person would run; a second run is flakebot's choice
         spent.setdefault("cargo_first", report.seconds)
@@ -250,7 +269,7 @@ class Bench:
         ]  # their stub servers started beforehand
         try:
             toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
-            workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent), self.git)
+            workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent), self.git, self.guard)
             loop = TimedLoop(
                 models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
                 BenchEvents(self.run, transcript),

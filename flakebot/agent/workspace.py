@@ -178,16 +178,8 @@ class Workspace:
         return self._fork() if self._fork else self._verdict(claimed, on_tested)
 
     def guard(self) -> None:
-        """Checked after every tool call and verdict: the frozen test is unchanged (else `tampered`), and the
-        workspace and target dir hold no more than the limit (else `disk`; the sandbox kills one command that
-        writes too much, this bounds what many commands leave)."""
-        self.frozen.check()
-        used = sum(tree_bytes(p) for p in self.measured) // (1024 * 1024)
-        if used > self.disk_mb:
-            raise StopLoop(
-                "disk",
-                f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({self.disk_mb} MiB)",
-            )
+        """Checked after every tool call and verdict (guard_trees)."""
+        guard_trees(self.frozen, self.measured, self.disk_mb)
 
     def _cargo_test(self, extra: list[str], on_line: Callable[[str], None] | None = None) -> CargoReport:
         from flakebot.cargo.diagnostics import run_cargo
@@ -214,3 +206,15 @@ def changed_files(git: WorkspaceGit, base: str, crate_rel: str) -> list[str]:
     paths += git("ls-files", "--others", "--exclude-standard").splitlines()
     prefix = f"{crate_rel.rstrip('/')}/" if crate_rel else ""
     return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})
+
+
+def guard_trees(frozen: Frozen, measured: Sequence[Path], disk_mb: int) -> None:
+    """The edit loop's guard: the frozen test is unchanged (else `tampered`), and the workspace and target dir
+    (`measured`) hold no more than the limit (else `disk`; the sandbox kills one command that writes too much, this
+    bounds what many commands leave)."""
+    frozen.check()
+    used = sum(tree_bytes(p) for p in measured) // (1024 * 1024)
+    if used > disk_mb:
+        raise StopLoop(
+            "disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({disk_mb} MiB)"
+        )

@@ -23,27 +23,48 @@ SKIP_NAMES = {".git"}  # read-only in the sandbox; host git objects stay root's
 def adopt(trees: Iterable[Path], uid: int, skip: Iterable[Path] = ()) -> int:
     """Make every file and directory under `trees` writable by `uid` (whose gid is the same number); returns how
     many entries changed. Entries `uid` already owns, or already group `uid` with group write, are untouched."""
-    skipped = {Path(p).resolve() for p in skip}
+    skipped = {str(Path(p).resolve()) for p in skip}
     changed = 0
     for tree in trees:
         tree = Path(tree).resolve()
         if not tree.is_dir():  # a single file (a tool's staged writable file) is handed over alone
-            changed += _adopt_one(tree, uid, skipped) if tree.is_file() and tree not in skipped else 0
+            if tree.is_file() and str(tree) not in skipped:
+                changed += _adopt_one(str(tree), os.lstat(tree), uid)
             continue
-        changed += _adopt_one(tree, uid, skipped)
-        for root, dirs, files in os.walk(tree):  # never follows symlinked directories
-            dirs[:] = [d for d in dirs if d not in SKIP_NAMES]
-            for name in [*dirs, *files]:
-                path = Path(root, name)
-                if path not in skipped:
-                    changed += _adopt_one(path, uid, skipped)
+        changed += _adopt_one(str(tree), os.lstat(tree), uid)
+        changed += _adopt_under(str(tree), uid, skipped)
     if changed:
         logger.debug("sandbox: %d entries made writable for uid %d", changed, uid)
     return changed
 
 
-def _adopt_one(path: Path, uid: int, skipped: set[Path]) -> int:
-    st = os.lstat(path)
+def _adopt_under(top: str, uid: int, skipped: set[str]) -> int:
+    """adopt's walk below `top`: one lstat per entry, read from the directory as it is listed (this runs before every
+    sandboxed command: a warm target dir holds hundreds of entries); symbolic links never followed, `.git` left out."""
+    changed, pending = 0, [top]
+    while pending:
+        try:
+            listing = os.scandir(pending.pop())
+        except OSError:
+            continue  # gone, or not a directory any more (as os.walk skips it)
+        with listing:
+            for entry in listing:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # removed meanwhile (a removal on another thread)
+                is_dir = stat.S_ISDIR(st.st_mode)
+                if is_dir and entry.name in SKIP_NAMES:
+                    continue
+                if entry.path not in skipped:
+                    changed += _adopt_one(entry.path, st, uid)
+                if is_dir:
+                    pending.append(entry.path)
+    return changed
+
+
+def _adopt_one(path: str, st: os.stat_result, uid: int) -> int:
+    """The entry at `path`, whose lstat is `st`, handed to `uid`'s group (1), or left as it is (0)."""
     if stat.S_ISLNK(st.st_mode) or st.st_uid == uid:
         return 0
     if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid == 0:
@@ -53,6 +74,18 @@ def _adopt_one(path: Path, uid: int, skipped: set[Path]) -> int:
         mode |= stat.S_IXGRP
     if st.st_gid == uid and stat.S_IMODE(st.st_mode) == mode:
         return 0
-    os.chown(path, -1, uid, follow_symlinks=False)
-    os.chmod(path, mode)
+    # changed through a descriptor of the very entry looked at: a link or another file put at its name since (chmod
+    # follows links) is left alone
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return 0  # gone, a link now, or a socket (nothing to open): not handed over
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return 0
+        os.fchown(fd, -1, uid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
     return 1
