@@ -18,11 +18,14 @@ from flakebot.commands.table import Command, Parameter, check_values, commands
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (lines) for programs instead of tables.")]
 
 
+ONLY: str | None = None  # the one command this process runs (entry.py sets it: only_command), else every command
+
+
 def register(app: typer.Typer, groups: dict[str, typer.Typer], door: Any) -> None:
-    """Add every command the CLI offers to `app` (a "group verb" name to that group's typer); `door` gives the
-    loaded settings and the global options (cli/app.py's Globals)."""
+    """Add every command the CLI offers to `app` (a "group verb" name to that group's typer), or only ONLY when set;
+    `door` gives the loaded settings and the global options (cli/app.py's Globals)."""
     for command in commands():
-        if "cli" not in command.doors:
+        if "cli" not in command.doors or (ONLY is not None and command.name != ONLY):
             continue
         group, _, verb = command.name.rpartition(" ")
         target = groups[group] if group else app

@@ -21,7 +21,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -383,19 +384,36 @@ def make_client(endpoint: Endpoint, timeout: float, retries: int) -> tuple[Modul
     pool is the SDK's default one (its DefaultHttpxClient), verifying TLS with tls_context()."""
     sdk: ModuleType
     make: Callable[..., Any]
-    if endpoint.sdk == "groq":
-        import groq
+    with _httpx_cli_left_out():
+        if endpoint.sdk == "groq":
+            import groq
 
-        sdk, make = groq, groq.Groq
-    else:
-        import openai
+            sdk, make = groq, groq.Groq
+        else:
+            import openai
 
-        sdk, make = openai, openai.OpenAI
+            sdk, make = openai, openai.OpenAI
     pool = sdk.DefaultHttpxClient(timeout=timeout, verify=_trust(endpoint, sdk))
     client = make(
         api_key=endpoint.api_key, base_url=endpoint.base_url, timeout=timeout, max_retries=retries, http_client=pool
     )
     return sdk, client
+
+
+@contextmanager
+def _httpx_cli_left_out() -> Iterator[None]:
+    """httpx's package imports its command-line client (httpx._main: click, rich and pygments, ~50 ms of a craft's
+    first model client) only to offer `httpx.main`, which flakebot never calls: while an SDK is imported that module
+    is missing, so httpx defines its stand-in main (as without httpx[cli]); after it, it can be imported again."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        yield
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]  # None: the import system's "not there"
+    try:
+        yield
+    finally:
+        if "httpx._main" in sys.modules and sys.modules["httpx._main"] is None:
+            del sys.modules["httpx._main"]
 
 
 def http_library(sdk: ModuleType) -> ModuleType:

@@ -36,6 +36,7 @@ STORE = "the tool's store path"
 def instruct_stage(ctx: StageContext) -> InstructOut:
     spec, built = tested_spec(ctx.get(SpecOut), ctx.get(EditOut)), ctx.get(PackageOut)
     package = built.to_dict()
+    _remove_early(ctx)
     catalog = Catalog.open(ctx.settings)
     improve = ctx.request.improve
     need = improve.need if improve and improve.need else ctx.request.need  # an improvement keeps the tool's need
@@ -86,6 +87,19 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
     usage_md = redact_text(usage_markdown(manifest))
     entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
     return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
+
+
+def _remove_early(ctx: StageContext) -> None:
+    """The workspace and the edit loop's deps flake, read by no stage from here on (the package stage copied the crate
+    into the run's flake/, which this stage and the catalog read), removed while the tool's examples run, not in clean
+    after them: clean waits for each removal (pipeline/cleanup.py). Kept for --keep, and the workspace for --push."""
+    from flakebot.pipeline.cleanup import remove_early
+
+    if ctx.request.keep:
+        return
+    remove_early(ctx.run, ctx.run.dir / "loop-deps")
+    if not ctx.request.push:
+        remove_early(ctx.run, ctx.run.workspace)
 
 
 def add_to_catalog(

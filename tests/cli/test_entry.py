@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flakebot.cli.entry import AS_JSON, json_options, mcp_options, run_options
+from flakebot.cli.entry import AS_JSON, json_options, mcp_options, only_command, run_options
 from tests.conftest import run_cli
 
 
@@ -113,6 +113,22 @@ def test_a_line_left_to_typer_still_works() -> None:
     assert helped.returncode == 0 and "--args-json" in helped.stdout
     unknown = run_cli("run", "no-such-tool", "--no-such-option")
     assert unknown.returncode != 0 and "no-such-tool" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_a_line_naming_one_command_gives_typer_that_command_alone(flakebot_home: Path) -> None:
+    """`flakebot craft ...` builds the craft command alone; what a person sees is what the whole app shows: the same
+    help and usage error as with a global option first (every command built), a typo's suggestion among all names."""
+    assert only_command(["craft", "a need"]) == "craft" and only_command(["runs", "--json"]) == "runs"
+    for argv in (["-q", "craft"], ["config", "show"], ["crft"], ["mcp"], ["serve"], []):
+        assert only_command(argv) is None, argv
+    alone, every = run_cli("craft", "--help"), run_cli("-q", "craft", "--help")
+    assert alone.returncode == every.returncode == 0 and alone.stdout == every.stdout
+    assert "Usage: flakebot craft" in alone.stdout
+    alone, every = run_cli("craft"), run_cli("-q", "craft")
+    assert alone.returncode == every.returncode == 2 and alone.stderr == every.stderr
+    assert "Missing argument 'NEED'" in alone.stderr
+    typo = run_cli("crft", "x")
+    assert typo.returncode == 2 and "Did you mean 'craft'" in typo.stderr
 
 
 def _help(*options: str, env: dict[str, str] | None = None) -> tuple[str, bool]:

@@ -80,6 +80,8 @@ def test_craft_csv_deduper_end_to_end(workdir: Path, flakebot_home: Path, tmp_pa
     # Clean kept only the audit record.
     run = Run.load(workdir, result["run_id"])
     assert {p.name for p in run.dir.iterdir()} <= AUDIT_FILES
+    # the workspace, removed while instruct ran the examples, is clean's to report as it removed it
+    assert f"path:{run.workspace}" in run.output("clean")["removed"]
     assert (run.dir / "USAGE.md").read_text().startswith("# csv-dedup")
 
     # The same need again comes from the catalog, at once, without a model.

@@ -351,3 +351,35 @@ def test_the_stages_of_a_run_share_one_sdk_client_for_a_hosted_model(tmp_path: P
         assert edit._client is spec._client  # the same client: not closed with the spec stage's model
         assert edit.complete(ASK).text == "edit"
         edit.close()
+
+
+SDK_IN_A_FRESH_PROCESS = """
+import sys
+from flakebot.llm.chat import ChatModel, Endpoint
+from flakebot.llm.stub_server import StubServer
+
+sdk = sys.argv[1]
+with StubServer([{"content": "answered"}]) as server:
+    url = server.url if sdk == "groq" else server.openai_url
+    endpoint = Endpoint(name="x:m", provider="x", model="m", sdk=sdk, api_key="k", base_url=url)
+    model = ChatModel(endpoint, timeout=2.0, retries=0, stage="spec")
+    print(model.complete([{"role": "user", "content": "go"}]).text)
+    model.close()
+print(sorted(name for name in ("httpx._main", "click", "rich", "pygments") if name in sys.modules))
+import httpx._main  # noqa: E402  # once the SDK is imported, httpx's command-line client imports as before
+print(httpx._main.main is not None)
+"""
+
+
+@pytest.mark.parametrize("sdk", SDKS)
+def test_a_model_client_leaves_httpx_s_command_line_client_unimported(sdk: str) -> None:
+    """The SDK's import leaves out httpx's command-line client (click, rich, pygments: ~50 ms of a craft's first
+    model client), which flakebot never runs; the client answers as before, and the module can be imported after."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", SDK_IN_A_FRESH_PROCESS, sdk], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["answered", "[]", "True"]

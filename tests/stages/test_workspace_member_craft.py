@@ -62,6 +62,7 @@ def test_craft_from_a_workspace_member_edits_tests_and_builds_the_member(workdir
     package = run.output("package")
     assert (package["pname"], package["main_program"]) == ("demo-cli", "shout")
     assert run.target_dir.is_dir()  # --keep: the edit loop's builds stay too (not removed while nix builds)
+    assert (run.workspace / ".git").is_dir()  # and the workspace (not removed while the examples run)
 
     ran = run_cli("run", "shout", input="workspace member\n")
     assert (ran.returncode, ran.stdout) == (0, "WORKSPACE MEMBER\n"), ran.stderr
