@@ -218,6 +218,11 @@ class Settings:
         "Seconds reading one shared catalog's index over http(s) may take, whole (list --remote, craft, install): "
         "a server that sends it a byte at a time is given up on then.",
     )
+    fetch_retry_seconds: float = _setting(
+        10.0,
+        "Team mode: seconds a front waits before trying again to install a finished job's tool its catalog lacks from "
+        "the tenant's shared catalogs, after a try failed; doubled after each failure, up to 10 minutes (or this).",
+    )
     shared_index_lifetime: float = _setting(
         30 * 86400.0,
         "Seconds a shared catalog's index that flakebot publish signs stays valid; readers refuse it once expired (publish again to renew it).",

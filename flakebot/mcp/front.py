@@ -160,9 +160,9 @@ class TeamMCP(FlakebotMCP):
         self._in_flight: dict[str, CallsInFlight] = {}  # each principal's calls at once, while it has any
         self._rows: dict[tuple[str, int], tuple[float, dict[str, Any] | None]] = {}  # (tenant, job) -> (read at, row)
         self._rows_lock = threading.Lock()
-        # (tenant, NAME@VERSION) of finished jobs' tools tried to install, the FETCHED_KEPT last asked (a front
-        # serves for months: one forgotten is tried once more, at worst)
-        self._fetched: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        # (tenant, NAME@VERSION) of finished jobs' tools tried to install -> how the tries went, the FETCHED_KEPT
+        # last asked (a front serves for months: one forgotten is tried once more, at worst)
+        self._fetched: collections.OrderedDict[tuple[str, str], ToolFetch] = collections.OrderedDict()
         self._watchers: dict[int, dict[str, Any]] = {}  # a watched queued job -> its sessions to tell (id -> a request)
         self.sessions = TenantSessions()  # each open session's tenant: whom a catalog change is told to
         self.stopping: Callable[[], bool] = lambda: False  # the server is shutting down (serve sets it)
@@ -435,33 +435,35 @@ class TeamMCP(FlakebotMCP):
         return queued.vouched(row, dataclasses.replace(self.settings(), tenant=principal.tenant), fetch=self.fetch_tool)
 
     def fetch_tool(self, settings: config.Settings, ref: str, need: str) -> None:
-        """A finished job's tool this front's catalog lacks (a worker on another machine made it), installed once
-        from the tenant's shared catalogs (the organisation's and its own, each checked with its own keys: a worker
-        publishing the tenant's crafts signs them with the tenant's key). The first that holds it made for the job's
-        `need`: another catalog's tool of the same name and version, made for another need, is not the job's. A
-        failure is logged, not retried."""
-        from flakebot.deliver.install import install_from_catalog
-
+        """A finished job's tool this front's catalog lacks (a worker on another machine made it), installed from the
+        tenant's shared catalogs (the organisation's and its own, each checked with its own keys: a worker publishing
+        the tenant's crafts signs them with the tenant's key). The first that holds it made for the job's `need`:
+        another catalog's tool of the same name and version, made for another need, is not the job's. One try at a
+        time per tool, whoever reads its job; a failure (the cache away for a moment, the worker's publication not
+        visible yet) is logged and tried again at a read of the job once its wait is over (`fetch_retry_seconds`,
+        doubled after each failure up to FETCH_RETRY_MAX), never sooner; a success is final."""
+        if not need:
+            return
         with self._rows_lock:
             key = (settings.tenant, ref)
-            if key in self._fetched:
-                self._fetched.move_to_end(key)
-                return
-            if not settings.shared_catalogs() or not need:
-                return
-            self._fetched[key] = None
+            tried = self._fetched.setdefault(key, ToolFetch())
+            self._fetched.move_to_end(key)
             while len(self._fetched) > FETCHED_KEPT:
                 self._fetched.popitem(last=False)
-        why = []
-        for source in settings.shared_catalogs():
-            try:
-                install_from_catalog(ref, source, settings, need=need)
+            if tried.done or tried.busy or time.monotonic() < tried.not_before:
                 return
-            except (FlakebotError, OSError, ValueError) as exc:  # as craft's skip: one catalog never stops the next
-                why.append(exc.one_line() if isinstance(exc, FlakebotError) else str(exc))
-        logger.warning(
-            "a finished job's tool %s is not in tenant %s's catalog here: %s", ref, settings.tenant, "; ".join(why)
-        )
+            tried.busy = True
+        why: list[str] | None = None
+        try:
+            why = _install_shared(settings, ref, need)
+        finally:  # busy never outlives the try, even one the tenant's file broke (ConfigError: the caller's)
+            with self._rows_lock:
+                wait = tried.ended(why, settings.fetch_retry_seconds)
+        if wait is not None:
+            logger.warning(
+                "a finished job's tool %s is not in tenant %s's catalog here: %s; tried again at a read of its job "
+                "in %.0f s or later", ref, settings.tenant, "; ".join(why or ()), wait,
+            )  # fmt: skip
 
     def cancel_job(self, ctx: Any, job_id: int, following: int | None = None) -> dict[str, Any] | None:
         """Cancel the caller's queued or running job, or leave it when others follow it too (FrontQueue.cancel; a revoked
@@ -879,6 +881,45 @@ class TeamMCP(FlakebotMCP):
 
 
 @dataclass
+class ToolFetch:
+    """How a front's tries to install one finished job's tool went (TeamMCP.fetch_tool): `busy` while one runs,
+    `done` once one succeeded, else not tried again before `not_before` (time.monotonic) after `failures` tries."""
+
+    busy: bool = False
+    done: bool = False
+    failures: int = 0
+    not_before: float = 0.0
+
+    def ended(self, why: list[str] | None, first: float) -> float | None:
+        """A try ended: `why` it failed ([] when it did not; None: nothing was tried). The seconds until the next
+        try after a failure (`first`, doubled after each failure since, up to FETCH_RETRY_MAX), else None."""
+        self.busy, self.done = False, why == []
+        if not why:
+            return None
+        self.failures += 1
+        wait: float = min(first * 2 ** min(self.failures - 1, 32), max(first, FETCH_RETRY_MAX))
+        self.not_before = time.monotonic() + wait
+        return wait
+
+
+def _install_shared(settings: config.Settings, ref: str, need: str) -> list[str] | None:
+    """`ref` installed, made for `need`, from the first of the shared catalogs of `settings` that holds it: [] when
+    one did, else why each did not (None: there are none to try)."""
+    from flakebot.deliver.install import install_from_catalog
+
+    if not settings.shared_catalogs():
+        return None
+    why = []
+    for source in settings.shared_catalogs():
+        try:
+            install_from_catalog(ref, source, settings, need=need)
+            return []
+        except (FlakebotError, OSError, ValueError) as exc:  # as craft's skip: one catalog never stops the next
+            why.append(exc.one_line() if isinstance(exc, FlakebotError) else str(exc))
+    return why
+
+
+@dataclass
 class CallsInFlight:
     """A principal's tool calls at once (TeamMCP.one_of_its_calls), kept only while it has any: principals are
     unbounded (a JWT's subjects), and a map of every one ever seen would grow for the server's life. `users`: the
@@ -890,6 +931,7 @@ class CallsInFlight:
 
 
 FETCHED_KEPT = 4096  # finished jobs' tools a front remembers having tried to install (TeamMCP.fetch_tool)
+FETCH_RETRY_MAX = 600.0  # seconds the wait between two tries to install one such tool grows to at most
 ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job (queued.POLL_SECONDS)
 ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)

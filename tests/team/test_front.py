@@ -295,8 +295,9 @@ def test_tls_serves_https_to_an_agent_that_checks_the_certificate(flakebot_home:
 
 
 def test_a_long_running_fronts_tried_tools_are_bounded(flakebot_home: Path, tmp_path: Path, caplog: Any) -> None:
-    """A front tries once to install each finished job's tool its catalog lacks; what it remembers of those tries is
-    bounded (the least recently asked forgotten first), or a front serving for months would grow without end."""
+    """A front tries to install each finished job's tool its catalog lacks, again only after a wait
+    (fetch_retry_seconds, 10 s here: test_tenant_publish tries it again); what it remembers of those tries is bounded
+    (the least recently asked forgotten first), or a front serving for months would grow without end."""
     import dataclasses
     import logging
 

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,49 @@ def test_a_front_on_another_catalog_installs_a_finished_jobs_tool_from_the_tenan
         "zz-never-made", "N"
     )
     assert Catalog.open(dataclasses.replace(config.load(), tenant="acme")).own_entry("globex-lines") is None
+
+
+def test_a_front_tries_a_finished_jobs_missing_tool_again_after_its_wait(
+    database: str, flakebot_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished job's tool the front could not install (acme's signed cache not there yet: the worker's publication
+    not visible) is tried again, but only at a read once the wait the log names is over: a read before it tries
+    nothing even though the cache now holds the tool; the read after installs it from acme's cache."""
+    from tests.team.test_front import add_token, serving
+    from tests.team.test_serve_queue import call
+
+    require("nix")
+    wait = 6.0
+    acme = {"FLAKEBOT_TENANT": "acme", "FLAKEBOT_CATALOG_DIR": str(config.load().path("catalog_dir"))}  # the worker's
+    key = signing_key(dataclasses.replace(config.load(), tenant="acme")).public
+    stored_tool(dataclasses.replace(config.load(), tenant="acme"), tmp_path, "acme-lines")
+    staged, cache = tmp_path / "staged-cache", tmp_path / "acme-cache"
+    run_cli("publish", "acme-lines", "--to", f"file://{staged}", env=acme, check=True)
+    job = forge_done(database, "acme", {"status": "crafted", "name": "acme-lines", "version": "0.1.0"})
+    monkeypatch.setenv("FLAKEBOT_CATALOG_DIR", str(tmp_path / "front-catalog"))  # the front's machine
+    monkeypatch.setenv("FLAKEBOT_FETCH_RETRY_SECONDS", str(wait))
+    run_cli("config", "set", "catalogs", f"file://{cache} {key}", env={"FLAKEBOT_TENANT": "acme"}, check=True)
+    alice, log = add_token("alice", "--tenant", "acme"), flakebot_home / "front.log"
+
+    def tries() -> int:
+        return log.read_text().count("tool acme-lines@0.1.0 is not in tenant acme's catalog here")
+
+    with serving(log=log, database=database) as url:
+        first_read = time.monotonic()
+        missing = call(url, alice, "status", {"run_id": f"job-{job}"})
+        failed = time.monotonic()  # the try failed between first_read and now
+        assert "call" not in missing["result"] and tries() == 1, missing
+        assert f"tried again at a read of its job in {wait:.0f} s" in log.read_text()
+        staged.rename(cache)  # the worker's publication now visible
+        waiting = call(url, alice, "status", {"run_id": f"job-{job}"})
+        assert time.monotonic() - first_read < wait, "this read must come before the wait is over"
+        assert "call" not in waiting["result"] and tries() == 1, waiting  # not tried: its wait is not over
+        time.sleep(max(0.0, failed + wait - time.monotonic()))
+        found = call(url, alice, "status", {"run_id": f"job-{job}"})
+        shown = call(url, alice, "show", {"name": "acme-lines"})
+    assert found["result"]["call"]["mcp_tool"] == "acme-lines" and tries() == 1, found
+    installed = shown["versions"][-1]["installed_from"]
+    assert (installed["catalog"], installed["public_key"]) == (f"file://{cache}", key), shown
 
 
 def acme_trusts(cache: Path) -> tuple[Path, dict[str, str]]:
