@@ -907,10 +907,11 @@ def _install_shared(settings: config.Settings, ref: str, need: str) -> list[str]
     one did, else why each did not (None: there are none to try)."""
     from flakebot.deliver.install import install_from_catalog
 
-    if not settings.shared_catalogs():
+    sources = settings.shared_catalogs()  # the tenant's file read once per try
+    if not sources:
         return None
     why = []
-    for source in settings.shared_catalogs():
+    for source in sources:
         try:
             install_from_catalog(ref, source, settings, need=need)
             return []
