@@ -55,6 +55,7 @@ class Enqueued:
     joined: bool
     state: str
     following: int  # the audit row of this enqueue or join: the one following a waited call's end retracts (cancel)
+    front: str | None = None  # the front that holds the following (waited) or holds it until answered (answering)
 
 
 def need_digest(kind: str, request: dict[str, Any]) -> str:
@@ -240,18 +241,21 @@ def enqueue(
     principal_cap: int | None = None,
     principal_id: str | None = None,
     front: str | None = None,
+    answering: str | None = None,
 ) -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
     a token's concurrent crafts) the principal has that many of its own queued or running. Joining is never
     refused: it adds no craft. `principal_id`: the principal's identity, by which its following is known (cancel).
-    `front`: the front whose waited call holds this following (flakebot.team.fronts ends it if that front is lost);
-    None for a following that outlives its front (a task, a detached craft)."""
+    `front`: the front whose waited call holds this following (flakebot.team.fronts ends it if that front is lost).
+    `answering`: the front whose call (a task, a detached craft) holds it only until the job's id is sent (answered:
+    from then on it outlives its front), ended as a waited one's if that front is lost first. Another key than a
+    waited call's `front`, so a front of an older flakebot, which knows no `answered`, never sweeps it."""
     data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
-    held_by = {"front": front} if front else {}
+    held_by = {"front": front} if front else {"answering": answering} if answering else {}
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+        lock_tenant(conn, tenant)
         quota = _tenant(conn, tenant)
         same = conn.execute(
             "SELECT id, state FROM jobs WHERE tenant = %s AND kind = %s AND need_digest = %s "
@@ -274,6 +278,19 @@ def enqueue(
         following = _audit(conn, tenant, principal, "enqueued", row["id"], said)
         conn.execute(f"NOTIFY {CHANNEL}")
     return Enqueued(int(row["id"]), False, "queued", following)
+
+
+def lock_tenant(conn: Conn, tenant: str) -> None:
+    """The tenant's lock, held to the end of the transaction: enqueues and cancels of one tenant one at a time."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+
+
+def answered(conn: Conn, tenant: str, principal: str, principal_id: str | None, job_id: int, following: int) -> None:
+    """The call holding `following` (enqueue's `answering`) is about to send its caller the job's id: the following
+    outlives its front from now on, and no sweep of that front ends it (audit 'answered', naming it). The caller
+    renews its front's lease in the same transaction, so a sweep either claimed that front first (nothing written:
+    the call must fail) or finds this row."""
+    _audit(conn, tenant, principal, "answered", job_id, {**_identity(principal_id), "following": following})
 
 
 def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:

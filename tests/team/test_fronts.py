@@ -291,3 +291,43 @@ def test_a_front_a_sweeper_claimed_and_died_on_is_swept_by_the_next_whatever_its
     conn.execute(f"UPDATE fronts SET lease_until = {fronts.SWEPT} WHERE id = 'front-a'")  # claimed, then it died
     assert [row["id"] for row in fronts.sweep(conn, held_for=3.0)] == [job.job_id]
     assert state(conn, job.job_id) == "cancelled" and conn.execute("SELECT id FROM fronts").fetchall() == []
+
+
+def test_a_lost_fronts_task_following_ends_until_its_id_was_answered_and_never_after(database: str) -> None:
+    """A task's or detached craft's following named no front: a front killed after its enqueue but before the call
+    sent the job's id (or whose end of that following the database refused) left it for nobody to end, the job,
+    alice's alone, queued for nobody. It now names its front until the call is answered (FrontQueue.answered): a
+    sweep ends it before, as a waited call's, and never after, even as a join of another principal's job. A front
+    already claimed by a sweep cannot answer: the call fails, and the sweep ends the following."""
+    from flakebot.errors import HostError
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=4, created=0.0)
+    carol = Principal("carol", "id-carol", "acme", calls_per_minute=60, concurrent_crafts=4, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            unanswered = front.enqueue(alice, RunRequest(need="need a csv deduper"))
+            answered = front.enqueue(alice, RunRequest(need="need a word counter"))
+            front.answered(alice, answered)
+            shared = front.enqueue(carol, RunRequest(need="need a json linter"))
+            front.answered(carol, shared)
+            joined = front.enqueue(alice, RunRequest(need="need a json linter"))  # alice's join, never answered
+            late = front.enqueue(alice, RunRequest(need="need a log tailer"))
+            assert joined.joined and joined.job_id == shared.job_id
+            lapse(conn, front.front)
+            assert fronts.sweep(conn)  # claimed: its unanswered followings ended
+            with pytest.raises(HostError):
+                front.answered(alice, late)  # too late: its caller is told nothing of the job
+            states = [state(conn, e.job_id) for e in (unanswered, answered, shared, late)]
+            assert states == ["cancelled", "queued", "queued", "cancelled"], actions(conn)
+            assert actions(conn) == [
+                ("alice", "cancelled", fronts.LOST),
+                ("alice", "left", fronts.LOST),
+                ("alice", "cancelled", fronts.LOST),
+            ]
+    finally:
+        front.close()
