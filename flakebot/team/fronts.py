@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
 SWEPT = "'-infinity'::timestamptz"  # the lease of a front a sweep claimed: never renewed again (SQL)
+_WHO_R = queue.WHO.replace("a.", "r.")  # an `answered` row's (alias r) principal, as an identity
 
 
 def new_identity() -> str:
@@ -128,7 +129,9 @@ def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: st
     again) hold of a job still queued or running, and each their tasks' and detached crafts' calls held unanswered
     (queue.enqueue's `answering`, no 'answered' row: its caller never got the job's id; none can be written once the
     front is claimed), ended as the call's own end would have ended it (queue.cancel with that `following`;
-    `revoked`: identities that follow nothing). The rows changed."""
+    `revoked`: identities that follow nothing). An `answered` row counts only if the following's own principal
+    wrote it after the following (the role workers use may INSERT any audit row: another's, or one written ahead
+    naming an id to come, would keep a following whose caller never got the job's id). The rows changed."""
     with conn.transaction():
         held = conn.execute(
             "SELECT a.id, a.job, a.tenant, a.principal, a.detail->>'principal_id' AS principal_id "
@@ -136,7 +139,7 @@ def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: st
             "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
             "AND (a.detail->>'front' = ANY(%(lost)s) OR a.detail->>'answering' = ANY(%(lost)s) AND NOT EXISTS ("
             "SELECT 1 FROM audit r WHERE r.job = a.job AND r.tenant = a.tenant AND r.action = 'answered' "
-            "AND r.detail->>'following' = a.id::text)) ORDER BY a.id",
+            f"AND r.detail->>'following' = a.id::text AND r.id > a.id AND {_WHO_R} = {queue.WHO})) ORDER BY a.id",
             {"lost": fronts},
         ).fetchall()
     changed = []

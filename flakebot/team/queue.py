@@ -342,7 +342,7 @@ def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principa
     who = principal_id or principal
     mine = conn.execute(
         "SELECT j.id FROM jobs j WHERE j.tenant = %s AND j.state IN ('queued', 'running') AND EXISTS ("
-        f"SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' AND {_WHO} = %s) "
+        f"SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' AND {WHO} = %s) "
         "ORDER BY j.id",
         (tenant, who),
     ).fetchall()
@@ -472,14 +472,14 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
 # prefix, a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else.
 # _FOLLOWINGS: each following of a job {job} of a tenant {tenant}, whose (who), and whether it is live; LEFT_BY: the
 # same as a column of a row of jobs (alias j), the identities that left it.
-_WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
+WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
 _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join one job thousands of times): the
     # principal's last 'left' by a window over its rows, a following's retraction by a window over its own id and the
     # retractions naming it (detail's text compared: a forged detail fails no cast). No subquery per following: that
     # read every row of the job again for each (5000 joins, half retracted: 4 s a read), or hashed them under JIT
     "SELECT who, id, id > last_left AND NOT retracted AS live "
-    f"FROM (SELECT {_WHO} AS who, a.id, a.action, coalesce(max(a.id) FILTER (WHERE a.action = 'left') "
-    f"OVER (PARTITION BY {_WHO}), 0) AS last_left, bool_or(a.action = 'retracted') OVER (PARTITION BY {_WHO}, "
+    f"FROM (SELECT {WHO} AS who, a.id, a.action, coalesce(max(a.id) FILTER (WHERE a.action = 'left') "
+    f"OVER (PARTITION BY {WHO}), 0) AS last_left, bool_or(a.action = 'retracted') OVER (PARTITION BY {WHO}, "
     "CASE WHEN a.action = 'retracted' THEN a.detail->>'following' ELSE a.id::text END) AS retracted FROM audit a "
     "WHERE a.job = {job} AND a.tenant = {tenant} AND a.action IN ('enqueued', 'joined', 'left', 'retracted')) f "
     "WHERE action IN ('enqueued', 'joined')"
@@ -573,7 +573,7 @@ def drop_followings(conn: Conn, principal_id: str, revoked: Collection[str] = ()
         # open, and each cancel's below would be only a savepoint in it, committed by nobody
         followed = conn.execute(
             "SELECT DISTINCT j.id, j.tenant, a.principal FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = "
-            f"j.tenant WHERE j.state IN ('queued', 'running') AND {_WHO} = %s AND a.action IN ('enqueued', 'joined') "
+            f"j.tenant WHERE j.state IN ('queued', 'running') AND {WHO} = %s AND a.action IN ('enqueued', 'joined') "
             "ORDER BY j.id",
             (principal_id,),
         ).fetchall()

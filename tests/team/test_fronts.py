@@ -331,3 +331,47 @@ def test_a_lost_fronts_task_following_ends_until_its_id_was_answered_and_never_a
             ]
     finally:
         front.close()
+
+
+def test_a_lost_fronts_unanswered_join_of_a_job_its_caller_follows_by_an_answered_task_is_retracted_alone(
+    conn: Any,
+) -> None:
+    """alice follows a job by a task answered through a live front, and joins it again through a front lost before
+    that join was answered (and once more by a waited call there): the sweep ends the lost front's two followings
+    alone (`retracted`), never the task whose id she got; the job goes on, and a second sweep changes nothing."""
+    lost, live = "front-a", "front-b"
+    fronts.hold(conn, lost, LEASE)
+    fronts.hold(conn, live, LEASE)
+    need = craft("need a csv deduper")
+    task = queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", answering=live)
+    queue.answered(conn, "acme", "alice", "id-alice", task.job_id, task.following)
+    queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", answering=lost)  # never answered
+    queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", front=lost)  # a waited call there
+    lapse(conn, lost)
+    fronts.sweep(conn)
+    assert state(conn, task.job_id) == "queued"
+    assert actions(conn) == [("alice", "retracted", fronts.LOST)] * 2
+    assert fronts.sweep(conn) == [] and len(actions(conn)) == 2
+
+
+def test_an_answered_row_forged_by_another_principal_or_before_the_following_keeps_no_unanswered_following(
+    conn: Any,
+) -> None:
+    """The role workers use may INSERT audit rows of any action. An `answered` row naming alice's unanswered
+    following, written by carol (another principal of her tenant), or written before that following existed (its
+    id guessed ahead, as a replay would), kept it from the lost front's sweep: her job, whose id she never got, ran
+    for nobody. The sweep now takes only an `answered` row of the following's own principal, written after it."""
+    lost = "front-a"
+    fronts.hold(conn, lost, LEASE)
+    forged = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", answering=lost)
+    queue.answered(conn, "acme", "carol", "id-carol", forged.job_id, forged.following)  # carol's, not alice's
+    ahead = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", answering=lost)
+    queue.answered(conn, "acme", "alice", "id-alice", ahead.job_id, ahead.following)  # answered, as it should be
+    guessed = int(conn.execute("SELECT max(id) AS n FROM audit").fetchone()["n"]) + 2  # the join's id, written first
+    queue.answered(conn, "acme", "alice", "id-alice", ahead.job_id, guessed)
+    join = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", answering=lost)
+    assert join.following == guessed and join.joined
+    lapse(conn, lost)
+    fronts.sweep(conn)
+    assert (state(conn, forged.job_id), state(conn, ahead.job_id)) == ("cancelled", "queued")
+    assert actions(conn) == [("alice", "cancelled", fronts.LOST), ("alice", "retracted", fronts.LOST)]
