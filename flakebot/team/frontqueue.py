@@ -143,13 +143,16 @@ class FrontQueue:
         assert enqueued.front is not None
 
         def answer(conn: Conn) -> bool:
-            with conn.transaction():
-                if not fronts.renew(conn, str(enqueued.front), self.lease_seconds):
-                    return False
-                queue.answered(
-                    conn, principal.tenant, principal.name, principal.id, enqueued.job_id, enqueued.following
-                )
-            return True
+            return queue.answered(
+                conn,
+                str(enqueued.front),
+                self.lease_seconds,
+                principal.tenant,
+                principal.name,
+                principal.id,
+                enqueued.job_id,
+                enqueued.following,
+            )
 
         if not self._call(answer):
             logger.warning("job %s: its call not answered: this front was swept as lost meanwhile", enqueued.job_id)

@@ -285,12 +285,29 @@ def lock_tenant(conn: Conn, tenant: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
 
 
-def answered(conn: Conn, tenant: str, principal: str, principal_id: str | None, job_id: int, following: int) -> None:
-    """The call holding `following` (enqueue's `answering`) is about to send its caller the job's id: the following
-    outlives its front from now on, and no sweep of that front ends it (audit 'answered', naming it). The caller
-    renews its front's lease in the same transaction, so a sweep either claimed that front first (nothing written:
-    the call must fail) or finds this row."""
-    _audit(conn, tenant, principal, "answered", job_id, {**_identity(principal_id), "following": following})
+def answered(
+    conn: Conn,
+    front: str,
+    lease_seconds: float,
+    tenant: str,
+    principal: str,
+    principal_id: str | None,
+    job_id: int,
+    following: int,
+) -> bool:
+    """The call holding `following` (enqueue's `answering`: `front`) is about to send its caller the job's id: the
+    following outlives its front from now on, and no sweep of that front ends it (audit 'answered', naming it).
+    Written in the one statement that renews `front`'s lease (one round trip: a task call's answer waits on it), so
+    a sweep either claimed that front first (nothing written, False: the call must fail) or finds this row."""
+    detail = {**_identity(principal_id), "following": following}
+    written = conn.execute(
+        "WITH renewed AS (UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
+        "WHERE id = %s AND lease_until > '-infinity'::timestamptz RETURNING id) "
+        "INSERT INTO audit (tenant, principal, action, job, detail) "
+        "SELECT %s, %s, 'answered', %s, %s FROM renewed RETURNING id",
+        (lease_seconds, lease_seconds, front, tenant, principal, job_id, _json(detail)),
+    ).fetchone()
+    return written is not None
 
 
 def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:

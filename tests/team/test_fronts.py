@@ -344,7 +344,7 @@ def test_a_lost_fronts_unanswered_join_of_a_job_its_caller_follows_by_an_answere
     fronts.hold(conn, live, LEASE)
     need = craft("need a csv deduper")
     task = queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", answering=live)
-    queue.answered(conn, "acme", "alice", "id-alice", task.job_id, task.following)
+    assert queue.answered(conn, live, LEASE, "acme", "alice", "id-alice", task.job_id, task.following)
     queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", answering=lost)  # never answered
     queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", front=lost)  # a waited call there
     lapse(conn, lost)
@@ -364,11 +364,15 @@ def test_an_answered_row_forged_by_another_principal_or_before_the_following_kee
     lost = "front-a"
     fronts.hold(conn, lost, LEASE)
     forged = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", answering=lost)
-    queue.answered(conn, "acme", "carol", "id-carol", forged.job_id, forged.following)  # carol's, not alice's
+    assert queue.answered(
+        conn, lost, LEASE, "acme", "carol", "id-carol", forged.job_id, forged.following
+    )  # carol's, not alice's
     ahead = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", answering=lost)
-    queue.answered(conn, "acme", "alice", "id-alice", ahead.job_id, ahead.following)  # answered, as it should be
+    assert queue.answered(
+        conn, lost, LEASE, "acme", "alice", "id-alice", ahead.job_id, ahead.following
+    )  # answered, as it should be
     guessed = int(conn.execute("SELECT max(id) AS n FROM audit").fetchone()["n"]) + 2  # the join's id, written first
-    queue.answered(conn, "acme", "alice", "id-alice", ahead.job_id, guessed)
+    assert queue.answered(conn, lost, LEASE, "acme", "alice", "id-alice", ahead.job_id, guessed)
     join = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", answering=lost)
     assert join.following == guessed and join.joined
     lapse(conn, lost)
