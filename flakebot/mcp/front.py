@@ -508,17 +508,16 @@ class TeamMCP(FlakebotMCP):
 
     def end_unended(self) -> None:
         """The followings of calls that ended before their answer while the database was away (leave_following),
-        ended now; those the database refuses again kept for the next try."""
+        ended now; those the database refuses again kept for the next try. Each stays listed until it ended, so
+        unended() counts it while its end waits (a stopping front gives that wait up: _end_unended_at_stop)."""
         with self._rows_lock:
-            pending, self._unended = self._unended, []
-        for done, (principal, job_id, following) in enumerate(pending):
-            try:
-                self._cancel(principal, job_id, following)
-            except FlakebotError:
-                with self._rows_lock:
-                    self._unended[:0] = pending[done:]
-                raise
-            logger.info("job %s: the following of a call that ended while the database was away ended", job_id)
+            pending = list(self._unended)
+        for held in pending:
+            self._cancel(*held)  # raised: this one and the rest kept
+            with self._rows_lock:
+                if held in self._unended:
+                    self._unended.remove(held)
+            logger.info("job %s: the following of a call that ended while the database was away ended", held[1])
 
     def unended(self) -> int:
         """How many followings wait for the database to end them (end_unended)."""

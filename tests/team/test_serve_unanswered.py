@@ -138,3 +138,30 @@ def test_a_stopping_front_ends_once_more_what_the_database_refused_to_end(flakeb
         process.wait(timeout=30)
     assert [r["state"] for r in rows(database)] == ["cancelled"], log.read_text()[-3000:]
     assert _audited(database) == [("alice", "enqueued"), ("alice", "cancelled")]
+
+
+def test_a_stopping_front_that_could_not_end_a_following_in_time_says_so(flakebot_home: Path, database: str) -> None:
+    """As above, but the tenant's lock is held as the front stops, so its last try at alice's following waits past
+    its 10 s and is given up. The front took the whole list out to try it, so it counted none left and said nothing:
+    the log did not tell the admin that her job waits for the front's lease to run out. Now it says one is left; and
+    that following still names the front, unanswered, for the sweep."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    with serving_process("--lease", "600", database=database, log=log) as (url, process):
+        session = Session(url, alice).headers
+        with _cut_and_its_end_held(url, alice, session, (41, "need a csv deduper"), database, as_task=True) as conn:
+            cut: set[int] = set()
+            for _ in range(2):  # the front's connection made again once, then the call's end given up for now
+                waits = wait_for(lambda: set(_waiting(conn)) - cut, timeout=30, interval=0.1)
+                cut.update(waits)
+                conn.execute("SELECT pg_terminate_backend(%s)", (min(waits),))
+            wait_for(lambda: "not left yet" in log.read_text(), timeout=30, interval=0.2)
+        with db.connect(database, autocommit=True) as holder:
+            holder.execute(LOCK, (TENANT_LOCK,))
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+    assert "1 following(s) left for this front's lease to end" in log.read_text(), log.read_text()[-3000:]
+    assert [r["state"] for r in rows(database)] == ["queued"]
+    with db.connect(database) as conn:
+        held = conn.execute("SELECT detail->>'answering' AS front FROM audit WHERE action = 'enqueued'").fetchone()
+        assert held is not None and held["front"] and _audited(database) == [("alice", "enqueued")]
