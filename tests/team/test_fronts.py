@@ -379,3 +379,35 @@ def test_an_answered_row_forged_by_another_principal_or_before_the_following_kee
     fronts.sweep(conn)
     assert (state(conn, forged.job_id), state(conn, ahead.job_id)) == ("cancelled", "queued")
     assert actions(conn) == [("alice", "cancelled", fronts.LOST), ("alice", "retracted", fronts.LOST)]
+
+
+def test_an_enqueue_waiting_on_its_tenants_lock_holds_no_lock_on_its_fronts_row(database: str) -> None:
+    """Every enqueue through a front renews its lease with it; one that renewed first and then waited on its
+    tenant's lock (held up to 15 s by a process stalled in a transaction) held its front's row all that time, and the
+    front's own renewals, on their own connection, waited behind it. The tenant's lock is taken first: the row is
+    free while the enqueue waits, and the front's renewal goes through at once."""
+    import concurrent.futures
+
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=4, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with (
+            concurrent.futures.ThreadPoolExecutor(1) as pool,  # left last: the holder's lock goes with its connection
+            db.connect(database, autocommit=True) as holder,
+            db.connect(database, autocommit=True) as renewal,
+        ):
+            holder.execute("SELECT pg_advisory_lock(%s, hashtext('acme'))", (queue.TENANT_LOCK,))
+            asked = pool.submit(front.enqueue, alice, RunRequest(need="need a csv deduper"))
+            waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            wait_for(lambda: holder.execute(waiting).fetchone()["n"] == 1, timeout=30, interval=0.1)
+            renewal.execute("SET lock_timeout = '2s'")
+            assert fronts.renew(renewal, front.front, LEASE)  # not behind the waiting enqueue
+            holder.execute("SELECT pg_advisory_unlock_all()")
+            assert not asked.result(timeout=30).joined
+    finally:
+        front.close()
