@@ -70,6 +70,7 @@ from flakebot.team.audit import Audit
 from flakebot.team.frontqueue import FrontQueue, handle, job_number
 from flakebot.team.idtokens import JwtOptions, JwtVerifier
 from flakebot.team.metrics import CONTENT_TYPE, Metrics
+from flakebot.team.queue import Enqueued
 from flakebot.team.tokens import METRICS, Principal, TokenStore, Verifier, Verifiers
 
 logger = logging.getLogger(__name__)
@@ -508,18 +509,22 @@ class TeamMCP(FlakebotMCP):
             self._forget_rows(self.queue.sweep_lost_fronts(self.store.revoked(), held_for))
 
     def end_unended(self) -> None:
-        """The followings of waited calls that ended while the database was away (leave_following), ended now; those
-        the database refuses again kept for the next try."""
+        """The followings of calls that ended before their answer while the database was away (leave_following),
+        ended now; those the database refuses again kept for the next try. Each stays listed until it ended, so
+        unended() counts it while its end waits (a stopping front gives that wait up: _end_unended_at_stop)."""
         with self._rows_lock:
-            pending, self._unended = self._unended, []
-        for done, (principal, job_id, following) in enumerate(pending):
-            try:
-                self._cancel(principal, job_id, following)
-            except FlakebotError:
-                with self._rows_lock:
-                    self._unended[:0] = pending[done:]
-                raise
-            logger.info("job %s: the following of a waited call that ended while the database was away ended", job_id)
+            pending = list(self._unended)
+        for held in pending:
+            self._cancel(*held)  # raised: this one and the rest kept
+            with self._rows_lock:
+                if held in self._unended:
+                    self._unended.remove(held)
+            logger.info("job %s: the following of a call that ended while the database was away ended", held[1])
+
+    def unended(self) -> int:
+        """How many followings wait for the database to end them (end_unended)."""
+        with self._rows_lock:
+            return len(self._unended)
 
     def _forget_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._rows_lock:
@@ -559,6 +564,7 @@ class TeamMCP(FlakebotMCP):
                 # a cancel that came while the enqueue ran (a thread the cancel waits for) is raised here: the SDK
                 # sends no answer for a cancelled request, so the caller never learns the run_id (as a task call's)
                 await anyio.lowlevel.checkpoint()
+                await self.answering(principal, enqueued)
             except BaseException:
                 await self.leave_following(enqueued.job_id, principal, enqueued.following)
                 raise
@@ -660,6 +666,16 @@ class TeamMCP(FlakebotMCP):
             await self.tools_changed(ctx, principal.tenant)
         return {"ok": True, **compact_result(ended["result"])}
 
+    async def answering(self, principal: Principal, enqueued: Enqueued) -> None:
+        """A task's or a detached craft's call about to send the job's id: its following, which named this front
+        until now (a sweep of this front, lost, ends it), outlives the front from here (FrontQueue.answered). Raised
+        when the database refused (the call fails: its caller gets no id). A cancel that came meanwhile is raised
+        here, after the write: the SDK sends no answer for a cancelled request, so the caller's door leaves the
+        following, as any call's cut before its answer."""
+        assert self.queue is not None
+        await anyio.to_thread.run_sync(self.queue.answered, principal, enqueued)
+        await anyio.lowlevel.checkpoint()
+
     async def leave_following(self, job_id: int, principal: Principal, following: int, waited: bool = False) -> None:
         """A call holding one following of a queued job ended before its caller got what it waits for: a waited
         craft's before its job ended, a craft asked as a task before its task id was sent (the SDK cancelled it: the
@@ -669,10 +685,11 @@ class TeamMCP(FlakebotMCP):
         run on for nobody. Ended for the principal the following was made for, not the call's token verified again:
         a JWT that expired meanwhile still ends what it started (a revoked token's followings the front's look ends:
         revoked, it counts for nothing here). Shielded: the call is being cancelled. The database away: ended once it
-        answers again (end_unended, at the lease's next renewal). A front stopping does not end a `waited` call's
-        (`stopping`): that following names the front, whose lease, left to run out, ends it (flakebot.team.fronts), so
-        a caller has that long to ask again and join the job. A task's or a detached craft's names no front (it
-        outlives the front once its id is sent): no lease ends it, so it is ended now, stopping or not."""
+        answers again (end_unended, at the lease's next renewal, and once more as the front stops); the front gone
+        first, its lease ends it: the following still names the front (a task's or a detached craft's until its id
+        was sent: answering). A front stopping does not end a `waited` call's (`stopping`): its lease, left to run
+        out, ends it (flakebot.team.fronts), so a caller has that long to ask again and join the job. A task's or a
+        detached craft's is ended now, stopping or not: nobody could come back to a job whose id it never got."""
         if waited and self.stopping():
             return
         with anyio.CancelScope(shield=True):
@@ -937,6 +954,7 @@ ROW_FRESH = 0.5  # seconds a job's row read serves every call following the job 
 ROWS_KEPT = 1000  # rows kept at most before the stale ones are dropped
 WATCH_SECONDS = 5.0  # how often a detached queued craft's row is read for its end (tools/list_changed)
 WATCH_HOURS = 24  # a queued craft watched this long at most (no worker may take it for a while)
+STOP_ENDS_SECONDS = 10.0  # a stopping front's last try at the followings the database refused to end
 # the refusals (TeamMCP._refused) of the tool call this context serves: its end is counted `refused` by them alone
 _REFUSALS: ContextVar[list[str]] = ContextVar("flakebot_call_refusals")
 QUEUED_TOOLS = frozenset({"craft"})  # what a worker makes (flakebot.commands.team_worker); the rest run here
@@ -1285,6 +1303,7 @@ def build_app(state: TeamMCP, options: FrontOptions, url: str) -> Any:
             group.start_soon(_kept_running, "holding this front's lease", _hold_lease, state)
             yield
             group.cancel_scope.cancel()
+        await _end_unended_at_stop(state)
         # its lease not given up: its waited calls' followings end when it runs out (another front's sweep), giving
         # the callers it cut a lease's time to come back to their jobs (flakebot.team.fronts)
 
@@ -1336,6 +1355,22 @@ async def _end_revoked_sessions(manager: Any, store: Verifier) -> None:
             if subject not in active and transport is not None:
                 logger.info("session %s ended: its token is no longer active", session_id)
                 await manager._discard_session(session_id, transport)
+
+
+async def _end_unended_at_stop(state: TeamMCP) -> None:
+    """The followings the database refused to end while this front ran (TeamMCP.end_unended), tried once more as it
+    stops, for at most STOP_ENDS_SECONDS (a cancel may wait on a tenant's lock): what is left the front's lease ends
+    once it runs out (another front's or a worker's sweep), each following still naming this front."""
+    if state.queue is None or not state.unended():
+        return
+    with anyio.move_on_after(STOP_ENDS_SECONDS):
+        try:
+            await anyio.to_thread.run_sync(state.end_unended, abandon_on_cancel=True)
+        except FlakebotError as exc:
+            logger.warning("followings not ended as this front stops: %s", exc.one_line())
+    left = state.unended()
+    if left:
+        logger.warning("%d following(s) left for this front's lease to end (a sweep, once it runs out)", left)
 
 
 async def _drop_revoked_followings(state: TeamMCP) -> None:

@@ -68,6 +68,9 @@ class QueueFront(Protocol):
     async def leave_following(self, job_id: int, principal: Any, following: int) -> None:
         """A call ended before its answer reached its caller: its own following of the job ends (queue.cancel)."""
 
+    async def answering(self, principal: Any, enqueued: Any) -> None:
+        """The call is about to send the job's id: its following outlives the front from now on (raised: it failed)."""
+
     def watch_job(self, ctx: Any, job_id: int) -> None:
         """Tell the session when the job catalogued its tool."""
 
@@ -300,9 +303,11 @@ class QueueTasks(mcp_tasks.Tasks):
         try:
             self.front.watch_job(ctx, enqueued.job_id)
             task = (await self._row(ctx, handle(enqueued.job_id)))[1]
-            # a cancel that came while the row was read (a thread the cancel waits for) is raised here: past this
-            # point nothing awaits before the answer, which the SDK would not send for a cancelled request
+            # a cancel that came while the row was read (a thread the cancel waits for) is raised here
             await anyio.lowlevel.checkpoint()
+            # then the following outlives this front (a cancel meanwhile raised after it): past this point nothing
+            # awaits before the answer, which the SDK would not send for a cancelled request
+            await self.front.answering(principal, enqueued)
         except BaseException as exc:  # cancelled, or the row unread: the caller never learns the task id
             await self.front.leave_following(enqueued.job_id, principal, enqueued.following)
             if isinstance(exc, FlakebotError):  # the front stopping: one line to the caller, not a traceback

@@ -16,6 +16,7 @@ the whole line (`db.shown`'s URL and libpq's reason); only `connect()` at startu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -91,18 +92,22 @@ class FrontQueue:
         self, principal: Principal, request: RunRequest, kind: str = "craft", waited: bool = False
     ) -> queue.Enqueued:
         """Queue `request` for the principal's tenant, or join the job already there for the same need
-        (QuotaExceeded past the tenant's quotas or the token's concurrent crafts). `waited`: a call of this front
-        holds the following until the job ends (it names this front: flakebot.team.fronts)."""
+        (QuotaExceeded past the tenant's quotas or the token's concurrent crafts). The following names this front
+        (flakebot.team.fronts ends it if the front is lost): `waited`, until the job ends (a call of this front holds
+        it); else until the call sends the job's id (answered)."""
         cap = principal.concurrent_crafts
 
         def enqueue(conn: Conn) -> queue.Enqueued | None:
             front = self.front  # read once: the lease's thread may change it once a sweep claimed it
             with conn.transaction():
-                # a waited call's following names this front, whose lease is renewed with it (a sweep finds it live);
-                # its row claimed by a sweep: nothing written, this front holds a lease again under a new identity
-                if waited and not fronts.renew(conn, front, self.lease_seconds):
+                # the tenant's lock first: the front's row, locked by its renewal, is held only while the enqueue
+                # writes, never while it waits on that lock (the lease's renewals would wait behind it)
+                queue.lock_tenant(conn, principal.tenant)
+                # the following names this front, whose lease is renewed with it (a sweep finds it live); its row
+                # claimed by a sweep: nothing written, this front holds a lease again under a new identity
+                if not fronts.renew(conn, front, self.lease_seconds):
                     return None
-                return queue.enqueue(
+                enqueued = queue.enqueue(
                     conn,
                     principal.tenant,
                     principal.name,
@@ -111,7 +116,9 @@ class FrontQueue:
                     principal_cap=cap,
                     principal_id=principal.id,
                     front=front if waited else None,
+                    answering=None if waited else front,
                 )
+                return dataclasses.replace(enqueued, front=front)
 
         enqueued = self._call(enqueue)
         if enqueued is None:  # swept meanwhile: enqueued under the identity it holds a lease as now
@@ -127,6 +134,29 @@ class FrontQueue:
             principal.tenant,
         )
         return enqueued
+
+    def answered(self, principal: Principal, enqueued: queue.Enqueued) -> None:
+        """The call holding `enqueued`'s following (not a waited one) is about to send the job's id: from now on the
+        following outlives this front (queue.answered, with the lease of the front it names renewed). That front
+        swept meanwhile (this front stalled past its lease), or the database away: raised, and the call must fail
+        (its caller gets no id; the sweep, or the call's own end, ends the following)."""
+        assert enqueued.front is not None
+
+        def answer(conn: Conn) -> bool:
+            return queue.answered(
+                conn,
+                str(enqueued.front),
+                self.lease_seconds,
+                principal.tenant,
+                principal.name,
+                principal.id,
+                enqueued.job_id,
+                enqueued.following,
+            )
+
+        if not self._call(answer):
+            logger.warning("job %s: its call not answered: this front was swept as lost meanwhile", enqueued.job_id)
+            raise away()
 
     def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
         """The job's row as `tenant` sees it (`left_by`: the principals who stopped following it): another tenant's

@@ -7,8 +7,9 @@ leave_following); a front killed (SIGKILL, its machine lost) ends nothing. So ea
 followings of any front whose lease ran out, through queue.cancel(following=...): the job goes on for its other
 followers (a task, another front's waited call) and ends when none is left. A front stopping cleanly leaves its lease
 to run out the same way, not retracting at once: a caller whose call it cut has a lease's time to come back (a retried
-craft joins its job, and the job keeps that following). Tasks and detached crafts name no front: they outlive the
-front they came through, by design.
+craft joins its job, and the job keeps that following). A task's or a detached craft's following names its front
+only until the call sends the job's id (queue.answered, on a renewal of the front's lease): a front lost before that
+is swept as a waited call's; after, the following outlives the front it came through, by design.
 
 A sweep claims a lost front's row in the statement that finds its lease run out (sweep), before ending any of its
 followings: a front that stalled and renews meanwhile either renews first (it is live: not swept) or finds its row
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
 SWEPT = "'-infinity'::timestamptz"  # the lease of a front a sweep claimed: never renewed again (SQL)
+_WHO_R = queue.WHO.replace("a.", "r.")  # an `answered` row's (alias r) principal, as an identity
 
 
 def new_identity() -> str:
@@ -124,15 +126,21 @@ def sweep(
 
 def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: str) -> list[dict[str, Any]]:
     """Each following the waited calls of `fronts` (claimed by a sweep: their identities are over, no call names them
-    again) hold of a job still queued or running, ended as the call's own end would have ended it (queue.cancel with
-    that `following`; `revoked`: identities that follow nothing). The rows changed."""
+    again) hold of a job still queued or running, and each their tasks' and detached crafts' calls held unanswered
+    (queue.enqueue's `answering`, no 'answered' row: its caller never got the job's id; none can be written once the
+    front is claimed), ended as the call's own end would have ended it (queue.cancel with that `following`;
+    `revoked`: identities that follow nothing). An `answered` row counts only if the following's own principal
+    wrote it after the following (the role workers use may INSERT any audit row: another's, or one written ahead
+    naming an id to come, would keep a following whose caller never got the job's id). The rows changed."""
     with conn.transaction():
         held = conn.execute(
             "SELECT a.id, a.job, a.tenant, a.principal, a.detail->>'principal_id' AS principal_id "
             "FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = j.tenant "
             "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
-            "AND a.detail->>'front' = ANY(%s) ORDER BY a.id",
-            (fronts,),
+            "AND (a.detail->>'front' = ANY(%(lost)s) OR a.detail->>'answering' = ANY(%(lost)s) AND NOT EXISTS ("
+            "SELECT 1 FROM audit r WHERE r.job = a.job AND r.tenant = a.tenant AND r.action = 'answered' "
+            f"AND r.detail->>'following' = a.id::text AND r.id > a.id AND {_WHO_R} = {queue.WHO})) ORDER BY a.id",
+            {"lost": fronts},
         ).fetchall()
     changed = []
     for following in held:

@@ -55,6 +55,7 @@ class Enqueued:
     joined: bool
     state: str
     following: int  # the audit row of this enqueue or join: the one following a waited call's end retracts (cancel)
+    front: str | None = None  # the front that holds the following (waited) or holds it until answered (answering)
 
 
 def need_digest(kind: str, request: dict[str, Any]) -> str:
@@ -240,18 +241,21 @@ def enqueue(
     principal_cap: int | None = None,
     principal_id: str | None = None,
     front: str | None = None,
+    answering: str | None = None,
 ) -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
     a token's concurrent crafts) the principal has that many of its own queued or running. Joining is never
     refused: it adds no craft. `principal_id`: the principal's identity, by which its following is known (cancel).
-    `front`: the front whose waited call holds this following (flakebot.team.fronts ends it if that front is lost);
-    None for a following that outlives its front (a task, a detached craft)."""
+    `front`: the front whose waited call holds this following (flakebot.team.fronts ends it if that front is lost).
+    `answering`: the front whose call (a task, a detached craft) holds it only until the job's id is sent (answered:
+    from then on it outlives its front), ended as a waited one's if that front is lost first. Another key than a
+    waited call's `front`, so a front of an older flakebot, which knows no `answered`, never sweeps it."""
     data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
-    held_by = {"front": front} if front else {}
+    held_by = {"front": front} if front else {"answering": answering} if answering else {}
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+        lock_tenant(conn, tenant)
         quota = _tenant(conn, tenant)
         same = conn.execute(
             "SELECT id, state FROM jobs WHERE tenant = %s AND kind = %s AND need_digest = %s "
@@ -274,6 +278,36 @@ def enqueue(
         following = _audit(conn, tenant, principal, "enqueued", row["id"], said)
         conn.execute(f"NOTIFY {CHANNEL}")
     return Enqueued(int(row["id"]), False, "queued", following)
+
+
+def lock_tenant(conn: Conn, tenant: str) -> None:
+    """The tenant's lock, held to the end of the transaction: enqueues and cancels of one tenant one at a time."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))
+
+
+def answered(
+    conn: Conn,
+    front: str,
+    lease_seconds: float,
+    tenant: str,
+    principal: str,
+    principal_id: str | None,
+    job_id: int,
+    following: int,
+) -> bool:
+    """The call holding `following` (enqueue's `answering`: `front`) is about to send its caller the job's id: the
+    following outlives its front from now on, and no sweep of that front ends it (audit 'answered', naming it).
+    Written in the one statement that renews `front`'s lease (one round trip: a task call's answer waits on it), so
+    a sweep either claimed that front first (nothing written, False: the call must fail) or finds this row."""
+    detail = {**_identity(principal_id), "following": following}
+    written = conn.execute(
+        "WITH renewed AS (UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
+        "WHERE id = %s AND lease_until > '-infinity'::timestamptz RETURNING id) "
+        "INSERT INTO audit (tenant, principal, action, job, detail) "
+        "SELECT %s, %s, 'answered', %s, %s FROM renewed RETURNING id",
+        (lease_seconds, lease_seconds, front, tenant, principal, job_id, _json(detail)),
+    ).fetchone()
+    return written is not None
 
 
 def _tenant(conn: Conn, tenant: str) -> dict[str, Any]:
@@ -325,7 +359,7 @@ def _check_principal(conn: Conn, tenant: str, principal: str, cap: int, principa
     who = principal_id or principal
     mine = conn.execute(
         "SELECT j.id FROM jobs j WHERE j.tenant = %s AND j.state IN ('queued', 'running') AND EXISTS ("
-        f"SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' AND {_WHO} = %s) "
+        f"SELECT 1 FROM audit a WHERE a.job = j.id AND a.tenant = j.tenant AND a.action = 'enqueued' AND {WHO} = %s) "
         "ORDER BY j.id",
         (tenant, who),
     ).fetchall()
@@ -455,14 +489,14 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
 # prefix, a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else.
 # _FOLLOWINGS: each following of a job {job} of a tenant {tenant}, whose (who), and whether it is live; LEFT_BY: the
 # same as a column of a row of jobs (alias j), the identities that left it.
-_WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
+WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
 _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join one job thousands of times): the
     # principal's last 'left' by a window over its rows, a following's retraction by a window over its own id and the
     # retractions naming it (detail's text compared: a forged detail fails no cast). No subquery per following: that
     # read every row of the job again for each (5000 joins, half retracted: 4 s a read), or hashed them under JIT
     "SELECT who, id, id > last_left AND NOT retracted AS live "
-    f"FROM (SELECT {_WHO} AS who, a.id, a.action, coalesce(max(a.id) FILTER (WHERE a.action = 'left') "
-    f"OVER (PARTITION BY {_WHO}), 0) AS last_left, bool_or(a.action = 'retracted') OVER (PARTITION BY {_WHO}, "
+    f"FROM (SELECT {WHO} AS who, a.id, a.action, coalesce(max(a.id) FILTER (WHERE a.action = 'left') "
+    f"OVER (PARTITION BY {WHO}), 0) AS last_left, bool_or(a.action = 'retracted') OVER (PARTITION BY {WHO}, "
     "CASE WHEN a.action = 'retracted' THEN a.detail->>'following' ELSE a.id::text END) AS retracted FROM audit a "
     "WHERE a.job = {job} AND a.tenant = {tenant} AND a.action IN ('enqueued', 'joined', 'left', 'retracted')) f "
     "WHERE action IN ('enqueued', 'joined')"
@@ -556,7 +590,7 @@ def drop_followings(conn: Conn, principal_id: str, revoked: Collection[str] = ()
         # open, and each cancel's below would be only a savepoint in it, committed by nobody
         followed = conn.execute(
             "SELECT DISTINCT j.id, j.tenant, a.principal FROM jobs j JOIN audit a ON a.job = j.id AND a.tenant = "
-            f"j.tenant WHERE j.state IN ('queued', 'running') AND {_WHO} = %s AND a.action IN ('enqueued', 'joined') "
+            f"j.tenant WHERE j.state IN ('queued', 'running') AND {WHO} = %s AND a.action IN ('enqueued', 'joined') "
             "ORDER BY j.id",
             (principal_id,),
         ).fetchall()

@@ -291,3 +291,123 @@ def test_a_front_a_sweeper_claimed_and_died_on_is_swept_by_the_next_whatever_its
     conn.execute(f"UPDATE fronts SET lease_until = {fronts.SWEPT} WHERE id = 'front-a'")  # claimed, then it died
     assert [row["id"] for row in fronts.sweep(conn, held_for=3.0)] == [job.job_id]
     assert state(conn, job.job_id) == "cancelled" and conn.execute("SELECT id FROM fronts").fetchall() == []
+
+
+def test_a_lost_fronts_task_following_ends_until_its_id_was_answered_and_never_after(database: str) -> None:
+    """A task's or detached craft's following named no front: a front killed after its enqueue but before the call
+    sent the job's id (or whose end of that following the database refused) left it for nobody to end, the job,
+    alice's alone, queued for nobody. It now names its front until the call is answered (FrontQueue.answered): a
+    sweep ends it before, as a waited call's, and never after, even as a join of another principal's job. A front
+    already claimed by a sweep cannot answer: the call fails, and the sweep ends the following."""
+    from flakebot.errors import HostError
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=4, created=0.0)
+    carol = Principal("carol", "id-carol", "acme", calls_per_minute=60, concurrent_crafts=4, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            unanswered = front.enqueue(alice, RunRequest(need="need a csv deduper"))
+            answered = front.enqueue(alice, RunRequest(need="need a word counter"))
+            front.answered(alice, answered)
+            shared = front.enqueue(carol, RunRequest(need="need a json linter"))
+            front.answered(carol, shared)
+            joined = front.enqueue(alice, RunRequest(need="need a json linter"))  # alice's join, never answered
+            late = front.enqueue(alice, RunRequest(need="need a log tailer"))
+            assert joined.joined and joined.job_id == shared.job_id
+            lapse(conn, front.front)
+            assert fronts.sweep(conn)  # claimed: its unanswered followings ended
+            with pytest.raises(HostError):
+                front.answered(alice, late)  # too late: its caller is told nothing of the job
+            states = [state(conn, e.job_id) for e in (unanswered, answered, shared, late)]
+            assert states == ["cancelled", "queued", "queued", "cancelled"], actions(conn)
+            assert actions(conn) == [
+                ("alice", "cancelled", fronts.LOST),
+                ("alice", "left", fronts.LOST),
+                ("alice", "cancelled", fronts.LOST),
+            ]
+    finally:
+        front.close()
+
+
+def test_a_lost_fronts_unanswered_join_of_a_job_its_caller_follows_by_an_answered_task_is_retracted_alone(
+    conn: Any,
+) -> None:
+    """alice follows a job by a task answered through a live front, and joins it again through a front lost before
+    that join was answered (and once more by a waited call there): the sweep ends the lost front's two followings
+    alone (`retracted`), never the task whose id she got; the job goes on, and a second sweep changes nothing."""
+    lost, live = "front-a", "front-b"
+    fronts.hold(conn, lost, LEASE)
+    fronts.hold(conn, live, LEASE)
+    need = craft("need a csv deduper")
+    task = queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", answering=live)
+    assert queue.answered(conn, live, LEASE, "acme", "alice", "id-alice", task.job_id, task.following)
+    queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", answering=lost)  # never answered
+    queue.enqueue(conn, "acme", "alice", need, principal_id="id-alice", front=lost)  # a waited call there
+    lapse(conn, lost)
+    fronts.sweep(conn)
+    assert state(conn, task.job_id) == "queued"
+    assert actions(conn) == [("alice", "retracted", fronts.LOST)] * 2
+    assert fronts.sweep(conn) == [] and len(actions(conn)) == 2
+
+
+def test_an_answered_row_forged_by_another_principal_or_before_the_following_keeps_no_unanswered_following(
+    conn: Any,
+) -> None:
+    """The role workers use may INSERT audit rows of any action. An `answered` row naming alice's unanswered
+    following, written by carol (another principal of her tenant), or written before that following existed (its
+    id guessed ahead, as a replay would), kept it from the lost front's sweep: her job, whose id she never got, ran
+    for nobody. The sweep now takes only an `answered` row of the following's own principal, written after it."""
+    lost = "front-a"
+    fronts.hold(conn, lost, LEASE)
+    forged = queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", answering=lost)
+    assert queue.answered(
+        conn, lost, LEASE, "acme", "carol", "id-carol", forged.job_id, forged.following
+    )  # carol's, not alice's
+    ahead = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", answering=lost)
+    assert queue.answered(
+        conn, lost, LEASE, "acme", "alice", "id-alice", ahead.job_id, ahead.following
+    )  # answered, as it should be
+    guessed = int(conn.execute("SELECT max(id) AS n FROM audit").fetchone()["n"]) + 2  # the join's id, written first
+    assert queue.answered(conn, lost, LEASE, "acme", "alice", "id-alice", ahead.job_id, guessed)
+    join = queue.enqueue(conn, "acme", "alice", craft("need a word counter"), principal_id="id-alice", answering=lost)
+    assert join.following == guessed and join.joined
+    lapse(conn, lost)
+    fronts.sweep(conn)
+    assert (state(conn, forged.job_id), state(conn, ahead.job_id)) == ("cancelled", "queued")
+    assert actions(conn) == [("alice", "cancelled", fronts.LOST), ("alice", "retracted", fronts.LOST)]
+
+
+def test_an_enqueue_waiting_on_its_tenants_lock_holds_no_lock_on_its_fronts_row(database: str) -> None:
+    """Every enqueue through a front renews its lease with it; one that renewed first and then waited on its
+    tenant's lock (held up to 15 s by a process stalled in a transaction) held its front's row all that time, and the
+    front's own renewals, on their own connection, waited behind it. The tenant's lock is taken first: the row is
+    free while the enqueue waits, and the front's renewal goes through at once."""
+    import concurrent.futures
+
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=4, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with (
+            concurrent.futures.ThreadPoolExecutor(1) as pool,  # left last: the holder's lock goes with its connection
+            db.connect(database, autocommit=True) as holder,
+            db.connect(database, autocommit=True) as renewal,
+        ):
+            holder.execute("SELECT pg_advisory_lock(%s, hashtext('acme'))", (queue.TENANT_LOCK,))
+            asked = pool.submit(front.enqueue, alice, RunRequest(need="need a csv deduper"))
+            waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            wait_for(lambda: holder.execute(waiting).fetchone()["n"] == 1, timeout=30, interval=0.1)
+            renewal.execute("SET lock_timeout = '2s'")
+            assert fronts.renew(renewal, front.front, LEASE)  # not behind the waiting enqueue
+            holder.execute("SELECT pg_advisory_unlock_all()")
+            assert not asked.result(timeout=30).joined
+    finally:
+        front.close()

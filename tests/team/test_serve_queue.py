@@ -849,6 +849,7 @@ def test_a_running_craft_its_only_follower_cancels_stops_on_its_worker(
         assert queue.quota_of(conn, "acme")["used"]["today"] == 2  # the cancelled craft ran: it counts
     assert [(a["principal"], a["action"]) for a in said] == [
         ("alice", "enqueued"),
+        ("alice", "answered"),  # the task's id sent: its following outlives the front
         ("w1", "claimed"),
         ("alice", "cancelled"),
     ], said
