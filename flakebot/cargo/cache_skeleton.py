@@ -70,8 +70,17 @@ class CacheSkeleton:
         return json.dumps({k: v for k, v in self.keyed.items() if k != "name"}, sort_keys=True, default=str)
 
 
-def skeleton_of(crate_dir: Path) -> CacheSkeleton:
-    """The skeleton of the crate at `crate_dir` (its Cargo.lock beside it); NoSkeleton says why there is none."""
+@dataclass(frozen=True)
+class SkeletonInputs:
+    """What a crate's skeleton is made of, as read from its tree: equal inputs give an equal skeleton."""
+
+    manifest_text: str
+    lock_text: str
+    build_rs: bool  # a build.rs beside the manifest (a build script unless the manifest says otherwise)
+
+
+def read_inputs(crate_dir: Path) -> SkeletonInputs:
+    """The manifest's and lock's text and whether build.rs is there; NoSkeleton when they cannot be read safely."""
     manifest_path, lock_path = crate_dir / "Cargo.toml", crate_dir / "Cargo.lock"
     if not lock_path.is_file():
         raise NoSkeleton("no Cargo.lock beside Cargo.toml (a workspace member, or no lock yet)")
@@ -80,8 +89,22 @@ def skeleton_of(crate_dir: Path) -> CacheSkeleton:
     try:
         # the workspace is the sandbox's to write: a FIFO or link at either name is refused, not waited on
         manifest_text, lock_text = read_file_text(manifest_path), read_file_text(lock_path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NoSkeleton(f"cannot read the manifest or lock: {exc}") from None
+    return SkeletonInputs(manifest_text, lock_text, (crate_dir / "build.rs").is_file())
+
+
+def skeleton_of(crate_dir: Path) -> CacheSkeleton:
+    """The skeleton of the crate at `crate_dir` (its Cargo.lock beside it); NoSkeleton says why there is none."""
+    return skeleton_from(read_inputs(crate_dir))
+
+
+def skeleton_from(inputs: SkeletonInputs) -> CacheSkeleton:
+    """The skeleton `inputs` describe (read_inputs); NoSkeleton says why there is none."""
+    manifest_text, lock_text = inputs.manifest_text, inputs.lock_text
+    try:
         plain, lock = tomllib.loads(manifest_text), tomllib.loads(lock_text)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise NoSkeleton(f"cannot read the manifest or lock: {exc}") from None
     package = plain.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("name"), str):
@@ -94,7 +117,9 @@ def skeleton_of(crate_dir: Path) -> CacheSkeleton:
         raise NoSkeleton("the lock's [[package]] entries are not tables")
     _refuse_non_registry(plain, lock)
     # a build script matters to the dependency build only through its build-dependencies
-    build_script = _has_build_script(package, crate_dir) and any(t == "build-dependencies" for t, _ in _tables(plain))
+    build_script = _has_build_script(package, inputs.build_rs) and any(
+        t == "build-dependencies" for t, _ in _tables(plain)
+    )
     return CacheSkeleton(
         manifest_text=manifest_text,
         lock_text=lock_text,
@@ -147,11 +172,11 @@ def _tables(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(kind, table) for kind, table in found if isinstance(table, dict) and table]
 
 
-def _has_build_script(package: dict[str, Any], crate_dir: Path) -> bool:
+def _has_build_script(package: dict[str, Any], build_rs: bool) -> bool:
     build = package.get("build")
     if build is False:
         return False
-    return isinstance(build, str) or (crate_dir / "build.rs").is_file()
+    return isinstance(build, str) or build_rs
 
 
 def _skeleton_manifest(manifest: tomlkit.TOMLDocument, build_script: bool) -> str:

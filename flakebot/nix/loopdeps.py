@@ -45,7 +45,14 @@ from pathlib import Path
 import tomlkit
 
 from flakebot import launcher
-from flakebot.cargo.cache_skeleton import TARGET_TABLES, CacheSkeleton, NoSkeleton, skeleton_of
+from flakebot.cargo.cache_skeleton import (
+    TARGET_TABLES,
+    CacheSkeleton,
+    NoSkeleton,
+    SkeletonInputs,
+    read_inputs,
+    skeleton_from,
+)
 from flakebot.cargo.depcache import Seeded, rustc_version
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -154,6 +161,8 @@ class StoreSeeder:
     ) -> None:
         self.settings, self.crate_dir, self.target_dir, self.work_dir = settings, crate_dir, target_dir, work_dir
         self.plan, self.progress, self.key = plan, progress, ""
+        # the manifest, lock and build.rs that gave `key`: equal ones give it again, without parsing the TOML
+        self.keyed_inputs: SkeletonInputs | None = None
 
     def seed(self, *, isolated: bool) -> Seeded:
         if not isolated:
@@ -163,10 +172,14 @@ class StoreSeeder:
     def refresh(self) -> Seeded | None:
         """Before a `cargo test`: the new set's derivation when the model changed the dependencies (None: unchanged)."""
         try:
-            key = _key(skeleton_of(self.crate_dir))
+            inputs = read_inputs(self.crate_dir)
+            if inputs == self.keyed_inputs:
+                return None
+            key = _key(skeleton_from(inputs))
         except NoSkeleton:
             return None
         if key == self.key:
+            self.keyed_inputs = inputs
             return None
         shutil.rmtree(self.target_dir, ignore_errors=True)  # never copy into a dir the model's code wrote
         return self._seed()
@@ -174,8 +187,9 @@ class StoreSeeder:
     def _seed(self) -> Seeded:
         started = time.monotonic()
         try:
-            skeleton = skeleton_of(self.crate_dir)
-            self.key = _key(skeleton)
+            inputs = read_inputs(self.crate_dir)
+            skeleton = skeleton_from(inputs)
+            self.key, self.keyed_inputs = _key(skeleton), inputs
             if not skeleton.packages():  # a new crate: nothing to compile, so no nix build until the model adds some
                 return Seeded("skipped", "the crate has no dependencies yet")
             root = derivations_dir(self.settings) / index_key(self.key, self.plan)

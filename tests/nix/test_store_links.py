@@ -154,3 +154,39 @@ def test_the_seeder_refuses_a_forged_entry_and_drops_it(tmp_path: Path) -> None:
     assert seeded.status == "skipped" and "symbolic link" in seeded.detail, seeded
     assert not target.exists() or not planted_in(target)
     assert not os.path.lexists(root)
+
+
+def test_the_seeder_keys_a_manifest_and_lock_it_has_read_before_without_parsing_them_again(tmp_path: Path) -> None:
+    """StoreSeeder.refresh before each of the loop's `cargo test`: the same manifest, lock and build.rs give the key
+    they gave (no TOML parsed); bytes that differ are read again, and only a new dependency set is seeded."""
+    from flakebot import config
+    from flakebot.cargo.cache_skeleton import read_inputs
+    from flakebot.nix.loopdeps import Plan, StoreSeeder
+
+    crate = tmp_path / "crate"
+    (crate / "src").mkdir(parents=True)
+    (crate / "src/main.rs").write_text("fn main() {}\n")
+    manifest = '[package]\nname = "c"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n'
+    (crate / "Cargo.toml").write_text(manifest)
+    (crate / "Cargo.lock").write_text('version = 3\n\n[[package]]\nname = "c"\nversion = "0.1.0"\n')
+    settings = config.load({"cache_dir": str(tmp_path / "cache")})
+    plan = Plan(registry=Path("/flakebot/registry"), triple="x86_64-unknown-linux-gnu", builds_with="test")
+    seeder = StoreSeeder(settings, crate, tmp_path / "target", tmp_path / "work", plan)
+    assert seeder.seed(isolated=True).status == "skipped"  # no dependencies yet: nothing to build
+    key = seeder.key
+    assert key and seeder.keyed_inputs == read_inputs(crate)
+    assert seeder.refresh() is None
+
+    (crate / "Cargo.toml").write_text(manifest + "# the model's comment\n")  # other bytes, the same dependency set
+    assert seeder.refresh() is None and seeder.key == key
+    assert seeder.keyed_inputs == read_inputs(crate), "the new bytes are known to give the same key"
+
+    (crate / "build.rs").write_text("fn main() {}\n")  # no build-dependencies: the build script is not the deps'
+    assert seeder.refresh() is None and seeder.key == key
+    (crate / "Cargo.toml").write_text(manifest + "\n[build-dependencies]\n")  # a table the key holds: seeded again
+    again = seeder.refresh()
+    assert again is not None and again.status == "skipped" and seeder.key not in ("", key)
+    key = seeder.key
+
+    (crate / "Cargo.toml").write_text(manifest.replace("[dependencies]", "[dependencies]\nitoa ="))  # not TOML
+    assert seeder.refresh() is None and seeder.key == key, "a manifest that does not parse leaves cargo to say why"
