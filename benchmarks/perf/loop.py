@@ -55,7 +55,7 @@ from flakebot.agent.acceptance import Frozen, write_acceptance_test
 from flakebot.agent.loop import EditLoop, LoopLimits, Verdict
 from flakebot.agent.tools import Toolbox
 from flakebot.agent.verdict import make_verdict
-from flakebot.agent.workspace import WorkspaceGit, guard_trees
+from flakebot.agent.workspace import DiskTotal, WorkspaceGit, guard_trees
 from flakebot.cargo.diagnostics import run_cargo
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings
@@ -166,6 +166,7 @@ class Bench:
         self.script = root / "script.json"
         self.settings = Settings(offline=True, registry="local", cache_dir=str(root / "cache"))
         self.edits = 0
+        self.disk = DiskTotal([self.crate, self.target], self.settings.sandbox_disk_mb)  # the stage's, one per loop
 
     def create(self) -> None:
         """The session's crate: new binary crate on csv, clap added as the model asked, the frozen acceptance test."""
@@ -198,7 +199,7 @@ class Bench:
 
     def guard(self) -> None:
         """The edit stage's guard after every tool call and verdict (agent/workspace.py guard_trees)."""
-        guard_trees(Frozen(self.crate, self.frozen), [self.crate, self.target], self.settings.sandbox_disk_mb)
+        guard_trees(Frozen(self.crate, self.frozen), self.disk)
 
     def use(self, main_rs: str) -> None:
         """src/main.rs as the model wrote it, committed, and the target dir warmed by a first `cargo test`."""

@@ -127,8 +127,7 @@ class Workspace:
         self.git, self.crate_rel, self.frozen, self.checks = git, crate_rel, frozen, checks
         self.root, self.base = git.workspace, base
         self.crate_dir = self.root / crate_rel
-        self.measured = [self.root, *scratch]  # what the disk limit counts: the tree and the target dir
-        self.disk_mb = disk_mb
+        self.disk = DiskTotal([self.root, *scratch], disk_mb)  # what the limit counts: the tree and the target dir
         self._fork: ForkVerdict | None = None
         if checks.fork and not checks.only_acceptance:
             self._fork = ForkVerdict(
@@ -179,7 +178,7 @@ class Workspace:
 
     def guard(self) -> None:
         """Checked after every tool call and verdict (guard_trees)."""
-        guard_trees(self.frozen, self.measured, self.disk_mb)
+        guard_trees(self.frozen, self.disk)
 
     def _cargo_test(self, extra: list[str], on_line: Callable[[str], None] | None = None) -> CargoReport:
         from flakebot.cargo.diagnostics import run_cargo
@@ -208,13 +207,34 @@ def changed_files(git: WorkspaceGit, base: str, crate_rel: str) -> list[str]:
     return sorted({p.removeprefix(prefix) for p in paths if p.startswith(prefix)})
 
 
-def guard_trees(frozen: Frozen, measured: Sequence[Path], disk_mb: int) -> None:
-    """The edit loop's guard: the frozen test is unchanged (else `tampered`), and the workspace and target dir
-    (`measured`) hold no more than the limit (else `disk`; the sandbox kills one command that writes too much, this
-    bounds what many commands leave)."""
+def guard_trees(frozen: Frozen, disk: DiskTotal) -> None:
+    """The edit loop's guard: the frozen test is unchanged (else `tampered`), and the workspace and target dir hold no
+    more than the limit (else `disk`; the sandbox kills one command that writes too much, this bounds what many
+    commands leave)."""
     frozen.check()
-    used = sum(tree_bytes(p) for p in measured) // (1024 * 1024)
-    if used > disk_mb:
-        raise StopLoop(
-            "disk", f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({disk_mb} MiB)"
-        )
+    disk.check()
+
+
+class DiskTotal:
+    """The disk limit over the workspace and target dir (`measured`), totalled again only when a sandboxed command
+    may have written them since the last total (process.commands_seen: one started, or one still running then).
+    Between two commands only flakebot's own writes land there (a tool's file, at most MAX_FILE_BYTES; a commit's
+    objects): they count at the total after the next command, which every verdict runs (its cargo test)."""
+
+    def __init__(self, measured: Sequence[Path], disk_mb: int) -> None:
+        self.measured, self.disk_mb = list(measured), disk_mb
+        self.seen: tuple[int, int] | None = None  # commands_seen() at the last total, when none was running
+
+    def check(self) -> None:
+        from flakebot.sandbox.process import commands_seen
+
+        now = commands_seen()  # before the total: a command that starts during it is seen by the next check
+        if now == self.seen:
+            return
+        used = sum(tree_bytes(p) for p in self.measured) // (1024 * 1024)
+        if used > self.disk_mb:
+            raise StopLoop(
+                "disk",
+                f"the workspace and target dir hold {used} MiB, more than sandbox_disk_mb ({self.disk_mb} MiB)",
+            )
+        self.seen = now if now[0] == now[1] else None

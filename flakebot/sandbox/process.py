@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -305,6 +306,28 @@ class _Lines(_Capture):
         self.inner.close()
 
 
+_commands_lock = threading.Lock()
+_commands = [0, 0]  # sandboxed commands this process started, and of them those that ended (execute)
+
+
+def commands_seen() -> tuple[int, int]:
+    """How many sandboxed commands this process has started, and how many of them ended (each one's whole process
+    group killed by then): while both stay as they were and equal, no sandboxed command has written anything since."""
+    with _commands_lock:
+        return _commands[0], _commands[1]
+
+
+@contextlib.contextmanager
+def _counted() -> Iterator[None]:
+    with _commands_lock:
+        _commands[0] += 1
+    try:
+        yield
+    finally:
+        with _commands_lock:
+            _commands[1] += 1
+
+
 def execute(
     shown: list[str],
     argv: list[str],
@@ -323,46 +346,47 @@ def execute(
     (or the caller's own, `inherit_stdin`), the whole group killed at `timeout`, when `watch()` names a limit it
     passed, and at the end. `on_line(line)`: each whole stdout line as it arrives (before the command ends), whatever
     the cap keeps."""
-    start = time.perf_counter()
-    try:
-        proc = launcher.popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=None if inherit_stdin else subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
+    with _counted():  # commands_seen: started before anything runs, ended once the whole group is gone
+        start = time.perf_counter()
+        try:
+            proc = launcher.popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=None if inherit_stdin else subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return CommandResult(
+                shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start
+            )
+        out: _Capture = _Capture(output_cap) if spill is None else _Spill(spill)
+        err = _Capture(output_cap)
+        breach = _Breach(_also(watch, out.over) if isinstance(out, _Spill) else watch)
+        if stops := _stops.get():
+            breach = _Breach(_also(breach.watch, lambda: INTERRUPTED if any(s.is_set() for s in stops) else ""))
+        try:
+            sink = out if on_line is None else _Lines(out, on_line)
+            timed_out = _pump(proc, sink, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
+        finally:  # also on Ctrl-C: nothing outlives the call
+            _kill_group(proc.pid)
+            returncode = proc.wait()
+            out.close()
+        if isinstance(out, _Spill) and not breach.reason:  # it ended before the watch looked: the cut is still said
+            breach.reason = out.over()
+        seconds = time.perf_counter() - start
+        if timed_out:
+            logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])
+        if breach.reason:
+            logger.warning("%s: %s", breach.reason, " ".join(shown)[:200])
+            err.add(f"\nflakebot: {breach.reason}\n".encode())
+        spilled = out.path if isinstance(out, _Spill) and out.path else None
         return CommandResult(
-            shown, 127, "", f"flakebot: cannot run {argv[0]}: {exc.strerror}\n", time.perf_counter() - start
-        )
-    out: _Capture = _Capture(output_cap) if spill is None else _Spill(spill)
-    err = _Capture(output_cap)
-    breach = _Breach(_also(watch, out.over) if isinstance(out, _Spill) else watch)
-    if stops := _stops.get():
-        breach = _Breach(_also(breach.watch, lambda: INTERRUPTED if any(s.is_set() for s in stops) else ""))
-    try:
-        sink = out if on_line is None else _Lines(out, on_line)
-        timed_out = _pump(proc, sink, err, stdin.encode() if stdin is not None else None, start + timeout, breach)
-    finally:  # also on Ctrl-C: nothing outlives the call
-        _kill_group(proc.pid)
-        returncode = proc.wait()
-        out.close()
-    if isinstance(out, _Spill) and not breach.reason:  # it ended before the watch looked: the cut is still said
-        breach.reason = out.over()
-    seconds = time.perf_counter() - start
-    if timed_out:
-        logger.info("command timed out after %.0f s and was killed: %s", timeout, " ".join(shown)[:200])
-    if breach.reason:
-        logger.warning("%s: %s", breach.reason, " ".join(shown)[:200])
-        err.add(f"\nflakebot: {breach.reason}\n".encode())
-    spilled = out.path if isinstance(out, _Spill) and out.path else None
-    return CommandResult(
-        shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason,
-        str(spilled or ""), out.size if isinstance(out, _Spill) and spilled else 0,
-    )  # fmt: skip
+            shown, returncode, out.text(), err.text(), seconds, timed_out, bool(out.dropped or err.dropped), breach.reason,
+            str(spilled or ""), out.size if isinstance(out, _Spill) and spilled else 0,
+        )  # fmt: skip
 
 
 def at_once(calls: Sequence[Callable[[], R]], workers: int) -> list[R]:

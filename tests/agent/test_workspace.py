@@ -151,10 +151,36 @@ def test_guard_stops_the_loop_when_the_tree_and_target_dir_outgrow_the_disk_limi
     ws = make_workspace(tmp_path / "repo", disk_mb=1)
     ws.guard()
     (tmp_path / "target").mkdir()
-    (tmp_path / "target/big").write_bytes(b"\0" * (2 * 1024 * 1024))  # the target dir counts too
+    # what a command in the sandbox leaves: the target dir counts too
+    ws.checks.sandbox.run(["dd", "if=/dev/zero", "of=big", "bs=1M", "count=2"], cwd=tmp_path / "target")
+    assert (tmp_path / "target/big").stat().st_size == 2 * 1024 * 1024
     with pytest.raises(StopLoop, match="more than sandbox_disk_mb") as stop:
         ws.guard()
     assert stop.value.status == "disk"
+
+
+def test_guard_totals_the_trees_again_once_a_sandboxed_command_ran_and_counts_flakebots_own_writes_then(
+    tmp_path: Path,
+) -> None:
+    """The disk total is taken again only when a command may have written since the last one: between commands only
+    flakebot's own writes land (a tool's file, a commit), and the guard after the next command counts them too."""
+    (tmp_path / "repo").mkdir()
+    ws = make_workspace(tmp_path / "repo", disk_mb=1)
+    ws.guard()
+    (ws.crate_dir / "src/data.rs").write_bytes(b"\0" * (2 * 1024 * 1024))  # as write_file would (host, not a command)
+    ws.guard()  # no command since the last total: nothing a command could have grown
+    with pytest.raises(StopLoop, match="hold 2 MiB, more than sandbox_disk_mb") as stop:
+        ws.checks.sandbox.run(["true"], cwd=ws.crate_dir)  # the verdict's cargo, a tool's command
+        ws.guard()
+    assert stop.value.status == "disk"
+    (ws.crate_dir / "src/data.rs").unlink()
+    ws.guard()  # still taken again: the last total found too much
+    ws.guard()
+    (ws.crate_dir / "src/tests.rs").write_bytes(b"\0" * (2 * 1024 * 1024))
+    ws.guard()
+    ws.checks.sandbox.run(["true"], cwd=ws.crate_dir)
+    with pytest.raises(StopLoop, match="more than sandbox_disk_mb"):
+        ws.guard()
 
 
 def test_head_read_from_git_files_cannot_be_changed_from_the_sandbox_or_through_the_edit_tools(ws: Workspace) -> None:
