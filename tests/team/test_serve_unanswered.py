@@ -126,12 +126,7 @@ def test_a_stopping_front_ends_once_more_what_the_database_refused_to_end(flakeb
     with serving_process("--lease", "600", database=database, log=log) as (url, process):
         session = Session(url, alice).headers
         with _cut_and_its_end_held(url, alice, session, (41, "need a csv deduper"), database, as_task=True) as conn:
-            cut: set[int] = set()
-            for _ in range(2):  # the front's connection made again once, then the call's end given up for now
-                waits = wait_for(lambda: set(_waiting(conn)) - cut, timeout=30, interval=0.1)
-                cut.update(waits)
-                conn.execute("SELECT pg_terminate_backend(%s)", (min(waits),))
-            wait_for(lambda: "not left yet" in log.read_text(), timeout=30, interval=0.2)
+            _refuse_its_end_twice(conn, log)
         time.sleep(1)
         assert [r["state"] for r in rows(database)] == ["queued"]
         process.send_signal(signal.SIGTERM)
@@ -150,12 +145,7 @@ def test_a_stopping_front_that_could_not_end_a_following_in_time_says_so(flakebo
     with serving_process("--lease", "600", database=database, log=log) as (url, process):
         session = Session(url, alice).headers
         with _cut_and_its_end_held(url, alice, session, (41, "need a csv deduper"), database, as_task=True) as conn:
-            cut: set[int] = set()
-            for _ in range(2):  # the front's connection made again once, then the call's end given up for now
-                waits = wait_for(lambda: set(_waiting(conn)) - cut, timeout=30, interval=0.1)
-                cut.update(waits)
-                conn.execute("SELECT pg_terminate_backend(%s)", (min(waits),))
-            wait_for(lambda: "not left yet" in log.read_text(), timeout=30, interval=0.2)
+            _refuse_its_end_twice(conn, log)
         with db.connect(database, autocommit=True) as holder:
             holder.execute(LOCK, (TENANT_LOCK,))
             process.send_signal(signal.SIGTERM)
@@ -165,3 +155,14 @@ def test_a_stopping_front_that_could_not_end_a_following_in_time_says_so(flakebo
     with db.connect(database) as conn:
         held = conn.execute("SELECT detail->>'answering' AS front FROM audit WHERE action = 'enqueued'").fetchone()
         assert held is not None and held["front"] and _audited(database) == [("alice", "enqueued")]
+
+
+def _refuse_its_end_twice(conn: Any, log: Path) -> None:
+    """The front's end of a cut call refused twice (its connection terminated as it waited on the tenant's lock `conn`
+    holds: the database away, for the front): made again once, then given up for now ("not left yet")."""
+    cut: set[int] = set()
+    for _ in range(2):
+        waits = wait_for(lambda: set(_waiting(conn)) - cut, timeout=30, interval=0.1)
+        cut.update(waits)
+        conn.execute("SELECT pg_terminate_backend(%s)", (min(waits),))
+    wait_for(lambda: "not left yet" in log.read_text(), timeout=30, interval=0.2)
