@@ -250,10 +250,10 @@ class Tree:
                     pass  # a directory already, or something the open below refuses
         os.close(self._open_dir(parts, create=parents, mode=mode))
 
-    def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644, parents: bool = True) -> None:
+    def write_bytes(self, rel: str, data: bytes, *, mode: int = 0o644, parents: bool = True, sync: bool = True) -> None:
         """Replace `rel` atomically: a fresh file made with O_EXCL beside it, renamed over the name (a link, a hard
-        link or a file there is replaced, never written through)."""
-        self.write_from(rel, io.BytesIO(data), mode=mode & 0o777, parents=parents)
+        link or a file there is replaced, never written through). `sync` False: see write_from."""
+        self.write_from(rel, io.BytesIO(data), mode=mode & 0o777, parents=parents, sync=sync)
 
     def write_from(
         self,
@@ -269,7 +269,8 @@ class Tree:
     ) -> None:
         """Replace `rel` atomically with what `source` streams (no whole file in memory), as write_bytes does: a fresh
         O_EXCL file beside it renamed over the name. `mode` without set-id bits; `owner` (uid, gid) and
-        `times_ns` (atime, mtime) set on the new file before it takes the name; `sync` False for a scratch copy.
+        `times_ns` (atime, mtime) set on the new file before it takes the name; `sync` False for a scratch copy, or a
+        file a crash's resume writes again (a run's workspace and flake/: the stage that wrote it runs again).
         `budget`: `source` is a file read sparse (only its data, holes left holes) and its data counted against it."""
         with self._parent(rel, create=parents) as (fd, name):
             tmp = f".{name}.{secrets.token_hex(6)}.tmp"
@@ -301,8 +302,8 @@ class Tree:
                     pass
                 raise
 
-    def write_text(self, rel: str, text: str, *, mode: int = 0o644, parents: bool = True) -> None:
-        self.write_bytes(rel, text.encode(), mode=mode, parents=parents)
+    def write_text(self, rel: str, text: str, *, mode: int = 0o644, parents: bool = True, sync: bool = True) -> None:
+        self.write_bytes(rel, text.encode(), mode=mode, parents=parents, sync=sync)
 
     def create_bytes(self, rel: str, data: bytes, *, mode: int = 0o644) -> None:
         """A new file at `rel` (FileExistsError when anything, a link included, is there)."""

@@ -127,7 +127,7 @@ def write_acceptance_test(spec: ToolSpec, crate_dir: Path) -> dict[str, str]:
     repository or a sandboxed step (a `tests` link out of it, a link, hard link or FIFO at the name): written
     through flakebot.safefs, so a link is refused and the file replaced, never written through."""
     text = render_acceptance_test(spec)
-    Tree(crate_dir).write_text(ACCEPTANCE_TEST, text)
+    Tree(crate_dir).write_text(ACCEPTANCE_TEST, text, sync=False)  # a crash's resume redoes the stage writing it
     return {ACCEPTANCE_TEST: hashlib.sha256(text.encode()).hexdigest()}
 
 

@@ -613,4 +613,5 @@ def _replace_file(workspace: Path, path: Path, content: bytes) -> None:
     if info is not None and stat.S_ISDIR(info.st_mode):
         tree.remove(rel)
     mode = stat.S_IMODE(info.st_mode) if info is not None and stat.S_ISREG(info.st_mode) else 0o644
-    tree.write_bytes(rel, content, mode=mode)
+    # not synced: after a crash the edit stage starts over from edit_base (git reset), as unsynced as cargo's writes
+    tree.write_bytes(rel, content, mode=mode, sync=False)

@@ -258,7 +258,8 @@ def declare_rust_version(manifest: Path, rustc: str) -> str:
         return ""  # a virtual workspace manifest: its members carry the packages
     before = package.get("rust-version")
     package["rust-version"] = rustc
-    Tree(manifest.parent).write_text(manifest.name, tomlkit.dumps(document))  # a link at its name is replaced
+    # a link at its name is replaced; not synced, as the flake's other files (flake_files.py): a resume writes it again
+    Tree(manifest.parent).write_text(manifest.name, tomlkit.dumps(document), sync=False)
     return str(before) if isinstance(before, str) else ("workspace" if before is not None else "")
 
 

@@ -1,8 +1,8 @@
 """The ordered stages of a run and the machinery that drives them.
 
 A stage is a plain function `stage(ctx) -> Out` (a dataclass from flakebot.stages.outputs, or a dict);
-its `to_dict()` is stored under state["outputs"][name] and state.json is rewritten atomically when it
-finishes. An output with "end_run": true finishes the run there (only `always` stages still run). A finished stage
+its `to_dict()` is stored under state["outputs"][name] and state.json is rewritten atomically, and synced, as it
+finishes (in the one write that starts the next stage). An output with "end_run": true finishes the run there (only `always` stages still run). A finished stage
 is skipped on resume, so a crash costs at most the stage it interrupted. Stages marked `always`
 (clean) also run after a failure or Ctrl-C.
 """
@@ -148,20 +148,27 @@ def _drive(run: Run, settings: Settings, sink: EventSink, stop_after: str | None
         stopped_early = False  # --stop-after: later stages wait for a resume
         done_early = False  # a stage said the run's work is done (e.g. an existing tool reused)
         stale = _first_stale(run, stages)
-        for index, stage in enumerate(stages):
-            if stopped_early:
-                continue
-            if failure is not None or done_early:
-                if stage.always:
-                    _run_stage(run, settings, stage, sink, stop, failed=failure)
-                continue
-            if run.stage_status(stage.name) == "finished" and not stage.always and index < stale:
-                _emit(run, sink, Event("stage_skipped", run.id, stage.name, "already finished"))
-            else:
-                failure = _run_stage(run, settings, stage, sink, stop)
-            done_early = failure is None and bool(run.output(stage.name).get("end_run"))
-            stopped_early = stop_after == stage.name and not done_early
-        return _finish(run, sink, failure, stopped_early)
+        ended: list[Event] = []  # a stage's end, written with the next write of state.json (_save)
+        try:
+            for index, stage in enumerate(stages):
+                if stopped_early:
+                    continue
+                if failure is not None or done_early:
+                    if stage.always:
+                        _run_stage(run, settings, stage, sink, stop, ended, failed=failure)
+                    continue
+                if run.stage_status(stage.name) == "finished" and not stage.always and index < stale:
+                    if ended:  # a stage ran before this finished one (its earlier run failed): its end first
+                        _save(run, sink, ended)
+                    _emit(run, sink, Event("stage_skipped", run.id, stage.name, "already finished"))
+                else:
+                    failure = _run_stage(run, settings, stage, sink, stop, ended)
+                done_early = failure is None and bool(run.output(stage.name).get("end_run"))
+                stopped_early = stop_after == stage.name and not done_early
+            return _finish(run, sink, failure, stopped_early, ended)
+        finally:
+            if ended:  # an interrupt between two stages: the one that ended is still recorded
+                _save(run, sink, ended)
 
 
 def _first_stale(run: Run, stages: list[Stage]) -> int:
@@ -173,16 +180,16 @@ def _first_stale(run: Run, stages: list[Stage]) -> int:
     return len(stages)
 
 
-def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_early: bool) -> Run:
+def _finish(run: Run, sink: EventSink, failure: FlakebotError | None, stopped_early: bool, ended: list[Event]) -> Run:
     if failure is not None:
         run.state.update(
             status="interrupted" if isinstance(failure, Interrupted) else "failed", error=failure.to_dict()
         )
-        run.save()
+        _save(run, sink, ended)
         _emit(run, sink, Event("run_failed", run.id, failure.stage, failure.one_line(), failure.to_dict()))
         raise failure
     run.state.update(status="stopped" if stopped_early else "succeeded", error=None)
-    run.save()
+    _save(run, sink, ended)
     _emit(run, sink, Event("run_finished", run.id, data={"status": run.state["status"]}))
     return run
 
@@ -193,43 +200,54 @@ def _run_stage(
     stage: Stage,
     sink: EventSink,
     stop: threading.Event,
+    ended: list[Event],
     failed: FlakebotError | None = None,
 ) -> FlakebotError | None:
-    """Run one stage and record its outcome; returns the error that ended it, if any."""
+    """Run one stage and record its outcome; returns the error that ended it, if any. A stage that finished leaves its
+    end in `ended`: state.json gets it with the next stage's start, one durable write at the boundary, not two."""
     record = run.state["stages"].setdefault(stage.name, {})
     if failed is None and stop.is_set():  # stopped meanwhile (cleanup stages still run)
-        return _interrupted(run, sink, stage.name, record)
+        return _interrupted(run, sink, stage.name, record, ended)
     record.update(status="running", started=time.time(), attempts=record.get("attempts", 0) + 1, error=None)
-    run.save(durable=False)  # lost to a crash, the stage is pending and runs again: the same as running
+    # alone, a start lost to a machine's crash leaves the stage pending, run again as if running: not synced then
+    _save(run, sink, ended, durable=False)
     _emit(run, sink, Event("stage_started", run.id, stage.name))
     ctx = StageContext(run, run_settings(run, settings), stage.name, sink, failed)
     try:
         output = _stored(stage.func(ctx))
     except FlakebotError as exc:
         exc.stage = exc.stage or stage.name
-        return _stage_failed(run, sink, stage.name, record, exc)
+        return _stage_failed(run, sink, stage.name, record, exc, ended)
     except OSError as exc:  # the machine's trouble (a read-only catalog, a full disk): one line, the run resumable
         trouble = _host_trouble(exc, run)
         if trouble is None:
             raise
         trouble.stage = stage.name
-        return _stage_failed(run, sink, stage.name, record, trouble)
+        return _stage_failed(run, sink, stage.name, record, trouble, ended)
     except KeyboardInterrupt:
-        return _interrupted(run, sink, stage.name, record)
+        return _interrupted(run, sink, stage.name, record, ended)
     if failed is None and stop.is_set():  # the interrupt was raised where it was swallowed (a __del__)
-        return _interrupted(run, sink, stage.name, record)
+        return _interrupted(run, sink, stage.name, record, ended)
     record.update(status="finished", finished=time.time())
     record["seconds"] = round(record["finished"] - record["started"], 3)
     run.state["outputs"][stage.name] = output
-    run.save()
-    _emit(run, sink, Event("stage_finished", run.id, stage.name, data={"seconds": record["seconds"]}))
+    ended.append(Event("stage_finished", run.id, stage.name, data={"seconds": record["seconds"]}))
     return None
 
 
-def _interrupted(run: Run, sink: EventSink, stage: str, record: dict[str, Any]) -> FlakebotError:
+def _save(run: Run, sink: EventSink, ended: list[Event], *, durable: bool = True) -> None:
+    """Write state.json, then announce the stage ends it is the first to hold (held back till then: whoever reads
+    state.json on a stage_finished finds that stage finished there). Durable when it holds one: a resume skips it."""
+    run.save(durable=durable or bool(ended))
+    for event in ended:
+        _emit(run, sink, event)
+    ended.clear()
+
+
+def _interrupted(run: Run, sink: EventSink, stage: str, record: dict[str, Any], ended: list[Event]) -> FlakebotError:
     record.setdefault("started", time.time())
     stopped = Interrupted("interrupted", fix=f"continue with 'flakebot resume {run.id}'", stage=stage)
-    return _stage_failed(run, sink, stage, record, stopped)
+    return _stage_failed(run, sink, stage, record, stopped, ended)
 
 
 def _host_trouble(exc: OSError, run: Run) -> FlakebotError | None:
@@ -255,10 +273,12 @@ def _stored(output: Any) -> dict[str, Any]:
     return dict(output) if isinstance(output, dict) else dict(output.to_dict())
 
 
-def _stage_failed(run: Run, sink: EventSink, name: str, record: dict[str, Any], exc: FlakebotError) -> FlakebotError:
+def _stage_failed(
+    run: Run, sink: EventSink, name: str, record: dict[str, Any], exc: FlakebotError, ended: list[Event]
+) -> FlakebotError:
     record.update(status="failed", finished=time.time(), error=exc.to_dict())
     record["seconds"] = round(record["finished"] - record["started"], 3)
-    run.save()
+    _save(run, sink, ended)
     logger.info("stage %s failed: %s", name, exc.one_line())  # the caller reports it; run.log keeps it
     _emit(run, sink, Event("stage_failed", run.id, name, exc.one_line(), exc.to_dict()))
     return exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,25 @@ def test_edit_file_exact_replace(ws: Path) -> None:
     assert "edited src/lib.rs at line 6" in result.text and "     6\t    a.saturating_sub(b)" in result.text
     assert (ws / "src/lib.rs").read_text() == LIB.replace("a - b", "a.saturating_sub(b)")
     assert result.data == {"path": "src/lib.rs", "line": 6, "removed": 2, "added": 2, "tool": "edit_file"}
+
+
+def test_the_models_writes_are_not_synced(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_file and edit_file replace the file atomically without an fsync: a crash's resume redoes the edit stage
+    from its base commit, so the workspace needs none (cargo's own writes there have none). The real fsync runs."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    tools = toolbox(ws)
+    assert tools.call("write_file", {"path": "src/extra.rs", "content": "pub fn one() -> i32 {\n    1\n}\n"}).ok
+    assert tools.call("edit_file", {"path": "src/lib.rs", "search": "    a + b\n", "replace": "    b + a\n"}).ok
+    assert (ws / "src/extra.rs").read_text() == "pub fn one() -> i32 {\n    1\n}\n"
+    assert (ws / "src/lib.rs").read_text() == LIB.replace("a + b", "b + a")
+    assert [path for path in synced if path.startswith(str(ws))] == []
 
 
 def test_edit_file_without_match_shows_the_closest_lines(ws: Path) -> None:

@@ -164,6 +164,51 @@ def test_a_second_driver_of_the_same_run_is_refused(workdir: Path) -> None:
                 pass
 
 
+def test_a_stage_end_is_written_with_the_next_stage_start(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a boundary between stages state.json is written once, durably, holding the end of one and the start of the
+    next; each stage_finished is announced once state.json holds it (a reader finds the stage finished there), in the
+    same order as before; a failed run's cleanup end is recorded with the run's end."""
+    written: list[dict[str, Any]] = []  # state.json as each write made it
+    real_replace = os.replace
+
+    def replace(source: Any, target: Any) -> None:
+        real_replace(source, target)
+        if Path(target).name == "state.json":
+            written.append(json.loads(Path(target).read_text()))
+
+    monkeypatch.setattr(os, "replace", replace)
+    on_disk: dict[str, str] = {}  # stage -> its status in state.json when its stage_finished was announced
+
+    def sink(event: Event) -> None:
+        events.append(event.kind)
+        if event.kind == "stage_finished":
+            saved = json.loads(Path(run_dir[0], "state.json").read_text())
+            on_disk[str(event.stage)] = saved["stages"][event.stage]["status"]
+        if event.kind == "run_started":
+            run_dir.append(next((workdir / "runs").iterdir()))
+
+    events: list[str] = []
+    run_dir: list[Path] = []
+    with pytest.raises(FlakebotError):
+        pipeline.start("tests.fakes.pipelines:FAILING", workdir, config.load(), RunRequest(need="n"), sink=sink)
+    stages = [{name: record["status"] for name, record in state["stages"].items()} for state in written]
+    assert {"first": "finished", "broken": "running"} in stages
+    assert {"first": "finished"} not in stages  # no write of its own for the end of the first stage
+    assert stages[-1] == {"first": "finished", "broken": "failed", "cleanup": "finished"}
+    assert written[-1]["status"] == "failed"
+    assert on_disk == {"first": "finished", "cleanup": "finished"}
+    assert events == [
+        "run_started",
+        "stage_started",
+        "stage_finished",
+        "stage_started",
+        "stage_failed",
+        "stage_started",
+        "stage_finished",
+        "run_failed",
+    ]
+
+
 def test_only_checkpoints_a_resume_needs_are_fsynced(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stage's start is saved without syncing its rename (lost to a machine's crash, the stage is pending and runs
     again); its end, and the run's start and end, are on disk before the run goes on; every version's bytes are
