@@ -76,8 +76,9 @@ def remove_tree(path: Path) -> bool:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes held by the files under `path` (links not followed): one lstat per entry, read as its directory is
-    listed (the edit loop's guard totals its trees after every tool call and verdict)."""
+    """Bytes held under `path` on disk (links not followed): a file's size or its blocks, the larger, and each
+    directory's blocks; one lstat per entry, read as its directory is listed (the edit loop's guard totals its trees
+    after every tool call and verdict)."""
     total, pending = 0, [os.fspath(path)]
     while pending:
         try:
@@ -90,10 +91,11 @@ def tree_bytes(path: Path) -> int:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue  # removed meanwhile
-                if stat.S_ISDIR(st.st_mode):
+                if stat.S_ISDIR(st.st_mode):  # its blocks: a million empty directories hold gigabytes
                     pending.append(entry.path)
-                else:
-                    total += st.st_size
+                    total += st.st_blocks * 512
+                else:  # the blocks too: a file can hold disk past its size (fallocate --keep-size)
+                    total += max(st.st_size, st.st_blocks * 512)
     return total
 
 

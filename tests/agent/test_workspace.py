@@ -159,6 +159,34 @@ def test_guard_stops_the_loop_when_the_tree_and_target_dir_outgrow_the_disk_limi
     assert stop.value.status == "disk"
 
 
+def test_guard_counts_the_blocks_a_command_allocated_past_its_files_sizes(tmp_path: Path) -> None:
+    """A command can hold disk without growing a file's size (fallocate --keep-size: the blocks are the file's, its
+    size stays 0, and RLIMIT_FSIZE does not apply): the guard counts what the files hold on disk, not their sizes."""
+    require("fallocate")
+    (tmp_path / "repo").mkdir()
+    ws = make_workspace(tmp_path / "repo", disk_mb=1)
+    ws.guard()
+    result = ws.checks.sandbox.run(["sh", "-c", ": > held && fallocate --keep-size -l 4MiB held"], cwd=ws.crate_dir)
+    assert result.ok, result.stderr
+    assert (ws.crate_dir / "held").stat().st_size == 0
+    with pytest.raises(StopLoop, match="more than sandbox_disk_mb") as stop:
+        ws.guard()
+    assert stop.value.status == "disk"
+
+
+def test_guard_counts_the_blocks_of_the_directories_a_command_made(tmp_path: Path) -> None:
+    """Empty directories hold no file bytes but a block each: a command making many of them holds disk the guard
+    must count (a million hold gigabytes)."""
+    (tmp_path / "repo").mkdir()
+    ws = make_workspace(tmp_path / "repo", disk_mb=1)
+    ws.guard()
+    result = ws.checks.sandbox.run(["sh", "-c", "mkdir -p d && cd d && mkdir $(seq 1 600)"], cwd=ws.crate_dir)
+    assert result.ok, result.stderr
+    with pytest.raises(StopLoop, match="more than sandbox_disk_mb") as stop:
+        ws.guard()
+    assert stop.value.status == "disk"
+
+
 def test_guard_totals_the_trees_again_once_a_sandboxed_command_ran_and_counts_flakebots_own_writes_then(
     tmp_path: Path,
 ) -> None:

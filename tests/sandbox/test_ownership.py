@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,41 @@ def test_an_entry_swapped_for_a_link_after_it_was_looked_at_is_not_what_gets_wid
     os.unlink(other)
     assert _adopt_one(str(looked), st, UID) == 0
     assert stat.S_IMODE(os.lstat(looked).st_mode) == 0o600
+
+
+SWAPPER = """
+import os, sys
+ws, outside = sys.argv[1], sys.argv[2]
+os.symlink(outside, ws + "/link")
+while True:  # ws/d: a directory, then a link to the root-only directory outside, and back
+    os.rename(ws + "/d", ws + "/held")
+    os.rename(ws + "/link", ws + "/d")
+    os.rename(ws + "/d", ws + "/link")
+    os.rename(ws + "/held", ws + "/d")
+"""
+
+
+def test_a_directory_swapped_for_a_link_while_the_walk_runs_does_not_lead_it_outside(tmp_path: Path) -> None:
+    """adopt runs while other sandboxed commands run (the examples beside cargo test, each example beside the others):
+    a process of the sandbox's uid that swaps a directory of the workspace for a link to a root-only directory after
+    the walk looked at it, and before the walk lists it, must not have that directory's files widened."""
+    outside = tmp_path / "etc"
+    outside.mkdir(mode=0o700)
+    secret = outside / "shadow"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    for i in range(40):  # siblings listed before d's turn: the window between d's lstat and its listing
+        (ws / f"s{i}").mkdir()
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(ws), str(outside)])
+    try:
+        while not (ws / "link").is_symlink() and swapper.poll() is None:
+            time.sleep(0.01)  # the swapper started
+        for _ in range(2000):
+            adopt([ws], UID)
+            assert (os.lstat(secret).st_gid, stat.S_IMODE(os.lstat(secret).st_mode)) == (0, 0o600)
+            assert (os.lstat(outside).st_gid, stat.S_IMODE(os.lstat(outside).st_mode)) == (0, 0o700)
+    finally:
+        swapper.kill()
+        swapper.wait()

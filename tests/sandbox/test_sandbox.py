@@ -472,6 +472,26 @@ def test_a_root_owned_workspace_is_written_and_built_by_the_unprivileged_uid(ws:
     assert (ws / "made.txt").read_text() == "made\n"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the frozen file's read-only bind holds the file, not its name: its directory, handed to the sandbox "
+    "(adopt), can be moved aside and another put in its place for the rest of the command (a build script swaps "
+    "the acceptance test cargo then compiles, a test puts it back; the guard's hash after the command matches). "
+    "Needs the frozen files' directories kept from renames (not adopted, or sticky), a change to what the model "
+    "may write beside them",
+)
+def test_a_frozen_file_cannot_be_swapped_by_moving_its_directory_aside(ws: Path, target: Path) -> None:
+    frozen = ws / "tests/acceptance.rs"
+    frozen.parent.mkdir()
+    frozen.write_text("#[test]\nfn judged() {}\n")
+    sandbox = bwrap_sandbox(ws, target, frozen=[frozen])
+    swap = "mv tests aside; mkdir tests && echo fake > tests/acceptance.rs; cat tests/acceptance.rs"
+    restore = "rm -rf tests; mv aside tests"  # as the fake test would, once compiled and run
+    result = sandbox.run(["sh", "-c", f"{swap}; {restore}"], cwd=ws)
+    assert frozen.read_text() == "#[test]\nfn judged() {}\n"  # what the guard's hash sees after the command
+    assert "fake" not in result.stdout, "the frozen path held another file during the command"
+
+
 def test_a_bind_of_etc_elsewhere_keeps_its_secrets_masked(ws: Path, target: Path) -> None:
     """/etc bound at another path shows /etc/shadow there too: the mask follows the bind, not the original path."""
     shadow = Path("/etc/shadow").read_text()
