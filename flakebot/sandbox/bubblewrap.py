@@ -162,8 +162,14 @@ class BwrapSandbox:
             args += ["--bind" if writable else "--ro-bind", str(source), str(dest)]
         if (workspace / ".git").is_dir():  # last: git hooks/config written here would run later outside the sandbox
             args += ["--ro-bind", str(workspace / ".git"), f"{at}/.git"]
-        # over the writable workspace: a build script or test cannot rewrite them
-        for path in _frozen_paths(self.frozen, workspace):
+        # over the writable workspace: a build script or test cannot rewrite them, nor move a directory above them
+        # aside to put another file at their path for the command's while (each such directory bound onto itself:
+        # a mount point cannot be renamed)
+        frozen = _frozen_paths(self.frozen, workspace)
+        for directory in dict.fromkeys(d for path in frozen for d in path.parents if d.is_relative_to(workspace)):
+            if directory != workspace:
+                args += ["--bind", str(directory), str(directory)]
+        for path in frozen:
             args += ["--ro-bind", str(path), str(path)]
         # last of all: no bind above, whatever path it names, uncovers a secret
         return [*_parents_first([*args, *_secret_masks(args)]), "--chdir", str(cwd), "--"]

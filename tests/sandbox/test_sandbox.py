@@ -472,15 +472,11 @@ def test_a_root_owned_workspace_is_written_and_built_by_the_unprivileged_uid(ws:
     assert (ws / "made.txt").read_text() == "made\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the frozen file's read-only bind holds the file, not its name: its directory, handed to the sandbox "
-    "(adopt), can be moved aside and another put in its place for the rest of the command (a build script swaps "
-    "the acceptance test cargo then compiles, a test puts it back; the guard's hash after the command matches). "
-    "Needs the frozen files' directories kept from renames (not adopted, or sticky), a change to what the model "
-    "may write beside them",
-)
 def test_a_frozen_file_cannot_be_swapped_by_moving_its_directory_aside(ws: Path, target: Path) -> None:
+    """The frozen file's read-only bind holds the file, not its name: its directory, handed to the sandbox (adopt),
+    could be moved aside and another file put at its path for the rest of the command (a build script swaps the
+    acceptance test cargo then compiles, a test puts it back: the guard's hash after the command matches). Each
+    directory between the workspace and a frozen file is a mount point in the sandbox: it cannot be renamed."""
     frozen = ws / "tests/acceptance.rs"
     frozen.parent.mkdir()
     frozen.write_text("#[test]\nfn judged() {}\n")
