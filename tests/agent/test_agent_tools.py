@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from flakebot.cargo.runner import Cargo
 from flakebot.errors import EditError
 from flakebot.sandbox import open_sandbox
 from tests.conftest import DEBIAN_REGISTRY, require
+from tests.fakes.fsyncs import recorded_fsyncs
 
 MANIFEST = '[package]\nname = "demo"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\n'
 LIB = """pub fn add(a: i32, b: i32) -> i32 {
@@ -217,14 +217,7 @@ def test_edit_file_exact_replace(ws: Path) -> None:
 def test_the_models_writes_are_not_synced(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """write_file and edit_file replace the file atomically without an fsync: a crash's resume redoes the edit stage
     from its base commit, so the workspace needs none (cargo's own writes there have none). The real fsync runs."""
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = recorded_fsyncs(monkeypatch)
     tools = toolbox(ws)
     assert tools.call("write_file", {"path": "src/extra.rs", "content": "pub fn one() -> i32 {\n    1\n}\n"}).ok
     assert tools.call("edit_file", {"path": "src/lib.rs", "search": "    a + b\n", "replace": "    b + a\n"}).ok

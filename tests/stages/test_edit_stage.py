@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from flakebot.cargo.diagnostics import run_cargo
 from flakebot.cargo.runner import Cargo
 from flakebot.sandbox import open_sandbox
 from tests.conftest import require
+from tests.fakes.fsyncs import recorded_fsyncs
 
 
 @pytest.mark.parametrize(("kind", "expected"), [("--lib", True), ("--bin", False)])
@@ -48,14 +48,7 @@ def test_each_loop_step_saves_the_spend_its_bytes_synced_its_rename_not(
     settings = config.load()
     budget = Budget.from_settings(settings)
     budget.charge(Usage(prompt_tokens=900, completion_tokens=60))
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = recorded_fsyncs(monkeypatch)
     StageEvents(StageContext(run, settings, "edit"), budget, Transcript(run.transcript_path)).step(
         1, LoopResult(status="running"), None
     )

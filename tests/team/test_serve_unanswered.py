@@ -121,12 +121,7 @@ def test_a_stopping_front_ends_once_more_what_the_database_refused_to_end(flakeb
     away, and is stopped (SIGTERM) first. It went without trying: her job stayed queued until its lease ran out
     (and before, named by no front, for good). Now a stopping front tries once more, and her job is cancelled as
     the front exits."""
-    alice = add_token("alice", "--tenant", "acme")
-    log = flakebot_home / "serve.log"
-    with serving_process("--lease", "600", database=database, log=log) as (url, process):
-        session = Session(url, alice).headers
-        with _cut_and_its_end_held(url, alice, session, (41, "need a csv deduper"), database, as_task=True) as conn:
-            _refuse_its_end_twice(conn, log)
+    with _a_call_whose_end_was_refused(flakebot_home, database) as (process, log):
         time.sleep(1)
         assert [r["state"] for r in rows(database)] == ["queued"]
         process.send_signal(signal.SIGTERM)
@@ -140,12 +135,7 @@ def test_a_stopping_front_that_could_not_end_a_following_in_time_says_so(flakebo
     its 10 s and is given up. The front took the whole list out to try it, so it counted none left and said nothing:
     the log did not tell the admin that her job waits for the front's lease to run out. Now it says one is left; and
     that following still names the front, unanswered, for the sweep."""
-    alice = add_token("alice", "--tenant", "acme")
-    log = flakebot_home / "serve.log"
-    with serving_process("--lease", "600", database=database, log=log) as (url, process):
-        session = Session(url, alice).headers
-        with _cut_and_its_end_held(url, alice, session, (41, "need a csv deduper"), database, as_task=True) as conn:
-            _refuse_its_end_twice(conn, log)
+    with _a_call_whose_end_was_refused(flakebot_home, database) as (process, log):
         with db.connect(database, autocommit=True) as holder:
             holder.execute(LOCK, (TENANT_LOCK,))
             process.send_signal(signal.SIGTERM)
@@ -157,12 +147,20 @@ def test_a_stopping_front_that_could_not_end_a_following_in_time_says_so(flakebo
         assert held is not None and held["front"] and _audited(database) == [("alice", "enqueued")]
 
 
-def _refuse_its_end_twice(conn: Any, log: Path) -> None:
-    """The front's end of a cut call refused twice (its connection terminated as it waited on the tenant's lock `conn`
-    holds: the database away, for the front): made again once, then given up for now ("not left yet")."""
-    cut: set[int] = set()
-    for _ in range(2):
-        waits = wait_for(lambda: set(_waiting(conn)) - cut, timeout=30, interval=0.1)
-        cut.update(waits)
-        conn.execute("SELECT pg_terminate_backend(%s)", (min(waits),))
-    wait_for(lambda: "not left yet" in log.read_text(), timeout=30, interval=0.2)
+@contextlib.contextmanager
+def _a_call_whose_end_was_refused(flakebot_home: Path, database: str) -> Iterator[tuple[Any, Path]]:
+    """A front (--lease 600) and its log: alice's task call cut before its answer, the front's end of it refused
+    twice (its connection terminated as it waited on the tenant's lock: the database away, for the front), made
+    again once, then given up for now ("not left yet")."""
+    alice = add_token("alice", "--tenant", "acme")
+    log = flakebot_home / "serve.log"
+    with serving_process("--lease", "600", database=database, log=log) as (url, process):
+        session = Session(url, alice).headers
+        with _cut_and_its_end_held(url, alice, session, (41, "need a csv deduper"), database, as_task=True) as conn:
+            cut: set[int] = set()
+            for _ in range(2):
+                waits = wait_for(lambda: set(_waiting(conn)) - cut, timeout=30, interval=0.1)
+                cut.update(waits)
+                conn.execute("SELECT pg_terminate_backend(%s)", (min(waits),))
+            wait_for(lambda: "not left yet" in log.read_text(), timeout=30, interval=0.2)
+        yield process, log
