@@ -2,9 +2,9 @@
 
 A stage is a plain function `stage(ctx) -> Out` (a dataclass from flakebot.stages.outputs, or a dict);
 its `to_dict()` is stored under state["outputs"][name] and state.json is rewritten atomically, and synced, as it
-finishes (in the one write that starts the next stage). An output with "end_run": true finishes the run there (only `always` stages still run). A finished stage
-is skipped on resume, so a crash costs at most the stage it interrupted. Stages marked `always`
-(clean) also run after a failure or Ctrl-C.
+finishes (in the one write that starts the next stage). An output with "end_run": true finishes the run there (only
+`always` stages still run). A finished stage is skipped on resume, so a crash costs at most the stage it interrupted.
+Stages marked `always` (clean) also run after a failure or Ctrl-C.
 """
 
 from __future__ import annotations
