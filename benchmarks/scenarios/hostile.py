@@ -200,11 +200,14 @@ def _steered_host(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[boo
 
 def _frozen_judge(s: Scene, proc: subprocess.CompletedProcess[str]) -> tuple[bool, str]:
     tampered = "tampered" in proc.stderr and ACCEPTANCE_TEST in proc.stderr
+    # the fake never in place: the real test judged the tool that prints nonsense, the same failures each time
+    judged = "the same failures 3 times in a row" in proc.stderr
     listed = s.catalogued()
-    ok = proc.returncode != 0 and tampered and not listed
+    ok = proc.returncode != 0 and (tampered or judged) and not listed
     return (
         ok,
-        f"craft exit {proc.returncode}; ended as tampered naming the file: {tampered}; catalogued: {listed or 'nothing'}",
+        f"craft exit {proc.returncode}; ended as tampered naming the file: {tampered}; ended red on the real "
+        f"acceptance test: {judged}; catalogued: {listed or 'nothing'}",
     )
 
 
@@ -1017,7 +1020,8 @@ CASES = [
     Hostile(
         "frozen-rewrite",
         "a build script rewrites the frozen acceptance test keeping every test name, bodies empty; the tool prints nonsense",
-        "the write fails (read-only); moving tests/ aside is seen: the loop ends as tampered, nothing catalogued",
+        "the write fails (read-only), and so does moving tests/ aside (a mount point in the sandbox): the real "
+        "acceptance test judges the nonsense, the loop ends red (or, were the move made, as tampered), nothing catalogued",
         _frozen_build,
         _frozen_judge,
         main_rs=lambda s: 'fn main() { println!("not a shouter"); }\n',
