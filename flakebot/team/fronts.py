@@ -51,6 +51,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_LEASE = 30.0  # seconds a front stays live without renewing (it renews every third of it)
 LOST = "front lost"  # the `because` of a following a lost front's sweep ended
 SWEPT = "'-infinity'::timestamptz"  # the lease of a front a sweep claimed: never renewed again (SQL)
+# a front's lease renewed, its parameters (lease_seconds, lease_seconds, front): nothing when a sweep claimed it
+RENEWAL = (
+    "UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
+    f"WHERE id = %s AND lease_until > {SWEPT}"
+)
 _WHO_R = queue.WHO.replace("a.", "r.")  # an `answered` row's (alias r) principal, as an identity
 
 
@@ -63,11 +68,7 @@ def new_identity() -> str:
 def renew(conn: Conn, front: str, lease_seconds: float) -> bool:
     """Renew `front`'s lease; False when it has none to renew: a sweep claimed it (or removed it since), so its
     identity is over (its waited calls' followings are ended), or it never registered."""
-    renewed = conn.execute(
-        "UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
-        f"WHERE id = %s AND lease_until > {SWEPT}",
-        (lease_seconds, lease_seconds, front),
-    )
+    renewed = conn.execute(RENEWAL, (lease_seconds, lease_seconds, front))
     return renewed.rowcount == 1
 
 

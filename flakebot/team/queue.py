@@ -299,10 +299,11 @@ def answered(
     following outlives its front from now on, and no sweep of that front ends it (audit 'answered', naming it).
     Written in the one statement that renews `front`'s lease (one round trip: a task call's answer waits on it), so
     a sweep either claimed that front first (nothing written, False: the call must fail) or finds this row."""
+    from flakebot.team.fronts import RENEWAL  # (fronts reads this module's SQL too)
+
     detail = {**_identity(principal_id), "following": following}
     written = conn.execute(
-        "WITH renewed AS (UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
-        "WHERE id = %s AND lease_until > '-infinity'::timestamptz RETURNING id) "
+        f"WITH renewed AS ({RENEWAL} RETURNING id) "
         "INSERT INTO audit (tenant, principal, action, job, detail) "
         "SELECT %s, %s, 'answered', %s, %s FROM renewed RETURNING id",
         (lease_seconds, lease_seconds, front, tenant, principal, job_id, _json(detail)),
