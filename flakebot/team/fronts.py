@@ -56,7 +56,6 @@ RENEWAL = (
     "UPDATE fronts SET lease_until = now() + make_interval(secs => %s), lease_seconds = %s "
     f"WHERE id = %s AND lease_until > {SWEPT}"
 )
-_WHO_R = queue.WHO.replace("a.", "r.")  # an `answered` row's (alias r) principal, as an identity
 
 
 def new_identity() -> str:
@@ -140,7 +139,7 @@ def retract(conn: Conn, fronts: list[str], revoked: Collection[str], because: st
             "WHERE j.state IN ('queued', 'running') AND a.action IN ('enqueued', 'joined') "
             "AND (a.detail->>'front' = ANY(%(lost)s) OR a.detail->>'answering' = ANY(%(lost)s) AND NOT EXISTS ("
             "SELECT 1 FROM audit r WHERE r.job = a.job AND r.tenant = a.tenant AND r.action = 'answered' "
-            f"AND r.detail->>'following' = a.id::text AND r.id > a.id AND {_WHO_R} = {queue.WHO})) ORDER BY a.id",
+            f"AND r.detail->>'following' = a.id::text AND r.id > a.id AND {queue.who('r')} = {queue.WHO})) ORDER BY a.id",
             {"lost": fronts},
         ).fetchall()
     changed = []

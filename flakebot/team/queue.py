@@ -482,6 +482,11 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
     return True
 
 
+def who(alias: str = "a") -> str:
+    """An audit row's (under `alias`) principal, as an identity (SQL)."""
+    return f"coalesce({alias}.detail->>'principal_id', {alias}.principal)"
+
+
 # A principal's followings of a job: each enqueue or join is one (its audit row), the call that made it holds it. A
 # following ends when its principal leaves the job ('left': all of its followings before it, as tasks/cancel and a
 # revocation end them) or when the one call holding it ends ('retracted', naming it in detail's `following`: a waited
@@ -490,7 +495,7 @@ def release(conn: Conn, job_id: int, worker: str, cpu_seconds: float = 0.0) -> b
 # prefix, a JWT's issuer and subject), never its name: a new token under a revoked one's name is someone else.
 # _FOLLOWINGS: each following of a job {job} of a tenant {tenant}, whose (who), and whether it is live; LEFT_BY: the
 # same as a column of a row of jobs (alias j), the identities that left it.
-WHO = "coalesce(a.detail->>'principal_id', a.principal)"  # an audit row's (alias a) principal, as an identity
+WHO = who()  # an audit row's (alias a) principal, as an identity
 _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join one job thousands of times): the
     # principal's last 'left' by a window over its rows, a following's retraction by a window over its own id and the
     # retractions naming it (detail's text compared: a forged detail fails no cast). No subquery per following: that
