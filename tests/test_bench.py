@@ -402,3 +402,36 @@ def test_the_fork_bench_refuses_a_crate_whose_full_test_runs_no_test(
     assert "needs-missing-0.1.0: its full cargo test ran no test" in str(refused.value)
     assert "no-such-crate-anywhere" in str(refused.value)
     assert "scripts/bench-setup.sh" in str(refused.value)
+
+
+def test_compile_once_splits_the_nix_builds_into_cargo_inside_them_and_nix_own(tmp_path: Path) -> None:
+    """P14's gap says what of the crafts' nix build seconds is cargo's work inside the derivations (each derivation's
+    "Finished" line, as run.log keeps it from the loop's deps build and the package stage's) and what is Nix's own;
+    cargo's lines from outside a nix build are not counted. A report from before the split still renders."""
+    from benchmarks.perf.compile_once import nix_cargo_seconds
+
+    log = tmp_path / "run.log"
+    log.write_text(
+        "2026-11-30 01:13:37,770 DEBUG flakebot.nix.loopdeps: nix: cargo-deps>    Compiling csv v1.1.6\n"
+        "2026-11-30 01:13:41,620 DEBUG flakebot.nix.loopdeps: nix: cargo-deps>     Finished `release` profile "
+        "[optimized] target(s) in 11.60s\n"
+        "2026-11-30 01:13:42,100 DEBUG flakebot.cargo.runner: cargo:     Finished `release` profile [optimized] "
+        "target(s) in 0.70s\n"
+        "2026-11-30 01:13:44,747 INFO flakebot.pipeline.engine: package: Finished `release` profile [optimized] "
+        "target(s) in 1.12s\n"
+    )
+    assert nix_cargo_seconds(log) == 12.72
+    compile_once = perf.bench("compile_once")
+    recorded = json.loads((REPO / "bench/report.json").read_text())["results"]["compile_once"]
+    old = {key: value for key, value in recorded.items() if not key.endswith("nix_cargo_s")}
+    cold, today = old["runs"]["cold"], old["runs"]["today"]
+    split = {
+        **old,
+        "cold_nix_cargo_s": [cold["nix_build_s"] - 0.4, 7.0],
+        "today_nix_cargo_s": [today["nix_build_s"] - 0.3],
+    }
+    p14, shared = compile_once.summarize(compile_once.load(split))[:2]
+    assert "(two derivations: cargo inside them" in p14["gap"] and "Nix's own 0.40 s)" in p14["gap"]
+    assert "today's: cargo inside them" in shared["gap"] and "Nix's own 0.30 s" in shared["gap"]
+    before = compile_once.summarize(compile_once.load(old))[0]
+    assert "(two derivations)." in before["gap"]

@@ -12,6 +12,9 @@ process, every child traced, each craft its own dependency set so Nix really bui
            load moves within a run, and a single sample taken at a different moment from the craft skews the ratio.
 P14 = cold (cargo + nix build) / release, goal <= 1.2 (issue 45), with each round's own ratio (its craft over the two
 release builds beside it) as its spread: when those fall either side of the goal, the report says the run cannot tell; P14-shared = cold / today, goal <= 0.7 (issue 36).
+Each craft's nix build seconds are also split into the cargo inside its builds (as cargo reports it: the "Finished ...
+in X s" line of each derivation's log, which run.log keeps) and Nix's own (evaluation, sandbox, the stand-in's steps
+before and after cargo, registering the output): nix_cargo_s.
 P14-heavy: one more cold craft and release build, the crate also depending on tokio (HEAVIER: an async runtime with
 its proc macros, which services bring), the program unchanged: the same ratio on a set whose build dominates.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -39,6 +43,24 @@ HEAVIER = {"name": "tokio", "version": "1", "features": ["rt", "macros", "time",
 # Each craft's cargo + nix seconds move by a third between samples on this shared machine: three rounds, averaged,
 # each round's ratio kept as the figure's spread.
 ROUNDS = 3
+
+
+# cargo's closing line in a derivation's build log as flakebot's run.log keeps it: the loop's deps derivation logs it as
+# "nix: NAME>     Finished ...", the package stage as "package: Finished ..."
+NIX_CARGO_FINISHED = re.compile(
+    r"(?:nix: [^ ]+>|package:) +Finished `[^`]+` profile \[[^]]*\] target\(s\) in ([0-9.]+)s$"
+)
+
+
+def nix_cargo_seconds(run_log: Path) -> float:
+    """The seconds cargo reported for its builds inside a craft's nix builds (every "Finished" line of a derivation's
+    log in the run's run.log): what of the nix build seconds is cargo's own work; the rest is Nix's."""
+    found = (NIX_CARGO_FINISHED.search(line) for line in run_log.read_text(errors="replace").splitlines())
+    return round(sum(float(m.group(1)) for m in found if m), 3)
+
+
+def _run_dir(env: dict[str, str], result: dict[str, Any]) -> Path:
+    return Path(env["FLAKEBOT_WORKDIR"]) / "runs" / str(result["run_id"])
 
 
 def crate_copy(flake: Path, dest: Path) -> Path:
@@ -77,16 +99,20 @@ def run(rounds: int = ROUNDS, heavy: bool = True) -> dict[str, Any]:
     todays: list[dict[str, Any]] = []
     samples: list[float] = []
     cpu_samples: list[float] = []
+    cold_nix_cargo: list[float] = []
+    today_nix_cargo: list[float] = []
     with tempfile.TemporaryDirectory(prefix="flakebot-bench-compile-once-") as tmp:
         root = Path(tmp)
         for n in range(rounds):  # alternating, so a load that moves within the run weighs on both crafts alike
             cold, env = craft(root, f"cold-{n}", salt=secrets.token_hex(4))
-            flake = Path(env["FLAKEBOT_WORKDIR"]) / "runs" / cold.pop("result")["run_id"] / "flake"
+            run_dir = _run_dir(env, cold.pop("result"))
+            flake = run_dir / "flake"
+            cold_nix_cargo.append(nix_cargo_seconds(run_dir / "run.log"))
             plain = root / f"plain-{n}"
             crate = crate_copy(flake, plain / "crate")
             after_cold = release_build(crate, plain / "home-1", plain / "target-1")
-            today, _ = craft(root, f"today-{n}", salt=secrets.token_hex(4), cache=False)
-            today.pop("result")
+            today, today_env = craft(root, f"today-{n}", salt=secrets.token_hex(4), cache=False)
+            today_nix_cargo.append(nix_cargo_seconds(_run_dir(today_env, today.pop("result")) / "run.log"))
             after_today = release_build(crate, plain / "home-2", plain / "target-2")
             samples += [after_cold[0], after_today[0]]
             cpu_samples += [after_cold[1], after_today[1]]
@@ -102,6 +128,8 @@ def run(rounds: int = ROUNDS, heavy: bool = True) -> dict[str, Any]:
         "runs": {"cold": colds[0], "today": todays[0]},
         "cold_samples_s": [round(c["raw_s"], 3) for c in colds],
         "today_samples_s": [round(t["raw_s"], 3) for t in todays],
+        "cold_nix_cargo_s": cold_nix_cargo,
+        "today_nix_cargo_s": today_nix_cargo,
         "release_build_s": round(release_s, 3),
         "release_samples_s": [round(s, 3) for s in samples],
         "ratio": round(cold_s / release_s, 3),
@@ -168,6 +196,9 @@ class CompileOnceResult:
     cold_cpu_samples_s: tuple[float, ...] = ()
     cpu_ratio: float | None = None
     cpu_round_ratios: tuple[float, ...] = ()
+    # each round's cargo seconds inside its crafts' nix builds (nix_cargo_seconds; older reports: not split)
+    cold_nix_cargo_s: tuple[float, ...] = ()
+    today_nix_cargo_s: tuple[float, ...] = ()
 
 
 RESULT = CompileOnceResult
