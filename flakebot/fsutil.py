@@ -10,23 +10,25 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+def atomic_write_text(path: Path, text: str, *, durable: bool = True, synced: bool = True) -> None:
     """Write `text` to `path` so readers see the old or the new file, never half of one. The file's bytes are on disk
     before the rename (without, a machine's crash may leave the new name on an empty file: XFS, ext4 without
     auto_da_alloc). `durable`: the rename too (fsync of the directory), so a crash keeps the new version; without,
-    a crash of the machine (not of the process) may bring back the previous version, whole."""
+    a crash of the machine (not of the process) may bring back the previous version, whole. Not `synced`: nothing
+    is synced (a cache's entry, whose reader takes an empty or old file after a machine's crash for a miss)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temporary_beside(path)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if synced:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if durable:
+    if durable and synced:
         _fsync_dir(path.parent)
 
 

@@ -25,6 +25,7 @@ LEAVES = {
     "redact",
     "render",
     "safefs",
+    "tlscontext",
     "toolschema",
     "toolspec",
     "trust",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import os
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from flakebot.llm.stub_server import StubServer
 from flakebot.llm.transcript import Transcript
 from flakebot.longlived import imports_kept
 from flakebot.redact import redact_text
+from flakebot.tlscontext import tls_context
 
 if TYPE_CHECKING:
     import ssl
@@ -433,22 +433,6 @@ def _trust(endpoint: Endpoint, sdk: ModuleType) -> ssl.SSLContext:
     if urlsplit(endpoint.base_url or "").scheme == "http":
         return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     return tls_context(http_library(sdk).create_ssl_context)
-
-
-_TLS: dict[tuple[Any, str | None, str | None], ssl.SSLContext] = {}
-_TLS_LOCK = threading.Lock()  # its own: shared_client calls make_client holding _SHARED_LOCK
-
-
-def tls_context(make: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    """The TLS context `make` (an SDK's HTTP library's create_ssl_context: the one its clients make by default, CA
-    bundle and SSL_CERT_FILE / SSL_CERT_DIR included) builds, made once per process and library: reading the CA
-    bundle took 50-70 ms per client, and a scripted craft makes one client per model stage. The same trust, read
-    once; a context verifies each connection itself and may serve many."""
-    key = (make, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-    with _TLS_LOCK:
-        if key not in _TLS:
-            _TLS[key] = make()
-        return _TLS[key]
 
 
 _SHARED: dict[tuple[str, str | None, str, float, int], tuple[ModuleType, Any]] = {}

@@ -37,6 +37,7 @@ from flakebot.nix.reuse import dependency_output
 from flakebot.nix.skeleton import Skeleton, write_skeleton
 from flakebot.nix.smoke import smoke_run
 from flakebot.safefs import file_below
+from flakebot.sandbox import limits_for
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +233,9 @@ def _package(
     try:
         bin_path = _built_binary(store_path, facts)
         report(f"smoke run: {facts.bin_name} --help")
-        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox, strict=choice.strict_smoke)
+        # under the limits the instruct stage reads the tool's help with: its stdout serves that stage too
+        limits = limits_for(settings, timeout=settings.smoke_timeout)
+        smoke = smoke_run(bin_path, settings.smoke_timeout, settings.sandbox, strict=choice.strict_smoke, limits=limits)
         if smoke["level"] != "help":
             report(f"smoke level {smoke['level']}: '{smoke['command']}' exited {smoke['exit_code']}")
     except NixError as exc:

@@ -12,6 +12,10 @@ says so in its metadata; flakebot records the level in the manifest rather than 
 `strict` keeps the older rule: only `help` passes.
 
     smoke_run(bin_path, timeout, sandbox_mode, strict=False) -> {"level", "command", "first_lines", ...}
+
+The try that exited 0 keeps its whole stdout (`stdout`): a later stage that reads the tool's help (instruct, a
+catalogued package) takes it from there rather than running the binary again, so it runs under the limits that stage
+ran it with (`limits`: the settings', limits_for).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ import re
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flakebot.errors import NixError
+
+if TYPE_CHECKING:
+    from flakebot.sandbox.process import SandboxLimits
 
 logger = logging.getLogger(__name__)
 
@@ -65,19 +72,35 @@ _WITHHELD = re.compile(
 )
 
 
-def smoke_run(bin_path: Path, timeout: float, sandbox_mode: str = "auto", *, strict: bool = False) -> dict[str, Any]:
+def smoke_run(
+    bin_path: Path,
+    timeout: float,
+    sandbox_mode: str = "auto",
+    *,
+    strict: bool = False,
+    limits: SandboxLimits | None = None,
+) -> dict[str, Any]:
     """Run the smoke tries (smoke_arguments) in the sandbox with stdin empty and return the best level reached, with
-    its evidence: the command, its exit code and the first lines of its output. A NixError when the binary reached no
-    level (with `strict`: when no try exited 0) or a try hung past `timeout` seconds."""
+    its evidence: the command, its exit code and the first lines of its output (at `help`, also the try's whole
+    stdout). A NixError when the binary reached no level (with `strict`: when no try exited 0) or a try hung past
+    `timeout` seconds. `limits` (their timeout `timeout`): the sandbox's, else its defaults."""
     attempts: list[dict[str, Any]] = []
     for args in smoke_arguments(bin_path.name):
-        record = _attempt(bin_path, args, timeout, sandbox_mode)
+        record = _attempt(bin_path, args, timeout, sandbox_mode, limits)
         if record["exit_code"] == 0:
-            return {**record, "level": "help", "meaning": MEANING["help"], "attempts": _brief(attempts)}
+            stdout = record.pop("stdout")
+            return {
+                **record,
+                "level": "help",
+                "meaning": MEANING["help"],
+                "attempts": _brief(attempts),
+                "stdout": stdout,
+            }
+        del record["stdout"]
         attempts.append(record)
     best = None if strict else best_level(bin_path.name, attempts)
     if best is None and not strict:  # no help, usage or withheld need: does it run on an input at all?
-        best = _input_level(bin_path, attempts, timeout, sandbox_mode)
+        best = _input_level(bin_path, attempts, timeout, sandbox_mode, limits)
     if best is not None:
         level, record = best
         return {**record, "level": level, "meaning": MEANING[level], "attempts": _brief(attempts)}
@@ -103,7 +126,7 @@ def best_level(name: str, attempts: list[dict[str, Any]]) -> tuple[str, dict[str
 
 
 def _input_level(
-    bin_path: Path, attempts: list[dict[str, Any]], timeout: float, sandbox_mode: str
+    bin_path: Path, attempts: list[dict[str, Any]], timeout: float, sandbox_mode: str, limits: SandboxLimits | None
 ) -> tuple[str, dict[str, Any]] | None:
     """The level the input tries show (each added to `attempts`): `usage` when one prints its usage (difference with
     no arguments), `runs` when one exits 0 on its own (markdown on an empty file) or when `--help` was a file the
@@ -112,10 +135,11 @@ def _input_level(
     help_missed_a_file = any(_started(a) and _NO_SUCH_FILE.search(a["output_head"]) for a in attempts)
     for args in ([], [EMPTY_INPUT]):
         try:
-            record = _attempt(bin_path, args, timeout, sandbox_mode)
+            record = _attempt(bin_path, args, timeout, sandbox_mode, limits)
         except NixError as exc:  # it hung on this input: no evidence either way
             logger.info("smoke input try of %s: %s", bin_path.name, exc.message)
             continue
+        del record["stdout"]
         if _started(record):
             if _shows_usage(bin_path.name, record["output_head"]):
                 return "usage", record
@@ -156,9 +180,12 @@ def _shows_withheld(name: str, output: str) -> bool:
     return bool(_WITHHELD.search(output))
 
 
-def _attempt(bin_path: Path, args: list[str], timeout: float, sandbox_mode: str) -> dict[str, Any]:
+def _attempt(
+    bin_path: Path, args: list[str], timeout: float, sandbox_mode: str, limits: SandboxLimits | None = None
+) -> dict[str, Any]:
+    """One try's record; its `stdout` whole (smoke_run keeps it for the try that exited 0)."""
     argv = [str(bin_path), *args]
-    result = _sandboxed(argv, timeout, sandbox_mode)
+    result = _sandboxed(argv, timeout, sandbox_mode, limits)
     output = (result.stdout + result.stderr)[:SMOKE_OUTPUT_HEAD]
     command = shlex.join([bin_path.name, *args])
     record = {
@@ -174,7 +201,7 @@ def _attempt(bin_path: Path, args: list[str], timeout: float, sandbox_mode: str)
             fix="make the tool exit after printing --help, or raise smoke_timeout",
             smoke={**record, "timed_out": True},
         )
-    return record
+    return {**record, "stdout": result.stdout}
 
 
 def _brief(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -182,7 +209,7 @@ def _brief(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"command": a["command"], "exit_code": a["exit_code"]} for a in attempts]
 
 
-def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
+def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str, limits: SandboxLimits | None = None) -> Any:
     """The built tool may hold model-written code: run it like every such command, in the sandbox."""
     from flakebot.sandbox import open_sandbox
 
@@ -191,6 +218,12 @@ def _sandboxed(argv: list[str], timeout: float, sandbox_mode: str) -> Any:
         (Path(tmp) / EMPTY_INPUT).chmod(0o644)
         tool_dir = Path(argv[0]).parent  # the store's bin/, checked to hold the binary itself (no link: flake.py)
         sandbox = open_sandbox(
-            sandbox_mode, workspace=Path(tmp), writable=[Path(tmp)], readable=[tool_dir], timeout=timeout, adopt=True
+            sandbox_mode,
+            workspace=Path(tmp),
+            writable=[Path(tmp)],
+            readable=[tool_dir],
+            timeout=timeout,
+            limits=limits,
+            adopt=True,
         )
         return sandbox.run(argv, cwd=Path(tmp), stdin="", timeout=timeout)

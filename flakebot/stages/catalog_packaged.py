@@ -87,9 +87,12 @@ def packaged_need(pname: str) -> str:
 
 
 def _help(ctx: StageContext, built: PackageOut) -> tuple[str, str]:
-    """(the command, its text) the tool's parameters are read from: its help (the smoke try that exited 0, read
-    again whole in the sandbox), else the usage or error its smoke run printed."""
+    """(the command, its text) the tool's parameters are read from: its help (the stdout of the smoke try that exited
+    0, which the smoke run kept whole; read again in the sandbox when it printed its help on stderr, or the package
+    stage ran before it kept that stdout), else the usage or error its smoke run printed."""
     smoke = built.smoke
+    if smoke.get("level") == "help" and smoke.get("stdout"):  # the smoke run's try, whole
+        return smoke["command"], str(smoke["stdout"])
     if smoke.get("level") == "help":
         ctx.progress(f"reading '{smoke['command']}' of the built tool (sandboxed)")
         argv = [str(Path(built.store_path) / "bin" / built.main_program), *smoke["argv"][1:]]

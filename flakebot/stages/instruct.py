@@ -51,15 +51,17 @@ def instruct_stage(ctx: StageContext) -> InstructOut:
         entry = add_to_catalog(ctx, catalog, spec.name, package, manifest, usage_md, need=need, version=version)
         return InstructOut(manifest=manifest, usage_markdown=usage_md, catalog=entry)
     ctx.progress("reading --help, running every example (sandboxed), checking what nix run starts")
-    # --help beside the examples, not before them: a sandbox's start-up is most of each run; and what nix run starts
-    # (evaluated beside the tool's nix build, else its `nix eval` here: no code of the tool's runs in it) beside both.
+    # --help (unless the smoke run read it) beside the examples, not before them: a sandbox's start-up is most of each
+    # run; and what nix run starts (evaluated beside the tool's nix build, else its `nix eval` here: no code of the
+    # tool's runs in it) beside both.
     # at_once: a Ctrl-C or a failure kills every run still going, as it killed --help when that ran on this thread
     runs = [functools.partial(_example, ctx, binary, store, example, nix_run) for example in spec.tool_spec().examples]
     resolve = functools.partial(_nix_run_target, package, ctx.settings.nix_build_timeout)
-    observed: list[Any] = at_once(
-        [resolve, functools.partial(observe, ctx, [str(binary), "--help"]), *runs], EXAMPLES_AT_ONCE + 2
-    )
-    program, help_text, examples = observed[0], observed[1].stdout, observed[2:]
+    smoked = smoked_help(built.smoke, binary)
+    read_help = [] if smoked is not None else [functools.partial(observe, ctx, [str(binary), "--help"])]
+    observed: list[Any] = at_once([resolve, *read_help, *runs], EXAMPLES_AT_ONCE + 2)
+    program, examples = observed[0], observed[1 + len(read_help) :]
+    help_text = smoked if smoked is not None else observed[1].stdout
     _require_all_passed(examples)  # a failing example is the error to report, before what nix run resolves to
     if isinstance(program, NixError):
         raise program
@@ -142,6 +144,15 @@ def package_run(package: dict[str, Any], flake_ref: str) -> list[str]:
     """The `nix run` command line for the tool's flake at `flake_ref` (with the host override when in host mode)."""
     argv = list(package["nix_run_argv"])
     return [flake_ref if arg == package["flake_ref"] else arg for arg in argv]
+
+
+def smoked_help(smoke: dict[str, Any], binary: Path) -> str | None:
+    """The stdout of `binary --help` as the package stage's smoke run read it (exit 0, sandboxed, under the limits
+    observe runs it with), or None (it took another try, or a state.json from before it kept that stdout): one run
+    of the built tool serves both stages."""
+    if smoke.get("argv") == [str(binary), "--help"] and smoke.get("exit_code") == 0 and "stdout" in smoke:
+        return str(smoke["stdout"])
+    return None
 
 
 def observe(ctx: StageContext, argv: list[str]) -> CommandResult:

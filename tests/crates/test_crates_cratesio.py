@@ -18,6 +18,7 @@ from flakebot.crates.local import LocalRegistry
 from flakebot.errors import AcquireError, SearchError
 from tests.conftest import DEBIAN_REGISTRY
 from tests.fakes.crates_server import CratesServer, Reply
+from tests.fakes.fsyncs import recorded_fsyncs
 
 
 @pytest.fixture
@@ -203,6 +204,35 @@ def test_repeat_search_is_served_from_the_disk_cache(server: CratesServer) -> No
     again = CratesIo(settings).search("postgres")  # a new client object: the cache is on disk
     assert [c.to_dict() for c in again] == [c.to_dict() for c in first]
     assert len(server.requests()) == 1
+
+
+def test_a_search_reads_the_trust_store_once_and_syncs_no_cache_entry(
+    server: CratesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each request's short-lived client verifies TLS with httpx's default context made once per process: the CA
+    bundle was read for every request (35 ms each, six requests in a craft's online search). Its answers are cached
+    whole (an atomic rename) but not synced: a cache, asked again after a machine's crash."""
+    import ssl
+
+    from flakebot import tlscontext
+
+    monkeypatch.setattr(tlscontext, "_TLS", {})
+    loads: list[object] = []
+    real_load = ssl.SSLContext.load_verify_locations
+
+    def load(context: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        real_load(context, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", load)
+    synced = recorded_fsyncs(monkeypatch)
+    server.route("/api/v1/crates", Reply(body=search_body("zcsvlib", "csvtool")))
+    server.route("/api/v1/crates/csvtool/1.0.0", Reply(body={"version": {"crate": "csvtool", "num": "1.0.0"}}))
+    settings = settings_for(server, cratesio_details=2)
+    CratesIo(settings).search("csv files", limit=2)
+    assert len(server.requests()) == 3 and len(loads) == 1, loads  # the search and two crates' details
+    cache = settings.path("cache_dir") / "crates-io"
+    assert len(list(cache.glob("*.json"))) == 2 and not synced, synced  # one detail was a 404: not cached
 
 
 def test_cache_entries_expire(server: CratesServer) -> None:

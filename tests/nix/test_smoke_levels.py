@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from flakebot.errors import NixError
-from flakebot.nix.smoke import smoke_run
+from flakebot.nix.smoke import SMOKE_OUTPUT_HEAD, smoke_run
+from flakebot.sandbox.process import SandboxLimits
 
 
 def _script(path: Path, body: str) -> Path:
@@ -85,6 +86,21 @@ def test_a_help_exiting_0_is_help_level(tmp_path: Path) -> None:
     tool = _script(tmp_path / "bin" / "hi", 'echo "hi: says hi"\n')
     record = smoke_run(tool, timeout=10)
     assert record["level"] == "help" and record["first_lines"] == ["hi: says hi"] and record["attempts"] == []
+
+
+def test_the_help_try_keeps_its_whole_stdout_under_the_limits_given(tmp_path: Path) -> None:
+    """Its stdout whole (past the evidence's head), not its stderr, run under the given limits: what the instruct stage
+    reads instead of running the tool's --help again; a try that did not exit 0 keeps none."""
+    lines = "".join(f"echo 'hi: line {n} of a long help'\n" for n in range(200))
+    tool = _script(tmp_path / "bin" / "hi", f"ulimit -d\necho 'on stderr' >&2\n{lines}")
+    record = smoke_run(tool, timeout=10, limits=SandboxLimits(timeout=10, memory_mb=300))
+    assert record["level"] == "help" and record["argv"] == [str(tool), "--help"]
+    help_lines = "".join(f"hi: line {n} of a long help\n" for n in range(200))
+    assert record["stdout"] == f"{300 * 1024}\n{help_lines}"  # RLIMIT_DATA of the limits given
+    assert len(record["output_head"]) == SMOKE_OUTPUT_HEAD < len(record["stdout"])
+    usage = _script(tmp_path / "other" / "frob", "echo \"frob: unknown option '$1'\" >&2\nexit 2\n")
+    record = smoke_run(usage, timeout=10)
+    assert record["level"] == "usage" and "stdout" not in record
 
 
 @pytest.mark.parametrize(
