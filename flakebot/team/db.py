@@ -23,8 +23,9 @@ logger = logging.getLogger(__name__)
 
 # 2: calls (a token's tool calls of the last minute); 3: TRUNCATE of audit refused too; 4: build CPU-seconds per job
 # and a tenant's bound on them per day; 5: a job's state 'cancelled'; 6: audit rows indexed by job; 7: fronts (each
-# front's lease: flakebot.team.fronts); 8: a front's lease length in its row (a sweeper waits that long first)
-SCHEMA_VERSION = 8
+# front's lease: flakebot.team.fronts); 8: a front's lease length in its row (a sweeper waits that long first); 9:
+# followings indexed by their call's enqueue key (an enqueue sent again finds its own: queue.enqueue)
+SCHEMA_VERSION = 9
 MIGRATION_LOCK = 0x666C616B  # pg_advisory_xact_lock key: two processes connecting at once migrate one at a time
 CONNECT_TIMEOUT = 10  # seconds libpq waits for the server to answer a connect
 # Seconds the server lets one of our sessions sit inside a transaction before ending it: every transaction here
@@ -107,6 +108,10 @@ CREATE TABLE IF NOT EXISTS fronts (
 -- how long the front's lease is (NULL: a front of schema 7, swept as before): a sweeper takes it for lost only once
 -- its own looks at the database have held that long (flakebot.team.fronts.sweep)
 ALTER TABLE fronts ADD COLUMN IF NOT EXISTS lease_seconds double precision;
+-- a following by the key of the call that wrote it: an enqueue sent again (its acknowledgement lost) finds the one its
+-- first send wrote (flakebot.team.queue.enqueue); only followings a front keyed, so other rows cost nothing
+CREATE INDEX IF NOT EXISTS audit_by_enqueue_key ON audit ((detail->>'enqueue_key'))
+    WHERE action IN ('enqueued', 'joined') AND detail->>'enqueue_key' IS NOT NULL;
 """
 
 

@@ -5,7 +5,8 @@ One connection per front, used by one thread at a time (a lock): calls come from
 every queue operation is a short transaction. The front's lease and its sweeps of lost fronts have a connection each
 of their own: a call's enqueue or cancel, and a sweep's cancels, may wait on a tenant's lock (held by a process
 stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and meanwhile the front's lease is renewed all the same. A
-connection the database dropped (a restart) is made again once per call before the call fails with one line.
+connection the database dropped (a restart) is made again once per call before the call fails with one line; an
+enqueue sent again so is the same call's (its key), never a second following of its job.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
 `_call`, so it alone decides what a client is told when the database is away (`away()`) or answers an error of its
@@ -94,8 +95,10 @@ class FrontQueue:
         """Queue `request` for the principal's tenant, or join the job already there for the same need
         (QuotaExceeded past the tenant's quotas or the token's concurrent crafts). The following names this front
         (flakebot.team.fronts ends it if the front is lost): `waited`, until the job ends (a call of this front holds
-        it); else until the call sends the job's id (answered)."""
+        it); else until the call sends the job's id (answered). Sent again by `_call` (its connection dropped, maybe
+        after the database committed it), the enqueue finds the following its first send wrote (the call's key)."""
         cap = principal.concurrent_crafts
+        key = queue.new_key()  # one per call, outside the closure: a send again finds the following the first wrote
 
         def enqueue(conn: Conn) -> queue.Enqueued | None:
             front = self.front  # read once: the lease's thread may change it once a sweep claimed it
@@ -117,8 +120,11 @@ class FrontQueue:
                     principal_id=principal.id,
                     front=front if waited else None,
                     answering=None if waited else front,
+                    key=key,
                 )
-                return dataclasses.replace(enqueued, front=front)
+                # the front a following names is the one its row says (a first send's, made before this front was
+                # swept and took a new identity, is that old one: `answered` fails on it, as the sweep ends it)
+                return dataclasses.replace(enqueued, front=enqueued.front or front)
 
         enqueued = self._call(enqueue)
         if enqueued is None:  # swept meanwhile: enqueued under the identity it holds a lease as now

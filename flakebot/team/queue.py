@@ -44,6 +44,7 @@ MAX_ATTEMPTS = 3  # claims of one job: a job whose workers keep dying is failed,
 TODAY = "date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"  # the UTC day's start, in SQL
 WINDOW = "24 hours"  # the share used is measured over this window (as Hydra's scheduler does)
 REGISTRIES = ("auto", "crates-io", "local")  # a tenant's registry: by name only (a path would be the worker's)
+ENQUEUE_KEY = "enqueue_key"  # an enqueue's or join's audit detail: the key of the call that wrote it (new_key)
 REMOTE_SCHEMES = ("https://", "http://", "git://", "ssh://", "git@")  # a tenant's `from`: a repository, not a path
 
 
@@ -242,6 +243,7 @@ def enqueue(
     principal_id: str | None = None,
     front: str | None = None,
     answering: str | None = None,
+    key: str | None = None,
 ) -> Enqueued:
     """Queue `request` for `tenant`, or join the job already queued or running for the same need; refused with
     QuotaExceeded when the tenant has its maximum in flight or has used its crafts for the day, or (`principal_cap`:
@@ -250,12 +252,18 @@ def enqueue(
     `front`: the front whose waited call holds this following (flakebot.team.fronts ends it if that front is lost).
     `answering`: the front whose call (a task, a detached craft) holds it only until the job's id is sent (answered:
     from then on it outlives its front), ended as a waited one's if that front is lost first. Another key than a
-    waited call's `front`, so a front of an older flakebot, which knows no `answered`, never sweeps it."""
+    waited call's `front`, so a front of an older flakebot, which knows no `answered`, never sweeps it. `key`: the
+    call's own (random, one per call: new_key), kept in the following's audit row; the same call sent again (its
+    first send committed, its acknowledgement lost) gets back the following that send wrote, nothing written again."""
     data = tenant_request(kind, request.to_dict()).to_dict()
     digest = need_digest(kind, data)
     held_by = {"front": front} if front else {"answering": answering} if answering else {}
+    held_by |= {ENQUEUE_KEY: key} if key else {}
     with conn.transaction():
         lock_tenant(conn, tenant)
+        sent = _sent_before(conn, tenant, principal_id or principal, key) if key else None
+        if sent is not None:
+            return sent
         quota = _tenant(conn, tenant)
         same = conn.execute(
             "SELECT id, state FROM jobs WHERE tenant = %s AND kind = %s AND need_digest = %s "
@@ -265,7 +273,7 @@ def enqueue(
         if same is not None:
             said = {"need_digest": digest, **_identity(principal_id), **held_by}
             following = _audit(conn, tenant, principal, "joined", same["id"], said)
-            return Enqueued(int(same["id"]), True, str(same["state"]), following)
+            return Enqueued(int(same["id"]), True, str(same["state"]), following, front or answering)
         if principal_cap is not None:
             _check_principal(conn, tenant, principal, principal_cap, principal_id)
         _check_quota(conn, tenant, quota)
@@ -277,7 +285,25 @@ def enqueue(
         said = {"need_digest": digest, **_identity(principal_id), **held_by}
         following = _audit(conn, tenant, principal, "enqueued", row["id"], said)
         conn.execute(f"NOTIFY {CHANNEL}")
-    return Enqueued(int(row["id"]), False, "queued", following)
+    return Enqueued(int(row["id"]), False, "queued", following, front or answering)
+
+
+def new_key() -> str:
+    """A call's enqueue key: random, so that no caller can name another call's following by guessing it."""
+    import secrets
+
+    return secrets.token_hex(16)
+
+
+def _sent_before(conn: Conn, tenant: str, who: str, key: str) -> Enqueued | None:
+    """The following an earlier send of the call `key` names wrote for the principal `who` (its identity) in
+    `tenant`, its job as it is now; None when there is none. Another principal's row of the same key is never its
+    (a key is looked up with its tenant and identity); the index audit_by_enqueue_key finds it among any number."""
+    row = conn.execute(SENT_BEFORE, (key, tenant, who)).fetchone()
+    if row is None:
+        return None
+    logger.info("job %s: an enqueue sent again found its following %s", row["job"], row["id"])
+    return Enqueued(int(row["job"]), row["action"] == "joined", str(row["state"]), int(row["id"]), row["front"])
 
 
 def lock_tenant(conn: Conn, tenant: str) -> None:
@@ -506,6 +532,11 @@ _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join 
     "CASE WHEN a.action = 'retracted' THEN a.detail->>'following' ELSE a.id::text END) AS retracted FROM audit a "
     "WHERE a.job = {job} AND a.tenant = {tenant} AND a.action IN ('enqueued', 'joined', 'left', 'retracted')) f "
     "WHERE action IN ('enqueued', 'joined')"
+)
+SENT_BEFORE = (  # the following of a key (its job's tenant the row's: a row naming another tenant's job is none)
+    "SELECT a.id, a.action, coalesce(a.detail->>'front', a.detail->>'answering') AS front, j.id AS job, j.state "
+    f"FROM audit a JOIN jobs j ON j.id = a.job AND j.tenant = a.tenant WHERE a.detail->>'{ENQUEUE_KEY}' = %s "
+    f"AND a.action IN ('enqueued', 'joined') AND a.tenant = %s AND {WHO} = %s ORDER BY a.id LIMIT 1"
 )
 LEFT_BY = (
     f"ARRAY(SELECT who FROM ({_FOLLOWINGS.format(job='j.id', tenant='j.tenant')}) f GROUP BY who "

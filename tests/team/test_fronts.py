@@ -411,3 +411,66 @@ def test_an_enqueue_waiting_on_its_tenants_lock_holds_no_lock_on_its_fronts_row(
             assert not asked.result(timeout=30).joined
     finally:
         front.close()
+
+
+class _AcknowledgementLost:
+    """A front's connection to the database whose first transaction the database commits, after which the connection
+    drops before its answer reaches the front: closed, and psycopg.OperationalError raised from the commit, as libpq
+    raises it for a server gone between the COMMIT and its reply. `drops`: shared by every connection so wrapped
+    (the front's own reconnection too), how many such losses are left."""
+
+    def __init__(self, conn: Any, drops: list[int]) -> None:
+        self._conn, self._drops, self._depth = conn, drops, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        import psycopg
+
+        self._depth += 1
+        try:
+            with self._conn.transaction() as transaction:
+                yield transaction
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self._drops[0] > 0:  # committed: its acknowledgement never arrives
+            self._drops[0] -= 1
+            self._conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+
+@pytest.mark.parametrize("waited", [True, False], ids=["waited", "task"])
+def test_an_enqueue_whose_acknowledgement_was_lost_is_sent_again_as_one_following_its_calls_end_ends(
+    database: str, monkeypatch: pytest.MonkeyPatch, waited: bool
+) -> None:
+    """The database committed a call's enqueue and the connection dropped before its answer: the front makes its
+    connection again and sends the enqueue again (FrontQueue._call). That wrote a second following: the call held
+    only the second, so its end (a waited call whose client went away, a task's before its id was sent) retracted it
+    alone, and the job, alice's alone, went on for nobody until the front's loss. The call's key now finds the first
+    send's following: one following, and the call's end cancels the job."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    connect, drops = db.connect, [0]
+    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AcknowledgementLost(connect(*args, **kwargs), drops))
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with connect(database, autocommit=True) as conn:
+            drops[0] = 1
+            enqueued = front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=waited)
+            assert drops == [0]  # the first send was committed, then its answer lost
+            rows = conn.execute(
+                "SELECT id, job FROM audit WHERE action IN ('enqueued', 'joined') ORDER BY id"
+            ).fetchall()
+            assert rows == [{"id": enqueued.following, "job": enqueued.job_id}]
+            assert (enqueued.joined, enqueued.state, enqueued.front) == (False, "queued", front.front)
+            ended = front.cancel(alice, enqueued.job_id, following=enqueued.following)  # the call's end
+            assert ended is not None and ended["state"] == "cancelled"
+            assert state(conn, enqueued.job_id) == "cancelled" and actions(conn) == [("alice", "cancelled", None)]
+    finally:
+        front.close()

@@ -3,6 +3,8 @@ fair claims; leases that run out."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import threading
 import time
@@ -757,4 +759,66 @@ def test_a_tokens_two_followings_ending_at_once_end_its_job_once(database: str, 
         actions = [a["action"] for a in conn.execute("SELECT action FROM audit WHERE job = %s ORDER BY id", (job,))]
         assert actions.count("cancelled") == 1 and actions.count("left") == 0, actions
         assert actions.count("retracted") <= 1 and actions.index("cancelled") == len(actions) - 1, actions
+    conn.close()
+
+
+def test_an_enqueue_sent_again_under_its_calls_key_finds_its_first_following(database: str) -> None:
+    """A front sends an enqueue again when its connection dropped, maybe after the database committed it (its
+    acknowledgement lost): that wrote a second following, the first held by no call. The call's key now finds the
+    first: the same job and following, the job's state now, nothing written and no quota counted again (the job ended
+    and the tenant's crafts for the day are used: still its answer). Another principal's send of that key (another
+    identity under alice's name too), or another tenant's, is its own following; a row of the key naming another
+    tenant's job is none."""
+    conn = db.connect(database, autocommit=True)
+    queue.set_quota(conn, "acme", max_in_flight=4, max_per_day=1)
+    key = queue.new_key()
+
+    def send(who: str, name: str = "alice", tenant: str = "acme", need: str = "need a csv deduper") -> queue.Enqueued:
+        return queue.enqueue(conn, tenant, name, craft(need), principal_id=who, answering="front-a", key=key)
+
+    def followings() -> int:
+        return int(
+            conn.execute("SELECT count(*) AS n FROM audit WHERE action IN ('enqueued', 'joined')").fetchone()["n"]
+        )
+
+    first = send("id-alice")
+    assert (first.joined, first.state, first.front) == (False, "queued", "front-a")
+    assert send("id-alice") == first and followings() == 1
+    carol = send("id-carol", "carol")
+    assert carol.joined and carol.job_id == first.job_id and carol.following != first.following
+    assert send("id-carol", "carol") == carol and followings() == 2
+    namesake = send("id-alice-2")  # a new token under alice's name: someone else
+    assert namesake.joined and namesake.following not in (first.following, carol.following)
+    elsewhere = send("id-alice", tenant="globex")
+    assert not elsewhere.joined and elsewhere.job_id != first.job_id and followings() == 4
+    claimed = queue.claim(conn, "w1", lease_seconds=30)
+    assert claimed is not None and claimed["id"] == first.job_id
+    assert send("id-alice") == dataclasses.replace(first, state="running")
+    assert queue.finish(conn, first.job_id, "w1", result={"status": "crafted"}, error=None)
+    assert send("id-alice") == dataclasses.replace(first, state="done") and followings() == 4
+    with pytest.raises(QuotaExceeded):  # the day's one craft used: what the key found was no new craft
+        queue.enqueue(conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", key=queue.new_key())
+    forged = queue.new_key()  # a row of alice's in globex naming acme's job: no following of hers there
+    conn.execute(
+        "INSERT INTO audit (tenant, principal, action, job, detail) VALUES ('globex', 'alice', 'enqueued', %s, %s)",
+        (first.job_id, Jsonb({"principal_id": "id-alice", queue.ENQUEUE_KEY: forged})),
+    )
+    own = queue.enqueue(conn, "globex", "alice", craft("need a tac"), principal_id="id-alice", key=forged)
+    assert (own.joined, own.state) == (False, "queued") and own.job_id not in (first.job_id, elsewhere.job_id)
+    conn.close()
+
+
+def test_an_enqueue_key_is_found_by_its_index_among_many_followings(database: str) -> None:
+    """Every keyed enqueue looks its key up first, under the tenant's lock: the look goes through the partial index
+    on the key (schema 9), not over the audit table, however many rows it holds."""
+    conn = db.connect(database, autocommit=True)
+    conn.execute(
+        "INSERT INTO audit (tenant, principal, action, job, detail) SELECT 'acme', 'alice', "
+        "CASE WHEN n %% 3 = 0 THEN 'claimed' ELSE 'joined' END, n %% 500, "
+        "jsonb_build_object('principal_id', 'id-alice', %s::text, md5(n::text)) FROM generate_series(1, 50000) n",
+        (queue.ENQUEUE_KEY,),
+    )
+    conn.execute("ANALYZE audit")
+    plan = conn.execute(f"EXPLAIN (FORMAT JSON) {queue.SENT_BEFORE}", (queue.new_key(), "acme", "id-alice")).fetchone()
+    assert plan is not None and "audit_by_enqueue_key" in json.dumps(plan), plan
     conn.close()
