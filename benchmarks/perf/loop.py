@@ -123,13 +123,13 @@ class BenchWorkspace:
 
 class BenchEvents:
     """Records go to the transcript; each step saves the run's state.json, as the edit stage does (stages/edit.py
-    _on_step: its bytes synced, not its rename)."""
+    _on_step: Run.checkpoint, its bytes synced, not its rename, on a thread of its own)."""
 
     def __init__(self, run: Run, transcript: Transcript) -> None:
         self.run, self.record = run, transcript.record
 
     def step(self, *_: Any) -> None:
-        self.run.save(durable=False)
+        self.run.checkpoint()
 
 
 class TimedLoop(EditLoop):
