@@ -109,6 +109,8 @@ class BenchWorkspace:
     """The loop's workspace here: the bench's commit, the edit stage's verdict and guard (the frozen test checked,
     the disk limit totalled), no restore."""
 
+    verdict_runs_git = False  # the edit stage's make_verdict (not a fork's): no host git in the tree
+
     def __init__(
         self, commit: Callable[..., str], verdict: Callable[..., Verdict], git: WorkspaceGit, guard: Callable[[], None]
     ) -> None:
@@ -176,11 +178,12 @@ class Bench:
         store = loop_plan(self.settings, self.cargo)  # the edit stage's profile and registry path, when it has them
         registry = self.cargo.registry_dir
         self.frozen = write_acceptance_test(self.spec, self.crate)  # rel path -> digest, as the edit stage freezes it
+        self.frozen_files = Frozen(self.crate, self.frozen)  # one for the loop, as the edit stage makes it
         # as the edit stage opens it (stages/edit.py): as root, flakebot's trees handed to the sandbox's own uid
         # before each command (adopt), the frozen test left alone, the stage's limits
         self.sandbox: Sandbox = open_sandbox(
             "required", workspace=self.crate, writable=[self.crate, self.target], adopt=True,
-            frozen=Frozen(self.crate, self.frozen).paths(), limits=limits_for(self.settings, timeout=600),
+            frozen=self.frozen_files.paths(), limits=limits_for(self.settings, timeout=600),
             binds=[(False, registry, store.registry)] if store and registry else [],
         )  # fmt: skip
         self.seeder: StoreSeeder | None = None
@@ -199,7 +202,7 @@ class Bench:
 
     def guard(self) -> None:
         """The edit stage's guard after every tool call and verdict (agent/workspace.py guard_trees)."""
-        guard_trees(Frozen(self.crate, self.frozen), self.disk)
+        guard_trees(self.frozen_files, self.disk)
 
     def use(self, main_rs: str) -> None:
         """src/main.rs as the model wrote it, committed, and the target dir warmed by a first `cargo test`."""
@@ -269,7 +272,7 @@ class Bench:
             self._model(transcript, n, claims and n == steps - 1) for n in range(steps)
         ]  # their stub servers started beforehand
         try:
-            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
+            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=self.frozen_files)
             workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent), self.git, self.guard)
             loop = TimedLoop(
                 models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
