@@ -26,7 +26,7 @@ class LatestWrite:
         self._changed = threading.Condition()
         self._pending: str | None = None
         self._writing = False
-        self._error: OSError | None = None
+        self._error: Exception | None = None
 
     def put(self, text: str) -> None:
         """Write `text` soon (replacing a text handed over and not yet written); an earlier write's error is raised."""
@@ -61,7 +61,7 @@ class LatestWrite:
                 atomic_write_text(self.path, text, durable=False, parents=False)
             except FileNotFoundError:
                 logger.debug("%s: its directory is gone, not written", self.path)
-            except OSError as exc:  # a full disk: the caller's next put or flush raises it
+            except Exception as exc:  # a full disk: the caller's next put or flush raises it (the thread goes on)
                 logger.warning("could not write %s: %s", self.path, exc)
                 with self._changed:
                     self._error = exc
