@@ -24,13 +24,14 @@ def run(tmp_path: Path) -> Run:
 
 
 def held_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[tuple[str, dict[str, Any]]]]:
-    """From now on, each write of state.json on the checkpoint thread waits for the event returned (flush() sets it,
-    before it waits itself); the list gets (thread name, the state written) of every write, in order."""
-    release, written = threading.Event(), list[tuple[str, dict[str, Any]]]()
+    """From now on, each write of state.json on the checkpoint thread sets the event returned, then waits until
+    flush() is called; the list gets (thread name, the state written) of every write, in order."""
+    holding, release, written = threading.Event(), threading.Event(), list[tuple[str, dict[str, Any]]]()
     real_write, real_flush = fsutil.atomic_write_text, checkpoints.LatestWrite.flush
 
     def write(path: Path, text: str, **kwargs: Any) -> None:
         if threading.current_thread().name == "checkpoint":
+            holding.set()
             release.wait()
         written.append((threading.current_thread().name, json.loads(text)))
         real_write(path, text, **kwargs)
@@ -42,7 +43,7 @@ def held_writes(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, list[
     monkeypatch.setattr(fsutil, "atomic_write_text", write)
     monkeypatch.setattr(checkpoints, "atomic_write_text", write)
     monkeypatch.setattr(checkpoints.LatestWrite, "flush", flush)
-    return release, written
+    return holding, written
 
 
 def state_on_disk(run: Run) -> dict[str, Any]:
@@ -69,7 +70,7 @@ def test_a_checkpoint_is_synced_on_its_own_thread_and_reaches_the_file(
 
 def test_a_save_after_a_checkpoint_is_never_overwritten_by_it(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint's write is held until the save asks for it: the save waits, then writes the newer state."""
-    _release, written = held_writes(monkeypatch)
+    _holding, written = held_writes(monkeypatch)
     run.state["usage"] = {"total_tokens": 1}
     run.checkpoint()
     run.state["usage"] = {"total_tokens": 2}
@@ -83,10 +84,11 @@ def test_a_save_after_a_checkpoint_is_never_overwritten_by_it(run: Run, monkeypa
 
 
 def test_only_the_latest_checkpoint_waiting_is_written(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    _release, written = held_writes(monkeypatch)
+    holding, written = held_writes(monkeypatch)
     for tokens in (1, 2, 3):
         run.state["usage"] = {"total_tokens": tokens}
         run.checkpoint()
+        assert holding.wait(5)  # the first is being written: the next two wait, and the third replaces the second
     checkpoints.flush(run.dir / "state.json")
     assert [state["usage"]["total_tokens"] for _name, state in written] == [1, 3]
     assert state_on_disk(run)["usage"] == {"total_tokens": 3}
