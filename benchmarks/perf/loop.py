@@ -272,14 +272,14 @@ class Bench:
         commits: list[float] = []  # each commit's own seconds, on the loop's thread
         # `claims`: the last turn also calls `done` (a model sure of its edit), which lets the verdict start the
         # examples beside the tests (agent/verdict.py Early); a red iteration's turn does not
-        models = [
-            self._model(transcript, n, claims and n == steps - 1) for n in range(steps)
-        ]  # their stub servers started beforehand
+        # one model for the loop, as the edit stage has one (its client's connection kept between the steps' calls),
+        # its stub server started beforehand
+        model = self._model(transcript, steps, claims)
         try:
             toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=self.frozen_files)
             workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent), self.git, self.guard)
             loop = TimedLoop(
-                models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
+                model, Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
                 BenchEvents(self.run, transcript),
             )  # fmt: skip
             loop.spent = spent
@@ -287,7 +287,7 @@ class Bench:
                 {"role": "system", "content": "Edit the crate."},
                 {"role": "user", "content": "Make the tests pass."},
             ]
-            for model in models:
+            for _ in range(steps):
                 spent.clear()
                 loop.model = Timed(model, "complete", spent, "model")
                 start = time.perf_counter()
@@ -298,19 +298,20 @@ class Bench:
             timed = {"seconds": seconds, "green": green, **spent, "commit_thread": commits[0]}
             loop.settle()  # the raw run next edits the tree
         finally:
-            for model in models:
-                model.close()
+            model.close()
         return timed
 
-    def _model(self, transcript: Transcript, n: int, done: bool = False) -> Any:
-        """A scripted model whose one turn makes the next one-line edit (edit_file), and with `done` says so."""
-        search, replace = self.next_edit()
-        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
-        said = [{"name": "done", "arguments": {"summary": "the tests pass"}}] if done else []
-        turn = {"tool_calls": [call, *said], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
-        script = self.script.with_name(f"script-{n}.json")
-        script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
-        return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
+    def _model(self, transcript: Transcript, turns: int, done: bool = False) -> Any:
+        """A scripted model each of whose `turns` makes the next one-line edit (edit_file); with `done`, its last says
+        so."""
+        script: list[dict[str, Any]] = []
+        for n in range(turns):
+            search, replace = self.next_edit()
+            call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
+            said = [{"name": "done", "arguments": {"summary": "the tests pass"}}] if done and n == turns - 1 else []
+            script.append({"tool_calls": [call, *said], "usage": {"prompt_tokens": 900, "completion_tokens": 60}})
+        self.script.write_text(json.dumps({"format": 1, "stages": {"edit": script}}))
+        return resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
 
     def _timed_commit(self, commits: list[float]) -> Callable[..., str]:
         def commit(message: str, staged: Callable[[], None] = lambda: None) -> str:
