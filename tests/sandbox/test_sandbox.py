@@ -407,7 +407,10 @@ def test_a_secret_bound_by_a_hard_link_of_it_is_masked_too(tmp_path: Path) -> No
         os.link(secrets[0], linked)
     except OSError as exc:
         pytest.skip(f"cannot hard-link {secrets[0]} here: {exc}")
-    masks = _secret_masks(["--ro-bind", str(linked), "/work/notes", "--ro-bind", str(tmp_path), "/data"])
+    try:
+        masks = _secret_masks(["--ro-bind", str(linked), "/work/notes", "--ro-bind", str(tmp_path), "/data"])
+    finally:
+        linked.unlink()  # no second name of the secret left in pytest's kept temporary directories
     assert masks == ["--ro-bind", "/dev/null", "/work/notes"]  # the directory holding it is not the secret's
 
 
