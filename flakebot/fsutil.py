@@ -10,13 +10,17 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: Path, text: str, *, durable: bool = True, synced: bool = True) -> None:
+def atomic_write_text(
+    path: Path, text: str, *, durable: bool = True, synced: bool = True, parents: bool = True
+) -> None:
     """Write `text` to `path` so readers see the old or the new file, never half of one. The file's bytes are on disk
     before the rename (without, a machine's crash may leave the new name on an empty file: XFS, ext4 without
     auto_da_alloc). `durable`: the rename too (fsync of the directory), so a crash keeps the new version; without,
     a crash of the machine (not of the process) may bring back the previous version, whole. Not `synced`: nothing
-    is synced (a cache's entry, whose reader takes an empty or old file after a machine's crash for a miss)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    is synced (a cache's entry, whose reader takes an empty or old file after a machine's crash for a miss).
+    `parents`: the directory made first when missing (else FileNotFoundError)."""
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _temporary_beside(path)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -46,12 +50,17 @@ def _temporary_beside(path: Path) -> tuple[int, Path]:
 
 def atomic_write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     """Write a JSON record (state.json, manifest.json, edit.json, ...) atomically, secrets redacted."""
+    atomic_write_text(path, json_record_text(data), durable=durable)
+
+
+def json_record_text(data: Any) -> str:
+    """A JSON record's text as atomic_write_json writes it: sorted, indented, secrets redacted."""
     from flakebot.redact import json_may_hold_secrets, redact
 
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
     if json_may_hold_secrets(text):
         text = json.dumps(redact(json.loads(text)), indent=2, sort_keys=True)
-    atomic_write_text(path, text + "\n", durable=durable)
+    return text + "\n"
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -109,6 +109,8 @@ class BenchWorkspace:
     """The loop's workspace here: the bench's commit, the edit stage's verdict and guard (the frozen test checked,
     the disk limit totalled), no restore."""
 
+    verdict_runs_git = False  # the edit stage's make_verdict (not a fork's): no host git in the tree
+
     def __init__(
         self, commit: Callable[..., str], verdict: Callable[..., Verdict], git: WorkspaceGit, guard: Callable[[], None]
     ) -> None:
@@ -123,13 +125,13 @@ class BenchWorkspace:
 
 class BenchEvents:
     """Records go to the transcript; each step saves the run's state.json, as the edit stage does (stages/edit.py
-    _on_step: its bytes synced, not its rename)."""
+    _on_step: Run.checkpoint, its bytes synced, not its rename, on a thread of its own)."""
 
     def __init__(self, run: Run, transcript: Transcript) -> None:
         self.run, self.record = run, transcript.record
 
     def step(self, *_: Any) -> None:
-        self.run.save(durable=False)
+        self.run.checkpoint()
 
 
 class TimedLoop(EditLoop):
@@ -176,11 +178,12 @@ class Bench:
         store = loop_plan(self.settings, self.cargo)  # the edit stage's profile and registry path, when it has them
         registry = self.cargo.registry_dir
         self.frozen = write_acceptance_test(self.spec, self.crate)  # rel path -> digest, as the edit stage freezes it
+        self.frozen_files = Frozen(self.crate, self.frozen)  # one for the loop, as the edit stage makes it
         # as the edit stage opens it (stages/edit.py): as root, flakebot's trees handed to the sandbox's own uid
         # before each command (adopt), the frozen test left alone, the stage's limits
         self.sandbox: Sandbox = open_sandbox(
             "required", workspace=self.crate, writable=[self.crate, self.target], adopt=True,
-            frozen=Frozen(self.crate, self.frozen).paths(), limits=limits_for(self.settings, timeout=600),
+            frozen=self.frozen_files.paths(), limits=limits_for(self.settings, timeout=600),
             binds=[(False, registry, store.registry)] if store and registry else [],
         )  # fmt: skip
         self.seeder: StoreSeeder | None = None
@@ -199,7 +202,7 @@ class Bench:
 
     def guard(self) -> None:
         """The edit stage's guard after every tool call and verdict (agent/workspace.py guard_trees)."""
-        guard_trees(Frozen(self.crate, self.frozen), self.disk)
+        guard_trees(self.frozen_files, self.disk)
 
     def use(self, main_rs: str) -> None:
         """src/main.rs as the model wrote it, committed, and the target dir warmed by a first `cargo test`."""
@@ -224,6 +227,10 @@ class Bench:
         seconds = result.seconds  # the process's, as the verdict's cargo is timed (not flakebot's steps before it)
         if result.timed_out or "test result" not in result.stdout:
             raise RuntimeError(f"raw cargo test did not run the tests:\n{result.stderr[-2000:]}")
+        # as in a loop, where every sandboxed command is followed by the guard (a verdict's cargo by its own): the
+        # iteration's first guard then finds no command since, as a run's does after the verdict before it (without
+        # this, the green iteration, the only step of its loop, totalled the trees again for the bench's own run)
+        self.guard()
         return seconds
 
     def verdict(self, spent: dict[str, float]) -> Callable[..., Verdict]:
@@ -265,14 +272,14 @@ class Bench:
         commits: list[float] = []  # each commit's own seconds, on the loop's thread
         # `claims`: the last turn also calls `done` (a model sure of its edit), which lets the verdict start the
         # examples beside the tests (agent/verdict.py Early); a red iteration's turn does not
-        models = [
-            self._model(transcript, n, claims and n == steps - 1) for n in range(steps)
-        ]  # their stub servers started beforehand
+        # one model for the loop, as the edit stage has one (its client's connection kept between the steps' calls),
+        # its stub server started beforehand
+        model = self._model(transcript, steps, claims)
         try:
-            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=Frozen(self.crate, self.frozen))
+            toolbox = Toolbox(self.crate, self.sandbox, self.cargo, frozen=self.frozen_files)
             workspace = BenchWorkspace(self._timed_commit(commits), self.verdict(spent), self.git, self.guard)
             loop = TimedLoop(
-                models[0], Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
+                model, Timed(toolbox, "call", spent, "tools"), workspace, LoopLimits(5, 600),
                 BenchEvents(self.run, transcript),
             )  # fmt: skip
             loop.spent = spent
@@ -280,7 +287,7 @@ class Bench:
                 {"role": "system", "content": "Edit the crate."},
                 {"role": "user", "content": "Make the tests pass."},
             ]
-            for model in models:
+            for _ in range(steps):
                 spent.clear()
                 loop.model = Timed(model, "complete", spent, "model")
                 start = time.perf_counter()
@@ -291,19 +298,20 @@ class Bench:
             timed = {"seconds": seconds, "green": green, **spent, "commit_thread": commits[0]}
             loop.settle()  # the raw run next edits the tree
         finally:
-            for model in models:
-                model.close()
+            model.close()
         return timed
 
-    def _model(self, transcript: Transcript, n: int, done: bool = False) -> Any:
-        """A scripted model whose one turn makes the next one-line edit (edit_file), and with `done` says so."""
-        search, replace = self.next_edit()
-        call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
-        said = [{"name": "done", "arguments": {"summary": "the tests pass"}}] if done else []
-        turn = {"tool_calls": [call, *said], "usage": {"prompt_tokens": 900, "completion_tokens": 60}}
-        script = self.script.with_name(f"script-{n}.json")
-        script.write_text(json.dumps({"format": 1, "stages": {"edit": [turn]}}))
-        return resolve_model(f"scripted:{script}", self.settings, stage="edit", transcript=transcript)
+    def _model(self, transcript: Transcript, turns: int, done: bool = False) -> Any:
+        """A scripted model each of whose `turns` makes the next one-line edit (edit_file); with `done`, its last says
+        so."""
+        script: list[dict[str, Any]] = []
+        for n in range(turns):
+            search, replace = self.next_edit()
+            call = {"name": "edit_file", "arguments": {"path": "src/main.rs", "search": search, "replace": replace}}
+            said = [{"name": "done", "arguments": {"summary": "the tests pass"}}] if done and n == turns - 1 else []
+            script.append({"tool_calls": [call, *said], "usage": {"prompt_tokens": 900, "completion_tokens": 60}})
+        self.script.write_text(json.dumps({"format": 1, "stages": {"edit": script}}))
+        return resolve_model(f"scripted:{self.script}", self.settings, stage="edit", transcript=transcript)
 
     def _timed_commit(self, commits: list[float]) -> Callable[..., str]:
         def commit(message: str, staged: Callable[[], None] = lambda: None) -> str:

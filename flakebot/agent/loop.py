@@ -6,8 +6,9 @@ run -> step -> query -> execute -> verdict
   a state no worse than the best so far is committed, and the best is restored at the end; the commit runs on a
   thread beside the step's report and the next model call; its read of the tree (`git add -A`) is waited for before
   the next tool call (it may change the tree), the rest of it (index, objects, refs: nothing the tools or the
-  sandbox write) goes on beside the tool calls, and the whole commit is settled before the verdict (its host git
-  may lock the index), a restore, and the end of the run; when the model said it is done, the commit starts as soon
+  sandbox write) goes on beside the tool calls and the verdict's sandboxed cargo, and the whole commit is settled
+  before a verdict that runs host git in the tree (a fork's: it may lock the index), after any verdict, before a
+  restore, and at the end of the run; when the model said it is done, the commit starts as soon
   as the verdict's tests have passed, beside flakebot's own run of the examples (which writes nothing of the tree),
   and should that run fail, the commit made gets the count of failures (the best commit is still the one restored);
   the same edit or the same failures three times in a row stops the loop;
@@ -48,7 +49,11 @@ class Tools(Protocol):
 
 
 class Environment(Protocol):
-    """What the loop does to the world (agent/workspace.py's Workspace): commit and restore states, judge, guard."""
+    """What the loop does to the world (agent/workspace.py's Workspace): commit and restore states, judge, guard.
+    `verdict_runs_git`: the verdict runs host git in the tree (a fork's changed files), so no commit may run beside it."""
+
+    @property
+    def verdict_runs_git(self) -> bool: ...
 
     def commit(self, message: str, staged: Callable[[], None] = ...) -> str: ...
     def reword(self, made: str, message: str) -> str: ...
@@ -280,15 +285,19 @@ class EditLoop:
             raise StopLoop("loop_detected", f"the same {call.name} was made {REPEAT_LIMIT} times in a row")
 
     def _judge(self, claimed: bool = False) -> Verdict:
-        # the whole commit, not only its read: the verdict's own host git (a fork's changed files: `git diff`) may
-        # refresh the index under .git/index.lock, and a `git commit` started meanwhile dies on that lock
-        self.settle()
+        if self.workspace.verdict_runs_git:
+            # the whole commit, not only its read: the verdict's own host git (a fork's changed files: `git diff`) may
+            # refresh the index under .git/index.lock, and a `git commit` started meanwhile dies on that lock
+            self.settle()
+        else:  # the rest of the commit (index, objects, refs) goes on beside the verdict's sandboxed cargo, as beside
+            self.settle_tree()  # a tool's; its read was waited for before the tool calls
         ahead: list[PendingCommit] = []
         message = f"flakebot: iteration {self.result.iterations}, {{}} failing"
 
         def on_tested() -> None:
             # the tests passed and cargo has ended: only flakebot's own run of the examples is left, which writes
             # nothing of the tree, so the tree is guarded and committed now, beside it, as a green verdict has it
+            self.settle()  # never two commits at once (the one before is long made: cargo took longer)
             self.workspace.guard()
             ahead.append(PendingCommit(self.workspace.commit, message.format(0)))
 
@@ -301,6 +310,7 @@ class EditLoop:
             for commit in ahead:  # no git left running beside what follows (a restore)
                 commit.wait()
             raise
+        self.settle()  # the commit before, made beside the verdict (if it was): its sha the best so far
         if not ahead:  # (on_tested guarded the tree the commit read, as cargo left it)
             self.workspace.guard()  # the verdict's cargo test ran build scripts: a green from a changed test means nothing
         self.events.record(

@@ -90,8 +90,10 @@ def make_verdict(
                 report = cargo_test(extra, beside.on_line)
             finally:
                 beside.ready.set()  # no artifact message: the examples' thread stops waiting
-            beside.after_cargo()  # the file cargo named held to the copy now, beside the examples still running
-            done.append((report, judge(report, spec)))
+            judged = judge(report, spec)
+            if judged.green:  # a red run's binary is never judged: its file is not read again (a few MB hashed)
+                beside.after_cargo()  # the file cargo named held to the copy now, beside the examples still running
+            done.append((report, judged))
             if at_once_examples and on_tested is not None and done[0][1].green and last(extra, report):
                 on_tested()
 

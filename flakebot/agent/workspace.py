@@ -153,6 +153,11 @@ class Workspace:
                 snapshot=checks.snapshot,
             )
 
+    @property
+    def verdict_runs_git(self) -> bool:
+        """A fork's verdict asks host git for the changed files; make_verdict's runs none."""
+        return self._fork is not None
+
     def commit(self, message: str, staged: Callable[[], None] = lambda: None) -> str:
         return self.git.commit(message, staged)
 

@@ -37,7 +37,15 @@ from pathlib import Path
 import tomlkit
 
 from flakebot import launcher, probecache
-from flakebot.cargo.cache_skeleton import SKELETON_NAME, CacheSkeleton, NoSkeleton, skeleton_of
+from flakebot.cargo.cache_skeleton import (
+    SKELETON_NAME,
+    CacheSkeleton,
+    NoSkeleton,
+    SkeletonInputs,
+    read_inputs,
+    skeleton_from,
+    skeleton_of,
+)
 from flakebot.cargo.runner import Cargo
 from flakebot.config import Settings, rustup_home
 from flakebot.fsutil import tree_bytes
@@ -116,6 +124,9 @@ class LoopSeeder:
     ) -> None:
         self.settings, self.cargo, self.crate_dir, self.target_dir = settings, cargo, crate_dir, target_dir
         self.progress, self.key, self.packages = progress, "", list[str]()
+        # the manifest, lock and build.rs that gave `key`: equal ones give it again, without parsing the TOML (as
+        # nix/loopdeps.py's StoreSeeder)
+        self.keyed_inputs: SkeletonInputs | None = None
 
     def seed(self, *, isolated: bool) -> Seeded:
         """The first seed, before the loop's first test: the model's own cargo runs (its check and test tools) may
@@ -128,7 +139,7 @@ class LoopSeeder:
         seeded = seed_target_dir(
             self.settings, self.cargo, self.crate_dir, self.target_dir, isolated=isolated, progress=self.progress
         )
-        self.key = seeded.key  # "" when skipped, but for a crate with no dependencies yet
+        self.key, self.keyed_inputs = seeded.key, None  # "" when skipped, but for a crate with no dependencies yet
         self.packages = skeleton_of(self.crate_dir).packages() if self.key else []
         return seeded
 
@@ -136,15 +147,21 @@ class LoopSeeder:
         """Before a `cargo test`: a new seed when the dependency set changed since the last one (None: nothing done).
         A set with no entry yet is built only when dependencies were added (on the current entry, so only they
         compile); after a removal or another version, cargo in the loop handles the difference, as without a cache."""
+        if not self.key:
+            return None
         try:
-            skeleton = skeleton_of(self.crate_dir) if self.key else None
-            key = dependency_key(skeleton, self.cargo) if skeleton else self.key
+            inputs = read_inputs(self.crate_dir)
+            if inputs == self.keyed_inputs:
+                return None
+            skeleton = skeleton_from(inputs)
+            key = dependency_key(skeleton, self.cargo)
         except NoSkeleton:
             return None
-        if skeleton is None or key == self.key:
+        if key == self.key:
+            self.keyed_inputs = inputs
             return None
         grown = set(self.packages) <= set(skeleton.packages())
-        self.key, self.packages = key, skeleton.packages()
+        self.key, self.packages, self.keyed_inputs = key, skeleton.packages(), None
         if not grown and not (cache_root(self.settings) / key).is_dir():
             return None
         try:  # the loop's sandbox wrote inside it: removed beneath its parent's descriptor, no link followed

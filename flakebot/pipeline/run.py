@@ -27,7 +27,8 @@ from typing import Any
 
 from flakebot import processid
 from flakebot.errors import RunError
-from flakebot.fsutil import atomic_write_json
+from flakebot.fsutil import atomic_write_json, json_record_text
+from flakebot.pipeline import checkpoint as checkpoints
 from flakebot.pipeline.request import RunRequest
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class Run:
     def load(cls, workdir: Path, run_id: str) -> Run:
         directory = find_run_dir(workdir, run_id)
         path = directory / "state.json"
+        checkpoints.flush(path)  # this process's last checkpoint of it, written first
         try:
             state = json.loads(path.read_text())
         except FileNotFoundError:
@@ -165,7 +167,14 @@ class Run:
         crash changes nothing a resume does (a stage marked running: the previous state has it pending, and it is
         run again either way), its rename not synced (its bytes are: never an empty state.json after a crash)."""
         self.state["updated"] = time.time()
+        checkpoints.flush(self.dir / "state.json")  # a checkpoint still being written never lands after this
         atomic_write_json(self.dir / "state.json", self.state, durable=durable)
+
+    def checkpoint(self) -> None:
+        """save(durable=False) written on a thread of its own (pipeline/checkpoint.py), for a state saved at every
+        step of a loop: the next step does not wait for its fsync. The next save() waits for it."""
+        self.state["updated"] = time.time()
+        checkpoints.put(self.dir / "state.json", json_record_text(self.state))
 
     def output(self, stage: str) -> dict[str, Any]:
         """What a finished stage produced; {} if it has not run."""

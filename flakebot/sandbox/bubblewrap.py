@@ -351,14 +351,33 @@ def _secret_masks(args: list[str]) -> list[str]:
         (args[i + 1], args[i + 2]) for i, op in enumerate(args) if op in ("--bind", "--ro-bind") and i + 2 < len(args)
     ]
     shown: dict[str, None] = {}
-    secrets = [str(p) for p in secret_files()]
+    where = _secrets_under()
     for source, dest in binds:  # strings, not Paths: pathlib's tests cost 2 ms of every sandboxed command's start
-        real = os.path.realpath(source)
-        for secret in secrets:
-            below = _below(secret, real)
-            if below is not None:
-                shown[str(Path(dest) / below)] = None
+        try:  # what the bind shows, links followed as bubblewrap follows them: one stat, not a realpath's walk
+            status = os.stat(source)
+        except OSError:
+            continue  # nothing there: it shows nothing (bubblewrap refuses the bind)
+        for below in where.get((status.st_dev, status.st_ino), ()):
+            shown[str(Path(dest) / below)] = None
     return [arg for path in shown for arg in ("--ro-bind", "/dev/null", path)]
+
+
+def _secrets_under() -> dict[tuple[int, int], list[str]]:
+    """For each secret file and each directory above it, by (device, inode): where below it each secret lies ('' for
+    the secret itself). A bind whose source is one of them (by any path: a link, another mount of it, a hard link of
+    the file) shows those secrets below its destination."""
+    where: dict[tuple[int, int], list[str]] = {}
+    for secret in secret_files():
+        text = str(secret)
+        for top in [text, *_parents(secret)]:
+            try:
+                status = os.stat(top)
+            except OSError:
+                continue
+            below = _below(text, top)
+            if below is not None:
+                where.setdefault((status.st_dev, status.st_ino), []).append(below)
+    return where
 
 
 def _below(path: str, top: str) -> str | None:
@@ -381,7 +400,7 @@ def _parents_first(args: list[str]) -> list[str]:
     0700, which the unprivileged uid (without capabilities) could not traverse to reach its workspace."""
     out: list[str] = []
     made: set[str] = {"/"}  # paths as str(Path) spells them
-    bound: dict[str, Path] = {}  # real directories mounted (dest -> source): what exists under them needs no --dir
+    bound: dict[str, str] = {}  # real directories mounted (dest -> source): what exists under them needs no --dir
     i, pending = 0, []
     while i < len(args):
         op = args[i]
@@ -401,8 +420,8 @@ def _parents_first(args: list[str]) -> list[str]:
                 made.add(parent)
         out += [*pending, *args[i : i + count + 1]]
         made.add(str(dest))
-        if op in ("--ro-bind", "--bind") and Path(args[i + 1]).is_dir():
-            bound[str(dest)] = Path(args[i + 1])
+        if op in ("--ro-bind", "--bind") and os.path.isdir(args[i + 1]):
+            bound[str(dest)] = args[i + 1]
         i, pending = i + count + 1, []
     return out
 
@@ -416,11 +435,11 @@ def _parents(path: Path) -> list[str]:
     return ["/", *("/".join(parts[:k]) for k in range(2, len(parts)))]
 
 
-def _exists_under(path: str, bound: dict[str, Path]) -> bool:
+def _exists_under(path: str, bound: dict[str, str]) -> bool:
     """Whether `path` lies in a mounted directory that really holds it (an empty scratch directory mounted at the
     caller's path does not hold the caller's subdirectories: bubblewrap would make those 0700)."""
     for dest, source in bound.items():
         below = _below(path, dest)
-        if below is not None and (source / below).is_dir():
+        if below is not None and os.path.isdir(os.path.join(source, below)):
             return True
     return False

@@ -255,8 +255,9 @@ def _on_step(ctx: StageContext, budget: Budget, iteration: int, verdict: Verdict
     data: dict[str, Any] = {"iteration": iteration, "tokens": spent.total_tokens, "cost_usd": spent.cost_usd}
     ctx.run.state["usage"] = spent.to_dict()  # saved every step: a killed run keeps what it spent
     # its rename not synced (its bytes are): lost to a machine's crash, the stage redoes itself from edit_base (saved
-    # durably at its start), as a stage's start and its model's usage are (pipeline/engine.py, models.py)
-    ctx.run.save(durable=False)
+    # durably at its start), as a stage's start and its model's usage are (pipeline/engine.py, models.py); written on
+    # a thread of its own (Run.checkpoint): the next step does not wait for its fsync
+    ctx.run.checkpoint()
     if verdict is not None:
         data.update(
             failures=verdict.failures,

@@ -217,6 +217,28 @@ def test_a_red_test_run_stays_red_whatever_the_early_examples_say(run: Path) -> 
     assert "flakebot's own run of the examples" not in verdicts[1].summary
 
 
+@pytest.mark.parametrize("passed", [False, True])
+def test_only_a_green_run_reads_the_built_binary_again_after_cargo(
+    run: Path, monkeypatch: pytest.MonkeyPatch, passed: bool
+) -> None:
+    """The check that the file cargo named still holds the copy hashes the whole binary (a few MB on every iteration):
+    a red run's binary is never judged, so it is not read again; a green run's still is, for both verdicts."""
+    require("bwrap")
+    from flakebot.agent.acceptance import Snapshot
+
+    checks: list[Path] = []
+    unchanged = Snapshot.unchanged
+
+    def counted(self: Snapshot) -> bool:
+        checks.append(self.source)
+        return unchanged(self)
+
+    monkeypatch.setattr(Snapshot, "unchanged", counted)
+    _beside, verdicts = claimed_verdicts(run, passed=passed)
+    assert [v.green for v in verdicts] == [passed, passed]
+    assert len(checks) == (2 if passed else 0), checks
+
+
 def early_verdict(run: Path, swap: bool) -> Verdict:
     """The examples started at cargo's artifact message (Early), then the file swapped (or not) before cargo ends."""
     from flakebot.agent.verdict import Early

@@ -47,8 +47,11 @@ class Judged:
     `waits`: an iteration's commit first waits (at most 5 s) for this event, and notes whether it came;
     `after_read(message)`: called once an iteration's commit has read the tree, before the rest of it."""
 
+    verdict_runs_git = True  # as a fork's verdict, unless a test says otherwise
+
     def __init__(self, ws: Workspace, failures: list[int]) -> None:
         self.ws, self.failures = ws, failures
+        self.verdict_started = threading.Event()
         self.waits: threading.Event | None = None
         self.after_read: Callable[[str], None] = lambda message: None
         self.judged: list[str] = []  # main.rs as each verdict saw it
@@ -76,6 +79,7 @@ class Judged:
         self.ws.guard()
 
     def verdict(self, claimed: bool = False) -> Verdict:
+        self.verdict_started.set()
         self.judged.append((self.ws.root / MAIN).read_text())
         failures = self.failures[len(self.judged) - 1]
         return Verdict(failures == 0, failures, f"{failures} failing", f"key{len(self.judged)}")
@@ -179,6 +183,30 @@ def test_the_rest_of_a_commit_runs_beside_the_next_tool_call_and_holds_the_tree_
     assert held == {f"flakebot: iteration {n + 1}, {2 - n} failing": texts[n] for n in range(3)}
     assert list(held.values()) == env.judged[::-1]  # as each verdict saw it
     assert ws.git("status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("runs_git", [False, True])
+def test_the_rest_of_a_commit_runs_beside_a_verdict_that_runs_no_host_git(repo: Path, runs_git: bool) -> None:
+    """make_verdict's verdict runs cargo in the sandbox, no host git: the commit before it goes on beside it (its read
+    of the tree was waited for before the tool call), and is still made as judged. A verdict that runs host git (a
+    fork's) waits for the whole commit first."""
+    texts = ["fn main() { /* a */ }\n", "fn main() { /* b */ }\n", "fn main() { /* c */ }\n"]
+    loop, ws, env, _, _ = loop_on(repo, texts, failures=[2, 1, 0])
+    env.verdict_runs_git = runs_git
+    beside = []
+
+    def until_the_next_verdict_started(message: str) -> None:  # iteration 1's commit, after its read
+        if message.startswith("flakebot: iteration 1,"):
+            env.verdict_started.clear()
+            beside.append(env.verdict_started.wait(0 if runs_git else 5))
+
+    env.after_read = until_the_next_verdict_started
+    result = loop.run("system", "task", Verdict(False, 5, "5 failing", "base"))
+    assert result.green and beside == [not runs_git]
+    commits = ws.git("log", "--format=%H %s").splitlines()[:3]
+    held = {subject: ws.git("show", f"{sha}:{MAIN}") for sha, subject in (c.split(" ", 1) for c in commits)}
+    assert held == {f"flakebot: iteration {n + 1}, {2 - n} failing": texts[n] for n in range(3)}
+    assert result.best_commit == ws.git.head() and ws.git("status", "--porcelain") == ""
 
 
 def test_a_verdict_asking_host_git_for_the_changed_files_does_not_make_the_commit_beside_it_fail(repo: Path) -> None:

@@ -187,3 +187,40 @@ def test_storing_an_entry_evicts_the_least_recently_used_beyond_the_limit(tmp_pa
     assert evict(tmp_path, 1 << 20, keep=stored) == [] and recent.is_dir() and stored.is_dir()
     os.utime(recent, (time.time() - 7200, time.time() - 7200))
     assert evict(tmp_path, 1 << 20, keep=stored) == ["c"] and not oldest.exists() and not older.exists()
+
+
+def test_the_loop_seeder_parses_a_manifest_and_lock_only_when_their_bytes_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before every `cargo test` the seeder looks at the dependency set: bytes equal to those that gave its key give
+    it again without parsing the TOML (a lock of a few hundred packages), as the store seeder does; other bytes are
+    parsed, and the same set keeps the key and the entry."""
+    import tomllib
+
+    require("cargo")
+    crate = tmp_path / "crate"
+    (crate / "src").mkdir(parents=True)
+    (crate / "src/main.rs").write_text("fn main() {}\n")
+    manifest = '[package]\nname = "c"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nitoa = "1.0.1"\n'
+    (crate / "Cargo.toml").write_text(manifest)
+    lock = 'version = 3\n\n[[package]]\nname = "c"\nversion = "0.1.0"\ndependencies = ["itoa"]\n\n'
+    lock += '[[package]]\nname = "itoa"\nversion = "1.0.1"\nsource = "registry+https://github.com/rust-lang/crates.io-index"\n'
+    (crate / "Cargo.lock").write_text(lock)
+    cargo = cargo_for(tmp_path / "target")
+    seeder = LoopSeeder(load(), cargo, crate, tmp_path / "target")
+    seeder.key, seeder.packages = dependency_key(skeleton_of(crate), cargo), skeleton_of(crate).packages()  # as seeded
+    parsed: list[str] = []
+    loads = tomllib.loads
+
+    def counted(text: str, **kwargs: object) -> dict[str, object]:
+        parsed.append(text)
+        return loads(text, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tomllib, "loads", counted)
+    assert seeder.refresh() is None and len(parsed) == 2  # the manifest and the lock, once
+    assert seeder.refresh() is None and seeder.refresh() is None and len(parsed) == 2, "the same bytes parsed again"
+
+    (crate / "Cargo.toml").write_text(manifest + "# the model's comment\n")  # other bytes, the same set
+    key = seeder.key
+    assert seeder.refresh() is None and seeder.key == key and len(parsed) == 4
+    assert seeder.refresh() is None and len(parsed) == 4

@@ -394,6 +394,26 @@ def test_each_secret_is_masked_where_each_bind_puts_it(tmp_path: Path) -> None:
     assert {p for p in masks[2::3] if not p.startswith(("/etc/ssh/", "/x/ssh/", "/y/z/ssh/"))} == {*under, "/s"}
 
 
+def test_a_secret_bound_by_a_hard_link_of_it_is_masked_too(tmp_path: Path) -> None:
+    """The masks go by what a bind's source is (its device and inode, links followed), not by its path: a hard link
+    of a secret (no path of it under /etc) bound into the sandbox shows the secret, and is masked."""
+    from flakebot.sandbox.bubblewrap import _secret_masks, secret_files
+
+    secrets = [p for p in secret_files() if p.parent == Path("/etc")]
+    if not secrets:
+        pytest.skip("no secret file in /etc on this machine")
+    linked = tmp_path / "notes"
+    try:
+        os.link(secrets[0], linked)
+    except OSError as exc:
+        pytest.skip(f"cannot hard-link {secrets[0]} here: {exc}")
+    try:
+        masks = _secret_masks(["--ro-bind", str(linked), "/work/notes", "--ro-bind", str(tmp_path), "/data"])
+    finally:
+        linked.unlink()  # no second name of the secret left in pytest's kept temporary directories
+    assert masks == ["--ro-bind", "/dev/null", "/work/notes"]  # the directory holding it is not the secret's
+
+
 def test_a_workspace_shown_at_another_path_with_binds_over_it(ws: Path, target: Path, tmp_path: Path) -> None:
     """A tool run's shape: the scratch workspace at the caller's path, a named file read-only, a writable one."""
     caller = tmp_path / "caller"

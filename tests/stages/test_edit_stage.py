@@ -40,6 +40,7 @@ def test_each_loop_step_saves_the_spend_its_bytes_synced_its_rename_not(
     from flakebot.llm.base import Usage
     from flakebot.llm.budget import Budget
     from flakebot.llm.transcript import Transcript
+    from flakebot.pipeline import checkpoint as checkpoints
     from flakebot.pipeline.engine import StageContext
     from flakebot.pipeline.run import Run
     from flakebot.stages.edit import StageEvents
@@ -52,5 +53,6 @@ def test_each_loop_step_saves_the_spend_its_bytes_synced_its_rename_not(
     StageEvents(StageContext(run, settings, "edit"), budget, Transcript(run.transcript_path)).step(
         1, LoopResult(status="running"), None
     )
+    checkpoints.flush(run.dir / "state.json")  # written on a thread of its own (Run.checkpoint)
     assert [Path(p).name.startswith(".state.json.") for p in synced] == [True]  # the bytes, not the directory
     assert Run.load(tmp_path / "work", run.id).state["usage"]["completion_tokens"] == 60
