@@ -297,7 +297,8 @@ def new_key() -> str:
 
 def _sent_before(conn: Conn, tenant: str, who: str, key: str) -> Enqueued | None:
     """The following an earlier send of the call `key` names wrote for the principal `who` (its identity) in
-    `tenant`, its job as it is now; None when there is none. Another principal's row of the same key is never its
+    `tenant`, its job as it is now; None when there is none, or when that following was ended since (SENT_BEFORE:
+    then the call is queued afresh). Another principal's row of the same key is never its
     (a key is looked up with its tenant and identity); the index audit_by_enqueue_key finds it among any number."""
     row = conn.execute(SENT_BEFORE, (key, tenant, who)).fetchone()
     if row is None:
@@ -533,10 +534,16 @@ _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join 
     "WHERE a.job = {job} AND a.tenant = {tenant} AND a.action IN ('enqueued', 'joined', 'left', 'retracted')) f "
     "WHERE action IN ('enqueued', 'joined')"
 )
-SENT_BEFORE = (  # the following of a key (its job's tenant the row's: a row naming another tenant's job is none)
+SENT_BEFORE = (  # the following of a key (its job's tenant the row's: a row naming another tenant's job is none),
+    # not ended since by its principal: no 'left' after it, no retraction of it, no cancel of its job that ended it
+    # (detail's `following`: a sweep of its front, its call's end). One so ended is no answer to the call, queued
+    # afresh as if never sent (a resend after its front was swept as lost); its job ended otherwise is its answer
     "SELECT a.id, a.action, coalesce(a.detail->>'front', a.detail->>'answering') AS front, j.id AS job, j.state "
     f"FROM audit a JOIN jobs j ON j.id = a.job AND j.tenant = a.tenant WHERE a.detail->>'{ENQUEUE_KEY}' = %s "
-    f"AND a.action IN ('enqueued', 'joined') AND a.tenant = %s AND {WHO} = %s ORDER BY a.id LIMIT 1"
+    f"AND a.action IN ('enqueued', 'joined') AND a.tenant = %s AND {WHO} = %s "
+    "AND NOT EXISTS (SELECT 1 FROM audit e WHERE e.job = a.job "
+    "AND e.tenant = a.tenant AND e.id > a.id AND (e.action = 'left' OR e.action IN ('retracted', 'cancelled') "
+    f"AND e.detail->>'following' = a.id::text) AND {who('e')} = {WHO}) ORDER BY a.id DESC LIMIT 1"
 )
 LEFT_BY = (
     f"ARRAY(SELECT who FROM ({_FOLLOWINGS.format(job='j.id', tenant='j.tenant')}) f GROUP BY who "
