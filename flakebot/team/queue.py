@@ -261,7 +261,7 @@ def enqueue(
     held_by |= {ENQUEUE_KEY: key} if key else {}
     with conn.transaction():
         lock_tenant(conn, tenant)
-        sent = _sent_before(conn, tenant, principal_id or principal, key) if key else None
+        sent = _sent_before(conn, tenant, principal_id or principal, key, front or answering) if key else None
         if sent is not None:
             return sent
         quota = _tenant(conn, tenant)
@@ -295,12 +295,13 @@ def new_key() -> str:
     return secrets.token_hex(16)
 
 
-def _sent_before(conn: Conn, tenant: str, who: str, key: str) -> Enqueued | None:
+def _sent_before(conn: Conn, tenant: str, who: str, key: str, holder: str | None) -> Enqueued | None:
     """The following an earlier send of the call `key` names wrote for the principal `who` (its identity) in
-    `tenant`, its job as it is now; None when there is none, or when that following was ended since (SENT_BEFORE:
-    then the call is queued afresh). Another principal's row of the same key is never its
+    `tenant`, held by the same front identity `holder`, its job as it is now; None when there is none, when that
+    following was ended since, or when it is held by another identity of the front (its first, which a sweep took
+    for lost: that following is the sweep's to end): then the call is queued afresh (SENT_BEFORE). Another principal's row of the same key is never its
     (a key is looked up with its tenant and identity); the index audit_by_enqueue_key finds it among any number."""
-    row = conn.execute(SENT_BEFORE, (key, tenant, who)).fetchone()
+    row = conn.execute(SENT_BEFORE, (key, tenant, who, holder)).fetchone()
     if row is None:
         return None
     logger.info("job %s: an enqueue sent again found its following %s", row["job"], row["id"])
@@ -537,13 +538,15 @@ _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join 
 SENT_BEFORE = (  # the following of a key (its job's tenant the row's: a row naming another tenant's job is none),
     # not ended since by its principal: no 'left' after it, no retraction of it, no cancel of its job that ended it
     # (detail's `following`: a sweep of its front, its call's end). One so ended is no answer to the call, queued
-    # afresh as if never sent (a resend after its front was swept as lost); its job ended otherwise is its answer
+    # afresh as if never sent (a resend after its front was swept as lost); its job ended otherwise is its answer.
+    # And held by the sending front's identity: a front swept as lost sends again under a new one, and the first
+    # send's following, named by the old, is ended by that sweep, maybe only after this look
     "SELECT a.id, a.action, coalesce(a.detail->>'front', a.detail->>'answering') AS front, j.id AS job, j.state "
     f"FROM audit a JOIN jobs j ON j.id = a.job AND j.tenant = a.tenant WHERE a.detail->>'{ENQUEUE_KEY}' = %s "
     f"AND a.action IN ('enqueued', 'joined') AND a.tenant = %s AND {WHO} = %s "
-    "AND NOT EXISTS (SELECT 1 FROM audit e WHERE e.job = a.job "
+    "AND coalesce(a.detail->>'front', a.detail->>'answering') IS NOT DISTINCT FROM %s AND NOT EXISTS (SELECT 1 FROM audit e WHERE e.job = a.job "
     "AND e.tenant = a.tenant AND e.id > a.id AND (e.action = 'left' OR e.action IN ('retracted', 'cancelled') "
-    f"AND e.detail->>'following' = a.id::text) AND {who('e')} = {WHO}) ORDER BY a.id DESC LIMIT 1"
+    f"AND e.detail->>'following' = a.id::text) AND {who('e')} = {WHO}) ORDER BY a.id LIMIT 1"
 )
 LEFT_BY = (
     f"ARRAY(SELECT who FROM ({_FOLLOWINGS.format(job='j.id', tenant='j.tenant')}) f GROUP BY who "

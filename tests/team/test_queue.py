@@ -819,6 +819,8 @@ def test_an_enqueue_key_is_found_by_its_index_among_many_followings(database: st
         (queue.ENQUEUE_KEY,),
     )
     conn.execute("ANALYZE audit")
-    plan = conn.execute(f"EXPLAIN (FORMAT JSON) {queue.SENT_BEFORE}", (queue.new_key(), "acme", "id-alice")).fetchone()
+    plan = conn.execute(
+        f"EXPLAIN (FORMAT JSON) {queue.SENT_BEFORE}", (queue.new_key(), "acme", "id-alice", "front-a")
+    ).fetchone()
     assert plan is not None and "audit_by_enqueue_key" in json.dumps(plan), plan
     conn.close()
