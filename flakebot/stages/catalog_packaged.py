@@ -91,8 +91,8 @@ def _help(ctx: StageContext, built: PackageOut) -> tuple[str, str]:
     0, which the smoke run kept whole; read again in the sandbox when it printed its help on stderr, or the package
     stage ran before it kept that stdout), else the usage or error its smoke run printed."""
     smoke = built.smoke
-    if smoke.get("level") == "help" and smoke.get("stdout"):  # the smoke run's try, whole
-        return smoke["command"], str(smoke["stdout"])
+    if smoke.get("level") == "help" and smoke.get("stdout") and isinstance(smoke["stdout"], str):  # the try, whole
+        return smoke["command"], smoke["stdout"]
     if smoke.get("level") == "help":
         ctx.progress(f"reading '{smoke['command']}' of the built tool (sandboxed)")
         argv = [str(Path(built.store_path) / "bin" / built.main_program), *smoke["argv"][1:]]

@@ -150,8 +150,9 @@ def smoked_help(smoke: dict[str, Any], binary: Path) -> str | None:
     """The stdout of `binary --help` as the package stage's smoke run read it (exit 0, sandboxed, under the limits
     observe runs it with), or None (it took another try, or a state.json from before it kept that stdout): one run
     of the built tool serves both stages."""
-    if smoke.get("argv") == [str(binary), "--help"] and smoke.get("exit_code") == 0 and "stdout" in smoke:
-        return str(smoke["stdout"])
+    stdout = smoke.get("stdout")  # a text, or state.json was edited or damaged: then --help is read again
+    if smoke.get("argv") == [str(binary), "--help"] and smoke.get("exit_code") == 0 and isinstance(stdout, str):
+        return stdout
     return None
 
 

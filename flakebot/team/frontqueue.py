@@ -122,9 +122,8 @@ class FrontQueue:
                     answering=None if waited else front,
                     key=key,
                 )
-                # the front a following names is the one its row says (a first send's, made before this front was
-                # swept and took a new identity, is that old one: `answered` fails on it, as the sweep ends it)
-                return dataclasses.replace(enqueued, front=enqueued.front or front)
+                # a send again finds only a following of this identity (a swept one's is that sweep's to end)
+                return dataclasses.replace(enqueued, front=front)
 
         enqueued = self._call(enqueue)
         if enqueued is None:  # swept meanwhile: enqueued under the identity it holds a lease as now

@@ -261,7 +261,7 @@ def enqueue(
     held_by |= {ENQUEUE_KEY: key} if key else {}
     with conn.transaction():
         lock_tenant(conn, tenant)
-        sent = _sent_before(conn, tenant, principal_id or principal, key) if key else None
+        sent = _sent_before(conn, tenant, principal_id or principal, key, front or answering) if key else None
         if sent is not None:
             return sent
         quota = _tenant(conn, tenant)
@@ -295,11 +295,13 @@ def new_key() -> str:
     return secrets.token_hex(16)
 
 
-def _sent_before(conn: Conn, tenant: str, who: str, key: str) -> Enqueued | None:
+def _sent_before(conn: Conn, tenant: str, who: str, key: str, holder: str | None) -> Enqueued | None:
     """The following an earlier send of the call `key` names wrote for the principal `who` (its identity) in
-    `tenant`, its job as it is now; None when there is none. Another principal's row of the same key is never its
+    `tenant`, held by the same front identity `holder`, its job as it is now; None when there is none, or when it is
+    held by another identity of the front (its first, which a sweep took for lost: that following is the sweep's to
+    end): then the call is queued afresh (SENT_BEFORE). Another principal's row of the same key is never its
     (a key is looked up with its tenant and identity); the index audit_by_enqueue_key finds it among any number."""
-    row = conn.execute(SENT_BEFORE, (key, tenant, who)).fetchone()
+    row = conn.execute(SENT_BEFORE, (key, tenant, who, holder)).fetchone()
     if row is None:
         return None
     logger.info("job %s: an enqueue sent again found its following %s", row["job"], row["id"])
@@ -533,10 +535,15 @@ _FOLLOWINGS = (  # one pass over the job's rows, sorted twice (a token may join 
     "WHERE a.job = {job} AND a.tenant = {tenant} AND a.action IN ('enqueued', 'joined', 'left', 'retracted')) f "
     "WHERE action IN ('enqueued', 'joined')"
 )
-SENT_BEFORE = (  # the following of a key (its job's tenant the row's: a row naming another tenant's job is none)
+SENT_BEFORE = (  # the following of a key (its job's tenant the row's: a row naming another tenant's job is none),
+    # held by the sending front's identity: a front swept as lost sends again under a new one, and the first send's
+    # following, named by the old, is that sweep's to end (maybe only after this look: a sweep claims the front's row
+    # first, retracts later), so the call is queued afresh. One ended otherwise since (a revocation's 'left', a cancel)
+    # is still the answer, its job as its principal sees it: a revoked token's call is never made a following again
     "SELECT a.id, a.action, coalesce(a.detail->>'front', a.detail->>'answering') AS front, j.id AS job, j.state "
     f"FROM audit a JOIN jobs j ON j.id = a.job AND j.tenant = a.tenant WHERE a.detail->>'{ENQUEUE_KEY}' = %s "
-    f"AND a.action IN ('enqueued', 'joined') AND a.tenant = %s AND {WHO} = %s ORDER BY a.id LIMIT 1"
+    f"AND a.action IN ('enqueued', 'joined') AND a.tenant = %s AND {WHO} = %s "
+    "AND coalesce(a.detail->>'front', a.detail->>'answering') IS NOT DISTINCT FROM %s ORDER BY a.id LIMIT 1"
 )
 LEFT_BY = (
     f"ARRAY(SELECT who FROM ({_FOLLOWINGS.format(job='j.id', tenant='j.tenant')}) f GROUP BY who "

@@ -474,3 +474,68 @@ def test_an_enqueue_whose_acknowledgement_was_lost_is_sent_again_as_one_followin
             assert state(conn, enqueued.job_id) == "cancelled" and actions(conn) == [("alice", "cancelled", None)]
     finally:
         front.close()
+
+
+class _SweptAfterCommit(_AcknowledgementLost):
+    """A lost acknowledgement (as _AcknowledgementLost) after which, before the front sends the enqueue again, another
+    front takes this one for lost and sweeps it (its lease run out while the database was away): the first send's
+    following is ended before the resend looks for it."""
+
+    def __init__(self, conn: Any, drops: list[int], sweep: list[Any]) -> None:
+        super().__init__(conn, drops)
+        self._sweep = sweep
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        try:
+            with super().transaction() as transaction:
+                yield transaction
+        except Exception:
+            if self._sweep:
+                self._sweep.pop()()
+            raise
+
+
+@pytest.mark.parametrize("retracted", [True, False], ids=["retracted", "claimed-only"])
+@pytest.mark.parametrize("waited", [True, False], ids=["waited", "task"])
+def test_an_enqueue_sent_again_after_its_front_was_swept_gets_a_live_following_not_the_swept_one(
+    database: str, monkeypatch: pytest.MonkeyPatch, waited: bool, retracted: bool
+) -> None:
+    """The first send committed, its acknowledgement was lost, and before the resend the front was swept as lost: its
+    row claimed and (`retracted`) its following retracted, the job (alice's alone) cancelled; or the sweep's
+    retractions still to come. The resend finds the front's row claimed, takes a new identity and enqueues again with
+    the same key: it must not hand back the swept identity's following (of a cancelled job, or one the sweep is about
+    to end: a waited call would report 'cancelled' for a craft nobody cancelled), but queue the craft afresh, held by
+    the front's new identity, which the sweep leaves alone."""
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    connect, drops, sweep = db.connect, [0], []  # type: ignore[var-annotated]
+    monkeypatch.setattr(
+        db, "connect", lambda *args, **kwargs: _SweptAfterCommit(connect(*args, **kwargs), drops, sweep)
+    )
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with connect(database, autocommit=True) as conn:
+            lost = front.front
+
+            def swept() -> None:
+                lapse(conn, lost)
+                if retracted:
+                    assert [row["state"] for row in fronts.sweep(conn)] == ["cancelled"]
+                else:  # claimed in the sweep's first statement; its retractions not yet run
+                    conn.execute(f"UPDATE fronts SET lease_until = {fronts.SWEPT} WHERE id = %s", (lost,))
+
+            drops[0], sweep[:] = 1, [swept]
+            enqueued = front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=waited)
+            assert drops == [0] and sweep == [] and front.front != lost  # committed, lost, swept, a new identity
+            fronts.sweep(conn)  # the sweep's retractions done (or nothing left to do)
+            assert (enqueued.state, enqueued.front) == ("queued", front.front)
+            assert state(conn, enqueued.job_id) == "queued"
+            ended = front.cancel(alice, enqueued.job_id, following=enqueued.following)  # the call's end
+            assert ended is not None and ended["state"] == "cancelled"
+    finally:
+        front.close()

@@ -819,6 +819,36 @@ def test_an_enqueue_key_is_found_by_its_index_among_many_followings(database: st
         (queue.ENQUEUE_KEY,),
     )
     conn.execute("ANALYZE audit")
-    plan = conn.execute(f"EXPLAIN (FORMAT JSON) {queue.SENT_BEFORE}", (queue.new_key(), "acme", "id-alice")).fetchone()
+    plan = conn.execute(
+        f"EXPLAIN (FORMAT JSON) {queue.SENT_BEFORE}", (queue.new_key(), "acme", "id-alice", "front-a")
+    ).fetchone()
     assert plan is not None and "audit_by_enqueue_key" in json.dumps(plan), plan
+    conn.close()
+
+
+def test_an_enqueue_sent_again_after_its_token_was_revoked_is_not_made_a_following_again(database: str) -> None:
+    """alice's call joined carol's job (committed, its acknowledgement lost); before the front sent it again, alice's
+    token was revoked and the front's look made her leave the job (drop_followings, once per revocation). The resend
+    finds her first following, ended: its answer is that one (her call answers the job as she sees it), never a new
+    following of the job for a revoked identity, which no later look would end."""
+    conn = db.connect(database, autocommit=True)
+    carol = queue.enqueue(conn, "acme", "carol", craft("need a csv deduper"), principal_id="id-carol", answering="f")
+    key = queue.new_key()
+    first = queue.enqueue(
+        conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", answering="f", key=key
+    )
+    assert first.joined and first.job_id == carol.job_id
+    assert [row["id"] for row in queue.drop_followings(conn, "id-alice", ["id-alice"])] == [carol.job_id]
+    again = queue.enqueue(
+        conn, "acme", "alice", craft("need a csv deduper"), principal_id="id-alice", answering="f", key=key
+    )
+    assert again == first
+    rows = conn.execute(
+        "SELECT principal, action FROM audit WHERE action IN ('enqueued', 'joined', 'left') ORDER BY id"
+    )
+    assert [(r["principal"], r["action"]) for r in rows.fetchall()] == [
+        ("carol", "enqueued"),
+        ("alice", "joined"),
+        ("alice", "left"),
+    ]
     conn.close()
