@@ -35,7 +35,12 @@ class LatestWrite:
             self._pending = text
             if not self._writing:
                 self._writing = True
-                threading.Thread(target=self._write, name="checkpoint", daemon=False).start()
+                try:
+                    threading.Thread(target=self._write, name="checkpoint", daemon=False).start()
+                except RuntimeError:  # no thread to be had (the uid's process limit, memory): written here, at once
+                    logger.warning("no thread for %s: written at once", self.path)
+                    self._write()  # ends _writing (else no save nor load of the run would ever return)
+                    self._raise_error()
 
     def flush(self) -> None:
         """Until every text handed over is written (or failed: its error is raised)."""

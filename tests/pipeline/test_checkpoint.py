@@ -122,3 +122,24 @@ def test_a_checkpoint_that_could_not_be_written_is_raised_by_the_next_save(
         run.save()
     run.save()  # raised once: the disk has room again, the state is written
     assert state_on_disk(run)["id"] == run.id
+
+
+def test_a_checkpoint_whose_thread_cannot_start_is_written_at_once_and_wedges_nothing(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread to be had (another run's fork bomb at the uid's process limit, memory): the checkpoint is written by
+    the caller, as before the thread; before, the writer stayed busy with no thread to end it, so the next save (and
+    Run.load) waited forever."""
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    run.state["usage"] = {"total_tokens": 5}
+    run.checkpoint()
+    assert state_on_disk(run)["usage"] == {"total_tokens": 5}
+    writer = checkpoints._WRITERS.get((run.dir / "state.json").absolute())
+    assert writer is None or not writer.busy  # checked before any flush: on the old code a flush never returns
+    run.state["usage"] = {"total_tokens": 6}
+    run.save()
+    assert state_on_disk(run)["usage"] == {"total_tokens": 6}
