@@ -228,7 +228,8 @@ def remove_runs(
     *,
     every: Annotated[bool, Param("Remove every run directory.", cli=("--all",))] = False,
 ) -> list[Path]:
-    """Remove run directories and everything the runs created."""
+    """Remove run directories and everything the runs created; a run still running is not removed (refused when
+    named)."""
     # one run's directory (or every run's with `every`), its forks and paths released first
     from flakebot.pipeline.cleanup import clean_run
     from flakebot.pipeline.run import Run, find_run_dir, runs_dir
@@ -243,15 +244,28 @@ def remove_runs(
         if run_id
         else sorted(p for p in runs_dir(workdir).glob("*") if p.is_dir() and not p.is_symlink())
     )
+    removed = []
     for directory in directories:
         try:
-            run = Run.load(workdir, directory.name)
-            release_run_forks(run, settings)
-            clean_run(run)
+            run: Run | None = Run.load(workdir, directory.name)
         except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
             logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
+            run = None
+        if run is not None and run.status == "running":  # its process alive: its tree removed under it fails it
+            busy = f"run {run.id} is still running (pid {run.state.get('pid')})"
+            if run_id:
+                raise RunError(busy, fix="stop it first (Ctrl-C where it runs, or kill that pid), then clean it")
+            logger.warning("%s: not removed", busy)
+            continue
+        if run is not None:
+            try:
+                release_run_forks(run, settings)
+                clean_run(run)
+            except FlakebotError as exc:
+                logger.warning("could not release what %s holds before removing it: %s", directory, exc.one_line())
         remove_tree(directory)
-    return directories
+        removed.append(directory)
+    return removed
 
 
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."

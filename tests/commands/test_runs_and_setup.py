@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from flakebot import api
-from flakebot.errors import UsageError
+from flakebot.errors import RunError, UsageError
 from flakebot.pipeline.request import RunRequest
 from flakebot.pipeline.run import Run
 from tests.conftest import json_result, require, run_cli
@@ -117,6 +117,19 @@ def test_clean_takes_a_run_or_all_and_says_so_in_every_door(workdir: Path) -> No
     run = Run.create(workdir, "craft", RunRequest(need="x"))
     assert run_cli("clean", run.id, check=True).stdout.strip() == "removed 1 run(s)"
     assert api.remove_runs(every=True) == []
+
+
+def test_clean_leaves_a_run_still_running_and_refuses_it_by_name(workdir: Path) -> None:
+    """Its tree removed under it would fail the run half-way (and its next save would make the directory again)."""
+    running, ended = _running_run(workdir), Run.create(workdir, "craft", RunRequest(need="x"))
+    refused = run_cli("clean", running.id)
+    assert refused.returncode == RunError.exit_code, refused.stderr
+    assert f"run {running.id} is still running" in refused.stderr and running.dir.is_dir()
+    assert api.remove_runs(every=True) == [ended.dir] and running.dir.is_dir() and not ended.dir.exists()
+    running.state["status"] = "failed"
+    running.save()
+    assert run_cli("clean", running.id, check=True).stdout.strip() == "removed 1 run(s)"
+    assert not running.dir.exists()
 
 
 def test_runs_show_and_config_speak_to_people_and_programs(workdir: Path) -> None:
