@@ -510,8 +510,12 @@ class TeamMCP(FlakebotMCP):
 
     def end_unended(self) -> None:
         """The followings of calls that ended before their answer while the database was away (leave_following),
-        ended now; those the database refuses again kept for the next try. Each stays listed until it ended, so
-        unended() counts it while its end waits (a stopping front gives that wait up: _end_unended_at_stop)."""
+        and those of calls whose enqueue failed at every send after the database maybe committed one
+        (FrontQueue.end_unsent), ended now; those the database refuses again kept for the next try. Each stays listed
+        until it ended, so unended() counts it while its end waits (a stopping front gives that wait up:
+        _end_unended_at_stop)."""
+        if self.queue is not None and self.queue.unsent():
+            self._forget_rows(self.queue.end_unsent(self.store.revoked()))
         with self._rows_lock:
             pending = list(self._unended)
         for held in pending:
@@ -523,8 +527,9 @@ class TeamMCP(FlakebotMCP):
 
     def unended(self) -> int:
         """How many followings wait for the database to end them (end_unended)."""
+        unsent = self.queue.unsent() if self.queue is not None else 0
         with self._rows_lock:
-            return len(self._unended)
+            return len(self._unended) + unsent
 
     def _forget_rows(self, rows: list[dict[str, Any]]) -> None:
         with self._rows_lock:

@@ -6,7 +6,9 @@ every queue operation is a short transaction. The front's lease and its sweeps o
 of their own: a call's enqueue or cancel, and a sweep's cancels, may wait on a tenant's lock (held by a process
 stalled in a transaction, up to db.IDLE_IN_TRANSACTION), and meanwhile the front's lease is renewed all the same. A
 connection the database dropped (a restart) is made again once per call before the call fails with one line; an
-enqueue sent again so is the same call's (its key), never a second following of its job.
+enqueue sent again so is the same call's (its key), never a second following of its job, and one whose every send
+failed keeps its key until the database answers: the following a send may have committed is ended then
+(end_unsent, at the lease's renewals), as the call's own end would end it.
 
 Every door a client reaches the queue by (tasks/*, a craft, status, show and runs, admission, /metrics) goes through
 `_call`, so it alone decides what a client is told when the database is away (`away()`) or answers an error of its
@@ -68,6 +70,8 @@ class FrontQueue:
         self._lease = _Line()  # the lease's renewals (hold_lease)
         self._sweeps = _Line()  # sweeps' (sweep_lost_fronts)
         self._identity = threading.Lock()  # held while this front's identity is renewed or changed (_held)
+        self._unsent: list[_Unsent] = []  # enqueues whose every send failed: their following ended once it answers
+        self._unsent_lock = threading.Lock()
 
     def connect(self) -> None:
         """Reach the database now and hold this front's lease (at startup: a wrong URL, or a role that may not hold a
@@ -99,9 +103,12 @@ class FrontQueue:
         after the database committed it), the enqueue finds the following its first send wrote (the call's key)."""
         cap = principal.concurrent_crafts
         key = queue.new_key()  # one per call, outside the closure: a send again finds the following the first wrote
+        sent_as: list[str] = []  # the front identities its sends went under (a sweep may change it between two)
 
         def enqueue(conn: Conn) -> queue.Enqueued | None:
             front = self.front  # read once: the lease's thread may change it once a sweep claimed it
+            if front not in sent_as:
+                sent_as.append(front)
             with conn.transaction():
                 # the tenant's lock first: the front's row, locked by its renewal, is held only while the enqueue
                 # writes, never while it waits on that lock (the lease's renewals would wait behind it)
@@ -125,10 +132,16 @@ class FrontQueue:
                 # a send again finds only a following of this identity (a swept one's is that sweep's to end)
                 return dataclasses.replace(enqueued, front=front)
 
-        enqueued = self._call(enqueue)
-        if enqueued is None:  # swept meanwhile: enqueued under the identity it holds a lease as now
-            self._call(self._held)
+        try:
             enqueued = self._call(enqueue)
+            if enqueued is None:  # swept meanwhile: enqueued under the identity it holds a lease as now
+                self._call(self._held)
+                enqueued = self._call(enqueue)
+        except HostError:  # a send may have committed before the database went away: its following is no call's
+            if sent_as:
+                with self._unsent_lock:
+                    self._unsent.append(_Unsent(principal, key, tuple(sent_as)))
+            raise
         if enqueued is None:  # swept again within milliseconds: its database's clock jumped, say
             raise away()
         logger.info(
@@ -162,6 +175,27 @@ class FrontQueue:
         if not self._call(answer):
             logger.warning("job %s: its call not answered: this front was swept as lost meanwhile", enqueued.job_id)
             raise away()
+
+    def end_unsent(self, revoked: Collection[str]) -> list[dict[str, Any]]:
+        """The followings of calls whose enqueue failed at every send (the database away or refusing, maybe after it
+        committed one) ended as those calls' ends would end them (queue.end_sent; `revoked`: identities that follow
+        nothing): nothing for a call none of whose sends committed. One the database does not answer for is kept
+        for the next try (raised: the rest kept too). The rows changed."""
+        with self._unsent_lock:
+            pending = list(self._unsent)
+        changed = []
+        for unsent in pending:
+            rows = self._call(lambda conn, u=unsent: u.end(conn, revoked))  # type: ignore[misc]
+            with self._unsent_lock:
+                if unsent in self._unsent:
+                    self._unsent.remove(unsent)
+            changed += self._said(rows, "an enqueue of it failed after its database maybe committed it")
+        return changed
+
+    def unsent(self) -> int:
+        """How many failed enqueues wait for the database to end what they may have written (end_unsent)."""
+        with self._unsent_lock:
+            return len(self._unsent)
 
     def job(self, tenant: str, job_id: int) -> dict[str, Any] | None:
         """The job's row as `tenant` sees it (`left_by`: the principals who stopped following it): another tenant's
@@ -323,6 +357,19 @@ class FrontQueue:
                     raise refused() from None
         logger.warning("the team database %s does not answer", db.shown(self.url))
         raise away()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unsent:
+    """A call's enqueue that failed at every send: its key, and each front identity a send went under."""
+
+    principal: Principal
+    key: str
+    fronts: tuple[str, ...]
+
+    def end(self, conn: Conn, revoked: Collection[str]) -> list[dict[str, Any]]:
+        who = self.principal
+        return queue.end_sent(conn, who.tenant, who.name, who.id, self.key, self.fronts, revoked)
 
 
 class _Line:

@@ -308,6 +308,34 @@ def _sent_before(conn: Conn, tenant: str, who: str, key: str, holder: str | None
     return Enqueued(int(row["job"]), row["action"] == "joined", str(row["state"]), int(row["id"]), row["front"])
 
 
+def end_sent(
+    conn: Conn,
+    tenant: str,
+    principal: str,
+    principal_id: str | None,
+    key: str,
+    holders: Collection[str],
+    revoked: Collection[str] = (),
+) -> list[dict[str, Any]]:
+    """The following a call's enqueue `key` wrote, its every send failed (the first maybe committed, its
+    acknowledgement lost), ended as that call's end would end it (cancel with that `following`: its caller never got
+    the job's id): the first row of the key held by each front identity `holders` a send went under (SENT_BEFORE), all
+    under the tenant's lock, so a sweep of the front or another try ends each once. Nothing when no send committed.
+    The rows changed."""
+    who = principal_id or principal
+    changed = []
+    with conn.transaction():
+        lock_tenant(conn, tenant)
+        for holder in holders:
+            row = conn.execute(SENT_BEFORE, (key, tenant, who, holder)).fetchone()
+            if row is None:
+                continue
+            ended = cancel(conn, int(row["job"]), tenant, principal, principal_id, revoked, following=int(row["id"]))
+            if ended is not None and not ended.get("unchanged"):
+                changed.append(ended)
+    return changed
+
+
 def lock_tenant(conn: Conn, tenant: str) -> None:
     """The tenant's lock, held to the end of the transaction: enqueues and cancels of one tenant one at a time."""
     conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (TENANT_LOCK, tenant))

@@ -539,3 +539,122 @@ def test_an_enqueue_sent_again_after_its_front_was_swept_gets_a_live_following_n
             assert ended is not None and ended["state"] == "cancelled"
     finally:
         front.close()
+
+
+class _AwayAfterCommit(_AcknowledgementLost):
+    """A lost acknowledgement (as _AcknowledgementLost), then the database away for the resend too: each of the next
+    `away` transactions (shared, as `drops`) fails as it begins, its connection closed, as libpq fails a statement
+    sent to a server gone."""
+
+    def __init__(self, conn: Any, drops: list[int], away: list[int]) -> None:
+        super().__init__(conn, drops)
+        self._away = away
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        import psycopg
+
+        if self._away[0] > 0 and self._drops[0] == 0:
+            self._away[0] -= 1
+            self._conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        with super().transaction() as transaction:
+            yield transaction
+
+
+@pytest.mark.parametrize("swept", [False, True], ids=["renewed", "swept-first"])
+@pytest.mark.parametrize("shared", [False, True], ids=["alone", "shared"])
+@pytest.mark.parametrize("waited", [True, False], ids=["waited", "task"])
+def test_an_enqueue_whose_every_send_failed_after_the_first_committed_ends_that_following_at_the_next_renewal(
+    flakebot_home: Any, database: str, monkeypatch: pytest.MonkeyPatch, waited: bool, shared: bool, swept: bool
+) -> None:
+    """The database committed a call's enqueue, the connection dropped before its answer, and the resend failed too
+    (the database away longer): the call fails, its caller never got the job's id, and the following the first send
+    wrote was held by no call (only the front's loss ended it: the job, alice's alone, queued for nobody). Now the
+    front remembers the call's key and, at its next renewal once the database answers (TeamMCP.end_unended), ends
+    that following as the call's end would: the job cancelled when alice alone followed it; `shared`, bob's following
+    of it (a task answered) untouched and the job goes on for him. Once: the front's sweep as lost, after (`renewed`)
+    or before (`swept-first`: its end then finds it ended), ends nothing again."""
+    from flakebot import config
+    from flakebot.errors import HostError
+    from flakebot.mcp.front import TeamMCP
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.admission import MemoryAdmission
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal, TokenStore
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    connect, drops, away = db.connect, [0], [0]
+    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AwayAfterCommit(connect(*args, **kwargs), drops, away))
+    settings = config.load()
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    team = TeamMCP(settings, [], TokenStore(settings.path("workdir")), MemoryAdmission(), front)
+    need = RunRequest(need="need a csv deduper")
+    try:
+        with connect(database, autocommit=True) as conn:
+            theirs = queue.enqueue(conn, "acme", "bob", need, principal_id="id-bob") if shared else None
+            drops[0], away[0] = 1, 1
+            with pytest.raises(HostError, match="does not answer"):
+                front.enqueue(alice, need, waited=waited)
+            assert (drops, away) == ([0], [0])  # the first send committed, its answer lost; the resend failed
+            mine = conn.execute(
+                "SELECT id, job FROM audit WHERE action IN ('enqueued', 'joined') AND principal = 'alice'"
+            ).fetchall()
+            assert len(mine) == 1  # one following, held by no call
+            job = mine[0]["job"]
+            assert state(conn, job) == "queued"
+
+            def sweep() -> None:  # the front taken for lost by another's sweep
+                lapse(conn, front.front)
+                fronts.sweep(conn)
+
+            if swept:
+                sweep()
+            team.end_unended()  # the next renewal: the database answers
+            because = fronts.LOST if swept else None
+            if shared:
+                assert theirs is not None and theirs.job_id == job
+                assert state(conn, job) == "queued" and actions(conn) == [("alice", "left", because)]
+            else:
+                assert state(conn, job) == "cancelled" and actions(conn) == [("alice", "cancelled", because)]
+            assert team.unended() == 0  # nothing left for the stop to try or count
+            done = actions(conn)
+            team.end_unended()
+            if not swept:
+                sweep()
+            assert actions(conn) == done
+            if theirs is not None:  # bob still follows it, alone
+                ended = queue.cancel(conn, job, "acme", "bob", "id-bob", following=theirs.following)
+                assert ended is not None and ended["state"] == "cancelled"
+    finally:
+        front.close()
+
+
+def test_an_enqueue_whose_every_send_failed_before_any_committed_ends_nothing(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither send reached a commit: the call's key has no row, and the front's try at its following ends nothing
+    (bob's job of the same need, queued meanwhile, goes on) and forgets the call."""
+    from flakebot.errors import HostError
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    bob = Principal("bob", "id-bob", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    connect, drops, away = db.connect, [0], [0]
+    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AwayAfterCommit(connect(*args, **kwargs), drops, away))
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with connect(database, autocommit=True) as conn:
+            away[0] = 2
+            with pytest.raises(HostError, match="does not answer"):
+                front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True)
+            assert front.unsent() == 1
+            theirs = front.enqueue(bob, RunRequest(need="need a csv deduper"), waited=True)
+            assert front.end_unsent(()) == [] and front.unsent() == 0
+            assert state(conn, theirs.job_id) == "queued" and actions(conn) == []
+    finally:
+        front.close()
