@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import fnmatch
 import functools
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -241,19 +243,43 @@ def real_root() -> bool:
     (Root in a rootless container maps to an ordinary uid outside and is treated like any user.)"""
     if os.geteuid() != 0:
         return False
-    for line in Path("/proc/self/uid_map").read_text().splitlines():
-        inside, outside, _count = (int(field) for field in line.split())
+    for inside, outside, _count in _uid_map():
         if inside == 0:
             return outside == 0
     return False
 
 
 def _uid_mapped(uid: int) -> bool:
-    for line in Path("/proc/self/uid_map").read_text().splitlines():
-        inside, _outside, count = (int(field) for field in line.split())
-        if inside <= uid < inside + count:
-            return True
-    return False
+    return any(inside <= uid < inside + count for inside, _outside, count in _uid_map())
+
+
+def _uid_map() -> tuple[tuple[int, int, int], ...]:
+    """/proc/self/uid_map as (inside, outside, count) lines, read once per user namespace: the kernel takes a
+    namespace's map once and never changes it, and every sandboxed command's start asked for it eight times. Kept
+    with the namespace's identity, so a process that moved to another namespace reads its map anew; an empty map (not
+    written yet) is never kept."""
+    global _kept_uid_map
+    try:
+        status = os.stat("/proc/self/ns/user")
+        namespace: tuple[int, int] | None = (status.st_dev, status.st_ino)
+    except OSError:
+        namespace = None
+    kept = _kept_uid_map
+    if namespace is not None and kept is not None and kept[0] == namespace:
+        return kept[1]
+    with open("/proc/self/uid_map", encoding="ascii") as file:
+        lines = tuple(_map_line(line) for line in file.read().splitlines() if line.strip())
+    if namespace is not None and lines:
+        _kept_uid_map = (namespace, lines)
+    return lines
+
+
+def _map_line(line: str) -> tuple[int, int, int]:
+    inside, outside, count = (int(field) for field in line.split())
+    return inside, outside, count
+
+
+_kept_uid_map: tuple[tuple[int, int], tuple[tuple[int, int, int], ...]] | None = None
 
 
 def _sandbox_home() -> Path:
@@ -325,23 +351,37 @@ def _frozen_paths(frozen: Sequence[Path], workspace: Path) -> list[Path]:
 
 def _system_mounts() -> list[str]:
     """Read-only binds of the system, the usual /lib -> usr/lib links as links, and of /etc only ETC_ALLOWED
-    (secrets are masked last)."""
+    (secrets are masked last). One stat per path, as strings: pathlib's tests of these ~35 paths were a fifth of
+    every sandboxed command's start (each acceptance example starts one)."""
     args: list[str] = []
     for d in SYSTEM_DIRS:
-        if Path(d).is_dir():
+        if os.path.isdir(d):
             args += ["--ro-bind", d, d]
     for link in [*SYSTEM_LINKS, *(f"/etc/{name}" for name in ETC_ALLOWED)]:
-        path = Path(link)
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), link]
-        elif path.exists():
+        try:
+            mode = os.lstat(link).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            args += ["--symlink", os.readlink(link), link]
+        else:
             args += ["--ro-bind", link, link]
     return args
 
 
 def secret_files() -> list[Path]:
     """Host files no sandbox may read (password hashes, sudoers, ssh host keys): masked last in every sandbox."""
-    return [Path(p) for p in [*SECRET_FILES, *map(str, Path("/etc/ssh").glob("ssh_host_*key"))] if Path(p).is_file()]
+    return [Path(p) for p in _secret_paths()]
+
+
+def _secret_paths() -> list[str]:
+    """secret_files as strings, found without pathlib (every sandboxed command's start asks)."""
+    try:
+        with os.scandir("/etc/ssh") as listing:
+            keys = sorted(f"/etc/ssh/{e.name}" for e in listing if fnmatch.fnmatchcase(e.name, "ssh_host_*key"))
+    except OSError:
+        keys = []
+    return [p for p in [*SECRET_FILES, *keys] if os.path.isfile(p)]
 
 
 def _secret_masks(args: list[str]) -> list[str]:
@@ -367,9 +407,8 @@ def _secrets_under() -> dict[tuple[int, int], list[str]]:
     the secret itself). A bind whose source is one of them (by any path: a link, another mount of it, a hard link of
     the file) shows those secrets below its destination."""
     where: dict[tuple[int, int], list[str]] = {}
-    for secret in secret_files():
-        text = str(secret)
-        for top in [text, *_parents(secret)]:
+    for text in _secret_paths():
+        for top in [text, *_parents(text)]:
             try:
                 status = os.stat(top)
             except OSError:
@@ -413,26 +452,34 @@ def _parents_first(args: list[str]) -> list[str]:
             i += 1
             continue
         count = MOUNT_OPS[op]
-        dest = Path(args[i + count])
+        dest = _spelled(args[i + count])
         for parent in _parents(dest):
             if parent not in made and not _exists_under(parent, bound):
                 out += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         out += [*pending, *args[i : i + count + 1]]
-        made.add(str(dest))
+        made.add(dest)
         if op in ("--ro-bind", "--bind") and os.path.isdir(args[i + 1]):
-            bound[str(dest)] = args[i + 1]
+            bound[dest] = args[i + 1]
         i, pending = i + count + 1, []
     return out
 
 
-def _parents(path: Path) -> list[str]:
-    """Each of `path`'s parents as str(Path) spells it, the root first: reversed(path.parents), without a Path each."""
-    text = str(path)
+@functools.lru_cache(maxsize=1024)
+def _spelled(path: str) -> str:
+    """`path` as str(Path) spells it; kept, as it depends on the text alone (a command's ~50 mount points, each
+    spelled as a Path again at every sandboxed command's start, were a tenth of it)."""
+    return str(Path(path))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parents(text: str) -> tuple[str, ...]:
+    """Each of `text`'s parents as str(Path) spells it, the root first: reversed(Path(text).parents), without a Path
+    each; kept, as it depends on the text alone."""
     if text == "/" or not text.startswith("/") or text.startswith("//"):
-        return [str(p) for p in reversed(path.parents)]
+        return tuple(str(p) for p in reversed(Path(text).parents))
     parts = text.split("/")
-    return ["/", *("/".join(parts[:k]) for k in range(2, len(parts)))]
+    return ("/", *("/".join(parts[:k]) for k in range(2, len(parts))))
 
 
 def _exists_under(path: str, bound: dict[str, str]) -> bool:

@@ -471,6 +471,29 @@ def test_the_sandbox_uid_has_a_passwd_entry(ws: Path, target: Path) -> None:
     assert result.stdout.splitlines()[0] == user and "root:x:0:0" in result.stdout
 
 
+UID_MAP_AFTER_UNSHARE = """
+import ctypes
+from flakebot.sandbox import bubblewrap
+uid = bubblewrap.SANDBOX_UID_BASE + 123
+before = (bubblewrap.real_root(), bubblewrap._uid_mapped(uid))  # the initial namespace's map, now kept
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:  # CLONE_NEWUSER
+    raise SystemExit(f"unshare: errno {ctypes.get_errno()}")
+with open("/proc/self/uid_map", "w") as map_file:
+    map_file.write("0 0 1\\n")  # root stays root, and nothing else is mapped
+print(before, (bubblewrap.real_root(), bubblewrap._uid_mapped(uid)))
+"""
+
+
+def test_the_uid_map_is_read_again_in_another_user_namespace() -> None:
+    """The uid map is kept per user namespace (read once, not at every sandboxed command's start): a process that
+    moved to a namespace mapping only root sees the sandbox uid unmapped there, not the map it read before."""
+    if not real_root():
+        pytest.skip("needs root of the initial user namespace (to make one that maps only root)")
+    done = subprocess.run([sys.executable, "-c", UID_MAP_AFTER_UNSHARE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(True, True) (True, False)"
+
+
 def test_a_root_owned_workspace_is_written_and_built_by_the_unprivileged_uid(ws: Path, target: Path) -> None:
     """The edit loop's case: flakebot (root) owns the tree; the sandbox uid writes it and builds into target/."""
     require("cargo")
