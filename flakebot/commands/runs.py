@@ -232,7 +232,7 @@ def remove_runs(
     named)."""
     # one run's directory (or every run's with `every`), its forks and paths released first
     from flakebot.pipeline.cleanup import clean_run
-    from flakebot.pipeline.run import Run, find_run_dir, runs_dir
+    from flakebot.pipeline.run import Run, find_run_dir, running_pid, runs_dir
     from flakebot.source.remote import release_run_forks
 
     if bool(run_id) == every:
@@ -246,13 +246,16 @@ def remove_runs(
     )
     removed = []
     for directory in directories:
+        run: Run | None = None
         try:
-            run: Run | None = Run.load(workdir, directory.name)
+            run = Run.load(workdir, directory.name)
+            pid = run.state.get("pid") if run.status == "running" else None
         except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
-            logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
-            run = None
-        if run is not None and run.status == "running":  # its process alive: its tree removed under it fails it
-            busy = f"run {run.id} is still running (pid {run.state.get('pid')})"
+            pid = running_pid(directory)  # unless its state, as it is, names a live process (a newer flakebot's)
+            if pid is None:
+                logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
+        if pid is not None:  # its process alive: its tree removed under it fails it
+            busy = f"run {directory.name} is still running (pid {pid})"
             if run_id:
                 raise RunError(busy, fix="stop it first (Ctrl-C where it runs, or kill that pid), then clean it")
             logger.warning("%s: not removed", busy)

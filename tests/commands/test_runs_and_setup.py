@@ -132,6 +132,34 @@ def test_clean_leaves_a_run_still_running_and_refuses_it_by_name(workdir: Path) 
     assert not running.dir.exists()
 
 
+def test_clean_leaves_a_running_run_whose_state_it_cannot_load(workdir: Path) -> None:
+    """A run a newer flakebot drives (its state.json of a format this one refuses to load), its process alive: clean
+    reads whether it runs from the state as it is, and refuses it by name, leaves it with --all. Before, the state
+    unreadable, its tree was removed from under the live run."""
+    from flakebot.pipeline.run import STATE_FORMAT
+
+    running = _running_run(workdir)
+    state = json.loads((running.dir / "state.json").read_text())
+    (running.dir / "state.json").write_text(json.dumps({**state, "format": STATE_FORMAT + 1}))
+    refused = run_cli("clean", running.id)
+    assert refused.returncode == RunError.exit_code, refused.stderr
+    assert f"run {running.id} is still running" in refused.stderr and running.dir.is_dir()
+    assert api.remove_runs(every=True) == [] and running.dir.is_dir()
+    (running.dir / "state.json").write_text(json.dumps({**state, "format": STATE_FORMAT + 1, "status": "failed"}))
+    assert api.remove_runs(every=True) == [running.dir] and not running.dir.exists()
+
+
+def test_runs_and_clean_take_a_state_nested_past_the_parser_for_corrupt(workdir: Path) -> None:
+    """A state.json nested deeper than json's decoder recurses is a corrupt run like any other: skipped by `runs`,
+    removed by `clean`. Before, both ended in a traceback (RecursionError), and --all removed no run after it."""
+    broken = Run.create(workdir, "craft", RunRequest(need="x"))
+    (broken.dir / "state.json").write_text("[" * 100_000)
+    assert run_cli("runs", "--json", check=True).returncode == 0
+    assert json_result(run_cli("runs", "--json", check=True))["runs"] == []
+    assert run_cli("clean", "--all", check=True).stdout.strip() == "removed 1 run(s)"
+    assert not broken.dir.exists()
+
+
 def test_runs_show_and_config_speak_to_people_and_programs(workdir: Path) -> None:
     assert run_cli("runs", check=True).stdout.strip() == f"No runs in {workdir / 'runs'}."
     run = Run.create(workdir, "craft", RunRequest(need="need a CSV deduper"))
