@@ -257,7 +257,10 @@ def remove_runs(
         if pid is not None:  # its process alive: its tree removed under it fails it
             busy = f"run {directory.name} is still running (pid {pid})"
             if run_id:
-                raise RunError(busy, fix="stop it first (Ctrl-C where it runs, or kill that pid), then clean it")
+                # its reason tells a program this refusal from a run not found, which exits 4 too
+                raise RunError(
+                    busy, fix="stop it first (Ctrl-C where it runs, or kill that pid), then clean it", reason="running"
+                )
             logger.warning("%s: not removed", busy)
             continue
         if run is not None:

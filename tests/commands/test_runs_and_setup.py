@@ -132,6 +132,18 @@ def test_clean_leaves_a_run_still_running_and_refuses_it_by_name(workdir: Path) 
     assert not running.dir.exists()
 
 
+def test_clean_tells_a_program_a_running_run_from_one_not_found(workdir: Path) -> None:
+    """Both exit 4 (RunError): the --json answer's reason tells them apart ('running', 'not_found'), so a script
+    knows whether to stop the run or give another id. Before, a running run's refusal had no reason at all."""
+    running = _running_run(workdir)
+    refused = run_cli("clean", running.id, "--json")
+    assert refused.returncode == RunError.exit_code, refused.stderr
+    assert json.loads(refused.stdout.splitlines()[-1])["details"] == {"reason": "running"} and running.dir.is_dir()
+    unknown = run_cli("clean", "20000101-000000-abcdef", "--json")
+    assert unknown.returncode == RunError.exit_code, unknown.stderr
+    assert json.loads(unknown.stdout.splitlines()[-1])["details"] == {"reason": "not_found"}
+
+
 def test_clean_leaves_a_running_run_whose_state_it_cannot_load(workdir: Path) -> None:
     """A run a newer flakebot drives (its state.json of a format this one refuses to load), its process alive: clean
     reads whether it runs from the state as it is, and refuses it by name, leaves it with --all. Before, the state
