@@ -132,6 +132,35 @@ def test_clean_leaves_a_run_still_running_and_refuses_it_by_name(workdir: Path) 
     assert not running.dir.exists()
 
 
+def test_clean_leaves_a_run_another_process_drives_before_it_marks_it_running(workdir: Path) -> None:
+    """A resume in another process holds the run's lock (Run.lock) from before it writes `running` with its pid: clean
+    reads the state as not running, and before removed the tree from under that resume. Now clean takes the run's
+    lock for as long as it removes it: one held elsewhere is a refusal by name (exit 4, reason 'running'), a run left
+    by --all; and the run is removed once that process let it go."""
+    import sys
+
+    run = Run.create(workdir, "craft", RunRequest(need="x"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run.dir / ".lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        refused = run_cli("clean", run.id, "--json")
+        assert refused.returncode == RunError.exit_code, refused.stderr
+        said = json.loads(refused.stdout.splitlines()[-1])
+        assert said["details"] == {"reason": "running"} and "driven by another process" in said["error"]
+        assert api.remove_runs(every=True) == [] and run.dir.is_dir()
+    finally:
+        holder.communicate("")
+    assert api.remove_runs(run.id) == [run.dir] and not run.dir.exists()
+
+
+HOLD_LOCK = "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+
+
 def test_clean_tells_a_program_a_running_run_from_one_not_found(workdir: Path) -> None:
     """Both exit 4 (RunError): the --json answer's reason tells them apart ('running', 'not_found'), so a script
     knows whether to stop the run or give another id. Before, a running run's refusal had no reason at all."""
