@@ -193,7 +193,12 @@ class Run:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the run's lock: two processes never drive one run at once."""
-        handle = open(self.dir / ".lock", "w")
+        try:
+            handle = open(self.dir / ".lock", "w")
+        except FileNotFoundError:  # cleaned since it was loaded (flakebot clean holds this lock as it removes it)
+            raise RunError(
+                f"run {self.id} was removed (flakebot clean) since it was read", fix="start a new run"
+            ) from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

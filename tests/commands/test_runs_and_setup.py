@@ -161,6 +161,20 @@ def test_clean_leaves_a_run_another_process_drives_before_it_marks_it_running(wo
 HOLD_LOCK = "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
 
 
+def test_a_resume_whose_run_clean_removed_since_it_read_it_is_one_line(workdir: Path) -> None:
+    """A resume that read the run, then found clean had removed it before it took the run's lock: a RunError saying
+    so. Before, opening the lock in the directory gone raised FileNotFoundError (a traceback at the CLI)."""
+    from flakebot import config
+    from flakebot.pipeline import engine
+
+    run = Run.create(workdir, "craft", RunRequest(need="x"))
+    read = Run.load(workdir, run.id)  # the resume's read
+    assert api.remove_runs(run.id) == [run.dir]
+    with pytest.raises(RunError, match=f"run {run.id} was removed"):
+        engine.execute(read, config.load())
+    assert not run.dir.exists()  # its next save did not make it again
+
+
 def test_clean_tells_a_program_a_running_run_from_one_not_found(workdir: Path) -> None:
     """Both exit 4 (RunError): the --json answer's reason tells them apart ('running', 'not_found'), so a script
     knows whether to stop the run or give another id. Before, a running run's refusal had no reason at all."""
