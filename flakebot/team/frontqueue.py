@@ -380,7 +380,10 @@ class _Unsent:
 
     def end(self, conn: Conn, revoked: Collection[str]) -> list[dict[str, Any]]:
         who = self.principal
-        return queue.end_sent(conn, who.tenant, who.name, who.id, self.key, self.fronts, revoked)
+        # its own revocation does not keep it from ending its following (as drop_followings): the front's one look
+        # at that revocation may have come before this send committed, and nothing else would end it
+        others = set(revoked) - {who.id}
+        return queue.end_sent(conn, who.tenant, who.name, who.id, self.key, self.fronts, others)
 
 
 class _Line:
