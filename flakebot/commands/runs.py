@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -232,7 +233,7 @@ def remove_runs(
     named)."""
     # one run's directory (or every run's with `every`), its forks and paths released first
     from flakebot.pipeline.cleanup import clean_run
-    from flakebot.pipeline.run import Run, find_run_dir, runs_dir
+    from flakebot.pipeline.run import find_run_dir, runs_dir
     from flakebot.source.remote import release_run_forks
 
     if bool(run_id) == every:
@@ -246,26 +247,52 @@ def remove_runs(
     )
     removed = []
     for directory in directories:
-        try:
-            run: Run | None = Run.load(workdir, directory.name)
-        except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
-            logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
-            run = None
-        if run is not None and run.status == "running":  # its process alive: its tree removed under it fails it
-            busy = f"run {run.id} is still running (pid {run.state.get('pid')})"
-            if run_id:
-                raise RunError(busy, fix="stop it first (Ctrl-C where it runs, or kill that pid), then clean it")
-            logger.warning("%s: not removed", busy)
-            continue
-        if run is not None:
-            try:
-                release_run_forks(run, settings)
-                clean_run(run)
-            except FlakebotError as exc:
-                logger.warning("could not release what %s holds before removing it: %s", directory, exc.one_line())
-        remove_tree(directory)
-        removed.append(directory)
+        with contextlib.ExitStack() as held:
+            run, busy = _still_driven(workdir, directory, held)
+            if busy:  # its tree removed under it fails the run half-way
+                if run_id:
+                    # its reason tells a program this refusal from a run not found, which exits 4 too
+                    raise RunError(
+                        busy,
+                        fix="stop it first (Ctrl-C where it runs, or kill that pid), then clean it",
+                        reason="running",
+                    )
+                logger.warning("%s: not removed", busy)
+                continue
+            if run is not None:
+                try:
+                    release_run_forks(run, settings)
+                    clean_run(run)
+                except FlakebotError as exc:
+                    logger.warning("could not release what %s holds before removing it: %s", directory, exc.one_line())
+            remove_tree(directory)
+            removed.append(directory)
     return removed
+
+
+def _still_driven(workdir: Path, directory: Path, held: contextlib.ExitStack) -> tuple[Run | None, str | None]:
+    """The run in `directory` (None when it cannot be loaded) and why it is not to be removed (None: it may be): its
+    process alive, or another process holding its lock (a resume about to mark it running). Its lock, taken, is held
+    in `held` until the tree is gone, so no process starts driving it meanwhile."""
+    from flakebot.pipeline.run import running_pid
+
+    try:
+        run = Run.load(workdir, directory.name)
+    except FlakebotError as exc:  # a corrupt run is still removed; say why its resources were not read
+        pid = running_pid(directory)  # unless its state, as it is, names a live process (a newer flakebot's)
+        if pid is not None:
+            return None, f"run {directory.name} is still running (pid {pid})"
+        logger.warning("could not read %s before removing it: %s", directory, exc.one_line())
+        return None, None
+    if run.status == "running":
+        return run, f"run {run.id} is still running (pid {run.state.get('pid')})"
+    try:
+        held.enter_context(run.lock())
+    except RunError:
+        return run, f"run {run.id} is being driven by another process"
+    except OSError as exc:  # its directory not writable (remove_tree makes it so): no process could lock it either
+        logger.info("run %s not locked before removing it: %s", run.id, exc.strerror)
+    return run, None
 
 
 LONG = " Long: unless the request asks for progress, returns a run handle at once; follow it with `status`."

@@ -143,7 +143,7 @@ class Run:
             raise RunError(
                 f"run {run_id} has no state.json", fix=f"remove {directory} with 'flakebot clean {run_id}'"
             ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # json's decoder recurses per level
             raise RunError(
                 f"state.json of run {run_id} is corrupt ({exc})",
                 fix=f"restore {path} or start a new run; 'flakebot clean {run_id}' removes it",
@@ -193,7 +193,12 @@ class Run:
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the run's lock: two processes never drive one run at once."""
-        handle = open(self.dir / ".lock", "w")
+        try:
+            handle = open(self.dir / ".lock", "w")
+        except FileNotFoundError:  # cleaned since it was loaded (flakebot clean holds this lock as it removes it)
+            raise RunError(
+                f"run {self.id} was removed (flakebot clean) since it was read", fix="start a new run"
+            ) from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -298,6 +303,20 @@ def list_runs(workdir: Path) -> list[Run]:
 def own_process() -> dict[str, Any]:
     """The state.json fields naming the process driving a run: its pid, and that process's start time (pid_start)."""
     return {"pid": os.getpid(), "pid_start": processid.start_time(os.getpid())}
+
+
+def running_pid(directory: Path) -> Any:
+    """The pid of the process still running the run in `directory`, as its state.json says, read as it is: a state
+    Run.load refuses (written by a newer flakebot, damaged by hand) may still be a live run's, whose tree is not to be
+    removed under it. None when nothing readable there says a live process runs it."""
+    try:
+        state = json.loads((directory / "state.json").read_text())
+    except (OSError, ValueError, RecursionError):  # unreadable: nothing says a process runs it
+        return None
+    if not isinstance(state, dict) or state.get("status") != "running":
+        return None
+    pid = state.get("pid")
+    return pid if _alive(pid, state.get("pid_start")) else None
 
 
 def _alive(pid: Any, started: Any) -> bool:

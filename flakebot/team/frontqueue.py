@@ -103,12 +103,23 @@ class FrontQueue:
         after the database committed it), the enqueue finds the following its first send wrote (the call's key)."""
         cap = principal.concurrent_crafts
         key = queue.new_key()  # one per call, outside the closure: a send again finds the following the first wrote
-        sent_as: list[str] = []  # the front identities its sends went under (a sweep may change it between two)
+        # the front identities of its sends cut with their connection (a sweep may change it between two): only
+        # such a send may have committed unseen; one the database refused (read-only, say) rolled back, and kept
+        # here it would be a following counted and looked for that none wrote, one more per call while it refuses
+        sent_as: list[str] = []
 
         def enqueue(conn: Conn) -> queue.Enqueued | None:
+            import psycopg
+
             front = self.front  # read once: the lease's thread may change it once a sweep claimed it
-            if front not in sent_as:
-                sent_as.append(front)
+            try:
+                return send(conn, front)
+            except (psycopg.OperationalError, psycopg.InterfaceError):  # as _call takes the database for away
+                if front not in sent_as:
+                    sent_as.append(front)
+                raise
+
+        def send(conn: Conn, front: str) -> queue.Enqueued | None:
             with conn.transaction():
                 # the tenant's lock first: the front's row, locked by its renewal, is held only while the enqueue
                 # writes, never while it waits on that lock (the lease's renewals would wait behind it)
@@ -369,7 +380,10 @@ class _Unsent:
 
     def end(self, conn: Conn, revoked: Collection[str]) -> list[dict[str, Any]]:
         who = self.principal
-        return queue.end_sent(conn, who.tenant, who.name, who.id, self.key, self.fronts, revoked)
+        # its own revocation does not keep it from ending its following (as drop_followings): the front's one look
+        # at that revocation may have come before this send committed, and nothing else would end it
+        others = set(revoked) - {who.id}
+        return queue.end_sent(conn, who.tenant, who.name, who.id, self.key, self.fronts, others)
 
 
 class _Line:

@@ -132,6 +132,89 @@ def test_clean_leaves_a_run_still_running_and_refuses_it_by_name(workdir: Path) 
     assert not running.dir.exists()
 
 
+def test_clean_leaves_a_run_another_process_drives_before_it_marks_it_running(workdir: Path) -> None:
+    """A resume in another process holds the run's lock (Run.lock) from before it writes `running` with its pid: clean
+    reads the state as not running, and before removed the tree from under that resume. Now clean takes the run's
+    lock for as long as it removes it: one held elsewhere is a refusal by name (exit 4, reason 'running'), a run left
+    by --all; and the run is removed once that process let it go."""
+    import sys
+
+    run = Run.create(workdir, "craft", RunRequest(need="x"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run.dir / ".lock")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        refused = run_cli("clean", run.id, "--json")
+        assert refused.returncode == RunError.exit_code, refused.stderr
+        said = json.loads(refused.stdout.splitlines()[-1])
+        assert said["details"] == {"reason": "running"} and "driven by another process" in said["error"]
+        assert api.remove_runs(every=True) == [] and run.dir.is_dir()
+    finally:
+        holder.communicate("")
+    assert api.remove_runs(run.id) == [run.dir] and not run.dir.exists()
+
+
+HOLD_LOCK = "import fcntl, sys; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+
+
+def test_a_resume_whose_run_clean_removed_since_it_read_it_is_one_line(workdir: Path) -> None:
+    """A resume that read the run, then found clean had removed it before it took the run's lock: a RunError saying
+    so. Before, opening the lock in the directory gone raised FileNotFoundError (a traceback at the CLI)."""
+    from flakebot import config
+    from flakebot.pipeline import engine
+
+    run = Run.create(workdir, "craft", RunRequest(need="x"))
+    read = Run.load(workdir, run.id)  # the resume's read
+    assert api.remove_runs(run.id) == [run.dir]
+    with pytest.raises(RunError, match=f"run {run.id} was removed"):
+        engine.execute(read, config.load())
+    assert not run.dir.exists()  # its next save did not make it again
+
+
+def test_clean_tells_a_program_a_running_run_from_one_not_found(workdir: Path) -> None:
+    """Both exit 4 (RunError): the --json answer's reason tells them apart ('running', 'not_found'), so a script
+    knows whether to stop the run or give another id. Before, a running run's refusal had no reason at all."""
+    running = _running_run(workdir)
+    refused = run_cli("clean", running.id, "--json")
+    assert refused.returncode == RunError.exit_code, refused.stderr
+    assert json.loads(refused.stdout.splitlines()[-1])["details"] == {"reason": "running"} and running.dir.is_dir()
+    unknown = run_cli("clean", "20000101-000000-abcdef", "--json")
+    assert unknown.returncode == RunError.exit_code, unknown.stderr
+    assert json.loads(unknown.stdout.splitlines()[-1])["details"] == {"reason": "not_found"}
+
+
+def test_clean_leaves_a_running_run_whose_state_it_cannot_load(workdir: Path) -> None:
+    """A run a newer flakebot drives (its state.json of a format this one refuses to load), its process alive: clean
+    reads whether it runs from the state as it is, and refuses it by name, leaves it with --all. Before, the state
+    unreadable, its tree was removed from under the live run."""
+    from flakebot.pipeline.run import STATE_FORMAT
+
+    running = _running_run(workdir)
+    state = json.loads((running.dir / "state.json").read_text())
+    (running.dir / "state.json").write_text(json.dumps({**state, "format": STATE_FORMAT + 1}))
+    refused = run_cli("clean", running.id)
+    assert refused.returncode == RunError.exit_code, refused.stderr
+    assert f"run {running.id} is still running" in refused.stderr and running.dir.is_dir()
+    assert api.remove_runs(every=True) == [] and running.dir.is_dir()
+    (running.dir / "state.json").write_text(json.dumps({**state, "format": STATE_FORMAT + 1, "status": "failed"}))
+    assert api.remove_runs(every=True) == [running.dir] and not running.dir.exists()
+
+
+def test_runs_and_clean_take_a_state_nested_past_the_parser_for_corrupt(workdir: Path) -> None:
+    """A state.json nested deeper than json's decoder recurses is a corrupt run like any other: skipped by `runs`,
+    removed by `clean`. Before, both ended in a traceback (RecursionError), and --all removed no run after it."""
+    broken = Run.create(workdir, "craft", RunRequest(need="x"))
+    (broken.dir / "state.json").write_text("[" * 100_000)
+    assert run_cli("runs", "--json", check=True).returncode == 0
+    assert json_result(run_cli("runs", "--json", check=True))["runs"] == []
+    assert run_cli("clean", "--all", check=True).stdout.strip() == "removed 1 run(s)"
+    assert not broken.dir.exists()
+
+
 def test_runs_show_and_config_speak_to_people_and_programs(workdir: Path) -> None:
     assert run_cli("runs", check=True).stdout.strip() == f"No runs in {workdir / 'runs'}."
     run = Run.create(workdir, "craft", RunRequest(need="need a CSV deduper"))

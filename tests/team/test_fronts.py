@@ -658,3 +658,62 @@ def test_an_enqueue_whose_every_send_failed_before_any_committed_ends_nothing(
             assert state(conn, theirs.job_id) == "queued" and actions(conn) == []
     finally:
         front.close()
+
+
+def test_enqueues_the_database_refused_keep_nothing_to_end(database: str) -> None:
+    """The database answers but refuses every send (read-only after a failover): each send rolled back, nothing of it
+    committed, so the front keeps no key of those calls. Before, each refused call was kept as a maybe-committed
+    send (FrontQueue._unsent), one more per call for as long as the database refused (a flood of calls grew it
+    without bound), each counted by the stop as a following left and tried again at every renewal, though none was
+    written."""
+    from flakebot.errors import HostError
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            assert front._calls.conn is not None
+            front._calls.conn.execute("SET default_transaction_read_only = on")  # as a standby answers
+            for n in range(3):
+                with pytest.raises(HostError, match="refused this request"):
+                    front.enqueue(alice, RunRequest(need=f"need a csv deduper {n}"), waited=n % 2 == 0)
+            assert conn.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}  # nothing written
+            assert front.unsent() == 0
+    finally:
+        front.close()
+
+
+def test_an_enqueue_whose_every_send_failed_ends_its_following_though_its_token_was_revoked_since(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice's token revoked after the front's one look at revocations ended her followings (drop_revoked) but before
+    her enqueue's first send committed (its answer lost, the resend failing): the front's end of that following at
+    its next renewal ends it all the same, so the job she alone followed is cancelled. Before, her identity among the
+    revoked made the cancel find her following no one's (None), and the job stayed queued, crafted for nobody."""
+    from flakebot.errors import HostError
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import Principal
+
+    alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
+    connect, drops, away = db.connect, [0], [0]
+    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AwayAfterCommit(connect(*args, **kwargs), drops, away))
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        with connect(database, autocommit=True) as conn:
+            assert front.drop_revoked({"id-alice"}, {"id-alice"}) == []  # the look: nothing of hers yet
+            drops[0], away[0] = 1, 1
+            with pytest.raises(HostError, match="does not answer"):
+                front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=False)
+            job = conn.execute("SELECT job FROM audit WHERE action = 'enqueued' AND principal = 'alice'").fetchone()
+            assert job is not None and state(conn, job["job"]) == "queued"
+            ended = front.end_unsent({"id-alice"})  # the next renewal, her token revoked
+            assert [row["state"] for row in ended] == ["cancelled"] and front.unsent() == 0
+            assert state(conn, job["job"]) == "cancelled" and actions(conn) == [("alice", "cancelled", None)]
+    finally:
+        front.close()
