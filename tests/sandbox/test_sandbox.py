@@ -494,6 +494,21 @@ def test_the_uid_map_is_read_again_in_another_user_namespace() -> None:
     assert done.stdout.strip() == "(True, True) (True, False)"
 
 
+def test_a_git_link_in_the_workspace_binds_nothing_over_the_sandbox(ws: Path, target: Path, tmp_path: Path) -> None:
+    """A command (a build script, a service) may leave the workspace's .git as a relative link: bound as the
+    workspace's .git, bubblewrap would follow it on the host for the source and inside for the destination, so
+    .git -> ../../root put the host's real home (credentials) over the sandbox's empty one. Only a real directory
+    .git is bound."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    (home / "credentials").write_text("host-only token\n")
+    (home / "credentials").chmod(0o644)
+    sandbox = dataclasses.replace(bwrap_sandbox(ws, target), home=home)  # its probe ran before the link is made
+    (ws / ".git").symlink_to(os.path.relpath(home, ws))
+    result = sandbox.run(["sh", "-c", f"cat {home}/credentials; ls -a {home}"], cwd=ws)
+    assert "host-only token" not in result.stdout + result.stderr and "credentials" not in result.stdout, result
+
+
 UID_MAP_BEFORE_IT_IS_WRITTEN = """
 import ctypes
 from flakebot.sandbox import bubblewrap
