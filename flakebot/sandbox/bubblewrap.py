@@ -162,7 +162,7 @@ class BwrapSandbox:
                 args += ["--bind", str(path.resolve()), str(path.resolve())]
         for writable, source, dest in self.binds:
             args += ["--bind" if writable else "--ro-bind", str(source), str(dest)]
-        if (workspace / ".git").is_dir():  # last: git hooks/config written here would run later outside the sandbox
+        if _real_directory(str(workspace / ".git")):  # last: hooks/config written here would run outside later
             args += ["--ro-bind", str(workspace / ".git"), f"{at}/.git"]
         # over the writable workspace: a build script or test cannot rewrite them, nor move a directory above them
         # aside to put another file at their path for the command's while (each such directory bound onto itself:
@@ -347,6 +347,16 @@ def _frozen_paths(frozen: Sequence[Path], workspace: Path) -> list[Path]:
                 fix="write the acceptance test again (flakebot resume)",
             )
     return paths
+
+
+def _real_directory(path: str) -> bool:
+    """Whether `path` is a directory itself, not a link to one: a link a command left in its workspace, bound by its
+    name, is followed on the host for the source and inside for the destination (.git -> ../../root would put the
+    host's home over the sandbox's)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _system_mounts() -> list[str]:

@@ -494,6 +494,76 @@ def test_the_uid_map_is_read_again_in_another_user_namespace() -> None:
     assert done.stdout.strip() == "(True, True) (True, False)"
 
 
+def test_a_git_link_in_the_workspace_binds_nothing_over_the_sandbox(ws: Path, target: Path, tmp_path: Path) -> None:
+    """A command (a build script, a service) may leave the workspace's .git as a relative link: bound as the
+    workspace's .git, bubblewrap would follow it on the host for the source and inside for the destination, so
+    .git -> ../../root put the host's real home (credentials) over the sandbox's empty one. Only a real directory
+    .git is bound."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    (home / "credentials").write_text("host-only token\n")
+    (home / "credentials").chmod(0o644)
+    sandbox = dataclasses.replace(bwrap_sandbox(ws, target), home=home)  # its probe ran before the link is made
+    (ws / ".git").symlink_to(os.path.relpath(home, ws))
+    result = sandbox.run(["sh", "-c", f"cat {home}/credentials; ls -a {home}"], cwd=ws)
+    assert "host-only token" not in result.stdout + result.stderr and "credentials" not in result.stdout, result
+
+
+UID_MAP_BEFORE_IT_IS_WRITTEN = """
+import ctypes
+from flakebot.sandbox import bubblewrap
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:  # CLONE_NEWUSER
+    raise SystemExit(f"unshare: errno {ctypes.get_errno()}")
+before = bubblewrap._uid_mapped(0)  # the new namespace's map, not written yet: empty
+with open("/proc/self/uid_map", "w") as map_file:
+    map_file.write("0 0 1\\n")
+print(before, (bubblewrap.real_root(), bubblewrap._uid_mapped(0)))
+"""
+
+
+def test_a_uid_map_read_before_it_was_written_is_read_again() -> None:
+    """A namespace's map is empty until its parent writes it: the empty answer is not kept for that namespace, or
+    root there would stay unmapped (no --unshare-user decision, no sandbox uid) for the process's life."""
+    if not real_root():
+        pytest.skip("needs root of the initial user namespace (to write a new namespace's map)")
+    done = subprocess.run(
+        [sys.executable, "-c", UID_MAP_BEFORE_IT_IS_WRITTEN], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False (True, True)"
+
+
+def test_system_links_are_kept_as_links_whatever_they_point_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system path that is a link (/lib -> usr/lib) is made a link inside, never bound: a bind follows it, so a
+    link to a directory, a dangling link or a loop must not be tested through it. System directories are bound
+    through links (/nix/store may be one); what is missing or not a directory is left out."""
+    from flakebot.sandbox import bubblewrap
+
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    links = {"to-dir": "dir", "to-file": str(tmp_path / "file"), "dangling": "nowhere", "loop": "loop"}
+    for name, text in links.items():
+        (tmp_path / name).symlink_to(text)
+    spelled = {name: str(tmp_path / name) for name in ["dir", "file", "missing", *links]}
+    monkeypatch.setattr(bubblewrap, "SYSTEM_LINKS", tuple(spelled.values()))
+    monkeypatch.setattr(bubblewrap, "ETC_ALLOWED", ())
+    monkeypatch.setattr(bubblewrap, "SYSTEM_DIRS", tuple(spelled[n] for n in ["dir", "to-dir", "dangling", "file"]))
+    binds = [("--ro-bind", spelled[n], spelled[n]) for n in ["dir", "to-dir", "dir", "file"]]
+    made = [("--symlink", text, spelled[name]) for name, text in links.items()]
+    mounts = bubblewrap._system_mounts()
+    assert [tuple(mounts[i : i + 3]) for i in range(0, len(mounts), 3)] == [*binds, *made]
+
+
+def test_every_ssh_host_key_is_a_secret_and_no_public_key_is(tmp_path: Path) -> None:
+    """The ssh host keys masked in every sandbox: each private key in /etc/ssh, none of their .pub halves."""
+    from flakebot.sandbox.bubblewrap import secret_files
+
+    keys = sorted(p for p in Path("/etc/ssh").glob("ssh_host_*") if p.is_file() and not p.name.endswith(".pub"))
+    if not keys:
+        pytest.skip("no ssh host key on this machine")
+    assert sorted(p for p in secret_files() if p.parent == Path("/etc/ssh")) == keys
+
+
 def test_a_root_owned_workspace_is_written_and_built_by_the_unprivileged_uid(ws: Path, target: Path) -> None:
     """The edit loop's case: flakebot (root) owns the tree; the sandbox uid writes it and builds into target/."""
     require("cargo")
