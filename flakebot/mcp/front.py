@@ -479,7 +479,9 @@ class TeamMCP(FlakebotMCP):
     def _cancel(self, principal: Principal, job_id: int, following: int | None) -> dict[str, Any] | None:
         """The queue's cancel for `principal` (cancel_job), its row's kept read dropped: the row as the queue left it."""
         assert self.queue is not None
-        row = self.queue.cancel(principal, job_id, self.store.revoked(), following)
+        # the caller is the one leaving, revoked or not (as queue.drop_followings): the front's one look at its
+        # revocation may have come before this following was written, and nothing else would end it
+        row = self.queue.cancel(principal, job_id, self.store.revoked() - {principal.id}, following)
         with self._rows_lock:
             self._rows.pop((principal.tenant, job_id), None)
         return row

@@ -717,3 +717,37 @@ def test_an_enqueue_whose_every_send_failed_ends_its_following_though_its_token_
             assert state(conn, job["job"]) == "cancelled" and actions(conn) == [("alice", "cancelled", None)]
     finally:
         front.close()
+
+
+def test_a_calls_end_ends_its_following_though_its_token_was_revoked_before_that_following_was_written(
+    database: str,
+) -> None:
+    """Alice's token revoked, the front's one look at revocations made (drop_revoked: nothing of hers yet), then her
+    craft's enqueue commits (a call already past its token check) and the call ends before its answer: its end
+    (leave_following) ends that following, so the job she alone followed is cancelled. Before, her identity among the
+    revoked made the cancel find her following no one's, and the job stayed queued, crafted for nobody."""
+    import anyio
+
+    from flakebot import config
+    from flakebot.mcp.front import TeamMCP
+    from flakebot.pipeline.request import RunRequest
+    from flakebot.team.admission import MemoryAdmission
+    from flakebot.team.frontqueue import FrontQueue
+    from flakebot.team.tokens import TokenStore
+
+    settings = config.load()
+    store = TokenStore(settings.path("workdir"))
+    alice, _ = store.add("alice", tenant="acme")
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    team = TeamMCP(settings, [], store, MemoryAdmission(), front)
+    try:
+        with db.connect(database, autocommit=True) as conn:
+            store.revoke("alice")
+            assert front.drop_revoked(store.revoked(), store.revoked()) == []  # the look: nothing of hers yet
+            enqueued = front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True)
+            anyio.run(lambda: team.leave_following(enqueued.job_id, alice, enqueued.following, waited=True))
+            assert state(conn, enqueued.job_id) == "cancelled"
+            assert actions(conn) == [("alice", "cancelled", None)]
+    finally:
+        front.close()
