@@ -5,7 +5,7 @@ what `nix run` starts evaluated and the crafted crate resolved beside that build
 workspace's top) nor the deps derivation's stub (a crate flakebot wrote) asked of cargo where its workspace root is,
 the stub not asked of git what to copy and asked of cargo once, for its members alone, its skeleton's lock not
 relocked by cargo, HEAD read rather than asked of git, the built tool's --help run once (the smoke run's, read by
-instruct too)."""
+instruct too), the packaged flake's members listed by cargo once."""
 
 from __future__ import annotations
 
@@ -75,6 +75,15 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
         r for r in records if "--locked" in r["argv"] and any(a.endswith("/flake/Cargo.toml") for a in r["argv"])
     ]
     assert len(resolving) == 1 and resolving[0]["start"] < tool_builds[0]["start"] + tool_builds[0]["seconds"]
+    # and cargo lists the flake's members once: that resolution's sources check reads the listing the flake was
+    # written from (one `cargo metadata --no-deps` per workspace state), it does not ask cargo again
+    listings = [
+        argv
+        for name, argv in named
+        if name == "cargo" and "metadata" in argv and "--no-deps" in argv
+        and any(a.endswith("/flake/Cargo.toml") and "/loop-deps/" not in a for a in argv)
+    ]  # fmt: skip
+    assert len(listings) == 1, listings
     stub = [
         argv
         for name, argv in named
