@@ -5,7 +5,8 @@ what `nix run` starts evaluated and the crafted crate resolved beside that build
 workspace's top) nor the deps derivation's stub (a crate flakebot wrote) asked of cargo where its workspace root is,
 the stub not asked of git what to copy and asked of cargo once, for its members alone, its skeleton's lock not
 relocked by cargo, HEAD read rather than asked of git, the built tool's --help run once (the smoke run's, read by
-instruct too)."""
+instruct too), the packaged flake's members listed by cargo once, no
+reset nor clean of the new crate's workspace at the edit stage's start."""
 
 from __future__ import annotations
 
@@ -75,6 +76,15 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
         r for r in records if "--locked" in r["argv"] and any(a.endswith("/flake/Cargo.toml") for a in r["argv"])
     ]
     assert len(resolving) == 1 and resolving[0]["start"] < tool_builds[0]["start"] + tool_builds[0]["seconds"]
+    # and cargo lists the flake's members once: that resolution's sources check reads the listing the flake was
+    # written from (one `cargo metadata --no-deps` per workspace state), it does not ask cargo again
+    listings = [
+        argv
+        for name, argv in named
+        if name == "cargo" and "metadata" in argv and "--no-deps" in argv
+        and any(a.endswith("/flake/Cargo.toml") and "/loop-deps/" not in a for a in argv)
+    ]  # fmt: skip
+    assert len(listings) == 1, listings
     stub = [
         argv
         for name, argv in named
@@ -90,6 +100,8 @@ def test_a_craft_asks_each_toolchain_question_once_and_reads_what_its_build_name
     assert not listed, listed  # the flake holds the tree its tests passed on, walked through safefs (the stub too)
     # HEAD after acquire's branch and at the edit stage's start is read from .git's files (safegit.head_from_files)
     assert not [argv for name, argv in named if name == "git" and "rev-parse" in argv]
+    # the new crate acquire committed whole in this process is the edit stage's start as it is: nothing to restore
+    assert not [argv for name, argv in named if name == "git" and ("reset" in argv or "clean" in argv)]
     # the built tool's --help runs once (sandboxed): the package stage's smoke run, whose stdout the instruct stage reads
     helps = [argv for name, argv in named if argv[0].startswith("/nix/store/") and argv[1:] == ["--help"]]
     assert len(helps) == 1 and Path(helps[0][0]).name == "csv-dedup", helps

@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flakebot import launcher, probecache
 from flakebot.cargo import metacache, sources
@@ -284,14 +285,21 @@ class Cargo:
         return [host_cargo(), *self.config_args(), args[0], *manifest, *rest]
 
     def run(
-        self, args: list[str], crate_dir: Path | None, timeout: float | None = None
+        self,
+        args: list[str],
+        crate_dir: Path | None,
+        timeout: float | None = None,
+        *,
+        listed: dict[str, Any] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """A trusted host call (no sandbox, network when online) on the crate at `crate_dir`; see the module docstring.
         A call that may resolve or fetch first checks every source the tree names (cargo/sources.py): a refused
-        one is the call's failure (exit 101, the rule on stderr as cargo's `error:`), and nothing runs."""
+        one is the call's failure (exit 101, the rule on stderr as cargo's `error:`), and nothing runs. `listed`:
+        the tree's `metadata --no-deps` answer when the caller already has it for the tree as it is (its own copy,
+        unchanged since): the check reads it rather than asking cargo again."""
         if crate_dir is None or "--no-deps" in args or args[0] in NEVER_FETCH:
             return self.call(args, crate_dir, timeout)
-        failed = sources.check(self, Path(crate_dir))
+        failed = sources.check(self, Path(crate_dir), listed)
         if failed is not None:
             return failed
         result = self.call(args, crate_dir, timeout)

@@ -140,14 +140,21 @@ def spec_refusal(name: str, spec: Any, base: Path, tree: Path, allowed: tuple[st
     return f"{reason} ({name} in {where})" if reason else ""
 
 
-def check(cargo: Cargo, crate_dir: Path) -> subprocess.CompletedProcess[str] | None:
+def check(
+    cargo: Cargo, crate_dir: Path, listed: dict[str, Any] | None = None
+) -> subprocess.CompletedProcess[str] | None:
     """None when every source the tree at `crate_dir` names may be fetched; else the failed call to return instead:
-    cargo's own error when it cannot even list them, or the refusal (exit 101, the rule as cargo's `error:`)."""
-    listed = cargo.call(["metadata", "--format-version", "1", "--no-deps", "--offline"], crate_dir, timeout=300)
-    if listed.returncode != 0:
-        return listed
-    reason = manifest_refusal(cargo, json.loads(listed.stdout))
-    return refused(listed.args, reason) if reason else None
+    cargo's own error when it cannot even list them, or the refusal (exit 101, the rule as cargo's `error:`).
+    `listed`: cargo's `metadata --no-deps` answer for the tree as it is, which the caller has (cargo not asked)."""
+    args = ["metadata", "--format-version", "1", "--no-deps", "--offline"]
+    if listed is not None:
+        reason = manifest_refusal(cargo, listed)  # the manifests themselves are read now, as after cargo's answer
+        return refused(cargo.host_argv(args, crate_dir), reason) if reason else None
+    answer = cargo.call(args, crate_dir, timeout=300)
+    if answer.returncode != 0:
+        return answer
+    reason = manifest_refusal(cargo, json.loads(answer.stdout))
+    return refused(answer.args, reason) if reason else None
 
 
 def refused(argv: list[str], reason: str) -> subprocess.CompletedProcess[str]:

@@ -56,6 +56,9 @@ class CrateFacts:
     dropped_dev_dependencies: list[dict[str, Any]] = field(default_factory=list)
     local_packages: list[LocalPackage] = field(default_factory=list)  # the workspace members
     outside_path_packages: list[str] = field(default_factory=list)  # path packages that are not members
+    # cargo's `metadata --no-deps` answer when resolution was left out: the resolution beside the build takes it for
+    # its sources check (one `cargo metadata --no-deps` per workspace state), rather than asking cargo again
+    members_listing: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
 
 def _cargo(settings: Settings, scratch: Path) -> Any:
@@ -117,14 +120,24 @@ def _git_offline_fix(stderr: str) -> str:
     return ""
 
 
-def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str, *, resolve: bool = True) -> dict[str, Any]:
+def metadata(
+    crate_dir: Path,
+    settings: Settings,
+    scratch: Path,
+    label: str,
+    *,
+    resolve: bool = True,
+    listed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """`cargo metadata --locked`: fails early when Cargo.lock cannot be satisfied from the configured source. Without
     `resolve`, `--no-deps`: the workspace members alone (no dependency packages, no `resolve`), one call of cargo's
-    cheapest (a resolving call is two: the sources check's `--no-deps` first, cargo/sources.py)."""
+    cheapest (a resolving call is two: the sources check's `--no-deps` first, cargo/sources.py, unless `listed` is
+    that answer for the tree as it is)."""
     result = _cargo(settings, scratch).run(
         ["metadata", "--format-version", "1", "--locked" if resolve else "--no-deps"],
         crate_dir,
         timeout=settings.command_timeout,
+        listed=listed,
     )
     if result.returncode != 0:
         what = "resolve {} from its Cargo.lock" if resolve else "read the manifests of {}"
@@ -145,19 +158,21 @@ def metadata(crate_dir: Path, settings: Settings, scratch: Path, label: str, *, 
 class Resolution:
     """`cargo metadata --locked` of a crate (metadata, resolving) on a thread of its own, its answer taken later
     (`meta`): a lone registry package's flake is rendered from cargo's `--no-deps` answer alone, so what only
-    resolution says (that Cargo.lock holds, the dependencies' rust-versions) can come beside its nix build."""
+    resolution says (that Cargo.lock holds, the dependencies' rust-versions) can come beside its nix build. `listed`:
+    that `--no-deps` answer, for the tree as it still is (flakebot's own copy: only flakebot's files are added to it
+    meanwhile), which its sources check reads rather than asking cargo again."""
 
-    def __init__(self, crate_dir: Path, settings: Settings, label: str) -> None:
+    def __init__(self, crate_dir: Path, settings: Settings, label: str, listed: dict[str, Any] | None = None) -> None:
         self._answer: dict[str, Any] | BaseException | None = None
         self._thread = threading.Thread(
-            target=self._resolve, args=(crate_dir, settings, label), name="cargo-resolution", daemon=True
+            target=self._resolve, args=(crate_dir, settings, label, listed), name="cargo-resolution", daemon=True
         )
         self._thread.start()
 
-    def _resolve(self, crate_dir: Path, settings: Settings, label: str) -> None:
+    def _resolve(self, crate_dir: Path, settings: Settings, label: str, listed: dict[str, Any] | None) -> None:
         try:
             with tempfile.TemporaryDirectory(prefix="flakebot-cargo-") as scratch:
-                self._answer = metadata(crate_dir, settings, Path(scratch), label)
+                self._answer = metadata(crate_dir, settings, Path(scratch), label, listed=listed)
         except BaseException as exc:  # given to whoever takes the answer
             self._answer = exc
 
@@ -235,6 +250,7 @@ def inspect_crate(
     _read_lock(facts, crate_dir / "Cargo.lock")
     _read_local(facts, meta, crate_dir)
     facts.needs_newer_rustc = needs_newer_rustc(meta, PINNED_RUSTC)
+    facts.members_listing = None if resolve else meta
     return facts
 
 

@@ -359,7 +359,7 @@ def write_flake(
         resolve=not (choice.own_stub or beside),
     )
     flake = Written(facts, build_inputs.native_inputs(facts.lock_crates), *licenses.nix_licenses(facts.license))
-    flake.resolution = Resolution(out_dir, settings, source_dir.name) if beside else None
+    flake.resolution = Resolution(out_dir, settings, source_dir.name, facts.members_listing) if beside else None
     try:
         # the stub's: its lock renamed, not relocked (its build proves it, and falls back: loopdeps.build_deps)
         flake.skeleton = write_skeleton(out_dir, facts, settings, provisional=choice.own_stub)

@@ -56,6 +56,9 @@ class Run:
     def __init__(self, directory: Path, state: dict[str, Any]) -> None:
         self.dir = directory
         self.state = state
+        # HEAD of a workspace this process's acquire stage made and committed whole, untouched since ('' otherwise:
+        # another process's, or unknown): the edit stage's first start has nothing of it to restore. Never saved.
+        self.workspace_committed = ""
 
     @property
     def id(self) -> str:

@@ -19,7 +19,7 @@ from flakebot.nix.devdeps import Dropped, lock_without_unresolvable
 from flakebot.pipeline.engine import StageContext
 from flakebot.safefs import Tree
 from flakebot.services.crafting import TEMPLATE as SERVICE_TEMPLATE
-from flakebot.source import gitrepo
+from flakebot.source import gitrepo, safegit
 from flakebot.source.acquisition import acquire
 from flakebot.source.newcrate import new_crate
 from flakebot.stages.outputs import AcquireOut, ChoiceOut, SpecOut
@@ -78,6 +78,8 @@ def acquire_stage(ctx: StageContext) -> AcquireOut:
     cargo = prepare_cargo(workspace, origin["crate_dir"], cargo_for_run, new=new)
     for dropped in cargo["dropped"]:
         ctx.progress(Dropped(**dropped).notice(), notice=True)
+    if new and cargo["lockfile"] != "failed":  # cargo's own crate, all of it committed (gitrepo.init_commit, the lock)
+        run.workspace_committed = safegit.head_from_files(workspace)
     if not cargo["metadata_ok"]:
         ctx.progress(f"cargo cannot resolve the crate's dependencies: {cargo['cargo_error']}", warning=True)
     request = ctx.request

@@ -236,6 +236,9 @@ def _start_clean(ctx: StageContext, git: WorkspaceGit) -> str:
         ctx.run.state["edit_base"] = git.head_from_files() or git.head()
         ctx.run.save()
     base: str = ctx.run.state["edit_base"]
+    committed, ctx.run.workspace_committed = ctx.run.workspace_committed, ""
+    if committed == base:  # this process's acquire made the tree and committed it whole: nothing to restore or clean
+        return base
     git.reset(base, "-fdx")
     return base
 

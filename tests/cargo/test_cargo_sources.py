@@ -153,3 +153,27 @@ def test_a_member_outside_the_tree_is_refused(tmp_path: Path) -> None:
     result = cargo.run(["generate-lockfile"], crate, timeout=120)
     assert result.returncode == 101 and "outside the crate's tree" in result.stderr, result.stderr
     assert not (crate / "Cargo.lock").exists()
+
+
+def test_a_listing_given_spares_cargo_yet_the_manifests_are_read_as_they_are_now(tmp_path: Path) -> None:
+    """The caller's `metadata --no-deps` answer (the package stage's, for its own copy of the tree) stands for the
+    check's: no cargo process lists the members again, yet each manifest is read at the check, so a [patch] written
+    after the listing is refused as one cargo had listed (nix/crate.py's Resolution takes the flake's listing)."""
+    import json
+
+    from tests.fakes.spawns import cargo_subcommands, spawns
+
+    require("cargo")
+    crate = _crate(tmp_path)
+    cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate, offline=True)
+    listing = json.loads(cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).stdout)
+    with spawns() as started:
+        assert cargo.run(["generate-lockfile"], crate, timeout=120, listed=listing).returncode == 0
+    assert cargo_subcommands(started) == ["generate-lockfile"], started  # no second listing of the members
+
+    (crate / "Cargo.toml").write_text((crate / "Cargo.toml").read_text() + SHAPES["patch"][1])
+    (crate / "Cargo.lock").unlink()
+    with spawns() as started:
+        result = cargo.run(["generate-lockfile"], crate, timeout=120, listed=listing)
+    assert result.returncode == 101 and "refused" in result.stderr, result.stderr
+    assert not started and not (crate / "Cargo.lock").exists()

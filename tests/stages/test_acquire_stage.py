@@ -210,3 +210,23 @@ def test_the_stage_needs_a_chosen_crate_and_a_tool_name(workdir: Path) -> None:
         start(workdir, tool="x")
     with pytest.raises(AcquireError, match="the spec stage gave the tool no name"):
         start(workdir, tool="", crate=registry_crate("csv", "1.1.6"))
+
+
+def test_a_new_crate_is_vouched_committed_whole_for_the_edit_stage_of_this_process(
+    workdir: Path, tmp_path: Path
+) -> None:
+    """A new crate's tree is cargo's and flakebot's alone, committed whole (ignored files too): the acquire stage says
+    so in this process (Run.workspace_committed), and the edit stage's first start then runs no `git reset --hard` nor
+    `git clean -fdx` (edit.py _start_clean). Nothing else is vouched for: a fork's tree, a run loaded again."""
+    from flakebot.source import safegit
+
+    run = start(workdir, tool="plain-tool", mode="new")
+    assert run.state["status"] == "succeeded", run.state
+    head = safegit.head_from_files(run.workspace)
+    assert head and run.workspace_committed == head
+    everything = ["status", "--porcelain", "--ignored", "--untracked-files=all"]
+    assert safegit.git(run.workspace, *everything, error=AcquireError) == ""  # what reset and clean would undo: none
+    assert Run.load(workdir, run.id).workspace_committed == ""
+
+    forked = start(workdir, tool="demo-tool", crate=local_crate(tmp_path / "demo", "demo"))
+    assert forked.state["status"] == "succeeded" and forked.workspace_committed == ""
