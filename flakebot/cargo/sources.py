@@ -39,6 +39,7 @@ DEFAULT_GIT_SOURCES = "github.com,gitlab.com,codeberg.org,git.sr.ht,bitbucket.or
 CRATES_IO = ("registry+https://github.com/rust-lang/crates.io-index", "sparse+https://index.crates.io/")
 _CRATES_IO = frozenset(s.rstrip("/") for s in CRATES_IO)
 SPEC_KEYS = ("git", "path", "registry", "registry-index")
+DEPENDENCY_KINDS = ("dependencies", "dev-dependencies", "dev_dependencies", "build-dependencies", "build_dependencies")
 
 
 def git_sources(setting: str) -> tuple[str, ...]:
@@ -147,8 +148,8 @@ def check(
     cargo's own error when it cannot even list them, or the refusal (exit 101, the rule as cargo's `error:`).
     `listed`: cargo's `metadata --no-deps` answer for the tree as it is, which the caller has (cargo not asked)."""
     args = ["metadata", "--format-version", "1", "--no-deps", "--offline"]
-    if listed is not None:
-        reason = manifest_refusal(cargo, listed)  # the manifests themselves are read now, as after cargo's answer
+    if listed is not None:  # the manifests are read now, their dependency tables too: the listing may be older
+        reason = manifest_refusal(cargo, listed, reread=True)
         return refused(cargo.host_argv(args, crate_dir), reason) if reason else None
     answer = cargo.call(args, crate_dir, timeout=300)
     if answer.returncode != 0:
@@ -162,8 +163,10 @@ def refused(argv: list[str], reason: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(argv, 101, "", f"error: {reason}\n")
 
 
-def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
-    """Why the workspace `cargo metadata --no-deps` describes names a source that may not be fetched ('' when none)."""
+def manifest_refusal(cargo: Cargo, meta: dict[str, Any], *, reread: bool = False) -> str:
+    """Why the workspace `cargo metadata --no-deps` describes names a source that may not be fetched ('' when none).
+    `reread`: `meta` is a listing the caller kept, so each listed manifest's dependency tables are read as they are now
+    too (a dependency written after the listing is not in it)."""
     root = Path(meta["workspace_root"])
     tree = cargo.tree or root
     allowed = cargo.git_sources
@@ -181,7 +184,7 @@ def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
         if not real.is_relative_to(tree.resolve()):
             return f"manifest {manifest} refused: it is outside the crate's tree {tree}"
         try:
-            specs = list(_table_specs(real))
+            specs = list(_table_specs(real, dependencies=reread))
         except (OSError, UnicodeDecodeError) as exc:  # a FIFO at the name: refused, not waited on
             return f"manifest {manifest} refused: it cannot be read as a file ({exc})"
         for name, spec, where in specs:
@@ -191,13 +194,16 @@ def manifest_refusal(cargo: Cargo, meta: dict[str, Any]) -> str:
     return lock_refusal(root / "Cargo.lock", allowed)
 
 
-def _table_specs(manifest: Path) -> Iterator[tuple[str, Any, str]]:
-    """(name, spec, where) of `[workspace.dependencies]`, `[patch.*]` and `[replace]` in one Cargo.toml."""
+def _table_specs(manifest: Path, *, dependencies: bool = False) -> Iterator[tuple[str, Any, str]]:
+    """(name, spec, where) of `[workspace.dependencies]`, `[patch.*]` and `[replace]` in one Cargo.toml; with
+    `dependencies`, of its own dependency tables too (of every kind and target, as cargo would list them)."""
     try:
         doc = tomllib.loads(read_file_text(manifest))  # a FIFO at the name raises: refused, not waited on
     except (FileNotFoundError, tomllib.TOMLDecodeError):  # gone since cargo listed it, or cargo's own error to give
         return
     tables = {"[workspace.dependencies]": doc.get("workspace", {}).get("dependencies", {})}
+    if dependencies:
+        tables.update(_dependency_tables(doc))
     tables["[replace]"] = doc.get("replace", {})
     for key, table in doc.get("patch", {}).items():
         tables[f"[patch.{key}]"] = table
@@ -207,6 +213,27 @@ def _table_specs(manifest: Path) -> Iterator[tuple[str, Any, str]]:
         if isinstance(table, dict):
             for name, spec in table.items():
                 yield name, spec, f"{manifest} {label}"
+
+
+def _dependency_tables(doc: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's own dependency tables by where they are, each spec as cargo takes it (`registry = "crates-io"`
+    is crates.io, as cargo's listing says)."""
+    found = {f"[{kind}]": doc.get(kind) for kind in DEPENDENCY_KINDS}
+    targets = doc.get("target")
+    for platform, table in targets.items() if isinstance(targets, dict) else []:
+        if isinstance(table, dict):
+            found.update({f"[target.{platform}.{kind}]": table.get(kind) for kind in DEPENDENCY_KINDS})
+    return {
+        where: {name: _as_listed(spec) for name, spec in table.items()}
+        for where, table in found.items()
+        if isinstance(table, dict)
+    }
+
+
+def _as_listed(spec: Any) -> Any:
+    if isinstance(spec, dict) and spec.get("registry") == "crates-io" and "registry-index" not in spec:
+        return {key: value for key, value in spec.items() if key != "registry"}
+    return spec
 
 
 def lock_refusal(lock: Path, allowed: tuple[str, ...]) -> str:

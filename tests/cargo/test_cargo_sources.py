@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.scenarios.gitserve import crate_manifest
+from flakebot.cargo import sources
 from flakebot.cargo.runner import Cargo
 from flakebot.cargo.sources import git_refusal, git_sources
 from tests.conftest import require
@@ -177,3 +178,38 @@ def test_a_listing_given_spares_cargo_yet_the_manifests_are_read_as_they_are_now
         result = cargo.run(["generate-lockfile"], crate, timeout=120, listed=listing)
     assert result.returncode == 101 and "refused" in result.stderr, result.stderr
     assert not started and not (crate / "Cargo.lock").exists()
+
+
+LISTED_LATE = [shape for shape in SHAPES if not shape.startswith(("patch", "replace", "workspace"))]
+
+
+@pytest.mark.parametrize("shape", LISTED_LATE)
+def test_a_dependency_written_after_the_listing_given_is_refused(tmp_path: Path, shape: str) -> None:
+    """A listing the caller kept (nix/crate.py's Resolution takes the flake's) may be older than the manifests: a
+    dependency written since is in no listing, yet refused as cargo's own listing of the tree now would have it."""
+    import json
+
+    from tests.fakes.spawns import spawns
+
+    require("cargo")
+    crate = _crate(tmp_path)
+    cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate, offline=True)
+    listing = json.loads(cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).stdout)
+    deps, extra = SHAPES[shape]
+    (crate / "Cargo.toml").write_text(crate_manifest("app", "0.1.0", deps) + extra)
+    with spawns() as started:
+        result = cargo.run(["generate-lockfile"], crate, timeout=120, listed=listing)
+    assert result.returncode == 101 and "refused" in result.stderr, result.stderr
+    assert not started and not (crate / "Cargo.lock").exists()
+
+
+def test_a_crates_io_dependency_named_by_its_registry_passes_a_kept_listing(tmp_path: Path) -> None:
+    """`registry = "crates-io"` is crates.io (as cargo lists it): the manifest read at the check does not refuse it."""
+    import json
+
+    require("cargo")
+    crate = _crate(tmp_path)
+    cargo = Cargo(target_dir=tmp_path / "target", home=tmp_path / "cargo-home", tree=crate, offline=True)
+    (crate / "Cargo.toml").write_text(crate_manifest("app", "0.1.0", 'x = { version = "1", registry = "crates-io" }\n'))
+    listing = json.loads(cargo.call(["metadata", "--format-version", "1", "--no-deps"], crate, timeout=120).stdout)
+    assert sources.check(cargo, crate, listing) is None

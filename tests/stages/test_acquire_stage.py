@@ -230,3 +230,22 @@ def test_a_new_crate_is_vouched_committed_whole_for_the_edit_stage_of_this_proce
 
     forked = start(workdir, tool="demo-tool", crate=local_crate(tmp_path / "demo", "demo"))
     assert forked.state["status"] == "succeeded" and forked.workspace_committed == ""
+
+
+def test_the_edit_stage_vouches_a_new_crate_at_its_first_start_only(workdir: Path) -> None:
+    """The edit stage started again in the process that acquired (after its first start failed on) finds the tree as
+    its first start left it, and whatever was written since: that start resets and cleans as before, and the marker
+    vouching for the untouched tree is not used twice (edit.py _start_clean)."""
+    from flakebot.agent.workspace import WorkspaceGit
+    from flakebot.stages.edit import _start_clean
+
+    run = start(workdir, tool="plain-tool", mode="new")
+    git, ctx = WorkspaceGit(run.workspace), StageContext(run, OFFLINE, "edit")
+    base = _start_clean(ctx, git)  # the first start: vouched for, nothing to undo
+    (run.workspace / "target").mkdir()
+    (run.workspace / "target" / "left").write_text("a build's\n")
+    (run.workspace / "stray.rs").write_text("// the model's\n")
+    (run.workspace / "Cargo.toml").write_text("[package]\nname = 'changed'\n")
+    assert _start_clean(ctx, git) == base
+    assert not (run.workspace / "target").exists() and not (run.workspace / "stray.rs").exists()
+    assert "changed" not in (run.workspace / "Cargo.toml").read_text()
