@@ -631,6 +631,22 @@ def test_an_enqueue_whose_every_send_failed_after_the_first_committed_ends_that_
         front.close()
 
 
+@contextlib.contextmanager
+def _front_cut(database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any, list[int], list[int]]]:
+    """A front whose connections (db.connect's) lose a commit's acknowledgement (`drops`) and then fail as a send
+    begins (`away`), with the real connect for the test's own look at the database."""
+    from flakebot.team.frontqueue import FrontQueue
+
+    connect, drops, away = db.connect, [0], [0]
+    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AwayAfterCommit(connect(*args, **kwargs), drops, away))
+    front = FrontQueue(database, LEASE)
+    front.connect()
+    try:
+        yield front, connect, drops, away
+    finally:
+        front.close()
+
+
 def test_an_enqueue_whose_every_send_failed_before_any_committed_ends_nothing(
     database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -638,26 +654,18 @@ def test_an_enqueue_whose_every_send_failed_before_any_committed_ends_nothing(
     (bob's job of the same need, queued meanwhile, goes on) and forgets the call."""
     from flakebot.errors import HostError
     from flakebot.pipeline.request import RunRequest
-    from flakebot.team.frontqueue import FrontQueue
     from flakebot.team.tokens import Principal
 
     alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
     bob = Principal("bob", "id-bob", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
-    connect, drops, away = db.connect, [0], [0]
-    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AwayAfterCommit(connect(*args, **kwargs), drops, away))
-    front = FrontQueue(database, LEASE)
-    front.connect()
-    try:
-        with connect(database, autocommit=True) as conn:
-            away[0] = 2
-            with pytest.raises(HostError, match="does not answer"):
-                front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True)
-            assert front.unsent() == 1
-            theirs = front.enqueue(bob, RunRequest(need="need a csv deduper"), waited=True)
-            assert front.end_unsent(()) == [] and front.unsent() == 0
-            assert state(conn, theirs.job_id) == "queued" and actions(conn) == []
-    finally:
-        front.close()
+    with _front_cut(database, monkeypatch) as (front, connect, drops, away), connect(database, autocommit=True) as conn:
+        away[0] = 2
+        with pytest.raises(HostError, match="does not answer"):
+            front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=True)
+        assert front.unsent() == 1
+        theirs = front.enqueue(bob, RunRequest(need="need a csv deduper"), waited=True)
+        assert front.end_unsent(()) == [] and front.unsent() == 0
+        assert state(conn, theirs.job_id) == "queued" and actions(conn) == []
 
 
 def test_enqueues_the_database_refused_keep_nothing_to_end(database: str) -> None:
@@ -696,27 +704,19 @@ def test_an_enqueue_whose_every_send_failed_ends_its_following_though_its_token_
     revoked made the cancel find her following no one's (None), and the job stayed queued, crafted for nobody."""
     from flakebot.errors import HostError
     from flakebot.pipeline.request import RunRequest
-    from flakebot.team.frontqueue import FrontQueue
     from flakebot.team.tokens import Principal
 
     alice = Principal("alice", "id-alice", "acme", calls_per_minute=60, concurrent_crafts=2, created=0.0)
-    connect, drops, away = db.connect, [0], [0]
-    monkeypatch.setattr(db, "connect", lambda *args, **kwargs: _AwayAfterCommit(connect(*args, **kwargs), drops, away))
-    front = FrontQueue(database, LEASE)
-    front.connect()
-    try:
-        with connect(database, autocommit=True) as conn:
-            assert front.drop_revoked({"id-alice"}, {"id-alice"}) == []  # the look: nothing of hers yet
-            drops[0], away[0] = 1, 1
-            with pytest.raises(HostError, match="does not answer"):
-                front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=False)
-            job = conn.execute("SELECT job FROM audit WHERE action = 'enqueued' AND principal = 'alice'").fetchone()
-            assert job is not None and state(conn, job["job"]) == "queued"
-            ended = front.end_unsent({"id-alice"})  # the next renewal, her token revoked
-            assert [row["state"] for row in ended] == ["cancelled"] and front.unsent() == 0
-            assert state(conn, job["job"]) == "cancelled" and actions(conn) == [("alice", "cancelled", None)]
-    finally:
-        front.close()
+    with _front_cut(database, monkeypatch) as (front, connect, drops, away), connect(database, autocommit=True) as conn:
+        assert front.drop_revoked({"id-alice"}, {"id-alice"}) == []  # the look: nothing of hers yet
+        drops[0], away[0] = 1, 1
+        with pytest.raises(HostError, match="does not answer"):
+            front.enqueue(alice, RunRequest(need="need a csv deduper"), waited=False)
+        job = conn.execute("SELECT job FROM audit WHERE action = 'enqueued' AND principal = 'alice'").fetchone()
+        assert job is not None and state(conn, job["job"]) == "queued"
+        ended = front.end_unsent({"id-alice"})  # the next renewal, her token revoked
+        assert [row["state"] for row in ended] == ["cancelled"] and front.unsent() == 0
+        assert state(conn, job["job"]) == "cancelled" and actions(conn) == [("alice", "cancelled", None)]
 
 
 def test_a_calls_end_ends_its_following_though_its_token_was_revoked_before_that_following_was_written(
